@@ -1,0 +1,408 @@
+"""Messages, their properties, their ids, and RocketMQ's message layout. No IO here.
+
+The layout below is RocketMQ's own (``MessageDecoder``, and the CommitLog record of RocketMQ 4.x, version 1
+with IPv4 hosts). It is written once, here, because three parts speak it: the store writes it into the
+commit log, the broker sends it in pull and check-back responses, and clients decode it.
+
+    offset  size  field
+    0       4     TOTALSIZE            whole record, this field included
+    4       4     MAGICCODE            0xDAA320A7 (MESSAGE_MAGIC_CODE)
+    8       4     BODYCRC              zlib.crc32(body) & 0x7FFFFFFF
+    12      4     QUEUEID
+    16      4     FLAG                 user flag, opaque to the broker
+    20      8     QUEUEOFFSET          logical offset in the consume queue
+    28      8     PHYSICALOFFSET       offset of this record in the commit log
+    36      4     SYSFLAG              MessageSysFlag bits
+    40      8     BORNTIMESTAMP        ms since the epoch, producer clock
+    48      8     BORNHOST             IPv4 (4) + port (4)
+    56      8     STORETIMESTAMP       ms since the epoch, broker clock
+    64      8     STOREHOSTADDRESS     IPv4 (4) + port (4)
+    72      4     RECONSUMETIMES
+    76      8     PREPAREDTRANSACTIONOFFSET
+    84      4+n   BODY                 length, bytes
+    88+n    1+t   TOPIC                length (<= 127), UTF-8
+    ..      2+p   PROPERTIES           length (<= 32767), "k\\x01v\\x02..." UTF-8
+
+All integers are big-endian and signed, as Java writes them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+from typing import ClassVar
+
+from txmq.errors import InvalidMessageError, RemoteProtocolError
+
+MESSAGE_MAGIC_CODE = 0xDAA320A7
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# TOTALSIZE .. PREPAREDTRANSACTIONOFFSET, then the body length.
+_HEAD = struct.Struct(">iIiiiqqiq4sIq4sIiqi")
+HEAD_SIZE = _HEAD.size  # 88
+assert HEAD_SIZE == 88
+
+
+class MessageSysFlag:
+    """Bits of SYSFLAG (RocketMQ ``MessageSysFlag``)."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_NOT_TYPE = 0x0
+    TRANSACTION_PREPARED_TYPE = 0x4
+    TRANSACTION_COMMIT_TYPE = 0x8
+    TRANSACTION_ROLLBACK_TYPE = 0xC
+    TRANSACTION_MASK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOSTADDRESS_V6 = 0x20
+
+    @staticmethod
+    def transaction_value(flag: int) -> int:
+        return flag & MessageSysFlag.TRANSACTION_MASK
+
+    @staticmethod
+    def reset_transaction_value(flag: int, value: int) -> int:
+        return (flag & ~MessageSysFlag.TRANSACTION_MASK) | value
+
+
+class MessageConst:
+    """Property names (RocketMQ ``MessageConst``)."""
+
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT_STORE_MSG_OK = "WAIT"
+    DELAY_TIME_LEVEL = "DELAY"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QUEUE_ID = "REAL_QID"
+    TRANSACTION_PREPARED = "TRAN_MSG"
+    PRODUCER_GROUP = "PGROUP"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+    TRANSACTION_ID = "__transactionId__"
+    TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+    TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+    MSG_REGION = "MSG_REGION"
+    TRACE_SWITCH = "TRACE_ON"
+    SHARDING_KEY = "__SHARDINGKEY"
+    KEY_SEPARATOR = " "
+
+    SYSTEM_KEYS: ClassVar[frozenset[str]] = frozenset(
+        {
+            KEYS, TAGS, WAIT_STORE_MSG_OK, DELAY_TIME_LEVEL, RETRY_TOPIC, REAL_TOPIC, REAL_QUEUE_ID,
+            TRANSACTION_PREPARED, PRODUCER_GROUP, MIN_OFFSET, MAX_OFFSET, ORIGIN_MESSAGE_ID,
+            UNIQ_CLIENT_MESSAGE_ID_KEYIDX, TRANSACTION_ID, TRANSACTION_CHECK_TIMES,
+            CHECK_IMMUNITY_TIME_IN_SECONDS, TRANSACTION_PREPARED_QUEUE_OFFSET, RECONSUME_TIME,
+            MAX_RECONSUME_TIMES, CONSUME_START_TIMESTAMP, MSG_REGION, TRACE_SWITCH, SHARDING_KEY,
+        }
+    )  # fmt: skip
+
+
+def properties_to_string(props: Mapping[str, str]) -> str:
+    """Encode properties as RocketMQ does: ``k\\x01v\\x02`` for each pair."""
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
+
+
+def string_to_properties(text: str) -> dict[str, str]:
+    """Decode ``k\\x01v\\x02...``; pairs without a separator are dropped, as RocketMQ does."""
+    props: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep:
+            props[name] = value
+    return props
+
+
+def body_crc(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode``: the tag hash that ConsumeQueue entries carry (tagsString2tagsCode)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+class Message:
+    """A message as a producer builds it. ``tags`` and ``keys`` live in the properties, as in RocketMQ."""
+
+    __slots__ = ("body", "flag", "properties", "topic", "transaction_id")
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        flag: int = 0,
+    ) -> None:
+        if isinstance(body, str):
+            body = body.encode()
+        self.topic = topic
+        self.body = bytes(body)
+        self.flag = flag
+        self.properties: dict[str, str] = dict(properties or {})
+        self.transaction_id: str | None = None
+        if tags is not None:
+            self.properties[MessageConst.TAGS] = tags
+        if keys is not None:
+            if not isinstance(keys, str):
+                keys = MessageConst.KEY_SEPARATOR.join(keys)
+            self.properties[MessageConst.KEYS] = keys
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(MessageConst.KEYS)
+
+    @property
+    def user_properties(self) -> dict[str, str]:
+        """Properties minus the ones RocketMQ reserves."""
+        return {k: v for k, v in self.properties.items() if k not in MessageConst.SYSTEM_KEYS}
+
+    @property
+    def delay_time_level(self) -> int:
+        return int(self.properties.get(MessageConst.DELAY_TIME_LEVEL, "0") or 0)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, "
+            f"body={len(self.body)}B)"
+        )
+
+
+class MessageExt(Message):
+    """A stored message: the message plus what the broker knows of it (RocketMQ ``MessageExt``)."""
+
+    __slots__ = (
+        "body_crc",
+        "born_host",
+        "born_timestamp",
+        "commit_log_offset",
+        "prepared_transaction_offset",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_host",
+        "store_size",
+        "store_timestamp",
+        "sys_flag",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        properties: Mapping[str, str] | None = None,
+        *,
+        flag: int = 0,
+        queue_id: int = 0,
+        queue_offset: int = 0,
+        commit_log_offset: int = 0,
+        store_size: int = 0,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: tuple[str, int] = ("127.0.0.1", 0),
+        store_timestamp: int = 0,
+        store_host: tuple[str, int] = ("127.0.0.1", 0),
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        body_crc: int = 0,
+    ) -> None:
+        super().__init__(topic, body, properties=properties, flag=flag)
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.store_size = store_size
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.body_crc = body_crc
+        self.transaction_id = self.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def offset_msg_id(self) -> str:
+        """The broker-side id: store host and commit-log offset (RocketMQ ``createMessageId``)."""
+        return create_offset_msg_id(self.store_host, self.commit_log_offset)
+
+    @property
+    def msg_id(self) -> str:
+        """The id users see: the client's ``UNIQ_KEY`` when it set one, else the offset id."""
+        return self.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self.offset_msg_id
+
+    def copy(self) -> MessageExt:
+        return decode_message(encode_message(self))[0]
+
+
+def _pack_host(host: tuple[str, int]) -> tuple[bytes, int]:
+    try:
+        return socket.inet_aton(host[0]), host[1]
+    except OSError as exc:
+        raise InvalidMessageError(f"not an IPv4 address: {host[0]!r}") from exc
+
+
+def encode_message(m: MessageExt) -> bytes:
+    """Encode ``m`` in RocketMQ's message layout (see the module docstring). Sets nothing on ``m``."""
+    topic = m.topic.encode()
+    props = properties_to_string(m.properties).encode()
+    if len(topic) > 127:
+        raise InvalidMessageError(f"topic longer than 127 bytes: {m.topic[:40]!r}...")
+    if len(props) > 32767:
+        raise InvalidMessageError(f"properties longer than 32767 bytes ({len(props)})")
+    total = HEAD_SIZE + len(m.body) + 1 + len(topic) + 2 + len(props)
+    born_ip, born_port = _pack_host(m.born_host)
+    store_ip, store_port = _pack_host(m.store_host)
+    head = _HEAD.pack(
+        total, MESSAGE_MAGIC_CODE, body_crc(m.body), m.queue_id, m.flag, m.queue_offset,
+        m.commit_log_offset, m.sys_flag, m.born_timestamp, born_ip, born_port, m.store_timestamp,
+        store_ip, store_port, m.reconsume_times, m.prepared_transaction_offset, len(m.body),
+    )  # fmt: skip
+    return b"".join((head, m.body, bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props))
+
+
+def decode_message(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = True) -> tuple[MessageExt, int]:
+    """Decode one message at ``pos``; return it and the position after it.
+
+    Raises ``RemoteProtocolError`` when the bytes are not a whole, valid message.
+    """
+    end_of_buf = len(buf)
+    if end_of_buf - pos < HEAD_SIZE:
+        raise RemoteProtocolError("message truncated before its fixed header")
+    (
+        total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_ip, born_port,
+        store_ts, store_ip, store_port, reconsume, prepared, body_len,
+    ) = _HEAD.unpack_from(buf, pos)  # fmt: skip
+    if magic != MESSAGE_MAGIC_CODE:
+        raise RemoteProtocolError(f"bad message magic {magic:#x}")
+    end = pos + total
+    if total < HEAD_SIZE + 3 or end > end_of_buf or body_len < 0 or HEAD_SIZE + body_len + 3 > total:
+        raise RemoteProtocolError(f"bad message size {total} (body {body_len})")
+    p = pos + HEAD_SIZE
+    body = bytes(buf[p : p + body_len])
+    p += body_len
+    topic_len = buf[p]
+    p += 1
+    topic = bytes(buf[p : p + topic_len])
+    p += topic_len
+    if p + 2 > end:
+        raise RemoteProtocolError("message truncated in its topic")
+    props_len = int.from_bytes(buf[p : p + 2], "big")
+    p += 2
+    if p + props_len != end:
+        raise RemoteProtocolError("message sizes do not add up to TOTALSIZE")
+    if check_crc and body_crc(body) != crc:
+        raise RemoteProtocolError("message body CRC mismatch")
+    try:
+        props = string_to_properties(bytes(buf[p:end]).decode())
+        topic_s = topic.decode()
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError("message topic or properties are not UTF-8") from exc
+    msg = MessageExt(
+        topic_s, body, props, flag=flag, queue_id=queue_id, queue_offset=queue_offset,
+        commit_log_offset=phys, store_size=total, sys_flag=sys_flag, born_timestamp=born_ts,
+        born_host=(socket.inet_ntoa(born_ip), born_port), store_timestamp=store_ts,
+        store_host=(socket.inet_ntoa(store_ip), store_port), reconsume_times=reconsume,
+        prepared_transaction_offset=prepared, body_crc=crc,
+    )  # fmt: skip
+    return msg, end
+
+
+def decode_messages(buf: bytes | memoryview, *, check_crc: bool = True) -> list[MessageExt]:
+    """Decode a run of messages (a pull response body)."""
+    out: list[MessageExt] = []
+    pos = 0
+    while pos < len(buf):
+        msg, pos = decode_message(buf, pos, check_crc=check_crc)
+        out.append(msg)
+    return out
+
+
+# --- ids -------------------------------------------------------------------------------------------
+
+
+def create_offset_msg_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
+    """32 uppercase hex digits: IPv4 (4), port (4), commit-log offset (8) (RocketMQ ``createMessageId``)."""
+    ip, port = _pack_host(store_host)
+    return (ip + struct.pack(">iq", port, commit_log_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
+    """Inverse of ``create_offset_msg_id``: ((ip, port), commit-log offset)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as exc:
+        raise InvalidMessageError(f"not a message id: {msg_id!r}") from exc
+    if len(raw) != 16:
+        raise InvalidMessageError(f"not a message id: {msg_id!r}")
+    port, offset = struct.unpack(">iq", raw[4:])
+    return (socket.inet_ntoa(raw[:4]), port), offset
+
+
+class UniqIdGenerator:
+    """Client message ids (``UNIQ_KEY``), also used as transaction ids.
+
+    RocketMQ's ``MessageClientIDSetter`` scheme: a fixed prefix naming the process (IPv4, pid, a random
+    salt) and a suffix that grows within the process (ms since the start of the month, then a counter).
+    Unique across hosts and processes; ordered within one process.
+    """
+
+    def __init__(self, ip: str = "127.0.0.1") -> None:
+        try:
+            ip_bytes = socket.inet_aton(ip)
+        except OSError:
+            ip_bytes = b"\x7f\x00\x00\x01"
+        self._prefix = (ip_bytes + struct.pack(">H", os.getpid() & 0xFFFF) + os.urandom(4)).hex().upper()
+        self._lock = threading.Lock()
+        self._counter = itertools.count()
+        self._last = (0, 0)
+        self._month_start = _month_start_ms()
+
+    def next_id(self) -> str:
+        with self._lock:
+            now = int(time.time() * 1000)
+            elapsed = now - self._month_start
+            if elapsed >= 0x7FFFFFFF or elapsed < 0:
+                self._month_start = _month_start_ms()
+                elapsed = now - self._month_start
+            seq = next(self._counter) & 0xFFFF
+            key = (elapsed, seq)
+            if key <= self._last:  # same ms and the counter wrapped, or the clock stepped back
+                key = (self._last[0] + (1 if self._last[1] == 0xFFFF else 0), (self._last[1] + 1) & 0xFFFF)
+            self._last = key
+            return self._prefix + struct.pack(">iH", key[0], key[1]).hex().upper()
+
+
+def _month_start_ms() -> int:
+    t = time.gmtime()
+    return int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) * 1000)
+
+
+_default_ids = UniqIdGenerator()
+
+
+def create_uniq_id() -> str:
+    return _default_ids.next_id()

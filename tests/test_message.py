@@ -1,0 +1,81 @@
+import pytest
+
+from txmq.errors import RemoteProtocolError
+from txmq.message import (
+    MessageConst,
+    MessageExt,
+    UniqIdGenerator,
+    create_offset_msg_id,
+    decode_message,
+    decode_messages,
+    decode_offset_msg_id,
+    encode_message,
+    java_string_hash,
+    properties_to_string,
+    string_to_properties,
+)
+
+
+def _msg(**kw) -> MessageExt:
+    m = MessageExt("orders", b"hello", {"TAGS": "TagA", "KEYS": "k1 k2", "x": "y"}, queue_id=3, **kw)
+    return m
+
+
+def test_roundtrip_keeps_every_field():
+    m = _msg(queue_offset=7, commit_log_offset=1234, sys_flag=4, born_timestamp=11, store_timestamp=12,
+             born_host=("10.0.0.1", 5555), store_host=("127.0.0.1", 10911), reconsume_times=2,
+             prepared_transaction_offset=99, flag=5)
+    raw = encode_message(m)
+    out, end = decode_message(raw)
+    assert end == len(raw) == out.store_size
+    for f in ("topic", "body", "properties", "queue_id", "queue_offset", "commit_log_offset", "sys_flag",
+              "born_timestamp", "store_timestamp", "born_host", "store_host", "reconsume_times",
+              "prepared_transaction_offset", "flag"):
+        assert getattr(out, f) == getattr(m, f), f
+    assert out.tags == "TagA" and out.keys == "k1 k2"
+
+
+def test_decode_rejects_corruption():
+    raw = bytearray(encode_message(_msg()))
+    raw[90] ^= 0xFF  # inside the body: CRC must catch it
+    with pytest.raises(RemoteProtocolError):
+        decode_message(bytes(raw))
+    with pytest.raises(RemoteProtocolError):
+        decode_message(bytes(raw[:50]))
+    bad_magic = bytearray(encode_message(_msg()))
+    bad_magic[4] ^= 1
+    with pytest.raises(RemoteProtocolError):
+        decode_message(bytes(bad_magic))
+
+
+def test_decode_many():
+    raws = b"".join(encode_message(_msg(queue_offset=i)) for i in range(5))
+    assert [m.queue_offset for m in decode_messages(raws)] == list(range(5))
+
+
+def test_properties_format():
+    text = properties_to_string({"a": "1", "b": "2"})
+    assert text == "a\x011\x02b\x012\x02"
+    assert string_to_properties(text) == {"a": "1", "b": "2"}
+    assert string_to_properties("junk\x02a\x011") == {"a": "1"}
+
+
+def test_offset_msg_id_roundtrip():
+    mid = create_offset_msg_id(("127.0.0.1", 10911), 123456789)
+    assert len(mid) == 32 and mid == mid.upper()
+    assert decode_offset_msg_id(mid) == (("127.0.0.1", 10911), 123456789)
+
+
+def test_uniq_ids_unique_and_ordered():
+    gen = UniqIdGenerator("192.168.1.2")
+    ids = [gen.next_id() for _ in range(20000)]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert UniqIdGenerator("192.168.1.2").next_id()[:20] != ids[0][:20]  # another process salt
+
+
+def test_java_string_hash_matches_java():
+    assert java_string_hash("TagA") == 2598919  # "TagA".hashCode() in Java
+    assert java_string_hash("") == 0
+    assert java_string_hash("polygenelubricants") == -2147483648
+    assert MessageConst.TAGS == "TAGS"
