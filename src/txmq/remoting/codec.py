@@ -1,0 +1,340 @@
+"""RocketMQ remoting frames: bytes in, commands out, and commands to bytes. Pure: no sockets, no clock.
+
+A frame, all integers big-endian (RocketMQ ``RemotingCommand.encode`` / ``NettyDecoder``)::
+
+    size  field
+    4     LENGTH         length of everything after this field (header-length field + header + body)
+    4     HEADER_FIELD   high byte: serialization type (0 JSON, 1 ROCKETMQ); low 3 bytes: header length
+    h     HEADER         the command's header, in that serialization
+    n     BODY           the rest of the frame (n = LENGTH - 4 - h)
+
+JSON header: ``{"code", "language", "version", "opaque", "flag", "remark", "extFields"}``; ``language`` is
+a name ("JAVA", "CPP", ...), ``extFields`` a string-to-string object. Unknown keys are ignored.
+
+ROCKETMQ binary header (``RocketMQSerializable``)::
+
+    2   code (signed)       1  language code       2  version        4  opaque       4  flag
+    4   remark length r     r  remark, UTF-8
+    4   ext length e        e  entries: 2 key length k, k key (UTF-8), 4 value length v, v value (UTF-8)
+
+``LENGTH`` above ``max_frame_size`` (RocketMQ's ``frameMaxLength``, 16 MiB by default) is refused as soon as
+the 4 bytes arrive, before any body is buffered.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, NoReturn
+
+import orjson
+
+from txmq.errors import LocalProtocolError, RemoteProtocolError
+from txmq.remoting.codes import LanguageCode, SerializeType, language_from_code, language_from_name
+from txmq.remoting.command import RemotingCommand
+
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+MAX_HEADER_SIZE = 0xFFFFFF
+
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_PREFIX = struct.Struct(">II")  # LENGTH, HEADER_FIELD
+_BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_BIN_MIN = _BIN_FIXED.size + 4 + 4
+_INT32_MIN = -(1 << 31)
+_INT32_MAX = (1 << 31) - 1
+
+_JSON = SerializeType.JSON
+_ROCKETMQ = SerializeType.ROCKETMQ
+_LANGUAGE_NAMES = {int(lang): lang.name for lang in LanguageCode}
+
+
+class FrameDecoder:
+    """Splits a byte stream into ``RemotingCommand`` objects, in the manner of h11.
+
+    Feed bytes with ``receive_data``; call ``next_command`` until it returns ``None`` (more bytes needed).
+    A ``RemoteProtocolError`` from either leaves the decoder dead: every later call raises again, and the
+    connection should be closed, as RocketMQ's Netty decoder does.
+    """
+
+    __slots__ = ("_buf", "_error", "_pos", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        if max_frame_size < 8:
+            raise ValueError("max_frame_size must be at least 8")
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._pos = 0
+        self._error: str | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as commands."""
+        return len(self._buf) - self._pos
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        if self._error is not None:
+            raise RemoteProtocolError(f"decoder already failed: {self._error}")
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def next_command(self) -> RemotingCommand | None:
+        """The next whole command, or ``None`` when more bytes are needed."""
+        if self._error is not None:
+            raise RemoteProtocolError(f"decoder already failed: {self._error}")
+        buf = self._buf
+        pos = self._pos
+        avail = len(buf) - pos
+        if avail < 4:
+            return None
+        (length,) = _U32.unpack_from(buf, pos)
+        if length < 4 or length > self.max_frame_size:
+            self._fail(f"frame length {length} outside 4..{self.max_frame_size}")
+        if avail < 4 + length:
+            return None
+        (header_field,) = _U32.unpack_from(buf, pos + 4)
+        serialize_type = header_field >> 24
+        header_len = header_field & 0xFFFFFF
+        if header_len > length - 4:
+            self._fail(f"header length {header_len} exceeds frame length {length}")
+        start = pos + 8
+        end = pos + 4 + length
+        header = bytes(buf[start : start + header_len])
+        body = bytes(buf[start + header_len : end])
+        self._pos = end
+        try:
+            if serialize_type == 0:
+                cmd = decode_json_header(header)
+            elif serialize_type == 1:
+                cmd = decode_rocketmq_header(header)
+            else:
+                raise RemoteProtocolError(f"unknown serialization type {serialize_type}")
+        except RemoteProtocolError as exc:
+            self._fail(str(exc))
+        cmd.body = body
+        return cmd
+
+    def _fail(self, reason: str) -> NoReturn:
+        self._error = reason
+        self._buf = bytearray()
+        self._pos = 0
+        raise RemoteProtocolError(reason)
+
+
+# --- JSON header -----------------------------------------------------------------------------------
+
+
+def _json_int(obj: dict[str, Any], name: str, default: int) -> int:
+    value = obj.get(name)
+    if value is None:
+        return default
+    if type(value) is not int or not _INT32_MIN <= value <= _INT32_MAX:
+        raise RemoteProtocolError(f"header field {name!r} is not a 32-bit integer: {str(value)[:40]!r}")
+    return value
+
+
+def _ext_from_json(ext: dict[str, Any]) -> dict[str, str]:
+    """Ext values are strings; numbers and booleans are taken as Java's fastjson would, nulls dropped."""
+    out: dict[str, str] = {}
+    for key, value in ext.items():
+        kind = type(value)
+        if kind is str:
+            out[key] = value
+        elif value is None:
+            continue
+        elif kind is bool:
+            out[key] = "true" if value else "false"
+        elif kind is int or kind is float:
+            out[key] = str(value)
+        else:
+            raise RemoteProtocolError(f"extFields value of {key[:40]!r} is a {kind.__name__}, not a string")
+    return out
+
+
+def decode_json_header(header: bytes) -> RemotingCommand:
+    """A command (body empty) from a JSON header."""
+    try:
+        obj = orjson.loads(header)
+    except orjson.JSONDecodeError as exc:
+        raise RemoteProtocolError(f"header is not valid JSON: {exc}") from None
+    if type(obj) is not dict:
+        raise RemoteProtocolError(f"header is a JSON {type(obj).__name__}, not an object")
+    code = obj.get("code")
+    if type(code) is not int or not _INT32_MIN <= code <= _INT32_MAX:
+        raise RemoteProtocolError(f"header field 'code' missing or not a 32-bit integer: {str(code)[:40]!r}")
+    language_value = obj.get("language")
+    if type(language_value) is str:
+        language = language_from_name(language_value)
+    elif language_value is None:
+        language = LanguageCode.OTHER
+    elif type(language_value) is int:
+        language = language_from_code(language_value)
+    else:
+        raise RemoteProtocolError("header field 'language' is neither a name nor a number")
+    remark = obj.get("remark")
+    if remark is not None and type(remark) is not str:
+        raise RemoteProtocolError("header field 'remark' is not a string")
+    ext = obj.get("extFields")
+    if ext is None:
+        ext = {}
+    elif type(ext) is not dict:
+        raise RemoteProtocolError("header field 'extFields' is not an object")
+    else:
+        for value in ext.values():
+            if type(value) is not str:
+                ext = _ext_from_json(ext)
+                break
+    return RemotingCommand(
+        code,
+        language,
+        _json_int(obj, "version", 0),
+        _json_int(obj, "opaque", 0),
+        _json_int(obj, "flag", 0),
+        remark,
+        ext,
+        b"",
+        _JSON,
+    )
+
+
+def _ext_value(value: object) -> str:
+    """Ext values go out as strings whatever they were built from: the C++ client reads numbers as 0."""
+    if type(value) is str:
+        return value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, (float, str)):
+        return str(value)
+    raise LocalProtocolError(f"ext field value {value!r} is not a string, number or boolean")
+
+
+def _ext_to_send(ext: dict[str, str]) -> dict[str, str]:
+    for key, value in ext.items():
+        if type(value) is not str or type(key) is not str:
+            break
+    else:
+        return ext
+    out: dict[str, str] = {}
+    for key, value in ext.items():
+        if type(key) is not str:
+            raise LocalProtocolError(f"ext field name {key!r} is not a string")
+        if value is not None:
+            out[key] = _ext_value(value)
+    return out
+
+
+def encode_json_header(cmd: RemotingCommand) -> bytes:
+    obj: dict[str, Any] = {
+        "code": int(cmd.code),
+        "language": _LANGUAGE_NAMES.get(cmd.language, "OTHER"),
+        "version": int(cmd.version),
+        "opaque": int(cmd.opaque),
+        "flag": int(cmd.flag),
+    }
+    if cmd.remark is not None:
+        obj["remark"] = cmd.remark
+    if cmd.ext_fields:
+        obj["extFields"] = _ext_to_send(cmd.ext_fields)
+    try:
+        return orjson.dumps(obj)
+    except TypeError as exc:
+        raise LocalProtocolError(f"cannot encode header as JSON: {exc}") from None
+
+
+# --- ROCKETMQ binary header ------------------------------------------------------------------------
+
+
+def decode_rocketmq_header(header: bytes) -> RemotingCommand:
+    """A command (body empty) from a ROCKETMQ binary header."""
+    n = len(header)
+    if n < _BIN_MIN:
+        raise RemoteProtocolError(f"binary header truncated: {n} bytes, at least {_BIN_MIN} needed")
+    code, language, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
+    p = _BIN_FIXED.size
+    (remark_len,) = _I32.unpack_from(header, p)
+    p += 4
+    if remark_len < 0 or p + remark_len + 4 > n:
+        raise RemoteProtocolError(f"binary header truncated: remark length {remark_len} in {n} bytes")
+    try:
+        remark = header[p : p + remark_len].decode() if remark_len else None
+        p += remark_len
+        (ext_len,) = _I32.unpack_from(header, p)
+        p += 4
+        end = p + ext_len
+        if ext_len < 0 or end > n:
+            raise RemoteProtocolError(f"binary header truncated: extFields length {ext_len} in {n} bytes")
+        ext: dict[str, str] = {}
+        while p < end:
+            if p + 2 > end:
+                raise RemoteProtocolError("binary header truncated in an extFields key length")
+            (key_len,) = _I16.unpack_from(header, p)
+            p += 2
+            if key_len < 0 or p + key_len + 4 > end:
+                raise RemoteProtocolError("binary header truncated in an extFields key")
+            key = header[p : p + key_len].decode()
+            p += key_len
+            (value_len,) = _I32.unpack_from(header, p)
+            p += 4
+            if value_len < 0 or p + value_len > end:
+                raise RemoteProtocolError(f"binary header truncated in the value of {key[:40]!r}")
+            ext[key] = header[p : p + value_len].decode()
+            p += value_len
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError(f"binary header holds invalid UTF-8: {exc.reason}") from None
+    return RemotingCommand(
+        code, language_from_code(language), version, opaque, flag, remark, ext, b"", _ROCKETMQ
+    )
+
+
+def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts: list[bytes] = []
+    try:
+        for key, value in _ext_to_send(cmd.ext_fields).items():
+            key_bytes = key.encode()
+            value_bytes = value.encode()
+            parts += (_I16.pack(len(key_bytes)), key_bytes, _I32.pack(len(value_bytes)), value_bytes)
+        ext = b"".join(parts)
+        return b"".join(
+            (
+                _BIN_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag),
+                _I32.pack(len(remark)),
+                remark,
+                _I32.pack(len(ext)),
+                ext,
+            )
+        )
+    except struct.error as exc:
+        raise LocalProtocolError(f"command does not fit the ROCKETMQ binary header: {exc}") from None
+
+
+# --- frames ----------------------------------------------------------------------------------------
+
+
+def encode_command(cmd: RemotingCommand, max_frame_size: int | None = None) -> bytes:
+    """One whole frame for ``cmd``, its header in ``cmd.serialize_type``.
+
+    Raises ``LocalProtocolError`` when the command cannot be written: a value that does not fit its
+    field, a header over 16 MiB, or a frame over ``max_frame_size`` (when given) or 2 GiB.
+    """
+    serialize_type = cmd.serialize_type
+    if serialize_type == 0:
+        header = encode_json_header(cmd)
+    elif serialize_type == 1:
+        header = encode_rocketmq_header(cmd)
+    else:
+        raise LocalProtocolError(f"unknown serialization type {serialize_type!r}")
+    header_len = len(header)
+    if header_len > MAX_HEADER_SIZE:
+        raise LocalProtocolError(f"header of {header_len} bytes exceeds {MAX_HEADER_SIZE}")
+    length = 4 + header_len + len(cmd.body)
+    limit = _INT32_MAX if max_frame_size is None else min(max_frame_size, _INT32_MAX)
+    if length > limit:
+        raise LocalProtocolError(f"frame of {length} bytes exceeds the maximum {limit}")
+    return b"".join((_PREFIX.pack(length, (int(serialize_type) << 24) | header_len), header, cmd.body))
