@@ -1,0 +1,537 @@
+"""asyncio transport around the sans-IO codec: ``Connection``, ``RemotingServer``, ``RemotingClient``.
+
+One ``Connection`` (an ``asyncio.Protocol``) per TCP connection, used the same way on both sides:
+
+- bytes in go through a ``FrameDecoder``; a ``RemoteProtocolError`` closes that connection (one log line).
+- a response resolves the pending ``invoke`` with its opaque; unknown responses are dropped.
+- a request goes to the handler: ``handler(conn, cmd)`` may return a ``RemotingCommand`` (written at once,
+  no task: the hot path), ``None`` (nothing to write), or an awaitable (run as a task, its result written
+  when done). A handler exception becomes a SYSTEM_ERROR response naming it; the connection goes on.
+- replies produced while handling one chunk of input are written with one ``writelines``; other writes
+  are coalesced until the end of the current loop iteration.
+- backpressure: ``invoke``/``invoke_oneway`` wait while the transport is above its high-water mark; a
+  server connection whose peer does not read its responses stops reading requests until it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias
+
+from txmq.errors import ClientError, LocalProtocolError, RemoteProtocolError
+from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
+from txmq.remoting.codes import ResponseCode
+from txmq.remoting.command import FLAG_ONEWAY, RemotingCommand
+
+log = logging.getLogger("txmq.remoting")
+
+HandlerResult: TypeAlias = RemotingCommand | Awaitable[RemotingCommand | None] | None
+Handler: TypeAlias = Callable[["Connection", RemotingCommand], HandlerResult]
+
+DEFAULT_MAX_PENDING_INVOKES = 65536
+
+
+class RemotingTimeoutError(ClientError):
+    """No response arrived within the timeout of an ``invoke``."""
+
+
+class RemotingConnectError(ClientError):
+    """The connection could not be made, was lost while a call was pending, or is closed."""
+
+
+# --- event loop ------------------------------------------------------------------------------------
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop when uvloop is importable, else asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def install_event_loop_policy() -> bool:
+    """Make uvloop the policy for ``asyncio.run`` and friends; True if it was installed."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+def run(main: Awaitable[Any]) -> Any:
+    """``asyncio.run`` on ``new_event_loop()``."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(main)  # type: ignore[arg-type]
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """``"host:port"`` (RocketMQ's form) into a (host, port) pair; ``[v6]:port`` works too."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise LocalProtocolError(f"not a host:port address: {addr!r}")
+    return host.strip("[]"), int(port)
+
+
+def _format_peer(peer: Any) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
+
+# --- connection ------------------------------------------------------------------------------------
+
+
+class Connection(asyncio.Protocol):
+    """One remoting connection, server or client side.
+
+    Attributes: ``remote_address`` ("host:port"), ``closed``, ``on_close`` (callbacks taking the
+    connection, called once when it closes), ``attrs`` (free for the broker: client id, group, ...).
+    """
+
+    def __init__(
+        self,
+        handler: Handler | None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
+        server_side: bool = False,
+        on_made: Callable[[Connection], object] | None = None,
+    ) -> None:
+        self._handler = handler
+        self._on_made = on_made
+        self.max_frame_size = max_frame_size
+        self._server_side = server_side
+        self._decoder = FrameDecoder(max_frame_size)
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._invoke_slots = asyncio.Semaphore(max_pending_invokes)
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._in_receive = False
+        self._paused = False
+        self._writable: asyncio.Future[None] | None = None
+        self._closed_future: asyncio.Future[None] = self._loop.create_future()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.remote_address = "?"
+        self.closed = False
+        self.on_close: list[Callable[[Connection], object]] = []
+        self.attrs: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<Connection {self.remote_address} {state} pending={len(self._pending)}>"
+
+    # asyncio.Protocol ------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self.remote_address = _format_peer(transport.get_extra_info("peername"))
+        if self._on_made is not None:
+            self._on_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        decoder = self._decoder
+        self._in_receive = True
+        try:
+            decoder.receive_data(data)
+            while (cmd := decoder.next_command()) is not None:
+                if cmd.is_response:
+                    future = self._pending.pop(cmd.opaque, None)
+                    if future is not None and not future.done():
+                        future.set_result(cmd)
+                else:
+                    self._handle_request(cmd)
+        except RemoteProtocolError as exc:
+            log.warning("protocol error from %s, closing the connection: %s", self.remote_address, exc)
+            self._in_receive = False
+            self.close()
+            return
+        self._in_receive = False
+        if self._out:
+            self._flush()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def pause_writing(self) -> None:
+        self._paused = True
+        if self._server_side and self._transport is not None:
+            # The peer is not reading our responses: stop reading its requests until it does. Only on the
+            # server side: a client always reads, so the two ends can never wait on each other.
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._server_side and self._transport is not None and not self.closed:
+            self._transport.resume_reading()
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.closed and self._closed_future.done():
+            return
+        self.closed = True
+        self._out.clear()
+        if exc is None:
+            log.info("connection %s closed", self.remote_address)
+        else:
+            log.info("connection %s lost: %s", self.remote_address, exc)
+        error = RemotingConnectError(f"connection to {self.remote_address} closed")
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+        for callback in self.on_close:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("on_close callback of %s failed", self.remote_address)
+        if not self._closed_future.done():
+            self._closed_future.set_result(None)
+
+    # requests from the peer --------------------------------------------------------------------------
+
+    def _handle_request(self, cmd: RemotingCommand) -> None:
+        handler = self._handler
+        if handler is None:
+            self._reply(cmd, self._not_supported(cmd))
+            return
+        try:
+            result = handler(self, cmd)
+        except Exception as exc:
+            self._reply(cmd, self._failed(cmd, exc))
+            return
+        if result is None:
+            return
+        if isinstance(result, RemotingCommand):
+            self._reply(cmd, result)
+        elif inspect.isawaitable(result):
+            task = self._loop.create_task(self._finish(cmd, result))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        else:
+            self._reply(cmd, self._failed(cmd, TypeError(f"handler returned {type(result).__name__}")))
+
+    async def _finish(self, cmd: RemotingCommand, awaitable: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            result = await awaitable
+        except Exception as exc:
+            result = self._failed(cmd, exc)
+        if result is not None:
+            self._reply(cmd, result)
+
+    @staticmethod
+    def _not_supported(cmd: RemotingCommand) -> RemotingCommand:
+        return RemotingCommand.response_to(
+            cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported"
+        )
+
+    def _failed(self, cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
+        if isinstance(exc, RemoteProtocolError):  # the peer's request was bad: no traceback needed
+            log.warning("bad request code %d from %s: %s", cmd.code, self.remote_address, exc)
+        else:
+            log.error("handler for code %d from %s failed: %r", cmd.code, self.remote_address, exc,
+                      exc_info=exc)  # fmt: skip
+        return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        if self.closed or request.flag & FLAG_ONEWAY:
+            return
+        try:
+            data = encode_command(response, self.max_frame_size)
+        except LocalProtocolError as exc:
+            log.error("cannot encode the response to code %d from %s: %s", request.code,
+                      self.remote_address, exc)  # fmt: skip
+            data = encode_command(
+                RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, f"LocalProtocolError: {exc}")
+            )
+        self._write(data)
+
+    # writing ------------------------------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        self._out.append(data)
+        if not self._in_receive and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out or self._transport is None or self.closed:
+            out.clear()
+            return
+        if len(out) == 1:
+            self._transport.write(out[0])
+        else:
+            self._transport.writelines(out)
+        out.clear()
+
+    async def _wait_writable(self) -> None:
+        while self._paused and not self.closed:
+            if self._writable is None:
+                self._writable = self._loop.create_future()
+            await asyncio.shield(self._writable)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write ``cmd`` now (no waiting for the peer to read). Raises ``RemotingConnectError`` if closed,
+        ``LocalProtocolError`` if ``cmd`` cannot be encoded."""
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_address} is closed")
+        self._write(encode_command(cmd, self.max_frame_size))
+
+    async def invoke(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Send request ``cmd`` and return the response with its opaque.
+
+        Raises ``RemotingTimeoutError`` after ``timeout`` seconds, ``RemotingConnectError`` if the
+        connection is or becomes closed, ``LocalProtocolError`` if ``cmd`` cannot be encoded.
+        """
+        data = encode_command(cmd, self.max_frame_size)
+        opaque = cmd.opaque
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._invoke_slots:
+                    if self._paused:
+                        await self._wait_writable()
+                    if self.closed:
+                        raise RemotingConnectError(f"connection to {self.remote_address} is closed")
+                    if opaque in self._pending:
+                        raise LocalProtocolError(f"opaque {opaque} already pending on {self.remote_address}")
+                    future: asyncio.Future[RemotingCommand] = self._loop.create_future()
+                    self._pending[opaque] = future
+                    try:
+                        self._write(data)
+                        return await future
+                    finally:
+                        if self._pending.get(opaque) is future:
+                            del self._pending[opaque]
+        except TimeoutError:
+            raise RemotingTimeoutError(
+                f"no response to request code {cmd.code} (opaque {opaque}) from {self.remote_address} "
+                f"within {timeout}s"
+            ) from None
+
+    async def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        """Send ``cmd`` with the oneway flag; waits only while the write buffer is full."""
+        cmd.flag |= FLAG_ONEWAY
+        data = encode_command(cmd, self.max_frame_size)
+        if self._paused:
+            await self._wait_writable()
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_address} is closed")
+        self._write(data)
+
+    def close(self) -> None:
+        """Flush what is queued and close. ``on_close`` callbacks run when the transport is gone."""
+        if self.closed:
+            return
+        self._flush()
+        self.closed = True
+        if self._transport is not None:
+            self._transport.close()
+        else:  # pragma: no cover - never connected
+            self.connection_lost(None)
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed_future)
+
+
+# --- server ----------------------------------------------------------------------------------------
+
+
+class RemotingServer:
+    """Accepts remoting connections and hands their requests to ``handler(conn, cmd)``."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        *,
+        max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.max_frame_size = max_frame_size
+        self.max_pending_invokes = max_pending_invokes
+        self.connections: set[Connection] = set()
+        self._server: asyncio.Server | None = None
+
+    def _new_connection(self) -> Connection:
+        conn = Connection(
+            self.handler,
+            max_frame_size=self.max_frame_size,
+            max_pending_invokes=self.max_pending_invokes,
+            server_side=True,
+            on_made=self._connection_made,
+        )
+        conn.on_close.append(self.connections.discard)
+        return conn
+
+    def _connection_made(self, conn: Connection) -> None:
+        self.connections.add(conn)
+        log.info("accepted connection from %s", conn.remote_address)
+
+    async def start(self) -> None:
+        """Bind and listen; ``port`` is the bound port afterwards."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._new_connection, self.host, self.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("remoting server listening on %s:%d", self.host, self.port)
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop listening, close every connection, let running handlers finish for ``grace`` seconds
+        (then cancel them)."""
+        if self._server is not None:
+            self._server.close()
+        conns = list(self.connections)
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            await conn.wait_closed()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        tasks = {task for conn in conns for task in conn.tasks}
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=grace)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+
+    async def __aenter__(self) -> RemotingServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+# --- client ----------------------------------------------------------------------------------------
+
+
+class RemotingClient:
+    """Calls remoting servers by ``"host:port"``: one connection per address, made lazily, remade after
+    a loss. Requests the servers send (e.g. CHECK_TRANSACTION_STATE) go to ``request_handler``."""
+
+    def __init__(
+        self,
+        request_handler: Handler | None = None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        connect_timeout: float = 3.0,
+        max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
+    ) -> None:
+        self.request_handler = request_handler
+        self.max_frame_size = max_frame_size
+        self.connect_timeout = connect_timeout
+        self.max_pending_invokes = max_pending_invokes
+        self._connections: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Task[Connection]] = {}
+        self._closed = False
+
+    async def get_connection(self, addr: str) -> Connection:
+        """The open connection to ``addr``, made now if needed. Raises ``RemotingConnectError``."""
+        conn = self._connections.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        if self._closed:
+            raise RemotingConnectError("client is closed")
+        task = self._connecting.get(addr)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._connect(addr))
+            self._connecting[addr] = task
+            task.add_done_callback(lambda t: self._connect_done(addr, t))
+        return await asyncio.shield(task)
+
+    def _connect_done(self, addr: str, task: asyncio.Task[Connection]) -> None:
+        if self._connecting.get(addr) is task:
+            del self._connecting[addr]
+        if not task.cancelled():
+            task.exception()  # retrieved here, so a caller that gave up leaves no warning behind
+
+    async def _connect(self, addr: str) -> Connection:
+        host, port = parse_address(addr)
+        loop = asyncio.get_running_loop()
+
+        def factory() -> Connection:
+            return Connection(
+                self.request_handler,
+                max_frame_size=self.max_frame_size,
+                max_pending_invokes=self.max_pending_invokes,
+            )
+
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, conn = await loop.create_connection(factory, host, port)
+        except (OSError, TimeoutError) as exc:
+            raise RemotingConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}") from None
+        if self._closed:
+            conn.close()
+            raise RemotingConnectError("client is closed")
+        log.info("connected to %s", addr)
+        self._connections[addr] = conn
+        conn.on_close.append(lambda c: self._forget(addr, c))
+        return conn
+
+    def _forget(self, addr: str, conn: Connection) -> None:
+        if self._connections.get(addr) is conn:
+            del self._connections[addr]
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+        """Send ``cmd`` to ``addr`` and return the response. Raises ``RemotingConnectError``,
+        ``RemotingTimeoutError``, ``LocalProtocolError``."""
+        conn = await self.get_connection(addr)
+        return await conn.invoke(cmd, timeout_s)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        """Send ``cmd`` to ``addr`` with the oneway flag; no response is awaited."""
+        conn = await self.get_connection(addr)
+        await conn.invoke_oneway(cmd)
+
+    def close_connection(self, addr: str) -> None:
+        conn = self._connections.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        """Close every connection; pending invokes fail with ``RemotingConnectError``."""
+        self._closed = True
+        for task in list(self._connecting.values()):
+            task.cancel()
+        if self._connecting:
+            await asyncio.wait(list(self._connecting.values()))
+        conns = list(self._connections.values())
+        self._connections.clear()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            await conn.wait_closed()
+        handler_tasks = {task for conn in conns for task in conn.tasks}
+        for handler_task in handler_tasks:
+            handler_task.cancel()
+        if handler_tasks:
+            await asyncio.wait(handler_tasks)
+
+    async def __aenter__(self) -> RemotingClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
