@@ -32,6 +32,7 @@ HandlerResult: TypeAlias = RemotingCommand | Awaitable[RemotingCommand | None] |
 Handler: TypeAlias = Callable[["Connection", RemotingCommand], HandlerResult]
 
 DEFAULT_MAX_PENDING_INVOKES = 65536
+_FLUSH_NOW_BYTES = 64 * 1024
 
 
 class RemotingTimeoutError(ClientError):
@@ -113,6 +114,7 @@ class Connection(asyncio.Protocol):
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._invoke_slots = asyncio.Semaphore(max_pending_invokes)
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._flush_scheduled = False
         self._in_receive = False
         self._paused = False
@@ -131,32 +133,47 @@ class Connection(asyncio.Protocol):
     # asyncio.Protocol ------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
         self.remote_address = _format_peer(transport.get_extra_info("peername"))
         if self._on_made is not None:
             self._on_made(self)
 
     def data_received(self, data: bytes) -> None:
+        try:
+            self._decoder.receive_data(data)
+        except RemoteProtocolError as exc:
+            self._protocol_error(exc)
+            return
+        self._process()
+
+    def _process(self) -> None:
+        """Handle every whole frame buffered; a server side stops while its peer is not reading."""
         decoder = self._decoder
+        pending = self._pending
+        stop_when_paused = self._server_side
         self._in_receive = True
         try:
-            decoder.receive_data(data)
-            while (cmd := decoder.next_command()) is not None:
+            while not (stop_when_paused and self._paused) and not self.closed:
+                cmd = decoder.next_command()
+                if cmd is None:
+                    break
                 if cmd.is_response:
-                    future = self._pending.pop(cmd.opaque, None)
+                    future = pending.pop(cmd.opaque, None)
                     if future is not None and not future.done():
                         future.set_result(cmd)
                 else:
                     self._handle_request(cmd)
         except RemoteProtocolError as exc:
-            log.warning("protocol error from %s, closing the connection: %s", self.remote_address, exc)
             self._in_receive = False
-            self.close()
+            self._protocol_error(exc)
             return
         self._in_receive = False
         if self._out:
             self._flush()
+
+    def _protocol_error(self, exc: RemoteProtocolError) -> None:
+        log.warning("protocol error from %s, closing the connection: %s", self.remote_address, exc)
+        self.close()
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
@@ -172,6 +189,8 @@ class Connection(asyncio.Protocol):
         self._paused = False
         if self._server_side and self._transport is not None and not self.closed:
             self._transport.resume_reading()
+            if self._decoder.buffered:
+                self._loop.call_soon(self._process)
         waiter, self._writable = self._writable, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -263,13 +282,21 @@ class Connection(asyncio.Protocol):
 
     def _write(self, data: bytes) -> None:
         self._out.append(data)
-        if not self._in_receive and not self._flush_scheduled:
+        self._out_bytes += len(data)
+        if self._out_bytes >= _FLUSH_NOW_BYTES:
+            # Hand big writes to the transport now, so that its high-water mark (pause_writing) sees them.
+            self._flush()
+        elif not self._in_receive and not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
 
     def _flush(self) -> None:
-        self._flush_scheduled = False
         out = self._out
+        self._out_bytes = 0
         if not out or self._transport is None or self.closed:
             out.clear()
             return
@@ -344,8 +371,25 @@ class Connection(asyncio.Protocol):
         else:  # pragma: no cover - never connected
             self.connection_lost(None)
 
+    def abort(self) -> None:
+        """Close at once, dropping whatever is buffered."""
+        self.closed = True
+        self._out.clear()
+        if self._transport is not None:
+            self._transport.abort()
+
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed_future)
+
+    async def aclose(self, timeout: float = 1.0) -> None:
+        """Close, give buffered writes ``timeout`` seconds to leave, then abort; return once closed."""
+        self.close()
+        try:
+            async with asyncio.timeout(timeout):
+                await self.wait_closed()
+        except TimeoutError:
+            self.abort()
+            await self.wait_closed()
 
 
 # --- server ----------------------------------------------------------------------------------------
@@ -401,10 +445,8 @@ class RemotingServer:
         if self._server is not None:
             self._server.close()
         conns = list(self.connections)
-        for conn in conns:
-            conn.close()
-        for conn in conns:
-            await conn.wait_closed()
+        if conns:
+            await asyncio.gather(*(conn.aclose() for conn in conns))
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -520,10 +562,8 @@ class RemotingClient:
             await asyncio.wait(list(self._connecting.values()))
         conns = list(self._connections.values())
         self._connections.clear()
-        for conn in conns:
-            conn.close()
-        for conn in conns:
-            await conn.wait_closed()
+        if conns:
+            await asyncio.gather(*(conn.aclose() for conn in conns))
         handler_tasks = {task for conn in conns for task in conn.tasks}
         for handler_task in handler_tasks:
             handler_task.cancel()
