@@ -1,0 +1,268 @@
+"""CommitLog: the single append-only log every message goes to first; everything else is derived from it."""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from txmq.errors import CorruptRecordError, StoreError
+from txmq.message import MESSAGE_MAGIC_CODE
+from txmq.store.mapped_file import MappedFile, MappedFileQueue
+from txmq.store.record import (
+    BLANK_MAGIC_CODE,
+    BLANK_SIZE,
+    MIN_RECORD_SIZE,
+    STORE_TIMESTAMP_POS,
+    blank_marker,
+    check_record,
+    read_prefix,
+    seal,
+    set_physical_offset,
+)
+
+READ_AHEAD = 1024  # one pread fetches most records whole
+SCAN_CHUNK = 4 << 20  # recovery reads the log in chunks this large
+_LONG = struct.Struct(">q")
+
+
+@dataclass
+class ScanResult:
+    """What a validating scan of the log found."""
+
+    end_offset: int  # first byte after the last valid record
+    records: int = 0
+    bytes_scanned: int = 0
+    corrupt_offset: int | None = None  # where the first bad record starts, if the scan stopped on one
+    reason: str = ""
+    skipped_segment_tails: list[int] = field(default_factory=list)  # zero tails of non-last segments
+
+
+class CommitLog:
+    """Segments of stored records (see ``record.py``), appended on the loop thread, flushed by any thread."""
+
+    def __init__(self, root_dir: str, segment_size: int) -> None:
+        self.queue = MappedFileQueue(os.path.join(root_dir, "commitlog"), segment_size)
+        self.segment_size = segment_size
+        self.max_offset = 0  # end of the last record written (RocketMQ getMaxOffset)
+        self.flushed_offset = 0  # everything below is fsynced
+        self.fsyncs = 0  # flush rounds that made something durable
+        self._flush_lock = threading.Lock()
+
+    def load(self) -> list[str]:
+        return self.queue.load()
+
+    @property
+    def min_offset(self) -> int:
+        first = self.queue.first
+        return first.file_from_offset if first is not None else self.max_offset
+
+    # --- append ------------------------------------------------------------------------------------
+
+    def append(self, records: list[bytearray]) -> list[int]:
+        """Place, seal and write ``records`` (unsealed, see ``record_from_wire``); return their offsets.
+
+        All writes go to one segment at a time, with one system call per segment touched. When a record does
+        not fit, the segment gets a BLANK marker and the log rolls to a new segment. Segments are created
+        before anything is written, so a failure to create one leaves the log unchanged.
+        """
+        pos = self.max_offset
+        mf = self.queue.find(pos)
+        created: list[MappedFile] = []
+        plan: list[tuple[MappedFile, int, list[bytes | bytearray]]] = []
+        offsets: list[int] = []
+        try:
+            if mf is None:
+                mf = self.queue.create(pos - pos % self.segment_size)
+                created.append(mf)
+            parts: list[bytes | bytearray] = []
+            start = pos
+            for rec in records:
+                if len(rec) + BLANK_SIZE > self.segment_size:
+                    raise StoreError(f"record of {len(rec)} bytes does not fit in a segment")
+                if pos + len(rec) + BLANK_SIZE > mf.end_offset:
+                    parts.append(blank_marker(mf.end_offset - pos))
+                    plan.append((mf, start, parts))
+                    mf = self.queue.create(mf.end_offset)
+                    created.append(mf)
+                    pos = start = mf.file_from_offset
+                    parts = []
+                set_physical_offset(rec, pos)
+                seal(rec)
+                parts.append(rec)
+                offsets.append(pos)
+                pos += len(rec)
+            plan.append((mf, start, parts))
+        except OSError:
+            self.queue.delete_files(created)
+            raise
+        for seg, seg_pos, seg_parts in plan:
+            seg.write(seg_parts, seg_pos - seg.file_from_offset)
+        self.max_offset = pos
+        return offsets
+
+    # --- read --------------------------------------------------------------------------------------
+
+    def read(self, offset: int, size: int | None = None) -> memoryview:
+        """The stored record at ``offset``, validated (magic, size, trailer CRC, PHYSICALOFFSET).
+
+        Raises ``StoreError`` when ``offset`` is outside the log, ``CorruptRecordError`` when the record there
+        fails validation.
+        """
+        if offset < self.min_offset or offset >= self.max_offset:
+            raise StoreError(f"commit-log offset {offset} outside [{self.min_offset}, {self.max_offset})")
+        mf = self.queue.find(offset)
+        if mf is None:
+            raise StoreError(f"commit-log offset {offset}: segment no longer on disk")
+        pos = offset - mf.file_from_offset
+        try:
+            buf = mf.read(pos, size if size is not None and size >= MIN_RECORD_SIZE else READ_AHEAD)
+        except OSError as exc:
+            raise StoreError(f"commit-log offset {offset}: {exc}") from exc
+        if len(buf) < 8:
+            raise CorruptRecordError(f"record at {offset}: truncated")
+        total, magic = read_prefix(buf)
+        if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_SIZE or offset + total > self.max_offset:
+            raise CorruptRecordError(
+                f"record at {offset}: bad magic or size ({magic & 0xFFFFFFFF:#x}, {total})"
+            )
+        if total > len(buf):
+            buf += mf.read(pos + len(buf), total - len(buf))
+        rec = memoryview(buf)[:total]
+        check_record(rec, offset)
+        return rec
+
+    def read_store_timestamp(self, offset: int) -> int:
+        """STORETIMESTAMP of the record at ``offset`` without reading the record (time lookups)."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            raise StoreError(f"commit-log offset {offset}: segment no longer on disk")
+        raw = mf.read(offset - mf.file_from_offset + STORE_TIMESTAMP_POS, 8)
+        if len(raw) != 8:
+            raise CorruptRecordError(f"record at {offset}: truncated")
+        return int(_LONG.unpack(raw)[0])
+
+    # --- flush -------------------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync every segment holding bytes below ``max_offset`` not yet flushed; return the flushed offset.
+
+        Safe from any thread: ``max_offset`` is read once, before the segments, so every segment the target
+        covers already exists; segments below ``flushed_offset`` are the only ones retention may delete.
+        """
+        with self._flush_lock:
+            target = self.max_offset
+            if target <= self.flushed_offset and not self.queue.directory_dirty:
+                return self.flushed_offset
+            for mf in self.queue.files_from(self.flushed_offset):
+                if mf.file_from_offset >= target:
+                    break
+                mf.flush()
+            self.queue.sync_directory()
+            self.flushed_offset = target
+            self.fsyncs += 1
+            return target
+
+    # --- recovery ----------------------------------------------------------------------------------
+
+    def scan(
+        self,
+        start: int,
+        on_record: Callable[[int, memoryview], None],
+        end: int | None = None,
+        on_corrupt: Callable[[int, str], None] | None = None,
+    ) -> ScanResult:
+        """Validate records from ``start`` (a record boundary) to ``end`` or the end of the log; call
+        ``on_record`` for each.
+
+        Stops at the first record that fails validation, unless ``on_corrupt`` is given (rebuilds): then a
+        record with a bad CRC is skipped by its size, and a bad magic or size skips the rest of the segment.
+        A zero TOTALSIZE and magic means the segment has no more records: the scan goes on with the next
+        segment if there is one, as RocketMQ's recovery does.
+        """
+        result = ScanResult(end_offset=start)
+        pos = start
+        mf = self.queue.find(pos)
+        while mf is not None:
+            seg_end = mf.end_offset
+            chunk = b""
+            chunk_start = pos
+            while True:
+                cpos = pos - chunk_start
+                if end is not None and pos >= end:
+                    return result
+                if seg_end - pos < BLANK_SIZE:
+                    break  # cannot happen with the 8-byte rule; treat as the end of the segment
+                if cpos + 8 > len(chunk):
+                    chunk, chunk_start, cpos = mf.read(pos - mf.file_from_offset, SCAN_CHUNK), pos, 0
+                total, magic = read_prefix(chunk, cpos)
+                if total == 0 and magic == 0:
+                    nxt = self.queue.find(seg_end)
+                    if nxt is not None:
+                        result.skipped_segment_tails.append(pos)
+                    result.end_offset = pos if nxt is None else seg_end
+                    break
+                if magic == BLANK_MAGIC_CODE and total == seg_end - pos:
+                    result.bytes_scanned += total
+                    result.end_offset = pos = seg_end
+                    break
+                if (
+                    magic != MESSAGE_MAGIC_CODE
+                    or total < MIN_RECORD_SIZE
+                    or total > seg_end - pos - BLANK_SIZE
+                ):
+                    reason = f"bad magic or size ({magic:#x}, {total})"
+                    if on_corrupt is None:
+                        return self._stopped(result, pos, reason)
+                    on_corrupt(pos, reason)
+                    result.end_offset = pos = seg_end
+                    break
+                if cpos + total > len(chunk):
+                    chunk = mf.read(pos - mf.file_from_offset, max(SCAN_CHUNK, total))
+                    chunk_start, cpos = pos, 0
+                rec = memoryview(chunk)[cpos : cpos + total]
+                try:
+                    check_record(rec, pos)
+                except CorruptRecordError as exc:
+                    if on_corrupt is None:
+                        return self._stopped(result, pos, str(exc))
+                    on_corrupt(pos, str(exc))
+                    pos += total
+                    continue
+                on_record(pos, rec)
+                result.records += 1
+                result.bytes_scanned += total
+                pos += total
+                result.end_offset = pos
+            if result.end_offset != seg_end:
+                break
+            mf = self.queue.find(seg_end)
+        return result
+
+    @staticmethod
+    def _stopped(result: ScanResult, pos: int, reason: str) -> ScanResult:
+        result.end_offset = pos
+        result.corrupt_offset = pos
+        result.reason = reason
+        return result
+
+    def data_bytes_after(self, offset: int) -> int:
+        """Bytes after ``offset`` holding data (up to the last non-zero byte), over all later segments."""
+        total = 0
+        for mf in self.queue.files_from(offset):
+            start = max(offset - mf.file_from_offset, 0)
+            last = mf.last_nonzero(start)
+            if last >= 0:
+                total += last + 1 - start
+        return total
+
+    def truncate(self, offset: int) -> None:
+        """Drop everything from ``offset`` on (zero the rest of its segment, delete later segments)."""
+        self.queue.truncate_from(offset)
+        self.max_offset = offset
+        self.flushed_offset = min(self.flushed_offset, offset)
+
+    def close(self) -> None:
+        self.queue.close()

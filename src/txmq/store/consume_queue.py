@@ -1,0 +1,176 @@
+"""ConsumeQueue: per topic and queue, the logical offsets of its messages, as RocketMQ lays them out.
+
+Directory ``consumequeue/<topic>/<queue id>/``, fixed-size segment files named by the byte position of
+their first entry (logical offset * 20), holding 20-byte entries:
+
+    offset  size  field
+    0       8     commit-log offset of the record
+    8       4     size of the stored record (trailer included)
+    12      8     tag hash (java String.hashCode of TAGS, 0 when none)
+
+An all-zero entry is an empty slot. Entries are derived from the commit log: recovery truncates the ones
+written after the checkpoint and rebuilds them, and a queue whose files are missing or inconsistent is
+rebuilt from the log (each record carries its QUEUEOFFSET, so an entry goes back to its exact place).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import struct
+from collections.abc import Callable
+
+from txmq.store.mapped_file import MappedFile, MappedFileQueue
+
+CQ_ENTRY = struct.Struct(">qiq")
+CQ_ENTRY_SIZE = CQ_ENTRY.size
+assert CQ_ENTRY_SIZE == 20
+
+
+class ConsumeQueue:
+    """The logical queue (topic, queue_id). Only the loop thread writes; the checkpoint thread fsyncs."""
+
+    def __init__(self, root_dir: str, topic: str, queue_id: int, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = os.path.join(root_dir, "consumequeue", topic, str(queue_id))
+        self.files = MappedFileQueue(self.directory, file_size)
+        self.file_size = file_size
+        self.max_offset = 0  # next logical offset: count of entries, deleted head included
+        self.min_offset = 0
+
+    # --- load and recovery -------------------------------------------------------------------------
+
+    def load(self) -> list[str]:
+        """Open the files and find the last entry; return problems that make the queue untrustworthy."""
+        problems = self.files.load()
+        starts = [mf.file_from_offset for mf in self.files.files]
+        if any(b - a != self.file_size for a, b in itertools.pairwise(starts)):
+            problems.append(f"{self.directory}: a segment is missing")
+        last = self.files.last
+        if last is not None:
+            end = last.last_nonzero()
+            entries = (end // CQ_ENTRY_SIZE + 1) if end >= 0 else 0
+            self.max_offset = (last.file_from_offset // CQ_ENTRY_SIZE) + entries
+        return problems
+
+    def entry(self, offset: int) -> tuple[int, int, int] | None:
+        """(commit-log offset, size, tag hash) at logical ``offset``; None for an empty slot or no file."""
+        raw = self.read_entries(offset, 1)
+        if len(raw) < CQ_ENTRY_SIZE:
+            return None
+        phy, size, tag = CQ_ENTRY.unpack_from(raw)
+        return None if size <= 0 else (phy, size, tag)
+
+    def read_entries(self, offset: int, count: int) -> bytes:
+        """Raw entries from logical ``offset``: at most ``count``, never past the end of one file."""
+        count = min(count, self.max_offset - offset)
+        pos = offset * CQ_ENTRY_SIZE
+        mf = self.files.find(pos)
+        if mf is None or count <= 0:
+            return b""
+        return mf.read(pos - mf.file_from_offset, count * CQ_ENTRY_SIZE)
+
+    def first_offset_where(self, lo: int, hi: int, pred: Callable[[int, int], bool]) -> int:
+        """Smallest offset in [lo, hi) whose entry satisfies ``pred(phy, size)`` (monotone), else hi."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and pred(e[0], e[1]):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def correct_min_offset(self, min_phy_offset: int) -> None:
+        """The first entry whose record is still in the log (RocketMQ correctMinOffset)."""
+        first = self.files.first
+        if first is None:
+            self.min_offset = self.max_offset
+            return
+        lo = max(first.file_from_offset // CQ_ENTRY_SIZE, 0)
+        self.min_offset = self.first_offset_where(lo, self.max_offset, lambda phy, _: phy >= min_phy_offset)
+
+    def truncate_dirty(self, phy_offset: int) -> int:
+        """Drop entries pointing at or past commit-log ``phy_offset``; return how many were dropped."""
+        lo = self.files.first.file_from_offset // CQ_ENTRY_SIZE if self.files.first else 0
+        cut = self.first_offset_where(lo, self.max_offset, lambda phy, _: phy >= phy_offset)
+        dropped = self.max_offset - cut
+        if dropped > 0:
+            self.truncate_logical(cut)
+        return dropped
+
+    def truncate_logical(self, offset: int) -> None:
+        self.files.truncate_from(offset * CQ_ENTRY_SIZE)
+        self.max_offset = offset
+        self.min_offset = min(self.min_offset, offset)
+
+    def last_entry_problem(self, log_end: int, max_size: int) -> str | None:
+        """Check the newest entry against the log (cheap sanity check run at every open)."""
+        if self.max_offset == 0 or self.max_offset <= self.min_offset:
+            return None
+        e = self.entry(self.max_offset - 1)
+        if e is None:
+            return f"{self.directory}: last entry {self.max_offset - 1} is empty"
+        phy, size, _ = e
+        if size > max_size or phy < 0 or phy + size > log_end:
+            return (
+                f"{self.directory}: entry {self.max_offset - 1} points at [{phy}, +{size}) past the log end"
+            )
+        return None
+
+    # --- write -------------------------------------------------------------------------------------
+
+    def put(self, offset: int, phy: int, size: int, tags_code: int) -> None:
+        """Write the entry for logical ``offset`` (normally ``max_offset``; anywhere when rebuilding)."""
+        pos = offset * CQ_ENTRY_SIZE
+        mf = self.files.find(pos)
+        if mf is None:
+            mf = self.files.create(pos - pos % self.file_size)
+        mf.write([CQ_ENTRY.pack(phy, size, tags_code)], pos - mf.file_from_offset)
+        if offset >= self.max_offset:
+            self.max_offset = offset + 1
+
+    # --- lookups -----------------------------------------------------------------------------------
+
+    def offset_by_time(self, timestamp_ms: int, store_time: Callable[[int], int]) -> int:
+        """First logical offset whose record was stored at or after ``timestamp_ms`` (max offset if none)."""
+        return self.first_offset_where(
+            self.min_offset, self.max_offset, lambda phy, _: store_time(phy) >= timestamp_ms
+        )
+
+    # --- retention ---------------------------------------------------------------------------------
+
+    def delete_expired_files(self, min_phy_offset: int) -> int:
+        """Delete files (never the last) whose entries all point below ``min_phy_offset``."""
+        doomed: list[MappedFile] = []
+        for mf in self.files.files[:-1]:
+            last = mf.last_nonzero()
+            if last < 0:
+                doomed.append(mf)
+                continue
+            pos = (last // CQ_ENTRY_SIZE) * CQ_ENTRY_SIZE
+            phy, _, _ = CQ_ENTRY.unpack(mf.read(pos, CQ_ENTRY_SIZE))
+            if phy >= min_phy_offset:
+                break
+            doomed.append(mf)
+        self.files.delete_files(doomed)
+        self.correct_min_offset(min_phy_offset)
+        return len(doomed)
+
+    def dirty_files(self) -> list[MappedFile]:
+        """Files written since the last call (loop thread), for the checkpoint thread to fsync."""
+        out = [mf for mf in self.files.files if mf.dirty]
+        for mf in out:
+            mf.dirty = False
+        return out
+
+    def destroy(self) -> None:
+        self.files.delete_files(list(self.files.files))
+        for path in (self.directory, os.path.dirname(self.directory)):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+
+    def close(self) -> None:
+        self.files.close()

@@ -1,0 +1,77 @@
+"""DispatchRequest: what the reput step hands to each CommitLogDispatcher after a record is appended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from txmq.message import HEAD_SIZE, MessageConst, MessageSysFlag, java_string_hash, string_to_properties
+from txmq.store.record import HEADER
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """One stored record, as dispatchers see it (RocketMQ ``DispatchRequest``)."""
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int  # bytes of the stored record, trailer included (what a consume-queue entry holds)
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+    prepared_transaction_offset: int
+    properties: dict[str, str]
+    born_timestamp: int
+
+
+@lru_cache(maxsize=4096)
+def tags_code(tags: str | None) -> int:
+    """RocketMQ ``tagsString2tagsCode``: Java's String.hashCode of TAGS, 0 without tags."""
+    return java_string_hash(tags) if tags else 0
+
+
+def builds_consume_queue(sys_flag: int) -> bool:
+    """Prepared and rollback records are stored and indexed, never consumable (RocketMQ
+    CommitLogDispatcherBuildConsumeQueue)."""
+    tx = MessageSysFlag.transaction_value(sys_flag)
+    return tx in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+
+
+def keys_of(req: DispatchRequest) -> list[str]:
+    """Index keys of a record: its KEYS (space separated) and its UNIQ_KEY."""
+    out = req.keys.split(MessageConst.KEY_SEPARATOR) if req.keys else []
+    if req.uniq_key:
+        out.append(req.uniq_key)
+    return [k for k in out if k]
+
+
+def request_from_record(rec: memoryview, offset: int) -> DispatchRequest:
+    """Build the request from a stored, already validated record (recovery and rebuilds)."""
+    fields = HEADER.unpack_from(rec, 0)
+    total, queue_id, queue_offset, sys_flag, born_ts = fields[0], fields[3], fields[5], fields[7], fields[8]
+    store_ts, prepared, body_len = fields[10], fields[13], fields[14]
+    p = HEAD_SIZE + body_len
+    topic_len = rec[p]
+    topic = bytes(rec[p + 1 : p + 1 + topic_len]).decode()
+    p += 1 + topic_len
+    props_len = int.from_bytes(rec[p : p + 2], "big")
+    props = string_to_properties(bytes(rec[p + 2 : p + 2 + props_len]).decode())
+    return DispatchRequest(
+        topic=topic,
+        queue_id=queue_id,
+        commit_log_offset=offset,
+        msg_size=total,
+        tags_code=tags_code(props.get(MessageConst.TAGS)),
+        store_timestamp=store_ts,
+        consume_queue_offset=queue_offset,
+        keys=props.get(MessageConst.KEYS),
+        uniq_key=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+        sys_flag=sys_flag,
+        prepared_transaction_offset=prepared,
+        properties=props,
+        born_timestamp=born_ts,
+    )

@@ -1,0 +1,249 @@
+"""IndexFile and IndexService: find messages by key (KEYS) and by client id (UNIQ_KEY).
+
+RocketMQ's IndexFile layout, a hash table with chained entries kept on disk:
+
+    offset                 size           field
+    0                      8              beginTimestamp   store time of the first entry (ms)
+    8                      8              endTimestamp     store time of the last entry (ms)
+    16                     8              beginPhyOffset   commit-log offset of the first entry
+    24                     8              endPhyOffset     commit-log offset of the last entry
+    32                     4              hashSlotCount    number of slots
+    36                     4              indexCount       entries used + 1 (entry 0 is never used)
+    40                     4 * slots      slots            index of the newest entry per slot, 0 = empty
+    40 + 4 * slots         20 * entries   entries          keyHash 4, phyOffset 8, timeDiff 4 (s), prevIndex 4
+
+Differences from RocketMQ, both for a Python broker: the key hash is ``crc32("topic#key")`` (String.hashCode
+is slow in Python and index files are private to the store), and files are named by the 20-digit
+commit-log offset of their first entry, which is what recovery and retention reason with.
+
+The header is written when the store flushes, not on every put; on open the entry count is taken as the
+larger of the header's and the number of non-zero entries, so entries written after the last header write
+are kept. Lookups read candidates back from the commit log and check the key (hash collisions, entries
+left over from a crash).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import zlib
+from collections.abc import Callable
+
+from txmq.store.mapped_file import NAME_DIGITS, fsync_dir, fsync_fd, offset_to_name
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = HEADER.size  # 40
+SLOT = struct.Struct(">i")
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = ENTRY.size  # 20
+KEY_SEPARATOR = "#"
+assert HEADER_SIZE == 40 and ENTRY_SIZE == 20
+
+
+def key_hash(topic: str, key: str) -> int:
+    return zlib.crc32(f"{topic}{KEY_SEPARATOR}{key}".encode()) & 0x7FFFFFFF
+
+
+class InvalidIndexFile(Exception):
+    """The file's header or size does not describe a valid index file."""
+
+
+class IndexFile:
+    """One index file; written on the loop thread, fsynced by the checkpoint thread."""
+
+    def __init__(self, path: str, hash_slot_num: int, index_num: int, begin_phy: int | None = None) -> None:
+        self.path = path
+        create = begin_phy is not None
+        self.fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+        try:
+            if create:
+                assert begin_phy is not None
+                self.hash_slot_num, self.index_num = hash_slot_num, index_num
+                os.ftruncate(self.fd, self._size())
+                self.begin_ts = self.end_ts = 0
+                self.begin_phy = self.end_phy = begin_phy
+                self.index_count = 1
+                self.write_header()
+            else:
+                self._load()
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.dirty = create
+
+    def _size(self) -> int:
+        return HEADER_SIZE + self.hash_slot_num * SLOT.size + self.index_num * ENTRY_SIZE
+
+    def _load(self) -> None:
+        raw = os.pread(self.fd, HEADER_SIZE, 0)
+        if len(raw) != HEADER_SIZE:
+            raise InvalidIndexFile(f"{self.path}: no header")
+        self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.hash_slot_num, count = HEADER.unpack(
+            raw
+        )
+        file_size = os.fstat(self.fd).st_size
+        entries_bytes = file_size - HEADER_SIZE - self.hash_slot_num * SLOT.size
+        if self.hash_slot_num <= 0 or entries_bytes <= 0 or entries_bytes % ENTRY_SIZE:
+            raise InvalidIndexFile(f"{self.path}: header does not match a file of {file_size} bytes")
+        self.index_num = entries_bytes // ENTRY_SIZE
+        if not 1 <= count <= self.index_num or self.begin_phy != int(os.path.basename(self.path)):
+            raise InvalidIndexFile(f"{self.path}: bad entry count {count} or begin offset {self.begin_phy}")
+        # Entries written after the last header write: count the non-zero ones that follow.
+        while count < self.index_num:
+            raw = os.pread(self.fd, ENTRY_SIZE * 512, self._entry_pos(count))
+            n = 0
+            while n * ENTRY_SIZE < len(raw) and any(raw[n * ENTRY_SIZE : (n + 1) * ENTRY_SIZE]):
+                n += 1
+            count += n
+            if n < 512:
+                break
+        self.index_count = min(count, self.index_num)
+
+    def _entry_pos(self, index: int) -> int:
+        return HEADER_SIZE + self.hash_slot_num * SLOT.size + index * ENTRY_SIZE
+
+    @property
+    def full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, h: int, phy: int, store_ts: int) -> None:
+        """Add one entry at the head of its slot's chain. The caller checks ``full`` first."""
+        if self.index_count == 1:
+            self.begin_ts = store_ts
+        slot_pos = HEADER_SIZE + (h % self.hash_slot_num) * SLOT.size
+        (prev,) = SLOT.unpack(os.pread(self.fd, SLOT.size, slot_pos))
+        if not 0 < prev < self.index_count:
+            prev = 0
+        time_diff = max(0, (store_ts - self.begin_ts) // 1000)
+        index = self.index_count
+        os.pwrite(self.fd, ENTRY.pack(h, phy, min(time_diff, 0x7FFFFFFF), prev), self._entry_pos(index))
+        os.pwrite(self.fd, SLOT.pack(index), slot_pos)
+        self.index_count = index + 1
+        self.end_ts, self.end_phy = store_ts, phy
+        self.dirty = True
+
+    def lookup(self, h: int, max_num: int) -> list[int]:
+        """Commit-log offsets of entries with key hash ``h``, newest first (candidates, to be verified)."""
+        out: list[int] = []
+        (index,) = SLOT.unpack(
+            os.pread(self.fd, SLOT.size, HEADER_SIZE + (h % self.hash_slot_num) * SLOT.size)
+        )
+        while 0 < index < self.index_count and len(out) < max_num:
+            entry_hash, phy, _, prev = ENTRY.unpack(os.pread(self.fd, ENTRY_SIZE, self._entry_pos(index)))
+            if entry_hash == h:
+                out.append(phy)
+            if prev >= index:  # chains only point backwards; anything else is debris from a crash
+                break
+            index = prev
+        return out
+
+    def write_header(self) -> None:
+        header = HEADER.pack(
+            self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.hash_slot_num, self.index_count
+        )
+        os.pwrite(self.fd, header, 0)
+
+    def flush(self) -> None:
+        if self.fd >= 0:
+            fsync_fd(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class IndexService:
+    """The index files of the store, oldest first; new entries go to the last one."""
+
+    def __init__(self, root_dir: str, hash_slot_num: int, index_num: int) -> None:
+        self.directory = os.path.join(root_dir, "index")
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.files: list[IndexFile] = []
+        os.makedirs(self.directory, exist_ok=True)
+
+    def load(self) -> list[str]:
+        """Open the index files; delete and report the invalid ones (recovery rebuilds their range)."""
+        problems: list[str] = []
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            if len(name) != NAME_DIGITS or not name.isdigit():
+                continue
+            try:
+                self.files.append(IndexFile(path, self.hash_slot_num, self.index_num))
+            except InvalidIndexFile as exc:
+                problems.append(str(exc))
+                os.unlink(path)
+        return problems
+
+    def names(self) -> list[int]:
+        return [f.begin_phy for f in self.files]
+
+    def put(self, topic: str, keys: list[str], phy: int, store_ts: int) -> None:
+        for key in keys:
+            f = self.files[-1] if self.files else None
+            if f is None or f.full:
+                f = self._create(phy)
+            f.put_key(key_hash(topic, key), phy, store_ts)
+
+    def rebuilder(self, begin_phy: int) -> Callable[[str, list[str], int, int], None]:
+        """A ``put`` refilling a lost file that began at ``begin_phy`` (recovery feeds it that range)."""
+        current = [self._create(begin_phy)]
+
+        def put(topic: str, keys: list[str], phy: int, store_ts: int) -> None:
+            for key in keys:
+                if current[0].full:
+                    current[0] = self._create(phy)
+                current[0].put_key(key_hash(topic, key), phy, store_ts)
+
+        return put
+
+    def _create(self, begin_phy: int) -> IndexFile:
+        """A new index file beginning at ``begin_phy``; a stale file of that name is replaced."""
+        path = os.path.join(self.directory, offset_to_name(begin_phy))
+        for old in [f for f in self.files if f.path == path]:
+            old.destroy()
+            self.files.remove(old)
+        if os.path.exists(path):
+            os.unlink(path)
+        f = IndexFile(path, self.hash_slot_num, self.index_num, begin_phy=begin_phy)
+        self.files.append(f)
+        self.files.sort(key=lambda x: x.begin_phy)
+        fsync_dir(self.directory)
+        return f
+
+    def lookup(self, topic: str, key: str, max_num: int) -> list[int]:
+        """Candidate commit-log offsets for ``key``, newest files first, without duplicates."""
+        h = key_hash(topic, key)
+        seen: dict[int, None] = {}
+        for f in reversed(self.files):
+            for phy in f.lookup(h, max_num * 4):
+                seen.setdefault(phy)
+        return list(seen)
+
+    def delete_expired_files(self, min_phy_offset: int) -> int:
+        """Delete files (never the last) whose entries all point below ``min_phy_offset``."""
+        doomed = [f for i, f in enumerate(self.files[:-1]) if self.files[i + 1].begin_phy <= min_phy_offset]
+        for f in doomed:
+            f.destroy()
+            self.files.remove(f)
+        return len(doomed)
+
+    def dirty_files(self) -> list[IndexFile]:
+        """Files written since the last call, with their headers brought up to date (loop thread)."""
+        out = [f for f in self.files if f.dirty]
+        for f in out:
+            f.write_header()
+            f.dirty = False
+        return out
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()

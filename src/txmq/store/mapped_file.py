@@ -1,0 +1,226 @@
+"""MappedFile (one fixed-size segment file) and MappedFileQueue (the ordered segments of one log).
+
+RocketMQ maps its segments into memory. txmq writes with ``os.pwrite`` and reads with ``os.pread``: the page
+cache still does the caching, but the process never maps gigabytes of log, so its RSS stays small however
+large the log grows, and a full disk is an ``OSError`` instead of a SIGBUS.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import errno
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+from txmq.errors import StoreError
+
+NAME_DIGITS = 20
+_SCAN_BLOCK = 4 << 20
+
+
+def fsync_fd(fd: int) -> None:
+    """The one place the store makes data durable (tests replace it to simulate a slow disk)."""
+    os.fdatasync(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make created, renamed or deleted directory entries durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def offset_to_name(offset: int) -> str:
+    return str(offset).zfill(NAME_DIGITS)
+
+
+class MappedFile:
+    """A segment: a file of exactly ``file_size`` bytes named by the offset of its first byte.
+
+    Created sparse (``ftruncate``), so unwritten bytes read as zeros: that is how the end of the data
+    in the active segment is found.
+    """
+
+    def __init__(
+        self, directory: str, file_from_offset: int, file_size: int, *, create: bool = False
+    ) -> None:
+        self.file_from_offset = file_from_offset
+        self.file_size = file_size
+        self.path = os.path.join(directory, offset_to_name(file_from_offset))
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.fd = os.open(self.path, flags, 0o644)
+        try:
+            if os.fstat(self.fd).st_size != file_size:
+                os.ftruncate(self.fd, file_size)
+        except OSError:
+            os.close(self.fd)
+            raise
+        self.dirty = False  # written since the last flush snapshot (read and cleared on the loop thread)
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def closed(self) -> bool:
+        return self.fd < 0
+
+    def write(self, parts: list[bytes | bytearray], pos: int) -> None:
+        """Write ``parts`` back to back at ``pos`` with one system call."""
+        size = sum(len(p) for p in parts)
+        if pos < 0 or pos + size > self.file_size:
+            raise StoreError(f"write of {size} bytes at {pos} does not fit in {self.path}")
+        written = os.pwritev(self.fd, parts, pos)
+        if written != size:
+            raise StoreError(f"short write to {self.path}: {written} of {size} bytes")
+        self.dirty = True
+
+    def read(self, pos: int, size: int) -> bytes:
+        size = min(size, self.file_size - pos)
+        if pos < 0 or size <= 0:
+            return b""
+        return os.pread(self.fd, size, pos)
+
+    def flush(self) -> None:
+        if self.fd >= 0:
+            fsync_fd(self.fd)
+
+    def zero_from(self, pos: int) -> None:
+        """Discard everything from ``pos`` to the end: shrink and regrow, so the rest becomes a zero hole."""
+        os.ftruncate(self.fd, pos)
+        os.ftruncate(self.fd, self.file_size)
+        self.dirty = True
+
+    def last_nonzero(self, start: int = 0) -> int:
+        """Position of the last non-zero byte at or after ``start``, or -1. Skips sparse holes, so finding
+        the end of the data costs little however large the file is."""
+        last = -1
+        pos = start
+        while pos < self.file_size:
+            try:
+                data_at = os.lseek(self.fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    break
+                raise
+            hole_at = min(os.lseek(self.fd, data_at, os.SEEK_HOLE), self.file_size)
+            while data_at < hole_at:
+                block = self.read(data_at, min(_SCAN_BLOCK, hole_at - data_at))
+                stripped = block.rstrip(b"\0")
+                if stripped:
+                    last = data_at + len(stripped) - 1
+                data_at += len(block)
+            pos = hole_at
+        return last
+
+    def last_modified(self) -> float:
+        return os.fstat(self.fd).st_mtime if self.fd >= 0 else time.time()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class MappedFileQueue:
+    """The segments of one log in offset order. ``lock`` guards the list against the flush thread."""
+
+    def __init__(self, directory: str, file_size: int) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+        self._starts: list[int] = []
+        self.lock = threading.Lock()
+        self.directory_dirty = False  # entries created or deleted since the last directory fsync
+        os.makedirs(directory, exist_ok=True)
+
+    def load(self) -> list[str]:
+        """Open every segment in the directory; return one line per problem found (and fixed)."""
+        problems: list[str] = []
+        names = sorted(n for n in os.listdir(self.directory) if len(n) == NAME_DIGITS and n.isdigit())
+        for name in names:
+            start = int(name)
+            if start % self.file_size:
+                problems.append(
+                    f"{self.directory}/{name}: offset not a multiple of the segment size, ignored"
+                )
+                continue
+            size = os.path.getsize(os.path.join(self.directory, name))
+            if size != self.file_size:
+                problems.append(f"{self.directory}/{name}: {size} bytes instead of {self.file_size}, resized")
+            self._append(MappedFile(self.directory, start, self.file_size))
+        return problems
+
+    def _append(self, mf: MappedFile) -> None:
+        with self.lock:
+            self.files.append(mf)
+            self._starts.append(mf.file_from_offset)
+
+    def create(self, start: int) -> MappedFile:
+        mf = MappedFile(self.directory, start, self.file_size, create=True)
+        self._append(mf)
+        self.directory_dirty = True
+        return mf
+
+    @property
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    @property
+    def first(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The segment holding ``offset``, if it is still on disk."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i < 0:
+            return None
+        mf = self.files[i]
+        return mf if offset < mf.end_offset else None
+
+    def files_from(self, offset: int) -> Iterator[MappedFile]:
+        """Segments that end after ``offset``, in order (a snapshot: safe while the list changes)."""
+        with self.lock:
+            snapshot = list(self.files)
+        for mf in snapshot:
+            if mf.end_offset > offset:
+                yield mf
+
+    def delete_files(self, doomed: list[MappedFile]) -> None:
+        with self.lock:
+            ids = {id(mf) for mf in doomed}
+            self.files = [mf for mf in self.files if id(mf) not in ids]
+            self._starts = [mf.file_from_offset for mf in self.files]
+        for mf in doomed:
+            mf.destroy()
+        if doomed:
+            self.directory_dirty = True
+
+    def truncate_from(self, offset: int) -> int:
+        """Drop everything at and after ``offset``; return how many later segments were deleted."""
+        later = [mf for mf in self.files if mf.file_from_offset > offset]
+        self.delete_files(later)
+        mf = self.find(offset)
+        if mf is not None:
+            mf.zero_from(offset - mf.file_from_offset)
+        return len(later)
+
+    def sync_directory(self) -> None:
+        if self.directory_dirty:
+            self.directory_dirty = False
+            fsync_dir(self.directory)
+
+    def close(self) -> None:
+        with self.lock:
+            for mf in self.files:
+                mf.close()

@@ -1,0 +1,644 @@
+"""DefaultMessageStore: the facade the broker calls (RocketMQ ``DefaultMessageStore``).
+
+Every public method runs on the asyncio loop thread. Appends write the commit log and dispatch to the
+consume queue, the index and the extra dispatchers before ``put_message`` returns; two threads make things
+durable: the commit-log flush thread (``flush.py``) and, every ``checkpoint_interval_ms``, a worker that
+fsyncs consume queues and index files and then writes the checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from txmq.errors import CorruptRecordError, InvalidMessageError, StoreError
+from txmq.message import (
+    MessageConst,
+    MessageExt,
+    MessageSysFlag,
+    create_offset_msg_id,
+    decode_message,
+    encode_message,
+)
+from txmq.store.checkpoint import Checkpoint, StoreCheckpoint
+from txmq.store.commit_log import CommitLog
+from txmq.store.config import FlushDiskType, StoreConfig
+from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from txmq.store.dispatcher import (
+    DispatchRequest,
+    builds_consume_queue,
+    keys_of,
+    request_from_record,
+    tags_code,
+)
+from txmq.store.flush import FlushCommitLogService
+from txmq.store.index import IndexFile, IndexService
+from txmq.store.mapped_file import MappedFile, fsync_dir
+from txmq.store.record import BLANK_SIZE, TRAILER_SIZE, record_from_wire, to_wire
+from txmq.store.recovery import RecoveryReport, recover
+from txmq.store.results import (
+    AppendMessageResult,
+    GetMessageResult,
+    GetMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+)
+
+log = logging.getLogger("txmq.store")
+
+MAX_FILTER_ENTRIES = (
+    800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
+)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class _Snapshot:
+    """What a checkpoint makes durable, taken on the loop thread so it is consistent."""
+
+    checkpoint: Checkpoint
+    cq_files: list[MappedFile] = field(default_factory=list)
+    index_files: list[IndexFile] = field(default_factory=list)
+
+
+class DefaultMessageStore:
+    """Commit log, consume queues, index, checkpoint, flush and retention in one directory.
+
+    Opening recovers synchronously; ``recovery_report`` tells what was found and lost. Dispatchers passed
+    here see the records recovery dispatches again; those added later with ``add_dispatcher`` get the same
+    records replayed by ``start()``.
+    """
+
+    def __init__(
+        self, config: StoreConfig, dispatchers: list[Callable[[DispatchRequest], None]] | None = None
+    ):
+        self.config = config
+        root = config.store_path_root_dir
+        os.makedirs(root, exist_ok=True)
+        self.commit_log = CommitLog(root, config.mapped_file_size_commit_log)
+        self.index = IndexService(root, config.max_hash_slot_num, config.max_index_num)
+        self.checkpoint = StoreCheckpoint(root)
+        self._queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self._queue_offsets: dict[tuple[str, int], int] = {}  # next queue offset (RocketMQ topicQueueTable)
+        self._dispatchers: list[Callable[[DispatchRequest], None]] = list(dispatchers or [])
+        self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
+        self._arrival_listeners: list[Callable[[str, int, int], None]] = []
+        self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
+        self._last_store_ts = 0
+        self._checkpoint_offset = 0
+        self._flush_service: FlushCommitLogService | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._open = True
+        self._counters = dict.fromkeys(
+            ("put_calls", "appends", "dispatch_errors", "corrupt_reads", "checkpoints", "flush_timeouts"), 0
+        )
+        self._abort_path = os.path.join(root, "abort")
+        abort_existed = os.path.exists(self._abort_path)
+        self.recovery_report: RecoveryReport = recover(self, abort_existed)
+        self._replay_range = (self.recovery_report.scan_start, self.commit_log.max_offset)
+        with open(self._abort_path, "wb"):
+            pass
+        fsync_dir(root)
+
+    # --- recovery hooks ----------------------------------------------------------------------------
+
+    def load_consume_queues(self) -> Iterator[tuple[ConsumeQueue, list[str]]]:
+        base = os.path.join(self.config.store_path_root_dir, "consumequeue")
+        if not os.path.isdir(base):
+            return
+        for topic in sorted(os.listdir(base)):
+            for qid_name in sorted(os.listdir(os.path.join(base, topic))):
+                if qid_name.isdigit():
+                    cq = self.find_or_create_consume_queue(topic, int(qid_name))
+                    yield cq, cq.load()
+
+    def finish_recovery(self, cp: Checkpoint | None) -> None:
+        """Rebuild the in-memory tables from the recovered files."""
+        min_phy = self.commit_log.min_offset
+        for cq in self.consume_queues():
+            cq.correct_min_offset(min_phy)
+            self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
+        self._checkpoint_offset = min(cp.recovery_offset if cp else 0, self.commit_log.max_offset)
+        self._last_store_ts = max(self._last_store_ts, cp.last_store_timestamp if cp else 0)
+
+    def consume_queues(self) -> Iterator[ConsumeQueue]:
+        for qs in list(self._queues.values()):
+            yield from list(qs.values())
+
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get(topic, {}).get(queue_id)
+
+    def find_or_create_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.find_consume_queue(topic, queue_id)
+        if cq is None:
+            cq = ConsumeQueue(
+                self.config.store_path_root_dir, topic, queue_id, self.config.mapped_file_size_consume_queue
+            )
+            self._queues.setdefault(topic, {})[queue_id] = cq
+        return cq
+
+    def drop_consume_queue(self, topic: str, queue_id: int) -> None:
+        cq = self._queues.get(topic, {}).pop(queue_id, None)
+        if cq is not None:
+            with self._files_lock:
+                cq.destroy()
+        if topic in self._queues and not self._queues[topic]:
+            del self._queues[topic]
+        self._queue_offsets.pop((topic, queue_id), None)
+
+    def dispatch(self, req: DispatchRequest, *, during_recovery: bool = False) -> None:
+        """Run the dispatchers for one appended record (CommitLogDispatcher chain)."""
+        if builds_consume_queue(req.sys_flag):
+            cq = self.find_or_create_consume_queue(req.topic, req.queue_id)
+            cq.put(req.consume_queue_offset, req.commit_log_offset, req.msg_size, req.tags_code)
+        if self.config.message_index_enable and (
+            MessageSysFlag.transaction_value(req.sys_flag) != MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+        ):
+            keys = keys_of(req)
+            if keys:
+                self.index.put(req.topic, keys, req.commit_log_offset, req.store_timestamp)
+        for fn in self._dispatchers:
+            try:
+                fn(req)
+            except Exception:
+                self._counters["dispatch_errors"] += 1
+                log.exception("dispatcher %r failed on the record at %d", fn, req.commit_log_offset)
+        if during_recovery:
+            self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def add_dispatcher(self, fn: Callable[[DispatchRequest], None]) -> None:
+        """Register a CommitLogDispatcher; before ``start()`` it also gets the records recovery dispatched."""
+        self._dispatchers.append(fn)
+        if not self._tasks:
+            self._late_dispatchers.append(fn)
+
+    def add_arrival_listener(self, fn: Callable[[str, int, int], None]) -> None:
+        """``fn(topic, queue_id, new max offset)`` after each dispatch, on the loop thread (long polling)."""
+        self._arrival_listeners.append(fn)
+
+    async def start(self) -> None:
+        """Replay the recovered tail to late dispatchers, then start flush, checkpoint and retention."""
+        self._check_open()
+        if self._late_dispatchers:
+            late, self._late_dispatchers = self._late_dispatchers, []
+            begin, end = self._replay_range
+
+            def replay(offset: int, rec: memoryview) -> None:
+                req = request_from_record(rec, offset)
+                for fn in late:
+                    fn(req)
+
+            self.commit_log.scan(begin, replay, end=end)
+        loop = asyncio.get_running_loop()
+        self._flush_service = FlushCommitLogService(
+            self.commit_log,
+            group_commit=self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            interval_ms=self.config.flush_interval_commit_log_ms,
+        )
+        self._flush_service.start(loop)
+        self._tasks = [
+            asyncio.create_task(self._every(self.config.checkpoint_interval_ms, self._checkpoint_async)),
+            asyncio.create_task(self._every(self.config.clean_resource_interval_ms, self._clean_async)),
+        ]
+
+    async def _every(self, interval_ms: int, job: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                result = job()
+                if asyncio.iscoroutine(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("store background job %s failed", getattr(job, "__name__", job))
+
+    async def _clean_async(self) -> None:
+        self.clean_expired_files()
+
+    async def shutdown(self) -> None:
+        """Stop background work, flush everything, write the checkpoint, remove the abort file, close."""
+        if not self._open:
+            return
+        self._open = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._flush_service is not None:
+            await asyncio.to_thread(self._flush_service.stop)
+            self._flush_service = None
+        self._write_checkpoint(self._snapshot())
+        os.unlink(self._abort_path)
+        fsync_dir(self.config.store_path_root_dir)
+        self._close_files()
+
+    def close_without_shutdown(self) -> None:
+        """Close files as a crash would: no flush, no checkpoint, the abort file stays (tests, tools)."""
+        if self._flush_service is not None:
+            self._flush_service.stop()
+            self._flush_service = None
+        for task in self._tasks:
+            task.cancel()
+        self._open = False
+        self._close_files()
+
+    def _close_files(self) -> None:
+        self.commit_log.close()
+        for cq in self.consume_queues():
+            cq.close()
+        self.index.close()
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise StoreError("the store is shut down")
+
+    # --- checkpoint --------------------------------------------------------------------------------
+
+    def _snapshot(self) -> _Snapshot:
+        queues: dict[str, dict[int, int]] = {}
+        for (topic, qid), next_offset in self._queue_offsets.items():
+            queues.setdefault(topic, {})[qid] = next_offset
+        cp = Checkpoint(
+            recovery_offset=self.commit_log.max_offset,
+            written_at_ms=_now_ms(),
+            last_store_timestamp=self._last_store_ts,
+            queues=queues,
+            index_files=self.index.names(),
+        )
+        cq_files = [mf for cq in self.consume_queues() for mf in cq.dirty_files()]
+        return _Snapshot(cp, cq_files, self.index.dirty_files())
+
+    def _write_checkpoint(self, snap: _Snapshot) -> None:
+        """Make the snapshot durable: commit log, then derived files, then the checkpoint (any thread)."""
+        self.commit_log.flush()
+        with self._files_lock:
+            for mf in snap.cq_files:
+                mf.flush()
+            for f in snap.index_files:
+                f.flush()
+            for directory in {os.path.dirname(mf.path) for mf in snap.cq_files}:
+                if os.path.isdir(directory):
+                    fsync_dir(directory)
+        self.checkpoint.write(snap.checkpoint)
+        self._checkpoint_offset = snap.checkpoint.recovery_offset
+        self._counters["checkpoints"] += 1
+
+    async def _checkpoint_async(self) -> None:
+        await asyncio.to_thread(self._write_checkpoint, self._snapshot())
+
+    def flush_and_checkpoint(self) -> int:
+        """Flush everything and write a checkpoint now, on the calling thread; return the recovery point."""
+        self._check_open()
+        self._write_checkpoint(self._snapshot())
+        return self._checkpoint_offset
+
+    # --- put ---------------------------------------------------------------------------------------
+
+    async def put_message(self, msg: MessageExt) -> PutMessageResult:
+        return await self.put_messages([msg])
+
+    async def put_messages(self, msgs: list[MessageExt]) -> PutMessageResult:
+        """Append ``msgs`` with one write and (SYNC_FLUSH) one flush wait; ``append_result`` covers the first.
+
+        The store assigns queue offset, commit-log offset, store timestamp and store host on each message.
+        """
+        if not self._open:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        self._counters["put_calls"] += 1
+        now = max(_now_ms(), self._last_store_ts)
+        next_offsets: dict[tuple[str, int], int] = {}
+        records: list[bytearray] = []
+        limit = min(self.config.max_message_size, self.commit_log.segment_size - BLANK_SIZE - TRAILER_SIZE)
+        for msg in msgs:
+            key = (msg.topic, msg.queue_id)
+            if builds_consume_queue(msg.sys_flag):
+                queue_offset = next_offsets.get(key, self._queue_offsets.get(key, 0))
+                next_offsets[key] = queue_offset + 1
+            else:
+                queue_offset = 0
+            msg.queue_offset = queue_offset
+            msg.store_timestamp = now
+            msg.store_host = self.config.store_host
+            msg.commit_log_offset = 0
+            try:
+                wire = encode_message(msg)
+            except InvalidMessageError as exc:
+                log.warning("refused a message for %s: %s", msg.topic[:127], exc)
+                status = (
+                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+                    if "properties" in str(exc)
+                    else PutMessageStatus.MESSAGE_ILLEGAL
+                )
+                return PutMessageResult(status)
+            if len(wire) > limit:
+                log.warning("refused a message of %d bytes for %s (limit %d)", len(wire), msg.topic, limit)
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+            records.append(record_from_wire(wire))
+        try:
+            offsets = self.commit_log.append(records)
+        except (OSError, StoreError) as exc:
+            log.error("commit-log append failed: %s", exc)
+            creating = (
+                isinstance(exc, OSError) and self.commit_log.queue.find(self.commit_log.max_offset) is None
+            )
+            return PutMessageResult(
+                PutMessageStatus.CREATE_MAPPED_FILE_FAILED if creating else PutMessageStatus.UNKNOWN_ERROR
+            )
+        self._last_store_ts = now
+        self._queue_offsets.update(next_offsets)
+        for msg, rec, offset in zip(msgs, records, offsets, strict=True):
+            msg.commit_log_offset = offset
+            msg.store_size = len(rec) - TRAILER_SIZE
+            props = msg.properties
+            self.dispatch(
+                DispatchRequest(
+                    topic=msg.topic,
+                    queue_id=msg.queue_id,
+                    commit_log_offset=offset,
+                    msg_size=len(rec),
+                    tags_code=tags_code(props.get(MessageConst.TAGS)),
+                    store_timestamp=now,
+                    consume_queue_offset=msg.queue_offset,
+                    keys=props.get(MessageConst.KEYS),
+                    uniq_key=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+                    sys_flag=msg.sys_flag,
+                    prepared_transaction_offset=msg.prepared_transaction_offset,
+                    properties=props,
+                    born_timestamp=msg.born_timestamp,
+                )
+            )
+        self._counters["appends"] += len(msgs)
+        for (topic, qid), next_offset in next_offsets.items():
+            for listener in self._arrival_listeners:
+                try:
+                    listener(topic, qid, next_offset)
+                except Exception:
+                    log.exception("arrival listener %r failed", listener)
+        first = msgs[0]
+        result = AppendMessageResult(
+            wrote_offset=offsets[0],
+            wrote_bytes=sum(len(r) for r in records),
+            msg_id=create_offset_msg_id(self.config.store_host, offsets[0]),
+            store_timestamp=now,
+            logics_offset=first.queue_offset,
+            msg_num=len(msgs),
+        )
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self._flush_service is not None:
+            fut = self._flush_service.wait_flushed(self.commit_log.max_offset)
+            done, _ = await asyncio.wait({fut}, timeout=self.config.sync_flush_timeout_ms / 1000)
+            if not done:
+                self._counters["flush_timeouts"] += 1
+                log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
+                return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result)
+        return PutMessageResult(PutMessageStatus.PUT_OK, result)
+
+    # --- get ---------------------------------------------------------------------------------------
+
+    def get_message(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int = 32,
+        max_total_bytes: int = 256 * 1024,
+        tags_filter: Callable[[int], bool] | None = None,
+    ) -> GetMessageResult:
+        """Up to ``max_msg_nums`` messages from queue offset ``offset`` in wire form (RocketMQ getMessage).
+
+        ``tags_filter`` gets each entry's tag hash. A record that fails validation is skipped, logged and
+        counted; it is never returned.
+        """
+        self._check_open()
+        cq = self.find_consume_queue(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
+        lo, hi = cq.min_offset, cq.max_offset
+        result = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, min_offset=lo, max_offset=hi)
+        if hi == 0:
+            result.next_begin_offset = 0
+        elif offset < lo:
+            result.status, result.next_begin_offset = GetMessageStatus.OFFSET_TOO_SMALL, lo
+        elif offset == hi:
+            result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+        elif offset > hi:
+            result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+            result.next_begin_offset = lo if lo == 0 else hi
+        else:
+            self._read_queue(cq, offset, max_msg_nums, max_total_bytes, tags_filter, result)
+        return result
+
+    def _read_queue(
+        self,
+        cq: ConsumeQueue,
+        offset: int,
+        max_msg_nums: int,
+        max_total_bytes: int,
+        tags_filter: Callable[[int], bool] | None,
+        result: GetMessageResult,
+    ) -> None:
+        min_phy = self.commit_log.min_offset
+        budget = max(max_msg_nums, MAX_FILTER_ENTRIES)
+        status = GetMessageStatus.OFFSET_FOUND_NULL
+        total = 0
+        pos = offset
+        while budget > 0 and len(result.messages) < max_msg_nums:
+            raw = cq.read_entries(pos, budget)
+            if not raw:
+                break
+            stop = False
+            for i in range(0, len(raw), CQ_ENTRY_SIZE):
+                phy, size, tag = CQ_ENTRY.unpack_from(raw, i)
+                if size <= 0 or phy < min_phy:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                elif tags_filter is not None and not tags_filter(tag):
+                    if status is not GetMessageStatus.MESSAGE_WAS_REMOVING:
+                        status = GetMessageStatus.NO_MATCHED_MESSAGE
+                elif result.messages and total + size - TRAILER_SIZE > max_total_bytes:
+                    stop = True
+                    break
+                else:
+                    try:
+                        wire = to_wire(self.commit_log.read(phy, size))
+                    except StoreError as exc:
+                        self._counters["corrupt_reads"] += 1
+                        log.error(
+                            "%s/%d offset %d: skipping unreadable record: %s", cq.topic, cq.queue_id, pos, exc
+                        )
+                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    else:
+                        result.messages.append(wire)
+                        result.queue_offsets.append(pos)
+                        total += len(wire)
+                pos += 1
+                budget -= 1
+                if len(result.messages) >= max_msg_nums:
+                    break
+            if stop:
+                break
+        result.status = GetMessageStatus.FOUND if result.messages else status
+        result.next_begin_offset = pos
+
+    def read_record(self, commit_log_offset: int) -> bytes:
+        """The record at ``commit_log_offset`` in wire form.
+
+        Raises ``StoreError`` for an offset outside the log, ``CorruptRecordError`` for a record that fails
+        validation (magic, size, trailer CRC).
+        """
+        self._check_open()
+        try:
+            return to_wire(self.commit_log.read(commit_log_offset))
+        except CorruptRecordError:
+            self._counters["corrupt_reads"] += 1
+            raise
+
+    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt:
+        """The decoded message at ``commit_log_offset``; raises like ``read_record``."""
+        return decode_message(self.read_record(commit_log_offset))[0]
+
+    # --- queue metadata ----------------------------------------------------------------------------
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        return cq.max_offset if cq else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        return cq.min_offset if cq else 0
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        entry = cq.entry(cq_offset) if cq and cq.min_offset <= cq_offset < cq.max_offset else None
+        return entry[0] if entry else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset whose message was stored at or after ``timestamp_ms``; max offset if none."""
+        cq = self.find_consume_queue(topic, queue_id)
+        if cq is None:
+            return 0
+
+        def store_time(phy: int) -> int:
+            try:
+                return self.commit_log.read_store_timestamp(phy)
+            except StoreError:
+                return -1
+
+        return cq.offset_by_time(timestamp_ms, store_time)
+
+    def topics(self) -> set[str]:
+        return set(self._queues)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(self._queues.get(topic, {}))
+
+    def delete_topic(self, topic: str) -> None:
+        """Drop the topic's consume queues; its records age out of the commit log by retention."""
+        for qid in list(self._queues.get(topic, {})):
+            self.drop_consume_queue(topic, qid)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(self.config.store_path_root_dir, "consumequeue", topic))
+
+    # --- query by key ------------------------------------------------------------------------------
+
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``, newest first."""
+        self._check_open()
+        out: list[MessageExt] = []
+        for phy in self.index.lookup(topic, key, max_num):
+            try:
+                msg = self.look_message_by_offset(phy)
+            except StoreError:
+                continue  # a stale entry (truncated tail, deleted segment) or a hash collision's debris
+            keys = (msg.keys or "").split(MessageConst.KEY_SEPARATOR)
+            uniq = msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if msg.topic != topic or (key not in keys and uniq != key):
+                continue
+            if begin_ts <= msg.store_timestamp <= end_ts:
+                out.append(msg)
+                if len(out) >= max_num:
+                    break
+        return out
+
+    # --- retention ---------------------------------------------------------------------------------
+
+    def clean_expired_files(self, now_ms: int | None = None) -> int:
+        """Delete commit-log segments older than ``file_reserved_time_hours``, then the derived files that
+        only point at them; return how many segments went. Never the active segment, never a segment that
+        reaches the checkpoint's recovery point."""
+        now = _now_ms() if now_ms is None else now_ms
+        reserved_ms = self.config.file_reserved_time_hours * 3600 * 1000
+        limit = min(self._checkpoint_offset, self.commit_log.flushed_offset)
+        doomed: list[MappedFile] = []
+        for mf in self.commit_log.queue.files[:-1]:
+            if mf.end_offset > limit or mf.last_modified() * 1000 + reserved_ms > now:
+                break
+            doomed.append(mf)
+        if not doomed:
+            return 0
+        self.commit_log.queue.delete_files(doomed)
+        min_phy = self.commit_log.min_offset
+        log.info("retention deleted %d commit-log segments; the log now starts at %d", len(doomed), min_phy)
+        with self._files_lock:
+            for cq in self.consume_queues():
+                cq.delete_expired_files(min_phy)
+            self.index.delete_expired_files(min_phy)
+        return len(doomed)
+
+    # --- metrics -----------------------------------------------------------------------------------
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.commit_log.flushed_offset
+
+    @property
+    def confirm_offset(self) -> int:
+        """Offset up to which the log is durable: flushed in SYNC_FLUSH, written in ASYNC_FLUSH."""
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            return self.commit_log.flushed_offset
+        return self.commit_log.max_offset
+
+    @property
+    def checkpoint_offset(self) -> int:
+        return self._checkpoint_offset
+
+    def runtime_info(self) -> dict[str, int | float]:
+        fsyncs = self.commit_log.fsyncs
+        info: dict[str, int | float] = dict(self._counters)
+        info.update(
+            fsyncs=fsyncs,
+            records_per_fsync=self._counters["appends"] / fsyncs if fsyncs else 0.0,
+            flush_errors=self._flush_service.errors if self._flush_service else 0,
+            max_offset=self.commit_log.max_offset,
+            min_offset=self.commit_log.min_offset,
+            flushed_offset=self.commit_log.flushed_offset,
+            checkpoint_offset=self._checkpoint_offset,
+            segments=len(self.commit_log.queue.files),
+            consume_queues=sum(len(qs) for qs in self._queues.values()),
+            index_files=len(self.index.files),
+        )
+        return info

@@ -1,0 +1,204 @@
+"""Recovery at open: trust the checkpoint, validate the tail, truncate what is torn, rebuild what is derived.
+
+1. The abort file says whether the last stop was clean; the checkpoint gives the recovery point R.
+2. Consume-queue entries pointing at or past R are dropped: the tail is dispatched again below.
+3. Derived files found missing or inconsistent (a consume queue with fewer entries than the checkpoint
+   recorded, a gap, an entry pointing past R; an index file the checkpoint listed) are rebuilt by one scan
+   of the log up to R. This is the only path whose time grows with the log, and it only runs when a derived
+   file was lost.
+4. Every record from R on is validated (magic, sizes, trailer CRC, PHYSICALOFFSET) and dispatched again
+   (consume queue, index, the dispatchers given at open). The first bad record ends the log: the rest of its
+   segment is zeroed and later segments are deleted.
+
+After a clean stop R is the end of the log, so step 4 only checks that nothing follows it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from txmq.store.dispatcher import DispatchRequest, builds_consume_queue, keys_of, request_from_record
+
+if TYPE_CHECKING:
+    from txmq.store.message_store import DefaultMessageStore
+
+log = logging.getLogger("txmq.store")
+
+
+@dataclass
+class RecoveryReport:
+    """What open found and what it had to drop."""
+
+    clean_shutdown: bool = False
+    checkpoint_offset: int | None = None  # None: no usable checkpoint, the whole log was scanned
+    scan_start: int = 0
+    end_offset: int = 0  # the log's end after recovery
+    records_scanned: int = 0
+    bytes_scanned: int = 0
+    truncated_bytes: int = 0  # non-zero bytes discarded after the last valid record
+    corrupt_offsets: list[int] = field(default_factory=list)
+    segments_deleted: int = 0
+    consume_queue_entries_truncated: int = 0
+    consume_queues_rebuilt: list[str] = field(default_factory=list)
+    index_files_rebuilt: list[int] = field(default_factory=list)
+    rebuild_records_scanned: int = 0
+    events: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def lost_data(self) -> bool:
+        return self.truncated_bytes > 0 or bool(self.corrupt_offsets)
+
+    def event(self, text: str) -> None:
+        self.events.append(text)
+        log.warning("recovery: %s", text)
+
+
+def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
+    t0 = time.monotonic()
+    report = RecoveryReport()
+    cl = store.commit_log
+    cp, cp_problem = store.checkpoint.load()
+    report.clean_shutdown = not abort_existed and cp is not None
+    if abort_existed:
+        report.event("abort file present: the previous stop was not clean")
+    for problem in cl.load():
+        report.event(problem)
+    if cp_problem is not None and cl.queue.files:
+        report.event(f"{cp_problem}: scanning the whole log")
+    rebuild_queues: set[tuple[str, int]] = set()
+    for cq, problems in store.load_consume_queues():
+        for problem in problems:
+            report.event(problem)
+            rebuild_queues.add((cq.topic, cq.queue_id))
+    for problem in store.index.load():
+        report.event(f"{problem}; the file was deleted and will be rebuilt")
+
+    # 1. Where the scan starts.
+    first, last = cl.queue.first, cl.queue.last
+    log_lo = first.file_from_offset if first else 0
+    log_hi = last.end_offset if last else 0
+    start = cp.recovery_offset if cp is not None else log_lo
+    if cp is not None and not (log_lo <= start <= log_hi) and (first is not None or start != 0):
+        report.event(f"checkpoint offset {start} outside the log [{log_lo}, {log_hi}): scanning all of it")
+        start = log_lo
+    if first is None:
+        start = 0
+    report.checkpoint_offset = start if cp is not None else None
+    report.scan_start = start
+    cl.max_offset = cl.flushed_offset = start
+
+    # 2. Derived entries past the recovery point go; they are rebuilt from the log below.
+    for cq in list(store.consume_queues()):
+        report.consume_queue_entries_truncated += cq.truncate_dirty(start)
+        bad = cq.last_entry_problem(start, store.config.max_message_size + 1024)
+        if bad is not None:
+            report.event(bad)
+            rebuild_queues.add((cq.topic, cq.queue_id))
+    if cp is not None:
+        for topic, qids in cp.queues.items():
+            for qid, max_offset in qids.items():
+                found = store.find_consume_queue(topic, qid)
+                if found is None or found.max_offset < max_offset:
+                    have = found.max_offset if found else 0
+                    report.event(
+                        f"consume queue {topic}/{qid} has {have} entries, the checkpoint says {max_offset}"
+                    )
+                    rebuild_queues.add((topic, qid))
+
+    # 3. Rebuild lost derived files from the log, up to the recovery point.
+    index_ranges = _lost_index_ranges(store, cp.index_files if cp else [], start, log_lo)
+    if rebuild_queues or index_ranges:
+        _rebuild(store, report, rebuild_queues, index_ranges, start, log_lo)
+
+    # 4. Validate and dispatch the tail.
+    def on_record(offset: int, rec: memoryview) -> None:
+        store.dispatch(request_from_record(rec, offset), during_recovery=True)
+
+    result = cl.scan(start, on_record)
+    report.records_scanned = result.records
+    report.bytes_scanned = result.bytes_scanned
+    report.end_offset = result.end_offset
+    for tail in result.skipped_segment_tails:
+        report.event(f"segment ends without a BLANK marker at {tail}: went on with the next segment")
+    if result.corrupt_offset is not None:
+        report.corrupt_offsets.append(result.corrupt_offset)
+        report.event(f"record at {result.corrupt_offset} is invalid ({result.reason}): the log ends there")
+    report.truncated_bytes = cl.data_bytes_after(result.end_offset)
+    later = [mf for mf in cl.queue.files if mf.file_from_offset > result.end_offset]
+    if report.truncated_bytes or later:
+        report.segments_deleted = len(later)
+        report.event(
+            f"truncated the log at {result.end_offset}: {report.truncated_bytes} bytes dropped, "
+            f"{len(later)} later segments deleted"
+        )
+        cl.truncate(result.end_offset)
+    cl.max_offset = result.end_offset
+    cl.flushed_offset = min(start, result.end_offset)
+    store.finish_recovery(cp)
+    report.duration_s = time.monotonic() - t0
+    log.info(
+        "recovered store %s: %s stop, scanned %d records (%d bytes) from %d, log ends at %d, in %.3fs",
+        store.config.store_path_root_dir, "clean" if report.clean_shutdown else "unclean",
+        report.records_scanned, report.bytes_scanned, start, report.end_offset, report.duration_s,
+    )  # fmt: skip
+    return report
+
+
+def _lost_index_ranges(
+    store: DefaultMessageStore, listed: list[int], start: int, log_lo: int
+) -> list[tuple[int, int]]:
+    """Commit-log ranges [begin, end) of index files the checkpoint lists that are gone or were invalid."""
+    if not store.config.message_index_enable:
+        return []
+    present = set(store.index.names())
+    bounds = sorted(set(listed) | present)
+    ranges = []
+    for begin in sorted(listed):
+        if begin in present:
+            continue
+        later = [b for b in bounds if b > begin]
+        end = min(later[0] if later else start, start)
+        if end > max(begin, log_lo):
+            ranges.append((begin, end))
+    return ranges
+
+
+def _rebuild(
+    store: DefaultMessageStore,
+    report: RecoveryReport,
+    queues: set[tuple[str, int]],
+    index_ranges: list[tuple[int, int]],
+    start: int,
+    log_lo: int,
+) -> None:
+    for topic, qid in sorted(queues):
+        store.drop_consume_queue(topic, qid)
+        report.consume_queues_rebuilt.append(f"{topic}/{qid}")
+        report.event(f"rebuilding consume queue {topic}/{qid} from the commit log")
+    index_puts: list[tuple[int, int, Callable[[str, list[str], int, int], None]]] = []
+    for begin, end in index_ranges:
+        index_puts.append((begin, end, store.index.rebuilder(begin)))
+        report.index_files_rebuilt.append(begin)
+        report.event(f"rebuilding index file {begin} from commit-log range [{begin}, {end})")
+    scan_from = log_lo if queues else max(log_lo, min(b for b, _, _ in index_puts))
+
+    def on_record(offset: int, rec: memoryview) -> None:
+        req: DispatchRequest = request_from_record(rec, offset)
+        report.rebuild_records_scanned += 1
+        if (req.topic, req.queue_id) in queues and builds_consume_queue(req.sys_flag):
+            store.find_or_create_consume_queue(req.topic, req.queue_id).put(
+                req.consume_queue_offset, offset, req.msg_size, req.tags_code
+            )
+        for begin, end, put in index_puts:
+            if begin <= offset < end:
+                put(req.topic, keys_of(req), offset, req.store_timestamp)
+
+    def on_corrupt(offset: int, reason: str) -> None:
+        report.event(f"rebuild skipped an invalid record at {offset} ({reason})")
+
+    store.commit_log.scan(scan_from, on_record, end=start, on_corrupt=on_corrupt)

@@ -1,0 +1,68 @@
+"""Statuses and results of puts and gets, named as in RocketMQ so the broker maps them to response codes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class PutMessageStatus(Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored and dispatched, but the fsync did not finish in time
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is not open (shut down)
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # too large, topic too long, bad host address
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"  # an I/O error while writing
+
+
+@dataclass
+class AppendMessageResult:
+    wrote_offset: int  # commit-log offset of the (first) record
+    wrote_bytes: int  # stored bytes of all records of the put
+    msg_id: str  # offset message id of the (first) record
+    store_timestamp: int
+    logics_offset: int  # queue offset of the (first) record
+    msg_num: int = 1
+
+
+@dataclass
+class PutMessageResult:
+    status: PutMessageStatus
+    append_result: AppendMessageResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+class GetMessageStatus(Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # entries were there, the tag filter refused them all
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"  # entries point at deleted or unreadable records
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"  # no entry at that offset
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass
+class GetMessageResult:
+    status: GetMessageStatus
+    messages: list[bytes] = field(default_factory=list)  # wire form, as encode_message writes it
+    next_begin_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+    queue_offsets: list[int] = field(default_factory=list)  # queue offset of each returned message
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages)
+
+    @property
+    def buffer_total_size(self) -> int:
+        return sum(len(m) for m in self.messages)
