@@ -428,3 +428,34 @@ def test_new_event_loop_is_uvloop() -> None:
         assert isinstance(loop, uvloop.Loop)
     finally:
         loop.close()
+
+
+def test_bounded_pending_invokes(run: Runner) -> None:
+    async def main() -> None:
+        server = RemotingServer(Handler())
+        await server.start()
+        client = RemotingClient(max_pending_invokes=2)
+        try:
+            addr = f"127.0.0.1:{server.port}"
+            reqs = [RemotingCommand.request(ASYNC_ECHO, body=bytes([i])) for i in range(7)]
+            resps = await asyncio.gather(*(client.invoke(addr, r, 5) for r in reqs))
+            assert [r.body for r in resps] == [r.body for r in reqs]
+            # two silent requests hold both slots: a third times out waiting for one
+            silent = [
+                asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(SILENT), 5)) for _ in "ab"
+            ]
+            await asyncio.sleep(0.05)
+            with pytest.raises(RemotingTimeoutError):
+                await client.invoke(addr, RemotingCommand.request(ECHO), 0.1)
+            # losing the connection frees everyone
+            waiting = asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(ECHO), 5))
+            await asyncio.sleep(0.05)
+            client.close_connection(addr)
+            for fut in [*silent, waiting]:
+                with pytest.raises(RemotingConnectError):
+                    await fut
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())

@@ -16,6 +16,7 @@ One ``Connection`` (an ``asyncio.Protocol``) per TCP connection, used the same w
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -112,7 +113,8 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        self._invoke_slots = asyncio.Semaphore(max_pending_invokes)
+        self._max_pending = max_pending_invokes
+        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
@@ -212,6 +214,10 @@ class Connection(asyncio.Protocol):
         waiter, self._writable = self._writable, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
+        while self._slot_waiters:
+            slot = self._slot_waiters.popleft()
+            if not slot.done():
+                slot.set_result(None)
         for callback in self.on_close:
             try:
                 callback(self)
@@ -322,33 +328,59 @@ class Connection(asyncio.Protocol):
     async def invoke(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send request ``cmd`` and return the response with its opaque.
 
-        Raises ``RemotingTimeoutError`` after ``timeout`` seconds, ``RemotingConnectError`` if the
-        connection is or becomes closed, ``LocalProtocolError`` if ``cmd`` cannot be encoded.
+        Raises ``RemotingTimeoutError`` after ``timeout`` seconds (waiting for buffer space or a free
+        pending slot included), ``RemotingConnectError`` if the connection is or becomes closed,
+        ``LocalProtocolError`` if ``cmd`` cannot be encoded or its opaque is already pending here.
         """
         data = encode_command(cmd, self.max_frame_size)
+        loop = self._loop
+        deadline = loop.time() + timeout
+        pending = self._pending
+        if self._paused or len(pending) >= self._max_pending:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    while not self.closed and (self._paused or len(pending) >= self._max_pending):
+                        if self._paused:
+                            await self._wait_writable()
+                        else:
+                            waiter = loop.create_future()
+                            self._slot_waiters.append(waiter)
+                            try:
+                                await waiter
+                            finally:
+                                if waiter in self._slot_waiters:
+                                    self._slot_waiters.remove(waiter)
+            except TimeoutError:
+                raise self._timeout_error(cmd, timeout) from None
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         opaque = cmd.opaque
+        if opaque in pending:
+            raise LocalProtocolError(f"opaque {opaque} already pending on {self.remote_address}")
+        future: asyncio.Future[RemotingCommand] = loop.create_future()
+        pending[opaque] = future
+        timer = loop.call_at(deadline, self._expire, future, cmd, timeout)
         try:
-            async with asyncio.timeout(timeout):
-                async with self._invoke_slots:
-                    if self._paused:
-                        await self._wait_writable()
-                    if self.closed:
-                        raise RemotingConnectError(f"connection to {self.remote_address} is closed")
-                    if opaque in self._pending:
-                        raise LocalProtocolError(f"opaque {opaque} already pending on {self.remote_address}")
-                    future: asyncio.Future[RemotingCommand] = self._loop.create_future()
-                    self._pending[opaque] = future
-                    try:
-                        self._write(data)
-                        return await future
-                    finally:
-                        if self._pending.get(opaque) is future:
-                            del self._pending[opaque]
-        except TimeoutError:
-            raise RemotingTimeoutError(
-                f"no response to request code {cmd.code} (opaque {opaque}) from {self.remote_address} "
-                f"within {timeout}s"
-            ) from None
+            self._write(data)
+            return await future
+        finally:
+            timer.cancel()
+            if pending.get(opaque) is future:
+                del pending[opaque]
+            if self._slot_waiters:
+                waiter = self._slot_waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def _expire(self, future: asyncio.Future[RemotingCommand], cmd: RemotingCommand, timeout: float) -> None:
+        if not future.done():
+            future.set_exception(self._timeout_error(cmd, timeout))
+
+    def _timeout_error(self, cmd: RemotingCommand, timeout: float) -> RemotingTimeoutError:
+        return RemotingTimeoutError(
+            f"no response to request code {cmd.code} (opaque {cmd.opaque}) from {self.remote_address} "
+            f"within {timeout}s"
+        )
 
     async def invoke_oneway(self, cmd: RemotingCommand) -> None:
         """Send ``cmd`` with the oneway flag; waits only while the write buffer is full."""
