@@ -213,7 +213,7 @@ class Connection(asyncio.Protocol):
                 future.set_exception(error)
         waiter, self._writable = self._writable, None
         if waiter is not None and not waiter.done():
-            waiter.set_exception(error)
+            waiter.set_result(None)  # the waiters see ``closed`` and raise RemotingConnectError
         while self._slot_waiters:
             slot = self._slot_waiters.popleft()
             if not slot.done():
