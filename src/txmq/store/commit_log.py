@@ -125,9 +125,7 @@ class CommitLog:
             raise CorruptRecordError(f"record at {offset}: truncated")
         total, magic = read_prefix(buf)
         if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_SIZE or offset + total > self.max_offset:
-            raise CorruptRecordError(
-                f"record at {offset}: bad magic or size ({magic & 0xFFFFFFFF:#x}, {total})"
-            )
+            raise CorruptRecordError(f"record at {offset}: bad magic or size ({magic & 0xFFFFFFFF:#x}, {total})")
         if total > len(buf):
             buf += mf.read(pos + len(buf), total - len(buf))
         rec = memoryview(buf)[:total]
@@ -208,11 +206,7 @@ class CommitLog:
                     result.bytes_scanned += total
                     result.end_offset = pos = seg_end
                     break
-                if (
-                    magic != MESSAGE_MAGIC_CODE
-                    or total < MIN_RECORD_SIZE
-                    or total > seg_end - pos - BLANK_SIZE
-                ):
+                if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_SIZE or total > seg_end - pos - BLANK_SIZE:
                     reason = f"bad magic or size ({magic:#x}, {total})"
                     if on_corrupt is None:
                         return self._stopped(result, pos, reason)

@@ -115,9 +115,7 @@ class ConsumeQueue:
             return f"{self.directory}: last entry {self.max_offset - 1} is empty"
         phy, size, _ = e
         if size > max_size or phy < 0 or phy + size > log_end:
-            return (
-                f"{self.directory}: entry {self.max_offset - 1} points at [{phy}, +{size}) past the log end"
-            )
+            return f"{self.directory}: entry {self.max_offset - 1} points at [{phy}, +{size}) past the log end"
         return None
 
     # --- write -------------------------------------------------------------------------------------
@@ -136,9 +134,7 @@ class ConsumeQueue:
 
     def offset_by_time(self, timestamp_ms: int, store_time: Callable[[int], int]) -> int:
         """First logical offset whose record was stored at or after ``timestamp_ms`` (max offset if none)."""
-        return self.first_offset_where(
-            self.min_offset, self.max_offset, lambda phy, _: store_time(phy) >= timestamp_ms
-        )
+        return self.first_offset_where(self.min_offset, self.max_offset, lambda phy, _: store_time(phy) >= timestamp_ms)
 
     # --- retention ---------------------------------------------------------------------------------
 

@@ -79,9 +79,7 @@ class IndexFile:
         raw = os.pread(self.fd, HEADER_SIZE, 0)
         if len(raw) != HEADER_SIZE:
             raise InvalidIndexFile(f"{self.path}: no header")
-        self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.hash_slot_num, count = HEADER.unpack(
-            raw
-        )
+        self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.hash_slot_num, count = HEADER.unpack(raw)
         file_size = os.fstat(self.fd).st_size
         entries_bytes = file_size - HEADER_SIZE - self.hash_slot_num * SLOT.size
         if self.hash_slot_num <= 0 or entries_bytes <= 0 or entries_bytes % ENTRY_SIZE:
@@ -126,9 +124,7 @@ class IndexFile:
     def lookup(self, h: int, max_num: int) -> list[int]:
         """Commit-log offsets of entries with key hash ``h``, newest first (candidates, to be verified)."""
         out: list[int] = []
-        (index,) = SLOT.unpack(
-            os.pread(self.fd, SLOT.size, HEADER_SIZE + (h % self.hash_slot_num) * SLOT.size)
-        )
+        (index,) = SLOT.unpack(os.pread(self.fd, SLOT.size, HEADER_SIZE + (h % self.hash_slot_num) * SLOT.size))
         while 0 < index < self.index_count and len(out) < max_num:
             entry_hash, phy, _, prev = ENTRY.unpack(os.pread(self.fd, ENTRY_SIZE, self._entry_pos(index)))
             if entry_hash == h:
@@ -185,6 +181,14 @@ class IndexService:
 
     def names(self) -> list[int]:
         return [f.begin_phy for f in self.files]
+
+    def truncate_from(self, phy: int) -> list[int]:
+        """Delete the files that begin at or after ``phy`` (recovery dispatches that range again)."""
+        doomed = [f for f in self.files if f.begin_phy >= phy]
+        for f in doomed:
+            f.destroy()
+            self.files.remove(f)
+        return [f.begin_phy for f in doomed]
 
     def put(self, topic: str, keys: list[str], phy: int, store_ts: int) -> None:
         for key in keys:

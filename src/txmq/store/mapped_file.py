@@ -46,9 +46,7 @@ class MappedFile:
     in the active segment is found.
     """
 
-    def __init__(
-        self, directory: str, file_from_offset: int, file_size: int, *, create: bool = False
-    ) -> None:
+    def __init__(self, directory: str, file_from_offset: int, file_size: int, *, create: bool = False) -> None:
         self.file_from_offset = file_from_offset
         self.file_size = file_size
         self.path = os.path.join(directory, offset_to_name(file_from_offset))
@@ -151,9 +149,7 @@ class MappedFileQueue:
         for name in names:
             start = int(name)
             if start % self.file_size:
-                problems.append(
-                    f"{self.directory}/{name}: offset not a multiple of the segment size, ignored"
-                )
+                problems.append(f"{self.directory}/{name}: offset not a multiple of the segment size, ignored")
                 continue
             size = os.path.getsize(os.path.join(self.directory, name))
             if size != self.file_size:

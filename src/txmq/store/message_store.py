@@ -52,9 +52,7 @@ from txmq.store.results import (
 
 log = logging.getLogger("txmq.store")
 
-MAX_FILTER_ENTRIES = (
-    800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
-)
+MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
 
 
 def _now_ms() -> int:
@@ -78,9 +76,7 @@ class DefaultMessageStore:
     records replayed by ``start()``.
     """
 
-    def __init__(
-        self, config: StoreConfig, dispatchers: list[Callable[[DispatchRequest], None]] | None = None
-    ):
+    def __init__(self, config: StoreConfig, dispatchers: list[Callable[[DispatchRequest], None]] | None = None):
         self.config = config
         root = config.store_path_root_dir
         os.makedirs(root, exist_ok=True)
@@ -93,6 +89,7 @@ class DefaultMessageStore:
         self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
         self._arrival_listeners: list[Callable[[str, int, int], None]] = []
         self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
+        self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; close waits for a running one
         self._last_store_ts = 0
         self._checkpoint_offset = 0
         self._flush_service: FlushCommitLogService | None = None
@@ -254,7 +251,8 @@ class DefaultMessageStore:
         for task in self._tasks:
             task.cancel()
         self._open = False
-        self._close_files()
+        with self._checkpoint_lock:  # a checkpoint running in a worker thread still uses the files
+            self._close_files()
 
     def _close_files(self) -> None:
         self.commit_log.close()
@@ -284,18 +282,26 @@ class DefaultMessageStore:
 
     def _write_checkpoint(self, snap: _Snapshot) -> None:
         """Make the snapshot durable: commit log, then derived files, then the checkpoint (any thread)."""
-        self.commit_log.flush()
-        with self._files_lock:
-            for mf in snap.cq_files:
-                mf.flush()
-            for f in snap.index_files:
-                f.flush()
-            for directory in {os.path.dirname(mf.path) for mf in snap.cq_files}:
-                if os.path.isdir(directory):
-                    fsync_dir(directory)
-        self.checkpoint.write(snap.checkpoint)
-        self._checkpoint_offset = snap.checkpoint.recovery_offset
-        self._counters["checkpoints"] += 1
+        with self._checkpoint_lock:
+            try:
+                self.commit_log.flush()
+                with self._files_lock:
+                    for mf in snap.cq_files:
+                        mf.flush()
+                    for f in snap.index_files:
+                        f.flush()
+                    for directory in {os.path.dirname(mf.path) for mf in snap.cq_files}:
+                        if os.path.isdir(directory):
+                            fsync_dir(directory)
+                self.checkpoint.write(snap.checkpoint)
+            except BaseException:
+                for mf in snap.cq_files:
+                    mf.dirty = True  # the next checkpoint must fsync them again
+                for f in snap.index_files:
+                    f.dirty = True
+                raise
+            self._checkpoint_offset = snap.checkpoint.recovery_offset
+            self._counters["checkpoints"] += 1
 
     async def _checkpoint_async(self) -> None:
         await asyncio.to_thread(self._write_checkpoint, self._snapshot())
@@ -354,9 +360,7 @@ class DefaultMessageStore:
             offsets = self.commit_log.append(records)
         except (OSError, StoreError) as exc:
             log.error("commit-log append failed: %s", exc)
-            creating = (
-                isinstance(exc, OSError) and self.commit_log.queue.find(self.commit_log.max_offset) is None
-            )
+            creating = isinstance(exc, OSError) and self.commit_log.queue.find(self.commit_log.max_offset) is None
             return PutMessageResult(
                 PutMessageStatus.CREATE_MAPPED_FILE_FAILED if creating else PutMessageStatus.UNKNOWN_ERROR
             )
@@ -477,9 +481,7 @@ class DefaultMessageStore:
                         wire = to_wire(self.commit_log.read(phy, size))
                     except StoreError as exc:
                         self._counters["corrupt_reads"] += 1
-                        log.error(
-                            "%s/%d offset %d: skipping unreadable record: %s", cq.topic, cq.queue_id, pos, exc
-                        )
+                        log.error("%s/%d offset %d: skipping unreadable record: %s", cq.topic, cq.queue_id, pos, exc)
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     else:
                         result.messages.append(wire)

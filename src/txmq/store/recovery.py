@@ -105,10 +105,12 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
                 found = store.find_consume_queue(topic, qid)
                 if found is None or found.max_offset < max_offset:
                     have = found.max_offset if found else 0
-                    report.event(
-                        f"consume queue {topic}/{qid} has {have} entries, the checkpoint says {max_offset}"
-                    )
+                    report.event(f"consume queue {topic}/{qid} has {have} entries, the checkpoint says {max_offset}")
                     rebuild_queues.add((topic, qid))
+
+    dropped_index = store.index.truncate_from(start)
+    if dropped_index:
+        report.event(f"dropped {len(dropped_index)} index files beginning after the recovery point {start}")
 
     # 3. Rebuild lost derived files from the log, up to the recovery point.
     index_ranges = _lost_index_ranges(store, cp.index_files if cp else [], start, log_lo)
@@ -149,9 +151,7 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     return report
 
 
-def _lost_index_ranges(
-    store: DefaultMessageStore, listed: list[int], start: int, log_lo: int
-) -> list[tuple[int, int]]:
+def _lost_index_ranges(store: DefaultMessageStore, listed: list[int], start: int, log_lo: int) -> list[tuple[int, int]]:
     """Commit-log ranges [begin, end) of index files the checkpoint lists that are gone or were invalid."""
     if not store.config.message_index_enable:
         return []

@@ -1,0 +1,53 @@
+"""Helpers for the store suite and crash_writer.py: small segments so files roll, real files, real fsync."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from txmq.message import MessageExt
+from txmq.store import DefaultMessageStore, StoreConfig
+
+SEGMENT = 64 * 1024
+
+
+def make_config(root: str | os.PathLike[str], **overrides: Any) -> StoreConfig:
+    kw: dict[str, Any] = dict(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=SEGMENT,
+        mapped_file_size_consume_queue=20 * 64,
+        max_hash_slot_num=64,
+        max_index_num=128,
+        flush_interval_commit_log_ms=20,
+        checkpoint_interval_ms=60_000,  # tests checkpoint explicitly
+        clean_resource_interval_ms=60_000,
+    )
+    kw.update(overrides)
+    return StoreConfig(**kw)
+
+
+def msg(topic: str = "T", body: bytes = b"x" * 100, queue_id: int = 0, **props: str) -> MessageExt:
+    return MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=1, born_host=("10.0.0.2", 4321))
+
+
+def run(fn: Callable[[], Awaitable[Any]]) -> Any:
+    return asyncio.run(fn())  # type: ignore[arg-type]
+
+
+def open_store(config: StoreConfig) -> DefaultMessageStore:
+    return DefaultMessageStore(config)
+
+
+def flip_byte(path: str | os.PathLike[str], pos: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def segment_path(config: StoreConfig, offset: int) -> str:
+    start = offset - offset % config.mapped_file_size_commit_log
+    return os.path.join(config.store_path_root_dir, "commitlog", str(start).zfill(20))

@@ -1,0 +1,345 @@
+"""Corrupt the files on purpose, reopen, and check what the store reports, serves and refuses."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from crash_writer import body_for
+from store_helpers import flip_byte, make_config, msg, run, segment_path
+
+from txmq.errors import CorruptRecordError
+from txmq.message import decode_message
+from txmq.store import DefaultMessageStore
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+async def _fill(store: DefaultMessageStore, n: int, start: int = 0, queues: int = 1) -> list[int]:
+    offsets = []
+    for i in range(start, start + n):
+        result = await store.put_message(msg(body=b"%06d" % i + b"." * 150, queue_id=i % queues, KEYS=f"k{i}"))
+        assert result.ok
+        offsets.append(result.append_result.wrote_offset)
+    return offsets
+
+
+def _crash(store: DefaultMessageStore) -> None:
+    """Leave the files as a killed process would: no final flush, no checkpoint, abort file kept."""
+    store.close_without_shutdown()
+
+
+def _bodies(store: DefaultMessageStore, topic: str = "T", queue_id: int = 0) -> list[bytes]:
+    got = store.get_message(topic, queue_id, store.get_min_offset_in_queue(topic, queue_id), 100_000, 1 << 30)
+    return [decode_message(w)[0].body for w in got.messages]
+
+
+def _expected(ids) -> list[bytes]:
+    return [b"%06d" % i + b"." * 150 for i in ids]
+
+
+def test_clean_restart_trusts_the_checkpoint(root):
+    config = make_config(root)
+
+    async def main():
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _fill(store, 500)
+        end = store.max_phy_offset
+        await store.shutdown()
+        reopened = DefaultMessageStore(config)
+        report = reopened.recovery_report
+        assert report.clean_shutdown and report.checkpoint_offset == end == report.end_offset
+        assert report.records_scanned == 0 and not report.lost_data and report.events == []
+        assert _bodies(reopened) == _expected(range(500))
+        await reopened.shutdown()
+
+    run(main)
+
+
+def test_unclean_recovery_scans_only_the_tail(root):
+    config = make_config(root)
+
+    async def main():
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _fill(store, 2000, queues=2)
+        checkpoint = store.flush_and_checkpoint()
+        await _fill(store, 37, start=2000, queues=2)
+        _crash(store)
+
+        reopened = DefaultMessageStore(config)
+        report = reopened.recovery_report
+        assert not report.clean_shutdown and report.checkpoint_offset == checkpoint == report.scan_start
+        assert report.records_scanned == 37 and not report.lost_data
+        assert report.consume_queue_entries_truncated == 37  # rebuilt by dispatching the tail again
+        assert _bodies(reopened, queue_id=0) == _expected(range(0, 2037, 2))
+        assert _bodies(reopened, queue_id=1) == _expected(range(1, 2037, 2))
+        assert [m.body for m in reopened.query_message("T", "k2036")] == _expected([2036])
+        await reopened.start()
+        assert (await reopened.put_message(msg())).append_result.logics_offset == 1019
+        _crash(reopened)
+
+        # Without a checkpoint the whole log is scanned (the slow path), and nothing is lost either.
+        os.unlink(os.path.join(config.store_path_root_dir, "checkpoint"))
+        full = DefaultMessageStore(config)
+        assert full.recovery_report.checkpoint_offset is None
+        assert full.recovery_report.records_scanned == 2038
+        assert _bodies(full, queue_id=1) == _expected(range(1, 2037, 2))
+        await full.shutdown()
+
+    run(main)
+
+
+def test_flipped_byte_in_old_record_is_refused_on_read(root):
+    config = make_config(root)
+
+    async def main():
+        store = DefaultMessageStore(config)
+        await store.start()
+        offsets = await _fill(store, 600)
+        await store.shutdown()
+        victim = offsets[250]
+        flip_byte(segment_path(config, victim), victim % config.mapped_file_size_commit_log + 100)
+
+        reopened = DefaultMessageStore(config)
+        assert not reopened.recovery_report.lost_data  # before the checkpoint: recovery does not look there
+        with pytest.raises(CorruptRecordError):
+            reopened.read_record(victim)
+        with pytest.raises(CorruptRecordError):
+            reopened.look_message_by_offset(victim)
+        assert reopened.read_record(offsets[249]) and reopened.read_record(offsets[251])
+        assert _bodies(reopened) == _expected(i for i in range(600) if i != 250)
+        skipped = reopened.get_message("T", 0, 250, max_msg_nums=1)  # the bad one is skipped, not returned
+        assert skipped.queue_offsets == [251] and skipped.next_begin_offset == 252
+        reopened.read_record(offsets[-1])
+        assert reopened.runtime_info()["corrupt_reads"] >= 3
+        assert reopened.query_message("T", "k250") == []
+        await reopened.shutdown()
+
+    run(main)
+
+
+@pytest.mark.parametrize("where", ["header", "body", "trailer"])
+def test_flipped_byte_in_the_tail_truncates_there(root, where):
+    config = make_config(root)
+
+    async def main():
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _fill(store, 300)
+        store.flush_and_checkpoint()
+        offsets = await _fill(store, 100, start=300)
+        _crash(store)
+        victim = offsets[40]
+        size = offsets[41] - victim
+        pos = {"header": 21, "body": 90, "trailer": size - 2}[where]
+        flip_byte(segment_path(config, victim), victim % config.mapped_file_size_commit_log + pos)
+
+        reopened = DefaultMessageStore(config)
+        report = reopened.recovery_report
+        assert report.corrupt_offsets == [victim] and report.end_offset == victim
+        assert report.records_scanned == 40 and report.truncated_bytes > 0 and report.lost_data
+        assert reopened.max_phy_offset == victim
+        assert _bodies(reopened) == _expected(range(340))
+        assert reopened.get_max_offset_in_queue("T", 0) == 340
+        await reopened.start()
+        result = await reopened.put_message(msg(body=b"after"))
+        assert result.append_result.wrote_offset == victim and result.append_result.logics_offset == 340
+        await reopened.shutdown()
+        again = DefaultMessageStore(config)
+        assert again.recovery_report.events == []
+        assert _bodies(again)[-1] == b"after"
+        await again.shutdown()
+
+    run(main)
+
+
+def test_torn_last_record(root):
+    config = make_config(root)
+
+    async def main():
+        store = DefaultMessageStore(config)
+        await store.start()
+        offsets = await _fill(store, 120)
+        last, end = offsets[-1], store.max_phy_offset
+        _crash(store)
+        path = segment_path(config, last)
+        with open(path, "r+b") as f:  # only the first half of the last record reached the disk
+            f.seek(last % config.mapped_file_size_commit_log + (end - last) // 2)
+            f.write(b"\0" * ((end - last) - (end - last) // 2))
+
+        reopened = DefaultMessageStore(config)
+        report = reopened.recovery_report
+        assert not report.clean_shutdown
+        assert report.checkpoint_offset is None  # never checkpointed: the whole log is scanned
+        assert report.corrupt_offsets == [last] and report.records_scanned == 119
+        assert report.truncated_bytes == (end - last) // 2
+        assert _bodies(reopened) == _expected(range(119))
+        with pytest.raises(Exception, match="outside"):
+            reopened.read_record(last)
+        await reopened.shutdown()
+
+    run(main)
+
+
+def test_garbage_after_the_last_record(root):
+    config = make_config(root)
+
+    async def main():
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _fill(store, 500)
+        store.flush_and_checkpoint()
+        await _fill(store, 3, start=500)
+        end = store.max_phy_offset
+        _crash(store)
+        garbage = random.Random(7).randbytes(777)
+        with open(segment_path(config, end), "r+b") as f:
+            f.seek(end % config.mapped_file_size_commit_log)
+            f.write(garbage)
+
+        reopened = DefaultMessageStore(config)
+        report = reopened.recovery_report
+        assert report.end_offset == end and report.corrupt_offsets == [end]
+        assert report.records_scanned == 3 and report.truncated_bytes == len(garbage.rstrip(b"\0"))
+        assert _bodies(reopened) == _expected(range(503))
+        await reopened.start()
+        await _fill(reopened, 5, start=503)
+        _crash(reopened)
+        again = DefaultMessageStore(config)
+        assert not again.recovery_report.lost_data
+        assert _bodies(again) == _expected(range(508))
+        await again.shutdown()
+
+    run(main)
+
+
+def test_deleted_consume_queue_file_is_rebuilt(root):
+    config = make_config(root)  # 64 entries per consume-queue file
+
+    async def main():
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _fill(store, 400, queues=2)
+        await store.shutdown()
+        qdir = os.path.join(config.store_path_root_dir, "consumequeue", "T", "1")
+        names = sorted(os.listdir(qdir))
+        assert len(names) >= 3
+        os.unlink(os.path.join(qdir, names[1]))  # a file in the middle
+
+        reopened = DefaultMessageStore(config)
+        report = reopened.recovery_report
+        assert report.consume_queues_rebuilt == ["T/1"] and not report.lost_data
+        assert _bodies(reopened, queue_id=1) == _expected(range(1, 400, 2))
+        assert _bodies(reopened, queue_id=0) == _expected(range(0, 400, 2))
+        await reopened.shutdown()
+
+        # The whole queue directory gone: the checkpoint still knows the queue existed.
+        for name in os.listdir(qdir):
+            os.unlink(os.path.join(qdir, name))
+        os.rmdir(qdir)
+        again = DefaultMessageStore(config)
+        assert again.recovery_report.consume_queues_rebuilt == ["T/1"]
+        assert _bodies(again, queue_id=1) == _expected(range(1, 400, 2))
+        await again.shutdown()
+
+    run(main)
+
+
+def test_consume_queue_entry_pointing_past_the_log_is_rebuilt(root):
+    config = make_config(root)
+
+    async def main():
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _fill(store, 100)
+        checkpoint = store.flush_and_checkpoint()
+        _crash(store)
+        qfile = os.path.join(config.store_path_root_dir, "consumequeue", "T", "0", "0" * 20)
+        with open(qfile, "r+b") as f:  # entry 99 now claims a huge size
+            f.seek(99 * 20 + 8)
+            f.write((10**8).to_bytes(4, "big"))
+
+        reopened = DefaultMessageStore(config)
+        report = reopened.recovery_report
+        assert report.consume_queues_rebuilt == ["T/0"] and report.checkpoint_offset == checkpoint
+        assert _bodies(reopened) == _expected(range(100))
+        await reopened.shutdown()
+
+    run(main)
+
+
+def test_deleted_index_file_is_rebuilt(root):
+    config = make_config(root, max_index_num=100)
+
+    async def main():
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _fill(store, 400)
+        await store.shutdown()
+        idir = os.path.join(config.store_path_root_dir, "index")
+        names = sorted(os.listdir(idir))
+        assert len(names) >= 4
+        lost = names[1]
+        os.unlink(os.path.join(idir, lost))
+        with open(os.path.join(idir, names[2]), "r+b") as f:  # and a broken header in another one
+            f.write(b"\xff" * 40)
+
+        reopened = DefaultMessageStore(config)
+        report = reopened.recovery_report
+        assert sorted(report.index_files_rebuilt) == [int(lost), int(names[2])]
+        assert not report.lost_data
+        for i in range(400):
+            assert [m.body for m in reopened.query_message("T", f"k{i}")] == _expected([i]), i
+        await reopened.shutdown()
+
+    run(main)
+
+
+def test_crash_with_sigkill_keeps_every_acknowledged_record(root):
+    rng = random.Random(1234)
+    acked: dict[int, tuple[int, int, str]] = {}
+    checkpoints = 0
+    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for run_id in range(5):
+        child = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "crash_writer.py"), str(root), f"r{run_id}"],
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.05, 0.6))
+        child.send_signal(signal.SIGKILL)
+        out, _ = child.communicate()
+        assert child.returncode == -signal.SIGKILL
+        lines = out.decode().splitlines()
+        if lines and not out.endswith(b"\n"):
+            lines.pop()  # the kill cut the last line short
+        for line in lines:
+            off, qid, qoff, key = line.split()
+            acked[int(off)] = (int(qid), int(qoff), key)
+        assert lines, "the child acknowledged nothing"
+
+        store = DefaultMessageStore(make_config(root))
+        report = store.recovery_report
+        assert not report.clean_shutdown and report.corrupt_offsets == []
+        if report.checkpoint_offset:  # checkpoints run every 100 ms in the child: only the tail is scanned
+            checkpoints += 1
+            assert report.records_scanned < len(acked)
+        for off, (qid, qoff, key) in acked.items():
+            m = store.look_message_by_offset(off)
+            assert (m.body, m.queue_id, m.queue_offset, m.keys) == (body_for(key), qid, qoff, key)
+            assert store.get_commit_log_offset_in_queue("crash", qid, qoff) == off
+        for qid in range(3):
+            got = store.get_message("crash", qid, 0, 100_000, 1 << 30)
+            assert got.message_count == store.get_max_offset_in_queue("crash", qid)
+            assert [decode_message(w)[0].queue_offset for w in got.messages] == list(range(got.message_count))
+        store.close_without_shutdown()
+    assert len(acked) > 100 and checkpoints >= 3
