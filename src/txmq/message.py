@@ -341,6 +341,52 @@ def decode_messages(buf: bytes | memoryview, *, check_crc: bool = True) -> list[
     return out
 
 
+# --- batches ---------------------------------------------------------------------------------------
+#
+# A batch send carries several messages of one topic in one body (RocketMQ ``MessageDecoder.encodeMessages``):
+# per message TOTALSIZE (4), MAGICCODE (4, unused), BODYCRC (4), FLAG (4), BODY (4+n), PROPERTIES (2+p).
+
+_BATCH_HEAD = struct.Struct(">iiiii")
+
+
+def encode_batch(messages: Iterable[Message]) -> bytes:
+    parts = []
+    for m in messages:
+        props = properties_to_string(m.properties).encode()
+        total = _BATCH_HEAD.size + len(m.body) + 2 + len(props)
+        parts += [_BATCH_HEAD.pack(total, 0, body_crc(m.body), m.flag, len(m.body)), m.body,
+                  len(props).to_bytes(2, "big"), props]
+    return b"".join(parts)
+
+
+def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    """Returns (flag, body, properties) per message; ``RemoteProtocolError`` when the layout is broken."""
+    out = []
+    pos = 0
+    n = len(body)
+    while pos < n:
+        if n - pos < _BATCH_HEAD.size:
+            raise RemoteProtocolError("batch body truncated")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(body, pos)
+        end = pos + total
+        if total < _BATCH_HEAD.size + 2 or end > n or body_len < 0 or _BATCH_HEAD.size + body_len + 2 > total:
+            raise RemoteProtocolError(f"bad batch entry size {total}")
+        p = pos + _BATCH_HEAD.size
+        data = body[p : p + body_len]
+        p += body_len
+        props_len = int.from_bytes(body[p : p + 2], "big")
+        p += 2
+        if p + props_len != end:
+            raise RemoteProtocolError("batch entry sizes do not add up")
+        try:
+            props = string_to_properties(body[p:end].decode())
+        except UnicodeDecodeError as exc:
+            raise RemoteProtocolError("batch entry properties are not UTF-8") from exc
+        out.append((flag, data, props))
+        pos = end
+    return out
+
+
 # --- ids -------------------------------------------------------------------------------------------
 
 

@@ -19,7 +19,6 @@ from txmq.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection, RemotingServer, new_event_loop
 
-pytest.importorskip("rocketmq.client")
 
 DRIVER = """
 import sys

@@ -125,6 +125,12 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
 
+    # txmq's own admin requests (no RocketMQ equivalent); far above RocketMQ's range to stay clear of it.
+    TXMQ_STATS = 9001
+    TXMQ_TX_LIST = 9002
+    TXMQ_TX_SHOW = 9003
+    TXMQ_TX_RESUME = 9004
+
 
 class ResponseCode(IntEnum):
     """Response codes (RocketMQ ``RemotingSysResponseCode`` 0-4 and ``ResponseCode``)."""

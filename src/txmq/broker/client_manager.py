@@ -1,0 +1,148 @@
+"""Who is connected: producer groups (for check-back) and consumer groups (for rebalancing).
+
+RocketMQ's ``ProducerManager`` and ``ConsumerManager``: clients announce themselves by heartbeat (code 34);
+a connection that closes or stays silent past ``expired_ms`` is removed, and the members of a consumer group
+are told (code 40) so that they rebalance at once instead of at their next periodic rebalance.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from txmq.remoting.transport import Connection
+
+log = logging.getLogger("txmq.broker")
+
+
+@dataclass(slots=True)
+class ClientChannelInfo:
+    conn: Connection
+    client_id: str
+    language: str
+    version: int
+    last_update: float = field(default_factory=time.monotonic)
+
+
+@dataclass(slots=True)
+class SubscriptionData:
+    topic: str
+    sub_string: str = "*"
+    tags_set: list[str] = field(default_factory=list)
+    code_set: list[int] = field(default_factory=list)
+    sub_version: int = 0
+    expression_type: str = "TAG"
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic": self.topic, "subString": self.sub_string, "tagsSet": self.tags_set,
+                "codeSet": self.code_set, "subVersion": self.sub_version, "expressionType": self.expression_type,
+                "classFilterMode": False}
+
+
+@dataclass(slots=True)
+class ConsumerGroupInfo:
+    group: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+    channels: dict[int, ClientChannelInfo] = field(default_factory=dict)
+
+    def client_ids(self) -> list[str]:
+        return sorted({c.client_id for c in self.channels.values()})
+
+
+class ProducerManager:
+    def __init__(self) -> None:
+        self.groups: dict[str, dict[int, ClientChannelInfo]] = {}
+        self._rr = itertools.count()
+
+    def register(self, group: str, info: ClientChannelInfo) -> None:
+        chans = self.groups.setdefault(group, {})
+        known = chans.get(id(info.conn))
+        if known is None:
+            chans[id(info.conn)] = info
+            log.info("producer joined group %s: %s from %s", group, info.client_id, info.conn.remote_address)
+        else:
+            known.last_update = info.last_update
+
+    def unregister(self, group: str, conn: Connection) -> None:
+        chans = self.groups.get(group)
+        if chans and chans.pop(id(conn), None) is not None:
+            log.info("producer left group %s (%s)", group, conn.remote_address)
+            if not chans:
+                del self.groups[group]
+
+    def available_channel(self, group: str) -> Connection | None:
+        """A live connection of ``group``, round robin so that check-back load spreads over the group."""
+        chans = [c.conn for c in self.groups.get(group, {}).values() if not c.conn.closed]
+        if not chans:
+            return None
+        return chans[next(self._rr) % len(chans)]
+
+    def connections(self) -> Iterator[tuple[str, ClientChannelInfo]]:
+        for group, chans in self.groups.items():
+            for info in chans.values():
+                yield group, info
+
+    def remove_connection(self, conn: Connection) -> None:
+        for group in list(self.groups):
+            self.unregister(group, conn)
+
+    def scan_expired(self, expired_s: float) -> None:
+        now = time.monotonic()
+        for group, chans in list(self.groups.items()):
+            for info in list(chans.values()):
+                if now - info.last_update > expired_s:
+                    log.warning("producer %s of group %s expired", info.client_id, group)
+                    self.unregister(group, info.conn)
+
+
+class ConsumerManager:
+    def __init__(self, on_ids_changed: Callable[[ConsumerGroupInfo], None]) -> None:
+        self.groups: dict[str, ConsumerGroupInfo] = {}
+        self._on_ids_changed = on_ids_changed
+
+    def register(self, info: ConsumerGroupInfo, channel: ClientChannelInfo) -> None:
+        group = self.groups.get(info.group)
+        if group is None:
+            group = self.groups[info.group] = ConsumerGroupInfo(info.group)
+        group.consume_type = info.consume_type
+        group.message_model = info.message_model
+        group.consume_from_where = info.consume_from_where
+        group.subscriptions = info.subscriptions
+        known = group.channels.get(id(channel.conn))
+        if known is None:
+            group.channels[id(channel.conn)] = channel
+            log.info("consumer joined group %s: %s", info.group, channel.client_id)
+            self._on_ids_changed(group)
+        else:
+            known.last_update = channel.last_update
+
+    def unregister(self, group_name: str, conn: Connection) -> None:
+        group = self.groups.get(group_name)
+        if group is None or group.channels.pop(id(conn), None) is None:
+            return
+        log.info("consumer left group %s (%s)", group_name, conn.remote_address)
+        if group.channels:
+            self._on_ids_changed(group)
+        else:
+            del self.groups[group_name]
+
+    def get(self, group: str) -> ConsumerGroupInfo | None:
+        return self.groups.get(group)
+
+    def remove_connection(self, conn: Connection) -> None:
+        for name in list(self.groups):
+            self.unregister(name, conn)
+
+    def scan_expired(self, expired_s: float) -> None:
+        now = time.monotonic()
+        for name, group in list(self.groups.items()):
+            for info in list(group.channels.values()):
+                if now - info.last_update > expired_s:
+                    log.warning("consumer %s of group %s expired", info.client_id, name)
+                    self.unregister(name, info.conn)

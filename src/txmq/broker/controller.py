@@ -1,0 +1,247 @@
+"""One broker: the store, the managers, the processors by request code, and the periodic services
+(RocketMQ's ``BrokerController``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from txmq.broker.client_manager import ConsumerGroupInfo, ConsumerManager, ProducerManager
+from txmq.broker.config import BrokerConfig
+from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
+from txmq.broker.processor.admin import AdminBrokerProcessor
+from txmq.broker.processor.client_manage import ClientManageProcessor
+from txmq.broker.processor.end_transaction import EndTransactionProcessor, RemotingCheckSender
+from txmq.broker.processor.pull import PullMessageProcessor
+from txmq.broker.processor.send import SendMessageProcessor
+from txmq.broker.schedule import ScheduleMessageService
+from txmq.broker.topic_config_manager import TopicConfigManager
+from txmq.broker.transaction.check_service import TransactionalMessageCheckService
+from txmq.broker.transaction.service import TransactionalMessageService
+from txmq.errors import ClientError
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import Connection, RemotingClient, RemotingServer
+from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
+
+log = logging.getLogger("txmq.broker")
+
+
+def pick_free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig) -> None:
+        if config.listen_port == 0:
+            config.listen_port = pick_free_port(config.broker_ip1)
+        self.config = config
+        self.root = Path(config.store_path_root_dir)
+        self.store_host = (config.broker_ip1, config.listen_port)
+        self.store = DefaultMessageStore(StoreConfig(
+            store_path_root_dir=str(self.root),
+            mapped_file_size_commit_log=config.mapped_file_size_commit_log,
+            mapped_file_size_consume_queue=config.mapped_file_size_consume_queue,
+            flush_disk_type=FlushDiskType[config.flush_disk_type.upper()],
+            flush_interval_commit_log_ms=config.flush_interval_commit_log,
+            sync_flush_timeout_ms=config.sync_flush_timeout,
+            file_reserved_time_hours=config.file_reserved_time,
+            max_message_size=config.max_message_size,
+            store_host=self.store_host,
+        ))
+        levels = config.delay_levels_ms()
+        self.topic_config_manager = TopicConfigManager(self.root, auto_create=config.auto_create_topic_enable,
+                                                       default_queue_nums=config.default_topic_queue_nums,
+                                                       delay_levels=len(levels))
+        self.consumer_offset_manager = ConsumerOffsetManager(self.root)
+        self.producer_manager = ProducerManager()
+        self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
+        self.schedule_service = ScheduleMessageService(self.store, levels, self.root)
+        self.transaction_service = TransactionalMessageService(
+            self.store, transaction_timeout_ms=config.transaction_time_out,
+            file_reserved_time_h=config.file_reserved_time)
+        self.check_service = TransactionalMessageCheckService(
+            self.transaction_service, check_max=config.transaction_check_max,
+            check_interval_ms=config.transaction_check_interval)
+        self.check_service.senders.append(RemotingCheckSender(self))
+
+        self.send_processor = SendMessageProcessor(self)
+        self.pull_processor = PullMessageProcessor(self)
+        client = ClientManageProcessor(self)
+        admin = AdminBrokerProcessor(self)
+        end_tx = EndTransactionProcessor(self)
+        self.processors: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
+            RequestCode.SEND_MESSAGE: self.send_processor.process,
+            RequestCode.SEND_MESSAGE_V2: self.send_processor.process,
+            RequestCode.SEND_BATCH_MESSAGE: self.send_processor.process,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_processor.process,
+            RequestCode.PULL_MESSAGE: self.pull_processor.process,
+            RequestCode.END_TRANSACTION: end_tx.process,
+        }
+        for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+            self.processors[code] = client.process
+        for code in admin.handlers:
+            self.processors[code] = admin.process
+        self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
+
+        self.server = RemotingServer(self._dispatch, host=config.broker_ip1, port=config.listen_port)
+        self.namesrv_client = RemotingClient()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register_now = asyncio.Event()
+        self._registered: dict[str, bool] = {}
+        self.started = False
+
+    @property
+    def addr(self) -> str:
+        return self.config.broker_addr
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.store.start()
+        self.transaction_service.recover()
+        await self.server.start()
+        self.started = True
+        self._spawn(self.check_service.run(), "transaction check")
+        self._spawn(self.schedule_service.run(), "schedule")
+        self._spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist), "persist")
+        self._spawn(self._every(10.0, self._scan_clients), "client scan")
+        if self.config.namesrv_addr:
+            await self.register_all()
+            self._spawn(self._register_loop(), "namesrv registration")
+        log.info("broker %s listening on %s (%s, store %s)", self.config.broker_name, self.addr,
+                 self.config.flush_disk_type, self.root)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def shutdown(self) -> None:
+        if self.config.namesrv_addr:
+            await self._unregister_all()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await self.server.close()
+        await self.namesrv_client.close()
+        self._persist()
+        await self.store.shutdown()
+        self.started = False
+        log.info("broker %s stopped", self.config.broker_name)
+
+    async def _every(self, period_s: float, fn: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            try:
+                fn()
+            except Exception:
+                log.exception("periodic %s failed", getattr(fn, "__name__", fn))
+
+    def _persist(self) -> None:
+        self.consumer_offset_manager.persist()
+        self.schedule_service.persist()
+
+    def _scan_clients(self) -> None:
+        expired = self.config.client_channel_expired_ms / 1000
+        self.producer_manager.scan_expired(expired)
+        self.consumer_manager.scan_expired(expired)
+
+    # --- requests -------------------------------------------------------------------------------------
+
+    def _dispatch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[Any] | None:
+        processor = self.processors.get(cmd.code)
+        if processor is None:
+            return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                               remark=f"request code {cmd.code} is not supported by txmq's broker")
+        result = processor(conn, cmd)
+        return result  # type: ignore[no-any-return]
+
+    def _notify_consumer_ids_changed(self, group: ConsumerGroupInfo) -> None:
+        for info in group.channels.values():
+            if not info.conn.closed:
+                info.conn.send(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                                       {"consumerGroup": group.group}, oneway=True))
+
+    # --- name servers ---------------------------------------------------------------------------------
+
+    def schedule_register(self) -> None:
+        """Tell the name servers about a topic change now rather than at the next period."""
+        self._register_now.set()
+
+    async def _register_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._register_now.wait(), self.config.register_name_server_period / 1000)
+            self._register_now.clear()
+            await self.register_all()
+
+    def _namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.config.namesrv_addr.split(";") if a.strip()]
+
+    async def register_all(self) -> None:
+        body = orjson.dumps({"topicConfigSerializeWrapper": self.topic_config_manager.serialize(),
+                             "filterServerList": []})
+        ext = {"brokerAddr": self.addr, "brokerName": self.config.broker_name,
+               "clusterName": self.config.broker_cluster_name, "brokerId": str(self.config.broker_id),
+               "haServerAddr": "", "compressed": "false"}
+        for addr in self._namesrv_addrs():
+            try:
+                resp = await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER,
+                                                                                    ext, body=body), 3.0)
+                ok = resp.code == ResponseCode.SUCCESS
+            except (ClientError, OSError) as exc:
+                ok = False
+                if self._registered.get(addr, True):
+                    log.warning("register to namesrv %s failed: %s", addr, exc)
+            if ok and not self._registered.get(addr):
+                log.info("registered to namesrv %s", addr)
+            self._registered[addr] = ok
+
+    async def _unregister_all(self) -> None:
+        ext = {"brokerAddr": self.addr, "brokerName": self.config.broker_name,
+               "clusterName": self.config.broker_cluster_name, "brokerId": str(self.config.broker_id)}
+        for addr in self._namesrv_addrs():
+            with contextlib.suppress(ClientError, OSError):
+                await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext), 3.0)
+
+    # --- stats ----------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        store = self.store
+        topics = {}
+        for name, cfg in sorted(self.topic_config_manager.table.items()):
+            queues = {q: {"min": store.get_min_offset_in_queue(name, q), "max": store.get_max_offset_in_queue(name, q)}
+                      for q in range(cfg.write_queue_nums)}
+            topics[name] = {"perm": cfg.perm, "queues": queues,
+                            "messages": sum(v["max"] - v["min"] for v in queues.values())}
+        groups = {}
+        for key, offsets in self.consumer_offset_manager.table.items():
+            topic, group = key.split("@", 1)
+            lag = sum(max(0, store.get_max_offset_in_queue(topic, q) - o) for q, o in offsets.items())
+            groups[key] = {"topic": topic, "group": group, "lag": lag, "offsets": offsets}
+        tx = self.transaction_service
+        m = tx.metrics
+        return {
+            "broker": {"name": self.config.broker_name, "addr": self.addr, "flushDiskType": self.config.flush_disk_type},
+            "topics": topics,
+            "consumerGroups": groups,
+            "transactions": {
+                "pendingPerTopic": dict(tx.table.pending_per_topic), "pending": len(tx.table),
+                "discarded": len(tx.table.discarded), "commits": m.commits, "rollbacks": m.rollbacks,
+                "checks": m.checks, "discards": m.discards, "duplicates": m.duplicates, "conflicts": m.conflicts,
+                "resumes": m.resumes, "commitLatencyMs": m.latency_percentiles(),
+            },
+            "store": store.runtime_info(),
+        }

@@ -1,0 +1,119 @@
+"""Heartbeats, unregistration, consumer lists and queue locks (codes 34, 35, 38, 41, 42): RocketMQ's
+``ClientManageProcessor`` and ``RebalanceLockManager``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from txmq.broker.client_manager import ClientChannelInfo, ConsumerGroupInfo, SubscriptionData
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import Connection
+from txmq.topic import retry_topic
+
+if TYPE_CHECKING:
+    from txmq.broker.controller import BrokerController
+
+log = logging.getLogger("txmq.broker")
+
+REBALANCE_LOCK_MAX_LIVE_S = 60.0
+
+
+class RebalanceLockManager:
+    """Orderly consumers lock the queues they consume so that one client at a time owns a queue."""
+
+    def __init__(self) -> None:
+        self.locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}
+
+    def try_lock(self, group: str, mqs: list[dict[str, Any]], client_id: str) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        ok = []
+        for mq in mqs:
+            key = (group, str(mq["topic"]), str(mq.get("brokerName", "")), int(mq["queueId"]))
+            owner = self.locks.get(key)
+            if owner is None or owner[0] == client_id or now - owner[1] > REBALANCE_LOCK_MAX_LIVE_S:
+                self.locks[key] = (client_id, now)
+                ok.append(mq)
+        return ok
+
+    def unlock(self, group: str, mqs: list[dict[str, Any]], client_id: str) -> None:
+        for mq in mqs:
+            key = (group, str(mq["topic"]), str(mq.get("brokerName", "")), int(mq["queueId"]))
+            if self.locks.get(key, ("",))[0] == client_id:
+                del self.locks[key]
+
+
+class ClientManageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.locks = RebalanceLockManager()
+        self._watched: set[int] = set()
+
+    def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            if cmd.code == RequestCode.HEART_BEAT:
+                return self._heartbeat(conn, cmd)
+            if cmd.code == RequestCode.UNREGISTER_CLIENT:
+                f = cmd.ext_fields
+                if f.get("producerGroup"):
+                    self.broker.producer_manager.unregister(f["producerGroup"], conn)
+                if f.get("consumerGroup"):
+                    self.broker.consumer_manager.unregister(f["consumerGroup"], conn)
+                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+            if cmd.code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
+                group = self.broker.consumer_manager.get(cmd.ext_fields.get("consumerGroup", ""))
+                if group is None:
+                    return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
+                                                       remark="no consumer for this group")
+                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS,
+                                                   body=orjson.dumps({"consumerIdList": group.client_ids()}))
+            if cmd.code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+                body = orjson.loads(cmd.body)
+                mqs = body.get("mqSet") or []
+                if cmd.code == RequestCode.UNLOCK_BATCH_MQ:
+                    self.locks.unlock(body["consumerGroup"], mqs, body["clientId"])
+                    return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+                ok = self.locks.try_lock(body["consumerGroup"], mqs, body["clientId"])
+                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": ok}))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request body: {exc}")
+        return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+
+    def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        data = orjson.loads(cmd.body) if cmd.body else {}
+        client_id = str(data.get("clientID", ""))
+        self._watch(conn)
+        chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
+        for p in data.get("producerDataSet") or []:
+            self.broker.producer_manager.register(str(p["groupName"]), chan)
+        for c in data.get("consumerDataSet") or []:
+            group = str(c["groupName"])
+            subs = {}
+            for s in c.get("subscriptionDataSet") or []:
+                sd = SubscriptionData(str(s["topic"]), str(s.get("subString", "*")), list(s.get("tagsSet") or []),
+                                      list(s.get("codeSet") or []), int(s.get("subVersion", 0) or 0),
+                                      str(s.get("expressionType") or "TAG"))
+                subs[sd.topic] = sd
+            info = ConsumerGroupInfo(group, str(c.get("consumeType", "CONSUME_PASSIVELY")),
+                                     str(c.get("messageModel", "CLUSTERING")),
+                                     str(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")), subs)
+            if info.message_model == "CLUSTERING":
+                self.broker.topic_config_manager.create_if_absent(retry_topic(group), 1)
+            self.broker.consumer_manager.register(info, chan)
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+
+    def _watch(self, conn: Connection) -> None:
+        if id(conn) in self._watched:
+            return
+        self._watched.add(id(conn))
+
+        def closed(c: Connection) -> None:
+            self._watched.discard(id(c))
+            self.broker.producer_manager.remove_connection(c)
+            self.broker.consumer_manager.remove_connection(c)
+
+        conn.on_close.append(closed)

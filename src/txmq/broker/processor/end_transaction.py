@@ -1,0 +1,84 @@
+"""END_TRANSACTION (37) from producers, and CHECK_TRANSACTION_STATE (39) out to them (RocketMQ's
+``EndTransactionProcessor`` and ``Broker2Client.checkProducerTransactionState``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from txmq.broker.transaction.state import Outcome
+from txmq.errors import ClientError, RemoteProtocolError
+from txmq.message import MessageConst, MessageExt, MessageSysFlag, encode_message
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from txmq.remoting.transport import Connection
+
+if TYPE_CHECKING:
+    from txmq.broker.controller import BrokerController
+
+log = logging.getLogger("txmq.transaction")
+
+_OUTCOMES = {
+    MessageSysFlag.TRANSACTION_COMMIT_TYPE: Outcome.COMMIT,
+    MessageSysFlag.TRANSACTION_ROLLBACK_TYPE: Outcome.ROLLBACK,
+}
+
+
+class EndTransactionProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def process(self, conn: Connection, cmd: RemotingCommand):
+        if self.broker.config.is_slave:
+            return RemotingCommand.response_to(cmd, ResponseCode.SLAVE_NOT_AVAILABLE,
+                                               remark="broker is a slave: end transaction is forbidden")
+        try:
+            h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
+        except RemoteProtocolError as exc:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        outcome = _OUTCOMES.get(h.commit_or_rollback)
+        if outcome is None:
+            if h.commit_or_rollback != MessageSysFlag.TRANSACTION_NOT_TYPE:
+                return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
+                                                   remark=f"commitOrRollback {h.commit_or_rollback} is not 0, 8 or 12")
+            log.debug("producer %s reports transaction %s UNKNOWN%s: nothing changes", conn.remote_address,
+                      h.msg_id, " (check)" if h.from_transaction_check else "")
+            return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, remark="state unknown: nothing changed")
+        return self._end(cmd, h, outcome, "check" if h.from_transaction_check else "producer")
+
+    async def _end(self, cmd: RemotingCommand, h: EndTransactionRequestHeader, outcome: Outcome, source: str):
+        result = await self.broker.transaction_service.end_transaction(
+            producer_group=h.producer_group, half_offset=h.tran_state_table_offset,
+            commit_log_offset=h.commit_log_offset, outcome=outcome, source=source)
+        return RemotingCommand.response_to(cmd, result.code, remark=result.remark)
+
+
+class RemotingCheckSender:
+    """Sends code 39 to one live remoting connection of the producer group, round robin."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
+        conn = self.broker.producer_manager.available_channel(group)
+        if conn is None:
+            return False
+        uniq = half.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
+        header = CheckTransactionStateRequestHeader(
+            tran_state_table_offset=half_offset, commit_log_offset=half.commit_log_offset, msg_id=uniq,
+            transaction_id=uniq, offset_msg_id=half.offset_msg_id)
+        shown = MessageExt(
+            half.properties.get(MessageConst.REAL_TOPIC, half.topic), half.body, half.properties, flag=half.flag,
+            queue_id=int(half.properties.get(MessageConst.REAL_QUEUE_ID, "0")), queue_offset=half_offset,
+            commit_log_offset=half.commit_log_offset, sys_flag=half.sys_flag, born_timestamp=half.born_timestamp,
+            born_host=half.born_host, store_timestamp=half.store_timestamp, store_host=half.store_host,
+            reconsume_times=half.reconsume_times)
+        cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, header.to_ext(),
+                                      body=encode_message(shown), oneway=True)
+        try:
+            conn.send(cmd)
+        except ClientError as exc:
+            log.warning("check of %s to %s failed: %s", uniq, conn.remote_address, exc)
+            return False
+        return True

@@ -1,0 +1,239 @@
+"""Sends (codes 10, 310, 320) and consumer send-back (36): RocketMQ's ``SendMessageProcessor``.
+
+Checks what the client sent, resolves the topic (auto-creating it from TBW102 when allowed), routes retries
+past ``maxReconsumeTimes`` into the dead-letter topic, diverts delayed and transactional (half) messages,
+and stores the rest as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
+from txmq.message import MessageConst, MessageExt, decode_batch, string_to_properties
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
+from txmq.remoting.transport import Connection, parse_address
+from txmq.store import PutMessageResult, PutMessageStatus
+from txmq.topic import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    PermName,
+    check_topic,
+    dlq_topic,
+    retry_topic,
+)
+
+if TYPE_CHECKING:
+    from txmq.broker.controller import BrokerController
+
+log = logging.getLogger("txmq.broker")
+
+DEFAULT_MAX_RECONSUME_TIMES = 16
+
+_PUT_STATUS_TO_CODE = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+}
+# A stored message whose flush or replication lagged still has an id and offset worth answering with.
+_STORED_STATUSES = {
+    PutMessageStatus.PUT_OK,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE,
+}
+
+
+def peer_host(conn: Connection) -> tuple[str, int]:
+    """The peer as (IPv4, port) for BORNHOST; a peer we cannot express in IPv4 shows as 0.0.0.0."""
+    try:
+        host, port = parse_address(conn.remote_address)
+    except LocalProtocolError:
+        return ("0.0.0.0", 0)
+    return (host if host.count(".") == 3 else "0.0.0.0", port)
+
+
+class SendMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object | None:
+        try:
+            if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
+                return self._send_back(cmd, ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields))
+            if cmd.code == RequestCode.SEND_MESSAGE:
+                header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
+            else:
+                header = SendMessageRequestHeader.from_v2_ext(cmd.ext_fields)
+            return self._send(conn, cmd, header, batch=header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE)
+        except (RemoteProtocolError, InvalidMessageError) as exc:
+            return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
+
+    # --- plain, batch, transactional, delayed ----------------------------------------------------------
+
+    def _send(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, batch: bool):
+        broker = self.broker
+        if broker.config.is_slave:
+            return RemotingCommand.response_to(cmd, ResponseCode.SLAVE_NOT_AVAILABLE, remark="broker is a slave")
+        check_topic(h.topic)
+        if h.topic in NOT_ALLOWED_SEND_TOPICS:
+            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
+                                               remark=f"topic {h.topic} is a system topic; sending to it is forbidden")
+        if len(cmd.body) > broker.config.max_message_size and not batch:
+            return RemotingCommand.response_to(
+                cmd, ResponseCode.MESSAGE_ILLEGAL,
+                remark=f"message body {len(cmd.body)} bytes exceeds maxMessageSize {broker.config.max_message_size}",
+            )
+        topic_config = broker.topic_config_manager.get(h.topic)
+        if topic_config is None:
+            if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                topic_config = broker.topic_config_manager.create_if_absent(h.topic, 1)
+            else:
+                topic_config = broker.topic_config_manager.create_in_send(
+                    h.topic, h.default_topic, h.default_topic_queue_nums, 0)
+                if topic_config is not None:
+                    broker.schedule_register()
+            if topic_config is None:
+                return RemotingCommand.response_to(
+                    cmd, ResponseCode.TOPIC_NOT_EXIST,
+                    remark=f"topic[{h.topic}] not exist, apply first please! (autoCreateTopicEnable is off)",
+                )
+        if not PermName.is_writeable(topic_config.perm):
+            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
+                                               remark=f"the topic[{h.topic}] sending message is forbidden")
+        queue_id = h.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(topic_config.write_queue_nums)
+        elif queue_id >= topic_config.write_queue_nums:
+            return RemotingCommand.response_to(
+                cmd, ResponseCode.SYSTEM_ERROR,
+                remark=f"queueId {queue_id} is illegal: topic {h.topic} has {topic_config.write_queue_nums} write queues",
+            )
+        born_host = peer_host(conn)
+        if batch:
+            entries = decode_batch(cmd.body)
+            if not entries:
+                return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+            for _flag, data, _props in entries:
+                if len(data) > broker.config.max_message_size:
+                    return RemotingCommand.response_to(
+                        cmd, ResponseCode.MESSAGE_ILLEGAL,
+                        remark=f"a batch message of {len(data)} bytes exceeds maxMessageSize")
+            msgs = [self._inner(h, queue_id, flag, data, props, born_host) for flag, data, props in entries]
+            return self._put_batch(cmd, msgs)
+        msg = self._inner(h, queue_id, h.flag, cmd.body, string_to_properties(h.properties), born_host)
+        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
+            if h.reconsume_times >= max_times:
+                self._to_dlq(msg, msg.topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX))
+        if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true":
+            if broker.config.reject_transaction_message:
+                return RemotingCommand.response_to(
+                    cmd, ResponseCode.NO_PERMISSION,
+                    remark=f"the broker[{broker.config.broker_addr}] sending transaction message is forbidden "
+                    "(rejectTransactionMessage=true)",
+                )
+            return self._put(cmd, msg, broker.transaction_service.prepare_message(msg))
+        if msg.delay_time_level > 0 and not msg.topic.startswith("%DLQ%"):
+            broker.schedule_service.divert(msg)
+        return self._put(cmd, msg, broker.store.put_message(msg))
+
+    def _inner(self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
+               props: dict[str, str], born_host: tuple[str, int]) -> MessageExt:
+        return MessageExt(
+            h.topic, body, props, flag=flag, queue_id=queue_id, sys_flag=h.sys_flag,
+            born_timestamp=h.born_timestamp or int(time.time() * 1000), born_host=born_host,
+            store_host=self.broker.store_host, reconsume_times=h.reconsume_times,
+        )
+
+    def _to_dlq(self, msg: MessageExt, group: str) -> None:
+        topic = dlq_topic(group)
+        self.broker.topic_config_manager.create_if_absent(topic, 1, PermName.PERM_WRITE)
+        msg.properties.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
+        msg.topic = topic
+        msg.queue_id = 0
+        msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        log.info("message %s to dead-letter topic %s after %d reconsumes", msg.msg_id, topic, msg.reconsume_times)
+
+    async def _put(self, cmd: RemotingCommand, msg: MessageExt, pending) -> RemotingCommand:
+        try:
+            result: PutMessageResult = await pending
+        except (StoreError, InvalidMessageError) as exc:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
+        return self._response(cmd, msg, result)
+
+    async def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt]) -> RemotingCommand:
+        ids: list[str] = []
+        first: PutMessageResult | None = None
+        for msg in msgs:
+            result = await self.broker.store.put_message(msg)
+            if result.status not in _STORED_STATUSES or result.append_result is None:
+                return self._response(cmd, msg, result)
+            first = first or result
+            ids.append(result.append_result.msg_id)
+        assert first is not None and first.append_result is not None
+        header = SendMessageResponseHeader(msg_id=",".join(ids), queue_id=msgs[0].queue_id,
+                                           queue_offset=first.append_result.logics_offset)
+        return RemotingCommand.response_to(cmd, _PUT_STATUS_TO_CODE.get(first.status, ResponseCode.SYSTEM_ERROR),
+                                           ext_fields=header.to_ext())
+
+    def _response(self, cmd: RemotingCommand, msg: MessageExt, result: PutMessageResult) -> RemotingCommand:
+        code = _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
+        if result.status not in _STORED_STATUSES or result.append_result is None:
+            return RemotingCommand.response_to(cmd, code, remark=f"store answered {result.status.name}")
+        ar = result.append_result
+        header = SendMessageResponseHeader(
+            msg_id=ar.msg_id, queue_id=msg.queue_id, queue_offset=ar.logics_offset,
+            transaction_id=msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true" else None,
+        )
+        ext = header.to_ext()
+        ext["MSG_REGION"] = "DefaultRegion"
+        ext["TRACE_ON"] = "true"
+        return RemotingCommand.response_to(cmd, code, ext_fields=ext)
+
+    # --- consumer send-back: retry with delay, or the dead-letter topic --------------------------------
+
+    async def _send_back(self, cmd: RemotingCommand, h: ConsumerSendMsgBackRequestHeader) -> RemotingCommand:
+        broker = self.broker
+        try:
+            origin = broker.store.look_message_by_offset(h.offset)
+        except StoreError as exc:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
+                                               remark=f"look message by offset {h.offset} failed: {exc}")
+        retry = retry_topic(h.group)
+        broker.topic_config_manager.create_if_absent(retry, 1)
+        props = dict(origin.properties)
+        props.setdefault(MessageConst.RETRY_TOPIC, origin.topic)
+        props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, h.origin_msg_id or origin.msg_id)
+        reconsume = origin.reconsume_times + 1
+        props.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        msg = MessageExt(retry, origin.body, props, flag=origin.flag, queue_id=0, sys_flag=origin.sys_flag,
+                         born_timestamp=origin.born_timestamp, born_host=origin.born_host,
+                         store_host=broker.store_host, reconsume_times=reconsume)
+        max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
+        if origin.reconsume_times >= max_times or h.delay_level < 0:
+            self._to_dlq(msg, h.group)
+        else:
+            level = h.delay_level if h.delay_level > 0 else 3 + origin.reconsume_times
+            level = min(level, len(broker.config.delay_levels_ms()))
+            msg.properties[MessageConst.DELAY_TIME_LEVEL] = str(level)
+            broker.schedule_service.divert(msg)
+        result = await broker.store.put_message(msg)
+        if result.status not in _STORED_STATUSES:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
+                                               remark=f"send back failed: {result.status.name}")
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)

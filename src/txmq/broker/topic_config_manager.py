@@ -1,0 +1,92 @@
+"""Topic configs of one broker, persisted in ``config/topics.json`` (RocketMQ ``TopicConfigManager``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from txmq.broker.persist import read_json, write_json_atomic
+from txmq.topic import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    PermName,
+    TopicConfig,
+)
+
+log = logging.getLogger("txmq.broker")
+
+
+class TopicConfigManager:
+    def __init__(self, root: Path, *, auto_create: bool, default_queue_nums: int, delay_levels: int) -> None:
+        self.path = root / "config" / "topics.json"
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = {"timestamp": int(time.time() * 1000), "counter": 0}
+        saved = read_json(self.path)
+        if saved:
+            for tc in (saved.get("topicConfigTable") or {}).values():
+                cfg = TopicConfig.from_json(tc)
+                self.table[cfg.topic_name] = cfg
+        system = [
+            TopicConfig(RMQ_SYS_TRANS_HALF_TOPIC, 1, 1),
+            TopicConfig(RMQ_SYS_TRANS_OP_HALF_TOPIC, 1, 1),
+            TopicConfig(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 1, 1, PermName.PERM_READ),
+            TopicConfig(RMQ_SYS_SCHEDULE_TOPIC, delay_levels, delay_levels),
+        ]
+        if auto_create:
+            system.append(TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, default_queue_nums, default_queue_nums,
+                                      PermName.READ_WRITE | PermName.PERM_INHERIT))
+        else:
+            self.table.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
+        for cfg in system:
+            self.table.setdefault(cfg.topic_name, cfg)
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def update(self, cfg: TopicConfig) -> None:
+        old = self.table.get(cfg.topic_name)
+        self.table[cfg.topic_name] = cfg
+        self._changed()
+        log.info("topic %s %s: read=%d write=%d perm=%s", "updated" if old else "created", cfg.topic_name,
+                 cfg.read_queue_nums, cfg.write_queue_nums, PermName.to_string(cfg.perm))
+
+    def delete(self, topic: str) -> bool:
+        if self.table.pop(topic, None) is None:
+            return False
+        self._changed()
+        log.info("topic deleted: %s", topic)
+        return True
+
+    def create_in_send(self, topic: str, default_topic: str, queue_nums: int, sys_flag: int = 0) -> TopicConfig | None:
+        """Auto-create ``topic`` from ``default_topic`` (TBW102) when that one allows inheritance."""
+        if topic in self.table:
+            return self.table[topic]
+        base = self.table.get(default_topic)
+        if base is None or not base.perm & PermName.PERM_INHERIT:
+            return None
+        nums = max(1, min(queue_nums, base.write_queue_nums))
+        cfg = TopicConfig(topic, nums, nums, base.perm & ~PermName.PERM_INHERIT, topic_sys_flag=sys_flag)
+        self.update(cfg)
+        return cfg
+
+    def create_if_absent(self, topic: str, queue_nums: int, perm: int = PermName.READ_WRITE) -> TopicConfig:
+        """For topics the broker owns itself: retry and dead-letter topics."""
+        cfg = self.table.get(topic)
+        if cfg is None:
+            cfg = TopicConfig(topic, queue_nums, queue_nums, perm)
+            self.update(cfg)
+        return cfg
+
+    def _changed(self) -> None:
+        self.data_version = {"timestamp": int(time.time() * 1000), "counter": int(self.data_version["counter"]) + 1}
+        self.persist()
+
+    def persist(self) -> None:
+        write_json_atomic(self.path, self.serialize())
+
+    def serialize(self) -> dict[str, object]:
+        return {"topicConfigTable": {n: c.to_json() for n, c in self.table.items()}, "dataVersion": self.data_version}

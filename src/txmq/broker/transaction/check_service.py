@@ -1,0 +1,99 @@
+"""Check-back of transactions whose outcome never arrived: RocketMQ's ``TransactionalMessageCheckService``.
+
+A pass takes from the state table's wheel only the transactions that are due, so its cost follows the number
+due, not the size of the log or of the committed backlog. For each: discard it after
+``transactionCheckMax`` checks (or when its half message is older than ``fileReservedTime``), otherwise send a
+check (code 39, or the gRPC telemetry equivalent) to one live producer of its group. A check counts only
+when it was handed to a live connection; with no producer online it is tried again next interval. The checks
+of one pass are recorded in a single op record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol
+
+from txmq.broker.transaction.service import TransactionalMessageService
+from txmq.broker.transaction.state import Outcome
+from txmq.message import MessageConst, MessageExt
+
+log = logging.getLogger("txmq.transaction")
+
+
+class CheckSender(Protocol):
+    """One way to reach the producers of a group (remoting connections, gRPC telemetry streams)."""
+
+    def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
+        """Hand a check for ``half`` to a live producer of ``group``; False when none is connected."""
+        ...
+
+
+class TransactionalMessageCheckService:
+    def __init__(self, service: TransactionalMessageService, *, check_max: int, check_interval_ms: int) -> None:
+        self.service = service
+        self.check_max = check_max
+        self.check_interval_ms = check_interval_ms
+        self.senders: list[CheckSender] = []
+        self.passes = 0
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.check_pass()
+            except Exception:  # one bad transaction must not stop checking for the others
+                log.exception("check pass failed")
+            now = time.time()
+            nxt = self.service.table.next_due_s()
+            wait = self.check_interval_ms / 1000 if nxt is None else max(0.05, min(nxt - now + 0.001,
+                                                                                    self.check_interval_ms / 1000))
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), wait)
+            except TimeoutError:
+                pass
+
+    async def check_pass(self, now_s: float | None = None) -> int:
+        """One pass over the due transactions; returns how many checks were sent."""
+        now = int(now_s if now_s is not None else time.time())
+        table = self.service.table
+        interval_s = max(1, -(-self.check_interval_ms // 1000))
+        reserved_s = self.service.file_reserved_time_h * 3600
+        sent: list[int] = []
+        due = list(table.pop_due(now))
+        if not due:
+            return 0
+        self.passes += 1
+        for half_offset in due:
+            info = table.info(half_offset)
+            if info is None:
+                continue
+            half = self.service.half_message(half_offset)
+            if half is None:
+                log.error("half message %d is gone from the log; transaction dropped", half_offset)
+                table.decide(half_offset, Outcome.DISCARD)
+                continue
+            if await self.service.resolve_recovered(half, half_offset):
+                continue
+            if info.checks >= self.check_max:
+                await self.service.discard(half, half_offset, info.checks, f"transactionCheckMax={self.check_max}")
+                continue
+            if now - info.store_time_s > reserved_s:
+                await self.service.discard(half, half_offset, info.checks, "older than fileReservedTime")
+                continue
+            checks = info.checks + 1
+            half.properties[MessageConst.TRANSACTION_CHECK_TIMES] = str(checks)
+            if any(s.send_check(info.group, half, half_offset) for s in self.senders):
+                table.count_check(half_offset)
+                sent.append(half_offset)
+            table.schedule(half_offset, now + interval_s)
+        if sent:
+            self.service.metrics.checks += len(sent)
+            await self.service.record_checks(sent)
+        log.info("check pass: %d due, %d checks sent, %d pending", len(due), len(sent), len(table))
+        return len(sent)

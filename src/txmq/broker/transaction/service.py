@@ -1,0 +1,325 @@
+"""Half messages, end of transaction and discards: RocketMQ's ``TransactionalMessageService`` and
+``EndTransactionProcessor`` logic, with txmq's contract on top (DESIGN.md §3):
+
+* COMMIT stores exactly one real message. Repeats answer SUCCESS and store nothing; a decision racing its own
+  repeat waits for the first one. After a restart, a transaction that recovery found pending is checked
+  against the index (its ``UNIQ_KEY`` in the real topic) before a commit or a check, because a crash can
+  land between the real message and its op record.
+* The first decision wins: COMMIT after ROLLBACK is refused with ``TRANSACTION_SHOULD_ROLLBACK`` and ROLLBACK
+  after COMMIT with ``TRANSACTION_SHOULD_COMMIT``, and logged.
+* A check never rewrites the half message: op records in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` carry outcomes
+  and check counts for many transactions at once (body: comma-separated half offsets, property
+  ``TXMQ_OP``: COMMIT, ROLLBACK, DISCARD, RESUME or CHECK). Recovery replays half and op queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from txmq.broker.transaction.state import Outcome, TransactionStateTable
+from txmq.errors import StoreError
+from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_message
+from txmq.remoting.codes import ResponseCode
+from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageResult, PutMessageStatus
+from txmq.topic import (
+    RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+)
+
+log = logging.getLogger("txmq.transaction")
+
+OP_PROPERTY = "TXMQ_OP"
+REMOVE_TAG = "d"
+_OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
+
+
+@dataclass(slots=True)
+class EndResult:
+    code: int
+    remark: str | None = None
+    put_result: PutMessageResult | None = None
+
+
+class TransactionMetrics:
+    def __init__(self) -> None:
+        self.commits = 0
+        self.rollbacks = 0
+        self.checks = 0
+        self.discards = 0
+        self.duplicates = 0
+        self.conflicts = 0
+        self.resumes = 0
+        self.commit_latency_ms: deque[int] = deque(maxlen=10_000)
+
+    def latency_percentiles(self) -> dict[str, float]:
+        data = sorted(self.commit_latency_ms)
+        if not data:
+            return {}
+        return {f"p{p}": float(data[min(len(data) - 1, int(len(data) * p / 100))]) for p in (50, 90, 99)}
+
+
+class TransactionalMessageService:
+    def __init__(self, store: DefaultMessageStore, *, transaction_timeout_ms: int, file_reserved_time_h: float) -> None:
+        self.store = store
+        self.table = TransactionStateTable()
+        self.metrics = TransactionMetrics()
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.file_reserved_time_h = file_reserved_time_h
+        self._in_flight: dict[int, asyncio.Future[EndResult]] = {}
+
+    # --- phase one: the half message ------------------------------------------------------------------
+
+    async def prepare_message(self, msg: MessageExt) -> PutMessageResult:
+        """Store ``msg`` as a half message (invisible) and start tracking it."""
+        msg.properties[MessageConst.REAL_TOPIC] = msg.topic
+        msg.properties[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
+        msg.sys_flag = MessageSysFlag.reset_transaction_value(msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE)
+        real_topic = msg.topic
+        msg.topic = RMQ_SYS_TRANS_HALF_TOPIC
+        msg.queue_id = 0
+        result = await self.store.put_message(msg)
+        if result.append_result is not None and result.status == PutMessageStatus.PUT_OK:
+            ar = result.append_result
+            store_s = ar.store_timestamp // 1000
+            self.table.add_pending(ar.logics_offset, real_topic, msg.properties.get(MessageConst.PRODUCER_GROUP, ""),
+                                   store_s, store_s + self._immunity_s(msg))
+        # The client sees its own topic and queue in the answer, as with RocketMQ.
+        msg.topic = real_topic
+        msg.queue_id = int(msg.properties[MessageConst.REAL_QUEUE_ID])
+        return result
+
+    def _immunity_s(self, msg: MessageExt) -> int:
+        raw = msg.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS)
+        default = -(-self.transaction_timeout_ms // 1000)
+        try:
+            return max(default, int(raw)) if raw else default
+        except ValueError:
+            return default
+
+    # --- phase two: COMMIT or ROLLBACK ----------------------------------------------------------------
+
+    async def end_transaction(self, *, producer_group: str, half_offset: int, commit_log_offset: int,
+                              outcome: Outcome, source: str) -> EndResult:
+        """Apply a producer's decision. ``source`` is for the log (client, check, grpc…)."""
+        running = self._in_flight.get(half_offset)
+        if running is not None:
+            first = await asyncio.shield(running)
+            return await self._repeat(half_offset, outcome, first)
+        try:
+            half = self.store.look_message_by_offset(commit_log_offset)
+        except StoreError as exc:
+            return EndResult(ResponseCode.SYSTEM_ERROR, f"Find prepared transaction message failed: {exc}")
+        problem = self._check_prepare_message(half, producer_group, half_offset, commit_log_offset)
+        if problem:
+            return EndResult(ResponseCode.SYSTEM_ERROR, problem)
+        current = self.table.outcome(half_offset)
+        if current in (Outcome.COMMIT, Outcome.ROLLBACK):
+            return await self._repeat(half_offset, outcome, None)
+        fut: asyncio.Future[EndResult] = asyncio.get_running_loop().create_future()
+        self._in_flight[half_offset] = fut
+        try:
+            if await self.resolve_recovered(half, half_offset):
+                # A commit from before the crash made it to the log; its op record did not.
+                result = await self._repeat(half_offset, outcome, None)
+            elif outcome == Outcome.COMMIT:
+                result = await self._commit(half, half_offset, commit_log_offset)
+            else:
+                self.table.decide(half_offset, Outcome.ROLLBACK)
+                await self._write_op("ROLLBACK", [half_offset])
+                self.metrics.rollbacks += 1
+                result = EndResult(ResponseCode.SUCCESS)
+            if result.code == ResponseCode.SUCCESS:
+                log.debug("transaction %s %s by %s", half.msg_id, outcome.name, source)
+            fut.set_result(result)
+            return result
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # the waiters, if any, see it; nobody else needs to
+            raise
+        finally:
+            del self._in_flight[half_offset]
+
+    async def _repeat(self, half_offset: int, outcome: Outcome, first: EndResult | None) -> EndResult:
+        current = self.table.outcome(half_offset)
+        if current == outcome:
+            self.metrics.duplicates += 1
+            return EndResult(ResponseCode.SUCCESS, f"transaction already {current.name.lower()}: nothing changed",
+                             first.put_result if first else None)
+        if current in (Outcome.COMMIT, Outcome.ROLLBACK):
+            self.metrics.conflicts += 1
+            code = ResponseCode.TRANSACTION_SHOULD_COMMIT if current == Outcome.COMMIT \
+                else ResponseCode.TRANSACTION_SHOULD_ROLLBACK
+            remark = (f"transaction at half offset {half_offset} was already {current.name.lower()}ed; "
+                      f"{outcome.name} refused (the first decision wins)")
+            log.warning(remark)
+            return EndResult(code, remark)
+        return first or EndResult(ResponseCode.SYSTEM_ERROR, "transaction decision failed")
+
+    @staticmethod
+    def _check_prepare_message(half: MessageExt, group: str, half_offset: int, commit_log_offset: int) -> str | None:
+        if half.topic != RMQ_SYS_TRANS_HALF_TOPIC:
+            return f"the message at commit-log offset {commit_log_offset} is not a half message"
+        if half.properties.get(MessageConst.PRODUCER_GROUP) != group:
+            return "The producer group wrong"
+        if half.queue_offset != half_offset:
+            return "The transaction state table offset wrong"
+        if half.commit_log_offset != commit_log_offset:
+            return "The commit log offset wrong"
+        return None
+
+    async def _commit(self, half: MessageExt, half_offset: int, commit_log_offset: int) -> EndResult:
+        real = self.real_message(half, half_offset, commit_log_offset)
+        self.table.decide(half_offset, Outcome.COMMIT)
+        result = await self.store.put_message(real)
+        if result.status != PutMessageStatus.PUT_OK and result.status != PutMessageStatus.FLUSH_DISK_TIMEOUT:
+            self.table.add_pending(half_offset, real.topic, half.properties.get(MessageConst.PRODUCER_GROUP, ""),
+                                   half.store_timestamp // 1000, int(time.time()) + 1)
+            return EndResult(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.status.name}")
+        await self._write_op("COMMIT", [half_offset])
+        self.metrics.commits += 1
+        self.metrics.commit_latency_ms.append(max(0, int(time.time() * 1000) - half.store_timestamp))
+        code = ResponseCode.SUCCESS if result.status == PutMessageStatus.PUT_OK else ResponseCode.FLUSH_DISK_TIMEOUT
+        return EndResult(code, None, result)
+
+    @staticmethod
+    def real_message(half: MessageExt, half_offset: int, commit_log_offset: int) -> MessageExt:
+        props = dict(half.properties)
+        topic = props.pop(MessageConst.REAL_TOPIC)
+        queue_id = int(props.pop(MessageConst.REAL_QUEUE_ID, "0"))
+        props.pop(MessageConst.TRANSACTION_PREPARED, None)
+        props[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
+        return MessageExt(
+            topic, half.body, props, flag=half.flag, queue_id=queue_id,
+            sys_flag=MessageSysFlag.reset_transaction_value(half.sys_flag, MessageSysFlag.TRANSACTION_COMMIT_TYPE),
+            born_timestamp=half.born_timestamp, born_host=half.born_host, store_host=half.store_host,
+            reconsume_times=half.reconsume_times, prepared_transaction_offset=commit_log_offset,
+        )
+
+    def _find_committed(self, half: MessageExt) -> MessageExt | None:
+        uniq = half.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        topic = half.properties.get(MessageConst.REAL_TOPIC, "")
+        if not uniq:
+            return None
+        for m in self.store.query_message(topic, uniq, 64):
+            if m.prepared_transaction_offset == half.commit_log_offset:
+                return m
+        return None
+
+    async def resolve_recovered(self, half: MessageExt, half_offset: int) -> bool:
+        """For a transaction recovery found pending: True when its commit is already in the log (then it is
+        recorded as committed)."""
+        if half_offset not in self.table.recovered:
+            return False
+        if self._find_committed(half) is None:
+            self.table.recovered.discard(half_offset)
+            return False
+        self.table.decide(half_offset, Outcome.COMMIT)
+        await self._write_op("COMMIT", [half_offset])
+        return True
+
+    # --- discard and resume ---------------------------------------------------------------------------
+
+    async def discard(self, half: MessageExt, half_offset: int, checks: int, why: str) -> None:
+        copy = MessageExt(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, half.body, dict(half.properties), flag=half.flag,
+                          queue_id=0, sys_flag=half.sys_flag, born_timestamp=half.born_timestamp,
+                          born_host=half.born_host, store_host=half.store_host)
+        copy.properties[MessageConst.TRANSACTION_CHECK_TIMES] = str(checks)
+        copy.properties[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
+        await self.store.put_message(copy)
+        self.table.decide(half_offset, Outcome.DISCARD)
+        await self._write_op("DISCARD", [half_offset])
+        self.metrics.discards += 1
+        log.warning("transaction %s of group %s discarded to %s after %d checks: %s", half.msg_id,
+                    half.properties.get(MessageConst.PRODUCER_GROUP), RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, checks, why)
+
+    async def resume(self, half_offset: int) -> str | None:
+        """Put a discarded transaction back into checking; returns an error text or None."""
+        if self.table.outcome(half_offset) != Outcome.DISCARD:
+            return f"transaction at half offset {half_offset} is {self.table.outcome(half_offset).name}, not DISCARD"
+        half = self.half_message(half_offset)
+        if half is None:
+            return f"half message {half_offset} is no longer in the log"
+        now = int(time.time())
+        self.table.add_pending(half_offset, half.properties.get(MessageConst.REAL_TOPIC, ""),
+                               half.properties.get(MessageConst.PRODUCER_GROUP, ""), half.store_timestamp // 1000, now)
+        await self._write_op("RESUME", [half_offset])
+        self.metrics.resumes += 1
+        log.info("transaction %s resumed into checking", half.msg_id)
+        return None
+
+    def half_message(self, half_offset: int) -> MessageExt | None:
+        got = self.store.get_message(RMQ_SYS_TRANS_HALF_TOPIC, 0, half_offset, 1)
+        if got.status != GetMessageStatus.FOUND or not got.messages:
+            return None
+        return decode_message(got.messages[0])[0]
+
+    # --- op records -----------------------------------------------------------------------------------
+
+    async def _write_op(self, op: str, half_offsets: list[int]) -> None:
+        if not half_offsets:
+            return
+        msg = MessageExt(RMQ_SYS_TRANS_OP_HALF_TOPIC, ",".join(map(str, half_offsets)).encode(),
+                         {MessageConst.TAGS: REMOVE_TAG, OP_PROPERTY: op}, queue_id=0,
+                         born_timestamp=int(time.time() * 1000), store_host=self.store.config.store_host)
+        await self.store.put_message(msg)
+
+    async def record_checks(self, half_offsets: list[int]) -> None:
+        await self._write_op("CHECK", half_offsets)
+
+    # --- recovery -------------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild the table from the half and op queues (the log is the truth)."""
+        started = time.monotonic()
+        halves = self._replay(RMQ_SYS_TRANS_HALF_TOPIC, self._replay_half)
+        ops = self._replay(RMQ_SYS_TRANS_OP_HALF_TOPIC, self._replay_op)
+        self.table.recovered = set(self.table.pending)
+        log.info("transactions recovered in %.2fs: %d half, %d op records, %d pending, %d discarded",
+                 time.monotonic() - started, halves, ops, len(self.table.pending), len(self.table.discarded))
+
+    def _replay(self, topic: str, apply) -> int:
+        offset = self.store.get_min_offset_in_queue(topic, 0)
+        end = self.store.get_max_offset_in_queue(topic, 0)
+        count = 0
+        while offset < end:
+            got = self.store.get_message(topic, 0, offset, 256, 4 * 1024 * 1024)
+            if got.status != GetMessageStatus.FOUND:
+                offset = max(offset + 1, got.next_begin_offset)
+                continue
+            for raw in got.messages:
+                msg, _ = decode_message(raw)
+                apply(msg)
+                count += 1
+            offset = got.next_begin_offset
+        return count
+
+    def _replay_half(self, half: MessageExt) -> None:
+        store_s = half.store_timestamp // 1000
+        self.table.add_pending(half.queue_offset, half.properties.get(MessageConst.REAL_TOPIC, ""),
+                               half.properties.get(MessageConst.PRODUCER_GROUP, ""), store_s,
+                               max(store_s + self._immunity_s(half), int(time.time())))
+
+    def _replay_op(self, op: MessageExt) -> None:
+        kind = op.properties.get(OP_PROPERTY, "COMMIT")
+        try:
+            offsets = [int(x) for x in op.body.decode().split(",") if x]
+        except ValueError:
+            log.error("unreadable op record at %d ignored", op.commit_log_offset)
+            return
+        for half_offset in offsets:
+            if kind in _OP_OUTCOMES:
+                if self.table.outcome(half_offset) not in (Outcome.COMMIT, Outcome.ROLLBACK):
+                    self.table.decide(half_offset, _OP_OUTCOMES[kind])
+            elif kind == "CHECK":
+                self.table.count_check(half_offset)
+            elif kind == "RESUME" and self.table.outcome(half_offset) == Outcome.DISCARD:
+                info_half = self.half_message(half_offset)
+                if info_half is not None:
+                    self.table.add_pending(half_offset, info_half.properties.get(MessageConst.REAL_TOPIC, ""),
+                                           info_half.properties.get(MessageConst.PRODUCER_GROUP, ""),
+                                           info_half.store_timestamp // 1000, int(time.time()))

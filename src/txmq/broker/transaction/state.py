@@ -1,0 +1,150 @@
+"""What the broker knows of every transaction, in a compact table (no message bodies, no Python object per
+transaction beyond one dict entry).
+
+Transactions are named by their half message's offset in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (RocketMQ's
+``tranStateTableOffset``), which grows by one per half message, so outcomes fit in a ``bytearray`` indexed by
+that offset. Pending transactions keep one packed int each (store second, checks sent, topic and group
+indexes: about 110 bytes with the dict slot), and their next check time sits in a wheel of one-second
+buckets, so a check pass touches only the buckets that are due.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class Outcome(IntEnum):
+    PENDING = 0
+    COMMIT = 1
+    ROLLBACK = 2
+    DISCARD = 3  # checked transactionCheckMax times without an answer; may be resumed
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInfo:
+    half_offset: int
+    store_time_s: int
+    checks: int
+    topic: str
+    group: str
+    recovered: bool
+
+
+class TransactionStateTable:
+    _GROUP_BITS = 16
+    _TOPIC_BITS = 20
+    _CHECK_BITS = 8
+
+    def __init__(self) -> None:
+        self.outcomes = bytearray()
+        self.pending: dict[int, int] = {}
+        self.pending_per_topic: Counter[str] = Counter()
+        self.discarded: dict[int, int] = {}  # half offset -> checks sent before the discard
+        self._names: list[str] = []
+        self._name_index: dict[str, int] = {}
+        self._wheel: dict[int, array[int]] = {}
+        self._wheel_keys: list[int] = []
+        # Transactions found pending by recovery: a commit may already be in the log without its op record.
+        self.recovered: set[int] = set()
+
+    # --- packing ------------------------------------------------------------------------------------
+
+    def _index(self, name: str) -> int:
+        idx = self._name_index.get(name)
+        if idx is None:
+            idx = self._name_index[name] = len(self._names)
+            self._names.append(name)
+        return idx
+
+    def _pack(self, store_time_s: int, checks: int, topic_idx: int, group_idx: int) -> int:
+        return (((store_time_s << self._CHECK_BITS | min(checks, 255)) << self._TOPIC_BITS | topic_idx)
+                << self._GROUP_BITS | group_idx)
+
+    def info(self, half_offset: int) -> PendingInfo | None:
+        packed = self.pending.get(half_offset)
+        if packed is None:
+            return None
+        group_idx = packed & ((1 << self._GROUP_BITS) - 1)
+        packed >>= self._GROUP_BITS
+        topic_idx = packed & ((1 << self._TOPIC_BITS) - 1)
+        packed >>= self._TOPIC_BITS
+        checks = packed & ((1 << self._CHECK_BITS) - 1)
+        store_time_s = packed >> self._CHECK_BITS
+        return PendingInfo(half_offset, store_time_s, checks, self._names[topic_idx], self._names[group_idx],
+                           half_offset in self.recovered)
+
+    # --- outcomes -----------------------------------------------------------------------------------
+
+    def outcome(self, half_offset: int) -> Outcome:
+        if 0 <= half_offset < len(self.outcomes):
+            return Outcome(self.outcomes[half_offset])
+        return Outcome.PENDING
+
+    def _set_outcome(self, half_offset: int, outcome: Outcome) -> None:
+        if half_offset >= len(self.outcomes):
+            self.outcomes.extend(bytes(max(half_offset + 1 - len(self.outcomes), len(self.outcomes), 1024)))
+        self.outcomes[half_offset] = outcome
+
+    def add_pending(self, half_offset: int, topic: str, group: str, store_time_s: int, first_check_s: int,
+                    checks: int = 0) -> None:
+        if self.outcome(half_offset) in (Outcome.COMMIT, Outcome.ROLLBACK) or half_offset in self.pending:
+            return
+        self.discarded.pop(half_offset, None)
+        self._set_outcome(half_offset, Outcome.PENDING)
+        self.pending[half_offset] = self._pack(store_time_s, checks, self._index(topic), self._index(group))
+        self.pending_per_topic[topic] += 1
+        self.schedule(half_offset, first_check_s)
+
+    def decide(self, half_offset: int, outcome: Outcome) -> None:
+        """Record an outcome; a DISCARD keeps the transaction listable, COMMIT and ROLLBACK are final."""
+        info = self.info(half_offset)
+        if info is not None:
+            del self.pending[half_offset]
+            self.recovered.discard(half_offset)
+            self.pending_per_topic[info.topic] -= 1
+            if not self.pending_per_topic[info.topic]:
+                del self.pending_per_topic[info.topic]
+        self._set_outcome(half_offset, outcome)
+        if outcome == Outcome.DISCARD:
+            self.discarded[half_offset] = info.checks if info is not None else 0
+        else:
+            self.discarded.pop(half_offset, None)
+
+    def count_check(self, half_offset: int) -> int:
+        packed = self.pending.get(half_offset)
+        if packed is None:
+            return 0
+        info = self.info(half_offset)
+        assert info is not None
+        checks = min(info.checks + 1, 255)
+        self.pending[half_offset] = self._pack(info.store_time_s, checks, self._name_index[info.topic],
+                                               self._name_index[info.group])
+        return checks
+
+    # --- check wheel --------------------------------------------------------------------------------
+
+    def schedule(self, half_offset: int, at_s: int) -> None:
+        bucket = self._wheel.get(at_s)
+        if bucket is None:
+            bucket = self._wheel[at_s] = array("q")
+            heapq.heappush(self._wheel_keys, at_s)
+        bucket.append(half_offset)
+
+    def pop_due(self, now_s: int) -> Iterator[int]:
+        """Pending transactions whose check time has come; decided ones are dropped on the way."""
+        while self._wheel_keys and self._wheel_keys[0] <= now_s:
+            at = heapq.heappop(self._wheel_keys)
+            for half_offset in self._wheel.pop(at):
+                if half_offset in self.pending:
+                    yield half_offset
+
+    def next_due_s(self) -> int | None:
+        return self._wheel_keys[0] if self._wheel_keys else None
+
+    def __len__(self) -> int:
+        return len(self.pending)

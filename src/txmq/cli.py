@@ -1,0 +1,289 @@
+"""The ``txmq`` command: servers, admin, send and consume, transactions, stats."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from txmq.errors import TxmqError
+
+
+def _namesrv(args: argparse.Namespace) -> str | None:
+    return getattr(args, "namesrv", None)
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from txmq.broker.controller import BrokerController
+    from txmq.namesrv.controller import NamesrvController
+    from txmq.server import broker_config, print_ready, run_process, serve
+
+    config = broker_config(args.config, {"brokerIP1": args.host, "listenPort": args.port,
+                                         "storePathRootDir": args.store, "flushDiskType": args.flush_disk_type,
+                                         "grpcPort": args.grpc_port})
+    namesrv = NamesrvController(args.host, args.namesrv_port)
+
+    async def main() -> None:
+        await serve(namesrv, BrokerController(config), print_ready)
+    return run_process(main())
+
+
+def cmd_namesrv(args: argparse.Namespace) -> int:
+    from txmq.namesrv.controller import NamesrvController
+    from txmq.server import print_ready, run_process, serve
+
+    async def main() -> None:
+        await serve(NamesrvController(args.host, args.port), None, print_ready)
+    return run_process(main())
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from txmq.broker.controller import BrokerController
+    from txmq.server import broker_config, print_ready, run_process, serve
+
+    config = broker_config(args.config, {"namesrvAddr": args.namesrv, "brokerIP1": args.host, "listenPort": args.port,
+                                         "storePathRootDir": args.store, "brokerName": args.broker_name,
+                                         "flushDiskType": args.flush_disk_type})
+
+    async def main() -> None:
+        await serve(None, BrokerController(config), print_ready)
+    return run_process(main())
+
+
+def _print(data: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def cmd_topic(args: argparse.Namespace) -> int:
+    from txmq.client.admin import Admin
+
+    with Admin(_namesrv(args)) as admin:
+        if args.action == "create":
+            admin.create_topic(args.topic, args.queues, args.broker or None, order=args.order)
+            print(f"topic {args.topic} created with {args.queues} queues")
+        elif args.action == "delete":
+            admin.delete_topic(args.topic)
+            print(f"topic {args.topic} deleted")
+        else:
+            for t in admin.list_topics():
+                print(t)
+    return 0
+
+
+class Progress:
+    """One status line on stderr, rewritten at most every 0.5 s."""
+
+    def __init__(self, what: str, total: int | None) -> None:
+        self.what, self.total, self.done = what, total, 0
+        self._last = 0.0
+        self._start = time.monotonic()
+
+    def add(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self._last > 0.5 or self.done == self.total:
+            self._last = now
+            rate = self.done / max(now - self._start, 1e-6)
+            of = f"/{self.total}" if self.total else ""
+            print(f"\r{self.what}: {self.done}{of} ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        print(file=sys.stderr)
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    from txmq.client.producer import Producer
+    from txmq.message import Message
+
+    props = dict(p.split("=", 1) for p in args.prop)
+    progress = Progress("sent", args.count)
+    with Producer(args.group, _namesrv(args)) as producer:
+        for i in range(args.count):
+            body = args.body if args.count == 1 else f"{args.body} {i}"
+            r = producer.send(Message(args.topic, body.encode(), tags=args.tags, keys=args.keys, properties=props))
+            if args.count == 1:
+                print(f"{r.status.value} msgId={r.msg_id} offsetMsgId={r.offset_msg_id} "
+                      f"queue={r.queue_id} offset={r.queue_offset}")
+            else:
+                progress.add()
+    if args.count > 1:
+        progress.close()
+    return 0
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from txmq.client.consumer import ConsumeFromWhere, ConsumeStatus, PushConsumer
+
+    got = threading.Event()
+    count = [0]
+    lock = threading.Lock()
+
+    def listener(msgs: list[Any]) -> ConsumeStatus:
+        for m in msgs:
+            text = m.body.decode(errors="replace")
+            print(f"{m.topic} q{m.queue_id}@{m.queue_offset} tags={m.tags} keys={m.keys} id={m.msg_id}: {text}",
+                  flush=True)
+        with lock:
+            count[0] += len(msgs)
+            if args.count and count[0] >= args.count:
+                got.set()
+        return ConsumeStatus.SUCCESS
+
+    consumer = PushConsumer(args.group, _namesrv(args), consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    consumer.subscribe(args.topic, args.expression)
+    consumer.register_listener(listener)
+    consumer.start()
+    try:
+        got.wait(args.timeout)
+    finally:
+        consumer.shutdown()
+    print(f"consumed {count[0]} messages", file=sys.stderr)
+    return 0 if not args.count or count[0] >= args.count else 2
+
+
+def cmd_tx(args: argparse.Namespace) -> int:
+    from txmq.client.admin import Admin
+
+    with Admin(_namesrv(args)) as admin:
+        if args.action == "list":
+            data = admin.tx_list(args.limit)
+            if args.json:
+                _print(data, True)
+                return 0
+            for broker, d in data.items():
+                totals = d["totals"][0]
+                print(f"broker {broker}: {totals['pending']} pending, {totals['discarded']} discarded")
+                for state in ("pending", "discarded"):
+                    for t in d[state]:
+                        print(f"  {state:9} {t['transactionId']} topic={t['topic']} group={t['group']} "
+                              f"age={t['ageS']}s checks={t['checks']} halfOffset={t['halfOffset']}")
+        elif args.action == "show":
+            _print(admin.tx_show(args.id), True)
+        else:
+            broker = admin.tx_resume(args.id)
+            print(f"transaction {args.id} resumed into checking on {broker}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from txmq.client.admin import Admin
+
+    with Admin(_namesrv(args)) as admin:
+        data = admin.stats()
+    if args.json:
+        _print(data, True)
+        return 0
+    for broker, s in data.items():
+        print(f"broker {broker} {s['broker']['addr']} ({s['broker']['flushDiskType']})")
+        print("  topics:")
+        for name, t in s["topics"].items():
+            print(f"    {name:40} messages={t['messages']}")
+        print("  consumer groups:")
+        for g in s["consumerGroups"].values():
+            print(f"    {g['group']:30} topic={g['topic']:30} lag={g['lag']}")
+        tx = s["transactions"]
+        print(f"  transactions: pending={tx['pending']} commits={tx['commits']} rollbacks={tx['rollbacks']} "
+              f"checks={tx['checks']} discards={tx['discards']} duplicates={tx['duplicates']} "
+              f"conflicts={tx['conflicts']} commitLatencyMs={tx['commitLatencyMs']}")
+        for topic, n in tx["pendingPerTopic"].items():
+            print(f"    pending on {topic}: {n}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="txmq", description="txmq: a transactional message broker (RocketMQ's design)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def namesrv_opt(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("-n", "--namesrv", help="name server HOST:PORT (default $NAMESRV_ADDR or 127.0.0.1:9876)")
+
+    s = sub.add_parser("server", help="name server + broker in one process (the embedded default)")
+    s.add_argument("--store", help="store directory (default ~/store)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=None, help="broker port (default 10911)")
+    s.add_argument("--namesrv-port", type=int, default=9876)
+    s.add_argument("--grpc-port", type=int, default=None)
+    s.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
+    s.add_argument("-c", "--config", help="RocketMQ broker.conf")
+    s.set_defaults(fn=cmd_server)
+
+    s = sub.add_parser("namesrv", help="a name server")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=9876)
+    s.set_defaults(fn=cmd_namesrv)
+
+    s = sub.add_parser("broker", help="a broker registering with name servers")
+    namesrv_opt(s)
+    s.add_argument("--host", default=None)
+    s.add_argument("--port", type=int, default=None)
+    s.add_argument("--store")
+    s.add_argument("--broker-name")
+    s.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
+    s.add_argument("-c", "--config", help="RocketMQ broker.conf")
+    s.set_defaults(fn=cmd_broker)
+
+    s = sub.add_parser("topic", help="create, list or delete topics")
+    s.add_argument("action", choices=["create", "list", "delete"])
+    s.add_argument("topic", nargs="?")
+    s.add_argument("--queues", type=int, default=8)
+    s.add_argument("--broker", action="append", default=[], help="only on this broker (repeatable)")
+    s.add_argument("--order", action="store_true")
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_topic)
+
+    s = sub.add_parser("send", help="send messages")
+    s.add_argument("--topic", required=True)
+    s.add_argument("--body", default="hello from txmq")
+    s.add_argument("--tags")
+    s.add_argument("--keys")
+    s.add_argument("--prop", action="append", default=[], help="k=v (repeatable)")
+    s.add_argument("--count", type=int, default=1)
+    s.add_argument("--group", default="txmq_cli_producer")
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_send)
+
+    s = sub.add_parser("consume", help="consume and print messages")
+    s.add_argument("--topic", required=True)
+    s.add_argument("--group", default="txmq_cli_consumer")
+    s.add_argument("--expression", default="*")
+    s.add_argument("--count", type=int, default=0, help="stop after this many (0: until --timeout)")
+    s.add_argument("--timeout", type=float, default=30.0)
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_consume)
+
+    s = sub.add_parser("tx", help="transactions: list pending and discarded, show one, resume a discarded one")
+    s.add_argument("action", choices=["list", "show", "resume"])
+    s.add_argument("id", nargs="?", help="transaction id or half offset")
+    s.add_argument("--limit", type=int, default=100)
+    s.add_argument("--json", action="store_true")
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_tx)
+
+    s = sub.add_parser("stats", help="topics, consumer lag and transaction metrics")
+    s.add_argument("--json", action="store_true")
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_stats)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command in ("topic",) and args.action != "list" and not args.topic:
+        print("txmq topic: a topic name is required", file=sys.stderr)
+        return 2
+    if args.command == "tx" and args.action != "list" and not args.id:
+        print("txmq tx: a transaction id is required", file=sys.stderr)
+        return 2
+    try:
+        return int(args.fn(args) or 0)
+    except TxmqError as exc:
+        print(f"txmq {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

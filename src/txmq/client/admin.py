@@ -1,0 +1,141 @@
+"""``Admin``: topics, stats and transactions across the brokers a name server knows (RocketMQ's
+``DefaultMQAdminExt``, the part txmq's CLI needs)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+
+from txmq.client.instance import MQClientInstance
+from txmq.client.producer import default_namesrv
+from txmq.client.runtime import ClientRuntime
+from txmq.errors import BrokerError, ClientError
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import CreateTopicRequestHeader
+from txmq.topic import PermName, check_topic
+
+
+class Admin:
+    def __init__(self, namesrv: str | None = None) -> None:
+        self.namesrv = default_namesrv(namesrv)
+        self._runtime: ClientRuntime | None = None
+        self.instance: MQClientInstance | None = None
+
+    def start(self) -> Admin:
+        if self._runtime is None:
+            self._runtime = ClientRuntime("admin")
+            self.instance = MQClientInstance(self.namesrv, f"admin-{os.getpid()}")
+        return self
+
+    def shutdown(self) -> None:
+        if self._runtime is not None and self.instance is not None:
+            try:
+                self._runtime.call(self.instance.close(), 10)
+            finally:
+                self._runtime.close()
+                self._runtime = None
+                self.instance = None
+
+    def __enter__(self) -> Admin:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _call(self, coro: Any, timeout: float = 30) -> Any:
+        if self._runtime is None:
+            coro.close()
+            raise ClientError("admin is not started")
+        return self._runtime.call(coro, timeout)
+
+    # --- cluster --------------------------------------------------------------------------------------
+
+    async def _brokers(self) -> dict[str, str]:
+        assert self.instance is not None
+        resp = await self.instance.invoke_namesrv(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark)
+        table = orjson.loads(resp.body).get("brokerAddrTable") or {}
+        out = {name: bd["brokerAddrs"]["0"] for name, bd in table.items() if "0" in (bd.get("brokerAddrs") or {})}
+        self.instance.broker_addrs.update(out)
+        return out
+
+    def brokers(self) -> dict[str, str]:
+        """Broker name → master address, as the name server has them."""
+        return self._call(self._brokers())  # type: ignore[no-any-return]
+
+    async def _each_broker(self, cmd_factory: Any, brokers: list[str] | None = None) -> dict[str, RemotingCommand]:
+        assert self.instance is not None
+        addrs = await self._brokers()
+        out = {}
+        for name in brokers or sorted(addrs):
+            if name not in addrs:
+                raise ClientError(f"no broker named {name}")
+            out[name] = await self.instance.remoting.invoke(addrs[name], cmd_factory(), 10)
+        return out
+
+    @staticmethod
+    def _check(resps: dict[str, RemotingCommand]) -> dict[str, RemotingCommand]:
+        for resp in resps.values():
+            if resp.code != ResponseCode.SUCCESS:
+                raise BrokerError(resp.code, resp.remark)
+        return resps
+
+    # --- topics ---------------------------------------------------------------------------------------
+
+    def create_topic(self, topic: str, queue_nums: int = 8, brokers: list[str] | None = None,
+                     perm: int = PermName.READ_WRITE, order: bool = False) -> None:
+        check_topic(topic)
+        header = CreateTopicRequestHeader(topic=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums,
+                                          perm=perm, order=order)
+        self._check(self._call(self._each_broker(
+            lambda: RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext()), brokers)))
+
+    def delete_topic(self, topic: str) -> None:
+        async def go() -> None:
+            assert self.instance is not None
+            await self._each_broker(lambda: RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER,
+                                                                    {"topic": topic}))
+            await self.instance.invoke_namesrv(RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV,
+                                                                       {"topic": topic}))
+        self._call(go())
+
+    def list_topics(self) -> list[str]:
+        async def go() -> list[str]:
+            assert self.instance is not None
+            resp = await self.instance.invoke_namesrv(
+                RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+            return sorted(orjson.loads(resp.body).get("topicList") or [])
+        return self._call(go())  # type: ignore[no-any-return]
+
+    # --- stats and transactions -----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        resps = self._check(self._call(self._each_broker(lambda: RemotingCommand.request(RequestCode.TXMQ_STATS))))
+        return {name: orjson.loads(r.body) for name, r in resps.items()}
+
+    def tx_list(self, limit: int = 100) -> dict[str, Any]:
+        resps = self._check(self._call(self._each_broker(
+            lambda: RemotingCommand.request(RequestCode.TXMQ_TX_LIST, {"limit": str(limit)}))))
+        return {name: orjson.loads(r.body) for name, r in resps.items()}
+
+    def tx_show(self, ident: str) -> dict[str, Any]:
+        """The transaction named by transaction id or half offset, from the first broker that knows it."""
+        resps = self._call(self._each_broker(lambda: RemotingCommand.request(RequestCode.TXMQ_TX_SHOW, {"id": ident})))
+        for name, r in resps.items():
+            if r.code == ResponseCode.SUCCESS:
+                return {"broker": name, **orjson.loads(r.body)}
+        raise ClientError(f"no broker knows transaction {ident}")
+
+    def tx_resume(self, ident: str) -> str:
+        resps = self._call(self._each_broker(lambda: RemotingCommand.request(RequestCode.TXMQ_TX_RESUME, {"id": ident})))
+        errors = []
+        for name, r in resps.items():
+            if r.code == ResponseCode.SUCCESS:
+                return name
+            if r.code != ResponseCode.QUERY_NOT_FOUND:
+                errors.append(f"{name}: {r.remark}")
+        raise ClientError("; ".join(errors) or f"no broker knows transaction {ident}")

@@ -1,0 +1,505 @@
+"""``PushConsumer`` (RocketMQ's ``DefaultMQPushConsumer``): rebalancing, long-poll pulls, concurrent or
+orderly consumption, retries through ``%RETRY%group`` and the dead-letter topic.
+
+* Clustering: the group's consumers split the queues (``allocate_averagely``) and rebalance when the broker
+  says the group changed (code 40) and every ``rebalance_interval_s``; offsets are committed to the broker.
+  Broadcasting: every consumer takes every queue and keeps its offsets in memory.
+* Each owned queue has one pull loop; pulled messages wait in a bounded process queue (``pull_threshold``
+  messages per queue: the loop pauses when it is full). The committed offset is the lowest offset still being
+  consumed, so a crash replays and never skips (at-least-once).
+* ``RECONSUME_LATER`` (or an exception) sends the message back (code 36): the broker stores it in the retry
+  topic with a growing delay and, after ``max_reconsume_times``, in ``%DLQ%group``.
+* Orderly: a queue is consumed only while this client holds its lock on the broker (codes 41/42), one batch at
+  a time; a failed batch is retried locally after ``suspend_s`` and goes to the DLQ after ``max_reconsume_times``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import orjson
+
+from txmq.client.instance import MessageQueue, MQClientInstance
+from txmq.client.producer import default_namesrv
+from txmq.client.rebalance import allocate_averagely
+from txmq.client.runtime import ClientRuntime
+from txmq.errors import ClientError, RemoteProtocolError
+from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_messages, java_string_hash
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import (
+    ConsumerSendMsgBackRequestHeader,
+    PullMessageRequestHeader,
+    parse_tag_expression,
+)
+from txmq.remoting.transport import Connection
+from txmq.topic import RETRY_GROUP_TOPIC_PREFIX, check_group, check_topic, retry_topic
+
+log = logging.getLogger("txmq.client")
+
+
+class ConsumeStatus(Enum):
+    SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class MessageModel(Enum):
+    CLUSTERING = "CLUSTERING"
+    BROADCASTING = "BROADCASTING"
+
+
+class ConsumeFromWhere(Enum):
+    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+MessageListener = Callable[[list[MessageExt]], ConsumeStatus]
+
+
+def prepare_for_user(msg: MessageExt) -> MessageExt:
+    """Undo what the broker did for retries and compression, so listeners see the message as sent."""
+    if msg.sys_flag & MessageSysFlag.COMPRESSED:
+        msg.body = zlib.decompress(msg.body)
+        msg.sys_flag &= ~MessageSysFlag.COMPRESSED
+    real = msg.properties.get(MessageConst.RETRY_TOPIC)
+    if real and msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        msg.topic = real
+    msg.transaction_id = msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    return msg
+
+
+class TagFilter:
+    """The client-side half of tag filtering: the broker matches hash codes, the client the strings."""
+
+    def __init__(self, expression: str) -> None:
+        self.expression = expression
+        tags = parse_tag_expression(expression)
+        self.tags = None if tags is None else set(tags)
+        self.codes = [] if tags is None else sorted({java_string_hash(t) for t in tags})
+
+    def match(self, msg: MessageExt) -> bool:
+        return self.tags is None or msg.tags in self.tags
+
+
+@dataclass(slots=True)
+class ProcessQueue:
+    """Messages pulled from one queue and not yet consumed, by queue offset (insertion order is offset order)."""
+
+    mq: MessageQueue
+    msgs: dict[int, MessageExt] = field(default_factory=dict)
+    next_offset: int = 0
+    dropped: bool = False
+    locked_until: float = 0.0
+    orderly_busy: bool = False
+    local_retries: dict[int, int] = field(default_factory=dict)
+
+    def consumed_offset(self) -> int:
+        """Everything below this offset is consumed."""
+        return next(iter(self.msgs)) if self.msgs else self.next_offset
+
+
+class PushConsumer:
+    def __init__(self, group: str, namesrv: str | None = None, *,
+                 message_model: MessageModel = MessageModel.CLUSTERING,
+                 consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 consume_timestamp_ms: int = 0, consume_thread_nums: int = 4, pull_batch_size: int = 32,
+                 consume_batch_max_size: int = 1, max_reconsume_times: int = 16, orderly: bool = False,
+                 pull_threshold: int = 1000, rebalance_interval_s: float = 20.0, suspend_timeout_ms: int = 15_000,
+                 persist_interval_s: float = 5.0, suspend_s: float = 1.0, instance_name: str | None = None) -> None:
+        check_group(group)
+        self.group = group
+        self.namesrv = default_namesrv(namesrv)
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.pull_batch_size = pull_batch_size
+        self.consume_batch_max_size = consume_batch_max_size
+        self.max_reconsume_times = max_reconsume_times
+        self.orderly = orderly
+        self.pull_threshold = pull_threshold
+        self.rebalance_interval_s = rebalance_interval_s
+        self.suspend_timeout_ms = suspend_timeout_ms
+        self.persist_interval_s = persist_interval_s
+        self.suspend_s = suspend_s
+        self.instance_name = instance_name or f"{group}-{os.getpid()}-{id(self):x}"
+        self.subscriptions: dict[str, TagFilter] = {}
+        self.listener: MessageListener | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(consume_thread_nums, thread_name_prefix=f"txmq-consume-{group}")
+        self._runtime: ClientRuntime | None = None
+        self.instance: MQClientInstance | None = None
+        self.queues: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self.offsets: dict[MessageQueue, int] = {}
+        self._rebalance_now: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lock = threading.Lock()
+
+    # --- configuration --------------------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        check_topic(topic)
+        self.subscriptions[topic] = TagFilter(expression)
+
+    def register_listener(self, fn: MessageListener) -> None:
+        self.listener = fn
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> PushConsumer:
+        if self.listener is None or not self.subscriptions:
+            raise ClientError("subscribe to a topic and register a listener before start()")
+        if self._runtime is not None:
+            return self
+        if self.message_model == MessageModel.CLUSTERING:
+            self.subscriptions.setdefault(retry_topic(self.group), TagFilter("*"))
+        self._runtime = ClientRuntime(self.instance_name)
+        self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler)
+        self.instance.heartbeat_data = self._heartbeat_data
+        self._runtime.call(self._start(), 30)
+        return self
+
+    async def _start(self) -> None:
+        assert self.instance is not None
+        self._rebalance_now = asyncio.Event()
+        for topic in self.subscriptions:
+            with contextlib.suppress(ClientError):
+                await self.instance.update_route(topic)
+        await self.instance.start()
+        await self.instance.send_heartbeat_to_all()
+        self._tasks.append(asyncio.create_task(self._rebalance_loop()))
+        self._tasks.append(asyncio.create_task(self._persist_loop()))
+
+    def shutdown(self) -> None:
+        if self._runtime is None:
+            return
+        try:
+            self._runtime.call(self._shutdown(), 30)
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._runtime.close()
+            self._runtime = None
+            self.instance = None
+
+    async def _shutdown(self) -> None:
+        assert self.instance is not None
+        for t in self._tasks:
+            t.cancel()
+        for mq in list(self.queues):
+            await self._drop_queue(mq)
+        await self._persist_offsets()
+        await self.instance.unregister(consumer_group=self.group)
+        await self.instance.close()
+
+    def __enter__(self) -> PushConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _heartbeat_data(self) -> dict[str, Any]:
+        now = int(time.time() * 1000)
+        subs = [{"topic": t, "subString": f.expression, "tagsSet": sorted(f.tags or []), "codeSet": f.codes,
+                 "subVersion": now, "expressionType": "TAG", "classFilterMode": False}
+                for t, f in self.subscriptions.items()]
+        return {"producerDataSet": [], "consumerDataSet": [{
+            "groupName": self.group, "consumeType": "CONSUME_PASSIVELY", "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from_where.value, "subscriptionDataSet": subs, "unitMode": False}]}
+
+    def _request_handler(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self._rebalance_now is not None:
+            self._rebalance_now.set()
+        return None
+
+    # --- rebalance ------------------------------------------------------------------------------------
+
+    async def _rebalance_loop(self) -> None:
+        assert self._rebalance_now is not None
+        while True:
+            try:
+                await self.rebalance()
+            except ClientError as exc:
+                log.warning("rebalance of %s failed: %s", self.group, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval_s)
+            self._rebalance_now.clear()
+
+    async def rebalance(self) -> None:
+        assert self.instance is not None
+        wanted: set[MessageQueue] = set()
+        for topic in self.subscriptions:
+            route = await self.instance.update_route(topic)
+            if route is None or not route.subscribe_queues:
+                continue
+            mqs = sorted(route.subscribe_queues)
+            if self.message_model == MessageModel.BROADCASTING:
+                wanted.update(mqs)
+                continue
+            cids = await self._consumer_ids(mqs[0].broker_name)
+            wanted.update(allocate_averagely(mqs, cids, self.instance.client_id))
+        for mq in [q for q in self.queues if q not in wanted]:
+            await self._drop_queue(mq)
+        for mq in sorted(wanted - set(self.queues)):
+            await self._add_queue(mq)
+        if self.orderly:
+            await self._lock_all()
+
+    async def _consumer_ids(self, broker_name: str) -> list[str]:
+        assert self.instance is not None
+        resp = await self.instance.invoke_broker(
+            broker_name, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}))
+        if resp.code != ResponseCode.SUCCESS:
+            await self.instance.send_heartbeat_to_all()
+            return [self.instance.client_id]
+        return list(orjson.loads(resp.body).get("consumerIdList") or [])
+
+    async def _add_queue(self, mq: MessageQueue) -> None:
+        offset = await self._initial_offset(mq)
+        pq = ProcessQueue(mq, next_offset=offset)
+        self.queues[mq] = pq
+        self.offsets[mq] = offset
+        self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(pq))
+        log.info("consumer %s takes %s:%s:%d from offset %d", self.group, mq.broker_name, mq.topic, mq.queue_id, offset)
+
+    async def _drop_queue(self, mq: MessageQueue) -> None:
+        pq = self.queues.pop(mq, None)
+        task = self._pull_tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if pq is None:
+            return
+        pq.dropped = True
+        for _ in range(50):  # let in-flight consumption finish so its offset is committed, not replayed
+            if not pq.msgs:
+                break
+            await asyncio.sleep(0.1)
+        self.offsets[mq] = pq.consumed_offset()
+        await self._commit_offset(mq, self.offsets[mq])
+        if self.orderly:
+            await self._unlock(mq)
+        log.info("consumer %s releases %s:%d at offset %d", self.group, mq.topic, mq.queue_id, self.offsets[mq])
+
+    # --- offsets --------------------------------------------------------------------------------------
+
+    async def _initial_offset(self, mq: MessageQueue) -> int:
+        assert self.instance is not None
+        if self.message_model == MessageModel.CLUSTERING:
+            resp = await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
+                RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": self.group, "topic": mq.topic,
+                                                    "queueId": str(mq.queue_id)}))
+            if resp.code == ResponseCode.SUCCESS:
+                return int(resp.ext_fields.get("offset", "0"))
+        elif mq in self.offsets:
+            return self.offsets[mq]
+        where = self.consume_from_where
+        if where == ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET or mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            code, ext = RequestCode.GET_MIN_OFFSET, {}
+        elif where == ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+            code, ext = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"timestamp": str(self.consume_timestamp_ms)}
+        else:
+            code, ext = RequestCode.GET_MAX_OFFSET, {}
+        resp = await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
+            code, {"topic": mq.topic, "queueId": str(mq.queue_id), **ext}))
+        if resp.code != ResponseCode.SUCCESS:
+            raise ClientError(f"cannot find a start offset for {mq}: {resp.remark}")
+        return int(resp.ext_fields.get("offset", "0"))
+
+    async def _commit_offset(self, mq: MessageQueue, offset: int) -> None:
+        if self.message_model != MessageModel.CLUSTERING or self.instance is None:
+            return
+        cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), "commitOffset": str(offset)})
+        try:
+            await self.instance.invoke_broker(mq.broker_name, cmd)
+        except ClientError as exc:
+            log.warning("committing offset %d of %s failed: %s", offset, mq, exc)
+
+    async def _persist_offsets(self) -> None:
+        for mq, pq in list(self.queues.items()):
+            self.offsets[mq] = pq.consumed_offset()
+            await self._commit_offset(mq, self.offsets[mq])
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.persist_interval_s)
+            await self._persist_offsets()
+
+    # --- pulling --------------------------------------------------------------------------------------
+
+    async def _pull_loop(self, pq: ProcessQueue) -> None:
+        assert self.instance is not None
+        mq = pq.mq
+        filt = self.subscriptions.get(mq.topic) or TagFilter("*")
+        while not pq.dropped:
+            if len(pq.msgs) >= self.pull_threshold or (self.orderly and pq.locked_until < time.monotonic()):
+                await asyncio.sleep(0.05)
+                continue
+            header = PullMessageRequestHeader(
+                consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=pq.next_offset,
+                max_msg_nums=self.pull_batch_size,
+                sys_flag=PullMessageRequestHeader.FLAG_SUSPEND | PullMessageRequestHeader.FLAG_SUBSCRIPTION,
+                suspend_timeout_millis=self.suspend_timeout_ms, subscription=filt.expression,
+                sub_version=0, expression_type="TAG")
+            try:
+                resp = await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
+                    RequestCode.PULL_MESSAGE, header.to_ext()), self.suspend_timeout_ms / 1000 + 5)
+            except ClientError as exc:
+                log.warning("pull from %s failed: %s", mq, exc)
+                await asyncio.sleep(1.0)
+                continue
+            next_offset = int(resp.ext_fields.get("nextBeginOffset", pq.next_offset))
+            if resp.code == ResponseCode.SUCCESS:
+                try:
+                    msgs = [prepare_for_user(m) for m in decode_messages(resp.body) if filt.match(m)]
+                except (RemoteProtocolError, zlib.error) as exc:
+                    log.error("undecodable pull response from %s: %s", mq, exc)
+                    await asyncio.sleep(1.0)
+                    continue
+                pq.next_offset = next_offset
+                if msgs:
+                    self._deliver(pq, msgs)
+            elif resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+                pq.next_offset = next_offset
+            elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
+                log.warning("offset of %s moved from %d to %d", mq, pq.next_offset, next_offset)
+                pq.next_offset = next_offset
+            else:
+                log.warning("pull from %s answered %d: %s", mq, resp.code, resp.remark)
+                await asyncio.sleep(1.0)
+
+    def _deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        with self._lock:
+            for m in msgs:
+                pq.msgs[m.queue_offset] = m
+        if self.orderly:
+            self._schedule_orderly(pq)
+            return
+        for i in range(0, len(msgs), self.consume_batch_max_size):
+            self._pool.submit(self._consume_concurrently, pq, msgs[i : i + self.consume_batch_max_size])
+
+    # --- concurrent consumption (worker threads) ------------------------------------------------------
+
+    def _call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus:
+        assert self.listener is not None
+        try:
+            status = self.listener(msgs)
+        except Exception:
+            log.exception("message listener of %s raised: messages will be consumed again later", self.group)
+            return ConsumeStatus.RECONSUME_LATER
+        return status if isinstance(status, ConsumeStatus) else ConsumeStatus.RECONSUME_LATER
+
+    def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if pq.dropped:
+            return
+        status = self._call_listener(msgs)
+        failed: list[MessageExt] = []
+        if status != ConsumeStatus.SUCCESS:
+            failed = [m for m in msgs if not self._send_back(m, 0)]
+        done = [m for m in msgs if m not in failed]
+        with self._lock:
+            for m in done:
+                pq.msgs.pop(m.queue_offset, None)
+        if failed and self._runtime is not None:  # the broker would not take them back: try again here
+            self._runtime.loop.call_soon_threadsafe(self._retry_later, pq, failed)
+
+    def _retry_later(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        asyncio.get_running_loop().call_later(5.0, lambda: self._pool.submit(self._consume_concurrently, pq, msgs))
+
+    def _send_back(self, msg: MessageExt, delay_level: int) -> bool:
+        """Hand ``msg`` back to its broker for a later retry (or the DLQ); False when that failed."""
+        if self._runtime is None or self.instance is None:
+            return False
+        header = ConsumerSendMsgBackRequestHeader(
+            offset=msg.commit_log_offset, group=self.group, delay_level=delay_level, origin_msg_id=msg.msg_id,
+            origin_topic=msg.topic, max_reconsume_times=self.max_reconsume_times)
+        broker = next((mq.broker_name for mq in self.queues if mq.topic in (msg.topic, retry_topic(self.group))), None)
+        if broker is None:
+            return False
+        cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext())
+        try:
+            resp = self._runtime.call(self.instance.invoke_broker(broker, cmd), 10)
+        except ClientError as exc:
+            log.warning("send back of %s failed: %s", msg.msg_id, exc)
+            return False
+        return resp.code == ResponseCode.SUCCESS
+
+    # --- orderly consumption --------------------------------------------------------------------------
+
+    async def _lock_all(self) -> None:
+        assert self.instance is not None
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in self.queues:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, mqs in by_broker.items():
+            body = orjson.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
+                                 "mqSet": [m.to_json() for m in mqs]})
+            try:
+                resp = await self.instance.invoke_broker(broker, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ,
+                                                                                         body=body))
+            except ClientError as exc:
+                log.warning("locking queues on %s failed: %s", broker, exc)
+                continue
+            ok = {(d["topic"], int(d["queueId"])) for d in orjson.loads(resp.body).get("lockOKMQSet") or []}
+            until = time.monotonic() + 30.0
+            for mq in mqs:
+                pq = self.queues.get(mq)
+                if pq is not None:
+                    pq.locked_until = until if (mq.topic, mq.queue_id) in ok else 0.0
+                    if pq.locked_until:
+                        self._schedule_orderly(pq)
+
+    async def _unlock(self, mq: MessageQueue) -> None:
+        assert self.instance is not None
+        body = orjson.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id, "mqSet": [mq.to_json()]})
+        with contextlib.suppress(ClientError):
+            await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ,
+                                                                                      body=body))
+
+    def _schedule_orderly(self, pq: ProcessQueue) -> None:
+        with self._lock:
+            if pq.orderly_busy or not pq.msgs:
+                return
+            pq.orderly_busy = True
+        self._pool.submit(self._consume_orderly, pq)
+
+    def _consume_orderly(self, pq: ProcessQueue) -> None:
+        try:
+            while not pq.dropped and pq.locked_until > time.monotonic():
+                with self._lock:
+                    batch = list(pq.msgs.values())[: self.consume_batch_max_size]
+                if not batch:
+                    return
+                status = self._call_listener(batch)
+                if status != ConsumeStatus.SUCCESS:
+                    first = batch[0].queue_offset
+                    tries = pq.local_retries.get(first, 0) + 1
+                    if tries <= self.max_reconsume_times:
+                        pq.local_retries[first] = tries
+                        for m in batch:
+                            m.reconsume_times = tries
+                        time.sleep(self.suspend_s)
+                        continue
+                    for m in batch:  # out of retries: to the dead-letter topic, then go on in order
+                        self._send_back(m, -1)
+                with self._lock:
+                    for m in batch:
+                        pq.msgs.pop(m.queue_offset, None)
+                        pq.local_retries.pop(m.queue_offset, None)
+        finally:
+            with self._lock:
+                pq.orderly_busy = False
+            if pq.msgs and not pq.dropped and pq.locked_until > time.monotonic() and self._runtime is not None:
+                self._runtime.loop.call_soon_threadsafe(self._schedule_orderly, pq)

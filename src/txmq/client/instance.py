@@ -1,0 +1,171 @@
+"""What every producer and consumer shares (RocketMQ's ``MQClientInstance``): the remoting client, topic
+routes from the name server, broker addresses, and heartbeats to every broker a route names."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from txmq.errors import BrokerError, ClientError
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import Connection, RemotingClient
+from txmq.topic import PermName
+
+log = logging.getLogger("txmq.client")
+
+MASTER_ID = "0"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id}
+
+
+@dataclass(slots=True)
+class TopicRoute:
+    publish_queues: list[MessageQueue]
+    subscribe_queues: list[MessageQueue]
+    broker_addrs: dict[str, str]  # broker name -> master address
+
+
+def parse_route(topic: str, data: dict[str, Any]) -> TopicRoute:
+    addrs: dict[str, str] = {}
+    for bd in data.get("brokerDatas") or []:
+        master = (bd.get("brokerAddrs") or {}).get(MASTER_ID)
+        if master:
+            addrs[str(bd["brokerName"])] = str(master)
+    pub: list[MessageQueue] = []
+    sub: list[MessageQueue] = []
+    for qd in sorted(data.get("queueDatas") or [], key=lambda q: str(q["brokerName"])):
+        name = str(qd["brokerName"])
+        if name not in addrs:
+            continue
+        perm = int(qd.get("perm", PermName.READ_WRITE))
+        if PermName.is_writeable(perm):
+            pub.extend(MessageQueue(topic, name, i) for i in range(int(qd["writeQueueNums"])))
+        if PermName.is_readable(perm):
+            sub.extend(MessageQueue(topic, name, i) for i in range(int(qd["readQueueNums"])))
+    return TopicRoute(pub, sub, addrs)
+
+
+def local_ip() -> str:
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface
+        return str(s.getsockname()[0])
+    return "127.0.0.1"
+
+
+class MQClientInstance:
+    """Lives on the client's loop: every method here is a coroutine or a loop-thread callback."""
+
+    def __init__(self, namesrv: str, instance_name: str,
+                 request_handler: Callable[[Connection, RemotingCommand], Any] | None = None) -> None:
+        self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
+        if not self.namesrv_addrs:
+            raise ClientError("no name server address: pass namesrv= or set NAMESRV_ADDR")
+        self.client_id = f"{local_ip()}@{instance_name}@{os.getpid()}"
+        self.remoting = RemotingClient(request_handler)
+        self.routes: dict[str, TopicRoute] = {}
+        self.broker_addrs: dict[str, str] = {}
+        self.heartbeat_data: Callable[[], dict[str, Any]] = dict
+        self._tasks: list[asyncio.Task[None]] = []
+        self._namesrv_index = 0
+
+    async def start(self, poll_interval_s: float = 30.0, heartbeat_interval_s: float = 30.0) -> None:
+        self._tasks.append(asyncio.create_task(self._every(poll_interval_s, self.update_all_routes)))
+        self._tasks.append(asyncio.create_task(self._every(heartbeat_interval_s, self.send_heartbeat_to_all)))
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        await self.remoting.close()
+
+    async def _every(self, period: float, fn: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await fn()
+            except ClientError as exc:
+                log.warning("periodic %s failed: %s", getattr(fn, "__name__", fn), exc)
+
+    # --- name server ----------------------------------------------------------------------------------
+
+    async def invoke_namesrv(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        last: Exception | None = None
+        for i in range(len(self.namesrv_addrs)):
+            addr = self.namesrv_addrs[(self._namesrv_index + i) % len(self.namesrv_addrs)]
+            try:
+                resp = await self.remoting.invoke(addr, cmd, timeout)
+                self._namesrv_index = (self._namesrv_index + i) % len(self.namesrv_addrs)
+                return resp
+            except ClientError as exc:
+                last = exc
+                cmd = RemotingCommand.request(cmd.code, cmd.ext_fields, cmd.body)
+        raise ClientError(f"no name server answered: {last}")
+
+    async def update_route(self, topic: str) -> TopicRoute | None:
+        resp = await self.invoke_namesrv(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark)
+        route = parse_route(topic, orjson.loads(resp.body))
+        self.routes[topic] = route
+        new = {n: a for n, a in route.broker_addrs.items() if self.broker_addrs.get(n) != a}
+        self.broker_addrs.update(route.broker_addrs)
+        if new:
+            # A broker we never told about ourselves: it needs our groups now (check-back, rebalancing).
+            await self.send_heartbeat_to_all(new)
+        return route
+
+    async def update_all_routes(self) -> None:
+        for topic in list(self.routes):
+            with contextlib.suppress(BrokerError):
+                await self.update_route(topic)
+
+    async def route(self, topic: str) -> TopicRoute | None:
+        return self.routes.get(topic) or await self.update_route(topic)
+
+    # --- brokers --------------------------------------------------------------------------------------
+
+    def broker_addr(self, broker_name: str) -> str:
+        addr = self.broker_addrs.get(broker_name)
+        if addr is None:
+            raise ClientError(f"no address known for broker {broker_name}")
+        return addr
+
+    async def invoke_broker(self, broker_name: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        return await self.remoting.invoke(self.broker_addr(broker_name), cmd, timeout)
+
+    async def send_heartbeat_to_all(self, brokers: dict[str, str] | None = None) -> None:
+        body = orjson.dumps({"clientID": self.client_id, **self.heartbeat_data()})
+        for name, addr in list((brokers if brokers is not None else self.broker_addrs).items()):
+            try:
+                resp = await self.remoting.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=body), 3.0)
+                if resp.code != ResponseCode.SUCCESS:
+                    log.warning("heartbeat to %s refused: %s", name, resp.remark)
+            except ClientError as exc:
+                log.warning("heartbeat to %s (%s) failed: %s", name, addr, exc)
+
+    async def unregister(self, producer_group: str = "", consumer_group: str = "") -> None:
+        ext = {"clientID": self.client_id, "producerGroup": producer_group, "consumerGroup": consumer_group}
+        for addr in list(self.broker_addrs.values()):
+            with contextlib.suppress(ClientError):
+                await self.remoting.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, ext), 3.0)

@@ -1,0 +1,270 @@
+"""``Producer``: sync, async, oneway, orderly and batch sends (RocketMQ's ``DefaultMQProducer``).
+
+Queue choice is round robin over the topic's writable queues; a failed attempt is retried up to
+``retry_times`` more times on the next queue, avoiding the broker that just failed (RocketMQ's
+``retryTimesWhenSendFailed``). Every message gets a ``UNIQ_KEY`` once, before the first attempt, so retries
+of one message keep one id (the C++ client makes a new id per attempt). In-flight async sends are bounded by
+``max_in_flight`` (backpressure: ``send_async`` blocks when the window is full).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import logging
+import os
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from txmq.client.instance import MessageQueue, MQClientInstance
+from txmq.client.runtime import ClientRuntime
+from txmq.errors import BrokerError, ClientError, InvalidMessageError
+from txmq.message import (
+    Message,
+    MessageConst,
+    MessageSysFlag,
+    create_uniq_id,
+    encode_batch,
+    properties_to_string,
+)
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import SendMessageRequestHeader
+from txmq.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, check_group, check_topic
+
+log = logging.getLogger("txmq.client")
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+MessageQueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+
+# Codes after which another broker may do better (RocketMQ's retryResponseCodes).
+_RETRY_CODES = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+                ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION}
+
+
+def default_namesrv(namesrv: str | None) -> str:
+    return namesrv or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
+
+
+class SendStatus(Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+_STATUS_OF_CODE = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+
+
+@dataclass(slots=True)
+class SendResult:
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    queue_id: int
+    queue_offset: int
+    message_queue: MessageQueue
+    transaction_id: str | None = None
+
+
+def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    """Orderly sends: one sharding key always lands on the same queue (RocketMQ's SelectMessageQueueByHash)."""
+    return mqs[zlib.crc32(str(arg).encode()) % len(mqs)]
+
+
+class Producer:
+    def __init__(self, group: str, namesrv: str | None = None, *, send_timeout_s: float = 3.0,
+                 retry_times: int = 2, max_message_size: int = 4 * 1024 * 1024, max_in_flight: int = 1024,
+                 compress_threshold: int = 0, instance_name: str | None = None) -> None:
+        check_group(group)
+        self.group = group
+        self.namesrv = default_namesrv(namesrv)
+        self.send_timeout_s = send_timeout_s
+        self.retry_times = retry_times
+        self.max_message_size = max_message_size
+        self.compress_threshold = compress_threshold  # 0: never compress
+        self.instance_name = instance_name or f"{group}-{os.getpid()}-{id(self):x}"
+        self._runtime: ClientRuntime | None = None
+        self.instance: MQClientInstance | None = None
+        self._rr = itertools.count()
+        self._window = threading.BoundedSemaphore(max_in_flight)
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    def _request_handler(self, conn: Any, cmd: RemotingCommand) -> Any:
+        return None
+
+    def start(self) -> Producer:
+        if self._runtime is not None:
+            return self
+        self._runtime = ClientRuntime(self.instance_name)
+        self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler)
+        self.instance.heartbeat_data = lambda: {"producerDataSet": [{"groupName": self.group}], "consumerDataSet": []}
+        self._runtime.call(self.instance.start())
+        return self
+
+    def shutdown(self) -> None:
+        if self._runtime is None or self.instance is None:
+            return
+        instance = self.instance
+        try:
+            self._runtime.call(instance.unregister(producer_group=self.group), 10)
+            self._runtime.call(instance.close(), 10)
+        finally:
+            self._runtime.close()
+            self._runtime = None
+            self.instance = None
+
+    def __enter__(self) -> Producer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        if self._runtime is None:
+            coro.close()
+            raise ClientError("producer is not started")
+        return self._runtime.call(coro, timeout)
+
+    # --- public sends ---------------------------------------------------------------------------------
+
+    def send(self, msg: Message, *, selector: MessageQueueSelector | None = None, arg: Any = None,
+             queue: MessageQueue | None = None, timeout_s: float | None = None) -> SendResult:
+        """Send and wait for the broker's answer. Raises ``BrokerError``, ``ClientError`` or
+        ``InvalidMessageError``."""
+        return self._call(self._send(msg, selector=selector, arg=arg, queue=queue, timeout_s=timeout_s))  # type: ignore[no-any-return]
+
+    def send_orderly(self, msg: Message, sharding_key: Any) -> SendResult:
+        """Messages with one sharding key go to one queue, in order (no retry on another queue)."""
+        return self.send(msg, selector=select_by_hash, arg=sharding_key)
+
+    def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
+        """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered."""
+        if self._runtime is None:
+            raise ClientError("producer is not started")
+        self._window.acquire()
+        fut = self._runtime.submit(self._send(msg))
+        fut.add_done_callback(lambda _f: self._window.release())
+        return fut
+
+    def send_oneway(self, msg: Message) -> None:
+        """Send with no answer expected (no retry, no result): fastest and least safe."""
+        self._call(self._send(msg, oneway=True))
+
+    def send_batch(self, msgs: Sequence[Message]) -> SendResult:
+        """Several messages of one topic in one request; they get consecutive offsets in one queue."""
+        if not msgs:
+            raise InvalidMessageError("empty batch")
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs):
+            raise InvalidMessageError("all messages of a batch must have the same topic")
+        if any(m.delay_time_level for m in msgs):
+            raise InvalidMessageError("delayed messages cannot be sent in a batch")
+        return self._call(self._send(msgs[0], batch=list(msgs)))  # type: ignore[no-any-return]
+
+    # --- the send path (on the loop) ------------------------------------------------------------------
+
+    def _validate(self, msg: Message) -> None:
+        check_topic(msg.topic)
+        if not msg.body:
+            raise InvalidMessageError("message body is empty")
+        if len(msg.body) > self.max_message_size:
+            raise InvalidMessageError(f"message body of {len(msg.body)} bytes exceeds max {self.max_message_size}")
+
+    async def _publish_queues(self, topic: str) -> list[MessageQueue]:
+        assert self.instance is not None
+        route = await self.instance.route(topic)
+        if route is None or not route.publish_queues:
+            # Unknown topic: send through the brokers that serve TBW102, which create it (autoCreateTopicEnable).
+            default = await self.instance.route(AUTO_CREATE_TOPIC_KEY_TOPIC)
+            if default is None or not default.publish_queues:
+                raise ClientError(f"no route for topic {topic} and no broker allows auto-creation")
+            names = sorted({q.broker_name for q in default.publish_queues})
+            return [MessageQueue(topic, n, i) for n in names for i in range(4)]
+        return route.publish_queues
+
+    async def _send(self, msg: Message, *, selector: MessageQueueSelector | None = None, arg: Any = None,
+                    queue: MessageQueue | None = None, timeout_s: float | None = None, oneway: bool = False,
+                    batch: list[Message] | None = None) -> SendResult:
+        assert self.instance is not None
+        for m in batch or [msg]:
+            self._validate(m)
+            if MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in m.properties:
+                m.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_id()
+        deadline = time.monotonic() + (timeout_s or self.send_timeout_s)
+        attempts = 1 if (oneway or selector or queue) else self.retry_times + 1
+        last_broker: str | None = None
+        last_error: Exception | None = None
+        for _ in range(attempts):
+            if queue is not None:
+                mq = queue
+            else:
+                mqs = await self._publish_queues(msg.topic)
+                if selector is not None:
+                    mq = selector(mqs, msg, arg)
+                else:
+                    start = next(self._rr)
+                    candidates = [mqs[(start + i) % len(mqs)] for i in range(len(mqs))]
+                    mq = next((q for q in candidates if q.broker_name != last_broker), candidates[0])
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                return await self._send_to(mq, msg, batch, oneway, remaining)
+            except BrokerError as exc:
+                if exc.code not in _RETRY_CODES:
+                    raise
+                last_error = exc
+            except ClientError as exc:
+                last_error = exc
+            last_broker = mq.broker_name
+            if self.instance.routes.get(msg.topic) is not None:
+                await self.instance.update_route(msg.topic)
+        raise last_error or ClientError(f"send to {msg.topic} timed out")
+
+    async def _send_to(self, mq: MessageQueue, msg: Message, batch: list[Message] | None, oneway: bool,
+                       timeout: float) -> SendResult:
+        assert self.instance is not None
+        sys_flag = 0
+        body = msg.body
+        if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true":
+            sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
+        if batch is not None:
+            body = encode_batch(batch)
+        elif self.compress_threshold and len(body) > self.compress_threshold:
+            body = zlib.compress(body)
+            sys_flag |= MessageSysFlag.COMPRESSED
+        header = SendMessageRequestHeader(
+            producer_group=self.group, topic=msg.topic, default_topic=AUTO_CREATE_TOPIC_KEY_TOPIC,
+            default_topic_queue_nums=4, queue_id=mq.queue_id, sys_flag=sys_flag,
+            born_timestamp=int(time.time() * 1000), flag=msg.flag,
+            properties="" if batch is not None else properties_to_string(msg.properties),
+            reconsume_times=0, batch=batch is not None,
+        )
+        code = RequestCode.SEND_BATCH_MESSAGE if batch is not None else RequestCode.SEND_MESSAGE_V2
+        cmd = RemotingCommand.request(code, header.to_v2_ext(), body=body, oneway=oneway)
+        addr = self.instance.broker_addr(mq.broker_name)
+        if oneway:
+            await self.instance.remoting.invoke_oneway(addr, cmd)
+            return SendResult(SendStatus.SEND_OK, msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX], "",
+                              mq.queue_id, -1, mq)
+        resp = await self.instance.remoting.invoke(addr, cmd, timeout)
+        status = _STATUS_OF_CODE.get(ResponseCode(resp.code) if resp.code in ResponseCode._value2member_map_ else -1)
+        if status is None:
+            raise BrokerError(resp.code, resp.remark)
+        ext = resp.ext_fields
+        uniq = ",".join(m.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] for m in batch) if batch \
+            else msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+        return SendResult(status, uniq, ext.get("msgId", ""), int(ext.get("queueId", mq.queue_id)),
+                          int(ext.get("queueOffset", -1)), mq, ext.get("transactionId"))

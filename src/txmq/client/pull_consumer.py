@@ -1,0 +1,135 @@
+"""``PullConsumer``: the application picks queues and offsets itself (RocketMQ's ``DefaultMQPullConsumer``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+
+from txmq.client.consumer import TagFilter, prepare_for_user
+from txmq.client.instance import MessageQueue, MQClientInstance
+from txmq.client.producer import default_namesrv
+from txmq.client.runtime import ClientRuntime
+from txmq.errors import BrokerError, ClientError
+from txmq.message import MessageExt, decode_messages
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import PullMessageRequestHeader
+from txmq.topic import check_group
+
+
+class PullStatus(Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+@dataclass(slots=True)
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    msgs: list[MessageExt] = field(default_factory=list)
+
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+class PullConsumer:
+    def __init__(self, group: str, namesrv: str | None = None, *, instance_name: str | None = None) -> None:
+        check_group(group)
+        self.group = group
+        self.namesrv = default_namesrv(namesrv)
+        self.instance_name = instance_name or f"{group}-{os.getpid()}-{id(self):x}"
+        self._runtime: ClientRuntime | None = None
+        self.instance: MQClientInstance | None = None
+
+    def start(self) -> PullConsumer:
+        if self._runtime is None:
+            self._runtime = ClientRuntime(self.instance_name)
+            self.instance = MQClientInstance(self.namesrv, self.instance_name)
+        return self
+
+    def shutdown(self) -> None:
+        if self._runtime is not None and self.instance is not None:
+            try:
+                self._runtime.call(self.instance.close(), 10)
+            finally:
+                self._runtime.close()
+                self._runtime = None
+                self.instance = None
+
+    def __enter__(self) -> PullConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _call(self, coro, timeout: float | None = 30):  # type: ignore[no-untyped-def]
+        if self._runtime is None:
+            coro.close()
+            raise ClientError("pull consumer is not started")
+        return self._runtime.call(coro, timeout)
+
+    def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
+        async def go() -> list[MessageQueue]:
+            assert self.instance is not None
+            route = await self.instance.update_route(topic)
+            if route is None:
+                raise ClientError(f"no route for topic {topic}")
+            return sorted(route.subscribe_queues)
+        return self._call(go())  # type: ignore[no-any-return]
+
+    def pull(self, mq: MessageQueue, expression: str = "*", offset: int = 0, max_nums: int = 32,
+             block_s: float = 0.0) -> PullResult:
+        """Pull from ``offset``; with ``block_s`` > 0 the broker holds the pull until a message arrives."""
+        filt = TagFilter(expression)
+        flags = PullMessageRequestHeader.FLAG_SUBSCRIPTION | (PullMessageRequestHeader.FLAG_SUSPEND if block_s else 0)
+        header = PullMessageRequestHeader(consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
+                                          queue_offset=offset, max_msg_nums=max_nums, sys_flag=flags,
+                                          suspend_timeout_millis=int(block_s * 1000), subscription=expression)
+
+        async def go() -> PullResult:
+            assert self.instance is not None
+            resp = await self.instance.invoke_broker(
+                mq.broker_name, RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()), block_s + 5)
+            status = _PULL_STATUS.get(ResponseCode(resp.code)) if resp.code in ResponseCode._value2member_map_ else None
+            if status is None:
+                raise BrokerError(resp.code, resp.remark)
+            ext = resp.ext_fields
+            msgs = [prepare_for_user(m) for m in decode_messages(resp.body) if filt.match(m)] if resp.body else []
+            return PullResult(status, int(ext.get("nextBeginOffset", offset)), int(ext.get("minOffset", 0)),
+                              int(ext.get("maxOffset", 0)), msgs)
+        return self._call(go(), block_s + 10)  # type: ignore[no-any-return]
+
+    def _offset_request(self, code: int, mq: MessageQueue, extra: dict[str, str] | None = None) -> RemotingCommand:
+        async def go() -> RemotingCommand:
+            assert self.instance is not None
+            if mq.broker_name not in self.instance.broker_addrs:
+                await self.instance.update_route(mq.topic)
+            ext = {"consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), **(extra or {})}
+            return await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(code, ext))
+        return self._call(go())  # type: ignore[no-any-return]
+
+    def fetch_consume_offset(self, mq: MessageQueue) -> int:
+        """The group's committed offset of ``mq``, or -1 when it never committed one."""
+        resp = self._offset_request(RequestCode.QUERY_CONSUMER_OFFSET, mq)
+        return int(resp.ext_fields.get("offset", "-1")) if resp.code == ResponseCode.SUCCESS else -1
+
+    def update_consume_offset(self, mq: MessageQueue, offset: int) -> None:
+        resp = self._offset_request(RequestCode.UPDATE_CONSUMER_OFFSET, mq, {"commitOffset": str(offset)})
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark)
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return int(self._offset_request(RequestCode.GET_MAX_OFFSET, mq).ext_fields.get("offset", "0"))
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return int(self._offset_request(RequestCode.GET_MIN_OFFSET, mq).ext_fields.get("offset", "0"))

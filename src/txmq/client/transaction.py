@@ -1,0 +1,176 @@
+"""``TransactionProducer`` and ``TransactionListener`` (RocketMQ's ``TransactionMQProducer``), as the seeds
+describe ``sendMessageInTransaction``:
+
+1. mark the message (``TRAN_MSG=true``, ``PGROUP``) and send the half message synchronously;
+2. on ``SEND_OK`` set the transaction id and run ``execute_local_transaction``; a flush or slave failure
+   means ROLLBACK; an exception or ``None`` from the listener means UNKNOWN (the exception goes in the remark);
+3. end the transaction (code 37, oneway) with every header field, and return a ``TransactionSendResult``.
+
+Checks from the broker (code 39) run ``check_local_transaction`` on a bounded thread pool and are answered on
+the connection they came in on, with ``fromTransactionCheck=true``. A full check queue drops the request with
+a log line: the broker checks again at its next interval.
+
+Half messages are not retried on another broker: a retry after a lost answer would leave a second half
+message for one local transaction.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+from txmq.client.producer import Producer, SendResult, SendStatus
+from txmq.errors import ClientError, RemoteProtocolError
+from txmq.message import (
+    Message,
+    MessageConst,
+    MessageExt,
+    MessageSysFlag,
+    decode_message,
+    decode_offset_msg_id,
+)
+from txmq.remoting.codes import RequestCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from txmq.remoting.transport import Connection
+
+log = logging.getLogger("txmq.client")
+
+
+class LocalTransactionState(Enum):
+    COMMIT = "COMMIT_MESSAGE"
+    ROLLBACK = "ROLLBACK_MESSAGE"
+    UNKNOWN = "UNKNOW"
+
+    @property
+    def sys_flag(self) -> int:
+        return {LocalTransactionState.COMMIT: MessageSysFlag.TRANSACTION_COMMIT_TYPE,
+                LocalTransactionState.ROLLBACK: MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
+                LocalTransactionState.UNKNOWN: MessageSysFlag.TRANSACTION_NOT_TYPE}[self]
+
+
+class TransactionListener(Protocol):
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState | None:
+        """Run the local transaction after the half message is stored."""
+        ...
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState | None:
+        """Answer the broker's question: did the local transaction of ``msg.transaction_id`` commit?"""
+        ...
+
+
+@dataclass(slots=True)
+class TransactionSendResult(SendResult):
+    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOWN
+
+
+class TransactionProducer(Producer):
+    def __init__(self, group: str, listener: TransactionListener, namesrv: str | None = None, *,
+                 check_thread_pool_size: int = 4, check_queue_size: int = 2000, **kwargs: Any) -> None:
+        super().__init__(group, namesrv, **kwargs)
+        self.listener = listener
+        self._check_pool = concurrent.futures.ThreadPoolExecutor(check_thread_pool_size,
+                                                                 thread_name_prefix=f"txmq-check-{group}")
+        self._check_slots = threading.BoundedSemaphore(check_queue_size)
+        self.checks_received = 0
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._check_pool.shutdown(wait=True, cancel_futures=True)
+
+    # --- phase one and two ----------------------------------------------------------------------------
+
+    def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
+        msg.properties[MessageConst.TRANSACTION_PREPARED] = "true"
+        msg.properties[MessageConst.PRODUCER_GROUP] = self.group
+        msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        saved_retries, self.retry_times = self.retry_times, 0
+        try:
+            send_result = self.send(msg)
+        finally:
+            self.retry_times = saved_retries
+        state = LocalTransactionState.UNKNOWN
+        error: BaseException | None = None
+        if send_result.status == SendStatus.SEND_OK:
+            if send_result.transaction_id:
+                msg.properties[MessageConst.TRANSACTION_ID] = send_result.transaction_id
+            msg.transaction_id = msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            try:
+                state = self.listener.execute_local_transaction(msg, arg) or LocalTransactionState.UNKNOWN
+            except Exception as exc:  # the local transaction's failure is the user's; we report it, not raise it
+                log.info("execute_local_transaction raised %r: state UNKNOWN", exc)
+                error = exc
+        else:
+            state = LocalTransactionState.ROLLBACK
+        try:
+            self._call(self._end_transaction(send_result, state, error))
+        except ClientError as exc:
+            log.warning("local transaction %s is %s but ending it failed (the broker will check back): %s",
+                        msg.transaction_id, state.name, exc)
+        return TransactionSendResult(send_result.status, send_result.msg_id, send_result.offset_msg_id,
+                                     send_result.queue_id, send_result.queue_offset, send_result.message_queue,
+                                     send_result.transaction_id or msg.transaction_id, state)
+
+    async def _end_transaction(self, result: SendResult, state: LocalTransactionState,
+                               error: BaseException | None) -> None:
+        assert self.instance is not None
+        _, commit_log_offset = decode_offset_msg_id(result.offset_msg_id)
+        header = EndTransactionRequestHeader(
+            producer_group=self.group, tran_state_table_offset=result.queue_offset,
+            commit_log_offset=commit_log_offset, commit_or_rollback=state.sys_flag, from_transaction_check=False,
+            msg_id=result.msg_id, transaction_id=result.transaction_id or result.msg_id)
+        cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext(), oneway=True)
+        if error is not None:
+            cmd.remark = f"executeLocalTransactionBranch exception: {error!r}"
+        await self.instance.remoting.invoke_oneway(self.instance.broker_addr(result.message_queue.broker_name), cmd)
+
+    # --- check-back -----------------------------------------------------------------------------------
+
+    def _request_handler(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        if cmd.code != RequestCode.CHECK_TRANSACTION_STATE:
+            return None
+        try:
+            header = CheckTransactionStateRequestHeader.from_ext(cmd.ext_fields)
+            msg, _ = decode_message(cmd.body)
+        except RemoteProtocolError as exc:
+            log.warning("unreadable check request from %s: %s", conn.remote_address, exc)
+            return None
+        if msg.properties.get(MessageConst.PRODUCER_GROUP, self.group) != self.group:
+            return None
+        self.checks_received += 1
+        if not self._check_slots.acquire(blocking=False):
+            log.warning("check queue full: check of %s dropped (the broker will ask again)", header.transaction_id)
+            return None
+        msg.transaction_id = msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or header.transaction_id
+        loop = self._runtime.loop if self._runtime else None
+        future = self._check_pool.submit(self._check, conn, header, msg, loop)
+        future.add_done_callback(lambda _f: self._check_slots.release())
+        return None
+
+    def _check(self, conn: Connection, header: CheckTransactionStateRequestHeader, msg: MessageExt, loop: Any) -> None:
+        error: BaseException | None = None
+        try:
+            state = self.listener.check_local_transaction(msg) or LocalTransactionState.UNKNOWN
+        except Exception as exc:
+            state, error = LocalTransactionState.UNKNOWN, exc
+            log.warning("check_local_transaction raised %r: state UNKNOWN", exc)
+        end = EndTransactionRequestHeader(
+            producer_group=self.group, tran_state_table_offset=header.tran_state_table_offset,
+            commit_log_offset=header.commit_log_offset, commit_or_rollback=state.sys_flag,
+            from_transaction_check=True, msg_id=msg.msg_id, transaction_id=header.transaction_id)
+        cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, end.to_ext(), oneway=True)
+        if error is not None:
+            cmd.remark = f"checkLocalTransactionState exception: {error!r}"
+        if loop is not None and not conn.closed:
+            loop.call_soon_threadsafe(self._send_quietly, conn, cmd)
+
+    @staticmethod
+    def _send_quietly(conn: Connection, cmd: RemotingCommand) -> None:
+        try:
+            conn.send(cmd)
+        except ClientError as exc:
+            log.warning("answer to a check could not be sent: %s", exc)

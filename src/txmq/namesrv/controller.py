@@ -1,0 +1,48 @@
+"""The name server process part: a remoting server plus a periodic scan for dead brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from txmq.namesrv.processor import NamesrvProcessor
+from txmq.namesrv.route_info import RouteInfoManager
+from txmq.remoting.transport import RemotingServer
+
+log = logging.getLogger("txmq.namesrv")
+
+
+class NamesrvController:
+    def __init__(self, host: str = "127.0.0.1", port: int = 9876, broker_expired_s: float = 120.0) -> None:
+        self.routes = RouteInfoManager(broker_expired_s)
+        self.server = RemotingServer(NamesrvProcessor(self.routes), host=host, port=port)
+        self.host = host
+        self._scan_task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await self.server.start()
+        self._scan_task = asyncio.create_task(self._scan_loop())
+        log.info("namesrv listening on %s", self.addr)
+
+    async def _scan_loop(self) -> None:
+        interval = min(10.0, max(0.5, self.routes.broker_expired_s / 4))
+        while True:
+            await asyncio.sleep(interval)
+            self.routes.scan_not_active_broker()
+
+    async def close(self) -> None:
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scan_task
+        await self.server.close()
+        log.info("namesrv stopped")

@@ -1,0 +1,80 @@
+"""Requests the name server answers (RocketMQ ``DefaultRequestProcessor``)."""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+
+from txmq.errors import RemoteProtocolError
+from txmq.namesrv.route_info import RouteInfoManager
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import Connection
+from txmq.topic import TopicConfig
+
+log = logging.getLogger("txmq.namesrv")
+
+
+class NamesrvProcessor:
+    def __init__(self, routes: RouteInfoManager) -> None:
+        self.routes = routes
+        self._watched: set[int] = set()
+
+    def __call__(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        code = cmd.code
+        try:
+            if code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                return self._route(cmd)
+            if code == RequestCode.REGISTER_BROKER:
+                return self._register(conn, cmd)
+            if code == RequestCode.UNREGISTER_BROKER:
+                f = cmd.ext_fields
+                self.routes.unregister_broker(
+                    f.get("clusterName", ""), f.get("brokerAddr", ""), f.get("brokerName", ""),
+                    int(f.get("brokerId", "0")),
+                )
+                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+            if code == RequestCode.GET_BROKER_CLUSTER_INFO:
+                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS,
+                                                   body=orjson.dumps(self.routes.cluster_info()))
+            if code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
+                body = orjson.dumps({"topicList": self.routes.topic_list()})
+                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
+            if code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
+                self.routes.delete_topic(cmd.ext_fields.get("topic", ""))
+                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+        except (ValueError, KeyError, orjson.JSONDecodeError, RemoteProtocolError) as exc:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request: {exc}")
+        return RemotingCommand.response_to(
+            cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f"request code {code} not supported by namesrv"
+        )
+
+    def _route(self, cmd: RemotingCommand) -> RemotingCommand:
+        topic = cmd.ext_fields.get("topic", "")
+        data = self.routes.pick_topic_route_data(topic)
+        if data is None:
+            return RemotingCommand.response_to(
+                cmd, ResponseCode.TOPIC_NOT_EXIST, remark=f"No topic route info in name server for the topic: {topic}"
+            )
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(data))
+
+    def _register(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        f = cmd.ext_fields
+        body = orjson.loads(cmd.body) if cmd.body else {}
+        wrapper = body.get("topicConfigSerializeWrapper") or {}
+        table = wrapper.get("topicConfigTable") or {}
+        configs = [TopicConfig.from_json(v) for v in table.values()]
+        conn_id = id(conn)
+        if conn_id not in self._watched:
+            self._watched.add(conn_id)
+            conn.on_close.append(lambda c: self._closed(id(c)))
+        self.routes.register_broker(
+            f["clusterName"], f["brokerAddr"], f["brokerName"], int(f.get("brokerId", "0")), configs,
+            wrapper.get("dataVersion") or {}, conn_id,
+        )
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"haServerAddr": "", "masterAddr": ""})
+
+    def _closed(self, conn_id: int) -> None:
+        self._watched.discard(conn_id)
+        self.routes.on_connection_closed(conn_id)

@@ -1,0 +1,231 @@
+"""RocketMQ's custom headers: the typed ``extFields`` of each request and response. No IO.
+
+Each header is a dataclass whose field names are RocketMQ's camelCase names in snake_case; ``from_ext``
+checks presence and types and raises ``RemoteProtocolError`` naming the bad field (the peer's fault),
+``to_ext`` gives the string map the wire carries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, ClassVar, Self
+
+from txmq.errors import RemoteProtocolError
+
+_MISSING = dataclasses.MISSING
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+class Header:
+    """Base for header dataclasses; ``ALIASES`` maps a field to extra wire names it may arrive under."""
+
+    ALIASES: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def from_ext(cls, ext: dict[str, str]) -> Self:
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            wire = _camel(f.name)
+            raw = ext.get(wire)
+            if raw is None and f.name in cls.ALIASES:
+                raw = ext.get(cls.ALIASES[f.name])
+            if raw is None or (raw == "" and f.type != "str"):
+                if f.default is _MISSING and f.default_factory is _MISSING:
+                    raise RemoteProtocolError(f"{cls.__name__}: missing field {wire}")
+                continue
+            kwargs[f.name] = _parse(raw, str(f.type), wire, cls.__name__)
+        return cls(**kwargs)
+
+    def to_ext(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            out[_camel(f.name)] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        return out
+
+
+def _parse(raw: str, type_name: str, wire: str, owner: str) -> Any:
+    t = type_name.replace(" | None", "")
+    try:
+        if t == "int":
+            return int(raw)
+        if t == "bool":
+            low = raw.strip().lower()
+            if low not in ("true", "false", "1", "0"):
+                raise ValueError(raw)
+            return low in ("true", "1")
+    except ValueError:
+        raise RemoteProtocolError(f"{owner}: field {wire} is not a {t}: {raw[:40]!r}") from None
+    return raw
+
+
+@dataclasses.dataclass(slots=True)
+class SendMessageRequestHeader(Header):
+    producer_group: str
+    topic: str
+    default_topic: str = "TBW102"
+    default_topic_queue_nums: int = 4
+    queue_id: int = -1
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    flag: int = 0
+    properties: str = ""
+    reconsume_times: int = 0
+    unit_mode: bool = False
+    batch: bool = False
+    max_reconsume_times: int | None = None
+
+    # SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) carry single-letter names.
+    V2_NAMES: ClassVar[dict[str, str]] = {
+        "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+        "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
+        "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch",
+    }  # fmt: skip
+
+    @classmethod
+    def from_v2_ext(cls, ext: dict[str, str]) -> SendMessageRequestHeader:
+        return cls.from_ext({cls.V2_NAMES.get(k, k): v for k, v in ext.items()})
+
+    def to_v2_ext(self) -> dict[str, str]:
+        back = {v: k for k, v in self.V2_NAMES.items()}
+        return {back.get(k, k): v for k, v in self.to_ext().items()}
+
+
+@dataclasses.dataclass(slots=True)
+class SendMessageResponseHeader(Header):
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    transaction_id: str | None = None
+    batch_uniq_id: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class PullMessageRequestHeader(Header):
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int = 32
+    sys_flag: int = 0
+    commit_offset: int = 0
+    suspend_timeout_millis: int = 15_000
+    subscription: str | None = None
+    sub_version: int = 0
+    expression_type: str | None = None
+
+    FLAG_COMMIT_OFFSET: ClassVar[int] = 0x1
+    FLAG_SUSPEND: ClassVar[int] = 0x2
+    FLAG_SUBSCRIPTION: ClassVar[int] = 0x4
+    FLAG_CLASS_FILTER: ClassVar[int] = 0x8
+
+
+@dataclasses.dataclass(slots=True)
+class PullMessageResponseHeader(Header):
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_which_broker_id: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class EndTransactionRequestHeader(Header):
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    from_transaction_check: bool = False
+    msg_id: str = ""
+    transaction_id: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class CheckTransactionStateRequestHeader(Header):
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str = ""
+    transaction_id: str = ""
+    offset_msg_id: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class ConsumerSendMsgBackRequestHeader(Header):
+    offset: int
+    group: str
+    delay_level: int = 0
+    origin_msg_id: str = ""
+    origin_topic: str = ""
+    unit_mode: bool = False
+    max_reconsume_times: int | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class QueryConsumerOffsetRequestHeader(Header):
+    consumer_group: str
+    topic: str
+    queue_id: int
+
+
+@dataclasses.dataclass(slots=True)
+class UpdateConsumerOffsetRequestHeader(Header):
+    consumer_group: str
+    topic: str
+    queue_id: int
+    commit_offset: int
+
+
+@dataclasses.dataclass(slots=True)
+class TopicQueueRequestHeader(Header):
+    """GET_MAX_OFFSET, GET_MIN_OFFSET and GET_EARLIEST_MSG_STORETIME."""
+
+    topic: str
+    queue_id: int
+
+
+@dataclasses.dataclass(slots=True)
+class SearchOffsetRequestHeader(Header):
+    topic: str
+    queue_id: int
+    timestamp: int
+
+
+@dataclasses.dataclass(slots=True)
+class CreateTopicRequestHeader(Header):
+    topic: str
+    default_topic: str = "TBW102"
+    read_queue_nums: int = 8
+    write_queue_nums: int = 8
+    perm: int = 6
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class QueryMessageRequestHeader(Header):
+    topic: str
+    key: str
+    max_num: int = 32
+    begin_timestamp: int = 0
+    end_timestamp: int = 2**63 - 1
+
+
+_EXPR_SPLIT = re.compile(r"\s*\|\|\s*")
+
+
+def parse_tag_expression(expression: str | None) -> list[str] | None:
+    """``"*"`` (or empty) → None for all tags; ``"TagA || TagB"`` → ["TagA", "TagB"]."""
+    if expression is None:
+        return None
+    expression = expression.strip()
+    if expression in ("", "*"):
+        return None
+    tags = [t for t in _EXPR_SPLIT.split(expression) if t]
+    return tags or None

@@ -1,0 +1,72 @@
+"""Processes: ``txmq server`` (name server + broker in one process, the embedded default), ``txmq namesrv``
+and ``txmq broker``. Each prints its addresses once ready and stops cleanly on SIGTERM or SIGINT (the
+broker flushes, persists offsets and writes its checkpoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+from txmq.broker.config import BrokerConfig
+from txmq.broker.controller import BrokerController
+from txmq.namesrv.controller import NamesrvController
+from txmq.remoting.transport import run
+
+log = logging.getLogger("txmq")
+
+
+async def _until_signalled(ready: Callable[[], None]) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    ready()
+    await stop.wait()
+    log.info("stopping")
+
+
+async def serve(namesrv: NamesrvController | None, broker: BrokerController | None,
+                on_ready: Callable[[dict[str, str]], None]) -> None:
+    try:
+        if namesrv is not None:
+            await namesrv.start()
+            if broker is not None and not broker.config.namesrv_addr:
+                broker.config.namesrv_addr = namesrv.addr
+        if broker is not None:
+            await broker.start()
+        addrs = {}
+        if namesrv is not None:
+            addrs["namesrv"] = namesrv.addr
+        if broker is not None:
+            addrs["broker"] = broker.addr
+            addrs["store"] = str(broker.root)
+        await _until_signalled(lambda: on_ready(addrs))
+    finally:
+        if broker is not None and broker.started:
+            await broker.shutdown()
+        if namesrv is not None:
+            await namesrv.close()
+
+
+def print_ready(addrs: dict[str, str]) -> None:
+    print("txmq ready: " + " ".join(f"{k}={v}" for k, v in addrs.items()), flush=True)
+
+
+def run_process(main: Awaitable[None]) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        run(main)
+    return 0
+
+
+def broker_config(args_conf: str | None, overrides: dict[str, object]) -> BrokerConfig:
+    from txmq.broker.config import load_broker_conf
+
+    config = load_broker_conf(args_conf) if args_conf else BrokerConfig()
+    config.update({k: v for k, v in overrides.items() if v is not None})
+    return config

@@ -1,0 +1,125 @@
+"""Topic names, rules and configs shared by broker, name server and client (RocketMQ ``TopicValidator``,
+``MixAll``, ``PermName``, ``TopicConfig``). No IO."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from txmq.errors import InvalidMessageError
+
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+SYSTEM_TOPICS = frozenset(
+    {
+        AUTO_CREATE_TOPIC_KEY_TOPIC,
+        RMQ_SYS_SCHEDULE_TOPIC,
+        RMQ_SYS_TRANS_HALF_TOPIC,
+        RMQ_SYS_TRANS_OP_HALF_TOPIC,
+        RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
+    }
+)
+# Topics no client may send to directly: the broker writes them itself.
+NOT_ALLOWED_SEND_TOPICS = SYSTEM_TOPICS - {AUTO_CREATE_TOPIC_KEY_TOPIC}
+
+TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 255
+_VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+class PermName:
+    """Queue permissions as RocketMQ encodes them."""
+
+    PERM_PRIORITY = 0x8
+    PERM_READ = 0x4
+    PERM_WRITE = 0x2
+    PERM_INHERIT = 0x1
+    READ_WRITE = PERM_READ | PERM_WRITE
+
+    @staticmethod
+    def is_readable(perm: int) -> bool:
+        return bool(perm & PermName.PERM_READ)
+
+    @staticmethod
+    def is_writeable(perm: int) -> bool:
+        return bool(perm & PermName.PERM_WRITE)
+
+    @staticmethod
+    def to_string(perm: int) -> str:
+        return ("R" if perm & PermName.PERM_READ else "-") + ("W" if perm & PermName.PERM_WRITE else "-")
+
+
+def check_topic(topic: str) -> None:
+    """Raise ``InvalidMessageError`` unless ``topic`` is a legal topic name."""
+    if not topic or not topic.strip():
+        raise InvalidMessageError("topic is blank")
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise InvalidMessageError(f"topic is longer than {TOPIC_MAX_LENGTH} characters")
+    if not _VALID_NAME.match(topic):
+        raise InvalidMessageError(f"topic {topic!r} has illegal characters; allowed: ^[%|a-zA-Z0-9_-]+$")
+
+
+def check_group(group: str) -> None:
+    """Raise ``InvalidMessageError`` unless ``group`` is a legal group name."""
+    if not group or not group.strip():
+        raise InvalidMessageError("group is blank")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise InvalidMessageError(f"group is longer than {GROUP_MAX_LENGTH} characters")
+    if not _VALID_NAME.match(group):
+        raise InvalidMessageError(f"group {group!r} has illegal characters; allowed: ^[%|a-zA-Z0-9_-]+$")
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in SYSTEM_TOPICS
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    """One topic on one broker: its queue counts and permission (RocketMQ ``TopicConfig``)."""
+
+    topic_name: str
+    read_queue_nums: int = 8
+    write_queue_nums: int = 8
+    perm: int = PermName.READ_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        """RocketMQ's JSON field names."""
+        d = asdict(self)
+        return {
+            "topicName": d["topic_name"],
+            "readQueueNums": d["read_queue_nums"],
+            "writeQueueNums": d["write_queue_nums"],
+            "perm": d["perm"],
+            "topicFilterType": d["topic_filter_type"],
+            "topicSysFlag": d["topic_sys_flag"],
+            "order": d["order"],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> TopicConfig:
+        return cls(
+            topic_name=str(d["topicName"]),
+            read_queue_nums=int(d.get("readQueueNums", 8)),  # type: ignore[call-overload]
+            write_queue_nums=int(d.get("writeQueueNums", 8)),  # type: ignore[call-overload]
+            perm=int(d.get("perm", PermName.READ_WRITE)),  # type: ignore[call-overload]
+            topic_filter_type=str(d.get("topicFilterType", "SINGLE_TAG")),
+            topic_sys_flag=int(d.get("topicSysFlag", 0)),  # type: ignore[call-overload]
+            order=bool(d.get("order", False)),
+        )
