@@ -261,9 +261,9 @@ def test_consume_queue_entry_pointing_past_the_log_is_rebuilt(root):
         await _fill(store, 100)
         checkpoint = store.flush_and_checkpoint()
         _crash(store)
-        qfile = os.path.join(config.store_path_root_dir, "consumequeue", "T", "0", "0" * 20)
-        with open(qfile, "r+b") as f:  # entry 99 now claims a huge size
-            f.seek(99 * 20 + 8)
+        qdir = os.path.join(config.store_path_root_dir, "consumequeue", "T", "0")
+        with open(os.path.join(qdir, str(64 * 20).zfill(20)), "r+b") as f:  # entry 99 now claims a huge size
+            f.seek((99 - 64) * 20 + 8)
             f.write((10**8).to_bytes(4, "big"))
 
         reopened = DefaultMessageStore(config)
@@ -271,6 +271,13 @@ def test_consume_queue_entry_pointing_past_the_log_is_rebuilt(root):
         assert report.consume_queues_rebuilt == ["T/0"] and report.checkpoint_offset == checkpoint
         assert _bodies(reopened) == _expected(range(100))
         await reopened.shutdown()
+
+        with open(os.path.join(qdir, "0" * 20), "ab") as f:  # a file of the wrong size
+            f.write(b"\1" * 20)
+        again = DefaultMessageStore(config)
+        assert again.recovery_report.consume_queues_rebuilt == ["T/0"]
+        assert _bodies(again) == _expected(range(100))
+        await again.shutdown()
 
     run(main)
 

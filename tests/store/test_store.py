@@ -274,10 +274,21 @@ def test_delete_topic(root):
         store.delete_topic("gone")
         assert store.topics() == {"kept"}
         assert store.get_message("gone", 0, 0).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
-        await store.shutdown()
+        store.close_without_shutdown()  # a crash right after: the topic must not come back
         reopened = DefaultMessageStore(make_config(root))
-        assert reopened.topics() == {"kept"} and reopened.recovery_report.events == []
+        assert reopened.topics() == {"kept"} and reopened.recovery_report.consume_queues_rebuilt == []
         await reopened.shutdown()
+
+    run(main)
+
+
+def test_store_directory_is_locked(root):
+    async def main():
+        store = DefaultMessageStore(make_config(root))
+        with pytest.raises(StoreError, match="another process"):
+            DefaultMessageStore(make_config(root))
+        await store.shutdown()
+        DefaultMessageStore(make_config(root)).close_without_shutdown()
 
     run(main)
 

@@ -142,8 +142,12 @@ class MappedFileQueue:
         self.directory_dirty = False  # entries created or deleted since the last directory fsync
         os.makedirs(directory, exist_ok=True)
 
-    def load(self) -> list[str]:
-        """Open every segment in the directory; return one line per problem found (and fixed)."""
+    def load(self, *, strict: bool = True) -> list[str]:
+        """Open every segment in the directory; return one line per problem found (and fixed).
+
+        A segment larger than the configured size means the configuration changed: ``strict`` (the commit
+        log) refuses to open, otherwise (derived files) the problem is reported and the file resized.
+        """
         problems: list[str] = []
         names = sorted(n for n in os.listdir(self.directory) if len(n) == NAME_DIGITS and n.isdigit())
         for name in names:
@@ -152,8 +156,15 @@ class MappedFileQueue:
                 problems.append(f"{self.directory}/{name}: offset not a multiple of the segment size, ignored")
                 continue
             size = os.path.getsize(os.path.join(self.directory, name))
-            if size != self.file_size:
-                problems.append(f"{self.directory}/{name}: {size} bytes instead of {self.file_size}, resized")
+            if size > self.file_size and not strict:
+                problems.append(f"{self.directory}/{name}: {size} bytes instead of {self.file_size}")
+            elif size > self.file_size:
+                raise StoreError(
+                    f"{self.directory}/{name} has {size} bytes, more than the configured {self.file_size}: "
+                    "was the segment size changed?"
+                )
+            if size < self.file_size:  # a crash between creating the file and sizing it
+                problems.append(f"{self.directory}/{name}: {size} bytes instead of {self.file_size}, extended")
             self._append(MappedFile(self.directory, start, self.file_size))
         return problems
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import threading
@@ -98,9 +99,19 @@ class DefaultMessageStore:
         self._counters = dict.fromkeys(
             ("put_calls", "appends", "dispatch_errors", "corrupt_reads", "checkpoints", "flush_timeouts"), 0
         )
+        self._lock_fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(self._lock_fd)
+            raise StoreError(f"{root} is open in another process") from exc
         self._abort_path = os.path.join(root, "abort")
         abort_existed = os.path.exists(self._abort_path)
-        self.recovery_report: RecoveryReport = recover(self, abort_existed)
+        try:
+            self.recovery_report: RecoveryReport = recover(self, abort_existed)
+        except BaseException:
+            self._close_files()
+            raise
         self._replay_range = (self.recovery_report.scan_start, self.commit_log.max_offset)
         with open(self._abort_path, "wb"):
             pass
@@ -259,6 +270,7 @@ class DefaultMessageStore:
         for cq in self.consume_queues():
             cq.close()
         self.index.close()
+        os.close(self._lock_fd)  # releases the flock
 
     def _check_open(self) -> None:
         if not self._open:
@@ -403,7 +415,9 @@ class DefaultMessageStore:
             logics_offset=first.queue_offset,
             msg_num=len(msgs),
         )
-        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self._flush_service is not None:
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self._flush_service is None:
+            self.commit_log.flush()  # not started yet: no flush thread to share fsyncs with
+        elif self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self._flush_service is not None:
             fut = self._flush_service.wait_flushed(self.commit_log.max_offset)
             done, _ = await asyncio.wait({fut}, timeout=self.config.sync_flush_timeout_ms / 1000)
             if not done:
@@ -554,6 +568,8 @@ class DefaultMessageStore:
             self.drop_consume_queue(topic, qid)
         with contextlib.suppress(OSError):
             os.rmdir(os.path.join(self.config.store_path_root_dir, "consumequeue", topic))
+        # The checkpoint lists queues so recovery can rebuild lost ones: it must forget these now.
+        self._write_checkpoint(self._snapshot())
 
     # --- query by key ------------------------------------------------------------------------------
 
