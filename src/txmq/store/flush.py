@@ -29,22 +29,29 @@ class FlushCommitLogService:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()  # touched on the loop thread only
+        # (offset, deadline, future) in offset and deadline order; touched on the loop thread only.
+        self._waiters: deque[tuple[int, float, asyncio.Future[bool]]] = deque()
+        self._timer: asyncio.TimerHandle | None = None  # one timer for the oldest waiter, not one per append
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._thread = threading.Thread(target=self._run, name="txmq-flush-commitlog", daemon=True)
         self._thread.start()
 
-    def wait_flushed(self, offset: int) -> asyncio.Future[None]:
-        """A future that resolves once the commit log is durable up to ``offset`` (loop thread)."""
-        assert self._loop is not None, "start() first"
-        fut: asyncio.Future[None] = self._loop.create_future()
+    def wait_flushed(self, offset: int, timeout_s: float) -> asyncio.Future[bool]:
+        """A future that becomes True once the commit log is durable up to ``offset``, or False after
+        ``timeout_s`` (loop thread)."""
+        loop = self._loop
+        assert loop is not None, "start() first"
+        fut: asyncio.Future[bool] = loop.create_future()
         if self.commit_log.flushed_offset >= offset:
-            fut.set_result(None)
-        else:
-            self._waiters.append((offset, fut))
-            self._wake.set()
+            fut.set_result(True)
+            return fut
+        deadline = loop.time() + timeout_s
+        self._waiters.append((offset, deadline, fut))
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._expire)
+        self._wake.set()
         return fut
 
     def _run(self) -> None:
@@ -67,15 +74,32 @@ class FlushCommitLogService:
 
     def _resolve(self, flushed: int) -> None:
         while self._waiters and self._waiters[0][0] <= flushed:
-            _, fut = self._waiters.popleft()
+            fut = self._waiters.popleft()[2]
             if not fut.done():
-                fut.set_result(None)
+                fut.set_result(True)
 
-    def stop(self) -> None:
-        """Stop the thread after one last flush (blocks until it is done)."""
+    def _expire(self) -> None:
+        assert self._loop is not None
+        self._timer = None
+        now = self._loop.time()
+        while self._waiters and self._waiters[0][1] <= now:
+            fut = self._waiters.popleft()[2]
+            if not fut.done():
+                fut.set_result(False)
+        if self._waiters:
+            self._timer = self._loop.call_at(self._waiters[0][1], self._expire)
+
+    def stop_thread(self) -> None:
+        """Stop the thread after one last flush; blocks until it is done (call it from a worker thread)."""
         self._stopping = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    def close(self) -> None:
+        """After ``stop_thread``, on the loop thread: answer the waiters the last flush covered."""
         self._resolve(self.commit_log.flushed_offset)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

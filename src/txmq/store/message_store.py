@@ -247,7 +247,8 @@ class DefaultMessageStore:
                 await task
         self._tasks = []
         if self._flush_service is not None:
-            await asyncio.to_thread(self._flush_service.stop)
+            await asyncio.to_thread(self._flush_service.stop_thread)
+            self._flush_service.close()
             self._flush_service = None
         self._write_checkpoint(self._snapshot())
         os.unlink(self._abort_path)
@@ -257,7 +258,8 @@ class DefaultMessageStore:
     def close_without_shutdown(self) -> None:
         """Close files as a crash would: no flush, no checkpoint, the abort file stays (tests, tools)."""
         if self._flush_service is not None:
-            self._flush_service.stop()
+            self._flush_service.stop_thread()
+            self._flush_service.close()
             self._flush_service = None
         for task in self._tasks:
             task.cancel()
@@ -418,9 +420,10 @@ class DefaultMessageStore:
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self._flush_service is None:
             self.commit_log.flush()  # not started yet: no flush thread to share fsyncs with
         elif self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self._flush_service is not None:
-            fut = self._flush_service.wait_flushed(self.commit_log.max_offset)
-            done, _ = await asyncio.wait({fut}, timeout=self.config.sync_flush_timeout_ms / 1000)
-            if not done:
+            flushed = await self._flush_service.wait_flushed(
+                self.commit_log.max_offset, self.config.sync_flush_timeout_ms / 1000
+            )
+            if not flushed:
                 self._counters["flush_timeouts"] += 1
                 log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
                 return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result)
