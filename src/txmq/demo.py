@@ -50,8 +50,9 @@ class OrderService:
 
 
 def start_server(store: Path, conf: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "txmq.cli", "server", "--store", str(store), "-c", str(conf)],
-                            stdout=subprocess.PIPE, stderr=open(store.parent / "server.log", "w"), text=True)
+    with open(store.parent / "server.log", "w") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "txmq.cli", "server", "--store", str(store), "-c", str(conf)],
+                                stdout=subprocess.PIPE, stderr=log, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.startswith("txmq ready:"):
