@@ -35,12 +35,6 @@ class ConsumerOffsetManager:
         """The committed offset, or -1 when the group never committed one."""
         return self.table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {}).get(queue_id, -1)
 
-    def groups_of_topic(self, topic: str) -> list[str]:
-        return sorted(k.split(TOPIC_GROUP_SEPARATOR, 1)[1] for k in self.table if k.split(TOPIC_GROUP_SEPARATOR, 1)[0] == topic)
-
-    def offsets(self, group: str, topic: str) -> dict[int, int]:
-        return dict(self.table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {}))
-
     def remove_topic(self, topic: str) -> None:
         for key in [k for k in self.table if k.split(TOPIC_GROUP_SEPARATOR, 1)[0] == topic]:
             del self.table[key]

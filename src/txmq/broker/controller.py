@@ -165,8 +165,7 @@ class BrokerController:
         if processor is None:
             return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                                remark=f"request code {cmd.code} is not supported by txmq's broker")
-        result = processor(conn, cmd)
-        return result  # type: ignore[no-any-return]
+        return processor(conn, cmd)
 
     def _notify_consumer_ids_changed(self, group: ConsumerGroupInfo) -> None:
         for info in group.channels.values():
@@ -234,7 +233,8 @@ class BrokerController:
         tx = self.transaction_service
         m = tx.metrics
         return {
-            "broker": {"name": self.config.broker_name, "addr": self.addr, "flushDiskType": self.config.flush_disk_type},
+            "broker": {"name": self.config.broker_name, "addr": self.addr,
+                       "flushDiskType": self.config.flush_disk_type},
             "topics": topics,
             "consumerGroups": groups,
             "transactions": {

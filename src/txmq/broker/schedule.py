@@ -9,6 +9,7 @@ only ever looks at the head of its queue. Progress per level is saved in ``confi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -50,10 +51,8 @@ class ScheduleMessageService:
             next_due = await self.deliver_due()
             self._wake.clear()
             timeout = 1.0 if next_due is None else max(0.01, min(1.0, next_due - time.time()))
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
 
     async def deliver_due(self) -> float | None:
         """Deliver every due message; return the epoch second when the next one is due, if known."""

@@ -65,7 +65,7 @@ class Admin:
 
     def brokers(self) -> dict[str, str]:
         """Broker name → master address, as the name server has them."""
-        return self._call(self._brokers())  # type: ignore[no-any-return]
+        return self._call(self._brokers())
 
     async def _each_broker(self, cmd_factory: Any, brokers: list[str] | None = None) -> dict[str, RemotingCommand]:
         assert self.instance is not None
@@ -109,7 +109,7 @@ class Admin:
             resp = await self.instance.invoke_namesrv(
                 RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
             return sorted(orjson.loads(resp.body).get("topicList") or [])
-        return self._call(go())  # type: ignore[no-any-return]
+        return self._call(go())
 
     # --- stats and transactions -----------------------------------------------------------------------
 
@@ -131,7 +131,8 @@ class Admin:
         raise ClientError(f"no broker knows transaction {ident}")
 
     def tx_resume(self, ident: str) -> str:
-        resps = self._call(self._each_broker(lambda: RemotingCommand.request(RequestCode.TXMQ_TX_RESUME, {"id": ident})))
+        resps = self._call(self._each_broker(
+            lambda: RemotingCommand.request(RequestCode.TXMQ_TX_RESUME, {"id": ident})))
         errors = []
         for name, r in resps.items():
             if r.code == ResponseCode.SUCCESS:

@@ -136,7 +136,8 @@ class PushConsumer:
         self.instance_name = instance_name or f"{group}-{os.getpid()}-{id(self):x}"
         self.subscriptions: dict[str, TagFilter] = {}
         self.listener: MessageListener | None = None
-        self._pool = concurrent.futures.ThreadPoolExecutor(consume_thread_nums, thread_name_prefix=f"txmq-consume-{group}")
+        self._pool = concurrent.futures.ThreadPoolExecutor(consume_thread_nums,
+                                                           thread_name_prefix=f"txmq-consume-{group}")
         self._runtime: ClientRuntime | None = None
         self.instance: MQClientInstance | None = None
         self.queues: dict[MessageQueue, ProcessQueue] = {}

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Self
 
 from txmq.client.instance import MessageQueue, MQClientInstance
 from txmq.client.runtime import ClientRuntime
@@ -58,7 +58,7 @@ class SendStatus(Enum):
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
-_STATUS_OF_CODE = {
+_STATUS_OF_CODE: dict[int, SendStatus] = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
@@ -104,7 +104,7 @@ class Producer:
     def _request_handler(self, conn: Any, cmd: RemotingCommand) -> Any:
         return None
 
-    def start(self) -> Producer:
+    def start(self) -> Self:
         if self._runtime is not None:
             return self
         self._runtime = ClientRuntime(self.instance_name)
@@ -125,7 +125,7 @@ class Producer:
             self._runtime = None
             self.instance = None
 
-    def __enter__(self) -> Producer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -143,7 +143,7 @@ class Producer:
              queue: MessageQueue | None = None, timeout_s: float | None = None) -> SendResult:
         """Send and wait for the broker's answer. Raises ``BrokerError``, ``ClientError`` or
         ``InvalidMessageError``."""
-        return self._call(self._send(msg, selector=selector, arg=arg, queue=queue, timeout_s=timeout_s))  # type: ignore[no-any-return]
+        return self._call(self._send(msg, selector=selector, arg=arg, queue=queue, timeout_s=timeout_s))
 
     def send_orderly(self, msg: Message, sharding_key: Any) -> SendResult:
         """Messages with one sharding key go to one queue, in order (no retry on another queue)."""
@@ -171,7 +171,7 @@ class Producer:
             raise InvalidMessageError("all messages of a batch must have the same topic")
         if any(m.delay_time_level for m in msgs):
             raise InvalidMessageError("delayed messages cannot be sent in a batch")
-        return self._call(self._send(msgs[0], batch=list(msgs)))  # type: ignore[no-any-return]
+        return self._call(self._send(msgs[0], batch=list(msgs)))
 
     # --- the send path (on the loop) ------------------------------------------------------------------
 
@@ -260,7 +260,7 @@ class Producer:
             return SendResult(SendStatus.SEND_OK, msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX], "",
                               mq.queue_id, -1, mq)
         resp = await self.instance.remoting.invoke(addr, cmd, timeout)
-        status = _STATUS_OF_CODE.get(ResponseCode(resp.code) if resp.code in ResponseCode._value2member_map_ else -1)
+        status = _STATUS_OF_CODE.get(resp.code)
         if status is None:
             raise BrokerError(resp.code, resp.remark)
         ext = resp.ext_fields

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from txmq.client.consumer import TagFilter, prepare_for_user
 from txmq.client.instance import MessageQueue, MQClientInstance
@@ -34,7 +35,7 @@ class PullResult:
     msgs: list[MessageExt] = field(default_factory=list)
 
 
-_PULL_STATUS = {
+_PULL_STATUS: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
@@ -72,7 +73,7 @@ class PullConsumer:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    def _call(self, coro, timeout: float | None = 30):  # type: ignore[no-untyped-def]
+    def _call(self, coro: Any, timeout: float | None = 30) -> Any:
         if self._runtime is None:
             coro.close()
             raise ClientError("pull consumer is not started")
@@ -85,7 +86,7 @@ class PullConsumer:
             if route is None:
                 raise ClientError(f"no route for topic {topic}")
             return sorted(route.subscribe_queues)
-        return self._call(go())  # type: ignore[no-any-return]
+        return self._call(go())
 
     def pull(self, mq: MessageQueue, expression: str = "*", offset: int = 0, max_nums: int = 32,
              block_s: float = 0.0) -> PullResult:
@@ -100,14 +101,14 @@ class PullConsumer:
             assert self.instance is not None
             resp = await self.instance.invoke_broker(
                 mq.broker_name, RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()), block_s + 5)
-            status = _PULL_STATUS.get(ResponseCode(resp.code)) if resp.code in ResponseCode._value2member_map_ else None
+            status = _PULL_STATUS.get(resp.code)
             if status is None:
                 raise BrokerError(resp.code, resp.remark)
             ext = resp.ext_fields
             msgs = [prepare_for_user(m) for m in decode_messages(resp.body) if filt.match(m)] if resp.body else []
             return PullResult(status, int(ext.get("nextBeginOffset", offset)), int(ext.get("minOffset", 0)),
                               int(ext.get("maxOffset", 0)), msgs)
-        return self._call(go(), block_s + 10)  # type: ignore[no-any-return]
+        return self._call(go(), block_s + 10)
 
     def _offset_request(self, code: int, mq: MessageQueue, extra: dict[str, str] | None = None) -> RemotingCommand:
         async def go() -> RemotingCommand:
@@ -116,7 +117,7 @@ class PullConsumer:
                 await self.instance.update_route(mq.topic)
             ext = {"consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), **(extra or {})}
             return await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(code, ext))
-        return self._call(go())  # type: ignore[no-any-return]
+        return self._call(go())
 
     def fetch_consume_offset(self, mq: MessageQueue) -> int:
         """The group's committed offset of ``mq``, or -1 when it never committed one."""

@@ -34,7 +34,10 @@ log = logging.getLogger("txmq.broker")
 
 
 def _ok(cmd: RemotingCommand, body: Any = None, ext: dict[str, str] | None = None) -> RemotingCommand:
-    raw = b"" if body is None else body if isinstance(body, bytes) else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+    if body is None:
+        raw = b""
+    else:
+        raw = body if isinstance(body, bytes) else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
     return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields=ext, body=raw)
 
 

@@ -133,7 +133,8 @@ class PullMessageProcessor:
         if s in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
         elif s in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
-            code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 and r.max_offset > 0 else ResponseCode.PULL_NOT_FOUND
+            moved = h.queue_offset != 0 and r.max_offset > 0
+            code = ResponseCode.PULL_OFFSET_MOVED if moved else ResponseCode.PULL_NOT_FOUND
         elif s in (GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.OFFSET_OVERFLOW_ONE):
             code = ResponseCode.PULL_NOT_FOUND
         else:  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL

@@ -120,7 +120,8 @@ class SendMessageProcessor:
         elif queue_id >= topic_config.write_queue_nums:
             return RemotingCommand.response_to(
                 cmd, ResponseCode.SYSTEM_ERROR,
-                remark=f"queueId {queue_id} is illegal: topic {h.topic} has {topic_config.write_queue_nums} write queues",
+                remark=f"queueId {queue_id} is illegal: topic {h.topic} has "
+                f"{topic_config.write_queue_nums} write queues",
             )
         born_host = peer_host(conn)
         if batch:

@@ -11,6 +11,7 @@ of one pass are recorded in a single op record.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Protocol
@@ -53,10 +54,8 @@ class TransactionalMessageCheckService:
             wait = self.check_interval_ms / 1000 if nxt is None else max(0.05, min(nxt - now + 0.001,
                                                                                     self.check_interval_ms / 1000))
             self._wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
-            except TimeoutError:
-                pass
 
     async def check_pass(self, now_s: float | None = None) -> int:
         """One pass over the due transactions; returns how many checks were sent."""
