@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -106,11 +107,13 @@ async def generate(root: str, size: int, tail_records: int) -> None:
     store.flush_and_checkpoint()
     for j in range(tail_records):
         await store.put_message(message(i + j, body))
-    print(f"done {i + tail_records}", flush=True)
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"done {i + tail_records} {rss_mib:.0f}", flush=True)
     await asyncio.sleep(3600)
 
 
-def make_crashed_store(root: str, size: int, tail_records: int) -> int:
+def make_crashed_store(root: str, size: int, tail_records: int) -> tuple[int, float]:
+    """Records written and the writer's peak RSS in MiB."""
     child = subprocess.Popen(
         [sys.executable, __file__, "--generate", root, str(size), str(tail_records)], stdout=subprocess.PIPE
     )
@@ -119,7 +122,7 @@ def make_crashed_store(root: str, size: int, tail_records: int) -> int:
     child.send_signal(signal.SIGKILL)
     child.wait()
     assert line.startswith("done"), line
-    return int(line.split()[1])
+    return int(line.split()[1]), float(line.split()[2])
 
 
 def time_open(root: str) -> tuple[float, int]:
@@ -133,7 +136,7 @@ def time_open(root: str) -> tuple[float, int]:
 
 def bench_recovery(base: str, size: int, runs: int) -> dict[str, float]:
     root = os.path.join(base, f"recovery-{size // MiB}")
-    records = make_crashed_store(root, size, tail_records=1000)
+    records, rss_mib = make_crashed_store(root, size, tail_records=1000)
     with_cp = [time_open(root) for _ in range(runs)]
     os.unlink(os.path.join(root, "checkpoint"))
     without_cp = [time_open(root) for _ in range(runs)]
@@ -141,6 +144,7 @@ def bench_recovery(base: str, size: int, runs: int) -> dict[str, float]:
     return {
         "log_mib": size / MiB,
         "records": records,
+        "writer_peak_rss_mib": rss_mib,
         "with_checkpoint_s": statistics.median(t for t, _ in with_cp),
         "with_checkpoint_scanned": with_cp[0][1],
         "no_checkpoint_s": statistics.median(t for t, _ in without_cp),
@@ -152,6 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
+    parser.add_argument("--recovery-only", action="store_true", help="skip the append benchmarks")
     parser.add_argument("--generate", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.getLogger("txmq.store").setLevel(logging.ERROR)  # recovery events are expected here
@@ -163,22 +168,8 @@ def main() -> None:
     n = 20_000 if args.quick else 100_000
     runs = 1 if args.quick else 3
     try:
-        print(f"raw disk: {raw_fsync_rate(base):.0f} fsyncs/s (4 KiB append + fdatasync)")
-
-        def fresh(name: str) -> str:
-            path = os.path.join(base, name)
-            shutil.rmtree(path, ignore_errors=True)
-            return path
-
-        r = median_runs(runs, lambda: asyncio.run(bench_async(fresh("async"), n)))
-        print(f"ASYNC_FLUSH: {r['appends_per_s']:.0f} appends/s ({r['record_bytes']:.0f}-byte records, 1 producer)")
-        for producers in (1, 64, 256):
-            count = n // 10 if producers == 1 else n
-            r = median_runs(runs, lambda p=producers, c=count: asyncio.run(bench_sync(fresh("sync"), c, p)))
-            print(
-                f"SYNC_FLUSH, {producers:3d} producers: {r['appends_per_s']:.0f} appends/s, "
-                f"{r['fsyncs_per_s']:.0f} fsyncs/s, {r['records_per_fsync']:.1f} records/fsync"
-            )
+        if not args.recovery_only:
+            bench_appends(base, n, runs)
         sizes = [64 * MiB, 256 * MiB] if args.quick else [256 * MiB, 1024 * MiB]
         for size in sizes:
             r = bench_recovery(base, size, runs)
@@ -186,10 +177,30 @@ def main() -> None:
                 f"recovery after SIGKILL, {r['log_mib']:.0f} MiB log ({r['records']:.0f} records): "
                 f"checkpoint {r['with_checkpoint_s'] * 1000:.0f} ms ({r['with_checkpoint_scanned']:.0f} records "
                 f"scanned), no checkpoint {r['no_checkpoint_s'] * 1000:.0f} ms "
-                f"({r['no_checkpoint_scanned']:.0f} records scanned)"
+                f"({r['no_checkpoint_scanned']:.0f} records scanned); writer peak RSS "
+                f"{r['writer_peak_rss_mib']:.0f} MiB"
             )
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def bench_appends(base: str, n: int, runs: int) -> None:
+    print(f"raw disk: {raw_fsync_rate(base):.0f} fsyncs/s (4 KiB append + fdatasync)")
+
+    def fresh(name: str) -> str:
+        path = os.path.join(base, name)
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    r = median_runs(runs, lambda: asyncio.run(bench_async(fresh("async"), n)))
+    print(f"ASYNC_FLUSH: {r['appends_per_s']:.0f} appends/s ({r['record_bytes']:.0f}-byte records, 1 producer)")
+    for producers in (1, 64, 256):
+        count = n // 10 if producers == 1 else n
+        r = median_runs(runs, lambda p=producers, c=count: asyncio.run(bench_sync(fresh("sync"), c, p)))
+        print(
+            f"SYNC_FLUSH, {producers:3d} producers: {r['appends_per_s']:.0f} appends/s, "
+            f"{r['fsyncs_per_s']:.0f} fsyncs/s, {r['records_per_fsync']:.1f} records/fsync"
+        )
 
 
 if __name__ == "__main__":

@@ -107,15 +107,15 @@ class DefaultMessageStore:
             raise StoreError(f"{root} is open in another process") from exc
         self._abort_path = os.path.join(root, "abort")
         abort_existed = os.path.exists(self._abort_path)
+        with open(self._abort_path, "wb"):  # before recovery: a crash while recovering is a crash too
+            pass
+        fsync_dir(root)
         try:
             self.recovery_report: RecoveryReport = recover(self, abort_existed)
         except BaseException:
             self._close_files()
             raise
         self._replay_range = (self.recovery_report.scan_start, self.commit_log.max_offset)
-        with open(self._abort_path, "wb"):
-            pass
-        fsync_dir(root)
 
     # --- recovery hooks ----------------------------------------------------------------------------
 
