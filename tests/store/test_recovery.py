@@ -350,3 +350,29 @@ def test_crash_with_sigkill_keeps_every_acknowledged_record(root):
             assert [decode_message(w)[0].queue_offset for w in got.messages] == list(range(got.message_count))
         store.close_without_shutdown()
     assert len(acked) > 100 and checkpoints >= 3
+
+
+def test_dispatchers_see_the_recovered_tail(root):
+    config = make_config(root)
+
+    async def main():
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _fill(store, 50)
+        store.flush_and_checkpoint()
+        tail = await _fill(store, 5, start=50)
+        _crash(store)
+
+        early, late = [], []
+        reopened = DefaultMessageStore(config, dispatchers=[early.append])
+        assert [r.commit_log_offset for r in early] == tail  # during recovery
+        reopened.add_dispatcher(late.append)
+        assert late == []
+        await reopened.start()  # replays the recovered tail to dispatchers added since
+        assert [r.commit_log_offset for r in late] == tail
+        assert [r.keys for r in late] == [f"k{i}" for i in range(50, 55)]
+        await reopened.put_message(msg())
+        assert len(early) == len(late) == 6
+        await reopened.shutdown()
+
+    run(main)

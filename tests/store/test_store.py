@@ -188,6 +188,9 @@ def test_illegal_messages_are_refused(root):
         big_props = msg(big="y" * 40000)
         assert (await store.put_message(big_props)).status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
         assert (await store.put_message(msg("t" * 200))).status is PutMessageStatus.MESSAGE_ILLEGAL
+        for bad_topic in ("", "..", "a/b"):
+            assert (await store.put_message(msg(bad_topic))).status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert (await store.put_message(msg(queue_id=-1))).status is PutMessageStatus.MESSAGE_ILLEGAL
         assert store.max_phy_offset == 0
         await store.shutdown()
 

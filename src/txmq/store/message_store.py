@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import threading
@@ -58,6 +59,12 @@ MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (Roc
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@functools.lru_cache(maxsize=4096)
+def _valid_topic(topic: str) -> bool:
+    """The topic names a directory of consume queues: no separators, no '.' or '..'."""
+    return bool(topic) and topic not in (".", "..") and "/" not in topic and "\0" not in topic
 
 
 @dataclass
@@ -124,6 +131,8 @@ class DefaultMessageStore:
         if not os.path.isdir(base):
             return
         for topic in sorted(os.listdir(base)):
+            if not os.path.isdir(os.path.join(base, topic)):
+                continue
             for qid_name in sorted(os.listdir(os.path.join(base, topic))):
                 if qid_name.isdigit():
                     cq = self.find_or_create_consume_queue(topic, int(qid_name))
@@ -346,6 +355,9 @@ class DefaultMessageStore:
         records: list[bytearray] = []
         limit = min(self.config.max_message_size, self.commit_log.segment_size - BLANK_SIZE - TRAILER_SIZE)
         for msg in msgs:
+            if not _valid_topic(msg.topic) or msg.queue_id < 0:
+                log.warning("refused a message for topic %r queue %d", msg.topic[:127], msg.queue_id)
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
             key = (msg.topic, msg.queue_id)
             if builds_consume_queue(msg.sys_flag):
                 queue_offset = next_offsets.get(key, self._queue_offsets.get(key, 0))
