@@ -322,7 +322,7 @@ def test_crash_with_sigkill_keeps_every_acknowledged_record(root):
         )
         assert child.stdout is not None
         assert child.stdout.readline() == b"ready\n"
-        time.sleep(rng.uniform(0.05, 0.6))
+        time.sleep(rng.uniform(0.15, 0.6))
         child.send_signal(signal.SIGKILL)
         out, _ = child.communicate()
         assert child.returncode == -signal.SIGKILL

@@ -296,8 +296,15 @@ def test_store_directory_is_locked(root):
     run(main)
 
 
-def test_sync_flush_group_commit_shares_fsyncs(root):
+def test_sync_flush_group_commit_shares_fsyncs(root, monkeypatch):
     config = make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    real_fsync = mapped_file.fsync_fd
+
+    def disk_with_latency(fd):  # a 2 ms disk, so the test does not depend on how busy the machine is
+        time.sleep(0.002)
+        real_fsync(fd)
+
+    monkeypatch.setattr(mapped_file, "fsync_fd", disk_with_latency)
 
     async def main():
         store = DefaultMessageStore(config)
@@ -339,11 +346,11 @@ def test_sync_flush_timeout(root, monkeypatch):
 
 def test_async_flush_flushes_in_the_background(root):
     async def main():
-        store = DefaultMessageStore(make_config(root, flush_interval_commit_log_ms=10))
+        store = DefaultMessageStore(make_config(root, flush_interval_commit_log_ms=500))
         await store.start()
         await store.put_message(msg())
         assert store.flushed_offset == 0  # acknowledged before any fsync
-        for _ in range(200):
+        for _ in range(300):
             if store.flushed_offset == store.max_phy_offset:
                 break
             await asyncio.sleep(0.01)
