@@ -22,20 +22,19 @@ class StoreConfig:
     """
 
     store_path_root_dir: str
-    mapped_file_size_commit_log: int = 1 << 30
-    mapped_file_size_consume_queue: int = 300_000 * 20
+    mapped_file_size_commit_log: int = 1 << 30  # segment size; fixed for the life of a store
+    mapped_file_size_consume_queue: int = 300_000 * 20  # 300 000 entries per consume-queue file
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
-    flush_interval_commit_log_ms: int = 500
-    flush_interval_consume_queue_ms: int = 1000
-    sync_flush_timeout_ms: int = 5000
-    checkpoint_interval_ms: int = 3000
-    file_reserved_time_hours: float = 72
-    clean_resource_interval_ms: int = 10_000
-    max_message_size: int = 4 * 1024 * 1024
-    store_host: tuple[str, int] = ("127.0.0.1", 10911)
-    max_hash_slot_num: int = 500_000
-    max_index_num: int = 2_000_000
-    message_index_enable: bool = True
+    flush_interval_commit_log_ms: int = 500  # ASYNC_FLUSH period
+    sync_flush_timeout_ms: int = 5000  # SYNC_FLUSH: answer FLUSH_DISK_TIMEOUT after this
+    checkpoint_interval_ms: int = 3000  # bounds how much log recovery reads after a crash
+    file_reserved_time_hours: float = 72  # retention (fileReservedTime)
+    clean_resource_interval_ms: int = 10_000  # how often retention runs after start()
+    max_message_size: int = 4 * 1024 * 1024  # encoded message, in bytes
+    store_host: tuple[str, int] = ("127.0.0.1", 10911)  # STOREHOSTADDRESS and offset message ids
+    max_hash_slot_num: int = 500_000  # slots per index file
+    max_index_num: int = 2_000_000  # entries per index file
+    message_index_enable: bool = True  # build the key / UNIQ_KEY index
 
     def __post_init__(self) -> None:
         if self.mapped_file_size_consume_queue % 20:

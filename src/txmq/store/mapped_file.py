@@ -64,10 +64,6 @@ class MappedFile:
     def end_offset(self) -> int:
         return self.file_from_offset + self.file_size
 
-    @property
-    def closed(self) -> bool:
-        return self.fd < 0
-
     def write(self, parts: list[bytes | bytearray], pos: int) -> None:
         """Write ``parts`` back to back at ``pos`` with one system call."""
         size = sum(len(p) for p in parts)
