@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
@@ -140,17 +141,23 @@ class SendMessageProcessor:
             max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
             if h.reconsume_times >= max_times:
                 self._to_dlq(msg, msg.topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX))
+        if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true" and broker.config.reject_transaction_message:
+            return RemotingCommand.response_to(
+                cmd, ResponseCode.NO_PERMISSION,
+                remark=f"the broker[{broker.config.broker_addr}] sending transaction message is forbidden "
+                "(rejectTransactionMessage=true)",
+            )
+        return self._put(cmd, msg, self.store_message(msg))
+
+    def store_message(self, msg: MessageExt) -> Awaitable[PutMessageResult]:
+        """Store one checked message by its kind: a half message through the transaction service, a delayed one
+        through the schedule topic, the rest as it is. Shared by the remoting and gRPC (``txmq.grpc``) sends."""
+        broker = self.broker
         if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true":
-            if broker.config.reject_transaction_message:
-                return RemotingCommand.response_to(
-                    cmd, ResponseCode.NO_PERMISSION,
-                    remark=f"the broker[{broker.config.broker_addr}] sending transaction message is forbidden "
-                    "(rejectTransactionMessage=true)",
-                )
-            return self._put(cmd, msg, broker.transaction_service.prepare_message(msg))
+            return broker.transaction_service.prepare_message(msg)
         if msg.delay_time_level > 0 and not msg.topic.startswith("%DLQ%"):
             broker.schedule_service.divert(msg)
-        return self._put(cmd, msg, broker.store.put_message(msg))
+        return broker.store.put_message(msg)
 
     def _inner(self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
                props: dict[str, str], born_host: tuple[str, int]) -> MessageExt:
