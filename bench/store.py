@@ -60,8 +60,19 @@ async def bench_async(root: str, n: int) -> dict[str, float]:
         await store.put_message(message(i))
     elapsed = time.perf_counter() - t0
     record = store.max_phy_offset // n
+    t0 = time.perf_counter()
+    read = 0
+    for qid in range(8):
+        offset = 0
+        while True:
+            got = store.get_message("bench", qid, offset, max_msg_nums=32)
+            if not got.messages:
+                break
+            read += got.message_count
+            offset = got.next_begin_offset
+    read_elapsed = time.perf_counter() - t0
     await store.shutdown()
-    return {"appends_per_s": n / elapsed, "record_bytes": record}
+    return {"appends_per_s": n / elapsed, "record_bytes": record, "reads_per_s": read / read_elapsed}
 
 
 async def bench_sync(root: str, n: int, producers: int) -> dict[str, float]:
@@ -194,6 +205,7 @@ def bench_appends(base: str, n: int, runs: int) -> None:
 
     r = median_runs(runs, lambda: asyncio.run(bench_async(fresh("async"), n)))
     print(f"ASYNC_FLUSH: {r['appends_per_s']:.0f} appends/s ({r['record_bytes']:.0f}-byte records, 1 producer)")
+    print(f"get_message, 32 per call, page cache warm: {r['reads_per_s']:.0f} messages/s")
     for producers in (1, 64, 256):
         count = n // 10 if producers == 1 else n
         r = median_runs(runs, lambda p=producers, c=count: asyncio.run(bench_sync(fresh("sync"), c, p)))
