@@ -285,6 +285,19 @@ def test_delete_topic(root):
     run(main)
 
 
+def test_async_context_manager(root):
+    async def main():
+        async with DefaultMessageStore(make_config(root)) as store:
+            await store.put_message(msg(body=b"ctx"))
+        assert (await store.put_message(msg())).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        reopened = DefaultMessageStore(make_config(root))
+        assert reopened.recovery_report.clean_shutdown
+        assert reopened.look_message_by_offset(0).body == b"ctx"
+        await reopened.aclose()
+
+    run(main)
+
+
 def test_store_directory_is_locked(root):
     async def main():
         store = DefaultMessageStore(make_config(root))

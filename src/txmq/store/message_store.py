@@ -264,6 +264,16 @@ class DefaultMessageStore:
         fsync_dir(self.config.store_path_root_dir)
         self._close_files()
 
+    async def aclose(self) -> None:
+        await self.shutdown()
+
+    async def __aenter__(self) -> DefaultMessageStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
     def close_without_shutdown(self) -> None:
         """Close files as a crash would: no flush, no checkpoint, the abort file stays (tests, tools)."""
         if self._flush_service is not None:
