@@ -27,32 +27,59 @@ class Header:
     ALIASES: ClassVar[dict[str, str]] = {}
 
     @classmethod
+    def _spec(cls) -> tuple[_Field, ...]:
+        """The fields with their wire names and types, worked out once per class (a hot path: every send)."""
+        spec = _SPECS.get(cls)
+        if spec is None:
+            spec = tuple(
+                _Field(f.name, _camel(f.name), cls.ALIASES.get(f.name), str(f.type),
+                       f.default is _MISSING and f.default_factory is _MISSING)
+                for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            )
+            _SPECS[cls] = spec
+        return spec
+
+    @classmethod
     def from_ext(cls, ext: dict[str, str]) -> Self:
         kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            wire = _camel(f.name)
-            raw = ext.get(wire)
-            if raw is None and f.name in cls.ALIASES:
-                raw = ext.get(cls.ALIASES[f.name])
+        get = ext.get
+        for f in cls._spec():
+            raw = get(f.wire)
+            if raw is None and f.alias is not None:
+                raw = get(f.alias)
             if raw is None or (raw == "" and f.type != "str"):
-                if f.default is _MISSING and f.default_factory is _MISSING:
-                    raise RemoteProtocolError(f"{cls.__name__}: missing field {wire}")
+                if f.required:
+                    raise RemoteProtocolError(f"{cls.__name__}: missing field {f.wire}")
                 continue
-            kwargs[f.name] = _parse(raw, str(f.type), wire, cls.__name__)
+            if f.kind == "str":
+                kwargs[f.name] = raw
+            else:
+                kwargs[f.name] = _parse(raw, f.kind, f.wire, cls.__name__)
         return cls(**kwargs)
 
     def to_ext(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in self._spec():
             v = getattr(self, f.name)
             if v is None:
                 continue
-            out[_camel(f.name)] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+            out[f.wire] = ("true" if v else "false") if isinstance(v, bool) else str(v)
         return out
 
 
-def _parse(raw: str, type_name: str, wire: str, owner: str) -> Any:
-    t = type_name.replace(" | None", "")
+class _Field:
+    __slots__ = ("alias", "kind", "name", "required", "type", "wire")
+
+    def __init__(self, name: str, wire: str, alias: str | None, type_name: str, required: bool) -> None:
+        self.name, self.wire, self.alias, self.type, self.required = name, wire, alias, type_name, required
+        self.kind = type_name.replace(" | None", "")
+
+
+_SPECS: dict[type, tuple[_Field, ...]] = {}
+
+
+def _parse(raw: str, t: str, wire: str, owner: str) -> Any:
+    """``raw`` as type ``t`` ("int", "bool"; anything else stays a string)."""
     try:
         if t == "int":
             return int(raw)
@@ -89,13 +116,16 @@ class SendMessageRequestHeader(Header):
         "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch",
     }  # fmt: skip
 
+    V2_LETTERS: ClassVar[dict[str, str]] = {v: k for k, v in V2_NAMES.items()}
+
     @classmethod
     def from_v2_ext(cls, ext: dict[str, str]) -> SendMessageRequestHeader:
-        return cls.from_ext({cls.V2_NAMES.get(k, k): v for k, v in ext.items()})
+        names = cls.V2_NAMES
+        return cls.from_ext({names.get(k, k): v for k, v in ext.items()})
 
     def to_v2_ext(self) -> dict[str, str]:
-        back = {v: k for k, v in self.V2_NAMES.items()}
-        return {back.get(k, k): v for k, v in self.to_ext().items()}
+        letters = self.V2_LETTERS
+        return {letters.get(k, k): v for k, v in self.to_ext().items()}
 
 
 @dataclasses.dataclass(slots=True)
