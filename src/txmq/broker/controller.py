@@ -62,6 +62,7 @@ class BrokerController:
         self.topic_config_manager = TopicConfigManager(self.root, auto_create=config.auto_create_topic_enable,
                                                        default_queue_nums=config.default_topic_queue_nums,
                                                        delay_levels=len(levels))
+        self.topic_config_manager.on_change = self.schedule_register
         self.consumer_offset_manager = ConsumerOffsetManager(self.root)
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from txmq.broker.persist import read_json, write_json_atomic
@@ -25,6 +26,7 @@ class TopicConfigManager:
         self.path = root / "config" / "topics.json"
         self.table: dict[str, TopicConfig] = {}
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": 0}
+        self.on_change: Callable[[], None] | None = None  # the broker re-registers with its name servers
         saved = read_json(self.path)
         if saved:
             for tc in (saved.get("topicConfigTable") or {}).values():
@@ -84,6 +86,8 @@ class TopicConfigManager:
     def _changed(self) -> None:
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": int(self.data_version["counter"]) + 1}
         self.persist()
+        if self.on_change is not None:
+            self.on_change()
 
     def persist(self) -> None:
         write_json_atomic(self.path, self.serialize())

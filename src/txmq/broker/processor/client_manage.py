@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -53,7 +54,7 @@ class ClientManageProcessor:
         self.locks = RebalanceLockManager()
         self._watched: set[int] = set()
 
-    def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         try:
             if cmd.code == RequestCode.HEART_BEAT:
                 return self._heartbeat(conn, cmd)
@@ -83,11 +84,12 @@ class ClientManageProcessor:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request body: {exc}")
         return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
 
-    def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         data = orjson.loads(cmd.body) if cmd.body else {}
         client_id = str(data.get("clientID", ""))
         self._watch(conn)
         chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
+        created = False
         for p in data.get("producerDataSet") or []:
             self.broker.producer_manager.register(str(p["groupName"]), chan)
         for c in data.get("consumerDataSet") or []:
@@ -101,10 +103,17 @@ class ClientManageProcessor:
             info = ConsumerGroupInfo(group, str(c.get("consumeType", "CONSUME_PASSIVELY")),
                                      str(c.get("messageModel", "CLUSTERING")),
                                      str(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")), subs)
-            if info.message_model == "CLUSTERING":
+            if info.message_model == "CLUSTERING" and self.broker.topic_config_manager.get(retry_topic(group)) is None:
                 self.broker.topic_config_manager.create_if_absent(retry_topic(group), 1)
+                created = True
             self.broker.consumer_manager.register(info, chan)
-        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+        ok = RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+        return self._after_register(ok) if created else ok
+
+    async def _after_register(self, resp: RemotingCommand) -> RemotingCommand:
+        """Answer once the name servers route the new retry topic: the consumer's first rebalance needs it."""
+        await self.broker.register_all()
+        return resp
 
     def _watch(self, conn: Connection) -> None:
         if id(conn) in self._watched:
