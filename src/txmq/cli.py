@@ -46,7 +46,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     config = broker_config(args.config, {"namesrvAddr": args.namesrv, "brokerIP1": args.host, "listenPort": args.port,
                                          "storePathRootDir": args.store, "brokerName": args.broker_name,
-                                         "flushDiskType": args.flush_disk_type})
+                                         "flushDiskType": args.flush_disk_type, "grpcPort": args.grpc_port})
 
     async def main() -> None:
         await serve(None, BrokerController(config), print_ready)
@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=None, help="broker port (default 10911)")
     s.add_argument("--namesrv-port", type=int, default=9876)
-    s.add_argument("--grpc-port", type=int, default=None)
+    s.add_argument("--grpc-port", type=int, default=None, help="RocketMQ 5 gRPC port (default 8081, 0: free, -1: off)")
     s.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
     s.add_argument("-c", "--config", help="RocketMQ broker.conf")
     s.set_defaults(fn=cmd_server)
@@ -222,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=None)
     s.add_argument("--store")
     s.add_argument("--broker-name")
+    s.add_argument("--grpc-port", type=int, default=None, help="RocketMQ 5 gRPC port (default 8081, 0: free, -1: off)")
     s.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
     s.add_argument("-c", "--config", help="RocketMQ broker.conf")
     s.set_defaults(fn=cmd_broker)

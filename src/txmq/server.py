@@ -43,6 +43,8 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             addrs["namesrv"] = namesrv.addr
         if broker is not None:
             addrs["broker"] = broker.addr
+            if broker.grpc is not None:
+                addrs["grpc"] = broker.grpc.addr
             addrs["store"] = str(broker.root)
         await _until_signalled(lambda: on_ready(addrs))
     finally:

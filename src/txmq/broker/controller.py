@@ -9,7 +9,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -30,6 +30,9 @@ from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection, RemotingClient, RemotingServer
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
+
+if TYPE_CHECKING:
+    from txmq.grpc.server import GrpcEndpoint
 
 log = logging.getLogger("txmq.broker")
 
@@ -100,6 +103,7 @@ class BrokerController:
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self._registered: dict[str, bool] = {}
+        self.grpc: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint, started with the broker
         self.started = False
 
     @property
@@ -112,6 +116,7 @@ class BrokerController:
         await self.store.start()
         self.transaction_service.recover()
         await self.server.start()
+        await self._start_grpc()
         self.started = True
         self._spawn(self.check_service.run(), "transaction check")
         self._spawn(self.schedule_service.run(), "schedule")
@@ -122,6 +127,24 @@ class BrokerController:
             self._spawn(self._register_loop(), "namesrv registration")
         log.info("broker %s listening on %s (%s, store %s)", self.config.broker_name, self.addr,
                  self.config.flush_disk_type, self.root)
+
+    async def _start_grpc(self) -> None:
+        """Serve ``apache.rocketmq.v2.MessagingService`` on ``grpc_port`` (0: a free port, < 0: off). The default
+        port being taken (several brokers on one machine) leaves this broker without gRPC, with a warning."""
+        port = self.config.grpc_port
+        if port < 0:
+            return
+        from txmq.grpc.server import GrpcEndpoint
+
+        endpoint = GrpcEndpoint(self, self.config.broker_ip1, port)
+        try:
+            await endpoint.start()
+        except OSError as exc:
+            if port != BrokerConfig.grpc_port:
+                raise
+            log.warning("gRPC endpoint not started: %s (set grpcPort to serve it)", exc)
+            return
+        self.grpc = endpoint
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
@@ -135,6 +158,9 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.grpc is not None:
+            await self.grpc.stop()
+            self.grpc = None
         await self.server.close()
         await self.namesrv_client.close()
         self._persist()
@@ -158,6 +184,8 @@ class BrokerController:
         expired = self.config.client_channel_expired_ms / 1000
         self.producer_manager.scan_expired(expired)
         self.consumer_manager.scan_expired(expired)
+        if self.grpc is not None:
+            self.grpc.scan_expired(expired)
 
     # --- requests -------------------------------------------------------------------------------------
 

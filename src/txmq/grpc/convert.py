@@ -1,0 +1,208 @@
+"""protobuf <-> txmq: statuses, messages, transaction ids and receipt handles. No IO here.
+
+A transaction id names the half message: ``commit-log offset`` and ``half queue offset`` as 16 hex digits each
+(what END_TRANSACTION carries over remoting as ``commitLogOffset`` and ``tranStateTableOffset``).
+
+A receipt handle names one delivery of one message to one consumer group::
+
+    "1 <queue id> <queue offset> <commit-log offset> <token> <topic>"
+
+The token is unique per delivery: after a redelivery or a change of invisible duration the old handle no
+longer acks (INVALID_RECEIPT_HANDLE), as with RocketMQ's pop. Topic names cannot hold spaces, so the topic
+goes last and needs no escaping.
+"""
+
+from __future__ import annotations
+
+import gzip
+import time
+import zlib
+from dataclasses import dataclass
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from txmq.grpc.protocol import definition_pb2 as pb
+from txmq.message import MessageConst, MessageExt, MessageSysFlag
+from txmq.store import PutMessageStatus
+
+Code = pb.Code
+
+# Properties the gRPC surface carries in its own fields: never copied into user_properties.
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # the delivery timestamp a DELAY message asked for (RocketMQ's name)
+_HIDDEN_PROPERTIES = MessageConst.SYSTEM_KEYS | {TIMER_DELIVER_MS}
+
+PUT_STATUS_CODES = {
+    PutMessageStatus.PUT_OK: Code.OK,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
+    PutMessageStatus.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: Code.MESSAGE_PROPERTIES_TOO_LARGE,
+}
+
+
+class GrpcStatusError(Exception):
+    """A request the endpoint refuses, with the ``apache.rocketmq.v2.Code`` to answer."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
+    return pb.Status(code=code, message=message)  # type: ignore[arg-type]
+
+
+def timestamp_ms(ms: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def duration_ms(d: duration_pb2.Duration) -> int:
+    return d.seconds * 1000 + d.nanos // 1_000_000
+
+
+def duration(ms: int) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --- transaction ids and receipt handles ------------------------------------------------------------------
+
+
+def transaction_id(commit_log_offset: int, half_offset: int) -> str:
+    return f"{commit_log_offset:016X}{half_offset:016X}"
+
+
+def parse_transaction_id(text: str) -> tuple[int, int]:
+    """(commit-log offset, half queue offset); raises ``GrpcStatusError`` INVALID_TRANSACTION_ID."""
+    if len(text) != 32:
+        raise GrpcStatusError(Code.INVALID_TRANSACTION_ID, f"transaction id {text!r} is not one txmq gave out")
+    try:
+        return int(text[:16], 16), int(text[16:], 16)
+    except ValueError:
+        raise GrpcStatusError(Code.INVALID_TRANSACTION_ID,
+                              f"transaction id {text!r} is not one txmq gave out") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptHandle:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    token: int
+
+    def encode(self) -> str:
+        return f"1 {self.queue_id} {self.queue_offset} {self.commit_log_offset} {self.token} {self.topic}"
+
+    @classmethod
+    def decode(cls, text: str) -> ReceiptHandle:
+        """Raises ``GrpcStatusError`` INVALID_RECEIPT_HANDLE for anything txmq did not hand out."""
+        parts = text.split(" ", 5)
+        try:
+            if len(parts) != 6 or parts[0] != "1" or not parts[5]:
+                raise ValueError(text)
+            q, off, clo, token = (int(p) for p in parts[1:5])
+            if min(q, off, clo, token) < 0:
+                raise ValueError(text)
+        except ValueError:
+            raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, f"malformed receipt handle {text[:80]!r}") from None
+        return cls(parts[5], q, off, clo, token)
+
+
+# --- messages -----------------------------------------------------------------------------------------------
+
+
+def body_digest(body: bytes) -> pb.Digest:
+    return pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body) & 0xFFFFFFFF:08X}")
+
+
+def decode_body(m: pb.Message) -> bytes:
+    enc = m.system_properties.body_encoding
+    if enc == pb.GZIP:
+        try:
+            return gzip.decompress(m.body)
+        except (OSError, EOFError, zlib.error):
+            raise GrpcStatusError(Code.MESSAGE_CORRUPTED, "body_encoding GZIP but the body does not unzip") from None
+    return bytes(m.body)
+
+
+def message_type_of(m: MessageExt) -> int:
+    if m.properties.get(MessageConst.SHARDING_KEY):
+        return pb.FIFO
+    if m.properties.get(TIMER_DELIVER_MS):
+        return pb.DELAY
+    if MessageSysFlag.transaction_value(m.sys_flag) == MessageSysFlag.TRANSACTION_COMMIT_TYPE \
+            or m.properties.get(MessageConst.TRANSACTION_PREPARED) == "true":
+        return pb.TRANSACTION
+    return pb.NORMAL
+
+
+def to_pb_message(m: MessageExt, *, topic: str | None = None, queue_id: int | None = None,
+                  queue_offset: int | None = None, receipt_handle: str | None = None,
+                  invisible_ms: int | None = None, delivery_attempt: int | None = None) -> pb.Message:
+    """A stored message as the 5.x clients expect it (DESIGN.md §5: receipt handle, message id, IDENTITY
+    encoding, CRC32 digest)."""
+    body = m.body
+    if m.sys_flag & MessageSysFlag.COMPRESSED:
+        body = zlib.decompress(body)
+    props = m.properties
+    sp = pb.SystemProperties(
+        message_id=m.msg_id,
+        body_digest=body_digest(body),
+        body_encoding=pb.IDENTITY,
+        message_type=message_type_of(m),  # type: ignore[arg-type]
+        born_timestamp=timestamp_ms(m.born_timestamp),
+        born_host=m.born_host[0],
+        store_timestamp=timestamp_ms(m.store_timestamp),
+        store_host=f"{m.store_host[0]}:{m.store_host[1]}",
+        queue_id=m.queue_id if queue_id is None else queue_id,
+        queue_offset=m.queue_offset if queue_offset is None else queue_offset,
+    )
+    tags = props.get(MessageConst.TAGS)
+    if tags:
+        sp.tag = tags
+    keys = props.get(MessageConst.KEYS)
+    if keys:
+        sp.keys.extend(k for k in keys.split(MessageConst.KEY_SEPARATOR) if k)
+    group = props.get(MessageConst.SHARDING_KEY)
+    if group:
+        sp.message_group = group
+    deliver = props.get(TIMER_DELIVER_MS)
+    if deliver and deliver.isdigit():
+        sp.delivery_timestamp.CopyFrom(timestamp_ms(int(deliver)))
+    if receipt_handle is not None:
+        sp.receipt_handle = receipt_handle
+    if invisible_ms is not None:
+        sp.invisible_duration.CopyFrom(duration(invisible_ms))
+    if delivery_attempt is not None:
+        sp.delivery_attempt = delivery_attempt
+    user = {k: v for k, v in props.items() if k not in _HIDDEN_PROPERTIES}
+    return pb.Message(topic=pb.Resource(name=topic or m.topic), user_properties=user, system_properties=sp,
+                      body=body)
+
+
+def from_pb_message(m: pb.Message, body: bytes) -> tuple[str, dict[str, str]]:
+    """Topic and txmq properties of a message a 5.x client sends (type-specific ones are added by the caller)."""
+    sp = m.system_properties
+    props: dict[str, str] = {}
+    for key, value in m.user_properties.items():
+        if key in _HIDDEN_PROPERTIES:
+            raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {key!r} is a system property")
+        props[key] = value
+    if sp.HasField("tag"):
+        if not sp.tag.strip() or "|" in sp.tag:
+            raise GrpcStatusError(Code.ILLEGAL_MESSAGE_TAG, f"illegal tag {sp.tag!r}")
+        props[MessageConst.TAGS] = sp.tag
+    if sp.keys:
+        for k in sp.keys:
+            if not k.strip() or MessageConst.KEY_SEPARATOR in k:
+                raise GrpcStatusError(Code.ILLEGAL_MESSAGE_KEY, f"illegal message key {k!r}")
+        props[MessageConst.KEYS] = MessageConst.KEY_SEPARATOR.join(sp.keys)
+    if sp.message_id:
+        props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = sp.message_id
+    return m.topic.name, props

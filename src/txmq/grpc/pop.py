@@ -1,0 +1,317 @@
+"""Receive with an invisible duration, ack, change invisible duration: the SimpleConsumer / PushConsumer model of
+RocketMQ 5 (the broker's ``PopMessageProcessor``, ``AckMessageProcessor``, ``ChangeInvisibleTimeProcessor``),
+over the same consume queues and consumer offsets as remoting pulls.
+
+State per (group, topic, queue), in memory and bounded:
+
+* ``committed``: the group's consumer offset (``ConsumerOffsetManager``): every message below it is consumed.
+  It advances over acked prefixes only.
+* ``next``: the first queue offset never delivered to the group.
+* ``inflight``: delivered, not yet acked: deadline, delivery attempts, the token of the current receipt handle.
+* ``acked``: acked offsets above ``committed`` (the holes an unacked message leaves).
+
+A queue is not read further while ``next - committed`` reaches ``MAX_SPAN``, so a group holds at most that many
+entries per queue whatever its consumers do. A message not acked before its deadline is delivered again with
+its attempt count raised; after ``max_delivery_attempts`` it goes to ``%DLQ%<group>``. Messages of one message
+group (FIFO) are delivered in order: a queue is not read past a message whose group has a delivery in flight.
+
+This state is not persisted: after a restart, messages between the committed offset and what was acked are
+delivered again (at least once), as after a remoting consumer's restart. A new group starts at the queue's
+minimum offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from txmq.errors import InvalidMessageError, StoreError
+from txmq.grpc.convert import Code, GrpcStatusError, ReceiptHandle
+from txmq.message import MessageConst, MessageExt, decode_message
+from txmq.store import GetMessageStatus
+from txmq.topic import PermName, dlq_topic
+
+if TYPE_CHECKING:
+    from txmq.broker.controller import BrokerController
+
+log = logging.getLogger("txmq.grpc")
+
+MAX_SPAN = 4096
+_tokens = itertools.count(1)
+
+
+@dataclass(slots=True)
+class Inflight:
+    deadline_ms: int
+    attempts: int
+    token: int
+    commit_log_offset: int
+    message_group: str | None
+
+
+@dataclass(slots=True)
+class QueueState:
+    committed: int
+    next: int
+    inflight: dict[int, Inflight] = field(default_factory=dict)
+    acked: set[int] = field(default_factory=set)
+    groups: Counter[str] = field(default_factory=Counter)  # message groups with a delivery in flight
+
+
+@dataclass(slots=True)
+class Delivery:
+    message: MessageExt
+    handle: ReceiptHandle
+    attempts: int
+    invisible_ms: int
+
+
+class PopService:
+    def __init__(self, broker: BrokerController, *, max_delivery_attempts: int = 16) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.max_delivery_attempts = max_delivery_attempts
+        self.states: dict[tuple[str, str, int], QueueState] = {}
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._rotation = itertools.count()
+        self.store.add_arrival_listener(self._on_arrival)
+
+    # --- long polling -----------------------------------------------------------------------------------
+
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for fut in self._waiters.pop(topic, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _wait(self, topic: str, timeout_s: float) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(topic, []).append(fut)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(fut, timeout_s)
+        finally:
+            waiting = self._waiters.get(topic)
+            if waiting and fut in waiting:
+                waiting.remove(fut)
+                if not waiting:
+                    del self._waiters[topic]
+
+    async def receive(self, group: str, topic: str, batch: int, invisible_ms: int, poll_ms: int,
+                      tags_filter: Callable[[int], bool] | None) -> list[Delivery]:
+        """Up to ``batch`` messages, waiting up to ``poll_ms`` for one to arrive or to become visible again."""
+        end = time.monotonic() + poll_ms / 1000
+        while True:
+            got, next_deadline_ms = await self.receive_now(group, topic, batch, invisible_ms, tags_filter)
+            left = end - time.monotonic()
+            if got or left <= 0:
+                return got
+            if next_deadline_ms is not None:
+                left = min(left, max(0.01, (next_deadline_ms - time.time() * 1000) / 1000))
+            await self._wait(topic, left)
+
+    # --- receive ----------------------------------------------------------------------------------------
+
+    def _queue_ids(self, topic: str) -> list[int]:
+        cfg = self.broker.topic_config_manager.get(topic)
+        if cfg is None:
+            raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
+        if not PermName.is_readable(cfg.perm):
+            raise GrpcStatusError(Code.FORBIDDEN, f"topic {topic} is not readable")
+        return list(range(cfg.read_queue_nums))
+
+    def _state(self, group: str, topic: str, queue_id: int) -> QueueState:
+        key = (group, topic, queue_id)
+        st = self.states.get(key)
+        if st is None:
+            offsets = self.broker.consumer_offset_manager
+            committed = offsets.query(group, topic, queue_id)
+            if committed < 0:
+                committed = self.store.get_min_offset_in_queue(topic, queue_id)
+                offsets.commit(group, topic, queue_id, committed)
+            st = self.states[key] = QueueState(committed, committed)
+        return st
+
+    async def receive_now(self, group: str, topic: str, batch: int, invisible_ms: int,
+                          tags_filter: Callable[[int], bool] | None) -> tuple[list[Delivery], int | None]:
+        """What can be delivered now, and the earliest deadline of a delivery still in flight."""
+        queues = self._queue_ids(topic)
+        if not queues:
+            return [], None
+        start = next(self._rotation) % len(queues)
+        out: list[Delivery] = []
+        earliest: int | None = None
+        now = int(time.time() * 1000)
+        for q in queues[start:] + queues[:start]:
+            st = self._state(group, topic, q)
+            due = await self._redeliver(group, topic, q, st, now, batch - len(out), invisible_ms, out)
+            if due is not None and (earliest is None or due < earliest):
+                earliest = due
+            if len(out) < batch:
+                self._read_new(group, topic, q, st, now, batch - len(out), invisible_ms, tags_filter, out)
+            if len(out) >= batch:
+                break
+        return out, earliest
+
+    async def _redeliver(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int,
+                         invisible_ms: int, out: list[Delivery]) -> int | None:
+        earliest: int | None = None
+        for offset in sorted(st.inflight):
+            e = st.inflight[offset]
+            if e.deadline_ms > now:
+                earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
+                continue
+            if room <= 0:
+                return now
+            try:
+                msg = self.store.look_message_by_offset(e.commit_log_offset)
+            except (StoreError, InvalidMessageError) as exc:
+                log.warning("message %s:%d@%d is gone (%s): acked for group %s", topic, q, offset, exc, group)
+                self._ack_offset(group, topic, q, st, offset)
+                continue
+            if e.attempts >= self.max_delivery_attempts:
+                await self.to_dead_letter(group, msg, e.attempts)
+                self._ack_offset(group, topic, q, st, offset)
+                continue
+            e.attempts += 1
+            e.token = next(_tokens)
+            e.deadline_ms = now + invisible_ms
+            out.append(Delivery(msg, ReceiptHandle(topic, q, offset, e.commit_log_offset, e.token), e.attempts,
+                                invisible_ms))
+            room -= 1
+        return earliest
+
+    def _read_new(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int, invisible_ms: int,
+                  tags_filter: Callable[[int], bool] | None, out: list[Delivery]) -> None:
+        room = min(room, MAX_SPAN - (st.next - st.committed))
+        if room <= 0:
+            return
+        lo = self.store.get_min_offset_in_queue(topic, q)
+        if st.next < lo:  # retention removed what the group never read
+            st.next = lo
+            for off in [o for o in st.inflight if o < lo]:
+                self._drop_inflight(st, off)
+            st.acked = {o for o in st.acked if o >= lo}
+            if st.committed < lo:
+                st.committed = lo
+                self.broker.consumer_offset_manager.commit(group, topic, q, lo)
+        start = st.next
+        got = self.store.get_message(topic, q, start, room, tags_filter=tags_filter)
+        if got.status == GetMessageStatus.FOUND:
+            blocked_groups = set(st.groups)
+            stop = got.next_begin_offset
+            for raw, offset in zip(got.messages, got.queue_offsets, strict=True):
+                msg = decode_message(raw)[0]
+                mgroup = msg.properties.get(MessageConst.SHARDING_KEY)
+                if mgroup and mgroup in blocked_groups:  # an earlier message of its group is in flight
+                    stop = offset
+                    break
+                e = Inflight(now + invisible_ms, 1, next(_tokens), msg.commit_log_offset, mgroup)
+                st.inflight[offset] = e
+                if mgroup:
+                    st.groups[mgroup] += 1
+                out.append(Delivery(msg, ReceiptHandle(topic, q, offset, e.commit_log_offset, e.token), 1,
+                                    invisible_ms))
+            delivered = set(got.queue_offsets)
+            for offset in range(start, stop):  # entries the tag filter skipped: consumed for this group
+                if offset not in delivered:
+                    self._ack_offset(group, topic, q, st, offset)
+            st.next = max(st.next, stop)
+        elif got.status in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING) \
+                and got.next_begin_offset > start:
+            st.next = got.next_begin_offset
+            for offset in range(start, got.next_begin_offset):
+                self._ack_offset(group, topic, q, st, offset)
+
+    # --- ack and change invisible duration --------------------------------------------------------------
+
+    def _entry(self, group: str, handle: ReceiptHandle) -> tuple[QueueState, Inflight | None]:
+        st = self.states.get((group, handle.topic, handle.queue_id))
+        if st is None:
+            raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE,
+                                  f"receipt handle names nothing group {group} received from {handle.topic}")
+        if handle.queue_offset < st.committed or handle.queue_offset in st.acked:
+            return st, None  # already acked
+        e = st.inflight.get(handle.queue_offset)
+        if e is None or e.token != handle.token:
+            raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE,
+                                  "receipt handle expired: the message was delivered again since")
+        return st, e
+
+    def ack(self, group: str, handle: ReceiptHandle) -> None:
+        """Raises ``GrpcStatusError`` INVALID_RECEIPT_HANDLE; acking twice is harmless."""
+        st, e = self._entry(group, handle)
+        if e is not None:
+            self._ack_offset(group, handle.topic, handle.queue_id, st, handle.queue_offset)
+
+    def change_invisible(self, group: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
+        _, e = self._entry(group, handle)
+        if e is None:
+            raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "the message was already acked")
+        e.deadline_ms = int(time.time() * 1000) + invisible_ms
+        e.token = next(_tokens)
+        self._on_arrival(handle.topic, handle.queue_id, 0)  # a receive waiting for this deadline re-plans
+        return ReceiptHandle(handle.topic, handle.queue_id, handle.queue_offset, e.commit_log_offset, e.token)
+
+    def attempts(self, group: str, handle: ReceiptHandle) -> int:
+        st = self.states.get((group, handle.topic, handle.queue_id))
+        e = st.inflight.get(handle.queue_offset) if st else None
+        return e.attempts if e else 0
+
+    def _drop_inflight(self, st: QueueState, offset: int) -> None:
+        e = st.inflight.pop(offset, None)
+        if e is not None and e.message_group:
+            st.groups[e.message_group] -= 1
+            if st.groups[e.message_group] <= 0:
+                del st.groups[e.message_group]
+
+    def _ack_offset(self, group: str, topic: str, q: int, st: QueueState, offset: int) -> None:
+        self._drop_inflight(st, offset)
+        if offset != st.committed:
+            if offset > st.committed:
+                st.acked.add(offset)
+            return
+        c = offset + 1
+        while c in st.acked:
+            st.acked.discard(c)
+            c += 1
+        st.committed = c
+        self.broker.consumer_offset_manager.commit(group, topic, q, c)
+
+    # --- dead letters -----------------------------------------------------------------------------------
+
+    async def to_dead_letter(self, group: str, msg: MessageExt, attempts: int) -> None:
+        topic = dlq_topic(group)
+        self.broker.topic_config_manager.create_if_absent(topic, 1, PermName.PERM_WRITE)
+        props = dict(msg.properties)
+        props.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
+        props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, msg.msg_id)
+        props.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        copy = MessageExt(topic, msg.body, props, flag=msg.flag, queue_id=0, sys_flag=msg.sys_flag,
+                          born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                          store_host=self.broker.store_host, reconsume_times=attempts)
+        result = await self.store.put_message(copy)
+        if not result.ok:
+            raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"storing the dead letter failed: {result.status.name}")
+        log.info("message %s of %s to %s after %d deliveries", msg.msg_id, msg.topic, topic, attempts)
+
+    async def forward_to_dead_letter(self, group: str, handle: ReceiptHandle) -> None:
+        st, e = self._entry(group, handle)
+        if e is None:
+            return
+        try:
+            msg = self.store.look_message_by_offset(e.commit_log_offset)
+        except (StoreError, InvalidMessageError) as exc:
+            raise GrpcStatusError(Code.MESSAGE_NOT_FOUND, f"message is gone from the log: {exc}") from None
+        await self.to_dead_letter(group, msg, e.attempts)
+        self._ack_offset(group, handle.topic, handle.queue_id, st, handle.queue_offset)
+
+    def forget_topic(self, topic: str) -> None:
+        for key in [k for k in self.states if k[1] == topic]:
+            del self.states[key]

@@ -1,0 +1,75 @@
+"""The RocketMQ 5 gRPC endpoint of a broker: a ``grpc.aio`` server on the broker's event loop serving
+``apache.rocketmq.v2.MessagingService`` (``service.py``) over the broker's store, transaction service and
+managers. The broker starts it after its remoting server and stops it before its store (``BrokerController``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+
+from txmq.grpc.protocol import service_pb2_grpc
+from txmq.grpc.service import MessagingService
+from txmq.grpc.telemetry import ClientSessions, GrpcCheckSender
+
+if TYPE_CHECKING:
+    from txmq.broker.controller import BrokerController
+
+log = logging.getLogger("txmq.grpc")
+
+# The gRPC message limit must admit the broker's largest message plus its protobuf envelope.
+_ENVELOPE = 1024 * 1024
+
+
+class GrpcEndpoint:
+    def __init__(self, broker: BrokerController, host: str, port: int) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.sessions = ClientSessions()
+        self.check_sender = GrpcCheckSender(self.sessions)
+        self.service: MessagingService | None = None
+        self._server: grpc.aio.Server | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        limit = self.broker.config.max_message_size + _ENVELOPE
+        server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+        ])
+        self.service = MessagingService(self.broker, self.sessions, (self.host, self.port))
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        try:
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError as exc:  # grpcio raises this for an address in use
+            raise OSError(f"gRPC endpoint cannot bind {self.host}:{self.port}: {exc}") from None
+        if bound == 0:
+            raise OSError(f"gRPC endpoint cannot bind {self.host}:{self.port}")
+        self.port = bound
+        self.service.endpoint = (self.host, bound)
+        await server.start()
+        self._server = server
+        if self.check_sender not in self.broker.check_service.senders:
+            self.broker.check_service.senders.append(self.check_sender)
+        log.info("gRPC endpoint (apache.rocketmq.v2.MessagingService) listening on %s", self.addr)
+
+    def scan_expired(self, expired_s: float) -> None:
+        self.sessions.scan_expired(expired_s)
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        if self.check_sender in self.broker.check_service.senders:
+            self.broker.check_service.senders.remove(self.check_sender)
+        for cid in list(self.sessions.sessions):
+            self.sessions.remove(cid)
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None

@@ -1,0 +1,532 @@
+"""``apache.rocketmq.v2.MessagingService`` over the broker core: each call turns protobuf into the same store,
+transaction service and managers the remoting processors use, and answers with a ``Status`` (never a crash:
+an unexpected error answers INTERNAL_SERVER_ERROR and is logged).
+
+Routes name this broker only (the endpoint serves the queues of its own process). Topics follow the broker's
+``autoCreateTopicEnable``: when it is off, an unknown topic answers TOPIC_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+
+from txmq.broker.processor.pull import HIDDEN_TOPICS, tags_filter
+from txmq.broker.transaction.state import Outcome
+from txmq.errors import InvalidMessageError, StoreError
+from txmq.grpc.convert import (
+    PUT_STATUS_CODES,
+    TIMER_DELIVER_MS,
+    Code,
+    GrpcStatusError,
+    ReceiptHandle,
+    decode_body,
+    duration,
+    duration_ms,
+    from_pb_message,
+    now_ms,
+    parse_transaction_id,
+    status,
+    timestamp_ms,
+    to_pb_message,
+    transaction_id,
+)
+from txmq.grpc.pop import PopService
+from txmq.grpc.protocol import definition_pb2 as pb
+from txmq.grpc.protocol import service_pb2 as spb
+from txmq.grpc.protocol import service_pb2_grpc
+from txmq.grpc.telemetry import ClientSessions
+from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
+from txmq.remoting.codes import ResponseCode
+from txmq.store import GetMessageStatus
+from txmq.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, NOT_ALLOWED_SEND_TOPICS, PermName, TopicConfig, check_topic
+
+if TYPE_CHECKING:
+    from txmq.broker.controller import BrokerController
+
+log = logging.getLogger("txmq.grpc")
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+DEFAULT_INVISIBLE_MS = 60_000
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+DEFAULT_POLL_MS = 20_000
+MAX_POLL_MS = 60_000
+MAX_RECEIVE_BATCH = 256
+CONSUMER_BACKOFF_MS = (1000, 5000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+                       480_000, 540_000, 600_000, 1_200_000, 1_800_000)
+ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+
+_END_CODES: dict[int, int] = {
+    ResponseCode.SUCCESS: Code.OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+    ResponseCode.TRANSACTION_SHOULD_COMMIT: Code.PRECONDITION_FAILED,
+    ResponseCode.TRANSACTION_SHOULD_ROLLBACK: Code.PRECONDITION_FAILED,
+    ResponseCode.SYSTEM_ERROR: Code.INVALID_TRANSACTION_ID,
+}
+
+R = TypeVar("R")
+
+
+def _client_id(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_HEADER:
+            return str(value)
+    return ""
+
+
+def _peer_host(context: grpc.aio.ServicerContext) -> tuple[str, int]:
+    peer = context.peer() or ""
+    if peer.startswith("ipv4:"):
+        host, _, port = peer[5:].rpartition(":")
+        with contextlib.suppress(ValueError):
+            return host, int(port)
+    return ("0.0.0.0", 0)
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(self, broker: BrokerController, sessions: ClientSessions, endpoint: tuple[str, int]) -> None:
+        self.broker = broker
+        self.sessions = sessions
+        self.endpoint = endpoint
+        self.pop = PopService(broker)
+
+    async def _guard(self, response: Callable[[pb.Status], R], call: Awaitable[R] | Callable[[], R],
+                     what: str) -> R:
+        """Run a handler body; a ``GrpcStatusError`` or an unexpected error becomes the response's status."""
+        try:
+            return await call if isinstance(call, Awaitable) else call()
+        except GrpcStatusError as exc:
+            return response(status(exc.code, exc.message))
+        except Exception as exc:  # a bug must not kill the endpoint: answer and log it
+            log.exception("gRPC %s failed", what)
+            return response(status(Code.INTERNAL_SERVER_ERROR, f"{what} failed: {exc}"))
+
+    # --- routes ------------------------------------------------------------------------------------------
+
+    def _topic(self, name: str, *, create: bool = False) -> TopicConfig:
+        try:
+            check_topic(name)
+        except InvalidMessageError as exc:
+            raise GrpcStatusError(Code.ILLEGAL_TOPIC, str(exc)) from None
+        if name in HIDDEN_TOPICS:
+            raise GrpcStatusError(Code.FORBIDDEN, f"topic {name} is internal to the broker")
+        tcm = self.broker.topic_config_manager
+        cfg = tcm.get(name)
+        if cfg is None and create and self.broker.config.auto_create_topic_enable:
+            cfg = tcm.create_in_send(name, AUTO_CREATE_TOPIC_KEY_TOPIC, self.broker.config.default_topic_queue_nums)
+            if cfg is not None:
+                self.broker.schedule_register()
+        if cfg is None:
+            raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {name} does not exist (autoCreateTopicEnable is "
+                                  f"{str(self.broker.config.auto_create_topic_enable).lower()})")
+        return cfg
+
+    def _broker_pb(self) -> pb.Broker:
+        host, port = self.endpoint
+        return pb.Broker(name=self.broker.config.broker_name, id=0,
+                         endpoints=pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=port)]))
+
+    def _queue_pb(self, topic: str, queue_id: int, perm: int) -> pb.MessageQueue:
+        readable, writable = PermName.is_readable(perm), PermName.is_writeable(perm)
+        permission = pb.READ_WRITE if readable and writable else pb.READ if readable else \
+            pb.WRITE if writable else pb.NONE
+        return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id, permission=permission,
+                               broker=self._broker_pb(), accept_message_types=ACCEPTED_TYPES)
+
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
+        def body() -> spb.QueryRouteResponse:
+            cfg = self._topic(request.topic.name, create=True)
+            queues = [self._queue_pb(cfg.topic_name, q, cfg.perm)
+                      for q in range(max(cfg.read_queue_nums, cfg.write_queue_nums))]
+            return spb.QueryRouteResponse(status=status(), message_queues=queues)
+        return await self._guard(lambda s: spb.QueryRouteResponse(status=s), body, "QueryRoute")
+
+    async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
+                              context: Any) -> spb.QueryAssignmentResponse:
+        def body() -> spb.QueryAssignmentResponse:
+            cfg = self._topic(request.topic.name)
+            if not request.group.name:
+                raise GrpcStatusError(Code.ILLEGAL_CONSUMER_GROUP, "QueryAssignment needs a consumer group")
+            # One assignment for the whole broker: a receive pops from every queue of the topic (as the proxy).
+            mq = self._queue_pb(cfg.topic_name, -1, cfg.perm)
+            return spb.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=mq)])
+        return await self._guard(lambda s: spb.QueryAssignmentResponse(status=s), body, "QueryAssignment")
+
+    # --- clients -----------------------------------------------------------------------------------------
+
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+        cid = _client_id(context)
+        if not cid:
+            return spb.HeartbeatResponse(status=status(Code.CLIENT_ID_REQUIRED, f"header {CLIENT_ID_HEADER} missing"))
+        s = self.sessions.get(cid)
+        if request.client_type:
+            s.client_type = request.client_type
+        if request.HasField("group") and request.group.name:
+            s.group = request.group.name
+        return spb.HeartbeatResponse(status=status())
+
+    async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
+                                      context: Any) -> spb.NotifyClientTerminationResponse:
+        cid = _client_id(context)
+        if cid:
+            self.sessions.remove(cid)
+        return spb.NotifyClientTerminationResponse(status=status())
+
+    def _settings_reply(self, settings: pb.Settings) -> pb.Settings:
+        out = pb.Settings()
+        out.CopyFrom(settings)
+        kind = settings.client_type
+        if kind in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.LITE_PUSH_CONSUMER, pb.LITE_SIMPLE_CONSUMER):
+            sub = out.subscription
+            sub.fifo = False  # order is kept per message group on the broker side in any case
+            if not sub.receive_batch_size:
+                sub.receive_batch_size = 32
+            if not sub.HasField("long_polling_timeout"):
+                sub.long_polling_timeout.CopyFrom(duration(DEFAULT_POLL_MS))
+            out.backoff_policy.CopyFrom(pb.RetryPolicy(
+                max_attempts=self.pop.max_delivery_attempts,
+                customized_backoff=pb.CustomizedBackoff(next=[duration(ms) for ms in CONSUMER_BACKOFF_MS])))
+        else:
+            pub = out.publishing
+            pub.max_body_size = self.broker.config.max_message_size
+            pub.validate_message_type = False
+            out.backoff_policy.CopyFrom(pb.RetryPolicy(
+                max_attempts=3, exponential_backoff=pb.ExponentialBackoff(
+                    initial=duration(10), max=duration(1000), multiplier=2.0)))
+        return out
+
+    async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
+                        context: Any) -> AsyncIterator[spb.TelemetryCommand]:
+        cid = _client_id(context)
+        if not cid:
+            yield spb.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED, f"header {CLIENT_ID_HEADER} missing"))
+            return
+        session = self.sessions.get(cid)
+        session.streams += 1
+        outbox = session.outbox
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    session.last_seen = time.monotonic()
+                    if cmd.WhichOneof("command") == "settings":
+                        st = cmd.settings
+                        if st.HasField("client_type"):
+                            session.client_type = st.client_type
+                        if st.WhichOneof("pub_sub") == "publishing":
+                            session.topics = frozenset(t.name for t in st.publishing.topics)
+                        elif st.WhichOneof("pub_sub") == "subscription" and st.subscription.group.name:
+                            session.group = st.subscription.group.name
+                        with contextlib.suppress(asyncio.QueueFull):
+                            outbox.put_nowait(spb.TelemetryCommand(status=status(),
+                                                                   settings=self._settings_reply(st)))
+            except (asyncio.CancelledError, grpc.RpcError):
+                pass
+            except Exception:
+                log.exception("telemetry stream of %s failed", cid)
+            finally:
+                with contextlib.suppress(asyncio.QueueFull):
+                    outbox.put_nowait(None)
+
+        reader = asyncio.create_task(read(), name=f"telemetry {cid}")
+        try:
+            while True:
+                cmd = await outbox.get()
+                if cmd is None:
+                    break
+                yield cmd
+        finally:
+            session.streams -= 1
+            session.last_seen = time.monotonic()
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    # --- send --------------------------------------------------------------------------------------------
+
+    async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
+        if not request.messages:
+            return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
+        born = _peer_host(context)
+        entries = []
+        for m in request.messages:
+            entries.append(await self._guard(lambda s: spb.SendResultEntry(status=s), self._send_one(m, born),
+                                             "SendMessage"))
+        codes = {e.status.code for e in entries}
+        if len(codes) == 1:
+            first = entries[0].status
+            overall = status(first.code, first.message)
+        else:
+            overall = status(Code.MULTIPLE_RESULTS, "the messages had different results")
+        return spb.SendMessageResponse(status=overall, entries=entries)
+
+    async def _send_one(self, m: pb.Message, born: tuple[str, int]) -> spb.SendResultEntry:
+        broker = self.broker
+        cfg = self._topic(m.topic.name, create=True)
+        topic = cfg.topic_name
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise GrpcStatusError(Code.FORBIDDEN, f"topic {topic} is a system topic; sending to it is forbidden")
+        if not PermName.is_writeable(cfg.perm):
+            raise GrpcStatusError(Code.FORBIDDEN, f"topic {topic} is not writable")
+        if broker.config.is_slave:
+            raise GrpcStatusError(Code.HA_NOT_AVAILABLE, "broker is a slave")
+        body = decode_body(m)
+        if len(body) > broker.config.max_message_size:
+            raise GrpcStatusError(Code.MESSAGE_BODY_TOO_LARGE, f"message body {len(body)} bytes exceeds "
+                                  f"maxMessageSize {broker.config.max_message_size}")
+        _, props = from_pb_message(m, body)
+        sp = m.system_properties
+        props.setdefault(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_id())
+        kind = sp.message_type
+        queue_id = sp.queue_id if 0 <= sp.queue_id < cfg.write_queue_nums else random.randrange(cfg.write_queue_nums)
+        if sp.HasField("message_group") and sp.message_group:
+            if kind not in (pb.FIFO, pb.MESSAGE_TYPE_UNSPECIFIED):
+                raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                      "a message group is only for FIFO messages")
+            props[MessageConst.SHARDING_KEY] = sp.message_group
+            queue_id = zlib.crc32(sp.message_group.encode()) % cfg.write_queue_nums
+        elif kind == pb.FIFO:
+            raise GrpcStatusError(Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
+        if sp.HasField("delivery_timestamp"):
+            if kind == pb.TRANSACTION:
+                raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                      "a transactional message cannot have a delivery timestamp")
+            deliver = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+            level = self._delay_level(deliver - now_ms())
+            if level:
+                props[MessageConst.DELAY_TIME_LEVEL] = str(level)
+                props[TIMER_DELIVER_MS] = str(deliver)
+        if kind == pb.TRANSACTION:
+            if broker.config.reject_transaction_message:
+                raise GrpcStatusError(Code.FORBIDDEN, "this broker refuses transactional messages "
+                                      "(rejectTransactionMessage=true)")
+            props[MessageConst.TRANSACTION_PREPARED] = "true"
+            props[MessageConst.PRODUCER_GROUP] = topic  # a 5.x producer's group is the topic (see telemetry.py)
+            if sp.HasField("orphaned_transaction_recovery_duration"):
+                secs = -(-duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
+                props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(1, secs))
+        born_ms = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if \
+            sp.HasField("born_timestamp") else now_ms()
+        msg = MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=born_ms, born_host=born,
+                         store_host=broker.store_host)
+        try:
+            result = await broker.send_processor.store_message(msg)
+        except (StoreError, InvalidMessageError) as exc:
+            raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"store refused: {exc}") from None
+        ar = result.append_result
+        if ar is None:
+            raise GrpcStatusError(PUT_STATUS_CODES.get(result.status, Code.INTERNAL_SERVER_ERROR),
+                                  f"store answered {result.status.name}")
+        code = PUT_STATUS_CODES.get(result.status, Code.INTERNAL_SERVER_ERROR)
+        entry = spb.SendResultEntry(status=status(code, "OK" if code == Code.OK else result.status.name),
+                                    message_id=props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
+                                    offset=ar.logics_offset)
+        if kind == pb.TRANSACTION:
+            entry.transaction_id = transaction_id(ar.wrote_offset, ar.logics_offset)
+        return entry
+
+    def _delay_level(self, delay_ms: int) -> int:
+        """The first delay level at least ``delay_ms`` long (the last level when none is); 0 for no delay."""
+        if delay_ms <= 0:
+            return 0
+        levels = self.broker.config.delay_levels_ms()
+        for i, ms in enumerate(levels, 1):
+            if ms >= delay_ms:
+                return i
+        return len(levels)
+
+    # --- transactions ------------------------------------------------------------------------------------
+
+    async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
+        async def body() -> spb.EndTransactionResponse:
+            clo, half_offset = parse_transaction_id(request.transaction_id)
+            if self.broker.config.is_slave:
+                raise GrpcStatusError(Code.HA_NOT_AVAILABLE, "broker is a slave: end transaction is forbidden")
+            if request.resolution == pb.COMMIT:
+                outcome = Outcome.COMMIT
+            elif request.resolution == pb.ROLLBACK:
+                outcome = Outcome.ROLLBACK
+            else:
+                return spb.EndTransactionResponse(status=status(Code.OK, "state unknown: nothing changed"))
+            source = "grpc check" if request.source == pb.SOURCE_SERVER_CHECK else "grpc client"
+            result = await self.broker.transaction_service.end_transaction(
+                producer_group=request.topic.name, half_offset=half_offset, commit_log_offset=clo, outcome=outcome,
+                source=source)
+            code = _END_CODES.get(result.code, Code.INTERNAL_SERVER_ERROR)
+            return spb.EndTransactionResponse(status=status(code, result.remark or "OK"))
+        return await self._guard(lambda s: spb.EndTransactionResponse(status=s), body(), "EndTransaction")
+
+    # --- receive, ack, change invisible duration, dead letters ------------------------------------------
+
+    @staticmethod
+    def _filter(expr: pb.FilterExpression) -> Callable[[int], bool] | None:
+        if expr.type == pb.SQL:
+            raise GrpcStatusError(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported by txmq; use TAG")
+        return tags_filter(expr.expression or "*")
+
+    async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
+                             context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        try:
+            group = request.group.name
+            if not group:
+                raise GrpcStatusError(Code.ILLEGAL_CONSUMER_GROUP, "ReceiveMessage needs a consumer group")
+            topic = request.message_queue.topic.name
+            self._topic(topic)
+            filt = self._filter(request.filter_expression)
+            invisible = duration_ms(request.invisible_duration) if request.HasField("invisible_duration") \
+                else DEFAULT_INVISIBLE_MS
+            if not 0 < invisible <= MAX_INVISIBLE_MS:
+                raise GrpcStatusError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is out of range")
+            poll = duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") \
+                else DEFAULT_POLL_MS
+            if poll < 0 or poll > MAX_POLL_MS:
+                raise GrpcStatusError(Code.ILLEGAL_POLLING_TIME, f"long polling timeout {poll} ms is out of range")
+            batch = max(1, min(request.batch_size or 32, MAX_RECEIVE_BATCH))
+            deliveries = await self.pop.receive(group, topic, batch, invisible, poll, filt)
+        except GrpcStatusError as exc:
+            yield spb.ReceiveMessageResponse(status=status(exc.code, exc.message))
+            return
+        except Exception as exc:
+            log.exception("gRPC ReceiveMessage failed")
+            yield spb.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"receive failed: {exc}"))
+            return
+        if not deliveries:
+            yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        yield spb.ReceiveMessageResponse(status=status())
+        for d in deliveries:
+            yield spb.ReceiveMessageResponse(message=to_pb_message(
+                d.message, receipt_handle=d.handle.encode(), invisible_ms=d.invisible_ms,
+                delivery_attempt=d.attempts))
+        yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp_ms(now_ms()))
+
+    async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
+        group = request.group.name
+        results = []
+        for entry in request.entries:
+            st = status()
+            try:
+                handle = ReceiptHandle.decode(entry.receipt_handle)
+                if handle.topic != request.topic.name:
+                    raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is for another topic")
+                self.pop.ack(group, handle)
+            except GrpcStatusError as exc:
+                st = status(exc.code, exc.message)
+            results.append(spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                                     status=st))
+        codes = {r.status.code for r in results}
+        if not results:
+            overall = status(Code.BAD_REQUEST, "no entries")
+        elif len(codes) == 1:
+            overall = status(results[0].status.code, results[0].status.message)
+        else:
+            overall = status(Code.MULTIPLE_RESULTS, "the entries had different results")
+        return spb.AckMessageResponse(status=overall, entries=results)
+
+    async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
+                                      context: Any) -> spb.ChangeInvisibleDurationResponse:
+        def body() -> spb.ChangeInvisibleDurationResponse:
+            handle = ReceiptHandle.decode(request.receipt_handle)
+            if handle.topic != request.topic.name:
+                raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is for another topic")
+            ms = duration_ms(request.invisible_duration)
+            if not 0 <= ms <= MAX_INVISIBLE_MS:
+                raise GrpcStatusError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {ms} ms is out of range")
+            new = self.pop.change_invisible(request.group.name, handle, ms)
+            return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=new.encode())
+        return await self._guard(lambda s: spb.ChangeInvisibleDurationResponse(status=s), body,
+                                 "ChangeInvisibleDuration")
+
+    async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
+                                              context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        async def body() -> spb.ForwardMessageToDeadLetterQueueResponse:
+            handle = ReceiptHandle.decode(request.receipt_handle)
+            if handle.topic != request.topic.name:
+                raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is for another topic")
+            await self.pop.forward_to_dead_letter(request.group.name, handle)
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=status())
+        return await self._guard(lambda s: spb.ForwardMessageToDeadLetterQueueResponse(status=s), body(),
+                                 "ForwardMessageToDeadLetterQueue")
+
+    # --- offsets and pulls (the 5.x PullConsumer) --------------------------------------------------------
+
+    def _queue(self, mq: pb.MessageQueue) -> tuple[str, int]:
+        cfg = self._topic(mq.topic.name)
+        if not 0 <= mq.id < max(cfg.read_queue_nums, cfg.write_queue_nums):
+            raise GrpcStatusError(Code.BAD_REQUEST, f"queue {mq.id} of topic {cfg.topic_name} does not exist")
+        return cfg.topic_name, mq.id
+
+    async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
+        def body() -> spb.GetOffsetResponse:
+            topic, q = self._queue(request.message_queue)
+            offset = self.broker.consumer_offset_manager.query(request.group.name, topic, q)
+            if offset < 0:
+                raise GrpcStatusError(Code.OFFSET_NOT_FOUND, f"group {request.group.name} has no offset there")
+            return spb.GetOffsetResponse(status=status(), offset=offset)
+        return await self._guard(lambda s: spb.GetOffsetResponse(status=s), body, "GetOffset")
+
+    async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Any) -> spb.UpdateOffsetResponse:
+        def body() -> spb.UpdateOffsetResponse:
+            topic, q = self._queue(request.message_queue)
+            if request.offset < 0:
+                raise GrpcStatusError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
+            self.broker.consumer_offset_manager.commit(request.group.name, topic, q, request.offset)
+            self.pop.states.pop((request.group.name, topic, q), None)
+            return spb.UpdateOffsetResponse(status=status())
+        return await self._guard(lambda s: spb.UpdateOffsetResponse(status=s), body, "UpdateOffset")
+
+    async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Any) -> spb.QueryOffsetResponse:
+        def body() -> spb.QueryOffsetResponse:
+            topic, q = self._queue(request.message_queue)
+            store = self.broker.store
+            if request.query_offset_policy == pb.BEGINNING:
+                offset = store.get_min_offset_in_queue(topic, q)
+            elif request.query_offset_policy == pb.END:
+                offset = store.get_max_offset_in_queue(topic, q)
+            else:
+                ts = request.timestamp.seconds * 1000 + request.timestamp.nanos // 1_000_000
+                offset = store.get_offset_in_queue_by_time(topic, q, ts)
+            return spb.QueryOffsetResponse(status=status(), offset=offset)
+        return await self._guard(lambda s: spb.QueryOffsetResponse(status=s), body, "QueryOffset")
+
+    async def PullMessage(self, request: spb.PullMessageRequest,
+                          context: Any) -> AsyncIterator[spb.PullMessageResponse]:
+        try:
+            topic, q = self._queue(request.message_queue)
+            filt = self._filter(request.filter_expression)
+            batch = max(1, min(request.batch_size or 32, MAX_RECEIVE_BATCH))
+            store = self.broker.store
+            got = store.get_message(topic, q, request.offset, batch, tags_filter=filt)
+            poll = min(duration_ms(request.long_polling_timeout), MAX_POLL_MS)
+            if got.status != GetMessageStatus.FOUND and poll > 0 and request.offset >= got.max_offset:
+                await self.broker.pull_processor.hold.wait(topic, q, request.offset, poll / 1000)
+                got = store.get_message(topic, q, request.offset, batch, tags_filter=filt)
+        except GrpcStatusError as exc:
+            yield spb.PullMessageResponse(status=status(exc.code, exc.message))
+            return
+        if got.status == GetMessageStatus.FOUND:
+            yield spb.PullMessageResponse(status=status())
+            for raw in got.messages:
+                yield spb.PullMessageResponse(message=to_pb_message(decode_message(raw)[0]))
+        elif got.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
+            yield spb.PullMessageResponse(status=status(Code.ILLEGAL_OFFSET, got.status.name))
+        else:
+            yield spb.PullMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, got.status.name))
+        yield spb.PullMessageResponse(next_offset=got.next_begin_offset)
+
+    # --- not served --------------------------------------------------------------------------------------
+
+    async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
+        return spb.RecallMessageResponse(status=status(Code.NOT_IMPLEMENTED, "txmq does not recall messages"))
+
+    async def SyncLiteSubscription(self, request: spb.SyncLiteSubscriptionRequest,
+                                   context: Any) -> spb.SyncLiteSubscriptionResponse:
+        return spb.SyncLiteSubscriptionResponse(status=status(Code.NOT_IMPLEMENTED, "txmq has no lite topics"))
