@@ -228,20 +228,27 @@ class PushConsumer:
     async def _rebalance_loop(self) -> None:
         assert self._rebalance_now is not None
         while True:
+            complete = False
             try:
-                await self.rebalance()
+                complete = await self.rebalance()
             except ClientError as exc:
                 log.warning("rebalance of %s failed: %s", self.group, exc)
+            # A subscribed topic without a route yet (not created, or its broker not registered): look again
+            # soon, so that its first messages do not wait a whole rebalance interval.
+            wait_s = self.rebalance_interval_s if complete else min(1.0, self.rebalance_interval_s)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval_s)
+                await asyncio.wait_for(self._rebalance_now.wait(), wait_s)
             self._rebalance_now.clear()
 
-    async def rebalance(self) -> None:
+    async def rebalance(self) -> bool:
+        """Take and release queues; False when some subscribed topic has no readable queue yet."""
         assert self.instance is not None
         wanted: set[MessageQueue] = set()
+        complete = True
         for topic in self.subscriptions:
             route = await self.instance.update_route(topic)
             if route is None or not route.subscribe_queues:
+                complete = False
                 continue
             mqs = sorted(route.subscribe_queues)
             if self.message_model == MessageModel.BROADCASTING:
@@ -255,6 +262,7 @@ class PushConsumer:
             await self._add_queue(mq)
         if self.orderly:
             await self._lock_all()
+        return complete
 
     async def _consumer_ids(self, broker_name: str) -> list[str]:
         assert self.instance is not None
