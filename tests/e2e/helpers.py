@@ -1,0 +1,93 @@
+"""Shared pieces of the end-to-end tests: a listener that records deliveries and lets a test wait on them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from txmq import ConsumeFromWhere, ConsumeStatus, MessageExt, PushConsumer
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    msg_id: str
+    body: bytes
+    topic: str
+    tags: str | None
+    keys: str | None
+    queue_id: int
+    queue_offset: int
+    reconsume_times: int
+    properties: dict[str, str]
+    at: float  # time.monotonic() when the listener saw it
+
+
+class Recorder:
+    """A message listener that records every delivery; ``decide`` picks the answer (default SUCCESS)."""
+
+    def __init__(self, decide: Callable[[MessageExt], ConsumeStatus] | None = None,
+                 delay_s: float = 0.0) -> None:
+        self.deliveries: list[Delivery] = []
+        self.decide = decide
+        self.delay_s = delay_s
+        self._cond = threading.Condition()
+
+    def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
+        status = ConsumeStatus.SUCCESS
+        for m in msgs:
+            if self.decide is not None and self.decide(m) != ConsumeStatus.SUCCESS:
+                status = ConsumeStatus.RECONSUME_LATER
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        now = time.monotonic()
+        with self._cond:
+            for m in msgs:
+                self.deliveries.append(Delivery(m.msg_id, m.body, m.topic, m.tags, m.keys, m.queue_id,
+                                                m.queue_offset, m.reconsume_times, dict(m.properties), now))
+            self._cond.notify_all()
+        return status
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self.deliveries)
+
+    def wait_for(self, n: int, timeout: float = 20.0) -> bool:
+        """Wait until at least ``n`` deliveries were recorded."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while len(self.deliveries) < n:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def ids(self) -> Counter[str]:
+        with self._cond:
+            return Counter(d.msg_id for d in self.deliveries)
+
+    def bodies(self) -> list[bytes]:
+        with self._cond:
+            return [d.body for d in self.deliveries]
+
+
+def push_consumer(namesrv: str, group: str, topic: str, listener: Recorder, expression: str = "*",
+                  **kw: object) -> PushConsumer:
+    """A started push consumer reading ``topic`` from its first offset."""
+    kw.setdefault("consume_from_where", ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    c = PushConsumer(group, namesrv, **kw)  # type: ignore[arg-type]
+    c.subscribe(topic, expression)
+    c.register_listener(listener)
+    return c.start()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, step: float = 0.05) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()

@@ -1,0 +1,178 @@
+"""Several brokers behind one name server: sharing a group's queues, rebalancing, retries, the dead-letter
+queue, and consumer offsets across broker restarts. Real processes, real sockets."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from helpers import Recorder, push_consumer, wait_until
+
+from txmq import Admin, BrokerError, ConsumeStatus, Message, MessageQueue, Producer, PullConsumer, SendStatus
+from txmq.remoting.codes import ResponseCode
+
+# Every retry level is one second, so RECONSUME_LATER comes back quickly.
+FAST_RETRY = {"messageDelayLevel": " ".join(["1s"] * 18)}
+
+
+def _owned(consumer) -> set:
+    return {mq for mq in consumer.queues if not mq.topic.startswith("%RETRY%")}
+
+
+def test_group_of_two_on_two_brokers_gets_every_message_once_also_after_one_leaves(cluster):
+    cluster.start_broker("broker-a")
+    cluster.start_broker("broker-b")
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("orders", queue_nums=4)
+    cluster.wait_route("orders", brokers=2)
+
+    r1, r2 = Recorder(delay_s=0.01), Recorder(delay_s=0.01)
+    c1 = push_consumer(cluster.namesrv_addr, "g_pair", "orders", r1, consume_thread_nums=2)
+    c2 = push_consumer(cluster.namesrv_addr, "g_pair", "orders", r2, consume_thread_nums=2)
+    try:
+        # The group splits the 8 queues (4 per broker) between its two members, without overlap.
+        assert wait_until(lambda: len(_owned(c1)) == 4 and len(_owned(c2)) == 4, 15), (_owned(c1), _owned(c2))
+        assert not _owned(c1) & _owned(c2)
+        assert {mq.broker_name for mq in _owned(c1) | _owned(c2)} == {"broker-a", "broker-b"}
+
+        with Producer("p_pair", cluster.namesrv_addr) as producer:
+            sent = [producer.send(Message("orders", f"o{i}".encode(), keys=f"k{i}")) for i in range(300)]
+            assert {r.message_queue.broker_name for r in sent} == {"broker-a", "broker-b"}
+            assert wait_until(lambda: len(r1) + len(r2) >= 100, 20)
+            assert len(r1) > 0 and len(r2) > 0  # both members consumed
+            c1.shutdown()  # leaves mid-stream: its queues move to c2
+            assert wait_until(lambda: len(_owned(c2)) == 8, 15)
+            sent += [producer.send(Message("orders", f"o{i}".encode(), keys=f"k{i}")) for i in range(300, 400)]
+        assert all(r.status == SendStatus.SEND_OK for r in sent)
+
+        expected = {r.msg_id for r in sent}
+        assert wait_until(lambda: set(r1.ids()) | set(r2.ids()) >= expected, 30)
+        counts = r1.ids() + r2.ids()
+        assert set(counts) == expected
+        duplicates = {k: n for k, n in counts.items() if n != 1}
+        assert not duplicates, f"{len(duplicates)} messages delivered more than once"
+    finally:
+        c1.shutdown()
+        c2.shutdown()
+
+
+def test_reconsume_later_redelivers_with_reconsume_times_one(cluster):
+    cluster.start_broker("broker-a", FAST_RETRY)
+    failed_once: set[str] = set()
+
+    def decide(m):
+        if m.msg_id in failed_once:
+            return ConsumeStatus.SUCCESS
+        failed_once.add(m.msg_id)
+        return ConsumeStatus.RECONSUME_LATER
+
+    rec = Recorder(decide)
+    with Producer("p_retry", cluster.namesrv_addr) as producer:
+        r = producer.send(Message("retry_t", b"again", tags="T1", keys="K1", properties={"color": "red"}))
+    consumer = push_consumer(cluster.namesrv_addr, "g_retry", "retry_t", rec)
+    try:
+        assert rec.wait_for(2, 20)
+        first, second = rec.deliveries[:2]
+        assert first.msg_id == second.msg_id == r.msg_id
+        assert (first.reconsume_times, second.reconsume_times) == (0, 1)
+        # The listener sees the message as it was sent, not as the retry topic stores it.
+        assert second.topic == "retry_t" and second.body == b"again"
+        assert (second.tags, second.keys, second.properties.get("color")) == ("T1", "K1", "red")
+        assert second.at - first.at >= 0.8  # came back after the (1 s) delay level, not at once
+        assert not rec.wait_for(3, 2.5)  # success is final
+    finally:
+        consumer.shutdown()
+
+
+def test_after_max_reconsume_times_the_message_is_in_the_dlq(cluster):
+    cluster.start_broker("broker-a", FAST_RETRY)
+    rec = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER)
+    with Producer("p_dlq", cluster.namesrv_addr) as producer:
+        sent = producer.send(Message("dlq_t", b"poison", keys="poison-1"))
+        good = producer.send(Message("dlq_t", b"fine"))
+    consumer = push_consumer(cluster.namesrv_addr, "g_dlq", "dlq_t", rec, max_reconsume_times=2)
+
+    def dlq_messages() -> int:
+        with Admin(cluster.namesrv_addr) as admin:
+            topics = admin.stats()["broker-a"]["topics"]
+        return int(topics.get("%DLQ%g_dlq", {}).get("messages", 0))
+
+    try:
+        assert wait_until(lambda: dlq_messages() == 2, 20)
+        for msg_id in (sent.msg_id, good.msg_id):
+            times = sorted(d.reconsume_times for d in rec.deliveries if d.msg_id == msg_id)
+            assert times == [0, 1, 2]  # first delivery + max_reconsume_times retries, then the DLQ
+        seen = len(rec)
+        assert not rec.wait_for(seen + 1, 2.5)  # nothing comes back from the DLQ
+    finally:
+        consumer.shutdown()
+    # As in RocketMQ the dead-letter topic is write-only: no readable queue is routed and a pull is refused.
+    with PullConsumer("g_dlq_reader", cluster.namesrv_addr) as puller:
+        assert puller.fetch_subscribe_message_queues("%DLQ%g_dlq") == []
+        with pytest.raises(BrokerError) as refused:
+            puller.pull(MessageQueue("%DLQ%g_dlq", "broker-a", 0))
+        assert refused.value.code == ResponseCode.NO_PERMISSION
+    assert dlq_messages() == 2
+
+
+def _consume_exactly(cluster, group: str, topic: str, n: int, timeout: float = 20.0) -> Recorder:
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, group, topic, rec)
+    try:
+        assert rec.wait_for(n, timeout), f"got {len(rec)} of {n}"
+        assert not rec.wait_for(n + 1, 1.0), "more messages than expected"
+    finally:
+        consumer.shutdown()  # commits its offsets
+    return rec
+
+
+def test_offsets_survive_a_clean_broker_restart(cluster):
+    broker = cluster.start_broker("broker-a")
+    with Producer("p_restart", cluster.namesrv_addr) as producer:
+        for i in range(10):
+            producer.send(Message("restart_t", f"before-{i}".encode()))
+    first = _consume_exactly(cluster, "g_restart", "restart_t", 10)
+    assert sorted(first.bodies()) == sorted(f"before-{i}".encode() for i in range(10))
+
+    broker.stop()  # SIGTERM: offsets persisted, store checkpointed
+    broker.start()
+    cluster.wait_route("restart_t")
+    with Producer("p_restart", cluster.namesrv_addr) as producer:
+        for i in range(5):
+            producer.send(Message("restart_t", f"after-{i}".encode()))
+    second = _consume_exactly(cluster, "g_restart", "restart_t", 5)
+    assert sorted(second.bodies()) == sorted(f"after-{i}".encode() for i in range(5))
+
+
+def test_sigkill_of_the_broker_loses_nothing(cluster):
+    broker = cluster.start_broker("broker-a", {"flushDiskType": "SYNC_FLUSH"})
+    with Producer("p_kill", cluster.namesrv_addr) as producer:
+        for i in range(20):
+            assert producer.send(Message("kill_t", f"m-{i}".encode())).status == SendStatus.SEND_OK
+    _consume_exactly(cluster, "g_kill", "kill_t", 20)
+    with Producer("p_kill", cluster.namesrv_addr) as producer:
+        for i in range(20, 30):
+            assert producer.send(Message("kill_t", f"m-{i}".encode())).status == SendStatus.SEND_OK
+
+    broker.kill(signal.SIGKILL)
+    broker.start()
+    cluster.wait_route("kill_t")
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g_kill", "kill_t", rec)
+    try:
+        # At least once: the 10 unconsumed ones all come; consumed ones may come again (offsets not yet flushed).
+        assert wait_until(lambda: {f"m-{i}".encode() for i in range(20, 30)} <= set(rec.bodies()), 20)
+    finally:
+        consumer.shutdown()
+    # And every acknowledged message is still in the store.
+    with PullConsumer("g_kill_audit", cluster.namesrv_addr) as puller:
+        bodies = []
+        for mq in puller.fetch_subscribe_message_queues("kill_t"):
+            offset = 0
+            while True:
+                r = puller.pull(mq, offset=offset)
+                if not r.msgs:
+                    break
+                bodies += [m.body for m in r.msgs]
+                offset = r.next_begin_offset
+    assert sorted(bodies) == sorted(f"m-{i}".encode() for i in range(30))

@@ -1,0 +1,181 @@
+"""Ways to send and consume over real sockets: broadcasting, orderly, pull, batch, oneway, delayed messages and
+tag filtering."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+from helpers import Recorder, push_consumer
+
+from txmq import Admin, Message, MessageConst, MessageModel, Producer, PullConsumer, PullStatus, SendStatus
+
+
+def test_broadcasting_gives_every_consumer_every_message(cluster):
+    cluster.start_broker()
+    r1, r2 = Recorder(), Recorder()
+    c1 = push_consumer(cluster.namesrv_addr, "g_bc", "bc_t", r1, message_model=MessageModel.BROADCASTING)
+    c2 = push_consumer(cluster.namesrv_addr, "g_bc", "bc_t", r2, message_model=MessageModel.BROADCASTING)
+    try:
+        with Producer("p_bc", cluster.namesrv_addr) as producer:
+            ids = {producer.send(Message("bc_t", f"b{i}".encode())).msg_id for i in range(40)}
+        assert r1.wait_for(40, 20) and r2.wait_for(40, 20)
+        assert r1.ids() == r2.ids() == {i: 1 for i in ids}
+        assert len(c1.queues) == len(c2.queues) == 4  # each takes every queue
+    finally:
+        c1.shutdown()
+        c2.shutdown()
+
+
+def test_orderly_consumer_keeps_per_queue_order(cluster):
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("order_t", queue_nums=4, order=True)
+    cluster.wait_route("order_t")
+    with Producer("p_order", cluster.namesrv_addr) as producer:
+        results = [producer.send_orderly(Message("order_t", f"{i % 6}:{i}".encode()), sharding_key=i % 6)
+                   for i in range(120)]
+    queue_of_key: dict[int, set[int]] = defaultdict(set)
+    for i, r in enumerate(results):
+        queue_of_key[i % 6].add(r.queue_id)
+    assert all(len(q) == 1 for q in queue_of_key.values())  # one sharding key, one queue
+
+    rec = Recorder(delay_s=0.002)
+    consumer = push_consumer(cluster.namesrv_addr, "g_order", "order_t", rec, orderly=True, consume_thread_nums=4)
+    try:
+        assert rec.wait_for(120, 30)
+    finally:
+        consumer.shutdown()
+    per_queue: dict[int, list[int]] = defaultdict(list)
+    per_key: dict[int, list[int]] = defaultdict(list)
+    for d in rec.deliveries:
+        per_queue[d.queue_id].append(d.queue_offset)
+        key, seq = map(int, d.body.split(b":"))
+        per_key[key].append(seq)
+    assert len(rec.deliveries) == 120
+    for offsets in per_queue.values():
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    for key, seqs in per_key.items():
+        assert seqs == list(range(key, 120, 6))
+
+
+def test_pull_consumer_reads_offsets_and_long_polls(cluster):
+    cluster.start_broker()
+    with Producer("p_pull", cluster.namesrv_addr) as producer:
+        sent = [producer.send(Message("pull_t", f"p{i}".encode(), tags="A" if i % 2 else "B")) for i in range(12)]
+        with PullConsumer("g_pull", cluster.namesrv_addr) as puller:
+            mqs = puller.fetch_subscribe_message_queues("pull_t")
+            assert len(mqs) == 4
+            got = {}
+            for mq in mqs:
+                r = puller.pull(mq, offset=0, max_nums=32)
+                assert r.status == PullStatus.FOUND
+                assert r.next_begin_offset == puller.max_offset(mq) == r.max_offset == len(r.msgs)
+                assert [m.queue_offset for m in r.msgs] == list(range(len(r.msgs)))
+                got.update({m.msg_id: m.body for m in r.msgs})
+            assert got == {s.msg_id: f"p{i}".encode() for i, s in enumerate(sent)}
+
+            mq = sent[0].message_queue
+            # Tag filtering on a pull: only B messages, the next offset moves past the rest.
+            r = puller.pull(mq, "B", offset=0)
+            assert r.msgs and {m.tags for m in r.msgs} == {"B"}
+            # The group's offsets are the application's to commit.
+            assert puller.fetch_consume_offset(mq) in (-1, 0)
+            puller.update_consume_offset(mq, 2)
+            assert puller.fetch_consume_offset(mq) == 2
+            # At the end of the queue: nothing new, at once ...
+            end = puller.max_offset(mq)
+            t0 = time.monotonic()
+            assert puller.pull(mq, offset=end).status == PullStatus.NO_NEW_MSG
+            assert time.monotonic() - t0 < 1.0
+            # ... or held until a message arrives (long polling), answered as soon as it does.
+            later = threading.Timer(0.5, lambda: producer.send(Message("pull_t", b"late"), queue=mq))
+            later.start()
+            t0 = time.monotonic()
+            r = puller.pull(mq, offset=end, block_s=10)
+            waited = time.monotonic() - t0
+            later.join()
+            assert r.status == PullStatus.FOUND and [m.body for m in r.msgs] == [b"late"]
+            assert 0.3 < waited < 5
+
+
+def test_batch_send_stores_consecutive_offsets_in_one_queue(cluster):
+    cluster.start_broker()
+    msgs = [Message("batch_t", f"x{i}".encode(), tags="TB", keys=f"key{i}", properties={"n": str(i)})
+            for i in range(10)]
+    with Producer("p_batch", cluster.namesrv_addr) as producer:
+        r = producer.send_batch(msgs)
+    assert r.status == SendStatus.SEND_OK
+    assert r.queue_offset == 0
+    ids = r.msg_id.split(",")
+    assert len(ids) == 10
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g_batch", "batch_t", rec)
+    try:
+        assert rec.wait_for(10, 20)
+    finally:
+        consumer.shutdown()
+    by_body = {d.body: d for d in rec.deliveries}
+    assert len(rec.deliveries) == 10
+    for i in range(10):
+        d = by_body[f"x{i}".encode()]
+        assert (d.queue_id, d.queue_offset, d.msg_id) == (r.queue_id, i, ids[i])
+        assert (d.tags, d.keys, d.properties["n"]) == ("TB", f"key{i}", str(i))
+
+
+def test_oneway_sends_arrive(cluster):
+    cluster.start_broker()
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g_oneway", "oneway_t", rec)
+    try:
+        with Producer("p_oneway", cluster.namesrv_addr) as producer:
+            producer.send(Message("oneway_t", b"first"))  # creates the topic
+            for i in range(30):
+                producer.send_oneway(Message("oneway_t", f"o{i}".encode()))
+        assert rec.wait_for(31, 20)
+        assert sorted(rec.bodies()) == sorted([b"first", *(f"o{i}".encode() for i in range(30))])
+    finally:
+        consumer.shutdown()
+
+
+def test_delayed_message_arrives_after_its_delay_not_before(cluster):
+    cluster.start_broker(conf={"messageDelayLevel": "1s 3s 10s"})
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g_delay", "delay_t", rec)
+    try:
+        with Producer("p_delay", cluster.namesrv_addr) as producer:
+            producer.send(Message("delay_t", b"now"))
+            assert rec.wait_for(1, 10)
+            t0 = time.monotonic()
+            r = producer.send(Message("delay_t", b"later", tags="D",
+                                      properties={MessageConst.DELAY_TIME_LEVEL: "2"}))
+        assert r.status == SendStatus.SEND_OK
+        assert not rec.wait_for(2, 2.5)  # level 2 = 3 s: not before
+        assert rec.wait_for(2, 5)
+        d = rec.deliveries[1]
+        assert d.body == b"later" and d.tags == "D" and d.topic == "delay_t" and d.msg_id == r.msg_id
+        assert 2.8 <= d.at - t0 < 6
+    finally:
+        consumer.shutdown()
+
+
+def test_tag_expression_delivers_only_matching_tags(cluster):
+    cluster.start_broker()
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g_tags", "tags_t", rec, expression="TagA || TagB")
+    try:
+        with Producer("p_tags", cluster.namesrv_addr) as producer:
+            for i in range(30):
+                producer.send(Message("tags_t", f"{i}".encode(), tags=("TagA", "TagB", "TagC")[i % 3]))
+            producer.send(Message("tags_t", b"untagged"))
+        assert rec.wait_for(20, 20)
+        assert not rec.wait_for(21, 1.5)
+        assert sorted(int(b) for b in rec.bodies()) == [i for i in range(30) if i % 3 != 2]
+        assert {d.tags for d in rec.deliveries} == {"TagA", "TagB"}
+    finally:
+        consumer.shutdown()
+    # The filtered-out messages still count as consumed: the group has no lag.
+    with Admin(cluster.namesrv_addr) as admin:
+        groups = admin.stats()["broker-a"]["consumerGroups"]
+    assert groups["tags_t@g_tags"]["lag"] == 0
