@@ -154,9 +154,12 @@ class Producer:
         if self._runtime is None:
             raise ClientError("producer is not started")
         self._window.acquire()
-        fut = self._runtime.submit(self._send(msg))
-        fut.add_done_callback(lambda _f: self._window.release())
+        fut = self._runtime.post(self._send(msg))
+        fut.add_done_callback(self._release_window)
         return fut
+
+    def _release_window(self, _fut: concurrent.futures.Future[SendResult]) -> None:
+        self._window.release()
 
     def send_oneway(self, msg: Message) -> None:
         """Send with no answer expected (no retry, no result): fastest and least safe."""

@@ -8,7 +8,9 @@ thread pools, so a slow listener cannot stall network IO.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import functools
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -24,6 +26,10 @@ class ClientRuntime:
         self.loop = new_event_loop()
         self._thread = threading.Thread(target=self._run, name=f"txmq-{name}", daemon=True)
         self._started = threading.Event()
+        # post(): coroutines handed over from user threads, started by one loop callback per batch.
+        self._posted: collections.deque[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = \
+            collections.deque()
+        self._drain_scheduled = False
         self._thread.start()
         self._started.wait()
 
@@ -47,6 +53,48 @@ class ClientRuntime:
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
+    def post(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Like ``submit`` for many small calls in a row: the coroutines posted before the loop gets to them
+        start in one loop callback (one wake-up of the loop per batch, not per call). Cancelling the returned
+        future before its coroutine started means it never runs; after that, cancellation reaches the task.
+        """
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._posted.append((coro, fut))
+        if not self._drain_scheduled:
+            # No lock needed: _drain clears the flag before it takes items, so an item appended while the
+            # flag still reads True is taken by the drain that is about to run.
+            self._drain_scheduled = True
+            try:
+                self.loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is closed
+                self._drain_scheduled = False
+                self._fail_posted(ClientError("client is shut down"))
+        return fut
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        posted = self._posted
+        create_task = self.loop.create_task
+        while posted:
+            coro, fut = posted.popleft()
+            if fut.cancelled():
+                coro.close()
+                continue
+            task = create_task(coro)
+            task.add_done_callback(functools.partial(_settle, fut))
+            fut.add_done_callback(functools.partial(self._propagate_cancel, task))
+
+    def _propagate_cancel(self, task: asyncio.Task[Any], fut: concurrent.futures.Future[Any]) -> None:
+        if fut.cancelled() and not task.done():
+            self.loop.call_soon_threadsafe(task.cancel)
+
+    def _fail_posted(self, exc: BaseException) -> None:
+        while self._posted:
+            coro, fut = self._posted.popleft()
+            coro.close()
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(exc)
+
     def close(self) -> None:
         if not self.loop.is_running():
             return
@@ -61,3 +109,18 @@ class ClientRuntime:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+        self._fail_posted(ClientError("client is shut down"))
+
+
+def _settle(fut: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> None:
+    """Copy the outcome of ``task`` (on the loop) into ``fut`` (for the user thread)."""
+    if task.cancelled():
+        fut.cancel()
+        return
+    if not fut.set_running_or_notify_cancel():
+        return
+    exc = task.exception()
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(task.result())
