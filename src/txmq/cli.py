@@ -123,11 +123,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
     lock = threading.Lock()
 
     def listener(msgs: list[Any]) -> ConsumeStatus:
-        for m in msgs:
-            text = m.body.decode(errors="replace")
-            print(f"{m.topic} q{m.queue_id}@{m.queue_offset} tags={m.tags} keys={m.keys} id={m.msg_id}: {text}",
-                  flush=True)
-        with lock:
+        lines = [f"{m.topic} q{m.queue_id}@{m.queue_offset} tags={m.tags} keys={m.keys} id={m.msg_id}: "
+                 f"{m.body.decode(errors='replace')}" for m in msgs]
+        with lock:  # listeners run on several threads: one line at a time, never two run together
+            for line in lines:
+                print(line, flush=True)
             count[0] += len(msgs)
             if args.count and count[0] >= args.count:
                 got.set()
