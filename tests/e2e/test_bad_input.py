@@ -1,0 +1,204 @@
+"""Bad input gets a clear error, and loses nothing: refused topics and bodies, and raw sockets that send
+garbage or stop mid-frame to the broker and to the name server, which go on serving everyone else."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+
+import pytest
+from helpers import Recorder, push_consumer
+
+from txmq import Admin, BrokerError, ClientError, InvalidMessageError, Message, Producer, SendStatus
+from txmq.remoting.codec import FrameDecoder, encode_command
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+
+
+def _addr(hostport: str) -> tuple[str, int]:
+    host, port = hostport.rsplit(":", 1)
+    return host, int(port)
+
+
+def _messages(namesrv: str, topic: str) -> int:
+    with Admin(namesrv) as admin:
+        return sum(int(s["topics"].get(topic, {}).get("messages", 0)) for s in admin.stats().values())
+
+
+def _closed_by_peer(sock: socket.socket, timeout: float = 5.0) -> bool:
+    """True when the peer closes the connection (EOF or reset) within ``timeout``."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def _roundtrip(addr: tuple[str, int], cmd: RemotingCommand) -> RemotingCommand:
+    with socket.create_connection(addr, timeout=5) as s:
+        s.sendall(encode_command(cmd))
+        dec = FrameDecoder()
+        while True:
+            data = s.recv(65536)
+            assert data, "connection closed without an answer"
+            dec.receive_data(data)
+            resp = dec.next_command()
+            if resp is not None:
+                return resp
+
+
+@pytest.fixture
+def strict_broker(cluster):
+    """A broker that creates no topic by itself and refuses bodies over 4 KiB; topic ``known`` exists."""
+    b = cluster.start_broker(conf={"autoCreateTopicEnable": "false", "maxMessageSize": 4096})
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("known", queue_nums=2)
+    cluster.wait_route("known")
+    return b
+
+
+def test_unknown_topic_without_auto_create_is_refused_clearly(cluster, strict_broker):
+    with Producer("p_unknown", cluster.namesrv_addr, max_message_size=1 << 20) as producer:
+        with pytest.raises(ClientError, match="no route for topic nowhere"):
+            producer.send(Message("nowhere", b"x"))
+        # The broker refuses it too when asked directly (a client with a stale route, say).
+        header = {"producerGroup": "p_unknown", "topic": "nowhere", "defaultTopic": "TBW102",
+                  "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0", "bornTimestamp": "0",
+                  "flag": "0", "properties": "", "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
+        resp = _roundtrip(_addr(strict_broker.addrs["broker"]),
+                          RemotingCommand.request(RequestCode.SEND_MESSAGE, header, body=b"x"))
+        assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+        assert "nowhere" in (resp.remark or "") and "autoCreateTopicEnable" in (resp.remark or "")
+        assert producer.send(Message("known", b"ok")).status == SendStatus.SEND_OK
+    with Admin(cluster.namesrv_addr) as admin:
+        assert "nowhere" not in admin.list_topics()
+
+
+@pytest.mark.parametrize("topic", ["has space", "semi;colon", "x" * 128, "", "dot.ted"])
+def test_invalid_topic_names_are_refused_before_sending(cluster, topic):
+    cluster.start_broker()
+    with Producer("p_badname", cluster.namesrv_addr) as producer, pytest.raises(InvalidMessageError):
+        producer.send(Message(topic, b"x"))
+    with Admin(cluster.namesrv_addr) as admin, pytest.raises(InvalidMessageError):
+        admin.create_topic(topic)
+
+
+def test_invalid_topic_name_sent_raw_gets_an_error_response(cluster):
+    broker = cluster.start_broker()
+    header = {"producerGroup": "g", "topic": "bad topic!", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+              "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": "",
+              "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
+    resp = _roundtrip(_addr(broker.addrs["broker"]), RemotingCommand.request(RequestCode.SEND_MESSAGE, header, b"x"))
+    assert resp.code == ResponseCode.MESSAGE_ILLEGAL
+    assert "illegal characters" in (resp.remark or "")
+
+
+def test_oversized_body_is_refused_and_nothing_is_stored(cluster, strict_broker):
+    with Producer("p_big", cluster.namesrv_addr, max_message_size=1 << 20) as producer:
+        with pytest.raises(BrokerError) as refused:
+            producer.send(Message("known", b"x" * 5000))
+        assert refused.value.code == ResponseCode.MESSAGE_ILLEGAL
+        assert "maxMessageSize" in str(refused.value)
+        with pytest.raises(BrokerError):
+            producer.send_batch([Message("known", b"y" * 5000)])
+        assert producer.send(Message("known", b"x" * 3000)).status == SendStatus.SEND_OK
+    # The producer's own limit refuses before sending.
+    with Producer("p_big2", cluster.namesrv_addr, max_message_size=1000) as producer, \
+            pytest.raises(InvalidMessageError, match="exceeds max"):
+        producer.send(Message("known", b"x" * 1001))
+    assert _messages(cluster.namesrv_addr, "known") == 1
+
+
+GARBAGE = [
+    pytest.param(b"\xff\xff\xff\xff" + b"junk" * 8, id="huge-length"),
+    pytest.param(struct.pack(">I", 2) + b"ab", id="too-short-length"),
+    pytest.param(struct.pack(">II", 12, 200) + b"{}{}" + b"\0" * 4, id="header-longer-than-frame"),
+    pytest.param(struct.pack(">II", 10, 6) + b"not js", id="header-not-json"),
+    pytest.param(struct.pack(">II", 10, (7 << 24) | 6) + b"{\"a\":1", id="unknown-serialization"),
+    pytest.param(struct.pack(">II", 4 + 11, 11) + b'{"code":"x"}'[:11], id="code-not-int"),
+    pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", id="http"),
+]
+
+
+@pytest.mark.parametrize("garbage", GARBAGE)
+def test_garbage_frames_close_the_connection_and_servers_keep_serving(cluster, garbage):
+    broker = cluster.start_broker()
+    with Producer("p_garbage", cluster.namesrv_addr) as producer:
+        before = producer.send(Message("g_t", b"before"))
+        for addr in (broker.addrs["broker"], cluster.namesrv_addr):
+            with socket.create_connection(_addr(addr), timeout=5) as s:
+                s.sendall(garbage)
+                assert _closed_by_peer(s), f"{addr} kept a connection that sent garbage open"
+        # The producer's own connections were not disturbed, and new ones work too.
+        after = producer.send(Message("g_t", b"after"))
+    with Producer("p_garbage2", cluster.namesrv_addr) as producer:
+        fresh = producer.send(Message("g_t", b"fresh"))
+    assert {r.status for r in (before, after, fresh)} == {SendStatus.SEND_OK}
+    assert _messages(cluster.namesrv_addr, "g_t") == 3
+
+
+def test_half_written_frame_then_disconnect_stores_nothing(cluster):
+    broker = cluster.start_broker()
+    with Producer("p_half", cluster.namesrv_addr) as producer:
+        producer.send(Message("half_t", b"whole"))
+        header = {"producerGroup": "p_half", "topic": "half_t", "defaultTopic": "TBW102",
+                  "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0",
+                  "properties": "", "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
+        frame = encode_command(RemotingCommand.request(RequestCode.SEND_MESSAGE, header, b"P" * 1000))
+        for addr in (broker.addrs["broker"], cluster.namesrv_addr):
+            for cut in (2, 6, len(frame) // 2, len(frame) - 1):
+                with socket.create_connection(_addr(addr), timeout=5) as s:
+                    s.sendall(frame[:cut])
+        # A whole frame on a fresh connection works, and the cut ones stored nothing.
+        resp = _roundtrip(_addr(broker.addrs["broker"]), RemotingCommand.request(RequestCode.SEND_MESSAGE,
+                                                                                header, b"raw"))
+        assert resp.code == ResponseCode.SUCCESS
+        assert producer.send(Message("half_t", b"after")).status == SendStatus.SEND_OK
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g_half", "half_t", rec)
+    try:
+        assert rec.wait_for(3, 10)
+        assert not rec.wait_for(4, 1.0)
+    finally:
+        consumer.shutdown()
+    assert sorted(rec.bodies()) == [b"after", b"raw", b"whole"]
+
+
+def test_well_framed_nonsense_requests_get_error_answers(cluster):
+    broker = cluster.start_broker()
+    baddr = _addr(broker.addrs["broker"])
+    # an unknown request code
+    resp = _roundtrip(baddr, RemotingCommand.request(9999, {}))
+    assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    # a send with fields of the wrong type, or missing
+    resp = _roundtrip(baddr, RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": "abc"}))
+    assert resp.code != ResponseCode.SUCCESS and resp.remark
+    resp = _roundtrip(baddr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {"topic": "t"}))
+    assert resp.code != ResponseCode.SUCCESS and resp.remark
+    # a heartbeat and a lock request whose bodies are not JSON
+    resp = _roundtrip(baddr, RemotingCommand.request(RequestCode.HEART_BEAT, body=b"{nope"))
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    resp = _roundtrip(baddr, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, body=json.dumps([1]).encode()))
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    # a batch whose body is not a batch
+    header = {"producerGroup": "g", "topic": "nb_t", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+              "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": "",
+              "reconsumeTimes": "0", "unitMode": "false", "batch": "true"}
+    resp = _roundtrip(baddr, RemotingCommand.request(RequestCode.SEND_MESSAGE, header, b"\x00\x00\x00\x50garbage"))
+    assert resp.code == ResponseCode.MESSAGE_ILLEGAL
+    # a route request to the name server without a topic, and one for a topic nobody has
+    resp = _roundtrip(_addr(cluster.namesrv_addr), RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {}))
+    assert resp.code != ResponseCode.SUCCESS
+    resp = _roundtrip(_addr(cluster.namesrv_addr),
+                      RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "nobody"}))
+    assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+    # and the broker still serves
+    with Producer("p_nonsense", cluster.namesrv_addr) as producer:
+        assert producer.send(Message("nb_t", b"ok")).status == SendStatus.SEND_OK
+    assert _messages(cluster.namesrv_addr, "nb_t") == 1
