@@ -15,6 +15,7 @@ goes last and needs no escaping.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import time
 import zlib
 from dataclasses import dataclass
@@ -117,7 +118,12 @@ class ReceiptHandle:
 # --- messages -----------------------------------------------------------------------------------------------
 
 
-def body_digest(body: bytes) -> pb.Digest:
+def body_digest(body: bytes, md5: bool = False) -> pb.Digest:
+    """CRC32 as 8 uppercase hex digits (what RocketMQ's proxy sends, and the Java and Python clients check), or
+    MD5 as uppercase hex for clients that check CRC32 in another format (the Node.js client 1.0.8 compares
+    it with a decimal string and discards every message in its PushConsumer)."""
+    if md5:
+        return pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper())
     return pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body) & 0xFFFFFFFF:08X}")
 
 
@@ -144,7 +150,8 @@ def message_type_of(m: MessageExt) -> int:
 
 def to_pb_message(m: MessageExt, *, topic: str | None = None, queue_id: int | None = None,
                   queue_offset: int | None = None, receipt_handle: str | None = None,
-                  invisible_ms: int | None = None, delivery_attempt: int | None = None) -> pb.Message:
+                  invisible_ms: int | None = None, delivery_attempt: int | None = None,
+                  md5_digest: bool = False) -> pb.Message:
     """A stored message as the 5.x clients expect it (DESIGN.md §5: receipt handle, message id, IDENTITY
     encoding, CRC32 digest)."""
     body = m.body
@@ -153,7 +160,7 @@ def to_pb_message(m: MessageExt, *, topic: str | None = None, queue_id: int | No
     props = m.properties
     sp = pb.SystemProperties(
         message_id=m.msg_id,
-        body_digest=body_digest(body),
+        body_digest=body_digest(body, md5_digest),
         body_encoding=pb.IDENTITY,
         message_type=message_type_of(m),  # type: ignore[arg-type]
         born_timestamp=timestamp_ms(m.born_timestamp),

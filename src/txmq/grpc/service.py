@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
-
 from txmq.broker.processor.pull import HIDDEN_TOPICS, tags_filter
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import InvalidMessageError, StoreError
@@ -221,6 +220,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         st = cmd.settings
                         if st.HasField("client_type"):
                             session.client_type = st.client_type
+                        if st.HasField("user_agent"):
+                            session.language = st.user_agent.language
                         if st.WhichOneof("pub_sub") == "publishing":
                             session.topics = frozenset(t.name for t in st.publishing.topics)
                         elif st.WhichOneof("pub_sub") == "subscription" and st.subscription.group.name:
@@ -401,11 +402,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if not deliveries:
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
             return
+        session = self.sessions.sessions.get(_client_id(context))
+        md5 = session is not None and session.language == pb.NODE_JS
         yield spb.ReceiveMessageResponse(status=status())
         for d in deliveries:
             yield spb.ReceiveMessageResponse(message=to_pb_message(
                 d.message, receipt_handle=d.handle.encode(), invisible_ms=d.invisible_ms,
-                delivery_attempt=d.attempts))
+                delivery_attempt=d.attempts, md5_digest=md5))
         yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp_ms(now_ms()))
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:

@@ -30,6 +30,7 @@ class ClientSession:
     client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
     topics: frozenset[str] = frozenset()  # publishing topics (producers)
     group: str = ""  # consumer group (consumers)
+    language: int = pb.LANGUAGE_UNSPECIFIED
     last_seen: float = field(default_factory=time.monotonic)
     outbox: asyncio.Queue[spb.TelemetryCommand | None] = field(
         default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
