@@ -194,6 +194,49 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """The workloads of bench/produce_consume.py against a running name server (txmq.bench)."""
+    from txmq import bench
+
+    namesrv = _namesrv(args)
+    topic = args.topic or f"txmq_bench_{int(time.time())}"
+    try:
+        if args.workload in ("produce", "tx") and not args.no_create:
+            bench.ensure_topic(namesrv, topic, args.queues)
+        if args.workload == "produce":
+            r = bench.produce(namesrv, topic, args.count, size=args.size, window=args.window, seed=args.seed,
+                              group=args.group or "txmq_bench_producer", broker_pid=args.broker_pid,
+                              progress=not args.quiet)
+        elif args.workload == "consume":
+            r = bench.consume(namesrv, topic, args.count, size=args.size, seed=args.seed,
+                              group=args.group or f"txmq_bench_consumer_{int(time.time() * 1000)}",
+                              broker_pid=args.broker_pid, progress=not args.quiet)
+        else:
+            r = bench.transactions(namesrv, topic, args.count, size=args.size, threads=args.threads,
+                                   seed=args.seed, group=args.group or "txmq_bench_tx", broker_pid=args.broker_pid,
+                                   progress=not args.quiet)
+            if args.verify:
+                bench.wait_for(lambda: bench.stored_messages(namesrv, topic) >= args.count, 30,
+                               "committed transactions to reach the topic")
+                bench.consume(namesrv, topic, args.count, size=args.size, seed=args.seed,
+                              group=f"txmq_bench_txcheck_{int(time.time() * 1000)}", progress=False)
+    except bench.BenchError as exc:
+        print(f"txmq bench {args.workload}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        _print({"topic": topic, **r.to_json()}, True)
+        return 0
+    unit = "transactions" if args.workload == "tx" else "messages"
+    cpu = f"client CPU {r.client_cpu_s:.2f} s" if r.client_cpu_s is not None else ""
+    if r.broker_cpu_s is not None:
+        cpu += f", broker CPU {r.broker_cpu_s:.2f} s"
+    print(f"{args.workload} {topic}: {r.n:,} {unit} of {args.size} B in {r.seconds:.2f} s: "
+          f"{r.rate:,.0f} {unit}/s ({cpu})")
+    if args.workload == "consume" or (args.workload == "tx" and args.verify):
+        print("checked: every message arrived exactly once, intact")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="txmq", description="txmq: a transactional message broker (RocketMQ's design)")
     sub = p.add_subparsers(dest="command", required=True)
@@ -263,6 +306,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_tx)
+
+    s = sub.add_parser("bench", help="benchmark workloads: produce, consume, tx (transactions/s)")
+    s.add_argument("workload", choices=["produce", "consume", "tx"],
+                   help="produce: confirmed sends through a window; consume: a push consumer with committed "
+                        "offsets that checks every message arrived once (run produce first, same --topic, "
+                        "--count, --size, --seed); tx: send_message_in_transaction with COMMIT")
+    s.add_argument("--topic", help="default: a new topic txmq_bench_<time> (give produce's topic to consume)")
+    s.add_argument("--count", type=int, default=50_000, help="messages or transactions (default 50000)")
+    s.add_argument("--size", type=int, default=256, help="message size in bytes, at least 8 (default 256)")
+    s.add_argument("--window", type=int, default=1000, help="produce: unanswered sends at most (default 1000)")
+    s.add_argument("--threads", type=int, default=8, help="tx: threads sending transactions (default 8)")
+    s.add_argument("--queues", type=int, default=4, help="queues of the topic produce/tx create (default 4)")
+    s.add_argument("--no-create", action="store_true", help="do not create the topic")
+    s.add_argument("--group", help="producer or consumer group (consume default: a new group)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the body filler (consume checks it)")
+    s.add_argument("--broker-pid", type=int, help="report this broker process's CPU seconds (same machine)")
+    s.add_argument("--verify", action="store_true", help="tx: consume the committed messages and check them")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--quiet", action="store_true", help="no progress line")
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("stats", help="topics, consumer lag and transaction metrics")
     s.add_argument("--json", action="store_true")
