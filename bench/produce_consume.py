@@ -127,6 +127,17 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+OTHER_CPU_WARN = 0.15  # CPU seconds per wall second used by other processes: the peers kit's threshold
+
+
+def disturbance(row: dict[str, Any]) -> str:
+    """What other processes used during the timed phases of ``row``, when noticeable (else "")."""
+    busy = [f"{phase} {row[phase + '_other_cpu_s']:.2f} CPU s in {row[phase + '_s']:.2f} s"
+            for phase in ("publish", "consume")
+            if (row.get(phase + "_other_cpu_s") or 0) > OTHER_CPU_WARN * row[phase + "_s"]]
+    return "; ".join(busy)
+
+
 def run_txmq(flush: str, a: argparse.Namespace, root: Path) -> dict[str, Any]:
     server = TxmqServer(flush, root).start()
     log(f"\n== txmq {flush}: server pid {server.pid}, namesrv {server.namesrv}")
@@ -152,6 +163,9 @@ def run_txmq(flush: str, a: argparse.Namespace, root: Path) -> dict[str, Any]:
             log(f"run {i}: publish {row['publish_msgs_s']:,}/s  consume {row['consume_msgs_s']:,}/s  "
                 f"(broker CPU {pub.broker_cpu_s}/{con.broker_cpu_s} s, client CPU "
                 f"{pub.client_cpu_s}/{con.client_cpu_s} s)")
+            note = disturbance(row)
+            if note:
+                log(f"  note: run {i}: other load on the machine ({note}); figures disturbed")
         if a.tx:
             topic = f"bench_tx_{flush.lower()}"
             bench.ensure_topic(server.namesrv, topic, a.queues)
@@ -174,10 +188,16 @@ def run_peers(a: argparse.Namespace) -> dict[str, Any]:
     out = Path(a.peers or tempfile.mkdtemp(prefix="txmq-peers-"))
     python = os.environ.get("PEERS_PYTHON", "/tmp/peers-venv/bin/python")
     log(f"\n== peers: {PEERS / 'run-all.sh'} {out} (PYTHON={python})")
-    subprocess.run([str(PEERS / "run-all.sh"), str(out), "-n", str(a.n), "--size", str(a.size),
-                    "--window", str(a.window), "--runs", str(a.runs)],
-                   env=dict(os.environ, PYTHON=python), check=True,
-                   stdout=sys.stderr if not a.quiet else subprocess.DEVNULL)
+    for attempt in (1, 2):
+        # The kit's start scripts can lose a race with a slow fork on a busy machine: try once more.
+        done = subprocess.run([str(PEERS / "run-all.sh"), str(out), "-n", str(a.n), "--size", str(a.size),
+                               "--window", str(a.window), "--runs", str(a.runs)],
+                              env=dict(os.environ, PYTHON=python), stdout=sys.stderr)
+        if done.returncode == 0:
+            break
+        log(f"peers kit failed (exit {done.returncode}, attempt {attempt})")
+    else:
+        raise RuntimeError("the peers kit failed twice")
     return {m: json.loads((out / f"{m}.json").read_text()) for m in ("rabbitmq", "rabbitmq-quorum", "nats")}
 
 
@@ -250,7 +270,12 @@ def main() -> int:
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(root)
-    peers = {} if a.no_peers else run_peers(a)
+    peers: dict[str, Any] = {}
+    if not a.no_peers:
+        try:
+            peers = run_peers(a)
+        except RuntimeError as exc:
+            log(f"no peer figures: {exc}")
     result = {"date": started, "params": {"n": a.n, "size": a.size, "window": a.window, "runs": a.runs,
                                           "queues": a.queues},
               "machine": {"cpus": os.cpu_count(), "uname": " ".join(platform.uname()),
@@ -268,6 +293,12 @@ def main() -> int:
         for k, v in result["ratios"].items():
             aim = next((f"  (aim >= {x})" + ("" if v >= x else "  MISSED") for name, x in AIMS if name == k), "")
             print(f"  {k}: {v:.2f}{aim}", file=out)
+    disturbed = [f"txmq {r['flush']} run {run['run']}" for r in txmq for run in r["runs"] if disturbance(run)]
+    disturbed += [f"{name} run {run['run']}" for name, p in peers.items() for run in p["runs"] if disturbance(run)]
+    result["disturbed_runs"] = disturbed
+    if disturbed:
+        print("\nnote: other load on the machine during " + ", ".join(disturbed)
+              + "; those figures are disturbed (*_other_cpu_s in the JSON)", file=out)
     if a.json:
         print(json.dumps(result, indent=2))
     return 0
