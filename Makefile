@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean grpc-clients
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,7 +16,25 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m txmq.demo
 
-test: $(STAMP)
+# The official RocketMQ 5 clients for tests/grpc: the Python one in its own venv (its top-level `rocketmq`
+# package would shadow the C++ client `rocketmq==0.4.4` in .venv), the Node.js one from tests/grpc/node/package-lock.json.
+RMQ5_VENV := .venv-rmq5
+RMQ5_STAMP := $(RMQ5_VENV)/.installed
+NODE_DIR := tests/grpc/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+
+$(RMQ5_STAMP):
+	@test -x $(RMQ5_VENV)/bin/python || $(PYTHON) -m venv $(RMQ5_VENV)
+	$(RMQ5_VENV)/bin/python -m pip install -q rocketmq-python-client==5.1.2
+	@touch $@
+
+$(NODE_STAMP): $(NODE_DIR)/package-lock.json
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+grpc-clients: $(RMQ5_STAMP) $(NODE_STAMP)
+
+test: $(STAMP) grpc-clients
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
@@ -27,4 +45,4 @@ bench: $(STAMP)
 	$(PY) bench/store.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(RMQ5_VENV) $(NODE_DIR)/node_modules .pytest_cache build *.egg-info src/*.egg-info

@@ -67,6 +67,14 @@ def duration(ms: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def delivery_ms(ts: timestamp_pb2.Timestamp) -> int:
+    """A delivery timestamp in ms. ``rocketmq-python-client`` 5.1.2 writes milliseconds into ``seconds``: a value
+    past the year 5000 in seconds is read as milliseconds."""
+    if ts.seconds > 100_000_000_000:
+        return ts.seconds
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 

@@ -28,6 +28,7 @@ from txmq.grpc.convert import (
     GrpcStatusError,
     ReceiptHandle,
     decode_body,
+    delivery_ms,
     duration,
     duration_ms,
     from_pb_message,
@@ -300,7 +301,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if kind == pb.TRANSACTION:
                 raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                                       "a transactional message cannot have a delivery timestamp")
-            deliver = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+            deliver = delivery_ms(sp.delivery_timestamp)
             level = self._delay_level(deliver - now_ms())
             if level:
                 props[MessageConst.DELAY_TIME_LEVEL] = str(level)
@@ -335,14 +336,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return entry
 
     def _delay_level(self, delay_ms: int) -> int:
-        """The first delay level at least ``delay_ms`` long (the last level when none is); 0 for no delay."""
+        """The first delay level at least ``delay_ms`` long (never early); 0 for no delay. A delay beyond the
+        last level (``messageDelayLevel``, 2 h by default) is refused with ILLEGAL_DELIVERY_TIME."""
         if delay_ms <= 0:
             return 0
         levels = self.broker.config.delay_levels_ms()
         for i, ms in enumerate(levels, 1):
             if ms >= delay_ms:
                 return i
-        return len(levels)
+        raise GrpcStatusError(Code.ILLEGAL_DELIVERY_TIME, f"delivery in {delay_ms} ms is beyond the longest delay "
+                              f"level ({levels[-1]} ms, messageDelayLevel)")
 
     # --- transactions ------------------------------------------------------------------------------------
 
