@@ -1,0 +1,151 @@
+"""Requests the official clients would not send, over txmq's own generated stubs: each gets a clear status code.
+Also the transaction contract over gRPC (first decision wins, one copy per commit)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import grpc
+from txmq.grpc.protocol import definition_pb2 as pb
+from txmq.grpc.protocol import service_pb2 as spb
+from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
+
+Code = pb.Code
+
+
+@pytest.fixture(scope="module")
+def stub(server) -> Iterator[tuple[MessagingServiceStub, list[tuple[str, str]]]]:
+    channel = grpc.insecure_channel(server.grpc)
+    try:
+        yield MessagingServiceStub(channel), [("x-mq-client-id", f"raw-{uuid.uuid4().hex[:8]}")]
+    finally:
+        channel.close()
+
+
+def message(topic: str, body: bytes = b"x", **sp) -> pb.Message:
+    return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=pb.SystemProperties(
+        message_id=uuid.uuid4().hex.upper(), body_encoding=pb.IDENTITY, **sp))
+
+
+def receive(stub, md, topic: str, group: str, invisible_s: int = 30, poll_ms: int = 500) -> list:
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"), batch_size=32,
+        invisible_duration={"seconds": invisible_s},
+        long_polling_timeout={"seconds": poll_ms // 1000, "nanos": (poll_ms % 1000) * 1_000_000})
+    return list(stub.ReceiveMessage(req, metadata=md, timeout=10))
+
+
+def test_unknown_topic(stub):
+    s, md = stub
+    r = s.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="no_such_topic")), metadata=md, timeout=5)
+    assert r.status.code == Code.TOPIC_NOT_FOUND
+    r = s.SendMessage(spb.SendMessageRequest(messages=[message("no_such_topic")]), metadata=md, timeout=5)
+    assert r.status.code == Code.TOPIC_NOT_FOUND
+    assert r.entries[0].status.code == Code.TOPIC_NOT_FOUND
+    r = s.SendMessage(spb.SendMessageRequest(messages=[message("bad topic!")]), metadata=md, timeout=5)
+    assert r.status.code == Code.ILLEGAL_TOPIC
+    r = s.SendMessage(spb.SendMessageRequest(messages=[message("RMQ_SYS_TRANS_HALF_TOPIC")]), metadata=md, timeout=5)
+    assert r.status.code == Code.FORBIDDEN
+
+
+def test_route_is_what_the_clients_need(stub, topic, server):
+    s, md = stub
+    r = s.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=md, timeout=5)
+    assert r.status.code == Code.OK
+    assert [q.id for q in r.message_queues] == [0, 1, 2, 3]
+    q = r.message_queues[0]
+    assert q.permission == pb.READ_WRITE and q.broker.id == 0
+    assert pb.TRANSACTION in q.accept_message_types
+    host, port = server.grpc.rsplit(":", 1)
+    assert (q.broker.endpoints.scheme, q.broker.endpoints.addresses[0].host,
+            q.broker.endpoints.addresses[0].port) == (pb.IPv4, host, int(port))
+
+
+def test_oversized_body(stub, topic):
+    s, md = stub
+    r = s.SendMessage(spb.SendMessageRequest(messages=[message(topic, b"x" * (262144 + 1))]), metadata=md, timeout=5)
+    assert r.status.code == Code.MESSAGE_BODY_TOO_LARGE
+
+
+def test_fifo_needs_a_message_group(stub, topic):
+    s, md = stub
+    r = s.SendMessage(spb.SendMessageRequest(messages=[message(topic, message_type=pb.FIFO)]), metadata=md,
+                      timeout=5)
+    assert r.status.code == Code.ILLEGAL_MESSAGE_GROUP
+
+
+def test_malformed_receipt_handle(stub, topic):
+    s, md = stub
+    for handle in ("garbage", "1 0 0 0 0", "1 a b c d topic", ""):
+        r = s.AckMessage(spb.AckMessageRequest(group=pb.Resource(name="g"), topic=pb.Resource(name=topic), entries=[
+            spb.AckMessageEntry(message_id="m", receipt_handle=handle)]), metadata=md, timeout=5)
+        assert r.status.code == Code.INVALID_RECEIPT_HANDLE
+        assert r.entries[0].status.code == Code.INVALID_RECEIPT_HANDLE
+        r = s.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name="g"), topic=pb.Resource(name=topic), receipt_handle=handle, message_id="m",
+            invisible_duration={"seconds": 5}), metadata=md, timeout=5)
+        assert r.status.code == Code.INVALID_RECEIPT_HANDLE
+
+
+def test_stale_receipt_handle_after_redelivery(stub, topic):
+    s, md = stub
+    assert s.SendMessage(spb.SendMessageRequest(messages=[message(topic, b"once")]), metadata=md,
+                         timeout=5).status.code == Code.OK
+    first = [x.message for x in receive(s, md, topic, "stale", invisible_s=1) if x.HasField("message")]
+    assert [m.body for m in first] == [b"once"]
+    time.sleep(1.2)
+    again = [x.message for x in receive(s, md, topic, "stale", invisible_s=30) if x.HasField("message")]
+    assert [m.system_properties.delivery_attempt for m in again] == [2]
+    ack = spb.AckMessageRequest(group=pb.Resource(name="stale"), topic=pb.Resource(name=topic), entries=[
+        spb.AckMessageEntry(message_id=first[0].system_properties.message_id,
+                            receipt_handle=first[0].system_properties.receipt_handle)])
+    assert s.AckMessage(ack, metadata=md, timeout=5).status.code == Code.INVALID_RECEIPT_HANDLE
+    ack.entries[0].receipt_handle = again[0].system_properties.receipt_handle
+    assert s.AckMessage(ack, metadata=md, timeout=5).status.code == Code.OK
+    assert s.AckMessage(ack, metadata=md, timeout=5).status.code == Code.OK  # acking twice is harmless
+    empty = receive(s, md, topic, "stale")
+    assert [x.status.code for x in empty] == [Code.MESSAGE_NOT_FOUND]
+
+
+def test_transaction_first_decision_wins_and_commits_once(stub, topic):
+    s, md = stub
+    r = s.SendMessage(spb.SendMessageRequest(messages=[message(topic, b"tx", message_type=pb.TRANSACTION)]),
+                      metadata=md, timeout=5)
+    assert r.status.code == Code.OK
+    tid, mid = r.entries[0].transaction_id, r.entries[0].message_id
+    assert receive(s, md, topic, "txg")[0].status.code == Code.MESSAGE_NOT_FOUND  # a half message is invisible
+
+    def end(resolution, source=pb.SOURCE_CLIENT):
+        return s.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic), message_id=mid,
+                                                          transaction_id=tid, resolution=resolution, source=source),
+                                metadata=md, timeout=5).status
+
+    assert end(pb.COMMIT).code == Code.OK
+    assert end(pb.COMMIT, pb.SOURCE_SERVER_CHECK).code == Code.OK  # a repeat changes nothing
+    refused = end(pb.ROLLBACK)
+    assert refused.code == Code.PRECONDITION_FAILED and "first decision wins" in refused.message
+    got = [x.message.body for x in receive(s, md, topic, "txg") if x.HasField("message")]
+    assert got == [b"tx"]
+    bad = s.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic), message_id=mid,
+                                                     transaction_id="not-a-transaction", resolution=pb.COMMIT),
+                           metadata=md, timeout=5)
+    assert bad.status.code == Code.INVALID_TRANSACTION_ID
+
+
+def test_other_refusals(stub, topic):
+    s, md = stub
+    assert s.Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER), timeout=5).status.code == \
+        Code.CLIENT_ID_REQUIRED
+    assert s.RecallMessage(spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle="x"),
+                           metadata=md, timeout=5).status.code == Code.NOT_IMPLEMENTED
+    req = spb.ReceiveMessageRequest(group=pb.Resource(name="g"), message_queue=pb.MessageQueue(
+        topic=pb.Resource(name=topic)), filter_expression=pb.FilterExpression(type=pb.SQL, expression="a > 1"))
+    assert [x.status.code for x in s.ReceiveMessage(req, metadata=md, timeout=5)] == [Code.NOT_IMPLEMENTED]
+    req = spb.ReceiveMessageRequest(group=pb.Resource(name=""), message_queue=pb.MessageQueue(
+        topic=pb.Resource(name=topic)))
+    assert [x.status.code for x in s.ReceiveMessage(req, metadata=md, timeout=5)] == [Code.ILLEGAL_CONSUMER_GROUP]
