@@ -103,6 +103,7 @@ class ProcessQueue:
     dropped: bool = False
     locked_until: float = 0.0
     orderly_busy: bool = False
+    consuming: int = 0  # listener calls in progress for this queue (concurrent mode)
     local_retries: dict[int, int] = field(default_factory=dict)
 
     def consumed_offset(self) -> int:
@@ -290,11 +291,16 @@ class PushConsumer:
                 await task
         if pq is None:
             return
-        pq.dropped = True
-        for _ in range(50):  # let in-flight consumption finish so its offset is committed, not replayed
-            if not pq.msgs:
+        with self._lock:
+            pq.dropped = True  # from now on no listener call starts for this queue
+        # Let listener calls in progress finish so that their offsets are committed, not replayed. Messages
+        # that never reached the listener stay in ``pq.msgs`` and keep the committed offset below them.
+        for _ in range(100):
+            with self._lock:
+                busy = pq.consuming or pq.orderly_busy
+            if not busy:
                 break
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
         self.offsets[mq] = pq.consumed_offset()
         await self._commit_offset(mq, self.offsets[mq])
         if self.orderly:
@@ -411,16 +417,22 @@ class PushConsumer:
         return status if isinstance(status, ConsumeStatus) else ConsumeStatus.RECONSUME_LATER
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        if pq.dropped:
-            return
-        status = self._call_listener(msgs)
-        failed: list[MessageExt] = []
-        if status != ConsumeStatus.SUCCESS:
-            failed = [m for m in msgs if not self._send_back(m, 0)]
-        done = [m for m in msgs if m not in failed]
         with self._lock:
-            for m in done:
-                pq.msgs.pop(m.queue_offset, None)
+            if pq.dropped:
+                return
+            pq.consuming += 1
+        try:
+            status = self._call_listener(msgs)
+            failed: list[MessageExt] = []
+            if status != ConsumeStatus.SUCCESS:
+                failed = [m for m in msgs if not self._send_back(m, 0)]
+            done = [m for m in msgs if m not in failed]
+            with self._lock:
+                for m in done:
+                    pq.msgs.pop(m.queue_offset, None)
+        finally:
+            with self._lock:
+                pq.consuming -= 1
         if failed and self._runtime is not None:  # the broker would not take them back: try again here
             self._runtime.loop.call_soon_threadsafe(self._retry_later, pq, failed)
 
