@@ -107,6 +107,10 @@ def test_oversized_body_is_refused_and_nothing_is_stored(cluster, strict_broker)
         assert "maxMessageSize" in str(refused.value)
         with pytest.raises(BrokerError):
             producer.send_batch([Message("known", b"y" * 5000)])
+        # A body under the limit whose whole record (header, properties) is over it: refused by the store,
+        # with a remark that says why.
+        with pytest.raises(BrokerError, match=r"record .* must fit maxMessageSize 4096"):
+            producer.send(Message("known", b"x" * 4090))
         assert producer.send(Message("known", b"x" * 3000)).status == SendStatus.SEND_OK
     # The producer's own limit refuses before sending.
     with Producer("p_big2", cluster.namesrv_addr, max_message_size=1000) as producer, \

@@ -201,7 +201,11 @@ class SendMessageProcessor:
     def _response(self, cmd: RemotingCommand, msg: MessageExt, result: PutMessageResult) -> RemotingCommand:
         code = _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
         if result.status not in _STORED_STATUSES or result.append_result is None:
-            return RemotingCommand.response_to(cmd, code, remark=f"store answered {result.status.name}")
+            remark = f"store answered {result.status.name}"
+            if result.status == PutMessageStatus.MESSAGE_ILLEGAL:
+                remark += (f": the stored record (body, properties and header) must fit maxMessageSize "
+                           f"{self.broker.config.max_message_size}")
+            return RemotingCommand.response_to(cmd, code, remark=remark)
         ar = result.append_result
         header = SendMessageResponseHeader(
             msg_id=ar.msg_id, queue_id=msg.queue_id, queue_offset=ar.logics_offset,
