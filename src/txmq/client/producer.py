@@ -213,9 +213,13 @@ class Producer:
             if queue is not None:
                 mq = queue
             else:
-                mqs = await self._publish_queues(msg.topic)
+                route = self.instance.routes.get(msg.topic)  # the common case, without two awaits
+                mqs = route.publish_queues if route is not None and route.publish_queues else \
+                    await self._publish_queues(msg.topic)
                 if selector is not None:
                     mq = selector(mqs, msg, arg)
+                elif last_broker is None:
+                    mq = mqs[next(self._rr) % len(mqs)]
                 else:
                     start = next(self._rr)
                     candidates = [mqs[(start + i) % len(mqs)] for i in range(len(mqs))]
