@@ -2,9 +2,9 @@
 
     python -m txmq.grpc.protocol.generate [PROTO_ROOT]
 
-PROTO_ROOT defaults to ``proto/`` beside this file: ``definition.proto`` and ``service.proto`` copied
-unchanged from the npm package ``rocketmq-client-nodejs@1.0.8`` (its ``proto/`` folder). To take newer protos,
-``npm pack rocketmq-client-nodejs@X`` and copy ``proto/apache/rocketmq/v2/{definition,service}.proto`` here.
+PROTO_ROOT defaults to the ``proto/`` folder of the npm package ``rocketmq-client-nodejs@1.0.8`` as
+``make grpc-clients`` installs it under tests/grpc/node/node_modules: the protos are read from the package,
+never copied into this repository. To take newer protos, bump the package in tests/grpc/node/package.json.
 
 Needs ``grpcio-tools`` (build time only; the broker needs ``grpcio`` and ``protobuf`` at run time). protoc writes
 ``from apache.rocketmq.v2 import definition_pb2``; this script rewrites that to an import from this package,
@@ -23,6 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FILES = ("definition", "service")  # admin.proto is not served
+DEFAULT_PROTO_ROOT = HERE.parents[3] / "tests/grpc/node/node_modules/rocketmq-client-nodejs/proto"
 
 
 def generate(proto_root: Path, out_dir: Path = HERE) -> list[Path]:
@@ -54,7 +55,7 @@ def generate(proto_root: Path, out_dir: Path = HERE) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    root = Path(argv[0]) if argv else HERE / "proto"
+    root = Path(argv[0]) if argv else DEFAULT_PROTO_ROOT
     for path in generate(root):
         print(path)
     return 0
