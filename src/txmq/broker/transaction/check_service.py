@@ -59,9 +59,12 @@ class TransactionalMessageCheckService:
 
     async def check_pass(self, now_s: float | None = None) -> int:
         """One pass over the due transactions; returns how many checks were sent."""
-        now = int(now_s if now_s is not None else time.time())
+        now_f = now_s if now_s is not None else time.time()
+        now = int(now_f)
         table = self.service.table
-        interval_s = max(1, -(-self.check_interval_ms // 1000))
+        # The next check at least one interval from now, on the wheel's whole seconds (rounded up: from `now`,
+        # rounded down, a late pass would check again almost at once).
+        next_s = max(now + 1, -(-int(now_f * 1000 + self.check_interval_ms) // 1000))
         reserved_s = self.service.file_reserved_time_h * 3600
         sent: list[int] = []
         due = list(table.pop_due(now))
@@ -90,7 +93,7 @@ class TransactionalMessageCheckService:
             if any(s.send_check(info.group, half, half_offset) for s in self.senders):
                 table.count_check(half_offset)
                 sent.append(half_offset)
-            table.schedule(half_offset, now + interval_s)
+            table.schedule(half_offset, next_s)
         if sent:
             self.service.metrics.checks += len(sent)
             await self.service.record_checks(sent)

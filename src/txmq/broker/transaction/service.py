@@ -85,21 +85,25 @@ class TransactionalMessageService:
         result = await self.store.put_message(msg)
         if result.append_result is not None and result.status == PutMessageStatus.PUT_OK:
             ar = result.append_result
-            store_s = ar.store_timestamp // 1000
             self.table.add_pending(ar.logics_offset, real_topic, msg.properties.get(MessageConst.PRODUCER_GROUP, ""),
-                                   store_s, store_s + self._immunity_s(msg))
+                                   ar.store_timestamp // 1000, self._first_check_s(msg, ar.store_timestamp))
         # The client sees its own topic and queue in the answer, as with RocketMQ.
         msg.topic = real_topic
         msg.queue_id = int(msg.properties[MessageConst.REAL_QUEUE_ID])
         return result
 
-    def _immunity_s(self, msg: MessageExt) -> int:
+    def _immunity_ms(self, msg: MessageExt) -> int:
         raw = msg.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS)
-        default = -(-self.transaction_timeout_ms // 1000)
+        default = self.transaction_timeout_ms
         try:
-            return max(default, int(raw)) if raw else default
+            return max(default, int(raw) * 1000) if raw else default
         except ValueError:
             return default
+
+    def _first_check_s(self, msg: MessageExt, store_timestamp_ms: int) -> int:
+        """The first whole second at which the half message is at least its immunity time old (the wheel has
+        one-second buckets: rounding down would check up to a second before ``transactionTimeOut``)."""
+        return -(-(store_timestamp_ms + self._immunity_ms(msg)) // 1000)
 
     # --- phase two: COMMIT or ROLLBACK ----------------------------------------------------------------
 
@@ -299,10 +303,9 @@ class TransactionalMessageService:
         return count
 
     def _replay_half(self, half: MessageExt) -> None:
-        store_s = half.store_timestamp // 1000
         self.table.add_pending(half.queue_offset, half.properties.get(MessageConst.REAL_TOPIC, ""),
-                               half.properties.get(MessageConst.PRODUCER_GROUP, ""), store_s,
-                               max(store_s + self._immunity_s(half), int(time.time())))
+                               half.properties.get(MessageConst.PRODUCER_GROUP, ""), half.store_timestamp // 1000,
+                               max(self._first_check_s(half, half.store_timestamp), int(time.time())))
 
     def _replay_op(self, op: MessageExt) -> None:
         kind = op.properties.get(OP_PROPERTY, "COMMIT")
