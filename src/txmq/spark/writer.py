@@ -1,0 +1,407 @@
+"""The batch and streaming writers of the ``txmq`` data source, and the exactly-once streaming sink.
+
+Input columns: ``body`` (binary or string) required; ``keys``, ``tags`` (string), ``properties``
+(map<string,string>) and ``topic`` (string; else the ``topic`` option) optional.
+
+Exactly-once streaming (``deliveryGuarantee=exactly-once``, the default for streams):
+
+1. Each task sends its rows as **half messages** (invisible, as ``TransactionProducer`` sends them) of the
+   sink's producer group, tagged with properties ``TXMQ_SPARK_QUERY``, ``TXMQ_SPARK_RUN``,
+   ``TXMQ_SPARK_BATCH``, ``TXMQ_SPARK_PARTITION``. Its commit message lists the halves it stored
+   (broker, half offset, commit-log offset, id).
+2. The driver's ``commit(messages, batchId)``: when the sink log already has ``batchId``, this is a replay
+   after a restart, and the new halves are rolled back (nothing becomes visible twice). Otherwise it first
+   writes the sink log record ``<checkpointLocation>/txmq-sink/commits/<batchId>.json`` (ids of the halves;
+   written to a temporary file, fsynced, renamed: this is the commit point), then ends every half with
+   COMMIT. ``abort`` ends them with ROLLBACK and records the abort.
+3. A half whose end never arrived (the driver died after the tasks' sends, or between the log record and
+   the COMMITs, or a task attempt failed after sending) is **checked back** by the broker. The process that
+   holds a ``TransactionProducer`` of the sink's group (``SinkCheckResponder``: the commit worker, and the
+   driver program when it starts one) answers from the sink log and Spark's checkpoint:
+   COMMIT if the batch committed with this half in its list; ROLLBACK if the batch committed without it, or
+   its run aborted it; UNKNOWN while the batch is undecided (a restarted query will replay it).
+
+``at-least-once`` sends plain messages; a batch replayed after a crash is sent again (duplicates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from txmq.client.producer import Producer
+from txmq.client.transaction import LocalTransactionState, TransactionProducer
+from txmq.errors import ClientError
+from txmq.message import Message, MessageConst, MessageExt, decode_offset_msg_id
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import EndTransactionRequestHeader
+from txmq.spark._common import OptionError, cached_client, drop_client
+
+log = logging.getLogger("txmq.spark")
+
+P_QUERY = "TXMQ_SPARK_QUERY"
+P_RUN = "TXMQ_SPARK_RUN"
+P_BATCH = "TXMQ_SPARK_BATCH"
+P_PARTITION = "TXMQ_SPARK_PARTITION"
+EXACTLY_ONCE = "exactly-once"
+AT_LEAST_ONCE = "at-least-once"
+KILL_HOOK_ENV = "TXMQ_SPARK_TEST_HANG_BEFORE_COMMIT"  # tests: "<marker file>" — hang in commit, before anything
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    namesrv: str
+    topic: str | None
+    guarantee: str
+    group: str
+    log_dir: str | None
+    check_immunity_s: int
+    max_in_flight: int
+
+    @classmethod
+    def parse(cls, options: Any, streaming: bool) -> SinkOptions:
+        namesrv = options.get("namesrv") or options.get("namesrvAddr")
+        if not namesrv:
+            raise OptionError("option 'namesrv' (host:port of the txmq name server) is required")
+        guarantee = options.get("deliveryGuarantee", EXACTLY_ONCE if streaming else AT_LEAST_ONCE).lower()
+        if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+            raise OptionError(f"deliveryGuarantee must be {EXACTLY_ONCE} or {AT_LEAST_ONCE}, not {guarantee!r}")
+        if guarantee == EXACTLY_ONCE and not streaming:
+            raise OptionError("exactly-once is for streaming writes; a batch write is one Spark job: use "
+                              "at-least-once")
+        checkpoint = options.get("checkpointLocation")
+        log_dir = options.get("sinkLogDir") or (os.path.join(_local_path(checkpoint), "txmq-sink")
+                                                if checkpoint else None)
+        if guarantee == EXACTLY_ONCE and not log_dir:
+            raise OptionError("the exactly-once sink needs option checkpointLocation (or sinkLogDir)")
+        digest = hashlib.sha1((log_dir or "").encode()).hexdigest()[:12]
+        return cls(namesrv=namesrv, topic=options.get("topic"), guarantee=guarantee,
+                   group=options.get("producerGroup") or f"txmq-spark-sink-{digest}", log_dir=log_dir,
+                   check_immunity_s=int(options.get("checkImmunitySeconds", 60)),
+                   max_in_flight=int(options.get("maxInFlight", 2048)))
+
+
+def _local_path(location: str) -> str:
+    if location.startswith("file://"):
+        return location[len("file://"):]
+    if location.startswith("file:"):
+        return location[len("file:"):]
+    if "://" in location:
+        raise OptionError(f"the exactly-once sink keeps its log on a local or shared file system, not {location}")
+    return location
+
+
+# --- the sink log: which halves each batch committed -------------------------------------------------------
+
+class SinkLog:
+    """``commits/<batchId>.json`` = {"run", "ids"}; ``aborts/<batchId>.<run>``. Files are written to a
+    temporary name, fsynced and renamed, so a record is whole or absent."""
+
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
+        self._cache: dict[int, dict[str, Any]] = {}
+
+    def committed(self, batch_id: int) -> dict[str, Any] | None:
+        rec = self._cache.get(batch_id)
+        if rec is None:
+            path = self.root / "commits" / f"{batch_id}.json"
+            try:
+                rec = json.loads(path.read_bytes())
+            except FileNotFoundError:
+                return None
+            rec["idset"] = frozenset(rec["ids"])
+            self._cache[batch_id] = rec
+        return rec
+
+    def record_commit(self, batch_id: int, run: str, ids: list[str]) -> None:
+        self._write(self.root / "commits" / f"{batch_id}.json",
+                    json.dumps({"batch": batch_id, "run": run, "ids": ids, "time_ms": int(time.time() * 1000)}))
+
+    def aborted(self, batch_id: int, run: str) -> bool:
+        return (self.root / "aborts" / f"{batch_id}.{run}").exists()
+
+    def record_abort(self, batch_id: int, run: str) -> None:
+        self._write(self.root / "aborts" / f"{batch_id}.{run}", "")
+
+    def spark_committed(self, batch_id: int) -> bool:
+        """Spark's own checkpoint: ``commits/<batchId>`` exists once the batch is done."""
+        return (self.root.parent / "commits" / str(batch_id)).exists()
+
+    @staticmethod
+    def _write(path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class SinkCheckResponder:
+    """The ``TransactionListener`` of the sink's producer group: answers the broker's check-back of an orphaned
+    half message from the sink log and Spark's checkpoint (see the module docstring)."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.log = SinkLog(log_dir)
+        self.answers: dict[str, int] = {"COMMIT": 0, "ROLLBACK": 0, "UNKNOWN": 0}
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOWN  # never used: tasks send halves, the driver ends them
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        state = self._decide(msg)
+        self.answers[state.name] += 1
+        return state
+
+    def _decide(self, msg: MessageExt) -> LocalTransactionState:
+        raw_batch = msg.properties.get(P_BATCH)
+        if raw_batch is None:
+            return LocalTransactionState.UNKNOWN
+        batch_id, run = int(raw_batch), msg.properties.get(P_RUN, "")
+        rec = self.log.committed(batch_id)
+        if rec is not None:
+            ok = msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) in rec["idset"]
+            return LocalTransactionState.COMMIT if ok else LocalTransactionState.ROLLBACK
+        if self.log.aborted(batch_id, run) or self.log.spark_committed(batch_id):
+            return LocalTransactionState.ROLLBACK
+        return LocalTransactionState.UNKNOWN
+
+
+def start_check_responder(namesrv: str, checkpoint_location: str | None = None, *, producer_group: str | None = None,
+                          sink_log_dir: str | None = None) -> TransactionProducer:
+    """Start a ``TransactionProducer`` of the sink's group that answers check-backs (call ``shutdown()`` when
+    done). Run it in the driver program beside an exactly-once query, so orphans of a crashed run are resolved
+    once the restarted query has committed their batch."""
+    opts = SinkOptions.parse({"namesrv": namesrv, "checkpointLocation": checkpoint_location,
+                              "sinkLogDir": sink_log_dir, "producerGroup": producer_group}, streaming=True)
+    assert opts.log_dir is not None
+    producer = TransactionProducer(opts.group, SinkCheckResponder(opts.log_dir), opts.namesrv)
+    return producer.start()
+
+
+# --- tasks: rows to messages ----------------------------------------------------------------------------
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    partition: int
+    rows: int
+    run: str = ""
+    topics: list[str] = field(default_factory=list)
+    # exactly-once: the halves this task stored
+    brokers: list[str] = field(default_factory=list)
+    half_offsets: list[int] = field(default_factory=list)
+    commit_log_offsets: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+
+
+def _task_context() -> tuple[int, str, int, str]:
+    """(partition, run id, batch id, query id) from Spark's task context (local properties of the stream)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return 0, "", -1, ""
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    return (ctx.partitionId(), ctx.getLocalProperty("sql.streaming.runId") or "",
+            int(batch) if batch is not None else -1, ctx.getLocalProperty("sql.streaming.queryId") or "")
+
+
+def _rows(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Iterator[Message]:
+    for rb in batches:
+        names = rb.schema.names
+        if "body" not in names:
+            raise OptionError("the txmq sink needs a 'body' column (binary or string)")
+        n = rb.num_rows
+        body = rb.column(names.index("body")).to_pylist()
+        none = [None] * n
+        keys = rb.column(names.index("keys")).to_pylist() if "keys" in names else none
+        tags = rb.column(names.index("tags")).to_pylist() if "tags" in names else none
+        props = rb.column(names.index("properties")).to_pylist() if "properties" in names else none
+        topics = rb.column(names.index("topic")).to_pylist() if "topic" in names else none
+        for i in range(n):
+            topic = topics[i] or opts.topic
+            if not topic:
+                raise OptionError("no topic: give option 'topic' or a 'topic' column")
+            p = props[i]
+            yield Message(topic, body[i], tags=tags[i], keys=keys[i], properties=dict(p) if p else None)
+
+
+def write_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], transactional: bool,
+                    run_id: str = "") -> SinkCommitMessage:
+    partition, run, batch_id, query = _task_context()
+    run = run or run_id
+    key = ("producer", opts.namesrv, opts.group)
+    # The tasks' producer heartbeats as its own group: check-backs must reach the responder, not a task.
+    producer: Producer = cached_client(key, lambda: Producer(f"{opts.group}-task", opts.namesrv,
+                                                             max_in_flight=opts.max_in_flight))
+    out = SinkCommitMessage(partition, 0, run)
+    tags = {P_QUERY: query, P_RUN: run, P_BATCH: str(batch_id), P_PARTITION: str(partition)}
+    futures = []
+    try:
+        for msg in _rows(opts, batches):
+            if transactional:
+                msg.properties.update(tags)
+                msg.properties[MessageConst.TRANSACTION_PREPARED] = "true"
+                msg.properties[MessageConst.PRODUCER_GROUP] = opts.group
+                msg.properties[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(opts.check_immunity_s)
+            futures.append(producer.send_async(msg))
+        for fut in futures:
+            result = fut.result(60)
+            out.rows += 1
+            if result.message_queue.topic not in out.topics:
+                out.topics.append(result.message_queue.topic)
+            if transactional:
+                out.brokers.append(result.message_queue.broker_name)
+                out.half_offsets.append(result.queue_offset)
+                out.commit_log_offsets.append(decode_offset_msg_id(result.offset_msg_id)[1])
+                out.ids.append(result.msg_id)
+    except ClientError:
+        drop_client(key)
+        raise
+    return out
+
+
+# --- the driver: end the halves ---------------------------------------------------------------------------
+
+def end_halves(producer: Producer, group: str, messages: list[SinkCommitMessage], commit: bool) -> int:
+    """End every half listed in ``messages``; returns how many could not be ended now (check-back will)."""
+    assert producer._runtime is not None
+    flag = LocalTransactionState.COMMIT.sys_flag if commit else LocalTransactionState.ROLLBACK.sys_flag
+    work = [(m.brokers[i], m.half_offsets[i], m.commit_log_offsets[i], m.ids[i]) for m in messages
+            for i in range(len(m.ids))]
+
+    async def one(sem: asyncio.Semaphore, broker: str, half: int, clo: int, ident: str) -> bool:
+        assert producer.instance is not None
+        header = EndTransactionRequestHeader(producer_group=group, tran_state_table_offset=half,
+                                             commit_log_offset=clo, commit_or_rollback=flag,
+                                             from_transaction_check=False, msg_id=ident, transaction_id=ident)
+        async with sem:
+            for attempt in range(3):
+                try:
+                    resp = await producer.instance.invoke_broker(
+                        broker, RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext()), 10)
+                except ClientError as exc:
+                    log.warning("ending half %s (%s): %s", ident, "commit" if commit else "rollback", exc)
+                    await asyncio.sleep(0.2 * (attempt + 1))
+                    continue
+                if resp.code == ResponseCode.SUCCESS:
+                    return True
+                if resp.code in (ResponseCode.TRANSACTION_SHOULD_COMMIT, ResponseCode.TRANSACTION_SHOULD_ROLLBACK):
+                    log.warning("half %s already decided otherwise: %s", ident, resp.remark)
+                    return True
+                log.warning("ending half %s refused (%d): %s", ident, resp.code, resp.remark)
+                await asyncio.sleep(0.2 * (attempt + 1))
+        return False
+
+    async def all_of() -> int:
+        assert producer.instance is not None
+        for topic in sorted({t for m in messages for t in m.topics}):
+            if topic not in producer.instance.routes:
+                await producer.instance.update_route(topic)
+        sem = asyncio.Semaphore(512)
+        done = await asyncio.gather(*(one(sem, *w) for w in work))
+        return sum(1 for ok in done if not ok)
+
+    return producer._runtime.call(all_of(), 600)
+
+
+def _responder(opts: SinkOptions) -> TransactionProducer:
+    assert opts.log_dir is not None
+    log_dir = opts.log_dir
+    return cached_client(("responder", opts.namesrv, opts.group, log_dir),
+                         lambda: TransactionProducer(opts.group, SinkCheckResponder(log_dir), opts.namesrv))
+
+
+_commit_lock = threading.Lock()
+
+
+def _test_hook(batch_id: int) -> None:
+    marker = os.environ.get(KILL_HOOK_ENV)
+    if marker:
+        want, _, path = marker.partition(":")
+        if want == str(batch_id) or want == "*":
+            Path(path).write_text(str(os.getpid()))
+            time.sleep(3600)  # the test kills the driver while the tasks' sends are done and nothing is committed
+
+
+class TxmqBatchWriter(DataSourceArrowWriter):
+    def __init__(self, options: Any) -> None:
+        self.opts = SinkOptions.parse(options, streaming=False)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return write_partition(self.opts, iterator, transactional=False)
+
+
+class TxmqStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: Any) -> None:
+        self.opts = SinkOptions.parse(options, streaming=True)
+        # Spark pickles this writer once per query run for its tasks: the id names the run in the halves.
+        self.run_id = uuid.uuid4().hex
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.opts.guarantee == EXACTLY_ONCE
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return write_partition(self.opts, iterator, transactional=self.exactly_once, run_id=self.run_id)
+
+    def commit(self, messages: list[SinkCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        _test_hook(batchId)
+        if not self.exactly_once:
+            return
+        assert self.opts.log_dir is not None
+        got = [m for m in messages if m is not None]
+        with _commit_lock:
+            producer = _responder(self.opts)
+            sink_log = SinkLog(self.opts.log_dir)
+            previous = sink_log.committed(batchId)
+            if previous is not None:
+                # A replay of a batch that committed before a crash: its new halves must never show.
+                fresh = [m for m in got if not set(m.ids) <= previous["idset"]]
+                left = end_halves(producer, self.opts.group, fresh, commit=False)
+                log.info("batch %d was committed by run %s: %d replayed rows rolled back (%d left to check-back)",
+                         batchId, previous["run"], sum(m.rows for m in fresh), left)
+                return
+            run = next((m.run for m in got if m.run), "")
+            sink_log.record_commit(batchId, run, [i for m in got for i in m.ids])  # the commit point
+            left = end_halves(producer, self.opts.group, got, commit=True)
+            if left:
+                log.warning("batch %d: %d halves not ended now; check-back commits them", batchId, left)
+
+    def abort(self, messages: list[SinkCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        if not self.exactly_once:
+            return
+        assert self.opts.log_dir is not None
+        got = [m for m in messages if m is not None]
+        with _commit_lock:
+            sink_log = SinkLog(self.opts.log_dir)
+            if sink_log.committed(batchId) is not None:
+                return
+            run = next((m.run for m in got if m.run), "")
+            if run:
+                sink_log.record_abort(batchId, run)
+            end_halves(_responder(self.opts), self.opts.group, got, commit=False)
