@@ -78,11 +78,12 @@ class MQClientInstance:
         if not self.namesrv_addrs:
             raise ClientError("no name server address: pass namesrv= or set NAMESRV_ADDR")
         self.client_id = f"{local_ip()}@{instance_name}@{os.getpid()}"
-        self.remoting = RemotingClient(request_handler)
+        self.remoting = RemotingClient(request_handler, on_connect=self._on_connect)
         self.routes: dict[str, TopicRoute] = {}
         self.broker_addrs: dict[str, str] = {}
         self.heartbeat_data: Callable[[], dict[str, Any]] = dict
         self._tasks: list[asyncio.Task[None]] = []
+        self._heartbeats: set[asyncio.Task[None]] = set()
         self._namesrv_index = 0
 
     async def start(self, poll_interval_s: float = 30.0, heartbeat_interval_s: float = 30.0) -> None:
@@ -90,9 +91,9 @@ class MQClientInstance:
         self._tasks.append(asyncio.create_task(self._every(heartbeat_interval_s, self.send_heartbeat_to_all)))
 
     async def close(self) -> None:
-        for t in self._tasks:
+        for t in [*self._tasks, *self._heartbeats]:
             t.cancel()
-        for t in self._tasks:
+        for t in [*self._tasks, *self._heartbeats]:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         await self.remoting.close()
@@ -153,6 +154,28 @@ class MQClientInstance:
 
     async def invoke_broker(self, broker_name: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         return await self.remoting.invoke(self.broker_addr(broker_name), cmd, timeout)
+
+    def _on_connect(self, addr: str, conn: Connection) -> None:
+        """A new connection to a broker (first, or after the broker restarted) carries no registration:
+        heartbeat on it now, so that check-backs and rebalancing do not wait for the next period."""
+        names = {n: a for n, a in self.broker_addrs.items() if a == addr}
+        if names and self.heartbeat_data():
+            task = asyncio.get_running_loop().create_task(self.send_heartbeat_to_all(names))
+            self._heartbeats.add(task)
+            task.add_done_callback(self._heartbeats.discard)
+
+    async def discover_brokers(self) -> None:
+        """Learn every master broker from the name server and heartbeat the new ones (a transactional
+        producer must be reachable by brokers holding its half messages before it sends anything)."""
+        resp = await self.invoke_namesrv(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+        if resp.code != ResponseCode.SUCCESS or not resp.body:
+            raise BrokerError(resp.code, resp.remark)
+        table = orjson.loads(resp.body).get("brokerAddrTable") or {}
+        found = {name: bd["brokerAddrs"]["0"] for name, bd in table.items() if "0" in (bd.get("brokerAddrs") or {})}
+        new = {n: a for n, a in found.items() if self.broker_addrs.get(n) != a}
+        self.broker_addrs.update(found)
+        if new:
+            await self.send_heartbeat_to_all(new)
 
     async def send_heartbeat_to_all(self, brokers: dict[str, str] | None = None) -> None:
         body = orjson.dumps({"clientID": self.client_id, **self.heartbeat_data()})

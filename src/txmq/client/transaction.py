@@ -24,7 +24,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from txmq.client.producer import Producer, SendResult, SendStatus
-from txmq.errors import ClientError, RemoteProtocolError
+from txmq.errors import BrokerError, ClientError, RemoteProtocolError
 from txmq.message import (
     Message,
     MessageConst,
@@ -77,6 +77,19 @@ class TransactionProducer(Producer):
                                                                  thread_name_prefix=f"txmq-check-{group}")
         self._check_slots = threading.BoundedSemaphore(check_queue_size)
         self.checks_received = 0
+
+    def start(self) -> TransactionProducer:
+        """Start, and make this producer known to every broker now: a new process of the group must be
+        reachable by check-backs of transactions an earlier (crashed) process left pending."""
+        if self._runtime is not None:
+            return self
+        super().start()
+        assert self.instance is not None
+        try:
+            self._call(self.instance.discover_brokers(), 10)
+        except (BrokerError, ClientError) as exc:  # the periodic heartbeat and the first send will try again
+            log.warning("producer %s could not reach the brokers at start: %s", self.group, exc)
+        return self
 
     def shutdown(self) -> None:
         super().shutdown()

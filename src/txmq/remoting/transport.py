@@ -512,8 +512,10 @@ class RemotingClient:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         connect_timeout: float = 3.0,
         max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
+        on_connect: Callable[[str, Connection], None] | None = None,
     ) -> None:
         self.request_handler = request_handler
+        self.on_connect = on_connect  # called on the loop with each new connection, once it is usable
         self.max_frame_size = max_frame_size
         self.connect_timeout = connect_timeout
         self.max_pending_invokes = max_pending_invokes
@@ -563,6 +565,11 @@ class RemotingClient:
         log.info("connected to %s", addr)
         self._connections[addr] = conn
         conn.on_close.append(lambda c: self._forget(addr, c))
+        if self.on_connect is not None:
+            try:
+                self.on_connect(addr, conn)
+            except Exception:
+                log.exception("on_connect callback failed for %s", addr)
         return conn
 
     def _forget(self, addr: str, conn: Connection) -> None:
