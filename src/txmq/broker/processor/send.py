@@ -14,7 +14,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
-from txmq.message import MessageConst, MessageExt, decode_batch, string_to_properties
+from txmq.message import MessageConst, MessageExt, create_offset_msg_id, decode_batch, string_to_properties
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import (
@@ -129,11 +129,15 @@ class SendMessageProcessor:
             entries = decode_batch(cmd.body)
             if not entries:
                 return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
-            for _flag, data, _props in entries:
+            for _flag, data, props in entries:
                 if len(data) > broker.config.max_message_size:
                     return RemotingCommand.response_to(
                         cmd, ResponseCode.MESSAGE_ILLEGAL,
                         remark=f"a batch message of {len(data)} bytes exceeds maxMessageSize")
+                if props.get(MessageConst.TRANSACTION_PREPARED) == "true" or props.get(MessageConst.DELAY_TIME_LEVEL):
+                    return RemotingCommand.response_to(
+                        cmd, ResponseCode.MESSAGE_ILLEGAL,
+                        remark="batch messages cannot be transactional or delayed")
             msgs = [self._inner(h, queue_id, flag, data, props, born_host) for flag, data, props in entries]
             return self._put_batch(cmd, msgs)
         msg = self._inner(h, queue_id, h.flag, cmd.body, string_to_properties(h.properties), born_host)
@@ -184,18 +188,15 @@ class SendMessageProcessor:
         return self._response(cmd, msg, result)
 
     async def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt]) -> RemotingCommand:
-        ids: list[str] = []
-        first: PutMessageResult | None = None
-        for msg in msgs:
-            result = await self.broker.store.put_message(msg)
-            if result.status not in _STORED_STATUSES or result.append_result is None:
-                return self._response(cmd, msg, result)
-            first = first or result
-            ids.append(result.append_result.msg_id)
-        assert first is not None and first.append_result is not None
-        header = SendMessageResponseHeader(msg_id=",".join(ids), queue_id=msgs[0].queue_id,
-                                           queue_offset=first.append_result.logics_offset)
-        return RemotingCommand.response_to(cmd, _PUT_STATUS_TO_CODE.get(first.status, ResponseCode.SYSTEM_ERROR),
+        """One write and one flush wait for the whole batch; the answer names every message's offset id."""
+        result = await self.broker.store.put_messages(msgs)
+        if result.status not in _STORED_STATUSES or result.append_result is None:
+            return self._response(cmd, msgs[0], result)
+        host = self.broker.store_host
+        header = SendMessageResponseHeader(
+            msg_id=",".join(create_offset_msg_id(host, m.commit_log_offset) for m in msgs),
+            queue_id=msgs[0].queue_id, queue_offset=result.append_result.logics_offset)
+        return RemotingCommand.response_to(cmd, _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR),
                                            ext_fields=header.to_ext())
 
     def _response(self, cmd: RemotingCommand, msg: MessageExt, result: PutMessageResult) -> RemotingCommand:
