@@ -67,7 +67,7 @@ class TransactionalMessageCheckService:
         next_s = max(now + 1, -(-int(now_f * 1000 + self.check_interval_ms) // 1000))
         reserved_s = self.service.file_reserved_time_h * 3600
         sent: list[int] = []
-        due = list(table.pop_due(now))
+        due = list(dict.fromkeys(table.pop_due(now)))  # once each, even if scheduled twice
         if not due:
             return 0
         self.passes += 1

@@ -178,11 +178,27 @@ class TransactionalMessageService:
 
     async def _commit(self, half: MessageExt, half_offset: int, commit_log_offset: int) -> EndResult:
         real = self.real_message(half, half_offset, commit_log_offset)
+        before, info, checks = self.table.outcome(half_offset), self.table.info(half_offset), \
+            self.table.discarded.get(half_offset, 0)
+
+        def undo() -> None:  # the decision did not reach the log: the transaction is as it was
+            if info is not None:
+                self.table.reopen(info, int(time.time()) + 1)
+            else:
+                self.table.decide(half_offset, before)
+                if before == Outcome.DISCARD:
+                    self.table.discarded[half_offset] = checks
+
         self.table.decide(half_offset, Outcome.COMMIT)
-        result = await self.store.put_message(real)
+        try:
+            result = await self.store.put_message(real)
+        except BaseException:
+            undo()
+            raise
         if result.status != PutMessageStatus.PUT_OK and result.status != PutMessageStatus.FLUSH_DISK_TIMEOUT:
-            self.table.add_pending(half_offset, real.topic, half.properties.get(MessageConst.PRODUCER_GROUP, ""),
-                                   half.store_timestamp // 1000, int(time.time()) + 1)
+            # add_pending alone did nothing here: the table already said COMMIT, so a retried COMMIT was
+            # answered "already committed" and the message was never stored.
+            undo()
             return EndResult(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.status.name}")
         await self._write_op("COMMIT", [half_offset])
         self.metrics.commits += 1
@@ -229,13 +245,17 @@ class TransactionalMessageService:
     # --- discard and resume ---------------------------------------------------------------------------
 
     async def discard(self, half: MessageExt, half_offset: int, checks: int, why: str) -> None:
+        if self.table.info(half_offset) is None:
+            return  # decided while the check pass was busy with others
+        # Decide before the first await: a COMMIT arriving meanwhile then finds DISCARD (and wins) instead of
+        # being overwritten by it, which let `tx resume` bring a committed transaction back and commit it twice.
+        self.table.decide(half_offset, Outcome.DISCARD)
         copy = MessageExt(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, half.body, dict(half.properties), flag=half.flag,
                           queue_id=0, sys_flag=half.sys_flag, born_timestamp=half.born_timestamp,
                           born_host=half.born_host, store_host=half.store_host)
         copy.properties[MessageConst.TRANSACTION_CHECK_TIMES] = str(checks)
         copy.properties[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
         await self.store.put_message(copy)
-        self.table.decide(half_offset, Outcome.DISCARD)
         await self._write_op("DISCARD", [half_offset])
         self.metrics.discards += 1
         log.warning("transaction %s of group %s discarded to %s after %d checks: %s", half.msg_id,
@@ -323,6 +343,7 @@ class TransactionalMessageService:
             elif kind == "RESUME" and self.table.outcome(half_offset) == Outcome.DISCARD:
                 info_half = self.half_message(half_offset)
                 if info_half is not None:
+                    # Its wheel entry from _replay_half is still there: a second one would mean two checks a pass.
                     self.table.add_pending(half_offset, info_half.properties.get(MessageConst.REAL_TOPIC, ""),
                                            info_half.properties.get(MessageConst.PRODUCER_GROUP, ""),
-                                           info_half.store_timestamp // 1000, int(time.time()))
+                                           info_half.store_timestamp // 1000, int(time.time()), schedule=False)

@@ -91,14 +91,24 @@ class TransactionStateTable:
         self.outcomes[half_offset] = outcome
 
     def add_pending(self, half_offset: int, topic: str, group: str, store_time_s: int, first_check_s: int,
-                    checks: int = 0) -> None:
+                    checks: int = 0, *, schedule: bool = True) -> None:
+        """Track a pending transaction. ``schedule=False`` when it already has an entry in the wheel (a
+        pending transaction must have exactly one, or a pass would check it twice)."""
         if self.outcome(half_offset) in (Outcome.COMMIT, Outcome.ROLLBACK) or half_offset in self.pending:
             return
         self.discarded.pop(half_offset, None)
         self._set_outcome(half_offset, Outcome.PENDING)
         self.pending[half_offset] = self._pack(store_time_s, checks, self._index(topic), self._index(group))
         self.pending_per_topic[topic] += 1
-        self.schedule(half_offset, first_check_s)
+        if schedule:
+            self.schedule(half_offset, first_check_s)
+
+    def reopen(self, info: PendingInfo, check_at_s: int) -> None:
+        """Undo a decision that could not be stored: pending again as it was (checks, recovered flag)."""
+        self._set_outcome(info.half_offset, Outcome.PENDING)
+        self.add_pending(info.half_offset, info.topic, info.group, info.store_time_s, check_at_s, info.checks)
+        if info.recovered:
+            self.recovered.add(info.half_offset)
 
     def decide(self, half_offset: int, outcome: Outcome) -> None:
         """Record an outcome; a DISCARD keeps the transaction listable, COMMIT and ROLLBACK are final."""

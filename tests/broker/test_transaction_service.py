@@ -1,0 +1,152 @@
+"""The transaction service on a real store, in one process: races between a check pass and a decision, a
+commit the store refuses, and recovery of resumed transactions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from txmq.broker.transaction.check_service import TransactionalMessageCheckService
+from txmq.broker.transaction.service import TransactionalMessageService
+from txmq.broker.transaction.state import Outcome
+from txmq.message import MessageConst, MessageExt
+from txmq.remoting.codes import ResponseCode
+from txmq.store import DefaultMessageStore, PutMessageResult, PutMessageStatus, StoreConfig
+from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC
+
+
+class Sender:
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+
+    def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
+        self.sent.append(half_offset)
+        return True
+
+
+async def open_service(root: Path) -> tuple[DefaultMessageStore, TransactionalMessageService]:
+    store = DefaultMessageStore(StoreConfig(store_path_root_dir=str(root), store_host=("127.0.0.1", 10911)))
+    await store.start()
+    service = TransactionalMessageService(store, transaction_timeout_ms=1000, file_reserved_time_h=72)
+    service.recover()
+    return store, service
+
+
+async def half(service: TransactionalMessageService, n: int) -> tuple[int, int]:
+    m = MessageExt("orders", f"m{n}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
+                                                  MessageConst.PRODUCER_GROUP: "g",
+                                                  MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"U{n:030d}"},
+                   queue_id=0, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
+    r = await service.prepare_message(m)
+    assert r.status == PutMessageStatus.PUT_OK and r.append_result is not None
+    return r.append_result.logics_offset, r.append_result.wrote_offset
+
+
+def end(service: TransactionalMessageService, off: int, clo: int, outcome: Outcome):
+    return service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo, outcome=outcome,
+                                   source="test")
+
+
+def test_commit_racing_a_discard_wins_and_resume_cannot_commit_twice(tmp_path):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        checker = TransactionalMessageCheckService(service, check_max=1, check_interval_ms=500)
+        checker.senders.append(Sender())
+        off, clo = await half(service, 1)
+        service.table.count_check(off)  # one check sent: the next pass discards it
+        # The discard's first write and the producer's late COMMIT interleave.
+        real_put = store.put_message
+
+        async def slow_put(msg):
+            if msg.topic == RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC:
+                await asyncio.sleep(0.05)
+            return await real_put(msg)
+        store.put_message = slow_put  # type: ignore[method-assign]
+        passing = asyncio.create_task(checker.check_pass(time.time() + 10))
+        await asyncio.sleep(0.01)
+        assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SUCCESS
+        await passing
+        assert service.table.outcome(off) == Outcome.COMMIT and off not in service.table.discarded
+        assert await service.resume(off) is not None  # not discarded: nothing to resume
+        assert store.get_max_offset_in_queue("orders", 0) == 1
+        await store.shutdown()
+        # After a restart the commit stands too (its op record came before the DISCARD one).
+        store, service = await open_service(tmp_path)
+        assert service.table.outcome(off) == Outcome.COMMIT and not service.table.discarded
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_a_commit_the_store_refuses_stays_pending_and_can_be_retried(tmp_path):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        off, clo = await half(service, 1)
+        service.table.count_check(off)
+        real_put = store.put_message
+
+        async def refuse(msg):
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None)
+        store.put_message = refuse  # type: ignore[method-assign]
+        assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SYSTEM_ERROR
+        info = service.table.info(off)
+        assert service.table.outcome(off) == Outcome.PENDING and info is not None and info.checks == 1
+        store.put_message = real_put  # type: ignore[method-assign]
+        assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SUCCESS
+        assert store.get_max_offset_in_queue("orders", 0) == 1
+        assert service.table.outcome(off) == Outcome.COMMIT and len(service.table) == 0
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_a_resumed_transaction_is_checked_once_per_pass_after_recovery(tmp_path):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        checker = TransactionalMessageCheckService(service, check_max=1, check_interval_ms=500)
+        checker.senders.append(Sender())
+        off, clo = await half(service, 1)
+        assert await checker.check_pass(time.time() + 5) == 1
+        assert await checker.check_pass(time.time() + 10) == 0  # discarded
+        assert service.table.outcome(off) == Outcome.DISCARD and service.table.discarded == {off: 1}
+        assert store.get_max_offset_in_queue(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 0) == 1
+        assert await service.resume(off) is None
+        await store.shutdown()
+
+        store, service = await open_service(tmp_path)
+        info = service.table.info(off)
+        assert info is not None and info.checks == 0 and not service.table.discarded
+        checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=500)
+        sender = Sender()
+        checker.senders.append(sender)
+        assert await checker.check_pass(time.time() + 5) == 1
+        assert sender.sent == [off]
+        assert (await end(service, off, clo, Outcome.ROLLBACK)).code == ResponseCode.SUCCESS
+        assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.TRANSACTION_SHOULD_ROLLBACK
+        assert store.get_max_offset_in_queue("orders", 0) == 0
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_a_commit_in_the_log_without_its_op_record_is_found_after_recovery(tmp_path):
+    """The crash window between the real message and the op record: recovery finds the transaction pending,
+    and the index check turns it into a commit instead of storing a second copy."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        off, clo = await half(service, 1)
+
+        async def no_op(op, offsets):  # the crash: the op record never reaches the log
+            return None
+        service._write_op = no_op  # type: ignore[method-assign]
+        assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SUCCESS
+        await store.shutdown()
+
+        store, service = await open_service(tmp_path)
+        assert service.table.outcome(off) == Outcome.PENDING and off in service.table.recovered
+        assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SUCCESS
+        assert (await end(service, off, clo, Outcome.ROLLBACK)).code == ResponseCode.TRANSACTION_SHOULD_COMMIT
+        assert store.get_max_offset_in_queue("orders", 0) == 1
+        await store.shutdown()
+        store, service = await open_service(tmp_path)  # and now the op record is there
+        assert service.table.outcome(off) == Outcome.COMMIT
+        await store.shutdown()
+    asyncio.run(go())

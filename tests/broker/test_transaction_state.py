@@ -1,0 +1,135 @@
+"""The compact transaction state table: outcomes, pending entries, check counts and the check wheel."""
+
+from txmq.broker.transaction.state import Outcome, TransactionStateTable
+
+
+def table_with(*offsets: int, store_s: int = 100, first_check_s: int = 106) -> TransactionStateTable:
+    t = TransactionStateTable()
+    for off in offsets:
+        t.add_pending(off, "orders", "g1", store_s, first_check_s)
+    return t
+
+
+def test_pending_info_round_trips_through_the_packed_int():
+    t = TransactionStateTable()
+    t.add_pending(7, "orders", "group-a", 1_700_000_000, 1_700_000_006, checks=3)
+    t.add_pending(8, "payments", "group-b", 1_700_000_001, 1_700_000_007)
+    a, b = t.info(7), t.info(8)
+    assert a is not None and b is not None
+    assert (a.half_offset, a.store_time_s, a.checks, a.topic, a.group) == (7, 1_700_000_000, 3, "orders", "group-a")
+    assert (b.store_time_s, b.checks, b.topic, b.group) == (1_700_000_001, 0, "payments", "group-b")
+    assert not a.recovered
+    assert t.outcome(7) == Outcome.PENDING and len(t) == 2
+    assert t.pending_per_topic == {"orders": 1, "payments": 1}
+    assert t.info(9) is None
+
+
+def test_unknown_offsets_are_pending_and_the_outcome_array_grows():
+    t = TransactionStateTable()
+    assert t.outcome(5) == Outcome.PENDING
+    assert t.outcome(-1) == Outcome.PENDING
+    t.decide(100_000, Outcome.ROLLBACK)
+    assert t.outcome(100_000) == Outcome.ROLLBACK
+    assert t.outcome(99_999) == Outcome.PENDING
+    assert len(t.outcomes) > 100_000
+
+
+def test_decide_removes_the_pending_entry_and_counts_per_topic():
+    t = table_with(1, 2, 3)
+    t.decide(1, Outcome.COMMIT)
+    t.decide(2, Outcome.ROLLBACK)
+    assert t.outcome(1) == Outcome.COMMIT and t.outcome(2) == Outcome.ROLLBACK
+    assert t.info(1) is None and t.info(2) is None
+    assert len(t) == 1 and t.pending_per_topic == {"orders": 1}
+    t.decide(3, Outcome.COMMIT)
+    assert len(t) == 0 and "orders" not in t.pending_per_topic
+
+
+def test_a_decided_transaction_is_never_pending_again():
+    t = table_with(1, 2)
+    t.decide(1, Outcome.COMMIT)
+    t.decide(2, Outcome.ROLLBACK)
+    t.add_pending(1, "orders", "g1", 100, 106)  # e.g. recovery replaying the half message after the op
+    t.add_pending(2, "orders", "g1", 100, 106)
+    assert t.outcome(1) == Outcome.COMMIT and t.outcome(2) == Outcome.ROLLBACK
+    assert len(t) == 0 and list(t.pop_due(10**9)) == []
+
+
+def test_adding_a_pending_transaction_twice_keeps_one_entry():
+    t = table_with(4)
+    t.count_check(4)
+    t.add_pending(4, "orders", "g1", 100, 106)
+    assert len(t) == 1 and t.pending_per_topic == {"orders": 1}
+    info = t.info(4)
+    assert info is not None and info.checks == 1
+
+
+def test_checks_are_counted_and_saturate():
+    t = table_with(1)
+    assert [t.count_check(1) for _ in range(3)] == [1, 2, 3]
+    info = t.info(1)
+    assert info is not None and info.checks == 3 and info.store_time_s == 100 and info.topic == "orders"
+    for _ in range(300):
+        t.count_check(1)
+    info = t.info(1)
+    assert info is not None and info.checks == 255 and info.group == "g1"
+    assert t.count_check(99) == 0  # not pending: nothing counted
+
+
+def test_discard_keeps_checks_and_resume_puts_it_back_into_checking():
+    t = table_with(1)
+    t.count_check(1)
+    t.count_check(1)
+    t.decide(1, Outcome.DISCARD)
+    assert t.outcome(1) == Outcome.DISCARD and t.discarded == {1: 2} and len(t) == 0
+    assert list(t.pop_due(10**9)) == []
+    t.add_pending(1, "orders", "g1", 100, 200)  # resume
+    assert t.outcome(1) == Outcome.PENDING and 1 not in t.discarded
+    info = t.info(1)
+    assert info is not None and info.checks == 0
+    assert list(t.pop_due(199)) == [] and list(t.pop_due(200)) == [1]
+
+
+def test_a_discarded_transaction_can_still_be_committed():
+    t = table_with(1)
+    t.decide(1, Outcome.DISCARD)
+    t.decide(1, Outcome.COMMIT)  # a late answer of the producer
+    assert t.outcome(1) == Outcome.COMMIT and t.discarded == {}
+
+
+def test_the_wheel_yields_only_due_pending_transactions_in_time_order():
+    t = TransactionStateTable()
+    t.add_pending(1, "orders", "g1", 100, 110)
+    t.add_pending(2, "orders", "g1", 100, 105)
+    t.add_pending(3, "orders", "g1", 100, 105)
+    t.add_pending(4, "orders", "g1", 100, 120)
+    assert t.next_due_s() == 105
+    assert list(t.pop_due(104)) == []
+    t.decide(3, Outcome.COMMIT)
+    assert list(t.pop_due(110)) == [2, 1]
+    assert list(t.pop_due(110)) == []  # popped buckets are gone
+    assert t.next_due_s() == 120
+    t.schedule(2, 111)
+    assert list(t.pop_due(200)) == [2, 4]
+    assert t.next_due_s() is None
+
+
+def test_recovered_flag_is_cleared_by_a_decision():
+    t = table_with(1, 2)
+    t.recovered = {1, 2}
+    info = t.info(1)
+    assert info is not None and info.recovered
+    t.decide(1, Outcome.ROLLBACK)
+    assert 1 not in t.recovered and 2 in t.recovered
+
+
+def test_many_names_and_large_offsets():
+    t = TransactionStateTable()
+    for i in range(2000):
+        t.add_pending(10**7 + i, f"topic-{i % 300}", f"group-{i % 70}", 1_700_000_000 + i, 1_700_000_010 + i)
+    for i in (0, 299, 1999):
+        info = t.info(10**7 + i)
+        assert info is not None
+        assert (info.topic, info.group, info.store_time_s) == (f"topic-{i % 300}", f"group-{i % 70}",
+                                                               1_700_000_000 + i)
+    assert len(t) == 2000 and sum(t.pending_per_topic.values()) == 2000
