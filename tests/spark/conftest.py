@@ -1,0 +1,77 @@
+"""One local SparkSession for the whole test session (start ≈ 7 s) and one txmq name server + broker whose
+check-back is fast (transactionTimeOut 1 s, interval 1 s)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from cluster import Cluster
+
+BROKER_CONF = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000, "transactionCheckMax": 30}
+
+
+def spark_env() -> dict[str, str]:
+    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+@pytest.fixture(scope="session")
+def txmq_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("txmq"))
+    try:
+        c.start_namesrv()
+        c.start_broker("broker-a", BROKER_CONF)
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    os.environ.update(spark_env())
+    from pyspark.sql import SparkSession
+
+    import txmq.spark
+
+    session = (SparkSession.builder.master("local[2]").appName("txmq-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.sql.streaming.checkpointLocation", str(tmp_path_factory.mktemp("ckpt")))
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    txmq.spark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def wait_no_pending(cluster: Cluster, topic: str, timeout: float = 60.0) -> None:
+    """Until the broker has no undecided transaction for ``topic``."""
+    from txmq import Admin
+
+    deadline = time.monotonic() + timeout
+    with Admin(cluster.namesrv_addr) as admin:
+        while time.monotonic() < deadline:
+            stats = admin.stats()
+            if all(not b["transactions"]["pendingPerTopic"].get(topic) for b in stats.values()):
+                return
+            time.sleep(0.5)
+    raise TimeoutError(f"transactions of {topic} still pending: {stats}")
+
+
+def create_topic(cluster: Cluster, topic: str, queues: int = 4) -> None:
+    from txmq import Admin
+
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(topic, queues)
+    cluster.wait_route(topic)
