@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
+from txmq.client.instance import MessageQueue
 from txmq.client.producer import Producer, SendResult, SendStatus
 from txmq.errors import BrokerError, ClientError, RemoteProtocolError
 from txmq.message import (
@@ -97,15 +98,16 @@ class TransactionProducer(Producer):
 
     # --- phase one and two ----------------------------------------------------------------------------
 
+    def _next_queue(self, mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+        return mqs[next(self._rr) % len(mqs)]
+
     def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
         msg.properties[MessageConst.TRANSACTION_PREPARED] = "true"
         msg.properties[MessageConst.PRODUCER_GROUP] = self.group
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
-        saved_retries, self.retry_times = self.retry_times, 0
-        try:
-            send_result = self.send(msg)
-        finally:
-            self.retry_times = saved_retries
+        # One attempt only (a selector means no retry); never by setting retry_times to 0 for the duration,
+        # which races with other threads' sends and could leave the producer retrying half messages.
+        send_result = self.send(msg, selector=self._next_queue)
         state = LocalTransactionState.UNKNOWN
         error: BaseException | None = None
         if send_result.status == SendStatus.SEND_OK:
