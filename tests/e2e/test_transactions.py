@@ -1,0 +1,461 @@
+"""Transactional messages end to end, against real broker processes (issue 4, DESIGN.md §3).
+
+Short settings: transactionTimeOut 1 s, transactionCheckInterval 0.5 s (the broker's check wheel has
+one-second buckets, so a check comes 1–2 s after the half message, then about every second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from txmq import (
+    Admin,
+    BrokerError,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    LocalTransactionState,
+    Message,
+    MessageQueue,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+    SendStatus,
+    TransactionProducer,
+)
+from txmq.message import MessageSysFlag, decode_offset_msg_id
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import EndTransactionRequestHeader
+from txmq.remoting.transport import RemotingClient
+
+COMMIT, ROLLBACK, UNKNOWN = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK, LocalTransactionState.UNKNOWN
+TX_CONF: dict[str, object] = {"transactionTimeOut": 1000, "transactionCheckInterval": 500, "transactionCheckMax": 3,
+                              "flushDiskType": "SYNC_FLUSH"}
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def tx_stats(namesrv: str, broker: str = "broker-a") -> dict[str, Any]:
+    with Admin(namesrv) as admin:
+        return admin.stats()[broker]["transactions"]  # type: ignore[no-any-return]
+
+
+def create_topic(cluster: Any, topic: str, queues: int = 4) -> None:
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(topic, queues)
+    cluster.wait_route(topic)
+
+
+def scan_topic(namesrv: str, topic: str, group: str = "scan_tx") -> list[Any]:
+    """Every message stored in ``topic``, read queue by queue from offset 0 to the end."""
+    out = []
+    with PullConsumer(group, namesrv) as pc:
+        for mq in pc.fetch_subscribe_message_queues(topic):
+            offset, end = 0, pc.max_offset(mq)
+            while offset < end:
+                r = pc.pull(mq, "*", offset, 32)
+                if r.status != PullStatus.FOUND:
+                    break
+                out.extend(r.msgs)
+                offset = r.next_begin_offset
+    return out
+
+
+def cli(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "txmq.cli", *args, "-n", cluster.namesrv_addr],
+                          capture_output=True, text=True, timeout=60, env=cluster.env)
+
+
+class Collector:
+    """A PushConsumer counting bodies of one topic from its first offset."""
+
+    def __init__(self, namesrv: str, topic: str, group: str) -> None:
+        self.bodies: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                                     rebalance_interval_s=2.0)
+        self.consumer.subscribe(topic, "*")
+        self.consumer.register_listener(self._on)
+        self.consumer.start()
+
+    def _on(self, msgs: list[Any]) -> ConsumeStatus:
+        with self.lock:
+            for m in msgs:
+                self.bodies[m.body.decode()] += 1
+        return ConsumeStatus.SUCCESS
+
+    def total(self) -> int:
+        with self.lock:
+            return sum(self.bodies.values())
+
+    def wait_exactly(self, expected: set[str], timeout: float, quiet: float = 1.5) -> None:
+        """Wait for ``expected``, then a quiet period; assert nothing else and nothing twice arrived."""
+        wait_for(lambda: expected <= set(self.bodies), timeout,
+                 f"{len(expected)} messages (got {len(set(self.bodies) & expected)})", 0.2)
+        time.sleep(quiet)
+        with self.lock:
+            extra = set(self.bodies) - expected
+            dups = {b: n for b, n in self.bodies.items() if n > 1}
+        assert not extra, f"unexpected messages consumed: {sorted(extra)[:10]}"
+        assert not dups, f"messages consumed more than once: {dict(list(dups.items())[:10])}"
+
+    def close(self) -> None:
+        self.consumer.shutdown()
+
+
+def body_no(msg: Any) -> int:
+    return int(msg.body.decode().rsplit("-", 1)[1])
+
+
+class RuleListener:
+    """Decides by the number in the body, so check answers always agree with what execute decided."""
+
+    def __init__(self, execute: Callable[[int], LocalTransactionState],
+                 check: Callable[[int], LocalTransactionState]) -> None:
+        self.execute, self.check = execute, check
+        self.lock = threading.Lock()
+        self.checked: Counter[int] = Counter()
+        self.check_times: dict[int, list[float]] = {}
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        return self.execute(body_no(msg))
+
+    def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+        n = body_no(msg)
+        with self.lock:
+            self.checked[n] += 1
+            self.check_times.setdefault(n, []).append(time.monotonic())
+        return self.check(n)
+
+
+def end_tx_header(producer: TransactionProducer, result: Any, state: int, group: str | None = None) -> dict[str, str]:
+    _, clo = decode_offset_msg_id(result.offset_msg_id)
+    return EndTransactionRequestHeader(producer_group=group or producer.group,
+                                       tran_state_table_offset=result.queue_offset, commit_log_offset=clo,
+                                       commit_or_rollback=state, from_transaction_check=False,
+                                       msg_id=result.msg_id, transaction_id="").to_ext()
+
+
+async def raw_end(addr: str, ext: dict[str, str], copies: int = 1) -> list[RemotingCommand]:
+    async with RemotingClient() as client:
+        cmds = [RemotingCommand.request(RequestCode.END_TRANSACTION, dict(ext)) for _ in range(copies)]
+        return list(await asyncio.gather(*(client.invoke(addr, c, 5.0) for c in cmds)))
+
+
+def max_offsets(namesrv: str, topic: str) -> int:
+    with PullConsumer("scan_tx_max", namesrv) as pc:
+        return sum(pc.max_offset(mq) for mq in pc.fetch_subscribe_message_queues(topic))
+
+
+# --- the seeds' example ----------------------------------------------------------------------------------
+
+
+def test_seed_example_3000_transactions(cluster):
+    """execute answers UNKNOWN, COMMIT, ROLLBACK by turns; check gives a fixed outcome per transaction."""
+    cluster.start_broker("broker-a", TX_CONF)
+    topic, n_total, threads = "tx_seed", 3000, 6
+    create_topic(cluster, topic)
+    turns = [UNKNOWN, COMMIT, ROLLBACK]
+
+    def final(n: int) -> LocalTransactionState:  # what check answers for the UNKNOWN ones
+        return COMMIT if n % 2 == 0 else ROLLBACK
+
+    listener = RuleListener(lambda n: turns[n % 3], final)
+    sent_at: dict[int, tuple[float, float]] = {}
+    results: dict[int, Any] = {}
+    collector = Collector(cluster.namesrv_addr, topic, "c_tx_seed")
+    started = time.monotonic()
+    producer = TransactionProducer("p_tx_seed", listener, cluster.namesrv_addr, check_thread_pool_size=4)
+    producer.start()
+    try:
+        def send(n: int) -> None:
+            before = time.monotonic()
+            r = producer.send_message_in_transaction(Message(topic, f"seed-{n}".encode(), keys=f"k{n}"))
+            sent_at[n] = (before, time.monotonic())
+            results[n] = r
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(send, range(n_total)))
+        send_s = time.monotonic() - started
+        # Half messages are sent once (no retry), without changing the producer's retry setting for others.
+        assert producer.retry_times == 2
+        assert all(r.status == SendStatus.SEND_OK for r in results.values())
+        assert {n: r.local_transaction_state for n, r in results.items()} == {n: turns[n % 3] for n in range(n_total)}
+        assert len({r.transaction_id for r in results.values()}) == n_total
+
+        unknown = {n for n in range(n_total) if n % 3 == 0}
+        committed = {f"seed-{n}" for n in range(n_total)
+                     if turns[n % 3] == COMMIT or (n in unknown and final(n) == COMMIT)}
+        collector.wait_exactly(committed, 60)
+
+        st = wait_for(lambda: (s := tx_stats(cluster.namesrv_addr))["pending"] == 0 and s, 30, "no pending")
+        # Only the UNKNOWN ones were ever checked, each once, no sooner than transactionTimeOut after its
+        # half message and within transactionTimeOut + transactionCheckInterval (+ whole-second buckets and slack).
+        assert set(listener.checked) == unknown
+        assert set(listener.checked.values()) == {1}
+        for n in unknown:
+            before, after = sent_at[n]
+            t = listener.check_times[n][0]
+            assert t - before >= 1.0 - 0.05, f"seed-{n} checked {t - before:.3f}s after its half message"
+            assert t - after <= 1.0 + 0.5 + 1.5, f"seed-{n} checked only {t - after:.3f}s after its send returned"
+        n_rolled = n_total - len(committed)
+        assert (st["commits"], st["rollbacks"], st["checks"]) == (len(committed), n_rolled, len(unknown))
+        assert (st["discards"], st["conflicts"], st["discarded"]) == (0, 0, 0)
+        assert st["pendingPerTopic"] == {}
+        assert set(st["commitLatencyMs"]) == {"p50", "p90", "p99"}
+        assert producer.checks_received == len(unknown)
+        print(f"\n3000 transactions sent in {send_s:.1f}s, all resolved in {time.monotonic() - started:.1f}s")
+    finally:
+        producer.shutdown()
+        collector.close()
+    # The CLI shows the same numbers.
+    out = cli(cluster, "stats", "--json")
+    assert out.returncode == 0, out.stderr
+    tx = json.loads(out.stdout)["broker-a"]["transactions"]
+    assert (tx["pending"], tx["commits"], tx["checks"]) == (0, len(committed), len(unknown))
+
+
+# --- END_TRANSACTION: duplicates and conflicts, also after restarts --------------------------------------
+
+
+@pytest.mark.parametrize("restart", ["SIGTERM", "SIGKILL"])
+def test_duplicate_and_conflicting_end_transaction(cluster, restart):
+    broker = cluster.start_broker("broker-a", TX_CONF)
+    topic = "tx_dup"
+    create_topic(cluster, topic, 1)
+    listener = RuleListener(lambda n: UNKNOWN, lambda n: UNKNOWN)
+    producer = TransactionProducer("p_tx_dup", listener, cluster.namesrv_addr)
+    producer.start()
+    try:
+        # a: committed twice; b: rolled back then committed; c: 5 concurrent COMMITs.
+        a, b, c = (producer.send_message_in_transaction(Message(topic, f"dup-{i}".encode())) for i in range(3))
+    finally:
+        producer.shutdown()
+    assert all(r.status == SendStatus.SEND_OK and r.local_transaction_state == UNKNOWN for r in (a, b, c))
+    addr = broker.addrs["broker"]
+    commit, rollback = MessageSysFlag.TRANSACTION_COMMIT_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+    ha, hb, hc = end_tx_header(producer, a, commit), end_tx_header(producer, b, rollback), \
+        end_tx_header(producer, c, commit)
+    ha_rb, hb_commit = dict(ha, commitOrRollback=str(rollback)), dict(hb, commitOrRollback=str(commit))
+
+    def run() -> list[int]:
+        codes = [r.code for r in asyncio.run(raw_end(addr, ha))]
+        codes += [r.code for r in asyncio.run(raw_end(addr, ha))]
+        codes += [r.code for r in asyncio.run(raw_end(addr, ha_rb))]
+        codes += [r.code for r in asyncio.run(raw_end(addr, hb))]
+        codes += [r.code for r in asyncio.run(raw_end(addr, hb_commit))]
+        codes += [r.code for r in asyncio.run(raw_end(addr, hc, copies=5))]
+        return codes
+
+    expected = [ResponseCode.SUCCESS, ResponseCode.SUCCESS, ResponseCode.TRANSACTION_SHOULD_COMMIT,
+                ResponseCode.SUCCESS, ResponseCode.TRANSACTION_SHOULD_ROLLBACK] + [ResponseCode.SUCCESS] * 5
+    assert run() == expected
+    # A wrong producer group is refused and changes nothing.
+    wrong = asyncio.run(raw_end(addr, end_tx_header(producer, b, commit, group="p_other")))[0]
+    assert wrong.code == ResponseCode.SYSTEM_ERROR and "group" in (wrong.remark or "")
+
+    def check_store() -> None:
+        assert max_offsets(cluster.namesrv_addr, topic) == 2
+        bodies = Counter(m.body.decode() for m in scan_topic(cluster.namesrv_addr, topic))
+        assert bodies == {"dup-0": 1, "dup-2": 1}
+
+    check_store()
+    st = tx_stats(cluster.namesrv_addr)
+    assert (st["commits"], st["rollbacks"], st["pending"], st["conflicts"]) == (2, 1, 0, 2)
+    assert st["duplicates"] == 1 + 4
+
+    (broker.stop if restart == "SIGTERM" else broker.kill)()
+    broker.start()
+    cluster.wait_route(topic)
+    assert run() == expected
+    check_store()
+    st = tx_stats(cluster.namesrv_addr)
+    assert st["pending"] == 0 and st["commits"] == 0  # nothing new was committed after the restart
+
+
+# --- a listener that never decides ---------------------------------------------------------------------------
+
+
+class Switchable:
+    def __init__(self) -> None:
+        self.state = UNKNOWN
+        self.checks = 0
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        return UNKNOWN
+
+    def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+        self.checks += 1
+        return self.state
+
+
+def test_never_decided_is_discarded_listed_and_resumed(cluster):
+    cluster.start_broker("broker-a", TX_CONF)
+    topic = "tx_never"
+    create_topic(cluster, topic, 1)
+    listener = Switchable()
+    collector = Collector(cluster.namesrv_addr, topic, "c_tx_never")
+    producer = TransactionProducer("p_tx_never", listener, cluster.namesrv_addr)
+    producer.start()
+    try:
+        r = producer.send_message_in_transaction(Message(topic, b"never-1", keys="never"))
+        assert r.status == SendStatus.SEND_OK
+        txid = r.transaction_id
+        st = wait_for(lambda: (s := tx_stats(cluster.namesrv_addr))["discards"] == 1 and s, 15, "a discard")
+        assert st["checks"] == 3 and listener.checks == 3 and st["pending"] == 0 and st["discarded"] == 1
+        assert max_offsets(cluster.namesrv_addr, CHECK_MAX_TOPIC) == 1
+
+        out = cli(cluster, "tx", "list", "--json")
+        assert out.returncode == 0, out.stderr
+        data = json.loads(out.stdout)["broker-a"]
+        assert data["pending"] == [] and data["totals"] == [{"pending": 0, "discarded": 1}]
+        (d,) = data["discarded"]
+        assert (d["transactionId"], d["topic"], d["group"], d["checks"], d["state"]) == \
+            (txid, topic, "p_tx_never", 3, "DISCARD")
+        text = cli(cluster, "tx", "list")
+        assert text.returncode == 0 and "1 discarded" in text.stdout
+        assert txid in text.stdout and "checks=3" in text.stdout
+
+        out = cli(cluster, "tx", "show", txid)
+        assert out.returncode == 0, out.stderr
+        shown = json.loads(out.stdout)
+        assert (shown["transactionId"], shown["state"], shown["checks"], shown["keys"]) == (txid, "DISCARD", 3, "never")
+
+        time.sleep(2.5)  # a discarded transaction is not checked any more
+        assert listener.checks == 3
+
+        listener.state = COMMIT
+        out = cli(cluster, "tx", "resume", txid)
+        assert out.returncode == 0, out.stderr
+        assert "resumed" in out.stdout
+        collector.wait_exactly({"never-1"}, 15)
+        st = tx_stats(cluster.namesrv_addr)
+        assert (st["commits"], st["pending"], st["discarded"], st["resumes"], st["checks"]) == (1, 0, 0, 1, 4)
+        assert json.loads(cli(cluster, "tx", "show", txid).stdout)["state"] == "COMMIT"
+        again = cli(cluster, "tx", "resume", txid)  # only a discarded transaction can be resumed
+        assert again.returncode != 0 and "COMMIT" in again.stderr
+    finally:
+        producer.shutdown()
+        collector.close()
+
+
+def test_checks_count_only_when_a_producer_is_connected(cluster):
+    broker = cluster.start_broker("broker-a", TX_CONF)
+    topic = "tx_orphan"
+    create_topic(cluster, topic, 1)
+    first = TransactionProducer("p_tx_orphan", Switchable(), cluster.namesrv_addr)
+    first.start()
+    try:
+        first.send_message_in_transaction(Message(topic, b"orphan-1"))
+    finally:
+        first.shutdown()  # unregisters: no producer of the group is connected
+    time.sleep(4.0)  # transactionTimeOut + several intervals, more than transactionCheckMax passes
+    st = tx_stats(cluster.namesrv_addr)
+    assert (st["pending"], st["checks"], st["discards"]) == (1, 0, 0)
+    out = json.loads(cli(cluster, "tx", "list", "--json").stdout)["broker-a"]
+    assert [(t["checks"], t["state"]) for t in out["pending"]] == [(0, "PENDING")]
+    assert out["pending"][0]["ageS"] >= 3.5
+
+    # Also across a restart: recovery keeps it pending with no checks.
+    broker.kill()
+    broker.start()
+    cluster.wait_route(topic)
+    time.sleep(2.5)
+    st = tx_stats(cluster.namesrv_addr)
+    assert (st["pending"], st["checks"], st["discards"]) == (1, 0, 0)
+
+    listener = Switchable()
+    listener.state = COMMIT
+    collector = Collector(cluster.namesrv_addr, topic, "c_tx_orphan")
+    second = TransactionProducer("p_tx_orphan", listener, cluster.namesrv_addr)
+    second.start()
+    try:
+        second.send_message_in_transaction(Message(topic, b"orphan-2"))  # UNKNOWN too; both resolved by check
+        collector.wait_exactly({"orphan-1", "orphan-2"}, 15)
+        st = tx_stats(cluster.namesrv_addr)
+        assert (st["pending"], st["commits"], st["checks"], st["discards"]) == (0, 2, 2, 0)
+    finally:
+        second.shutdown()
+        collector.close()
+
+
+# --- invisibility ------------------------------------------------------------------------------------------
+
+
+def test_half_messages_are_never_visible(cluster):
+    broker = cluster.start_broker("broker-a", TX_CONF)
+    topic = "tx_hidden"
+    create_topic(cluster, topic, 2)
+    decisions = {0: COMMIT, 1: ROLLBACK, 2: UNKNOWN, 3: COMMIT}
+    listener = RuleListener(lambda n: decisions[n], lambda n: UNKNOWN)
+    collector = Collector(cluster.namesrv_addr, topic, "c_tx_hidden")
+    producer = TransactionProducer("p_tx_hidden", listener, cluster.namesrv_addr)
+    producer.start()
+    try:
+        results = [producer.send_message_in_transaction(Message(topic, f"hidden-{n}".encode())) for n in decisions]
+        collector.wait_exactly({"hidden-0", "hidden-3"}, 15, quiet=2.5)  # past the first checks, still hidden
+        assert listener.checked[2] >= 1 and set(listener.checked) == {2}
+        assert Counter(m.body.decode() for m in scan_topic(cluster.namesrv_addr, topic)) == \
+            {"hidden-0": 1, "hidden-3": 1}
+
+        with PullConsumer("c_tx_peek", cluster.namesrv_addr) as pc:
+            pc.fetch_subscribe_message_queues(topic)  # learns the broker's address
+            for sys_topic in (HALF_TOPIC, "RMQ_SYS_TRANS_OP_HALF_TOPIC"):
+                with pytest.raises(BrokerError) as err:
+                    pc.pull(MessageQueue(sys_topic, "broker-a", 0), "*", 0, 32)
+                assert err.value.code == ResponseCode.NO_PERMISSION
+
+        async def view(offset: int) -> RemotingCommand:
+            async with RemotingClient() as client:
+                return await client.invoke(broker.addrs["broker"], RemotingCommand.request(
+                    RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}), 5.0)
+
+        for r in results:
+            resp = asyncio.run(view(decode_offset_msg_id(r.offset_msg_id)[1]))
+            assert resp.code == ResponseCode.NO_PERMISSION, (resp.code, resp.remark)
+        assert tx_stats(cluster.namesrv_addr)["pending"] == 1
+    finally:
+        producer.shutdown()
+        collector.close()
+
+
+def test_reject_transaction_message(cluster):
+    cluster.start_broker("broker-a", {**TX_CONF, "rejectTransactionMessage": "true"})
+    topic = "tx_reject"
+    create_topic(cluster, topic, 1)
+    listener = RuleListener(lambda n: COMMIT, lambda n: COMMIT)
+    with TransactionProducer("p_tx_reject", listener, cluster.namesrv_addr) as producer:
+        with pytest.raises(BrokerError) as err:
+            producer.send_message_in_transaction(Message(topic, b"reject-1"))
+        assert err.value.code == ResponseCode.NO_PERMISSION
+        assert "rejectTransactionMessage" in (err.value.remark or "") and "forbidden" in (err.value.remark or "")
+        plain = producer.send(Message(topic, b"plain-1"))  # ordinary messages still go through
+        assert plain.status == SendStatus.SEND_OK
+    assert not listener.checked
+    assert [m.body for m in scan_topic(cluster.namesrv_addr, topic)] == [b"plain-1"]
+    assert max_offsets(cluster.namesrv_addr, topic) == 1
