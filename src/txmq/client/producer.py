@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import itertools
 import logging
 import os
@@ -56,6 +57,89 @@ _RETRY_CODES = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE
 
 def default_namesrv(namesrv: str | None) -> str:
     return namesrv or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
+
+
+_SEND_FUTURE_LOCK = threading.Lock()
+
+
+class SendFuture:
+    """The answer to one ``send_async``, set once by the client's loop.
+
+    Lighter than ``concurrent.futures.Future``, which builds a lock and a condition per future: here a
+    thread that waits before the answer is in gets an ``Event`` then, and only then. ``result``,
+    ``exception``, ``done`` and ``add_done_callback`` behave as the standard future's do.
+    """
+
+    __slots__ = ("_callbacks", "_done", "_event", "_exception", "_result")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._result: SendResult | None = None
+        self._exception: BaseException | None = None
+        self._callbacks: list[Callable[[SendFuture], object]] | None = None
+        self._event: threading.Event | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: SendResult) -> None:
+        self._settle(result, None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._settle(None, exc)
+
+    def _settle(self, result: SendResult | None, exc: BaseException | None) -> None:
+        with _SEND_FUTURE_LOCK:
+            if self._done:
+                return
+            self._result, self._exception, self._done = result, exc, True
+            event, callbacks, self._callbacks = self._event, self._callbacks, None
+        if event is not None:
+            event.set()
+        for fn in callbacks or ():
+            try:
+                fn(self)
+            except Exception:
+                log.exception("send_async callback %r failed", fn)
+
+    def add_done_callback(self, fn: Callable[[SendFuture], object]) -> None:
+        with _SEND_FUTURE_LOCK:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def _wait(self, timeout: float | None) -> None:
+        if self._done:
+            return
+        with _SEND_FUTURE_LOCK:
+            if not self._done and self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if event is not None and not event.wait(timeout):
+            raise TimeoutError(f"no answer to the send within {timeout}s")
+
+    def result(self, timeout: float | None = None) -> SendResult:
+        self._wait(timeout)
+        if self._exception is not None:
+            raise self._exception
+        assert self._result is not None
+        return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return self._exception
+
+
+def _settle_from(fut: SendFuture, done: concurrent.futures.Future[SendResult]) -> None:
+    if done.cancelled():
+        fut.set_exception(ClientError("send cancelled: the producer is shutting down"))
+    elif (exc := done.exception()) is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(done.result())
 
 
 class SendStatus(Enum):
@@ -105,10 +189,16 @@ class Producer:
         self._runtime: ClientRuntime | None = None
         self.instance: MQClientInstance | None = None
         self._rr = itertools.count()
-        self._window = threading.BoundedSemaphore(max_in_flight)
+        # The window of unanswered async sends: a counter under a C lock (threading.Semaphore is pure Python),
+        # and an event that a full window waits on.
+        self.max_in_flight = max_in_flight
+        self._in_flight = 0
+        self._window_lock = threading.Lock()
+        self._room = threading.Event()
+        self._room.set()
         self.batch_max_messages = batch_max_messages
         self.batch_max_bytes = batch_max_bytes
-        self._outbox: collections.deque[tuple[Message, concurrent.futures.Future[SendResult]]] = collections.deque()
+        self._outbox: collections.deque[tuple[Message, SendFuture]] = collections.deque()
         self._outbox_scheduled = False
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -161,27 +251,40 @@ class Producer:
         """Messages with one sharding key go to one queue, in order (no retry on another queue)."""
         return self.send(msg, selector=select_by_hash, arg=sharding_key)
 
-    def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
+    def send_async(self, msg: Message) -> SendFuture:
         """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered."""
         runtime = self._runtime
         if runtime is None:
             raise ClientError("producer is not started")
-        self._window.acquire()
+        self._acquire_window()
+        fut = SendFuture()
+        fut.add_done_callback(self._release_window)
         if self.batch_max_messages <= 1 or msg.delay_time_level \
                 or msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true":
-            fut = runtime.post(self._send(msg))
+            runtime.post(self._send(msg)).add_done_callback(functools.partial(_settle_from, fut))
         else:
-            fut = concurrent.futures.Future()
             self._outbox.append((msg, fut))
             if not self._outbox_scheduled:
                 # _drain_outbox clears the flag before it takes items (the same trick as ClientRuntime.post).
                 self._outbox_scheduled = True
                 runtime.loop.call_soon_threadsafe(self._drain_outbox)
-        fut.add_done_callback(self._release_window)
         return fut
 
-    def _release_window(self, _fut: concurrent.futures.Future[SendResult]) -> None:
-        self._window.release()
+    def _acquire_window(self) -> None:
+        while True:
+            with self._window_lock:
+                if self._in_flight < self.max_in_flight:
+                    self._in_flight += 1
+                    return
+                self._room.clear()
+            self._room.wait()
+
+    def _release_window(self, _fut: SendFuture) -> None:
+        with self._window_lock:
+            self._in_flight -= 1
+            wake = not self._room.is_set()
+        if wake:
+            self._room.set()
 
     def send_oneway(self, msg: Message) -> None:
         """Send with no answer expected (no retry, no result): fastest and least safe."""
@@ -203,12 +306,10 @@ class Producer:
     def _drain_outbox(self) -> None:
         """Take every queued async send and start one request per chunk of one topic."""
         self._outbox_scheduled = False
-        by_topic: dict[str, list[tuple[Message, concurrent.futures.Future[SendResult]]]] = {}
+        by_topic: dict[str, list[tuple[Message, SendFuture]]] = {}
         outbox = self._outbox
         while outbox:
             msg, fut = outbox.popleft()
-            if not fut.set_running_or_notify_cancel():
-                continue
             try:
                 self._prepare(msg)
             except InvalidMessageError as exc:
@@ -217,7 +318,7 @@ class Producer:
             by_topic.setdefault(msg.topic, []).append((msg, fut))
         create_task = asyncio.get_running_loop().create_task
         for entries in by_topic.values():
-            chunk: list[tuple[Message, concurrent.futures.Future[SendResult]]] = []
+            chunk: list[tuple[Message, SendFuture]] = []
             size = 0
             for entry in entries:
                 body = len(entry[0].body)
@@ -228,7 +329,7 @@ class Producer:
                 size += body
             create_task(self._send_chunk(chunk))
 
-    async def _send_chunk(self, chunk: list[tuple[Message, concurrent.futures.Future[SendResult]]]) -> None:
+    async def _send_chunk(self, chunk: list[tuple[Message, SendFuture]]) -> None:
         msgs = [m for m, _ in chunk]
         try:
             if len(msgs) == 1:
