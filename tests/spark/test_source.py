@@ -114,12 +114,13 @@ def test_stream_available_now_restarts_from_checkpoint(spark: Any, txmq_cluster:
     assert {r.queue_id for r in rows} == {0, 1, 2, 3}
 
 
-def run_child(cfg: dict[str, Any], log: Path, kill_when: Any = None, timeout: float = 120) -> bool:
+def run_child(cfg: dict[str, Any], log: Path, kill_when: Any = None, timeout: float = 120,
+              env: dict[str, str] | None = None) -> bool:
     """Run the child driver; with ``kill_when`` SIGKILL its process group once that returns True. Returns
     True when the child was killed, False when it finished (exit 0)."""
     with open(log, "a") as out:
         p = subprocess.Popen([sys.executable, str(CHILD), json.dumps(cfg)], cwd=str(CHILD.parent), stdout=out,
-                             stderr=subprocess.STDOUT, start_new_session=True)
+                             stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})})
         try:
             deadline = time.monotonic() + timeout
             while p.poll() is None and time.monotonic() < deadline:
