@@ -412,3 +412,18 @@ def test_retention_deletes_old_segments_and_advances_queue_minimum(root):
         await reopened.shutdown()
 
     run(main)
+
+
+def test_consume_queue_run_crosses_file_boundaries(tmp_path):
+    """A batch writes its consume-queue entries as one run; a run that spans files is split, never lost."""
+    from txmq.store.consume_queue import ConsumeQueue
+
+    cq = ConsumeQueue(str(tmp_path), "T", 0, file_size=5 * 20)  # five entries per file
+    cq.put_run(0, [(1000 + i, 100 + i, i) for i in range(12)])
+    cq.put_run(12, [(2000, 7, 99)])
+    cq.put(13, 3000, 8, 98)
+    assert cq.max_offset == 14
+    assert [cq.entry(i) for i in range(14)] == [(1000 + i, 100 + i, i) for i in range(12)] + [(2000, 7, 99),
+                                                                                            (3000, 8, 98)]
+    assert len(cq.files.files) == 3
+    cq.close()

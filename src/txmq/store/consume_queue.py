@@ -122,13 +122,22 @@ class ConsumeQueue:
 
     def put(self, offset: int, phy: int, size: int, tags_code: int) -> None:
         """Write the entry for logical ``offset`` (normally ``max_offset``; anywhere when rebuilding)."""
-        pos = offset * CQ_ENTRY_SIZE
-        mf = self.files.find(pos)
-        if mf is None:
-            mf = self.files.create(pos - pos % self.file_size)
-        mf.write([CQ_ENTRY.pack(phy, size, tags_code)], pos - mf.file_from_offset)
-        if offset >= self.max_offset:
-            self.max_offset = offset + 1
+        self.put_run(offset, [(phy, size, tags_code)])
+
+    def put_run(self, first: int, entries: list[tuple[int, int, int]]) -> None:
+        """Write (commit-log offset, size, tag hash) entries for logical offsets ``first``, ``first + 1``, …
+        with one system call per file they touch (a batch put writes its entries together)."""
+        done = 0
+        while done < len(entries):
+            pos = (first + done) * CQ_ENTRY_SIZE
+            mf = self.files.find(pos)
+            if mf is None:
+                mf = self.files.create(pos - pos % self.file_size)
+            run = entries[done : done + (mf.end_offset - pos) // CQ_ENTRY_SIZE]
+            mf.write([CQ_ENTRY.pack(*entry) for entry in run], pos - mf.file_from_offset)
+            done += len(run)
+        if first + len(entries) > self.max_offset:
+            self.max_offset = first + len(entries)
 
     # --- lookups -----------------------------------------------------------------------------------
 

@@ -172,9 +172,10 @@ class DefaultMessageStore:
             del self._queues[topic]
         self._queue_offsets.pop((topic, queue_id), None)
 
-    def dispatch(self, req: DispatchRequest, *, during_recovery: bool = False) -> None:
-        """Run the dispatchers for one appended record (CommitLogDispatcher chain)."""
-        if builds_consume_queue(req.sys_flag):
+    def dispatch(self, req: DispatchRequest, *, during_recovery: bool = False, consume_queue: bool = True) -> None:
+        """Run the dispatchers for one appended record (CommitLogDispatcher chain). ``consume_queue=False``
+        when the caller writes the consume-queue entries itself, several at once."""
+        if consume_queue and builds_consume_queue(req.sys_flag):
             cq = self.find_or_create_consume_queue(req.topic, req.queue_id)
             cq.put(req.consume_queue_offset, req.commit_log_offset, req.msg_size, req.tags_code)
         if self.config.message_index_enable and (
@@ -402,27 +403,33 @@ class DefaultMessageStore:
             )
         self._last_store_ts = now
         self._queue_offsets.update(next_offsets)
+        # Consume-queue entries of one queue are consecutive within a put: written together, after the loop.
+        runs: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
         for msg, rec, offset in zip(msgs, records, offsets, strict=True):
             msg.commit_log_offset = offset
             msg.store_size = len(rec) - TRAILER_SIZE
             props = msg.properties
-            self.dispatch(
-                DispatchRequest(
-                    topic=msg.topic,
-                    queue_id=msg.queue_id,
-                    commit_log_offset=offset,
-                    msg_size=len(rec),
-                    tags_code=tags_code(props.get(MessageConst.TAGS)),
-                    store_timestamp=now,
-                    consume_queue_offset=msg.queue_offset,
-                    keys=props.get(MessageConst.KEYS),
-                    uniq_key=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-                    sys_flag=msg.sys_flag,
-                    prepared_transaction_offset=msg.prepared_transaction_offset,
-                    properties=props,
-                    born_timestamp=msg.born_timestamp,
-                )
+            req = DispatchRequest(
+                topic=msg.topic,
+                queue_id=msg.queue_id,
+                commit_log_offset=offset,
+                msg_size=len(rec),
+                tags_code=tags_code(props.get(MessageConst.TAGS)),
+                store_timestamp=now,
+                consume_queue_offset=msg.queue_offset,
+                keys=props.get(MessageConst.KEYS),
+                uniq_key=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+                sys_flag=msg.sys_flag,
+                prepared_transaction_offset=msg.prepared_transaction_offset,
+                properties=props,
+                born_timestamp=msg.born_timestamp,
             )
+            if builds_consume_queue(msg.sys_flag):
+                runs.setdefault((msg.topic, msg.queue_id), []).append((offset, len(rec), req.tags_code))
+            self.dispatch(req, consume_queue=False)
+        for (topic, queue_id), entries in runs.items():
+            self.find_or_create_consume_queue(topic, queue_id).put_run(next_offsets[(topic, queue_id)] - len(entries),
+                                                                       entries)
         self._counters["appends"] += len(msgs)
         for (topic, qid), next_offset in next_offsets.items():
             for listener in self._arrival_listeners:
