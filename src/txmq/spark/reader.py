@@ -84,7 +84,7 @@ def queue_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]]]:
         consumer = _consumer(opts)
         try:
             for topic in opts.topics:
-                queues = consumer.fetch_subscribe_message_queues(topic)
+                queues = _queues(consumer, opts.namesrv, topic)
                 out[topic] = {queue_key(q.broker_name, q.queue_id): (consumer.min_offset(q), consumer.max_offset(q))
                               for q in queues}
             return out
@@ -94,6 +94,22 @@ def queue_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]]]:
                 raise
             time.sleep(0.5)
     raise AssertionError("unreachable")
+
+
+def _queues(consumer: PullConsumer, namesrv: str, topic: str) -> list[MessageQueue]:
+    try:
+        return consumer.fetch_subscribe_message_queues(topic)
+    except ClientError:
+        if topic not in AUDIT_TOPICS:
+            raise
+    # System topics have no route at the name server: queue 0 of every broker.
+    from txmq.client.admin import Admin
+
+    with Admin(namesrv) as admin:
+        brokers = admin.brokers()
+    assert consumer.instance is not None
+    consumer.instance.broker_addrs.update(brokers)
+    return [MessageQueue(topic, name, 0) for name in sorted(brokers)]
 
 
 def resolve(spec: str | Offsets, bounds: dict[str, dict[str, tuple[int, int]]], for_new: int) -> Offsets:
@@ -135,7 +151,7 @@ def read_range(part: QueueRange, group: str = "txmq-spark-reader") -> Iterator[p
     while offset < part.end:
         try:
             if part.broker not in (consumer.instance.broker_addrs if consumer.instance else {}):
-                consumer.fetch_subscribe_message_queues(part.topic)
+                _queues(consumer, part.namesrv, part.topic)
             result = consumer.pull(mq, "*", offset, min(part.pull_batch_size, part.end - offset))
         except (ClientError, BrokerError):
             failures += 1

@@ -1,0 +1,128 @@
+"""``python -m examples.orders``: start ``txmq server`` (name server + broker in one process, temporary store)
+unless ``--namesrv`` names a running one, then run the order service, the streaming job (availableNow) and the
+audit on Spark (``--master``, default ``local[2]``; any Spark master URL works), and print where the outputs
+are."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(root: Path) -> tuple[subprocess.Popen[str], str]:
+    conf = root / "broker.conf"
+    # Quick check-back for a demo: 2 s until the first check, every second, 3 checks before a discard.
+    conf.write_text("transactionTimeOut=2000\ntransactionCheckInterval=1000\ntransactionCheckMax=3\n"
+                    "brokerIP1=127.0.0.1\n")
+    args = [sys.executable, "-m", "txmq.cli", "server", "--store", str(root / "store"), "--host", "127.0.0.1",
+            "--port", str(_free_port()), "--namesrv-port", str(_free_port()), "--grpc-port", "-1", "-c", str(conf)]
+    log = open(root / "server.log", "w")  # noqa: SIM115 - the server's stderr for its whole life
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+    log.close()
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    for line in proc.stdout:
+        m = re.search(r"txmq ready: .*namesrv=(\S+)", line)
+        if m:
+            return proc, m.group(1)
+        if time.monotonic() > deadline:
+            break
+    proc.kill()
+    raise RuntimeError(f"txmq server did not start; see {root / 'server.log'}")
+
+
+def stop_server(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def spark_session(master: str):  # type: ignore[no-untyped-def]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(master).appName("txmq-orders")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "4")
+             .config("spark.driver.host", "127.0.0.1").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m examples.orders", description=__doc__)
+    p.add_argument("--namesrv", help="a running txmq name server (default: start txmq server here)")
+    p.add_argument("--out", help="output directory (default: a new temporary directory)")
+    p.add_argument("--orders", type=int, default=300)
+    p.add_argument("--master", default="local[2]", help="Spark master URL")
+    args = p.parse_args(argv)
+    out = Path(args.out or tempfile.mkdtemp(prefix="txmq-orders-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    proc = None
+    namesrv = args.namesrv
+    try:
+        if namesrv is None:
+            proc, namesrv = start_server(out)
+            print(f"txmq server: name server {namesrv}, store {out / 'store'}", flush=True)
+        from examples.orders.audit import run_audit
+        from examples.orders.service import run_order_service
+        from examples.orders.streaming import run_streaming_job
+        from txmq import Admin
+
+        with Admin(namesrv) as admin:
+            for topic in ("orders", "order-alerts"):
+                admin.create_topic(topic, 4)
+        t0 = time.monotonic()
+        db = out / "orders.db"
+        counts = run_order_service(namesrv, db, args.orders)
+        print(f"order service: {args.orders} orders in {time.monotonic() - t0:.1f}s, scenarios {counts}", flush=True)
+        spark = spark_session(args.master)
+        try:
+            t0 = time.monotonic()
+            streamed = run_streaming_job(spark, namesrv, out)
+            print(f"streaming job (availableNow): {streamed} in {time.monotonic() - t0:.1f}s", flush=True)
+            t0 = time.monotonic()
+            audit = run_audit(spark, namesrv, db, out)
+            print(f"audit of {audit['transactions']} transactions in {time.monotonic() - t0:.1f}s:", flush=True)
+            print(audit["text"], flush=True)
+        finally:
+            spark.stop()
+    finally:
+        if proc is not None:
+            stop_server(proc)
+    print("outputs:")
+    print(f"  revenue per product per minute (Parquet): {out / 'revenue'}")
+    print(f"  large-order alerts: txmq topic order-alerts (exactly-once sink; sink log {out}/checkpoints/alerts)")
+    print(f"  audit table: {out / 'audit.txt'} and {out / 'audit'} (Parquet)")
+    print(f"  audit chart: {out / 'audit.png'}")
+    print(f"  order database (SQLite): {out / 'orders.db'}")
+    if args.out is None and os.environ.get("TXMQ_ORDERS_CLEANUP") == "1":
+        shutil.rmtree(out, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

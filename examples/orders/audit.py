@@ -1,0 +1,104 @@
+"""The audit: every transaction the order service started, and what became of it.
+
+Sources, each read for what it knows: the real topic ``orders`` through the txmq source (committed messages,
+with the half offset each came from and its born/store times: commit latency = store − born), the discard
+topic ``TRANS_CHECK_MAX_TIME_TOPIC`` through the source with ``includeSystemTopics=true`` (discarded after how
+many checks), the broker's pending list (``Admin.tx_list``), and the service's own ``tx_log`` (how it decided,
+checks it answered). The half and op topics are refused by the broker to every consumer (DESIGN §3.1).
+
+Outcomes: committed, committed by check, rolled back, rolled back by check, discarded, pending.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import txmq.spark
+from txmq import Admin
+from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC
+
+OUTCOMES = ["committed", "committed by check", "rolled back", "rolled back by check", "discarded", "pending"]
+
+
+def run_audit(spark: Any, namesrv: str, db: Path, out: Path) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    txmq.spark.register(spark)
+    committed = (spark.read.format("txmq").option("namesrv", namesrv).option("topic", "orders").load()
+                 .select("transaction_id", (F.col("store_timestamp").cast("double")
+                                            - F.col("born_timestamp").cast("double")).alias("latency_s"))
+                 .collect())
+    committed_latency = {r.transaction_id: r.latency_s * 1000 for r in committed}
+    try:
+        discarded_rows = (spark.read.format("txmq").option("namesrv", namesrv)
+                          .option("topic", RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC).option("includeSystemTopics", "true")
+                          .load().where(F.col("properties")["REAL_TOPIC"] == "orders").collect())
+        discarded = {r.transaction_id: int(r.properties.get("TRANSACTION_CHECK_TIMES", 0)) for r in discarded_rows}
+    except Exception:  # no discard topic yet (nothing was ever discarded)
+        discarded = {}
+    with Admin(namesrv) as admin:
+        pending = {t["transactionId"]: t.get("checks") or 0 for b in admin.tx_list(100_000).values()
+                   for t in b["pending"] if t["topic"] == "orders"}
+    with sqlite3.connect(db) as c:
+        attempts = c.execute("select a.order_id, a.tx_id, a.scenario, a.answer, coalesce(l.checks, 0), l.decided_by "
+                             "from attempts a left join tx_log l on l.tx_id = a.tx_id").fetchall()
+    rows = []
+    for order_id, tx_id, scenario, answer, checks, _decided_by in attempts:
+        if tx_id in committed_latency:
+            outcome = "committed by check" if answer != "COMMIT" else "committed"
+        elif tx_id in discarded:
+            outcome, checks = "discarded", max(checks, discarded[tx_id])
+        elif tx_id in pending:
+            outcome = "pending"
+        else:
+            outcome = "rolled back by check" if answer == "UNKNOWN" else "rolled back"
+        rows.append((order_id, tx_id, scenario, answer or "", outcome, int(checks),
+                     committed_latency.get(tx_id)))
+    df = spark.createDataFrame(rows, "order_id string, transaction_id string, scenario string, "
+                                     "first_answer string, outcome string, checks int, commit_latency_ms double")
+    df.write.mode("overwrite").parquet(str(out / "audit"))
+    summary = (df.groupBy("outcome").agg(F.count("*").alias("transactions"), F.sum("checks").alias("checks"),
+                                         F.expr("percentile_approx(commit_latency_ms, 0.5)").alias("p50_ms"),
+                                         F.expr("percentile_approx(commit_latency_ms, 0.99)").alias("p99_ms"))
+               .collect())
+    table = {r.outcome: {"transactions": r.transactions, "checks": int(r.checks or 0), "p50_ms": r.p50_ms,
+                         "p99_ms": r.p99_ms} for r in summary}
+    text = _table(table)
+    (out / "audit.txt").write_text(text)
+    _chart(table, [r[6] for r in rows if r[6] is not None], out / "audit.png")
+    return {"table": table, "text": text, "transactions": len(rows)}
+
+
+def _table(table: dict[str, dict[str, Any]]) -> str:
+    lines = [f"{'outcome':<22}{'transactions':>13}{'checks':>8}{'p50 ms':>9}{'p99 ms':>9}"]
+    for name in OUTCOMES:
+        r = table.get(name, {"transactions": 0, "checks": 0, "p50_ms": None, "p99_ms": None})
+        fmt = lambda v: f"{v:9.0f}" if v is not None else f"{'-':>9}"  # noqa: E731
+        lines.append(f"{name:<22}{r['transactions']:>13}{r['checks']:>8}{fmt(r['p50_ms'])}{fmt(r['p99_ms'])}")
+    return "\n".join(lines) + "\n"
+
+
+def _chart(table: dict[str, dict[str, Any]], latencies: list[float], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = ["#2e7d32", "#81c784", "#c62828", "#ef9a9a", "#6d4c41", "#f9a825"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    counts = [table.get(o, {}).get("transactions", 0) for o in OUTCOMES]
+    bars = a.barh(OUTCOMES[::-1], counts[::-1], color=colors[::-1])
+    a.bar_label(bars, padding=3)
+    a.set_title("What became of each order transaction")
+    a.set_xlabel("transactions")
+    if latencies:
+        b.hist(latencies, bins=40, color="#1565c0")
+        b.set_yscale("log")
+    b.set_title("Commit latency (half sent → committed message stored)")
+    b.set_xlabel("ms")
+    b.set_ylabel("transactions (log)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
