@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(PY) -m txmq.demo
+	$(PY) -m examples.orders
 
 # The official RocketMQ 5 clients for tests/grpc: the Python one in its own venv (its top-level `rocketmq`
 # package would shadow the C++ client `rocketmq==0.4.4` in .venv), the Node.js one from tests/grpc/node/package-lock.json.
