@@ -5,6 +5,8 @@
    re-appends every checked half message; txmq's takes only the due wheel buckets).
 2. Memory per pending transaction in the state table (tracemalloc), for 1M pending.
 3. Bytes appended to the log by one check pass (txmq writes one op record per pass, not M messages).
+4. Restart: rebuilding the state table after a crash, from the last snapshot plus the records after it, vs
+   replaying the whole half and op history.
 
 Runs in-process on a real file store; the check sender is a counter (no network: the pass cost is the
 subject). Prints a table; ``--json`` for machines.
@@ -20,6 +22,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
@@ -86,6 +89,41 @@ async def pass_cost(backlog: int, due: int, runs: int) -> dict[str, float]:
                 "log_bytes_per_pass": statistics.median(log_bytes)}
 
 
+async def restart_cost(backlog: int, tail: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as root:
+        config = StoreConfig(store_path_root_dir=root, flush_disk_type=FlushDiskType.ASYNC_FLUSH,
+                             mapped_file_size_commit_log=256 * 1024 * 1024)
+        snapshot = Path(root) / "transactionState.snapshot"
+        store = DefaultMessageStore(config)
+        await store.start()
+        service = TransactionalMessageService(store, transaction_timeout_ms=6000, file_reserved_time_h=72,
+                                              snapshot_path=snapshot)
+        for i in range(backlog + tail):
+            r = await service.prepare_message(half(i))
+            assert r.append_result is not None
+            if i % 2 == 0:
+                await service.end_transaction(producer_group="bench", half_offset=r.append_result.logics_offset,
+                                              commit_log_offset=r.append_result.wrote_offset,
+                                              outcome=Outcome.COMMIT, source="bench")
+            if i + 1 == backlog:
+                service.snapshot()
+            progress(f"restart backlog {backlog}", i + 1, backlog + tail)
+        store.close_without_shutdown()
+        out: dict[str, float] = {"backlog": backlog, "tail": tail}
+        for label in ("with_snapshot_s", "full_replay_s"):
+            store = DefaultMessageStore(config)
+            await store.start()
+            service = TransactionalMessageService(store, transaction_timeout_ms=6000, file_reserved_time_h=72,
+                                                  snapshot_path=snapshot)
+            t0 = time.perf_counter()
+            service.recover()
+            out[label] = time.perf_counter() - t0
+            out["pending"] = len(service.table)
+            store.close_without_shutdown()
+            snapshot.unlink(missing_ok=True)
+        return out
+
+
 def table_memory(pending: int) -> dict[str, float]:
     table = TransactionStateTable()
     tracemalloc.start()
@@ -104,17 +142,22 @@ def main() -> None:
     ap.add_argument("--due", type=int, default=2000, help="transactions due in each pass")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--pending", type=int, default=1_000_000, help="pending transactions for the memory figure")
+    ap.add_argument("--restart-tail", type=int, default=1000, help="transactions after the last snapshot")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows = [asyncio.run(pass_cost(int(b), args.due, args.runs)) for b in args.backlogs.split(",")]
+    restarts = [asyncio.run(restart_cost(int(b), args.restart_tail)) for b in args.backlogs.split(",") if int(b)]
     mem = table_memory(args.pending)
     if args.json:
-        print(json.dumps({"passes": rows, "memory": mem}, indent=2))
+        print(json.dumps({"passes": rows, "restarts": restarts, "memory": mem}, indent=2))
         return
     print(f"{'committed backlog':>18} {'due':>6} {'pass ms (median)':>17} {'µs per check':>13} {'log bytes/pass':>15}")
     for r in rows:
         print(f"{r['backlog']:>18,} {r['due']:>6} {r['pass_ms']:>17.1f} {r['per_check_us']:>13.1f} "
               f"{r['log_bytes_per_pass']:>15,.0f}")
+    print(f"{'history (transactions)':>24} {'tail':>6} {'restart with snapshot s':>24} {'full replay s':>14}")
+    for r in restarts:
+        print(f"{r['backlog']:>24,} {r['tail']:>6} {r['with_snapshot_s']:>24.3f} {r['full_replay_s']:>14.3f}")
     print(f"state table: {mem['bytes_per_pending']:.0f} bytes per pending transaction ({mem['pending']:,} pending)")
 
 

@@ -50,6 +50,8 @@ class BrokerConfig:
     transaction_time_out: int = 6000  # ms before the first check-back
     transaction_check_max: int = 15
     transaction_check_interval: int = 30_000  # ms between check passes
+    # txmq's own: how often the transaction state table is snapshotted (restart replays only what follows)
+    transaction_snapshot_interval: int = 10_000  # ms
 
     @property
     def broker_addr(self) -> str:

@@ -72,7 +72,8 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(self.store, levels, self.root)
         self.transaction_service = TransactionalMessageService(
             self.store, transaction_timeout_ms=config.transaction_time_out,
-            file_reserved_time_h=config.file_reserved_time)
+            file_reserved_time_h=config.file_reserved_time,
+            snapshot_path=self.root / "config" / "transactionState.snapshot")
         self.check_service = TransactionalMessageCheckService(
             self.transaction_service, check_max=config.transaction_check_max,
             check_interval_ms=config.transaction_check_interval)
@@ -122,6 +123,8 @@ class BrokerController:
         self._spawn(self.schedule_service.run(), "schedule")
         self._spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist), "persist")
         self._spawn(self._every(10.0, self._scan_clients), "client scan")
+        self._spawn(self._every(self.config.transaction_snapshot_interval / 1000, self._snapshot_transactions),
+                    "transaction snapshot")
         if self.config.namesrv_addr:
             await self.register_all()
             self._spawn(self._register_loop(), "namesrv registration")
@@ -164,6 +167,7 @@ class BrokerController:
         await self.server.close()
         await self.namesrv_client.close()
         self._persist()
+        self.transaction_service.snapshot()
         await self.store.shutdown()
         self.started = False
         log.info("broker %s stopped", self.config.broker_name)
@@ -175,6 +179,10 @@ class BrokerController:
                 fn()
             except Exception:
                 log.exception("periodic %s failed", getattr(fn, "__name__", fn))
+
+    def _snapshot_transactions(self) -> None:
+        if not self.check_service.in_pass:
+            self.transaction_service.snapshot()
 
     def _persist(self) -> None:
         self.consumer_offset_manager.persist()

@@ -1,4 +1,4 @@
-"""Atomic JSON config files (RocketMQ's ``ConfigManager``): write a temp file, fsync, rename, fsync the dir."""
+"""Atomic config and state files (RocketMQ's ``ConfigManager``): write a temp file, fsync, rename, fsync the dir."""
 
 from __future__ import annotations
 
@@ -10,10 +10,14 @@ import orjson
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
+    write_bytes_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "wb") as f:
-        f.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

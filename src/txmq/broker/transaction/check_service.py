@@ -38,6 +38,7 @@ class TransactionalMessageCheckService:
         self.check_interval_ms = check_interval_ms
         self.senders: list[CheckSender] = []
         self.passes = 0
+        self.in_pass = False  # a snapshot of the state table waits while a pass has counts not yet in the log
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
@@ -59,6 +60,13 @@ class TransactionalMessageCheckService:
 
     async def check_pass(self, now_s: float | None = None) -> int:
         """One pass over the due transactions; returns how many checks were sent."""
+        self.in_pass = True
+        try:
+            return await self._check_pass(now_s)
+        finally:
+            self.in_pass = False
+
+    async def _check_pass(self, now_s: float | None) -> int:
         now_f = now_s if now_s is not None else time.time()
         now = int(now_f)
         table = self.service.table

@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
-from txmq.broker.transaction.state import Outcome, TransactionStateTable
+import orjson
+
+from txmq.broker.persist import write_bytes_atomic
+from txmq.broker.transaction.state import Outcome, PendingInfo, TransactionStateTable
 from txmq.errors import StoreError
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_message
 from txmq.remoting.codes import ResponseCode
@@ -64,13 +69,19 @@ class TransactionMetrics:
 
 
 class TransactionalMessageService:
-    def __init__(self, store: DefaultMessageStore, *, transaction_timeout_ms: int, file_reserved_time_h: float) -> None:
+    def __init__(self, store: DefaultMessageStore, *, transaction_timeout_ms: int, file_reserved_time_h: float,
+                 snapshot_path: Path | None = None) -> None:
         self.store = store
         self.table = TransactionStateTable()
         self.metrics = TransactionMetrics()
         self.transaction_timeout_ms = transaction_timeout_ms
         self.file_reserved_time_h = file_reserved_time_h
+        self.snapshot_path = snapshot_path
         self._in_flight: dict[int, asyncio.Future[EndResult]] = {}
+        # Commits decided in the table whose real message or op record is still being written, with the state
+        # from before the decision: a snapshot must show them as they are in the log.
+        self._committing: dict[int, tuple[Outcome, PendingInfo | None, int]] = {}
+        self._snapshot_covers = (-1, -1)
 
     # --- phase one: the half message ------------------------------------------------------------------
 
@@ -190,17 +201,22 @@ class TransactionalMessageService:
                     self.table.discarded[half_offset] = checks
 
         self.table.decide(half_offset, Outcome.COMMIT)
+        self._committing[half_offset] = (before, info, checks)
         try:
-            result = await self.store.put_message(real)
-        except BaseException:
-            undo()
-            raise
-        if result.status != PutMessageStatus.PUT_OK and result.status != PutMessageStatus.FLUSH_DISK_TIMEOUT:
-            # add_pending alone did nothing here: the table already said COMMIT, so a retried COMMIT was
-            # answered "already committed" and the message was never stored.
-            undo()
-            return EndResult(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.status.name}")
-        await self._write_op("COMMIT", [half_offset])
+            try:
+                result = await self.store.put_message(real)
+            except BaseException:
+                undo()
+                raise
+            if result.status != PutMessageStatus.PUT_OK and result.status != PutMessageStatus.FLUSH_DISK_TIMEOUT:
+                # add_pending alone did nothing here: the table already said COMMIT, so a retried COMMIT was
+                # answered "already committed" and the message was never stored.
+                undo()
+                return EndResult(ResponseCode.SYSTEM_ERROR,
+                                 f"storing the committed message failed: {result.status.name}")
+            await self._write_op("COMMIT", [half_offset])
+        finally:
+            del self._committing[half_offset]
         self.metrics.commits += 1
         self.metrics.commit_latency_ms.append(max(0, int(time.time() * 1000) - half.store_timestamp))
         code = ResponseCode.SUCCESS if result.status == PutMessageStatus.PUT_OK else ResponseCode.FLUSH_DISK_TIMEOUT
@@ -297,17 +313,56 @@ class TransactionalMessageService:
 
     # --- recovery -------------------------------------------------------------------------------------
 
-    def recover(self) -> None:
-        """Rebuild the table from the half and op queues (the log is the truth)."""
-        started = time.monotonic()
-        halves = self._replay(RMQ_SYS_TRANS_HALF_TOPIC, self._replay_half)
-        ops = self._replay(RMQ_SYS_TRANS_OP_HALF_TOPIC, self._replay_op)
-        self.table.recovered = set(self.table.pending)
-        log.info("transactions recovered in %.2fs: %d half, %d op records, %d pending, %d discarded",
-                 time.monotonic() - started, halves, ops, len(self.table.pending), len(self.table.discarded))
+    def snapshot(self) -> bool:
+        """Write the table to ``snapshot_path`` if it changed since the last one. Runs on the loop thread with
+        no await, and flushes the store first, so every record the snapshot reflects is on disk. The caller
+        keeps it out of check passes (their counts reach the log in one op record at the end)."""
+        if self.snapshot_path is None:
+            return False
+        covers = (self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0),
+                  self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0))
+        if covers == self._snapshot_covers:
+            return False
+        self.store.flush_and_checkpoint()
+        write_bytes_atomic(self.snapshot_path, self.table.to_snapshot(*covers, as_before=self._committing))
+        self._snapshot_covers = covers
+        return True
 
-    def _replay(self, topic: str, apply) -> int:
-        offset = self.store.get_min_offset_in_queue(topic, 0)
+    def _load_snapshot(self) -> tuple[int, int] | None:
+        """Take the table from the snapshot; return the half and op queue offsets to replay from."""
+        if self.snapshot_path is None or not self.snapshot_path.exists():
+            return None
+        try:
+            table, half_from, op_from = TransactionStateTable.from_snapshot(
+                self.snapshot_path.read_bytes(),
+                lambda store_s: max(store_s + -(-self.transaction_timeout_ms // 1000), int(time.time())))
+        except (ValueError, IndexError, struct.error, orjson.JSONDecodeError) as exc:
+            log.warning("transaction snapshot %s ignored (%s): replaying the whole half and op queues",
+                        self.snapshot_path, exc)
+            return None
+        if half_from > self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0) or \
+                op_from > self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0):
+            log.warning("transaction snapshot %s is ahead of the log: replaying the whole half and op queues",
+                        self.snapshot_path)
+            return None
+        self.table = table
+        self._snapshot_covers = (half_from, op_from)
+        return half_from, op_from
+
+    def recover(self) -> None:
+        """Rebuild the table: from the last snapshot plus the half and op records after it, or from the whole
+        half and op queues when there is no usable snapshot (the log is the truth)."""
+        started = time.monotonic()
+        start = self._load_snapshot()
+        halves = self._replay(RMQ_SYS_TRANS_HALF_TOPIC, self._replay_half, start[0] if start else None)
+        ops = self._replay(RMQ_SYS_TRANS_OP_HALF_TOPIC, self._replay_op, start[1] if start else None)
+        self.table.recovered = set(self.table.pending)
+        log.info("transactions recovered in %.2fs (%s): %d half, %d op records replayed, %d pending, %d discarded",
+                 time.monotonic() - started, "from snapshot" if start else "full replay", halves, ops,
+                 len(self.table.pending), len(self.table.discarded))
+
+    def _replay(self, topic: str, apply, start: int | None = None) -> int:
+        offset = max(start or 0, self.store.get_min_offset_in_queue(topic, 0))
         end = self.store.get_max_offset_in_queue(topic, 0)
         count = 0
         while offset < end:

@@ -11,11 +11,15 @@ buckets, so a check pass touches only the buckets that are due.
 from __future__ import annotations
 
 import heapq
+import struct
+import zlib
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+
+import orjson
 
 
 class Outcome(IntEnum):
@@ -121,7 +125,7 @@ class TransactionStateTable:
                 del self.pending_per_topic[info.topic]
         self._set_outcome(half_offset, outcome)
         if outcome == Outcome.DISCARD:
-            self.discarded[half_offset] = info.checks if info is not None else 0
+            self.discarded[half_offset] = info.checks if info is not None else self.discarded.get(half_offset, 0)
         else:
             self.discarded.pop(half_offset, None)
 
@@ -158,3 +162,72 @@ class TransactionStateTable:
 
     def __len__(self) -> int:
         return len(self.pending)
+
+    # --- snapshots ----------------------------------------------------------------------------------
+    #
+    # A snapshot lets recovery replay only the half and op records written after it (DESIGN.md §7: restart
+    # time follows the unflushed tail, not the history). Layout, big-endian:
+    #
+    #   magic "TXMQTXS1" | half_covered q | op_covered q       queue offsets the snapshot reflects, exclusive
+    #   names            u32 length + JSON list of topic and group names
+    #   outcomes         u32 length + one byte per half offset (Outcome)
+    #   pending          u32 count + per entry: half offset q, store second I, checks B, topic I, group I
+    #   discarded        u32 count + per entry: half offset q, checks I
+    #   crc              u32 zlib.crc32 of everything before it
+
+    _SNAP_MAGIC = b"TXMQTXS1"
+    _SNAP_HEAD = struct.Struct(">8sqq")
+    _SNAP_PENDING = struct.Struct(">qIBII")
+    _SNAP_DISCARDED = struct.Struct(">qI")
+
+    def to_snapshot(self, half_covered: int, op_covered: int,
+                    as_before: Mapping[int, tuple[Outcome, PendingInfo | None, int]]) -> bytes:
+        """The table as the log holds it. ``as_before`` names decisions still being written (half offset ->
+        outcome, pending info and discard checks from before the decision): they are written as they were."""
+        outcomes = bytearray(self.outcomes)
+        pending = [info for info in map(self.info, self.pending) if info is not None]
+        discarded = dict(self.discarded)
+        for half_offset, (before, info, checks) in as_before.items():
+            outcomes[half_offset] = before
+            if info is not None:
+                pending.append(info)
+            if before == Outcome.DISCARD:
+                discarded[half_offset] = checks
+        names = orjson.dumps(self._names)
+        parts = [self._SNAP_HEAD.pack(self._SNAP_MAGIC, half_covered, op_covered),
+                 struct.pack(">I", len(names)), names, struct.pack(">I", len(outcomes)), bytes(outcomes),
+                 struct.pack(">I", len(pending))]
+        parts += [self._SNAP_PENDING.pack(i.half_offset, i.store_time_s, min(i.checks, 255),
+                                          self._name_index[i.topic], self._name_index[i.group]) for i in pending]
+        parts.append(struct.pack(">I", len(discarded)))
+        parts += [self._SNAP_DISCARDED.pack(q, c) for q, c in discarded.items()]
+        body = b"".join(parts)
+        return body + struct.pack(">I", zlib.crc32(body))
+
+    @classmethod
+    def from_snapshot(cls, data: bytes, first_check_s: Callable[[int], int]) -> tuple[TransactionStateTable, int, int]:
+        """(table, half_covered, op_covered); pending transactions are scheduled at ``first_check_s(store
+        second)``. Raises ``ValueError`` for anything but a whole, intact snapshot."""
+        if len(data) < cls._SNAP_HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack(">I", data[-4:])[0]:
+            raise ValueError("transaction snapshot is truncated or its CRC does not match")
+        magic, half_covered, op_covered = cls._SNAP_HEAD.unpack_from(data)
+        if magic != cls._SNAP_MAGIC:
+            raise ValueError("not a transaction snapshot")
+        pos = cls._SNAP_HEAD.size
+
+        def chunk(size: int) -> bytes:
+            nonlocal pos
+            out = data[pos : pos + size]
+            pos += size
+            return out
+
+        table = cls()
+        names = orjson.loads(chunk(struct.unpack(">I", chunk(4))[0]))
+        table.outcomes = bytearray(chunk(struct.unpack(">I", chunk(4))[0]))
+        for _ in range(struct.unpack(">I", chunk(4))[0]):
+            half_offset, store_s, checks, topic, group = cls._SNAP_PENDING.unpack(chunk(cls._SNAP_PENDING.size))
+            table.add_pending(half_offset, names[topic], names[group], store_s, first_check_s(store_s), checks)
+        for _ in range(struct.unpack(">I", chunk(4))[0]):
+            half_offset, checks = cls._SNAP_DISCARDED.unpack(chunk(cls._SNAP_DISCARDED.size))
+            table.discarded[half_offset] = checks
+        return table, half_covered, op_covered

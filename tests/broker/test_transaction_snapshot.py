@@ -1,0 +1,155 @@
+"""Snapshots of the transaction state table: the format round-trips, damage is refused, and recovery from a
+snapshot plus the tail of the half and op queues gives the same table as replaying everything."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from txmq.broker.transaction.check_service import TransactionalMessageCheckService
+from txmq.broker.transaction.service import TransactionalMessageService
+from txmq.broker.transaction.state import Outcome, TransactionStateTable
+from txmq.message import MessageConst, MessageExt
+from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
+
+
+def _table() -> TransactionStateTable:
+    t = TransactionStateTable()
+    for i in range(6):
+        t.add_pending(i, f"topic{i % 2}", "g", 1000 + i, 1006 + i)
+    t.count_check(1)
+    t.count_check(1)
+    t.decide(2, Outcome.COMMIT)
+    t.decide(3, Outcome.ROLLBACK)
+    t.count_check(4)
+    t.decide(4, Outcome.DISCARD)
+    return t
+
+
+def _state(t: TransactionStateTable) -> tuple:
+    """Everything a table knows, but whether a pending transaction came through a restart."""
+    pending = sorted((i.half_offset, i.store_time_s, i.checks, i.topic, i.group) for i in map(t.info, t.pending) if i)
+    return bytes(t.outcomes).rstrip(b"\0"), pending, dict(t.discarded), dict(t.pending_per_topic)
+
+
+def test_snapshot_round_trip():
+    t = _table()
+    loaded, half_from, op_from = TransactionStateTable.from_snapshot(t.to_snapshot(6, 9, {}), lambda s: s + 6)
+    assert (half_from, op_from) == (6, 9)
+    assert _state(loaded) == _state(t)
+    assert loaded.info(1).checks == 2 and loaded.discarded == {4: 1}
+    assert sorted(loaded.pop_due(10_000)) == [0, 1, 5]  # every pending transaction is scheduled again
+
+
+def test_a_commit_still_being_written_is_snapshotted_as_it_was():
+    t = _table()
+    before = t.info(5)
+    t.decide(5, Outcome.COMMIT)
+    loaded, _, _ = TransactionStateTable.from_snapshot(t.to_snapshot(6, 9, {5: (Outcome.PENDING, before, 0)}),
+                                                       lambda s: s)
+    assert loaded.outcome(5) == Outcome.PENDING and loaded.info(5) == before
+    assert t.outcome(5) == Outcome.COMMIT
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "magic"])
+def test_damaged_snapshot_is_refused(damage):
+    data = bytearray(_table().to_snapshot(6, 9, {}))
+    if damage == "flip":
+        data[30] ^= 0x40
+    elif damage == "truncate":
+        del data[-7:]
+    else:
+        data[0:8] = b"NOTASNAP"
+    with pytest.raises(ValueError):
+        TransactionStateTable.from_snapshot(bytes(data), lambda s: s)
+
+
+class Sender:
+    def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
+        return True
+
+
+async def _open(root: Path, snapshot: Path | None) -> tuple[DefaultMessageStore, TransactionalMessageService]:
+    store = DefaultMessageStore(StoreConfig(store_path_root_dir=str(root), store_host=("127.0.0.1", 10911)))
+    await store.start()
+    service = TransactionalMessageService(store, transaction_timeout_ms=1000, file_reserved_time_h=72,
+                                          snapshot_path=snapshot)
+    service.recover()
+    return store, service
+
+
+async def _half(service: TransactionalMessageService, n: int) -> tuple[int, int]:
+    m = MessageExt("orders", f"m{n}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
+                                                 MessageConst.PRODUCER_GROUP: "g",
+                                                 MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"S{n:030d}"},
+                   queue_id=0, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
+    r = await service.prepare_message(m)
+    assert r.status == PutMessageStatus.PUT_OK and r.append_result is not None
+    return r.append_result.logics_offset, r.append_result.wrote_offset
+
+
+async def _decide_some(service: TransactionalMessageService, first: int, count: int) -> None:
+    checker = TransactionalMessageCheckService(service, check_max=1, check_interval_ms=500)
+    checker.senders.append(Sender())
+    for n in range(first, first + count):
+        off, clo = await _half(service, n)
+        if n % 4 == 0:
+            await service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo,
+                                          outcome=Outcome.COMMIT, source="test")
+        elif n % 4 == 1:
+            await service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo,
+                                          outcome=Outcome.ROLLBACK, source="test")
+    await checker.check_pass(time.time() + 5)  # checks the undecided ones once
+    await checker.check_pass(time.time() + 10)  # and discards them (check_max=1) ...
+    undecided = list(service.table.discarded)[:2]
+    for off in undecided:  # ... but a couple come back
+        assert await service.resume(off) is None
+
+
+def test_recovery_from_snapshot_equals_full_replay_and_replays_only_the_tail(tmp_path, caplog):
+    snap = tmp_path / "state.snapshot"
+    caplog.set_level(logging.INFO, logger="txmq.transaction")
+
+    def recovery_line() -> str:
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("transactions recovered")]
+        return lines[-1]
+
+    async def go() -> None:
+        store, service = await _open(tmp_path / "store", snap)
+        await _decide_some(service, 0, 40)
+        assert service.snapshot()
+        assert not service.snapshot()  # unchanged: nothing written
+        await _decide_some(service, 40, 12)  # the tail after the snapshot
+        expected = _state(service.table)
+        store.close_without_shutdown()  # a crash: no final snapshot, no clean checkpoint
+
+        store, service = await _open(tmp_path / "store", snap)
+        assert _state(service.table) == expected
+        assert set(service.table.recovered) == set(service.table.pending)
+        assert "from snapshot" in recovery_line() and ": 12 half," in recovery_line()  # the 12 after it
+        store.close_without_shutdown()
+
+        snap.unlink()  # without a snapshot: the whole history is replayed, to the same table
+        store, service = await _open(tmp_path / "store", snap)
+        assert _state(service.table) == expected
+        assert "full replay" in recovery_line() and ": 52 half," in recovery_line()
+        await store.shutdown()
+
+    asyncio.run(go())
+
+
+def test_snapshot_ahead_of_the_log_is_ignored(tmp_path):
+    snap = tmp_path / "state.snapshot"
+    snap.write_bytes(TransactionStateTable().to_snapshot(10_000, 10_000, {}))
+
+    async def go() -> None:
+        store, service = await _open(tmp_path / "store", snap)
+        await _half(service, 1)
+        assert len(service.table) == 1
+        await store.shutdown()
+
+    asyncio.run(go())
