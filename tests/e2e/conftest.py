@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from cluster import Cluster  # noqa: E402
+from cluster import Cluster
 
 
 @pytest.fixture
