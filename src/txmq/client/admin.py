@@ -8,9 +8,7 @@ from typing import Any
 
 import orjson
 
-from txmq.client.instance import MQClientInstance
-from txmq.client.producer import default_namesrv
-from txmq.client.runtime import ClientRuntime
+from txmq.client.base import ClientBase
 from txmq.errors import BrokerError, ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -18,38 +16,9 @@ from txmq.remoting.request_headers import CreateTopicRequestHeader
 from txmq.topic import PermName, check_topic
 
 
-class Admin:
+class Admin(ClientBase):
     def __init__(self, namesrv: str | None = None) -> None:
-        self.namesrv = default_namesrv(namesrv)
-        self._runtime: ClientRuntime | None = None
-        self.instance: MQClientInstance | None = None
-
-    def start(self) -> Admin:
-        if self._runtime is None:
-            self._runtime = ClientRuntime("admin")
-            self.instance = MQClientInstance(self.namesrv, f"admin-{os.getpid()}")
-        return self
-
-    def shutdown(self) -> None:
-        if self._runtime is not None and self.instance is not None:
-            try:
-                self._runtime.call(self.instance.close(), 10)
-            finally:
-                self._runtime.close()
-                self._runtime = None
-                self.instance = None
-
-    def __enter__(self) -> Admin:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    def _call(self, coro: Any, timeout: float = 30) -> Any:
-        if self._runtime is None:
-            coro.close()
-            raise ClientError("admin is not started")
-        return self._runtime.call(coro, timeout)
+        super().__init__(namesrv, f"admin-{os.getpid()}-{id(self):x}")
 
     # --- cluster --------------------------------------------------------------------------------------
 

@@ -26,14 +26,13 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
-from txmq.client.instance import MessageQueue, MQClientInstance
-from txmq.client.producer import default_namesrv
+from txmq.client.base import ClientBase
+from txmq.client.instance import MessageQueue
 from txmq.client.rebalance import allocate_averagely
-from txmq.client.runtime import ClientRuntime
 from txmq.errors import ClientError, RemoteProtocolError
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_messages, java_string_hash
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -111,7 +110,7 @@ class ProcessQueue:
         return next(iter(self.msgs)) if self.msgs else self.next_offset
 
 
-class PushConsumer:
+class PushConsumer(ClientBase):
     def __init__(self, group: str, namesrv: str | None = None, *,
                  message_model: MessageModel = MessageModel.CLUSTERING,
                  consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
@@ -120,8 +119,8 @@ class PushConsumer:
                  pull_threshold: int = 1000, rebalance_interval_s: float = 20.0, suspend_timeout_ms: int = 15_000,
                  persist_interval_s: float = 5.0, suspend_s: float = 1.0, instance_name: str | None = None) -> None:
         check_group(group)
+        super().__init__(namesrv, instance_name or f"{group}-{os.getpid()}-{id(self):x}")
         self.group = group
-        self.namesrv = default_namesrv(namesrv)
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp_ms = consume_timestamp_ms
@@ -134,13 +133,10 @@ class PushConsumer:
         self.suspend_timeout_ms = suspend_timeout_ms
         self.persist_interval_s = persist_interval_s
         self.suspend_s = suspend_s
-        self.instance_name = instance_name or f"{group}-{os.getpid()}-{id(self):x}"
         self.subscriptions: dict[str, TagFilter] = {}
         self.listener: MessageListener | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(consume_thread_nums,
                                                            thread_name_prefix=f"txmq-consume-{group}")
-        self._runtime: ClientRuntime | None = None
-        self.instance: MQClientInstance | None = None
         self.queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self.offsets: dict[MessageQueue, int] = {}
@@ -159,20 +155,14 @@ class PushConsumer:
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
-    def start(self) -> PushConsumer:
+    def start(self) -> Self:
         if self.listener is None or not self.subscriptions:
             raise ClientError("subscribe to a topic and register a listener before start()")
-        if self._runtime is not None:
-            return self
-        if self.message_model == MessageModel.CLUSTERING:
+        if not self.started and self.message_model == MessageModel.CLUSTERING:
             self.subscriptions.setdefault(retry_topic(self.group), TagFilter("*"))
-        self._runtime = ClientRuntime(self.instance_name)
-        self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler)
-        self.instance.heartbeat_data = self._heartbeat_data
-        self._runtime.call(self._start(), 30)
-        return self
+        return super().start()
 
-    async def _start(self) -> None:
+    async def _on_start(self) -> None:
         assert self.instance is not None
         self._rebalance_now = asyncio.Event()
         for topic in self.subscriptions:
@@ -183,18 +173,7 @@ class PushConsumer:
         self._tasks.append(asyncio.create_task(self._rebalance_loop()))
         self._tasks.append(asyncio.create_task(self._persist_loop()))
 
-    def shutdown(self) -> None:
-        if self._runtime is None:
-            return
-        try:
-            self._runtime.call(self._shutdown(), 30)
-        finally:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._runtime.close()
-            self._runtime = None
-            self.instance = None
-
-    async def _shutdown(self) -> None:
+    async def _on_shutdown(self) -> None:
         assert self.instance is not None
         for t in self._tasks:
             t.cancel()
@@ -204,11 +183,8 @@ class PushConsumer:
         await self.instance.unregister(consumer_group=self.group)
         await self.instance.close()
 
-    def __enter__(self) -> PushConsumer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+    def _before_runtime_close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _heartbeat_data(self) -> dict[str, Any]:
         now = int(time.time() * 1000)

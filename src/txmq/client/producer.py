@@ -27,10 +27,10 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Self
+from typing import Any
 
-from txmq.client.instance import MessageQueue, MQClientInstance
-from txmq.client.runtime import ClientRuntime
+from txmq.client.base import ClientBase
+from txmq.client.instance import MessageQueue
 from txmq.errors import BrokerError, ClientError, InvalidMessageError
 from txmq.message import (
     Message,
@@ -47,16 +47,12 @@ from txmq.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, check_group, check_topic
 
 log = logging.getLogger("txmq.client")
 
-DEFAULT_NAMESRV = "127.0.0.1:9876"
 MessageQueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
 
 # Codes after which another broker may do better (RocketMQ's retryResponseCodes).
 _RETRY_CODES = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
                 ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION}
 
-
-def default_namesrv(namesrv: str | None) -> str:
-    return namesrv or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
 
 
 _SEND_FUTURE_LOCK = threading.Lock()
@@ -173,21 +169,18 @@ def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQu
     return mqs[zlib.crc32(str(arg).encode()) % len(mqs)]
 
 
-class Producer:
+class Producer(ClientBase):
     def __init__(self, group: str, namesrv: str | None = None, *, send_timeout_s: float = 3.0,
                  retry_times: int = 2, max_message_size: int = 4 * 1024 * 1024, max_in_flight: int = 1024,
                  compress_threshold: int = 0, batch_max_messages: int = 128, batch_max_bytes: int = 1024 * 1024,
                  instance_name: str | None = None) -> None:
         check_group(group)
+        super().__init__(namesrv, instance_name or f"{group}-{os.getpid()}-{id(self):x}")
         self.group = group
-        self.namesrv = default_namesrv(namesrv)
         self.send_timeout_s = send_timeout_s
         self.retry_times = retry_times
         self.max_message_size = max_message_size
         self.compress_threshold = compress_threshold  # 0: never compress
-        self.instance_name = instance_name or f"{group}-{os.getpid()}-{id(self):x}"
-        self._runtime: ClientRuntime | None = None
-        self.instance: MQClientInstance | None = None
         self._rr = itertools.count()
         # The window of unanswered async sends: a counter under a C lock (threading.Semaphore is pure Python),
         # and an event that a full window waits on.
@@ -203,41 +196,17 @@ class Producer:
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
-    def _request_handler(self, conn: Any, cmd: RemotingCommand) -> Any:
-        return None
+    def _heartbeat_data(self) -> dict[str, Any]:
+        return {"producerDataSet": [{"groupName": self.group}], "consumerDataSet": []}
 
-    def start(self) -> Self:
-        if self._runtime is not None:
-            return self
-        self._runtime = ClientRuntime(self.instance_name)
-        self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler)
-        self.instance.heartbeat_data = lambda: {"producerDataSet": [{"groupName": self.group}], "consumerDataSet": []}
-        self._runtime.call(self.instance.start())
-        return self
+    async def _on_start(self) -> None:
+        assert self.instance is not None
+        await self.instance.start()
 
-    def shutdown(self) -> None:
-        if self._runtime is None or self.instance is None:
-            return
-        instance = self.instance
-        try:
-            self._runtime.call(instance.unregister(producer_group=self.group), 10)
-            self._runtime.call(instance.close(), 10)
-        finally:
-            self._runtime.close()
-            self._runtime = None
-            self.instance = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    def _call(self, coro: Any, timeout: float | None = None) -> Any:
-        if self._runtime is None:
-            coro.close()
-            raise ClientError("producer is not started")
-        return self._runtime.call(coro, timeout)
+    async def _on_shutdown(self) -> None:
+        assert self.instance is not None
+        await self.instance.unregister(producer_group=self.group)
+        await self.instance.close()
 
     # --- public sends ---------------------------------------------------------------------------------
 

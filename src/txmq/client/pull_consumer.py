@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
+from txmq.client.base import ClientBase
 from txmq.client.consumer import TagFilter, prepare_for_user
-from txmq.client.instance import MessageQueue, MQClientInstance
-from txmq.client.producer import default_namesrv
-from txmq.client.runtime import ClientRuntime
+from txmq.client.instance import MessageQueue
 from txmq.errors import BrokerError, ClientError
 from txmq.message import MessageExt, decode_messages
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -43,41 +41,11 @@ _PULL_STATUS: dict[int, PullStatus] = {
 }
 
 
-class PullConsumer:
+class PullConsumer(ClientBase):
     def __init__(self, group: str, namesrv: str | None = None, *, instance_name: str | None = None) -> None:
         check_group(group)
+        super().__init__(namesrv, instance_name or f"{group}-{os.getpid()}-{id(self):x}")
         self.group = group
-        self.namesrv = default_namesrv(namesrv)
-        self.instance_name = instance_name or f"{group}-{os.getpid()}-{id(self):x}"
-        self._runtime: ClientRuntime | None = None
-        self.instance: MQClientInstance | None = None
-
-    def start(self) -> PullConsumer:
-        if self._runtime is None:
-            self._runtime = ClientRuntime(self.instance_name)
-            self.instance = MQClientInstance(self.namesrv, self.instance_name)
-        return self
-
-    def shutdown(self) -> None:
-        if self._runtime is not None and self.instance is not None:
-            try:
-                self._runtime.call(self.instance.close(), 10)
-            finally:
-                self._runtime.close()
-                self._runtime = None
-                self.instance = None
-
-    def __enter__(self) -> PullConsumer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    def _call(self, coro: Any, timeout: float | None = 30) -> Any:
-        if self._runtime is None:
-            coro.close()
-            raise ClientError("pull consumer is not started")
-        return self._runtime.call(coro, timeout)
 
     def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
         async def go() -> list[MessageQueue]:

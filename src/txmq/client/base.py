@@ -1,0 +1,97 @@
+"""What every producer, consumer and admin object shares: a loop thread (``ClientRuntime``) and an
+``MQClientInstance`` on it, made by ``start()`` and closed by ``shutdown()``, a context manager, and
+``_call`` to run a coroutine there and wait for it. Subclasses fill in the hooks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Coroutine
+from typing import Any, Self
+
+from txmq.client.instance import MQClientInstance
+from txmq.client.runtime import ClientRuntime
+from txmq.errors import ClientError
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import Connection
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+def default_namesrv(namesrv: str | None) -> str:
+    """The name server to use: the argument, else ``$NAMESRV_ADDR`` (as in RocketMQ), else the local default."""
+    return namesrv or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
+
+
+class ClientBase:
+    def __init__(self, namesrv: str | None, instance_name: str) -> None:
+        self.namesrv = default_namesrv(namesrv)
+        self.instance_name = instance_name
+        self._runtime: ClientRuntime | None = None
+        self.instance: MQClientInstance | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._runtime is not None
+
+    # --- hooks ----------------------------------------------------------------------------------------
+
+    async def _on_start(self) -> None:
+        """Runs on the loop once the instance exists."""
+
+    async def _on_shutdown(self) -> None:
+        """Runs on the loop before the runtime stops; the default closes the instance's connections."""
+        assert self.instance is not None
+        await self.instance.close()
+
+    def _before_runtime_close(self) -> None:
+        """Runs on the caller's thread after ``_on_shutdown``, while the loop still runs."""
+
+    def _request_handler(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        """Requests a broker sends this client (check-back, consumer ids changed); none by default."""
+        return None
+
+    def _heartbeat_data(self) -> dict[str, Any]:
+        return {"producerDataSet": [], "consumerDataSet": []}
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        if self._runtime is None:
+            self._runtime = ClientRuntime(self.instance_name)
+            self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler)
+            self.instance.heartbeat_data = self._heartbeat_data
+            try:
+                self._runtime.call(self._on_start(), 30)
+            except BaseException:
+                self._close_runtime()
+                raise
+        return self
+
+    def shutdown(self) -> None:
+        if self._runtime is None or self.instance is None:
+            return
+        try:
+            self._runtime.call(self._on_shutdown(), 30)
+        finally:
+            self._before_runtime_close()
+            self._close_runtime()
+
+    def _close_runtime(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
+        self._runtime = None
+        self.instance = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = 60.0) -> Any:
+        """Run ``coro`` on the client's loop and wait (at most ``timeout``: every call has its own, shorter
+        deadline inside; this bound only keeps a caller from waiting forever)."""
+        if self._runtime is None:
+            coro.close()
+            raise ClientError(f"{type(self).__name__} is not started")
+        return self._runtime.call(coro, timeout)
