@@ -83,15 +83,15 @@ def test_a_commit_the_store_refuses_stays_pending_and_can_be_retried(tmp_path):
         store, service = await open_service(tmp_path)
         off, clo = await half(service, 1)
         service.table.count_check(off)
-        real_put = store.put_message
+        real_put = store.put_messages
 
-        async def refuse(msg):
+        async def refuse(msgs):  # a commit stores its real message with put_messages (a batch of one)
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None)
-        store.put_message = refuse  # type: ignore[method-assign]
+        store.put_messages = refuse  # type: ignore[method-assign]
         assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SYSTEM_ERROR
         info = service.table.info(off)
         assert service.table.outcome(off) == Outcome.PENDING and info is not None and info.checks == 1
-        store.put_message = real_put  # type: ignore[method-assign]
+        store.put_messages = real_put  # type: ignore[method-assign]
         assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SUCCESS
         assert store.get_max_offset_in_queue("orders", 0) == 1
         assert service.table.outcome(off) == Outcome.COMMIT and len(service.table) == 0

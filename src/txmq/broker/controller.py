@@ -91,6 +91,7 @@ class BrokerController:
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_processor.process,
             RequestCode.PULL_MESSAGE: self.pull_processor.process,
             RequestCode.END_TRANSACTION: end_tx.process,
+            RequestCode.TXMQ_END_TRANSACTION_BATCH: end_tx.process_batch,
         }
         for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                      RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):

@@ -130,6 +130,9 @@ class RequestCode(IntEnum):
     TXMQ_TX_LIST = 9002
     TXMQ_TX_SHOW = 9003
     TXMQ_TX_RESUME = 9004
+    # End many transactions of one producer group in one request (JSON body: producerGroup, entries of
+    # tranStateTableOffset, commitLogOffset, commitOrRollback; answer: one code and remark per entry).
+    TXMQ_END_TRANSACTION_BATCH = 9005
 
 
 class ResponseCode(IntEnum):

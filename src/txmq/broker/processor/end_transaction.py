@@ -1,11 +1,22 @@
 """END_TRANSACTION (37) from producers, and CHECK_TRANSACTION_STATE (39) out to them (RocketMQ's
-``EndTransactionProcessor`` and ``Broker2Client.checkProducerTransactionState``)."""
+``EndTransactionProcessor`` and ``Broker2Client.checkProducerTransactionState``); and txmq's
+TXMQ_END_TRANSACTION_BATCH (9005), many decisions of one producer group in one request:
+
+    request body  {"producerGroup": g, "entries": [{"tranStateTableOffset": n, "commitLogOffset": n,
+                                                    "commitOrRollback": 8 | 12 | 0}, ...]}
+    answer body   {"results": [{"code": c, "remark": r}, ...]}   one per entry, in order
+
+The answer's own code is SUCCESS whenever the request was well-formed; each entry's code is what a single
+END_TRANSACTION would have answered (SUCCESS, TRANSACTION_SHOULD_COMMIT/ROLLBACK, SYSTEM_ERROR, …)."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import orjson
+
+from txmq.broker.transaction.service import EndEntry, EndResult
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import ClientError, RemoteProtocolError
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, encode_message
@@ -52,6 +63,53 @@ class EndTransactionProcessor:
             producer_group=h.producer_group, half_offset=h.tran_state_table_offset,
             commit_log_offset=h.commit_log_offset, outcome=outcome, source=source)
         return RemotingCommand.response_to(cmd, result.code, remark=result.remark)
+
+    def process_batch(self, conn: Connection, cmd: RemotingCommand):
+        if self.broker.config.is_slave:
+            return RemotingCommand.response_to(cmd, ResponseCode.SLAVE_NOT_AVAILABLE,
+                                               remark="broker is a slave: end transaction is forbidden")
+        try:
+            group, entries = _parse_batch(cmd.body)
+        except (orjson.JSONDecodeError, RemoteProtocolError) as exc:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request: {exc}")
+        return self._end_batch(cmd, group, entries)
+
+    async def _end_batch(self, cmd: RemotingCommand, group: str, entries: list[tuple[int, int, int]]):
+        results: list[EndResult | None] = [None] * len(entries)
+        decisions: list[EndEntry] = []
+        where: list[int] = []
+        for i, (half_offset, commit_log_offset, flag) in enumerate(entries):
+            outcome = _OUTCOMES.get(flag)
+            if outcome is not None:
+                decisions.append(EndEntry(half_offset, commit_log_offset, outcome))
+                where.append(i)
+            elif flag == MessageSysFlag.TRANSACTION_NOT_TYPE:
+                results[i] = EndResult(ResponseCode.SUCCESS, "state unknown: nothing changed")
+            else:
+                results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {flag} is not 0, 8 or 12")
+        if decisions:
+            ended = await self.broker.transaction_service.end_transactions(group, decisions, "producer batch")
+            for i, result in zip(where, ended, strict=True):
+                results[i] = result
+        body = orjson.dumps({"results": [{"code": r.code, "remark": r.remark} for r in results if r is not None]})
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
+
+
+def _parse_batch(body: bytes) -> tuple[str, list[tuple[int, int, int]]]:
+    """(producer group, [(half offset, commit-log offset, commitOrRollback)]) of a 9005 request body."""
+    req: Any = orjson.loads(body or b"null")
+    if not isinstance(req, dict) or not isinstance(req.get("producerGroup"), str) \
+            or not isinstance(req.get("entries"), list):
+        raise RemoteProtocolError("the body must be a JSON object with producerGroup (string) and entries (list)")
+    out: list[tuple[int, int, int]] = []
+    for n, e in enumerate(req["entries"]):
+        half_offset, commit_log_offset, flag = (e.get("tranStateTableOffset"), e.get("commitLogOffset"),
+                                                e.get("commitOrRollback")) if isinstance(e, dict) else (0, 0, None)
+        if type(half_offset) is not int or type(commit_log_offset) is not int or type(flag) is not int:
+            raise RemoteProtocolError(f"entry {n}: tranStateTableOffset, commitLogOffset and commitOrRollback "
+                                      "must be integers")
+        out.append((half_offset, commit_log_offset, flag))
+    return str(req["producerGroup"]), out
 
 
 class RemotingCheckSender:

@@ -7,6 +7,9 @@
   land between the real message and its op record.
 * The first decision wins: COMMIT after ROLLBACK is refused with ``TRANSACTION_SHOULD_ROLLBACK`` and ROLLBACK
   after COMMIT with ``TRANSACTION_SHOULD_COMMIT``, and logged.
+* Decisions come one at a time (END_TRANSACTION, gRPC, check answers) or in batches (txmq's
+  TXMQ_END_TRANSACTION_BATCH): a single decision is a batch of one, and a batch stores the real messages of
+  all its commits in one put and writes one op record per outcome.
 * A check never rewrites the half message: op records in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` carry outcomes
   and check counts for many transactions at once (body: comma-separated half offsets, property
   ``TXMQ_OP``: COMMIT, ROLLBACK, DISCARD, RESUME or CHECK). Recovery replays half and op queues.
@@ -19,8 +22,10 @@ import logging
 import struct
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -41,13 +46,21 @@ log = logging.getLogger("txmq.transaction")
 OP_PROPERTY = "TXMQ_OP"
 REMOVE_TAG = "d"
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
+_DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
 
 
 @dataclass(slots=True)
 class EndResult:
     code: int
     remark: str | None = None
-    put_result: PutMessageResult | None = None
+
+
+class EndEntry(NamedTuple):
+    """One decision: the transaction (half offset and the half message's commit-log offset) and its outcome."""
+
+    half_offset: int
+    commit_log_offset: int
+    outcome: Outcome
 
 
 class TransactionMetrics:
@@ -120,56 +133,143 @@ class TransactionalMessageService:
 
     async def end_transaction(self, *, producer_group: str, half_offset: int, commit_log_offset: int,
                               outcome: Outcome, source: str) -> EndResult:
-        """Apply a producer's decision. ``source`` is for the log (client, check, grpc…)."""
-        running = self._in_flight.get(half_offset)
-        if running is not None:
-            first = await asyncio.shield(running)
-            return await self._repeat(half_offset, outcome, first)
-        try:
-            half = self.store.look_message_by_offset(commit_log_offset)
-        except StoreError as exc:
-            return EndResult(ResponseCode.SYSTEM_ERROR, f"Find prepared transaction message failed: {exc}")
-        problem = self._check_prepare_message(half, producer_group, half_offset, commit_log_offset)
-        if problem:
-            return EndResult(ResponseCode.SYSTEM_ERROR, problem)
-        current = self.table.outcome(half_offset)
-        if current in (Outcome.COMMIT, Outcome.ROLLBACK):
-            return await self._repeat(half_offset, outcome, None)
-        fut: asyncio.Future[EndResult] = asyncio.get_running_loop().create_future()
-        self._in_flight[half_offset] = fut
-        try:
-            if await self.resolve_recovered(half, half_offset):
-                # A commit from before the crash made it to the log; its op record did not.
-                result = await self._repeat(half_offset, outcome, None)
+        """Apply a producer's decision, as a batch of one. ``source`` is for the log (client, check, grpc…)."""
+        entry = EndEntry(half_offset, commit_log_offset, outcome)
+        return (await self.end_transactions(producer_group, [entry], source))[0]
+
+    async def end_transactions(self, producer_group: str, entries: Sequence[EndEntry], source: str) -> list[EndResult]:
+        """Apply decisions of one producer group; one result per entry, in order.
+
+        Each entry keeps every promise of a single decision: it is validated on its own, a repeat answers
+        SUCCESS and stores nothing, the first decision wins, and an entry whose transaction is being decided
+        (by another request, or earlier in this batch) waits for that decision. The real messages of all the
+        commits go to the store in one put (one write, one flush wait), their outcomes in one op record and
+        the rollbacks' in another."""
+        results: list[EndResult | None] = [None] * len(entries)
+        waits: list[tuple[int, asyncio.Future[EndResult]]] = []
+        claimed: list[tuple[int, MessageExt]] = []
+        loop = asyncio.get_running_loop()
+        # No await from here to the decisions in _decide: claiming and deciding are one step on the loop.
+        for i, (half_offset, commit_log_offset, outcome) in enumerate(entries):
+            try:
+                half = self.store.look_message_by_offset(commit_log_offset)
+            except StoreError as exc:
+                results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"Find prepared transaction message failed: {exc}")
+                continue
+            problem = self._check_prepare_message(half, producer_group, half_offset, commit_log_offset)
+            if problem:
+                results[i] = EndResult(ResponseCode.SYSTEM_ERROR, problem)
+                continue
+            running = self._in_flight.get(half_offset)
+            if running is not None:
+                waits.append((i, running))
+            elif self.table.outcome(half_offset) in (Outcome.COMMIT, Outcome.ROLLBACK):
+                results[i] = self._repeat(half_offset, outcome, None)
+            else:
+                self._in_flight[half_offset] = loop.create_future()
+                claimed.append((i, half))
+        if claimed:
+            mine = [self._in_flight[entries[i].half_offset] for i, _ in claimed]
+            try:
+                await self._decide(entries, claimed, results, source)
+                for (i, _), fut in zip(claimed, mine, strict=True):
+                    fut.set_result(results[i])  # type: ignore[arg-type]
+            except BaseException as exc:
+                for fut in mine:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                        fut.exception()  # the waiters, if any, see it; nobody else needs to
+                raise
+            finally:
+                for i, _ in claimed:
+                    del self._in_flight[entries[i].half_offset]
+        for i, running in waits:
+            try:
+                first = await asyncio.shield(running)
+            except Exception as exc:
+                results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"the decision this one waited for failed: {exc}")
+                continue
+            results[i] = self._repeat(entries[i].half_offset, entries[i].outcome, first)
+        return results  # type: ignore[return-value]
+
+    async def _decide(self, entries: Sequence[EndEntry], claimed: list[tuple[int, MessageExt]],
+                      results: list[EndResult | None], source: str) -> None:
+        """Decide and store the claimed entries: undecided or discarded, each in ``_in_flight`` for this call."""
+        found: list[int] = []  # recovered transactions whose commit was already in the log
+        commits: list[tuple[int, MessageExt]] = []
+        reals: list[MessageExt] = []
+        rollbacks: list[tuple[int, MessageExt]] = []
+        for i, half in claimed:
+            half_offset, commit_log_offset, outcome = entries[i]
+            if self._found_committed(half, half_offset):
+                found.append(half_offset)
+                results[i] = self._repeat(half_offset, outcome, None)
             elif outcome == Outcome.COMMIT:
-                result = await self._commit(half, half_offset, commit_log_offset)
+                # With the state from before: a snapshot shows it as the log has it until the op record is written.
+                self._committing[half_offset] = (self.table.outcome(half_offset), self.table.info(half_offset),
+                                                 self.table.discarded.get(half_offset, 0))
+                self.table.decide(half_offset, Outcome.COMMIT)
+                commits.append((i, half))
+                reals.append(self.real_message(half, half_offset, commit_log_offset))
             else:
                 self.table.decide(half_offset, Outcome.ROLLBACK)
-                await self._write_op("ROLLBACK", [half_offset])
-                self.metrics.rollbacks += 1
-                result = EndResult(ResponseCode.SUCCESS)
-            if result.code == ResponseCode.SUCCESS:
-                log.debug("transaction %s %s by %s", half.msg_id, outcome.name, source)
-            fut.set_result(result)
-            return result
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # the waiters, if any, see it; nobody else needs to
-            raise
+                rollbacks.append((i, half))
+        committing = [entries[i].half_offset for i, _ in commits]
+        status = PutMessageStatus.PUT_OK
+        try:
+            if reals:
+                try:
+                    status = (await self.store.put_messages(reals)).status
+                except BaseException:
+                    self._undo_commits(committing)
+                    raise
+                if status not in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT):
+                    # Undone, not left at COMMIT: a retried COMMIT would be answered "already committed" and
+                    # the message never stored.
+                    self._undo_commits(committing)
+                    for i, _ in commits:
+                        results[i] = EndResult(ResponseCode.SYSTEM_ERROR,
+                                               f"storing the committed message failed: {status.name}")
+                    commits, committing = [], []
+            await self._write_op("COMMIT", found + committing)
         finally:
-            del self._in_flight[half_offset]
+            for i, _ in commits:
+                self._committing.pop(entries[i].half_offset, None)
+        await self._write_op("ROLLBACK", [entries[i].half_offset for i, _ in rollbacks])
+        code = ResponseCode.SUCCESS if status == PutMessageStatus.PUT_OK else ResponseCode.FLUSH_DISK_TIMEOUT
+        now_ms = int(time.time() * 1000)
+        for i, half in commits:
+            self.metrics.commit_latency_ms.append(max(0, now_ms - half.store_timestamp))
+            results[i] = EndResult(code)
+        for i, _ in rollbacks:
+            results[i] = EndResult(ResponseCode.SUCCESS)
+        self.metrics.commits += len(commits)
+        self.metrics.rollbacks += len(rollbacks)
+        if log.isEnabledFor(logging.DEBUG):
+            for i, half in commits + rollbacks:
+                log.debug("transaction %s %s by %s", half.msg_id, entries[i].outcome.name, source)
 
-    async def _repeat(self, half_offset: int, outcome: Outcome, first: EndResult | None) -> EndResult:
+    def _undo_commits(self, half_offsets: list[int]) -> None:
+        """Commits that did not reach the log: each transaction is as it was before (``_committing``)."""
+        for half_offset in half_offsets:
+            before, info, checks = self._committing.pop(half_offset)
+            if info is not None:
+                self.table.reopen(info, int(time.time()) + 1)
+            else:
+                self.table.decide(half_offset, before)
+                if before == Outcome.DISCARD:
+                    self.table.discarded[half_offset] = checks
+
+    def _repeat(self, half_offset: int, outcome: Outcome, first: EndResult | None) -> EndResult:
         current = self.table.outcome(half_offset)
         if current == outcome:
             self.metrics.duplicates += 1
-            return EndResult(ResponseCode.SUCCESS, f"transaction already {current.name.lower()}: nothing changed",
-                             first.put_result if first else None)
+            return EndResult(ResponseCode.SUCCESS, f"transaction already {_DONE[current]}: nothing changed")
         if current in (Outcome.COMMIT, Outcome.ROLLBACK):
             self.metrics.conflicts += 1
             code = ResponseCode.TRANSACTION_SHOULD_COMMIT if current == Outcome.COMMIT \
                 else ResponseCode.TRANSACTION_SHOULD_ROLLBACK
-            remark = (f"transaction at half offset {half_offset} was already {current.name.lower()}ed; "
+            remark = (f"transaction at half offset {half_offset} was already {_DONE[current]}; "
                       f"{outcome.name} refused (the first decision wins)")
             log.warning(remark)
             return EndResult(code, remark)
@@ -186,41 +286,6 @@ class TransactionalMessageService:
         if half.commit_log_offset != commit_log_offset:
             return "The commit log offset wrong"
         return None
-
-    async def _commit(self, half: MessageExt, half_offset: int, commit_log_offset: int) -> EndResult:
-        real = self.real_message(half, half_offset, commit_log_offset)
-        before, info, checks = self.table.outcome(half_offset), self.table.info(half_offset), \
-            self.table.discarded.get(half_offset, 0)
-
-        def undo() -> None:  # the decision did not reach the log: the transaction is as it was
-            if info is not None:
-                self.table.reopen(info, int(time.time()) + 1)
-            else:
-                self.table.decide(half_offset, before)
-                if before == Outcome.DISCARD:
-                    self.table.discarded[half_offset] = checks
-
-        self.table.decide(half_offset, Outcome.COMMIT)
-        self._committing[half_offset] = (before, info, checks)
-        try:
-            try:
-                result = await self.store.put_message(real)
-            except BaseException:
-                undo()
-                raise
-            if result.status != PutMessageStatus.PUT_OK and result.status != PutMessageStatus.FLUSH_DISK_TIMEOUT:
-                # add_pending alone did nothing here: the table already said COMMIT, so a retried COMMIT was
-                # answered "already committed" and the message was never stored.
-                undo()
-                return EndResult(ResponseCode.SYSTEM_ERROR,
-                                 f"storing the committed message failed: {result.status.name}")
-            await self._write_op("COMMIT", [half_offset])
-        finally:
-            del self._committing[half_offset]
-        self.metrics.commits += 1
-        self.metrics.commit_latency_ms.append(max(0, int(time.time() * 1000) - half.store_timestamp))
-        code = ResponseCode.SUCCESS if result.status == PutMessageStatus.PUT_OK else ResponseCode.FLUSH_DISK_TIMEOUT
-        return EndResult(code, None, result)
 
     @staticmethod
     def real_message(half: MessageExt, half_offset: int, commit_log_offset: int) -> MessageExt:
@@ -249,13 +314,19 @@ class TransactionalMessageService:
     async def resolve_recovered(self, half: MessageExt, half_offset: int) -> bool:
         """For a transaction recovery found pending: True when its commit is already in the log (then it is
         recorded as committed)."""
+        if not self._found_committed(half, half_offset):
+            return False
+        await self._write_op("COMMIT", [half_offset])
+        return True
+
+    def _found_committed(self, half: MessageExt, half_offset: int) -> bool:
+        """``resolve_recovered`` without the op record, which the caller writes."""
         if half_offset not in self.table.recovered:
             return False
         if self._find_committed(half) is None:
             self.table.recovered.discard(half_offset)
             return False
         self.table.decide(half_offset, Outcome.COMMIT)
-        await self._write_op("COMMIT", [half_offset])
         return True
 
     # --- discard and resume ---------------------------------------------------------------------------

@@ -1,0 +1,285 @@
+"""``TransactionalMessageService.end_transactions`` on a real store: per-entry answers, one put and one op record
+per outcome, a refused put, races with single decisions, and crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from txmq.broker.transaction.service import OP_PROPERTY, EndEntry, TransactionalMessageService
+from txmq.broker.transaction.state import Outcome, TransactionStateTable
+from txmq.message import MessageConst, MessageExt, decode_message
+from txmq.remoting.codes import ResponseCode
+from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageResult, PutMessageStatus, StoreConfig
+from txmq.topic import RMQ_SYS_TRANS_OP_HALF_TOPIC
+
+COMMIT, ROLLBACK = Outcome.COMMIT, Outcome.ROLLBACK
+OK, SHOULD_COMMIT, SHOULD_ROLLBACK = (ResponseCode.SUCCESS, ResponseCode.TRANSACTION_SHOULD_COMMIT,
+                                      ResponseCode.TRANSACTION_SHOULD_ROLLBACK)
+
+
+async def open_service(root: Path, snapshot: Path | None = None) -> tuple[DefaultMessageStore,
+                                                                          TransactionalMessageService]:
+    store = DefaultMessageStore(StoreConfig(store_path_root_dir=str(root), store_host=("127.0.0.1", 10911)))
+    await store.start()
+    service = TransactionalMessageService(store, transaction_timeout_ms=1000, file_reserved_time_h=72,
+                                          snapshot_path=snapshot)
+    service.recover()
+    return store, service
+
+
+async def half(service: TransactionalMessageService, n: int, queue_id: int = 0) -> tuple[int, int]:
+    m = MessageExt("orders", f"m{n}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
+                                                  MessageConst.PRODUCER_GROUP: "g",
+                                                  MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"B{n:030d}"},
+                   queue_id=queue_id, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
+    r = await service.prepare_message(m)
+    assert r.status == PutMessageStatus.PUT_OK and r.append_result is not None
+    return r.append_result.logics_offset, r.append_result.wrote_offset
+
+
+async def halves(service: TransactionalMessageService, count: int) -> list[tuple[int, int]]:
+    return [await half(service, n, queue_id=n % 2) for n in range(count)]
+
+
+def batch(service: TransactionalMessageService, decisions: list[tuple[tuple[int, int], Outcome]],
+          group: str = "g") -> asyncio.Future[list]:
+    entries = [EndEntry(off, clo, outcome) for (off, clo), outcome in decisions]
+    return asyncio.ensure_future(service.end_transactions(group, entries, "test"))
+
+
+def stored(store: DefaultMessageStore, topic: str = "orders") -> list[str]:
+    """Bodies of every message in ``topic`` queues 0 and 1."""
+    out = []
+    for qid in (0, 1):
+        got = store.get_message(topic, qid, 0, 1000, 64 * 1024 * 1024)
+        if got.status == GetMessageStatus.FOUND:
+            out += [decode_message(raw)[0].body.decode() for raw in got.messages]
+    return sorted(out)
+
+
+def op_records(store: DefaultMessageStore) -> list[tuple[str, list[int]]]:
+    got = store.get_message(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0, 0, 1000, 64 * 1024 * 1024)
+    if got.status != GetMessageStatus.FOUND:
+        return []
+    ops = [decode_message(raw)[0] for raw in got.messages]
+    return [(op.properties[OP_PROPERTY], [int(x) for x in op.body.decode().split(",")]) for op in ops]
+
+
+def count_puts(store: DefaultMessageStore) -> list[list[str]]:
+    """Record the topics of every put_messages call from now on."""
+    calls: list[list[str]] = []
+    real = store.put_messages
+
+    async def counted(msgs: list[MessageExt]) -> PutMessageResult:
+        calls.append([m.topic for m in msgs])
+        return await real(msgs)
+    store.put_messages = counted  # type: ignore[method-assign]
+    return calls
+
+
+def test_a_mixed_batch_answers_each_entry_and_stores_once(tmp_path):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        tx = await halves(service, 7)
+        assert (await service.end_transaction(producer_group="g", half_offset=tx[4][0], commit_log_offset=tx[4][1],
+                                              outcome=COMMIT, source="test")).code == OK
+        assert (await service.end_transaction(producer_group="g", half_offset=tx[5][0], commit_log_offset=tx[5][1],
+                                              outcome=ROLLBACK, source="test")).code == OK
+        calls = count_puts(store)
+        ops_before = len(op_records(store))
+        results = await batch(service, [
+            (tx[0], COMMIT), (tx[1], COMMIT), (tx[2], ROLLBACK),
+            (tx[0], COMMIT),  # the same transaction twice in one batch: a repeat
+            (tx[1], ROLLBACK),  # and the reverse of an earlier entry: refused
+            (tx[4], COMMIT),  # committed before: a repeat
+            (tx[4], ROLLBACK), (tx[5], COMMIT),  # conflicts with earlier decisions
+            ((tx[3][0], tx[6][1]), COMMIT),  # invalid: another half message's commit-log offset
+            ((tx[3][0], tx[3][1] + 1), COMMIT),  # invalid: no message at that commit-log offset
+            (tx[6], ROLLBACK),
+        ])
+        codes = [r.code for r in results]
+        assert codes == [OK, OK, OK, OK, SHOULD_COMMIT, OK, SHOULD_COMMIT, SHOULD_ROLLBACK,
+                         ResponseCode.SYSTEM_ERROR, ResponseCode.SYSTEM_ERROR, OK]
+        assert "already committed" in results[3].remark and "offset wrong" in results[8].remark
+        assert "Find prepared transaction message failed" in results[9].remark
+        assert stored(store) == ["m0", "m1", "m4"]
+        # One put for the two real messages, one op record per outcome.
+        assert calls == [["orders", "orders"], [RMQ_SYS_TRANS_OP_HALF_TOPIC], [RMQ_SYS_TRANS_OP_HALF_TOPIC]]
+        assert op_records(store)[ops_before:] == [("COMMIT", [tx[0][0], tx[1][0]]),
+                                                  ("ROLLBACK", [tx[2][0], tx[6][0]])]
+        assert [service.table.outcome(off) for off, _ in tx] == [COMMIT, COMMIT, ROLLBACK, Outcome.PENDING, COMMIT,
+                                                                 ROLLBACK, ROLLBACK]
+        m = service.metrics
+        assert (m.commits, m.rollbacks, m.duplicates, m.conflicts) == (3, 3, 2, 3)
+        assert len(m.commit_latency_ms) == 3
+        assert not service._in_flight and not service._committing
+        # The real messages carry their transaction, as single commits do.
+        got = store.get_message("orders", 1, 0, 10)
+        real = decode_message(got.messages[0])[0]
+        assert real.prepared_transaction_offset == tx[1][1]
+        assert real.properties[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] == str(tx[1][0])
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_a_batch_of_another_group_is_refused_entry_by_entry(tmp_path):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        tx = await halves(service, 2)
+        results = await batch(service, [(tx[0], COMMIT), (tx[1], ROLLBACK)], group="other")
+        assert [r.code for r in results] == [ResponseCode.SYSTEM_ERROR] * 2
+        assert stored(store) == [] and len(service.table) == 2
+        await store.shutdown()
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("how", ["refused", "raises"])
+def test_a_batch_whose_put_fails_leaves_its_commits_pending(tmp_path, how):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        tx = await halves(service, 4)
+        service.table.count_check(tx[1][0])
+        real_put = store.put_messages
+        snapshots: list[bytes] = []
+
+        async def failing(msgs: list[MessageExt]) -> PutMessageResult:
+            if msgs[0].topic != "orders":
+                return await real_put(msgs)
+            # While the put is under way, a snapshot shows the batch's commits as they were.
+            snapshots.append(service.table.to_snapshot(0, 0, service._committing))
+            assert set(service._committing) == {tx[0][0], tx[1][0], tx[2][0]}
+            if how == "raises":
+                raise OSError("disk gone")
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None)
+        store.put_messages = failing  # type: ignore[method-assign]
+        decisions = [(tx[0], COMMIT), (tx[1], COMMIT), (tx[2], COMMIT), (tx[3], ROLLBACK)]
+        if how == "raises":
+            with pytest.raises(OSError):
+                await batch(service, decisions)
+        else:
+            codes = [r.code for r in await batch(service, decisions)]
+            assert codes == [ResponseCode.SYSTEM_ERROR] * 3 + [OK]
+            assert service.table.outcome(tx[3][0]) == ROLLBACK
+        for off, _ in tx[:3]:
+            assert service.table.outcome(off) == Outcome.PENDING and service.table.info(off) is not None
+        assert service.table.info(tx[1][0]).checks == 1  # as it was, checks included
+        assert not service._in_flight and not service._committing
+        assert service.metrics.commits == 0
+        snap, _, _ = TransactionStateTable.from_snapshot(snapshots[0], lambda s: s)
+        assert [snap.outcome(off) for off, _ in tx[:3]] == [Outcome.PENDING] * 3
+        # Retried once the store is back: each committed once.
+        store.put_messages = real_put  # type: ignore[method-assign]
+        codes = [r.code for r in await batch(service, decisions[:3])]
+        assert codes == [OK, OK, OK]
+        assert stored(store) == ["m0", "m1", "m2"]
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_a_batch_racing_a_single_commit_stores_one_message(tmp_path):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        tx = await halves(service, 3)
+        real_put = store.put_messages
+
+        async def slow(msgs: list[MessageExt]) -> PutMessageResult:
+            if msgs[0].topic == "orders":
+                await asyncio.sleep(0.05)
+            return await real_put(msgs)
+        store.put_messages = slow  # type: ignore[method-assign]
+
+        def single(t: tuple[int, int], outcome: Outcome):
+            return asyncio.ensure_future(service.end_transaction(producer_group="g", half_offset=t[0],
+                                                                commit_log_offset=t[1], outcome=outcome,
+                                                                source="test"))
+        # The batch first, the single COMMIT while the batch's put is under way ...
+        running = batch(service, [(tx[0], COMMIT), (tx[1], COMMIT)])
+        await asyncio.sleep(0.01)
+        one = single(tx[0], COMMIT)
+        other = single(tx[1], ROLLBACK)
+        assert [r.code for r in await running] == [OK, OK]
+        assert (await one).code == OK and (await other).code == SHOULD_COMMIT
+        # ... and the single COMMIT first, a batch with it while its put is under way.
+        one = single(tx[2], COMMIT)
+        await asyncio.sleep(0.01)
+        again = batch(service, [(tx[2], COMMIT), (tx[2], ROLLBACK), (tx[0], COMMIT)])
+        assert (await one).code == OK
+        assert [r.code for r in await again] == [OK, SHOULD_COMMIT, OK]
+        assert stored(store) == ["m0", "m1", "m2"]
+        assert service.metrics.commits == 3
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_two_batches_waiting_for_each_other_do_not_deadlock(tmp_path):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        tx = await halves(service, 2)
+        a = batch(service, [(tx[0], COMMIT), (tx[1], COMMIT)])
+        b = batch(service, [(tx[1], COMMIT), (tx[0], COMMIT)])
+        results = await asyncio.wait_for(asyncio.gather(a, b), 5)
+        assert [[r.code for r in rs] for rs in results] == [[OK, OK], [OK, OK]]
+        assert stored(store) == ["m0", "m1"]
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_outcomes_of_a_batch_stand_after_a_crash(tmp_path):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        tx = await halves(service, 4)
+        decisions = [(tx[0], COMMIT), (tx[1], COMMIT), (tx[2], ROLLBACK)]
+        assert [r.code for r in await batch(service, decisions)] == [OK, OK, OK]
+        store.close_without_shutdown()
+
+        store, service = await open_service(tmp_path)
+        assert [service.table.outcome(off) for off, _ in tx] == [COMMIT, COMMIT, ROLLBACK, Outcome.PENDING]
+        # The producer replays its batch (it never saw the answer): nothing new is stored.
+        assert [r.code for r in await batch(service, [*decisions, (tx[2], COMMIT)])] == [OK, OK, OK, SHOULD_ROLLBACK]
+        assert stored(store) == ["m0", "m1"]
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_a_batch_cut_between_its_real_messages_and_its_op_record(tmp_path):
+    """The crash window, with a snapshot taken while the batch's put was under way: recovery finds the
+    transactions pending, and a replayed batch finds their real messages through the index."""
+    snap = tmp_path / "state.snapshot"
+
+    async def go() -> None:
+        store, service = await open_service(tmp_path / "store", snap)
+        tx = await halves(service, 3)
+        real_put = store.put_messages
+
+        async def snapshot_first(msgs: list[MessageExt]) -> PutMessageResult:
+            if msgs[0].topic == "orders":
+                assert service.snapshot()
+            return await real_put(msgs)
+        store.put_messages = snapshot_first  # type: ignore[method-assign]
+
+        async def no_op(op: str, offsets: list[int]) -> None:  # the crash: no op record reaches the log
+            return None
+        service._write_op = no_op  # type: ignore[method-assign]
+        assert [r.code for r in await batch(service, [(tx[0], COMMIT), (tx[1], COMMIT)])] == [OK, OK]
+        store.commit_log.flush()
+        store.close_without_shutdown()
+
+        store, service = await open_service(tmp_path / "store", snap)
+        assert [service.table.outcome(off) for off, _ in tx] == [Outcome.PENDING] * 3
+        assert {tx[0][0], tx[1][0]} <= service.table.recovered
+        results = await batch(service, [(tx[0], COMMIT), (tx[1], ROLLBACK), (tx[2], COMMIT)])
+        assert [r.code for r in results] == [OK, SHOULD_COMMIT, OK]
+        assert stored(store) == ["m0", "m1", "m2"]
+        assert op_records(store)[-1] == ("COMMIT", [tx[0][0], tx[1][0], tx[2][0]])  # the missing ones included
+        store.close_without_shutdown()
+
+        store, service = await open_service(tmp_path / "store", snap)
+        assert [service.table.outcome(off) for off, _ in tx] == [COMMIT] * 3
+        assert [r.code for r in await batch(service, [(t, COMMIT) for t in tx])] == [OK] * 3
+        assert stored(store) == ["m0", "m1", "m2"]
+        await store.shutdown()
+    asyncio.run(go())
