@@ -27,6 +27,23 @@ _FALSE = frozenset(("false", "0"))
 _T = TypeVar("_T")
 
 
+def parse_int(value: str, name: str) -> int:
+    """An integer as Java's ``Long.toString`` writes it (optional sign, decimal digits)."""
+    if _INT.fullmatch(value) is None:
+        raise RemoteProtocolError(f"header field {name!r} is not an integer: {value[:40]!r}")
+    return int(value)
+
+
+def parse_bool(value: str, name: str) -> bool:
+    """``true``/``false`` (any case) as Java writes it, or ``1``/``0`` (the C++ client)."""
+    lowered = value.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise RemoteProtocolError(f"header field {name!r} is not a boolean: {value[:40]!r}")
+
+
 def _absent(name: str, default: _T | Missing) -> _T:
     if default is MISSING:
         raise RemoteProtocolError(f"missing header field {name!r}")
@@ -57,9 +74,7 @@ def get_int(fields: Mapping[str, str], name: str, default: object = MISSING) -> 
     value = fields.get(name)
     if value is None or value == "":
         return _absent(name, default)
-    if _INT.fullmatch(value) is None:
-        raise RemoteProtocolError(f"header field {name!r} is not an integer: {value[:40]!r}")
-    return int(value)
+    return parse_int(value, name)
 
 
 @overload
@@ -74,9 +89,4 @@ def get_bool(fields: Mapping[str, str], name: str, default: object = MISSING) ->
     value = fields.get(name)
     if value is None or value == "":
         return _absent(name, default)
-    lowered = value.lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise RemoteProtocolError(f"header field {name!r} is not a boolean: {value[:40]!r}")
+    return parse_bool(value, name)

@@ -12,6 +12,7 @@ import re
 from typing import Any, ClassVar, Self
 
 from txmq.errors import RemoteProtocolError
+from txmq.remoting.headers import parse_bool, parse_int
 
 _MISSING = dataclasses.MISSING
 
@@ -51,10 +52,8 @@ class Header:
                 if f.required:
                     raise RemoteProtocolError(f"{cls.__name__}: missing field {f.wire}")
                 continue
-            if f.kind == "str":
-                kwargs[f.name] = raw
-            else:
-                kwargs[f.name] = _parse(raw, f.kind, f.wire, cls.__name__)
+            parse = _PARSERS.get(f.kind)
+            kwargs[f.name] = raw if parse is None else parse(raw, f.wire)
         return cls(**kwargs)
 
     def to_ext(self) -> dict[str, str]:
@@ -78,19 +77,7 @@ class _Field:
 _SPECS: dict[type, tuple[_Field, ...]] = {}
 
 
-def _parse(raw: str, t: str, wire: str, owner: str) -> Any:
-    """``raw`` as type ``t`` ("int", "bool"; anything else stays a string)."""
-    try:
-        if t == "int":
-            return int(raw)
-        if t == "bool":
-            low = raw.strip().lower()
-            if low not in ("true", "false", "1", "0"):
-                raise ValueError(raw)
-            return low in ("true", "1")
-    except ValueError:
-        raise RemoteProtocolError(f"{owner}: field {wire} is not a {t}: {raw[:40]!r}") from None
-    return raw
+_PARSERS = {"int": parse_int, "bool": parse_bool}  # the wire rules live in headers.py, once
 
 
 @dataclasses.dataclass(slots=True)
