@@ -6,6 +6,8 @@ from txmq.client.instance import MessageQueue
 from txmq.client.producer import Producer, SendResult, SendStatus
 from txmq.client.pull_consumer import PullConsumer, PullResult, PullStatus
 from txmq.client.transaction import (
+    EndTransactionAnswer,
+    HalfMessageRef,
     LocalTransactionState,
     TransactionListener,
     TransactionProducer,
@@ -30,6 +32,8 @@ __all__ = [
     "ConsumeFromWhere",
     "ConsumeStatus",
     "CorruptRecordError",
+    "EndTransactionAnswer",
+    "HalfMessageRef",
     "InvalidMessageError",
     "LocalProtocolError",
     "LocalTransactionState",

@@ -12,16 +12,24 @@ a log line: the broker checks again at its next interval.
 
 Half messages are not retried on another broker: a retry after a lost answer would leave a second half
 message for one local transaction.
+
+``end_transactions`` ends many transactions at once (txmq's TXMQ_END_TRANSACTION_BATCH, code 9005): one
+request per broker and chunk of entries, each answered entry by entry; for callers that decide many
+transactions together, such as the Spark sink's driver.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
+
+import orjson
 
 from txmq.client.instance import MessageQueue
 from txmq.client.producer import Producer, SendResult, SendStatus
@@ -34,7 +42,7 @@ from txmq.message import (
     decode_message,
     decode_offset_msg_id,
 )
-from txmq.remoting.codes import RequestCode
+from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from txmq.remoting.transport import Connection
@@ -67,6 +75,33 @@ class TransactionListener(Protocol):
 @dataclass(slots=True)
 class TransactionSendResult(SendResult):
     local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOWN
+
+
+class HalfMessageRef(NamedTuple):
+    """Where a half message is stored: what ending its transaction needs."""
+
+    broker_name: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+
+    @classmethod
+    def of(cls, result: SendResult) -> HalfMessageRef:
+        return cls(result.message_queue.broker_name, result.queue_offset,
+                   decode_offset_msg_id(result.offset_msg_id)[1])
+
+
+class EndTransactionAnswer(NamedTuple):
+    code: int
+    remark: str | None = None
+
+    @property
+    def decided(self) -> bool:
+        """The transaction has an outcome: this one (SUCCESS) or an earlier, different one (the first decision
+        wins: TRANSACTION_SHOULD_COMMIT or TRANSACTION_SHOULD_ROLLBACK). Anything else may be retried."""
+        return self.code in _DECIDED
+
+
+_DECIDED = (ResponseCode.SUCCESS, ResponseCode.TRANSACTION_SHOULD_COMMIT, ResponseCode.TRANSACTION_SHOULD_ROLLBACK)
 
 
 class TransactionProducer(Producer):
@@ -142,6 +177,56 @@ class TransactionProducer(Producer):
         if error is not None:
             cmd.remark = f"executeLocalTransactionBranch exception: {error!r}"
         await self.instance.remoting.invoke_oneway(self.instance.broker_addr(result.message_queue.broker_name), cmd)
+
+    def end_transactions(self, ends: Sequence[tuple[HalfMessageRef, LocalTransactionState]], *, chunk: int = 1000,
+                         in_flight: int = 4, timeout_s: float = 30.0) -> list[EndTransactionAnswer]:
+        """End many transactions of this group, confirmed: TXMQ_END_TRANSACTION_BATCH to the broker of each
+        half, ``chunk`` entries a request, ``in_flight`` requests at a time. One answer per entry, in order; a
+        request that failed (connection, timeout, unknown broker) answers SYSTEM_ERROR for each of its entries,
+        which may be retried (repeats are harmless) or left to check-back."""
+        return self._call(self.end_transactions_async(ends, chunk=chunk, in_flight=in_flight, timeout_s=timeout_s),
+                          None)
+
+    async def end_transactions_async(self, ends: Sequence[tuple[HalfMessageRef, LocalTransactionState]], *,
+                                     chunk: int = 1000, in_flight: int = 4,
+                                     timeout_s: float = 30.0) -> list[EndTransactionAnswer]:
+        """``end_transactions`` on the client's loop."""
+        out = [EndTransactionAnswer(ResponseCode.SYSTEM_ERROR, "not sent")] * len(ends)
+        per_broker: dict[str, list[int]] = {}
+        for i, (ref, _) in enumerate(ends):
+            per_broker.setdefault(ref.broker_name, []).append(i)
+        slots = asyncio.Semaphore(in_flight)
+
+        async def send(broker: str, which: list[int]) -> None:
+            assert self.instance is not None
+            body = orjson.dumps({"producerGroup": self.group, "entries": [
+                {"tranStateTableOffset": ends[i][0].tran_state_table_offset,
+                 "commitLogOffset": ends[i][0].commit_log_offset, "commitOrRollback": ends[i][1].sys_flag}
+                for i in which]})
+            async with slots:
+                try:
+                    if broker not in self.instance.broker_addrs:
+                        await self.instance.discover_brokers()
+                    resp = await self.instance.invoke_broker(
+                        broker, RemotingCommand.request(RequestCode.TXMQ_END_TRANSACTION_BATCH, body=body), timeout_s)
+                    answers = orjson.loads(resp.body)["results"] if resp.code == ResponseCode.SUCCESS else None
+                except (ClientError, BrokerError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                    failed = EndTransactionAnswer(ResponseCode.SYSTEM_ERROR, f"ending transactions on {broker}: {exc}")
+                    for i in which:
+                        out[i] = failed
+                    return
+            if answers is None or len(answers) != len(which):
+                failed = EndTransactionAnswer(resp.code if answers is None else ResponseCode.SYSTEM_ERROR,
+                                              resp.remark if answers is None else "answer does not match the request")
+                for i in which:
+                    out[i] = failed
+                return
+            for i, a in zip(which, answers, strict=True):
+                out[i] = EndTransactionAnswer(a["code"], a.get("remark"))
+
+        await asyncio.gather(*(send(broker, which[k:k + chunk]) for broker, which in per_broker.items()
+                               for k in range(0, len(which), chunk)))
+        return out
 
     # --- check-back -----------------------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ Exactly-once streaming (``deliveryGuarantee=exactly-once``, the default for stre
    after a restart, and the new halves are rolled back (nothing becomes visible twice). Otherwise it first
    writes the sink log record ``<checkpointLocation>/txmq-sink/commits/<batchId>.json`` (ids of the halves;
    written to a temporary file, fsynced, renamed: this is the commit point), then ends every half with
-   COMMIT. ``abort`` ends them with ROLLBACK and records the abort.
+   COMMIT, in batches (``TransactionProducer.end_transactions``: one TXMQ_END_TRANSACTION_BATCH request per
+   broker and 1000 halves, answered per half). ``abort`` ends them with ROLLBACK and records the abort.
 3. A half whose end never arrived (the driver died after the tasks' sends, or between the log record and
    the COMMITs, or a task attempt failed after sending) is **checked back** by the broker. The process that
    holds a ``TransactionProducer`` of the sink's group (``SinkCheckResponder``: the commit worker, and the
@@ -26,7 +27,6 @@ Exactly-once streaming (``deliveryGuarantee=exactly-once``, the default for stre
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -47,12 +47,10 @@ from pyspark.sql.datasource import (
 )
 
 from txmq.client.producer import Producer
-from txmq.client.transaction import LocalTransactionState, TransactionProducer
+from txmq.client.transaction import HalfMessageRef, LocalTransactionState, TransactionProducer
 from txmq.errors import ClientError
 from txmq.message import Message, MessageConst, MessageExt, decode_offset_msg_id
-from txmq.remoting.codes import RequestCode, ResponseCode
-from txmq.remoting.command import RemotingCommand
-from txmq.remoting.request_headers import EndTransactionRequestHeader
+from txmq.remoting.codes import ResponseCode
 from txmq.spark._common import OptionError, cached_client, drop_client
 
 log = logging.getLogger("txmq.spark")
@@ -287,46 +285,30 @@ def write_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], transa
 
 # --- the driver: end the halves ---------------------------------------------------------------------------
 
-def end_halves(producer: Producer, group: str, messages: list[SinkCommitMessage], commit: bool) -> int:
-    """End every half listed in ``messages``; returns how many could not be ended now (check-back will)."""
-    assert producer._runtime is not None
-    flag = LocalTransactionState.COMMIT.sys_flag if commit else LocalTransactionState.ROLLBACK.sys_flag
-    work = [(m.brokers[i], m.half_offsets[i], m.commit_log_offsets[i], m.ids[i]) for m in messages
-            for i in range(len(m.ids))]
-
-    async def one(sem: asyncio.Semaphore, broker: str, half: int, clo: int, ident: str) -> bool:
-        assert producer.instance is not None
-        header = EndTransactionRequestHeader(producer_group=group, tran_state_table_offset=half,
-                                             commit_log_offset=clo, commit_or_rollback=flag,
-                                             from_transaction_check=False, msg_id=ident, transaction_id=ident)
-        async with sem:
-            for attempt in range(3):
-                try:
-                    resp = await producer.instance.invoke_broker(
-                        broker, RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext()), 10)
-                except ClientError as exc:
-                    log.warning("ending half %s (%s): %s", ident, "commit" if commit else "rollback", exc)
-                    await asyncio.sleep(0.2 * (attempt + 1))
-                    continue
-                if resp.code == ResponseCode.SUCCESS:
-                    return True
-                if resp.code in (ResponseCode.TRANSACTION_SHOULD_COMMIT, ResponseCode.TRANSACTION_SHOULD_ROLLBACK):
-                    log.warning("half %s already decided otherwise: %s", ident, resp.remark)
-                    return True
-                log.warning("ending half %s refused (%d): %s", ident, resp.code, resp.remark)
-                await asyncio.sleep(0.2 * (attempt + 1))
-        return False
-
-    async def all_of() -> int:
-        assert producer.instance is not None
-        for topic in sorted({t for m in messages for t in m.topics}):
-            if topic not in producer.instance.routes:
-                await producer.instance.update_route(topic)
-        sem = asyncio.Semaphore(512)
-        done = await asyncio.gather(*(one(sem, *w) for w in work))
-        return sum(1 for ok in done if not ok)
-
-    return producer._runtime.call(all_of(), 600)
+def end_halves(producer: TransactionProducer, messages: list[SinkCommitMessage], commit: bool) -> int:
+    """End every half listed in ``messages`` with batched, confirmed END_TRANSACTIONs (txmq's code 9005, a
+    request per broker and 1000 halves); returns how many could not be ended now (check-back will)."""
+    state = LocalTransactionState.COMMIT if commit else LocalTransactionState.ROLLBACK
+    todo = [(HalfMessageRef(m.brokers[i], m.half_offsets[i], m.commit_log_offsets[i]), m.ids[i])
+            for m in messages for i in range(len(m.ids))]
+    for attempt in range(3):
+        if not todo:
+            break
+        if attempt:
+            time.sleep(0.2 * attempt)
+        answers = producer.end_transactions([(ref, state) for ref, _ in todo])
+        left = []
+        for (ref, ident), answer in zip(todo, answers, strict=True):
+            if not answer.decided:
+                left.append((ref, ident))
+            elif answer.code != ResponseCode.SUCCESS:
+                log.warning("half %s already decided otherwise: %s", ident, answer.remark)
+        if left:
+            failed = next(a for a in answers if not a.decided)
+            log.warning("%d of %d halves not ended (%s), e.g. %s (%d): %s", len(left), len(todo),
+                        "commit" if commit else "rollback", left[0][1], failed.code, failed.remark)
+        todo = left
+    return len(todo)
 
 
 def _responder(opts: SinkOptions) -> TransactionProducer:
@@ -382,13 +364,13 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
             if previous is not None:
                 # A replay of a batch that committed before a crash: its new halves must never show.
                 fresh = [m for m in got if not set(m.ids) <= previous["idset"]]
-                left = end_halves(producer, self.opts.group, fresh, commit=False)
+                left = end_halves(producer, fresh, commit=False)
                 log.info("batch %d was committed by run %s: %d replayed rows rolled back (%d left to check-back)",
                          batchId, previous["run"], sum(m.rows for m in fresh), left)
                 return
             run = next((m.run for m in got if m.run), "")
             sink_log.record_commit(batchId, run, [i for m in got for i in m.ids])  # the commit point
-            left = end_halves(producer, self.opts.group, got, commit=True)
+            left = end_halves(producer, got, commit=True)
             if left:
                 log.warning("batch %d: %d halves not ended now; check-back commits them", batchId, left)
 
@@ -404,4 +386,4 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
             run = next((m.run for m in got if m.run), "")
             if run:
                 sink_log.record_abort(batchId, run)
-            end_halves(_responder(self.opts), self.opts.group, got, commit=False)
+            end_halves(_responder(self.opts), got, commit=False)
