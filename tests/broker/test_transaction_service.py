@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
+
+from tx_helpers import half, open_service
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome
-from txmq.message import MessageConst, MessageExt
+from txmq.message import MessageExt
 from txmq.remoting.codes import ResponseCode
-from txmq.store import DefaultMessageStore, PutMessageResult, PutMessageStatus, StoreConfig
+from txmq.store import PutMessageResult, PutMessageStatus
 from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC
 
 
@@ -23,24 +24,6 @@ class Sender:
     def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
         self.sent.append(half_offset)
         return True
-
-
-async def open_service(root: Path) -> tuple[DefaultMessageStore, TransactionalMessageService]:
-    store = DefaultMessageStore(StoreConfig(store_path_root_dir=str(root), store_host=("127.0.0.1", 10911)))
-    await store.start()
-    service = TransactionalMessageService(store, transaction_timeout_ms=1000, file_reserved_time_h=72)
-    service.recover()
-    return store, service
-
-
-async def half(service: TransactionalMessageService, n: int) -> tuple[int, int]:
-    m = MessageExt("orders", f"m{n}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
-                                                  MessageConst.PRODUCER_GROUP: "g",
-                                                  MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"U{n:030d}"},
-                   queue_id=0, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
-    r = await service.prepare_message(m)
-    assert r.status == PutMessageStatus.PUT_OK and r.append_result is not None
-    return r.append_result.logics_offset, r.append_result.wrote_offset
 
 
 def end(service: TransactionalMessageService, off: int, clo: int, outcome: Outcome):

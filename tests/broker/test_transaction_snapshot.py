@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from pathlib import Path
 
 import pytest
+from tx_helpers import half, open_service
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
-from txmq.message import MessageConst, MessageExt
-from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
+from txmq.message import MessageExt
 
 
 def _table() -> TransactionStateTable:
@@ -73,30 +72,11 @@ class Sender:
         return True
 
 
-async def _open(root: Path, snapshot: Path | None) -> tuple[DefaultMessageStore, TransactionalMessageService]:
-    store = DefaultMessageStore(StoreConfig(store_path_root_dir=str(root), store_host=("127.0.0.1", 10911)))
-    await store.start()
-    service = TransactionalMessageService(store, transaction_timeout_ms=1000, file_reserved_time_h=72,
-                                          snapshot_path=snapshot)
-    service.recover()
-    return store, service
-
-
-async def _half(service: TransactionalMessageService, n: int) -> tuple[int, int]:
-    m = MessageExt("orders", f"m{n}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
-                                                 MessageConst.PRODUCER_GROUP: "g",
-                                                 MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"S{n:030d}"},
-                   queue_id=0, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
-    r = await service.prepare_message(m)
-    assert r.status == PutMessageStatus.PUT_OK and r.append_result is not None
-    return r.append_result.logics_offset, r.append_result.wrote_offset
-
-
 async def _decide_some(service: TransactionalMessageService, first: int, count: int) -> None:
     checker = TransactionalMessageCheckService(service, check_max=1, check_interval_ms=500)
     checker.senders.append(Sender())
     for n in range(first, first + count):
-        off, clo = await _half(service, n)
+        off, clo = await half(service, n, "S")
         if n % 4 == 0:
             await service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo,
                                           outcome=Outcome.COMMIT, source="test")
@@ -119,7 +99,7 @@ def test_recovery_from_snapshot_equals_full_replay_and_replays_only_the_tail(tmp
         return lines[-1]
 
     async def go() -> None:
-        store, service = await _open(tmp_path / "store", snap)
+        store, service = await open_service(tmp_path / "store", snap)
         await _decide_some(service, 0, 40)
         assert service.snapshot()
         assert not service.snapshot()  # unchanged: nothing written
@@ -127,14 +107,14 @@ def test_recovery_from_snapshot_equals_full_replay_and_replays_only_the_tail(tmp
         expected = _state(service.table)
         store.close_without_shutdown()  # a crash: no final snapshot, no clean checkpoint
 
-        store, service = await _open(tmp_path / "store", snap)
+        store, service = await open_service(tmp_path / "store", snap)
         assert _state(service.table) == expected
         assert set(service.table.recovered) == set(service.table.pending)
         assert "from snapshot" in recovery_line() and ": 12 half," in recovery_line()  # the 12 after it
         store.close_without_shutdown()
 
         snap.unlink()  # without a snapshot: the whole history is replayed, to the same table
-        store, service = await _open(tmp_path / "store", snap)
+        store, service = await open_service(tmp_path / "store", snap)
         assert _state(service.table) == expected
         assert "full replay" in recovery_line() and ": 52 half," in recovery_line()
         await store.shutdown()
@@ -147,8 +127,8 @@ def test_snapshot_ahead_of_the_log_is_ignored(tmp_path):
     snap.write_bytes(TransactionStateTable().to_snapshot(10_000, 10_000, {}))
 
     async def go() -> None:
-        store, service = await _open(tmp_path / "store", snap)
-        await _half(service, 1)
+        store, service = await open_service(tmp_path / "store", snap)
+        await half(service, 1, "S")
         assert len(service.table) == 1
         await store.shutdown()
 

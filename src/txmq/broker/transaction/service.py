@@ -95,6 +95,8 @@ class TransactionalMessageService:
         # from before the decision: a snapshot must show them as they are in the log.
         self._committing: dict[int, tuple[Outcome, PendingInfo | None, int]] = {}
         self._snapshot_covers = (-1, -1)
+        self._op_queue: dict[str, list[int]] = {}  # op records asked for in this loop iteration
+        self._op_written: asyncio.Future[None] | None = None
 
     # --- phase one: the half message ------------------------------------------------------------------
 
@@ -372,12 +374,36 @@ class TransactionalMessageService:
     # --- op records -----------------------------------------------------------------------------------
 
     async def _write_op(self, op: str, half_offsets: list[int]) -> None:
+        """Record ``op`` for ``half_offsets`` and return once it is stored. The ops asked for in one loop
+        iteration share one write: one record per kind, in the order the kinds were first asked for."""
         if not half_offsets:
             return
-        msg = MessageExt(RMQ_SYS_TRANS_OP_HALF_TOPIC, ",".join(map(str, half_offsets)).encode(),
-                         {MessageConst.TAGS: REMOVE_TAG, OP_PROPERTY: op}, queue_id=0,
-                         born_timestamp=int(time.time() * 1000), store_host=self.store.config.store_host)
-        await self.store.put_message(msg)
+        self._op_queue.setdefault(op, []).extend(half_offsets)
+        if self._op_written is None:
+            self._op_written = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(self._flush_ops)
+        await asyncio.shield(self._op_written)
+
+    def _flush_ops(self) -> None:
+        queue, written = self._op_queue, self._op_written
+        self._op_queue, self._op_written = {}, None
+        now = int(time.time() * 1000)
+        msgs = [MessageExt(RMQ_SYS_TRANS_OP_HALF_TOPIC, ",".join(map(str, offsets)).encode(),
+                           {MessageConst.TAGS: REMOVE_TAG, OP_PROPERTY: op}, queue_id=0, born_timestamp=now,
+                           store_host=self.store.config.store_host) for op, offsets in queue.items()]
+
+        def done(task: asyncio.Task[PutMessageResult]) -> None:
+            assert written is not None
+            if task.cancelled():
+                written.cancel()
+            elif task.exception() is not None:
+                written.set_exception(task.exception())  # type: ignore[arg-type]
+            else:
+                if task.result().status != PutMessageStatus.PUT_OK:
+                    log.error("op records %s not stored: %s", list(queue), task.result().status.name)
+                written.set_result(None)
+
+        asyncio.get_running_loop().create_task(self.store.put_messages(msgs)).add_done_callback(done)
 
     async def record_checks(self, half_offsets: list[int]) -> None:
         await self._write_op("CHECK", half_offsets)
