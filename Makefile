@@ -39,7 +39,7 @@ test: $(STAMP) grpc-clients
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)

@@ -13,12 +13,10 @@ import sys
 from pathlib import Path
 
 import orjson
-import pytest
 
 from txmq.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection, RemotingServer, new_event_loop
-
 
 DRIVER = """
 import sys
