@@ -107,8 +107,8 @@ def test_a_mixed_batch_answers_each_entry_and_stores_once(tmp_path):
         assert "already committed" in results[3].remark and "offset wrong" in results[8].remark
         assert "Find prepared transaction message failed" in results[9].remark
         assert stored(store) == ["m0", "m1", "m4"]
-        # One put for the two real messages, one op record per outcome.
-        assert calls == [["orders", "orders"], [RMQ_SYS_TRANS_OP_HALF_TOPIC], [RMQ_SYS_TRANS_OP_HALF_TOPIC]]
+        # One put for the two real messages, then one op record per outcome, in one put.
+        assert calls == [["orders", "orders"], [RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC]]
         assert op_records(store)[ops_before:] == [("COMMIT", [tx[0][0], tx[1][0]]),
                                                   ("ROLLBACK", [tx[2][0], tx[6][0]])]
         assert [service.table.outcome(off) for off, _ in tx] == [COMMIT, COMMIT, ROLLBACK, Outcome.PENDING, COMMIT,

@@ -233,11 +233,12 @@ class TransactionalMessageService:
                         results[i] = EndResult(ResponseCode.SYSTEM_ERROR,
                                                f"storing the committed message failed: {status.name}")
                     commits, committing = [], []
-            await self._write_op("COMMIT", found + committing)
+            # Asked for together, the two op records share one write.
+            await asyncio.gather(self._write_op("COMMIT", found + committing),
+                                 self._write_op("ROLLBACK", [entries[i].half_offset for i, _ in rollbacks]))
         finally:
             for i, _ in commits:
                 self._committing.pop(entries[i].half_offset, None)
-        await self._write_op("ROLLBACK", [entries[i].half_offset for i, _ in rollbacks])
         code = ResponseCode.SUCCESS if status == PutMessageStatus.PUT_OK else ResponseCode.FLUSH_DISK_TIMEOUT
         now_ms = int(time.time() * 1000)
         for i, half in commits:
