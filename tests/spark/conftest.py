@@ -1,9 +1,11 @@
 """One local SparkSession for the whole test session (start ≈ 7 s) and one txmq name server + broker whose
-check-back is fast (transactionTimeOut 1 s, interval 1 s)."""
+check-back is fast (transactionTimeOut 1 s, interval 1 s); on request, a standalone Spark master + worker
+(``spark_master``, see standalone.py)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cluster import Cluster
+from standalone import StandaloneError, StandaloneSpark
 
 BROKER_CONF = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000, "transactionCheckMax": 30}
 
@@ -75,3 +78,19 @@ def create_topic(cluster: Cluster, topic: str, queues: int = 4) -> None:
     with Admin(cluster.namesrv_addr) as admin:
         admin.create_topic(topic, queues)
     cluster.wait_route(topic)
+
+
+@pytest.fixture(scope="session")
+def spark_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, StandaloneSpark]]:
+    """A standalone master + worker (2 cores, 1g) on 127.0.0.1 from pyspark's pip package (standalone.py);
+    yields ``(spark://127.0.0.1:PORT, cluster)`` and always stops both JVMs and their executors. A cluster that
+    cannot start fails the test that asked for it (never a skip)."""
+    cluster = StandaloneSpark(tmp_path_factory.mktemp("spark-standalone"), cores=2, memory="1g")
+    try:
+        try:
+            url = cluster.start()
+        except (StandaloneError, OSError, subprocess.SubprocessError) as e:
+            pytest.fail(f"the standalone Spark cluster did not start: {e}", pytrace=False)
+        yield url, cluster
+    finally:
+        cluster.stop()
