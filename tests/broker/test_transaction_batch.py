@@ -4,16 +4,15 @@ per outcome, a refused put, races with single decisions, and crashes."""
 from __future__ import annotations
 
 import asyncio
-import time
-from pathlib import Path
 
 import pytest
+from tx_helpers import half, open_service
 
 from txmq.broker.transaction.service import OP_PROPERTY, EndEntry, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.remoting.codes import ResponseCode
-from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageResult, PutMessageStatus, StoreConfig
+from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageResult, PutMessageStatus
 from txmq.topic import RMQ_SYS_TRANS_OP_HALF_TOPIC
 
 COMMIT, ROLLBACK = Outcome.COMMIT, Outcome.ROLLBACK
@@ -21,28 +20,8 @@ OK, SHOULD_COMMIT, SHOULD_ROLLBACK = (ResponseCode.SUCCESS, ResponseCode.TRANSAC
                                       ResponseCode.TRANSACTION_SHOULD_ROLLBACK)
 
 
-async def open_service(root: Path, snapshot: Path | None = None) -> tuple[DefaultMessageStore,
-                                                                          TransactionalMessageService]:
-    store = DefaultMessageStore(StoreConfig(store_path_root_dir=str(root), store_host=("127.0.0.1", 10911)))
-    await store.start()
-    service = TransactionalMessageService(store, transaction_timeout_ms=1000, file_reserved_time_h=72,
-                                          snapshot_path=snapshot)
-    service.recover()
-    return store, service
-
-
-async def half(service: TransactionalMessageService, n: int, queue_id: int = 0) -> tuple[int, int]:
-    m = MessageExt("orders", f"m{n}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
-                                                  MessageConst.PRODUCER_GROUP: "g",
-                                                  MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"B{n:030d}"},
-                   queue_id=queue_id, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
-    r = await service.prepare_message(m)
-    assert r.status == PutMessageStatus.PUT_OK and r.append_result is not None
-    return r.append_result.logics_offset, r.append_result.wrote_offset
-
-
 async def halves(service: TransactionalMessageService, count: int) -> list[tuple[int, int]]:
-    return [await half(service, n, queue_id=n % 2) for n in range(count)]
+    return [await half(service, n, "B", queue_id=n % 2) for n in range(count)]
 
 
 def batch(service: TransactionalMessageService, decisions: list[tuple[tuple[int, int], Outcome]],

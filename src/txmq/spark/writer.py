@@ -49,6 +49,7 @@ from pyspark.sql.datasource import (
 from txmq.client.producer import Producer
 from txmq.client.transaction import HalfMessageRef, LocalTransactionState, TransactionProducer
 from txmq.errors import ClientError
+from txmq.fileio import write_atomic
 from txmq.message import Message, MessageConst, MessageExt, decode_offset_msg_id
 from txmq.remoting.codes import ResponseCode
 from txmq.spark._common import OptionError, cached_client, drop_client
@@ -145,18 +146,7 @@ class SinkLog:
 
     @staticmethod
     def _write(path: Path, text: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_atomic(path, text.encode())
 
 
 class SinkCheckResponder:

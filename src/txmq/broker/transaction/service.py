@@ -29,9 +29,9 @@ from typing import NamedTuple
 
 import orjson
 
-from txmq.broker.persist import write_bytes_atomic
 from txmq.broker.transaction.state import Outcome, PendingInfo, TransactionStateTable
 from txmq.errors import StoreError
+from txmq.fileio import write_atomic
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageResult, PutMessageStatus
@@ -422,7 +422,7 @@ class TransactionalMessageService:
         if covers == self._snapshot_covers:
             return False
         self.store.flush_and_checkpoint()
-        write_bytes_atomic(self.snapshot_path, self.table.to_snapshot(*covers, as_before=self._committing))
+        write_atomic(self.snapshot_path, self.table.to_snapshot(*covers, as_before=self._committing))
         self._snapshot_covers = covers
         return True
 

@@ -1,0 +1,24 @@
+"""Atomic file replacement: readers see the old file or the new one, never half of either, also after a crash."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a temp file beside ``path`` (a unique name: several processes may write the same file), fsync it,
+    rename it over ``path``, and fsync the directory so the rename itself survives a crash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
