@@ -64,3 +64,52 @@ def test_grpc_producer_to_remoting_consumer(server, rmq5_node, topic):
         c.shutdown()
     assert sorted(m.body for m in seen) == [b"grpc-0", b"grpc-1", b"grpc-2", b"grpctx-0"]
     assert {m.tags for m in seen if m.body.startswith(b"grpc-")} == {"N"}
+
+
+def test_transaction_begun_over_grpc_is_checked_over_remoting(server, rmq5_py, topic):
+    """A 5.x producer leaves a transaction undecided; the group (the topic, for 5.x clients) also has a remoting
+    TransactionProducer connected, and the broker checks the transaction over remoting."""
+    from txmq import LocalTransactionState
+
+    checked: list[bytes] = []
+
+    class Listener:
+        def execute_local_transaction(self, msg, arg):
+            return LocalTransactionState.UNKNOWN
+
+        def check_local_transaction(self, msg):
+            checked.append(msg.body)
+            return LocalTransactionState.COMMIT
+
+    p = TransactionProducer(topic, Listener(), namesrv=server.namesrv).start()
+    try:
+        events = rmq5_py(cmd="tx", topic=topic, mode="none", check_answer="rollback", body="cross", wait_check=3)
+        assert not [e for e in events if e["event"] == "checked"]  # the 5.x checker (rollback) was never asked
+        got = rmq5_py(cmd="simple", topic=topic, group=f"{topic}_g", expect=1, wait=10)
+    finally:
+        p.shutdown()
+    assert checked and set(checked) == {b"cross-0"}
+    assert bodies(got) == ["cross-0"]
+
+
+def test_transaction_begun_over_remoting_is_checked_over_grpc(server, rmq5_py, topic):
+    """The reverse: a remoting producer of the group leaves a transaction undecided; the group's 5.x producer
+    gets RecoverOrphanedTransactionCommand for it and commits it."""
+    from txmq import LocalTransactionState
+
+    class Undecided:
+        def execute_local_transaction(self, msg, arg):
+            return LocalTransactionState.UNKNOWN
+
+        def check_local_transaction(self, msg):
+            return LocalTransactionState.UNKNOWN
+
+    p = TransactionProducer(topic, Undecided(), namesrv=server.namesrv).start()
+    try:
+        p.send_message_in_transaction(Message(topic, b"rem-0"))
+    finally:
+        p.shutdown()
+    events = rmq5_py(cmd="tx", topic=topic, mode="none", check_answer="commit", body="own", wait_check=20)
+    assert "rem-0" in [e["body"] for e in events if e["event"] == "checked"]
+    got = rmq5_py(cmd="simple", topic=topic, group=f"{topic}_g", expect=2, wait=8)
+    assert "rem-0" in bodies(got)
