@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from txmq.client.admin import Admin  # noqa: E402
 from txmq.grpc.protocol import definition_pb2 as pb  # noqa: E402
 from txmq.grpc.protocol import service_pb2 as spb  # noqa: E402
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
+from txmq.server import parse_ready  # noqa: E402
 
 
 def start_server(root: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
@@ -50,9 +50,9 @@ def start_server(root: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
                          stderr=open(root / "server.log", "w"), text=True, env=env, start_new_session=True)  # noqa: SIM115
     assert p.stdout is not None
     for line in p.stdout:
-        m = re.search(r"txmq ready: (.*)", line)
-        if m:
-            return p, dict(kv.split("=", 1) for kv in m.group(1).split())
+        addrs = parse_ready(line)
+        if addrs is not None:
+            return p, addrs
     raise RuntimeError((root / "server.log").read_text()[-2000:])
 
 

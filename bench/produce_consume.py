@@ -25,7 +25,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import socket
@@ -41,9 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from txmq import bench  # noqa: E402
+from txmq.server import parse_ready  # noqa: E402
 
 PEERS = ROOT.parent / "shared" / "peers"
-READY = re.compile(r"txmq ready: (.*)")
 
 
 def log(*a: object) -> None:
@@ -85,9 +84,9 @@ class TxmqServer:
         def read() -> None:
             assert self.popen is not None and self.popen.stdout is not None
             for line in self.popen.stdout:
-                m = READY.search(line)
-                if m:
-                    self.addrs = dict(kv.split("=", 1) for kv in m.group(1).split())
+                addrs = parse_ready(line)
+                if addrs is not None:
+                    self.addrs = addrs
                     ready.set()
 
         threading.Thread(target=read, daemon=True).start()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import signal
 import socket
@@ -16,6 +15,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from txmq.server import parse_ready
 
 
 def _free_port() -> int:
@@ -37,9 +38,9 @@ def start_server(root: Path) -> tuple[subprocess.Popen[str], str]:
     assert proc.stdout is not None
     deadline = time.monotonic() + 30
     for line in proc.stdout:
-        m = re.search(r"txmq ready: .*namesrv=(\S+)", line)
-        if m:
-            return proc, m.group(1)
+        addrs = parse_ready(line)
+        if addrs is not None:
+            return proc, addrs["namesrv"]
         if time.monotonic() > deadline:
             break
     proc.kill()

@@ -26,6 +26,7 @@ from txmq import (
     PushConsumer,
     TransactionProducer,
 )
+from txmq.server import parse_ready
 
 ORDERS = 12
 TOPIC = "DemoOrders"
@@ -55,9 +56,10 @@ def start_server(store: Path, conf: Path) -> tuple[subprocess.Popen[str], dict[s
                                 stdout=subprocess.PIPE, stderr=log, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
-        if line.startswith("txmq ready:"):
+        addrs = parse_ready(line)
+        if addrs is not None:
             print(line.strip())
-            return proc, dict(kv.split("=", 1) for kv in line.split(":", 1)[1].split())
+            return proc, addrs
     raise SystemExit(f"txmq server did not start; see {store.parent / 'server.log'}")
 
 

@@ -54,8 +54,18 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             await namesrv.close()
 
 
+READY_PREFIX = "txmq ready: "
+
+
 def print_ready(addrs: dict[str, str]) -> None:
-    print("txmq ready: " + " ".join(f"{k}={v}" for k, v in addrs.items()), flush=True)
+    """The one stdout line that says a server is serving, with its addresses (read back by ``parse_ready``)."""
+    print(READY_PREFIX + " ".join(f"{k}={v}" for k, v in addrs.items()), flush=True)
+
+
+def parse_ready(line: str) -> dict[str, str] | None:
+    """The addresses of a ``print_ready`` line (``{"namesrv": …, "broker": …}``), or None for any other line."""
+    _, sep, rest = line.partition(READY_PREFIX)
+    return dict(kv.split("=", 1) for kv in rest.split()) if sep else None
 
 
 def run_process(main: Awaitable[None]) -> int:

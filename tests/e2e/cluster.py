@@ -4,7 +4,6 @@ ports of 127.0.0.1, with its store in a temporary directory. Tests kill them (SI
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -14,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-READY = re.compile(r"txmq ready: (.*)")
+from txmq.server import parse_ready
 
 
 def free_port() -> int:
@@ -41,9 +40,9 @@ class ServerProcess:
         def read() -> None:
             assert self.popen is not None and self.popen.stdout is not None
             for line in self.popen.stdout:
-                m = READY.search(line)
-                if m:
-                    self.addrs = dict(kv.split("=", 1) for kv in m.group(1).split())
+                addrs = parse_ready(line)
+                if addrs is not None:
+                    self.addrs = addrs
                     ready.set()
             log.close()
 

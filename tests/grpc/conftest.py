@@ -25,11 +25,12 @@ from pathlib import Path
 
 import pytest
 
+from txmq.server import parse_ready
+
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 RMQ5_PYTHON = ROOT / ".venv-rmq5" / "bin" / "python"
 NODE_MODULES = HERE / "node" / "node_modules"
-READY = re.compile(r"txmq ready: (.*)")
 
 BROKER_CONF = """\
 autoCreateTopicEnable=false
@@ -85,9 +86,9 @@ def start_server(root: Path, conf: str = BROKER_CONF, timeout: float = 20.0) -> 
     def read() -> None:
         assert popen.stdout is not None
         for line in popen.stdout:
-            m = READY.search(line)
-            if m:
-                server.addrs = dict(kv.split("=", 1) for kv in m.group(1).split())
+            addrs = parse_ready(line)
+            if addrs is not None:
+                server.addrs = addrs
                 ready.set()
         log.close()
 
