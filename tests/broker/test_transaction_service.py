@@ -11,7 +11,7 @@ from tx_helpers import half, open_service
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome
-from txmq.message import MessageExt
+from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
 from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC
@@ -132,4 +132,32 @@ def test_a_commit_in_the_log_without_its_op_record_is_found_after_recovery(tmp_p
         store, service = await open_service(tmp_path)  # and now the op record is there
         assert service.table.outcome(off) == Outcome.COMMIT
         await store.shutdown()
+    asyncio.run(go())
+
+
+def test_a_batch_of_halves_is_one_put_and_each_half_is_tracked_across_a_restart(tmp_path):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        await half(service, 0)
+        msgs = [MessageExt("orders", f"b{i}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
+                                                         MessageConst.PRODUCER_GROUP: "g",
+                                                         MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"B{i:031d}"},
+                           queue_id=i % 2) for i in range(5)]
+        puts = store.runtime_info()["put_calls"]
+        result = await service.prepare_messages(msgs)
+        assert result.status == PutMessageStatus.PUT_OK and result.append_result is not None
+        assert result.append_result.logics_offset == 1
+        assert [m.queue_offset for m in msgs] == [1, 2, 3, 4, 5]  # consecutive half offsets
+        assert [(m.topic, m.queue_id) for m in msgs] == [("orders", i % 2) for i in range(5)]  # the caller's view
+        assert all(service.table.outcome(m.queue_offset) == Outcome.PENDING for m in msgs)
+        assert store.get_max_offset_in_queue("orders", 0) == 0  # nothing visible
+        assert store.runtime_info()["put_calls"] == puts + 1
+        await store.shutdown()
+
+        store, service = await open_service(tmp_path)
+        assert sorted(service.table.pending) == [0, 1, 2, 3, 4, 5]
+        assert (await end(service, 4, msgs[3].commit_log_offset, Outcome.COMMIT)).code == ResponseCode.SUCCESS
+        assert store.get_max_offset_in_queue("orders", 1) == 1  # b3 in its real queue
+        await store.shutdown()
+
     asyncio.run(go())

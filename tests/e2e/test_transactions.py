@@ -454,6 +454,11 @@ def test_reject_transaction_message(cluster):
             producer.send_message_in_transaction(Message(topic, b"reject-1"))
         assert err.value.code == ResponseCode.NO_PERMISSION
         assert "rejectTransactionMessage" in (err.value.remark or "") and "forbidden" in (err.value.remark or "")
+        halves = [Message(topic, f"reject-batch-{i}".encode(),
+                          properties={"TRAN_MSG": "true", "PGROUP": producer.group}) for i in range(2)]
+        with pytest.raises(BrokerError) as err:  # a batch of halves too
+            producer.send_batch(halves)
+        assert err.value.code == ResponseCode.NO_PERMISSION
         plain = producer.send(Message(topic, b"plain-1"))  # ordinary messages still go through
         assert plain.status == SendStatus.SEND_OK
     assert not listener.checked

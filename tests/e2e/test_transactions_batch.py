@@ -8,10 +8,29 @@ import asyncio
 from typing import Any
 
 import orjson
-from test_transactions import Collector, create_topic, max_offsets, scan_topic, tx_stats
+import pytest
+from test_transactions import (
+    TX_CONF,
+    UNKNOWN,
+    Collector,
+    RuleListener,
+    create_topic,
+    max_offsets,
+    scan_topic,
+    tx_stats,
+)
 
-from txmq import HalfMessageRef, LocalTransactionState, Message, SendStatus, TransactionProducer
-from txmq.message import MessageSysFlag
+from txmq import (
+    Admin,
+    BrokerError,
+    HalfMessageRef,
+    LocalTransactionState,
+    Message,
+    Producer,
+    SendStatus,
+    TransactionProducer,
+)
+from txmq.message import MessageConst, MessageSysFlag
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import RemotingClient
@@ -113,3 +132,53 @@ def test_malformed_batch_requests_are_refused(cluster):
         {"tranStateTableOffset": 0, "commitLogOffset": 0, "commitOrRollback": 5},
         {"tranStateTableOffset": 0, "commitLogOffset": 0, "commitOrRollback": 0}]})))
     assert answers(resp) == [ResponseCode.SYSTEM_ERROR, ResponseCode.SUCCESS]
+
+
+def half_message(topic: str, body: str, group: str) -> Message:
+    return Message(topic, body.encode(), properties={MessageConst.TRANSACTION_PREPARED: "true",
+                                                     MessageConst.PRODUCER_GROUP: group})
+
+
+def test_async_half_messages_go_in_batches_and_each_result_names_its_half(cluster):
+    """``send_async`` coalesces half messages (the Spark sink's tasks send them so): one store write per
+    batch, every half invisible and tracked, each result exact enough to end it, and check-back finds the
+    ones nobody ended."""
+    cluster.start_broker("broker-a", {**TX_CONF, "transactionTimeOut": 3000})
+    topic = "tx_half_batch"
+    create_topic(cluster, topic)
+    # Checks answer COMMIT only for the halves left to check-back (n % 3 == 0): never against a decision.
+    listener = RuleListener(lambda n: UNKNOWN, lambda n: LocalTransactionState.COMMIT if n % 3 == 0 else UNKNOWN)
+    responder = TransactionProducer("p_half_batch", listener, cluster.namesrv_addr)
+    responder.start()
+    collector = Collector(cluster.namesrv_addr, topic, "c_half_batch")
+    try:
+        with Admin(cluster.namesrv_addr) as admin:
+            before = admin.stats()["broker-a"]["store"]
+        n = 600
+        with Producer("p_half_batch-task", cluster.namesrv_addr, batch_max_messages=64) as task:
+            futures = [task.send_async(half_message(topic, f"h-{i}", responder.group)) for i in range(n)]
+            results = [f.result(30) for f in futures]
+            with pytest.raises(BrokerError) as err:  # a batch is all halves or none
+                task.send_batch([half_message(topic, "mixed-0", responder.group), Message(topic, b"mixed-1")])
+            assert err.value.code == ResponseCode.MESSAGE_ILLEGAL and "half" in (err.value.remark or "")
+        with Admin(cluster.namesrv_addr) as admin:
+            after = admin.stats()["broker-a"]["store"]
+        assert all(r.status == SendStatus.SEND_OK for r in results)
+        assert all(r.transaction_id == r.msg_id for r in results)
+        assert len({r.queue_offset for r in results}) == n  # n distinct half offsets
+        assert after["put_calls"] - before["put_calls"] < n / 4, (before, after)  # they went in batches
+        assert tx_stats(cluster.namesrv_addr)["pending"] == n
+        assert scan_topic(cluster.namesrv_addr, topic) == []  # invisible
+
+        decide = [(HalfMessageRef.of(r), LocalTransactionState.COMMIT if i % 3 == 1 else LocalTransactionState.ROLLBACK)
+                  for i, r in enumerate(results) if i % 3]
+        got = responder.end_transactions(decide)
+        assert [a.code for a in got] == [ResponseCode.SUCCESS] * len(decide)  # every ref named its own half
+        collector.wait_exactly({f"h-{i}" for i in range(n) if i % 3 != 2}, 60)
+        assert set(listener.checked) <= set(range(0, n, 3)) | set(range(1, n, 3))
+        assert all(listener.checked[i] >= 1 for i in range(0, n, 3))
+        stats = tx_stats(cluster.namesrv_addr)
+        assert (stats["commits"], stats["rollbacks"], stats["pending"]) == (2 * n // 3, n // 3, 0)
+    finally:
+        collector.close()
+        responder.shutdown()

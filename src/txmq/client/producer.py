@@ -9,7 +9,9 @@ of one message keep one id (the C++ client makes a new id per attempt). In-fligh
 ``send_async`` coalesces: the async sends that arrive while the client's loop is busy are taken together and
 go out as one batch request per topic (up to ``batch_max_messages`` / ``batch_max_bytes``), which the broker
 stores with one write and, under SYNC_FLUSH, one flush wait — Kafka's record accumulator without a linger
-delay. Each message still gets its own result and id; at low load every message goes alone.
+delay. Each message still gets its own result and id; at low load every message goes alone. Half messages
+(``TRAN_MSG=true``, as the Spark sink's tasks send them) coalesce too, in batches of their own: txmq's broker
+stores a batch of halves with one write (RocketMQ's refuses them). Delayed messages always go alone.
 """
 
 from __future__ import annotations
@@ -228,8 +230,7 @@ class Producer(ClientBase):
         self._acquire_window()
         fut = SendFuture()
         fut.add_done_callback(self._release_window)
-        if self.batch_max_messages <= 1 or msg.delay_time_level \
-                or msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true":
+        if self.batch_max_messages <= 1 or msg.delay_time_level:
             runtime.post(self._send(msg)).add_done_callback(functools.partial(_settle_from, fut))
         else:
             self._outbox.append((msg, fut))
@@ -273,9 +274,10 @@ class Producer(ClientBase):
     # --- the send path (on the loop) ------------------------------------------------------------------
 
     def _drain_outbox(self) -> None:
-        """Take every queued async send and start one request per chunk of one topic."""
+        """Take every queued async send and start one request per chunk of one topic (half messages apart: the
+        broker takes a batch of halves, or of plain messages, not both)."""
         self._outbox_scheduled = False
-        by_topic: dict[str, list[tuple[Message, SendFuture]]] = {}
+        by_topic: dict[tuple[str, bool], list[tuple[Message, SendFuture]]] = {}
         outbox = self._outbox
         while outbox:
             msg, fut = outbox.popleft()
@@ -284,7 +286,8 @@ class Producer(ClientBase):
             except InvalidMessageError as exc:
                 fut.set_exception(exc)
                 continue
-            by_topic.setdefault(msg.topic, []).append((msg, fut))
+            half = msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true"
+            by_topic.setdefault((msg.topic, half), []).append((msg, fut))
         create_task = asyncio.get_running_loop().create_task
         for entries in by_topic.values():
             chunk: list[tuple[Message, SendFuture]] = []
@@ -306,9 +309,10 @@ class Producer(ClientBase):
             else:
                 r = await self._send(msgs[0], batch=msgs, prepared=True)
                 offset_ids = r.offset_msg_id.split(",")
-                results = [SendResult(r.status, m.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
-                                      offset_ids[i] if i < len(offset_ids) else "", r.queue_id, r.queue_offset + i,
-                                      r.message_queue) for i, m in enumerate(msgs)]
+                uniq = [m.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] for m in msgs]
+                results = [SendResult(r.status, uniq[i], offset_ids[i] if i < len(offset_ids) else "", r.queue_id,
+                                      r.queue_offset + i, r.message_queue, uniq[i] if r.transaction_id else None)
+                           for i in range(len(msgs))]
         except Exception as exc:  # every message of the chunk shares the request's fate
             for _, fut in chunk:
                 fut.set_exception(exc)

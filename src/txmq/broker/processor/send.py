@@ -129,29 +129,42 @@ class SendMessageProcessor:
             entries = decode_batch(cmd.body)
             if not entries:
                 return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+            halves = 0
             for _flag, data, props in entries:
                 if len(data) > broker.config.max_message_size:
                     return RemotingCommand.response_to(
                         cmd, ResponseCode.MESSAGE_ILLEGAL,
                         remark=f"a batch message of {len(data)} bytes exceeds maxMessageSize")
-                if props.get(MessageConst.TRANSACTION_PREPARED) == "true" or props.get(MessageConst.DELAY_TIME_LEVEL):
-                    return RemotingCommand.response_to(
-                        cmd, ResponseCode.MESSAGE_ILLEGAL,
-                        remark="batch messages cannot be transactional or delayed")
+                if props.get(MessageConst.DELAY_TIME_LEVEL):
+                    return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                                                       remark="batch messages cannot be delayed")
+                halves += props.get(MessageConst.TRANSACTION_PREPARED) == "true"
+            if halves not in (0, len(entries)):
+                return RemotingCommand.response_to(
+                    cmd, ResponseCode.MESSAGE_ILLEGAL,
+                    remark="a batch is all half (transactional) messages or none")
+            if halves and broker.config.reject_transaction_message:
+                return self._rejected_transaction(cmd)
             msgs = [self._inner(h, queue_id, flag, data, props, born_host) for flag, data, props in entries]
-            return self._put_batch(cmd, msgs)
+            if halves:
+                # txmq beyond RocketMQ: a batch of halves is stored with one write (the Spark sink's tasks).
+                return self._put_batch(cmd, msgs, broker.transaction_service.prepare_messages(msgs))
+            return self._put_batch(cmd, msgs, broker.store.put_messages(msgs))
         msg = self._inner(h, queue_id, h.flag, cmd.body, string_to_properties(h.properties), born_host)
         if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
             if h.reconsume_times >= max_times:
                 self._to_dlq(msg, msg.topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX))
         if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true" and broker.config.reject_transaction_message:
-            return RemotingCommand.response_to(
-                cmd, ResponseCode.NO_PERMISSION,
-                remark=f"the broker[{broker.config.broker_addr}] sending transaction message is forbidden "
-                "(rejectTransactionMessage=true)",
-            )
+            return self._rejected_transaction(cmd)
         return self._put(cmd, msg, self.store_message(msg))
+
+    def _rejected_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
+        return RemotingCommand.response_to(
+            cmd, ResponseCode.NO_PERMISSION,
+            remark=f"the broker[{self.broker.config.broker_addr}] sending transaction message is forbidden "
+            "(rejectTransactionMessage=true)",
+        )
 
     def store_message(self, msg: MessageExt) -> Awaitable[PutMessageResult]:
         """Store one checked message by its kind: a half message through the transaction service, a delayed one
@@ -187,15 +200,19 @@ class SendMessageProcessor:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
         return self._response(cmd, msg, result)
 
-    async def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt]) -> RemotingCommand:
-        """One write and one flush wait for the whole batch; the answer names every message's offset id."""
-        result = await self.broker.store.put_messages(msgs)
+    async def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt],
+                         pending: Awaitable[PutMessageResult]) -> RemotingCommand:
+        """One write and one flush wait for the whole batch; the answer names every message's offset id and the
+        queue offset of the first (the rest follow it; for halves, in the half queue)."""
+        result = await pending
         if result.status not in _STORED_STATUSES or result.append_result is None:
             return self._response(cmd, msgs[0], result)
         host = self.broker.store_host
         header = SendMessageResponseHeader(
             msg_id=",".join(create_offset_msg_id(host, m.commit_log_offset) for m in msgs),
-            queue_id=msgs[0].queue_id, queue_offset=result.append_result.logics_offset)
+            queue_id=msgs[0].queue_id, queue_offset=result.append_result.logics_offset,
+            transaction_id=",".join(m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "") for m in msgs)
+            if msgs[0].properties.get(MessageConst.TRANSACTION_PREPARED) == "true" else None)
         return RemotingCommand.response_to(cmd, _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR),
                                            ext_fields=header.to_ext())
 

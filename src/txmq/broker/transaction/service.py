@@ -102,20 +102,27 @@ class TransactionalMessageService:
 
     async def prepare_message(self, msg: MessageExt) -> PutMessageResult:
         """Store ``msg`` as a half message (invisible) and start tracking it."""
-        msg.properties[MessageConst.REAL_TOPIC] = msg.topic
-        msg.properties[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
-        msg.sys_flag = MessageSysFlag.reset_transaction_value(msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE)
-        real_topic = msg.topic
-        msg.topic = RMQ_SYS_TRANS_HALF_TOPIC
-        msg.queue_id = 0
-        result = await self.store.put_message(msg)
-        if result.append_result is not None and result.status == PutMessageStatus.PUT_OK:
-            ar = result.append_result
-            self.table.add_pending(ar.logics_offset, real_topic, msg.properties.get(MessageConst.PRODUCER_GROUP, ""),
-                                   ar.store_timestamp // 1000, self._first_check_s(msg, ar.store_timestamp))
+        return await self.prepare_messages([msg])
+
+    async def prepare_messages(self, msgs: Sequence[MessageExt]) -> PutMessageResult:
+        """Store ``msgs`` as half messages with one write (and one flush wait) and start tracking each: a batch
+        of halves, as a Spark sink task sends them. They get consecutive half offsets; ``append_result`` covers
+        the first, and each message carries its own offsets afterwards."""
+        real = [(msg.topic, msg.queue_id) for msg in msgs]
+        for msg in msgs:
+            msg.properties[MessageConst.REAL_TOPIC] = msg.topic
+            msg.properties[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
+            msg.sys_flag = MessageSysFlag.reset_transaction_value(msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE)
+            msg.topic = RMQ_SYS_TRANS_HALF_TOPIC
+            msg.queue_id = 0
+        result = await self.store.put_messages(list(msgs))
+        stored = result.append_result is not None and result.status == PutMessageStatus.PUT_OK
         # The client sees its own topic and queue in the answer, as with RocketMQ.
-        msg.topic = real_topic
-        msg.queue_id = int(msg.properties[MessageConst.REAL_QUEUE_ID])
+        for msg, (topic, queue_id) in zip(msgs, real, strict=True):
+            if stored:
+                self.table.add_pending(msg.queue_offset, topic, msg.properties.get(MessageConst.PRODUCER_GROUP, ""),
+                                       msg.store_timestamp // 1000, self._first_check_s(msg, msg.store_timestamp))
+            msg.topic, msg.queue_id = topic, queue_id
         return result
 
     def _immunity_ms(self, msg: MessageExt) -> int:
