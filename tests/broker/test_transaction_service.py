@@ -161,3 +161,27 @@ def test_a_batch_of_halves_is_one_put_and_each_half_is_tracked_across_a_restart(
         await store.shutdown()
 
     asyncio.run(go())
+
+
+def test_a_decision_uses_the_remembered_half_and_falls_back_to_the_store(tmp_path):
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        service.recent_halves_max_bytes = 4  # room for two 2-byte bodies ("m1", "m2")
+        refs = [await half(service, n) for n in range(1, 4)]  # the first is pushed out by the third
+        reads: list[int] = []
+        real_look = store.look_message_by_offset
+
+        def counting_look(offset: int):
+            reads.append(offset)
+            return real_look(offset)
+        store.look_message_by_offset = counting_look  # type: ignore[method-assign]
+        for off, clo in refs:
+            assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SUCCESS
+        assert reads == [refs[0][1]]  # only the forgotten one was read back
+        assert store.get_max_offset_in_queue("orders", 0) == 3
+        # A repeat finds nothing remembered (taken by the decision) and answers from the table.
+        assert (await end(service, *refs[1], Outcome.COMMIT)).code == ResponseCode.SUCCESS
+        assert reads == [refs[0][1], refs[1][1]] and store.get_max_offset_in_queue("orders", 0) == 3
+        await store.shutdown()
+
+    asyncio.run(go())

@@ -345,6 +345,8 @@ def test_crash_with_sigkill_keeps_every_acknowledged_record(root):
             m = store.look_message_by_offset(off)
             assert (m.body, m.queue_id, m.queue_offset, m.keys) == (body_for(key), qid, qoff, key)
             assert store.get_commit_log_offset_in_queue("crash", qid, qoff) == off
+            # The index (memory-mapped) kept or rebuilt the key: found by query, pointing at this record.
+            assert off in [m.commit_log_offset for m in store.query_message("crash", key)], key
         for qid in range(3):
             got = store.get_message("crash", qid, 0, 100_000, 1 << 30)
             assert got.message_count == store.get_max_offset_in_queue("crash", qid)

@@ -360,7 +360,10 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
                 return
             run = next((m.run for m in got if m.run), "")
             sink_log.record_commit(batchId, run, [i for m in got for i in m.ids])  # the commit point
+            started = time.monotonic()
             left = end_halves(producer, got, commit=True)
+            log.info("batch %d committed: %d rows, their halves ended in %.2fs", batchId, sum(m.rows for m in got),
+                     time.monotonic() - started)
             if left:
                 log.warning("batch %d: %d halves not ended now; check-back commits them", batchId, left)
 

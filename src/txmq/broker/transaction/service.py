@@ -83,7 +83,7 @@ class TransactionMetrics:
 
 class TransactionalMessageService:
     def __init__(self, store: DefaultMessageStore, *, transaction_timeout_ms: int, file_reserved_time_h: float,
-                 snapshot_path: Path | None = None) -> None:
+                 snapshot_path: Path | None = None, recent_halves_max_bytes: int = 32 * 1024 * 1024) -> None:
         self.store = store
         self.table = TransactionStateTable()
         self.metrics = TransactionMetrics()
@@ -97,6 +97,9 @@ class TransactionalMessageService:
         self._snapshot_covers = (-1, -1)
         self._op_queue: dict[str, list[int]] = {}  # op records asked for in this loop iteration
         self._op_written: asyncio.Future[None] | None = None
+        self._recent_halves: dict[int, MessageExt] = {}  # by commit-log offset, oldest first
+        self._recent_bytes = 0
+        self.recent_halves_max_bytes = recent_halves_max_bytes
 
     # --- phase one: the half message ------------------------------------------------------------------
 
@@ -107,23 +110,48 @@ class TransactionalMessageService:
     async def prepare_messages(self, msgs: Sequence[MessageExt]) -> PutMessageResult:
         """Store ``msgs`` as half messages with one write (and one flush wait) and start tracking each: a batch
         of halves, as a Spark sink task sends them. They get consecutive half offsets; ``append_result`` covers
-        the first, and each message carries its own offsets afterwards."""
-        real = [(msg.topic, msg.queue_id) for msg in msgs]
-        for msg in msgs:
-            msg.properties[MessageConst.REAL_TOPIC] = msg.topic
-            msg.properties[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
-            msg.sys_flag = MessageSysFlag.reset_transaction_value(msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE)
-            msg.topic = RMQ_SYS_TRANS_HALF_TOPIC
-            msg.queue_id = 0
-        result = await self.store.put_messages(list(msgs))
+        the first, and each message gets its half's queue offset and commit-log offset. The caller's messages
+        keep their own topic and queue: the client sees them in the answer, as with RocketMQ."""
+        halves = [self._half_of(msg) for msg in msgs]
+        result = await self.store.put_messages(halves)
         stored = result.append_result is not None and result.status == PutMessageStatus.PUT_OK
-        # The client sees its own topic and queue in the answer, as with RocketMQ.
-        for msg, (topic, queue_id) in zip(msgs, real, strict=True):
+        for msg, half in zip(msgs, halves, strict=True):
+            msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
             if stored:
-                self.table.add_pending(msg.queue_offset, topic, msg.properties.get(MessageConst.PRODUCER_GROUP, ""),
-                                       msg.store_timestamp // 1000, self._first_check_s(msg, msg.store_timestamp))
-            msg.topic, msg.queue_id = topic, queue_id
+                self.table.add_pending(half.queue_offset, msg.topic, msg.properties.get(MessageConst.PRODUCER_GROUP, ""),
+                                       half.store_timestamp // 1000, self._first_check_s(half, half.store_timestamp))
+                self._remember(half)
         return result
+
+    @staticmethod
+    def _half_of(msg: MessageExt) -> MessageExt:
+        props = dict(msg.properties)
+        props[MessageConst.REAL_TOPIC] = msg.topic
+        props[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
+        return MessageExt(
+            RMQ_SYS_TRANS_HALF_TOPIC, msg.body, props, flag=msg.flag, queue_id=0,
+            sys_flag=MessageSysFlag.reset_transaction_value(msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE),
+            born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+        )
+
+    def _remember(self, half: MessageExt) -> None:
+        """Keep a stored half for its decision, which usually follows within milliseconds: the commit then
+        neither reads nor decodes it again. Oldest first out past ``recent_halves_max_bytes``."""
+        recent = self._recent_halves
+        recent[half.commit_log_offset] = half
+        self._recent_bytes += len(half.body)
+        while self._recent_bytes > self.recent_halves_max_bytes and recent:
+            self._recent_bytes -= len(recent.pop(next(iter(recent))).body)
+
+    def _half_at(self, commit_log_offset: int) -> MessageExt:
+        """The half message stored at ``commit_log_offset``: remembered, else read from the store (which raises
+        ``StoreError`` when there is none)."""
+        half = self._recent_halves.pop(commit_log_offset, None)
+        if half is not None:
+            self._recent_bytes -= len(half.body)
+            return half
+        return self.store.look_message_by_offset(commit_log_offset)
 
     def _immunity_ms(self, msg: MessageExt) -> int:
         raw = msg.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS)
@@ -161,7 +189,7 @@ class TransactionalMessageService:
         # No await from here to the decisions in _decide: claiming and deciding are one step on the loop.
         for i, (half_offset, commit_log_offset, outcome) in enumerate(entries):
             try:
-                half = self.store.look_message_by_offset(commit_log_offset)
+                half = self._half_at(commit_log_offset)
             except StoreError as exc:
                 results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"Find prepared transaction message failed: {exc}")
                 continue
