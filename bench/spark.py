@@ -3,7 +3,8 @@
 * source: rows/s from a txmq topic into Parquet through the ``txmq`` source, vs the same rows read from Parquet
   into Parquet (the reference);
 * sink: rows/s of a streaming query (availableNow) from a txmq topic into another topic, exactly-once vs
-  at-least-once.
+  at-least-once, after one small warm-up query of each (the first streaming queries of a session pay seconds of
+  one-time costs), alternating, medians; and the broker process's CPU time in each.
 
     .venv/bin/python bench/spark.py [--rows 100000] [--body 200] [--reps 3]
 """
@@ -26,6 +27,12 @@ SINK_MODES = ("at-least-once", "exactly-once")
 WARM_UP_ROWS = 2000
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=100_000)
@@ -37,7 +44,7 @@ def main() -> int:
     cluster = Cluster(root)
     try:
         cluster.start_namesrv()
-        cluster.start_broker("broker-a")
+        broker = cluster.start_broker("broker-a")
         from txmq import Admin, Message, Producer
 
         sinks = [(mode, f"bench-{mode}-{rep}") for rep in range(args.reps) for mode in SINK_MODES]
@@ -90,10 +97,15 @@ def main() -> int:
 
         for mode, topic in warm:  # the first streaming queries of a session pay seconds of one-time costs
             stream("bench-warm", mode, topic)
+        assert broker.popen is not None
+        broker_pid = broker.popen.pid
+        broker_cpu: dict[str, list[float]] = {}
         for i, (mode, topic) in enumerate(sinks):
             print(f"sink run {i + 1}/{len(sinks)}: {mode}", flush=True)
+            cpu_before = process_cpu_s(broker_pid)
             results.setdefault(f"sink {mode}", []).append(timed(lambda mode=mode, topic=topic: stream("bench-in", mode,
                                                                                                     topic)))
+            broker_cpu.setdefault(mode, []).append(process_cpu_s(broker_pid) - cpu_before)
             n = spark.read.format("txmq").option("namesrv", ns).option("topic", topic).load().count()
             assert n == args.rows, (topic, n)  # every row arrived (and, exactly-once, once: no crash here)
         spark.stop()
@@ -104,6 +116,9 @@ def main() -> int:
         for name, times in results.items():
             runs = " ".join(f"{t:.2f}" for t in times)
             print(f"{name:<22} median {med[name]:6.2f}s {args.rows / med[name]:9.0f} rows/s  (runs: {runs} s)")
+        for mode, cpu in broker_cpu.items():
+            print(f"broker CPU, sink {mode:<14} median {statistics.median(cpu):5.2f} s "
+                  f"({statistics.median(cpu) / args.rows * 1e6:.1f} µs per row; the broker is one thread)")
         print(f"source / parquet reference: {med['parquet->parquet'] / med['txmq->parquet']:.0%}")
         print(f"exactly-once / at-least-once: {med['sink at-least-once'] / med['sink exactly-once']:.0%}")
     finally:
