@@ -88,3 +88,41 @@ def test_at_least_once_sink_duplicates_under_the_same_kill(spark: Any, txmq_clus
     counts = _counts(spark, txmq_cluster, "sp-alo-out")
     assert set(counts) == expected  # nothing lost
     assert sum(c - 1 for c in counts.values()) > 0  # batch 1 was sent twice
+
+
+def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> None:
+    """The sink log does not grow without end: records of old batches written before the retention go; the
+    responder then has no record for them (UNKNOWN), so retention must outlast the broker's check window."""
+    import os
+
+    from txmq.message import MessageConst, MessageExt
+    from txmq.spark.writer import P_BATCH, P_RUN, SinkCheckResponder, SinkLog, SinkOptions
+
+    log = SinkLog(str(tmp_path / "txmq-sink"))
+    for batch in range(6):
+        log.record_commit(batch, "run1", [f"id{batch}"])
+    log.record_abort(1, "run0")
+    old = time.time() - 7200
+    for path in [*(tmp_path / "txmq-sink" / "commits").iterdir(), *(tmp_path / "txmq-sink" / "aborts").iterdir()]:
+        if int(path.name.split(".")[0]) < 4:
+            os.utime(path, (old, old))
+    os.utime(tmp_path / "txmq-sink" / "commits" / "5.json", (old, old))  # old, but not below the batch bound
+    responder = SinkCheckResponder(str(tmp_path / "txmq-sink"))
+
+    def check(batch: int) -> str:
+        msg = MessageExt("t", b"x", {P_BATCH: str(batch), P_RUN: "run1",
+                                     MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"id{batch}"})
+        return responder.check_local_transaction(msg).name
+
+    assert check(2) == "COMMIT"  # cached from here on in this responder, as a record is immutable
+    removed = log.prune(below_batch=5, written_before_ms=int((time.time() - 3600) * 1000))
+    assert removed == 5  # commits 0-3 and the abort of batch 1; 4 is recent, 5 is not below the bound
+    assert sorted(p.name for p in (tmp_path / "txmq-sink" / "commits").iterdir()) == ["4.json", "5.json"]
+    assert not list((tmp_path / "txmq-sink" / "aborts").iterdir())
+    fresh = SinkCheckResponder(str(tmp_path / "txmq-sink"))
+    assert fresh.check_local_transaction(MessageExt("t", b"x", {
+        P_BATCH: "0", P_RUN: "run1", MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "id0"})).name == "UNKNOWN"
+    assert check(4) == "COMMIT" and check(5) == "COMMIT"
+    opts = SinkOptions.parse({"namesrv": "127.0.0.1:1", "checkpointLocation": str(tmp_path),
+                              "sinkLogRetentionMinutes": "30"}, streaming=True)
+    assert opts.log_retention_ms == 30 * 60_000

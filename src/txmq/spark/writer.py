@@ -62,6 +62,8 @@ P_BATCH = "TXMQ_SPARK_BATCH"
 P_PARTITION = "TXMQ_SPARK_PARTITION"
 EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "at-least-once"
+KEEP_BATCHES = 100  # never pruned: Spark's own default spark.sql.streaming.minBatchesToRetain
+PRUNE_EVERY_BATCHES = 100
 KILL_HOOK_ENV = "TXMQ_SPARK_TEST_HANG_BEFORE_COMMIT"  # tests: "<marker file>" — hang in commit, before anything
 
 
@@ -74,6 +76,7 @@ class SinkOptions:
     log_dir: str | None
     check_immunity_s: int
     max_in_flight: int
+    log_retention_ms: int
 
     @classmethod
     def parse(cls, options: Any, streaming: bool) -> SinkOptions:
@@ -95,7 +98,8 @@ class SinkOptions:
         return cls(namesrv=namesrv, topic=options.get("topic"), guarantee=guarantee,
                    group=options.get("producerGroup") or f"txmq-spark-sink-{digest}", log_dir=log_dir,
                    check_immunity_s=int(options.get("checkImmunitySeconds", 60)),
-                   max_in_flight=int(options.get("maxInFlight", 2048)))
+                   max_in_flight=int(options.get("maxInFlight", 2048)),
+                   log_retention_ms=int(float(options.get("sinkLogRetentionMinutes", 1440)) * 60_000))
 
 
 def _local_path(location: str) -> str:
@@ -139,6 +143,28 @@ class SinkLog:
 
     def record_abort(self, batch_id: int, run: str) -> None:
         self._write(self.root / "aborts" / f"{batch_id}.{run}", "")
+
+    def prune(self, below_batch: int, written_before_ms: int) -> int:
+        """Delete the records of batches below ``below_batch`` written before ``written_before_ms``; returns how
+        many. A record is only needed to answer the check-back of an orphan of its batch, which the broker asks
+        within its check window (immunity + transactionCheckMax x transactionCheckInterval)."""
+        removed = 0
+        for kind in ("commits", "aborts"):
+            directory = self.root / kind
+            if not directory.is_dir():
+                continue
+            for path in directory.iterdir():
+                batch = path.name.split(".", 1)[0]
+                if not batch.isdigit() or int(batch) >= below_batch:
+                    continue
+                try:
+                    if path.stat().st_mtime * 1000 < written_before_ms:
+                        path.unlink()
+                        self._cache.pop(int(batch), None)
+                        removed += 1
+                except FileNotFoundError:
+                    pass
+        return removed
 
     def spark_committed(self, batch_id: int) -> bool:
         """Spark's own checkpoint: ``commits/<batchId>`` exists once the batch is done."""
@@ -366,6 +392,11 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
                      time.monotonic() - started)
             if left:
                 log.warning("batch %d: %d halves not ended now; check-back commits them", batchId, left)
+            if batchId % PRUNE_EVERY_BATCHES == 0 and batchId >= KEEP_BATCHES:
+                removed = sink_log.prune(batchId - KEEP_BATCHES, int(time.time() * 1000) - self.opts.log_retention_ms)
+                if removed:
+                    log.info("sink log: %d records older than %d minutes removed", removed,
+                             self.opts.log_retention_ms // 60_000)
 
     def abort(self, messages: list[SinkCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         if not self.exactly_once:
