@@ -4,7 +4,7 @@
   into Parquet (the reference);
 * sink: rows/s of a streaming query (availableNow) from a txmq topic into another topic, exactly-once vs
   at-least-once, after one small warm-up query of each (the first streaming queries of a session pay seconds of
-  one-time costs), alternating, medians; and the broker process's CPU time in each.
+  one-time costs), alternating, medians; and the CPU time of the broker process and of the whole machine in each.
 
     .venv/bin/python bench/spark.py [--rows 100000] [--body 200] [--reps 3]
 """
@@ -31,6 +31,12 @@ def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux ``/proc``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_cpu_s() -> float:
+    """CPU seconds all cores of the machine spent busy so far (Linux ``/proc/stat``: all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -100,12 +106,14 @@ def main() -> int:
         assert broker.popen is not None
         broker_pid = broker.popen.pid
         broker_cpu: dict[str, list[float]] = {}
+        busy_cpu: dict[str, list[float]] = {}
         for i, (mode, topic) in enumerate(sinks):
             print(f"sink run {i + 1}/{len(sinks)}: {mode}", flush=True)
-            cpu_before = process_cpu_s(broker_pid)
+            cpu_before, busy_before = process_cpu_s(broker_pid), machine_busy_cpu_s()
             results.setdefault(f"sink {mode}", []).append(timed(lambda mode=mode, topic=topic: stream("bench-in", mode,
                                                                                                     topic)))
             broker_cpu.setdefault(mode, []).append(process_cpu_s(broker_pid) - cpu_before)
+            busy_cpu.setdefault(mode, []).append(machine_busy_cpu_s() - busy_before)
             n = spark.read.format("txmq").option("namesrv", ns).option("topic", topic).load().count()
             assert n == args.rows, (topic, n)  # every row arrived (and, exactly-once, once: no crash here)
         spark.stop()
@@ -117,8 +125,9 @@ def main() -> int:
             runs = " ".join(f"{t:.2f}" for t in times)
             print(f"{name:<22} median {med[name]:6.2f}s {args.rows / med[name]:9.0f} rows/s  (runs: {runs} s)")
         for mode, cpu in broker_cpu.items():
-            print(f"broker CPU, sink {mode:<14} median {statistics.median(cpu):5.2f} s "
-                  f"({statistics.median(cpu) / args.rows * 1e6:.1f} µs per row; the broker is one thread)")
+            print(f"CPU, sink {mode:<14} broker median {statistics.median(cpu):5.2f} s "
+                  f"({statistics.median(cpu) / args.rows * 1e6:.1f} µs per row; one thread), whole machine busy "
+                  f"{statistics.median(busy_cpu[mode]):5.2f} s of {os.cpu_count()} cores")
         print(f"source / parquet reference: {med['parquet->parquet'] / med['txmq->parquet']:.0%}")
         print(f"exactly-once / at-least-once: {med['sink at-least-once'] / med['sink exactly-once']:.0%}")
     finally:
