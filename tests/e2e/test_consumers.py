@@ -9,7 +9,19 @@ from collections import defaultdict
 
 from helpers import Recorder, push_consumer
 
-from txmq import Admin, Message, MessageConst, MessageModel, Producer, PullConsumer, PullStatus, SendStatus
+from txmq import (
+    Admin,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageConst,
+    MessageModel,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+    SendStatus,
+)
 
 
 def test_broadcasting_gives_every_consumer_every_message(cluster):
@@ -179,3 +191,50 @@ def test_tag_expression_delivers_only_matching_tags(cluster):
     with Admin(cluster.namesrv_addr) as admin:
         groups = admin.stats()["broker-a"]["consumerGroups"]
     assert groups["tags_t@g_tags"]["lag"] == 0
+
+
+class SlowListener:
+    """Records each call's size and thread; sleeps like a listener that writes to a database."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sizes: list[int] = []
+        self.threads: set[int] = set()
+        self.bodies: list[bytes] = []
+
+    def __call__(self, msgs):  # type: ignore[no-untyped-def]
+        time.sleep(0.005)
+        with self.lock:
+            self.sizes.append(len(msgs))
+            self.threads.add(threading.get_ident())
+            self.bodies.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+
+def test_concurrent_consumer_calls_the_listener_per_batch_size_on_several_threads(cluster):
+    """One pull's messages are spread over the consume threads (a task per thread, not per message), and each
+    listener call still gets at most ``consume_batch_max_size`` messages."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("conc_t", queue_nums=1)
+    cluster.wait_route("conc_t")
+    with Producer("p_conc", cluster.namesrv_addr) as producer:
+        for i in range(0, 200, 50):
+            producer.send_batch([Message("conc_t", f"c{j}".encode()) for j in range(i, i + 50)])
+    for batch_max in (1, 3):
+        listener = SlowListener()
+        consumer = PushConsumer(f"g_conc_{batch_max}", cluster.namesrv_addr, consume_thread_nums=4,
+                                consume_batch_max_size=batch_max,
+                                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        consumer.subscribe("conc_t")
+        consumer.register_listener(listener)
+        consumer.start()
+        try:
+            deadline = time.monotonic() + 20
+            while len(listener.bodies) < 200 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            consumer.shutdown()
+        assert sorted(listener.bodies) == sorted(f"c{j}".encode() for j in range(200))  # each once
+        assert max(listener.sizes) <= batch_max and sum(listener.sizes) == 200
+        assert len(listener.threads) > 1  # one queue, yet consumed on several threads at once

@@ -118,8 +118,9 @@ class TransactionalMessageService:
         for msg, half in zip(msgs, halves, strict=True):
             msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
             if stored:
-                self.table.add_pending(half.queue_offset, msg.topic, msg.properties.get(MessageConst.PRODUCER_GROUP, ""),
-                                       half.store_timestamp // 1000, self._first_check_s(half, half.store_timestamp))
+                group = msg.properties.get(MessageConst.PRODUCER_GROUP, "")
+                self.table.add_pending(half.queue_offset, msg.topic, group, half.store_timestamp // 1000,
+                                       self._first_check_s(half, half.store_timestamp))
                 self._remember(half)
         return result
 
