@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,20 +38,14 @@ from txmq.client.admin import Admin  # noqa: E402
 from txmq.grpc.protocol import definition_pb2 as pb  # noqa: E402
 from txmq.grpc.protocol import service_pb2 as spb  # noqa: E402
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
-from txmq.server import parse_ready  # noqa: E402
+from txmq.launch import ServerProcess, txmq_command  # noqa: E402
 
 
-def start_server(root: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
+def start_server(root: Path) -> ServerProcess:
     env = dict(os.environ, HOME=str(root), PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([sys.executable, "-m", "txmq.cli", "server", "--store", str(root / "store"), "--port", "0",
-                          "--namesrv-port", "0", "--grpc-port", "0"], stdout=subprocess.PIPE,
-                         stderr=open(root / "server.log", "w"), text=True, env=env, start_new_session=True)  # noqa: SIM115
-    assert p.stdout is not None
-    for line in p.stdout:
-        addrs = parse_ready(line)
-        if addrs is not None:
-            return p, addrs
-    raise RuntimeError((root / "server.log").read_text()[-2000:])
+    args = txmq_command("server", "--store", str(root / "store"), "--port", "0", "--namesrv-port", "0",
+                        "--grpc-port", "0")
+    return ServerProcess(args, root / "server.log", env).start(30)
 
 
 def rate(n: int, seconds: float) -> str:
@@ -144,7 +136,8 @@ def main() -> int:
     args = ap.parse_args()
     body = b"x" * args.body
     with tempfile.TemporaryDirectory() as tmp:
-        proc, addrs = start_server(Path(tmp))
+        server = start_server(Path(tmp))
+        addrs = server.addrs
         try:
             with Admin(addrs["namesrv"]) as admin:
                 admin.create_topic("bench_grpc", 8)
@@ -161,12 +154,7 @@ def main() -> int:
                 t = asyncio.run(grpc_run(addrs["grpc"], "bench_grpc", n, window, body, tx=True))
                 print(f"gRPC     transaction  window {window:3d}: {rate(n, t)}", flush=True)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            server.stop()
     return 0
 
 

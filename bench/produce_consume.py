@@ -26,13 +26,10 @@ import json
 import os
 import platform
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from txmq import bench  # noqa: E402
-from txmq.server import parse_ready  # noqa: E402
+from txmq.launch import ServerProcess, free_port, txmq_command  # noqa: E402
 
 PEERS = ROOT.parent / "shared" / "peers"
 
@@ -49,72 +46,21 @@ def log(*a: object) -> None:
     print(*a, file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class TxmqServer:
-    """``python -m txmq.cli server`` in its own session, on free ports, with a temporary store."""
-
-    def __init__(self, flush: str, root: Path) -> None:
-        self.flush = flush
-        self.root = root / flush.lower()
-        self.root.mkdir(parents=True)
-        self.popen: subprocess.Popen[str] | None = None
-        self.addrs: dict[str, str] = {}
-
-    def start(self, timeout: float = 30.0) -> TxmqServer:
-        conf = self.root / "broker.conf"
-        conf.write_text(f"flushDiskType={self.flush}\nbrokerName=bench-{self.flush.lower()}\n")
-        args = [sys.executable, "-m", "txmq.cli", "server", "--store", str(self.root / "store"),
-                "--port", str(free_port()), "--namesrv-port", str(free_port()), "-c", str(conf)]
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), HOME=str(self.root), PYTHONUNBUFFERED="1")
-        prof_dir = os.environ.get("TXMQ_BROKER_PROFILE")
-        if prof_dir:
-            prof = Path(prof_dir).resolve() / f"broker-{self.flush.lower()}.prof"
-            prof.parent.mkdir(parents=True, exist_ok=True)
-            args[1:3] = ["-m", "cProfile", "-o", str(prof), "-m", "txmq.cli"]
-        self.log_file = open(self.root / "server.log", "w")  # noqa: SIM115 - closed in stop()
-        self.popen = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log_file, text=True, env=env,
-                                      start_new_session=True)
-        ready = threading.Event()
-
-        def read() -> None:
-            assert self.popen is not None and self.popen.stdout is not None
-            for line in self.popen.stdout:
-                addrs = parse_ready(line)
-                if addrs is not None:
-                    self.addrs = addrs
-                    ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(timeout):
-            self.stop()
-            raise RuntimeError(f"txmq server did not start; log: {self.root / 'server.log'}")
-        return self
-
-    @property
-    def pid(self) -> int | None:
-        return self.popen.pid if self.popen else None
-
-    @property
-    def namesrv(self) -> str:
-        return self.addrs["namesrv"]
-
-    def stop(self) -> None:
-        if self.popen is None:
-            return
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-        self.popen = None
-        self.log_file.close()
+def start_txmq(flush: str, root: Path, timeout: float = 30.0) -> ServerProcess:
+    """``txmq server`` in its own session, on free ports, with a temporary store under ``root/<flush>``."""
+    home = root / flush.lower()
+    home.mkdir(parents=True)
+    conf = home / "broker.conf"
+    conf.write_text(f"flushDiskType={flush}\nbrokerName=bench-{flush.lower()}\n")
+    args = txmq_command("server", "--store", str(home / "store"), "--port", str(free_port()),
+                        "--namesrv-port", str(free_port()), "-c", str(conf))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), HOME=str(home), PYTHONUNBUFFERED="1")
+    prof_dir = os.environ.get("TXMQ_BROKER_PROFILE")
+    if prof_dir:
+        prof = Path(prof_dir).resolve() / f"broker-{flush.lower()}.prof"
+        prof.parent.mkdir(parents=True, exist_ok=True)
+        args[1:3] = ["-m", "cProfile", "-o", str(prof), "-m", "txmq.cli"]
+    return ServerProcess(args, home / "server.log", env).start(timeout)
 
 
 def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -138,7 +84,7 @@ def disturbance(row: dict[str, Any]) -> str:
 
 
 def run_txmq(flush: str, a: argparse.Namespace, root: Path) -> dict[str, Any]:
-    server = TxmqServer(flush, root).start()
+    server = start_txmq(flush, root)
     log(f"\n== txmq {flush}: server pid {server.pid}, namesrv {server.namesrv}")
     runs: list[dict[str, Any]] = []
     tx: dict[str, Any] | None = None
@@ -179,7 +125,7 @@ def run_txmq(flush: str, a: argparse.Namespace, root: Path) -> dict[str, Any]:
             log(f"tx: {tx['transactions_s']:,} transactions/s ({a.tx_threads} threads; broker CPU "
                 f"{r.broker_cpu_s} s, client CPU {r.client_cpu_s} s); every committed message consumed once")
     finally:
-        server.stop()
+        server.stop(30)
     return {"flush": flush, "runs": runs, "median": median_row(runs), "tx": tx}
 
 

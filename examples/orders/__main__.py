@@ -8,55 +8,22 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from txmq.server import parse_ready
+from txmq.launch import ServerProcess, free_port, txmq_command
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(root: Path) -> tuple[subprocess.Popen[str], str]:
+def start_server(root: Path) -> ServerProcess:
     conf = root / "broker.conf"
     # Quick check-back for a demo: 2 s until the first check, every second, 3 checks before a discard.
     conf.write_text("transactionTimeOut=2000\ntransactionCheckInterval=1000\ntransactionCheckMax=3\n"
                     "brokerIP1=127.0.0.1\n")
-    args = [sys.executable, "-m", "txmq.cli", "server", "--store", str(root / "store"), "--host", "127.0.0.1",
-            "--port", str(_free_port()), "--namesrv-port", str(_free_port()), "--grpc-port", "-1", "-c", str(conf)]
-    log = open(root / "server.log", "w")  # noqa: SIM115 - the server's stderr for its whole life
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
-    log.close()
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    for line in proc.stdout:
-        addrs = parse_ready(line)
-        if addrs is not None:
-            return proc, addrs["namesrv"]
-        if time.monotonic() > deadline:
-            break
-    proc.kill()
-    raise RuntimeError(f"txmq server did not start; see {root / 'server.log'}")
-
-
-def stop_server(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    if proc.stdout is not None:
-        proc.stdout.close()
+    args = txmq_command("server", "--store", str(root / "store"), "--host", "127.0.0.1", "--port", str(free_port()),
+                        "--namesrv-port", str(free_port()), "--grpc-port", "-1", "-c", str(conf))
+    return ServerProcess(args, root / "server.log").start(30)
 
 
 def spark_session(master: str):  # type: ignore[no-untyped-def]
@@ -82,11 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="txmq-orders-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    proc = None
+    server = None
     namesrv = args.namesrv
     try:
         if namesrv is None:
-            proc, namesrv = start_server(out)
+            server = start_server(out)
+            namesrv = server.namesrv
             print(f"txmq server: name server {namesrv}, store {out / 'store'}", flush=True)
         from examples.orders.audit import run_audit
         from examples.orders.service import run_order_service
@@ -112,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             spark.stop()
     finally:
-        if proc is not None:
-            stop_server(proc)
+        if server is not None:
+            server.stop(20)
     print("outputs:")
     print(f"  revenue per product per minute (Parquet): {out / 'revenue'}")
     print(f"  large-order alerts: txmq topic order-alerts (exactly-once sink; sink log {out}/checkpoints/alerts)")

@@ -8,8 +8,6 @@ once; then the broker's transaction metrics.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,7 +24,8 @@ from txmq import (
     PushConsumer,
     TransactionProducer,
 )
-from txmq.server import parse_ready
+from txmq.launch import ServerProcess, txmq_command
+from txmq.server import print_ready
 
 ORDERS = 12
 TOPIC = "DemoOrders"
@@ -50,17 +49,14 @@ class OrderService:
         return self.outcome.get(msg.transaction_id or "", LocalTransactionState.ROLLBACK)
 
 
-def start_server(store: Path, conf: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    with open(store.parent / "server.log", "w") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen([sys.executable, "-m", "txmq.cli", "server", "--store", str(store), "-c", str(conf)],
-                                stdout=subprocess.PIPE, stderr=log, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        addrs = parse_ready(line)
-        if addrs is not None:
-            print(line.strip())
-            return proc, addrs
-    raise SystemExit(f"txmq server did not start; see {store.parent / 'server.log'}")
+def start_server(store: Path, conf: Path) -> ServerProcess:
+    try:
+        server = ServerProcess(txmq_command("server", "--store", str(store), "-c", str(conf)),
+                               store.parent / "server.log").start(30)
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
+    print_ready(server.addrs)
+    return server
 
 
 def main() -> int:
@@ -68,8 +64,8 @@ def main() -> int:
     conf = work / "broker.conf"
     conf.write_text("transactionTimeOut=2000\ntransactionCheckInterval=1000\nflushDiskType=SYNC_FLUSH\n")
     print(f"starting txmq server (store {work / 'store'}, log {work / 'server.log'})")
-    proc, addrs = start_server(work / "store", conf)
-    namesrv = addrs["namesrv"]
+    server = start_server(work / "store", conf)
+    namesrv = server.namesrv
     os.environ["NAMESRV_ADDR"] = namesrv
     try:
         with Admin(namesrv) as admin:
@@ -112,8 +108,7 @@ def main() -> int:
                       f"pending={tx['pending']} commit latency ms={tx['commitLatencyMs']}")
         return 0 if ok else 1
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        server.stop(30)
         print("txmq server stopped")
 
 

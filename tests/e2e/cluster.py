@@ -4,76 +4,10 @@ ports of 127.0.0.1, with its store in a temporary directory. Tests kill them (SI
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from txmq.server import parse_ready
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class ServerProcess:
-    args: list[str]
-    log_path: Path
-    env: dict[str, str]
-    popen: subprocess.Popen[str] | None = None
-    addrs: dict[str, str] = field(default_factory=dict)
-    reader: threading.Thread | None = None
-
-    def start(self, timeout: float = 20.0) -> ServerProcess:
-        log = open(self.log_path, "a")  # noqa: SIM115 - kept open for the reader thread, closed with the process
-        self.popen = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=log, text=True, env=self.env,
-                                      start_new_session=True)
-        ready = threading.Event()
-
-        def read() -> None:
-            assert self.popen is not None and self.popen.stdout is not None
-            for line in self.popen.stdout:
-                addrs = parse_ready(line)
-                if addrs is not None:
-                    self.addrs = addrs
-                    ready.set()
-            log.close()
-
-        self.reader = threading.Thread(target=read, daemon=True)
-        self.reader.start()
-        if not ready.wait(timeout):
-            self.kill()
-            raise RuntimeError(f"server did not start: {self.args}\n{self.log_path.read_text()[-3000:]}")
-        return self
-
-    @property
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.alive:
-            assert self.popen is not None
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-        if self.popen is not None and self.popen.stdout is not None:
-            if self.reader is not None:
-                self.reader.join(5)
-            self.popen.stdout.close()
-
-    def stop(self) -> None:
-        """Clean stop (SIGTERM): the broker flushes, persists offsets and checkpoints."""
-        self.kill(signal.SIGTERM)
+from txmq.launch import ServerProcess, free_port, txmq_command
 
 
 class Cluster:
@@ -87,7 +21,7 @@ class Cluster:
         self.namesrv_addr = ""
 
     def _proc(self, name: str, args: list[str]) -> ServerProcess:
-        p = ServerProcess([sys.executable, "-m", "txmq.cli", *args], self.root / f"{name}.log", self.env)
+        p = ServerProcess(txmq_command(*args), self.root / f"{name}.log", self.env)
         self.procs.append(p)
         return p
 

@@ -15,17 +15,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from txmq.server import parse_ready
+from txmq.launch import ServerProcess, free_port, txmq_command
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -40,63 +36,14 @@ maxMessageSize=262144
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    popen: subprocess.Popen[str]
-    addrs: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def grpc(self) -> str:
-        return self.addrs["grpc"]
-
-    @property
-    def namesrv(self) -> str:
-        return self.addrs["namesrv"]
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-        if self.popen.stdout is not None:
-            self.popen.stdout.close()
-
-
-def start_server(root: Path, conf: str = BROKER_CONF, timeout: float = 20.0) -> Server:
+def start_server(root: Path, conf: str = BROKER_CONF, timeout: float = 20.0) -> ServerProcess:
     root.mkdir(parents=True, exist_ok=True)
     (root / "broker.conf").write_text(conf)
     (root / "home").mkdir(exist_ok=True)
     env = dict(os.environ, HOME=str(root / "home"), PYTHONUNBUFFERED="1")
-    args = [sys.executable, "-m", "txmq.cli", "server", "--store", str(root / "store"), "--port", "0",
-            "--namesrv-port", str(free_port()), "--grpc-port", "0", "-c", str(root / "broker.conf")]
-    log = open(root / "server.log", "a")  # noqa: SIM115 - closed by the reader thread
-    popen = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True)
-    server = Server(popen)
-    ready = threading.Event()
-
-    def read() -> None:
-        assert popen.stdout is not None
-        for line in popen.stdout:
-            addrs = parse_ready(line)
-            if addrs is not None:
-                server.addrs = addrs
-                ready.set()
-        log.close()
-
-    threading.Thread(target=read, daemon=True).start()
-    if not ready.wait(timeout):
-        server.stop()
-        raise RuntimeError(f"txmq server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
-    return server
+    args = txmq_command("server", "--store", str(root / "store"), "--port", "0", "--namesrv-port", str(free_port()),
+                        "--grpc-port", "0", "-c", str(root / "broker.conf"))
+    return ServerProcess(args, root / "server.log", env).start(timeout)
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +56,7 @@ def grpc_clients() -> None:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     s = start_server(tmp_path_factory.mktemp("grpc-server"))
     try:
         yield s
@@ -118,7 +65,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
-def admin(server: Server) -> Iterator[object]:
+def admin(server: ServerProcess) -> Iterator[object]:
     from txmq.client.admin import Admin
 
     a = Admin(server.namesrv).start()
@@ -172,13 +119,13 @@ class Driver:
 
 
 @pytest.fixture(scope="session")
-def rmq5_py(grpc_clients, server: Server, tmp_path_factory: pytest.TempPathFactory) -> Driver:
+def rmq5_py(grpc_clients, server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Driver:
     return Driver([str(RMQ5_PYTHON), str(HERE / "drivers" / "rmq5_py.py")], tmp_path_factory.mktemp("py-home"),
                   server.grpc)
 
 
 @pytest.fixture(scope="session")
-def rmq5_node(grpc_clients, server: Server, tmp_path_factory: pytest.TempPathFactory) -> Driver:
+def rmq5_node(grpc_clients, server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Driver:
     node = shutil.which("node")
     if node is None:
         pytest.fail("node is not installed (Node 20 is expected on the machine)")
