@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -54,17 +55,22 @@ def rate(n: int, seconds: float) -> str:
 
 # --- remoting -----------------------------------------------------------------------------------------------
 
+def timed(send: Callable[[], object], count: int, window: int) -> float:
+    """Seconds for ``count`` calls of ``send`` after one warm-up call (routes), ``window`` at a time."""
+    send()
+    started = time.perf_counter()
+    if window == 1:
+        for _ in range(count):
+            send()
+    else:
+        with ThreadPoolExecutor(window) as ex:
+            list(ex.map(lambda _: send(), range(count)))
+    return time.perf_counter() - started
+
+
 def remoting_send(namesrv: str, topic: str, count: int, window: int, body: bytes) -> float:
     with Producer("bench_grpc_remoting", namesrv=namesrv) as p:
-        p.send(Message(topic, body))  # route warm-up
-        started = time.perf_counter()
-        if window == 1:
-            for _ in range(count):
-                p.send(Message(topic, body))
-        else:
-            with ThreadPoolExecutor(window) as ex:
-                list(ex.map(lambda _: p.send(Message(topic, body)), range(count)))
-        return time.perf_counter() - started
+        return timed(lambda: p.send(Message(topic, body)), count, window)
 
 
 class Commit(TransactionListener):
@@ -79,15 +85,7 @@ def remoting_tx(namesrv: str, topic: str, count: int, window: int, body: bytes) 
     p = TransactionProducer("bench_grpc_tx", Commit(), namesrv=namesrv)
     p.start()
     try:
-        p.send_message_in_transaction(Message(topic, body))
-        started = time.perf_counter()
-        if window == 1:
-            for _ in range(count):
-                p.send_message_in_transaction(Message(topic, body))
-        else:
-            with ThreadPoolExecutor(window) as ex:
-                list(ex.map(lambda _: p.send_message_in_transaction(Message(topic, body)), range(count)))
-        return time.perf_counter() - started
+        return timed(lambda: p.send_message_in_transaction(Message(topic, body)), count, window)
     finally:
         p.shutdown()
 
