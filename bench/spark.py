@@ -23,20 +23,10 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "e2e"))
 
 from cluster import Cluster
 
+from txmq.bench import Meter
+
 SINK_MODES = ("at-least-once", "exactly-once")
 WARM_UP_ROWS = 2000
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy_cpu_s() -> float:
-    """CPU seconds all cores of the machine spent busy so far (Linux ``/proc/stat``: all but idle and iowait)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -103,17 +93,18 @@ def main() -> int:
 
         for mode, topic in warm:  # the first streaming queries of a session pay seconds of one-time costs
             stream("bench-warm", mode, topic)
-        assert broker.popen is not None
-        broker_pid = broker.popen.pid
         broker_cpu: dict[str, list[float]] = {}
         busy_cpu: dict[str, list[float]] = {}
         for i, (mode, topic) in enumerate(sinks):
             print(f"sink run {i + 1}/{len(sinks)}: {mode}", flush=True)
-            cpu_before, busy_before = process_cpu_s(broker_pid), machine_busy_cpu_s()
-            results.setdefault(f"sink {mode}", []).append(timed(lambda mode=mode, topic=topic: stream("bench-in", mode,
-                                                                                                    topic)))
-            broker_cpu.setdefault(mode, []).append(process_cpu_s(broker_pid) - cpu_before)
-            busy_cpu.setdefault(mode, []).append(machine_busy_cpu_s() - busy_before)
+            meter = Meter(broker.pid)
+            meter.start()
+            stream("bench-in", mode, topic)
+            meter.stop()
+            assert meter.broker_cpu is not None and meter.client_cpu is not None and meter.other_cpu is not None
+            results.setdefault(f"sink {mode}", []).append(meter.elapsed)
+            broker_cpu.setdefault(mode, []).append(meter.broker_cpu)
+            busy_cpu.setdefault(mode, []).append(meter.broker_cpu + meter.client_cpu + meter.other_cpu)
             n = spark.read.format("txmq").option("namesrv", ns).option("topic", topic).load().count()
             assert n == args.rows, (topic, n)  # every row arrived (and, exactly-once, once: no crash here)
         spark.stop()
