@@ -53,9 +53,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return run_process(main())
 
 
-def _print(data: Any, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
 def cmd_topic(args: argparse.Namespace) -> int:
@@ -152,7 +151,7 @@ def cmd_tx(args: argparse.Namespace) -> int:
         if args.action == "list":
             data = admin.tx_list(args.limit)
             if args.json:
-                _print(data, True)
+                _print_json(data)
                 return 0
             for broker, d in data.items():
                 totals = d["totals"][0]
@@ -162,7 +161,7 @@ def cmd_tx(args: argparse.Namespace) -> int:
                         print(f"  {state:9} {t['transactionId']} topic={t['topic']} group={t['group']} "
                               f"age={t['ageS']}s checks={t['checks']} halfOffset={t['halfOffset']}")
         elif args.action == "show":
-            _print(admin.tx_show(args.id), True)
+            _print_json(admin.tx_show(args.id))
         else:
             broker = admin.tx_resume(args.id)
             print(f"transaction {args.id} resumed into checking on {broker}")
@@ -175,7 +174,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with Admin(_namesrv(args)) as admin:
         data = admin.stats()
     if args.json:
-        _print(data, True)
+        _print_json(data)
         return 0
     for broker, s in data.items():
         print(f"broker {broker} {s['broker']['addr']} ({s['broker']['flushDiskType']})")
@@ -224,7 +223,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"txmq bench {args.workload}: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        _print({"topic": topic, **r.to_json()}, True)
+        _print_json({"topic": topic, **r.to_json()})
         return 0
     unit = "transactions" if args.workload == "tx" else "messages"
     cpu = f"client CPU {r.client_cpu_s:.2f} s" if r.client_cpu_s is not None else ""
@@ -244,14 +243,19 @@ def build_parser() -> argparse.ArgumentParser:
     def namesrv_opt(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("-n", "--namesrv", help="name server HOST:PORT (default $NAMESRV_ADDR or 127.0.0.1:9876)")
 
+    def broker_opts(sp: argparse.ArgumentParser) -> None:
+        """What ``server`` and ``broker`` both pass on to the broker's config."""
+        sp.add_argument("--grpc-port", type=int, default=None,
+                        help="RocketMQ 5 gRPC port (default 8081, 0: free, -1: off)")
+        sp.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
+        sp.add_argument("-c", "--config", help="RocketMQ broker.conf")
+
     s = sub.add_parser("server", help="name server + broker in one process (the embedded default)")
     s.add_argument("--store", help="store directory (default ~/store)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=None, help="broker port (default 10911)")
     s.add_argument("--namesrv-port", type=int, default=9876)
-    s.add_argument("--grpc-port", type=int, default=None, help="RocketMQ 5 gRPC port (default 8081, 0: free, -1: off)")
-    s.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
-    s.add_argument("-c", "--config", help="RocketMQ broker.conf")
+    broker_opts(s)
     s.set_defaults(fn=cmd_server)
 
     s = sub.add_parser("namesrv", help="a name server")
@@ -265,9 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=None)
     s.add_argument("--store")
     s.add_argument("--broker-name")
-    s.add_argument("--grpc-port", type=int, default=None, help="RocketMQ 5 gRPC port (default 8081, 0: free, -1: off)")
-    s.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
-    s.add_argument("-c", "--config", help="RocketMQ broker.conf")
+    broker_opts(s)
     s.set_defaults(fn=cmd_broker)
 
     s = sub.add_parser("topic", help="create, list or delete topics")
@@ -337,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("topic",) and args.action != "list" and not args.topic:
+    if args.command == "topic" and args.action != "list" and not args.topic:
         print("txmq topic: a topic name is required", file=sys.stderr)
         return 2
     if args.command == "tx" and args.action != "list" and not args.id:

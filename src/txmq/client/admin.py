@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import orjson
@@ -18,7 +17,7 @@ from txmq.topic import PermName, check_topic
 
 class Admin(ClientBase):
     def __init__(self, namesrv: str | None = None) -> None:
-        super().__init__(namesrv, f"admin-{os.getpid()}-{id(self):x}")
+        super().__init__(namesrv, None, "admin")
 
     # --- cluster --------------------------------------------------------------------------------------
 

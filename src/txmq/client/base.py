@@ -23,9 +23,11 @@ def default_namesrv(namesrv: str | None) -> str:
 
 
 class ClientBase:
-    def __init__(self, namesrv: str | None, instance_name: str) -> None:
+    def __init__(self, namesrv: str | None, instance_name: str | None, name_prefix: str) -> None:
+        """``instance_name`` defaults to ``<name_prefix>-<pid>-<id>``: unique per object, so two clients of one
+        group in one process are two members of the group (RocketMQ's instanceName)."""
         self.namesrv = default_namesrv(namesrv)
-        self.instance_name = instance_name
+        self.instance_name = instance_name or f"{name_prefix}-{os.getpid()}-{id(self):x}"
         self._runtime: ClientRuntime | None = None
         self.instance: MQClientInstance | None = None
 

@@ -19,7 +19,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import os
 import threading
 import time
 import zlib
@@ -119,7 +118,7 @@ class PushConsumer(ClientBase):
                  pull_threshold: int = 1000, rebalance_interval_s: float = 20.0, suspend_timeout_ms: int = 15_000,
                  persist_interval_s: float = 5.0, suspend_s: float = 1.0, instance_name: str | None = None) -> None:
         check_group(group)
-        super().__init__(namesrv, instance_name or f"{group}-{os.getpid()}-{id(self):x}")
+        super().__init__(namesrv, instance_name, group)
         self.group = group
         self.message_model = message_model
         self.consume_from_where = consume_from_where

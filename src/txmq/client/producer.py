@@ -22,7 +22,6 @@ import concurrent.futures
 import functools
 import itertools
 import logging
-import os
 import threading
 import time
 import zlib
@@ -54,8 +53,6 @@ MessageQueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue
 # Codes after which another broker may do better (RocketMQ's retryResponseCodes).
 _RETRY_CODES = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
                 ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION}
-
-
 
 _SEND_FUTURE_LOCK = threading.Lock()
 
@@ -177,7 +174,7 @@ class Producer(ClientBase):
                  compress_threshold: int = 0, batch_max_messages: int = 128, batch_max_bytes: int = 1024 * 1024,
                  instance_name: str | None = None) -> None:
         check_group(group)
-        super().__init__(namesrv, instance_name or f"{group}-{os.getpid()}-{id(self):x}")
+        super().__init__(namesrv, instance_name, group)
         self.group = group
         self.send_timeout_s = send_timeout_s
         self.retry_times = retry_times

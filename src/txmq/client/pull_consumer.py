@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -44,7 +43,7 @@ _PULL_STATUS: dict[int, PullStatus] = {
 class PullConsumer(ClientBase):
     def __init__(self, group: str, namesrv: str | None = None, *, instance_name: str | None = None) -> None:
         check_group(group)
-        super().__init__(namesrv, instance_name or f"{group}-{os.getpid()}-{id(self):x}")
+        super().__init__(namesrv, instance_name, group)
         self.group = group
 
     def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:

@@ -168,15 +168,15 @@ class TransactionProducer(Producer):
     async def _end_transaction(self, result: SendResult, state: LocalTransactionState,
                                error: BaseException | None) -> None:
         assert self.instance is not None
-        _, commit_log_offset = decode_offset_msg_id(result.offset_msg_id)
+        ref = HalfMessageRef.of(result)
         header = EndTransactionRequestHeader(
-            producer_group=self.group, tran_state_table_offset=result.queue_offset,
-            commit_log_offset=commit_log_offset, commit_or_rollback=state.sys_flag, from_transaction_check=False,
+            producer_group=self.group, tran_state_table_offset=ref.tran_state_table_offset,
+            commit_log_offset=ref.commit_log_offset, commit_or_rollback=state.sys_flag, from_transaction_check=False,
             msg_id=result.msg_id, transaction_id=result.transaction_id or result.msg_id)
         cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext(), oneway=True)
         if error is not None:
             cmd.remark = f"executeLocalTransactionBranch exception: {error!r}"
-        await self.instance.remoting.invoke_oneway(self.instance.broker_addr(result.message_queue.broker_name), cmd)
+        await self.instance.remoting.invoke_oneway(self.instance.broker_addr(ref.broker_name), cmd)
 
     def end_transactions(self, ends: Sequence[tuple[HalfMessageRef, LocalTransactionState]], *, chunk: int = 1000,
                          in_flight: int = 4, timeout_s: float = 30.0) -> list[EndTransactionAnswer]:
