@@ -40,6 +40,11 @@ def receive(stub, md, topic: str, group: str, invisible_s: int = 30, poll_ms: in
     return list(stub.ReceiveMessage(req, metadata=md, timeout=10))
 
 
+def received(responses: list) -> list[pb.Message]:
+    """The messages of a ReceiveMessage answer (without its status and delivery timestamp)."""
+    return [x.message for x in responses if x.HasField("message")]
+
+
 def test_unknown_topic(stub):
     s, md = stub
     r = s.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="no_such_topic")), metadata=md, timeout=5)
@@ -96,10 +101,10 @@ def test_stale_receipt_handle_after_redelivery(stub, topic):
     s, md = stub
     assert s.SendMessage(spb.SendMessageRequest(messages=[message(topic, b"once")]), metadata=md,
                          timeout=5).status.code == Code.OK
-    first = [x.message for x in receive(s, md, topic, "stale", invisible_s=1) if x.HasField("message")]
+    first = received(receive(s, md, topic, "stale", invisible_s=1))
     assert [m.body for m in first] == [b"once"]
     time.sleep(1.2)
-    again = [x.message for x in receive(s, md, topic, "stale", invisible_s=30) if x.HasField("message")]
+    again = received(receive(s, md, topic, "stale", invisible_s=30))
     assert [m.system_properties.delivery_attempt for m in again] == [2]
     ack = spb.AckMessageRequest(group=pb.Resource(name="stale"), topic=pb.Resource(name=topic), entries=[
         spb.AckMessageEntry(message_id=first[0].system_properties.message_id,
@@ -129,7 +134,7 @@ def test_transaction_first_decision_wins_and_commits_once(stub, topic):
     assert end(pb.COMMIT, pb.SOURCE_SERVER_CHECK).code == Code.OK  # a repeat changes nothing
     refused = end(pb.ROLLBACK)
     assert refused.code == Code.PRECONDITION_FAILED and "first decision wins" in refused.message
-    got = [x.message.body for x in receive(s, md, topic, "txg") if x.HasField("message")]
+    got = [m.body for m in received(receive(s, md, topic, "txg"))]
     assert got == [b"tx"]
     bad = s.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic), message_id=mid,
                                                      transaction_id="not-a-transaction", resolution=pb.COMMIT),

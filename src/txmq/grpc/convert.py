@@ -59,6 +59,10 @@ def timestamp_ms(ms: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def ms_of_timestamp(ts: timestamp_pb2.Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
 def duration_ms(d: duration_pb2.Duration) -> int:
     return d.seconds * 1000 + d.nanos // 1_000_000
 
@@ -72,7 +76,7 @@ def delivery_ms(ts: timestamp_pb2.Timestamp) -> int:
     past the year 5000 in seconds is read as milliseconds."""
     if ts.seconds > 100_000_000_000:
         return ts.seconds
-    return ts.seconds * 1000 + ts.nanos // 1_000_000
+    return ms_of_timestamp(ts)
 
 
 def now_ms() -> int:

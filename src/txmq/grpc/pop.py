@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from txmq.errors import InvalidMessageError, StoreError
-from txmq.grpc.convert import Code, GrpcStatusError, ReceiptHandle
+from txmq.grpc.convert import Code, GrpcStatusError, ReceiptHandle, now_ms
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import GetMessageStatus
 from txmq.topic import PermName, dlq_topic
@@ -113,7 +113,7 @@ class PopService:
             if got or left <= 0:
                 return got
             if next_deadline_ms is not None:
-                left = min(left, max(0.01, (next_deadline_ms - time.time() * 1000) / 1000))
+                left = min(left, max(0.01, (next_deadline_ms - now_ms()) / 1000))
             await self._wait(topic, left)
 
     # --- receive ----------------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ class PopService:
         start = next(self._rotation) % len(queues)
         out: list[Delivery] = []
         earliest: int | None = None
-        now = int(time.time() * 1000)
+        now = now_ms()
         for q in queues[start:] + queues[:start]:
             st = self._state(group, topic, q)
             due = await self._redeliver(group, topic, q, st, now, batch - len(out), invisible_ms, out)
@@ -254,7 +254,7 @@ class PopService:
         _, e = self._entry(group, handle)
         if e is None:
             raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "the message was already acked")
-        e.deadline_ms = int(time.time() * 1000) + invisible_ms
+        e.deadline_ms = now_ms() + invisible_ms
         e.token = next(_tokens)
         self._on_arrival(handle.topic, handle.queue_id, 0)  # a receive waiting for this deadline re-plans
         return ReceiptHandle(handle.topic, handle.queue_id, handle.queue_offset, e.commit_log_offset, e.token)

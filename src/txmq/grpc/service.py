@@ -32,6 +32,7 @@ from txmq.grpc.convert import (
     duration,
     duration_ms,
     from_pb_message,
+    ms_of_timestamp,
     now_ms,
     parse_transaction_id,
     status,
@@ -80,6 +81,21 @@ def _client_id(context: grpc.aio.ServicerContext) -> str:
         if key == CLIENT_ID_HEADER:
             return str(value)
     return ""
+
+
+def _receipt_handle(text: str, topic: str) -> ReceiptHandle:
+    """The handle of a request about ``topic``; INVALID_RECEIPT_HANDLE when malformed or of another topic."""
+    handle = ReceiptHandle.decode(text)
+    if handle.topic != topic:
+        raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is for another topic")
+    return handle
+
+
+def _overall_status(statuses: list[pb.Status], what: str) -> pb.Status:
+    """The status of a request with one result per entry: theirs when they agree, else MULTIPLE_RESULTS."""
+    if len({st.code for st in statuses}) == 1:
+        return status(statuses[0].code, statuses[0].message)
+    return status(Code.MULTIPLE_RESULTS, f"the {what} had different results")
 
 
 def _peer_host(context: grpc.aio.ServicerContext) -> tuple[str, int]:
@@ -262,13 +278,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for m in request.messages:
             entries.append(await self._guard(lambda s: spb.SendResultEntry(status=s), self._send_one(m, born),
                                              "SendMessage"))
-        codes = {e.status.code for e in entries}
-        if len(codes) == 1:
-            first = entries[0].status
-            overall = status(first.code, first.message)
-        else:
-            overall = status(Code.MULTIPLE_RESULTS, "the messages had different results")
-        return spb.SendMessageResponse(status=overall, entries=entries)
+        return spb.SendMessageResponse(status=_overall_status([e.status for e in entries], "messages"),
+                                       entries=entries)
 
     async def _send_one(self, m: pb.Message, born: tuple[str, int]) -> spb.SendResultEntry:
         broker = self.broker
@@ -315,8 +326,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if sp.HasField("orphaned_transaction_recovery_duration"):
                 secs = -(-duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
                 props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(1, secs))
-        born_ms = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if \
-            sp.HasField("born_timestamp") else now_ms()
+        born_ms = ms_of_timestamp(sp.born_timestamp) if sp.HasField("born_timestamp") else now_ms()
         msg = MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=born_ms, born_host=born,
                          store_host=broker.store_host)
         try:
@@ -420,29 +430,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for entry in request.entries:
             st = status()
             try:
-                handle = ReceiptHandle.decode(entry.receipt_handle)
-                if handle.topic != request.topic.name:
-                    raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is for another topic")
-                self.pop.ack(group, handle)
+                self.pop.ack(group, _receipt_handle(entry.receipt_handle, request.topic.name))
             except GrpcStatusError as exc:
                 st = status(exc.code, exc.message)
             results.append(spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                                      status=st))
-        codes = {r.status.code for r in results}
-        if not results:
-            overall = status(Code.BAD_REQUEST, "no entries")
-        elif len(codes) == 1:
-            overall = status(results[0].status.code, results[0].status.message)
-        else:
-            overall = status(Code.MULTIPLE_RESULTS, "the entries had different results")
+        overall = _overall_status([r.status for r in results], "entries") if results else \
+            status(Code.BAD_REQUEST, "no entries")
         return spb.AckMessageResponse(status=overall, entries=results)
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
         def body() -> spb.ChangeInvisibleDurationResponse:
-            handle = ReceiptHandle.decode(request.receipt_handle)
-            if handle.topic != request.topic.name:
-                raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is for another topic")
+            handle = _receipt_handle(request.receipt_handle, request.topic.name)
             ms = duration_ms(request.invisible_duration)
             if not 0 <= ms <= MAX_INVISIBLE_MS:
                 raise GrpcStatusError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {ms} ms is out of range")
@@ -454,9 +454,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
                                               context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
         async def body() -> spb.ForwardMessageToDeadLetterQueueResponse:
-            handle = ReceiptHandle.decode(request.receipt_handle)
-            if handle.topic != request.topic.name:
-                raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is for another topic")
+            handle = _receipt_handle(request.receipt_handle, request.topic.name)
             await self.pop.forward_to_dead_letter(request.group.name, handle)
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status())
         return await self._guard(lambda s: spb.ForwardMessageToDeadLetterQueueResponse(status=s), body(),
@@ -498,8 +496,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             elif request.query_offset_policy == pb.END:
                 offset = store.get_max_offset_in_queue(topic, q)
             else:
-                ts = request.timestamp.seconds * 1000 + request.timestamp.nanos // 1_000_000
-                offset = store.get_offset_in_queue_by_time(topic, q, ts)
+                offset = store.get_offset_in_queue_by_time(topic, q, ms_of_timestamp(request.timestamp))
             return spb.QueryOffsetResponse(status=status(), offset=offset)
         return await self._guard(lambda s: spb.QueryOffsetResponse(status=s), body, "QueryOffset")
 
