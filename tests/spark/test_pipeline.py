@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import spark_env
 from standalone import kill_processes_under
 
 ROOT = Path(__file__).parent.parent.parent
@@ -67,8 +68,7 @@ def test_orders_pipeline_cli_on_a_master(spark_master: tuple[str, Any], tmp_path
     import pyarrow.parquet as pq
 
     url, cluster = spark_master
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1", "TXMQ_ORDERS_CLEANUP": "0"}
+    env = {**os.environ, **spark_env(), "TXMQ_ORDERS_CLEANUP": "0"}
     args = [sys.executable, "-m", "examples.orders", "--orders", "120", "--out", str(tmp_path), "--master", url]
     with subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as proc:

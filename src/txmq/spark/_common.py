@@ -42,6 +42,14 @@ def split_key(key: str) -> tuple[str, int]:
     return broker, int(qid)
 
 
+def namesrv_option(options: Any) -> str:
+    """The ``namesrv`` option (alias ``namesrvAddr``), which every reader and writer needs."""
+    namesrv = options.get("namesrv") or options.get("namesrvAddr")
+    if not namesrv:
+        raise OptionError("option 'namesrv' (host:port of the txmq name server) is required")
+    return str(namesrv)
+
+
 def parse_offsets(text: str | None, default: str) -> str | dict[str, dict[str, int]]:
     """``earliest``, ``latest`` or ``{"topic": {"broker-a:0": 12, "broker-a:1": -2}}`` (-2 earliest, -1 latest)."""
     text = (text or default).strip()
@@ -78,9 +86,7 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Any, streaming: bool) -> SourceOptions:
-        namesrv = options.get("namesrv") or options.get("namesrvAddr")
-        if not namesrv:
-            raise OptionError("option 'namesrv' (host:port of the txmq name server) is required")
+        namesrv = namesrv_option(options)
         raw = options.get("topic") or options.get("topics") or options.get("subscribe")
         if not raw:
             raise OptionError("option 'topic' (one topic, or several separated by commas) is required")

@@ -73,15 +73,20 @@ class QueueRange(InputPartition):
 
 # --- the driver side: queues and their offsets -----------------------------------------------------------
 
-def _consumer(opts: SourceOptions) -> PullConsumer:
-    return cached_client(("pull", opts.namesrv, opts.group), lambda: PullConsumer(opts.group, opts.namesrv))
+def _pull_key(namesrv: str, group: str) -> tuple[str, ...]:
+    return ("pull", namesrv, group)
+
+
+def _consumer(namesrv: str, group: str) -> PullConsumer:
+    """This process's started ``PullConsumer`` of ``group``: the driver's and each Python worker's tasks share it."""
+    return cached_client(_pull_key(namesrv, group), lambda: PullConsumer(group, namesrv))
 
 
 def queue_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]]]:
     """topic → "broker:qid" → (min offset, max offset) as the brokers have them now."""
     out: dict[str, dict[str, tuple[int, int]]] = {}
     for attempt in range(3):
-        consumer = _consumer(opts)
+        consumer = _consumer(opts.namesrv, opts.group)
         try:
             for topic in opts.topics:
                 queues = _queues(consumer, opts.namesrv, topic)
@@ -89,7 +94,7 @@ def queue_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]]]:
                               for q in queues}
             return out
         except ClientError:
-            drop_client(("pull", opts.namesrv, opts.group))
+            drop_client(_pull_key(opts.namesrv, opts.group))
             if attempt == 2:
                 raise
             time.sleep(0.5)
@@ -143,8 +148,7 @@ def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[Q
 def read_range(part: QueueRange, group: str = "txmq-spark-reader") -> Iterator[pa.RecordBatch]:
     if not isinstance(part, QueueRange):  # Spark plans one empty partition when there are none
         return
-    key = ("pull", part.namesrv, group)
-    consumer: PullConsumer = cached_client(key, lambda: PullConsumer(group, part.namesrv))
+    consumer = _consumer(part.namesrv, group)
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
     cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
     offset, failures = part.start, 0
@@ -157,8 +161,8 @@ def read_range(part: QueueRange, group: str = "txmq-spark-reader") -> Iterator[p
             failures += 1
             if failures > 5:
                 raise
-            drop_client(key)
-            consumer = cached_client(key, lambda: PullConsumer(group, part.namesrv))
+            drop_client(_pull_key(part.namesrv, group))
+            consumer = _consumer(part.namesrv, group)
             time.sleep(0.2 * failures)
             continue
         if result.status == PullStatus.OFFSET_ILLEGAL:  # retention removed the start of the range

@@ -50,9 +50,9 @@ from txmq.client.producer import Producer
 from txmq.client.transaction import HalfMessageRef, LocalTransactionState, TransactionProducer
 from txmq.errors import ClientError
 from txmq.fileio import write_atomic
-from txmq.message import Message, MessageConst, MessageExt, decode_offset_msg_id
+from txmq.message import Message, MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
-from txmq.spark._common import OptionError, cached_client, drop_client
+from txmq.spark._common import OptionError, cached_client, drop_client, namesrv_option
 
 log = logging.getLogger("txmq.spark")
 
@@ -80,9 +80,7 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Any, streaming: bool) -> SinkOptions:
-        namesrv = options.get("namesrv") or options.get("namesrvAddr")
-        if not namesrv:
-            raise OptionError("option 'namesrv' (host:port of the txmq name server) is required")
+        namesrv = namesrv_option(options)
         guarantee = options.get("deliveryGuarantee", EXACTLY_ONCE if streaming else AT_LEAST_ONCE).lower()
         if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
             raise OptionError(f"deliveryGuarantee must be {EXACTLY_ONCE} or {AT_LEAST_ONCE}, not {guarantee!r}")
@@ -122,12 +120,17 @@ class SinkLog:
         self.root = Path(root)
         self._cache: dict[int, dict[str, Any]] = {}
 
+    def _commit_path(self, batch_id: int) -> Path:
+        return self.root / "commits" / f"{batch_id}.json"
+
+    def _abort_path(self, batch_id: int, run: str) -> Path:
+        return self.root / "aborts" / f"{batch_id}.{run}"
+
     def committed(self, batch_id: int) -> dict[str, Any] | None:
         rec = self._cache.get(batch_id)
         if rec is None:
-            path = self.root / "commits" / f"{batch_id}.json"
             try:
-                rec = json.loads(path.read_bytes())
+                rec = json.loads(self._commit_path(batch_id).read_bytes())
             except FileNotFoundError:
                 return None
             rec["idset"] = frozenset(rec["ids"])
@@ -135,14 +138,14 @@ class SinkLog:
         return rec
 
     def record_commit(self, batch_id: int, run: str, ids: list[str]) -> None:
-        self._write(self.root / "commits" / f"{batch_id}.json",
-                    json.dumps({"batch": batch_id, "run": run, "ids": ids, "time_ms": int(time.time() * 1000)}))
+        record = {"batch": batch_id, "run": run, "ids": ids, "time_ms": int(time.time() * 1000)}
+        write_atomic(self._commit_path(batch_id), json.dumps(record).encode())
 
     def aborted(self, batch_id: int, run: str) -> bool:
-        return (self.root / "aborts" / f"{batch_id}.{run}").exists()
+        return self._abort_path(batch_id, run).exists()
 
     def record_abort(self, batch_id: int, run: str) -> None:
-        self._write(self.root / "aborts" / f"{batch_id}.{run}", "")
+        write_atomic(self._abort_path(batch_id, run), b"")
 
     def prune(self, below_batch: int, written_before_ms: int) -> int:
         """Delete the records of batches below ``below_batch`` written before ``written_before_ms``; returns how
@@ -169,10 +172,6 @@ class SinkLog:
     def spark_committed(self, batch_id: int) -> bool:
         """Spark's own checkpoint: ``commits/<batchId>`` exists once the batch is done."""
         return (self.root.parent / "commits" / str(batch_id)).exists()
-
-    @staticmethod
-    def _write(path: Path, text: str) -> None:
-        write_atomic(path, text.encode())
 
 
 class SinkCheckResponder:
@@ -212,9 +211,12 @@ def start_check_responder(namesrv: str, checkpoint_location: str | None = None, 
     once the restarted query has committed their batch."""
     opts = SinkOptions.parse({"namesrv": namesrv, "checkpointLocation": checkpoint_location,
                               "sinkLogDir": sink_log_dir, "producerGroup": producer_group}, streaming=True)
+    return _new_responder(opts).start()
+
+
+def _new_responder(opts: SinkOptions) -> TransactionProducer:
     assert opts.log_dir is not None
-    producer = TransactionProducer(opts.group, SinkCheckResponder(opts.log_dir), opts.namesrv)
-    return producer.start()
+    return TransactionProducer(opts.group, SinkCheckResponder(opts.log_dir), opts.namesrv)
 
 
 # --- tasks: rows to messages ----------------------------------------------------------------------------
@@ -273,15 +275,15 @@ def write_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], transa
     producer: Producer = cached_client(key, lambda: Producer(f"{opts.group}-task", opts.namesrv,
                                                              max_in_flight=opts.max_in_flight))
     out = SinkCommitMessage(partition, 0, run)
-    tags = {P_QUERY: query, P_RUN: run, P_BATCH: str(batch_id), P_PARTITION: str(partition)}
+    # The properties that make a row a half message of this batch: the same for every row, built once.
+    half = {P_QUERY: query, P_RUN: run, P_BATCH: str(batch_id), P_PARTITION: str(partition),
+            MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: opts.group,
+            MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS: str(opts.check_immunity_s)}
     futures = []
     try:
         for msg in _rows(opts, batches):
             if transactional:
-                msg.properties.update(tags)
-                msg.properties[MessageConst.TRANSACTION_PREPARED] = "true"
-                msg.properties[MessageConst.PRODUCER_GROUP] = opts.group
-                msg.properties[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(opts.check_immunity_s)
+                msg.properties.update(half)
             futures.append(producer.send_async(msg))
         for fut in futures:
             result = fut.result(60)
@@ -289,9 +291,10 @@ def write_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], transa
             if result.message_queue.topic not in out.topics:
                 out.topics.append(result.message_queue.topic)
             if transactional:
-                out.brokers.append(result.message_queue.broker_name)
-                out.half_offsets.append(result.queue_offset)
-                out.commit_log_offsets.append(decode_offset_msg_id(result.offset_msg_id)[1])
+                ref = HalfMessageRef.of(result)
+                out.brokers.append(ref.broker_name)
+                out.half_offsets.append(ref.tran_state_table_offset)
+                out.commit_log_offsets.append(ref.commit_log_offset)
                 out.ids.append(result.msg_id)
     except ClientError:
         drop_client(key)
@@ -328,10 +331,9 @@ def end_halves(producer: TransactionProducer, messages: list[SinkCommitMessage],
 
 
 def _responder(opts: SinkOptions) -> TransactionProducer:
+    """The driver's started responder of this sink, shared by its commits (one per process, log dir and group)."""
     assert opts.log_dir is not None
-    log_dir = opts.log_dir
-    return cached_client(("responder", opts.namesrv, opts.group, log_dir),
-                         lambda: TransactionProducer(opts.group, SinkCheckResponder(log_dir), opts.namesrv))
+    return cached_client(("responder", opts.namesrv, opts.group, opts.log_dir), lambda: _new_responder(opts))
 
 
 _commit_lock = threading.Lock()
