@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from txmq.client.base import ClientBase
+from txmq.client.instance import master_addrs
 from txmq.errors import BrokerError, ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -26,8 +27,7 @@ class Admin(ClientBase):
         resp = await self.instance.invoke_namesrv(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerError(resp.code, resp.remark)
-        table = orjson.loads(resp.body).get("brokerAddrTable") or {}
-        out = {name: bd["brokerAddrs"]["0"] for name, bd in table.items() if "0" in (bd.get("brokerAddrs") or {})}
+        out = master_addrs(resp.body)
         self.instance.broker_addrs.update(out)
         return out
 

@@ -62,6 +62,13 @@ def parse_route(topic: str, data: dict[str, Any]) -> TopicRoute:
     return TopicRoute(pub, sub, addrs)
 
 
+def master_addrs(cluster_info: bytes) -> dict[str, str]:
+    """Broker name → master address, from the body of a GET_BROKER_CLUSTER_INFO answer."""
+    table = orjson.loads(cluster_info).get("brokerAddrTable") or {}
+    return {name: bd["brokerAddrs"][MASTER_ID] for name, bd in table.items()
+            if MASTER_ID in (bd.get("brokerAddrs") or {})}
+
+
 def local_ip() -> str:
     with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface
@@ -170,8 +177,7 @@ class MQClientInstance:
         resp = await self.invoke_namesrv(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
         if resp.code != ResponseCode.SUCCESS or not resp.body:
             raise BrokerError(resp.code, resp.remark)
-        table = orjson.loads(resp.body).get("brokerAddrTable") or {}
-        found = {name: bd["brokerAddrs"]["0"] for name, bd in table.items() if "0" in (bd.get("brokerAddrs") or {})}
+        found = master_addrs(resp.body)
         new = {n: a for n, a in found.items() if self.broker_addrs.get(n) != a}
         self.broker_addrs.update(found)
         if new:
