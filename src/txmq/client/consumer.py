@@ -411,11 +411,12 @@ class PushConsumer(ClientBase):
             status = self._call_listener(msgs)
             failed: list[MessageExt] = []
             if status != ConsumeStatus.SUCCESS:
-                failed = [m for m in msgs if not self._send_back(m, 0)]
-            done = [m for m in msgs if m not in failed]
+                failed = [m for m in msgs if not self._send_back(m, pq.mq.broker_name, 0)]
+            kept = {m.queue_offset for m in failed}
             with self._lock:
-                for m in done:
-                    pq.msgs.pop(m.queue_offset, None)
+                for m in msgs:
+                    if m.queue_offset not in kept:
+                        pq.msgs.pop(m.queue_offset, None)
         finally:
             with self._lock:
                 pq.consuming -= 1
@@ -425,19 +426,17 @@ class PushConsumer(ClientBase):
     def _retry_later(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         asyncio.get_running_loop().call_later(5.0, lambda: self._pool.submit(self._consume_concurrently, pq, msgs))
 
-    def _send_back(self, msg: MessageExt, delay_level: int) -> bool:
-        """Hand ``msg`` back to its broker for a later retry (or the DLQ); False when that failed."""
+    def _send_back(self, msg: MessageExt, broker_name: str, delay_level: int) -> bool:
+        """Hand ``msg`` back to ``broker_name``, the broker it was pulled from (its commit-log offset means
+        something there only), for a later retry (or the DLQ); False when that failed."""
         if self._runtime is None or self.instance is None:
             return False
         header = ConsumerSendMsgBackRequestHeader(
             offset=msg.commit_log_offset, group=self.group, delay_level=delay_level, origin_msg_id=msg.msg_id,
             origin_topic=msg.topic, max_reconsume_times=self.max_reconsume_times)
-        broker = next((mq.broker_name for mq in self.queues if mq.topic in (msg.topic, retry_topic(self.group))), None)
-        if broker is None:
-            return False
         cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext())
         try:
-            resp = self._runtime.call(self.instance.invoke_broker(broker, cmd), 10)
+            resp = self._runtime.call(self.instance.invoke_broker(broker_name, cmd), 10)
         except ClientError as exc:
             log.warning("send back of %s failed: %s", msg.msg_id, exc)
             return False
@@ -500,7 +499,7 @@ class PushConsumer(ClientBase):
                         time.sleep(self.suspend_s)
                         continue
                     for m in batch:  # out of retries: to the dead-letter topic, then go on in order
-                        self._send_back(m, -1)
+                        self._send_back(m, pq.mq.broker_name, -1)
                 with self._lock:
                     for m in batch:
                         pq.msgs.pop(m.queue_offset, None)
