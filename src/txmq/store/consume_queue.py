@@ -83,19 +83,22 @@ class ConsumeQueue:
                 lo = mid + 1
         return lo
 
-    def correct_min_offset(self, min_phy_offset: int) -> None:
-        """The first entry whose record is still in the log (RocketMQ correctMinOffset)."""
+    def _first_offset_from_phy(self, phy_offset: int) -> int:
+        """Smallest logical offset on disk whose entry points at or past commit-log ``phy_offset``; max offset
+        if none (entries point forward in the log as their offsets grow, so a binary search finds it)."""
         first = self.files.first
         if first is None:
-            self.min_offset = self.max_offset
-            return
-        lo = max(first.file_from_offset // CQ_ENTRY_SIZE, 0)
-        self.min_offset = self.first_offset_where(lo, self.max_offset, lambda phy, _: phy >= min_phy_offset)
+            return self.max_offset
+        lo = first.file_from_offset // CQ_ENTRY_SIZE
+        return self.first_offset_where(lo, self.max_offset, lambda phy, _: phy >= phy_offset)
+
+    def correct_min_offset(self, min_phy_offset: int) -> None:
+        """The first entry whose record is still in the log (RocketMQ correctMinOffset)."""
+        self.min_offset = self._first_offset_from_phy(min_phy_offset)
 
     def truncate_dirty(self, phy_offset: int) -> int:
         """Drop entries pointing at or past commit-log ``phy_offset``; return how many were dropped."""
-        lo = self.files.first.file_from_offset // CQ_ENTRY_SIZE if self.files.first else 0
-        cut = self.first_offset_where(lo, self.max_offset, lambda phy, _: phy >= phy_offset)
+        cut = self._first_offset_from_phy(phy_offset)
         dropped = self.max_offset - cut
         if dropped > 0:
             self.truncate_logical(cut)

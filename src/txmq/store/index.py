@@ -21,11 +21,10 @@ places, which as ``pread``/``pwrite`` cost three syscalls per key (the largest p
 message); through the map they are memory stores into the page cache (so they survive a killed process as
 writes do), and ``flush`` makes them durable with ``msync``. The file is sparse, and disk space is reserved
 (``posix_fallocate``) for the slots at creation and for entries a megabyte ahead of use, so a full disk is
-an ``OSError`` on the put, never a SIGBUS from a store into a hole. The header is written when the store flushes, not
-on every put; on open the entry count is taken as the
-larger of the header's and the number of non-zero entries, so entries written after the last header write
-are kept. Lookups read candidates back from the commit log and check the key (hash collisions, entries
-left over from a crash).
+an ``OSError`` on the put, never a SIGBUS from a store into a hole. The header is written when the store
+flushes, not on every put; on open the entry count is taken as the larger of the header's and the number of
+non-zero entries, so entries written after the last header write are kept. Lookups read candidates back
+from the commit log and check the key (hash collisions, entries left over from a crash).
 """
 
 from __future__ import annotations
@@ -65,8 +64,7 @@ class IndexFile:
         create = begin_phy is not None
         self.fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
         try:
-            if create:
-                assert begin_phy is not None
+            if begin_phy is not None:
                 self.hash_slot_num, self.index_num = hash_slot_num, index_num
                 os.ftruncate(self.fd, self._size())
                 self.mm = mmap.mmap(self.fd, self._size())
@@ -212,36 +210,35 @@ class IndexService:
     def truncate_from(self, phy: int) -> list[int]:
         """Delete the files that begin at or after ``phy`` (recovery dispatches that range again)."""
         doomed = [f for f in self.files if f.begin_phy >= phy]
-        for f in doomed:
-            f.destroy()
-            self.files.remove(f)
+        self._delete(doomed)
         return [f.begin_phy for f in doomed]
 
     def put(self, topic: str, keys: list[str], phy: int, store_ts: int) -> None:
-        for key in keys:
-            f = self.files[-1] if self.files else None
-            if f is None or f.full:
-                f = self._create(phy)
-            f.put_key(key_hash(topic, key), phy, store_ts)
+        self._put_keys(self.files[-1] if self.files else None, topic, keys, phy, store_ts)
 
     def rebuilder(self, begin_phy: int) -> Callable[[str, list[str], int, int], None]:
         """A ``put`` refilling a lost file that began at ``begin_phy`` (recovery feeds it that range)."""
-        current = [self._create(begin_phy)]
+        current: IndexFile | None = self._create(begin_phy)
 
         def put(topic: str, keys: list[str], phy: int, store_ts: int) -> None:
-            for key in keys:
-                if current[0].full:
-                    current[0] = self._create(phy)
-                current[0].put_key(key_hash(topic, key), phy, store_ts)
+            nonlocal current
+            current = self._put_keys(current, topic, keys, phy, store_ts)
 
         return put
+
+    def _put_keys(self, f: IndexFile | None, topic: str, keys: list[str], phy: int, store_ts: int) -> IndexFile | None:
+        """Add ``keys`` to ``f``, going on in a new file beginning at ``phy`` when it is full; return the
+        file that took the last key."""
+        for key in keys:
+            if f is None or f.full:
+                f = self._create(phy)
+            f.put_key(key_hash(topic, key), phy, store_ts)
+        return f
 
     def _create(self, begin_phy: int) -> IndexFile:
         """A new index file beginning at ``begin_phy``; a stale file of that name is replaced."""
         path = os.path.join(self.directory, offset_to_name(begin_phy))
-        for old in [f for f in self.files if f.path == path]:
-            old.destroy()
-            self.files.remove(old)
+        self._delete([f for f in self.files if f.path == path])
         if os.path.exists(path):
             os.unlink(path)
         f = IndexFile(path, self.hash_slot_num, self.index_num, begin_phy=begin_phy)
@@ -262,10 +259,13 @@ class IndexService:
     def delete_expired_files(self, min_phy_offset: int) -> int:
         """Delete files (never the last) whose entries all point below ``min_phy_offset``."""
         doomed = [f for i, f in enumerate(self.files[:-1]) if self.files[i + 1].begin_phy <= min_phy_offset]
+        self._delete(doomed)
+        return len(doomed)
+
+    def _delete(self, doomed: list[IndexFile]) -> None:
         for f in doomed:
             f.destroy()
             self.files.remove(f)
-        return len(doomed)
 
     def dirty_files(self) -> list[IndexFile]:
         """Files written since the last call, with their headers brought up to date (loop thread)."""

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from txmq.errors import CorruptRecordError, InvalidMessageError, StoreError
@@ -41,7 +41,7 @@ from txmq.store.dispatcher import (
 )
 from txmq.store.flush import FlushCommitLogService
 from txmq.store.index import IndexFile, IndexService
-from txmq.store.mapped_file import MappedFile, fsync_dir
+from txmq.store.mapped_file import MappedFile, MappedFileQueue, fsync_dir
 from txmq.store.record import BLANK_SIZE, TRAILER_SIZE, record_from_wire, to_wire
 from txmq.store.recovery import RecoveryReport, recover
 from txmq.store.results import (
@@ -73,6 +73,7 @@ class _Snapshot:
 
     checkpoint: Checkpoint
     cq_files: list[MappedFile] = field(default_factory=list)
+    cq_dirs: list[MappedFileQueue] = field(default_factory=list)  # queues that created or deleted files
     index_files: list[IndexFile] = field(default_factory=list)
 
 
@@ -230,13 +231,11 @@ class DefaultMessageStore:
             asyncio.create_task(self._every(self.config.clean_resource_interval_ms, self._clean_async)),
         ]
 
-    async def _every(self, interval_ms: int, job: Callable[[], object]) -> None:
+    async def _every(self, interval_ms: int, job: Callable[[], Awaitable[None]]) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)
             try:
-                result = job()
-                if asyncio.iscoroutine(result):
-                    await result
+                await job()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -311,8 +310,10 @@ class DefaultMessageStore:
             queues=queues,
             index_files=self.index.names(),
         )
-        cq_files = [mf for cq in self.consume_queues() for mf in cq.dirty_files()]
-        return _Snapshot(cp, cq_files, self.index.dirty_files())
+        cqs = list(self.consume_queues())
+        cq_files = [mf for cq in cqs for mf in cq.dirty_files()]
+        cq_dirs = [cq.files for cq in cqs if cq.files.directory_dirty]
+        return _Snapshot(cp, cq_files, cq_dirs, self.index.dirty_files())
 
     def _write_checkpoint(self, snap: _Snapshot) -> None:
         """Make the snapshot durable: commit log, then derived files, then the checkpoint (any thread)."""
@@ -324,13 +325,15 @@ class DefaultMessageStore:
                         mf.flush()
                     for f in snap.index_files:
                         f.flush()
-                    for directory in {os.path.dirname(mf.path) for mf in snap.cq_files}:
-                        if os.path.isdir(directory):
-                            fsync_dir(directory)
+                    for files in snap.cq_dirs:
+                        if os.path.isdir(files.directory):  # not a queue deleted since the snapshot
+                            files.sync_directory()
                 self.checkpoint.write(snap.checkpoint)
             except BaseException:
                 for mf in snap.cq_files:
                     mf.dirty = True  # the next checkpoint must fsync them again
+                for files in snap.cq_dirs:
+                    files.directory_dirty = True
                 for f in snap.index_files:
                     f.dirty = True
                 raise
@@ -446,13 +449,12 @@ class DefaultMessageStore:
             logics_offset=first.queue_offset,
             msg_num=len(msgs),
         )
-        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self._flush_service is None:
-            self.commit_log.flush()  # not started yet: no flush thread to share fsyncs with
-        elif self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self._flush_service is not None:
-            flushed = await self._flush_service.wait_flushed(
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            if self._flush_service is None:
+                self.commit_log.flush()  # not started yet: no flush thread to share fsyncs with
+            elif not await self._flush_service.wait_flushed(
                 self.commit_log.max_offset, self.config.sync_flush_timeout_ms / 1000
-            )
-            if not flushed:
+            ):
                 self._counters["flush_timeouts"] += 1
                 log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
                 return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result)

@@ -93,7 +93,7 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     cl.max_offset = cl.flushed_offset = start
 
     # 2. Derived entries past the recovery point go; they are rebuilt from the log below.
-    for cq in list(store.consume_queues()):
+    for cq in store.consume_queues():
         report.consume_queue_entries_truncated += cq.truncate_dirty(start)
         bad = cq.last_entry_problem(start, store.config.max_message_size + 1024)
         if bad is not None:
