@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from txmq.message import MessageExt
-from txmq.store import DefaultMessageStore, StoreConfig
+from txmq.store import StoreConfig
+from txmq.store.mapped_file import offset_to_name
 
 SEGMENT = 64 * 1024
 
@@ -36,10 +37,6 @@ def run(fn: Callable[[], Awaitable[Any]]) -> Any:
     return asyncio.run(fn())  # type: ignore[arg-type]
 
 
-def open_store(config: StoreConfig) -> DefaultMessageStore:
-    return DefaultMessageStore(config)
-
-
 def flip_byte(path: str | os.PathLike[str], pos: int) -> None:
     with open(path, "r+b") as f:
         f.seek(pos)
@@ -50,4 +47,4 @@ def flip_byte(path: str | os.PathLike[str], pos: int) -> None:
 
 def segment_path(config: StoreConfig, offset: int) -> str:
     start = offset - offset % config.mapped_file_size_commit_log
-    return os.path.join(config.store_path_root_dir, "commitlog", str(start).zfill(20))
+    return os.path.join(config.store_path_root_dir, "commitlog", offset_to_name(start))

@@ -16,7 +16,7 @@ from store_helpers import flip_byte, make_config, msg, run, segment_path
 
 from txmq.errors import CorruptRecordError
 from txmq.message import decode_message
-from txmq.store import DefaultMessageStore
+from txmq.store import DefaultMessageStore, StoreConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -35,6 +35,21 @@ def _crash(store: DefaultMessageStore) -> None:
     store.close_without_shutdown()
 
 
+async def _checkpoint_then_crash(
+    config: StoreConfig, head: int, tail: int, queues: int = 1
+) -> tuple[int, list[int], int]:
+    """Write ``head`` records, checkpoint, write ``tail`` more, crash; return the checkpoint's recovery point,
+    the tail's commit-log offsets and the end of the log."""
+    store = DefaultMessageStore(config)
+    await store.start()
+    await _fill(store, head, queues=queues)
+    checkpoint = store.flush_and_checkpoint()
+    tail_offsets = await _fill(store, tail, start=head, queues=queues)
+    end = store.max_phy_offset
+    _crash(store)
+    return checkpoint, tail_offsets, end
+
+
 def _bodies(store: DefaultMessageStore, topic: str = "T", queue_id: int = 0) -> list[bytes]:
     got = store.get_message(topic, queue_id, store.get_min_offset_in_queue(topic, queue_id), 100_000, 1 << 30)
     return [decode_message(w)[0].body for w in got.messages]
@@ -48,11 +63,9 @@ def test_clean_restart_trusts_the_checkpoint(root):
     config = make_config(root)
 
     async def main():
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _fill(store, 500)
-        end = store.max_phy_offset
-        await store.shutdown()
+        async with DefaultMessageStore(config) as store:
+            await _fill(store, 500)
+            end = store.max_phy_offset
         reopened = DefaultMessageStore(config)
         report = reopened.recovery_report
         assert report.clean_shutdown and report.checkpoint_offset == end == report.end_offset
@@ -67,12 +80,7 @@ def test_unclean_recovery_scans_only_the_tail(root):
     config = make_config(root)
 
     async def main():
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _fill(store, 2000, queues=2)
-        checkpoint = store.flush_and_checkpoint()
-        await _fill(store, 37, start=2000, queues=2)
-        _crash(store)
+        checkpoint, _, _ = await _checkpoint_then_crash(config, 2000, 37, queues=2)
 
         reopened = DefaultMessageStore(config)
         report = reopened.recovery_report
@@ -101,10 +109,8 @@ def test_flipped_byte_in_old_record_is_refused_on_read(root):
     config = make_config(root)
 
     async def main():
-        store = DefaultMessageStore(config)
-        await store.start()
-        offsets = await _fill(store, 600)
-        await store.shutdown()
+        async with DefaultMessageStore(config) as store:
+            offsets = await _fill(store, 600)
         victim = offsets[250]
         flip_byte(segment_path(config, victim), victim % config.mapped_file_size_commit_log + 100)
 
@@ -131,12 +137,7 @@ def test_flipped_byte_in_the_tail_truncates_there(root, where):
     config = make_config(root)
 
     async def main():
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _fill(store, 300)
-        store.flush_and_checkpoint()
-        offsets = await _fill(store, 100, start=300)
-        _crash(store)
+        _, offsets, _ = await _checkpoint_then_crash(config, 300, 100)
         victim = offsets[40]
         size = offsets[41] - victim
         pos = {"header": 21, "body": 90, "trailer": size - 2}[where]
@@ -193,13 +194,7 @@ def test_garbage_after_the_last_record(root):
     config = make_config(root)
 
     async def main():
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _fill(store, 500)
-        store.flush_and_checkpoint()
-        await _fill(store, 3, start=500)
-        end = store.max_phy_offset
-        _crash(store)
+        _, _, end = await _checkpoint_then_crash(config, 500, 3)
         garbage = random.Random(7).randbytes(777)
         with open(segment_path(config, end), "r+b") as f:
             f.seek(end % config.mapped_file_size_commit_log)
@@ -225,10 +220,8 @@ def test_deleted_consume_queue_file_is_rebuilt(root):
     config = make_config(root)  # 64 entries per consume-queue file
 
     async def main():
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _fill(store, 400, queues=2)
-        await store.shutdown()
+        async with DefaultMessageStore(config) as store:
+            await _fill(store, 400, queues=2)
         qdir = os.path.join(config.store_path_root_dir, "consumequeue", "T", "1")
         names = sorted(os.listdir(qdir))
         assert len(names) >= 3
@@ -257,11 +250,7 @@ def test_consume_queue_entry_pointing_past_the_log_is_rebuilt(root):
     config = make_config(root)
 
     async def main():
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _fill(store, 100)
-        checkpoint = store.flush_and_checkpoint()
-        _crash(store)
+        checkpoint, _, _ = await _checkpoint_then_crash(config, 100, 0)
         qdir = os.path.join(config.store_path_root_dir, "consumequeue", "T", "0")
         with open(os.path.join(qdir, str(64 * 20).zfill(20)), "r+b") as f:  # entry 99 now claims a huge size
             f.seek((99 - 64) * 20 + 8)
@@ -287,10 +276,8 @@ def test_deleted_index_file_is_rebuilt(root):
     config = make_config(root, max_index_num=100)
 
     async def main():
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _fill(store, 400)
-        await store.shutdown()
+        async with DefaultMessageStore(config) as store:
+            await _fill(store, 400)
         idir = os.path.join(config.store_path_root_dir, "index")
         names = sorted(os.listdir(idir))
         assert len(names) >= 4
@@ -359,12 +346,7 @@ def test_dispatchers_see_the_recovered_tail(root):
     config = make_config(root)
 
     async def main():
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _fill(store, 50)
-        store.flush_and_checkpoint()
-        tail = await _fill(store, 5, start=50)
-        _crash(store)
+        _, tail, _ = await _checkpoint_then_crash(config, 50, 5)
 
         early, late = [], []
         reopened = DefaultMessageStore(config, dispatchers=[early.append])
