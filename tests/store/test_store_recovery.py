@@ -15,7 +15,7 @@ from crash_writer import body_for
 from store_helpers import flip_byte, make_config, msg, run, segment_path
 
 from txmq.errors import CorruptRecordError
-from txmq.message import decode_message
+from txmq.message import MessageSysFlag, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -292,6 +292,29 @@ def test_deleted_index_file_is_rebuilt(root):
         assert not report.lost_data
         for i in range(400):
             assert [m.body for m in reopened.query_message("T", f"k{i}")] == _expected([i]), i
+        await reopened.shutdown()
+
+    run(main)
+
+
+def test_a_rebuilt_index_leaves_rollback_records_out_as_dispatch_does(root):
+    config = make_config(root)
+
+    async def main():
+        async with DefaultMessageStore(config) as store:
+            assert (await store.put_message(msg(KEYS="kept"))).ok  # the index file begins here
+            rollback = msg(KEYS="rolled-back")
+            rollback.sys_flag = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+            assert (await store.put_message(rollback)).ok
+            assert store.query_message("T", "rolled-back") == []
+        idir = os.path.join(config.store_path_root_dir, "index")
+        for name in os.listdir(idir):
+            os.unlink(os.path.join(idir, name))
+
+        reopened = DefaultMessageStore(config)
+        assert reopened.recovery_report.index_files_rebuilt
+        assert reopened.query_message("T", "rolled-back") == []
+        assert len(reopened.query_message("T", "kept")) == 1
         await reopened.shutdown()
 
     run(main)

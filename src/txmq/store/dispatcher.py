@@ -41,6 +41,11 @@ def builds_consume_queue(sys_flag: int) -> bool:
     return tx in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
 
 
+def builds_index(sys_flag: int) -> bool:
+    """Rollback records are not indexed (RocketMQ CommitLogDispatcherBuildIndex); everything else is."""
+    return MessageSysFlag.transaction_value(sys_flag) != MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+
+
 def keys_of(req: DispatchRequest) -> list[str]:
     """Index keys of a record: its KEYS (space separated) and its UNIQ_KEY."""
     out = req.keys.split(MessageConst.KEY_SEPARATOR) if req.keys else []

@@ -23,7 +23,6 @@ from txmq.errors import CorruptRecordError, InvalidMessageError, StoreError
 from txmq.message import (
     MessageConst,
     MessageExt,
-    MessageSysFlag,
     create_offset_msg_id,
     decode_message,
     encode_message,
@@ -35,6 +34,7 @@ from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from txmq.store.dispatcher import (
     DispatchRequest,
     builds_consume_queue,
+    builds_index,
     keys_of,
     request_from_record,
     tags_code,
@@ -179,9 +179,7 @@ class DefaultMessageStore:
         if consume_queue and builds_consume_queue(req.sys_flag):
             cq = self.find_or_create_consume_queue(req.topic, req.queue_id)
             cq.put(req.consume_queue_offset, req.commit_log_offset, req.msg_size, req.tags_code)
-        if self.config.message_index_enable and (
-            MessageSysFlag.transaction_value(req.sys_flag) != MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-        ):
+        if self.config.message_index_enable and builds_index(req.sys_flag):
             keys = keys_of(req)
             if keys:
                 self.index.put(req.topic, keys, req.commit_log_offset, req.store_timestamp)

@@ -21,7 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from txmq.store.dispatcher import DispatchRequest, builds_consume_queue, keys_of, request_from_record
+from txmq.store.dispatcher import (
+    DispatchRequest,
+    builds_consume_queue,
+    builds_index,
+    keys_of,
+    request_from_record,
+)
 
 if TYPE_CHECKING:
     from txmq.store.message_store import DefaultMessageStore
@@ -194,6 +200,8 @@ def _rebuild(
             store.find_or_create_consume_queue(req.topic, req.queue_id).put(
                 req.consume_queue_offset, offset, req.msg_size, req.tags_code
             )
+        if not builds_index(req.sys_flag):
+            return
         for begin, end, put in index_puts:
             if begin <= offset < end:
                 put(req.topic, keys_of(req), offset, req.store_timestamp)
