@@ -36,26 +36,32 @@ _OUTCOMES = {
 }
 
 
+def _no_decision(flag: int) -> EndResult:
+    """The answer to a commitOrRollback that is neither COMMIT nor ROLLBACK: UNKNOWN changes nothing, the rest
+    is refused."""
+    if flag == MessageSysFlag.TRANSACTION_NOT_TYPE:
+        return EndResult(ResponseCode.SUCCESS, "state unknown: nothing changed")
+    return EndResult(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {flag} is not 0, 8 or 12")
+
+
 class EndTransactionProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
     def process(self, conn: Connection, cmd: RemotingCommand):
         if self.broker.config.is_slave:
-            return RemotingCommand.response_to(cmd, ResponseCode.SLAVE_NOT_AVAILABLE,
-                                               remark="broker is a slave: end transaction is forbidden")
+            return _slave_refusal(cmd)
         try:
             h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
         except RemoteProtocolError as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=str(exc))
         outcome = _OUTCOMES.get(h.commit_or_rollback)
         if outcome is None:
-            if h.commit_or_rollback != MessageSysFlag.TRANSACTION_NOT_TYPE:
-                return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                                   remark=f"commitOrRollback {h.commit_or_rollback} is not 0, 8 or 12")
-            log.debug("producer %s reports transaction %s UNKNOWN%s: nothing changes", conn.remote_address,
-                      h.msg_id, " (check)" if h.from_transaction_check else "")
-            return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, remark="state unknown: nothing changed")
+            if h.commit_or_rollback == MessageSysFlag.TRANSACTION_NOT_TYPE:
+                log.debug("producer %s reports transaction %s UNKNOWN%s: nothing changes", conn.remote_address,
+                          h.msg_id, " (check)" if h.from_transaction_check else "")
+            answer = _no_decision(h.commit_or_rollback)
+            return RemotingCommand.response_to(cmd, answer.code, remark=answer.remark)
         return self._end(cmd, h, outcome, "check" if h.from_transaction_check else "producer")
 
     async def _end(self, cmd: RemotingCommand, h: EndTransactionRequestHeader, outcome: Outcome, source: str):
@@ -66,8 +72,7 @@ class EndTransactionProcessor:
 
     def process_batch(self, conn: Connection, cmd: RemotingCommand):
         if self.broker.config.is_slave:
-            return RemotingCommand.response_to(cmd, ResponseCode.SLAVE_NOT_AVAILABLE,
-                                               remark="broker is a slave: end transaction is forbidden")
+            return _slave_refusal(cmd)
         try:
             group, entries = _parse_batch(cmd.body)
         except (orjson.JSONDecodeError, RemoteProtocolError) as exc:
@@ -83,16 +88,19 @@ class EndTransactionProcessor:
             if outcome is not None:
                 decisions.append(EndEntry(half_offset, commit_log_offset, outcome))
                 where.append(i)
-            elif flag == MessageSysFlag.TRANSACTION_NOT_TYPE:
-                results[i] = EndResult(ResponseCode.SUCCESS, "state unknown: nothing changed")
             else:
-                results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {flag} is not 0, 8 or 12")
+                results[i] = _no_decision(flag)
         if decisions:
             ended = await self.broker.transaction_service.end_transactions(group, decisions, "producer batch")
             for i, result in zip(where, ended, strict=True):
                 results[i] = result
         body = orjson.dumps({"results": [{"code": r.code, "remark": r.remark} for r in results if r is not None]})
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
+
+
+def _slave_refusal(cmd: RemotingCommand) -> RemotingCommand:
+    return RemotingCommand.response_to(cmd, ResponseCode.SLAVE_NOT_AVAILABLE,
+                                       remark="broker is a slave: end transaction is forbidden")
 
 
 def _parse_batch(body: bytes) -> tuple[str, list[tuple[int, int, int]]]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING
 
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
-from txmq.message import MessageConst, MessageExt, create_offset_msg_id, decode_batch, string_to_properties
+from txmq.message import MessageConst, MessageExt, decode_batch, string_to_properties
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import (
@@ -25,6 +25,7 @@ from txmq.remoting.request_headers import (
 from txmq.remoting.transport import Connection, parse_address
 from txmq.store import PutMessageResult, PutMessageStatus
 from txmq.topic import (
+    DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
     PermName,
@@ -56,6 +57,11 @@ _STORED_STATUSES = {
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
     PutMessageStatus.SLAVE_NOT_AVAILABLE,
 }
+
+
+def is_half(properties: Mapping[str, str]) -> bool:
+    """A half (transactional) message, marked as RocketMQ marks it: by its ``TRAN_MSG`` property."""
+    return properties.get(MessageConst.TRANSACTION_PREPARED) == "true"
 
 
 def peer_host(conn: Connection) -> tuple[str, int]:
@@ -138,7 +144,7 @@ class SendMessageProcessor:
                 if props.get(MessageConst.DELAY_TIME_LEVEL):
                     return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                                        remark="batch messages cannot be delayed")
-                halves += props.get(MessageConst.TRANSACTION_PREPARED) == "true"
+                halves += is_half(props)
             if halves not in (0, len(entries)):
                 return RemotingCommand.response_to(
                     cmd, ResponseCode.MESSAGE_ILLEGAL,
@@ -146,16 +152,15 @@ class SendMessageProcessor:
             if halves and broker.config.reject_transaction_message:
                 return self._rejected_transaction(cmd)
             msgs = [self._inner(h, queue_id, flag, data, props, born_host) for flag, data, props in entries]
-            if halves:
-                # txmq beyond RocketMQ: a batch of halves is stored with one write (the Spark sink's tasks).
-                return self._put_batch(cmd, msgs, broker.transaction_service.prepare_messages(msgs))
-            return self._put_batch(cmd, msgs, broker.store.put_messages(msgs))
+            # txmq beyond RocketMQ: a batch of halves is stored with one write (the Spark sink's tasks).
+            stored = broker.transaction_service.prepare_messages(msgs) if halves else broker.store.put_messages(msgs)
+            return self._put_batch(cmd, msgs, stored)
         msg = self._inner(h, queue_id, h.flag, cmd.body, string_to_properties(h.properties), born_host)
         if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
             if h.reconsume_times >= max_times:
                 self._to_dlq(msg, msg.topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX))
-        if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true" and broker.config.reject_transaction_message:
+        if is_half(msg.properties) and broker.config.reject_transaction_message:
             return self._rejected_transaction(cmd)
         return self._put(cmd, msg, self.store_message(msg))
 
@@ -170,9 +175,9 @@ class SendMessageProcessor:
         """Store one checked message by its kind: a half message through the transaction service, a delayed one
         through the schedule topic, the rest as it is. Shared by the remoting and gRPC (``txmq.grpc``) sends."""
         broker = self.broker
-        if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true":
+        if is_half(msg.properties):
             return broker.transaction_service.prepare_message(msg)
-        if msg.delay_time_level > 0 and not msg.topic.startswith("%DLQ%"):
+        if msg.delay_time_level > 0 and not msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             broker.schedule_service.divert(msg)
         return broker.store.put_message(msg)
 
@@ -207,12 +212,11 @@ class SendMessageProcessor:
         result = await pending
         if result.status not in _STORED_STATUSES or result.append_result is None:
             return self._response(cmd, msgs[0], result)
-        host = self.broker.store_host
         header = SendMessageResponseHeader(
-            msg_id=",".join(create_offset_msg_id(host, m.commit_log_offset) for m in msgs),
+            msg_id=",".join(m.offset_msg_id for m in msgs),
             queue_id=msgs[0].queue_id, queue_offset=result.append_result.logics_offset,
             transaction_id=",".join(m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "") for m in msgs)
-            if msgs[0].properties.get(MessageConst.TRANSACTION_PREPARED) == "true" else None)
+            if is_half(msgs[0].properties) else None)
         return RemotingCommand.response_to(cmd, _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR),
                                            ext_fields=header.to_ext())
 
@@ -228,7 +232,7 @@ class SendMessageProcessor:
         header = SendMessageResponseHeader(
             msg_id=ar.msg_id, queue_id=msg.queue_id, queue_offset=ar.logics_offset,
             transaction_id=msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true" else None,
+            if is_half(msg.properties) else None,
         )
         ext = header.to_ext()
         ext["MSG_REGION"] = "DefaultRegion"

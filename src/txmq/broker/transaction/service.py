@@ -118,9 +118,7 @@ class TransactionalMessageService:
         for msg, half in zip(msgs, halves, strict=True):
             msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
             if stored:
-                group = msg.properties.get(MessageConst.PRODUCER_GROUP, "")
-                self.table.add_pending(half.queue_offset, msg.topic, group, half.store_timestamp // 1000,
-                                       self._first_check_s(half, half.store_timestamp))
+                self._track(half.queue_offset, half, self._first_check_s(half))
                 self._remember(half)
         return result
 
@@ -154,6 +152,14 @@ class TransactionalMessageService:
             return half
         return self.store.look_message_by_offset(commit_log_offset)
 
+    def _track(self, half_offset: int, half: MessageExt, first_check_s: int, *, schedule: bool = True) -> None:
+        """Track the transaction of a stored half message as pending (its real topic and producer group are in
+        the half's properties)."""
+        props = half.properties
+        self.table.add_pending(half_offset, props.get(MessageConst.REAL_TOPIC, ""),
+                               props.get(MessageConst.PRODUCER_GROUP, ""), half.store_timestamp // 1000, first_check_s,
+                               schedule=schedule)
+
     def _immunity_ms(self, msg: MessageExt) -> int:
         raw = msg.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS)
         default = self.transaction_timeout_ms
@@ -162,10 +168,10 @@ class TransactionalMessageService:
         except ValueError:
             return default
 
-    def _first_check_s(self, msg: MessageExt, store_timestamp_ms: int) -> int:
-        """The first whole second at which the half message is at least its immunity time old (the wheel has
-        one-second buckets: rounding down would check up to a second before ``transactionTimeOut``)."""
-        return -(-(store_timestamp_ms + self._immunity_ms(msg)) // 1000)
+    def _first_check_s(self, half: MessageExt) -> int:
+        """The first whole second at which the stored half message is at least its immunity time old (the wheel
+        has one-second buckets: rounding down would check up to a second before ``transactionTimeOut``)."""
+        return -(-(half.store_timestamp + self._immunity_ms(half)) // 1000)
 
     # --- phase two: COMMIT or ROLLBACK ----------------------------------------------------------------
 
@@ -394,9 +400,7 @@ class TransactionalMessageService:
         half = self.half_message(half_offset)
         if half is None:
             return f"half message {half_offset} is no longer in the log"
-        now = int(time.time())
-        self.table.add_pending(half_offset, half.properties.get(MessageConst.REAL_TOPIC, ""),
-                               half.properties.get(MessageConst.PRODUCER_GROUP, ""), half.store_timestamp // 1000, now)
+        self._track(half_offset, half, int(time.time()))
         await self._write_op("RESUME", [half_offset])
         self.metrics.resumes += 1
         log.info("transaction %s resumed into checking", half.msg_id)
@@ -512,9 +516,7 @@ class TransactionalMessageService:
         return count
 
     def _replay_half(self, half: MessageExt) -> None:
-        self.table.add_pending(half.queue_offset, half.properties.get(MessageConst.REAL_TOPIC, ""),
-                               half.properties.get(MessageConst.PRODUCER_GROUP, ""), half.store_timestamp // 1000,
-                               max(self._first_check_s(half, half.store_timestamp), int(time.time())))
+        self._track(half.queue_offset, half, max(self._first_check_s(half), int(time.time())))
 
     def _replay_op(self, op: MessageExt) -> None:
         kind = op.properties.get(OP_PROPERTY, "COMMIT")
@@ -530,9 +532,7 @@ class TransactionalMessageService:
             elif kind == "CHECK":
                 self.table.count_check(half_offset)
             elif kind == "RESUME" and self.table.outcome(half_offset) == Outcome.DISCARD:
-                info_half = self.half_message(half_offset)
-                if info_half is not None:
+                half = self.half_message(half_offset)
+                if half is not None:
                     # Its wheel entry from _replay_half is still there: a second one would mean two checks a pass.
-                    self.table.add_pending(half_offset, info_half.properties.get(MessageConst.REAL_TOPIC, ""),
-                                           info_half.properties.get(MessageConst.PRODUCER_GROUP, ""),
-                                           info_half.store_timestamp // 1000, int(time.time()), schedule=False)
+                    self._track(half_offset, half, int(time.time()), schedule=False)
