@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from txmq.remoting.transport import Connection
@@ -82,11 +82,6 @@ class ProducerManager:
         if not chans:
             return None
         return chans[next(self._rr) % len(chans)]
-
-    def connections(self) -> Iterator[tuple[str, ClientChannelInfo]]:
-        for group, chans in self.groups.items():
-            for info in chans.values():
-                yield group, info
 
     def remove_connection(self, conn: Connection) -> None:
         for group in list(self.groups):

@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from txmq.topic import PermName, TopicConfig
+from txmq.topic import TopicConfig
 
 log = logging.getLogger("txmq.namesrv")
 
@@ -174,6 +174,3 @@ class RouteInfoManager:
             "brokerAddrTable": {n: bd.to_json() for n, bd in self.broker_addr_table.items()},
             "clusterAddrTable": {c: sorted(ns) for c, ns in self.cluster_addr_table.items()},
         }
-
-    def writable_brokers(self, topic: str) -> list[str]:
-        return [n for n, q in self.topic_queue_table.get(topic, {}).items() if PermName.is_writeable(q.perm)]

@@ -21,13 +21,13 @@ from txmq.remoting.request_headers import (
 )
 from txmq.remoting.transport import Connection
 from txmq.store import GetMessageResult, GetMessageStatus
-from txmq.topic import PermName
+from txmq.topic import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, PermName
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 # Topics whose records are broker-internal: never served to a consumer, by any protocol.
-HIDDEN_TOPICS = frozenset({"RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "SCHEDULE_TOPIC_XXXX"})
+HIDDEN_TOPICS = frozenset({RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_SCHEDULE_TOPIC})
 
 
 class PullRequestHoldService:
@@ -58,9 +58,6 @@ class PullRequestHoldService:
         self.waiters.setdefault((topic, queue_id), []).append((offset, fut))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(fut, timeout_s)
-
-    def held_count(self) -> int:
-        return sum(len(v) for v in self.waiters.values())
 
 
 def tags_filter(expression: str | None):
