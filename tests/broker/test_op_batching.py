@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tx_helpers import half, open_service
+from tx_helpers import end, half, open_service
 
 from txmq.broker.transaction.state import Outcome
 from txmq.remoting.codes import ResponseCode
@@ -17,10 +17,8 @@ def test_concurrent_decisions_share_op_records_and_survive_a_crash(tmp_path):
         store, service = await open_service(tmp_path)
         halves = [await half(service, n) for n in range(40)]
         ops_before = store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0)
-        results = await asyncio.gather(*(
-            service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo,
-                                    outcome=Outcome.COMMIT if n % 2 == 0 else Outcome.ROLLBACK, source="test")
-            for n, (off, clo) in enumerate(halves)))
+        results = await asyncio.gather(*(end(service, off, clo, Outcome.COMMIT if n % 2 == 0 else Outcome.ROLLBACK)
+                                         for n, (off, clo) in enumerate(halves)))
         assert [r.code for r in results] == [ResponseCode.SUCCESS] * 40
         op_records = store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) - ops_before
         assert 1 <= op_records <= 8, op_records  # not one per decision

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tx_helpers import half, open_service
+from tx_helpers import end, half, open_service
 
 from txmq.broker.transaction.service import OP_PROPERTY, EndEntry, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
@@ -64,10 +64,8 @@ def test_a_mixed_batch_answers_each_entry_and_stores_once(tmp_path):
     async def go() -> None:
         store, service = await open_service(tmp_path)
         tx = await halves(service, 7)
-        assert (await service.end_transaction(producer_group="g", half_offset=tx[4][0], commit_log_offset=tx[4][1],
-                                              outcome=COMMIT, source="test")).code == OK
-        assert (await service.end_transaction(producer_group="g", half_offset=tx[5][0], commit_log_offset=tx[5][1],
-                                              outcome=ROLLBACK, source="test")).code == OK
+        assert (await end(service, *tx[4], COMMIT)).code == OK
+        assert (await end(service, *tx[5], ROLLBACK)).code == OK
         calls = count_puts(store)
         ops_before = len(op_records(store))
         results = await batch(service, [
@@ -172,9 +170,7 @@ def test_a_batch_racing_a_single_commit_stores_one_message(tmp_path):
         store.put_messages = slow  # type: ignore[method-assign]
 
         def single(t: tuple[int, int], outcome: Outcome):
-            return asyncio.ensure_future(service.end_transaction(producer_group="g", half_offset=t[0],
-                                                                commit_log_offset=t[1], outcome=outcome,
-                                                                source="test"))
+            return asyncio.ensure_future(end(service, *t, outcome))
         # The batch first, the single COMMIT while the batch's put is under way ...
         running = batch(service, [(tx[0], COMMIT), (tx[1], COMMIT)])
         await asyncio.sleep(0.01)

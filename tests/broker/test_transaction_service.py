@@ -6,29 +6,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tx_helpers import half, open_service
+from tx_helpers import Sender, end, half, open_service
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
-from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome
 from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
 from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC
-
-
-class Sender:
-    def __init__(self) -> None:
-        self.sent: list[int] = []
-
-    def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
-        self.sent.append(half_offset)
-        return True
-
-
-def end(service: TransactionalMessageService, off: int, clo: int, outcome: Outcome):
-    return service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo, outcome=outcome,
-                                   source="test")
 
 
 def test_commit_racing_a_discard_wins_and_resume_cannot_commit_twice(tmp_path):

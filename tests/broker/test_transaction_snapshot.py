@@ -8,12 +8,11 @@ import logging
 import time
 
 import pytest
-from tx_helpers import half, open_service
+from tx_helpers import Sender, end, half, open_service
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
-from txmq.message import MessageExt
 
 
 def _table() -> TransactionStateTable:
@@ -67,22 +66,15 @@ def test_damaged_snapshot_is_refused(damage):
         TransactionStateTable.from_snapshot(bytes(data), lambda s: s)
 
 
-class Sender:
-    def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
-        return True
-
-
 async def _decide_some(service: TransactionalMessageService, first: int, count: int) -> None:
     checker = TransactionalMessageCheckService(service, check_max=1, check_interval_ms=500)
     checker.senders.append(Sender())
     for n in range(first, first + count):
         off, clo = await half(service, n, "S")
         if n % 4 == 0:
-            await service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo,
-                                          outcome=Outcome.COMMIT, source="test")
+            await end(service, off, clo, Outcome.COMMIT)
         elif n % 4 == 1:
-            await service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo,
-                                          outcome=Outcome.ROLLBACK, source="test")
+            await end(service, off, clo, Outcome.ROLLBACK)
     await checker.check_pass(time.time() + 5)  # checks the undecided ones once
     await checker.check_pass(time.time() + 10)  # and discards them (check_max=1) ...
     undecided = list(service.table.discarded)[:2]

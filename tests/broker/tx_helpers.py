@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
-from txmq.broker.transaction.service import TransactionalMessageService
+from txmq.broker.transaction.service import EndResult, TransactionalMessageService
+from txmq.broker.transaction.state import Outcome
 from txmq.message import MessageConst, MessageExt
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 
@@ -30,3 +33,21 @@ async def half(service: TransactionalMessageService, n: int, prefix: str = "U", 
     r = await service.prepare_message(m)
     assert r.status == PutMessageStatus.PUT_OK and r.append_result is not None
     return r.append_result.logics_offset, r.append_result.wrote_offset
+
+
+def end(service: TransactionalMessageService, off: int, clo: int, outcome: Outcome
+        ) -> Coroutine[Any, Any, EndResult]:
+    """A decision of producer group "g" for the half at (half offset, commit-log offset)."""
+    return service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo, outcome=outcome,
+                                   source="test")
+
+
+class Sender:
+    """A producer of every group, always online for check-back; records the half offsets it was asked about."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+
+    def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
+        self.sent.append(half_offset)
+        return True
