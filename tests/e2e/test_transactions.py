@@ -459,6 +459,9 @@ def test_reject_transaction_message(cluster):
         with pytest.raises(BrokerError) as err:  # a batch of halves too
             producer.send_batch(halves)
         assert err.value.code == ResponseCode.NO_PERMISSION
+        with pytest.raises(BrokerError) as err:  # and a half batch
+            producer.send_half_batch_async([Message(topic, b"reject-hb")], producer.group).result(10)
+        assert err.value.code == ResponseCode.NO_PERMISSION
         plain = producer.send(Message(topic, b"plain-1"))  # ordinary messages still go through
         assert plain.status == SendStatus.SEND_OK
     assert not listener.checked

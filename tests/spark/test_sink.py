@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import create_topic, wait_no_pending
 from test_source import run_child
 
 import txmq.spark
 from txmq import Message, Producer
+from txmq.spark._common import OptionError
 from txmq.spark.writer import KILL_HOOK_ENV
 
 
@@ -98,9 +100,15 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
     from txmq.message import MessageConst, MessageExt
     from txmq.spark.writer import P_BATCH, P_RUN, SinkCheckResponder, SinkLog, SinkOptions
 
+    def half(batch: int, commit_log_offset: int | None = None) -> MessageExt:
+        """A half of ``batch`` as check-back hands it over: the sink log names a half by its offset id."""
+        return MessageExt("t", b"x", {P_BATCH: str(batch), P_RUN: "run1",
+                                      MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"id{batch}"},
+                          store_host=("127.0.0.1", 10911), commit_log_offset=commit_log_offset or 1000 * batch)
+
     log = SinkLog(str(tmp_path / "txmq-sink"))
     for batch in range(6):
-        log.record_commit(batch, "run1", [f"id{batch}"])
+        log.record_commit(batch, "run1", [half(batch).offset_msg_id])
     log.record_abort(1, "run0")
     old = time.time() - 7200
     for path in [*(tmp_path / "txmq-sink" / "commits").iterdir(), *(tmp_path / "txmq-sink" / "aborts").iterdir()]:
@@ -110,19 +118,22 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
     responder = SinkCheckResponder(str(tmp_path / "txmq-sink"))
 
     def check(batch: int) -> str:
-        msg = MessageExt("t", b"x", {P_BATCH: str(batch), P_RUN: "run1",
-                                     MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"id{batch}"})
-        return responder.check_local_transaction(msg).name
+        return responder.check_local_transaction(half(batch)).name
 
     assert check(2) == "COMMIT"  # cached from here on in this responder, as a record is immutable
+    # A second copy of that half (a send retried after a lost answer): same UNIQ_KEY, another offset id.
+    assert responder.check_local_transaction(half(2, 2024)).name == "ROLLBACK"
     removed = log.prune(below_batch=5, written_before_ms=int((time.time() - 3600) * 1000))
     assert removed == 5  # commits 0-3 and the abort of batch 1; 4 is recent, 5 is not below the bound
     assert sorted(p.name for p in (tmp_path / "txmq-sink" / "commits").iterdir()) == ["4.json", "5.json"]
     assert not list((tmp_path / "txmq-sink" / "aborts").iterdir())
     fresh = SinkCheckResponder(str(tmp_path / "txmq-sink"))
-    assert fresh.check_local_transaction(MessageExt("t", b"x", {
-        P_BATCH: "0", P_RUN: "run1", MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "id0"})).name == "UNKNOWN"
+    assert fresh.check_local_transaction(half(0)).name == "UNKNOWN"
     assert check(4) == "COMMIT" and check(5) == "COMMIT"
     opts = SinkOptions.parse({"namesrv": "127.0.0.1:1", "checkpointLocation": str(tmp_path),
                               "sinkLogRetentionMinutes": "30"}, streaming=True)
-    assert opts.log_retention_ms == 30 * 60_000
+    assert opts.log_retention_ms == 30 * 60_000 and opts.rows_per_half == 1000
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(OptionError, match="rowsPerHalf"):
+            SinkOptions.parse({"namesrv": "127.0.0.1:1", "checkpointLocation": str(tmp_path), "rowsPerHalf": bad},
+                              streaming=True)

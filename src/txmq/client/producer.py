@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -163,6 +163,16 @@ class SendResult:
     transaction_id: str | None = None
 
 
+def _check_batch(msgs: Sequence[Message]) -> None:
+    if not msgs:
+        raise InvalidMessageError("empty batch")
+    topic = msgs[0].topic
+    if any(m.topic != topic for m in msgs):
+        raise InvalidMessageError("all messages of a batch must have the same topic")
+    if any(m.delay_time_level for m in msgs):
+        raise InvalidMessageError("delayed messages cannot be sent in a batch")
+
+
 def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
     """Orderly sends: one sharding key always lands on the same queue (RocketMQ's SelectMessageQueueByHash)."""
     return mqs[zlib.crc32(str(arg).encode()) % len(mqs)]
@@ -259,14 +269,33 @@ class Producer(ClientBase):
 
     def send_batch(self, msgs: Sequence[Message]) -> SendResult:
         """Several messages of one topic in one request; they get consecutive offsets in one queue."""
-        if not msgs:
-            raise InvalidMessageError("empty batch")
-        topic = msgs[0].topic
-        if any(m.topic != topic for m in msgs):
-            raise InvalidMessageError("all messages of a batch must have the same topic")
-        if any(m.delay_time_level for m in msgs):
-            raise InvalidMessageError("delayed messages cannot be sent in a batch")
+        _check_batch(msgs)
         return self._call(self._send(msgs[0], batch=list(msgs)))
+
+    def send_half_batch_async(self, msgs: Sequence[Message], producer_group: str,
+                              properties: Mapping[str, str] | None = None) -> SendFuture:
+        """Send ``msgs`` (one topic) as one half message: one transaction for them all (txmq beyond RocketMQ,
+        whose broker refuses transactional batches). A ``TransactionProducer`` of ``producer_group`` ends it
+        (``HalfMessageRef.of(result)``) and answers its check-back; the half it is asked about carries
+        ``properties`` and the batch as its body. On COMMIT each message becomes a real message of its own, with
+        its own ``UNIQ_KEY``. The result's ``msg_id`` and ``transaction_id`` are the batch's transaction id.
+        Blocks only while ``max_in_flight`` sends are unanswered."""
+        _check_batch(msgs)
+        if any(m.properties.get(MessageConst.TRANSACTION_PREPARED) == "true" for m in msgs):
+            raise InvalidMessageError("a half batch carries plain messages, not half messages")
+        check_group(producer_group)
+        props = {**(properties or {}), MessageConst.TRANSACTION_PREPARED: "true",
+                 MessageConst.PRODUCER_GROUP: producer_group}
+        props.setdefault(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_id())
+        runtime = self._runtime
+        if runtime is None:
+            raise ClientError("producer is not started")
+        self._acquire_window()
+        fut = SendFuture()
+        fut.add_done_callback(self._release_window)
+        runtime.post(self._send(msgs[0], batch=list(msgs), batch_properties=props)).add_done_callback(
+            functools.partial(_settle_from, fut))
+        return fut
 
     # --- the send path (on the loop) ------------------------------------------------------------------
 
@@ -343,7 +372,8 @@ class Producer(ClientBase):
 
     async def _send(self, msg: Message, *, selector: MessageQueueSelector | None = None, arg: Any = None,
                     queue: MessageQueue | None = None, timeout_s: float | None = None, oneway: bool = False,
-                    batch: list[Message] | None = None, prepared: bool = False) -> SendResult:
+                    batch: list[Message] | None = None, batch_properties: dict[str, str] | None = None,
+                    prepared: bool = False) -> SendResult:
         assert self.instance is not None
         if not prepared:
             for m in batch or [msg]:
@@ -371,7 +401,7 @@ class Producer(ClientBase):
             if remaining <= 0:
                 break
             try:
-                return await self._send_to(mq, msg, batch, oneway, remaining)
+                return await self._send_to(mq, msg, batch, batch_properties, oneway, remaining)
             except BrokerError as exc:
                 if exc.code not in _RETRY_CODES:
                     raise
@@ -383,12 +413,14 @@ class Producer(ClientBase):
                 await self.instance.update_route(msg.topic)
         raise last_error or ClientError(f"send to {msg.topic} timed out")
 
-    async def _send_to(self, mq: MessageQueue, msg: Message, batch: list[Message] | None, oneway: bool,
-                       timeout: float) -> SendResult:
+    async def _send_to(self, mq: MessageQueue, msg: Message, batch: list[Message] | None,
+                       batch_properties: dict[str, str] | None, oneway: bool, timeout: float) -> SendResult:
+        """One attempt. A batch's own properties (``batch_properties``, in the request header) make it a half
+        batch; without them, a batch of half messages is flagged by its first."""
         assert self.instance is not None
         sys_flag = 0
         body = msg.body
-        if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true":
+        if (batch_properties or msg.properties).get(MessageConst.TRANSACTION_PREPARED) == "true":
             sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
         if batch is not None:
             body = encode_batch(batch)
@@ -399,7 +431,8 @@ class Producer(ClientBase):
             producer_group=self.group, topic=msg.topic, default_topic=AUTO_CREATE_TOPIC_KEY_TOPIC,
             default_topic_queue_nums=4, queue_id=mq.queue_id, sys_flag=sys_flag,
             born_timestamp=int(time.time() * 1000), flag=msg.flag,
-            properties="" if batch is not None else properties_to_string(msg.properties),
+            properties=properties_to_string(batch_properties or {}) if batch is not None
+            else properties_to_string(msg.properties),
             reconsume_times=0, batch=batch is not None,
         )
         code = RequestCode.SEND_BATCH_MESSAGE if batch is not None else RequestCode.SEND_MESSAGE_V2
@@ -414,7 +447,11 @@ class Producer(ClientBase):
         if status is None:
             raise BrokerError(resp.code, resp.remark)
         ext = resp.ext_fields
-        uniq = ",".join(m.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] for m in batch) if batch \
-            else msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+        if batch_properties:
+            uniq = batch_properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+        elif batch:
+            uniq = ",".join(m.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] for m in batch)
+        else:
+            uniq = msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
         return SendResult(status, uniq, ext.get("msgId", ""), int(ext.get("queueId", mq.queue_id)),
                           int(ext.get("queueOffset", -1)), mq, ext.get("transactionId"))

@@ -187,7 +187,9 @@ def read_range(part: QueueRange, group: str = "txmq-spark-reader") -> Iterator[p
             cols["born_timestamp"].append(m.born_timestamp * 1000)
             cols["store_timestamp"].append(m.store_timestamp * 1000)
             committed = MessageSysFlag.transaction_value(m.sys_flag) == MessageSysFlag.TRANSACTION_COMMIT_TYPE
-            cols["transaction_id"].append(props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            # A row of a committed half batch names its batch's transaction; a committed message is its own.
+            cols["transaction_id"].append(props.get(MessageConst.TRANSACTION_ID)
+                                          or props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
                                           if committed or part.audit else None)
         offset = result.next_begin_offset if result.next_begin_offset > offset else offset + 1
         if len(cols["topic"]) >= ROWS_PER_RECORD_BATCH:

@@ -5,22 +5,24 @@ Input columns: ``body`` (binary or string) required; ``keys``, ``tags`` (string)
 
 Exactly-once streaming (``deliveryGuarantee=exactly-once``, the default for streams):
 
-1. Each task sends its rows as **half messages** (invisible, as ``TransactionProducer`` sends them) of the
-   sink's producer group, tagged with properties ``TXMQ_SPARK_QUERY``, ``TXMQ_SPARK_RUN``,
-   ``TXMQ_SPARK_BATCH``, ``TXMQ_SPARK_PARTITION``. Its commit message lists the halves it stored
-   (broker, half offset, commit-log offset, id).
+1. Each task sends its rows as **half messages** (invisible) of the sink's producer group, tagged with
+   properties ``TXMQ_SPARK_QUERY``, ``TXMQ_SPARK_RUN``, ``TXMQ_SPARK_BATCH``, ``TXMQ_SPARK_PARTITION``: one
+   half per ``rowsPerHalf`` rows (default 1000, at most ``Producer.batch_max_bytes`` of bodies), a *half batch*
+   (``Producer.send_half_batch_async``), whose COMMIT makes each row a message of its own. Its commit message
+   lists the halves it stored (broker, half offset, commit-log offset, offset id: a retried send that was
+   stored twice leaves an orphan with another offset id, which check-back rolls back).
 2. The driver's ``commit(messages, batchId)``: when the sink log already has ``batchId``, this is a replay
    after a restart, and the new halves are rolled back (nothing becomes visible twice). Otherwise it first
    writes the sink log record ``<checkpointLocation>/txmq-sink/commits/<batchId>.json`` (ids of the halves;
    written to a temporary file, fsynced, renamed: this is the commit point), then ends every half with
    COMMIT, in batches (``TransactionProducer.end_transactions``: one TXMQ_END_TRANSACTION_BATCH request per
-   broker and 1000 halves, answered per half). ``abort`` ends them with ROLLBACK and records the abort.
+   broker and about 10,000 rows, answered per half). ``abort`` ends them with ROLLBACK and records the abort.
 3. A half whose end never arrived (the driver died after the tasks' sends, or between the log record and
    the COMMITs, or a task attempt failed after sending) is **checked back** by the broker. The process that
    holds a ``TransactionProducer`` of the sink's group (``SinkCheckResponder``: the commit worker, and the
-   driver program when it starts one) answers from the sink log and Spark's checkpoint:
-   COMMIT if the batch committed with this half in its list; ROLLBACK if the batch committed without it, or
-   its run aborted it; UNKNOWN while the batch is undecided (a restarted query will replay it).
+   driver program when it starts one) answers from the sink log and Spark's checkpoint: COMMIT if the batch
+   committed with this half (its offset id) in its list; ROLLBACK if the batch committed without it, or its run
+   aborted it; UNKNOWN while the batch is undecided (a restarted query will replay it).
 
 ``at-least-once`` sends plain messages; a batch replayed after a crash is sent again (duplicates).
 """
@@ -46,7 +48,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from txmq.client.producer import Producer
+from txmq.client.producer import Producer, SendFuture, SendResult
 from txmq.client.transaction import HalfMessageRef, LocalTransactionState, TransactionProducer
 from txmq.errors import ClientError
 from txmq.fileio import write_atomic
@@ -64,6 +66,7 @@ EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "at-least-once"
 KEEP_BATCHES = 100  # never pruned: Spark's own default spark.sql.streaming.minBatchesToRetain
 PRUNE_EVERY_BATCHES = 100
+ROWS_PER_END_REQUEST = 10_000
 KILL_HOOK_ENV = "TXMQ_SPARK_TEST_HANG_BEFORE_COMMIT"  # tests: "<marker file>" — hang in commit, before anything
 
 
@@ -77,6 +80,7 @@ class SinkOptions:
     check_immunity_s: int
     max_in_flight: int
     log_retention_ms: int
+    rows_per_half: int
 
     @classmethod
     def parse(cls, options: Any, streaming: bool) -> SinkOptions:
@@ -97,7 +101,19 @@ class SinkOptions:
                    group=options.get("producerGroup") or f"txmq-spark-sink-{digest}", log_dir=log_dir,
                    check_immunity_s=int(options.get("checkImmunitySeconds", 60)),
                    max_in_flight=int(options.get("maxInFlight", 2048)),
-                   log_retention_ms=int(float(options.get("sinkLogRetentionMinutes", 1440)) * 60_000))
+                   log_retention_ms=int(float(options.get("sinkLogRetentionMinutes", 1440)) * 60_000),
+                   rows_per_half=_positive(options, "rowsPerHalf", 1000))
+
+
+def _positive(options: Any, name: str, default: int) -> int:
+    raw = options.get(name, default)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = 0
+    if value < 1:
+        raise OptionError(f"{name} must be a whole number of at least 1, not {raw!r}")
+    return value
 
 
 def _local_path(location: str) -> str:
@@ -197,7 +213,7 @@ class SinkCheckResponder:
         batch_id, run = int(raw_batch), msg.properties.get(P_RUN, "")
         rec = self.log.committed(batch_id)
         if rec is not None:
-            ok = msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) in rec["idset"]
+            ok = msg.offset_msg_id in rec["idset"]
             return LocalTransactionState.COMMIT if ok else LocalTransactionState.ROLLBACK
         if self.log.aborted(batch_id, run) or self.log.spark_committed(batch_id):
             return LocalTransactionState.ROLLBACK
@@ -227,7 +243,7 @@ class SinkCommitMessage(WriterCommitMessage):
     rows: int
     run: str = ""
     topics: list[str] = field(default_factory=list)
-    # exactly-once: the halves this task stored
+    # exactly-once: the halves this task stored (ids: their offset ids)
     brokers: list[str] = field(default_factory=list)
     half_offsets: list[int] = field(default_factory=list)
     commit_log_offsets: list[int] = field(default_factory=list)
@@ -275,47 +291,74 @@ def write_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], transa
     producer: Producer = cached_client(key, lambda: Producer(f"{opts.group}-task", opts.namesrv,
                                                              max_in_flight=opts.max_in_flight))
     out = SinkCommitMessage(partition, 0, run)
-    # The properties that make a row a half message of this batch: the same for every row, built once.
-    half = {P_QUERY: query, P_RUN: run, P_BATCH: str(batch_id), P_PARTITION: str(partition),
-            MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: opts.group,
-            MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS: str(opts.check_immunity_s)}
-    futures = []
     try:
-        for msg in _rows(opts, batches):
-            if transactional:
-                msg.properties.update(half)
-            futures.append(producer.send_async(msg))
-        for fut in futures:
-            result = fut.result(60)
-            out.rows += 1
-            if result.message_queue.topic not in out.topics:
-                out.topics.append(result.message_queue.topic)
-            if transactional:
-                ref = HalfMessageRef.of(result)
-                out.brokers.append(ref.broker_name)
-                out.half_offsets.append(ref.tran_state_table_offset)
-                out.commit_log_offsets.append(ref.commit_log_offset)
-                out.ids.append(result.msg_id)
+        if transactional:
+            _send_halves(opts, producer, _rows(opts, batches), out, {
+                P_QUERY: query, P_RUN: run, P_BATCH: str(batch_id), P_PARTITION: str(partition),
+                MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS: str(opts.check_immunity_s)})
+        else:
+            futures = [producer.send_async(msg) for msg in _rows(opts, batches)]
+            for fut in futures:
+                _count(out, fut.result(60), 1)
     except ClientError:
         drop_client(key)
         raise
     return out
 
 
+def _send_halves(opts: SinkOptions, producer: Producer, rows: Iterator[Message], out: SinkCommitMessage,
+                 tags: dict[str, str]) -> None:
+    """Send ``rows`` as half batches of one topic, ``rows_per_half`` rows and ``batch_max_bytes`` of bodies at
+    most, all in flight at once (within the producer's window), and list each half in ``out``."""
+    sent: list[tuple[SendFuture, int]] = []
+    chunks: dict[str, tuple[list[Message], int]] = {}  # open chunk and its body bytes, by topic
+
+    def flush(topic: str) -> None:
+        chunk, _ = chunks.pop(topic)
+        sent.append((producer.send_half_batch_async(chunk, opts.group, tags), len(chunk)))
+
+    for msg in rows:
+        chunk, size = chunks.get(msg.topic) or ([], 0)
+        if chunk and (len(chunk) >= opts.rows_per_half or size + len(msg.body) > producer.batch_max_bytes):
+            flush(msg.topic)
+            chunk, size = [], 0
+        chunk.append(msg)
+        chunks[msg.topic] = (chunk, size + len(msg.body))
+    for topic in list(chunks):
+        flush(topic)
+    for fut, rows_in_half in sent:
+        result = fut.result(60)
+        _count(out, result, rows_in_half)
+        ref = HalfMessageRef.of(result)
+        out.brokers.append(ref.broker_name)
+        out.half_offsets.append(ref.tran_state_table_offset)
+        out.commit_log_offsets.append(ref.commit_log_offset)
+        out.ids.append(result.offset_msg_id)
+
+
+def _count(out: SinkCommitMessage, result: SendResult, rows: int) -> None:
+    out.rows += rows
+    if result.message_queue.topic not in out.topics:
+        out.topics.append(result.message_queue.topic)
+
+
 # --- the driver: end the halves ---------------------------------------------------------------------------
 
 def end_halves(producer: TransactionProducer, messages: list[SinkCommitMessage], commit: bool) -> int:
     """End every half listed in ``messages`` with batched, confirmed END_TRANSACTIONs (txmq's code 9005, a
-    request per broker and 1000 halves); returns how many could not be ended now (check-back will)."""
+    request per broker and about ``ROWS_PER_END_REQUEST`` rows); returns how many could not be ended now
+    (check-back will)."""
     state = LocalTransactionState.COMMIT if commit else LocalTransactionState.ROLLBACK
     todo = [(HalfMessageRef(m.brokers[i], m.half_offsets[i], m.commit_log_offsets[i]), m.ids[i])
             for m in messages for i in range(len(m.ids))]
+    # A request ends about ROWS_PER_END_REQUEST rows: the broker stores every row of a committed half batch.
+    chunk = max(1, ROWS_PER_END_REQUEST * len(todo) // max(1, sum(m.rows for m in messages)))
     for attempt in range(3):
         if not todo:
             break
         if attempt:
             time.sleep(0.2 * attempt)
-        answers = producer.end_transactions([(ref, state) for ref, _ in todo])
+        answers = producer.end_transactions([(ref, state) for ref, _ in todo], chunk=chunk)
         left = []
         for (ref, ident), answer in zip(todo, answers, strict=True):
             if not answer.decided:

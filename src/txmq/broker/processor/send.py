@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING
 
+from txmq.broker.transaction.service import HALF_BATCH
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_batch, string_to_properties
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -135,6 +136,7 @@ class SendMessageProcessor:
             entries = decode_batch(cmd.body)
             if not entries:
                 return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+            batch_props = string_to_properties(h.properties) if h.properties else {}
             halves = 0
             for _flag, data, props in entries:
                 if len(data) > broker.config.max_message_size:
@@ -149,8 +151,10 @@ class SendMessageProcessor:
                 return RemotingCommand.response_to(
                     cmd, ResponseCode.MESSAGE_ILLEGAL,
                     remark="a batch is all half (transactional) messages or none")
-            if halves and broker.config.reject_transaction_message:
+            if (halves or is_half(batch_props)) and broker.config.reject_transaction_message:
                 return self._rejected_transaction(cmd)
+            if is_half(batch_props):
+                return self._half_batch(conn, cmd, h, queue_id, entries, batch_props, halves)
             msgs = [self._inner(h, queue_id, flag, data, props, born_host) for flag, data, props in entries]
             # txmq beyond RocketMQ: a batch of halves is stored with one write (the Spark sink's tasks).
             stored = broker.transaction_service.prepare_messages(msgs) if halves else broker.store.put_messages(msgs)
@@ -163,6 +167,26 @@ class SendMessageProcessor:
         if is_half(msg.properties) and broker.config.reject_transaction_message:
             return self._rejected_transaction(cmd)
         return self._put(cmd, msg, self.store_message(msg))
+
+    def _half_batch(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, queue_id: int,
+                    entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
+                    halves: int) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """A batch whose own properties (the request header's) make it a half message: one transaction for all
+        its messages, stored as one half whose body is the batch as sent (txmq beyond RocketMQ). Its messages
+        need a ``UNIQ_KEY`` each: after a crash, that is how a commit cut short finds what it already stored."""
+        if halves:
+            return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                                               remark="a half batch carries plain messages, not half messages")
+        uniq = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        if not all(props.get(uniq) for _, _, props in entries):
+            return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                                               remark=f"each message of a half batch needs a {uniq}")
+        if not batch_props.get(uniq):
+            return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                                               remark=f"a half batch needs its own {uniq} (its transaction id)")
+        batch_props[HALF_BATCH] = str(len(entries))
+        msg = self._inner(h, queue_id, h.flag, cmd.body, batch_props, peer_host(conn))
+        return self._put(cmd, msg, self.broker.transaction_service.prepare_message(msg))
 
     def _rejected_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
         return RemotingCommand.response_to(

@@ -10,6 +10,9 @@
 * Decisions come one at a time (END_TRANSACTION, gRPC, check answers) or in batches (txmq's
   TXMQ_END_TRANSACTION_BATCH): a single decision is a batch of one, and a batch stores the real messages of
   all its commits in one put and writes one op record per outcome.
+* A half message may carry a batch (txmq's, beyond RocketMQ; ``HALF_BATCH``): its body is the batch as the
+  producer sent it, and its transaction is one for all the messages in it. COMMIT stores each as a real
+  message of its own (with its own ``UNIQ_KEY`` and the batch's transaction id in ``__transactionId__``).
 * A check never rewrites the half message: op records in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` carry outcomes
   and check counts for many transactions at once (body: comma-separated half offsets, property
   ``TXMQ_OP``: COMMIT, ROLLBACK, DISCARD, RESUME or CHECK). Recovery replays half and op queues.
@@ -32,7 +35,7 @@ import orjson
 from txmq.broker.transaction.state import Outcome, PendingInfo, TransactionStateTable
 from txmq.errors import StoreError
 from txmq.fileio import write_atomic
-from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_message
+from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageResult, PutMessageStatus
 from txmq.topic import (
@@ -44,6 +47,8 @@ from txmq.topic import (
 log = logging.getLogger("txmq.transaction")
 
 OP_PROPERTY = "TXMQ_OP"
+HALF_BATCH = "TXMQ_HALF_BATCH"  # on a half message whose body is a batch: how many messages it carries
+PUT_SLICE = 1024  # real messages per store put when a decision commits many: the loop serves others between
 REMOVE_TAG = "d"
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
@@ -240,59 +245,95 @@ class TransactionalMessageService:
                       results: list[EndResult | None], source: str) -> None:
         """Decide and store the claimed entries: undecided or discarded, each in ``_in_flight`` for this call."""
         found: list[int] = []  # recovered transactions whose commit was already in the log
-        commits: list[tuple[int, MessageExt]] = []
-        reals: list[MessageExt] = []
+        commits: list[tuple[int, MessageExt, list[MessageExt]]] = []  # entry, half, the real messages to store
         rollbacks: list[tuple[int, MessageExt]] = []
+        overruled: list[int] = []  # ROLLBACKs of a batch whose commit a crash cut short: it is finished instead
         for i, half in claimed:
             half_offset, commit_log_offset, outcome = entries[i]
-            if self._found_committed(half, half_offset):
-                found.append(half_offset)
-                results[i] = self._repeat(half_offset, outcome, None)
-            elif outcome == Outcome.COMMIT:
+            reals = self.real_messages(half, half_offset, commit_log_offset) \
+                if outcome == Outcome.COMMIT or half_offset in self.table.recovered else []
+            if half_offset in self.table.recovered:
+                self.table.recovered.discard(half_offset)
+                left = self._not_in_log(half, reals)
+                if not left:
+                    self.table.decide(half_offset, Outcome.COMMIT)
+                    found.append(half_offset)
+                    results[i] = self._repeat(half_offset, outcome, None)
+                    continue
+                if len(left) < len(reals) and outcome != Outcome.COMMIT:
+                    overruled.append(i)
+                    outcome = Outcome.COMMIT
+                reals = left
+            if outcome == Outcome.COMMIT:
                 # With the state from before: a snapshot shows it as the log has it until the op record is written.
                 self._committing[half_offset] = (self.table.outcome(half_offset), self.table.info(half_offset),
                                                  self.table.discarded.get(half_offset, 0))
                 self.table.decide(half_offset, Outcome.COMMIT)
-                commits.append((i, half))
-                reals.append(self.real_message(half, half_offset, commit_log_offset))
+                commits.append((i, half, reals))
             else:
                 self.table.decide(half_offset, Outcome.ROLLBACK)
                 rollbacks.append((i, half))
-        committing = [entries[i].half_offset for i, _ in commits]
-        status = PutMessageStatus.PUT_OK
+        stored: list[tuple[int, MessageExt, int]] = []  # entry, half, answer code
+        ended: set[int] = set()  # commits stored or undone
         try:
-            if reals:
-                try:
-                    status = (await self.store.put_messages(reals)).status
-                except BaseException:
-                    self._undo_commits(committing)
-                    raise
-                if status not in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT):
+            statuses = await self._store_reals([reals for _, _, reals in commits])
+            for (i, half, _), status in zip(commits, statuses, strict=True):
+                ended.add(i)
+                if status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT):
+                    stored.append((i, half, ResponseCode.SUCCESS if status == PutMessageStatus.PUT_OK
+                                   else ResponseCode.FLUSH_DISK_TIMEOUT))
+                else:
                     # Undone, not left at COMMIT: a retried COMMIT would be answered "already committed" and
                     # the message never stored.
-                    self._undo_commits(committing)
-                    for i, _ in commits:
-                        results[i] = EndResult(ResponseCode.SYSTEM_ERROR,
-                                               f"storing the committed message failed: {status.name}")
-                    commits, committing = [], []
+                    self._undo_commits([entries[i].half_offset])
+                    why = status.name if isinstance(status, PutMessageStatus) else str(status)
+                    results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {why}")
             # Asked for together, the two op records share one write.
-            await asyncio.gather(self._write_op("COMMIT", found + committing),
+            await asyncio.gather(self._write_op("COMMIT", found + [entries[i].half_offset for i, _, _ in stored]),
                                  self._write_op("ROLLBACK", [entries[i].half_offset for i, _ in rollbacks]))
+        except BaseException:
+            self._undo_commits([entries[i].half_offset for i, _, _ in commits if i not in ended])
+            raise
         finally:
-            for i, _ in commits:
+            for i, _, _ in commits:
                 self._committing.pop(entries[i].half_offset, None)
-        code = ResponseCode.SUCCESS if status == PutMessageStatus.PUT_OK else ResponseCode.FLUSH_DISK_TIMEOUT
         now_ms = int(time.time() * 1000)
-        for i, half in commits:
+        for i, half, code in stored:
             self.metrics.commit_latency_ms.append(max(0, now_ms - half.store_timestamp))
             results[i] = EndResult(code)
+        for i in overruled:
+            results[i] = self._repeat(entries[i].half_offset, Outcome.ROLLBACK, None)
         for i, _ in rollbacks:
             results[i] = EndResult(ResponseCode.SUCCESS)
-        self.metrics.commits += len(commits)
+        self.metrics.commits += len(stored)
         self.metrics.rollbacks += len(rollbacks)
         if log.isEnabledFor(logging.DEBUG):
-            for i, half in commits + rollbacks:
+            for i, half in [(i, half) for i, half, _ in stored] + rollbacks:
                 log.debug("transaction %s %s by %s", half.msg_id, entries[i].outcome.name, source)
+
+    async def _store_reals(self, groups: list[list[MessageExt]]) -> list[PutMessageStatus | Exception]:
+        """Store the real messages of each commit, a commit's never split, in puts of about ``PUT_SLICE``
+        messages started one per loop iteration: a decision committing many batches does not hold the loop
+        (the flush waits overlap). Returns each group's put status, or the exception its put raised."""
+        slices: list[tuple[list[int], list[MessageExt]]] = []
+        for g, reals in enumerate(groups):
+            if not slices or (slices[-1][1] and len(slices[-1][1]) + len(reals) > PUT_SLICE):
+                slices.append(([], []))
+            slices[-1][0].append(g)
+            slices[-1][1].extend(reals)
+        puts: list[asyncio.Task[PutMessageResult]] = []
+        for n, (_, msgs) in enumerate(slices):
+            if n:
+                await asyncio.sleep(0)
+            puts.append(asyncio.get_running_loop().create_task(self.store.put_messages(msgs)))
+        out: list[PutMessageStatus | Exception] = [PutMessageStatus.PUT_OK] * len(groups)
+        for (members, _), result in zip(slices, await asyncio.gather(*puts, return_exceptions=True), strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+            status = result if isinstance(result, Exception) else result.status
+            for g in members:
+                out[g] = status if groups[g] else PutMessageStatus.PUT_OK
+        return out
 
     def _undo_commits(self, half_offsets: list[int]) -> None:
         """Commits that did not reach the log: each transaction is as it was before (``_committing``)."""
@@ -333,45 +374,50 @@ class TransactionalMessageService:
         return None
 
     @staticmethod
-    def real_message(half: MessageExt, half_offset: int, commit_log_offset: int) -> MessageExt:
+    def real_messages(half: MessageExt, half_offset: int, commit_log_offset: int) -> list[MessageExt]:
+        """What a COMMIT of ``half`` stores: its real message, or, for a batch half, one per message it carries."""
         props = dict(half.properties)
         topic = props.pop(MessageConst.REAL_TOPIC)
         queue_id = int(props.pop(MessageConst.REAL_QUEUE_ID, "0"))
-        props.pop(MessageConst.TRANSACTION_PREPARED, None)
-        props[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
-        return MessageExt(
-            topic, half.body, props, flag=half.flag, queue_id=queue_id,
-            sys_flag=MessageSysFlag.reset_transaction_value(half.sys_flag, MessageSysFlag.TRANSACTION_COMMIT_TYPE),
-            born_timestamp=half.born_timestamp, born_host=half.born_host, store_host=half.store_host,
-            reconsume_times=half.reconsume_times, prepared_transaction_offset=commit_log_offset,
-        )
+        sys_flag = MessageSysFlag.reset_transaction_value(half.sys_flag, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+        if HALF_BATCH not in props:
+            props.pop(MessageConst.TRANSACTION_PREPARED, None)
+            props[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
+            return [MessageExt(topic, half.body, props, flag=half.flag, queue_id=queue_id, sys_flag=sys_flag,
+                               born_timestamp=half.born_timestamp, born_host=half.born_host,
+                               store_host=half.store_host, reconsume_times=half.reconsume_times,
+                               prepared_transaction_offset=commit_log_offset)]
+        link = {MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET: str(half_offset),
+                MessageConst.TRANSACTION_ID: props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")}
+        return [MessageExt(topic, body, {**inner, **link}, flag=flag, queue_id=queue_id, sys_flag=sys_flag,
+                           born_timestamp=half.born_timestamp, born_host=half.born_host, store_host=half.store_host,
+                           prepared_transaction_offset=commit_log_offset)
+                for flag, body, inner in decode_batch(half.body)]
 
-    def _find_committed(self, half: MessageExt) -> MessageExt | None:
-        uniq = half.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    def _not_in_log(self, half: MessageExt, reals: list[MessageExt]) -> list[MessageExt]:
+        """Of the real messages of a commit of ``half``, those not in the log yet. After a crash, a commit can be
+        in the log without its op record, or (a batch cut short) in part: found by ``UNIQ_KEY`` in the index."""
         topic = half.properties.get(MessageConst.REAL_TOPIC, "")
-        if not uniq:
-            return None
-        for m in self.store.query_message(topic, uniq, 64):
-            if m.prepared_transaction_offset == half.commit_log_offset:
-                return m
-        return None
+        left = []
+        for real in reals:
+            uniq = real.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if not uniq or not any(m.prepared_transaction_offset == half.commit_log_offset
+                                   for m in self.store.query_message(topic, uniq, 64)):
+                left.append(real)
+        return left
 
     async def resolve_recovered(self, half: MessageExt, half_offset: int) -> bool:
-        """For a transaction recovery found pending: True when its commit is already in the log (then it is
-        recorded as committed)."""
-        if not self._found_committed(half, half_offset):
-            return False
-        await self._write_op("COMMIT", [half_offset])
-        return True
-
-    def _found_committed(self, half: MessageExt, half_offset: int) -> bool:
-        """``resolve_recovered`` without the op record, which the caller writes."""
+        """For a transaction recovery found pending: True when its commit is in the log, whole or (a batch cut
+        short by the crash) in part; it is then recorded as committed, the missing part stored first."""
         if half_offset not in self.table.recovered:
             return False
-        if self._find_committed(half) is None:
+        reals = self.real_messages(half, half_offset, half.commit_log_offset)
+        if len(self._not_in_log(half, reals)) == len(reals):
             self.table.recovered.discard(half_offset)
             return False
-        self.table.decide(half_offset, Outcome.COMMIT)
+        await self.end_transaction(producer_group=half.properties.get(MessageConst.PRODUCER_GROUP, ""),
+                                   half_offset=half_offset, commit_log_offset=half.commit_log_offset,
+                                   outcome=Outcome.COMMIT, source="recovery")
         return True
 
     # --- discard and resume ---------------------------------------------------------------------------
