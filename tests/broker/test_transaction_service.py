@@ -170,3 +170,24 @@ def test_a_decision_uses_the_remembered_half_and_falls_back_to_the_store(tmp_pat
         await store.shutdown()
 
     asyncio.run(go())
+
+
+def test_a_half_stored_with_a_late_flush_is_tracked(tmp_path):
+    """FLUSH_DISK_TIMEOUT: the half is in the log and the producer is told where; it must be checked back like
+    any other, not only after a restart."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        real_put = store.put_messages
+
+        async def late_flush(msgs: list[MessageExt]) -> PutMessageResult:
+            result = await real_put(msgs)
+            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result.append_result)
+        store.put_messages = late_flush  # type: ignore[method-assign]
+        msgs = [MessageExt("orders", f"late{i}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
+                                                          MessageConst.PRODUCER_GROUP: "g"}) for i in range(3)]
+        result = await service.prepare_messages(msgs)
+        assert result.status == PutMessageStatus.FLUSH_DISK_TIMEOUT and result.stored
+        assert len(service.table) == 3
+        assert all(service.table.info(m.queue_offset) is not None for m in msgs)
+        await store.shutdown()
+    asyncio.run(go())

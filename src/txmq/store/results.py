@@ -37,6 +37,15 @@ class PutMessageResult:
     def ok(self) -> bool:
         return self.status is PutMessageStatus.PUT_OK
 
+    @property
+    def stored(self) -> bool:
+        """In the commit log, whether or not its flush (or replication) finished in time."""
+        return self.append_result is not None and self.status in _STORED
+
+
+_STORED = frozenset({PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                     PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE})
+
 
 class GetMessageStatus(Enum):
     FOUND = "FOUND"

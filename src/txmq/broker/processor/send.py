@@ -51,13 +51,6 @@ _PUT_STATUS_TO_CODE = {
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
-# A stored message whose flush or replication lagged still has an id and offset worth answering with.
-_STORED_STATUSES = {
-    PutMessageStatus.PUT_OK,
-    PutMessageStatus.FLUSH_DISK_TIMEOUT,
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
-    PutMessageStatus.SLAVE_NOT_AVAILABLE,
-}
 
 
 def is_half(properties: Mapping[str, str]) -> bool:
@@ -222,9 +215,10 @@ class SendMessageProcessor:
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
         log.info("message %s to dead-letter topic %s after %d reconsumes", msg.msg_id, topic, msg.reconsume_times)
 
-    async def _put(self, cmd: RemotingCommand, msg: MessageExt, pending) -> RemotingCommand:
+    async def _put(self, cmd: RemotingCommand, msg: MessageExt,
+                   pending: Awaitable[PutMessageResult]) -> RemotingCommand:
         try:
-            result: PutMessageResult = await pending
+            result = await pending
         except (StoreError, InvalidMessageError) as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
         return self._response(cmd, msg, result)
@@ -233,12 +227,16 @@ class SendMessageProcessor:
                          pending: Awaitable[PutMessageResult]) -> RemotingCommand:
         """One write and one flush wait for the whole batch; the answer names every message's offset id and the
         queue offset of the first (the rest follow it; for halves, in the half queue)."""
-        result = await pending
-        if result.status not in _STORED_STATUSES or result.append_result is None:
+        try:
+            result = await pending
+        except (StoreError, InvalidMessageError) as exc:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
+        ar = result.append_result
+        if not result.stored or ar is None:  # stored with a late flush still has ids and offsets to answer with
             return self._response(cmd, msgs[0], result)
         header = SendMessageResponseHeader(
             msg_id=",".join(m.offset_msg_id for m in msgs),
-            queue_id=msgs[0].queue_id, queue_offset=result.append_result.logics_offset,
+            queue_id=msgs[0].queue_id, queue_offset=ar.logics_offset,
             transaction_id=",".join(m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "") for m in msgs)
             if is_half(msgs[0].properties) else None)
         return RemotingCommand.response_to(cmd, _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR),
@@ -246,13 +244,13 @@ class SendMessageProcessor:
 
     def _response(self, cmd: RemotingCommand, msg: MessageExt, result: PutMessageResult) -> RemotingCommand:
         code = _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
-        if result.status not in _STORED_STATUSES or result.append_result is None:
+        ar = result.append_result
+        if not result.stored or ar is None:
             remark = f"store answered {result.status.name}"
             if result.status == PutMessageStatus.MESSAGE_ILLEGAL:
                 remark += (f": the stored record (body, properties and header) must fit maxMessageSize "
                            f"{self.broker.config.max_message_size}")
             return RemotingCommand.response_to(cmd, code, remark=remark)
-        ar = result.append_result
         header = SendMessageResponseHeader(
             msg_id=ar.msg_id, queue_id=msg.queue_id, queue_offset=ar.logics_offset,
             transaction_id=msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -291,7 +289,7 @@ class SendMessageProcessor:
             msg.properties[MessageConst.DELAY_TIME_LEVEL] = str(level)
             broker.schedule_service.divert(msg)
         result = await broker.store.put_message(msg)
-        if result.status not in _STORED_STATUSES:
+        if not result.stored:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
                                                remark=f"send back failed: {result.status.name}")
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)

@@ -119,10 +119,9 @@ class TransactionalMessageService:
         keep their own topic and queue: the client sees them in the answer, as with RocketMQ."""
         halves = [self._half_of(msg) for msg in msgs]
         result = await self.store.put_messages(halves)
-        stored = result.append_result is not None and result.status == PutMessageStatus.PUT_OK
         for msg, half in zip(msgs, halves, strict=True):
             msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
-            if stored:
+            if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
                 self._track(half.queue_offset, half, self._first_check_s(half))
                 self._remember(half)
         return result
@@ -276,17 +275,16 @@ class TransactionalMessageService:
         stored: list[tuple[int, MessageExt, int]] = []  # entry, half, answer code
         ended: set[int] = set()  # commits stored or undone
         try:
-            statuses = await self._store_reals([reals for _, _, reals in commits])
-            for (i, half, _), status in zip(commits, statuses, strict=True):
+            puts = await self._store_reals([reals for _, _, reals in commits])
+            for (i, half, _), put in zip(commits, puts, strict=True):
                 ended.add(i)
-                if status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT):
-                    stored.append((i, half, ResponseCode.SUCCESS if status == PutMessageStatus.PUT_OK
-                                   else ResponseCode.FLUSH_DISK_TIMEOUT))
+                if isinstance(put, PutMessageResult) and put.stored:
+                    stored.append((i, half, ResponseCode.SUCCESS if put.ok else ResponseCode.FLUSH_DISK_TIMEOUT))
                 else:
                     # Undone, not left at COMMIT: a retried COMMIT would be answered "already committed" and
                     # the message never stored.
                     self._undo_commits([entries[i].half_offset])
-                    why = status.name if isinstance(status, PutMessageStatus) else str(status)
+                    why = put.status.name if isinstance(put, PutMessageResult) else str(put)
                     results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {why}")
             # Asked for together, the two op records share one write.
             await asyncio.gather(self._write_op("COMMIT", found + [entries[i].half_offset for i, _, _ in stored]),
@@ -311,10 +309,10 @@ class TransactionalMessageService:
             for i, half in [(i, half) for i, half, _ in stored] + rollbacks:
                 log.debug("transaction %s %s by %s", half.msg_id, entries[i].outcome.name, source)
 
-    async def _store_reals(self, groups: list[list[MessageExt]]) -> list[PutMessageStatus | Exception]:
-        """Store the real messages of each commit, a commit's never split, in puts of about ``PUT_SLICE``
+    async def _store_reals(self, groups: list[list[MessageExt]]) -> list[PutMessageResult | Exception]:
+        """Store the real messages of each commit (never none), a commit's never split, in puts of about ``PUT_SLICE``
         messages started one per loop iteration: a decision committing many batches does not hold the loop
-        (the flush waits overlap). Returns each group's put status, or the exception its put raised."""
+        (the flush waits overlap). Returns the result of each group's put, or the exception it raised."""
         slices: list[tuple[list[int], list[MessageExt]]] = []
         for g, reals in enumerate(groups):
             if not slices or (slices[-1][1] and len(slices[-1][1]) + len(reals) > PUT_SLICE):
@@ -326,13 +324,11 @@ class TransactionalMessageService:
             if n:
                 await asyncio.sleep(0)
             puts.append(asyncio.get_running_loop().create_task(self.store.put_messages(msgs)))
-        out: list[PutMessageStatus | Exception] = [PutMessageStatus.PUT_OK] * len(groups)
+        out: list[PutMessageResult | Exception] = []
         for (members, _), result in zip(slices, await asyncio.gather(*puts, return_exceptions=True), strict=True):
             if isinstance(result, BaseException) and not isinstance(result, Exception):
                 raise result
-            status = result if isinstance(result, Exception) else result.status
-            for g in members:
-                out[g] = status if groups[g] else PutMessageStatus.PUT_OK
+            out += [result] * len(members)
         return out
 
     def _undo_commits(self, half_offsets: list[int]) -> None:
