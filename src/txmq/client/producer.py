@@ -32,6 +32,7 @@ from typing import Any
 
 from txmq.client.base import ClientBase
 from txmq.client.instance import MessageQueue
+from txmq.client.runtime import ClientRuntime
 from txmq.errors import BrokerError, ClientError, InvalidMessageError
 from txmq.message import (
     Message,
@@ -231,12 +232,7 @@ class Producer(ClientBase):
 
     def send_async(self, msg: Message) -> SendFuture:
         """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered."""
-        runtime = self._runtime
-        if runtime is None:
-            raise ClientError("producer is not started")
-        self._acquire_window()
-        fut = SendFuture()
-        fut.add_done_callback(self._release_window)
+        runtime, fut = self._window_slot()
         if self.batch_max_messages <= 1 or msg.delay_time_level:
             runtime.post(self._send(msg)).add_done_callback(functools.partial(_settle_from, fut))
         else:
@@ -246,6 +242,17 @@ class Producer(ClientBase):
                 self._outbox_scheduled = True
                 runtime.loop.call_soon_threadsafe(self._drain_outbox)
         return fut
+
+    def _window_slot(self) -> tuple[ClientRuntime, SendFuture]:
+        """A place in the window of unanswered async sends (waits while it is full), as the future of the send
+        that takes it: the place is freed when the future is settled."""
+        runtime = self._runtime
+        if runtime is None:
+            raise ClientError("producer is not started")
+        self._acquire_window()
+        fut = SendFuture()
+        fut.add_done_callback(self._release_window)
+        return runtime, fut
 
     def _acquire_window(self) -> None:
         while True:
@@ -287,12 +294,7 @@ class Producer(ClientBase):
         props = {**(properties or {}), MessageConst.TRANSACTION_PREPARED: "true",
                  MessageConst.PRODUCER_GROUP: producer_group}
         props.setdefault(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_id())
-        runtime = self._runtime
-        if runtime is None:
-            raise ClientError("producer is not started")
-        self._acquire_window()
-        fut = SendFuture()
-        fut.add_done_callback(self._release_window)
+        runtime, fut = self._window_slot()
         runtime.post(self._send(msgs[0], batch=list(msgs), batch_properties=props)).add_done_callback(
             functools.partial(_settle_from, fut))
         return fut
