@@ -334,6 +334,33 @@ def test_sync_flush_group_commit_shares_fsyncs(root, monkeypatch):
     run(main)
 
 
+def test_a_new_queue_directory_is_made_durable_with_its_parents(root, monkeypatch):
+    """The checkpoint after a new topic's first message fsyncs the queue's directory and the directories its
+    creation changed (``consumequeue/`` gained ``<topic>/``, which gained ``<queue id>/``), once."""
+    synced: list[str] = []
+    real_fsync_dir = mapped_file.fsync_dir
+
+    def recording(path: str) -> None:
+        synced.append(os.path.relpath(path, root))
+        real_fsync_dir(path)
+    monkeypatch.setattr(mapped_file, "fsync_dir", recording)
+
+    async def main():
+        store = DefaultMessageStore(make_config(root))
+        await store.start()
+        assert (await store.put_message(msg(topic="fresh", queue_id=2))).status is PutMessageStatus.PUT_OK
+        store.flush_and_checkpoint()
+        cq = os.path.join("consumequeue", "fresh")
+        assert {os.path.join(cq, "2"), cq, "consumequeue"} <= set(synced)
+        synced.clear()
+        assert (await store.put_message(msg(topic="fresh", queue_id=2))).status is PutMessageStatus.PUT_OK
+        store.flush_and_checkpoint()
+        assert not any(path.startswith(cq) for path in synced)  # nothing new in those directories
+        await store.shutdown()
+
+    run(main)
+
+
 def test_sync_flush_timeout(root, monkeypatch):
     config = make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=50)
     real_fsync = mapped_file.fsync_fd

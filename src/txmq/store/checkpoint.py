@@ -14,8 +14,8 @@ File ``checkpoint``:
     12      4     crc         zlib.crc32 of the JSON document
     16      n     JSON        recovery_offset, written_at_ms, last_store_timestamp, queues, index_files
 
-It is replaced atomically: written to ``checkpoint.tmp``, fsynced, renamed over ``checkpoint``, and the
-directory fsynced. A file that fails its checks is ignored (recovery then scans the whole log).
+It is replaced atomically (``txmq.fileio.write_atomic``: a temporary file beside it, fsynced, renamed over
+``checkpoint``, the directory fsynced). A file that fails its checks is ignored (recovery then scans the whole log).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import os
 import struct
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from txmq.store.mapped_file import fsync_dir
+from txmq.fileio import write_atomic
 
 MAGIC = b"TXCP"
 VERSION = 1
@@ -82,12 +83,4 @@ class StoreCheckpoint:
             },
             separators=(",", ":"),
         ).encode()
-        tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, _HEADER.pack(MAGIC, VERSION, len(doc), zlib.crc32(doc)) + doc)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_dir(self.root_dir)
+        write_atomic(Path(self.path), _HEADER.pack(MAGIC, VERSION, len(doc), zlib.crc32(doc)) + doc)

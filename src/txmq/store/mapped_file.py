@@ -135,8 +135,15 @@ class MappedFileQueue:
         self.files: list[MappedFile] = []
         self._starts: list[int] = []
         self.lock = threading.Lock()
-        self.directory_dirty = False  # entries created or deleted since the last directory fsync
+        # Directories made for this queue (a new topic's consume queue): their entries in their parents must
+        # be made durable too, or a crash can lose a whole queue directory with its fsynced files.
+        made, path = [], directory
+        while path and not os.path.isdir(path):
+            made.append(path)
+            path = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
+        self._made_in = [os.path.dirname(d) for d in made]
+        self.directory_dirty = bool(made)  # entries created or deleted since the last directory fsync
 
     def load(self, *, strict: bool = True) -> list[str]:
         """Open every segment in the directory; return one line per problem found (and fixed).
@@ -222,6 +229,9 @@ class MappedFileQueue:
         if self.directory_dirty:
             self.directory_dirty = False
             fsync_dir(self.directory)
+            for parent in self._made_in:
+                fsync_dir(parent)
+            self._made_in = []
 
     def close(self) -> None:
         with self.lock:
