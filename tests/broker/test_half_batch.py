@@ -28,9 +28,9 @@ async def half_batch(service: TransactionalMessageService, tag: str, n: int, que
     """Store a half batch of ``n`` messages as the send processor does; returns (half offset, commit-log offset)."""
     half = MessageExt("orders", encode_batch(rows(tag, n)), {
         MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: "g",
-        MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"T{tag:>029}", HALF_BATCH: str(n)},
+        MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"T{tag:>029}"},
         queue_id=queue_id, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
-    r = await service.prepare_message(half)
+    r = await service.prepare_half_batch(half, n)
     assert r.status == PutMessageStatus.PUT_OK and r.append_result is not None
     return r.append_result.logics_offset, r.append_result.wrote_offset
 
@@ -100,5 +100,37 @@ def test_a_commit_cut_short_by_a_crash_is_finished_after_recovery(tmp_path, then
             assert [r.code for r in results] == [SHOULD_COMMIT if then == "rollback" else OK, OK]
         assert service.table.outcome(cut[0]) == Outcome.COMMIT
         assert stored(store) == bodies("a", 5)  # each once
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_only_the_broker_marks_a_half_batch(tmp_path):
+    """A sender's own ``TXMQ_HALF_BATCH`` on a plain half is dropped: its COMMIT stores its body as it is
+    (read as a batch, the decision would fail). A stored batch body that cannot be read fails its entry only."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        forged = MessageExt("orders", b"plain body", {MessageConst.TRANSACTION_PREPARED: "true",
+                                                     MessageConst.PRODUCER_GROUP: "g", HALF_BATCH: "3"},
+                            queue_id=1, born_timestamp=int(time.time() * 1000))
+        r = await service.prepare_message(forged)
+        assert r.append_result is not None
+        plain = (r.append_result.logics_offset, r.append_result.wrote_offset)
+        assert HALF_BATCH not in service._half_at(plain[1]).properties
+        good = await half_batch(service, "g", 2)
+        broken = await half_batch(service, "x", 2)
+        service._half_at(broken[1])  # forgotten: read back from the store below, then its body damaged
+        real_look = store.look_message_by_offset
+
+        def damaged(offset: int) -> MessageExt:
+            m = real_look(offset)
+            if offset == broken[1]:
+                m.body = m.body[:-3]
+            return m
+        store.look_message_by_offset = damaged  # type: ignore[method-assign]
+        results = await batch(service, [(plain, COMMIT), (broken, COMMIT), (good, COMMIT)])
+        assert [r.code for r in results] == [OK, ResponseCode.SYSTEM_ERROR, OK]
+        assert "unreadable" in results[1].remark
+        assert stored(store) == sorted(["plain body", *bodies("g", 2)])
+        assert service.table.outcome(broken[0]) == Outcome.PENDING  # left to check-back, and in the end discard
         await store.shutdown()
     asyncio.run(go())

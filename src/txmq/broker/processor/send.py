@@ -13,7 +13,6 @@ import time
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING
 
-from txmq.broker.transaction.service import HALF_BATCH
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_batch, string_to_properties
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -177,9 +176,8 @@ class SendMessageProcessor:
         if not batch_props.get(uniq):
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                                remark=f"a half batch needs its own {uniq} (its transaction id)")
-        batch_props[HALF_BATCH] = str(len(entries))
         msg = self._inner(h, queue_id, h.flag, cmd.body, batch_props, peer_host(conn))
-        return self._put(cmd, msg, self.broker.transaction_service.prepare_message(msg))
+        return self._put(cmd, msg, self.broker.transaction_service.prepare_half_batch(msg, len(entries)))
 
     def _rejected_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
         return RemotingCommand.response_to(

@@ -33,7 +33,7 @@ from typing import NamedTuple
 import orjson
 
 from txmq.broker.transaction.state import Outcome, PendingInfo, TransactionStateTable
-from txmq.errors import StoreError
+from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
@@ -112,12 +112,17 @@ class TransactionalMessageService:
         """Store ``msg`` as a half message (invisible) and start tracking it."""
         return await self.prepare_messages([msg])
 
-    async def prepare_messages(self, msgs: Sequence[MessageExt]) -> PutMessageResult:
+    async def prepare_half_batch(self, msg: MessageExt, count: int) -> PutMessageResult:
+        """Store ``msg``, whose body is a checked batch of ``count`` messages, as one half message: one
+        transaction for them all (``HALF_BATCH``; the send processor checked the batch)."""
+        return await self.prepare_messages([msg], half_batch=count)
+
+    async def prepare_messages(self, msgs: Sequence[MessageExt], *, half_batch: int = 0) -> PutMessageResult:
         """Store ``msgs`` as half messages with one write (and one flush wait) and start tracking each: a batch
         of halves, as a Spark sink task sends them. They get consecutive half offsets; ``append_result`` covers
         the first, and each message gets its half's queue offset and commit-log offset. The caller's messages
         keep their own topic and queue: the client sees them in the answer, as with RocketMQ."""
-        halves = [self._half_of(msg) for msg in msgs]
+        halves = [self._half_of(msg, half_batch) for msg in msgs]
         result = await self.store.put_messages(halves)
         for msg, half in zip(msgs, halves, strict=True):
             msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
@@ -127,8 +132,13 @@ class TransactionalMessageService:
         return result
 
     @staticmethod
-    def _half_of(msg: MessageExt) -> MessageExt:
+    def _half_of(msg: MessageExt, half_batch: int) -> MessageExt:
+        """The half to store for ``msg``. ``HALF_BATCH`` is the broker's word only: a sender's is dropped (a
+        plain body read as a batch at COMMIT would fail the decision)."""
         props = dict(msg.properties)
+        props.pop(HALF_BATCH, None)
+        if half_batch:
+            props[HALF_BATCH] = str(half_batch)
         props[MessageConst.REAL_TOPIC] = msg.topic
         props[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
         return MessageExt(
@@ -249,8 +259,12 @@ class TransactionalMessageService:
         overruled: list[int] = []  # ROLLBACKs of a batch whose commit a crash cut short: it is finished instead
         for i, half in claimed:
             half_offset, commit_log_offset, outcome = entries[i]
-            reals = self.real_messages(half, half_offset, commit_log_offset) \
-                if outcome == Outcome.COMMIT or half_offset in self.table.recovered else []
+            try:
+                reals = self.real_messages(half, half_offset, commit_log_offset) \
+                    if outcome == Outcome.COMMIT or half_offset in self.table.recovered else []
+            except RemoteProtocolError as exc:
+                results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"half batch at {half_offset} unreadable: {exc}")
+                continue
             if half_offset in self.table.recovered:
                 self.table.recovered.discard(half_offset)
                 left = self._not_in_log(half, reals)
@@ -407,7 +421,10 @@ class TransactionalMessageService:
         short by the crash) in part; it is then recorded as committed, the missing part stored first."""
         if half_offset not in self.table.recovered:
             return False
-        reals = self.real_messages(half, half_offset, half.commit_log_offset)
+        try:
+            reals = self.real_messages(half, half_offset, half.commit_log_offset)
+        except RemoteProtocolError:
+            reals = []  # an unreadable batch body: it is checked, and its decision answered as unreadable
         if len(self._not_in_log(half, reals)) == len(reals):
             self.table.recovered.discard(half_offset)
             return False
