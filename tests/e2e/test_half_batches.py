@@ -144,7 +144,9 @@ def test_bad_half_batches_are_refused_and_store_nothing(cluster):
             (props, [Message(topic, b"no id")], f"needs a {uniq}"),
             ({k: v for k, v in props.items() if k != uniq}, with_ids, "its own UNIQ_KEY"),
             (props, [Message(topic, b"h", properties={uniq: "U" * 32, MessageConst.TRANSACTION_PREPARED: "true"})],
-             "plain messages")):
+             "plain messages"),
+            # Fits the batch entry, not a stored message once COMMIT adds the link: refused now, not at COMMIT.
+            (props, [Message(topic, b"p", properties={uniq: "U" * 32, "pad": "p" * 32700})], "would not fit")):
         resp = asyncio.run(raw_send(addr, topic, batch_props, msgs))
         assert resp.code == ResponseCode.MESSAGE_ILLEGAL and why in (resp.remark or ""), resp.remark
     assert tx_stats(cluster.namesrv_addr)["pending"] == 0

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING
 
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
-from txmq.message import MessageConst, MessageExt, decode_batch, string_to_properties
+from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import (
@@ -50,6 +50,11 @@ _PUT_STATUS_TO_CODE = {
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
+
+
+MAX_PROPERTIES_SIZE = 32767  # the layout's 2-byte properties length (txmq.message)
+_LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two properties, their names and values
+_RECORD_OVERHEAD_MAX = 512  # header, topic and the store's trailer around body and properties
 
 
 def is_half(properties: Mapping[str, str]) -> bool:
@@ -170,6 +175,16 @@ class SendMessageProcessor:
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                                remark="a half batch carries plain messages, not half messages")
         uniq = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        limit = self.broker.config.max_message_size
+        for _, data, props in entries:
+            # Refused now, not at COMMIT: each message must fit as it will be stored, with the link properties
+            # (TRAN_PREPARED_QUEUE_OFFSET, __transactionId__) a COMMIT adds.
+            size = len(properties_to_string(props).encode()) + _LINK_PROPERTIES_MAX
+            if size > MAX_PROPERTIES_SIZE or len(data) + size + _RECORD_OVERHEAD_MAX > limit:
+                return RemotingCommand.response_to(
+                    cmd, ResponseCode.MESSAGE_ILLEGAL,
+                    remark=f"a message of the half batch would not fit when committed: properties {size} bytes "
+                    f"(at most {MAX_PROPERTIES_SIZE}), message {len(data) + size} bytes (maxMessageSize {limit})")
         if not all(props.get(uniq) for _, _, props in entries):
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                                remark=f"each message of a half batch needs a {uniq}")

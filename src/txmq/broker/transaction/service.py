@@ -9,7 +9,7 @@
   after COMMIT with ``TRANSACTION_SHOULD_COMMIT``, and logged.
 * Decisions come one at a time (END_TRANSACTION, gRPC, check answers) or in batches (txmq's
   TXMQ_END_TRANSACTION_BATCH): a single decision is a batch of one, and a batch stores the real messages of
-  all its commits in one put and writes one op record per outcome.
+  all its commits in puts of about ``PUT_SLICE`` messages and writes one op record per outcome.
 * A half message may carry a batch (txmq's, beyond RocketMQ; ``HALF_BATCH``): its body is the batch as the
   producer sent it, and its transaction is one for all the messages in it. COMMIT stores each as a real
   message of its own (with its own ``UNIQ_KEY`` and the batch's transaction id in ``__transactionId__``).
@@ -99,6 +99,7 @@ class TransactionalMessageService:
         # Commits decided in the table whose real message or op record is still being written, with the state
         # from before the decision: a snapshot must show them as they are in the log.
         self._committing: dict[int, tuple[Outcome, PendingInfo | None, int]] = {}
+        self._recovered_before: set[int] = set()  # decisions under way for transactions recovery left unsure
         self._snapshot_covers = (-1, -1)
         self._op_queue: dict[str, list[int]] = {}  # op records asked for in this loop iteration
         self._op_written: asyncio.Future[None] | None = None
@@ -201,8 +202,8 @@ class TransactionalMessageService:
         Each entry keeps every promise of a single decision: it is validated on its own, a repeat answers
         SUCCESS and stores nothing, the first decision wins, and an entry whose transaction is being decided
         (by another request, or earlier in this batch) waits for that decision. The real messages of all the
-        commits go to the store in one put (one write, one flush wait), their outcomes in one op record and
-        the rollbacks' in another."""
+        commits go to the store in puts of about ``PUT_SLICE`` (their flush waits overlap), their outcomes in
+        one op record and the rollbacks' in another."""
         results: list[EndResult | None] = [None] * len(entries)
         waits: list[tuple[int, asyncio.Future[EndResult]]] = []
         claimed: list[tuple[int, MessageExt]] = []
@@ -259,6 +260,11 @@ class TransactionalMessageService:
         overruled: list[int] = []  # ROLLBACKs of a batch whose commit a crash cut short: it is finished instead
         for i, half in claimed:
             half_offset, commit_log_offset, outcome = entries[i]
+            # As it was, recovered flag included: a commit that cannot be stored goes back to exactly this.
+            before = (self.table.outcome(half_offset), self.table.info(half_offset),
+                      self.table.discarded.get(half_offset, 0))
+            if half_offset in self.table.recovered:
+                self._recovered_before.add(half_offset)
             try:
                 reals = self.real_messages(half, half_offset, commit_log_offset) \
                     if outcome == Outcome.COMMIT or half_offset in self.table.recovered else []
@@ -279,13 +285,22 @@ class TransactionalMessageService:
                 reals = left
             if outcome == Outcome.COMMIT:
                 # With the state from before: a snapshot shows it as the log has it until the op record is written.
-                self._committing[half_offset] = (self.table.outcome(half_offset), self.table.info(half_offset),
-                                                 self.table.discarded.get(half_offset, 0))
+                self._committing[half_offset] = before
                 self.table.decide(half_offset, Outcome.COMMIT)
                 commits.append((i, half, reals))
             else:
                 self.table.decide(half_offset, Outcome.ROLLBACK)
                 rollbacks.append((i, half))
+        # Shielded: once started, puts append whatever happens to the caller (a gRPC deadline, a closing
+        # server), so their outcome must be judged and recorded, never undone blindly.
+        await asyncio.shield(asyncio.get_running_loop().create_task(
+            self._store_and_answer(entries, commits, rollbacks, found, overruled, results, source)))
+
+    async def _store_and_answer(self, entries: Sequence[EndEntry],
+                                commits: list[tuple[int, MessageExt, list[MessageExt]]],
+                                rollbacks: list[tuple[int, MessageExt]], found: list[int], overruled: list[int],
+                                results: list[EndResult | None], source: str) -> None:
+        """Store the commits' real messages, write the op records, and answer each entry."""
         stored: list[tuple[int, MessageExt, int]] = []  # entry, half, answer code
         ended: set[int] = set()  # commits stored or undone
         try:
@@ -309,12 +324,17 @@ class TransactionalMessageService:
         finally:
             for i, _, _ in commits:
                 self._committing.pop(entries[i].half_offset, None)
+            for i, _, _ in commits:
+                self._recovered_before.discard(entries[i].half_offset)
+            for i, _ in rollbacks:
+                self._recovered_before.discard(entries[i].half_offset)
         now_ms = int(time.time() * 1000)
         for i, half, code in stored:
             self.metrics.commit_latency_ms.append(max(0, now_ms - half.store_timestamp))
             results[i] = EndResult(code)
         for i in overruled:
-            results[i] = self._repeat(entries[i].half_offset, Outcome.ROLLBACK, None)
+            if any(j == i for j, _, _ in stored):
+                results[i] = self._repeat(entries[i].half_offset, Outcome.ROLLBACK, None)
         for i, _ in rollbacks:
             results[i] = EndResult(ResponseCode.SUCCESS)
         self.metrics.commits += len(stored)
@@ -342,13 +362,19 @@ class TransactionalMessageService:
         for (members, _), result in zip(slices, await asyncio.gather(*puts, return_exceptions=True), strict=True):
             if isinstance(result, BaseException) and not isinstance(result, Exception):
                 raise result
-            out += [result] * len(members)
+            if isinstance(result, PutMessageResult) and not result.stored and len(members) > 1:
+                # A put is all or nothing: one commit the store refuses must not fail its neighbours.
+                out += [await self.store.put_messages(groups[g]) for g in members]
+            else:
+                out += [result] * len(members)
         return out
 
     def _undo_commits(self, half_offsets: list[int]) -> None:
         """Commits that did not reach the log: each transaction is as it was before (``_committing``)."""
         for half_offset in half_offsets:
             before, info, checks = self._committing.pop(half_offset)
+            if half_offset in self._recovered_before:
+                self.table.recovered.add(half_offset)  # its commit may be in the log in part: look again
             if info is not None:
                 self.table.reopen(info, int(time.time()) + 1)
             else:
@@ -553,7 +579,8 @@ class TransactionalMessageService:
         start = self._load_snapshot()
         halves = self._replay(RMQ_SYS_TRANS_HALF_TOPIC, self._replay_half, start[0] if start else None)
         ops = self._replay(RMQ_SYS_TRANS_OP_HALF_TOPIC, self._replay_op, start[1] if start else None)
-        self.table.recovered = set(self.table.pending)
+        # Discarded ones too: a COMMIT is still accepted for them (then `tx resume`), and may have been cut short.
+        self.table.recovered = set(self.table.pending) | set(self.table.discarded)
         log.info("transactions recovered in %.2fs (%s): %d half, %d op records replayed, %d pending, %d discarded",
                  time.monotonic() - started, "from snapshot" if start else "full replay", halves, ops,
                  len(self.table.pending), len(self.table.discarded))
