@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 
+import pytest
 from test_half_batch import bodies, half_batch
 from test_transaction_batch import COMMIT, OK, ROLLBACK, batch, stored
 from tx_helpers import open_service
@@ -19,19 +20,20 @@ from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
 
 
-def test_a_failed_finish_of_a_cut_commit_is_still_finished_later(tmp_path):
+@pytest.mark.parametrize("then", [ROLLBACK, COMMIT], ids=["rollback", "commit"])
+def test_a_failed_finish_of_a_cut_commit_is_still_finished_later(tmp_path, then):
     """A crash inside a half batch's commit (2 of 5 messages in the log); after the restart the COMMIT that would
-    finish it meets a store refusal. The transaction stays one whose commit was cut: a later ROLLBACK is refused."""
-    async def go(then: Outcome) -> None:
-        root = tmp_path / then.name
-        store, service = await open_service(root)
+    finish it meets a store refusal. The transaction stays one whose commit was cut: a later ROLLBACK is refused,
+    a later COMMIT stores each message once."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
         cut = await half_batch(service, "a", 5)
         half = service._half_at(cut[1])
         await store.put_messages(service.real_messages(half, *cut)[:2])  # the torn commit
         store.commit_log.flush()
         store.close_without_shutdown()
 
-        store, service = await open_service(root)
+        store, service = await open_service(tmp_path)
         assert cut[0] in service.table.recovered
         real_put = store.put_messages
 
@@ -49,33 +51,8 @@ def test_a_failed_finish_of_a_cut_commit_is_still_finished_later(tmp_path):
             assert not (r.code == OK and service.table.outcome(cut[0]) == Outcome.ROLLBACK), \
                 f"ROLLBACK accepted with {stored(store)} visible"
         else:
+            assert r.code == OK
             assert stored(store) == bodies("a", 5), f"duplicates: {stored(store)}"
-        await store.shutdown()
-    asyncio.run(go(ROLLBACK))
-
-
-def test_a_failed_finish_then_a_commit_stores_each_message_once(tmp_path):
-    async def go() -> None:
-        root = tmp_path
-        store, service = await open_service(root)
-        cut = await half_batch(service, "a", 5)
-        half = service._half_at(cut[1])
-        await store.put_messages(service.real_messages(half, *cut)[:2])
-        store.commit_log.flush()
-        store.close_without_shutdown()
-        store, service = await open_service(root)
-        real_put = store.put_messages
-
-        async def refuse(msgs):
-            if msgs[0].topic == "orders":
-                return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None)
-            return await real_put(msgs)
-        store.put_messages = refuse
-        await batch(service, [(cut, COMMIT)])
-        store.put_messages = real_put
-        r = (await batch(service, [(cut, COMMIT)]))[0]
-        assert r.code == OK
-        assert stored(store) == bodies("a", 5), f"duplicates: {stored(store)}"
         await store.shutdown()
     asyncio.run(go())
 
