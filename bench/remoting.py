@@ -21,7 +21,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.transport import Connection, RemotingClient, RemotingServer
+from txmq.remoting.server import RemotingServer
+from txmq.remoting.transport import Connection, RemotingClient
 
 
 def _loop_factory(name: str):  # type: ignore[no-untyped-def]

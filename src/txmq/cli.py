@@ -24,7 +24,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     config = broker_config(args.config, {"brokerIP1": args.host, "listenPort": args.port,
                                          "storePathRootDir": args.store, "flushDiskType": args.flush_disk_type,
                                          "grpcPort": args.grpc_port})
-    namesrv = NamesrvController(args.host, args.namesrv_port)
+    namesrv = NamesrvController(args.host, args.namesrv_port, limits=config.server_limits)
 
     async def main() -> None:
         await serve(namesrv, BrokerController(config), print_ready)
@@ -33,10 +33,12 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
     from txmq.namesrv.controller import NamesrvController
-    from txmq.server import print_ready, run_process, serve
+    from txmq.server import namesrv_limits, print_ready, run_process, serve
+
+    limits = namesrv_limits(args.config)
 
     async def main() -> None:
-        await serve(NamesrvController(args.host, args.port), None, print_ready)
+        await serve(NamesrvController(args.host, args.port, limits=limits), None, print_ready)
     return run_process(main())
 
 
@@ -261,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("namesrv", help="a name server")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=9876)
+    s.add_argument("-c", "--config", help="properties file with the remoting server's limits "
+                                          "(serverChannelMaxIdleTimeSeconds, serverMaxConnections, ...)")
     s.set_defaults(fn=cmd_namesrv)
 
     s = sub.add_parser("broker", help="a broker registering with name servers")

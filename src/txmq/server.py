@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from txmq.broker.config import BrokerConfig
 from txmq.broker.controller import BrokerController
 from txmq.namesrv.controller import NamesrvController
+from txmq.remoting.server import ServerLimits
 from txmq.remoting.transport import run
 
 log = logging.getLogger("txmq")
@@ -82,3 +83,16 @@ def broker_config(args_conf: str | None, overrides: dict[str, object]) -> Broker
     config = load_broker_conf(args_conf) if args_conf else BrokerConfig()
     config.update({k: v for k, v in overrides.items() if v is not None})
     return config
+
+
+def namesrv_limits(conf: str | None) -> ServerLimits:
+    """The name server's remoting limits, from a properties file of ``ServerLimits`` keys (or the defaults)."""
+    from pathlib import Path
+
+    from txmq.conf import parse_properties, update_fields
+
+    limits = ServerLimits()
+    if conf:
+        for key in update_fields(limits, parse_properties(Path(conf).read_text())):
+            log.warning("unknown name server config key ignored: %s", key)
+    return limits

@@ -16,7 +16,8 @@ import orjson
 
 from txmq.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.transport import Connection, RemotingServer, new_event_loop
+from txmq.remoting.server import RemotingServer
+from txmq.remoting.transport import Connection, new_event_loop
 
 DRIVER = """
 import sys

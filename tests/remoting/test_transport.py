@@ -15,11 +15,11 @@ from txmq.errors import ClientError, LocalProtocolError
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
 from txmq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.server import RemotingServer
 from txmq.remoting.transport import (
     Connection,
     RemotingClient,
     RemotingConnectError,
-    RemotingServer,
     RemotingTimeoutError,
     new_event_loop,
     parse_address,

@@ -6,13 +6,15 @@ the snake_case fields below (``brokerName`` → ``broker_name``); command-line f
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from txmq.conf import parse_properties, update_fields
+from txmq.remoting.server import ServerLimits
 
 log = logging.getLogger("txmq.broker")
 
@@ -45,6 +47,11 @@ class BrokerConfig:
     register_name_server_period: int = 30_000  # ms
     flush_consumer_offset_interval: int = 5000  # ms
     client_channel_expired_ms: int = 120_000
+    # txmq's own: suspended pulls held at once, per connection and in all (beyond: SYSTEM_BUSY at once)
+    max_held_pulls_per_connection: int = 4096
+    max_held_pulls: int = 65536
+    # the remoting server's limits (serverChannelMaxIdleTimeSeconds, serverMaxConnections, ...): see ServerLimits
+    server_limits: ServerLimits = field(default_factory=ServerLimits)
     # transactions (RocketMQ BrokerConfig names)
     reject_transaction_message: bool = False
     transaction_time_out: int = 6000  # ms before the first check-back
@@ -73,48 +80,10 @@ class BrokerConfig:
         return out
 
     def update(self, values: dict[str, Any]) -> None:
-        """Set fields from camelCase or snake_case keys, converting strings to each field's type."""
-        types = {f.name: f.type for f in dataclasses.fields(self)}
-        for key, raw in values.items():
-            name = _snake(key)
-            if name not in types:
-                log.warning("unknown broker config key ignored: %s", key)
-                continue
-            setattr(self, name, _convert(raw, str(types[name]), key))
-
-
-def _snake(key: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
-
-
-def _convert(raw: Any, type_name: str, key: str) -> Any:
-    if not isinstance(raw, str):
-        return raw
-    try:
-        if type_name == "bool":
-            if raw.strip().lower() not in ("true", "false"):
-                raise ValueError(raw)
-            return raw.strip().lower() == "true"
-        if type_name == "int":
-            return int(raw.strip())
-        if type_name == "float":
-            return float(raw.strip())
-    except ValueError as exc:
-        raise ValueError(f"broker config {key}: {raw!r} is not a {type_name}") from exc
-    return raw.strip()
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java properties, the subset broker.conf files use: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        m = re.match(r"([^=:\s]+)\s*[=:]?\s*(.*)", line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
+        """Set fields, and the remoting server's limits, from camelCase or snake_case keys, converting strings
+        to each field's type."""
+        for key in update_fields(self.server_limits, update_fields(self, values)):
+            log.warning("unknown broker config key ignored: %s", key)
 
 
 def load_broker_conf(path: str | os.PathLike[str], config: BrokerConfig | None = None) -> BrokerConfig:

@@ -28,7 +28,8 @@ from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.transport import Connection, RemotingClient, RemotingServer
+from txmq.remoting.server import RemotingServer
+from txmq.remoting.transport import Connection, RemotingClient
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
 
 if TYPE_CHECKING:
@@ -100,7 +101,8 @@ class BrokerController:
             self.processors[code] = admin.process
         self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
 
-        self.server = RemotingServer(self._dispatch, host=config.broker_ip1, port=config.listen_port)
+        self.server = RemotingServer(self._dispatch, host=config.broker_ip1, port=config.listen_port,
+                                     limits=config.server_limits)
         self.namesrv_client = RemotingClient()
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
@@ -282,4 +284,6 @@ class BrokerController:
                 "resumes": m.resumes, "commitLatencyMs": m.latency_percentiles(),
             },
             "store": store.runtime_info(),
+            "remoting": {"connections": len(self.server.connections), "bufferedBytes": self.server.buffered_bytes,
+                         "heldPulls": self.pull_processor.hold.held},
         }

@@ -510,7 +510,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             got = store.get_message(topic, q, request.offset, batch, tags_filter=filt)
             poll = min(duration_ms(request.long_polling_timeout), MAX_POLL_MS)
             if got.status != GetMessageStatus.FOUND and poll > 0 and request.offset >= got.max_offset:
-                await self.broker.pull_processor.hold.wait(topic, q, request.offset, poll / 1000)
+                hold = self.broker.pull_processor.hold
+                pull = hold.hold(topic, q, request.offset)
+                if pull is not None:
+                    await hold.wait(pull, poll / 1000)
                 got = store.get_message(topic, q, request.offset, batch, tags_filter=filt)
         except GrpcStatusError as exc:
             yield spb.PullMessageResponse(status=status(exc.code, exc.message))

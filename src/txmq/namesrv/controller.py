@@ -8,15 +8,16 @@ import logging
 
 from txmq.namesrv.processor import NamesrvProcessor
 from txmq.namesrv.route_info import RouteInfoManager
-from txmq.remoting.transport import RemotingServer
+from txmq.remoting.server import RemotingServer, ServerLimits
 
 log = logging.getLogger("txmq.namesrv")
 
 
 class NamesrvController:
-    def __init__(self, host: str = "127.0.0.1", port: int = 9876, broker_expired_s: float = 120.0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 9876, broker_expired_s: float = 120.0,
+                 limits: ServerLimits | None = None) -> None:
         self.routes = RouteInfoManager(broker_expired_s)
-        self.server = RemotingServer(NamesrvProcessor(self.routes), host=host, port=port)
+        self.server = RemotingServer(NamesrvProcessor(self.routes), host=host, port=port, limits=limits)
         self.host = host
         self._scan_task: asyncio.Task[None] | None = None
 

@@ -2,17 +2,17 @@
 
 See docs/remoting.md. Modules: ``codes`` (request/response/language codes), ``command``
 (``RemotingCommand``), ``codec`` (``FrameDecoder``, ``encode_command``), ``headers`` (typed ext-field
-access), ``transport`` (``Connection``, ``RemotingServer``, ``RemotingClient``).
+access), ``transport`` (``Connection``, ``RemotingClient``), ``server`` (``RemotingServer``, ``ServerLimits``).
 """
 
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
 from txmq.remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.server import RemotingServer, ServerLimits
 from txmq.remoting.transport import (
     Connection,
     RemotingClient,
     RemotingConnectError,
-    RemotingServer,
     RemotingTimeoutError,
     install_event_loop_policy,
     new_event_loop,
@@ -31,6 +31,7 @@ __all__ = [
     "RequestCode",
     "ResponseCode",
     "SerializeType",
+    "ServerLimits",
     "encode_command",
     "install_event_loop_policy",
     "new_event_loop",

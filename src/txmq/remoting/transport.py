@@ -1,4 +1,5 @@
-"""asyncio transport around the sans-IO codec: ``Connection``, ``RemotingServer``, ``RemotingClient``.
+"""asyncio transport around the sans-IO codec: ``Connection`` and ``RemotingClient`` (``RemotingServer`` and its
+limits are in ``server.py``).
 
 One ``Connection`` (an ``asyncio.Protocol``) per TCP connection, used the same way on both sides:
 
@@ -104,9 +105,11 @@ class Connection(asyncio.Protocol):
         max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
         server_side: bool = False,
         on_made: Callable[[Connection], object] | None = None,
+        on_read: Callable[[Connection, int], object] | None = None,
     ) -> None:
         self._handler = handler
         self._on_made = on_made
+        self._on_read = on_read  # after each read with the bytes still buffered: the server's budget
         self.max_frame_size = max_frame_size
         self._server_side = server_side
         self._decoder = FrameDecoder(max_frame_size)
@@ -127,6 +130,8 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.on_close: list[Callable[[Connection], object]] = []
         self.attrs: dict[str, Any] = {}
+        self.last_activity = self._loop.time()  # of the last read or write: the server closes idle connections
+        self.partial_since: float | None = None  # since when the frame not yet whole has been arriving
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -141,6 +146,7 @@ class Connection(asyncio.Protocol):
             self._on_made(self)
 
     def data_received(self, data: bytes) -> None:
+        self.last_activity = self._loop.time()
         try:
             self._decoder.receive_data(data)
         except RemoteProtocolError as exc:
@@ -154,11 +160,13 @@ class Connection(asyncio.Protocol):
         pending = self._pending
         stop_when_paused = self._server_side
         self._in_receive = True
+        whole = False
         try:
             while not (stop_when_paused and self._paused) and not self.closed:
                 cmd = decoder.next_command()
                 if cmd is None:
                     break
+                whole = True
                 if cmd.is_response:
                     future = pending.pop(cmd.opaque, None)
                     if future is not None and not future.done():
@@ -172,6 +180,18 @@ class Connection(asyncio.Protocol):
         self._in_receive = False
         if self._out:
             self._flush()
+        buffered = decoder.buffered
+        if not buffered:
+            self.partial_since = None
+        elif whole or self.partial_since is None:
+            self.partial_since = self.last_activity
+        if self._on_read is not None:
+            self._on_read(self, buffered)
+
+    @property
+    def write_paused(self) -> bool:
+        """The peer is not reading what we write (the transport is over its high-water mark)."""
+        return self._paused
 
     def _protocol_error(self, exc: RemoteProtocolError) -> None:
         log.warning("protocol error from %s, closing the connection: %s", self.remote_address, exc)
@@ -202,6 +222,7 @@ class Connection(asyncio.Protocol):
             return
         self.closed = True
         self._out.clear()
+        self._decoder = FrameDecoder(self.max_frame_size)  # a partial frame's bytes go now, not with the object
         if exc is None:
             log.info("connection %s closed", self.remote_address)
         else:
@@ -306,6 +327,7 @@ class Connection(asyncio.Protocol):
         if not out or self._transport is None or self.closed:
             out.clear()
             return
+        self.last_activity = self._loop.time()
         if len(out) == 1:
             self._transport.write(out[0])
         else:
@@ -422,80 +444,6 @@ class Connection(asyncio.Protocol):
         except TimeoutError:
             self.abort()
             await self.wait_closed()
-
-
-# --- server ----------------------------------------------------------------------------------------
-
-
-class RemotingServer:
-    """Accepts remoting connections and hands their requests to ``handler(conn, cmd)``."""
-
-    def __init__(
-        self,
-        handler: Handler,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        *,
-        max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
-    ) -> None:
-        self.handler = handler
-        self.host = host
-        self.port = port
-        self.max_frame_size = max_frame_size
-        self.max_pending_invokes = max_pending_invokes
-        self.connections: set[Connection] = set()
-        self._server: asyncio.Server | None = None
-
-    def _new_connection(self) -> Connection:
-        conn = Connection(
-            self.handler,
-            max_frame_size=self.max_frame_size,
-            max_pending_invokes=self.max_pending_invokes,
-            server_side=True,
-            on_made=self._connection_made,
-        )
-        conn.on_close.append(self.connections.discard)
-        return conn
-
-    def _connection_made(self, conn: Connection) -> None:
-        self.connections.add(conn)
-        log.info("accepted connection from %s", conn.remote_address)
-
-    async def start(self) -> None:
-        """Bind and listen; ``port`` is the bound port afterwards."""
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_connection, self.host, self.port, reuse_address=True
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        log.info("remoting server listening on %s:%d", self.host, self.port)
-
-    async def close(self, grace: float = 5.0) -> None:
-        """Stop listening, close every connection, let running handlers finish for ``grace`` seconds
-        (then cancel them)."""
-        if self._server is not None:
-            self._server.close()
-        conns = list(self.connections)
-        if conns:
-            await asyncio.gather(*(conn.aclose() for conn in conns))
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
-        tasks = {task for conn in conns for task in conn.tasks}
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=grace)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late)
-
-    async def __aenter__(self) -> RemotingServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
 
 # --- client ----------------------------------------------------------------------------------------

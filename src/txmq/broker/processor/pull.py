@@ -1,13 +1,17 @@
 """Pulls (code 11) with long polling: RocketMQ's ``PullMessageProcessor`` and ``PullRequestHoldService``.
 
 A pull that finds nothing and carries the suspend flag is held until a message arrives in that queue (the
-store's arrival listener wakes it) or its suspend timeout passes; then it is answered from the store again.
+store's arrival listener wakes it) or its suspend timeout passes; then it is answered from the store again. A
+queue of an existing topic that was never written is held the same way (RocketMQ answers PULL_NOT_FOUND after
+the hold), so an idle consumer does not spin. A held pull is dropped, unanswered, when its connection closes,
+and held pulls are capped per connection and in total (``maxHeldPullsPerConnection``, ``maxHeldPulls``):
+beyond a cap the pull is answered SYSTEM_BUSY at once, which RocketMQ's clients and txmq's retry after a pause.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from typing import TYPE_CHECKING
 
 from txmq.errors import RemoteProtocolError
@@ -26,38 +30,90 @@ from txmq.topic import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
+log = logging.getLogger("txmq.broker")
+
 # Topics whose records are broker-internal: never served to a consumer, by any protocol.
 HIDDEN_TOPICS = frozenset({RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_SCHEDULE_TOPIC})
+# Nothing to read yet at the pull's offset: a suspended pull waits. A queue never written (no ConsumeQueue yet,
+# NO_MATCHED_LOGIC_QUEUE) waits too; the topic exists, or ``_refuse`` answered already.
+_HOLD = (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE,
+         GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
+
+
+class HeldPull:
+    """One suspended pull: its future is set True when a message arrives (answer now), False when its connection
+    closes (nobody to answer)."""
+
+    __slots__ = ("fut", "key", "offset", "on_conn")
+
+    def __init__(self, key: tuple[str, int], offset: int, on_conn: set[HeldPull] | None) -> None:
+        self.fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.key = key
+        self.offset = offset
+        self.on_conn = on_conn
 
 
 class PullRequestHoldService:
-    """Held pulls per (topic, queue), woken by the store's arrival listener."""
+    """Held pulls per (topic, queue), woken by the store's arrival listener, and per connection, dropped when it
+    closes: a peer that goes away leaves nothing behind (each held pull costs a task, its request and a future)."""
 
-    def __init__(self) -> None:
-        self.waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future[None]]]] = {}
+    def __init__(self, max_per_connection: int = 4096, max_total: int = 65536) -> None:
+        self.waiters: dict[tuple[str, int], set[HeldPull]] = {}
+        self._by_conn: dict[Connection, set[HeldPull]] = {}
+        self.max_per_connection = max_per_connection
+        self.max_total = max_total
+        self.held = 0
+        self._full = False  # for one log line per episode of a full cap, not one per refused pull
 
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int) -> None:
-        waiting = self.waiters.get((topic, queue_id))
-        if not waiting:
-            return
-        keep = []
-        for offset, fut in waiting:
-            if fut.done():
-                continue
-            if max_offset > offset:
-                fut.set_result(None)
-            else:
-                keep.append((offset, fut))
-        if keep:
-            self.waiters[(topic, queue_id)] = keep
-        else:
-            del self.waiters[(topic, queue_id)]
+        for pull in self.waiters.get((topic, queue_id), ()):
+            if max_offset > pull.offset and not pull.fut.done():
+                pull.fut.set_result(True)
 
-    async def wait(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> None:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.setdefault((topic, queue_id), []).append((offset, fut))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(fut, timeout_s)
+    def hold(self, topic: str, queue_id: int, offset: int, conn: Connection | None = None) -> HeldPull | None:
+        """Register a pull to hold now (so caps count it at once), or None when a cap is full (logged once per
+        episode). gRPC's pulls pass no connection: grpcio cancels a call whose client went away."""
+        on_conn = self._by_conn.get(conn) if conn is not None else None
+        full = self.held >= self.max_total or (on_conn is not None and len(on_conn) >= self.max_per_connection)
+        if full and not self._full:
+            log.warning("held pulls at their cap (%d held, %d on %s; maxHeldPulls=%d, maxHeldPullsPerConnection=%d):"
+                        " further suspended pulls are answered SYSTEM_BUSY", self.held, len(on_conn or ()),
+                        conn.remote_address if conn else "-", self.max_total, self.max_per_connection)
+        self._full = full
+        if full:
+            return None
+        if conn is not None and on_conn is None:
+            on_conn = self._by_conn[conn] = set()
+            conn.on_close.append(self._drop_connection)
+        pull = HeldPull((topic, queue_id), offset, on_conn)
+        self.waiters.setdefault(pull.key, set()).add(pull)
+        if on_conn is not None:
+            on_conn.add(pull)
+        self.held += 1
+        return pull
+
+    async def wait(self, pull: HeldPull, timeout_s: float) -> bool:
+        """Until a message past the pull's offset arrives or ``timeout_s`` passes (True: answer now), or until its
+        connection closes (False)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await pull.fut
+        except TimeoutError:
+            return True
+        finally:
+            self.held -= 1
+            if pull.on_conn is not None:
+                pull.on_conn.discard(pull)
+            waiting = self.waiters.get(pull.key)
+            if waiting is not None:
+                waiting.discard(pull)
+                if not waiting:
+                    del self.waiters[pull.key]
+
+    def _drop_connection(self, conn: Connection) -> None:
+        for pull in self._by_conn.pop(conn, ()):
+            if not pull.fut.done():
+                pull.fut.set_result(False)
 
 
 def tags_filter(expression: str | None):
@@ -71,7 +127,7 @@ def tags_filter(expression: str | None):
 class PullMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self.hold = PullRequestHoldService()
+        self.hold = PullRequestHoldService(broker.config.max_held_pulls_per_connection, broker.config.max_held_pulls)
 
     def process(self, conn: Connection, cmd: RemotingCommand):
         try:
@@ -92,13 +148,18 @@ class PullMessageProcessor:
         result = self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, min(h.max_msg_nums, 256),
                                                tags_filter=filt)
         suspend = h.sys_flag & PullMessageRequestHeader.FLAG_SUSPEND and self.broker.config.long_polling_enable
-        if result.status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE) and suspend \
-                and h.queue_offset >= result.max_offset:
-            return self._held(cmd, h, filt)
+        if result.status in _HOLD and suspend and h.queue_offset >= result.max_offset:
+            pull = self.hold.hold(h.topic, h.queue_id, h.queue_offset, conn)
+            if pull is None:
+                return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_BUSY,
+                                                   remark="too many held pulls: pull again later")
+            return self._held(pull, cmd, h, filt)
         return self._response(cmd, h, result)
 
-    async def _held(self, cmd: RemotingCommand, h: PullMessageRequestHeader, filt) -> RemotingCommand:
-        await self.hold.wait(h.topic, h.queue_id, h.queue_offset, max(0.0, h.suspend_timeout_millis / 1000))
+    async def _held(self, pull: HeldPull, cmd: RemotingCommand, h: PullMessageRequestHeader,
+                    filt) -> RemotingCommand | None:
+        if not await self.hold.wait(pull, max(0.0, h.suspend_timeout_millis / 1000)):
+            return None
         result = self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, min(h.max_msg_nums, 256),
                                                tags_filter=filt)
         return self._response(cmd, h, result)
