@@ -249,3 +249,20 @@ def test_connections_beyond_the_cap_are_closed_at_once(cluster, kind):
     finally:
         for s in held:
             s.close()
+
+
+def test_grpc_endpoint_closes_silent_connections_and_caps_them(cluster):
+    """grpcio bounds message sizes and, per stream, buffered bytes; the broker's limits apply to its gRPC endpoint
+    too: a connection that never completes its HTTP/2 handshake is closed after serverFrameTimeoutSeconds, and
+    connections over serverMaxConnections are refused."""
+    broker = cluster.start_broker(conf={"grpcPort": 0, "serverFrameTimeoutSeconds": 1, "serverMaxConnections": 4})
+    addr = _addr(broker.grpc)
+    socks = [socket.create_connection(addr) for _ in range(6)]
+    try:
+        started = time.monotonic()
+        assert _closed_by_peer(socks[-1], 0.5)  # over the cap: closed at once
+        assert all(_closed_by_peer(s, 4.0) for s in socks[:4])  # silent: closed after the handshake timeout
+        assert time.monotonic() - started < 4.0
+    finally:
+        for s in socks:
+            s.close()

@@ -9,7 +9,6 @@ import logging
 from typing import TYPE_CHECKING
 
 import grpc
-
 from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.service import MessagingService
 from txmq.grpc.telemetry import ClientSessions, GrpcCheckSender
@@ -21,6 +20,9 @@ log = logging.getLogger("txmq.grpc")
 
 # The gRPC message limit must admit the broker's largest message plus its protobuf envelope.
 _ENVELOPE = 1024 * 1024
+# Calls open at once on one connection (grpcio's default is unbounded): a client's telemetry stream, its long
+# polls and its sends in flight; more wait in the client until one ends.
+MAX_CONCURRENT_STREAMS = 256
 
 
 class GrpcEndpoint:
@@ -39,12 +41,18 @@ class GrpcEndpoint:
 
     async def start(self) -> None:
         limit = self.broker.config.max_message_size + _ENVELOPE
+        limits = self.broker.config.server_limits
         server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_receive_message_length", limit),  # grpcio refuses a bigger message before buffering it
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+            # The remoting server's limits, in grpcio's terms (HTTP/2 flow control already bounds each stream).
+            ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+            ("grpc.max_allowed_incoming_connections", limits.server_max_connections),
+            ("grpc.max_connection_idle_ms", int(limits.server_channel_max_idle_time_seconds * 1000)),
+            ("grpc.server_handshake_timeout_ms", int(limits.server_frame_timeout_seconds * 1000)),
         ])
         self.service = MessagingService(self.broker, self.sessions, (self.host, self.port))
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
