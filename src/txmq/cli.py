@@ -188,8 +188,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print(f"    {g['group']:30} topic={g['topic']:30} lag={g['lag']}")
         tx = s["transactions"]
         print(f"  transactions: pending={tx['pending']} commits={tx['commits']} rollbacks={tx['rollbacks']} "
-              f"checks={tx['checks']} discards={tx['discards']} duplicates={tx['duplicates']} "
-              f"conflicts={tx['conflicts']} commitLatencyMs={tx['commitLatencyMs']}")
+              f"checks={tx['checks']} discards={tx['discards']} (orphans={tx['orphans']}) "
+              f"duplicates={tx['duplicates']} conflicts={tx['conflicts']} commitLatencyMs={tx['commitLatencyMs']}")
         for topic, n in tx["pendingPerTopic"].items():
             print(f"    pending on {topic}: {n}")
     return 0

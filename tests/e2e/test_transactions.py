@@ -404,6 +404,68 @@ def test_checks_count_only_when_a_producer_is_connected(cluster):
         collector.close()
 
 
+def test_orphan_halves_are_discarded_after_the_bound_and_resumable(cluster):
+    """A half whose group never has a live producer was pending forever (the table grew without limit): it is
+    discarded after transactionTimeOut x transactionOrphanFactor (1 s x 3 here), counted, listed, and resumed once a
+    producer of the group is back."""
+    cluster.start_broker("broker-a", {**TX_CONF, "transactionOrphanFactor": 3})
+    topic = "tx_orphan_bound"
+    create_topic(cluster, topic, 1)
+    first = TransactionProducer("p_tx_orphan_bound", Switchable(), cluster.namesrv_addr)
+    first.start()
+    try:
+        txid = first.send_message_in_transaction(Message(topic, b"orphan")).transaction_id
+        sent = time.monotonic()
+    finally:
+        first.shutdown()  # no producer of the group is connected any more
+    st = wait_for(lambda: (s := tx_stats(cluster.namesrv_addr))["discards"] and s, 10, "the orphan's discard")
+    assert time.monotonic() - sent >= 2.0  # not before the bound (3 s from its store second)
+    assert (st["pending"], st["discarded"], st["orphans"], st["checks"]) == (0, 1, 1, 0)
+    assert max_offsets(cluster.namesrv_addr, CHECK_MAX_TOPIC) == 1
+    (d,) = json.loads(cli(cluster, "tx", "list", "--json").stdout)["broker-a"]["discarded"]
+    assert (d["transactionId"], d["checks"], d["state"]) == (txid, 0, "DISCARD")
+
+    listener = Switchable()
+    listener.state = COMMIT
+    collector = Collector(cluster.namesrv_addr, topic, "c_tx_orphan_bound")
+    second = TransactionProducer("p_tx_orphan_bound", listener, cluster.namesrv_addr)
+    second.start()
+    try:
+        out = cli(cluster, "tx", "resume", txid)
+        assert out.returncode == 0, out.stderr
+        collector.wait_exactly({"orphan"}, 15)
+        st = tx_stats(cluster.namesrv_addr)
+        assert (st["commits"], st["pending"], st["discarded"], st["resumes"], st["orphans"]) == (1, 0, 0, 1, 1)
+    finally:
+        second.shutdown()
+        collector.close()
+
+
+def test_check_immunity_is_capped_by_the_orphan_bound(cluster):
+    """CHECK_IMMUNITY_TIME_IN_SECONDS of a day delayed the first check by a day; the broker honours it only up to
+    transactionTimeOut x transactionOrphanFactor (3 s here), so the producer is asked within seconds."""
+    cluster.start_broker("broker-a", {**TX_CONF, "transactionOrphanFactor": 3})
+    topic = "tx_immunity"
+    create_topic(cluster, topic, 1)
+    listener = Switchable()
+    listener.state = COMMIT
+    collector = Collector(cluster.namesrv_addr, topic, "c_tx_immunity")
+    producer = TransactionProducer("p_tx_immunity", listener, cluster.namesrv_addr)
+    producer.start()
+    try:
+        sent = time.monotonic()
+        producer.send_message_in_transaction(Message(topic, b"immune",
+                                                     properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "86400"}))
+        collector.wait_exactly({"immune"}, 15)
+        assert time.monotonic() - sent >= 2.0
+        assert listener.checks == 1
+        st = tx_stats(cluster.namesrv_addr)
+        assert (st["commits"], st["pending"], st["discards"]) == (1, 0, 0)
+    finally:
+        producer.shutdown()
+        collector.close()
+
+
 # --- invisibility ------------------------------------------------------------------------------------------
 
 

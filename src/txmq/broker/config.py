@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txmq.broker.transaction.service import DEFAULT_ORPHAN_FACTOR
 from txmq.conf import parse_properties, update_fields
 from txmq.remoting.server import ServerLimits
 
@@ -57,6 +58,9 @@ class BrokerConfig:
     transaction_time_out: int = 6000  # ms before the first check-back
     transaction_check_max: int = 15
     transaction_check_interval: int = 30_000  # ms between check passes
+    # txmq's own: a half with no check ever handed to a producer of its group is discarded after transactionTimeOut
+    # times this (and no message's CHECK_IMMUNITY_TIME_IN_SECONDS delays its first check longer)
+    transaction_orphan_factor: int = DEFAULT_ORPHAN_FACTOR
     # txmq's own: how often the transaction state table is snapshotted (restart replays only what follows)
     transaction_snapshot_interval: int = 10_000  # ms
 

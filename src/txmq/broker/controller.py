@@ -73,6 +73,7 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(self.store, levels, self.root)
         self.transaction_service = TransactionalMessageService(
             self.store, transaction_timeout_ms=config.transaction_time_out,
+            orphan_factor=config.transaction_orphan_factor,
             file_reserved_time_h=config.file_reserved_time,
             snapshot_path=self.root / "config" / "transactionState.snapshot")
         self.check_service = TransactionalMessageCheckService(
@@ -281,7 +282,7 @@ class BrokerController:
                 "pendingPerTopic": dict(tx.table.pending_per_topic), "pending": len(tx.table),
                 "discarded": len(tx.table.discarded), "commits": m.commits, "rollbacks": m.rollbacks,
                 "checks": m.checks, "discards": m.discards, "duplicates": m.duplicates, "conflicts": m.conflicts,
-                "resumes": m.resumes, "commitLatencyMs": m.latency_percentiles(),
+                "resumes": m.resumes, "orphans": m.orphans, "commitLatencyMs": m.latency_percentiles(),
             },
             "store": store.runtime_info(),
             "remoting": {"connections": len(self.server.connections), "bufferedBytes": self.server.buffered_bytes,

@@ -4,8 +4,10 @@ A pass takes from the state table's wheel only the transactions that are due, so
 due, not the size of the log or of the committed backlog. For each: discard it after
 ``transactionCheckMax`` checks (or when its half message is older than ``fileReservedTime``), otherwise send a
 check (code 39, or the gRPC telemetry equivalent) to one live producer of its group. A check counts only
-when it was handed to a live connection; with no producer online it is tried again next interval. The checks
-of one pass are recorded in a single op record.
+when it was handed to a live connection; with no producer online it is tried again next interval, until the half
+is ``transactionTimeOut`` x ``transactionOrphanFactor`` old with no check ever handed: then it is discarded as an
+orphan (listed and resumable like any discard), so a group that never comes back cannot grow the table forever.
+The checks of one pass are recorded in a single op record.
 """
 
 from __future__ import annotations
@@ -101,6 +103,12 @@ class TransactionalMessageCheckService:
             if any(s.send_check(info.group, half, half_offset) for s in self.senders):
                 table.count_check(half_offset)
                 sent.append(half_offset)
+            elif not info.checks and (now_f - info.store_time_s) * 1000 >= self.service.orphan_after_ms:
+                self.service.metrics.orphans += 1
+                await self.service.discard(half, half_offset, 0, f"no producer of group {info.group} connected in "
+                                           f"{self.service.orphan_after_ms // 1000}s (transactionTimeOut x "
+                                           "transactionOrphanFactor)")
+                continue
             table.schedule(half_offset, next_s)
         if sent:
             self.service.metrics.checks += len(sent)

@@ -49,6 +49,7 @@ log = logging.getLogger("txmq.transaction")
 OP_PROPERTY = "TXMQ_OP"
 HALF_BATCH = "TXMQ_HALF_BATCH"  # on a half message whose body is a batch: how many messages it carries
 PUT_SLICE = 1024  # real messages per store put when a decision commits many: the loop serves others between
+DEFAULT_ORPHAN_FACTOR = 600  # transactionOrphanFactor: with transactionTimeOut 6 s, an hour
 REMOVE_TAG = "d"
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
@@ -77,6 +78,7 @@ class TransactionMetrics:
         self.duplicates = 0
         self.conflicts = 0
         self.resumes = 0
+        self.orphans = 0  # discards of transactions no producer of their group was ever there to check
         self.commit_latency_ms: deque[int] = deque(maxlen=10_000)
 
     def latency_percentiles(self) -> dict[str, float]:
@@ -88,11 +90,15 @@ class TransactionMetrics:
 
 class TransactionalMessageService:
     def __init__(self, store: DefaultMessageStore, *, transaction_timeout_ms: int, file_reserved_time_h: float,
-                 snapshot_path: Path | None = None, recent_halves_max_bytes: int = 32 * 1024 * 1024) -> None:
+                 snapshot_path: Path | None = None, recent_halves_max_bytes: int = 32 * 1024 * 1024,
+                 orphan_factor: int = DEFAULT_ORPHAN_FACTOR) -> None:
         self.store = store
         self.table = TransactionStateTable()
         self.metrics = TransactionMetrics()
         self.transaction_timeout_ms = transaction_timeout_ms
+        # transactionTimeOut x transactionOrphanFactor: the longest a half waits for its first check (immunity
+        # included), and, no check ever handed to a producer of its group by then, when it is discarded
+        self.orphan_after_ms = transaction_timeout_ms * orphan_factor
         self.file_reserved_time_h = file_reserved_time_h
         self.snapshot_path = snapshot_path
         self._in_flight: dict[int, asyncio.Future[EndResult]] = {}
@@ -176,12 +182,15 @@ class TransactionalMessageService:
                                schedule=schedule)
 
     def _immunity_ms(self, msg: MessageExt) -> int:
+        """``transactionTimeOut``, or the message's longer ``CHECK_IMMUNITY_TIME_IN_SECONDS`` up to the orphan
+        bound: a producer's huge immunity must not keep its transaction unchecked, and tracked, forever."""
         raw = msg.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS)
         default = self.transaction_timeout_ms
         try:
-            return max(default, int(raw) * 1000) if raw else default
+            asked = int(raw) * 1000 if raw else default
         except ValueError:
             return default
+        return max(default, min(asked, self.orphan_after_ms))
 
     def _first_check_s(self, half: MessageExt) -> int:
         """The first whole second at which the stored half message is at least its immunity time old (the wheel
