@@ -15,7 +15,7 @@ from txmq.errors import ClientError, LocalProtocolError
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
 from txmq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.server import RemotingServer
+from txmq.remoting.server import RemotingServer, ServerLimits
 from txmq.remoting.transport import (
     Connection,
     RemotingClient,
@@ -459,3 +459,31 @@ def test_bounded_pending_invokes(run: Runner) -> None:
             await server.close()
 
     run(main())
+
+
+def test_frame_timeout_spares_a_peer_that_keeps_completing_frames(run: Runner) -> None:
+    """The frame timeout is for one frame: a peer streaming frames so that every read ends mid-frame, for longer
+    than the timeout, is served; one that stops mid-frame is closed."""
+
+    async def body(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        host, port = parse_address(addr)
+        reader, writer = await asyncio.open_connection(host, port)
+        stream = b"".join(encode_command(RemotingCommand.request(ECHO, {}, b"x" * 100)) for _ in range(40))
+        step = len(stream) // 40 + 7  # never on a frame boundary
+        for start in range(0, len(stream), step):  # 0.05 s apart: about 2 s in all, four timeouts
+            writer.write(stream[start : start + step])
+            await asyncio.sleep(0.05)
+        dec = FrameDecoder()
+        answered = 0
+        while answered < 40:
+            dec.receive_data(await asyncio.wait_for(reader.read(65536), 3))
+            while dec.next_command() is not None:
+                answered += 1
+        writer.write(stream[:step])  # one frame and a bit of the next, then nothing
+        dec.receive_data(await asyncio.wait_for(reader.read(65536), 3))
+        assert dec.next_command() is not None  # the answer to the whole one
+        assert await asyncio.wait_for(reader.read(65536), 3) == b""  # then closed for the stalled one
+        assert server.buffered_bytes == 0
+        writer.close()
+
+    run(with_server(body, limits=ServerLimits(server_frame_timeout_seconds=0.5)))

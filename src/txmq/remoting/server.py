@@ -81,6 +81,7 @@ class RemotingServer:
                 log.warning("%d connections (serverMaxConnections): refusing new ones, first %s",
                             len(self.connections), conn.remote_address)
             self._refused += 1
+            conn.log_close = False
             conn.abort()
             return
         self.connections.add(conn)

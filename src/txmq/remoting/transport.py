@@ -132,6 +132,7 @@ class Connection(asyncio.Protocol):
         self.attrs: dict[str, Any] = {}
         self.last_activity = self._loop.time()  # of the last read or write: the server closes idle connections
         self.partial_since: float | None = None  # since when the frame not yet whole has been arriving
+        self.log_close = True  # False for a connection refused at once: its refusal was the one line
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -223,10 +224,8 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._out.clear()
         self._decoder = FrameDecoder(self.max_frame_size)  # a partial frame's bytes go now, not with the object
-        if exc is None:
-            log.info("connection %s closed", self.remote_address)
-        else:
-            log.info("connection %s lost: %s", self.remote_address, exc)
+        if self.log_close:
+            log.info("connection %s %s", self.remote_address, "closed" if exc is None else f"lost: {exc}")
         error = RemotingConnectError(f"connection to {self.remote_address} closed")
         pending, self._pending = self._pending, {}
         for future in pending.values():
