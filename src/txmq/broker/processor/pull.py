@@ -73,6 +73,8 @@ class PullRequestHoldService:
     def hold(self, topic: str, queue_id: int, offset: int, conn: Connection | None = None) -> HeldPull | None:
         """Register a pull to hold now (so caps count it at once), or None when a cap is full (logged once per
         episode). gRPC's pulls pass no connection: grpcio cancels a call whose client went away."""
+        if conn is not None and conn.closed:
+            return None  # its on_close callbacks ran already: nothing would ever drop it
         on_conn = self._by_conn.get(conn) if conn is not None else None
         full = self.held >= self.max_total or (on_conn is not None and len(on_conn) >= self.max_per_connection)
         if full and not self._full:
