@@ -132,7 +132,7 @@ class RemotingServer:
             for conn in idle:
                 log.info("closing %s: idle for %ss (serverChannelMaxIdleTimeSeconds)", conn.remote_address,
                          limits.server_channel_max_idle_time_seconds)
-                conn.close()
+                conn.abort()  # nothing left to flush after that much silence, or a peer that does not read
 
     async def start(self) -> None:
         """Bind and listen; ``port`` is the bound port afterwards."""
