@@ -104,7 +104,8 @@ def topic_broker(cluster):
 def test_held_pulls_of_closed_connections_are_dropped_and_memory_is_reused(cluster, topic_broker):
     """Pulls held for ten minutes on connections that then close leave nothing behind: the held count is back to
     0 at once, and round after round the broker's RSS stays where the first round took it."""
-    with Producer("p_mem", cluster.namesrv_addr) as producer:  # held at the end of a written queue (see below)
+    # Held at the end of a written queue (the never-written one is the next test's case).
+    with Producer("p_mem", cluster.namesrv_addr) as producer:
         producer.send(Message("mem_t", b"one"), selector=lambda mqs, _m, _a: next(q for q in mqs if q.queue_id == 1))
     frames = _pull("mem_t", 1, 600_000, offset=1) * 4000
     rss = [rss_mb(topic_broker.pid)]
