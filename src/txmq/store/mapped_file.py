@@ -19,6 +19,7 @@ from txmq.errors import StoreError
 
 NAME_DIGITS = 20
 _SCAN_BLOCK = 4 << 20
+IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers one pwritev takes (1024 on Linux); more is EINVAL
 
 
 def fsync_fd(fd: int) -> None:
@@ -65,14 +66,22 @@ class MappedFile:
         return self.file_from_offset + self.file_size
 
     def write(self, parts: list[bytes | bytearray], pos: int) -> None:
-        """Write ``parts`` back to back at ``pos`` with one system call."""
+        """Write ``parts`` back to back at ``pos``: one system call per ``IOV_MAX`` parts.
+
+        A short write (the disk filled up) is completed with ``pwrite``, which then raises the ``OSError``
+        (ENOSPC) that says why; the caller undoes whatever part was written.
+        """
         size = sum(len(p) for p in parts)
         if pos < 0 or pos + size > self.file_size:
             raise StoreError(f"write of {size} bytes at {pos} does not fit in {self.path}")
-        written = os.pwritev(self.fd, parts, pos)
-        if written != size:
-            raise StoreError(f"short write to {self.path}: {written} of {size} bytes")
         self.dirty = True
+        for i in range(0, len(parts), IOV_MAX):
+            chunk = parts[i : i + IOV_MAX]
+            want = sum(len(p) for p in chunk)
+            written = os.pwritev(self.fd, chunk, pos)
+            while written < want:
+                written += os.pwrite(self.fd, b"".join(chunk)[written:], pos + written)
+            pos += want
 
     def read(self, pos: int, size: int) -> bytes:
         size = min(size, self.file_size - pos)

@@ -97,10 +97,11 @@ class SendMessageProcessor:
         if h.topic in NOT_ALLOWED_SEND_TOPICS:
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
                                                remark=f"topic {h.topic} is a system topic; sending to it is forbidden")
-        if len(cmd.body) > broker.config.max_message_size and not batch:
+        if len(cmd.body) > broker.config.max_message_size:  # a batch counts whole, as RocketMQ counts it
             return RemotingCommand.response_to(
                 cmd, ResponseCode.MESSAGE_ILLEGAL,
-                remark=f"message body {len(cmd.body)} bytes exceeds maxMessageSize {broker.config.max_message_size}",
+                remark=f"the message body size over max value, MAX: {broker.config.max_message_size} "
+                f"(maxMessageSize; this {'batch' if batch else 'message'} has {len(cmd.body)} bytes)",
             )
         topic_config = broker.topic_config_manager.get(h.topic)
         if topic_config is None:
