@@ -98,8 +98,12 @@ class CommitLog:
         except OSError:
             self.queue.delete_files(created)
             raise
-        for seg, seg_pos, seg_parts in plan:
-            seg.write(seg_parts, seg_pos - seg.file_from_offset)
+        try:
+            for seg, seg_pos, seg_parts in plan:
+                seg.write(seg_parts, seg_pos - seg.file_from_offset)
+        except OSError:
+            self.truncate(self.max_offset)  # whatever part was written goes: a failed append leaves no record
+            raise
         self.max_offset = pos
         return offsets
 
@@ -253,10 +257,16 @@ class CommitLog:
         return total
 
     def truncate(self, offset: int) -> None:
-        """Drop everything from ``offset`` on (zero the rest of its segment, delete later segments)."""
-        self.queue.truncate_from(offset)
-        self.max_offset = offset
-        self.flushed_offset = min(self.flushed_offset, offset)
+        """Drop everything from ``offset`` on (zero the rest of its segment, delete later segments), durably:
+        the flush thread may have fsynced the dropped bytes already, and a crash must not bring them back."""
+        with self._flush_lock:
+            self.queue.truncate_from(offset)
+            mf = self.queue.find(offset)
+            if mf is not None:
+                mf.flush()
+            self.queue.sync_directory()
+            self.max_offset = offset
+            self.flushed_offset = min(self.flushed_offset, offset)
 
     def close(self) -> None:
         self.queue.close()

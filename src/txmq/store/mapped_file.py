@@ -58,6 +58,8 @@ class MappedFile:
                 os.ftruncate(self.fd, file_size)
         except OSError:
             os.close(self.fd)
+            if create:  # no file of the wrong size left behind
+                os.unlink(self.path)
             raise
         self.dirty = False  # written since the last flush snapshot (read and cleared on the loop thread)
 
