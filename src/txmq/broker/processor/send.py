@@ -261,6 +261,10 @@ class SendMessageProcessor:
         ar = result.append_result
         if not result.stored or ar is None:
             remark = f"store answered {result.status.name}"
+            if result.status == PutMessageStatus.SERVICE_NOT_AVAILABLE:
+                remark = "service not available now"
+            if result.remark:
+                remark += f": {result.remark}"
             if result.status == PutMessageStatus.MESSAGE_ILLEGAL:
                 remark += (f": the stored record (body, properties and header) must fit maxMessageSize "
                            f"{self.broker.config.max_message_size}")
@@ -305,5 +309,5 @@ class SendMessageProcessor:
         result = await broker.store.put_message(msg)
         if not result.stored:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                               remark=f"send back failed: {result.status.name}")
+                                               remark=f"send back failed: {result.status.name} {result.remark}")
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)

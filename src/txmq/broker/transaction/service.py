@@ -313,7 +313,7 @@ class TransactionalMessageService:
                     # Undone, not left at COMMIT: a retried COMMIT would be answered "already committed" and
                     # the message never stored.
                     self._undo_commits([entries[i].half_offset])
-                    why = put.status.name if isinstance(put, PutMessageResult) else str(put)
+                    why = f"{put.status.name} {put.remark}" if isinstance(put, PutMessageResult) else str(put)
                     results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {why}")
             # Asked for together, the two op records share one write.
             await asyncio.gather(self._write_op("COMMIT", found + [entries[i].half_offset for i, _, _ in stored]),
