@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(1, str(Path(__file__).parent.parent / "store"))  # store_helpers: tmpfs, fill_disk
 
 from cluster import Cluster
 

@@ -8,9 +8,9 @@ import os
 import time
 
 import pytest
-from store_helpers import fill_disk, leave_for, tmpfs
 from test_transactions import create_topic, scan_topic
 
+from disk_helpers import fill_disk, leave_for, tmpfs
 from txmq import BrokerError, Message, Producer, SendStatus
 from txmq.remoting.codes import ResponseCode
 from txmq.store.message_store import DISK_CHECK_INTERVAL_S

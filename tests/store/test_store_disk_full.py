@@ -10,8 +10,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from store_helpers import SEGMENT, fill_disk, leave_for, make_config, msg, run, tmpfs
+from store_helpers import SEGMENT, make_config, msg, run
 
+from disk_helpers import fill_disk, leave_for, tmpfs
 from txmq.message import MessageExt, decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 from txmq.store.message_store import DISK_CHECK_INTERVAL_S
