@@ -36,8 +36,12 @@ class DiskGuard:
         self.reason = ""
 
     def check(self) -> float:
-        """Measure the disk, update ``full``; return the used percent."""
-        self.used = used_percent(self.path)
+        """Measure the disk, update ``full``; return the used percent (the last one when it cannot be measured)."""
+        try:
+            self.used = used_percent(self.path)
+        except OSError as exc:
+            log.warning("cannot measure the store's disk: %s", exc)
+            return self.used
         if self.used > self.warning_percent:
             self._set_full(f"{self.used:.1f} % of the store's disk is used, over diskSpaceWarningLevelRatio "
                            f"{self.warning_percent:g} %")

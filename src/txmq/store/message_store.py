@@ -497,11 +497,12 @@ class DefaultMessageStore:
                 self.find_or_create_consume_queue(topic, queue_id).put_run(
                     next_offsets[(topic, queue_id)] - len(entries), entries)
         except Exception as exc:
-            for key in next_offsets:
-                cq = self.find_consume_queue(*key)
-                before = self._queue_offsets.get(key, 0)
-                if cq is not None and cq.max_offset > before:
-                    cq.truncate_logical(before)
+            with self._files_lock:  # the checkpoint thread may be fsyncing consume-queue files
+                for key in next_offsets:
+                    cq = self.find_consume_queue(*key)
+                    before = self._queue_offsets.get(key, 0)
+                    if cq is not None and cq.max_offset > before:
+                        cq.truncate_logical(before)
             self.commit_log.truncate(start)
             return self._put_failed(where, exc)
         return None
@@ -528,7 +529,10 @@ class DefaultMessageStore:
                 self._early_clean_at = now
                 log.warning("the store's disk is %.1f %% used, over diskMaxUsedSpaceRatio %g %%: retention runs now",
                             used, self.config.disk_max_used_space_ratio)
-                self.clean_expired_files()
+                try:
+                    self.clean_expired_files()
+                except OSError:
+                    log.exception("retention failed")
         return not self._disk.full
 
     # --- get ---------------------------------------------------------------------------------------
