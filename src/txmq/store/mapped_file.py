@@ -73,17 +73,23 @@ class MappedFile:
         A short write (the disk filled up) is completed with ``pwrite``, which then raises the ``OSError``
         (ENOSPC) that says why; the caller undoes whatever part was written.
         """
-        size = sum(len(p) for p in parts)
+        size = sum(map(len, parts))
         if pos < 0 or pos + size > self.file_size:
             raise StoreError(f"write of {size} bytes at {pos} does not fit in {self.path}")
         self.dirty = True
+        if len(parts) <= IOV_MAX:
+            self._write_all(parts, size, pos)
+            return
         for i in range(0, len(parts), IOV_MAX):
             chunk = parts[i : i + IOV_MAX]
-            want = sum(len(p) for p in chunk)
-            written = os.pwritev(self.fd, chunk, pos)
-            while written < want:
-                written += os.pwrite(self.fd, b"".join(chunk)[written:], pos + written)
+            want = sum(map(len, chunk))
+            self._write_all(chunk, want, pos)
             pos += want
+
+    def _write_all(self, parts: list[bytes | bytearray], size: int, pos: int) -> None:
+        written = os.pwritev(self.fd, parts, pos)
+        while written < size:
+            written += os.pwrite(self.fd, b"".join(parts)[written:], pos + written)
 
     def read(self, pos: int, size: int) -> bytes:
         size = min(size, self.file_size - pos)
