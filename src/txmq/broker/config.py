@@ -37,6 +37,8 @@ class BrokerConfig:
     mapped_file_size_consume_queue: int = 300_000 * 20
     file_reserved_time: float = 72  # hours
     max_message_size: int = 4 * 1024 * 1024
+    max_hash_slot_num: int = 500_000  # slots per index file (RocketMQ's default is 5 M; see docs/storage.md)
+    max_index_num: int = 2_000_000  # entries per index file (RocketMQ: 20 M)
     # Disk usage of the store's partition in percent (a value up to 1 is read as a fraction, as RocketMQ 4.x's
     # system properties give it): puts are refused above the warning level until usage is under the
     # clean-forcibly level; above the max-used level retention runs at once (docs/storage.md, "A full disk").

@@ -60,6 +60,8 @@ class BrokerController:
             file_reserved_time_hours=config.file_reserved_time,
             max_message_size=config.max_message_size,
             store_host=self.store_host,
+            max_hash_slot_num=config.max_hash_slot_num,
+            max_index_num=config.max_index_num,
             disk_space_warning_level_ratio=config.disk_percent("disk_space_warning_level_ratio"),
             disk_space_clean_forcibly_ratio=config.disk_percent("disk_space_clean_forcibly_ratio"),
             disk_max_used_space_ratio=config.disk_percent("disk_max_used_space_ratio"),
