@@ -172,8 +172,11 @@ class BrokerController:
             self.grpc = None
         await self.server.close()
         await self.namesrv_client.close()
-        self._persist()
-        self.transaction_service.snapshot()
+        for save in (self._persist, self.transaction_service.snapshot):
+            try:
+                save()
+            except OSError:  # a full disk: what was last saved stands (offsets replay, the log is the truth)
+                log.exception("saving state at shutdown failed")
         await self.store.shutdown()
         self.started = False
         log.info("broker %s stopped", self.config.broker_name)
