@@ -111,6 +111,7 @@ class DefaultMessageStore:
         self._disk = DiskGuard(root, config.disk_space_warning_level_ratio, config.disk_space_clean_forcibly_ratio)
         self._disk_checked_at = -DISK_CHECK_INTERVAL_S
         self._early_clean_at = -EARLY_CLEAN_INTERVAL_S
+        self._over_max_used = False
         self._counters = dict.fromkeys(
             ("put_calls", "appends", "dispatch_errors", "corrupt_reads", "checkpoints", "flush_timeouts"), 0
         )
@@ -525,10 +526,13 @@ class DefaultMessageStore:
         if now - self._disk_checked_at >= DISK_CHECK_INTERVAL_S:
             self._disk_checked_at = now
             used = self._disk.check()
-            if used > self.config.disk_max_used_space_ratio and now - self._early_clean_at >= EARLY_CLEAN_INTERVAL_S:
+            over = used > self.config.disk_max_used_space_ratio
+            if over and not self._over_max_used:
+                log.warning("the store's disk is %.1f %% used, over diskMaxUsedSpaceRatio %g %%: retention runs at "
+                            "once from now on", used, self.config.disk_max_used_space_ratio)
+            self._over_max_used = over
+            if over and now - self._early_clean_at >= EARLY_CLEAN_INTERVAL_S:
                 self._early_clean_at = now
-                log.warning("the store's disk is %.1f %% used, over diskMaxUsedSpaceRatio %g %%: retention runs now",
-                            used, self.config.disk_max_used_space_ratio)
                 try:
                     self.clean_expired_files()
                 except OSError:
