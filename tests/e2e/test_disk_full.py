@@ -13,7 +13,7 @@ import pytest
 from test_transactions import create_topic, scan_topic
 
 from disk_helpers import fill_disk, leave_for, tmpfs
-from txmq import BrokerError, Message, Producer, SendStatus
+from txmq import Admin, BrokerError, Message, Producer, SendStatus
 from txmq.remoting.codes import ResponseCode
 from txmq.store.message_store import DISK_CHECK_INTERVAL_S
 
@@ -65,6 +65,9 @@ def test_sends_are_refused_over_the_ratio_and_a_send_hitting_enospc_stores_nothi
             time.sleep(DISK_CHECK_INTERVAL_S)
             remark = _refused(cluster, b"over the ratio")
             assert "the disk is full" in remark and "diskSpaceWarningLevelRatio 90" in remark, remark
+            with Admin(cluster.namesrv_addr) as admin:
+                store = next(iter(admin.stats().values()))["store"]
+            assert store["disk_full"] == 1 and store["disk_used_percent"] >= 95, store
 
             # The ratio check off: the disk fills up under the send itself (ENOSPC writing the log).
             broker.kill()

@@ -771,5 +771,7 @@ class DefaultMessageStore:
             segments=len(self.commit_log.queue.files),
             consume_queues=sum(len(qs) for qs in self._queues.values()),
             index_files=len(self.index.files),
+            disk_used_percent=round(self._disk.used, 1),  # as last measured by a put
+            disk_full=int(self._disk.full),  # puts are refused (docs/storage.md, "A full disk")
         )
         return info
