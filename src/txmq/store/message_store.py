@@ -446,8 +446,12 @@ class DefaultMessageStore:
             msg_num=len(msgs),
         )
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            if self._flush_service is None:
-                self.commit_log.flush()  # not started yet: no flush thread to share fsyncs with
+            if self._flush_service is None:  # not started yet: no flush thread to share fsyncs with
+                try:
+                    self.commit_log.flush()
+                except OSError as exc:  # stored and dispatched all the same: the answer must say stored
+                    log.error("sync flush failed: %s", exc)
+                    return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result, remark=str(exc))
             elif not await self._flush_service.wait_flushed(
                 self.commit_log.max_offset, self.config.sync_flush_timeout_ms / 1000
             ):
