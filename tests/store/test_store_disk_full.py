@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
 
 import pytest
 from store_helpers import SEGMENT, make_config, msg, run
@@ -16,8 +15,6 @@ from disk_helpers import fill_disk, leave_for, tmpfs
 from txmq.message import MessageExt, decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 from txmq.store.message_store import DISK_CHECK_INTERVAL_S
-
-Setup = Callable[[DefaultMessageStore], Awaitable[None]]
 
 
 async def _fill_segment(store: DefaultMessageStore) -> None:
