@@ -23,6 +23,7 @@ from txmq import (
     SendStatus,
     TransactionProducer,
 )
+from txmq.broker.processor.send import is_half
 from txmq.message import MessageConst, MessageSysFlag, encode_batch, properties_to_string
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -113,7 +114,8 @@ def test_a_half_batch_is_one_transaction_and_each_message_is_committed_once(clus
 async def raw_send(addr: str, topic: str, batch_props: dict[str, str], msgs: list[Message]) -> RemotingCommand:
     header = SendMessageRequestHeader(
         producer_group="p_hb_raw", topic=topic, default_topic="TBW102", default_topic_queue_nums=4, queue_id=0,
-        sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE, born_timestamp=int(time.time() * 1000), flag=0,
+        sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE if is_half(batch_props) else 0,
+        born_timestamp=int(time.time() * 1000), flag=0,
         properties=properties_to_string(batch_props), reconsume_times=0, batch=True)
     cmd = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, header.to_v2_ext(), body=encode_batch(msgs))
     async with RemotingClient() as client:

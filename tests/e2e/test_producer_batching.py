@@ -35,3 +35,15 @@ def test_async_sends_are_batched_and_each_result_is_exact(cluster):
     with Admin(cluster.namesrv_addr) as admin:
         store = next(iter(admin.stats().values()))["store"]
     assert store["put_calls"] < store["appends"] / 4, store  # the sends really went in batches
+
+
+def test_coalesced_sends_over_the_brokers_max_message_size_are_split_not_refused(cluster):
+    # The broker counts a batch whole against maxMessageSize; 64 sends of 4 KB coalesce into batches of up to
+    # 256 KB (the producer's batch_max_bytes is 1 MB), which this broker refuses: the producer sends them in parts.
+    cluster.start_broker(conf={"maxMessageSize": 16 * 1024})
+    with Producer("p_split", cluster.namesrv_addr, max_message_size=8 * 1024) as producer:
+        producer.send(Message("Split", b"warm-up"))
+        futures = [producer.send_async(Message("Split", bytes([i]) * 4096)) for i in range(64)]
+        results = [f.result(30) for f in futures]
+    assert all(r.status == SendStatus.SEND_OK for r in results)
+    assert len({(r.queue_id, r.queue_offset) for r in results}) == 64

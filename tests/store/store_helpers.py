@@ -48,3 +48,4 @@ def flip_byte(path: str | os.PathLike[str], pos: int) -> None:
 def segment_path(config: StoreConfig, offset: int) -> str:
     start = offset - offset % config.mapped_file_size_commit_log
     return os.path.join(config.store_path_root_dir, "commitlog", offset_to_name(start))
+

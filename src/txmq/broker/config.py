@@ -40,6 +40,14 @@ class BrokerConfig:
     mapped_file_size_consume_queue: int = 300_000 * 20
     file_reserved_time: float = 72  # hours
     max_message_size: int = 4 * 1024 * 1024
+    max_hash_slot_num: int = 500_000  # slots per index file (RocketMQ's default is 5 M; see docs/storage.md)
+    max_index_num: int = 2_000_000  # entries per index file (RocketMQ: 20 M)
+    # Disk usage of the store's partition in percent (a value up to 1 is read as a fraction, as RocketMQ 4.x's
+    # system properties give it): puts are refused above the warning level until usage is under the
+    # clean-forcibly level; above the max-used level retention runs at once (docs/storage.md, "A full disk").
+    disk_space_warning_level_ratio: float = 90
+    disk_space_clean_forcibly_ratio: float = 85
+    disk_max_used_space_ratio: float = 75
     auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = 8
     message_delay_level: str = DEFAULT_DELAY_LEVELS
@@ -71,6 +79,11 @@ class BrokerConfig:
     @property
     def is_slave(self) -> bool:
         return self.broker_role.upper() == "SLAVE"
+
+    def disk_percent(self, name: str) -> float:
+        """A disk ratio field in percent, whether it was given as 90 or as 0.90."""
+        value = float(getattr(self, name))
+        return value * 100 if value <= 1 else value
 
     def delay_levels_ms(self) -> list[int]:
         """``messageDelayLevel`` as milliseconds; level N is entry N-1."""

@@ -61,6 +61,11 @@ class BrokerController:
             file_reserved_time_hours=config.file_reserved_time,
             max_message_size=config.max_message_size,
             store_host=self.store_host,
+            max_hash_slot_num=config.max_hash_slot_num,
+            max_index_num=config.max_index_num,
+            disk_space_warning_level_ratio=config.disk_percent("disk_space_warning_level_ratio"),
+            disk_space_clean_forcibly_ratio=config.disk_percent("disk_space_clean_forcibly_ratio"),
+            disk_max_used_space_ratio=config.disk_percent("disk_max_used_space_ratio"),
         ))
         levels = config.delay_levels_ms()
         self.topic_config_manager = TopicConfigManager(self.root, auto_create=config.auto_create_topic_enable,
@@ -170,8 +175,11 @@ class BrokerController:
             self.grpc = None
         await self.server.close()
         await self.namesrv_client.close()
-        self._persist()
-        self.transaction_service.snapshot()
+        for save in (self._persist, self.transaction_service.snapshot):
+            try:
+                save()
+            except OSError:  # a full disk: what was last saved stands (offsets replay, the log is the truth)
+                log.exception("saving state at shutdown failed")
         await self.store.shutdown()
         self.started = False
         log.info("broker %s stopped", self.config.broker_name)

@@ -78,7 +78,12 @@ class ScheduleMessageService:
                 if due_ms > time.time() * 1000:
                     self.offsets[level] = offset
                     return due_ms / 1000
-                await self.store.put_message(self._restore(msg))
+                result = await self.store.put_message(self._restore(msg))
+                if not result.stored:  # a full disk: the message stays due, tried again in a second
+                    log.warning("delayed message at level %d offset %d not delivered: %s %s", level, offset,
+                                result.status.name, result.remark)
+                    self.offsets[level] = offset
+                    return time.time() + 1
                 self.delivered += 1
                 offset += 1
             self.offsets[level] = offset

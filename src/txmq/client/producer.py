@@ -341,12 +341,26 @@ class Producer(ClientBase):
                 results = [SendResult(r.status, uniq[i], offset_ids[i] if i < len(offset_ids) else "", r.queue_id,
                                       r.queue_offset + i, r.message_queue, uniq[i] if r.transaction_id else None)
                            for i in range(len(msgs))]
-        except Exception as exc:  # every message of the chunk shares the request's fate
-            for _, fut in chunk:
-                fut.set_exception(exc)
+        except BrokerError as exc:
+            if exc.code == ResponseCode.MESSAGE_ILLEGAL and len(chunk) > 1:
+                # Refused whole, nothing stored: too large together (the broker counts a batch whole against its
+                # maxMessageSize) or one bad message. The halves go on their own, down to single messages.
+                half = len(chunk) // 2
+                await asyncio.gather(self._send_chunk(chunk[:half]), self._send_chunk(chunk[half:]))
+                return
+            self._fail_chunk(chunk, exc)
+            return
+        except Exception as exc:
+            self._fail_chunk(chunk, exc)
             return
         for (_, fut), result in zip(chunk, results, strict=True):
             fut.set_result(result)
+
+    @staticmethod
+    def _fail_chunk(chunk: list[tuple[Message, SendFuture]], exc: Exception) -> None:
+        """Every message of the chunk shares the request's fate."""
+        for _, fut in chunk:
+            fut.set_exception(exc)
 
     def _prepare(self, msg: Message) -> None:
         self._validate(msg)

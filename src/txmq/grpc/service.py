@@ -336,7 +336,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         ar = result.append_result
         if ar is None:
             raise GrpcStatusError(PUT_STATUS_CODES.get(result.status, Code.INTERNAL_SERVER_ERROR),
-                                  f"store answered {result.status.name}")
+                                  f"store answered {result.status.name} {result.remark}".rstrip())
         code = PUT_STATUS_CODES.get(result.status, Code.INTERNAL_SERVER_ERROR)
         entry = spb.SendResultEntry(status=status(code, "OK" if code == Code.OK else result.status.name),
                                     message_id=props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX],

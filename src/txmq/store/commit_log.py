@@ -64,9 +64,10 @@ class CommitLog:
     def append(self, records: list[bytearray]) -> list[int]:
         """Place, seal and write ``records`` (unsealed, see ``record_from_wire``); return their offsets.
 
-        All writes go to one segment at a time, with one system call per segment touched. When a record does
-        not fit, the segment gets a BLANK marker and the log rolls to a new segment. Segments are created
-        before anything is written, so a failure to create one leaves the log unchanged.
+        All writes go to one segment at a time, with one system call per segment touched (and per IOV_MAX
+        records). When a record does not fit, the segment gets a BLANK marker and the log rolls to a new segment.
+        Segments are created before anything is written, so a failure to create one leaves the log unchanged; a
+        write that fails part-way is taken back (``truncate``), so a failed append leaves no record.
         """
         pos = self.max_offset
         mf = self.queue.find(pos)
@@ -95,11 +96,15 @@ class CommitLog:
                 offsets.append(pos)
                 pos += len(rec)
             plan.append((mf, start, parts))
-        except OSError:
+        except BaseException:
             self.queue.delete_files(created)
             raise
-        for seg, seg_pos, seg_parts in plan:
-            seg.write(seg_parts, seg_pos - seg.file_from_offset)
+        try:
+            for seg, seg_pos, seg_parts in plan:
+                seg.write(seg_parts, seg_pos - seg.file_from_offset)
+        except BaseException:
+            self.truncate(self.max_offset)  # whatever part was written goes: a failed append leaves no record
+            raise
         self.max_offset = pos
         return offsets
 
@@ -253,10 +258,16 @@ class CommitLog:
         return total
 
     def truncate(self, offset: int) -> None:
-        """Drop everything from ``offset`` on (zero the rest of its segment, delete later segments)."""
-        self.queue.truncate_from(offset)
-        self.max_offset = offset
-        self.flushed_offset = min(self.flushed_offset, offset)
+        """Drop everything from ``offset`` on (zero the rest of its segment, delete later segments), durably:
+        the flush thread may have fsynced the dropped bytes already, and a crash must not bring them back."""
+        with self._flush_lock:
+            self.queue.truncate_from(offset)
+            mf = self.queue.find(offset)
+            if mf is not None:
+                mf.flush()
+            self.queue.sync_directory()
+            self.max_offset = offset
+            self.flushed_offset = min(self.flushed_offset, offset)
 
     def close(self) -> None:
         self.queue.close()

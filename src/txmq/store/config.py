@@ -35,6 +35,12 @@ class StoreConfig:
     max_hash_slot_num: int = 500_000  # slots per index file
     max_index_num: int = 2_000_000  # entries per index file
     message_index_enable: bool = True  # build the key / UNIQ_KEY index
+    # Disk usage of the store's partition, in percent (RocketMQ's keys and defaults): above the warning level puts
+    # are refused (SERVICE_NOT_AVAILABLE, "the disk is full") until usage is back under the clean-forcibly level;
+    # above the max-used level retention runs at once instead of on its next tick.
+    disk_space_warning_level_ratio: float = 90
+    disk_space_clean_forcibly_ratio: float = 85
+    disk_max_used_space_ratio: float = 75
 
     def __post_init__(self) -> None:
         if self.mapped_file_size_consume_queue % 20:

@@ -80,6 +80,8 @@ class IndexFile:
             if hasattr(self, "mm"):
                 self.mm.close()
             os.close(self.fd)
+            if create:  # a disk too full for its slots: no sparse file of the full size left per attempt
+                os.unlink(path)
             raise
         self.dirty = create
 

@@ -19,6 +19,7 @@ from txmq.errors import StoreError
 
 NAME_DIGITS = 20
 _SCAN_BLOCK = 4 << 20
+IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers one pwritev takes (1024 on Linux); more is EINVAL
 
 
 def fsync_fd(fd: int) -> None:
@@ -57,6 +58,8 @@ class MappedFile:
                 os.ftruncate(self.fd, file_size)
         except OSError:
             os.close(self.fd)
+            if create:  # no file of the wrong size left behind
+                os.unlink(self.path)
             raise
         self.dirty = False  # written since the last flush snapshot (read and cleared on the loop thread)
 
@@ -65,14 +68,28 @@ class MappedFile:
         return self.file_from_offset + self.file_size
 
     def write(self, parts: list[bytes | bytearray], pos: int) -> None:
-        """Write ``parts`` back to back at ``pos`` with one system call."""
-        size = sum(len(p) for p in parts)
+        """Write ``parts`` back to back at ``pos``: one system call per ``IOV_MAX`` parts.
+
+        A short write (the disk filled up) is completed with ``pwrite``, which then raises the ``OSError``
+        (ENOSPC) that says why; the caller undoes whatever part was written.
+        """
+        size = sum(map(len, parts))
         if pos < 0 or pos + size > self.file_size:
             raise StoreError(f"write of {size} bytes at {pos} does not fit in {self.path}")
-        written = os.pwritev(self.fd, parts, pos)
-        if written != size:
-            raise StoreError(f"short write to {self.path}: {written} of {size} bytes")
         self.dirty = True
+        if len(parts) <= IOV_MAX:
+            self._write_all(parts, size, pos)
+            return
+        for i in range(0, len(parts), IOV_MAX):
+            chunk = parts[i : i + IOV_MAX]
+            want = sum(map(len, chunk))
+            self._write_all(chunk, want, pos)
+            pos += want
+
+    def _write_all(self, parts: list[bytes | bytearray], size: int, pos: int) -> None:
+        written = os.pwritev(self.fd, parts, pos)
+        while written < size:
+            written += os.pwrite(self.fd, b"".join(parts)[written:], pos + written)
 
     def read(self, pos: int, size: int) -> bytes:
         size = min(size, self.file_size - pos)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import functools
 import logging
@@ -31,6 +32,7 @@ from txmq.store.checkpoint import Checkpoint, StoreCheckpoint
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import FlushDiskType, StoreConfig
 from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from txmq.store.disk import DiskGuard
 from txmq.store.dispatcher import (
     DispatchRequest,
     builds_consume_queue,
@@ -54,6 +56,8 @@ from txmq.store.results import (
 
 log = logging.getLogger("txmq.store")
 
+DISK_CHECK_INTERVAL_S = 0.1  # puts measure the disk at most this often (one statvfs)
+EARLY_CLEAN_INTERVAL_S = 1.0  # retention runs at most this often on behalf of a disk over diskMaxUsedSpaceRatio
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
 
 
@@ -104,6 +108,10 @@ class DefaultMessageStore:
         self._flush_service: FlushCommitLogService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._open = True
+        self._disk = DiskGuard(root, config.disk_space_warning_level_ratio, config.disk_space_clean_forcibly_ratio)
+        self._disk_checked_at = -DISK_CHECK_INTERVAL_S
+        self._early_clean_at = -EARLY_CLEAN_INTERVAL_S
+        self._over_max_used = False
         self._counters = dict.fromkeys(
             ("put_calls", "appends", "dispatch_errors", "corrupt_reads", "checkpoints", "flush_timeouts"), 0
         )
@@ -173,24 +181,30 @@ class DefaultMessageStore:
             del self._queues[topic]
         self._queue_offsets.pop((topic, queue_id), None)
 
-    def dispatch(self, req: DispatchRequest, *, during_recovery: bool = False, consume_queue: bool = True) -> None:
-        """Run the dispatchers for one appended record (CommitLogDispatcher chain). ``consume_queue=False``
-        when the caller writes the consume-queue entries itself, several at once."""
-        if consume_queue and builds_consume_queue(req.sys_flag):
+    def dispatch(self, req: DispatchRequest, *, during_recovery: bool = False) -> None:
+        """Run the dispatchers for one record recovery found (CommitLogDispatcher chain)."""
+        if builds_consume_queue(req.sys_flag):
             cq = self.find_or_create_consume_queue(req.topic, req.queue_id)
             cq.put(req.consume_queue_offset, req.commit_log_offset, req.msg_size, req.tags_code)
+        self._build_index(req)
+        self._notify_dispatchers(req)
+        if during_recovery:
+            self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
+
+    def _build_index(self, req: DispatchRequest) -> None:
         if self.config.message_index_enable and builds_index(req.sys_flag):
             keys = keys_of(req)
             if keys:
                 self.index.put(req.topic, keys, req.commit_log_offset, req.store_timestamp)
+
+    def _notify_dispatchers(self, req: DispatchRequest) -> None:
+        """The dispatchers beyond consume queue and index (the broker's): they see only stored records."""
         for fn in self._dispatchers:
             try:
                 fn(req)
             except Exception:
                 self._counters["dispatch_errors"] += 1
                 log.exception("dispatcher %r failed on the record at %d", fn, req.commit_log_offset)
-        if during_recovery:
-            self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -257,10 +271,14 @@ class DefaultMessageStore:
             await asyncio.to_thread(self._flush_service.stop_thread)
             self._flush_service.close()
             self._flush_service = None
-        self._write_checkpoint(self._snapshot())
-        os.unlink(self._abort_path)
-        fsync_dir(self.config.store_path_root_dir)
-        self._close_files()
+        try:
+            self._write_checkpoint(self._snapshot())
+            os.unlink(self._abort_path)
+            fsync_dir(self.config.store_path_root_dir)
+        except OSError as exc:  # a full disk: the abort file stays, and the next open recovers as after a crash
+            log.error("the final checkpoint failed: %s; the next open recovers from the last one", exc)
+        finally:
+            self._close_files()
 
     async def aclose(self) -> None:
         await self.shutdown()
@@ -358,7 +376,9 @@ class DefaultMessageStore:
         The store assigns queue offset, commit-log offset, store timestamp and store host on each message.
         """
         if not self._open:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the store is shut down")
+        if not self._writable():
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark)
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
         self._counters["put_calls"] += 1
@@ -394,43 +414,21 @@ class DefaultMessageStore:
                 log.warning("refused a message of %d bytes for %s (limit %d)", len(wire), msg.topic, limit)
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
             records.append(record_from_wire(wire))
+        start = self.commit_log.max_offset
         try:
             offsets = self.commit_log.append(records)
         except (OSError, StoreError) as exc:
-            log.error("commit-log append failed: %s", exc)
             creating = isinstance(exc, OSError) and self.commit_log.queue.find(self.commit_log.max_offset) is None
-            return PutMessageResult(
-                PutMessageStatus.CREATE_MAPPED_FILE_FAILED if creating else PutMessageStatus.UNKNOWN_ERROR
-            )
+            return self._put_failed("the commit log", exc, creating)
+        reqs = [self._dispatch_request(msg, rec, offset, now) for msg, rec, offset in zip(msgs, records, offsets,
+                                                                                          strict=True)]
+        refused = self._build_derived(start, reqs, next_offsets)
+        if refused is not None:
+            return refused
         self._last_store_ts = now
         self._queue_offsets.update(next_offsets)
-        # Consume-queue entries of one queue are consecutive within a put: written together, after the loop.
-        runs: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-        for msg, rec, offset in zip(msgs, records, offsets, strict=True):
-            msg.commit_log_offset = offset
-            msg.store_size = len(rec) - TRAILER_SIZE
-            props = msg.properties
-            req = DispatchRequest(
-                topic=msg.topic,
-                queue_id=msg.queue_id,
-                commit_log_offset=offset,
-                msg_size=len(rec),
-                tags_code=tags_code(props.get(MessageConst.TAGS)),
-                store_timestamp=now,
-                consume_queue_offset=msg.queue_offset,
-                keys=props.get(MessageConst.KEYS),
-                uniq_key=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-                sys_flag=msg.sys_flag,
-                prepared_transaction_offset=msg.prepared_transaction_offset,
-                properties=props,
-                born_timestamp=msg.born_timestamp,
-            )
-            if builds_consume_queue(msg.sys_flag):
-                runs.setdefault((msg.topic, msg.queue_id), []).append((offset, len(rec), req.tags_code))
-            self.dispatch(req, consume_queue=False)
-        for (topic, queue_id), entries in runs.items():
-            self.find_or_create_consume_queue(topic, queue_id).put_run(next_offsets[(topic, queue_id)] - len(entries),
-                                                                       entries)
+        for req in reqs:
+            self._notify_dispatchers(req)
         self._counters["appends"] += len(msgs)
         for (topic, qid), next_offset in next_offsets.items():
             for listener in self._arrival_listeners:
@@ -448,8 +446,12 @@ class DefaultMessageStore:
             msg_num=len(msgs),
         )
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            if self._flush_service is None:
-                self.commit_log.flush()  # not started yet: no flush thread to share fsyncs with
+            if self._flush_service is None:  # not started yet: no flush thread to share fsyncs with
+                try:
+                    self.commit_log.flush()
+                except OSError as exc:  # stored and dispatched all the same: the answer must say stored
+                    log.error("sync flush failed: %s", exc)
+                    return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result, remark=str(exc))
             elif not await self._flush_service.wait_flushed(
                 self.commit_log.max_offset, self.config.sync_flush_timeout_ms / 1000
             ):
@@ -457,6 +459,89 @@ class DefaultMessageStore:
                 log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
                 return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result)
         return PutMessageResult(PutMessageStatus.PUT_OK, result)
+
+    def _dispatch_request(self, msg: MessageExt, rec: bytearray, offset: int, now: int) -> DispatchRequest:
+        msg.commit_log_offset = offset
+        msg.store_size = len(rec) - TRAILER_SIZE
+        props = msg.properties
+        return DispatchRequest(
+            topic=msg.topic,
+            queue_id=msg.queue_id,
+            commit_log_offset=offset,
+            msg_size=len(rec),
+            tags_code=tags_code(props.get(MessageConst.TAGS)),
+            store_timestamp=now,
+            consume_queue_offset=msg.queue_offset,
+            keys=props.get(MessageConst.KEYS),
+            uniq_key=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+            sys_flag=msg.sys_flag,
+            prepared_transaction_offset=msg.prepared_transaction_offset,
+            properties=props,
+            born_timestamp=msg.born_timestamp,
+        )
+
+    def _build_derived(self, start: int, reqs: list[DispatchRequest],
+                       next_offsets: dict[tuple[str, int], int]) -> PutMessageResult | None:
+        """Write the consume-queue entries and index keys of a put's records (appended from ``start``); None when
+        done. Entries of one queue are consecutive within a put: written together.
+
+        When a file cannot grow (a full disk), the put is taken back and the refusal returned: nothing may stay
+        of a put answered as failed. The log goes back to ``start`` (its bytes a hole again), the consume queues
+        to where they were; index entries already written point at no record, and lookups verify each one.
+        """
+        where = "the index"
+        try:
+            runs: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+            for req in reqs:
+                if builds_consume_queue(req.sys_flag):
+                    runs.setdefault((req.topic, req.queue_id), []).append((req.commit_log_offset, req.msg_size,
+                                                                           req.tags_code))
+                self._build_index(req)
+            for (topic, queue_id), entries in runs.items():
+                where = f"the consume queue {topic}/{queue_id}"
+                self.find_or_create_consume_queue(topic, queue_id).put_run(
+                    next_offsets[(topic, queue_id)] - len(entries), entries)
+        except Exception as exc:
+            with self._files_lock:  # the checkpoint thread may be fsyncing consume-queue files
+                for key in next_offsets:
+                    cq = self.find_consume_queue(*key)
+                    before = self._queue_offsets.get(key, 0)
+                    if cq is not None and cq.max_offset > before:
+                        cq.truncate_logical(before)
+            self.commit_log.truncate(start)
+            return self._put_failed(where, exc)
+        return None
+
+    def _put_failed(self, where: str, exc: Exception, creating: bool = False) -> PutMessageResult:
+        """The answer to a put that stored nothing. Out of space: SERVICE_NOT_AVAILABLE saying the disk is full
+        (RocketMQ's answer to a full disk), and puts are refused until there is room again."""
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            self._disk.mark_full(f"{exc.strerror} while writing {where}")
+            self._disk_checked_at = time.monotonic()
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark)
+        log.error("put failed writing %s, nothing stored: %s", where, exc, exc_info=not isinstance(exc, OSError))
+        status = PutMessageStatus.CREATE_MAPPED_FILE_FAILED if creating else PutMessageStatus.UNKNOWN_ERROR
+        return PutMessageResult(status, remark=f"{exc} while writing {where}; nothing was stored")
+
+    def _writable(self) -> bool:
+        """Whether the disk has room, measured at most every ``DISK_CHECK_INTERVAL_S``; when it is fuller than
+        ``disk_max_used_space_ratio``, retention runs at once instead of on its next tick."""
+        now = time.monotonic()
+        if now - self._disk_checked_at >= DISK_CHECK_INTERVAL_S:
+            self._disk_checked_at = now
+            used = self._disk.check()
+            over = used > self.config.disk_max_used_space_ratio
+            if over and not self._over_max_used:
+                log.warning("the store's disk is %.1f %% used, over diskMaxUsedSpaceRatio %g %%: retention runs at "
+                            "once from now on", used, self.config.disk_max_used_space_ratio)
+            self._over_max_used = over
+            if over and now - self._early_clean_at >= EARLY_CLEAN_INTERVAL_S:
+                self._early_clean_at = now
+                try:
+                    self.clean_expired_files()
+                except OSError:
+                    log.exception("retention failed")
+        return not self._disk.full
 
     # --- get ---------------------------------------------------------------------------------------
 
@@ -690,5 +775,7 @@ class DefaultMessageStore:
             segments=len(self.commit_log.queue.files),
             consume_queues=sum(len(qs) for qs in self._queues.values()),
             index_files=len(self.index.files),
+            disk_used_percent=round(self._disk.used, 1),  # as last measured by a put
+            disk_full=int(self._disk.full),  # puts are refused (docs/storage.md, "A full disk")
         )
         return info

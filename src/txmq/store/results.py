@@ -32,6 +32,7 @@ class AppendMessageResult:
 class PutMessageResult:
     status: PutMessageStatus
     append_result: AppendMessageResult | None = None
+    remark: str = ""  # why a put was refused, for the answer (a full disk says so)
 
     @property
     def ok(self) -> bool:

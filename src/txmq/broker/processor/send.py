@@ -97,10 +97,11 @@ class SendMessageProcessor:
         if h.topic in NOT_ALLOWED_SEND_TOPICS:
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
                                                remark=f"topic {h.topic} is a system topic; sending to it is forbidden")
-        if len(cmd.body) > broker.config.max_message_size and not batch:
+        if len(cmd.body) > broker.config.max_message_size:  # a batch counts whole, as RocketMQ counts it
             return RemotingCommand.response_to(
                 cmd, ResponseCode.MESSAGE_ILLEGAL,
-                remark=f"message body {len(cmd.body)} bytes exceeds maxMessageSize {broker.config.max_message_size}",
+                remark=f"the message body size over max value, MAX: {broker.config.max_message_size} "
+                f"(maxMessageSize; this {'batch' if batch else 'message'} has {len(cmd.body)} bytes)",
             )
         topic_config = broker.topic_config_manager.get(h.topic)
         if topic_config is None:
@@ -260,6 +261,10 @@ class SendMessageProcessor:
         ar = result.append_result
         if not result.stored or ar is None:
             remark = f"store answered {result.status.name}"
+            if result.status == PutMessageStatus.SERVICE_NOT_AVAILABLE:
+                remark = "service not available now"
+            if result.remark:
+                remark += f": {result.remark}"
             if result.status == PutMessageStatus.MESSAGE_ILLEGAL:
                 remark += (f": the stored record (body, properties and header) must fit maxMessageSize "
                            f"{self.broker.config.max_message_size}")
@@ -304,5 +309,5 @@ class SendMessageProcessor:
         result = await broker.store.put_message(msg)
         if not result.stored:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                               remark=f"send back failed: {result.status.name}")
+                                               remark=f"send back failed: {result.status.name} {result.remark}")
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)

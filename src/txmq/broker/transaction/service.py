@@ -37,7 +37,7 @@ from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
-from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageResult, PutMessageStatus
+from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageResult
 from txmq.topic import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -53,6 +53,9 @@ DEFAULT_ORPHAN_FACTOR = 600  # transactionOrphanFactor: with transactionTimeOut 
 REMOVE_TAG = "d"
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
+
+
+_Before = tuple[Outcome, PendingInfo | None, int]  # a transaction's outcome, pending info and checks
 
 
 @dataclass(slots=True)
@@ -104,11 +107,11 @@ class TransactionalMessageService:
         self._in_flight: dict[int, asyncio.Future[EndResult]] = {}
         # Commits decided in the table whose real message or op record is still being written, with the state
         # from before the decision: a snapshot must show them as they are in the log.
-        self._committing: dict[int, tuple[Outcome, PendingInfo | None, int]] = {}
+        self._committing: dict[int, _Before] = {}
         self._recovered_before: set[int] = set()  # decisions under way for transactions recovery left unsure
         self._snapshot_covers = (-1, -1)
         self._op_queue: dict[str, list[int]] = {}  # op records asked for in this loop iteration
-        self._op_written: asyncio.Future[None] | None = None
+        self._op_written: asyncio.Future[bool] | None = None
         self._recent_halves: dict[int, MessageExt] = {}  # by commit-log offset, oldest first
         self._recent_bytes = 0
         self.recent_halves_max_bytes = recent_halves_max_bytes
@@ -265,7 +268,7 @@ class TransactionalMessageService:
         """Decide and store the claimed entries: undecided or discarded, each in ``_in_flight`` for this call."""
         found: list[int] = []  # recovered transactions whose commit was already in the log
         commits: list[tuple[int, MessageExt, list[MessageExt]]] = []  # entry, half, the real messages to store
-        rollbacks: list[tuple[int, MessageExt]] = []
+        rollbacks: list[tuple[int, MessageExt, _Before]] = []  # entry, half, the state before the decision
         overruled: list[int] = []  # ROLLBACKs of a batch whose commit a crash cut short: it is finished instead
         for i, half in claimed:
             half_offset, commit_log_offset, outcome = entries[i]
@@ -299,7 +302,7 @@ class TransactionalMessageService:
                 commits.append((i, half, reals))
             else:
                 self.table.decide(half_offset, Outcome.ROLLBACK)
-                rollbacks.append((i, half))
+                rollbacks.append((i, half, before))
         # Shielded: once started, puts append whatever happens to the caller (a gRPC deadline, a closing
         # server), so their outcome must be judged and recorded, never undone blindly.
         await asyncio.shield(asyncio.get_running_loop().create_task(
@@ -307,8 +310,8 @@ class TransactionalMessageService:
 
     async def _store_and_answer(self, entries: Sequence[EndEntry],
                                 commits: list[tuple[int, MessageExt, list[MessageExt]]],
-                                rollbacks: list[tuple[int, MessageExt]], found: list[int], overruled: list[int],
-                                results: list[EndResult | None], source: str) -> None:
+                                rollbacks: list[tuple[int, MessageExt, _Before]], found: list[int],
+                                overruled: list[int], results: list[EndResult | None], source: str) -> None:
         """Store the commits' real messages, write the op records, and answer each entry."""
         stored: list[tuple[int, MessageExt, int]] = []  # entry, half, answer code
         ended: set[int] = set()  # commits stored or undone
@@ -322,11 +325,20 @@ class TransactionalMessageService:
                     # Undone, not left at COMMIT: a retried COMMIT would be answered "already committed" and
                     # the message never stored.
                     self._undo_commits([entries[i].half_offset])
-                    why = put.status.name if isinstance(put, PutMessageResult) else str(put)
+                    why = f"{put.status.name} {put.remark}" if isinstance(put, PutMessageResult) else str(put)
                     results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {why}")
-            # Asked for together, the two op records share one write.
-            await asyncio.gather(self._write_op("COMMIT", found + [entries[i].half_offset for i, _, _ in stored]),
-                                 self._write_op("ROLLBACK", [entries[i].half_offset for i, _ in rollbacks]))
+            # Asked for together, the two op records share one write. A COMMIT whose op record is refused stands:
+            # its messages are the record (recovery finds them by UNIQ_KEY). A ROLLBACK is nothing but its op
+            # record: refused, it is undone, or it would be forgotten by a restart after being answered.
+            _, rolled_back = await asyncio.gather(
+                self._write_op("COMMIT", found + [entries[i].half_offset for i, _, _ in stored]),
+                self._write_op("ROLLBACK", [entries[i].half_offset for i, _, _ in rollbacks]))
+            if not rolled_back:
+                for i, _, before in rollbacks:
+                    self._restore(entries[i].half_offset, before)
+                    results[i] = EndResult(ResponseCode.SYSTEM_ERROR, "the ROLLBACK could not be recorded (the store "
+                                           "refused its op record): the transaction stays pending")
+                rollbacks = []
         except BaseException:
             self._undo_commits([entries[i].half_offset for i, _, _ in commits if i not in ended])
             raise
@@ -335,7 +347,7 @@ class TransactionalMessageService:
                 self._committing.pop(entries[i].half_offset, None)
             for i, _, _ in commits:
                 self._recovered_before.discard(entries[i].half_offset)
-            for i, _ in rollbacks:
+            for i, _, _ in rollbacks:
                 self._recovered_before.discard(entries[i].half_offset)
         now_ms = int(time.time() * 1000)
         for i, half, code in stored:
@@ -344,12 +356,12 @@ class TransactionalMessageService:
         for i in overruled:
             if any(j == i for j, _, _ in stored):
                 results[i] = self._repeat(entries[i].half_offset, Outcome.ROLLBACK, None)
-        for i, _ in rollbacks:
+        for i, _, _ in rollbacks:
             results[i] = EndResult(ResponseCode.SUCCESS)
         self.metrics.commits += len(stored)
         self.metrics.rollbacks += len(rollbacks)
         if log.isEnabledFor(logging.DEBUG):
-            for i, half in [(i, half) for i, half, _ in stored] + rollbacks:
+            for i, half in [(i, half) for i, half, _ in stored] + [(i, half) for i, half, _ in rollbacks]:
                 log.debug("transaction %s %s by %s", half.msg_id, entries[i].outcome.name, source)
 
     async def _store_reals(self, groups: list[list[MessageExt]]) -> list[PutMessageResult | Exception]:
@@ -381,15 +393,19 @@ class TransactionalMessageService:
     def _undo_commits(self, half_offsets: list[int]) -> None:
         """Commits that did not reach the log: each transaction is as it was before (``_committing``)."""
         for half_offset in half_offsets:
-            before, info, checks = self._committing.pop(half_offset)
-            if half_offset in self._recovered_before:
-                self.table.recovered.add(half_offset)  # its commit may be in the log in part: look again
-            if info is not None:
-                self.table.reopen(info, int(time.time()) + 1)
-            else:
-                self.table.decide(half_offset, before)
-                if before == Outcome.DISCARD:
-                    self.table.discarded[half_offset] = checks
+            self._restore(half_offset, self._committing.pop(half_offset))
+
+    def _restore(self, half_offset: int, before: _Before) -> None:
+        """A decision that did not reach the log: the transaction is as it was before it."""
+        outcome, info, checks = before
+        if half_offset in self._recovered_before:
+            self.table.recovered.add(half_offset)  # its commit may be in the log in part: look again
+        if info is not None:
+            self.table.reopen(info, int(time.time()) + 1)
+        else:
+            self.table.decide(half_offset, outcome)
+            if outcome == Outcome.DISCARD:
+                self.table.discarded[half_offset] = checks
 
     def _repeat(self, half_offset: int, outcome: Outcome, first: EndResult | None) -> EndResult:
         current = self.table.outcome(half_offset)
@@ -508,16 +524,17 @@ class TransactionalMessageService:
 
     # --- op records -----------------------------------------------------------------------------------
 
-    async def _write_op(self, op: str, half_offsets: list[int]) -> None:
-        """Record ``op`` for ``half_offsets`` and return once it is stored. The ops asked for in one loop
-        iteration share one write: one record per kind, in the order the kinds were first asked for."""
+    async def _write_op(self, op: str, half_offsets: list[int]) -> bool:
+        """Record ``op`` for ``half_offsets``; return once the store answered, whether it stored the record (a
+        full disk refuses it). The ops asked for in one loop iteration share one write: one record per kind, in
+        the order the kinds were first asked for."""
         if not half_offsets:
-            return
+            return True
         self._op_queue.setdefault(op, []).extend(half_offsets)
         if self._op_written is None:
             self._op_written = asyncio.get_running_loop().create_future()
             asyncio.get_running_loop().call_soon(self._flush_ops)
-        await asyncio.shield(self._op_written)
+        return await asyncio.shield(self._op_written)
 
     def _flush_ops(self) -> None:
         queue, written = self._op_queue, self._op_written
@@ -534,9 +551,10 @@ class TransactionalMessageService:
             elif task.exception() is not None:
                 written.set_exception(task.exception())  # type: ignore[arg-type]
             else:
-                if task.result().status != PutMessageStatus.PUT_OK:
-                    log.error("op records %s not stored: %s", list(queue), task.result().status.name)
-                written.set_result(None)
+                result = task.result()
+                if not result.stored:
+                    log.error("op records %s not stored: %s %s", list(queue), result.status.name, result.remark)
+                written.set_result(result.stored)
 
         asyncio.get_running_loop().create_task(self.store.put_messages(msgs)).add_done_callback(done)
 

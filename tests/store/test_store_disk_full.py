@@ -1,0 +1,148 @@
+"""A full disk on a real tmpfs: a put that fails stores nothing, whichever file could not grow (a new commit-log
+segment, a new index file, a new consume-queue file), before and after a restart; the retry stores one copy.
+And the store refuses puts once the disk is fuller than ``disk_space_warning_level_ratio``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+from store_helpers import SEGMENT, make_config, msg, run
+
+from disk_helpers import fill_disk, leave_for, tmpfs
+from txmq.message import MessageExt, decode_message
+from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
+from txmq.store.message_store import DISK_CHECK_INTERVAL_S
+
+
+async def _fill_segment(store: DefaultMessageStore) -> None:
+    """Messages until the active segment has no room for one of 8 KB: the next such one opens a segment."""
+    while SEGMENT - store.max_phy_offset % SEGMENT > 2048:
+        assert (await store.put_message(msg("T", b"s" * 1000))).ok
+
+
+async def _fill_index_file(store: DefaultMessageStore) -> None:
+    """Keyed messages until the index file is full: the next key needs a new index file."""
+    i = 0
+    while not (store.index.files and store.index.files[-1].full):
+        assert (await store.put_message(msg("T", b"i", KEYS=f"k{i}"))).ok
+        i += 1
+
+
+async def _one_message(store: DefaultMessageStore) -> None:
+    assert (await store.put_message(msg("T", b"first"))).ok
+
+
+CASES = {
+    # The 8 KB record goes to a new segment, and cannot be written: no page left.
+    "commit-log segment": ({}, _fill_segment, 0, msg("T", b"n" * 8192), "commit log"),
+    # The record and its consume-queue entry fit in the 64 KB left; the new index file (400 KB) does not.
+    "index file": ({"max_hash_slot_num": 100_000}, _fill_index_file, 64 * 1024, msg("T", b"n", KEYS="new"), "index"),
+    # The record fits in the log's last page; queue 1's first file needs a page: none is left.
+    "consume queue": ({}, _one_message, 0, msg("T", b"n", queue_id=1), "consume queue"),
+}
+
+
+def _bodies(config: StoreConfig) -> dict[int, list[bytes]]:
+    """Reopen the store and read every message of topic T, by queue."""
+
+    async def main() -> dict[int, list[bytes]]:
+        async with DefaultMessageStore(config) as store:
+            out = {}
+            for qid in store.queue_ids("T"):
+                got = store.get_message("T", qid, 0, 10_000, 1 << 30)
+                assert got.queue_offsets == list(range(store.get_max_offset_in_queue("T", qid))), "a hole"
+                out[qid] = [decode_message(w)[0].body for w in got.messages]
+            return {q: b for q, b in out.items() if b}
+
+    return run(main)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_put_failing_on_a_full_disk_stores_nothing_and_its_retry_stores_one_copy(tmp_path, case):
+    overrides, setup, leave, failing, where = CASES[case]
+    with tmpfs(tmp_path / "disk") as disk:
+        # The ratio check is off (100 %): the disk really fills up under the put.
+        config = make_config(os.path.join(disk, "store"), disk_space_warning_level_ratio=100, **overrides)
+
+        async def fail() -> tuple[dict[int, list[bytes]], list[str]]:
+            store = DefaultMessageStore(config)
+            await store.start()
+            await setup(store)
+            before = {q: store.get_max_offset_in_queue("T", q) for q in (0, 1)}
+            log_end, index_names = store.max_phy_offset, sorted(os.listdir(f"{disk}/store/index"))
+            segments = sorted(os.listdir(f"{disk}/store/commitlog"))
+            fill_disk(disk, leave)
+            result = await store.put_message(failing)
+            assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and not result.stored
+            assert "disk is full" in result.remark and where in result.remark
+            assert {q: store.get_max_offset_in_queue("T", q) for q in (0, 1)} == before
+            assert store.max_phy_offset == log_end
+            assert sorted(os.listdir(f"{disk}/store/index")) == index_names  # no file left per attempt
+            assert sorted(os.listdir(f"{disk}/store/commitlog")) == segments
+            store.close_without_shutdown()  # a crash right after the failed put
+            return before, segments
+
+        before, _ = run(fail)
+        stored = _bodies(config)  # no phantom after the restart
+        assert {q: len(b) for q, b in stored.items()} == {q: n for q, n in before.items() if n}
+        assert failing.body not in {b for bodies in stored.values() for b in bodies}
+
+        os.unlink(os.path.join(disk, "filler"))
+
+        async def retry() -> None:
+            async with DefaultMessageStore(config) as store:
+                again = MessageExt(failing.topic, failing.body, dict(failing.properties), queue_id=failing.queue_id)
+                result = await store.put_message(again)
+                assert result.ok and result.append_result.logics_offset == before[failing.queue_id]
+
+        run(retry)
+        after = _bodies(config)
+        assert after[failing.queue_id] == [*stored.get(failing.queue_id, []), failing.body]
+        assert sum(len(b) for b in after.values()) == sum(before.values()) + 1
+
+
+
+def test_puts_are_refused_above_the_warning_ratio_until_under_the_clean_forcibly_ratio(tmp_path):
+    with tmpfs(tmp_path / "disk") as disk:
+        config = make_config(os.path.join(disk, "store"))  # RocketMQ's defaults: 90 % and 85 %
+
+        async def main() -> None:
+            async with DefaultMessageStore(config) as store:
+                assert (await store.put_message(msg("T", b"before"))).ok
+                for used, accepted in ((95, False), (87, False), (50, True)):
+                    fill_disk(disk, leave_for(disk, used))
+                    await asyncio.sleep(DISK_CHECK_INTERVAL_S)  # puts measure the disk at most this often
+                    result = await store.put_message(msg("T", f"at {used} %".encode()))
+                    assert result.ok is accepted, used
+                    if not accepted:
+                        assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+                        assert "disk is full" in result.remark and "diskSpaceWarningLevelRatio 90" in result.remark
+
+        run(main)
+        assert _bodies(config) == {0: [b"before", b"at 50 %"]}
+
+
+def test_retention_runs_at_once_above_the_max_used_ratio(tmp_path):
+    with tmpfs(tmp_path / "disk") as disk:
+        config = make_config(os.path.join(disk, "store"), file_reserved_time_hours=1)
+
+        async def main() -> None:
+            async with DefaultMessageStore(config) as store:
+                while len(store.commit_log.queue.files) < 3:
+                    assert (await store.put_message(msg("T", b"o" * 1000))).ok
+                store.flush_and_checkpoint()
+                old = time.time() - 2 * 3600
+                for mf in store.commit_log.queue.files:
+                    os.utime(mf.path, (old, old))
+                await asyncio.sleep(DISK_CHECK_INTERVAL_S)
+                assert (await store.put_message(msg("T", b"at 10 %"))).ok
+                assert store.min_phy_offset == 0  # expired, but retention's tick (60 s) has not come
+                fill_disk(disk, leave_for(disk, 80))
+                await asyncio.sleep(DISK_CHECK_INTERVAL_S)
+                assert (await store.put_message(msg("T", b"at 80 %"))).ok
+                assert store.min_phy_offset == 2 * SEGMENT  # both full segments went, the active one stays
+
+        run(main)
