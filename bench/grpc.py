@@ -34,6 +34,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.join(_HERE, "..", "src"))
 
 import grpc  # noqa: E402
+
 from txmq import LocalTransactionState, Message, Producer, TransactionListener, TransactionProducer  # noqa: E402
 from txmq.client.admin import Admin  # noqa: E402
 from txmq.grpc.protocol import definition_pb2 as pb  # noqa: E402

@@ -7,9 +7,9 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
-import grpc
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub

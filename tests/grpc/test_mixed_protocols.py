@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 from conftest import bodies
-
 from txmq import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer, TransactionProducer
 
 

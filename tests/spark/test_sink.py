@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import create_topic, wait_no_pending
 from test_source import run_child
 
 import txmq.spark
+from conftest import create_topic, wait_no_pending
 from txmq import Message, Producer
 from txmq.spark._common import OptionError
 from txmq.spark.writer import KILL_HOOK_ENV

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
+
 from txmq.broker.processor.pull import HIDDEN_TOPICS, tags_filter
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import InvalidMessageError, StoreError
