@@ -9,7 +9,6 @@ import logging
 from typing import TYPE_CHECKING
 
 import grpc
-
 from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.service import MessagingService
 from txmq.grpc.telemetry import ClientSessions, GrpcCheckSender

@@ -18,8 +18,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
-from txmq.broker.processor.pull import HIDDEN_TOPICS, tags_filter
+from txmq.broker.processor.pull import tags_filter
 from txmq.broker.transaction.state import Outcome
+from txmq.broker.visibility import internal_refusal
 from txmq.errors import InvalidMessageError, StoreError
 from txmq.grpc.convert import (
     PUT_STATUS_CODES,
@@ -132,8 +133,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             check_topic(name)
         except InvalidMessageError as exc:
             raise GrpcStatusError(Code.ILLEGAL_TOPIC, str(exc)) from None
-        if name in HIDDEN_TOPICS:
-            raise GrpcStatusError(Code.FORBIDDEN, f"topic {name} is internal to the broker")
+        internal = internal_refusal(name)
+        if internal is not None:
+            raise GrpcStatusError(Code.FORBIDDEN, internal)
         tcm = self.broker.topic_config_manager
         cfg = tcm.get(name)
         if cfg is None and create and self.broker.config.auto_create_topic_enable:

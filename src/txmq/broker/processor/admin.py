@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from txmq.broker.processor.pull import HIDDEN_TOPICS
 from txmq.broker.transaction.state import Outcome
+from txmq.broker.visibility import internal_refusal, servable
 from txmq.errors import InvalidMessageError, RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -149,9 +149,11 @@ class AdminBrokerProcessor:
 
     def _query_message(self, cmd: RemotingCommand) -> RemotingCommand:
         h = QueryMessageRequestHeader.from_ext(cmd.ext_fields)
-        if h.topic in HIDDEN_TOPICS:
-            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=f"{h.topic} is internal")
-        found = self.broker.store.query_message(h.topic, h.key, h.max_num, h.begin_timestamp, h.end_timestamp)
+        internal = internal_refusal(h.topic)
+        if internal is not None:
+            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=internal)
+        found = [m for m in self.broker.store.query_message(h.topic, h.key, h.max_num, h.begin_timestamp,
+                                                            h.end_timestamp) if servable(m)]
         if not found:
             return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no message for this key")
         body = b"".join(self.broker.store.read_record(m.commit_log_offset) for m in found)
@@ -164,9 +166,9 @@ class AdminBrokerProcessor:
             raw = self.broker.store.read_record(offset)
         except StoreError as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"no message at {offset}: {exc}")
-        if decode_message(raw)[0].topic in HIDDEN_TOPICS:
+        if not servable(decode_message(raw)[0]):
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
-                                               remark="the message at this offset is internal to the broker")
+                                               remark="the record at this offset is not a visible message")
         return _ok(cmd, raw)
 
     # --- stats ------------------------------------------------------------------------------------------

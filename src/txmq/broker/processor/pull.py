@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
+from txmq.broker.visibility import internal_refusal
 from txmq.errors import RemoteProtocolError
 from txmq.message import java_string_hash
 from txmq.remoting.codes import ResponseCode
@@ -21,13 +22,10 @@ from txmq.remoting.request_headers import (
 )
 from txmq.remoting.transport import Connection
 from txmq.store import GetMessageResult, GetMessageStatus
-from txmq.topic import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, PermName
+from txmq.topic import PermName
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
-
-# Topics whose records are broker-internal: never served to a consumer, by any protocol.
-HIDDEN_TOPICS = frozenset({RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_SCHEDULE_TOPIC})
 
 
 class PullRequestHoldService:
@@ -104,9 +102,9 @@ class PullMessageProcessor:
         return self._response(cmd, h, result)
 
     def _refuse(self, cmd: RemotingCommand, h: PullMessageRequestHeader) -> RemotingCommand | None:
-        if h.topic in HIDDEN_TOPICS:
-            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
-                                               remark=f"topic {h.topic} is internal to the broker and cannot be pulled")
+        internal = internal_refusal(h.topic)
+        if internal is not None:
+            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=internal)
         cfg = self.broker.topic_config_manager.get(h.topic)
         if cfg is None:
             return RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST,
