@@ -49,7 +49,14 @@ from txmq.grpc.telemetry import ClientSessions
 from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import GetMessageStatus
-from txmq.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, NOT_ALLOWED_SEND_TOPICS, PermName, TopicConfig, check_topic
+from txmq.topic import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    PermName,
+    TopicConfig,
+    check_group,
+    check_topic,
+)
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -90,6 +97,15 @@ def _receipt_handle(text: str, topic: str) -> ReceiptHandle:
     if handle.topic != topic:
         raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is for another topic")
     return handle
+
+
+def _group(resource: pb.Resource) -> str:
+    """A consumer group's name, checked as RocketMQ checks it: ILLEGAL_CONSUMER_GROUP when missing or illegal."""
+    try:
+        check_group(resource.name)
+    except InvalidMessageError as exc:
+        raise GrpcStatusError(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+    return resource.name
 
 
 def _overall_status(statuses: list[pb.Status], what: str) -> pb.Status:
@@ -171,8 +187,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                               context: Any) -> spb.QueryAssignmentResponse:
         def body() -> spb.QueryAssignmentResponse:
             cfg = self._topic(request.topic.name)
-            if not request.group.name:
-                raise GrpcStatusError(Code.ILLEGAL_CONSUMER_GROUP, "QueryAssignment needs a consumer group")
+            _group(request.group)
             # One assignment for the whole broker: a receive pops from every queue of the topic (as the proxy).
             mq = self._queue_pb(cfg.topic_name, -1, cfg.perm)
             return spb.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=mq)])
@@ -188,7 +203,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if request.client_type:
             s.client_type = request.client_type
         if request.HasField("group") and request.group.name:
-            s.group = request.group.name
+            try:
+                s.group = _group(request.group)
+            except GrpcStatusError as exc:
+                return spb.HeartbeatResponse(status=status(exc.code, exc.message))
         return spb.HeartbeatResponse(status=status())
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
@@ -391,9 +409,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
         try:
-            group = request.group.name
-            if not group:
-                raise GrpcStatusError(Code.ILLEGAL_CONSUMER_GROUP, "ReceiveMessage needs a consumer group")
+            group = _group(request.group)
             topic = request.message_queue.topic.name
             self._topic(topic)
             filt = self._filter(request.filter_expression)
@@ -473,7 +489,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
         def body() -> spb.GetOffsetResponse:
             topic, q = self._queue(request.message_queue)
-            offset = self.broker.consumer_offset_manager.query(request.group.name, topic, q)
+            offset = self.broker.consumer_offset_manager.query(_group(request.group), topic, q)
             if offset < 0:
                 raise GrpcStatusError(Code.OFFSET_NOT_FOUND, f"group {request.group.name} has no offset there")
             return spb.GetOffsetResponse(status=status(), offset=offset)
@@ -482,9 +498,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Any) -> spb.UpdateOffsetResponse:
         def body() -> spb.UpdateOffsetResponse:
             topic, q = self._queue(request.message_queue)
+            _group(request.group)
             if request.offset < 0:
                 raise GrpcStatusError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-            self.broker.consumer_offset_manager.commit(request.group.name, topic, q, request.offset)
+            offsets = self.broker.consumer_offset_manager
+            if not offsets.commit(request.group.name, topic, q, request.offset):
+                raise GrpcStatusError(Code.BAD_REQUEST, offsets.full_remark())
             self.pop.states.pop((request.group.name, topic, q), None)
             return spb.UpdateOffsetResponse(status=status())
         return await self._guard(lambda s: spb.UpdateOffsetResponse(status=s), body, "UpdateOffset")

@@ -6,12 +6,12 @@ import logging
 
 import orjson
 
-from txmq.errors import RemoteProtocolError
+from txmq.errors import InvalidMessageError, RemoteProtocolError
 from txmq.namesrv.route_info import RouteInfoManager
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
-from txmq.topic import TopicConfig
+from txmq.topic import TopicConfig, check_topic
 
 log = logging.getLogger("txmq.namesrv")
 
@@ -42,9 +42,11 @@ class NamesrvProcessor:
                 body = orjson.dumps({"topicList": self.routes.topic_list()})
                 return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
             if code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
-                self.routes.delete_topic(cmd.ext_fields.get("topic", ""))
+                topic = cmd.ext_fields.get("topic", "")
+                check_topic(topic)
+                self.routes.delete_topic(topic)
                 return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
-        except (ValueError, KeyError, orjson.JSONDecodeError, RemoteProtocolError) as exc:
+        except (ValueError, KeyError, orjson.JSONDecodeError, RemoteProtocolError, InvalidMessageError) as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request: {exc}")
         return RemotingCommand.response_to(
             cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f"request code {code} not supported by namesrv"
@@ -52,6 +54,7 @@ class NamesrvProcessor:
 
     def _route(self, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.ext_fields.get("topic", "")
+        check_topic(topic)
         data = self.routes.pick_topic_route_data(topic)
         if data is None:
             return RemotingCommand.response_to(
@@ -65,6 +68,8 @@ class NamesrvProcessor:
         wrapper = body.get("topicConfigSerializeWrapper") or {}
         table = wrapper.get("topicConfigTable") or {}
         configs = [TopicConfig.from_json(v) for v in table.values()]
+        for cfg in configs:  # names a broker registers reach every client's routes
+            check_topic(cfg.topic_name)
         conn_id = id(conn)
         if conn_id not in self._watched:
             self._watched.add(conn_id)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.broker.processor.pull import queue_refusal
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import internal_refusal, servable
 from txmq.errors import InvalidMessageError, RemoteProtocolError, StoreError
@@ -25,7 +26,7 @@ from txmq.remoting.request_headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from txmq.remoting.transport import Connection
-from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC, TopicConfig, check_topic, is_system_topic
+from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC, TopicConfig, check_group, check_topic, is_system_topic
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -91,6 +92,7 @@ class AdminBrokerProcessor:
 
     def _delete_topic(self, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.ext_fields.get("topic", "")
+        check_topic(topic)
         if is_system_topic(topic):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"{topic} is a system topic")
         if not self.broker.topic_config_manager.delete(topic):
@@ -107,6 +109,8 @@ class AdminBrokerProcessor:
 
     def _query_offset(self, cmd: RemotingCommand) -> RemotingCommand:
         h = QueryConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
+        check_group(h.consumer_group)
+        check_topic(h.topic)
         offset = self.broker.consumer_offset_manager.query(h.consumer_group, h.topic, h.queue_id)
         if offset < 0:
             # RocketMQ: a new group starts at 0 while the queue still holds its first message.
@@ -119,7 +123,14 @@ class AdminBrokerProcessor:
 
     def _update_offset(self, cmd: RemotingCommand) -> RemotingCommand:
         h = UpdateConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
-        self.broker.consumer_offset_manager.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        check_group(h.consumer_group)
+        check_topic(h.topic)
+        refused = queue_refusal(self.broker, cmd, h.topic, h.queue_id)
+        if refused is not None:
+            return refused
+        offsets = self.broker.consumer_offset_manager
+        if not offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset):
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=offsets.full_remark())
         return _ok(cmd)
 
     def _max_offset(self, cmd: RemotingCommand) -> RemotingCommand:

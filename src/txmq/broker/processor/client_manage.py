@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from txmq.broker.client_manager import ClientChannelInfo, ConsumerGroupInfo, SubscriptionData
+from txmq.errors import InvalidMessageError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
-from txmq.topic import retry_topic
+from txmq.topic import TOPIC_MAX_LENGTH, check_group, check_topic, retry_topic
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -80,7 +81,7 @@ class ClientManageProcessor:
                     return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
                 ok = self.locks.try_lock(body["consumerGroup"], mqs, body["clientId"])
                 return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": ok}))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, InvalidMessageError) as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request body: {exc}")
         return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
 
@@ -89,26 +90,42 @@ class ClientManageProcessor:
         client_id = str(data.get("clientID", ""))
         self._watch(conn)
         chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
+        producers = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
+        consumers = [self._consumer(c) for c in data.get("consumerDataSet") or []]
+        for group in producers:  # every name is checked before anything is registered
+            check_group(group)
         created = False
-        for p in data.get("producerDataSet") or []:
-            self.broker.producer_manager.register(str(p["groupName"]), chan)
-        for c in data.get("consumerDataSet") or []:
-            group = str(c["groupName"])
-            subs = {}
-            for s in c.get("subscriptionDataSet") or []:
-                sd = SubscriptionData(str(s["topic"]), str(s.get("subString", "*")), list(s.get("tagsSet") or []),
-                                      list(s.get("codeSet") or []), int(s.get("subVersion", 0) or 0),
-                                      str(s.get("expressionType") or "TAG"))
-                subs[sd.topic] = sd
-            info = ConsumerGroupInfo(group, str(c.get("consumeType", "CONSUME_PASSIVELY")),
-                                     str(c.get("messageModel", "CLUSTERING")),
-                                     str(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")), subs)
-            if info.message_model == "CLUSTERING" and self.broker.topic_config_manager.get(retry_topic(group)) is None:
-                self.broker.topic_config_manager.create_if_absent(retry_topic(group), 1)
+        for group in producers:
+            self.broker.producer_manager.register(group, chan)
+        for info in consumers:
+            retry = retry_topic(info.group)
+            if info.message_model == "CLUSTERING" and self.broker.topic_config_manager.get(retry) is None:
+                self.broker.topic_config_manager.create_if_absent(retry, 1)
                 created = True
             self.broker.consumer_manager.register(info, chan)
         ok = RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
         return self._after_register(ok) if created else ok
+
+    @staticmethod
+    def _consumer(c: dict[str, Any]) -> ConsumerGroupInfo:
+        """One consumer group of a heartbeat, its names checked (``InvalidMessageError``); a clustering group's
+        retry topic must be a legal topic too, so its name is at most 120 characters."""
+        group = str(c["groupName"])
+        check_group(group)
+        subs = {}
+        for s in c.get("subscriptionDataSet") or []:
+            sd = SubscriptionData(str(s["topic"]), str(s.get("subString", "*")), list(s.get("tagsSet") or []),
+                                  list(s.get("codeSet") or []), int(s.get("subVersion", 0) or 0),
+                                  str(s.get("expressionType") or "TAG"))
+            check_topic(sd.topic)
+            subs[sd.topic] = sd
+        info = ConsumerGroupInfo(group, str(c.get("consumeType", "CONSUME_PASSIVELY")),
+                                 str(c.get("messageModel", "CLUSTERING")),
+                                 str(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")), subs)
+        if info.message_model == "CLUSTERING" and len(retry_topic(group)) > TOPIC_MAX_LENGTH:
+            raise InvalidMessageError(f"group {group[:40]}... is longer than {TOPIC_MAX_LENGTH - len(retry_topic(''))} "
+                                      "characters: a clustering group's retry topic would be too long")
+        return info
 
     async def _after_register(self, resp: RemotingCommand) -> RemotingCommand:
         """Answer once the name servers route the new retry topic: the consumer's first rebalance needs it."""

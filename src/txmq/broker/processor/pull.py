@@ -11,7 +11,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from txmq.broker.visibility import internal_refusal
-from txmq.errors import RemoteProtocolError
+from txmq.errors import InvalidMessageError, RemoteProtocolError
 from txmq.message import java_string_hash
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -22,10 +22,22 @@ from txmq.remoting.request_headers import (
 )
 from txmq.remoting.transport import Connection
 from txmq.store import GetMessageResult, GetMessageStatus
-from txmq.topic import PermName
+from txmq.topic import PermName, check_group, check_topic
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
+
+
+def queue_refusal(broker: BrokerController, cmd: RemotingCommand, topic: str, queue_id: int) -> RemotingCommand | None:
+    """The answer to a request about a topic or queue this broker does not have, or None when it has them."""
+    cfg = broker.topic_config_manager.get(topic)
+    if cfg is None:
+        return RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST,
+                                           remark=f"topic[{topic}] not exist, apply first please!")
+    if not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
+        return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
+                                           remark=f"queueId[{queue_id}] is illegal, topic {topic}")
+    return None
 
 
 class PullRequestHoldService:
@@ -74,7 +86,9 @@ class PullMessageProcessor:
     def process(self, conn: Connection, cmd: RemotingCommand):
         try:
             h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-        except RemoteProtocolError as exc:
+            check_group(h.consumer_group)
+            check_topic(h.topic)
+        except (RemoteProtocolError, InvalidMessageError) as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=str(exc))
         refused = self._refuse(cmd, h)
         if refused is not None:
@@ -105,16 +119,13 @@ class PullMessageProcessor:
         internal = internal_refusal(h.topic)
         if internal is not None:
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=internal)
+        missing = queue_refusal(self.broker, cmd, h.topic, h.queue_id)
+        if missing is not None:
+            return missing
         cfg = self.broker.topic_config_manager.get(h.topic)
-        if cfg is None:
-            return RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST,
-                                               remark=f"topic[{h.topic}] not exist, apply first please!")
-        if not PermName.is_readable(cfg.perm):
+        if cfg is not None and not PermName.is_readable(cfg.perm):
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
                                                remark=f"the topic[{h.topic}] pulling message is forbidden")
-        if not 0 <= h.queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                               remark=f"queueId[{h.queue_id}] is illegal, topic {h.topic}")
         return None
 
     @staticmethod

@@ -80,7 +80,9 @@ class SendMessageProcessor:
     def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object | None:
         try:
             if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
-                return self._send_back(cmd, ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields))
+                back = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+                check_group(back.group)
+                return self._send_back(cmd, back)
             if cmd.code == RequestCode.SEND_MESSAGE:
                 header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
             else:
@@ -282,7 +284,6 @@ class SendMessageProcessor:
         """Why the record at ``h.offset`` may not be sent back by ``h.group``, or None. A send-back copies a record
         into a topic the group reads, so it takes only a visible message of a topic the group consumes (its
         retry topic, or one its consumers subscribe to by heartbeat), and the message ``originMsgId`` names."""
-        check_group(h.group)
         if not servable(origin):
             return f"the record at offset {h.offset} is not a visible message"
         group = self.broker.consumer_manager.get(h.group)
