@@ -138,6 +138,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return await call if isinstance(call, Awaitable) else call()
         except GrpcStatusError as exc:
             return response(status(exc.code, exc.message))
+        except InvalidMessageError as exc:  # what the client sent breaks a rule: its fault, one line
+            log.warning("gRPC %s refused: %s", what, exc)
+            return response(status(Code.BAD_REQUEST, str(exc)))
         except Exception as exc:  # a bug must not kill the endpoint: answer and log it
             log.exception("gRPC %s failed", what)
             return response(status(Code.INTERNAL_SERVER_ERROR, f"{what} failed: {exc}"))
@@ -346,7 +349,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if sp.HasField("orphaned_transaction_recovery_duration"):
                 secs = -(-duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
                 props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(1, secs))
-        born_ms = ms_of_timestamp(sp.born_timestamp) if sp.HasField("born_timestamp") else now_ms()
+        born_ms = ms_of_timestamp(sp.born_timestamp, "born timestamp") if sp.HasField("born_timestamp") else now_ms()
         msg = MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=born_ms, born_host=born,
                          store_host=broker.store_host)
         try:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 
 from txmq.errors import InvalidMessageError, RemoteProtocolError
 from txmq.namesrv.route_info import RouteInfoManager
+from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
@@ -64,10 +66,7 @@ class NamesrvProcessor:
 
     def _register(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         f = cmd.ext_fields
-        body = orjson.loads(cmd.body) if cmd.body else {}
-        wrapper = body.get("topicConfigSerializeWrapper") or {}
-        table = wrapper.get("topicConfigTable") or {}
-        configs = [TopicConfig.from_json(v) for v in table.values()]
+        wrapper, configs = read_body(cmd.body, _registration, "a registration body holds topicConfigSerializeWrapper")
         for cfg in configs:  # names a broker registers reach every client's routes
             check_topic(cfg.topic_name)
         conn_id = id(conn)
@@ -83,3 +82,9 @@ class NamesrvProcessor:
     def _closed(self, conn_id: int) -> None:
         self._watched.discard(conn_id)
         self.routes.on_connection_closed(conn_id)
+
+
+def _registration(body: dict[str, Any]) -> tuple[dict[str, Any], list[TopicConfig]]:
+    """(topicConfigSerializeWrapper, its topic configs) of a REGISTER_BROKER body."""
+    wrapper = body.get("topicConfigSerializeWrapper") or {}
+    return wrapper, [TopicConfig.from_json(v) for v in (wrapper.get("topicConfigTable") or {}).values()]
