@@ -102,3 +102,21 @@ def test_bad_names_are_refused_by_every_entry(cluster, broker, name):
         assert r.status.code == pb.Code.ILLEGAL_CONSUMER_GROUP
         r = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=name)), metadata=md, timeout=10)
         assert r.status.code == pb.Code.ILLEGAL_TOPIC
+
+
+def test_a_consumer_group_is_short_enough_to_name_its_retry_topic(broker):
+    """Groups may have 255 characters, but a consuming group names ``%RETRY%<group>`` (at most 127): 120."""
+    long_group = "g" * 121
+    with RawClient(broker.addrs["broker"]) as raw:
+        resp = raw.call(RequestCode.HEART_BEAT, body=consumer_heartbeat(long_group))
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "longer than 120" in (resp.remark or ""), resp.remark
+        resp = raw.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": "0", "group": long_group})
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "longer than 120" in (resp.remark or ""), resp.remark
+        assert raw.call(RequestCode.HEART_BEAT, body=consumer_heartbeat("g" * 120)).code == ResponseCode.SUCCESS
+    with grpc.insecure_channel(broker.addrs["grpc"]) as channel:
+        got = list(MessagingServiceStub(channel).ReceiveMessage(spb.ReceiveMessageRequest(
+            group=pb.Resource(name=long_group), message_queue=pb.MessageQueue(topic=pb.Resource(name="names"), id=-1),
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"), batch_size=1,
+            invisible_duration={"seconds": 30}, long_polling_timeout={"seconds": 0}),
+            metadata=[("x-mq-client-id", "names-grpc")], timeout=10))
+        assert got[0].status.code == pb.Code.ILLEGAL_CONSUMER_GROUP

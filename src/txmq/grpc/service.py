@@ -54,7 +54,7 @@ from txmq.topic import (
     NOT_ALLOWED_SEND_TOPICS,
     PermName,
     TopicConfig,
-    check_group,
+    check_consumer_group,
     check_topic,
 )
 
@@ -102,7 +102,7 @@ def _receipt_handle(text: str, topic: str) -> ReceiptHandle:
 def _group(resource: pb.Resource) -> str:
     """A consumer group's name, checked as RocketMQ checks it: ILLEGAL_CONSUMER_GROUP when missing or illegal."""
     try:
-        check_group(resource.name)
+        check_consumer_group(resource.name)
     except InvalidMessageError as exc:
         raise GrpcStatusError(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
     return resource.name

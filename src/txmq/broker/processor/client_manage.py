@@ -16,7 +16,7 @@ from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
-from txmq.topic import TOPIC_MAX_LENGTH, check_group, check_topic, retry_topic
+from txmq.topic import check_consumer_group, check_group, check_topic, retry_topic
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -131,8 +131,7 @@ def _heartbeat(data: dict[str, Any]) -> tuple[str, list[str], list[ConsumerGroup
 
 
 def _consumer(c: dict[str, Any]) -> ConsumerGroupInfo:
-    """One consumer group of a heartbeat; a clustering group's retry topic must be a legal topic too, so its name
-    is at most 120 characters."""
+    """One consumer group of a heartbeat, its names checked."""
     group = str(c["groupName"])
     check_group(group)
     subs = {}
@@ -145,9 +144,8 @@ def _consumer(c: dict[str, Any]) -> ConsumerGroupInfo:
     info = ConsumerGroupInfo(group, str(c.get("consumeType", "CONSUME_PASSIVELY")),
                              str(c.get("messageModel", "CLUSTERING")),
                              str(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")), subs)
-    if info.message_model == "CLUSTERING" and len(retry_topic(group)) > TOPIC_MAX_LENGTH:
-        raise InvalidMessageError(f"group {group[:40]}... is longer than {TOPIC_MAX_LENGTH - len(retry_topic(''))} "
-                                  "characters: a clustering group's retry topic would be too long")
+    if info.message_model == "CLUSTERING":
+        check_consumer_group(group)
     return info
 
 

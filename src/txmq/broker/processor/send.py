@@ -30,7 +30,7 @@ from txmq.topic import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
     PermName,
-    check_group,
+    check_consumer_group,
     check_topic,
     dlq_topic,
     retry_topic,
@@ -81,7 +81,7 @@ class SendMessageProcessor:
         try:
             if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
                 back = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-                check_group(back.group)
+                check_consumer_group(back.group)
                 return self._send_back(cmd, back)
             if cmd.code == RequestCode.SEND_MESSAGE:
                 header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
