@@ -152,6 +152,7 @@ def _consumer(c: dict[str, Any]) -> ConsumerGroupInfo:
 def _lock_request(data: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
     """(group, client id, queues) of a lock or unlock body; each queue has a topic and an integer queue id."""
     mqs = list(data.get("mqSet") or [])
-    for mq in mqs:
-        str(mq["topic"]), int(mq["queueId"]), str(mq.get("brokerName", ""))
+    if not all(isinstance(mq, dict) and "topic" in mq and str(mq.get("queueId", "")).lstrip("-").isdigit()
+               for mq in mqs):
+        raise ValueError("each entry of mqSet is an object with a topic and an integer queueId")
     return str(data["consumerGroup"]), str(data["clientId"]), mqs
