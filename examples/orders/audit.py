@@ -1,10 +1,10 @@
 """The audit: every transaction the order service started, and what became of it.
 
 Sources, each read for what it knows: the real topic ``orders`` through the txmq source (committed messages,
-with the half offset each came from and its born/store times: commit latency = store − born), the discard
-topic ``TRANS_CHECK_MAX_TIME_TOPIC`` through the source with ``includeSystemTopics=true`` (discarded after how
-many checks), the broker's pending list (``Admin.tx_list``), and the service's own ``tx_log`` (how it decided,
-checks it answered). The half and op topics are refused by the broker to every consumer (DESIGN §3.1).
+with the half offset each came from and its born/store times: commit latency = store − born), the broker's
+lists of pending and discarded transactions (``Admin.tx_list``: discarded after how many checks),
+and the service's own ``tx_log`` (how it decided, checks it answered). The half, op and discard topics are
+refused by the broker to every consumer: they hold uncommitted bodies.
 
 Outcomes: committed, committed by check, rolled back, rolled back by check, discarded, pending.
 """
@@ -17,7 +17,6 @@ from typing import Any
 
 import txmq.spark
 from txmq import Admin
-from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC
 
 OUTCOMES = ["committed", "committed by check", "rolled back", "rolled back by check", "discarded", "pending"]
 
@@ -31,16 +30,10 @@ def run_audit(spark: Any, namesrv: str, db: Path, out: Path) -> dict[str, Any]:
                                             - F.col("born_timestamp").cast("double")).alias("latency_s"))
                  .collect())
     committed_latency = {r.transaction_id: r.latency_s * 1000 for r in committed}
-    try:
-        discarded_rows = (spark.read.format("txmq").option("namesrv", namesrv)
-                          .option("topic", RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC).option("includeSystemTopics", "true")
-                          .load().where(F.col("properties")["REAL_TOPIC"] == "orders").collect())
-        discarded = {r.transaction_id: int(r.properties.get("TRANSACTION_CHECK_TIMES", 0)) for r in discarded_rows}
-    except Exception:  # no discard topic yet (nothing was ever discarded)
-        discarded = {}
     with Admin(namesrv) as admin:
-        pending = {t["transactionId"]: t.get("checks") or 0 for b in admin.tx_list(100_000).values()
-                   for t in b["pending"] if t["topic"] == "orders"}
+        listed = admin.tx_list(100_000).values()
+    pending, discarded = ({t["transactionId"]: t.get("checks") or 0 for b in listed for t in b[kind]
+                           if t["topic"] == "orders"} for kind in ("pending", "discarded"))
     with sqlite3.connect(db) as c:
         attempts = c.execute("select a.order_id, a.tx_id, a.scenario, a.answer, coalesce(l.checks, 0), l.decided_by "
                              "from attempts a left join tx_log l on l.tx_id = a.tx_id").fetchall()

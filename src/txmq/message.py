@@ -182,7 +182,13 @@ class Message:
 
     @property
     def delay_time_level(self) -> int:
-        return int(self.properties.get(MessageConst.DELAY_TIME_LEVEL, "0") or 0)
+        """The ``DELAY`` property; ``InvalidMessageError`` when the sender's value is not an integer."""
+        raw = self.properties.get(MessageConst.DELAY_TIME_LEVEL) or "0"
+        try:
+            return int(raw)
+        except ValueError:
+            raise InvalidMessageError(f"property {MessageConst.DELAY_TIME_LEVEL} is not a delay level: "
+                                      f"{raw[:40]!r}") from None
 
     def __repr__(self) -> str:
         return (
@@ -276,11 +282,14 @@ def encode_message(m: MessageExt) -> bytes:
     total = HEAD_SIZE + len(m.body) + 1 + len(topic) + 2 + len(props)
     born_ip, born_port = _pack_host(m.born_host)
     store_ip, store_port = _pack_host(m.store_host)
-    head = _HEAD.pack(
-        total, MESSAGE_MAGIC_CODE, body_crc(m.body), m.queue_id, m.flag, m.queue_offset,
-        m.commit_log_offset, m.sys_flag, m.born_timestamp, born_ip, born_port, m.store_timestamp,
-        store_ip, store_port, m.reconsume_times, m.prepared_transaction_offset, len(m.body),
-    )  # fmt: skip
+    try:
+        head = _HEAD.pack(
+            total, MESSAGE_MAGIC_CODE, body_crc(m.body), m.queue_id, m.flag, m.queue_offset,
+            m.commit_log_offset, m.sys_flag, m.born_timestamp, born_ip, born_port, m.store_timestamp,
+            store_ip, store_port, m.reconsume_times, m.prepared_transaction_offset, len(m.body),
+        )  # fmt: skip
+    except struct.error as exc:  # a field beyond its width (int32 flag, int64 born timestamp, ...)
+        raise InvalidMessageError(f"a field does not fit the message layout: {exc}") from None
     return b"".join((head, m.body, bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props))
 
 

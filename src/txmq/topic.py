@@ -75,6 +75,15 @@ def check_group(group: str) -> None:
         raise InvalidMessageError(f"group {group!r} has illegal characters; allowed: ^[%|a-zA-Z0-9_-]+$")
 
 
+def check_consumer_group(group: str) -> None:
+    """``check_group`` for a group that consumes: it also names its ``%RETRY%`` and ``%DLQ%`` topics, which must
+    be legal topics, so it is at most 120 characters."""
+    check_group(group)
+    if len(retry_topic(group)) > TOPIC_MAX_LENGTH:
+        raise InvalidMessageError(f"consumer group is longer than {TOPIC_MAX_LENGTH - len(RETRY_GROUP_TOPIC_PREFIX)} "
+                                  "characters: its retry topic would be longer than a topic may be")
+
+
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections import Counter
@@ -9,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from txmq import ConsumeFromWhere, ConsumeStatus, MessageExt, PushConsumer
+from txmq.remoting.codec import FrameDecoder, encode_command
+from txmq.remoting.command import RemotingCommand
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +94,45 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, step: float
             return True
         time.sleep(step)
     return predicate()
+
+
+def addr_of(hostport: str) -> tuple[str, int]:
+    host, port = hostport.rsplit(":", 1)
+    return host, int(port)
+
+
+class RawClient:
+    """One TCP connection speaking remoting frames by hand: requests no client of ours would send. One
+    connection for several calls, because the broker ties a heartbeat's registration to its connection."""
+
+    def __init__(self, hostport: str) -> None:
+        self.sock = socket.create_connection(addr_of(hostport), timeout=5)
+        self.decoder = FrameDecoder()
+
+    def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
+        request = RemotingCommand.request(code, ext or {}, body=body)
+        self.sock.sendall(encode_command(request))
+        while True:
+            resp = self.decoder.next_command()
+            if resp is not None and resp.is_response and resp.opaque == request.opaque:
+                return resp
+            if resp is not None:  # a request of the broker's (NOTIFY_CONSUMER_IDS_CHANGED): not ours to answer
+                continue
+            data = self.sock.recv(65536)
+            assert data, "connection closed without an answer"
+            self.decoder.receive_data(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def roundtrip(hostport: str, cmd: RemotingCommand) -> RemotingCommand:
+    """One request on a fresh connection, its answer."""
+    with RawClient(hostport) as raw:
+        return raw.call(cmd.code, cmd.ext_fields, cmd.body)

@@ -8,17 +8,12 @@ import socket
 import struct
 
 import pytest
-from helpers import Recorder, push_consumer
+from helpers import Recorder, addr_of, push_consumer, roundtrip
 
 from txmq import Admin, BrokerError, ClientError, InvalidMessageError, Message, Producer, SendStatus
-from txmq.remoting.codec import FrameDecoder, encode_command
+from txmq.remoting.codec import encode_command
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-
-
-def _addr(hostport: str) -> tuple[str, int]:
-    host, port = hostport.rsplit(":", 1)
-    return host, int(port)
 
 
 def _messages(namesrv: str, topic: str) -> int:
@@ -40,19 +35,6 @@ def _closed_by_peer(sock: socket.socket, timeout: float = 5.0) -> bool:
         return False
 
 
-def _roundtrip(addr: tuple[str, int], cmd: RemotingCommand) -> RemotingCommand:
-    with socket.create_connection(addr, timeout=5) as s:
-        s.sendall(encode_command(cmd))
-        dec = FrameDecoder()
-        while True:
-            data = s.recv(65536)
-            assert data, "connection closed without an answer"
-            dec.receive_data(data)
-            resp = dec.next_command()
-            if resp is not None:
-                return resp
-
-
 @pytest.fixture
 def strict_broker(cluster):
     """A broker that creates no topic by itself and refuses bodies over 4 KiB; topic ``known`` exists."""
@@ -71,7 +53,7 @@ def test_unknown_topic_without_auto_create_is_refused_clearly(cluster, strict_br
         header = {"producerGroup": "p_unknown", "topic": "nowhere", "defaultTopic": "TBW102",
                   "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0", "bornTimestamp": "0",
                   "flag": "0", "properties": "", "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
-        resp = _roundtrip(_addr(strict_broker.addrs["broker"]),
+        resp = roundtrip(strict_broker.addrs["broker"],
                           RemotingCommand.request(RequestCode.SEND_MESSAGE, header, body=b"x"))
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
         assert "nowhere" in (resp.remark or "") and "autoCreateTopicEnable" in (resp.remark or "")
@@ -94,7 +76,7 @@ def test_invalid_topic_name_sent_raw_gets_an_error_response(cluster):
     header = {"producerGroup": "g", "topic": "bad topic!", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
               "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": "",
               "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
-    resp = _roundtrip(_addr(broker.addrs["broker"]), RemotingCommand.request(RequestCode.SEND_MESSAGE, header, b"x"))
+    resp = roundtrip(broker.addrs["broker"], RemotingCommand.request(RequestCode.SEND_MESSAGE, header, b"x"))
     assert resp.code == ResponseCode.MESSAGE_ILLEGAL
     assert "illegal characters" in (resp.remark or "")
 
@@ -136,7 +118,7 @@ def test_garbage_frames_close_the_connection_and_servers_keep_serving(cluster, g
     with Producer("p_garbage", cluster.namesrv_addr) as producer:
         before = producer.send(Message("g_t", b"before"))
         for addr in (broker.addrs["broker"], cluster.namesrv_addr):
-            with socket.create_connection(_addr(addr), timeout=5) as s:
+            with socket.create_connection(addr_of(addr), timeout=5) as s:
                 s.sendall(garbage)
                 assert _closed_by_peer(s), f"{addr} kept a connection that sent garbage open"
         # The producer's own connections were not disturbed, and new ones work too.
@@ -157,10 +139,10 @@ def test_half_written_frame_then_disconnect_stores_nothing(cluster):
         frame = encode_command(RemotingCommand.request(RequestCode.SEND_MESSAGE, header, b"P" * 1000))
         for addr in (broker.addrs["broker"], cluster.namesrv_addr):
             for cut in (2, 6, len(frame) // 2, len(frame) - 1):
-                with socket.create_connection(_addr(addr), timeout=5) as s:
+                with socket.create_connection(addr_of(addr), timeout=5) as s:
                     s.sendall(frame[:cut])
         # A whole frame on a fresh connection works, and the cut ones stored nothing.
-        resp = _roundtrip(_addr(broker.addrs["broker"]), RemotingCommand.request(RequestCode.SEND_MESSAGE,
+        resp = roundtrip(broker.addrs["broker"], RemotingCommand.request(RequestCode.SEND_MESSAGE,
                                                                                 header, b"raw"))
         assert resp.code == ResponseCode.SUCCESS
         assert producer.send(Message("half_t", b"after")).status == SendStatus.SEND_OK
@@ -176,30 +158,30 @@ def test_half_written_frame_then_disconnect_stores_nothing(cluster):
 
 def test_well_framed_nonsense_requests_get_error_answers(cluster):
     broker = cluster.start_broker()
-    baddr = _addr(broker.addrs["broker"])
+    baddr = broker.addrs["broker"]
     # an unknown request code
-    resp = _roundtrip(baddr, RemotingCommand.request(9999, {}))
+    resp = roundtrip(baddr, RemotingCommand.request(9999, {}))
     assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     # a send with fields of the wrong type, or missing
-    resp = _roundtrip(baddr, RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": "abc"}))
+    resp = roundtrip(baddr, RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": "abc"}))
     assert resp.code != ResponseCode.SUCCESS and resp.remark
-    resp = _roundtrip(baddr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {"topic": "t"}))
+    resp = roundtrip(baddr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {"topic": "t"}))
     assert resp.code != ResponseCode.SUCCESS and resp.remark
     # a heartbeat and a lock request whose bodies are not JSON
-    resp = _roundtrip(baddr, RemotingCommand.request(RequestCode.HEART_BEAT, body=b"{nope"))
+    resp = roundtrip(baddr, RemotingCommand.request(RequestCode.HEART_BEAT, body=b"{nope"))
     assert resp.code == ResponseCode.SYSTEM_ERROR
-    resp = _roundtrip(baddr, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, body=json.dumps([1]).encode()))
+    resp = roundtrip(baddr, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, body=json.dumps([1]).encode()))
     assert resp.code == ResponseCode.SYSTEM_ERROR
     # a batch whose body is not a batch
     header = {"producerGroup": "g", "topic": "nb_t", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
               "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": "",
               "reconsumeTimes": "0", "unitMode": "false", "batch": "true"}
-    resp = _roundtrip(baddr, RemotingCommand.request(RequestCode.SEND_MESSAGE, header, b"\x00\x00\x00\x50garbage"))
+    resp = roundtrip(baddr, RemotingCommand.request(RequestCode.SEND_MESSAGE, header, b"\x00\x00\x00\x50garbage"))
     assert resp.code == ResponseCode.MESSAGE_ILLEGAL
     # a route request to the name server without a topic, and one for a topic nobody has
-    resp = _roundtrip(_addr(cluster.namesrv_addr), RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {}))
+    resp = roundtrip(cluster.namesrv_addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {}))
     assert resp.code != ResponseCode.SUCCESS
-    resp = _roundtrip(_addr(cluster.namesrv_addr),
+    resp = roundtrip(cluster.namesrv_addr,
                       RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "nobody"}))
     assert resp.code == ResponseCode.TOPIC_NOT_EXIST
     # and the broker still serves

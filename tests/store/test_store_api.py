@@ -285,6 +285,24 @@ def test_delete_topic(root):
     run(main)
 
 
+def test_a_topic_name_never_builds_a_path_outside_the_store(root):
+    async def main():
+        outside = root.parent / "victim"
+        outside.mkdir()
+        store = DefaultMessageStore(make_config(root))
+        await store.start()
+        await store.put_message(msg("%RETRY%"))  # consumequeue/%RETRY% exists, so %RETRY%/../.. resolves
+        for name in ("%RETRY%/../../../victim", "..", ""):
+            with pytest.raises(StoreError, match="consume-queue directory"):
+                store.delete_topic(name)
+            with pytest.raises(StoreError):
+                store.find_or_create_consume_queue(name, 0)
+        assert outside.is_dir() and store.topics() == {"%RETRY%"}
+        await store.shutdown()
+
+    run(main)
+
+
 def test_async_context_manager(root):
     async def main():
         async with DefaultMessageStore(make_config(root)) as store:

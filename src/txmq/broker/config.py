@@ -55,6 +55,7 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     register_name_server_period: int = 30_000  # ms
     flush_consumer_offset_interval: int = 5000  # ms
+    consumer_offset_max_entries: int = 50_000  # txmq's own: committed offsets kept (topic, group, queue)
     client_channel_expired_ms: int = 120_000
     # txmq's own: suspended pulls held at once, per connection and in all (beyond: SYSTEM_BUSY at once)
     max_held_pulls_per_connection: int = 4096

@@ -72,7 +72,7 @@ class BrokerController:
                                                        default_queue_nums=config.default_topic_queue_nums,
                                                        delay_levels=len(levels))
         self.topic_config_manager.on_change = self.schedule_register
-        self.consumer_offset_manager = ConsumerOffsetManager(self.root)
+        self.consumer_offset_manager = ConsumerOffsetManager(self.root, config.consumer_offset_max_entries)
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
         self.schedule_service = ScheduleMessageService(self.store, levels, self.root)

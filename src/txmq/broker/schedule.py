@@ -29,6 +29,7 @@ class ScheduleMessageService:
         self.path = root / "config" / "delayOffset.json"
         saved = read_json(self.path) or {}
         self.offsets: dict[int, int] = {int(k): int(v) for k, v in (saved.get("offsetTable") or {}).items()}
+        self._persisted = dict(self.offsets)
         self._wake = asyncio.Event()
         self.delivered = 0
 
@@ -99,4 +100,7 @@ class ScheduleMessageService:
                           reconsume_times=msg.reconsume_times)
 
     def persist(self) -> None:
-        write_json_atomic(self.path, {"offsetTable": {str(k): v for k, v in self.offsets.items()}})
+        """Write the progress per level when it moved since the last write (called every few seconds)."""
+        if self.offsets != self._persisted:
+            write_json_atomic(self.path, {"offsetTable": {str(k): v for k, v in self.offsets.items()}})
+            self._persisted = dict(self.offsets)

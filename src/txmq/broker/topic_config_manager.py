@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from txmq.broker.persist import read_json, write_json_atomic
+from txmq.errors import InvalidMessageError
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     RMQ_SYS_SCHEDULE_TOPIC,
@@ -16,6 +17,7 @@ from txmq.topic import (
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     PermName,
     TopicConfig,
+    check_topic,
 )
 
 log = logging.getLogger("txmq.broker")
@@ -31,6 +33,11 @@ class TopicConfigManager:
         if saved:
             for tc in (saved.get("topicConfigTable") or {}).values():
                 cfg = TopicConfig.from_json(tc)
+                try:
+                    check_topic(cfg.topic_name)
+                except InvalidMessageError as exc:  # saved before names were checked where they enter
+                    log.warning("topic config dropped from %s: %s", self.path, exc)
+                    continue
                 self.table[cfg.topic_name] = cfg
         system = [
             TopicConfig(RMQ_SYS_TRANS_HALF_TOPIC, 1, 1),
@@ -50,6 +57,9 @@ class TopicConfigManager:
         return self.table.get(topic)
 
     def update(self, cfg: TopicConfig) -> None:
+        """Every topic is created here: ``InvalidMessageError`` for an illegal name, which would also name a
+        directory of the store."""
+        check_topic(cfg.topic_name)
         old = self.table.get(cfg.topic_name)
         self.table[cfg.topic_name] = cfg
         self._changed()

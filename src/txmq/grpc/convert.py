@@ -59,8 +59,12 @@ def timestamp_ms(ms: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
-def ms_of_timestamp(ts: timestamp_pb2.Timestamp) -> int:
-    return ts.seconds * 1000 + ts.nanos // 1_000_000
+def ms_of_timestamp(ts: timestamp_pb2.Timestamp, what: str = "timestamp") -> int:
+    """Milliseconds since the epoch; BAD_REQUEST beyond what the message layout holds (a signed 64-bit ms)."""
+    ms = ts.seconds * 1000 + ts.nanos // 1_000_000
+    if not -(1 << 63) <= ms < 1 << 63:
+        raise GrpcStatusError(Code.BAD_REQUEST, f"{what} {ts.seconds} s is out of range")
+    return ms
 
 
 def duration_ms(d: duration_pb2.Duration) -> int:

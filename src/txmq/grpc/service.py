@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
-from txmq.broker.processor.pull import HIDDEN_TOPICS, tags_filter
+from txmq.broker.processor.pull import tags_filter
 from txmq.broker.transaction.state import Outcome
+from txmq.broker.visibility import internal_refusal
 from txmq.errors import InvalidMessageError, StoreError
 from txmq.grpc.convert import (
     PUT_STATUS_CODES,
@@ -49,7 +50,14 @@ from txmq.grpc.telemetry import ClientSessions
 from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import GetMessageStatus
-from txmq.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, NOT_ALLOWED_SEND_TOPICS, PermName, TopicConfig, check_topic
+from txmq.topic import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    PermName,
+    TopicConfig,
+    check_consumer_group,
+    check_topic,
+)
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -92,6 +100,15 @@ def _receipt_handle(text: str, topic: str) -> ReceiptHandle:
     return handle
 
 
+def _group(resource: pb.Resource) -> str:
+    """A consumer group's name, checked as RocketMQ checks it: ILLEGAL_CONSUMER_GROUP when missing or illegal."""
+    try:
+        check_consumer_group(resource.name)
+    except InvalidMessageError as exc:
+        raise GrpcStatusError(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+    return resource.name
+
+
 def _overall_status(statuses: list[pb.Status], what: str) -> pb.Status:
     """The status of a request with one result per entry: theirs when they agree, else MULTIPLE_RESULTS."""
     if len({st.code for st in statuses}) == 1:
@@ -122,6 +139,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return await call if isinstance(call, Awaitable) else call()
         except GrpcStatusError as exc:
             return response(status(exc.code, exc.message))
+        except InvalidMessageError as exc:  # what the client sent breaks a rule: its fault, one line
+            log.warning("gRPC %s refused: %s", what, exc)
+            return response(status(Code.BAD_REQUEST, str(exc)))
         except Exception as exc:  # a bug must not kill the endpoint: answer and log it
             log.exception("gRPC %s failed", what)
             return response(status(Code.INTERNAL_SERVER_ERROR, f"{what} failed: {exc}"))
@@ -133,8 +153,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             check_topic(name)
         except InvalidMessageError as exc:
             raise GrpcStatusError(Code.ILLEGAL_TOPIC, str(exc)) from None
-        if name in HIDDEN_TOPICS:
-            raise GrpcStatusError(Code.FORBIDDEN, f"topic {name} is internal to the broker")
+        internal = internal_refusal(name)
+        if internal is not None:
+            raise GrpcStatusError(Code.FORBIDDEN, internal)
         tcm = self.broker.topic_config_manager
         cfg = tcm.get(name)
         if cfg is None and create and self.broker.config.auto_create_topic_enable:
@@ -170,8 +191,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                               context: Any) -> spb.QueryAssignmentResponse:
         def body() -> spb.QueryAssignmentResponse:
             cfg = self._topic(request.topic.name)
-            if not request.group.name:
-                raise GrpcStatusError(Code.ILLEGAL_CONSUMER_GROUP, "QueryAssignment needs a consumer group")
+            _group(request.group)
             # One assignment for the whole broker: a receive pops from every queue of the topic (as the proxy).
             mq = self._queue_pb(cfg.topic_name, -1, cfg.perm)
             return spb.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=mq)])
@@ -187,7 +207,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if request.client_type:
             s.client_type = request.client_type
         if request.HasField("group") and request.group.name:
-            s.group = request.group.name
+            try:
+                s.group = _group(request.group)
+            except GrpcStatusError as exc:
+                return spb.HeartbeatResponse(status=status(exc.code, exc.message))
         return spb.HeartbeatResponse(status=status())
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
@@ -327,7 +350,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if sp.HasField("orphaned_transaction_recovery_duration"):
                 secs = -(-duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
                 props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(1, secs))
-        born_ms = ms_of_timestamp(sp.born_timestamp) if sp.HasField("born_timestamp") else now_ms()
+        born_ms = ms_of_timestamp(sp.born_timestamp, "born timestamp") if sp.HasField("born_timestamp") else now_ms()
         msg = MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=born_ms, born_host=born,
                          store_host=broker.store_host)
         try:
@@ -390,9 +413,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
         try:
-            group = request.group.name
-            if not group:
-                raise GrpcStatusError(Code.ILLEGAL_CONSUMER_GROUP, "ReceiveMessage needs a consumer group")
+            group = _group(request.group)
             topic = request.message_queue.topic.name
             self._topic(topic)
             filt = self._filter(request.filter_expression)
@@ -472,7 +493,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
         def body() -> spb.GetOffsetResponse:
             topic, q = self._queue(request.message_queue)
-            offset = self.broker.consumer_offset_manager.query(request.group.name, topic, q)
+            offset = self.broker.consumer_offset_manager.query(_group(request.group), topic, q)
             if offset < 0:
                 raise GrpcStatusError(Code.OFFSET_NOT_FOUND, f"group {request.group.name} has no offset there")
             return spb.GetOffsetResponse(status=status(), offset=offset)
@@ -481,9 +502,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Any) -> spb.UpdateOffsetResponse:
         def body() -> spb.UpdateOffsetResponse:
             topic, q = self._queue(request.message_queue)
+            _group(request.group)
             if request.offset < 0:
                 raise GrpcStatusError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-            self.broker.consumer_offset_manager.commit(request.group.name, topic, q, request.offset)
+            offsets = self.broker.consumer_offset_manager
+            if not offsets.commit(request.group.name, topic, q, request.offset):
+                raise GrpcStatusError(Code.BAD_REQUEST, offsets.full_remark())
             self.pop.states.pop((request.group.name, topic, q), None)
             return spb.UpdateOffsetResponse(status=status())
         return await self._guard(lambda s: spb.UpdateOffsetResponse(status=s), body, "UpdateOffset")

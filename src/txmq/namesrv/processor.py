@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 
-from txmq.errors import RemoteProtocolError
+from txmq.errors import InvalidMessageError, RemoteProtocolError
 from txmq.namesrv.route_info import RouteInfoManager
+from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
-from txmq.topic import TopicConfig
+from txmq.topic import TopicConfig, check_topic
 
 log = logging.getLogger("txmq.namesrv")
 
@@ -42,9 +44,11 @@ class NamesrvProcessor:
                 body = orjson.dumps({"topicList": self.routes.topic_list()})
                 return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
             if code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
-                self.routes.delete_topic(cmd.ext_fields.get("topic", ""))
+                topic = cmd.ext_fields.get("topic", "")
+                check_topic(topic)
+                self.routes.delete_topic(topic)
                 return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
-        except (ValueError, KeyError, orjson.JSONDecodeError, RemoteProtocolError) as exc:
+        except (ValueError, KeyError, orjson.JSONDecodeError, RemoteProtocolError, InvalidMessageError) as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request: {exc}")
         return RemotingCommand.response_to(
             cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f"request code {code} not supported by namesrv"
@@ -52,6 +56,7 @@ class NamesrvProcessor:
 
     def _route(self, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.ext_fields.get("topic", "")
+        check_topic(topic)
         data = self.routes.pick_topic_route_data(topic)
         if data is None:
             return RemotingCommand.response_to(
@@ -61,10 +66,9 @@ class NamesrvProcessor:
 
     def _register(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         f = cmd.ext_fields
-        body = orjson.loads(cmd.body) if cmd.body else {}
-        wrapper = body.get("topicConfigSerializeWrapper") or {}
-        table = wrapper.get("topicConfigTable") or {}
-        configs = [TopicConfig.from_json(v) for v in table.values()]
+        wrapper, configs = read_body(cmd.body, _registration, "a registration body holds topicConfigSerializeWrapper")
+        for cfg in configs:  # names a broker registers reach every client's routes
+            check_topic(cfg.topic_name)
         conn_id = id(conn)
         if conn_id not in self._watched:
             self._watched.add(conn_id)
@@ -78,3 +82,9 @@ class NamesrvProcessor:
     def _closed(self, conn_id: int) -> None:
         self._watched.discard(conn_id)
         self.routes.on_connection_closed(conn_id)
+
+
+def _registration(body: dict[str, Any]) -> tuple[dict[str, Any], list[TopicConfig]]:
+    """(topicConfigSerializeWrapper, its topic configs) of a REGISTER_BROKER body."""
+    wrapper = body.get("topicConfigSerializeWrapper") or {}
+    return wrapper, [TopicConfig.from_json(v) for v in (wrapper.get("topicConfigTable") or {}).values()]

@@ -27,11 +27,20 @@ _FALSE = frozenset(("false", "0"))
 _T = TypeVar("_T")
 
 
-def parse_int(value: str, name: str) -> int:
-    """An integer as Java's ``Long.toString`` writes it (optional sign, decimal digits)."""
+def parse_int(value: str, name: str, bits: int = 64) -> int:
+    """An integer as Java's ``Long.toString`` writes it (optional sign, decimal digits), within a Java ``long``
+    (or ``int`` for ``bits=32``): RocketMQ's headers are typed so, and the message layout has those widths."""
     if _INT.fullmatch(value) is None:
         raise RemoteProtocolError(f"header field {name!r} is not an integer: {value[:40]!r}")
-    return int(value)
+    n = int(value) if len(value) <= 21 else None  # no long has more digits; int() of thousands would raise
+    if n is None or not -(1 << (bits - 1)) <= n < 1 << (bits - 1):
+        raise RemoteProtocolError(f"header field {name!r} is out of range for a {bits}-bit integer: {value[:40]!r}")
+    return n
+
+
+def parse_int32(value: str, name: str) -> int:
+    """A Java ``Integer`` header field."""
+    return parse_int(value, name, 32)
 
 
 def parse_bool(value: str, name: str) -> bool:

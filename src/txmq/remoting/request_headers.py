@@ -12,9 +12,11 @@ import re
 from typing import Any, ClassVar, Self
 
 from txmq.errors import RemoteProtocolError
-from txmq.remoting.headers import parse_bool, parse_int
+from txmq.remoting.headers import parse_bool, parse_int, parse_int32
 
 _MISSING = dataclasses.MISSING
+
+Int32 = int  # a field Java declares ``Integer``; a plain ``int`` field is a Java ``Long``
 
 
 def _camel(name: str) -> str:
@@ -77,7 +79,7 @@ class _Field:
 _SPECS: dict[type, tuple[_Field, ...]] = {}
 
 
-_PARSERS = {"int": parse_int, "bool": parse_bool}  # the wire rules live in headers.py, once
+_PARSERS = {"int": parse_int, "Int32": parse_int32, "bool": parse_bool}  # the wire rules live in headers.py, once
 
 
 @dataclasses.dataclass(slots=True)
@@ -85,16 +87,16 @@ class SendMessageRequestHeader(Header):
     producer_group: str
     topic: str
     default_topic: str = "TBW102"
-    default_topic_queue_nums: int = 4
-    queue_id: int = -1
-    sys_flag: int = 0
+    default_topic_queue_nums: Int32 = 4
+    queue_id: Int32 = -1
+    sys_flag: Int32 = 0
     born_timestamp: int = 0
-    flag: int = 0
+    flag: Int32 = 0
     properties: str = ""
-    reconsume_times: int = 0
+    reconsume_times: Int32 = 0
     unit_mode: bool = False
     batch: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: Int32 | None = None
 
     # SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) carry single-letter names.
     V2_NAMES: ClassVar[dict[str, str]] = {
@@ -118,7 +120,7 @@ class SendMessageRequestHeader(Header):
 @dataclasses.dataclass(slots=True)
 class SendMessageResponseHeader(Header):
     msg_id: str
-    queue_id: int
+    queue_id: Int32
     queue_offset: int
     transaction_id: str | None = None
     batch_uniq_id: str | None = None
@@ -128,10 +130,10 @@ class SendMessageResponseHeader(Header):
 class PullMessageRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: Int32
     queue_offset: int
-    max_msg_nums: int = 32
-    sys_flag: int = 0
+    max_msg_nums: Int32 = 32
+    sys_flag: Int32 = 0
     commit_offset: int = 0
     suspend_timeout_millis: int = 15_000
     subscription: str | None = None
@@ -157,7 +159,7 @@ class EndTransactionRequestHeader(Header):
     producer_group: str
     tran_state_table_offset: int
     commit_log_offset: int
-    commit_or_rollback: int
+    commit_or_rollback: Int32
     from_transaction_check: bool = False
     msg_id: str = ""
     transaction_id: str = ""
@@ -176,25 +178,25 @@ class CheckTransactionStateRequestHeader(Header):
 class ConsumerSendMsgBackRequestHeader(Header):
     offset: int
     group: str
-    delay_level: int = 0
+    delay_level: Int32 = 0
     origin_msg_id: str = ""
     origin_topic: str = ""
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: Int32 | None = None
 
 
 @dataclasses.dataclass(slots=True)
 class QueryConsumerOffsetRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: Int32
 
 
 @dataclasses.dataclass(slots=True)
 class UpdateConsumerOffsetRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: Int32
     commit_offset: int
 
 
@@ -203,13 +205,13 @@ class TopicQueueRequestHeader(Header):
     """GET_MAX_OFFSET, GET_MIN_OFFSET and GET_EARLIEST_MSG_STORETIME."""
 
     topic: str
-    queue_id: int
+    queue_id: Int32
 
 
 @dataclasses.dataclass(slots=True)
 class SearchOffsetRequestHeader(Header):
     topic: str
-    queue_id: int
+    queue_id: Int32
     timestamp: int
 
 
@@ -217,11 +219,11 @@ class SearchOffsetRequestHeader(Header):
 class CreateTopicRequestHeader(Header):
     topic: str
     default_topic: str = "TBW102"
-    read_queue_nums: int = 8
-    write_queue_nums: int = 8
-    perm: int = 6
+    read_queue_nums: Int32 = 8
+    write_queue_nums: Int32 = 8
+    perm: Int32 = 6
     topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
+    topic_sys_flag: Int32 = 0
     order: bool = False
 
 
@@ -229,7 +231,7 @@ class CreateTopicRequestHeader(Header):
 class QueryMessageRequestHeader(Header):
     topic: str
     key: str
-    max_num: int = 32
+    max_num: Int32 = 32
     begin_timestamp: int = 0
     end_timestamp: int = 2**63 - 1
 

@@ -7,7 +7,8 @@ One ``Connection`` (an ``asyncio.Protocol``) per TCP connection, used the same w
 - a response resolves the pending ``invoke`` with its opaque; unknown responses are dropped.
 - a request goes to the handler: ``handler(conn, cmd)`` may return a ``RemotingCommand`` (written at once,
   no task: the hot path), ``None`` (nothing to write), or an awaitable (run as a task, its result written
-  when done). A handler exception becomes a SYSTEM_ERROR response naming it; the connection goes on.
+  when done). A handler exception becomes a SYSTEM_ERROR response naming it (MESSAGE_ILLEGAL for an
+  ``InvalidMessageError``; the peer's faults are logged in one line, without a traceback); the connection goes on.
 - replies produced while handling one chunk of input are written with one ``writelines``; other writes
   are coalesced until the end of the current loop iteration.
 - backpressure: ``invoke``/``invoke_oneway`` wait while the transport is above its high-water mark; a
@@ -23,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
-from txmq.errors import ClientError, LocalProtocolError, RemoteProtocolError
+from txmq.errors import ClientError, InvalidMessageError, LocalProtocolError, RemoteProtocolError
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import FLAG_ONEWAY, RemotingCommand
@@ -284,6 +285,9 @@ class Connection(asyncio.Protocol):
         )
 
     def _failed(self, cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
+        if isinstance(exc, InvalidMessageError):  # a message or name the peer sent breaks a rule
+            log.warning("bad message in request code %d from %s: %s", cmd.code, self.remote_address, exc)
+            return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if isinstance(exc, RemoteProtocolError):  # the peer's request was bad: no traceback needed
             log.warning("bad request code %d from %s: %s", cmd.code, self.remote_address, exc)
         else:

@@ -5,9 +5,8 @@ input partition is one queue's offset range (split when larger than ``maxRowsPer
 that range with bounded pulls (``pullBatchSize`` ≤ 256 messages) and yield ``pyarrow.RecordBatch``es.
 
 Only committed messages are read: a real topic's queues hold nothing else. Half messages live in
-``RMQ_SYS_TRANS_HALF_TOPIC``, which the broker never serves to consumers; with ``includeSystemTopics=true``
-the reader may name the discard topic (``TRANS_CHECK_MAX_TIME_TOPIC``) and, on a broker started with
-``auditReadSystemTopicsEnable=true``, the half and op topics (for audit jobs).
+``RMQ_SYS_TRANS_HALF_TOPIC``, which the broker never serves to consumers, nor the op and discard topics
+(``TRANS_CHECK_MAX_TIME_TOPIC``); ``includeSystemTopics=true`` only lets the reader name them.
 
 Offsets, in the checkpoint and in ``startingOffsets``/``endingOffsets``: ``{"topic": {"broker:queueId": n}}``,
 ``n`` being the next queue offset to read (-2 earliest, -1 latest in options).

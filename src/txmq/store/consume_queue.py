@@ -16,12 +16,29 @@ rebuilt from the log (each record carries its QUEUEOFFSET, so an entry goes back
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import struct
 from collections.abc import Callable
 
+from txmq.errors import StoreError
 from txmq.store.mapped_file import MappedFile, MappedFileQueue
+
+
+@functools.lru_cache(maxsize=4096)
+def valid_topic_directory(topic: str) -> bool:
+    """The topic names a directory of consume queues: one plain path component, never '.' or '..'."""
+    return bool(topic) and topic not in (".", "..") and "/" not in topic and "\0" not in topic
+
+
+def topic_directory(root_dir: str, topic: str) -> str:
+    """``consumequeue/<topic>`` under ``root_dir``. Raises ``StoreError`` for a name that would leave it: the
+    broker checks names where they enter, and the store never builds a path from one it did not check."""
+    if not valid_topic_directory(topic):
+        raise StoreError(f"topic {topic[:80]!r} cannot name a consume-queue directory")
+    return os.path.join(root_dir, "consumequeue", topic)
+
 
 CQ_ENTRY = struct.Struct(">qiq")
 CQ_ENTRY_SIZE = CQ_ENTRY.size
@@ -34,7 +51,7 @@ class ConsumeQueue:
     def __init__(self, root_dir: str, topic: str, queue_id: int, file_size: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.directory = os.path.join(root_dir, "consumequeue", topic, str(queue_id))
+        self.directory = os.path.join(topic_directory(root_dir, topic), str(queue_id))
         self.files = MappedFileQueue(self.directory, file_size)
         self.file_size = file_size
         self.max_offset = 0  # next logical offset: count of entries, deleted head included

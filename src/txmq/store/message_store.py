@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import functools
 import logging
 import os
 import threading
@@ -31,7 +30,7 @@ from txmq.message import (
 from txmq.store.checkpoint import Checkpoint, StoreCheckpoint
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import FlushDiskType, StoreConfig
-from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue, topic_directory, valid_topic_directory
 from txmq.store.disk import DiskGuard
 from txmq.store.dispatcher import (
     DispatchRequest,
@@ -63,12 +62,6 @@ MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (Roc
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@functools.lru_cache(maxsize=4096)
-def _valid_topic(topic: str) -> bool:
-    """The topic names a directory of consume queues: no separators, no '.' or '..'."""
-    return bool(topic) and topic not in (".", "..") and "/" not in topic and "\0" not in topic
 
 
 @dataclass
@@ -387,7 +380,7 @@ class DefaultMessageStore:
         records: list[bytearray] = []
         limit = min(self.config.max_message_size, self.commit_log.segment_size - BLANK_SIZE - TRAILER_SIZE)
         for msg in msgs:
-            if not _valid_topic(msg.topic) or msg.queue_id < 0:
+            if not valid_topic_directory(msg.topic) or msg.queue_id < 0:
                 log.warning("refused a message for topic %r queue %d", msg.topic[:127], msg.queue_id)
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
             key = (msg.topic, msg.queue_id)
@@ -680,11 +673,13 @@ class DefaultMessageStore:
         return sorted(self._queues.get(topic, {}))
 
     def delete_topic(self, topic: str) -> None:
-        """Drop the topic's consume queues; its records age out of the commit log by retention."""
+        """Drop the topic's consume queues; its records age out of the commit log by retention. Raises
+        ``StoreError`` for a name that is not a topic directory's."""
+        directory = topic_directory(self.config.store_path_root_dir, topic)
         for qid in list(self._queues.get(topic, {})):
             self.drop_consume_queue(topic, qid)
         with contextlib.suppress(OSError):
-            os.rmdir(os.path.join(self.config.store_path_root_dir, "consumequeue", topic))
+            os.rmdir(directory)
         # The checkpoint lists queues so recovery can rebuild lost ones: it must forget these now.
         self._write_checkpoint(self._snapshot())
 

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from txmq.broker.processor.pull import HIDDEN_TOPICS
+from txmq.broker.processor.pull import queue_refusal
 from txmq.broker.transaction.state import Outcome
+from txmq.broker.visibility import internal_refusal, servable
 from txmq.errors import InvalidMessageError, RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -25,7 +26,7 @@ from txmq.remoting.request_headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from txmq.remoting.transport import Connection
-from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC, TopicConfig, check_topic, is_system_topic
+from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC, TopicConfig, check_group, check_topic, is_system_topic
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -91,6 +92,7 @@ class AdminBrokerProcessor:
 
     def _delete_topic(self, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.ext_fields.get("topic", "")
+        check_topic(topic)
         if is_system_topic(topic):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"{topic} is a system topic")
         if not self.broker.topic_config_manager.delete(topic):
@@ -107,6 +109,8 @@ class AdminBrokerProcessor:
 
     def _query_offset(self, cmd: RemotingCommand) -> RemotingCommand:
         h = QueryConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
+        check_group(h.consumer_group)
+        check_topic(h.topic)
         offset = self.broker.consumer_offset_manager.query(h.consumer_group, h.topic, h.queue_id)
         if offset < 0:
             # RocketMQ: a new group starts at 0 while the queue still holds its first message.
@@ -119,7 +123,14 @@ class AdminBrokerProcessor:
 
     def _update_offset(self, cmd: RemotingCommand) -> RemotingCommand:
         h = UpdateConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
-        self.broker.consumer_offset_manager.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        check_group(h.consumer_group)
+        check_topic(h.topic)
+        refused = queue_refusal(self.broker, cmd, h.topic, h.queue_id)
+        if refused is not None:
+            return refused
+        offsets = self.broker.consumer_offset_manager
+        if not offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset):
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=offsets.full_remark())
         return _ok(cmd)
 
     def _max_offset(self, cmd: RemotingCommand) -> RemotingCommand:
@@ -149,9 +160,11 @@ class AdminBrokerProcessor:
 
     def _query_message(self, cmd: RemotingCommand) -> RemotingCommand:
         h = QueryMessageRequestHeader.from_ext(cmd.ext_fields)
-        if h.topic in HIDDEN_TOPICS:
-            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=f"{h.topic} is internal")
-        found = self.broker.store.query_message(h.topic, h.key, h.max_num, h.begin_timestamp, h.end_timestamp)
+        internal = internal_refusal(h.topic)
+        if internal is not None:
+            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=internal)
+        found = [m for m in self.broker.store.query_message(h.topic, h.key, h.max_num, h.begin_timestamp,
+                                                            h.end_timestamp) if servable(m)]
         if not found:
             return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no message for this key")
         body = b"".join(self.broker.store.read_record(m.commit_log_offset) for m in found)
@@ -164,9 +177,9 @@ class AdminBrokerProcessor:
             raw = self.broker.store.read_record(offset)
         except StoreError as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"no message at {offset}: {exc}")
-        if decode_message(raw)[0].topic in HIDDEN_TOPICS:
+        if not servable(decode_message(raw)[0]):
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
-                                               remark="the message at this offset is internal to the broker")
+                                               remark="the record at this offset is not a visible message")
         return _ok(cmd, raw)
 
     # --- stats ------------------------------------------------------------------------------------------

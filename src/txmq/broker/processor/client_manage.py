@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from txmq.broker.client_manager import ClientChannelInfo, ConsumerGroupInfo, SubscriptionData
+from txmq.errors import InvalidMessageError
+from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
-from txmq.topic import retry_topic
+from txmq.topic import check_consumer_group, check_group, check_topic, retry_topic
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -73,38 +75,29 @@ class ClientManageProcessor:
                 return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS,
                                                    body=orjson.dumps({"consumerIdList": group.client_ids()}))
             if cmd.code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
-                body = orjson.loads(cmd.body)
-                mqs = body.get("mqSet") or []
+                name, client_id, mqs = read_body(cmd.body, _lock_request,
+                                                 "a lock body holds consumerGroup, clientId and mqSet")
                 if cmd.code == RequestCode.UNLOCK_BATCH_MQ:
-                    self.locks.unlock(body["consumerGroup"], mqs, body["clientId"])
+                    self.locks.unlock(name, mqs, client_id)
                     return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
-                ok = self.locks.try_lock(body["consumerGroup"], mqs, body["clientId"])
+                ok = self.locks.try_lock(name, mqs, client_id)
                 return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": ok}))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except InvalidMessageError as exc:  # a bad body's RemoteProtocolError is answered by the transport
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request body: {exc}")
         return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
 
     def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-        data = orjson.loads(cmd.body) if cmd.body else {}
-        client_id = str(data.get("clientID", ""))
+        client_id, producers, consumers = read_body(
+            cmd.body, _heartbeat, "a heartbeat body holds clientID, producerDataSet and consumerDataSet")
         self._watch(conn)
         chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
         created = False
-        for p in data.get("producerDataSet") or []:
-            self.broker.producer_manager.register(str(p["groupName"]), chan)
-        for c in data.get("consumerDataSet") or []:
-            group = str(c["groupName"])
-            subs = {}
-            for s in c.get("subscriptionDataSet") or []:
-                sd = SubscriptionData(str(s["topic"]), str(s.get("subString", "*")), list(s.get("tagsSet") or []),
-                                      list(s.get("codeSet") or []), int(s.get("subVersion", 0) or 0),
-                                      str(s.get("expressionType") or "TAG"))
-                subs[sd.topic] = sd
-            info = ConsumerGroupInfo(group, str(c.get("consumeType", "CONSUME_PASSIVELY")),
-                                     str(c.get("messageModel", "CLUSTERING")),
-                                     str(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")), subs)
-            if info.message_model == "CLUSTERING" and self.broker.topic_config_manager.get(retry_topic(group)) is None:
-                self.broker.topic_config_manager.create_if_absent(retry_topic(group), 1)
+        for group in producers:
+            self.broker.producer_manager.register(group, chan)
+        for info in consumers:
+            retry = retry_topic(info.group)
+            if info.message_model == "CLUSTERING" and self.broker.topic_config_manager.get(retry) is None:
+                self.broker.topic_config_manager.create_if_absent(retry, 1)
                 created = True
             self.broker.consumer_manager.register(info, chan)
         ok = RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
@@ -126,3 +119,40 @@ class ClientManageProcessor:
             self.broker.consumer_manager.remove_connection(c)
 
         conn.on_close.append(closed)
+
+
+def _heartbeat(data: dict[str, Any]) -> tuple[str, list[str], list[ConsumerGroupInfo]]:
+    """(client id, producer groups, consumer groups) of a heartbeat body, every name checked before anything is
+    registered (``InvalidMessageError``)."""
+    producers = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
+    for group in producers:
+        check_group(group)
+    return str(data.get("clientID", "")), producers, [_consumer(c) for c in data.get("consumerDataSet") or []]
+
+
+def _consumer(c: dict[str, Any]) -> ConsumerGroupInfo:
+    """One consumer group of a heartbeat, its names checked."""
+    group = str(c["groupName"])
+    check_group(group)
+    subs = {}
+    for s in c.get("subscriptionDataSet") or []:
+        sd = SubscriptionData(str(s["topic"]), str(s.get("subString", "*")), list(s.get("tagsSet") or []),
+                              list(s.get("codeSet") or []), int(s.get("subVersion", 0) or 0),
+                              str(s.get("expressionType") or "TAG"))
+        check_topic(sd.topic)
+        subs[sd.topic] = sd
+    info = ConsumerGroupInfo(group, str(c.get("consumeType", "CONSUME_PASSIVELY")),
+                             str(c.get("messageModel", "CLUSTERING")),
+                             str(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")), subs)
+    if info.message_model == "CLUSTERING":
+        check_consumer_group(group)
+    return info
+
+
+def _lock_request(data: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
+    """(group, client id, queues) of a lock or unlock body; each queue has a topic and an integer queue id."""
+    mqs = list(data.get("mqSet") or [])
+    if not all(isinstance(mq, dict) and "topic" in mq and str(mq.get("queueId", "")).lstrip("-").isdigit()
+               for mq in mqs):
+        raise ValueError("each entry of mqSet is an object with a topic and an integer queueId")
+    return str(data["consumerGroup"]), str(data["clientId"]), mqs

@@ -12,7 +12,7 @@ END_TRANSACTION would have answered (SUCCESS, TRANSACTION_SHOULD_COMMIT/ROLLBACK
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -20,6 +20,7 @@ from txmq.broker.transaction.service import EndEntry, EndResult
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import ClientError, RemoteProtocolError
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, encode_message
+from txmq.remoting.body import json_object
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
@@ -105,8 +106,8 @@ def _slave_refusal(cmd: RemotingCommand) -> RemotingCommand:
 
 def _parse_batch(body: bytes) -> tuple[str, list[tuple[int, int, int]]]:
     """(producer group, [(half offset, commit-log offset, commitOrRollback)]) of a 9005 request body."""
-    req: Any = orjson.loads(body or b"null")
-    if not isinstance(req, dict) or not isinstance(req.get("producerGroup"), str) \
+    req = json_object(body)
+    if not isinstance(req.get("producerGroup"), str) \
             or not isinstance(req.get("entries"), list):
         raise RemoteProtocolError("the body must be a JSON object with producerGroup (string) and entries (list)")
     out: list[tuple[int, int, int]] = []

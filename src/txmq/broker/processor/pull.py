@@ -14,7 +14,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from txmq.errors import RemoteProtocolError
+from txmq.broker.visibility import internal_refusal
+from txmq.errors import InvalidMessageError, RemoteProtocolError
 from txmq.message import java_string_hash
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -25,15 +26,13 @@ from txmq.remoting.request_headers import (
 )
 from txmq.remoting.transport import Connection
 from txmq.store import GetMessageResult, GetMessageStatus
-from txmq.topic import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, PermName
+from txmq.topic import PermName, check_group, check_topic
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.broker")
 
-# Topics whose records are broker-internal: never served to a consumer, by any protocol.
-HIDDEN_TOPICS = frozenset({RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_SCHEDULE_TOPIC})
 # Nothing to read yet at the pull's offset: a suspended pull waits. A queue never written (no ConsumeQueue yet,
 # NO_MATCHED_LOGIC_QUEUE) waits too; the topic exists, or ``_refuse`` answered already.
 _HOLD = (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE,
@@ -51,6 +50,18 @@ class HeldPull:
         self.key = key
         self.offset = offset
         self.on_conn = on_conn
+
+
+def queue_refusal(broker: BrokerController, cmd: RemotingCommand, topic: str, queue_id: int) -> RemotingCommand | None:
+    """The answer to a request about a topic or queue this broker does not have, or None when it has them."""
+    cfg = broker.topic_config_manager.get(topic)
+    if cfg is None:
+        return RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST,
+                                           remark=f"topic[{topic}] not exist, apply first please!")
+    if not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
+        return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
+                                           remark=f"queueId[{queue_id}] is illegal, topic {topic}")
+    return None
 
 
 class PullRequestHoldService:
@@ -134,7 +145,9 @@ class PullMessageProcessor:
     def process(self, conn: Connection, cmd: RemotingCommand):
         try:
             h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-        except RemoteProtocolError as exc:
+            check_group(h.consumer_group)
+            check_topic(h.topic)
+        except (RemoteProtocolError, InvalidMessageError) as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=str(exc))
         refused = self._refuse(cmd, h)
         if refused is not None:
@@ -167,19 +180,16 @@ class PullMessageProcessor:
         return self._response(cmd, h, result)
 
     def _refuse(self, cmd: RemotingCommand, h: PullMessageRequestHeader) -> RemotingCommand | None:
-        if h.topic in HIDDEN_TOPICS:
-            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
-                                               remark=f"topic {h.topic} is internal to the broker and cannot be pulled")
+        internal = internal_refusal(h.topic)
+        if internal is not None:
+            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=internal)
+        missing = queue_refusal(self.broker, cmd, h.topic, h.queue_id)
+        if missing is not None:
+            return missing
         cfg = self.broker.topic_config_manager.get(h.topic)
-        if cfg is None:
-            return RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST,
-                                               remark=f"topic[{h.topic}] not exist, apply first please!")
-        if not PermName.is_readable(cfg.perm):
+        if cfg is not None and not PermName.is_readable(cfg.perm):
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
                                                remark=f"the topic[{h.topic}] pulling message is forbidden")
-        if not 0 <= h.queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                               remark=f"queueId[{h.queue_id}] is illegal, topic {h.topic}")
         return None
 
     @staticmethod

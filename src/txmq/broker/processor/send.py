@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING
 
+from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -29,6 +30,7 @@ from txmq.topic import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
     PermName,
+    check_consumer_group,
     check_topic,
     dlq_topic,
     retry_topic,
@@ -78,7 +80,9 @@ class SendMessageProcessor:
     def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object | None:
         try:
             if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
-                return self._send_back(cmd, ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields))
+                back = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+                check_consumer_group(back.group)
+                return self._send_back(cmd, back)
             if cmd.code == RequestCode.SEND_MESSAGE:
                 header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
             else:
@@ -281,6 +285,20 @@ class SendMessageProcessor:
 
     # --- consumer send-back: retry with delay, or the dead-letter topic --------------------------------
 
+    def _send_back_refusal(self, h: ConsumerSendMsgBackRequestHeader, origin: MessageExt) -> str | None:
+        """Why the record at ``h.offset`` may not be sent back by ``h.group``, or None. A send-back copies a record
+        into a topic the group reads, so it takes only a visible message of a topic the group consumes (its
+        retry topic, or one its consumers subscribe to by heartbeat), and the message ``originMsgId`` names."""
+        if not servable(origin):
+            return f"the record at offset {h.offset} is not a visible message"
+        group = self.broker.consumer_manager.get(h.group)
+        if origin.topic != retry_topic(h.group) and (group is None or origin.topic not in group.subscriptions):
+            return f"group {h.group} does not consume topic {origin.topic} of the message at offset {h.offset}"
+        ids = (origin.msg_id, origin.offset_msg_id, origin.properties.get(MessageConst.ORIGIN_MESSAGE_ID))
+        if h.origin_msg_id and h.origin_msg_id not in ids:
+            return f"the message at offset {h.offset} is not {h.origin_msg_id}"
+        return None
+
     async def _send_back(self, cmd: RemotingCommand, h: ConsumerSendMsgBackRequestHeader) -> RemotingCommand:
         broker = self.broker
         try:
@@ -288,6 +306,10 @@ class SendMessageProcessor:
         except StoreError as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
                                                remark=f"look message by offset {h.offset} failed: {exc}")
+        refused = self._send_back_refusal(h, origin)
+        if refused is not None:
+            log.warning("send-back refused: %s", refused)
+            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=refused)
         retry = retry_topic(h.group)
         broker.topic_config_manager.create_if_absent(retry, 1)
         props = dict(origin.properties)

@@ -1,0 +1,29 @@
+"""Header numbers are read as RocketMQ's Java headers type them: ``Integer`` fields within 32 bits, ``Long``
+fields within 64, anything else a ``RemoteProtocolError`` naming the field (never a ValueError or struct.error
+later, in a handler)."""
+
+from __future__ import annotations
+
+import pytest
+
+from txmq.errors import RemoteProtocolError
+from txmq.remoting.headers import parse_int
+from txmq.remoting.request_headers import SendMessageRequestHeader
+
+BASE = {"producerGroup": "g", "topic": "t"}
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("flag", str(2**31)), ("queueId", str(-2**31 - 1)), ("sysFlag", "9" * 12), ("reconsumeTimes", str(2**40)),
+    ("bornTimestamp", str(2**63)), ("bornTimestamp", "1" * 5000),
+])
+def test_out_of_range_fields_are_the_peers_fault(field, value):
+    with pytest.raises(RemoteProtocolError, match=f"'{field}' is out of range"):
+        SendMessageRequestHeader.from_ext({**BASE, field: value})
+
+
+def test_the_extremes_are_accepted():
+    h = SendMessageRequestHeader.from_ext({**BASE, "flag": str(2**31 - 1), "queueId": str(-2**31),
+                                           "bornTimestamp": str(2**63 - 1)})
+    assert (h.flag, h.queue_id, h.born_timestamp) == (2**31 - 1, -2**31, 2**63 - 1)
+    assert parse_int(str(-2**63), "x") == -2**63
