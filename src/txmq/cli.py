@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ def _namesrv(args: argparse.Namespace) -> str | None:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    from txmq.acl.setup import namesrv_validator
     from txmq.broker.controller import BrokerController
     from txmq.namesrv.controller import NamesrvController
     from txmq.server import broker_config, print_ready, run_process, serve
@@ -24,7 +26,8 @@ def cmd_server(args: argparse.Namespace) -> int:
     config = broker_config(args.config, {"brokerIP1": args.host, "listenPort": args.port,
                                          "storePathRootDir": args.store, "flushDiskType": args.flush_disk_type,
                                          "grpcPort": args.grpc_port})
-    namesrv = NamesrvController(args.host, args.namesrv_port)
+    acl = namesrv_validator(config.acl_file or None) if config.acl_enable else None
+    namesrv = NamesrvController(args.host, args.namesrv_port, acl=acl)
 
     async def main() -> None:
         await serve(namesrv, BrokerController(config), print_ready)
@@ -32,11 +35,14 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
+    from txmq.acl.setup import namesrv_validator
     from txmq.namesrv.controller import NamesrvController
     from txmq.server import print_ready, run_process, serve
 
+    acl = namesrv_validator(args.acl_file) if args.acl_file else None
+
     async def main() -> None:
-        await serve(NamesrvController(args.host, args.port), None, print_ready)
+        await serve(NamesrvController(args.host, args.port, acl=acl), None, print_ready)
     return run_process(main())
 
 
@@ -149,7 +155,7 @@ def cmd_tx(args: argparse.Namespace) -> int:
 
     with Admin(_namesrv(args)) as admin:
         if args.action == "list":
-            data = admin.tx_list(args.limit)
+            data = admin.tx_list(args.limit, args.group)
             if args.json:
                 _print_json(data)
                 return 0
@@ -161,9 +167,9 @@ def cmd_tx(args: argparse.Namespace) -> int:
                         print(f"  {state:9} {t['transactionId']} topic={t['topic']} group={t['group']} "
                               f"age={t['ageS']}s checks={t['checks']} halfOffset={t['halfOffset']}")
         elif args.action == "show":
-            _print_json(admin.tx_show(args.id))
+            _print_json(admin.tx_show(args.id, args.group))
         else:
-            broker = admin.tx_resume(args.id)
+            broker = admin.tx_resume(args.id, args.group)
             print(f"transaction {args.id} resumed into checking on {broker}")
     return 0
 
@@ -241,7 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def namesrv_opt(sp: argparse.ArgumentParser) -> None:
+        """What every client command takes: where the name server is, and the account to sign with."""
         sp.add_argument("-n", "--namesrv", help="name server HOST:PORT (default $NAMESRV_ADDR or 127.0.0.1:9876)")
+        sp.add_argument("--access-key", help="ACL account (default $TXMQ_ACCESS_KEY)")
+        sp.add_argument("--secret-key", help="ACL secret (default $TXMQ_SECRET_KEY)")
 
     def broker_opts(sp: argparse.ArgumentParser) -> None:
         """What ``server`` and ``broker`` both pass on to the broker's config."""
@@ -261,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("namesrv", help="a name server")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=9876)
+    s.add_argument("--acl-file", help="plain_acl.yml: switches ACL on; broker registration needs an admin account")
     s.set_defaults(fn=cmd_namesrv)
 
     s = sub.add_parser("broker", help="a broker registering with name servers")
@@ -305,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("action", choices=["list", "show", "resume"])
     s.add_argument("id", nargs="?", help="transaction id or half offset")
     s.add_argument("--limit", type=int, default=100)
+    s.add_argument("--group", default="", help="only this producer group's (what a non-admin account may see)")
     s.add_argument("--json", action="store_true")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_tx)
@@ -339,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Every client this command makes reads its account from the environment (txmq.client.base).
+    for flag, var in (("access_key", "TXMQ_ACCESS_KEY"), ("secret_key", "TXMQ_SECRET_KEY")):
+        if getattr(args, flag, None):
+            os.environ[var] = getattr(args, flag)
     if args.command == "topic" and args.action != "list" and not args.topic:
         print("txmq topic: a topic name is required", file=sys.stderr)
         return 2

@@ -52,6 +52,13 @@ class BrokerConfig:
     transaction_check_interval: int = 30_000  # ms between check passes
     # txmq's own: how often the transaction state table is snapshotted (restart replays only what follows)
     transaction_snapshot_interval: int = 10_000  # ms
+    # access control (RocketMQ's aclEnable; RocketMQ reads the file's path from a JVM property, txmq from aclFile,
+    # else $ROCKETMQ_HOME/conf/plain_acl.yml). accessKey/secretKey: the broker's own account, signing its
+    # registrations at the name servers.
+    acl_enable: bool = False
+    acl_file: str = ""
+    access_key: str = ""
+    secret_key: str = ""
 
     @property
     def broker_addr(self) -> str:

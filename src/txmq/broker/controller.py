@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.acl.setup import broker_rpc_hook, broker_validator
 from txmq.broker.client_manager import ConsumerGroupInfo, ConsumerManager, ProducerManager
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
@@ -100,8 +101,10 @@ class BrokerController:
             self.processors[code] = admin.process
         self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
 
-        self.server = RemotingServer(self._dispatch, host=config.broker_ip1, port=config.listen_port)
-        self.namesrv_client = RemotingClient()
+        self.acl = broker_validator(config)
+        handler = self.acl.guard(self._dispatch) if self.acl is not None else self._dispatch
+        self.server = RemotingServer(handler, host=config.broker_ip1, port=config.listen_port)
+        self.namesrv_client = RemotingClient(rpc_hook=broker_rpc_hook(config))
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self._registered: dict[str, bool] = {}
@@ -129,8 +132,9 @@ class BrokerController:
         if self.config.namesrv_addr:
             await self.register_all()
             self._spawn(self._register_loop(), "namesrv registration")
-        log.info("broker %s listening on %s (%s, store %s)", self.config.broker_name, self.addr,
-                 self.config.flush_disk_type, self.root)
+        log.info("broker %s listening on %s (%s, store %s, %s)", self.config.broker_name, self.addr,
+                 self.config.flush_disk_type, self.root,
+                 f"ACL on: {self.acl.acl_file.path}" if self.acl else "ACL off: every request is accepted")
 
     async def _start_grpc(self) -> None:
         """Serve ``apache.rocketmq.v2.MessagingService`` on ``grpc_port`` (0: a free port, < 0: off). The default

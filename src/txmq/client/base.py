@@ -8,6 +8,7 @@ import os
 from collections.abc import Coroutine
 from typing import Any, Self
 
+from txmq.acl.signer import AclClientRPCHook, SessionCredentials
 from txmq.client.instance import MQClientInstance
 from txmq.client.runtime import ClientRuntime
 from txmq.errors import ClientError
@@ -15,6 +16,12 @@ from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+def default_credentials() -> SessionCredentials | None:
+    """``$TXMQ_ACCESS_KEY`` and ``$TXMQ_SECRET_KEY`` (and ``$TXMQ_SECURITY_TOKEN``) when both keys are set."""
+    ak, sk = os.environ.get("TXMQ_ACCESS_KEY"), os.environ.get("TXMQ_SECRET_KEY")
+    return SessionCredentials(ak, sk, os.environ.get("TXMQ_SECURITY_TOKEN", "")) if ak and sk else None
 
 
 def default_namesrv(namesrv: str | None) -> str:
@@ -30,6 +37,12 @@ class ClientBase:
         self.instance_name = instance_name or f"{name_prefix}-{os.getpid()}-{id(self):x}"
         self._runtime: ClientRuntime | None = None
         self.instance: MQClientInstance | None = None
+        self.credentials = default_credentials()
+
+    def set_session_credentials(self, access_key: str, secret_key: str, security_token: str = "") -> Self:
+        """Sign every request with this account (RocketMQ's ACL); call before ``start``."""
+        self.credentials = SessionCredentials(access_key, secret_key, security_token)
+        return self
 
     @property
     def started(self) -> bool:
@@ -60,7 +73,8 @@ class ClientBase:
     def start(self) -> Self:
         if self._runtime is None:
             self._runtime = ClientRuntime(self.instance_name)
-            self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler)
+            hook = AclClientRPCHook(self.credentials) if self.credentials else None
+            self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler, rpc_hook=hook)
             self.instance.heartbeat_data = self._heartbeat_data
             try:
                 self._runtime.call(self._on_start(), 30)

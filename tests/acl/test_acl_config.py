@@ -1,0 +1,96 @@
+"""plain_acl.yml parsing, permissions, address patterns, signatures and reload: no processes."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from txmq.acl.config import DENY, PUB, SUB, AclConfigError, AclFile, RemoteAddressMatcher, allows, parse_plain_acl
+from txmq.acl.permissions import BROKER_TABLE, needs_of
+from txmq.acl.signer import (
+    AclClientRPCHook,
+    SessionCredentials,
+    grpc_authorization,
+    parse_grpc_authorization,
+    request_content,
+    signature_matches,
+)
+from txmq.remoting.codes import RequestCode
+from txmq.remoting.command import RemotingCommand
+
+from .conftest import PLAIN_ACL
+
+
+def test_accounts_and_permissions_as_rocketmq_reads_them():
+    config = parse_plain_acl(PLAIN_ACL)
+    victim = config.accounts["orderKey01"]
+    assert victim.topic_allows("orders", PUB | SUB) and not victim.topic_allows("other", SUB)  # default DENY
+    assert victim.group_allows("order-service", PUB) and not victim.group_allows("order-service", SUB)
+    assert config.accounts["adminKey01"].admin and not victim.admin
+    assert not allows(DENY | PUB | SUB, PUB)  # DENY wins
+    with pytest.raises(AclConfigError):
+        parse_plain_acl("accounts:\n  - accessKey: short\n    secretKey: s\n")
+    with pytest.raises(AclConfigError):
+        parse_plain_acl("accounts:\n  - accessKey: longenough\n    secretKey: longenough\n    topicPerms: [t=ALL]\n")
+
+
+@pytest.mark.parametrize(("pattern", "yes", "no"), [
+    ("*", "10.1.2.3", None),
+    ("192.168.0.{1,2}", "192.168.0.2", "192.168.0.3"),
+    ("192.168.*.*", "192.168.7.9", "192.169.0.1"),
+    ("10.0.1-20.*", "10.0.20.4", "10.0.21.4"),
+    ("127.0.0.1", "127.0.0.1", "127.0.0.2"),
+    ("10.0.0.0/8", "10.9.9.9", "11.0.0.1"),
+])
+def test_remote_address_patterns(pattern, yes, no):
+    m = RemoteAddressMatcher(pattern)
+    assert m.match(yes)
+    assert no is None or not m.match(no)
+
+
+def test_signature_is_rocketmqs_and_covers_every_field_and_the_body():
+    creds = SessionCredentials("orderKey01", "orderSecret01")
+    cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "orders", "queueId": "1"}, b"body")
+    AclClientRPCHook(creds)(cmd)
+    # RocketMQ: values sorted by key (AccessKey, queueId, topic), concatenated, then the body
+    assert request_content(cmd.ext_fields, cmd.body) == b"orderKey011ordersbody"
+    assert signature_matches(b"orderSecret01", cmd)
+    for tamper in ({"topic": "other"}, {"queueId": "2"}, {"AccessKey": "attackKey01"}):
+        bad = RemotingCommand.request(cmd.code, {**cmd.ext_fields, **tamper}, cmd.body)
+        assert not signature_matches(b"orderSecret01", bad)
+    assert not signature_matches(b"orderSecret01", RemotingCommand.request(cmd.code, cmd.ext_fields, b"other"))
+    assert not signature_matches(b"wrongSecret1", cmd)
+
+
+def test_grpc_authorization_round_trip():
+    value = grpc_authorization(SessionCredentials("orderKey01", "orderSecret01"), "20260101T000000Z")
+    assert value.startswith("MQv2-HMAC-SHA1 Credential=orderKey01, SignedHeaders=x-mq-date-time, Signature=")
+    assert parse_grpc_authorization(value)[0] == "orderKey01"
+    assert parse_grpc_authorization("Basic abc") is None
+
+
+def test_permission_table_reads_resources_per_code():
+    send_half = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": "order-service", "b": "orders",
+                                                                      "i": "TRAN_MSG\x01true\x02PGROUP\x01g\x02"})
+    needs = needs_of(BROKER_TABLE, send_half)
+    assert needs.topics == [("orders", PUB)] and needs.groups == [("order-service", PUB)]
+    pull = RemotingCommand.request(RequestCode.PULL_MESSAGE, {"topic": "orders", "consumerGroup": "billing"})
+    assert needs_of(BROKER_TABLE, pull).groups == [("billing", SUB)]
+    retry = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "%RETRY%billing", "producerGroup": "x"})
+    assert needs_of(BROKER_TABLE, retry).groups == [("billing", SUB)]
+    assert needs_of(BROKER_TABLE, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC)).admin
+
+
+def test_file_is_reloaded_when_it_changes_and_a_broken_one_is_ignored(tmp_path):
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(PLAIN_ACL)
+    acl = AclFile(path, check_interval_s=0)
+    assert "attackKey01" in acl.current(time.monotonic()).accounts
+    path.write_text(PLAIN_ACL.replace("attackKey01", "attackKey02"))
+    os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    assert "attackKey02" in acl.current(time.monotonic()).accounts
+    path.write_text("accounts: [")
+    os.utime(path, ns=(time.time_ns() + 2 * 10**9, time.time_ns() + 2 * 10**9))
+    assert "attackKey02" in acl.current(time.monotonic()).accounts
