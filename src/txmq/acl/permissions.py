@@ -24,6 +24,9 @@ from txmq.remoting.command import RemotingCommand
 from txmq.topic import RETRY_GROUP_TOPIC_PREFIX
 
 _HALF_MARK = MessageConst.TRANSACTION_PREPARED + "\x01true"
+# The account that stored a half message, set by the broker (txmq.acl.validator) and refused from senders.
+HALF_ACCOUNT = "TXMQ_HALF_ACCOUNT"
+_HALF_ACCOUNT_MARK = HALF_ACCOUNT + "\x01"
 
 
 @dataclass(slots=True)
@@ -33,6 +36,7 @@ class Needs:
     admin: bool = False
     topics: list[tuple[str, int]] = field(default_factory=list)
     groups: list[tuple[str, int]] = field(default_factory=list)
+    half_properties: str | None = None  # a single half send: the ext field holding its properties
 
     def topic(self, topic: str, perm: int) -> Needs:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a retry topic is its group's resource
@@ -64,7 +68,8 @@ def _perm_name(perm: int) -> str:
 
 
 class RequestNotReadable(ValueError):
-    """The request's resources cannot be read (a body that is not what its code carries)."""
+    """No account may make this request: its resources cannot be read (a body that is not what its code
+    carries), or it sets what only the broker may set."""
 
 
 def _json_body(cmd: RemotingCommand) -> Any:
@@ -77,12 +82,17 @@ def _json_body(cmd: RemotingCommand) -> Any:
 def _send(cmd: RemotingCommand) -> Needs:
     ext = cmd.ext_fields
     v2 = cmd.code != RequestCode.SEND_MESSAGE
-    topic, group, props = (ext.get("b", ""), ext.get("a", ""), ext.get("i", "")) if v2 else \
-        (ext.get("topic", ""), ext.get("producerGroup", ""), ext.get("properties", ""))
-    needs = Needs().topic(topic, PUB)
+    props_field = "i" if v2 else "properties"
+    topic, group, props = (ext.get("b", ""), ext.get("a", ""), ext.get(props_field, "")) if v2 else \
+        (ext.get("topic", ""), ext.get("producerGroup", ""), ext.get(props_field, ""))
     batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or ext.get("m" if v2 else "batch") in ("true", "1")
+    if _HALF_ACCOUNT_MARK in props or (batch and _HALF_ACCOUNT_MARK.encode() in cmd.body):
+        raise RequestNotReadable(f"property {HALF_ACCOUNT} is set by the broker only")
+    needs = Needs().topic(topic, PUB)
     if _HALF_MARK in props or (batch and _HALF_MARK.encode() in cmd.body):
         needs.group(group, PUB)
+        if not batch:
+            needs.half_properties = props_field
     return needs
 
 

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from txmq.acl.config import WHITE_ACCOUNT, Account, AclFile
-from txmq.acl.permissions import Needs, RequestNotReadable, Table, needs_of
+from txmq.acl.permissions import HALF_ACCOUNT, Needs, RequestNotReadable, Table, needs_of
 from txmq.acl.signer import ACCESS_KEY, SIGNATURE, signature_matches
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -46,6 +46,14 @@ class RefusalLog:
 
 def host_of(remote_address: str) -> str:
     return remote_address.rpartition(":")[0].strip("[]")
+
+
+def _record_half_account(cmd: RemotingCommand, field: str, access_key: str) -> None:
+    """Stamp the account that stores a half message into its properties (shown by ``tx show``)."""
+    props = cmd.ext_fields.get(field, "")
+    if props and not props.endswith("\x02"):
+        props += "\x02"
+    cmd.ext_fields[field] = f"{props}{HALF_ACCOUNT}\x01{access_key}\x02"
 
 
 class AccessValidator:
@@ -93,6 +101,8 @@ class AccessValidator:
                                 needs)
         if isinstance(result, Account):
             conn.attrs[ACCOUNT_ATTR] = result.access_key
+            if needs.half_properties is not None:
+                _record_half_account(cmd, needs.half_properties, result.access_key)
             return None
         return self._refuse(host, cmd, f"request code {cmd.code}: {result}")
 
