@@ -31,8 +31,8 @@ accounts:
     defaultGroupPerm: PUB|SUB
   - accessKey: {VICTIM.access_key}
     secretKey: {VICTIM.secret_key}
-    topicPerms: [orders=PUB|SUB, "%RETRY%order-service=PUB|SUB"]
-    groupPerms: [order-service=PUB, txmq_cpp_producer=PUB]
+    topicPerms: [orders=PUB|SUB]
+    groupPerms: [order-service=PUB, txmq_cpp_producer=PUB, orders=PUB]  # orders: a 5.x producer's group
   - accessKey: {CONSUMER.access_key}
     secretKey: {CONSUMER.secret_key}
     topicPerms: [orders=SUB]

@@ -9,7 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import grpc
-
+from txmq.acl.grpc_auth import AclInterceptor
 from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.service import MessagingService
 from txmq.grpc.telemetry import ClientSessions, GrpcCheckSender
@@ -39,7 +39,8 @@ class GrpcEndpoint:
 
     async def start(self) -> None:
         limit = self.broker.config.max_message_size + _ENVELOPE
-        server = grpc.aio.server(options=[
+        interceptors = [AclInterceptor(self.broker.acl)] if self.broker.acl is not None else []
+        server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
