@@ -27,7 +27,7 @@ def cmd_server(args: argparse.Namespace) -> int:
                                          "storePathRootDir": args.store, "flushDiskType": args.flush_disk_type,
                                          "grpcPort": args.grpc_port})
     acl = namesrv_validator(config.acl_file or None) if config.acl_enable else None
-    namesrv = NamesrvController(args.host, args.namesrv_port, acl=acl)
+    namesrv = NamesrvController(args.host, args.namesrv_port, acl=acl, tls=config.tls_server())
 
     async def main() -> None:
         await serve(namesrv, BrokerController(config), print_ready)
@@ -37,12 +37,14 @@ def cmd_server(args: argparse.Namespace) -> int:
 def cmd_namesrv(args: argparse.Namespace) -> int:
     from txmq.acl.setup import namesrv_validator
     from txmq.namesrv.controller import NamesrvController
+    from txmq.remoting.tls import TlsServerConfig
     from txmq.server import print_ready, run_process, serve
 
     acl = namesrv_validator(args.acl_file) if args.acl_file else None
+    tls = TlsServerConfig(args.tls_mode, args.tls_cert or "", args.tls_key or "")
 
     async def main() -> None:
-        await serve(NamesrvController(args.host, args.port, acl=acl), None, print_ready)
+        await serve(NamesrvController(args.host, args.port, acl=acl, tls=tls), None, print_ready)
     return run_process(main())
 
 
@@ -251,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("-n", "--namesrv", help="name server HOST:PORT (default $NAMESRV_ADDR or 127.0.0.1:9876)")
         sp.add_argument("--access-key", help="ACL account (default $TXMQ_ACCESS_KEY)")
         sp.add_argument("--secret-key", help="ACL secret (default $TXMQ_SECRET_KEY)")
+        sp.add_argument("--tls", action="store_true", help="TLS to name servers and brokers (default $TXMQ_TLS)")
+        sp.add_argument("--tls-trust-cert", help="CA bundle the servers' certificates are checked against "
+                                                 "(default $TXMQ_TLS_TRUST_CERT_PATH, else the system's CAs)")
 
     def broker_opts(sp: argparse.ArgumentParser) -> None:
         """What ``server`` and ``broker`` both pass on to the broker's config."""
@@ -271,6 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=9876)
     s.add_argument("--acl-file", help="plain_acl.yml: switches ACL on; broker registration needs an admin account")
+    s.add_argument("--tls-mode", choices=["disabled", "permissive", "enforcing"], default="disabled",
+                   help="RocketMQ's tls.server.mode")
+    s.add_argument("--tls-cert", help="tls.server.certPath")
+    s.add_argument("--tls-key", help="tls.server.keyPath")
     s.set_defaults(fn=cmd_namesrv)
 
     s = sub.add_parser("broker", help="a broker registering with name servers")
@@ -350,10 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # Every client this command makes reads its account from the environment (txmq.client.base).
-    for flag, var in (("access_key", "TXMQ_ACCESS_KEY"), ("secret_key", "TXMQ_SECRET_KEY")):
+    # Every client this command makes reads its account and TLS settings from the environment (txmq.client.base).
+    for flag, var in (("access_key", "TXMQ_ACCESS_KEY"), ("secret_key", "TXMQ_SECRET_KEY"),
+                      ("tls_trust_cert", "TXMQ_TLS_TRUST_CERT_PATH")):
         if getattr(args, flag, None):
             os.environ[var] = getattr(args, flag)
+    if getattr(args, "tls", False):
+        os.environ["TXMQ_TLS"] = "true"
     if args.command == "topic" and args.action != "list" and not args.topic:
         print("txmq topic: a topic name is required", file=sys.stderr)
         return 2

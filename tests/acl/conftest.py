@@ -63,7 +63,8 @@ class AclServer:
         return (self.root / "server.log").read_text()
 
 
-def start_acl_server(root: Path, extra_conf: str = "") -> AclServer:
+def start_acl_server(root: Path, extra_conf: str = "", tls_trust: str | None = None) -> AclServer:
+    """``tls_trust``: the CA the fixture's admin client trusts (the server runs TLS)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "plain_acl.yml").write_text(PLAIN_ACL)
     (root / "broker.conf").write_text(
@@ -76,18 +77,26 @@ def start_acl_server(root: Path, extra_conf: str = "") -> AclServer:
         env.pop(var, None)
     args = txmq_command("server", "--store", str(root / "store"), "--port", "0", "--namesrv-port", str(free_port()),
                         "--grpc-port", "0", "-c", str(root / "broker.conf"))
-    return AclServer(ServerProcess(args, root / "server.log", env).start(), root)
+    server = AclServer(ServerProcess(args, root / "server.log", env).start(), root)
+    try:
+        from txmq.client.admin import Admin
+
+        admin = Admin(server.namesrv).set_session_credentials(ADMIN.access_key, ADMIN.secret_key)
+        if tls_trust is not None:
+            admin.use_tls(tls_trust)
+        with admin:
+            admin.create_topic("orders", 2)
+            admin.create_topic("other", 2)
+    except BaseException:
+        server.proc.stop()
+        raise
+    return server
 
 
 @pytest.fixture(scope="module")
 def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclServer]:
     server = start_acl_server(tmp_path_factory.mktemp("acl-server"))
     try:
-        from txmq.client.admin import Admin
-
-        with Admin(server.namesrv).set_session_credentials(ADMIN.access_key, ADMIN.secret_key) as admin:
-            admin.create_topic("orders", 2)
-            admin.create_topic("other", 2)
         yield server
     finally:
         server.proc.stop()

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txmq.remoting.tls import TlsServerConfig
+
 log = logging.getLogger("txmq.broker")
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -59,10 +61,20 @@ class BrokerConfig:
     acl_file: str = ""
     access_key: str = ""
     secret_key: str = ""
+    # TLS under RocketMQ's names (tls.server.mode, tls.server.certPath, ...; dots read as underscores):
+    # the server side of the remoting and gRPC ports, and tls.enable for the broker's own calls to name servers.
+    tls_server_mode: str = "disabled"  # disabled | permissive | enforcing
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    tls_enable: bool = False
+    tls_client_trust_cert_path: str = ""
 
     @property
     def broker_addr(self) -> str:
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    def tls_server(self) -> TlsServerConfig:
+        return TlsServerConfig(self.tls_server_mode.lower(), self.tls_server_cert_path, self.tls_server_key_path)
 
     @property
     def is_slave(self) -> bool:
@@ -91,7 +103,7 @@ class BrokerConfig:
 
 
 def _snake(key: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key.replace(".", "_")).lower()
 
 
 def _convert(raw: Any, type_name: str, key: str) -> Any:

@@ -29,6 +29,7 @@ from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.tls import client_context
 from txmq.remoting.transport import Connection, RemotingClient, RemotingServer
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
 
@@ -103,8 +104,9 @@ class BrokerController:
 
         self.acl = broker_validator(config)
         handler = self.acl.guard(self._dispatch) if self.acl is not None else self._dispatch
-        self.server = RemotingServer(handler, host=config.broker_ip1, port=config.listen_port)
-        self.namesrv_client = RemotingClient(rpc_hook=broker_rpc_hook(config))
+        self.server = RemotingServer(handler, host=config.broker_ip1, port=config.listen_port, tls=config.tls_server())
+        self.namesrv_client = RemotingClient(rpc_hook=broker_rpc_hook(config), ssl_context=client_context(
+            config.tls_client_trust_cert_path) if config.tls_enable else None)
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self._registered: dict[str, bool] = {}

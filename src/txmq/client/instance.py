@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -81,12 +82,13 @@ class MQClientInstance:
 
     def __init__(self, namesrv: str, instance_name: str,
                  request_handler: Callable[[Connection, RemotingCommand], Any] | None = None, *,
-                 rpc_hook: RPCHook | None = None) -> None:
+                 rpc_hook: RPCHook | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise ClientError("no name server address: pass namesrv= or set NAMESRV_ADDR")
         self.client_id = f"{local_ip()}@{instance_name}@{os.getpid()}"
-        self.remoting = RemotingClient(request_handler, on_connect=self._on_connect, rpc_hook=rpc_hook)
+        self.remoting = RemotingClient(request_handler, on_connect=self._on_connect, rpc_hook=rpc_hook,
+                                       ssl_context=ssl_context)
         self.routes: dict[str, TopicRoute] = {}
         self.broker_addrs: dict[str, str] = {}
         self.heartbeat_data: Callable[[], dict[str, Any]] = dict

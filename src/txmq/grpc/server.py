@@ -13,6 +13,7 @@ from txmq.acl.grpc_auth import AclInterceptor
 from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.service import MessagingService
 from txmq.grpc.telemetry import ClientSessions, GrpcCheckSender
+from txmq.remoting.tls import TlsServerConfig
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -21,6 +22,11 @@ log = logging.getLogger("txmq.grpc")
 
 # The gRPC message limit must admit the broker's largest message plus its protobuf envelope.
 _ENVELOPE = 1024 * 1024
+
+
+def _credentials(tls: TlsServerConfig) -> grpc.ServerCredentials:
+    with open(tls.key_path, "rb") as key, open(tls.cert_path, "rb") as cert:
+        return grpc.ssl_server_credentials([(key.read(), cert.read())])
 
 
 class GrpcEndpoint:
@@ -49,8 +55,11 @@ class GrpcEndpoint:
         ])
         self.service = MessagingService(self.broker, self.sessions, (self.host, self.port))
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        tls = self.broker.config.tls_server()
         try:
-            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+            # grpcio cannot serve TLS and plaintext on one port: permissive serves TLS here (docs/security.md)
+            bound = server.add_secure_port(f"{self.host}:{self.port}", _credentials(tls)) if tls.enabled \
+                else server.add_insecure_port(f"{self.host}:{self.port}")
         except RuntimeError as exc:  # grpcio raises this for an address in use
             raise OSError(f"gRPC endpoint cannot bind {self.host}:{self.port}: {exc}") from None
         if bound == 0:
@@ -61,7 +70,8 @@ class GrpcEndpoint:
         self._server = server
         if self.check_sender not in self.broker.check_service.senders:
             self.broker.check_service.senders.append(self.check_sender)
-        log.info("gRPC endpoint (apache.rocketmq.v2.MessagingService) listening on %s", self.addr)
+        log.info("gRPC endpoint (apache.rocketmq.v2.MessagingService) listening on %s (TLS %s)", self.addr,
+                 "on" if tls.enabled else "off")
 
     def scan_expired(self, expired_s: float) -> None:
         self.sessions.scan_expired(expired_s)

@@ -9,6 +9,7 @@ import logging
 from txmq.acl.validator import AccessValidator
 from txmq.namesrv.processor import NamesrvProcessor
 from txmq.namesrv.route_info import RouteInfoManager
+from txmq.remoting.tls import TlsServerConfig
 from txmq.remoting.transport import RemotingServer
 
 log = logging.getLogger("txmq.namesrv")
@@ -16,11 +17,11 @@ log = logging.getLogger("txmq.namesrv")
 
 class NamesrvController:
     def __init__(self, host: str = "127.0.0.1", port: int = 9876, broker_expired_s: float = 120.0,
-                 acl: AccessValidator | None = None) -> None:
+                 acl: AccessValidator | None = None, tls: TlsServerConfig | None = None) -> None:
         self.routes = RouteInfoManager(broker_expired_s)
         self.acl = acl
         processor = NamesrvProcessor(self.routes)
-        self.server = RemotingServer(acl.guard(processor) if acl else processor, host=host, port=port)
+        self.server = RemotingServer(acl.guard(processor) if acl else processor, host=host, port=port, tls=tls)
         self.host = host
         self._scan_task: asyncio.Task[None] | None = None
 

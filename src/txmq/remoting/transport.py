@@ -19,6 +19,7 @@ import asyncio
 import collections
 import inspect
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
@@ -26,6 +27,7 @@ from txmq.errors import ClientError, LocalProtocolError, RemoteProtocolError
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import FLAG_ONEWAY, RemotingCommand
+from txmq.remoting.tls import PermissiveServer, TlsServerConfig
 
 log = logging.getLogger("txmq.remoting")
 
@@ -448,14 +450,16 @@ class RemotingServer:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         *,
         max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
+        tls: TlsServerConfig | None = None,
     ) -> None:
         self.handler = handler
+        self.tls = tls  # tls.server.mode and its certificate (txmq.remoting.tls)
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
         self.max_pending_invokes = max_pending_invokes
         self.connections: set[Connection] = set()
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | PermissiveServer | None = None
 
     def _new_connection(self) -> Connection:
         conn = Connection(
@@ -475,11 +479,17 @@ class RemotingServer:
     async def start(self) -> None:
         """Bind and listen; ``port`` is the bound port afterwards."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_connection, self.host, self.port, reuse_address=True
-        )
+        tls = self.tls if self.tls is not None and self.tls.enabled else None
+        if tls is not None and tls.mode == "permissive":
+            self._server = await PermissiveServer.start(self._new_connection, self.host, self.port, tls.context())
+        else:
+            self._server = await loop.create_server(
+                self._new_connection, self.host, self.port, reuse_address=True,
+                ssl=tls.context() if tls is not None else None,
+            )
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("remoting server listening on %s:%d", self.host, self.port)
+        log.info("remoting server listening on %s:%d (TLS %s)", self.host, self.port,
+                 tls.mode if tls is not None else "disabled")
 
     async def close(self, grace: float = 5.0) -> None:
         """Stop listening, close every connection, let running handlers finish for ``grace`` seconds
@@ -524,8 +534,10 @@ class RemotingClient:
         max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
         on_connect: Callable[[str, Connection], None] | None = None,
         rpc_hook: RPCHook | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.request_handler = request_handler
+        self.ssl_context = ssl_context  # TLS to every server (txmq.remoting.tls.client_context)
         self.rpc_hook = rpc_hook  # e.g. txmq.acl.AclClientRPCHook: signs every request
         self.on_connect = on_connect  # called on the loop with each new connection, once it is usable
         self.max_frame_size = max_frame_size
@@ -569,7 +581,8 @@ class RemotingClient:
 
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, conn = await loop.create_connection(factory, host, port)
+                _, conn = await loop.create_connection(factory, host, port, ssl=self.ssl_context,
+                                                       server_hostname=host if self.ssl_context else None)
         except (OSError, TimeoutError) as exc:
             raise RemotingConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}") from None
         if self._closed:
