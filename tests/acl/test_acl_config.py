@@ -13,6 +13,7 @@ from txmq.acl.signer import (
     AclClientRPCHook,
     SessionCredentials,
     grpc_authorization,
+    hmac_key,
     parse_grpc_authorization,
     request_content,
     signature_matches,
@@ -56,12 +57,12 @@ def test_signature_is_rocketmqs_and_covers_every_field_and_the_body():
     AclClientRPCHook(creds)(cmd)
     # RocketMQ: values sorted by key (AccessKey, queueId, topic), concatenated, then the body
     assert request_content(cmd.ext_fields, cmd.body) == b"orderKey011ordersbody"
-    assert signature_matches(b"orderSecret01", cmd)
+    assert signature_matches(hmac_key("orderSecret01"), cmd)
     for tamper in ({"topic": "other"}, {"queueId": "2"}, {"AccessKey": "attackKey01"}):
         bad = RemotingCommand.request(cmd.code, {**cmd.ext_fields, **tamper}, cmd.body)
-        assert not signature_matches(b"orderSecret01", bad)
-    assert not signature_matches(b"orderSecret01", RemotingCommand.request(cmd.code, cmd.ext_fields, b"other"))
-    assert not signature_matches(b"wrongSecret1", cmd)
+        assert not signature_matches(hmac_key("orderSecret01"), bad)
+    assert not signature_matches(hmac_key("orderSecret01"), RemotingCommand.request(cmd.code, cmd.ext_fields, b"other"))
+    assert not signature_matches(hmac_key("wrongSecret1"), cmd)
 
 
 def test_grpc_authorization_round_trip():

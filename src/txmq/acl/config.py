@@ -7,6 +7,7 @@ account does not name falls back to ``defaultTopicPerm`` / ``defaultGroupPerm`` 
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import logging
 import os
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from txmq.acl.signer import hmac_key
 
 log = logging.getLogger("txmq.acl")
 
@@ -102,10 +105,10 @@ class Account:
     topic_perms: dict[str, int] = field(default_factory=dict)
     group_perms: dict[str, int] = field(default_factory=dict)
     white_remote_address: RemoteAddressMatcher | None = None
-    secret_bytes: bytes = field(init=False, repr=False)  # the HMAC key, encoded once
+    key: hmac.HMAC = field(init=False, repr=False)  # HMAC-SHA1 keyed once, copied per request
 
     def __post_init__(self) -> None:
-        self.secret_bytes = self.secret_key.encode()
+        self.key = hmac_key(self.secret_key)
 
     def topic_allows(self, topic: str, needed: int) -> bool:
         return allows(self.topic_perms.get(topic, self.default_topic_perm), needed)

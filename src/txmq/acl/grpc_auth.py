@@ -66,7 +66,7 @@ class AclInterceptor(grpc.aio.ServerInterceptor):
         date_time = metadata.get(GRPC_DATE_TIME, "")
 
         def signed(account: Account) -> bool:
-            expected = grpc_signature(account.secret_bytes, date_time)
+            expected = grpc_signature(account.key, date_time)
             return bool(date_time) and hmac.compare_digest(signature.upper().encode(), expected.encode())
 
         needs = _needs(method, request) if request is not None else Needs()

@@ -38,17 +38,26 @@ class SessionCredentials:
 
 
 def request_content(ext_fields: dict[str, str], body: bytes) -> bytes:
-    values = "".join(v for k, v in sorted(ext_fields.items()) if k not in _UNSIGNED)
+    values = "".join([v for k, v in sorted(ext_fields.items()) if k not in _UNSIGNED])
     return values.encode() + body
 
 
-def sign(secret_key: bytes, content: bytes) -> str:
-    return base64.b64encode(hmac.new(secret_key, content, hashlib.sha1).digest()).decode()
+def hmac_key(secret_key: str) -> hmac.HMAC:
+    """The HMAC-SHA1 state after the key: made once per account, copied per request."""
+    return hmac.new(secret_key.encode(), digestmod=hashlib.sha1)
 
 
-def signature_matches(secret_key: bytes, cmd: RemotingCommand) -> bool:
-    given = cmd.ext_fields.get(SIGNATURE, "")
-    expected = sign(secret_key, request_content(cmd.ext_fields, cmd.body))
+def sign(key: hmac.HMAC, content: bytes) -> str:
+    mac = key.copy()
+    mac.update(content)
+    return base64.b64encode(mac.digest()).decode()
+
+
+def signature_matches(key: hmac.HMAC, cmd: RemotingCommand) -> bool:
+    given = cmd.ext_fields.get(SIGNATURE)
+    if given is None:
+        return False
+    expected = sign(key, request_content(cmd.ext_fields, cmd.body))
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
@@ -57,7 +66,7 @@ class AclClientRPCHook:
 
     def __init__(self, credentials: SessionCredentials) -> None:
         self.credentials = credentials
-        self._secret = credentials.secret_key.encode()
+        self._key = hmac_key(credentials.secret_key)
 
     def __call__(self, cmd: RemotingCommand) -> None:
         ext = cmd.ext_fields
@@ -65,15 +74,17 @@ class AclClientRPCHook:
         ext[ACCESS_KEY] = self.credentials.access_key
         if self.credentials.security_token:
             ext[SECURITY_TOKEN] = self.credentials.security_token
-        ext[SIGNATURE] = sign(self._secret, request_content(ext, cmd.body))
+        ext[SIGNATURE] = sign(self._key, request_content(ext, cmd.body))
 
 
-def grpc_signature(secret_key: bytes, date_time: str) -> str:
-    return hmac.new(secret_key, date_time.encode(), hashlib.sha1).hexdigest().upper()
+def grpc_signature(key: hmac.HMAC, date_time: str) -> str:
+    mac = key.copy()
+    mac.update(date_time.encode())
+    return mac.hexdigest().upper()
 
 
 def grpc_authorization(credentials: SessionCredentials, date_time: str) -> str:
-    sig = grpc_signature(credentials.secret_key.encode(), date_time)
+    sig = grpc_signature(hmac_key(credentials.secret_key), date_time)
     return f"{GRPC_ALGORITHM} Credential={credentials.access_key}, SignedHeaders={GRPC_DATE_TIME}, Signature={sig}"
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from txmq.acl.config import WHITE_ACCOUNT, Account, AclFile
 from txmq.acl.permissions import HALF_ACCOUNT, Needs, RequestNotReadable, Table, needs_of
-from txmq.acl.signer import ACCESS_KEY, SIGNATURE, signature_matches
+from txmq.acl.signer import ACCESS_KEY, signature_matches
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection, Handler
@@ -97,7 +97,7 @@ class AccessValidator:
         except RequestNotReadable as exc:
             return self._refuse(host, cmd, f"request code {cmd.code}: {exc}")
         result = self.authorize(host, cmd.ext_fields.get(ACCESS_KEY, ""),
-                                lambda acc: SIGNATURE in cmd.ext_fields and signature_matches(acc.secret_bytes, cmd),
+                                lambda acc: signature_matches(acc.key, cmd),
                                 needs)
         if isinstance(result, Account):
             conn.attrs[ACCOUNT_ATTR] = result.access_key

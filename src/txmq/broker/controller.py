@@ -136,7 +136,8 @@ class BrokerController:
             self._spawn(self._register_loop(), "namesrv registration")
         log.info("broker %s listening on %s (%s, store %s, %s)", self.config.broker_name, self.addr,
                  self.config.flush_disk_type, self.root,
-                 f"ACL on: {self.acl.acl_file.path}" if self.acl else "ACL off: every request is accepted")
+                 f"ACL on: {self.acl.acl_file.path}" if self.acl else
+                 "ACL off: any client reaching this address may do anything; aclEnable=true requires accounts")
 
     async def _start_grpc(self) -> None:
         """Serve ``apache.rocketmq.v2.MessagingService`` on ``grpc_port`` (0: a free port, < 0: off). The default
@@ -244,6 +245,8 @@ class BrokerController:
                 resp = await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER,
                                                                                     ext, body=body), 3.0)
                 ok = resp.code == ResponseCode.SUCCESS
+                if not ok and self._registered.get(addr, True):  # e.g. NO_PERMISSION: accessKey/secretKey
+                    log.warning("namesrv %s refused the registration: code %d %s", addr, resp.code, resp.remark)
             except (ClientError, OSError) as exc:
                 ok = False
                 if self._registered.get(addr, True):
