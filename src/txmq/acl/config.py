@@ -155,8 +155,8 @@ def parse_plain_acl(text: str) -> PlainAccessConfig:
         if not isinstance(raw, dict) or not raw.get("accessKey") or not raw.get("secretKey"):
             raise AclConfigError(f"account {n}: accessKey and secretKey are required")
         ak, sk = str(raw["accessKey"]), str(raw["secretKey"])
-        if len(ak) < 6 or len(sk) < 6:  # as RocketMQ's PlainPermissionManager demands
-            raise AclConfigError(f"account {ak!r}: accessKey and secretKey need at least 6 characters")
+        if len(ak) <= 6 or len(sk) <= 6:  # as RocketMQ's PlainPermissionManager demands
+            raise AclConfigError(f"account {ak!r}: accessKey and secretKey need more than 6 characters")
         white = raw.get("whiteRemoteAddress")
         config.accounts[ak] = Account(
             ak, sk, admin=str(raw.get("admin", False)).lower() == "true",
