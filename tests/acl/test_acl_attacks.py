@@ -151,6 +151,18 @@ def test_attacker_cannot_join_the_group_for_check_backs(acl_server: AclServer, a
     assert _state(admin, pending) == "COMMIT"
 
 
+def test_attacker_cannot_store_a_half_in_the_victims_group(acl_server: AclServer):
+    """A half owned by order-service (PGROUP) sent under the attacker's own producer group: its check-backs
+    would go to the victim, and it would count as the victim's transaction."""
+    props = f"TRAN_MSG\x01true\x02PGROUP\x01{GROUP}\x02"
+    ext = {"producerGroup": "attacker-group", "topic": "other", "queueId": "0", "sysFlag": "4",
+           "bornTimestamp": "0", "flag": "0", "properties": props}
+    resp = call(acl_server.broker, RequestCode.SEND_MESSAGE, ext, b"x", as_=ATTACKER)
+    assert resp.code == ResponseCode.NO_PERMISSION and f"permission on group {GROUP}" in (resp.remark or "")
+    own = {**ext, "properties": "TRAN_MSG\x01true\x02PGROUP\x01attacker-group\x02"}
+    assert call(acl_server.broker, RequestCode.SEND_MESSAGE, own, b"x", as_=ATTACKER).code == ResponseCode.SUCCESS
+
+
 def test_sender_cannot_forge_the_half_account(acl_server: AclServer):
     props = "TRAN_MSG\x01true\x02PGROUP\x01attacker-group\x02TXMQ_HALF_ACCOUNT\x01orderKey01\x02"
     ext = {"producerGroup": "attacker-group", "topic": "other", "queueId": "0", "sysFlag": "4",

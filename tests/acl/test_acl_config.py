@@ -76,7 +76,7 @@ def test_permission_table_reads_resources_per_code():
     send_half = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": "order-service", "b": "orders",
                                                                       "i": "TRAN_MSG\x01true\x02PGROUP\x01g\x02"})
     needs = needs_of(BROKER_TABLE, send_half)
-    assert needs.topics == [("orders", PUB)] and needs.groups == [("order-service", PUB)]
+    assert needs.topics == [("orders", PUB)] and needs.groups == [("g", PUB)]  # the half's owner: its PGROUP
     pull = RemotingCommand.request(RequestCode.PULL_MESSAGE, {"topic": "orders", "consumerGroup": "billing"})
     assert needs_of(BROKER_TABLE, pull).groups == [("billing", SUB)]
     retry = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "%RETRY%billing", "producerGroup": "x"})

@@ -3,10 +3,11 @@ and the name server. A code not listed needs only a valid signature.
 
 RocketMQ's table: sends need PUB on the topic (a retry topic ``%RETRY%G``: SUB on group G), pulls, offsets and
 consumer lists SUB on the topic and the group, heartbeats SUB on each consumer group and its topics, topic and
-subscription-group changes ``admin``. Beyond RocketMQ: a half (transactional) send, END_TRANSACTION (and a check
-answer, which is one), a producer heartbeat and unregistration need PUB on the producer group; ``tx list|show|
-resume`` need ``admin`` or a ``group`` field the account may publish for; the broker's stats, reset-offset and
-the name server's route writes need ``admin``.
+subscription-group changes ``admin``. Beyond RocketMQ: a half (transactional) send needs PUB on the group that
+will own the half (its ``PGROUP`` property); END_TRANSACTION (and a check answer, which is one), a producer
+heartbeat and unregistration need PUB on the producer group; ``tx list|show|resume`` need ``admin`` or a
+``group`` field the account may publish for; the broker's stats, reset-offset and the name server's route writes
+need ``admin``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 import orjson
 
 from txmq.acl.config import PUB, SUB, Account
-from txmq.message import MessageConst
+from txmq.errors import RemoteProtocolError
+from txmq.message import MessageConst, decode_batch, string_to_properties
 from txmq.remoting.codes import RequestCode
 from txmq.remoting.command import RemotingCommand
 from txmq.topic import RETRY_GROUP_TOPIC_PREFIX
@@ -89,10 +91,18 @@ def _send(cmd: RemotingCommand) -> Needs:
     if _HALF_ACCOUNT_MARK in props or (batch and _HALF_ACCOUNT_MARK.encode() in cmd.body):
         raise RequestNotReadable(f"property {HALF_ACCOUNT} is set by the broker only")
     needs = Needs().topic(topic, PUB)
-    if _HALF_MARK in props or (batch and _HALF_MARK.encode() in cmd.body):
-        needs.group(group, PUB)
+    if _HALF_MARK in props:
+        needs.group(string_to_properties(props).get(MessageConst.PRODUCER_GROUP, group), PUB)
         if not batch:
             needs.half_properties = props_field
+    if batch and _HALF_MARK.encode() in cmd.body:
+        try:
+            items = decode_batch(cmd.body)
+        except RemoteProtocolError as exc:
+            raise RequestNotReadable(f"batch body: {exc}") from None
+        for _flag, _body, item_props in items:
+            if item_props.get(MessageConst.TRANSACTION_PREPARED) == "true":
+                needs.group(item_props.get(MessageConst.PRODUCER_GROUP, group), PUB)
     return needs
 
 
