@@ -82,6 +82,8 @@ def test_permission_table_reads_resources_per_code():
     retry = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "%RETRY%billing", "producerGroup": "x"})
     assert needs_of(BROKER_TABLE, retry).groups == [("billing", SUB)]
     assert needs_of(BROKER_TABLE, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC)).admin
+    lock = RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, body=b'{"consumerGroup":"billing","mqSet":[]}')
+    assert needs_of(BROKER_TABLE, lock).groups == [("billing", SUB)]
 
 
 def test_file_is_reloaded_when_it_changes_and_a_broken_one_is_ignored(tmp_path):

@@ -5,9 +5,9 @@ RocketMQ's table: sends need PUB on the topic (a retry topic ``%RETRY%G``: SUB o
 consumer lists SUB on the topic and the group, heartbeats SUB on each consumer group and its topics, topic and
 subscription-group changes ``admin``. Beyond RocketMQ: a half (transactional) send needs PUB on the group that
 will own the half (its ``PGROUP`` property); END_TRANSACTION (and a check answer, which is one), a producer
-heartbeat and unregistration need PUB on the producer group; ``tx list|show|resume`` need ``admin`` or a
-``group`` field the account may publish for; the broker's stats, reset-offset and the name server's route writes
-need ``admin``.
+heartbeat and unregistration need PUB on the producer group, queue locks SUB on the consumer group;
+``tx list|show|resume`` need ``admin`` or a ``group`` field the account may publish for; the broker's stats,
+reset-offset and the name server's route writes need ``admin``.
 """
 
 from __future__ import annotations
@@ -136,6 +136,14 @@ def _unregister(cmd: RemotingCommand) -> Needs:
     return Needs().group(ext.get("producerGroup", ""), PUB).group(ext.get("consumerGroup", ""), SUB)
 
 
+def _queue_lock(cmd: RemotingCommand) -> Needs:
+    data = _json_body(cmd)
+    group = data.get("consumerGroup") if isinstance(data, dict) else None
+    if not isinstance(group, str):
+        raise RequestNotReadable("the body needs consumerGroup")
+    return Needs().group(group, SUB)
+
+
 def _end_transaction(cmd: RemotingCommand) -> Needs:
     # The transaction service refuses a decision whose producerGroup is not the half's own (PGROUP), so PUB on
     # the named group is PUB on the half's group.
@@ -181,6 +189,8 @@ BROKER_TABLE: Table = {
     RequestCode.HEART_BEAT: _heartbeat,
     RequestCode.UNREGISTER_CLIENT: _unregister,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: _group_sub,
+    RequestCode.LOCK_BATCH_MQ: _queue_lock,
+    RequestCode.UNLOCK_BATCH_MQ: _queue_lock,
     RequestCode.END_TRANSACTION: _end_transaction,
     RequestCode.TXMQ_END_TRANSACTION_BATCH: _end_transaction_batch,
     RequestCode.TXMQ_TX_LIST: _tx_admin,
