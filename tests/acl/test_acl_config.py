@@ -18,6 +18,7 @@ from txmq.acl.signer import (
     request_content,
     signature_matches,
 )
+from txmq.acl.validator import LINES_PER_HOST, RefusalLog
 from txmq.remoting.codes import RequestCode
 from txmq.remoting.command import RemotingCommand
 
@@ -97,3 +98,15 @@ def test_file_is_reloaded_when_it_changes_and_a_broken_one_is_ignored(tmp_path):
     path.write_text("accounts: [")
     os.utime(path, ns=(time.time_ns() + 2 * 10**9, time.time_ns() + 2 * 10**9))
     assert "attackKey02" in acl.current(time.monotonic()).accounts
+
+
+def test_refusal_log_folds_repeats_and_floods(caplog):
+    refusals = RefusalLog("broker")
+    with caplog.at_level("WARNING", logger="txmq.acl"):
+        for _ in range(100):
+            refusals.refused("10.0.0.1", "no AccessKey")
+        for i in range(100):  # random access keys: distinct reasons
+            refusals.refused("10.0.0.2", f"no account for AccessKey k{i}")
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("10.0.0.1" in line for line in lines) == 1
+    assert sum("10.0.0.2" in line for line in lines) == LINES_PER_HOST

@@ -20,15 +20,17 @@ from txmq.remoting.transport import Connection, Handler
 log = logging.getLogger("txmq.acl")
 
 LOG_EVERY_S = 10.0
-ACCOUNT_ATTR = "acl.account"  # Connection.attrs key: the access key of the last request that passed
+LINES_PER_HOST = 20  # distinct refusals logged per host and LOG_EVERY_S (random access keys must not flood)
 
 
 class RefusalLog:
-    """One log line per kind of refusal per host and ``LOG_EVERY_S``, with the count of those not logged."""
+    """One log line per kind of refusal per host and ``LOG_EVERY_S``, with the count of those not logged; at
+    most ``LINES_PER_HOST`` lines per host in that time, the rest counted into the host's next line."""
 
     def __init__(self, what: str) -> None:
         self.what = what
         self._last: dict[tuple[str, str], tuple[float, int]] = {}
+        self._hosts: dict[str, tuple[float, int, int]] = {}  # host -> (window start, lines, not logged)
 
     def refused(self, host: str, reason: str) -> None:
         now = time.monotonic()
@@ -37,11 +39,20 @@ class RefusalLog:
         if last is not None and now - last[0] < LOG_EVERY_S:
             self._last[key] = (last[0], last[1] + 1)
             return
-        if len(self._last) > 10_000:  # a flood of distinct reasons must not grow this without bound
+        if len(self._last) > 10_000 or len(self._hosts) > 10_000:  # bounded, whatever a flood sends
             self._last.clear()
+            self._hosts.clear()
+        start, lines, hidden = self._hosts.get(host, (now, 0, 0))
+        if now - start >= LOG_EVERY_S:
+            start, lines = now, 0
+        if lines >= LINES_PER_HOST:
+            self._hosts[host] = (start, lines, hidden + 1)
+            return
         more = f" (+{last[1]} like it since the last line)" if last and last[1] else ""
+        more += f" (+{hidden} other refusals from this host not logged)" if hidden else ""
         log.warning("%s refused a request from %s: %s%s", self.what, host, reason, more)
         self._last[key] = (now, 0)
+        self._hosts[host] = (start, lines + 1, 0)
 
 
 def host_of(remote_address: str) -> str:
@@ -100,7 +111,6 @@ class AccessValidator:
                                 lambda acc: signature_matches(acc.key, cmd),
                                 needs)
         if isinstance(result, Account):
-            conn.attrs[ACCOUNT_ATTR] = result.access_key
             if needs.half_properties is not None:
                 _record_half_account(cmd, needs.half_properties, result.access_key)
             return None
