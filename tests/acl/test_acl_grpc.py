@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,37 @@ def test_grpc_end_transaction_cannot_decide_a_remoting_transaction(acl_server: A
             answer = stub.EndTransaction(request, metadata=_metadata(VICTIM), timeout=5)
             assert answer.status.code == pb.OK, answer.status
         assert admin.tx_show(sent.transaction_id)["state"] == "COMMIT"
+
+
+def _telemetry_commands(stub: Any, creds: SessionCredentials, client_id: str, seconds: float) -> list[Any]:
+    """What a producer session publishing ``orders`` receives on its Telemetry stream within ``seconds``."""
+    settings = spb.TelemetryCommand(settings=pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="orders")])))
+
+    def requests() -> Any:
+        yield settings
+        time.sleep(seconds + 1)
+
+    got: list[Any] = []
+    try:
+        for cmd in stub.Telemetry(requests(), metadata=_metadata(creds, client_id), timeout=seconds):
+            got.append(cmd)
+    except grpc.RpcError as exc:
+        assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    return got
+
+
+def test_grpc_check_backs_only_reach_the_groups_own_accounts(acl_server: AclServer):
+    """A pending 5.x transaction of ``orders`` (its producer group is its topic): a session of an account that may
+    not publish for that group gets no check-back; the owner's session does."""
+    half = pb.Message(topic=pb.Resource(name="orders"), body=b"grpc half", system_properties=pb.SystemProperties(
+        message_id="0100007F000000000000000000000001", message_type=pb.TRANSACTION, body_encoding=pb.IDENTITY))
+    with grpc.insecure_channel(acl_server.proc.grpc) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        sent = stub.SendMessage(spb.SendMessageRequest(messages=[half]), metadata=_metadata(VICTIM, "owner@1"),
+                                timeout=5)
+        assert sent.status.code == pb.OK, sent.status
+        stolen = _telemetry_commands(stub, ATTACKER, "evil@2", 3.0)
+        assert not [c for c in stolen if c.HasField("recover_orphaned_transaction_command")]
+        mine = _telemetry_commands(stub, VICTIM, "owner@1", 3.0)
+        assert [c for c in mine if c.HasField("recover_orphaned_transaction_command")]
