@@ -46,3 +46,18 @@ def test_only_brokers_with_the_clusters_credentials_register(tmp_path):
     finally:
         for p in reversed(procs):
             p.stop()
+
+
+def test_default_server_is_open_on_loopback_and_says_so(tmp_path):
+    env = dict(os.environ, HOME=str(tmp_path), PYTHONUNBUFFERED="1")
+    server = ServerProcess(txmq_command("server", "--store", str(tmp_path / "store"), "--port", "0",
+                                        "--namesrv-port", str(free_port()), "--grpc-port", "-1"),
+                           tmp_path / "server.log", env).start()
+    try:
+        assert server.namesrv.startswith("127.0.0.1:") and server.addrs["broker"].startswith("127.0.0.1:")
+        log = (tmp_path / "server.log").read_text()
+        assert "ACL off: any client reaching this address may do anything" in log
+        assert "namesrv listening on 127.0.0.1" in log and "ACL off: anyone may register brokers" in log
+        assert call(server.namesrv, RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
+    finally:
+        server.stop()
