@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -18,9 +19,9 @@ from txmq.acl.signer import (
     request_content,
     signature_matches,
 )
-from txmq.acl.validator import LINES_PER_HOST, RefusalLog
 from txmq.remoting.codes import RequestCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.refusals import LINES_PER_HOST, RefusalLog
 
 from .conftest import PLAIN_ACL
 
@@ -101,7 +102,7 @@ def test_file_is_reloaded_when_it_changes_and_a_broken_one_is_ignored(tmp_path):
 
 
 def test_refusal_log_folds_repeats_and_floods(caplog):
-    refusals = RefusalLog("broker")
+    refusals = RefusalLog(logging.getLogger("txmq.acl"), "broker refused a request")
     with caplog.at_level("WARNING", logger="txmq.acl"):
         for _ in range(100):
             refusals.refused("10.0.0.1", "no AccessKey")

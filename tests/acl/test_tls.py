@@ -95,6 +95,7 @@ def test_txmq_client_over_tls_and_plaintext_refused(enforcing: AclServer, certs)
     assert b"over tls" in _roundtrip(enforcing.namesrv, str(certs[0]), b"over tls")
     with pytest.raises(TxmqError):
         _roundtrip(enforcing.namesrv, None, b"plaintext")
+    assert "TLS server refused a connection from 127.0.0.1: plaintext (tls.server.mode=enforcing)" in enforcing.log
     # a client that does not trust the test CA refuses the server
     with pytest.raises(TxmqError):
         _roundtrip(enforcing.namesrv, "", b"untrusted")

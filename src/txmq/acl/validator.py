@@ -1,7 +1,7 @@
 """The one check every remoting request passes before its processor (RocketMQ's ``PlainAccessValidator`` run as
 a server RPC hook): global white address, account, account white address, signature, then the request code's
-permissions. A refusal is answered ``NO_PERMISSION`` with a remark and logged once (identical refusals from one
-host are counted and logged at most once per ``LOG_EVERY_S``)."""
+permissions. A refusal is answered ``NO_PERMISSION`` with a remark and logged (``RefusalLog``: identical refusals
+from one host folded into one line per 10 s)."""
 
 from __future__ import annotations
 
@@ -15,45 +15,10 @@ from txmq.acl.permissions import HALF_ACCOUNT, Needs, RequestNotReadable, Table,
 from txmq.acl.signer import ACCESS_KEY, signature_matches
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.transport import Connection, Handler
 
 log = logging.getLogger("txmq.acl")
-
-LOG_EVERY_S = 10.0
-LINES_PER_HOST = 20  # distinct refusals logged per host and LOG_EVERY_S (random access keys must not flood)
-
-
-class RefusalLog:
-    """One log line per kind of refusal per host and ``LOG_EVERY_S``, with the count of those not logged; at
-    most ``LINES_PER_HOST`` lines per host in that time, the rest counted into the host's next line."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self._last: dict[tuple[str, str], tuple[float, int]] = {}
-        self._hosts: dict[str, tuple[float, int, int]] = {}  # host -> (window start, lines, not logged)
-
-    def refused(self, host: str, reason: str) -> None:
-        now = time.monotonic()
-        key = (host, reason)
-        last = self._last.get(key)
-        if last is not None and now - last[0] < LOG_EVERY_S:
-            self._last[key] = (last[0], last[1] + 1)
-            return
-        if len(self._last) > 10_000 or len(self._hosts) > 10_000:  # bounded, whatever a flood sends
-            self._last.clear()
-            self._hosts.clear()
-        start, lines, hidden = self._hosts.get(host, (now, 0, 0))
-        if now - start >= LOG_EVERY_S:
-            start, lines = now, 0
-        if lines >= LINES_PER_HOST:
-            self._hosts[host] = (start, lines, hidden + 1)
-            return
-        more = f" (+{last[1]} like it since the last line)" if last and last[1] else ""
-        more += f" (+{hidden} other refusals from this host not logged)" if hidden else ""
-        log.warning("%s refused a request from %s: %s%s", self.what, host, reason, more)
-        self._last[key] = (now, 0)
-        self._hosts[host] = (start, lines + 1, 0)
-
 
 def host_of(remote_address: str) -> str:
     return remote_address.rpartition(":")[0].strip("[]")
@@ -73,7 +38,7 @@ class AccessValidator:
     def __init__(self, acl_file: AclFile, table: Table, what: str) -> None:
         self.acl_file = acl_file
         self.table = table
-        self.refusals = RefusalLog(what)
+        self.refusals = RefusalLog(log, f"{what} refused a request")
 
     def identify(self, host: str, access_key: str, check_signature: Callable[[Account], bool]) -> Account | str:
         """The account of a request (``WHITE_ACCOUNT`` for a global white address), or why it has none.

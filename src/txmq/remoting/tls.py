@@ -3,7 +3,10 @@
 * ``disabled``: plaintext only;
 * ``permissive``: TLS and plaintext on the same port, told apart by the first byte a client sends (0x16 opens
   a TLS handshake; a remoting frame starts with its length, whose first byte is 0 for any frame under 16 MiB);
-* ``enforcing``: TLS only; a plaintext client's bytes fail the handshake and the connection is closed.
+* ``enforcing``: TLS only; a plaintext client is closed at its first byte.
+
+Both TLS modes accept connections themselves (``TlsServer``) to look at that byte, so that each refused
+connection and failed handshake is logged (``RefusalLog``: at most a line per kind, host and 10 s).
 
 Clients verify the server's certificate against ``trust_cert_path`` (RocketMQ's ``tls.client.trustCertPath``)
 or the system's CAs, and its name or IP address.
@@ -18,6 +21,8 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from txmq.remoting.refusals import RefusalLog
 
 log = logging.getLogger("txmq.remoting")
 
@@ -54,14 +59,25 @@ def client_context(trust_cert_path: str | None = None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=trust_cert_path or None)
 
 
-class PermissiveServer:
-    """A listening socket whose connections are handed to ``factory`` over TLS or plaintext, as each client's
-    first byte says. Offers what ``RemotingServer`` uses of an ``asyncio.Server``."""
+def _peer_host(conn: socket.socket) -> str:
+    try:
+        return str(conn.getpeername()[0])
+    except OSError:
+        return "?"
 
-    def __init__(self, factory: Callable[[], asyncio.Protocol], sock: socket.socket, ctx: ssl.SSLContext) -> None:
+
+class TlsServer:
+    """A listening socket whose connections are handed to ``factory`` over TLS, or over plaintext when
+    ``allow_plain`` (permissive), as each client's first byte says. Offers what ``RemotingServer`` uses of an
+    ``asyncio.Server``."""
+
+    def __init__(self, factory: Callable[[], asyncio.Protocol], sock: socket.socket, ctx: ssl.SSLContext,
+                 allow_plain: bool) -> None:
         self._loop = asyncio.get_running_loop()
         self._factory = factory
         self._ctx = ctx
+        self._allow_plain = allow_plain
+        self._refusals = RefusalLog(log, "TLS server refused a connection")
         self.sockets = [sock]
         self._waiting: dict[socket.socket, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[object]] = set()
@@ -69,13 +85,13 @@ class PermissiveServer:
 
     @classmethod
     async def start(cls, factory: Callable[[], asyncio.Protocol], host: str, port: int,
-                    ctx: ssl.SSLContext) -> PermissiveServer:
+                    ctx: ssl.SSLContext, allow_plain: bool) -> TlsServer:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(1024)
         sock.setblocking(False)
-        return cls(factory, sock, ctx)
+        return cls(factory, sock, ctx, allow_plain)
 
     async def _accept(self, sock: socket.socket) -> None:
         while True:
@@ -113,15 +129,20 @@ class PermissiveServer:
         self._waiting.pop(conn).cancel()
         self._loop.remove_reader(conn.fileno())
         ctx = self._ctx if first[0] == _TLS_HANDSHAKE else None
+        if ctx is None and not self._allow_plain:
+            self._refusals.refused(_peer_host(conn), "plaintext (tls.server.mode=enforcing)")
+            conn.close()
+            return
         task = self._loop.create_task(self._connect(conn, ctx))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _connect(self, conn: socket.socket, ctx: ssl.SSLContext | None) -> None:
+        host = _peer_host(conn)
         try:
             await self._loop.connect_accepted_socket(self._factory, conn, ssl=ctx)
         except (OSError, ssl.SSLError) as exc:  # a failed handshake: this client's problem only
-            log.warning("TLS handshake failed: %s", exc)
+            self._refusals.refused(host, f"TLS handshake failed: {type(exc).__name__}: {exc}")
             conn.close()
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ from txmq.errors import ClientError, LocalProtocolError, RemoteProtocolError
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import FLAG_ONEWAY, RemotingCommand
-from txmq.remoting.tls import PermissiveServer, TlsServerConfig
+from txmq.remoting.tls import TlsServer, TlsServerConfig
 
 log = logging.getLogger("txmq.remoting")
 
@@ -459,7 +459,7 @@ class RemotingServer:
         self.max_frame_size = max_frame_size
         self.max_pending_invokes = max_pending_invokes
         self.connections: set[Connection] = set()
-        self._server: asyncio.Server | PermissiveServer | None = None
+        self._server: asyncio.Server | TlsServer | None = None
 
     def _new_connection(self) -> Connection:
         conn = Connection(
@@ -480,12 +480,12 @@ class RemotingServer:
         """Bind and listen; ``port`` is the bound port afterwards."""
         loop = asyncio.get_running_loop()
         tls = self.tls if self.tls is not None and self.tls.enabled else None
-        if tls is not None and tls.mode == "permissive":
-            self._server = await PermissiveServer.start(self._new_connection, self.host, self.port, tls.context())
+        if tls is not None:
+            self._server = await TlsServer.start(self._new_connection, self.host, self.port, tls.context(),
+                                                 allow_plain=tls.mode == "permissive")
         else:
             self._server = await loop.create_server(
-                self._new_connection, self.host, self.port, reuse_address=True,
-                ssl=tls.context() if tls is not None else None,
+                self._new_connection, self.host, self.port, reuse_address=True
             )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("remoting server listening on %s:%d (TLS %s)", self.host, self.port,
