@@ -144,6 +144,9 @@ class TlsServer:
         except (OSError, ssl.SSLError) as exc:  # a failed handshake: this client's problem only
             self._refusals.refused(host, f"TLS handshake failed: {type(exc).__name__}: {exc}")
             conn.close()
+        except asyncio.CancelledError:  # the server is closing
+            conn.close()
+            raise
 
     def close(self) -> None:
         self._accepting.cancel()
