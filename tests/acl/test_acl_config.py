@@ -88,7 +88,7 @@ def test_permission_table_reads_resources_per_code():
     assert needs_of(BROKER_TABLE, lock).groups == [("billing", SUB)]
 
 
-def test_file_is_reloaded_when_it_changes_and_a_broken_one_is_ignored(tmp_path):
+def test_file_is_reloaded_when_it_changes_and_a_broken_one_is_ignored(tmp_path, caplog):
     path = tmp_path / "plain_acl.yml"
     path.write_text(PLAIN_ACL)
     acl = AclFile(path, check_interval_s=0)
@@ -99,6 +99,11 @@ def test_file_is_reloaded_when_it_changes_and_a_broken_one_is_ignored(tmp_path):
     path.write_text("accounts: [")
     os.utime(path, ns=(time.time_ns() + 2 * 10**9, time.time_ns() + 2 * 10**9))
     assert "attackKey02" in acl.current(time.monotonic()).accounts
+    path.unlink()  # gone: the accounts stay, and the error is logged once, not at every check
+    with caplog.at_level("ERROR", logger="txmq.acl"):
+        for _ in range(3):
+            assert "attackKey02" in acl.current(time.monotonic()).accounts
+    assert len(caplog.records) == 1
 
 
 def test_refusal_log_folds_repeats_and_floods(caplog):

@@ -185,7 +185,7 @@ class AclFile:
     def __init__(self, path: Path, check_interval_s: float = 1.0) -> None:
         self.path = path
         self.check_interval_s = check_interval_s
-        self._stamp = self._stat()
+        self._stamp: tuple[int, int] | None = self._stat()
         self.config = parse_plain_acl(path.read_text())
         self._next_check = 0.0
 
@@ -200,14 +200,17 @@ class AclFile:
         return self.config
 
     def _maybe_reload(self) -> None:
+        """Re-read after a change; a missing or broken file is logged once per change, not once per check."""
         try:
-            stamp = self._stat()
-            if stamp == self._stamp:
-                return
-            self._stamp = stamp
+            stamp: tuple[int, int] | None = self._stat()
+        except OSError:
+            stamp = None
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
             self.config = parse_plain_acl(self.path.read_text())
         except (OSError, AclConfigError) as exc:
             log.error("plain_acl.yml %s not reloaded, the previous accounts stay: %s", self.path, exc)
             return
         log.info("plain_acl.yml %s reloaded: %d accounts", self.path, len(self.config.accounts))
-
