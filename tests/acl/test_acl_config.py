@@ -100,6 +100,7 @@ def test_file_is_reloaded_when_it_changes_and_a_broken_one_is_ignored(tmp_path, 
     os.utime(path, ns=(time.time_ns() + 2 * 10**9, time.time_ns() + 2 * 10**9))
     assert "attackKey02" in acl.current(time.monotonic()).accounts
     path.unlink()  # gone: the accounts stay, and the error is logged once, not at every check
+    caplog.clear()
     with caplog.at_level("ERROR", logger="txmq.acl"):
         for _ in range(3):
             assert "attackKey02" in acl.current(time.monotonic()).accounts
