@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -19,7 +21,8 @@ from txmq.acl.signer import (
     request_content,
     signature_matches,
 )
-from txmq.remoting.codes import RequestCode
+from txmq.acl.validator import AccessValidator
+from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.refusals import LINES_PER_HOST, RefusalLog
 
@@ -117,3 +120,23 @@ def test_refusal_log_folds_repeats_and_floods(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert sum("10.0.0.1" in line for line in lines) == 1
     assert sum("10.0.0.2" in line for line in lines) == LINES_PER_HOST
+
+
+def test_white_addresses(tmp_path):
+    """A global white address needs no account; an account's white address skips only its signature check."""
+    path = tmp_path / "plain_acl.yml"
+    path.write_text("globalWhiteRemoteAddresses: [10.9.*.*]\naccounts:\n  - accessKey: lanKey01\n"
+                    "    secretKey: lanSecret01\n    whiteRemoteAddress: 192.168.1.{5,6}\n    topicPerms: [t1=PUB]\n")
+    validator = AccessValidator(AclFile(path), BROKER_TABLE, "broker")
+
+    def send(host: str, topic: str, access_key: str | None) -> int | None:
+        conn: Any = SimpleNamespace(remote_address=f"{host}:4000")
+        ext = {"topic": topic, "producerGroup": "g", **({"AccessKey": access_key} if access_key else {})}
+        refusal = validator.check(conn, RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, b"x"))
+        return None if refusal is None else refusal.code
+
+    assert send("10.9.1.2", "t2", None) is None  # globally white: anything
+    assert send("192.168.1.5", "t1", "lanKey01") is None  # unsigned, from the account's white address
+    assert send("192.168.1.5", "t2", "lanKey01") == ResponseCode.NO_PERMISSION  # permissions still apply
+    assert send("192.168.1.7", "t1", "lanKey01") == ResponseCode.NO_PERMISSION  # elsewhere: must sign
+    assert send("192.168.1.5", "t1", None) == ResponseCode.NO_PERMISSION
