@@ -8,10 +8,13 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from txmq.acl.config import DENY, PUB, SUB, AclConfigError, AclFile, RemoteAddressMatcher, allows, parse_plain_acl
-from txmq.acl.permissions import BROKER_TABLE, needs_of
+from txmq.acl.permissions import BROKER_TABLE, Needs, RequestNotReadable, needs_of
 from txmq.acl.signer import (
     AclClientRPCHook,
     SessionCredentials,
@@ -140,3 +143,23 @@ def test_white_addresses(tmp_path):
     assert send("192.168.1.5", "t2", "lanKey01") == ResponseCode.NO_PERMISSION  # permissions still apply
     assert send("192.168.1.7", "t1", "lanKey01") == ResponseCode.NO_PERMISSION  # elsewhere: must sign
     assert send("192.168.1.5", "t1", None) == ResponseCode.NO_PERMISSION
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                         st.sampled_from(["producerDataSet", "consumerDataSet", "groupName", "subscriptionDataSet",
+                                          "topic", "consumerGroup", "producerGroup", "entries"]), inner, max_size=4),
+                     max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(code=st.sampled_from([RequestCode.HEART_BEAT, RequestCode.TXMQ_END_TRANSACTION_BATCH,
+                             RequestCode.LOCK_BATCH_MQ, RequestCode.SEND_BATCH_MESSAGE]),
+       body=_json.map(lambda v: orjson.dumps(v)) | st.binary(max_size=64))
+def test_the_permission_table_never_trips_on_a_peers_body(code, body):
+    """Anything but a ``Needs`` or ``RequestNotReadable`` would be an error answer with a traceback in the log."""
+    try:
+        needs = needs_of(BROKER_TABLE, RemotingCommand.request(code, {"topic": "t", "b": "t", "batch": "true"}, body))
+    except RequestNotReadable:
+        return
+    assert isinstance(needs, Needs)

@@ -207,6 +207,11 @@ NAMESRV_TABLE: Table = {code: _admin for code in (
 
 
 def needs_of(table: Table, cmd: RemotingCommand) -> Needs:
-    """Raises ``RequestNotReadable``."""
+    """Raises ``RequestNotReadable`` for whatever a peer's malformed request makes the parsers trip on."""
     parse = table.get(cmd.code)
-    return parse(cmd) if parse is not None else Needs()
+    if parse is None:
+        return Needs()
+    try:
+        return parse(cmd)
+    except (TypeError, AttributeError, ValueError) as exc:  # RequestNotReadable is a ValueError
+        raise exc if isinstance(exc, RequestNotReadable) else RequestNotReadable(f"malformed: {exc}") from None
