@@ -192,8 +192,10 @@ def stored_messages(namesrv: str | None, topic: str) -> int:
 
 
 def produce(namesrv: str | None, topic: str, n: int, *, size: int = 256, window: int = 1000, seed: int = 0,
-            group: str = "txmq_bench_producer", broker_pid: int | None = None, progress: bool = True) -> PhaseResult:
-    """Send ``n`` messages with at most ``window`` unanswered; raises ``BenchError`` if any send fails."""
+            group: str = "txmq_bench_producer", broker_pid: int | None = None, progress: bool = True,
+            batch_max_messages: int = 128) -> PhaseResult:
+    """Send ``n`` messages with at most ``window`` unanswered (the producer's batching: ``batch_max_messages``,
+    1 for one request per message); raises ``BenchError`` if any send fails."""
     from txmq.client.producer import Producer, SendStatus
     from txmq.message import Message
 
@@ -219,7 +221,7 @@ def produce(namesrv: str | None, topic: str, n: int, *, size: int = 256, window:
                 done.set()
 
     meter = Meter(broker_pid)
-    producer = Producer(group, namesrv, max_in_flight=window)
+    producer = Producer(group, namesrv, max_in_flight=window, batch_max_messages=batch_max_messages)
     producer.start()
     try:
         assert producer.instance is not None

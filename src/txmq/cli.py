@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ def _namesrv(args: argparse.Namespace) -> str | None:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    from txmq.acl.setup import namesrv_validator
     from txmq.broker.controller import BrokerController
     from txmq.namesrv.controller import NamesrvController
     from txmq.server import broker_config, print_ready, run_process, serve
@@ -24,7 +26,9 @@ def cmd_server(args: argparse.Namespace) -> int:
     config = broker_config(args.config, {"brokerIP1": args.host, "listenPort": args.port,
                                          "storePathRootDir": args.store, "flushDiskType": args.flush_disk_type,
                                          "grpcPort": args.grpc_port})
-    namesrv = NamesrvController(args.host, args.namesrv_port, limits=config.server_limits)
+    acl = namesrv_validator(config.acl_file or None) if config.acl_enable else None
+    namesrv = NamesrvController(args.host, args.namesrv_port, limits=config.server_limits, acl=acl,
+                                tls=config.tls_server())
 
     async def main() -> None:
         await serve(namesrv, BrokerController(config), print_ready)
@@ -32,13 +36,18 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
+    from txmq.acl.setup import namesrv_validator
     from txmq.namesrv.controller import NamesrvController
+    from txmq.remoting.tls import TlsServerConfig
     from txmq.server import namesrv_limits, print_ready, run_process, serve
 
     limits = namesrv_limits(args.config)
 
+    acl = namesrv_validator(args.acl_file) if args.acl_file else None
+    tls = TlsServerConfig(args.tls_mode, args.tls_cert or "", args.tls_key or "")
+
     async def main() -> None:
-        await serve(NamesrvController(args.host, args.port, limits=limits), None, print_ready)
+        await serve(NamesrvController(args.host, args.port, limits=limits, acl=acl, tls=tls), None, print_ready)
     return run_process(main())
 
 
@@ -151,7 +160,7 @@ def cmd_tx(args: argparse.Namespace) -> int:
 
     with Admin(_namesrv(args)) as admin:
         if args.action == "list":
-            data = admin.tx_list(args.limit)
+            data = admin.tx_list(args.limit, args.group)
             if args.json:
                 _print_json(data)
                 return 0
@@ -163,9 +172,9 @@ def cmd_tx(args: argparse.Namespace) -> int:
                         print(f"  {state:9} {t['transactionId']} topic={t['topic']} group={t['group']} "
                               f"age={t['ageS']}s checks={t['checks']} halfOffset={t['halfOffset']}")
         elif args.action == "show":
-            _print_json(admin.tx_show(args.id))
+            _print_json(admin.tx_show(args.id, args.group))
         else:
-            broker = admin.tx_resume(args.id)
+            broker = admin.tx_resume(args.id, args.group)
             print(f"transaction {args.id} resumed into checking on {broker}")
     return 0
 
@@ -243,7 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def namesrv_opt(sp: argparse.ArgumentParser) -> None:
+        """What every client command takes: where the name server is, and the account to sign with."""
         sp.add_argument("-n", "--namesrv", help="name server HOST:PORT (default $NAMESRV_ADDR or 127.0.0.1:9876)")
+        sp.add_argument("--access-key", help="ACL account (default $TXMQ_ACCESS_KEY)")
+        sp.add_argument("--secret-key", help="ACL secret (default $TXMQ_SECRET_KEY)")
+        sp.add_argument("--tls", action="store_true", help="TLS to name servers and brokers (default $TXMQ_TLS)")
+        sp.add_argument("--tls-trust-cert", help="CA bundle the servers' certificates are checked against "
+                                                 "(default $TXMQ_TLS_TRUST_CERT_PATH, else the system's CAs)")
 
     def broker_opts(sp: argparse.ArgumentParser) -> None:
         """What ``server`` and ``broker`` both pass on to the broker's config."""
@@ -265,6 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=9876)
     s.add_argument("-c", "--config", help="properties file with the remoting server's limits "
                                           "(serverChannelMaxIdleTimeSeconds, serverMaxConnections, ...)")
+    s.add_argument("--acl-file", help="plain_acl.yml: switches ACL on; broker registration needs an admin account")
+    s.add_argument("--tls-mode", choices=["disabled", "permissive", "enforcing"], default="disabled",
+                   help="RocketMQ's tls.server.mode")
+    s.add_argument("--tls-cert", help="tls.server.certPath")
+    s.add_argument("--tls-key", help="tls.server.keyPath")
     s.set_defaults(fn=cmd_namesrv)
 
     s = sub.add_parser("broker", help="a broker registering with name servers")
@@ -309,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("action", choices=["list", "show", "resume"])
     s.add_argument("id", nargs="?", help="transaction id or half offset")
     s.add_argument("--limit", type=int, default=100)
+    s.add_argument("--group", default="", help="only this producer group's (what a non-admin account may see)")
     s.add_argument("--json", action="store_true")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_tx)
@@ -343,6 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Every client this command makes reads its account and TLS settings from the environment (txmq.client.base).
+    for flag, var in (("access_key", "TXMQ_ACCESS_KEY"), ("secret_key", "TXMQ_SECRET_KEY"),
+                      ("tls_trust_cert", "TXMQ_TLS_TRUST_CERT_PATH")):
+        if getattr(args, flag, None):
+            os.environ[var] = getattr(args, flag)
+    if getattr(args, "tls", False):
+        os.environ["TXMQ_TLS"] = "true"
     if args.command == "topic" and args.action != "list" and not args.topic:
         print("txmq topic: a topic name is required", file=sys.stderr)
         return 2

@@ -36,7 +36,7 @@ def update_fields(obj: Any, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _snake(key: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key.replace(".", "_")).lower()
 
 
 def _convert(raw: Any, type_name: str, key: str) -> Any:

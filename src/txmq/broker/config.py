@@ -16,6 +16,7 @@ from typing import Any
 from txmq.broker.transaction.service import DEFAULT_ORPHAN_FACTOR
 from txmq.conf import parse_properties, update_fields
 from txmq.remoting.server import ServerLimits
+from txmq.remoting.tls import TlsServerConfig
 
 log = logging.getLogger("txmq.broker")
 
@@ -72,10 +73,27 @@ class BrokerConfig:
     transaction_orphan_factor: int = DEFAULT_ORPHAN_FACTOR
     # txmq's own: how often the transaction state table is snapshotted (restart replays only what follows)
     transaction_snapshot_interval: int = 10_000  # ms
+    # access control (RocketMQ's aclEnable; RocketMQ reads the file's path from a JVM property, txmq from aclFile,
+    # else $ROCKETMQ_HOME/conf/plain_acl.yml). accessKey/secretKey: the broker's own account, signing its
+    # registrations at the name servers.
+    acl_enable: bool = False
+    acl_file: str = ""
+    access_key: str = ""
+    secret_key: str = ""
+    # TLS under RocketMQ's names (tls.server.mode, tls.server.certPath, ...; dots read as underscores):
+    # the server side of the remoting and gRPC ports, and tls.enable for the broker's own calls to name servers.
+    tls_server_mode: str = "disabled"  # disabled | permissive | enforcing
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    tls_enable: bool = False
+    tls_client_trust_cert_path: str = ""
 
     @property
     def broker_addr(self) -> str:
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    def tls_server(self) -> TlsServerConfig:
+        return TlsServerConfig(self.tls_server_mode.lower(), self.tls_server_cert_path, self.tls_server_key_path)
 
     @property
     def is_slave(self) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.acl.setup import broker_rpc_hook, broker_validator
 from txmq.broker.client_manager import ConsumerGroupInfo, ConsumerManager, ProducerManager
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
@@ -29,6 +30,7 @@ from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.server import RemotingServer
+from txmq.remoting.tls import client_context
 from txmq.remoting.transport import Connection, RemotingClient
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
 
@@ -107,9 +109,12 @@ class BrokerController:
             self.processors[code] = admin.process
         self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
 
-        self.server = RemotingServer(self._dispatch, host=config.broker_ip1, port=config.listen_port,
+        self.acl = broker_validator(config)
+        handler = self.acl.guard(self._dispatch) if self.acl is not None else self._dispatch
+        self.server = RemotingServer(handler, host=config.broker_ip1, port=config.listen_port, tls=config.tls_server(),
                                      limits=config.server_limits)
-        self.namesrv_client = RemotingClient()
+        self.namesrv_client = RemotingClient(rpc_hook=broker_rpc_hook(config), ssl_context=client_context(
+            config.tls_client_trust_cert_path) if config.tls_enable else None)
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self._registered: dict[str, bool] = {}
@@ -137,8 +142,10 @@ class BrokerController:
         if self.config.namesrv_addr:
             await self.register_all()
             self._spawn(self._register_loop(), "namesrv registration")
-        log.info("broker %s listening on %s (%s, store %s)", self.config.broker_name, self.addr,
-                 self.config.flush_disk_type, self.root)
+        log.info("broker %s listening on %s (%s, store %s, %s)", self.config.broker_name, self.addr,
+                 self.config.flush_disk_type, self.root,
+                 f"ACL on: {self.acl.acl_file.path}" if self.acl else
+                 "ACL off: any client reaching this address may do anything; aclEnable=true requires accounts")
 
     async def _start_grpc(self) -> None:
         """Serve ``apache.rocketmq.v2.MessagingService`` on ``grpc_port`` (0: a free port, < 0: off). The default
@@ -249,6 +256,8 @@ class BrokerController:
                 resp = await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER,
                                                                                     ext, body=body), 3.0)
                 ok = resp.code == ResponseCode.SUCCESS
+                if not ok and self._registered.get(addr, True):  # e.g. NO_PERMISSION: accessKey/secretKey
+                    log.warning("namesrv %s refused the registration: code %d %s", addr, resp.code, resp.remark)
             except (ClientError, OSError) as exc:
                 ok = False
                 if self._registered.get(addr, True):

@@ -85,24 +85,32 @@ class Admin(ClientBase):
         resps = self._check(self._call(self._each_broker(lambda: RemotingCommand.request(RequestCode.TXMQ_STATS))))
         return {name: orjson.loads(r.body) for name, r in resps.items()}
 
-    def tx_list(self, limit: int = 100) -> dict[str, Any]:
-        resps = self._check(self._call(self._each_broker(
-            lambda: RemotingCommand.request(RequestCode.TXMQ_TX_LIST, {"limit": str(limit)}))))
+    def tx_list(self, limit: int = 100, group: str = "") -> dict[str, Any]:
+        """Pending and discarded transactions per broker; only ``group``'s when given (what a non-admin account
+        may see under ACL: the groups it may publish for)."""
+        ext = {"limit": str(limit), **({"group": group} if group else {})}
+        resps = self._check(self._call(self._each_broker(lambda: RemotingCommand.request(RequestCode.TXMQ_TX_LIST,
+                                                                                         dict(ext)))))
         return {name: orjson.loads(r.body) for name, r in resps.items()}
 
-    def tx_show(self, ident: str) -> dict[str, Any]:
+    def _tx_each(self, code: int, ident: str, group: str) -> dict[str, RemotingCommand]:
+        ext = {"id": ident, **({"group": group} if group else {})}
+        resps = self._call(self._each_broker(lambda: RemotingCommand.request(code, dict(ext))))
+        for r in resps.values():
+            if r.code == ResponseCode.NO_PERMISSION:
+                raise BrokerError(r.code, r.remark)
+        return resps
+
+    def tx_show(self, ident: str, group: str = "") -> dict[str, Any]:
         """The transaction named by transaction id or half offset, from the first broker that knows it."""
-        resps = self._call(self._each_broker(lambda: RemotingCommand.request(RequestCode.TXMQ_TX_SHOW, {"id": ident})))
-        for name, r in resps.items():
+        for name, r in self._tx_each(RequestCode.TXMQ_TX_SHOW, ident, group).items():
             if r.code == ResponseCode.SUCCESS:
                 return {"broker": name, **orjson.loads(r.body)}
         raise ClientError(f"no broker knows transaction {ident}")
 
-    def tx_resume(self, ident: str) -> str:
-        resps = self._call(self._each_broker(
-            lambda: RemotingCommand.request(RequestCode.TXMQ_TX_RESUME, {"id": ident})))
+    def tx_resume(self, ident: str, group: str = "") -> str:
         errors = []
-        for name, r in resps.items():
+        for name, r in self._tx_each(RequestCode.TXMQ_TX_RESUME, ident, group).items():
             if r.code == ResponseCode.SUCCESS:
                 return name
             if r.code != ResponseCode.QUERY_NOT_FOUND:

@@ -8,13 +8,28 @@ import os
 from collections.abc import Coroutine
 from typing import Any, Self
 
+from txmq.acl.signer import AclClientRPCHook, SessionCredentials
 from txmq.client.instance import MQClientInstance
 from txmq.client.runtime import ClientRuntime
 from txmq.errors import ClientError
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.tls import client_context
 from txmq.remoting.transport import Connection
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+def default_credentials() -> SessionCredentials | None:
+    """``$TXMQ_ACCESS_KEY`` and ``$TXMQ_SECRET_KEY`` (and ``$TXMQ_SECURITY_TOKEN``) when both keys are set."""
+    ak, sk = os.environ.get("TXMQ_ACCESS_KEY"), os.environ.get("TXMQ_SECRET_KEY")
+    return SessionCredentials(ak, sk, os.environ.get("TXMQ_SECURITY_TOKEN", "")) if ak and sk else None
+
+
+def default_tls() -> str | None:
+    """``$TXMQ_TLS_TRUST_CERT_PATH`` when ``$TXMQ_TLS`` is true ("" for the system's CAs), else None (plaintext)."""
+    if os.environ.get("TXMQ_TLS", "").lower() not in ("1", "true", "yes"):
+        return None
+    return os.environ.get("TXMQ_TLS_TRUST_CERT_PATH", "")
 
 
 def default_namesrv(namesrv: str | None) -> str:
@@ -30,6 +45,19 @@ class ClientBase:
         self.instance_name = instance_name or f"{name_prefix}-{os.getpid()}-{id(self):x}"
         self._runtime: ClientRuntime | None = None
         self.instance: MQClientInstance | None = None
+        self.credentials = default_credentials()
+        self.tls_trust_cert_path = default_tls()  # None: plaintext
+
+    def set_session_credentials(self, access_key: str, secret_key: str, security_token: str = "") -> Self:
+        """Sign every request with this account (RocketMQ's ACL); call before ``start``."""
+        self.credentials = SessionCredentials(access_key, secret_key, security_token)
+        return self
+
+    def use_tls(self, trust_cert_path: str = "") -> Self:
+        """Talk TLS to name servers and brokers, checking their certificates against ``trust_cert_path`` (a CA
+        bundle; "" for the system's CAs); call before ``start``."""
+        self.tls_trust_cert_path = trust_cert_path
+        return self
 
     @property
     def started(self) -> bool:
@@ -60,7 +88,10 @@ class ClientBase:
     def start(self) -> Self:
         if self._runtime is None:
             self._runtime = ClientRuntime(self.instance_name)
-            self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler)
+            hook = AclClientRPCHook(self.credentials) if self.credentials else None
+            ssl_context = client_context(self.tls_trust_cert_path) if self.tls_trust_cert_path is not None else None
+            self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler, rpc_hook=hook,
+                                             ssl_context=ssl_context)
             self.instance.heartbeat_data = self._heartbeat_data
             try:
                 self._runtime.call(self._on_start(), 30)

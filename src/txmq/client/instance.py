@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ import orjson
 from txmq.errors import BrokerError, ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.transport import Connection, RemotingClient
+from txmq.remoting.transport import Connection, RemotingClient, RPCHook
 from txmq.topic import PermName
 
 log = logging.getLogger("txmq.client")
@@ -80,12 +81,14 @@ class MQClientInstance:
     """Lives on the client's loop: every method here is a coroutine or a loop-thread callback."""
 
     def __init__(self, namesrv: str, instance_name: str,
-                 request_handler: Callable[[Connection, RemotingCommand], Any] | None = None) -> None:
+                 request_handler: Callable[[Connection, RemotingCommand], Any] | None = None, *,
+                 rpc_hook: RPCHook | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise ClientError("no name server address: pass namesrv= or set NAMESRV_ADDR")
         self.client_id = f"{local_ip()}@{instance_name}@{os.getpid()}"
-        self.remoting = RemotingClient(request_handler, on_connect=self._on_connect)
+        self.remoting = RemotingClient(request_handler, on_connect=self._on_connect, rpc_hook=rpc_hook,
+                                       ssl_context=ssl_context)
         self.routes: dict[str, TopicRoute] = {}
         self.broker_addrs: dict[str, str] = {}
         self.heartbeat_data: Callable[[], dict[str, Any]] = dict

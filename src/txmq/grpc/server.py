@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from txmq.acl.grpc_auth import AclInterceptor
 from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.service import MessagingService
 from txmq.grpc.telemetry import ClientSessions, GrpcCheckSender
+from txmq.remoting.tls import TlsServerConfig
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -24,6 +26,11 @@ _ENVELOPE = 1024 * 1024
 # Calls open at once on one connection (grpcio's default is unbounded): a client's telemetry stream, its long
 # polls and its sends in flight; more wait in the client until one ends.
 MAX_CONCURRENT_STREAMS = 256
+
+
+def _credentials(tls: TlsServerConfig) -> grpc.ServerCredentials:
+    with open(tls.key_path, "rb") as key, open(tls.cert_path, "rb") as cert:
+        return grpc.ssl_server_credentials([(key.read(), cert.read())])
 
 
 class GrpcEndpoint:
@@ -43,8 +50,9 @@ class GrpcEndpoint:
     async def start(self) -> None:
         limit = self.broker.config.max_message_size + _ENVELOPE
         limits = self.broker.config.server_limits
-        server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", limit),  # grpcio refuses a bigger message before buffering it
+        interceptors = [AclInterceptor(self.broker.acl)] if self.broker.acl is not None else []
+        server = grpc.aio.server(interceptors=interceptors, options=[
+            ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
             ("grpc.keepalive_permit_without_calls", 1),
@@ -57,8 +65,11 @@ class GrpcEndpoint:
         ])
         self.service = MessagingService(self.broker, self.sessions, (self.host, self.port))
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        tls = self.broker.config.tls_server()
         try:
-            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+            # grpcio cannot serve TLS and plaintext on one port: permissive serves TLS here (docs/security.md)
+            bound = server.add_secure_port(f"{self.host}:{self.port}", _credentials(tls)) if tls.enabled \
+                else server.add_insecure_port(f"{self.host}:{self.port}")
         except RuntimeError as exc:  # grpcio raises this for an address in use
             raise OSError(f"gRPC endpoint cannot bind {self.host}:{self.port}: {exc}") from None
         if bound == 0:
@@ -69,7 +80,8 @@ class GrpcEndpoint:
         self._server = server
         if self.check_sender not in self.broker.check_service.senders:
             self.broker.check_service.senders.append(self.check_sender)
-        log.info("gRPC endpoint (apache.rocketmq.v2.MessagingService) listening on %s", self.addr)
+        log.info("gRPC endpoint (apache.rocketmq.v2.MessagingService) listening on %s (TLS %s)", self.addr,
+                 "on" if tls.enabled else "off")
 
     def scan_expired(self, expired_s: float) -> None:
         self.sessions.scan_expired(expired_s)

@@ -6,18 +6,24 @@ import asyncio
 import contextlib
 import logging
 
+from txmq.acl.validator import AccessValidator
 from txmq.namesrv.processor import NamesrvProcessor
 from txmq.namesrv.route_info import RouteInfoManager
 from txmq.remoting.server import RemotingServer, ServerLimits
+from txmq.remoting.tls import TlsServerConfig
 
 log = logging.getLogger("txmq.namesrv")
 
 
 class NamesrvController:
     def __init__(self, host: str = "127.0.0.1", port: int = 9876, broker_expired_s: float = 120.0,
-                 limits: ServerLimits | None = None) -> None:
+                 limits: ServerLimits | None = None, acl: AccessValidator | None = None,
+                 tls: TlsServerConfig | None = None) -> None:
         self.routes = RouteInfoManager(broker_expired_s)
-        self.server = RemotingServer(NamesrvProcessor(self.routes), host=host, port=port, limits=limits)
+        self.acl = acl
+        processor = NamesrvProcessor(self.routes)
+        self.server = RemotingServer(acl.guard(processor) if acl else processor, host=host, port=port, tls=tls,
+                                     limits=limits)
         self.host = host
         self._scan_task: asyncio.Task[None] | None = None
 
@@ -32,7 +38,8 @@ class NamesrvController:
     async def start(self) -> None:
         await self.server.start()
         self._scan_task = asyncio.create_task(self._scan_loop())
-        log.info("namesrv listening on %s", self.addr)
+        log.info("namesrv listening on %s (%s)", self.addr,
+                 f"ACL on: {self.acl.acl_file.path}" if self.acl else "ACL off: anyone may register brokers")
 
     async def _scan_loop(self) -> None:
         interval = min(10.0, max(0.5, self.routes.broker_expired_s / 4))

@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE
+from txmq.remoting.tls import TlsServer, TlsServerConfig
 from txmq.remoting.transport import DEFAULT_MAX_PENDING_INVOKES, Connection, Handler
 
 log = logging.getLogger("txmq.remoting")
@@ -49,8 +50,10 @@ class RemotingServer:
         *,
         max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
         limits: ServerLimits | None = None,
+        tls: TlsServerConfig | None = None,
     ) -> None:
         self.handler = handler
+        self.tls = tls  # tls.server.mode and its certificate (txmq.remoting.tls)
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
@@ -60,7 +63,7 @@ class RemotingServer:
         self.buffered_bytes = 0  # partial-frame bytes held by all connections
         self._buffered: dict[Connection, int] = {}  # per connection, those still holding some
         self._refused = 0  # connections refused in the current run at the cap
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | TlsServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
     def _new_connection(self) -> Connection:
@@ -137,12 +140,18 @@ class RemotingServer:
     async def start(self) -> None:
         """Bind and listen; ``port`` is the bound port afterwards."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_connection, self.host, self.port, reuse_address=True
-        )
+        tls = self.tls if self.tls is not None and self.tls.enabled else None
+        if tls is not None:
+            self._server = await TlsServer.start(self._new_connection, self.host, self.port, tls.context(),
+                                                 allow_plain=tls.mode == "permissive")
+        else:
+            self._server = await loop.create_server(
+                self._new_connection, self.host, self.port, reuse_address=True
+            )
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = loop.create_task(self._sweep(), name=f"remoting sweep :{self.port}")
-        log.info("remoting server listening on %s:%d", self.host, self.port)
+        log.info("remoting server listening on %s:%d (TLS %s)", self.host, self.port,
+                 tls.mode if tls is not None else "disabled")
 
     async def close(self, grace: float = 5.0) -> None:
         """Stop listening, close every connection, let running handlers finish for ``grace`` seconds

@@ -8,7 +8,7 @@ import contextlib
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from txmq.topic import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
@@ -72,6 +72,40 @@ def parse_offsets(text: str | None, default: str) -> str | dict[str, dict[str, i
     return out
 
 
+_C = TypeVar("_C")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """The account and TLS of every client a reader or writer makes: options ``accessKey`` and ``secretKey``,
+    ``tls`` (true/false) and ``tlsTrustCertPath``. Options left out fall back, as for any txmq client, to
+    ``$TXMQ_ACCESS_KEY``, ``$TXMQ_SECRET_KEY``, ``$TXMQ_TLS`` and ``$TXMQ_TLS_TRUST_CERT_PATH`` where the client
+    runs."""
+
+    access_key: str = ""
+    secret_key: str = ""
+    tls_trust_cert_path: str | None = None  # None: the environment decides; "": the system's CAs
+
+    @classmethod
+    def parse(cls, options: Any) -> ClientSecurity:
+        ak, sk = options.get("accessKey") or "", options.get("secretKey") or ""
+        if bool(ak) != bool(sk):
+            raise OptionError("options accessKey and secretKey go together")
+        tls = str(options.get("tls", "false")).lower() == "true"
+        return cls(ak, sk, (options.get("tlsTrustCertPath") or "") if tls else None)
+
+    def apply(self, client: _C) -> _C:
+        if self.access_key:
+            client.set_session_credentials(self.access_key, self.secret_key)  # type: ignore[attr-defined]
+        if self.tls_trust_cert_path is not None:
+            client.use_tls(self.tls_trust_cert_path)  # type: ignore[attr-defined]
+        return client
+
+    def cache_key(self) -> tuple[str, ...]:
+        """What tells cached clients of different accounts or TLS settings apart (never the secret itself)."""
+        return (self.access_key, "tls" if self.tls_trust_cert_path is not None else "", self.tls_trust_cert_path or "")
+
+
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     namesrv: str
@@ -83,6 +117,7 @@ class SourceOptions:
     pull_batch_size: int
     include_system_topics: bool
     group: str
+    security: ClientSecurity
 
     @classmethod
     def parse(cls, options: Any, streaming: bool) -> SourceOptions:
@@ -105,6 +140,7 @@ class SourceOptions:
             pull_batch_size=min(256, int(options.get("pullBatchSize", 256))),
             include_system_topics=include_system,
             group=options.get("group", "txmq-spark-reader"),
+            security=ClientSecurity.parse(options),
         )
 
 

@@ -36,6 +36,7 @@ from txmq.spark._common import (
     AUDIT_TOPICS,
     EARLIEST,
     LATEST,
+    ClientSecurity,
     OptionError,
     SourceOptions,
     cached_client,
@@ -68,39 +69,41 @@ class QueueRange(InputPartition):
     end: int
     pull_batch_size: int
     audit: bool
+    security: ClientSecurity
 
 
 # --- the driver side: queues and their offsets -----------------------------------------------------------
 
-def _pull_key(namesrv: str, group: str) -> tuple[str, ...]:
-    return ("pull", namesrv, group)
+def _pull_key(namesrv: str, group: str, security: ClientSecurity) -> tuple[str, ...]:
+    return ("pull", namesrv, group, *security.cache_key())
 
 
-def _consumer(namesrv: str, group: str) -> PullConsumer:
+def _consumer(namesrv: str, group: str, security: ClientSecurity) -> PullConsumer:
     """This process's started ``PullConsumer`` of ``group``: the driver's and each Python worker's tasks share it."""
-    return cached_client(_pull_key(namesrv, group), lambda: PullConsumer(group, namesrv))
+    return cached_client(_pull_key(namesrv, group, security),
+                         lambda: security.apply(PullConsumer(group, namesrv)))
 
 
 def queue_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]]]:
     """topic → "broker:qid" → (min offset, max offset) as the brokers have them now."""
     out: dict[str, dict[str, tuple[int, int]]] = {}
     for attempt in range(3):
-        consumer = _consumer(opts.namesrv, opts.group)
+        consumer = _consumer(opts.namesrv, opts.group, opts.security)
         try:
             for topic in opts.topics:
-                queues = _queues(consumer, opts.namesrv, topic)
+                queues = _queues(consumer, opts.namesrv, topic, opts.security)
                 out[topic] = {queue_key(q.broker_name, q.queue_id): (consumer.min_offset(q), consumer.max_offset(q))
                               for q in queues}
             return out
         except ClientError:
-            drop_client(_pull_key(opts.namesrv, opts.group))
+            drop_client(_pull_key(opts.namesrv, opts.group, opts.security))
             if attempt == 2:
                 raise
             time.sleep(0.5)
     raise AssertionError("unreachable")
 
 
-def _queues(consumer: PullConsumer, namesrv: str, topic: str) -> list[MessageQueue]:
+def _queues(consumer: PullConsumer, namesrv: str, topic: str, security: ClientSecurity) -> list[MessageQueue]:
     try:
         return consumer.fetch_subscribe_message_queues(topic)
     except ClientError:
@@ -109,7 +112,7 @@ def _queues(consumer: PullConsumer, namesrv: str, topic: str) -> list[MessageQue
     # System topics have no route at the name server: queue 0 of every broker.
     from txmq.client.admin import Admin
 
-    with Admin(namesrv) as admin:
+    with security.apply(Admin(namesrv)) as admin:
         brokers = admin.brokers()
     assert consumer.instance is not None
     consumer.instance.broker_addrs.update(brokers)
@@ -138,7 +141,7 @@ def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[Q
             step = max(1, opts.max_rows_per_partition)
             for s in range(lo, hi, step):
                 parts.append(QueueRange(opts.namesrv, topic, broker, qid, s, min(hi, s + step),
-                                        opts.pull_batch_size, topic in AUDIT_TOPICS))
+                                        opts.pull_batch_size, topic in AUDIT_TOPICS, opts.security))
     return parts
 
 
@@ -147,21 +150,21 @@ def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[Q
 def read_range(part: QueueRange, group: str = "txmq-spark-reader") -> Iterator[pa.RecordBatch]:
     if not isinstance(part, QueueRange):  # Spark plans one empty partition when there are none
         return
-    consumer = _consumer(part.namesrv, group)
+    consumer = _consumer(part.namesrv, group, part.security)
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
     cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
     offset, failures = part.start, 0
     while offset < part.end:
         try:
             if part.broker not in (consumer.instance.broker_addrs if consumer.instance else {}):
-                _queues(consumer, part.namesrv, part.topic)
+                _queues(consumer, part.namesrv, part.topic, part.security)
             result = consumer.pull(mq, "*", offset, min(part.pull_batch_size, part.end - offset))
         except (ClientError, BrokerError):
             failures += 1
             if failures > 5:
                 raise
-            drop_client(_pull_key(part.namesrv, group))
-            consumer = _consumer(part.namesrv, group)
+            drop_client(_pull_key(part.namesrv, group, part.security))
+            consumer = _consumer(part.namesrv, group, part.security)
             time.sleep(0.2 * failures)
             continue
         if result.status == PullStatus.OFFSET_ILLEGAL:  # retention removed the start of the range

@@ -36,7 +36,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from txmq.errors import ClientError
 from txmq.fileio import write_atomic
 from txmq.message import Message, MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
-from txmq.spark._common import OptionError, cached_client, drop_client, namesrv_option
+from txmq.spark._common import ClientSecurity, OptionError, cached_client, drop_client, namesrv_option
 
 log = logging.getLogger("txmq.spark")
 
@@ -81,6 +81,7 @@ class SinkOptions:
     max_in_flight: int
     log_retention_ms: int
     rows_per_half: int
+    security: ClientSecurity
 
     @classmethod
     def parse(cls, options: Any, streaming: bool) -> SinkOptions:
@@ -102,7 +103,7 @@ class SinkOptions:
                    check_immunity_s=int(options.get("checkImmunitySeconds", 60)),
                    max_in_flight=int(options.get("maxInFlight", 2048)),
                    log_retention_ms=int(float(options.get("sinkLogRetentionMinutes", 1440)) * 60_000),
-                   rows_per_half=_positive(options, "rowsPerHalf", 1000))
+                   rows_per_half=_positive(options, "rowsPerHalf", 1000), security=ClientSecurity.parse(options))
 
 
 def _positive(options: Any, name: str, default: int) -> int:
@@ -221,18 +222,19 @@ class SinkCheckResponder:
 
 
 def start_check_responder(namesrv: str, checkpoint_location: str | None = None, *, producer_group: str | None = None,
-                          sink_log_dir: str | None = None) -> TransactionProducer:
+                          sink_log_dir: str | None = None, options: Mapping[str, str] | None = None
+                          ) -> TransactionProducer:
     """Start a ``TransactionProducer`` of the sink's group that answers check-backs (call ``shutdown()`` when
     done). Run it in the driver program beside an exactly-once query, so orphans of a crashed run are resolved
-    once the restarted query has committed their batch."""
-    opts = SinkOptions.parse({"namesrv": namesrv, "checkpointLocation": checkpoint_location,
+    once the restarted query has committed their batch. ``options``: the query's others, e.g. ``accessKey``."""
+    opts = SinkOptions.parse({**(options or {}), "namesrv": namesrv, "checkpointLocation": checkpoint_location,
                               "sinkLogDir": sink_log_dir, "producerGroup": producer_group}, streaming=True)
     return _new_responder(opts).start()
 
 
 def _new_responder(opts: SinkOptions) -> TransactionProducer:
     assert opts.log_dir is not None
-    return TransactionProducer(opts.group, SinkCheckResponder(opts.log_dir), opts.namesrv)
+    return opts.security.apply(TransactionProducer(opts.group, SinkCheckResponder(opts.log_dir), opts.namesrv))
 
 
 # --- tasks: rows to messages ----------------------------------------------------------------------------
@@ -286,10 +288,10 @@ def write_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], transa
                     run_id: str = "") -> SinkCommitMessage:
     partition, run, batch_id, query = _task_context()
     run = run or run_id
-    key = ("producer", opts.namesrv, opts.group)
+    key = ("producer", opts.namesrv, opts.group, *opts.security.cache_key())
     # The tasks' producer heartbeats as its own group: check-backs must reach the responder, not a task.
-    producer: Producer = cached_client(key, lambda: Producer(f"{opts.group}-task", opts.namesrv,
-                                                             max_in_flight=opts.max_in_flight))
+    producer: Producer = cached_client(key, lambda: opts.security.apply(
+        Producer(f"{opts.group}-task", opts.namesrv, max_in_flight=opts.max_in_flight)))
     out = SinkCommitMessage(partition, 0, run)
     try:
         if transactional:
@@ -376,7 +378,8 @@ def end_halves(producer: TransactionProducer, messages: list[SinkCommitMessage],
 def _responder(opts: SinkOptions) -> TransactionProducer:
     """The driver's started responder of this sink, shared by its commits (one per process, log dir and group)."""
     assert opts.log_dir is not None
-    return cached_client(("responder", opts.namesrv, opts.group, opts.log_dir), lambda: _new_responder(opts))
+    return cached_client(("responder", opts.namesrv, opts.group, opts.log_dir, *opts.security.cache_key()),
+                         lambda: _new_responder(opts))
 
 
 _commit_lock = threading.Lock()

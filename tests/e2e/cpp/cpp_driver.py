@@ -67,6 +67,12 @@ def _parse_props(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _credentials(client, a) -> None:
+    """RocketMQ ACL: the client signs every request with this account."""
+    if a.access_key is not None:
+        client.set_session_credentials(a.access_key, a.secret_key or "", "")
+
+
 # --- produce --------------------------------------------------------------------------------
 
 
@@ -104,6 +110,7 @@ def cmd_produce(a) -> int:
 
     producer = rmq.Producer(a.group, timeout=a.send_timeout)
     producer.set_namesrv_addr(a.namesrv)
+    _credentials(producer, a)
     producer.start()
     t0 = time.time()
     sent = errors = 0
@@ -245,6 +252,7 @@ def cmd_consume(a) -> int:
         message_model=rmq.MessageModel.BROADCASTING if a.broadcast else rmq.MessageModel.CLUSTERING,
     )
     consumer.set_namesrv_addr(a.namesrv)
+    _credentials(consumer, a)
     if a.threads:
         consumer.set_thread_count(a.threads)
     if a.batch_max:
@@ -334,6 +342,8 @@ def main(argv=None) -> int:
 
     pp = sub.add_parser("produce")
     pp.add_argument("--namesrv", required=True)
+    pp.add_argument("--access-key")
+    pp.add_argument("--secret-key")
     pp.add_argument("--topic", required=True)
     pp.add_argument("--group", default="txmq_cpp_producer")
     pp.add_argument("--count", type=int, default=1)
@@ -361,6 +371,8 @@ def main(argv=None) -> int:
 
     cp = sub.add_parser("consume")
     cp.add_argument("--namesrv", required=True)
+    cp.add_argument("--access-key")
+    cp.add_argument("--secret-key")
     cp.add_argument("--topic", required=True)
     cp.add_argument("--group", required=True)
     cp.add_argument("--expression", default="*")

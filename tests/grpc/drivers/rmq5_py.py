@@ -39,7 +39,9 @@ def view(m) -> dict:
 
 
 def config(a: dict) -> ClientConfiguration:
-    return ClientConfiguration(a["endpoint"], Credentials(), request_timeout=a.get("timeout", 5))
+    """``ak``/``sk``: the session credentials (RocketMQ ACL)."""
+    return ClientConfiguration(a["endpoint"], Credentials(a.get("ak", ""), a.get("sk", "")),
+                               request_timeout=a.get("timeout", 5))
 
 
 def message(a: dict, i: int) -> Message:
@@ -60,7 +62,8 @@ def message(a: dict, i: int) -> Message:
 
 
 def cmd_send(a: dict) -> None:
-    p = Producer(config(a), (a["topic"],))
+    # tls: trusts the CA in $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH (the client passes no roots of its own)
+    p = Producer(config(a), (a["topic"],), tls_enable=a.get("tls", False))
     p.startup()
     try:
         for i in range(a.get("count", 1)):

@@ -8,7 +8,10 @@ const { TransactionResolution } = require('rocketmq-client-nodejs/proto/apache/r
 const out = (event, kw = {}) => process.stdout.write(JSON.stringify({ event, ...kw }) + '\n');
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 const quiet = { info() {}, warn() {}, error() {}, debug() {} };
-const base = a => ({ endpoints: a.endpoint, namespace: '', requestTimeout: (a.timeout || 5) * 1000, logger: quiet });
+// a.ak / a.sk: session credentials (RocketMQ ACL); a.tls: TLS to the endpoint
+const base = a => ({ endpoints: a.endpoint, namespace: '', requestTimeout: (a.timeout || 5) * 1000, logger: quiet,
+  ...(a.ak ? { sessionCredentials: { accessKey: a.ak, accessSecret: a.sk } } : {}),
+  ...(a.tls ? { sslEnabled: true } : {}) });
 const view = m => ({ id: m.messageId, topic: m.topic, body: m.body.toString(), tag: m.tag || null, keys: m.keys,
   group: m.messageGroup || null, props: Object.fromEntries(m.properties || []), t: Date.now() / 1000 });
 

@@ -192,15 +192,21 @@ class AdminBrokerProcessor:
 
     # --- transactions -----------------------------------------------------------------------------------
 
-    def _find_half(self, ident: str) -> tuple[int, MessageExt] | None:
-        service = self.broker.transaction_service
+    def _find_half(self, cmd: RemotingCommand) -> tuple[int, MessageExt] | None:
+        """The transaction the request names by ``id``; with a ``group`` field, only one of that producer group."""
+        ident, group = cmd.ext_fields.get("id", ""), cmd.ext_fields.get("group")
+        found: tuple[int, MessageExt] | None = None
         if ident.isdigit() and len(ident) < 20:
-            half = service.half_message(int(ident))
-            return (int(ident), half) if half is not None else None
-        for m in self.broker.store.query_message(RMQ_SYS_TRANS_HALF_TOPIC, ident, 8):
-            if m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == ident:
-                return m.queue_offset, m
-        return None
+            half = self.broker.transaction_service.half_message(int(ident))
+            found = (int(ident), half) if half is not None else None
+        else:
+            for m in self.broker.store.query_message(RMQ_SYS_TRANS_HALF_TOPIC, ident, 8):
+                if m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == ident:
+                    found = m.queue_offset, m
+                    break
+        if found is not None and group is not None and found[1].properties.get(MessageConst.PRODUCER_GROUP) != group:
+            return None
+        return found
 
     def _describe(self, half_offset: int, half: MessageExt) -> dict[str, Any]:
         table = self.broker.transaction_service.table
@@ -221,6 +227,7 @@ class AdminBrokerProcessor:
 
     def _tx_list(self, cmd: RemotingCommand) -> RemotingCommand:
         limit = int(cmd.ext_fields.get("limit", "100"))
+        group = cmd.ext_fields.get("group")
         service = self.broker.transaction_service
         out: dict[str, list[dict[str, Any]]] = {"pending": [], "discarded": []}
         listed = (("pending", itertools.islice(service.table.pending, limit)),
@@ -228,16 +235,18 @@ class AdminBrokerProcessor:
         for name, offsets in listed:
             for half_offset in offsets:
                 half = service.half_message(half_offset)
-                if half is not None:
+                if half is not None and (group is None or half.properties.get(MessageConst.PRODUCER_GROUP) == group):
                     entry = self._describe(half_offset, half)
                     if name == "discarded":
                         entry["checks"] = service.table.discarded.get(half_offset)
                     out[name].append(entry)
-        out["totals"] = [{"pending": len(service.table.pending), "discarded": len(service.table.discarded)}]
+        totals = (len(service.table.pending), len(service.table.discarded)) if group is None else \
+            (len(out["pending"]), len(out["discarded"]))  # one group's caller learns nothing of the others
+        out["totals"] = [{"pending": totals[0], "discarded": totals[1]}]
         return _ok(cmd, out)
 
     def _tx_show(self, cmd: RemotingCommand) -> RemotingCommand:
-        found = self._find_half(cmd.ext_fields.get("id", ""))
+        found = self._find_half(cmd)
         if found is None:
             return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no such transaction")
         half_offset, half = found
@@ -250,7 +259,7 @@ class AdminBrokerProcessor:
         return _ok(cmd, entry)
 
     def _tx_resume(self, cmd: RemotingCommand):
-        found = self._find_half(cmd.ext_fields.get("id", ""))
+        found = self._find_half(cmd)
         if found is None:
             return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no such transaction")
         return self._resume(cmd, found[0])

@@ -1,0 +1,32 @@
+"""Building the validators and the broker's signing hook from configuration."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from txmq.acl.config import AclFile, find_acl_file
+from txmq.acl.permissions import BROKER_TABLE, NAMESRV_TABLE
+from txmq.acl.signer import AclClientRPCHook, SessionCredentials
+from txmq.acl.validator import AccessValidator
+
+if TYPE_CHECKING:
+    from txmq.broker.config import BrokerConfig
+
+
+def broker_validator(config: BrokerConfig) -> AccessValidator | None:
+    """The broker's validator when ``aclEnable`` is true. Raises ``AclConfigError``/``OSError`` on a bad file."""
+    if not config.acl_enable:
+        return None
+    return AccessValidator(AclFile(find_acl_file(config.acl_file or None)), BROKER_TABLE, "broker")
+
+
+def namesrv_validator(acl_file: str | None) -> AccessValidator:
+    """The name server's: route writes need an ``admin`` account of this file (the cluster's brokers)."""
+    return AccessValidator(AclFile(find_acl_file(acl_file)), NAMESRV_TABLE, "namesrv")
+
+
+def broker_rpc_hook(config: BrokerConfig) -> AclClientRPCHook | None:
+    """Signs the broker's requests to name servers with ``accessKey``/``secretKey`` when they are set."""
+    if not config.access_key:
+        return None
+    return AclClientRPCHook(SessionCredentials(config.access_key, config.secret_key))
