@@ -50,6 +50,19 @@ class BrokerConfig:
     transaction_time_out: int = 6000  # ms before the first check-back
     transaction_check_max: int = 15
     transaction_check_interval: int = 30_000  # ms between check passes
+    # replication (RocketMQ MessageStoreConfig / BrokerConfig names; docs/ha.md)
+    ha_listen_port: int = 0  # 0: listenPort + 1
+    ha_master_address: str = ""  # a slave's master "host:haPort"; empty: learnt from the name server
+    ha_send_heartbeat_interval: int = 5000  # ms
+    ha_housekeeping_interval: int = 20_000  # ms
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
+    all_ack_in_sync_state_set: bool = False
+    enable_auto_in_sync_replicas: bool = False
+    slave_read_enable: bool = False
+    access_message_in_memory_max_ratio: int = 40  # percent of RAM; a consumer further behind reads from a slave
     # txmq's own: how often the transaction state table is snapshotted (restart replays only what follows)
     transaction_snapshot_interval: int = 10_000  # ms
 
@@ -60,6 +73,10 @@ class BrokerConfig:
     @property
     def is_slave(self) -> bool:
         return self.broker_role.upper() == "SLAVE"
+
+    @property
+    def is_sync_master(self) -> bool:
+        return self.broker_role.upper() == "SYNC_MASTER"
 
     def delay_levels_ms(self) -> list[int]:
         """``messageDelayLevel`` as milliseconds; level N is entry N-1."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
@@ -30,11 +31,23 @@ from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection, RemotingClient, RemotingServer
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
+from txmq.store.ha import HAClient, HAConfig, HAService
 
 if TYPE_CHECKING:
     from txmq.grpc.server import GrpcEndpoint
 
 log = logging.getLogger("txmq.broker")
+
+
+def _check_role(config: BrokerConfig) -> None:
+    """RocketMQ's BrokerStartup rules: a master is broker id 0, a slave has an id above 0."""
+    role = config.broker_role.upper()
+    if role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        raise ValueError(f"brokerRole {config.broker_role!r}: expected ASYNC_MASTER, SYNC_MASTER or SLAVE")
+    if role == "SLAVE" and config.broker_id <= 0:
+        raise ValueError(f"brokerRole SLAVE needs brokerId > 0 (got {config.broker_id})")
+    if role != "SLAVE":
+        config.broker_id = 0
 
 
 def pick_free_port(host: str = "127.0.0.1") -> int:
@@ -47,6 +60,7 @@ class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         if config.listen_port == 0:
             config.listen_port = pick_free_port(config.broker_ip1)
+        _check_role(config)
         self.config = config
         self.root = Path(config.store_path_root_dir)
         self.store_host = (config.broker_ip1, config.listen_port)
@@ -61,6 +75,15 @@ class BrokerController:
             max_message_size=config.max_message_size,
             store_host=self.store_host,
         ))
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        ha_config = self._ha_config()
+        if config.is_slave:
+            self.ha_client = HAClient(self.store, ha_config)
+        else:
+            self.ha_service = HAService(self.store, ha_config)
+            if config.is_sync_master:
+                self.store.replicate = self.ha_service.replicate
         levels = config.delay_levels_ms()
         self.topic_config_manager = TopicConfigManager(self.root, auto_create=config.auto_create_topic_enable,
                                                        default_queue_nums=config.default_topic_queue_nums,
@@ -112,6 +135,25 @@ class BrokerController:
     def addr(self) -> str:
         return self.config.broker_addr
 
+    def _ha_config(self) -> HAConfig:
+        c = self.config
+        self._ha_port_set = c.ha_listen_port != 0
+        if c.ha_listen_port == 0:
+            c.ha_listen_port = c.listen_port + 1
+        return HAConfig(
+            cluster_name=c.broker_cluster_name, broker_name=c.broker_name, broker_id=c.broker_id,
+            listen_host=c.broker_ip1, listen_port=c.ha_listen_port, master_address=c.ha_master_address,
+            send_heartbeat_interval_ms=c.ha_send_heartbeat_interval,
+            housekeeping_interval_ms=c.ha_housekeeping_interval,
+            transfer_batch_size=c.ha_transfer_batch_size, max_gap_not_in_sync=c.ha_max_gap_not_in_sync,
+            sync_timeout_ms=c.sync_flush_timeout, in_sync_replicas=c.in_sync_replicas,
+            min_in_sync_replicas=c.min_in_sync_replicas, all_ack_in_sync_state_set=c.all_ack_in_sync_state_set,
+            enable_auto_in_sync_replicas=c.enable_auto_in_sync_replicas)
+
+    @property
+    def ha_addr(self) -> str:
+        return f"{self.config.broker_ip1}:{self.config.ha_listen_port}"
+
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -119,9 +161,14 @@ class BrokerController:
         self.transaction_service.recover()
         await self.server.start()
         await self._start_grpc()
+        if self.ha_service is not None:
+            await self._start_ha_service(self.ha_service)
         self.started = True
-        self._spawn(self.check_service.run(), "transaction check")
-        self._spawn(self.schedule_service.run(), "schedule")
+        if self.ha_client is not None:
+            self.ha_client.start()
+        else:  # a slave writes nothing of its own: no check-backs, no delayed deliveries
+            self._spawn(self.check_service.run(), "transaction check")
+            self._spawn(self.schedule_service.run(), "schedule")
         self._spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist), "persist")
         self._spawn(self._every(10.0, self._scan_clients), "client scan")
         self._spawn(self._every(self.config.transaction_snapshot_interval / 1000, self._snapshot_transactions),
@@ -129,8 +176,9 @@ class BrokerController:
         if self.config.namesrv_addr:
             await self.register_all()
             self._spawn(self._register_loop(), "namesrv registration")
-        log.info("broker %s listening on %s (%s, store %s)", self.config.broker_name, self.addr,
-                 self.config.flush_disk_type, self.root)
+        log.info("broker %s id %d listening on %s (%s, %s, HA %s, store %s)", self.config.broker_name,
+                 self.config.broker_id, self.addr, self.config.broker_role, self.config.flush_disk_type, self.ha_addr,
+                 self.root)
 
     async def _start_grpc(self) -> None:
         """Serve ``apache.rocketmq.v2.MessagingService`` on ``grpc_port`` (0: a free port, < 0: off). The default
@@ -150,6 +198,17 @@ class BrokerController:
             return
         self.grpc = endpoint
 
+    async def _start_ha_service(self, ha: HAService) -> None:
+        """Listen for slaves. The default HA port (listenPort + 1) being taken leaves an ASYNC_MASTER without
+        slaves, with a warning; a SYNC_MASTER, or a port that was set, fails the start."""
+        try:
+            await ha.start()
+        except OSError as exc:
+            if self._ha_port_set or self.config.is_sync_master:
+                raise
+            log.warning("HA service not started: %s (set haListenPort to accept slaves)", exc)
+            self.ha_service = None
+
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
@@ -162,6 +221,10 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.ha_client is not None:
+            await self.ha_client.shutdown()
+        if self.ha_service is not None:
+            await self.ha_service.shutdown()
         if self.grpc is not None:
             await self.grpc.stop()
             self.grpc = None
@@ -232,12 +295,15 @@ class BrokerController:
                              "filterServerList": []})
         ext = {"brokerAddr": self.addr, "brokerName": self.config.broker_name,
                "clusterName": self.config.broker_cluster_name, "brokerId": str(self.config.broker_id),
-               "haServerAddr": "", "compressed": "false"}
+               "haServerAddr": self.ha_addr, "compressed": "false"}
         for addr in self._namesrv_addrs():
             try:
                 resp = await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER,
                                                                                     ext, body=body), 3.0)
                 ok = resp.code == ResponseCode.SUCCESS
+                if ok and self.ha_client is not None and not self.config.ha_master_address:
+                    # RocketMQ: the name server answers a slave with its master's HA address.
+                    self.ha_client.set_master_address(resp.ext_fields.get("haServerAddr", ""))
             except (ClientError, OSError) as exc:
                 ok = False
                 if self._registered.get(addr, True):
@@ -254,6 +320,20 @@ class BrokerController:
                 await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext), 3.0)
 
     # --- stats ----------------------------------------------------------------------------------------
+
+    def ha_status(self) -> dict[str, Any]:
+        """RocketMQ's HARuntimeInfo: a master's slaves with their acknowledged offsets and lag, or a slave's
+        view of its master (``txmq ha status``)."""
+        c = self.config
+        out: dict[str, Any] = {"brokerName": c.broker_name, "brokerId": c.broker_id, "role": c.broker_role,
+                               "addr": self.addr, "haAddr": self.ha_addr, "maxOffset": self.store.max_phy_offset}
+        if self.ha_service is not None:
+            slaves = [dataclasses.asdict(s) for s in self.ha_service.status()]
+            out["slaves"] = slaves
+            out["inSyncSlaveNums"] = sum(1 for s in slaves if s["in_sync"])
+        if self.ha_client is not None:
+            out["master"] = self.ha_client.status()
+        return out
 
     def stats(self) -> dict[str, Any]:
         store = self.store

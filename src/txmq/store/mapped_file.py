@@ -13,7 +13,7 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from txmq.errors import StoreError
 
@@ -64,7 +64,7 @@ class MappedFile:
     def end_offset(self) -> int:
         return self.file_from_offset + self.file_size
 
-    def write(self, parts: list[bytes | bytearray], pos: int) -> None:
+    def write(self, parts: Sequence[bytes | bytearray | memoryview], pos: int) -> None:
         """Write ``parts`` back to back at ``pos`` with one system call."""
         size = sum(len(p) for p in parts)
         if pos < 0 or pos + size > self.file_size:

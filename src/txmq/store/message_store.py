@@ -97,6 +97,10 @@ class DefaultMessageStore:
         self._dispatchers: list[Callable[[DispatchRequest], None]] = list(dispatchers or [])
         self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
         self._arrival_listeners: list[Callable[[str, int, int], None]] = []
+        self._append_listeners: list[Callable[[int], None]] = []
+        # SYNC_MASTER (set by whoever composes the store with its HAService): a future of the put's status once
+        # enough slaves have the log up to the given offset.
+        self.replicate: Callable[[int], asyncio.Future[PutMessageStatus]] | None = None
         self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; close waits for a running one
         self._last_store_ts = 0
@@ -432,12 +436,10 @@ class DefaultMessageStore:
             self.find_or_create_consume_queue(topic, queue_id).put_run(next_offsets[(topic, queue_id)] - len(entries),
                                                                        entries)
         self._counters["appends"] += len(msgs)
-        for (topic, qid), next_offset in next_offsets.items():
-            for listener in self._arrival_listeners:
-                try:
-                    listener(topic, qid, next_offset)
-                except Exception:
-                    log.exception("arrival listener %r failed", listener)
+        end = self.commit_log.max_offset
+        for fn in self._append_listeners:
+            fn(end)
+        self._notify(next_offsets)
         first = msgs[0]
         result = AppendMessageResult(
             wrote_offset=offsets[0],
@@ -447,16 +449,73 @@ class DefaultMessageStore:
             logics_offset=first.queue_offset,
             msg_num=len(msgs),
         )
+        # The fsync and the replication run together; each is a group commit shared with concurrent puts.
+        flushed: asyncio.Future[bool] | None = None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             if self._flush_service is None:
                 self.commit_log.flush()  # not started yet: no flush thread to share fsyncs with
-            elif not await self._flush_service.wait_flushed(
-                self.commit_log.max_offset, self.config.sync_flush_timeout_ms / 1000
-            ):
-                self._counters["flush_timeouts"] += 1
-                log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
-                return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result)
+            else:
+                flushed = self._flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
+        replicated = self.replicate(end) if self.replicate is not None else None
+        if flushed is not None and not await flushed:
+            self._counters["flush_timeouts"] += 1
+            log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
+            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result)
+        if replicated is not None:
+            return PutMessageResult(await replicated, result)
         return PutMessageResult(PutMessageStatus.PUT_OK, result)
+
+    # --- replication (a slave's side; see txmq.store.ha) ---------------------------------------------
+
+    def append_replicated(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append the whole records at the start of a master's bytes from ``offset`` as they are, dispatch them
+        (consume queues, index, dispatchers, arrival listeners) and return how many bytes were taken. Raises
+        ``CorruptRecordError`` (nothing written) for bytes that are not valid records at those offsets."""
+        self._check_open()
+        records = self.commit_log.append_raw(offset, data)
+        arrived: dict[tuple[str, int], int] = {}
+        for phy, rec in records:
+            req = request_from_record(rec, phy)
+            self.dispatch(req)
+            if builds_consume_queue(req.sys_flag):
+                arrived[(req.topic, req.queue_id)] = req.consume_queue_offset + 1
+            self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
+        self._queue_offsets.update(arrived)
+        self._counters["appends"] += len(records)
+        self._notify(arrived)
+        return self.commit_log.max_offset - offset
+
+    def truncate_replicated(self, offset: int) -> None:
+        """Drop the log from ``offset`` on, with the consume-queue entries and index files that point there,
+        and checkpoint at once: a slave whose master no longer has those bytes must not keep them."""
+        self._check_open()
+        log.warning("truncating the commit log at %d (the master's log ends there): %d bytes dropped",
+                    offset, self.commit_log.max_offset - offset)
+        self.commit_log.truncate(offset)
+        for cq in self.consume_queues():
+            cq.truncate_dirty(offset)
+            self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
+        self.index.truncate_from(offset)
+        self._write_checkpoint(self._snapshot())
+
+    def start_replica_at(self, offset: int) -> None:
+        """An empty slave copies a master whose log no longer starts at 0: its log starts where the master's
+        does (a segment boundary), so offsets mean the same on both."""
+        if self.commit_log.queue.files or offset % self.commit_log.segment_size:
+            raise StoreError(f"cannot start a replica at {offset}: the log is not empty or not at a segment start")
+        self.commit_log.max_offset = self.commit_log.flushed_offset = offset
+
+    def add_append_listener(self, fn: Callable[[int], None]) -> None:
+        """``fn(new end of the log)`` after each put, on the loop thread (a master's HA connections)."""
+        self._append_listeners.append(fn)
+
+    def _notify(self, arrived: dict[tuple[str, int], int]) -> None:
+        for (topic, qid), next_offset in arrived.items():
+            for listener in self._arrival_listeners:
+                try:
+                    listener(topic, qid, next_offset)
+                except Exception:
+                    log.exception("arrival listener %r failed", listener)
 
     # --- get ---------------------------------------------------------------------------------------
 
@@ -671,6 +730,10 @@ class DefaultMessageStore:
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             return self.commit_log.flushed_offset
         return self.commit_log.max_offset
+
+    @property
+    def last_store_timestamp(self) -> int:
+        return self._last_store_ts
 
     @property
     def checkpoint_offset(self) -> int:

@@ -56,6 +56,7 @@ class AdminBrokerProcessor:
             RequestCode.GET_EARLIEST_MSG_STORETIME: self._earliest_time,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self._all_offsets,
             RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
+            RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
             RequestCode.QUERY_MESSAGE: self._query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: self._view_message,
             RequestCode.TXMQ_STATS: self._stats,
@@ -173,6 +174,9 @@ class AdminBrokerProcessor:
 
     def _runtime_info(self, cmd: RemotingCommand) -> RemotingCommand:
         return _ok(cmd, {"table": {k: str(v) for k, v in self.broker.store.runtime_info().items()}})
+
+    def _ha_status(self, cmd: RemotingCommand) -> RemotingCommand:
+        return _ok(cmd, self.broker.ha_status())
 
     def _stats(self, cmd: RemotingCommand) -> RemotingCommand:
         return _ok(cmd, self.broker.stats())
