@@ -35,7 +35,7 @@ class HAClient:
         self.connected = False
         self.master_max_offset = 0  # the master's end as last seen (handshake, then the frames' offsets)
         self.last_transfer = 0.0  # time.time() of the last frame from the master
-        self._pending = bytearray()  # the start of a record whose end has not arrived yet
+        self._pending = b""  # the start of a record whose end has not arrived yet
         self._task: asyncio.Task[None] | None = None
         self._last_problem = ""
 
@@ -83,7 +83,7 @@ class HAClient:
                     self._problem(f"HA master {addr} not reachable: {exc or type(exc).__name__}")
             finally:
                 self.connected = False
-                self._pending.clear()
+                self._pending = b""
             await asyncio.sleep(RETRY_S)
 
     async def _session(self, addr: str) -> None:
@@ -149,15 +149,16 @@ class HAClient:
             if size == 0:
                 self.master_max_offset = max(self.master_max_offset, offset)
                 continue
-            self._pending += await reader.readexactly(size)
+            chunk = await reader.readexactly(size)
+            buf = self._pending + chunk if self._pending else chunk
             self.master_max_offset = max(self.master_max_offset, offset + size)
             start = store.max_phy_offset
             try:
-                taken = store.append_replicated(start, self._pending)
+                taken = store.append_replicated(start, buf)
             except StoreError as exc:
                 raise ReplicationError(f"master's bytes at {start} are not valid records ({exc}); nothing written") \
-                    from exc
-            del self._pending[:taken]
+                    from None
+            self._pending = buf[taken:]
             if len(self._pending) > store.commit_log.segment_size:
                 raise ReplicationError(f"{len(self._pending)} bytes at {store.max_phy_offset} without a whole record")
             if taken:

@@ -186,6 +186,8 @@ class HAService:
             log.info("HA slave %s (%s/%d) connected, its log ends at %d, ours at %d", peer, hello.broker_name,
                      hello.broker_id, hello.max_offset, store.max_phy_offset)
             await conn.run()
+        except asyncio.CancelledError:
+            pass  # shutdown; asyncio would log a cancelled connection callback as an error
         finally:
             writer.close()
             self._tasks.discard(task)
