@@ -4,6 +4,9 @@ once a slave has it."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 from ha_group import Group, commit_log_bytes, ha_status, max_offset, request, wait_caught_up
@@ -75,6 +78,11 @@ def test_a_killed_slave_catches_up_after_restart_and_an_empty_one_while_sends_go
     assert send_s < 20, send_s
 
 
+def _txmq(cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "txmq.cli", *args], capture_output=True, text=True, timeout=60,
+                          env=dict(cluster.env, NAMESRV_ADDR=cluster.namesrv_addr))
+
+
 def test_sync_master_without_a_slave_answers_slave_not_available_within_the_send_timeout(cluster):
     group = Group(cluster, conf={"syncFlushTimeout": 1000})
     master = group.member(0, "SYNC_MASTER", SYNC).start()
@@ -83,6 +91,17 @@ def test_sync_master_without_a_slave_answers_slave_not_available_within_the_send
     assert wait_until(lambda: len(ha_status(m_addr)["slaves"]) == 1, 15)
     with Producer("p-ha", cluster.namesrv_addr, send_timeout_s=3.0) as producer:
         assert _send(producer, "ha-b", 5)[-1].status == SendStatus.SEND_OK
+        # txmq cluster list / ha status (mqadmin clusterList / haStatus) while both members run.
+        r = _txmq(cluster, "cluster", "list")
+        assert r.returncode == 0, r.stderr
+        rows = [line.split() for line in r.stdout.splitlines()[1:]]
+        assert [(row[1], row[2], row[3], row[4]) for row in rows] == [
+            ("broker-a", "0", m_addr, "SYNC_MASTER"), ("broker-a", "1", group.addr(1), "SLAVE")]
+        assert wait_until(lambda: ha_status(m_addr)["slaves"][0]["ack_offset"] == max_offset(m_addr), 10)
+        r = _txmq(cluster, "ha", "status")
+        assert r.returncode == 0, r.stderr
+        assert "1 slaves in sync" in r.stdout and "connected" in r.stdout and "lag 0 bytes" in r.stdout
+        assert f"sees master 127.0.0.1:{group.ha_ports[0]}: connected" in r.stdout
         slave.kill()
         assert wait_until(lambda: not ha_status(m_addr)["slaves"][0]["connected"], 10)
         t0 = time.monotonic()
@@ -90,3 +109,5 @@ def test_sync_master_without_a_slave_answers_slave_not_available_within_the_send
         assert time.monotonic() - t0 < 3.0
     # Stored on the master, not replicated: RocketMQ's SLAVE_NOT_AVAILABLE (the C++ and Java clients see it).
     assert result.status == SendStatus.SLAVE_NOT_AVAILABLE
+    status = json.loads(_txmq(cluster, "ha", "status", "--json").stdout)["broker-a"]
+    assert status["0"]["inSyncSlaveNums"] == 0 and status["0"]["slaves"][0]["connected"] is False
