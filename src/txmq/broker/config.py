@@ -63,6 +63,7 @@ class BrokerConfig:
     enable_auto_in_sync_replicas: bool = False
     slave_read_enable: bool = False
     access_message_in_memory_max_ratio: int = 40  # percent of RAM; a consumer further behind reads from a slave
+    slave_synchronize_interval: int = 3000  # ms; txmq's: a slave copies its master's metadata this often
     # txmq's own: how often the transaction state table is snapshotted (restart replays only what follows)
     transaction_snapshot_interval: int = 10_000  # ms
 

@@ -23,6 +23,7 @@ from txmq.broker.processor.end_transaction import EndTransactionProcessor, Remot
 from txmq.broker.processor.pull import PullMessageProcessor
 from txmq.broker.processor.send import SendMessageProcessor
 from txmq.broker.schedule import ScheduleMessageService
+from txmq.broker.slave_synchronize import SlaveSynchronize
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
@@ -74,12 +75,15 @@ class BrokerController:
             file_reserved_time_hours=config.file_reserved_time,
             max_message_size=config.max_message_size,
             store_host=self.store_host,
+            access_message_in_memory_max_ratio=config.access_message_in_memory_max_ratio,
         ))
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         ha_config = self._ha_config()
+        self.slave_synchronize: SlaveSynchronize | None = None
         if config.is_slave:
             self.ha_client = HAClient(self.store, ha_config)
+            self.slave_synchronize = SlaveSynchronize(self)
         else:
             self.ha_service = HAService(self.store, ha_config)
             if config.is_sync_master:
@@ -166,6 +170,9 @@ class BrokerController:
         self.started = True
         if self.ha_client is not None:
             self.ha_client.start()
+        if self.slave_synchronize is not None:
+            self._spawn(self._every_async(self.config.slave_synchronize_interval / 1000,
+                                          self.slave_synchronize.sync_all), "slave synchronize")
         else:  # a slave writes nothing of its own: no check-backs, no delayed deliveries
             self._spawn(self.check_service.run(), "transaction check")
             self._spawn(self.schedule_service.run(), "schedule")
@@ -244,6 +251,14 @@ class BrokerController:
             except Exception:
                 log.exception("periodic %s failed", getattr(fn, "__name__", fn))
 
+    async def _every_async(self, period_s: float, fn: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            try:
+                await fn()
+            except Exception:
+                log.exception("periodic %s failed", getattr(fn, "__name__", fn))
+            await asyncio.sleep(period_s)
+
     def _snapshot_transactions(self) -> None:
         if not self.check_service.in_pass:
             self.transaction_service.snapshot()
@@ -301,9 +316,8 @@ class BrokerController:
                 resp = await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER,
                                                                                     ext, body=body), 3.0)
                 ok = resp.code == ResponseCode.SUCCESS
-                if ok and self.ha_client is not None and not self.config.ha_master_address:
-                    # RocketMQ: the name server answers a slave with its master's HA address.
-                    self.ha_client.set_master_address(resp.ext_fields.get("haServerAddr", ""))
+                if ok and self.ha_client is not None and self.slave_synchronize is not None:
+                    self._learn_master(resp.ext_fields)
             except (ClientError, OSError) as exc:
                 ok = False
                 if self._registered.get(addr, True):
@@ -311,6 +325,16 @@ class BrokerController:
             if ok and not self._registered.get(addr):
                 log.info("registered to namesrv %s", addr)
             self._registered[addr] = ok
+
+    def _learn_master(self, answer: dict[str, str]) -> None:
+        """RocketMQ: the name server answers a slave with its master's address and HA address."""
+        assert self.ha_client is not None and self.slave_synchronize is not None
+        master = answer.get("masterAddr", "")
+        if master and master != self.slave_synchronize.master_addr:
+            self.slave_synchronize.master_addr = master
+            self._spawn(self.slave_synchronize.sync_all(), "slave synchronize now")
+        if not self.config.ha_master_address:
+            self.ha_client.set_master_address(answer.get("haServerAddr", ""))
 
     async def _unregister_all(self) -> None:
         ext = {"brokerAddr": self.addr, "brokerName": self.config.broker_name,

@@ -35,6 +35,7 @@ class StoreConfig:
     max_hash_slot_num: int = 500_000  # slots per index file
     max_index_num: int = 2_000_000  # entries per index file
     message_index_enable: bool = True  # build the key / UNIQ_KEY index
+    access_message_in_memory_max_ratio: int = 40  # % of RAM: a read further behind the log's end is "cold"
 
     def __post_init__(self) -> None:
         if self.mapped_file_size_consume_queue % 20:

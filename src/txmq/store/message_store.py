@@ -54,6 +54,7 @@ from txmq.store.results import (
 
 log = logging.getLogger("txmq.store")
 
+_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
 
 
@@ -565,6 +566,7 @@ class DefaultMessageStore:
         budget = max(max_msg_nums, MAX_FILTER_ENTRIES)
         status = GetMessageStatus.OFFSET_FOUND_NULL
         total = 0
+        last_phy = 0
         pos = offset
         while budget > 0 and len(result.messages) < max_msg_nums:
             raw = cq.read_entries(pos, budget)
@@ -591,6 +593,7 @@ class DefaultMessageStore:
                     else:
                         result.messages.append(wire)
                         result.queue_offsets.append(pos)
+                        last_phy = phy
                         total += len(wire)
                 pos += 1
                 budget -= 1
@@ -600,6 +603,9 @@ class DefaultMessageStore:
                 break
         result.status = GetMessageStatus.FOUND if result.messages else status
         result.next_begin_offset = pos
+        if result.messages:
+            behind = self.commit_log.max_offset - last_phy
+            result.suggest_pulling_from_slave = behind > _MEMORY * self.config.access_message_in_memory_max_ratio // 100
 
     def read_record(self, commit_log_offset: int) -> bytes:
         """The record at ``commit_log_offset`` in wire form.

@@ -55,6 +55,7 @@ class AdminBrokerProcessor:
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self._earliest_time,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self._all_offsets,
+            RequestCode.GET_ALL_DELAY_OFFSET: self._all_delay_offsets,
             RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
             RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
             RequestCode.QUERY_MESSAGE: self._query_message,
@@ -145,6 +146,9 @@ class AdminBrokerProcessor:
 
     def _all_offsets(self, cmd: RemotingCommand) -> RemotingCommand:
         return _ok(cmd, {"offsetTable": self.broker.consumer_offset_manager.table})
+
+    def _all_delay_offsets(self, cmd: RemotingCommand) -> RemotingCommand:
+        return _ok(cmd, {"offsetTable": self.broker.schedule_service.offsets})
 
     # --- messages ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,70 @@
+"""Reads from slaves in real processes: a slave copies its master's topics and offsets (SlaveSynchronize),
+a master sends a reader that is far behind to a slave (suggestWhichBrokerId), and when the master is SIGKILLed,
+txmq's PushConsumer and the RocketMQ C++ client keep consuming everything it acknowledged from the slave."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import orjson
+from ha_group import Group, ha_status, request
+from helpers import Recorder, push_consumer, wait_until
+
+from txmq import Admin, Message, Producer, SendStatus
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.request_headers import PullMessageRequestHeader
+
+sys.path.insert(0, str(Path(__file__).parent / "cpp"))
+from harness import kill_all, run_consume  # noqa: E402
+
+SYNC = {"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}
+
+
+def _topics(addr: str) -> set[str]:
+    return set(orjson.loads(request(addr, RequestCode.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"])
+
+
+def _pull(addr: str, topic: str, offset: int) -> tuple[int, int]:
+    header = PullMessageRequestHeader(consumer_group="g-raw", topic=topic, queue_id=0, queue_offset=offset,
+                                      max_msg_nums=4, sys_flag=0, suspend_timeout_millis=0, subscription="*",
+                                      sub_version=0, expression_type="TAG")
+    resp = request(addr, RequestCode.PULL_MESSAGE, header.to_ext())
+    return resp.code, int(resp.ext_fields.get("suggestWhichBrokerId", "-1"))
+
+
+def test_master_killed_consumers_keep_reading_everything_acknowledged_from_the_slave(cluster, tmp_path):
+    group = Group(cluster, conf={"slaveReadEnable": "true"})
+    master = group.member(0, "SYNC_MASTER", {**SYNC, "accessMessageInMemoryMaxRatio": 0}).start()
+    group.member(1, "SLAVE").start()
+    m_addr, s_addr = group.addr(0), group.addr(1)
+    assert wait_until(lambda: len(ha_status(m_addr)["slaves"]) == 1, 15)
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("ha-read", queue_nums=2)
+    cluster.wait_route("ha-read")
+    assert wait_until(lambda: "ha-read" in _topics(s_addr), 15)  # SlaveSynchronize copied the topic
+
+    recorder = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g-ha-read", "ha-read", recorder)
+    try:
+        with Producer("p-ha-read", cluster.namesrv_addr) as producer:
+            sent = [producer.send(Message("ha-read", f"r{i}".encode(), keys=f"k{i}")) for i in range(100)]
+            assert recorder.wait_for(100, 20)
+            # A reader far behind the log's end is sent to the slave (the master's accessMessageInMemoryMaxRatio=0:
+            # any distance is "far"); the slave (default 40 % of RAM) serves it and sends it back to the master.
+            assert _pull(m_addr, "ha-read", 0) == (ResponseCode.SUCCESS, 1)
+            assert _pull(s_addr, "ha-read", 0) == (ResponseCode.SUCCESS, 0)
+            sent += [producer.send(Message("ha-read", f"r{i}".encode(), keys=f"k{i}")) for i in range(100, 200)]
+        assert {r.status for r in sent} == {SendStatus.SEND_OK}
+        master.kill()  # SIGKILL: everything above was acknowledged under SYNC_MASTER + SYNC_FLUSH
+        expected = {r.msg_id for r in sent}
+        assert wait_until(lambda: set(recorder.ids()) >= expected, 30), len(expected - set(recorder.ids()))
+    finally:
+        consumer.shutdown()
+    try:
+        # The C++ client starts after the master is gone: its route names only the slave.
+        result = run_consume(cluster.namesrv_addr, "ha-read", "cpp-ha-read", 200, timeout=60, home=tmp_path)
+    finally:
+        kill_all()
+    assert not result.timed_out, result.stderr[-2000:]
+    assert {m["msg_id"] for m in result.messages} == expected
