@@ -163,6 +163,8 @@ class BrokerController:
     async def start(self) -> None:
         await self.store.start()
         self.transaction_service.recover()
+        if self.config.is_slave:  # from here on, replicated records keep the transaction table current
+            self.store.add_dispatcher(self.transaction_service.follow)
         await self.server.start()
         await self._start_grpc()
         if self.ha_service is not None:
