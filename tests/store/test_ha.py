@@ -13,7 +13,7 @@ import pytest
 from store_helpers import SEGMENT, make_config, msg, run
 
 from txmq.launch import free_port
-from txmq.store import DefaultMessageStore
+from txmq.store import DefaultMessageStore, PutMessageStatus
 from txmq.store.ha import HAClient, HAConfig, HAService
 from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, Hello, Welcome, read_hello, read_welcome
 
@@ -176,3 +176,39 @@ def test_slave_truncates_bytes_its_master_no_longer_has_and_copies_the_new_ones(
 
     s_end, m_queue_max = run(reopen)
     assert s_end == end2 and slave_queue_max == m_queue_max
+
+
+def test_sync_master_group_commit_one_report_answers_every_put_waiting_then(tmp_path):
+    port = free_port()
+
+    async def go() -> tuple[list[PutMessageStatus], int, int]:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            ha = HAService(master, _ha(0, port))
+            master.replicate = ha.replicate
+            await ha.start()
+            client = HAClient(slave, _ha(1, port))
+            client.start()
+            try:
+                await _until(lambda: bool(ha.connections) and ha.connections[0].ack_offset >= 0)
+                before = ha.connections[0].reports
+                results = await asyncio.gather(*(master.put_message(msg(body=b"g" * 200)) for _ in range(500)))
+                reports = ha.connections[0].reports - before
+                assert slave.max_phy_offset == master.max_phy_offset  # every answered put is on the slave
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
+            return [r.status for r in results], reports, len(results)
+
+    statuses, reports, puts = run(go)
+    assert set(statuses) == {PutMessageStatus.PUT_OK}
+    assert reports < puts / 5, (reports, puts)
+
+
+@pytest.mark.parametrize(("config", "in_sync", "needed"), [
+    ({}, 0, 1), ({}, 2, 1), ({"in_sync_replicas": 3}, 2, 2), ({"all_ack_in_sync_state_set": True}, 3, 3),
+    ({"in_sync_replicas": 3, "enable_auto_in_sync_replicas": True, "min_in_sync_replicas": 2}, 1, 1),
+    ({"in_sync_replicas": 3, "enable_auto_in_sync_replicas": True, "min_in_sync_replicas": 1}, 0, 0),
+])
+def test_slave_acks_needed_follows_the_in_sync_replica_keys(config, in_sync, needed):
+    assert _ha(0, 1, **config).slave_acks_needed(in_sync) == needed

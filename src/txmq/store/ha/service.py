@@ -33,6 +33,7 @@ class SlaveStatus:
     lag_seconds: float
     in_sync: bool
     transferred_offset: int
+    reports: int  # offset reports received: under SYNC_MASTER, one acknowledges every send waiting then
 
 
 class HAConnection:
@@ -48,6 +49,7 @@ class HAConnection:
         self.ack_offset = -1  # the slave's last reported max offset; -1 before its first report
         self.transferred = -1  # where the next transfer frame starts
         self.last_report = time.monotonic()
+        self.reports = 0
         self.data_ready = asyncio.Event()
         self.closed = False
 
@@ -88,6 +90,7 @@ class HAConnection:
                 self.transferred = offset
                 self.data_ready.set()
             self.ack_offset = offset
+            self.reports += 1
             self.last_report = time.monotonic()
             self.service.on_ack()
 
@@ -304,9 +307,9 @@ class HAService:
                     behind = store.commit_log.read_store_timestamp(ack)
                     lag_s = max(0.0, (store.last_store_timestamp - behind) / 1000)
             out.append(SlaveStatus(c.peer, c.broker_id, True, c.ack_offset, end - ack, lag_s, self.in_sync(c),
-                                   c.transferred))
+                                   c.transferred, c.reports))
         connected = {c.broker_id for c in self.connections}
         for broker_id, at in sorted(self.last_disconnected.items()):
             if broker_id not in connected:
-                out.append(SlaveStatus("", broker_id, False, -1, -1, round(time.time() - at, 1), False, -1))
+                out.append(SlaveStatus("", broker_id, False, -1, -1, round(time.time() - at, 1), False, -1, 0))
         return out
