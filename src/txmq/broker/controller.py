@@ -173,8 +173,8 @@ class BrokerController:
         if self.ha_client is not None:
             self.ha_client.start()
         if self.slave_synchronize is not None:
-            self._spawn(self._every_async(self.config.slave_synchronize_interval / 1000,
-                                          self.slave_synchronize.sync_all), "slave synchronize")
+            self._spawn(self._every(self.config.slave_synchronize_interval / 1000, self.slave_synchronize.sync_all),
+                        "slave synchronize")
         else:  # a slave writes nothing of its own: no check-backs, no delayed deliveries
             self._spawn(self.check_service.run(), "transaction check")
             self._spawn(self.schedule_service.run(), "schedule")
@@ -245,21 +245,15 @@ class BrokerController:
         self.started = False
         log.info("broker %s stopped", self.config.broker_name)
 
-    async def _every(self, period_s: float, fn: Callable[[], None]) -> None:
+    async def _every(self, period_s: float, fn: Callable[[], Awaitable[None] | None]) -> None:
         while True:
             await asyncio.sleep(period_s)
             try:
-                fn()
+                pending = fn()
+                if pending is not None:
+                    await pending
             except Exception:
                 log.exception("periodic %s failed", getattr(fn, "__name__", fn))
-
-    async def _every_async(self, period_s: float, fn: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            try:
-                await fn()
-            except Exception:
-                log.exception("periodic %s failed", getattr(fn, "__name__", fn))
-            await asyncio.sleep(period_s)
 
     def _snapshot_transactions(self) -> None:
         if not self.check_service.in_pass:
