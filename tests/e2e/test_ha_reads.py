@@ -1,9 +1,13 @@
 """Reads from slaves in real processes: a slave copies its master's topics and offsets (SlaveSynchronize),
 a master sends a reader that is far behind to a slave (suggestWhichBrokerId), and when the master is SIGKILLed,
-txmq's PushConsumer and the RocketMQ C++ client keep consuming everything it acknowledged from the slave."""
+txmq's PushConsumer keeps consuming everything it acknowledged from the slave, and the RocketMQ C++ client and
+the official RocketMQ 5 Python client started during the outage read all of it there."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,13 +16,25 @@ from ha_group import Group, ha_status, request
 from helpers import Recorder, push_consumer, wait_until
 
 from txmq import Admin, Message, Producer, SendStatus
+from txmq.launch import free_port
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.request_headers import PullMessageRequestHeader
 
 sys.path.insert(0, str(Path(__file__).parent / "cpp"))
-from harness import kill_all, run_consume  # noqa: E402
+from harness import kill_all, run_consume
 
 SYNC = {"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}
+
+
+def rmq5_py(home: Path, timeout: float = 90, **args: object) -> list[dict]:
+    """The official RocketMQ 5 Python client (tests/grpc's driver, in .venv-rmq5)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([str(root / ".venv-rmq5" / "bin" / "python"), str(root / "tests/grpc/drivers/rmq5_py.py"),
+                           json.dumps(args)], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, HOME=str(home)))
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert events and events[-1]["event"] == "done" and events[-1]["ok"], done.stderr[-3000:]
+    return events
 
 
 def _topics(addr: str) -> set[str]:
@@ -34,9 +50,10 @@ def _pull(addr: str, topic: str, offset: int) -> tuple[int, int]:
 
 
 def test_master_killed_consumers_keep_reading_everything_acknowledged_from_the_slave(cluster, tmp_path):
+    grpc = {0: free_port(), 1: free_port()}
     group = Group(cluster, conf={"slaveReadEnable": "true"})
-    master = group.member(0, "SYNC_MASTER", {**SYNC, "accessMessageInMemoryMaxRatio": 0}).start()
-    group.member(1, "SLAVE").start()
+    master = group.member(0, "SYNC_MASTER", {**SYNC, "accessMessageInMemoryMaxRatio": 0, "grpcPort": grpc[0]}).start()
+    group.member(1, "SLAVE", {"grpcPort": grpc[1]}).start()
     m_addr, s_addr = group.addr(0), group.addr(1)
     assert wait_until(lambda: len(ha_status(m_addr)["slaves"]) == 1, 15)
     with Admin(cluster.namesrv_addr) as admin:
@@ -68,3 +85,8 @@ def test_master_killed_consumers_keep_reading_everything_acknowledged_from_the_s
         kill_all()
     assert not result.timed_out, result.stderr[-2000:]
     assert {m["msg_id"] for m in result.messages} == expected
+    # The official RocketMQ 5 Python client, given both members' gRPC endpoints, reaches the slave.
+    endpoints = ";".join(f"127.0.0.1:{grpc[i]}" for i in (0, 1))
+    events = rmq5_py(tmp_path, cmd="simple", endpoint=endpoints, topic="ha-read", group="rmq5-ha-read",
+                     expect=200, wait=40)
+    assert {e["id"] for e in events if e["event"] == "received"} == expected
