@@ -107,6 +107,11 @@ class HAConnection:
                 self.transferred += len(data)
                 await self.writer.drain()  # a slow slave slows its own stream, never the writers
                 continue
+            if self.transferred < store.min_phy_offset:
+                log.warning("HA slave %s (id %d) needs offset %d, but retention deleted the log below %d: "
+                            "connection closed", self.peer, self.broker_id, self.transferred, store.min_phy_offset)
+                self.close()
+                return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.data_ready.wait(), heartbeat_s)
             if not self.data_ready.is_set():
