@@ -41,6 +41,11 @@ def _topics(addr: str) -> set[str]:
     return set(orjson.loads(request(addr, RequestCode.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"])
 
 
+def _offsets(addr: str) -> dict[str, int]:
+    table = orjson.loads(request(addr, RequestCode.GET_ALL_CONSUMER_OFFSET).body)["offsetTable"]
+    return {q: o for q, o in table.get("ha-read@g-ha-read", {}).items()}
+
+
 def _pull(addr: str, topic: str, offset: int) -> tuple[int, int]:
     header = PullMessageRequestHeader(consumer_group="g-raw", topic=topic, queue_id=0, queue_offset=offset,
                                       max_msg_nums=4, sys_flag=0, suspend_timeout_millis=0, subscription="*",
@@ -62,11 +67,14 @@ def test_master_killed_consumers_keep_reading_everything_acknowledged_from_the_s
     assert wait_until(lambda: "ha-read" in _topics(s_addr), 15)  # SlaveSynchronize copied the topic
 
     recorder = Recorder()
-    consumer = push_consumer(cluster.namesrv_addr, "g-ha-read", "ha-read", recorder)
+    consumer = push_consumer(cluster.namesrv_addr, "g-ha-read", "ha-read", recorder, persist_interval_s=0.5)
     try:
         with Producer("p-ha-read", cluster.namesrv_addr) as producer:
             sent = [producer.send(Message("ha-read", f"r{i}".encode(), keys=f"k{i}")) for i in range(100)]
             assert recorder.wait_for(100, 20)
+            # The group's committed offsets reach the master, then the slave (SlaveSynchronize).
+            assert wait_until(lambda: sum(_offsets(m_addr).values()) == 100, 10), _offsets(m_addr)
+            assert wait_until(lambda: _offsets(s_addr) == _offsets(m_addr), 15), (_offsets(s_addr), _offsets(m_addr))
             # A reader far behind the log's end is sent to the slave (the master's accessMessageInMemoryMaxRatio=0:
             # any distance is "far"); the slave (default 40 % of RAM) serves it and sends it back to the master.
             assert _pull(m_addr, "ha-read", 0) == (ResponseCode.SUCCESS, 1)

@@ -14,6 +14,7 @@ from txmq.errors import StoreError
 from txmq.store.ha.config import HAConfig
 from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, HandshakeError, Hello, Welcome, read_hello
 from txmq.store.message_store import DefaultMessageStore
+from txmq.store.record import BLANK_MAGIC_CODE, read_prefix
 from txmq.store.results import PutMessageStatus
 
 log = logging.getLogger("txmq.ha")
@@ -308,8 +309,11 @@ class HAService:
             ack = max(c.ack_offset, 0)
             lag_s = 0.0
             if ack < end:
+                next_record = ack
+                if read_prefix(store.commit_log.read_raw(ack, 8))[1] == BLANK_MAGIC_CODE:  # the next is a segment on
+                    next_record += store.commit_log.segment_size - ack % store.commit_log.segment_size
                 with contextlib.suppress(StoreError):
-                    behind = store.commit_log.read_store_timestamp(ack)
+                    behind = store.commit_log.read_store_timestamp(next_record)
                     lag_s = max(0.0, (store.last_store_timestamp - behind) / 1000)
             out.append(SlaveStatus(c.peer, c.broker_id, True, c.ack_offset, end - ack, lag_s, self.in_sync(c),
                                    c.transferred, c.reports))
