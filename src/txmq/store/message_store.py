@@ -474,13 +474,23 @@ class DefaultMessageStore:
         ``CorruptRecordError`` (nothing written) for bytes that are not valid records at those offsets."""
         self._check_open()
         records = self.commit_log.append_raw(offset, data)
-        arrived: dict[tuple[str, int], int] = {}
+        arrived: dict[tuple[str, int], int] = {}  # next queue offset per queue
+        runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}  # consecutive entries per queue
         for phy, rec in records:
             req = request_from_record(rec, phy)
-            self.dispatch(req)
+            self.dispatch(req, consume_queue=False)
             if builds_consume_queue(req.sys_flag):
-                arrived[(req.topic, req.queue_id)] = req.consume_queue_offset + 1
+                key = (req.topic, req.queue_id)
+                first, entries = runs.get(key, (req.consume_queue_offset, []))
+                if first + len(entries) != req.consume_queue_offset:
+                    self.find_or_create_consume_queue(*key).put_run(first, entries)
+                    first, entries = req.consume_queue_offset, []
+                entries.append((phy, req.msg_size, req.tags_code))
+                runs[key] = (first, entries)
+                arrived[key] = req.consume_queue_offset + 1
             self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
+        for key, (first, entries) in runs.items():  # one write per queue and file, as put_messages does
+            self.find_or_create_consume_queue(*key).put_run(first, entries)
         self._queue_offsets.update(arrived)
         self._counters["appends"] += len(records)
         self._notify(arrived)
