@@ -30,7 +30,7 @@ def _queue_max(addr: str, topic: str, queues: int) -> list[int]:
 
 def test_sync_master_and_two_slaves_have_the_same_log_byte_for_byte(cluster):
     group = Group(cluster)
-    master = group.member(0, "SYNC_MASTER", SYNC).start()
+    master = group.member(0, "SYNC_MASTER", {**SYNC, "inSyncReplicas": 3}).start()  # both slaves must ack
     slaves = [group.member(i, "SLAVE").start() for i in (1, 2)]
     m_addr = master.addrs["broker"]
     assert wait_until(lambda: len(ha_status(m_addr)["slaves"]) == 2, 15), ha_status(m_addr)
@@ -38,13 +38,12 @@ def test_sync_master_and_two_slaves_have_the_same_log_byte_for_byte(cluster):
         admin.create_topic("ha-orders", queue_nums=4)
     cluster.wait_route("ha-orders")
     with Producer("p-ha", cluster.namesrv_addr) as producer:
-        sent = _send(producer, "ha-orders", 1500)
+        sent = _send(producer, "ha-orders", 800, size=600)
     assert {r.status for r in sent} == {SendStatus.SEND_OK}
-    # Every send was answered after a slave had it: at this point at least one slave holds all of them.
+    # Every send was answered after both slaves had it (inSyncReplicas=3): no waiting here.
     end = max_offset(m_addr)
     assert end > 2 * 256 * 1024  # several segments, so BLANK markers were replicated too
-    assert max(max_offset(s.addrs["broker"]) for s in slaves) == end
-    wait_caught_up(m_addr, [s.addrs["broker"] for s in slaves])
+    assert [max_offset(s.addrs["broker"]) for s in slaves] == [end, end]
     master_log = commit_log_bytes(group.store(0), end)
     for i in (1, 2):
         assert commit_log_bytes(group.store(i), end) == master_log
@@ -76,6 +75,15 @@ def test_a_killed_slave_catches_up_after_restart_and_an_empty_one_while_sends_go
     assert commit_log_bytes(group.store(1), end) == master_log
     assert commit_log_bytes(group.store(2), end) == master_log
     assert send_s < 20, send_s
+    # The master SIGKILLed and restarted: both slaves reconnect and go on from where their logs end.
+    master.kill()
+    master.start()
+    with Producer("p-ha", cluster.namesrv_addr) as producer:
+        _send(producer, "ha-a", 200, start=1500)
+    end2 = wait_caught_up(m_addr, [group.addr(1), group.addr(2)])
+    assert end2 > end
+    master_log = commit_log_bytes(group.store(0), end2)
+    assert commit_log_bytes(group.store(1), end2) == master_log == commit_log_bytes(group.store(2), end2)
 
 
 def _txmq(cluster, *args: str) -> subprocess.CompletedProcess[str]:
