@@ -344,7 +344,7 @@ class PushConsumer(ClientBase):
                 sys_flag=PullMessageRequestHeader.FLAG_SUSPEND | PullMessageRequestHeader.FLAG_SUBSCRIPTION,
                 suspend_timeout_millis=self.suspend_timeout_ms, subscription=filt.expression,
                 sub_version=0, expression_type="TAG")
-            addr, _ = self.instance.pull_addr(mq)
+            addr = self.instance.pull_addr(mq)
             try:
                 resp = await self.instance.remoting.invoke(addr, RemotingCommand.request(
                     RequestCode.PULL_MESSAGE, header.to_ext()), self.suspend_timeout_ms / 1000 + 5)

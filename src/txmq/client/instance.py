@@ -22,8 +22,8 @@ from txmq.topic import PermName
 
 log = logging.getLogger("txmq.client")
 
-MASTER_ID = "0"
 MASTER = 0
+MASTER_ID = str(MASTER)  # as brokerAddrs keys it in JSON
 DOWN_S = 5.0  # a broker address that failed a request is passed over for reads this long
 
 
@@ -173,17 +173,16 @@ class MQClientInstance:
             addr = members[min(members)]
         return addr
 
-    def pull_addr(self, mq: MessageQueue) -> tuple[str, bool]:
-        """(address, is a slave) to pull ``mq`` from (RocketMQ findBrokerAddressInSubscribe): the member the
-        last answer suggested, else the master, else any slave; members that just failed come last."""
+    def pull_addr(self, mq: MessageQueue) -> str:
+        """Where to pull ``mq`` from (RocketMQ findBrokerAddressInSubscribe): the member the last answer
+        suggested, else the master, else any slave; members that just failed come last."""
         members = self.members.get(mq.broker_name) or {}
         if not members:
-            return self.broker_addr(mq.broker_name), False
+            return self.broker_addr(mq.broker_name)
         now = asyncio.get_running_loop().time()
         wanted = self.pull_from.get(mq, MASTER)
-        order = sorted(members, key=lambda bid: (self._down_until.get(members[bid], 0) > now, bid != wanted,
-                                                 bid != MASTER, bid))
-        return members[order[0]], order[0] != MASTER
+        return members[min(members, key=lambda bid: (self._down_until.get(members[bid], 0) > now, bid != wanted,
+                                                     bid != MASTER, bid))]
 
     def suggest(self, mq: MessageQueue, broker_id: int) -> None:
         self.pull_from[mq] = broker_id
