@@ -165,6 +165,7 @@ class BrokerController:
         self.transaction_service.recover()
         if self.config.is_slave:  # from here on, replicated records keep the transaction table current
             self.store.add_dispatcher(self.transaction_service.follow)
+            self.store.add_truncate_listener(self.transaction_service.rebuild)
         await self.server.start()
         await self._start_grpc()
         if self.ha_service is not None:

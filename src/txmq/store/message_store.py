@@ -99,6 +99,7 @@ class DefaultMessageStore:
         self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
         self._arrival_listeners: list[Callable[[str, int, int], None]] = []
         self._append_listeners: list[Callable[[int], None]] = []
+        self._truncate_listeners: list[Callable[[int], None]] = []
         # SYNC_MASTER (set by whoever composes the store with its HAService): a future of the put's status once
         # enough slaves have the log up to the given offset.
         self.replicate: Callable[[int], asyncio.Future[PutMessageStatus]] | None = None
@@ -508,6 +509,8 @@ class DefaultMessageStore:
             self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         self.index.truncate_from(offset)
         self._write_checkpoint(self._snapshot())
+        for fn in self._truncate_listeners:
+            fn(offset)
 
     def start_replica_at(self, offset: int) -> None:
         """An empty slave copies a master whose log no longer starts at 0: its log starts where the master's
@@ -515,6 +518,11 @@ class DefaultMessageStore:
         if self.commit_log.queue.files or offset % self.commit_log.segment_size:
             raise StoreError(f"cannot start a replica at {offset}: the log is not empty or not at a segment start")
         self.commit_log.max_offset = self.commit_log.flushed_offset = offset
+
+    def add_truncate_listener(self, fn: Callable[[int], None]) -> None:
+        """``fn(offset)`` after ``truncate_replicated`` dropped the log from ``offset`` on: state derived from the
+        dropped records must be rebuilt (a slave's transaction table)."""
+        self._truncate_listeners.append(fn)
 
     def add_append_listener(self, fn: Callable[[int], None]) -> None:
         """``fn(new end of the log)`` after each put, on the loop thread (a master's HA connections)."""

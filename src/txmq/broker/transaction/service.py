@@ -601,6 +601,14 @@ class TransactionalMessageService:
             offset = got.next_begin_offset
         return count
 
+    def rebuild(self, truncated_at: int = 0) -> None:
+        """Start the table over from the log, which was truncated under it (a slave whose master lost a tail):
+        the snapshot if it is not ahead of the log, and the records after it."""
+        log.warning("commit log truncated at %d: rebuilding the transaction table", truncated_at)
+        self.table = TransactionStateTable()
+        self._snapshot_covers = (-1, -1)
+        self.recover()
+
     def follow(self, req: DispatchRequest) -> None:
         """A slave's dispatcher: keep the table current from the replicated half and op records, so that a
         slave made master can check back at once, without a replay. Nothing goes on the check wheel: a slave
