@@ -179,6 +179,49 @@ def cmd_tx(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from txmq.client.admin import Admin
+
+    with Admin(_namesrv(args)) as admin:
+        rows = admin.cluster_list()
+    if args.json:
+        _print_json(rows)
+        return 0
+    print(f"{'#Cluster':16} {'#Broker':16} {'#BID':>4}  {'#Addr':21} {'#Role':12} {'#HAAddr':21} {'#MaxOffset':>12}")
+    for r in rows:
+        print(f"{r['cluster']:16} {r['brokerName']:16} {r['brokerId']:>4}  {r['addr']:21} {r['role']:12} "
+              f"{r['haAddr']:21} {r['maxOffset']:>12}")
+    return 0
+
+
+def cmd_ha(args: argparse.Namespace) -> int:
+    from txmq.client.admin import Admin
+
+    with Admin(_namesrv(args)) as admin:
+        groups = admin.ha_status()
+    if args.json:
+        _print_json(groups)
+        return 0
+    for name, members in groups.items():
+        master = members.get("0")
+        if master is None or master.get("role") == "unreachable":
+            print(f"group {name}: master not reachable")
+        else:
+            print(f"group {name}: master {master['addr']} ({master['role']}) log ends at {master['maxOffset']}, "
+                  f"{master['inSyncSlaveNums']} slaves in sync")
+            for s in master["slaves"]:
+                state = "connected" if s["connected"] else f"disconnected {s['lag_seconds']}s ago"
+                lag = f"lag {s['lag_bytes']} bytes, {s['lag_seconds']:.1f}s" if s["connected"] else ""
+                print(f"  slave {s['broker_id']} {s['addr']:21} {state:12} ack {s['ack_offset']} {lag}"
+                      f"{'' if s['in_sync'] or not s['connected'] else ' (not in sync)'}")
+        for bid, st in sorted(members.items()):
+            if bid != "0" and "master" in st:
+                m = st["master"]
+                print(f"  slave {bid} {st['addr']} sees master {m['masterAddr'] or '?'}: "
+                      f"{'connected' if m['connected'] else 'not connected'}, log ends at {st['maxOffset']}")
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from txmq.client.admin import Admin
 
@@ -354,6 +397,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress line")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("cluster", help="broker groups and their members (mqadmin clusterList)")
+    s.add_argument("action", choices=["list"])
+    s.add_argument("--json", action="store_true")
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_cluster)
+
+    s = sub.add_parser("ha", help="replication of each broker group: slaves, acknowledged offsets, lag (haStatus)")
+    s.add_argument("action", choices=["status"])
+    s.add_argument("--json", action="store_true")
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_ha)
 
     s = sub.add_parser("stats", help="topics, consumer lag and transaction metrics")
     s.add_argument("--json", action="store_true")

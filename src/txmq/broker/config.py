@@ -71,6 +71,20 @@ class BrokerConfig:
     # txmq's own: a half with no check ever handed to a producer of its group is discarded after transactionTimeOut
     # times this (and no message's CHECK_IMMUNITY_TIME_IN_SECONDS delays its first check longer)
     transaction_orphan_factor: int = DEFAULT_ORPHAN_FACTOR
+    # replication (RocketMQ MessageStoreConfig / BrokerConfig names; docs/ha.md)
+    ha_listen_port: int = 0  # 0: listenPort + 1
+    ha_master_address: str = ""  # a slave's master "host:haPort"; empty: learnt from the name server
+    ha_send_heartbeat_interval: int = 5000  # ms
+    ha_housekeeping_interval: int = 20_000  # ms
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
+    all_ack_in_sync_state_set: bool = False
+    enable_auto_in_sync_replicas: bool = False
+    slave_read_enable: bool = False
+    access_message_in_memory_max_ratio: int = 40  # percent of RAM; a consumer further behind reads from a slave
+    slave_synchronize_interval: int = 3000  # ms; txmq's: a slave copies its master's metadata this often
     # txmq's own: how often the transaction state table is snapshotted (restart replays only what follows)
     transaction_snapshot_interval: int = 10_000  # ms
     # access control (RocketMQ's aclEnable; RocketMQ reads the file's path from a JVM property, txmq from aclFile,
@@ -103,6 +117,10 @@ class BrokerConfig:
         """A disk ratio field in percent, whether it was given as 90 or as 0.90."""
         value = float(getattr(self, name))
         return value * 100 if value <= 1 else value
+
+    @property
+    def is_sync_master(self) -> bool:
+        return self.broker_role.upper() == "SYNC_MASTER"
 
     def delay_levels_ms(self) -> list[int]:
         """``messageDelayLevel`` as milliseconds; level N is entry N-1."""

@@ -60,6 +60,12 @@ class ConsumerOffsetManager:
         """The committed offset, or -1 when the group never committed one."""
         return self.table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {}).get(queue_id, -1)
 
+    def replace_all(self, table: dict[str, dict[int, int]]) -> None:
+        """A slave takes its master's offsets (SlaveSynchronize); persisted at the next period when changed."""
+        if table != self.table:
+            self.table = table
+            self._dirty = True
+
     def remove_topic(self, topic: str) -> None:
         for key in [k for k in self.table if k.split(TOPIC_GROUP_SEPARATOR, 1)[0] == topic]:
             self.entries -= len(self.table.pop(key))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
@@ -23,6 +24,7 @@ from txmq.broker.processor.end_transaction import EndTransactionProcessor, Remot
 from txmq.broker.processor.pull import PullMessageProcessor
 from txmq.broker.processor.send import SendMessageProcessor
 from txmq.broker.schedule import ScheduleMessageService
+from txmq.broker.slave_synchronize import SlaveSynchronize
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
@@ -33,11 +35,23 @@ from txmq.remoting.server import RemotingServer
 from txmq.remoting.tls import client_context
 from txmq.remoting.transport import Connection, RemotingClient
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
+from txmq.store.ha import HAClient, HAConfig, HAService
 
 if TYPE_CHECKING:
     from txmq.grpc.server import GrpcEndpoint
 
 log = logging.getLogger("txmq.broker")
+
+
+def _check_role(config: BrokerConfig) -> None:
+    """RocketMQ's BrokerStartup rules: a master is broker id 0, a slave has an id above 0."""
+    role = config.broker_role.upper()
+    if role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        raise ValueError(f"brokerRole {config.broker_role!r}: expected ASYNC_MASTER, SYNC_MASTER or SLAVE")
+    if role == "SLAVE" and config.broker_id <= 0:
+        raise ValueError(f"brokerRole SLAVE needs brokerId > 0 (got {config.broker_id})")
+    if role != "SLAVE":
+        config.broker_id = 0
 
 
 def pick_free_port(host: str = "127.0.0.1") -> int:
@@ -50,6 +64,7 @@ class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         if config.listen_port == 0:
             config.listen_port = pick_free_port(config.broker_ip1)
+        _check_role(config)
         self.config = config
         self.root = Path(config.store_path_root_dir)
         self.store_host = (config.broker_ip1, config.listen_port)
@@ -68,7 +83,19 @@ class BrokerController:
             disk_space_warning_level_ratio=config.disk_percent("disk_space_warning_level_ratio"),
             disk_space_clean_forcibly_ratio=config.disk_percent("disk_space_clean_forcibly_ratio"),
             disk_max_used_space_ratio=config.disk_percent("disk_max_used_space_ratio"),
+            access_message_in_memory_max_ratio=config.access_message_in_memory_max_ratio,
         ))
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        ha_config = self._ha_config()
+        self.slave_synchronize: SlaveSynchronize | None = None
+        if config.is_slave:
+            self.ha_client = HAClient(self.store, ha_config)
+            self.slave_synchronize = SlaveSynchronize(self)
+        else:
+            self.ha_service = HAService(self.store, ha_config)
+            if config.is_sync_master:
+                self.store.replicate = self.ha_service.replicate
         levels = config.delay_levels_ms()
         self.topic_config_manager = TopicConfigManager(self.root, auto_create=config.auto_create_topic_enable,
                                                        default_queue_nums=config.default_topic_queue_nums,
@@ -125,16 +152,46 @@ class BrokerController:
     def addr(self) -> str:
         return self.config.broker_addr
 
+    def _ha_config(self) -> HAConfig:
+        c = self.config
+        self._ha_port_set = c.ha_listen_port != 0
+        if c.ha_listen_port == 0:
+            c.ha_listen_port = c.listen_port + 1
+        return HAConfig(
+            cluster_name=c.broker_cluster_name, broker_name=c.broker_name, broker_id=c.broker_id,
+            listen_host=c.broker_ip1, listen_port=c.ha_listen_port, master_address=c.ha_master_address,
+            send_heartbeat_interval_ms=c.ha_send_heartbeat_interval,
+            housekeeping_interval_ms=c.ha_housekeeping_interval,
+            transfer_batch_size=c.ha_transfer_batch_size, max_gap_not_in_sync=c.ha_max_gap_not_in_sync,
+            sync_timeout_ms=c.sync_flush_timeout, in_sync_replicas=c.in_sync_replicas,
+            min_in_sync_replicas=c.min_in_sync_replicas, all_ack_in_sync_state_set=c.all_ack_in_sync_state_set,
+            enable_auto_in_sync_replicas=c.enable_auto_in_sync_replicas)
+
+    @property
+    def ha_addr(self) -> str:
+        return f"{self.config.broker_ip1}:{self.config.ha_listen_port}"
+
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.store.start()
         self.transaction_service.recover()
+        if self.config.is_slave:  # from here on, replicated records keep the transaction table current
+            self.store.add_dispatcher(self.transaction_service.follow)
+            self.store.add_truncate_listener(self.transaction_service.rebuild)
         await self.server.start()
         await self._start_grpc()
+        if self.ha_service is not None:
+            await self._start_ha_service(self.ha_service)
         self.started = True
-        self._spawn(self.check_service.run(), "transaction check")
-        self._spawn(self.schedule_service.run(), "schedule")
+        if self.ha_client is not None:
+            self.ha_client.start()
+        if self.slave_synchronize is not None:
+            self._spawn(self._every(self.config.slave_synchronize_interval / 1000, self.slave_synchronize.sync_all),
+                        "slave synchronize")
+        else:  # a slave writes nothing of its own: no check-backs, no delayed deliveries
+            self._spawn(self.check_service.run(), "transaction check")
+            self._spawn(self.schedule_service.run(), "schedule")
         self._spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist), "persist")
         self._spawn(self._every(10.0, self._scan_clients), "client scan")
         self._spawn(self._every(self.config.transaction_snapshot_interval / 1000, self._snapshot_transactions),
@@ -142,9 +199,9 @@ class BrokerController:
         if self.config.namesrv_addr:
             await self.register_all()
             self._spawn(self._register_loop(), "namesrv registration")
-        log.info("broker %s listening on %s (%s, store %s, %s)", self.config.broker_name, self.addr,
-                 self.config.flush_disk_type, self.root,
-                 f"ACL on: {self.acl.acl_file.path}" if self.acl else
+        log.info("broker %s id %d listening on %s (%s, %s, HA %s, store %s, %s)", self.config.broker_name,
+                 self.config.broker_id, self.addr, self.config.broker_role, self.config.flush_disk_type, self.ha_addr,
+                 self.root, f"ACL on: {self.acl.acl_file.path}" if self.acl else
                  "ACL off: any client reaching this address may do anything; aclEnable=true requires accounts")
 
     async def _start_grpc(self) -> None:
@@ -165,6 +222,17 @@ class BrokerController:
             return
         self.grpc = endpoint
 
+    async def _start_ha_service(self, ha: HAService) -> None:
+        """Listen for slaves. The default HA port (listenPort + 1) being taken leaves an ASYNC_MASTER without
+        slaves, with a warning; a SYNC_MASTER, or a port that was set, fails the start."""
+        try:
+            await ha.start()
+        except OSError as exc:
+            if self._ha_port_set or self.config.is_sync_master:
+                raise
+            log.warning("HA service not started: %s (set haListenPort to accept slaves)", exc)
+            self.ha_service = None
+
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
@@ -177,6 +245,10 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.ha_client is not None:
+            await self.ha_client.shutdown()
+        if self.ha_service is not None:
+            await self.ha_service.shutdown()
         if self.grpc is not None:
             await self.grpc.stop()
             self.grpc = None
@@ -191,11 +263,13 @@ class BrokerController:
         self.started = False
         log.info("broker %s stopped", self.config.broker_name)
 
-    async def _every(self, period_s: float, fn: Callable[[], None]) -> None:
+    async def _every(self, period_s: float, fn: Callable[[], Awaitable[None] | None]) -> None:
         while True:
             await asyncio.sleep(period_s)
             try:
-                fn()
+                pending = fn()
+                if pending is not None:
+                    await pending
             except Exception:
                 log.exception("periodic %s failed", getattr(fn, "__name__", fn))
 
@@ -250,7 +324,7 @@ class BrokerController:
                              "filterServerList": []})
         ext = {"brokerAddr": self.addr, "brokerName": self.config.broker_name,
                "clusterName": self.config.broker_cluster_name, "brokerId": str(self.config.broker_id),
-               "haServerAddr": "", "compressed": "false"}
+               "haServerAddr": self.ha_addr, "compressed": "false"}
         for addr in self._namesrv_addrs():
             try:
                 resp = await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER,
@@ -258,6 +332,8 @@ class BrokerController:
                 ok = resp.code == ResponseCode.SUCCESS
                 if not ok and self._registered.get(addr, True):  # e.g. NO_PERMISSION: accessKey/secretKey
                     log.warning("namesrv %s refused the registration: code %d %s", addr, resp.code, resp.remark)
+                if ok and self.ha_client is not None and self.slave_synchronize is not None:
+                    self._learn_master(resp.ext_fields)
             except (ClientError, OSError) as exc:
                 ok = False
                 if self._registered.get(addr, True):
@@ -265,6 +341,16 @@ class BrokerController:
             if ok and not self._registered.get(addr):
                 log.info("registered to namesrv %s", addr)
             self._registered[addr] = ok
+
+    def _learn_master(self, answer: dict[str, str]) -> None:
+        """RocketMQ: the name server answers a slave with its master's address and HA address."""
+        assert self.ha_client is not None and self.slave_synchronize is not None
+        master = answer.get("masterAddr", "")
+        if master and master != self.slave_synchronize.master_addr:
+            self.slave_synchronize.master_addr = master
+            self._spawn(self.slave_synchronize.sync_all(), "slave synchronize now")
+        if not self.config.ha_master_address:
+            self.ha_client.set_master_address(answer.get("haServerAddr", ""))
 
     async def _unregister_all(self) -> None:
         ext = {"brokerAddr": self.addr, "brokerName": self.config.broker_name,
@@ -274,6 +360,20 @@ class BrokerController:
                 await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext), 3.0)
 
     # --- stats ----------------------------------------------------------------------------------------
+
+    def ha_status(self) -> dict[str, Any]:
+        """RocketMQ's HARuntimeInfo: a master's slaves with their acknowledged offsets and lag, or a slave's
+        view of its master (``txmq ha status``)."""
+        c = self.config
+        out: dict[str, Any] = {"brokerName": c.broker_name, "brokerId": c.broker_id, "role": c.broker_role,
+                               "addr": self.addr, "haAddr": self.ha_addr, "maxOffset": self.store.max_phy_offset}
+        if self.ha_service is not None:
+            slaves = [dataclasses.asdict(s) for s in self.ha_service.status()]
+            out["slaves"] = slaves
+            out["inSyncSlaveNums"] = sum(1 for s in slaves if s["in_sync"])
+        if self.ha_client is not None:
+            out["master"] = self.ha_client.status()
+        return out
 
     def stats(self) -> dict[str, Any]:
         store = self.store

@@ -99,6 +99,10 @@ class ScheduleMessageService:
                           born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
                           reconsume_times=msg.reconsume_times)
 
+    def replace_offsets(self, offsets: dict[int, int]) -> None:
+        """A slave takes its master's delivery progress per level (SlaveSynchronize)."""
+        self.offsets = offsets
+
     def persist(self) -> None:
         """Write the progress per level when it moved since the last write (called every few seconds)."""
         if self.offsets != self._persisted:

@@ -93,6 +93,13 @@ class TopicConfigManager:
             self.update(cfg)
         return cfg
 
+    def replace_all(self, configs: list[TopicConfig]) -> None:
+        """A slave takes its master's topics as they are (SlaveSynchronize); persisted when they changed."""
+        table = {c.topic_name: c for c in configs}
+        if table != self.table:
+            self.table = table
+            self.persist()
+
     def _changed(self) -> None:
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": int(self.data_version["counter"]) + 1}
         self.persist()

@@ -52,6 +52,52 @@ class Admin(ClientBase):
                 raise BrokerError(resp.code, resp.remark)
         return resps
 
+    async def _member_status(self, addr: str) -> dict[str, Any] | None:
+        """A member's GET_BROKER_HA_STATUS answer, or None when it does not answer."""
+        assert self.instance is not None
+        try:
+            resp = await self.instance.remoting.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_HA_STATUS),
+                                                       5)
+        except (ClientError, OSError):
+            return None
+        return dict(orjson.loads(resp.body)) if resp.code == ResponseCode.SUCCESS else None
+
+    async def _members(self) -> list[tuple[str, str, int, str, dict[str, Any] | None]]:
+        """(cluster, broker name, broker id, address, its HA status) of every member the name server knows."""
+        assert self.instance is not None
+        resp = await self.instance.invoke_namesrv(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark)
+        info = orjson.loads(resp.body)
+        table = info.get("brokerAddrTable") or {}
+        out = []
+        for cluster, names in sorted((info.get("clusterAddrTable") or {}).items()):
+            for name in sorted(names):
+                addrs = (table.get(name) or {}).get("brokerAddrs") or {}
+                for bid, addr in sorted(addrs.items(), key=lambda kv: int(kv[0])):
+                    out.append((cluster, name, int(bid), addr, await self._member_status(addr)))
+        return out
+
+    def cluster_list(self) -> list[dict[str, Any]]:
+        """Every member of every broker group the name server knows (mqadmin clusterList): cluster, group,
+        broker id, address, and role and log end as the member itself reports them."""
+        async def go() -> list[dict[str, Any]]:
+            return [{"cluster": cluster, "brokerName": name, "brokerId": bid, "addr": addr,
+                     "role": st["role"] if st else "unreachable", "haAddr": st["haAddr"] if st else "",
+                     "maxOffset": st["maxOffset"] if st else -1}
+                    for cluster, name, bid, addr, st in await self._members()]
+        return self._call(go())
+
+    def ha_status(self) -> dict[str, dict[str, Any]]:
+        """Each group's replication (mqadmin haStatus): its master's view (slaves, acknowledged offsets, lag)
+        and each slave's view of its master, by broker id."""
+        async def go() -> dict[str, dict[str, Any]]:
+            out: dict[str, dict[str, Any]] = {}
+            for _, name, bid, addr, st in await self._members():
+                out.setdefault(name, {})[str(bid)] = st or {"addr": addr, "role": "unreachable"}
+            return out
+        return self._call(go())
+
     # --- topics ---------------------------------------------------------------------------------------
 
     def create_topic(self, topic: str, queue_nums: int = 8, brokers: list[str] | None = None,

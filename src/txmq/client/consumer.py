@@ -344,13 +344,16 @@ class PushConsumer(ClientBase):
                 sys_flag=PullMessageRequestHeader.FLAG_SUSPEND | PullMessageRequestHeader.FLAG_SUBSCRIPTION,
                 suspend_timeout_millis=self.suspend_timeout_ms, subscription=filt.expression,
                 sub_version=0, expression_type="TAG")
+            addr = self.instance.pull_addr(mq)
             try:
-                resp = await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(
+                resp = await self.instance.remoting.invoke(addr, RemotingCommand.request(
                     RequestCode.PULL_MESSAGE, header.to_ext()), self.suspend_timeout_ms / 1000 + 5)
             except ClientError as exc:
-                log.warning("pull from %s failed: %s", mq, exc)
-                await asyncio.sleep(1.0)
+                log.warning("pull from %s at %s failed: %s", mq, addr, exc)
+                self.instance.failed(addr)
+                await asyncio.sleep(0.2)
                 continue
+            self.instance.suggest(mq, int(resp.ext_fields.get("suggestWhichBrokerId", "0")))
             next_offset = int(resp.ext_fields.get("nextBeginOffset", pq.next_offset))
             if resp.code == ResponseCode.SUCCESS:
                 try:

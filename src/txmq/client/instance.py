@@ -23,7 +23,9 @@ from txmq.topic import PermName
 
 log = logging.getLogger("txmq.client")
 
-MASTER_ID = "0"
+MASTER = 0
+MASTER_ID = str(MASTER)  # as brokerAddrs keys it in JSON
+DOWN_S = 5.0  # a broker address that failed a request is passed over for reads this long
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -41,26 +43,25 @@ class TopicRoute:
     publish_queues: list[MessageQueue]
     subscribe_queues: list[MessageQueue]
     broker_addrs: dict[str, str]  # broker name -> master address
+    members: dict[str, dict[int, str]]  # broker name -> broker id -> address (master 0 and slaves)
 
 
 def parse_route(topic: str, data: dict[str, Any]) -> TopicRoute:
-    addrs: dict[str, str] = {}
+    """A group whose master is gone keeps its queues for reading (from its slaves), not for sending."""
+    members: dict[str, dict[int, str]] = {}
     for bd in data.get("brokerDatas") or []:
-        master = (bd.get("brokerAddrs") or {}).get(MASTER_ID)
-        if master:
-            addrs[str(bd["brokerName"])] = str(master)
+        members[str(bd["brokerName"])] = {int(k): str(v) for k, v in (bd.get("brokerAddrs") or {}).items()}
+    addrs = {name: m[MASTER] for name, m in members.items() if MASTER in m}
     pub: list[MessageQueue] = []
     sub: list[MessageQueue] = []
     for qd in sorted(data.get("queueDatas") or [], key=lambda q: str(q["brokerName"])):
         name = str(qd["brokerName"])
-        if name not in addrs:
-            continue
         perm = int(qd.get("perm", PermName.READ_WRITE))
-        if PermName.is_writeable(perm):
+        if PermName.is_writeable(perm) and name in addrs:
             pub.extend(MessageQueue(topic, name, i) for i in range(int(qd["writeQueueNums"])))
-        if PermName.is_readable(perm):
+        if PermName.is_readable(perm) and members.get(name):
             sub.extend(MessageQueue(topic, name, i) for i in range(int(qd["readQueueNums"])))
-    return TopicRoute(pub, sub, addrs)
+    return TopicRoute(pub, sub, addrs, members)
 
 
 def master_addrs(cluster_info: bytes) -> dict[str, str]:
@@ -90,7 +91,10 @@ class MQClientInstance:
         self.remoting = RemotingClient(request_handler, on_connect=self._on_connect, rpc_hook=rpc_hook,
                                        ssl_context=ssl_context)
         self.routes: dict[str, TopicRoute] = {}
-        self.broker_addrs: dict[str, str] = {}
+        self.broker_addrs: dict[str, str] = {}  # masters
+        self.members: dict[str, dict[int, str]] = {}  # every member of each group, by broker id
+        self.pull_from: dict[MessageQueue, int] = {}  # the broker id the last pull answer suggested
+        self._down_until: dict[str, float] = {}
         self.heartbeat_data: Callable[[], dict[str, Any]] = dict
         self._tasks: list[asyncio.Task[None]] = []
         self._heartbeats: set[asyncio.Task[None]] = set()
@@ -140,7 +144,13 @@ class MQClientInstance:
         route = parse_route(topic, orjson.loads(resp.body))
         self.routes[topic] = route
         new = {n: a for n, a in route.broker_addrs.items() if self.broker_addrs.get(n) != a}
+        known = {a for m in self.members.values() for a in m.values()}
+        new.update((f"{n}:{bid}", a) for n, m in route.members.items() for bid, a in m.items() if a not in known)
         self.broker_addrs.update(route.broker_addrs)
+        for name, members in route.members.items():
+            self.members[name] = members
+            if MASTER not in members:
+                self.broker_addrs.pop(name, None)  # the name server dropped the master: reads go to slaves
         if new:
             # A broker we never told about ourselves: it needs our groups now (check-back, rebalancing).
             await self.send_heartbeat_to_all(new)
@@ -157,10 +167,37 @@ class MQClientInstance:
     # --- brokers --------------------------------------------------------------------------------------
 
     def broker_addr(self, broker_name: str) -> str:
+        """The group's master; without one, a slave (RocketMQ findBrokerAddressInAdmin): offsets and queries."""
         addr = self.broker_addrs.get(broker_name)
         if addr is None:
-            raise ClientError(f"no address known for broker {broker_name}")
+            members = self.members.get(broker_name)
+            if not members:
+                raise ClientError(f"no address known for broker {broker_name}")
+            addr = members[min(members)]
         return addr
+
+    def pull_addr(self, mq: MessageQueue) -> str:
+        """Where to pull ``mq`` from (RocketMQ findBrokerAddressInSubscribe): the member the last answer
+        suggested, else the master, else any slave; members that just failed come last."""
+        members = self.members.get(mq.broker_name) or {}
+        if not members:
+            return self.broker_addr(mq.broker_name)
+        now = asyncio.get_running_loop().time()
+        wanted = self.pull_from.get(mq, MASTER)
+        return members[min(members, key=lambda bid: (self._down_until.get(members[bid], 0) > now, bid != wanted,
+                                                     bid != MASTER, bid))]
+
+    def suggest(self, mq: MessageQueue, broker_id: int) -> None:
+        self.pull_from[mq] = broker_id
+
+    def failed(self, addr: str) -> None:
+        """A request to ``addr`` failed: read elsewhere for a while and ask the name server for fresh routes."""
+        loop = asyncio.get_running_loop()
+        if self._down_until.get(addr, 0) <= loop.time():
+            task = loop.create_task(self.update_all_routes())
+            self._heartbeats.add(task)
+            task.add_done_callback(self._heartbeats.discard)
+        self._down_until[addr] = loop.time() + DOWN_S
 
     async def invoke_broker(self, broker_name: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         return await self.remoting.invoke(self.broker_addr(broker_name), cmd, timeout)
@@ -187,8 +224,12 @@ class MQClientInstance:
             await self.send_heartbeat_to_all(new)
 
     async def send_heartbeat_to_all(self, brokers: dict[str, str] | None = None) -> None:
+        """To every master and slave (a consumer may read from slaves), or to ``brokers`` (name -> address)."""
         body = orjson.dumps({"clientID": self.client_id, **self.heartbeat_data()})
-        for name, addr in list((brokers if brokers is not None else self.broker_addrs).items()):
+        if brokers is None:
+            brokers = dict(self.broker_addrs)
+            brokers.update((f"{n}:{bid}", a) for n, m in self.members.items() for bid, a in m.items() if bid != MASTER)
+        for name, addr in list(brokers.items()):
             try:
                 resp = await self.remoting.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=body), 3.0)
                 if resp.code != ResponseCode.SUCCESS:

@@ -169,11 +169,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def _broker_pb(self) -> pb.Broker:
         host, port = self.endpoint
+        # Broker id 0 from every member, as RocketMQ's proxy answers: the official clients read only from id 0.
         return pb.Broker(name=self.broker.config.broker_name, id=0,
                          endpoints=pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=port)]))
 
     def _queue_pb(self, topic: str, queue_id: int, perm: int) -> pb.MessageQueue:
-        readable, writable = PermName.is_readable(perm), PermName.is_writeable(perm)
+        # A slave's queues are for reading: it refuses sends (HA_NOT_AVAILABLE).
+        readable, writable = PermName.is_readable(perm), PermName.is_writeable(perm) and not self.broker.config.is_slave
         permission = pb.READ_WRITE if readable and writable else pb.READ if readable else \
             pb.WRITE if writable else pb.NONE
         return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id, permission=permission,

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from txmq.errors import InvalidMessageError, RemoteProtocolError
-from txmq.namesrv.route_info import RouteInfoManager
+from txmq.namesrv.route_info import MASTER_ID, RouteInfoManager
 from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -73,11 +73,14 @@ class NamesrvProcessor:
         if conn_id not in self._watched:
             self._watched.add(conn_id)
             conn.on_close.append(lambda c: self._closed(id(c)))
+        broker_id = int(f.get("brokerId", "0"))
         self.routes.register_broker(
-            f["clusterName"], f["brokerAddr"], f["brokerName"], int(f.get("brokerId", "0")), configs,
-            wrapper.get("dataVersion") or {}, conn_id,
+            f["clusterName"], f["brokerAddr"], f["brokerName"], broker_id, configs,
+            wrapper.get("dataVersion") or {}, conn_id, f.get("haServerAddr", ""),
         )
-        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"haServerAddr": "", "masterAddr": ""})
+        master, ha = self.routes.master_of(f["brokerName"]) if broker_id != MASTER_ID else ("", "")
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"haServerAddr": ha,
+                                                                                  "masterAddr": master})
 
     def _closed(self, conn_id: int) -> None:
         self._watched.discard(conn_id)

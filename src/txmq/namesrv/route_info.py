@@ -54,6 +54,7 @@ class BrokerLiveInfo:
     last_update: float
     data_version: dict[str, object]
     conn_id: int
+    ha_server_addr: str = ""
 
 
 class RouteInfoManager:
@@ -75,6 +76,7 @@ class RouteInfoManager:
         topic_configs: list[TopicConfig],
         data_version: dict[str, object],
         conn_id: int,
+        ha_server_addr: str = "",
     ) -> bool:
         """Record a broker and its topics; returns True when it is new (first registration)."""
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
@@ -96,11 +98,19 @@ class RouteInfoManager:
                 self.topic_queue_table.setdefault(tc.topic_name, {})[broker_name] = QueueData(
                     broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag
                 )
-        self.broker_live_table[broker_addr] = BrokerLiveInfo(time.monotonic(), data_version, conn_id)
+        self.broker_live_table[broker_addr] = BrokerLiveInfo(time.monotonic(), data_version, conn_id, ha_server_addr)
         if first:
             log.info("broker registered: %s %s id=%d cluster=%s topics=%d",
                      broker_name, broker_addr, broker_id, cluster, len(topic_configs))
         return first
+
+    def master_of(self, broker_name: str) -> tuple[str, str]:
+        """(master address, master HA address) of a group, empty while its master is not registered: what the
+        name server answers a registering slave (RocketMQ RegisterBrokerResult)."""
+        bd = self.broker_addr_table.get(broker_name)
+        master = bd.broker_addrs.get(MASTER_ID, "") if bd else ""
+        live = self.broker_live_table.get(master)
+        return master, live.ha_server_addr if live else ""
 
     def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
         self.broker_live_table.pop(broker_addr, None)

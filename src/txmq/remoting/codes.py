@@ -124,6 +124,7 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE = 324
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
+    GET_BROKER_HA_STATUS = 907  # RocketMQ 5 (mqadmin haStatus)
 
     # txmq's own admin requests (no RocketMQ equivalent); far above RocketMQ's range to stay clear of it.
     TXMQ_STATS = 9001

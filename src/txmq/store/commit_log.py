@@ -108,6 +108,63 @@ class CommitLog:
         self.max_offset = pos
         return offsets
 
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> list[tuple[int, memoryview]]:
+        """Write the whole records at the start of ``data`` (a master's bytes from ``offset``, which must be the
+        end of this log) as they are; return each record's offset and bytes. A slave's log stays byte-identical.
+
+        Every record is validated before anything is written (magic, size, trailer CRC, PHYSICALOFFSET); a BLANK
+        marker must fill the rest of its segment. An incomplete record at the end is left for the next call;
+        a record that fails validation raises ``CorruptRecordError`` and nothing of this call is written.
+        """
+        if offset != self.max_offset:
+            raise StoreError(f"replicated bytes at {offset}, but the log ends at {self.max_offset}")
+        view = memoryview(data)
+        records: list[tuple[int, memoryview]] = []
+        plan: list[tuple[int, int, int]] = []  # (segment start, first offset, end offset) of each write
+        pos, i = offset, 0
+        while len(view) - i >= 8:
+            total, magic = read_prefix(view, i)
+            seg_start = pos - pos % self.segment_size
+            seg_end = seg_start + self.segment_size
+            if magic == BLANK_MAGIC_CODE and total == seg_end - pos:
+                pass
+            elif magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_SIZE or total > seg_end - pos - BLANK_SIZE:
+                raise CorruptRecordError(f"replicated record at {pos}: bad magic or size ({magic:#x}, {total})")
+            if len(view) - i < total:
+                break
+            rec = view[i : i + total]
+            if magic == MESSAGE_MAGIC_CODE:
+                check_record(rec, pos)
+                records.append((pos, rec))
+            if plan and plan[-1][0] == seg_start:
+                plan[-1] = (seg_start, plan[-1][1], pos + total)
+            else:
+                plan.append((seg_start, pos, pos + total))
+            pos += total
+            i += total
+        for seg_start, first, end in plan:
+            mf = self.queue.find(first) or self.queue.create(seg_start)
+            mf.write([view[first - offset : end - offset]], first - seg_start)
+        self.max_offset = pos
+        return records
+
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` of the log from ``offset`` as stored, within one segment and below ``max_offset``
+        (what a master streams to its slaves)."""
+        mf = self.queue.find(offset)
+        if mf is None or offset >= self.max_offset:
+            return b""
+        return mf.read(offset - mf.file_from_offset, min(max_bytes, self.max_offset - offset, mf.end_offset - offset))
+
+    def tail_bytes(self, offset: int, n: int = 8) -> bytes:
+        """The ``n`` bytes before ``offset`` (zeros where the log has none): two logs whose bytes before
+        ``offset`` match end with the same record there, trailer CRC included."""
+        mf = self.queue.find(offset - 1) if offset > 0 else None
+        if mf is None or offset > self.max_offset:
+            return bytes(n)
+        start = max(offset - n, mf.file_from_offset)
+        return bytes(n - (offset - start)) + mf.read(start - mf.file_from_offset, offset - start)
+
     # --- read --------------------------------------------------------------------------------------
 
     def read(self, offset: int, size: int | None = None) -> memoryview:

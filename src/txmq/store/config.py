@@ -41,6 +41,7 @@ class StoreConfig:
     disk_space_warning_level_ratio: float = 90
     disk_space_clean_forcibly_ratio: float = 85
     disk_max_used_space_ratio: float = 75
+    access_message_in_memory_max_ratio: int = 40  # % of RAM: a read further behind the log's end is "cold"
 
     def __post_init__(self) -> None:
         if self.mapped_file_size_consume_queue % 20:

@@ -13,7 +13,7 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from txmq.errors import StoreError
 
@@ -67,7 +67,7 @@ class MappedFile:
     def end_offset(self) -> int:
         return self.file_from_offset + self.file_size
 
-    def write(self, parts: list[bytes | bytearray], pos: int) -> None:
+    def write(self, parts: Sequence[bytes | bytearray | memoryview], pos: int) -> None:
         """Write ``parts`` back to back at ``pos``: one system call per ``IOV_MAX`` parts.
 
         A short write (the disk filled up) is completed with ``pwrite``, which then raises the ``OSError``
@@ -86,7 +86,7 @@ class MappedFile:
             self._write_all(chunk, want, pos)
             pos += want
 
-    def _write_all(self, parts: list[bytes | bytearray], size: int, pos: int) -> None:
+    def _write_all(self, parts: Sequence[bytes | bytearray | memoryview], size: int, pos: int) -> None:
         written = os.pwritev(self.fd, parts, pos)
         while written < size:
             written += os.pwrite(self.fd, b"".join(parts)[written:], pos + written)

@@ -57,6 +57,7 @@ log = logging.getLogger("txmq.store")
 
 DISK_CHECK_INTERVAL_S = 0.1  # puts measure the disk at most this often (one statvfs)
 EARLY_CLEAN_INTERVAL_S = 1.0  # retention runs at most this often on behalf of a disk over diskMaxUsedSpaceRatio
+_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
 
 
@@ -94,6 +95,11 @@ class DefaultMessageStore:
         self._dispatchers: list[Callable[[DispatchRequest], None]] = list(dispatchers or [])
         self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
         self._arrival_listeners: list[Callable[[str, int, int], None]] = []
+        self._append_listeners: list[Callable[[int], None]] = []
+        self._truncate_listeners: list[Callable[[int], None]] = []
+        # SYNC_MASTER (set by whoever composes the store with its HAService): a future of the put's status once
+        # enough slaves have the log up to the given offset.
+        self.replicate: Callable[[int], asyncio.Future[PutMessageStatus]] | None = None
         self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; close waits for a running one
         self._last_store_ts = 0
@@ -423,12 +429,10 @@ class DefaultMessageStore:
         for req in reqs:
             self._notify_dispatchers(req)
         self._counters["appends"] += len(msgs)
-        for (topic, qid), next_offset in next_offsets.items():
-            for listener in self._arrival_listeners:
-                try:
-                    listener(topic, qid, next_offset)
-                except Exception:
-                    log.exception("arrival listener %r failed", listener)
+        end = self.commit_log.max_offset
+        for fn in self._append_listeners:
+            fn(end)
+        self._notify(next_offsets)
         first = msgs[0]
         result = AppendMessageResult(
             wrote_offset=offsets[0],
@@ -438,6 +442,8 @@ class DefaultMessageStore:
             logics_offset=first.queue_offset,
             msg_num=len(msgs),
         )
+        # The fsync and the replication run together; each is a group commit shared with concurrent puts.
+        flushed: asyncio.Future[bool] | None = None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             if self._flush_service is None:  # not started yet: no flush thread to share fsyncs with
                 try:
@@ -445,12 +451,15 @@ class DefaultMessageStore:
                 except OSError as exc:  # stored and dispatched all the same: the answer must say stored
                     log.error("sync flush failed: %s", exc)
                     return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result, remark=str(exc))
-            elif not await self._flush_service.wait_flushed(
-                self.commit_log.max_offset, self.config.sync_flush_timeout_ms / 1000
-            ):
-                self._counters["flush_timeouts"] += 1
-                log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
-                return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result)
+            else:
+                flushed = self._flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
+        replicated = self.replicate(end) if self.replicate is not None else None
+        if flushed is not None and not await flushed:
+            self._counters["flush_timeouts"] += 1
+            log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
+            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result)
+        if replicated is not None:
+            return PutMessageResult(await replicated, result)
         return PutMessageResult(PutMessageStatus.PUT_OK, result)
 
     def _dispatch_request(self, msg: MessageExt, rec: bytearray, offset: int, now: int) -> DispatchRequest:
@@ -536,6 +545,76 @@ class DefaultMessageStore:
                     log.exception("retention failed")
         return not self._disk.full
 
+    # --- replication (a slave's side; see txmq.store.ha) ---------------------------------------------
+
+    def append_replicated(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append the whole records at the start of a master's bytes from ``offset`` as they are, dispatch them
+        (consume queues, index, dispatchers, arrival listeners) and return how many bytes were taken. Raises
+        ``CorruptRecordError`` (nothing written) for bytes that are not valid records at those offsets."""
+        self._check_open()
+        records = self.commit_log.append_raw(offset, data)
+        arrived: dict[tuple[str, int], int] = {}  # next queue offset per queue
+        runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}  # consecutive entries per queue
+        for phy, rec in records:
+            req = request_from_record(rec, phy)
+            self._build_index(req)
+            self._notify_dispatchers(req)
+            if builds_consume_queue(req.sys_flag):
+                key = (req.topic, req.queue_id)
+                first, entries = runs.get(key, (req.consume_queue_offset, []))
+                if first + len(entries) != req.consume_queue_offset:
+                    self.find_or_create_consume_queue(*key).put_run(first, entries)
+                    first, entries = req.consume_queue_offset, []
+                entries.append((phy, req.msg_size, req.tags_code))
+                runs[key] = (first, entries)
+                arrived[key] = req.consume_queue_offset + 1
+            self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
+        for key, (first, entries) in runs.items():  # one write per queue and file, as put_messages does
+            self.find_or_create_consume_queue(*key).put_run(first, entries)
+        self._queue_offsets.update(arrived)
+        self._counters["appends"] += len(records)
+        self._notify(arrived)
+        return self.commit_log.max_offset - offset
+
+    def truncate_replicated(self, offset: int) -> None:
+        """Drop the log from ``offset`` on, with the consume-queue entries and index files that point there,
+        and checkpoint at once: a slave whose master no longer has those bytes must not keep them."""
+        self._check_open()
+        log.warning("truncating the commit log at %d (the master's log ends there): %d bytes dropped",
+                    offset, self.commit_log.max_offset - offset)
+        self.commit_log.truncate(offset)
+        for cq in self.consume_queues():
+            cq.truncate_dirty(offset)
+            self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
+        self.index.truncate_from(offset)
+        self._write_checkpoint(self._snapshot())
+        for fn in self._truncate_listeners:
+            fn(offset)
+
+    def start_replica_at(self, offset: int) -> None:
+        """An empty slave copies a master whose log no longer starts at 0: its log starts where the master's
+        does (a segment boundary), so offsets mean the same on both."""
+        if self.commit_log.queue.files or offset % self.commit_log.segment_size:
+            raise StoreError(f"cannot start a replica at {offset}: the log is not empty or not at a segment start")
+        self.commit_log.max_offset = self.commit_log.flushed_offset = offset
+
+    def add_truncate_listener(self, fn: Callable[[int], None]) -> None:
+        """``fn(offset)`` after ``truncate_replicated`` dropped the log from ``offset`` on: state derived from the
+        dropped records must be rebuilt (a slave's transaction table)."""
+        self._truncate_listeners.append(fn)
+
+    def add_append_listener(self, fn: Callable[[int], None]) -> None:
+        """``fn(new end of the log)`` after each put, on the loop thread (a master's HA connections)."""
+        self._append_listeners.append(fn)
+
+    def _notify(self, arrived: dict[tuple[str, int], int]) -> None:
+        for (topic, qid), next_offset in arrived.items():
+            for listener in self._arrival_listeners:
+                try:
+                    listener(topic, qid, next_offset)
+                except Exception:
+                    log.exception("arrival listener %r failed", listener)
+
     # --- get ---------------------------------------------------------------------------------------
 
     def get_message(
@@ -584,6 +663,7 @@ class DefaultMessageStore:
         budget = max(max_msg_nums, MAX_FILTER_ENTRIES)
         status = GetMessageStatus.OFFSET_FOUND_NULL
         total = 0
+        last_phy = 0
         pos = offset
         while budget > 0 and len(result.messages) < max_msg_nums:
             raw = cq.read_entries(pos, budget)
@@ -610,6 +690,7 @@ class DefaultMessageStore:
                     else:
                         result.messages.append(wire)
                         result.queue_offsets.append(pos)
+                        last_phy = phy
                         total += len(wire)
                 pos += 1
                 budget -= 1
@@ -619,6 +700,9 @@ class DefaultMessageStore:
                 break
         result.status = GetMessageStatus.FOUND if result.messages else status
         result.next_begin_offset = pos
+        if result.messages:
+            behind = self.commit_log.max_offset - last_phy
+            result.suggest_pulling_from_slave = behind > _MEMORY * self.config.access_message_in_memory_max_ratio // 100
 
     def read_record(self, commit_log_offset: int) -> bytes:
         """The record at ``commit_log_offset`` in wire form.
@@ -751,6 +835,10 @@ class DefaultMessageStore:
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             return self.commit_log.flushed_offset
         return self.commit_log.max_offset
+
+    @property
+    def last_store_timestamp(self) -> int:
+        return self._last_store_ts
 
     @property
     def checkpoint_offset(self) -> int:

@@ -68,6 +68,9 @@ class GetMessageResult:
     min_offset: int = 0
     max_offset: int = 0
     queue_offsets: list[int] = field(default_factory=list)  # queue offset of each returned message
+    # The reader is so far behind the log's end that its reads leave memory: a slave should serve it
+    # (RocketMQ isSuggestPullingFromSlave, from accessMessageInMemoryMaxRatio).
+    suggest_pulling_from_slave: bool = False
 
     @property
     def message_count(self) -> int:

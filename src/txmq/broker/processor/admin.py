@@ -56,7 +56,9 @@ class AdminBrokerProcessor:
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self._earliest_time,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self._all_offsets,
+            RequestCode.GET_ALL_DELAY_OFFSET: self._all_delay_offsets,
             RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
+            RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
             RequestCode.QUERY_MESSAGE: self._query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: self._view_message,
             RequestCode.TXMQ_STATS: self._stats,
@@ -156,6 +158,9 @@ class AdminBrokerProcessor:
     def _all_offsets(self, cmd: RemotingCommand) -> RemotingCommand:
         return _ok(cmd, {"offsetTable": self.broker.consumer_offset_manager.table})
 
+    def _all_delay_offsets(self, cmd: RemotingCommand) -> RemotingCommand:
+        return _ok(cmd, {"offsetTable": self.broker.schedule_service.offsets})
+
     # --- messages ---------------------------------------------------------------------------------------
 
     def _query_message(self, cmd: RemotingCommand) -> RemotingCommand:
@@ -186,6 +191,9 @@ class AdminBrokerProcessor:
 
     def _runtime_info(self, cmd: RemotingCommand) -> RemotingCommand:
         return _ok(cmd, {"table": {k: str(v) for k, v in self.broker.store.runtime_info().items()}})
+
+    def _ha_status(self, cmd: RemotingCommand) -> RemotingCommand:
+        return _ok(cmd, self.broker.ha_status())
 
     def _stats(self, cmd: RemotingCommand) -> RemotingCommand:
         return _ok(cmd, self.broker.stats())

@@ -31,6 +31,9 @@ from txmq.topic import PermName, check_group, check_topic
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
+MASTER_ID = 0
+WHEN_CONSUME_SLOWLY = 1  # RocketMQ SubscriptionGroupConfig.whichBrokerWhenConsumeSlowly (default)
+
 log = logging.getLogger("txmq.broker")
 
 # Nothing to read yet at the pull's offset: a suspended pull waits. A queue never written (no ConsumeQueue yet,
@@ -152,6 +155,15 @@ class PullMessageProcessor:
         refused = self._refuse(cmd, h)
         if refused is not None:
             return refused
+        config = self.broker.config
+        if config.is_slave and not config.slave_read_enable:
+            # RocketMQ: a slave serves pulls only with slaveReadEnable; the client is sent to the master.
+            store = self.broker.store
+            header = PullMessageResponseHeader(
+                next_begin_offset=h.queue_offset, min_offset=store.get_min_offset_in_queue(h.topic, h.queue_id),
+                max_offset=store.get_max_offset_in_queue(h.topic, h.queue_id), suggest_which_broker_id=MASTER_ID)
+            return RemotingCommand.response_to(cmd, ResponseCode.PULL_RETRY_IMMEDIATELY, ext_fields=header.to_ext(),
+                                               remark="slave reads are off (slaveReadEnable=false)")
         if h.sys_flag & PullMessageRequestHeader.FLAG_COMMIT_OFFSET and not self.broker.config.is_slave:
             self.broker.consumer_offset_manager.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         expression = h.subscription
@@ -192,10 +204,13 @@ class PullMessageProcessor:
                                                remark=f"the topic[{h.topic}] pulling message is forbidden")
         return None
 
-    @staticmethod
-    def _response(cmd: RemotingCommand, h: PullMessageRequestHeader, r: GetMessageResult) -> RemotingCommand:
+    def _response(self, cmd: RemotingCommand, h: PullMessageRequestHeader, r: GetMessageResult) -> RemotingCommand:
+        # RocketMQ: with slaveReadEnable, a reader far behind is sent to a slave (whichBrokerWhenConsumeSlowly,
+        # 1) and any other back to the master; without it, always to the master.
+        slowly = self.broker.config.slave_read_enable and r.suggest_pulling_from_slave
+        suggest = WHEN_CONSUME_SLOWLY if slowly else MASTER_ID
         header = PullMessageResponseHeader(next_begin_offset=r.next_begin_offset, min_offset=r.min_offset,
-                                           max_offset=r.max_offset).to_ext()
+                                           max_offset=r.max_offset, suggest_which_broker_id=suggest).to_ext()
         s = r.status
         if s == GetMessageStatus.FOUND:
             return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields=header,

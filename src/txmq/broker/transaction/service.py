@@ -37,7 +37,7 @@ from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
-from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageResult
+from txmq.store import DefaultMessageStore, DispatchRequest, GetMessageStatus, PutMessageResult
 from txmq.topic import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -627,6 +627,24 @@ class TransactionalMessageService:
                 count += 1
             offset = got.next_begin_offset
         return count
+
+    def rebuild(self, truncated_at: int = 0) -> None:
+        """Start the table over from the log, which was truncated under it (a slave whose master lost a tail):
+        the snapshot if it is not ahead of the log, and the records after it."""
+        log.warning("commit log truncated at %d: rebuilding the transaction table", truncated_at)
+        self.table = TransactionStateTable()
+        self._snapshot_covers = (-1, -1)
+        self.recover()
+
+    def follow(self, req: DispatchRequest) -> None:
+        """A slave's dispatcher: keep the table current from the replicated half and op records, so that a
+        slave made master can check back at once, without a replay. Nothing goes on the check wheel: a slave
+        sends no check-backs (a promotion schedules the pending transactions)."""
+        if req.topic == RMQ_SYS_TRANS_HALF_TOPIC:
+            half = self.store.look_message_by_offset(req.commit_log_offset)
+            self._track(half.queue_offset, half, 0, schedule=False)
+        elif req.topic == RMQ_SYS_TRANS_OP_HALF_TOPIC:
+            self._replay_op(self.store.look_message_by_offset(req.commit_log_offset))
 
     def _replay_half(self, half: MessageExt) -> None:
         self._track(half.queue_offset, half, max(self._first_check_s(half), int(time.time())))

@@ -1,0 +1,57 @@
+"""A slave's copy of its master's metadata (RocketMQ ``SlaveSynchronize``): topic configs, consumer offsets
+and delay offsets, fetched with RocketMQ's own requests (GET_ALL_TOPIC_CONFIG 21, GET_ALL_CONSUMER_OFFSET 43,
+GET_ALL_DELAY_OFFSET 45). RocketMQ does it every 10 s; these tables are small, so txmq does it every
+``slaveSynchronizeInterval`` (3 s). The commit log itself comes through the HA port (``txmq.store.ha``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from txmq.errors import ClientError
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.topic import TopicConfig
+
+if TYPE_CHECKING:
+    from txmq.broker.controller import BrokerController
+
+log = logging.getLogger("txmq.broker")
+
+
+class SlaveSynchronize:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.master_addr = ""  # the master's remoting address, as the name server names it
+        self.synced_at = 0.0  # loop time of the last complete copy
+        self._failing = False
+
+    async def _fetch(self, code: int) -> Any:
+        resp = await self.broker.namesrv_client.invoke(self.master_addr, RemotingCommand.request(code), 5.0)
+        if resp.code != ResponseCode.SUCCESS:
+            raise ClientError(f"master answered {resp.code} to request {code}: {resp.remark}")
+        return orjson.loads(resp.body)
+
+    async def sync_all(self) -> None:
+        if not self.master_addr:
+            return
+        try:
+            topics = await self._fetch(RequestCode.GET_ALL_TOPIC_CONFIG)
+            offsets = await self._fetch(RequestCode.GET_ALL_CONSUMER_OFFSET)
+            delays = await self._fetch(RequestCode.GET_ALL_DELAY_OFFSET)
+        except (ClientError, OSError, orjson.JSONDecodeError) as exc:
+            if not self._failing:
+                log.warning("slave synchronize from %s failed: %s", self.master_addr, exc)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("slave synchronize from %s works again", self.master_addr)
+        self._failing = False
+        b = self.broker
+        b.topic_config_manager.replace_all([TopicConfig.from_json(t) for t in
+                                            (topics.get("topicConfigTable") or {}).values()])
+        b.consumer_offset_manager.replace_all({k: {int(q): int(o) for q, o in v.items()}
+                                               for k, v in (offsets.get("offsetTable") or {}).items()})
+        b.schedule_service.replace_offsets({int(k): int(v) for k, v in (delays.get("offsetTable") or {}).items()})

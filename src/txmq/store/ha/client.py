@@ -1,0 +1,172 @@
+"""The slave's side: ``HAClient`` connects to the master's HA port, says who it is and where its log ends,
+then writes what the master streams, record by record, byte for byte, and reports its new end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from txmq.errors import StoreError
+from txmq.store.ha.config import HAConfig
+from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, HandshakeError, Hello, read_welcome
+from txmq.store.message_store import DefaultMessageStore
+
+log = logging.getLogger("txmq.ha")
+
+CONNECT_TIMEOUT_S = 3.0
+RETRY_S = 1.0
+MAX_TRANSFER_FRAME = 64 << 20  # bytes in one frame; the master sends haTransferBatchSize
+
+
+class ReplicationError(Exception):
+    """The master's stream cannot be applied to this log (a reconnect starts over from the handshake)."""
+
+
+class HAClient:
+    """Keeps a slave's commit log a copy of its master's; ``master_address`` may change at any time (the
+    name server tells a slave where its master is)."""
+
+    def __init__(self, store: DefaultMessageStore, config: HAConfig) -> None:
+        self.store = store
+        self.config = config
+        self.master_address = config.master_address
+        self.connected = False
+        self.master_max_offset = 0  # the master's end as last seen (handshake, then the frames' offsets)
+        self.last_transfer = 0.0  # time.time() of the last frame from the master
+        self._pending = b""  # the start of a record whose end has not arrived yet
+        self._task: asyncio.Task[None] | None = None
+        self._last_problem = ""
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="ha client")
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def status(self) -> dict[str, object]:
+        """What the slave knows of its replication (RocketMQ HAClientRuntimeInfo)."""
+        return {"masterAddr": self.master_address, "connected": self.connected,
+                "maxOffset": self.store.max_phy_offset, "masterMaxOffset": self.master_max_offset,
+                "lastTransferTimestamp": int(self.last_transfer * 1000)}
+
+    def set_master_address(self, addr: str) -> None:
+        if addr and addr != self.master_address:
+            log.info("HA master address is now %s", addr)
+            self.master_address = addr
+
+    def _problem(self, text: str) -> None:
+        """One log line per new problem, not one per retry."""
+        if text != self._last_problem:
+            self._last_problem = text
+            log.warning("%s", text)
+
+    async def _run(self) -> None:
+        while True:
+            addr = self.master_address
+            if not addr:
+                await asyncio.sleep(RETRY_S)
+                continue
+            try:
+                await self._session(addr)
+            except (ReplicationError, HandshakeError) as exc:
+                self._problem(f"HA replication from {addr} stopped: {exc}")
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                if self.connected:
+                    log.warning("HA connection to master %s lost: %s", addr, exc or type(exc).__name__)
+                else:
+                    self._problem(f"HA master {addr} not reachable: {exc or type(exc).__name__}")
+            finally:
+                self.connected = False
+                self._pending = b""
+            await asyncio.sleep(RETRY_S)
+
+    async def _session(self, addr: str) -> None:
+        host, _, port = addr.rpartition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+        try:
+            start = await self._handshake(reader, writer)
+            writer.write(REPORT.pack(start))
+            self.connected = True
+            self._last_problem = ""
+            log.info("HA connected to master %s, replicating from offset %d (master at %d)", addr, start,
+                     self.master_max_offset)
+            reporter = asyncio.create_task(self._report_loop(writer))
+            try:
+                await self._transfer_loop(reader, writer)
+            finally:
+                reporter.cancel()
+                with contextlib.suppress(asyncio.CancelledError, OSError):
+                    await reporter
+        finally:
+            writer.close()
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
+        """Say who we are; on the master's answer, make this log a prefix of the master's (truncating bytes the
+        master no longer has) and return where the stream starts."""
+        cfg, store = self.config, self.store
+        cl = store.commit_log
+        mine = store.max_phy_offset
+        writer.write(Hello(cfg.broker_id, cl.segment_size, mine, cl.tail_bytes(mine), cfg.cluster_name,
+                           cfg.broker_name).encode())
+        welcome = await asyncio.wait_for(read_welcome(reader), CONNECT_TIMEOUT_S)
+        if not welcome.accepted:
+            raise HandshakeError(f"the master refused this slave: {welcome.remark}")
+        self.master_max_offset = welcome.max_offset
+        empty = not cl.queue.files
+        if empty and mine < welcome.min_offset:
+            store.start_replica_at(welcome.min_offset)  # the master's oldest segments are gone: start at its first
+            return welcome.min_offset
+        if mine < welcome.min_offset:
+            raise ReplicationError(f"this log ends at {mine}, before the master's oldest byte {welcome.min_offset}: "
+                                   "clear this slave's store to copy the master again")
+        at = min(mine, welcome.max_offset)
+        if cl.tail_bytes(at) != welcome.tail:
+            # The logs differ before `at`: drop this log's segment holding the difference, then ask again.
+            cut = max(store.min_phy_offset, (at - 1) - (at - 1) % cl.segment_size) if at else 0
+            log.warning("HA: this log and the master's differ before offset %d; truncating at %d", at, cut)
+            store.truncate_replicated(cut)
+            raise ReplicationError(f"log diverged from the master's before {at}: truncated at {cut}, reconnecting")
+        if mine > welcome.max_offset:
+            store.truncate_replicated(welcome.max_offset)
+        return store.max_phy_offset
+
+    async def _transfer_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        store = self.store
+        idle_s = self.config.housekeeping_interval_ms / 1000
+        while True:
+            header = await asyncio.wait_for(reader.readexactly(TRANSFER_HEADER.size), idle_s)
+            offset, size = TRANSFER_HEADER.unpack(header)
+            expected = store.max_phy_offset + len(self._pending)
+            if offset != expected or not 0 <= size <= MAX_TRANSFER_FRAME:
+                raise ReplicationError(f"master sent {size} bytes at {offset}, this slave expects offset {expected}")
+            self.last_transfer = time.time()
+            if size == 0:
+                self.master_max_offset = max(self.master_max_offset, offset)
+                continue
+            chunk = await reader.readexactly(size)
+            buf = self._pending + chunk if self._pending else chunk
+            self.master_max_offset = max(self.master_max_offset, offset + size)
+            start = store.max_phy_offset
+            try:
+                taken = store.append_replicated(start, buf)
+            except StoreError as exc:
+                raise ReplicationError(f"master's bytes at {start} are not valid records ({exc}); nothing written") \
+                    from None
+            self._pending = buf[taken:]
+            if len(self._pending) > store.commit_log.segment_size:
+                raise ReplicationError(f"{len(self._pending)} bytes at {store.max_phy_offset} without a whole record")
+            if taken:
+                writer.write(REPORT.pack(store.max_phy_offset))
+
+    async def _report_loop(self, writer: asyncio.StreamWriter) -> None:
+        """RocketMQ's heartbeat: the max offset every ``haSendHeartbeatInterval`` even when nothing arrives."""
+        while True:
+            await asyncio.sleep(self.config.send_heartbeat_interval_ms / 1000)
+            writer.write(REPORT.pack(self.store.max_phy_offset))
+            await writer.drain()

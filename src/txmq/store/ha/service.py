@@ -1,0 +1,324 @@
+"""The master's side: ``HAService`` accepts slaves, an ``HAConnection`` streams the log to each, and the
+group-transfer waiters answer SYNC_MASTER puts once enough slaves acknowledged them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from txmq.errors import StoreError
+from txmq.store.ha.config import HAConfig
+from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, HandshakeError, Hello, Welcome, read_hello
+from txmq.store.message_store import DefaultMessageStore
+from txmq.store.record import BLANK_MAGIC_CODE, read_prefix
+from txmq.store.results import PutMessageStatus
+
+log = logging.getLogger("txmq.ha")
+
+HANDSHAKE_TIMEOUT_S = 5.0
+
+
+@dataclass
+class SlaveStatus:
+    """What ``txmq ha status`` shows for one slave (RocketMQ HAConnectionRuntimeInfo)."""
+
+    addr: str
+    broker_id: int
+    connected: bool
+    ack_offset: int
+    lag_bytes: int
+    lag_seconds: float
+    in_sync: bool
+    transferred_offset: int
+    reports: int  # offset reports received: under SYNC_MASTER, one acknowledges every send waiting then
+
+
+class HAConnection:
+    """One slave: a reader for its offset reports and a writer that streams the log from where it asked."""
+
+    def __init__(self, service: HAService, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 hello: Hello, peer: str) -> None:
+        self.service = service
+        self.reader = reader
+        self.writer = writer
+        self.hello = hello
+        self.peer = peer
+        self.ack_offset = -1  # the slave's last reported max offset; -1 before its first report
+        self.transferred = -1  # where the next transfer frame starts
+        self.last_report = time.monotonic()
+        self.reports = 0
+        self.data_ready = asyncio.Event()
+        self.closed = False
+
+    @property
+    def broker_id(self) -> int:
+        return self.hello.broker_id
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write_loop())
+        try:
+            await self._read_loop()
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
+                await writer
+            self.close()
+
+    async def _read_loop(self) -> None:
+        cfg = self.service.config
+        store = self.service.store
+        while True:
+            try:
+                raw = await asyncio.wait_for(self.reader.readexactly(REPORT.size), cfg.housekeeping_interval_ms / 1000)
+            except TimeoutError:
+                log.warning("HA slave %s (id %d) silent for %d ms: connection closed", self.peer, self.broker_id,
+                            cfg.housekeeping_interval_ms)
+                return
+            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                log.info("HA slave %s (id %d) disconnected at offset %d", self.peer, self.broker_id, self.ack_offset)
+                return
+            (offset,) = REPORT.unpack(raw)
+            if offset < max(self.ack_offset, 0) or offset > store.max_phy_offset or offset < store.min_phy_offset:
+                log.warning("HA slave %s (id %d) reported offset %d outside [%d, %d] (last %d): connection closed",
+                            self.peer, self.broker_id, offset, max(self.ack_offset, store.min_phy_offset),
+                            store.max_phy_offset, self.ack_offset)
+                return
+            if self.ack_offset < 0:
+                self.transferred = offset
+                self.data_ready.set()
+            self.ack_offset = offset
+            self.reports += 1
+            self.last_report = time.monotonic()
+            self.service.on_ack()
+
+    async def _write_loop(self) -> None:
+        cfg = self.service.config
+        store = self.service.store
+        heartbeat_s = cfg.send_heartbeat_interval_ms / 1000
+        await self.data_ready.wait()
+        while True:
+            self.data_ready.clear()
+            data = store.commit_log.read_raw(self.transferred, cfg.transfer_batch_size)
+            if data:
+                self.writer.write(TRANSFER_HEADER.pack(self.transferred, len(data)) + data)
+                self.transferred += len(data)
+                await self.writer.drain()  # a slow slave slows its own stream, never the writers
+                continue
+            if self.transferred < store.min_phy_offset:
+                log.warning("HA slave %s (id %d) needs offset %d, but retention deleted the log below %d: "
+                            "connection closed", self.peer, self.broker_id, self.transferred, store.min_phy_offset)
+                self.close()
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.data_ready.wait(), heartbeat_s)
+            if not self.data_ready.is_set():
+                self.writer.write(TRANSFER_HEADER.pack(self.transferred, 0))  # keep-alive
+                await self.writer.drain()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.writer.close()
+            self.service.remove(self)
+
+
+class HAService:
+    """The master's replication: accepts slaves on ``haListenPort`` and answers SYNC_MASTER waits."""
+
+    def __init__(self, store: DefaultMessageStore, config: HAConfig) -> None:
+        self.store = store
+        self.config = config
+        self.connections: list[HAConnection] = []
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        # SYNC_MASTER puts waiting for slaves: (offset, deadline, future), in offset and deadline order.
+        self._waiters: deque[tuple[int, float, asyncio.Future[PutMessageStatus]]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._refused: dict[str, str] = {}  # peer host -> last refusal logged (one line per new reason)
+        self.last_disconnected: dict[int, float] = {}  # broker id -> time.time() it went away
+        store.add_append_listener(self._on_append)
+
+    @property
+    def addr(self) -> str:
+        return f"{self.config.listen_host}:{self.config.listen_port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self.config.listen_host, self.config.listen_port)
+        if self.config.listen_port == 0:
+            self.config.listen_port = self._server.sockets[0].getsockname()[1]
+        log.info("HA service listening on %s", self.addr)
+
+    async def shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._resolve_all(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+
+    # --- slaves ---------------------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        host, port = writer.get_extra_info("peername", ("?", 0))[:2]
+        peer = f"{host}:{port}"
+        try:
+            try:
+                hello = await asyncio.wait_for(read_hello(reader), HANDSHAKE_TIMEOUT_S)
+                refusal = self._refusal(hello)
+            except (HandshakeError, asyncio.IncompleteReadError, TimeoutError, ConnectionError, OSError) as exc:
+                self._log_refusal(peer, f"bad handshake: {exc or type(exc).__name__}")
+                return
+            store = self.store
+            if refusal is not None:
+                self._log_refusal(peer, refusal)
+                writer.write(Welcome(False, 0, 0, bytes(8), refusal).encode())
+                with contextlib.suppress(ConnectionError, OSError):
+                    await writer.drain()
+                return
+            at = min(hello.max_offset, store.max_phy_offset)
+            writer.write(Welcome(True, store.max_phy_offset, store.min_phy_offset,
+                                 store.commit_log.tail_bytes(at)).encode())
+            conn = HAConnection(self, reader, writer, hello, peer)
+            self._refused.pop(peer.rsplit(":", 1)[0], None)
+            self.connections.append(conn)
+            log.info("HA slave %s (%s/%d) connected, its log ends at %d, ours at %d", peer, hello.broker_name,
+                     hello.broker_id, hello.max_offset, store.max_phy_offset)
+            await conn.run()
+        except asyncio.CancelledError:
+            pass  # shutdown; asyncio would log a cancelled connection callback as an error
+        finally:
+            writer.close()
+            self._tasks.discard(task)
+
+    def _refusal(self, hello: Hello) -> str | None:
+        cfg = self.config
+        if hello.cluster != cfg.cluster_name or hello.broker_name != cfg.broker_name:
+            return (f"peer is {hello.cluster}/{hello.broker_name}, this master is {cfg.cluster_name}/"
+                    f"{cfg.broker_name}")
+        if hello.broker_id <= 0:
+            return f"peer says it is broker id {hello.broker_id}: only slaves (id > 0) replicate"
+        if hello.segment_size != self.store.commit_log.segment_size:
+            return (f"peer's commit-log segments are {hello.segment_size} bytes, ours "
+                    f"{self.store.commit_log.segment_size} (mappedFileSizeCommitLog must match)")
+        if any(c.broker_id == hello.broker_id for c in self.connections):
+            return f"broker id {hello.broker_id} is already connected"
+        return None
+
+    def _log_refusal(self, peer: str, why: str) -> None:
+        host = peer.rsplit(":", 1)[0]
+        if self._refused.get(host) != why:
+            self._refused[host] = why
+            log.warning("HA connection from %s refused: %s", peer, why)
+
+    def remove(self, conn: HAConnection) -> None:
+        if conn in self.connections:
+            self.connections.remove(conn)
+            self.last_disconnected[conn.broker_id] = time.time()
+            self.on_ack()
+
+    def _on_append(self, end: int) -> None:
+        for conn in self.connections:
+            conn.data_ready.set()
+
+    # --- SYNC_MASTER ----------------------------------------------------------------------------------
+
+    def in_sync(self, conn: HAConnection) -> bool:
+        return conn.ack_offset >= 0 and self.store.max_phy_offset - conn.ack_offset < self.config.max_gap_not_in_sync
+
+    def _confirmed(self) -> int:
+        """The offset every needed slave has (the needed-th highest ack among in-sync slaves); -1 when fewer
+        slaves than needed are in sync."""
+        acks = sorted((c.ack_offset for c in self.connections if self.in_sync(c)), reverse=True)
+        needed = self.config.slave_acks_needed(len(acks))
+        if needed == 0:
+            return self.store.max_phy_offset
+        return acks[needed - 1] if len(acks) >= needed else -1
+
+    def replicate(self, offset: int) -> asyncio.Future[PutMessageStatus]:
+        """A future of the put's status: PUT_OK once enough slaves have the log up to ``offset``,
+        SLAVE_NOT_AVAILABLE at once when too few are in sync, FLUSH_SLAVE_TIMEOUT after ``sync_timeout_ms``."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PutMessageStatus] = loop.create_future()
+        confirmed = self._confirmed()
+        if confirmed >= offset:
+            fut.set_result(PutMessageStatus.PUT_OK)
+        elif confirmed < 0:
+            fut.set_result(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        else:
+            deadline = loop.time() + self.config.sync_timeout_ms / 1000
+            self._waiters.append((offset, deadline, fut))
+            if self._timer is None:
+                self._timer = loop.call_at(deadline, self._expire)
+        return fut
+
+    def on_ack(self) -> None:
+        """A slave reported (or went away): answer every put the acknowledged offsets now cover."""
+        if not self._waiters:
+            return
+        confirmed = self._confirmed()
+        if confirmed < 0:
+            self._resolve_all(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+            return
+        while self._waiters and self._waiters[0][0] <= confirmed:
+            fut = self._waiters.popleft()[2]
+            if not fut.done():
+                fut.set_result(PutMessageStatus.PUT_OK)
+
+    def _expire(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timer = None
+        now = loop.time()
+        expired = 0
+        while self._waiters and self._waiters[0][1] <= now:
+            fut = self._waiters.popleft()[2]
+            if not fut.done():
+                fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+                expired += 1
+        if expired:
+            log.warning("%d SYNC_MASTER puts not acknowledged by slaves in %d ms: FLUSH_SLAVE_TIMEOUT", expired,
+                        self.config.sync_timeout_ms)
+        if self._waiters:
+            self._timer = loop.call_at(self._waiters[0][1], self._expire)
+
+    def _resolve_all(self, status: PutMessageStatus) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()[2]
+            if not fut.done():
+                fut.set_result(status)
+
+    # --- status ---------------------------------------------------------------------------------------
+
+    def status(self) -> list[SlaveStatus]:
+        """Each slave's acknowledged offset and lag (bytes, and seconds of store time between the master's
+        newest record and the slave's next one); slaves seen before and gone now are listed as disconnected."""
+        store = self.store
+        end = store.max_phy_offset
+        out = []
+        for c in self.connections:
+            ack = max(c.ack_offset, 0)
+            lag_s = 0.0
+            if ack < end:
+                next_record = ack
+                if read_prefix(store.commit_log.read_raw(ack, 8))[1] == BLANK_MAGIC_CODE:  # the next is a segment on
+                    next_record += store.commit_log.segment_size - ack % store.commit_log.segment_size
+                with contextlib.suppress(StoreError):
+                    behind = store.commit_log.read_store_timestamp(next_record)
+                    lag_s = max(0.0, (store.last_store_timestamp - behind) / 1000)
+            out.append(SlaveStatus(c.peer, c.broker_id, True, c.ack_offset, end - ack, lag_s, self.in_sync(c),
+                                   c.transferred, c.reports))
+        connected = {c.broker_id for c in self.connections}
+        for broker_id, at in sorted(self.last_disconnected.items()):
+            if broker_id not in connected:
+                out.append(SlaveStatus("", broker_id, False, -1, -1, round(time.time() - at, 1), False, -1, 0))
+        return out

@@ -1,0 +1,214 @@
+"""Replication in one process over real TCP and real files: the HA port refuses garbage and wrong peers, a
+slave refuses a stream that is not valid records, and a slave whose log runs past (or away from) its master's
+truncates it on disk. Small segments, so streams cross segment ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from store_helpers import SEGMENT, make_config, msg, run
+
+from txmq.launch import free_port
+from txmq.store import DefaultMessageStore, PutMessageStatus
+from txmq.store.ha import HAClient, HAConfig, HAService
+from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, Hello, Welcome, read_hello, read_welcome
+
+
+def _ha(broker_id: int, port: int, **kw: object) -> HAConfig:
+    cfg = HAConfig("C", "broker-a", broker_id, listen_port=port, master_address=f"127.0.0.1:{port}",
+                   send_heartbeat_interval_ms=200, housekeeping_interval_ms=2000)
+    for k, v in kw.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+async def _put(store: DefaultMessageStore, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        assert (await store.put_message(msg(body=f"b{i}".encode() * (50 + i % 40), queue_id=i % 3))).ok
+
+
+async def _until(pred, timeout: float = 10.0) -> None:
+    end = asyncio.get_running_loop().time() + timeout
+    while not pred():
+        assert asyncio.get_running_loop().time() < end, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def _log_bytes(root: Path, end: int) -> bytes:
+    out = []
+    for seg in sorted((root / "commitlog").iterdir()):
+        if int(seg.name) < end:
+            out.append(seg.read_bytes()[: end - int(seg.name)])
+    return b"".join(out)
+
+
+def test_ha_port_refuses_garbage_and_wrong_peers_with_one_line_each(tmp_path, caplog):
+    port = free_port()
+
+    async def go() -> list[Welcome]:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master:
+            ha = HAService(master, _ha(0, port))
+            await ha.start()
+            await _put(master, 20)
+            end = master.max_phy_offset
+            answers = []
+            try:
+                for payload in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\0" * 64, os.urandom(300), b"TX"):
+                    r, w = await asyncio.open_connection("127.0.0.1", port)
+                    w.write(payload)
+                    w.write_eof() if payload == b"TX" else None
+                    assert await asyncio.wait_for(r.read(), 5) == b""  # closed, nothing said
+                    w.close()
+                wrong = [Hello(1, SEGMENT, 0, bytes(8), "Other", "broker-a"),
+                         Hello(1, SEGMENT, 0, bytes(8), "C", "broker-b"),
+                         Hello(0, SEGMENT, 0, bytes(8), "C", "broker-a"),
+                         Hello(1, SEGMENT * 2, 0, bytes(8), "C", "broker-a")]
+                for hello in wrong:
+                    r, w = await asyncio.open_connection("127.0.0.1", port)
+                    w.write(hello.encode())
+                    answers.append(await read_welcome(r))
+                    assert await asyncio.wait_for(r.read(), 5) == b""
+                    w.close()
+                # A slave reporting an offset past the master's end is dropped before anything is sent.
+                r, w = await asyncio.open_connection("127.0.0.1", port)
+                w.write(Hello(1, SEGMENT, 0, bytes(8), "C", "broker-a").encode())
+                assert (await read_welcome(r)).accepted
+                w.write(REPORT.pack(end + 12345))
+                assert await asyncio.wait_for(r.read(), 5) == b""
+                w.close()
+                assert master.max_phy_offset == end and not ha.connections
+            finally:
+                await ha.shutdown()
+            return answers
+
+    with caplog.at_level(logging.WARNING, "txmq.ha"):
+        answers = run(go)
+    assert [a.accepted for a in answers] == [False] * 4
+    assert "Other/broker-a" in answers[0].remark and "C/broker-b" in answers[1].remark
+    assert "only slaves" in answers[2].remark and "mappedFileSizeCommitLog" in answers[3].remark
+    lines = [r.getMessage() for r in caplog.records if r.name == "txmq.ha"]
+    assert sum("refused" in line for line in lines) >= 5, lines
+    assert any("not a txmq HA hello" in line for line in lines)
+    assert any("outside" in line for line in lines)
+
+
+def test_slave_refuses_a_stream_that_is_not_valid_records_and_writes_nothing(tmp_path, caplog):
+    port = free_port()
+
+    async def fake_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await read_hello(reader)
+            writer.write(Welcome(True, 1 << 20, 0, bytes(8)).encode())
+            start = REPORT.unpack(await reader.readexactly(8))[0]
+            junk = os.urandom(4096)
+            writer.write(TRANSFER_HEADER.pack(start, len(junk)) + junk)
+            await writer.drain()
+            await reader.read()
+        finally:
+            writer.close()
+
+    async def go() -> int:
+        server = await asyncio.start_server(fake_master, "127.0.0.1", port)
+        async with DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            client = HAClient(slave, _ha(1, port))
+            client.start()
+            await asyncio.sleep(1.0)
+            await client.shutdown()
+            server.close()
+            await server.wait_closed()
+            return slave.max_phy_offset
+
+    with caplog.at_level(logging.WARNING, "txmq.ha"):
+        assert run(go) == 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "txmq.ha"]
+    assert any("not valid records" in line and "nothing written" in line for line in lines), lines
+    assert len(lines) == len(set(lines))  # one line per problem, not one per retry
+
+
+@pytest.mark.parametrize("new_records", [0, 30])
+def test_slave_truncates_bytes_its_master_no_longer_has_and_copies_the_new_ones(tmp_path, caplog, new_records):
+    """The master's log loses its tail (recovery found it torn), and new records may take its place: the slave
+    must drop what it had there, on disk, and end byte-identical to the master."""
+    port = free_port()
+    mroot, sroot = tmp_path / "m", tmp_path / "s"
+
+    async def replicate(extra: int, start: int) -> tuple[int, int]:
+        async with DefaultMessageStore(make_config(mroot)) as master, \
+                DefaultMessageStore(make_config(sroot)) as slave:
+            ha = HAService(master, _ha(0, port))
+            await ha.start()
+            await _put(master, extra, start)
+            client = HAClient(slave, _ha(1, port))
+            client.start()
+            try:
+                await _until(lambda: slave.max_phy_offset == master.max_phy_offset)
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
+            return master.max_phy_offset, slave.get_max_offset_in_queue("T", 0)
+
+    end, _ = run(lambda: replicate(700, 0))
+    assert end > 3 * SEGMENT
+    # Cut the master's log inside its last segment: recovery truncates there.
+    cut_at = end - 3000
+    last = sorted((mroot / "commitlog").iterdir())[-1]
+    with open(last, "r+b") as f:
+        f.seek(cut_at - int(last.name))
+        f.write(b"\xff" * 16)
+    (mroot / "checkpoint").unlink()  # recovery scans the whole log and finds the damage
+    with caplog.at_level(logging.WARNING):
+        end2, slave_queue_max = run(lambda: replicate(new_records, 700))
+    assert end2 != end
+    truncations = [r.getMessage() for r in caplog.records if "truncating the commit log" in r.getMessage()]
+    assert truncations, "the slave did not truncate"
+    assert _log_bytes(sroot, end2) == _log_bytes(mroot, end2)
+    assert sum(os.path.getsize(p) for p in (sroot / "commitlog").iterdir()) == \
+        sum(os.path.getsize(p) for p in (mroot / "commitlog").iterdir())
+
+    async def reopen() -> tuple[int, int]:
+        async with DefaultMessageStore(make_config(sroot)) as slave, DefaultMessageStore(make_config(mroot)) as m:
+            assert not slave.recovery_report.lost_data
+            return slave.max_phy_offset, m.get_max_offset_in_queue("T", 0)
+
+    s_end, m_queue_max = run(reopen)
+    assert s_end == end2 and slave_queue_max == m_queue_max
+
+
+def test_sync_master_group_commit_one_report_answers_every_put_waiting_then(tmp_path):
+    port = free_port()
+
+    async def go() -> tuple[list[PutMessageStatus], int, int]:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            ha = HAService(master, _ha(0, port))
+            master.replicate = ha.replicate
+            await ha.start()
+            client = HAClient(slave, _ha(1, port))
+            client.start()
+            try:
+                await _until(lambda: bool(ha.connections) and ha.connections[0].ack_offset >= 0)
+                before = ha.connections[0].reports
+                results = await asyncio.gather(*(master.put_message(msg(body=b"g" * 200)) for _ in range(500)))
+                reports = ha.connections[0].reports - before
+                assert slave.max_phy_offset == master.max_phy_offset  # every answered put is on the slave
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
+            return [r.status for r in results], reports, len(results)
+
+    statuses, reports, puts = run(go)
+    assert set(statuses) == {PutMessageStatus.PUT_OK}
+    assert reports < puts / 5, (reports, puts)
+
+
+@pytest.mark.parametrize(("config", "in_sync", "needed"), [
+    ({}, 0, 1), ({}, 2, 1), ({"in_sync_replicas": 3}, 2, 2), ({"all_ack_in_sync_state_set": True}, 3, 3),
+    ({"in_sync_replicas": 3, "enable_auto_in_sync_replicas": True, "min_in_sync_replicas": 2}, 1, 1),
+    ({"in_sync_replicas": 3, "enable_auto_in_sync_replicas": True, "min_in_sync_replicas": 1}, 0, 0),
+])
+def test_slave_acks_needed_follows_the_in_sync_replica_keys(config, in_sync, needed):
+    assert _ha(0, 1, **config).slave_acks_needed(in_sync) == needed
