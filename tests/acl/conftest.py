@@ -31,11 +31,11 @@ accounts:
     defaultGroupPerm: PUB|SUB
   - accessKey: {VICTIM.access_key}
     secretKey: {VICTIM.secret_key}
-    topicPerms: [orders=PUB|SUB]
+    topicPerms: [orders=PUB|SUB, cpp-orders=PUB|SUB]
     groupPerms: [order-service=PUB, txmq_cpp_producer=PUB, orders=PUB]  # orders: a 5.x producer's group
   - accessKey: {CONSUMER.access_key}
     secretKey: {CONSUMER.secret_key}
-    topicPerms: [orders=SUB]
+    topicPerms: [orders=SUB, cpp-orders=SUB]
     groupPerms: [billing=SUB]
   - accessKey: {ATTACKER.access_key}
     secretKey: {ATTACKER.secret_key}
@@ -86,6 +86,7 @@ def start_acl_server(root: Path, extra_conf: str = "", tls_trust: str | None = N
             admin.use_tls(tls_trust)
         with admin:
             admin.create_topic("orders", 2)
+            admin.create_topic("cpp-orders", 2)  # read by the C++ client alone: its count of 3 is exact
             admin.create_topic("other", 2)
     except BaseException:
         server.proc.stop()

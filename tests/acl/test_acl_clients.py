@@ -105,10 +105,10 @@ def _cpp_creds(creds) -> list[str]:
 
 @needs_cpp
 def test_cpp_client_sends_and_consumes_with_its_account(acl_server: AclServer, tmp_path):
-    sent = run_produce(acl_server.namesrv, "orders", 3, "sync", body_prefix="cpp-", home=tmp_path, timeout=60,
+    sent = run_produce(acl_server.namesrv, "cpp-orders", 3, "sync", body_prefix="cpp-", home=tmp_path, timeout=60,
                        extra=_cpp_creds(VICTIM))
     assert len(sent) == 3 and all(s["status"] == "OK" for s in sent)
-    result = run_consume(acl_server.namesrv, "orders", "billing", 3, expression="*", timeout=30, home=tmp_path,
+    result = run_consume(acl_server.namesrv, "cpp-orders", "billing", 3, expression="*", timeout=30, home=tmp_path,
                          extra=_cpp_creds(CONSUMER))
     assert not result.timed_out, result.stderr[-2000:]
     assert {"cpp-0", "cpp-1", "cpp-2"} <= set(result.bodies())

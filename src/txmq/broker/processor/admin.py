@@ -78,7 +78,7 @@ class AdminBrokerProcessor:
 
     # --- topics -----------------------------------------------------------------------------------------
 
-    def _create_topic(self, cmd: RemotingCommand) -> RemotingCommand:
+    async def _create_topic(self, cmd: RemotingCommand) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext(cmd.ext_fields)
         check_topic(h.topic)
         if is_system_topic(h.topic):
@@ -89,7 +89,9 @@ class AdminBrokerProcessor:
                                                remark="queue numbers must be between 1 and 1024")
         self.broker.topic_config_manager.update(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,
                                                             h.topic_filter_type, h.topic_sys_flag, h.order))
-        self.broker.schedule_register()
+        # Answered once the name servers know it (RocketMQ registers before answering too): a producer that asks
+        # for the route right after must find it.
+        await self.broker.register_all()
         return _ok(cmd)
 
     def _delete_topic(self, cmd: RemotingCommand) -> RemotingCommand:
