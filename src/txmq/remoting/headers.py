@@ -22,16 +22,22 @@ class Missing(enum.Enum):
 MISSING: Final = Missing.MISSING
 
 _INT = re.compile(r"[+-]?[0-9]+")
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _TRUE = frozenset(("true", "1"))
 _FALSE = frozenset(("false", "0"))
 _T = TypeVar("_T")
 
 
 def parse_int(value: str, name: str) -> int:
-    """An integer as Java's ``Long.toString`` writes it (optional sign, decimal digits)."""
+    """An integer as Java's ``Long.toString`` writes it (optional sign, decimal digits), within a Java long:
+    a bigger one cannot come from a RocketMQ client, and stored (a consumer offset) it broke every later JSON
+    write of the table it sits in."""
     if _INT.fullmatch(value) is None:
         raise RemoteProtocolError(f"header field {name!r} is not an integer: {value[:40]!r}")
-    return int(value)
+    number = int(value)
+    if not _LONG_MIN <= number <= _LONG_MAX:
+        raise RemoteProtocolError(f"header field {name!r} is outside the 64-bit range: {value[:40]!r}")
+    return number
 
 
 def parse_bool(value: str, name: str) -> bool:
