@@ -436,7 +436,7 @@ def sweep(server: FuzzServer, figures: Figures, *, settle_s: float = 1.5, topics
     time.sleep(settle_s)
     addr = server.addr("broker")
     out = bytearray()
-    listing = _roundtrip(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
+    listing = roundtrip(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
     table = orjson.loads(listing.body)["topicConfigTable"]
     for topic, config in list(table.items())[:topics_max]:
         for queue in range(min(int(config["readQueueNums"]), 16)):
@@ -445,7 +445,7 @@ def sweep(server: FuzzServer, figures: Figures, *, settle_s: float = 1.5, topics
                 ext = {"consumerGroup": "fz_sweep", "topic": topic, "queueId": str(queue), "queueOffset": str(offset),
                        "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
                        "subscription": "*", "subVersion": "0"}
-                resp = _roundtrip(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext))
+                resp = roundtrip(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext))
                 out += resp.body
                 figures.inputs["sweep-pull"] += 1
                 next_offset = int(resp.ext_fields.get("nextBeginOffset", offset))
@@ -455,7 +455,7 @@ def sweep(server: FuzzServer, figures: Figures, *, settle_s: float = 1.5, topics
     return bytes(out)
 
 
-def _roundtrip(addr: tuple[str, int], cmd: RemotingCommand) -> RemotingCommand:
+def roundtrip(addr: tuple[str, int], cmd: RemotingCommand) -> RemotingCommand:
     with socket.create_connection(addr, timeout=10) as s:
         s.sendall(encode_command(cmd))
         dec = FrameDecoder(1 << 26)
