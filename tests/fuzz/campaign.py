@@ -480,10 +480,3 @@ def _check_serving(server: FuzzServer, figures: Figures) -> None:
         figures.restarts += 1
         server.proc.kill()
         server.start()
-
-
-if __name__ == "__main__":  # a quick look at one family: python tests/fuzz/campaign.py FAMILY COUNT
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        print(run_campaign(sys.argv[1], Path(tmp), seed=1, count=int(sys.argv[2]), max_s=120, progress=True).summary())
