@@ -19,6 +19,7 @@ Every input is drawn from ``random.Random(seed)``, so a family, seed and count n
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import re
@@ -51,6 +52,7 @@ PROBE_TOPIC = "fz_probe"  # never in an input pool: the fuzz cannot delete or re
 HALF_GROUP = "fz_half_group"  # never in an input pool: no input can decide, check or resume the halves
 HALVES = 6
 JAIL_DEPTH = 3  # the store is jail/d1/d2/d3/store: a name climbing 5 levels from consumequeue stays in the jail
+_LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # a log record's first line starts with its time
 STORE_ENTRIES = {"commitlog", "consumequeue", "index", "config", "checkpoint", "abort", "lock"}  # what a store holds
 BROKER_CONF = "transactionCheckInterval=1000\ntransactionTimeOut=1000\nmaxMessageSize=262144\n"
 
@@ -162,10 +164,17 @@ class FuzzServer:
         return self.proc.log_path.stat().st_size if self.proc.log_path.exists() else 0
 
     def log_errors(self, since: int) -> list[str]:
+        """ERROR lines logged since byte ``since``, each with the exception line its traceback ends with."""
         with open(self.proc.log_path, "rb") as f:
             f.seek(since)
-            text = f.read().decode("utf-8", "replace")
-        return [line[:300] for line in text.splitlines() if " ERROR " in line or " CRITICAL " in line]
+            lines = f.read().decode("utf-8", "replace").splitlines()
+        out = []
+        for i, line in enumerate(lines):
+            if " ERROR " in line or " CRITICAL " in line:
+                tail = itertools.takewhile(lambda t: not _LOG_LINE.match(t), lines[i + 1:])
+                exc = [t for t in tail if t and not t.startswith((" ", "Traceback"))]
+                out.append(line[:300] + (f" | {exc[-1][:200]}" if exc else ""))
+        return out
 
     def escapes(self) -> list[str]:
         """Paths a request name created outside the store, or consume queues named like no legal topic."""
