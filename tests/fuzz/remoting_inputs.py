@@ -25,6 +25,8 @@ from txmq.message import Message, MessageConst, encode_batch, properties_to_stri
 from txmq.remoting.codec import FrameDecoder, encode_command
 from txmq.remoting.codes import RequestCode, SerializeType
 from txmq.remoting.command import FLAG_ONEWAY, RemotingCommand
+from txmq.remoting.request_headers import SendMessageRequestHeader
+from txmq.topic import SYSTEM_TOPICS
 
 HALF_MARKER = b"TXMQ-FUZZ-HALF-MARKER"  # every half body starts with it; no input ever carries it
 
@@ -33,8 +35,6 @@ EDGE_INTS = [0, 1, -1, 2, 3, 4, 7, 8, 12, 255, 256, 1023, 1024, 1025, 65535, 655
 EDGE_STRINGS = ["", " ", "0", "-0", "+1", "1e9", "1.5", "0x10", "1_000", "NaN", "inf", "true", "false", "null",
                 "{}", "[]", "abc", "é中文🙂", "\u0000", "\x01\x02", "\ud7ff", "a" * 300, "%", "%RETRY%", "%DLQ%",
                 "*", "||", "TagA || TagB", "k\x01v\x02", "UNIQ_KEY\x01\x02", " a b "]
-SYSTEM_TOPICS = ["TBW102", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "SCHEDULE_TOPIC_XXXX",
-                 "TRANS_CHECK_MAX_TIME_TOPIC"]
 UNKNOWN_CODES = [0, -1, 1, 9, 99, 9000, 9006, 9999, 32767, -32768]
 PROP_KEYS = [MessageConst.TRANSACTION_PREPARED, MessageConst.PRODUCER_GROUP, MessageConst.DELAY_TIME_LEVEL,
              MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageConst.KEYS, MessageConst.TAGS,
@@ -68,7 +68,7 @@ class Pools:
     """Names the generators may use. The campaign adds what it knows (half pointers) per family."""
 
     topics: list[str] = field(default_factory=lambda: ["fz_t0", "fz_t1", "fz_new", "%RETRY%fz_g0", "%DLQ%fz_g0",
-                                                       *SYSTEM_TOPICS])
+                                                       *sorted(SYSTEM_TOPICS)])
     groups: list[str] = field(default_factory=lambda: ["fz_g0", "fz_g1", "CID_fz", "%RETRY%fz", "TOOLS_CONSUMER"])
     ints: list[int] = field(default_factory=lambda: list(EDGE_INTS))
     strings: list[str] = field(default_factory=lambda: list(EDGE_STRINGS))
@@ -304,8 +304,6 @@ def _send(f: RemotingFuzzer) -> dict[str, str]:
 
 
 def _send_v2(f: RemotingFuzzer) -> dict[str, str]:
-    from txmq.remoting.request_headers import SendMessageRequestHeader
-
     return {SendMessageRequestHeader.V2_LETTERS.get(k, k): v for k, v in _send(f).items()}
 
 
