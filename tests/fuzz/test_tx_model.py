@@ -293,6 +293,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         SERVER = None
 
 
+@pytest.mark.timeout(max(300, EXAMPLES * STEPS * 3))  # a step may wait seconds (checks, restarts)
 def test_transaction_contract_holds_against_a_live_broker(server: Server) -> None:
     long_run = "TXMQ_MODEL_EXAMPLES" in os.environ
     TransactionModel.TestCase.settings = settings(
