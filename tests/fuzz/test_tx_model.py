@@ -48,8 +48,8 @@ from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_HALF_TO
 COMMIT, ROLLBACK, UNKNOWN = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK, LocalTransactionState.UNKNOWN
 BROKER_CONF = ("flushDiskType=SYNC_FLUSH\ntransactionTimeOut=1000\ntransactionCheckInterval=1000\n"
                "transactionCheckMax=3\n")
-EXAMPLES = int(os.environ.get("TXMQ_MODEL_EXAMPLES", "8"))
-STEPS = int(os.environ.get("TXMQ_MODEL_STEPS", "20"))
+EXAMPLES = int(os.environ.get("TXMQ_MODEL_EXAMPLES", "25"))
+STEPS = int(os.environ.get("TXMQ_MODEL_STEPS", "25"))
 QUEUES = 2
 MAX_RESTARTS = 2  # per run: a restart costs a second or two
 
@@ -99,14 +99,12 @@ class Checks:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.by_id: dict[str, Tx] = {}
-        self.asked = 0
 
     def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
         return UNKNOWN
 
     def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
         with self.lock:
-            self.asked += 1
             tx = self.by_id.get(msg.transaction_id or "")
             if tx is None:
                 return UNKNOWN
@@ -151,8 +149,10 @@ class TransactionModel(RuleBasedStateMachine):
             result = self.producer.send_half_batch_async([Message(self.topic, b) for b in bodies],
                                                          self.group).result(15)
         else:
+            # with a selector, as send_message_in_transaction: one attempt (a retry could store a second half)
             result = self.producer.send(Message(self.topic, bodies[0], properties={
-                MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: self.group}))
+                MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: self.group}),
+                selector=lambda mqs, _msg, _arg: mqs[n % len(mqs)])
         tx = Tx(n, bodies, HalfMessageRef.of(result), check_answer=check_answer)
         with self.checks.lock:
             self.checks.by_id[result.transaction_id or result.msg_id] = tx
