@@ -40,6 +40,7 @@ from txmq import Admin, Message, Producer
 from txmq.client.pull_consumer import PullConsumer
 from txmq.client.transaction import HalfMessageRef
 from txmq.errors import TxmqError
+from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.launch import ServerProcess, free_port, txmq_command
 from txmq.message import MessageConst
 from txmq.remoting.codec import FrameDecoder, encode_command
@@ -265,8 +266,6 @@ def _grpc_status(answer: object) -> str:
     status = getattr(answer, "status", None)
     if status is None or not answer.HasField("status"):  # type: ignore[attr-defined]
         return "ok:" + type(answer).__name__
-    from txmq.grpc.protocol import definition_pb2 as pb
-
     return pb.Code.Name(status.code) if status.code in pb.Code.values() else str(status.code)
 
 
