@@ -143,10 +143,8 @@ class ResponseCode(IntEnum):
     SYSTEM_ERROR = 1
     SYSTEM_BUSY = 2
     REQUEST_CODE_NOT_SUPPORTED = 3
-    # TRANSACTION_FAILED: RocketMQ's code for a failed transaction request. txmq answers it to an
-    # END_TRANSACTION whose decision contradicts the one already recorded (a COMMIT after a ROLLBACK, or
-    # the reverse), with a remark naming the recorded decision: the first decision wins. RocketMQ has no
-    # dedicated code for "already decided otherwise", and this existing one fits, so txmq adds none.
+    # An END_TRANSACTION whose decision contradicts the recorded one is answered TRANSACTION_SHOULD_COMMIT or
+    # TRANSACTION_SHOULD_ROLLBACK below, naming the first decision (which wins); txmq does not use this one.
     TRANSACTION_FAILED = 4
     FLUSH_DISK_TIMEOUT = 10
     SLAVE_NOT_AVAILABLE = 11
