@@ -44,7 +44,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="txmq-fuzz-") as tmp:
         for family in args.families.split(","):
             figures = run_campaign(family, Path(tmp) / family, seed=args.seed, count=args.count,
-                                   max_s=args.duration, check_every=args.check_every, progress=True)
+                                   max_s=args.duration, check_every=args.check_every,
+                                   progress=sys.stderr.isatty())
             print(figures.summary(), flush=True)
             results.append(figures)
     inputs = sum((f.inputs for f in results), Counter())
