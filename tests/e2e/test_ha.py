@@ -66,15 +66,16 @@ def test_a_killed_slave_catches_up_after_restart_and_an_empty_one_while_sends_go
         slave.kill()  # SIGKILL
         _send(producer, "ha-a", 600, start=300)
         slave.start()
-        fresh = group.member(2, "SLAVE").start()  # empty: copies the whole log while sends go on
+        fresh = group.member(2, "SLAVE").start()  # empty: copies the whole log while 100 MB of sends go on
         t0 = time.monotonic()
-        _send(producer, "ha-a", 600, start=900)
+        _send(producer, "ha-a", 1600, size=64 * 1024, start=900)
         send_s = time.monotonic() - t0
     end = wait_caught_up(m_addr, [group.addr(1), fresh.addrs["broker"]])
+    assert end > 100 * 1024 * 1024
     master_log = commit_log_bytes(group.store(0), end)
     assert commit_log_bytes(group.store(1), end) == master_log
     assert commit_log_bytes(group.store(2), end) == master_log
-    assert send_s < 20, send_s
+    assert send_s < 60, send_s  # a liveness bound (the catch-up never stalls the writers), not a speed figure
     # The master SIGKILLed and restarted: both slaves reconnect and go on from where their logs end.
     master.kill()
     master.start()
