@@ -46,6 +46,8 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             addrs["broker"] = broker.addr
             if broker.grpc is not None:
                 addrs["grpc"] = broker.grpc.addr
+            if broker.metrics is not None:
+                addrs["metrics"] = broker.metrics.addr
             addrs["store"] = str(broker.root)
         await _until_signalled(lambda: on_ready(addrs))
     finally:

@@ -53,6 +53,10 @@ class BrokerConfig:
     max_held_pulls: int = 65536
     # the remoting server's limits (serverChannelMaxIdleTimeSeconds, serverMaxConnections, ...): see ServerLimits
     server_limits: ServerLimits = field(default_factory=ServerLimits)
+    # metrics (RocketMQ 5's keys): PROM serves Prometheus's text format on host:port (host empty: brokerIP1)
+    metrics_exporter_type: str = "DISABLE"  # DISABLE | PROM
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = 5557
     # transactions (RocketMQ BrokerConfig names)
     reject_transaction_message: bool = False
     transaction_time_out: int = 6000  # ms before the first check-back

@@ -22,6 +22,7 @@ from txmq.broker.processor.end_transaction import EndTransactionProcessor, Remot
 from txmq.broker.processor.pull import PullMessageProcessor
 from txmq.broker.processor.send import SendMessageProcessor
 from txmq.broker.schedule import ScheduleMessageService
+from txmq.broker.stats import BrokerStats
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
@@ -34,6 +35,7 @@ from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
 
 if TYPE_CHECKING:
     from txmq.grpc.server import GrpcEndpoint
+    from txmq.metrics import PromExporter
 
 log = logging.getLogger("txmq.broker")
 
@@ -68,6 +70,7 @@ class BrokerController:
                                                        delay_levels=len(levels))
         self.topic_config_manager.on_change = self.schedule_register
         self.consumer_offset_manager = ConsumerOffsetManager(self.root)
+        self.stats_manager = BrokerStats()
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
         self.schedule_service = ScheduleMessageService(self.store, levels, self.root)
@@ -109,6 +112,7 @@ class BrokerController:
         self._register_now = asyncio.Event()
         self._registered: dict[str, bool] = {}
         self.grpc: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint, started with the broker
+        self.metrics: PromExporter | None = None  # metricsExporterType=PROM
         self.started = False
 
     @property
@@ -122,6 +126,7 @@ class BrokerController:
         self.transaction_service.recover()
         await self.server.start()
         await self._start_grpc()
+        await self._start_metrics()
         self.started = True
         self._spawn(self.check_service.run(), "transaction check")
         self._spawn(self.schedule_service.run(), "schedule")
@@ -153,6 +158,18 @@ class BrokerController:
             return
         self.grpc = endpoint
 
+    async def _start_metrics(self) -> None:
+        kind = self.config.metrics_exporter_type.upper()
+        if kind == "DISABLE":
+            return
+        if kind != "PROM":
+            raise ValueError(f"metricsExporterType={kind}: txmq exports DISABLE or PROM")
+        from txmq.metrics import BrokerCollector, PromExporter
+
+        self.metrics = PromExporter(BrokerCollector(self), self.config.metrics_prom_exporter_host
+                                    or self.config.broker_ip1, self.config.metrics_prom_exporter_port)
+        await self.metrics.start()
+
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
@@ -168,6 +185,9 @@ class BrokerController:
         if self.grpc is not None:
             await self.grpc.stop()
             self.grpc = None
+        if self.metrics is not None:
+            await self.metrics.close()
+            self.metrics = None
         await self.server.close()
         await self.namesrv_client.close()
         self._persist()

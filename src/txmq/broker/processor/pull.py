@@ -182,12 +182,14 @@ class PullMessageProcessor:
                                                remark=f"queueId[{h.queue_id}] is illegal, topic {h.topic}")
         return None
 
-    @staticmethod
-    def _response(cmd: RemotingCommand, h: PullMessageRequestHeader, r: GetMessageResult) -> RemotingCommand:
+    def _response(self, cmd: RemotingCommand, h: PullMessageRequestHeader, r: GetMessageResult) -> RemotingCommand:
         header = PullMessageResponseHeader(next_begin_offset=r.next_begin_offset, min_offset=r.min_offset,
                                            max_offset=r.max_offset).to_ext()
         s = r.status
         if s == GetMessageStatus.FOUND:
+            stats = self.broker.stats_manager
+            stats.get(h.topic, h.consumer_group, len(r.messages), sum(map(len, r.messages)))
+            stats.pulled[(h.consumer_group, h.topic, h.queue_id)] = r.next_begin_offset
             return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields=header,
                                                body=b"".join(r.messages))
         if s in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):
