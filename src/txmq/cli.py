@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+from txmq.admin.commands import add_parser as add_admin_parser
 from txmq.errors import TxmqError
 
 
@@ -240,10 +241,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="txmq", description="txmq: a transactional message broker (RocketMQ's design)")
+    namesrv_help = "name server HOST:PORT (default $NAMESRV_ADDR or 127.0.0.1:9876)"
+    p.add_argument("-n", "--namesrv", help=namesrv_help)
     sub = p.add_subparsers(dest="command", required=True)
 
     def namesrv_opt(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("-n", "--namesrv", help="name server HOST:PORT (default $NAMESRV_ADDR or 127.0.0.1:9876)")
+        """``-n`` also after the subcommand; SUPPRESS keeps one given before it from being reset."""
+        sp.add_argument("-n", "--namesrv", default=argparse.SUPPRESS, help=namesrv_help)
 
     def broker_opts(sp: argparse.ArgumentParser) -> None:
         """What ``server`` and ``broker`` both pass on to the broker's config."""
@@ -333,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress line")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_bench)
+
+    add_admin_parser(sub, namesrv_opt)
 
     s = sub.add_parser("stats", help="topics, consumer lag and transaction metrics")
     s.add_argument("--json", action="store_true")

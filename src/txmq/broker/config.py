@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,19 @@ class BrokerConfig:
         to each field's type."""
         for key in update_fields(self.server_limits, update_fields(self, values)):
             log.warning("unknown broker config key ignored: %s", key)
+
+
+def config_properties(config: BrokerConfig) -> dict[str, str]:
+    """The config as broker.conf keys and values (GET_BROKER_CONFIG's body), the remoting limits included."""
+    out = {}
+    for obj in (config, config.server_limits):
+        for f in fields(obj):
+            value = getattr(obj, f.name)
+            if f.name != "server_limits":
+                head, *rest = f.name.split("_")
+                key = "brokerIP1" if f.name == "broker_ip1" else head + "".join(p.title() for p in rest)
+                out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
 
 
 def load_broker_conf(path: str | os.PathLike[str], config: BrokerConfig | None = None) -> BrokerConfig:

@@ -19,10 +19,12 @@ from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
 from txmq.broker.processor.admin import AdminBrokerProcessor
 from txmq.broker.processor.client_manage import ClientManageProcessor
 from txmq.broker.processor.end_transaction import EndTransactionProcessor, RemotingCheckSender
+from txmq.broker.processor.ops import OpsProcessor
 from txmq.broker.processor.pull import PullMessageProcessor
 from txmq.broker.processor.send import SendMessageProcessor
 from txmq.broker.schedule import ScheduleMessageService
-from txmq.broker.stats import BrokerStats
+from txmq.broker.stats import SAMPLE_S, BrokerStats
+from txmq.broker.subscription_group_manager import SubscriptionGroupManager
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
@@ -70,6 +72,7 @@ class BrokerController:
                                                        delay_levels=len(levels))
         self.topic_config_manager.on_change = self.schedule_register
         self.consumer_offset_manager = ConsumerOffsetManager(self.root)
+        self.subscription_group_manager = SubscriptionGroupManager(self.root)
         self.stats_manager = BrokerStats()
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
@@ -103,6 +106,9 @@ class BrokerController:
             self.processors[code] = client.process
         for code in admin.handlers:
             self.processors[code] = admin.process
+        ops = OpsProcessor(self)
+        for code in ops.handlers:
+            self.processors[code] = ops.process
         self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
 
         self.server = RemotingServer(self._dispatch, host=config.broker_ip1, port=config.listen_port,
@@ -132,6 +138,8 @@ class BrokerController:
         self._spawn(self.schedule_service.run(), "schedule")
         self._spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist), "persist")
         self._spawn(self._every(10.0, self._scan_clients), "client scan")
+        self.stats_manager.sample()
+        self._spawn(self._every(SAMPLE_S, self.stats_manager.sample), "stats sampling")
         self._spawn(self._every(self.config.transaction_snapshot_interval / 1000, self._snapshot_transactions),
                     "transaction snapshot")
         if self.config.namesrv_addr:

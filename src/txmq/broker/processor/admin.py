@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.broker.processor.ops import runtime_info
 from txmq.broker.processor.pull import HIDDEN_TOPICS
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import InvalidMessageError, RemoteProtocolError, StoreError
@@ -172,7 +173,7 @@ class AdminBrokerProcessor:
     # --- stats ------------------------------------------------------------------------------------------
 
     def _runtime_info(self, cmd: RemotingCommand) -> RemotingCommand:
-        return _ok(cmd, {"table": {k: str(v) for k, v in self.broker.store.runtime_info().items()}})
+        return _ok(cmd, {"table": runtime_info(self.broker)})
 
     def _stats(self, cmd: RemotingCommand) -> RemotingCommand:
         return _ok(cmd, self.broker.stats())

@@ -174,6 +174,11 @@ class PullMessageProcessor:
         if cfg is None:
             return RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST,
                                                remark=f"topic[{h.topic}] not exist, apply first please!")
+        group = self.broker.subscription_group_manager.get(h.consumer_group)
+        if group is not None and not group.consume_enable:
+            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
+                                               remark=f"subscription group [{h.consumer_group}] does not have "
+                                                      "consume permission (consumeEnable=false)")
         if not PermName.is_readable(cfg.perm):
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
                                                remark=f"the topic[{h.topic}] pulling message is forbidden")
