@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 
 from txmq.broker.config import BrokerConfig
@@ -72,8 +71,6 @@ def parse_ready(line: str) -> dict[str, str] | None:
 
 
 def run_process(main: Awaitable[None]) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         run(main)
     return 0

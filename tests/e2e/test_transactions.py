@@ -1,4 +1,4 @@
-"""Transactional messages end to end, against real broker processes (issue 4, DESIGN.md §3).
+"""Transactional messages end to end, against real broker processes (issue 4; the contract in README, Transactions).
 
 Short settings: transactionTimeOut 1 s, transactionCheckInterval 0.5 s (the broker's check wheel has
 one-second buckets, so a check comes 1–2 s after the half message, then about every second).

@@ -186,6 +186,22 @@ class MQAdminExt(Admin):
             out += mq_table(fastjson.loads(resp.body).get("offsetTable"))
         return out
 
+    def set_offsets(self, group: str, topic: str, offset: int) -> None:
+        """UPDATE_CONSUMER_OFFSET: every queue of the topic to ``offset``, held within the queue's messages."""
+        async def go() -> None:
+            assert self.instance is not None
+            route = await self.instance.update_route(topic)
+            if route is None:
+                raise ClientError(f"topic {topic} does not exist")
+            for mq in route.subscribe_queues:
+                ext = {"topic": topic, "queueId": str(mq.queue_id)}
+                addr = route.broker_addrs[mq.broker_name]
+                lo = int((await self._invoke(addr, RequestCode.GET_MIN_OFFSET, ext)).ext_fields["offset"])
+                hi = int((await self._invoke(addr, RequestCode.GET_MAX_OFFSET, ext)).ext_fields["offset"])
+                await self._invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, {
+                    **ext, "consumerGroup": group, "commitOffset": str(min(max(offset, lo), hi))})
+        self._call(go())
+
     def update_sub_group(self, addr: str, config: dict[str, Any]) -> None:
         self._call(self._invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=orjson.dumps(config)))
 

@@ -42,15 +42,18 @@ CLUSTER = opt("-c", "--clusterName", dest="cluster", help="cluster name (default
 
 
 def parse_time(text: str) -> int:
-    """mqadmin's timestamps: milliseconds, ``now``, or ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time)."""
+    """mqadmin's timestamps: milliseconds, ``now``, ``yyyy-MM-dd#HH:mm:ss:SSS``, or ISO 8601 (local time)."""
     if text == "now":
         return int(time.time() * 1000)
     if text.lstrip("-").isdigit():
         return int(text)
-    try:
-        return int(datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f").timestamp() * 1000)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give milliseconds, 'now' or yyyy-MM-dd#HH:mm:ss:SSS") from None
+    for parse in (lambda t: datetime.strptime(t, "%Y-%m-%d#%H:%M:%S:%f"), datetime.fromisoformat):
+        try:
+            return int(parse(text).timestamp() * 1000)
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(f"{text!r}: give milliseconds, 'now', yyyy-MM-dd#HH:mm:ss:SSS or "
+                                     "2024-05-01T12:00:00")
 
 
 def fmt_time(ms: int) -> str:

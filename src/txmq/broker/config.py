@@ -22,6 +22,11 @@ log = logging.getLogger("txmq.broker")
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
+# keys whose value is one of a few names (checked when the config is read, not when first used)
+_CHOICES = {"flush_disk_type": ("ASYNC_FLUSH", "SYNC_FLUSH"), "broker_role": ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+            "metrics_exporter_type": ("DISABLE", "PROM")}
+
+
 @dataclass
 class BrokerConfig:
     broker_cluster_name: str = "DefaultCluster"
@@ -90,8 +95,15 @@ class BrokerConfig:
     def update(self, values: dict[str, Any]) -> None:
         """Set fields, and the remoting server's limits, from camelCase or snake_case keys, converting strings
         to each field's type."""
-        for key in update_fields(self.server_limits, update_fields(self, values)):
-            log.warning("unknown broker config key ignored: %s", key)
+        unknown = update_fields(self.server_limits, update_fields(self, values))
+        if unknown:
+            log.warning("unknown broker config keys ignored: %s (docs/configuration.md lists the keys txmq reads)",
+                        ", ".join(sorted(unknown)))
+        for key, allowed in _CHOICES.items():
+            value = getattr(self, key)
+            if value.upper() not in allowed:
+                name = re.sub(r"_(\w)", lambda m: m.group(1).upper(), key)
+                raise ValueError(f"config {name}: {value!r} is not one of {', '.join(allowed)}")
 
 
 def config_properties(config: BrokerConfig) -> dict[str, str]:

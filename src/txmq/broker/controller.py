@@ -313,6 +313,8 @@ class BrokerController:
                 "resumes": m.resumes, "orphans": m.orphans, "commitLatencyMs": m.latency_percentiles(),
             },
             "store": store.runtime_info(),
+            "rates": {"putTps": self.stats_manager.window("BROKER_PUT_NUMS", "", 60)[1],
+                      "getTps": self.stats_manager.window("BROKER_GET_NUMS", "", 60)[1]},
             "remoting": {"connections": len(self.server.connections), "bufferedBytes": self.server.buffered_bytes,
                          "heldPulls": self.pull_processor.hold.held},
         }

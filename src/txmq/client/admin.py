@@ -63,10 +63,16 @@ class Admin(ClientBase):
             lambda: RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext()), brokers)))
 
     def delete_topic(self, topic: str) -> None:
+        """Delete the topic from every broker and the name servers; a topic no broker has is an error."""
         async def go() -> None:
             assert self.instance is not None
-            await self._each_broker(lambda: RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER,
-                                                                    {"topic": topic}))
+            resps = await self._each_broker(lambda: RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER,
+                                                                            {"topic": topic}))
+            if all(r.code == ResponseCode.TOPIC_NOT_EXIST for r in resps.values()):
+                raise ClientError(f"topic {topic} does not exist")
+            for r in resps.values():
+                if r.code not in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST):
+                    raise BrokerError(r.code, r.remark)
             await self.instance.invoke_namesrv(RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV,
                                                                        {"topic": topic}))
         self._call(go())
@@ -96,6 +102,21 @@ class Admin(ClientBase):
         for name, r in resps.items():
             if r.code == ResponseCode.SUCCESS:
                 return {"broker": name, **orjson.loads(r.body)}
+        raise ClientError(f"no broker knows transaction {ident}")
+
+    def tx_decide(self, ident: str, outcome: str) -> str:
+        """An operator's COMMIT or ROLLBACK of the transaction named by id or half offset; the broker's name."""
+        resps = self._call(self._each_broker(
+            lambda: RemotingCommand.request(RequestCode.TXMQ_TX_DECIDE, {"id": ident, "outcome": outcome})))
+        for name, r in resps.items():
+            if r.code == ResponseCode.SUCCESS:
+                return name
+            if r.code == ResponseCode.TRANSACTION_SHOULD_COMMIT:
+                raise ClientError(f"transaction {ident} was already committed (the first decision wins)")
+            if r.code == ResponseCode.TRANSACTION_SHOULD_ROLLBACK:
+                raise ClientError(f"transaction {ident} was already rolled back (the first decision wins)")
+            if r.code != ResponseCode.QUERY_NOT_FOUND:
+                raise BrokerError(r.code, f"{name}: {r.remark}")
         raise ClientError(f"no broker knows transaction {ident}")
 
     def tx_resume(self, ident: str) -> str:

@@ -1,5 +1,5 @@
 """Half messages, end of transaction and discards: RocketMQ's ``TransactionalMessageService`` and
-``EndTransactionProcessor`` logic, with txmq's contract on top (DESIGN.md §3):
+``EndTransactionProcessor`` logic, with txmq's contract on top (README, Transactions):
 
 * COMMIT stores exactly one real message. Repeats answer SUCCESS and store nothing; a decision racing its own
   repeat waits for the first one. After a restart, a transaction that recovery found pending is checked
