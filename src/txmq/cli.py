@@ -20,6 +20,7 @@ def _namesrv(args: argparse.Namespace) -> str | None:
 
 def cmd_server(args: argparse.Namespace) -> int:
     from txmq.broker.controller import BrokerController
+    from txmq.console import Console
     from txmq.namesrv.controller import NamesrvController
     from txmq.server import broker_config, print_ready, run_process, serve
 
@@ -27,9 +28,19 @@ def cmd_server(args: argparse.Namespace) -> int:
                                          "storePathRootDir": args.store, "flushDiskType": args.flush_disk_type,
                                          "grpcPort": args.grpc_port})
     namesrv = NamesrvController(args.host, args.namesrv_port, limits=config.server_limits)
+    console = Console(None, args.host, args.console_port) if args.console_port >= 0 else None
 
     async def main() -> None:
-        await serve(namesrv, BrokerController(config), print_ready)
+        await serve(namesrv, BrokerController(config), print_ready, console)
+    return run_process(main())
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    from txmq.console import Console
+    from txmq.server import print_ready, run_process, serve
+
+    async def main() -> None:
+        await serve(None, None, print_ready, Console(_namesrv(args), args.host, args.port))
     return run_process(main())
 
 
@@ -299,7 +310,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-SERVER_COMMANDS = ("server", "namesrv", "broker")
+SERVER_COMMANDS = ("server", "namesrv", "broker", "console")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -330,8 +341,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=None, help="broker port (default 10911)")
     s.add_argument("--namesrv-port", type=int, default=9876, help="name server port (default 9876)")
+    s.add_argument("--console-port", type=int, default=8080,
+                   help="web console port (default 8080; 0: a free port, -1: off)")
     broker_opts(s)
     s.set_defaults(fn=cmd_server)
+
+    s = sub.add_parser("console", help="the web console for a cluster (RocketMQ Dashboard's pages)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8080, help="port (default 8080, 0: a free port)")
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_console)
 
     s = sub.add_parser("namesrv", help="a name server")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -346,7 +346,9 @@ def query_msg_by_unique_key(admin: MQAdminExt, args: argparse.Namespace) -> int:
     return 0
 
 
-def _pull_range(admin: MQAdminExt, mq: MessageQueue, start: int, end: int, expression: str = "*"):
+def pull_range(admin: MQAdminExt, mq: MessageQueue, start: int, end: int,
+               expression: str = "*") -> Iterator[MessageExt]:
+    """The messages of ``mq`` from ``start`` to ``end`` (queue offsets), pulled without a committed offset."""
     with PullConsumer("TOOLS_CONSUMER", admin.namesrv) as consumer:
         consumer.fetch_subscribe_message_queues(mq.topic)
         offset = start
@@ -364,13 +366,13 @@ def _pull_range(admin: MQAdminExt, mq: MessageQueue, start: int, end: int, expre
          opt("-o", "--offset", type=int, required=True, help="queue offset"))
 def query_msg_by_offset(admin: MQAdminExt, args: argparse.Namespace) -> int:
     mq = MessageQueue(args.topic, args.brokerName, args.queueId)
-    for m in _pull_range(admin, mq, args.offset, args.offset + 1):
+    for m in pull_range(admin, mq, args.offset, args.offset + 1):
         print_message(m)
         return 0
     raise ClientError(f"no message at offset {args.offset} of {args.topic} queue {args.queueId} on {args.brokerName}")
 
 
-def _queue_window(admin: MQAdminExt, topic: str, begin: int, end: int) -> list[tuple[MessageQueue, int, int]]:
+def queue_window(admin: MQAdminExt, topic: str, begin: int, end: int) -> list[tuple[MessageQueue, int, int]]:
     """Each queue of the topic with the offsets its messages stored between ``begin`` and ``end`` (ms) span."""
     out = []
     with PullConsumer("TOOLS_CONSUMER", admin.namesrv) as consumer:
@@ -387,9 +389,9 @@ def _queue_window(admin: MQAdminExt, topic: str, begin: int, end: int) -> list[t
          opt("-e", "--endTimestamp", type=parse_time, default=2**63 - 1, help="to (default: now)"),
          opt("-d", "--printBody", type=_flag, default=True, help="print bodies (true|false, default true)"))
 def print_msg(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    for mq, lo, hi in _queue_window(admin, args.topic, args.beginTimestamp, args.endTimestamp):
+    for mq, lo, hi in queue_window(admin, args.topic, args.beginTimestamp, args.endTimestamp):
         print(f"minOffset={lo}, maxOffset={hi}, {mq}")
-        for m in _pull_range(admin, mq, lo, hi, args.subExpression):
+        for m in pull_range(admin, mq, lo, hi, args.subExpression):
             body = f" BODY: {m.body.decode(errors='replace')}" if args.printBody else ""
             print(f"MSGID: {m.msg_id} {m!r}{body}")
     return 0
@@ -419,12 +421,12 @@ def send_message(admin: MQAdminExt, args: argparse.Namespace) -> int:
          opt("-c", "--messageNumber", type=int, default=128, help="at most this many (default 128)"))
 def consume_message(admin: MQAdminExt, args: argparse.Namespace) -> int:
     left = args.messageNumber
-    for mq, lo, hi in _queue_window(admin, args.topic, args.beginTimestamp, args.endTimestamp):
+    for mq, lo, hi in queue_window(admin, args.topic, args.beginTimestamp, args.endTimestamp):
         if (args.brokerName and mq.broker_name != args.brokerName) or (
                 args.queueId is not None and mq.queue_id != args.queueId):
             continue
         start = args.offset if args.offset is not None else lo
-        for m in _pull_range(admin, mq, start, min(hi, start + left)):
+        for m in pull_range(admin, mq, start, min(hi, start + left)):
             print(f"Consume ok {mq.topic} q{mq.queue_id}@{m.queue_offset} "
                   f"{m.msg_id}: "
                   f"{m.body.decode(errors='replace')}")

@@ -233,7 +233,8 @@ class SendMessageProcessor:
 
     def _to_dlq(self, msg: MessageExt, group: str) -> None:
         topic = dlq_topic(group)
-        self.broker.topic_config_manager.create_if_absent(topic, 1, PermName.PERM_WRITE)
+        # readable, as in RocketMQ 5: operators read dead letters (the console, printMsg) before resending them
+        self.broker.topic_config_manager.create_if_absent(topic, 1, PermName.READ_WRITE)
         msg.properties.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
         self.broker.stats_manager.to_dlq(msg.properties[MessageConst.RETRY_TOPIC], group)
         msg.topic = topic
