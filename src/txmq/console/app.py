@@ -189,7 +189,7 @@ async def group_detail(request: web.Request) -> web.Response:
         clients = [(c["clientId"], c["clientAddr"], c["language"], c["version"]) for c in conn["connectionSet"]]
     except TxmqError:
         clients = []
-    topics_ = sorted({s.mq.topic for s in stats})
+    topics_ = sorted({s.mq.topic for s in stats}, key=lambda t: (t.startswith("%RETRY%"), t))  # retry last
     reset = form(path("groups", group, "reset"), [
         select("topic", "Topic", [(t, t) for t in topics_]),
         field("time", "Time", datetime.now().strftime("%Y-%m-%dT%H:%M:%S"), placeholder="2024-05-01T12:00:00"),
