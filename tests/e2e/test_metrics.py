@@ -12,7 +12,7 @@ from cluster import Cluster
 from helpers import Recorder, push_consumer
 from prometheus import Prometheus
 
-from txmq import Admin, LocalTransactionState, Message, Producer, TransactionProducer
+from txmq import Admin, ConsumeStatus, LocalTransactionState, Message, Producer, TransactionProducer
 from txmq.launch import free_port
 
 N_SENDS, K_COMMITS, R_ROLLBACKS = 7, 3, 2
@@ -59,10 +59,13 @@ def test_prometheus_counts_known_traffic(scraped):
             tx.send_message_in_transaction(Message("m_tx", body))
     rec = Recorder()
     consumer = push_consumer(cluster.namesrv_addr, "m_g", "m_t", rec)
+    dead = Recorder(decide=lambda m: ConsumeStatus.RECONSUME_LATER)  # each message straight to %DLQ%m_dlq
+    refuser = push_consumer(cluster.namesrv_addr, "m_dlq", "m_t", dead, max_reconsume_times=0)
     try:
-        assert rec.wait_for(N_SENDS)
+        assert rec.wait_for(N_SENDS) and dead.wait_for(N_SENDS)
     finally:
         consumer.shutdown()
+        refuser.shutdown()
 
     node = 'cluster="DefaultCluster",node_type="broker",node_id="broker-a"'
     assert prom.wait_value(f'sum(rocketmq_messages_in_total{{{node},topic="m_t",message_type="normal"}})',
@@ -82,6 +85,8 @@ def test_prometheus_counts_known_traffic(scraped):
     # Consumed and committed (offsets are committed every few seconds): no lag is left.
     assert prom.wait_value('rocketmq_consumer_lag_messages{topic="m_t",consumer_group="m_g"}', 0) == 0
     assert prom.value('rocketmq_consumer_ready_messages{topic="m_t",consumer_group="m_g"}') == 0
+    assert prom.wait_value('rocketmq_send_to_dlq_messages_total{topic="m_t",consumer_group="m_dlq"}',
+                           N_SENDS) == N_SENDS
     assert prom.value('up{job="txmq"}') == 1
 
 
