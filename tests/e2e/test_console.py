@@ -277,3 +277,23 @@ def test_server_serves_the_console(tmp_path):
         assert "broker-a" in page and "ASYNC_MASTER" in page
     finally:
         proc.kill()
+
+
+def test_discarded_transaction_resumed(site):
+    """A broker that gives up fast (one check) discards a transaction its producer never decides; the console
+    lists it as discarded and puts it back into checking."""
+    site.cluster.start_broker("broker-b", conf={"grpcPort": -1, "transactionTimeOut": 500, "transactionCheckMax": 1,
+                                                "transactionCheckInterval": 300})
+    with MQAdminExt(site.cluster.namesrv_addr) as admin:
+        admin.create_topic("web_b", 1, ["broker-b"])
+    site.cluster.wait_route("web_b", brokers=2)
+    with TransactionProducer("web_orphan", Undecided(), site.cluster.namesrv_addr) as producer:
+        tx = producer.send_message_in_transaction(Message("web_b", b"never decided"))
+        site.open("/transactions")
+        row = site.wait(lambda: [r for r in site.rows("discarded") if r[0] == tx.transaction_id], "the discard",
+                        timeout=30, reload=True)[0]
+        assert row[1:4] == ["broker-b", "web_b", "web_orphan"] and row[5] == "1"
+        site.shot("transactions-discarded")
+        site.submit(f"resume-{tx.transaction_id}")
+        assert f"transaction {tx.transaction_id} resumed into checking on broker-b" in site.text("#notice")
+        assert tx.transaction_id in [r[0] for r in site.rows("pending")]

@@ -114,12 +114,32 @@ class MQAdminExt(Admin):
         return sorted(str(bd["brokerAddrs"][MASTER_ID]) for bd in route.get("brokerDatas") or []
                       if MASTER_ID in (bd.get("brokerAddrs") or {}))
 
-    def topic_config(self, addr: str, topic: str) -> dict[str, Any] | None:
+    def topic_configs(self, addr: str) -> dict[str, dict[str, Any]]:
+        """GET_ALL_TOPIC_CONFIG: the broker's own topic configs (current at once; routes follow a registration)."""
         resp = self._call(self._invoke(addr, RequestCode.GET_ALL_TOPIC_CONFIG))
-        return (orjson.loads(resp.body).get("topicConfigTable") or {}).get(topic)
+        return dict(orjson.loads(resp.body).get("topicConfigTable") or {})
+
+    def topic_config(self, addr: str, topic: str) -> dict[str, Any] | None:
+        return self.topic_configs(addr).get(topic)
 
     def update_topic(self, addr: str, header: CreateTopicRequestHeader) -> None:
         self._call(self._invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext()))
+
+    def update_topic_perm(self, topic: str, perm: int, addrs: list[str]) -> list[tuple[str, int]]:
+        """The topic's permission on those of ``addrs`` that have it, its queues kept (UPDATE_AND_CREATE_TOPIC);
+        each (address, former permission). A topic none of them has is an error."""
+        changed = []
+        for addr in addrs:
+            cfg = self.topic_config(addr, topic)
+            if cfg is None:
+                continue
+            self.update_topic(addr, CreateTopicRequestHeader(
+                topic=topic, read_queue_nums=cfg["readQueueNums"], write_queue_nums=cfg["writeQueueNums"],
+                perm=perm, order=bool(cfg.get("order"))))
+            changed.append((addr, int(cfg["perm"])))
+        if not changed:
+            raise ClientError(f"topic {topic} does not exist on the brokers asked")
+        return changed
 
     def delete_topic_in(self, addrs: list[str], topic: str) -> None:
         """DELETE_TOPIC_IN_BROKER on each broker, then DELETE_TOPIC_IN_NAMESRV; a topic no broker has is an error."""

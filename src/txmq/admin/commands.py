@@ -170,19 +170,8 @@ def update_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
 @command("updateTopicPerm", "change a topic's permission (2 write, 4 read, 6 both)", TOPIC, BROKER, CLUSTER,
          opt("-p", "--perm", type=int, required=True, choices=[2, 4, 6], help="2 write, 4 read, 6 both"))
 def update_topic_perm(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    changed = 0
-    for addr in sorted(targets(admin, args).values()):
-        cfg = admin.topic_config(addr, args.topic)
-        if cfg is None:
-            continue
-        header = CreateTopicRequestHeader(topic=args.topic, read_queue_nums=cfg["readQueueNums"],
-                                          write_queue_nums=cfg["writeQueueNums"], perm=args.perm,
-                                          order=bool(cfg.get("order")))
-        admin.update_topic(addr, header)
-        print(f"update topic perm from {cfg['perm']} to {args.perm} in {addr} success.")
-        changed += 1
-    if not changed:
-        raise ClientError(f"topic {args.topic} does not exist on the brokers asked")
+    for addr, former in admin.update_topic_perm(args.topic, args.perm, sorted(targets(admin, args).values())):
+        print(f"update topic perm from {former} to {args.perm} in {addr} success.")
     return 0
 
 

@@ -34,6 +34,7 @@ from txmq.client.instance import MessageQueue
 from txmq.client.rebalance import allocate_averagely
 from txmq.errors import ClientError, RemoteProtocolError
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_messages, java_string_hash
+from txmq.remoting import fastjson
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import (
@@ -200,16 +201,23 @@ class PushConsumer(ClientBase):
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self._rebalance_now is not None:
             self._rebalance_now.set()
         elif cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET and cmd.ext_fields.get("group") == self.group:
-            task = asyncio.get_running_loop().create_task(self._reset_topic(cmd.ext_fields.get("topic", "")))
+            task = asyncio.get_running_loop().create_task(self._reset_topic(cmd.ext_fields.get("topic", ""), cmd.body))
             self._reset_tasks.add(task)
             task.add_done_callback(self._reset_tasks.discard)
         return None
 
-    async def _reset_topic(self, topic: str) -> None:
-        """An operator reset the group's offsets on ``topic`` (the broker holds them already): release its queues
-        without committing what they hold, then take them again from the broker's offsets."""
+    async def _reset_topic(self, topic: str, body: bytes) -> None:
+        """An operator reset the group's offsets on ``topic``: release its queues without committing what they
+        hold, commit the new offsets (``ResetOffsetBody``; again, since this client may have committed its own
+        between the broker's reset and this), then take the queues again from there."""
         for mq in [q for q in self.queues if q.topic == topic]:
             await self._drop_queue(mq, commit=False)
+        try:
+            table = fastjson.loads(body).get("offsetTable") or []
+        except (ValueError, AttributeError):
+            table = []
+        for key, offset in table:
+            await self._commit_offset(MessageQueue(topic, key["brokerName"], int(key["queueId"])), int(offset))
         log.info("consumer %s: offsets of %s reset by an operator", self.group, topic)
         if self._rebalance_now is not None:
             self._rebalance_now.set()

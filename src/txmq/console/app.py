@@ -21,7 +21,6 @@ from txmq.client.producer import Producer
 from txmq.console.html import Raw, e, field, form, hidden, link, page, path, section, select, table
 from txmq.errors import TxmqError
 from txmq.message import Message, MessageConst, MessageExt
-from txmq.remoting.request_headers import CreateTopicRequestHeader
 from txmq.topic import DLQ_GROUP_TOPIC_PREFIX, PermName, is_system_topic
 
 log = logging.getLogger("txmq.console")
@@ -83,20 +82,25 @@ async def cluster(request: web.Request) -> web.Response:
 # --- topics -------------------------------------------------------------------------------------------------
 
 
-def _perm(route: dict[str, Any]) -> int:
-    perms = {int(q.get("perm", 6)) for q in route.get("queueDatas") or []}
-    return perms.pop() if len(perms) == 1 else PermName.READ_WRITE
+def _perms(admin: MQAdminExt) -> dict[str, int]:
+    """Each topic's permission as its brokers hold it (the first broker's, when they differ)."""
+    out: dict[str, int] = {}
+    for addr in sorted(admin.broker_addrs().values()):
+        for topic, cfg in admin.topic_configs(addr).items():
+            out.setdefault(topic, int(cfg.get("perm", PermName.READ_WRITE)))
+    return out
 
 
 async def topics(request: web.Request) -> web.Response:
     admin = admin_of(request)
     rows = []
+    perms = await call(request, _perms, admin)
     for topic in user_topics(await call(request, admin.list_topics)):
         try:
             stats = await call(request, admin.topic_stats, topic)
-            perm = PermName.to_string(_perm(await call(request, admin.route, topic)))
         except TxmqError:  # deleted meanwhile
             continue
+        perm = PermName.to_string(perms.get(topic, PermName.READ_WRITE))
         rows.append((link(path("topics", topic), topic), len(stats), perm,
                      sum(s.values["maxOffset"] - s.values["minOffset"] for s in stats),
                      fmt_time(max((s.values["lastUpdateTimestamp"] for s in stats), default=0))))
@@ -121,7 +125,7 @@ async def create_topic(request: web.Request) -> web.StreamResponse:
 async def topic_detail(request: web.Request) -> web.Response:
     admin, topic = admin_of(request), request.match_info["topic"]
     stats = await call(request, admin.topic_stats, topic)
-    perm = _perm(await call(request, admin.route, topic))
+    perm = (await call(request, _perms, admin)).get(topic, PermName.READ_WRITE)
     groups = await call(request, admin.consumed_by, topic)
     rows = [(s.mq.broker_name, s.mq.queue_id, s.values["minOffset"], s.values["maxOffset"],
              fmt_time(s.values["lastUpdateTimestamp"])) for s in stats]
@@ -142,15 +146,8 @@ async def topic_detail(request: web.Request) -> web.Response:
 async def topic_perm(request: web.Request) -> web.StreamResponse:
     admin, topic = admin_of(request), request.match_info["topic"]
     perm = int(str((await request.post()).get("perm", "6")))
-
-    def change() -> None:
-        for addr in admin.broker_addrs().values():
-            cfg = admin.topic_config(addr, topic)
-            if cfg is not None:
-                admin.update_topic(addr, CreateTopicRequestHeader(
-                    topic=topic, read_queue_nums=cfg["readQueueNums"], write_queue_nums=cfg["writeQueueNums"],
-                    perm=perm, order=bool(cfg.get("order"))))
-    await call(request, change)
+    addrs = sorted((await call(request, admin.broker_addrs)).values())
+    await call(request, admin.update_topic_perm, topic, perm, addrs)
     raise back(path("topics", topic), notice=f"permission of {topic} is now {PermName.to_string(perm)}")
 
 
