@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.broker")
 
 # broker.conf keys updateBrokerConfig may change while the broker runs: each is read where it is used.
-RUNTIME_KEYS = ("maxMessageSize", "rejectTransactionMessage", "longPollingEnable", "shortPollingTimeMills",
-                "registerNameServerPeriod", "transactionCheckMax", "transactionCheckInterval")
+RUNTIME_KEYS = ("maxMessageSize", "rejectTransactionMessage", "longPollingEnable", "registerNameServerPeriod",
+                "transactionCheckMax", "transactionCheckInterval")
 
 
 def _answer(cmd: RemotingCommand, body: Any = None, code: int = ResponseCode.SUCCESS,
