@@ -93,32 +93,8 @@ def cmd_topic(args: argparse.Namespace) -> int:
     return 0
 
 
-class Progress:
-    """One status line on stderr, rewritten at most every 0.5 s, when stderr is a terminal; ``close`` prints the
-    total and the rate in any case."""
-
-    def __init__(self, what: str, total: int | None) -> None:
-        self.what, self.total, self.done = what, total, 0
-        self._last = 0.0
-        self._start = time.monotonic()
-        self._live = sys.stderr.isatty()
-
-    def add(self, n: int = 1) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self._live and (now - self._last > 0.5 or self.done == self.total):
-            self._last = now
-            rate = self.done / max(now - self._start, 1e-6)
-            of = f"/{self.total}" if self.total else ""
-            print(f"\r{self.what}: {self.done}{of} ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        seconds = max(time.monotonic() - self._start, 1e-6)
-        print(f"{chr(13) if self._live else ''}{self.what} {self.done} messages in {seconds:.2f} s "
-              f"({self.done / seconds:,.0f}/s)", file=sys.stderr)
-
-
 def cmd_send(args: argparse.Namespace) -> int:
+    from txmq.bench import Progress
     from txmq.client.producer import Producer
     from txmq.message import Message
 
@@ -136,7 +112,8 @@ def cmd_send(args: argparse.Namespace) -> int:
             else:
                 progress.add()
     if args.count > 1:
-        progress.close()
+        seconds = max(progress.close(), 1e-6)
+        print(f"sent {args.count} messages in {seconds:.2f} s ({args.count / seconds:,.0f}/s)", file=sys.stderr)
     return 0
 
 
