@@ -254,9 +254,13 @@ def test_live_charts(site):
             return LocalTransactionState.COMMIT
 
     with TransactionProducer("web_chart", Commit(), site.cluster.namesrv_addr) as producer:
-        for i in range(20):
+        for i in range(20):  # in bursts, so that the charts have a shape
             producer.send_message_in_transaction(Message("web_t", f"chart {i}".encode()))
+            if i % 5 == 4:
+                time.sleep(0.6)
     site.wait(lambda: int(root.get_attribute("data-commits") or 0) >= before + 20, "the commits on the chart")
+    samples = int(root.get_attribute("data-samples") or 0)
+    site.wait(lambda: int(root.get_attribute("data-samples") or 0) >= samples + 3, "more samples")
     assert "commits" in site.text("#legend-outcomes") and "p99" in site.text("#legend-latency")
     drawn = site.driver.execute_script(
         "return ['throughput','outcomes','latency'].map(n => { const c = document.getElementById('chart-' + n);"

@@ -362,7 +362,7 @@ async def transaction_action(request: web.Request) -> web.StreamResponse:
 
 async def charts(request: web.Request) -> web.Response:
     canvases = "".join(f'<figure><figcaption>{title} <span class="legend" id="legend-{name}"></span></figcaption>'
-                       f'<canvas id="chart-{name}" width="900" height="220"></canvas></figure>'
+                       f'<canvas id="chart-{name}" width="1000" height="150"></canvas></figure>'
                        for name, title in (("throughput", "Throughput (messages/s)"),
                                            ("outcomes", "Transaction outcomes (per interval)"),
                                            ("latency", "Commit latency (ms)")))
