@@ -87,6 +87,9 @@ def test_prometheus_counts_known_traffic(scraped):
     assert prom.value('rocketmq_consumer_ready_messages{topic="m_t",consumer_group="m_g"}') == 0
     assert prom.wait_value('rocketmq_send_to_dlq_messages_total{topic="m_t",consumer_group="m_dlq"}',
                            N_SENDS) == N_SENDS
+    sends = prom.value('sum(rocketmq_rpc_latency_count{request_code=~"10|310|320",response_code="0"})')
+    assert sends is not None and sends >= N_SENDS + K_COMMITS + R_ROLLBACKS
+    assert prom.value('sum(rocketmq_rpc_latency_count{request_code="37"})') == K_COMMITS + R_ROLLBACKS
     assert prom.value('up{job="txmq"}') == 1
 
 

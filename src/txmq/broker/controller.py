@@ -38,6 +38,7 @@ from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
 if TYPE_CHECKING:
     from txmq.grpc.server import GrpcEndpoint
     from txmq.metrics import PromExporter
+    from txmq.metrics.rpc import RpcLatency
 
 log = logging.getLogger("txmq.broker")
 
@@ -119,6 +120,7 @@ class BrokerController:
         self._registered: dict[str, bool] = {}
         self.grpc: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint, started with the broker
         self.metrics: PromExporter | None = None  # metricsExporterType=PROM
+        self.rpc_latency: RpcLatency | None = None  # timed requests, with metrics only
         self.started = False
 
     @property
@@ -130,6 +132,11 @@ class BrokerController:
     async def start(self) -> None:
         await self.store.start()
         self.transaction_service.recover()
+        if self.config.metrics_exporter_type.upper() == "PROM":
+            from txmq.metrics.rpc import RpcLatency
+
+            self.rpc_latency = RpcLatency()
+            self.server.handler = self.rpc_latency.wrap(self._dispatch)
         await self.server.start()
         await self._start_grpc()
         await self._start_metrics()

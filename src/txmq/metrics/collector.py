@@ -22,6 +22,7 @@ from txmq.broker.stats import MESSAGE_SIZE_BUCKETS
 from txmq.broker.transaction.service import COMMIT_LATENCY_BUCKETS_MS
 from txmq.errors import StoreError
 from txmq.message import decode_message
+from txmq.metrics.rpc import BUCKETS_MS as RPC_BUCKETS_MS
 from txmq.topic import is_system_topic
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class BrokerCollector(Collector):
         yield from self._store()
         yield from self._clients()
         yield from self._transactions()
+        yield from self._rpc()
 
     # --- messages in and out ------------------------------------------------------------------------------
 
@@ -197,3 +199,17 @@ class BrokerCollector(Collector):
             latency.add_metric([*node, name], _buckets(COMMIT_LATENCY_BUCKETS_MS, counts.latency_buckets),
                                sum_value=counts.latency_sum_ms)
         yield from (half, discarded, *families.values(), latency)
+
+    # --- requests -----------------------------------------------------------------------------------------
+
+    def _rpc(self) -> Iterator[Metric]:
+        rpc = self.broker.rpc_latency
+        family = self._family(HistogramMetricFamily, "rocketmq_rpc_latency",
+                              "Milliseconds from a request's arrival to its answer",
+                              ("protocol_type", "request_code", "response_code"))
+        assert isinstance(family, HistogramMetricFamily)
+        if rpc is not None:
+            for (code, response), counts in rpc.buckets.items():
+                family.add_metric([*self.node, "remoting", str(code), str(response)],
+                                  _buckets(RPC_BUCKETS_MS, counts), sum_value=rpc.sums[(code, response)])
+        yield family
