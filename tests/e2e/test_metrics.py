@@ -13,6 +13,7 @@ from helpers import Recorder, push_consumer
 from prometheus import Prometheus
 
 from txmq import Admin, ConsumeStatus, LocalTransactionState, Message, Producer, TransactionProducer
+from txmq.admin import MQAdminExt
 from txmq.launch import free_port
 
 N_SENDS, K_COMMITS, R_ROLLBACKS = 7, 3, 2
@@ -85,6 +86,17 @@ def test_prometheus_counts_known_traffic(scraped):
     # Consumed and committed (offsets are committed every few seconds): no lag is left.
     assert prom.wait_value('rocketmq_consumer_lag_messages{topic="m_t",consumer_group="m_g"}', 0) == 0
     assert prom.value('rocketmq_consumer_ready_messages{topic="m_t",consumer_group="m_g"}') == 0
+    assert prom.value('rocketmq_consumer_lag_latency{topic="m_t",consumer_group="m_g"}') == 0
+    assert prom.value('rocketmq_consumer_queueing_latency{topic="m_t",consumer_group="m_g"}') == 0
+    # A group that committed offset 0 and pulled nothing: all N behind, ready, waiting since they were stored.
+    with MQAdminExt(cluster.namesrv_addr) as admin:
+        admin.set_offsets("m_behind", "m_t", 0)
+    behind = '{topic="m_t",consumer_group="m_behind"}'
+    assert prom.wait_value(f"rocketmq_consumer_lag_messages{behind}", N_SENDS) == N_SENDS
+    assert prom.value(f"rocketmq_consumer_ready_messages{behind}") == N_SENDS
+    assert prom.value(f"rocketmq_consumer_inflight_messages{behind}") == 0
+    assert prom.value(f"rocketmq_consumer_lag_latency{behind}") > 0
+    assert prom.value(f"rocketmq_consumer_queueing_latency{behind}") > 0
     assert prom.wait_value('rocketmq_send_to_dlq_messages_total{topic="m_t",consumer_group="m_dlq"}',
                            N_SENDS) == N_SENDS
     sends = prom.value('sum(rocketmq_rpc_latency_count{request_code=~"10|310|320",response_code="0"})')

@@ -110,11 +110,13 @@ class BrokerCollector(Collector):
                                 "Messages pulled but not yet committed", labels)
         latency = self._family(GaugeMetricFamily, "rocketmq_consumer_lag_latency",
                                "Milliseconds since the oldest message the group has not committed was stored", labels)
+        queueing = self._family(GaugeMetricFamily, "rocketmq_consumer_queueing_latency",
+                                "Milliseconds the oldest message the group has not pulled has waited", labels)
         now_ms = int(time.time() * 1000)
         pulled = broker.stats_manager.pulled
         for key, offsets in broker.consumer_offset_manager.table.items():
             topic, group = key.split("@", 1)
-            n_lag = n_ready = n_inflight = oldest = 0
+            n_lag = n_ready = n_inflight = oldest = waiting = 0
             for queue, committed in offsets.items():
                 top = store.get_max_offset_in_queue(topic, queue)
                 got = max(committed, min(top, pulled.get((group, topic, queue), committed)))
@@ -123,9 +125,12 @@ class BrokerCollector(Collector):
                 n_inflight += got - committed
                 if committed < top:
                     oldest = max(oldest, self._age_ms(topic, queue, committed, now_ms))
-            for family, value in ((lag, n_lag), (ready, n_ready), (inflight, n_inflight), (latency, oldest)):
+                if got < top:
+                    waiting = max(waiting, self._age_ms(topic, queue, got, now_ms))
+            for family, value in ((lag, n_lag), (ready, n_ready), (inflight, n_inflight), (latency, oldest),
+                                  (queueing, waiting)):
                 family.add_metric([*node, topic, group], value)
-        yield from (lag, ready, inflight, latency)
+        yield from (lag, ready, inflight, latency, queueing)
 
     def _age_ms(self, topic: str, queue: int, offset: int, now_ms: int) -> int:
         try:
