@@ -113,6 +113,7 @@ def namesrv_limits(conf: str | None) -> ServerLimits:
 
     limits = ServerLimits()
     if conf:
-        for key in update_fields(limits, parse_properties(Path(conf).read_text())):
-            log.warning("unknown name server config key ignored: %s", key)
+        unknown = update_fields(limits, parse_properties(Path(conf).read_text()))
+        if unknown:
+            log.warning("unknown name server config keys ignored: %s", ", ".join(sorted(unknown)))
     return limits
