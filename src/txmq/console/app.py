@@ -34,7 +34,7 @@ RESULTS_MAX = 100  # messages one search shows
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-async def call(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any:
+async def call(fn: Callable[..., Any], *args: Any) -> Any:
     """A blocking admin call, off the loop."""
     return await asyncio.to_thread(fn, *args)
 
@@ -64,12 +64,12 @@ def user_topics(topics: list[str]) -> list[str]:
 
 async def cluster(request: web.Request) -> web.Response:
     admin = admin_of(request)
-    info = await call(request, admin.cluster_info)
+    info = await call(admin.cluster_info)
     rows = []
     for cluster_name, names in sorted((info.get("clusterAddrTable") or {}).items()):
         for name in sorted(names):
             for bid, addr in sorted(((info["brokerAddrTable"].get(name) or {}).get("brokerAddrs") or {}).items()):
-                rt = await call(request, admin.runtime_info, addr)
+                rt = await call(admin.runtime_info, addr)
                 rows.append((cluster_name, name, bid, rt.get("brokerRole", "?"), addr, rt.get("brokerVersionDesc", "?"),
                              f"{float(rt.get('commitLogDiskRatio', 0)):.1%}", rt.get("putTps", "0").split()[0],
                              rt.get("getTransferedTps", "0").split()[0], rt.get("msgPutTotalTodayNow", "0"),
@@ -94,10 +94,10 @@ def _perms(admin: MQAdminExt) -> dict[str, int]:
 async def topics(request: web.Request) -> web.Response:
     admin = admin_of(request)
     rows = []
-    perms = await call(request, _perms, admin)
-    for topic in user_topics(await call(request, admin.list_topics)):
+    perms = await call(_perms, admin)
+    for topic in user_topics(await call(admin.list_topics)):
         try:
-            stats = await call(request, admin.topic_stats, topic)
+            stats = await call(admin.topic_stats, topic)
         except TxmqError:  # deleted meanwhile
             continue
         perm = PermName.to_string(perms.get(topic, PermName.READ_WRITE))
@@ -115,7 +115,7 @@ async def create_topic(request: web.Request) -> web.StreamResponse:
     data = await request.post()
     topic = str(data.get("topic", "")).strip()
     try:
-        await call(request, admin_of(request).create_topic, topic, int(str(data.get("queues", "8"))), None,
+        await call(admin_of(request).create_topic, topic, int(str(data.get("queues", "8"))), None,
                    int(str(data.get("perm", "6"))))
     except (TxmqError, ValueError) as exc:
         raise back("/topics", error=f"topic {topic} not created: {exc}") from None
@@ -124,9 +124,9 @@ async def create_topic(request: web.Request) -> web.StreamResponse:
 
 async def topic_detail(request: web.Request) -> web.Response:
     admin, topic = admin_of(request), request.match_info["topic"]
-    stats = await call(request, admin.topic_stats, topic)
-    perm = (await call(request, _perms, admin)).get(topic, PermName.READ_WRITE)
-    groups = await call(request, admin.consumed_by, topic)
+    stats = await call(admin.topic_stats, topic)
+    perm = (await call(_perms, admin)).get(topic, PermName.READ_WRITE)
+    groups = await call(admin.consumed_by, topic)
     rows = [(s.mq.broker_name, s.mq.queue_id, s.values["minOffset"], s.values["maxOffset"],
              fmt_time(s.values["lastUpdateTimestamp"])) for s in stats]
     actions = [
@@ -146,15 +146,15 @@ async def topic_detail(request: web.Request) -> web.Response:
 async def topic_perm(request: web.Request) -> web.StreamResponse:
     admin, topic = admin_of(request), request.match_info["topic"]
     perm = int(str((await request.post()).get("perm", "6")))
-    addrs = sorted((await call(request, admin.broker_addrs)).values())
-    await call(request, admin.update_topic_perm, topic, perm, addrs)
+    addrs = sorted((await call(admin.broker_addrs)).values())
+    await call(admin.update_topic_perm, topic, perm, addrs)
     raise back(path("topics", topic), notice=f"permission of {topic} is now {PermName.to_string(perm)}")
 
 
 async def topic_delete(request: web.Request) -> web.StreamResponse:
     topic = request.match_info["topic"]
     try:
-        await call(request, admin_of(request).delete_topic, topic)
+        await call(admin_of(request).delete_topic, topic)
     except TxmqError as exc:
         raise back(path("topics", topic), error=str(exc)) from None
     raise back("/topics", notice=f"topic {topic} deleted")
@@ -166,9 +166,9 @@ async def topic_delete(request: web.Request) -> web.StreamResponse:
 async def groups(request: web.Request) -> web.Response:
     admin = admin_of(request)
     rows = []
-    for topic in user_topics(await call(request, admin.list_topics)):
-        for group in await call(request, admin.consumed_by, topic):
-            table_, tps = await call(request, admin.consume_stats, group, topic)
+    for topic in user_topics(await call(admin.list_topics)):
+        for group in await call(admin.consumed_by, topic):
+            table_, tps = await call(admin.consume_stats, group, topic)
             lag = sum(s.values["brokerOffset"] - max(s.values["consumerOffset"], 0) for s in table_)
             rows.append((link(path("groups", group), group), topic, lag, f"{tps:.1f}"))
     return render(request, "Consumer groups", table(("Group", "Topic", "Lag", "TPS"), rows, "groups"),
@@ -177,12 +177,12 @@ async def groups(request: web.Request) -> web.Response:
 
 async def group_detail(request: web.Request) -> web.Response:
     admin, group = admin_of(request), request.match_info["group"]
-    stats, tps = await call(request, admin.consume_stats, group)
+    stats, tps = await call(admin.consume_stats, group)
     rows = [(s.mq.topic, s.mq.broker_name, s.mq.queue_id, s.values["brokerOffset"], s.values["consumerOffset"],
              s.values["brokerOffset"] - max(s.values["consumerOffset"], 0), fmt_time(s.values["lastTimestamp"]))
             for s in stats]
     try:
-        conn = await call(request, admin.consumer_connection, group)
+        conn = await call(admin.consumer_connection, group)
         clients = [(c["clientId"], c["clientAddr"], c["language"], c["version"]) for c in conn["connectionSet"]]
     except TxmqError:
         clients = []
@@ -207,7 +207,7 @@ async def group_reset(request: web.Request) -> web.StreamResponse:
     topic = str(data.get("topic", ""))
     try:
         when = parse_time(str(data.get("time", "")).strip())
-        await call(request, admin_of(request).reset_offset, group, topic, when)
+        await call(admin_of(request).reset_offset, group, topic, when)
     except (TxmqError, ValueError) as exc:
         raise back(path("groups", group), error=f"offsets not reset: {exc}") from None
     raise back(path("groups", group), notice=f"offsets of {group} on {topic} reset to {fmt_time(when)}")
@@ -229,14 +229,14 @@ async def messages(request: web.Request) -> web.Response:
     try:
         if q.get("by") == "id" and q.get("id"):
             ident = q["id"].strip()
-            found = (await call(request, admin.query_message, q["topic"].strip(), ident, 32, 0, 2**63 - 1, True)
-                     if q.get("topic") else [await call(request, admin.view_message, ident)])
+            found = (await call(admin.query_message, q["topic"].strip(), ident, 32, 0, 2**63 - 1, True)
+                     if q.get("topic") else [await call(admin.view_message, ident)])
         elif q.get("by") == "key" and q.get("key"):
-            found = await call(request, admin.query_message, q.get("topic", "").strip(), q["key"].strip())
+            found = await call(admin.query_message, q.get("topic", "").strip(), q["key"].strip())
         elif q.get("by") == "range" and q.get("topic"):
             begin = parse_time(q["begin"]) if q.get("begin") else 0
             end = parse_time(q["end"]) if q.get("end") else 2**63 - 1
-            found = await call(request, _range, admin, q["topic"].strip(), begin, end)
+            found = await call(_range, admin, q["topic"].strip(), begin, end)
     except (TxmqError, ValueError) as exc:
         error = str(exc)
     searches = [
@@ -276,7 +276,7 @@ def _range(admin: MQAdminExt, topic: str, begin: int, end: int) -> list[MessageE
 
 async def message_detail(request: web.Request) -> web.Response:
     admin, ident = admin_of(request), request.match_info["id"]
-    m = await call(request, admin.view_message, ident)
+    m = await call(admin.view_message, ident)
     fields = [("Message id", m.msg_id), ("Offset message id", m.offset_msg_id), ("Topic", m.topic),
               ("Tags", m.tags or ""), ("Keys", m.keys or ""), ("Queue", m.queue_id), ("Queue offset", m.queue_offset),
               ("Born", fmt_time(m.born_timestamp)), ("Stored", fmt_time(m.store_timestamp)),
@@ -296,12 +296,12 @@ async def message_resend(request: web.Request) -> web.StreamResponse:
     """A dead letter back to the topic it came from, as a new message with its body, tags, keys and user
     properties (RocketMQ Dashboard's "resend")."""
     admin, ident = admin_of(request), request.match_info["id"]
-    m = await call(request, admin.view_message, ident)
+    m = await call(admin.view_message, ident)
     origin = m.properties.get(MessageConst.RETRY_TOPIC)
     if not origin:
         raise back(path("messages", ident), error="this message names no topic to go back to")
     msg = Message(origin, m.body, tags=m.tags, keys=m.keys, properties=m.user_properties)
-    result = await call(request, _producer(request).send, msg)
+    result = await call(_producer(request).send, msg)
     raise back(path("messages", ident), notice=f"resent to {origin} as {result.msg_id}")
 
 
@@ -316,7 +316,7 @@ def _producer(request: web.Request) -> Producer:
 
 
 async def transactions(request: web.Request) -> web.Response:
-    data = await call(request, admin_of(request).tx_list, 200)
+    data = await call(admin_of(request).tx_list, 200)
     pending, discarded = [], []
     for broker, d in sorted(data.items()):
         for t in d["pending"]:
@@ -345,10 +345,10 @@ async def transaction_action(request: web.Request) -> web.StreamResponse:
     admin, tx_id, action = admin_of(request), request.match_info["id"], request.match_info["action"]
     try:
         if action == "resume":
-            broker = await call(request, admin.tx_resume, tx_id)
+            broker = await call(admin.tx_resume, tx_id)
             notice = f"transaction {tx_id} resumed into checking on {broker}"
         else:
-            broker = await call(request, admin.tx_decide, tx_id, action.upper())
+            broker = await call(admin.tx_decide, tx_id, action.upper())
             done = "committed" if action == "commit" else "rolled back"
             notice = f"transaction {tx_id} {done} on {broker} by an operator"
     except TxmqError as exc:
@@ -372,7 +372,7 @@ async def charts(request: web.Request) -> web.Response:
 
 
 async def api_stats(request: web.Request) -> web.Response:
-    data = await call(request, admin_of(request).stats)
+    data = await call(admin_of(request).stats)
     out = {"time": time.time(), "putTps": 0.0, "getTps": 0.0, "commits": 0, "rollbacks": 0, "p50": 0.0, "p99": 0.0}
     for s in data.values():
         rates, tx = s.get("rates", {}), s["transactions"]
