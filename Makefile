@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint bench clean grpc-clients
+.PHONY: run test lint bench clean grpc-clients system-tools
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,7 +35,14 @@ $(NODE_STAMP): $(NODE_DIR)/package-lock.json
 
 grpc-clients: $(RMQ5_STAMP) $(NODE_STAMP)
 
-test: $(STAMP) grpc-clients
+# A real Prometheus (tests/e2e/test_metrics.py) and a real browser (the console's tests), Debian's packages,
+# installed only when their binaries are missing.
+DEBIAN_TEST_PACKAGES := prometheus chromium chromium-driver
+system-tools:
+	@command -v prometheus >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEBIAN_TEST_PACKAGES); }
+
+test: $(STAMP) grpc-clients system-tools
 	$(PY) -m pytest -q
 
 lint: $(STAMP)

@@ -1,4 +1,4 @@
-"""Check-back cost and transaction memory: the numbers behind DESIGN.md §3 item 6 and the §7 budgets.
+"""Check-back cost and transaction memory: the numbers behind README's Transactions items 6 and 7.
 
 1. A check pass over M due transactions, after a committed backlog of N transactions (N = 0 … large):
    the pass time should stay flat in N (RocketMQ's pass walks the half queue from its check offset and

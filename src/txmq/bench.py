@@ -122,10 +122,12 @@ def _result(phase: str, n: int, meter: Meter, **extra: Any) -> PhaseResult:
 
 
 class Progress:
-    """One status line on stderr, rewritten at most every 0.5 s; silent when ``enabled`` is false."""
+    """One status line on stderr, rewritten at most every 0.5 s, only when stderr is a terminal and ``enabled``:
+    output sent to a file or a pipe gets no carriage returns."""
 
     def __init__(self, what: str, total: int | None, enabled: bool = True) -> None:
-        self.what, self.total, self.enabled = what, total, enabled
+        self.what, self.total = what, total
+        self.enabled = enabled and sys.stderr.isatty()
         self.done = 0
         self._start = time.monotonic()
         self._next = self._start + 0.5
@@ -141,9 +143,11 @@ class Progress:
             of = f"/{self.total}" if self.total else ""
             print(f"\r{self.what}: {self.done}{of} ({rate:,.0f}/s)   ", end="", file=sys.stderr, flush=True)
 
-    def close(self) -> None:
+    def close(self) -> float:
+        """End the line; the seconds since the start."""
         if self.enabled:
             print(file=sys.stderr, flush=True)
+        return time.monotonic() - self._start
 
 
 def filler(size: int, seed: int = 0) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -10,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+from txmq.admin.commands import add_parser as add_admin_parser
 from txmq.errors import TxmqError
 
 
@@ -20,6 +22,7 @@ def _namesrv(args: argparse.Namespace) -> str | None:
 def cmd_server(args: argparse.Namespace) -> int:
     from txmq.acl.setup import namesrv_validator
     from txmq.broker.controller import BrokerController
+    from txmq.console import Console
     from txmq.namesrv.controller import NamesrvController
     from txmq.server import broker_config, print_ready, run_process, serve
 
@@ -29,9 +32,19 @@ def cmd_server(args: argparse.Namespace) -> int:
     acl = namesrv_validator(config.acl_file or None) if config.acl_enable else None
     namesrv = NamesrvController(args.host, args.namesrv_port, limits=config.server_limits, acl=acl,
                                 tls=config.tls_server())
+    console = Console(None, args.host, args.console_port) if args.console_port >= 0 else None
 
     async def main() -> None:
-        await serve(namesrv, BrokerController(config), print_ready)
+        await serve(namesrv, BrokerController(config), print_ready, console)
+    return run_process(main())
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    from txmq.console import Console
+    from txmq.server import print_ready, run_process, serve
+
+    async def main() -> None:
+        await serve(None, None, print_ready, Console(_namesrv(args), args.host, args.port))
     return run_process(main())
 
 
@@ -69,10 +82,15 @@ def _print_json(data: Any) -> None:
 
 
 def cmd_topic(args: argparse.Namespace) -> int:
-    from txmq.client.admin import Admin
+    from txmq.admin import MQAdminExt
 
-    with Admin(_namesrv(args)) as admin:
+    with MQAdminExt(_namesrv(args)) as admin:
         if args.action == "create":
+            for name, addr in admin.broker_addrs().items():
+                cfg = admin.topic_config(addr, args.topic)
+                if (not args.broker or name in args.broker) and cfg and cfg["writeQueueNums"] > args.queues:
+                    raise TxmqError(f"topic {args.topic} already has {cfg['writeQueueNums']} queues on {name}; "
+                                    f"create never shrinks a topic (txmq admin updateTopic -w N -r N does)")
             admin.create_topic(args.topic, args.queues, args.broker or None, order=args.order)
             print(f"topic {args.topic} created with {args.queues} queues")
         elif args.action == "delete":
@@ -84,28 +102,8 @@ def cmd_topic(args: argparse.Namespace) -> int:
     return 0
 
 
-class Progress:
-    """One status line on stderr, rewritten at most every 0.5 s."""
-
-    def __init__(self, what: str, total: int | None) -> None:
-        self.what, self.total, self.done = what, total, 0
-        self._last = 0.0
-        self._start = time.monotonic()
-
-    def add(self, n: int = 1) -> None:
-        self.done += n
-        now = time.monotonic()
-        if now - self._last > 0.5 or self.done == self.total:
-            self._last = now
-            rate = self.done / max(now - self._start, 1e-6)
-            of = f"/{self.total}" if self.total else ""
-            print(f"\r{self.what}: {self.done}{of} ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        print(file=sys.stderr)
-
-
 def cmd_send(args: argparse.Namespace) -> int:
+    from txmq.bench import Progress
     from txmq.client.producer import Producer
     from txmq.message import Message
 
@@ -114,15 +112,39 @@ def cmd_send(args: argparse.Namespace) -> int:
     with Producer(args.group, _namesrv(args)) as producer:
         for i in range(args.count):
             body = args.body if args.count == 1 else f"{args.body} {i}"
-            r = producer.send(Message(args.topic, body.encode(), tags=args.tags, keys=args.keys, properties=props))
+            msg = Message(args.topic, body.encode(), tags=args.tags, keys=args.keys, properties=props)
+            msg.delay_time_level = args.delay
+            r = producer.send(msg)
             if args.count == 1:
                 print(f"{r.status.value} msgId={r.msg_id} offsetMsgId={r.offset_msg_id} "
                       f"queue={r.queue_id} offset={r.queue_offset}")
             else:
                 progress.add()
     if args.count > 1:
-        progress.close()
+        seconds = max(progress.close(), 1e-6)
+        print(f"sent {args.count} messages in {seconds:.2f} s ({args.count / seconds:,.0f}/s)", file=sys.stderr)
     return 0
+
+
+def _start_position(args: argparse.Namespace) -> None:
+    """The topic must exist; ``--from-beginning``, ``--from-time`` or ``--offset`` set the group's offsets first."""
+    from txmq.admin import MQAdminExt
+    from txmq.errors import BrokerError
+    from txmq.remoting.codes import ResponseCode
+
+    with MQAdminExt(_namesrv(args)) as admin:
+        try:
+            admin.route(args.topic)
+        except BrokerError as exc:
+            if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                raise TxmqError(f"topic {args.topic} does not exist (txmq topic create {args.topic})") from None
+            raise
+        if args.from_beginning:
+            admin.reset_offset(args.group, args.topic, 0)
+        elif args.from_time is not None:
+            admin.reset_offset(args.group, args.topic, args.from_time)
+        elif args.offset is not None:
+            admin.set_offsets(args.group, args.topic, args.offset)
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
@@ -143,6 +165,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 got.set()
         return ConsumeStatus.SUCCESS
 
+    _start_position(args)
     consumer = PushConsumer(args.group, _namesrv(args), consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
     consumer.subscribe(args.topic, args.expression)
     consumer.register_listener(listener)
@@ -172,7 +195,20 @@ def cmd_tx(args: argparse.Namespace) -> int:
                         print(f"  {state:9} {t['transactionId']} topic={t['topic']} group={t['group']} "
                               f"age={t['ageS']}s checks={t['checks']} halfOffset={t['halfOffset']}")
         elif args.action == "show":
-            _print_json(admin.tx_show(args.id, args.group))
+            tx = admin.tx_show(args.id, args.group)
+            if args.json:
+                _print_json(tx)
+                return 0
+            for key in ("transactionId", "state", "broker", "topic", "group", "ageS", "checks", "tags", "keys",
+                        "halfOffset", "commitLogOffset"):
+                print(f"{key + ':':<17}{tx.get(key)}")
+            for k, v in sorted((tx.get("properties") or {}).items()):
+                print(f"{'property:':<17}{k}={v}")
+            print(f"{'body:':<17}{tx.get('body', '')}")
+        elif args.action in ("commit", "rollback"):
+            broker = admin.tx_decide(args.id, args.action.upper())
+            print(f"transaction {args.id} {'committed' if args.action == 'commit' else 'rolled back'} on {broker} "
+                  "by an operator")
         else:
             broker = admin.tx_resume(args.id, args.group)
             print(f"transaction {args.id} resumed into checking on {broker}")
@@ -222,6 +258,14 @@ def cmd_ha(args: argparse.Namespace) -> int:
     return 0
 
 
+def readable_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from txmq.client.admin import Admin
 
@@ -231,17 +275,22 @@ def cmd_stats(args: argparse.Namespace) -> int:
         _print_json(data)
         return 0
     for broker, s in data.items():
+        store, rates = s["store"], s.get("rates", {})
         print(f"broker {broker} {s['broker']['addr']} ({s['broker']['flushDiskType']})")
+        print(f"  in {rates.get('putTps', 0):,.1f} msg/s, out {rates.get('getTps', 0):,.1f} msg/s (last minute); "
+              f"commit log {readable_bytes(store['max_offset'] - store['min_offset'])}, "
+              f"{s['remoting']['connections']} connections")
         print("  topics:")
         for name, t in s["topics"].items():
-            print(f"    {name:40} messages={t['messages']}")
+            print(f"    {name:40} messages={t['messages']:,}")
         print("  consumer groups:")
         for g in s["consumerGroups"].values():
-            print(f"    {g['group']:30} topic={g['topic']:30} lag={g['lag']}")
+            print(f"    {g['group']:30} topic={g['topic']:30} lag={g['lag']:,}")
         tx = s["transactions"]
-        print(f"  transactions: pending={tx['pending']} commits={tx['commits']} rollbacks={tx['rollbacks']} "
-              f"checks={tx['checks']} discards={tx['discards']} (orphans={tx['orphans']}) "
-              f"duplicates={tx['duplicates']} conflicts={tx['conflicts']} commitLatencyMs={tx['commitLatencyMs']}")
+        latency = ", ".join(f"{k} {v:,.0f} ms" for k, v in tx["commitLatencyMs"].items()) or "none yet"
+        print(f"  transactions: pending={tx['pending']} commits={tx['commits']:,} rollbacks={tx['rollbacks']:,} "
+              f"checks={tx['checks']:,} discards={tx['discards']} (orphans={tx['orphans']}) "
+              f"duplicates={tx['duplicates']} conflicts={tx['conflicts']}; commit latency {latency}")
         for topic, n in tx["pendingPerTopic"].items():
             print(f"    pending on {topic}: {n}")
     return 0
@@ -290,13 +339,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+SERVER_COMMANDS = ("server", "namesrv", "broker", "console")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from txmq.version import VERSION
+
     p = argparse.ArgumentParser(prog="txmq", description="txmq: a transactional message broker (RocketMQ's design)")
+    namesrv_help = "name server HOST:PORT (default $NAMESRV_ADDR or 127.0.0.1:9876)"
+    p.add_argument("-n", "--namesrv", help=namesrv_help)
+    p.add_argument("--version", action="version", version=f"txmq {VERSION}", help="print txmq's version and exit")
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="log level on stderr (default INFO for servers, WARNING for the other commands)")
     sub = p.add_subparsers(dest="command", required=True)
 
     def namesrv_opt(sp: argparse.ArgumentParser) -> None:
-        """What every client command takes: where the name server is, and the account to sign with."""
-        sp.add_argument("-n", "--namesrv", help="name server HOST:PORT (default $NAMESRV_ADDR or 127.0.0.1:9876)")
+        """``-n`` also after the subcommand; SUPPRESS keeps one given before it from being reset."""
+        sp.add_argument("-n", "--namesrv", default=argparse.SUPPRESS, help=namesrv_help)
         sp.add_argument("--access-key", help="ACL account (default $TXMQ_ACCESS_KEY)")
         sp.add_argument("--secret-key", help="ACL secret (default $TXMQ_SECRET_KEY)")
         sp.add_argument("--tls", action="store_true", help="TLS to name servers and brokers (default $TXMQ_TLS)")
@@ -307,20 +366,29 @@ def build_parser() -> argparse.ArgumentParser:
         """What ``server`` and ``broker`` both pass on to the broker's config."""
         sp.add_argument("--grpc-port", type=int, default=None,
                         help="RocketMQ 5 gRPC port (default 8081, 0: free, -1: off)")
-        sp.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
-        sp.add_argument("-c", "--config", help="RocketMQ broker.conf")
+        sp.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"],
+                        help="SYNC_FLUSH: a send is answered once on disk (default ASYNC_FLUSH)")
+        sp.add_argument("-c", "--config", help="RocketMQ broker.conf (keys: docs/configuration.md)")
+        sp.add_argument("--store", help="store directory (default ~/store)")
 
     s = sub.add_parser("server", help="name server + broker in one process (the embedded default)")
-    s.add_argument("--store", help="store directory (default ~/store)")
-    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=None, help="broker port (default 10911)")
-    s.add_argument("--namesrv-port", type=int, default=9876)
+    s.add_argument("--namesrv-port", type=int, default=9876, help="name server port (default 9876)")
+    s.add_argument("--console-port", type=int, default=8080,
+                   help="web console port (default 8080; 0: a free port, -1: off)")
     broker_opts(s)
     s.set_defaults(fn=cmd_server)
 
+    s = sub.add_parser("console", help="the web console for a cluster (RocketMQ Dashboard's pages)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8080, help="port (default 8080, 0: a free port)")
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_console)
+
     s = sub.add_parser("namesrv", help="a name server")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=9876)
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=9876, help="port (default 9876)")
     s.add_argument("-c", "--config", help="properties file with the remoting server's limits "
                                           "(serverChannelMaxIdleTimeSeconds, serverMaxConnections, ...)")
     s.add_argument("--acl-file", help="plain_acl.yml: switches ACL on; broker registration needs an admin account")
@@ -332,48 +400,59 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("broker", help="a broker registering with name servers")
     namesrv_opt(s)
-    s.add_argument("--host", default=None)
-    s.add_argument("--port", type=int, default=None)
-    s.add_argument("--store")
-    s.add_argument("--broker-name")
+    s.add_argument("--host", default=None, help="address to listen on and register (default brokerIP1)")
+    s.add_argument("--port", type=int, default=None, help="port (default listenPort, 10911)")
+    s.add_argument("--broker-name", help="broker name (default brokerName, broker-a)")
     broker_opts(s)
     s.set_defaults(fn=cmd_broker)
 
     s = sub.add_parser("topic", help="create, list or delete topics")
-    s.add_argument("action", choices=["create", "list", "delete"])
-    s.add_argument("topic", nargs="?")
-    s.add_argument("--queues", type=int, default=8)
+    s.add_argument("action", choices=["create", "list", "delete"], help="what to do")
+    s.add_argument("topic", nargs="?", help="topic name (create, delete)")
+    s.add_argument("--queues", type=int, default=8, help="queues on each broker (default 8); never fewer than now")
     s.add_argument("--broker", action="append", default=[], help="only on this broker (repeatable)")
-    s.add_argument("--order", action="store_true")
+    s.add_argument("--order", action="store_true", help="an ordered (FIFO) topic")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_topic)
 
     s = sub.add_parser("send", help="send messages")
-    s.add_argument("--topic", required=True)
-    s.add_argument("--body", default="hello from txmq")
-    s.add_argument("--tags")
-    s.add_argument("--keys")
-    s.add_argument("--prop", action="append", default=[], help="k=v (repeatable)")
-    s.add_argument("--count", type=int, default=1)
-    s.add_argument("--group", default="txmq_cli_producer")
+    s.add_argument("--topic", required=True, help="topic to send to")
+    s.add_argument("--body", default="hello from txmq", help="message body (with --count, ' N' is appended)")
+    s.add_argument("--tags", help="message tag")
+    s.add_argument("--keys", help="message keys, space separated (queryMsgByKey finds them)")
+    s.add_argument("--prop", action="append", default=[], help="user property k=v (repeatable)")
+    s.add_argument("--delay", type=int, default=0, metavar="LEVEL",
+                   help="deliver after delay level LEVEL of messageDelayLevel (1: 1s, 2: 5s, 3: 10s, ...)")
+    s.add_argument("--count", type=int, default=1, help="messages to send (default 1)")
+    s.add_argument("--group", default="txmq_cli_producer", help="producer group (default txmq_cli_producer)")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_send)
 
+    from txmq.admin.commands import parse_time
+
     s = sub.add_parser("consume", help="consume and print messages")
-    s.add_argument("--topic", required=True)
-    s.add_argument("--group", default="txmq_cli_consumer")
-    s.add_argument("--expression", default="*")
+    s.add_argument("--topic", required=True, help="topic to consume")
+    s.add_argument("--group", default="txmq_cli_consumer", help="consumer group (default txmq_cli_consumer)")
+    s.add_argument("--expression", default="*", help="tag expression, e.g. 'TagA || TagB' (default *)")
+    start = s.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true",
+                       help="start from each queue's first message (moves the group's offsets)")
+    start.add_argument("--from-time", type=parse_time, metavar="TIME",
+                       help="start from the first message stored at or after TIME (ms, ISO 8601 or "
+                            "yyyy-MM-dd#HH:mm:ss:SSS; moves the group's offsets)")
+    start.add_argument("--offset", type=int, help="start each queue at this offset (moves the group's offsets)")
     s.add_argument("--count", type=int, default=0, help="stop after this many (0: until --timeout)")
-    s.add_argument("--timeout", type=float, default=30.0)
+    s.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for messages (default 30)")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_consume)
 
-    s = sub.add_parser("tx", help="transactions: list pending and discarded, show one, resume a discarded one")
-    s.add_argument("action", choices=["list", "show", "resume"])
+    s = sub.add_parser("tx", help="transactions: list pending and discarded, show one, resume a discarded one, "
+                                  "commit or roll back one as an operator")
+    s.add_argument("action", choices=["list", "show", "resume", "commit", "rollback"], help="what to do")
     s.add_argument("id", nargs="?", help="transaction id or half offset")
-    s.add_argument("--limit", type=int, default=100)
+    s.add_argument("--limit", type=int, default=100, help="list: at most this many of each state (default 100)")
     s.add_argument("--group", default="", help="only this producer group's (what a non-admin account may see)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="list, show: print JSON")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_tx)
 
@@ -393,31 +472,35 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the body filler (consume checks it)")
     s.add_argument("--broker-pid", type=int, help="report this broker process's CPU seconds (same machine)")
     s.add_argument("--verify", action="store_true", help="tx: consume the committed messages and check them")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.add_argument("--quiet", action="store_true", help="no progress line")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("cluster", help="broker groups and their members (mqadmin clusterList)")
-    s.add_argument("action", choices=["list"])
-    s.add_argument("--json", action="store_true")
+    s.add_argument("action", choices=["list"], help="list: every member of every broker group")
+    s.add_argument("--json", action="store_true", help="print JSON")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_cluster)
 
     s = sub.add_parser("ha", help="replication of each broker group: slaves, acknowledged offsets, lag (haStatus)")
-    s.add_argument("action", choices=["status"])
-    s.add_argument("--json", action="store_true")
+    s.add_argument("action", choices=["status"], help="status: each group's slaves, acknowledged offsets and lag")
+    s.add_argument("--json", action="store_true", help="print JSON")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_ha)
 
-    s = sub.add_parser("stats", help="topics, consumer lag and transaction metrics")
-    s.add_argument("--json", action="store_true")
+    add_admin_parser(sub, namesrv_opt)
+
+    s = sub.add_parser("stats", help="topics, consumer lag, rates and transaction metrics")
+    s.add_argument("--json", action="store_true", help="print JSON")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_stats)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
     args = build_parser().parse_args(argv)
     # Every client this command makes reads its account and TLS settings from the environment (txmq.client.base).
     for flag, var in (("access_key", "TXMQ_ACCESS_KEY"), ("secret_key", "TXMQ_SECRET_KEY"),
@@ -426,6 +509,9 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[var] = getattr(args, flag)
     if getattr(args, "tls", False):
         os.environ["TXMQ_TLS"] = "true"
+    level = args.log_level or ("INFO" if args.command in SERVER_COMMANDS else "WARNING")
+    logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "topic" and args.action != "list" and not args.topic:
         print("txmq topic: a topic name is required", file=sys.stderr)
         return 2
@@ -437,6 +523,19 @@ def main(argv: list[str] | None = None) -> int:
     except TxmqError as exc:
         print(f"txmq {args.command}: {exc}", file=sys.stderr)
         return 1
+    except (OSError, ValueError) as exc:  # servers: a busy port, a missing or bad config file
+        if args.command not in SERVER_COMMANDS:
+            raise
+        print(f"txmq {args.command}: {server_error(exc)}", file=sys.stderr)
+        return 1
+
+
+def server_error(exc: Exception) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"no such file: {exc.filename}"
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return f"{exc.strerror or exc}: another process listens on that port (choose another with --port)"
+    return str(exc)
 
 
 if __name__ == "__main__":

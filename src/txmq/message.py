@@ -190,6 +190,16 @@ class Message:
             raise InvalidMessageError(f"property {MessageConst.DELAY_TIME_LEVEL} is not a delay level: "
                                       f"{raw[:40]!r}") from None
 
+    @delay_time_level.setter
+    def delay_time_level(self, level: int) -> None:
+        """Deliver after the broker's ``messageDelayLevel`` entry ``level`` (1: 1s, 2: 5s, ... by default); 0: now."""
+        if level < 0:
+            raise InvalidMessageError(f"delay level {level}: 0 (none) or a level of messageDelayLevel")
+        if level:
+            self.properties[MessageConst.DELAY_TIME_LEVEL] = str(level)
+        else:
+            self.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, "

@@ -1,5 +1,5 @@
 """Processes: ``txmq server`` (name server + broker in one process, the embedded default), ``txmq namesrv``
-and ``txmq broker``. Each prints its addresses once ready and stops cleanly on SIGTERM or SIGINT (the
+``txmq broker`` and ``txmq console``. Each prints its addresses once ready and stops cleanly on SIGTERM or SIGINT (the
 broker flushes, persists offsets and writes its checkpoint)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from txmq.broker.config import BrokerConfig
 from txmq.broker.controller import BrokerController
@@ -17,7 +17,12 @@ from txmq.namesrv.controller import NamesrvController
 from txmq.remoting.server import ServerLimits
 from txmq.remoting.transport import run
 
+if TYPE_CHECKING:
+    from txmq.console import Console
+
 log = logging.getLogger("txmq")
+
+DEFAULT_CONSOLE_PORT = 8080
 
 
 async def _until_signalled(ready: Callable[[], None]) -> None:
@@ -31,7 +36,9 @@ async def _until_signalled(ready: Callable[[], None]) -> None:
 
 
 async def serve(namesrv: NamesrvController | None, broker: BrokerController | None,
-                on_ready: Callable[[dict[str, str]], None]) -> None:
+                on_ready: Callable[[dict[str, str]], None], console: Console | None = None) -> None:
+    """Start what is given, print the ready line, serve until signalled, stop in reverse order. The console's
+    default port being taken leaves the process without it, with a warning."""
     try:
         if namesrv is not None:
             await namesrv.start()
@@ -39,6 +46,15 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
                 broker.config.namesrv_addr = namesrv.addr
         if broker is not None:
             await broker.start()
+        if console is not None:
+            console.namesrv = console.namesrv or (namesrv.addr if namesrv is not None else None)
+            try:
+                await console.start()
+            except OSError as exc:
+                if console.port != DEFAULT_CONSOLE_PORT:
+                    raise
+                log.warning("console not started: %s (set --console-port to serve it)", exc)
+                console = None
         addrs = {}
         if namesrv is not None:
             addrs["namesrv"] = namesrv.addr
@@ -46,9 +62,15 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             addrs["broker"] = broker.addr
             if broker.grpc is not None:
                 addrs["grpc"] = broker.grpc.addr
+            if broker.metrics is not None:
+                addrs["metrics"] = broker.metrics.addr
             addrs["store"] = str(broker.root)
+        if console is not None:
+            addrs["console"] = console.addr
         await _until_signalled(lambda: on_ready(addrs))
     finally:
+        if console is not None:
+            await console.close()
         if broker is not None and broker.started:
             await broker.shutdown()
         if namesrv is not None:
@@ -70,8 +92,6 @@ def parse_ready(line: str) -> dict[str, str] | None:
 
 
 def run_process(main: Awaitable[None]) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         run(main)
     return 0
@@ -93,6 +113,7 @@ def namesrv_limits(conf: str | None) -> ServerLimits:
 
     limits = ServerLimits()
     if conf:
-        for key in update_fields(limits, parse_properties(Path(conf).read_text())):
-            log.warning("unknown name server config key ignored: %s", key)
+        unknown = update_fields(limits, parse_properties(Path(conf).read_text()))
+        if unknown:
+            log.warning("unknown name server config keys ignored: %s", ", ".join(sorted(unknown)))
     return limits

@@ -1,4 +1,4 @@
-"""Transactional messages end to end, against real broker processes (issue 4, DESIGN.md §3).
+"""Transactional messages end to end, against real broker processes (issue 4; the contract in README, Transactions).
 
 Short settings: transactionTimeOut 1 s, transactionCheckInterval 0.5 s (the broker's check wheel has
 one-second buckets, so a check comes 1–2 s after the half message, then about every second).
@@ -341,7 +341,7 @@ def test_never_decided_is_discarded_listed_and_resumed(cluster):
         assert text.returncode == 0 and "1 discarded" in text.stdout
         assert txid in text.stdout and "checks=3" in text.stdout
 
-        out = cli(cluster, "tx", "show", txid)
+        out = cli(cluster, "tx", "show", txid, "--json")
         assert out.returncode == 0, out.stderr
         shown = json.loads(out.stdout)
         assert (shown["transactionId"], shown["state"], shown["checks"], shown["keys"]) == (txid, "DISCARD", 3, "never")
@@ -356,7 +356,7 @@ def test_never_decided_is_discarded_listed_and_resumed(cluster):
         collector.wait_exactly({"never-1"}, 15)
         st = tx_stats(cluster.namesrv_addr)
         assert (st["commits"], st["pending"], st["discarded"], st["resumes"], st["checks"]) == (1, 0, 0, 1, 4)
-        assert json.loads(cli(cluster, "tx", "show", txid).stdout)["state"] == "COMMIT"
+        assert json.loads(cli(cluster, "tx", "show", txid, "--json").stdout)["state"] == "COMMIT"
         again = cli(cluster, "tx", "resume", txid)  # only a discarded transaction can be resumed
         assert again.returncode != 0 and "COMMIT" in again.stderr
     finally:

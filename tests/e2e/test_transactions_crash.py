@@ -1,5 +1,5 @@
 """Transactions across crashes: a producer killed after its half sends, and the broker killed (SIGKILL) at
-random points of a run of transactions (DESIGN.md §3 item 5)."""
+random points of a run of transactions (README, Transactions, item 5)."""
 
 from __future__ import annotations
 

@@ -196,6 +196,7 @@ BROKER_TABLE: Table = {
     RequestCode.TXMQ_TX_LIST: _tx_admin,
     RequestCode.TXMQ_TX_SHOW: _tx_admin,
     RequestCode.TXMQ_TX_RESUME: _tx_admin,
+    RequestCode.TXMQ_TX_DECIDE: _tx_admin,
     **{code: _admin for code in (
         RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,11 @@ from txmq.remoting.tls import TlsServerConfig
 log = logging.getLogger("txmq.broker")
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+# keys whose value is one of a few names (checked when the config is read, not when first used)
+_CHOICES = {"flush_disk_type": ("ASYNC_FLUSH", "SYNC_FLUSH"), "broker_role": ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+            "metrics_exporter_type": ("DISABLE", "PROM")}
 
 
 @dataclass
@@ -63,6 +68,10 @@ class BrokerConfig:
     max_held_pulls: int = 65536
     # the remoting server's limits (serverChannelMaxIdleTimeSeconds, serverMaxConnections, ...): see ServerLimits
     server_limits: ServerLimits = field(default_factory=ServerLimits)
+    # metrics (RocketMQ 5's keys): PROM serves Prometheus's text format on host:port (host empty: brokerIP1)
+    metrics_exporter_type: str = "DISABLE"  # DISABLE | PROM
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = 5557
     # transactions (RocketMQ BrokerConfig names)
     reject_transaction_message: bool = False
     transaction_time_out: int = 6000  # ms before the first check-back
@@ -136,8 +145,28 @@ class BrokerConfig:
     def update(self, values: dict[str, Any]) -> None:
         """Set fields, and the remoting server's limits, from camelCase or snake_case keys, converting strings
         to each field's type."""
-        for key in update_fields(self.server_limits, update_fields(self, values)):
-            log.warning("unknown broker config key ignored: %s", key)
+        unknown = update_fields(self.server_limits, update_fields(self, values))
+        if unknown:
+            log.warning("unknown broker config keys ignored: %s (docs/configuration.md lists the keys txmq reads)",
+                        ", ".join(sorted(unknown)))
+        for key, allowed in _CHOICES.items():
+            value = getattr(self, key)
+            if value.upper() not in allowed:
+                name = re.sub(r"_(\w)", lambda m: m.group(1).upper(), key)
+                raise ValueError(f"config {name}: {value!r} is not one of {', '.join(allowed)}")
+
+
+def config_properties(config: BrokerConfig) -> dict[str, str]:
+    """The config as broker.conf keys and values (GET_BROKER_CONFIG's body), the remoting limits included."""
+    out = {}
+    for obj in (config, config.server_limits):
+        for f in fields(obj):
+            value = getattr(obj, f.name)
+            if f.name != "server_limits":
+                head, *rest = f.name.split("_")
+                key = "brokerIP1" if f.name == "broker_ip1" else head + "".join(p.title() for p in rest)
+                out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
 
 
 def load_broker_conf(path: str | os.PathLike[str], config: BrokerConfig | None = None) -> BrokerConfig:

@@ -72,6 +72,11 @@ class ConsumerOffsetManager:
             self._dirty = True
             self._full_logged = False
 
+    def remove_group(self, group: str) -> None:
+        for key in [k for k in self.table if k.split(TOPIC_GROUP_SEPARATOR, 1)[1] == group]:
+            del self.table[key]
+            self._dirty = True
+
     def persist(self, force: bool = False) -> None:
         if self._dirty or force:
             write_json_atomic(self.path, {"offsetTable": {k: {str(q): o for q, o in v.items()}

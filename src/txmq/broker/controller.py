@@ -21,10 +21,13 @@ from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
 from txmq.broker.processor.admin import AdminBrokerProcessor
 from txmq.broker.processor.client_manage import ClientManageProcessor
 from txmq.broker.processor.end_transaction import EndTransactionProcessor, RemotingCheckSender
+from txmq.broker.processor.ops import OpsProcessor
 from txmq.broker.processor.pull import PullMessageProcessor
 from txmq.broker.processor.send import SendMessageProcessor
 from txmq.broker.schedule import ScheduleMessageService
 from txmq.broker.slave_synchronize import SlaveSynchronize
+from txmq.broker.stats import SAMPLE_S, BrokerStats
+from txmq.broker.subscription_group_manager import SubscriptionGroupManager
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
@@ -39,6 +42,8 @@ from txmq.store.ha import HAClient, HAConfig, HAService
 
 if TYPE_CHECKING:
     from txmq.grpc.server import GrpcEndpoint
+    from txmq.metrics import PromExporter
+    from txmq.metrics.rpc import RpcLatency
 
 log = logging.getLogger("txmq.broker")
 
@@ -102,6 +107,8 @@ class BrokerController:
                                                        delay_levels=len(levels))
         self.topic_config_manager.on_change = self.schedule_register
         self.consumer_offset_manager = ConsumerOffsetManager(self.root, config.consumer_offset_max_entries)
+        self.subscription_group_manager = SubscriptionGroupManager(self.root)
+        self.stats_manager = BrokerStats()
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
         self.schedule_service = ScheduleMessageService(self.store, levels, self.root)
@@ -134,6 +141,9 @@ class BrokerController:
             self.processors[code] = client.process
         for code in admin.handlers:
             self.processors[code] = admin.process
+        ops = OpsProcessor(self)
+        for code in ops.handlers:
+            self.processors[code] = ops.process
         self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
 
         self.acl = broker_validator(config)
@@ -146,6 +156,8 @@ class BrokerController:
         self._register_now = asyncio.Event()
         self._registered: dict[str, bool] = {}
         self.grpc: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint, started with the broker
+        self.metrics: PromExporter | None = None  # metricsExporterType=PROM
+        self.rpc_latency: RpcLatency | None = None  # timed requests, with metrics only
         self.started = False
 
     @property
@@ -179,10 +191,16 @@ class BrokerController:
         if self.config.is_slave:  # from here on, replicated records keep the transaction table current
             self.store.add_dispatcher(self.transaction_service.follow)
             self.store.add_truncate_listener(self.transaction_service.rebuild)
+        if self.config.metrics_exporter_type.upper() == "PROM":
+            from txmq.metrics.rpc import RpcLatency
+
+            self.rpc_latency = RpcLatency()
+            self.server.handler = self.rpc_latency.wrap(self.server.handler)  # around the ACL guard, if any
         await self.server.start()
         await self._start_grpc()
         if self.ha_service is not None:
             await self._start_ha_service(self.ha_service)
+        await self._start_metrics()
         self.started = True
         if self.ha_client is not None:
             self.ha_client.start()
@@ -194,6 +212,8 @@ class BrokerController:
             self._spawn(self.schedule_service.run(), "schedule")
         self._spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist), "persist")
         self._spawn(self._every(10.0, self._scan_clients), "client scan")
+        self.stats_manager.sample()
+        self._spawn(self._every(SAMPLE_S, self.stats_manager.sample), "stats sampling")
         self._spawn(self._every(self.config.transaction_snapshot_interval / 1000, self._snapshot_transactions),
                     "transaction snapshot")
         if self.config.namesrv_addr:
@@ -233,6 +253,18 @@ class BrokerController:
             log.warning("HA service not started: %s (set haListenPort to accept slaves)", exc)
             self.ha_service = None
 
+    async def _start_metrics(self) -> None:
+        kind = self.config.metrics_exporter_type.upper()
+        if kind == "DISABLE":
+            return
+        if kind != "PROM":
+            raise ValueError(f"metricsExporterType={kind}: txmq exports DISABLE or PROM")
+        from txmq.metrics import BrokerCollector, PromExporter
+
+        self.metrics = PromExporter(BrokerCollector(self), self.config.metrics_prom_exporter_host
+                                    or self.config.broker_ip1, self.config.metrics_prom_exporter_port)
+        await self.metrics.start()
+
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
@@ -252,6 +284,9 @@ class BrokerController:
         if self.grpc is not None:
             await self.grpc.stop()
             self.grpc = None
+        if self.metrics is not None:
+            await self.metrics.close()
+            self.metrics = None
         await self.server.close()
         await self.namesrv_client.close()
         for save in (self._persist, self.transaction_service.snapshot):
@@ -402,6 +437,8 @@ class BrokerController:
                 "resumes": m.resumes, "orphans": m.orphans, "commitLatencyMs": m.latency_percentiles(),
             },
             "store": store.runtime_info(),
+            "rates": {"putTps": self.stats_manager.window("BROKER_PUT_NUMS", "", 60)[1],
+                      "getTps": self.stats_manager.window("BROKER_GET_NUMS", "", 60)[1]},
             "remoting": {"connections": len(self.server.connections), "bufferedBytes": self.server.buffered_bytes,
                          "heldPulls": self.pull_processor.hold.held},
         }

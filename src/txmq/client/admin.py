@@ -109,10 +109,16 @@ class Admin(ClientBase):
             lambda: RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext()), brokers)))
 
     def delete_topic(self, topic: str) -> None:
+        """Delete the topic from every broker and the name servers; a topic no broker has is an error."""
         async def go() -> None:
             assert self.instance is not None
-            await self._each_broker(lambda: RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER,
-                                                                    {"topic": topic}))
+            resps = await self._each_broker(lambda: RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER,
+                                                                            {"topic": topic}))
+            if all(r.code == ResponseCode.TOPIC_NOT_EXIST for r in resps.values()):
+                raise ClientError(f"topic {topic} does not exist")
+            for r in resps.values():
+                if r.code not in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST):
+                    raise BrokerError(r.code, r.remark)
             await self.instance.invoke_namesrv(RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV,
                                                                        {"topic": topic}))
         self._call(go())
@@ -139,8 +145,9 @@ class Admin(ClientBase):
                                                                                          dict(ext)))))
         return {name: orjson.loads(r.body) for name, r in resps.items()}
 
-    def _tx_each(self, code: int, ident: str, group: str) -> dict[str, RemotingCommand]:
-        ext = {"id": ident, **({"group": group} if group else {})}
+    def _tx_each(self, code: int, ident: str, group: str, extra: dict[str, str] | None = None
+                 ) -> dict[str, RemotingCommand]:
+        ext = {"id": ident, **({"group": group} if group else {}), **(extra or {})}
         resps = self._call(self._each_broker(lambda: RemotingCommand.request(code, dict(ext))))
         for r in resps.values():
             if r.code == ResponseCode.NO_PERMISSION:
@@ -152,6 +159,19 @@ class Admin(ClientBase):
         for name, r in self._tx_each(RequestCode.TXMQ_TX_SHOW, ident, group).items():
             if r.code == ResponseCode.SUCCESS:
                 return {"broker": name, **orjson.loads(r.body)}
+        raise ClientError(f"no broker knows transaction {ident}")
+
+    def tx_decide(self, ident: str, outcome: str, group: str = "") -> str:
+        """An operator's COMMIT or ROLLBACK of the transaction named by id or half offset; the broker's name."""
+        for name, r in self._tx_each(RequestCode.TXMQ_TX_DECIDE, ident, group, {"outcome": outcome}).items():
+            if r.code == ResponseCode.SUCCESS:
+                return name
+            if r.code == ResponseCode.TRANSACTION_SHOULD_COMMIT:
+                raise ClientError(f"transaction {ident} was already committed (the first decision wins)")
+            if r.code == ResponseCode.TRANSACTION_SHOULD_ROLLBACK:
+                raise ClientError(f"transaction {ident} was already rolled back (the first decision wins)")
+            if r.code != ResponseCode.QUERY_NOT_FOUND:
+                raise BrokerError(r.code, f"{name}: {r.remark}")
         raise ClientError(f"no broker knows transaction {ident}")
 
     def tx_resume(self, ident: str, group: str = "") -> str:

@@ -34,6 +34,7 @@ from txmq.client.instance import MessageQueue
 from txmq.client.rebalance import allocate_averagely
 from txmq.errors import ClientError, RemoteProtocolError
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_messages, java_string_hash
+from txmq.remoting import fastjson
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import (
@@ -139,6 +140,7 @@ class PushConsumer(ClientBase):
                                                            thread_name_prefix=f"txmq-consume-{group}")
         self.queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._reset_tasks: set[asyncio.Task[None]] = set()  # operator resets under way (kept from the GC)
         self.offsets: dict[MessageQueue, int] = {}
         self._rebalance_now: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -198,7 +200,27 @@ class PushConsumer(ClientBase):
     def _request_handler(self, conn: Connection, cmd: RemotingCommand) -> Any:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self._rebalance_now is not None:
             self._rebalance_now.set()
+        elif cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET and cmd.ext_fields.get("group") == self.group:
+            task = asyncio.get_running_loop().create_task(self._reset_topic(cmd.ext_fields.get("topic", ""), cmd.body))
+            self._reset_tasks.add(task)
+            task.add_done_callback(self._reset_tasks.discard)
         return None
+
+    async def _reset_topic(self, topic: str, body: bytes) -> None:
+        """An operator reset the group's offsets on ``topic``: release its queues without committing what they
+        hold, commit the new offsets (``ResetOffsetBody``; again, since this client may have committed its own
+        between the broker's reset and this), then take the queues again from there."""
+        for mq in [q for q in self.queues if q.topic == topic]:
+            await self._drop_queue(mq, commit=False)
+        try:
+            table = fastjson.loads(body).get("offsetTable") or []
+        except (ValueError, AttributeError):
+            table = []
+        for key, offset in table:
+            await self._commit_offset(MessageQueue(topic, key["brokerName"], int(key["queueId"])), int(offset))
+        log.info("consumer %s: offsets of %s reset by an operator", self.group, topic)
+        if self._rebalance_now is not None:
+            self._rebalance_now.set()
 
     # --- rebalance ------------------------------------------------------------------------------------
 
@@ -258,7 +280,7 @@ class PushConsumer(ClientBase):
         self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(pq))
         log.info("consumer %s takes %s:%s:%d from offset %d", self.group, mq.broker_name, mq.topic, mq.queue_id, offset)
 
-    async def _drop_queue(self, mq: MessageQueue) -> None:
+    async def _drop_queue(self, mq: MessageQueue, commit: bool = True) -> None:
         pq = self.queues.pop(mq, None)
         task = self._pull_tasks.pop(mq, None)
         if task is not None:
@@ -277,11 +299,14 @@ class PushConsumer(ClientBase):
             if not busy:
                 break
             await asyncio.sleep(0.05)
-        self.offsets[mq] = pq.consumed_offset()
-        await self._commit_offset(mq, self.offsets[mq])
+        if not commit:
+            self.offsets.pop(mq, None)
+        else:
+            self.offsets[mq] = pq.consumed_offset()
+            await self._commit_offset(mq, self.offsets[mq])
         if self.orderly:
             await self._unlock(mq)
-        log.info("consumer %s releases %s:%d at offset %d", self.group, mq.topic, mq.queue_id, self.offsets[mq])
+        log.info("consumer %s releases %s:%d at offset %d", self.group, mq.topic, mq.queue_id, pq.consumed_offset())
 
     # --- offsets --------------------------------------------------------------------------------------
 

@@ -168,7 +168,7 @@ def to_pb_message(m: MessageExt, *, topic: str | None = None, queue_id: int | No
                   queue_offset: int | None = None, receipt_handle: str | None = None,
                   invisible_ms: int | None = None, delivery_attempt: int | None = None,
                   md5_digest: bool = False) -> pb.Message:
-    """A stored message as the 5.x clients expect it (DESIGN.md §5: receipt handle, message id, IDENTITY
+    """A stored message as the 5.x clients expect it (receipt handle, message id, IDENTITY
     encoding, CRC32 digest)."""
     body = m.body
     if m.sys_flag & MessageSysFlag.COMPRESSED:

@@ -218,6 +218,8 @@ class PopService:
                     st.groups[mgroup] += 1
                 out.append(Delivery(msg, ReceiptHandle(topic, q, offset, e.commit_log_offset, e.token), 1,
                                     invisible_ms))
+            taken = sum(1 for o in got.queue_offsets if o < stop)
+            self.broker.stats_manager.get(topic, group, taken, sum(len(r) for r in got.messages[:taken]))
             delivered = set(got.queue_offsets)
             for offset in range(start, stop):  # entries the tag filter skipped: consumed for this group
                 if offset not in delivered:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from txmq.broker.processor.pull import tags_filter
+from txmq.broker.processor.send import message_type
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import internal_refusal
 from txmq.errors import InvalidMessageError, StoreError
@@ -355,10 +356,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         born_ms = ms_of_timestamp(sp.born_timestamp, "born timestamp") if sp.HasField("born_timestamp") else now_ms()
         msg = MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=born_ms, born_host=born,
                          store_host=broker.store_host)
+        counted = message_type(msg, kind == pb.FIFO)  # before the store may move a delayed one
         try:
             result = await broker.send_processor.store_message(msg)
         except (StoreError, InvalidMessageError) as exc:
             raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"store refused: {exc}") from None
+        if result.stored:
+            broker.stats_manager.put(topic, counted, len(body))
         ar = result.append_result
         if ar is None:
             raise GrpcStatusError(PUT_STATUS_CODES.get(result.status, Code.INTERNAL_SERVER_ERROR),

@@ -131,6 +131,7 @@ class RequestCode(IntEnum):
     TXMQ_TX_LIST = 9002
     TXMQ_TX_SHOW = 9003
     TXMQ_TX_RESUME = 9004
+    TXMQ_TX_DECIDE = 9006  # an operator's COMMIT or ROLLBACK of a transaction (ext: id, outcome)
     # End many transactions of one producer group in one request (JSON body: producerGroup, entries of
     # tranStateTableOffset, commitLogOffset, commitOrRollback; answer: one code and remark per entry).
     TXMQ_END_TRANSACTION_BATCH = 9005

@@ -1,4 +1,4 @@
-"""``txmq.spark``: the PySpark Python Data Source ``txmq`` (DESIGN.md §2; docs/spark.md).
+"""``txmq.spark``: the PySpark Python Data Source ``txmq`` (docs/spark.md).
 
     import txmq.spark
     txmq.spark.register(spark)

@@ -40,6 +40,7 @@ class RecoveryReport:
     """What open found and what it had to drop."""
 
     clean_shutdown: bool = False
+    new_store: bool = False  # nothing was there to recover: no log, no checkpoint, no abort file
     checkpoint_offset: int | None = None  # None: no usable checkpoint, the whole log was scanned
     scan_start: int = 0
     end_offset: int = 0  # the log's end after recovery
@@ -74,6 +75,7 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
         report.event("abort file present: the previous stop was not clean")
     for problem in cl.load():
         report.event(problem)
+    report.new_store = not abort_existed and cp is None and not cl.queue.files
     if cp_problem is not None and cl.queue.files:
         report.event(f"{cp_problem}: scanning the whole log")
     rebuild_queues: set[tuple[str, int]] = set()
@@ -150,8 +152,9 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     store.finish_recovery(cp)
     report.duration_s = time.monotonic() - t0
     log.info(
-        "recovered store %s: %s stop, scanned %d records (%d bytes) from %d, log ends at %d, in %.3fs",
-        store.config.store_path_root_dir, "clean" if report.clean_shutdown else "unclean",
+        "recovered store %s: %s, scanned %d records (%d bytes) from %d, log ends at %d, in %.3fs",
+        store.config.store_path_root_dir,
+        "new store" if report.new_store else "clean stop" if report.clean_shutdown else "unclean stop",
         report.records_scanned, report.bytes_scanned, start, report.end_offset, report.duration_s,
     )  # fmt: skip
     return report

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.broker.processor.ops import runtime_info
 from txmq.broker.processor.pull import queue_refusal
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import internal_refusal, servable
@@ -65,6 +66,7 @@ class AdminBrokerProcessor:
             RequestCode.TXMQ_TX_LIST: self._tx_list,
             RequestCode.TXMQ_TX_SHOW: self._tx_show,
             RequestCode.TXMQ_TX_RESUME: self._tx_resume,
+            RequestCode.TXMQ_TX_DECIDE: self._tx_decide,
         }
 
     def process(self, conn: Connection, cmd: RemotingCommand):
@@ -192,7 +194,7 @@ class AdminBrokerProcessor:
     # --- stats ------------------------------------------------------------------------------------------
 
     def _runtime_info(self, cmd: RemotingCommand) -> RemotingCommand:
-        return _ok(cmd, {"table": {k: str(v) for k, v in self.broker.store.runtime_info().items()}})
+        return _ok(cmd, {"table": runtime_info(self.broker)})
 
     def _ha_status(self, cmd: RemotingCommand) -> RemotingCommand:
         return _ok(cmd, self.broker.ha_status())
@@ -262,6 +264,7 @@ class AdminBrokerProcessor:
         half_offset, half = found
         entry = self._describe(half_offset, half)
         entry["properties"] = half.user_properties
+        entry["body"] = half.body.decode(errors="replace")
         entry["bornTimestamp"] = half.born_timestamp
         entry["storeTimestamp"] = half.store_timestamp
         if entry["state"] == Outcome.DISCARD.name:
@@ -273,6 +276,26 @@ class AdminBrokerProcessor:
         if found is None:
             return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no such transaction")
         return self._resume(cmd, found[0])
+
+    def _tx_decide(self, cmd: RemotingCommand):
+        found = self._find_half(cmd)
+        if found is None:
+            return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no such transaction")
+        outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(cmd.ext_fields.get("outcome", ""))
+        if outcome is None:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark="outcome: COMMIT or ROLLBACK")
+        return self._decide(cmd, *found, outcome)
+
+    async def _decide(self, cmd: RemotingCommand, half_offset: int, half: MessageExt,
+                      outcome: Outcome) -> RemotingCommand:
+        """An operator's decision keeps the contract: the first decision wins, a repeat stores nothing."""
+        group = half.properties.get(MessageConst.PRODUCER_GROUP, "")
+        log.warning("operator decision: %s of transaction %s (group %s, half offset %d)", outcome.name,
+                    half.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, ""), group, half_offset)
+        result = await self.broker.transaction_service.end_transaction(
+            producer_group=group, half_offset=half_offset, commit_log_offset=half.commit_log_offset,
+            outcome=outcome, source="operator")
+        return RemotingCommand.response_to(cmd, result.code, remark=result.remark)
 
     async def _resume(self, cmd: RemotingCommand, half_offset: int) -> RemotingCommand:
         error = await self.broker.transaction_service.resume(half_offset)

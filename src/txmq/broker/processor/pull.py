@@ -199,6 +199,11 @@ class PullMessageProcessor:
         if missing is not None:
             return missing
         cfg = self.broker.topic_config_manager.get(h.topic)
+        group = self.broker.subscription_group_manager.get(h.consumer_group)
+        if group is not None and not group.consume_enable:
+            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
+                                               remark=f"subscription group [{h.consumer_group}] does not have "
+                                                      "consume permission (consumeEnable=false)")
         if cfg is not None and not PermName.is_readable(cfg.perm):
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
                                                remark=f"the topic[{h.topic}] pulling message is forbidden")
@@ -213,6 +218,9 @@ class PullMessageProcessor:
                                            max_offset=r.max_offset, suggest_which_broker_id=suggest).to_ext()
         s = r.status
         if s == GetMessageStatus.FOUND:
+            stats = self.broker.stats_manager
+            stats.get(h.topic, h.consumer_group, len(r.messages), sum(map(len, r.messages)))
+            stats.pulled[(h.consumer_group, h.topic, h.queue_id)] = r.next_begin_offset
             return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields=header,
                                                body=b"".join(r.messages))
         if s in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):

@@ -64,6 +64,15 @@ def is_half(properties: Mapping[str, str]) -> bool:
     return properties.get(MessageConst.TRANSACTION_PREPARED) == "true"
 
 
+def message_type(msg: MessageExt, order: bool) -> str:
+    """RocketMQ 5's message_type label: transaction, delay, fifo or normal."""
+    if is_half(msg.properties):
+        return "transaction"
+    if msg.delay_time_level > 0:
+        return "delay"
+    return "fifo" if order else "normal"
+
+
 def peer_host(conn: Connection) -> tuple[str, int]:
     """The peer as (IPv4, port) for BORNHOST; a peer we cannot express in IPv4 shows as 0.0.0.0."""
     try:
@@ -158,9 +167,10 @@ class SendMessageProcessor:
             if is_half(batch_props):
                 return self._half_batch(conn, cmd, h, queue_id, entries, batch_props, halves)
             msgs = [self._inner(h, queue_id, flag, data, props, born_host) for flag, data, props in entries]
+            kind = message_type(msgs[0], topic_config.order)
             # txmq beyond RocketMQ: a batch of halves is stored with one write (the Spark sink's tasks).
             stored = broker.transaction_service.prepare_messages(msgs) if halves else broker.store.put_messages(msgs)
-            return self._put_batch(cmd, msgs, stored)
+            return self._put_batch(cmd, msgs, stored, (h.topic, kind))
         msg = self._inner(h, queue_id, h.flag, cmd.body, string_to_properties(h.properties), born_host)
         if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
@@ -168,7 +178,8 @@ class SendMessageProcessor:
                 self._to_dlq(msg, msg.topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX))
         if is_half(msg.properties) and broker.config.reject_transaction_message:
             return self._rejected_transaction(cmd)
-        return self._put(cmd, msg, self.store_message(msg))
+        kind = message_type(msg, topic_config.order)
+        return self._put(cmd, msg, self.store_message(msg), (h.topic, kind))
 
     def _half_batch(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, queue_id: int,
                     entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
@@ -197,7 +208,8 @@ class SendMessageProcessor:
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                                remark=f"a half batch needs its own {uniq} (its transaction id)")
         msg = self._inner(h, queue_id, h.flag, cmd.body, batch_props, peer_host(conn))
-        return self._put(cmd, msg, self.broker.transaction_service.prepare_half_batch(msg, len(entries)))
+        return self._put(cmd, msg, self.broker.transaction_service.prepare_half_batch(msg, len(entries)),
+                         (h.topic, "transaction"))
 
     def _rejected_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
         return RemotingCommand.response_to(
@@ -226,23 +238,28 @@ class SendMessageProcessor:
 
     def _to_dlq(self, msg: MessageExt, group: str) -> None:
         topic = dlq_topic(group)
-        self.broker.topic_config_manager.create_if_absent(topic, 1, PermName.PERM_WRITE)
+        # readable, as in RocketMQ 5: operators read dead letters (the console, printMsg) before resending them
+        self.broker.topic_config_manager.create_if_absent(topic, 1, PermName.READ_WRITE)
         msg.properties.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
+        self.broker.stats_manager.to_dlq(msg.properties[MessageConst.RETRY_TOPIC], group)
         msg.topic = topic
         msg.queue_id = 0
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
         log.info("message %s to dead-letter topic %s after %d reconsumes", msg.msg_id, topic, msg.reconsume_times)
 
-    async def _put(self, cmd: RemotingCommand, msg: MessageExt,
-                   pending: Awaitable[PutMessageResult]) -> RemotingCommand:
+    async def _put(self, cmd: RemotingCommand, msg: MessageExt, pending: Awaitable[PutMessageResult],
+                   counted: tuple[str, str] | None = None) -> RemotingCommand:
+        """Answer a put; a stored one is counted under ``counted`` (topic, message type)."""
         try:
             result = await pending
         except (StoreError, InvalidMessageError) as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
+        if counted is not None and result.stored:
+            self.broker.stats_manager.put(counted[0], counted[1], len(msg.body))
         return self._response(cmd, msg, result)
 
-    async def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt],
-                         pending: Awaitable[PutMessageResult]) -> RemotingCommand:
+    async def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt], pending: Awaitable[PutMessageResult],
+                         counted: tuple[str, str]) -> RemotingCommand:
         """One write and one flush wait for the whole batch; the answer names every message's offset id and the
         queue offset of the first (the rest follow it; for halves, in the half queue)."""
         try:
@@ -252,6 +269,8 @@ class SendMessageProcessor:
         ar = result.append_result
         if not result.stored or ar is None:  # stored with a late flush still has ids and offsets to answer with
             return self._response(cmd, msgs[0], result)
+        for m in msgs:
+            self.broker.stats_manager.put(counted[0], counted[1], len(m.body))
         header = SendMessageResponseHeader(
             msg_id=",".join(m.offset_msg_id for m in msgs),
             queue_id=msgs[0].queue_id, queue_offset=ar.logics_offset,

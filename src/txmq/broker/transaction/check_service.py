@@ -102,6 +102,7 @@ class TransactionalMessageCheckService:
             half.properties[MessageConst.TRANSACTION_CHECK_TIMES] = str(checks)
             if any(s.send_check(info.group, half, half_offset) for s in self.senders):
                 table.count_check(half_offset)
+                self.service.metrics.group(info.group).checks += 1
                 sent.append(half_offset)
             elif not info.checks and (now_f - info.store_time_s) * 1000 >= self.service.orphan_after_ms:
                 self.service.metrics.orphans += 1

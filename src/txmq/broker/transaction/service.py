@@ -1,5 +1,5 @@
 """Half messages, end of transaction and discards: RocketMQ's ``TransactionalMessageService`` and
-``EndTransactionProcessor`` logic, with txmq's contract on top (DESIGN.md §3):
+``EndTransactionProcessor`` logic, with txmq's contract on top (README, Transactions):
 
 * COMMIT stores exactly one real message. Repeats answer SUCCESS and store nothing; a decision racing its own
   repeat waits for the first one. After a restart, a transaction that recovery found pending is checked
@@ -24,6 +24,7 @@ import asyncio
 import logging
 import struct
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,8 +73,33 @@ class EndEntry(NamedTuple):
     outcome: Outcome
 
 
+# Buckets of the commit latency histogram (ms from the half's store time to its commit): a person's check-back
+# timescale as well as a producer's own commit.
+COMMIT_LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 300_000)
+
+
+class GroupTransactions:
+    """Outcomes of one producer group's transactions, and its commit latencies by bucket."""
+
+    __slots__ = ("checks", "commits", "discards", "latency_buckets", "latency_sum_ms", "rollbacks")
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self.rollbacks = 0
+        self.checks = 0
+        self.discards = 0
+        self.latency_buckets = [0] * (len(COMMIT_LATENCY_BUCKETS_MS) + 1)
+        self.latency_sum_ms = 0
+
+    def committed(self, latency_ms: int) -> None:
+        self.commits += 1
+        self.latency_sum_ms += latency_ms
+        self.latency_buckets[bisect_left(COMMIT_LATENCY_BUCKETS_MS, latency_ms)] += 1
+
+
 class TransactionMetrics:
     def __init__(self) -> None:
+        self.groups: dict[str, GroupTransactions] = {}  # by producer group
         self.commits = 0
         self.rollbacks = 0
         self.checks = 0
@@ -83,6 +109,15 @@ class TransactionMetrics:
         self.resumes = 0
         self.orphans = 0  # discards of transactions no producer of their group was ever there to check
         self.commit_latency_ms: deque[int] = deque(maxlen=10_000)
+
+    def group(self, name: str) -> GroupTransactions:
+        entry = self.groups.get(name)
+        if entry is None:
+            entry = self.groups[name] = GroupTransactions()
+        return entry
+
+    def of(self, half: MessageExt) -> GroupTransactions:
+        return self.group(half.properties.get(MessageConst.PRODUCER_GROUP, ""))
 
     def latency_percentiles(self) -> dict[str, float]:
         data = sorted(self.commit_latency_ms)
@@ -351,12 +386,15 @@ class TransactionalMessageService:
                 self._recovered_before.discard(entries[i].half_offset)
         now_ms = int(time.time() * 1000)
         for i, half, code in stored:
-            self.metrics.commit_latency_ms.append(max(0, now_ms - half.store_timestamp))
+            latency = max(0, now_ms - half.store_timestamp)
+            self.metrics.commit_latency_ms.append(latency)
+            self.metrics.of(half).committed(latency)
             results[i] = EndResult(code)
         for i in overruled:
             if any(j == i for j, _, _ in stored):
                 results[i] = self._repeat(entries[i].half_offset, Outcome.ROLLBACK, None)
-        for i, _, _ in rollbacks:
+        for i, half, _ in rollbacks:
+            self.metrics.of(half).rollbacks += 1
             results[i] = EndResult(ResponseCode.SUCCESS)
         self.metrics.commits += len(stored)
         self.metrics.rollbacks += len(rollbacks)
@@ -500,6 +538,7 @@ class TransactionalMessageService:
         await self.store.put_message(copy)
         await self._write_op("DISCARD", [half_offset])
         self.metrics.discards += 1
+        self.metrics.of(half).discards += 1
         log.warning("transaction %s of group %s discarded to %s after %d checks: %s", half.msg_id,
                     half.properties.get(MessageConst.PRODUCER_GROUP), RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, checks, why)
 

@@ -165,7 +165,7 @@ class TransactionStateTable:
 
     # --- snapshots ----------------------------------------------------------------------------------
     #
-    # A snapshot lets recovery replay only the half and op records written after it (DESIGN.md §7: restart
+    # A snapshot lets recovery replay only the half and op records written after it (restart
     # time follows the unflushed tail, not the history). Layout, big-endian:
     #
     #   magic "TXMQTXS1" | half_covered q | op_covered q       queue offsets the snapshot reflects, exclusive

@@ -1,0 +1,275 @@
+"""``MQAdminExt``: the admin requests of RocketMQ's ``DefaultMQAdminExt`` against a name server and its brokers,
+each over RocketMQ's own request code, so that the CLI, the console and RocketMQ's tools see the same answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from txmq.client.admin import Admin
+from txmq.client.instance import MASTER_ID, MessageQueue
+from txmq.conf import parse_properties
+from txmq.errors import BrokerError, ClientError
+from txmq.message import MessageConst, MessageExt, decode_messages, decode_offset_msg_id
+from txmq.remoting import fastjson
+from txmq.remoting.admin_headers import (
+    DeleteSubscriptionGroupRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    ResetOffsetRequestHeader,
+    TopicRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
+)
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import CreateTopicRequestHeader, QueryMessageRequestHeader
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStat:
+    """One queue of a table keyed by ``MessageQueue`` (topic stats, consume stats, reset results)."""
+
+    mq: MessageQueue
+    values: Any
+
+
+def mq_table(pairs: Any) -> list[QueueStat]:
+    """A fastjson ``MessageQueue``-keyed table as a sorted list (an empty table is ``{}``)."""
+    if not pairs:
+        return []
+    out = [QueueStat(MessageQueue(k["topic"], k["brokerName"], int(k["queueId"])), v) for k, v in pairs]
+    return sorted(out, key=lambda s: (s.mq.topic, s.mq.broker_name, s.mq.queue_id))
+
+
+class MQAdminExt(Admin):
+    async def _invoke(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
+                      ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        assert self.instance is not None
+        resp = await self.instance.remoting.invoke(addr, RemotingCommand.request(code, ext, body=body), 10)
+        if resp.code not in ok:
+            raise BrokerError(resp.code, f"{resp.remark or ''} (broker {addr})")
+        return resp
+
+    async def _namesrv(self, code: int, ext: dict[str, str] | None = None) -> RemotingCommand:
+        assert self.instance is not None
+        resp = await self.instance.invoke_namesrv(RemotingCommand.request(code, ext))
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark)
+        return resp
+
+    # --- cluster and brokers ----------------------------------------------------------------------------
+
+    def cluster_info(self) -> dict[str, Any]:
+        """GET_BROKER_CLUSTER_INFO: ``brokerAddrTable`` and ``clusterAddrTable``."""
+        return orjson.loads(self._call(self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+
+    def broker_addrs(self, broker: str | None = None, cluster: str | None = None) -> dict[str, str]:
+        """Master addresses by broker name: every broker, one (``broker`` a name or an address), or a cluster's."""
+        info = self.cluster_info()
+        table = info.get("brokerAddrTable") or {}
+        addrs = {name: bd["brokerAddrs"][MASTER_ID] for name, bd in table.items()
+                 if MASTER_ID in (bd.get("brokerAddrs") or {})}
+        if broker:
+            found = {n: a for n, a in addrs.items() if broker in (n, a)}
+            if not found:
+                raise ClientError(f"no broker {broker} (known: {', '.join(sorted(addrs)) or 'none'})")
+            return found
+        if cluster:
+            names = (info.get("clusterAddrTable") or {}).get(cluster)
+            if names is None:
+                raise ClientError(f"no cluster {cluster} (known: {', '.join(info.get('clusterAddrTable') or {})})")
+            return {n: addrs[n] for n in names if n in addrs}
+        return addrs
+
+    def runtime_info(self, addr: str) -> dict[str, str]:
+        resp = self._call(self._invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO))
+        return dict(orjson.loads(resp.body).get("table") or {})
+
+    def broker_config(self, addr: str) -> dict[str, str]:
+        return parse_properties(self._call(self._invoke(addr, RequestCode.GET_BROKER_CONFIG)).body.decode())
+
+    def update_broker_config(self, addr: str, values: dict[str, str]) -> None:
+        body = "".join(f"{k}={v}\n" for k, v in values.items()).encode()
+        self._call(self._invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body))
+
+    # --- topics -------------------------------------------------------------------------------------------
+
+    def route(self, topic: str) -> dict[str, Any]:
+        """GET_ROUTEINFO_BY_TOPIC's ``TopicRouteData``."""
+        return orjson.loads(self._call(self._namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})).body)
+
+    def topic_stats(self, topic: str) -> list[QueueStat]:
+        """GET_TOPIC_STATS_INFO from each broker the topic is routed to."""
+        out: list[QueueStat] = []
+        for addr in self._route_addrs(topic):
+            resp = self._call(self._invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic).to_ext()))
+            out += mq_table(fastjson.loads(resp.body).get("offsetTable"))
+        return out
+
+    def _route_addrs(self, topic: str) -> list[str]:
+        route = self.route(topic)
+        return sorted(str(bd["brokerAddrs"][MASTER_ID]) for bd in route.get("brokerDatas") or []
+                      if MASTER_ID in (bd.get("brokerAddrs") or {}))
+
+    def topic_configs(self, addr: str) -> dict[str, dict[str, Any]]:
+        """GET_ALL_TOPIC_CONFIG: the broker's own topic configs (current at once; routes follow a registration)."""
+        resp = self._call(self._invoke(addr, RequestCode.GET_ALL_TOPIC_CONFIG))
+        return dict(orjson.loads(resp.body).get("topicConfigTable") or {})
+
+    def topic_config(self, addr: str, topic: str) -> dict[str, Any] | None:
+        return self.topic_configs(addr).get(topic)
+
+    def update_topic(self, addr: str, header: CreateTopicRequestHeader) -> None:
+        self._call(self._invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext()))
+
+    def update_topic_perm(self, topic: str, perm: int, addrs: list[str]) -> list[tuple[str, int]]:
+        """The topic's permission on those of ``addrs`` that have it, its queues kept (UPDATE_AND_CREATE_TOPIC);
+        each (address, former permission). A topic none of them has is an error."""
+        changed = []
+        for addr in addrs:
+            cfg = self.topic_config(addr, topic)
+            if cfg is None:
+                continue
+            self.update_topic(addr, CreateTopicRequestHeader(
+                topic=topic, read_queue_nums=cfg["readQueueNums"], write_queue_nums=cfg["writeQueueNums"],
+                perm=perm, order=bool(cfg.get("order"))))
+            changed.append((addr, int(cfg["perm"])))
+        if not changed:
+            raise ClientError(f"topic {topic} does not exist on the brokers asked")
+        return changed
+
+    def delete_topic_in(self, addrs: list[str], topic: str) -> None:
+        """DELETE_TOPIC_IN_BROKER on each broker, then DELETE_TOPIC_IN_NAMESRV; a topic no broker has is an error."""
+        async def go() -> None:
+            missing = 0
+            for addr in addrs:
+                resp = await self._invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic},
+                                          ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
+                missing += resp.code == ResponseCode.TOPIC_NOT_EXIST
+            if addrs and missing == len(addrs):
+                raise ClientError(f"topic {topic} does not exist")
+            await self._namesrv(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+        self._call(go())
+
+    # --- consumer groups ----------------------------------------------------------------------------------
+
+    def consume_stats(self, group: str, topic: str = "") -> tuple[list[QueueStat], float]:
+        """GET_CONSUME_STATS from every broker: per queue broker, consumer and pull offsets; and the group's TPS."""
+        table: list[QueueStat] = []
+        tps = 0.0
+        header = GetConsumeStatsRequestHeader(group, topic).to_ext()
+        for addr in self._route_addrs(topic) if topic else self.broker_addrs().values():
+            resp = self._call(self._invoke(addr, RequestCode.GET_CONSUME_STATS, header))
+            data = fastjson.loads(resp.body)
+            table += mq_table(data.get("offsetTable"))
+            tps += float(data.get("consumeTps") or 0)
+        return table, tps
+
+    def consumer_connection(self, group: str) -> dict[str, Any]:
+        """GET_CONSUMER_CONNECTION_LIST from the first broker that knows the group online."""
+        return self._first_online(RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                  GetConsumerConnectionListRequestHeader(group).to_ext(),
+                                  f"consumer group {group} is not online")
+
+    def producer_connection(self, group: str, topic: str | None = None) -> dict[str, Any]:
+        return self._first_online(RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                                  GetProducerConnectionListRequestHeader(group).to_ext(),
+                                  f"producer group {group} is not online", topic)
+
+    def _first_online(self, code: int, ext: dict[str, str], missing: str, topic: str | None = None) -> dict[str, Any]:
+        addrs = self._route_addrs(topic) if topic else list(self.broker_addrs().values())
+        for addr in addrs:
+            resp = self._call(self._invoke(addr, code, ext, ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE,
+                                                               ResponseCode.SYSTEM_ERROR)))
+            if resp.code == ResponseCode.SUCCESS:
+                return orjson.loads(resp.body)
+        raise ClientError(missing)
+
+    def consumed_by(self, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO on every broker of the topic."""
+        groups: set[str] = set()
+        for addr in self._route_addrs(topic):
+            resp = self._call(self._invoke(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
+                                          TopicRequestHeader(topic).to_ext()))
+            groups.update(orjson.loads(resp.body).get("groupList") or [])
+        return sorted(groups)
+
+    def reset_offset(self, group: str, topic: str, timestamp_ms: int, force: bool = True) -> list[QueueStat]:
+        """INVOKE_BROKER_TO_RESET_OFFSET on every broker of the topic; -1: to the end (skip the backlog)."""
+        out: list[QueueStat] = []
+        header = ResetOffsetRequestHeader(topic, group, timestamp_ms, force).to_ext()
+        for addr in self._route_addrs(topic):
+            resp = self._call(self._invoke(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header))
+            out += mq_table(fastjson.loads(resp.body).get("offsetTable"))
+        return out
+
+    def set_offsets(self, group: str, topic: str, offset: int) -> None:
+        """UPDATE_CONSUMER_OFFSET: every queue of the topic to ``offset``, held within the queue's messages."""
+        async def go() -> None:
+            assert self.instance is not None
+            route = await self.instance.update_route(topic)
+            if route is None:
+                raise ClientError(f"topic {topic} does not exist")
+            for mq in route.subscribe_queues:
+                ext = {"topic": topic, "queueId": str(mq.queue_id)}
+                addr = route.broker_addrs[mq.broker_name]
+                lo = int((await self._invoke(addr, RequestCode.GET_MIN_OFFSET, ext)).ext_fields["offset"])
+                hi = int((await self._invoke(addr, RequestCode.GET_MAX_OFFSET, ext)).ext_fields["offset"])
+                await self._invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, {
+                    **ext, "consumerGroup": group, "commitOffset": str(min(max(offset, lo), hi))})
+        self._call(go())
+
+    def update_sub_group(self, addr: str, config: dict[str, Any]) -> None:
+        self._call(self._invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=orjson.dumps(config)))
+
+    def sub_groups(self, addr: str) -> dict[str, Any]:
+        resp = self._call(self._invoke(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        return dict(orjson.loads(resp.body).get("subscriptionGroupTable") or {})
+
+    def delete_sub_group(self, addr: str, group: str, clean_offset: bool = False) -> None:
+        self._call(self._invoke(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                               DeleteSubscriptionGroupRequestHeader(group, clean_offset).to_ext()))
+
+    def stats_data(self, addr: str, name: str, key: str) -> dict[str, Any] | None:
+        """VIEW_BROKER_STATS_DATA (``statsMinute``/``statsHour``/``statsDay``), None when nothing was counted."""
+        resp = self._call(self._invoke(addr, RequestCode.VIEW_BROKER_STATS_DATA,
+                                      ViewBrokerStatsDataRequestHeader(name, key).to_ext(),
+                                      ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR)))
+        return orjson.loads(resp.body) if resp.code == ResponseCode.SUCCESS else None
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP: the queue's first offset stored at or after ``timestamp_ms``."""
+        addr = self.broker_addrs(mq.broker_name)[mq.broker_name]
+        resp = self._call(self._invoke(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {
+            "topic": mq.topic, "queueId": str(mq.queue_id), "timestamp": str(timestamp_ms)}))
+        return int(resp.ext_fields.get("offset", "0"))
+
+    # --- messages -----------------------------------------------------------------------------------------
+
+    def view_message(self, offset_msg_id: str) -> MessageExt:
+        """VIEW_MESSAGE_BY_ID: the broker's address and the commit-log offset are in the id."""
+        (host, port), offset = decode_offset_msg_id(offset_msg_id)
+        if not 0 < port < 65536 or offset < 0:
+            raise ClientError(f"{offset_msg_id} is not an offset message id (broker address and commit-log "
+                              "offset); for a message id use queryMsgByUniqueKey -t TOPIC -i ID")
+        resp = self._call(self._invoke(f"{host}:{port}", RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}))
+        return decode_messages(resp.body)[0]
+
+    def query_message(self, topic: str, key: str, max_num: int = 64, begin_ms: int = 0, end_ms: int = 2**63 - 1,
+                      unique: bool = False) -> list[MessageExt]:
+        """QUERY_MESSAGE on every broker of the topic: messages whose KEYS (or, ``unique``, UNIQ_KEY) is ``key``."""
+        ext = QueryMessageRequestHeader(topic, key, max_num, begin_ms, end_ms).to_ext()
+        if unique:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        found: list[MessageExt] = []
+        for addr in self._route_addrs(topic):
+            resp = self._call(self._invoke(addr, RequestCode.QUERY_MESSAGE, ext,
+                                          ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)))
+            if resp.code == ResponseCode.SUCCESS:
+                found += decode_messages(resp.body)
+        if unique:
+            return [m for m in found if m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == key]
+        return [m for m in found if key in (m.keys or "").split(MessageConst.KEY_SEPARATOR)]

@@ -1,0 +1,107 @@
+"""Per-topic and per-group message counters (RocketMQ's ``BrokerStatsManager``): plain ints bumped where the
+broker already handles a send or a pull, read only when something asks (the Prometheus collector, admin
+requests), so counting costs a dict look-up and two additions per request."""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections import deque
+
+# RocketMQ 5.1's rocketmq_message_size buckets: 1 KiB, 4 KiB, 512 KiB, 1 MiB, 2 MiB, 4 MiB, then overflow.
+SAMPLE_S = 10  # how often the broker samples totals for rates (putTps, statsAll's InTPS)
+
+MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1024 * 1024, 2 * 1024 * 1024, 4 * 1024 * 1024)
+
+
+class TopicPut:
+    """Messages of one topic and message type accepted by sends: count, bytes, and sizes by bucket."""
+
+    __slots__ = ("bytes", "messages", "size_buckets")
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.bytes = 0
+        self.size_buckets = [0] * (len(MESSAGE_SIZE_BUCKETS) + 1)
+
+
+class GroupGet:
+    """Messages of one topic a consumer group pulled: count and bytes."""
+
+    __slots__ = ("bytes", "messages")
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.bytes = 0
+
+
+class BrokerStats:
+    def __init__(self) -> None:
+        self.puts: dict[tuple[str, str], TopicPut] = {}  # (topic, message type) -> counts
+        self.gets: dict[tuple[str, str], GroupGet] = {}  # (topic, group) -> counts
+        self.dlq: dict[tuple[str, str], int] = {}  # (original topic, group) -> messages sent to the DLQ
+        # (group, topic, queue) -> the next offset the group's last pull was answered with (in-flight = it - committed)
+        self.pulled: dict[tuple[str, str, int], int] = {}
+        # (time, totals) every SAMPLE_S for a minute, every minute for an hour, every hour for a day
+        self._samples: tuple[deque[tuple[float, dict[tuple[str, str], int]]], ...] = (
+            deque(maxlen=60 // SAMPLE_S + 1), deque(maxlen=61), deque(maxlen=25))
+        self._ticks = 0
+
+    def put(self, topic: str, message_type: str, size: int, count: int = 1) -> None:
+        """``count`` messages of ``size`` bytes each were stored."""
+        entry = self.puts.get((topic, message_type))
+        if entry is None:
+            entry = self.puts[(topic, message_type)] = TopicPut()
+        entry.messages += count
+        entry.bytes += size * count
+        entry.size_buckets[bisect_left(MESSAGE_SIZE_BUCKETS, size)] += count
+
+    def get(self, topic: str, group: str, messages: int, size: int) -> None:
+        entry = self.gets.get((topic, group))
+        if entry is None:
+            entry = self.gets[(topic, group)] = GroupGet()
+        entry.messages += messages
+        entry.bytes += size
+
+    def to_dlq(self, topic: str, group: str) -> None:
+        self.dlq[(topic, group)] = self.dlq.get((topic, group), 0) + 1
+
+    # --- rates: totals sampled every SAMPLE_S, kept at three resolutions ----------------------------------
+
+    def totals(self) -> dict[tuple[str, str], int]:
+        """RocketMQ's stats names and keys (``TOPIC_PUT_NUMS`` by topic, ``GROUP_GET_NUMS`` by topic@group, ...)
+        with their totals so far; ``BROKER_*`` under the key ""."""
+        out: dict[tuple[str, str], int] = {("BROKER_PUT_NUMS", ""): 0, ("BROKER_GET_NUMS", ""): 0}
+        for (topic, _kind), put in self.puts.items():
+            for name, n in (("TOPIC_PUT_NUMS", put.messages), ("TOPIC_PUT_SIZE", put.bytes)):
+                out[(name, topic)] = out.get((name, topic), 0) + n
+            out[("BROKER_PUT_NUMS", "")] += put.messages
+        for (topic, group), got in self.gets.items():
+            out[("GROUP_GET_NUMS", f"{topic}@{group}")] = got.messages
+            out[("GROUP_GET_SIZE", f"{topic}@{group}")] = got.bytes
+            out[("BROKER_GET_NUMS", "")] += got.messages
+        return out
+
+    def sample(self, now: float | None = None) -> None:
+        """Called every ``SAMPLE_S`` seconds: a snapshot of the totals for rates over a minute, an hour, a day."""
+        snap = (time.time() if now is None else now, self.totals())
+        self._samples[0].append(snap)
+        self._ticks += 1
+        if self._ticks % (60 // SAMPLE_S) == 1 or len(self._samples[1]) == 0:
+            self._samples[1].append(snap)
+        if self._ticks % (3600 // SAMPLE_S) == 1 or len(self._samples[2]) == 0:
+            self._samples[2].append(snap)
+
+    def window(self, name: str, key: str, seconds: int) -> tuple[int, float]:
+        """(count, per second) of one stat over about the last ``seconds`` (60, 3600 or 86400), from the
+        oldest sample that is no older than that."""
+        ring = self._samples[{60: 0, 3600: 1, 86400: 2}[seconds]]
+        now = time.time()
+        current = self.totals().get((name, key), 0)
+        start_t, start_n = now, current
+        for t, snap in ring:
+            if now - t <= seconds + SAMPLE_S:
+                start_t, start_n = t, snap.get((name, key), 0)
+                break
+        count = current - start_n
+        return count, count / max(now - start_t, SAMPLE_S)

@@ -1,0 +1,450 @@
+"""The console's aiohttp application. Handlers run the blocking admin calls in threads (``asyncio.to_thread``),
+so the console may share the broker's loop in ``txmq server`` without ever blocking it: the admin client's own
+loop thread does the network IO."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from txmq.admin import MQAdminExt
+from txmq.admin.commands import fmt_time, parse_time, pull_range, queue_window
+from txmq.client.producer import Producer
+from txmq.console.html import Raw, e, field, form, hidden, link, page, path, section, select, table
+from txmq.errors import TxmqError
+from txmq.message import Message, MessageConst, MessageExt
+from txmq.topic import DLQ_GROUP_TOPIC_PREFIX, PermName, is_system_topic
+
+log = logging.getLogger("txmq.console")
+
+ADMIN = web.AppKey("admin", MQAdminExt)
+PRODUCER = web.AppKey("producer", list)  # the producer that resends DLQ messages, made on first use
+STATIC = Path(__file__).parent / "static"
+PERMS = (("6", "read and write"), ("4", "read only"), ("2", "write only"))
+RESULTS_MAX = 100  # messages one search shows
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+async def call(fn: Callable[..., Any], *args: Any) -> Any:
+    """A blocking admin call, off the loop."""
+    return await asyncio.to_thread(fn, *args)
+
+
+def admin_of(request: web.Request) -> MQAdminExt:
+    return request.app[ADMIN]
+
+
+def back(location: str, notice: str = "", error: str = "") -> web.HTTPSeeOther:
+    """Redirect after a POST, with what happened for the next page to show."""
+    query = urlencode({k: v for k, v in (("notice", notice), ("error", error)) if v})
+    return web.HTTPSeeOther(f"{location}?{query}" if query else location)
+
+
+def render(request: web.Request, title: str, *body: Raw | str, active: str) -> web.Response:
+    q = request.query
+    return web.Response(text=page(title, *body, active=active, notice=q.get("notice", ""), error=q.get("error", "")),
+                        content_type="text/html")
+
+
+def user_topics(topics: list[str]) -> list[str]:
+    return [t for t in topics if not is_system_topic(t) and not t.startswith(("%RETRY%", "TBW102"))]
+
+
+# --- cluster ------------------------------------------------------------------------------------------------
+
+
+async def cluster(request: web.Request) -> web.Response:
+    admin = admin_of(request)
+    info = await call(admin.cluster_info)
+    rows = []
+    for cluster_name, names in sorted((info.get("clusterAddrTable") or {}).items()):
+        for name in sorted(names):
+            for bid, addr in sorted(((info["brokerAddrTable"].get(name) or {}).get("brokerAddrs") or {}).items()):
+                rt = await call(admin.runtime_info, addr)
+                rows.append((cluster_name, name, bid, rt.get("brokerRole", "?"), addr, rt.get("brokerVersionDesc", "?"),
+                             f"{float(rt.get('commitLogDiskRatio', 0)):.1%}", rt.get("putTps", "0").split()[0],
+                             rt.get("getTransferedTps", "0").split()[0], rt.get("msgPutTotalTodayNow", "0"),
+                             rt.get("msgGetTotalTodayNow", "0")))
+    return render(request, "Cluster", table(("Cluster", "Broker", "BID", "Role", "Address", "Version", "Disk used",
+                                             "TPS in", "TPS out", "Messages in", "Messages out"), rows, "brokers"),
+                  active="/")
+
+
+# --- topics -------------------------------------------------------------------------------------------------
+
+
+def _perms(admin: MQAdminExt) -> dict[str, int]:
+    """Each topic's permission as its brokers hold it (the first broker's, when they differ)."""
+    out: dict[str, int] = {}
+    for addr in sorted(admin.broker_addrs().values()):
+        for topic, cfg in admin.topic_configs(addr).items():
+            out.setdefault(topic, int(cfg.get("perm", PermName.READ_WRITE)))
+    return out
+
+
+async def topics(request: web.Request) -> web.Response:
+    admin = admin_of(request)
+    rows = []
+    perms = await call(_perms, admin)
+    for topic in user_topics(await call(admin.list_topics)):
+        try:
+            stats = await call(admin.topic_stats, topic)
+        except TxmqError:  # deleted meanwhile
+            continue
+        perm = PermName.to_string(perms.get(topic, PermName.READ_WRITE))
+        rows.append((link(path("topics", topic), topic), len(stats), perm,
+                     sum(s.values["maxOffset"] - s.values["minOffset"] for s in stats),
+                     fmt_time(max((s.values["lastUpdateTimestamp"] for s in stats), default=0))))
+    create = form("/topics", [field("topic", "Name", required="required"),
+                              field("queues", "Queues", 8, "number", min="1", max="1024"),
+                              select("perm", "Permission", PERMS)], "Create topic", form_id="create-topic")
+    return render(request, "Topics", table(("Topic", "Queues", "Permission", "Messages", "Last message"), rows,
+                                           "topics"), section("Create a topic", create), active="/topics")
+
+
+async def create_topic(request: web.Request) -> web.StreamResponse:
+    data = await request.post()
+    topic = str(data.get("topic", "")).strip()
+    try:
+        await call(admin_of(request).create_topic, topic, int(str(data.get("queues", "8"))), None,
+                   int(str(data.get("perm", "6"))))
+    except (TxmqError, ValueError) as exc:
+        raise back("/topics", error=f"topic {topic} not created: {exc}") from None
+    raise back(path("topics", topic), notice=f"topic {topic} created")
+
+
+async def topic_detail(request: web.Request) -> web.Response:
+    admin, topic = admin_of(request), request.match_info["topic"]
+    stats = await call(admin.topic_stats, topic)
+    perm = (await call(_perms, admin)).get(topic, PermName.READ_WRITE)
+    groups = await call(admin.consumed_by, topic)
+    rows = [(s.mq.broker_name, s.mq.queue_id, s.values["minOffset"], s.values["maxOffset"],
+             fmt_time(s.values["lastUpdateTimestamp"])) for s in stats]
+    actions = [
+        form(path("topics", topic, "perm"), [select("perm", "Permission", PERMS, str(perm))], "Change permission",
+             form_id="topic-perm"),
+        form(path("topics", topic, "delete"), [], "Delete topic", confirm=f"Delete topic {topic} and its messages?",
+             form_id="topic-delete"),
+    ]
+    return render(request, f"Topic {topic}",
+                  Raw(f'<p>Permission: <strong id="perm">{PermName.to_string(perm)}</strong></p>'),
+                  table(("Broker", "Queue", "Min offset", "Max offset", "Last message"), rows, "queues"),
+                  section("Consumer groups", table(("Group",), [(link(path("groups", g), g),) for g in groups],
+                                                   "topic-groups")),
+                  section("Change", *actions), active="/topics")
+
+
+async def topic_perm(request: web.Request) -> web.StreamResponse:
+    admin, topic = admin_of(request), request.match_info["topic"]
+    perm = int(str((await request.post()).get("perm", "6")))
+    addrs = sorted((await call(admin.broker_addrs)).values())
+    await call(admin.update_topic_perm, topic, perm, addrs)
+    raise back(path("topics", topic), notice=f"permission of {topic} is now {PermName.to_string(perm)}")
+
+
+async def topic_delete(request: web.Request) -> web.StreamResponse:
+    topic = request.match_info["topic"]
+    try:
+        await call(admin_of(request).delete_topic, topic)
+    except TxmqError as exc:
+        raise back(path("topics", topic), error=str(exc)) from None
+    raise back("/topics", notice=f"topic {topic} deleted")
+
+
+# --- consumer groups ------------------------------------------------------------------------------------------
+
+
+async def groups(request: web.Request) -> web.Response:
+    admin = admin_of(request)
+    rows = []
+    for topic in user_topics(await call(admin.list_topics)):
+        for group in await call(admin.consumed_by, topic):
+            table_, tps = await call(admin.consume_stats, group, topic)
+            lag = sum(s.values["brokerOffset"] - max(s.values["consumerOffset"], 0) for s in table_)
+            rows.append((link(path("groups", group), group), topic, lag, f"{tps:.1f}"))
+    return render(request, "Consumer groups", table(("Group", "Topic", "Lag", "TPS"), rows, "groups"),
+                  active="/groups")
+
+
+async def group_detail(request: web.Request) -> web.Response:
+    admin, group = admin_of(request), request.match_info["group"]
+    stats, tps = await call(admin.consume_stats, group)
+    rows = [(s.mq.topic, s.mq.broker_name, s.mq.queue_id, s.values["brokerOffset"], s.values["consumerOffset"],
+             s.values["brokerOffset"] - max(s.values["consumerOffset"], 0), fmt_time(s.values["lastTimestamp"]))
+            for s in stats]
+    try:
+        conn = await call(admin.consumer_connection, group)
+        clients = [(c["clientId"], c["clientAddr"], c["language"], c["version"]) for c in conn["connectionSet"]]
+    except TxmqError:
+        clients = []
+    topics_ = sorted({s.mq.topic for s in stats}, key=lambda t: (t.startswith("%RETRY%"), t))  # retry last
+    reset = form(path("groups", group, "reset"), [
+        select("topic", "Topic", [(t, t) for t in topics_]),
+        field("time", "Time", datetime.now().strftime("%Y-%m-%dT%H:%M:%S"), placeholder="2024-05-01T12:00:00"),
+    ], "Reset offsets", confirm=f"Move the offsets of group {group} to this time?", form_id="reset-offsets")
+    return render(request, f"Consumer group {group}",
+                  Raw(f'<p>Consume TPS: {tps:.1f}; lag in all: <strong id="lag">'
+                      f'{sum(r[5] for r in rows)}</strong></p>'),
+                  table(("Topic", "Broker", "Queue", "Broker offset", "Consumer offset", "Lag", "Last consumed"), rows,
+                        "group-queues"),
+                  section("Clients", table(("Client", "Address", "Language", "Version"), clients, "clients",
+                                           empty="no client online")),
+                  section("Reset offsets by time", reset), active="/groups")
+
+
+async def group_reset(request: web.Request) -> web.StreamResponse:
+    group = request.match_info["group"]
+    data = await request.post()
+    topic = str(data.get("topic", ""))
+    try:
+        when = parse_time(str(data.get("time", "")).strip())
+        await call(admin_of(request).reset_offset, group, topic, when)
+    except (TxmqError, ValueError) as exc:
+        raise back(path("groups", group), error=f"offsets not reset: {exc}") from None
+    raise back(path("groups", group), notice=f"offsets of {group} on {topic} reset to {fmt_time(when)}")
+
+
+# --- messages -----------------------------------------------------------------------------------------------
+
+
+def _message_rows(msgs: list[MessageExt]) -> list[tuple[Any, ...]]:
+    return [(link(path("messages", m.offset_msg_id), m.msg_id, class_="msg"), m.topic, m.tags or "", m.keys or "",
+             m.queue_id, m.queue_offset, fmt_time(m.store_timestamp), m.body[:80].decode(errors="replace"))
+            for m in msgs]
+
+
+async def messages(request: web.Request) -> web.Response:
+    admin, q = admin_of(request), request.query
+    found: list[MessageExt] | None = None
+    error = ""
+    try:
+        if q.get("by") == "id" and q.get("id"):
+            ident = q["id"].strip()
+            found = (await call(admin.query_message, q["topic"].strip(), ident, 32, 0, 2**63 - 1, True)
+                     if q.get("topic") else [await call(admin.view_message, ident)])
+        elif q.get("by") == "key" and q.get("key"):
+            found = await call(admin.query_message, q.get("topic", "").strip(), q["key"].strip())
+        elif q.get("by") == "range" and q.get("topic"):
+            begin = parse_time(q["begin"]) if q.get("begin") else 0
+            end = parse_time(q["end"]) if q.get("end") else 2**63 - 1
+            found = await call(_range, admin, q["topic"].strip(), begin, end)
+    except (TxmqError, ValueError) as exc:
+        error = str(exc)
+    searches = [
+        form("/messages", [hidden("by", "id"), field("id", "Message id", q.get("id", "")),
+                           field("topic", "Topic (for a message id; empty for an offset id)", q.get("topic", ""))],
+             "Find by id", method="get", form_id="by-id"),
+        form("/messages", [hidden("by", "key"), field("topic", "Topic", q.get("topic", "")),
+                           field("key", "Key", q.get("key", ""))], "Find by key", method="get", form_id="by-key"),
+        form("/messages", [hidden("by", "range"), field("topic", "Topic", q.get("topic", "")),
+                           field("begin", "From", q.get("begin", ""), placeholder="2024-05-01T12:00:00"),
+                           field("end", "To", q.get("end", ""), placeholder="now")], "Find by time",
+             method="get", form_id="by-range"),
+    ]
+    body: list[Raw | str] = [section("Search", *searches)]
+    if found is not None:
+        body.append(section(f"{len(found)} messages", table(
+            ("Message id", "Topic", "Tags", "Keys", "Queue", "Offset", "Stored", "Body"), _message_rows(found),
+            "results", empty="no message found")))
+    if error:
+        body.insert(0, error_banner(error))
+    return render(request, "Messages", *body, active="/messages")
+
+
+def error_banner(text: str) -> Raw:
+    return Raw(f'<p class="error" id="error">{e(text)}</p>')
+
+
+def _range(admin: MQAdminExt, topic: str, begin: int, end: int) -> list[MessageExt]:
+    out: list[MessageExt] = []
+    for mq, lo, hi in queue_window(admin, topic, begin, end):
+        for m in pull_range(admin, mq, lo, hi):
+            out.append(m)
+            if len(out) >= RESULTS_MAX:
+                return out
+    return out
+
+
+async def message_detail(request: web.Request) -> web.Response:
+    admin, ident = admin_of(request), request.match_info["id"]
+    m = await call(admin.view_message, ident)
+    fields = [("Message id", m.msg_id), ("Offset message id", m.offset_msg_id), ("Topic", m.topic),
+              ("Tags", m.tags or ""), ("Keys", m.keys or ""), ("Queue", m.queue_id), ("Queue offset", m.queue_offset),
+              ("Born", fmt_time(m.born_timestamp)), ("Stored", fmt_time(m.store_timestamp)),
+              ("Reconsume times", m.reconsume_times)]
+    body: list[Raw | str] = [table(("Field", "Value"), fields, "message"),
+                             section("Properties", table(("Property", "Value"), sorted(m.properties.items()),
+                                                         "properties")),
+                             section("Body", Raw(f'<pre id="body">{e(m.body.decode(errors="replace"))}</pre>'))]
+    if m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+        origin = m.properties.get(MessageConst.RETRY_TOPIC, "")
+        body.append(section("Dead letter", form(path("messages", ident, "resend"), [], f"Resend to {origin}",
+                                                confirm=f"Send this message to {origin} again?", form_id="resend")))
+    return render(request, f"Message {m.msg_id}", *body, active="/messages")
+
+
+async def message_resend(request: web.Request) -> web.StreamResponse:
+    """A dead letter back to the topic it came from, as a new message with its body, tags, keys and user
+    properties (RocketMQ Dashboard's "resend")."""
+    admin, ident = admin_of(request), request.match_info["id"]
+    m = await call(admin.view_message, ident)
+    origin = m.properties.get(MessageConst.RETRY_TOPIC)
+    if not origin:
+        raise back(path("messages", ident), error="this message names no topic to go back to")
+    msg = Message(origin, m.body, tags=m.tags, keys=m.keys, properties=m.user_properties)
+    result = await call(_producer(request).send, msg)
+    raise back(path("messages", ident), notice=f"resent to {origin} as {result.msg_id}")
+
+
+def _producer(request: web.Request) -> Producer:
+    held = request.app[PRODUCER]
+    if not held:
+        held.append(Producer("TXMQ_CONSOLE_PRODUCER", admin_of(request).namesrv).start())
+    return held[0]
+
+
+# --- transactions -------------------------------------------------------------------------------------------
+
+
+async def transactions(request: web.Request) -> web.Response:
+    data = await call(admin_of(request).tx_list, 200)
+    pending, discarded = [], []
+    for broker, d in sorted(data.items()):
+        for t in d["pending"]:
+            pending.append((t["transactionId"], broker, t["topic"], t["group"], f"{t['ageS']:.0f} s", t["checks"],
+                            _decide_forms(t["transactionId"])))
+        for t in d["discarded"]:
+            discarded.append((t["transactionId"], broker, t["topic"], t["group"], f"{t['ageS']:.0f} s", t["checks"],
+                              Raw(form(path("transactions", t["transactionId"], "resume"), [], "Resume",
+                                       form_id=f"resume-{t['transactionId']}") + _decide_forms(t["transactionId"]))))
+    return render(request, "Transactions",
+                  section("Pending", table(("Transaction", "Broker", "Topic", "Producer group", "Age", "Checks", ""),
+                                           pending, "pending", empty="no pending transaction")),
+                  section("Discarded", table(("Transaction", "Broker", "Topic", "Producer group", "Age", "Checks", ""),
+                                             discarded, "discarded", empty="no discarded transaction")),
+                  active="/transactions")
+
+
+def _decide_forms(tx_id: str) -> Raw:
+    return Raw("".join(
+        form(path("transactions", tx_id, action), [], action.title(), form_id=f"{action}-{tx_id}",
+             confirm=f"{action.title()} transaction {tx_id}? An operator's decision is final: the first one wins.")
+        for action in ("commit", "rollback")))
+
+
+async def transaction_action(request: web.Request) -> web.StreamResponse:
+    admin, tx_id, action = admin_of(request), request.match_info["id"], request.match_info["action"]
+    try:
+        if action == "resume":
+            broker = await call(admin.tx_resume, tx_id)
+            notice = f"transaction {tx_id} resumed into checking on {broker}"
+        else:
+            broker = await call(admin.tx_decide, tx_id, action.upper())
+            done = "committed" if action == "commit" else "rolled back"
+            notice = f"transaction {tx_id} {done} on {broker} by an operator"
+    except TxmqError as exc:
+        raise back("/transactions", error=str(exc)) from None
+    log.warning("console: %s", notice)
+    raise back("/transactions", notice=notice)
+
+
+# --- charts -------------------------------------------------------------------------------------------------
+
+
+async def charts(request: web.Request) -> web.Response:
+    canvases = "".join(f'<figure><figcaption>{title} <span class="legend" id="legend-{name}"></span></figcaption>'
+                       f'<canvas id="chart-{name}" width="1000" height="150"></canvas></figure>'
+                       for name, title in (("throughput", "Throughput (messages/s)"),
+                                           ("outcomes", "Transaction outcomes (per interval)"),
+                                           ("latency", "Commit latency (ms)")))
+    interval = request.query.get("interval", "2000")
+    return render(request, "Charts", Raw(f'<div id="charts" data-interval="{int(interval)}" data-samples="0">'
+                                         f'{canvases}</div>'), active="/charts")
+
+
+async def api_stats(request: web.Request) -> web.Response:
+    data = await call(admin_of(request).stats)
+    out = {"time": time.time(), "putTps": 0.0, "getTps": 0.0, "commits": 0, "rollbacks": 0, "p50": 0.0, "p99": 0.0}
+    for s in data.values():
+        rates, tx = s.get("rates", {}), s["transactions"]
+        out["putTps"] += rates.get("putTps", 0.0)
+        out["getTps"] += rates.get("getTps", 0.0)
+        out["commits"] += tx["commits"]
+        out["rollbacks"] += tx["rollbacks"]
+        out["p50"] = max(out["p50"], tx["commitLatencyMs"].get("p50", 0.0))
+        out["p99"] = max(out["p99"], tx["commitLatencyMs"].get("p99", 0.0))
+    return web.json_response(out)
+
+
+# --- the application ----------------------------------------------------------------------------------------
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A broker's refusal on a page is shown on the page, not as a 500."""
+    try:
+        return await handler(request)
+    except TxmqError as exc:
+        return web.Response(text=page("Error", error_banner(str(exc))), status=502, content_type="text/html")
+
+
+def make_app(namesrv: str | None) -> web.Application:
+    app = web.Application(middlewares=[errors])
+    app[ADMIN] = MQAdminExt(namesrv)
+    app[PRODUCER] = []
+
+    async def start(app: web.Application) -> None:
+        await asyncio.to_thread(app[ADMIN].start)
+
+    async def stop(app: web.Application) -> None:
+        for producer in app[PRODUCER]:
+            await asyncio.to_thread(producer.shutdown)
+        await asyncio.to_thread(app[ADMIN].shutdown)
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    app.add_routes([
+        web.get("/", cluster), web.get("/topics", topics), web.post("/topics", create_topic),
+        web.get("/topics/{topic}", topic_detail), web.post("/topics/{topic}/perm", topic_perm),
+        web.post("/topics/{topic}/delete", topic_delete), web.get("/groups", groups),
+        web.get("/groups/{group}", group_detail), web.post("/groups/{group}/reset", group_reset),
+        web.get("/messages", messages), web.get("/messages/{id}", message_detail),
+        web.post("/messages/{id}/resend", message_resend), web.get("/transactions", transactions),
+        web.post("/transactions/{id}/{action:commit|rollback|resume}", transaction_action),
+        web.get("/charts", charts), web.get("/api/stats", api_stats), web.static("/static", STATIC),
+    ])
+    return app
+
+
+class Console:
+    """The console served on the running loop; ``addr`` once started."""
+
+    def __init__(self, namesrv: str | None, host: str, port: int) -> None:
+        self.namesrv, self.host, self.port = namesrv, host, port
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(make_app(self.namesrv), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        log.info("console on http://%s/", self.addr)
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -1,0 +1,52 @@
+"""``RpcLatency``: the time from a request's arrival to its answer, by request and response code (RocketMQ 5's
+``rocketmq_rpc_latency``). It wraps the broker's dispatch only when metrics are on, so a broker without them
+times nothing."""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import Connection
+
+BUCKETS_MS = (1, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 3000)
+
+Dispatch = Callable[[Connection, RemotingCommand], Any]
+
+
+class RpcLatency:
+    def __init__(self) -> None:
+        # (request code, response code) -> [count per bucket..., +Inf], and the sum of milliseconds
+        self.buckets: dict[tuple[int, int], list[int]] = {}
+        self.sums: dict[tuple[int, int], float] = {}
+
+    def observe(self, code: int, response_code: int, started: float) -> None:
+        ms = (time.perf_counter() - started) * 1000
+        key = (code, response_code)
+        counts = self.buckets.get(key)
+        if counts is None:
+            counts = self.buckets[key] = [0] * (len(BUCKETS_MS) + 1)
+            self.sums[key] = 0.0
+        counts[bisect_left(BUCKETS_MS, ms)] += 1
+        self.sums[key] += ms
+
+    def wrap(self, dispatch: Dispatch) -> Dispatch:
+        """``dispatch`` timed: an answer given at once is observed at once, a later one when it comes; a oneway
+        request (no answer) is not observed."""
+        def timed(conn: Connection, cmd: RemotingCommand) -> Any:
+            started = time.perf_counter()
+            out = dispatch(conn, cmd)
+            if isinstance(out, RemotingCommand):
+                self.observe(cmd.code, out.code, started)
+                return out
+            return out if out is None else self._later(cmd.code, started, out)
+        return timed
+
+    async def _later(self, code: int, started: float, pending: Awaitable[RemotingCommand | None]) -> Any:
+        out = await pending
+        if out is not None:
+            self.observe(code, out.code, started)
+        return out

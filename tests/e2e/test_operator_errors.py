@@ -1,0 +1,188 @@
+"""Errors a person can act on (issue 16), tried as a new user would: each command its own process, and each
+failure one line on stderr with a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from cluster import Cluster
+
+from txmq import LocalTransactionState, Message, TransactionProducer
+from txmq.cli import build_parser
+from txmq.launch import ServerProcess, free_port, txmq_command
+
+ROOT = Path(__file__).parents[2]
+
+
+def txmq(cluster: Cluster | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = dict(cluster.env, NAMESRV_ADDR=cluster.namesrv_addr) if cluster else None
+    return subprocess.run(txmq_command(*args), capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def one_line_error(r: subprocess.CompletedProcess[str], command: str) -> str:
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"txmq {command}: "), r.stderr
+    return last
+
+
+def test_server_start_errors(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = txmq(None, "server", "--namesrv-port", str(port), "--port", str(free_port()), "--grpc-port", "-1",
+                 "--store", str(tmp_path / "s"), timeout=30)
+    assert "another process listens on that port" in one_line_error(r, "server")
+    r = txmq(None, "broker", "-c", str(tmp_path / "absent.conf"))
+    assert one_line_error(r, "broker") == f"txmq broker: no such file: {tmp_path / 'absent.conf'}"
+    for line, expected in (("listenPort = abc", "config listenPort: 'abc' is not an integer"),
+                           ("flushDiskType = SYNC", "config flushDiskType: 'SYNC' is not one of ASYNC_FLUSH")):
+        conf = tmp_path / "bad.conf"
+        conf.write_text(f"brokerName=b\n{line}\n")
+        assert expected in one_line_error(txmq(None, "broker", "-c", str(conf)), "broker")
+
+
+def test_conf_read_as_properties_fresh_store_and_log_level(cluster, tmp_path):
+    conf = tmp_path / "b.conf"
+    store = tmp_path / "store"
+    conf.write_text(f"# a broker\nbrokerName = props\\\n    -broker\nnamesrvAddr : {cluster.namesrv_addr}\n"
+                    f"listenPort {free_port()}\ngrpcPort=-1\nstorePathRootDir={store}\nfooKey=1\nbarKey=2\n")
+    log = tmp_path / "broker.log"
+    broker = ServerProcess(txmq_command("broker", "-c", str(conf)), log, cluster.env)
+    cluster.procs.append(broker)
+    broker.start()
+    broker.stop()
+    text = log.read_text()
+    assert text.count("unknown broker config keys ignored: barKey, fooKey") == 1
+    assert "broker props-broker listening" in text
+    assert "new store" in text and "unclean" not in text
+    broker.start()
+    broker.stop()
+    assert log.read_text().count("clean stop") == 1 and "unclean" not in log.read_text()
+    quiet = ServerProcess(txmq_command("--log-level", "WARNING", "broker", "-c", str(conf)), tmp_path / "q.log",
+                          cluster.env)
+    cluster.procs.append(quiet)
+    quiet.start()
+    quiet.stop()
+    assert " INFO " not in (tmp_path / "q.log").read_text()
+
+
+def test_topic_errors_version_and_help(cluster):
+    cluster.start_broker(conf={"grpcPort": -1})
+    assert "does not exist" in one_line_error(txmq(cluster, "topic", "delete", "never_made"), "topic")
+    assert txmq(cluster, "topic", "create", "grow", "--queues", "4").returncode == 0
+    assert "already has 4 queues" in one_line_error(txmq(cluster, "topic", "create", "grow", "--queues", "2"), "topic")
+    r = txmq(cluster, "topic", "create", "grow", "--queues", "6")
+    assert r.returncode == 0, r.stderr
+    r = txmq(cluster, "topic", "list", "-n", cluster.namesrv_addr)
+    assert "grow" in r.stdout.split()
+    r = txmq(None, "-n", cluster.namesrv_addr, "topic", "list")
+    assert "grow" in r.stdout.split()
+    r = txmq(None, "--version")
+    assert r.returncode == 0 and re.fullmatch(r"txmq \d+\.\d+\.\d+\S*\n", r.stdout)
+
+
+def test_every_flag_has_help():
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "txmq")
+    assert not missing
+
+
+def test_consume_start_positions_and_delay(cluster):
+    cluster.start_broker(conf={"grpcPort": -1, "messageDelayLevel": "1s 2s"})
+    assert txmq(cluster, "topic", "create", "pos", "--queues", "1").returncode == 0
+    cluster.wait_route("pos")
+    assert txmq(cluster, "send", "--topic", "pos", "--body", "m", "--count", "3").returncode == 0
+    before = int(time.time() * 1000)
+    r = txmq(cluster, "consume", "--topic", "pos", "--group", "g", "--count", "3", "--timeout", "20")
+    assert r.returncode == 0 and r.stdout.count("pos q0@") == 3, r.stderr
+    r = txmq(cluster, "consume", "--topic", "pos", "--group", "g", "--from-beginning", "--count", "3",
+             "--timeout", "20")
+    assert r.returncode == 0 and r.stdout.count("pos q0@") == 3, r.stderr
+    r = txmq(cluster, "consume", "--topic", "pos", "--group", "g", "--offset", "2", "--count", "1", "--timeout", "20")
+    assert r.returncode == 0 and "pos q0@2 " in r.stdout, r.stderr
+    r = txmq(cluster, "consume", "--topic", "pos", "--group", "g", "--from-time", str(before + 60_000),
+             "--count", "1", "--timeout", "2")
+    assert r.returncode == 2 and "pos q0@" not in r.stdout
+    assert "topic nowhere does not exist" in one_line_error(
+        txmq(cluster, "consume", "--topic", "nowhere", "--count", "1", "--timeout", "2"), "consume")
+
+    sent = time.monotonic()
+    r = txmq(cluster, "send", "--topic", "pos", "--body", "later", "--delay", "2")
+    assert r.returncode == 0, r.stderr
+    r = txmq(cluster, "consume", "--topic", "pos", "--group", "g", "--count", "1", "--timeout", "20")
+    assert r.returncode == 0 and r.stdout.strip().endswith(": later"), r.stdout
+    assert time.monotonic() - sent >= 2.0
+
+
+class Undecided:
+    def execute_local_transaction(self, msg, arg):
+        return LocalTransactionState.UNKNOWN
+
+    def check_local_transaction(self, msg):
+        return LocalTransactionState.UNKNOWN
+
+
+def test_tx_show_operator_commit_and_readable_stats(cluster):
+    broker = cluster.start_broker(conf={"grpcPort": -1, "transactionTimeOut": 600_000})
+    assert txmq(cluster, "topic", "create", "otx", "--queues", "1").returncode == 0
+    cluster.wait_route("otx")
+    with TransactionProducer("otx_p", Undecided(), cluster.namesrv_addr) as producer:
+        first = producer.send_message_in_transaction(Message("otx", b"stuck body", properties={"order": "7"}))
+        second = producer.send_message_in_transaction(Message("otx", b"second"))
+    r = txmq(cluster, "tx", "show", first.transaction_id)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^body:\s+stuck body$", r.stdout, re.M) and re.search(r"^property:\s+order=7$", r.stdout, re.M)
+    assert re.search(r"^state:\s+PENDING$", r.stdout, re.M), r.stdout
+
+    r = txmq(cluster, "tx", "commit", first.transaction_id)
+    assert r.returncode == 0 and "committed on broker-a by an operator" in r.stdout, r.stderr
+    assert "already committed (the first decision wins)" in one_line_error(
+        txmq(cluster, "tx", "rollback", first.transaction_id), "tx")
+    r = txmq(cluster, "tx", "rollback", second.transaction_id)
+    assert r.returncode == 0 and "rolled back" in r.stdout
+    r = txmq(cluster, "consume", "--topic", "otx", "--group", "otx_g", "--count", "1", "--timeout", "20")
+    assert r.returncode == 0 and r.stdout.strip().endswith(": stuck body")
+    r = txmq(cluster, "consume", "--topic", "otx", "--group", "otx_g", "--count", "1", "--timeout", "2")
+    assert r.returncode == 2  # the rolled-back one never shows
+    assert "operator decision: COMMIT" in broker.log_path.read_text()
+
+    r = txmq(cluster, "stats")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"in [\d.,]+ msg/s, out [\d.,]+ msg/s \(last minute\); commit log [\d.]+ (B|KiB|MiB)", r.stdout)
+    assert "commits=1 rollbacks=1" in r.stdout
+
+
+def test_repository_files():
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        assert "DESIGN.md" not in text and "STYLE.md" not in text, doc
+        for target in re.findall(r"\]\(([^)#:]+\.md)\)", text):
+            assert (doc.parent / target).exists(), (doc, target)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    c.start_namesrv()
+    try:
+        yield c
+    finally:
+        c.close()

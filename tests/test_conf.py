@@ -1,0 +1,54 @@
+"""broker.conf as Java properties, and config values checked when read (issue 16)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from txmq.broker.config import BrokerConfig, config_properties
+from txmq.conf import parse_properties
+from txmq.errors import InvalidMessageError
+from txmq.message import Message, MessageConst
+
+
+def test_java_properties_rules():
+    text = ("# comment\n  ! another\n\na=1\nb : two words\nc  3\nlong = one, \\\n       two, \\\n  three\n"
+            "path=C:\\\\dir\\tx\nk\\=y = v\nu=\\u00e9\nodd\\\\\nx=1\nempty=\n")
+    assert parse_properties(text) == {"a": "1", "b": "two words", "c": "3", "long": "one, two, three",
+                                      "path": "C:\\dir\tx", "k=y": "v", "u": "é", "odd\\": "", "x": "1", "empty": ""}
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"listenPort": "abc"}, "config listenPort: 'abc' is not an integer"),
+    ({"flushDiskType": "SYNC"}, "config flushDiskType: 'SYNC' is not one of ASYNC_FLUSH, SYNC_FLUSH"),
+    ({"autoCreateTopicEnable": "yes"}, "config autoCreateTopicEnable: 'yes' is not true or false"),
+    ({"metricsExporterType": "OTLP"}, "config metricsExporterType: 'OTLP' is not one of DISABLE, PROM"),
+])
+def test_bad_values_name_the_key(values, message):
+    with pytest.raises(ValueError) as err:
+        BrokerConfig().update(values)
+    assert str(err.value) == message
+
+
+def test_unknown_keys_are_warned_once(caplog):
+    BrokerConfig().update({"brokerName": "b", "fooKey": "1", "barKey": "2"})
+    warnings = [r.getMessage() for r in caplog.records if "unknown" in r.getMessage()]
+    assert warnings == ["unknown broker config keys ignored: barKey, fooKey (docs/configuration.md lists the keys "
+                        "txmq reads)"]
+
+
+def test_every_key_is_documented():
+    doc = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    missing = [k for k in config_properties(BrokerConfig()) if f"| `{k}` |" not in doc]
+    assert not missing
+
+
+def test_message_delay_level_setter():
+    m = Message("t", b"x")
+    m.delay_time_level = 3
+    assert m.properties[MessageConst.DELAY_TIME_LEVEL] == "3" and m.delay_time_level == 3
+    m.delay_time_level = 0
+    assert MessageConst.DELAY_TIME_LEVEL not in m.properties
+    with pytest.raises(InvalidMessageError):
+        m.delay_time_level = -1
