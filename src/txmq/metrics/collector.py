@@ -82,7 +82,6 @@ class BrokerCollector(Collector):
             labels = [*node, topic, kind]
             msgs_in.add_metric(labels, put.messages)
             bytes_in.add_metric(labels, put.bytes)
-            assert isinstance(size, HistogramMetricFamily)
             size.add_metric(labels, _buckets(MESSAGE_SIZE_BUCKETS, put.size_buckets), sum_value=put.bytes)
         msgs_out = self._family(CounterMetricFamily, "rocketmq_messages_out", "Messages consumed (pulled)",
                                 ("topic", "consumer_group"))
