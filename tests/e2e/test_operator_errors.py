@@ -61,7 +61,7 @@ def test_conf_read_as_properties_fresh_store_and_log_level(cluster, tmp_path):
     broker.stop()
     text = log.read_text()
     assert text.count("unknown broker config keys ignored: barKey, fooKey") == 1
-    assert "broker props-broker listening" in text
+    assert "broker props-broker id 0 listening" in text
     assert "new store" in text and "unclean" not in text
     broker.start()
     broker.stop()

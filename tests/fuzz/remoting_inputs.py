@@ -48,6 +48,7 @@ class Input:
     data: bytes
     answers: int  # responses a correct server owes before the connection is closed
     must_close: bool  # the bytes break the protocol: the server must close the connection
+    code: int | None = None  # the request code of a well-framed request
 
 
 def expectation(data: bytes) -> tuple[int, bool]:
@@ -208,7 +209,8 @@ class RemotingFuzzer:
         except Exception:  # a value the binary header cannot carry (a 70 KB value over 2 bytes, say): send JSON
             cmd.serialize_type = SerializeType.JSON
             data = encode_command(cmd)
-        return make_input(f"request-{'json' if cmd.serialize_type == SerializeType.JSON else 'binary'}", data)
+        return make_input(f"request-{'json' if cmd.serialize_type == SerializeType.JSON else 'binary'}", data,
+                          cmd.code)
 
     # --- broken frames --------------------------------------------------------------------------------
 
@@ -286,10 +288,10 @@ class RemotingFuzzer:
         return b"".join(frames)
 
 
-def make_input(kind: str, data: bytes) -> Input:
+def make_input(kind: str, data: bytes, code: int | None = None) -> Input:
     assert HALF_MARKER not in data
     answers, must_close = expectation(data)
-    return Input(kind, data, answers, must_close)
+    return Input(kind, data, answers, must_close, code)
 
 
 # --- templates: valid requests of the codes txmq serves, for mutation ---------------------------------

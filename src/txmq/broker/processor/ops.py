@@ -27,6 +27,7 @@ from txmq.remoting.admin_headers import (
     TopicRequestHeader,
     ViewBrokerStatsDataRequestHeader,
 )
+from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode, language_from_code, language_from_name
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
@@ -228,7 +229,7 @@ class OpsProcessor:
     # --- subscription groups --------------------------------------------------------------------------
 
     def _update_group(self, cmd: RemotingCommand) -> RemotingCommand:
-        cfg = SubscriptionGroupConfig.from_json(orjson.loads(cmd.body))
+        cfg = read_body(cmd.body, SubscriptionGroupConfig.from_json, "a subscription group config")
         self.broker.subscription_group_manager.update(cfg)
         log.info("subscription group %s updated: %s", cfg.group_name, cfg)
         return _answer(cmd)
