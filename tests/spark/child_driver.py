@@ -31,7 +31,6 @@ def main() -> int:
     df = (spark.readStream.format("txmq").option("namesrv", cfg["namesrv"]).option("topic", cfg["source"])
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", cfg.get("maxOffsetsPerTrigger", 50))
           .load())
-    responder = None
     if cfg["sink"] == "parquet":
         writer = df.writeStream.format("parquet").option("path", cfg["out"])
     else:
@@ -39,13 +38,9 @@ def main() -> int:
         writer = (df.writeStream.format("txmq").option("namesrv", cfg["namesrv"]).option("topic", cfg["out"])
                   .option("deliveryGuarantee", cfg.get("guarantee", "exactly-once"))
                   .option("checkImmunitySeconds", 1))
-        if cfg.get("guarantee", "exactly-once") == "exactly-once":
-            responder = txmq.spark.start_check_responder(cfg["namesrv"], cfg["checkpoint"])
     query = writer.option("checkpointLocation", cfg["checkpoint"]).trigger(availableNow=True).start()
     print("query started", flush=True)
     query.awaitTermination()
-    if responder is not None:
-        responder.shutdown()
     spark.stop()
     print("query done", flush=True)
     return 0
