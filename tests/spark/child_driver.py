@@ -1,7 +1,8 @@
 """A Spark driver in its own process, so a test can SIGKILL it (with its JVM) mid-query and start it again.
 
     python child_driver.py '{"namesrv": ..., "source": "topic", "sink": "parquet"|"txmq", "out": path-or-topic,
-                             "checkpoint": dir, "guarantee": "exactly-once", "maxOffsetsPerTrigger": 50}'
+                             "checkpoint": dir, "guarantee": "exactly-once", "maxOffsetsPerTrigger": 50,
+                             "sinkOptions": {"rowsPerHalf": 5}}'
 
 Runs one streaming query with trigger availableNow from the txmq topic ``source`` into Parquet or into the txmq
 topic ``out``, and exits 0 when it is done.
@@ -37,7 +38,7 @@ def main() -> int:
         df = df.selectExpr("body", "keys")
         writer = (df.writeStream.format("txmq").option("namesrv", cfg["namesrv"]).option("topic", cfg["out"])
                   .option("deliveryGuarantee", cfg.get("guarantee", "exactly-once"))
-                  .option("checkImmunitySeconds", 1))
+                  .options(**{"checkImmunitySeconds": 1, **cfg.get("sinkOptions", {})}))
     query = writer.option("checkpointLocation", cfg["checkpoint"]).trigger(availableNow=True).start()
     print("query started", flush=True)
     query.awaitTermination()

@@ -64,14 +64,15 @@ RETENTION_CONF = {**BROKER_CONF, "mappedFileSizeCommitLog": 64 * 1024, "fileRese
 
 
 @pytest.fixture(scope="session")
-def two_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A second name server with two brokers: ``broker-r`` deletes old segments within seconds, ``broker-s``
-    keeps them (as the session's broker-a does)."""
-    c = Cluster(tmp_path_factory.mktemp("txmq2"))
+def three_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A second name server with three brokers: ``broker-r`` deletes old segments within seconds, ``broker-s``
+    and ``broker-t`` keep them (as the session's broker-a does)."""
+    c = Cluster(tmp_path_factory.mktemp("txmq3"))
     try:
         c.start_namesrv()
         c.start_broker("broker-r", RETENTION_CONF)
         c.start_broker("broker-s", BROKER_CONF)
+        c.start_broker("broker-t", BROKER_CONF)
         yield c
     finally:
         c.close()

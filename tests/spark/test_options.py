@@ -176,22 +176,22 @@ def _wait_segment_removed(cluster: Any, topic: str, broker: str) -> int:
     raise TimeoutError("retention removed nothing")
 
 
-def test_fail_on_data_loss_both_ways_after_retention(spark: Any, two_brokers: Any, tmp_path: Path) -> None:
-    create_topic(two_brokers, "sp-loss", 1, ["broker-r"])
+def test_fail_on_data_loss_both_ways_after_retention(spark: Any, three_brokers: Any, tmp_path: Path) -> None:
+    create_topic(three_brokers, "sp-loss", 1, ["broker-r"])
     bodies = [f"{i:04d}-" + "x" * 1000 for i in range(300)]  # ≈ 300 KiB: several 64 KiB segments
-    _send(two_brokers, "sp-loss", bodies)
-    low = _wait_segment_removed(two_brokers, "sp-loss", "broker-r")
+    _send(three_brokers, "sp-loss", bodies)
+    low = _wait_segment_removed(three_brokers, "sp-loss", "broker-r")
     start = json.dumps({"sp-loss": {"broker-r:0": 0}})
     # batch: offsets named below the queue's min
     with pytest.raises(Exception, match=r"retention removed messages before the query read them: sp-loss "
                                         rf"broker-r:0 offsets \[0, {low}\).*failOnDataLoss=false"):
-        _read(spark, two_brokers, topic="sp-loss", startingOffsets=start)
-    kept = _read(spark, two_brokers, topic="sp-loss", startingOffsets=start, failOnDataLoss="false")
+        _read(spark, three_brokers, topic="sp-loss", startingOffsets=start)
+    kept = _read(spark, three_brokers, topic="sp-loss", startingOffsets=start, failOnDataLoss="false")
     assert kept == bodies[low:]
 
     # streaming: a query whose next offsets were removed
     def stream(fail: str, name: str) -> Any:
-        q = (spark.readStream.format("txmq").option("namesrv", two_brokers.namesrv_addr).option("topic", "sp-loss")
+        q = (spark.readStream.format("txmq").option("namesrv", three_brokers.namesrv_addr).option("topic", "sp-loss")
              .option("startingOffsets", start).option("failOnDataLoss", fail).load()
              .writeStream.format("parquet").option("path", str(tmp_path / name))
              .option("checkpointLocation", str(tmp_path / f"ckpt-{name}")).trigger(availableNow=True).start())

@@ -71,7 +71,9 @@ KEY_HASH = "key-hash"
 KEEP_BATCHES = 100  # never pruned: Spark's own default spark.sql.streaming.minBatchesToRetain
 PRUNE_EVERY_BATCHES = 100
 ROWS_PER_END_REQUEST = 10_000
-KILL_HOOK_ENV = "TXMQ_SPARK_TEST_HANG_BEFORE_COMMIT"  # tests: "<marker file>" — hang in commit, before anything
+# Tests: "<batchId|*>:<marker file>" makes the driver's commit write the marker and hang, to be SIGKILLed there:
+KILL_HOOK_ENV = "TXMQ_SPARK_TEST_HANG_BEFORE_COMMIT"  # before anything (the tasks' halves are sent)
+KILL_AFTER_RECORD_ENV = "TXMQ_SPARK_TEST_HANG_AFTER_RECORD"  # past the commit point, before any COMMIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,13 +447,13 @@ def _responder(opts: SinkOptions) -> TransactionProducer:
 _commit_lock = threading.Lock()
 
 
-def _test_hook(batch_id: int) -> None:
-    marker = os.environ.get(KILL_HOOK_ENV)
+def _test_hook(env: str, batch_id: int) -> None:
+    marker = os.environ.get(env)
     if marker:
         want, _, path = marker.partition(":")
         if want == str(batch_id) or want == "*":
             Path(path).write_text(str(os.getpid()))
-            time.sleep(3600)  # the test kills the driver while the tasks' sends are done and nothing is committed
+            time.sleep(3600)  # the test SIGKILLs the driver here
 
 
 class TxmqBatchWriter(DataSourceArrowWriter):
@@ -480,7 +482,7 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
         return write_partition(self.opts, iterator, transactional=self.exactly_once, run_id=self.run_id)
 
     def commit(self, messages: list[SinkCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
-        _test_hook(batchId)
+        _test_hook(KILL_HOOK_ENV, batchId)
         if not self.exactly_once:
             return
         assert self.opts.log_dir is not None
@@ -502,6 +504,7 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
                 return
             run = next((m.run for m in got if m.run), "")
             sink_log.record_commit(batchId, run, got)  # the commit point
+            _test_hook(KILL_AFTER_RECORD_ENV, batchId)
             started = time.monotonic()
             left = end_halves(producer, got, commit=True)
             log.info("batch %d committed: %d rows, their halves ended in %.2fs", batchId, sum(m.rows for m in got),
