@@ -188,6 +188,10 @@ def test_fail_on_data_loss_both_ways_after_retention(spark: Any, three_brokers: 
         _read(spark, three_brokers, topic="sp-loss", startingOffsets=start)
     kept = _read(spark, three_brokers, topic="sp-loss", startingOffsets=start, failOnDataLoss="false")
     assert kept == bodies[low:]
+    # the stream reader counts what it skipped
+    reader = TxmqStreamReader({"namesrv": three_brokers.namesrv_addr, "topic": "sp-loss", "failOnDataLoss": "false"})
+    parts = reader.partitions({"sp-loss": {"broker-r:0": 0}}, {"sp-loss": {"broker-r:0": 300}})
+    assert reader.skipped == parts[0].start >= low and parts[-1].end == 300
 
     # streaming: a query whose next offsets were removed
     def stream(fail: str, name: str) -> Any:
