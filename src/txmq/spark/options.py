@@ -73,10 +73,14 @@ class Options:
             raise OptionError(f"{name} must be true or false, not {raw!r}")
         return raw.lower() == "true"
 
-    def number(self, name: str, default: int | None, minimum: int = 1) -> int | None:
+    def number(self, name: str, default: int, minimum: int = 1) -> int:
+        value = self.optional_number(name, minimum)
+        return default if value is None else value
+
+    def optional_number(self, name: str, minimum: int = 1) -> int | None:
         raw = self.values.get(name)
         if raw is None:
-            return default
+            return None
         try:
             value = int(raw)
         except ValueError:

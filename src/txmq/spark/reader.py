@@ -2,7 +2,8 @@
 
 Spark's driver asks the name server for the queues of each topic and the brokers for their offsets; each
 input partition is one queue's offset range (split when larger than ``maxRowsPerPartition``). Executors pull
-that range with bounded pulls (``pullBatchSize`` ≤ 256 messages) and yield ``pyarrow.RecordBatch``es.
+that range with bounded pulls (``pullBatchSize`` ≤ 256 messages, filtered by ``tags``; the next pull in flight
+while the last one is turned into columns) and yield ``pyarrow.RecordBatch``es.
 
 Only committed messages are read: a real topic's queues hold nothing else. Half messages live in
 ``RMQ_SYS_TRANS_HALF_TOPIC``, which the broker never serves to consumers; with ``includeSystemTopics=true``
@@ -10,7 +11,9 @@ the reader may name the discard topic (``TRANS_CHECK_MAX_TIME_TOPIC``) and, on a
 ``auditReadSystemTopicsEnable=true``, the half and op topics (for audit jobs).
 
 Offsets, in the checkpoint and in ``startingOffsets``/``endingOffsets``: ``{"topic": {"broker:queueId": n}}``,
-``n`` being the next queue offset to read (-2 earliest, -1 latest in options).
+``n`` being the next queue offset to read (-2 earliest, -1 latest in options); by store time with Kafka's
+``*Timestamp`` options. Offsets that retention removed before they were read fail the query
+(``failOnDataLoss=true``, Kafka's default) or are skipped and counted.
 """
 
 from __future__ import annotations

@@ -109,10 +109,10 @@ class SinkOptions:
         digest = hashlib.sha1((log_dir or "").encode()).hexdigest()[:12]
         return cls(namesrv=opts.namesrv(), topic=opts.get("topic"), guarantee=guarantee,
                    group=opts.get("producerGroup") or f"txmq-spark-sink-{digest}", log_dir=log_dir,
-                   check_immunity_s=opts.number("checkImmunitySeconds", 60, minimum=0) or 0,
-                   max_in_flight=opts.number("maxInFlight", 2048) or 2048,
+                   check_immunity_s=opts.number("checkImmunitySeconds", 60, minimum=0),
+                   max_in_flight=opts.number("maxInFlight", 2048),
                    log_retention_ms=int(float(opts.get("sinkLogRetentionMinutes") or 1440) * 60_000),
-                   rows_per_half=opts.number("rowsPerHalf", 1000) or 1000,
+                   rows_per_half=opts.number("rowsPerHalf", 1000),
                    key_hash=selector == KEY_HASH)
 
 
