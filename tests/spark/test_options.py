@@ -208,3 +208,26 @@ def test_fail_on_data_loss_both_ways_after_retention(spark: Any, three_brokers: 
     assert ok.exception() is None
     got = sorted(bytes(r.body).decode() for r in spark.read.parquet(str(tmp_path / "lenient")).collect())
     assert got == bodies[low:]
+
+
+def test_exactly_once_sink_keeps_a_keys_order_across_halves(spark: Any, txmq_cluster: Any, tmp_path: Path) -> None:
+    """Key-hashed rows of one task in many halves (7 rows each): the driver ends them in the order sent."""
+    create_topic(txmq_cluster, "sp-ord-in", 1)  # one queue: one task, rows in order
+    create_topic(txmq_cluster, "sp-ord-out", 4)
+    keyed = [(f"k{i % 3}", f"k{i % 3}-{i:03d}") for i in range(150)]
+    with Producer("opt-sp-ord-in", txmq_cluster.namesrv_addr) as p:
+        for key, body in keyed:
+            p.send(Message("sp-ord-in", body.encode(), keys=key))
+    q = (spark.readStream.format("txmq").option("namesrv", txmq_cluster.namesrv_addr).option("topic", "sp-ord-in")
+         .option("startingOffsets", "earliest").load().select("body", "keys")
+         .writeStream.format("txmq").option("namesrv", txmq_cluster.namesrv_addr).option("topic", "sp-ord-out")
+         .option("queueSelector", "key-hash").option("rowsPerHalf", 7)
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    got = spark.read.format("txmq").option("namesrv", txmq_cluster.namesrv_addr).option("topic", "sp-ord-out") \
+        .load().select("keys", "body", "queue_id", "queue_offset", "transaction_id").collect()
+    assert len(got) == 150 and all(r.transaction_id for r in got)  # committed halves
+    for key in ("k0", "k1", "k2"):
+        mine = sorted((r for r in got if r.keys == key), key=lambda r: r.queue_offset)
+        assert len({r.queue_id for r in mine}) == 1
+        assert [bytes(r.body).decode() for r in mine] == [b for k, b in keyed if k == key]
