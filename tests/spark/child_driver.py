@@ -1,7 +1,8 @@
 """A Spark driver in its own process, so a test can SIGKILL it (with its JVM) mid-query and start it again.
 
     python child_driver.py '{"namesrv": ..., "source": "topic", "sink": "parquet"|"txmq", "out": path-or-topic,
-                             "checkpoint": dir, "guarantee": "exactly-once", "maxOffsetsPerTrigger": 50}'
+                             "checkpoint": dir, "guarantee": "exactly-once", "maxOffsetsPerTrigger": 50,
+                             "sinkOptions": {"rowsPerHalf": 5}}'
 
 Runs one streaming query with trigger availableNow from the txmq topic ``source`` into Parquet or into the txmq
 topic ``out``, and exits 0 when it is done.
@@ -31,21 +32,16 @@ def main() -> int:
     df = (spark.readStream.format("txmq").option("namesrv", cfg["namesrv"]).option("topic", cfg["source"])
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", cfg.get("maxOffsetsPerTrigger", 50))
           .load())
-    responder = None
     if cfg["sink"] == "parquet":
         writer = df.writeStream.format("parquet").option("path", cfg["out"])
     else:
         df = df.selectExpr("body", "keys")
         writer = (df.writeStream.format("txmq").option("namesrv", cfg["namesrv"]).option("topic", cfg["out"])
                   .option("deliveryGuarantee", cfg.get("guarantee", "exactly-once"))
-                  .option("checkImmunitySeconds", 1))
-        if cfg.get("guarantee", "exactly-once") == "exactly-once":
-            responder = txmq.spark.start_check_responder(cfg["namesrv"], cfg["checkpoint"])
+                  .options(**{"checkImmunitySeconds": 1, **cfg.get("sinkOptions", {})}))
     query = writer.option("checkpointLocation", cfg["checkpoint"]).trigger(availableNow=True).start()
     print("query started", flush=True)
     query.awaitTermination()
-    if responder is not None:
-        responder.shutdown()
     spark.stop()
     print("query done", flush=True)
     return 0

@@ -58,6 +58,26 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.stop()
 
 
+# Retention within seconds: 64 KiB commit-log segments kept about a second (fileReservedTime is in hours; the
+# store's cleaner runs every 10 s and spares what its 3 s checkpoint does not cover yet).
+RETENTION_CONF = {**BROKER_CONF, "mappedFileSizeCommitLog": 64 * 1024, "fileReservedTime": 0.0003}
+
+
+@pytest.fixture(scope="session")
+def three_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A second name server with three brokers: ``broker-r`` deletes old segments within seconds, ``broker-s``
+    and ``broker-t`` keep them (as the session's broker-a does)."""
+    c = Cluster(tmp_path_factory.mktemp("txmq3"))
+    try:
+        c.start_namesrv()
+        c.start_broker("broker-r", RETENTION_CONF)
+        c.start_broker("broker-s", BROKER_CONF)
+        c.start_broker("broker-t", BROKER_CONF)
+        yield c
+    finally:
+        c.close()
+
+
 def wait_no_pending(cluster: Cluster, topic: str, timeout: float = 60.0) -> None:
     """Until the broker has no undecided transaction for ``topic``."""
     from txmq import Admin
@@ -72,11 +92,11 @@ def wait_no_pending(cluster: Cluster, topic: str, timeout: float = 60.0) -> None
     raise TimeoutError(f"transactions of {topic} still pending: {stats}")
 
 
-def create_topic(cluster: Cluster, topic: str, queues: int = 4) -> None:
+def create_topic(cluster: Cluster, topic: str, queues: int = 4, brokers: list[str] | None = None) -> None:
     from txmq import Admin
 
     with Admin(cluster.namesrv_addr) as admin:
-        admin.create_topic(topic, queues)
+        admin.create_topic(topic, queues, brokers)
     cluster.wait_route(topic)
 
 

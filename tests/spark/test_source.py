@@ -99,6 +99,9 @@ def test_stream_available_now_restarts_from_checkpoint(spark: Any, txmq_cluster:
 
     q = run()
     assert q.lastProgress is not None and q.lastProgress["sources"][0]["numInputRows"] <= 15
+    # how far behind: the queues' latest offsets beside the batch's end (reportLatestOffset)
+    source = q.lastProgress["sources"][0]
+    assert json.loads(source["latestOffset"]) == json.loads(source["endOffset"])  # availableNow read them all
     first = spark.read.parquet(out).count()
     assert first == len(expected)
     # more messages, and two new queues on the topic

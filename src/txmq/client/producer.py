@@ -274,19 +274,25 @@ class Producer(ClientBase):
         """Send with no answer expected (no retry, no result): fastest and least safe."""
         self._call(self._send(msg, oneway=True))
 
-    def send_batch(self, msgs: Sequence[Message]) -> SendResult:
-        """Several messages of one topic in one request; they get consecutive offsets in one queue."""
+    def send_batch(self, msgs: Sequence[Message], queue: MessageQueue | None = None) -> SendResult:
+        """Several messages of one topic in one request; they get consecutive offsets in one queue (``queue``
+        when given: then without retry on another queue, as an orderly send)."""
         _check_batch(msgs)
-        return self._call(self._send(msgs[0], batch=list(msgs)))
+        return self._call(self._send(msgs[0], batch=list(msgs), queue=queue))
+
+    def publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The queues a send of ``topic`` may go to, as the route has them."""
+        return self._call(self._publish_queues(topic))
 
     def send_half_batch_async(self, msgs: Sequence[Message], producer_group: str,
-                              properties: Mapping[str, str] | None = None) -> SendFuture:
+                              properties: Mapping[str, str] | None = None,
+                              queue: MessageQueue | None = None) -> SendFuture:
         """Send ``msgs`` (one topic) as one half message: one transaction for them all (txmq beyond RocketMQ,
         whose broker refuses transactional batches). A ``TransactionProducer`` of ``producer_group`` ends it
         (``HalfMessageRef.of(result)``) and answers its check-back; the half it is asked about carries
         ``properties`` and the batch as its body. On COMMIT each message becomes a real message of its own, with
         its own ``UNIQ_KEY``. The result's ``msg_id`` and ``transaction_id`` are the batch's transaction id.
-        Blocks only while ``max_in_flight`` sends are unanswered."""
+        ``queue``: that queue, without retry on another. Blocks only while ``max_in_flight`` sends are unanswered."""
         _check_batch(msgs)
         if any(m.properties.get(MessageConst.TRANSACTION_PREPARED) == "true" for m in msgs):
             raise InvalidMessageError("a half batch carries plain messages, not half messages")
@@ -295,7 +301,7 @@ class Producer(ClientBase):
                  MessageConst.PRODUCER_GROUP: producer_group}
         props.setdefault(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_id())
         runtime, fut = self._window_slot()
-        runtime.post(self._send(msgs[0], batch=list(msgs), batch_properties=props)).add_done_callback(
+        runtime.post(self._send(msgs[0], batch=list(msgs), batch_properties=props, queue=queue)).add_done_callback(
             functools.partial(_settle_from, fut))
         return fut
 

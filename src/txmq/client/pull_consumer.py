@@ -101,3 +101,11 @@ class PullConsumer(ClientBase):
 
     def min_offset(self, mq: MessageQueue) -> int:
         return int(self._offset_request(RequestCode.GET_MIN_OFFSET, mq).ext_fields.get("offset", "0"))
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset of ``mq`` stored at or after ``timestamp_ms``, its max offset when none is
+        (SEARCH_OFFSET_BY_TIMESTAMP)."""
+        resp = self._offset_request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, {"timestamp": str(timestamp_ms)})
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark)
+        return int(resp.ext_fields["offset"])

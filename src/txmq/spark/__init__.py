@@ -55,6 +55,9 @@ class TxmqDataSource(DataSource):
         return TxmqStreamReader(self.options)
 
     def writer(self, schema: Any, overwrite: bool) -> TxmqBatchWriter:
+        if overwrite:  # a topic is a log: nothing in it can be replaced (Spark refuses ErrorIfExists and Ignore)
+            raise OptionError('save mode Overwrite is not allowed for txmq: a topic is an append-only log; use '
+                              'mode("append")')
         return TxmqBatchWriter(self.options)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> TxmqStreamWriter:

@@ -1,75 +1,37 @@
-"""What the reader and the writers share: options, the row schema, offsets as Spark's Kafka options spell
-them, and a small cache of txmq clients per Python worker (workers are reused between tasks)."""
+"""What the reader and the writers share: the row schema, the source's options as parsed, and a small cache of
+txmq clients per Python worker (workers are reused between tasks)."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import json
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from txmq.spark.options import (
+    SOURCE,
+    OptionError,
+    Options,
+    Spec,
+    bound_spec,
+    duration_ms,
+    parse_assign,
+)
 from txmq.topic import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
 )
 
-# The reader's columns (docs/spark.md). Timestamps are Spark TIMESTAMP (UTC), from the broker's milliseconds.
+# The reader's columns (DESIGN.md §2). Timestamps are Spark TIMESTAMP (UTC), from the broker's milliseconds.
 SCHEMA_DDL = (
     "topic string, queue_id int, queue_offset long, msg_id string, keys string, tags string, body binary, "
     "properties map<string,string>, born_timestamp timestamp, store_timestamp timestamp, transaction_id string"
 )
 
-EARLIEST = -2
-LATEST = -1
 AUDIT_TOPICS = frozenset({RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC})
-
-
-class OptionError(ValueError):
-    """An option of the txmq data source is missing or malformed (the user's fault)."""
-
-
-def queue_key(broker: str, queue_id: int) -> str:
-    return f"{broker}:{queue_id}"
-
-
-def split_key(key: str) -> tuple[str, int]:
-    broker, _, qid = key.rpartition(":")
-    if not broker or not qid.lstrip("-").isdigit():
-        raise OptionError(f"offset key {key!r} is not 'brokerName:queueId'")
-    return broker, int(qid)
-
-
-def namesrv_option(options: Any) -> str:
-    """The ``namesrv`` option (alias ``namesrvAddr``), which every reader and writer needs."""
-    namesrv = options.get("namesrv") or options.get("namesrvAddr")
-    if not namesrv:
-        raise OptionError("option 'namesrv' (host:port of the txmq name server) is required")
-    return str(namesrv)
-
-
-def parse_offsets(text: str | None, default: str) -> str | dict[str, dict[str, int]]:
-    """``earliest``, ``latest`` or ``{"topic": {"broker-a:0": 12, "broker-a:1": -2}}`` (-2 earliest, -1 latest)."""
-    text = (text or default).strip()
-    if text in ("earliest", "latest"):
-        return text
-    try:
-        raw = json.loads(text)
-    except ValueError as exc:
-        raise OptionError(f"offsets must be 'earliest', 'latest' or JSON: {exc}") from None
-    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-        raise OptionError('offsets JSON must look like {"topic": {"broker-a:0": 12}}')
-    out: dict[str, dict[str, int]] = {}
-    for topic, queues in raw.items():
-        out[topic] = {}
-        for key, off in queues.items():
-            split_key(key)
-            if not isinstance(off, int) or off < EARLIEST:
-                raise OptionError(f"offset of {topic} {key} must be an integer >= -2, not {off!r}")
-            out[topic][key] = off
-    return out
 
 
 _C = TypeVar("_C")
@@ -91,7 +53,7 @@ class ClientSecurity:
         ak, sk = options.get("accessKey") or "", options.get("secretKey") or ""
         if bool(ak) != bool(sk):
             raise OptionError("options accessKey and secretKey go together")
-        tls = str(options.get("tls", "false")).lower() == "true"
+        tls = str(options.get("tls") or "false").lower() == "true"
         return cls(ak, sk, (options.get("tlsTrustCertPath") or "") if tls else None)
 
     def apply(self, client: _C) -> _C:
@@ -109,38 +71,58 @@ class ClientSecurity:
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     namesrv: str
-    topics: tuple[str, ...]
-    starting: str | dict[str, dict[str, int]]
-    ending: str | dict[str, dict[str, int]]
+    topics: tuple[str, ...]  # empty with ``pattern``: the topics are listed at the name server
+    pattern: re.Pattern[str] | None
+    assign: dict[str, set[str | int]] | None
+    starting: Spec
+    ending: Spec
+    fail_on_data_loss: bool
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
     max_rows_per_partition: int
     pull_batch_size: int
     include_system_topics: bool
     group: str
+    tags: str
     security: ClientSecurity
 
     @classmethod
     def parse(cls, options: Any, streaming: bool) -> SourceOptions:
-        namesrv = namesrv_option(options)
-        raw = options.get("topic") or options.get("topics") or options.get("subscribe")
-        if not raw:
-            raise OptionError("option 'topic' (one topic, or several separated by commas) is required")
-        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
-        include_system = str(options.get("includeSystemTopics", "false")).lower() == "true"
+        opts = Options(options, SOURCE, "source")
+        topic, pattern, assign = opts.get("topic"), opts.get("subscribePattern"), opts.get("assign")
+        if sum(x is not None for x in (topic, pattern, assign)) != 1:
+            raise OptionError("give exactly one of 'topic' (alias subscribe: topics separated by commas), "
+                              "'subscribePattern' (a regular expression) or 'assign' (JSON of topics and queues)")
+        assigned = parse_assign(assign) if assign is not None else None
+        topics = tuple(assigned) if assigned else tuple(t.strip() for t in (topic or "").split(",") if t.strip())
+        if topic is not None and not topics:
+            raise OptionError("option 'topic' names no topic")
+        try:
+            compiled = re.compile(pattern) if pattern is not None else None
+        except re.error as exc:
+            raise OptionError(f"subscribePattern is not a regular expression: {exc}") from None
+        include_system = opts.flag("includeSystemTopics", False)
         hidden = [t for t in topics if t in AUDIT_TOPICS]
         if hidden and not include_system:
             raise OptionError(f"{hidden} are txmq system topics: set includeSystemTopics=true to read them (audit)")
-        mopt = options.get("maxOffsetsPerTrigger")
+        ending = bound_spec(opts, "ending", "latest")
+        if streaming and ending != "latest":
+            raise OptionError("endingOffsets, endingTimestamp and endingOffsetsByTimestamp are for batch queries")
+        delay = opts.get("maxTriggerDelay")
         return cls(
-            namesrv=namesrv, topics=topics,
-            starting=parse_offsets(options.get("startingOffsets"), "latest" if streaming else "earliest"),
-            ending=parse_offsets(options.get("endingOffsets"), "latest"),
-            max_offsets_per_trigger=int(mopt) if mopt else None,
-            max_rows_per_partition=int(options.get("maxRowsPerPartition", 100_000)),
-            pull_batch_size=min(256, int(options.get("pullBatchSize", 256))),
+            namesrv=opts.namesrv(), topics=topics, pattern=compiled, assign=assigned,
+            starting=bound_spec(opts, "starting", "latest" if streaming else "earliest"), ending=ending,
+            fail_on_data_loss=opts.flag("failOnDataLoss", True),
+            max_offsets_per_trigger=opts.optional_number("maxOffsetsPerTrigger"),
+            min_offsets_per_trigger=opts.optional_number("minOffsetsPerTrigger"),
+            max_trigger_delay_ms=duration_ms("maxTriggerDelay", delay) if delay else 15 * 60_000,
+            max_rows_per_partition=opts.number("maxRowsPerPartition", 100_000),
+            pull_batch_size=min(256, opts.number("pullBatchSize", 256)),
             include_system_topics=include_system,
-            group=options.get("group", "txmq-spark-reader"),
-            security=ClientSecurity.parse(options),
+            group=opts.get("group") or "txmq-spark-reader",
+            tags=(opts.get("tags") or "*").strip() or "*",
+            security=ClientSecurity.parse(opts),
         )
 
 

@@ -2,20 +2,26 @@
 
 Spark's driver asks the name server for the queues of each topic and the brokers for their offsets; each
 input partition is one queue's offset range (split when larger than ``maxRowsPerPartition``). Executors pull
-that range with bounded pulls (``pullBatchSize`` ≤ 256 messages) and yield ``pyarrow.RecordBatch``es.
+that range with bounded pulls (``pullBatchSize`` ≤ 256 messages, filtered by ``tags``; the next pull in flight
+while the last one is turned into columns) and yield ``pyarrow.RecordBatch``es.
 
 Only committed messages are read: a real topic's queues hold nothing else. Half messages live in
-``RMQ_SYS_TRANS_HALF_TOPIC``, which the broker never serves to consumers, nor the op and discard topics
-(``TRANS_CHECK_MAX_TIME_TOPIC``); ``includeSystemTopics=true`` only lets the reader name them.
+``RMQ_SYS_TRANS_HALF_TOPIC``, which the broker never serves to consumers; with ``includeSystemTopics=true``
+the reader may name the discard topic (``TRANS_CHECK_MAX_TIME_TOPIC``) and, on a broker started with
+``auditReadSystemTopicsEnable=true``, the half and op topics (for audit jobs).
 
 Offsets, in the checkpoint and in ``startingOffsets``/``endingOffsets``: ``{"topic": {"broker:queueId": n}}``,
-``n`` being the next queue offset to read (-2 earliest, -1 latest in options).
+``n`` being the next queue offset to read (-2 earliest, -1 latest in options); by store time with Kafka's
+``*Timestamp`` options. Offsets that retention removed before they were read fail the query
+(``failOnDataLoss=true``, Kafka's default) or are skipped and counted.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,23 +35,23 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from txmq.client.instance import MessageQueue
-from txmq.client.pull_consumer import PullConsumer, PullStatus
+from txmq.client.pull_consumer import PullConsumer, PullResult, PullStatus
 from txmq.errors import BrokerError, ClientError
 from txmq.message import MessageConst, MessageSysFlag
-from txmq.spark._common import (
-    AUDIT_TOPICS,
+from txmq.spark._common import AUDIT_TOPICS, ClientSecurity, SourceOptions, cached_client, drop_client
+from txmq.spark.options import (
     EARLIEST,
     LATEST,
-    ClientSecurity,
-    OptionError,
-    SourceOptions,
-    cached_client,
-    drop_client,
+    ByTime,
+    DataLossError,
+    Offsets,
+    Spec,
     queue_key,
     split_key,
 )
+from txmq.topic import is_system_topic
 
-Offsets = dict[str, dict[str, int]]
+log = logging.getLogger("txmq.spark")
 
 ARROW_SCHEMA = pa.schema([
     ("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()), ("msg_id", pa.string()),
@@ -59,9 +65,10 @@ ROWS_PER_RECORD_BATCH = 4096
 
 @dataclass(frozen=True)
 class QueueRange(InputPartition):
-    """One partition: ``[start, end)`` of one queue."""
+    """One partition: ``[start, end)`` of one queue, and how to read it."""
 
     namesrv: str
+    group: str
     topic: str
     broker: str
     queue_id: int
@@ -69,6 +76,8 @@ class QueueRange(InputPartition):
     end: int
     pull_batch_size: int
     audit: bool
+    tags: str
+    fail_on_data_loss: bool
     security: ClientSecurity
 
 
@@ -84,14 +93,18 @@ def _consumer(namesrv: str, group: str, security: ClientSecurity) -> PullConsume
                          lambda: security.apply(PullConsumer(group, namesrv)))
 
 
-def queue_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]]]:
-    """topic → "broker:qid" → (min offset, max offset) as the brokers have them now."""
-    out: dict[str, dict[str, tuple[int, int]]] = {}
+Bounds = dict[str, dict[str, tuple[int, int]]]
+
+
+def queue_bounds(opts: SourceOptions) -> Bounds:
+    """topic → "broker:qid" → (min offset, max offset) as the brokers have them now, for the topics and queues
+    the options name (``subscribePattern``: the name server's topics that match, system topics never)."""
+    out: Bounds = {}
     for attempt in range(3):
         consumer = _consumer(opts.namesrv, opts.group, opts.security)
         try:
-            for topic in opts.topics:
-                queues = _queues(consumer, opts.namesrv, topic, opts.security)
+            for topic in _topics(opts):
+                queues = [q for q in _queues(consumer, opts.namesrv, topic, opts.security) if _assigned(opts, q)]
                 out[topic] = {queue_key(q.broker_name, q.queue_id): (consumer.min_offset(q), consumer.max_offset(q))
                               for q in queues}
             return out
@@ -101,6 +114,23 @@ def queue_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]]]:
                 raise
             time.sleep(0.5)
     raise AssertionError("unreachable")
+
+
+def _topics(opts: SourceOptions) -> tuple[str, ...]:
+    if opts.pattern is None:
+        return opts.topics
+    from txmq.client.admin import Admin
+
+    with opts.security.apply(Admin(opts.namesrv)) as admin:
+        names = admin.list_topics()
+    return tuple(t for t in names if opts.pattern.fullmatch(t) and not is_system_topic(t))
+
+
+def _assigned(opts: SourceOptions, q: MessageQueue) -> bool:
+    if opts.assign is None:
+        return True
+    wanted = opts.assign[q.topic]
+    return q.queue_id in wanted or queue_key(q.broker_name, q.queue_id) in wanted
 
 
 def _queues(consumer: PullConsumer, namesrv: str, topic: str, security: ClientSecurity) -> list[MessageQueue]:
@@ -119,17 +149,48 @@ def _queues(consumer: PullConsumer, namesrv: str, topic: str, security: ClientSe
     return [MessageQueue(topic, name, 0) for name in sorted(brokers)]
 
 
-def resolve(spec: str | Offsets, bounds: dict[str, dict[str, tuple[int, int]]], for_new: int) -> Offsets:
-    """Offsets for every known queue: named ones from ``spec``, others ``for_new`` (EARLIEST or LATEST)."""
+def resolve(opts: SourceOptions, spec: Spec, bounds: Bounds, for_new: int) -> Offsets:
+    """Offsets for every known queue: named ones from ``spec`` (offsets or store times), others ``for_new``
+    (EARLIEST or LATEST). Offsets named beyond a queue's max are its max; below its min, they stay (a loss that
+    ``check_loss`` reports)."""
     out: Offsets = {}
+    consumer = _consumer(opts.namesrv, opts.group, opts.security) if isinstance(spec, ByTime) else None
     for topic, queues in bounds.items():
-        named = spec.get(topic, {}) if isinstance(spec, dict) else {}
-        default = {"earliest": EARLIEST, "latest": LATEST}.get(spec, for_new) if isinstance(spec, str) else for_new
         out[topic] = {}
         for key, (lo, hi) in queues.items():
+            if isinstance(spec, ByTime) and (spec.every is not None or key in spec.named.get(topic, {})):
+                assert consumer is not None
+                ts = spec.every if spec.every is not None else spec.named[topic][key]
+                broker, qid = split_key(key)
+                out[topic][key] = consumer.search_offset(MessageQueue(topic, broker, qid), ts)
+                continue
+            named = spec.get(topic, {}) if isinstance(spec, dict) else {}
+            default = {"earliest": EARLIEST, "latest": LATEST}.get(spec, for_new) if isinstance(spec, str) else for_new
             want = named.get(key, default)
-            out[topic][key] = lo if want == EARLIEST else hi if want == LATEST else min(max(want, lo), hi)
+            out[topic][key] = lo if want == EARLIEST else hi if want == LATEST else min(want, hi)
     return out
+
+
+def check_loss(opts: SourceOptions, start: Offsets, bounds: Bounds) -> tuple[Offsets, int]:
+    """Start offsets that retention removed: with ``failOnDataLoss`` a ``DataLossError`` naming them, else the
+    start moved to the queue's min offset; returns the starts and how many offsets were skipped."""
+    lost: list[tuple[str, str, int, int]] = []
+    out = {t: dict(qs) for t, qs in start.items()}
+    for topic, queues in start.items():
+        for key, off in queues.items():
+            lo = bounds.get(topic, {}).get(key, (0, 0))[0]
+            if off < lo:
+                lost.append((topic, key, off, lo))
+                out[topic][key] = lo
+    if lost and opts.fail_on_data_loss:
+        where = "; ".join(f"{t} {k} offsets [{a}, {b})" for t, k, a, b in lost[:5])
+        raise DataLossError(f"retention removed messages before the query read them: {where}. The query stops "
+                            "(failOnDataLoss=true); set failOnDataLoss=false to skip them and go on")
+    skipped = sum(b - a for _, _, a, b in lost)
+    if skipped:
+        log.warning("failOnDataLoss=false: skipping %d offsets removed by retention (%s)", skipped,
+                    ", ".join(f"{t} {k} [{a}, {b})" for t, k, a, b in lost[:5]))
+    return out, skipped
 
 
 def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[QueueRange]:
@@ -140,60 +201,81 @@ def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[Q
             broker, qid = split_key(key)
             step = max(1, opts.max_rows_per_partition)
             for s in range(lo, hi, step):
-                parts.append(QueueRange(opts.namesrv, topic, broker, qid, s, min(hi, s + step),
-                                        opts.pull_batch_size, topic in AUDIT_TOPICS, opts.security))
+                parts.append(QueueRange(opts.namesrv, opts.group, topic, broker, qid, s, min(hi, s + step),
+                                        opts.pull_batch_size, topic in AUDIT_TOPICS, opts.tags,
+                                        opts.fail_on_data_loss, opts.security))
     return parts
 
 
 # --- the executor side: pull a range, build Arrow record batches ------------------------------------------
 
-def read_range(part: QueueRange, group: str = "txmq-spark-reader") -> Iterator[pa.RecordBatch]:
-    if not isinstance(part, QueueRange):  # Spark plans one empty partition when there are none
-        return
-    consumer = _consumer(part.namesrv, group, part.security)
+def _pull(part: QueueRange, offset: int) -> PullResult:
+    """One pull of the range from ``offset``, retried over a fresh connection on transport errors."""
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
-    cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
-    offset, failures = part.start, 0
-    while offset < part.end:
+    for failures in range(6):
+        consumer = _consumer(part.namesrv, part.group, part.security)
         try:
             if part.broker not in (consumer.instance.broker_addrs if consumer.instance else {}):
                 _queues(consumer, part.namesrv, part.topic, part.security)
-            result = consumer.pull(mq, "*", offset, min(part.pull_batch_size, part.end - offset))
+            return consumer.pull(mq, part.tags, offset, min(part.pull_batch_size, part.end - offset))
         except (ClientError, BrokerError):
-            failures += 1
-            if failures > 5:
+            if failures == 5:
                 raise
-            drop_client(_pull_key(part.namesrv, group, part.security))
-            consumer = _consumer(part.namesrv, group, part.security)
-            time.sleep(0.2 * failures)
-            continue
-        if result.status == PullStatus.OFFSET_ILLEGAL:  # retention removed the start of the range
-            if result.next_begin_offset <= offset:
-                break
-            offset = result.next_begin_offset
-            continue
-        if result.status == PullStatus.NO_NEW_MSG:
-            break
-        for m in result.msgs:
-            if m.queue_offset >= part.end:
-                break
-            props = m.properties
-            cols["topic"].append(m.topic)
-            cols["queue_id"].append(m.queue_id)
-            cols["queue_offset"].append(m.queue_offset)
-            cols["msg_id"].append(m.msg_id)
-            cols["keys"].append(props.get(MessageConst.KEYS))
-            cols["tags"].append(props.get(MessageConst.TAGS))
-            cols["body"].append(m.body)
-            cols["properties"].append(list(props.items()))
-            cols["born_timestamp"].append(m.born_timestamp * 1000)
-            cols["store_timestamp"].append(m.store_timestamp * 1000)
-            committed = MessageSysFlag.transaction_value(m.sys_flag) == MessageSysFlag.TRANSACTION_COMMIT_TYPE
-            # A row of a committed half batch names its batch's transaction; a committed message is its own.
-            cols["transaction_id"].append(props.get(MessageConst.TRANSACTION_ID)
-                                          or props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-                                          if committed or part.audit else None)
-        offset = result.next_begin_offset if result.next_begin_offset > offset else offset + 1
+            drop_client(_pull_key(part.namesrv, part.group, part.security))
+            time.sleep(0.2 * (failures + 1))
+    raise AssertionError("unreachable")
+
+
+def _pulls(part: QueueRange) -> Iterator[PullResult]:
+    """The range's pull results in order; the next pull is in flight while the caller decodes this one."""
+    with ThreadPoolExecutor(1, thread_name_prefix="txmq-pull") as pool:
+        pending: Future[PullResult] | None = pool.submit(_pull, part, part.start)
+        offset = part.start
+        while pending is not None:
+            result = pending.result()
+            pending = None
+            if result.status == PullStatus.OFFSET_ILLEGAL:  # retention removed offsets while the query ran
+                if result.next_begin_offset <= offset:
+                    return
+                if part.fail_on_data_loss:
+                    raise DataLossError(f"retention removed {part.topic} {part.broker}:{part.queue_id} offsets "
+                                        f"[{offset}, {result.next_begin_offset}) before they were read "
+                                        "(failOnDataLoss=true; set it to false to skip them)")
+                log.warning("failOnDataLoss=false: skipping %d offsets of %s %s:%d removed by retention",
+                            result.next_begin_offset - offset, part.topic, part.broker, part.queue_id)
+                offset = result.next_begin_offset
+                pending = pool.submit(_pull, part, offset)
+                continue
+            if result.status == PullStatus.NO_NEW_MSG:
+                return
+            offset = result.next_begin_offset if result.next_begin_offset > offset else offset + 1
+            if offset < part.end:
+                pending = pool.submit(_pull, part, offset)
+            yield result
+
+
+def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
+    if not isinstance(part, QueueRange):  # Spark plans one empty partition when there are none
+        return
+    cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
+    for result in _pulls(part):
+        msgs = [m for m in result.msgs if m.queue_offset < part.end]
+        props = [m.properties for m in msgs]
+        cols["topic"] += [m.topic for m in msgs]
+        cols["queue_id"] += [m.queue_id for m in msgs]
+        cols["queue_offset"] += [m.queue_offset for m in msgs]
+        cols["msg_id"] += [m.msg_id for m in msgs]
+        cols["keys"] += [p.get(MessageConst.KEYS) for p in props]
+        cols["tags"] += [p.get(MessageConst.TAGS) for p in props]
+        cols["body"] += [m.body for m in msgs]
+        cols["properties"] += [list(p.items()) for p in props]
+        cols["born_timestamp"] += [m.born_timestamp * 1000 for m in msgs]
+        cols["store_timestamp"] += [m.store_timestamp * 1000 for m in msgs]
+        # A row of a committed half batch names its batch's transaction; a committed message is its own.
+        cols["transaction_id"] += [
+            p.get(MessageConst.TRANSACTION_ID) or p.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if part.audit or MessageSysFlag.transaction_value(m.sys_flag) == MessageSysFlag.TRANSACTION_COMMIT_TYPE
+            else None for m, p in zip(msgs, props, strict=True)]
         if len(cols["topic"]) >= ROWS_PER_RECORD_BATCH:
             yield _record_batch(cols)
             cols = {name: [] for name in ARROW_SCHEMA.names}
@@ -213,25 +295,27 @@ class TxmqBatchReader(DataSourceReader):
 
     def partitions(self) -> list[QueueRange]:
         bounds = queue_bounds(self.opts)
-        start = resolve(self.opts.starting, bounds, EARLIEST)
-        end = resolve(self.opts.ending, bounds, LATEST)
+        start, _ = check_loss(self.opts, resolve(self.opts, self.opts.starting, bounds, EARLIEST), bounds)
+        end = resolve(self.opts, self.opts.ending, bounds, LATEST)
         return make_partitions(self.opts, start, end)
 
     def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        yield from read_range(partition, self.opts.group)
+        yield from read_range(partition)
 
 
 class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets per broker and queue; queues that appear later are read from their start."""
+    """Offsets per broker and queue; queues that appear later are read from their start. Spark keeps this
+    object for the query's run (in a Python worker of the driver), so it may count and remember."""
 
     def __init__(self, options: Any) -> None:
         self.opts = SourceOptions.parse(options, streaming=True)
-        if self.opts.ending != "latest":
-            raise OptionError("endingOffsets is for batch queries only")
         self._target: Offsets | None = None
+        self._latest: Offsets = {}
+        self._last_batch = time.monotonic()
+        self.skipped = 0  # offsets removed by retention and skipped (failOnDataLoss=false)
 
     def initialOffset(self) -> dict:
-        return resolve(self.opts.starting, queue_bounds(self.opts), LATEST)
+        return resolve(self.opts, self.opts.starting, queue_bounds(self.opts), LATEST)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger:
@@ -239,11 +323,10 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {t: {k: hi for k, (_, hi) in qs.items()} for t, qs in queue_bounds(self.opts).items()}
+        self._target = _maxes(queue_bounds(self.opts))
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
-        bounds = queue_bounds(self.opts)
-        latest: Offsets = {t: {k: hi for k, (_, hi) in qs.items()} for t, qs in bounds.items()}
+        latest = self._latest = _maxes(queue_bounds(self.opts))
         if self._target is not None:
             latest = {t: {k: min(hi, self._target.get(t, {}).get(k, 0)) for k, hi in qs.items()}
                       for t, qs in latest.items()}
@@ -255,18 +338,42 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 latest.setdefault(t, {})
                 latest[t][k] = max(latest[t].get(k, off), off)
                 begin.setdefault(t, {})[k] = off
+        minimum = self.opts.min_offsets_per_trigger
+        if (minimum and self._target is None and _count(begin, latest) < minimum
+                and (time.monotonic() - self._last_batch) * 1000 < self.opts.max_trigger_delay_ms):
+            return begin  # minOffsetsPerTrigger: no batch until enough arrived or maxTriggerDelay passed
         if isinstance(limit, ReadMaxRows):
             latest = _rate_limit(begin, latest, limit.max_rows)
+        if latest != begin:
+            self._last_batch = time.monotonic()
+            log.info("txmq source %s: batch of %d offsets; %d behind the latest after it (%d skipped so far)",
+                     ",".join(latest), _count(begin, latest), _count(latest, self._latest), self.skipped)
         return latest
 
+    def reportLatestOffset(self) -> dict | None:
+        """The queues' max offsets at the last trigger: Spark's progress shows them beside ``endOffset``, so
+        ``latestOffset - endOffset`` is how far behind the query is."""
+        return self._latest or None
+
     def partitions(self, start: dict, end: dict) -> list[QueueRange]:
+        start, skipped = check_loss(self.opts, start, queue_bounds(self.opts))
+        self.skipped += skipped
         return make_partitions(self.opts, start, end)
 
     def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        yield from read_range(partition, self.opts.group)
+        yield from read_range(partition)
 
     def commit(self, end: dict) -> None:
         pass
+
+
+def _maxes(bounds: Bounds) -> Offsets:
+    return {t: {k: hi for k, (_, hi) in qs.items()} for t, qs in bounds.items()}
+
+
+def _count(begin: Offsets, end: Offsets) -> int:
+    """Offsets from ``begin`` to ``end`` over all queues (a queue missing from ``begin`` from 0)."""
+    return sum(max(0, hi - begin.get(t, {}).get(k, 0)) for t, qs in end.items() for k, hi in qs.items())
 
 
 def _rate_limit(begin: Offsets, latest: Offsets, max_rows: int) -> Offsets:

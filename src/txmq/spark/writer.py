@@ -48,13 +48,15 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from txmq.client.producer import Producer, SendFuture, SendResult
+from txmq.client.instance import MessageQueue
+from txmq.client.producer import Producer, SendFuture, SendResult, select_by_hash
 from txmq.client.transaction import HalfMessageRef, LocalTransactionState, TransactionProducer
 from txmq.errors import ClientError
 from txmq.fileio import write_atomic
 from txmq.message import Message, MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
-from txmq.spark._common import ClientSecurity, OptionError, cached_client, drop_client, namesrv_option
+from txmq.spark._common import ClientSecurity, cached_client, drop_client
+from txmq.spark.options import SINK, OptionError, Options
 
 log = logging.getLogger("txmq.spark")
 
@@ -64,10 +66,14 @@ P_BATCH = "TXMQ_SPARK_BATCH"
 P_PARTITION = "TXMQ_SPARK_PARTITION"
 EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "at-least-once"
+ROUND_ROBIN = "round-robin"
+KEY_HASH = "key-hash"
 KEEP_BATCHES = 100  # never pruned: Spark's own default spark.sql.streaming.minBatchesToRetain
 PRUNE_EVERY_BATCHES = 100
 ROWS_PER_END_REQUEST = 10_000
-KILL_HOOK_ENV = "TXMQ_SPARK_TEST_HANG_BEFORE_COMMIT"  # tests: "<marker file>" — hang in commit, before anything
+# Tests: "<batchId|*>:<marker file>" makes the driver's commit write the marker and hang, to be SIGKILLed there:
+KILL_HOOK_ENV = "TXMQ_SPARK_TEST_HANG_BEFORE_COMMIT"  # before anything (the tasks' halves are sent)
+KILL_AFTER_RECORD_ENV = "TXMQ_SPARK_TEST_HANG_AFTER_RECORD"  # past the commit point, before any COMMIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,40 +87,34 @@ class SinkOptions:
     max_in_flight: int
     log_retention_ms: int
     rows_per_half: int
+    key_hash: bool  # queueSelector=key-hash: a row's queue from its key (RocketMQ's SelectMessageQueueByHash)
     security: ClientSecurity
 
     @classmethod
     def parse(cls, options: Any, streaming: bool) -> SinkOptions:
-        namesrv = namesrv_option(options)
-        guarantee = options.get("deliveryGuarantee", EXACTLY_ONCE if streaming else AT_LEAST_ONCE).lower()
+        opts = Options(options, SINK, "sink")
+        guarantee = (opts.get("deliveryGuarantee") or (EXACTLY_ONCE if streaming else AT_LEAST_ONCE)).lower()
         if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
             raise OptionError(f"deliveryGuarantee must be {EXACTLY_ONCE} or {AT_LEAST_ONCE}, not {guarantee!r}")
         if guarantee == EXACTLY_ONCE and not streaming:
             raise OptionError("exactly-once is for streaming writes; a batch write is one Spark job: use "
                               "at-least-once")
-        checkpoint = options.get("checkpointLocation")
-        log_dir = options.get("sinkLogDir") or (os.path.join(_local_path(checkpoint), "txmq-sink")
-                                                if checkpoint else None)
+        selector = (opts.get("queueSelector") or ROUND_ROBIN).lower()
+        if selector not in (ROUND_ROBIN, KEY_HASH):
+            raise OptionError(f"queueSelector must be {ROUND_ROBIN} or {KEY_HASH}, not {selector!r}")
+        checkpoint = opts.get("checkpointLocation")
+        log_dir = opts.get("sinkLogDir") or (os.path.join(_local_path(checkpoint), "txmq-sink")
+                                             if checkpoint else None)
         if guarantee == EXACTLY_ONCE and not log_dir:
             raise OptionError("the exactly-once sink needs option checkpointLocation (or sinkLogDir)")
         digest = hashlib.sha1((log_dir or "").encode()).hexdigest()[:12]
-        return cls(namesrv=namesrv, topic=options.get("topic"), guarantee=guarantee,
-                   group=options.get("producerGroup") or f"txmq-spark-sink-{digest}", log_dir=log_dir,
-                   check_immunity_s=int(options.get("checkImmunitySeconds", 60)),
-                   max_in_flight=int(options.get("maxInFlight", 2048)),
-                   log_retention_ms=int(float(options.get("sinkLogRetentionMinutes", 1440)) * 60_000),
-                   rows_per_half=_positive(options, "rowsPerHalf", 1000), security=ClientSecurity.parse(options))
-
-
-def _positive(options: Any, name: str, default: int) -> int:
-    raw = options.get(name, default)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        value = 0
-    if value < 1:
-        raise OptionError(f"{name} must be a whole number of at least 1, not {raw!r}")
-    return value
+        return cls(namesrv=opts.namesrv(), topic=opts.get("topic"), guarantee=guarantee,
+                   group=opts.get("producerGroup") or f"txmq-spark-sink-{digest}", log_dir=log_dir,
+                   check_immunity_s=opts.number("checkImmunitySeconds", 60, minimum=0),
+                   max_in_flight=opts.number("maxInFlight", 2048),
+                   log_retention_ms=int(float(opts.get("sinkLogRetentionMinutes") or 1440) * 60_000),
+                   rows_per_half=opts.number("rowsPerHalf", 1000),
+                   key_hash=selector == KEY_HASH, security=ClientSecurity.parse(opts))
 
 
 def _local_path(location: str) -> str:
@@ -154,9 +154,22 @@ class SinkLog:
             self._cache[batch_id] = rec
         return rec
 
-    def record_commit(self, batch_id: int, run: str, ids: list[str]) -> None:
-        record = {"batch": batch_id, "run": run, "ids": ids, "time_ms": int(time.time() * 1000)}
+    def record_commit(self, batch_id: int, run: str, messages: list[SinkCommitMessage]) -> None:
+        """The commit point of ``batch_id``: the ids of its halves, and what ending them again needs."""
+        record = {"batch": batch_id, "run": run, "ids": [i for m in messages for i in m.ids],
+                  "time_ms": int(time.time() * 1000), "rows": sum(m.rows for m in messages),
+                  "ordered": any(m.ordered for m in messages),
+                  "halves": [[m.brokers[i], m.half_offsets[i], m.commit_log_offsets[i]]
+                             for m in messages for i in range(len(m.ids))]}
         write_atomic(self._commit_path(batch_id), json.dumps(record).encode())
+
+    @staticmethod
+    def recorded_halves(record: dict[str, Any]) -> SinkCommitMessage:
+        """The halves a record lists, to be ended again (records before "halves" was kept list none)."""
+        halves = record.get("halves") or []
+        return SinkCommitMessage(-1, record.get("rows", 0), record["run"], [], [h[0] for h in halves],
+                                 [h[1] for h in halves], [h[2] for h in halves],
+                                 record["ids"] if halves else [], record.get("ordered", False))
 
     def aborted(self, batch_id: int, run: str) -> bool:
         return self._abort_path(batch_id, run).exists()
@@ -250,6 +263,7 @@ class SinkCommitMessage(WriterCommitMessage):
     half_offsets: list[int] = field(default_factory=list)
     commit_log_offsets: list[int] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
+    ordered: bool = False  # rows went to chosen queues: their halves must be committed in order
 
 
 def _task_context() -> tuple[int, str, int, str]:
@@ -264,24 +278,40 @@ def _task_context() -> tuple[int, str, int, str]:
             int(batch) if batch is not None else -1, ctx.getLocalProperty("sql.streaming.queryId") or "")
 
 
-def _rows(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Iterator[Message]:
+Routed = tuple[Message, MessageQueue | None]  # a row's message and its queue (None: the producer's choice)
+
+
+def _rows(opts: SinkOptions, producer: Producer, batches: Iterator[pa.RecordBatch]) -> Iterator[Routed]:
+    """Messages of the rows, each with its queue: the ``queue_id`` column (an index into the topic's queues,
+    sorted by broker and queue id: the queue id itself on one broker), else the key's hash with
+    ``queueSelector=key-hash``, else none (round robin)."""
+    queues: dict[str, list[MessageQueue]] = {}
+
+    def queue_of(topic: str, index: int | None, key: str | None) -> MessageQueue | None:
+        if index is None and not (opts.key_hash and key):
+            return None
+        mqs = queues.get(topic) or queues.setdefault(topic, sorted(producer.publish_queues(topic)))
+        if index is None:
+            return select_by_hash(mqs, Message(topic, b""), key)
+        if not 0 <= index < len(mqs):
+            raise OptionError(f"queue_id {index} out of range: topic {topic} has {len(mqs)} queues")
+        return mqs[index]
+
     for rb in batches:
         names = rb.schema.names
         if "body" not in names:
             raise OptionError("the txmq sink needs a 'body' column (binary or string)")
         n = rb.num_rows
-        body = rb.column(names.index("body")).to_pylist()
-        none = [None] * n
-        keys = rb.column(names.index("keys")).to_pylist() if "keys" in names else none
-        tags = rb.column(names.index("tags")).to_pylist() if "tags" in names else none
-        props = rb.column(names.index("properties")).to_pylist() if "properties" in names else none
-        topics = rb.column(names.index("topic")).to_pylist() if "topic" in names else none
+        cols: list[list[Any]] = [rb.column(names.index(c)).to_pylist() if c in names else [None] * n
+                                 for c in ("body", "keys", "tags", "properties", "topic", "queue_id")]
+        body, keys, tags, props, topics, qids = cols
         for i in range(n):
             topic = topics[i] or opts.topic
             if not topic:
                 raise OptionError("no topic: give option 'topic' or a 'topic' column")
             p = props[i]
-            yield Message(topic, body[i], tags=tags[i], keys=keys[i], properties=dict(p) if p else None)
+            msg = Message(topic, body[i], tags=tags[i], keys=keys[i], properties=dict(p) if p else None)
+            yield msg, queue_of(topic, qids[i], keys[i])
 
 
 def write_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], transactional: bool,
@@ -294,40 +324,73 @@ def write_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], transa
         Producer(f"{opts.group}-task", opts.namesrv, max_in_flight=opts.max_in_flight)))
     out = SinkCommitMessage(partition, 0, run)
     try:
+        rows = _rows(opts, producer, batches)
         if transactional:
-            _send_halves(opts, producer, _rows(opts, batches), out, {
+            _send_halves(opts, producer, rows, out, {
                 P_QUERY: query, P_RUN: run, P_BATCH: str(batch_id), P_PARTITION: str(partition),
                 MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS: str(opts.check_immunity_s)})
         else:
-            futures = [producer.send_async(msg) for msg in _rows(opts, batches)]
-            for fut in futures:
-                _count(out, fut.result(60), 1)
+            _send_plain(producer, rows, out)
     except ClientError:
         drop_client(key)
         raise
     return out
 
 
-def _send_halves(opts: SinkOptions, producer: Producer, rows: Iterator[Message], out: SinkCommitMessage,
-                 tags: dict[str, str]) -> None:
-    """Send ``rows`` as half batches of one topic, ``rows_per_half`` rows and ``batch_max_bytes`` of bodies at
-    most, all in flight at once (within the producer's window), and list each half in ``out``."""
-    sent: list[tuple[SendFuture, int]] = []
-    chunks: dict[str, tuple[list[Message], int]] = {}  # open chunk and its body bytes, by topic
+def _send_plain(producer: Producer, rows: Iterator[Routed], out: SinkCommitMessage) -> None:
+    """Rows without a queue go as async sends (the producer coalesces them); rows of one queue go in order, as
+    batches of consecutive offsets, one at a time per queue (an orderly send)."""
+    futures = []
+    ordered: dict[MessageQueue, list[Message]] = {}
+    for msg, mq in rows:
+        if mq is None:
+            futures.append(producer.send_async(msg))
+        else:
+            ordered.setdefault(mq, []).append(msg)
+    for mq, msgs in ordered.items():
+        for chunk in _chunks(producer, msgs, producer.batch_max_messages):
+            _count(out, producer.send_batch(chunk, queue=mq), len(chunk))
+    for fut in futures:
+        _count(out, fut.result(60), 1)
 
-    def flush(topic: str) -> None:
-        chunk, _ = chunks.pop(topic)
-        sent.append((producer.send_half_batch_async(chunk, opts.group, tags), len(chunk)))
 
-    for msg in rows:
-        chunk, size = chunks.get(msg.topic) or ([], 0)
-        if chunk and (len(chunk) >= opts.rows_per_half or size + len(msg.body) > producer.batch_max_bytes):
-            flush(msg.topic)
+def _chunks(producer: Producer, msgs: list[Message], max_rows: int) -> Iterator[list[Message]]:
+    """``msgs`` in order, cut every ``max_rows`` rows and before ``batch_max_bytes`` of bodies."""
+    chunk: list[Message] = []
+    size = 0
+    for msg in msgs:
+        if chunk and (len(chunk) >= max_rows or size + len(msg.body) > producer.batch_max_bytes):
+            yield chunk
             chunk, size = [], 0
         chunk.append(msg)
-        chunks[msg.topic] = (chunk, size + len(msg.body))
-    for topic in list(chunks):
-        flush(topic)
+        size += len(msg.body)
+    if chunk:
+        yield chunk
+
+
+def _send_halves(opts: SinkOptions, producer: Producer, rows: Iterator[Routed], out: SinkCommitMessage,
+                 tags: dict[str, str]) -> None:
+    """Send ``rows`` as half batches of one topic and queue, ``rows_per_half`` rows and ``batch_max_bytes`` of
+    bodies at most, all in flight at once (within the producer's window), and list each half in ``out`` in the
+    order of its rows (the order the driver commits them in)."""
+    sent: list[tuple[SendFuture, int]] = []
+    chunks: dict[tuple[str, MessageQueue | None], tuple[list[Message], int]] = {}  # open chunk, body bytes
+
+    def flush(where: tuple[str, MessageQueue | None]) -> None:
+        chunk, _ = chunks.pop(where)
+        sent.append((producer.send_half_batch_async(chunk, opts.group, tags, queue=where[1]), len(chunk)))
+
+    for msg, mq in rows:
+        where = (msg.topic, mq)
+        chunk, size = chunks.get(where) or ([], 0)
+        if chunk and (len(chunk) >= opts.rows_per_half or size + len(msg.body) > producer.batch_max_bytes):
+            flush(where)
+            chunk, size = [], 0
+        chunk.append(msg)
+        chunks[where] = (chunk, size + len(msg.body))
+        out.ordered = out.ordered or mq is not None
+    for where in list(chunks):
+        flush(where)
     for fut, rows_in_half in sent:
         result = fut.result(60)
         _count(out, result, rows_in_half)
@@ -360,7 +423,9 @@ def end_halves(producer: TransactionProducer, messages: list[SinkCommitMessage],
             break
         if attempt:
             time.sleep(0.2 * attempt)
-        answers = producer.end_transactions([(ref, state) for ref, _ in todo], chunk=chunk)
+        # Halves of chosen queues are ended one request at a time, so their rows keep the order they were sent in.
+        answers = producer.end_transactions([(ref, state) for ref, _ in todo], chunk=chunk,
+                                            in_flight=1 if any(m.ordered for m in messages) else 4)
         left = []
         for (ref, ident), answer in zip(todo, answers, strict=True):
             if not answer.decided:
@@ -385,13 +450,13 @@ def _responder(opts: SinkOptions) -> TransactionProducer:
 _commit_lock = threading.Lock()
 
 
-def _test_hook(batch_id: int) -> None:
-    marker = os.environ.get(KILL_HOOK_ENV)
+def _test_hook(env: str, batch_id: int) -> None:
+    marker = os.environ.get(env)
     if marker:
         want, _, path = marker.partition(":")
         if want == str(batch_id) or want == "*":
             Path(path).write_text(str(os.getpid()))
-            time.sleep(3600)  # the test kills the driver while the tasks' sends are done and nothing is committed
+            time.sleep(3600)  # the test SIGKILLs the driver here
 
 
 class TxmqBatchWriter(DataSourceArrowWriter):
@@ -407,6 +472,10 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
         self.opts = SinkOptions.parse(options, streaming=True)
         # Spark pickles this writer once per query run for its tasks: the id names the run in the halves.
         self.run_id = uuid.uuid4().hex
+        if self.exactly_once:
+            # Spark makes this writer on the driver side when the query starts (and for each commit): the sink's
+            # check responder starts here, so check-backs of its orphans are answered while the query runs.
+            _responder(self.opts)
 
     @property
     def exactly_once(self) -> bool:
@@ -416,7 +485,7 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
         return write_partition(self.opts, iterator, transactional=self.exactly_once, run_id=self.run_id)
 
     def commit(self, messages: list[SinkCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
-        _test_hook(batchId)
+        _test_hook(KILL_HOOK_ENV, batchId)
         if not self.exactly_once:
             return
         assert self.opts.log_dir is not None
@@ -426,14 +495,19 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
             sink_log = SinkLog(self.opts.log_dir)
             previous = sink_log.committed(batchId)
             if previous is not None:
-                # A replay of a batch that committed before a crash: its new halves must never show.
+                # A replay of a batch that committed before a crash: its new halves must never show, and the
+                # recorded ones are committed again (the crash may have cut their COMMITs short; a repeat is
+                # harmless), so no row waits for a check-back.
                 fresh = [m for m in got if not set(m.ids) <= previous["idset"]]
                 left = end_halves(producer, fresh, commit=False)
-                log.info("batch %d was committed by run %s: %d replayed rows rolled back (%d left to check-back)",
-                         batchId, previous["run"], sum(m.rows for m in fresh), left)
+                left += end_halves(producer, [SinkLog.recorded_halves(previous)], commit=True)
+                log.info("batch %d was committed by run %s: its halves committed again, %d replayed rows rolled "
+                         "back (%d halves left to check-back)", batchId, previous["run"], sum(m.rows for m in fresh),
+                         left)
                 return
             run = next((m.run for m in got if m.run), "")
-            sink_log.record_commit(batchId, run, [i for m in got for i in m.ids])  # the commit point
+            sink_log.record_commit(batchId, run, got)  # the commit point
+            _test_hook(KILL_AFTER_RECORD_ENV, batchId)
             started = time.monotonic()
             left = end_halves(producer, got, commit=True)
             log.info("batch %d committed: %d rows, their halves ended in %.2fs", batchId, sum(m.rows for m in got),
