@@ -72,7 +72,9 @@ def test_official_clients_send_receive_and_transact_with_their_accounts(acl_serv
     ("py", SessionCredentials(VICTIM.access_key, "wrongSecret1"), "signature check failed for AccessKey orderKey01"),
     ("py", SessionCredentials("unknownKey1", "whatever1"), "no account for AccessKey unknownKey1"),
     ("py", CONSUMER, "AccessKey billingKey01: no PUB permission on topic orders"),
+    ("node", None, "no AccessKey"),
     ("node", SessionCredentials(VICTIM.access_key, "wrongSecret1"), "signature check failed"),
+    ("node", SessionCredentials("unknownKey1", "whatever1"), "no account for AccessKey unknownKey1"),
     ("node", CONSUMER, "AccessKey billingKey01: no PUB permission on topic orders"),
 ])
 def test_official_clients_refused(acl_server: AclServer, tmp_path, client, creds, why):
