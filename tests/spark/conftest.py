@@ -20,7 +20,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cluster import Cluster
 from standalone import StandaloneError, StandaloneSpark
 
-BROKER_CONF = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000, "transactionCheckMax": 30}
+# An orphan of a killed driver (a half no live responder was there to be asked about: the sink's responder lives
+# and dies with its query) is discarded after transactionTimeOut x transactionOrphanFactor = 45 s, not the default
+# hour, so the kill tests end within their wait whatever the machine's load.
+BROKER_CONF = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000, "transactionCheckMax": 30,
+               "transactionOrphanFactor": 45}
 
 
 def spark_env() -> dict[str, str]:

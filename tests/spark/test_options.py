@@ -139,7 +139,7 @@ def test_save_modes_other_than_append_are_refused(spark: Any, txmq_cluster: Any)
 def test_queue_id_column_and_key_hashed_queues_keep_a_keys_order(spark: Any, txmq_cluster: Any) -> None:
     create_topic(txmq_cluster, "sp-opt-q", 4)
     rows = [(f"{i}", 2) for i in range(20)]
-    spark.createDataFrame(rows, "body string, queue_id int").write.format("txmq") \
+    spark.createDataFrame(rows, "body string, queue_id int").coalesce(1).write.format("txmq") \
         .option("namesrv", txmq_cluster.namesrv_addr).option("topic", "sp-opt-q").mode("append").save()
     got = spark.read.format("txmq").option("namesrv", txmq_cluster.namesrv_addr).option("topic", "sp-opt-q") \
         .load().select("body", "queue_id", "queue_offset").collect()
