@@ -192,7 +192,10 @@ class AdminBrokerProcessor:
     # --- stats ------------------------------------------------------------------------------------------
 
     def _runtime_info(self, cmd: RemotingCommand) -> RemotingCommand:
-        return _ok(cmd, {"table": {k: str(v) for k, v in self.broker.store.runtime_info().items()}})
+        table = {k: str(v) for k, v in self.broker.store.runtime_info().items()}
+        if self.broker.grpc is not None:  # a slave routes RocketMQ 5 clients to its master's gRPC endpoint
+            table["grpcEndpoint"] = self.broker.grpc.addr
+        return _ok(cmd, {"table": table})
 
     def _ha_status(self, cmd: RemotingCommand) -> RemotingCommand:
         return _ok(cmd, self.broker.ha_status())

@@ -1,0 +1,119 @@
+"""A RocketMQ 5 consumer already running when its group's master is SIGKILLed keeps consuming from the slave:
+every member's gRPC endpoint answers routes from the name server's view (the master's endpoint while it is
+listed, the slave's, readable only, once it is gone), so the official client moves at its next route refresh."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from ha_group import Group, ha_status
+from helpers import wait_until
+
+from txmq import Admin, Message, Producer, SendResult, SendStatus
+from txmq.grpc.protocol import definition_pb2 as pb
+from txmq.grpc.protocol import service_pb2 as spb
+from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
+from txmq.launch import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPIC = "ha-grpc"
+FAILOVER_BOUND_S = 60  # the Python client refreshes routes every 30 s; the rest is slack for a loaded machine
+
+
+def _route(endpoint: str) -> set[tuple[str, int]]:
+    """(endpoint, permission) of each queue the member at ``endpoint`` answers QueryRoute with."""
+    with grpc.insecure_channel(endpoint) as channel:
+        resp = MessagingServiceStub(channel).QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC)),
+                                                        metadata=[("x-mq-client-id", "route-probe")], timeout=5)
+    assert resp.status.code == pb.OK, resp.status
+    return {(f"{a.host}:{a.port}", q.permission) for q in resp.message_queues for a in q.broker.endpoints.addresses}
+
+
+class Sender(threading.Thread):
+    """Sends until the master is gone; ``acked`` holds what was answered SEND_OK (SYNC_MASTER + SYNC_FLUSH)."""
+
+    def __init__(self, namesrv: str) -> None:
+        super().__init__(daemon=True)
+        self.namesrv = namesrv
+        self.acked: list[SendResult] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with Producer("p-ha-grpc", self.namesrv, retry_times=0) as producer:
+            i = 0
+            while not self.stop.is_set():
+                try:
+                    r = producer.send(Message(TOPIC, f"g{i}".encode()))
+                except Exception:  # the master died under this send: not acknowledged
+                    return
+                if r.status == SendStatus.SEND_OK:
+                    self.acked.append(r)
+                i += 1
+
+
+def test_running_rmq5_simple_consumer_moves_to_the_slave_when_the_master_is_killed(cluster, tmp_path):
+    grpc_port = {0: free_port(), 1: free_port()}
+    endpoint = {i: f"127.0.0.1:{p}" for i, p in grpc_port.items()}
+    group = Group(cluster, conf={"slaveReadEnable": "true"})
+    master = group.member(0, "SYNC_MASTER", {"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH",
+                                             "grpcPort": grpc_port[0]}).start()
+    group.member(1, "SLAVE", {"grpcPort": grpc_port[1]}).start()
+    assert wait_until(lambda: len(ha_status(group.addr(0))["slaves"]) == 1, 15)
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(TOPIC, queue_nums=2)
+    cluster.wait_route(TOPIC)
+    # Both members route clients to the master while the name server lists it.
+    assert wait_until(lambda: _route(endpoint[1]) == {(endpoint[0], pb.READ_WRITE)}, 15), _route(endpoint[1])
+    assert _route(endpoint[0]) == {(endpoint[0], pb.READ_WRITE)}
+
+    args = {"cmd": "simple", "endpoint": f"{endpoint[0]};{endpoint[1]}", "topic": TOPIC, "group": "rmq5-ha-grpc",
+            "failover": True, "expect": 10**6, "wait": 150, "invisible": 20, "batch": 8,
+            "pace": 0.02}  # 50 messages/s: slower than the producer, a backlog builds up
+    driver = subprocess.Popen([str(ROOT / ".venv-rmq5/bin/python"), str(ROOT / "tests/grpc/drivers/rmq5_py.py"),
+                               json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=dict(os.environ, HOME=str(tmp_path)))
+    events: list[dict] = []
+    reader = threading.Thread(target=lambda: events.extend(json.loads(line) for line in driver.stdout  # type: ignore[union-attr]
+                                                           if line.startswith("{")), daemon=True)
+    reader.start()
+    sender = Sender(cluster.namesrv_addr)
+    try:
+        sender.start()
+
+        def received() -> set[str]:
+            return {e["id"] for e in list(events) if e["event"] == "received"}
+
+        # Mid-stream: the consumer is reading what the producer keeps sending, behind it by at least 100.
+        assert wait_until(lambda: len(received()) >= 100 and len(sender.acked) >= len(received()) + 100, 40), \
+            (len(received()), len(sender.acked))
+        master.kill()  # SIGKILL
+        killed = time.monotonic()
+        sender.stop.set()
+        sender.join(15)
+        expected = {r.msg_id for r in sender.acked}
+        backlog = len(expected - received())
+        assert backlog >= 50, backlog  # what only the slave can deliver now
+        # The slave routes clients to itself, readable only, once the name server dropped the master.
+        assert wait_until(lambda: _route(endpoint[1]) == {(endpoint[1], pb.READ)}, 10), _route(endpoint[1])
+        assert wait_until(lambda: received() >= expected, FAILOVER_BOUND_S, step=0.5), \
+            f"{len(expected - received())} of {len(expected)} acknowledged messages never received"
+        moved_s = time.monotonic() - killed
+    finally:
+        sender.stop.set()
+        driver.kill()
+        driver.wait(10)
+        reader.join(5)
+        driver.stdout.close()  # type: ignore[union-attr]
+    ids = [e["id"] for e in events if e["event"] == "received"]
+    # At least once: what the dead master had delivered but not yet committed (its in-flight receipt handles died
+    # with it, and the slave's offsets are a SlaveSynchronize copy) is delivered again by the slave.
+    duplicates = len(ids) - len(set(ids))
+    print(f"{backlog} acknowledged messages left at the kill, all received {moved_s:.1f} s after it; "
+          f"{duplicates} duplicate deliveries of {len(set(ids))}")
+    assert set(ids) >= expected
