@@ -23,15 +23,17 @@ from txmq.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "ha-grpc"
-FAILOVER_BOUND_S = 60  # the Python client refreshes routes every 30 s; the rest is slack for a loaded machine
+FAILOVER_BOUND_S = 60  # the official clients refresh routes every 30 s; the rest is slack for a loaded machine
+DRIVER = [str(ROOT / ".venv-rmq5/bin/python"), str(ROOT / "tests/grpc/drivers/rmq5_py.py")]
 
 
 def _route(endpoint: str) -> set[tuple[str, int]]:
-    """(endpoint, permission) of each queue the member at ``endpoint`` answers QueryRoute with."""
+    """(endpoint, permission) of each queue the member at ``endpoint`` answers QueryRoute with (none: an error)."""
     with grpc.insecure_channel(endpoint) as channel:
         resp = MessagingServiceStub(channel).QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC)),
                                                         metadata=[("x-mq-client-id", "route-probe")], timeout=5)
-    assert resp.status.code == pb.OK, resp.status
+    if resp.status.code != pb.OK:  # e.g. a slave that has not copied the topic yet: TOPIC_NOT_FOUND
+        return set()
     return {(f"{a.host}:{a.port}", q.permission) for q in resp.message_queues for a in q.broker.endpoints.addresses}
 
 
@@ -55,9 +57,11 @@ class Sender(threading.Thread):
                 if r.status == SendStatus.SEND_OK:
                     self.acked.append(r)
                 i += 1
+                time.sleep(0.01)  # faster than the consumer, without a backlog that takes long to drain
 
 
 def test_running_rmq5_simple_consumer_moves_to_the_slave_when_the_master_is_killed(cluster, tmp_path):
+    """The official Python SimpleConsumer (docs/ha.md: why not its PushConsumer, nor the Node.js client)."""
     grpc_port = {0: free_port(), 1: free_port()}
     endpoint = {i: f"127.0.0.1:{p}" for i, p in grpc_port.items()}
     group = Group(cluster, conf={"slaveReadEnable": "true"})
@@ -75,8 +79,8 @@ def test_running_rmq5_simple_consumer_moves_to_the_slave_when_the_master_is_kill
     args = {"cmd": "simple", "endpoint": f"{endpoint[0]};{endpoint[1]}", "topic": TOPIC, "group": "rmq5-ha-grpc",
             "failover": True, "expect": 10**6, "wait": 150, "invisible": 20, "batch": 8,
             "pace": 0.02}  # 50 messages/s: slower than the producer, a backlog builds up
-    driver = subprocess.Popen([str(ROOT / ".venv-rmq5/bin/python"), str(ROOT / "tests/grpc/drivers/rmq5_py.py"),
-                               json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    err = (tmp_path / "driver.err").open("w")
+    driver = subprocess.Popen([*DRIVER, json.dumps(args)], stdout=subprocess.PIPE, stderr=err, text=True,
                               env=dict(os.environ, HOME=str(tmp_path)))
     events: list[dict] = []
     reader = threading.Thread(target=lambda: events.extend(json.loads(line) for line in driver.stdout  # type: ignore[union-attr]
@@ -89,31 +93,33 @@ def test_running_rmq5_simple_consumer_moves_to_the_slave_when_the_master_is_kill
         def received() -> set[str]:
             return {e["id"] for e in list(events) if e["event"] == "received"}
 
-        # Mid-stream: the consumer is reading what the producer keeps sending, behind it by at least 100.
-        assert wait_until(lambda: len(received()) >= 100 and len(sender.acked) >= len(received()) + 100, 40), \
+        # Mid-stream: the consumer is reading what the producer keeps sending, behind it by at least 50.
+        assert wait_until(lambda: len(received()) >= 100 and len(sender.acked) >= len(received()) + 50, 40), \
             (len(received()), len(sender.acked))
         master.kill()  # SIGKILL
-        killed = time.monotonic()
+        killed = time.time()
         sender.stop.set()
         sender.join(15)
         expected = {r.msg_id for r in sender.acked}
-        backlog = len(expected - received())
-        assert backlog >= 50, backlog  # what only the slave can deliver now
+        left = expected - received()
+        assert len(left) >= 30, len(left)  # what only the slave can deliver now
         # The slave routes clients to itself, readable only, once the name server dropped the master.
         assert wait_until(lambda: _route(endpoint[1]) == {(endpoint[1], pb.READ)}, 10), _route(endpoint[1])
         assert wait_until(lambda: received() >= expected, FAILOVER_BOUND_S, step=0.5), \
             f"{len(expected - received())} of {len(expected)} acknowledged messages never received"
-        moved_s = time.monotonic() - killed
+        first_s = min(e["t"] for e in events if e["event"] == "received" and e["id"] in left) - killed
+        all_s = time.time() - killed
     finally:
         sender.stop.set()
         driver.kill()
         driver.wait(10)
         reader.join(5)
         driver.stdout.close()  # type: ignore[union-attr]
+        err.close()
     ids = [e["id"] for e in events if e["event"] == "received"]
     # At least once: what the dead master had delivered but not yet committed (its in-flight receipt handles died
     # with it, and the slave's offsets are a SlaveSynchronize copy) is delivered again by the slave.
     duplicates = len(ids) - len(set(ids))
-    print(f"{backlog} acknowledged messages left at the kill, all received {moved_s:.1f} s after it; "
-          f"{duplicates} duplicate deliveries of {len(set(ids))}")
+    print(f"{len(left)} acknowledged messages left at the kill: the first received {first_s:.1f} s after it, all "
+          f"{all_s:.1f} s after it; {duplicates} duplicate deliveries of {len(set(ids))}")
     assert set(ids) >= expected

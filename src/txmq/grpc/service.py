@@ -160,7 +160,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise GrpcStatusError(Code.FORBIDDEN, internal)
         tcm = self.broker.topic_config_manager
         cfg = tcm.get(name)
-        if cfg is None and create and self.broker.config.auto_create_topic_enable:
+        # A slave writes nothing of its own: its topics are its master's (SlaveSynchronize).
+        if cfg is None and create and self.broker.config.auto_create_topic_enable and not self.broker.config.is_slave:
             cfg = tcm.create_in_send(name, AUTO_CREATE_TOPIC_KEY_TOPIC, self.broker.config.default_topic_queue_nums)
             if cfg is not None:
                 self.broker.schedule_register()

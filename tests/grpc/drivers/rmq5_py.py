@@ -175,6 +175,7 @@ def cmd_push(a: dict) -> None:
 
     class Listener(MessageListener):
         def consume(self, m) -> ConsumeResult:
+            time.sleep(a.get("pace", 0))
             with lock:
                 n = seen.get(m.message_id, 0) + 1
                 seen[m.message_id] = n
