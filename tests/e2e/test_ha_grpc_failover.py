@@ -23,7 +23,8 @@ from txmq.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "ha-grpc"
-FAILOVER_BOUND_S = 60  # the official clients refresh routes every 30 s; the rest is slack for a loaded machine
+FIRST_REFRESH_S = 10  # the Python client refreshes routes 10 s after its start, then every 30 s
+FAILOVER_BOUND_S = 60  # one refresh period, the backlog's drain, slack for a loaded machine
 DRIVER = [str(ROOT / ".venv-rmq5/bin/python"), str(ROOT / "tests/grpc/drivers/rmq5_py.py")]
 
 
@@ -82,6 +83,7 @@ def test_running_rmq5_simple_consumer_moves_to_the_slave_when_the_master_is_kill
     err = (tmp_path / "driver.err").open("w")
     driver = subprocess.Popen([*DRIVER, json.dumps(args)], stdout=subprocess.PIPE, stderr=err, text=True,
                               env=dict(os.environ, HOME=str(tmp_path)))
+    started = time.time()
     events: list[dict] = []
     reader = threading.Thread(target=lambda: events.extend(json.loads(line) for line in driver.stdout  # type: ignore[union-attr]
                                                            if line.startswith("{")), daemon=True)
@@ -93,8 +95,10 @@ def test_running_rmq5_simple_consumer_moves_to_the_slave_when_the_master_is_kill
         def received() -> set[str]:
             return {e["id"] for e in list(events) if e["event"] == "received"}
 
-        # Mid-stream: the consumer is reading what the producer keeps sending, behind it by at least 50.
-        assert wait_until(lambda: len(received()) >= 100 and len(sender.acked) >= len(received()) + 50, 40), \
+        # Mid-stream: the consumer is reading what the producer keeps sending, behind it by at least 50, and has
+        # run past the client's first route refresh (10 s after its start): the move waits for a periodic one (30 s).
+        assert wait_until(lambda: time.time() - started > FIRST_REFRESH_S + 2 and len(received()) >= 100
+                          and len(sender.acked) >= len(received()) + 50, 40), \
             (len(received()), len(sender.acked))
         master.kill()  # SIGKILL
         killed = time.time()
