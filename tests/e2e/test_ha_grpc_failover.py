@@ -28,11 +28,15 @@ FAILOVER_BOUND_S = 60  # one refresh period, the backlog's drain, slack for a lo
 DRIVER = [str(ROOT / ".venv-rmq5/bin/python"), str(ROOT / "tests/grpc/drivers/rmq5_py.py")]
 
 
+def _query_route(endpoint: str, topic: str) -> spb.QueryRouteResponse:
+    with grpc.insecure_channel(endpoint) as channel:
+        return MessagingServiceStub(channel).QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)),
+                                                        metadata=[("x-mq-client-id", "route-probe")], timeout=5)
+
+
 def _route(endpoint: str) -> set[tuple[str, int]]:
     """(endpoint, permission) of each queue the member at ``endpoint`` answers QueryRoute with (none: an error)."""
-    with grpc.insecure_channel(endpoint) as channel:
-        resp = MessagingServiceStub(channel).QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC)),
-                                                        metadata=[("x-mq-client-id", "route-probe")], timeout=5)
+    resp = _query_route(endpoint, TOPIC)
     if resp.status.code != pb.OK:  # e.g. a slave that has not copied the topic yet: TOPIC_NOT_FOUND
         return set()
     return {(f"{a.host}:{a.port}", q.permission) for q in resp.message_queues for a in q.broker.endpoints.addresses}
@@ -76,6 +80,8 @@ def test_running_rmq5_simple_consumer_moves_to_the_slave_when_the_master_is_kill
     # Both members route clients to the master while the name server lists it.
     assert wait_until(lambda: _route(endpoint[1]) == {(endpoint[0], pb.READ_WRITE)}, 15), _route(endpoint[1])
     assert _route(endpoint[0]) == {(endpoint[0], pb.READ_WRITE)}
+    # autoCreateTopicEnable is on, but a slave writes nothing of its own: no topic of its own making.
+    assert _query_route(endpoint[1], "ha-grpc-unknown").status.code == pb.TOPIC_NOT_FOUND
 
     args = {"cmd": "simple", "endpoint": f"{endpoint[0]};{endpoint[1]}", "topic": TOPIC, "group": "rmq5-ha-grpc",
             "failover": True, "expect": 10**6, "wait": 150, "invisible": 20, "batch": 8,

@@ -1,7 +1,8 @@
 """Which member of a broker group serves a RocketMQ 5 client. RocketMQ 5's proxy in cluster mode fronts the whole
 group; here every member's gRPC endpoint answers routes from the name server's view instead: the master's endpoint
 while the name server lists the group's master, the slave's own (readable only) once it is gone. A client whose
-configured endpoints name both members then moves to the slave at its next route refresh, and back."""
+configured endpoints name both members then moves to the slave at its next route refresh (and back to the
+master once the name server lists it again)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class GroupRoute:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
         self._grpc_of: dict[str, tuple[str, int]] = {}  # master's remoting address -> its gRPC endpoint
+        self._warned: set[str] = set()  # masters without a gRPC endpoint
 
     async def master_endpoint(self, topic: str) -> tuple[str, int] | None:
         """The group master's gRPC endpoint while a name server lists it and it answers; None when it is gone
@@ -71,6 +73,9 @@ class GroupRoute:
             return None
         host, _, port = str(orjson.loads(resp.body).get("table", {}).get(GRPC_ENDPOINT_KEY, "")).rpartition(":")
         if not port.isdigit():
-            log.warning("master %s serves no gRPC endpoint: this slave routes RocketMQ 5 clients to itself", master)
+            if master not in self._warned:  # once per master, not once per client's route refresh
+                self._warned.add(master)
+                log.warning("master %s serves no gRPC endpoint: this slave routes RocketMQ 5 clients to itself",
+                            master)
             return None
         return host, int(port)
