@@ -1,6 +1,7 @@
 """A RocketMQ 5 consumer already running when its group's master is SIGKILLed keeps consuming from the slave:
 every member's gRPC endpoint answers routes from the name server's view (the master's endpoint while it is
-listed, the slave's, readable only, once it is gone), so the official client moves at its next route refresh."""
+listed, the slave's, readable only, once it is gone, the master's again when it is back), so the official client
+moves at its next route refresh."""
 
 from __future__ import annotations
 
@@ -119,6 +120,8 @@ def test_running_rmq5_simple_consumer_moves_to_the_slave_when_the_master_is_kill
             f"{len(expected - received())} of {len(expected)} acknowledged messages never received"
         first_s = min(e["t"] for e in events if e["event"] == "received" and e["id"] in left) - killed
         all_s = time.time() - killed
+        master.start()  # back on its store and ports: routes name it again
+        assert wait_until(lambda: _route(endpoint[1]) == {(endpoint[0], pb.READ_WRITE)}, 15), _route(endpoint[1])
     finally:
         sender.stop.set()
         driver.kill()
