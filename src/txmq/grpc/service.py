@@ -2,7 +2,7 @@
 transaction service and managers the remoting processors use, and answers with a ``Status`` (never a crash:
 an unexpected error answers INTERNAL_SERVER_ERROR and is logged).
 
-Routes name this broker only (the endpoint serves the queues of its own process). Topics follow the broker's
+Routes name the member of this broker's group that serves it (``group_route``). Topics follow the broker's
 ``autoCreateTopicEnable``: when it is off, an unknown topic answers TOPIC_NOT_FOUND.
 """
 
@@ -14,7 +14,7 @@ import logging
 import random
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -43,6 +43,7 @@ from txmq.grpc.convert import (
     to_pb_message,
     transaction_id,
 )
+from txmq.grpc.group_route import GroupRoute
 from txmq.grpc.pop import PopService
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
@@ -132,6 +133,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.sessions = sessions
         self.endpoint = endpoint
         self.pop = PopService(broker)
+        self.group_route = GroupRoute(broker)
 
     async def _guard(self, response: Callable[[pb.Status], R], call: Awaitable[R] | Callable[[], R],
                      what: str) -> R:
@@ -159,7 +161,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise GrpcStatusError(Code.FORBIDDEN, internal)
         tcm = self.broker.topic_config_manager
         cfg = tcm.get(name)
-        if cfg is None and create and self.broker.config.auto_create_topic_enable:
+        # A slave writes nothing of its own: its topics are its master's (SlaveSynchronize).
+        if cfg is None and create and self.broker.config.auto_create_topic_enable and not self.broker.config.is_slave:
             cfg = tcm.create_in_send(name, AUTO_CREATE_TOPIC_KEY_TOPIC, self.broker.config.default_topic_queue_nums)
             if cfg is not None:
                 self.broker.schedule_register()
@@ -168,37 +171,43 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                   f"{str(self.broker.config.auto_create_topic_enable).lower()})")
         return cfg
 
-    def _broker_pb(self) -> pb.Broker:
-        host, port = self.endpoint
-        # Broker id 0 from every member, as RocketMQ's proxy answers: the official clients read only from id 0.
-        return pb.Broker(name=self.broker.config.broker_name, id=0,
-                         endpoints=pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=port)]))
+    async def _server_of(self, topic: str) -> tuple[tuple[str, int], bool]:
+        """The gRPC endpoint that serves ``topic`` for this group, and whether it takes sends: this broker unless
+        it is a slave whose master the name server lists (then the master's; the slave itself once it is gone)."""
+        if self.broker.config.is_slave:
+            master = await self.group_route.master_endpoint(topic)
+            if master is not None:
+                return master, True
+            return self.endpoint, False  # a slave refuses sends (HA_NOT_AVAILABLE)
+        return self.endpoint, True
 
-    def _queue_pb(self, topic: str, queue_id: int, perm: int) -> pb.MessageQueue:
-        # A slave's queues are for reading: it refuses sends (HA_NOT_AVAILABLE).
-        readable, writable = PermName.is_readable(perm), PermName.is_writeable(perm) and not self.broker.config.is_slave
+    async def _queues_pb(self, cfg: TopicConfig, queue_ids: Iterable[int]) -> list[pb.MessageQueue]:
+        (host, port), master = await self._server_of(cfg.topic_name)
+        readable, writable = PermName.is_readable(cfg.perm), PermName.is_writeable(cfg.perm) and master
         permission = pb.READ_WRITE if readable and writable else pb.READ if readable else \
             pb.WRITE if writable else pb.NONE
-        return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id, permission=permission,
-                               broker=self._broker_pb(), accept_message_types=ACCEPTED_TYPES)
+        # Broker id 0 from every member, as RocketMQ's proxy answers: the official clients read only from id 0.
+        broker = pb.Broker(name=self.broker.config.broker_name, id=0,
+                           endpoints=pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=port)]))
+        return [pb.MessageQueue(topic=pb.Resource(name=cfg.topic_name), id=q, permission=permission, broker=broker,
+                                accept_message_types=ACCEPTED_TYPES) for q in queue_ids]
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
-        def body() -> spb.QueryRouteResponse:
+        async def body() -> spb.QueryRouteResponse:
             cfg = self._topic(request.topic.name, create=True)
-            queues = [self._queue_pb(cfg.topic_name, q, cfg.perm)
-                      for q in range(max(cfg.read_queue_nums, cfg.write_queue_nums))]
+            queues = await self._queues_pb(cfg, range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
             return spb.QueryRouteResponse(status=status(), message_queues=queues)
-        return await self._guard(lambda s: spb.QueryRouteResponse(status=s), body, "QueryRoute")
+        return await self._guard(lambda s: spb.QueryRouteResponse(status=s), body(), "QueryRoute")
 
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
                               context: Any) -> spb.QueryAssignmentResponse:
-        def body() -> spb.QueryAssignmentResponse:
+        async def body() -> spb.QueryAssignmentResponse:
             cfg = self._topic(request.topic.name)
             _group(request.group)
             # One assignment for the whole broker: a receive pops from every queue of the topic (as the proxy).
-            mq = self._queue_pb(cfg.topic_name, -1, cfg.perm)
+            mq, = await self._queues_pb(cfg, (-1,))
             return spb.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=mq)])
-        return await self._guard(lambda s: spb.QueryAssignmentResponse(status=s), body, "QueryAssignment")
+        return await self._guard(lambda s: spb.QueryAssignmentResponse(status=s), body(), "QueryAssignment")
 
     # --- clients -----------------------------------------------------------------------------------------
 

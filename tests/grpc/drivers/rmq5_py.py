@@ -108,7 +108,9 @@ def cmd_tx(a: dict) -> None:
 
 def cmd_simple(a: dict) -> None:
     """Receive until ``expect`` messages or ``wait`` seconds; ``ack``: ack them. ``lifecycle``: the invisible
-    duration story (receive, change invisible duration, no ack, redelivery, ack)."""
+    duration story (receive, change invisible duration, no ack, redelivery, ack). ``pace``: seconds spent on each
+    message (a slow consumer, so that a backlog builds up). ``failover``: a broker may die
+    meanwhile: a failed receive or ack is reported and the loop goes on, and ``expect`` counts distinct ids."""
     sub = {a["topic"]: FilterExpression(a.get("filter", "*"))}
     c = SimpleConsumer(config(a), a["group"], sub, await_duration=a.get("await", 2))
     c.startup()
@@ -116,14 +118,23 @@ def cmd_simple(a: dict) -> None:
         if a.get("lifecycle"):
             lifecycle(c, a)
             return
+        seen: set[str] = set()
         got = 0
         end = time.time() + a.get("wait", 20)
-        while got < a.get("expect", 1) and time.time() < end:
-            for m in c.receive(a.get("batch", 16), a.get("invisible", 10)) or []:
-                got += 1
-                out("received", **view(m))
-                if a.get("ack", True):
-                    c.ack(m)
+        while (len(seen) if a.get("failover") else got) < a.get("expect", 1) and time.time() < end:
+            try:
+                for m in c.receive(a.get("batch", 16), a.get("invisible", 10)) or []:
+                    got += 1
+                    seen.add(m.message_id)
+                    out("received", **view(m))
+                    time.sleep(a.get("pace", 0))
+                    if a.get("ack", True):
+                        c.ack(m)
+            except Exception as exc:
+                if not a.get("failover"):
+                    raise
+                out("error", error=f"{type(exc).__name__}: {exc}"[:300], t=time.time())
+                time.sleep(0.2)
     finally:
         c.shutdown()
 
@@ -164,6 +175,7 @@ def cmd_push(a: dict) -> None:
 
     class Listener(MessageListener):
         def consume(self, m) -> ConsumeResult:
+            time.sleep(a.get("pace", 0))
             with lock:
                 n = seen.get(m.message_id, 0) + 1
                 seen[m.message_id] = n

@@ -280,4 +280,6 @@ def runtime_info(broker: BrokerController) -> dict[str, str]:
         "commitLogDiskRatio": f"{disk.used / disk.total:.4f}",
         **store.runtime_info(),
     }
+    if broker.grpc is not None:  # a slave routes RocketMQ 5 clients to its master's gRPC endpoint
+        table["grpcEndpoint"] = broker.grpc.addr
     return {k: str(v) for k, v in table.items()}

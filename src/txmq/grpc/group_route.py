@@ -1,0 +1,81 @@
+"""Which member of a broker group serves a RocketMQ 5 client. RocketMQ 5's proxy in cluster mode fronts the whole
+group; here every member's gRPC endpoint answers routes from the name server's view instead: the master's endpoint
+while the name server lists the group's master, the slave's own (readable only) once it is gone. A client whose
+configured endpoints name both members then moves to the slave at its next route refresh (and back to the
+master once the name server lists it again)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import orjson
+
+from txmq.errors import ClientError
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from txmq.broker.controller import BrokerController
+
+log = logging.getLogger("txmq.grpc")
+
+GRPC_ENDPOINT_KEY = "grpcEndpoint"  # txmq's key in GET_BROKER_RUNTIME_INFO: the member's gRPC "host:port"
+TIMEOUT_S = 1.0  # two of these stay within a client's QueryRoute timeout (the Python client: 3 s)
+
+
+class GroupRoute:
+    """A slave's answer to "where is this group served": its master's gRPC endpoint, or None (serve it here)."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self._grpc_of: dict[str, tuple[str, int]] = {}  # master's remoting address -> its gRPC endpoint
+        self._warned: set[str] = set()  # masters without a gRPC endpoint
+
+    async def master_endpoint(self, topic: str) -> tuple[str, int] | None:
+        """The group master's gRPC endpoint while a name server lists it and it answers; None when it is gone
+        (or no name server answers: a slave with slaveReadEnable serves reads rather than nobody)."""
+        master = await self._master_addr(topic)
+        if not master:
+            return None
+        if master not in self._grpc_of:
+            endpoint = await self._ask_grpc_endpoint(master)
+            if endpoint is None:
+                return None
+            self._grpc_of[master] = endpoint
+        return self._grpc_of[master]
+
+    async def _invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand | None:
+        try:
+            return await self.broker.namesrv_client.invoke(addr, cmd, TIMEOUT_S)
+        except (ClientError, OSError):
+            return None
+
+    async def _master_addr(self, topic: str) -> str:
+        """Broker id 0's remoting address in the topic's route, as the first name server answering has it."""
+        name = self.broker.config.broker_name
+        for addr in filter(None, (a.strip() for a in self.broker.config.namesrv_addr.split(";"))):
+            resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                                    {"topic": topic}))
+            if resp is None:
+                continue
+            if resp.code != ResponseCode.SUCCESS:
+                return ""
+            for data in orjson.loads(resp.body).get("brokerDatas") or ():
+                if data.get("brokerName") == name:
+                    return str((data.get("brokerAddrs") or {}).get("0", ""))
+            return ""
+        return ""
+
+    async def _ask_grpc_endpoint(self, master: str) -> tuple[str, int] | None:
+        resp = await self._invoke(master, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        if resp is None or resp.code != ResponseCode.SUCCESS:
+            return None
+        host, _, port = str(orjson.loads(resp.body).get("table", {}).get(GRPC_ENDPOINT_KEY, "")).rpartition(":")
+        if not port.isdigit():
+            if master not in self._warned:  # once per master, not once per client's route refresh
+                self._warned.add(master)
+                log.warning("master %s serves no gRPC endpoint: this slave routes RocketMQ 5 clients to itself",
+                            master)
+            return None
+        return host, int(port)
