@@ -8,11 +8,14 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 
 from ha_group import Group, commit_log_bytes, ha_status, max_offset, request, wait_caught_up
 from helpers import wait_until
+from prometheus_client.parser import text_string_to_metric_families
 
 from txmq import Admin, Message, Producer, SendStatus
+from txmq.launch import free_port
 from txmq.remoting.codes import RequestCode
 
 SYNC = {"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}
@@ -30,7 +33,10 @@ def _queue_max(addr: str, topic: str, queues: int) -> list[int]:
 
 def test_sync_master_and_two_slaves_have_the_same_log_byte_for_byte(cluster):
     group = Group(cluster)
-    master = group.member(0, "SYNC_MASTER", {**SYNC, "inSyncReplicas": 3}).start()  # both slaves must ack
+    metrics_port = free_port()
+    master = group.member(0, "SYNC_MASTER", {**SYNC, "inSyncReplicas": 3,  # both slaves must ack
+                                             "metricsExporterType": "PROM", "metricsPromExporterPort": metrics_port,
+                                             }).start()
     slaves = [group.member(i, "SLAVE").start() for i in (1, 2)]
     m_addr = master.addrs["broker"]
     assert wait_until(lambda: len(ha_status(m_addr)["slaves"]) == 2, 15), ha_status(m_addr)
@@ -53,6 +59,12 @@ def test_sync_master_and_two_slaves_have_the_same_log_byte_for_byte(cluster):
     assert sorted(s["broker_id"] for s in status["slaves"]) == [1, 2]
     assert all(s["ack_offset"] == end and s["lag_bytes"] == 0 and s["in_sync"] for s in status["slaves"])
     assert ha_status(group.addr(1))["master"]["connected"] is True
+    # The same, as Prometheus metrics of the master.
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    replicas = {(f.name, s.labels["slave_id"]): s.value for f in text_string_to_metric_families(text)
+                if f.name.startswith("txmq_replica_") for s in f.samples}
+    assert replicas == {(name, slave): value for slave in ("1", "2") for name, value in (
+        ("txmq_replica_lag_bytes", 0.0), ("txmq_replica_lag_seconds", 0.0), ("txmq_replica_in_sync", 1.0))}
 
 
 def test_a_killed_slave_catches_up_after_restart_and_an_empty_one_while_sends_go_on(cluster):

@@ -153,6 +153,26 @@ class BrokerCollector(Collector):
                                 "Bytes of the commit log not yet dispatched to consume queues")
         dispatch.add_metric(node, 0)
         yield from (size, flush, dispatch)
+        yield from self._replicas()
+
+    def _replicas(self) -> Iterator[Metric]:
+        """A master's slaves: bytes not yet acknowledged and seconds of store time behind (``txmq ha status``)."""
+        ha = self.broker.ha_service
+        if ha is None:
+            return
+        lag_bytes = self._family(GaugeMetricFamily, "txmq_replica_lag_bytes",
+                                 "Bytes of the commit log a slave has not acknowledged", ("slave_id",))
+        lag_s = self._family(GaugeMetricFamily, "txmq_replica_lag_seconds",
+                             "Seconds of store time between the master's newest record and a slave's next one",
+                             ("slave_id",))
+        in_sync = self._family(GaugeMetricFamily, "txmq_replica_in_sync", "1 when a slave is connected and in sync",
+                               ("slave_id",))
+        for s in ha.status():
+            labels = [*self.node, str(s.broker_id)]
+            lag_bytes.add_metric(labels, s.lag_bytes)
+            lag_s.add_metric(labels, s.lag_seconds)
+            in_sync.add_metric(labels, 1 if s.connected and s.in_sync else 0)
+        yield from (lag_bytes, lag_s, in_sync)
 
     # --- clients, topics, groups --------------------------------------------------------------------------
 
