@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint bench clean grpc-clients
+.PHONY: run test lint bench clean grpc-clients etcd
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,7 +35,11 @@ $(NODE_STAMP): $(NODE_DIR)/package-lock.json
 
 grpc-clients: $(RMQ5_STAMP) $(NODE_STAMP)
 
-test: $(STAMP) grpc-clients
+# etcd for the controller-mode tests (tests/controller, tests/e2e/test_failover*.py), from Debian, only when missing.
+etcd:
+	@command -v etcd >/dev/null || (apt-get update && apt-get install -y etcd-server)
+
+test: $(STAMP) grpc-clients etcd
 	$(PY) -m pytest -q
 
 lint: $(STAMP)

@@ -219,7 +219,47 @@ def cmd_ha(args: argparse.Namespace) -> int:
                 m = st["master"]
                 print(f"  slave {bid} {st['addr']} sees master {m['masterAddr'] or '?'}: "
                       f"{'connected' if m['connected'] else 'not connected'}, log ends at {st['maxOffset']}")
+        _print_controller_mode(members)
     return 0
+
+
+def _print_controller_mode(members: dict[str, Any]) -> None:
+    for bid, st in sorted(members.items()):
+        c = st.get("controller") if isinstance(st, dict) else None
+        if c:
+            print(f"  replica {c['replicaId']} (as {bid}) epoch {c['epoch']} epochs {c['epochs']} master "
+                  f"{c['masterId']} SyncStateSet {c['syncStateSet']} (set epoch {c['syncStateSetEpoch']})"
+                  f"{' lease valid' if c['leaseValid'] else ''}")
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    """``txmq controller --etcd URL`` runs a controller; ``txmq controller status`` asks one."""
+    if args.action == "status":
+        from txmq.controller.status import controller_status
+
+        data = controller_status(args.controller)
+        if args.json:
+            _print_json(data)
+            return 0
+        meta = data["metadata"]
+        print(f"controller {meta['controller']}: leader {meta['leader'] or 'none'}"
+              f"{' (this one acts)' if meta['isLeader'] else ''}")
+        for name, g in sorted(data["groups"].items()):
+            print(f"group {name} ({g['cluster_name']}): master {g['master_id']} {g['master_addr'] or '-'} epoch "
+                  f"{g['epoch']} SyncStateSet {g['sync_state_set']} (set epoch {g['sync_state_set_epoch']}) "
+                  f"alive {g['alive']}")
+            for rid, r in sorted(g["replicas"].items()):
+                print(f"  replica {rid} {r['addr']} HA {r['haAddr']}")
+        return 0
+    if not args.etcd:
+        print("txmq controller: --etcd is required to run a controller", file=sys.stderr)
+        return 2
+    from txmq.controller.dcs import EtcdDCS
+    from txmq.controller.server import ControllerManager
+    from txmq.server import print_ready, run_process, serve_controller
+
+    manager = ControllerManager(EtcdDCS(args.etcd), args.host, args.port, lease_ttl_s=args.lease_ttl)
+    return run_process(serve_controller(manager, print_ready))
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -409,6 +449,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_ha)
+
+    s = sub.add_parser("controller", help="run a controller over etcd (automatic failover), or ask one its state")
+    s.add_argument("action", nargs="?", choices=["run", "status"], default="run")
+    s.add_argument("--etcd", help="etcd endpoints http://HOST:PORT[,...] (to run one)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=9878)
+    s.add_argument("--lease-ttl", type=int, default=3, help="seconds of the leader key's lease in etcd")
+    s.add_argument("--controller", default="127.0.0.1:9878", help="controller to ask (status)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_controller)
 
     s = sub.add_parser("stats", help="topics, consumer lag and transaction metrics")
     s.add_argument("--json", action="store_true")

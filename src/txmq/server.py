@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from txmq.broker.config import BrokerConfig
 from txmq.broker.controller import BrokerController
+from txmq.controller.server import ControllerManager
 from txmq.namesrv.controller import NamesrvController
 from txmq.remoting.server import ServerLimits
 from txmq.remoting.transport import run
@@ -53,6 +54,15 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             await broker.shutdown()
         if namesrv is not None:
             await namesrv.close()
+
+
+async def serve_controller(manager: ControllerManager, on_ready: Callable[[dict[str, str]], None]) -> None:
+    """``txmq controller``: serve until signalled, then give the leadership up."""
+    try:
+        await manager.start()
+        await _until_signalled(lambda: on_ready({"controller": manager.addr}))
+    finally:
+        await manager.close()
 
 
 READY_PREFIX = "txmq ready: "

@@ -1,0 +1,38 @@
+"""``txmq controller status``: a controller's view (who leads) and, from the leader, every group's state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from txmq.errors import ClientError
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import RemotingClient, run
+
+
+async def _ask(client: RemotingClient, addr: str, code: int) -> tuple[RemotingCommand, Any]:
+    resp = await client.invoke(addr, RemotingCommand.request(code, body=b"{}"), 3.0)
+    return resp, orjson.loads(resp.body) if resp.code == ResponseCode.SUCCESS and resp.body else None
+
+
+async def _status(addr: str) -> dict[str, Any]:
+    client = RemotingClient()
+    try:
+        _, meta = await _ask(client, addr, RequestCode.CONTROLLER_GET_METADATA_INFO)
+        if meta is None:
+            raise ClientError(f"controller {addr} did not answer its metadata")
+        leader = addr if meta["isLeader"] else meta.get("leader")
+        groups: dict[str, Any] = {}
+        if leader:
+            resp, groups = await _ask(client, leader, RequestCode.CONTROLLER_GET_REPLICA_INFO)
+            if groups is None:
+                raise ClientError(f"leader {leader} answered {resp.code}: {resp.remark}")
+        return {"metadata": meta, "groups": groups}
+    finally:
+        await client.close()
+
+
+def controller_status(addr: str) -> dict[str, Any]:
+    return run(_status(addr))
