@@ -376,7 +376,9 @@ class Producer(ClientBase):
 
     async def _publish_queues(self, topic: str) -> list[MessageQueue]:
         assert self.instance is not None
-        route = await self.instance.route(topic)
+        route = self.instance.routes.get(topic)
+        if route is None or not route.publish_queues:  # unknown, or its group has no master now: ask again
+            route = await self.instance.update_route(topic)  # (RocketMQ's tryToFindTopicPublishInfo)
         if route is None or not route.publish_queues:
             # Unknown topic: send through the brokers that serve TBW102, which create it (autoCreateTopicEnable).
             default = await self.instance.route(AUTO_CREATE_TOPIC_KEY_TOPIC)

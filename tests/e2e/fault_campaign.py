@@ -1,0 +1,192 @@
+"""A fault campaign against a controller-mode group (tests/e2e/test_failover.py runs a short one, bench/faults.py
+a long one): producers and transaction producers run while the master is SIGKILLed, SIGSTOPped past its lease,
+or cut off from the controller and its slaves; at the end every replica is read from disk and checked."""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from failover_group import FailoverGroup, log_messages
+from ha_group import commit_log_bytes, max_offset
+from helpers import wait_until
+
+from txmq import LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
+from txmq.message import MessageConst
+
+TOPIC, TX_TOPIC = "fo", "fo-tx"
+COMMIT, ROLLBACK = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK
+
+
+@dataclass
+class Figures:
+    faults: Counter[str] = field(default_factory=Counter)
+    sends_acked: int = 0
+    sends_lost: int = 0
+    sends_duplicated: int = 0
+    tx_acked: int = 0
+    tx_committed_lost: int = 0
+    tx_duplicated: int = 0
+    tx_rollback_visible: int = 0
+    split_brain_epochs: int = 0
+    failover_s: list[float] = field(default_factory=list)
+    replicas_identical: bool = False
+
+
+class Listener:
+    """Transaction i: i % 3 == 0 COMMIT, 1 ROLLBACK, 2 UNKNOWN at first and COMMIT on check-back."""
+
+    def __init__(self) -> None:
+        self.intended: dict[str, LocalTransactionState] = {}
+        self.lock = threading.Lock()
+
+    def _state(self, i: int) -> LocalTransactionState:
+        return ROLLBACK if i % 3 == 1 else COMMIT
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState | None:
+        with self.lock:
+            self.intended[msg.keys or ""] = self._state(arg)
+        return None if arg % 3 == 2 else self._state(arg)
+
+    def check_local_transaction(self, msg: Any) -> LocalTransactionState | None:
+        i = int((msg.keys or "t-1").split("-")[1])
+        return self._state(i)
+
+
+class Workload:
+    """One thread of plain sends (no client retries: one attempt per message) and one of transactions; each
+    records what the broker acknowledged."""
+
+    def __init__(self, namesrv: str) -> None:
+        self.acked: set[str] = set()
+        self.tx_acked: set[str] = set()
+        self.listener = Listener()
+        self.stop = threading.Event()
+        self.last_ack = 0.0  # monotonic time of the last acknowledged send
+        self.producer = Producer("fo-p", namesrv, retry_times=0, send_timeout_s=3.0)
+        self.tx_producer = TransactionProducer("fo-tx-p", self.listener, namesrv, send_timeout_s=3.0)
+        self.threads = [threading.Thread(target=self._sends, daemon=True),
+                        threading.Thread(target=self._transactions, daemon=True)]
+
+    def start(self) -> None:
+        self.producer.start()
+        self.tx_producer.start()
+        for t in self.threads:
+            t.start()
+
+    def _sends(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            key = f"s-{i}"
+            i += 1
+            try:
+                if self.producer.send(Message(TOPIC, key.encode() * 20, keys=key)).status == SendStatus.SEND_OK:
+                    self.acked.add(key)
+                    self.last_ack = time.monotonic()
+                    continue
+            except Exception:
+                pass
+            time.sleep(0.05)
+
+    def _transactions(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            key = f"t-{i}"
+            try:
+                r = self.tx_producer.send_message_in_transaction(Message(TX_TOPIC, key.encode() * 10, keys=key), i)
+                if r.status == SendStatus.SEND_OK:
+                    self.tx_acked.add(key)
+                else:
+                    time.sleep(0.05)
+            except Exception:
+                time.sleep(0.05)
+            i += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(15)
+        self.producer.shutdown()
+
+    def close_tx(self) -> None:
+        self.tx_producer.shutdown()
+
+
+def _wait_sends(workload: Workload, since: float, timeout: float) -> float | None:
+    """Seconds from ``since`` to the first acknowledged send after it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if workload.last_ack > since:
+            return workload.last_ack - since
+        time.sleep(0.02)
+    return None
+
+
+def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figures, rng: random.Random) -> None:
+    """One fault on the current master; waits for the next master and brings the victim back."""
+    master = group.wait_master(60)
+    victim = group.members[master]
+    time.sleep(rng.uniform(0.2, 1.5))
+    figures.faults[fault] += 1
+    t0 = time.monotonic()
+    if fault == "kill":
+        victim.kill()
+    elif fault == "pause":
+        assert victim.pid is not None
+        import os
+
+        os.kill(victim.pid, signal.SIGSTOP)
+    group.wait_master(60, not_id=master)
+    took = _wait_sends(workload, t0, 30)
+    if took is not None:
+        figures.failover_s.append(took)
+    if fault == "kill":
+        victim.start()
+    elif fault == "pause":
+        import os
+
+        assert victim.pid is not None
+        os.kill(victim.pid, signal.SIGCONT)
+    group.wait_master(60, full_set=True)
+
+
+def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: float = 90.0) -> None:
+    """Read every replica: sends, transactions, epochs, bytes."""
+    master = group.wait_master(60, full_set=True)
+    # Undecided transactions are resolved by check-back on the master: wait until every intended COMMIT is visible.
+    def visible() -> Counter[str]:
+        end = max_offset(group.addr(master))
+        return Counter(m.keys or "" for m in log_messages(group.store(master), end)
+                       if m.topic == TX_TOPIC and m.properties.get(MessageConst.TRANSACTION_PREPARED) != "true")
+
+    wanted = {k for k in workload.tx_acked if workload.listener.intended.get(k) == COMMIT}
+    wait_until(lambda: wanted <= set(visible()), timeout)
+    end = max_offset(group.addr(master))
+    assert wait_until(lambda: all(max_offset(group.addr(r)) == end for r in group.ids), 30), \
+        [max_offset(group.addr(r)) for r in group.ids]
+    base = commit_log_bytes(group.store(master), end)
+    figures.replicas_identical = all(commit_log_bytes(group.store(r), end) == base for r in group.ids)
+    msgs = log_messages(group.store(master), end)
+    sends = Counter(m.keys for m in msgs if m.topic == TOPIC)
+    figures.sends_acked = len(workload.acked)
+    figures.sends_lost = sum(1 for k in workload.acked if sends[k] == 0)
+    figures.sends_duplicated = sum(1 for k in workload.acked if sends[k] > 1)
+    seen = visible()
+    figures.tx_acked = len(workload.tx_acked)
+    figures.tx_committed_lost = sum(1 for k in wanted if seen[k] == 0)
+    figures.tx_duplicated = sum(1 for k in workload.tx_acked if seen[k] > 1)
+    figures.tx_rollback_visible = sum(1 for k in workload.tx_acked
+                                      if workload.listener.intended.get(k) == ROLLBACK and seen[k])
+    # One start offset per epoch across every replica's epoch file (two masters of one epoch would differ).
+    import orjson
+
+    starts: dict[int, set[int]] = {}
+    for r in group.ids:
+        for epoch, start in orjson.loads((group.store(r) / "epochFileCheckpoint").read_bytes()):
+            starts.setdefault(epoch, set()).add(start)
+    figures.split_brain_epochs = sum(1 for s in starts.values() if len(s) > 1)
