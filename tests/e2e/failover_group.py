@@ -10,6 +10,7 @@ from typing import Any
 
 from cluster import Cluster
 from ha_group import SEGMENT, ha_status
+from tcp_proxy import TcpProxy
 
 from txmq.controller.etcd_launch import EtcdProcess
 from txmq.controller.status import controller_status
@@ -27,12 +28,13 @@ class FailoverGroup:
         self.controller_port = free_port()
         self.controller: ServerProcess | None = None
         self.conf = {"brokerName": name, "mappedFileSizeCommitLog": SEGMENT, "grpcPort": -1,
-                     "haSendHeartbeatInterval": 1000, "slaveSynchronizeInterval": 1000, "brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH",
-                     "enableControllerMode": "true", "controllerAddr": f"127.0.0.1:{self.controller_port}",
+                     "haSendHeartbeatInterval": 1000, "slaveSynchronizeInterval": 1000,
+                     "brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH", "enableControllerMode": "true",
                      **(conf or {})}
         self.ids = list(range(1, replicas + 1))
         self.members: dict[int, ServerProcess] = {}
         self.ports: dict[int, int] = {}
+        self.proxies: dict[int, TcpProxy] = {}  # each replica reaches the controller through its own proxy
 
     @property
     def controller_addr(self) -> str:
@@ -47,13 +49,17 @@ class FailoverGroup:
         for rid in self.ids:
             self.ports[rid] = free_port()
             ha = free_port()
-            p = self.cluster.broker(f"{self.name}-{rid}", {**self.conf, "brokerId": rid, "haListenPort": ha},
+            self.proxies[rid] = TcpProxy(("127.0.0.1", self.controller_port))
+            p = self.cluster.broker(f"{self.name}-{rid}", {**self.conf, "brokerId": rid, "haListenPort": ha,
+                                                            "controllerAddr": self.proxies[rid].addr},
                                     port=self.ports[rid])
             self.members[rid] = p
             p.start()
         return self
 
     def close(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.close()
         self.etcd.stop()
 
     def store(self, rid: int) -> Path:

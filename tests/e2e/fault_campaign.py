@@ -4,6 +4,7 @@ or cut off from the controller and its slaves; at the end every replica is read 
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import threading
@@ -17,7 +18,7 @@ from ha_group import commit_log_bytes, max_offset
 from helpers import wait_until
 
 from txmq import LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
-from txmq.message import MessageConst
+from txmq.message import MessageConst, decode_offset_msg_id
 
 TOPIC, TX_TOPIC = "fo", "fo-tx"
 COMMIT, ROLLBACK = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK
@@ -67,7 +68,7 @@ class Workload:
         self.tx_acked: set[str] = set()
         self.listener = Listener()
         self.stop = threading.Event()
-        self.last_ack = 0.0  # monotonic time of the last acknowledged send
+        self.last_ack = (0.0, "")  # monotonic time and broker address of the last acknowledged send
         self.producer = Producer("fo-p", namesrv, retry_times=0, send_timeout_s=3.0)
         self.tx_producer = TransactionProducer("fo-tx-p", self.listener, namesrv, send_timeout_s=3.0)
         self.threads = [threading.Thread(target=self._sends, daemon=True),
@@ -85,9 +86,11 @@ class Workload:
             key = f"s-{i}"
             i += 1
             try:
-                if self.producer.send(Message(TOPIC, key.encode() * 20, keys=key)).status == SendStatus.SEND_OK:
+                r = self.producer.send(Message(TOPIC, key.encode() * 20, keys=key))
+                if r.status == SendStatus.SEND_OK:
                     self.acked.add(key)
-                    self.last_ack = time.monotonic()
+                    host, port = decode_offset_msg_id(r.offset_msg_id)[0]
+                    self.last_ack = (time.monotonic(), f"{host}:{port}")
                     continue
             except Exception:
                 pass
@@ -117,41 +120,72 @@ class Workload:
         self.tx_producer.shutdown()
 
 
-def _wait_sends(workload: Workload, since: float, timeout: float) -> float | None:
-    """Seconds from ``since`` to the first acknowledged send after it."""
+def _wait_sends(workload: Workload, since: float, old: str, timeout: float) -> float | None:
+    """Seconds from ``since`` to the first send after it acknowledged by another broker than ``old``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if workload.last_ack > since:
-            return workload.last_ack - since
+        at, addr = workload.last_ack
+        if at > since and addr != old:
+            return at - since
         time.sleep(0.02)
     return None
 
 
+MASTER_FAULTS = ("kill", "pause", "partition")
+SLAVE_FAULTS = ("slave-flip", "slave-truncate")
+
+
+def _damage_tail(group: FailoverGroup, rid: int, fault: str, rng: random.Random) -> None:
+    """While the slave is down: flip one byte of its last records, or zero its log's last bytes."""
+    segs = sorted((group.store(rid) / "commitlog").iterdir())
+    if not segs:
+        return
+    seg = segs[-1]
+    data = bytearray(seg.read_bytes())
+    used = len(data.rstrip(b"\0"))
+    if used < 64:
+        return
+    if fault == "slave-flip":
+        at = rng.randrange(max(0, used - 2000), used)
+        data[at] ^= 0xFF
+    else:
+        cut = rng.randrange(max(0, used - 2000), used)
+        data[cut:used] = bytes(used - cut)
+    seg.write_bytes(bytes(data))
+
+
 def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figures, rng: random.Random) -> None:
-    """One fault on the current master; waits for the next master and brings the victim back."""
+    """One fault at a random instant; a master fault waits for the next master (the failover time: from the
+    fault to the first send another broker acknowledged), then the victim comes back."""
     master = group.wait_master(60)
-    victim = group.members[master]
     time.sleep(rng.uniform(0.2, 1.5))
     figures.faults[fault] += 1
+    if fault in SLAVE_FAULTS:
+        rid = rng.choice([r for r in group.ids if r != master])
+        group.members[rid].kill()
+        _damage_tail(group, rid, fault, rng)
+        group.members[rid].start()
+        group.wait_master(60, full_set=True)
+        return
+    victim = group.members[master]
+    assert victim.pid is not None
     t0 = time.monotonic()
     if fault == "kill":
         victim.kill()
     elif fault == "pause":
-        assert victim.pid is not None
-        import os
-
         os.kill(victim.pid, signal.SIGSTOP)
+    else:
+        group.proxies[master].cut()
     group.wait_master(60, not_id=master)
-    took = _wait_sends(workload, t0, 30)
+    took = _wait_sends(workload, t0, group.addr(master), 30)
     if took is not None:
         figures.failover_s.append(took)
     if fault == "kill":
         victim.start()
     elif fault == "pause":
-        import os
-
-        assert victim.pid is not None
         os.kill(victim.pid, signal.SIGCONT)
+    else:
+        group.proxies[master].heal()
     group.wait_master(60, full_set=True)
 
 

@@ -41,7 +41,7 @@ def test_short_fault_campaign(group, cluster):
     figures = Figures()
     rng = random.Random(13)
     try:
-        for fault in ("kill", "pause", "kill"):
+        for fault in ("kill", "pause", "partition", "slave-flip", "slave-truncate", "kill"):
             inject(group, workload, fault, figures, rng)
         time.sleep(1.0)
     finally:
@@ -51,20 +51,20 @@ def test_short_fault_campaign(group, cluster):
     finally:
         workload.close_tx()
     print(figures)
-    assert figures.faults == {"kill": 2, "pause": 1}
+    assert figures.faults == {"kill": 2, "pause": 1, "partition": 1, "slave-flip": 1, "slave-truncate": 1}
     assert figures.sends_acked > 100 and figures.tx_acked > 20
     assert (figures.sends_lost, figures.sends_duplicated) == (0, 0)
     assert (figures.tx_committed_lost, figures.tx_duplicated, figures.tx_rollback_visible) == (0, 0, 0)
     assert figures.split_brain_epochs == 0
     assert figures.replicas_identical
-    assert len(figures.failover_s) == 3 and max(figures.failover_s) < 15
+    assert len(figures.failover_s) == 4 and max(figures.failover_s) < 15
     # The tools show the epochs and the SyncStateSet.
     env = dict(cluster.env, NAMESRV_ADDR=cluster.namesrv_addr)
     out = subprocess.run([sys.executable, "-m", "txmq.cli", "controller", "status", "--controller",
                           group.controller_addr], capture_output=True, text=True, timeout=30, env=env)
     assert out.returncode == 0, out.stderr
-    assert "epoch 4" in out.stdout and "SyncStateSet [1, 2, 3]" in out.stdout, out.stdout
+    assert "epoch 5" in out.stdout and "SyncStateSet [1, 2, 3]" in out.stdout, out.stdout
     out = subprocess.run([sys.executable, "-m", "txmq.cli", "ha", "status"], capture_output=True, text=True,
                          timeout=30, env=env)
     assert out.returncode == 0, out.stderr
-    assert "SyncStateSet [1, 2, 3]" in out.stdout and "epoch 4" in out.stdout, out.stdout
+    assert "SyncStateSet [1, 2, 3]" in out.stdout and "epoch 5" in out.stdout, out.stdout
