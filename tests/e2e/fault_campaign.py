@@ -4,13 +4,18 @@ or cut off from the controller and its slaves; at the end every replica is read 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from failover_group import FailoverGroup, log_messages
@@ -20,7 +25,8 @@ from helpers import wait_until
 from txmq import LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
 from txmq.message import MessageConst, decode_offset_msg_id
 
-TOPIC, TX_TOPIC = "fo", "fo-tx"
+TOPIC, TX_TOPIC, CPP_TOPIC = "fo", "fo-tx", "fo-cpp"
+CPP_DRIVER = Path(__file__).with_name("cpp") / "cpp_driver.py"
 COMMIT, ROLLBACK = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK
 
 
@@ -28,6 +34,7 @@ COMMIT, ROLLBACK = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK
 class Figures:
     faults: Counter[str] = field(default_factory=Counter)
     sends_acked: int = 0
+    cpp_sends_acked: int = 0
     sends_lost: int = 0
     sends_duplicated: int = 0
     tx_acked: int = 0
@@ -59,11 +66,46 @@ class Listener:
         return self._state(i)
 
 
+class CppProducer:
+    """The RocketMQ C++ client (``rocketmq==0.4.4``) sending SYNC to ``CPP_TOPIC`` in its own process, one
+    attempt per message; its ``sent`` lines say which were acknowledged."""
+
+    def __init__(self, namesrv: str, home: Path) -> None:
+        home.mkdir(parents=True, exist_ok=True)
+        self.acked: set[str] = set()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CPP_DRIVER), "produce", "--namesrv", namesrv, "--topic", CPP_TOPIC, "--count",
+             "1000000", "--mode", "sync", "--keys-prefix", "c-", "--retry-times", "0", "--interval", "0.02",
+             "--fast-exit"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=dict(os.environ, HOME=str(home)), start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if event.get("event") == "sent" and event.get("status") == "OK":
+                    self.acked.add(f"c-{event['i']}")
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self.reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
 class Workload:
     """One thread of plain sends (no client retries: one attempt per message) and one of transactions; each
     records what the broker acknowledged."""
 
-    def __init__(self, namesrv: str) -> None:
+    def __init__(self, namesrv: str, cpp_home: Path | None = None) -> None:
+        self.namesrv = namesrv
+        self.cpp_home = cpp_home  # None: no C++ producer
+        self.cpp: CppProducer | None = None
         self.acked: set[str] = set()
         self.tx_acked: set[str] = set()
         self.listener = Listener()
@@ -79,6 +121,8 @@ class Workload:
         self.tx_producer.start()
         for t in self.threads:
             t.start()
+        if self.cpp_home is not None:
+            self.cpp = CppProducer(self.namesrv, self.cpp_home)
 
     def _sends(self) -> None:
         i = 0
@@ -111,6 +155,8 @@ class Workload:
             i += 1
 
     def close(self) -> None:
+        if self.cpp is not None:
+            self.cpp.stop()
         self.stop.set()
         for t in self.threads:
             t.join(15)
@@ -206,10 +252,13 @@ def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: f
     base = commit_log_bytes(group.store(master), end)
     figures.replicas_identical = all(commit_log_bytes(group.store(r), end) == base for r in group.ids)
     msgs = log_messages(group.store(master), end)
-    sends = Counter(m.keys for m in msgs if m.topic == TOPIC)
-    figures.sends_acked = len(workload.acked)
-    figures.sends_lost = sum(1 for k in workload.acked if sends[k] == 0)
-    figures.sends_duplicated = sum(1 for k in workload.acked if sends[k] > 1)
+    sends = Counter(m.keys for m in msgs if m.topic in (TOPIC, CPP_TOPIC))
+    cpp_acked = workload.cpp.acked if workload.cpp is not None else set()
+    acked = workload.acked | cpp_acked
+    figures.sends_acked = len(acked)
+    figures.cpp_sends_acked = len(cpp_acked)
+    figures.sends_lost = sum(1 for k in acked if sends[k] == 0)
+    figures.sends_duplicated = sum(1 for k in acked if sends[k] > 1)
     seen = visible()
     figures.tx_acked = len(workload.tx_acked)
     figures.tx_committed_lost = sum(1 for k in wanted if seen[k] == 0)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from failover_group import FailoverGroup
-from fault_campaign import TOPIC, TX_TOPIC, Figures, Workload, check, inject
+from fault_campaign import CPP_TOPIC, TOPIC, TX_TOPIC, Figures, Workload, check, inject
 
 from txmq import Admin
 
@@ -31,12 +31,14 @@ def test_short_fault_campaign(group, cluster):
     with Admin(cluster.namesrv_addr) as admin:
         admin.create_topic(TOPIC, queue_nums=4)
         admin.create_topic(TX_TOPIC, queue_nums=4)
+        admin.create_topic(CPP_TOPIC, queue_nums=4)
+    cluster.wait_route(CPP_TOPIC)
     cluster.wait_route(TOPIC)
     cluster.wait_route(TX_TOPIC)
     import time
 
     time.sleep(2.0)  # the slaves copy the topic configs (slaveSynchronizeInterval 1 s)
-    workload = Workload(cluster.namesrv_addr)
+    workload = Workload(cluster.namesrv_addr, cluster.root / "cpp-home")
     workload.start()
     figures = Figures()
     rng = random.Random(13)
@@ -52,7 +54,7 @@ def test_short_fault_campaign(group, cluster):
         workload.close_tx()
     print(figures)
     assert figures.faults == {"kill": 2, "pause": 1, "partition": 1, "slave-flip": 1, "slave-truncate": 1}
-    assert figures.sends_acked > 100 and figures.tx_acked > 20
+    assert figures.sends_acked > 100 and figures.tx_acked > 20 and figures.cpp_sends_acked > 20
     assert (figures.sends_lost, figures.sends_duplicated) == (0, 0)
     assert (figures.tx_committed_lost, figures.tx_duplicated, figures.tx_rollback_visible) == (0, 0, 0)
     assert figures.split_brain_epochs == 0

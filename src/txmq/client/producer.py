@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import itertools
 import logging
@@ -419,7 +420,12 @@ class Producer(ClientBase):
             if remaining <= 0:
                 break
             try:
-                return await self._send_to(mq, msg, batch, batch_properties, oneway, remaining)
+                result = await self._send_to(mq, msg, batch, batch_properties, oneway, remaining)
+                if result.status != SendStatus.SEND_OK and self.instance.routes.get(msg.topic) is not None:
+                    # e.g. a master that stepped down (controller mode) answers as a slave: its group's routes moved
+                    with contextlib.suppress(BrokerError, ClientError):
+                        await self.instance.update_route(msg.topic)
+                return result
             except BrokerError as exc:
                 if exc.code not in _RETRY_CODES:
                     raise
