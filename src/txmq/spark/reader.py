@@ -147,13 +147,17 @@ def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[Q
 
 # --- the executor side: pull a range, build Arrow record batches ------------------------------------------
 
+MAX_EMPTY_ANSWERS = 60  # x EMPTY_ANSWER_WAIT_S: longer than a failover (docs/ha.md)
+EMPTY_ANSWER_WAIT_S = 0.5
+
+
 def read_range(part: QueueRange, group: str = "txmq-spark-reader") -> Iterator[pa.RecordBatch]:
     if not isinstance(part, QueueRange):  # Spark plans one empty partition when there are none
         return
     consumer = _consumer(part.namesrv, group, part.security)
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
     cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
-    offset, failures = part.start, 0
+    offset, failures, empty_answers = part.start, 0, 0
     while offset < part.end:
         try:
             if part.broker not in (consumer.instance.broker_addrs if consumer.instance else {}):
@@ -172,8 +176,16 @@ def read_range(part: QueueRange, group: str = "txmq-spark-reader") -> Iterator[p
                 break
             offset = result.next_begin_offset
             continue
-        if result.status == PullStatus.NO_NEW_MSG:
-            break
+        if result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG) and not result.msgs:
+            # The range was planned below the queue's end, so its messages exist: the member that answered does
+            # not have them (a slave behind, or asked while its group elects a new master). Ask again; never
+            # end the range early, which would commit a batch without its rows.
+            empty_answers += 1
+            if empty_answers > MAX_EMPTY_ANSWERS:
+                raise ClientError(f"{part.topic} {part.broker}:{part.queue_id}: offsets {offset}..{part.end} "
+                                  f"planned but not served after {MAX_EMPTY_ANSWERS} attempts")
+            time.sleep(EMPTY_ANSWER_WAIT_S)
+            continue
         for m in result.msgs:
             if m.queue_offset >= part.end:
                 break
@@ -194,6 +206,7 @@ def read_range(part: QueueRange, group: str = "txmq-spark-reader") -> Iterator[p
                                           or props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
                                           if committed or part.audit else None)
         offset = result.next_begin_offset if result.next_begin_offset > offset else offset + 1
+        empty_answers = 0
         if len(cols["topic"]) >= ROWS_PER_RECORD_BATCH:
             yield _record_batch(cols)
             cols = {name: [] for name in ARROW_SCHEMA.names}
