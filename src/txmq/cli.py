@@ -46,8 +46,19 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
     acl = namesrv_validator(args.acl_file) if args.acl_file else None
     tls = TlsServerConfig(args.tls_mode, args.tls_cert or "", args.tls_key or "")
 
+    controller = None
+    if args.enable_controller_in_namesrv:  # RocketMQ 5's enableControllerInNamesrv
+        from txmq.controller.dcs import EtcdDCS
+        from txmq.controller.server import ControllerManager
+
+        if not args.etcd:
+            print("txmq namesrv: --enable-controller-in-namesrv needs --etcd", file=sys.stderr)
+            return 2
+        controller = ControllerManager(EtcdDCS(args.etcd), args.host, args.controller_port)
+
     async def main() -> None:
-        await serve(NamesrvController(args.host, args.port, limits=limits, acl=acl, tls=tls), None, print_ready)
+        await serve(NamesrvController(args.host, args.port, limits=limits, acl=acl, tls=tls), None, print_ready,
+                    controller)
     return run_process(main())
 
 
@@ -256,10 +267,10 @@ def cmd_controller(args: argparse.Namespace) -> int:
         return 2
     from txmq.controller.dcs import EtcdDCS
     from txmq.controller.server import ControllerManager
-    from txmq.server import print_ready, run_process, serve_controller
+    from txmq.server import print_ready, run_process, serve
 
     manager = ControllerManager(EtcdDCS(args.etcd), args.host, args.port, lease_ttl_s=args.lease_ttl)
-    return run_process(serve_controller(manager, print_ready))
+    return run_process(serve(None, None, print_ready, manager))
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -368,6 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="RocketMQ's tls.server.mode")
     s.add_argument("--tls-cert", help="tls.server.certPath")
     s.add_argument("--tls-key", help="tls.server.keyPath")
+    s.add_argument("--enable-controller-in-namesrv", action="store_true",
+                   help="also run a controller (automatic failover) in this process")
+    s.add_argument("--etcd", help="the controller's etcd endpoints http://HOST:PORT[,...]")
+    s.add_argument("--controller-port", type=int, default=9878)
     s.set_defaults(fn=cmd_namesrv)
 
     s = sub.add_parser("broker", help="a broker registering with name servers")

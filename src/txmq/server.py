@@ -32,8 +32,12 @@ async def _until_signalled(ready: Callable[[], None]) -> None:
 
 
 async def serve(namesrv: NamesrvController | None, broker: BrokerController | None,
-                on_ready: Callable[[dict[str, str]], None]) -> None:
+                on_ready: Callable[[dict[str, str]], None], controller: ControllerManager | None = None) -> None:
+    """Run the parts given until signalled; ``controller``: ``txmq controller``, or RocketMQ's
+    enableControllerInNamesrv beside a name server."""
     try:
+        if controller is not None:
+            await controller.start()
         if namesrv is not None:
             await namesrv.start()
             if broker is not None and not broker.config.namesrv_addr:
@@ -43,6 +47,8 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
         addrs = {}
         if namesrv is not None:
             addrs["namesrv"] = namesrv.addr
+        if controller is not None:
+            addrs["controller"] = controller.addr
         if broker is not None:
             addrs["broker"] = broker.addr
             if broker.grpc is not None:
@@ -54,15 +60,8 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             await broker.shutdown()
         if namesrv is not None:
             await namesrv.close()
-
-
-async def serve_controller(manager: ControllerManager, on_ready: Callable[[dict[str, str]], None]) -> None:
-    """``txmq controller``: serve until signalled, then give the leadership up."""
-    try:
-        await manager.start()
-        await _until_signalled(lambda: on_ready({"controller": manager.addr}))
-    finally:
-        await manager.close()
+        if controller is not None:
+            await controller.close()
 
 
 READY_PREFIX = "txmq ready: "

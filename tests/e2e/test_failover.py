@@ -70,3 +70,41 @@ def test_short_fault_campaign(group, cluster):
                          timeout=30, env=env)
     assert out.returncode == 0, out.stderr
     assert "SyncStateSet [1, 2, 3]" in out.stdout and "epoch 5" in out.stdout, out.stdout
+
+
+def test_a_controller_inside_the_name_server(tmp_path):
+    """RocketMQ's enableControllerInNamesrv: one process serves routes and elects; a lone replica of a new
+    group becomes its master and the name server routes it as brokerId 0."""
+    from cluster import Cluster
+    from helpers import wait_until
+
+    from txmq.controller.etcd_launch import EtcdProcess
+    from txmq.controller.status import controller_status
+    from txmq.launch import ServerProcess, free_port, txmq_command
+
+    etcd = EtcdProcess(tmp_path / "etcd", tmp_path / "etcd.log").start()
+    cluster = Cluster(tmp_path)
+    try:
+        cport = free_port()
+        ns = ServerProcess(txmq_command("namesrv", "--port", str(free_port()), "--enable-controller-in-namesrv",
+                                        "--etcd", etcd.endpoint, "--controller-port", str(cport)),
+                           tmp_path / "namesrv.log", cluster.env).start()
+        cluster.procs.append(ns)
+        cluster.namesrv_addr = ns.addrs["namesrv"]
+        assert ns.addrs["controller"] == f"127.0.0.1:{cport}"
+        broker = cluster.broker("broker-b-1", {"brokerName": "broker-b", "brokerId": 1, "grpcPort": -1,
+                                               "haListenPort": free_port(), "enableControllerMode": "true",
+                                               "controllerAddr": f"127.0.0.1:{cport}"}).start()
+
+        def routed() -> bool:
+            with Admin(cluster.namesrv_addr) as admin:
+                rows = admin.cluster_list()
+            return [(r["brokerName"], str(r["brokerId"]), r["addr"]) for r in rows] == [
+                ("broker-b", "0", broker.addrs["broker"])]
+
+        assert wait_until(routed, 20)
+        group = controller_status(f"127.0.0.1:{cport}")["groups"]["broker-b"]
+        assert (group["master_id"], group["epoch"], group["sync_state_set"]) == (1, 1, [1])
+    finally:
+        cluster.close()
+        etcd.stop()
