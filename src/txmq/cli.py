@@ -54,7 +54,10 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
         if not args.etcd:
             print("txmq namesrv: --enable-controller-in-namesrv needs --etcd", file=sys.stderr)
             return 2
-        controller = ControllerManager(EtcdDCS(args.etcd), args.host, args.controller_port)
+        from txmq.acl.setup import controller_validator
+
+        controller = ControllerManager(EtcdDCS(args.etcd), args.host, args.controller_port,
+                                       acl=controller_validator(args.acl_file) if args.acl_file else None)
 
     async def main() -> None:
         await serve(NamesrvController(args.host, args.port, limits=limits, acl=acl, tls=tls), None, print_ready,
@@ -265,11 +268,13 @@ def cmd_controller(args: argparse.Namespace) -> int:
     if not args.etcd:
         print("txmq controller: --etcd is required to run a controller", file=sys.stderr)
         return 2
+    from txmq.acl.setup import controller_validator
     from txmq.controller.dcs import EtcdDCS
     from txmq.controller.server import ControllerManager
     from txmq.server import print_ready, run_process, serve
 
-    manager = ControllerManager(EtcdDCS(args.etcd), args.host, args.port, lease_ttl_s=args.lease_ttl)
+    acl = controller_validator(args.acl_file) if args.acl_file else None
+    manager = ControllerManager(EtcdDCS(args.etcd), args.host, args.port, lease_ttl_s=args.lease_ttl, acl=acl)
     return run_process(serve(None, None, print_ready, manager))
 
 
@@ -472,7 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=9878)
     s.add_argument("--lease-ttl", type=int, default=3, help="seconds of the leader key's lease in etcd")
     s.add_argument("--controller", default="127.0.0.1:9878", help="controller to ask (status)")
+    s.add_argument("--acl-file", help="plain_acl.yml: switches ACL on; brokers' requests need an admin account")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--access-key", help="ACL account for status (default $TXMQ_ACCESS_KEY)")
+    s.add_argument("--secret-key", help="ACL secret (default $TXMQ_SECRET_KEY)")
     s.set_defaults(fn=cmd_controller)
 
     s = sub.add_parser("stats", help="topics, consumer lag and transaction metrics")

@@ -54,3 +54,55 @@ async def _scenario() -> None:
 
 def test_controller_requests():
     asyncio.run(_scenario())
+
+
+PLAIN_ACL = """\
+accounts:
+  - accessKey: brokerKey01
+    secretKey: brokerSecret01
+    admin: true
+  - accessKey: clientKey01
+    secretKey: clientSecret01
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: PUB|SUB
+"""
+
+
+async def _acl_scenario(acl_path) -> None:
+    from txmq.acl.setup import controller_validator
+    from txmq.acl.signer import AclClientRPCHook, SessionCredentials
+
+    a = ControllerManager(MemoryDCS(), port=0, acl=controller_validator(str(acl_path)))
+    await a.start()
+    try:
+        for _ in range(50):
+            if a.acting:
+                break
+            await asyncio.sleep(0.05)
+
+        async def ask(code: int, body: bytes, key: str | None = None, secret: str = "") -> RemotingCommand:
+            hook = AclClientRPCHook(SessionCredentials(key, secret)) if key else None
+            async with RemotingClient(rpc_hook=hook) as client:
+                return await client.invoke(a.addr, RemotingCommand.request(code, body=body), 3.0)
+
+        beat = orjson.dumps(BEAT)
+        assert (await ask(RequestCode.BROKER_HEARTBEAT, beat)).code != ResponseCode.SUCCESS  # unsigned
+        assert (await ask(RequestCode.BROKER_HEARTBEAT, beat, "clientKey01", "clientSecret01")).code \
+            != ResponseCode.SUCCESS  # a client's account is not the cluster's
+        assert (await ask(RequestCode.BROKER_HEARTBEAT, beat, "brokerKey01", "wrongSecret01")).code \
+            != ResponseCode.SUCCESS
+        assert a.manager is not None and a.manager.state("g") is None  # none of those changed anything
+        assert (await ask(RequestCode.BROKER_HEARTBEAT, beat, "brokerKey01", "brokerSecret01")).code \
+            == ResponseCode.SUCCESS
+        # Reading needs an account, any account.
+        assert (await ask(RequestCode.CONTROLLER_GET_REPLICA_INFO, b"{}")).code != ResponseCode.SUCCESS
+        assert (await ask(RequestCode.CONTROLLER_GET_REPLICA_INFO, b"{}", "clientKey01", "clientSecret01")).code \
+            == ResponseCode.SUCCESS
+    finally:
+        await a.close()
+
+
+def test_controller_with_acl_takes_heartbeats_only_from_admin_accounts(tmp_path):
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(PLAIN_ACL)
+    asyncio.run(_acl_scenario(acl))

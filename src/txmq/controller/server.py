@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from txmq.acl.validator import AccessValidator
 from txmq.controller.dcs import DCS, DCSError
 from txmq.controller.replicas_info import ControllerError, GroupState, ReplicasInfoManager
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -37,12 +38,13 @@ class ControllerManager:
     """The remoting server, the leadership loop and the scan for masters whose heartbeats stopped."""
 
     def __init__(self, dcs: DCS, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, lease_ttl_s: int = 3,
-                 scan_interval_s: float = 1.0) -> None:
+                 scan_interval_s: float = 1.0, acl: AccessValidator | None = None) -> None:
         self.dcs = dcs
         self.host = host
         self.lease_ttl_s = lease_ttl_s  # the leader key's lease (etcd's TTL granularity is a second)
         self.scan_interval_s = scan_interval_s  # RocketMQ's scanNotActiveBrokerInterval
-        self.server = RemotingServer(self._handle, host=host, port=port)
+        self.server = RemotingServer(acl.guard(self._handle) if acl is not None else self._handle, host=host,
+                                     port=port)
         self.manager: ReplicasInfoManager | None = None
         self.leader_addr: str | None = None
         self._leader_until = 0.0  # monotonic end of the lease as renewed (from the renewal's start)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import orjson
 
+from txmq.acl.signer import AclClientRPCHook, SessionCredentials
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -18,7 +20,9 @@ async def _ask(client: RemotingClient, addr: str, code: int) -> tuple[RemotingCo
 
 
 async def _status(addr: str) -> dict[str, Any]:
-    client = RemotingClient()
+    key = os.environ.get("TXMQ_ACCESS_KEY")  # --access-key/--secret-key, as every txmq command's clients
+    hook = AclClientRPCHook(SessionCredentials(key, os.environ.get("TXMQ_SECRET_KEY", ""))) if key else None
+    client = RemotingClient(rpc_hook=hook)
     try:
         _, meta = await _ask(client, addr, RequestCode.CONTROLLER_GET_METADATA_INFO)
         if meta is None:
