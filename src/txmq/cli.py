@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--etcd", help="etcd endpoints http://HOST:PORT[,...] (to run one)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=9878)
-    s.add_argument("--lease-ttl", type=int, default=3, help="seconds of the leader key's lease in etcd")
+    s.add_argument("--lease-ttl", type=int, default=2, help="seconds of the leader key's lease in etcd")
     s.add_argument("--controller", default="127.0.0.1:9878", help="controller to ask (status)")
     s.add_argument("--acl-file", help="plain_acl.yml: switches ACL on; brokers' requests need an admin account")
     s.add_argument("--json", action="store_true")

@@ -21,12 +21,14 @@ from txmq.store.record import BLANK_MAGIC_CODE, read_prefix, to_wire
 
 class FailoverGroup:
     def __init__(self, cluster: Cluster, name: str = "broker-a", replicas: int = 3,
-                 conf: dict[str, object] | None = None) -> None:
+                 conf: dict[str, object] | None = None, controllers: int = 1) -> None:
+        """With several ``controllers`` the replicas list them all (no proxies)."""
         self.cluster = cluster
         self.name = name
         self.etcd = EtcdProcess(cluster.root / "etcd", cluster.root / "etcd.log")
-        self.controller_port = free_port()
-        self.controller: ServerProcess | None = None
+        self.controller_ports = [free_port() for _ in range(controllers)]
+        self.controller_port = self.controller_ports[0]  # the one status is asked from
+        self.controllers: list[ServerProcess] = []
         self.conf = {"brokerName": name, "mappedFileSizeCommitLog": SEGMENT, "grpcPort": -1,
                      "haSendHeartbeatInterval": 1000, "slaveSynchronizeInterval": 1000,
                      "brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH", "enableControllerMode": "true",
@@ -42,16 +44,21 @@ class FailoverGroup:
 
     def start(self) -> FailoverGroup:
         self.etcd.start()
-        self.controller = ServerProcess(
-            [*_cmd("controller", "--etcd", self.etcd.endpoint, "--port", str(self.controller_port))],
-            self.cluster.root / "controller.log", self.cluster.env).start()
-        self.cluster.procs.append(self.controller)
+        for i, port in enumerate(self.controller_ports):
+            proc = ServerProcess([*_cmd("controller", "--etcd", self.etcd.endpoint, "--port", str(port))],
+                                 self.cluster.root / f"controller-{i}.log", self.cluster.env).start()
+            self.controllers.append(proc)
+            self.cluster.procs.append(proc)
         for rid in self.ids:
             self.ports[rid] = free_port()
             ha = free_port()
-            self.proxies[rid] = TcpProxy(("127.0.0.1", self.controller_port))
+            if len(self.controller_ports) == 1:
+                self.proxies[rid] = TcpProxy(("127.0.0.1", self.controller_port))
+                controller_addr = self.proxies[rid].addr
+            else:
+                controller_addr = ";".join(f"127.0.0.1:{p}" for p in self.controller_ports)
             p = self.cluster.broker(f"{self.name}-{rid}", {**self.conf, "brokerId": rid, "haListenPort": ha,
-                                                            "controllerAddr": self.proxies[rid].addr},
+                                                            "controllerAddr": controller_addr},
                                     port=self.ports[rid])
             self.members[rid] = p
             p.start()
@@ -69,7 +76,12 @@ class FailoverGroup:
         return f"127.0.0.1:{self.ports[rid]}"
 
     def state(self) -> dict[str, Any]:
-        return dict(controller_status(self.controller_addr)["groups"].get(self.name) or {})
+        """The group's state from the acting controller, asked through the first controller that answers."""
+        for i, port in enumerate(self.controller_ports):
+            if self.controllers and not self.controllers[i].alive:
+                continue
+            return dict(controller_status(f"127.0.0.1:{port}")["groups"].get(self.name) or {})
+        return {}
 
     def master(self) -> int:
         """The replica the controller names master (-1: none)."""

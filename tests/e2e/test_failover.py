@@ -108,3 +108,42 @@ def test_a_controller_inside_the_name_server(tmp_path):
     finally:
         cluster.close()
         etcd.stop()
+
+
+def test_the_acting_controller_killed_another_takes_over_without_an_election(cluster):
+    """Two controllers over one etcd: the acting one SIGKILLed, the other acts once the leader key's lease
+    (2 s) runs out, from the state in etcd, before the master's own lease (4 s) does: the group keeps its master
+    and epoch, and sends go on."""
+    import time
+
+    from helpers import wait_until
+
+    from txmq import Message, Producer, SendStatus
+    from txmq.controller.status import controller_status
+
+    g = FailoverGroup(cluster, controllers=2)
+    try:
+        g.start()
+        master = g.wait_master(30, full_set=True)
+        before = g.state()
+        metas = [controller_status(f"127.0.0.1:{p}")["metadata"] for p in g.controller_ports]
+        acting = next(i for i, m in enumerate(metas) if m["isLeader"])
+        other = 1 - acting
+        with Admin(cluster.namesrv_addr) as admin:
+            admin.create_topic(TOPIC, queue_nums=2)
+        cluster.wait_route(TOPIC)
+        g.controllers[acting].kill()
+        assert wait_until(lambda: controller_status(f"127.0.0.1:{g.controller_ports[other]}")["metadata"]
+                          ["isLeader"], 15)
+        with Producer("p-ctl", cluster.namesrv_addr) as producer:
+            t_end = time.monotonic() + 8
+            results = []
+            while time.monotonic() < t_end:
+                results.append(producer.send(Message(TOPIC, b"x")).status)
+                time.sleep(0.05)
+        after = g.state()
+        assert (after["master_id"], after["epoch"]) == (master, before["epoch"])
+        assert set(results) == {SendStatus.SEND_OK}
+        assert g.wait_master(10) == master
+    finally:
+        g.close()

@@ -37,7 +37,7 @@ DEFAULT_PORT = 9878
 class ControllerManager:
     """The remoting server, the leadership loop and the scan for masters whose heartbeats stopped."""
 
-    def __init__(self, dcs: DCS, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, lease_ttl_s: int = 3,
+    def __init__(self, dcs: DCS, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, lease_ttl_s: int = 2,
                  scan_interval_s: float = 1.0, acl: AccessValidator | None = None) -> None:
         self.dcs = dcs
         self.host = host

@@ -30,7 +30,10 @@ async def _status(addr: str) -> dict[str, Any]:
         leader = addr if meta["isLeader"] else meta.get("leader")
         groups: dict[str, Any] = {}
         if leader:
-            resp, groups = await _ask(client, leader, RequestCode.CONTROLLER_GET_REPLICA_INFO)
+            try:
+                resp, groups = await _ask(client, leader, RequestCode.CONTROLLER_GET_REPLICA_INFO)
+            except (ClientError, OSError):  # the leader key names a controller that is gone (its lease runs out)
+                return {"metadata": {**meta, "leaderReachable": False}, "groups": {}}
             if groups is None:
                 raise ClientError(f"leader {leader} answered {resp.code}: {resp.remark}")
         return {"metadata": meta, "groups": groups}
