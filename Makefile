@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint bench clean grpc-clients system-tools
+.PHONY: run test lint bench clean grpc-clients system-tools etcd
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,7 +42,12 @@ system-tools:
 	@command -v prometheus >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEBIAN_TEST_PACKAGES); }
 
-test: $(STAMP) grpc-clients system-tools
+
+# etcd for the controller-mode tests (tests/controller, tests/e2e/test_failover*.py), from Debian, only when missing.
+etcd:
+	@command -v etcd >/dev/null || (apt-get update && apt-get install -y etcd-server)
+
+test: $(STAMP) grpc-clients system-tools etcd
 	$(PY) -m pytest -q
 
 lint: $(STAMP)

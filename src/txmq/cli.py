@@ -59,8 +59,22 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
     acl = namesrv_validator(args.acl_file) if args.acl_file else None
     tls = TlsServerConfig(args.tls_mode, args.tls_cert or "", args.tls_key or "")
 
+    controller = None
+    if args.enable_controller_in_namesrv:  # RocketMQ 5's enableControllerInNamesrv
+        from txmq.controller.dcs import EtcdDCS
+        from txmq.controller.server import ControllerManager
+
+        if not args.etcd:
+            print("txmq namesrv: --enable-controller-in-namesrv needs --etcd", file=sys.stderr)
+            return 2
+        from txmq.acl.setup import controller_validator
+
+        controller = ControllerManager(EtcdDCS(args.etcd), args.host, args.controller_port,
+                                       acl=controller_validator(args.acl_file) if args.acl_file else None)
+
     async def main() -> None:
-        await serve(NamesrvController(args.host, args.port, limits=limits, acl=acl, tls=tls), None, print_ready)
+        await serve(NamesrvController(args.host, args.port, limits=limits, acl=acl, tls=tls), None, print_ready,
+                    controller=controller)
     return run_process(main())
 
 
@@ -255,6 +269,7 @@ def cmd_ha(args: argparse.Namespace) -> int:
                 m = st["master"]
                 print(f"  slave {bid} {st['addr']} sees master {m['masterAddr'] or '?'}: "
                       f"{'connected' if m['connected'] else 'not connected'}, log ends at {st['maxOffset']}")
+        _print_controller_mode(members)
     return 0
 
 
@@ -264,6 +279,47 @@ def readable_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def _print_controller_mode(members: dict[str, Any]) -> None:
+    for bid, st in sorted(members.items()):
+        c = st.get("controller") if isinstance(st, dict) else None
+        if c:
+            print(f"  replica {c['replicaId']} (as {bid}) epoch {c['epoch']} epochs {c['epochs']} master "
+                  f"{c['masterId']} SyncStateSet {c['syncStateSet']} (set epoch {c['syncStateSetEpoch']})"
+                  f"{' lease valid' if c['leaseValid'] else ''}")
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    """``txmq controller --etcd URL`` runs a controller; ``txmq controller status`` asks one."""
+    if args.action == "status":
+        from txmq.controller.status import controller_status
+
+        data = controller_status(args.controller)
+        if args.json:
+            _print_json(data)
+            return 0
+        meta = data["metadata"]
+        print(f"controller {meta['controller']}: leader {meta['leader'] or 'none'}"
+              f"{' (this one acts)' if meta['isLeader'] else ''}")
+        for name, g in sorted(data["groups"].items()):
+            print(f"group {name} ({g['cluster_name']}): master {g['master_id']} {g['master_addr'] or '-'} epoch "
+                  f"{g['epoch']} SyncStateSet {g['sync_state_set']} (set epoch {g['sync_state_set_epoch']}) "
+                  f"alive {g['alive']}")
+            for rid, r in sorted(g["replicas"].items()):
+                print(f"  replica {rid} {r['addr']} HA {r['haAddr']}")
+        return 0
+    if not args.etcd:
+        print("txmq controller: --etcd is required to run a controller", file=sys.stderr)
+        return 2
+    from txmq.acl.setup import controller_validator
+    from txmq.controller.dcs import EtcdDCS
+    from txmq.controller.server import ControllerManager
+    from txmq.server import print_ready, run_process, serve
+
+    acl = controller_validator(args.acl_file) if args.acl_file else None
+    manager = ControllerManager(EtcdDCS(args.etcd), args.host, args.port, lease_ttl_s=args.lease_ttl, acl=acl)
+    return run_process(serve(None, None, print_ready, controller=manager))
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -396,6 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="RocketMQ's tls.server.mode")
     s.add_argument("--tls-cert", help="tls.server.certPath")
     s.add_argument("--tls-key", help="tls.server.keyPath")
+    s.add_argument("--enable-controller-in-namesrv", action="store_true",
+                   help="also run a controller (automatic failover) in this process")
+    s.add_argument("--etcd", help="the controller's etcd endpoints http://HOST:PORT[,...]")
+    s.add_argument("--controller-port", type=int, default=9878)
     s.set_defaults(fn=cmd_namesrv)
 
     s = sub.add_parser("broker", help="a broker registering with name servers")
@@ -488,6 +548,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print JSON")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_ha)
+
+    s = sub.add_parser("controller", help="run a controller over etcd (automatic failover), or ask one its state")
+    s.add_argument("action", nargs="?", choices=["run", "status"], default="run")
+    s.add_argument("--etcd", help="etcd endpoints http://HOST:PORT[,...] (to run one)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (to run one)")
+    s.add_argument("--port", type=int, default=9878, help="controller port (RocketMQ's 9878)")
+    s.add_argument("--lease-ttl", type=int, default=2, help="seconds of the leader key's lease in etcd")
+    s.add_argument("--controller", default="127.0.0.1:9878", help="controller to ask (status)")
+    s.add_argument("--acl-file", help="plain_acl.yml: switches ACL on; brokers' requests need an admin account")
+    s.add_argument("--json", action="store_true", help="status: print JSON")
+    s.add_argument("--access-key", help="ACL account for status (default $TXMQ_ACCESS_KEY)")
+    s.add_argument("--secret-key", help="ACL secret (default $TXMQ_SECRET_KEY)")
+    s.set_defaults(fn=cmd_controller)
 
     add_admin_parser(sub, namesrv_opt)
 

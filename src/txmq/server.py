@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from txmq.broker.config import BrokerConfig
 from txmq.broker.controller import BrokerController
+from txmq.controller.server import ControllerManager
 from txmq.namesrv.controller import NamesrvController
 from txmq.remoting.server import ServerLimits
 from txmq.remoting.transport import run
@@ -36,10 +37,14 @@ async def _until_signalled(ready: Callable[[], None]) -> None:
 
 
 async def serve(namesrv: NamesrvController | None, broker: BrokerController | None,
-                on_ready: Callable[[dict[str, str]], None], console: Console | None = None) -> None:
+                on_ready: Callable[[dict[str, str]], None], console: Console | None = None,
+                controller: ControllerManager | None = None) -> None:
     """Start what is given, print the ready line, serve until signalled, stop in reverse order. The console's
-    default port being taken leaves the process without it, with a warning."""
+    default port being taken leaves the process without it, with a warning. ``controller``: ``txmq controller``,
+    or RocketMQ's enableControllerInNamesrv beside a name server."""
     try:
+        if controller is not None:
+            await controller.start()
         if namesrv is not None:
             await namesrv.start()
             if broker is not None and not broker.config.namesrv_addr:
@@ -58,6 +63,8 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
         addrs = {}
         if namesrv is not None:
             addrs["namesrv"] = namesrv.addr
+        if controller is not None:
+            addrs["controller"] = controller.addr
         if broker is not None:
             addrs["broker"] = broker.addr
             if broker.grpc is not None:
@@ -75,6 +82,8 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             await broker.shutdown()
         if namesrv is not None:
             await namesrv.close()
+        if controller is not None:
+            await controller.close()
 
 
 READY_PREFIX = "txmq ready: "

@@ -47,3 +47,52 @@ def test_slave_table_follows_the_replicated_log_and_is_rebuilt_after_a_truncatio
             await sstore.shutdown()
 
     asyncio.run(go())
+
+
+def _orders_records(store) -> list[tuple[int, bytes]]:
+    """(end offset, body) of every real message of topic "orders" in the log."""
+    from txmq.message import decode_message
+    from txmq.store.record import read_prefix, to_wire
+
+    raw = store.commit_log.read_raw(0, store.max_phy_offset)
+    out, pos = [], 0
+    while pos + 8 <= len(raw):
+        size = read_prefix(raw, pos)[0]
+        m = decode_message(to_wire(raw[pos:pos + size]))[0]
+        if m.topic == "orders":
+            out.append((pos + size, m.body))
+        pos += size
+    return out
+
+
+def test_a_slave_made_master_takes_over_and_does_not_store_a_half_replicated_commit_twice(tmp_path):
+    """The old master stored COMMIT's real message, which was replicated, but not its op record: the new master
+    (take_over) finds the message in its log on the next COMMIT; first decision wins there too."""
+    async def go() -> None:
+        mstore, master = await open_service(tmp_path / "m")
+        sstore, slave = await open_service(tmp_path / "s")
+        sstore.add_dispatcher(slave.follow)
+        try:
+            h = [await half(master, i) for i in range(3)]
+            assert (await end(master, *h[0], Outcome.COMMIT)).code == 0
+            await asyncio.sleep(0)
+            cut = _orders_records(mstore)[0][0]  # the real message of h0 and nothing after it
+            assert cut < mstore.max_phy_offset
+            sstore.append_replicated(0, mstore.commit_log.read_raw(0, cut))
+            assert set(slave.table.pending) == {h[0][0], h[1][0], h[2][0]}
+            assert slave.table.next_due_s() is None  # a slave schedules no checks
+            assert slave.take_over() == 3
+            assert slave.table.recovered >= {h[0][0], h[1][0], h[2][0]}
+            assert slave.table.next_due_s() is not None
+            assert (await end(slave, *h[0], Outcome.COMMIT)).code == 0
+            assert [body for _, body in _orders_records(sstore)] == [b"m0"]  # not stored again
+            assert slave.table.outcome(h[0][0]) == Outcome.COMMIT
+            assert (await end(slave, *h[1], Outcome.ROLLBACK)).code == 0
+            assert (await end(slave, *h[1], Outcome.COMMIT)).code != 0  # the first decision wins
+            assert (await end(slave, *h[2], Outcome.COMMIT)).code == 0
+            assert [body for _, body in _orders_records(sstore)] == [b"m0", b"m2"]
+        finally:
+            await mstore.shutdown()
+            await sstore.shutdown()
+
+    asyncio.run(go())

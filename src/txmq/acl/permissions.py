@@ -206,6 +206,12 @@ BROKER_TABLE: Table = {
 NAMESRV_TABLE: Table = {code: _admin for code in (
     RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.DELETE_TOPIC_IN_NAMESRV)}
 
+# The controller's writes (heartbeats register replicas and may elect; the SyncStateSet) come from the cluster's
+# brokers: an admin account. Reading its state (controller status) needs any account.
+CONTROLLER_TABLE: Table = {code: _admin for code in (
+    RequestCode.BROKER_HEARTBEAT, RequestCode.CONTROLLER_REGISTER_BROKER, RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+    RequestCode.CONTROLLER_ELECT_MASTER)}
+
 
 def needs_of(table: Table, cmd: RemotingCommand) -> Needs:
     """Raises ``RequestNotReadable`` for whatever a peer's malformed request makes the parsers trip on."""

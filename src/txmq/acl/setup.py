@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from txmq.acl.config import AclFile, find_acl_file
-from txmq.acl.permissions import BROKER_TABLE, NAMESRV_TABLE
+from txmq.acl.permissions import BROKER_TABLE, CONTROLLER_TABLE, NAMESRV_TABLE
 from txmq.acl.signer import AclClientRPCHook, SessionCredentials
 from txmq.acl.validator import AccessValidator
 
@@ -23,6 +23,11 @@ def broker_validator(config: BrokerConfig) -> AccessValidator | None:
 def namesrv_validator(acl_file: str | None) -> AccessValidator:
     """The name server's: route writes need an ``admin`` account of this file (the cluster's brokers)."""
     return AccessValidator(AclFile(find_acl_file(acl_file)), NAMESRV_TABLE, "namesrv")
+
+
+def controller_validator(acl_file: str | None) -> AccessValidator:
+    """The controller's: heartbeats and SyncStateSet changes need an ``admin`` account (the cluster's brokers)."""
+    return AccessValidator(AclFile(find_acl_file(acl_file)), CONTROLLER_TABLE, "controller")
 
 
 def broker_rpc_hook(config: BrokerConfig) -> AclClientRPCHook | None:

@@ -110,6 +110,14 @@ class BrokerConfig:
     tls_server_key_path: str = ""
     tls_enable: bool = False
     tls_client_trust_cert_path: str = ""
+    # Controller mode (RocketMQ 5's keys; docs/ha.md, "Automatic failover"): the role comes from the controller,
+    # brokerId is this replica's id (> 0; the master registers with the name servers as 0), brokerRole says how
+    # it answers sends when it is the master (SYNC_MASTER or ASYNC_MASTER).
+    enable_controller_mode: bool = False
+    controller_addr: str = ""  # "host:port;host:port"
+    broker_heartbeat_interval: int = 1000  # ms between heartbeats to the controller
+    controller_heart_beat_timeout_mills: int = 6000  # the controller elects after this long without heartbeats
+    broker_lease_mills: int = 4000  # txmq: a master without a confirmed heartbeat this long stops acknowledging
 
     @property
     def broker_addr(self) -> str:

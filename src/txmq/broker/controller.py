@@ -31,6 +31,7 @@ from txmq.broker.subscription_group_manager import SubscriptionGroupManager
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
+from txmq.controller.replicas_manager import ReplicasManager
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -69,8 +70,10 @@ class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         if config.listen_port == 0:
             config.listen_port = pick_free_port(config.broker_ip1)
-        _check_role(config)
         self.config = config
+        # Controller mode: the controller gives the role; until then a slave without a master.
+        self.replicas_manager = ReplicasManager(self) if config.enable_controller_mode else None
+        _check_role(config)
         self.root = Path(config.store_path_root_dir)
         self.store_host = (config.broker_ip1, config.listen_port)
         self.store = DefaultMessageStore(StoreConfig(
@@ -101,6 +104,8 @@ class BrokerController:
             self.ha_service = HAService(self.store, ha_config)
             if config.is_sync_master:
                 self.store.replicate = self.ha_service.replicate
+        if self.replicas_manager is not None:
+            self.store.replicate = self.replicas_manager.replicate
         levels = config.delay_levels_ms()
         self.topic_config_manager = TopicConfigManager(self.root, auto_create=config.auto_create_topic_enable,
                                                        default_queue_nums=config.default_topic_queue_nums,
@@ -144,6 +149,8 @@ class BrokerController:
         ops = OpsProcessor(self)
         for code in ops.handlers:
             self.processors[code] = ops.process
+        if self.replicas_manager is not None:
+            self.processors[RequestCode.TXMQ_GET_EPOCH_TABLE] = self.replicas_manager.process_get_epoch_table
         self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
 
         self.acl = broker_validator(config)
@@ -153,6 +160,7 @@ class BrokerController:
         self.namesrv_client = RemotingClient(rpc_hook=broker_rpc_hook(config), ssl_context=client_context(
             config.tls_client_trust_cert_path) if config.tls_enable else None)
         self._tasks: list[asyncio.Task[None]] = []
+        self._role_tasks: list[asyncio.Task[None]] = []  # a slave's metadata copy, or a master's check-backs
         self._register_now = asyncio.Event()
         self._registered: dict[str, bool] = {}
         self.grpc: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint, started with the broker
@@ -188,7 +196,10 @@ class BrokerController:
     async def start(self) -> None:
         await self.store.start()
         self.transaction_service.recover()
-        if self.config.is_slave:  # from here on, replicated records keep the transaction table current
+        if self.replicas_manager is not None:  # the role may change: follow only while a slave
+            self.store.add_dispatcher(self._follow_transactions)
+            self.store.add_truncate_listener(self.transaction_service.rebuild)
+        elif self.config.is_slave:  # from here on, replicated records keep the transaction table current
             self.store.add_dispatcher(self.transaction_service.follow)
             self.store.add_truncate_listener(self.transaction_service.rebuild)
         if self.config.metrics_exporter_type.upper() == "PROM":
@@ -204,12 +215,7 @@ class BrokerController:
         self.started = True
         if self.ha_client is not None:
             self.ha_client.start()
-        if self.slave_synchronize is not None:
-            self._spawn(self._every(self.config.slave_synchronize_interval / 1000, self.slave_synchronize.sync_all),
-                        "slave synchronize")
-        else:  # a slave writes nothing of its own: no check-backs, no delayed deliveries
-            self._spawn(self.check_service.run(), "transaction check")
-            self._spawn(self.schedule_service.run(), "schedule")
+        self._start_role_tasks()
         self._spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist), "persist")
         self._spawn(self._every(10.0, self._scan_clients), "client scan")
         self.stats_manager.sample()
@@ -219,6 +225,8 @@ class BrokerController:
         if self.config.namesrv_addr:
             await self.register_all()
             self._spawn(self._register_loop(), "namesrv registration")
+        if self.replicas_manager is not None:
+            self.replicas_manager.start()
         log.info("broker %s id %d listening on %s (%s, %s, HA %s, store %s, %s)", self.config.broker_name,
                  self.config.broker_id, self.addr, self.config.broker_role, self.config.flush_disk_type, self.ha_addr,
                  self.root, f"ACL on: {self.acl.acl_file.path}" if self.acl else
@@ -268,7 +276,78 @@ class BrokerController:
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
+    def _start_role_tasks(self) -> None:
+        if self.config.is_slave:  # a slave writes nothing of its own: no check-backs, no delayed deliveries
+            if self.slave_synchronize is not None:
+                coro = self._every(self.config.slave_synchronize_interval / 1000, self.slave_synchronize.sync_all)
+                self._role_tasks.append(asyncio.create_task(coro, name="slave synchronize"))
+        else:
+            self._role_tasks += [asyncio.create_task(self.check_service.run(), name="transaction check"),
+                                 asyncio.create_task(self.schedule_service.run(), name="schedule")]
+
+    async def _stop_role_tasks(self) -> None:
+        for task in self._role_tasks:
+            task.cancel()
+        for task in self._role_tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._role_tasks.clear()
+
+    def _follow_transactions(self, req: Any) -> None:
+        if self.config.is_slave:
+            self.transaction_service.follow(req)
+
+    # --- role changes (controller mode, driven by the ReplicasManager) ---------------------------------------
+
+    async def change_to_master(self, role: str) -> None:
+        """A slave made master: stop copying, accept slaves, take over the check-backs from the followed
+        transaction table, and register with the name servers as broker id 0 (every client's routes move)."""
+        await self._stop_role_tasks()
+        if self.ha_client is not None:
+            await self.ha_client.shutdown()
+            self.ha_client = None
+        self.config.broker_role, self.config.broker_id = role, 0
+        if self.ha_service is None:
+            ha = HAService(self.store, self._ha_config())
+            await ha.start()
+            self.ha_service = ha
+        self.transaction_service.take_over()
+        self._start_role_tasks()
+        self.check_service.wake()
+        await self.register_all()
+
+    async def change_to_slave(self) -> None:
+        """A master steps down (its lease ran out, or another was elected): no more acknowledgements — waiting
+        SYNC_MASTER puts are answered SLAVE_NOT_AVAILABLE — no check-backs, no HA port; a slave without a
+        master until ``follow_master``."""
+        assert self.replicas_manager is not None
+        self.config.broker_role, self.config.broker_id = "SLAVE", self.replicas_manager.replica_id
+        await self._stop_role_tasks()
+        if self.ha_service is not None:
+            await self.ha_service.shutdown()
+            self.ha_service = None
+        if self.ha_client is None:
+            self.ha_client = HAClient(self.store, self._ha_config())
+        self.ha_client.master_address = ""
+        if self.slave_synchronize is None:
+            self.slave_synchronize = SlaveSynchronize(self)
+        self._start_role_tasks()
+        if self.config.namesrv_addr:
+            await self.register_all()
+
+    def follow_master(self, master_addr: str, master_ha_addr: str) -> None:
+        """Copy ``master_addr``'s log (this log already truncated where the two agree) and its metadata."""
+        assert self.ha_client is not None and self.slave_synchronize is not None
+        self.config.ha_master_address = master_ha_addr  # the name server's answers must not override it
+        self.ha_client.master_address = master_ha_addr
+        self.ha_client.start()
+        self.slave_synchronize.master_addr = master_addr
+        self._spawn(self.slave_synchronize.sync_all(), "slave synchronize now")
+
     async def shutdown(self) -> None:
+        if self.replicas_manager is not None:
+            await self.replicas_manager.shutdown()
+        await self._stop_role_tasks()
         if self.config.namesrv_addr:
             await self._unregister_all()
         for task in self._tasks:
@@ -367,7 +446,8 @@ class BrokerController:
                 ok = resp.code == ResponseCode.SUCCESS
                 if not ok and self._registered.get(addr, True):  # e.g. NO_PERMISSION: accessKey/secretKey
                     log.warning("namesrv %s refused the registration: code %d %s", addr, resp.code, resp.remark)
-                if ok and self.ha_client is not None and self.slave_synchronize is not None:
+                if ok and self.ha_client is not None and self.slave_synchronize is not None \
+                        and self.replicas_manager is None:  # in controller mode the controller names the master
                     self._learn_master(resp.ext_fields)
             except (ClientError, OSError) as exc:
                 ok = False
@@ -408,6 +488,8 @@ class BrokerController:
             out["inSyncSlaveNums"] = sum(1 for s in slaves if s["in_sync"])
         if self.ha_client is not None:
             out["master"] = self.ha_client.status()
+        if self.replicas_manager is not None:
+            out["controller"] = self.replicas_manager.status()
         return out
 
     def stats(self) -> dict[str, Any]:

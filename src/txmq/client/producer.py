@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import itertools
 import logging
@@ -382,7 +383,9 @@ class Producer(ClientBase):
 
     async def _publish_queues(self, topic: str) -> list[MessageQueue]:
         assert self.instance is not None
-        route = await self.instance.route(topic)
+        route = self.instance.routes.get(topic)
+        if route is None or not route.publish_queues:  # unknown, or its group has no master now: ask again
+            route = await self.instance.update_route(topic)  # (RocketMQ's tryToFindTopicPublishInfo)
         if route is None or not route.publish_queues:
             # Unknown topic: send through the brokers that serve TBW102, which create it (autoCreateTopicEnable).
             default = await self.instance.route(AUTO_CREATE_TOPIC_KEY_TOPIC)
@@ -423,7 +426,12 @@ class Producer(ClientBase):
             if remaining <= 0:
                 break
             try:
-                return await self._send_to(mq, msg, batch, batch_properties, oneway, remaining)
+                result = await self._send_to(mq, msg, batch, batch_properties, oneway, remaining)
+                if result.status != SendStatus.SEND_OK and self.instance.routes.get(msg.topic) is not None:
+                    # e.g. a master that stepped down (controller mode) answers as a slave: its group's routes moved
+                    with contextlib.suppress(BrokerError, ClientError):
+                        await self.instance.update_route(msg.topic)
+                return result
             except BrokerError as exc:
                 if exc.code not in _RETRY_CODES:
                     raise

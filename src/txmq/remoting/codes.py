@@ -124,7 +124,14 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE = 324
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
+    BROKER_HEARTBEAT = 904  # RocketMQ 5: a broker in controller mode to the controller
     GET_BROKER_HA_STATUS = 907  # RocketMQ 5 (mqadmin haStatus)
+    # RocketMQ 5's controller requests (txmq's bodies are JSON; see txmq.controller.server)
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_ELECT_MASTER = 1002
+    CONTROLLER_REGISTER_BROKER = 1003
+    CONTROLLER_GET_REPLICA_INFO = 1004
+    CONTROLLER_GET_METADATA_INFO = 1005
 
     # txmq's own admin requests (no RocketMQ equivalent); far above RocketMQ's range to stay clear of it.
     TXMQ_STATS = 9001
@@ -135,6 +142,9 @@ class RequestCode(IntEnum):
     # End many transactions of one producer group in one request (JSON body: producerGroup, entries of
     # tranStateTableOffset, commitLogOffset, commitOrRollback; answer: one code and remark per entry).
     TXMQ_END_TRANSACTION_BATCH = 9005
+    # A master's epoch file (epoch -> start offset), read by a replica that rejoins to find where its log and the
+    # master's agree (RocketMQ exchanges it in its AutoSwitchHA handshake).
+    TXMQ_GET_EPOCH_TABLE = 9006
 
 
 class ResponseCode(IntEnum):

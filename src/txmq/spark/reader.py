@@ -209,6 +209,10 @@ def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[Q
 
 # --- the executor side: pull a range, build Arrow record batches ------------------------------------------
 
+MAX_EMPTY_ANSWERS = 60  # x EMPTY_ANSWER_WAIT_S: longer than a failover (docs/ha.md)
+EMPTY_ANSWER_WAIT_S = 0.5
+
+
 def _pull(part: QueueRange, offset: int) -> PullResult:
     """One pull of the range from ``offset``, retried over a fresh connection on transport errors."""
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
@@ -230,7 +234,7 @@ def _pulls(part: QueueRange) -> Iterator[PullResult]:
     """The range's pull results in order; the next pull is in flight while the caller decodes this one."""
     with ThreadPoolExecutor(1, thread_name_prefix="txmq-pull") as pool:
         pending: Future[PullResult] | None = pool.submit(_pull, part, part.start)
-        offset = part.start
+        offset, empty_answers = part.start, 0
         while pending is not None:
             result = pending.result()
             pending = None
@@ -246,8 +250,18 @@ def _pulls(part: QueueRange) -> Iterator[PullResult]:
                 offset = result.next_begin_offset
                 pending = pool.submit(_pull, part, offset)
                 continue
-            if result.status == PullStatus.NO_NEW_MSG:
-                return
+            if not result.msgs and result.next_begin_offset <= offset:
+                # The range was planned below the queue's end, so its messages exist: the member that answered
+                # does not have them (a slave behind, or asked while its group elects a new master). Ask again;
+                # never end the range early, which would commit a batch without its rows.
+                empty_answers += 1
+                if empty_answers > MAX_EMPTY_ANSWERS:
+                    raise ClientError(f"{part.topic} {part.broker}:{part.queue_id}: offsets {offset}..{part.end} "
+                                      f"planned but not served after {MAX_EMPTY_ANSWERS} attempts")
+                time.sleep(EMPTY_ANSWER_WAIT_S)
+                pending = pool.submit(_pull, part, offset)
+                continue
+            empty_answers = 0
             offset = result.next_begin_offset if result.next_begin_offset > offset else offset + 1
             if offset < part.end:
                 pending = pool.submit(_pull, part, offset)

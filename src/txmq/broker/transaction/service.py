@@ -675,6 +675,21 @@ class TransactionalMessageService:
         self._snapshot_covers = (-1, -1)
         self.recover()
 
+    def take_over(self) -> int:
+        """A slave made master (controller mode): its followed table becomes the master's at once. Every pending
+        transaction goes on the check wheel (due now once its immunity is over), and each is marked recovered
+        as after a crash: the old master may have stored a COMMIT's real messages without its op record, and
+        a second COMMIT must then find them instead of storing them again. Returns how many are pending."""
+        now = int(time.time())
+        timeout_s = -(-self.transaction_timeout_ms // 1000)
+        for half_offset in list(self.table.pending):
+            info = self.table.info(half_offset)
+            if info is not None:
+                self.table.schedule(half_offset, max(now, info.store_time_s + timeout_s))
+        self.table.recovered = set(self.table.pending) | set(self.table.discarded)
+        log.warning("taking over %d pending transactions for check-back", len(self.table.pending))
+        return len(self.table.pending)
+
     def follow(self, req: DispatchRequest) -> None:
         """A slave's dispatcher: keep the table current from the replicated half and op records, so that a
         slave made master can check back at once, without a replay. Nothing goes on the check wheel: a slave

@@ -140,6 +140,9 @@ class HAService:
         self._timer: asyncio.TimerHandle | None = None
         self._refused: dict[str, str] = {}  # peer host -> last refusal logged (one line per new reason)
         self.last_disconnected: dict[int, float] = {}  # broker id -> time.time() it went away
+        # Controller mode: the slaves that must have a SYNC_MASTER put (the SyncStateSet, and slaves being added
+        # to it); None: the count rules of HAConfig (inSyncReplicas and friends).
+        self.needed_slaves: frozenset[int] | None = None
         store.add_append_listener(self._on_append)
 
     @property
@@ -236,9 +239,18 @@ class HAService:
     def in_sync(self, conn: HAConnection) -> bool:
         return conn.ack_offset >= 0 and self.store.max_phy_offset - conn.ack_offset < self.config.max_gap_not_in_sync
 
+    def set_needed_slaves(self, ids: frozenset[int]) -> None:
+        """Controller mode (RocketMQ's allAckInSyncStateSet): a SYNC_MASTER put waits for every one of ``ids``; one
+        not connected makes it wait (FLUSH_SLAVE_TIMEOUT) until the SyncStateSet drops it."""
+        self.needed_slaves = ids
+        self.on_ack()
+
     def _confirmed(self) -> int:
         """The offset every needed slave has (the needed-th highest ack among in-sync slaves); -1 when fewer
         slaves than needed are in sync."""
+        if self.needed_slaves is not None:
+            by_id = {c.broker_id: max(c.ack_offset, 0) for c in self.connections}
+            return min((by_id.get(i, 0) for i in self.needed_slaves), default=self.store.max_phy_offset)
         acks = sorted((c.ack_offset for c in self.connections if self.in_sync(c)), reverse=True)
         needed = self.config.slave_acks_needed(len(acks))
         if needed == 0:

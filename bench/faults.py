@@ -1,0 +1,114 @@
+"""The long fault campaign of controller mode (issue #13; tests/e2e/test_failover.py runs a short one in CI).
+
+    .venv/bin/python bench/faults.py [--faults 30] [--seed 13] [--json]
+
+etcd, a controller, a name server and a group of three replicas (SYNC_MASTER + SYNC_FLUSH when master), each
+its own process on free ports of 127.0.0.1 with a temporary store. txmq's Producer (one attempt per message),
+the C++ client (rocketmq==0.4.4, SYNC sends, no retries) and a TransactionProducer (COMMIT, ROLLBACK, and
+UNKNOWN resolved by check-back) run the whole time. ``--faults`` faults at random instants, drawn from: SIGKILL
+of the master (then restarted), SIGSTOP of the master past its lease (then SIGCONT), the master cut off from
+the controller by a TCP proxy (then healed), a slave's commit-log tail flipped or zeroed while it is down. At
+the end every replica is read from disk: acknowledged sends lost or duplicated, COMMITs not visible or visible
+twice, ROLLBACKs visible, epochs with two start offsets (two masters), replicas not byte-identical; and the
+failover time (from the fault on the master to the first send another broker acknowledged), p50 and max.
+Every process it starts is stopped on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "e2e"))
+
+from cluster import Cluster
+from failover_group import FailoverGroup
+from fault_campaign import (
+    CPP_TOPIC,
+    MASTER_FAULTS,
+    SLAVE_FAULTS,
+    TOPIC,
+    TX_TOPIC,
+    Figures,
+    Workload,
+    check,
+    inject,
+)
+
+from txmq import Admin
+
+
+def campaign(root: Path, faults: int, seed: int) -> tuple[Figures, float]:
+    cluster = Cluster(root)
+    group = FailoverGroup(cluster)
+    started = time.monotonic()
+    try:
+        cluster.start_namesrv()
+        group.start()
+        group.wait_master(30, full_set=True)
+        with Admin(cluster.namesrv_addr) as admin:
+            for topic in (TOPIC, TX_TOPIC, CPP_TOPIC):
+                admin.create_topic(topic, queue_nums=4)
+        for topic in (TOPIC, TX_TOPIC, CPP_TOPIC):
+            cluster.wait_route(topic)
+        time.sleep(2.0)  # the slaves copy the topic configs
+        workload = Workload(cluster.namesrv_addr, root / "cpp-home")
+        workload.start()
+        figures = Figures()
+        rng = random.Random(seed)
+        kinds = MASTER_FAULTS * 2 + SLAVE_FAULTS  # master faults twice as often
+        try:
+            for n in range(faults):
+                fault = rng.choice(kinds)
+                inject(group, workload, fault, figures, rng)
+                print(f"fault {n + 1}/{faults}: {fault}, failover {figures.failover_s[-1:] or '-'}", file=sys.stderr)
+            time.sleep(1.0)
+        finally:
+            workload.close()
+        try:
+            check(group, workload, figures)
+        finally:
+            workload.close_tx()
+        return figures, time.monotonic() - started
+    finally:
+        cluster.close()
+        group.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--faults", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="txmq-faults-") as tmp:
+        figures, took = campaign(Path(tmp), a.faults, a.seed)
+    out = dataclasses.asdict(figures)
+    out["faults"] = dict(figures.faults)
+    fo = sorted(figures.failover_s)
+    out["failover_p50_s"] = round(statistics.median(fo), 2) if fo else None
+    out["failover_max_s"] = round(max(fo), 2) if fo else None
+    out["failover_s"] = [round(x, 2) for x in figures.failover_s]
+    out["duration_s"] = round(took, 1)
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"faults injected: {sum(figures.faults.values())} {dict(figures.faults)} in {took:.0f} s")
+    print(f"sends acknowledged: {figures.sends_acked} (C++ client {figures.cpp_sends_acked}), "
+          f"lost {figures.sends_lost}, duplicated {figures.sends_duplicated}")
+    print(f"transactions acknowledged: {figures.tx_acked}, COMMIT lost {figures.tx_committed_lost}, "
+          f"duplicated {figures.tx_duplicated}, ROLLBACK visible {figures.tx_rollback_visible}")
+    print(f"split-brain epochs: {figures.split_brain_epochs}; replicas byte-identical: {figures.replicas_identical}")
+    print(f"failover (fault -> first send acknowledged by the new master): p50 {out['failover_p50_s']} s, "
+          f"max {out['failover_max_s']} s over {len(fo)} master faults")
+
+
+if __name__ == "__main__":
+    main()

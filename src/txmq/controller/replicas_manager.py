@@ -1,0 +1,296 @@
+"""A broker in controller mode (RocketMQ 5's ``ReplicasManager``): heartbeats to the controller, takes the role
+the controller gives, keeps the SyncStateSet as master, and fences itself when it cannot renew its place.
+
+- **Role.** Every ``brokerHeartbeatInterval`` the broker sends BROKER_HEARTBEAT; the answer is its group's
+  state. Named master (its replica id, at an epoch): it becomes master (a new epoch starts in its epoch file at
+  its log's end). Named slave of another: it fetches that master's epoch file, truncates its own log on disk
+  where the two agree, and follows.
+- **Lease.** A master acknowledges puts (sends, halves, decisions) only while its last heartbeat the
+  controller confirmed was *sent* less than ``brokerLeaseMills`` ago; the controller elects only after
+  ``controllerHeartBeatTimeoutMills`` without a heartbeat *received*, which is later. Past its lease a master
+  stops acknowledging and steps down to a slave without a master until the controller answers again.
+- **SyncStateSet.** A caught-up slave is added (and counted for SYNC_MASTER puts from the moment it is
+  proposed); a slave gone or behind is removed, and counted until the controller confirms the removal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from txmq.errors import ClientError
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import Connection
+from txmq.store.ha.epoch import EpochFile, consistent_point
+from txmq.store.results import PutMessageStatus
+
+if TYPE_CHECKING:
+    from txmq.broker.controller import BrokerController
+
+log = logging.getLogger("txmq.controller")
+
+SLAVE_BEHIND_S = 3.0  # a SyncStateSet slave that is behind and has not reported for this long is removed
+
+
+class ReplicasManager:
+    def __init__(self, broker: BrokerController) -> None:
+        cfg = broker.config
+        if cfg.broker_id <= 0:
+            raise ValueError("controller mode needs brokerId > 0 (this replica's id; the master registers as 0)")
+        if cfg.broker_lease_mills + cfg.broker_heartbeat_interval > cfg.controller_heart_beat_timeout_mills:
+            raise ValueError("brokerLeaseMills + brokerHeartbeatInterval must not exceed "
+                             "controllerHeartBeatTimeoutMills: a master would still acknowledge after an election")
+        self.broker = broker
+        self.replica_id = cfg.broker_id
+        self.master_role = "SLAVE" if cfg.is_slave else cfg.broker_role.upper()
+        if self.master_role == "SLAVE":
+            self.master_role = "ASYNC_MASTER"
+        cfg.broker_role = "SLAVE"  # until the controller says otherwise
+        self.controllers = [a.strip() for a in cfg.controller_addr.split(";") if a.strip()]
+        if not self.controllers:
+            raise ValueError("enableControllerMode=true needs controllerAddr")
+        self.epochs = EpochFile(Path(cfg.store_path_root_dir) / "epochFileCheckpoint")
+        self.epoch = self.epochs.last_epoch  # the master epoch this replica is in
+        self.master_id = -1
+        self.master_addr = ""
+        self.sync_state_set: list[int] = []
+        self.sync_state_set_epoch = 0
+        self.lease_from = 0.0  # monotonic send time of the last heartbeat that confirmed this master
+        self._pending_add: set[int] = set()  # slaves proposed for the SyncStateSet, not yet confirmed
+        self._leader = self.controllers[0]
+        self._task: asyncio.Task[None] | None = None
+        self._changing = asyncio.Lock()
+        self._last_problem = ""
+
+    @property
+    def is_master(self) -> bool:
+        return not self.broker.config.is_slave
+
+    def lease_valid(self) -> bool:
+        return time.monotonic() - self.lease_from < self.broker.config.broker_lease_mills / 1000
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="replicas manager")
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    # --- the store's acknowledgement hook ------------------------------------------------------------------
+
+    def replicate(self, end: int) -> asyncio.Future[PutMessageStatus]:
+        """``store.replicate`` of a master in controller mode: SYNC_MASTER's wait for the SyncStateSet, then the
+        lease; a put answered past the lease is answered SERVICE_NOT_AVAILABLE (stored, never acknowledged)."""
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[PutMessageStatus] = loop.create_future()
+        ha = self.broker.ha_service
+        if not self.is_master or not self.lease_valid():
+            out.set_result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            return out
+        if ha is None or self.master_role != "SYNC_MASTER":
+            out.set_result(PutMessageStatus.PUT_OK)
+            return out
+
+        def done(f: asyncio.Future[PutMessageStatus]) -> None:
+            status = f.result()
+            if status == PutMessageStatus.PUT_OK and not (self.is_master and self.lease_valid()):
+                status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+            if not out.done():
+                out.set_result(status)
+
+        ha.replicate(end).add_done_callback(done)
+        return out
+
+    # --- the heartbeat loop -------------------------------------------------------------------------------
+
+    def _problem(self, text: str) -> None:
+        if text != self._last_problem:
+            self._last_problem = text
+            log.warning("%s", text)
+
+    async def _run(self) -> None:
+        interval = self.broker.config.broker_heartbeat_interval / 1000
+        while True:
+            sent = time.monotonic()
+            try:
+                state = await self._heartbeat()
+                await self._apply(state, sent)
+                if self.is_master:
+                    await self._maintain_sync_state_set()
+            except (ClientError, OSError, ValueError, KeyError) as exc:
+                self._problem(f"controller heartbeat failed: {exc}")
+            except Exception:  # one bad answer must not stop the heartbeats
+                log.exception("replicas manager step failed")
+            await self._fence_if_expired(sent + interval)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - sent)))
+
+    async def _fence_if_expired(self, until: float) -> None:
+        """Watch the lease until the next heartbeat: past it, a master steps down (stops acknowledging)."""
+        while True:
+            if self.is_master and not self.lease_valid():
+                log.warning("master lease of %d ms expired without the controller's confirmation: stepping down, "
+                            "no more acknowledgements at epoch %d", self.broker.config.broker_lease_mills,
+                            self.epoch)
+                async with self._changing:
+                    await self.broker.change_to_slave()
+                    self.master_id, self.master_addr = -1, ""
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(left, 0.1))
+
+    async def _call(self, code: int, body: dict[str, Any]) -> dict[str, Any]:
+        """A request to the acting controller: the last one that acted, else each in turn (a non-leader names
+        the leader)."""
+        client = self.broker.namesrv_client  # signed with the broker's accessKey/secretKey when ACL is on
+        order = [self._leader] + [c for c in self.controllers if c != self._leader]
+        last = ""
+        for addr in order:
+            try:
+                resp = await client.invoke(addr, RemotingCommand.request(code, body=orjson.dumps(body)), 2.0)
+            except (ClientError, OSError) as exc:
+                last = f"{addr}: {exc}"
+                continue
+            if resp.code == ResponseCode.SUCCESS:
+                self._leader = addr
+                self._last_problem = ""
+                answer = orjson.loads(resp.body or b"{}")
+                if not isinstance(answer, dict):
+                    raise ValueError(f"controller {addr} answered {answer!r}")
+                return answer
+            leader = resp.ext_fields.get("leaderAddr", "")
+            if leader and leader in self.controllers:
+                self._leader = leader
+            last = f"{addr}: {resp.remark}"
+        raise ClientError(f"no controller answered: {last}")
+
+    async def _heartbeat(self) -> dict[str, Any]:
+        cfg = self.broker.config
+        return await self._call(RequestCode.BROKER_HEARTBEAT, {
+            "clusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name, "brokerId": self.replica_id,
+            "brokerAddr": self.broker.addr, "haAddr": self.broker.ha_addr,
+            "maxOffset": self.broker.store.max_phy_offset, "epoch": self.epoch,
+            "heartbeatTimeoutMillis": cfg.controller_heart_beat_timeout_mills})
+
+    async def _apply(self, state: dict[str, Any], sent: float) -> None:
+        master_id, epoch = int(state.get("master_id", -1)), int(state.get("epoch", 0))
+        self.sync_state_set = [int(x) for x in state.get("sync_state_set", [])]
+        self.sync_state_set_epoch = int(state.get("sync_state_set_epoch", 0))
+        async with self._changing:
+            if master_id == self.replica_id and state.get("master_addr") == self.broker.addr:
+                if not self.is_master or epoch != self.epoch:
+                    await self._become_master(epoch)
+                self.lease_from = sent
+                self._set_needed(self.sync_state_set)
+            elif master_id > 0:
+                if self.is_master or master_id != self.master_id or epoch != self.epoch:
+                    await self._follow(master_id, str(state["master_addr"]), str(state["master_ha_addr"]), epoch)
+                elif epoch > self.epochs.last_epoch:  # the master has started its epoch since: copy its entries
+                    table = await self._fetch_epochs(self.master_addr)
+                    self.epochs.replace([(int(e), int(o)) for e, o in table["epochs"]])
+            elif self.is_master:
+                await self.broker.change_to_slave()
+            self.master_id = master_id
+
+    async def _become_master(self, epoch: int) -> None:
+        store = self.broker.store
+        if epoch > self.epochs.last_epoch:
+            self.epochs.truncate_from(store.max_phy_offset)
+            self.epochs.append(epoch, store.max_phy_offset)
+        self.epoch = epoch
+        self.master_addr = self.broker.addr
+        self._pending_add.clear()
+        self.lease_from = time.monotonic()
+        await self.broker.change_to_master(self.master_role)
+        log.warning("this replica (id %d) is master of %s at epoch %d, log ends at %d", self.replica_id,
+                    self.broker.config.broker_name, epoch, store.max_phy_offset)
+
+    async def _follow(self, master_id: int, master_addr: str, master_ha_addr: str, epoch: int) -> None:
+        """Become (or stay) a slave of ``master_addr``: truncate where this log and the master's agree, on disk,
+        before a byte of the new master's stream is written."""
+        broker = self.broker
+        if self.is_master:
+            await broker.change_to_slave()
+        table = await self._fetch_epochs(master_addr)
+        theirs = [(int(e), int(o)) for e, o in table["epochs"]]
+        store = broker.store
+        point = consistent_point(self.epochs.entries, store.max_phy_offset, theirs, int(table["maxOffset"]))
+        ha_client = broker.ha_client
+        assert ha_client is not None
+        await ha_client.shutdown()
+        if point < store.max_phy_offset:
+            log.warning("rejoining %s at epoch %d: this log and the master's agree up to %d; truncating %d bytes",
+                        master_addr, epoch, point, store.max_phy_offset - point)
+            store.truncate_replicated(point)
+        self.epochs.truncate_from(point)
+        self.epochs.replace(theirs)
+        self.epoch, self.master_id, self.master_addr = epoch, master_id, master_addr
+        broker.follow_master(master_addr, master_ha_addr)
+        log.info("following master %d at %s (HA %s), epoch %d, from offset %d", master_id, master_addr,
+                 master_ha_addr, epoch, store.max_phy_offset)
+
+    async def _fetch_epochs(self, master_addr: str) -> dict[str, Any]:
+        resp = await self.broker.namesrv_client.invoke(
+            master_addr, RemotingCommand.request(RequestCode.TXMQ_GET_EPOCH_TABLE), 3.0)
+        if resp.code != ResponseCode.SUCCESS:
+            raise ClientError(f"master {master_addr} answered {resp.code} for its epochs: {resp.remark}")
+        table = orjson.loads(resp.body)
+        if not isinstance(table, dict) or "epochs" not in table:
+            raise ValueError(f"master {master_addr} sent no epoch table")
+        return table
+
+    def process_get_epoch_table(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """TXMQ_GET_EPOCH_TABLE: this replica's epochs and log end (a replica rejoining reads its master's)."""
+        body = {"epochs": self.epochs.entries, "maxOffset": self.broker.store.max_phy_offset,
+                "epoch": self.epoch, "isMaster": self.is_master}
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    # --- the SyncStateSet (master) ------------------------------------------------------------------------
+
+    def _set_needed(self, members: list[int]) -> None:
+        ha = self.broker.ha_service
+        if ha is not None:
+            ha.set_needed_slaves(frozenset(m for m in members if m != self.replica_id) | self._pending_add)
+
+    async def _maintain_sync_state_set(self) -> None:
+        ha = self.broker.ha_service
+        if ha is None:
+            return
+        end = self.broker.store.max_phy_offset
+        now = time.monotonic()
+        conns = {c.broker_id: c for c in ha.connections}
+        current = set(self.sync_state_set)
+        caught_up = {i for i, c in conns.items() if i not in current and c.ack_offset >= end}
+        behind = {i for i in current - {self.replica_id}
+                  if i not in conns or not ha.in_sync(conns[i])
+                  or (conns[i].ack_offset < end and now - conns[i].last_report > SLAVE_BEHIND_S)}
+        if not caught_up and not behind:
+            return
+        self._pending_add |= caught_up  # counted for SYNC_MASTER puts from now on
+        self._set_needed(sorted(current))
+        proposed = sorted((current | caught_up) - behind)
+        try:
+            state = await self._call(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
+                "brokerName": self.broker.config.broker_name, "masterId": self.replica_id,
+                "masterEpoch": self.epoch, "syncStateSet": proposed, "syncStateSetEpoch": self.sync_state_set_epoch})
+        finally:
+            self._pending_add -= caught_up
+        self.sync_state_set = [int(x) for x in state.get("sync_state_set", [])]
+        self.sync_state_set_epoch = int(state.get("sync_state_set_epoch", 0))
+        self._set_needed(self.sync_state_set)
+
+    def status(self) -> dict[str, Any]:
+        """What ``txmq ha status`` shows of controller mode."""
+        return {"replicaId": self.replica_id, "epoch": self.epoch, "epochs": self.epochs.entries,
+                "masterId": self.master_id, "syncStateSet": self.sync_state_set,
+                "syncStateSetEpoch": self.sync_state_set_epoch, "leaseValid": self.is_master and self.lease_valid(),
+                "controller": self._leader}

@@ -1,0 +1,93 @@
+"""The controller's decisions over an in-memory DCS: who is master, the epoch, the SyncStateSet, elections only
+from the SyncStateSet, and every change refused to a controller that lost the leadership."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from txmq.controller.dcs import MemoryDCS
+from txmq.controller.replicas_info import NO_MASTER, ControllerError, ReplicasInfoManager
+
+
+def _manager(dcs: MemoryDCS | None = None, me: str = "c1") -> ReplicasInfoManager:
+    dcs = dcs or MemoryDCS()
+    assert dcs.hold_leadership(me, 30)
+    m = ReplicasInfoManager(dcs, me)
+    m.load()
+    return m
+
+
+def _beat(m: ReplicasInfoManager, rid: int, offset: int = 0, timeout_s: float = 10.0):
+    return m.heartbeat("c", "g", rid, f"127.0.0.1:{1000 + rid}", f"127.0.0.1:{2000 + rid}", offset, 0, timeout_s)
+
+
+def test_the_first_replica_of_a_new_group_is_master_at_epoch_1_and_the_others_follow():
+    m = _manager()
+    s = _beat(m, 1)
+    assert (s.master_id, s.epoch, s.sync_state_set, s.master_addr) == (1, 1, [1], "127.0.0.1:1001")
+    s = _beat(m, 2)
+    assert (s.master_id, s.epoch) == (1, 1)
+    assert sorted(s.replicas) == ["1", "2"]
+
+
+def test_sync_state_set_changes_only_from_the_master_at_its_epochs():
+    m = _manager()
+    _beat(m, 1)
+    _beat(m, 2)
+    _beat(m, 3)
+    s = m.alter_sync_state_set("g", 1, 1, [1, 2, 3], 1)
+    assert (s.sync_state_set, s.sync_state_set_epoch) == ([1, 2, 3], 2)
+    with pytest.raises(ControllerError, match="stale"):
+        m.alter_sync_state_set("g", 1, 1, [1, 2], 1)
+    with pytest.raises(ControllerError, match="not the master"):
+        m.alter_sync_state_set("g", 2, 1, [2], 2)
+    with pytest.raises(ControllerError, match="must hold the master"):
+        m.alter_sync_state_set("g", 1, 1, [2, 3], 2)
+    with pytest.raises(ControllerError, match="must hold the master"):
+        m.alter_sync_state_set("g", 1, 1, [1, 9], 2)
+
+
+def test_a_dead_master_is_replaced_by_the_alive_sync_state_set_member_with_the_longest_log():
+    m = _manager()
+    _beat(m, 1, timeout_s=0.2)
+    for rid, offset in ((2, 500), (3, 700), (4, 900)):
+        _beat(m, rid, offset)
+    m.alter_sync_state_set("g", 1, 1, [1, 2, 3], 1)  # 4 is not in sync: never a candidate
+    assert m.scan_not_active() == []
+    time.sleep(0.3)
+    assert m.scan_not_active() == ["g"]
+    s = m.state("g")
+    assert s is not None
+    assert (s.master_id, s.epoch, s.sync_state_set, s.master_addr) == (3, 2, [3], "127.0.0.1:1003")
+    # The DCS holds the same: a controller taking over starts from it.
+    other = ReplicasInfoManager(m.dcs, "c1")
+    other.load()
+    assert other.state("g") == s
+
+
+def test_no_alive_member_of_the_sync_state_set_leaves_the_group_without_a_master_until_one_returns():
+    m = _manager()
+    _beat(m, 1, timeout_s=0.2)
+    _beat(m, 2, timeout_s=0.2)
+    m.alter_sync_state_set("g", 1, 1, [1, 2], 1)
+    _beat(m, 3)  # alive, but not in the SyncStateSet: it may lack acknowledged writes
+    time.sleep(0.3)
+    m.scan_not_active()
+    s = m.state("g")
+    assert s is not None and s.master_id == NO_MASTER and s.epoch == 1
+    s = _beat(m, 2, offset=100)  # a SyncStateSet member is back
+    assert (s.master_id, s.epoch) == (2, 2)
+
+
+def test_a_controller_that_lost_the_leadership_changes_nothing():
+    dcs = MemoryDCS()
+    m = _manager(dcs, "c1")
+    _beat(m, 1)
+    dcs.release_leadership()
+    assert dcs.hold_leadership("c2", 30)
+    with pytest.raises(ControllerError, match="changed under"):
+        _beat(m, 2)
+    s = m.state("g")
+    assert s is not None and sorted(s.replicas) == ["1"]

@@ -1,0 +1,131 @@
+"""A broker group in controller mode with real processes: etcd, a controller, three replicas (SYNC_MASTER +
+SYNC_FLUSH when master), each with its own store and ports. Used by tests/e2e/test_failover*.py and by
+bench/faults.py."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from cluster import Cluster
+from ha_group import SEGMENT, ha_status
+from tcp_proxy import TcpProxy
+
+from txmq.controller.etcd_launch import EtcdProcess
+from txmq.controller.status import controller_status
+from txmq.launch import ServerProcess, free_port
+from txmq.message import MessageExt, decode_message
+from txmq.store.record import BLANK_MAGIC_CODE, read_prefix, to_wire
+
+
+class FailoverGroup:
+    def __init__(self, cluster: Cluster, name: str = "broker-a", replicas: int = 3,
+                 conf: dict[str, object] | None = None, controllers: int = 1) -> None:
+        """With several ``controllers`` the replicas list them all (no proxies)."""
+        self.cluster = cluster
+        self.name = name
+        self.etcd = EtcdProcess(cluster.root / "etcd", cluster.root / "etcd.log")
+        self.controller_ports = [free_port() for _ in range(controllers)]
+        self.controller_port = self.controller_ports[0]  # the one status is asked from
+        self.controllers: list[ServerProcess] = []
+        self.conf = {"brokerName": name, "mappedFileSizeCommitLog": SEGMENT, "grpcPort": -1,
+                     "haSendHeartbeatInterval": 1000, "slaveSynchronizeInterval": 1000,
+                     "brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH", "enableControllerMode": "true",
+                     **(conf or {})}
+        self.ids = list(range(1, replicas + 1))
+        self.members: dict[int, ServerProcess] = {}
+        self.ports: dict[int, int] = {}
+        self.proxies: dict[int, TcpProxy] = {}  # each replica reaches the controller through its own proxy
+
+    @property
+    def controller_addr(self) -> str:
+        return f"127.0.0.1:{self.controller_port}"
+
+    def start(self) -> FailoverGroup:
+        self.etcd.start()
+        for i, port in enumerate(self.controller_ports):
+            proc = ServerProcess([*_cmd("controller", "--etcd", self.etcd.endpoint, "--port", str(port))],
+                                 self.cluster.root / f"controller-{i}.log", self.cluster.env).start()
+            self.controllers.append(proc)
+            self.cluster.procs.append(proc)
+        for rid in self.ids:
+            self.ports[rid] = free_port()
+            ha = free_port()
+            if len(self.controller_ports) == 1:
+                self.proxies[rid] = TcpProxy(("127.0.0.1", self.controller_port))
+                controller_addr = self.proxies[rid].addr
+            else:
+                controller_addr = ";".join(f"127.0.0.1:{p}" for p in self.controller_ports)
+            p = self.cluster.broker(f"{self.name}-{rid}", {**self.conf, "brokerId": rid, "haListenPort": ha,
+                                                            "controllerAddr": controller_addr},
+                                    port=self.ports[rid])
+            self.members[rid] = p
+            p.start()
+        return self
+
+    def close(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.close()
+        self.etcd.stop()
+
+    def store(self, rid: int) -> Path:
+        return self.cluster.root / f"{self.name}-{rid}"
+
+    def addr(self, rid: int) -> str:
+        return f"127.0.0.1:{self.ports[rid]}"
+
+    def state(self) -> dict[str, Any]:
+        """The group's state from the acting controller, asked through the first controller that answers."""
+        for i, port in enumerate(self.controller_ports):
+            if self.controllers and not self.controllers[i].alive:
+                continue
+            return dict(controller_status(f"127.0.0.1:{port}")["groups"].get(self.name) or {})
+        return {}
+
+    def master(self) -> int:
+        """The replica the controller names master (-1: none)."""
+        try:
+            return int(self.state().get("master_id", -1))
+        except Exception:
+            return -1
+
+    def wait_master(self, timeout: float = 30.0, not_id: int | None = None, full_set: bool = False) -> int:
+        """Wait until a master (other than ``not_id``) acts: the controller names it and it says it is master
+        with a valid lease (and, with ``full_set``, every replica is in its SyncStateSet)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = self.master()
+            if m > 0 and m != not_id and self.members[m].alive:
+                try:
+                    c = ha_status(self.addr(m)).get("controller", {})
+                except Exception:
+                    c = {}
+                if c.get("leaseValid") and (not full_set or len(c.get("syncStateSet", [])) == len(self.ids)):
+                    return m
+            time.sleep(0.1)
+        raise TimeoutError(f"no master acting in {timeout}s: {self.state()}")
+
+
+def _cmd(*args: str) -> list[str]:
+    from txmq.launch import txmq_command
+
+    return txmq_command(*args)
+
+
+def log_messages(store: Path, end: int) -> list[MessageExt]:
+    """Every message record of a replica's commit log below ``end``, read from its files."""
+    out = []
+    for seg in sorted((store / "commitlog").iterdir()):
+        start = int(seg.name)
+        if start >= end:
+            break
+        data = seg.read_bytes()[: end - start]
+        pos = 0
+        while pos + 8 <= len(data):
+            size, magic = read_prefix(data, pos)
+            if magic == BLANK_MAGIC_CODE or size <= 0:
+                break
+            out.append(decode_message(to_wire(data[pos:pos + size]))[0])
+            pos += size
+    return out

@@ -1,0 +1,68 @@
+"""A TCP proxy in the test process, to cut a connection path without touching the processes on either side:
+``cut()`` closes every relayed connection and refuses new ones until ``heal()``."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class TcpProxy:
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.cut_off = False
+        self._socks: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.cut_off:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=3)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self.cut_off = True
+        with self._lock:
+            socks, self._socks = self._socks, set()
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def heal(self) -> None:
+        self.cut_off = False
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        self.listener.close()

@@ -1,0 +1,149 @@
+"""Automatic failover with real processes (etcd, a controller, three replicas, SYNC_MASTER + SYNC_FLUSH): the
+master SIGKILLed, and SIGSTOPped past its lease, while sends and transactions go on. Nothing acknowledged is
+lost or duplicated, every COMMIT is visible once and no ROLLBACK, one start per epoch, and the replicas'
+commit logs are byte-identical at the end."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import pytest
+from failover_group import FailoverGroup
+from fault_campaign import CPP_TOPIC, TOPIC, TX_TOPIC, Figures, Workload, check, inject
+
+from txmq import Admin
+
+
+@pytest.fixture
+def group(cluster):
+    g = FailoverGroup(cluster)
+    try:
+        yield g.start()
+    finally:
+        cluster.close()
+        g.close()
+
+
+def test_short_fault_campaign(group, cluster):
+    group.wait_master(30, full_set=True)
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(TOPIC, queue_nums=4)
+        admin.create_topic(TX_TOPIC, queue_nums=4)
+        admin.create_topic(CPP_TOPIC, queue_nums=4)
+    cluster.wait_route(CPP_TOPIC)
+    cluster.wait_route(TOPIC)
+    cluster.wait_route(TX_TOPIC)
+    import time
+
+    time.sleep(2.0)  # the slaves copy the topic configs (slaveSynchronizeInterval 1 s)
+    workload = Workload(cluster.namesrv_addr, cluster.root / "cpp-home")
+    workload.start()
+    figures = Figures()
+    rng = random.Random(13)
+    try:
+        for fault in ("kill", "pause", "partition", "slave-flip", "slave-truncate", "kill"):
+            inject(group, workload, fault, figures, rng)
+        time.sleep(1.0)
+    finally:
+        workload.close()
+    try:
+        check(group, workload, figures)
+    finally:
+        workload.close_tx()
+    print(figures)
+    assert figures.faults == {"kill": 2, "pause": 1, "partition": 1, "slave-flip": 1, "slave-truncate": 1}
+    assert figures.sends_acked > 100 and figures.tx_acked > 20 and figures.cpp_sends_acked > 20
+    assert (figures.sends_lost, figures.sends_duplicated) == (0, 0)
+    assert (figures.tx_committed_lost, figures.tx_duplicated, figures.tx_rollback_visible) == (0, 0, 0)
+    assert figures.split_brain_epochs == 0
+    assert figures.replicas_identical
+    assert len(figures.failover_s) == 4 and max(figures.failover_s) < 15
+    # The tools show the epochs and the SyncStateSet.
+    env = dict(cluster.env, NAMESRV_ADDR=cluster.namesrv_addr)
+    out = subprocess.run([sys.executable, "-m", "txmq.cli", "controller", "status", "--controller",
+                          group.controller_addr], capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "epoch 5" in out.stdout and "SyncStateSet [1, 2, 3]" in out.stdout, out.stdout
+    out = subprocess.run([sys.executable, "-m", "txmq.cli", "ha", "status"], capture_output=True, text=True,
+                         timeout=30, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "SyncStateSet [1, 2, 3]" in out.stdout and "epoch 5" in out.stdout, out.stdout
+
+
+def test_a_controller_inside_the_name_server(tmp_path):
+    """RocketMQ's enableControllerInNamesrv: one process serves routes and elects; a lone replica of a new
+    group becomes its master and the name server routes it as brokerId 0."""
+    from cluster import Cluster
+    from helpers import wait_until
+
+    from txmq.controller.etcd_launch import EtcdProcess
+    from txmq.controller.status import controller_status
+    from txmq.launch import ServerProcess, free_port, txmq_command
+
+    etcd = EtcdProcess(tmp_path / "etcd", tmp_path / "etcd.log").start()
+    cluster = Cluster(tmp_path)
+    try:
+        cport = free_port()
+        ns = ServerProcess(txmq_command("namesrv", "--port", str(free_port()), "--enable-controller-in-namesrv",
+                                        "--etcd", etcd.endpoint, "--controller-port", str(cport)),
+                           tmp_path / "namesrv.log", cluster.env).start()
+        cluster.procs.append(ns)
+        cluster.namesrv_addr = ns.addrs["namesrv"]
+        assert ns.addrs["controller"] == f"127.0.0.1:{cport}"
+        broker = cluster.broker("broker-b-1", {"brokerName": "broker-b", "brokerId": 1, "grpcPort": -1,
+                                               "haListenPort": free_port(), "enableControllerMode": "true",
+                                               "controllerAddr": f"127.0.0.1:{cport}"}).start()
+
+        def routed() -> bool:
+            with Admin(cluster.namesrv_addr) as admin:
+                rows = admin.cluster_list()
+            return [(r["brokerName"], str(r["brokerId"]), r["addr"]) for r in rows] == [
+                ("broker-b", "0", broker.addrs["broker"])]
+
+        assert wait_until(routed, 20)
+        group = controller_status(f"127.0.0.1:{cport}")["groups"]["broker-b"]
+        assert (group["master_id"], group["epoch"], group["sync_state_set"]) == (1, 1, [1])
+    finally:
+        cluster.close()
+        etcd.stop()
+
+
+def test_the_acting_controller_killed_another_takes_over_without_an_election(cluster):
+    """Two controllers over one etcd: the acting one SIGKILLed, the other acts once the leader key's lease
+    (2 s) runs out, from the state in etcd, before the master's own lease (4 s) does: the group keeps its master
+    and epoch, and sends go on."""
+    import time
+
+    from helpers import wait_until
+
+    from txmq import Message, Producer, SendStatus
+    from txmq.controller.status import controller_status
+
+    g = FailoverGroup(cluster, controllers=2)
+    try:
+        g.start()
+        master = g.wait_master(30, full_set=True)
+        before = g.state()
+        metas = [controller_status(f"127.0.0.1:{p}")["metadata"] for p in g.controller_ports]
+        acting = next(i for i, m in enumerate(metas) if m["isLeader"])
+        other = 1 - acting
+        with Admin(cluster.namesrv_addr) as admin:
+            admin.create_topic(TOPIC, queue_nums=2)
+        cluster.wait_route(TOPIC)
+        g.controllers[acting].kill()
+        assert wait_until(lambda: controller_status(f"127.0.0.1:{g.controller_ports[other]}")["metadata"]
+                          ["isLeader"], 15)
+        with Producer("p-ctl", cluster.namesrv_addr) as producer:
+            t_end = time.monotonic() + 8
+            results = []
+            while time.monotonic() < t_end:
+                results.append(producer.send(Message(TOPIC, b"x")).status)
+                time.sleep(0.05)
+        after = g.state()
+        assert (after["master_id"], after["epoch"]) == (master, before["epoch"])
+        assert set(results) == {SendStatus.SEND_OK}
+        assert g.wait_master(10) == master
+    finally:
+        g.close()
