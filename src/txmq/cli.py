@@ -455,7 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--enable-controller-in-namesrv", action="store_true",
                    help="also run a controller (automatic failover) in this process")
     s.add_argument("--etcd", help="the controller's etcd endpoints http://HOST:PORT[,...]")
-    s.add_argument("--controller-port", type=int, default=9878)
+    s.add_argument("--controller-port", type=int, default=9878,
+                   help="port of the controller run inside the name server (RocketMQ's 9878)")
     s.set_defaults(fn=cmd_namesrv)
 
     s = sub.add_parser("broker", help="a broker registering with name servers")
@@ -550,7 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_ha)
 
     s = sub.add_parser("controller", help="run a controller over etcd (automatic failover), or ask one its state")
-    s.add_argument("action", nargs="?", choices=["run", "status"], default="run")
+    s.add_argument("action", nargs="?", choices=["run", "status"], default="run",
+                   help="run (default): serve as a controller; status: ask one its groups")
     s.add_argument("--etcd", help="etcd endpoints http://HOST:PORT[,...] (to run one)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (to run one)")
     s.add_argument("--port", type=int, default=9878, help="controller port (RocketMQ's 9878)")
