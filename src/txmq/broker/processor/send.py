@@ -7,6 +7,7 @@ and stores the rest as they are.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
+from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -57,6 +59,13 @@ _PUT_STATUS_TO_CODE = {
 MAX_PROPERTIES_SIZE = 32767  # the layout's 2-byte properties length (txmq.message)
 _LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two properties, their names and values
 _RECORD_OVERHEAD_MAX = 512  # header, topic and the store's trailer around body and properties
+
+
+_STORE_ERRORS = (StoreError, InvalidMessageError)
+
+
+def _store_refused(cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
+    return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
 
 
 def is_half(properties: Mapping[str, str]) -> bool:
@@ -233,22 +242,20 @@ class SendMessageProcessor:
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
         log.info("message %s to dead-letter topic %s after %d reconsumes", msg.msg_id, topic, msg.reconsume_times)
 
-    async def _put(self, cmd: RemotingCommand, msg: MessageExt,
-                   pending: Awaitable[PutMessageResult]) -> RemotingCommand:
-        try:
-            result = await pending
-        except (StoreError, InvalidMessageError) as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
-        return self._response(cmd, msg, result)
+    def _put(self, cmd: RemotingCommand, msg: MessageExt,
+             pending: Awaitable[PutMessageResult]) -> asyncio.Future[RemotingCommand]:
+        return then(pending, lambda result: self._response(cmd, msg, result), _STORE_ERRORS,
+                    lambda exc: _store_refused(cmd, exc))
 
-    async def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt],
-                         pending: Awaitable[PutMessageResult]) -> RemotingCommand:
+    def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt],
+                   pending: Awaitable[PutMessageResult]) -> asyncio.Future[RemotingCommand]:
         """One write and one flush wait for the whole batch; the answer names every message's offset id and the
         queue offset of the first (the rest follow it; for halves, in the half queue)."""
-        try:
-            result = await pending
-        except (StoreError, InvalidMessageError) as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
+        return then(pending, lambda result: self._batch_response(cmd, msgs, result), _STORE_ERRORS,
+                    lambda exc: _store_refused(cmd, exc))
+
+    def _batch_response(self, cmd: RemotingCommand, msgs: list[MessageExt],
+                        result: PutMessageResult) -> RemotingCommand:
         ar = result.append_result
         if not result.stored or ar is None:  # stored with a late flush still has ids and offsets to answer with
             return self._response(cmd, msgs[0], result)

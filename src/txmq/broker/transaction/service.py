@@ -35,6 +35,7 @@ import orjson
 from txmq.broker.transaction.state import Outcome, PendingInfo, TransactionStateTable
 from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
+from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import DefaultMessageStore, DispatchRequest, GetMessageStatus, PutMessageResult
@@ -118,28 +119,32 @@ class TransactionalMessageService:
 
     # --- phase one: the half message ------------------------------------------------------------------
 
-    async def prepare_message(self, msg: MessageExt) -> PutMessageResult:
+    def prepare_message(self, msg: MessageExt) -> asyncio.Future[PutMessageResult]:
         """Store ``msg`` as a half message (invisible) and start tracking it."""
-        return await self.prepare_messages([msg])
+        return self.prepare_messages([msg])
 
-    async def prepare_half_batch(self, msg: MessageExt, count: int) -> PutMessageResult:
+    def prepare_half_batch(self, msg: MessageExt, count: int) -> asyncio.Future[PutMessageResult]:
         """Store ``msg``, whose body is a checked batch of ``count`` messages, as one half message: one
         transaction for them all (``HALF_BATCH``; the send processor checked the batch)."""
-        return await self.prepare_messages([msg], half_batch=count)
+        return self.prepare_messages([msg], half_batch=count)
 
-    async def prepare_messages(self, msgs: Sequence[MessageExt], *, half_batch: int = 0) -> PutMessageResult:
+    def prepare_messages(self, msgs: Sequence[MessageExt], *, half_batch: int = 0) -> asyncio.Future[PutMessageResult]:
         """Store ``msgs`` as half messages with one write (and one flush wait) and start tracking each: a batch
         of halves, as a Spark sink task sends them. They get consecutive half offsets; ``append_result`` covers
         the first, and each message gets its half's queue offset and commit-log offset. The caller's messages
-        keep their own topic and queue: the client sees them in the answer, as with RocketMQ."""
+        keep their own topic and queue: the client sees them in the answer, as with RocketMQ. A future, no task:
+        halves share the store's group commit with the sends of the same loop iteration."""
         halves = [self._half_of(msg, half_batch) for msg in msgs]
-        result = await self.store.put_messages(halves)
-        for msg, half in zip(msgs, halves, strict=True):
-            msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
-            if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
-                self._track(half.queue_offset, half, self._first_check_s(half))
-                self._remember(half)
-        return result
+
+        def track(result: PutMessageResult) -> PutMessageResult:
+            for msg, half in zip(msgs, halves, strict=True):
+                msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
+                if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
+                    self._track(half.queue_offset, half, self._first_check_s(half))
+                    self._remember(half)
+            return result
+
+        return then(self.store.put_messages(halves), track)
 
     @staticmethod
     def _half_of(msg: MessageExt, half_batch: int) -> MessageExt:
@@ -374,11 +379,11 @@ class TransactionalMessageService:
                 slices.append(([], []))
             slices[-1][0].append(g)
             slices[-1][1].extend(reals)
-        puts: list[asyncio.Task[PutMessageResult]] = []
+        puts: list[asyncio.Future[PutMessageResult]] = []
         for n, (_, msgs) in enumerate(slices):
             if n:
                 await asyncio.sleep(0)
-            puts.append(asyncio.get_running_loop().create_task(self.store.put_messages(msgs)))
+            puts.append(asyncio.ensure_future(self.store.put_messages(msgs)))
         out: list[PutMessageResult | Exception] = []
         for (members, _), result in zip(slices, await asyncio.gather(*puts, return_exceptions=True), strict=True):
             if isinstance(result, BaseException) and not isinstance(result, Exception):
@@ -544,7 +549,7 @@ class TransactionalMessageService:
                            {MessageConst.TAGS: REMOVE_TAG, OP_PROPERTY: op}, queue_id=0, born_timestamp=now,
                            store_host=self.store.config.store_host) for op, offsets in queue.items()]
 
-        def done(task: asyncio.Task[PutMessageResult]) -> None:
+        def done(task: asyncio.Future[PutMessageResult]) -> None:
             assert written is not None
             if task.cancelled():
                 written.cancel()
@@ -556,7 +561,7 @@ class TransactionalMessageService:
                     log.error("op records %s not stored: %s %s", list(queue), result.status.name, result.remark)
                 written.set_result(result.stored)
 
-        asyncio.get_running_loop().create_task(self.store.put_messages(msgs)).add_done_callback(done)
+        asyncio.ensure_future(self.store.put_messages(msgs)).add_done_callback(done)
 
     async def record_checks(self, half_offsets: list[int]) -> None:
         await self._write_op("CHECK", half_offsets)
