@@ -61,6 +61,7 @@ _LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two pr
 _RECORD_OVERHEAD_MAX = 512  # header, topic and the store's trailer around body and properties
 
 
+_BORN_HOST = "bornHost"
 _STORE_ERRORS = (StoreError, InvalidMessageError)
 
 
@@ -74,12 +75,16 @@ def is_half(properties: Mapping[str, str]) -> bool:
 
 
 def peer_host(conn: Connection) -> tuple[str, int]:
-    """The peer as (IPv4, port) for BORNHOST; a peer we cannot express in IPv4 shows as 0.0.0.0."""
-    try:
-        host, port = parse_address(conn.remote_address)
-    except LocalProtocolError:
-        return ("0.0.0.0", 0)
-    return (host if host.count(".") == 3 else "0.0.0.0", port)
+    """The peer as (IPv4, port) for BORNHOST; a peer we cannot express in IPv4 shows as 0.0.0.0. Worked out once
+    per connection (``attrs``): every send asks."""
+    born = conn.attrs.get(_BORN_HOST)
+    if born is None:
+        try:
+            host, port = parse_address(conn.remote_address)
+        except LocalProtocolError:
+            host, port = "0.0.0.0", 0
+        born = conn.attrs[_BORN_HOST] = (host if host.count(".") == 3 else "0.0.0.0", port)
+    return born
 
 
 class SendMessageProcessor:
