@@ -3,6 +3,7 @@ runs them (a half message, then END_TRANSACTION oneway), written as raw remoting
 
     .venv/bin/python bench/raw_frames.py [-n 50000] [--size 256] [--window 1000] [--conns 1,8] [--runs 3]
         [--modes SYNC_FLUSH,ASYNC_FLUSH] [--tx 20000] [--json]
+    .venv/bin/python bench/raw_frames.py --pending 1000000 [--modes ASYNC_FLUSH]
 
 Per flush mode this starts its own ``txmq server`` (as ``bench/produce_consume.py`` does: free ports, temporary
 store, stopped at the end), creates a topic of 4 queues, and per run:
@@ -13,6 +14,9 @@ store, stopped at the end), creates a topic of 4 queues, and per run:
 * **tx** (``--tx``): half messages (``TRAN_MSG=true``) with at most ``window`` unanswered; each answer is
   followed at once by its END_TRANSACTION (COMMIT, oneway, as the Java client sends it). The clock stops when
   the topic holds every committed message (polled through the name server), so it covers whole transactions.
+
+``--pending N`` instead sends N half messages and never ends them, and prints the broker's RSS (``VmRSS``) at
+0 and after each quarter (a broker with ``transactionTimeOut`` of an hour: no check-back runs meanwhile).
 
 Broker CPU per message (user + system from /proc, over the timed part) is printed with each run, with the CPU
 other processes used meanwhile (the peers kit's disturbance rule).
@@ -104,8 +108,10 @@ class RawClient(asyncio.Protocol):
             self.out.clear()
 
 
-async def drive(addr: str, topic: str, n: int, size: int, window: int, conns: int, half: bool) -> float:
-    """Send ``n`` messages (halves followed by their commits when ``half``); seconds until the last answer."""
+async def drive(addr: str, topic: str, n: int, size: int, window: int, conns: int, half: bool,
+                end: bool = True) -> float:
+    """Send ``n`` messages (halves followed by their commits when ``half`` and ``end``); seconds until the last
+    answer."""
     loop = asyncio.get_running_loop()
     host, port = parse_address(addr)
     body = bench.filler(size)
@@ -125,7 +131,7 @@ async def drive(addr: str, topic: str, n: int, size: int, window: int, conns: in
             done.set_exception(bench.BenchError(f"answer {cmd.code}: {cmd.remark}"))
             return
         answered += 1
-        if half:
+        if half and end:
             opaque += 1
             client.write(end_frame(cmd, opaque))
         if sent < n:
@@ -172,6 +178,38 @@ def one_run(server: Any, topic: str, n: int, a: argparse.Namespace, conns: int, 
             "other_cpu_s": round(meter.other_cpu or 0, 2)}
 
 
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return kb / 1024
+
+
+def pending_rss(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """RSS of a broker holding 0, N/4, N/2, 3N/4 and N pending transactions (halves never ended)."""
+    mode = a.modes.split(",")[0]
+    server = start_txmq(mode, tmp, conf="transactionTimeOut=3600000\n")
+    out: dict[str, Any] = {}
+    try:
+        topic = "raw_pending"
+        bench.ensure_topic(server.namesrv, topic, QUEUES)
+        assert server.pid is not None
+        out["0"] = round(rss_mb(server.pid), 1)
+        log(f"pending 0: RSS {out['0']} MB")
+        quarter = a.pending // 4
+        for q in range(1, 5):
+            loop = new_event_loop()
+            try:
+                loop.run_until_complete(drive(server.addrs["broker"], topic, quarter, a.size, a.window, 1, True,
+                                              end=False))
+            finally:
+                loop.close()
+            out[str(q * quarter)] = round(rss_mb(server.pid), 1)
+            log(f"pending {q * quarter}: RSS {out[str(q * quarter)]} MB")
+    finally:
+        server.kill(15)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", type=int, default=50000)
@@ -181,10 +219,16 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--modes", default="SYNC_FLUSH,ASYNC_FLUSH")
     p.add_argument("--tx", type=int, default=20000, help="transactions per run (0: none)")
+    p.add_argument("--pending", type=int, default=0, help="measure RSS with this many pending transactions")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "loadavg": os.getloadavg()}
+    if a.pending:
+        with tempfile.TemporaryDirectory(prefix="txmq-raw-") as tmp:
+            results["pending_rss_mb"] = pending_rss(a, Path(tmp))
+        print(json.dumps(results, indent=1))
+        return
     with tempfile.TemporaryDirectory(prefix="txmq-raw-") as tmp:
         for mode in a.modes.split(","):
             server = start_txmq(mode, Path(tmp))

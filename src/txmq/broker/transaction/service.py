@@ -52,6 +52,9 @@ HALF_BATCH = "TXMQ_HALF_BATCH"  # on a half message whose body is a batch: how m
 PUT_SLICE = 1024  # real messages per store put when a decision commits many: the loop serves others between
 DEFAULT_ORPHAN_FACTOR = 600  # transactionOrphanFactor: with transactionTimeOut 6 s, an hour
 REMOVE_TAG = "d"
+# Memory a remembered half costs beyond its body: the MessageExt, its properties dict and strings, the ints, the
+# cache's dict slot (tracemalloc: about 550 bytes for a half with the usual five properties).
+RECENT_HALF_OVERHEAD = 600
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
 
@@ -165,19 +168,20 @@ class TransactionalMessageService:
 
     def _remember(self, half: MessageExt) -> None:
         """Keep a stored half for its decision, which usually follows within milliseconds: the commit then
-        neither reads nor decodes it again. Oldest first out past ``recent_halves_max_bytes``."""
+        neither reads nor decodes it again. Oldest first out past ``recent_halves_max_bytes``, counting what a
+        remembered half really costs: its body and its Python objects (``RECENT_HALF_OVERHEAD``)."""
         recent = self._recent_halves
         recent[half.commit_log_offset] = half
-        self._recent_bytes += len(half.body)
+        self._recent_bytes += len(half.body) + RECENT_HALF_OVERHEAD
         while self._recent_bytes > self.recent_halves_max_bytes and recent:
-            self._recent_bytes -= len(recent.pop(next(iter(recent))).body)
+            self._recent_bytes -= len(recent.pop(next(iter(recent))).body) + RECENT_HALF_OVERHEAD
 
     def _half_at(self, commit_log_offset: int) -> MessageExt:
         """The half message stored at ``commit_log_offset``: remembered, else read from the store (which raises
         ``StoreError`` when there is none)."""
         half = self._recent_halves.pop(commit_log_offset, None)
         if half is not None:
-            self._recent_bytes -= len(half.body)
+            self._recent_bytes -= len(half.body) + RECENT_HALF_OVERHEAD
             return half
         return self.store.look_message_by_offset(commit_log_offset)
 
