@@ -50,13 +50,10 @@ class Header:
         return parse(ext)
 
     def to_ext(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for f in self._spec():
-            v = getattr(self, f.name)
-            if v is None:
-                continue
-            out[f.wire] = ("true" if v else "false") if isinstance(v, bool) else str(v)
-        return out
+        write = _WRITE_FNS.get(type(self))
+        if write is None:
+            write = _WRITE_FNS[type(self)] = _compile_to_ext(type(self))
+        return write(self)
 
 
 class _Field:
@@ -72,6 +69,20 @@ _SPECS: dict[type, tuple[_Field, ...]] = {}
 
 _PARSERS = {"int": parse_int, "Int32": parse_int32, "bool": parse_bool}  # the wire rules live in headers.py, once
 _PARSE_FNS: dict[type, Any] = {}
+_WRITE_FNS: dict[type, Any] = {}
+
+
+def _compile_to_ext(cls: type[Header]) -> Any:
+    """``to_ext`` for one header class as straight-line code (every answer to a send writes one): None is left
+    out, a bool is ``true``/``false``, anything else its ``str``."""
+    lines = ["def to_ext(self):", "    out = {}"]
+    for f in cls._spec():
+        lines += [f"    v = self.{f.name}", "    if v is not None:",
+                  f"        out[{f.wire!r}] = ('true' if v else 'false') if v.__class__ is bool else str(v)"]
+    lines.append("    return out")
+    env: dict[str, Any] = {}
+    exec("\n".join(lines), env)  # the source is built above from the class's own fields
+    return env["to_ext"]
 
 
 def _compile_from_ext(cls: type[Header]) -> Any:
