@@ -47,12 +47,13 @@ def child(a: argparse.Namespace) -> None:
     if a.mode == "sync8":
         def worker(count: int) -> None:
             for _ in range(count):
-                for _attempt in range(3):
+                for _attempt in range(20):
                     try:
                         r = producer.send_sync(message())
                         break
                     except Exception as exc:  # the client's own failure ("No route info" while it refreshes)
                         retried.append(repr(exc))
+                        time.sleep(0.05)
                 else:
                     errors.append(retried[-1])
                     continue
