@@ -12,7 +12,6 @@ END_TRANSACTION would have answered (SUCCESS, TRANSACTION_SHOULD_COMMIT/ROLLBACK
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ import orjson
 from txmq.broker.transaction.service import EndEntry, EndResult
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import ClientError, RemoteProtocolError
+from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, encode_message
 from txmq.remoting.body import json_object
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -47,13 +47,9 @@ def _no_decision(flag: int) -> EndResult:
     return EndResult(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {flag} is not 0, 8 or 12")
 
 
-_PendingEnd = tuple[EndEntry, RemotingCommand, "asyncio.Future[RemotingCommand]"]
-
-
 class EndTransactionProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self._ends: dict[tuple[str, str], list[_PendingEnd]] = {}  # by (producer group, source), this iteration
 
     def process(self, conn: Connection, cmd: RemotingCommand):
         if self.broker.config.is_slave:
@@ -73,22 +69,11 @@ class EndTransactionProcessor:
 
     def _end(self, cmd: RemotingCommand, h: EndTransactionRequestHeader, outcome: Outcome,
              source: str) -> asyncio.Future[RemotingCommand]:
-        """Natural batching: the END_TRANSACTIONs of one loop iteration (one read of a connection, and those of
-        other connections read at the same moment) go to the transaction service together, one call per producer
-        group, so their real messages share one put and their outcomes one op record; each keeps its own answer."""
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        if not self._ends:
-            asyncio.get_running_loop().call_soon(self._end_group)
-        self._ends.setdefault((h.producer_group, source), []).append(
-            (EndEntry(h.tran_state_table_offset, h.commit_log_offset, outcome), cmd, fut))
-        return fut
-
-    def _end_group(self) -> None:
-        ends, self._ends = self._ends, {}
-        for (group, source), batch in ends.items():
-            task = asyncio.get_running_loop().create_task(
-                self.broker.transaction_service.end_transactions(group, [entry for entry, _, _ in batch], source))
-            task.add_done_callback(functools.partial(_answer_ends, batch))
+        """The decisions of one loop iteration are decided together (``end_transaction``); each its own answer."""
+        decided = self.broker.transaction_service.end_transaction(
+            producer_group=h.producer_group, half_offset=h.tran_state_table_offset,
+            commit_log_offset=h.commit_log_offset, outcome=outcome, source=source)
+        return then(decided, lambda result: RemotingCommand.response_to(cmd, result.code, remark=result.remark))
 
     def process_batch(self, conn: Connection, cmd: RemotingCommand):
         if self.broker.config.is_slave:
@@ -116,21 +101,6 @@ class EndTransactionProcessor:
                 results[i] = result
         body = orjson.dumps({"results": [{"code": r.code, "remark": r.remark} for r in results if r is not None]})
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
-
-
-def _answer_ends(batch: list[_PendingEnd], task: asyncio.Task[list[EndResult]]) -> None:
-    """Each END_TRANSACTION of a group its own answer; a failed call fails each (the transport answers
-    SYSTEM_ERROR naming it, as it would for one)."""
-    for i, (_, cmd, fut) in enumerate(batch):
-        if fut.done():
-            continue
-        if task.cancelled():
-            fut.cancel()
-        elif task.exception() is not None:
-            fut.set_exception(task.exception())  # type: ignore[arg-type]
-        else:
-            result = task.result()[i]
-            fut.set_result(RemotingCommand.response_to(cmd, result.code, remark=result.remark))
 
 
 def _slave_refusal(cmd: RemotingCommand) -> RemotingCommand:

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
 import time
@@ -76,6 +77,19 @@ class EndEntry(NamedTuple):
     outcome: Outcome
 
 
+def _settle(futures: list[asyncio.Future[EndResult]], task: asyncio.Task[list[EndResult]]) -> None:
+    """Each gathered decision its own result; a failed call fails each (as it would have failed one alone)."""
+    for i, fut in enumerate(futures):
+        if fut.done():
+            continue
+        if task.cancelled():
+            fut.cancel()
+        elif task.exception() is not None:
+            fut.set_exception(task.exception())  # type: ignore[arg-type]
+        else:
+            fut.set_result(task.result()[i])
+
+
 class TransactionMetrics:
     def __init__(self) -> None:
         self.commits = 0
@@ -118,6 +132,8 @@ class TransactionalMessageService:
         self._op_written: asyncio.Future[bool] | None = None
         self._recent_halves: dict[int, MessageExt] = {}  # by commit-log offset, oldest first
         self._recent_bytes = 0
+        # single decisions asked for in this loop iteration, by (producer group, source): decided together
+        self._gathered_ends: dict[tuple[str, str], list[tuple[EndEntry, asyncio.Future[EndResult]]]] = {}
         self.recent_halves_max_bytes = recent_halves_max_bytes
 
     # --- phase one: the half message ------------------------------------------------------------------
@@ -211,11 +227,28 @@ class TransactionalMessageService:
 
     # --- phase two: COMMIT or ROLLBACK ----------------------------------------------------------------
 
-    async def end_transaction(self, *, producer_group: str, half_offset: int, commit_log_offset: int,
-                              outcome: Outcome, source: str) -> EndResult:
-        """Apply a producer's decision, as a batch of one. ``source`` is for the log (client, check, grpc…)."""
-        entry = EndEntry(half_offset, commit_log_offset, outcome)
-        return (await self.end_transactions(producer_group, [entry], source))[0]
+    def end_transaction(self, *, producer_group: str, half_offset: int, commit_log_offset: int,
+                        outcome: Outcome, source: str) -> asyncio.Future[EndResult]:
+        """Apply a producer's decision (``source`` is for the log: client, check, grpc…); a future of its result.
+
+        Natural batching: the single decisions of one loop iteration (END_TRANSACTIONs of one socket read, and
+        those of other connections and gRPC calls at the same moment) go to ``end_transactions`` together, one
+        call per producer group and source, so their real messages share one put and their outcomes one op
+        record; each keeps its own result. A caller that stops waiting does not undo its decision."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[EndResult] = loop.create_future()
+        if not self._gathered_ends:
+            loop.call_soon(self._end_gathered)
+        self._gathered_ends.setdefault((producer_group, source), []).append(
+            (EndEntry(half_offset, commit_log_offset, outcome), fut))
+        return fut
+
+    def _end_gathered(self) -> None:
+        gathered, self._gathered_ends = self._gathered_ends, {}
+        for (group, source), batch in gathered.items():
+            task = asyncio.get_running_loop().create_task(
+                self.end_transactions(group, [entry for entry, _ in batch], source))
+            task.add_done_callback(functools.partial(_settle, [fut for _, fut in batch]))
 
     async def end_transactions(self, producer_group: str, entries: Sequence[EndEntry], source: str) -> list[EndResult]:
         """Apply decisions of one producer group; one result per entry, in order.
