@@ -46,14 +46,15 @@ def log(*a: object) -> None:
     print(*a, file=sys.stderr, flush=True)
 
 
-def start_txmq(flush: str, root: Path, timeout: float = 30.0) -> ServerProcess:
-    """``txmq server`` in its own session, on free ports, with a temporary store under ``root/<flush>``."""
+def start_txmq(flush: str, root: Path, timeout: float = 30.0, conf: str = "") -> ServerProcess:
+    """``txmq server`` in its own session, on free ports, with a temporary store under ``root/<flush>``; ``conf``:
+    more broker.conf lines."""
     home = root / flush.lower()
     home.mkdir(parents=True)
-    conf = home / "broker.conf"
-    conf.write_text(f"flushDiskType={flush}\nbrokerName=bench-{flush.lower()}\n")
+    conf_path = home / "broker.conf"
+    conf_path.write_text(f"flushDiskType={flush}\nbrokerName=bench-{flush.lower()}\n{conf}")
     args = txmq_command("server", "--store", str(home / "store"), "--port", str(free_port()),
-                        "--namesrv-port", str(free_port()), "-c", str(conf))
+                        "--namesrv-port", str(free_port()), "-c", str(conf_path))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), HOME=str(home), PYTHONUNBUFFERED="1")
     prof_dir = os.environ.get("TXMQ_BROKER_PROFILE")
     if prof_dir:

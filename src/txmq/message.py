@@ -28,6 +28,7 @@ All integers are big-endian and signed, as Java writes them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import socket
@@ -274,6 +275,7 @@ class MessageExt(Message):
         return decode_message(encode_message(self))[0]
 
 
+@functools.lru_cache(maxsize=1024)  # a handful of hosts, one lookup per message
 def _pack_host(host: tuple[str, int]) -> tuple[bytes, int]:
     try:
         return socket.inet_aton(host[0]), host[1]

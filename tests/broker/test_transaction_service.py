@@ -9,6 +9,7 @@ import time
 from tx_helpers import Sender, end, half, open_service
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
+from txmq.broker.transaction.service import RECENT_HALF_OVERHEAD
 from txmq.broker.transaction.state import Outcome
 from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
@@ -151,7 +152,7 @@ def test_a_batch_of_halves_is_one_put_and_each_half_is_tracked_across_a_restart(
 def test_a_decision_uses_the_remembered_half_and_falls_back_to_the_store(tmp_path):
     async def go() -> None:
         store, service = await open_service(tmp_path)
-        service.recent_halves_max_bytes = 4  # room for two 2-byte bodies ("m1", "m2")
+        service.recent_halves_max_bytes = 2 * (2 + RECENT_HALF_OVERHEAD)  # room for two halves of 2-byte bodies
         refs = [await half(service, n) for n in range(1, 4)]  # the first is pushed out by the third
         reads: list[int] = []
         real_look = store.look_message_by_offset

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
 
 from txmq.broker.transaction.service import EndResult, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome
@@ -36,7 +35,7 @@ async def half(service: TransactionalMessageService, n: int, prefix: str = "U", 
 
 
 def end(service: TransactionalMessageService, off: int, clo: int, outcome: Outcome
-        ) -> Coroutine[Any, Any, EndResult]:
+        ) -> Awaitable[EndResult]:
     """A decision of producer group "g" for the half at (half offset, commit-log offset)."""
     return service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo, outcome=outcome,
                                    source="test")

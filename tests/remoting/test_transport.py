@@ -487,3 +487,33 @@ def test_frame_timeout_spares_a_peer_that_keeps_completing_frames(run: Runner) -
         writer.close()
 
     run(with_server(body, limits=ServerLimits(server_frame_timeout_seconds=0.5)))
+
+
+def test_a_future_from_the_handler_is_answered_without_a_task(run: Runner) -> None:
+    """The send path's way: the handler returns an ``asyncio.Future`` and the transport writes its result from a
+    done callback. Its exception is a SYSTEM_ERROR answer; a cancelled one is no answer (its caller is gone)."""
+    pending: dict[str, tuple[RemotingCommand, asyncio.Future[RemotingCommand]]] = {}
+
+    def handler(conn: Connection, cmd: RemotingCommand) -> Any:
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        pending[cmd.ext_fields["k"]] = (cmd, fut)
+        return fut
+
+    async def body(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        calls = {k: asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(ECHO, {"k": k}), 1))
+                 for k in ("ok", "bad", "gone")}
+        while len(pending) < 3:
+            await asyncio.sleep(0.01)
+        assert not any(conn.tasks for conn in server.connections)  # no task per request
+        cmd, fut = pending["ok"]
+        fut.set_result(RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=b"later"))
+        pending["bad"][1].set_exception(ValueError("store blew up"))
+        pending["gone"][1].cancel()
+        assert (await calls["ok"]).body == b"later"
+        bad = await calls["bad"]
+        assert bad.code == ResponseCode.SYSTEM_ERROR and "store blew up" in (bad.remark or "")
+        with pytest.raises(RemotingTimeoutError):
+            await calls["gone"]
+        assert server.connections and not any(conn.closed for conn in server.connections)
+
+    run(with_server(body, handler=handler))

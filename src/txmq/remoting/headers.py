@@ -30,6 +30,8 @@ _T = TypeVar("_T")
 def parse_int(value: str, name: str, bits: int = 64) -> int:
     """An integer as Java's ``Long.toString`` writes it (optional sign, decimal digits), within a Java ``long``
     (or ``int`` for ``bits=32``): RocketMQ's headers are typed so, and the message layout has those widths."""
+    if value.isdigit() and value.isascii() and len(value) <= (18 if bits == 64 else 9):
+        return int(value)  # the common case, in range by its length alone
     if _INT.fullmatch(value) is None:
         raise RemoteProtocolError(f"header field {name!r} is not an integer: {value[:40]!r}")
     n = int(value) if len(value) <= 21 else None  # no long has more digits; int() of thousands would raise

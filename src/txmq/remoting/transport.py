@@ -6,8 +6,9 @@ One ``Connection`` (an ``asyncio.Protocol``) per TCP connection, used the same w
 - bytes in go through a ``FrameDecoder``; a ``RemoteProtocolError`` closes that connection (one log line).
 - a response resolves the pending ``invoke`` with its opaque; unknown responses are dropped.
 - a request goes to the handler: ``handler(conn, cmd)`` may return a ``RemotingCommand`` (written at once,
-  no task: the hot path), ``None`` (nothing to write), or an awaitable (run as a task, its result written
-  when done). A handler exception becomes a SYSTEM_ERROR response naming it (MESSAGE_ILLEGAL for an
+  no task: the hot path), ``None`` (nothing to write), an ``asyncio.Future`` (its result written when done,
+  by a callback: no task either), or another awaitable (run as a task, its result written when done).
+  A handler exception becomes a SYSTEM_ERROR response naming it (MESSAGE_ILLEGAL for an
   ``InvalidMessageError``; the peer's faults are logged in one line, without a traceback); the connection goes on.
 - replies produced while handling one chunk of input are written with one ``writelines``; other writes
   are coalesced until the end of the current loop iteration.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import inspect
 import logging
 import ssl
@@ -268,6 +270,8 @@ class Connection(asyncio.Protocol):
             return
         if isinstance(result, RemotingCommand):
             self._reply(cmd, result)
+        elif isinstance(result, asyncio.Future):  # an answer still to come: a callback, no task
+            result.add_done_callback(functools.partial(self._finish_future, cmd))
         elif inspect.isawaitable(result):
             task = self._loop.create_task(self._finish(cmd, result))
             self.tasks.add(task)
@@ -280,6 +284,14 @@ class Connection(asyncio.Protocol):
             result = await awaitable
         except Exception as exc:
             result = self._failed(cmd, exc)
+        if result is not None:
+            self._reply(cmd, result)
+
+    def _finish_future(self, cmd: RemotingCommand, future: asyncio.Future[RemotingCommand | None]) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        result = self._failed(cmd, exc) if exc is not None else future.result()
         if result is not None:
             self._reply(cmd, result)
 

@@ -65,6 +65,15 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass(slots=True)
+class _Put:
+    """One put waiting in the loop iteration's group: its messages, their encoded records, its answer."""
+
+    msgs: list[MessageExt]
+    records: list[bytearray]
+    future: asyncio.Future[PutMessageResult]
+
+
 @dataclass
 class _Snapshot:
     """What a checkpoint makes durable, taken on the loop thread so it is consistent."""
@@ -112,8 +121,12 @@ class DefaultMessageStore:
         self._early_clean_at = -EARLY_CLEAN_INTERVAL_S
         self._over_max_used = False
         self._counters = dict.fromkeys(
-            ("put_calls", "appends", "dispatch_errors", "corrupt_reads", "checkpoints", "flush_timeouts"), 0
+            ("put_calls", "put_groups", "appends", "dispatch_errors", "corrupt_reads", "checkpoints",
+             "flush_timeouts"), 0
         )
+        self._group: list[_Put] = []  # puts asked for in this loop iteration, written together (natural batching)
+        self._group_offsets: dict[tuple[str, int], int] = {}  # next queue offsets counting the group's puts
+        self._group_ts = 0  # the group's store timestamp
         self._lock_fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -366,38 +379,63 @@ class DefaultMessageStore:
 
     # --- put ---------------------------------------------------------------------------------------
 
-    async def put_message(self, msg: MessageExt) -> PutMessageResult:
-        return await self.put_messages([msg])
+    def put_message(self, msg: MessageExt) -> asyncio.Future[PutMessageResult]:
+        return self.put_messages([msg])
 
-    async def put_messages(self, msgs: list[MessageExt]) -> PutMessageResult:
-        """Append ``msgs`` with one write and (SYNC_FLUSH) one flush wait; ``append_result`` covers the first.
+    def put_messages(self, msgs: list[MessageExt]) -> asyncio.Future[PutMessageResult]:
+        """Append ``msgs`` as one all-or-nothing put; a future of its result (``append_result`` covers the first).
 
+        Natural batching (group commit on the loop): the puts asked for in one loop iteration (every request of
+        one socket read, and those of other connections read at the same moment) are written together in the
+        next: one write per file, one flush wait, one replication wait. Each put is still judged alone: a
+        message that cannot be encoded refuses its own put at once and never its neighbours; when the shared
+        write fails, every put of it gets that failure and nothing of any of them is stored. Queue offsets are
+        given here, in call order, so order within a queue is the order of the calls.
         The store assigns queue offset, commit-log offset, store timestamp and store host on each message.
         """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PutMessageResult] = loop.create_future()
         if not self._open:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the store is shut down")
-        if not self._writable():
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark)
-        if not msgs:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
-        self._counters["put_calls"] += 1
-        now = max(_now_ms(), self._last_store_ts)
+            fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the store is shut down"))
+        elif not self._writable():
+            fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark))
+        elif not msgs:
+            fut.set_result(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL))
+        else:
+            self._counters["put_calls"] += 1
+            refused = self._encode_put(msgs, fut)
+            if refused is not None:
+                fut.set_result(refused)
+            elif len(self._group) == 1:
+                loop.call_soon(self._commit_group)
+        return fut
+
+    def _encode_put(self, msgs: list[MessageExt], fut: asyncio.Future[PutMessageResult]) -> PutMessageResult | None:
+        """Give ``msgs`` their queue offsets and encode them into the group to write; the refusal when one of them
+        cannot be stored (the group is then as it was)."""
+        now = max(_now_ms(), self._last_store_ts, self._group_ts)
+        pending = self._group_offsets
         next_offsets: dict[tuple[str, int], int] = {}
         records: list[bytearray] = []
         limit = min(self.config.max_message_size, self.commit_log.segment_size - BLANK_SIZE - TRAILER_SIZE)
+        store_host = self.config.store_host
         for msg in msgs:
             if not valid_topic_directory(msg.topic) or msg.queue_id < 0:
                 log.warning("refused a message for topic %r queue %d", msg.topic[:127], msg.queue_id)
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
-            key = (msg.topic, msg.queue_id)
             if builds_consume_queue(msg.sys_flag):
-                queue_offset = next_offsets.get(key, self._queue_offsets.get(key, 0))
+                key = (msg.topic, msg.queue_id)
+                queue_offset = next_offsets.get(key)
+                if queue_offset is None:
+                    queue_offset = pending.get(key)
+                    if queue_offset is None:
+                        queue_offset = self._queue_offsets.get(key, 0)
                 next_offsets[key] = queue_offset + 1
             else:
                 queue_offset = 0
             msg.queue_offset = queue_offset
             msg.store_timestamp = now
-            msg.store_host = self.config.store_host
+            msg.store_host = store_host
             msg.commit_log_offset = 0
             try:
                 wire = encode_message(msg)
@@ -413,36 +451,83 @@ class DefaultMessageStore:
                 log.warning("refused a message of %d bytes for %s (limit %d)", len(wire), msg.topic, limit)
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
             records.append(record_from_wire(wire))
+        pending.update(next_offsets)
+        self._group_ts = now
+        self._group.append(_Put(msgs, records, fut))
+        return None
+
+    def _commit_group(self) -> None:
+        """Write the puts asked for since the last group with one append, dispatch them, and answer each once the
+        flush (and the replication) covers the group's last byte."""
+        group, self._group = self._group, []
+        next_offsets, self._group_offsets = self._group_offsets, {}
+        now, self._group_ts = self._group_ts, 0
+        try:
+            self._write_group(group, next_offsets, now)
+        except BaseException as exc:  # a bug or a dying loop: nobody may wait forever
+            for put in group:
+                if not put.future.done():
+                    put.future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            log.exception("a group of %d puts failed", len(group))
+
+    def _write_group(self, group: list[_Put], next_offsets: dict[tuple[str, int], int], now: int) -> None:
+        # A put whose caller stopped waiting (a cancelled future) is written all the same: its queue offsets are
+        # given, and a put once asked for is stored or refused as a whole, never dropped in part.
+        if not self._open:
+            self._answer_all(group, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                                     remark="the store is shut down"))
+            return
+        records = [rec for put in group for rec in put.records]
+        msgs = [msg for put in group for msg in put.msgs]
         start = self.commit_log.max_offset
         try:
             offsets = self.commit_log.append(records)
         except (OSError, StoreError) as exc:
             creating = isinstance(exc, OSError) and self.commit_log.queue.find(self.commit_log.max_offset) is None
-            return self._put_failed("the commit log", exc, creating)
+            self._answer_all(group, self._put_failed("the commit log", exc, creating))
+            return
         reqs = [self._dispatch_request(msg, rec, offset, now) for msg, rec, offset in zip(msgs, records, offsets,
                                                                                           strict=True)]
         refused = self._build_derived(start, reqs, next_offsets)
         if refused is not None:
-            return refused
+            self._answer_all(group, refused)
+            return
         self._last_store_ts = now
         self._queue_offsets.update(next_offsets)
         for req in reqs:
             self._notify_dispatchers(req)
         self._counters["appends"] += len(msgs)
+        self._counters["put_groups"] += 1
         end = self.commit_log.max_offset
         for fn in self._append_listeners:
             fn(end)
         self._notify(next_offsets)
-        first = msgs[0]
-        result = AppendMessageResult(
-            wrote_offset=offsets[0],
-            wrote_bytes=sum(len(r) for r in records),
-            msg_id=create_offset_msg_id(self.config.store_host, offsets[0]),
-            store_timestamp=now,
-            logics_offset=first.queue_offset,
-            msg_num=len(msgs),
-        )
-        # The fsync and the replication run together; each is a group commit shared with concurrent puts.
+        answers: list[tuple[asyncio.Future[PutMessageResult], AppendMessageResult]] = []
+        i = 0
+        for put in group:
+            n = len(put.msgs)
+            answers.append((put.future, AppendMessageResult(
+                wrote_offset=offsets[i],
+                wrote_bytes=sum(len(r) for r in put.records),
+                msg_id=create_offset_msg_id(self.config.store_host, offsets[i]),
+                store_timestamp=now,
+                logics_offset=put.msgs[0].queue_offset,
+                msg_num=n,
+            )))
+            i += n
+        self._await_durable(end, answers)
+
+    def _await_durable(self, end: int,
+                       answers: list[tuple[asyncio.Future[PutMessageResult], AppendMessageResult]]) -> None:
+        """Answer a written group once it is durable as the flush mode asks: the fsync and the replication run
+        together, each a group commit shared with other groups; callbacks, no task."""
+        def answer(status: PutMessageStatus, remark: str = "") -> None:
+            for fut, ar in answers:
+                if not fut.done():
+                    fut.set_result(PutMessageResult(status, ar, remark=remark))
+
         flushed: asyncio.Future[bool] | None = None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             if self._flush_service is None:  # not started yet: no flush thread to share fsyncs with
@@ -450,17 +535,46 @@ class DefaultMessageStore:
                     self.commit_log.flush()
                 except OSError as exc:  # stored and dispatched all the same: the answer must say stored
                     log.error("sync flush failed: %s", exc)
-                    return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result, remark=str(exc))
+                    answer(PutMessageStatus.FLUSH_DISK_TIMEOUT, str(exc))
+                    return
             else:
                 flushed = self._flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
         replicated = self.replicate(end) if self.replicate is not None else None
-        if flushed is not None and not await flushed:
-            self._counters["flush_timeouts"] += 1
-            log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
-            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result)
-        if replicated is not None:
-            return PutMessageResult(await replicated, result)
-        return PutMessageResult(PutMessageStatus.PUT_OK, result)
+
+        def after_replication(fut: asyncio.Future[PutMessageStatus]) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                for waiter, _ in answers:
+                    if waiter.done():
+                        continue
+                    if fut.cancelled():
+                        waiter.cancel()
+                    else:
+                        waiter.set_exception(fut.exception())  # type: ignore[arg-type]
+                return
+            answer(fut.result())
+
+        def after_flush(fut: asyncio.Future[bool]) -> None:
+            if not fut.result():
+                self._counters["flush_timeouts"] += 1
+                log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
+                answer(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            elif replicated is not None:
+                replicated.add_done_callback(after_replication)
+            else:
+                answer(PutMessageStatus.PUT_OK)
+
+        if flushed is not None:
+            flushed.add_done_callback(after_flush)
+        elif replicated is not None:
+            replicated.add_done_callback(after_replication)
+        else:
+            answer(PutMessageStatus.PUT_OK)
+
+    @staticmethod
+    def _answer_all(group: list[_Put], result: PutMessageResult) -> None:
+        for put in group:
+            if not put.future.done():
+                put.future.set_result(result)
 
     def _dispatch_request(self, msg: MessageExt, rec: bytearray, offset: int, now: int) -> DispatchRequest:
         msg.commit_log_offset = offset

@@ -11,6 +11,7 @@ END_TRANSACTION would have answered (SUCCESS, TRANSACTION_SHOULD_COMMIT/ROLLBACK
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ import orjson
 from txmq.broker.transaction.service import EndEntry, EndResult
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import ClientError, RemoteProtocolError
+from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, encode_message
 from txmq.remoting.body import json_object
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -65,11 +67,13 @@ class EndTransactionProcessor:
             return RemotingCommand.response_to(cmd, answer.code, remark=answer.remark)
         return self._end(cmd, h, outcome, "check" if h.from_transaction_check else "producer")
 
-    async def _end(self, cmd: RemotingCommand, h: EndTransactionRequestHeader, outcome: Outcome, source: str):
-        result = await self.broker.transaction_service.end_transaction(
+    def _end(self, cmd: RemotingCommand, h: EndTransactionRequestHeader, outcome: Outcome,
+             source: str) -> asyncio.Future[RemotingCommand]:
+        """The decisions of one loop iteration are decided together (``end_transaction``); each its own answer."""
+        decided = self.broker.transaction_service.end_transaction(
             producer_group=h.producer_group, half_offset=h.tran_state_table_offset,
             commit_log_offset=h.commit_log_offset, outcome=outcome, source=source)
-        return RemotingCommand.response_to(cmd, result.code, remark=result.remark)
+        return then(decided, lambda result: RemotingCommand.response_to(cmd, result.code, remark=result.remark))
 
     def process_batch(self, conn: Connection, cmd: RemotingCommand):
         if self.broker.config.is_slave:

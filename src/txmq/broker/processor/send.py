@@ -7,6 +7,7 @@ and stores the rest as they are.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
+from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -59,6 +61,14 @@ _LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two pr
 _RECORD_OVERHEAD_MAX = 512  # header, topic and the store's trailer around body and properties
 
 
+_BORN_HOST = "bornHost"
+_STORE_ERRORS = (StoreError, InvalidMessageError)
+
+
+def _store_refused(cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
+    return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
+
+
 def is_half(properties: Mapping[str, str]) -> bool:
     """A half (transactional) message, marked as RocketMQ marks it: by its ``TRAN_MSG`` property."""
     return properties.get(MessageConst.TRANSACTION_PREPARED) == "true"
@@ -74,12 +84,16 @@ def message_type(msg: MessageExt, order: bool) -> str:
 
 
 def peer_host(conn: Connection) -> tuple[str, int]:
-    """The peer as (IPv4, port) for BORNHOST; a peer we cannot express in IPv4 shows as 0.0.0.0."""
-    try:
-        host, port = parse_address(conn.remote_address)
-    except LocalProtocolError:
-        return ("0.0.0.0", 0)
-    return (host if host.count(".") == 3 else "0.0.0.0", port)
+    """The peer as (IPv4, port) for BORNHOST; a peer we cannot express in IPv4 shows as 0.0.0.0. Worked out once
+    per connection (``attrs``): every send asks."""
+    born = conn.attrs.get(_BORN_HOST)
+    if born is None:
+        try:
+            host, port = parse_address(conn.remote_address)
+        except LocalProtocolError:
+            host, port = "0.0.0.0", 0
+        born = conn.attrs[_BORN_HOST] = (host if host.count(".") == 3 else "0.0.0.0", port)
+    return born
 
 
 class SendMessageProcessor:
@@ -247,25 +261,24 @@ class SendMessageProcessor:
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
         log.info("message %s to dead-letter topic %s after %d reconsumes", msg.msg_id, topic, msg.reconsume_times)
 
-    async def _put(self, cmd: RemotingCommand, msg: MessageExt, pending: Awaitable[PutMessageResult],
-                   counted: tuple[str, str] | None = None) -> RemotingCommand:
+    def _put(self, cmd: RemotingCommand, msg: MessageExt, pending: Awaitable[PutMessageResult],
+             counted: tuple[str, str] | None = None) -> asyncio.Future[RemotingCommand]:
         """Answer a put; a stored one is counted under ``counted`` (topic, message type)."""
-        try:
-            result = await pending
-        except (StoreError, InvalidMessageError) as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
-        if counted is not None and result.stored:
-            self.broker.stats_manager.put(counted[0], counted[1], len(msg.body))
-        return self._response(cmd, msg, result)
+        def answer(result: PutMessageResult) -> RemotingCommand:
+            if counted is not None and result.stored:
+                self.broker.stats_manager.put(counted[0], counted[1], len(msg.body))
+            return self._response(cmd, msg, result)
+        return then(pending, answer, _STORE_ERRORS, lambda exc: _store_refused(cmd, exc))
 
-    async def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt], pending: Awaitable[PutMessageResult],
-                         counted: tuple[str, str]) -> RemotingCommand:
+    def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt], pending: Awaitable[PutMessageResult],
+                   counted: tuple[str, str]) -> asyncio.Future[RemotingCommand]:
         """One write and one flush wait for the whole batch; the answer names every message's offset id and the
         queue offset of the first (the rest follow it; for halves, in the half queue)."""
-        try:
-            result = await pending
-        except (StoreError, InvalidMessageError) as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
+        return then(pending, lambda result: self._batch_response(cmd, msgs, result, counted), _STORE_ERRORS,
+                    lambda exc: _store_refused(cmd, exc))
+
+    def _batch_response(self, cmd: RemotingCommand, msgs: list[MessageExt], result: PutMessageResult,
+                        counted: tuple[str, str]) -> RemotingCommand:
         ar = result.append_result
         if not result.stored or ar is None:  # stored with a late flush still has ids and offsets to answer with
             return self._response(cmd, msgs[0], result)

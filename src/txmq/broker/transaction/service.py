@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
 import time
@@ -36,6 +37,7 @@ import orjson
 from txmq.broker.transaction.state import Outcome, PendingInfo, TransactionStateTable
 from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
+from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import DefaultMessageStore, DispatchRequest, GetMessageStatus, PutMessageResult
@@ -52,6 +54,9 @@ HALF_BATCH = "TXMQ_HALF_BATCH"  # on a half message whose body is a batch: how m
 PUT_SLICE = 1024  # real messages per store put when a decision commits many: the loop serves others between
 DEFAULT_ORPHAN_FACTOR = 600  # transactionOrphanFactor: with transactionTimeOut 6 s, an hour
 REMOVE_TAG = "d"
+# Memory a remembered half costs beyond its body: the MessageExt, its properties dict and strings, the ints, the
+# cache's dict slot (tracemalloc: about 550 bytes for a half with the usual five properties).
+RECENT_HALF_OVERHEAD = 600
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
 
@@ -95,6 +100,19 @@ class GroupTransactions:
         self.commits += 1
         self.latency_sum_ms += latency_ms
         self.latency_buckets[bisect_left(COMMIT_LATENCY_BUCKETS_MS, latency_ms)] += 1
+
+
+def _settle(futures: list[asyncio.Future[EndResult]], task: asyncio.Task[list[EndResult]]) -> None:
+    """Each gathered decision its own result; a failed call fails each (as it would have failed one alone)."""
+    for i, fut in enumerate(futures):
+        if fut.done():
+            continue
+        if task.cancelled():
+            fut.cancel()
+        elif task.exception() is not None:
+            fut.set_exception(task.exception())  # type: ignore[arg-type]
+        else:
+            fut.set_result(task.result()[i])
 
 
 class TransactionMetrics:
@@ -149,32 +167,38 @@ class TransactionalMessageService:
         self._op_written: asyncio.Future[bool] | None = None
         self._recent_halves: dict[int, MessageExt] = {}  # by commit-log offset, oldest first
         self._recent_bytes = 0
+        # single decisions asked for in this loop iteration, by (producer group, source): decided together
+        self._gathered_ends: dict[tuple[str, str], list[tuple[EndEntry, asyncio.Future[EndResult]]]] = {}
         self.recent_halves_max_bytes = recent_halves_max_bytes
 
     # --- phase one: the half message ------------------------------------------------------------------
 
-    async def prepare_message(self, msg: MessageExt) -> PutMessageResult:
+    def prepare_message(self, msg: MessageExt) -> asyncio.Future[PutMessageResult]:
         """Store ``msg`` as a half message (invisible) and start tracking it."""
-        return await self.prepare_messages([msg])
+        return self.prepare_messages([msg])
 
-    async def prepare_half_batch(self, msg: MessageExt, count: int) -> PutMessageResult:
+    def prepare_half_batch(self, msg: MessageExt, count: int) -> asyncio.Future[PutMessageResult]:
         """Store ``msg``, whose body is a checked batch of ``count`` messages, as one half message: one
         transaction for them all (``HALF_BATCH``; the send processor checked the batch)."""
-        return await self.prepare_messages([msg], half_batch=count)
+        return self.prepare_messages([msg], half_batch=count)
 
-    async def prepare_messages(self, msgs: Sequence[MessageExt], *, half_batch: int = 0) -> PutMessageResult:
+    def prepare_messages(self, msgs: Sequence[MessageExt], *, half_batch: int = 0) -> asyncio.Future[PutMessageResult]:
         """Store ``msgs`` as half messages with one write (and one flush wait) and start tracking each: a batch
         of halves, as a Spark sink task sends them. They get consecutive half offsets; ``append_result`` covers
         the first, and each message gets its half's queue offset and commit-log offset. The caller's messages
-        keep their own topic and queue: the client sees them in the answer, as with RocketMQ."""
+        keep their own topic and queue: the client sees them in the answer, as with RocketMQ. A future, no task:
+        halves share the store's group commit with the sends of the same loop iteration."""
         halves = [self._half_of(msg, half_batch) for msg in msgs]
-        result = await self.store.put_messages(halves)
-        for msg, half in zip(msgs, halves, strict=True):
-            msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
-            if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
-                self._track(half.queue_offset, half, self._first_check_s(half))
-                self._remember(half)
-        return result
+
+        def track(result: PutMessageResult) -> PutMessageResult:
+            for msg, half in zip(msgs, halves, strict=True):
+                msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
+                if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
+                    self._track(half.queue_offset, half, self._first_check_s(half))
+                    self._remember(half)
+            return result
+
+        return then(self.store.put_messages(halves), track)
 
     @staticmethod
     def _half_of(msg: MessageExt, half_batch: int) -> MessageExt:
@@ -195,19 +219,20 @@ class TransactionalMessageService:
 
     def _remember(self, half: MessageExt) -> None:
         """Keep a stored half for its decision, which usually follows within milliseconds: the commit then
-        neither reads nor decodes it again. Oldest first out past ``recent_halves_max_bytes``."""
+        neither reads nor decodes it again. Oldest first out past ``recent_halves_max_bytes``, counting what a
+        remembered half really costs: its body and its Python objects (``RECENT_HALF_OVERHEAD``)."""
         recent = self._recent_halves
         recent[half.commit_log_offset] = half
-        self._recent_bytes += len(half.body)
+        self._recent_bytes += len(half.body) + RECENT_HALF_OVERHEAD
         while self._recent_bytes > self.recent_halves_max_bytes and recent:
-            self._recent_bytes -= len(recent.pop(next(iter(recent))).body)
+            self._recent_bytes -= len(recent.pop(next(iter(recent))).body) + RECENT_HALF_OVERHEAD
 
     def _half_at(self, commit_log_offset: int) -> MessageExt:
         """The half message stored at ``commit_log_offset``: remembered, else read from the store (which raises
         ``StoreError`` when there is none)."""
         half = self._recent_halves.pop(commit_log_offset, None)
         if half is not None:
-            self._recent_bytes -= len(half.body)
+            self._recent_bytes -= len(half.body) + RECENT_HALF_OVERHEAD
             return half
         return self.store.look_message_by_offset(commit_log_offset)
 
@@ -237,11 +262,28 @@ class TransactionalMessageService:
 
     # --- phase two: COMMIT or ROLLBACK ----------------------------------------------------------------
 
-    async def end_transaction(self, *, producer_group: str, half_offset: int, commit_log_offset: int,
-                              outcome: Outcome, source: str) -> EndResult:
-        """Apply a producer's decision, as a batch of one. ``source`` is for the log (client, check, grpc…)."""
-        entry = EndEntry(half_offset, commit_log_offset, outcome)
-        return (await self.end_transactions(producer_group, [entry], source))[0]
+    def end_transaction(self, *, producer_group: str, half_offset: int, commit_log_offset: int,
+                        outcome: Outcome, source: str) -> asyncio.Future[EndResult]:
+        """Apply a producer's decision (``source`` is for the log: client, check, grpc…); a future of its result.
+
+        Natural batching: the single decisions of one loop iteration (END_TRANSACTIONs of one socket read, and
+        those of other connections and gRPC calls at the same moment) go to ``end_transactions`` together, one
+        call per producer group and source, so their real messages share one put and their outcomes one op
+        record; each keeps its own result. A caller that stops waiting does not undo its decision."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[EndResult] = loop.create_future()
+        if not self._gathered_ends:
+            loop.call_soon(self._end_gathered)
+        self._gathered_ends.setdefault((producer_group, source), []).append(
+            (EndEntry(half_offset, commit_log_offset, outcome), fut))
+        return fut
+
+    def _end_gathered(self) -> None:
+        gathered, self._gathered_ends = self._gathered_ends, {}
+        for (group, source), batch in gathered.items():
+            task = asyncio.get_running_loop().create_task(
+                self.end_transactions(group, [entry for entry, _ in batch], source))
+            task.add_done_callback(functools.partial(_settle, [fut for _, fut in batch]))
 
     async def end_transactions(self, producer_group: str, entries: Sequence[EndEntry], source: str) -> list[EndResult]:
         """Apply decisions of one producer group; one result per entry, in order.
@@ -412,11 +454,11 @@ class TransactionalMessageService:
                 slices.append(([], []))
             slices[-1][0].append(g)
             slices[-1][1].extend(reals)
-        puts: list[asyncio.Task[PutMessageResult]] = []
+        puts: list[asyncio.Future[PutMessageResult]] = []
         for n, (_, msgs) in enumerate(slices):
             if n:
                 await asyncio.sleep(0)
-            puts.append(asyncio.get_running_loop().create_task(self.store.put_messages(msgs)))
+            puts.append(asyncio.ensure_future(self.store.put_messages(msgs)))
         out: list[PutMessageResult | Exception] = []
         for (members, _), result in zip(slices, await asyncio.gather(*puts, return_exceptions=True), strict=True):
             if isinstance(result, BaseException) and not isinstance(result, Exception):
@@ -583,7 +625,7 @@ class TransactionalMessageService:
                            {MessageConst.TAGS: REMOVE_TAG, OP_PROPERTY: op}, queue_id=0, born_timestamp=now,
                            store_host=self.store.config.store_host) for op, offsets in queue.items()]
 
-        def done(task: asyncio.Task[PutMessageResult]) -> None:
+        def done(task: asyncio.Future[PutMessageResult]) -> None:
             assert written is not None
             if task.cancelled():
                 written.cancel()
@@ -595,7 +637,7 @@ class TransactionalMessageService:
                     log.error("op records %s not stored: %s %s", list(queue), result.status.name, result.remark)
                 written.set_result(result.stored)
 
-        asyncio.get_running_loop().create_task(self.store.put_messages(msgs)).add_done_callback(done)
+        asyncio.ensure_future(self.store.put_messages(msgs)).add_done_callback(done)
 
     async def record_checks(self, half_offsets: list[int]) -> None:
         await self._write_op("CHECK", half_offsets)

@@ -69,16 +69,19 @@ class TransactionStateTable:
         return (((store_time_s << self._CHECK_BITS | min(checks, 255)) << self._TOPIC_BITS | topic_idx)
                 << self._GROUP_BITS | group_idx)
 
-    def info(self, half_offset: int) -> PendingInfo | None:
-        packed = self.pending.get(half_offset)
-        if packed is None:
-            return None
+    def _unpack(self, packed: int) -> tuple[int, int, int, int]:
+        """(store second, checks, topic index, group index) of a packed entry."""
         group_idx = packed & ((1 << self._GROUP_BITS) - 1)
         packed >>= self._GROUP_BITS
         topic_idx = packed & ((1 << self._TOPIC_BITS) - 1)
         packed >>= self._TOPIC_BITS
-        checks = packed & ((1 << self._CHECK_BITS) - 1)
-        store_time_s = packed >> self._CHECK_BITS
+        return packed >> self._CHECK_BITS, packed & ((1 << self._CHECK_BITS) - 1), topic_idx, group_idx
+
+    def info(self, half_offset: int) -> PendingInfo | None:
+        packed = self.pending.get(half_offset)
+        if packed is None:
+            return None
+        store_time_s, checks, topic_idx, group_idx = self._unpack(packed)
         return PendingInfo(half_offset, store_time_s, checks, self._names[topic_idx], self._names[group_idx],
                            half_offset in self.recovered)
 
@@ -185,20 +188,30 @@ class TransactionStateTable:
         """The table as the log holds it. ``as_before`` names decisions still being written (half offset ->
         outcome, pending info and discard checks from before the decision): they are written as they were."""
         outcomes = bytearray(self.outcomes)
-        pending = [info for info in map(self.info, self.pending) if info is not None]
+        before_pending = [info for _, info, _ in as_before.values() if info is not None]
         discarded = dict(self.discarded)
-        for half_offset, (before, info, checks) in as_before.items():
+        for half_offset, (before, _, checks) in as_before.items():
             outcomes[half_offset] = before
-            if info is not None:
-                pending.append(info)
             if before == Outcome.DISCARD:
                 discarded[half_offset] = checks
+        # Packed straight into one buffer: with a million pending, an object per transaction would cost more
+        # memory than the table itself (and a broker's RSS keeps its high-water mark).
+        row = self._SNAP_PENDING
+        rows = bytearray(row.size * (len(self.pending) + len(before_pending)))
+        pos = 0
+        for half_offset, packed in self.pending.items():
+            store_time_s, checks, topic_idx, group_idx = self._unpack(packed)
+            row.pack_into(rows, pos, half_offset, store_time_s, checks, topic_idx, group_idx)
+            pos += row.size
+        for i in before_pending:
+            row.pack_into(rows, pos, i.half_offset, i.store_time_s, min(i.checks, 255), self._name_index[i.topic],
+                          self._name_index[i.group])
+            pos += row.size
         names = orjson.dumps(self._names)
-        parts = [self._SNAP_HEAD.pack(self._SNAP_MAGIC, half_covered, op_covered),
+        parts: list[bytes | bytearray] = [
+                 self._SNAP_HEAD.pack(self._SNAP_MAGIC, half_covered, op_covered),
                  struct.pack(">I", len(names)), names, struct.pack(">I", len(outcomes)), bytes(outcomes),
-                 struct.pack(">I", len(pending))]
-        parts += [self._SNAP_PENDING.pack(i.half_offset, i.store_time_s, min(i.checks, 255),
-                                          self._name_index[i.topic], self._name_index[i.group]) for i in pending]
+                 struct.pack(">I", len(rows) // row.size), rows]
         parts.append(struct.pack(">I", len(discarded)))
         parts += [self._SNAP_DISCARDED.pack(q, c) for q, c in discarded.items()]
         body = b"".join(parts)

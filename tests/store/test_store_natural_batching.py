@@ -1,0 +1,145 @@
+"""Natural batching in the store: the puts asked for in one loop iteration are written together (one append, one
+flush wait), and each is still answered alone. Real files, real fsync; every hidden assumption of the shared
+write has a case: a refused neighbour, a failed shared write, a caller gone before the write, a flush timeout
+for one group only, order within a queue."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from store_helpers import make_config, msg, run
+
+from txmq.store import DefaultMessageStore, FlushDiskType, PutMessageStatus
+
+
+def _bodies(store: DefaultMessageStore, topic: str, queue_id: int = 0) -> list[bytes]:
+    from txmq.message import decode_message
+
+    got = store.get_message(topic, queue_id, 0, 1000)
+    return [decode_message(m)[0].body for m in got.messages]
+
+
+def test_puts_of_one_iteration_share_one_write_and_each_gets_its_own_answer(root):
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)) as store:
+            before = store.runtime_info()
+            futs = [store.put_message(msg("T", f"m{i}".encode())) for i in range(10)]  # no await in between
+            results = await asyncio.gather(*futs)
+            info = store.runtime_info()
+            assert [r.status for r in results] == [PutMessageStatus.PUT_OK] * 10
+            assert [r.append_result.logics_offset for r in results] == list(range(10))  # type: ignore[union-attr]
+            offsets = [r.append_result.wrote_offset for r in results]  # type: ignore[union-attr]
+            assert offsets == sorted(set(offsets))  # each its own record, in call order
+            assert info["put_groups"] - before["put_groups"] == 1
+            assert info["put_calls"] - before["put_calls"] == 10
+            assert store.flushed_offset >= store.max_phy_offset  # answered after the one fsync covered them
+            assert _bodies(store, "T") == [f"m{i}".encode() for i in range(10)]
+
+    run(go)
+
+
+def test_a_refused_put_never_fails_its_neighbours(root):
+    async def go() -> None:
+        config = make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH, max_message_size=4096)
+        async with DefaultMessageStore(config) as store:
+            futs = [
+                store.put_message(msg("T", b"a")),
+                store.put_message(msg("T", b"x" * 5000)),  # oversized
+                store.put_messages([msg("T", b"b"), msg("T", b"p", BIG="v" * 40_000)]),  # properties too long
+                store.put_message(msg("T", b"c")),
+            ]
+            a, big, props, c = await asyncio.gather(*futs)
+            assert a.ok and c.ok
+            assert big.status == PutMessageStatus.MESSAGE_ILLEGAL and not big.stored
+            assert props.status == PutMessageStatus.PROPERTIES_SIZE_EXCEEDED and not props.stored
+            # The refused puts took no queue offsets: the two stored are consecutive, in call order.
+            assert (a.append_result.logics_offset, c.append_result.logics_offset) == (0, 1)  # type: ignore[union-attr]
+            assert _bodies(store, "T") == [b"a", b"c"]  # nothing of the refused batch (b"b" went with it)
+
+    run(go)
+
+
+def test_a_failed_shared_write_fails_every_put_of_the_group_and_stores_nothing(root):
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)) as store:
+            assert (await store.put_message(msg("T", b"before"))).ok
+            end = store.max_phy_offset
+            real_append = store.commit_log.append
+
+            def failing(records):  # type: ignore[no-untyped-def]
+                raise OSError(5, "Input/output error")
+
+            store.commit_log.append = failing  # type: ignore[method-assign]
+            results = await asyncio.gather(*(store.put_message(msg("T", f"f{i}".encode(), queue_id=i % 2))
+                                             for i in range(4)))
+            store.commit_log.append = real_append  # type: ignore[method-assign]
+            assert {r.status for r in results} == {PutMessageStatus.UNKNOWN_ERROR}
+            assert all(not r.stored and "nothing was stored" in r.remark for r in results)
+            assert store.max_phy_offset == end
+            assert store.get_max_offset_in_queue("T", 0) == 1 and store.get_max_offset_in_queue("T", 1) == 0
+            # The next group gives the same queue offsets again: the failed one took none.
+            after = await asyncio.gather(store.put_message(msg("T", b"g0")), store.put_message(msg("T", b"g1")))
+            assert [r.append_result.logics_offset for r in after] == [1, 2]  # type: ignore[union-attr]
+            assert _bodies(store, "T") == [b"before", b"g0", b"g1"]
+
+    run(go)
+
+
+def test_a_put_whose_caller_is_gone_is_stored_whole_and_its_neighbours_answered(root):
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)) as store:
+            first = store.put_message(msg("T", b"1"))
+            gone = store.put_messages([msg("T", b"2"), msg("T", b"3")])
+            last = store.put_message(msg("T", b"4"))
+            gone.cancel()  # a connection closed mid-batch: nobody waits for this answer any more
+            assert (await first).ok and (await last).ok
+            assert (await last).append_result.logics_offset == 3  # type: ignore[union-attr]
+            assert _bodies(store, "T") == [b"1", b"2", b"3", b"4"]
+
+    run(go)
+
+
+def test_a_flush_timeout_answers_its_own_group_only(root):
+    async def go() -> None:
+        config = make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=200)
+        async with DefaultMessageStore(config) as store:
+            stall = threading.Event()
+            real_flush = store.commit_log.flush
+
+            def slow_flush() -> int:
+                if stall.is_set():
+                    time.sleep(0.5)  # the flush thread is stuck past the group's timeout
+                return real_flush()
+
+            store.commit_log.flush = slow_flush  # type: ignore[method-assign]
+            stall.set()
+            slow = await asyncio.gather(*(store.put_message(msg("T", f"s{i}".encode())) for i in range(3)))
+            stall.clear()
+            await asyncio.sleep(0.6)  # the stuck fsync ends
+            fast = await asyncio.gather(*(store.put_message(msg("T", f"f{i}".encode())) for i in range(3)))
+            assert [r.status for r in slow] == [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 3
+            assert all(r.stored for r in slow)  # stored and dispatched: only the fsync was late
+            assert [r.status for r in fast] == [PutMessageStatus.PUT_OK] * 3
+            assert store.runtime_info()["flush_timeouts"] == 1  # one group, one timeout
+            assert len(_bodies(store, "T")) == 6
+
+    run(go)
+
+
+def test_order_within_each_queue_is_the_order_of_the_calls_across_groups(root):
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(root, flush_disk_type=FlushDiskType.ASYNC_FLUSH)) as store:
+            futs = []
+            for i in range(60):
+                futs.append(store.put_message(msg("T", f"{i}".encode(), queue_id=i % 3)))
+                if i % 7 == 6:
+                    await asyncio.sleep(0)  # groups end at arbitrary points
+            results = await asyncio.gather(*futs)
+            assert all(r.ok for r in results)
+            assert store.runtime_info()["put_groups"] > 1
+            for q in range(3):
+                assert _bodies(store, "T", q) == [f"{i}".encode() for i in range(q, 60, 3)]
+
+    run(go)
