@@ -182,7 +182,7 @@ def test_ext_helpers() -> None:
                                           "under": str(-(2**63) - 1)})
     assert (big.ext_int("max"), big.ext_int("min")) == (2**63 - 1, -(2**63))
     for name in ("over", "under"):  # a Java long holds neither; stored, one broke every JSON write of its table
-        with pytest.raises(RemoteProtocolError, match=f"'{name}' is outside the 64-bit range"):
+        with pytest.raises(RemoteProtocolError, match=f"'{name}' is out of range for a 64-bit integer"):
             big.ext_int(name)
     with pytest.raises(RemoteProtocolError, match="'d' is not a boolean"):
         cmd.ext_bool("d")
