@@ -4,8 +4,10 @@ by ``enforcing`` and accepted beside TLS by ``permissive`` (where the C++ client
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +21,8 @@ from txmq.client.producer import Producer
 from txmq.errors import TxmqError
 from txmq.launch import txmq_command
 from txmq.message import Message
+from txmq.remoting.server import RemotingServer, ServerLimits
+from txmq.remoting.tls import TlsServer, TlsServerConfig
 
 from .conftest import CONSUMER, VICTIM, AclServer, start_acl_server
 from .test_acl_grpc import NODE, PY, drive
@@ -133,3 +137,33 @@ def test_permissive_serves_tls_and_plaintext_on_one_port(certs, tmp_path):
             assert sent[0]["status"] == "OK"
     finally:
         server.proc.stop()
+
+
+def test_handshakes_that_never_finish_are_bounded_by_the_servers_limits(certs):
+    """Sockets that send one byte of a TLS hello and stop are not connections yet: the frame timeout closes them
+    (as it closes a stalled frame) and the connection cap bounds how many are held."""
+    _, cert, key = certs
+
+    async def go() -> None:
+        srv = RemotingServer(lambda conn, cmd: None, limits=ServerLimits(server_max_connections=5,
+                                                                         server_frame_timeout_seconds=1),
+                             tls=TlsServerConfig("enforcing", str(cert), str(key)))
+        await srv.start()
+        socks = []
+        try:
+            for _ in range(20):
+                s = socket.create_connection(("127.0.0.1", srv.port))
+                s.send(b"\x16")
+                socks.append(s)
+            await asyncio.sleep(0.5)
+            server = srv._server
+            assert isinstance(server, TlsServer)
+            assert server.pending <= 5  # beyond the cap, closed at once
+            await asyncio.sleep(2.0)
+            assert server.pending == 0  # past the frame timeout, every stalled handshake is closed
+        finally:
+            for s in socks:
+                s.close()
+            await srv.close()
+
+    asyncio.run(go())

@@ -8,6 +8,8 @@ import asyncio
 from tx_helpers import end, half, open_service
 
 from txmq.broker.transaction.state import Outcome
+from txmq.remoting.codes import ResponseCode
+from txmq.store import PutMessageStatus
 
 
 def _view(service) -> tuple[dict, dict, list]:
@@ -94,5 +96,55 @@ def test_a_slave_made_master_takes_over_and_does_not_store_a_half_replicated_com
         finally:
             await mstore.shutdown()
             await sstore.shutdown()
+
+    asyncio.run(go())
+
+
+def test_a_commit_in_the_log_but_not_acknowledged_stands_and_is_not_stored_twice(tmp_path):
+    """A master whose controller lease lapsed answers a put NOT_ACKNOWLEDGED: the record is in the log, so the
+    COMMIT it carried stands; a retried COMMIT (the lease renewed) stores nothing more."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        fenced = True
+
+        def replicate(end_offset: int) -> asyncio.Future[PutMessageStatus]:  # ReplicasManager.replicate's answers
+            f = asyncio.get_running_loop().create_future()
+            f.set_result(PutMessageStatus.NOT_ACKNOWLEDGED if fenced else PutMessageStatus.PUT_OK)
+            return f
+
+        try:
+            h, c = await half(service, 0)
+            store.replicate = replicate
+            first = await end(service, h, c, Outcome.COMMIT)
+            assert first.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert service.table.outcome(h) is Outcome.COMMIT and h not in service.table.pending
+            fenced = False
+            assert (await end(service, h, c, Outcome.COMMIT)).code == ResponseCode.SUCCESS
+            got = store.get_message("orders", 0, 0, 10, 1 << 20)
+            assert len(got.messages) == 1
+        finally:
+            await store.shutdown()
+
+    asyncio.run(go())
+
+
+def test_remembered_halves_are_forgotten_when_the_log_is_truncated(tmp_path):
+    """A half the truncation removed is not committed from the cache of recent halves: its half offset belongs to
+    the next transaction stored there."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        store.add_truncate_listener(service.rebuild)
+        try:
+            await half(service, 0)
+            h1, c1 = await half(service, 1)
+            store.truncate_replicated(c1)  # a master stepping down, cut where the new master's log ends
+            stale = await end(service, h1, c1, Outcome.COMMIT)
+            assert stale.code != ResponseCode.SUCCESS
+            assert store.get_message("orders", 0, 0, 10, 1 << 20).messages == []
+            n1, d1 = await half(service, 2)  # the next half takes the freed half offset
+            assert n1 == h1 and n1 in service.table.pending
+            assert (await end(service, n1, d1, Outcome.ROLLBACK)).code == ResponseCode.SUCCESS
+        finally:
+            await store.shutdown()
 
     asyncio.run(go())

@@ -14,9 +14,10 @@ from ha_group import Group, commit_log_bytes, ha_status, max_offset, request, wa
 from helpers import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
-from txmq import Admin, Message, Producer, SendStatus
+from txmq import Admin, LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
 from txmq.launch import free_port
-from txmq.remoting.codes import RequestCode
+from txmq.message import decode_offset_msg_id
+from txmq.remoting.codes import RequestCode, ResponseCode
 
 SYNC = {"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}
 
@@ -132,3 +133,36 @@ def test_sync_master_without_a_slave_answers_slave_not_available_within_the_send
     assert result.status == SendStatus.SLAVE_NOT_AVAILABLE
     status = json.loads(_txmq(cluster, "ha", "status", "--json").stdout)["broker-a"]
     assert status["0"]["inSyncSlaveNums"] == 0 and status["0"]["slaves"][0]["connected"] is False
+
+
+def test_a_slave_writes_nothing_of_its_own(cluster):
+    """An operator decision (9006) or a consumer send-back (36) sent to a slave stores nothing there: the slave's
+    log is only ever its master's (txmq's own consumer sends a send-back to a slave when no master is known)."""
+    group = Group(cluster, conf={"transactionTimeOut": 60000, "transactionCheckInterval": 60000})
+    group.member(0, "ASYNC_MASTER").start()
+    group.member(1, "SLAVE").start()
+    m_addr, s_addr = group.addr(0), group.addr(1)
+    assert wait_until(lambda: len(ha_status(m_addr)["slaves"]) == 1, 15)
+
+    class Undecided:
+        def execute_local_transaction(self, msg, arg):
+            return LocalTransactionState.UNKNOWN
+
+        def check_local_transaction(self, msg):
+            return LocalTransactionState.UNKNOWN
+
+    with TransactionProducer("tx-slave", Undecided(), cluster.namesrv_addr) as tp:
+        assert tp.send_message_in_transaction(Message("ha-s", b"half")).status == SendStatus.SEND_OK
+    with Producer("p-slave", cluster.namesrv_addr) as producer:
+        sent = producer.send(Message("%RETRY%cg", b"retry me"))
+    end = wait_caught_up(m_addr, [s_addr])
+    decided = request(s_addr, RequestCode.TXMQ_TX_DECIDE, {"id": "0", "outcome": "COMMIT"})
+    assert decided.code != ResponseCode.SUCCESS and "slave" in (decided.remark or ""), decided.remark
+    _, offset = decode_offset_msg_id(sent.offset_msg_id)
+    sent_back = request(s_addr, RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "offset": str(offset), "group": "cg", "delayLevel": "0", "originMsgId": sent.msg_id,
+        "originTopic": "%RETRY%cg", "maxReconsumeTimes": "16"})
+    assert sent_back.code != ResponseCode.SUCCESS and "slave" in (sent_back.remark or ""), sent_back.remark
+    time.sleep(0.5)
+    assert max_offset(s_addr) == max_offset(m_addr) == end
+    assert commit_log_bytes(group.store(1), end) == commit_log_bytes(group.store(0), end)

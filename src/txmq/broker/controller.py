@@ -277,6 +277,7 @@ class BrokerController:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
     def _start_role_tasks(self) -> None:
+        self.store.replica = self.config.is_slave
         if self.config.is_slave:  # a slave writes nothing of its own: no check-backs, no delayed deliveries
             if self.slave_synchronize is not None:
                 coro = self._every(self.config.slave_synchronize_interval / 1000, self.slave_synchronize.sync_all)
@@ -307,6 +308,7 @@ class BrokerController:
             await self.ha_client.shutdown()
             self.ha_client = None
         self.config.broker_role, self.config.broker_id = role, 0
+        self.store.replica = False
         if self.ha_service is None:
             ha = HAService(self.store, self._ha_config())
             await ha.start()
@@ -322,6 +324,7 @@ class BrokerController:
         master until ``follow_master``."""
         assert self.replicas_manager is not None
         self.config.broker_role, self.config.broker_id = "SLAVE", self.replicas_manager.replica_id
+        self.store.replica = True
         await self._stop_role_tasks()
         if self.ha_service is not None:
             await self.ha_service.shutdown()

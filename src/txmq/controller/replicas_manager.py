@@ -89,12 +89,13 @@ class ReplicasManager:
 
     def replicate(self, end: int) -> asyncio.Future[PutMessageStatus]:
         """``store.replicate`` of a master in controller mode: SYNC_MASTER's wait for the SyncStateSet, then the
-        lease; a put answered past the lease is answered SERVICE_NOT_AVAILABLE (stored, never acknowledged)."""
+        lease; a put answered past the lease is NOT_ACKNOWLEDGED (in the log, never acknowledged: the client hears
+        SERVICE_NOT_AVAILABLE, and a transaction's decision it carried stands)."""
         loop = asyncio.get_running_loop()
         out: asyncio.Future[PutMessageStatus] = loop.create_future()
         ha = self.broker.ha_service
         if not self.is_master or not self.lease_valid():
-            out.set_result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            out.set_result(PutMessageStatus.NOT_ACKNOWLEDGED)
             return out
         if ha is None or self.master_role != "SYNC_MASTER":
             out.set_result(PutMessageStatus.PUT_OK)
@@ -103,7 +104,7 @@ class ReplicasManager:
         def done(f: asyncio.Future[PutMessageStatus]) -> None:
             status = f.result()
             if status == PutMessageStatus.PUT_OK and not (self.is_master and self.lease_valid()):
-                status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+                status = PutMessageStatus.NOT_ACKNOWLEDGED
             if not out.done():
                 out.set_result(status)
 

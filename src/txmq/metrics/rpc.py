@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
+from txmq.futures import then
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
 
@@ -42,11 +43,10 @@ class RpcLatency:
             if isinstance(out, RemotingCommand):
                 self.observe(cmd.code, out.code, started)
                 return out
-            return out if out is None else self._later(cmd.code, started, out)
+            return out if out is None else then(out, lambda answer: self._later(cmd.code, started, answer))
         return timed
 
-    async def _later(self, code: int, started: float, pending: Awaitable[RemotingCommand | None]) -> Any:
-        out = await pending
-        if out is not None:
-            self.observe(code, out.code, started)
-        return out
+    def _later(self, code: int, started: float, answer: RemotingCommand | None) -> RemotingCommand | None:
+        if answer is not None:
+            self.observe(code, answer.code, started)
+        return answer

@@ -143,7 +143,9 @@ class RemotingServer:
         tls = self.tls if self.tls is not None and self.tls.enabled else None
         if tls is not None:
             self._server = await TlsServer.start(self._new_connection, self.host, self.port, tls.context(),
-                                                 allow_plain=tls.mode == "permissive")
+                                                 allow_plain=tls.mode == "permissive",
+                                                 handshake_timeout_s=self.limits.server_frame_timeout_seconds,
+                                                 max_pending=self.limits.server_max_connections)
         else:
             self._server = await loop.create_server(
                 self._new_connection, self.host, self.port, reuse_address=True

@@ -72,8 +72,12 @@ class TlsServer:
     ``asyncio.Server``."""
 
     def __init__(self, factory: Callable[[], asyncio.Protocol], sock: socket.socket, ctx: ssl.SSLContext,
-                 allow_plain: bool) -> None:
+                 allow_plain: bool, handshake_timeout_s: float = SNIFF_TIMEOUT_S, max_pending: int = 4096) -> None:
         self._loop = asyncio.get_running_loop()
+        # Sockets before their first byte or in their handshake are not connections of the RemotingServer yet:
+        # bounded here, by the server's frame timeout and connection cap, so a peer cannot hold them forever.
+        self._handshake_timeout_s = handshake_timeout_s
+        self._max_pending = max_pending
         self._factory = factory
         self._ctx = ctx
         self._allow_plain = allow_plain
@@ -83,15 +87,21 @@ class TlsServer:
         self._tasks: set[asyncio.Task[object]] = set()
         self._accepting = self._loop.create_task(self._accept(sock))
 
+    @property
+    def pending(self) -> int:
+        """Sockets accepted and not yet connections: waiting for their first byte or in their handshake."""
+        return len(self._waiting) + len(self._tasks)
+
     @classmethod
     async def start(cls, factory: Callable[[], asyncio.Protocol], host: str, port: int,
-                    ctx: ssl.SSLContext, allow_plain: bool) -> TlsServer:
+                    ctx: ssl.SSLContext, allow_plain: bool, handshake_timeout_s: float = SNIFF_TIMEOUT_S,
+                    max_pending: int = 4096) -> TlsServer:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(1024)
         sock.setblocking(False)
-        return cls(factory, sock, ctx, allow_plain)
+        return cls(factory, sock, ctx, allow_plain, handshake_timeout_s, max_pending)
 
     async def _accept(self, sock: socket.socket) -> None:
         while True:
@@ -102,10 +112,14 @@ class TlsServer:
                 await asyncio.sleep(0.1)
                 continue
             conn.setblocking(False)
+            if self.pending >= self._max_pending:
+                self._refusals.refused(_peer_host(conn), "too many connections before their handshake")
+                conn.close()
+                continue
             self._wait_first_byte(conn)
 
     def _wait_first_byte(self, conn: socket.socket) -> None:
-        self._waiting[conn] = self._loop.call_later(SNIFF_TIMEOUT_S, self._drop, conn)
+        self._waiting[conn] = self._loop.call_later(self._handshake_timeout_s, self._drop, conn)
         self._loop.add_reader(conn.fileno(), self._readable, conn)
 
     def _drop(self, conn: socket.socket) -> None:
@@ -140,7 +154,8 @@ class TlsServer:
     async def _connect(self, conn: socket.socket, ctx: ssl.SSLContext | None) -> None:
         host = _peer_host(conn)
         try:
-            await self._loop.connect_accepted_socket(self._factory, conn, ssl=ctx)
+            await self._loop.connect_accepted_socket(
+                self._factory, conn, ssl=ctx, ssl_handshake_timeout=self._handshake_timeout_s if ctx else None)
         except (OSError, ssl.SSLError) as exc:  # a failed handshake: this client's problem only
             self._refusals.refused(host, f"TLS handshake failed: {type(exc).__name__}: {exc}")
             conn.close()

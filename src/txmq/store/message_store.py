@@ -109,6 +109,9 @@ class DefaultMessageStore:
         # SYNC_MASTER (set by whoever composes the store with its HAService): a future of the put's status once
         # enough slaves have the log up to the given offset.
         self.replicate: Callable[[int], asyncio.Future[PutMessageStatus]] | None = None
+        # A replica's store takes only what its master streams (append_replicated): a put of its own would make
+        # its log differ from the master's at the same offsets. Set by whoever knows the role.
+        self.replica = False
         self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; close waits for a running one
         self._last_store_ts = 0
@@ -397,6 +400,9 @@ class DefaultMessageStore:
         fut: asyncio.Future[PutMessageResult] = loop.create_future()
         if not self._open:
             fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the store is shut down"))
+        elif self.replica:
+            fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                            remark="this broker is a slave: it stores only what its master sends"))
         elif not self._writable():
             fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark))
         elif not msgs:

@@ -11,7 +11,10 @@ class PutMessageStatus(Enum):
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored and dispatched, but the fsync did not finish in time
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is not open (shut down)
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # not stored: the store is shut down, the disk full, a replica
+    # txmq's: in the log, but not acknowledged (a master in controller mode whose lease lapsed): the record stays,
+    # a transaction's decision stands, and the client is told SERVICE_NOT_AVAILABLE
+    NOT_ACKNOWLEDGED = "NOT_ACKNOWLEDGED"
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # too large, topic too long, bad host address
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
@@ -45,7 +48,8 @@ class PutMessageResult:
 
 
 _STORED = frozenset({PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
-                     PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE})
+                     PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE,
+                     PutMessageStatus.NOT_ACKNOWLEDGED})
 
 
 class GetMessageStatus(Enum):

@@ -40,7 +40,7 @@ from txmq.fileio import write_atomic
 from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
-from txmq.store import DefaultMessageStore, DispatchRequest, GetMessageStatus, PutMessageResult
+from txmq.store import DefaultMessageStore, DispatchRequest, GetMessageStatus, PutMessageResult, PutMessageStatus
 from txmq.topic import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -397,7 +397,9 @@ class TransactionalMessageService:
             for (i, half, _), put in zip(commits, puts, strict=True):
                 ended.add(i)
                 if isinstance(put, PutMessageResult) and put.stored:
-                    stored.append((i, half, ResponseCode.SUCCESS if put.ok else ResponseCode.FLUSH_DISK_TIMEOUT))
+                    stored.append((i, half, ResponseCode.SUCCESS if put.ok else ResponseCode.SERVICE_NOT_AVAILABLE
+                                   if put.status is PutMessageStatus.NOT_ACKNOWLEDGED
+                                   else ResponseCode.FLUSH_DISK_TIMEOUT))
                 else:
                     # Undone, not left at COMMIT: a retried COMMIT would be answered "already committed" and
                     # the message never stored.
@@ -713,6 +715,7 @@ class TransactionalMessageService:
         """Start the table over from the log, which was truncated under it (a slave whose master lost a tail):
         the snapshot if it is not ahead of the log, and the records after it."""
         log.warning("commit log truncated at %d: rebuilding the transaction table", truncated_at)
+        self._forget_recent_halves()  # a remembered half may be one the truncation removed
         self.table = TransactionStateTable()
         self._snapshot_covers = (-1, -1)
         self.recover()
@@ -722,6 +725,7 @@ class TransactionalMessageService:
         transaction goes on the check wheel (due now once its immunity is over), and each is marked recovered
         as after a crash: the old master may have stored a COMMIT's real messages without its op record, and
         a second COMMIT must then find them instead of storing them again. Returns how many are pending."""
+        self._forget_recent_halves()  # remembered while this broker was master before: the log decides now
         now = int(time.time())
         timeout_s = -(-self.transaction_timeout_ms // 1000)
         for half_offset in list(self.table.pending):
@@ -731,6 +735,10 @@ class TransactionalMessageService:
         self.table.recovered = set(self.table.pending) | set(self.table.discarded)
         log.warning("taking over %d pending transactions for check-back", len(self.table.pending))
         return len(self.table.pending)
+
+    def _forget_recent_halves(self) -> None:
+        self._recent_halves.clear()
+        self._recent_bytes = 0
 
     def follow(self, req: DispatchRequest) -> None:
         """A slave's dispatcher: keep the table current from the replicated half and op records, so that a
