@@ -98,11 +98,7 @@ def per_request_us(tmp: Path, size: int) -> dict[str, float]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", type=int, default=20_000)
-    p.add_argument("--size", type=int, default=256)
-    p.add_argument("--window", type=int, default=1000)
-    p.add_argument("--runs", type=int, default=3)
+    p = bench.workload_parser(__doc__, 20_000)
     p.add_argument("--batch", type=int, default=128,
                    help="the producer's batch_max_messages (128, its default; 1: one request per message, as the "
                         "C++ client sends)")

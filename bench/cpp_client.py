@@ -91,11 +91,9 @@ def child(a: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", type=int, default=20000)
-    p.add_argument("--size", type=int, default=256)
-    p.add_argument("--window", type=int, default=1000)
-    p.add_argument("--runs", type=int, default=3)
+    from txmq.bench import workload_parser
+
+    p = workload_parser(__doc__, 20000)
     p.add_argument("--modes", default="SYNC_FLUSH,ASYNC_FLUSH")
     p.add_argument("--child", choices=["sync8", "async"])
     p.add_argument("--namesrv")

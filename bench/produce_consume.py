@@ -192,11 +192,7 @@ AIMS = [("SYNC_FLUSH publish / rabbitmq publish", 2.0), ("ASYNC_FLUSH publish / 
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", type=int, default=50_000)
-    p.add_argument("--size", type=int, default=256)
-    p.add_argument("--window", type=int, default=1000)
-    p.add_argument("--runs", type=int, default=3)
+    p = bench.workload_parser(__doc__, 50_000)
     p.add_argument("--queues", type=int, default=4, help="queues of each bench topic (default 4)")
     p.add_argument("--modes", default="SYNC_FLUSH,ASYNC_FLUSH")
     p.add_argument("--tx", type=int, default=5000, help="transactions for the tx-rate run per mode (0: none)")

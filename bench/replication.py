@@ -160,11 +160,7 @@ def catch_up(b: Bench, a: argparse.Namespace, master: ServerProcess) -> dict[str
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", type=int, default=50_000)
-    p.add_argument("--size", type=int, default=256)
-    p.add_argument("--window", type=int, default=1000)
-    p.add_argument("--runs", type=int, default=3)
+    p = bench.workload_parser(__doc__, 50_000)
     p.add_argument("--catch-up-mb", type=int, default=100)
     p.add_argument("--peers", metavar="OUTDIR", help="where run-all.sh writes its JSON (default: a temp dir)")
     p.add_argument("--no-peers", action="store_true")

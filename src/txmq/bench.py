@@ -21,6 +21,7 @@ threads) and, given its pid, the broker's (``/proc/PID/stat``).
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import sys
@@ -33,6 +34,17 @@ from typing import Any
 STALL_S = 30.0  # a phase without progress for this long fails
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def workload_parser(doc: str | None, n: int) -> argparse.ArgumentParser:
+    """The options every produce benchmark takes: how many messages, their size, the window of unanswered sends
+    and the runs whose median is reported (the peers' kit takes the same)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", type=int, default=n, help="messages per run")
+    p.add_argument("--size", type=int, default=256, help="body bytes")
+    p.add_argument("--window", type=int, default=1000, help="unanswered sends at most")
+    p.add_argument("--runs", type=int, default=3, help="runs per case (medians are reported)")
+    return p
 
 
 class BenchError(Exception):
