@@ -25,7 +25,7 @@ from txmq.topic import (
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
 )
 
-# The reader's columns (DESIGN.md §2). Timestamps are Spark TIMESTAMP (UTC), from the broker's milliseconds.
+# The reader's columns (docs/spark.md). Timestamps are Spark TIMESTAMP (UTC), from the broker's milliseconds.
 SCHEMA_DDL = (
     "topic string, queue_id int, queue_offset long, msg_id string, keys string, tags string, body binary, "
     "properties map<string,string>, born_timestamp timestamp, store_timestamp timestamp, transaction_id string"
