@@ -30,19 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "e2e")
 
 from cluster import Cluster
 from failover_group import FailoverGroup
-from fault_campaign import (
-    CPP_TOPIC,
-    MASTER_FAULTS,
-    SLAVE_FAULTS,
-    TOPIC,
-    TX_TOPIC,
-    Figures,
-    Workload,
-    check,
-    inject,
-)
-
-from txmq import Admin
+from fault_campaign import MASTER_FAULTS, SLAVE_FAULTS, Figures, run_campaign
 
 
 def campaign(root: Path, faults: int, seed: int) -> tuple[Figures, float]:
@@ -52,30 +40,14 @@ def campaign(root: Path, faults: int, seed: int) -> tuple[Figures, float]:
     try:
         cluster.start_namesrv()
         group.start()
-        group.wait_master(30, full_set=True)
-        with Admin(cluster.namesrv_addr) as admin:
-            for topic in (TOPIC, TX_TOPIC, CPP_TOPIC):
-                admin.create_topic(topic, queue_nums=4)
-        for topic in (TOPIC, TX_TOPIC, CPP_TOPIC):
-            cluster.wait_route(topic)
-        time.sleep(2.0)  # the slaves copy the topic configs
-        workload = Workload(cluster.namesrv_addr, root / "cpp-home")
-        workload.start()
-        figures = Figures()
-        rng = random.Random(seed)
         kinds = MASTER_FAULTS * 2 + SLAVE_FAULTS  # master faults twice as often
-        try:
-            for n in range(faults):
-                fault = rng.choice(kinds)
-                inject(group, workload, fault, figures, rng)
-                print(f"fault {n + 1}/{faults}: {fault}, failover {figures.failover_s[-1:] or '-'}", file=sys.stderr)
-            time.sleep(1.0)
-        finally:
-            workload.close()
-        try:
-            check(group, workload, figures)
-        finally:
-            workload.close_tx()
+        rng = random.Random(seed)
+
+        def progress(n: int, fault: str, figures: Figures) -> None:
+            print(f"fault {n + 1}/{faults}: {fault}, failover {figures.failover_s[-1:] or '-'}", file=sys.stderr)
+
+        figures = run_campaign(cluster, group, (rng.choice(kinds) for _ in range(faults)), rng,
+                               root / "cpp-home", progress)
         return figures, time.monotonic() - started
     finally:
         cluster.close()

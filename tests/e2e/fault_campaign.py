@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from failover_group import FailoverGroup, log_messages
 from ha_group import commit_log_bytes, max_offset
 from helpers import wait_until
 
-from txmq import LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
+from txmq import Admin, LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
 from txmq.message import MessageConst, decode_offset_msg_id
 
 TOPIC, TX_TOPIC, CPP_TOPIC = "fo", "fo-tx", "fo-cpp"
@@ -273,3 +274,33 @@ def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: f
         for epoch, start in orjson.loads((group.store(r) / "epochFileCheckpoint").read_bytes()):
             starts.setdefault(epoch, set()).add(start)
     figures.split_brain_epochs = sum(1 for s in starts.values() if len(s) > 1)
+
+
+def run_campaign(cluster: Any, group: FailoverGroup, faults: Iterable[str], rng: random.Random, cpp_home: Path,
+                 on_fault: Callable[[int, str, Figures], None] | None = None) -> Figures:
+    """The campaign on a started group: its topics, the workload, each fault in turn (``faults`` may be drawn
+    lazily from ``rng``), then the invariants read from every replica. Shared by tests/e2e/test_failover.py and
+    bench/faults.py."""
+    group.wait_master(30, full_set=True)
+    with Admin(cluster.namesrv_addr) as admin:
+        for topic in (TOPIC, TX_TOPIC, CPP_TOPIC):
+            admin.create_topic(topic, queue_nums=4)
+    for topic in (TOPIC, TX_TOPIC, CPP_TOPIC):
+        cluster.wait_route(topic)
+    time.sleep(2.0)  # the slaves copy the topic configs (slaveSynchronizeInterval 1 s)
+    workload = Workload(cluster.namesrv_addr, cpp_home)
+    workload.start()
+    figures = Figures()
+    try:
+        for n, fault in enumerate(faults):
+            inject(group, workload, fault, figures, rng)
+            if on_fault is not None:
+                on_fault(n, fault, figures)
+        time.sleep(1.0)
+    finally:
+        workload.close()
+    try:
+        check(group, workload, figures)
+    finally:
+        workload.close_tx()
+    return figures

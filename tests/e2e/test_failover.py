@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from failover_group import FailoverGroup
-from fault_campaign import CPP_TOPIC, TOPIC, TX_TOPIC, Figures, Workload, check, inject
+from fault_campaign import TOPIC, run_campaign
 
 from txmq import Admin
 
@@ -27,31 +27,8 @@ def group(cluster):
 
 
 def test_short_fault_campaign(group, cluster):
-    group.wait_master(30, full_set=True)
-    with Admin(cluster.namesrv_addr) as admin:
-        admin.create_topic(TOPIC, queue_nums=4)
-        admin.create_topic(TX_TOPIC, queue_nums=4)
-        admin.create_topic(CPP_TOPIC, queue_nums=4)
-    cluster.wait_route(CPP_TOPIC)
-    cluster.wait_route(TOPIC)
-    cluster.wait_route(TX_TOPIC)
-    import time
-
-    time.sleep(2.0)  # the slaves copy the topic configs (slaveSynchronizeInterval 1 s)
-    workload = Workload(cluster.namesrv_addr, cluster.root / "cpp-home")
-    workload.start()
-    figures = Figures()
-    rng = random.Random(13)
-    try:
-        for fault in ("kill", "pause", "partition", "slave-flip", "slave-truncate", "kill"):
-            inject(group, workload, fault, figures, rng)
-        time.sleep(1.0)
-    finally:
-        workload.close()
-    try:
-        check(group, workload, figures)
-    finally:
-        workload.close_tx()
+    faults = ("kill", "pause", "partition", "slave-flip", "slave-truncate", "kill")
+    figures = run_campaign(cluster, group, faults, random.Random(13), cluster.root / "cpp-home")
     print(figures)
     assert figures.faults == {"kill": 2, "pause": 1, "partition": 1, "slave-flip": 1, "slave-truncate": 1}
     assert figures.sends_acked > 100 and figures.tx_acked > 20 and figures.cpp_sends_acked > 20
