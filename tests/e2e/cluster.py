@@ -43,6 +43,17 @@ class Cluster:
     def start_broker(self, name: str = "broker-a", conf: dict[str, object] | None = None) -> ServerProcess:
         return self.broker(name, conf).start()
 
+    def start_broker_with_topic(self, topic: str, conf: dict[str, object] | None = None) -> ServerProcess:
+        """A broker (gRPC on a free port) serving ``topic`` with one queue, routed by the name server."""
+        from txmq.client.admin import Admin
+        from txmq.launch import free_port
+
+        broker = self.start_broker(conf={"grpcPort": free_port(), **(conf or {})})
+        with Admin(self.namesrv_addr) as admin:
+            admin.create_topic(topic, queue_nums=1)
+        self.wait_route(topic)
+        return broker
+
     def wait_route(self, topic: str, brokers: int = 1, timeout: float = 10.0) -> None:
         """Wait until the name server routes ``topic`` to ``brokers`` brokers."""
         from txmq.client.admin import Admin

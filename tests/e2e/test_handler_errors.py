@@ -11,11 +11,9 @@ import orjson
 import pytest
 from helpers import RawClient
 
-from txmq import Admin
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
-from txmq.launch import free_port
 from txmq.message import MessageConst, properties_to_string
 from txmq.remoting.codes import RequestCode, ResponseCode
 
@@ -47,11 +45,7 @@ BROKER_CASES = [
 
 @pytest.fixture
 def broker(cluster):
-    b = cluster.start_broker(conf={"grpcPort": free_port()})
-    with Admin(cluster.namesrv_addr) as admin:
-        admin.create_topic("errs", queue_nums=1)
-    cluster.wait_route("errs")
-    return b
+    return cluster.start_broker_with_topic("errs")
 
 
 def log_of(cluster, name: str) -> str:

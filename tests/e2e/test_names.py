@@ -9,11 +9,9 @@ import orjson
 import pytest
 from helpers import RawClient
 
-from txmq import Admin
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
-from txmq.launch import free_port
 from txmq.remoting.codes import RequestCode, ResponseCode
 
 BAD_NAMES = ["/../../../victim", "..", "a/b", "sp ace", "dot.ted", "x" * 256]
@@ -27,11 +25,7 @@ def consumer_heartbeat(group: str, topic: str = "names") -> bytes:
 
 @pytest.fixture
 def broker(cluster):
-    b = cluster.start_broker(conf={"grpcPort": free_port()})
-    with Admin(cluster.namesrv_addr) as admin:
-        admin.create_topic("names", queue_nums=1)
-    cluster.wait_route("names")
-    return b
+    return cluster.start_broker_with_topic("names")
 
 
 def test_a_group_name_cannot_reach_outside_the_store(cluster, broker):

@@ -7,13 +7,14 @@ one-second buckets, so a check comes 1–2 s after the half message, then about 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -389,18 +390,26 @@ def test_checks_count_only_when_a_producer_is_connected(cluster):
     st = tx_stats(cluster.namesrv_addr)
     assert (st["pending"], st["checks"], st["discards"]) == (1, 0, 0)
 
-    listener = Switchable()
-    listener.state = COMMIT
-    collector = Collector(cluster.namesrv_addr, topic, "c_tx_orphan")
-    second = TransactionProducer("p_tx_orphan", listener, cluster.namesrv_addr)
-    second.start()
-    try:
+    with committing_producer(cluster, "p_tx_orphan", topic, "c_tx_orphan") as (second, _, collector):
         second.send_message_in_transaction(Message(topic, b"orphan-2"))  # UNKNOWN too; both resolved by check
         collector.wait_exactly({"orphan-1", "orphan-2"}, 15)
         st = tx_stats(cluster.namesrv_addr)
         assert (st["pending"], st["commits"], st["checks"], st["discards"]) == (0, 2, 2, 0)
+
+
+@contextlib.contextmanager
+def committing_producer(cluster, group: str, topic: str,
+                        consumer_group: str) -> Iterator[tuple[TransactionProducer, Switchable, Collector]]:
+    """A producer of ``group`` whose checks answer COMMIT, and a collector of ``topic``; both stopped after."""
+    listener = Switchable()
+    listener.state = COMMIT
+    collector = Collector(cluster.namesrv_addr, topic, consumer_group)
+    producer = TransactionProducer(group, listener, cluster.namesrv_addr)
+    producer.start()
+    try:
+        yield producer, listener, collector
     finally:
-        second.shutdown()
+        producer.shutdown()
         collector.close()
 
 
@@ -425,20 +434,12 @@ def test_orphan_halves_are_discarded_after_the_bound_and_resumable(cluster):
     (d,) = json.loads(cli(cluster, "tx", "list", "--json").stdout)["broker-a"]["discarded"]
     assert (d["transactionId"], d["checks"], d["state"]) == (txid, 0, "DISCARD")
 
-    listener = Switchable()
-    listener.state = COMMIT
-    collector = Collector(cluster.namesrv_addr, topic, "c_tx_orphan_bound")
-    second = TransactionProducer("p_tx_orphan_bound", listener, cluster.namesrv_addr)
-    second.start()
-    try:
+    with committing_producer(cluster, "p_tx_orphan_bound", topic, "c_tx_orphan_bound") as (_, _, collector):
         out = cli(cluster, "tx", "resume", txid)
         assert out.returncode == 0, out.stderr
         collector.wait_exactly({"orphan"}, 15)
         st = tx_stats(cluster.namesrv_addr)
         assert (st["commits"], st["pending"], st["discarded"], st["resumes"], st["orphans"]) == (1, 0, 0, 1, 1)
-    finally:
-        second.shutdown()
-        collector.close()
 
 
 def test_check_immunity_is_capped_by_the_orphan_bound(cluster):
@@ -447,12 +448,7 @@ def test_check_immunity_is_capped_by_the_orphan_bound(cluster):
     cluster.start_broker("broker-a", {**TX_CONF, "transactionOrphanFactor": 3})
     topic = "tx_immunity"
     create_topic(cluster, topic, 1)
-    listener = Switchable()
-    listener.state = COMMIT
-    collector = Collector(cluster.namesrv_addr, topic, "c_tx_immunity")
-    producer = TransactionProducer("p_tx_immunity", listener, cluster.namesrv_addr)
-    producer.start()
-    try:
+    with committing_producer(cluster, "p_tx_immunity", topic, "c_tx_immunity") as (producer, listener, collector):
         sent = time.monotonic()
         producer.send_message_in_transaction(Message(topic, b"immune",
                                                      properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "86400"}))
@@ -461,9 +457,6 @@ def test_check_immunity_is_capped_by_the_orphan_bound(cluster):
         assert listener.checks == 1
         st = tx_stats(cluster.namesrv_addr)
         assert (st["commits"], st["pending"], st["discards"]) == (1, 0, 0)
-    finally:
-        producer.shutdown()
-        collector.close()
 
 
 # --- invisibility ------------------------------------------------------------------------------------------
