@@ -10,7 +10,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from cluster import Cluster
 
 from txmq import LocalTransactionState, Message, TransactionProducer
@@ -176,13 +175,3 @@ def test_repository_files():
         assert "DESIGN.md" not in text and "STYLE.md" not in text, doc
         for target in re.findall(r"\]\(([^)#:]+\.md)\)", text):
             assert (doc.parent / target).exists(), (doc, target)
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    c.start_namesrv()
-    try:
-        yield c
-    finally:
-        c.close()
