@@ -20,7 +20,6 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from txmq import ConsumeStatus, LocalTransactionState, Message, Producer, TransactionProducer
@@ -62,7 +61,7 @@ class Site:
             alert = WebDriverWait(self.driver, 5).until(lambda d: d.switch_to.alert)
             alert.accept() if accept else alert.dismiss()
         if accept is not False:  # the next page has loaded when this form is gone
-            WebDriverWait(self.driver, 20).until(staleness_of(form))
+            WebDriverWait(self.driver, 20).until(lambda _: _gone(form))
 
     def wait(self, pred: Callable[[], Any], what: str, timeout: float = 20, reload: bool = False) -> Any:
         deadline = time.monotonic() + timeout
@@ -301,3 +300,13 @@ def test_discarded_transaction_resumed(site):
         site.submit(f"resume-{tx.transaction_id}")
         assert f"transaction {tx.transaction_id} resumed into checking on broker-b" in site.text("#notice")
         assert tx.transaction_id in [r[0] for r in site.rows("pending")]
+
+
+def _gone(element: Any) -> bool:
+    """Whether ``element`` left the document: Chromium answers a node of a page being replaced either "stale" or
+    "does not belong to the document" (a WebDriverException), both meaning gone."""
+    try:
+        element.is_enabled()
+    except WebDriverException:  # StaleElementReferenceException is one too
+        return True
+    return False
