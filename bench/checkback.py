@@ -24,6 +24,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from txmq import bench
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
@@ -162,4 +163,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    bench.run(main)

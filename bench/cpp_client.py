@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from txmq import bench  # noqa: E402
+
 
 def child(a: argparse.Namespace) -> None:
     import rocketmq.client as rmq
@@ -91,9 +93,7 @@ def child(a: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    from txmq.bench import workload_parser
-
-    p = workload_parser(__doc__, 20000)
+    p = bench.workload_parser(__doc__, 20000)
     p.add_argument("--modes", default="SYNC_FLUSH,ASYNC_FLUSH")
     p.add_argument("--child", choices=["sync8", "async"])
     p.add_argument("--namesrv")
@@ -104,8 +104,6 @@ def main() -> None:
         child(a)
         return
     from produce_consume import start_txmq
-
-    from txmq import bench
 
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="txmq-cpp-") as tmp:
@@ -142,4 +140,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    bench.run(main)

@@ -32,6 +32,8 @@ from cluster import Cluster
 from failover_group import FailoverGroup
 from fault_campaign import MASTER_FAULTS, SLAVE_FAULTS, Figures, run_campaign
 
+from txmq import bench
+
 
 def campaign(root: Path, faults: int, seed: int) -> tuple[Figures, float]:
     cluster = Cluster(root)
@@ -83,4 +85,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    bench.run(main)

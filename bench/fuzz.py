@@ -28,6 +28,8 @@ sys.path.insert(0, os.path.join(_HERE, "..", "tests", "fuzz"))
 
 from campaign import FAMILIES, Figures, run_campaign  # noqa: E402
 
+from txmq import bench  # noqa: E402
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,4 +60,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bench.run(main)

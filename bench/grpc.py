@@ -35,7 +35,14 @@ sys.path.insert(0, os.path.join(_HERE, "..", "src"))
 
 import grpc  # noqa: E402
 
-from txmq import LocalTransactionState, Message, Producer, TransactionListener, TransactionProducer  # noqa: E402
+from txmq import (  # noqa: E402
+    LocalTransactionState,
+    Message,
+    Producer,
+    TransactionListener,
+    TransactionProducer,
+    bench,
+)
 from txmq.client.admin import Admin  # noqa: E402
 from txmq.grpc.protocol import definition_pb2 as pb  # noqa: E402
 from txmq.grpc.protocol import service_pb2 as spb  # noqa: E402
@@ -159,4 +166,4 @@ def main() -> int:
 
 if __name__ == "__main__":
     threading.current_thread().name = "bench"
-    raise SystemExit(main())
+    bench.run(main)

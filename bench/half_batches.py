@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "e2e"))
 
 from cluster import Cluster
 
-from txmq import Admin, HalfMessageRef, LocalTransactionState, Message, Producer, TransactionProducer
+from txmq import Admin, HalfMessageRef, LocalTransactionState, Message, Producer, TransactionProducer, bench
 from txmq.client.producer import SendFuture
 from txmq.message import MessageConst
 
@@ -122,4 +122,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bench.run(main)

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "e2e"))
 
 from cluster import Cluster
 
+from txmq import bench
 from txmq.bench import Meter
 
 SINK_MODES = ("at-least-once", "exactly-once")
@@ -127,4 +128,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bench.run(main)

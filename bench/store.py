@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 
+from txmq import bench
 from txmq.message import MessageExt
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
 
@@ -216,4 +217,4 @@ def bench_appends(base: str, n: int, runs: int) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    bench.run(main)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -34,6 +35,13 @@ from typing import Any
 STALL_S = 30.0  # a phase without progress for this long fails
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def run(main: Callable[[], int | None]) -> None:
+    """Run a bench's ``main`` and exit with its code. SIGTERM (a timeout's kill, ``kill PID``) becomes SystemExit,
+    so the bench's ``finally`` blocks stop the servers it started in their own sessions instead of leaving them."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    sys.exit(main())
 
 
 def workload_parser(doc: str | None, n: int) -> argparse.ArgumentParser:

@@ -280,31 +280,31 @@ def cmd_consume(a) -> int:
                 v = m.get_property(p)
                 if v:
                     sysp[p] = _text(v)
-            with lock:
+            with lock:  # the count and its line under one lock: deliveries print in their order
                 state["count"] += 1
                 n = state["count"]
                 fail = fail_left["n"] > 0
                 if fail:
                     fail_left["n"] -= 1
-            emit(
-                event="message",
-                delivery=n,
-                topic=m.topic,
-                tags=_text(m.tags),
-                keys=_text(m.keys),
-                properties=props,
-                sys_properties=sysp,
-                body=body.decode("utf-8", "replace"),
-                body_b64=base64.b64encode(body).decode(),
-                msg_id=m.id,
-                queue_id=m.queue_id,
-                queue_offset=m.queue_offset,
-                reconsume_times=m.reconsume_times,
-                born_timestamp=m.born_timestamp,
-                store_timestamp=m.store_timestamp,
-                commit_log_offset=m.commit_log_offset,
-                result="RECONSUME_LATER" if fail else "SUCCESS",
-            )
+                emit(
+                    event="message",
+                    delivery=n,
+                    topic=m.topic,
+                    tags=_text(m.tags),
+                    keys=_text(m.keys),
+                    properties=props,
+                    sys_properties=sysp,
+                    body=body.decode("utf-8", "replace"),
+                    body_b64=base64.b64encode(body).decode(),
+                    msg_id=m.id,
+                    queue_id=m.queue_id,
+                    queue_offset=m.queue_offset,
+                    reconsume_times=m.reconsume_times,
+                    born_timestamp=m.born_timestamp,
+                    store_timestamp=m.store_timestamp,
+                    commit_log_offset=m.commit_log_offset,
+                    result="RECONSUME_LATER" if fail else "SUCCESS",
+                )
             if a.sleep:
                 time.sleep(a.sleep)
             if not fail and a.expect and n >= a.expect:
