@@ -188,3 +188,24 @@ def test_well_framed_nonsense_requests_get_error_answers(cluster):
     with Producer("p_nonsense", cluster.namesrv_addr) as producer:
         assert producer.send(Message("nb_t", b"ok")).status == SendStatus.SEND_OK
     assert _messages(cluster.namesrv_addr, "nb_t") == 1
+
+
+def test_queue_locks_only_for_queues_this_broker_serves(cluster, strict_broker):
+    """LOCK_BATCH_MQ grants only queues of this broker's own topics (``known`` has 2 queues here): a client naming
+    unknown topics, queue ids or brokers gets nothing locked, so the lock table stays bounded by the broker's
+    queues. A granted lock holds against another client."""
+    baddr = strict_broker.addrs["broker"]
+
+    def lock(client: str, mqs: list[dict[str, object]]) -> list[dict[str, object]]:
+        body = json.dumps({"consumerGroup": "lock_g", "clientId": client, "mqSet": mqs}).encode()
+        resp = roundtrip(baddr, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, body=body))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        return json.loads(resp.body)["lockOKMQSet"]
+
+    own = {"topic": "known", "brokerName": "broker-a", "queueId": 0}
+    foreign = [{"topic": f"nope_{i}", "brokerName": "broker-a", "queueId": 0} for i in range(50)]
+    foreign += [{"topic": "known", "brokerName": "broker-a", "queueId": 2},
+                {"topic": "known", "brokerName": "broker-a", "queueId": -1},
+                {"topic": "known", "brokerName": "broker-zz", "queueId": 1}]
+    assert lock("c1", [own, *foreign]) == [own]
+    assert lock("c2", [own]) == []  # c1 holds it

@@ -24,20 +24,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.broker")
 
 REBALANCE_LOCK_MAX_LIVE_S = 60.0
+REBALANCE_LOCK_MAX_ENTRIES = 100_000  # a hostile client's locks must not grow the table without bound
+
+MessageQueueKey = tuple[str, str, str, int]  # (group, topic, brokerName, queueId)
 
 
 class RebalanceLockManager:
-    """Orderly consumers lock the queues they consume so that one client at a time owns a queue."""
+    """Orderly consumers lock the queues they consume so that one client at a time owns a queue. The caller passes
+    only queues this broker serves; the table holds at most ``max_entries`` locks (expired ones are dropped to make
+    room, and a lock that finds no room is not granted)."""
 
-    def __init__(self) -> None:
-        self.locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}
+    def __init__(self, max_entries: int = REBALANCE_LOCK_MAX_ENTRIES) -> None:
+        self.locks: dict[MessageQueueKey, tuple[str, float]] = {}
+        self.max_entries = max_entries
 
     def try_lock(self, group: str, mqs: list[dict[str, Any]], client_id: str) -> list[dict[str, Any]]:
         now = time.monotonic()
         ok = []
         for mq in mqs:
-            key = (group, str(mq["topic"]), str(mq.get("brokerName", "")), int(mq["queueId"]))
+            key = _key(group, mq)
             owner = self.locks.get(key)
+            if owner is None and not self._room(now):
+                continue
             if owner is None or owner[0] == client_id or now - owner[1] > REBALANCE_LOCK_MAX_LIVE_S:
                 self.locks[key] = (client_id, now)
                 ok.append(mq)
@@ -45,9 +53,20 @@ class RebalanceLockManager:
 
     def unlock(self, group: str, mqs: list[dict[str, Any]], client_id: str) -> None:
         for mq in mqs:
-            key = (group, str(mq["topic"]), str(mq.get("brokerName", "")), int(mq["queueId"]))
+            key = _key(group, mq)
             if self.locks.get(key, ("",))[0] == client_id:
                 del self.locks[key]
+
+    def _room(self, now: float) -> bool:
+        if len(self.locks) < self.max_entries:
+            return True
+        for key in [k for k, (_, at) in self.locks.items() if now - at > REBALANCE_LOCK_MAX_LIVE_S]:
+            del self.locks[key]
+        return len(self.locks) < self.max_entries
+
+
+def _key(group: str, mq: dict[str, Any]) -> MessageQueueKey:
+    return group, str(mq["topic"]), str(mq.get("brokerName", "")), int(mq["queueId"])
 
 
 class ClientManageProcessor:
@@ -80,11 +99,19 @@ class ClientManageProcessor:
                 if cmd.code == RequestCode.UNLOCK_BATCH_MQ:
                     self.locks.unlock(name, mqs, client_id)
                     return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
-                ok = self.locks.try_lock(name, mqs, client_id)
+                ok = self.locks.try_lock(name, [mq for mq in mqs if self._serves(mq)], client_id)
                 return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": ok}))
         except InvalidMessageError as exc:  # a bad body's RemoteProtocolError is answered by the transport
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request body: {exc}")
         return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+
+    def _serves(self, mq: dict[str, Any]) -> bool:
+        """A queue of a topic this broker holds (by this broker's name, when the client names one): only those are
+        locked, so the lock table is bounded by the broker's own queues per group."""
+        topic = self.broker.topic_config_manager.get(str(mq["topic"]))
+        if topic is None or mq.get("brokerName", "") not in ("", self.broker.config.broker_name):
+            return False
+        return 0 <= int(mq["queueId"]) < max(topic.read_queue_nums, topic.write_queue_nums)
 
     def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         client_id, producers, consumers = read_body(
