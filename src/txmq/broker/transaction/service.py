@@ -9,7 +9,8 @@
   after COMMIT with ``TRANSACTION_SHOULD_COMMIT``, and logged.
 * Decisions come one at a time (END_TRANSACTION, gRPC, check answers) or in batches (txmq's
   TXMQ_END_TRANSACTION_BATCH): a single decision is a batch of one, and a batch stores the real messages of
-  all its commits in puts of about ``PUT_SLICE`` messages and writes one op record per outcome.
+  all its commits in puts of about ``PUT_SLICE`` messages and writes one op record per outcome (when the real
+  messages fit one put, in that same put: the END_TRANSACTIONs that arrive together cost one write).
 * A half message may carry a batch (txmq's, beyond RocketMQ; ``HALF_BATCH``): its body is the batch as the
   producer sent it, and its transaction is one for all the messages in it. COMMIT stores each as a real
   message of its own (with its own ``UNIQ_KEY`` and the batch's transaction id in ``__transactionId__``).
@@ -292,7 +293,7 @@ class TransactionalMessageService:
         SUCCESS and stores nothing, the first decision wins, and an entry whose transaction is being decided
         (by another request, or earlier in this batch) waits for that decision. The real messages of all the
         commits go to the store in puts of about ``PUT_SLICE`` (their flush waits overlap), their outcomes in
-        one op record and the rollbacks' in another."""
+        one op record and the rollbacks' in another, in the same put as the real messages when they fit one."""
         results: list[EndResult | None] = [None] * len(entries)
         waits: list[tuple[int, asyncio.Future[EndResult]]] = []
         claimed: list[tuple[int, MessageExt]] = []
@@ -393,7 +394,9 @@ class TransactionalMessageService:
         stored: list[tuple[int, MessageExt, int]] = []  # entry, half, answer code
         ended: set[int] = set()  # commits stored or undone
         try:
-            puts = await self._store_reals([reals for _, _, reals in commits])
+            puts, recorded = await self._store_decided(
+                [reals for _, _, reals in commits], found + [entries[i].half_offset for i, _, _ in commits],
+                [entries[i].half_offset for i, _, _ in rollbacks])
             for (i, half, _), put in zip(commits, puts, strict=True):
                 ended.add(i)
                 if isinstance(put, PutMessageResult) and put.stored:
@@ -406,12 +409,13 @@ class TransactionalMessageService:
                     self._undo_commits([entries[i].half_offset])
                     why = f"{put.status.name} {put.remark}" if isinstance(put, PutMessageResult) else str(put)
                     results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {why}")
-            # Asked for together, the two op records share one write. A COMMIT whose op record is refused stands:
-            # its messages are the record (recovery finds them by UNIQ_KEY). A ROLLBACK is nothing but its op
-            # record: refused, it is undone, or it would be forgotten by a restart after being answered.
-            _, rolled_back = await asyncio.gather(
+            # Unless stored with the real messages, the two op records share one write of their own. A COMMIT
+            # whose op record is refused stands: its messages are the record (recovery finds them by UNIQ_KEY).
+            # A ROLLBACK is nothing but its op record: refused, it is undone, or it would be forgotten by a
+            # restart after being answered.
+            rolled_back = recorded or (await asyncio.gather(
                 self._write_op("COMMIT", found + [entries[i].half_offset for i, _, _ in stored]),
-                self._write_op("ROLLBACK", [entries[i].half_offset for i, _, _ in rollbacks]))
+                self._write_op("ROLLBACK", [entries[i].half_offset for i, _, _ in rollbacks])))[1]
             if not rolled_back:
                 for i, _, before in rollbacks:
                     self._restore(entries[i].half_offset, before)
@@ -445,6 +449,28 @@ class TransactionalMessageService:
         if log.isEnabledFor(logging.DEBUG):
             for i, half in [(i, half) for i, half, _ in stored] + [(i, half) for i, half, _ in rollbacks]:
                 log.debug("transaction %s %s by %s", half.msg_id, entries[i].outcome.name, source)
+
+    async def _store_decided(self, groups: list[list[MessageExt]], committed: list[int], rolled_back: list[int]
+                             ) -> tuple[list[PutMessageResult | Exception], bool]:
+        """Store the real messages of each commit (``groups``) and, when they fit one put of ``PUT_SLICE``, the op
+        records of the decisions (COMMIT of the half offsets ``committed``, ROLLBACK of ``rolled_back``) in the
+        same put, after them: one write and one flush wait for a whole gathering of decisions. Returns each
+        commit's result and whether the op records were stored. When that put is refused (it stored nothing),
+        the commits are stored as ``_store_reals`` stores them, each alone if need be, and the caller writes
+        the op records of those stored."""
+        reals = [msg for group in groups for msg in group]
+        if len(reals) <= PUT_SLICE:
+            ops = self._op_messages({"COMMIT": committed, "ROLLBACK": rolled_back})
+            if not reals and not ops:
+                return [], True
+            try:
+                together: PutMessageResult | None = await self.store.put_messages(reals + ops)
+            except Exception as exc:
+                log.warning("the put of %d decisions failed (%s): storing each commit alone", len(groups), exc)
+                together = None
+            if together is not None and together.stored:
+                return [together] * len(groups), True
+        return await self._store_reals(groups), False
 
     async def _store_reals(self, groups: list[list[MessageExt]]) -> list[PutMessageResult | Exception]:
         """Store the real messages of each commit (never none), a commit's never split, in puts of about ``PUT_SLICE``
@@ -619,13 +645,17 @@ class TransactionalMessageService:
             asyncio.get_running_loop().call_soon(self._flush_ops)
         return await asyncio.shield(self._op_written)
 
+    def _op_messages(self, offsets_by_op: dict[str, list[int]]) -> list[MessageExt]:
+        """One op record per kind with half offsets, in the order of ``offsets_by_op``."""
+        now = int(time.time() * 1000)
+        return [MessageExt(RMQ_SYS_TRANS_OP_HALF_TOPIC, ",".join(map(str, offsets)).encode(),
+                           {MessageConst.TAGS: REMOVE_TAG, OP_PROPERTY: op}, queue_id=0, born_timestamp=now,
+                           store_host=self.store.config.store_host) for op, offsets in offsets_by_op.items() if offsets]
+
     def _flush_ops(self) -> None:
         queue, written = self._op_queue, self._op_written
         self._op_queue, self._op_written = {}, None
-        now = int(time.time() * 1000)
-        msgs = [MessageExt(RMQ_SYS_TRANS_OP_HALF_TOPIC, ",".join(map(str, offsets)).encode(),
-                           {MessageConst.TAGS: REMOVE_TAG, OP_PROPERTY: op}, queue_id=0, born_timestamp=now,
-                           store_host=self.store.config.store_host) for op, offsets in queue.items()]
+        msgs = self._op_messages(queue)
 
         def done(task: asyncio.Future[PutMessageResult]) -> None:
             assert written is not None
