@@ -58,6 +58,8 @@ REMOVE_TAG = "d"
 # Memory a remembered half costs beyond its body: the MessageExt, its properties dict and strings, the ints, the
 # cache's dict slot (tracemalloc: about 550 bytes for a half with the usual five properties).
 RECENT_HALF_OVERHEAD = 600
+# properties of a half message that its real message does not carry
+_HALF_ONLY = (MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID, MessageConst.TRANSACTION_PREPARED)
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
 
@@ -158,7 +160,9 @@ class TransactionalMessageService:
         self.orphan_after_ms = transaction_timeout_ms * orphan_factor
         self.file_reserved_time_h = file_reserved_time_h
         self.snapshot_path = snapshot_path
-        self._in_flight: dict[int, asyncio.Future[EndResult]] = {}
+        # transactions being decided, by half offset: the deciding call's results (one future per call) and the
+        # entry's place in them
+        self._in_flight: dict[int, tuple[asyncio.Future[list[EndResult | None]], int]] = {}
         # Commits decided in the table whose real message or op record is still being written, with the state
         # from before the decision: a snapshot must show them as they are in the log.
         self._committing: dict[int, _Before] = {}
@@ -205,18 +209,19 @@ class TransactionalMessageService:
     def _half_of(msg: MessageExt, half_batch: int) -> MessageExt:
         """The half to store for ``msg``. ``HALF_BATCH`` is the broker's word only: a sender's is dropped (a
         plain body read as a batch at COMMIT would fail the decision)."""
-        props = dict(msg.properties)
+        half = MessageExt(
+            RMQ_SYS_TRANS_HALF_TOPIC, msg.body, msg.properties, flag=msg.flag, queue_id=0,
+            sys_flag=MessageSysFlag.reset_transaction_value(msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE),
+            born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+        )
+        props = half.properties  # its own copy: the sender's message keeps its properties
         props.pop(HALF_BATCH, None)
         if half_batch:
             props[HALF_BATCH] = str(half_batch)
         props[MessageConst.REAL_TOPIC] = msg.topic
         props[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
-        return MessageExt(
-            RMQ_SYS_TRANS_HALF_TOPIC, msg.body, props, flag=msg.flag, queue_id=0,
-            sys_flag=MessageSysFlag.reset_transaction_value(msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE),
-            born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
-            reconsume_times=msg.reconsume_times,
-        )
+        return half
 
     def _remember(self, half: MessageExt) -> None:
         """Keep a stored half for its decision, which usually follows within milliseconds: the commit then
@@ -295,9 +300,9 @@ class TransactionalMessageService:
         commits go to the store in puts of about ``PUT_SLICE`` (their flush waits overlap), their outcomes in
         one op record and the rollbacks' in another, in the same put as the real messages when they fit one."""
         results: list[EndResult | None] = [None] * len(entries)
-        waits: list[tuple[int, asyncio.Future[EndResult]]] = []
+        waits: list[tuple[int, tuple[asyncio.Future[list[EndResult | None]], int]]] = []
         claimed: list[tuple[int, MessageExt]] = []
-        loop = asyncio.get_running_loop()
+        decided: asyncio.Future[list[EndResult | None]] = asyncio.get_running_loop().create_future()
         # No await from here to the decisions in _decide: claiming and deciding are one step on the loop.
         for i, (half_offset, commit_log_offset, outcome) in enumerate(entries):
             try:
@@ -315,26 +320,22 @@ class TransactionalMessageService:
             elif self.table.outcome(half_offset) in (Outcome.COMMIT, Outcome.ROLLBACK):
                 results[i] = self._repeat(half_offset, outcome, None)
             else:
-                self._in_flight[half_offset] = loop.create_future()
+                self._in_flight[half_offset] = (decided, i)
                 claimed.append((i, half))
         if claimed:
-            mine = [self._in_flight[entries[i].half_offset] for i, _ in claimed]
             try:
                 await self._decide(entries, claimed, results, source)
-                for (i, _), fut in zip(claimed, mine, strict=True):
-                    fut.set_result(results[i])  # type: ignore[arg-type]
+                decided.set_result(results)
             except BaseException as exc:
-                for fut in mine:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                        fut.exception()  # the waiters, if any, see it; nobody else needs to
+                decided.set_exception(exc)
+                decided.exception()  # the waiters, if any, see it; nobody else needs to
                 raise
             finally:
                 for i, _ in claimed:
                     del self._in_flight[entries[i].half_offset]
-        for i, running in waits:
+        for i, (deciding, j) in waits:
             try:
-                first = await asyncio.shield(running)
+                first = (await asyncio.shield(deciding))[j]
             except Exception as exc:
                 results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"the decision this one waited for failed: {exc}")
                 continue
@@ -545,17 +546,20 @@ class TransactionalMessageService:
     @staticmethod
     def real_messages(half: MessageExt, half_offset: int, commit_log_offset: int) -> list[MessageExt]:
         """What a COMMIT of ``half`` stores: its real message, or, for a batch half, one per message it carries."""
-        props = dict(half.properties)
-        topic = props.pop(MessageConst.REAL_TOPIC)
-        queue_id = int(props.pop(MessageConst.REAL_QUEUE_ID, "0"))
+        props = half.properties
+        topic = props[MessageConst.REAL_TOPIC]
+        queue_id = int(props.get(MessageConst.REAL_QUEUE_ID, "0"))
         sys_flag = MessageSysFlag.reset_transaction_value(half.sys_flag, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
         if HALF_BATCH not in props:
-            props.pop(MessageConst.TRANSACTION_PREPARED, None)
-            props[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
-            return [MessageExt(topic, half.body, props, flag=half.flag, queue_id=queue_id, sys_flag=sys_flag,
-                               born_timestamp=half.born_timestamp, born_host=half.born_host,
-                               store_host=half.store_host, reconsume_times=half.reconsume_times,
-                               prepared_transaction_offset=commit_log_offset)]
+            real = MessageExt(topic, half.body, props, flag=half.flag, queue_id=queue_id, sys_flag=sys_flag,
+                              born_timestamp=half.born_timestamp, born_host=half.born_host,
+                              store_host=half.store_host, reconsume_times=half.reconsume_times,
+                              prepared_transaction_offset=commit_log_offset)
+            inner = real.properties  # its own copy: the half's stay as they are
+            for name in _HALF_ONLY:
+                inner.pop(name, None)
+            inner[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
+            return [real]
         link = {MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET: str(half_offset),
                 MessageConst.TRANSACTION_ID: props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")}
         return [MessageExt(topic, body, {**inner, **link}, flag=flag, queue_id=queue_id, sys_flag=sys_flag,
