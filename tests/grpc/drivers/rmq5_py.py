@@ -75,7 +75,8 @@ def cmd_send(a: dict) -> None:
 
 def cmd_send_async(a: dict) -> None:
     """``count`` messages of ``size`` bytes with ``send_async``, at most ``window`` unanswered (bench/grpc.py
-    --official); prints the seconds from the first send to the last receipt."""
+    --official): started, it prints ``ready`` and waits for a line on stdin; then prints the seconds from the
+    first send to the last receipt."""
     p = Producer(config(a), (a["topic"],))
     p.startup()
     try:
@@ -94,6 +95,8 @@ def cmd_send_async(a: dict) -> None:
                     finished.set()
 
         p.send(message(a, -1))  # routes and the session before the clock starts
+        out("ready")
+        sys.stdin.readline()  # the bench's go: its meter of the broker starts now
         started = time.perf_counter()
         for _ in range(count):
             slots.acquire()
