@@ -288,3 +288,25 @@ def test_an_oversized_commit_fails_alone_in_the_put_it_shares_with_op_records(tm
         assert len(stored(store)) == 3
         await store.shutdown()
     asyncio.run(go())
+
+
+def test_a_late_flush_of_the_shared_put_answers_each_decision_and_keeps_it(tmp_path):
+    """FLUSH_DISK_TIMEOUT for the one put of real messages and op records: it stored them (the flush is late, not
+    failed), so the commits stand and answer FLUSH_DISK_TIMEOUT, the rollback stands, and nothing is put again."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        tx = await halves(service, 3)
+        calls = count_puts(store)
+        counted_put = store.put_messages
+
+        async def late_flush(msgs: list[MessageExt]) -> PutMessageResult:
+            result = await counted_put(msgs)
+            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result.append_result)
+        store.put_messages = late_flush  # type: ignore[method-assign]
+        results = await batch(service, [(tx[0], COMMIT), (tx[1], ROLLBACK), (tx[2], COMMIT)])
+        assert [r.code for r in results] == [ResponseCode.FLUSH_DISK_TIMEOUT, OK, ResponseCode.FLUSH_DISK_TIMEOUT]
+        assert len(calls) == 1 and stored(store) == ["m0", "m2"]
+        assert [service.table.outcome(off) for off, _ in tx] == [COMMIT, ROLLBACK, COMMIT]
+        assert op_records(store)[-2:] == [("COMMIT", [tx[0][0], tx[2][0]]), ("ROLLBACK", [tx[1][0]])]
+        await store.shutdown()
+    asyncio.run(go())
