@@ -12,13 +12,23 @@ Starts ``txmq server`` (ASYNC_FLUSH, free ports, a temporary store) in a child p
 Prints one line per case (messages or transactions per second). The client side is Python in both cases, so the
 numbers compare the protocols' cost through this broker, not the official clients (whose send loop is slower
 than either).
+
+    .venv/bin/python bench/grpc.py --official [--count 20000] [--window 1000] [--runs 3]
+
+instead compares the official RocketMQ 5 Python client (``rocketmq-python-client`` in ``.venv-rmq5``: ``send_async``
+with at most ``--window`` unanswered, tests/grpc/drivers/rmq5_py.py) with single-message SEND_MESSAGE frames over
+remoting as RocketMQ 4's clients send them (``bench/raw_frames.py``'s client, the same window), alternating, a
+fresh 4-queue topic per run: messages per second and the broker's CPU per message of each, and their ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -48,6 +58,15 @@ from txmq.grpc.protocol import definition_pb2 as pb  # noqa: E402
 from txmq.grpc.protocol import service_pb2 as spb  # noqa: E402
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
 from txmq.launch import ServerProcess, txmq_command  # noqa: E402
+
+sys.path.append(_HERE)  # the other benches, now that grpc is imported
+import raw_frames  # noqa: E402
+
+from txmq import bench  # noqa: E402
+from txmq.remoting.transport import new_event_loop  # noqa: E402
+
+RMQ5_PYTHON = Path(_HERE).parent / ".venv-rmq5" / "bin" / "python"
+RMQ5_DRIVER = Path(_HERE).parent / "tests" / "grpc" / "drivers" / "rmq5_py.py"
 
 
 def start_server(root: Path) -> ServerProcess:
@@ -134,13 +153,91 @@ async def grpc_run(addr: str, topic: str, count: int, window: int, body: bytes, 
         return time.perf_counter() - started
 
 
+# --- the official client against raw remoting frames (issue 15) ---------------------------------------------
+
+def official_send(root: Path, endpoint: str, topic: str, count: int, window: int, size: int,
+                  meter: bench.Meter) -> float:
+    """Seconds the official client's ``send_async`` took for ``count`` messages (its own process and HOME);
+    ``meter`` runs from its first send to its last receipt, after the client's start-up (routes, session)."""
+    home = root / "rmq5-home"
+    home.mkdir(exist_ok=True)
+    proc = subprocess.Popen([str(RMQ5_PYTHON), str(RMQ5_DRIVER), json.dumps({
+        "cmd": "send_async", "endpoint": endpoint, "topic": topic, "count": count, "window": window, "size": size,
+        "timeout": 30})], env=dict(os.environ, HOME=str(home)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    events = []
+    try:
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            events.append(json.loads(line))
+            if events[-1]["event"] == "ready":
+                meter.start()
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            elif events[-1]["event"] == "sent":
+                meter.stop()
+            elif events[-1]["event"] == "done":
+                break
+    finally:
+        proc.stdin.close()
+        if proc.wait(timeout=60):
+            proc.kill()
+    sent = next((e for e in events if e["event"] == "sent"), None)
+    if sent is None or sent["failures"]:
+        raise bench.BenchError(f"official client failed: {sent or events[-1:]}")
+    return float(sent["seconds"])
+
+
+def official_vs_remoting(server: ServerProcess, root: Path, args: argparse.Namespace) -> None:
+    rows: dict[str, list[tuple[float, float]]] = {"remoting": [], "grpc": []}  # (msg/s, broker µs/msg)
+    for run in range(args.runs):
+        for kind in ("remoting", "grpc") if run % 2 == 0 else ("grpc", "remoting"):
+            topic = f"bench_official_{kind}_{run}"
+            bench.ensure_topic(server.addrs["namesrv"], topic, raw_frames.QUEUES)
+            meter = bench.Meter(server.pid)
+            if kind == "grpc":
+                seconds = official_send(root, server.addrs["grpc"], topic, args.count, args.window, args.body, meter)
+            else:
+                loop = new_event_loop()
+                try:
+                    meter.start()
+                    seconds = loop.run_until_complete(raw_frames.drive(
+                        server.addrs["broker"], topic, args.count, args.body, args.window, 1, False))
+                    meter.stop()
+                finally:
+                    loop.close()
+            per_s = args.count / seconds
+            us = (meter.broker_cpu or 0) / args.count * 1e6
+            rows[kind].append((per_s, us))
+            print(f"run {run + 1} {kind:8s}: {per_s:9,.0f}/s, broker {us:5.1f} µs/msg "
+                  f"(other CPU {meter.other_cpu or 0:.2f} s in {meter.elapsed:.2f} s; for gRPC that includes the "
+                  f"client)", flush=True)
+    med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
+    for kind, (per_s, us) in med.items():
+        print(f"median {kind:8s}: {per_s:9,.0f}/s, broker {us:5.1f} µs/msg", flush=True)
+    print(f"gRPC (official client) / remoting: {med['grpc'][0] / med['remoting'][0]:.2f}x msg/s, "
+          f"{med['grpc'][1] / med['remoting'][1]:.2f}x broker CPU per message", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--count", type=int, default=4000)
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--body", type=int, default=256)
+    ap.add_argument("--official", action="store_true", help="the official RocketMQ 5 client against raw remoting")
+    ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     body = b"x" * args.body
+    if args.official:
+        with tempfile.TemporaryDirectory() as tmp:
+            server = start_server(Path(tmp))
+            try:
+                official_vs_remoting(server, Path(tmp), args)
+            finally:
+                server.stop()
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(Path(tmp))
         addrs = server.addrs

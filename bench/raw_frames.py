@@ -231,7 +231,7 @@ def main() -> None:
     p.add_argument("-n", type=int, default=50000)
     p.add_argument("--size", type=int, default=256)
     p.add_argument("--window", type=int, default=1000)
-    p.add_argument("--conns", default="1,8")
+    p.add_argument("--conns", default="1,8", help="connections of the send runs, comma-separated (\"\": none)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--modes", default="SYNC_FLUSH,ASYNC_FLUSH")
     p.add_argument("--tx", type=int, default=20000, help="transactions per run (0: none)")
@@ -250,7 +250,7 @@ def main() -> None:
             server = start_txmq(mode, Path(tmp))
             log(f"== txmq {mode}: pid {server.pid}")
             try:
-                cases = [(f"send x{c}", c, False, a.n) for c in (int(x) for x in a.conns.split(","))]
+                cases = [(f"send x{c}", c, False, a.n) for c in (int(x) for x in a.conns.split(",") if x)]
                 if a.tx:
                     cases.append(("tx x1", 1, True, a.tx))
                 for name, conns, half, n in cases:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tx_helpers import end, half, open_service
+from tx_helpers import end, half, lose_op_records, open_service
 
 from txmq.broker.transaction.service import OP_PROPERTY, EndEntry, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
@@ -84,8 +84,8 @@ def test_a_mixed_batch_answers_each_entry_and_stores_once(tmp_path):
         assert "already committed" in results[3].remark and "offset wrong" in results[8].remark
         assert "Find prepared transaction message failed" in results[9].remark
         assert stored(store) == ["m0", "m1", "m4"]
-        # One put for the two real messages, then one op record per outcome, in one put.
-        assert calls == [["orders", "orders"], [RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC]]
+        # One put: the two real messages, then one op record per outcome.
+        assert calls == [["orders", "orders", RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC]]
         assert op_records(store)[ops_before:] == [("COMMIT", [tx[0][0], tx[1][0]]),
                                                   ("ROLLBACK", [tx[2][0], tx[6][0]])]
         assert [service.table.outcome(off) for off, _ in tx] == [COMMIT, COMMIT, ROLLBACK, Outcome.PENDING, COMMIT,
@@ -226,6 +226,7 @@ def test_a_batch_cut_between_its_real_messages_and_its_op_record(tmp_path):
     async def go() -> None:
         store, service = await open_service(tmp_path / "store", snap)
         tx = await halves(service, 3)
+        lose_op_records(store, service)
         real_put = store.put_messages
 
         async def snapshot_first(msgs: list[MessageExt]) -> PutMessageResult:
@@ -233,10 +234,6 @@ def test_a_batch_cut_between_its_real_messages_and_its_op_record(tmp_path):
                 assert service.snapshot()
             return await real_put(msgs)
         store.put_messages = snapshot_first  # type: ignore[method-assign]
-
-        async def no_op(op: str, offsets: list[int]) -> None:  # the crash: no op record reaches the log
-            return None
-        service._write_op = no_op  # type: ignore[method-assign]
         assert [r.code for r in await batch(service, [(tx[0], COMMIT), (tx[1], COMMIT)])] == [OK, OK]
         store.commit_log.flush()
         store.close_without_shutdown()
@@ -254,5 +251,62 @@ def test_a_batch_cut_between_its_real_messages_and_its_op_record(tmp_path):
         assert [service.table.outcome(off) for off, _ in tx] == [COMMIT] * 3
         assert [r.code for r in await batch(service, [(t, COMMIT) for t in tx])] == [OK] * 3
         assert stored(store) == ["m0", "m1", "m2"]
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_an_oversized_commit_fails_alone_in_the_put_it_shares_with_op_records(tmp_path):
+    """Decisions that arrive together store their real messages and op records in one put; a put is all or nothing,
+    so when the store refuses it (one real message over maxMessageSize), each commit is stored alone: the
+    neighbours commit, the oversized one is answered with the refusal and stays pending, the rollback stands, and
+    the op records name only what was stored."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        tx = await halves(service, 3)
+        r = await service.prepare_message(MessageExt(
+            "orders", b"B" * 2000, {MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: "g",
+                                    MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "BIG"}))
+        assert r.stored and r.append_result is not None
+        oversized = (r.append_result.logics_offset, r.append_result.wrote_offset)
+        store.config.max_message_size = 1000  # the small ones fit, the big one no longer does
+        calls = count_puts(store)
+        ops_before = len(op_records(store))
+        results = await batch(service, [(tx[0], COMMIT), (oversized, COMMIT), (tx[1], ROLLBACK), (tx[2], COMMIT)])
+        assert [r.code for r in results] == [OK, ResponseCode.SYSTEM_ERROR, OK, OK]
+        assert "MESSAGE_ILLEGAL" in results[1].remark
+        real, op = "orders", RMQ_SYS_TRANS_OP_HALF_TOPIC
+        assert calls == [[real, real, real, op, op],  # together: refused whole
+                         [real, real, real],  # the commits' slice: refused whole too
+                         [real], [real], [real],  # each alone
+                         [op, op]]  # the outcomes of what was stored
+        assert stored(store) == ["m0", "m2"]
+        assert op_records(store)[ops_before:] == [("COMMIT", [tx[0][0], tx[2][0]]), ("ROLLBACK", [tx[1][0]])]
+        assert service.table.outcome(oversized[0]) == Outcome.PENDING and service.table.info(oversized[0])
+        assert not service._in_flight and not service._committing
+        store.config.max_message_size = 4096  # once it fits, the retried commit is stored
+        assert (await end(service, *oversized, COMMIT)).code == OK
+        assert len(stored(store)) == 3
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_a_late_flush_of_the_shared_put_answers_each_decision_and_keeps_it(tmp_path):
+    """FLUSH_DISK_TIMEOUT for the one put of real messages and op records: it stored them (the flush is late, not
+    failed), so the commits stand and answer FLUSH_DISK_TIMEOUT, the rollback stands, and nothing is put again."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        tx = await halves(service, 3)
+        calls = count_puts(store)
+        counted_put = store.put_messages
+
+        async def late_flush(msgs: list[MessageExt]) -> PutMessageResult:
+            result = await counted_put(msgs)
+            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result.append_result)
+        store.put_messages = late_flush  # type: ignore[method-assign]
+        results = await batch(service, [(tx[0], COMMIT), (tx[1], ROLLBACK), (tx[2], COMMIT)])
+        assert [r.code for r in results] == [ResponseCode.FLUSH_DISK_TIMEOUT, OK, ResponseCode.FLUSH_DISK_TIMEOUT]
+        assert len(calls) == 1 and stored(store) == ["m0", "m2"]
+        assert [service.table.outcome(off) for off, _ in tx] == [COMMIT, ROLLBACK, COMMIT]
+        assert op_records(store)[-2:] == [("COMMIT", [tx[0][0], tx[2][0]]), ("ROLLBACK", [tx[1][0]])]
         await store.shutdown()
     asyncio.run(go())

@@ -9,7 +9,8 @@ from pathlib import Path
 from txmq.broker.transaction.service import EndResult, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome
 from txmq.message import MessageConst, MessageExt
-from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
+from txmq.store import DefaultMessageStore, PutMessageResult, PutMessageStatus, StoreConfig
+from txmq.topic import RMQ_SYS_TRANS_OP_HALF_TOPIC
 
 
 async def open_service(root: Path, snapshot_path: Path | None = None
@@ -50,3 +51,17 @@ class Sender:
     def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
         self.sent.append(half_offset)
         return True
+
+
+def lose_op_records(store: DefaultMessageStore, service: TransactionalMessageService) -> None:
+    """The crash window between a commit's real messages and its op record: from now on no op record reaches the
+    log, neither written alone nor after the real messages in the same put (lost with the torn tail)."""
+    real_put = store.put_messages
+
+    def without_ops(msgs: list[MessageExt]) -> Awaitable[PutMessageResult]:
+        return real_put([m for m in msgs if m.topic != RMQ_SYS_TRANS_OP_HALF_TOPIC])
+    store.put_messages = without_ops  # type: ignore[method-assign,assignment]
+
+    async def no_op(op: str, offsets: list[int]) -> bool:
+        return True
+    service._write_op = no_op  # type: ignore[method-assign]

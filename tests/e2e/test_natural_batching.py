@@ -34,12 +34,12 @@ def send(opaque: int, body: bytes, queue_id: int, topic: str = TOPIC, half: bool
 
 
 def end(opaque: int, answer: RemotingCommand, commit_log_offset: int | None = None,
-        oneway: bool = False) -> RemotingCommand:
+        oneway: bool = False, commit: bool = True) -> RemotingCommand:
     ext = answer.ext_fields
     cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, {
         "producerGroup": GROUP, "tranStateTableOffset": ext["queueOffset"],
         "commitLogOffset": str(int(ext["msgId"][16:], 16) if commit_log_offset is None else commit_log_offset),
-        "commitOrRollback": "8", "fromTransactionCheck": "false", "msgId": ext["msgId"],
+        "commitOrRollback": "8" if commit else "12", "fromTransactionCheck": "false", "msgId": ext["msgId"],
     })
     cmd.opaque = opaque
     if oneway:
@@ -112,11 +112,17 @@ def test_halves_and_end_transactions_of_one_read_each_answered_alone(cluster, br
         assert all(got[5000 + i].code == ResponseCode.SUCCESS for i in range(50))
         assert got[6000].code == ResponseCode.SUCCESS and "already committed" in (got[6000].remark or "")
         assert got[6001].code == ResponseCode.SYSTEM_ERROR
-        # Java's way: END_TRANSACTION oneway, right behind more halves.
-        more = exchange(sock, [send(7000 + i, b"o", 0, half=True) for i in range(20)], 20)
-        sock.sendall(b"".join(encode_command(end(8000 + i, more[7000 + i], oneway=True)) for i in range(20)))
-        deadline = time.monotonic() + 10
-        while bench.stored_messages(cluster.namesrv_addr, TOPIC) < 70 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # Java's way: END_TRANSACTION oneway, right behind more halves; COMMITs and ROLLBACKs in one read (one
+        # put with their op records), and the connection closed at once, its decisions still in the broker.
+        more = exchange(sock, [send(7000 + i, b"o", 0, half=True) for i in range(30)], 30)
+        sock.sendall(b"".join(encode_command(end(8000 + i, more[7000 + i], oneway=True, commit=i < 20))
+                              for i in range(30)))
+    deadline = time.monotonic() + 10
+    while bench.stored_messages(cluster.namesrv_addr, TOPIC) < 70 and time.monotonic() < deadline:
+        time.sleep(0.05)
     time.sleep(0.3)
-    assert bench.stored_messages(cluster.namesrv_addr, TOPIC) == 70  # each commit stored once
+    assert bench.stored_messages(cluster.namesrv_addr, TOPIC) == 70  # each commit stored once, no rollback
+    with socket.create_connection(addr_of(broker.addrs["broker"]), timeout=10) as sock:  # every decision stands
+        again = exchange(sock, [end(9000 + i, more[7000 + i], commit=i >= 20) for i in range(0, 30, 5)], 6)
+    assert [again[9000 + i].code for i in range(0, 30, 5)] == [ResponseCode.TRANSACTION_SHOULD_COMMIT] * 4 + \
+        [ResponseCode.TRANSACTION_SHOULD_ROLLBACK] * 2

@@ -73,6 +73,42 @@ def cmd_send(a: dict) -> None:
         p.shutdown()
 
 
+def cmd_send_async(a: dict) -> None:
+    """``count`` messages of ``size`` bytes with ``send_async``, at most ``window`` unanswered (bench/grpc.py
+    --official): started, it prints ``ready`` and waits for a line on stdin; then prints the seconds from the
+    first send to the last receipt."""
+    p = Producer(config(a), (a["topic"],))
+    p.startup()
+    try:
+        count, body = a["count"], b"x" * a.get("size", 256)
+        slots, finished, failures = threading.Semaphore(a.get("window", 1000)), threading.Event(), []
+        left = [count]
+        lock = threading.Lock()
+
+        def receipt(fut) -> None:
+            if fut.exception() is not None:
+                failures.append(repr(fut.exception()))
+            slots.release()
+            with lock:
+                left[0] -= 1
+                if not left[0]:
+                    finished.set()
+
+        p.send(message(a, -1))  # routes and the session before the clock starts
+        out("ready")
+        sys.stdin.readline()  # the bench's go: its meter of the broker starts now
+        started = time.perf_counter()
+        for _ in range(count):
+            slots.acquire()
+            m = Message()
+            m.topic, m.body = a["topic"], body
+            p.send_async(m).add_done_callback(receipt)
+        finished.wait()
+        out("sent", seconds=time.perf_counter() - started, failures=len(failures), first_failure=failures[:1])
+    finally:
+        p.shutdown()
+
+
 class Checker(TransactionChecker):
     def __init__(self, answer: str) -> None:
         self.answer = answer
@@ -200,7 +236,9 @@ def cmd_push(a: dict) -> None:
 def main() -> None:
     a = json.loads(sys.argv[1])
     try:
-        {"send": cmd_send, "tx": cmd_tx, "simple": cmd_simple, "push": cmd_push}[a["cmd"]](a)
+        commands = {"send": cmd_send, "send_async": cmd_send_async, "tx": cmd_tx, "simple": cmd_simple,
+                    "push": cmd_push}
+        commands[a["cmd"]](a)
         out("done", ok=True)
     except Exception as exc:
         out("done", ok=False, error=f"{type(exc).__name__}: {exc}")

@@ -39,6 +39,11 @@ _OUTCOMES = {
 }
 
 
+# answers a oneway decision needs no log line for: success, and the conflicts the service logs itself
+_LOGGED_ANSWERS = frozenset({ResponseCode.SUCCESS, ResponseCode.TRANSACTION_SHOULD_COMMIT,
+                             ResponseCode.TRANSACTION_SHOULD_ROLLBACK})
+
+
 def _no_decision(flag: int) -> EndResult:
     """The answer to a commitOrRollback that is neither COMMIT nor ROLLBACK: UNKNOWN changes nothing, the rest
     is refused."""
@@ -68,11 +73,16 @@ class EndTransactionProcessor:
         return self._end(cmd, h, outcome, "check" if h.from_transaction_check else "producer")
 
     def _end(self, cmd: RemotingCommand, h: EndTransactionRequestHeader, outcome: Outcome,
-             source: str) -> asyncio.Future[RemotingCommand]:
-        """The decisions of one loop iteration are decided together (``end_transaction``); each its own answer."""
+             source: str) -> asyncio.Future[RemotingCommand] | None:
+        """The decisions of one loop iteration are decided together (``end_transaction``); each its own answer.
+        A oneway END_TRANSACTION (as RocketMQ's clients send it) gets none: nothing is built for it, and only a
+        failure is logged."""
         decided = self.broker.transaction_service.end_transaction(
             producer_group=h.producer_group, half_offset=h.tran_state_table_offset,
             commit_log_offset=h.commit_log_offset, outcome=outcome, source=source)
+        if cmd.is_oneway:
+            decided.add_done_callback(_log_failure)
+            return None
         return then(decided, lambda result: RemotingCommand.response_to(cmd, result.code, remark=result.remark))
 
     def process_batch(self, conn: Connection, cmd: RemotingCommand):
@@ -101,6 +111,18 @@ class EndTransactionProcessor:
                 results[i] = result
         body = orjson.dumps({"results": [{"code": r.code, "remark": r.remark} for r in results if r is not None]})
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
+
+
+def _log_failure(decided: asyncio.Future[EndResult]) -> None:
+    """The outcome of a oneway decision, which nobody reads: a failed one is logged (its transaction stays
+    pending, or as it was, and will be checked)."""
+    if decided.cancelled():
+        return
+    exc = decided.exception()
+    if exc is not None:
+        log.error("oneway END_TRANSACTION failed: %r", exc, exc_info=exc)
+    elif decided.result().code not in _LOGGED_ANSWERS:
+        log.warning("oneway END_TRANSACTION refused (%d): %s", decided.result().code, decided.result().remark)
 
 
 def _slave_refusal(cmd: RemotingCommand) -> RemotingCommand:

@@ -9,7 +9,8 @@
   after COMMIT with ``TRANSACTION_SHOULD_COMMIT``, and logged.
 * Decisions come one at a time (END_TRANSACTION, gRPC, check answers) or in batches (txmq's
   TXMQ_END_TRANSACTION_BATCH): a single decision is a batch of one, and a batch stores the real messages of
-  all its commits in puts of about ``PUT_SLICE`` messages and writes one op record per outcome.
+  all its commits in puts of about ``PUT_SLICE`` messages and writes one op record per outcome (when the real
+  messages fit one put, in that same put: the END_TRANSACTIONs that arrive together cost one write).
 * A half message may carry a batch (txmq's, beyond RocketMQ; ``HALF_BATCH``): its body is the batch as the
   producer sent it, and its transaction is one for all the messages in it. COMMIT stores each as a real
   message of its own (with its own ``UNIQ_KEY`` and the batch's transaction id in ``__transactionId__``).
@@ -57,6 +58,8 @@ REMOVE_TAG = "d"
 # Memory a remembered half costs beyond its body: the MessageExt, its properties dict and strings, the ints, the
 # cache's dict slot (tracemalloc: about 550 bytes for a half with the usual five properties).
 RECENT_HALF_OVERHEAD = 600
+# properties of a half message that its real message does not carry
+_HALF_ONLY = (MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID, MessageConst.TRANSACTION_PREPARED)
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
 
@@ -157,7 +160,9 @@ class TransactionalMessageService:
         self.orphan_after_ms = transaction_timeout_ms * orphan_factor
         self.file_reserved_time_h = file_reserved_time_h
         self.snapshot_path = snapshot_path
-        self._in_flight: dict[int, asyncio.Future[EndResult]] = {}
+        # transactions being decided, by half offset: the deciding call's results (one future per call) and the
+        # entry's place in them
+        self._in_flight: dict[int, tuple[asyncio.Future[list[EndResult | None]], int]] = {}
         # Commits decided in the table whose real message or op record is still being written, with the state
         # from before the decision: a snapshot must show them as they are in the log.
         self._committing: dict[int, _Before] = {}
@@ -204,18 +209,19 @@ class TransactionalMessageService:
     def _half_of(msg: MessageExt, half_batch: int) -> MessageExt:
         """The half to store for ``msg``. ``HALF_BATCH`` is the broker's word only: a sender's is dropped (a
         plain body read as a batch at COMMIT would fail the decision)."""
-        props = dict(msg.properties)
+        half = MessageExt(
+            RMQ_SYS_TRANS_HALF_TOPIC, msg.body, msg.properties, flag=msg.flag, queue_id=0,
+            sys_flag=MessageSysFlag.reset_transaction_value(msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE),
+            born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+        )
+        props = half.properties  # its own copy: the sender's message keeps its properties
         props.pop(HALF_BATCH, None)
         if half_batch:
             props[HALF_BATCH] = str(half_batch)
         props[MessageConst.REAL_TOPIC] = msg.topic
         props[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
-        return MessageExt(
-            RMQ_SYS_TRANS_HALF_TOPIC, msg.body, props, flag=msg.flag, queue_id=0,
-            sys_flag=MessageSysFlag.reset_transaction_value(msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE),
-            born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
-            reconsume_times=msg.reconsume_times,
-        )
+        return half
 
     def _remember(self, half: MessageExt) -> None:
         """Keep a stored half for its decision, which usually follows within milliseconds: the commit then
@@ -292,11 +298,11 @@ class TransactionalMessageService:
         SUCCESS and stores nothing, the first decision wins, and an entry whose transaction is being decided
         (by another request, or earlier in this batch) waits for that decision. The real messages of all the
         commits go to the store in puts of about ``PUT_SLICE`` (their flush waits overlap), their outcomes in
-        one op record and the rollbacks' in another."""
+        one op record and the rollbacks' in another, in the same put as the real messages when they fit one."""
         results: list[EndResult | None] = [None] * len(entries)
-        waits: list[tuple[int, asyncio.Future[EndResult]]] = []
+        waits: list[tuple[int, tuple[asyncio.Future[list[EndResult | None]], int]]] = []
         claimed: list[tuple[int, MessageExt]] = []
-        loop = asyncio.get_running_loop()
+        decided: asyncio.Future[list[EndResult | None]] = asyncio.get_running_loop().create_future()
         # No await from here to the decisions in _decide: claiming and deciding are one step on the loop.
         for i, (half_offset, commit_log_offset, outcome) in enumerate(entries):
             try:
@@ -314,26 +320,22 @@ class TransactionalMessageService:
             elif self.table.outcome(half_offset) in (Outcome.COMMIT, Outcome.ROLLBACK):
                 results[i] = self._repeat(half_offset, outcome, None)
             else:
-                self._in_flight[half_offset] = loop.create_future()
+                self._in_flight[half_offset] = (decided, i)
                 claimed.append((i, half))
         if claimed:
-            mine = [self._in_flight[entries[i].half_offset] for i, _ in claimed]
             try:
                 await self._decide(entries, claimed, results, source)
-                for (i, _), fut in zip(claimed, mine, strict=True):
-                    fut.set_result(results[i])  # type: ignore[arg-type]
+                decided.set_result(results)
             except BaseException as exc:
-                for fut in mine:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                        fut.exception()  # the waiters, if any, see it; nobody else needs to
+                decided.set_exception(exc)
+                decided.exception()  # the waiters, if any, see it; nobody else needs to
                 raise
             finally:
                 for i, _ in claimed:
                     del self._in_flight[entries[i].half_offset]
-        for i, running in waits:
+        for i, (deciding, j) in waits:
             try:
-                first = await asyncio.shield(running)
+                first = (await asyncio.shield(deciding))[j]
             except Exception as exc:
                 results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"the decision this one waited for failed: {exc}")
                 continue
@@ -393,7 +395,9 @@ class TransactionalMessageService:
         stored: list[tuple[int, MessageExt, int]] = []  # entry, half, answer code
         ended: set[int] = set()  # commits stored or undone
         try:
-            puts = await self._store_reals([reals for _, _, reals in commits])
+            puts, recorded = await self._store_decided(
+                [reals for _, _, reals in commits], found + [entries[i].half_offset for i, _, _ in commits],
+                [entries[i].half_offset for i, _, _ in rollbacks])
             for (i, half, _), put in zip(commits, puts, strict=True):
                 ended.add(i)
                 if isinstance(put, PutMessageResult) and put.stored:
@@ -406,12 +410,13 @@ class TransactionalMessageService:
                     self._undo_commits([entries[i].half_offset])
                     why = f"{put.status.name} {put.remark}" if isinstance(put, PutMessageResult) else str(put)
                     results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {why}")
-            # Asked for together, the two op records share one write. A COMMIT whose op record is refused stands:
-            # its messages are the record (recovery finds them by UNIQ_KEY). A ROLLBACK is nothing but its op
-            # record: refused, it is undone, or it would be forgotten by a restart after being answered.
-            _, rolled_back = await asyncio.gather(
+            # Unless stored with the real messages, the two op records share one write of their own. A COMMIT
+            # whose op record is refused stands: its messages are the record (recovery finds them by UNIQ_KEY).
+            # A ROLLBACK is nothing but its op record: refused, it is undone, or it would be forgotten by a
+            # restart after being answered.
+            rolled_back = recorded or (await asyncio.gather(
                 self._write_op("COMMIT", found + [entries[i].half_offset for i, _, _ in stored]),
-                self._write_op("ROLLBACK", [entries[i].half_offset for i, _, _ in rollbacks]))
+                self._write_op("ROLLBACK", [entries[i].half_offset for i, _, _ in rollbacks])))[1]
             if not rolled_back:
                 for i, _, before in rollbacks:
                     self._restore(entries[i].half_offset, before)
@@ -445,6 +450,28 @@ class TransactionalMessageService:
         if log.isEnabledFor(logging.DEBUG):
             for i, half in [(i, half) for i, half, _ in stored] + [(i, half) for i, half, _ in rollbacks]:
                 log.debug("transaction %s %s by %s", half.msg_id, entries[i].outcome.name, source)
+
+    async def _store_decided(self, groups: list[list[MessageExt]], committed: list[int], rolled_back: list[int]
+                             ) -> tuple[list[PutMessageResult | Exception], bool]:
+        """Store the real messages of each commit (``groups``) and, when they fit one put of ``PUT_SLICE``, the op
+        records of the decisions (COMMIT of the half offsets ``committed``, ROLLBACK of ``rolled_back``) in the
+        same put, after them: one write and one flush wait for a whole gathering of decisions. Returns each
+        commit's result and whether the op records were stored. When that put is refused (it stored nothing),
+        the commits are stored as ``_store_reals`` stores them, each alone if need be, and the caller writes
+        the op records of those stored."""
+        reals = [msg for group in groups for msg in group]
+        if len(reals) <= PUT_SLICE:
+            ops = self._op_messages({"COMMIT": committed, "ROLLBACK": rolled_back})
+            if not reals and not ops:
+                return [], True
+            try:
+                together: PutMessageResult | None = await self.store.put_messages(reals + ops)
+            except Exception as exc:
+                log.warning("the put of %d decisions failed (%s): storing each commit alone", len(groups), exc)
+                together = None
+            if together is not None and together.stored:
+                return [together] * len(groups), True
+        return await self._store_reals(groups), False
 
     async def _store_reals(self, groups: list[list[MessageExt]]) -> list[PutMessageResult | Exception]:
         """Store the real messages of each commit (never none), a commit's never split, in puts of about ``PUT_SLICE``
@@ -519,17 +546,20 @@ class TransactionalMessageService:
     @staticmethod
     def real_messages(half: MessageExt, half_offset: int, commit_log_offset: int) -> list[MessageExt]:
         """What a COMMIT of ``half`` stores: its real message, or, for a batch half, one per message it carries."""
-        props = dict(half.properties)
-        topic = props.pop(MessageConst.REAL_TOPIC)
-        queue_id = int(props.pop(MessageConst.REAL_QUEUE_ID, "0"))
+        props = half.properties
+        topic = props[MessageConst.REAL_TOPIC]
+        queue_id = int(props.get(MessageConst.REAL_QUEUE_ID, "0"))
         sys_flag = MessageSysFlag.reset_transaction_value(half.sys_flag, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
         if HALF_BATCH not in props:
-            props.pop(MessageConst.TRANSACTION_PREPARED, None)
-            props[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
-            return [MessageExt(topic, half.body, props, flag=half.flag, queue_id=queue_id, sys_flag=sys_flag,
-                               born_timestamp=half.born_timestamp, born_host=half.born_host,
-                               store_host=half.store_host, reconsume_times=half.reconsume_times,
-                               prepared_transaction_offset=commit_log_offset)]
+            real = MessageExt(topic, half.body, props, flag=half.flag, queue_id=queue_id, sys_flag=sys_flag,
+                              born_timestamp=half.born_timestamp, born_host=half.born_host,
+                              store_host=half.store_host, reconsume_times=half.reconsume_times,
+                              prepared_transaction_offset=commit_log_offset)
+            inner = real.properties  # its own copy: the half's stay as they are
+            for name in _HALF_ONLY:
+                inner.pop(name, None)
+            inner[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
+            return [real]
         link = {MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET: str(half_offset),
                 MessageConst.TRANSACTION_ID: props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")}
         return [MessageExt(topic, body, {**inner, **link}, flag=flag, queue_id=queue_id, sys_flag=sys_flag,
@@ -619,13 +649,17 @@ class TransactionalMessageService:
             asyncio.get_running_loop().call_soon(self._flush_ops)
         return await asyncio.shield(self._op_written)
 
+    def _op_messages(self, offsets_by_op: dict[str, list[int]]) -> list[MessageExt]:
+        """One op record per kind with half offsets, in the order of ``offsets_by_op``."""
+        now = int(time.time() * 1000)
+        return [MessageExt(RMQ_SYS_TRANS_OP_HALF_TOPIC, ",".join(map(str, offsets)).encode(),
+                           {MessageConst.TAGS: REMOVE_TAG, OP_PROPERTY: op}, queue_id=0, born_timestamp=now,
+                           store_host=self.store.config.store_host) for op, offsets in offsets_by_op.items() if offsets]
+
     def _flush_ops(self) -> None:
         queue, written = self._op_queue, self._op_written
         self._op_queue, self._op_written = {}, None
-        now = int(time.time() * 1000)
-        msgs = [MessageExt(RMQ_SYS_TRANS_OP_HALF_TOPIC, ",".join(map(str, offsets)).encode(),
-                           {MessageConst.TAGS: REMOVE_TAG, OP_PROPERTY: op}, queue_id=0, born_timestamp=now,
-                           store_host=self.store.config.store_host) for op, offsets in queue.items()]
+        msgs = self._op_messages(queue)
 
         def done(task: asyncio.Future[PutMessageResult]) -> None:
             assert written is not None

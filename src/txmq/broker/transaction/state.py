@@ -29,6 +29,10 @@ class Outcome(IntEnum):
     DISCARD = 3  # checked transactionCheckMax times without an answer; may be resumed
 
 
+_OUTCOME_OF_BYTE = tuple(Outcome)  # by value: the table's bytes are outcomes
+_FINAL = (Outcome.COMMIT, Outcome.ROLLBACK)
+
+
 @dataclass(frozen=True, slots=True)
 class PendingInfo:
     half_offset: int
@@ -89,7 +93,7 @@ class TransactionStateTable:
 
     def outcome(self, half_offset: int) -> Outcome:
         if 0 <= half_offset < len(self.outcomes):
-            return Outcome(self.outcomes[half_offset])
+            return _OUTCOME_OF_BYTE[self.outcomes[half_offset]]
         return Outcome.PENDING
 
     def _set_outcome(self, half_offset: int, outcome: Outcome) -> None:
@@ -101,7 +105,7 @@ class TransactionStateTable:
                     checks: int = 0, *, schedule: bool = True) -> None:
         """Track a pending transaction. ``schedule=False`` when it already has an entry in the wheel (a
         pending transaction must have exactly one, or a pass would check it twice)."""
-        if self.outcome(half_offset) in (Outcome.COMMIT, Outcome.ROLLBACK) or half_offset in self.pending:
+        if half_offset in self.pending or self.outcome(half_offset) in _FINAL:
             return
         self.discarded.pop(half_offset, None)
         self._set_outcome(half_offset, Outcome.PENDING)
@@ -118,18 +122,21 @@ class TransactionStateTable:
             self.recovered.add(info.half_offset)
 
     def decide(self, half_offset: int, outcome: Outcome) -> None:
-        """Record an outcome; a DISCARD keeps the transaction listable, COMMIT and ROLLBACK are final."""
-        info = self.info(half_offset)
-        if info is not None:
-            del self.pending[half_offset]
+        """Record an outcome; a DISCARD keeps the transaction listable, COMMIT and ROLLBACK are final. Once per
+        transaction on the commit path: the packed entry is read in place, no ``PendingInfo`` built."""
+        packed = self.pending.pop(half_offset, None)
+        if packed is not None:
             self.recovered.discard(half_offset)
-            self.pending_per_topic[info.topic] -= 1
-            if not self.pending_per_topic[info.topic]:
-                del self.pending_per_topic[info.topic]
+            per_topic = self.pending_per_topic
+            topic = self._names[(packed >> self._GROUP_BITS) & ((1 << self._TOPIC_BITS) - 1)]
+            per_topic[topic] -= 1
+            if not per_topic[topic]:
+                del per_topic[topic]
         self._set_outcome(half_offset, outcome)
         if outcome == Outcome.DISCARD:
-            self.discarded[half_offset] = info.checks if info is not None else self.discarded.get(half_offset, 0)
-        else:
+            self.discarded[half_offset] = self._unpack(packed)[1] if packed is not None \
+                else self.discarded.get(half_offset, 0)
+        elif self.discarded:
             self.discarded.pop(half_offset, None)
 
     def count_check(self, half_offset: int) -> int:
