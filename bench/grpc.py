@@ -45,14 +45,7 @@ sys.path.insert(0, os.path.join(_HERE, "..", "src"))
 
 import grpc  # noqa: E402
 
-from txmq import (  # noqa: E402
-    LocalTransactionState,
-    Message,
-    Producer,
-    TransactionListener,
-    TransactionProducer,
-    bench,
-)
+from txmq import LocalTransactionState, Message, Producer, TransactionListener, TransactionProducer  # noqa: E402
 from txmq.client.admin import Admin  # noqa: E402
 from txmq.grpc.protocol import definition_pb2 as pb  # noqa: E402
 from txmq.grpc.protocol import service_pb2 as spb  # noqa: E402
