@@ -151,3 +151,16 @@ def test_a_controller_taking_over_elects_only_on_log_ends_it_was_told():
     assert other.scan_not_active() == []  # 2 is alive for the takeover's grace, its log end unknown
     s = _beat(other, 2, 1000)
     assert (s.master_id, s.epoch) == (2, 2)
+
+
+def test_a_group_stored_before_boot_ids_adopts_its_masters_process_then_sees_its_restart():
+    dcs = MemoryDCS()
+    m = _manager(dcs)
+    _group_of_three(m, (1000, 1000, 1000))
+    state = m.state("g")
+    assert state is not None
+    state.master_boot_id = ""  # as written by a controller that knew no boot ids
+    m._save(state, "old format")
+    assert _beat(m, 1, 1000).master_boot_id == "boot-1"
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(m, 1, 1000, boot="boot-1-again")
