@@ -242,8 +242,9 @@ def test_reports_stop_quietly_once_the_master_reset_the_connection_on_uvloop(tmp
         runner.run(go())
 
 
-def test_an_unexpected_error_in_a_session_does_not_stop_the_slave_copying(tmp_path, caplog):
+def test_an_unexpected_error_in_a_session_does_not_stop_the_slave_copying(tmp_path, caplog, monkeypatch):
     """The client's task outlives any error of one session (logged with its traceback) and reconnects."""
+    monkeypatch.setattr("txmq.store.ha.client.RETRY_S", 0.05)
     sessions: list[str] = []
 
     async def failing_session(addr: str) -> None:
