@@ -1,13 +1,15 @@
 """The long fault campaign of controller mode (issue #13; tests/e2e/test_failover.py runs a short one in CI).
 
-    .venv/bin/python bench/faults.py [--faults 30] [--seed 13] [--json]
+    .venv/bin/python bench/faults.py [--faults 30] [--seed 13] [--kinds kill,restart,...] [--json]
 
 etcd, a controller, a name server and a group of three replicas (SYNC_MASTER + SYNC_FLUSH when master), each
 its own process on free ports of 127.0.0.1 with a temporary store. txmq's Producer (one attempt per message),
 the C++ client (rocketmq==0.4.4, SYNC sends, no retries) and a TransactionProducer (COMMIT, ROLLBACK, and
 UNKNOWN resolved by check-back) run the whole time. ``--faults`` faults at random instants, drawn from: SIGKILL
 of the master (then restarted), SIGSTOP of the master past its lease (then SIGCONT), the master cut off from
-the controller by a TCP proxy (then healed), a slave's commit-log tail flipped or zeroed while it is down. At
+the controller by a TCP proxy (then healed), a slave's commit-log tail flipped or zeroed while it is down
+(``--kinds``: only these, equally often; ``restart`` is the master SIGKILLed, the last bytes of its log zeroed
+and restarted at once, within the heartbeat timeout). At
 the end every replica is read from disk: acknowledged sends lost or duplicated, COMMITs not visible or visible
 twice, ROLLBACKs visible, epochs with two start offsets (two masters), replicas not byte-identical; and the
 failover time (from the fault on the master to the first send another broker acknowledged), p50 and max.
@@ -30,19 +32,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "e2e")
 
 from cluster import Cluster
 from failover_group import FailoverGroup
-from fault_campaign import MASTER_FAULTS, SLAVE_FAULTS, Figures, run_campaign
+from fault_campaign import MASTER_FAULTS, RESTART_FAULT, SLAVE_FAULTS, Figures, run_campaign
 
 from txmq import bench
 
 
-def campaign(root: Path, faults: int, seed: int) -> tuple[Figures, float]:
+def campaign(root: Path, faults: int, seed: int, kinds: tuple[str, ...]) -> tuple[Figures, float]:
     cluster = Cluster(root)
     group = FailoverGroup(cluster)
     started = time.monotonic()
     try:
         cluster.start_namesrv()
         group.start()
-        kinds = MASTER_FAULTS * 2 + SLAVE_FAULTS  # master faults twice as often
         rng = random.Random(seed)
 
         def progress(n: int, fault: str, figures: Figures) -> None:
@@ -60,10 +61,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--faults", type=int, default=30)
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--kinds", help="comma-separated fault kinds, drawn equally often (default: "
+                    f"{', '.join(MASTER_FAULTS)} twice as often as {', '.join(SLAVE_FAULTS)})")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    known = (*MASTER_FAULTS, *SLAVE_FAULTS, RESTART_FAULT)
+    kinds = tuple(a.kinds.split(",")) if a.kinds else MASTER_FAULTS * 2 + SLAVE_FAULTS
+    if not set(kinds) <= set(known):
+        ap.error(f"--kinds: one of {', '.join(known)}")
     with tempfile.TemporaryDirectory(prefix="txmq-faults-") as tmp:
-        figures, took = campaign(Path(tmp), a.faults, a.seed)
+        figures, took = campaign(Path(tmp), a.faults, a.seed, kinds)
     out = dataclasses.asdict(figures)
     out["faults"] = dict(figures.faults)
     fo = sorted(figures.failover_s)

@@ -19,8 +19,16 @@ def _manager(dcs: MemoryDCS | None = None, me: str = "c1") -> ReplicasInfoManage
     return m
 
 
-def _beat(m: ReplicasInfoManager, rid: int, offset: int = 0, timeout_s: float = 10.0):
-    return m.heartbeat("c", "g", rid, f"127.0.0.1:{1000 + rid}", f"127.0.0.1:{2000 + rid}", offset, 0, timeout_s)
+def _beat(m: ReplicasInfoManager, rid: int, offset: int = 0, timeout_s: float = 10.0, boot: str = ""):
+    return m.heartbeat("c", "g", rid, f"127.0.0.1:{1000 + rid}", f"127.0.0.1:{2000 + rid}", offset, 0, timeout_s,
+                       boot or f"boot-{rid}")
+
+
+def _group_of_three(m: ReplicasInfoManager, offsets: tuple[int, int, int]) -> None:
+    """Replicas 1 (master), 2 and 3, all in the SyncStateSet, at these log ends."""
+    for rid, offset in zip((1, 2, 3), offsets, strict=True):
+        _beat(m, rid, offset)
+    m.alter_sync_state_set("g", 1, 1, [1, 2, 3], 1)
 
 
 def test_the_first_replica_of_a_new_group_is_master_at_epoch_1_and_the_others_follow():
@@ -91,3 +99,68 @@ def test_a_controller_that_lost_the_leadership_changes_nothing():
         _beat(m, 2)
     s = m.state("g")
     assert s is not None and sorted(s.replicas) == ["1"]
+
+
+def test_a_restarted_master_loses_to_a_sync_state_set_member_holding_the_tail_it_lost():
+    """ASYNC_FLUSH and a machine crash: the master comes back within the heartbeat timeout with a shorter log
+    than its slaves, which hold acknowledged writes. Its new process is not confirmed at its old epoch; once
+    every alive member has reported since, the longest log wins at a new epoch."""
+    m = _manager()
+    _group_of_three(m, (1000, 1000, 1000))
+    assert _beat(m, 1, 1000).epoch == 1  # the same process: nothing happens
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(m, 1, 900, boot="boot-1-again")
+    s = m.state("g")
+    assert s is not None and (s.master_id, s.epoch) == (1, 1)  # 2's and 3's offsets may predate the crash
+    assert m.scan_not_active() == []
+    s = _beat(m, 2, 1000)
+    assert (s.master_id, s.epoch) == (1, 1)  # 3 has not reported since
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(m, 1, 900, boot="boot-1-again")
+    s = _beat(m, 3, 1000)
+    assert (s.master_id, s.epoch, s.sync_state_set, s.master_boot_id) == (2, 2, [2], "boot-2")  # tie: lower id
+    s = _beat(m, 1, 900, boot="boot-1-again")
+    assert (s.master_id, s.epoch) == (2, 2)  # the restarted replica is answered: follow 2
+
+
+def test_a_restarted_master_with_the_longest_log_is_master_again_at_a_new_epoch():
+    m = _manager()
+    _group_of_three(m, (1000, 1000, 800))
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(m, 1, 1000, boot="boot-1-again")
+    _beat(m, 2, 1000)
+    assert m.scan_not_active() == []  # 3 has not reported since the restart
+    assert _beat(m, 3, 800).epoch == 2  # the last report: the election
+    s = _beat(m, 1, 1000, boot="boot-1-again")
+    # 2 has as much: the old master is preferred, but at epoch 2, so 2 and 3 truncate to where epoch 2 starts.
+    assert (s.master_id, s.epoch, s.sync_state_set, s.master_boot_id) == (1, 2, [1], "boot-1-again")
+    assert _beat(m, 1, 1000, boot="boot-1-again").epoch == 2  # its own process from now on
+
+
+def test_a_controller_taking_over_elects_only_on_log_ends_it_was_told():
+    """The new controller knows the group from the DCS but no replica's log end: a master restarting then is
+    elected against the others' next reports, not against zeros."""
+    dcs = MemoryDCS()
+    m = _manager(dcs)
+    _group_of_three(m, (1000, 1000, 1000))
+    dcs.release_leadership()
+    other = _manager(dcs, "c2")
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(other, 1, 900, boot="boot-1-again")
+    _beat(other, 3, 1000)
+    assert other.scan_not_active() == []  # 2 is alive for the takeover's grace, its log end unknown
+    s = _beat(other, 2, 1000)
+    assert (s.master_id, s.epoch) == (2, 2)
+
+
+def test_a_group_stored_before_boot_ids_adopts_its_masters_process_then_sees_its_restart():
+    dcs = MemoryDCS()
+    m = _manager(dcs)
+    _group_of_three(m, (1000, 1000, 1000))
+    state = m.state("g")
+    assert state is not None
+    state.master_boot_id = ""  # as written by a controller that knew no boot ids
+    m._save(state, "old format")
+    assert _beat(m, 1, 1000).master_boot_id == "boot-1"
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(m, 1, 1000, boot="boot-1-again")

@@ -180,6 +180,7 @@ def _wait_sends(workload: Workload, since: float, old: str, timeout: float) -> f
 
 MASTER_FAULTS = ("kill", "pause", "partition")
 SLAVE_FAULTS = ("slave-flip", "slave-truncate")
+RESTART_FAULT = "restart"  # SIGKILL, the log's tail lost (ASYNC_FLUSH + a crash), back at once: a new epoch
 
 
 def _damage_tail(group: FailoverGroup, rid: int, fault: str, rng: random.Random) -> None:
@@ -217,6 +218,19 @@ def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figure
     victim = group.members[master]
     assert victim.pid is not None
     t0 = time.monotonic()
+    if fault == RESTART_FAULT:
+        epoch = group.state()["epoch"]
+        victim.kill()
+        t0 = time.monotonic()  # acknowledged after this: by another process (it may be elected again)
+        _damage_tail(group, master, "truncate", rng)
+        victim.start()
+        assert wait_until(lambda: group.state().get("epoch", 0) > epoch, 60), group.state()
+        group.wait_master(60)
+        took = _wait_sends(workload, t0, "", 30)
+        if took is not None:
+            figures.failover_s.append(took)
+        group.wait_master(60, full_set=True)
+        return
     if fault == "kill":
         victim.kill()
     elif fault == "pause":

@@ -1,19 +1,27 @@
 """Automatic failover with real processes (etcd, a controller, three replicas, SYNC_MASTER + SYNC_FLUSH): the
 master SIGKILLed, and SIGSTOPped past its lease, while sends and transactions go on. Nothing acknowledged is
 lost or duplicated, every COMMIT is visible once and no ROLLBACK, one start per epoch, and the replicas'
-commit logs are byte-identical at the end."""
+commit logs are byte-identical at the end. A master restarted at once with a lost tail is not master again at
+its old epoch."""
 
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import sys
+import time
+from collections import Counter
+from pathlib import Path
 
+import orjson
 import pytest
-from failover_group import FailoverGroup
+from failover_group import FailoverGroup, log_messages
 from fault_campaign import TOPIC, run_campaign
+from ha_group import commit_log_bytes, max_offset
+from helpers import wait_until
 
-from txmq import Admin
+from txmq import Admin, Message, Producer, SendStatus
 
 
 @pytest.fixture
@@ -122,5 +130,60 @@ def test_the_acting_controller_killed_another_takes_over_without_an_election(clu
         assert (after["master_id"], after["epoch"]) == (master, before["epoch"])
         assert set(results) == {SendStatus.SEND_OK}
         assert g.wait_master(10) == master
+    finally:
+        g.close()
+
+
+def _zero_log(store: Path, start: int, end: int) -> None:
+    """Zero the commit log's bytes [start, end): the tail an ASYNC_FLUSH master loses in a machine crash."""
+    for seg in sorted((store / "commitlog").iterdir()):
+        base = int(seg.name)
+        data = bytearray(seg.read_bytes())
+        lo, hi = max(start, base), min(end, base + len(data))
+        if lo < hi:
+            data[lo - base:hi - base] = bytes(hi - lo)
+            seg.write_bytes(bytes(data))
+
+
+def test_a_master_restarted_at_once_without_its_acknowledged_tail_loses_the_election(cluster):
+    """SYNC_MASTER + ASYNC_FLUSH: acknowledged sends are on every replica; the master is SIGKILLed, its log's
+    last 20 messages zeroed on disk (what a machine crash takes from an ASYNC_FLUSH log), and it is restarted
+    at once, well within the heartbeat timeout (30 s here, so only the restart can trigger the election). The
+    controller sees a new process, elects a slave that holds the tail at epoch 2, and every acknowledged send
+    is on every replica exactly once."""
+    g = FailoverGroup(cluster, conf={"flushDiskType": "ASYNC_FLUSH", "controllerHeartBeatTimeoutMills": 30000})
+    try:
+        g.start()
+        old = g.wait_master(30, full_set=True)
+        assert g.state()["epoch"] == 1
+        with Admin(cluster.namesrv_addr) as admin:
+            admin.create_topic(TOPIC, queue_nums=2)
+        cluster.wait_route(TOPIC)
+        with Producer("p-restart", cluster.namesrv_addr, retry_times=0) as producer:
+            acked = [f"r-{i}" for i in range(60)]
+            for key in acked:
+                assert producer.send(Message(TOPIC, key.encode() * 10, keys=key)).status == SendStatus.SEND_OK
+        acked_end = max_offset(g.addr(old))
+        assert wait_until(lambda: all(max_offset(g.addr(r)) == acked_end for r in g.ids), 10)  # the slaves hold it
+        g.members[old].kill()
+        tail = [m for m in log_messages(g.store(old), acked_end) if m.topic == TOPIC][-20]
+        _zero_log(g.store(old), tail.commit_log_offset, acked_end)
+        killed = time.monotonic()
+        g.members[old].start()
+        new = g.wait_master(20, not_id=old)
+        print(f"restart to a new master: {time.monotonic() - killed:.1f} s")
+        assert g.state()["epoch"] == 2
+        restarts = re.findall(r"master (\d+) restarted \(a new process, log ends at (\d+)\)",
+                              (cluster.root / "controller-0.log").read_text())
+        assert [(int(r), int(at)) for r, at in restarts] == [(old, tail.commit_log_offset)]
+        g.wait_master(30, full_set=True)  # the restarted replica follows and catches up
+        end = max_offset(g.addr(new))
+        assert wait_until(lambda: all(max_offset(g.addr(r)) == end for r in g.ids), 30)
+        for r in g.ids:
+            keys = Counter(m.keys for m in log_messages(g.store(r), end) if m.topic == TOPIC)
+            assert all(keys[k] == 1 for k in acked), (r, keys)
+            assert commit_log_bytes(g.store(r), end) == commit_log_bytes(g.store(new), end)
+            epochs = orjson.loads((g.store(r) / "epochFileCheckpoint").read_bytes())
+            assert [e for e, _ in epochs] == [1, 2] and epochs[1][1] == acked_end, epochs  # the new master's end
     finally:
         g.close()

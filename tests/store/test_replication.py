@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+import uvloop
 from store_helpers import SEGMENT, make_config, msg, run
 
 from txmq.launch import free_port
@@ -212,3 +213,52 @@ def test_sync_master_group_commit_one_report_answers_every_put_waiting_then(tmp_
 ])
 def test_slave_acks_needed_follows_the_in_sync_replica_keys(config, in_sync, needed):
     assert _ha(0, 1, **config).slave_acks_needed(in_sync) == needed
+
+
+
+def test_reports_stop_quietly_once_the_master_reset_the_connection_on_uvloop(tmp_path):
+    """A master SIGKILLed with the slave's reports unread in its socket resets the connection (RST). On uvloop a
+    report written after that raises RuntimeError (not OSError): it ended the HA client's task for good, the
+    slave copied nothing more and its promotion failed at the client's shutdown. The reporter stops instead."""
+    async def master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    async def go() -> None:
+        server = await asyncio.start_server(master, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+                client = HAClient(slave, _ha(1, port, send_heartbeat_interval_ms=1))
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.transport.abort()  # as the connection_lost of a reset: closed on the next loop iteration
+                await asyncio.sleep(0.01)
+                await asyncio.wait_for(client._report_loop(writer), 5)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(go())
+
+
+def test_an_unexpected_error_in_a_session_does_not_stop_the_slave_copying(tmp_path, caplog, monkeypatch):
+    """The client's task outlives any error of one session (logged with its traceback) and reconnects."""
+    monkeypatch.setattr("txmq.store.ha.client.RETRY_S", 0.05)
+    sessions: list[str] = []
+
+    async def failing_session(addr: str) -> None:
+        sessions.append(addr)
+        raise RuntimeError("a bug")
+
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            client = HAClient(slave, _ha(1, free_port()))
+            client._session = failing_session  # type: ignore[method-assign]
+            client.start()
+            await _until(lambda: len(sessions) >= 2, 5)
+            await client.shutdown()
+
+    with caplog.at_level(logging.ERROR, "txmq.ha"):
+        run(go)
+    assert any("a bug" in (r.exc_text or "") + str(r.exc_info) for r in caplog.records if r.name == "txmq.ha")

@@ -1,8 +1,9 @@
 """A broker in controller mode (RocketMQ 5's ``ReplicasManager``): heartbeats to the controller, takes the role
 the controller gives, keeps the SyncStateSet as master, and fences itself when it cannot renew its place.
 
-- **Role.** Every ``brokerHeartbeatInterval`` the broker sends BROKER_HEARTBEAT; the answer is its group's
-  state. Named master (its replica id, at an epoch): it becomes master (a new epoch starts in its epoch file at
+- **Role.** Every ``brokerHeartbeatInterval`` the broker sends BROKER_HEARTBEAT, with this process's
+  ``bootId`` (a master that restarts is thus seen by the controller, which elects again); the answer is its
+  group's state. Named master (its replica id, at an epoch): it becomes master (a new epoch starts in its epoch file at
   its log's end). Named slave of another: it fetches that master's epoch file, truncates its own log on disk
   where the two agree, and follows.
 - **Lease.** A master acknowledges puts (sends, halves, decisions) only while its last heartbeat the
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +60,7 @@ class ReplicasManager:
             raise ValueError("enableControllerMode=true needs controllerAddr")
         self.epochs = EpochFile(Path(cfg.store_path_root_dir) / "epochFileCheckpoint")
         self.epoch = self.epochs.last_epoch  # the master epoch this replica is in
+        self.boot_id = uuid.uuid4().hex  # this process: the controller never confirms a restarted master's epoch
         self.master_id = -1
         self.master_addr = ""
         self.sync_state_set: list[int] = []
@@ -180,7 +183,7 @@ class ReplicasManager:
             "clusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name, "brokerId": self.replica_id,
             "brokerAddr": self.broker.addr, "haAddr": self.broker.ha_addr,
             "maxOffset": self.broker.store.max_phy_offset, "epoch": self.epoch,
-            "heartbeatTimeoutMillis": cfg.controller_heart_beat_timeout_mills})
+            "heartbeatTimeoutMillis": cfg.controller_heart_beat_timeout_mills, "bootId": self.boot_id})
 
     async def _apply(self, state: dict[str, Any], sent: float) -> None:
         master_id, epoch = int(state.get("master_id", -1)), int(state.get("epoch", 0))

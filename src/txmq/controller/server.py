@@ -2,7 +2,8 @@
 the one holding the leader key acts, the others answer with its address. Requests (JSON bodies):
 
 - ``BROKER_HEARTBEAT`` (904) and ``CONTROLLER_REGISTER_BROKER`` (1003): clusterName, brokerName, brokerId (the
-  replica id, > 0), brokerAddr, haAddr, maxOffset, epoch, heartbeatTimeoutMillis -> the group's state;
+  replica id, > 0), brokerAddr, haAddr, maxOffset, epoch, heartbeatTimeoutMillis, bootId (one per broker
+  process: the master's changing is a restart) -> the group's state;
 - ``CONTROLLER_ALTER_SYNC_STATE_SET`` (1001): brokerName, masterId, masterEpoch, syncStateSet,
   syncStateSetEpoch -> the group's state;
 - ``CONTROLLER_ELECT_MASTER`` (1002): brokerName -> the group's state (an election if its master is gone);
@@ -164,7 +165,8 @@ def _view(manager: ReplicasInfoManager, state: GroupState | None) -> dict[str, A
 def _heartbeat(manager: ReplicasInfoManager, req: dict[str, Any]) -> dict[str, Any]:
     state = manager.heartbeat(str(req["clusterName"]), str(req["brokerName"]), int(req["brokerId"]),
                               str(req["brokerAddr"]), str(req["haAddr"]), int(req.get("maxOffset", 0)),
-                              int(req.get("epoch", 0)), int(req.get("heartbeatTimeoutMillis", 10_000)) / 1000)
+                              int(req.get("epoch", 0)), int(req.get("heartbeatTimeoutMillis", 10_000)) / 1000,
+                              str(req.get("bootId", "")))
     return _view(manager, state)
 
 

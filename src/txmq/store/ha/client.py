@@ -81,6 +81,8 @@ class HAClient:
                     log.warning("HA connection to master %s lost: %s", addr, exc or type(exc).__name__)
                 else:
                     self._problem(f"HA master {addr} not reachable: {exc or type(exc).__name__}")
+            except Exception:  # a bug must not stop the copying for good (nor fail a promotion at shutdown)
+                log.exception("HA replication from %s failed; reconnecting", addr)
             finally:
                 self.connected = False
                 self._pending = b""
@@ -168,5 +170,7 @@ class HAClient:
         """RocketMQ's heartbeat: the max offset every ``haSendHeartbeatInterval`` even when nothing arrives."""
         while True:
             await asyncio.sleep(self.config.send_heartbeat_interval_ms / 1000)
+            if writer.is_closing():  # the master is gone (uvloop raises RuntimeError on a write after a reset)
+                return
             writer.write(REPORT.pack(self.store.max_phy_offset))
             await writer.drain()
