@@ -1,7 +1,9 @@
 """Automatic failover with real processes (etcd, a controller, three replicas, SYNC_MASTER + SYNC_FLUSH): the
-master SIGKILLed, and SIGSTOPped past its lease, while sends and transactions go on. Nothing acknowledged is
-lost or duplicated, every COMMIT is visible once and no ROLLBACK, one start per epoch, and the replicas'
-commit logs are byte-identical at the end."""
+master SIGKILLed, SIGSTOPped past its lease, and partitioned from the controller and its slaves (not from its
+clients), while txmq's, the C++ and the RocketMQ 5 (gRPC) clients send and transactions go on. Nothing
+acknowledged is lost or duplicated, the partitioned master acknowledges nothing once another acts, every COMMIT
+is visible once and no ROLLBACK, one start per epoch, and the replicas' commit logs are byte-identical at the
+end."""
 
 from __future__ import annotations
 
@@ -14,11 +16,12 @@ from failover_group import FailoverGroup
 from fault_campaign import TOPIC, run_campaign
 
 from txmq import Admin
+from txmq.remoting.codes import ResponseCode
 
 
 @pytest.fixture
 def group(cluster):
-    g = FailoverGroup(cluster)
+    g = FailoverGroup(cluster, grpc=True)
     try:
         yield g.start()
     finally:
@@ -32,6 +35,11 @@ def test_short_fault_campaign(group, cluster):
     print(figures)
     assert figures.faults == {"kill": 2, "pause": 1, "partition": 1, "slave-flip": 1, "slave-truncate": 1}
     assert figures.sends_acked > 100 and figures.tx_acked > 20 and figures.cpp_sends_acked > 20
+    assert figures.grpc_sends_acked > 20
+    # The partitioned master, still reached by clients, refused a send once another master acted; not stored.
+    assert len(figures.fenced_answers) == 1 and ResponseCode.SUCCESS not in figures.fenced_answers, \
+        figures.fenced_answers
+    assert figures.fenced_stored == 0
     assert (figures.sends_lost, figures.sends_duplicated) == (0, 0)
     assert (figures.tx_committed_lost, figures.tx_duplicated, figures.tx_rollback_visible) == (0, 0, 0)
     assert figures.split_brain_epochs == 0
