@@ -98,6 +98,20 @@ def _make_message(rmq, dll, a, i: int):
     return msg
 
 
+def _set_attempts(dll, producer, attempts: int) -> None:
+    """The C API has no setter for the attempts of a non-orderly send (5 by default: a send answered anything but
+    SEND_OK, FLUSH_SLAVE_TIMEOUT included, is sent again, so it may be stored twice). The C API's producer handle
+    is the C++ ``DefaultMQProducer`` itself, so its ``setRetryTimes`` (total attempts, at least 1) is called."""
+    for name, argtypes in (("_ZN8rocketmq17DefaultMQProducer13setRetryTimesEi", [ctypes.c_void_p, ctypes.c_int]),
+                           ("_ZNK8rocketmq17DefaultMQProducer13getRetryTimesEv", [ctypes.c_void_p])):
+        getattr(dll, name).argtypes = argtypes
+    dll._ZNK8rocketmq17DefaultMQProducer13getRetryTimesEv.restype = ctypes.c_int
+    dll._ZN8rocketmq17DefaultMQProducer13setRetryTimesEi(producer._handle, attempts)
+    got = dll._ZNK8rocketmq17DefaultMQProducer13getRetryTimesEv(producer._handle)
+    if got != attempts:
+        raise SystemExit(f"--retry-times: the client kept {got} attempts instead of {attempts}")
+
+
 def _shard(a, i: int) -> int:
     if a.shard is not None:
         return a.shard
@@ -111,6 +125,8 @@ def cmd_produce(a) -> int:
     producer = rmq.Producer(a.group, timeout=a.send_timeout)
     producer.set_namesrv_addr(a.namesrv)
     _credentials(producer, a)
+    if a.retry_times is not None and a.mode != "orderly":
+        _set_attempts(dll, producer, a.retry_times + 1)
     producer.start()
     t0 = time.time()
     sent = errors = 0
@@ -361,7 +377,8 @@ def main(argv=None) -> int:
     pp.add_argument(
         "--shards", type=int, default=1 << 30, help="orderly: shard = i %% shards when no --shard"
     )
-    pp.add_argument("--retry-times", type=int)
+    pp.add_argument("--retry-times", type=int,
+                    help="retries after a failed attempt (default: the client's own, 4 for sync/async sends)")
     pp.add_argument("--batch-size", type=int, default=10)
     pp.add_argument("--send-timeout", type=int, default=3000, help="ms")
     pp.add_argument("--interval", type=float, default=0.0, help="seconds between sends")
