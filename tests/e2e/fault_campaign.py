@@ -57,6 +57,7 @@ class Figures:
     # reach): its answer codes, and how many were acknowledged or found in the log at the end (aim 0)
     fenced_answers: list[int] = field(default_factory=list)
     fenced_stored: int = 0
+    partition_ha_refused: list[int] = field(default_factory=list)  # slaves' HA connections the cut path refused
     # per client kind, per master fault: the longest pause between two acknowledged sends around it
     outage_s: dict[str, list[float]] = field(default_factory=dict)
     master_fault_spans: list[tuple[float, float]] = field(default_factory=list)  # wall clock, fault to healed
@@ -84,8 +85,8 @@ class Listener:
 
 class DriverProducer:
     """An external client sending in its own process (a driver printing one JSON line per event), one attempt
-    per message; ``acked`` holds the keys of the sends it says were acknowledged, ``ack_times`` when this
-    process read each (wall clock), ``errors`` how many sends failed."""
+    per message; ``acked`` holds the keys of the sends it says were acknowledged, ``ack_times`` when each was
+    answered (wall clock), ``errors`` how many sends failed."""
 
     def __init__(self, args: list[str], home: Path, acked_key: Callable[[dict[str, Any]], str | None]) -> None:
         home.mkdir(parents=True, exist_ok=True)
@@ -108,7 +109,7 @@ class DriverProducer:
                 key = self._acked_key(event)
                 if key is not None:
                     self.acked.add(key)
-                    self.ack_times.append(time.time())
+                    self.ack_times.append(event.get("t") or time.time())  # the driver's clock: when answered
                 elif event.get("event") == "error":
                     self.errors += 1
                     self.last_error = str(event.get("error"))
@@ -274,6 +275,7 @@ def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figure
     group.wait_master(60, not_id=master)
     if fault == "partition":
         _probe_fenced(group.addr(master), figures)
+        figures.partition_ha_refused.append(group.ha_proxies[master].refused)
     took = _wait_sends(workload, t0, group.addr(master), 30)
     if took is not None:
         figures.failover_s.append(took)

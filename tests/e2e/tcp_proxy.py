@@ -16,6 +16,7 @@ class TcpProxy:
         self.listener = socket.create_server(listen)
         self.host, self.port = self.listener.getsockname()[:2]
         self.cut_off = False
+        self.refused = 0  # connections closed at once because the path was cut
         self._socks: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -32,6 +33,7 @@ class TcpProxy:
             except OSError:
                 return
             if self.cut_off:
+                self.refused += 1
                 client.close()
                 continue
             try:

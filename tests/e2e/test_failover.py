@@ -40,6 +40,7 @@ def test_short_fault_campaign(group, cluster):
     assert len(figures.fenced_answers) == 1 and ResponseCode.SUCCESS not in figures.fenced_answers, \
         figures.fenced_answers
     assert figures.fenced_stored == 0
+    assert figures.partition_ha_refused[0] > 0  # its slaves tried to reach it and the network said no
     assert (figures.sends_lost, figures.sends_duplicated) == (0, 0)
     assert (figures.tx_committed_lost, figures.tx_duplicated, figures.tx_rollback_visible) == (0, 0, 0)
     assert figures.split_brain_epochs == 0

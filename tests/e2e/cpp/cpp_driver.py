@@ -8,7 +8,7 @@ Run it in its own process, with its own ``HOME`` (the C++ client writes ``$HOME/
 
 Every line on stdout is one JSON object with an ``event`` key:
 
-produce: ``{"event": "sent", "i", "mode", "status", "msg_id", "offset", "shard"?}`` per message (oneway
+produce: ``{"event": "sent", "i", "mode", "status", "msg_id", "offset", "shard"?, "t"?}`` per message (oneway
 modes have no result: status "ONEWAY", msg_id null), or ``{"event": "error", "i", "error"}``; a batch
 prints one ``sent`` line per batch (``"batch": [first_i, last_i]``; the wrapper gives msg_id "" for a batch);
 then ``{"event": "summary", "sent", "errors", "elapsed"}``. Exit code 0 when every send succeeded, else 1.
@@ -164,6 +164,7 @@ def cmd_produce(a) -> int:
                             status=r.status.name,
                             msg_id=r.msg_id,
                             offset=r.offset,
+                            t=time.time(),
                         )
                     elif a.mode == "orderly":
                         shard = _shard(a, i)
