@@ -271,11 +271,12 @@ def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figure
     elif fault == "pause":
         os.kill(victim.pid, signal.SIGSTOP)
     else:
+        refused = group.ha_proxies[master].refused
         group.partition(master)
     group.wait_master(60, not_id=master)
     if fault == "partition":
         _probe_fenced(group.addr(master), figures)
-        figures.partition_ha_refused.append(group.ha_proxies[master].refused)
+        figures.partition_ha_refused.append(group.ha_proxies[master].refused - refused)
     took = _wait_sends(workload, t0, group.addr(master), 30)
     if took is not None:
         figures.failover_s.append(took)
