@@ -26,9 +26,11 @@ from ha_group import commit_log_bytes, max_offset
 from helpers import roundtrip, wait_until
 
 from txmq import Admin, LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
-from txmq.message import MessageConst, decode_offset_msg_id, properties_to_string
+from txmq.client.transaction import HalfMessageRef, TransactionSendResult
+from txmq.message import MessageConst, MessageSysFlag, decode_offset_msg_id, properties_to_string
 from txmq.remoting.codes import RequestCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import EndTransactionRequestHeader
 
 TOPIC, TX_TOPIC, CPP_TOPIC, GRPC_TOPIC = "fo", "fo-tx", "fo-cpp", "fo-grpc"
 CPP_DRIVER = Path(__file__).with_name("cpp") / "cpp_driver.py"
@@ -57,6 +59,9 @@ class Figures:
     # reach): its answer codes, and how many were acknowledged or found in the log at the end (aim 0)
     fenced_answers: list[int] = field(default_factory=list)
     fenced_stored: int = 0
+    # and a ROLLBACK, straight to it, of the last acknowledged transaction meant to COMMIT: its answer codes
+    # (COMMIT lost would show it was taken)
+    fenced_decision_answers: list[int] = field(default_factory=list)
     partition_ha_refused: list[int] = field(default_factory=list)  # slaves' HA connections the cut path refused
     # per client kind, per master fault: the longest pause between two acknowledged sends around it
     outage_s: dict[str, list[float]] = field(default_factory=dict)
@@ -155,6 +160,7 @@ class Workload:
         self.acked: set[str] = set()
         self.ack_times: list[float] = []  # wall clock, as the drivers' (outage_s)
         self.tx_acked: set[str] = set()
+        self.last_commit: TransactionSendResult | None = None  # the last acknowledged half meant to COMMIT
         self.listener = Listener()
         self.stop = threading.Event()
         self.last_ack = (0.0, "")  # monotonic time and broker address of the last acknowledged send
@@ -198,6 +204,8 @@ class Workload:
                 r = self.tx_producer.send_message_in_transaction(Message(TX_TOPIC, key.encode() * 10, keys=key), i)
                 if r.status == SendStatus.SEND_OK:
                     self.tx_acked.add(key)
+                    if self.listener.intended.get(key) == COMMIT:
+                        self.last_commit = r
                 else:
                     time.sleep(0.05)
             except Exception:
@@ -275,7 +283,7 @@ def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figure
         group.partition(master)
     group.wait_master(60, not_id=master)
     if fault == "partition":
-        _probe_fenced(group.addr(master), figures)
+        _probe_fenced(group.addr(master), figures, workload.last_commit)
         figures.partition_ha_refused.append(group.ha_proxies[master].refused - refused)
     took = _wait_sends(workload, t0, group.addr(master), 30)
     if took is not None:
@@ -293,19 +301,33 @@ def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figure
 FENCED_PREFIX = "fenced-"
 
 
-def _probe_fenced(old_master: str, figures: Figures) -> None:
+def _probe_fenced(old_master: str, figures: Figures, commit: TransactionSendResult | None) -> None:
     """Another master acts, so the partitioned one's lease is over: a send that reaches it (as a client's
-    still does) must not be acknowledged. Its key is looked for in the log at the end too."""
+    still does) must not be acknowledged, nor a decision. The send's key is looked for in the log at the end; the
+    decision is a ROLLBACK of a transaction meant to COMMIT, which the end's check would find missing."""
     key = f"{FENCED_PREFIX}{len(figures.fenced_answers)}"
     header = {"producerGroup": "fo-fenced", "topic": TOPIC, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
               "queueId": "0", "sysFlag": "0", "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
               "properties": properties_to_string({MessageConst.KEYS: key}), "reconsumeTimes": "0",
               "unitMode": "false", "batch": "false"}
+    figures.fenced_answers.append(_answer(old_master, RemotingCommand.request(RequestCode.SEND_MESSAGE, header,
+                                                                              key.encode())))
+    if commit is not None:
+        ref = HalfMessageRef.of(commit)
+        end = EndTransactionRequestHeader(producer_group="fo-tx-p", tran_state_table_offset=ref.tran_state_table_offset,
+                                          commit_log_offset=ref.commit_log_offset,
+                                          commit_or_rollback=MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
+                                          msg_id=commit.msg_id, transaction_id=commit.transaction_id or "")
+        figures.fenced_decision_answers.append(
+            _answer(old_master, RemotingCommand.request(RequestCode.END_TRANSACTION, end.to_ext())))
+
+
+def _answer(addr: str, request: RemotingCommand) -> int:
+    """The answer's code; -1: no answer (not acknowledged either)."""
     try:
-        resp = roundtrip(old_master, RemotingCommand.request(RequestCode.SEND_MESSAGE, header, key.encode()))
-        figures.fenced_answers.append(resp.code)
-    except (OSError, AssertionError):  # no answer: not acknowledged either
-        figures.fenced_answers.append(-1)
+        return roundtrip(addr, request).code
+    except (OSError, AssertionError):
+        return -1
 
 
 def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: float = 90.0) -> None:

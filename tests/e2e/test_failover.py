@@ -36,10 +36,12 @@ def test_short_fault_campaign(group, cluster):
     assert figures.faults == {"kill": 2, "pause": 1, "partition": 1, "slave-flip": 1, "slave-truncate": 1}
     assert figures.sends_acked > 100 and figures.tx_acked > 20 and figures.cpp_sends_acked > 20
     assert figures.grpc_sends_acked > 20
-    # The partitioned master, still reached by clients, refused a send once another master acted; not stored.
+    # The partitioned master, still reached by clients, refused a send once another master acted; not stored,
     assert len(figures.fenced_answers) == 1 and ResponseCode.SUCCESS not in figures.fenced_answers, \
         figures.fenced_answers
     assert figures.fenced_stored == 0
+    # nor a decision: a ROLLBACK of a transaction meant to COMMIT (tx_committed_lost would count it taken)
+    assert len(figures.fenced_decision_answers) == 1 and ResponseCode.SUCCESS not in figures.fenced_decision_answers
     assert figures.partition_ha_refused[0] > 0  # its slaves tried to reach it and the network said no
     assert (figures.sends_lost, figures.sends_duplicated) == (0, 0)
     assert (figures.tx_committed_lost, figures.tx_duplicated, figures.tx_rollback_visible) == (0, 0, 0)
