@@ -1,6 +1,7 @@
 """A fault campaign against a controller-mode group (tests/e2e/test_failover.py runs a short one, bench/faults.py
-a long one): producers and transaction producers run while the master is SIGKILLed, SIGSTOPped past its lease,
-or cut off from the controller and its slaves; at the end every replica is read from disk and checked."""
+a long one): producers (txmq's, the C++ client's, the RocketMQ 5 client's) and transaction producers run while
+the master is SIGKILLed, SIGSTOPped past its lease, or partitioned from the controller and its slaves but not
+from its clients; at the end every replica is read from disk and checked."""
 
 from __future__ import annotations
 
