@@ -99,7 +99,6 @@ class DriverProducer:
         self.acked: set[str] = set()
         self.ack_times: list[float] = []
         self.errors = 0
-        self.last_error = ""
         self._acked_key = acked_key
         self.stderr = (home / "driver.err").open("w")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
@@ -118,7 +117,6 @@ class DriverProducer:
                     self.ack_times.append(event.get("t") or time.time())  # the driver's clock: when answered
                 elif event.get("event") == "error":
                     self.errors += 1
-                    self.last_error = str(event.get("error"))
 
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
