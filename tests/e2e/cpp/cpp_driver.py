@@ -98,10 +98,12 @@ def _make_message(rmq, dll, a, i: int):
     return msg
 
 
-def _set_attempts(dll, producer, attempts: int) -> None:
-    """The C API has no setter for the attempts of a non-orderly send (5 by default: a send answered anything but
-    SEND_OK, FLUSH_SLAVE_TIMEOUT included, is sent again, so it may be stored twice). The C API's producer handle
-    is the C++ ``DefaultMQProducer`` itself, so its ``setRetryTimes`` (total attempts, at least 1) is called."""
+def _one_attempt(dll, producer) -> None:
+    """The C API has no setter for the retries of a non-orderly send (by default a send answered anything but
+    SEND_OK, FLUSH_SLAVE_TIMEOUT included, is sent again, up to 3 attempts seen, so it may be stored twice). The C
+    API's producer handle is the C++ ``DefaultMQProducer`` itself, whose ``setRetryTimes`` sets the turns of its
+    send loop (5 by default, at least 1): 1 is one attempt."""
+    attempts = 1
     for name, argtypes in (("_ZN8rocketmq17DefaultMQProducer13setRetryTimesEi", [ctypes.c_void_p, ctypes.c_int]),
                            ("_ZNK8rocketmq17DefaultMQProducer13getRetryTimesEv", [ctypes.c_void_p])):
         getattr(dll, name).argtypes = argtypes
@@ -109,7 +111,7 @@ def _set_attempts(dll, producer, attempts: int) -> None:
     dll._ZN8rocketmq17DefaultMQProducer13setRetryTimesEi(producer._handle, attempts)
     got = dll._ZNK8rocketmq17DefaultMQProducer13getRetryTimesEv(producer._handle)
     if got != attempts:
-        raise SystemExit(f"--retry-times: the client kept {got} attempts instead of {attempts}")
+        raise SystemExit(f"--retry-times: the client kept {got} send turns instead of {attempts}")
 
 
 def _shard(a, i: int) -> int:
@@ -126,7 +128,9 @@ def cmd_produce(a) -> int:
     producer.set_namesrv_addr(a.namesrv)
     _credentials(producer, a)
     if a.retry_times is not None and a.mode != "orderly":
-        _set_attempts(dll, producer, a.retry_times + 1)
+        if a.retry_times != 0:
+            raise SystemExit("--retry-times: other sends than orderly take 0 only (one attempt)")
+        _one_attempt(dll, producer)
     producer.start()
     t0 = time.time()
     sent = errors = 0
@@ -379,7 +383,7 @@ def main(argv=None) -> int:
         "--shards", type=int, default=1 << 30, help="orderly: shard = i %% shards when no --shard"
     )
     pp.add_argument("--retry-times", type=int,
-                    help="retries after a failed attempt (default: the client's own, 4 for sync/async sends)")
+                    help="retries after a failed attempt (default: the client's own); other sends than orderly take 0")
     pp.add_argument("--batch-size", type=int, default=10)
     pp.add_argument("--send-timeout", type=int, default=3000, help="ms")
     pp.add_argument("--interval", type=float, default=0.0, help="seconds between sends")
