@@ -2,18 +2,20 @@
 
     .venv/bin/python bench/faults.py [--faults 30] [--seed 13] [--kinds kill,restart,...] [--json]
 
-etcd, a controller, a name server and a group of three replicas (SYNC_MASTER + SYNC_FLUSH when master), each
-its own process on free ports of 127.0.0.1 with a temporary store. txmq's Producer (one attempt per message),
-the C++ client (rocketmq==0.4.4, SYNC sends, no retries) and a TransactionProducer (COMMIT, ROLLBACK, and
-UNKNOWN resolved by check-back) run the whole time. ``--faults`` faults at random instants, drawn from: SIGKILL
-of the master (then restarted), SIGSTOP of the master past its lease (then SIGCONT), the master cut off from
-the controller by a TCP proxy (then healed), a slave's commit-log tail flipped or zeroed while it is down
-(``--kinds``: only these, equally often; ``restart`` is the master SIGKILLed, the last bytes of its log zeroed
-and restarted at once, within the heartbeat timeout). At
-the end every replica is read from disk: acknowledged sends lost or duplicated, COMMITs not visible or visible
-twice, ROLLBACKs visible, epochs with two start offsets (two masters), replicas not byte-identical; and the
-failover time (from the fault on the master to the first send another broker acknowledged), p50 and max.
-Every process it starts is stopped on exit.
+etcd, a controller, a name server and a group of three replicas (SYNC_MASTER + SYNC_FLUSH when master), each its own
+process on free ports of 127.0.0.1 with a temporary store and a gRPC port. txmq's Producer, the C++ client
+(rocketmq==0.4.4, SYNC sends) and the official RocketMQ 5 Python client (gRPC, every replica's endpoint configured),
+each making one attempt per message, and a TransactionProducer (COMMIT, ROLLBACK, and UNKNOWN resolved by
+check-back) run the whole time. ``--faults`` faults at random instants, drawn from: SIGKILL of the master (then
+restarted), SIGSTOP of the master past its lease (then SIGCONT), the master partitioned from the controller and from
+its slaves by TCP proxies while its clients still reach it (then healed; a send straight to it once another master
+acts must be refused), a slave's commit-log tail flipped or zeroed while it is down (``--kinds``: only these,
+equally often; ``restart`` is the master SIGKILLed, the last bytes of its log zeroed and restarted at once, within
+the heartbeat timeout). At the end every replica is read from disk: acknowledged sends lost or duplicated, COMMITs
+not visible or visible twice, ROLLBACKs visible, epochs with two start offsets (two masters), replicas not
+byte-identical; the failover time (from the fault on the master to the first send another broker acknowledged to
+txmq's client), p50 and max; and per client kind the longest pause in its acknowledged sends around each master
+fault. Every process it starts is stopped on exit.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from txmq import bench
 
 def campaign(root: Path, faults: int, seed: int, kinds: tuple[str, ...]) -> tuple[Figures, float]:
     cluster = Cluster(root)
-    group = FailoverGroup(cluster)
+    group = FailoverGroup(cluster, grpc=True)
     started = time.monotonic()
     try:
         cluster.start_namesrv()
@@ -77,18 +79,27 @@ def main() -> None:
     out["failover_p50_s"] = round(statistics.median(fo), 2) if fo else None
     out["failover_max_s"] = round(max(fo), 2) if fo else None
     out["failover_s"] = [round(x, 2) for x in figures.failover_s]
+    out["outage_s"] = {kind: [round(x, 1) for x in xs] for kind, xs in figures.outage_s.items()}
+    out.pop("master_fault_spans")
     out["duration_s"] = round(took, 1)
     if a.json:
         print(json.dumps(out, indent=2))
         return
     print(f"faults injected: {sum(figures.faults.values())} {dict(figures.faults)} in {took:.0f} s")
-    print(f"sends acknowledged: {figures.sends_acked} (C++ client {figures.cpp_sends_acked}), "
-          f"lost {figures.sends_lost}, duplicated {figures.sends_duplicated}")
+    print(f"sends acknowledged: {figures.sends_acked} (C++ client {figures.cpp_sends_acked}, RocketMQ 5 gRPC client "
+          f"{figures.grpc_sends_acked}; failed sends {figures.client_errors}), lost {figures.sends_lost}, "
+          f"duplicated {figures.sends_duplicated}")
     print(f"transactions acknowledged: {figures.tx_acked}, COMMIT lost {figures.tx_committed_lost}, "
           f"duplicated {figures.tx_duplicated}, ROLLBACK visible {figures.tx_rollback_visible}")
     print(f"split-brain epochs: {figures.split_brain_epochs}; replicas byte-identical: {figures.replicas_identical}")
     print(f"failover (fault -> first send acknowledged by the new master): p50 {out['failover_p50_s']} s, "
           f"max {out['failover_max_s']} s over {len(fo)} master faults")
+    print(f"partitioned master, sent to once another acted: answers {figures.fenced_answers} (0 = acknowledged), "
+          f"found in the log {figures.fenced_stored}; a ROLLBACK of a COMMIT: answers "
+          f"{figures.fenced_decision_answers}; its slaves' connections refused {figures.partition_ha_refused}")
+    for kind, xs in figures.outage_s.items():
+        print(f"longest pause in {kind} acknowledgements around a master fault: p50 {statistics.median(xs):.1f} s, "
+              f"max {max(xs):.1f} s" if xs else f"{kind}: no master fault")
 
 
 if __name__ == "__main__":

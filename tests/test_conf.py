@@ -52,3 +52,13 @@ def test_message_delay_level_setter():
     assert MessageConst.DELAY_TIME_LEVEL not in m.properties
     with pytest.raises(InvalidMessageError):
         m.delay_time_level = -1
+
+
+def test_broker_ip_keys_keep_rocketmqs_spelling():
+    """brokerIP1/brokerIP2 are read and written under RocketMQ's names (GET_BROKER_CONFIG), not brokerIp2."""
+    config = BrokerConfig()
+    config.update(parse_properties("brokerIP1=10.0.0.1\nbrokerIP2=10.0.1.1\n"))
+    assert (config.broker_ip1, config.broker_ip2) == ("10.0.0.1", "10.0.1.1")
+    props = config_properties(config)
+    assert (props["brokerIP1"], props["brokerIP2"]) == ("10.0.0.1", "10.0.1.1")
+    assert "brokerIp2" not in props

@@ -21,22 +21,30 @@ from txmq.store.record import BLANK_MAGIC_CODE, read_prefix, to_wire
 
 class FailoverGroup:
     def __init__(self, cluster: Cluster, name: str = "broker-a", replicas: int = 3,
-                 conf: dict[str, object] | None = None, controllers: int = 1) -> None:
-        """With several ``controllers`` the replicas list them all (no proxies)."""
+                 conf: dict[str, object] | None = None, controllers: int = 1, grpc: bool = False) -> None:
+        """With several ``controllers`` the replicas list them all (no controller proxies, no partition);
+        ``grpc``: each replica serves RocketMQ 5's gRPC API on a free port."""
         self.cluster = cluster
         self.name = name
         self.etcd = EtcdProcess(cluster.root / "etcd", cluster.root / "etcd.log")
         self.controller_ports = [free_port() for _ in range(controllers)]
         self.controller_port = self.controller_ports[0]  # the one status is asked from
         self.controllers: list[ServerProcess] = []
-        self.conf = {"brokerName": name, "mappedFileSizeCommitLog": SEGMENT, "grpcPort": -1,
+        # RocketMQ 5 producers make one attempt per message, as the campaign's other producers
+        self.conf = {"brokerName": name, "mappedFileSizeCommitLog": SEGMENT, "grpcClientProducerMaxAttempts": 1,
                      "haSendHeartbeatInterval": 1000, "slaveSynchronizeInterval": 1000,
                      "brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH", "enableControllerMode": "true",
                      **(conf or {})}
         self.ids = list(range(1, replicas + 1))
         self.members: dict[int, ServerProcess] = {}
         self.ports: dict[int, int] = {}
-        self.proxies: dict[int, TcpProxy] = {}  # each replica reaches the controller through its own proxy
+        self.grpc = grpc
+        self.grpc_ports: dict[int, int] = {}
+        # Each replica reaches the controller through its own proxy, and its slaves reach its HA port through
+        # another, listening on a loopback address of its own (brokerIP2): cutting both is a partition that
+        # leaves its clients' path (brokerIP1) alone.
+        self.controller_proxies: dict[int, TcpProxy] = {}
+        self.ha_proxies: dict[int, TcpProxy] = {}
 
     @property
     def controller_addr(self) -> str:
@@ -52,22 +60,40 @@ class FailoverGroup:
         for rid in self.ids:
             self.ports[rid] = free_port()
             ha = free_port()
+            self.ha_proxies[rid] = TcpProxy(("127.0.0.1", ha), listen=(f"127.0.0.{rid + 1}", ha))
             if len(self.controller_ports) == 1:
-                self.proxies[rid] = TcpProxy(("127.0.0.1", self.controller_port))
-                controller_addr = self.proxies[rid].addr
+                self.controller_proxies[rid] = TcpProxy(("127.0.0.1", self.controller_port))
+                controller_addr = self.controller_proxies[rid].addr
             else:
                 controller_addr = ";".join(f"127.0.0.1:{p}" for p in self.controller_ports)
-            p = self.cluster.broker(f"{self.name}-{rid}", {**self.conf, "brokerId": rid, "haListenPort": ha,
-                                                            "controllerAddr": controller_addr},
-                                    port=self.ports[rid])
+            if self.grpc:
+                self.grpc_ports[rid] = free_port()
+            p = self.cluster.broker(f"{self.name}-{rid}", {
+                **self.conf, "brokerId": rid, "haListenPort": ha, "brokerIP2": self.ha_proxies[rid].host,
+                "controllerAddr": controller_addr, "grpcPort": self.grpc_ports.get(rid, -1)}, port=self.ports[rid])
             self.members[rid] = p
             p.start()
         return self
 
     def close(self) -> None:
-        for proxy in self.proxies.values():
+        for proxy in [*self.controller_proxies.values(), *self.ha_proxies.values()]:
             proxy.close()
         self.etcd.stop()
+
+    def partition(self, rid: int) -> None:
+        """Cut replica ``rid`` off from the controller and from the other replicas (its HA port and their
+        connections to it); its clients still reach it on brokerIP1."""
+        self.controller_proxies[rid].cut()
+        self.ha_proxies[rid].cut()
+
+    def heal(self, rid: int) -> None:
+        self.controller_proxies[rid].heal()
+        self.ha_proxies[rid].heal()
+
+    @property
+    def grpc_endpoints(self) -> str:
+        """Every replica's gRPC endpoint, as a RocketMQ 5 client's ``endpoints`` (``host:port;host:port``)."""
+        return ";".join(f"127.0.0.1:{self.grpc_ports[r]}" for r in self.ids)
 
     def store(self, rid: int) -> Path:
         return self.cluster.root / f"{self.name}-{rid}"

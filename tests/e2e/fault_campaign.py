@@ -1,10 +1,13 @@
 """A fault campaign against a controller-mode group (tests/e2e/test_failover.py runs a short one, bench/faults.py
-a long one): producers and transaction producers run while the master is SIGKILLed, SIGSTOPped past its lease,
-or cut off from the controller and its slaves; at the end every replica is read from disk and checked."""
+a long one): producers (txmq's, the C++ client's, the RocketMQ 5 client's) and transaction producers run while
+the master is SIGKILLed, SIGSTOPped past its lease, or partitioned from the controller and its slaves but not
+from its clients; at the end every replica is read from disk and checked."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -21,21 +24,29 @@ from typing import Any
 
 from failover_group import FailoverGroup, log_messages
 from ha_group import commit_log_bytes, max_offset
-from helpers import wait_until
+from helpers import roundtrip, wait_until
 
 from txmq import Admin, LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
-from txmq.message import MessageConst, decode_offset_msg_id
+from txmq.client.transaction import HalfMessageRef, TransactionSendResult
+from txmq.message import MessageConst, MessageSysFlag, decode_offset_msg_id, properties_to_string
+from txmq.remoting.codes import RequestCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import EndTransactionRequestHeader
 
-TOPIC, TX_TOPIC, CPP_TOPIC = "fo", "fo-tx", "fo-cpp"
+TOPIC, TX_TOPIC, CPP_TOPIC, GRPC_TOPIC = "fo", "fo-tx", "fo-cpp", "fo-grpc"
 CPP_DRIVER = Path(__file__).with_name("cpp") / "cpp_driver.py"
+ROOT = Path(__file__).resolve().parents[2]
+RMQ5_PYTHON, RMQ5_DRIVER = ROOT / ".venv-rmq5" / "bin" / "python", ROOT / "tests" / "grpc" / "drivers" / "rmq5_py.py"
 COMMIT, ROLLBACK = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK
 
 
 @dataclass
 class Figures:
     faults: Counter[str] = field(default_factory=Counter)
-    sends_acked: int = 0
+    sends_acked: int = 0  # by every client: txmq's, the C++ client's and the RocketMQ 5 (gRPC) client's
     cpp_sends_acked: int = 0
+    grpc_sends_acked: int = 0
+    client_errors: dict[str, int] = field(default_factory=dict)  # failed sends by external client
     sends_lost: int = 0
     sends_duplicated: int = 0
     tx_acked: int = 0
@@ -45,6 +56,17 @@ class Figures:
     split_brain_epochs: int = 0
     failover_s: list[float] = field(default_factory=list)
     replicas_identical: bool = False
+    # during each partition, once another master acts, a send straight to the old master (which clients still
+    # reach): its answer codes, and how many were acknowledged or found in the log at the end (aim 0)
+    fenced_answers: list[int] = field(default_factory=list)
+    fenced_stored: int = 0
+    # and a ROLLBACK, straight to it, of the last acknowledged transaction meant to COMMIT: its answer codes
+    # (COMMIT lost would show it was taken)
+    fenced_decision_answers: list[int] = field(default_factory=list)
+    partition_ha_refused: list[int] = field(default_factory=list)  # slaves' HA connections the cut path refused
+    # per client kind, per master fault: the longest pause between two acknowledged sends around it
+    outage_s: dict[str, list[float]] = field(default_factory=dict)
+    master_fault_spans: list[tuple[float, float]] = field(default_factory=list)  # wall clock, fault to healed
 
 
 class Listener:
@@ -67,18 +89,20 @@ class Listener:
         return self._state(i)
 
 
-class CppProducer:
-    """The RocketMQ C++ client (``rocketmq==0.4.4``) sending SYNC to ``CPP_TOPIC`` in its own process, one
-    attempt per message; its ``sent`` lines say which were acknowledged."""
+class DriverProducer:
+    """An external client sending in its own process (a driver printing one JSON line per event), one attempt
+    per message; ``acked`` holds the keys of the sends it says were acknowledged, ``ack_times`` when each was
+    answered (wall clock), ``errors`` how many sends failed."""
 
-    def __init__(self, namesrv: str, home: Path) -> None:
+    def __init__(self, args: list[str], home: Path, acked_key: Callable[[dict[str, Any]], str | None]) -> None:
         home.mkdir(parents=True, exist_ok=True)
         self.acked: set[str] = set()
-        self.proc = subprocess.Popen(
-            [sys.executable, str(CPP_DRIVER), "produce", "--namesrv", namesrv, "--topic", CPP_TOPIC, "--count",
-             "1000000", "--mode", "sync", "--keys-prefix", "c-", "--retry-times", "0", "--interval", "0.02",
-             "--fast-exit"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=dict(os.environ, HOME=str(home)), start_new_session=True)
+        self.ack_times: list[float] = []
+        self.errors = 0
+        self._acked_key = acked_key
+        self.stderr = (home / "driver.err").open("w")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+                                     env=dict(os.environ, HOME=str(home)), start_new_session=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -87,8 +111,12 @@ class CppProducer:
         for line in self.proc.stdout:
             with contextlib.suppress(ValueError):
                 event = json.loads(line)
-                if event.get("event") == "sent" and event.get("status") == "OK":
-                    self.acked.add(f"c-{event['i']}")
+                key = self._acked_key(event)
+                if key is not None:
+                    self.acked.add(key)
+                    self.ack_times.append(event.get("t") or time.time())  # the driver's clock: when answered
+                elif event.get("event") == "error":
+                    self.errors += 1
 
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -97,18 +125,41 @@ class CppProducer:
         self.reader.join(5)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        self.stderr.close()
+
+
+def cpp_producer(namesrv: str, home: Path) -> DriverProducer:
+    """The RocketMQ C++ client (``rocketmq==0.4.4``) sending SYNC to ``CPP_TOPIC``, no retries."""
+    return DriverProducer(
+        [sys.executable, str(CPP_DRIVER), "produce", "--namesrv", namesrv, "--topic", CPP_TOPIC, "--count",
+         "1000000", "--mode", "sync", "--keys-prefix", "c-", "--retry-times", "0", "--interval", "0.02",
+         "--fast-exit"], home,
+        lambda e: f"c-{e['i']}" if e.get("event") == "sent" and e.get("status") == "OK" else None)
+
+
+def rmq5_producer(endpoints: str, home: Path) -> DriverProducer:
+    """The official RocketMQ 5 Python client sending to ``GRPC_TOPIC`` over gRPC, configured with every
+    replica's endpoint; one attempt per message (the group's ``grpcClientProducerMaxAttempts`` is 1)."""
+    args = {"cmd": "send", "endpoint": endpoints, "topic": GRPC_TOPIC, "count": 10**6, "keys_prefix": "g-",
+            "failover": True, "interval": 0.02, "timeout": 10}
+    return DriverProducer([str(RMQ5_PYTHON), str(RMQ5_DRIVER), json.dumps(args)], home,
+                          lambda e: f"g-{e['i']}" if e.get("event") == "sent" else None)
 
 
 class Workload:
-    """One thread of plain sends (no client retries: one attempt per message) and one of transactions; each
-    records what the broker acknowledged."""
+    """One thread of plain sends (no client retries: one attempt per message) and one of transactions, and
+    with ``home`` the external clients' producers (the C++ client; the RocketMQ 5 client too with
+    ``grpc_endpoints``); each records what the broker acknowledged."""
 
-    def __init__(self, namesrv: str, cpp_home: Path | None = None) -> None:
+    def __init__(self, namesrv: str, home: Path | None = None, grpc_endpoints: str = "") -> None:
         self.namesrv = namesrv
-        self.cpp_home = cpp_home  # None: no C++ producer
-        self.cpp: CppProducer | None = None
+        self.home = home
+        self.grpc_endpoints = grpc_endpoints
+        self.drivers: dict[str, DriverProducer] = {}
         self.acked: set[str] = set()
+        self.ack_times: list[float] = []  # wall clock, as the drivers' (outage_s)
         self.tx_acked: set[str] = set()
+        self.last_commit: TransactionSendResult | None = None  # the last acknowledged half meant to COMMIT
         self.listener = Listener()
         self.stop = threading.Event()
         self.last_ack = (0.0, "")  # monotonic time and broker address of the last acknowledged send
@@ -122,8 +173,10 @@ class Workload:
         self.tx_producer.start()
         for t in self.threads:
             t.start()
-        if self.cpp_home is not None:
-            self.cpp = CppProducer(self.namesrv, self.cpp_home)
+        if self.home is not None:
+            self.drivers["cpp"] = cpp_producer(self.namesrv, self.home / "cpp")
+            if self.grpc_endpoints:
+                self.drivers["grpc"] = rmq5_producer(self.grpc_endpoints, self.home / "rmq5")
 
     def _sends(self) -> None:
         i = 0
@@ -134,6 +187,7 @@ class Workload:
                 r = self.producer.send(Message(TOPIC, key.encode() * 20, keys=key))
                 if r.status == SendStatus.SEND_OK:
                     self.acked.add(key)
+                    self.ack_times.append(time.time())
                     host, port = decode_offset_msg_id(r.offset_msg_id)[0]
                     self.last_ack = (time.monotonic(), f"{host}:{port}")
                     continue
@@ -149,6 +203,8 @@ class Workload:
                 r = self.tx_producer.send_message_in_transaction(Message(TX_TOPIC, key.encode() * 10, keys=key), i)
                 if r.status == SendStatus.SEND_OK:
                     self.tx_acked.add(key)
+                    if self.listener.intended.get(key) == COMMIT:
+                        self.last_commit = r
                 else:
                     time.sleep(0.05)
             except Exception:
@@ -156,8 +212,8 @@ class Workload:
             i += 1
 
     def close(self) -> None:
-        if self.cpp is not None:
-            self.cpp.stop()
+        for driver in self.drivers.values():
+            driver.stop()
         self.stop.set()
         for t in self.threads:
             t.join(15)
@@ -217,9 +273,8 @@ def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figure
         return
     victim = group.members[master]
     assert victim.pid is not None
-    t0 = time.monotonic()
     if fault == RESTART_FAULT:
-        epoch = group.state()["epoch"]
+        epoch, wall0 = group.state()["epoch"], time.time()
         victim.kill()
         t0 = time.monotonic()  # acknowledged after this: by another process (it may be elected again)
         _damage_tail(group, master, "truncate", rng)
@@ -230,14 +285,20 @@ def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figure
         if took is not None:
             figures.failover_s.append(took)
         group.wait_master(60, full_set=True)
+        figures.master_fault_spans.append((wall0, time.time()))
         return
+    t0, wall0 = time.monotonic(), time.time()
     if fault == "kill":
         victim.kill()
     elif fault == "pause":
         os.kill(victim.pid, signal.SIGSTOP)
     else:
-        group.proxies[master].cut()
+        refused = group.ha_proxies[master].refused
+        group.partition(master)
     group.wait_master(60, not_id=master)
+    if fault == "partition":
+        _probe_fenced(group.addr(master), figures, workload.last_commit)
+        figures.partition_ha_refused.append(group.ha_proxies[master].refused - refused)
     took = _wait_sends(workload, t0, group.addr(master), 30)
     if took is not None:
         figures.failover_s.append(took)
@@ -246,8 +307,41 @@ def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figure
     elif fault == "pause":
         os.kill(victim.pid, signal.SIGCONT)
     else:
-        group.proxies[master].heal()
+        group.heal(master)
     group.wait_master(60, full_set=True)
+    figures.master_fault_spans.append((wall0, time.time()))
+
+
+FENCED_PREFIX = "fenced-"
+
+
+def _probe_fenced(old_master: str, figures: Figures, commit: TransactionSendResult | None) -> None:
+    """Another master acts, so the partitioned one's lease is over: a send that reaches it (as a client's
+    still does) must not be acknowledged, nor a decision. The send's key is looked for in the log at the end; the
+    decision is a ROLLBACK of a transaction meant to COMMIT, which the end's check would find missing."""
+    key = f"{FENCED_PREFIX}{len(figures.fenced_answers)}"
+    header = {"producerGroup": "fo-fenced", "topic": TOPIC, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+              "queueId": "0", "sysFlag": "0", "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
+              "properties": properties_to_string({MessageConst.KEYS: key}), "reconsumeTimes": "0",
+              "unitMode": "false", "batch": "false"}
+    figures.fenced_answers.append(_answer(old_master, RemotingCommand.request(RequestCode.SEND_MESSAGE, header,
+                                                                              key.encode())))
+    if commit is not None:
+        ref = HalfMessageRef.of(commit)
+        end = EndTransactionRequestHeader(producer_group="fo-tx-p", tran_state_table_offset=ref.tran_state_table_offset,
+                                          commit_log_offset=ref.commit_log_offset,
+                                          commit_or_rollback=MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
+                                          msg_id=commit.msg_id, transaction_id=commit.transaction_id or "")
+        figures.fenced_decision_answers.append(
+            _answer(old_master, RemotingCommand.request(RequestCode.END_TRANSACTION, end.to_ext())))
+
+
+def _answer(addr: str, request: RemotingCommand) -> int:
+    """The answer's code; -1: no answer (not acknowledged either)."""
+    try:
+        return roundtrip(addr, request).code
+    except (OSError, AssertionError):
+        return -1
 
 
 def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: float = 90.0) -> None:
@@ -267,13 +361,19 @@ def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: f
     base = commit_log_bytes(group.store(master), end)
     figures.replicas_identical = all(commit_log_bytes(group.store(r), end) == base for r in group.ids)
     msgs = log_messages(group.store(master), end)
-    sends = Counter(m.keys for m in msgs if m.topic in (TOPIC, CPP_TOPIC))
-    cpp_acked = workload.cpp.acked if workload.cpp is not None else set()
-    acked = workload.acked | cpp_acked
+    sends = Counter(m.keys for m in msgs if m.topic in (TOPIC, CPP_TOPIC, GRPC_TOPIC))
+    drivers = workload.drivers
+    acked = workload.acked.union(*(d.acked for d in drivers.values()))
     figures.sends_acked = len(acked)
-    figures.cpp_sends_acked = len(cpp_acked)
+    figures.cpp_sends_acked = len(drivers["cpp"].acked) if "cpp" in drivers else 0
+    figures.grpc_sends_acked = len(drivers["grpc"].acked) if "grpc" in drivers else 0
+    figures.client_errors = {kind: d.errors for kind, d in drivers.items()}
     figures.sends_lost = sum(1 for k in acked if sends[k] == 0)
     figures.sends_duplicated = sum(1 for k in acked if sends[k] > 1)
+    figures.fenced_stored = sum(n for k, n in sends.items() if k and k.startswith(FENCED_PREFIX))
+    times = {"txmq": workload.ack_times, **{kind: d.ack_times for kind, d in drivers.items()}}
+    figures.outage_s = {kind: [_longest_pause(sorted(ts), span) for span in figures.master_fault_spans]
+                        for kind, ts in times.items()}
     seen = visible()
     figures.tx_acked = len(workload.tx_acked)
     figures.tx_committed_lost = sum(1 for k in wanted if seen[k] == 0)
@@ -290,19 +390,33 @@ def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: f
     figures.split_brain_epochs = sum(1 for s in starts.values() if len(s) > 1)
 
 
-def run_campaign(cluster: Any, group: FailoverGroup, faults: Iterable[str], rng: random.Random, cpp_home: Path,
+def _longest_pause(times: list[float], span: tuple[float, float]) -> float:
+    """The longest gap between consecutive acknowledgements (sorted ``times``) overlapping ``span``: from the
+    last one before it, through those within it, to the first after it. None after its start: the time from
+    the last one before it (or its start) to its end, a lower bound."""
+    start, end = span
+    i, j = bisect.bisect_right(times, start), bisect.bisect_right(times, end)
+    if i == len(times):
+        return end - (times[i - 1] if i else start)
+    points = ([] if i else [start]) + times[max(i - 1, 0):j + 1]
+    return max(b - a for a, b in itertools.pairwise(points))
+
+
+def run_campaign(cluster: Any, group: FailoverGroup, faults: Iterable[str], rng: random.Random, home: Path,
                  on_fault: Callable[[int, str, Figures], None] | None = None) -> Figures:
-    """The campaign on a started group: its topics, the workload, each fault in turn (``faults`` may be drawn
+    """The campaign on a started group: its topics, the workload (the external clients' processes under
+    ``home``; the RocketMQ 5 client when the group serves gRPC), each fault in turn (``faults`` may be drawn
     lazily from ``rng``), then the invariants read from every replica. Shared by tests/e2e/test_failover.py and
     bench/faults.py."""
     group.wait_master(30, full_set=True)
+    topics = (TOPIC, TX_TOPIC, CPP_TOPIC, GRPC_TOPIC)
     with Admin(cluster.namesrv_addr) as admin:
-        for topic in (TOPIC, TX_TOPIC, CPP_TOPIC):
+        for topic in topics:
             admin.create_topic(topic, queue_nums=4)
-    for topic in (TOPIC, TX_TOPIC, CPP_TOPIC):
+    for topic in topics:
         cluster.wait_route(topic)
     time.sleep(2.0)  # the slaves copy the topic configs (slaveSynchronizeInterval 1 s)
-    workload = Workload(cluster.namesrv_addr, cpp_home)
+    workload = Workload(cluster.namesrv_addr, home, group.grpc_endpoints if group.grpc else "")
     workload.start()
     figures = Figures()
     try:

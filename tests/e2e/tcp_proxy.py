@@ -9,11 +9,14 @@ import threading
 
 
 class TcpProxy:
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], listen: tuple[str, int] = ("127.0.0.1", 0)) -> None:
+        """``listen``: the address to accept on (port 0: a free one), e.g. another loopback address with the
+        target's port, to stand for the target on a network of its own."""
         self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
+        self.listener = socket.create_server(listen)
+        self.host, self.port = self.listener.getsockname()[:2]
         self.cut_off = False
+        self.refused = 0  # connections closed at once because the path was cut
         self._socks: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -21,7 +24,7 @@ class TcpProxy:
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def _accept(self) -> None:
         while not self._closed:
@@ -30,6 +33,7 @@ class TcpProxy:
             except OSError:
                 return
             if self.cut_off:
+                self.refused += 1
                 client.close()
                 continue
             try:

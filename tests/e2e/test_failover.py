@@ -1,8 +1,9 @@
 """Automatic failover with real processes (etcd, a controller, three replicas, SYNC_MASTER + SYNC_FLUSH): the
-master SIGKILLed, and SIGSTOPped past its lease, while sends and transactions go on. Nothing acknowledged is
-lost or duplicated, every COMMIT is visible once and no ROLLBACK, one start per epoch, and the replicas'
-commit logs are byte-identical at the end. A master restarted at once with a lost tail is not master again at
-its old epoch."""
+master SIGKILLed, SIGSTOPped past its lease, and partitioned from the controller and its slaves (not from its
+clients), while txmq's, the C++ and the RocketMQ 5 (gRPC) clients send and transactions go on. Nothing
+acknowledged is lost or duplicated, the partitioned master acknowledges nothing once another acts, every COMMIT
+is visible once and no ROLLBACK, one start per epoch, and the replicas' commit logs are byte-identical at the
+end. A master restarted at once with a lost tail is not master again at its old epoch."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ from ha_group import commit_log_bytes, max_offset
 from helpers import wait_until
 
 from txmq import Admin, Message, Producer, SendStatus
+from txmq.remoting.codes import ResponseCode
 
 
 @pytest.fixture
 def group(cluster):
-    g = FailoverGroup(cluster)
+    g = FailoverGroup(cluster, grpc=True)
     try:
         yield g.start()
     finally:
@@ -40,6 +42,14 @@ def test_short_fault_campaign(group, cluster):
     print(figures)
     assert figures.faults == {"kill": 2, "pause": 1, "partition": 1, "slave-flip": 1, "slave-truncate": 1}
     assert figures.sends_acked > 100 and figures.tx_acked > 20 and figures.cpp_sends_acked > 20
+    assert figures.grpc_sends_acked > 20
+    # The partitioned master, still reached by clients, refused a send once another master acted; not stored,
+    assert len(figures.fenced_answers) == 1 and ResponseCode.SUCCESS not in figures.fenced_answers, \
+        figures.fenced_answers
+    assert figures.fenced_stored == 0
+    # nor a decision: a ROLLBACK of a transaction meant to COMMIT (tx_committed_lost would count it taken)
+    assert len(figures.fenced_decision_answers) == 1 and ResponseCode.SUCCESS not in figures.fenced_decision_answers
+    assert figures.partition_ha_refused[0] > 0  # its slaves tried to reach it and the network said no
     assert (figures.sends_lost, figures.sends_duplicated) == (0, 0)
     assert (figures.tx_committed_lost, figures.tx_duplicated, figures.tx_rollback_visible) == (0, 0, 0)
     assert figures.split_brain_epochs == 0

@@ -1,5 +1,6 @@
-"""A broker with brokerRole=SLAVE stores nothing from producers: sends and END_TRANSACTION are answered
-SLAVE_NOT_AVAILABLE (RocketMQ's EndTransactionProcessor does the same), and its queues stay empty."""
+"""A broker with brokerRole=SLAVE stores nothing from producers: sends are answered SERVICE_NOT_AVAILABLE
+(RocketMQ's store in slave mode), END_TRANSACTION SLAVE_NOT_AVAILABLE (RocketMQ's EndTransactionProcessor), and
+its queues stay empty."""
 
 import asyncio
 
@@ -31,6 +32,8 @@ def test_slave_refuses_sends_and_end_transaction(cluster):
             await client.close()
 
     half, ended, top = asyncio.run(go())
-    assert half.code == ResponseCode.SLAVE_NOT_AVAILABLE, half.remark
+    # Not SLAVE_NOT_AVAILABLE, which means "stored on the master" and makes RocketMQ clients read a send header.
+    assert half.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in (half.remark or ""), half.remark
+    assert "msgId" not in half.ext_fields
     assert ended.code == ResponseCode.SLAVE_NOT_AVAILABLE and "slave" in (ended.remark or "")
     assert top.code == ResponseCode.SUCCESS and top.ext_fields["offset"] == "0"  # nothing was stored

@@ -28,14 +28,21 @@ _CHOICES = {"flush_disk_type": ("ASYNC_FLUSH", "SYNC_FLUSH"), "broker_role": ("A
             "metrics_exporter_type": ("DISABLE", "PROM")}
 
 
+# the keys whose camelCase is not the fields' (brokerIP1, not brokerIp1)
+_IP_KEYS = {"broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2"}
+
+
 @dataclass
 class BrokerConfig:
     broker_cluster_name: str = "DefaultCluster"
     broker_name: str = "broker-a"
     broker_id: int = 0
     broker_ip1: str = "127.0.0.1"
+    broker_ip2: str = ""  # the address a master gives its slaves for HA (RocketMQ's brokerIP2); empty: brokerIP1
     listen_port: int = 10911
     grpc_port: int = 8081
+    # RocketMQ proxy's key: the send attempts the gRPC edge's Settings tell RocketMQ 5 producers (1: no retries)
+    grpc_client_producer_max_attempts: int = 3
     namesrv_addr: str = ""  # "host:port;host:port"
     broker_role: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
     store_path_root_dir: str = field(default_factory=lambda: str(Path.home() / "store"))
@@ -172,7 +179,7 @@ def config_properties(config: BrokerConfig) -> dict[str, str]:
             value = getattr(obj, f.name)
             if f.name != "server_limits":
                 head, *rest = f.name.split("_")
-                key = "brokerIP1" if f.name == "broker_ip1" else head + "".join(p.title() for p in rest)
+                key = _IP_KEYS.get(f.name) or head + "".join(p.title() for p in rest)
                 out[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return out
 

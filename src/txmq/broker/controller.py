@@ -189,7 +189,8 @@ class BrokerController:
 
     @property
     def ha_addr(self) -> str:
-        return f"{self.config.broker_ip1}:{self.config.ha_listen_port}"
+        """Where slaves reach this broker's HA port: brokerIP2 (RocketMQ's HA address), else brokerIP1."""
+        return f"{self.config.broker_ip2 or self.config.broker_ip1}:{self.config.ha_listen_port}"
 
     # --- lifecycle ------------------------------------------------------------------------------------
 

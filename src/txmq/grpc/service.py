@@ -251,8 +251,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             pub.max_body_size = self.broker.config.max_message_size
             pub.validate_message_type = False
             out.backoff_policy.CopyFrom(pb.RetryPolicy(
-                max_attempts=3, exponential_backoff=pb.ExponentialBackoff(
-                    initial=duration(10), max=duration(1000), multiplier=2.0)))
+                max_attempts=self.broker.config.grpc_client_producer_max_attempts,
+                exponential_backoff=pb.ExponentialBackoff(initial=duration(10), max=duration(1000), multiplier=2.0)))
         return out
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],

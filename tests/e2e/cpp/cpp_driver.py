@@ -8,7 +8,7 @@ Run it in its own process, with its own ``HOME`` (the C++ client writes ``$HOME/
 
 Every line on stdout is one JSON object with an ``event`` key:
 
-produce: ``{"event": "sent", "i", "mode", "status", "msg_id", "offset", "shard"?}`` per message (oneway
+produce: ``{"event": "sent", "i", "mode", "status", "msg_id", "offset", "shard"?, "t"?}`` per message (oneway
 modes have no result: status "ONEWAY", msg_id null), or ``{"event": "error", "i", "error"}``; a batch
 prints one ``sent`` line per batch (``"batch": [first_i, last_i]``; the wrapper gives msg_id "" for a batch);
 then ``{"event": "summary", "sent", "errors", "elapsed"}``. Exit code 0 when every send succeeded, else 1.
@@ -98,6 +98,22 @@ def _make_message(rmq, dll, a, i: int):
     return msg
 
 
+def _one_attempt(dll, producer) -> None:
+    """The C API has no setter for the retries of a non-orderly send (by default a send answered anything but
+    SEND_OK, FLUSH_SLAVE_TIMEOUT included, is sent again, up to 3 attempts seen, so it may be stored twice). The C
+    API's producer handle is the C++ ``DefaultMQProducer`` itself, whose ``setRetryTimes`` sets the turns of its
+    send loop (5 by default, at least 1): 1 is one attempt."""
+    attempts = 1
+    for name, argtypes in (("_ZN8rocketmq17DefaultMQProducer13setRetryTimesEi", [ctypes.c_void_p, ctypes.c_int]),
+                           ("_ZNK8rocketmq17DefaultMQProducer13getRetryTimesEv", [ctypes.c_void_p])):
+        getattr(dll, name).argtypes = argtypes
+    dll._ZNK8rocketmq17DefaultMQProducer13getRetryTimesEv.restype = ctypes.c_int
+    dll._ZN8rocketmq17DefaultMQProducer13setRetryTimesEi(producer._handle, attempts)
+    got = dll._ZNK8rocketmq17DefaultMQProducer13getRetryTimesEv(producer._handle)
+    if got != attempts:
+        raise SystemExit(f"--retry-times: the client kept {got} send turns instead of {attempts}")
+
+
 def _shard(a, i: int) -> int:
     if a.shard is not None:
         return a.shard
@@ -111,6 +127,10 @@ def cmd_produce(a) -> int:
     producer = rmq.Producer(a.group, timeout=a.send_timeout)
     producer.set_namesrv_addr(a.namesrv)
     _credentials(producer, a)
+    if a.retry_times is not None and a.mode != "orderly":
+        if a.retry_times != 0:
+            raise SystemExit("--retry-times: other sends than orderly take 0 only (one attempt)")
+        _one_attempt(dll, producer)
     producer.start()
     t0 = time.time()
     sent = errors = 0
@@ -148,6 +168,7 @@ def cmd_produce(a) -> int:
                             status=r.status.name,
                             msg_id=r.msg_id,
                             offset=r.offset,
+                            t=time.time(),
                         )
                     elif a.mode == "orderly":
                         shard = _shard(a, i)
@@ -361,7 +382,8 @@ def main(argv=None) -> int:
     pp.add_argument(
         "--shards", type=int, default=1 << 30, help="orderly: shard = i %% shards when no --shard"
     )
-    pp.add_argument("--retry-times", type=int)
+    pp.add_argument("--retry-times", type=int,
+                    help="retries after a failed attempt (default: the client's own); other sends than orderly take 0")
     pp.add_argument("--batch-size", type=int, default=10)
     pp.add_argument("--send-timeout", type=int, default=3000, help="ms")
     pp.add_argument("--interval", type=float, default=0.0, help="seconds between sends")

@@ -62,13 +62,26 @@ def message(a: dict, i: int) -> Message:
 
 
 def cmd_send(a: dict) -> None:
+    """``keys_prefix``: message i has the key prefix + i. ``failover``: a broker may die meanwhile: a failed
+    send is reported (``error``) and the loop goes on; ``interval``: seconds between sends."""
     # tls: trusts the CA in $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH (the client passes no roots of its own)
     p = Producer(config(a), (a["topic"],), tls_enable=a.get("tls", False))
     p.startup()
     try:
         for i in range(a.get("count", 1)):
-            r = p.send(message(a, i))
+            m = message(a, i)
+            if a.get("keys_prefix"):
+                m.keys = f"{a['keys_prefix']}{i}"
+            try:
+                r = p.send(m)
+            except Exception as exc:
+                if not a.get("failover"):
+                    raise
+                out("error", i=i, error=f"{type(exc).__name__}: {exc}"[:300], t=time.time())
+                time.sleep(a.get("interval", 0) or 0.05)
+                continue
             out("sent", id=r.message_id, i=i, t=time.time())
+            time.sleep(a.get("interval", 0))
     finally:
         p.shutdown()
 

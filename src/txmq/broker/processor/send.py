@@ -119,8 +119,12 @@ class SendMessageProcessor:
 
     def _send(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, batch: bool):
         broker = self.broker
-        if broker.config.is_slave:
-            return RemotingCommand.response_to(cmd, ResponseCode.SLAVE_NOT_AVAILABLE, remark="broker is a slave")
+        if broker.config.is_slave:  # RocketMQ's store in slave mode: nothing stored. Not SLAVE_NOT_AVAILABLE, which
+            # says "stored on the master" and whose answer RocketMQ clients read a send header from (the C++ client
+            # crashes on one without it)
+            return RemotingCommand.response_to(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
+                                               remark="service not available now: broker is a slave, putMessage is "
+                                               "forbidden")
         check_topic(h.topic)
         if h.topic in NOT_ALLOWED_SEND_TOPICS:
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
