@@ -37,6 +37,7 @@ _MAGIC_CODE = cython.declare(cython.longlong, MESSAGE_MAGIC_CODE)
 _COMPRESSED = cython.declare(cython.longlong, MessageSysFlag.COMPRESSED)
 _TRANSACTION_MASK = cython.declare(cython.longlong, MessageSysFlag.TRANSACTION_MASK)
 _TRANSACTION_COMMIT_TYPE = cython.declare(cython.longlong, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+_MAX_MICROS_MS = cython.declare(cython.longlong, (2**63 - 1) // 1000)
 
 _KEYS = MessageConst.KEYS
 _TAGS = MessageConst.TAGS
@@ -215,12 +216,20 @@ def _add(rows: SourceRows, data: bytes, end_offset: cython.longlong, tags: froze
         prop_keys.extend(props.keys())
         prop_values.extend(props.values())
         prop_offsets.append(len(prop_keys))
-        born_col.append(_i64(b, record + _BORNTIMESTAMP) * 1000)
-        store_col.append(_i64(b, record + _STORETIMESTAMP) * 1000)
+        born_col.append(_micros(_i64(b, record + _BORNTIMESTAMP)))
+        store_col.append(_micros(_i64(b, record + _STORETIMESTAMP)))
         if transaction_ids or (sys_flag & _TRANSACTION_MASK) == _TRANSACTION_COMMIT_TYPE:
             tx_col.append(props.get(_TRANSACTION_ID) or uniq)
         else:
             tx_col.append(None)
+
+
+@cython.cfunc
+def _micros(ms: cython.longlong) -> object:
+    """``ms * 1000`` as a Python int: in C when it fits a long long (Arrow refuses the others, as before)."""
+    if -_MAX_MICROS_MS <= ms <= _MAX_MICROS_MS:
+        return ms * 1000
+    return cython.cast(object, ms) * 1000
 
 
 @cython.cfunc
