@@ -357,4 +357,3 @@ class CommitLog:
 
     def close(self) -> None:
         self.queue.close()
-

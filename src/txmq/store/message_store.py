@@ -835,8 +835,8 @@ class DefaultMessageStore:
             try:
                 records = self.commit_log.read_run(run[0][1], [size for _, _, size in run])
             except StoreError:
-                records = None
-            if records is not None:
+                pass
+            else:
                 result.messages += map(to_wire, records)
                 result.queue_offsets += (pos for pos, _, _ in run)
                 continue
