@@ -172,8 +172,17 @@ def test_batch_put_is_one_write_with_consecutive_offsets(root):
         assert [m.queue_offset for m in batch] == list(range(1, 401))
         assert result.append_result.wrote_offset == batch[0].commit_log_offset
         assert store.runtime_info()["segments"] >= 2
-        got = store.get_message("T", 0, 1, max_msg_nums=400, max_total_bytes=1 << 30)
+        reads = []
+        pread = mapped_file.MappedFile.read
+        mapped_file.MappedFile.read = lambda mf, pos, size: reads.append(mf) or pread(mf, pos, size)
+        try:
+            got = store.get_message("T", 0, 1, max_msg_nums=400, max_total_bytes=1 << 30)
+        finally:
+            mapped_file.MappedFile.read = pread
         assert [decode_message(w)[0].body for w in got.messages] == [m.body for m in batch]
+        log_reads = [mf for mf in reads if mf in store.commit_log.queue.files]
+        # One read per run of records within a commit-log segment and a consume-queue file (64 entries here).
+        assert 0 < len(log_reads) <= 400 // 64 + 1 + store.runtime_info()["segments"]
         assert [m.body for m in store.query_message("T", "b399")] == [batch[399].body]
         await store.shutdown()
 

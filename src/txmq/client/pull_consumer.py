@@ -30,6 +30,7 @@ class PullResult:
     min_offset: int
     max_offset: int
     msgs: list[MessageExt] = field(default_factory=list)
+    body: bytes = b""  # with ``pull(decode=False)``: the messages as the broker sent them, not filtered by tag
 
 
 _PULL_STATUS: dict[int, PullStatus] = {
@@ -56,8 +57,11 @@ class PullConsumer(ClientBase):
         return self._call(go())
 
     def pull(self, mq: MessageQueue, expression: str = "*", offset: int = 0, max_nums: int = 32,
-             block_s: float = 0.0) -> PullResult:
-        """Pull from ``offset``; with ``block_s`` > 0 the broker holds the pull until a message arrives."""
+             block_s: float = 0.0, *, decode: bool = True) -> PullResult:
+        """Pull from ``offset``; with ``block_s`` > 0 the broker holds the pull until a message arrives.
+
+        ``decode=False`` leaves ``msgs`` empty and the response body in ``body`` (RocketMQ's message layout), for
+        a caller that decodes it its own way (``txmq.message_columns``) and filters tags itself."""
         filt = TagFilter(expression)
         flags = PullMessageRequestHeader.FLAG_SUBSCRIPTION | (PullMessageRequestHeader.FLAG_SUSPEND if block_s else 0)
         header = PullMessageRequestHeader(consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
@@ -72,9 +76,10 @@ class PullConsumer(ClientBase):
             if status is None:
                 raise BrokerError(resp.code, resp.remark)
             ext = resp.ext_fields
-            msgs = [prepare_for_user(m) for m in decode_messages(resp.body) if filt.match(m)] if resp.body else []
+            msgs = [prepare_for_user(m) for m in decode_messages(resp.body) if filt.match(m)] \
+                if resp.body and decode else []
             return PullResult(status, int(ext.get("nextBeginOffset", offset)), int(ext.get("minOffset", 0)),
-                              int(ext.get("maxOffset", 0)), msgs)
+                              int(ext.get("maxOffset", 0)), msgs, b"" if decode else bytes(resp.body))
         return self._call(go(), block_s + 10)
 
     def _offset_request(self, code: int, mq: MessageQueue, extra: dict[str, str] | None = None) -> RemotingCommand:

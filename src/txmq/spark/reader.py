@@ -34,10 +34,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from txmq.client.consumer import TagFilter
 from txmq.client.instance import MessageQueue
 from txmq.client.pull_consumer import PullConsumer, PullResult, PullStatus
 from txmq.errors import BrokerError, ClientError
-from txmq.message import MessageConst, MessageSysFlag
+from txmq.message_columns import SourceRows, add_pulled
 from txmq.spark._common import AUDIT_TOPICS, ClientSecurity, SourceOptions, cached_client, drop_client
 from txmq.spark.options import (
     EARLIEST,
@@ -221,7 +222,7 @@ def _pull(part: QueueRange, offset: int) -> PullResult:
         try:
             if part.broker not in (consumer.instance.broker_addrs if consumer.instance else {}):
                 _queues(consumer, part.namesrv, part.topic, part.security)
-            return consumer.pull(mq, part.tags, offset, min(part.pull_batch_size, part.end - offset))
+            return consumer.pull(mq, part.tags, offset, min(part.pull_batch_size, part.end - offset), decode=False)
         except (ClientError, BrokerError):
             if failures == 5:
                 raise
@@ -250,7 +251,7 @@ def _pulls(part: QueueRange) -> Iterator[PullResult]:
                 offset = result.next_begin_offset
                 pending = pool.submit(_pull, part, offset)
                 continue
-            if not result.msgs and result.next_begin_offset <= offset:
+            if not result.body and result.next_begin_offset <= offset:
                 # The range was planned below the queue's end, so its messages exist: the member that answered
                 # does not have them (a slave behind, or asked while its group elects a new master). Ask again;
                 # never end the range early, which would commit a batch without its rows.
@@ -271,34 +272,24 @@ def _pulls(part: QueueRange) -> Iterator[PullResult]:
 def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     if not isinstance(part, QueueRange):  # Spark plans one empty partition when there are none
         return
-    cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
+    tags = TagFilter(part.tags).tags
+    rows = SourceRows()
     for result in _pulls(part):
-        msgs = [m for m in result.msgs if m.queue_offset < part.end]
-        props = [m.properties for m in msgs]
-        cols["topic"] += [m.topic for m in msgs]
-        cols["queue_id"] += [m.queue_id for m in msgs]
-        cols["queue_offset"] += [m.queue_offset for m in msgs]
-        cols["msg_id"] += [m.msg_id for m in msgs]
-        cols["keys"] += [p.get(MessageConst.KEYS) for p in props]
-        cols["tags"] += [p.get(MessageConst.TAGS) for p in props]
-        cols["body"] += [m.body for m in msgs]
-        cols["properties"] += [list(p.items()) for p in props]
-        cols["born_timestamp"] += [m.born_timestamp * 1000 for m in msgs]
-        cols["store_timestamp"] += [m.store_timestamp * 1000 for m in msgs]
-        # A row of a committed half batch names its batch's transaction; a committed message is its own.
-        cols["transaction_id"] += [
-            p.get(MessageConst.TRANSACTION_ID) or p.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if part.audit or MessageSysFlag.transaction_value(m.sys_flag) == MessageSysFlag.TRANSACTION_COMMIT_TYPE
-            else None for m, p in zip(msgs, props, strict=True)]
-        if len(cols["topic"]) >= ROWS_PER_RECORD_BATCH:
-            yield _record_batch(cols)
-            cols = {name: [] for name in ARROW_SCHEMA.names}
-    if cols["topic"]:
-        yield _record_batch(cols)
+        add_pulled(rows, result.body, part.end, tags, part.audit)
+        if len(rows) >= ROWS_PER_RECORD_BATCH:
+            yield _record_batch(rows)
+            rows = SourceRows()
+    if len(rows):
+        yield _record_batch(rows)
 
 
-def _record_batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+def _record_batch(rows: SourceRows) -> pa.RecordBatch:
+    f = ARROW_SCHEMA.field
+    properties = pa.MapArray.from_arrays(pa.array(rows.prop_offsets, pa.int32()), pa.array(rows.prop_keys, pa.string()),
+                                         pa.array(rows.prop_values, pa.string()), type=f("properties").type)
+    arrays = [pa.array(getattr(rows, name), f(name).type) if name != "properties" else properties
+              for name in ARROW_SCHEMA.names]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 # --- Spark's reader interfaces ----------------------------------------------------------------------------

@@ -790,6 +790,7 @@ class DefaultMessageStore:
             if not raw:
                 break
             stop = False
+            picked: list[tuple[int, int, int]] = []  # (queue offset, commit-log offset, size) of records to send
             for i in range(0, len(raw), CQ_ENTRY_SIZE):
                 phy, size, tag = CQ_ENTRY.unpack_from(raw, i)
                 if size <= 0 or phy < min_phy:
@@ -797,25 +798,21 @@ class DefaultMessageStore:
                 elif tags_filter is not None and not tags_filter(tag):
                     if status is not GetMessageStatus.MESSAGE_WAS_REMOVING:
                         status = GetMessageStatus.NO_MATCHED_MESSAGE
-                elif result.messages and total + size - TRAILER_SIZE > max_total_bytes:
+                elif (result.messages or picked) and total + size - TRAILER_SIZE > max_total_bytes:
                     stop = True
                     break
                 else:
-                    try:
-                        wire = to_wire(self.commit_log.read(phy, size))
-                    except StoreError as exc:
-                        self._counters["corrupt_reads"] += 1
-                        log.error("%s/%d offset %d: skipping unreadable record: %s", cq.topic, cq.queue_id, pos, exc)
-                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                    else:
-                        result.messages.append(wire)
-                        result.queue_offsets.append(pos)
-                        last_phy = phy
-                        total += len(wire)
+                    picked.append((pos, phy, size))
+                    total += size - TRAILER_SIZE
                 pos += 1
                 budget -= 1
-                if len(result.messages) >= max_msg_nums:
+                if len(result.messages) + len(picked) >= max_msg_nums:
                     break
+            if picked:
+                if not self._read_picked(cq, picked, result):  # skipped unreadable records: look further
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    total = sum(map(len, result.messages))
+                last_phy = picked[-1][1]
             if stop:
                 break
         result.status = GetMessageStatus.FOUND if result.messages else status
@@ -823,6 +820,37 @@ class DefaultMessageStore:
         if result.messages:
             behind = self.commit_log.max_offset - last_phy
             result.suggest_pulling_from_slave = behind > _MEMORY * self.config.access_message_in_memory_max_ratio // 100
+
+    def _read_picked(self, cq: ConsumeQueue, picked: list[tuple[int, int, int]], result: GetMessageResult) -> bool:
+        """Read the picked records into ``result`` in wire form: each run of records that follow one another in
+        the commit log (a batch, or a queue written alone) with one read. A run that fails is read record by
+        record, and an unreadable record is skipped, logged and counted; returns False when one was."""
+        whole = True
+        start = 0
+        for i in range(1, len(picked) + 1):
+            if i < len(picked) and picked[i][1] == picked[i - 1][1] + picked[i - 1][2]:
+                continue
+            run = picked[start:i]
+            start = i
+            try:
+                records = self.commit_log.read_run(run[0][1], [size for _, _, size in run])
+            except StoreError:
+                pass
+            else:
+                result.messages += map(to_wire, records)
+                result.queue_offsets += (pos for pos, _, _ in run)
+                continue
+            for pos, phy, size in run:
+                try:
+                    wire = to_wire(self.commit_log.read(phy, size))
+                except StoreError as exc:
+                    self._counters["corrupt_reads"] += 1
+                    log.error("%s/%d offset %d: skipping unreadable record: %s", cq.topic, cq.queue_id, pos, exc)
+                    whole = False
+                else:
+                    result.messages.append(wire)
+                    result.queue_offsets.append(pos)
+        return whole
 
     def read_record(self, commit_log_offset: int) -> bytes:
         """The record at ``commit_log_offset`` in wire form.
