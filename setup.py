@@ -1,0 +1,29 @@
+"""Builds txmq's compiled modules; pyproject.toml holds everything else (metadata, dependencies, packages).
+
+Each module below is an ordinary ``.py`` file of the package compiled by Cython in its pure Python mode: the same
+file runs interpreted when it is not built, so the logic has one source. ``make`` rebuilds them when one changes
+(the Makefile's install stamp depends on them) and ``tests/test_compiled.py`` fails when a module was not compiled
+or its build is older than its source.
+"""
+
+from Cython.Build import cythonize
+from setuptools import setup
+
+COMPILED_MODULES = [
+    "src/txmq/remoting/codec.py",
+    "src/txmq/remoting/headers.py",
+    "src/txmq/message.py",
+    "src/txmq/store/record.py",
+]
+
+setup(
+    ext_modules=cythonize(
+        COMPILED_MODULES,
+        compiler_directives={
+            "language_level": "3",
+            # Type hints stay hints: a compiled ``def f(b: bytes)`` would otherwise refuse the bytearray the
+            # interpreted one takes. C types come from ``cython`` declarations only.
+            "annotation_typing": False,
+        },
+    )
+)
