@@ -14,6 +14,14 @@ COMPILED_MODULES = [
     "src/txmq/remoting/headers.py",
     "src/txmq/message.py",
     "src/txmq/store/record.py",
+    "src/txmq/store/commit_log.py",
+    "src/txmq/store/consume_queue.py",
+    "src/txmq/store/dispatcher.py",
+    "src/txmq/store/index.py",
+    "src/txmq/store/message_store.py",
+    "src/txmq/futures.py",
+    "src/txmq/remoting/transport.py",
+    "src/txmq/broker/processor/send.py",
 ]
 
 setup(

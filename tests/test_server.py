@@ -1,0 +1,20 @@
+"""The serving process's collector settings (``txmq.server.tune_gc``)."""
+
+from __future__ import annotations
+
+import gc
+
+from txmq.server import GC_YOUNG_THRESHOLD, tune_gc
+
+
+def test_tune_gc_freezes_startup_objects_and_raises_the_young_threshold() -> None:
+    before = gc.get_threshold()
+    startup_object = {"built": "at startup"}
+    try:
+        tune_gc()
+        assert gc.get_freeze_count() > 0
+        assert gc.is_tracked(startup_object)
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, before[1], before[2])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
