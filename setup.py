@@ -12,6 +12,7 @@ from setuptools import setup
 COMPILED_MODULES = [
     "src/txmq/remoting/codec.py",
     "src/txmq/remoting/headers.py",
+    "src/txmq/remoting/request_headers.py",
     "src/txmq/message.py",
     "src/txmq/store/record.py",
     "src/txmq/store/commit_log.py",

@@ -8,6 +8,7 @@ cases of its own, so the two can never drift.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.machinery
 from pathlib import Path
@@ -60,6 +61,30 @@ def test_headers_parse_the_same_interpreted() -> None:
     _same("txmq.remoting.headers", "parse_int", [(v, "f") for v in values])
     _same("txmq.remoting.headers", "parse_int32", [(v, "f") for v in values])
     _same("txmq.remoting.headers", "parse_bool", [(v, "f") for v in ["true", "FALSE", "1", "0", "yes", ""]])
+
+
+_SEND_EXT = {"producerGroup": "g", "topic": "t", "queueId": "2", "bornTimestamp": "1700000000000", "flag": "",
+             "properties": "", "unitMode": "1", "maxReconsumeTimes": ""}
+
+
+@pytest.mark.parametrize("ext", [
+    _SEND_EXT,
+    {k: v for k, v in _SEND_EXT.items() if k != "topic"},  # required field missing
+    {**_SEND_EXT, "queueId": "2147483648"},  # beyond an Int32
+    {**_SEND_EXT, "batch": "maybe"},
+])
+def test_request_headers_parse_the_same_interpreted(ext: dict[str, str]) -> None:
+    import txmq.remoting.request_headers as compiled
+
+    interpreted = load_interpreted("txmq.remoting.request_headers")
+    for name in ("SendMessageRequestHeader", "PullMessageRequestHeader", "EndTransactionRequestHeader"):
+        def parsed(module, name=name) -> object:
+            header = getattr(module, name).from_ext(ext)
+            return [(f.name, getattr(header, f.name)) for f in dataclasses.fields(header)], header.to_ext()
+
+        assert _outcome(parsed, compiled) == _outcome(parsed, interpreted)
+        assert [(f.name, f.wire, f.kind, f.required) for f in getattr(compiled, name)._spec()] == \
+            [(f.name, f.wire, f.kind, f.required) for f in getattr(interpreted, name)._spec()]
 
 
 def _frames() -> bytes:
