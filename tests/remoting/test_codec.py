@@ -316,7 +316,8 @@ def test_decoder_rejects_silly_limit() -> None:
 def test_encode_response_writes_the_frame_encode_command_writes(request_cmd, code, ext) -> None:
     """The send path's template answer is the generic encoder's frame, byte for byte."""
     expected = encode_command(RemotingCommand.response_to(request_cmd, code, ext_fields=dict(ext)))
-    assert encode_response(request_cmd, code, ext) == expected
+    answer = encode_response(request_cmd, code, ext)
+    assert answer.frame == expected and answer.code == code
     dec = FrameDecoder()
     dec.receive_data(expected)
     back = dec.next_command()

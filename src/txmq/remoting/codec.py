@@ -321,17 +321,29 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
 # --- frames ----------------------------------------------------------------------------------------
 
 
-def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, str]) -> bytes:
+class EncodedResponse:
+    """A response already written as its whole frame (``encode_response``), with its code for those who count
+    answers by code (metrics)."""
+
+    __slots__ = ("code", "frame")
+
+    def __init__(self, code: int, frame: bytes) -> None:
+        self.code = code
+        self.frame = frame
+
+
+def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, str]) -> EncodedResponse:
     """The frame of ``RemotingCommand.response_to(request, code, ext_fields=ext_fields)``, byte for byte as
     ``encode_command`` writes it, without building the command: every send is answered so. A JSON header is a
     template filled in; a ROCKETMQ header, no ext fields or a value that is not a string go the generic way."""
     if request.serialize_type is not _JSON or not ext_fields:
-        return encode_command(RemotingCommand.response_to(request, code, ext_fields=ext_fields))
+        return EncodedResponse(code, encode_command(RemotingCommand.response_to(request, code, ext_fields=ext_fields)))
     for key, value in ext_fields.items():
         if type(key) is not str or type(value) is not str:
-            return encode_command(RemotingCommand.response_to(request, code, ext_fields=ext_fields))
+            return EncodedResponse(
+                code, encode_command(RemotingCommand.response_to(request, code, ext_fields=ext_fields)))
     header = _RESPONSE_HEAD % (code, request.opaque) + orjson.dumps(ext_fields) + b"}"
-    return _PREFIX.pack(4 + len(header), len(header)) + header
+    return EncodedResponse(code, _PREFIX.pack(4 + len(header), len(header)) + header)
 
 
 def encode_command(cmd: RemotingCommand, max_frame_size: int | None = None) -> bytes:
