@@ -88,19 +88,13 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             await controller.close()
 
 
-# Objects a youngest-generation collection waits for (CPython's default: 700). Every send allocates a few dozen
-# short-lived containers; with 700 the cyclic collector ran every ~20 sends and took 10-18 % of the broker's CPU
-# under single-message sends (perf, docs/benchmarks.md). 10,000 lets most of them die first; larger was slower.
-GC_YOUNG_THRESHOLD = 10_000
-
-
 def tune_gc() -> None:
-    """Once serving: what startup built (modules, configs, recovered tables) moves out of the collector's sight
-    (``gc.freeze``), so full collections scan only what came after, and young collections run less often."""
+    """Once serving, what startup built (modules, configs, recovered tables) moves out of the cyclic collector's
+    sight (``gc.freeze``): every collection of the oldest generation scanned it all again, and under single-message
+    sends the collector took 10-18 % of the broker's CPU (perf, docs/benchmarks.md). The thresholds stay CPython's:
+    raised, cyclic garbage (a closed connection's held pulls) outlived its round (tests/e2e/test_memory_bounds)."""
     gc.collect()
     gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 READY_PREFIX = "txmq ready: "
