@@ -7,7 +7,12 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test lint bench clean grpc-clients system-tools etcd
 
-$(STAMP): pyproject.toml
+# The compiled modules (setup.py's COMPILED_MODULES) and their .pxd files: editing one rebuilds it, or the stale
+# build would shadow the edited source.
+COMPILED := $(shell grep -o '"src/txmq/[A-Za-z0-9_/]*\.py"' setup.py | tr -d '"')
+COMPILED_PXD := $(wildcard $(COMPILED:.py=.pxd))
+
+$(STAMP): pyproject.toml setup.py $(COMPILED) $(COMPILED_PXD)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,spark]'
@@ -59,3 +64,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(RMQ5_VENV) $(NODE_DIR)/node_modules .pytest_cache build *.egg-info src/*.egg-info
+	rm -f $(COMPILED:.py=.c) $(foreach m,$(COMPILED),$(wildcard $(m:.py=).*.so))

@@ -1,3 +1,4 @@
+# cython: annotation_typing=True
 """Pull response bodies straight into columns: the Spark source's rows without a ``MessageExt`` per message.
 
 A PULL_MESSAGE response body is the pulled messages' records one after the other, in RocketMQ's message layout

@@ -75,6 +75,7 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             addrs["store"] = str(broker.root)
         if console is not None:
             addrs["console"] = console.addr
+        tune_gc()
         await _until_signalled(lambda: on_ready(addrs))
     finally:
         if console is not None:
@@ -85,6 +86,15 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             await namesrv.close()
         if controller is not None:
             await controller.close()
+
+
+def tune_gc() -> None:
+    """Once serving, what startup built (modules, configs, recovered tables) moves out of the cyclic collector's
+    sight (``gc.freeze``): every collection of the oldest generation scanned it all again, and under single-message
+    sends the collector took 10-18 % of the broker's CPU (perf, docs/benchmarks.md). The thresholds stay CPython's:
+    raised, cyclic garbage (a closed connection's held pulls) outlived its round (tests/e2e/test_memory_bounds)."""
+    gc.collect()
+    gc.freeze()
 
 
 READY_PREFIX = "txmq ready: "
@@ -101,24 +111,7 @@ def parse_ready(line: str) -> dict[str, str] | None:
     return dict(kv.split("=", 1) for kv in rest.split()) if sep else None
 
 
-# The cyclic collector's thresholds in a server process (CPython's default: 700, 10, 10). A broker allocates a
-# few dozen objects per request, nearly all freed by reference counting at once; with the defaults a young
-# collection ran every ~25 transactions and a middle one every ~250, each scanning the requests in flight and
-# the recently remembered half messages: about 15 % of the broker's CPU per transaction (bench/raw_frames.py).
-GC_THRESHOLDS = (10_000, 50, 100)
-
-
-def tune_gc() -> None:
-    """Fewer cyclic collections in a server process, and none of them over what start-up loaded (modules, classes,
-    configuration): ``gc.freeze`` moves those to the permanent generation. Memory stays bounded: a young
-    generation of 10,000 container objects is a few MB at most."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
 def run_process(main: Awaitable[None]) -> int:
-    tune_gc()
     with contextlib.suppress(KeyboardInterrupt):
         run(main)
     return 0

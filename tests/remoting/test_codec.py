@@ -13,6 +13,7 @@ from txmq.remoting.codec import (
     FrameDecoder,
     encode_command,
     encode_json_header,
+    encode_response,
 )
 from txmq.remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from txmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
@@ -300,3 +301,24 @@ def test_encode_refuses_what_does_not_fit() -> None:
 def test_decoder_rejects_silly_limit() -> None:
     with pytest.raises(ValueError):
         FrameDecoder(4)
+
+
+@pytest.mark.parametrize("request_cmd, code, ext", [
+    (RemotingCommand(RequestCode.SEND_MESSAGE, LanguageCode.JAVA, 399, 7), ResponseCode.SUCCESS,
+     {"msgId": "7F0000010000297F0000000000000000", "queueId": "3", "queueOffset": "12", "MSG_REGION": "DefaultRegion"}),
+    (RemotingCommand(RequestCode.SEND_MESSAGE, opaque=2**31 - 1), ResponseCode.FLUSH_DISK_TIMEOUT,
+     {"msgId": "é\"\\\n\u2028", "transactionId": "ü"}),
+    (RemotingCommand(RequestCode.SEND_MESSAGE, opaque=-5), ResponseCode.SUCCESS, {}),
+    (RemotingCommand(RequestCode.SEND_MESSAGE, opaque=9), ResponseCode.SUCCESS, {"queueId": 3}),  # not a string
+    (RemotingCommand(RequestCode.SEND_MESSAGE, opaque=9, serialize_type=SerializeType.ROCKETMQ),
+     ResponseCode.SUCCESS, {"msgId": "AB"}),
+])
+def test_encode_response_writes_the_frame_encode_command_writes(request_cmd, code, ext) -> None:
+    """The send path's template answer is the generic encoder's frame, byte for byte."""
+    expected = encode_command(RemotingCommand.response_to(request_cmd, code, ext_fields=dict(ext)))
+    answer = encode_response(request_cmd, code, ext)
+    assert answer.frame == expected and answer.code == code
+    dec = FrameDecoder()
+    dec.receive_data(expected)
+    back = dec.next_command()
+    assert back is not None and back.is_response and back.opaque == request_cmd.opaque and back.code == code

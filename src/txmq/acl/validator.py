@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
 
 from txmq.acl.config import WHITE_ACCOUNT, Account, AclFile
 from txmq.acl.permissions import HALF_ACCOUNT, Needs, RequestNotReadable, Table, needs_of
@@ -16,7 +15,7 @@ from txmq.acl.signer import ACCESS_KEY, signature_matches
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.refusals import RefusalLog
-from txmq.remoting.transport import Connection, Handler
+from txmq.remoting.transport import Connection, Handler, HandlerResult
 
 log = logging.getLogger("txmq.acl")
 
@@ -88,7 +87,7 @@ class AccessValidator:
     def guard(self, handler: Handler) -> Handler:
         """``handler`` behind this validator."""
 
-        def guarded(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[Any] | None:
+        def guarded(conn: Connection, cmd: RemotingCommand) -> HandlerResult:
             return self.check(conn, cmd) or handler(conn, cmd)
 
         return guarded

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from txmq.futures import then
+from txmq.remoting.codec import EncodedResponse
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.transport import Connection
+from txmq.remoting.transport import Answer, Connection
 
 BUCKETS_MS = (1, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 3000)
 
@@ -40,13 +41,13 @@ class RpcLatency:
         def timed(conn: Connection, cmd: RemotingCommand) -> Any:
             started = time.perf_counter()
             out = dispatch(conn, cmd)
-            if isinstance(out, RemotingCommand):
+            if isinstance(out, RemotingCommand | EncodedResponse):
                 self.observe(cmd.code, out.code, started)
                 return out
             return out if out is None else then(out, lambda answer: self._later(cmd.code, started, answer))
         return timed
 
-    def _later(self, code: int, started: float, answer: RemotingCommand | None) -> RemotingCommand | None:
+    def _later(self, code: int, started: float, answer: Answer | None) -> Answer | None:
         if answer is not None:
             self.observe(code, answer.code, started)
         return answer

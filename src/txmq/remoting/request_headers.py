@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 from txmq.errors import RemoteProtocolError
 from txmq.remoting.headers import parse_bool, parse_int, parse_int32
 
 _MISSING = dataclasses.MISSING
+
+_H = TypeVar("_H", bound="Header")
 
 Int32 = int  # a field Java declares ``Integer``; a plain ``int`` field is a Java ``Long``
 
@@ -31,90 +33,70 @@ class Header:
 
     @classmethod
     def _spec(cls) -> tuple[_Field, ...]:
-        """The fields with their wire names and types, worked out once per class (a hot path: every send)."""
+        """The fields with their wire names and rules, worked out once per class (a hot path: every send)."""
         spec = _SPECS.get(cls)
         if spec is None:
-            spec = tuple(
-                _Field(f.name, _camel(f.name), cls.ALIASES.get(f.name), str(f.type),
-                       f.default is _MISSING and f.default_factory is _MISSING)
-                for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-            )
-            _SPECS[cls] = spec
+            spec = _SPECS[cls] = tuple(_Field(cls, f) for f in dataclasses.fields(cls))  # type: ignore[arg-type]
         return spec
 
     @classmethod
     def from_ext(cls, ext: dict[str, str]) -> Self:
-        parse = _PARSE_FNS.get(cls)
-        if parse is None:
-            parse = _PARSE_FNS[cls] = _compile_from_ext(cls)
-        return parse(ext)
+        """The header from a request's ext fields: absent (or, for all but plain strings, empty) fields take their
+        defaults, a required one raises, the rest go through their type's parser. One pass over the spec and no
+        kwargs: the send path parses a header per message, and this module is compiled (setup.py)."""
+        return _parse(cls, _SPECS.get(cls) or cls._spec(), ext)
 
     def to_ext(self) -> dict[str, str]:
-        write = _WRITE_FNS.get(type(self))
-        if write is None:
-            write = _WRITE_FNS[type(self)] = _compile_to_ext(type(self))
-        return write(self)
+        """The ext fields on the wire: None is left out, a bool is ``true``/``false``, anything else its ``str``."""
+        return _write(self, _SPECS.get(type(self)) or self._spec())
 
 
 class _Field:
-    __slots__ = ("alias", "kind", "name", "required", "type", "wire")
+    """One field's wire name, alias, parser and default (C attributes when compiled: request_headers.pxd)."""
 
-    def __init__(self, name: str, wire: str, alias: str | None, type_name: str, required: bool) -> None:
-        self.name, self.wire, self.alias, self.type, self.required = name, wire, alias, type_name, required
-        self.kind = type_name.replace(" | None", "")
+    def __init__(self, cls: type[Header], field: dataclasses.Field[Any]) -> None:
+        self.name = field.name
+        self.wire = _camel(field.name)
+        self.alias = cls.ALIASES.get(field.name)
+        self.type = str(field.type)
+        self.kind = self.type.replace(" | None", "")
+        self.parser = _PARSERS.get(self.kind)
+        self.empty_is_absent = self.type != "str"  # the C++ client sends empty strings for unset fields
+        self.required = field.default is _MISSING and field.default_factory is _MISSING
+        self.default = None if field.default is _MISSING else field.default
+        self.default_factory = None if field.default_factory is _MISSING else field.default_factory
+
+
+def _parse(cls: type[_H], spec: tuple[_Field, ...], ext: dict[str, str]) -> _H:
+    """A ``cls`` from ext fields by its spec (``Header.from_ext``): no kwargs, one pass."""
+    get = ext.get
+    header = cls.__new__(cls)
+    for f in spec:
+        value: object = get(f.wire)
+        if value is None and f.alias is not None:
+            value = get(f.alias)
+        if value is None or (f.empty_is_absent and value == ""):
+            if f.required:
+                raise RemoteProtocolError(f"{cls.__name__}: missing field {f.wire}")
+            value = f.default_factory() if f.default_factory is not None else f.default
+        elif f.parser is not None:
+            value = f.parser(value, f.wire)  # type: ignore[arg-type]  # a str: it came from the ext fields
+        setattr(header, f.name, value)
+    return header
+
+
+def _write(header: Header, spec: tuple[_Field, ...]) -> dict[str, str]:
+    """``Header.to_ext`` by the header's spec."""
+    out: dict[str, str] = {}
+    for f in spec:
+        value = getattr(header, f.name)
+        if value is not None:
+            out[f.wire] = ("true" if value else "false") if value.__class__ is bool else str(value)
+    return out
 
 
 _SPECS: dict[type, tuple[_Field, ...]] = {}
-
-
 _PARSERS = {"int": parse_int, "Int32": parse_int32, "bool": parse_bool}  # the wire rules live in headers.py, once
-_PARSE_FNS: dict[type, Any] = {}
-_WRITE_FNS: dict[type, Any] = {}
-
-
-def _compile_to_ext(cls: type[Header]) -> Any:
-    """``to_ext`` for one header class as straight-line code (every answer to a send writes one): None is left
-    out, a bool is ``true``/``false``, anything else its ``str``."""
-    lines = ["def to_ext(self):", "    out = {}"]
-    for f in cls._spec():
-        lines += [f"    v = self.{f.name}", "    if v is not None:",
-                  f"        out[{f.wire!r}] = ('true' if v else 'false') if v.__class__ is bool else str(v)"]
-    lines.append("    return out")
-    env: dict[str, Any] = {}
-    exec("\n".join(lines), env)  # the source is built above from the class's own fields
-    return env["to_ext"]
-
-
-def _compile_from_ext(cls: type[Header]) -> Any:
-    """``from_ext`` for one header class as straight-line code, written once from its fields: the send path parses
-    a header per message, and a loop over field descriptions with a kwargs dict costs several times more. The
-    rules are the same for every class (absent, empty, alias, required, parser by type)."""
-    env: dict[str, Any] = {"cls": cls, "RemoteProtocolError": RemoteProtocolError}
-    lines = ["def from_ext(ext):", "    get = ext.get"]
-    args = []
-    for n, (f, field) in enumerate(zip(cls._spec(), dataclasses.fields(cls), strict=True)):  # type: ignore[arg-type]
-        v = f"v{n}"
-        lines.append(f"    {v} = get({f.wire!r})")
-        if f.alias is not None:
-            lines.append(f"    if {v} is None: {v} = get({f.alias!r})")
-        absent = f"{v} is None" if f.type == "str" else f"{v} is None or {v} == ''"
-        lines.append(f"    if {absent}:")
-        if f.required:
-            lines.append(f"        raise RemoteProtocolError({cls.__name__ + ': missing field ' + f.wire!r})")
-        elif field.default_factory is not _MISSING:
-            env[f"d{n}"] = field.default_factory
-            lines.append(f"        {v} = d{n}()")
-        else:
-            env[f"d{n}"] = field.default
-            lines.append(f"        {v} = d{n}")
-        parser = _PARSERS.get(f.kind)
-        if parser is not None:
-            env[f"p{n}"] = parser
-            lines.append(f"    else: {v} = p{n}({v}, {f.wire!r})")
-        args.append(f"{f.name}={v}")
-    lines.append(f"    return cls({', '.join(args)})")
-    exec("\n".join(lines), env)  # the source is built above from the class's own fields
-    return env["from_ext"]
 
 
 @dataclasses.dataclass(slots=True)

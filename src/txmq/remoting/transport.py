@@ -28,14 +28,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
 from txmq.errors import ClientError, InvalidMessageError, LocalProtocolError, RemoteProtocolError
-from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
+from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, EncodedResponse, FrameDecoder, encode_command
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import FLAG_ONEWAY, RemotingCommand
 
 log = logging.getLogger("txmq.remoting")
 
 RPCHook: TypeAlias = Callable[[RemotingCommand], None]  # changes a request before it is encoded (signing)
-HandlerResult: TypeAlias = RemotingCommand | Awaitable[RemotingCommand | None] | None
+# A handler answers with a command, or with one already encoded (``codec.encode_response``: sends).
+Answer: TypeAlias = RemotingCommand | EncodedResponse
+HandlerResult: TypeAlias = Answer | Awaitable[Answer | None] | None
 Handler: TypeAlias = Callable[["Connection", RemotingCommand], HandlerResult]
 
 DEFAULT_MAX_PENDING_INVOKES = 65536
@@ -268,7 +270,7 @@ class Connection(asyncio.Protocol):
             return
         if result is None:
             return
-        if isinstance(result, RemotingCommand):
+        if isinstance(result, RemotingCommand | EncodedResponse):
             self._reply(cmd, result)
         elif isinstance(result, asyncio.Future):  # an answer still to come: a callback, no task
             result.add_done_callback(functools.partial(self._finish_future, cmd))
@@ -279,7 +281,7 @@ class Connection(asyncio.Protocol):
         else:
             self._reply(cmd, self._failed(cmd, TypeError(f"handler returned {type(result).__name__}")))
 
-    async def _finish(self, cmd: RemotingCommand, awaitable: Awaitable[RemotingCommand | None]) -> None:
+    async def _finish(self, cmd: RemotingCommand, awaitable: Awaitable[Answer | None]) -> None:
         try:
             result = await awaitable
         except Exception as exc:
@@ -287,7 +289,7 @@ class Connection(asyncio.Protocol):
         if result is not None:
             self._reply(cmd, result)
 
-    def _finish_future(self, cmd: RemotingCommand, future: asyncio.Future[RemotingCommand | None]) -> None:
+    def _finish_future(self, cmd: RemotingCommand, future: asyncio.Future[Answer | None]) -> None:
         if future.cancelled():
             return
         exc = future.exception()
@@ -312,8 +314,11 @@ class Connection(asyncio.Protocol):
                       exc_info=exc)  # fmt: skip
         return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
-    def _reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
+    def _reply(self, request: RemotingCommand, response: Answer) -> None:
         if self.closed or request.flag & FLAG_ONEWAY:
+            return
+        if isinstance(response, EncodedResponse):  # a whole frame already
+            self._write(response.frame)
             return
         try:
             data = encode_command(response, self.max_frame_size)

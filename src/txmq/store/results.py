@@ -21,7 +21,7 @@ class PutMessageStatus(Enum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"  # an I/O error while writing
 
 
-@dataclass
+@dataclass(slots=True)  # one per put, and one PutMessageResult: no __dict__ each
 class AppendMessageResult:
     wrote_offset: int  # commit-log offset of the (first) record
     wrote_bytes: int  # stored bytes of all records of the put
@@ -31,7 +31,7 @@ class AppendMessageResult:
     msg_num: int = 1
 
 
-@dataclass
+@dataclass(slots=True)
 class PutMessageResult:
     status: PutMessageStatus
     append_result: AppendMessageResult | None = None

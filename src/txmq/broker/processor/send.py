@@ -18,6 +18,7 @@ from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
 from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
+from txmq.remoting.codec import encode_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import (
@@ -25,7 +26,7 @@ from txmq.remoting.request_headers import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from txmq.remoting.transport import Connection, parse_address
+from txmq.remoting.transport import Answer, Connection, parse_address
 from txmq.store import PutMessageResult, PutMessageStatus
 from txmq.topic import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -202,7 +203,7 @@ class SendMessageProcessor:
 
     def _half_batch(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, queue_id: int,
                     entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
-                    halves: int) -> RemotingCommand | Awaitable[RemotingCommand]:
+                    halves: int) -> RemotingCommand | Awaitable[Answer]:
         """A batch whose own properties (the request header's) make it a half message: one transaction for all
         its messages, stored as one half whose body is the batch as sent (txmq beyond RocketMQ). Its messages
         need a ``UNIQ_KEY`` each: after a crash, that is how a commit cut short finds what it already stored."""
@@ -267,23 +268,23 @@ class SendMessageProcessor:
         log.info("message %s to dead-letter topic %s after %d reconsumes", msg.msg_id, topic, msg.reconsume_times)
 
     def _put(self, cmd: RemotingCommand, msg: MessageExt, pending: Awaitable[PutMessageResult],
-             counted: tuple[str, str] | None = None) -> asyncio.Future[RemotingCommand]:
+             counted: tuple[str, str] | None = None) -> asyncio.Future[Answer]:
         """Answer a put; a stored one is counted under ``counted`` (topic, message type)."""
-        def answer(result: PutMessageResult) -> RemotingCommand:
+        def answer(result: PutMessageResult) -> Answer:
             if counted is not None and result.stored:
                 self.broker.stats_manager.put(counted[0], counted[1], len(msg.body))
             return self._response(cmd, msg, result)
         return then(pending, answer, _STORE_ERRORS, lambda exc: _store_refused(cmd, exc))
 
     def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt], pending: Awaitable[PutMessageResult],
-                   counted: tuple[str, str]) -> asyncio.Future[RemotingCommand]:
+                   counted: tuple[str, str]) -> asyncio.Future[Answer]:
         """One write and one flush wait for the whole batch; the answer names every message's offset id and the
         queue offset of the first (the rest follow it; for halves, in the half queue)."""
         return then(pending, lambda result: self._batch_response(cmd, msgs, result, counted), _STORE_ERRORS,
                     lambda exc: _store_refused(cmd, exc))
 
     def _batch_response(self, cmd: RemotingCommand, msgs: list[MessageExt], result: PutMessageResult,
-                        counted: tuple[str, str]) -> RemotingCommand:
+                        counted: tuple[str, str]) -> Answer:
         ar = result.append_result
         if not result.stored or ar is None:  # stored with a late flush still has ids and offsets to answer with
             return self._response(cmd, msgs[0], result)
@@ -294,10 +295,10 @@ class SendMessageProcessor:
             queue_id=msgs[0].queue_id, queue_offset=ar.logics_offset,
             transaction_id=",".join(m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "") for m in msgs)
             if is_half(msgs[0].properties) else None)
-        return RemotingCommand.response_to(cmd, _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR),
-                                           ext_fields=header.to_ext())
+        return encode_response(cmd, _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR), header.to_ext())
 
-    def _response(self, cmd: RemotingCommand, msg: MessageExt, result: PutMessageResult) -> RemotingCommand:
+    def _response(self, cmd: RemotingCommand, msg: MessageExt, result: PutMessageResult) -> Answer:
+        """The answer to a put: a stored message's as an encoded frame (``encode_response``), a refusal as a command."""
         code = _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
         ar = result.append_result
         if not result.stored or ar is None:
@@ -318,7 +319,7 @@ class SendMessageProcessor:
         ext = header.to_ext()
         ext["MSG_REGION"] = "DefaultRegion"
         ext["TRACE_ON"] = "true"
-        return RemotingCommand.response_to(cmd, code, ext_fields=ext)
+        return encode_response(cmd, code, ext)
 
     # --- consumer send-back: retry with delay, or the dead-letter topic --------------------------------
 

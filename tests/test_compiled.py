@@ -1,0 +1,181 @@
+"""The compiled hot path (setup.py's ``COMPILED_MODULES``): built, fresh, and the same as its interpreted source.
+
+A build older than its ``.py`` would shadow the edited source, and a module that was not built would run the
+benchmarks' figures interpreted: both fail here, so the suite always runs what the source says, compiled.
+Each module's interpreted twin (the same ``.py`` run by the interpreter) must give the same results on a few
+cases of its own, so the two can never drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.machinery
+from pathlib import Path
+
+import pytest
+
+from compiled import INTERPRETED, compiled_modules, load_interpreted
+from txmq.errors import CorruptRecordError, InvalidMessageError, RemoteProtocolError
+from txmq.message import MessageConst, MessageExt
+from txmq.remoting.codes import LanguageCode, SerializeType
+from txmq.remoting.command import RemotingCommand
+
+MODULES = compiled_modules()
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_is_built_from_its_current_source(name: str) -> None:
+    module = importlib.import_module(name)
+    source = MODULES[name]
+    built = Path(module.__file__ or "")
+    if INTERPRETED:  # TXMQ_INTERPRETED=1 runs the suite on the sources on purpose
+        assert built == source
+        return
+    assert built.name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), (
+        f"{name} runs from {built}, not compiled: run make (pip install -e .)")
+    newest = max(p.stat().st_mtime for p in (source, source.with_suffix(".pxd")) if p.exists())
+    assert built.stat().st_mtime >= newest, f"{built.name} is older than {source.name}: run make to rebuild it"
+
+
+def _outcome(fn, *args, **kwargs) -> object:
+    """What a call gives: its result, or its exception's type name and message (the twins raise their own
+    exception classes only where they define them)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def _same(name: str, fn_name: str, cases: list[tuple], convert=lambda r: r) -> None:
+    compiled, interpreted = importlib.import_module(name), load_interpreted(name)
+    for args in cases:
+        want = _outcome(getattr(interpreted, fn_name), *args)
+        got = _outcome(getattr(compiled, fn_name), *args)
+        assert convert(got) == convert(want), (fn_name, args)
+
+
+def test_headers_parse_the_same_interpreted() -> None:
+    values = ["0", "42", "-7", "+3", "2147483647", "2147483648", "9223372036854775807", "9223372036854775808",
+              "", "1.5", "x", "١٢", "0" * 30, "-9223372036854775808"]
+    _same("txmq.remoting.headers", "parse_int", [(v, "f") for v in values])
+    _same("txmq.remoting.headers", "parse_int32", [(v, "f") for v in values])
+    _same("txmq.remoting.headers", "parse_bool", [(v, "f") for v in ["true", "FALSE", "1", "0", "yes", ""]])
+
+
+_SEND_EXT = {"producerGroup": "g", "topic": "t", "queueId": "2", "bornTimestamp": "1700000000000", "flag": "",
+             "properties": "", "unitMode": "1", "maxReconsumeTimes": ""}
+
+
+@pytest.mark.parametrize("ext", [
+    _SEND_EXT,
+    {k: v for k, v in _SEND_EXT.items() if k != "topic"},  # required field missing
+    {**_SEND_EXT, "queueId": "2147483648"},  # beyond an Int32
+    {**_SEND_EXT, "batch": "maybe"},
+])
+def test_request_headers_parse_the_same_interpreted(ext: dict[str, str]) -> None:
+    import txmq.remoting.request_headers as compiled
+
+    interpreted = load_interpreted("txmq.remoting.request_headers")
+    for name in ("SendMessageRequestHeader", "PullMessageRequestHeader", "EndTransactionRequestHeader"):
+        def parsed(module, name=name) -> object:
+            header = getattr(module, name).from_ext(ext)
+            return [(f.name, getattr(header, f.name)) for f in dataclasses.fields(header)], header.to_ext()
+
+        assert _outcome(parsed, compiled) == _outcome(parsed, interpreted)
+        assert [(f.name, f.wire, f.kind, f.required) for f in getattr(compiled, name)._spec()] == \
+            [(f.name, f.wire, f.kind, f.required) for f in getattr(interpreted, name)._spec()]
+
+
+def _frames() -> bytes:
+    from txmq.remoting.codec import encode_command
+
+    cmds = [RemotingCommand(10, LanguageCode.JAVA, 399, 7, 0, None, {"topic": "t", "queueId": "1"}, b"body"),
+            RemotingCommand(0, opaque=8, flag=1, remark="ok", ext_fields={"msgId": "AB"},
+                            serialize_type=SerializeType.ROCKETMQ),
+            RemotingCommand(34, opaque=9, body=b"x" * 300)]
+    return b"".join(encode_command(c) for c in cmds)
+
+
+def _decode_all(module, data: bytes, step: int) -> list:
+    dec = module.FrameDecoder(max_frame_size=1 << 20)
+    out = []
+    for i in range(0, len(data), step):
+        dec.receive_data(data[i : i + step])
+        while (cmd := dec.next_command()) is not None:
+            out.append((cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields,
+                        cmd.body, cmd.serialize_type))
+    return out
+
+
+@pytest.mark.parametrize("data", [
+    _frames(),
+    b"\0\0\0\x0c\0\0\0\x02{}xxxxxx",  # JSON without a code
+    b"\0\0\0\x08\x01\0\0\x04abcd",  # binary header truncated
+    b"\0\0\0\x08\x05\0\0\x00abcd",  # unknown serialization type
+    b"\x7f\0\0\0",  # too long
+])
+def test_codec_decodes_the_same_interpreted(data: bytes) -> None:
+    import txmq.remoting.codec as compiled
+
+    interpreted = load_interpreted("txmq.remoting.codec")
+    for step in (1, 7, len(data)):
+        assert _outcome(_decode_all, compiled, data, step) == _outcome(_decode_all, interpreted, data, step)
+
+
+def _messages() -> list[MessageExt]:
+    return [
+        MessageExt("t", b"hello", {MessageConst.TAGS: "a", MessageConst.KEYS: "k1 k2"}, queue_id=3, queue_offset=9,
+                   commit_log_offset=1234, sys_flag=4, born_timestamp=1_700_000_000_000, born_host=("10.0.0.1", 5),
+                   store_timestamp=1_700_000_000_001, store_host=("127.0.0.1", 10911), reconsume_times=2,
+                   prepared_transaction_offset=77),
+        MessageExt("ü" * 10, b"", {}),
+        MessageExt("t", b"x", {}, flag=1 << 40),  # does not fit FLAG
+        MessageExt("t" * 128, b"x", {}),  # topic too long
+        MessageExt("t", b"x", {"p": "v" * 40000}),  # properties too long
+        MessageExt("t", b"x", {}, born_host=("::1", 1)),  # not IPv4
+    ]
+
+
+def test_message_layout_is_the_same_interpreted() -> None:
+    _same("txmq.message", "encode_message", [(m,) for m in _messages()])
+    wire = __import__("txmq.message").message.encode_message(_messages()[0])
+    decoded = lambda r: (r[0].topic, r[0].body, r[0].properties, r[0].queue_offset, r[0].born_host, r[1]) \
+        if isinstance(r, tuple) and len(r) == 2 and not isinstance(r[0], str) else r  # noqa: E731
+    _same("txmq.message", "decode_message", [(wire,), (wire[:-1],), (wire[:90],), (b"\0" * 100,),
+                                             (wire[:8] + b"\0" + wire[9:],)], decoded)
+    _same("txmq.message", "string_to_properties", [("a\x01b\x02c\x01d\x02",), ("",), ("x\x02y\x01\x01z",)])
+    _same("txmq.message", "create_offset_msg_id", [(("10.1.2.3", 10911), 2**40), (("h", 1), 0)])
+    _same("txmq.message", "java_string_hash", [("TagA",), ("",), ("ü€",)])
+
+
+def test_record_is_the_same_interpreted() -> None:
+    from txmq.message import encode_message
+
+    wire = encode_message(_messages()[0])
+
+    def stored(module, offset: int) -> object:
+        rec = module.record_from_wire(wire)
+        module.set_physical_offset(rec, offset)
+        module.seal(rec)
+        return bytes(rec), module.to_wire(rec), _outcome(module.check_record, rec, offset), \
+            _outcome(module.check_record, rec, offset + 1), _outcome(module.check_record, rec[:-1] + b"\0", offset)
+
+    import txmq.store.record as compiled
+
+    interpreted = load_interpreted("txmq.store.record")
+    assert stored(compiled, 1234) == stored(interpreted, 1234)
+    assert stored(compiled, 1234)[1] == wire
+
+
+def test_refusals_name_the_peer() -> None:
+    """The compiled codec raises the package's own errors, as the interpreted one does."""
+    from txmq.remoting.codec import decode_json_header
+    from txmq.store.record import check_record
+
+    with pytest.raises(RemoteProtocolError):
+        decode_json_header(b"[1]")
+    with pytest.raises(CorruptRecordError):
+        check_record(b"\0" * 200, 0)
+    with pytest.raises(InvalidMessageError):
+        __import__("txmq.message").message.encode_message(_messages()[3])
