@@ -105,9 +105,9 @@ class ReplicasManager:
             return out
 
         def done(f: asyncio.Future[PutMessageStatus]) -> None:
-            status = f.result()
-            if status == PutMessageStatus.PUT_OK and not (self.is_master and self.lease_valid()):
-                status = PutMessageStatus.NOT_ACKNOWLEDGED
+            # Any answer past the lease or a step-down: SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT would tell a
+            # client "stored on the master", whose log the new master's may cut back.
+            status = f.result() if self.is_master and self.lease_valid() else PutMessageStatus.NOT_ACKNOWLEDGED
             if not out.done():
                 out.set_result(status)
 
