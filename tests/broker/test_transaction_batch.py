@@ -310,3 +310,48 @@ def test_a_late_flush_of_the_shared_put_answers_each_decision_and_keeps_it(tmp_p
         assert op_records(store)[-2:] == [("COMMIT", [tx[0][0], tx[2][0]]), ("ROLLBACK", [tx[1][0]])]
         await store.shutdown()
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("torn", [1, 2], ids=["in-the-second-real-message", "in-the-commit-op-record"])
+def test_a_shared_put_torn_inside_a_record_by_a_crash(tmp_path, torn):
+    """The one put of two commits' real messages and the op records, cut by a crash inside one of its records
+    (the log ends mid-record): recovery keeps the whole records before it, finds every transaction pending, and
+    the producer's replayed decisions store each real message once (found through the index when in the log)."""
+    root = tmp_path / "store"
+
+    async def go() -> None:
+        store, service = await open_service(root)
+        tx = await halves(service, 3)
+        start = store.commit_log.max_offset
+        decisions = [(tx[0], COMMIT), (tx[1], COMMIT), (tx[2], ROLLBACK)]
+        assert [r.code for r in await batch(service, decisions)] == [OK, OK, OK]
+        end_ = store.commit_log.max_offset
+        whole = start  # where the torn record starts: the log keeps what is before it
+        for _ in range(torn):
+            whole += len(store.commit_log.read(whole))
+        cut = whole + 40
+        store.commit_log.flush()
+        store.close_without_shutdown()
+        for seg in sorted((root / "commitlog").iterdir()):
+            base = int(seg.name)
+            lo, hi = max(cut, base), min(end_, base + seg.stat().st_size)
+            if lo < hi:
+                with seg.open("r+b") as f:
+                    f.seek(lo - base)
+                    f.write(bytes(hi - lo))
+
+        store, service = await open_service(root)
+        assert store.commit_log.max_offset == whole
+        assert stored(store) == ["m0", "m1"][:torn]
+        assert [service.table.outcome(off) for off, _ in tx] == [Outcome.PENDING] * 3
+        assert {off for off, _ in tx} <= service.table.recovered
+        assert [r.code for r in await batch(service, decisions)] == [OK, OK, OK]
+        assert stored(store) == ["m0", "m1"]
+        assert [service.table.outcome(off) for off, _ in tx] == [COMMIT, COMMIT, ROLLBACK]
+        store.close_without_shutdown()
+
+        store, service = await open_service(root)
+        assert [service.table.outcome(off) for off, _ in tx] == [COMMIT, COMMIT, ROLLBACK]
+        assert stored(store) == ["m0", "m1"]
+        await store.shutdown()
+    asyncio.run(go())

@@ -113,8 +113,8 @@ def test_a_restarted_master_loses_to_a_sync_state_set_member_holding_the_tail_it
     s = m.state("g")
     assert s is not None and (s.master_id, s.epoch) == (1, 1)  # 2's and 3's offsets may predate the crash
     assert m.scan_not_active() == []
-    s = _beat(m, 2, 1000)
-    assert (s.master_id, s.epoch) == (1, 1)  # 3 has not reported since
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(m, 2, 1000)  # 3 has not reported since: no election yet, and no master to follow
     with pytest.raises(ControllerError, match="restarted"):
         _beat(m, 1, 900, boot="boot-1-again")
     s = _beat(m, 3, 1000)
@@ -128,7 +128,8 @@ def test_a_restarted_master_with_the_longest_log_is_master_again_at_a_new_epoch(
     _group_of_three(m, (1000, 1000, 800))
     with pytest.raises(ControllerError, match="restarted"):
         _beat(m, 1, 1000, boot="boot-1-again")
-    _beat(m, 2, 1000)
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(m, 2, 1000)
     assert m.scan_not_active() == []  # 3 has not reported since the restart
     assert _beat(m, 3, 800).epoch == 2  # the last report: the election
     s = _beat(m, 1, 1000, boot="boot-1-again")
@@ -147,7 +148,8 @@ def test_a_controller_taking_over_elects_only_on_log_ends_it_was_told():
     other = _manager(dcs, "c2")
     with pytest.raises(ControllerError, match="restarted"):
         _beat(other, 1, 900, boot="boot-1-again")
-    _beat(other, 3, 1000)
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(other, 3, 1000)
     assert other.scan_not_active() == []  # 2 is alive for the takeover's grace, its log end unknown
     s = _beat(other, 2, 1000)
     assert (s.master_id, s.epoch) == (2, 2)
@@ -164,3 +166,19 @@ def test_a_group_stored_before_boot_ids_adopts_its_masters_process_then_sees_its
     assert _beat(m, 1, 1000).master_boot_id == "boot-1"
     with pytest.raises(ControllerError, match="restarted"):
         _beat(m, 1, 1000, boot="boot-1-again")
+
+
+def test_while_a_restarted_master_waits_for_the_election_no_replica_is_told_to_follow_it():
+    """A replica that (re)starts then would follow the state's master: fetch the restarted process's epochs and
+    log end and truncate its own log to them, cutting the acknowledged tail the election is waiting to find."""
+    m = _manager()
+    _group_of_three(m, (1000, 1000, 1000))
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(m, 1, 900, boot="boot-1-again")
+    with pytest.raises(ControllerError, match="restarted"):
+        _beat(m, 2, 1000, boot="boot-2-again")  # its report counts, but it hears no master to follow
+    s = m.state("g")
+    assert s is not None and (s.master_id, s.epoch) == (1, 1)
+    s = _beat(m, 3, 1000, boot="boot-3-again")  # the last report: the election, then an answer
+    assert (s.master_id, s.epoch) == (2, 2)
+    assert _beat(m, 2, 1000, boot="boot-2-again").master_id == 2

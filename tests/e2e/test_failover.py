@@ -158,9 +158,10 @@ def _zero_log(store: Path, start: int, end: int) -> None:
 def test_a_master_restarted_at_once_without_its_acknowledged_tail_loses_the_election(cluster):
     """SYNC_MASTER + ASYNC_FLUSH: acknowledged sends are on every replica; the master is SIGKILLed, its log's
     last 20 messages zeroed on disk (what a machine crash takes from an ASYNC_FLUSH log), and it is restarted
-    at once, well within the heartbeat timeout (30 s here, so only the restart can trigger the election). The
-    controller sees a new process, elects a slave that holds the tail at epoch 2, and every acknowledged send
-    is on every replica exactly once."""
+    at once, well within the heartbeat timeout (30 s here, so only the restart can trigger the election); the
+    slaves are restarted too once the controller saw the master's restart. The controller sees a new process,
+    elects a slave that holds the tail at epoch 2, and every acknowledged send is on every replica exactly
+    once."""
     g = FailoverGroup(cluster, conf={"flushDiskType": "ASYNC_FLUSH", "controllerHeartBeatTimeoutMills": 30000})
     try:
         g.start()
@@ -178,8 +179,14 @@ def test_a_master_restarted_at_once_without_its_acknowledged_tail_loses_the_elec
         g.members[old].kill()
         tail = [m for m in log_messages(g.store(old), acked_end) if m.topic == TOPIC][-20]
         _zero_log(g.store(old), tail.commit_log_offset, acked_end)
+        slaves = [r for r in g.ids if r != old]
+        for r in slaves:  # restarted too while the election waits: they must not follow (and truncate to) it
+            g.members[r].kill()
         killed = time.monotonic()
         g.members[old].start()
+        assert wait_until(lambda: "restarted (a new process" in (cluster.root / "controller-0.log").read_text(), 10)
+        for r in slaves:
+            g.members[r].start()
         new = g.wait_master(20, not_id=old)
         print(f"restart to a new master: {time.monotonic() - killed:.1f} s")
         assert g.state()["epoch"] == 2

@@ -321,8 +321,8 @@ class BrokerController:
 
     async def change_to_slave(self) -> None:
         """A master steps down (its lease ran out, or another was elected): no more acknowledgements — waiting
-        SYNC_MASTER puts are answered SLAVE_NOT_AVAILABLE — no check-backs, no HA port; a slave without a
-        master until ``follow_master``."""
+        SYNC_MASTER puts are answered NOT_ACKNOWLEDGED (``ReplicasManager.replicate``) — no check-backs, no HA
+        port; a slave without a master until ``follow_master``."""
         assert self.replicas_manager is not None
         self.config.broker_role, self.config.broker_id = "SLAVE", self.replicas_manager.replica_id
         self.store.replica = True

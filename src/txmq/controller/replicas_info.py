@@ -114,8 +114,9 @@ class ReplicasInfoManager:
     def heartbeat(self, cluster: str, broker_name: str, rid: int, addr: str, ha_addr: str, max_offset: int,
                   epoch: int, timeout_s: float, boot_id: str = "") -> GroupState:
         """BROKER_HEARTBEAT (and CONTROLLER_REGISTER_BROKER): record the replica; a group without a master (or
-        whose master restarted) gets one when this replica may be it. Answers the group's state; a restarted
-        master waiting for that election is answered an error, never its old epoch."""
+        whose master restarted) gets one when this replica may be it. Answers the group's state; while a restarted
+        master waits for that election every replica is answered an error (its report counts): the restarted
+        process is never confirmed at its old epoch, nor named to a replica that would follow it."""
         if rid <= 0:
             raise ControllerError(f"replica id {rid}: controller mode needs brokerId > 0 (the master registers as 0)")
         now = time.monotonic()
@@ -139,9 +140,9 @@ class ReplicasInfoManager:
         if self._master_gone(state):
             self.elect(broker_name)
             state = self.state(broker_name) or state
-        if state.master_id == rid and self.restarted(state):
-            raise ControllerError(f"group {broker_name}: master {rid} restarted; the election waits for the "
-                                  "SyncStateSet's next heartbeats")
+        if self.restarted(state):  # no replica follows it meanwhile (a follower truncates to its master's log)
+            raise ControllerError(f"group {broker_name}: master {state.master_id} restarted; the election waits "
+                                  "for the SyncStateSet's next heartbeats")
         return state
 
     def alter_sync_state_set(self, broker_name: str, master_id: int, master_epoch: int, new_set: list[int],

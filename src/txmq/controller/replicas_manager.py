@@ -105,9 +105,9 @@ class ReplicasManager:
             return out
 
         def done(f: asyncio.Future[PutMessageStatus]) -> None:
-            status = f.result()
-            if status == PutMessageStatus.PUT_OK and not (self.is_master and self.lease_valid()):
-                status = PutMessageStatus.NOT_ACKNOWLEDGED
+            # Any answer past the lease or a step-down: SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT would tell a
+            # client "stored on the master", whose log the new master's may cut back.
+            status = f.result() if self.is_master and self.lease_valid() else PutMessageStatus.NOT_ACKNOWLEDGED
             if not out.done():
                 out.set_result(status)
 
@@ -225,6 +225,11 @@ class ReplicasManager:
         if self.is_master:
             await broker.change_to_slave()
         table = await self._fetch_epochs(master_addr)
+        if not table.get("isMaster") and int(table.get("epoch", 0)) >= epoch:
+            # Named at an epoch it is not master of: a restarted process the controller has not seen yet (or a
+            # master that stepped down), whose log may lack the tail this one holds. Elected since, it has a
+            # newer epoch to start; until then this log is kept as it is (the next heartbeat asks again).
+            raise ClientError(f"{master_addr} is not master at epoch {epoch}: not following it yet")
         theirs = [(int(e), int(o)) for e, o in table["epochs"]]
         store = broker.store
         point = consistent_point(self.epochs.entries, store.max_phy_offset, theirs, int(table["maxOffset"]))
