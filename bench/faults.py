@@ -6,16 +6,17 @@ etcd, a controller, a name server and a group of three replicas (SYNC_MASTER + S
 process on free ports of 127.0.0.1 with a temporary store and a gRPC port. txmq's Producer, the C++ client
 (rocketmq==0.4.4, SYNC sends) and the official RocketMQ 5 Python client (gRPC, every replica's endpoint configured),
 each making one attempt per message, and a TransactionProducer (COMMIT, ROLLBACK, and UNKNOWN resolved by
-check-back) run the whole time. ``--faults`` faults at random instants, drawn from: SIGKILL of the master (then
-restarted), SIGSTOP of the master past its lease (then SIGCONT), the master partitioned from the controller and from
-its slaves by TCP proxies while its clients still reach it (then healed; a send straight to it once another master
-acts must be refused), a slave's commit-log tail flipped or zeroed while it is down (``--kinds``: only these,
-equally often; ``restart`` is the master SIGKILLed, the last bytes of its log zeroed and restarted at once, within
-the heartbeat timeout). At the end every replica is read from disk: acknowledged sends lost or duplicated, COMMITs
-not visible or visible twice, ROLLBACKs visible, epochs with two start offsets (two masters), replicas not
-byte-identical; the failover time (from the fault on the master to the first send another broker acknowledged to
-txmq's client), p50 and max; and per client kind the longest pause in its acknowledged sends around each master
-fault. Every process it starts is stopped on exit.
+check-back) and a push consumer of every topic run the whole time. ``--faults`` faults at random instants, drawn
+from: SIGKILL of the master (then restarted), SIGSTOP of the master past its lease (then SIGCONT), the master
+partitioned from the controller and from its slaves by TCP proxies while its clients still reach it (then healed; a
+send straight to it once another master acts must be refused), a slave's commit-log tail flipped or zeroed while it
+is down (``--kinds``: only these, equally often; ``restart`` is the master SIGKILLed, the last bytes of its log
+zeroed and restarted at once, within the heartbeat timeout). At the end every replica is read from disk:
+acknowledged sends lost or duplicated, COMMITs not visible or visible twice, ROLLBACKs visible, what the consumer
+never got (or got and should not have), epochs with two start offsets (two masters), replicas not byte-identical;
+the failover time (from the fault on the master to the first send another broker acknowledged to txmq's client), p50
+and max; and per client kind the longest pause in its acknowledged sends around each master fault. Every process it
+starts is stopped on exit.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ def main() -> None:
           f"duplicated {figures.sends_duplicated}")
     print(f"transactions acknowledged: {figures.tx_acked}, COMMIT lost {figures.tx_committed_lost}, "
           f"duplicated {figures.tx_duplicated}, ROLLBACK visible {figures.tx_rollback_visible}")
+    print(f"consumer (every topic, at least once): {figures.consumed} deliveries; acknowledged sends and COMMITs "
+          f"never delivered {figures.consumed_missing}, ROLLBACKs delivered {figures.consumed_rollback}, halves "
+          f"delivered {figures.consumed_halves}")
     print(f"split-brain epochs: {figures.split_brain_epochs}; replicas byte-identical: {figures.replicas_identical}")
     print(f"failover (fault -> first send acknowledged by the new master): p50 {out['failover_p50_s']} s, "
           f"max {out['failover_max_s']} s over {len(fo)} master faults")

@@ -1,7 +1,7 @@
 """A fault campaign against a controller-mode group (tests/e2e/test_failover.py runs a short one, bench/faults.py
-a long one): producers (txmq's, the C++ client's, the RocketMQ 5 client's) and transaction producers run while
-the master is SIGKILLed, SIGSTOPped past its lease, or partitioned from the controller and its slaves but not
-from its clients; at the end every replica is read from disk and checked."""
+a long one): producers (txmq's, the C++ client's, the RocketMQ 5 client's), transaction producers and a consumer
+run while the master is SIGKILLed, SIGSTOPped past its lease, or partitioned from the controller and its slaves
+but not from its clients; at the end every replica is read from disk and checked, and what the consumer got."""
 
 from __future__ import annotations
 
@@ -24,9 +24,18 @@ from typing import Any
 
 from failover_group import FailoverGroup, log_messages
 from ha_group import commit_log_bytes, max_offset
-from helpers import roundtrip, wait_until
+from helpers import Recorder, roundtrip, wait_until
 
-from txmq import Admin, LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
+from txmq import (
+    Admin,
+    ConsumeFromWhere,
+    LocalTransactionState,
+    Message,
+    Producer,
+    PushConsumer,
+    SendStatus,
+    TransactionProducer,
+)
 from txmq.client.transaction import HalfMessageRef, TransactionSendResult
 from txmq.message import MessageConst, MessageSysFlag, decode_offset_msg_id, properties_to_string
 from txmq.remoting.codes import RequestCode
@@ -53,6 +62,12 @@ class Figures:
     tx_committed_lost: int = 0
     tx_duplicated: int = 0
     tx_rollback_visible: int = 0
+    # the consumer reading every topic the whole time (at least once): acknowledged sends and COMMITs it never
+    # got, ROLLBACKs and half messages it got (aims 0)
+    consumed: int = 0
+    consumed_missing: int = 0
+    consumed_rollback: int = 0
+    consumed_halves: int = 0
     split_brain_epochs: int = 0
     failover_s: list[float] = field(default_factory=list)
     replicas_identical: bool = False
@@ -149,7 +164,8 @@ def rmq5_producer(endpoints: str, home: Path) -> DriverProducer:
 class Workload:
     """One thread of plain sends (no client retries: one attempt per message) and one of transactions, and
     with ``home`` the external clients' producers (the C++ client; the RocketMQ 5 client too with
-    ``grpc_endpoints``); each records what the broker acknowledged."""
+    ``grpc_endpoints``); each records what the broker acknowledged. A push consumer reads every topic the
+    whole time (``recorder``: what it got)."""
 
     def __init__(self, namesrv: str, home: Path | None = None, grpc_endpoints: str = "") -> None:
         self.namesrv = namesrv
@@ -167,8 +183,16 @@ class Workload:
         self.tx_producer = TransactionProducer("fo-tx-p", self.listener, namesrv, send_timeout_s=3.0)
         self.threads = [threading.Thread(target=self._sends, daemon=True),
                         threading.Thread(target=self._transactions, daemon=True)]
+        self.recorder = Recorder()
+        self.consumer: PushConsumer | None = None
 
     def start(self) -> None:
+        self.consumer = PushConsumer("fo-c", self.namesrv,
+                                     consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        for topic in (TOPIC, TX_TOPIC, CPP_TOPIC, GRPC_TOPIC):
+            self.consumer.subscribe(topic)
+        self.consumer.register_listener(self.recorder)
+        self.consumer.start()
         self.producer.start()
         self.tx_producer.start()
         for t in self.threads:
@@ -221,6 +245,8 @@ class Workload:
 
     def close_tx(self) -> None:
         self.tx_producer.shutdown()
+        if self.consumer is not None:
+            self.consumer.shutdown()
 
 
 def _wait_sends(workload: Workload, since: float, old: str, timeout: float) -> float | None:
@@ -380,6 +406,7 @@ def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: f
     figures.tx_duplicated = sum(1 for k in workload.tx_acked if seen[k] > 1)
     figures.tx_rollback_visible = sum(1 for k in workload.tx_acked
                                       if workload.listener.intended.get(k) == ROLLBACK and seen[k])
+    _check_consumed(workload, figures, acked | wanted, timeout)
     # One start offset per epoch across every replica's epoch file (two masters of one epoch would differ).
     import orjson
 
@@ -388,6 +415,22 @@ def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: f
         for epoch, start in orjson.loads((group.store(r) / "epochFileCheckpoint").read_bytes()):
             starts.setdefault(epoch, set()).add(start)
     figures.split_brain_epochs = sum(1 for s in starts.values() if len(s) > 1)
+
+
+def _check_consumed(workload: Workload, figures: Figures, wanted: set[str], timeout: float) -> None:
+    """What the consumer got, at least once: every acknowledged send and COMMIT (given time to catch up after
+    the last fault), no ROLLBACK and no half message."""
+    def got() -> set[str]:
+        return {d.keys or "" for d in workload.recorder.deliveries}
+
+    wait_until(lambda: wanted <= got(), timeout)
+    deliveries = list(workload.recorder.deliveries)
+    keys = got()
+    figures.consumed = len(deliveries)
+    figures.consumed_missing = len(wanted - keys)
+    figures.consumed_rollback = sum(1 for k in keys if workload.listener.intended.get(k) == ROLLBACK)
+    figures.consumed_halves = sum(1 for d in deliveries
+                                  if d.properties.get(MessageConst.TRANSACTION_PREPARED) == "true")
 
 
 def _longest_pause(times: list[float], span: tuple[float, float]) -> float:

@@ -73,16 +73,17 @@ class EndTransactionProcessor:
         return self._end(cmd, h, outcome, "check" if h.from_transaction_check else "producer")
 
     def _end(self, cmd: RemotingCommand, h: EndTransactionRequestHeader, outcome: Outcome,
-             source: str) -> asyncio.Future[RemotingCommand] | None:
+             source: str) -> asyncio.Future[RemotingCommand] | asyncio.Future[EndResult]:
         """The decisions of one loop iteration are decided together (``end_transaction``); each its own answer.
-        A oneway END_TRANSACTION (as RocketMQ's clients send it) gets none: nothing is built for it, and only a
-        failure is logged."""
+        A oneway END_TRANSACTION (as RocketMQ's clients send it) gets none: nothing is built for it, only a failure
+        is logged, and the decision itself is returned (the transport answers no oneway request; the metrics'
+        request timing reads its code)."""
         decided = self.broker.transaction_service.end_transaction(
             producer_group=h.producer_group, half_offset=h.tran_state_table_offset,
             commit_log_offset=h.commit_log_offset, outcome=outcome, source=source)
         if cmd.is_oneway:
             decided.add_done_callback(_log_failure)
-            return None
+            return decided
         return then(decided, lambda result: RemotingCommand.response_to(cmd, result.code, remark=result.remark))
 
     def process_batch(self, conn: Connection, cmd: RemotingCommand):
