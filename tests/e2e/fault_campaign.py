@@ -408,7 +408,7 @@ def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: f
     figures.tx_duplicated = sum(1 for k in workload.tx_acked if seen[k] > 1)
     figures.tx_rollback_visible = sum(1 for k in workload.tx_acked
                                       if workload.listener.intended.get(k) == ROLLBACK and seen[k])
-    _check_consumed(workload, figures, acked | wanted, timeout)
+    _check_consumed(workload, figures, acked | wanted, CONSUMER_CATCH_UP_S)
     # One start offset per epoch across every replica's epoch file (two masters of one epoch would differ).
     import orjson
 
@@ -419,9 +419,12 @@ def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: f
     figures.split_brain_epochs = sum(1 for s in starts.values() if len(s) > 1)
 
 
+CONSUMER_CATCH_UP_S = 30.0  # after the last fault and the replicas' check; it catches up within seconds
+
+
 def _check_consumed(workload: Workload, figures: Figures, wanted: set[str], timeout: float) -> None:
-    """What the consumer got, at least once: every acknowledged send and COMMIT (given time to catch up after
-    the last fault), no ROLLBACK and no half message."""
+    """What the consumer got, at least once: every acknowledged send and COMMIT (given ``timeout`` more to catch
+    up), no ROLLBACK and no half message."""
     def got() -> set[str]:
         return {d.keys or "" for d in workload.recorder.deliveries}
 
