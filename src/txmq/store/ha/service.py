@@ -99,7 +99,9 @@ class HAConnection:
         cfg = self.service.config
         store = self.service.store
         heartbeat_s = cfg.send_heartbeat_interval_ms / 1000
-        await self.data_ready.wait()
+        while self.transferred < 0:  # nothing is sent before the slave's first report says where it stands: a put
+            self.data_ready.clear()  # waking this loop earlier would read from -1 and drop the slave
+            await self.data_ready.wait()
         while True:
             self.data_ready.clear()
             data = store.commit_log.read_raw(self.transferred, cfg.transfer_batch_size)
