@@ -262,3 +262,30 @@ def test_an_unexpected_error_in_a_session_does_not_stop_the_slave_copying(tmp_pa
     with caplog.at_level(logging.ERROR, "txmq.ha"):
         run(go)
     assert any("a bug" in (r.exc_text or "") + str(r.exc_info) for r in caplog.records if r.name == "txmq.ha")
+
+
+def test_a_put_before_the_slaves_first_report_does_not_drop_the_slave(tmp_path):
+    """A put wakes every slave's connection; one whose slave has not reported yet must wait for the report (it
+    read from offset -1 and closed the connection as 'below retention': a restarted replica never rejoined)."""
+    port = free_port()
+
+    async def go() -> tuple[int, int]:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master:
+            ha = HAService(master, _ha(0, port))
+            await ha.start()
+            await _put(master, 5)
+            try:
+                r, w = await asyncio.open_connection("127.0.0.1", port)
+                w.write(Hello(1, SEGMENT, 0, bytes(8), "C", "broker-a").encode())
+                assert (await read_welcome(r)).accepted
+                await _put(master, 5, start=5)  # before the slave's first report
+                await asyncio.sleep(0.2)
+                w.write(REPORT.pack(0))
+                offset, size = TRANSFER_HEADER.unpack(await asyncio.wait_for(r.readexactly(TRANSFER_HEADER.size), 5))
+                w.close()
+                return offset, size
+            finally:
+                await ha.shutdown()
+
+    offset, size = run(go)
+    assert offset == 0 and size > 0
