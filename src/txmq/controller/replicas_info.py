@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from txmq.controller.dcs import DCS
@@ -79,9 +79,7 @@ class ReplicasInfoManager:
         for name, (state, _) in self.groups.items():
             for rid in state.replicas:
                 old = self.heartbeats.get((name, int(rid)))
-                self.heartbeats[(name, int(rid))] = Heartbeat(
-                    now, old.timeout_s if old else 10.0, old.max_offset if old else 0, old.epoch if old else 0,
-                    old.boot_id if old else "", old.reported if old else 0.0)
+                self.heartbeats[(name, int(rid))] = replace(old, at=now) if old else Heartbeat(now, 10.0, 0, 0)
 
     def _save(self, state: GroupState, why: str) -> GroupState:
         _, version = self.groups.get(state.broker_name, (None, 0))

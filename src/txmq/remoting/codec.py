@@ -336,14 +336,15 @@ def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, s
     """The frame of ``RemotingCommand.response_to(request, code, ext_fields=ext_fields)``, byte for byte as
     ``encode_command`` writes it, without building the command: every send is answered so. A JSON header is a
     template filled in; a ROCKETMQ header, no ext fields or a value that is not a string go the generic way."""
-    if request.serialize_type is not _JSON or not ext_fields:
-        return EncodedResponse(code, encode_command(RemotingCommand.response_to(request, code, ext_fields=ext_fields)))
-    for key, value in ext_fields.items():
-        if type(key) is not str or type(value) is not str:
-            return EncodedResponse(
-                code, encode_command(RemotingCommand.response_to(request, code, ext_fields=ext_fields)))
-    header = _RESPONSE_HEAD % (code, request.opaque) + orjson.dumps(ext_fields) + b"}"
-    return EncodedResponse(code, _PREFIX.pack(4 + len(header), len(header)) + header)
+    if request.serialize_type is _JSON and ext_fields and _all_str(ext_fields):
+        header = _RESPONSE_HEAD % (code, request.opaque) + orjson.dumps(ext_fields) + b"}"
+        return EncodedResponse(code, _PREFIX.pack(4 + len(header), len(header)) + header)
+    return EncodedResponse(code, encode_command(RemotingCommand.response_to(request, code, ext_fields=ext_fields)))
+
+
+def _all_str(ext_fields: dict[str, str]) -> bool:
+    """Every key and value a plain ``str`` (what the template's ``orjson.dumps`` writes as ``encode_command`` does)."""
+    return all(type(key) is str and type(value) is str for key, value in ext_fields.items())
 
 
 def encode_command(cmd: RemotingCommand, max_frame_size: int | None = None) -> bytes:

@@ -198,16 +198,13 @@ class CommitLog:
         """The records that follow one another from ``offset`` with these sizes (a consume queue's entries written
         together), validated as ``read`` validates each, with one pread when they lie in one segment.
 
-        Raises as ``read`` does for the first record that fails; the caller may read them one by one then.
+        Raises ``StoreError`` for a run not within one segment of the log, and as ``read`` does for the first record
+        that fails; the caller reads them one by one then.
         """
         end = offset + sum(sizes)
         mf = self.queue.find(offset)
         if offset < self.min_offset or end > self.max_offset or mf is None or end > mf.end_offset:
-            out, pos = [], offset
-            for size in sizes:
-                out.append(self.read(pos, size))
-                pos += size
-            return out
+            raise StoreError(f"records at {offset}..{end}: not within one segment of the log")
         try:
             buf = memoryview(mf.read(offset - mf.file_from_offset, end - offset))
         except OSError as exc:

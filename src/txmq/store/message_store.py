@@ -823,8 +823,9 @@ class DefaultMessageStore:
 
     def _read_picked(self, cq: ConsumeQueue, picked: list[tuple[int, int, int]], result: GetMessageResult) -> bool:
         """Read the picked records into ``result`` in wire form: each run of records that follow one another in
-        the commit log (a batch, or a queue written alone) with one read. A run that fails is read record by
-        record, and an unreadable record is skipped, logged and counted; returns False when one was."""
+        the commit log (a batch, or a queue written alone) with one read. A run that fails (or spans two
+        segments) is read record by record, and an unreadable record is skipped, logged and counted; returns False
+        when one was."""
         whole = True
         start = 0
         for i in range(1, len(picked) + 1):

@@ -40,7 +40,7 @@ _OUTCOMES = {
 
 
 # answers a oneway decision needs no log line for: success, and the conflicts the service logs itself
-_LOGGED_ANSWERS = frozenset({ResponseCode.SUCCESS, ResponseCode.TRANSACTION_SHOULD_COMMIT,
+_QUIET_ANSWERS = frozenset({ResponseCode.SUCCESS, ResponseCode.TRANSACTION_SHOULD_COMMIT,
                              ResponseCode.TRANSACTION_SHOULD_ROLLBACK})
 
 
@@ -122,8 +122,10 @@ def _log_failure(decided: asyncio.Future[EndResult]) -> None:
     exc = decided.exception()
     if exc is not None:
         log.error("oneway END_TRANSACTION failed: %r", exc, exc_info=exc)
-    elif decided.result().code not in _LOGGED_ANSWERS:
-        log.warning("oneway END_TRANSACTION refused (%d): %s", decided.result().code, decided.result().remark)
+        return
+    result = decided.result()
+    if result.code not in _QUIET_ANSWERS:
+        log.warning("oneway END_TRANSACTION refused (%d): %s", result.code, result.remark)
 
 
 def _slave_refusal(cmd: RemotingCommand) -> RemotingCommand:
