@@ -121,3 +121,31 @@ def test_a_replica_follows_and_truncates_only_to_a_master_that_acts_or_was_elect
             assert rm.epochs.entries == [(1, 0)]
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("ack, added", [(950, True), (900, True), (899, False)])
+def test_a_slave_joins_the_sync_state_set_once_it_has_what_every_member_has_not_the_masters_end(tmp_path, ack,
+                                                                                                added):
+    """Under steady sends a slave's acknowledged offset never equals the master's end: it joins once it holds
+    what every connected member holds (every acknowledged put is below that), else it never rejoined under load
+    (a CI fault campaign waited 60 s for it)."""
+    cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
+                       controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
+    now = time.monotonic()
+    conns = [SimpleNamespace(broker_id=3, ack_offset=900, last_report=now),
+             SimpleNamespace(broker_id=2, ack_offset=ack, last_report=now)]
+    needed: list[frozenset[int]] = []
+    ha = SimpleNamespace(connections=conns, in_sync=lambda c: True, set_needed_slaves=needed.append)
+    broker = SimpleNamespace(config=cfg, ha_service=ha, store=SimpleNamespace(max_phy_offset=1000))
+    rm = ReplicasManager(broker)  # type: ignore[arg-type]
+    rm.sync_state_set = [1, 3]
+    proposed: list[list[int]] = []
+
+    async def call(code: int, body: dict) -> dict:
+        proposed.append(body["syncStateSet"])
+        return {"sync_state_set": body["syncStateSet"], "sync_state_set_epoch": 2}
+    rm._call = call  # type: ignore[method-assign]
+    asyncio.run(rm._maintain_sync_state_set())
+    assert proposed == ([[1, 2, 3]] if added else [])
+    if added:  # counted for SYNC puts from its proposal on
+        assert needed[0] == frozenset({2, 3}) and rm.sync_state_set == [1, 2, 3]

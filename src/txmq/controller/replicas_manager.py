@@ -10,8 +10,9 @@ the controller gives, keeps the SyncStateSet as master, and fences itself when i
   controller confirmed was *sent* less than ``brokerLeaseMills`` ago; the controller elects only after
   ``controllerHeartBeatTimeoutMills`` without a heartbeat *received*, which is later. Past its lease a master
   stops acknowledging and steps down to a slave without a master until the controller answers again.
-- **SyncStateSet.** A caught-up slave is added (and counted for SYNC_MASTER puts from the moment it is
-  proposed); a slave gone or behind is removed, and counted until the controller confirms the removal.
+- **SyncStateSet.** A caught-up slave (it has what every connected member has) is added, and counted for
+  SYNC_MASTER puts from the moment it is proposed; a slave gone or behind is removed, and counted until the
+  controller confirms the removal.
 """
 
 from __future__ import annotations
@@ -278,7 +279,11 @@ class ReplicasManager:
         now = time.monotonic()
         conns = {c.broker_id: c for c in ha.connections}
         current = set(self.sync_state_set)
-        caught_up = {i for i, c in conns.items() if i not in current and c.ack_offset >= end}
+        # Caught up = holding what every connected member holds (RocketMQ compares with its confirmOffset): every
+        # acknowledged put is below that, and a put above it waits for the new member from its proposal on. Its
+        # end never equals a master's that keeps writing, so "equal to our end" left a slave out under load.
+        confirmed = min((conns[i].ack_offset for i in current if i in conns), default=end)
+        caught_up = {i for i, c in conns.items() if i not in current and c.ack_offset >= confirmed}
         behind = {i for i in current - {self.replica_id}
                   if i not in conns or not ha.in_sync(conns[i])
                   or (conns[i].ack_offset < end and now - conns[i].last_report > SLAVE_BEHIND_S)}
