@@ -109,7 +109,7 @@ def test_held_pulls_of_closed_connections_are_dropped_and_memory_is_reused(clust
         producer.send(Message("mem_t", b"one"), selector=lambda mqs, _m, _a: next(q for q in mqs if q.queue_id == 1))
     frames = _pull("mem_t", 1, 600_000, offset=1) * 4000
     rss = [rss_mb(topic_broker.pid)]
-    for _ in range(3):
+    for _ in range(4):
         socks = [socket.create_connection(_addr(topic_broker.addrs["broker"])) for _ in range(5)]
         for s in socks:
             s.sendall(frames)
@@ -119,8 +119,10 @@ def test_held_pulls_of_closed_connections_are_dropped_and_memory_is_reused(clust
         assert wait_until(lambda: _remoting(cluster.namesrv_addr)["heldPulls"] == 0, 10)
         rss.append(rss_mb(topic_broker.pid))
     print(f"broker RSS over rounds of 20,000 held pulls, closed: {[round(r) for r in rss]} MB")
-    # Held until a message came, each round added ~90 MB; dropped, the later rounds reuse the first one's memory.
-    assert max(rss[2:]) - rss[1] < 40, rss
+    # Held until a message came, each round added ~90 MB; dropped, the later rounds reuse the first one's memory,
+    # give or take the allocator's fragmentation: 14-43 MB over two rounds (the most in a loaded CI run), so three
+    # later rounds together must stay under what one leaked round would add.
+    assert rss[-1] - rss[1] < 90, rss
 
 
 def test_held_pulls_are_capped_per_connection(cluster):
