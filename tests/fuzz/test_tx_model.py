@@ -48,7 +48,7 @@ from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_HALF_TO
 COMMIT, ROLLBACK, UNKNOWN = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK, LocalTransactionState.UNKNOWN
 BROKER_CONF = ("flushDiskType=SYNC_FLUSH\ntransactionTimeOut=1000\ntransactionCheckInterval=1000\n"
                "transactionCheckMax=3\n")
-EXAMPLES = int(os.environ.get("TXMQ_MODEL_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("TXMQ_MODEL_EXAMPLES", "15"))
 STEPS = int(os.environ.get("TXMQ_MODEL_STEPS", "25"))
 QUEUES = 2
 MAX_RESTARTS = 2  # per run: a restart costs a second or two
