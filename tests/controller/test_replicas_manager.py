@@ -12,10 +12,14 @@ import orjson
 import pytest
 
 from txmq.broker.config import BrokerConfig
-from txmq.controller.replicas_manager import ReplicasManager
+from txmq.controller.replicas_manager import FollowerHAClient, ReplicasManager
 from txmq.errors import ClientError
+from txmq.launch import free_port
+from txmq.message import MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.store import DefaultMessageStore, StoreConfig
+from txmq.store.ha import HAConfig, HAService
 from txmq.store.results import PutMessageStatus
 
 
@@ -79,13 +83,16 @@ class _Slave:
     def __init__(self, tmp_path, master_table: dict) -> None:
         self.config = BrokerConfig(broker_id=2, broker_role="SLAVE", enable_controller_mode=True,
                                    controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
+        self.addr = "127.0.0.1:1002"
         self.truncated: list[int] = []
         self.followed: list[str] = []
+        self.asked: list[str] = []  # whom TXMQ_GET_EPOCH_TABLE went to
         self.store = SimpleNamespace(max_phy_offset=1000, truncate_replicated=self.truncated.append)
-        self.ha_client = SimpleNamespace(shutdown=self._nothing)
+        self.ha_client = SimpleNamespace(shutdown=self._nothing, master_address="")
         body = orjson.dumps(master_table)
 
         async def invoke(addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+            self.asked.append(addr)
             return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
         self.namesrv_client = SimpleNamespace(invoke=invoke)
 
@@ -94,6 +101,7 @@ class _Slave:
 
     def follow_master(self, addr: str, ha_addr: str) -> None:
         self.followed.append(addr)
+        self.ha_client.master_address = ha_addr
 
 
 @pytest.mark.parametrize("state_epoch, table, follows", [
@@ -119,5 +127,92 @@ def test_a_replica_follows_and_truncates_only_to_a_master_that_acts_or_was_elect
                 await rm._follow(1, "127.0.0.1:1001", "127.0.0.1:2001", state_epoch)
             assert broker.truncated == [] and broker.followed == []
             assert rm.epochs.entries == [(1, 0)]
+
+    asyncio.run(main())
+
+
+_NAMED_1_AT_1 = {"master_id": 1, "epoch": 1, "master_addr": "127.0.0.1:1001", "master_ha_addr": "127.0.0.1:2001",
+                 "sync_state_set": [1]}
+
+
+@pytest.mark.parametrize("table, follows", [
+    # the process at the master's address was elected again since (a restart) and started epoch 2 at 900
+    ({"epochs": [[1, 0], [2, 900]], "maxOffset": 950, "epoch": 2, "isMaster": True}, True),
+    # it stepped down (fenced) or restarted, and is not master at epoch 1 any more
+    ({"epochs": [[1, 0]], "maxOffset": 900, "epoch": 1, "isMaster": False}, False),
+], ids=["master-again-at-a-new-epoch", "no-longer-master"])
+def test_a_replica_whose_ha_session_ended_checks_its_master_again_before_copying(tmp_path, table, follows):
+    """A replica following master 1 at epoch 1 whose HA session ended, the controller still naming 1 at epoch 1
+    (this replica has not heard of anything newer). Before it copies again it asks the master's epochs: a
+    process master again at a newer epoch gets this replica's epoch-1 tail past that epoch's start cut first
+    (else the stream would go on from 1000 and a later check would cut records it acknowledged); one that is
+    not master is not copied from. While a session is open, nothing is asked."""
+
+    async def main() -> None:
+        broker = _Slave(tmp_path, table)
+        rm = ReplicasManager(broker)  # type: ignore[arg-type]
+        rm.epochs.replace([(1, 0)])
+        rm.master_id, rm.epoch = 1, 1
+        broker.ha_client.master_address = "127.0.0.1:2001"  # a session open
+        await rm._apply(_NAMED_1_AT_1, time.monotonic())
+        assert broker.asked == [] and broker.followed == []
+        broker.ha_client.master_address = ""  # FollowerHAClient: the session ended
+        if follows:
+            await rm._apply(_NAMED_1_AT_1, time.monotonic())
+            assert broker.truncated == [900] and broker.followed == ["127.0.0.1:1001"]
+            assert rm.epochs.entries == [(1, 0), (2, 900)]
+        else:
+            with pytest.raises(ClientError, match="not master"):
+                await rm._apply(_NAMED_1_AT_1, time.monotonic())
+            assert broker.truncated == [] and broker.followed == [] and broker.ha_client.master_address == ""
+        assert broker.asked == ["127.0.0.1:1001"]
+
+    asyncio.run(main())
+
+
+def test_a_followers_ha_session_that_ends_leaves_it_without_a_master_until_checked(tmp_path):
+    """Real stores, a real HA port: the master's HA service shuts down (it stepped down) and comes back (master
+    again, maybe at another epoch). The follower's session ended, so it does not reconnect by itself (a plain
+    HAClient would, within its 1 s retry) until it is given the address again."""
+    port = free_port()
+
+    def config(name: str) -> StoreConfig:
+        return StoreConfig(store_path_root_dir=str(tmp_path / name), mapped_file_size_commit_log=64 * 1024,
+                           mapped_file_size_consume_queue=20 * 64, max_hash_slot_num=64, max_index_num=128)
+
+    def ha_config(broker_id: int) -> HAConfig:
+        return HAConfig("C", "broker-a", broker_id, listen_port=port, master_address=f"127.0.0.1:{port}",
+                        send_heartbeat_interval_ms=200, housekeeping_interval_ms=2000)
+
+    async def until(pred) -> None:
+        for _ in range(500):
+            if pred():
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("timed out")
+
+    async def main() -> None:
+        async with DefaultMessageStore(config("m")) as master, DefaultMessageStore(config("s")) as slave:
+            ha = HAService(master, ha_config(0))
+            await ha.start()
+            client = FollowerHAClient(slave, ha_config(2))
+            client.start()
+            try:
+                assert (await master.put_message(MessageExt("T", b"x" * 100, queue_id=0))).ok
+                await until(lambda: slave.max_phy_offset == master.max_phy_offset)
+                await ha.shutdown()
+                await until(lambda: not client.connected)
+                assert client.master_address == ""
+                ha = HAService(master, ha_config(0))
+                await ha.start()
+                copied = slave.max_phy_offset
+                assert (await master.put_message(MessageExt("T", b"y" * 100, queue_id=0))).ok
+                await asyncio.sleep(1.5)
+                assert not client.connected and slave.max_phy_offset == copied
+                client.master_address = f"127.0.0.1:{port}"  # the replicas manager checked the master
+                await until(lambda: slave.max_phy_offset == master.max_phy_offset)
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
 
     asyncio.run(main())

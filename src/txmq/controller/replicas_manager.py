@@ -5,7 +5,10 @@ the controller gives, keeps the SyncStateSet as master, and fences itself when i
   ``bootId`` (a master that restarts is thus seen by the controller, which elects again); the answer is its
   group's state. Named master (its replica id, at an epoch): it becomes master (a new epoch starts in its epoch file at
   its log's end). Named slave of another: it fetches that master's epoch file, truncates its own log on disk
-  where the two agree, and follows.
+  where the two agree, and follows. Its HA client copies through one session per check: when the session
+  ends (the master stepped down, died, was fenced or cut off), the replica checks the named master again
+  before it copies another byte, so it never streams from a process that has since become master at another
+  epoch without first truncating where their epochs agree.
 - **Lease.** A master acknowledges puts (sends, halves, decisions) only while its last heartbeat the
   controller confirmed was *sent* less than ``brokerLeaseMills`` ago; the controller elects only after
   ``controllerHeartBeatTimeoutMills`` without a heartbeat *received*, which is later. Past its lease a master
@@ -30,6 +33,7 @@ from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
+from txmq.store.ha import HAClient
 from txmq.store.ha.epoch import EpochFile, consistent_point
 from txmq.store.results import PutMessageStatus
 
@@ -39,6 +43,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.controller")
 
 SLAVE_BEHIND_S = 3.0  # a SyncStateSet slave that is behind and has not reported for this long is removed
+
+
+class FollowerHAClient(HAClient):
+    """A replica's HA client in controller mode: a session that ends leaves it without a master address, so it
+    does not reconnect on its own; the replicas manager checks the named master (acting at the named epoch, or
+    just elected) and truncates where their epochs agree before it gives the address back."""
+
+    async def _session(self, addr: str) -> None:
+        try:
+            await super()._session(addr)
+        finally:
+            if self.master_address == addr:
+                self.master_address = ""
 
 
 class ReplicasManager:
@@ -196,7 +213,7 @@ class ReplicasManager:
                 self.lease_from = sent
                 self._set_needed(self.sync_state_set)
             elif master_id > 0:
-                if self.is_master or master_id != self.master_id or epoch != self.epoch:
+                if self.is_master or master_id != self.master_id or epoch != self.epoch or not self._copying():
                     await self._follow(master_id, str(state["master_addr"]), str(state["master_ha_addr"]), epoch)
                 elif epoch > self.epochs.last_epoch:  # the master has started its epoch since: copy its entries
                     table = await self._fetch_epochs(self.master_addr)
@@ -204,6 +221,11 @@ class ReplicasManager:
             elif self.is_master:
                 await self.broker.change_to_slave()
             self.master_id = master_id
+
+    def _copying(self) -> bool:
+        """An HA session with the checked master is open or being opened (its end clears the address)."""
+        ha_client = self.broker.ha_client
+        return ha_client is not None and bool(ha_client.master_address)
 
     async def _become_master(self, epoch: int) -> None:
         store = self.broker.store
@@ -224,6 +246,10 @@ class ReplicasManager:
         broker = self.broker
         if self.is_master:
             await broker.change_to_slave()
+        ha_client = broker.ha_client
+        assert ha_client is not None
+        await ha_client.shutdown()  # from the master it followed: it is replaced, or its session ended
+        ha_client.master_address = ""
         table = await self._fetch_epochs(master_addr)
         if not table.get("isMaster") and int(table.get("epoch", 0)) >= epoch:
             # Named at an epoch it is not master of: a restarted process the controller has not seen yet (or a
@@ -233,19 +259,17 @@ class ReplicasManager:
         theirs = [(int(e), int(o)) for e, o in table["epochs"]]
         store = broker.store
         point = consistent_point(self.epochs.entries, store.max_phy_offset, theirs, int(table["maxOffset"]))
-        ha_client = broker.ha_client
-        assert ha_client is not None
-        await ha_client.shutdown()
         if point < store.max_phy_offset:
             log.warning("rejoining %s at epoch %d: this log and the master's agree up to %d; truncating %d bytes",
                         master_addr, epoch, point, store.max_phy_offset - point)
             store.truncate_replicated(point)
         self.epochs.truncate_from(point)
         self.epochs.replace(theirs)
+        if (epoch, master_id) != (self.epoch, self.master_id):  # not once per session to the same master
+            log.info("following master %d at %s (HA %s), epoch %d, from offset %d", master_id, master_addr,
+                     master_ha_addr, epoch, store.max_phy_offset)
         self.epoch, self.master_id, self.master_addr = epoch, master_id, master_addr
         broker.follow_master(master_addr, master_ha_addr)
-        log.info("following master %d at %s (HA %s), epoch %d, from offset %d", master_id, master_addr,
-                 master_ha_addr, epoch, store.max_phy_offset)
 
     async def _fetch_epochs(self, master_addr: str) -> dict[str, Any]:
         resp = await self.broker.namesrv_client.invoke(
@@ -258,9 +282,10 @@ class ReplicasManager:
         return table
 
     def process_get_epoch_table(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """TXMQ_GET_EPOCH_TABLE: this replica's epochs and log end (a replica rejoining reads its master's)."""
+        """TXMQ_GET_EPOCH_TABLE: this replica's epochs, log end, and whether it acts as master (within its lease):
+        a replica reads its master's before each HA session."""
         body = {"epochs": self.epochs.entries, "maxOffset": self.broker.store.max_phy_offset,
-                "epoch": self.epoch, "isMaster": self.is_master}
+                "epoch": self.epoch, "isMaster": self.is_master and self.lease_valid()}
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(body))
 
     # --- the SyncStateSet (master) ------------------------------------------------------------------------
