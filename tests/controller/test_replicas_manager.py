@@ -83,7 +83,7 @@ class _Slave:
     def __init__(self, tmp_path, master_table: dict) -> None:
         self.config = BrokerConfig(broker_id=2, broker_role="SLAVE", enable_controller_mode=True,
                                    controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
-        self.addr = "127.0.0.1:1002"
+        self.addr, self.ha_addr = "127.0.0.1:1002", "127.0.0.1:2002"
         self.truncated: list[int] = []
         self.followed: list[str] = []
         self.asked: list[str] = []  # whom TXMQ_GET_EPOCH_TABLE went to
@@ -214,5 +214,34 @@ def test_a_followers_ha_session_that_ends_leaves_it_without_a_master_until_check
             finally:
                 await client.shutdown()
                 await ha.shutdown()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("answers, said", [
+    # the acting controller refused: its words, and the other controller is not asked
+    ([(ResponseCode.SYSTEM_ERROR, "group broker-a: master 1 restarted; the election waits", None)],
+     "controller 127.0.0.1:1 refused BROKER_HEARTBEAT: group broker-a: master 1 restarted; the election waits"),
+    # neither acts: no controller answered
+    ([(ResponseCode.SYSTEM_ERROR, "not the leader controller", ""), (ResponseCode.SYSTEM_ERROR,
+                                                                     "not the leader controller", "")],
+     "no controller answered BROKER_HEARTBEAT: 127.0.0.1:2: not the leader controller"),
+], ids=["refused", "no-leader"])
+def test_a_controllers_refusal_is_reported_as_what_it_said(tmp_path, answers, said):
+    async def main() -> None:
+        broker = _Slave(tmp_path, {})
+        broker.config.controller_addr = "127.0.0.1:1;127.0.0.1:2"
+        rm = ReplicasManager(broker)  # type: ignore[arg-type]
+        queue = list(answers)
+
+        async def invoke(addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+            broker.asked.append(addr)
+            code, remark, leader = queue.pop(0)
+            ext = {} if leader is None else {"leaderAddr": leader}
+            return RemotingCommand.response_to(cmd, code, remark=remark, ext_fields=ext)
+        broker.namesrv_client = SimpleNamespace(invoke=invoke)
+        with pytest.raises(ClientError) as err:
+            await rm._heartbeat()
+        assert str(err.value) == said and len(broker.asked) == len(answers)
 
     asyncio.run(main())

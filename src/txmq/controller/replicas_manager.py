@@ -147,7 +147,9 @@ class ReplicasManager:
                 await self._apply(state, sent)
                 if self.is_master:
                     await self._maintain_sync_state_set()
-            except (ClientError, OSError, ValueError, KeyError) as exc:
+            except ClientError as exc:  # says whether a controller refused, or none answered
+                self._problem(str(exc))
+            except (OSError, ValueError, KeyError) as exc:
                 self._problem(f"controller heartbeat failed: {exc}")
             except Exception:  # one bad answer must not stop the heartbeats
                 log.exception("replicas manager step failed")
@@ -169,9 +171,10 @@ class ReplicasManager:
                 return
             await asyncio.sleep(min(left, 0.1))
 
-    async def _call(self, code: int, body: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, code: RequestCode, body: dict[str, Any]) -> dict[str, Any]:
         """A request to the acting controller: the last one that acted, else each in turn (a non-leader names
-        the leader)."""
+        the leader, in ``leaderAddr``). An answer without it is the acting controller's refusal: raised as it
+        said, not tried elsewhere."""
         client = self.broker.namesrv_client  # signed with the broker's accessKey/secretKey when ACL is on
         order = [self._leader] + [c for c in self.controllers if c != self._leader]
         last = ""
@@ -188,11 +191,14 @@ class ReplicasManager:
                 if not isinstance(answer, dict):
                     raise ValueError(f"controller {addr} answered {answer!r}")
                 return answer
-            leader = resp.ext_fields.get("leaderAddr", "")
+            if "leaderAddr" not in resp.ext_fields:
+                self._leader = addr
+                raise ClientError(f"controller {addr} refused {code.name}: {resp.remark or f'code {resp.code}'}")
+            leader = resp.ext_fields["leaderAddr"]
             if leader and leader in self.controllers:
                 self._leader = leader
             last = f"{addr}: {resp.remark}"
-        raise ClientError(f"no controller answered: {last}")
+        raise ClientError(f"no controller answered {code.name}: {last}")
 
     async def _heartbeat(self) -> dict[str, Any]:
         cfg = self.broker.config
