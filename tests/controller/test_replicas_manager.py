@@ -12,11 +12,12 @@ import orjson
 import pytest
 
 from txmq.broker.config import BrokerConfig
-from txmq.controller.replicas_manager import FollowerHAClient, ReplicasManager
+from txmq.broker.slave_synchronize import SlaveSynchronize
+from txmq.controller.replicas_manager import FollowerHAClient, ReplicasManager, slave_link
 from txmq.errors import ClientError
 from txmq.launch import free_port
 from txmq.message import MessageExt
-from txmq.remoting.codes import ResponseCode
+from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.store import DefaultMessageStore, StoreConfig
 from txmq.store.ha import HAConfig, HAService
@@ -245,3 +246,46 @@ def test_a_controllers_refusal_is_reported_as_what_it_said(tmp_path, answers, sa
         assert str(err.value) == said and len(broker.asked) == len(answers)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("link, acting, adopted", [
+    ("127.0.0.1:1001", True, True),
+    ("127.0.0.1:1001", False, False),  # fenced since the copy was fetched (another master acts, or will)
+    ("127.0.0.1:1009", True, False),  # not the master this replica follows (any more)
+], ids=["acting", "fenced", "another"])
+def test_a_slave_adopts_copied_metadata_only_from_the_master_acting_at_its_epoch(tmp_path, link, acting, adopted):
+    """SlaveSynchronize fetches topics, consumer offsets and delay offsets, then asks the master's epoch table:
+    a master that no longer acts at the followed epoch has stale offsets once another master acts (they may
+    even point past what the new master holds): the copy is not adopted."""
+
+    async def main() -> None:
+        broker = _Slave(tmp_path, {})
+        rm = ReplicasManager(broker)  # type: ignore[arg-type]
+        rm.master_link, rm.epoch = "127.0.0.1:1001", 1
+        adopted_offsets: list[dict] = []
+        broker.replicas_manager = rm
+        broker.topic_config_manager = SimpleNamespace(replace_all=lambda topics: None)
+        broker.consumer_offset_manager = SimpleNamespace(replace_all=adopted_offsets.append)
+        broker.schedule_service = SimpleNamespace(replace_offsets=lambda offsets: None)
+        bodies = {RequestCode.GET_ALL_TOPIC_CONFIG: {"topicConfigTable": {}},
+                  RequestCode.GET_ALL_CONSUMER_OFFSET: {"offsetTable": {"T@g": {"0": 5}}},
+                  RequestCode.GET_ALL_DELAY_OFFSET: {"offsetTable": {}},
+                  RequestCode.TXMQ_GET_EPOCH_TABLE: {"epochs": [[1, 0]], "maxOffset": 900, "epoch": 1,
+                                                     "isMaster": acting}}
+
+        async def invoke(addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+            broker.asked.append(addr)
+            return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(bodies[cmd.code]))
+        broker.namesrv_client = SimpleNamespace(invoke=invoke)
+        sync = SlaveSynchronize(broker)  # type: ignore[arg-type]
+        sync.master_addr = link
+        await sync.sync_all()
+        assert adopted_offsets == ([{"T@g": {0: 5}}] if adopted else [])
+        assert set(broker.asked) == {link}
+
+    asyncio.run(main())
+
+
+def test_the_slave_link_is_the_masters_broker_ip2_at_its_listen_port():
+    assert slave_link("127.0.0.1:1001", "127.0.0.2:2001") == "127.0.0.2:1001"
+    assert slave_link("10.0.0.1:10911", "") == "10.0.0.1:10911"

@@ -81,6 +81,8 @@ class Figures:
     # (COMMIT lost would show it was taken)
     fenced_decision_answers: list[int] = field(default_factory=list)
     partition_ha_refused: list[int] = field(default_factory=list)  # slaves' HA connections the cut path refused
+    # and their connections to its master/slave link (brokerIP2:listenPort: epoch table, metadata copy)
+    partition_link_refused: list[int] = field(default_factory=list)
     # per client kind, per master fault: the longest pause between two acknowledged sends around it
     outage_s: dict[str, list[float]] = field(default_factory=dict)
     master_fault_spans: list[tuple[float, float]] = field(default_factory=list)  # wall clock, fault to healed
@@ -321,12 +323,13 @@ def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figure
     elif fault == "pause":
         os.kill(victim.pid, signal.SIGSTOP)
     else:
-        refused = group.ha_proxies[master].refused
+        refused = group.ha_proxies[master].refused, group.link_proxies[master].refused
         group.partition(master)
     group.wait_master(60, not_id=master)
     if fault == "partition":
         _probe_fenced(group.addr(master), figures, workload.last_commit)
-        figures.partition_ha_refused.append(group.ha_proxies[master].refused - refused)
+        figures.partition_ha_refused.append(group.ha_proxies[master].refused - refused[0])
+        figures.partition_link_refused.append(group.link_proxies[master].refused - refused[1])
     took = _wait_sends(workload, t0, group.addr(master), 30)
     if took is not None:
         figures.failover_s.append(took)

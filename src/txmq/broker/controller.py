@@ -339,17 +339,19 @@ class BrokerController:
         self.ha_client.master_address = ""
         if self.slave_synchronize is None:
             self.slave_synchronize = SlaveSynchronize(self)
+        self.slave_synchronize.master_addr = ""  # copies nothing until follow_master
         self._start_role_tasks()
         if self.config.namesrv_addr:
             await self.register_all()
 
-    def follow_master(self, master_addr: str, master_ha_addr: str) -> None:
-        """Copy ``master_addr``'s log (this log already truncated where the two agree) and its metadata."""
+    def follow_master(self, master_link: str, master_ha_addr: str) -> None:
+        """Copy the master's log (this log already truncated where the two agree) from ``master_ha_addr``, and
+        its metadata from ``master_link`` (``replicas_manager.slave_link``)."""
         assert self.ha_client is not None and self.slave_synchronize is not None
         self.config.ha_master_address = master_ha_addr  # the name server's answers must not override it
         self.ha_client.master_address = master_ha_addr
         self.ha_client.start()
-        self.slave_synchronize.master_addr = master_addr
+        self.slave_synchronize.master_addr = master_link
         self._spawn(self.slave_synchronize.sync_all(), "slave synchronize now")
 
     async def shutdown(self) -> None:

@@ -45,6 +45,14 @@ log = logging.getLogger("txmq.controller")
 SLAVE_BEHIND_S = 3.0  # a SyncStateSet slave that is behind and has not reported for this long is removed
 
 
+def slave_link(master_addr: str, master_ha_addr: str) -> str:
+    """Where a replica sends its master the requests of the master/slave link (the epoch table, SlaveSynchronize's
+    metadata copy): the master's brokerIP2 (its HA address's host) at its listenPort, so the network path of
+    replication carries them too, and a partition cuts them with it. Without a brokerIP2 that is brokerIP1."""
+    host = master_ha_addr.rpartition(":")[0] or master_addr.rpartition(":")[0]
+    return f"{host}:{master_addr.rpartition(':')[2]}"
+
+
 class FollowerHAClient(HAClient):
     """A replica's HA client in controller mode: a session that ends leaves it without a master address, so it
     does not reconnect on its own; the replicas manager checks the named master (acting at the named epoch, or
@@ -80,6 +88,7 @@ class ReplicasManager:
         self.boot_id = uuid.uuid4().hex  # this process: the controller never confirms a restarted master's epoch
         self.master_id = -1
         self.master_addr = ""
+        self.master_link = ""  # slave_link of the master this replica follows
         self.sync_state_set: list[int] = []
         self.sync_state_set_epoch = 0
         self.lease_from = 0.0  # monotonic send time of the last heartbeat that confirmed this master
@@ -165,7 +174,7 @@ class ReplicasManager:
                             self.epoch)
                 async with self._changing:
                     await self.broker.change_to_slave()
-                    self.master_id, self.master_addr = -1, ""
+                    self.master_id, self.master_addr, self.master_link = -1, "", ""
             left = until - time.monotonic()
             if left <= 0:
                 return
@@ -222,7 +231,7 @@ class ReplicasManager:
                 if self.is_master or master_id != self.master_id or epoch != self.epoch or not self._copying():
                     await self._follow(master_id, str(state["master_addr"]), str(state["master_ha_addr"]), epoch)
                 elif epoch > self.epochs.last_epoch:  # the master has started its epoch since: copy its entries
-                    table = await self._fetch_epochs(self.master_addr)
+                    table = await self._fetch_epochs(self.master_link)
                     self.epochs.replace([(int(e), int(o)) for e, o in table["epochs"]])
             elif self.is_master:
                 await self.broker.change_to_slave()
@@ -256,7 +265,8 @@ class ReplicasManager:
         assert ha_client is not None
         await ha_client.shutdown()  # from the master it followed: it is replaced, or its session ended
         ha_client.master_address = ""
-        table = await self._fetch_epochs(master_addr)
+        link = slave_link(master_addr, master_ha_addr)
+        table = await self._fetch_epochs(link)
         if not table.get("isMaster") and int(table.get("epoch", 0)) >= epoch:
             # Named at an epoch it is not master of: a restarted process the controller has not seen yet (or a
             # master that stepped down), whose log may lack the tail this one holds. Elected since, it has a
@@ -274,8 +284,17 @@ class ReplicasManager:
         if (epoch, master_id) != (self.epoch, self.master_id):  # not once per session to the same master
             log.info("following master %d at %s (HA %s), epoch %d, from offset %d", master_id, master_addr,
                      master_ha_addr, epoch, store.max_phy_offset)
-        self.epoch, self.master_id, self.master_addr = epoch, master_id, master_addr
-        broker.follow_master(master_addr, master_ha_addr)
+        self.epoch, self.master_id, self.master_addr, self.master_link = epoch, master_id, master_addr, link
+        broker.follow_master(link, master_ha_addr)
+
+    async def master_acts(self, link: str) -> bool:
+        """Whether ``link`` is the master this replica follows and still acts there at the followed epoch: a
+        slave adopts metadata it copied only then (a fenced master's consumer offsets are stale once another
+        master acts, and may point past what the new master holds)."""
+        if link != self.master_link:
+            return False
+        table = await self._fetch_epochs(link)
+        return bool(table.get("isMaster")) and int(table.get("epoch", -1)) == self.epoch
 
     async def _fetch_epochs(self, master_addr: str) -> dict[str, Any]:
         resp = await self.broker.namesrv_client.invoke(
