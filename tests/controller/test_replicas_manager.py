@@ -223,10 +223,10 @@ def test_a_followers_ha_session_that_ends_leaves_it_without_a_master_until_check
     # the acting controller refused: its words, and the other controller is not asked
     ([(ResponseCode.SYSTEM_ERROR, "group broker-a: master 1 restarted; the election waits", None)],
      "controller 127.0.0.1:1 refused BROKER_HEARTBEAT: group broker-a: master 1 restarted; the election waits"),
-    # neither acts: no controller answered
-    ([(ResponseCode.SYSTEM_ERROR, "not the leader controller", ""), (ResponseCode.SYSTEM_ERROR,
-                                                                     "not the leader controller", "")],
-     "no controller answered BROKER_HEARTBEAT: 127.0.0.1:2: not the leader controller"),
+    # neither acts (the second is not even a controller): what the last one said
+    ([(ResponseCode.SYSTEM_ERROR, "not the leader controller", ""),
+      (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "request code 904 is not supported", None)],
+     "no controller acted on BROKER_HEARTBEAT: 127.0.0.1:2: request code 904 is not supported"),
 ], ids=["refused", "no-leader"])
 def test_a_controllers_refusal_is_reported_as_what_it_said(tmp_path, answers, said):
     async def main() -> None:

@@ -182,8 +182,8 @@ class ReplicasManager:
 
     async def _call(self, code: RequestCode, body: dict[str, Any]) -> dict[str, Any]:
         """A request to the acting controller: the last one that acted, else each in turn (a non-leader names
-        the leader, in ``leaderAddr``). An answer without it is the acting controller's refusal: raised as it
-        said, not tried elsewhere."""
+        the leader, in ``leaderAddr``). A SYSTEM_ERROR without it is the acting controller's refusal: raised as
+        it said, not tried elsewhere."""
         client = self.broker.namesrv_client  # signed with the broker's accessKey/secretKey when ACL is on
         order = [self._leader] + [c for c in self.controllers if c != self._leader]
         last = ""
@@ -200,14 +200,14 @@ class ReplicasManager:
                 if not isinstance(answer, dict):
                     raise ValueError(f"controller {addr} answered {answer!r}")
                 return answer
-            if "leaderAddr" not in resp.ext_fields:
-                self._leader = addr
-                raise ClientError(f"controller {addr} refused {code.name}: {resp.remark or f'code {resp.code}'}")
-            leader = resp.ext_fields["leaderAddr"]
+            if resp.code == ResponseCode.SYSTEM_ERROR and "leaderAddr" not in resp.ext_fields:
+                self._leader = addr  # the acting controller refused: its word stands
+                raise ClientError(f"controller {addr} refused {code.name}: {resp.remark}")
+            leader = resp.ext_fields.get("leaderAddr", "")
             if leader and leader in self.controllers:
                 self._leader = leader
-            last = f"{addr}: {resp.remark}"
-        raise ClientError(f"no controller answered {code.name}: {last}")
+            last = f"{addr}: {resp.remark or f'code {resp.code}'}"  # not the leader, or not a controller at all
+        raise ClientError(f"no controller acted on {code.name}: {last}")
 
     async def _heartbeat(self) -> dict[str, Any]:
         cfg = self.broker.config
