@@ -54,6 +54,8 @@ class TcpProxy:
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+        with self._lock:  # relayed no more: a cut does not count it
+            self._socks -= {src, dst}
 
     def cut(self) -> None:
         self.cut_off = True
