@@ -54,8 +54,10 @@ class TcpProxy:
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-        with self._lock:  # relayed no more: a cut does not count it
+        with self._lock:  # relayed no more (both ends shut down, so the other direction ends too)
             self._socks -= {src, dst}
+        src.close()
+        dst.close()
 
     def cut(self) -> None:
         self.cut_off = True
