@@ -100,7 +100,8 @@ def main() -> None:
           f"max {out['failover_max_s']} s over {len(fo)} master faults")
     print(f"partitioned master, sent to once another acted: answers {figures.fenced_answers} (0 = acknowledged), "
           f"found in the log {figures.fenced_stored}; a ROLLBACK of a COMMIT: answers "
-          f"{figures.fenced_decision_answers}; its slaves' connections refused {figures.partition_ha_refused}")
+          f"{figures.fenced_decision_answers}; its slaves' HA connections cut {figures.partition_ha_cut}, "
+          f"their connections to its link (epoch table, metadata) refused {figures.partition_link_refused}")
     for kind, xs in figures.outage_s.items():
         print(f"longest pause in {kind} acknowledgements around a master fault: p50 {statistics.median(xs):.1f} s, "
               f"max {max(xs):.1f} s" if xs else f"{kind}: no master fault")

@@ -24,6 +24,8 @@ def test_java_properties_rules():
     ({"flushDiskType": "SYNC"}, "config flushDiskType: 'SYNC' is not one of ASYNC_FLUSH, SYNC_FLUSH"),
     ({"autoCreateTopicEnable": "yes"}, "config autoCreateTopicEnable: 'yes' is not true or false"),
     ({"metricsExporterType": "OTLP"}, "config metricsExporterType: 'OTLP' is not one of DISABLE, PROM"),
+    ({"grpcClientProducerMaxAttempts": "0"}, "config grpcClientProducerMaxAttempts: 0 is below 1"),
+    ({"grpcClientProducerMaxAttempts": "-2"}, "config grpcClientProducerMaxAttempts: -2 is below 1"),
 ])
 def test_bad_values_name_the_key(values, message):
     with pytest.raises(ValueError) as err:

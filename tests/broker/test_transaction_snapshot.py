@@ -13,6 +13,9 @@ from tx_helpers import Sender, end, half, open_service
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
+from txmq.message import MessageExt
+from txmq.remoting.codes import ResponseCode
+from txmq.store import PutMessageResult, PutMessageStatus
 
 
 def _table() -> TransactionStateTable:
@@ -122,6 +125,43 @@ def test_snapshot_ahead_of_the_log_is_ignored(tmp_path):
         store, service = await open_service(tmp_path / "store", snap)
         await half(service, 1, "S")
         assert len(service.table) == 1
+        await store.shutdown()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("op_put", ["refused", "stored"])
+def test_a_rollback_still_being_written_is_snapshotted_as_the_log_has_it(tmp_path, op_put):
+    """A ROLLBACK is decided in the table before its op record is written. A snapshot taken before the record is
+    in the log shows the transaction pending: its put refused, the ROLLBACK is undone and its producer told it
+    was not recorded, and a restart from that snapshot must not bring it back (a COMMIT would then be refused).
+    A snapshot taken once the record is in the log, before the put is answered, keeps the ROLLBACK."""
+    snap = tmp_path / "state.snapshot"
+
+    async def go() -> None:
+        store, service = await open_service(tmp_path / "store", snap)
+        off, clo = await half(service, 1, "R")
+        real_put = store.put_messages
+
+        async def put(msgs: list[MessageExt]) -> PutMessageResult:
+            if op_put == "refused":  # asked twice: with the decisions' put, then alone
+                service.snapshot()
+                return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None)
+            result = await real_put(msgs)
+            assert service.snapshot()  # the record is in the log, the decision not answered yet
+            return result
+        store.put_messages = put  # type: ignore[method-assign]
+        result = await end(service, off, clo, Outcome.ROLLBACK)
+        assert result.code == (ResponseCode.SYSTEM_ERROR if op_put == "refused" else ResponseCode.SUCCESS)
+        assert snap.exists()
+        store.close_without_shutdown()  # a crash: the snapshot above is the last one
+
+        store, service = await open_service(tmp_path / "store", snap)
+        if op_put == "refused":
+            assert service.table.outcome(off) == Outcome.PENDING
+            assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SUCCESS
+        else:
+            assert service.table.outcome(off) == Outcome.ROLLBACK
         await store.shutdown()
 
     asyncio.run(go())

@@ -12,10 +12,15 @@ import orjson
 import pytest
 
 from txmq.broker.config import BrokerConfig
-from txmq.controller.replicas_manager import ReplicasManager
+from txmq.broker.slave_synchronize import SlaveSynchronize
+from txmq.controller.replicas_manager import FollowerHAClient, ReplicasManager, slave_link
 from txmq.errors import ClientError
-from txmq.remoting.codes import ResponseCode
+from txmq.launch import free_port
+from txmq.message import MessageExt
+from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.store import DefaultMessageStore, StoreConfig
+from txmq.store.ha import HAConfig, HAService
 from txmq.store.results import PutMessageStatus
 
 
@@ -79,13 +84,16 @@ class _Slave:
     def __init__(self, tmp_path, master_table: dict) -> None:
         self.config = BrokerConfig(broker_id=2, broker_role="SLAVE", enable_controller_mode=True,
                                    controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
+        self.addr, self.ha_addr = "127.0.0.1:1002", "127.0.0.1:2002"
         self.truncated: list[int] = []
         self.followed: list[str] = []
+        self.asked: list[str] = []  # whom TXMQ_GET_EPOCH_TABLE went to
         self.store = SimpleNamespace(max_phy_offset=1000, truncate_replicated=self.truncated.append)
-        self.ha_client = SimpleNamespace(shutdown=self._nothing)
+        self.ha_client = SimpleNamespace(shutdown=self._nothing, master_address="")
         body = orjson.dumps(master_table)
 
         async def invoke(addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+            self.asked.append(addr)
             return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
         self.namesrv_client = SimpleNamespace(invoke=invoke)
 
@@ -94,6 +102,7 @@ class _Slave:
 
     def follow_master(self, addr: str, ha_addr: str) -> None:
         self.followed.append(addr)
+        self.ha_client.master_address = ha_addr
 
 
 @pytest.mark.parametrize("state_epoch, table, follows", [
@@ -122,6 +131,164 @@ def test_a_replica_follows_and_truncates_only_to_a_master_that_acts_or_was_elect
 
     asyncio.run(main())
 
+
+_NAMED_1_AT_1 = {"master_id": 1, "epoch": 1, "master_addr": "127.0.0.1:1001", "master_ha_addr": "127.0.0.1:2001",
+                 "sync_state_set": [1]}
+
+
+@pytest.mark.parametrize("table, follows", [
+    # the process at the master's address was elected again since (a restart) and started epoch 2 at 900
+    ({"epochs": [[1, 0], [2, 900]], "maxOffset": 950, "epoch": 2, "isMaster": True}, True),
+    # it stepped down (fenced) or restarted, and is not master at epoch 1 any more
+    ({"epochs": [[1, 0]], "maxOffset": 900, "epoch": 1, "isMaster": False}, False),
+], ids=["master-again-at-a-new-epoch", "no-longer-master"])
+def test_a_replica_whose_ha_session_ended_checks_its_master_again_before_copying(tmp_path, table, follows):
+    """A replica following master 1 at epoch 1 whose HA session ended, the controller still naming 1 at epoch 1
+    (this replica has not heard of anything newer). Before it copies again it asks the master's epochs: a
+    process master again at a newer epoch gets this replica's epoch-1 tail past that epoch's start cut first
+    (else the stream would go on from 1000 and a later check would cut records it acknowledged); one that is
+    not master is not copied from. While a session is open, nothing is asked."""
+
+    async def main() -> None:
+        broker = _Slave(tmp_path, table)
+        rm = ReplicasManager(broker)  # type: ignore[arg-type]
+        rm.epochs.replace([(1, 0)])
+        rm.master_id, rm.epoch = 1, 1
+        broker.ha_client.master_address = "127.0.0.1:2001"  # a session open
+        await rm._apply(_NAMED_1_AT_1, time.monotonic())
+        assert broker.asked == [] and broker.followed == []
+        broker.ha_client.master_address = ""  # FollowerHAClient: the session ended
+        if follows:
+            await rm._apply(_NAMED_1_AT_1, time.monotonic())
+            assert broker.truncated == [900] and broker.followed == ["127.0.0.1:1001"]
+            assert rm.epochs.entries == [(1, 0), (2, 900)]
+        else:
+            with pytest.raises(ClientError, match="not master"):
+                await rm._apply(_NAMED_1_AT_1, time.monotonic())
+            assert broker.truncated == [] and broker.followed == [] and broker.ha_client.master_address == ""
+        assert broker.asked == ["127.0.0.1:1001"]
+
+    asyncio.run(main())
+
+
+def test_a_followers_ha_session_that_ends_leaves_it_without_a_master_until_checked(tmp_path):
+    """Real stores, a real HA port: the master's HA service shuts down (it stepped down) and comes back (master
+    again, maybe at another epoch). The follower's session ended, so it does not reconnect by itself (a plain
+    HAClient would, within its 1 s retry) until it is given the address again."""
+    port = free_port()
+
+    def config(name: str) -> StoreConfig:
+        return StoreConfig(store_path_root_dir=str(tmp_path / name), mapped_file_size_commit_log=64 * 1024,
+                           mapped_file_size_consume_queue=20 * 64, max_hash_slot_num=64, max_index_num=128)
+
+    def ha_config(broker_id: int) -> HAConfig:
+        return HAConfig("C", "broker-a", broker_id, listen_port=port, master_address=f"127.0.0.1:{port}",
+                        send_heartbeat_interval_ms=200, housekeeping_interval_ms=2000)
+
+    async def until(pred) -> None:
+        for _ in range(500):
+            if pred():
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("timed out")
+
+    async def main() -> None:
+        async with DefaultMessageStore(config("m")) as master, DefaultMessageStore(config("s")) as slave:
+            ha = HAService(master, ha_config(0))
+            await ha.start()
+            client = FollowerHAClient(slave, ha_config(2))
+            client.start()
+            try:
+                assert (await master.put_message(MessageExt("T", b"x" * 100, queue_id=0))).ok
+                await until(lambda: slave.max_phy_offset == master.max_phy_offset)
+                await ha.shutdown()
+                await until(lambda: not client.connected)
+                assert client.master_address == ""
+                ha = HAService(master, ha_config(0))
+                await ha.start()
+                copied = slave.max_phy_offset
+                assert (await master.put_message(MessageExt("T", b"y" * 100, queue_id=0))).ok
+                await asyncio.sleep(1.2)  # past the 1 s retry of a plain HAClient, counted from the session's end
+                assert not client.connected and slave.max_phy_offset == copied
+                client.master_address = f"127.0.0.1:{port}"  # the replicas manager checked the master
+                await until(lambda: slave.max_phy_offset == master.max_phy_offset)
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("answers, said", [
+    # the acting controller refused: its words, and the other controller is not asked
+    ([(ResponseCode.SYSTEM_ERROR, "group broker-a: master 1 restarted; the election waits", None)],
+     "controller 127.0.0.1:1 refused BROKER_HEARTBEAT: group broker-a: master 1 restarted; the election waits"),
+    # neither acts (the second is not even a controller): what the last one said
+    ([(ResponseCode.SYSTEM_ERROR, "not the leader controller", ""),
+      (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "request code 904 is not supported", None)],
+     "no controller acted on BROKER_HEARTBEAT: 127.0.0.1:2: request code 904 is not supported"),
+], ids=["refused", "no-leader"])
+def test_a_controllers_refusal_is_reported_as_what_it_said(tmp_path, answers, said):
+    async def main() -> None:
+        broker = _Slave(tmp_path, {})
+        broker.config.controller_addr = "127.0.0.1:1;127.0.0.1:2"
+        rm = ReplicasManager(broker)  # type: ignore[arg-type]
+        queue = list(answers)
+
+        async def invoke(addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+            broker.asked.append(addr)
+            code, remark, leader = queue.pop(0)
+            ext = {} if leader is None else {"leaderAddr": leader}
+            return RemotingCommand.response_to(cmd, code, remark=remark, ext_fields=ext)
+        broker.namesrv_client = SimpleNamespace(invoke=invoke)
+        with pytest.raises(ClientError) as err:
+            await rm._heartbeat()
+        assert str(err.value) == said and len(broker.asked) == len(answers)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("link, acting, adopted", [
+    ("127.0.0.1:1001", True, True),
+    ("127.0.0.1:1001", False, False),  # fenced since the copy was fetched (another master acts, or will)
+    ("127.0.0.1:1009", True, False),  # not the master this replica follows (any more)
+], ids=["acting", "fenced", "another"])
+def test_a_slave_adopts_copied_metadata_only_from_the_master_acting_at_its_epoch(tmp_path, link, acting, adopted):
+    """SlaveSynchronize fetches topics, consumer offsets and delay offsets, then asks the master's epoch table:
+    a master that no longer acts at the followed epoch has stale offsets once another master acts (they may
+    even point past what the new master holds): the copy is not adopted."""
+
+    async def main() -> None:
+        broker = _Slave(tmp_path, {})
+        rm = ReplicasManager(broker)  # type: ignore[arg-type]
+        rm.master_link, rm.epoch = "127.0.0.1:1001", 1
+        adopted_offsets: list[dict] = []
+        broker.replicas_manager = rm
+        broker.topic_config_manager = SimpleNamespace(replace_all=lambda topics: None)
+        broker.consumer_offset_manager = SimpleNamespace(replace_all=adopted_offsets.append)
+        broker.schedule_service = SimpleNamespace(replace_offsets=lambda offsets: None)
+        bodies = {RequestCode.GET_ALL_TOPIC_CONFIG: {"topicConfigTable": {}},
+                  RequestCode.GET_ALL_CONSUMER_OFFSET: {"offsetTable": {"T@g": {"0": 5}}},
+                  RequestCode.GET_ALL_DELAY_OFFSET: {"offsetTable": {}},
+                  RequestCode.TXMQ_GET_EPOCH_TABLE: {"epochs": [[1, 0]], "maxOffset": 900, "epoch": 1,
+                                                     "isMaster": acting}}
+
+        async def invoke(addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+            broker.asked.append(addr)
+            return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(bodies[cmd.code]))
+        broker.namesrv_client = SimpleNamespace(invoke=invoke)
+        sync = SlaveSynchronize(broker)  # type: ignore[arg-type]
+        sync.master_addr = link
+        await sync.sync_all()
+        assert adopted_offsets == ([{"T@g": {0: 5}}] if adopted else [])
+        assert set(broker.asked) == {link}
+
+    asyncio.run(main())
+
+
+def test_the_slave_link_is_the_masters_broker_ip2_at_its_listen_port():
+    assert slave_link("127.0.0.1:1001", "127.0.0.2:2001") == "127.0.0.2:1001"
+    assert slave_link("10.0.0.1:10911", "") == "10.0.0.1:10911"
 
 @pytest.mark.parametrize("ack, added", [(950, True), (900, True), (899, False)])
 def test_a_slave_joins_the_sync_state_set_once_it_has_what_every_member_has_not_the_masters_end(tmp_path, ack,

@@ -40,11 +40,13 @@ class FailoverGroup:
         self.ports: dict[int, int] = {}
         self.grpc = grpc
         self.grpc_ports: dict[int, int] = {}
-        # Each replica reaches the controller through its own proxy, and its slaves reach its HA port through
-        # another, listening on a loopback address of its own (brokerIP2): cutting both is a partition that
-        # leaves its clients' path (brokerIP1) alone.
+        # Each replica reaches the controller through its own proxy, and its slaves reach its HA port and its
+        # master/slave link (epoch table, metadata copy: its listenPort) through two more, listening on a
+        # loopback address of its own (brokerIP2): cutting the three is a partition that leaves its clients'
+        # path (brokerIP1) alone.
         self.controller_proxies: dict[int, TcpProxy] = {}
         self.ha_proxies: dict[int, TcpProxy] = {}
+        self.link_proxies: dict[int, TcpProxy] = {}
 
     @property
     def controller_addr(self) -> str:
@@ -61,6 +63,8 @@ class FailoverGroup:
             self.ports[rid] = free_port()
             ha = free_port()
             self.ha_proxies[rid] = TcpProxy(("127.0.0.1", ha), listen=(f"127.0.0.{rid + 1}", ha))
+            self.link_proxies[rid] = TcpProxy(("127.0.0.1", self.ports[rid]),
+                                              listen=(f"127.0.0.{rid + 1}", self.ports[rid]))
             if len(self.controller_ports) == 1:
                 self.controller_proxies[rid] = TcpProxy(("127.0.0.1", self.controller_port))
                 controller_addr = self.controller_proxies[rid].addr
@@ -76,19 +80,19 @@ class FailoverGroup:
         return self
 
     def close(self) -> None:
-        for proxy in [*self.controller_proxies.values(), *self.ha_proxies.values()]:
+        for proxy in [*self.controller_proxies.values(), *self.ha_proxies.values(), *self.link_proxies.values()]:
             proxy.close()
         self.etcd.stop()
 
     def partition(self, rid: int) -> None:
-        """Cut replica ``rid`` off from the controller and from the other replicas (its HA port and their
-        connections to it); its clients still reach it on brokerIP1."""
-        self.controller_proxies[rid].cut()
-        self.ha_proxies[rid].cut()
+        """Cut replica ``rid`` off from the controller and from the other replicas (its HA port and link, and
+        their connections to them); its clients still reach it on brokerIP1."""
+        for proxies in (self.controller_proxies, self.ha_proxies, self.link_proxies):
+            proxies[rid].cut()
 
     def heal(self, rid: int) -> None:
-        self.controller_proxies[rid].heal()
-        self.ha_proxies[rid].heal()
+        for proxies in (self.controller_proxies, self.ha_proxies, self.link_proxies):
+            proxies[rid].heal()
 
     @property
     def grpc_endpoints(self) -> str:

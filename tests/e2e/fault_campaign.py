@@ -80,7 +80,10 @@ class Figures:
     # and a ROLLBACK, straight to it, of the last acknowledged transaction meant to COMMIT: its answer codes
     # (COMMIT lost would show it was taken)
     fenced_decision_answers: list[int] = field(default_factory=list)
-    partition_ha_refused: list[int] = field(default_factory=list)  # slaves' HA connections the cut path refused
+    partition_ha_cut: list[int] = field(default_factory=list)  # slaves' HA connections to it that the cut closed
+    # then their connections to its master/slave link (brokerIP2:listenPort: epoch table, metadata copy) that
+    # the cut path refused (a slave whose HA session ended checks its master there before connecting again)
+    partition_link_refused: list[int] = field(default_factory=list)
     # per client kind, per master fault: the longest pause between two acknowledged sends around it
     outage_s: dict[str, list[float]] = field(default_factory=dict)
     master_fault_spans: list[tuple[float, float]] = field(default_factory=list)  # wall clock, fault to healed
@@ -321,12 +324,13 @@ def inject(group: FailoverGroup, workload: Workload, fault: str, figures: Figure
     elif fault == "pause":
         os.kill(victim.pid, signal.SIGSTOP)
     else:
-        refused = group.ha_proxies[master].refused
+        before = group.ha_proxies[master].cut_open, group.link_proxies[master].refused
         group.partition(master)
     group.wait_master(60, not_id=master)
     if fault == "partition":
         _probe_fenced(group.addr(master), figures, workload.last_commit)
-        figures.partition_ha_refused.append(group.ha_proxies[master].refused - refused)
+        figures.partition_ha_cut.append(group.ha_proxies[master].cut_open - before[0])
+        figures.partition_link_refused.append(group.link_proxies[master].refused - before[1])
     took = _wait_sends(workload, t0, group.addr(master), 30)
     if took is not None:
         figures.failover_s.append(took)

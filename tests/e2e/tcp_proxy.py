@@ -17,6 +17,7 @@ class TcpProxy:
         self.host, self.port = self.listener.getsockname()[:2]
         self.cut_off = False
         self.refused = 0  # connections closed at once because the path was cut
+        self.cut_open = 0  # relayed connections a cut closed
         self._socks: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -53,11 +54,16 @@ class TcpProxy:
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+        with self._lock:  # relayed no more (both ends shut down, so the other direction ends too)
+            self._socks -= {src, dst}
+        src.close()
+        dst.close()
 
     def cut(self) -> None:
         self.cut_off = True
         with self._lock:
             socks, self._socks = self._socks, set()
+            self.cut_open += len(socks) // 2  # each relayed connection is a pair of sockets
         for s in socks:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)

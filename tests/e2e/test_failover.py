@@ -49,7 +49,8 @@ def test_short_fault_campaign(group, cluster):
     assert figures.fenced_stored == 0
     # nor a decision: a ROLLBACK of a transaction meant to COMMIT (tx_committed_lost would count it taken)
     assert len(figures.fenced_decision_answers) == 1 and ResponseCode.SUCCESS not in figures.fenced_decision_answers
-    assert figures.partition_ha_refused[0] > 0  # its slaves tried to reach it and the network said no
+    assert figures.partition_ha_cut[0] > 0  # its slaves' HA sessions were cut; they tried to check it again
+    assert figures.partition_link_refused[0] > 0  # (its epoch table) and for its metadata: the network said no
     assert (figures.sends_lost, figures.sends_duplicated) == (0, 0)
     assert (figures.tx_committed_lost, figures.tx_duplicated, figures.tx_rollback_visible) == (0, 0, 0)
     # The consumer read through every fault: no ROLLBACK, no half. It may skip a few acknowledged messages: a

@@ -28,8 +28,17 @@ _CHOICES = {"flush_disk_type": ("ASYNC_FLUSH", "SYNC_FLUSH"), "broker_role": ("A
             "metrics_exporter_type": ("DISABLE", "PROM")}
 
 
+# keys whose value has a floor (checked when the config is read): attempts count the first one
+_AT_LEAST = {"grpc_client_producer_max_attempts": 1}
+
 # the keys whose camelCase is not the fields' (brokerIP1, not brokerIp1)
 _IP_KEYS = {"broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2"}
+
+
+def _conf_key(name: str) -> str:
+    """A field's broker.conf key (``flush_disk_type`` → ``flushDiskType``)."""
+    head, *rest = name.split("_")
+    return _IP_KEYS.get(name) or head + "".join(p.title() for p in rest)
 
 
 @dataclass
@@ -167,8 +176,10 @@ class BrokerConfig:
         for key, allowed in _CHOICES.items():
             value = getattr(self, key)
             if value.upper() not in allowed:
-                name = re.sub(r"_(\w)", lambda m: m.group(1).upper(), key)
-                raise ValueError(f"config {name}: {value!r} is not one of {', '.join(allowed)}")
+                raise ValueError(f"config {_conf_key(key)}: {value!r} is not one of {', '.join(allowed)}")
+        for key, least in _AT_LEAST.items():
+            if getattr(self, key) < least:
+                raise ValueError(f"config {_conf_key(key)}: {getattr(self, key)} is below {least}")
 
 
 def config_properties(config: BrokerConfig) -> dict[str, str]:
@@ -178,9 +189,7 @@ def config_properties(config: BrokerConfig) -> dict[str, str]:
         for f in fields(obj):
             value = getattr(obj, f.name)
             if f.name != "server_limits":
-                head, *rest = f.name.split("_")
-                key = _IP_KEYS.get(f.name) or head + "".join(p.title() for p in rest)
-                out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+                out[_conf_key(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
     return out
 
 

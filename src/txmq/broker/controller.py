@@ -31,7 +31,7 @@ from txmq.broker.subscription_group_manager import SubscriptionGroupManager
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
-from txmq.controller.replicas_manager import ReplicasManager
+from txmq.controller.replicas_manager import FollowerHAClient, ReplicasManager
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -98,7 +98,7 @@ class BrokerController:
         ha_config = self._ha_config()
         self.slave_synchronize: SlaveSynchronize | None = None
         if config.is_slave:
-            self.ha_client = HAClient(self.store, ha_config)
+            self.ha_client = self._new_ha_client(ha_config)
             self.slave_synchronize = SlaveSynchronize(self)
         else:
             self.ha_service = HAService(self.store, ha_config)
@@ -186,6 +186,10 @@ class BrokerController:
             sync_timeout_ms=c.sync_flush_timeout, in_sync_replicas=c.in_sync_replicas,
             min_in_sync_replicas=c.min_in_sync_replicas, all_ack_in_sync_state_set=c.all_ack_in_sync_state_set,
             enable_auto_in_sync_replicas=c.enable_auto_in_sync_replicas)
+
+    def _new_ha_client(self, ha_config: HAConfig) -> HAClient:
+        """In controller mode a session per check of the named master (``FollowerHAClient``)."""
+        return (FollowerHAClient if self.replicas_manager is not None else HAClient)(self.store, ha_config)
 
     @property
     def ha_addr(self) -> str:
@@ -331,21 +335,23 @@ class BrokerController:
             await self.ha_service.shutdown()
             self.ha_service = None
         if self.ha_client is None:
-            self.ha_client = HAClient(self.store, self._ha_config())
+            self.ha_client = self._new_ha_client(self._ha_config())
         self.ha_client.master_address = ""
         if self.slave_synchronize is None:
             self.slave_synchronize = SlaveSynchronize(self)
+        self.slave_synchronize.master_addr = ""  # copies nothing until follow_master
         self._start_role_tasks()
         if self.config.namesrv_addr:
             await self.register_all()
 
-    def follow_master(self, master_addr: str, master_ha_addr: str) -> None:
-        """Copy ``master_addr``'s log (this log already truncated where the two agree) and its metadata."""
+    def follow_master(self, master_link: str, master_ha_addr: str) -> None:
+        """Copy the master's log (this log already truncated where the two agree) from ``master_ha_addr``, and
+        its metadata from ``master_link`` (``replicas_manager.slave_link``)."""
         assert self.ha_client is not None and self.slave_synchronize is not None
         self.config.ha_master_address = master_ha_addr  # the name server's answers must not override it
         self.ha_client.master_address = master_ha_addr
         self.ha_client.start()
-        self.slave_synchronize.master_addr = master_addr
+        self.slave_synchronize.master_addr = master_link
         self._spawn(self.slave_synchronize.sync_all(), "slave synchronize now")
 
     async def shutdown(self) -> None:

@@ -1,7 +1,10 @@
 """A slave's copy of its master's metadata (RocketMQ ``SlaveSynchronize``): topic configs, consumer offsets
 and delay offsets, fetched with RocketMQ's own requests (GET_ALL_TOPIC_CONFIG 21, GET_ALL_CONSUMER_OFFSET 43,
 GET_ALL_DELAY_OFFSET 45). RocketMQ does it every 10 s; these tables are small, so txmq does it every
-``slaveSynchronizeInterval`` (3 s). The commit log itself comes through the HA port (``txmq.store.ha``)."""
+``slaveSynchronizeInterval`` (3 s). The commit log itself comes through the HA port (``txmq.store.ha``).
+
+In controller mode the copy is adopted only if, once fetched, the master still acts at the epoch this replica
+follows (``ReplicasManager.master_acts``): a fenced master's tables are stale once another master acts."""
 
 from __future__ import annotations
 
@@ -28,26 +31,30 @@ class SlaveSynchronize:
         self.synced_at = 0.0  # loop time of the last complete copy
         self._failing = False
 
-    async def _fetch(self, code: int) -> Any:
-        resp = await self.broker.namesrv_client.invoke(self.master_addr, RemotingCommand.request(code), 5.0)
+    async def _fetch(self, addr: str, code: int) -> Any:
+        resp = await self.broker.namesrv_client.invoke(addr, RemotingCommand.request(code), 5.0)
         if resp.code != ResponseCode.SUCCESS:
             raise ClientError(f"master answered {resp.code} to request {code}: {resp.remark}")
         return orjson.loads(resp.body)
 
     async def sync_all(self) -> None:
-        if not self.master_addr:
+        addr = self.master_addr  # one master for the whole copy, whatever changes meanwhile
+        if not addr:
             return
+        replicas = self.broker.replicas_manager
         try:
-            topics = await self._fetch(RequestCode.GET_ALL_TOPIC_CONFIG)
-            offsets = await self._fetch(RequestCode.GET_ALL_CONSUMER_OFFSET)
-            delays = await self._fetch(RequestCode.GET_ALL_DELAY_OFFSET)
-        except (ClientError, OSError, orjson.JSONDecodeError) as exc:
+            topics = await self._fetch(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+            offsets = await self._fetch(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+            delays = await self._fetch(addr, RequestCode.GET_ALL_DELAY_OFFSET)
+            if replicas is not None and not await replicas.master_acts(addr):
+                raise ClientError("it does not act as the master this replica follows (any more): copy not adopted")
+        except (ClientError, OSError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             if not self._failing:
-                log.warning("slave synchronize from %s failed: %s", self.master_addr, exc)
+                log.warning("slave synchronize from %s failed: %s", addr, exc)
             self._failing = True
             return
         if self._failing:
-            log.info("slave synchronize from %s works again", self.master_addr)
+            log.info("slave synchronize from %s works again", addr)
         self._failing = False
         b = self.broker
         b.topic_config_manager.replace_all([TopicConfig.from_json(t) for t in

@@ -5,7 +5,10 @@ the controller gives, keeps the SyncStateSet as master, and fences itself when i
   ``bootId`` (a master that restarts is thus seen by the controller, which elects again); the answer is its
   group's state. Named master (its replica id, at an epoch): it becomes master (a new epoch starts in its epoch file at
   its log's end). Named slave of another: it fetches that master's epoch file, truncates its own log on disk
-  where the two agree, and follows.
+  where the two agree, and follows. Its HA client copies through one session per check: when the session
+  ends (the master stepped down, died, was fenced or cut off), the replica checks the named master again
+  before it copies another byte, so it never streams from a process that has since become master at another
+  epoch without first truncating where their epochs agree.
 - **Lease.** A master acknowledges puts (sends, halves, decisions) only while its last heartbeat the
   controller confirmed was *sent* less than ``brokerLeaseMills`` ago; the controller elects only after
   ``controllerHeartBeatTimeoutMills`` without a heartbeat *received*, which is later. Past its lease a master
@@ -31,6 +34,7 @@ from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
+from txmq.store.ha import HAClient
 from txmq.store.ha.epoch import EpochFile, consistent_point
 from txmq.store.results import PutMessageStatus
 
@@ -40,6 +44,27 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.controller")
 
 SLAVE_BEHIND_S = 3.0  # a SyncStateSet slave that is behind and has not reported for this long is removed
+
+
+def slave_link(master_addr: str, master_ha_addr: str) -> str:
+    """Where a replica sends its master the requests of the master/slave link (the epoch table, SlaveSynchronize's
+    metadata copy): the master's brokerIP2 (its HA address's host) at its listenPort, so the network path of
+    replication carries them too, and a partition cuts them with it. Without a brokerIP2 that is brokerIP1."""
+    host = master_ha_addr.rpartition(":")[0] or master_addr.rpartition(":")[0]
+    return f"{host}:{master_addr.rpartition(':')[2]}"
+
+
+class FollowerHAClient(HAClient):
+    """A replica's HA client in controller mode: a session that ends leaves it without a master address, so it
+    does not reconnect on its own; the replicas manager checks the named master (acting at the named epoch, or
+    just elected) and truncates where their epochs agree before it gives the address back."""
+
+    async def _session(self, addr: str) -> None:
+        try:
+            await super()._session(addr)
+        finally:
+            if self.master_address == addr:
+                self.master_address = ""
 
 
 class ReplicasManager:
@@ -64,6 +89,7 @@ class ReplicasManager:
         self.boot_id = uuid.uuid4().hex  # this process: the controller never confirms a restarted master's epoch
         self.master_id = -1
         self.master_addr = ""
+        self.master_link = ""  # slave_link of the master this replica follows
         self.sync_state_set: list[int] = []
         self.sync_state_set_epoch = 0
         self.lease_from = 0.0  # monotonic send time of the last heartbeat that confirmed this master
@@ -131,7 +157,9 @@ class ReplicasManager:
                 await self._apply(state, sent)
                 if self.is_master:
                     await self._maintain_sync_state_set()
-            except (ClientError, OSError, ValueError, KeyError) as exc:
+            except ClientError as exc:  # says whether a controller refused, or none answered
+                self._problem(str(exc))
+            except (OSError, ValueError, KeyError) as exc:
                 self._problem(f"controller heartbeat failed: {exc}")
             except Exception:  # one bad answer must not stop the heartbeats
                 log.exception("replicas manager step failed")
@@ -147,15 +175,16 @@ class ReplicasManager:
                             self.epoch)
                 async with self._changing:
                     await self.broker.change_to_slave()
-                    self.master_id, self.master_addr = -1, ""
+                    self.master_id, self.master_addr, self.master_link = -1, "", ""
             left = until - time.monotonic()
             if left <= 0:
                 return
             await asyncio.sleep(min(left, 0.1))
 
-    async def _call(self, code: int, body: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, code: RequestCode, body: dict[str, Any]) -> dict[str, Any]:
         """A request to the acting controller: the last one that acted, else each in turn (a non-leader names
-        the leader)."""
+        the leader, in ``leaderAddr``). A SYSTEM_ERROR without it is the acting controller's refusal: raised as
+        it said, not tried elsewhere."""
         client = self.broker.namesrv_client  # signed with the broker's accessKey/secretKey when ACL is on
         order = [self._leader] + [c for c in self.controllers if c != self._leader]
         last = ""
@@ -172,11 +201,14 @@ class ReplicasManager:
                 if not isinstance(answer, dict):
                     raise ValueError(f"controller {addr} answered {answer!r}")
                 return answer
+            if resp.code == ResponseCode.SYSTEM_ERROR and "leaderAddr" not in resp.ext_fields:
+                self._leader = addr  # the acting controller refused: its word stands
+                raise ClientError(f"controller {addr} refused {code.name}: {resp.remark}")
             leader = resp.ext_fields.get("leaderAddr", "")
             if leader and leader in self.controllers:
                 self._leader = leader
-            last = f"{addr}: {resp.remark}"
-        raise ClientError(f"no controller answered: {last}")
+            last = f"{addr}: {resp.remark or f'code {resp.code}'}"  # not the leader, or not a controller at all
+        raise ClientError(f"no controller acted on {code.name}: {last}")
 
     async def _heartbeat(self) -> dict[str, Any]:
         cfg = self.broker.config
@@ -197,14 +229,19 @@ class ReplicasManager:
                 self.lease_from = sent
                 self._set_needed(self.sync_state_set)
             elif master_id > 0:
-                if self.is_master or master_id != self.master_id or epoch != self.epoch:
+                if self.is_master or master_id != self.master_id or epoch != self.epoch or not self._copying():
                     await self._follow(master_id, str(state["master_addr"]), str(state["master_ha_addr"]), epoch)
                 elif epoch > self.epochs.last_epoch:  # the master has started its epoch since: copy its entries
-                    table = await self._fetch_epochs(self.master_addr)
+                    table = await self._fetch_epochs(self.master_link)
                     self.epochs.replace([(int(e), int(o)) for e, o in table["epochs"]])
             elif self.is_master:
                 await self.broker.change_to_slave()
             self.master_id = master_id
+
+    def _copying(self) -> bool:
+        """An HA session with the checked master is open or being opened (its end clears the address)."""
+        ha_client = self.broker.ha_client
+        return ha_client is not None and bool(ha_client.master_address)
 
     async def _become_master(self, epoch: int) -> None:
         store = self.broker.store
@@ -225,7 +262,12 @@ class ReplicasManager:
         broker = self.broker
         if self.is_master:
             await broker.change_to_slave()
-        table = await self._fetch_epochs(master_addr)
+        ha_client = broker.ha_client
+        assert ha_client is not None
+        await ha_client.shutdown()  # from the master it followed: it is replaced, or its session ended
+        ha_client.master_address = ""
+        link = slave_link(master_addr, master_ha_addr)
+        table = await self._fetch_epochs(link)
         if not table.get("isMaster") and int(table.get("epoch", 0)) >= epoch:
             # Named at an epoch it is not master of: a restarted process the controller has not seen yet (or a
             # master that stepped down), whose log may lack the tail this one holds. Elected since, it has a
@@ -234,19 +276,26 @@ class ReplicasManager:
         theirs = [(int(e), int(o)) for e, o in table["epochs"]]
         store = broker.store
         point = consistent_point(self.epochs.entries, store.max_phy_offset, theirs, int(table["maxOffset"]))
-        ha_client = broker.ha_client
-        assert ha_client is not None
-        await ha_client.shutdown()
         if point < store.max_phy_offset:
             log.warning("rejoining %s at epoch %d: this log and the master's agree up to %d; truncating %d bytes",
                         master_addr, epoch, point, store.max_phy_offset - point)
             store.truncate_replicated(point)
         self.epochs.truncate_from(point)
         self.epochs.replace(theirs)
-        self.epoch, self.master_id, self.master_addr = epoch, master_id, master_addr
-        broker.follow_master(master_addr, master_ha_addr)
-        log.info("following master %d at %s (HA %s), epoch %d, from offset %d", master_id, master_addr,
-                 master_ha_addr, epoch, store.max_phy_offset)
+        if (epoch, master_id) != (self.epoch, self.master_id):  # not once per session to the same master
+            log.info("following master %d at %s (HA %s), epoch %d, from offset %d", master_id, master_addr,
+                     master_ha_addr, epoch, store.max_phy_offset)
+        self.epoch, self.master_id, self.master_addr, self.master_link = epoch, master_id, master_addr, link
+        broker.follow_master(link, master_ha_addr)
+
+    async def master_acts(self, link: str) -> bool:
+        """Whether ``link`` is the master this replica follows and still acts there at the followed epoch: a
+        slave adopts metadata it copied only then (a fenced master's consumer offsets are stale once another
+        master acts, and may point past what the new master holds)."""
+        if link != self.master_link:
+            return False
+        table = await self._fetch_epochs(link)
+        return bool(table.get("isMaster")) and int(table.get("epoch", -1)) == self.epoch
 
     async def _fetch_epochs(self, master_addr: str) -> dict[str, Any]:
         resp = await self.broker.namesrv_client.invoke(
@@ -259,9 +308,10 @@ class ReplicasManager:
         return table
 
     def process_get_epoch_table(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """TXMQ_GET_EPOCH_TABLE: this replica's epochs and log end (a replica rejoining reads its master's)."""
+        """TXMQ_GET_EPOCH_TABLE: this replica's epochs, log end, and whether it acts as master (within its lease):
+        a replica reads its master's before each HA session."""
         body = {"epochs": self.epochs.entries, "maxOffset": self.broker.store.max_phy_offset,
-                "epoch": self.epoch, "isMaster": self.is_master}
+                "epoch": self.epoch, "isMaster": self.is_master and self.lease_valid()}
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(body))
 
     # --- the SyncStateSet (master) ------------------------------------------------------------------------

@@ -166,6 +166,10 @@ class TransactionalMessageService:
         # Commits decided in the table whose real message or op record is still being written, with the state
         # from before the decision: a snapshot must show them as they are in the log.
         self._committing: dict[int, _Before] = {}
+        # ROLLBACKs decided in the table whose op record is still being written: the state from before, and the
+        # op queue's end when decided (their record, once written, lies after it). A snapshot shows each as the
+        # log has it: refused, a ROLLBACK is undone, and a snapshot keeping it would bring it back at a restart.
+        self._rolling_back: dict[int, tuple[_Before, int]] = {}
         self._recovered_before: set[int] = set()  # decisions under way for transactions recovery left unsure
         self._snapshot_covers = (-1, -1)
         self._op_queue: dict[str, list[int]] = {}  # op records asked for in this loop iteration
@@ -380,6 +384,8 @@ class TransactionalMessageService:
                 self.table.decide(half_offset, Outcome.COMMIT)
                 commits.append((i, half, reals))
             else:
+                self._rolling_back[half_offset] = (before, self.store.get_max_offset_in_queue(
+                    RMQ_SYS_TRANS_OP_HALF_TOPIC, 0))
                 self.table.decide(half_offset, Outcome.ROLLBACK)
                 rollbacks.append((i, half, before))
         # Shielded: once started, puts append whatever happens to the caller (a gRPC deadline, a closing
@@ -394,6 +400,7 @@ class TransactionalMessageService:
         """Store the commits' real messages, write the op records, and answer each entry."""
         stored: list[tuple[int, MessageExt, int]] = []  # entry, half, answer code
         ended: set[int] = set()  # commits stored or undone
+        rolling_back = [entries[i].half_offset for i, _, _ in rollbacks]
         try:
             puts, recorded = await self._store_decided(
                 [reals for _, _, reals in commits], found + [entries[i].half_offset for i, _, _ in commits],
@@ -429,6 +436,8 @@ class TransactionalMessageService:
         finally:
             for i, _, _ in commits:
                 self._committing.pop(entries[i].half_offset, None)
+            for half_offset in rolling_back:
+                self._rolling_back.pop(half_offset, None)
             for i, _, _ in commits:
                 self._recovered_before.discard(entries[i].half_offset)
             for i, _, _ in rollbacks:
@@ -691,9 +700,23 @@ class TransactionalMessageService:
         if covers == self._snapshot_covers:
             return False
         self.store.flush_and_checkpoint()
-        write_atomic(self.snapshot_path, self.table.to_snapshot(*covers, as_before=self._committing))
+        as_before = dict(self._committing)
+        if self._rolling_back:
+            logged = self._rollbacks_in_log(min(since for _, since in self._rolling_back.values()))
+            as_before.update((h, before) for h, (before, _) in self._rolling_back.items() if h not in logged)
+        write_atomic(self.snapshot_path, self.table.to_snapshot(*covers, as_before=as_before))
         self._snapshot_covers = covers
         return True
+
+    def _rollbacks_in_log(self, since: int) -> set[int]:
+        """The half offsets of the ROLLBACK op records from op queue offset ``since`` on (a few recent records)."""
+        found: set[int] = set()
+
+        def collect(op: MessageExt) -> None:
+            if op.properties.get(OP_PROPERTY) == "ROLLBACK":
+                found.update(_op_offsets(op))
+        self._replay(RMQ_SYS_TRANS_OP_HALF_TOPIC, collect, since)
+        return found
 
     def _load_snapshot(self) -> tuple[int, int] | None:
         """Take the table from the snapshot; return the half and op queue offsets to replay from."""
@@ -789,12 +812,7 @@ class TransactionalMessageService:
 
     def _replay_op(self, op: MessageExt) -> None:
         kind = op.properties.get(OP_PROPERTY, "COMMIT")
-        try:
-            offsets = [int(x) for x in op.body.decode().split(",") if x]
-        except ValueError:
-            log.error("unreadable op record at %d ignored", op.commit_log_offset)
-            return
-        for half_offset in offsets:
+        for half_offset in _op_offsets(op):
             if kind in _OP_OUTCOMES:
                 if self.table.outcome(half_offset) not in (Outcome.COMMIT, Outcome.ROLLBACK):
                     self.table.decide(half_offset, _OP_OUTCOMES[kind])
@@ -805,3 +823,12 @@ class TransactionalMessageService:
                 if half is not None:
                     # Its wheel entry from _replay_half is still there: a second one would mean two checks a pass.
                     self._track(half_offset, half, int(time.time()), schedule=False)
+
+
+def _op_offsets(op: MessageExt) -> list[int]:
+    """The half offsets an op record names (none, with one log line, when its body is unreadable)."""
+    try:
+        return [int(x) for x in op.body.decode().split(",") if x]
+    except ValueError:
+        log.error("unreadable op record at %d ignored", op.commit_log_offset)
+        return []
