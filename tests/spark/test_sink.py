@@ -223,3 +223,41 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
         with pytest.raises(OptionError, match="rowsPerHalf"):
             SinkOptions.parse({"namesrv": "127.0.0.1:1", "checkpointLocation": str(tmp_path), "rowsPerHalf": bad},
                               streaming=True)
+
+
+def test_query_marks_stop_a_responder_once_its_own_run_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The marks' logic (lifecycle.py) without Spark: a late end of an older run does not stop the next run's
+    responder; a responder started after the end is not stopped by it; the query id comes from the checkpoint."""
+    import tempfile
+
+    from txmq.spark.lifecycle import Responders, mark_run, query_id
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    class FakeProducer:  # a unit of logic: what Responders calls on a TransactionProducer
+        group = "g"
+        stopped = False
+
+        def start(self) -> FakeProducer:
+            return self
+
+        def shutdown(self) -> None:
+            self.stopped = True
+
+    held = Responders()
+    mark_run("q1", "run1", stopped=False)
+    first = held.get(("k",), "q1", FakeProducer)
+    mark_run("q1", "run2", stopped=False)
+    mark_run("q1", "run1", stopped=True)  # run 1's end delivered after run 2's start: ignored
+    assert held.stop_ended() == 0 and held.get(("k",), "q1", FakeProducer) is first
+    time.sleep(0.01)
+    mark_run("q1", "run2", stopped=True)
+    assert held.stop_ended() == 1 and first.stopped
+    second = held.get(("k",), "q1", FakeProducer)
+    assert second is not first and held.stop_ended() == 0  # started after the end it would be stopped by
+    held.stop_all()
+    assert second.stopped
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "metadata").write_text('{"id":"5f0c7a4e-query"}\n')
+    assert query_id(str(tmp_path / "ckpt")) == "5f0c7a4e-query"
+    assert query_id(str(tmp_path / "none")) is None and query_id(None) is None
