@@ -1,8 +1,8 @@
 """The exactly-once sink's check responder lives as long as its query runs.
 
 Spark gives a Python sink no call when its query ends. The sink's responder (a ``TransactionProducer`` of the
-sink's group) lives in Python workers of the driver: the planner worker that makes the writer when a query run
-starts, and the workers that run its commits. Spark pools those workers for every query of the session and
+sink's group) lives in Python workers of the driver: the planner worker that makes the writer for a run's first
+micro-batch, and the workers that run its commits. Spark pools those workers for every query of the session and
 closes them only after a minute with no use of their pool (``PythonWorkerFactory``), so a stopped query's
 responder stayed connected while any other Python data source kept the pool busy.
 
