@@ -416,30 +416,40 @@ def committing_producer(cluster, group: str, topic: str,
 def test_orphan_halves_are_discarded_after_the_bound_and_resumable(cluster):
     """A half whose group never has a live producer was pending forever (the table grew without limit): it is
     discarded after transactionTimeOut x transactionOrphanFactor (1 s x 3 here), counted, listed, and resumed once a
-    producer of the group is back."""
+    producer of the group is back. So is a half whose producer answered one check UNKNOWN and then left (its check
+    count could never reach transactionCheckMax: it stayed pending until fileReservedTime)."""
     cluster.start_broker("broker-a", {**TX_CONF, "transactionOrphanFactor": 3})
     topic = "tx_orphan_bound"
     create_topic(cluster, topic, 1)
     first = TransactionProducer("p_tx_orphan_bound", Switchable(), cluster.namesrv_addr)
+    asked = Switchable()  # answers UNKNOWN
+    second = TransactionProducer("p_tx_orphan_checked", asked, cluster.namesrv_addr)
     first.start()
     try:
         txid = first.send_message_in_transaction(Message(topic, b"orphan")).transaction_id
         sent = time.monotonic()
     finally:
         first.shutdown()  # no producer of the group is connected any more
-    st = wait_for(lambda: (s := tx_stats(cluster.namesrv_addr))["discards"] and s, 10, "the orphan's discard")
+    second.start()
+    try:
+        checked_txid = second.send_message_in_transaction(Message(topic, b"checked")).transaction_id
+        wait_for(lambda: asked.checks >= 1, 10, "the first check of the second half")
+    finally:
+        second.shutdown()  # gone after one check: the next finds no producer of its group
+    st = wait_for(lambda: (s := tx_stats(cluster.namesrv_addr))["discards"] == 2 and s, 10, "the orphans' discards")
     assert time.monotonic() - sent >= 2.0  # not before the bound (3 s from its store second)
-    assert (st["pending"], st["discarded"], st["orphans"], st["checks"]) == (0, 1, 1, 0)
-    assert max_offsets(cluster.namesrv_addr, CHECK_MAX_TOPIC) == 1
-    (d,) = json.loads(cli(cluster, "tx", "list", "--json").stdout)["broker-a"]["discarded"]
-    assert (d["transactionId"], d["checks"], d["state"]) == (txid, 0, "DISCARD")
+    assert (st["pending"], st["discarded"], st["orphans"], st["checks"]) == (0, 2, 2, 1)
+    assert max_offsets(cluster.namesrv_addr, CHECK_MAX_TOPIC) == 2
+    discarded = json.loads(cli(cluster, "tx", "list", "--json").stdout)["broker-a"]["discarded"]
+    assert sorted((d["transactionId"], d["checks"], d["state"]) for d in discarded) == sorted(
+        [(txid, 0, "DISCARD"), (checked_txid, 1, "DISCARD")])
 
     with committing_producer(cluster, "p_tx_orphan_bound", topic, "c_tx_orphan_bound") as (_, _, collector):
         out = cli(cluster, "tx", "resume", txid)
         assert out.returncode == 0, out.stderr
         collector.wait_exactly({"orphan"}, 15)
         st = tx_stats(cluster.namesrv_addr)
-        assert (st["commits"], st["pending"], st["discarded"], st["resumes"], st["orphans"]) == (1, 0, 0, 1, 1)
+        assert (st["commits"], st["pending"], st["discarded"], st["resumes"], st["orphans"]) == (1, 0, 1, 1, 2)
 
 
 def test_check_immunity_is_capped_by_the_orphan_bound(cluster):

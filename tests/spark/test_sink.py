@@ -14,8 +14,10 @@ from test_source import run_child
 
 from conftest import create_topic, wait_no_pending
 from txmq import Admin, Message, Producer
+from txmq.admin.client import MQAdminExt
+from txmq.errors import ClientError
 from txmq.spark._common import OptionError
-from txmq.spark.writer import KILL_AFTER_RECORD_ENV, KILL_HOOK_ENV
+from txmq.spark.writer import KILL_AFTER_RECORD_ENV, KILL_HOOK_ENV, SinkOptions
 
 
 def test_batch_write_then_read(spark: Any, txmq_cluster: Any) -> None:
@@ -72,11 +74,66 @@ def test_exactly_once_sink_survives_kills(spark: Any, txmq_cluster: Any, tmp_pat
     create_topic(txmq_cluster, "sp-eo-out", 2)
     _killed_run(txmq_cluster, tmp_path, "sp-eo-in", "sp-eo-out", "exactly-once", random_kills=2)
     # No responder was started by hand: the sink's own answered check-backs while each run lived; orphans of a
-    # killed run that no later run was alive to answer are discarded by the broker (never shown).
+    # killed run that no later run was alive to answer are discarded by the broker at its orphan bound (45 s here),
+    # never shown, including those a killed run's responder had answered UNKNOWN (the final run may replay only
+    # the last batch and end before their next check).
     wait_no_pending(txmq_cluster, "sp-eo-out", 90)
     counts = _counts(spark, txmq_cluster, "sp-eo-out")
     assert set(counts) == expected
     assert max(counts.values()) == 1, [b for b, c in counts.items() if c > 1][:5]
+
+
+def _responder_connections(cluster: Any, group: str) -> int:
+    """How many producers of the sink's group (its check responders) the broker has connected."""
+    with MQAdminExt(cluster.namesrv_addr) as admin:
+        try:
+            return len(admin.producer_connection(group)["connectionSet"])
+        except ClientError:  # "the producer group ... not exist": none connected
+            return 0
+
+
+def _until(pred: Any, timeout: float, what: str) -> float:
+    """Seconds until ``pred()`` holds (polled every 0.2 s); fails after ``timeout``."""
+    start = time.monotonic()
+    while not pred():
+        assert time.monotonic() - start < timeout, f"{what}: not within {timeout}s"
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+def test_exactly_once_sinks_responder_stops_with_its_query(spark: Any, txmq_cluster: Any, tmp_path: Path) -> None:
+    """The sink's check responder starts with the query's first micro-batch and stops when the query stops (Spark
+    pools the driver's Python workers for a minute or more after their last use, so it used to outlive the query);
+    a restarted query (same checkpoint, same query id) gets one again with its first batch."""
+    expected = _source(txmq_cluster, "sp-life-in", 30)
+    create_topic(txmq_cluster, "sp-life-out", 2)
+    ckpt = str(tmp_path / "ckpt")
+    group = SinkOptions.parse({"namesrv": txmq_cluster.namesrv_addr, "checkpointLocation": ckpt}, streaming=True).group
+
+    def start() -> Any:
+        return (spark.readStream.format("txmq").option("namesrv", txmq_cluster.namesrv_addr)
+                .option("topic", "sp-life-in").option("startingOffsets", "earliest").load().selectExpr("body", "keys")
+                .writeStream.format("txmq").option("namesrv", txmq_cluster.namesrv_addr).option("topic", "sp-life-out")
+                .option("checkpointLocation", ckpt).trigger(processingTime="1 second").start())
+
+    for run in range(2):
+        if run:
+            with Producer("src-sp-life-in", txmq_cluster.namesrv_addr) as p:
+                for i in range(30, 35):
+                    p.send(Message("sp-life-in", f"row-{i}".encode()))
+            expected |= {f"row-{i}".encode() for i in range(30, 35)}
+        query = start()
+        try:
+            _until(lambda: _responder_connections(txmq_cluster, group) > 0, 30, f"run {run}: a responder")
+            _until(lambda want=expected: set(_counts(spark, txmq_cluster, "sp-life-out")) == want, 60,
+                   f"run {run}: the rows")
+            if run == 0:
+                time.sleep(2.5)  # idle triggers, more than two of the responders' stop checks
+                assert query.isActive and _responder_connections(txmq_cluster, group) > 0
+        finally:
+            query.stop()
+        _until(lambda: _responder_connections(txmq_cluster, group) == 0, 15, f"run {run}: the responders' stop")
+    assert max(_counts(spark, txmq_cluster, "sp-life-out").values()) == 1
 
 
 def test_exactly_once_sink_across_brokers_killed_past_its_commit_point(spark: Any, three_brokers: Any,
@@ -167,3 +224,41 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
         with pytest.raises(OptionError, match="rowsPerHalf"):
             SinkOptions.parse({"namesrv": "127.0.0.1:1", "checkpointLocation": str(tmp_path), "rowsPerHalf": bad},
                               streaming=True)
+
+
+def test_query_marks_stop_a_responder_once_its_own_run_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The marks' logic (lifecycle.py) without Spark: a late end of an older run does not stop the next run's
+    responder; a responder started after the end is not stopped by it; the query id comes from the checkpoint."""
+    import tempfile
+
+    from txmq.spark.lifecycle import Responders, mark_run, query_id
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    class FakeProducer:  # a unit of logic: what Responders calls on a TransactionProducer
+        group = "g"
+        stopped = False
+
+        def start(self) -> FakeProducer:
+            return self
+
+        def shutdown(self) -> None:
+            self.stopped = True
+
+    held = Responders()
+    mark_run("q1", "run1", stopped=False)
+    first = held.get(("k",), "q1", FakeProducer)
+    mark_run("q1", "run2", stopped=False)
+    mark_run("q1", "run1", stopped=True)  # run 1's end delivered after run 2's start: ignored
+    assert held.stop_ended() == 0 and held.get(("k",), "q1", FakeProducer) is first
+    time.sleep(0.01)
+    mark_run("q1", "run2", stopped=True)
+    assert held.stop_ended() == 1 and first.stopped
+    second = held.get(("k",), "q1", FakeProducer)
+    assert second is not first and held.stop_ended() == 0  # started after the end it would be stopped by
+    held.stop_all()
+    assert second.stopped
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "metadata").write_text('{"id":"5f0c7a4e-query"}\n')
+    assert query_id(str(tmp_path / "ckpt")) == "5f0c7a4e-query"
+    assert query_id(str(tmp_path / "none")) is None and query_id(None) is None

@@ -19,8 +19,9 @@ Exactly-once streaming (``deliveryGuarantee=exactly-once``, the default for stre
    broker and about 10,000 rows, answered per half). ``abort`` ends them with ROLLBACK and records the abort.
 3. A half whose end never arrived (the driver died after the tasks' sends, or between the log record and
    the COMMITs, or a task attempt failed after sending) is **checked back** by the broker. The process that
-   holds a ``TransactionProducer`` of the sink's group (``SinkCheckResponder``: the commit worker, and the
-   driver program when it starts one) answers from the sink log and Spark's checkpoint: COMMIT if the batch
+   holds a ``TransactionProducer`` of the sink's group (``SinkCheckResponder``: the driver-side workers that
+   make the writer and run its commits, from the run's first batch until the query ends, see lifecycle.py; and
+   the driver program when it starts one) answers from the sink log and Spark's checkpoint: COMMIT if the batch
    committed with this half (its offset id) in its list; ROLLBACK if the batch committed without it, or its run
    aborted it; UNKNOWN while the batch is undecided (a restarted query will replay it).
 
@@ -56,6 +57,7 @@ from txmq.fileio import write_atomic
 from txmq.message import Message, MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.spark._common import ClientSecurity, cached_client, drop_client
+from txmq.spark.lifecycle import query_id, responders
 from txmq.spark.options import SINK, OptionError, Options
 
 log = logging.getLogger("txmq.spark")
@@ -83,6 +85,7 @@ class SinkOptions:
     guarantee: str
     group: str
     log_dir: str | None
+    checkpoint: str | None  # the query's checkpointLocation: its metadata names the query (lifecycle.py)
     check_immunity_s: int
     max_in_flight: int
     log_retention_ms: int
@@ -110,6 +113,7 @@ class SinkOptions:
         digest = hashlib.sha1((log_dir or "").encode()).hexdigest()[:12]
         return cls(namesrv=opts.namesrv(), topic=opts.get("topic"), guarantee=guarantee,
                    group=opts.get("producerGroup") or f"txmq-spark-sink-{digest}", log_dir=log_dir,
+                   checkpoint=checkpoint,
                    check_immunity_s=opts.number("checkImmunitySeconds", 60, minimum=0),
                    max_in_flight=opts.number("maxInFlight", 2048),
                    log_retention_ms=int(float(opts.get("sinkLogRetentionMinutes") or 1440) * 60_000),
@@ -441,10 +445,14 @@ def end_halves(producer: TransactionProducer, messages: list[SinkCommitMessage],
 
 
 def _responder(opts: SinkOptions) -> TransactionProducer:
-    """The driver's started responder of this sink, shared by its commits (one per process, log dir and group)."""
+    """The driver's started responder of this sink, shared by its commits (one per process, log dir and group),
+    stopped when its query ends (lifecycle.py)."""
     assert opts.log_dir is not None
-    return cached_client(("responder", opts.namesrv, opts.group, opts.log_dir, *opts.security.cache_key()),
-                         lambda: _new_responder(opts))
+    checkpoint = opts.checkpoint or ""
+    local = checkpoint.startswith("file:") or (bool(checkpoint) and "://" not in checkpoint)
+    query = query_id(_local_path(checkpoint)) if local else None
+    return responders.get(("responder", opts.namesrv, opts.group, opts.log_dir, *opts.security.cache_key()), query,
+                          lambda: _new_responder(opts))
 
 
 _commit_lock = threading.Lock()
@@ -473,8 +481,9 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
         # Spark pickles this writer once per query run for its tasks: the id names the run in the halves.
         self.run_id = uuid.uuid4().hex
         if self.exactly_once:
-            # Spark makes this writer on the driver side when the query starts (and for each commit): the sink's
-            # check responder starts here, so check-backs of its orphans are answered while the query runs.
+            # Spark makes this writer on the driver side for a run's first micro-batch (a planner worker), and
+            # for each commit: the sink's check responder starts here, so check-backs of its orphans are answered
+            # while the query runs; it stops when the query ends (lifecycle.py).
             _responder(self.opts)
 
     @property

@@ -5,8 +5,9 @@ due, not the size of the log or of the committed backlog. For each: discard it a
 ``transactionCheckMax`` checks (or when its half message is older than ``fileReservedTime``), otherwise send a
 check (code 39, or the gRPC telemetry equivalent) to one live producer of its group. A check counts only
 when it was handed to a live connection; with no producer online it is tried again next interval, until the half
-is ``transactionTimeOut`` x ``transactionOrphanFactor`` old with no check ever handed: then it is discarded as an
-orphan (listed and resumable like any discard), so a group that never comes back cannot grow the table forever.
+is ``transactionTimeOut`` x ``transactionOrphanFactor`` old: then it is discarded as an orphan (listed and resumable
+like any discard), whether or not a check reached a producer before its group left, so a group that never comes
+back cannot grow the table forever.
 The checks of one pass are recorded in a single op record.
 """
 
@@ -104,11 +105,12 @@ class TransactionalMessageCheckService:
                 table.count_check(half_offset)
                 self.service.metrics.group(info.group).checks += 1
                 sent.append(half_offset)
-            elif not info.checks and (now_f - info.store_time_s) * 1000 >= self.service.orphan_after_ms:
+            elif (now_f - info.store_time_s) * 1000 >= self.service.orphan_after_ms:
+                # Checked before or not: with no producer left, its count would never grow to transactionCheckMax.
                 self.service.metrics.orphans += 1
-                await self.service.discard(half, half_offset, 0, f"no producer of group {info.group} connected in "
-                                           f"{self.service.orphan_after_ms // 1000}s (transactionTimeOut x "
-                                           "transactionOrphanFactor)")
+                await self.service.discard(half, half_offset, info.checks, f"no producer of group {info.group} "
+                                           f"connected {self.service.orphan_after_ms // 1000}s after the half was "
+                                           "stored (transactionTimeOut x transactionOrphanFactor)")
                 continue
             table.schedule(half_offset, next_s)
         if sent:

@@ -128,7 +128,7 @@ class TransactionMetrics:
         self.duplicates = 0
         self.conflicts = 0
         self.resumes = 0
-        self.orphans = 0  # discards of transactions no producer of their group was ever there to check
+        self.orphans = 0  # discards of transactions with no producer of their group left to check them
         self.commit_latency_ms: deque[int] = deque(maxlen=10_000)
 
     def group(self, name: str) -> GroupTransactions:
