@@ -136,7 +136,3 @@ def rmq5_node(grpc_clients, server: ServerProcess, tmp_path_factory: pytest.Temp
 def client(request: pytest.FixtureRequest) -> Driver:
     """Each test that takes it runs with both official clients."""
     return request.getfixturevalue("rmq5_py" if request.param == "py" else "rmq5_node")
-
-
-def bodies(events: list[dict], kind: str = "received") -> list[str]:
-    return [e["body"] for e in events if e["event"] == kind]

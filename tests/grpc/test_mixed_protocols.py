@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from conftest import bodies
+from grpc_helpers import bodies
+
 from txmq import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer, TransactionProducer
 
 

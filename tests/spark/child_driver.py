@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from conftest import spark_env
+from spark_helpers import spark_env
 
 
 def main() -> int:

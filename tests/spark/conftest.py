@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,17 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cluster import Cluster
+from spark_helpers import BROKER_CONF, RETENTION_CONF, spark_env
 from standalone import StandaloneError, StandaloneSpark
-
-# An orphan of a killed driver (a half no live responder was there to be asked about: the sink's responder lives
-# and dies with its query) is discarded after transactionTimeOut x transactionOrphanFactor = 45 s, not the default
-# hour, so the kill tests end within their wait whatever the machine's load.
-BROKER_CONF = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000, "transactionCheckMax": 30,
-               "transactionOrphanFactor": 45}
-
-
-def spark_env() -> dict[str, str]:
-    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +54,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 # Retention within seconds: 64 KiB commit-log segments kept about a second (fileReservedTime is in hours; the
 # store's cleaner runs every 10 s and spares what its 3 s checkpoint does not cover yet).
-RETENTION_CONF = {**BROKER_CONF, "mappedFileSizeCommitLog": 64 * 1024, "fileReservedTime": 0.0003}
 
 
 @pytest.fixture(scope="session")
@@ -80,28 +69,6 @@ def three_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         yield c
     finally:
         c.close()
-
-
-def wait_no_pending(cluster: Cluster, topic: str, timeout: float = 60.0) -> None:
-    """Until the broker has no undecided transaction for ``topic``."""
-    from txmq import Admin
-
-    deadline = time.monotonic() + timeout
-    with Admin(cluster.namesrv_addr) as admin:
-        while time.monotonic() < deadline:
-            stats = admin.stats()
-            if all(not b["transactions"]["pendingPerTopic"].get(topic) for b in stats.values()):
-                return
-            time.sleep(0.5)
-    raise TimeoutError(f"transactions of {topic} still pending: {stats}")
-
-
-def create_topic(cluster: Cluster, topic: str, queues: int = 4, brokers: list[str] | None = None) -> None:
-    from txmq import Admin
-
-    with Admin(cluster.namesrv_addr) as admin:
-        admin.create_topic(topic, queues, brokers)
-    cluster.wait_route(topic)
 
 
 @pytest.fixture(scope="session")

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from cluster import Cluster
 from failover_group import FailoverGroup
+from spark_helpers import BROKER_CONF, create_topic, wait_no_pending
 from test_sink import _counts, _source
 from test_source import commits, run_child
 
 import txmq.spark
-from conftest import BROKER_CONF, create_topic, wait_no_pending
 
 
 @pytest.fixture

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spark_helpers import spark_env
 from standalone import kill_processes_under
-
-from conftest import spark_env
 
 ROOT = Path(__file__).parent.parent.parent
 CLI_TIMEOUT_S = 180

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spark_helpers import create_topic, wait_no_pending
 
-from conftest import create_topic, wait_no_pending
 from txmq import LocalTransactionState, Message, Producer, TransactionProducer
 
 CHILD = Path(__file__).parent / "child_driver.py"

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from conftest import create_topic
+from spark_helpers import create_topic
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
