@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from txmq.errors import CorruptRecordError, InvalidMessageError, StoreError
 from txmq.message import (
@@ -67,11 +68,33 @@ def _now_ms() -> int:
 
 @dataclass(slots=True)
 class _Put:
-    """One put waiting in the loop iteration's group: its messages, their encoded records, its answer."""
+    """One put waiting in the loop iteration's group: its messages, their encoded records, its future and the
+    caller's ``answer`` (``put_messages``)."""
 
     msgs: list[MessageExt]
     records: list[bytearray]
-    future: asyncio.Future[PutMessageResult]
+    future: asyncio.Future[Any]
+    answer: Callable[[PutMessageResult], Any] | None
+
+    def settle(self, result: PutMessageResult) -> None:
+        _settle(self.future, self.answer, result)
+
+
+def _settle(fut: asyncio.Future[Any], answer: Callable[[PutMessageResult], Any] | None,
+            result: PutMessageResult) -> None:
+    """Resolve a put's future with ``answer(result)`` (``result`` itself without an answer); an answer that raises
+    fails the future, as an awaiting caller would have seen it. A future given up on (cancelled) is left alone."""
+    if fut.done():
+        return
+    if answer is None:
+        fut.set_result(result)
+        return
+    try:
+        value = answer(result)
+    except Exception as exc:
+        fut.set_exception(exc)
+        return
+    fut.set_result(value)
 
 
 @dataclass
@@ -382,11 +405,15 @@ class DefaultMessageStore:
 
     # --- put ---------------------------------------------------------------------------------------
 
-    def put_message(self, msg: MessageExt) -> asyncio.Future[PutMessageResult]:
-        return self.put_messages([msg])
+    def put_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None
+                    ) -> asyncio.Future[Any]:
+        return self.put_messages([msg], answer)
 
-    def put_messages(self, msgs: list[MessageExt]) -> asyncio.Future[PutMessageResult]:
-        """Append ``msgs`` as one all-or-nothing put; a future of its result (``append_result`` covers the first).
+    def put_messages(self, msgs: list[MessageExt], answer: Callable[[PutMessageResult], Any] | None = None
+                     ) -> asyncio.Future[Any]:
+        """Append ``msgs`` as one all-or-nothing put; a future of its result (``append_result`` covers the first), or
+        of ``answer(result)`` when an ``answer`` is given: a caller that turns the result into something else (a
+        send's response) does it here, with no second future and no second callback per put (the send path).
 
         Natural batching (group commit on the loop): the puts asked for in one loop iteration (every request of
         one socket read, and those of other connections read at the same moment) are written together in the
@@ -397,26 +424,28 @@ class DefaultMessageStore:
         The store assigns queue offset, commit-log offset, store timestamp and store host on each message.
         """
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[PutMessageResult] = loop.create_future()
+        fut: asyncio.Future[Any] = loop.create_future()
+        refused: PutMessageResult | None
         if not self._open:
-            fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the store is shut down"))
+            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the store is shut down")
         elif self.replica:
-            fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                            remark="this broker is a slave: it stores only what its master sends"))
+            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                       remark="this broker is a slave: it stores only what its master sends")
         elif not self._writable():
-            fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark))
+            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark)
         elif not msgs:
-            fut.set_result(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL))
+            refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
         else:
             self._counters["put_calls"] += 1
-            refused = self._encode_put(msgs, fut)
-            if refused is not None:
-                fut.set_result(refused)
-            elif len(self._group) == 1:
+            refused = self._encode_put(msgs, fut, answer)
+            if refused is None and len(self._group) == 1:
                 loop.call_soon(self._commit_group)
+        if refused is not None:
+            _settle(fut, answer, refused)
         return fut
 
-    def _encode_put(self, msgs: list[MessageExt], fut: asyncio.Future[PutMessageResult]) -> PutMessageResult | None:
+    def _encode_put(self, msgs: list[MessageExt], fut: asyncio.Future[Any],
+                    answer: Callable[[PutMessageResult], Any] | None) -> PutMessageResult | None:
         """Give ``msgs`` their queue offsets and encode them into the group to write; the refusal when one of them
         cannot be stored (the group is then as it was)."""
         now = max(_now_ms(), self._last_store_ts, self._group_ts)
@@ -459,7 +488,7 @@ class DefaultMessageStore:
             records.append(record_from_wire(wire))
         pending.update(next_offsets)
         self._group_ts = now
-        self._group.append(_Put(msgs, records, fut))
+        self._group.append(_Put(msgs, records, fut, answer))
         return None
 
     def _commit_group(self) -> None:
@@ -510,11 +539,11 @@ class DefaultMessageStore:
         for fn in self._append_listeners:
             fn(end)
         self._notify(next_offsets)
-        answers: list[tuple[asyncio.Future[PutMessageResult], AppendMessageResult]] = []
+        answers: list[tuple[_Put, AppendMessageResult]] = []
         i = 0
         for put in group:
             n = len(put.msgs)
-            answers.append((put.future, AppendMessageResult(
+            answers.append((put, AppendMessageResult(
                 wrote_offset=offsets[i],
                 wrote_bytes=sum(len(r) for r in put.records),
                 msg_id=create_offset_msg_id(self.config.store_host, offsets[i]),
@@ -525,14 +554,12 @@ class DefaultMessageStore:
             i += n
         self._await_durable(end, answers)
 
-    def _await_durable(self, end: int,
-                       answers: list[tuple[asyncio.Future[PutMessageResult], AppendMessageResult]]) -> None:
+    def _await_durable(self, end: int, answers: list[tuple[_Put, AppendMessageResult]]) -> None:
         """Answer a written group once it is durable as the flush mode asks: the fsync and the replication run
         together, each a group commit shared with other groups; callbacks, no task."""
         def answer(status: PutMessageStatus, remark: str = "") -> None:
-            for fut, ar in answers:
-                if not fut.done():
-                    fut.set_result(PutMessageResult(status, ar, remark=remark))
+            for put, ar in answers:
+                put.settle(PutMessageResult(status, ar, remark=remark))
 
         flushed: asyncio.Future[bool] | None = None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -549,7 +576,8 @@ class DefaultMessageStore:
 
         def after_replication(fut: asyncio.Future[PutMessageStatus]) -> None:
             if fut.cancelled() or fut.exception() is not None:
-                for waiter, _ in answers:
+                for put, _ in answers:
+                    waiter = put.future
                     if waiter.done():
                         continue
                     if fut.cancelled():
@@ -579,8 +607,7 @@ class DefaultMessageStore:
     @staticmethod
     def _answer_all(group: list[_Put], result: PutMessageResult) -> None:
         for put in group:
-            if not put.future.done():
-                put.future.set_result(result)
+            put.settle(result)
 
     def _dispatch_request(self, msg: MessageExt, rec: bytearray, offset: int, now: int) -> DispatchRequest:
         msg.commit_log_offset = offset
