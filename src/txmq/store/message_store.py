@@ -224,16 +224,17 @@ class DefaultMessageStore:
         if builds_consume_queue(req.sys_flag):
             cq = self.find_or_create_consume_queue(req.topic, req.queue_id)
             cq.put(req.consume_queue_offset, req.commit_log_offset, req.msg_size, req.tags_code)
-        self._build_index(req)
+        self._build_index(req.topic, req.sys_flag, req.keys, req.uniq_key, req.commit_log_offset, req.store_timestamp)
         self._notify_dispatchers(req)
         if during_recovery:
             self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
 
-    def _build_index(self, req: DispatchRequest) -> None:
-        if self.config.message_index_enable and builds_index(req.sys_flag):
-            keys = keys_of(req)
-            if keys:
-                self.index.put(req.topic, keys, req.commit_log_offset, req.store_timestamp)
+    def _build_index(self, topic: str, sys_flag: int, keys: str | None, uniq_key: str | None, offset: int,
+                     store_timestamp: int) -> None:
+        if self.config.message_index_enable and builds_index(sys_flag):
+            index_keys = keys_of(keys, uniq_key)
+            if index_keys:
+                self.index.put(topic, index_keys, offset, store_timestamp)
 
     def _notify_dispatchers(self, req: DispatchRequest) -> None:
         """The dispatchers beyond consume queue and index (the broker's): they see only stored records."""
@@ -523,16 +524,18 @@ class DefaultMessageStore:
             creating = isinstance(exc, OSError) and self.commit_log.queue.find(self.commit_log.max_offset) is None
             self._answer_all(group, self._put_failed("the commit log", exc, creating))
             return
-        reqs = [self._dispatch_request(msg, rec, offset, now) for msg, rec, offset in zip(msgs, records, offsets,
-                                                                                          strict=True)]
-        refused = self._build_derived(start, reqs, next_offsets)
+        for msg, rec, offset in zip(msgs, records, offsets, strict=True):
+            msg.commit_log_offset = offset
+            msg.store_size = len(rec) - TRAILER_SIZE
+        refused = self._build_derived(start, msgs, now, next_offsets)
         if refused is not None:
             self._answer_all(group, refused)
             return
         self._last_store_ts = now
         self._queue_offsets.update(next_offsets)
-        for req in reqs:
-            self._notify_dispatchers(req)
+        if self._dispatchers:  # a DispatchRequest per record only for those who read one (a slave's broker)
+            for msg in msgs:
+                self._notify_dispatchers(self._dispatch_request(msg, now))
         self._counters["appends"] += len(msgs)
         self._counters["put_groups"] += 1
         end = self.commit_log.max_offset
@@ -609,15 +612,15 @@ class DefaultMessageStore:
         for put in group:
             put.settle(result)
 
-    def _dispatch_request(self, msg: MessageExt, rec: bytearray, offset: int, now: int) -> DispatchRequest:
-        msg.commit_log_offset = offset
-        msg.store_size = len(rec) - TRAILER_SIZE
+    @staticmethod
+    def _dispatch_request(msg: MessageExt, now: int) -> DispatchRequest:
+        """The request of a message just written (its offset and size set)."""
         props = msg.properties
         return DispatchRequest(
             topic=msg.topic,
             queue_id=msg.queue_id,
-            commit_log_offset=offset,
-            msg_size=len(rec),
+            commit_log_offset=msg.commit_log_offset,
+            msg_size=msg.store_size + TRAILER_SIZE,
             tags_code=tags_code(props.get(MessageConst.TAGS)),
             store_timestamp=now,
             consume_queue_offset=msg.queue_offset,
@@ -629,10 +632,11 @@ class DefaultMessageStore:
             born_timestamp=msg.born_timestamp,
         )
 
-    def _build_derived(self, start: int, reqs: list[DispatchRequest],
+    def _build_derived(self, start: int, msgs: list[MessageExt], now: int,
                        next_offsets: dict[tuple[str, int], int]) -> PutMessageResult | None:
-        """Write the consume-queue entries and index keys of a put's records (appended from ``start``); None when
-        done. Entries of one queue are consecutive within a put: written together.
+        """Write the consume-queue entries and index keys of a group's messages (appended from ``start``, their
+        offsets and sizes set); None when done. Entries of one queue are consecutive within a group: written
+        together.
 
         When a file cannot grow (a full disk), the put is taken back and the refusal returned: nothing may stay
         of a put answered as failed. The log goes back to ``start`` (its bytes a hole again), the consume queues
@@ -641,11 +645,13 @@ class DefaultMessageStore:
         where = "the index"
         try:
             runs: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-            for req in reqs:
-                if builds_consume_queue(req.sys_flag):
-                    runs.setdefault((req.topic, req.queue_id), []).append((req.commit_log_offset, req.msg_size,
-                                                                           req.tags_code))
-                self._build_index(req)
+            for msg in msgs:
+                props = msg.properties
+                if builds_consume_queue(msg.sys_flag):
+                    runs.setdefault((msg.topic, msg.queue_id), []).append((
+                        msg.commit_log_offset, msg.store_size + TRAILER_SIZE, tags_code(props.get(MessageConst.TAGS))))
+                self._build_index(msg.topic, msg.sys_flag, props.get(MessageConst.KEYS),
+                                  props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX), msg.commit_log_offset, now)
             for (topic, queue_id), entries in runs.items():
                 where = f"the consume queue {topic}/{queue_id}"
                 self.find_or_create_consume_queue(topic, queue_id).put_run(
@@ -704,7 +710,7 @@ class DefaultMessageStore:
         runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}  # consecutive entries per queue
         for phy, rec in records:
             req = request_from_record(rec, phy)
-            self._build_index(req)
+            self._build_index(req.topic, req.sys_flag, req.keys, req.uniq_key, phy, req.store_timestamp)
             self._notify_dispatchers(req)
             if builds_consume_queue(req.sys_flag):
                 key = (req.topic, req.queue_id)
