@@ -1,3 +1,6 @@
+import socket
+import struct
+
 import pytest
 
 from txmq.errors import RemoteProtocolError
@@ -64,6 +67,18 @@ def test_offset_msg_id_roundtrip():
     mid = create_offset_msg_id(("127.0.0.1", 10911), 123456789)
     assert len(mid) == 32 and mid == mid.upper()
     assert decode_offset_msg_id(mid) == (("127.0.0.1", 10911), 123456789)
+
+
+def test_offset_msg_id_is_the_layout_of_ip_port_and_signed_offset_for_every_int64():
+    """The host's digits are cached per host; the offset's must still be the 8 signed big-endian bytes."""
+    for host in (("127.0.0.1", 10911), ("10.0.0.2", 0), ("255.255.255.255", 65535)):
+        for offset in (0, 1, 0x7F, 2**40 + 7, 2**63 - 1, -1, -(2**63)):
+            expected = (socket.inet_aton(host[0]) + struct.pack(">iq", host[1], offset)).hex().upper()
+            assert create_offset_msg_id(host, offset) == expected
+            assert decode_offset_msg_id(expected) == (host, offset)
+    for offset in (2**63, -(2**63) - 1):
+        with pytest.raises(struct.error):
+            create_offset_msg_id(("127.0.0.1", 1), offset)
 
 
 def test_uniq_ids_unique_and_ordered():

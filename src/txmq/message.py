@@ -412,9 +412,22 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
 
 
 def create_offset_msg_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
-    """32 uppercase hex digits: IPv4 (4), port (4), commit-log offset (8) (RocketMQ ``createMessageId``)."""
+    """32 uppercase hex digits: IPv4 (4), port (4), commit-log offset (8) (RocketMQ ``createMessageId``). The host's
+    16 digits are worked out once per host: every stored put asks."""
+    if not _INT64_MIN <= commit_log_offset <= _INT64_MAX:
+        raise struct.error(f"commit-log offset {commit_log_offset} is not a signed 64-bit integer")
+    return f"{_host_id(store_host)}{commit_log_offset & _UINT64_MASK:016X}"
+
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_UINT64_MASK = (1 << 64) - 1
+
+
+@functools.lru_cache(maxsize=1024)
+def _host_id(store_host: tuple[str, int]) -> str:
     ip, port = _pack_host(store_host)
-    return (ip + struct.pack(">iq", port, commit_log_offset)).hex().upper()
+    return (ip + struct.pack(">i", port)).hex().upper()
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:

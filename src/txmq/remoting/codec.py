@@ -105,7 +105,7 @@ class FrameDecoder:
             self._fail(f"header length {header_len} exceeds frame length {length}")
         start = pos + 8
         end = pos + 4 + length
-        header = bytes(buf[start : start + header_len])
+        header = buf[start : start + header_len]  # parsed here and dropped: no second copy as bytes
         body = bytes(buf[start + header_len : end])
         self._pos = end
         try:
@@ -157,7 +157,7 @@ def _ext_from_json(ext: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def decode_json_header(header: bytes) -> RemotingCommand:
+def decode_json_header(header: bytes | bytearray) -> RemotingCommand:
     """A command (body empty) from a JSON header."""
     try:
         obj = orjson.loads(header)
@@ -254,7 +254,7 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
 # --- ROCKETMQ binary header ------------------------------------------------------------------------
 
 
-def decode_rocketmq_header(header: bytes) -> RemotingCommand:
+def decode_rocketmq_header(header: bytes | bytearray) -> RemotingCommand:
     """A command (body empty) from a ROCKETMQ binary header."""
     n = len(header)
     if n < _BIN_MIN:

@@ -30,7 +30,7 @@ from typing import Any, TypeAlias
 from txmq.errors import ClientError, InvalidMessageError, LocalProtocolError, RemoteProtocolError
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, EncodedResponse, FrameDecoder, encode_command
 from txmq.remoting.codes import ResponseCode
-from txmq.remoting.command import FLAG_ONEWAY, RemotingCommand
+from txmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 
 log = logging.getLogger("txmq.remoting")
 
@@ -40,6 +40,7 @@ Answer: TypeAlias = RemotingCommand | EncodedResponse
 HandlerResult: TypeAlias = Answer | Awaitable[Answer | None] | None
 Handler: TypeAlias = Callable[["Connection", RemotingCommand], HandlerResult]
 
+_ANSWERS = (RemotingCommand, EncodedResponse)  # a tuple built once: ``A | B`` would make a union object per request
 DEFAULT_MAX_PENDING_INVOKES = 65536
 _FLUSH_NOW_BYTES = 64 * 1024
 
@@ -178,7 +179,7 @@ class Connection(asyncio.Protocol):
                 if cmd is None:
                     break
                 whole = True
-                if cmd.is_response:
+                if cmd.flag & FLAG_RESPONSE:  # not the property: RemotingCommand's module is interpreted
                     future = pending.pop(cmd.opaque, None)
                     if future is not None and not future.done():
                         future.set_result(cmd)
@@ -270,7 +271,7 @@ class Connection(asyncio.Protocol):
             return
         if result is None:
             return
-        if isinstance(result, RemotingCommand | EncodedResponse):
+        if isinstance(result, _ANSWERS):
             self._reply(cmd, result)
         elif isinstance(result, asyncio.Future):  # an answer still to come: a callback, no task
             result.add_done_callback(functools.partial(self._finish_future, cmd))

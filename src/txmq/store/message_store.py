@@ -66,15 +66,19 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(slots=True)
 class _Put:
     """One put waiting in the loop iteration's group: its messages, their encoded records, its future and the
-    caller's ``answer`` (``put_messages``)."""
+    caller's ``answer`` (``put_messages``). A plain class, not a dataclass: its ``__init__`` is then compiled with
+    this module, where a dataclass's is generated code the interpreter runs (one per put)."""
 
-    msgs: list[MessageExt]
-    records: list[bytearray]
-    future: asyncio.Future[Any]
-    answer: Callable[[PutMessageResult], Any] | None
+    __slots__ = ("answer", "future", "msgs", "records")
+
+    def __init__(self, msgs: list[MessageExt], records: list[bytearray], future: asyncio.Future[Any],
+                 answer: Callable[[PutMessageResult], Any] | None) -> None:
+        self.msgs = msgs
+        self.records = records
+        self.future = future
+        self.answer = answer
 
     def settle(self, result: PutMessageResult) -> None:
         _settle(self.future, self.answer, result)
