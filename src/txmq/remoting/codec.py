@@ -343,8 +343,12 @@ def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, s
 
 
 def _all_str(ext_fields: dict[str, str]) -> bool:
-    """Every key and value a plain ``str`` (what the template's ``orjson.dumps`` writes as ``encode_command`` does)."""
-    return all(type(key) is str and type(value) is str for key, value in ext_fields.items())
+    """Every key and value a plain ``str`` (what the template's ``orjson.dumps`` writes as ``encode_command`` does).
+    A loop, not ``all()`` of a generator: compiled, that is a generator object per answer."""
+    for key, value in ext_fields.items():  # noqa: SIM110 (see the docstring)
+        if type(key) is not str or type(value) is not str:
+            return False
+    return True
 
 
 def encode_command(cmd: RemotingCommand, max_frame_size: int | None = None) -> bytes:

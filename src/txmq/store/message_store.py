@@ -550,9 +550,12 @@ class DefaultMessageStore:
         i = 0
         for put in group:
             n = len(put.msgs)
+            wrote = 0
+            for rec in put.records:  # not sum() of a generator: compiled, that is a generator object per put
+                wrote += len(rec)
             answers.append((put, AppendMessageResult(
                 wrote_offset=offsets[i],
-                wrote_bytes=sum(len(r) for r in put.records),
+                wrote_bytes=wrote,
                 msg_id=create_offset_msg_id(self.config.store_host, offsets[i]),
                 store_timestamp=now,
                 logics_offset=put.msgs[0].queue_offset,
