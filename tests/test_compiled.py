@@ -155,7 +155,7 @@ def test_record_is_the_same_interpreted() -> None:
     wire = encode_message(_messages()[0])
 
     def stored(module, offset: int) -> object:
-        rec = module.record_from_wire(wire)
+        rec = module.encode_record(_messages()[0])
         module.set_physical_offset(rec, offset)
         module.seal(rec)
         return bytes(rec), module.to_wire(rec), _outcome(module.check_record, rec, offset), \

@@ -94,3 +94,23 @@ def test_java_string_hash_matches_java():
     assert java_string_hash("") == 0
     assert java_string_hash("polygenelubricants") == -2147483648
     assert MessageConst.TAGS == "TAGS"
+
+
+def test_a_stored_record_is_the_message_layout_with_its_trailer():
+    """The store joins a record straight from the message's parts (``encode_record``): dropping its trailer must give
+    ``encode_message``'s bytes exactly, and a message it cannot encode is refused the same way."""
+    from txmq.errors import InvalidMessageError
+    from txmq.store.record import TRAILER_SIZE, encode_record, to_wire
+
+    for m in (_msg(), _msg(born_host=("10.0.0.1", 5555), flag=-1), MessageExt("t", b"", {}),
+              MessageExt("t", b"x" * 70000, {"KEYS": "ü€"})):
+        rec = encode_record(m)
+        assert isinstance(rec, bytearray) and rec[-TRAILER_SIZE:] == bytes(TRAILER_SIZE)
+        assert struct.unpack_from(">i", rec)[0] == len(rec)
+        assert to_wire(rec) == encode_message(m)
+    for bad in (MessageExt("t", b"x", {"p": "v" * 40000}), MessageExt("t" * 128, b"x", {}),
+                MessageExt("t", b"x", {}, born_host=("::1", 1))):
+        with pytest.raises(InvalidMessageError):
+            encode_message(bad)
+        with pytest.raises(InvalidMessageError):
+            encode_record(bad)

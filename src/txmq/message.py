@@ -286,13 +286,19 @@ def _pack_host(host: tuple[str, int]) -> tuple[bytes, int]:
 
 def encode_message(m: MessageExt) -> bytes:
     """Encode ``m`` in RocketMQ's message layout (see the module docstring). Sets nothing on ``m``."""
+    return b"".join(message_parts(m))
+
+
+def message_parts(m: MessageExt, trailer: bytes = b"") -> tuple[bytes, ...]:
+    """``encode_message``'s parts, to be joined; with ``trailer`` after them, counted in TOTALSIZE (the store joins
+    its record straight into one buffer this way: ``txmq.store.record.encode_record``)."""
     topic = m.topic.encode()
     props = properties_to_string(m.properties).encode()
     if len(topic) > 127:
         raise InvalidMessageError(f"topic longer than 127 bytes: {m.topic[:40]!r}...")
     if len(props) > 32767:
         raise InvalidMessageError(f"properties longer than 32767 bytes ({len(props)})")
-    total = HEAD_SIZE + len(m.body) + 1 + len(topic) + 2 + len(props)
+    total = HEAD_SIZE + len(m.body) + 1 + len(topic) + 2 + len(props) + len(trailer)
     born_ip, born_port = _pack_host(m.born_host)
     store_ip, store_port = _pack_host(m.store_host)
     try:
@@ -303,7 +309,7 @@ def encode_message(m: MessageExt) -> bytes:
         )  # fmt: skip
     except struct.error as exc:  # a field beyond its width (int32 flag, int64 born timestamp, ...)
         raise InvalidMessageError(f"a field does not fit the message layout: {exc}") from None
-    return b"".join((head, m.body, bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props))
+    return head, m.body, bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props, trailer
 
 
 def decode_message(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = True) -> tuple[MessageExt, int]:

@@ -26,7 +26,6 @@ from txmq.message import (
     MessageExt,
     create_offset_msg_id,
     decode_message,
-    encode_message,
 )
 from txmq.store.checkpoint import Checkpoint, StoreCheckpoint
 from txmq.store.commit_log import CommitLog
@@ -44,7 +43,7 @@ from txmq.store.dispatcher import (
 from txmq.store.flush import FlushCommitLogService
 from txmq.store.index import IndexFile, IndexService
 from txmq.store.mapped_file import MappedFile, MappedFileQueue, fsync_dir
-from txmq.store.record import BLANK_SIZE, TRAILER_SIZE, record_from_wire, to_wire
+from txmq.store.record import BLANK_SIZE, TRAILER_SIZE, encode_record, to_wire
 from txmq.store.recovery import RecoveryReport, recover
 from txmq.store.results import (
     AppendMessageResult,
@@ -478,7 +477,7 @@ class DefaultMessageStore:
             msg.store_host = store_host
             msg.commit_log_offset = 0
             try:
-                wire = encode_message(msg)
+                rec = encode_record(msg)
             except InvalidMessageError as exc:
                 log.warning("refused a message for %s: %s", msg.topic[:127], exc)
                 status = (
@@ -487,10 +486,11 @@ class DefaultMessageStore:
                     else PutMessageStatus.MESSAGE_ILLEGAL
                 )
                 return PutMessageResult(status)
-            if len(wire) > limit:
-                log.warning("refused a message of %d bytes for %s (limit %d)", len(wire), msg.topic, limit)
+            size = len(rec) - TRAILER_SIZE  # the message's own size, as encode_message writes it
+            if size > limit:
+                log.warning("refused a message of %d bytes for %s (limit %d)", size, msg.topic, limit)
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
-            records.append(record_from_wire(wire))
+            records.append(rec)
         pending.update(next_offsets)
         self._group_ts = now
         self._group.append(_Put(msgs, records, fut, answer))
