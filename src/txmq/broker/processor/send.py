@@ -95,26 +95,25 @@ def peer_host(conn: Connection) -> tuple[str, int]:
 class _SendAnswer:
     """A send's response from its put's result, made where the store has the result (``put_messages``' answer):
     one object per send instead of closures over a second future and its callback. A stored message is counted
-    under its topic and message type."""
+    under its topic and message type. ``batch`` holds a batch's messages (None for one message: ``msg``)."""
 
-    __slots__ = ("batch", "cmd", "kind", "msgs", "processor", "topic")
+    __slots__ = ("batch", "cmd", "kind", "msg", "processor", "topic")
 
-    def __init__(self, processor: SendMessageProcessor, cmd: RemotingCommand, msgs: list[MessageExt], topic: str,
-                 kind: str, batch: bool = False) -> None:
+    def __init__(self, processor: SendMessageProcessor, cmd: RemotingCommand, msg: MessageExt,
+                 batch: list[MessageExt] | None, topic: str, kind: str) -> None:
         self.processor = processor
         self.cmd = cmd
-        self.msgs = msgs
+        self.msg = msg
+        self.batch = batch
         self.topic = topic
         self.kind = kind
-        self.batch = batch
 
     def __call__(self, result: PutMessageResult) -> Answer:
-        if self.batch:
-            return self.processor._batch_response(self.cmd, self.msgs, result, self.topic, self.kind)
-        msg = self.msgs[0]
+        if self.batch is not None:
+            return self.processor._batch_response(self.cmd, self.batch, result, self.topic, self.kind)
         if result.stored:
-            self.processor.broker.stats_manager.put(self.topic, self.kind, len(msg.body))
-        return self.processor._response(self.cmd, msg, result)
+            self.processor.broker.stats_manager.put(self.topic, self.kind, len(self.msg.body))
+        return self.processor._response(self.cmd, self.msg, result)
 
 
 class SendMessageProcessor:
@@ -206,7 +205,7 @@ class SendMessageProcessor:
             if is_half(batch_props):
                 return self._half_batch(conn, cmd, h, queue_id, entries, batch_props, halves)
             msgs = [self._inner(h, queue_id, flag, data, props, born_host) for flag, data, props in entries]
-            answer = _SendAnswer(self, cmd, msgs, h.topic, message_type(msgs[0], topic_config.order), True)
+            answer = _SendAnswer(self, cmd, msgs[0], msgs, h.topic, message_type(msgs[0], topic_config.order))
             # txmq beyond RocketMQ: a batch of halves is stored with one write (the Spark sink's tasks).
             if halves:
                 return broker.transaction_service.prepare_messages(msgs, answer=answer)
@@ -218,7 +217,7 @@ class SendMessageProcessor:
                 self._to_dlq(msg, msg.topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX))
         if is_half(msg.properties) and broker.config.reject_transaction_message:
             return self._rejected_transaction(cmd)
-        return self.store_message(msg, _SendAnswer(self, cmd, [msg], h.topic, message_type(msg, topic_config.order)))
+        return self.store_message(msg, _SendAnswer(self, cmd, msg, None, h.topic, message_type(msg, topic_config.order)))
 
     def _half_batch(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, queue_id: int,
                     entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
@@ -248,7 +247,7 @@ class SendMessageProcessor:
                                                remark=f"a half batch needs its own {uniq} (its transaction id)")
         msg = self._inner(h, queue_id, h.flag, cmd.body, batch_props, peer_host(conn))
         return self.broker.transaction_service.prepare_half_batch(
-            msg, len(entries), _SendAnswer(self, cmd, [msg], h.topic, "transaction"))
+            msg, len(entries), _SendAnswer(self, cmd, msg, None, h.topic, "transaction"))
 
     def _rejected_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
         return RemotingCommand.response_to(
