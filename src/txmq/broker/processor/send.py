@@ -217,7 +217,8 @@ class SendMessageProcessor:
                 self._to_dlq(msg, msg.topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX))
         if is_half(msg.properties) and broker.config.reject_transaction_message:
             return self._rejected_transaction(cmd)
-        return self.store_message(msg, _SendAnswer(self, cmd, msg, None, h.topic, message_type(msg, topic_config.order)))
+        kind = message_type(msg, topic_config.order)
+        return self.store_message(msg, _SendAnswer(self, cmd, msg, None, h.topic, kind))
 
     def _half_batch(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, queue_id: int,
                     entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
