@@ -247,7 +247,7 @@ class MessageExt(Message):
         prepared_transaction_offset: int = 0,
         body_crc: int = 0,
     ) -> None:
-        super().__init__(topic, body, properties=properties, flag=flag)
+        Message.__init__(self, topic, body, None, None, properties, flag)  # positional: no kwargs dict per message
         self.queue_id = queue_id
         self.queue_offset = queue_offset
         self.commit_log_offset = commit_log_offset

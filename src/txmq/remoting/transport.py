@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import inspect
 import logging
 import ssl
@@ -274,7 +273,7 @@ class Connection(asyncio.Protocol):
         if isinstance(result, _ANSWERS):
             self._reply(cmd, result)
         elif isinstance(result, asyncio.Future):  # an answer still to come: a callback, no task
-            result.add_done_callback(functools.partial(self._finish_future, cmd))
+            result.add_done_callback(_FinishFuture(self, cmd))
         elif inspect.isawaitable(result):
             task = self._loop.create_task(self._finish(cmd, result))
             self.tasks.add(task)
@@ -476,6 +475,20 @@ class Connection(asyncio.Protocol):
         except TimeoutError:
             self.abort()
             await self.wait_closed()
+
+
+class _FinishFuture:
+    """The done callback writing a request's answer once its future has it: one object per request, where a
+    ``functools.partial`` of a bound method was two (both live until the answer, and the collector walks them)."""
+
+    __slots__ = ("cmd", "conn")
+
+    def __init__(self, conn: Connection, cmd: RemotingCommand) -> None:
+        self.conn = conn
+        self.cmd = cmd
+
+    def __call__(self, future: asyncio.Future[Answer | None]) -> None:
+        self.conn._finish_future(self.cmd, future)
 
 
 # --- client ----------------------------------------------------------------------------------------
