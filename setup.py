@@ -20,6 +20,7 @@ COMPILED_MODULES = [
     "src/txmq/store/dispatcher.py",
     "src/txmq/store/index.py",
     "src/txmq/store/message_store.py",
+    "src/txmq/store/results.py",
     "src/txmq/futures.py",
     "src/txmq/remoting/transport.py",
     "src/txmq/broker/processor/send.py",

@@ -155,7 +155,7 @@ def test_record_is_the_same_interpreted() -> None:
     wire = encode_message(_messages()[0])
 
     def stored(module, offset: int) -> object:
-        rec = module.record_from_wire(wire)
+        rec = module.encode_record(_messages()[0])
         module.set_physical_offset(rec, offset)
         module.seal(rec)
         return bytes(rec), module.to_wire(rec), _outcome(module.check_record, rec, offset), \
@@ -179,3 +179,20 @@ def test_refusals_name_the_peer() -> None:
         check_record(b"\0" * 200, 0)
     with pytest.raises(InvalidMessageError):
         __import__("txmq.message").message.encode_message(_messages()[3])
+
+
+def test_put_results_are_the_same_interpreted() -> None:
+    """The put results' written ``__init__`` keeps what the dataclass gave: defaults, repr, eq, ``stored``."""
+    def made(module) -> object:
+        ar = module.AppendMessageResult(1, 2, "ID", 3, 4)
+        ok = module.PutMessageResult(module.PutMessageStatus.PUT_OK, ar)
+        late = module.PutMessageResult(module.PutMessageStatus.FLUSH_DISK_TIMEOUT, ar, remark="late")
+        refused = module.PutMessageResult(module.PutMessageStatus.MESSAGE_ILLEGAL)
+        twin = module.PutMessageResult(module.PutMessageStatus.PUT_OK, module.AppendMessageResult(1, 2, "ID", 3, 4))
+        same = ok == twin
+        return (repr(ar), repr(ok), ar.msg_num, same, ok.stored, late.stored,
+                refused.stored, refused.remark, dataclasses.replace(late, remark="r").remark)
+
+    import txmq.store.results as compiled
+
+    assert made(compiled) == made(load_interpreted("txmq.store.results"))

@@ -1,3 +1,6 @@
+import socket
+import struct
+
 import pytest
 
 from txmq.errors import RemoteProtocolError
@@ -66,6 +69,18 @@ def test_offset_msg_id_roundtrip():
     assert decode_offset_msg_id(mid) == (("127.0.0.1", 10911), 123456789)
 
 
+def test_offset_msg_id_is_the_layout_of_ip_port_and_signed_offset_for_every_int64():
+    """The host's digits are cached per host; the offset's must still be the 8 signed big-endian bytes."""
+    for host in (("127.0.0.1", 10911), ("10.0.0.2", 0), ("255.255.255.255", 65535)):
+        for offset in (0, 1, 0x7F, 2**40 + 7, 2**63 - 1, -1, -(2**63)):
+            expected = (socket.inet_aton(host[0]) + struct.pack(">iq", host[1], offset)).hex().upper()
+            assert create_offset_msg_id(host, offset) == expected
+            assert decode_offset_msg_id(expected) == (host, offset)
+    for offset in (2**63, -(2**63) - 1):
+        with pytest.raises(struct.error):
+            create_offset_msg_id(("127.0.0.1", 1), offset)
+
+
 def test_uniq_ids_unique_and_ordered():
     gen = UniqIdGenerator("192.168.1.2")
     ids = [gen.next_id() for _ in range(20000)]
@@ -79,3 +94,23 @@ def test_java_string_hash_matches_java():
     assert java_string_hash("") == 0
     assert java_string_hash("polygenelubricants") == -2147483648
     assert MessageConst.TAGS == "TAGS"
+
+
+def test_a_stored_record_is_the_message_layout_with_its_trailer():
+    """The store joins a record straight from the message's parts (``encode_record``): dropping its trailer must give
+    ``encode_message``'s bytes exactly, and a message it cannot encode is refused the same way."""
+    from txmq.errors import InvalidMessageError
+    from txmq.store.record import TRAILER_SIZE, encode_record, to_wire
+
+    for m in (_msg(), _msg(born_host=("10.0.0.1", 5555), flag=-1), MessageExt("t", b"", {}),
+              MessageExt("t", b"x" * 70000, {"KEYS": "ü€"})):
+        rec = encode_record(m)
+        assert isinstance(rec, bytearray) and rec[-TRAILER_SIZE:] == bytes(TRAILER_SIZE)
+        assert struct.unpack_from(">i", rec)[0] == len(rec)
+        assert to_wire(rec) == encode_message(m)
+    for bad in (MessageExt("t", b"x", {"p": "v" * 40000}), MessageExt("t" * 128, b"x", {}),
+                MessageExt("t", b"x", {}, born_host=("::1", 1))):
+        with pytest.raises(InvalidMessageError):
+            encode_message(bad)
+        with pytest.raises(InvalidMessageError):
+            encode_record(bad)

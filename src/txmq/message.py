@@ -113,8 +113,9 @@ class MessageConst:
 
 
 def properties_to_string(props: Mapping[str, str]) -> str:
-    """Encode properties as RocketMQ does: ``k\\x01v\\x02`` for each pair."""
-    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
+    """Encode properties as RocketMQ does: ``k\\x01v\\x02`` for each pair. A list, not a generator: compiled, a
+    generator is two objects per call (every stored message)."""
+    return "".join([f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items()])
 
 
 def string_to_properties(text: str) -> dict[str, str]:
@@ -246,7 +247,7 @@ class MessageExt(Message):
         prepared_transaction_offset: int = 0,
         body_crc: int = 0,
     ) -> None:
-        super().__init__(topic, body, properties=properties, flag=flag)
+        Message.__init__(self, topic, body, None, None, properties, flag)  # positional: no kwargs dict per message
         self.queue_id = queue_id
         self.queue_offset = queue_offset
         self.commit_log_offset = commit_log_offset
@@ -285,13 +286,19 @@ def _pack_host(host: tuple[str, int]) -> tuple[bytes, int]:
 
 def encode_message(m: MessageExt) -> bytes:
     """Encode ``m`` in RocketMQ's message layout (see the module docstring). Sets nothing on ``m``."""
+    return b"".join(message_parts(m))
+
+
+def message_parts(m: MessageExt, trailer: bytes = b"") -> tuple[bytes, ...]:
+    """``encode_message``'s parts, to be joined; with ``trailer`` after them, counted in TOTALSIZE (the store joins
+    its record straight into one buffer this way: ``txmq.store.record.encode_record``)."""
     topic = m.topic.encode()
     props = properties_to_string(m.properties).encode()
     if len(topic) > 127:
         raise InvalidMessageError(f"topic longer than 127 bytes: {m.topic[:40]!r}...")
     if len(props) > 32767:
         raise InvalidMessageError(f"properties longer than 32767 bytes ({len(props)})")
-    total = HEAD_SIZE + len(m.body) + 1 + len(topic) + 2 + len(props)
+    total = HEAD_SIZE + len(m.body) + 1 + len(topic) + 2 + len(props) + len(trailer)
     born_ip, born_port = _pack_host(m.born_host)
     store_ip, store_port = _pack_host(m.store_host)
     try:
@@ -302,7 +309,7 @@ def encode_message(m: MessageExt) -> bytes:
         )  # fmt: skip
     except struct.error as exc:  # a field beyond its width (int32 flag, int64 born timestamp, ...)
         raise InvalidMessageError(f"a field does not fit the message layout: {exc}") from None
-    return b"".join((head, m.body, bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props))
+    return head, m.body, bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props, trailer
 
 
 def decode_message(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = True) -> tuple[MessageExt, int]:
@@ -412,9 +419,22 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
 
 
 def create_offset_msg_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
-    """32 uppercase hex digits: IPv4 (4), port (4), commit-log offset (8) (RocketMQ ``createMessageId``)."""
+    """32 uppercase hex digits: IPv4 (4), port (4), commit-log offset (8) (RocketMQ ``createMessageId``). The host's
+    16 digits are worked out once per host: every stored put asks."""
+    if not _INT64_MIN <= commit_log_offset <= _INT64_MAX:
+        raise struct.error(f"commit-log offset {commit_log_offset} is not a signed 64-bit integer")
+    return f"{_host_id(store_host)}{commit_log_offset & _UINT64_MASK:016X}"
+
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_UINT64_MASK = (1 << 64) - 1
+
+
+@functools.lru_cache(maxsize=1024)
+def _host_id(store_host: tuple[str, int]) -> str:
     ip, port = _pack_host(store_host)
-    return (ip + struct.pack(">iq", port, commit_log_offset)).hex().upper()
+    return (ip + struct.pack(">i", port)).hex().upper()
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import Any
 
 from tx_helpers import Sender, end, half, lose_op_records, open_service
 
@@ -178,9 +180,12 @@ def test_a_half_stored_with_a_late_flush_is_tracked(tmp_path):
         store, service = await open_service(tmp_path)
         real_put = store.put_messages
 
-        async def late_flush(msgs: list[MessageExt]) -> PutMessageResult:
-            result = await real_put(msgs)
-            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result.append_result)
+        def late_flush(msgs: list[MessageExt], answer: Callable[[PutMessageResult], Any] | None = None
+                       ) -> asyncio.Future[Any]:
+            def late(result: PutMessageResult) -> Any:
+                late_result = PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result.append_result)
+                return late_result if answer is None else answer(late_result)
+            return real_put(msgs, late)
         store.put_messages = late_flush  # type: ignore[method-assign]
         msgs = [MessageExt("orders", f"late{i}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
                                                           MessageConst.PRODUCER_GROUP: "g"}) for i in range(3)]

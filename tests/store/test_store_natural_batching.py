@@ -143,3 +143,41 @@ def test_order_within_each_queue_is_the_order_of_the_calls_across_groups(root):
                 assert _bodies(store, "T", q) == [f"{i}".encode() for i in range(q, 60, 3)]
 
     run(go)
+
+
+def test_each_put_gets_its_own_answer_made_from_its_result_and_a_failing_answer_fails_only_its_own(root):
+    """``put_messages(msgs, answer)``: the future holds ``answer(result)`` (the send path's response, with no second
+    future); a refused put is answered the same way, an answer that raises fails its own put only, and a put
+    whose caller is gone is stored but not answered."""
+    async def go() -> None:
+        config = make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH, max_message_size=4096)
+        async with DefaultMessageStore(config) as store:
+            seen: list[str] = []
+
+            def answer(name: str):  # type: ignore[no-untyped-def]
+                def made(result):  # type: ignore[no-untyped-def]
+                    seen.append(name)
+                    if name == "bad":
+                        raise ValueError("the caller's answer failed")
+                    return name, result.status, result.append_result and result.append_result.logics_offset
+                return made
+
+            futs = [
+                store.put_message(msg("T", b"a"), answer("a")),
+                store.put_message(msg("T", b"x" * 5000), answer("big")),  # refused at once, answered at once
+                store.put_messages([msg("T", b"b1"), msg("T", b"b2")], answer("bad")),
+                store.put_message(msg("T", b"gone"), answer("gone")),
+                store.put_message(msg("T", b"c"), answer("c")),
+            ]
+            assert seen == ["big"]  # the others wait for their group's write and flush
+            futs[3].cancel()
+            done = await asyncio.gather(*futs, return_exceptions=True)
+            assert done[0] == ("a", PutMessageStatus.PUT_OK, 0)
+            assert done[1] == ("big", PutMessageStatus.MESSAGE_ILLEGAL, None)
+            assert isinstance(done[2], ValueError)
+            assert isinstance(done[3], asyncio.CancelledError)
+            assert done[4] == ("c", PutMessageStatus.PUT_OK, 4)  # after b1, b2 and gone, all stored
+            assert seen == ["big", "a", "bad", "c"]  # once each, in call order; none for the cancelled put
+            assert _bodies(store, "T") == [b"a", b"b1", b"b2", b"gone", b"c"]
+
+    run(go)

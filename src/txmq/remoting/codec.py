@@ -105,7 +105,7 @@ class FrameDecoder:
             self._fail(f"header length {header_len} exceeds frame length {length}")
         start = pos + 8
         end = pos + 4 + length
-        header = bytes(buf[start : start + header_len])
+        header = buf[start : start + header_len]  # parsed here and dropped: no second copy as bytes
         body = bytes(buf[start + header_len : end])
         self._pos = end
         try:
@@ -157,7 +157,7 @@ def _ext_from_json(ext: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def decode_json_header(header: bytes) -> RemotingCommand:
+def decode_json_header(header: bytes | bytearray) -> RemotingCommand:
     """A command (body empty) from a JSON header."""
     try:
         obj = orjson.loads(header)
@@ -254,7 +254,7 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
 # --- ROCKETMQ binary header ------------------------------------------------------------------------
 
 
-def decode_rocketmq_header(header: bytes) -> RemotingCommand:
+def decode_rocketmq_header(header: bytes | bytearray) -> RemotingCommand:
     """A command (body empty) from a ROCKETMQ binary header."""
     n = len(header)
     if n < _BIN_MIN:
@@ -343,8 +343,12 @@ def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, s
 
 
 def _all_str(ext_fields: dict[str, str]) -> bool:
-    """Every key and value a plain ``str`` (what the template's ``orjson.dumps`` writes as ``encode_command`` does)."""
-    return all(type(key) is str and type(value) is str for key, value in ext_fields.items())
+    """Every key and value a plain ``str`` (what the template's ``orjson.dumps`` writes as ``encode_command`` does).
+    A loop, not ``all()`` of a generator: compiled, that is a generator object per answer."""
+    for key, value in ext_fields.items():  # noqa: SIM110 (see the docstring)
+        if type(key) is not str or type(value) is not str:
+            return False
+    return True
 
 
 def encode_command(cmd: RemotingCommand, max_frame_size: int | None = None) -> bytes:

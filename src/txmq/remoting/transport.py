@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import inspect
 import logging
 import ssl
@@ -30,7 +29,7 @@ from typing import Any, TypeAlias
 from txmq.errors import ClientError, InvalidMessageError, LocalProtocolError, RemoteProtocolError
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, EncodedResponse, FrameDecoder, encode_command
 from txmq.remoting.codes import ResponseCode
-from txmq.remoting.command import FLAG_ONEWAY, RemotingCommand
+from txmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 
 log = logging.getLogger("txmq.remoting")
 
@@ -40,6 +39,7 @@ Answer: TypeAlias = RemotingCommand | EncodedResponse
 HandlerResult: TypeAlias = Answer | Awaitable[Answer | None] | None
 Handler: TypeAlias = Callable[["Connection", RemotingCommand], HandlerResult]
 
+_ANSWERS = (RemotingCommand, EncodedResponse)  # a tuple built once: ``A | B`` would make a union object per request
 DEFAULT_MAX_PENDING_INVOKES = 65536
 _FLUSH_NOW_BYTES = 64 * 1024
 
@@ -178,7 +178,7 @@ class Connection(asyncio.Protocol):
                 if cmd is None:
                     break
                 whole = True
-                if cmd.is_response:
+                if cmd.flag & FLAG_RESPONSE:  # not the property: RemotingCommand's module is interpreted
                     future = pending.pop(cmd.opaque, None)
                     if future is not None and not future.done():
                         future.set_result(cmd)
@@ -270,10 +270,10 @@ class Connection(asyncio.Protocol):
             return
         if result is None:
             return
-        if isinstance(result, RemotingCommand | EncodedResponse):
+        if isinstance(result, _ANSWERS):
             self._reply(cmd, result)
         elif isinstance(result, asyncio.Future):  # an answer still to come: a callback, no task
-            result.add_done_callback(functools.partial(self._finish_future, cmd))
+            result.add_done_callback(_FinishFuture(self, cmd))
         elif inspect.isawaitable(result):
             task = self._loop.create_task(self._finish(cmd, result))
             self.tasks.add(task)
@@ -475,6 +475,20 @@ class Connection(asyncio.Protocol):
         except TimeoutError:
             self.abort()
             await self.wait_closed()
+
+
+class _FinishFuture:
+    """The done callback writing a request's answer once its future has it: one object per request, where a
+    ``functools.partial`` of a bound method was two (both live until the answer, and the collector walks them)."""
+
+    __slots__ = ("cmd", "conn")
+
+    def __init__(self, conn: Connection, cmd: RemotingCommand) -> None:
+        self.conn = conn
+        self.cmd = cmd
+
+    def __call__(self, future: asyncio.Future[Answer | None]) -> None:
+        self.conn._finish_future(self.cmd, future)
 
 
 # --- client ----------------------------------------------------------------------------------------

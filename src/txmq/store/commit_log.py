@@ -62,7 +62,7 @@ class CommitLog:
     # --- append ------------------------------------------------------------------------------------
 
     def append(self, records: list[bytearray]) -> list[int]:
-        """Place, seal and write ``records`` (unsealed, see ``record_from_wire``); return their offsets.
+        """Place, seal and write ``records`` (unsealed, see ``encode_record``); return their offsets.
 
         All writes go to one segment at a time, with one system call per segment touched (and per IOV_MAX
         records). When a record does not fit, the segment gets a BLANK marker and the log rolls to a new segment.

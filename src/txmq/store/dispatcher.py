@@ -49,11 +49,11 @@ def builds_index(sys_flag: int) -> bool:
     return MessageSysFlag.transaction_value(sys_flag) != MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 
 
-def keys_of(req: DispatchRequest) -> list[str]:
-    """Index keys of a record: its KEYS (space separated) and its UNIQ_KEY."""
-    out = req.keys.split(MessageConst.KEY_SEPARATOR) if req.keys else []
-    if req.uniq_key:
-        out.append(req.uniq_key)
+def keys_of(keys: str | None, uniq_key: str | None) -> list[str]:
+    """Index keys of a record from its KEYS property (space separated) and its UNIQ_KEY."""
+    out = keys.split(MessageConst.KEY_SEPARATOR) if keys else []
+    if uniq_key:
+        out.append(uniq_key)
     return [k for k in out if k]
 
 

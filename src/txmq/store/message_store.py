@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from txmq.errors import CorruptRecordError, InvalidMessageError, StoreError
 from txmq.message import (
@@ -25,7 +26,6 @@ from txmq.message import (
     MessageExt,
     create_offset_msg_id,
     decode_message,
-    encode_message,
 )
 from txmq.store.checkpoint import Checkpoint, StoreCheckpoint
 from txmq.store.commit_log import CommitLog
@@ -43,7 +43,7 @@ from txmq.store.dispatcher import (
 from txmq.store.flush import FlushCommitLogService
 from txmq.store.index import IndexFile, IndexService
 from txmq.store.mapped_file import MappedFile, MappedFileQueue, fsync_dir
-from txmq.store.record import BLANK_SIZE, TRAILER_SIZE, record_from_wire, to_wire
+from txmq.store.record import BLANK_SIZE, TRAILER_SIZE, encode_record, to_wire
 from txmq.store.recovery import RecoveryReport, recover
 from txmq.store.results import (
     AppendMessageResult,
@@ -65,13 +65,39 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(slots=True)
 class _Put:
-    """One put waiting in the loop iteration's group: its messages, their encoded records, its answer."""
+    """One put waiting in the loop iteration's group: its messages, their encoded records, its future and the
+    caller's ``answer`` (``put_messages``). A plain class, not a dataclass: its ``__init__`` is then compiled with
+    this module, where a dataclass's is generated code the interpreter runs (one per put)."""
 
-    msgs: list[MessageExt]
-    records: list[bytearray]
-    future: asyncio.Future[PutMessageResult]
+    __slots__ = ("answer", "future", "msgs", "records")
+
+    def __init__(self, msgs: list[MessageExt], records: list[bytearray], future: asyncio.Future[Any],
+                 answer: Callable[[PutMessageResult], Any] | None) -> None:
+        self.msgs = msgs
+        self.records = records
+        self.future = future
+        self.answer = answer
+
+    def settle(self, result: PutMessageResult) -> None:
+        _settle(self.future, self.answer, result)
+
+
+def _settle(fut: asyncio.Future[Any], answer: Callable[[PutMessageResult], Any] | None,
+            result: PutMessageResult) -> None:
+    """Resolve a put's future with ``answer(result)`` (``result`` itself without an answer); an answer that raises
+    fails the future, as an awaiting caller would have seen it. A future given up on (cancelled) is left alone."""
+    if fut.done():
+        return
+    if answer is None:
+        fut.set_result(result)
+        return
+    try:
+        value = answer(result)
+    except Exception as exc:
+        fut.set_exception(exc)
+        return
+    fut.set_result(value)
 
 
 @dataclass
@@ -201,16 +227,17 @@ class DefaultMessageStore:
         if builds_consume_queue(req.sys_flag):
             cq = self.find_or_create_consume_queue(req.topic, req.queue_id)
             cq.put(req.consume_queue_offset, req.commit_log_offset, req.msg_size, req.tags_code)
-        self._build_index(req)
+        self._build_index(req.topic, req.sys_flag, req.keys, req.uniq_key, req.commit_log_offset, req.store_timestamp)
         self._notify_dispatchers(req)
         if during_recovery:
             self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
 
-    def _build_index(self, req: DispatchRequest) -> None:
-        if self.config.message_index_enable and builds_index(req.sys_flag):
-            keys = keys_of(req)
-            if keys:
-                self.index.put(req.topic, keys, req.commit_log_offset, req.store_timestamp)
+    def _build_index(self, topic: str, sys_flag: int, keys: str | None, uniq_key: str | None, offset: int,
+                     store_timestamp: int) -> None:
+        if self.config.message_index_enable and builds_index(sys_flag):
+            index_keys = keys_of(keys, uniq_key)
+            if index_keys:
+                self.index.put(topic, index_keys, offset, store_timestamp)
 
     def _notify_dispatchers(self, req: DispatchRequest) -> None:
         """The dispatchers beyond consume queue and index (the broker's): they see only stored records."""
@@ -382,11 +409,15 @@ class DefaultMessageStore:
 
     # --- put ---------------------------------------------------------------------------------------
 
-    def put_message(self, msg: MessageExt) -> asyncio.Future[PutMessageResult]:
-        return self.put_messages([msg])
+    def put_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None
+                    ) -> asyncio.Future[Any]:
+        return self.put_messages([msg], answer)
 
-    def put_messages(self, msgs: list[MessageExt]) -> asyncio.Future[PutMessageResult]:
-        """Append ``msgs`` as one all-or-nothing put; a future of its result (``append_result`` covers the first).
+    def put_messages(self, msgs: list[MessageExt], answer: Callable[[PutMessageResult], Any] | None = None
+                     ) -> asyncio.Future[Any]:
+        """Append ``msgs`` as one all-or-nothing put; a future of its result (``append_result`` covers the first), or
+        of ``answer(result)`` when an ``answer`` is given: a caller that turns the result into something else (a
+        send's response) does it here, with no second future and no second callback per put (the send path).
 
         Natural batching (group commit on the loop): the puts asked for in one loop iteration (every request of
         one socket read, and those of other connections read at the same moment) are written together in the
@@ -397,26 +428,28 @@ class DefaultMessageStore:
         The store assigns queue offset, commit-log offset, store timestamp and store host on each message.
         """
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[PutMessageResult] = loop.create_future()
+        fut: asyncio.Future[Any] = loop.create_future()
+        refused: PutMessageResult | None
         if not self._open:
-            fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the store is shut down"))
+            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the store is shut down")
         elif self.replica:
-            fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                            remark="this broker is a slave: it stores only what its master sends"))
+            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                       remark="this broker is a slave: it stores only what its master sends")
         elif not self._writable():
-            fut.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark))
+            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark)
         elif not msgs:
-            fut.set_result(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL))
+            refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
         else:
             self._counters["put_calls"] += 1
-            refused = self._encode_put(msgs, fut)
-            if refused is not None:
-                fut.set_result(refused)
-            elif len(self._group) == 1:
+            refused = self._encode_put(msgs, fut, answer)
+            if refused is None and len(self._group) == 1:
                 loop.call_soon(self._commit_group)
+        if refused is not None:
+            _settle(fut, answer, refused)
         return fut
 
-    def _encode_put(self, msgs: list[MessageExt], fut: asyncio.Future[PutMessageResult]) -> PutMessageResult | None:
+    def _encode_put(self, msgs: list[MessageExt], fut: asyncio.Future[Any],
+                    answer: Callable[[PutMessageResult], Any] | None) -> PutMessageResult | None:
         """Give ``msgs`` their queue offsets and encode them into the group to write; the refusal when one of them
         cannot be stored (the group is then as it was)."""
         now = max(_now_ms(), self._last_store_ts, self._group_ts)
@@ -444,7 +477,7 @@ class DefaultMessageStore:
             msg.store_host = store_host
             msg.commit_log_offset = 0
             try:
-                wire = encode_message(msg)
+                rec = encode_record(msg)
             except InvalidMessageError as exc:
                 log.warning("refused a message for %s: %s", msg.topic[:127], exc)
                 status = (
@@ -453,13 +486,14 @@ class DefaultMessageStore:
                     else PutMessageStatus.MESSAGE_ILLEGAL
                 )
                 return PutMessageResult(status)
-            if len(wire) > limit:
-                log.warning("refused a message of %d bytes for %s (limit %d)", len(wire), msg.topic, limit)
+            size = len(rec) - TRAILER_SIZE  # the message's own size, as encode_message writes it
+            if size > limit:
+                log.warning("refused a message of %d bytes for %s (limit %d)", size, msg.topic, limit)
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
-            records.append(record_from_wire(wire))
+            records.append(rec)
         pending.update(next_offsets)
         self._group_ts = now
-        self._group.append(_Put(msgs, records, fut))
+        self._group.append(_Put(msgs, records, fut, answer))
         return None
 
     def _commit_group(self) -> None:
@@ -494,29 +528,34 @@ class DefaultMessageStore:
             creating = isinstance(exc, OSError) and self.commit_log.queue.find(self.commit_log.max_offset) is None
             self._answer_all(group, self._put_failed("the commit log", exc, creating))
             return
-        reqs = [self._dispatch_request(msg, rec, offset, now) for msg, rec, offset in zip(msgs, records, offsets,
-                                                                                          strict=True)]
-        refused = self._build_derived(start, reqs, next_offsets)
+        for msg, rec, offset in zip(msgs, records, offsets, strict=True):
+            msg.commit_log_offset = offset
+            msg.store_size = len(rec) - TRAILER_SIZE
+        refused = self._build_derived(start, msgs, now, next_offsets)
         if refused is not None:
             self._answer_all(group, refused)
             return
         self._last_store_ts = now
         self._queue_offsets.update(next_offsets)
-        for req in reqs:
-            self._notify_dispatchers(req)
+        if self._dispatchers:  # a DispatchRequest per record only for those who read one (a slave's broker)
+            for msg in msgs:
+                self._notify_dispatchers(self._dispatch_request(msg, now))
         self._counters["appends"] += len(msgs)
         self._counters["put_groups"] += 1
         end = self.commit_log.max_offset
         for fn in self._append_listeners:
             fn(end)
         self._notify(next_offsets)
-        answers: list[tuple[asyncio.Future[PutMessageResult], AppendMessageResult]] = []
+        answers: list[tuple[_Put, AppendMessageResult]] = []
         i = 0
         for put in group:
             n = len(put.msgs)
-            answers.append((put.future, AppendMessageResult(
+            wrote = 0
+            for rec in put.records:  # not sum() of a generator: compiled, that is a generator object per put
+                wrote += len(rec)
+            answers.append((put, AppendMessageResult(
                 wrote_offset=offsets[i],
-                wrote_bytes=sum(len(r) for r in put.records),
+                wrote_bytes=wrote,
                 msg_id=create_offset_msg_id(self.config.store_host, offsets[i]),
                 store_timestamp=now,
                 logics_offset=put.msgs[0].queue_offset,
@@ -525,14 +564,12 @@ class DefaultMessageStore:
             i += n
         self._await_durable(end, answers)
 
-    def _await_durable(self, end: int,
-                       answers: list[tuple[asyncio.Future[PutMessageResult], AppendMessageResult]]) -> None:
+    def _await_durable(self, end: int, answers: list[tuple[_Put, AppendMessageResult]]) -> None:
         """Answer a written group once it is durable as the flush mode asks: the fsync and the replication run
         together, each a group commit shared with other groups; callbacks, no task."""
         def answer(status: PutMessageStatus, remark: str = "") -> None:
-            for fut, ar in answers:
-                if not fut.done():
-                    fut.set_result(PutMessageResult(status, ar, remark=remark))
+            for put, ar in answers:
+                put.settle(PutMessageResult(status, ar, remark=remark))
 
         flushed: asyncio.Future[bool] | None = None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -549,7 +586,8 @@ class DefaultMessageStore:
 
         def after_replication(fut: asyncio.Future[PutMessageStatus]) -> None:
             if fut.cancelled() or fut.exception() is not None:
-                for waiter, _ in answers:
+                for put, _ in answers:
+                    waiter = put.future
                     if waiter.done():
                         continue
                     if fut.cancelled():
@@ -579,18 +617,17 @@ class DefaultMessageStore:
     @staticmethod
     def _answer_all(group: list[_Put], result: PutMessageResult) -> None:
         for put in group:
-            if not put.future.done():
-                put.future.set_result(result)
+            put.settle(result)
 
-    def _dispatch_request(self, msg: MessageExt, rec: bytearray, offset: int, now: int) -> DispatchRequest:
-        msg.commit_log_offset = offset
-        msg.store_size = len(rec) - TRAILER_SIZE
+    @staticmethod
+    def _dispatch_request(msg: MessageExt, now: int) -> DispatchRequest:
+        """The request of a message just written (its offset and size set)."""
         props = msg.properties
         return DispatchRequest(
             topic=msg.topic,
             queue_id=msg.queue_id,
-            commit_log_offset=offset,
-            msg_size=len(rec),
+            commit_log_offset=msg.commit_log_offset,
+            msg_size=msg.store_size + TRAILER_SIZE,
             tags_code=tags_code(props.get(MessageConst.TAGS)),
             store_timestamp=now,
             consume_queue_offset=msg.queue_offset,
@@ -602,10 +639,11 @@ class DefaultMessageStore:
             born_timestamp=msg.born_timestamp,
         )
 
-    def _build_derived(self, start: int, reqs: list[DispatchRequest],
+    def _build_derived(self, start: int, msgs: list[MessageExt], now: int,
                        next_offsets: dict[tuple[str, int], int]) -> PutMessageResult | None:
-        """Write the consume-queue entries and index keys of a put's records (appended from ``start``); None when
-        done. Entries of one queue are consecutive within a put: written together.
+        """Write the consume-queue entries and index keys of a group's messages (appended from ``start``, their
+        offsets and sizes set); None when done. Entries of one queue are consecutive within a group: written
+        together.
 
         When a file cannot grow (a full disk), the put is taken back and the refusal returned: nothing may stay
         of a put answered as failed. The log goes back to ``start`` (its bytes a hole again), the consume queues
@@ -614,11 +652,13 @@ class DefaultMessageStore:
         where = "the index"
         try:
             runs: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-            for req in reqs:
-                if builds_consume_queue(req.sys_flag):
-                    runs.setdefault((req.topic, req.queue_id), []).append((req.commit_log_offset, req.msg_size,
-                                                                           req.tags_code))
-                self._build_index(req)
+            for msg in msgs:
+                props = msg.properties
+                if builds_consume_queue(msg.sys_flag):
+                    runs.setdefault((msg.topic, msg.queue_id), []).append((
+                        msg.commit_log_offset, msg.store_size + TRAILER_SIZE, tags_code(props.get(MessageConst.TAGS))))
+                self._build_index(msg.topic, msg.sys_flag, props.get(MessageConst.KEYS),
+                                  props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX), msg.commit_log_offset, now)
             for (topic, queue_id), entries in runs.items():
                 where = f"the consume queue {topic}/{queue_id}"
                 self.find_or_create_consume_queue(topic, queue_id).put_run(
@@ -677,7 +717,7 @@ class DefaultMessageStore:
         runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}  # consecutive entries per queue
         for phy, rec in records:
             req = request_from_record(rec, phy)
-            self._build_index(req)
+            self._build_index(req.topic, req.sys_flag, req.keys, req.uniq_key, phy, req.store_timestamp)
             self._notify_dispatchers(req)
             if builds_consume_queue(req.sys_flag):
                 key = (req.topic, req.queue_id)

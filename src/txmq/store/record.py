@@ -1,6 +1,6 @@
 """The commit-log record: RocketMQ's message layout plus a CRC trailer over the whole record.
 
-A record is written by ``CommitLog`` (``commit_log.py``) from the bytes ``encode_message`` returns:
+A record is written by ``CommitLog`` (``commit_log.py``) from the bytes ``encode_record`` returns:
 
     offset        size  field
     0             4     TOTALSIZE            the stored record, trailer included (= wire TOTALSIZE + 4)
@@ -43,7 +43,7 @@ import struct
 import zlib
 
 from txmq.errors import CorruptRecordError
-from txmq.message import HEAD_SIZE, MESSAGE_MAGIC_CODE
+from txmq.message import HEAD_SIZE, MESSAGE_MAGIC_CODE, MessageExt, message_parts
 
 BLANK_MAGIC_CODE = 0xCBD43194
 TRAILER_SIZE = 4
@@ -52,6 +52,7 @@ MIN_RECORD_SIZE = HEAD_SIZE + 3 + TRAILER_SIZE  # empty body, empty topic, no pr
 PHYSICAL_OFFSET_POS = 28
 STORE_TIMESTAMP_POS = 56
 
+_TRAILER_ROOM = bytes(TRAILER_SIZE)
 _INT = struct.Struct(">i")
 _UINT = struct.Struct(">I")
 _LONG = struct.Struct(">q")
@@ -61,12 +62,10 @@ HEADER = struct.Struct(">iIiiiqqiq8sq8siqi")
 assert HEADER.size == HEAD_SIZE
 
 
-def record_from_wire(wire: bytes) -> bytearray:
-    """Copy an ``encode_message`` output into a stored record with room for its trailer (not yet sealed)."""
-    rec = bytearray(wire)
-    rec += b"\0\0\0\0"
-    _INT.pack_into(rec, 0, len(rec))
-    return rec
+def encode_record(m: MessageExt) -> bytearray:
+    """``m`` as a stored record with room for its trailer (not yet sealed): ``encode_message``'s layout joined
+    straight into one buffer, TOTALSIZE counting the trailer."""
+    return bytearray().join(message_parts(m, _TRAILER_ROOM))
 
 
 def set_physical_offset(rec: bytearray, offset: int) -> None:

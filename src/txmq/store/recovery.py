@@ -207,7 +207,7 @@ def _rebuild(
             return
         for begin, end, put in index_puts:
             if begin <= offset < end:
-                put(req.topic, keys_of(req), offset, req.store_timestamp)
+                put(req.topic, keys_of(req.keys, req.uniq_key), offset, req.store_timestamp)
 
     def on_corrupt(offset: int, reason: str) -> None:
         report.event(f"rebuild skipped an invalid record at {offset} ({reason})")

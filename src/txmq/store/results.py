@@ -21,21 +21,38 @@ class PutMessageStatus(Enum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"  # an I/O error while writing
 
 
-@dataclass(slots=True)  # one per put, and one PutMessageResult: no __dict__ each
+# One AppendMessageResult and one PutMessageResult per put: slots (no __dict__ each) and a written __init__ (compiled
+# with this module, setup.py), where a dataclass's would be generated code the interpreter runs; repr and eq stay.
+@dataclass(slots=True, init=False)
 class AppendMessageResult:
     wrote_offset: int  # commit-log offset of the (first) record
     wrote_bytes: int  # stored bytes of all records of the put
     msg_id: str  # offset message id of the (first) record
     store_timestamp: int
     logics_offset: int  # queue offset of the (first) record
-    msg_num: int = 1
+    msg_num: int
+
+    def __init__(self, wrote_offset: int, wrote_bytes: int, msg_id: str, store_timestamp: int, logics_offset: int,
+                 msg_num: int = 1) -> None:
+        self.wrote_offset = wrote_offset
+        self.wrote_bytes = wrote_bytes
+        self.msg_id = msg_id
+        self.store_timestamp = store_timestamp
+        self.logics_offset = logics_offset
+        self.msg_num = msg_num
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PutMessageResult:
     status: PutMessageStatus
-    append_result: AppendMessageResult | None = None
-    remark: str = ""  # why a put was refused, for the answer (a full disk says so)
+    append_result: AppendMessageResult | None
+    remark: str  # why a put was refused, for the answer (a full disk says so)
+
+    def __init__(self, status: PutMessageStatus, append_result: AppendMessageResult | None = None,
+                 remark: str = "") -> None:
+        self.status = status
+        self.append_result = append_result
+        self.remark = remark
 
     @property
     def ok(self) -> bool:

@@ -11,12 +11,11 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
-from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
 from txmq.remoting.codec import encode_response
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -64,11 +63,6 @@ _RECORD_OVERHEAD_MAX = 512  # header, topic and the store's trailer around body 
 
 
 _BORN_HOST = "bornHost"
-_STORE_ERRORS = (StoreError, InvalidMessageError)
-
-
-def _store_refused(cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
-    return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"store refused: {exc}")
 
 
 def is_half(properties: Mapping[str, str]) -> bool:
@@ -96,6 +90,30 @@ def peer_host(conn: Connection) -> tuple[str, int]:
             host, port = "0.0.0.0", 0
         born = conn.attrs[_BORN_HOST] = (host if host.count(".") == 3 else "0.0.0.0", port)
     return born
+
+
+class _SendAnswer:
+    """A send's response from its put's result, made where the store has the result (``put_messages``' answer):
+    one object per send instead of closures over a second future and its callback. A stored message is counted
+    under its topic and message type. ``batch`` holds a batch's messages (None for one message: ``msg``)."""
+
+    __slots__ = ("batch", "cmd", "kind", "msg", "processor", "topic")
+
+    def __init__(self, processor: SendMessageProcessor, cmd: RemotingCommand, msg: MessageExt,
+                 batch: list[MessageExt] | None, topic: str, kind: str) -> None:
+        self.processor = processor
+        self.cmd = cmd
+        self.msg = msg
+        self.batch = batch
+        self.topic = topic
+        self.kind = kind
+
+    def __call__(self, result: PutMessageResult) -> Answer:
+        if self.batch is not None:
+            return self.processor._batch_response(self.cmd, self.batch, result, self.topic, self.kind)
+        if result.stored:
+            self.processor.broker.stats_manager.put(self.topic, self.kind, len(self.msg.body))
+        return self.processor._response(self.cmd, self.msg, result)
 
 
 class SendMessageProcessor:
@@ -187,10 +205,11 @@ class SendMessageProcessor:
             if is_half(batch_props):
                 return self._half_batch(conn, cmd, h, queue_id, entries, batch_props, halves)
             msgs = [self._inner(h, queue_id, flag, data, props, born_host) for flag, data, props in entries]
-            kind = message_type(msgs[0], topic_config.order)
+            answer = _SendAnswer(self, cmd, msgs[0], msgs, h.topic, message_type(msgs[0], topic_config.order))
             # txmq beyond RocketMQ: a batch of halves is stored with one write (the Spark sink's tasks).
-            stored = broker.transaction_service.prepare_messages(msgs) if halves else broker.store.put_messages(msgs)
-            return self._put_batch(cmd, msgs, stored, (h.topic, kind))
+            if halves:
+                return broker.transaction_service.prepare_messages(msgs, answer=answer)
+            return broker.store.put_messages(msgs, answer)
         msg = self._inner(h, queue_id, h.flag, cmd.body, string_to_properties(h.properties), born_host)
         if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
@@ -199,7 +218,7 @@ class SendMessageProcessor:
         if is_half(msg.properties) and broker.config.reject_transaction_message:
             return self._rejected_transaction(cmd)
         kind = message_type(msg, topic_config.order)
-        return self._put(cmd, msg, self.store_message(msg), (h.topic, kind))
+        return self.store_message(msg, _SendAnswer(self, cmd, msg, None, h.topic, kind))
 
     def _half_batch(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, queue_id: int,
                     entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
@@ -228,8 +247,8 @@ class SendMessageProcessor:
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                                remark=f"a half batch needs its own {uniq} (its transaction id)")
         msg = self._inner(h, queue_id, h.flag, cmd.body, batch_props, peer_host(conn))
-        return self._put(cmd, msg, self.broker.transaction_service.prepare_half_batch(msg, len(entries)),
-                         (h.topic, "transaction"))
+        return self.broker.transaction_service.prepare_half_batch(
+            msg, len(entries), _SendAnswer(self, cmd, msg, None, h.topic, "transaction"))
 
     def _rejected_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
         return RemotingCommand.response_to(
@@ -238,15 +257,17 @@ class SendMessageProcessor:
             "(rejectTransactionMessage=true)",
         )
 
-    def store_message(self, msg: MessageExt) -> Awaitable[PutMessageResult]:
+    def store_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None
+                      ) -> asyncio.Future[Any]:
         """Store one checked message by its kind: a half message through the transaction service, a delayed one
-        through the schedule topic, the rest as it is. Shared by the remoting and gRPC (``txmq.grpc``) sends."""
+        through the schedule topic, the rest as it is; a future of the result, or of ``answer(result)``
+        (``put_messages``). Shared by the remoting and gRPC (``txmq.grpc``) sends."""
         broker = self.broker
         if is_half(msg.properties):
-            return broker.transaction_service.prepare_message(msg)
+            return broker.transaction_service.prepare_message(msg, answer)
         if msg.delay_time_level > 0 and not msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             broker.schedule_service.divert(msg)
-        return broker.store.put_message(msg)
+        return broker.store.put_message(msg, answer)
 
     def _inner(self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
                props: dict[str, str], born_host: tuple[str, int]) -> MessageExt:
@@ -267,29 +288,15 @@ class SendMessageProcessor:
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
         log.info("message %s to dead-letter topic %s after %d reconsumes", msg.msg_id, topic, msg.reconsume_times)
 
-    def _put(self, cmd: RemotingCommand, msg: MessageExt, pending: Awaitable[PutMessageResult],
-             counted: tuple[str, str] | None = None) -> asyncio.Future[Answer]:
-        """Answer a put; a stored one is counted under ``counted`` (topic, message type)."""
-        def answer(result: PutMessageResult) -> Answer:
-            if counted is not None and result.stored:
-                self.broker.stats_manager.put(counted[0], counted[1], len(msg.body))
-            return self._response(cmd, msg, result)
-        return then(pending, answer, _STORE_ERRORS, lambda exc: _store_refused(cmd, exc))
-
-    def _put_batch(self, cmd: RemotingCommand, msgs: list[MessageExt], pending: Awaitable[PutMessageResult],
-                   counted: tuple[str, str]) -> asyncio.Future[Answer]:
+    def _batch_response(self, cmd: RemotingCommand, msgs: list[MessageExt], result: PutMessageResult, topic: str,
+                        kind: str) -> Answer:
         """One write and one flush wait for the whole batch; the answer names every message's offset id and the
         queue offset of the first (the rest follow it; for halves, in the half queue)."""
-        return then(pending, lambda result: self._batch_response(cmd, msgs, result, counted), _STORE_ERRORS,
-                    lambda exc: _store_refused(cmd, exc))
-
-    def _batch_response(self, cmd: RemotingCommand, msgs: list[MessageExt], result: PutMessageResult,
-                        counted: tuple[str, str]) -> Answer:
         ar = result.append_result
         if not result.stored or ar is None:  # stored with a late flush still has ids and offsets to answer with
             return self._response(cmd, msgs[0], result)
         for m in msgs:
-            self.broker.stats_manager.put(counted[0], counted[1], len(m.body))
+            self.broker.stats_manager.put(topic, kind, len(m.body))
         header = SendMessageResponseHeader(
             msg_id=",".join(m.offset_msg_id for m in msgs),
             queue_id=msgs[0].queue_id, queue_offset=ar.logics_offset,

@@ -28,17 +28,16 @@ import struct
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
 from txmq.broker.transaction.state import Outcome, PendingInfo, TransactionStateTable
 from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
-from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import DefaultMessageStore, DispatchRequest, GetMessageStatus, PutMessageResult, PutMessageStatus
@@ -182,32 +181,36 @@ class TransactionalMessageService:
 
     # --- phase one: the half message ------------------------------------------------------------------
 
-    def prepare_message(self, msg: MessageExt) -> asyncio.Future[PutMessageResult]:
+    def prepare_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None
+                        ) -> asyncio.Future[Any]:
         """Store ``msg`` as a half message (invisible) and start tracking it."""
-        return self.prepare_messages([msg])
+        return self.prepare_messages([msg], answer=answer)
 
-    def prepare_half_batch(self, msg: MessageExt, count: int) -> asyncio.Future[PutMessageResult]:
+    def prepare_half_batch(self, msg: MessageExt, count: int, answer: Callable[[PutMessageResult], Any] | None = None
+                           ) -> asyncio.Future[Any]:
         """Store ``msg``, whose body is a checked batch of ``count`` messages, as one half message: one
         transaction for them all (``HALF_BATCH``; the send processor checked the batch)."""
-        return self.prepare_messages([msg], half_batch=count)
+        return self.prepare_messages([msg], half_batch=count, answer=answer)
 
-    def prepare_messages(self, msgs: Sequence[MessageExt], *, half_batch: int = 0) -> asyncio.Future[PutMessageResult]:
+    def prepare_messages(self, msgs: Sequence[MessageExt], *, half_batch: int = 0,
+                         answer: Callable[[PutMessageResult], Any] | None = None) -> asyncio.Future[Any]:
         """Store ``msgs`` as half messages with one write (and one flush wait) and start tracking each: a batch
         of halves, as a Spark sink task sends them. They get consecutive half offsets; ``append_result`` covers
         the first, and each message gets its half's queue offset and commit-log offset. The caller's messages
-        keep their own topic and queue: the client sees them in the answer, as with RocketMQ. A future, no task:
+        keep their own topic and queue: the client sees them in the answer, as with RocketMQ. A future of the
+        result, or of ``answer(result)`` once tracked (``put_messages``' answer: one future per put, no task):
         halves share the store's group commit with the sends of the same loop iteration."""
         halves = [self._half_of(msg, half_batch) for msg in msgs]
 
-        def track(result: PutMessageResult) -> PutMessageResult:
+        def track(result: PutMessageResult) -> Any:
             for msg, half in zip(msgs, halves, strict=True):
                 msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
                 if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
                     self._track(half.queue_offset, half, self._first_check_s(half))
                     self._remember(half)
-            return result
+            return result if answer is None else answer(result)
 
-        return then(self.store.put_messages(halves), track)
+        return self.store.put_messages(halves, track)
 
     @staticmethod
     def _half_of(msg: MessageExt, half_batch: int) -> MessageExt:
