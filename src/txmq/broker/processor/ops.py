@@ -164,7 +164,7 @@ class OpsProcessor:
         store, offsets = self.broker.store, self.broker.consumer_offset_manager
         table = []
         for q in queues:
-            target = (store.get_max_offset_in_queue(h.topic, q) if h.timestamp < 0
+            target = (store.get_max_offset_in_queue(h.topic, q, confirmed=True) if h.timestamp < 0
                       else store.get_offset_in_queue_by_time(h.topic, q, h.timestamp))
             current = offsets.query(h.group, h.topic, q)
             if not h.is_force and 0 <= current < target:
