@@ -336,6 +336,26 @@ def test_a_reader_bounded_by_the_confirm_offset_skips_nothing_when_a_slave_takes
     run(go)
 
 
+def test_a_master_alone_serves_its_whole_log_and_its_service_once_shut_down_moves_nothing(tmp_path):
+    """A replica elected again later gets a new HAService: the one it had when it was master alone (bound = its
+    log's end at each put) must not keep raising the bound over the new SyncStateSet's."""
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as store:
+            store.set_confirm_offset(0)
+            alone = HAService(store, _ha(0, free_port()))
+            alone.set_needed_slaves(frozenset())
+            await _put(store, 2)
+            assert store.confirm_offset == store.max_phy_offset
+            await alone.shutdown()
+            held = store.confirm_offset
+            later = HAService(store, _ha(0, free_port()))
+            later.set_needed_slaves(frozenset({2}))  # slave 2 has reported nothing yet
+            await _put(store, 2, start=2)
+            assert store.confirm_offset == held < store.max_phy_offset
+
+    run(go)
+
+
 def test_outside_controller_mode_reads_are_not_bounded_on_master_or_slave(tmp_path):
     port = free_port()
 

@@ -739,6 +739,11 @@ class DefaultMessageStore:
         """``fn(new end of the log)`` after each put, on the loop thread (a master's HA connections)."""
         self._append_listeners.append(fn)
 
+    def remove_append_listener(self, fn: Callable[[int], None]) -> None:
+        """Stop calling ``fn`` (an HA service shut down when its master stepped down)."""
+        with contextlib.suppress(ValueError):
+            self._append_listeners.remove(fn)
+
     def _notify(self, arrived: dict[tuple[str, int], int], end: int) -> None:
         """Tell the arrival listeners of records ending at ``end`` now, or once the confirm offset reaches it."""
         if self._confirm_offset is not None and end > self._confirm_offset:

@@ -167,6 +167,7 @@ class HAService:
         log.info("HA service listening on %s", self.addr)
 
     async def shutdown(self) -> None:
+        self.store.remove_append_listener(self._on_append)  # a later master's service keeps the confirm offset
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
