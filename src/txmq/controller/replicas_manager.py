@@ -278,11 +278,7 @@ class ReplicasManager:
         now = time.monotonic()
         conns = {c.broker_id: c for c in ha.connections}
         current = set(self.sync_state_set)
-        # RocketMQ's maybeExpandInSyncStateSet: a slave holding the log up to the confirm offset has everything the
-        # set acknowledged or served; it need not catch the log's end, which moves on under load.
-        confirm = self.broker.store.confirm_offset
-        joins_at = end if confirm is None else confirm
-        caught_up = {i for i, c in conns.items() if i not in current and c.ack_offset >= joins_at}
+        caught_up = {i for i, c in conns.items() if i not in current and c.ack_offset >= end}
         behind = {i for i in current - {self.replica_id}
                   if i not in conns or not ha.in_sync(conns[i])
                   or (conns[i].ack_offset < end and now - conns[i].last_report > SLAVE_BEHIND_S)}
