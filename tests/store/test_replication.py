@@ -15,7 +15,7 @@ from store_helpers import SEGMENT, make_config, msg, run
 
 from txmq.launch import free_port
 from txmq.store import DefaultMessageStore, PutMessageStatus
-from txmq.store.ha import HAClient, HAConfig, HAService
+from txmq.store.ha import HAClient, HAConfig, HAConnection, HAService
 from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, Hello, Welcome, read_hello, read_welcome
 
 
@@ -106,7 +106,7 @@ def test_slave_refuses_a_stream_that_is_not_valid_records_and_writes_nothing(tmp
             writer.write(Welcome(True, 1 << 20, 0, bytes(8)).encode())
             start = REPORT.unpack(await reader.readexactly(8))[0]
             junk = os.urandom(4096)
-            writer.write(TRANSFER_HEADER.pack(start, len(junk)) + junk)
+            writer.write(TRANSFER_HEADER.pack(start, len(junk), -1) + junk)
             await writer.drain()
             await reader.read()
         finally:
@@ -281,7 +281,8 @@ def test_a_put_before_the_slaves_first_report_does_not_drop_the_slave(tmp_path):
                 await _put(master, 5, start=5)  # before the slave's first report
                 await asyncio.sleep(0.2)
                 w.write(REPORT.pack(0))
-                offset, size = TRANSFER_HEADER.unpack(await asyncio.wait_for(r.readexactly(TRANSFER_HEADER.size), 5))
+                offset, size, _ = TRANSFER_HEADER.unpack(await asyncio.wait_for(r.readexactly(TRANSFER_HEADER.size),
+                                                                                5))
                 w.close()
                 return offset, size
             finally:
@@ -289,3 +290,123 @@ def test_a_put_before_the_slaves_first_report_does_not_drop_the_slave(tmp_path):
 
     offset, size = run(go)
     assert offset == 0 and size > 0
+
+
+def test_a_reader_bounded_by_the_confirm_offset_skips_nothing_when_a_slave_takes_over(tmp_path):
+    """Issue 13's missed deliveries, in one process: a master serving the tail its SyncStateSet lacks lets a consumer
+    move past queue offsets which the next master fills with other messages. The confirm offset (controller mode)
+    stops reads where the slave's acknowledgement does; the slave keeps the master's bound from the stream, and as
+    master alone it serves its whole log."""
+    port = free_port()
+
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            for store in (master, slave):
+                store.set_confirm_offset(0)  # as a broker in controller mode starts
+            ha = HAService(master, _ha(0, port))
+            ha.set_needed_slaves(frozenset({1}))  # the SyncStateSet {master, 1}
+            await ha.start()
+            client = HAClient(slave, _ha(1, port, send_heartbeat_interval_ms=50))
+            client.start()
+            try:
+                await _put(master, 6)  # queue 0 gets two
+                await _until(lambda: master.confirm_offset == slave.confirm_offset == master.max_phy_offset)
+                await client.shutdown()  # the slave is cut off
+                replicated = slave.max_phy_offset
+                await _put(master, 6, start=6)  # a tail no other member has
+                assert master.confirm_offset == replicated
+                bounded = master.get_message("T", 0, 0, 32, confirmed=True)
+                unbounded = master.get_message("T", 0, 0, 32)
+                assert (bounded.next_begin_offset, unbounded.next_begin_offset) == (2, 4)
+            finally:
+                await ha.shutdown()
+            took_over = HAService(slave, _ha(0, free_port()))  # the slave is elected: its SyncStateSet is itself
+            took_over.set_needed_slaves(frozenset())
+            assert slave.confirm_offset == replicated
+            for i in range(100, 106):
+                assert (await slave.put_message(msg(body=b"new%d" % i, queue_id=i % 3))).ok
+            assert slave.confirm_offset == slave.max_phy_offset
+            after = slave.get_message("T", 0, bounded.next_begin_offset, 32, confirmed=True)
+            assert [pos for pos in after.queue_offsets] == [2, 3]  # the new master's two, delivered
+            assert all(b"new" in raw for raw in after.messages)
+            # The unbounded reader would go on at 4 and never get them.
+            assert slave.get_message("T", 0, unbounded.next_begin_offset, 32, confirmed=True).messages == []
+
+    run(go)
+
+
+def test_a_master_alone_serves_its_whole_log_and_its_service_once_shut_down_moves_nothing(tmp_path):
+    """A replica elected again later gets a new HAService: the one it had when it was master alone (bound = its
+    log's end at each put) must not keep raising the bound over the new SyncStateSet's."""
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as store:
+            store.set_confirm_offset(0)
+            alone = HAService(store, _ha(0, free_port()))
+            alone.set_needed_slaves(frozenset())
+            await _put(store, 2)
+            assert store.confirm_offset == store.max_phy_offset
+            await alone.shutdown()
+            held = store.confirm_offset
+            later = HAService(store, _ha(0, free_port()))
+            later.set_needed_slaves(frozenset({2}))  # slave 2 has reported nothing yet
+            await _put(store, 2, start=2)
+            assert store.confirm_offset == held < store.max_phy_offset
+
+    run(go)
+
+
+def test_outside_controller_mode_reads_are_not_bounded_on_master_or_slave(tmp_path):
+    port = free_port()
+
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            ha = HAService(master, _ha(0, port))
+            await ha.start()
+            client = HAClient(slave, _ha(1, port))
+            client.start()
+            try:
+                await _put(master, 6)
+                await _until(lambda: slave.max_phy_offset == master.max_phy_offset)
+                await client.shutdown()
+                await _put(master, 3, start=6)
+                assert master.confirm_offset is None and slave.confirm_offset is None
+                assert master.get_max_offset_in_queue("T", 0, confirmed=True) == 3
+                assert slave.get_max_offset_in_queue("T", 0, confirmed=True) == 2
+            finally:
+                await ha.shutdown()
+
+    run(go)
+
+
+def test_a_slave_reset_ends_the_masters_stream_quietly_on_uvloop(tmp_path):
+    """The master's side of the HA client's uvloop fix: a slave gone (RST) while its stream has data to send. The
+    writer stopped with uvloop's RuntimeError, which also skipped the connection's close: the slave's id stayed
+    'already connected' and it could never come back. The writer stops, the slave's id is free."""
+    async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    async def go() -> None:
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with DefaultMessageStore(make_config(tmp_path / "m")) as master:
+                await _put(master, 3)
+                ha = HAService(master, _ha(0, free_port()))
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                conn = HAConnection(ha, reader, writer, Hello(1, SEGMENT, 0, bytes(8), "C", "broker-a"), "peer")
+                ha.connections.append(conn)
+                conn.transferred = 0  # the slave reported where it stands
+                writer.transport.abort()  # as the connection_lost of a reset
+                await asyncio.sleep(0.01)
+                await asyncio.wait_for(conn._write_loop(), 5)
+                await asyncio.wait_for(conn.run(), 5)
+                assert ha.connections == []
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(go())

@@ -106,6 +106,9 @@ class BrokerController:
                 self.store.replicate = self.ha_service.replicate
         if self.replicas_manager is not None:
             self.store.replicate = self.replicas_manager.replicate
+            # Consumers read only what every SyncStateSet member has (docs/ha.md, "The confirm offset"): nothing
+            # until a master's HA stream, or this replica's own SyncStateSet as master, says how far that is.
+            self.store.set_confirm_offset(0)
         levels = config.delay_levels_ms()
         self.topic_config_manager = TopicConfigManager(self.root, auto_create=config.auto_create_topic_enable,
                                                        default_queue_nums=config.default_topic_queue_nums,

@@ -202,7 +202,7 @@ class PopService:
                 st.committed = lo
                 self.broker.consumer_offset_manager.commit(group, topic, q, lo)
         start = st.next
-        got = self.store.get_message(topic, q, start, room, tags_filter=tags_filter)
+        got = self.store.get_message(topic, q, start, room, tags_filter=tags_filter, confirmed=True)
         if got.status == GetMessageStatus.FOUND:
             blocked_groups = set(st.groups)
             stop = got.next_begin_offset

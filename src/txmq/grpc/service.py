@@ -534,7 +534,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if request.query_offset_policy == pb.BEGINNING:
                 offset = store.get_min_offset_in_queue(topic, q)
             elif request.query_offset_policy == pb.END:
-                offset = store.get_max_offset_in_queue(topic, q)
+                offset = store.get_max_offset_in_queue(topic, q, confirmed=True)
             else:
                 offset = store.get_offset_in_queue_by_time(topic, q, ms_of_timestamp(request.timestamp))
             return spb.QueryOffsetResponse(status=status(), offset=offset)
@@ -547,14 +547,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             filt = self._filter(request.filter_expression)
             batch = max(1, min(request.batch_size or 32, MAX_RECEIVE_BATCH))
             store = self.broker.store
-            got = store.get_message(topic, q, request.offset, batch, tags_filter=filt)
+            got = store.get_message(topic, q, request.offset, batch, tags_filter=filt, confirmed=True)
             poll = min(duration_ms(request.long_polling_timeout), MAX_POLL_MS)
             if got.status != GetMessageStatus.FOUND and poll > 0 and request.offset >= got.max_offset:
                 hold = self.broker.pull_processor.hold
                 pull = hold.hold(topic, q, request.offset)
                 if pull is not None:
                     await hold.wait(pull, poll / 1000)
-                got = store.get_message(topic, q, request.offset, batch, tags_filter=filt)
+                got = store.get_message(topic, q, request.offset, batch, tags_filter=filt, confirmed=True)
         except GrpcStatusError as exc:
             yield spb.PullMessageResponse(status=status(exc.code, exc.message))
             return

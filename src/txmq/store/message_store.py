@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,7 @@ DISK_CHECK_INTERVAL_S = 0.1  # puts measure the disk at most this often (one sta
 EARLY_CLEAN_INTERVAL_S = 1.0  # retention runs at most this often on behalf of a disk over diskMaxUsedSpaceRatio
 _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
+MAX_HELD_ARRIVALS = 4096  # arrivals held for the confirm offset; more are merged into the newest (woken later)
 
 
 def _now_ms() -> int:
@@ -138,6 +140,11 @@ class DefaultMessageStore:
         # A replica's store takes only what its master streams (append_replicated): a put of its own would make
         # its log differ from the master's at the same offsets. Set by whoever knows the role.
         self.replica = False
+        # RocketMQ's confirmOffset (controller mode, set by txmq.store.ha): reads asked with ``confirmed=True`` get
+        # only records that end at or before it (what every SyncStateSet member has), and arrival listeners hear of
+        # a record once it does. None: no bound (outside controller mode).
+        self._confirm_offset: int | None = None
+        self._held_arrivals: deque[tuple[int, dict[tuple[str, int], int]]] = deque()  # (end, arrived) past it
         self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; close waits for a running one
         self._last_store_ts = 0
@@ -545,7 +552,7 @@ class DefaultMessageStore:
         end = self.commit_log.max_offset
         for fn in self._append_listeners:
             fn(end)
-        self._notify(next_offsets)
+        self._notify(next_offsets, end)
         answers: list[tuple[_Put, AppendMessageResult]] = []
         i = 0
         for put in group:
@@ -733,7 +740,7 @@ class DefaultMessageStore:
             self.find_or_create_consume_queue(*key).put_run(first, entries)
         self._queue_offsets.update(arrived)
         self._counters["appends"] += len(records)
-        self._notify(arrived)
+        self._notify(arrived, self.commit_log.max_offset)
         return self.commit_log.max_offset - offset
 
     def truncate_replicated(self, offset: int) -> None:
@@ -748,6 +755,11 @@ class DefaultMessageStore:
             self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         self.index.truncate_from(offset)
         self._write_checkpoint(self._snapshot())
+        if self._confirm_offset is not None and self._confirm_offset > offset:
+            self._confirm_offset = offset  # RocketMQ's truncateDirtyFiles: the bound never passes the log's end
+        # Arrivals held past the new end are told once the bound reaches it (a wake for a dropped record is only a
+        # pull answered with nothing new).
+        self._held_arrivals = deque((min(end, offset), arrived) for end, arrived in self._held_arrivals)
         for fn in self._truncate_listeners:
             fn(offset)
 
@@ -767,13 +779,54 @@ class DefaultMessageStore:
         """``fn(new end of the log)`` after each put, on the loop thread (a master's HA connections)."""
         self._append_listeners.append(fn)
 
-    def _notify(self, arrived: dict[tuple[str, int], int]) -> None:
+    def remove_append_listener(self, fn: Callable[[int], None]) -> None:
+        """Stop calling ``fn`` (an HA service shut down when its master stepped down)."""
+        with contextlib.suppress(ValueError):
+            self._append_listeners.remove(fn)
+
+    def _notify(self, arrived: dict[tuple[str, int], int], end: int) -> None:
+        """Tell the arrival listeners of records ending at ``end`` now, or once the confirm offset reaches it."""
+        if self._confirm_offset is not None and end > self._confirm_offset:
+            if len(self._held_arrivals) >= MAX_HELD_ARRIVALS:
+                arrived = {**self._held_arrivals.pop()[1], **arrived}
+            self._held_arrivals.append((end, arrived))
+            return
+        self._tell_arrivals(arrived)
+
+    def _tell_arrivals(self, arrived: dict[tuple[str, int], int]) -> None:
         for (topic, qid), next_offset in arrived.items():
             for listener in self._arrival_listeners:
                 try:
                     listener(topic, qid, next_offset)
                 except Exception:
                     log.exception("arrival listener %r failed", listener)
+
+    # --- the confirm offset (controller mode; see txmq.store.ha) ----------------------------------------
+
+    @property
+    def confirm_offset(self) -> int | None:
+        """RocketMQ's confirmOffset: consumers read records up to it (None: up to the log's end)."""
+        return self._confirm_offset
+
+    def set_confirm_offset(self, offset: int | None) -> None:
+        """Bound consumers' reads at ``offset`` (capped at the log's end; None: no bound) and wake the long polls
+        of the records it now covers."""
+        if offset is not None:
+            offset = min(offset, self.commit_log.max_offset)
+        self._confirm_offset = offset
+        held = self._held_arrivals
+        while held and (offset is None or held[0][0] <= offset):
+            self._tell_arrivals(held.popleft()[1])
+
+    def _confirmed_max(self, cq: ConsumeQueue) -> int:
+        """The queue's max offset for consumers: its entries whose records end at or before the confirm offset."""
+        hi, bound = cq.max_offset, self._confirm_offset
+        if bound is None or hi == cq.min_offset:
+            return hi
+        last = cq.entry(hi - 1)
+        if last is None or last[0] + last[1] <= bound:
+            return hi
+        return cq.first_offset_where(cq.min_offset, hi - 1, lambda phy, size: phy + size > bound)
 
     # --- get ---------------------------------------------------------------------------------------
 
@@ -785,35 +838,40 @@ class DefaultMessageStore:
         max_msg_nums: int = 32,
         max_total_bytes: int = 256 * 1024,
         tags_filter: Callable[[int], bool] | None = None,
+        *,
+        confirmed: bool = False,
     ) -> GetMessageResult:
         """Up to ``max_msg_nums`` messages from queue offset ``offset`` in wire form (RocketMQ getMessage).
 
         ``tags_filter`` gets each entry's tag hash. A record that fails validation is skipped, logged and
-        counted; it is never returned.
+        counted; it is never returned. ``confirmed`` (a consumer's read): only records up to the confirm offset;
+        an offset among the entries past it is answered OFFSET_OVERFLOW_ONE (not there yet), never moved.
         """
         self._check_open()
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
         lo, hi = cq.min_offset, cq.max_offset
-        result = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, min_offset=lo, max_offset=hi)
+        top = self._confirmed_max(cq) if confirmed else hi
+        result = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, min_offset=lo, max_offset=top)
         if hi == 0:
             result.next_begin_offset = 0
         elif offset < lo:
             result.status, result.next_begin_offset = GetMessageStatus.OFFSET_TOO_SMALL, lo
-        elif offset == hi:
+        elif top <= offset <= hi:
             result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
         elif offset > hi:
             result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
-            result.next_begin_offset = lo if lo == 0 else hi
+            result.next_begin_offset = lo if lo == 0 else top
         else:
-            self._read_queue(cq, offset, max_msg_nums, max_total_bytes, tags_filter, result)
+            self._read_queue(cq, offset, top, max_msg_nums, max_total_bytes, tags_filter, result)
         return result
 
     def _read_queue(
         self,
         cq: ConsumeQueue,
         offset: int,
+        top: int,
         max_msg_nums: int,
         max_total_bytes: int,
         tags_filter: Callable[[int], bool] | None,
@@ -826,7 +884,7 @@ class DefaultMessageStore:
         last_phy = 0
         pos = offset
         while budget > 0 and len(result.messages) < max_msg_nums:
-            raw = cq.read_entries(pos, budget)
+            raw = cq.read_entries(pos, min(budget, top - pos))
             if not raw:
                 break
             stop = False
@@ -912,9 +970,13 @@ class DefaultMessageStore:
 
     # --- queue metadata ----------------------------------------------------------------------------
 
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+    def get_max_offset_in_queue(self, topic: str, queue_id: int, *, confirmed: bool = False) -> int:
+        """The queue's next offset; ``confirmed`` (what consumers are told): counting only records up to the
+        confirm offset."""
         cq = self.find_consume_queue(topic, queue_id)
-        return cq.max_offset if cq else 0
+        if cq is None:
+            return 0
+        return self._confirmed_max(cq) if confirmed else cq.max_offset
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.find_consume_queue(topic, queue_id)
@@ -1017,13 +1079,6 @@ class DefaultMessageStore:
     @property
     def flushed_offset(self) -> int:
         return self.commit_log.flushed_offset
-
-    @property
-    def confirm_offset(self) -> int:
-        """Offset up to which the log is durable: flushed in SYNC_FLUSH, written in ASYNC_FLUSH."""
-        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            return self.commit_log.flushed_offset
-        return self.commit_log.max_offset
 
     @property
     def last_store_timestamp(self) -> int:

@@ -141,7 +141,8 @@ class AdminBrokerProcessor:
 
     def _max_offset(self, cmd: RemotingCommand) -> RemotingCommand:
         h = TopicQueueRequestHeader.from_ext(cmd.ext_fields)
-        return _ok(cmd, ext={"offset": str(self.broker.store.get_max_offset_in_queue(h.topic, h.queue_id))})
+        return _ok(cmd, ext={"offset": str(self.broker.store.get_max_offset_in_queue(h.topic, h.queue_id,
+                                                                                    confirmed=True))})
 
     def _min_offset(self, cmd: RemotingCommand) -> RemotingCommand:
         h = TopicQueueRequestHeader.from_ext(cmd.ext_fields)

@@ -141,7 +141,8 @@ class OpsProcessor:
                 consumer = committed.get(q, -1)
                 pulled = broker.stats_manager.pulled.get((h.consumer_group, topic, q), max(consumer, 0))
                 table.append((self._mq(topic, q), {
-                    "brokerOffset": broker.store.get_max_offset_in_queue(topic, q), "consumerOffset": consumer,
+                    "brokerOffset": broker.store.get_max_offset_in_queue(topic, q, confirmed=True),
+                    "consumerOffset": consumer,
                     "pullOffset": pulled, "lastTimestamp": self._store_time(topic, q, consumer - 1)}))
             tps += broker.stats_manager.window("GROUP_GET_NUMS", f"{topic}@{h.consumer_group}", 60)[1]
         return _answer(cmd, {"offsetTable": fastjson.ObjectMap(table), "consumeTps": tps})
@@ -164,7 +165,7 @@ class OpsProcessor:
         store, offsets = self.broker.store, self.broker.consumer_offset_manager
         table = []
         for q in queues:
-            target = (store.get_max_offset_in_queue(h.topic, q) if h.timestamp < 0
+            target = (store.get_max_offset_in_queue(h.topic, q, confirmed=True) if h.timestamp < 0
                       else store.get_offset_in_queue_by_time(h.topic, q, h.timestamp))
             current = offsets.query(h.group, h.topic, q)
             if not h.is_force and 0 <= current < target:

@@ -161,7 +161,8 @@ class PullMessageProcessor:
             store = self.broker.store
             header = PullMessageResponseHeader(
                 next_begin_offset=h.queue_offset, min_offset=store.get_min_offset_in_queue(h.topic, h.queue_id),
-                max_offset=store.get_max_offset_in_queue(h.topic, h.queue_id), suggest_which_broker_id=MASTER_ID)
+                max_offset=store.get_max_offset_in_queue(h.topic, h.queue_id, confirmed=True),
+                suggest_which_broker_id=MASTER_ID)
             return RemotingCommand.response_to(cmd, ResponseCode.PULL_RETRY_IMMEDIATELY, ext_fields=header.to_ext(),
                                                remark="slave reads are off (slaveReadEnable=false)")
         if h.sys_flag & PullMessageRequestHeader.FLAG_COMMIT_OFFSET and not self.broker.config.is_slave:
@@ -173,7 +174,7 @@ class PullMessageProcessor:
             expression = sub.sub_string if sub else "*"
         filt = tags_filter(expression)
         result = self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, min(h.max_msg_nums, 256),
-                                               tags_filter=filt)
+                                               tags_filter=filt, confirmed=True)
         suspend = h.sys_flag & PullMessageRequestHeader.FLAG_SUSPEND and self.broker.config.long_polling_enable
         if result.status in _HOLD and suspend and h.queue_offset >= result.max_offset:
             pull = self.hold.hold(h.topic, h.queue_id, h.queue_offset, conn)
@@ -188,7 +189,7 @@ class PullMessageProcessor:
         if not await self.hold.wait(pull, max(0.0, h.suspend_timeout_millis / 1000)):
             return None
         result = self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, min(h.max_msg_nums, 256),
-                                               tags_filter=filt)
+                                               tags_filter=filt, confirmed=True)
         return self._response(cmd, h, result)
 
     def _refuse(self, cmd: RemotingCommand, h: PullMessageRequestHeader) -> RemotingCommand | None:

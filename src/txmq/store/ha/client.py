@@ -1,5 +1,6 @@
 """The slave's side: ``HAClient`` connects to the master's HA port, says who it is and where its log ends,
-then writes what the master streams, record by record, byte for byte, and reports its new end."""
+then writes what the master streams, record by record, byte for byte, and reports its new end. It keeps the
+master's confirm offset, sent with every frame, as its own store's read bound (RocketMQ's AutoSwitchHAClient)."""
 
 from __future__ import annotations
 
@@ -143,13 +144,14 @@ class HAClient:
         idle_s = self.config.housekeeping_interval_ms / 1000
         while True:
             header = await asyncio.wait_for(reader.readexactly(TRANSFER_HEADER.size), idle_s)
-            offset, size = TRANSFER_HEADER.unpack(header)
+            offset, size, confirm = TRANSFER_HEADER.unpack(header)
             expected = store.max_phy_offset + len(self._pending)
             if offset != expected or not 0 <= size <= MAX_TRANSFER_FRAME:
                 raise ReplicationError(f"master sent {size} bytes at {offset}, this slave expects offset {expected}")
             self.last_transfer = time.time()
             if size == 0:
                 self.master_max_offset = max(self.master_max_offset, offset)
+                store.set_confirm_offset(None if confirm < 0 else confirm)
                 continue
             chunk = await reader.readexactly(size)
             buf = self._pending + chunk if self._pending else chunk
@@ -161,6 +163,7 @@ class HAClient:
                 raise ReplicationError(f"master's bytes at {start} are not valid records ({exc}); nothing written") \
                     from None
             self._pending = buf[taken:]
+            store.set_confirm_offset(None if confirm < 0 else confirm)  # capped at this log's end
             if len(self._pending) > store.commit_log.segment_size:
                 raise ReplicationError(f"{len(self._pending)} bytes at {store.max_phy_offset} without a whole record")
             if taken:

@@ -12,7 +12,12 @@ master's: before min(slave's max, master's max)): the last record's trailer CRC,
 logs end with the same record there. Then, as RocketMQ's HAConnection/HAClient:
 
     slave -> master   offset q                       the slave's max offset (first one: where to start)
-    master -> slave   offset q | size i | data        the log from ``offset``; size 0 is a keep-alive
+    master -> slave   offset q | size i | confirm q | data
+                                                     the log from ``offset``; size 0 is a keep-alive
+
+``confirm`` (version 2) is the master's confirm offset (RocketMQ's AutoSwitchHAConnection sends its confirmOffset
+in the same place): in controller mode, what every SyncStateSet member has; the slave bounds its own consumers'
+reads by it (capped at its own log's end). -1: the master has no bound (not in controller mode), nor the slave.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ import struct
 from dataclasses import dataclass
 
 MAGIC = b"TXHA"
-VERSION = 1
+VERSION = 2  # 2: the confirm offset in every transfer header
 MAX_NAME = 255
 MAX_REMARK = 1024
 HELLO = struct.Struct(">4sHIqq8s")
 WELCOME = struct.Struct(">4sBqq8s")
-TRANSFER_HEADER = struct.Struct(">qi")  # RocketMQ: phyOffset + bodySize
+TRANSFER_HEADER = struct.Struct(">qiq")  # RocketMQ: phyOffset + bodySize, then confirmOffset
 REPORT = struct.Struct(">q")  # RocketMQ: the slave's max offset
 _LEN = struct.Struct(">H")
 

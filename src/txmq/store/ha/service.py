@@ -1,5 +1,6 @@
 """The master's side: ``HAService`` accepts slaves, an ``HAConnection`` streams the log to each, and the
-group-transfer waiters answer SYNC_MASTER puts once enough slaves acknowledged them."""
+group-transfer waiters answer SYNC_MASTER puts once enough slaves acknowledged them. In controller mode it also
+keeps the store's confirm offset (RocketMQ's computeConfirmOffset) and sends it to the slaves with the log."""
 
 from __future__ import annotations
 
@@ -63,10 +64,10 @@ class HAConnection:
         try:
             await self._read_loop()
         finally:
+            self.close()  # first: whatever the writer ended with, this slave's id is free to connect again
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
                 await writer
-            self.close()
 
     async def _read_loop(self) -> None:
         cfg = self.service.config
@@ -104,9 +105,11 @@ class HAConnection:
             await self.data_ready.wait()
         while True:
             self.data_ready.clear()
+            if self.writer.is_closing():  # the slave is gone (uvloop raises RuntimeError on a write after a reset)
+                return
             data = store.commit_log.read_raw(self.transferred, cfg.transfer_batch_size)
             if data:
-                self.writer.write(TRANSFER_HEADER.pack(self.transferred, len(data)) + data)
+                self.writer.write(TRANSFER_HEADER.pack(self.transferred, len(data), self.service.confirm_offset) + data)
                 self.transferred += len(data)
                 await self.writer.drain()  # a slow slave slows its own stream, never the writers
                 continue
@@ -117,8 +120,8 @@ class HAConnection:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.data_ready.wait(), heartbeat_s)
-            if not self.data_ready.is_set():
-                self.writer.write(TRANSFER_HEADER.pack(self.transferred, 0))  # keep-alive
+            if not self.data_ready.is_set() and not self.writer.is_closing():
+                self.writer.write(TRANSFER_HEADER.pack(self.transferred, 0, self.service.confirm_offset))  # keep-alive
                 await self.writer.drain()
 
     def close(self) -> None:
@@ -148,6 +151,12 @@ class HAService:
         store.add_append_listener(self._on_append)
 
     @property
+    def confirm_offset(self) -> int:
+        """What the slaves are told to bound their reads by: the store's confirm offset, -1 for none."""
+        confirm = self.store.confirm_offset
+        return -1 if confirm is None else confirm
+
+    @property
     def addr(self) -> str:
         return f"{self.config.listen_host}:{self.config.listen_port}"
 
@@ -158,6 +167,7 @@ class HAService:
         log.info("HA service listening on %s", self.addr)
 
     async def shutdown(self) -> None:
+        self.store.remove_append_listener(self._on_append)  # a later master's service keeps the confirm offset
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -233,8 +243,24 @@ class HAService:
             self.on_ack()
 
     def _on_append(self, end: int) -> None:
+        self._advance_confirm_offset()
         for conn in self.connections:
             conn.data_ready.set()
+
+    def _advance_confirm_offset(self) -> None:
+        """Controller mode (RocketMQ's computeConfirmOffset): the store's confirm offset rises to the smallest
+        acknowledged offset of the slaves that count (the SyncStateSet), or to the log's end without any. While one
+        of them is not connected or has not reported yet, it stays: nothing past it is known to be on that member,
+        which an election may choose. It never goes back while this replica is master."""
+        needed = self.needed_slaves
+        if needed is None:
+            return
+        store = self.store
+        acks = {c.broker_id: c.ack_offset for c in self.connections}
+        confirm = min((acks.get(i, -1) for i in needed), default=store.max_phy_offset)
+        current = store.confirm_offset
+        if current is None or confirm > current:
+            store.set_confirm_offset(max(confirm, 0))
 
     # --- SYNC_MASTER ----------------------------------------------------------------------------------
 
@@ -278,6 +304,7 @@ class HAService:
 
     def on_ack(self) -> None:
         """A slave reported (or went away): answer every put the acknowledged offsets now cover."""
+        self._advance_confirm_offset()
         if not self._waiters:
             return
         confirmed = self._confirmed()
