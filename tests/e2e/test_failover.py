@@ -7,8 +7,10 @@ end. A master restarted at once with a lost tail is not master again at its old 
 
 from __future__ import annotations
 
+import errno
 import random
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from ha_group import commit_log_bytes, max_offset
 from helpers import wait_until
 
 from txmq import Admin, Message, Producer, SendStatus
+from txmq.launch import free_port
 from txmq.remoting.codes import ResponseCode
 
 
@@ -209,3 +212,22 @@ def test_a_master_restarted_at_once_without_its_acknowledged_tail_loses_the_elec
             assert [e for e, _ in epochs] == [1, 2] and epochs[1][1] == acked_end, epochs  # the new master's end
     finally:
         g.close()
+
+
+def test_a_replica_keeps_its_ha_port_bound_in_every_role(cluster):
+    """A replica binds its HA port at start and keeps it, master or not (RocketMQ's HA service listens in every
+    role): bound only on becoming master, it was taken meanwhile by a proxy's listener in a CI campaign, and the
+    elected master could serve no slave. Not master (no controller here), it closes an HA connection at once."""
+    ha = free_port()
+    broker = cluster.start_broker(conf={"enableControllerMode": "true", "brokerId": 1, "haListenPort": ha,
+                                        "controllerAddr": f"127.0.0.1:{free_port()}", "brokerRole": "SYNC_MASTER"})
+    assert broker.pid is not None
+    taker = socket.socket()
+    try:
+        with pytest.raises(OSError) as taken:
+            taker.bind(("127.0.0.1", ha))
+        assert taken.value.errno == errno.EADDRINUSE
+    finally:
+        taker.close()
+    with socket.create_connection(("127.0.0.1", ha), timeout=5) as conn:
+        assert conn.recv(1) == b""  # closed by a replica that is not master: its slave tries again later

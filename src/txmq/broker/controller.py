@@ -95,6 +95,7 @@ class BrokerController:
         ))
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
+        self._ha_port: asyncio.Server | None = None  # controller mode: bound at start, kept in every role
         ha_config = self._ha_config()
         self.slave_synchronize: SlaveSynchronize | None = None
         if config.is_slave:
@@ -217,6 +218,8 @@ class BrokerController:
             self.server.handler = self.rpc_latency.wrap(self.server.handler)  # around the ACL guard, if any
         await self.server.start()
         await self._start_grpc()
+        if self.replicas_manager is not None:
+            await self._bind_ha_port()
         if self.ha_service is not None:
             await self._start_ha_service(self.ha_service)
         await self._start_metrics()
@@ -269,6 +272,23 @@ class BrokerController:
             log.warning("HA service not started: %s (set haListenPort to accept slaves)", exc)
             self.ha_service = None
 
+    async def _bind_ha_port(self) -> None:
+        """Controller mode: bind the HA port once, for the process's life (RocketMQ's HA service also listens in
+        every role). Bound only on becoming master, the port could be taken meanwhile by any process's
+        connection or listener (a CI campaign's proxy got it: the elected master could not serve its slaves).
+        While this replica is not master a connection is closed at once; its slave tries again."""
+        cfg = self._ha_config()
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if self.ha_service is None:
+                writer.close()
+                return
+            await self.ha_service.accept(reader, writer)
+
+        self._ha_port = await asyncio.start_server(accept, cfg.listen_host, cfg.listen_port)
+        log.info("HA port %s:%d bound (serves slaves while this replica is master)", cfg.listen_host,
+                 cfg.listen_port)
+
     async def _start_metrics(self) -> None:
         kind = self.config.metrics_exporter_type.upper()
         if kind == "DISABLE":
@@ -317,10 +337,8 @@ class BrokerController:
             self.ha_client = None
         self.config.broker_role, self.config.broker_id = role, 0
         self.store.replica = False
-        if self.ha_service is None:
-            ha = HAService(self.store, self._ha_config())
-            await ha.start()
-            self.ha_service = ha
+        if self.ha_service is None:  # served from the HA port bound at start (_bind_ha_port)
+            self.ha_service = HAService(self.store, self._ha_config())
         self.transaction_service.take_over()
         self._start_role_tasks()
         self.check_service.wake()
@@ -329,7 +347,7 @@ class BrokerController:
     async def change_to_slave(self) -> None:
         """A master steps down (its lease ran out, or another was elected): no more acknowledgements — waiting
         SYNC_MASTER puts are answered NOT_ACKNOWLEDGED (``ReplicasManager.replicate``) — no check-backs, no HA
-        port; a slave without a master until ``follow_master``."""
+        service (its port stays bound, closing connections); a slave without a master until ``follow_master``."""
         assert self.replicas_manager is not None
         self.config.broker_role, self.config.broker_id = "SLAVE", self.replicas_manager.replica_id
         self.store.replica = True
@@ -371,6 +389,8 @@ class BrokerController:
         self._tasks.clear()
         if self.ha_client is not None:
             await self.ha_client.shutdown()
+        if self._ha_port is not None:
+            self._ha_port.close()
         if self.ha_service is not None:
             await self.ha_service.shutdown()
         if self.grpc is not None:

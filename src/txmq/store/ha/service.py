@@ -161,7 +161,7 @@ class HAService:
         return f"{self.config.listen_host}:{self.config.listen_port}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self.config.listen_host, self.config.listen_port)
+        self._server = await asyncio.start_server(self.accept, self.config.listen_host, self.config.listen_port)
         if self.config.listen_port == 0:
             self.config.listen_port = self._server.sockets[0].getsockname()[1]
         log.info("HA service listening on %s", self.addr)
@@ -181,7 +181,9 @@ class HAService:
 
     # --- slaves ---------------------------------------------------------------------------------------
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one slave's connection: from this service's own port (``start``), or from the port a broker in
+        controller mode keeps for its whole life and hands to the service of its current master term."""
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
