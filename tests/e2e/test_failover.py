@@ -40,10 +40,11 @@ def group(cluster):
 
 
 def test_short_fault_campaign(group, cluster):
-    faults = ("kill", "pause", "partition", "slave-flip", "slave-truncate", "kill")
+    # each fault kind once (the long campaign, bench/faults.py, repeats them); one kill, for the 20-minute budget
+    faults = ("kill", "pause", "partition", "slave-flip", "slave-truncate")
     figures = run_campaign(cluster, group, faults, random.Random(13), cluster.root / "cpp-home")
     print(figures)
-    assert figures.faults == {"kill": 2, "pause": 1, "partition": 1, "slave-flip": 1, "slave-truncate": 1}
+    assert figures.faults == {"kill": 1, "pause": 1, "partition": 1, "slave-flip": 1, "slave-truncate": 1}
     assert figures.sends_acked > 100 and figures.tx_acked > 20 and figures.cpp_sends_acked > 20
     assert figures.grpc_sends_acked > 20
     # The partitioned master, still reached by clients, refused a send once another master acted; not stored,
@@ -62,17 +63,17 @@ def test_short_fault_campaign(group, cluster):
     assert (figures.consumed_rollback, figures.consumed_halves) == (0, 0), figures
     assert figures.split_brain_epochs == 0
     assert figures.replicas_identical
-    assert len(figures.failover_s) == 4 and max(figures.failover_s) < 15
+    assert len(figures.failover_s) == 3 and max(figures.failover_s) < 15
     # The tools show the epochs and the SyncStateSet.
     env = dict(cluster.env, NAMESRV_ADDR=cluster.namesrv_addr)
     out = subprocess.run([sys.executable, "-m", "txmq.cli", "controller", "status", "--controller",
                           group.controller_addr], capture_output=True, text=True, timeout=30, env=env)
     assert out.returncode == 0, out.stderr
-    assert "epoch 5" in out.stdout and "SyncStateSet [1, 2, 3]" in out.stdout, out.stdout
+    assert "epoch 4" in out.stdout and "SyncStateSet [1, 2, 3]" in out.stdout, out.stdout
     out = subprocess.run([sys.executable, "-m", "txmq.cli", "ha", "status"], capture_output=True, text=True,
                          timeout=30, env=env)
     assert out.returncode == 0, out.stderr
-    assert "SyncStateSet [1, 2, 3]" in out.stdout and "epoch 5" in out.stdout, out.stdout
+    assert "SyncStateSet [1, 2, 3]" in out.stdout and "epoch 4" in out.stdout, out.stdout
 
 
 def test_a_controller_inside_the_name_server(tmp_path):
