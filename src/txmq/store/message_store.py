@@ -810,10 +810,16 @@ class DefaultMessageStore:
 
     def set_confirm_offset(self, offset: int | None) -> None:
         """Bound consumers' reads at ``offset`` (capped at the log's end; None: no bound) and wake the long polls
-        of the records it now covers."""
+        of the records it now covers. A bound lowered below the log's end (a start at 0 over a recovered log, a
+        new master's lower one) uncovers records told of before, or never: every queue's arrival is held again
+        until the bound covers the log's present end."""
+        end = self.commit_log.max_offset
+        previous = self._confirm_offset
         if offset is not None:
-            offset = min(offset, self.commit_log.max_offset)
+            offset = min(offset, end)
         self._confirm_offset = offset
+        if offset is not None and offset < end and (previous is None or offset < previous):
+            self._notify(dict(self._queue_offsets), end)
         held = self._held_arrivals
         while held and (offset is None or held[0][0] <= offset):
             self._tell_arrivals(held.popleft()[1])
