@@ -88,8 +88,14 @@ class _Put:
 def _settle(fut: asyncio.Future[Any], answer: Callable[[PutMessageResult], Any] | None,
             result: PutMessageResult) -> None:
     """Resolve a put's future with ``answer(result)`` (``result`` itself without an answer); an answer that raises
-    fails the future, as an awaiting caller would have seen it. A future given up on (cancelled) is left alone."""
+    fails the future, as an awaiting caller would have seen it. A future given up on (cancelled) is left alone,
+    but its answer still runs: the put is stored all the same, and an answer may record it (a half's tracking)."""
     if fut.done():
+        if answer is not None and fut.cancelled():
+            try:
+                answer(result)
+            except Exception:
+                log.exception("the answer to a put whose caller was gone failed")
         return
     if answer is None:
         fut.set_result(result)
