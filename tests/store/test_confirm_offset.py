@@ -79,3 +79,20 @@ def test_long_polls_hear_of_records_a_lowered_bound_covers_again(tmp_path):
             assert heard == [3, 3]
 
     run(go)
+
+
+def test_an_offset_found_by_time_for_a_consumer_is_not_past_the_bound(tmp_path):
+    """A consumer starting from a time (SEARCH_OFFSET_BY_TIMESTAMP, gRPC QueryOffset, a reset by time) is given
+    an offset no further than the bound: one inside the tail past it would skip what a new master writes there
+    after a failover that lost the tail (what the bound is for)."""
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(tmp_path)) as store:
+            ends = await _put(store, 4)
+            store.set_confirm_offset(ends[1])
+            future = 2**62
+            assert store.get_offset_in_queue_by_time("T", 0, future) == 4  # the broker's own view: the log
+            assert store.get_offset_in_queue_by_time("T", 0, future, confirmed=True) == 2
+            assert store.get_offset_in_queue_by_time("T", 0, 0, confirmed=True) == 0
+            assert store.get_offset_in_queue_by_time("none", 0, future, confirmed=True) == 0
+
+    run(go)

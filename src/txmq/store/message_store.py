@@ -999,11 +999,15 @@ class DefaultMessageStore:
         entry = cq.entry(cq_offset) if cq and cq.min_offset <= cq_offset < cq.max_offset else None
         return entry[0] if entry else 0
 
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """First queue offset whose message was stored at or after ``timestamp_ms``; max offset if none."""
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int, *,
+                                    confirmed: bool = False) -> int:
+        """First queue offset whose message was stored at or after ``timestamp_ms``; max offset if none.
+        ``confirmed`` (a consumer's start): no further than the records up to the confirm offset."""
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
             return 0
+        if confirmed:
+            return min(self.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms), self._confirmed_max(cq))
 
         def store_time(phy: int) -> int:
             try:
