@@ -195,3 +195,20 @@ def test_a_half_stored_with_a_late_flush_is_tracked(tmp_path):
         assert all(service.table.info(m.queue_offset) is not None for m in msgs)
         await store.shutdown()
     asyncio.run(go())
+
+
+def test_a_half_whose_sender_is_gone_is_tracked_as_stored(tmp_path):
+    """A half put whose waiter was cancelled (a gRPC send whose client went away, a closed connection) is still
+    written: the table must track it as the log has it, else it is never checked, and a restart's replay brings
+    it back pending, to be committed by a check after the producer's retry committed its copy."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        msgs = [MessageExt("orders", b"gone", {MessageConst.TRANSACTION_PREPARED: "true",
+                                               MessageConst.PRODUCER_GROUP: "g"})]
+        fut = service.prepare_messages(msgs)
+        fut.cancel()
+        await half(service, 1)  # a later half: the cancelled one's group is written and answered by then
+        assert store.get_max_offset_in_queue("RMQ_SYS_TRANS_HALF_TOPIC", 0) == 2
+        assert service.table.info(0) is not None and sorted(service.table.pending) == [0, 1]
+        await store.shutdown()
+    asyncio.run(go())

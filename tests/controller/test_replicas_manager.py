@@ -316,3 +316,26 @@ def test_a_slave_joins_the_sync_state_set_once_it_has_what_every_member_has_not_
     assert proposed == ([[1, 2, 3]] if added else [])
     if added:  # counted for SYNC puts from its proposal on
         assert needed[0] == frozenset({2, 3}) and rm.sync_state_set == [1, 2, 3]
+
+
+def test_a_member_connected_but_not_reported_yet_lets_no_slave_join(tmp_path):
+    """A member's new HA connection has no acknowledged offset (-1) until its first report: it says nothing of
+    what that member holds, so a slave far behind must not join on it (the controller could then elect a replica
+    without the acknowledged puts). The join waits for what the reported members hold, the master's end without."""
+    cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
+                       controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
+    now = time.monotonic()
+    conns = [SimpleNamespace(broker_id=3, ack_offset=-1, last_report=now),
+             SimpleNamespace(broker_id=2, ack_offset=0, last_report=now)]
+    ha = SimpleNamespace(connections=conns, in_sync=lambda c: c.ack_offset >= 0, set_needed_slaves=lambda ids: None)
+    broker = SimpleNamespace(config=cfg, ha_service=ha, store=SimpleNamespace(max_phy_offset=1000))
+    rm = ReplicasManager(broker)  # type: ignore[arg-type]
+    rm.sync_state_set = [1, 3]
+    proposed: list[list[int]] = []
+
+    async def call(code: int, body: dict) -> dict:
+        proposed.append(body["syncStateSet"])
+        return {"sync_state_set": body["syncStateSet"], "sync_state_set_epoch": 2}
+    rm._call = call  # type: ignore[method-assign]
+    asyncio.run(rm._maintain_sync_state_set())
+    assert all(2 not in p for p in proposed), proposed

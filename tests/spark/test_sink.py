@@ -262,3 +262,29 @@ def test_query_marks_stop_a_responder_once_its_own_run_ended(tmp_path: Path, mon
     (tmp_path / "ckpt" / "metadata").write_text('{"id":"5f0c7a4e-query"}\n')
     assert query_id(str(tmp_path / "ckpt")) == "5f0c7a4e-query"
     assert query_id(str(tmp_path / "none")) is None and query_id(None) is None
+
+
+def test_a_next_runs_start_marked_during_an_older_runs_end_is_kept(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listener's start (the query's thread) and an older run's end (the listener bus) may be called at once:
+    a start written between the end's check of the latest run and its write must not be overwritten."""
+    import tempfile
+    import threading
+
+    from txmq.spark import lifecycle
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    lifecycle.mark_run("q1", "run1", stopped=False)
+    real_prune = lifecycle._prune_marks
+    starter = threading.Thread(target=lifecycle.mark_run, args=("q1", "run2", False))
+
+    def prune_while_run2_starts() -> None:  # between the end's check and its write
+        starter.start()
+        time.sleep(0.2)
+        real_prune()
+    monkeypatch.setattr(lifecycle, "_prune_marks", prune_while_run2_starts)
+    lifecycle.mark_run("q1", "run1", stopped=True)
+    starter.join(5)
+    assert not starter.is_alive()
+    mark = lifecycle._read_mark("q1")
+    assert mark is not None and (mark["run"], mark["stopped"]) == ("run2", False), mark

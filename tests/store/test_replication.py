@@ -67,7 +67,8 @@ def test_ha_port_refuses_garbage_and_wrong_peers_with_one_line_each(tmp_path, ca
                 wrong = [Hello(1, SEGMENT, 0, bytes(8), "Other", "broker-a"),
                          Hello(1, SEGMENT, 0, bytes(8), "C", "broker-b"),
                          Hello(0, SEGMENT, 0, bytes(8), "C", "broker-a"),
-                         Hello(1, SEGMENT * 2, 0, bytes(8), "C", "broker-a")]
+                         Hello(1, SEGMENT * 2, 0, bytes(8), "C", "broker-a"),
+                         Hello(1, SEGMENT, 0, bytes(8), "C", "broker-a", version=1)]  # a slave not upgraded
                 for hello in wrong:
                     r, w = await asyncio.open_connection("127.0.0.1", port)
                     w.write(hello.encode())
@@ -88,9 +89,10 @@ def test_ha_port_refuses_garbage_and_wrong_peers_with_one_line_each(tmp_path, ca
 
     with caplog.at_level(logging.WARNING, "txmq.ha"):
         answers = run(go)
-    assert [a.accepted for a in answers] == [False] * 4
+    assert [a.accepted for a in answers] == [False] * 5
     assert "Other/broker-a" in answers[0].remark and "C/broker-b" in answers[1].remark
     assert "only slaves" in answers[2].remark and "mappedFileSizeCommitLog" in answers[3].remark
+    assert "HA protocol version 1, this master 2" in answers[4].remark
     lines = [r.getMessage() for r in caplog.records if r.name == "txmq.ha"]
     assert sum("refused" in line for line in lines) >= 5, lines
     assert any("not a txmq HA hello" in line for line in lines)

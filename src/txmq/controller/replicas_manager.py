@@ -331,8 +331,10 @@ class ReplicasManager:
         current = set(self.sync_state_set)
         # Caught up = holding what every connected member holds (RocketMQ compares with its confirmOffset): every
         # acknowledged put is below that, and a put above it waits for the new member from its proposal on. Its
-        # end never equals a master's that keeps writing, so "equal to our end" left a slave out under load.
-        confirmed = min((conns[i].ack_offset for i in current if i in conns), default=end)
+        # end never equals a master's that keeps writing, so "equal to our end" left a slave out under load. A
+        # member's connection that has not reported yet (-1) says nothing of what it holds: not counted.
+        confirmed = min((conns[i].ack_offset for i in current if i in conns and conns[i].ack_offset >= 0),
+                        default=end)
         caught_up = {i for i, c in conns.items() if i not in current and c.ack_offset >= confirmed}
         behind = {i for i in current - {self.replica_id}
                   if i not in conns or not ha.in_sync(conns[i])

@@ -536,7 +536,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             elif request.query_offset_policy == pb.END:
                 offset = store.get_max_offset_in_queue(topic, q, confirmed=True)
             else:
-                offset = store.get_offset_in_queue_by_time(topic, q, ms_of_timestamp(request.timestamp))
+                offset = store.get_offset_in_queue_by_time(topic, q, ms_of_timestamp(request.timestamp), confirmed=True)
             return spb.QueryOffsetResponse(status=status(), offset=offset)
         return await self._guard(lambda s: spb.QueryOffsetResponse(status=s), body, "QueryOffset")
 

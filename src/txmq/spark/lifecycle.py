@@ -76,15 +76,20 @@ def stopped_after(query: str, started_s: float) -> bool:
     return bool(mark and mark.get("stopped") and float(mark.get("at", 0)) > started_s)
 
 
+_marking = threading.Lock()  # the listener's calls come on several threads (a start on the query's, ends on the bus)
+
+
 def mark_run(query: str, run: str, stopped: bool) -> None:
     """Record that ``run`` of ``query`` started or stopped; a stop of a run that is no longer the latest is
-    ignored."""
-    if stopped:
-        mark = _read_mark(query)
-        if mark is not None and mark.get("run") != run:
-            return
-        _prune_marks()
-    write_atomic(marks_dir() / query, json.dumps({"run": run, "stopped": stopped, "at": time.time()}).encode())
+    ignored. One at a time: a next run's start written between an end's check and its write would be lost, and
+    the next run's responders stopped."""
+    with _marking:
+        if stopped:
+            mark = _read_mark(query)
+            if mark is not None and mark.get("run") != run:
+                return
+            _prune_marks()
+        write_atomic(marks_dir() / query, json.dumps({"run": run, "stopped": stopped, "at": time.time()}).encode())
 
 
 def _prune_marks() -> None:

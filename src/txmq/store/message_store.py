@@ -88,8 +88,14 @@ class _Put:
 def _settle(fut: asyncio.Future[Any], answer: Callable[[PutMessageResult], Any] | None,
             result: PutMessageResult) -> None:
     """Resolve a put's future with ``answer(result)`` (``result`` itself without an answer); an answer that raises
-    fails the future, as an awaiting caller would have seen it. A future given up on (cancelled) is left alone."""
+    fails the future, as an awaiting caller would have seen it. A future given up on (cancelled) is left alone,
+    but its answer still runs: the put is stored all the same, and an answer may record it (a half's tracking)."""
     if fut.done():
+        if answer is not None and fut.cancelled():
+            try:
+                answer(result)
+            except Exception:
+                log.exception("the answer to a put whose caller was gone failed")
         return
     if answer is None:
         fut.set_result(result)
@@ -810,10 +816,16 @@ class DefaultMessageStore:
 
     def set_confirm_offset(self, offset: int | None) -> None:
         """Bound consumers' reads at ``offset`` (capped at the log's end; None: no bound) and wake the long polls
-        of the records it now covers."""
+        of the records it now covers. A bound lowered below the log's end (a start at 0 over a recovered log, a
+        new master's lower one) uncovers records told of before, or never: every queue's arrival is held again
+        until the bound covers the log's present end."""
+        end = self.commit_log.max_offset
+        previous = self._confirm_offset
         if offset is not None:
-            offset = min(offset, self.commit_log.max_offset)
+            offset = min(offset, end)
         self._confirm_offset = offset
+        if offset is not None and offset < end and (previous is None or offset < previous):
+            self._notify(dict(self._queue_offsets), end)
         held = self._held_arrivals
         while held and (offset is None or held[0][0] <= offset):
             self._tell_arrivals(held.popleft()[1])
@@ -987,11 +999,15 @@ class DefaultMessageStore:
         entry = cq.entry(cq_offset) if cq and cq.min_offset <= cq_offset < cq.max_offset else None
         return entry[0] if entry else 0
 
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """First queue offset whose message was stored at or after ``timestamp_ms``; max offset if none."""
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int, *,
+                                    confirmed: bool = False) -> int:
+        """First queue offset whose message was stored at or after ``timestamp_ms``; max offset if none.
+        ``confirmed`` (a consumer's start): no further than the records up to the confirm offset."""
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
             return 0
+        if confirmed:
+            return min(self.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms), self._confirmed_max(cq))
 
         def store_time(phy: int) -> int:
             try:

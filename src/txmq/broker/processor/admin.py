@@ -150,7 +150,7 @@ class AdminBrokerProcessor:
 
     def _search_offset(self, cmd: RemotingCommand) -> RemotingCommand:
         h = SearchOffsetRequestHeader.from_ext(cmd.ext_fields)
-        offset = self.broker.store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp)
+        offset = self.broker.store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp, confirmed=True)
         return _ok(cmd, ext={"offset": str(offset)})
 
     def _earliest_time(self, cmd: RemotingCommand) -> RemotingCommand:

@@ -166,7 +166,7 @@ class OpsProcessor:
         table = []
         for q in queues:
             target = (store.get_max_offset_in_queue(h.topic, q, confirmed=True) if h.timestamp < 0
-                      else store.get_offset_in_queue_by_time(h.topic, q, h.timestamp))
+                      else store.get_offset_in_queue_by_time(h.topic, q, h.timestamp, confirmed=True))
             current = offsets.query(h.group, h.topic, q)
             if not h.is_force and 0 <= current < target:
                 target = current

@@ -49,9 +49,10 @@ class Hello:
     tail: bytes
     cluster: str
     broker_name: str
+    version: int = VERSION  # a peer of another version is refused with a Welcome saying so (same layout in 1)
 
     def encode(self) -> bytes:
-        head = HELLO.pack(MAGIC, VERSION, self.broker_id, self.segment_size, self.max_offset, self.tail)
+        head = HELLO.pack(MAGIC, self.version, self.broker_id, self.segment_size, self.max_offset, self.tail)
         return head + _text(self.cluster) + _text(self.broker_name)
 
 
@@ -87,13 +88,11 @@ async def read_hello(reader: asyncio.StreamReader) -> Hello:
     magic, version, broker_id, segment_size, max_offset, tail = HELLO.unpack(await reader.readexactly(HELLO.size))
     if magic != MAGIC:
         raise HandshakeError(f"not a txmq HA hello (first bytes {magic!r})")
-    if version != VERSION:
-        raise HandshakeError(f"HA protocol version {version}, this master speaks {VERSION}")
     if max_offset < 0 or segment_size <= 0:
         raise HandshakeError(f"impossible offsets (max {max_offset}, segment size {segment_size})")
     cluster = await _read_text(reader, MAX_NAME)
     name = await _read_text(reader, MAX_NAME)
-    return Hello(broker_id, segment_size, max_offset, tail, cluster, name)
+    return Hello(broker_id, segment_size, max_offset, tail, cluster, name, version)
 
 
 async def read_welcome(reader: asyncio.StreamReader) -> Welcome:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from txmq.errors import StoreError
 from txmq.store.ha.config import HAConfig
-from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, HandshakeError, Hello, Welcome, read_hello
+from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, VERSION, HandshakeError, Hello, Welcome, read_hello
 from txmq.store.message_store import DefaultMessageStore
 from txmq.store.record import BLANK_MAGIC_CODE, read_prefix
 from txmq.store.results import PutMessageStatus
@@ -220,6 +220,8 @@ class HAService:
 
     def _refusal(self, hello: Hello) -> str | None:
         cfg = self.config
+        if hello.version != VERSION:
+            return f"peer speaks HA protocol version {hello.version}, this master {VERSION}: upgrade it"
         if hello.cluster != cfg.cluster_name or hello.broker_name != cfg.broker_name:
             return (f"peer is {hello.cluster}/{hello.broker_name}, this master is {cfg.cluster_name}/"
                     f"{cfg.broker_name}")
