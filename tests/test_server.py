@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gc
+import socket
+from pathlib import Path
 
+from txmq.launch import free_port
 from txmq.server import tune_gc
 
 
@@ -18,3 +21,14 @@ def test_tune_gc_freezes_startup_objects_and_keeps_the_thresholds() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_free_ports_are_below_the_ephemeral_range_and_never_handed_out_twice():
+    """A port picked for a process started later must not be one an outgoing connection or a port-0 listener
+    can take meanwhile (the kernel's ephemeral range), nor one this process already gave out."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert all(1024 <= p < low for p in ports), ports
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[-1]))  # free when given

@@ -5,17 +5,50 @@ orders example, the benches and the tests. A process is ready when it prints its
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Self
 
-from txmq.broker.controller import pick_free_port as free_port
+from txmq.broker.controller import pick_free_port
 from txmq.server import parse_ready
 
 __all__ = ["ServerProcess", "free_port", "txmq_command"]
+
+
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now for a process started later, chosen below the kernel's ephemeral range: every outgoing
+    connection and port-0 listener draws its port from that range, so a port picked there and bound seconds later
+    could be taken meanwhile (two fresh-clone CI runs lost a controller's and an HA port so). Never the same port
+    twice in one process."""
+    low = _ephemeral_low()
+    for _ in range(1000):
+        port = random.randrange(max(1024, low - 20_000), low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    return pick_free_port(host)  # a range below the ephemeral one with nothing free: the kernel's choice
 
 
 def txmq_command(*args: str) -> list[str]:
