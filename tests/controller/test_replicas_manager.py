@@ -290,19 +290,12 @@ def test_the_slave_link_is_the_masters_broker_ip2_at_its_listen_port():
     assert slave_link("127.0.0.1:1001", "127.0.0.2:2001") == "127.0.0.2:1001"
     assert slave_link("10.0.0.1:10911", "") == "10.0.0.1:10911"
 
-@pytest.mark.parametrize("ack, added", [(950, True), (900, True), (899, False)])
-def test_a_slave_joins_the_sync_state_set_once_it_has_what_every_member_has_not_the_masters_end(tmp_path, ack,
-                                                                                                added):
-    """Under steady sends a slave's acknowledged offset never equals the master's end: it joins once it holds
-    what every connected member holds (every acknowledged put is below that), else it never rejoined under load
-    (a CI fault campaign waited 60 s for it)."""
+def _maintain_sync_state_set(tmp_path, conns: list, in_sync, set_needed) -> tuple[ReplicasManager, list[list[int]]]:
+    """One pass of a master's SyncStateSet upkeep (members [1, 3]) over stand-in HA connections of slaves 3 and
+    2, the master's log ending at 1000: the manager, and the sets it proposed to the controller."""
     cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
                        controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
-    now = time.monotonic()
-    conns = [SimpleNamespace(broker_id=3, ack_offset=900, last_report=now),
-             SimpleNamespace(broker_id=2, ack_offset=ack, last_report=now)]
-    needed: list[frozenset[int]] = []
-    ha = SimpleNamespace(connections=conns, in_sync=lambda c: True, set_needed_slaves=needed.append)
+    ha = SimpleNamespace(connections=conns, in_sync=in_sync, set_needed_slaves=set_needed)
     broker = SimpleNamespace(config=cfg, ha_service=ha, store=SimpleNamespace(max_phy_offset=1000))
     rm = ReplicasManager(broker)  # type: ignore[arg-type]
     rm.sync_state_set = [1, 3]
@@ -313,6 +306,20 @@ def test_a_slave_joins_the_sync_state_set_once_it_has_what_every_member_has_not_
         return {"sync_state_set": body["syncStateSet"], "sync_state_set_epoch": 2}
     rm._call = call  # type: ignore[method-assign]
     asyncio.run(rm._maintain_sync_state_set())
+    return rm, proposed
+
+
+@pytest.mark.parametrize("ack, added", [(950, True), (900, True), (899, False)])
+def test_a_slave_joins_the_sync_state_set_once_it_has_what_every_member_has_not_the_masters_end(tmp_path, ack,
+                                                                                                added):
+    """Under steady sends a slave's acknowledged offset never equals the master's end: it joins once it holds
+    what every connected member holds (every acknowledged put is below that), else it never rejoined under load
+    (a CI fault campaign waited 60 s for it)."""
+    now = time.monotonic()
+    conns = [SimpleNamespace(broker_id=3, ack_offset=900, last_report=now),
+             SimpleNamespace(broker_id=2, ack_offset=ack, last_report=now)]
+    needed: list[frozenset[int]] = []
+    rm, proposed = _maintain_sync_state_set(tmp_path, conns, lambda c: True, needed.append)
     assert proposed == ([[1, 2, 3]] if added else [])
     if added:  # counted for SYNC puts from its proposal on
         assert needed[0] == frozenset({2, 3}) and rm.sync_state_set == [1, 2, 3]
@@ -322,20 +329,8 @@ def test_a_member_connected_but_not_reported_yet_lets_no_slave_join(tmp_path):
     """A member's new HA connection has no acknowledged offset (-1) until its first report: it says nothing of
     what that member holds, so a slave far behind must not join on it (the controller could then elect a replica
     without the acknowledged puts). The join waits for what the reported members hold, the master's end without."""
-    cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
-                       controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
     now = time.monotonic()
     conns = [SimpleNamespace(broker_id=3, ack_offset=-1, last_report=now),
              SimpleNamespace(broker_id=2, ack_offset=0, last_report=now)]
-    ha = SimpleNamespace(connections=conns, in_sync=lambda c: c.ack_offset >= 0, set_needed_slaves=lambda ids: None)
-    broker = SimpleNamespace(config=cfg, ha_service=ha, store=SimpleNamespace(max_phy_offset=1000))
-    rm = ReplicasManager(broker)  # type: ignore[arg-type]
-    rm.sync_state_set = [1, 3]
-    proposed: list[list[int]] = []
-
-    async def call(code: int, body: dict) -> dict:
-        proposed.append(body["syncStateSet"])
-        return {"sync_state_set": body["syncStateSet"], "sync_state_set_epoch": 2}
-    rm._call = call  # type: ignore[method-assign]
-    asyncio.run(rm._maintain_sync_state_set())
+    _, proposed = _maintain_sync_state_set(tmp_path, conns, lambda c: c.ack_offset >= 0, lambda ids: None)
     assert all(2 not in p for p in proposed), proposed
