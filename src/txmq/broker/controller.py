@@ -277,7 +277,7 @@ class BrokerController:
         every role). Bound only on becoming master, the port could be taken meanwhile by any process's
         connection or listener (a CI campaign's proxy got it: the elected master could not serve its slaves).
         While this replica is not master a connection is closed at once; its slave tries again."""
-        cfg = self._ha_config()
+        host, port = self.config.broker_ip1, self.config.ha_listen_port  # resolved by _ha_config in __init__
 
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             if self.ha_service is None:
@@ -285,9 +285,8 @@ class BrokerController:
                 return
             await self.ha_service.accept(reader, writer)
 
-        self._ha_port = await asyncio.start_server(accept, cfg.listen_host, cfg.listen_port)
-        log.info("HA port %s:%d bound (serves slaves while this replica is master)", cfg.listen_host,
-                 cfg.listen_port)
+        self._ha_port = await asyncio.start_server(accept, host, port)
+        log.info("HA port %s:%d bound (serves slaves while this replica is master)", host, port)
 
     async def _start_metrics(self) -> None:
         kind = self.config.metrics_exporter_type.upper()
