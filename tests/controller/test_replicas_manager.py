@@ -290,15 +290,17 @@ def test_the_slave_link_is_the_masters_broker_ip2_at_its_listen_port():
     assert slave_link("127.0.0.1:1001", "127.0.0.2:2001") == "127.0.0.2:1001"
     assert slave_link("10.0.0.1:10911", "") == "10.0.0.1:10911"
 
-def _maintain_sync_state_set(tmp_path, conns: list, in_sync, set_needed) -> tuple[ReplicasManager, list[list[int]]]:
-    """One pass of a master's SyncStateSet upkeep (members [1, 3]) over stand-in HA connections of slaves 3 and
-    2, the master's log ending at 1000: the manager, and the sets it proposed to the controller."""
+def _maintain_sync_state_set(tmp_path, conns: list, in_sync, set_needed,
+                             members: tuple[int, ...] = (1, 3)) -> tuple[ReplicasManager, list[list[int]]]:
+    """One pass of a master's SyncStateSet upkeep (``members``) over stand-in HA connections, the master's log
+    ending at 1000: the manager (``rm.broker.store.max_phy_offset`` moves the end), and the sets it proposed."""
     cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
                        controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
-    ha = SimpleNamespace(connections=conns, in_sync=in_sync, set_needed_slaves=set_needed)
+    ha = SimpleNamespace(connections=conns, in_sync=in_sync, set_needed_slaves=set_needed,
+                         config=SimpleNamespace(transfer_batch_size=64))
     broker = SimpleNamespace(config=cfg, ha_service=ha, store=SimpleNamespace(max_phy_offset=1000))
     rm = ReplicasManager(broker)  # type: ignore[arg-type]
-    rm.sync_state_set = [1, 3]
+    rm.sync_state_set = list(members)
     proposed: list[list[int]] = []
 
     async def call(code: int, body: dict) -> dict:
@@ -307,6 +309,35 @@ def _maintain_sync_state_set(tmp_path, conns: list, in_sync, set_needed) -> tupl
     rm._call = call  # type: ignore[method-assign]
     asyncio.run(rm._maintain_sync_state_set())
     return rm, proposed
+
+
+def test_a_master_alone_in_its_set_counts_a_close_slave_first_and_adds_it_once_it_holds_the_end_of_then(tmp_path):
+    """Alone in its set, a master's bar is its own end, which moves on under load (a CI campaign waited 60 s for a
+    slave that never caught it): a slave within haMaxGapNotInSync is first counted for SYNC puts (they wait for
+    it from then on) and proposed once it holds the end the log had then, though the end has moved on."""
+    now = time.monotonic()
+    slave = SimpleNamespace(broker_id=2, ack_offset=950, last_report=now)
+    needed: list[frozenset[int]] = []
+    rm, proposed = _maintain_sync_state_set(tmp_path, [slave], lambda c: c.ack_offset >= 0, needed.append,
+                                            members=(1,))
+    assert proposed == [] and needed[-1] == frozenset({2})  # counted, not yet proposed
+    rm.broker.store.max_phy_offset = 1200  # sends go on
+    slave.ack_offset, slave.last_report = 1100, time.monotonic()  # past the end of then (1000), not the end now
+    asyncio.run(rm._maintain_sync_state_set())
+    assert proposed == [[1, 2]] and rm.sync_state_set == [1, 2] and needed[-1] == frozenset({2})
+
+
+def test_a_master_alone_in_its_set_does_not_count_a_slave_further_than_one_transfer_batch(tmp_path):
+    """A slave still copying a backlog (here 65 bytes behind, the batch is 64) is not counted: SYNC puts would
+    wait for it (a CI campaign counting slaves within haMaxGapNotInSync acknowledged only 2,621 sends)."""
+    slave = SimpleNamespace(broker_id=2, ack_offset=935, last_report=time.monotonic())
+    needed: list[frozenset[int]] = []
+    rm, proposed = _maintain_sync_state_set(tmp_path, [slave], lambda c: c.ack_offset >= 0, needed.append,
+                                            members=(1,))
+    assert proposed == [] and needed == [] and rm._joining == {}
+    slave.ack_offset = 936  # within one batch now
+    asyncio.run(rm._maintain_sync_state_set())
+    assert needed[-1] == frozenset({2}) and rm._joining == {2: 1000}
 
 
 @pytest.mark.parametrize("ack, added", [(950, True), (900, True), (899, False)])

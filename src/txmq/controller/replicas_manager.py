@@ -15,7 +15,8 @@ the controller gives, keeps the SyncStateSet as master, and fences itself when i
   stops acknowledging and steps down to a slave without a master until the controller answers again.
 - **SyncStateSet.** A caught-up slave (it has what every connected member has) is added, and counted for
   SYNC_MASTER puts from the moment it is proposed; a slave gone or behind is removed, and counted until the
-  controller confirms the removal.
+  controller confirms the removal. A master alone in its set first counts a slave within one transfer batch of
+  its end, and adds it once it holds that end (the bar "its own end" moves with every send).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class ReplicasManager:
         self.sync_state_set_epoch = 0
         self.lease_from = 0.0  # monotonic send time of the last heartbeat that confirmed this master
         self._pending_add: set[int] = set()  # slaves proposed for the SyncStateSet, not yet confirmed
+        self._joining: dict[int, int] = {}  # slaves counted for SYNC puts before their proposal: id -> log end then
         self._leader = self.controllers[0]
         self._task: asyncio.Task[None] | None = None
         self._changing = asyncio.Lock()
@@ -251,6 +253,7 @@ class ReplicasManager:
         self.epoch = epoch
         self.master_addr = self.broker.addr
         self._pending_add.clear()
+        self._joining.clear()
         self.lease_from = time.monotonic()
         await self.broker.change_to_master(self.master_role)
         log.warning("this replica (id %d) is master of %s at epoch %d, log ends at %d", self.replica_id,
@@ -319,7 +322,8 @@ class ReplicasManager:
     def _set_needed(self, members: list[int]) -> None:
         ha = self.broker.ha_service
         if ha is not None:
-            ha.set_needed_slaves(frozenset(m for m in members if m != self.replica_id) | self._pending_add)
+            ha.set_needed_slaves(frozenset(m for m in members if m != self.replica_id) | self._pending_add
+                                 | self._joining.keys())
 
     async def _maintain_sync_state_set(self) -> None:
         ha = self.broker.ha_service
@@ -335,10 +339,26 @@ class ReplicasManager:
         # member's connection that has not reported yet (-1) says nothing of what it holds: not counted.
         confirmed = min((conns[i].ack_offset for i in current if i in conns and conns[i].ack_offset >= 0),
                         default=end)
-        caught_up = {i for i, c in conns.items() if i not in current and c.ack_offset >= confirmed}
-        behind = {i for i in current - {self.replica_id}
-                  if i not in conns or not ha.in_sync(conns[i])
-                  or (conns[i].ack_offset < end and now - conns[i].last_report > SLAVE_BEHIND_S)}
+        # With no member but the master that bar is the log's end itself, which never stays still under load.
+        # So a slave within one transfer batch of the end is first counted (SYNC_MASTER puts wait for it, the
+        # confirm offset stays until it has it), and joins once it holds the log's end of that moment: every put
+        # acknowledged before was below that end. "Close" is one batch, not haMaxGapNotInSync: puts wait for a
+        # counted slave, and one still copying a backlog would stall them.
+        def lagging(i: int) -> bool:
+            return i not in conns or not ha.in_sync(conns[i]) or (
+                conns[i].ack_offset < end and now - conns[i].last_report > SLAVE_BEHIND_S)
+
+        counted = set(self._joining)
+        for i in [i for i in self._joining if i in current or lagging(i)]:
+            del self._joining[i]
+        for i in conns.keys() - current - self._joining.keys():
+            if not lagging(i) and end - conns[i].ack_offset <= ha.config.transfer_batch_size:
+                self._joining[i] = end
+        if self._joining.keys() != counted:
+            self._set_needed(sorted(current))
+        caught_up = {i for i, c in conns.items() if i not in current
+                     and (c.ack_offset >= confirmed or c.ack_offset >= self._joining.get(i, end + 1))}
+        behind = {i for i in current - {self.replica_id} if lagging(i)}
         if not caught_up and not behind:
             return
         self._pending_add |= caught_up  # counted for SYNC_MASTER puts from now on
@@ -350,6 +370,8 @@ class ReplicasManager:
                 "masterEpoch": self.epoch, "syncStateSet": proposed, "syncStateSetEpoch": self.sync_state_set_epoch})
         finally:
             self._pending_add -= caught_up
+            for i in caught_up:
+                self._joining.pop(i, None)
         self.sync_state_set = [int(x) for x in state.get("sync_state_set", [])]
         self.sync_state_set_epoch = int(state.get("sync_state_set_epoch", 0))
         self._set_needed(self.sync_state_set)
