@@ -423,6 +423,7 @@ def check(group: FailoverGroup, workload: Workload, figures: Figures, timeout: f
     figures.split_brain_epochs = sum(1 for s in starts.values() if len(s) > 1)
 
 
+WARM_UP_ACKS = 25  # per producer, before the first fault
 CONSUMER_CATCH_UP_S = 30.0  # after the last fault and the replicas' check; it catches up within seconds
 
 
@@ -473,11 +474,13 @@ def run_campaign(cluster: Any, group: FailoverGroup, faults: Iterable[str], rng:
     workload.start()
     figures = Figures()
     try:
-        # The first fault waits for every producer's first acknowledgement: a kill at a client's start left the
-        # RocketMQ 5 client on a dead route for its 30 s refresh, longer than a short campaign.
-        assert wait_until(lambda: bool(workload.acked and workload.tx_acked)
-                          and all(d.acked for d in workload.drivers.values()), 30), \
-            {kind: len(d.acked) for kind, d in workload.drivers.items()}
+        # The first fault waits until every producer has WARM_UP_ACKS sends acknowledged, which the faults must then
+        # keep: a kill at a client's start left the RocketMQ 5 client on a dead route for its 30 s route refresh,
+        # longer than a short campaign, with nothing acknowledged to check.
+        assert wait_until(lambda: min(len(workload.acked), len(workload.tx_acked),
+                                      *(len(d.acked) for d in workload.drivers.values())) >= WARM_UP_ACKS, 30), \
+            {"txmq": len(workload.acked), "tx": len(workload.tx_acked),
+             **{kind: len(d.acked) for kind, d in workload.drivers.items()}}
         for n, fault in enumerate(faults):
             inject(group, workload, fault, figures, rng)
             if on_fault is not None:
