@@ -8,7 +8,8 @@ import asyncio
 import pytest
 from tx_helpers import end, half, lose_op_records, open_service
 
-from txmq.broker.transaction.service import OP_PROPERTY, EndEntry, TransactionalMessageService
+from txmq.broker.processor.end_transaction import _log_failure
+from txmq.broker.transaction.service import OP_PROPERTY, EndEntry, EndResult, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.remoting.codes import ResponseCode
@@ -355,3 +356,18 @@ def test_a_shared_put_torn_inside_a_record_by_a_crash(tmp_path, torn):
         assert stored(store) == ["m0", "m1"]
         await store.shutdown()
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("result, line", [
+    (EndResult(14), "oneway END_TRANSACTION refused: SERVICE_NOT_AVAILABLE"),
+    (EndResult(11, "fenced"), "oneway END_TRANSACTION refused: SLAVE_NOT_AVAILABLE (fenced)"),
+    (EndResult(9999), "oneway END_TRANSACTION refused: 9999")])
+def test_a_refused_oneway_decision_is_logged_by_its_codes_name_and_a_missing_remark_not_as_none(caplog, result,
+                                                                                               line):
+    async def decide() -> None:
+        decided = asyncio.get_running_loop().create_future()
+        decided.set_result(result)
+        _log_failure(decided)
+
+    asyncio.run(decide())
+    assert [r.getMessage() for r in caplog.records] == [line]

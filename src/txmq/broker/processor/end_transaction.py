@@ -125,7 +125,11 @@ def _log_failure(decided: asyncio.Future[EndResult]) -> None:
         return
     result = decided.result()
     if result.code not in _QUIET_ANSWERS:
-        log.warning("oneway END_TRANSACTION refused (%d): %s", result.code, result.remark)
+        try:
+            code = ResponseCode(result.code).name
+        except ValueError:
+            code = str(result.code)
+        log.warning("oneway END_TRANSACTION refused: %s%s", code, f" ({result.remark})" if result.remark else "")
 
 
 def _slave_refusal(cmd: RemotingCommand) -> RemotingCommand:
