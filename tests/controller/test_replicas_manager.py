@@ -13,14 +13,14 @@ import pytest
 
 from txmq.broker.config import BrokerConfig
 from txmq.broker.slave_synchronize import SlaveSynchronize
-from txmq.controller.replicas_manager import FollowerHAClient, ReplicasManager, slave_link
+from txmq.controller.replicas_manager import ReplicasManager, slave_link
 from txmq.errors import ClientError
 from txmq.launch import free_port
 from txmq.message import MessageExt
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.store import DefaultMessageStore, StoreConfig
-from txmq.store.ha import HAConfig, HAService
+from txmq.store.ha import HAClient, HAConfig, HAService
 from txmq.store.results import PutMessageStatus
 
 
@@ -157,7 +157,7 @@ def test_a_replica_whose_ha_session_ended_checks_its_master_again_before_copying
         broker.ha_client.master_address = "127.0.0.1:2001"  # a session open
         await rm._apply(_NAMED_1_AT_1, time.monotonic())
         assert broker.asked == [] and broker.followed == []
-        broker.ha_client.master_address = ""  # FollowerHAClient: the session ended
+        broker.ha_client.master_address = ""  # session_per_check: the session ended
         if follows:
             await rm._apply(_NAMED_1_AT_1, time.monotonic())
             assert broker.truncated == [900] and broker.followed == ["127.0.0.1:1001"]
@@ -196,7 +196,7 @@ def test_a_followers_ha_session_that_ends_leaves_it_without_a_master_until_check
         async with DefaultMessageStore(config("m")) as master, DefaultMessageStore(config("s")) as slave:
             ha = HAService(master, ha_config(0))
             await ha.start()
-            client = FollowerHAClient(slave, ha_config(2))
+            client = HAClient(slave, ha_config(2), session_per_check=True)
             client.start()
             try:
                 assert (await master.put_message(MessageExt("T", b"x" * 100, queue_id=0))).ok

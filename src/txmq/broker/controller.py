@@ -31,7 +31,7 @@ from txmq.broker.subscription_group_manager import SubscriptionGroupManager
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
-from txmq.controller.replicas_manager import FollowerHAClient, ReplicasManager
+from txmq.controller.replicas_manager import ReplicasManager
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -192,8 +192,8 @@ class BrokerController:
             enable_auto_in_sync_replicas=c.enable_auto_in_sync_replicas)
 
     def _new_ha_client(self, ha_config: HAConfig) -> HAClient:
-        """In controller mode a session per check of the named master (``FollowerHAClient``)."""
-        return (FollowerHAClient if self.replicas_manager is not None else HAClient)(self.store, ha_config)
+        """In controller mode a session per check of the named master (the replicas manager checks it)."""
+        return HAClient(self.store, ha_config, session_per_check=self.replicas_manager is not None)
 
     @property
     def ha_addr(self) -> str:

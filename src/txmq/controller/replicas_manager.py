@@ -5,10 +5,10 @@ the controller gives, keeps the SyncStateSet as master, and fences itself when i
   ``bootId`` (a master that restarts is thus seen by the controller, which elects again); the answer is its
   group's state. Named master (its replica id, at an epoch): it becomes master (a new epoch starts in its epoch file at
   its log's end). Named slave of another: it fetches that master's epoch file, truncates its own log on disk
-  where the two agree, and follows. Its HA client copies through one session per check: when the session
-  ends (the master stepped down, died, was fenced or cut off), the replica checks the named master again
-  before it copies another byte, so it never streams from a process that has since become master at another
-  epoch without first truncating where their epochs agree.
+  where the two agree, and follows. Its HA client copies through one session per check
+  (``session_per_check``): when the session ends (the master stepped down, died, was fenced or cut off), the
+  replica checks the named master again before it copies another byte, so it never streams from a process
+  that has since become master at another epoch without first truncating where their epochs agree.
 - **Lease.** A master acknowledges puts (sends, halves, decisions) only while its last heartbeat the
   controller confirmed was *sent* less than ``brokerLeaseMills`` ago; the controller elects only after
   ``controllerHeartBeatTimeoutMills`` without a heartbeat *received*, which is later. Past its lease a master
@@ -35,7 +35,6 @@ from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection
-from txmq.store.ha import HAClient
 from txmq.store.ha.epoch import EpochFile, consistent_point
 from txmq.store.results import PutMessageStatus
 
@@ -53,19 +52,6 @@ def slave_link(master_addr: str, master_ha_addr: str) -> str:
     replication carries them too, and a partition cuts them with it. Without a brokerIP2 that is brokerIP1."""
     host = master_ha_addr.rpartition(":")[0] or master_addr.rpartition(":")[0]
     return f"{host}:{master_addr.rpartition(':')[2]}"
-
-
-class FollowerHAClient(HAClient):
-    """A replica's HA client in controller mode: a session that ends leaves it without a master address, so it
-    does not reconnect on its own; the replicas manager checks the named master (acting at the named epoch, or
-    just elected) and truncates where their epochs agree before it gives the address back."""
-
-    async def _session(self, addr: str) -> None:
-        try:
-            await super()._session(addr)
-        finally:
-            if self.master_address == addr:
-                self.master_address = ""
 
 
 class ReplicasManager:

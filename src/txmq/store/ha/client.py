@@ -27,11 +27,14 @@ class ReplicationError(Exception):
 
 class HAClient:
     """Keeps a slave's commit log a copy of its master's; ``master_address`` may change at any time (the
-    name server tells a slave where its master is)."""
+    name server tells a slave where its master is). With ``session_per_check`` (controller mode) a session that
+    ends clears the address, so the client does not reconnect on its own: whoever set it checks the master (and
+    truncates where their logs agree) before it gives the address back."""
 
-    def __init__(self, store: DefaultMessageStore, config: HAConfig) -> None:
+    def __init__(self, store: DefaultMessageStore, config: HAConfig, session_per_check: bool = False) -> None:
         self.store = store
         self.config = config
+        self.session_per_check = session_per_check
         self.master_address = config.master_address
         self.connected = False
         self.master_max_offset = 0  # the master's end as last seen (handshake, then the frames' offsets)
@@ -87,6 +90,8 @@ class HAClient:
             finally:
                 self.connected = False
                 self._pending = b""
+                if self.session_per_check and self.master_address == addr:
+                    self.master_address = ""
             await asyncio.sleep(RETRY_S)
 
     async def _session(self, addr: str) -> None:
