@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from txmq.broker.stats import MESSAGE_SIZE_BUCKETS
-from txmq.broker.transaction.service import COMMIT_LATENCY_BUCKETS_MS
+from txmq.broker.transaction.metrics import COMMIT_LATENCY_BUCKETS_MS
 from txmq.errors import StoreError
 from txmq.message import decode_message
 from txmq.metrics.rpc import BUCKETS_MS as RPC_BUCKETS_MS

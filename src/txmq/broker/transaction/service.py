@@ -26,8 +26,6 @@ import functools
 import logging
 import struct
 import time
-from bisect import bisect_left
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +33,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from txmq.broker.transaction.metrics import TransactionMetrics
 from txmq.broker.transaction.state import Outcome, PendingInfo, TransactionStateTable
 from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
@@ -80,30 +79,6 @@ class EndEntry(NamedTuple):
     outcome: Outcome
 
 
-# Buckets of the commit latency histogram (ms from the half's store time to its commit): a person's check-back
-# timescale as well as a producer's own commit.
-COMMIT_LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 300_000)
-
-
-class GroupTransactions:
-    """Outcomes of one producer group's transactions, and its commit latencies by bucket."""
-
-    __slots__ = ("checks", "commits", "discards", "latency_buckets", "latency_sum_ms", "rollbacks")
-
-    def __init__(self) -> None:
-        self.commits = 0
-        self.rollbacks = 0
-        self.checks = 0
-        self.discards = 0
-        self.latency_buckets = [0] * (len(COMMIT_LATENCY_BUCKETS_MS) + 1)
-        self.latency_sum_ms = 0
-
-    def committed(self, latency_ms: int) -> None:
-        self.commits += 1
-        self.latency_sum_ms += latency_ms
-        self.latency_buckets[bisect_left(COMMIT_LATENCY_BUCKETS_MS, latency_ms)] += 1
-
-
 def _settle(futures: list[asyncio.Future[EndResult]], task: asyncio.Task[list[EndResult]]) -> None:
     """Each gathered decision its own result; a failed call fails each (as it would have failed one alone)."""
     for i, fut in enumerate(futures):
@@ -115,35 +90,6 @@ def _settle(futures: list[asyncio.Future[EndResult]], task: asyncio.Task[list[En
             fut.set_exception(task.exception())  # type: ignore[arg-type]
         else:
             fut.set_result(task.result()[i])
-
-
-class TransactionMetrics:
-    def __init__(self) -> None:
-        self.groups: dict[str, GroupTransactions] = {}  # by producer group
-        self.commits = 0
-        self.rollbacks = 0
-        self.checks = 0
-        self.discards = 0
-        self.duplicates = 0
-        self.conflicts = 0
-        self.resumes = 0
-        self.orphans = 0  # discards of transactions with no producer of their group left to check them
-        self.commit_latency_ms: deque[int] = deque(maxlen=10_000)
-
-    def group(self, name: str) -> GroupTransactions:
-        entry = self.groups.get(name)
-        if entry is None:
-            entry = self.groups[name] = GroupTransactions()
-        return entry
-
-    def of(self, half: MessageExt) -> GroupTransactions:
-        return self.group(half.properties.get(MessageConst.PRODUCER_GROUP, ""))
-
-    def latency_percentiles(self) -> dict[str, float]:
-        data = sorted(self.commit_latency_ms)
-        if not data:
-            return {}
-        return {f"p{p}": float(data[min(len(data) - 1, int(len(data) * p / 100))]) for p in (50, 90, 99)}
 
 
 class TransactionalMessageService:
