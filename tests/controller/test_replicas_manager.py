@@ -290,15 +290,16 @@ def test_the_slave_link_is_the_masters_broker_ip2_at_its_listen_port():
     assert slave_link("127.0.0.1:1001", "127.0.0.2:2001") == "127.0.0.2:1001"
     assert slave_link("10.0.0.1:10911", "") == "10.0.0.1:10911"
 
-def _maintain_sync_state_set(tmp_path, conns: list, in_sync, set_needed,
-                             members: tuple[int, ...] = (1, 3)) -> tuple[ReplicasManager, list[list[int]]]:
+def _maintain_sync_state_set(tmp_path, conns: list, in_sync, set_needed, members: tuple[int, ...] = (1, 3),
+                             confirm_offset: int | None = None) -> tuple[ReplicasManager, list[list[int]]]:
     """One pass of a master's SyncStateSet upkeep (``members``) over stand-in HA connections, the master's log
     ending at 1000: the manager (``rm.broker.store.max_phy_offset`` moves the end), and the sets it proposed."""
     cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
                        controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
     ha = SimpleNamespace(connections=conns, in_sync=in_sync, set_needed_slaves=set_needed,
                          config=SimpleNamespace(transfer_batch_size=64))
-    broker = SimpleNamespace(config=cfg, ha_service=ha, store=SimpleNamespace(max_phy_offset=1000))
+    broker = SimpleNamespace(config=cfg, ha_service=ha, store=SimpleNamespace(max_phy_offset=1000,
+                                                                           confirm_offset=confirm_offset))
     rm = ReplicasManager(broker)  # type: ignore[arg-type]
     rm.sync_state_set = list(members)
     proposed: list[list[int]] = []
@@ -365,3 +366,15 @@ def test_a_member_connected_but_not_reported_yet_lets_no_slave_join(tmp_path):
              SimpleNamespace(broker_id=2, ack_offset=0, last_report=now)]
     _, proposed = _maintain_sync_state_set(tmp_path, conns, lambda c: c.ack_offset >= 0, lambda ids: None)
     assert all(2 not in p for p in proposed), proposed
+
+
+def test_a_member_reporting_less_than_the_confirm_offset_lost_records_and_is_removed_at_once(tmp_path):
+    """Every member had acknowledged up to the confirm offset (900): member 3 back with a log ending at 500 (a
+    wiped or cut disk, same id) lost acknowledged records; an election must not choose it, and its ack must not
+    be the bar slave 2 joins by."""
+    now = time.monotonic()
+    lost = SimpleNamespace(broker_id=3, ack_offset=500, last_report=now)
+    slave = SimpleNamespace(broker_id=2, ack_offset=600, last_report=now)  # far behind: no bar lets it in
+    _, proposed = _maintain_sync_state_set(tmp_path, [lost, slave], lambda c: c.ack_offset >= 0, lambda ids: None,
+                                           confirm_offset=900)
+    assert proposed == [[1]]

@@ -323,7 +323,11 @@ class ReplicasManager:
         # acknowledged put is below that, and a put above it waits for the new member from its proposal on. Its
         # end never equals a master's that keeps writing, so "equal to our end" left a slave out under load. A
         # member's connection that has not reported yet (-1) says nothing of what it holds: not counted.
-        confirmed = min((conns[i].ack_offset for i in current if i in conns and conns[i].ack_offset >= 0),
+        # A member that reports less than the confirm offset (what every member had acknowledged) lost records it
+        # held: a wiped or cut disk under the same id. It is removed at once, and sets no bar for others.
+        bound = self.broker.store.confirm_offset or 0
+        lost = {i for i in current if i in conns and 0 <= conns[i].ack_offset < bound}
+        confirmed = min((conns[i].ack_offset for i in current - lost if i in conns and conns[i].ack_offset >= 0),
                         default=end)
         # With no member but the master that bar is the log's end itself, which never stays still under load.
         # So a slave within one transfer batch of the end is first counted (SYNC_MASTER puts wait for it, the
@@ -344,7 +348,7 @@ class ReplicasManager:
             self._set_needed(sorted(current))
         caught_up = {i for i, c in conns.items() if i not in current
                      and (c.ack_offset >= confirmed or c.ack_offset >= self._joining.get(i, end + 1))}
-        behind = {i for i in current - {self.replica_id} if lagging(i)}
+        behind = {i for i in current - {self.replica_id} if lagging(i) or i in lost}
         if not caught_up and not behind:
             return
         self._pending_add |= caught_up  # counted for SYNC_MASTER puts from now on
