@@ -13,6 +13,7 @@ COMPILED_MODULES = [
     "src/txmq/remoting/codec.py",
     "src/txmq/remoting/headers.py",
     "src/txmq/remoting/request_headers.py",
+    "src/txmq/remoting/command.py",
     "src/txmq/message.py",
     "src/txmq/store/record.py",
     "src/txmq/store/commit_log.py",
