@@ -14,6 +14,8 @@ COMPILED_MODULES = [
     "src/txmq/remoting/headers.py",
     "src/txmq/remoting/request_headers.py",
     "src/txmq/remoting/command.py",
+    "src/txmq/remoting/codes.py",
+    "src/txmq/topic.py",
     "src/txmq/message.py",
     "src/txmq/store/record.py",
     "src/txmq/store/commit_log.py",

@@ -263,12 +263,11 @@ class SendMessageProcessor:
                       waiter: Reply | None = None) -> Any:
         """Store one checked message by its kind: a half message through the transaction service, a delayed one
         through the schedule topic, the rest as it is; a future of the result, or of ``answer(result)``
-        (``put_messages``). A ``waiter`` is resolved instead of a new future where the store resolves it (not for
-        a half: its tracking needs the future) and then returned. Shared by the remoting and gRPC (``txmq.grpc``)
-        sends."""
+        (``put_messages``), or the ``waiter`` given, resolved instead of a future. Shared by the remoting and gRPC
+        (``txmq.grpc``) sends."""
         broker = self.broker
         if is_half(msg.properties):
-            return broker.transaction_service.prepare_message(msg, answer)
+            return broker.transaction_service.prepare_message(msg, answer, waiter)
         if msg.delay_time_level > 0 and not msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             broker.schedule_service.divert(msg)
         return broker.store.put_message(msg, answer, waiter)
