@@ -196,3 +196,23 @@ def test_put_results_are_the_same_interpreted() -> None:
     import txmq.store.results as compiled
 
     assert made(compiled) == made(load_interpreted("txmq.store.results"))
+
+
+def test_commands_topics_and_codes_are_the_same_interpreted() -> None:
+    """``RemotingCommand``'s written ``__init__`` keeps the dataclass's defaults, repr and eq; topic rules and
+    language names (compiled: every send asks) answer as their source does."""
+    def made(module) -> object:
+        cmd = module.RemotingCommand(10, opaque=7, ext_fields={"a": "b"})
+        bare = module.RemotingCommand(11)
+        return (repr(cmd), repr(bare), bare.ext_fields, bare.language.name, bare.serialize_type.name,
+                cmd == module.RemotingCommand(10, opaque=7, ext_fields={"a": "b"}), cmd == bare,
+                dataclasses.replace(cmd, flag=1).flag, bare.ext_fields is not module.RemotingCommand(11).ext_fields)
+
+    import txmq.remoting.command as command
+
+    assert made(command) == made(load_interpreted("txmq.remoting.command"))
+    topics = [("t",), ("",), (" ",), ("a" * 128,), ("bad topic",), ("%RETRY%g",)]
+    _same("txmq.topic", "check_topic", topics)
+    _same("txmq.topic", "check_group", topics)
+    _same("txmq.remoting.codes", "language_from_name", [("JAVA",), ("CPP",), ("NOPE",), ("",)],
+          lambda r: getattr(r, "name", r))

@@ -180,12 +180,12 @@ def test_a_half_stored_with_a_late_flush_is_tracked(tmp_path):
         store, service = await open_service(tmp_path)
         real_put = store.put_messages
 
-        def late_flush(msgs: list[MessageExt], answer: Callable[[PutMessageResult], Any] | None = None
-                       ) -> asyncio.Future[Any]:
+        def late_flush(msgs: list[MessageExt], answer: Callable[[PutMessageResult], Any] | None = None,
+                       waiter: Any = None) -> Any:
             def late(result: PutMessageResult) -> Any:
                 late_result = PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result.append_result)
                 return late_result if answer is None else answer(late_result)
-            return real_put(msgs, late)
+            return real_put(msgs, late, waiter)
         store.put_messages = late_flush  # type: ignore[method-assign]
         msgs = [MessageExt("orders", f"late{i}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
                                                           MessageConst.PRODUCER_GROUP: "g"}) for i in range(3)]

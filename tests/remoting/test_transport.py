@@ -21,6 +21,7 @@ from txmq.remoting.transport import (
     RemotingClient,
     RemotingConnectError,
     RemotingTimeoutError,
+    Reply,
     new_event_loop,
     parse_address,
 )
@@ -489,31 +490,53 @@ def test_frame_timeout_spares_a_peer_that_keeps_completing_frames(run: Runner) -
     run(with_server(body, limits=ServerLimits(server_frame_timeout_seconds=0.5)))
 
 
-def test_a_future_from_the_handler_is_answered_without_a_task(run: Runner) -> None:
-    """The send path's way: the handler returns an ``asyncio.Future`` and the transport writes its result from a
-    done callback. Its exception is a SYSTEM_ERROR answer; a cancelled one is no answer (its caller is gone)."""
-    pending: dict[str, tuple[RemotingCommand, asyncio.Future[RemotingCommand]]] = {}
+@pytest.mark.parametrize("kind", ["future", "reply"])
+def test_a_future_or_a_reply_from_the_handler_is_answered_without_a_task(run: Runner, kind: str) -> None:
+    """The send path's ways: the handler returns an ``asyncio.Future`` and the transport writes its result from a
+    done callback, or a ``Reply`` (a future's methods) that writes its answer itself when resolved: no future, no
+    callback. An exception is a SYSTEM_ERROR answer; a cancelled one is no answer (its caller is gone); a oneway
+    request's is never written; a Reply whose connection closed writes nothing."""
+    pending: dict[str, tuple[RemotingCommand, Any]] = {}
 
     def handler(conn: Connection, cmd: RemotingCommand) -> Any:
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        pending[cmd.ext_fields["k"]] = (cmd, fut)
-        return fut
+        waiter = asyncio.get_running_loop().create_future() if kind == "future" else Reply(conn, cmd)
+        pending[cmd.ext_fields["k"]] = (cmd, waiter)
+        return waiter
 
     async def body(server: RemotingServer, client: RemotingClient, addr: str) -> None:
-        calls = {k: asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(ECHO, {"k": k}), 1))
+        calls = {k: asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(ECHO, {"k": k}),
+                                                        0.3 if k == "gone" else 5))
                  for k in ("ok", "bad", "gone")}
-        while len(pending) < 3:
+        conn = await client.get_connection(addr)
+        await conn.invoke_oneway(RemotingCommand.request(ECHO, {"k": "oneway"}))
+        while len(pending) < 4:
             await asyncio.sleep(0.01)
         assert not any(conn.tasks for conn in server.connections)  # no task per request
         cmd, fut = pending["ok"]
         fut.set_result(RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=b"later"))
         pending["bad"][1].set_exception(ValueError("store blew up"))
         pending["gone"][1].cancel()
+        cmd, fut = pending["oneway"]
+        fut.set_result(RemotingCommand.response_to(cmd, ResponseCode.SUCCESS))  # written by nobody
         assert (await calls["ok"]).body == b"later"
         bad = await calls["bad"]
         assert bad.code == ResponseCode.SYSTEM_ERROR and "store blew up" in (bad.remark or "")
         with pytest.raises(RemotingTimeoutError):
             await calls["gone"]
+        assert all(w.done() for _, w in pending.values()) and pending["gone"][1].cancelled()
+        with pytest.raises(asyncio.InvalidStateError):
+            pending["ok"][1].set_result(None)  # resolved once, as a future
+        if kind == "reply":
+            assert pending["ok"][1].code == ResponseCode.SUCCESS and pending["oneway"][1].code == ResponseCode.SUCCESS
         assert server.connections and not any(conn.closed for conn in server.connections)
+        late = asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(ECHO, {"k": "late"}), 5))
+        while "late" not in pending:
+            await asyncio.sleep(0.01)
+        (server_conn,) = server.connections
+        await server_conn.aclose()
+        with pytest.raises(RemotingConnectError):
+            await late
+        cmd, fut = pending["late"]
+        fut.set_result(RemotingCommand.response_to(cmd, ResponseCode.SUCCESS))  # its connection is gone: no write
 
     run(with_server(body, handler=handler))

@@ -162,6 +162,7 @@ def test_each_put_gets_its_own_answer_made_from_its_result_and_a_failing_answer_
                     return name, result.status, result.append_result and result.append_result.logics_offset
                 return made
 
+            waiters = [_Waiter(), _Waiter(), _Waiter()]
             futs = [
                 store.put_message(msg("T", b"a"), answer("a")),
                 store.put_message(msg("T", b"x" * 5000), answer("big")),  # refused at once, answered at once
@@ -169,7 +170,11 @@ def test_each_put_gets_its_own_answer_made_from_its_result_and_a_failing_answer_
                 store.put_message(msg("T", b"gone"), answer("gone")),
                 store.put_message(msg("T", b"c"), answer("c")),
             ]
-            assert seen == ["big"]  # the others wait for their group's write and flush
+            # A caller's own waiter (the transport's Reply) is resolved instead of a new future, and returned.
+            assert store.put_message(msg("T", b"w"), answer("w"), waiters[0]) is waiters[0]
+            assert store.put_messages([msg("T", b"wbad")], answer("bad"), waiters[1]) is waiters[1]
+            assert store.put_message(msg("T", b"x" * 5000), answer("wbig"), waiters[2]) is waiters[2]
+            assert seen == ["big", "wbig"]  # the others wait for their group's write and flush
             futs[3].cancel()
             done = await asyncio.gather(*futs, return_exceptions=True)
             assert done[0] == ("a", PutMessageStatus.PUT_OK, 0)
@@ -177,7 +182,34 @@ def test_each_put_gets_its_own_answer_made_from_its_result_and_a_failing_answer_
             assert isinstance(done[2], ValueError)
             assert isinstance(done[3], asyncio.CancelledError)
             assert done[4] == ("c", PutMessageStatus.PUT_OK, 4)  # after b1, b2 and gone, all stored
-            assert seen == ["big", "a", "bad", "gone", "c"]  # once each, in call order: the cancelled put's too
-            assert _bodies(store, "T") == [b"a", b"b1", b"b2", b"gone", b"c"]
+            assert waiters[0].outcome == ("result", ("w", PutMessageStatus.PUT_OK, 5))
+            assert waiters[1].outcome[0] == "exception" and isinstance(waiters[1].outcome[1], ValueError)
+            assert waiters[2].outcome == ("result", ("wbig", PutMessageStatus.MESSAGE_ILLEGAL, None))
+            assert seen == ["big", "wbig", "a", "bad", "gone", "c", "w", "bad"]  # once each, in call order
+            assert _bodies(store, "T") == [b"a", b"b1", b"b2", b"gone", b"c", b"w", b"wbad"]
 
     run(go)
+
+
+class _Waiter:
+    """A caller's own waiter (``put_messages``' ``waiter``): a future's methods, recording the one outcome."""
+
+    def __init__(self) -> None:
+        self.outcome: tuple[str, object] | None = None
+
+    def done(self) -> bool:
+        return self.outcome is not None
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        raise AssertionError("nobody cancels these puts")
+
+    def set_result(self, value: object) -> None:
+        assert self.outcome is None, "resolved twice"
+        self.outcome = ("result", value)
+
+    def set_exception(self, exc: BaseException) -> None:
+        assert self.outcome is None, "resolved twice"
+        self.outcome = ("exception", exc)

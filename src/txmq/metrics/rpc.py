@@ -12,7 +12,7 @@ from typing import Any
 from txmq.futures import then
 from txmq.remoting.codec import EncodedResponse
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.transport import Answer, Connection
+from txmq.remoting.transport import Answer, Connection, Reply
 
 BUCKETS_MS = (1, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 3000)
 
@@ -36,13 +36,20 @@ class RpcLatency:
         self.sums[key] += ms
 
     def wrap(self, dispatch: Dispatch) -> Dispatch:
-        """``dispatch`` timed: an answer given at once is observed at once, a later one when it comes; a oneway
-        request (no answer) is not observed."""
+        """``dispatch`` timed: an answer given at once is observed at once, a later one when it comes (a ``Reply``
+        tells when it writes it); a oneway request (no answer) is not observed."""
         def timed(conn: Connection, cmd: RemotingCommand) -> Any:
             started = time.perf_counter()
             out = dispatch(conn, cmd)
             if isinstance(out, RemotingCommand | EncodedResponse):
                 self.observe(cmd.code, out.code, started)
+                return out
+            if isinstance(out, Reply):
+                if out.done():  # answered while dispatched (a refusal)
+                    if out.code >= 0:
+                        self.observe(cmd.code, out.code, started)
+                else:
+                    out.observer = lambda answer: self._later(cmd.code, started, answer)
                 return out
             return out if out is None else then(out, lambda answer: self._later(cmd.code, started, answer))
         return timed

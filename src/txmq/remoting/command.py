@@ -27,7 +27,9 @@ def next_opaque() -> int:
     return next(_opaque_counter) & _INT32_MAX
 
 
-@dataclass(slots=True, eq=True)
+# One per request and response: a written ``__init__``, compiled with this module (setup.py), where a dataclass's
+# would be generated code the interpreter runs; repr, eq and the fields stay the dataclass's.
+@dataclass(slots=True, eq=True, init=False)
 class RemotingCommand:
     """A request or a response. ``ext_fields`` holds the custom header, all values strings."""
 
@@ -40,6 +42,19 @@ class RemotingCommand:
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     serialize_type: SerializeType = SerializeType.JSON
+
+    def __init__(self, code: int, language: LanguageCode = LanguageCode.PYTHON, version: int = DEFAULT_VERSION,
+                 opaque: int = 0, flag: int = 0, remark: str | None = None, ext_fields: dict[str, str] | None = None,
+                 body: bytes = b"", serialize_type: SerializeType = SerializeType.JSON) -> None:
+        self.code = code
+        self.language = language
+        self.version = version
+        self.opaque = opaque
+        self.flag = flag
+        self.remark = remark
+        self.ext_fields = {} if ext_fields is None else ext_fields
+        self.body = body
+        self.serialize_type = serialize_type
 
     @property
     def is_response(self) -> bool:

@@ -134,13 +134,22 @@ class SendMessageRequestHeader(Header):
         return {letters.get(k, k): v for k, v in self.to_ext().items()}
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, init=False)
 class SendMessageResponseHeader(Header):
     msg_id: str
     queue_id: Int32
     queue_offset: int
     transaction_id: str | None = None
     batch_uniq_id: str | None = None
+
+    def __init__(self, msg_id: str, queue_id: int, queue_offset: int, transaction_id: str | None = None,
+                 batch_uniq_id: str | None = None) -> None:
+        """Written, not generated: one per send's answer, and this module is compiled (setup.py)."""
+        self.msg_id = msg_id
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.transaction_id = transaction_id
+        self.batch_uniq_id = batch_uniq_id
 
 
 @dataclasses.dataclass(slots=True)

@@ -6,8 +6,9 @@ One ``Connection`` (an ``asyncio.Protocol``) per TCP connection, used the same w
 - bytes in go through a ``FrameDecoder``; a ``RemoteProtocolError`` closes that connection (one log line).
 - a response resolves the pending ``invoke`` with its opaque; unknown responses are dropped.
 - a request goes to the handler: ``handler(conn, cmd)`` may return a ``RemotingCommand`` (written at once,
-  no task: the hot path), ``None`` (nothing to write), an ``asyncio.Future`` (its result written when done,
-  by a callback: no task either), or another awaitable (run as a task, its result written when done).
+  no task: the hot path), ``None`` (nothing to write), a ``Reply`` (the answer its owner writes when it has it:
+  no future and no callback either; single sends), an ``asyncio.Future`` (its result written when done, by a
+  callback: no task either), or another awaitable (run as a task, its result written when done).
   A handler exception becomes a SYSTEM_ERROR response naming it (MESSAGE_ILLEGAL for an
   ``InvalidMessageError``; the peer's faults are logged in one line, without a traceback); the connection goes on.
 - replies produced while handling one chunk of input are written with one ``writelines``; other writes
@@ -36,7 +37,7 @@ log = logging.getLogger("txmq.remoting")
 RPCHook: TypeAlias = Callable[[RemotingCommand], None]  # changes a request before it is encoded (signing)
 # A handler answers with a command, or with one already encoded (``codec.encode_response``: sends).
 Answer: TypeAlias = RemotingCommand | EncodedResponse
-HandlerResult: TypeAlias = Answer | Awaitable[Answer | None] | None
+HandlerResult: TypeAlias = "Answer | Reply | Awaitable[Answer | None] | None"
 Handler: TypeAlias = Callable[["Connection", RemotingCommand], HandlerResult]
 
 _ANSWERS = (RemotingCommand, EncodedResponse)  # a tuple built once: ``A | B`` would make a union object per request
@@ -268,7 +269,7 @@ class Connection(asyncio.Protocol):
         except Exception as exc:
             self._reply(cmd, self._failed(cmd, exc))
             return
-        if result is None:
+        if result is None or isinstance(result, Reply):  # a Reply writes itself
             return
         if isinstance(result, _ANSWERS):
             self._reply(cmd, result)
@@ -489,6 +490,50 @@ class _FinishFuture:
 
     def __call__(self, future: asyncio.Future[Answer | None]) -> None:
         self.conn._finish_future(self.cmd, future)
+
+
+class Reply:
+    """A request's answer to come, written by this object when it has it: a future's ``done``, ``cancelled``,
+    ``cancel``, ``set_result`` (the answer, or None for none) and ``set_exception`` (answered as a handler's
+    exception is), so that whoever resolves a future (the store's put) resolves this instead. A handler returns it
+    and the transport leaves it be: no future, no done callback and no loop callback per request, where a returned
+    future costs all three (every single send waiting for its group's flush). ``observer`` (the metrics' request
+    timing) hears of the answer once it is written; ``code`` is the answer's (-1 before)."""
+
+    __slots__ = ("_state", "cmd", "code", "conn", "observer")
+
+    def __init__(self, conn: Connection, cmd: RemotingCommand) -> None:
+        self.conn = conn
+        self.cmd = cmd
+        self.observer: Callable[[Answer | None], object] | None = None
+        self.code = -1
+        self._state = 0  # 0 waiting, 1 answered, 2 cancelled
+
+    def done(self) -> bool:
+        return self._state != 0
+
+    def cancelled(self) -> bool:
+        return self._state == 2
+
+    def cancel(self) -> bool:
+        """Give up: no answer is written (as for a cancelled future)."""
+        if self._state:
+            return False
+        self._state = 2
+        return True
+
+    def set_result(self, answer: Answer | None) -> None:
+        if self._state:
+            raise asyncio.InvalidStateError(f"{self!r} is already done")
+        self._state = 1
+        if answer is not None:
+            self.code = answer.code
+            self.conn._reply(self.cmd, answer)
+        if self.observer is not None:
+            self.observer(answer)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self.set_result(self.conn._failed(self.cmd, exc))
 
 
 # --- client ----------------------------------------------------------------------------------------

@@ -80,15 +80,17 @@ class CommitLog:
                 created.append(mf)
             parts: list[bytes | bytearray] = []
             start = pos
+            seg_end = mf.end_offset  # a property (its module is interpreted): read once per segment, not per record
             for rec in records:
                 if len(rec) + BLANK_SIZE > self.segment_size:
                     raise StoreError(f"record of {len(rec)} bytes does not fit in a segment")
-                if pos + len(rec) + BLANK_SIZE > mf.end_offset:
-                    parts.append(blank_marker(mf.end_offset - pos))
+                if pos + len(rec) + BLANK_SIZE > seg_end:
+                    parts.append(blank_marker(seg_end - pos))
                     plan.append((mf, start, parts))
-                    mf = self.queue.create(mf.end_offset)
+                    mf = self.queue.create(seg_end)
                     created.append(mf)
                     pos = start = mf.file_from_offset
+                    seg_end = mf.end_offset
                     parts = []
                 set_physical_offset(rec, pos)
                 seal(rec)

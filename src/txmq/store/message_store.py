@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from txmq.errors import CorruptRecordError, InvalidMessageError, StoreError
 from txmq.message import (
@@ -67,25 +67,41 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class Waiter(Protocol):
+    """What a put resolves: an ``asyncio.Future`` by default, or the caller's own object with a future's methods
+    (the transport's ``Reply``, which writes a send's answer itself: no future and no callback per send)."""
+
+    def done(self) -> bool: ...
+    def cancelled(self) -> bool: ...
+    def cancel(self) -> bool: ...
+    def set_result(self, value: Any) -> None: ...
+    def set_exception(self, exc: BaseException) -> None: ...
+
+
 class _Put:
-    """One put waiting in the loop iteration's group: its messages, their encoded records, its future and the
-    caller's ``answer`` (``put_messages``). A plain class, not a dataclass: its ``__init__`` is then compiled with
-    this module, where a dataclass's is generated code the interpreter runs (one per put)."""
+    """One put waiting in the loop iteration's group: where its messages (and their encoded records) start in the
+    group's lists and how many, their bytes, its future (or the caller's waiter), the caller's ``answer``
+    (``put_messages``) and, once written, its ``AppendMessageResult``. One object per put that lives until the
+    flush: no lists of its own and no tuple with its result (each a container the cyclic collector walks). A plain
+    class, not a dataclass: its ``__init__`` is then compiled with this module, where a dataclass's is generated
+    code the interpreter runs."""
 
-    __slots__ = ("answer", "future", "msgs", "records")
+    __slots__ = ("answer", "appended", "count", "first", "future", "wrote")
 
-    def __init__(self, msgs: list[MessageExt], records: list[bytearray], future: asyncio.Future[Any],
+    def __init__(self, first: int, count: int, wrote: int, future: Waiter,
                  answer: Callable[[PutMessageResult], Any] | None) -> None:
-        self.msgs = msgs
-        self.records = records
+        self.first = first
+        self.count = count
+        self.wrote = wrote
         self.future = future
         self.answer = answer
+        self.appended: AppendMessageResult | None = None
 
     def settle(self, result: PutMessageResult) -> None:
         _settle(self.future, self.answer, result)
 
 
-def _settle(fut: asyncio.Future[Any], answer: Callable[[PutMessageResult], Any] | None,
+def _settle(fut: Waiter, answer: Callable[[PutMessageResult], Any] | None,
             result: PutMessageResult) -> None:
     """Resolve a put's future with ``answer(result)`` (``result`` itself without an answer); an answer that raises
     fails the future, as an awaiting caller would have seen it. A future given up on (cancelled) is left alone,
@@ -167,6 +183,8 @@ class DefaultMessageStore:
              "flush_timeouts"), 0
         )
         self._group: list[_Put] = []  # puts asked for in this loop iteration, written together (natural batching)
+        self._group_msgs: list[MessageExt] = []  # their messages, in call order
+        self._group_records: list[bytearray] = []  # and their encoded records
         self._group_offsets: dict[tuple[str, int], int] = {}  # next queue offsets counting the group's puts
         self._group_ts = 0  # the group's store timestamp
         self._lock_fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -422,15 +440,17 @@ class DefaultMessageStore:
 
     # --- put ---------------------------------------------------------------------------------------
 
-    def put_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None
-                    ) -> asyncio.Future[Any]:
-        return self.put_messages([msg], answer)
+    def put_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None,
+                    waiter: Waiter | None = None) -> Any:
+        return self.put_messages([msg], answer, waiter)
 
-    def put_messages(self, msgs: list[MessageExt], answer: Callable[[PutMessageResult], Any] | None = None
-                     ) -> asyncio.Future[Any]:
+    def put_messages(self, msgs: list[MessageExt], answer: Callable[[PutMessageResult], Any] | None = None,
+                     waiter: Waiter | None = None) -> Any:
         """Append ``msgs`` as one all-or-nothing put; a future of its result (``append_result`` covers the first), or
         of ``answer(result)`` when an ``answer`` is given: a caller that turns the result into something else (a
         send's response) does it here, with no second future and no second callback per put (the send path).
+        With a ``waiter`` (an object with a future's methods: the transport's ``Reply``), that is resolved and
+        returned instead of a new future.
 
         Natural batching (group commit on the loop): the puts asked for in one loop iteration (every request of
         one socket read, and those of other connections read at the same moment) are written together in the
@@ -441,7 +461,7 @@ class DefaultMessageStore:
         The store assigns queue offset, commit-log offset, store timestamp and store host on each message.
         """
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut: Waiter = loop.create_future() if waiter is None else waiter
         refused: PutMessageResult | None
         if not self._open:
             refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the store is shut down")
@@ -461,20 +481,24 @@ class DefaultMessageStore:
             _settle(fut, answer, refused)
         return fut
 
-    def _encode_put(self, msgs: list[MessageExt], fut: asyncio.Future[Any],
+    def _encode_put(self, msgs: list[MessageExt], fut: Waiter,
                     answer: Callable[[PutMessageResult], Any] | None) -> PutMessageResult | None:
         """Give ``msgs`` their queue offsets and encode them into the group to write; the refusal when one of them
         cannot be stored (the group is then as it was)."""
         now = max(_now_ms(), self._last_store_ts, self._group_ts)
         pending = self._group_offsets
         next_offsets: dict[tuple[str, int], int] = {}
-        records: list[bytearray] = []
+        records = self._group_records
+        first = len(records)
+        wrote = 0
         limit = min(self.config.max_message_size, self.commit_log.segment_size - BLANK_SIZE - TRAILER_SIZE)
         store_host = self.config.store_host
+        refused: PutMessageResult | None = None
         for msg in msgs:
             if not valid_topic_directory(msg.topic) or msg.queue_id < 0:
                 log.warning("refused a message for topic %r queue %d", msg.topic[:127], msg.queue_id)
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+                refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+                break
             if builds_consume_queue(msg.sys_flag):
                 key = (msg.topic, msg.queue_id)
                 queue_offset = next_offsets.get(key)
@@ -498,25 +522,34 @@ class DefaultMessageStore:
                     if "properties" in str(exc)
                     else PutMessageStatus.MESSAGE_ILLEGAL
                 )
-                return PutMessageResult(status)
+                refused = PutMessageResult(status)
+                break
             size = len(rec) - TRAILER_SIZE  # the message's own size, as encode_message writes it
             if size > limit:
                 log.warning("refused a message of %d bytes for %s (limit %d)", size, msg.topic, limit)
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+                refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+                break
             records.append(rec)
+            wrote += len(rec)
+        if refused is not None:
+            del records[first:]  # the group as it was
+            return refused
+        self._group_msgs += msgs
         pending.update(next_offsets)
         self._group_ts = now
-        self._group.append(_Put(msgs, records, fut, answer))
+        self._group.append(_Put(first, len(msgs), wrote, fut, answer))
         return None
 
     def _commit_group(self) -> None:
         """Write the puts asked for since the last group with one append, dispatch them, and answer each once the
         flush (and the replication) covers the group's last byte."""
         group, self._group = self._group, []
+        msgs, self._group_msgs = self._group_msgs, []
+        records, self._group_records = self._group_records, []
         next_offsets, self._group_offsets = self._group_offsets, {}
         now, self._group_ts = self._group_ts, 0
         try:
-            self._write_group(group, next_offsets, now)
+            self._write_group(group, msgs, records, next_offsets, now)
         except BaseException as exc:  # a bug or a dying loop: nobody may wait forever
             for put in group:
                 if not put.future.done():
@@ -525,15 +558,14 @@ class DefaultMessageStore:
                 raise
             log.exception("a group of %d puts failed", len(group))
 
-    def _write_group(self, group: list[_Put], next_offsets: dict[tuple[str, int], int], now: int) -> None:
+    def _write_group(self, group: list[_Put], msgs: list[MessageExt], records: list[bytearray],
+                     next_offsets: dict[tuple[str, int], int], now: int) -> None:
         # A put whose caller stopped waiting (a cancelled future) is written all the same: its queue offsets are
         # given, and a put once asked for is stored or refused as a whole, never dropped in part.
         if not self._open:
             self._answer_all(group, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
                                                      remark="the store is shut down"))
             return
-        records = [rec for put in group for rec in put.records]
-        msgs = [msg for put in group for msg in put.msgs]
         start = self.commit_log.max_offset
         try:
             offsets = self.commit_log.append(records)
@@ -559,30 +591,26 @@ class DefaultMessageStore:
         for fn in self._append_listeners:
             fn(end)
         self._notify(next_offsets, end)
-        answers: list[tuple[_Put, AppendMessageResult]] = []
-        i = 0
+        store_host = self.config.store_host
         for put in group:
-            n = len(put.msgs)
-            wrote = 0
-            for rec in put.records:  # not sum() of a generator: compiled, that is a generator object per put
-                wrote += len(rec)
-            answers.append((put, AppendMessageResult(
+            i = put.first
+            put.appended = AppendMessageResult(
                 wrote_offset=offsets[i],
-                wrote_bytes=wrote,
-                msg_id=create_offset_msg_id(self.config.store_host, offsets[i]),
+                wrote_bytes=put.wrote,
+                msg_id=create_offset_msg_id(store_host, offsets[i]),
                 store_timestamp=now,
-                logics_offset=put.msgs[0].queue_offset,
-                msg_num=n,
-            )))
-            i += n
-        self._await_durable(end, answers)
+                logics_offset=msgs[i].queue_offset,
+                msg_num=put.count,
+            )
+        self._await_durable(end, group)
 
-    def _await_durable(self, end: int, answers: list[tuple[_Put, AppendMessageResult]]) -> None:
-        """Answer a written group once it is durable as the flush mode asks: the fsync and the replication run
-        together, each a group commit shared with other groups; callbacks, no task."""
+    def _await_durable(self, end: int, group: list[_Put]) -> None:
+        """Answer a written group (each put with its ``appended`` result) once it is durable as the flush mode asks:
+        the fsync and the replication run together, each a group commit shared with other groups; callbacks, no
+        task."""
         def answer(status: PutMessageStatus, remark: str = "") -> None:
-            for put, ar in answers:
-                put.settle(PutMessageResult(status, ar, remark=remark))
+            for put in group:
+                put.settle(PutMessageResult(status, put.appended, remark=remark))
 
         flushed: asyncio.Future[bool] | None = None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -599,7 +627,7 @@ class DefaultMessageStore:
 
         def after_replication(fut: asyncio.Future[PutMessageStatus]) -> None:
             if fut.cancelled() or fut.exception() is not None:
-                for put, _ in answers:
+                for put in group:
                     waiter = put.future
                     if waiter.done():
                         continue

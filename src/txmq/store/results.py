@@ -20,6 +20,10 @@ class PutMessageStatus(Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"  # an I/O error while writing
 
+    # Enum's own __hash__ is Python code run per lookup (a send looks its status up three times: its response code
+    # and ``stored``); members compare by identity, so the identity hash is the same contract, in C.
+    __hash__ = object.__hash__
+
 
 # One AppendMessageResult and one PutMessageResult per put: slots (no __dict__ each) and a written __init__ (compiled
 # with this module, setup.py), where a dataclass's would be generated code the interpreter runs; repr and eq stay.

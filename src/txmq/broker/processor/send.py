@@ -7,7 +7,6 @@ and stores the rest as they are.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -25,7 +24,7 @@ from txmq.remoting.request_headers import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from txmq.remoting.transport import Answer, Connection, parse_address
+from txmq.remoting.transport import Answer, Connection, Reply, parse_address
 from txmq.store import PutMessageResult, PutMessageStatus
 from txmq.topic import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -92,17 +91,19 @@ def peer_host(conn: Connection) -> tuple[str, int]:
     return born
 
 
-class _SendAnswer:
-    """A send's response from its put's result, made where the store has the result (``put_messages``' answer):
-    one object per send instead of closures over a second future and its callback. A stored message is counted
-    under its topic and message type. ``batch`` holds a batch's messages (None for one message: ``msg``)."""
+class _SendAnswer(Reply):
+    """A send's response from its put's result, made where the store has the result (``put_messages``' answer).
+    It is also the put's waiter where nothing else waits (a plain send or batch): the store resolves it and it
+    writes the response itself (``Reply``), so a send makes this one object where a future, its done callback and
+    the transport's callback object were three more. A stored message is counted under its topic and message type.
+    ``batch`` holds a batch's messages (None for one message: ``msg``)."""
 
-    __slots__ = ("batch", "cmd", "kind", "msg", "processor", "topic")
+    __slots__ = ("batch", "kind", "msg", "processor", "topic")
 
-    def __init__(self, processor: SendMessageProcessor, cmd: RemotingCommand, msg: MessageExt,
+    def __init__(self, processor: SendMessageProcessor, conn: Connection, cmd: RemotingCommand, msg: MessageExt,
                  batch: list[MessageExt] | None, topic: str, kind: str) -> None:
+        Reply.__init__(self, conn, cmd)  # positional, no super() object per send
         self.processor = processor
-        self.cmd = cmd
         self.msg = msg
         self.batch = batch
         self.topic = topic
@@ -205,11 +206,11 @@ class SendMessageProcessor:
             if is_half(batch_props):
                 return self._half_batch(conn, cmd, h, queue_id, entries, batch_props, halves)
             msgs = [self._inner(h, queue_id, flag, data, props, born_host) for flag, data, props in entries]
-            answer = _SendAnswer(self, cmd, msgs[0], msgs, h.topic, message_type(msgs[0], topic_config.order))
+            answer = _SendAnswer(self, conn, cmd, msgs[0], msgs, h.topic, message_type(msgs[0], topic_config.order))
             # txmq beyond RocketMQ: a batch of halves is stored with one write (the Spark sink's tasks).
             if halves:
                 return broker.transaction_service.prepare_messages(msgs, answer=answer)
-            return broker.store.put_messages(msgs, answer)
+            return broker.store.put_messages(msgs, answer, answer)
         msg = self._inner(h, queue_id, h.flag, cmd.body, string_to_properties(h.properties), born_host)
         if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
@@ -218,7 +219,8 @@ class SendMessageProcessor:
         if is_half(msg.properties) and broker.config.reject_transaction_message:
             return self._rejected_transaction(cmd)
         kind = message_type(msg, topic_config.order)
-        return self.store_message(msg, _SendAnswer(self, cmd, msg, None, h.topic, kind))
+        answer = _SendAnswer(self, conn, cmd, msg, None, h.topic, kind)
+        return self.store_message(msg, answer, answer)
 
     def _half_batch(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, queue_id: int,
                     entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
@@ -248,7 +250,7 @@ class SendMessageProcessor:
                                                remark=f"a half batch needs its own {uniq} (its transaction id)")
         msg = self._inner(h, queue_id, h.flag, cmd.body, batch_props, peer_host(conn))
         return self.broker.transaction_service.prepare_half_batch(
-            msg, len(entries), _SendAnswer(self, cmd, msg, None, h.topic, "transaction"))
+            msg, len(entries), _SendAnswer(self, conn, cmd, msg, None, h.topic, "transaction"))
 
     def _rejected_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
         return RemotingCommand.response_to(
@@ -257,17 +259,18 @@ class SendMessageProcessor:
             "(rejectTransactionMessage=true)",
         )
 
-    def store_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None
-                      ) -> asyncio.Future[Any]:
+    def store_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None,
+                      waiter: Reply | None = None) -> Any:
         """Store one checked message by its kind: a half message through the transaction service, a delayed one
         through the schedule topic, the rest as it is; a future of the result, or of ``answer(result)``
-        (``put_messages``). Shared by the remoting and gRPC (``txmq.grpc``) sends."""
+        (``put_messages``), or the ``waiter`` given, resolved instead of a future. Shared by the remoting and gRPC
+        (``txmq.grpc``) sends."""
         broker = self.broker
         if is_half(msg.properties):
-            return broker.transaction_service.prepare_message(msg, answer)
+            return broker.transaction_service.prepare_message(msg, answer, waiter)
         if msg.delay_time_level > 0 and not msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             broker.schedule_service.divert(msg)
-        return broker.store.put_message(msg, answer)
+        return broker.store.put_message(msg, answer, waiter)
 
     def _inner(self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
                props: dict[str, str], born_host: tuple[str, int]) -> MessageExt:

@@ -40,6 +40,7 @@ from txmq.fileio import write_atomic
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import DefaultMessageStore, DispatchRequest, GetMessageStatus, PutMessageResult, PutMessageStatus
+from txmq.store.message_store import Waiter
 from txmq.topic import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -127,10 +128,10 @@ class TransactionalMessageService:
 
     # --- phase one: the half message ------------------------------------------------------------------
 
-    def prepare_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None
-                        ) -> asyncio.Future[Any]:
-        """Store ``msg`` as a half message (invisible) and start tracking it."""
-        return self.prepare_messages([msg], answer=answer)
+    def prepare_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None,
+                        waiter: Waiter | None = None) -> Any:
+        """Store ``msg`` as a half message (invisible) and start tracking it; ``waiter`` as ``put_messages``'."""
+        return self.prepare_messages([msg], answer=answer, waiter=waiter)
 
     def prepare_half_batch(self, msg: MessageExt, count: int, answer: Callable[[PutMessageResult], Any] | None = None
                            ) -> asyncio.Future[Any]:
@@ -139,13 +140,14 @@ class TransactionalMessageService:
         return self.prepare_messages([msg], half_batch=count, answer=answer)
 
     def prepare_messages(self, msgs: Sequence[MessageExt], *, half_batch: int = 0,
-                         answer: Callable[[PutMessageResult], Any] | None = None) -> asyncio.Future[Any]:
+                         answer: Callable[[PutMessageResult], Any] | None = None, waiter: Waiter | None = None) -> Any:
         """Store ``msgs`` as half messages with one write (and one flush wait) and start tracking each: a batch
         of halves, as a Spark sink task sends them. They get consecutive half offsets; ``append_result`` covers
         the first, and each message gets its half's queue offset and commit-log offset. The caller's messages
         keep their own topic and queue: the client sees them in the answer, as with RocketMQ. A future of the
-        result, or of ``answer(result)`` once tracked (``put_messages``' answer: one future per put, no task):
-        halves share the store's group commit with the sends of the same loop iteration."""
+        result, or of ``answer(result)`` once tracked (``put_messages``' answer: one future per put, no task), or
+        the ``waiter`` given, resolved so instead (a remoting send's ``Reply``: no future at all): halves share the
+        store's group commit with the sends of the same loop iteration."""
         halves = [self._half_of(msg, half_batch) for msg in msgs]
 
         def track(result: PutMessageResult) -> Any:
@@ -156,7 +158,7 @@ class TransactionalMessageService:
                     self._remember(half)
             return result if answer is None else answer(result)
 
-        return self.store.put_messages(halves, track)
+        return self.store.put_messages(halves, track, waiter)
 
     @staticmethod
     def _half_of(msg: MessageExt, half_batch: int) -> MessageExt:
