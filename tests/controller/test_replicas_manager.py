@@ -378,3 +378,18 @@ def test_a_member_reporting_less_than_the_confirm_offset_lost_records_and_is_rem
     _, proposed = _maintain_sync_state_set(tmp_path, [lost, slave], lambda c: c.ack_offset >= 0, lambda ids: None,
                                            confirm_offset=900)
     assert proposed == [[1]]
+
+
+def test_a_counted_slave_back_with_a_shorter_log_is_no_longer_counted(tmp_path):
+    """A counted slave's acks only rise while its connection lasts; one that reports more than a batch below the
+    end it was counted at came back (between two heartbeats) with a shorter log (a wiped or cut disk): it copies
+    a backlog again, and SYNC puts must not wait for it meanwhile (they would time out until it holds that end)."""
+    slave = SimpleNamespace(broker_id=2, ack_offset=950, last_report=time.monotonic())
+    needed: list[frozenset[int]] = []
+    conns = [slave]
+    rm, proposed = _maintain_sync_state_set(tmp_path, conns, lambda c: c.ack_offset >= 0, needed.append,
+                                            members=(1,))
+    assert rm._joining == {2: 1000} and needed[-1] == frozenset({2})
+    conns[0] = SimpleNamespace(broker_id=2, ack_offset=100, last_report=time.monotonic())  # reconnected, reported
+    asyncio.run(rm._maintain_sync_state_set())
+    assert proposed == [] and rm._joining == {} and needed[-1] == frozenset()

@@ -338,11 +338,15 @@ class ReplicasManager:
             return i not in conns or not ha.in_sync(conns[i]) or (
                 conns[i].ack_offset < end and now - conns[i].last_report > SLAVE_BEHIND_S)
 
+        # A counted slave reporting more than a batch below the end it was counted at came back between two
+        # passes with a shorter log (one connection's acks never fall): it copies a backlog again, not counted.
+        batch = ha.config.transfer_batch_size
         counted = set(self._joining)
-        for i in [i for i in self._joining if i in current or lagging(i)]:
+        for i in [i for i, bar in self._joining.items()
+                  if i in current or lagging(i) or bar - conns[i].ack_offset > batch]:
             del self._joining[i]
         for i in conns.keys() - current - self._joining.keys():
-            if not lagging(i) and end - conns[i].ack_offset <= ha.config.transfer_batch_size:
+            if not lagging(i) and end - conns[i].ack_offset <= batch:
                 self._joining[i] = end
         if self._joining.keys() != counted:
             self._set_needed(sorted(current))
