@@ -393,3 +393,23 @@ def test_a_counted_slave_back_with_a_shorter_log_is_no_longer_counted(tmp_path):
     conns[0] = SimpleNamespace(broker_id=2, ack_offset=100, last_report=time.monotonic())  # reconnected, reported
     asyncio.run(rm._maintain_sync_state_set())
     assert proposed == [] and rm._joining == {} and needed[-1] == frozenset()
+
+
+def test_a_proposal_without_an_answer_keeps_the_slave_counted_until_the_controllers_next_word(tmp_path):
+    """A proposal that timed out may still have been applied: the slave may be a member the controller can elect,
+    so SYNC puts and the confirm offset keep waiting for it until a heartbeat's answer says whether it is one."""
+    slave = SimpleNamespace(broker_id=2, ack_offset=1000, last_report=time.monotonic())  # at the end: proposed
+    needed: list[frozenset[int]] = []
+    rm, proposed = _maintain_sync_state_set(tmp_path, [slave], lambda c: c.ack_offset >= 0, needed.append,
+                                            members=(1,))
+    assert proposed == [[1, 2]]
+
+    async def timed_out(code: int, body: dict) -> dict:
+        proposed.append(body["syncStateSet"])
+        raise ClientError("no controller acted on CONTROLLER_ALTER_SYNC_STATE_SET: timed out")
+    rm._call = timed_out  # type: ignore[method-assign]
+    rm.sync_state_set = [1]  # the controller's next answer: not applied
+    rm._set_needed(rm.sync_state_set)
+    with pytest.raises(ClientError):
+        asyncio.run(rm._maintain_sync_state_set())
+    assert proposed[-1] == [1, 2] and needed[-1] == frozenset({2})

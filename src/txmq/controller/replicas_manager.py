@@ -362,7 +362,7 @@ class ReplicasManager:
             state = await self._call(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
                 "brokerName": self.broker.config.broker_name, "masterId": self.replica_id,
                 "masterEpoch": self.epoch, "syncStateSet": proposed, "syncStateSetEpoch": self.sync_state_set_epoch})
-        finally:
+        finally:  # unanswered, it may have been applied: the HA service counts them until a heartbeat's answer
             self._pending_add -= caught_up
             for i in caught_up:
                 self._joining.pop(i, None)
