@@ -107,8 +107,9 @@ class ReplicasManager:
 
     def replicate(self, end: int) -> asyncio.Future[PutMessageStatus]:
         """``store.replicate`` of a master in controller mode: SYNC_MASTER's wait for the SyncStateSet, then the
-        lease; a put answered past the lease is NOT_ACKNOWLEDGED (in the log, never acknowledged: the client hears
-        SERVICE_NOT_AVAILABLE, and a transaction's decision it carried stands)."""
+        lease; a put answered past the lease, or before this term's HA service knows the SyncStateSet, is
+        NOT_ACKNOWLEDGED (in the log, never acknowledged: the client hears SERVICE_NOT_AVAILABLE, and a
+        transaction's decision it carried stands)."""
         loop = asyncio.get_running_loop()
         out: asyncio.Future[PutMessageStatus] = loop.create_future()
         ha = self.broker.ha_service
@@ -117,6 +118,11 @@ class ReplicasManager:
             return out
         if ha is None or self.master_role != "SYNC_MASTER":
             out.set_result(PutMessageStatus.PUT_OK)
+            return out
+        # A promotion under way (change_to_master awaits the name servers): this term's HA service is not told the
+        # SyncStateSet yet, and its count rules (HAConfig) would acknowledge a put without every member.
+        if ha.needed_slaves is None:
+            out.set_result(PutMessageStatus.NOT_ACKNOWLEDGED)
             return out
 
         def done(f: asyncio.Future[PutMessageStatus]) -> None:
