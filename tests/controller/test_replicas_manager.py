@@ -29,6 +29,7 @@ class _HA:
 
     def __init__(self) -> None:
         self.waiting: list[asyncio.Future[PutMessageStatus]] = []
+        self.needed_slaves: frozenset[int] = frozenset()  # told the SyncStateSet
 
     def replicate(self, end: int) -> asyncio.Future[PutMessageStatus]:
         fut: asyncio.Future[PutMessageStatus] = asyncio.get_running_loop().create_future()
@@ -378,3 +379,72 @@ def test_a_member_reporting_less_than_the_confirm_offset_lost_records_and_is_rem
     _, proposed = _maintain_sync_state_set(tmp_path, [lost, slave], lambda c: c.ack_offset >= 0, lambda ids: None,
                                            confirm_offset=900)
     assert proposed == [[1]]
+
+
+def test_a_counted_slave_back_with_a_shorter_log_is_no_longer_counted(tmp_path):
+    """A counted slave's acks only rise while its connection lasts; one that reports more than a batch below the
+    end it was counted at came back (between two heartbeats) with a shorter log (a wiped or cut disk): it copies
+    a backlog again, and SYNC puts must not wait for it meanwhile (they would time out until it holds that end)."""
+    slave = SimpleNamespace(broker_id=2, ack_offset=950, last_report=time.monotonic())
+    needed: list[frozenset[int]] = []
+    conns = [slave]
+    rm, proposed = _maintain_sync_state_set(tmp_path, conns, lambda c: c.ack_offset >= 0, needed.append,
+                                            members=(1,))
+    assert rm._joining == {2: 1000} and needed[-1] == frozenset({2})
+    conns[0] = SimpleNamespace(broker_id=2, ack_offset=100, last_report=time.monotonic())  # reconnected, reported
+    asyncio.run(rm._maintain_sync_state_set())
+    assert proposed == [] and rm._joining == {} and needed[-1] == frozenset()
+
+
+def test_a_proposal_without_an_answer_keeps_the_slave_counted_until_the_controllers_next_word(tmp_path):
+    """A proposal that timed out may still have been applied: the slave may be a member the controller can elect,
+    so SYNC puts and the confirm offset keep waiting for it until a heartbeat's answer says whether it is one."""
+    slave = SimpleNamespace(broker_id=2, ack_offset=1000, last_report=time.monotonic())  # at the end: proposed
+    needed: list[frozenset[int]] = []
+    rm, proposed = _maintain_sync_state_set(tmp_path, [slave], lambda c: c.ack_offset >= 0, needed.append,
+                                            members=(1,))
+    assert proposed == [[1, 2]]
+
+    async def timed_out(code: int, body: dict) -> dict:
+        proposed.append(body["syncStateSet"])
+        raise ClientError("no controller acted on CONTROLLER_ALTER_SYNC_STATE_SET: timed out")
+    rm._call = timed_out  # type: ignore[method-assign]
+    rm.sync_state_set = [1]  # the controller's next answer: not applied
+    rm._set_needed(rm.sync_state_set)
+    with pytest.raises(ClientError):
+        asyncio.run(rm._maintain_sync_state_set())
+    assert proposed[-1] == [1, 2] and needed[-1] == frozenset({2})
+
+
+def test_a_sync_put_during_a_promotion_is_not_acknowledged_before_the_ha_service_knows_the_set(tmp_path):
+    """A master that stepped down (its lease ran out, no election) is named again at its epoch with its members:
+    it takes the role, and its new HA service's SyncStateSet is set once ``change_to_master`` returns, after the
+    name servers answered. A SYNC put in between (a client's route still names it) must not be answered by the
+    count rules of HAConfig: SLAVE_NOT_AVAILABLE or one slave's ack would acknowledge it without member 2."""
+
+    async def main() -> None:
+        async with DefaultMessageStore(StoreConfig(store_path_root_dir=str(tmp_path / "store"))) as store:
+            cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
+                               controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
+            registering, registered = asyncio.Event(), asyncio.Event()
+            broker = SimpleNamespace(config=cfg, store=store, ha_service=None, addr="127.0.0.1:1001")
+
+            async def change_to_master(role: str) -> None:
+                cfg.broker_role, cfg.broker_id = role, 0
+                broker.ha_service = HAService(store, HAConfig("C", "broker-a", 0))
+                registering.set()
+                await registered.wait()  # register_all: the name servers' answers
+            broker.change_to_master = change_to_master
+            rm = ReplicasManager(broker)  # type: ignore[arg-type]
+            rm.epoch = 1
+            store.replicate = rm.replicate
+            state = {**_NAMED_1_AT_1, "sync_state_set": [1, 2], "sync_state_set_epoch": 3}
+            promotion = asyncio.create_task(rm._apply(state, time.monotonic()))
+            await registering.wait()
+            put = await asyncio.wait_for(store.put_message(MessageExt("T", b"x" * 100, queue_id=0)), 1.0)
+            assert put.status is PutMessageStatus.NOT_ACKNOWLEDGED, put.status
+            registered.set()
+            await promotion
+            assert broker.ha_service.needed_slaves == frozenset({2})
+
+    asyncio.run(main())

@@ -107,8 +107,9 @@ class ReplicasManager:
 
     def replicate(self, end: int) -> asyncio.Future[PutMessageStatus]:
         """``store.replicate`` of a master in controller mode: SYNC_MASTER's wait for the SyncStateSet, then the
-        lease; a put answered past the lease is NOT_ACKNOWLEDGED (in the log, never acknowledged: the client hears
-        SERVICE_NOT_AVAILABLE, and a transaction's decision it carried stands)."""
+        lease; a put answered past the lease, or before this term's HA service knows the SyncStateSet, is
+        NOT_ACKNOWLEDGED (in the log, never acknowledged: the client hears SERVICE_NOT_AVAILABLE, and a
+        transaction's decision it carried stands)."""
         loop = asyncio.get_running_loop()
         out: asyncio.Future[PutMessageStatus] = loop.create_future()
         ha = self.broker.ha_service
@@ -117,6 +118,11 @@ class ReplicasManager:
             return out
         if ha is None or self.master_role != "SYNC_MASTER":
             out.set_result(PutMessageStatus.PUT_OK)
+            return out
+        # A promotion under way (change_to_master awaits the name servers): this term's HA service is not told the
+        # SyncStateSet yet, and its count rules (HAConfig) would acknowledge a put without every member.
+        if ha.needed_slaves is None:
+            out.set_result(PutMessageStatus.NOT_ACKNOWLEDGED)
             return out
 
         def done(f: asyncio.Future[PutMessageStatus]) -> None:
@@ -338,11 +344,15 @@ class ReplicasManager:
             return i not in conns or not ha.in_sync(conns[i]) or (
                 conns[i].ack_offset < end and now - conns[i].last_report > SLAVE_BEHIND_S)
 
+        # A counted slave reporting more than a batch below the end it was counted at came back between two
+        # passes with a shorter log (one connection's acks never fall): it copies a backlog again, not counted.
+        batch = ha.config.transfer_batch_size
         counted = set(self._joining)
-        for i in [i for i in self._joining if i in current or lagging(i)]:
+        for i in [i for i, bar in self._joining.items()
+                  if i in current or lagging(i) or bar - conns[i].ack_offset > batch]:
             del self._joining[i]
         for i in conns.keys() - current - self._joining.keys():
-            if not lagging(i) and end - conns[i].ack_offset <= ha.config.transfer_batch_size:
+            if not lagging(i) and end - conns[i].ack_offset <= batch:
                 self._joining[i] = end
         if self._joining.keys() != counted:
             self._set_needed(sorted(current))
@@ -358,7 +368,7 @@ class ReplicasManager:
             state = await self._call(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
                 "brokerName": self.broker.config.broker_name, "masterId": self.replica_id,
                 "masterEpoch": self.epoch, "syncStateSet": proposed, "syncStateSetEpoch": self.sync_state_set_epoch})
-        finally:
+        finally:  # unanswered, it may have been applied: the HA service counts them until a heartbeat's answer
             self._pending_add -= caught_up
             for i in caught_up:
                 self._joining.pop(i, None)
