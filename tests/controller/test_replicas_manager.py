@@ -329,6 +329,23 @@ def test_a_master_alone_in_its_set_counts_a_close_slave_first_and_adds_it_once_i
     assert proposed == [[1, 2]] and rm.sync_state_set == [1, 2] and needed[-1] == frozenset({2})
 
 
+def test_a_master_alone_in_its_set_counts_a_slave_holding_the_end_of_the_last_pass_records_bigger_than_a_batch(
+        tmp_path):
+    """Records bigger than a transfer batch under steady sends: a slave that keeps pace is rarely within one batch
+    of the end, but it holds the end the log had a pass (a heartbeat) ago; counted then, it joins at the next."""
+    slave = SimpleNamespace(broker_id=2, ack_offset=800, last_report=time.monotonic())
+    needed: list[frozenset[int]] = []
+    rm, proposed = _maintain_sync_state_set(tmp_path, [slave], lambda c: c.ack_offset >= 0, needed.append,
+                                            members=(1,))
+    assert rm._joining == {} and proposed == []  # 200 bytes behind, the batch is 64: nothing to compare yet
+    rm.broker.store.max_phy_offset, slave.ack_offset = 1200, 1000  # a 200-byte record behind, the last end held
+    asyncio.run(rm._maintain_sync_state_set())
+    assert rm._joining == {2: (1200, 1000)} and needed[-1] == frozenset({2}) and proposed == []
+    rm.broker.store.max_phy_offset, slave.ack_offset = 1400, 1200
+    asyncio.run(rm._maintain_sync_state_set())
+    assert proposed == [[1, 2]]
+
+
 def test_a_master_alone_in_its_set_does_not_count_a_slave_further_than_one_transfer_batch(tmp_path):
     """A slave still copying a backlog (here 65 bytes behind, the batch is 64) is not counted: SYNC puts would
     wait for it (a CI campaign counting slaves within haMaxGapNotInSync acknowledged only 2,621 sends)."""
@@ -339,7 +356,7 @@ def test_a_master_alone_in_its_set_does_not_count_a_slave_further_than_one_trans
     assert proposed == [] and needed == [] and rm._joining == {}
     slave.ack_offset = 936  # within one batch now
     asyncio.run(rm._maintain_sync_state_set())
-    assert needed[-1] == frozenset({2}) and rm._joining == {2: 1000}
+    assert needed[-1] == frozenset({2}) and rm._joining == {2: (1000, 936)}
 
 
 @pytest.mark.parametrize("ack, added", [(950, True), (900, True), (899, False)])
@@ -382,15 +399,15 @@ def test_a_member_reporting_less_than_the_confirm_offset_lost_records_and_is_rem
 
 
 def test_a_counted_slave_back_with_a_shorter_log_is_no_longer_counted(tmp_path):
-    """A counted slave's acks only rise while its connection lasts; one that reports more than a batch below the
-    end it was counted at came back (between two heartbeats) with a shorter log (a wiped or cut disk): it copies
+    """A counted slave's acks only rise while its connection lasts; one that reports less than when it was
+    counted came back (between two heartbeats) with a shorter log (a wiped or cut disk): it copies
     a backlog again, and SYNC puts must not wait for it meanwhile (they would time out until it holds that end)."""
     slave = SimpleNamespace(broker_id=2, ack_offset=950, last_report=time.monotonic())
     needed: list[frozenset[int]] = []
     conns = [slave]
     rm, proposed = _maintain_sync_state_set(tmp_path, conns, lambda c: c.ack_offset >= 0, needed.append,
                                             members=(1,))
-    assert rm._joining == {2: 1000} and needed[-1] == frozenset({2})
+    assert rm._joining == {2: (1000, 950)} and needed[-1] == frozenset({2})
     conns[0] = SimpleNamespace(broker_id=2, ack_offset=100, last_report=time.monotonic())  # reconnected, reported
     asyncio.run(rm._maintain_sync_state_set())
     assert proposed == [] and rm._joining == {} and needed[-1] == frozenset()

@@ -15,8 +15,8 @@ the controller gives, keeps the SyncStateSet as master, and fences itself when i
   stops acknowledging and steps down to a slave without a master until the controller answers again.
 - **SyncStateSet.** A caught-up slave (it has what every connected member has) is added, and counted for
   SYNC_MASTER puts from the moment it is proposed; a slave gone or behind is removed, and counted until the
-  controller confirms the removal. A master alone in its set first counts a slave within one transfer batch of
-  its end, and adds it once it holds that end (the bar "its own end" moves with every send).
+  controller confirms the removal. A master alone in its set first counts a slave that keeps pace with its end,
+  and adds it once it holds the end of that moment (the bar "its own end" moves with every send).
 """
 
 from __future__ import annotations
@@ -81,7 +81,9 @@ class ReplicasManager:
         self.sync_state_set_epoch = 0
         self.lease_from = 0.0  # monotonic send time of the last heartbeat that confirmed this master
         self._pending_add: set[int] = set()  # slaves proposed for the SyncStateSet, not yet confirmed
-        self._joining: dict[int, int] = {}  # slaves counted for SYNC puts before their proposal: id -> log end then
+        # slaves counted for SYNC puts before their proposal: id -> (the log's end then, the slave's ack then)
+        self._joining: dict[int, tuple[int, int]] = {}
+        self._last_end: int | None = None  # the log's end at the last SyncStateSet pass of this term
         self._leader = self.controllers[0]
         self._task: asyncio.Task[None] | None = None
         self._changing = asyncio.Lock()
@@ -246,6 +248,7 @@ class ReplicasManager:
         self.master_addr = self.broker.addr
         self._pending_add.clear()
         self._joining.clear()
+        self._last_end = None
         self.lease_from = time.monotonic()
         await self.broker.change_to_master(self.master_role)
         log.warning("this replica (id %d) is master of %s at epoch %d, log ends at %d", self.replica_id,
@@ -336,28 +339,32 @@ class ReplicasManager:
         confirmed = min((conns[i].ack_offset for i in current - lost if i in conns and conns[i].ack_offset >= 0),
                         default=end)
         # With no member but the master that bar is the log's end itself, which never stays still under load.
-        # So a slave within one transfer batch of the end is first counted (SYNC_MASTER puts wait for it, the
+        # So a slave that keeps pace (within one transfer batch of the end, or holding the end of the last pass,
+        # a heartbeat ago: records bigger than a batch) is first counted (SYNC_MASTER puts wait for it, the
         # confirm offset stays until it has it), and joins once it holds the log's end of that moment: every put
-        # acknowledged before was below that end. "Close" is one batch, not haMaxGapNotInSync: puts wait for a
-        # counted slave, and one still copying a backlog would stall them.
+        # acknowledged before was below that end. Not "within haMaxGapNotInSync": puts wait for a counted slave,
+        # and one still copying a backlog would stall them.
         def lagging(i: int) -> bool:
             return i not in conns or not ha.in_sync(conns[i]) or (
                 conns[i].ack_offset < end and now - conns[i].last_report > SLAVE_BEHIND_S)
 
-        # A counted slave reporting more than a batch below the end it was counted at came back between two
-        # passes with a shorter log (one connection's acks never fall): it copies a backlog again, not counted.
-        batch = ha.config.transfer_batch_size
+        def keeps_pace(ack: int) -> bool:
+            return end - ack <= ha.config.transfer_batch_size or (self._last_end is not None and ack >= self._last_end)
+
+        # A counted slave whose ack fell came back between two passes with a shorter log (one connection's acks
+        # never fall): it copies a backlog again, and is counted again only once it keeps pace.
         counted = set(self._joining)
-        for i in [i for i, bar in self._joining.items()
-                  if i in current or lagging(i) or bar - conns[i].ack_offset > batch]:
+        for i in [i for i, (_, ack) in self._joining.items()
+                  if i in current or lagging(i) or conns[i].ack_offset < ack]:
             del self._joining[i]
         for i in conns.keys() - current - self._joining.keys():
-            if not lagging(i) and end - conns[i].ack_offset <= batch:
-                self._joining[i] = end
+            if not lagging(i) and keeps_pace(conns[i].ack_offset):
+                self._joining[i] = (end, conns[i].ack_offset)
+        self._last_end = end
         if self._joining.keys() != counted:
             self._set_needed(sorted(current))
         caught_up = {i for i, c in conns.items() if i not in current
-                     and (c.ack_offset >= confirmed or c.ack_offset >= self._joining.get(i, end + 1))}
+                     and (c.ack_offset >= confirmed or c.ack_offset >= self._joining.get(i, (end + 1, 0))[0])}
         behind = {i for i in current - {self.replica_id} if lagging(i) or i in lost}
         if not caught_up and not behind:
             return
