@@ -216,3 +216,25 @@ def test_commands_topics_and_codes_are_the_same_interpreted() -> None:
     _same("txmq.topic", "check_group", topics)
     _same("txmq.remoting.codes", "language_from_name", [("JAVA",), ("CPP",), ("NOPE",), ("",)],
           lambda r: getattr(r, "name", r))
+
+
+def test_stats_and_the_processor_table_are_the_same_interpreted() -> None:
+    """The broker's per-put counting and its processor table (compiled: every send passes both) count and hand
+    requests on as their source does."""
+    def counted(module) -> object:
+        stats = module.BrokerStats()
+        stats.put("t", "normal", 256)
+        stats.put("t", "normal", 5000, count=3)
+        stats.put("u", "transaction", 0)
+        stats.get("t", "g", 2, 512)
+        return sorted(stats.totals().items()), stats.puts[("t", "normal")].size_buckets
+
+    assert counted(importlib.import_module("txmq.broker.stats")) == counted(load_interpreted("txmq.broker.stats"))
+
+    def dispatched(module) -> object:
+        table = module.processor_table({10: lambda conn, cmd: ("sent", conn, cmd.code)}, "a broker")
+        refused = table("conn", RemotingCommand(9999, opaque=3))
+        return table("conn", RemotingCommand(10)), refused.code, refused.remark, refused.opaque
+
+    assert dispatched(importlib.import_module("txmq.remoting.transport")) == dispatched(
+        load_interpreted("txmq.remoting.transport"))

@@ -162,6 +162,7 @@ def test_well_framed_nonsense_requests_get_error_answers(cluster):
     # an unknown request code
     resp = roundtrip(baddr, RemotingCommand.request(9999, {}))
     assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert resp.remark == "request code 9999 is not supported by txmq's broker"
     # a send with fields of the wrong type, or missing
     resp = roundtrip(baddr, RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": "abc"}))
     assert resp.code != ResponseCode.SUCCESS and resp.remark

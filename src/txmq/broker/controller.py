@@ -37,7 +37,7 @@ from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.server import RemotingServer
 from txmq.remoting.tls import client_context
-from txmq.remoting.transport import Connection, RemotingClient
+from txmq.remoting.transport import Connection, RemotingClient, processor_table
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
 from txmq.store.ha import HAClient, HAConfig, HAService
 
@@ -158,7 +158,8 @@ class BrokerController:
         self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
 
         self.acl = broker_validator(config)
-        handler = self.acl.guard(self._dispatch) if self.acl is not None else self._dispatch
+        dispatch = processor_table(self.processors, "txmq's broker")
+        handler = self.acl.guard(dispatch) if self.acl is not None else dispatch
         self.server = RemotingServer(handler, host=config.broker_ip1, port=config.listen_port, tls=config.tls_server(),
                                      limits=config.server_limits)
         self.namesrv_client = RemotingClient(rpc_hook=broker_rpc_hook(config), ssl_context=client_context(
@@ -435,13 +436,6 @@ class BrokerController:
             self.grpc.scan_expired(expired)
 
     # --- requests -------------------------------------------------------------------------------------
-
-    def _dispatch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[Any] | None:
-        processor = self.processors.get(cmd.code)
-        if processor is None:
-            return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                               remark=f"request code {cmd.code} is not supported by txmq's broker")
-        return processor(conn, cmd)
 
     def _notify_consumer_ids_changed(self, group: ConsumerGroupInfo) -> None:
         for info in group.channels.values():
