@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from txmq.broker.transaction.service import DEFAULT_ORPHAN_FACTOR
 from txmq.conf import parse_properties, update_fields
@@ -142,15 +142,9 @@ class BrokerConfig:
     def tls_server(self) -> TlsServerConfig:
         return TlsServerConfig(self.tls_server_mode.lower(), self.tls_server_cert_path, self.tls_server_key_path)
 
-    if TYPE_CHECKING:  # not a field (no broker.conf key): brokerRole's, kept by __setattr__
-        is_slave: bool = field(init=False, repr=False, compare=False)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        """``is_slave`` is a plain attribute set with ``broker_role``, not a property: every send asks it, and a
-        property is an interpreted call."""
-        object.__setattr__(self, name, value)
-        if name == "broker_role":
-            object.__setattr__(self, "is_slave", str(value).upper() == "SLAVE")
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role.upper() == "SLAVE"
 
     def disk_percent(self, name: str) -> float:
         """A disk ratio field in percent, whether it was given as 90 or as 0.90."""
