@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -338,33 +339,15 @@ class ReplicasManager:
         lost = {i for i in current if i in conns and 0 <= conns[i].ack_offset < bound}
         confirmed = min((conns[i].ack_offset for i in current - lost if i in conns and conns[i].ack_offset >= 0),
                         default=end)
-        # With no member but the master that bar is the log's end itself, which never stays still under load.
-        # So a slave that keeps pace (within one transfer batch of the end, or holding the end of the last pass,
-        # a heartbeat ago: records bigger than a batch) is first counted (SYNC_MASTER puts wait for it, the
-        # confirm offset stays until it has it), and joins once it holds the log's end of that moment: every put
-        # acknowledged before was below that end. Not "within haMaxGapNotInSync": puts wait for a counted slave,
-        # and one still copying a backlog would stall them.
+
         def lagging(i: int) -> bool:
             return i not in conns or not ha.in_sync(conns[i]) or (
                 conns[i].ack_offset < end and now - conns[i].last_report > SLAVE_BEHIND_S)
 
-        def keeps_pace(ack: int) -> bool:
-            return end - ack <= ha.config.transfer_batch_size or (self._last_end is not None and ack >= self._last_end)
-
-        # A counted slave whose ack fell came back between two passes with a shorter log (one connection's acks
-        # never fall): it copies a backlog again, and is counted again only once it keeps pace.
-        counted = set(self._joining)
-        for i in [i for i, (_, ack) in self._joining.items()
-                  if i in current or lagging(i) or conns[i].ack_offset < ack]:
-            del self._joining[i]
-        for i in conns.keys() - current - self._joining.keys():
-            if not lagging(i) and keeps_pace(conns[i].ack_offset):
-                self._joining[i] = (end, conns[i].ack_offset)
-        self._last_end = end
-        if self._joining.keys() != counted:
+        if self._count_joining(conns, current, end, ha.config.transfer_batch_size, lagging):
             self._set_needed(sorted(current))
         caught_up = {i for i, c in conns.items() if i not in current
-                     and (c.ack_offset >= confirmed or c.ack_offset >= self._joining.get(i, (end + 1, 0))[0])}
+                     and (c.ack_offset >= confirmed or (i in self._joining and c.ack_offset >= self._joining[i][0]))}
         behind = {i for i in current - {self.replica_id} if lagging(i) or i in lost}
         if not caught_up and not behind:
             return
@@ -382,6 +365,27 @@ class ReplicasManager:
         self.sync_state_set = [int(x) for x in state.get("sync_state_set", [])]
         self.sync_state_set_epoch = int(state.get("sync_state_set_epoch", 0))
         self._set_needed(self.sync_state_set)
+
+    def _count_joining(self, conns: dict[int, Any], current: set[int], end: int, batch: int,
+                       lagging: Callable[[int], bool]) -> bool:
+        """The first step of a join, for the bar a master alone in its set has (its own end, which never stays
+        still under load): a slave that keeps pace (within one transfer batch of the end, or holding the end of the
+        last pass, a heartbeat ago: records bigger than a batch) is counted (SYNC_MASTER puts wait for it, the
+        confirm offset stays until it has it), and joins once it holds the log's end of that moment: every put
+        acknowledged before was below that end. Not "within haMaxGapNotInSync": puts wait for a counted slave, and
+        one still copying a backlog would stall them. Returns whether the counted slaves changed."""
+        counted = set(self._joining)
+        # A counted slave whose ack fell came back between two passes with a shorter log (one connection's acks
+        # never fall): it copies a backlog again, and is counted again only once it keeps pace.
+        for i in [i for i, (_, ack) in self._joining.items()
+                  if i in current or lagging(i) or conns[i].ack_offset < ack]:
+            del self._joining[i]
+        for i in conns.keys() - current - self._joining.keys():
+            ack = conns[i].ack_offset
+            if not lagging(i) and (end - ack <= batch or (self._last_end is not None and ack >= self._last_end)):
+                self._joining[i] = (end, ack)
+        self._last_end = end
+        return self._joining.keys() != counted
 
     def status(self) -> dict[str, Any]:
         """What ``txmq ha status`` shows of controller mode."""
