@@ -1,11 +1,29 @@
 """A TCP proxy in the test process, to cut a connection path without touching the processes on either side:
-``cut()`` closes every relayed connection and refuses new ones until ``heal()``."""
+``cut()`` ends every relayed connection and refuses new ones until ``heal()``.
+
+A relayed socket is closed only by the last of its connection's two relay threads. ``cut()`` and the other
+direction only shut it down: a socket closed while another thread is about to use it hands that thread a
+descriptor number the kernel may already have given to some other socket of this process (a shutdown there
+once ended the test process's connection to Spark's JVM)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+
+
+class _Relayed:
+    """One relayed connection: its two sockets and how many of its two relay threads still run."""
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.socks = (client, upstream)
+        self.running = 2
+
+    def shutdown(self) -> None:
+        for s in self.socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
 
 
 class TcpProxy:
@@ -17,62 +35,69 @@ class TcpProxy:
         self.host, self.port = self.listener.getsockname()[:2]
         self.cut_off = False
         self.refused = 0  # connections closed at once because the path was cut
-        self.cut_open = 0  # relayed connections a cut closed
-        self._socks: set[socket.socket] = set()
+        self.cut_open = 0  # relayed connections a cut ended
+        self._relayed: set[_Relayed] = set()
         self._lock = threading.Lock()
         self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     @property
     def addr(self) -> str:
         return f"{self.host}:{self.port}"
 
     def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.cut_off:
-                self.refused += 1
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=3)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._socks |= {client, upstream}
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+        """The only thread that closes the listener (see ``close``)."""
+        with self.listener:
+            while not self._closed:
+                try:
+                    client, _ = self.listener.accept()
+                except OSError:
+                    return
+                if self.cut_off or self._closed:
+                    self.refused += 1
+                    client.close()
+                    continue
+                try:
+                    upstream = socket.create_connection(self.target, timeout=3)
+                except OSError:
+                    client.close()
+                    continue
+                relayed = _Relayed(client, upstream)
+                with self._lock:
+                    self._relayed.add(relayed)
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=self._pipe, args=(relayed, a, b), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, relayed: _Relayed, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
                 dst.sendall(data)
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-        with self._lock:  # relayed no more (both ends shut down, so the other direction ends too)
-            self._socks -= {src, dst}
-        src.close()
-        dst.close()
+        relayed.shutdown()  # ends the other direction too
+        with self._lock:
+            relayed.running -= 1
+            last = relayed.running == 0
+            self._relayed.discard(relayed)
+        if last:  # no other thread uses these sockets any more
+            for s in relayed.socks:
+                s.close()
 
     def cut(self) -> None:
         self.cut_off = True
         with self._lock:
-            socks, self._socks = self._socks, set()
-            self.cut_open += len(socks) // 2  # each relayed connection is a pair of sockets
-        for s in socks:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
+            relayed, self._relayed = self._relayed, set()
+            self.cut_open += len(relayed)
+            for r in relayed:
+                r.shutdown()
 
     def heal(self) -> None:
         self.cut_off = False
 
     def close(self) -> None:
+        """Stop relaying and listening. The listener is shut down here (which wakes the accepting thread) and
+        closed by that thread, for the same reason relayed sockets are."""
         self._closed = True
         self.cut()
-        self.listener.close()
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self._acceptor.join(5)
