@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,24 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     txmq.spark.register(session)
+    # pyspark's accumulator channel: the JVM's one socket back to this process, which it never reopens once this
+    # end is gone (every later Python data source then fails on "Broken pipe"). Its handler dying is recorded, so
+    # the test during which it happened fails saying why (see channel_to_the_jvm_intact).
+    session.sparkContext._accumulatorServer.handle_error = lambda *_: CHANNEL_ERRORS.append(traceback.format_exc())
     try:
         yield session
     finally:
         session.stop()
+
+
+CHANNEL_ERRORS: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def channel_to_the_jvm_intact() -> Iterator[None]:
+    """Fails the test during which the session's accumulator channel broke, with the handler's exception."""
+    yield
+    assert not CHANNEL_ERRORS, f"pyspark's accumulator channel broke: {CHANNEL_ERRORS[0]}"
 
 
 # Retention within seconds: 64 KiB commit-log segments kept about a second (fileReservedTime is in hours; the
