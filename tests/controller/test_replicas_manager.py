@@ -413,6 +413,18 @@ def test_a_counted_slave_back_with_a_shorter_log_is_no_longer_counted(tmp_path):
     assert proposed == [] and rm._joining == {} and needed[-1] == frozenset()
 
 
+def test_a_gone_member_is_removed_by_a_proposal_of_its_own_and_a_caught_up_slave_joins_at_the_next_pass(tmp_path):
+    """Shrinking and expanding are separate proposals, as RocketMQ's: one proposal carrying both, refused for its
+    addition, kept the gone member 3 in the set, and every SYNC_MASTER put waited for it. The slave is counted for
+    SYNC puts from the first pass on, as a proposed one is."""
+    slave = SimpleNamespace(broker_id=2, ack_offset=1000, last_report=time.monotonic())  # caught up; 3 is gone
+    needed: list[frozenset[int]] = []
+    rm, proposed = _maintain_sync_state_set(tmp_path, [slave], lambda c: c.ack_offset >= 0, needed.append)
+    assert proposed == [[1]] and rm.sync_state_set == [1] and needed[-1] == frozenset({2})  # counted already
+    asyncio.run(rm._maintain_sync_state_set())
+    assert proposed == [[1], [1, 2]] and rm.sync_state_set == [1, 2] and needed[-1] == frozenset({2})
+
+
 def test_a_proposal_without_an_answer_keeps_the_slave_counted_until_the_controllers_next_word(tmp_path):
     """A proposal that timed out may still have been applied: the slave may be a member the controller can elect,
     so SYNC puts and the confirm offset keep waiting for it until a heartbeat's answer says whether it is one."""

@@ -349,18 +349,26 @@ class ReplicasManager:
         caught_up = {i for i, c in conns.items() if i not in current
                      and (c.ack_offset >= confirmed or (i in self._joining and c.ack_offset >= self._joining[i][0]))}
         behind = {i for i in current - {self.replica_id} if lagging(i) or i in lost}
-        if not caught_up and not behind:
+        # Shrinking and expanding are separate proposals (RocketMQ's maybeShrinkSyncStateSet and
+        # maybeExpandInSyncStateSet): a refused addition must not keep a gone member in the set, where every
+        # SYNC_MASTER put waits for it. Those caught up are counted now, as an addition is, and proposed next pass.
+        adding = caught_up
+        if behind:
+            for i in caught_up:
+                self._joining.setdefault(i, (conns[i].ack_offset, conns[i].ack_offset))
+            adding = set()
+        if not adding and not behind:
             return
-        self._pending_add |= caught_up  # counted for SYNC_MASTER puts from now on
+        self._pending_add |= adding  # counted for SYNC_MASTER puts from now on
         self._set_needed(sorted(current))
-        proposed = sorted((current | caught_up) - behind)
+        proposed = sorted((current | adding) - behind)
         try:
             state = await self._call(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
                 "brokerName": self.broker.config.broker_name, "masterId": self.replica_id,
                 "masterEpoch": self.epoch, "syncStateSet": proposed, "syncStateSetEpoch": self.sync_state_set_epoch})
         finally:  # unanswered, it may have been applied: the HA service counts them until a heartbeat's answer
-            self._pending_add -= caught_up
-            for i in caught_up:
+            self._pending_add -= adding
+            for i in adding:
                 self._joining.pop(i, None)
         self.sync_state_set = [int(x) for x in state.get("sync_state_set", [])]
         self.sync_state_set_epoch = int(state.get("sync_state_set_epoch", 0))
