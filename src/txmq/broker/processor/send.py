@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
-from txmq.remoting.codec import encode_response
+from txmq.remoting.codec import encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import (
@@ -308,7 +308,8 @@ class SendMessageProcessor:
         return encode_response(cmd, _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR), header.to_ext())
 
     def _response(self, cmd: RemotingCommand, msg: MessageExt, result: PutMessageResult) -> Answer:
-        """The answer to a put: a stored message's as an encoded frame (``encode_response``), a refusal as a command."""
+        """The answer to a put: a stored message's as an encoded frame (``encode_send_response``), a refusal as a
+        command."""
         code = _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
         ar = result.append_result
         if not result.stored or ar is None:
@@ -321,15 +322,9 @@ class SendMessageProcessor:
                 remark += (f": the stored record (body, properties and header) must fit maxMessageSize "
                            f"{self.broker.config.max_message_size}")
             return RemotingCommand.response_to(cmd, code, remark=remark)
-        header = SendMessageResponseHeader(
-            msg_id=ar.msg_id, queue_id=msg.queue_id, queue_offset=ar.logics_offset,
-            transaction_id=msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if is_half(msg.properties) else None,
-        )
-        ext = header.to_ext()
-        ext["MSG_REGION"] = "DefaultRegion"
-        ext["TRACE_ON"] = "true"
-        return encode_response(cmd, code, ext)
+        props = msg.properties
+        return encode_send_response(cmd, code, ar.msg_id, msg.queue_id, ar.logics_offset,
+                                    props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if is_half(props) else None)
 
     # --- consumer send-back: retry with delay, or the dead-letter topic --------------------------------
 
