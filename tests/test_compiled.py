@@ -211,7 +211,7 @@ def test_commands_topics_and_codes_are_the_same_interpreted() -> None:
     import txmq.remoting.command as command
 
     assert made(command) == made(load_interpreted("txmq.remoting.command"))
-    topics = [("t",), ("",), (" ",), ("a" * 128,), ("bad topic",), ("%RETRY%g",)]
+    topics = [("t",), ("",), (" ",), ("a" * 128,), ("bad topic",), ("%RETRY%g",), ("t\n",), ("é",), ("a|b-c_D9",)]
     _same("txmq.topic", "check_topic", topics)
     _same("txmq.topic", "check_group", topics)
     _same("txmq.remoting.codes", "language_from_name", [("JAVA",), ("CPP",), ("NOPE",), ("",)],

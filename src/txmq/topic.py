@@ -30,7 +30,9 @@ NOT_ALLOWED_SEND_TOPICS = SYSTEM_TOPICS - {AUTO_CREATE_TOPIC_KEY_TOPIC}
 
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
-_VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# RocketMQ TopicValidator's pattern, matched against the whole name as Java's ``Pattern.matches`` does (``fullmatch``:
+# ``match`` with ``$`` let a name end in a newline).
+_VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 
 class PermName:
@@ -61,7 +63,7 @@ def check_topic(topic: str) -> None:
         raise InvalidMessageError("topic is blank")
     if len(topic) > TOPIC_MAX_LENGTH:
         raise InvalidMessageError(f"topic is longer than {TOPIC_MAX_LENGTH} characters")
-    if not _VALID_NAME.match(topic):
+    if not _VALID_NAME.fullmatch(topic):
         raise InvalidMessageError(f"topic {topic!r} has illegal characters; allowed: ^[%|a-zA-Z0-9_-]+$")
 
 
@@ -71,7 +73,7 @@ def check_group(group: str) -> None:
         raise InvalidMessageError("group is blank")
     if len(group) > GROUP_MAX_LENGTH:
         raise InvalidMessageError(f"group is longer than {GROUP_MAX_LENGTH} characters")
-    if not _VALID_NAME.match(group):
+    if not _VALID_NAME.fullmatch(group):
         raise InvalidMessageError(f"group {group!r} has illegal characters; allowed: ^[%|a-zA-Z0-9_-]+$")
 
 

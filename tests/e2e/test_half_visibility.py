@@ -32,15 +32,22 @@ SECRET = b"uncommitted-secret"
 
 
 def send(raw: RawClient, body: bytes, props: dict[str, str], sys_flag: int = 0) -> int:
-    """A raw SEND_MESSAGE; the commit-log offset of the stored record."""
+    """A raw SEND_MESSAGE; the commit-log offset of the stored record. Its answer carries RocketMQ's send response
+    header, and a half's its transaction id (its ``UNIQ_KEY``), exactly."""
+    uniq = uuid.uuid4().hex
     header = {"producerGroup": "p_vis", "topic": TOPIC, "defaultTopic": "TBW102", "defaultTopicQueueNums": "1",
               "queueId": "0", "sysFlag": str(sys_flag), "bornTimestamp": "0", "flag": "0",
-              "properties": properties_to_string({MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uuid.uuid4().hex,
-                                                  **props}),
+              "properties": properties_to_string({MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq, **props}),
               "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
     resp = raw.call(RequestCode.SEND_MESSAGE, header, body)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
-    return decode_offset_msg_id(resp.ext_fields["msgId"])[1]
+    ext = resp.ext_fields
+    half = props.get(MessageConst.TRANSACTION_PREPARED) == "true"
+    assert list(ext) == ["msgId", "queueId", "queueOffset", *(["transactionId"] if half else []), "MSG_REGION",
+                         "TRACE_ON"]
+    assert int(ext["queueId"]) >= 0 and int(ext["queueOffset"]) >= 0 and ext.get("transactionId", uniq) == uniq
+    assert (ext["MSG_REGION"], ext["TRACE_ON"]) == ("DefaultRegion", "true")
+    return decode_offset_msg_id(ext["msgId"])[1]
 
 
 def pull(raw: RawClient, topic: str, group: str = "g_vis_pull") -> RemotingCommand:

@@ -193,13 +193,14 @@ class ResponseCode(IntEnum):
 
 _LANGUAGE_BY_NAME = {lang.name: lang for lang in LanguageCode}
 _LANGUAGE_BY_CODE = {int(lang): lang for lang in LanguageCode}
+_OTHER = LanguageCode.OTHER  # every request's header asks: a member read off its class passes EnumType's __getattr__
 
 
 def language_from_name(name: str) -> LanguageCode:
     """The language a JSON header names; names RocketMQ does not know map to ``OTHER``."""
-    return _LANGUAGE_BY_NAME.get(name, LanguageCode.OTHER)
+    return _LANGUAGE_BY_NAME.get(name, _OTHER)
 
 
 def language_from_code(code: int) -> LanguageCode:
     """The language a ROCKETMQ binary header's byte stands for; unknown bytes map to ``OTHER``."""
-    return _LANGUAGE_BY_CODE.get(code, LanguageCode.OTHER)
+    return _LANGUAGE_BY_CODE.get(code, _OTHER)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
-from txmq.remoting.codec import encode_response
+from txmq.remoting.codec import encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import (
@@ -55,6 +55,13 @@ _PUT_STATUS_TO_CODE = {
     PutMessageStatus.NOT_ACKNOWLEDGED: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
 
+
+# Codes every send reads, as module constants: an enum member read off its class passes EnumType's __getattr__ hook
+# (Python 3.11), two type lookups more per read.
+_SEND_MESSAGE = RequestCode.SEND_MESSAGE
+_SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
+_CONSUMER_SEND_MSG_BACK = RequestCode.CONSUMER_SEND_MSG_BACK
+_SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR
 
 MAX_PROPERTIES_SIZE = 32767  # the layout's 2-byte properties length (txmq.message)
 _LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two properties, their names and values
@@ -123,15 +130,15 @@ class SendMessageProcessor:
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object | None:
         try:
-            if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
+            if cmd.code == _CONSUMER_SEND_MSG_BACK:
                 back = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
                 check_consumer_group(back.group)
                 return self._send_back(cmd, back)
-            if cmd.code == RequestCode.SEND_MESSAGE:
+            if cmd.code == _SEND_MESSAGE:
                 header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
             else:
                 header = SendMessageRequestHeader.from_v2_ext(cmd.ext_fields)
-            return self._send(conn, cmd, header, batch=header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE)
+            return self._send(conn, cmd, header, batch=header.batch or cmd.code == _SEND_BATCH_MESSAGE)
         except (RemoteProtocolError, InvalidMessageError) as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
 
@@ -305,11 +312,12 @@ class SendMessageProcessor:
             queue_id=msgs[0].queue_id, queue_offset=ar.logics_offset,
             transaction_id=",".join(m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "") for m in msgs)
             if is_half(msgs[0].properties) else None)
-        return encode_response(cmd, _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR), header.to_ext())
+        return encode_response(cmd, _PUT_STATUS_TO_CODE.get(result.status, _SYSTEM_ERROR), header.to_ext())
 
     def _response(self, cmd: RemotingCommand, msg: MessageExt, result: PutMessageResult) -> Answer:
-        """The answer to a put: a stored message's as an encoded frame (``encode_response``), a refusal as a command."""
-        code = _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
+        """The answer to a put: a stored message's as an encoded frame (``encode_send_response``), a refusal as a
+        command."""
+        code = _PUT_STATUS_TO_CODE.get(result.status, _SYSTEM_ERROR)
         ar = result.append_result
         if not result.stored or ar is None:
             remark = f"store answered {result.status.name}"
@@ -321,15 +329,9 @@ class SendMessageProcessor:
                 remark += (f": the stored record (body, properties and header) must fit maxMessageSize "
                            f"{self.broker.config.max_message_size}")
             return RemotingCommand.response_to(cmd, code, remark=remark)
-        header = SendMessageResponseHeader(
-            msg_id=ar.msg_id, queue_id=msg.queue_id, queue_offset=ar.logics_offset,
-            transaction_id=msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if is_half(msg.properties) else None,
-        )
-        ext = header.to_ext()
-        ext["MSG_REGION"] = "DefaultRegion"
-        ext["TRACE_ON"] = "true"
-        return encode_response(cmd, code, ext)
+        props = msg.properties
+        return encode_send_response(cmd, code, ar.msg_id, msg.queue_id, ar.logics_offset,
+                                    props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if is_half(props) else None)
 
     # --- consumer send-back: retry with delay, or the dead-letter topic --------------------------------
 

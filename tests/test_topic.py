@@ -1,0 +1,31 @@
+"""Topic and group names: the legal-name rule is RocketMQ's ``TopicValidator`` pattern matched against the whole
+name, for every character and for names around the length limits. No IO."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from txmq.errors import InvalidMessageError
+from txmq.topic import GROUP_MAX_LENGTH, TOPIC_MAX_LENGTH, check_group, check_topic
+
+ROCKETMQ_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # Java's Pattern.matches: the whole name
+
+
+def legal(check, name: str) -> bool:
+    try:
+        check(name)
+    except InvalidMessageError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("check, limit", [(check_topic, TOPIC_MAX_LENGTH), (check_group, GROUP_MAX_LENGTH)])
+def test_names_are_legal_exactly_when_rocketmq_s_pattern_matches_all_of_them(check, limit) -> None:
+    names = [chr(c) for c in range(0x300)] + [f"orders{chr(c)}" for c in range(0x300)]
+    names += ["%RETRY%group_1", "a|b-c_D9", "orders\n", "\norders", "or ders", "ordérs", "\U0001f600", "x" * limit,
+              "x" * (limit + 1), "", " ", "\t"]
+    for name in names:
+        expected = ROCKETMQ_PATTERN.fullmatch(name) is not None and len(name) <= limit
+        assert legal(check, name) == expected, repr(name)
