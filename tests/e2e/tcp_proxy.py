@@ -64,8 +64,15 @@ class TcpProxy:
                     client.close()
                     continue
                 relayed = _Relayed(client, upstream)
-                with self._lock:
-                    self._relayed.add(relayed)
+                with self._lock:  # a cut since the check above ends it here, as it ends the others
+                    cut = self.cut_off
+                    if not cut:
+                        self._relayed.add(relayed)
+                if cut:
+                    self.refused += 1
+                    for s in relayed.socks:
+                        s.close()
+                    continue
                 for a, b in ((client, upstream), (upstream, client)):
                     threading.Thread(target=self._pipe, args=(relayed, a, b), daemon=True).start()
 
