@@ -55,8 +55,7 @@ class TcpProxy:
                 except OSError:
                     return
                 if self.cut_off or self._closed:
-                    self.refused += 1
-                    client.close()
+                    self._refuse(client)
                     continue
                 try:
                     upstream = socket.create_connection(self.target, timeout=3)
@@ -69,12 +68,16 @@ class TcpProxy:
                     if not cut:
                         self._relayed.add(relayed)
                 if cut:
-                    self.refused += 1
-                    for s in relayed.socks:
-                        s.close()
+                    self._refuse(*relayed.socks)
                     continue
                 for a, b in ((client, upstream), (upstream, client)):
                     threading.Thread(target=self._pipe, args=(relayed, a, b), daemon=True).start()
+
+    def _refuse(self, *socks: socket.socket) -> None:
+        """A connection accepted while the path is cut: closed at once, counted in ``refused``."""
+        self.refused += 1
+        for s in socks:
+            s.close()
 
     def _pipe(self, relayed: _Relayed, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):

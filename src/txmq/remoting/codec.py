@@ -52,14 +52,14 @@ _LANGUAGE_NAMES = {int(lang): lang.name for lang in LanguageCode}
 # its ext fields; code and opaque filled in per answer.
 _RESPONSE_HEAD = (f'{{"code":%d,"language":"{LanguageCode.PYTHON.name}","version":{DEFAULT_VERSION},"opaque":%d,'
                   f'"flag":{FLAG_RESPONSE},"extFields":').encode()
-# encode_response's header for a single send's answer (encode_send_response): SendMessageResponseHeader's fields as
-# to_ext writes them (msgId, queueId, queueOffset, then transactionId when there is one), then the region and trace
-# fields RocketMQ's broker adds. Filled in: code, opaque, msgId (a JSON string), the two integers and the
-# ``,"transactionId":"..."`` part or nothing.
+# A single send's ext beyond its SendMessageResponseHeader: the region and trace fields RocketMQ's broker adds.
+SEND_RESPONSE_EXTRA = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+# encode_response's header for that answer (encode_send_response): the header's fields as to_ext writes them (msgId,
+# queueId, queueOffset, then transactionId when there is one), then SEND_RESPONSE_EXTRA. Filled in: code, opaque,
+# msgId (a JSON string), the two integers and the ``,"transactionId":"..."`` part or nothing.
 _SEND_RESPONSE_HEAD = _RESPONSE_HEAD + (b'{"msgId":%s,"queueId":"%d","queueOffset":"%d"%s,'
-                                        b'"MSG_REGION":"DefaultRegion","TRACE_ON":"true"}}')
+                                        + orjson.dumps(SEND_RESPONSE_EXTRA)[1:] + b"}")
 _TRANSACTION_ID = b',"transactionId":'
-SEND_RESPONSE_EXTRA = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}  # a single send's ext beyond its header
 
 
 class FrameDecoder:
@@ -358,21 +358,10 @@ def encode_send_response(request: RemotingCommand, code: int, msg_id: str, queue
     header object, ext dict or loop over it per send. A JSON request fills one template (the strings escaped by
     orjson, as in a dict); a ROCKETMQ one, or a value of another type, goes the generic way."""
     if (request.serialize_type is _JSON and type(msg_id) is str and type(queue_id) is int
-            and type(queue_offset) is int):
-        if transaction_id is None:
-            tail = b""
-        elif type(transaction_id) is str:
-            tail = _TRANSACTION_ID + orjson.dumps(transaction_id)
-        else:
-            return _generic_send_response(request, code, msg_id, queue_id, queue_offset, transaction_id)
+            and type(queue_offset) is int and (transaction_id is None or type(transaction_id) is str)):
+        tail = b"" if transaction_id is None else _TRANSACTION_ID + orjson.dumps(transaction_id)
         header = _SEND_RESPONSE_HEAD % (code, request.opaque, orjson.dumps(msg_id), queue_id, queue_offset, tail)
         return EncodedResponse(code, _PREFIX.pack(4 + len(header), len(header)) + header)
-    return _generic_send_response(request, code, msg_id, queue_id, queue_offset, transaction_id)
-
-
-def _generic_send_response(request: RemotingCommand, code: int, msg_id: str, queue_id: int, queue_offset: int,
-                           transaction_id: str | None) -> EncodedResponse:
-    """``encode_send_response`` the generic way: the header's ext fields, then ``encode_response``."""
     ext = SendMessageResponseHeader(msg_id, queue_id, queue_offset, transaction_id).to_ext()
     ext.update(SEND_RESPONSE_EXTRA)
     return encode_response(request, code, ext)
