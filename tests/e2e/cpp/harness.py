@@ -50,7 +50,9 @@ def cpp_client_available() -> bool:
 
 
 def _kill_group(proc: subprocess.Popen, grace: float = KILL_GRACE) -> None:
-    """SIGTERM the driver's process group, SIGKILL it after ``grace`` seconds, reap it."""
+    """SIGTERM the driver's process group, SIGKILL it after ``grace`` seconds, reap it. Only while the leader is
+    unreaped: once reaped, its pid (the group's id) may belong to another test's new session, and the driver starts
+    no processes of its own that could outlive it."""
     if proc.poll() is None:
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
             try:
@@ -62,10 +64,6 @@ def _kill_group(proc: subprocess.Popen, grace: float = KILL_GRACE) -> None:
                 break
             except subprocess.TimeoutExpired:
                 continue
-    else:
-        # the leader is gone; a straggler in its group (none expected) must not survive it
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
     with _live_lock:
         _live.discard(proc)
 
