@@ -238,3 +238,30 @@ def test_stats_and_the_processor_table_are_the_same_interpreted() -> None:
 
     assert dispatched(importlib.import_module("txmq.remoting.transport")) == dispatched(
         load_interpreted("txmq.remoting.transport"))
+
+
+def test_index_files_are_the_same_interpreted(tmp_path: Path) -> None:
+    """The compiled put stores bytes into the map itself: both builds write the same file, keys with hashes and
+    offsets across the sign bit and 32-bit boundaries included, and read the same chains back."""
+    import txmq.store.index as compiled
+
+    interpreted = load_interpreted("txmq.store.index")
+    puts = [("T", [f"k{i}", "shared"], (i * 2**31) + i, 1_700_000_000_000 + i * 997) for i in range(300)]
+    files = {}
+    for module in (compiled, interpreted):
+        root = tmp_path / module.__name__.replace(".", "_") / str(id(module))
+        service = module.IndexService(str(root), 7, 1000)
+        service.put("T", ["first"], 0, 1_700_000_000_000)
+        for topic, keys, phy, ts in puts:
+            service.put(topic, keys, phy, ts)
+        found = [service.lookup("T", key, 10) for key in ("k7", "shared", "first", "absent")]
+        service.dirty_files()
+        files[module] = ([p.read_bytes() for p in sorted((root / "index").iterdir())], found)
+        service.close()
+    assert files[compiled] == files[interpreted]
+    assert files[compiled][1][0] == [7 * 2**31 + 7]
+    data = files[compiled][0][0]  # entry 1 in RocketMQ's layout: keyHash, phyOffset, timeDiff, prevIndex
+    assert compiled.ENTRY.unpack_from(data, compiled.HEADER_SIZE + 7 * 4 + compiled.ENTRY_SIZE) == (
+        compiled.key_hash("T", "first"), 0, 0, 0)
+    assert compiled.ENTRY.unpack_from(data, compiled.HEADER_SIZE + 7 * 4 + 4 * compiled.ENTRY_SIZE)[1:3] == (
+        2**31 + 1, 0)

@@ -52,6 +52,20 @@ def key_hash(topic: str, key: str) -> int:
     return zlib.crc32(f"{topic}{KEY_SEPARATOR}{key}".encode()) & 0x7FFFFFFF
 
 
+def _store_int(view: memoryview, pos: int, value: int) -> None:
+    """The low 32 bits of ``value`` at ``pos``, big-endian (Java's ``putInt``)."""
+    view[pos] = (value >> 24) & 0xFF
+    view[pos + 1] = (value >> 16) & 0xFF
+    view[pos + 2] = (value >> 8) & 0xFF
+    view[pos + 3] = value & 0xFF
+
+
+def _load_int(view: memoryview, pos: int) -> int:
+    """The signed big-endian 32-bit int at ``pos`` (Java's ``getInt``)."""
+    value = (view[pos] << 24) | (view[pos + 1] << 16) | (view[pos + 2] << 8) | view[pos + 3]
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
 class InvalidIndexFile(Exception):
     """The file's header or size does not describe a valid index file."""
 
@@ -67,7 +81,7 @@ class IndexFile:
             if begin_phy is not None:
                 self.hash_slot_num, self.index_num = hash_slot_num, index_num
                 os.ftruncate(self.fd, self._size())
-                self.mm = mmap.mmap(self.fd, self._size())
+                self._map(self._size())
                 self._allocated = 0
                 self._reserve(self._entry_pos(1))
                 self.begin_ts = self.end_ts = 0
@@ -77,8 +91,8 @@ class IndexFile:
             else:
                 self._load()
         except BaseException:
-            if hasattr(self, "mm"):
-                self.mm.close()
+            if getattr(self, "mm", None) is not None:  # compiled, the field exists from the start (None)
+                self._unmap()
             os.close(self.fd)
             if create:  # a disk too full for its slots: no sparse file of the full size left per attempt
                 os.unlink(path)
@@ -100,7 +114,7 @@ class IndexFile:
         self.index_num = entries_bytes // ENTRY_SIZE
         if not 1 <= count <= self.index_num or self.begin_phy != int(os.path.basename(self.path)):
             raise InvalidIndexFile(f"{self.path}: bad entry count {count} or begin offset {self.begin_phy}")
-        self.mm = mmap.mmap(self.fd, file_size)
+        self._map(file_size)
         # Entries written after the last header write: count the non-zero ones that follow.
         while count < self.index_num:
             raw = self.mm[self._entry_pos(count):self._entry_pos(min(count + 512, self.index_num))]
@@ -113,6 +127,14 @@ class IndexFile:
         self.index_count = count
         self._allocated = 0
         self._reserve(self._entry_pos(count))
+
+    def _map(self, size: int) -> None:
+        self.mm = mmap.mmap(self.fd, size)
+        self._view = memoryview(self.mm)  # put_key's stores (C stores into the map when compiled: index.pxd)
+
+    def _unmap(self) -> None:
+        self._view = memoryview(bytearray())  # the map's view released first: a map with one open cannot close
+        self.mm.close()
 
     def _entry_pos(self, index: int) -> int:
         return HEADER_SIZE + self.hash_slot_num * SLOT.size + index * ENTRY_SIZE
@@ -129,12 +151,14 @@ class IndexFile:
         return self.index_count >= self.index_num
 
     def put_key(self, h: int, phy: int, store_ts: int) -> None:
-        """Add one entry at the head of its slot's chain. The caller checks ``full`` first."""
+        """Add one entry at the head of its slot's chain. The caller checks ``full`` first. Written byte by byte
+        into the map's view: compiled (index.pxd), these are C stores where ``struct`` calls cost most of a put
+        (one per stored message)."""
         if self.index_count == 1:
             self.begin_ts = store_ts
-        mm = self.mm
-        slot_pos = HEADER_SIZE + (h % self.hash_slot_num) * SLOT.size
-        (prev,) = SLOT.unpack_from(mm, slot_pos)
+        view = self._view
+        slot_pos = HEADER_SIZE + (h % self.hash_slot_num) * 4
+        prev = _load_int(view, slot_pos)
         if not 0 < prev < self.index_count:
             prev = 0
         time_diff = max(0, (store_ts - self.begin_ts) // 1000)
@@ -142,8 +166,12 @@ class IndexFile:
         pos = self._entry_pos(index)
         if pos + ENTRY_SIZE > self._allocated:
             self._reserve(pos + ENTRY_SIZE)
-        ENTRY.pack_into(mm, pos, h, phy, min(time_diff, 0x7FFFFFFF), prev)
-        SLOT.pack_into(mm, slot_pos, index)
+        _store_int(view, pos, h)  # the layout of ENTRY: keyHash, phyOffset, timeDiff, prevIndex
+        _store_int(view, pos + 4, phy >> 32)
+        _store_int(view, pos + 8, phy & 0xFFFFFFFF)
+        _store_int(view, pos + 12, min(time_diff, 0x7FFFFFFF))
+        _store_int(view, pos + 16, prev)
+        _store_int(view, slot_pos, index)
         self.index_count = index + 1
         self.end_ts, self.end_phy = store_ts, phy
         self.dirty = True
@@ -172,7 +200,7 @@ class IndexFile:
 
     def close(self) -> None:
         if self.fd >= 0:
-            self.mm.close()
+            self._unmap()
             os.close(self.fd)
             self.fd = -1
 
