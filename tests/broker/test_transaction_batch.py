@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from tx_helpers import end, half, lose_op_records, open_service
 
-from txmq.broker.processor.end_transaction import _log_failure
+from txmq.broker.processor.end_transaction import _log_refusal
 from txmq.broker.transaction.service import OP_PROPERTY, EndEntry, EndResult, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
 from txmq.message import MessageConst, MessageExt, decode_message
@@ -364,10 +364,5 @@ def test_a_shared_put_torn_inside_a_record_by_a_crash(tmp_path, torn):
     (EndResult(9999), "oneway END_TRANSACTION refused: 9999")])
 def test_a_refused_oneway_decision_is_logged_by_its_codes_name_and_a_missing_remark_not_as_none(caplog, result,
                                                                                                line):
-    async def decide() -> None:
-        decided = asyncio.get_running_loop().create_future()
-        decided.set_result(result)
-        _log_failure(decided)
-
-    asyncio.run(decide())
+    _log_refusal(result)
     assert [r.getMessage() for r in caplog.records] == [line]

@@ -80,7 +80,7 @@ class EndEntry(NamedTuple):
     outcome: Outcome
 
 
-def _settle(futures: list[asyncio.Future[EndResult]], task: asyncio.Task[list[EndResult]]) -> None:
+def _settle(futures: list[Waiter], task: asyncio.Task[list[EndResult]]) -> None:
     """Each gathered decision its own result; a failed call fails each (as it would have failed one alone)."""
     for i, fut in enumerate(futures):
         if fut.done():
@@ -91,6 +91,31 @@ def _settle(futures: list[asyncio.Future[EndResult]], task: asyncio.Task[list[En
             fut.set_exception(task.exception())  # type: ignore[arg-type]
         else:
             fut.set_result(task.result()[i])
+
+
+class _Tracking:
+    """The answer of a put of half messages (``put_messages``' ``answer``): tracks them, then answers as the
+    caller asked. One object per put where a closure was five (its function and four cells), kept alive until
+    the put's flush."""
+
+    __slots__ = ("answer", "halves", "msgs", "service")
+
+    def __init__(self, service: TransactionalMessageService, msgs: Sequence[MessageExt], halves: list[MessageExt],
+                 answer: Callable[[PutMessageResult], Any] | None) -> None:
+        self.service = service
+        self.msgs = msgs
+        self.halves = halves
+        self.answer = answer
+
+    def __call__(self, result: PutMessageResult) -> Any:
+        """Each sender's message learns where its half is; a stored half is tracked and remembered."""
+        service = self.service
+        for msg, half in zip(self.msgs, self.halves, strict=True):
+            msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
+            if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
+                service._track(half.queue_offset, half, service._first_check_s(half))
+                service._remember(half)
+        return result if self.answer is None else self.answer(result)
 
 
 class TransactionalMessageService:
@@ -122,8 +147,9 @@ class TransactionalMessageService:
         self._op_written: asyncio.Future[bool] | None = None
         self._recent_halves: dict[int, MessageExt] = {}  # by commit-log offset, oldest first
         self._recent_bytes = 0
-        # single decisions asked for in this loop iteration, by (producer group, source): decided together
-        self._gathered_ends: dict[tuple[str, str], list[tuple[EndEntry, asyncio.Future[EndResult]]]] = {}
+        # single decisions asked for in this loop iteration, by (producer group, source): decided together, each
+        # answered through its waiter (the same place in the second list)
+        self._gathered_ends: dict[tuple[str, str], tuple[list[EndEntry], list[Waiter]]] = {}
         self.recent_halves_max_bytes = recent_halves_max_bytes
 
     # --- phase one: the half message ------------------------------------------------------------------
@@ -149,16 +175,7 @@ class TransactionalMessageService:
         the ``waiter`` given, resolved so instead (a remoting send's ``Reply``: no future at all): halves share the
         store's group commit with the sends of the same loop iteration."""
         halves = [self._half_of(msg, half_batch) for msg in msgs]
-
-        def track(result: PutMessageResult) -> Any:
-            for msg, half in zip(msgs, halves, strict=True):
-                msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
-                if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
-                    self._track(half.queue_offset, half, self._first_check_s(half))
-                    self._remember(half)
-            return result if answer is None else answer(result)
-
-        return self.store.put_messages(halves, track, waiter)
+        return self.store.put_messages(halves, _Tracking(self, msgs, halves, answer), waiter)
 
     @staticmethod
     def _half_of(msg: MessageExt, half_batch: int) -> MessageExt:
@@ -224,27 +241,34 @@ class TransactionalMessageService:
     # --- phase two: COMMIT or ROLLBACK ----------------------------------------------------------------
 
     def end_transaction(self, *, producer_group: str, half_offset: int, commit_log_offset: int,
-                        outcome: Outcome, source: str) -> asyncio.Future[EndResult]:
-        """Apply a producer's decision (``source`` is for the log: client, check, grpc…); a future of its result.
+                        outcome: Outcome, source: str, waiter: Waiter | None = None) -> Any:
+        """Apply a producer's decision (``source`` is for the log: client, check, grpc…); a future of its result,
+        or the ``waiter`` given, resolved with it instead (a remoting END_TRANSACTION's ``Reply``: no future, no
+        done callback per decision).
 
         Natural batching: the single decisions of one loop iteration (END_TRANSACTIONs of one socket read, and
         those of other connections and gRPC calls at the same moment) go to ``end_transactions`` together, one
         call per producer group and source, so their real messages share one put and their outcomes one op
         record; each keeps its own result. A caller that stops waiting does not undo its decision."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[EndResult] = loop.create_future()
-        if not self._gathered_ends:
-            loop.call_soon(self._end_gathered)
-        self._gathered_ends.setdefault((producer_group, source), []).append(
-            (EndEntry(half_offset, commit_log_offset, outcome), fut))
-        return fut
+        gathered = self._gathered_ends
+        if waiter is None or not gathered:
+            loop = asyncio.get_running_loop()
+            if waiter is None:
+                waiter = loop.create_future()
+            if not gathered:
+                loop.call_soon(self._end_gathered)
+        batch = gathered.get((producer_group, source))
+        if batch is None:
+            batch = gathered[(producer_group, source)] = ([], [])
+        batch[0].append(EndEntry(half_offset, commit_log_offset, outcome))
+        batch[1].append(waiter)
+        return waiter
 
     def _end_gathered(self) -> None:
         gathered, self._gathered_ends = self._gathered_ends, {}
-        for (group, source), batch in gathered.items():
-            task = asyncio.get_running_loop().create_task(
-                self.end_transactions(group, [entry for entry, _ in batch], source))
-            task.add_done_callback(functools.partial(_settle, [fut for _, fut in batch]))
+        for (group, source), (entries, waiters) in gathered.items():
+            task = asyncio.get_running_loop().create_task(self.end_transactions(group, entries, source))
+            task.add_done_callback(functools.partial(_settle, waiters))
 
     async def end_transactions(self, producer_group: str, entries: Sequence[EndEntry], source: str) -> list[EndResult]:
         """Apply decisions of one producer group; one result per entry, in order.
