@@ -157,7 +157,8 @@ class TransactionalMessageService:
     def prepare_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None,
                         waiter: Waiter | None = None) -> Any:
         """Store ``msg`` as a half message (invisible) and start tracking it; ``waiter`` as ``put_messages``'."""
-        return self.prepare_messages([msg], answer=answer, waiter=waiter)
+        halves = [self._half_of(msg, 0)]
+        return self.store.put_messages(halves, _Tracking(self, (msg,), halves, answer), waiter)
 
     def prepare_half_batch(self, msg: MessageExt, count: int, answer: Callable[[PutMessageResult], Any] | None = None
                            ) -> asyncio.Future[Any]:
