@@ -117,7 +117,8 @@ class _EndAnswer(Reply):
 
     def set_result(self, result: EndResult) -> None:  # type: ignore[override]
         if self.cmd.is_oneway:
-            _log_refusal(result)
+            if result.code not in _QUIET_ANSWERS:
+                _log_refusal(result)
             Reply.set_result(self, result)  # type: ignore[arg-type]  # has a code; nothing is written for a oneway
         else:
             Reply.set_result(self, RemotingCommand.response_to(self.cmd, result.code, remark=result.remark))
@@ -127,13 +128,12 @@ class _EndAnswer(Reply):
 
 
 def _log_refusal(result: EndResult) -> None:
-    """The outcome of a oneway decision, which nobody reads: a refused one is logged by its code's name."""
-    if result.code not in _QUIET_ANSWERS:
-        try:
-            code = ResponseCode(result.code).name
-        except ValueError:
-            code = str(result.code)
-        log.warning("oneway END_TRANSACTION refused: %s%s", code, f" ({result.remark})" if result.remark else "")
+    """A refused oneway decision, which nobody reads, logged by its code's name."""
+    try:
+        code = ResponseCode(result.code).name
+    except ValueError:
+        code = str(result.code)
+    log.warning("oneway END_TRANSACTION refused: %s%s", code, f" ({result.remark})" if result.remark else "")
 
 
 def _slave_refusal(cmd: RemotingCommand) -> RemotingCommand:

@@ -66,10 +66,16 @@ _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
 _Before = tuple[Outcome, PendingInfo | None, int]  # a transaction's outcome, pending info and checks
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class EndResult:
     code: int
     remark: str | None = None
+
+
+# the answers of stored decisions, shared: no object per decision
+_STORED: dict[int, EndResult] = {
+    code: EndResult(code)
+    for code in (ResponseCode.SUCCESS, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.FLUSH_DISK_TIMEOUT)}
 
 
 class EndEntry(NamedTuple):
@@ -82,15 +88,19 @@ class EndEntry(NamedTuple):
 
 def _settle(futures: list[Waiter], task: asyncio.Task[list[EndResult]]) -> None:
     """Each gathered decision its own result; a failed call fails each (as it would have failed one alone)."""
+    if task.cancelled():
+        for fut in futures:
+            fut.cancel()  # a done one stays as it is
+        return
+    exc = task.exception()
+    results = task.result() if exc is None else None
     for i, fut in enumerate(futures):
         if fut.done():
             continue
-        if task.cancelled():
-            fut.cancel()
-        elif task.exception() is not None:
-            fut.set_exception(task.exception())  # type: ignore[arg-type]
+        if results is None:
+            fut.set_exception(exc)  # type: ignore[arg-type]
         else:
-            fut.set_result(task.result()[i])
+            fut.set_result(results[i])
 
 
 class _Tracking:
@@ -304,7 +314,7 @@ class TransactionalMessageService:
                 claimed.append((i, half))
         if claimed:
             try:
-                await self._decide(entries, claimed, results, source)
+                await self._decide(producer_group, entries, claimed, results, source)
                 decided.set_result(results)
             except BaseException as exc:
                 decided.set_exception(exc)
@@ -322,7 +332,7 @@ class TransactionalMessageService:
             results[i] = self._repeat(entries[i].half_offset, entries[i].outcome, first)
         return results  # type: ignore[return-value]
 
-    async def _decide(self, entries: Sequence[EndEntry], claimed: list[tuple[int, MessageExt]],
+    async def _decide(self, producer_group: str, entries: Sequence[EndEntry], claimed: list[tuple[int, MessageExt]],
                       results: list[EndResult | None], source: str) -> None:
         """Decide and store the claimed entries: undecided or discarded, each in ``_in_flight`` for this call."""
         found: list[int] = []  # recovered transactions whose commit was already in the log
@@ -367,9 +377,9 @@ class TransactionalMessageService:
         # Shielded: once started, puts append whatever happens to the caller (a gRPC deadline, a closing
         # server), so their outcome must be judged and recorded, never undone blindly.
         await asyncio.shield(asyncio.get_running_loop().create_task(
-            self._store_and_answer(entries, commits, rollbacks, found, overruled, results, source)))
+            self._store_and_answer(producer_group, entries, commits, rollbacks, found, overruled, results, source)))
 
-    async def _store_and_answer(self, entries: Sequence[EndEntry],
+    async def _store_and_answer(self, producer_group: str, entries: Sequence[EndEntry],
                                 commits: list[tuple[int, MessageExt, list[MessageExt]]],
                                 rollbacks: list[tuple[int, MessageExt, _Before]], found: list[int],
                                 overruled: list[int], results: list[EndResult | None], source: str) -> None:
@@ -418,18 +428,21 @@ class TransactionalMessageService:
                 self._recovered_before.discard(entries[i].half_offset)
             for i, _, _ in rollbacks:
                 self._recovered_before.discard(entries[i].half_offset)
-        now_ms = int(time.time() * 1000)
-        for i, half, code in stored:
-            latency = max(0, now_ms - half.store_timestamp)
-            self.metrics.commit_latency_ms.append(latency)
-            self.metrics.of(half).committed(latency)
-            results[i] = EndResult(code)
+        if stored or rollbacks:
+            now_ms = int(time.time() * 1000)
+            latencies = self.metrics.commit_latency_ms
+            group = self.metrics.group(producer_group)  # every half's (_check_prepare_message)
+            for i, half, code in stored:
+                latency = max(0, now_ms - half.store_timestamp)
+                latencies.append(latency)
+                group.committed(latency)
+                results[i] = _STORED[code]
+            group.rollbacks += len(rollbacks)
         for i in overruled:
             if any(j == i for j, _, _ in stored):
                 results[i] = self._repeat(entries[i].half_offset, Outcome.ROLLBACK, None)
-        for i, half, _ in rollbacks:
-            self.metrics.of(half).rollbacks += 1
-            results[i] = EndResult(ResponseCode.SUCCESS)
+        for i, _, _ in rollbacks:
+            results[i] = _STORED[ResponseCode.SUCCESS]
         self.metrics.commits += len(stored)
         self.metrics.rollbacks += len(rollbacks)
         if log.isEnabledFor(logging.DEBUG):
