@@ -132,6 +132,7 @@ def _answer_durable(group: list[_Put], status: PutMessageStatus, remark: str = "
 
 
 def _after_replication(group: list[_Put], fut: asyncio.Future[PutMessageStatus]) -> None:
+    """A written (and flushed, if asked) group's replication is over: its status answers each put."""
     if fut.cancelled() or fut.exception() is not None:
         for put in group:
             waiter = put.future
@@ -652,6 +653,7 @@ class DefaultMessageStore:
 
     def _after_flush(self, group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None,
                      fut: asyncio.Future[bool]) -> None:
+        """A group's fsync is over (or timed out): answer it, or wait for its replication first."""
         if not fut.result():
             self._counters["flush_timeouts"] += 1
             log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
