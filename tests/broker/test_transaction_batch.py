@@ -8,11 +8,13 @@ import asyncio
 import pytest
 from tx_helpers import end, half, lose_op_records, open_service
 
-from txmq.broker.processor.end_transaction import _log_failure
+from txmq.broker.processor.end_transaction import _EndAnswer, _log_refusal
 from txmq.broker.transaction.service import OP_PROPERTY, EndEntry, EndResult, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
+from txmq.errors import StoreError
 from txmq.message import MessageConst, MessageExt, decode_message
-from txmq.remoting.codes import ResponseCode
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
 from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageResult, PutMessageStatus
 from txmq.topic import RMQ_SYS_TRANS_OP_HALF_TOPIC
 
@@ -364,10 +366,58 @@ def test_a_shared_put_torn_inside_a_record_by_a_crash(tmp_path, torn):
     (EndResult(9999), "oneway END_TRANSACTION refused: 9999")])
 def test_a_refused_oneway_decision_is_logged_by_its_codes_name_and_a_missing_remark_not_as_none(caplog, result,
                                                                                                line):
-    async def decide() -> None:
-        decided = asyncio.get_running_loop().create_future()
-        decided.set_result(result)
-        _log_failure(decided)
-
-    asyncio.run(decide())
+    _log_refusal(result)
     assert [r.getMessage() for r in caplog.records] == [line]
+
+
+class _Wire:
+    """The connection side of ``_EndAnswer``: what would be written, and the handler-failure answer."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[RemotingCommand, object]] = []
+
+    def _reply(self, request: RemotingCommand, response: object) -> None:
+        if not request.is_oneway:  # as the transport's: nothing goes out for a oneway request
+            self.written.append((request, response))
+
+    def _failed(self, cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
+        return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+def test_single_decisions_of_one_iteration_answer_each_its_own_reply_a_bad_neighbour_alone(tmp_path, caplog):
+    """END_TRANSACTIONs gathered in one loop iteration are decided together, each answered through its own
+    ``_EndAnswer`` (no future): two-way ones get their own code and remark, a oneway one nothing but a log line
+    when refused; the decision naming no half fails alone."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        (a, a_clo), (b, _), (c, c_clo) = await halves(service, 3)
+        wire = _Wire()
+        cmds = [RemotingCommand.request(RequestCode.END_TRANSACTION, oneway=oneway) for oneway in
+                (False, False, True, True, False)]
+        answers = [_EndAnswer(wire, cmd) for cmd in cmds]  # type: ignore[arg-type]
+        asked = [(a, a_clo, COMMIT), (b, 1 << 40, COMMIT), (c, c_clo, ROLLBACK), (b, 1 << 40, COMMIT),
+                 (c, c_clo, COMMIT)]
+        for (off, clo, outcome), answer in zip(asked, answers, strict=True):
+            assert service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo,
+                                           outcome=outcome, source="test", waiter=answer) is answer
+        while not all(answer.done() for answer in answers):
+            await asyncio.sleep(0.01)
+        assert [(req.opaque, resp.code) for req, resp in wire.written] == [
+            (cmds[0].opaque, OK), (cmds[1].opaque, ResponseCode.SYSTEM_ERROR), (cmds[4].opaque, SHOULD_ROLLBACK)]
+        assert [answer.code for answer in answers] == [OK, ResponseCode.SYSTEM_ERROR, OK,
+                                                       ResponseCode.SYSTEM_ERROR, SHOULD_ROLLBACK]
+        refused = [r.getMessage() for r in caplog.records if "oneway" in r.getMessage()]
+        assert len(refused) == 1  # the second oneway, not the first (a ROLLBACK: SUCCESS, quiet)
+        assert refused[0].startswith("oneway END_TRANSACTION refused: SYSTEM_ERROR (Find prepared transaction")
+        assert [service.table.outcome(off) for off in (a, b, c)] == [COMMIT, Outcome.PENDING, ROLLBACK]
+        await store.shutdown()
+    asyncio.run(go())
+
+
+def test_a_decision_that_raises_is_answered_as_a_handlers_failure(caplog):
+    wire = _Wire()
+    two_way, oneway = (RemotingCommand.request(RequestCode.END_TRANSACTION, oneway=o) for o in (False, True))
+    for cmd in (two_way, oneway):
+        _EndAnswer(wire, cmd).set_exception(StoreError("disk gone"))  # type: ignore[arg-type]
+    assert [(req, resp.code, resp.remark) for req, resp in wire.written] == [
+        (two_way, ResponseCode.SYSTEM_ERROR, "StoreError: disk gone")]

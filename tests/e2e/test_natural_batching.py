@@ -113,16 +113,17 @@ def test_halves_and_end_transactions_of_one_read_each_answered_alone(cluster, br
         assert got[6000].code == ResponseCode.SUCCESS and "already committed" in (got[6000].remark or "")
         assert got[6001].code == ResponseCode.SYSTEM_ERROR
         # Java's way: END_TRANSACTION oneway, right behind more halves; COMMITs and ROLLBACKs in one read (one
-        # put with their op records), and the connection closed at once, its decisions still in the broker.
-        more = exchange(sock, [send(7000 + i, b"o", 0, half=True) for i in range(30)], 30)
-        sock.sendall(b"".join(encode_command(end(8000 + i, more[7000 + i], oneway=True, commit=i < 20))
-                              for i in range(30)))
+        # put with their op records), and the connection closed at once, its decisions still in the broker. The
+        # last ten ask for an answer, which then has no connection to go to: they stand all the same.
+        more = exchange(sock, [send(7000 + i, b"o", 0, half=True) for i in range(40)], 40)
+        sock.sendall(b"".join(encode_command(end(8000 + i, more[7000 + i], oneway=i < 30, commit=i < 20 or i >= 30))
+                              for i in range(40)))
     deadline = time.monotonic() + 10
-    while bench.stored_messages(cluster.namesrv_addr, TOPIC) < 70 and time.monotonic() < deadline:
+    while bench.stored_messages(cluster.namesrv_addr, TOPIC) < 80 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)
-    assert bench.stored_messages(cluster.namesrv_addr, TOPIC) == 70  # each commit stored once, no rollback
+    assert bench.stored_messages(cluster.namesrv_addr, TOPIC) == 80  # each commit stored once, no rollback
     with socket.create_connection(addr_of(broker.addrs["broker"]), timeout=10) as sock:  # every decision stands
-        again = exchange(sock, [end(9000 + i, more[7000 + i], commit=i >= 20) for i in range(0, 30, 5)], 6)
-    assert [again[9000 + i].code for i in range(0, 30, 5)] == [ResponseCode.TRANSACTION_SHOULD_COMMIT] * 4 + \
-        [ResponseCode.TRANSACTION_SHOULD_ROLLBACK] * 2
+        again = exchange(sock, [end(9000 + i, more[7000 + i], commit=20 <= i < 30) for i in range(0, 40, 5)], 8)
+    assert [again[9000 + i].code for i in range(0, 40, 5)] == [ResponseCode.TRANSACTION_SHOULD_COMMIT] * 4 + \
+        [ResponseCode.TRANSACTION_SHOULD_ROLLBACK] * 2 + [ResponseCode.TRANSACTION_SHOULD_COMMIT] * 2

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
+import weakref
 
 import pytest
 from store_helpers import SEGMENT, make_config, msg, run
@@ -359,6 +361,39 @@ def test_sync_flush_group_commit_shares_fsyncs(root, monkeypatch):
         await store.shutdown()
 
     run(main)
+
+
+@pytest.mark.parametrize("replicated", [False, True])
+def test_an_answered_sync_flush_group_is_freed_without_the_cyclic_collector(root, replicated):
+    """Once answered, nothing of a group waiting for its fsync (and replication) is left in a reference cycle: its
+    puts, messages and their answers go by reference counting, not by a full collection much later."""
+    config = make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+
+    class Answer:  # a put's answer the test can watch die
+        def __call__(self, result):
+            return result.status
+
+    async def main():
+        store = DefaultMessageStore(config)
+        if replicated:
+            async def acked(status=PutMessageStatus.PUT_OK):
+                return status
+            store.replicate = lambda end: asyncio.ensure_future(acked())
+        await store.start()
+        answers = [Answer() for _ in range(3)]
+        gone = [weakref.ref(a) for a in answers]
+        puts = [store.put_messages([msg(queue_id=i)], answer) for i, answer in enumerate(answers)]
+        assert await asyncio.gather(*puts) == [PutMessageStatus.PUT_OK] * 3
+        del answers, puts
+        await asyncio.sleep(0)
+        assert [ref() for ref in gone] == [None, None, None]
+        await store.shutdown()
+
+    gc.disable()
+    try:
+        run(main)
+    finally:
+        gc.enable()
 
 
 def test_a_new_queue_directory_is_made_durable_with_its_parents(root, monkeypatch):

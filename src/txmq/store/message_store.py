@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import logging
 import os
 import threading
@@ -122,6 +123,27 @@ def _settle(fut: Waiter, answer: Callable[[PutMessageResult], Any] | None,
         fut.set_exception(exc)
         return
     fut.set_result(value)
+
+
+def _answer_durable(group: list[_Put], status: PutMessageStatus, remark: str = "") -> None:
+    """Each put of a written group its result, with its own ``appended``."""
+    for put in group:
+        put.settle(PutMessageResult(status, put.appended, remark=remark))
+
+
+def _after_replication(group: list[_Put], fut: asyncio.Future[PutMessageStatus]) -> None:
+    """A written (and flushed, if asked) group's replication is over: its status answers each put."""
+    if fut.cancelled() or fut.exception() is not None:
+        for put in group:
+            waiter = put.future
+            if waiter.done():
+                continue
+            if fut.cancelled():
+                waiter.cancel()
+            else:
+                waiter.set_exception(fut.exception())  # type: ignore[arg-type]
+        return
+    _answer_durable(group, fut.result())
 
 
 @dataclass
@@ -607,11 +629,9 @@ class DefaultMessageStore:
     def _await_durable(self, end: int, group: list[_Put]) -> None:
         """Answer a written group (each put with its ``appended`` result) once it is durable as the flush mode asks:
         the fsync and the replication run together, each a group commit shared with other groups; callbacks, no
-        task."""
-        def answer(status: PutMessageStatus, remark: str = "") -> None:
-            for put in group:
-                put.settle(PutMessageResult(status, put.appended, remark=remark))
-
+        task. The callbacks are partials, not closures: compiled closures share one scope that holds them, a
+        reference cycle that kept a whole group (its puts, messages and requests) alive for the cyclic collector
+        after it was answered."""
         flushed: asyncio.Future[bool] | None = None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             if self._flush_service is None:  # not started yet: no flush thread to share fsyncs with
@@ -619,41 +639,29 @@ class DefaultMessageStore:
                     self.commit_log.flush()
                 except OSError as exc:  # stored and dispatched all the same: the answer must say stored
                     log.error("sync flush failed: %s", exc)
-                    answer(PutMessageStatus.FLUSH_DISK_TIMEOUT, str(exc))
+                    _answer_durable(group, PutMessageStatus.FLUSH_DISK_TIMEOUT, str(exc))
                     return
             else:
                 flushed = self._flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
         replicated = self.replicate(end) if self.replicate is not None else None
-
-        def after_replication(fut: asyncio.Future[PutMessageStatus]) -> None:
-            if fut.cancelled() or fut.exception() is not None:
-                for put in group:
-                    waiter = put.future
-                    if waiter.done():
-                        continue
-                    if fut.cancelled():
-                        waiter.cancel()
-                    else:
-                        waiter.set_exception(fut.exception())  # type: ignore[arg-type]
-                return
-            answer(fut.result())
-
-        def after_flush(fut: asyncio.Future[bool]) -> None:
-            if not fut.result():
-                self._counters["flush_timeouts"] += 1
-                log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
-                answer(PutMessageStatus.FLUSH_DISK_TIMEOUT)
-            elif replicated is not None:
-                replicated.add_done_callback(after_replication)
-            else:
-                answer(PutMessageStatus.PUT_OK)
-
         if flushed is not None:
-            flushed.add_done_callback(after_flush)
+            flushed.add_done_callback(functools.partial(self._after_flush, group, replicated))
         elif replicated is not None:
-            replicated.add_done_callback(after_replication)
+            replicated.add_done_callback(functools.partial(_after_replication, group))
         else:
-            answer(PutMessageStatus.PUT_OK)
+            _answer_durable(group, PutMessageStatus.PUT_OK)
+
+    def _after_flush(self, group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None,
+                     fut: asyncio.Future[bool]) -> None:
+        """A group's fsync is over (or timed out): answer it, or wait for its replication first."""
+        if not fut.result():
+            self._counters["flush_timeouts"] += 1
+            log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
+            _answer_durable(group, PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        elif replicated is not None:
+            replicated.add_done_callback(functools.partial(_after_replication, group))
+        else:
+            _answer_durable(group, PutMessageStatus.PUT_OK)
 
     @staticmethod
     def _answer_all(group: list[_Put], result: PutMessageResult) -> None:

@@ -11,7 +11,6 @@ END_TRANSACTION would have answered (SUCCESS, TRANSACTION_SHOULD_COMMIT/ROLLBACK
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -20,13 +19,12 @@ import orjson
 from txmq.broker.transaction.service import EndEntry, EndResult
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import ClientError, RemoteProtocolError
-from txmq.futures import then
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, encode_message
 from txmq.remoting.body import json_object
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
-from txmq.remoting.transport import Connection
+from txmq.remoting.transport import Connection, Reply
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -70,21 +68,15 @@ class EndTransactionProcessor:
                           h.msg_id, " (check)" if h.from_transaction_check else "")
             answer = _no_decision(h.commit_or_rollback)
             return RemotingCommand.response_to(cmd, answer.code, remark=answer.remark)
-        return self._end(cmd, h, outcome, "check" if h.from_transaction_check else "producer")
+        return self._end(conn, cmd, h, outcome, "check" if h.from_transaction_check else "producer")
 
-    def _end(self, cmd: RemotingCommand, h: EndTransactionRequestHeader, outcome: Outcome,
-             source: str) -> asyncio.Future[RemotingCommand] | asyncio.Future[EndResult]:
-        """The decisions of one loop iteration are decided together (``end_transaction``); each its own answer.
-        A oneway END_TRANSACTION (as RocketMQ's clients send it) gets none: nothing is built for it, only a failure
-        is logged, and the decision itself is returned (the transport answers no oneway request; the metrics'
-        request timing reads its code)."""
-        decided = self.broker.transaction_service.end_transaction(
+    def _end(self, conn: Connection, cmd: RemotingCommand, h: EndTransactionRequestHeader, outcome: Outcome,
+             source: str) -> _EndAnswer:
+        """The decisions of one loop iteration are decided together (``end_transaction``); each its own answer,
+        written by its ``_EndAnswer`` (a oneway one, as RocketMQ's clients send it, gets none)."""
+        return self.broker.transaction_service.end_transaction(
             producer_group=h.producer_group, half_offset=h.tran_state_table_offset,
-            commit_log_offset=h.commit_log_offset, outcome=outcome, source=source)
-        if cmd.is_oneway:
-            decided.add_done_callback(_log_failure)
-            return decided
-        return then(decided, lambda result: RemotingCommand.response_to(cmd, result.code, remark=result.remark))
+            commit_log_offset=h.commit_log_offset, outcome=outcome, source=source, waiter=_EndAnswer(conn, cmd))
 
     def process_batch(self, conn: Connection, cmd: RemotingCommand):
         if self.broker.config.is_slave:
@@ -114,22 +106,34 @@ class EndTransactionProcessor:
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
 
 
-def _log_failure(decided: asyncio.Future[EndResult]) -> None:
-    """The outcome of a oneway decision, which nobody reads: a failed one is logged (its transaction stays
-    pending, or as it was, and will be checked)."""
-    if decided.cancelled():
-        return
-    exc = decided.exception()
-    if exc is not None:
-        log.error("oneway END_TRANSACTION failed: %r", exc, exc_info=exc)
-        return
-    result = decided.result()
-    if result.code not in _QUIET_ANSWERS:
-        try:
-            code = ResponseCode(result.code).name
-        except ValueError:
-            code = str(result.code)
-        log.warning("oneway END_TRANSACTION refused: %s%s", code, f" ({result.remark})" if result.remark else "")
+class _EndAnswer(Reply):
+    """The answer to one END_TRANSACTION, the waiter its decision resolves: no future, done callback or context
+    per decision, kept until the decision's put is flushed. Two-way, it writes the decision's code and remark. A
+    oneway request (RocketMQ's clients send it so) is answered by nothing: a refusal is logged (its transaction
+    stays pending, or as it was, and will be checked), a failure as a handler's is, and the metrics' request
+    timing (``observer``) hears the decision's code all the same."""
+
+    __slots__ = ()
+
+    def set_result(self, result: EndResult) -> None:  # type: ignore[override]
+        if self.cmd.is_oneway:
+            if result.code not in _QUIET_ANSWERS:
+                _log_refusal(result)
+            Reply.set_result(self, result)  # type: ignore[arg-type]  # has a code; nothing is written for a oneway
+        else:
+            Reply.set_result(self, RemotingCommand.response_to(self.cmd, result.code, remark=result.remark))
+
+    def set_exception(self, exc: BaseException) -> None:
+        Reply.set_result(self, self.conn._failed(self.cmd, exc))
+
+
+def _log_refusal(result: EndResult) -> None:
+    """A refused oneway decision, which nobody reads, logged by its code's name."""
+    try:
+        code = ResponseCode(result.code).name
+    except ValueError:
+        code = str(result.code)
+    log.warning("oneway END_TRANSACTION refused: %s%s", code, f" ({result.remark})" if result.remark else "")
 
 
 def _slave_refusal(cmd: RemotingCommand) -> RemotingCommand:

@@ -66,10 +66,16 @@ _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
 _Before = tuple[Outcome, PendingInfo | None, int]  # a transaction's outcome, pending info and checks
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class EndResult:
     code: int
     remark: str | None = None
+
+
+# the answers of stored decisions, shared: no object per decision
+_STORED: dict[int, EndResult] = {
+    code: EndResult(code)
+    for code in (ResponseCode.SUCCESS, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.FLUSH_DISK_TIMEOUT)}
 
 
 class EndEntry(NamedTuple):
@@ -80,17 +86,46 @@ class EndEntry(NamedTuple):
     outcome: Outcome
 
 
-def _settle(futures: list[asyncio.Future[EndResult]], task: asyncio.Task[list[EndResult]]) -> None:
+def _settle(futures: list[Waiter], task: asyncio.Task[list[EndResult]]) -> None:
     """Each gathered decision its own result; a failed call fails each (as it would have failed one alone)."""
+    if task.cancelled():
+        for fut in futures:
+            fut.cancel()  # a done one stays as it is
+        return
+    exc = task.exception()
+    results = task.result() if exc is None else None
     for i, fut in enumerate(futures):
         if fut.done():
             continue
-        if task.cancelled():
-            fut.cancel()
-        elif task.exception() is not None:
-            fut.set_exception(task.exception())  # type: ignore[arg-type]
+        if results is None:
+            fut.set_exception(exc)  # type: ignore[arg-type]
         else:
-            fut.set_result(task.result()[i])
+            fut.set_result(results[i])
+
+
+class _Tracking:
+    """The answer of a put of half messages (``put_messages``' ``answer``): tracks them, then answers as the
+    caller asked. One object per put where a closure was five (its function and four cells), kept alive until
+    the put's flush."""
+
+    __slots__ = ("answer", "halves", "msgs", "service")
+
+    def __init__(self, service: TransactionalMessageService, msgs: Sequence[MessageExt], halves: list[MessageExt],
+                 answer: Callable[[PutMessageResult], Any] | None) -> None:
+        self.service = service
+        self.msgs = msgs
+        self.halves = halves
+        self.answer = answer
+
+    def __call__(self, result: PutMessageResult) -> Any:
+        """Each sender's message learns where its half is; a stored half is tracked and remembered."""
+        service = self.service
+        for msg, half in zip(self.msgs, self.halves, strict=True):
+            msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
+            if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
+                service._track(half.queue_offset, half, service._first_check_s(half))
+                service._remember(half)
+        return result if self.answer is None else self.answer(result)
 
 
 class TransactionalMessageService:
@@ -122,8 +157,9 @@ class TransactionalMessageService:
         self._op_written: asyncio.Future[bool] | None = None
         self._recent_halves: dict[int, MessageExt] = {}  # by commit-log offset, oldest first
         self._recent_bytes = 0
-        # single decisions asked for in this loop iteration, by (producer group, source): decided together
-        self._gathered_ends: dict[tuple[str, str], list[tuple[EndEntry, asyncio.Future[EndResult]]]] = {}
+        # single decisions asked for in this loop iteration, by (producer group, source): decided together, each
+        # answered through its waiter (the same place in the second list)
+        self._gathered_ends: dict[tuple[str, str], tuple[list[EndEntry], list[Waiter]]] = {}
         self.recent_halves_max_bytes = recent_halves_max_bytes
 
     # --- phase one: the half message ------------------------------------------------------------------
@@ -131,7 +167,8 @@ class TransactionalMessageService:
     def prepare_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None,
                         waiter: Waiter | None = None) -> Any:
         """Store ``msg`` as a half message (invisible) and start tracking it; ``waiter`` as ``put_messages``'."""
-        return self.prepare_messages([msg], answer=answer, waiter=waiter)
+        halves = [self._half_of(msg, 0)]
+        return self.store.put_messages(halves, _Tracking(self, (msg,), halves, answer), waiter)
 
     def prepare_half_batch(self, msg: MessageExt, count: int, answer: Callable[[PutMessageResult], Any] | None = None
                            ) -> asyncio.Future[Any]:
@@ -149,16 +186,7 @@ class TransactionalMessageService:
         the ``waiter`` given, resolved so instead (a remoting send's ``Reply``: no future at all): halves share the
         store's group commit with the sends of the same loop iteration."""
         halves = [self._half_of(msg, half_batch) for msg in msgs]
-
-        def track(result: PutMessageResult) -> Any:
-            for msg, half in zip(msgs, halves, strict=True):
-                msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
-                if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
-                    self._track(half.queue_offset, half, self._first_check_s(half))
-                    self._remember(half)
-            return result if answer is None else answer(result)
-
-        return self.store.put_messages(halves, track, waiter)
+        return self.store.put_messages(halves, _Tracking(self, msgs, halves, answer), waiter)
 
     @staticmethod
     def _half_of(msg: MessageExt, half_batch: int) -> MessageExt:
@@ -224,27 +252,34 @@ class TransactionalMessageService:
     # --- phase two: COMMIT or ROLLBACK ----------------------------------------------------------------
 
     def end_transaction(self, *, producer_group: str, half_offset: int, commit_log_offset: int,
-                        outcome: Outcome, source: str) -> asyncio.Future[EndResult]:
-        """Apply a producer's decision (``source`` is for the log: client, check, grpc…); a future of its result.
+                        outcome: Outcome, source: str, waiter: Waiter | None = None) -> Any:
+        """Apply a producer's decision (``source`` is for the log: client, check, grpc…); a future of its result,
+        or the ``waiter`` given, resolved with it instead (a remoting END_TRANSACTION's ``Reply``: no future, no
+        done callback per decision).
 
         Natural batching: the single decisions of one loop iteration (END_TRANSACTIONs of one socket read, and
         those of other connections and gRPC calls at the same moment) go to ``end_transactions`` together, one
         call per producer group and source, so their real messages share one put and their outcomes one op
         record; each keeps its own result. A caller that stops waiting does not undo its decision."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[EndResult] = loop.create_future()
-        if not self._gathered_ends:
-            loop.call_soon(self._end_gathered)
-        self._gathered_ends.setdefault((producer_group, source), []).append(
-            (EndEntry(half_offset, commit_log_offset, outcome), fut))
-        return fut
+        gathered = self._gathered_ends
+        if waiter is None or not gathered:
+            loop = asyncio.get_running_loop()
+            if waiter is None:
+                waiter = loop.create_future()
+            if not gathered:
+                loop.call_soon(self._end_gathered)
+        batch = gathered.get((producer_group, source))
+        if batch is None:
+            batch = gathered[(producer_group, source)] = ([], [])
+        batch[0].append(EndEntry(half_offset, commit_log_offset, outcome))
+        batch[1].append(waiter)
+        return waiter
 
     def _end_gathered(self) -> None:
         gathered, self._gathered_ends = self._gathered_ends, {}
-        for (group, source), batch in gathered.items():
-            task = asyncio.get_running_loop().create_task(
-                self.end_transactions(group, [entry for entry, _ in batch], source))
-            task.add_done_callback(functools.partial(_settle, [fut for _, fut in batch]))
+        for (group, source), (entries, waiters) in gathered.items():
+            task = asyncio.get_running_loop().create_task(self.end_transactions(group, entries, source))
+            task.add_done_callback(functools.partial(_settle, waiters))
 
     async def end_transactions(self, producer_group: str, entries: Sequence[EndEntry], source: str) -> list[EndResult]:
         """Apply decisions of one producer group; one result per entry, in order.
@@ -279,7 +314,7 @@ class TransactionalMessageService:
                 claimed.append((i, half))
         if claimed:
             try:
-                await self._decide(entries, claimed, results, source)
+                await self._decide(producer_group, entries, claimed, results, source)
                 decided.set_result(results)
             except BaseException as exc:
                 decided.set_exception(exc)
@@ -297,7 +332,7 @@ class TransactionalMessageService:
             results[i] = self._repeat(entries[i].half_offset, entries[i].outcome, first)
         return results  # type: ignore[return-value]
 
-    async def _decide(self, entries: Sequence[EndEntry], claimed: list[tuple[int, MessageExt]],
+    async def _decide(self, producer_group: str, entries: Sequence[EndEntry], claimed: list[tuple[int, MessageExt]],
                       results: list[EndResult | None], source: str) -> None:
         """Decide and store the claimed entries: undecided or discarded, each in ``_in_flight`` for this call."""
         found: list[int] = []  # recovered transactions whose commit was already in the log
@@ -342,9 +377,9 @@ class TransactionalMessageService:
         # Shielded: once started, puts append whatever happens to the caller (a gRPC deadline, a closing
         # server), so their outcome must be judged and recorded, never undone blindly.
         await asyncio.shield(asyncio.get_running_loop().create_task(
-            self._store_and_answer(entries, commits, rollbacks, found, overruled, results, source)))
+            self._store_and_answer(producer_group, entries, commits, rollbacks, found, overruled, results, source)))
 
-    async def _store_and_answer(self, entries: Sequence[EndEntry],
+    async def _store_and_answer(self, producer_group: str, entries: Sequence[EndEntry],
                                 commits: list[tuple[int, MessageExt, list[MessageExt]]],
                                 rollbacks: list[tuple[int, MessageExt, _Before]], found: list[int],
                                 overruled: list[int], results: list[EndResult | None], source: str) -> None:
@@ -393,18 +428,21 @@ class TransactionalMessageService:
                 self._recovered_before.discard(entries[i].half_offset)
             for i, _, _ in rollbacks:
                 self._recovered_before.discard(entries[i].half_offset)
-        now_ms = int(time.time() * 1000)
-        for i, half, code in stored:
-            latency = max(0, now_ms - half.store_timestamp)
-            self.metrics.commit_latency_ms.append(latency)
-            self.metrics.of(half).committed(latency)
-            results[i] = EndResult(code)
+        if stored or rollbacks:
+            now_ms = int(time.time() * 1000)
+            latencies = self.metrics.commit_latency_ms
+            group = self.metrics.group(producer_group)  # every half's (_check_prepare_message)
+            for i, half, code in stored:
+                latency = max(0, now_ms - half.store_timestamp)
+                latencies.append(latency)
+                group.committed(latency)
+                results[i] = _STORED[code]
+            group.rollbacks += len(rollbacks)
         for i in overruled:
             if any(j == i for j, _, _ in stored):
                 results[i] = self._repeat(entries[i].half_offset, Outcome.ROLLBACK, None)
-        for i, half, _ in rollbacks:
-            self.metrics.of(half).rollbacks += 1
-            results[i] = EndResult(ResponseCode.SUCCESS)
+        for i, _, _ in rollbacks:
+            results[i] = _STORED[ResponseCode.SUCCESS]
         self.metrics.commits += len(stored)
         self.metrics.rollbacks += len(rollbacks)
         if log.isEnabledFor(logging.DEBUG):

@@ -16,8 +16,8 @@ import zlib
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 import orjson
 
@@ -33,8 +33,10 @@ _OUTCOME_OF_BYTE = tuple(Outcome)  # by value: the table's bytes are outcomes
 _FINAL = (Outcome.COMMIT, Outcome.ROLLBACK)
 
 
-@dataclass(frozen=True, slots=True)
-class PendingInfo:
+class PendingInfo(NamedTuple):
+    """A pending transaction unpacked. A tuple: one is made per decision (the state to go back to if it cannot be
+    stored), at half a frozen dataclass's cost, and the collector stops tracking it (ints and strings only)."""
+
     half_offset: int
     store_time_s: int
     checks: int
