@@ -145,40 +145,40 @@ class SendMessageRequestHeader(Header):
 
 def _parse_send(ext: dict[str, str], keys: tuple[str, ...]) -> SendMessageRequestHeader:
     """``_parse`` for ``SendMessageRequestHeader`` written out field by field (a send's per-message path, compiled:
-    no spec objects, no setattr by name). ``keys`` are the wire names in the spec's order (``_SEND_WIRE``, or the
-    V2 letters ``_SEND_V2``); errors name the long wire name, as the generic path's do. It must give exactly what
-    ``_parse`` gives: tests/remoting/test_send_header.py compares the two over every case that matters."""
-    get = ext.get
+    no spec objects, no setattr by name, ``ext.get`` a C dict lookup). ``keys`` are the wire names in the spec's
+    order (``_SEND_WIRE``, or the V2 letters ``_SEND_V2``); errors name the long wire name, as the generic path's do.
+    It must give exactly what ``_parse`` gives: tests/remoting/test_send_header.py compares the two over every case
+    that matters."""
     h = SendMessageRequestHeader.__new__(SendMessageRequestHeader)
-    s = get(keys[0])
+    s = ext.get(keys[0])
     if s is None:
         raise RemoteProtocolError("SendMessageRequestHeader: missing field producerGroup")
     h.producer_group = s
-    s = get(keys[1])
+    s = ext.get(keys[1])
     if s is None:
         raise RemoteProtocolError("SendMessageRequestHeader: missing field topic")
     h.topic = s
-    s = get(keys[2])
+    s = ext.get(keys[2])
     h.default_topic = "TBW102" if s is None else s
-    s = get(keys[3])
+    s = ext.get(keys[3])
     h.default_topic_queue_nums = 4 if not s else parse_int32(s, "defaultTopicQueueNums")
-    s = get(keys[4])
+    s = ext.get(keys[4])
     h.queue_id = -1 if not s else parse_int32(s, "queueId")
-    s = get(keys[5])
+    s = ext.get(keys[5])
     h.sys_flag = 0 if not s else parse_int32(s, "sysFlag")
-    s = get(keys[6])
+    s = ext.get(keys[6])
     h.born_timestamp = 0 if not s else parse_int(s, "bornTimestamp")
-    s = get(keys[7])
+    s = ext.get(keys[7])
     h.flag = 0 if not s else parse_int32(s, "flag")
-    s = get(keys[8])
+    s = ext.get(keys[8])
     h.properties = "" if s is None else s
-    s = get(keys[9])
+    s = ext.get(keys[9])
     h.reconsume_times = 0 if not s else parse_int32(s, "reconsumeTimes")
-    s = get(keys[10])
+    s = ext.get(keys[10])
     h.unit_mode = False if not s else parse_bool(s, "unitMode")
-    s = get(keys[11])
+    s = ext.get(keys[11])
     h.batch = False if not s else parse_bool(s, "batch")
-    s = get(keys[12])
+    s = ext.get(keys[12])
     h.max_reconsume_times = None if not s else parse_int32(s, "maxReconsumeTimes")
     return h
 

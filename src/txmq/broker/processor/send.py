@@ -141,7 +141,7 @@ class SendMessageProcessor:
                 header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
             else:
                 header = SendMessageRequestHeader.from_v2_ext(cmd.ext_fields)
-            return self._send(conn, cmd, header, batch=header.batch or cmd.code == _SEND_BATCH_MESSAGE)
+            return self._send(conn, cmd, header, header.batch or cmd.code == _SEND_BATCH_MESSAGE)
         except (RemoteProtocolError, InvalidMessageError) as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
 
