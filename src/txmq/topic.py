@@ -57,8 +57,23 @@ class PermName:
         return ("R" if perm & PermName.PERM_READ else "-") + ("W" if perm & PermName.PERM_WRITE else "-")
 
 
+# Topic names that passed ``check_topic``: a send checks its topic every time, and a name's legality never changes,
+# so a known name skips the regex. Bounded, so a peer sending ever new names grows it no further; past the bound
+# names are checked in full as before.
+_LEGAL_TOPICS: set[str] = set()
+_LEGAL_TOPICS_MAX = 4096
+
+
 def check_topic(topic: str) -> None:
     """Raise ``InvalidMessageError`` unless ``topic`` is a legal topic name."""
+    if topic in _LEGAL_TOPICS:
+        return
+    _check_topic(topic)
+    if len(_LEGAL_TOPICS) < _LEGAL_TOPICS_MAX and topic.__class__ is str:  # a subclass could compare unlike itself
+        _LEGAL_TOPICS.add(topic)
+
+
+def _check_topic(topic: str) -> None:
     if not topic or not topic.strip():
         raise InvalidMessageError("topic is blank")
     if len(topic) > TOPIC_MAX_LENGTH:

@@ -27,3 +27,16 @@ def test_the_extremes_are_accepted():
                                            "bornTimestamp": str(2**63 - 1)})
     assert (h.flag, h.queue_id, h.born_timestamp) == (2**31 - 1, -2**31, 2**63 - 1)
     assert parse_int(str(-2**63), "x") == -2**63
+
+
+def test_the_values_parsed_once_read_as_the_rule_reads_them() -> None:
+    """``parse_int``/``parse_bool`` answer the common values from a table: the same numbers and booleans the
+    string rule gives, for every width, and values around the table's edges still go through the rule."""
+    from txmq.remoting.headers import parse_bool, parse_int32
+
+    for text in [str(n) for n in range(-300, 300)] + ["-0", "+1", "01", "-01", "+0"]:
+        assert parse_int(text, "f") == parse_int32(text, "f") == int(text)
+    for text, want in [("true", True), ("false", False), ("1", True), ("0", False), ("TRUE", True), ("False", False)]:
+        assert parse_bool(text, "f") is want
+    with pytest.raises(RemoteProtocolError, match="'f' is not a boolean"):
+        parse_bool("2", "f")

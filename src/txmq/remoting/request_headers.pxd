@@ -1,6 +1,7 @@
 # Augments request_headers.py when it is compiled (setup.py): the field spec as C attributes, read by the parse and
 # write loops without attribute lookups. The .py stays the one source of the logic.
 cimport cython
+from txmq.remoting.headers cimport parse_bool, parse_int, parse_int32
 
 cdef class _Field:
     cdef public object name, wire, alias, type, kind, parser, default, default_factory
@@ -11,3 +12,5 @@ cpdef object _parse(object cls, tuple spec, object ext)
 
 @cython.locals(f=_Field)
 cpdef dict _write(object header, tuple spec)
+
+cpdef object _parse_send(dict ext, tuple keys)

@@ -125,13 +125,68 @@ class SendMessageRequestHeader(Header):
     V2_LETTERS: ClassVar[dict[str, str]] = {v: k for k, v in V2_NAMES.items()}
 
     @classmethod
+    def from_ext(cls, ext: dict[str, str]) -> Self:
+        """Parsed by written code, not the spec's loop: every send parses one (``_parse_send``)."""
+        return _parse_send(ext, _SEND_WIRE)  # type: ignore[return-value]  # the class has no subclasses
+
+    @classmethod
     def from_v2_ext(cls, ext: dict[str, str]) -> SendMessageRequestHeader:
-        names = cls.V2_NAMES
-        return cls.from_ext({names.get(k, k): v for k, v in ext.items()})
+        """The single-letter form. A long name among the letters (no client sends one) goes the generic way, where
+        the later of a letter and its long name wins; otherwise the letters are parsed by written code."""
+        if not _SEND_WIRE_NAMES.isdisjoint(ext):
+            names = cls.V2_NAMES
+            return cls.from_ext({names.get(k, k): v for k, v in ext.items()})
+        return _parse_send(ext, _SEND_V2)
 
     def to_v2_ext(self) -> dict[str, str]:
         letters = self.V2_LETTERS
         return {letters.get(k, k): v for k, v in self.to_ext().items()}
+
+
+def _parse_send(ext: dict[str, str], keys: tuple[str, ...]) -> SendMessageRequestHeader:
+    """``_parse`` for ``SendMessageRequestHeader`` written out field by field (a send's per-message path, compiled:
+    no spec objects, no setattr by name, ``ext.get`` a C dict lookup). ``keys`` are the wire names in the spec's
+    order (``_SEND_WIRE``, or the V2 letters ``_SEND_V2``); errors name the long wire name, as the generic path's do.
+    It must give exactly what ``_parse`` gives: tests/remoting/test_send_header.py compares the two over every case
+    that matters."""
+    h = SendMessageRequestHeader.__new__(SendMessageRequestHeader)
+    s = ext.get(keys[0])
+    if s is None:
+        raise RemoteProtocolError("SendMessageRequestHeader: missing field producerGroup")
+    h.producer_group = s
+    s = ext.get(keys[1])
+    if s is None:
+        raise RemoteProtocolError("SendMessageRequestHeader: missing field topic")
+    h.topic = s
+    s = ext.get(keys[2])
+    h.default_topic = "TBW102" if s is None else s
+    s = ext.get(keys[3])
+    h.default_topic_queue_nums = 4 if not s else parse_int32(s, "defaultTopicQueueNums")
+    s = ext.get(keys[4])
+    h.queue_id = -1 if not s else parse_int32(s, "queueId")
+    s = ext.get(keys[5])
+    h.sys_flag = 0 if not s else parse_int32(s, "sysFlag")
+    s = ext.get(keys[6])
+    h.born_timestamp = 0 if not s else parse_int(s, "bornTimestamp")
+    s = ext.get(keys[7])
+    h.flag = 0 if not s else parse_int32(s, "flag")
+    s = ext.get(keys[8])
+    h.properties = "" if s is None else s
+    s = ext.get(keys[9])
+    h.reconsume_times = 0 if not s else parse_int32(s, "reconsumeTimes")
+    s = ext.get(keys[10])
+    h.unit_mode = False if not s else parse_bool(s, "unitMode")
+    s = ext.get(keys[11])
+    h.batch = False if not s else parse_bool(s, "batch")
+    s = ext.get(keys[12])
+    h.max_reconsume_times = None if not s else parse_int32(s, "maxReconsumeTimes")
+    return h
+
+
+# The send header's wire names in its spec's order, long and V2: what ``_parse_send`` reads, in that order.
+_SEND_WIRE = tuple(f.wire for f in SendMessageRequestHeader._spec())
+_SEND_WIRE_NAMES = frozenset(_SEND_WIRE)
+_SEND_V2 = tuple(SendMessageRequestHeader.V2_LETTERS[w] for w in _SEND_WIRE)
 
 
 @dataclasses.dataclass(slots=True, init=False)

@@ -62,6 +62,9 @@ _SEND_MESSAGE = RequestCode.SEND_MESSAGE
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 _CONSUMER_SEND_MSG_BACK = RequestCode.CONSUMER_SEND_MSG_BACK
 _SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR
+# Read per send too: a module constant is one dict lookup, a class attribute (or a static method's call) more.
+_TRAN_MSG = MessageConst.TRANSACTION_PREPARED
+_PERM_WRITE = PermName.PERM_WRITE
 
 MAX_PROPERTIES_SIZE = 32767  # the layout's 2-byte properties length (txmq.message)
 _LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two properties, their names and values
@@ -73,7 +76,7 @@ _BORN_HOST = "bornHost"
 
 def is_half(properties: Mapping[str, str]) -> bool:
     """A half (transactional) message, marked as RocketMQ marks it: by its ``TRAN_MSG`` property."""
-    return properties.get(MessageConst.TRANSACTION_PREPARED) == "true"
+    return properties.get(_TRAN_MSG) == "true"
 
 
 def message_type(msg: MessageExt, order: bool) -> str:
@@ -138,7 +141,7 @@ class SendMessageProcessor:
                 header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
             else:
                 header = SendMessageRequestHeader.from_v2_ext(cmd.ext_fields)
-            return self._send(conn, cmd, header, batch=header.batch or cmd.code == _SEND_BATCH_MESSAGE)
+            return self._send(conn, cmd, header, header.batch or cmd.code == _SEND_BATCH_MESSAGE)
         except (RemoteProtocolError, InvalidMessageError) as exc:
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
 
@@ -176,7 +179,7 @@ class SendMessageProcessor:
                     cmd, ResponseCode.TOPIC_NOT_EXIST,
                     remark=f"topic[{h.topic}] not exist, apply first please! (autoCreateTopicEnable is off)",
                 )
-        if not PermName.is_writeable(topic_config.perm):
+        if not topic_config.perm & _PERM_WRITE:  # PermName.is_writeable
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
                                                remark=f"the topic[{h.topic}] sending message is forbidden")
         queue_id = h.queue_id
