@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import cython
+
 from txmq.errors import CorruptRecordError, InvalidMessageError, StoreError
 from txmq.message import (
     MessageConst,
@@ -481,6 +483,7 @@ class DefaultMessageStore:
             _settle(fut, answer, refused)
         return fut
 
+    @cython.locals(msg=MessageExt)
     def _encode_put(self, msgs: list[MessageExt], fut: Waiter,
                     answer: Callable[[PutMessageResult], Any] | None) -> PutMessageResult | None:
         """Give ``msgs`` their queue offsets and encode them into the group to write; the refusal when one of them
@@ -558,6 +561,7 @@ class DefaultMessageStore:
                 raise
             log.exception("a group of %d puts failed", len(group))
 
+    @cython.locals(msg=MessageExt)
     def _write_group(self, group: list[_Put], msgs: list[MessageExt], records: list[bytearray],
                      next_offsets: dict[tuple[str, int], int], now: int) -> None:
         # A put whose caller stopped waiting (a cancelled future) is written all the same: its queue offsets are
@@ -680,6 +684,7 @@ class DefaultMessageStore:
             born_timestamp=msg.born_timestamp,
         )
 
+    @cython.locals(msg=MessageExt)
     def _build_derived(self, start: int, msgs: list[MessageExt], now: int,
                        next_offsets: dict[tuple[str, int], int]) -> PutMessageResult | None:
         """Write the consume-queue entries and index keys of a group's messages (appended from ``start``, their
