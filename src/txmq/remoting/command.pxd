@@ -3,4 +3,5 @@
 # same values as the interpreted class), and the command stays in the cyclic collector: ``ext_fields`` is a
 # mutable dict anyone may fill.
 cdef class RemotingCommand:
-    cdef public object body, code, ext_fields, flag, language, opaque, remark, serialize_type, version
+    # in the dataclass's field order (command.py): Cython's dataclass takes its fields' order from here
+    cdef public object code, language, version, opaque, flag, remark, ext_fields, body, serialize_type

@@ -84,9 +84,8 @@ class _Put:
     """One put waiting in the loop iteration's group: where its messages (and their encoded records) start in the
     group's lists and how many, their bytes, its future (or the caller's waiter), the caller's ``answer``
     (``put_messages``) and, once written, its ``AppendMessageResult``. One object per put that lives until the
-    flush: no lists of its own and no tuple with its result (each a container the cyclic collector walks). A plain
-    class, not a dataclass: its ``__init__`` is then compiled with this module, where a dataclass's is generated
-    code the interpreter runs."""
+    flush: no lists of its own and no tuple with its result (each a container the cyclic collector walks). Compiled,
+    an extension type (message_store.pxd) whose fields the group's loops read as C struct members."""
 
     __slots__ = ("answer", "appended", "count", "first", "future", "wrote")
 
@@ -543,6 +542,7 @@ class DefaultMessageStore:
         self._group.append(_Put(first, len(msgs), wrote, fut, answer))
         return None
 
+    @cython.locals(put=_Put)
     def _commit_group(self) -> None:
         """Write the puts asked for since the last group with one append, dispatch them, and answer each once the
         flush (and the replication) covers the group's last byte."""
@@ -561,7 +561,7 @@ class DefaultMessageStore:
                 raise
             log.exception("a group of %d puts failed", len(group))
 
-    @cython.locals(msg=MessageExt)
+    @cython.locals(msg=MessageExt, put=_Put)
     def _write_group(self, group: list[_Put], msgs: list[MessageExt], records: list[bytearray],
                      next_offsets: dict[tuple[str, int], int], now: int) -> None:
         # A put whose caller stopped waiting (a cancelled future) is written all the same: its queue offsets are
@@ -598,23 +598,20 @@ class DefaultMessageStore:
         store_host = self.config.store_host
         for put in group:
             i = put.first
-            put.appended = AppendMessageResult(
-                wrote_offset=offsets[i],
-                wrote_bytes=put.wrote,
-                msg_id=create_offset_msg_id(store_host, offsets[i]),
-                store_timestamp=now,
-                logics_offset=msgs[i].queue_offset,
-                msg_num=put.count,
-            )
+            # positional: no keyword dict per put (wrote_offset, wrote_bytes, msg_id, store_timestamp, logics_offset,
+            # msg_num)
+            put.appended = AppendMessageResult(offsets[i], put.wrote, create_offset_msg_id(store_host, offsets[i]), now,
+                                               msgs[i].queue_offset, put.count)
         self._await_durable(end, group)
 
     def _await_durable(self, end: int, group: list[_Put]) -> None:
         """Answer a written group (each put with its ``appended`` result) once it is durable as the flush mode asks:
         the fsync and the replication run together, each a group commit shared with other groups; callbacks, no
         task."""
+        @cython.locals(put=_Put)
         def answer(status: PutMessageStatus, remark: str = "") -> None:
             for put in group:
-                put.settle(PutMessageResult(status, put.appended, remark=remark))
+                put.settle(PutMessageResult(status, put.appended, remark))
 
         flushed: asyncio.Future[bool] | None = None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -629,6 +626,7 @@ class DefaultMessageStore:
                 flushed = self._flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
         replicated = self.replicate(end) if self.replicate is not None else None
 
+        @cython.locals(put=_Put)
         def after_replication(fut: asyncio.Future[PutMessageStatus]) -> None:
             if fut.cancelled() or fut.exception() is not None:
                 for put in group:
@@ -660,6 +658,7 @@ class DefaultMessageStore:
             answer(PutMessageStatus.PUT_OK)
 
     @staticmethod
+    @cython.locals(put=_Put)
     def _answer_all(group: list[_Put], result: PutMessageResult) -> None:
         for put in group:
             put.settle(result)
