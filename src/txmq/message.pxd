@@ -6,7 +6,10 @@ cimport cython
 
 cdef class Message:
     cdef public object body, flag, properties, topic, transaction_id
+    cdef _init_message(self, topic, body, tags, keys, properties, flag)
 
+# One per send (and per message read back); freed ones are reused.
+@cython.freelist(64)
 cdef class MessageExt(Message):
     cdef public object body_crc, born_host, born_timestamp, commit_log_offset, prepared_transaction_offset
     cdef public object queue_id, queue_offset, reconsume_times, store_host, store_size, store_timestamp, sys_flag

@@ -2,6 +2,10 @@
 # members for the compiled modules that cimport it and type their commands. The fields stay Python objects (the
 # same values as the interpreted class), and the command stays in the cyclic collector: ``ext_fields`` is a
 # mutable dict anyone may fill.
+cimport cython
+
+# One per request and response; freed ones are reused.
+@cython.freelist(64)
 cdef class RemotingCommand:
     # in the dataclass's field order (command.py): Cython's dataclass takes its fields' order from here
     cdef public object code, language, version, opaque, flag, remark, ext_fields, body, serialize_type
