@@ -33,6 +33,8 @@ def next_opaque() -> int:
 # dataclass's fields, eq and ``dataclasses.replace`` (the standard library's dataclass when interpreted); ``__slots__``
 # is written out (the interpreted class's), so the fields carry no class defaults: ``__init__`` has them.
 @cython.dataclasses.dataclass(eq=True, init=False)
+@cython.freelist(64)  # one per request and response: freed ones are reused
+@cython.cclass
 class RemotingCommand:
     """A request or a response. ``ext_fields`` holds the custom header, all values strings."""
 

@@ -80,6 +80,8 @@ class Waiter(Protocol):
     def set_exception(self, exc: BaseException) -> None: ...
 
 
+@cython.freelist(64)  # one per put
+@cython.cclass
 class _Put:
     """One put waiting in the loop iteration's group: where its messages (and their encoded records) start in the
     group's lists and how many, their bytes, its future (or the caller's waiter), the caller's ``answer``

@@ -33,6 +33,9 @@ class PutMessageStatus(Enum):
 # library's dataclass when interpreted), with a written ``__init__``; ``__slots__`` is written out for the
 # interpreted class, so the fields carry no class defaults: ``__init__`` has them.
 @cython.dataclasses.dataclass(init=False)
+@cython.no_gc  # C integers and a str: nothing leads back to it (results.pxd)
+@cython.freelist(64)
+@cython.cclass
 class AppendMessageResult:
     __slots__ = ("logics_offset", "msg_id", "msg_num", "store_timestamp", "wrote_bytes", "wrote_offset")
 
@@ -54,6 +57,9 @@ class AppendMessageResult:
 
 
 @cython.dataclasses.dataclass(init=False)
+@cython.no_gc  # a status member, a str and an AppendMessageResult: nothing leads back to it (results.pxd)
+@cython.freelist(64)
+@cython.cclass
 class PutMessageResult:
     __slots__ = ("append_result", "remark", "status")
 
