@@ -155,6 +155,12 @@ class Message:
         properties: Mapping[str, str] | None = None,
         flag: int = 0,
     ) -> None:
+        self._init_message(topic, body, tags, keys, properties, flag)
+
+    def _init_message(self, topic: str, body: bytes, tags: str | None, keys: str | Iterable[str] | None,
+                      properties: Mapping[str, str] | None, flag: int) -> None:
+        """The message's own fields, for both classes' ``__init__``: compiled, a C method (message.pxd), where
+        ``MessageExt`` calling ``Message.__init__`` would be a call through Python's argument parsing per message."""
         if isinstance(body, str):
             body = body.encode()
         self.topic = topic
@@ -247,7 +253,7 @@ class MessageExt(Message):
         prepared_transaction_offset: int = 0,
         body_crc: int = 0,
     ) -> None:
-        Message.__init__(self, topic, body, None, None, properties, flag)  # positional: no kwargs dict per message
+        self._init_message(topic, body, None, None, properties, flag)
         self.queue_id = queue_id
         self.queue_offset = queue_offset
         self.commit_log_offset = commit_log_offset

@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NoReturn
 
+import cython
 import orjson
 
 from txmq.errors import LocalProtocolError, RemoteProtocolError
@@ -93,6 +94,7 @@ class FrameDecoder:
             self._pos = 0
         self._buf += data
 
+    @cython.locals(cmd=RemotingCommand)
     def next_command(self) -> RemotingCommand | None:
         """The next whole command, or ``None`` when more bytes are needed."""
         if self._error is not None:
@@ -242,6 +244,7 @@ def _ext_to_send(ext: dict[str, str]) -> dict[str, str]:
     return out
 
 
+@cython.locals(cmd=RemotingCommand)
 def encode_json_header(cmd: RemotingCommand) -> bytes:
     obj: dict[str, Any] = {
         "code": int(cmd.code),
@@ -305,6 +308,7 @@ def decode_rocketmq_header(header: bytes | bytearray) -> RemotingCommand:
     )
 
 
+@cython.locals(cmd=RemotingCommand)
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
     remark = cmd.remark.encode() if cmd.remark else b""
     parts: list[bytes] = []
@@ -341,6 +345,7 @@ class EncodedResponse:
         self.frame = frame
 
 
+@cython.locals(request=RemotingCommand)
 def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, str]) -> EncodedResponse:
     """The frame of ``RemotingCommand.response_to(request, code, ext_fields=ext_fields)``, byte for byte as
     ``encode_command`` writes it, without building the command: every send is answered so. A JSON header is a
@@ -351,6 +356,7 @@ def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, s
     return EncodedResponse(code, encode_command(RemotingCommand.response_to(request, code, ext_fields=ext_fields)))
 
 
+@cython.locals(request=RemotingCommand)
 def encode_send_response(request: RemotingCommand, code: int, msg_id: str, queue_id: int, queue_offset: int,
                          transaction_id: str | None) -> EncodedResponse:
     """The answer to a single stored send, byte for byte ``encode_response(request, code, ext)`` with ``ext`` the
@@ -376,6 +382,7 @@ def _all_str(ext_fields: dict[str, str]) -> bool:
     return True
 
 
+@cython.locals(cmd=RemotingCommand)
 def encode_command(cmd: RemotingCommand, max_frame_size: int | None = None) -> bytes:
     """One whole frame for ``cmd``, its header in ``cmd.serialize_type``.
 

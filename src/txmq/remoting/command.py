@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from typing import TypeVar, overload
+
+import cython
 
 from txmq.remoting import headers
 from txmq.remoting.codes import LanguageCode, ResponseCode, SerializeType
@@ -27,21 +28,27 @@ def next_opaque() -> int:
     return next(_opaque_counter) & _INT32_MAX
 
 
-# One per request and response: a written ``__init__``, compiled with this module (setup.py), where a dataclass's
-# would be generated code the interpreter runs; repr, eq and the fields stay the dataclass's.
-@dataclass(slots=True, eq=True, init=False)
+# One per request and response. Compiled (setup.py), an extension type (command.pxd): its fields are C struct members
+# that compiled modules typing a command read and write without attribute lookups. ``cython.dataclasses`` keeps the
+# dataclass's fields, eq and ``dataclasses.replace`` (the standard library's dataclass when interpreted); ``__slots__``
+# is written out (the interpreted class's), so the fields carry no class defaults: ``__init__`` has them.
+@cython.dataclasses.dataclass(eq=True, init=False)
+@cython.freelist(64)  # one per request and response: freed ones are reused
+@cython.cclass
 class RemotingCommand:
     """A request or a response. ``ext_fields`` holds the custom header, all values strings."""
 
+    __slots__ = ("body", "code", "ext_fields", "flag", "language", "opaque", "remark", "serialize_type", "version")
+
     code: int
-    language: LanguageCode = LanguageCode.PYTHON
-    version: int = DEFAULT_VERSION
-    opaque: int = 0
-    flag: int = 0
-    remark: str | None = None
-    ext_fields: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    serialize_type: SerializeType = SerializeType.JSON
+    language: LanguageCode
+    version: int
+    opaque: int
+    flag: int
+    remark: str | None
+    ext_fields: dict[str, str]
+    body: bytes
+    serialize_type: SerializeType
 
     def __init__(self, code: int, language: LanguageCode = LanguageCode.PYTHON, version: int = DEFAULT_VERSION,
                  opaque: int = 0, flag: int = 0, remark: str | None = None, ext_fields: dict[str, str] | None = None,

@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import cython
+
 from txmq.errors import CorruptRecordError, InvalidMessageError, StoreError
 from txmq.message import (
     MessageConst,
@@ -79,13 +81,14 @@ class Waiter(Protocol):
     def set_exception(self, exc: BaseException) -> None: ...
 
 
+@cython.freelist(64)  # one per put
+@cython.cclass
 class _Put:
     """One put waiting in the loop iteration's group: where its messages (and their encoded records) start in the
     group's lists and how many, their bytes, its future (or the caller's waiter), the caller's ``answer``
     (``put_messages``) and, once written, its ``AppendMessageResult``. One object per put that lives until the
-    flush: no lists of its own and no tuple with its result (each a container the cyclic collector walks). A plain
-    class, not a dataclass: its ``__init__`` is then compiled with this module, where a dataclass's is generated
-    code the interpreter runs."""
+    flush: no lists of its own and no tuple with its result (each a container the cyclic collector walks). Compiled,
+    an extension type (message_store.pxd) whose fields the group's loops read as C struct members."""
 
     __slots__ = ("answer", "appended", "count", "first", "future", "wrote")
 
@@ -125,12 +128,14 @@ def _settle(fut: Waiter, answer: Callable[[PutMessageResult], Any] | None,
     fut.set_result(value)
 
 
+@cython.locals(put=_Put)
 def _answer_durable(group: list[_Put], status: PutMessageStatus, remark: str = "") -> None:
     """Each put of a written group its result, with its own ``appended``."""
     for put in group:
-        put.settle(PutMessageResult(status, put.appended, remark=remark))
+        put.settle(PutMessageResult(status, put.appended, remark))
 
 
+@cython.locals(put=_Put)
 def _after_replication(group: list[_Put], fut: asyncio.Future[PutMessageStatus]) -> None:
     """A written (and flushed, if asked) group's replication is over: its status answers each put."""
     if fut.cancelled() or fut.exception() is not None:
@@ -503,6 +508,7 @@ class DefaultMessageStore:
             _settle(fut, answer, refused)
         return fut
 
+    @cython.locals(msg=MessageExt)
     def _encode_put(self, msgs: list[MessageExt], fut: Waiter,
                     answer: Callable[[PutMessageResult], Any] | None) -> PutMessageResult | None:
         """Give ``msgs`` their queue offsets and encode them into the group to write; the refusal when one of them
@@ -562,6 +568,7 @@ class DefaultMessageStore:
         self._group.append(_Put(first, len(msgs), wrote, fut, answer))
         return None
 
+    @cython.locals(put=_Put)
     def _commit_group(self) -> None:
         """Write the puts asked for since the last group with one append, dispatch them, and answer each once the
         flush (and the replication) covers the group's last byte."""
@@ -580,6 +587,7 @@ class DefaultMessageStore:
                 raise
             log.exception("a group of %d puts failed", len(group))
 
+    @cython.locals(msg=MessageExt, put=_Put)
     def _write_group(self, group: list[_Put], msgs: list[MessageExt], records: list[bytearray],
                      next_offsets: dict[tuple[str, int], int], now: int) -> None:
         # A put whose caller stopped waiting (a cancelled future) is written all the same: its queue offsets are
@@ -616,14 +624,10 @@ class DefaultMessageStore:
         store_host = self.config.store_host
         for put in group:
             i = put.first
-            put.appended = AppendMessageResult(
-                wrote_offset=offsets[i],
-                wrote_bytes=put.wrote,
-                msg_id=create_offset_msg_id(store_host, offsets[i]),
-                store_timestamp=now,
-                logics_offset=msgs[i].queue_offset,
-                msg_num=put.count,
-            )
+            # positional: no keyword dict per put (wrote_offset, wrote_bytes, msg_id, store_timestamp, logics_offset,
+            # msg_num)
+            put.appended = AppendMessageResult(offsets[i], put.wrote, create_offset_msg_id(store_host, offsets[i]), now,
+                                               msgs[i].queue_offset, put.count)
         self._await_durable(end, group)
 
     def _await_durable(self, end: int, group: list[_Put]) -> None:
@@ -664,6 +668,7 @@ class DefaultMessageStore:
             _answer_durable(group, PutMessageStatus.PUT_OK)
 
     @staticmethod
+    @cython.locals(put=_Put)
     def _answer_all(group: list[_Put], result: PutMessageResult) -> None:
         for put in group:
             put.settle(result)
@@ -688,6 +693,7 @@ class DefaultMessageStore:
             born_timestamp=msg.born_timestamp,
         )
 
+    @cython.locals(msg=MessageExt)
     def _build_derived(self, start: int, msgs: list[MessageExt], now: int,
                        next_offsets: dict[tuple[str, int], int]) -> PutMessageResult | None:
         """Write the consume-queue entries and index keys of a group's messages (appended from ``start``, their

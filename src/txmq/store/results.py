@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+import cython
+
 
 class PutMessageStatus(Enum):
     PUT_OK = "PUT_OK"
@@ -25,10 +27,18 @@ class PutMessageStatus(Enum):
     __hash__ = object.__hash__
 
 
-# One AppendMessageResult and one PutMessageResult per put: slots (no __dict__ each) and a written __init__ (compiled
-# with this module, setup.py), where a dataclass's would be generated code the interpreter runs; repr and eq stay.
-@dataclass(slots=True, init=False)
+# One AppendMessageResult and one PutMessageResult per put. Compiled (setup.py), extension types (results.pxd): C
+# structs, their fields set and read without attribute lookups, kept out of the cyclic collector and reused from a
+# free list. ``cython.dataclasses`` keeps the dataclass's fields, repr, eq and ``dataclasses.replace`` (the standard
+# library's dataclass when interpreted), with a written ``__init__``; ``__slots__`` is written out for the
+# interpreted class, so the fields carry no class defaults: ``__init__`` has them.
+@cython.dataclasses.dataclass(init=False)
+@cython.no_gc  # C integers and a str: nothing leads back to it (results.pxd)
+@cython.freelist(64)
+@cython.cclass
 class AppendMessageResult:
+    __slots__ = ("logics_offset", "msg_id", "msg_num", "store_timestamp", "wrote_bytes", "wrote_offset")
+
     wrote_offset: int  # commit-log offset of the (first) record
     wrote_bytes: int  # stored bytes of all records of the put
     msg_id: str  # offset message id of the (first) record
@@ -46,8 +56,13 @@ class AppendMessageResult:
         self.msg_num = msg_num
 
 
-@dataclass(slots=True, init=False)
+@cython.dataclasses.dataclass(init=False)
+@cython.no_gc  # a status member, a str and an AppendMessageResult: nothing leads back to it (results.pxd)
+@cython.freelist(64)
+@cython.cclass
 class PutMessageResult:
+    __slots__ = ("append_result", "remark", "status")
+
     status: PutMessageStatus
     append_result: AppendMessageResult | None
     remark: str  # why a put was refused, for the answer (a full disk says so)

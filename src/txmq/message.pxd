@@ -1,0 +1,14 @@
+# Augments message.py when it is compiled (setup.py): Message and MessageExt as extension types, their fields C
+# struct members that compiled modules cimporting them (the store, the send path) read and write without attribute
+# lookups. The fields stay Python objects: the same values, and the same errors, as the interpreted classes. They
+# stay in the cyclic collector: ``properties`` is a mutable dict anyone may fill.
+cdef class Message:
+    cdef public object body, flag, properties, topic, transaction_id
+    cdef _init_message(self, topic, body, tags, keys, properties, flag)
+
+cdef class MessageExt(Message):
+    cdef public object body_crc, born_host, born_timestamp, commit_log_offset, prepared_transaction_offset
+    cdef public object queue_id, queue_offset, reconsume_times, store_host, store_size, store_timestamp, sys_flag
+
+# Called by the store's record encoding (record.py) as a C function, its message's fields read as struct members.
+cpdef tuple message_parts(MessageExt m, bytes trailer=*)
