@@ -1,3 +1,15 @@
 # Augments codec.py when it is compiled (setup.py): the commands it decodes and encodes are RemotingCommand
-# extension types (command.pxd), their fields read and written as C struct members (``cython.locals``).
+# extension types (command.pxd), their fields read and written as C struct members (``cython.locals``). The frame
+# decoder is an extension type (its buffer and position C members), and what every decoded request passes
+# (``_new_command``, ``_json_int``) are C functions.
 from txmq.remoting.command cimport RemotingCommand
+
+cdef class FrameDecoder:
+    cdef bytearray _buf
+    cdef Py_ssize_t _pos
+    cdef object _error
+    cdef public object max_frame_size
+
+cdef RemotingCommand _new_command(object code, object language, object version, object opaque, object flag,
+                                  object remark, object ext, object serialize_type)
+cdef object _json_int(dict obj, object name, object default)

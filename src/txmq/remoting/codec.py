@@ -37,7 +37,6 @@ from txmq.remoting.request_headers import SendMessageResponseHeader
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 MAX_HEADER_SIZE = 0xFFFFFF
 
-_U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _PREFIX = struct.Struct(">II")  # LENGTH, HEADER_FIELD
@@ -63,12 +62,15 @@ _SEND_RESPONSE_HEAD = _RESPONSE_HEAD + (b'{"msgId":%s,"queueId":"%d","queueOffse
 _TRANSACTION_ID = b',"transactionId":'
 
 
+@cython.cclass
 class FrameDecoder:
     """Splits a byte stream into ``RemotingCommand`` objects, in the manner of h11.
 
     Feed bytes with ``receive_data``; call ``next_command`` until it returns ``None`` (more bytes needed).
     A ``RemoteProtocolError`` from either leaves the decoder dead: every later call raises again, and the
-    connection should be closed, as RocketMQ's Netty decoder does.
+    connection should be closed, as RocketMQ's Netty decoder does. Compiled, an extension type (codec.pxd): every
+    request passes ``next_command``, whose buffer and position are C struct members and whose frame prefix is read
+    byte by byte from the buffer in C, not through ``struct``.
     """
 
     __slots__ = ("_buf", "_error", "_pos", "max_frame_size")
@@ -94,7 +96,9 @@ class FrameDecoder:
             self._pos = 0
         self._buf += data
 
-    @cython.locals(cmd=RemotingCommand)
+    @cython.locals(cmd=RemotingCommand, buf=bytearray, pos=cython.Py_ssize_t, avail=cython.Py_ssize_t,
+                   length=cython.Py_ssize_t, serialize_type=cython.int, header_len=cython.Py_ssize_t,
+                   start=cython.Py_ssize_t, end=cython.Py_ssize_t)
     def next_command(self) -> RemotingCommand | None:
         """The next whole command, or ``None`` when more bytes are needed."""
         if self._error is not None:
@@ -104,14 +108,13 @@ class FrameDecoder:
         avail = len(buf) - pos
         if avail < 4:
             return None
-        (length,) = _U32.unpack_from(buf, pos)
+        length = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]  # big-endian u32
         if length < 4 or length > self.max_frame_size:
             self._fail(f"frame length {length} outside 4..{self.max_frame_size}")
         if avail < 4 + length:
             return None
-        (header_field,) = _U32.unpack_from(buf, pos + 4)
-        serialize_type = header_field >> 24
-        header_len = header_field & 0xFFFFFF
+        serialize_type = buf[pos + 4]  # HEADER_FIELD: its high byte, then the header's length in 3 bytes
+        header_len = (buf[pos + 5] << 16) | (buf[pos + 6] << 8) | buf[pos + 7]
         if header_len > length - 4:
             self._fail(f"header length {header_len} exceeds frame length {length}")
         start = pos + 8
@@ -136,6 +139,24 @@ class FrameDecoder:
         self._buf = bytearray()
         self._pos = 0
         raise RemoteProtocolError(reason)
+
+
+@cython.locals(cmd=RemotingCommand)
+def _new_command(code: int, language: LanguageCode, version: int, opaque: int, flag: int, remark: str | None,
+                 ext: dict[str, str], serialize_type: SerializeType) -> RemotingCommand:
+    """A decoded command, its body empty until the frame's is set. Compiled (codec.pxd), a C function storing the
+    fields as struct members, without ``RemotingCommand.__init__``'s call and its arguments' parsing per request."""
+    cmd = RemotingCommand.__new__(RemotingCommand)
+    cmd.code = code
+    cmd.language = language
+    cmd.version = version
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.remark = remark
+    cmd.ext_fields = ext
+    cmd.body = b""
+    cmd.serialize_type = serialize_type
+    return cmd
 
 
 # --- JSON header -----------------------------------------------------------------------------------
@@ -201,17 +222,8 @@ def decode_json_header(header: bytes | bytearray) -> RemotingCommand:
             if type(value) is not str:
                 ext = _ext_from_json(ext)
                 break
-    return RemotingCommand(
-        code,
-        language,
-        _json_int(obj, "version", 0),
-        _json_int(obj, "opaque", 0),
-        _json_int(obj, "flag", 0),
-        remark,
-        ext,
-        b"",
-        _JSON,
-    )
+    return _new_command(code, language, _json_int(obj, "version", 0), _json_int(obj, "opaque", 0),
+                        _json_int(obj, "flag", 0), remark, ext, _JSON)
 
 
 def _ext_value(value: object) -> str:
@@ -303,9 +315,7 @@ def decode_rocketmq_header(header: bytes | bytearray) -> RemotingCommand:
             p += value_len
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError(f"binary header holds invalid UTF-8: {exc.reason}") from None
-    return RemotingCommand(
-        code, language_from_code(language), version, opaque, flag, remark, ext, b"", _ROCKETMQ
-    )
+    return _new_command(code, language_from_code(language), version, opaque, flag, remark, ext, _ROCKETMQ)
 
 
 @cython.locals(cmd=RemotingCommand)
