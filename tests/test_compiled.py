@@ -145,7 +145,9 @@ def test_message_layout_is_the_same_interpreted() -> None:
         if isinstance(r, tuple) and len(r) == 2 and not isinstance(r[0], str) else r  # noqa: E731
     _same("txmq.message", "decode_message", [(wire,), (wire[:-1],), (wire[:90],), (b"\0" * 100,),
                                              (wire[:8] + b"\0" + wire[9:],)], decoded)
-    _same("txmq.message", "string_to_properties", [("a\x01b\x02c\x01d\x02",), ("",), ("x\x02y\x01\x01z",)])
+    _same("txmq.message", "string_to_properties", [("a\x01b\x02c\x01d\x02",), ("",), ("x\x02y\x01\x01z",),
+                                                    ("\x01",), ("\x02\x02a\x01\x02b",), ("a\x011\x02a\x012",),
+                                                    ("k\x01v\x01w",), ("\x01v\x02",)])
     _same("txmq.message", "create_offset_msg_id", [(("10.1.2.3", 10911), 2**40), (("h", 1), 0)])
     _same("txmq.message", "java_string_hash", [("TagA",), ("",), ("ü€",)])
 
