@@ -8,3 +8,8 @@ from txmq.remoting.transport cimport Reply
 cdef class _SendAnswer(Reply):
     cdef public object batch, kind, processor, topic
     cdef public MessageExt msg
+
+# What every send asks of its message and connection, as C functions to the send path (they stay importable).
+cpdef bint is_half(object properties)
+cpdef str message_type(MessageExt msg, bint order)
+cpdef tuple peer_host(object conn)

@@ -13,6 +13,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import cython
+
 from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
@@ -75,7 +77,8 @@ _BORN_HOST = "bornHost"
 
 
 def is_half(properties: Mapping[str, str]) -> bool:
-    """A half (transactional) message, marked as RocketMQ marks it: by its ``TRAN_MSG`` property."""
+    """A half (transactional) message, marked as RocketMQ marks it: by its ``TRAN_MSG`` property. Compiled, this,
+    ``message_type`` and ``peer_host`` are C functions to the send path (send.pxd): a send asks each once or more."""
     return properties.get(_TRAN_MSG) == "true"
 
 
@@ -147,6 +150,7 @@ class SendMessageProcessor:
 
     # --- plain, batch, transactional, delayed ----------------------------------------------------------
 
+    @cython.locals(msg=MessageExt)
     def _send(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, batch: bool):
         broker = self.broker
         if broker.config.is_slave:  # RocketMQ's store in slave mode: nothing stored. Not SLAVE_NOT_AVAILABLE, which
