@@ -184,6 +184,25 @@ def test_refusals_name_the_peer() -> None:
         __import__("txmq.message").message.encode_message(_messages()[3])
 
 
+def test_send_header_is_the_same_interpreted() -> None:
+    """The send header's written ``__init__`` keeps the dataclass's defaults, repr, eq and fields (with the types and
+    defaults the generic spec reads); compiled, it is an extension type, its fields C members (no ``__dict__``)."""
+    def made(module) -> object:
+        cls = module.SendMessageRequestHeader
+        h = cls("g", "T", queue_id=3, max_reconsume_times=5)
+        return (repr(h), h == cls("g", "T", queue_id=3, max_reconsume_times=5), h == cls("g", "T"),
+                repr(dataclasses.replace(h, topic="U")), [(f.name, str(f.type), f.default) for f in
+                                                          dataclasses.fields(cls)], h.to_ext(), h.to_v2_ext())
+
+    compiled = importlib.import_module("txmq.remoting.request_headers")
+    assert made(compiled) == made(load_interpreted("txmq.remoting.request_headers"))
+    bare = compiled.SendMessageRequestHeader("g", "T")
+    defaulted = [f for f in dataclasses.fields(bare) if f.default is not dataclasses.MISSING]
+    assert len(defaulted) == 11 and all(getattr(bare, f.name) == f.default for f in defaulted)
+    if not INTERPRETED:
+        assert not hasattr(compiled.SendMessageRequestHeader("g", "T"), "__dict__")
+
+
 def test_put_results_are_the_same_interpreted() -> None:
     """The put results' written ``__init__`` keeps what the dataclass gave: defaults, repr, eq, ``stored``; compiled
     (extension types, results.pxd) they keep its fields in their order."""

@@ -3,6 +3,9 @@
 cimport cython
 from txmq.remoting.headers cimport parse_bool, parse_int, parse_int32
 
+cdef class Header:  # no fields: the base of the send header's extension type (request_headers.py)
+    pass
+
 cdef class _Field:
     cdef public object name, wire, alias, type, kind, parser, default, default_factory
     cdef public bint empty_is_absent, required

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from types import MappingProxyType
 from typing import Any, ClassVar, Self, TypeVar
+
+import cython
 
 from txmq.errors import RemoteProtocolError
 from txmq.remoting.headers import parse_bool, parse_int, parse_int32
@@ -26,10 +29,14 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
+@cython.cclass
 class Header:
-    """Base for header dataclasses; ``ALIASES`` maps a field to extra wire names it may arrive under."""
+    """Base for header dataclasses; ``ALIASES`` maps a field to extra wire names it may arrive under. Compiled, an
+    extension type without fields (request_headers.pxd), so that the send header can be one."""
 
-    ALIASES: ClassVar[dict[str, str]] = {}
+    # Class constants of extension types carry no annotation (in their body it would declare a C attribute), and
+    # are read-only views.
+    ALIASES = MappingProxyType[str, str]({})
 
     @classmethod
     def _spec(cls) -> tuple[_Field, ...]:
@@ -99,7 +106,13 @@ _SPECS: dict[type, tuple[_Field, ...]] = {}
 _PARSERS = {"int": parse_int, "Int32": parse_int32, "bool": parse_bool}  # the wire rules live in headers.py, once
 
 
-@dataclasses.dataclass(slots=True)
+# One per send. Compiled (setup.py), an extension type whose fields are C struct members: ``_parse_send`` stores them
+# without a generic setattr each. ``cython.dataclasses`` keeps the dataclass (its fields with their types and
+# defaults for the spec, repr, eq); interpreted, it is the standard library's dataclass, without slots (Cython's
+# takes no ``slots``). Not declared in request_headers.pxd: there its fields' types would be lost to the spec
+# (``dataclasses.fields`` gives ``object`` for them).
+@cython.dataclasses.dataclass(init=False)
+@cython.cclass
 class SendMessageRequestHeader(Header):
     producer_group: str
     topic: str
@@ -116,18 +129,37 @@ class SendMessageRequestHeader(Header):
     max_reconsume_times: Int32 | None = None
 
     # SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) carry single-letter names.
-    V2_NAMES: ClassVar[dict[str, str]] = {
+    V2_NAMES = MappingProxyType({
         "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
         "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
         "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch",
-    }  # fmt: skip
+    })  # fmt: skip
 
-    V2_LETTERS: ClassVar[dict[str, str]] = {v: k for k, v in V2_NAMES.items()}
+    V2_LETTERS = MappingProxyType({v: k for k, v in V2_NAMES.items()})
+
+    def __init__(self, producer_group: str, topic: str, default_topic: str = "TBW102",
+                 default_topic_queue_nums: Int32 = 4, queue_id: Int32 = -1, sys_flag: Int32 = 0,
+                 born_timestamp: int = 0, flag: Int32 = 0, properties: str = "", reconsume_times: Int32 = 0,
+                 unit_mode: bool = False, batch: bool = False, max_reconsume_times: Int32 | None = None) -> None:
+        """Written, not generated (as ``SendMessageResponseHeader``'s): type checkers do not know Cython's dataclass."""
+        self.producer_group = producer_group
+        self.topic = topic
+        self.default_topic = default_topic
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.queue_id = queue_id
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.flag = flag
+        self.properties = properties
+        self.reconsume_times = reconsume_times
+        self.unit_mode = unit_mode
+        self.batch = batch
+        self.max_reconsume_times = max_reconsume_times
 
     @classmethod
     def from_ext(cls, ext: dict[str, str]) -> Self:
         """Parsed by written code, not the spec's loop: every send parses one (``_parse_send``)."""
-        return _parse_send(ext, _SEND_WIRE)  # type: ignore[return-value]  # the class has no subclasses
+        return _parse_send(ext, _SEND_WIRE)
 
     @classmethod
     def from_v2_ext(cls, ext: dict[str, str]) -> SendMessageRequestHeader:
@@ -143,6 +175,7 @@ class SendMessageRequestHeader(Header):
         return {letters.get(k, k): v for k, v in self.to_ext().items()}
 
 
+@cython.locals(h=SendMessageRequestHeader)
 def _parse_send(ext: dict[str, str], keys: tuple[str, ...]) -> SendMessageRequestHeader:
     """``_parse`` for ``SendMessageRequestHeader`` written out field by field (a send's per-message path, compiled:
     no spec objects, no setattr by name, ``ext.get`` a C dict lookup). ``keys`` are the wire names in the spec's
