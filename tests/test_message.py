@@ -7,14 +7,12 @@ from txmq.errors import RemoteProtocolError
 from txmq.message import (
     MessageConst,
     MessageExt,
-    MessageSysFlag,
     UniqIdGenerator,
     create_offset_msg_id,
     decode_message,
     decode_messages,
     decode_offset_msg_id,
     encode_message,
-    end_message_transaction,
     java_string_hash,
     properties_to_string,
     string_to_properties,
@@ -116,35 +114,3 @@ def test_a_stored_record_is_the_message_layout_with_its_trailer():
             encode_message(bad)
         with pytest.raises(InvalidMessageError):
             encode_record(bad)
-
-
-_FIELDS = ("topic", "body", "flag", "properties", "transaction_id", "queue_id", "queue_offset", "commit_log_offset",
-           "store_size", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
-           "prepared_transaction_offset", "body_crc")
-
-
-def test_end_message_transaction_builds_the_real_message_the_constructor_would() -> None:
-    """Field by field what ``MessageExt``'s constructor gives for the half's real message, record bytes included,
-    and the half left as it was (its properties are copied, not taken)."""
-    C = MessageConst
-    half = MessageExt("RMQ_SYS_TRANS_HALF_TOPIC", b"body", {
-        C.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "U1", C.KEYS: "k", C.REAL_TOPIC: "T", C.REAL_QUEUE_ID: "3",
-        C.TRANSACTION_PREPARED: "true", C.PRODUCER_GROUP: "g"}, flag=5, queue_offset=7, commit_log_offset=900,
-        sys_flag=MessageSysFlag.TRANSACTION_NOT_TYPE | 0x1, born_timestamp=11, born_host=("10.0.0.1", 5),
-        store_timestamp=12, store_host=("10.0.0.2", 6), reconsume_times=2)
-    before = encode_message(half)
-    real = end_message_transaction(half, 7, 900)
-    want = MessageExt("T", b"body", {C.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "U1", C.KEYS: "k", C.PRODUCER_GROUP: "g",
-                                     C.TRANSACTION_PREPARED_QUEUE_OFFSET: "7"},
-                      flag=5, queue_id=3, sys_flag=MessageSysFlag.TRANSACTION_COMMIT_TYPE | 0x1, born_timestamp=11,
-                      born_host=("10.0.0.1", 5), store_host=("10.0.0.2", 6), reconsume_times=2,
-                      prepared_transaction_offset=900)
-    assert [getattr(real, f) for f in _FIELDS] == [getattr(want, f) for f in _FIELDS]
-    assert list(real.properties) == list(want.properties)  # the same order: the same record bytes
-    assert encode_message(real) == encode_message(want)
-    assert encode_message(half) == before and real.properties is not half.properties
-    del half.properties[C.REAL_QUEUE_ID]  # no queue: queue 0, as the constructor's callers read it
-    assert end_message_transaction(half, 7, 900).queue_id == 0
-    with pytest.raises(KeyError):
-        del half.properties[C.REAL_TOPIC]
-        end_message_transaction(half, 7, 900)

@@ -12,6 +12,3 @@ cdef class MessageExt(Message):
 
 # Called by the store's record encoding (record.py) as a C function, its message's fields read as struct members.
 cpdef tuple message_parts(MessageExt m, bytes trailer=*)
-
-# The real message of a COMMIT, built field by field in C (the transaction service's per-commit path).
-cpdef MessageExt end_message_transaction(MessageExt half, object half_offset, object commit_log_offset)

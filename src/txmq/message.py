@@ -499,39 +499,3 @@ _default_ids = UniqIdGenerator()
 
 def create_uniq_id() -> str:
     return _default_ids.next_id()
-
-
-# properties of a half message that its real message does not carry (RocketMQ's ``endMessageTransaction`` clears them)
-_HALF_ONLY = (MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID, MessageConst.TRANSACTION_PREPARED)
-
-
-def end_message_transaction(half: MessageExt, half_offset: int, commit_log_offset: int) -> MessageExt:
-    """The real message a COMMIT of the (single-message) half stored at ``commit_log_offset`` stores, as RocketMQ's
-    ``endMessageTransaction`` builds it: the real topic and queue, the COMMIT type, the half's properties less the
-    transaction's own plus the half's queue offset, and the rest taken as it is (body, flag, hosts, times).
-    Compiled, one C construction (message.pxd): no keyword arguments parsed, the properties copied once."""
-    props = dict(half.properties)
-    topic = props[MessageConst.REAL_TOPIC]
-    queue_id = int(props.get(MessageConst.REAL_QUEUE_ID, "0"))
-    for name in _HALF_ONLY:
-        props.pop(name, None)
-    props[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
-    real = MessageExt.__new__(MessageExt)
-    real.topic = topic
-    real.body = half.body
-    real.flag = half.flag
-    real.properties = props
-    real.transaction_id = props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    real.queue_id = queue_id
-    real.queue_offset = 0
-    real.commit_log_offset = 0
-    real.store_size = 0
-    real.sys_flag = MessageSysFlag.reset_transaction_value(half.sys_flag, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
-    real.born_timestamp = half.born_timestamp
-    real.born_host = half.born_host
-    real.store_timestamp = 0
-    real.store_host = half.store_host
-    real.reconsume_times = half.reconsume_times
-    real.prepared_transaction_offset = commit_log_offset
-    real.body_crc = 0
-    return real

@@ -37,14 +37,7 @@ from txmq.broker.transaction.metrics import TransactionMetrics
 from txmq.broker.transaction.state import Outcome, PendingInfo, TransactionStateTable
 from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
-from txmq.message import (
-    MessageConst,
-    MessageExt,
-    MessageSysFlag,
-    decode_batch,
-    decode_message,
-    end_message_transaction,
-)
+from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import DefaultMessageStore, DispatchRequest, GetMessageStatus, PutMessageResult, PutMessageStatus
 from txmq.store.message_store import Waiter
@@ -64,6 +57,8 @@ REMOVE_TAG = "d"
 # Memory a remembered half costs beyond its body: the MessageExt, its properties dict and strings, the ints, the
 # cache's dict slot (tracemalloc: about 550 bytes for a half with the usual five properties).
 RECENT_HALF_OVERHEAD = 600
+# properties of a half message that its real message does not carry
+_HALF_ONLY = (MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID, MessageConst.TRANSACTION_PREPARED)
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
 
@@ -550,11 +545,19 @@ class TransactionalMessageService:
     def real_messages(half: MessageExt, half_offset: int, commit_log_offset: int) -> list[MessageExt]:
         """What a COMMIT of ``half`` stores: its real message, or, for a batch half, one per message it carries."""
         props = half.properties
-        if HALF_BATCH not in props:
-            return [end_message_transaction(half, half_offset, commit_log_offset)]
         topic = props[MessageConst.REAL_TOPIC]
         queue_id = int(props.get(MessageConst.REAL_QUEUE_ID, "0"))
         sys_flag = MessageSysFlag.reset_transaction_value(half.sys_flag, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+        if HALF_BATCH not in props:
+            real = MessageExt(topic, half.body, props, flag=half.flag, queue_id=queue_id, sys_flag=sys_flag,
+                              born_timestamp=half.born_timestamp, born_host=half.born_host,
+                              store_host=half.store_host, reconsume_times=half.reconsume_times,
+                              prepared_transaction_offset=commit_log_offset)
+            inner = real.properties  # its own copy: the half's stay as they are
+            for name in _HALF_ONLY:
+                inner.pop(name, None)
+            inner[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
+            return [real]
         link = {MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET: str(half_offset),
                 MessageConst.TRANSACTION_ID: props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")}
         return [MessageExt(topic, body, {**inner, **link}, flag=flag, queue_id=queue_id, sys_flag=sys_flag,
