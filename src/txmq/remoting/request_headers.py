@@ -245,42 +245,6 @@ class EndTransactionRequestHeader(Header):
     msg_id: str = ""
     transaction_id: str = ""
 
-    @classmethod
-    def from_ext(cls, ext: dict[str, str]) -> Self:
-        """Parsed by written code, not the spec's loop: every transaction's decision parses one
-        (``_parse_end_transaction``)."""
-        return _parse_end_transaction(ext)  # type: ignore[return-value]  # the class has no subclasses
-
-
-def _parse_end_transaction(ext: dict[str, str]) -> EndTransactionRequestHeader:
-    """``_parse`` for ``EndTransactionRequestHeader`` written out field by field, as ``_parse_send`` is for the send
-    header (compiled: no spec objects, no setattr by name). It must give exactly what ``_parse`` gives:
-    tests/remoting/test_end_transaction_header.py compares the two over every case that matters."""
-    h = EndTransactionRequestHeader.__new__(EndTransactionRequestHeader)
-    s = ext.get("producerGroup")
-    if s is None:
-        raise RemoteProtocolError("EndTransactionRequestHeader: missing field producerGroup")
-    h.producer_group = s
-    s = ext.get("tranStateTableOffset")
-    if not s:
-        raise RemoteProtocolError("EndTransactionRequestHeader: missing field tranStateTableOffset")
-    h.tran_state_table_offset = parse_int(s, "tranStateTableOffset")
-    s = ext.get("commitLogOffset")
-    if not s:
-        raise RemoteProtocolError("EndTransactionRequestHeader: missing field commitLogOffset")
-    h.commit_log_offset = parse_int(s, "commitLogOffset")
-    s = ext.get("commitOrRollback")
-    if not s:
-        raise RemoteProtocolError("EndTransactionRequestHeader: missing field commitOrRollback")
-    h.commit_or_rollback = parse_int32(s, "commitOrRollback")
-    s = ext.get("fromTransactionCheck")
-    h.from_transaction_check = False if not s else parse_bool(s, "fromTransactionCheck")
-    s = ext.get("msgId")
-    h.msg_id = "" if s is None else s
-    s = ext.get("transactionId")
-    h.transaction_id = "" if s is None else s
-    return h
-
 
 @dataclasses.dataclass(slots=True)
 class CheckTransactionStateRequestHeader(Header):
