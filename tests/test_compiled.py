@@ -115,6 +115,8 @@ def _decode_all(module, data: bytes, step: int) -> list:
     b"\0\0\0\x08\x01\0\0\x04abcd",  # binary header truncated
     b"\0\0\0\x08\x05\0\0\x00abcd",  # unknown serialization type
     b"\x7f\0\0\0",  # too long
+    b"\x80\0\0\0",  # too long, its length's high bit set (a C int's sign when compiled)
+    b"\xff\xff\xff\xff",
 ])
 def test_codec_decodes_the_same_interpreted(data: bytes) -> None:
     import txmq.remoting.codec as compiled

@@ -108,7 +108,9 @@ class FrameDecoder:
         avail = len(buf) - pos
         if avail < 4:
             return None
-        length = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]  # big-endian u32
+        # big-endian u32; its high byte widened first: compiled, a byte is a C int, and 0x80 << 24 overflows it
+        length = ((cython.cast(cython.Py_ssize_t, buf[pos]) << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8)
+                  | buf[pos + 3])
         if length < 4 or length > self.max_frame_size:
             self._fail(f"frame length {length} outside 4..{self.max_frame_size}")
         if avail < 4 + length:
