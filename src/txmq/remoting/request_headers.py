@@ -29,6 +29,9 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
+# Not Cython's generated pickling: it knows no fields here, and the header dataclasses built on this base would copy
+# and pickle as empty objects; without it they copy by their own slots (the send header by its own C fields).
+@cython.auto_pickle(False)
 @cython.cclass
 class Header:
     """Base for header dataclasses; ``ALIASES`` maps a field to extra wire names it may arrive under. Compiled, an
