@@ -15,6 +15,9 @@ COMPILED_PXD := $(wildcard $(COMPILED:.py=.pxd))
 $(STAMP): pyproject.toml setup.py $(COMPILED) $(COMPILED_PXD)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	@# Cython regenerates a module's C only when its .py or .pxd changed: C generated before setup.py's last edit
+	@# (its compiler directives) goes, or the build would keep the old directives.
+	@find src/txmq -name '*.c' ! -newer setup.py -delete
 	$(PY) -m pip install -q -e '.[test,spark]'
 	@touch $(STAMP)
 

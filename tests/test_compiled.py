@@ -322,18 +322,16 @@ def test_index_files_are_the_same_interpreted(tmp_path: Path) -> None:
         2**31 + 1, 0)
 
 
-@pytest.mark.xfail(not INTERPRETED, strict=True, reason=(
-    "compiled, an argument typed as an extension type (cython.locals, a .pxd's cpdef) takes None and its fields "
-    "are read from None's memory: a segmentation fault, where the interpreted twin raises AttributeError. Needs "
-    "`not None` on those arguments (or nonecheck) in each compiled module; left for a change of its own"))
 def test_none_for_a_typed_argument_raises_instead_of_crashing() -> None:
     import subprocess
     import sys
 
-    calls = ["txmq.message.encode_message(None)", "txmq.remoting.codec.encode_command(None)"]
+    calls = ["txmq.message.encode_message(None)", "txmq.message.message_parts(None)",
+             "txmq.store.record.encode_record(None)", "txmq.remoting.codec.encode_command(None)",
+             "txmq.remoting.codec.encode_json_header(None)"]
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
             "from compiled import install_source_first; install_source_first()\n"  # TXMQ_INTERPRETED=1 as here
-            "import txmq.message, txmq.remoting.codec\n") + "".join(
+            "import txmq.message, txmq.remoting.codec, txmq.store.record\n") + "".join(
         f"try:\n    {call}\nexcept (AttributeError, TypeError):\n    pass\n" for call in calls)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()[-300:]

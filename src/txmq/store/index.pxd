@@ -22,4 +22,5 @@ cdef class IndexService:
 
 cdef void _store_int(unsigned char[::1] view, Py_ssize_t pos, long long value)
 
+@cython.locals(value=cython.longlong)
 cdef long long _load_int(unsigned char[::1] view, Py_ssize_t pos)

@@ -62,7 +62,8 @@ def _store_int(view: memoryview, pos: int, value: int) -> None:
 
 def _load_int(view: memoryview, pos: int) -> int:
     """The signed big-endian 32-bit int at ``pos`` (Java's ``getInt``)."""
-    value = (view[pos] << 24) | (view[pos + 1] << 16) | (view[pos + 2] << 8) | view[pos + 3]
+    value = view[pos]  # widened first (a C long long: index.pxd), so its shift by 24 cannot overflow a C int
+    value = (value << 24) | (view[pos + 1] << 16) | (view[pos + 2] << 8) | view[pos + 3]
     return value - (1 << 32) if value & 0x80000000 else value
 
 
