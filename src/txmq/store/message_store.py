@@ -151,6 +151,14 @@ def _after_replication(group: list[_Put], fut: asyncio.Future[PutMessageStatus])
     _answer_durable(group, fut.result())
 
 
+def _after_durable_flush(group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None) -> None:
+    """A written group is flushed as its flush mode asks: answered now, or once its replication is over."""
+    if replicated is not None:
+        replicated.add_done_callback(functools.partial(_after_replication, group))
+    else:
+        _answer_durable(group, PutMessageStatus.PUT_OK)
+
+
 @dataclass
 class _Snapshot:
     """What a checkpoint makes durable, taken on the loop thread so it is consistent."""
@@ -650,10 +658,8 @@ class DefaultMessageStore:
         replicated = self.replicate(end) if self.replicate is not None else None
         if flushed is not None:
             flushed.add_done_callback(functools.partial(self._after_flush, group, replicated))
-        elif replicated is not None:
-            replicated.add_done_callback(functools.partial(_after_replication, group))
         else:
-            _answer_durable(group, PutMessageStatus.PUT_OK)
+            _after_durable_flush(group, replicated)
 
     def _after_flush(self, group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None,
                      fut: asyncio.Future[bool]) -> None:
@@ -662,10 +668,8 @@ class DefaultMessageStore:
             self._counters["flush_timeouts"] += 1
             log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
             _answer_durable(group, PutMessageStatus.FLUSH_DISK_TIMEOUT)
-        elif replicated is not None:
-            replicated.add_done_callback(functools.partial(_after_replication, group))
         else:
-            _answer_durable(group, PutMessageStatus.PUT_OK)
+            _after_durable_flush(group, replicated)
 
     @staticmethod
     @cython.locals(put=_Put)

@@ -167,8 +167,7 @@ class TransactionalMessageService:
     def prepare_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None,
                         waiter: Waiter | None = None) -> Any:
         """Store ``msg`` as a half message (invisible) and start tracking it; ``waiter`` as ``put_messages``'."""
-        halves = [self._half_of(msg, 0)]
-        return self.store.put_messages(halves, _Tracking(self, (msg,), halves, answer), waiter)
+        return self.prepare_messages((msg,), answer=answer, waiter=waiter)
 
     def prepare_half_batch(self, msg: MessageExt, count: int, answer: Callable[[PutMessageResult], Any] | None = None
                            ) -> asyncio.Future[Any]:
@@ -262,12 +261,10 @@ class TransactionalMessageService:
         call per producer group and source, so their real messages share one put and their outcomes one op
         record; each keeps its own result. A caller that stops waiting does not undo its decision."""
         gathered = self._gathered_ends
-        if waiter is None or not gathered:
-            loop = asyncio.get_running_loop()
-            if waiter is None:
-                waiter = loop.create_future()
-            if not gathered:
-                loop.call_soon(self._end_gathered)
+        if waiter is None:
+            waiter = asyncio.get_running_loop().create_future()
+        if not gathered:
+            asyncio.get_running_loop().call_soon(self._end_gathered)
         batch = gathered.get((producer_group, source))
         if batch is None:
             batch = gathered[(producer_group, source)] = ([], [])
