@@ -7,17 +7,18 @@ import socket
 from pathlib import Path
 
 from txmq.launch import free_port
-from txmq.server import tune_gc
+from txmq.server import YOUNG_THRESHOLD, tune_gc
 
 
-def test_tune_gc_freezes_startup_objects_and_keeps_the_thresholds() -> None:
+def test_tune_gc_freezes_startup_objects_and_raises_only_the_young_threshold() -> None:
     before = gc.get_threshold()
     startup_object: list[list[int]] = [[]]  # tracked by the collector
     try:
         tune_gc()
         assert gc.get_freeze_count() > 0
         assert not any(o is startup_object for o in gc.get_objects())  # frozen: out of every generation
-        assert gc.get_threshold() == before
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, before[1], before[2])
+        assert YOUNG_THRESHOLD > before[0]
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
