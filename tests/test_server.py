@@ -18,7 +18,7 @@ def test_tune_gc_freezes_startup_objects_and_raises_only_the_young_threshold() -
         assert gc.get_freeze_count() > 0
         assert not any(o is startup_object for o in gc.get_objects())  # frozen: out of every generation
         assert gc.get_threshold() == (YOUNG_THRESHOLD, before[1], before[2])
-        assert YOUNG_THRESHOLD > before[0]
+        assert before[0] < YOUNG_THRESHOLD
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
