@@ -1,8 +1,9 @@
 # Augments codec.py when it is compiled (setup.py): the commands it decodes and encodes are RemotingCommand
 # extension types (command.pxd), their fields read and written as C struct members (``cython.locals``). The frame
 # decoder is an extension type (its buffer and position C members), and what every decoded request passes
-# (``_new_command``, ``_json_int``) are C functions.
+# (``_new_command``, ``_json_int``, ``_is_int32``, the language lookups of codes.pxd) are C functions.
 from txmq.remoting.command cimport RemotingCommand
+from txmq.remoting.codes cimport language_from_code, language_from_name
 
 cdef class FrameDecoder:
     cdef bytearray _buf
@@ -12,4 +13,5 @@ cdef class FrameDecoder:
 
 cdef RemotingCommand _new_command(object code, object language, object version, object opaque, object flag,
                                   object remark, object ext, object serialize_type)
+cdef bint _is_int32(object value)
 cdef object _json_int(dict obj, object name, object default)
