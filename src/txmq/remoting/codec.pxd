@@ -11,6 +11,7 @@ cdef class FrameDecoder:
     cdef Py_ssize_t _pos
     cdef object _error
     cdef public object max_frame_size
+    cpdef object next_command(self)  # a C call from the transport's loop over a read's frames
 
 cdef RemotingCommand _new_command(object code, object language, object version, object opaque, object flag,
                                   object remark, object ext, object serialize_type)
