@@ -42,7 +42,6 @@ _I16 = struct.Struct(">h")
 _PREFIX = struct.Struct(">II")  # LENGTH, HEADER_FIELD
 _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _BIN_MIN = _BIN_FIXED.size + 4 + 4
-_INT32_MIN = -(1 << 31)
 _INT32_MAX = (1 << 31) - 1
 
 _JSON = SerializeType.JSON
@@ -54,12 +53,12 @@ _RESPONSE_HEAD = (f'{{"code":%d,"language":"{LanguageCode.PYTHON.name}","version
                   f'"flag":{FLAG_RESPONSE},"extFields":').encode()
 # A single send's ext beyond its SendMessageResponseHeader: the region and trace fields RocketMQ's broker adds.
 SEND_RESPONSE_EXTRA = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-# encode_response's header for that answer (encode_send_response): the header's fields as to_ext writes them (msgId,
-# queueId, queueOffset, then transactionId when there is one), then SEND_RESPONSE_EXTRA. Filled in: code, opaque,
-# msgId (a JSON string), the two integers and the ``,"transactionId":"..."`` part or nothing.
-_SEND_RESPONSE_HEAD = _RESPONSE_HEAD + (b'{"msgId":%s,"queueId":"%d","queueOffset":"%d"%s,'
-                                        + orjson.dumps(SEND_RESPONSE_EXTRA)[1:] + b"}")
-_TRANSACTION_ID = b',"transactionId":'
+# encode_send_response's header as str pieces around what it fills in (code, opaque, msgId, queueId, queueOffset and
+# the transactionId entry or nothing): _RESPONSE_HEAD's, then the header's fields as to_ext writes them (msgId,
+# queueId, queueOffset, then transactionId when there is one), then SEND_RESPONSE_EXTRA.
+_SEND_CODE, _SEND_OPAQUE, _SEND_MSG_ID = _RESPONSE_HEAD.decode().split("%d")
+_SEND_MSG_ID += '{"msgId":"'
+_SEND_EXTRA = "," + orjson.dumps(SEND_RESPONSE_EXTRA)[1:].decode() + "}"
 
 
 @cython.cclass
@@ -164,11 +163,17 @@ def _new_command(code: int, language: LanguageCode, version: int, opaque: int, f
 # --- JSON header -----------------------------------------------------------------------------------
 
 
+def _is_int32(value: object) -> bool:
+    """A JSON number that is a Java ``int``. Compiled, a C function comparing with C constants (no module global
+    read per field of every request)."""
+    return type(value) is int and -0x80000000 <= value <= 0x7FFFFFFF
+
+
 def _json_int(obj: dict[str, Any], name: str, default: int) -> int:
     value = obj.get(name)
     if value is None:
         return default
-    if type(value) is not int or not _INT32_MIN <= value <= _INT32_MAX:
+    if not _is_int32(value):
         raise RemoteProtocolError(f"header field {name!r} is not a 32-bit integer: {str(value)[:40]!r}")
     return value
 
@@ -191,16 +196,19 @@ def _ext_from_json(ext: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+@cython.locals(obj=dict, ext=dict)
 def decode_json_header(header: bytes | bytearray) -> RemotingCommand:
-    """A command (body empty) from a JSON header."""
+    """A command (body empty) from a JSON header. Compiled, the parsed object and its ext fields are typed dicts:
+    each field read is a C dict lookup, not a ``get`` method call (seven per request)."""
     try:
-        obj = orjson.loads(header)
+        loaded = orjson.loads(header)
     except orjson.JSONDecodeError as exc:
         raise RemoteProtocolError(f"header is not valid JSON: {exc}") from None
-    if type(obj) is not dict:
-        raise RemoteProtocolError(f"header is a JSON {type(obj).__name__}, not an object")
+    if type(loaded) is not dict:
+        raise RemoteProtocolError(f"header is a JSON {type(loaded).__name__}, not an object")
+    obj = loaded
     code = obj.get("code")
-    if type(code) is not int or not _INT32_MIN <= code <= _INT32_MAX:
+    if not _is_int32(code):
         raise RemoteProtocolError(f"header field 'code' missing or not a 32-bit integer: {str(code)[:40]!r}")
     language_value = obj.get("language")
     if type(language_value) is str:
@@ -214,12 +222,13 @@ def decode_json_header(header: bytes | bytearray) -> RemotingCommand:
     remark = obj.get("remark")
     if remark is not None and type(remark) is not str:
         raise RemoteProtocolError("header field 'remark' is not a string")
-    ext = obj.get("extFields")
-    if ext is None:
+    ext_value = obj.get("extFields")
+    if ext_value is None:
         ext = {}
-    elif type(ext) is not dict:
+    elif type(ext_value) is not dict:
         raise RemoteProtocolError("header field 'extFields' is not an object")
     else:
+        ext = ext_value
         for value in ext.values():
             if type(value) is not str:
                 ext = _ext_from_json(ext)
@@ -346,9 +355,11 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
 # --- frames ----------------------------------------------------------------------------------------
 
 
+@cython.freelist(64)  # one per send's answer: freed ones are reused
+@cython.cclass
 class EncodedResponse:
     """A response already written as its whole frame (``encode_response``), with its code for those who count
-    answers by code (metrics)."""
+    answers by code (metrics). Compiled, an extension type (codec.pxd): one per send's answer."""
 
     __slots__ = ("code", "frame")
 
@@ -373,16 +384,29 @@ def encode_send_response(request: RemotingCommand, code: int, msg_id: str, queue
                          transaction_id: str | None) -> EncodedResponse:
     """The answer to a single stored send, byte for byte ``encode_response(request, code, ext)`` with ``ext`` the
     ``SendMessageResponseHeader``'s ``to_ext()`` and ``SEND_RESPONSE_EXTRA``, written straight into the frame: no
-    header object, ext dict or loop over it per send. A JSON request fills one template (the strings escaped by
-    orjson, as in a dict); a ROCKETMQ one, or a value of another type, goes the generic way."""
+    header object, ext dict or loop over it per send. A JSON request whose ids need no JSON escape (the hex ids
+    every client writes) gets one f-string (compiled, one join of its pieces with the numbers written in C) encoded
+    once; a ROCKETMQ one, an id to escape, or a value of another type goes the generic way."""
     if (request.serialize_type is _JSON and type(msg_id) is str and type(queue_id) is int
-            and type(queue_offset) is int and (transaction_id is None or type(transaction_id) is str)):
-        tail = b"" if transaction_id is None else _TRANSACTION_ID + orjson.dumps(transaction_id)
-        header = _SEND_RESPONSE_HEAD % (code, request.opaque, orjson.dumps(msg_id), queue_id, queue_offset, tail)
+            and type(queue_offset) is int and _plain(msg_id)
+            and (transaction_id is None or (type(transaction_id) is str and _plain(transaction_id)))):
+        tail = "" if transaction_id is None else f',"transactionId":"{transaction_id}"'
+        header = (f'{_SEND_CODE}{int(code)}{_SEND_OPAQUE}{request.opaque}{_SEND_MSG_ID}{msg_id}'
+                  f'","queueId":"{queue_id}","queueOffset":"{queue_offset}"{tail}{_SEND_EXTRA}').encode()
         return EncodedResponse(code, _PREFIX.pack(4 + len(header), len(header)) + header)
     ext = SendMessageResponseHeader(msg_id, queue_id, queue_offset, transaction_id).to_ext()
     ext.update(SEND_RESPONSE_EXTRA)
     return encode_response(request, code, ext)
+
+
+@cython.locals(ch=cython.Py_UCS4)
+def _plain(text: str) -> bool:
+    """Printable ASCII without a quote or backslash: a JSON string's content as written, no escape needed (the C
+    loop of a compiled build)."""
+    for ch in text:  # noqa: SIM110 (a generator object per call when compiled, as for _all_str)
+        if ch < " " or ch > "~" or ch == '"' or ch == "\\":
+            return False
+    return True
 
 
 def _all_str(ext_fields: dict[str, str]) -> bool:

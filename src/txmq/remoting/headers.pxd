@@ -5,4 +5,4 @@ cpdef object parse_int(object value, object name, object bits=*)
 cpdef object parse_int32(object value, object name)
 cpdef object parse_bool(object value, object name)
 
-cdef dict _SMALL_INTS, _BOOLS
+cdef dict _BOOLS

@@ -90,7 +90,7 @@ def _parse(cls: type[_H], spec: tuple[_Field, ...], ext: dict[str, str]) -> _H:
                 raise RemoteProtocolError(f"{cls.__name__}: missing field {f.wire}")
             value = f.default_factory() if f.default_factory is not None else f.default
         elif f.parser is not None:
-            value = f.parser(value, f.wire)  # type: ignore[arg-type]  # a str: it came from the ext fields
+            value = f.parser(value, f.wire)  # a str: it came from the ext fields
         setattr(header, f.name, value)
     return header
 

@@ -27,6 +27,8 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
+import cython
+
 from txmq.errors import ClientError, InvalidMessageError, LocalProtocolError, RemoteProtocolError
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, EncodedResponse, FrameDecoder, encode_command
 from txmq.remoting.codes import ResponseCode
@@ -166,10 +168,14 @@ class Connection(asyncio.Protocol):
             return
         self._process()
 
+    @cython.locals(decoder=FrameDecoder, cmd=RemotingCommand)
     def _process(self) -> None:
-        """Handle every whole frame buffered; a server side stops while its peer is not reading."""
+        """Handle every whole frame buffered; a server side stops while its peer is not reading. A request goes to
+        the handler from here (compiled: ``next_command`` a C call, no method call per request before the handler);
+        an answer that is not a ``Reply`` or None goes on to ``_answer``."""
         decoder = self._decoder
         pending = self._pending
+        handler = self._handler
         stop_when_paused = self._server_side
         self._in_receive = True
         whole = False
@@ -179,12 +185,20 @@ class Connection(asyncio.Protocol):
                 if cmd is None:
                     break
                 whole = True
-                if cmd.flag & FLAG_RESPONSE:  # not the property: RemotingCommand's module is interpreted
+                if cmd.flag & FLAG_RESPONSE:
                     future = pending.pop(cmd.opaque, None)
                     if future is not None and not future.done():
                         future.set_result(cmd)
+                elif handler is None:
+                    self._reply(cmd, self._not_supported(cmd))
                 else:
-                    self._handle_request(cmd)
+                    try:
+                        result = handler(self, cmd)
+                    except Exception as exc:
+                        self._reply(cmd, self._failed(cmd, exc))
+                        continue
+                    if result is not None and not isinstance(result, Reply):  # a Reply writes itself
+                        self._answer(cmd, result)
         except RemoteProtocolError as exc:
             self._in_receive = False
             self._protocol_error(exc)
@@ -259,18 +273,8 @@ class Connection(asyncio.Protocol):
 
     # requests from the peer --------------------------------------------------------------------------
 
-    def _handle_request(self, cmd: RemotingCommand) -> None:
-        handler = self._handler
-        if handler is None:
-            self._reply(cmd, self._not_supported(cmd))
-            return
-        try:
-            result = handler(self, cmd)
-        except Exception as exc:
-            self._reply(cmd, self._failed(cmd, exc))
-            return
-        if result is None or isinstance(result, Reply):  # a Reply writes itself
-            return
+    def _answer(self, cmd: RemotingCommand, result: HandlerResult) -> None:
+        """What the handler returned for ``cmd`` (neither None nor a ``Reply``): written now or when it is done."""
         if isinstance(result, _ANSWERS):
             self._reply(cmd, result)
         elif isinstance(result, asyncio.Future):  # an answer still to come: a callback, no task
