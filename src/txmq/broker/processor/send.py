@@ -130,7 +130,10 @@ class _SendAnswer(Reply):
         return self.processor._response(self.cmd, self.msg, result)
 
 
+@cython.cclass
 class SendMessageProcessor:
+    """Compiled, an extension type whose per-send steps are C methods (send.pxd)."""
+
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
@@ -150,7 +153,6 @@ class SendMessageProcessor:
 
     # --- plain, batch, transactional, delayed ----------------------------------------------------------
 
-    @cython.locals(msg=MessageExt)
     def _send(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, batch: bool):
         broker = self.broker
         if broker.config.is_slave:  # RocketMQ's store in slave mode: nothing stored. Not SLAVE_NOT_AVAILABLE, which
