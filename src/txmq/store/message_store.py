@@ -169,6 +169,7 @@ class _Snapshot:
     index_files: list[IndexFile] = field(default_factory=list)
 
 
+@cython.cclass
 class DefaultMessageStore:
     """Commit log, consume queues, index, checkpoint, flush and retention in one directory.
 
