@@ -14,6 +14,14 @@ cdef class _Put:
     cdef public object future, answer
     cdef public AppendMessageResult appended
 
+    cpdef object settle(self, object result)
+
+# A written group's answers, as C calls from the group commit down to each put's answer.
+cdef object _settle(object fut, object answer, object result)
+@cython.locals(put=_Put)
+cdef object _answer_durable(list group, object status, str remark=*)
+cdef object _after_durable_flush(list group, object replicated)
+
 # The store as an extension type: what a put and its group commit read are C struct members, and the steps of a
 # put (encode, write, derive, notify, answer) C methods, so a send pays no instance-dict read and no Python-level
 # call between them. ``put_message`` and ``put_messages`` are cpdef: a C call from a typed caller, and still a
