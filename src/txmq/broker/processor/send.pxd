@@ -1,8 +1,7 @@
 # Augments send.py when it is compiled (setup.py): the processor and a send's answer (``_SendAnswer``, one per send)
 # as extension types. The processor's per-send steps are C methods (``_send``, ``_inner``; ``store_message`` and the
-# response cpdef, as the gRPC send and the answer call them), its broker a C member and the store it puts into typed
-# (message_store.pxd), so ``put_message`` is a C call too: no method lookup, no argument parsing and no
-# instance-dict read per step. It has no instance dict, so its cpdef methods are C calls. The answer
+# response cpdef, as the gRPC send and the answer call them), its broker a C member: no method lookup, no argument
+# parsing and no instance-dict read per step. It has no instance dict, so its cpdef methods are C calls. The answer
 # extends the transport's ``Reply`` (remoting/transport.pxd), its fields C struct members (Cython keeps free lists
 # for base types only), its processor typed so its response is a C call. It stays in the cyclic collector: its
 # processor leads to the broker and its store, which holds the put waiting on it.
@@ -10,14 +9,12 @@ cimport cython
 from txmq.message cimport MessageExt
 from txmq.remoting.command cimport RemotingCommand
 from txmq.remoting.transport cimport Reply
-from txmq.store.message_store cimport DefaultMessageStore
 
 cdef class SendMessageProcessor:
     cdef public object broker
 
     @cython.locals(msg=MessageExt)
     cdef object _send(self, object conn, RemotingCommand cmd, object h, bint batch)
-    @cython.locals(store=DefaultMessageStore)
     cpdef object store_message(self, MessageExt msg, object answer=*, object waiter=*)
     cdef MessageExt _inner(self, object h, object queue_id, object flag, object body, object props, object born_host)
     cpdef object _response(self, RemotingCommand cmd, MessageExt msg, object result)

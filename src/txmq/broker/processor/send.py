@@ -286,8 +286,7 @@ class SendMessageProcessor:
             return broker.transaction_service.prepare_message(msg, answer, waiter)
         if msg.delay_time_level > 0 and not msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             broker.schedule_service.divert(msg)
-        store = broker.store  # compiled, typed (send.pxd): put_message is a C call
-        return store.put_message(msg, answer, waiter)
+        return broker.store.put_message(msg, answer, waiter)
 
     def _inner(self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
                props: dict[str, str], born_host: tuple[str, int]) -> MessageExt:
