@@ -6,6 +6,8 @@
 # class: Cython takes class directives from the .py).
 cimport cython
 from txmq.message cimport MessageExt
+from txmq.store.dispatcher cimport builds_consume_queue, builds_index, keys_of
+from txmq.store.index cimport IndexService
 from txmq.store.record cimport encode_record
 from txmq.store.results cimport AppendMessageResult, PutMessageResult
 
@@ -29,7 +31,8 @@ cdef object _after_durable_flush(list group, object replicated)
 # (``__dict__``) for the fields nothing hot reads and for whatever is set on it.
 cdef class DefaultMessageStore:
     cdef dict __dict__
-    cdef public object config, commit_log, index, replicate, _flush_service, _disk, _confirm_offset
+    cdef public IndexService index
+    cdef public object config, commit_log, replicate, _flush_service, _disk, _confirm_offset
     cdef public object _last_store_ts, _group_ts, _disk_checked_at
     cdef public bint replica, _open
     cdef public dict _queue_offsets, _counters, _group_offsets
