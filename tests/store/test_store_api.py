@@ -191,6 +191,26 @@ def test_batch_put_is_one_write_with_consecutive_offsets(root):
     run(main)
 
 
+def test_a_put_set_on_the_store_is_the_one_called(root):
+    """Compiled, the store is an extension type whose put methods are C calls between themselves: one set on the
+    instance (as tests and tools wrap them) is still the one ``put_message`` reaches."""
+    async def main():
+        async with DefaultMessageStore(make_config(root)) as store:
+            seen: list[int] = []
+            real_put = store.put_messages
+
+            def counted(msgs, answer=None, waiter=None):
+                seen.append(len(msgs))
+                return real_put(msgs, answer, waiter)
+            store.put_messages = counted  # type: ignore[method-assign]
+            result = await store.put_message(msg(body=b"wrapped"))
+            assert result.ok and seen == [1]
+            del store.put_messages
+            assert (await store.put_message(msg(body=b"plain"))).ok and seen == [1]
+
+    run(main)
+
+
 def test_illegal_messages_are_refused(root):
     async def main():
         store = DefaultMessageStore(make_config(root, max_message_size=1000))

@@ -35,6 +35,10 @@ def tags_code(tags: str | None) -> int:
 
 
 _PREPARED_BIT = MessageSysFlag.TRANSACTION_PREPARED_TYPE & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+# read by every record: module constants, not class attributes and a static method's call
+_TRANSACTION_MASK = MessageSysFlag.TRANSACTION_MASK
+_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+_KEY_SEPARATOR = MessageConst.KEY_SEPARATOR
 
 
 def builds_consume_queue(sys_flag: int) -> bool:
@@ -46,12 +50,12 @@ def builds_consume_queue(sys_flag: int) -> bool:
 
 def builds_index(sys_flag: int) -> bool:
     """Rollback records are not indexed (RocketMQ CommitLogDispatcherBuildIndex); everything else is."""
-    return MessageSysFlag.transaction_value(sys_flag) != MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+    return (sys_flag & _TRANSACTION_MASK) != _ROLLBACK  # MessageSysFlag.transaction_value
 
 
 def keys_of(keys: str | None, uniq_key: str | None) -> list[str]:
     """Index keys of a record from its KEYS property (space separated) and its UNIQ_KEY."""
-    out = keys.split(MessageConst.KEY_SEPARATOR) if keys else []
+    out = keys.split(_KEY_SEPARATOR) if keys else []
     if uniq_key:
         out.append(uniq_key)
     return [k for k in out if k]

@@ -18,6 +18,7 @@ cdef class IndexService:
     cdef public object directory, files
     cdef public long long hash_slot_num, index_num
 
+    cpdef put(self, str topic, list keys, long long phy, long long store_ts)
     cpdef IndexFile _put_keys(self, IndexFile f, str topic, list keys, long long phy, long long store_ts)
 
 cdef void _store_int(unsigned char[::1] view, Py_ssize_t pos, long long value)

@@ -64,6 +64,10 @@ EARLY_CLEAN_INTERVAL_S = 1.0  # retention runs at most this often on behalf of a
 _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
 MAX_HELD_ARRIVALS = 4096  # arrivals held for the confirm offset; more are merged into the newest (woken later)
+# Read for every stored message: module constants, not class attributes.
+_TAGS = MessageConst.TAGS
+_KEYS = MessageConst.KEYS
+_UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 
 
 def _now_ms() -> int:
@@ -169,6 +173,7 @@ class _Snapshot:
     index_files: list[IndexFile] = field(default_factory=list)
 
 
+@cython.cclass
 class DefaultMessageStore:
     """Commit log, consume queues, index, checkpoint, flush and retention in one directory.
 
@@ -715,9 +720,9 @@ class DefaultMessageStore:
                 props = msg.properties
                 if builds_consume_queue(msg.sys_flag):
                     runs.setdefault((msg.topic, msg.queue_id), []).append((
-                        msg.commit_log_offset, msg.store_size + TRAILER_SIZE, tags_code(props.get(MessageConst.TAGS))))
-                self._build_index(msg.topic, msg.sys_flag, props.get(MessageConst.KEYS),
-                                  props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX), msg.commit_log_offset, now)
+                        msg.commit_log_offset, msg.store_size + TRAILER_SIZE, tags_code(props.get(_TAGS))))
+                self._build_index(msg.topic, msg.sys_flag, props.get(_KEYS), props.get(_UNIQ_KEY),
+                                  msg.commit_log_offset, now)
             for (topic, queue_id), entries in runs.items():
                 where = f"the consume queue {topic}/{queue_id}"
                 self.find_or_create_consume_queue(topic, queue_id).put_run(

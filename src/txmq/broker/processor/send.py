@@ -84,9 +84,14 @@ def is_half(properties: Mapping[str, str]) -> bool:
 
 def message_type(msg: MessageExt, order: bool) -> str:
     """RocketMQ 5's message_type label: transaction, delay, fifo or normal."""
-    if is_half(msg.properties):
+    return _message_kind(is_half(msg.properties), msg.delay_time_level, order)
+
+
+def _message_kind(half: bool, delay_level: int, order: bool) -> str:
+    """``message_type`` from what a send has already asked of its message."""
+    if half:
         return "transaction"
-    if msg.delay_time_level > 0:
+    if delay_level > 0:
         return "delay"
     return "fifo" if order else "normal"
 
@@ -130,7 +135,10 @@ class _SendAnswer(Reply):
         return self.processor._response(self.cmd, self.msg, result)
 
 
+@cython.cclass
 class SendMessageProcessor:
+    """Compiled, an extension type whose per-send steps are C methods (send.pxd)."""
+
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
@@ -150,7 +158,6 @@ class SendMessageProcessor:
 
     # --- plain, batch, transactional, delayed ----------------------------------------------------------
 
-    @cython.locals(msg=MessageExt)
     def _send(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, batch: bool):
         broker = self.broker
         if broker.config.is_slave:  # RocketMQ's store in slave mode: nothing stored. Not SLAVE_NOT_AVAILABLE, which
@@ -230,11 +237,12 @@ class SendMessageProcessor:
             max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
             if h.reconsume_times >= max_times:
                 self._to_dlq(msg, msg.topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX))
-        if is_half(msg.properties) and broker.config.reject_transaction_message:
+        half = is_half(msg.properties)  # asked once here for the checks, the label and the store
+        if half and broker.config.reject_transaction_message:
             return self._rejected_transaction(cmd)
-        kind = message_type(msg, topic_config.order)
-        answer = _SendAnswer(self, conn, cmd, msg, None, h.topic, kind)
-        return self.store_message(msg, answer, answer)
+        delay_level = msg.delay_time_level
+        answer = _SendAnswer(self, conn, cmd, msg, None, h.topic, _message_kind(half, delay_level, topic_config.order))
+        return self._store(msg, half, delay_level, answer, answer)
 
     def _half_batch(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, queue_id: int,
                     entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
@@ -279,10 +287,15 @@ class SendMessageProcessor:
         through the schedule topic, the rest as it is; a future of the result, or of ``answer(result)``
         (``put_messages``), or the ``waiter`` given, resolved instead of a future. Shared by the remoting and gRPC
         (``txmq.grpc``) sends."""
+        return self._store(msg, is_half(msg.properties), msg.delay_time_level, answer, waiter)
+
+    def _store(self, msg: MessageExt, half: bool, delay_level: int,
+               answer: Callable[[PutMessageResult], Any] | None, waiter: Reply | None) -> Any:
+        """``store_message`` with what the caller already asked of the message (a half, its delay level)."""
         broker = self.broker
-        if is_half(msg.properties):
+        if half:
             return broker.transaction_service.prepare_message(msg, answer, waiter)
-        if msg.delay_time_level > 0 and not msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+        if delay_level > 0 and not msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             broker.schedule_service.divert(msg)
         return broker.store.put_message(msg, answer, waiter)
 
