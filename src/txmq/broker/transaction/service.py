@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from txmq.broker.transaction.metrics import TransactionMetrics
-from txmq.broker.transaction.state import Before, Outcome, TransactionStateTable
+from txmq.broker.transaction.state import COMMIT, FINAL, ROLLBACK, Before, Outcome, TransactionStateTable
 from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
@@ -309,7 +309,7 @@ class TransactionalMessageService:
             running = self._in_flight.get(half_offset)
             if running is not None:
                 waits.append((i, running))
-            elif self.table.outcome(half_offset) in (Outcome.COMMIT, Outcome.ROLLBACK):
+            elif self.table.outcome(half_offset) in FINAL:
                 results[i] = self._repeat(half_offset, outcome, None)
             else:
                 self._in_flight[half_offset] = (decided, i)
@@ -350,7 +350,7 @@ class TransactionalMessageService:
                 self._recovered_before.add(half_offset)
             try:
                 reals = self.real_messages(half, half_offset, commit_log_offset) \
-                    if outcome == Outcome.COMMIT or half_offset in self.table.recovered else []
+                    if outcome == COMMIT or half_offset in self.table.recovered else []
             except RemoteProtocolError as exc:
                 results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"half batch at {half_offset} unreadable: {exc}")
                 continue
@@ -358,23 +358,23 @@ class TransactionalMessageService:
                 self.table.recovered.discard(half_offset)
                 left = self._not_in_log(half, reals)
                 if not left:
-                    self.table.decide(half_offset, Outcome.COMMIT)
+                    self.table.decide(half_offset, COMMIT)
                     found.append(half_offset)
                     results[i] = self._repeat(half_offset, outcome, None)
                     continue
-                if len(left) < len(reals) and outcome != Outcome.COMMIT:
+                if len(left) < len(reals) and outcome != COMMIT:
                     overruled.append(i)
-                    outcome = Outcome.COMMIT
+                    outcome = COMMIT
                 reals = left
-            if outcome == Outcome.COMMIT:
+            if outcome == COMMIT:
                 # With the state from before: a snapshot shows it as the log has it until the op record is written.
                 self._committing[half_offset] = before
-                self.table.decide(half_offset, Outcome.COMMIT)
+                self.table.decide(half_offset, COMMIT)
                 commits.append((i, half, reals))
             else:
                 self._rolling_back[half_offset] = (before, self.store.get_max_offset_in_queue(
                     RMQ_SYS_TRANS_OP_HALF_TOPIC, 0))
-                self.table.decide(half_offset, Outcome.ROLLBACK)
+                self.table.decide(half_offset, ROLLBACK)
                 rollbacks.append((i, half, before))
         # Shielded: once started, puts append whatever happens to the caller (a gRPC deadline, a closing
         # server), so their outcome must be judged and recorded, never undone blindly.
