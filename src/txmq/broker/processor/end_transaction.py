@@ -94,7 +94,7 @@ class EndTransactionProcessor:
         for i, (half_offset, commit_log_offset, flag) in enumerate(entries):
             outcome = _OUTCOMES.get(flag)
             if outcome is not None:
-                decisions.append(EndEntry(half_offset, commit_log_offset, outcome))
+                decisions.append((half_offset, commit_log_offset, outcome))
                 where.append(i)
             else:
                 results[i] = _no_decision(flag)

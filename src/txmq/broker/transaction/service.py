@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -75,12 +75,9 @@ _STORED: dict[int, EndResult] = {
     for code in (ResponseCode.SUCCESS, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.FLUSH_DISK_TIMEOUT)}
 
 
-class EndEntry(NamedTuple):
-    """One decision: the transaction (half offset and the half message's commit-log offset) and its outcome."""
-
-    half_offset: int
-    commit_log_offset: int
-    outcome: Outcome
+# One decision: the transaction (half offset and the half message's commit-log offset) and its outcome. A plain
+# tuple: a NamedTuple's constructor is a Python function, about 0.4 µs per decision.
+EndEntry = tuple[int, int, Outcome]
 
 
 def _stored_answer(put: PutMessageResult) -> EndResult:
@@ -273,7 +270,7 @@ class TransactionalMessageService:
         batch = gathered.get((producer_group, source))
         if batch is None:
             batch = gathered[(producer_group, source)] = ([], [])
-        batch[0].append(EndEntry(half_offset, commit_log_offset, outcome))
+        batch[0].append((half_offset, commit_log_offset, outcome))
         batch[1].append(waiter)
         return waiter
 
@@ -324,14 +321,15 @@ class TransactionalMessageService:
                 raise
             finally:
                 for i, _ in claimed:
-                    del self._in_flight[entries[i].half_offset]
+                    del self._in_flight[entries[i][0]]
         for i, (deciding, j) in waits:
             try:
                 first = (await asyncio.shield(deciding))[j]
             except Exception as exc:
                 results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"the decision this one waited for failed: {exc}")
                 continue
-            results[i] = self._repeat(entries[i].half_offset, entries[i].outcome, first)
+            half_offset, _, outcome = entries[i]
+            results[i] = self._repeat(half_offset, outcome, first)
         return results  # type: ignore[return-value]
 
     async def _decide(self, producer_group: str, entries: Sequence[EndEntry], claimed: list[tuple[int, MessageExt]],
@@ -386,8 +384,8 @@ class TransactionalMessageService:
                                 rollbacks: list[tuple[int, MessageExt, Before]], found: list[int],
                                 overruled: list[int], results: list[EndResult | None], source: str) -> None:
         """Store the commits' real messages, write the op records, and answer each entry."""
-        committing = [entries[i].half_offset for i, _, _ in commits]
-        rolling_back = [entries[i].half_offset for i, _, _ in rollbacks]
+        committing = [entries[i][0] for i, _, _ in commits]
+        rolling_back = [entries[i][0] for i, _, _ in rollbacks]
         stored: list[tuple[int, MessageExt]] = []  # entry, half: the commits whose real messages are stored
         ended = 0  # commits stored or undone, in order
         try:
@@ -410,7 +408,7 @@ class TransactionalMessageService:
                     else:
                         # Undone, not left at COMMIT: a retried COMMIT would be answered "already committed" and
                         # the message never stored.
-                        self._undo_commits([entries[i].half_offset])
+                        self._undo_commits([entries[i][0]])
                         why = f"{put.status.name} {put.remark}" if isinstance(put, PutMessageResult) else str(put)
                         results[i] = EndResult(ResponseCode.SYSTEM_ERROR,
                                                f"storing the committed message failed: {why}")
@@ -418,11 +416,11 @@ class TransactionalMessageService:
                 # messages are the record (recovery finds them by UNIQ_KEY). A ROLLBACK is nothing but its op
                 # record: refused, it is undone, or it would be forgotten by a restart after being answered.
                 rolled_back = (await asyncio.gather(
-                    self._write_op("COMMIT", found + [entries[i].half_offset for i, _ in stored]),
+                    self._write_op("COMMIT", found + [entries[i][0] for i, _ in stored]),
                     self._write_op("ROLLBACK", rolling_back)))[1]
                 if not rolled_back:
                     for i, _, before in rollbacks:
-                        self._restore(entries[i].half_offset, before)
+                        self._restore(entries[i][0], before)
                         results[i] = EndResult(ResponseCode.SYSTEM_ERROR, "the ROLLBACK could not be recorded (the "
                                                "store refused its op record): the transaction stays pending")
                     rollbacks = []
@@ -450,14 +448,14 @@ class TransactionalMessageService:
             committed = {i for i, _ in stored}
             for i in overruled:
                 if i in committed:
-                    results[i] = self._repeat(entries[i].half_offset, Outcome.ROLLBACK, None)
+                    results[i] = self._repeat(entries[i][0], Outcome.ROLLBACK, None)
         for i, _, _ in rollbacks:
             results[i] = _STORED[ResponseCode.SUCCESS]
         self.metrics.commits += len(stored)
         self.metrics.rollbacks += len(rollbacks)
         if log.isEnabledFor(logging.DEBUG):
             for i, half in stored + [(i, half) for i, half, _ in rollbacks]:
-                log.debug("transaction %s %s by %s", half.msg_id, entries[i].outcome.name, source)
+                log.debug("transaction %s %s by %s", half.msg_id, entries[i][2].name, source)
 
     async def _store_decided(self, groups: list[list[MessageExt]], committed: list[int], rolled_back: list[int]
                              ) -> tuple[list[PutMessageResult | Exception], bool]:
