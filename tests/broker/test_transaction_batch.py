@@ -29,7 +29,7 @@ async def halves(service: TransactionalMessageService, count: int) -> list[tuple
 
 def batch(service: TransactionalMessageService, decisions: list[tuple[tuple[int, int], Outcome]],
           group: str = "g") -> asyncio.Future[list]:
-    entries = [EndEntry(off, clo, outcome) for (off, clo), outcome in decisions]
+    entries: list[EndEntry] = [(off, clo, outcome) for (off, clo), outcome in decisions]
     return asyncio.ensure_future(service.end_transactions(group, entries, "test"))
 
 

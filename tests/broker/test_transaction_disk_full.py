@@ -30,6 +30,8 @@ def test_decisions_refused_by_a_full_disk_stay_pending_and_count_once_there_is_r
                 result = await end(service, off, clo, outcome)
                 assert result.code == ResponseCode.SYSTEM_ERROR, (outcome, result)
                 assert service.table.outcome(off) == Outcome.PENDING and service.table.info(off) is not None
+            # nothing left as under way: a snapshot now shows both pending, as the log has them
+            assert not service._committing and not service._rolling_back and not service._recovered_before
             os.unlink(os.path.join(disk, "filler"))
             await asyncio.sleep(DISK_CHECK_INTERVAL_S)
             for (off, clo), outcome in decisions:

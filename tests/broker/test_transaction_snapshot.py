@@ -49,8 +49,9 @@ def test_snapshot_round_trip():
 def test_a_commit_still_being_written_is_snapshotted_as_it_was():
     t = _table()
     before = t.info(5)
+    packed = t.pending[5]  # what a decision keeps (Before): the packed entry, nothing unpacked
     t.decide(5, Outcome.COMMIT)
-    loaded, _, _ = TransactionStateTable.from_snapshot(t.to_snapshot(6, 9, {5: (Outcome.PENDING, before, 0)}),
+    loaded, _, _ = TransactionStateTable.from_snapshot(t.to_snapshot(6, 9, {5: (Outcome.PENDING, packed, 0)}),
                                                        lambda s: s)
     assert loaded.outcome(5) == Outcome.PENDING and loaded.info(5) == before
     assert t.outcome(5) == Outcome.COMMIT

@@ -133,3 +133,18 @@ def test_many_names_and_large_offsets():
         assert (info.topic, info.group, info.store_time_s) == (f"topic-{i % 300}", f"group-{i % 70}",
                                                                1_700_000_000 + i)
     assert len(t) == 2000 and sum(t.pending_per_topic.values()) == 2000
+
+
+def test_an_undone_decision_reopens_from_the_packed_entry_it_kept():
+    t = table_with(1, 2)
+    t.count_check(1)
+    t.count_check(1)
+    packed = t.pending[1]  # what a decision keeps to go back to (state.Before)
+    t.decide(1, Outcome.COMMIT)
+    assert t.pending_per_topic == {"orders": 1} and list(t.pop_due(10**9)) == [2]
+    t.reopen(1, packed, 300)
+    assert t.outcome(1) == Outcome.PENDING and t.pending[1] == packed  # checks, store second, names as before
+    info = t.info(1)
+    assert info is not None and (info.checks, info.store_time_s, info.topic, info.group) == (2, 100, "orders", "g1")
+    assert t.pending_per_topic == {"orders": 2}
+    assert list(t.pop_due(299)) == [] and list(t.pop_due(300)) == [1]  # scheduled again, once

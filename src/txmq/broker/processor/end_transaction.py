@@ -68,15 +68,12 @@ class EndTransactionProcessor:
                           h.msg_id, " (check)" if h.from_transaction_check else "")
             answer = _no_decision(h.commit_or_rollback)
             return RemotingCommand.response_to(cmd, answer.code, remark=answer.remark)
-        return self._end(conn, cmd, h, outcome, "check" if h.from_transaction_check else "producer")
-
-    def _end(self, conn: Connection, cmd: RemotingCommand, h: EndTransactionRequestHeader, outcome: Outcome,
-             source: str) -> _EndAnswer:
-        """The decisions of one loop iteration are decided together (``end_transaction``); each its own answer,
-        written by its ``_EndAnswer`` (a oneway one, as RocketMQ's clients send it, gets none)."""
+        # The decisions of one loop iteration are decided together (``end_transaction``); each its own answer,
+        # written by its ``_EndAnswer`` (a oneway one, as RocketMQ's clients send it, gets none).
         return self.broker.transaction_service.end_transaction(
             producer_group=h.producer_group, half_offset=h.tran_state_table_offset,
-            commit_log_offset=h.commit_log_offset, outcome=outcome, source=source, waiter=_EndAnswer(conn, cmd))
+            commit_log_offset=h.commit_log_offset, outcome=outcome,
+            source="check" if h.from_transaction_check else "producer", waiter=_EndAnswer(conn, cmd))
 
     def process_batch(self, conn: Connection, cmd: RemotingCommand):
         if self.broker.config.is_slave:
@@ -94,7 +91,7 @@ class EndTransactionProcessor:
         for i, (half_offset, commit_log_offset, flag) in enumerate(entries):
             outcome = _OUTCOMES.get(flag)
             if outcome is not None:
-                decisions.append(EndEntry(half_offset, commit_log_offset, outcome))
+                decisions.append((half_offset, commit_log_offset, outcome))
                 where.append(i)
             else:
                 results[i] = _no_decision(flag)

@@ -17,6 +17,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from enum import IntEnum
+from itertools import chain
 from typing import NamedTuple
 
 import orjson
@@ -30,12 +31,17 @@ class Outcome(IntEnum):
 
 
 _OUTCOME_OF_BYTE = tuple(Outcome)  # by value: the table's bytes are outcomes
-_FINAL = (Outcome.COMMIT, Outcome.ROLLBACK)
+# For the code run per transaction: an enum member read through its class goes through EnumType's __getattr__
+# hook in CPython 3.11 (about 0.07-0.1 µs), a module constant is a dict lookup.
+PENDING, COMMIT, ROLLBACK, DISCARD = _OUTCOME_OF_BYTE
+FINAL = (COMMIT, ROLLBACK)  # the outcomes a transaction never leaves
+# What a transaction was before a decision that may not reach the log: its outcome, its packed pending entry
+# (None when it was not pending) and its checks if discarded. Ints only: nothing unpacked per decision.
+Before = tuple[Outcome, int | None, int]
 
 
 class PendingInfo(NamedTuple):
-    """A pending transaction unpacked. A tuple: one is made per decision (the state to go back to if it cannot be
-    stored), at half a frozen dataclass's cost, and the collector stops tracking it (ints and strings only)."""
+    """A pending transaction unpacked, for checks and listings (a decision keeps the packed int instead)."""
 
     half_offset: int
     store_time_s: int
@@ -71,10 +77,6 @@ class TransactionStateTable:
             self._names.append(name)
         return idx
 
-    def _pack(self, store_time_s: int, checks: int, topic_idx: int, group_idx: int) -> int:
-        return (((store_time_s << self._CHECK_BITS | min(checks, 255)) << self._TOPIC_BITS | topic_idx)
-                << self._GROUP_BITS | group_idx)
-
     def _unpack(self, packed: int) -> tuple[int, int, int, int]:
         """(store second, checks, topic index, group index) of a packed entry."""
         group_idx = packed & ((1 << self._GROUP_BITS) - 1)
@@ -96,7 +98,7 @@ class TransactionStateTable:
     def outcome(self, half_offset: int) -> Outcome:
         if 0 <= half_offset < len(self.outcomes):
             return _OUTCOME_OF_BYTE[self.outcomes[half_offset]]
-        return Outcome.PENDING
+        return PENDING
 
     def _set_outcome(self, half_offset: int, outcome: Outcome) -> None:
         if half_offset >= len(self.outcomes):
@@ -106,22 +108,39 @@ class TransactionStateTable:
     def add_pending(self, half_offset: int, topic: str, group: str, store_time_s: int, first_check_s: int,
                     checks: int = 0, *, schedule: bool = True) -> None:
         """Track a pending transaction. ``schedule=False`` when it already has an entry in the wheel (a
-        pending transaction must have exactly one, or a pass would check it twice)."""
-        if half_offset in self.pending or self.outcome(half_offset) in _FINAL:
+        pending transaction must have exactly one, or a pass would check it twice). Once per half message as it
+        is stored: the lookups of ``outcome``, ``_index``, ``_pack`` and ``schedule`` are written out here."""
+        pending, outcomes = self.pending, self.outcomes
+        if half_offset in pending or (0 <= half_offset < len(outcomes) and outcomes[half_offset] in FINAL):
             return
-        self.discarded.pop(half_offset, None)
-        self._set_outcome(half_offset, Outcome.PENDING)
-        self.pending[half_offset] = self._pack(store_time_s, checks, self._index(topic), self._index(group))
+        if self.discarded:
+            self.discarded.pop(half_offset, None)
+        if half_offset < len(outcomes):
+            outcomes[half_offset] = PENDING
+        else:
+            self._set_outcome(half_offset, PENDING)  # grows the table
+        index = self._name_index
+        topic_idx, group_idx = index.get(topic), index.get(group)
+        if topic_idx is None:
+            topic_idx = self._index(topic)
+        if group_idx is None:
+            group_idx = self._index(group)
+        pending[half_offset] = (((store_time_s << self._CHECK_BITS | min(checks, 255)) << self._TOPIC_BITS
+                                 | topic_idx) << self._GROUP_BITS | group_idx)
         self.pending_per_topic[topic] += 1
         if schedule:
-            self.schedule(half_offset, first_check_s)
+            bucket = self._wheel.get(first_check_s)
+            if bucket is None:
+                self.schedule(half_offset, first_check_s)
+            else:
+                bucket.append(half_offset)
 
-    def reopen(self, info: PendingInfo, check_at_s: int) -> None:
-        """Undo a decision that could not be stored: pending again as it was (checks, recovered flag)."""
-        self._set_outcome(info.half_offset, Outcome.PENDING)
-        self.add_pending(info.half_offset, info.topic, info.group, info.store_time_s, check_at_s, info.checks)
-        if info.recovered:
-            self.recovered.add(info.half_offset)
+    def reopen(self, half_offset: int, packed: int, check_at_s: int) -> None:
+        """Undo a decision that could not be stored: pending again with its entry from before (``Before``: checks
+        kept; the caller restores the recovered flag)."""
+        store_time_s, checks, topic_idx, group_idx = self._unpack(packed)
+        self._set_outcome(half_offset, Outcome.PENDING)
+        self.add_pending(half_offset, self._names[topic_idx], self._names[group_idx], store_time_s, check_at_s, checks)
 
     def decide(self, half_offset: int, outcome: Outcome) -> None:
         """Record an outcome; a DISCARD keeps the transaction listable, COMMIT and ROLLBACK are final. Once per
@@ -135,7 +154,7 @@ class TransactionStateTable:
             if not per_topic[topic]:
                 del per_topic[topic]
         self._set_outcome(half_offset, outcome)
-        if outcome == Outcome.DISCARD:
+        if outcome == DISCARD:
             self.discarded[half_offset] = self._unpack(packed)[1] if packed is not None \
                 else self.discarded.get(half_offset, 0)
         elif self.discarded:
@@ -145,11 +164,10 @@ class TransactionStateTable:
         packed = self.pending.get(half_offset)
         if packed is None:
             return 0
-        info = self.info(half_offset)
-        assert info is not None
-        checks = min(info.checks + 1, 255)
-        self.pending[half_offset] = self._pack(info.store_time_s, checks, self._name_index[info.topic],
-                                               self._name_index[info.group])
+        checks = self._unpack(packed)[1]
+        if checks < 255:  # saturates: the field has 8 bits
+            checks += 1
+            self.pending[half_offset] = packed + (1 << (self._GROUP_BITS + self._TOPIC_BITS))
         return checks
 
     # --- check wheel --------------------------------------------------------------------------------
@@ -192,12 +210,11 @@ class TransactionStateTable:
     _SNAP_PENDING = struct.Struct(">qIBII")
     _SNAP_DISCARDED = struct.Struct(">qI")
 
-    def to_snapshot(self, half_covered: int, op_covered: int,
-                    as_before: Mapping[int, tuple[Outcome, PendingInfo | None, int]]) -> bytes:
-        """The table as the log holds it. ``as_before`` names decisions still being written (half offset ->
-        outcome, pending info and discard checks from before the decision): they are written as they were."""
+    def to_snapshot(self, half_covered: int, op_covered: int, as_before: Mapping[int, Before]) -> bytes:
+        """The table as the log holds it. ``as_before`` names decisions still being written (half offset -> the
+        transaction before the decision): they are written as they were."""
         outcomes = bytearray(self.outcomes)
-        before_pending = [info for _, info, _ in as_before.values() if info is not None]
+        before_pending = [(h, packed) for h, (_, packed, _) in as_before.items() if packed is not None]
         discarded = dict(self.discarded)
         for half_offset, (before, _, checks) in as_before.items():
             outcomes[half_offset] = before
@@ -208,13 +225,9 @@ class TransactionStateTable:
         row = self._SNAP_PENDING
         rows = bytearray(row.size * (len(self.pending) + len(before_pending)))
         pos = 0
-        for half_offset, packed in self.pending.items():
+        for half_offset, packed in chain(self.pending.items(), before_pending):
             store_time_s, checks, topic_idx, group_idx = self._unpack(packed)
             row.pack_into(rows, pos, half_offset, store_time_s, checks, topic_idx, group_idx)
-            pos += row.size
-        for i in before_pending:
-            row.pack_into(rows, pos, i.half_offset, i.store_time_s, min(i.checks, 255), self._name_index[i.topic],
-                          self._name_index[i.group])
             pos += row.size
         names = orjson.dumps(self._names)
         parts: list[bytes | bytearray] = [
