@@ -148,3 +148,22 @@ def test_an_undone_decision_reopens_from_the_packed_entry_it_kept():
     assert info is not None and (info.checks, info.store_time_s, info.topic, info.group) == (2, 100, "orders", "g1")
     assert t.pending_per_topic == {"orders": 2}
     assert list(t.pop_due(299)) == [] and list(t.pop_due(300)) == [1]  # scheduled again, once
+
+
+def test_names_past_the_first_65536_keep_their_topic_and_group():
+    """Topics and producer groups share one name list, and a peer chooses both (each half message's REAL_TOPIC and
+    PRODUCER_GROUP): once it holds 65,536 names, a new half's entry must still read back its own topic and group, or
+    its check-back goes to another producer group and the per-topic count to another topic."""
+    t = TransactionStateTable()
+    for i in range(1 << 16):
+        t.add_pending(i, "orders", f"g{i}", 100, 106)
+        t.decide(i, Outcome.COMMIT)
+    t.add_pending(1 << 16, "payments", "late-group", 100, 106, checks=2)
+    t.count_check(1 << 16)
+    info = t.info(1 << 16)
+    assert info is not None and (info.topic, info.group, info.checks) == ("payments", "late-group", 3)
+    loaded, _, _ = TransactionStateTable.from_snapshot(t.to_snapshot(0, 0, {}), lambda s: s)
+    info = loaded.info(1 << 16)
+    assert info is not None and (info.topic, info.group, info.checks) == ("payments", "late-group", 3)
+    t.decide(1 << 16, Outcome.ROLLBACK)
+    assert not t.pending_per_topic  # counted off the topic it was counted on

@@ -52,8 +52,10 @@ class PendingInfo(NamedTuple):
 
 
 class TransactionStateTable:
-    _GROUP_BITS = 16
-    _TOPIC_BITS = 20
+    # A name's index in a packed entry has the width the snapshot gives it (an unsigned 32-bit field): topics and
+    # producer groups share one list, both chosen by peers, so narrower fields overflowed into each other.
+    _GROUP_BITS = 32
+    _TOPIC_BITS = 32
     _CHECK_BITS = 8
 
     def __init__(self) -> None:
