@@ -9,6 +9,7 @@ cimport cython
 from txmq.message cimport MessageExt
 from txmq.remoting.command cimport RemotingCommand
 from txmq.remoting.transport cimport Reply
+from txmq.store.results cimport PutMessageResult, is_stored
 
 cdef class SendMessageProcessor:
     cdef public object broker
@@ -18,7 +19,7 @@ cdef class SendMessageProcessor:
     cpdef object store_message(self, MessageExt msg, object answer=*, object waiter=*)
     cdef object _store(self, MessageExt msg, bint half, object delay_level, object answer, object waiter)
     cdef MessageExt _inner(self, object h, object queue_id, object flag, object body, object props, object born_host)
-    cpdef object _response(self, RemotingCommand cmd, MessageExt msg, object result)
+    cpdef object _response(self, RemotingCommand cmd, MessageExt msg, PutMessageResult result)
 
 cdef class _SendAnswer(Reply):
     cdef public object batch, kind, topic
