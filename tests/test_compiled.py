@@ -281,8 +281,11 @@ def test_stats_and_the_processor_table_are_the_same_interpreted() -> None:
         stats.put("t", "normal", 256)
         stats.put("t", "normal", 5000, count=3)
         stats.put("u", "transaction", 0)
+        for size in (1024, 1025, 4096, 4 * 1024 * 1024, 4 * 1024 * 1024 + 1):  # each bucket's edges
+            stats.put("edges", "normal", size)
         stats.get("t", "g", 2, 512)
-        return sorted(stats.totals().items()), stats.puts[("t", "normal")].size_buckets
+        return (sorted(stats.totals().items()), stats.puts[("t", "normal")].size_buckets,
+                stats.puts[("edges", "normal")].size_buckets)
 
     assert counted(importlib.import_module("txmq.broker.stats")) == counted(load_interpreted("txmq.broker.stats"))
 

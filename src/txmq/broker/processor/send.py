@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import cython
 
+from txmq.broker.stats import BrokerStats
 from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
@@ -130,11 +131,13 @@ class _SendAnswer(Reply):
         self.topic = topic
         self.kind = kind
 
+    @cython.locals(stats=BrokerStats)
     def __call__(self, result: PutMessageResult) -> Answer:
         if self.batch is not None:
             return self.processor._batch_response(self.cmd, self.batch, result, self.topic, self.kind)
         if is_stored(result):
-            self.processor.broker.stats_manager.put(self.topic, self.kind, len(self.msg.body))
+            stats = self.processor.broker.stats_manager  # typed: its put is a C call (stats.pxd)
+            stats.put(self.topic, self.kind, len(self.msg.body))
         return self.processor._response(self.cmd, self.msg, result)
 
 
