@@ -18,6 +18,7 @@ COMPILED_MODULES = [
     "src/txmq/topic.py",
     "src/txmq/message.py",
     "src/txmq/store/record.py",
+    "src/txmq/store/mapped_file.py",  # every group's append and consume-queue run write through its segments
     "src/txmq/store/commit_log.py",
     "src/txmq/store/consume_queue.py",
     "src/txmq/store/dispatcher.py",

@@ -281,8 +281,11 @@ def test_stats_and_the_processor_table_are_the_same_interpreted() -> None:
         stats.put("t", "normal", 256)
         stats.put("t", "normal", 5000, count=3)
         stats.put("u", "transaction", 0)
+        for size in (1024, 1025, 4096, 4 * 1024 * 1024, 4 * 1024 * 1024 + 1):  # each bucket's edges
+            stats.put("edges", "normal", size)
         stats.get("t", "g", 2, 512)
-        return sorted(stats.totals().items()), stats.puts[("t", "normal")].size_buckets
+        return (sorted(stats.totals().items()), stats.puts[("t", "normal")].size_buckets,
+                stats.puts[("edges", "normal")].size_buckets)
 
     assert counted(importlib.import_module("txmq.broker.stats")) == counted(load_interpreted("txmq.broker.stats"))
 
@@ -320,6 +323,28 @@ def test_index_files_are_the_same_interpreted(tmp_path: Path) -> None:
         compiled.key_hash("T", "first"), 0, 0, 0)
     assert compiled.ENTRY.unpack_from(data, compiled.HEADER_SIZE + 7 * 4 + 4 * compiled.ENTRY_SIZE)[1:3] == (
         2**31 + 1, 0)
+
+
+def test_segments_are_the_same_interpreted(tmp_path: Path) -> None:
+    """Segment writes (one pwritev per IOV_MAX parts) and lookups by offset, compiled (every group's append and
+    consume-queue run call them) and interpreted, give the same files and the same answers."""
+    import txmq.store.mapped_file as compiled
+
+    interpreted = load_interpreted("txmq.store.mapped_file")
+    seen = {}
+    for module in (compiled, interpreted):
+        queue = module.MappedFileQueue(str(tmp_path / str(id(module))), 4096)
+        first, second = queue.create(0), queue.create(4096)
+        first.write([b"a" * 3] * (module.IOV_MAX + 5), 10)  # more parts than one pwritev takes
+        second.write([bytearray(b"xyz"), memoryview(b"12")], 4090)
+        refused = _outcome(second.write, [b"123"], 4094)
+        found = [getattr(queue.find(o), "file_from_offset", None) for o in (0, 4095, 4096, 8191, 8192, -1)]
+        seen[module] = (first.read(0, 8192), second.read(4088, 100), first.last_nonzero(), refused[0], found,
+                        first.end_offset, [mf.file_from_offset for mf in queue.files_from(4096)])
+        for mf in queue.files:
+            mf.close()
+    assert seen[compiled] == seen[interpreted]
+    assert seen[compiled][4] == [0, 0, 4096, 4096, None, None]
 
 
 def test_none_for_a_typed_argument_raises_instead_of_crashing() -> None:

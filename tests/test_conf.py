@@ -64,3 +64,14 @@ def test_broker_ip_keys_keep_rocketmqs_spelling():
     props = config_properties(config)
     assert (props["brokerIP1"], props["brokerIP2"]) == ("10.0.0.1", "10.0.1.1")
     assert "brokerIp2" not in props
+
+
+def test_is_slave_follows_every_way_broker_role_is_set():
+    """is_slave is kept once asked: each way of setting brokerRole (constructor, update, assignment) renews it."""
+    cfg = BrokerConfig(broker_role="slave")
+    assert cfg.is_slave and cfg.broker_role == "slave"
+    cfg.update({"brokerRole": "SYNC_MASTER"})
+    assert not cfg.is_slave and cfg.is_sync_master
+    cfg.broker_role = "SLAVE"  # as the controller's change_to_slave sets it
+    assert cfg.is_slave and config_properties(cfg)["brokerRole"] == "SLAVE"
+    assert not BrokerConfig().is_slave and BrokerConfig().broker_role == "ASYNC_MASTER"

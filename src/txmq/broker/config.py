@@ -10,6 +10,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,24 @@ def _conf_key(name: str) -> str:
     return _IP_KEYS.get(name) or head + "".join(p.title() for p in rest)
 
 
+class _Role:
+    """``brokerRole``'s field: setting it drops what was worked out from it (``is_slave``), which is then a plain
+    attribute of the instance (every send asks it) where a property ran ``upper()`` per request. A descriptor on this
+    one field: other config writes pay nothing (a ``__setattr__`` would tax them all)."""
+
+    def __init__(self, default: str) -> None:
+        self.default = default
+
+    def __get__(self, obj: BrokerConfig | None, owner: type | None = None) -> str:
+        if obj is None:  # the class's: the dataclass's default
+            return self.default
+        return obj.__dict__.get("_broker_role", self.default)
+
+    def __set__(self, obj: BrokerConfig, value: str) -> None:
+        obj.__dict__["_broker_role"] = value
+        obj.__dict__.pop("is_slave", None)
+
+
 @dataclass
 class BrokerConfig:
     broker_cluster_name: str = "DefaultCluster"
@@ -53,7 +72,7 @@ class BrokerConfig:
     # RocketMQ proxy's key: the send attempts the gRPC edge's Settings tell RocketMQ 5 producers (1: no retries)
     grpc_client_producer_max_attempts: int = 3
     namesrv_addr: str = ""  # "host:port;host:port"
-    broker_role: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
+    broker_role: str = _Role("ASYNC_MASTER")  # type: ignore[assignment]  # ASYNC_MASTER | SYNC_MASTER | SLAVE
     store_path_root_dir: str = field(default_factory=lambda: str(Path.home() / "store"))
     flush_disk_type: str = "ASYNC_FLUSH"  # ASYNC_FLUSH | SYNC_FLUSH
     flush_interval_commit_log: int = 500  # ms
@@ -142,8 +161,9 @@ class BrokerConfig:
     def tls_server(self) -> TlsServerConfig:
         return TlsServerConfig(self.tls_server_mode.lower(), self.tls_server_cert_path, self.tls_server_key_path)
 
-    @property
+    @cached_property
     def is_slave(self) -> bool:
+        """Worked out once per ``broker_role`` (``_Role`` forgets it when the role is set)."""
         return self.broker_role.upper() == "SLAVE"
 
     def disk_percent(self, name: str) -> float:

@@ -14,3 +14,6 @@ cdef class PutMessageResult:
     cdef public object status
     cdef public AppendMessageResult append_result
     cdef public str remark
+
+# PutMessageResult.stored as a C function (the property is an attribute lookup and a call from compiled code)
+cpdef bint is_stored(PutMessageResult result)

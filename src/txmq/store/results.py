@@ -27,6 +27,9 @@ class PutMessageStatus(Enum):
     __hash__ = object.__hash__
 
 
+# Read per put: a module constant is one dict lookup, a member read off the enum passes EnumType's __getattr__ hook.
+_PUT_OK = PutMessageStatus.PUT_OK
+
 # One AppendMessageResult and one PutMessageResult per put. Compiled (setup.py), extension types (results.pxd): C
 # structs, their fields set and read without attribute lookups, kept out of the cyclic collector and reused from a
 # free list. ``cython.dataclasses`` keeps the dataclass's fields, repr, eq and ``dataclasses.replace`` (the standard
@@ -75,12 +78,19 @@ class PutMessageResult:
 
     @property
     def ok(self) -> bool:
-        return self.status is PutMessageStatus.PUT_OK
+        return self.status is _PUT_OK
 
     @property
     def stored(self) -> bool:
         """In the commit log, whether or not its flush (or replication) finished in time."""
-        return self.append_result is not None and self.status in _STORED
+        return is_stored(self)
+
+
+def is_stored(result: PutMessageResult) -> bool:
+    """``result.stored``; compiled, a C function to the send path's answer (results.pxd), where the property is an
+    attribute lookup and a call. Most puts are PUT_OK: that is asked first, by identity."""
+    status = result.status
+    return result.append_result is not None and (status is _PUT_OK or status in _STORED)
 
 
 _STORED = frozenset({PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,

@@ -6,9 +6,11 @@
 # members (Cython keeps free lists for base types only), its processor typed so its response is a C call. It stays
 # in the cyclic collector: its processor leads to the broker and its store, which holds the put waiting on it.
 cimport cython
+from txmq.broker.stats cimport BrokerStats
 from txmq.message cimport MessageExt
 from txmq.remoting.command cimport RemotingCommand
 from txmq.remoting.transport cimport Reply
+from txmq.store.results cimport PutMessageResult, is_stored
 
 cdef class SendMessageProcessor:
     cdef public object broker
@@ -18,7 +20,7 @@ cdef class SendMessageProcessor:
     cpdef object store_message(self, MessageExt msg, object answer=*, object waiter=*)
     cdef object _store(self, MessageExt msg, bint half, object delay_level, object answer, object waiter)
     cdef MessageExt _inner(self, object h, object queue_id, object flag, object body, object props, object born_host)
-    cpdef object _response(self, RemotingCommand cmd, MessageExt msg, object result)
+    cpdef object _response(self, RemotingCommand cmd, MessageExt msg, PutMessageResult result)
 
 cdef class _SendAnswer(Reply):
     cdef public object batch, kind, topic

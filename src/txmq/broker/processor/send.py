@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import cython
 
+from txmq.broker.stats import BrokerStats
 from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
@@ -27,7 +28,7 @@ from txmq.remoting.request_headers import (
     SendMessageResponseHeader,
 )
 from txmq.remoting.transport import Answer, Connection, Reply, parse_address
-from txmq.store import PutMessageResult, PutMessageStatus
+from txmq.store.results import PutMessageResult, PutMessageStatus, is_stored
 from txmq.topic import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -64,9 +65,12 @@ _SEND_MESSAGE = RequestCode.SEND_MESSAGE
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 _CONSUMER_SEND_MSG_BACK = RequestCode.CONSUMER_SEND_MSG_BACK
 _SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR
+_SUCCESS = ResponseCode.SUCCESS
+_PUT_OK = PutMessageStatus.PUT_OK  # what nearly every answer reads: no table lookup for it
 # Read per send too: a module constant is one dict lookup, a class attribute (or a static method's call) more.
 _TRAN_MSG = MessageConst.TRANSACTION_PREPARED
 _PERM_WRITE = PermName.PERM_WRITE
+_UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 
 MAX_PROPERTIES_SIZE = 32767  # the layout's 2-byte properties length (txmq.message)
 _LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two properties, their names and values
@@ -127,11 +131,13 @@ class _SendAnswer(Reply):
         self.topic = topic
         self.kind = kind
 
+    @cython.locals(stats=BrokerStats)
     def __call__(self, result: PutMessageResult) -> Answer:
         if self.batch is not None:
             return self.processor._batch_response(self.cmd, self.batch, result, self.topic, self.kind)
-        if result.stored:
-            self.processor.broker.stats_manager.put(self.topic, self.kind, len(self.msg.body))
+        if is_stored(result):
+            stats = self.processor.broker.stats_manager  # typed: its put is a C call (stats.pxd)
+            stats.put(self.topic, self.kind, len(self.msg.body))
         return self.processor._response(self.cmd, self.msg, result)
 
 
@@ -337,9 +343,10 @@ class SendMessageProcessor:
     def _response(self, cmd: RemotingCommand, msg: MessageExt, result: PutMessageResult) -> Answer:
         """The answer to a put: a stored message's as an encoded frame (``encode_send_response``), a refusal as a
         command."""
-        code = _PUT_STATUS_TO_CODE.get(result.status, _SYSTEM_ERROR)
+        status = result.status
+        code = _SUCCESS if status is _PUT_OK else _PUT_STATUS_TO_CODE.get(status, _SYSTEM_ERROR)
         ar = result.append_result
-        if not result.stored or ar is None:
+        if ar is None or not is_stored(result):
             remark = f"store answered {result.status.name}"
             if result.status == PutMessageStatus.SERVICE_NOT_AVAILABLE:
                 remark = "service not available now"
@@ -351,7 +358,7 @@ class SendMessageProcessor:
             return RemotingCommand.response_to(cmd, code, remark=remark)
         props = msg.properties
         return encode_send_response(cmd, code, ar.msg_id, msg.queue_id, ar.logics_offset,
-                                    props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if is_half(props) else None)
+                                    props.get(_UNIQ_KEY) if is_half(props) else None)
 
     # --- consumer send-back: retry with delay, or the dead-letter topic --------------------------------
 
