@@ -12,3 +12,11 @@ cdef class MessageExt(Message):
 
 # Called by the store's record encoding (record.py) as a C function, its message's fields read as struct members.
 cpdef tuple message_parts(MessageExt m, bytes trailer=*)
+
+# Per-message steps of ``message_parts``, C calls: the caches' lookups, the properties' string, the body's CRC.
+cdef dict _packed_hosts, _topic_parts, _host_ids
+cdef object _pack_head, _pack_host, _pack_offset, _pack_props_len, _crc32
+cpdef bytes _packed_host(object host)
+cpdef bytes _topic_part(str topic)
+cpdef str properties_to_string(object props)
+cpdef object body_crc(object body)
