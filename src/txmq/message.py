@@ -174,18 +174,19 @@ class Message:
         properties: Mapping[str, str] | None = None,
         flag: int = 0,
     ) -> None:
-        self._init_message(topic, body, tags, keys, properties, flag)
+        self._init_message(topic, body, tags, keys, dict(properties or {}), flag)
 
     def _init_message(self, topic: str, body: bytes, tags: str | None, keys: str | Iterable[str] | None,
-                      properties: Mapping[str, str] | None, flag: int) -> None:
+                      properties: dict[str, str], flag: int) -> None:
         """The message's own fields, for both classes' ``__init__``: compiled, a C method (message.pxd), where
-        ``MessageExt`` calling ``Message.__init__`` would be a call through Python's argument parsing per message."""
+        ``MessageExt`` calling ``Message.__init__`` would be a call through Python's argument parsing per message.
+        ``properties`` becomes the message's own dict."""
         if isinstance(body, str):
             body = body.encode()
         self.topic = topic
         self.body = bytes(body)
         self.flag = flag
-        self.properties: dict[str, str] = dict(properties or {})
+        self.properties: dict[str, str] = properties
         self.transaction_id: str | None = None
         if tags is not None:
             self.properties[MessageConst.TAGS] = tags
@@ -272,7 +273,14 @@ class MessageExt(Message):
         prepared_transaction_offset: int = 0,
         body_crc: int = 0,
     ) -> None:
-        self._init_message(topic, body, None, None, properties, flag)
+        self._init_message(topic, body, None, None, dict(properties or {}), flag)
+        self._init_ext(queue_id, queue_offset, commit_log_offset, store_size, sys_flag, born_timestamp, born_host,
+                       store_timestamp, store_host, reconsume_times, prepared_transaction_offset, body_crc)
+
+    def _init_ext(self, queue_id: int, queue_offset: int, commit_log_offset: int, store_size: int, sys_flag: int,
+                  born_timestamp: int, born_host: tuple[str, int], store_timestamp: int, store_host: tuple[str, int],
+                  reconsume_times: int, prepared_transaction_offset: int, body_crc: int) -> None:
+        """What the broker knows of the message, for ``__init__`` and ``inner_message``: compiled, a C method."""
         self.queue_id = queue_id
         self.queue_offset = queue_offset
         self.commit_log_offset = commit_log_offset
@@ -334,6 +342,18 @@ def _topic_part(topic: str) -> bytes:
             _topic_parts.clear()
         _topic_parts[topic] = part
     return part
+
+
+def inner_message(topic: str, body: bytes, properties: dict[str, str], flag: int, queue_id: int, sys_flag: int,
+                  born_timestamp: int, born_host: tuple[str, int], store_host: tuple[str, int],
+                  reconsume_times: int) -> MessageExt:
+    """A message a producer sent, as the broker builds it to store (RocketMQ ``MessageExtBrokerInner``): compiled,
+    a C call with positional fields where ``MessageExt(...)``'s keywords are parsed per send, and ``properties``
+    (the request's freshly decoded dict) taken as the message's own, not copied."""
+    m = MessageExt.__new__(MessageExt)
+    m._init_message(topic, body, None, None, properties, flag)
+    m._init_ext(queue_id, 0, 0, 0, sys_flag, born_timestamp, born_host, 0, store_host, reconsume_times, 0, 0)
+    return m
 
 
 def encode_message(m: MessageExt) -> bytes:
