@@ -13,6 +13,7 @@ from txmq.message import (
     decode_messages,
     decode_offset_msg_id,
     encode_message,
+    inner_message,
     java_string_hash,
     properties_to_string,
     string_to_properties,
@@ -79,6 +80,25 @@ def test_offset_msg_id_is_the_layout_of_ip_port_and_signed_offset_for_every_int6
     for offset in (2**63, -(2**63) - 1):
         with pytest.raises(struct.error):
             create_offset_msg_id(("127.0.0.1", 1), offset)
+
+
+def test_inner_message_is_the_keyword_constructors_message_owning_its_properties():
+    props = {MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "U1", "WAIT": "true"}
+    m = inner_message("orders", b"hi", props, 5, 2, 4, 1_700_000_000_000, ("10.0.0.1", 5), ("127.0.0.1", 10911), 1)
+    want = MessageExt("orders", b"hi", dict(props), flag=5, queue_id=2, sys_flag=4, born_timestamp=1_700_000_000_000,
+                      born_host=("10.0.0.1", 5), store_host=("127.0.0.1", 10911), reconsume_times=1)
+    assert encode_message(m) == encode_message(want)
+    assert m.properties is props and m.transaction_id == "U1" and m.store_size == 0
+
+
+def test_layout_and_ids_stay_right_past_the_host_and_topic_caches():
+    """More hosts and topics than the caches keep (1,024 each): they empty and refill, every message still right."""
+    for i in range(1100):
+        host = (f"10.{i >> 8}.{i & 255}.1", i)
+        m = MessageExt(f"t{i}", b"x", {}, born_host=host, store_host=host, commit_log_offset=i)
+        back, _ = decode_message(encode_message(m))
+        assert (back.topic, back.born_host, back.store_host) == (f"t{i}", host, host)
+        assert decode_offset_msg_id(create_offset_msg_id(host, i)) == (host, i)
 
 
 def test_uniq_ids_unique_and_ordered():

@@ -28,7 +28,6 @@ All integers are big-endian and signed, as Java writes them.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import socket
@@ -51,6 +50,15 @@ PROPERTY_SEPARATOR = "\x02"
 _HEAD = struct.Struct(">iIiiiqqiq4sIq4sIiqi")
 HEAD_SIZE = _HEAD.size  # 88
 assert HEAD_SIZE == 88
+# The same head with each host as its 8 raw bytes (IPv4 + port): what encoding packs, a host packed once per host.
+HOST_HEAD = struct.Struct(">iIiiiqqiq8sq8siqi")
+assert HOST_HEAD.size == HEAD_SIZE
+# Bound once: compiled, ``HOST_HEAD.pack(...)`` would look the method up and bind it on every call.
+_pack_head = HOST_HEAD.pack
+_pack_host = struct.Struct(">4sI").pack
+_pack_offset = struct.Struct(">q").pack
+_pack_props_len = struct.Struct(">h").pack
+_crc32 = zlib.crc32
 
 
 class MessageSysFlag:
@@ -140,7 +148,7 @@ def string_to_properties(text: str) -> dict[str, str]:
 
 
 def body_crc(body: bytes) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return _crc32(body) & 0x7FFFFFFF
 
 
 def java_string_hash(text: str) -> int:
@@ -166,18 +174,19 @@ class Message:
         properties: Mapping[str, str] | None = None,
         flag: int = 0,
     ) -> None:
-        self._init_message(topic, body, tags, keys, properties, flag)
+        self._init_message(topic, body, tags, keys, dict(properties or {}), flag)
 
     def _init_message(self, topic: str, body: bytes, tags: str | None, keys: str | Iterable[str] | None,
-                      properties: Mapping[str, str] | None, flag: int) -> None:
+                      properties: dict[str, str], flag: int) -> None:
         """The message's own fields, for both classes' ``__init__``: compiled, a C method (message.pxd), where
-        ``MessageExt`` calling ``Message.__init__`` would be a call through Python's argument parsing per message."""
+        ``MessageExt`` calling ``Message.__init__`` would be a call through Python's argument parsing per message.
+        ``properties`` becomes the message's own dict."""
         if isinstance(body, str):
             body = body.encode()
         self.topic = topic
         self.body = bytes(body)
         self.flag = flag
-        self.properties: dict[str, str] = dict(properties or {})
+        self.properties: dict[str, str] = properties
         self.transaction_id: str | None = None
         if tags is not None:
             self.properties[MessageConst.TAGS] = tags
@@ -264,7 +273,14 @@ class MessageExt(Message):
         prepared_transaction_offset: int = 0,
         body_crc: int = 0,
     ) -> None:
-        self._init_message(topic, body, None, None, properties, flag)
+        self._init_message(topic, body, None, None, dict(properties or {}), flag)
+        self._init_ext(queue_id, queue_offset, commit_log_offset, store_size, sys_flag, born_timestamp, born_host,
+                       store_timestamp, store_host, reconsume_times, prepared_transaction_offset, body_crc)
+
+    def _init_ext(self, queue_id: int, queue_offset: int, commit_log_offset: int, store_size: int, sys_flag: int,
+                  born_timestamp: int, born_host: tuple[str, int], store_timestamp: int, store_host: tuple[str, int],
+                  reconsume_times: int, prepared_transaction_offset: int, body_crc: int) -> None:
+        """What the broker knows of the message, for ``__init__`` and ``inner_message``: compiled, a C method."""
         self.queue_id = queue_id
         self.queue_offset = queue_offset
         self.commit_log_offset = commit_log_offset
@@ -293,12 +309,51 @@ class MessageExt(Message):
         return decode_message(encode_message(self))[0]
 
 
-@functools.lru_cache(maxsize=1024)  # a handful of hosts, one lookup per message
-def _pack_host(host: tuple[str, int]) -> tuple[bytes, int]:
-    try:
-        return socket.inet_aton(host[0]), host[1]
-    except OSError as exc:
-        raise InvalidMessageError(f"not an IPv4 address: {host[0]!r}") from exc
+_packed_hosts: dict[tuple[str, int], bytes] = {}
+_topic_parts: dict[str, bytes] = {}
+_CACHED = 1024  # entries per cache: hosts and topics are a handful; a flood of new ones empties it, never grows it
+
+
+def _packed_host(host: tuple[str, int]) -> bytes:
+    """IPv4 (4) + port (4), as the layout stores a host: worked out once per host, every message has two."""
+    packed = _packed_hosts.get(host)
+    if packed is None:
+        try:
+            packed = _pack_host(socket.inet_aton(host[0]), host[1])
+        except OSError as exc:
+            raise InvalidMessageError(f"not an IPv4 address: {host[0]!r}") from exc
+        except struct.error as exc:
+            raise InvalidMessageError(f"a field does not fit the message layout: {exc}") from None
+        if len(_packed_hosts) >= _CACHED:
+            _packed_hosts.clear()
+        _packed_hosts[host] = packed
+    return packed
+
+
+def _topic_part(topic: str) -> bytes:
+    """TOPIC as the layout stores it, its length byte first: encoded once per topic."""
+    part = _topic_parts.get(topic)
+    if part is None:
+        raw = topic.encode()
+        if len(raw) > 127:
+            raise InvalidMessageError(f"topic longer than 127 bytes: {topic[:40]!r}...")
+        part = bytes((len(raw),)) + raw
+        if len(_topic_parts) >= _CACHED:
+            _topic_parts.clear()
+        _topic_parts[topic] = part
+    return part
+
+
+def inner_message(topic: str, body: bytes, properties: dict[str, str], flag: int, queue_id: int, sys_flag: int,
+                  born_timestamp: int, born_host: tuple[str, int], store_host: tuple[str, int],
+                  reconsume_times: int) -> MessageExt:
+    """A message a producer sent, as the broker builds it to store (RocketMQ ``MessageExtBrokerInner``): compiled,
+    a C call with positional fields where ``MessageExt(...)``'s keywords are parsed per send, and ``properties``
+    (the request's freshly decoded dict) taken as the message's own, not copied."""
+    m = MessageExt.__new__(MessageExt)
+    m._init_message(topic, body, None, None, properties, flag)
+    m._init_ext(queue_id, 0, 0, 0, sys_flag, born_timestamp, born_host, 0, store_host, reconsume_times, 0, 0)
+    return m
 
 
 def encode_message(m: MessageExt) -> bytes:
@@ -308,25 +363,25 @@ def encode_message(m: MessageExt) -> bytes:
 
 def message_parts(m: MessageExt, trailer: bytes = b"") -> tuple[bytes, ...]:
     """``encode_message``'s parts, to be joined; with ``trailer`` after them, counted in TOTALSIZE (the store joins
-    its record straight into one buffer this way: ``txmq.store.record.encode_record``)."""
-    topic = m.topic.encode()
+    its record straight into one buffer this way: ``txmq.store.record.encode_record``). Topics and hosts come
+    packed from caches: per message only the properties are encoded."""
+    topic = _topic_part(m.topic)
     props = properties_to_string(m.properties).encode()
-    if len(topic) > 127:
-        raise InvalidMessageError(f"topic longer than 127 bytes: {m.topic[:40]!r}...")
     if len(props) > 32767:
         raise InvalidMessageError(f"properties longer than 32767 bytes ({len(props)})")
-    total = HEAD_SIZE + len(m.body) + 1 + len(topic) + 2 + len(props) + len(trailer)
-    born_ip, born_port = _pack_host(m.born_host)
-    store_ip, store_port = _pack_host(m.store_host)
+    body = m.body
+    total = HEAD_SIZE + len(body) + len(topic) + 2 + len(props) + len(trailer)
+    born = _packed_host(m.born_host)
+    store = _packed_host(m.store_host)
     try:
-        head = _HEAD.pack(
-            total, MESSAGE_MAGIC_CODE, body_crc(m.body), m.queue_id, m.flag, m.queue_offset,
-            m.commit_log_offset, m.sys_flag, m.born_timestamp, born_ip, born_port, m.store_timestamp,
-            store_ip, store_port, m.reconsume_times, m.prepared_transaction_offset, len(m.body),
+        head = _pack_head(
+            total, MESSAGE_MAGIC_CODE, body_crc(body), m.queue_id, m.flag, m.queue_offset, m.commit_log_offset,
+            m.sys_flag, m.born_timestamp, born, m.store_timestamp, store, m.reconsume_times,
+            m.prepared_transaction_offset, len(body),
         )  # fmt: skip
     except struct.error as exc:  # a field beyond its width (int32 flag, int64 born timestamp, ...)
         raise InvalidMessageError(f"a field does not fit the message layout: {exc}") from None
-    return head, m.body, bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props, trailer
+    return head, body, topic, _pack_props_len(len(props)), props, trailer
 
 
 def decode_message(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = True) -> tuple[MessageExt, int]:
@@ -436,22 +491,18 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
 
 
 def create_offset_msg_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
-    """32 uppercase hex digits: IPv4 (4), port (4), commit-log offset (8) (RocketMQ ``createMessageId``). The host's
-    16 digits are worked out once per host: every stored put asks."""
-    if not _INT64_MIN <= commit_log_offset <= _INT64_MAX:
-        raise struct.error(f"commit-log offset {commit_log_offset} is not a signed 64-bit integer")
-    return f"{_host_id(store_host)}{commit_log_offset & _UINT64_MASK:016X}"
+    """32 uppercase hex digits: IPv4 (4), port (4), commit-log offset (8, signed) (RocketMQ ``createMessageId``).
+    The host's 16 digits are worked out once per host: every stored put asks."""
+    host_id = _host_ids.get(store_host)
+    if host_id is None:
+        host_id = _packed_host(store_host).hex().upper()
+        if len(_host_ids) >= _CACHED:
+            _host_ids.clear()
+        _host_ids[store_host] = host_id
+    return host_id + _pack_offset(commit_log_offset).hex().upper()
 
 
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
-_UINT64_MASK = (1 << 64) - 1
-
-
-@functools.lru_cache(maxsize=1024)
-def _host_id(store_host: tuple[str, int]) -> str:
-    ip, port = _pack_host(store_host)
-    return (ip + struct.pack(">i", port)).hex().upper()
+_host_ids: dict[tuple[str, int], str] = {}
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:

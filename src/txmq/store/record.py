@@ -43,7 +43,7 @@ import struct
 import zlib
 
 from txmq.errors import CorruptRecordError
-from txmq.message import HEAD_SIZE, MESSAGE_MAGIC_CODE, MessageExt, message_parts
+from txmq.message import HEAD_SIZE, HOST_HEAD, MESSAGE_MAGIC_CODE, MessageExt, message_parts
 
 BLANK_MAGIC_CODE = 0xCBD43194
 TRAILER_SIZE = 4
@@ -57,9 +57,7 @@ _INT = struct.Struct(">i")
 _UINT = struct.Struct(">I")
 _LONG = struct.Struct(">q")
 _PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
-# TOTALSIZE .. BODY length, hosts kept as raw 8-byte fields.
-HEADER = struct.Struct(">iIiiiqqiq8sq8siqi")
-assert HEADER.size == HEAD_SIZE
+HEADER = HOST_HEAD  # TOTALSIZE .. BODY length, hosts kept as raw 8-byte fields
 
 
 def encode_record(m: MessageExt) -> bytearray:

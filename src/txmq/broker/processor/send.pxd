@@ -7,7 +7,7 @@
 # in the cyclic collector: its processor leads to the broker and its store, which holds the put waiting on it.
 cimport cython
 from txmq.broker.stats cimport BrokerStats
-from txmq.message cimport MessageExt
+from txmq.message cimport MessageExt, inner_message
 from txmq.remoting.command cimport RemotingCommand
 from txmq.remoting.transport cimport Reply
 from txmq.store.results cimport PutMessageResult, is_stored

@@ -18,7 +18,14 @@ import cython
 from txmq.broker.stats import BrokerStats
 from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
-from txmq.message import MessageConst, MessageExt, decode_batch, properties_to_string, string_to_properties
+from txmq.message import (
+    MessageConst,
+    MessageExt,
+    decode_batch,
+    inner_message,
+    properties_to_string,
+    string_to_properties,
+)
 from txmq.remoting.codec import encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -307,11 +314,9 @@ class SendMessageProcessor:
 
     def _inner(self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
                props: dict[str, str], born_host: tuple[str, int]) -> MessageExt:
-        return MessageExt(
-            h.topic, body, props, flag=flag, queue_id=queue_id, sys_flag=h.sys_flag,
-            born_timestamp=h.born_timestamp or int(time.time() * 1000), born_host=born_host,
-            store_host=self.broker.store_host, reconsume_times=h.reconsume_times,
-        )
+        return inner_message(h.topic, body, props, flag, queue_id, h.sys_flag,
+                             h.born_timestamp or int(time.time() * 1000), born_host, self.broker.store_host,
+                             h.reconsume_times)
 
     def _to_dlq(self, msg: MessageExt, group: str) -> None:
         topic = dlq_topic(group)
