@@ -59,6 +59,9 @@ REMOVE_TAG = "d"
 RECENT_HALF_OVERHEAD = 600
 # properties of a half message that its real message does not carry
 _HALF_ONLY = (MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID, MessageConst.TRANSACTION_PREPARED)
+# read per stored half (``_track_stored``): module constants, not class attribute reads
+_REAL_TOPIC, _PRODUCER_GROUP = MessageConst.REAL_TOPIC, MessageConst.PRODUCER_GROUP
+_CHECK_IMMUNITY = MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
 
@@ -119,12 +122,11 @@ class _Tracking:
 
     def __call__(self, result: PutMessageResult) -> Any:
         """Each sender's message learns where its half is; a stored half is tracked and remembered."""
-        service = self.service
+        track = self.service._track_stored if result.stored else None
         for msg, half in zip(self.msgs, self.halves, strict=True):
             msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
-            if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
-                service._track(half.queue_offset, half, service._first_check_s(half))
-                service._remember(half)
+            if track is not None:  # a late flush too: the producer is told where its half is, and may never end it
+                track(half)
         return result if self.answer is None else self.answer(result)
 
 
@@ -205,10 +207,19 @@ class TransactionalMessageService:
         props[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
         return half
 
-    def _remember(self, half: MessageExt) -> None:
-        """Keep a stored half for its decision, which usually follows within milliseconds: the commit then
+    def _track_stored(self, half: MessageExt) -> None:
+        """A half message just stored: tracked as pending (``_track``, first checked at ``_first_check_s``) and
+        remembered. Written out in one call, not three, with the immunity looked up only when the half carries one:
+        every transactional send runs it.
+
+        Remembered, a half is kept for its decision, which usually follows within milliseconds: the commit then
         neither reads nor decodes it again. Oldest first out past ``recent_halves_max_bytes``, counting what a
         remembered half really costs: its body and its Python objects (``RECENT_HALF_OVERHEAD``)."""
+        props = half.properties
+        stored_ms = half.store_timestamp
+        immunity_ms = self._immunity_ms(half) if _CHECK_IMMUNITY in props else self.transaction_timeout_ms
+        self.table.add_pending(half.queue_offset, props.get(_REAL_TOPIC, ""), props.get(_PRODUCER_GROUP, ""),
+                               stored_ms // 1000, -(-(stored_ms + immunity_ms) // 1000))
         recent = self._recent_halves
         recent[half.commit_log_offset] = half
         self._recent_bytes += len(half.body) + RECENT_HALF_OVERHEAD
