@@ -12,7 +12,7 @@ from tx_helpers import Sender, end, half, lose_op_records, open_service
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import RECENT_HALF_OVERHEAD
-from txmq.broker.transaction.state import Outcome
+from txmq.broker.transaction.state import Outcome, TransactionStateTable
 from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
@@ -146,6 +146,29 @@ def test_a_batch_of_halves_is_one_put_and_each_half_is_tracked_across_a_restart(
         assert store.get_max_offset_in_queue("orders", 1) == 1  # b3 in its real queue
         await store.shutdown()
 
+    asyncio.run(go())
+
+
+def test_a_stored_half_is_tracked_and_remembered_as_track_and_first_check_s_would(tmp_path):
+    """``_track_stored`` writes ``_track``, ``_first_check_s`` and remembering out in one call, reading the immunity
+    only when a half carries one: the same pending entries and check seconds, with no immunity, a longer one, one
+    beyond the orphan bound and an unreadable one, and every half remembered."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        immunity = MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS
+        props = {MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: "g"}
+        msgs = [MessageExt("orders", b"x", {**props, **extra}, queue_id=n) for n, extra in enumerate(
+            ({}, {immunity: "40"}, {immunity: str(10**9)}, {immunity: "soon"}, {immunity: ""}))]
+        assert (await service.prepare_messages(msgs)).stored
+        halves = [service._recent_halves[m.commit_log_offset] for m in msgs]
+        assert [h.queue_offset for h in halves] == [m.queue_offset for m in msgs]
+        tracked, service.table = service.table, TransactionStateTable()
+        for h in halves:
+            service._track(h.queue_offset, h, service._first_check_s(h))
+        assert tracked.pending == service.table.pending and len(tracked.pending) == len(msgs)
+        assert {s: list(b) for s, b in tracked._wheel.items()} == {s: list(b) for s, b in service.table._wheel.items()}
+        assert len(tracked._wheel) == 3  # the usual timeout, 40 s, and the orphan bound
+        await store.shutdown()
     asyncio.run(go())
 
 

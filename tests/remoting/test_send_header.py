@@ -1,6 +1,7 @@
-"""The send header's written parser (``SendMessageRequestHeader.from_ext``/``from_v2_ext``, every send) gives exactly
-the header, or exactly the ``RemoteProtocolError``, that the generic spec-driven ``_parse`` gives, in both wire
-forms, for the ext fields each client writes and for every kind of bad or missing field."""
+"""The send header's written parser (``SendMessageRequestHeader.from_ext``/``from_v2_ext``, every send), and
+END_TRANSACTION's (every decision), give exactly the header, or exactly the ``RemoteProtocolError``, that the generic
+spec-driven ``_parse`` gives (the send header's in both wire forms), for the ext fields each client writes and for
+every kind of bad or missing field."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from txmq.errors import RemoteProtocolError
 from txmq.remoting import request_headers
+from txmq.remoting.request_headers import EndTransactionRequestHeader
 from txmq.remoting.request_headers import SendMessageRequestHeader as Header
 
 # The ext fields each client writes for one message (SEND_MESSAGE's long names).
@@ -85,3 +87,42 @@ def test_the_written_parser_reads_every_field_of_the_spec() -> None:
     h = Header.from_ext({"producerGroup": "pg", "topic": "T"})
     assert all(hasattr(h, f.name) for f in dataclasses.fields(Header))
     assert not Header.ALIASES
+
+
+# END_TRANSACTION's header (``_parse_end``, every transaction's decision) as each client writes it, and bad fields.
+END = {"producerGroup": "pg", "tranStateTableOffset": "7", "commitLogOffset": "123456", "commitOrRollback": "8",
+       "fromTransactionCheck": "false", "msgId": "C0A8", "transactionId": "7F00"}
+END_CLIENTS = [END, {**END, "fromTransactionCheck": "0", "msgId": "", "transactionId": ""},
+               {**END, "fromTransactionCheck": "true", "commitOrRollback": "12"},
+               EndTransactionRequestHeader("pg", 0, 0, 0).to_ext()]
+END_BAD = {"tranStateTableOffset": "x", "commitLogOffset": str(2**63), "commitOrRollback": str(2**31),
+           "fromTransactionCheck": "yes"}
+
+
+def _end_cases() -> list[dict[str, str]]:
+    cases = list(END_CLIENTS)
+    for base, wire in itertools.product(END_CLIENTS, (f.wire for f in EndTransactionRequestHeader._spec())):
+        cases.append({k: v for k, v in base.items() if k != wire})  # absent
+        cases.append({**base, wire: ""})  # empty
+        if wire in END_BAD:
+            cases.append({**base, wire: END_BAD[wire]})
+    cases.append({**END, "tranStateTableOffset": "bad", "producerGroup": None})  # type: ignore[dict-item]
+    cases.append({**END, "commitOrRollback": "-0", "fromTransactionCheck": "TRUE", "extra": "kept out"})
+    return cases
+
+
+@pytest.mark.parametrize("ext", _end_cases())
+def test_the_end_transaction_parser_is_the_generic_one(ext: dict[str, str]) -> None:
+    ext = {k: v for k, v in ext.items() if v is not None}
+    try:
+        want: object = request_headers._parse(EndTransactionRequestHeader, EndTransactionRequestHeader._spec(), ext)
+    except RemoteProtocolError as exc:
+        want = str(exc)
+    try:
+        got: object = EndTransactionRequestHeader.from_ext(ext)
+    except RemoteProtocolError as exc:
+        got = str(exc)
+    assert got == want
+    if isinstance(got, EndTransactionRequestHeader):
+        assert [type(getattr(got, f.name)) for f in dataclasses.fields(got)] == \
+            [type(getattr(want, f.name)) for f in dataclasses.fields(got)]

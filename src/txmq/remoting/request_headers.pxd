@@ -17,3 +17,5 @@ cpdef object _parse(object cls, tuple spec, object ext)
 cpdef dict _write(object header, tuple spec)
 
 cpdef object _parse_send(dict ext, tuple keys)
+
+cpdef object _parse_end(dict ext)

@@ -225,6 +225,36 @@ _SEND_WIRE_NAMES = frozenset(_SEND_WIRE)
 _SEND_V2 = tuple(SendMessageRequestHeader.V2_LETTERS[w] for w in _SEND_WIRE)
 
 
+def _parse_end(ext: dict[str, str]) -> EndTransactionRequestHeader:
+    """``_parse`` for ``EndTransactionRequestHeader`` written out field by field, as ``_parse_send`` is (every
+    transaction's decision parses one, compiled: no spec objects, ``ext.get`` a C dict lookup). It must give exactly
+    what ``_parse`` gives: tests/remoting/test_send_header.py compares the two."""
+    h = EndTransactionRequestHeader.__new__(EndTransactionRequestHeader)
+    s = ext.get("producerGroup")
+    if s is None:
+        raise RemoteProtocolError("EndTransactionRequestHeader: missing field producerGroup")
+    h.producer_group = s
+    s = ext.get("tranStateTableOffset")
+    if not s:
+        raise RemoteProtocolError("EndTransactionRequestHeader: missing field tranStateTableOffset")
+    h.tran_state_table_offset = parse_int(s, "tranStateTableOffset")
+    s = ext.get("commitLogOffset")
+    if not s:
+        raise RemoteProtocolError("EndTransactionRequestHeader: missing field commitLogOffset")
+    h.commit_log_offset = parse_int(s, "commitLogOffset")
+    s = ext.get("commitOrRollback")
+    if not s:
+        raise RemoteProtocolError("EndTransactionRequestHeader: missing field commitOrRollback")
+    h.commit_or_rollback = parse_int32(s, "commitOrRollback")
+    s = ext.get("fromTransactionCheck")
+    h.from_transaction_check = False if not s else parse_bool(s, "fromTransactionCheck")
+    s = ext.get("msgId")
+    h.msg_id = "" if s is None else s
+    s = ext.get("transactionId")
+    h.transaction_id = "" if s is None else s
+    return h
+
+
 @dataclasses.dataclass(slots=True, init=False)
 class SendMessageResponseHeader(Header):
     msg_id: str
@@ -280,6 +310,11 @@ class EndTransactionRequestHeader(Header):
     from_transaction_check: bool = False
     msg_id: str = ""
     transaction_id: str = ""
+
+    @classmethod
+    def from_ext(cls, ext: dict[str, str]) -> Self:
+        """Parsed by written code, not the spec's loop: every END_TRANSACTION parses one (``_parse_end``)."""
+        return _parse_end(ext)  # type: ignore[return-value]
 
 
 @dataclasses.dataclass(slots=True)

@@ -59,6 +59,13 @@ REMOVE_TAG = "d"
 RECENT_HALF_OVERHEAD = 600
 # properties of a half message that its real message does not carry
 _HALF_ONLY = (MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID, MessageConst.TRANSACTION_PREPARED)
+# read per half and per commit (``_half_of``, ``_track_stored``, ``real_messages``): module constants, not class
+# attribute reads (about 15 ns each, interpreted)
+_REAL_TOPIC, _REAL_QUEUE_ID = MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID
+_PRODUCER_GROUP, _CHECK_IMMUNITY = MessageConst.PRODUCER_GROUP, MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS
+_PREPARED_QUEUE_OFFSET = MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET
+_NOT_TYPE, _COMMIT_TYPE = MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE
+_reset_transaction_value = MessageSysFlag.reset_transaction_value
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
 
@@ -119,12 +126,11 @@ class _Tracking:
 
     def __call__(self, result: PutMessageResult) -> Any:
         """Each sender's message learns where its half is; a stored half is tracked and remembered."""
-        service = self.service
+        track = self.service._track_stored if result.stored else None
         for msg, half in zip(self.msgs, self.halves, strict=True):
             msg.queue_offset, msg.commit_log_offset = half.queue_offset, half.commit_log_offset
-            if result.stored:  # a late flush too: the producer is told where its half is, and may never end it
-                service._track(half.queue_offset, half, service._first_check_s(half))
-                service._remember(half)
+            if track is not None:  # a late flush too: the producer is told where its half is, and may never end it
+                track(half)
         return result if self.answer is None else self.answer(result)
 
 
@@ -166,8 +172,10 @@ class TransactionalMessageService:
 
     def prepare_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None,
                         waiter: Waiter | None = None) -> Any:
-        """Store ``msg`` as a half message (invisible) and start tracking it; ``waiter`` as ``put_messages``'."""
-        return self.prepare_messages((msg,), answer=answer, waiter=waiter)
+        """Store ``msg`` as a half message (invisible) and start tracking it; ``waiter`` as ``put_messages``'. Every
+        transactional send's: ``prepare_messages`` for one message, without its keyword call and comprehension."""
+        halves = [self._half_of(msg, 0)]
+        return self.store.put_messages(halves, _Tracking(self, (msg,), halves, answer), waiter)
 
     def prepare_half_batch(self, msg: MessageExt, count: int, answer: Callable[[PutMessageResult], Any] | None = None
                            ) -> asyncio.Future[Any]:
@@ -193,7 +201,7 @@ class TransactionalMessageService:
         plain body read as a batch at COMMIT would fail the decision)."""
         half = MessageExt(
             RMQ_SYS_TRANS_HALF_TOPIC, msg.body, msg.properties, flag=msg.flag, queue_id=0,
-            sys_flag=MessageSysFlag.reset_transaction_value(msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE),
+            sys_flag=_reset_transaction_value(msg.sys_flag, _NOT_TYPE),
             born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
             reconsume_times=msg.reconsume_times,
         )
@@ -201,14 +209,23 @@ class TransactionalMessageService:
         props.pop(HALF_BATCH, None)
         if half_batch:
             props[HALF_BATCH] = str(half_batch)
-        props[MessageConst.REAL_TOPIC] = msg.topic
-        props[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
+        props[_REAL_TOPIC] = msg.topic
+        props[_REAL_QUEUE_ID] = str(msg.queue_id)
         return half
 
-    def _remember(self, half: MessageExt) -> None:
-        """Keep a stored half for its decision, which usually follows within milliseconds: the commit then
+    def _track_stored(self, half: MessageExt) -> None:
+        """A half message just stored: tracked as pending (``_track``, first checked at ``_first_check_s``) and
+        remembered. Written out in one call, not three, with the immunity looked up only when the half carries one:
+        every transactional send runs it.
+
+        Remembered, a half is kept for its decision, which usually follows within milliseconds: the commit then
         neither reads nor decodes it again. Oldest first out past ``recent_halves_max_bytes``, counting what a
         remembered half really costs: its body and its Python objects (``RECENT_HALF_OVERHEAD``)."""
+        props = half.properties
+        stored_ms = half.store_timestamp
+        immunity_ms = self._immunity_ms(half) if _CHECK_IMMUNITY in props else self.transaction_timeout_ms
+        self.table.add_pending(half.queue_offset, props.get(_REAL_TOPIC, ""), props.get(_PRODUCER_GROUP, ""),
+                               stored_ms // 1000, -(-(stored_ms + immunity_ms) // 1000))
         recent = self._recent_halves
         recent[half.commit_log_offset] = half
         self._recent_bytes += len(half.body) + RECENT_HALF_OVERHEAD
@@ -292,6 +309,7 @@ class TransactionalMessageService:
         waits: list[tuple[int, tuple[asyncio.Future[list[EndResult | None]], int]]] = []
         claimed: list[tuple[int, MessageExt]] = []
         decided: asyncio.Future[list[EndResult | None]] = asyncio.get_running_loop().create_future()
+        in_flight, table = self._in_flight, self.table
         # No await from here to the decisions in _decide: claiming and deciding are one step on the loop.
         for i, (half_offset, commit_log_offset, outcome) in enumerate(entries):
             try:
@@ -303,13 +321,13 @@ class TransactionalMessageService:
             if problem:
                 results[i] = EndResult(ResponseCode.SYSTEM_ERROR, problem)
                 continue
-            running = self._in_flight.get(half_offset)
+            running = in_flight.get(half_offset)
             if running is not None:
                 waits.append((i, running))
-            elif self.table.outcome(half_offset) in FINAL:
+            elif table.outcome(half_offset) in FINAL:
                 results[i] = self._repeat(half_offset, outcome, None)
             else:
-                self._in_flight[half_offset] = (decided, i)
+                in_flight[half_offset] = (decided, i)
                 claimed.append((i, half))
         if claimed:
             try:
@@ -339,24 +357,25 @@ class TransactionalMessageService:
         commits: list[tuple[int, MessageExt, list[MessageExt]]] = []  # entry, half, the real messages to store
         rollbacks: list[tuple[int, MessageExt, Before]] = []  # entry, half, the state before the decision
         overruled: list[int] = []  # ROLLBACKs of a batch whose commit a crash cut short: it is finished instead
+        table = self.table  # read per decision: locals, not attribute chains
+        pending, discarded, recovered = table.pending, table.discarded, table.recovered
         for i, half in claimed:
             half_offset, commit_log_offset, outcome = entries[i]
             # As it was, recovered flag included: a commit that cannot be stored goes back to exactly this.
-            before = (self.table.outcome(half_offset), self.table.pending.get(half_offset),
-                      self.table.discarded.get(half_offset, 0))
-            if half_offset in self.table.recovered:
+            before = (table.outcome(half_offset), pending.get(half_offset), discarded.get(half_offset, 0))
+            unsure = half_offset in recovered
+            if unsure:
                 self._recovered_before.add(half_offset)
             try:
-                reals = self.real_messages(half, half_offset, commit_log_offset) \
-                    if outcome == COMMIT or half_offset in self.table.recovered else []
+                reals = self.real_messages(half, half_offset, commit_log_offset) if outcome == COMMIT or unsure else []
             except RemoteProtocolError as exc:
                 results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"half batch at {half_offset} unreadable: {exc}")
                 continue
-            if half_offset in self.table.recovered:
-                self.table.recovered.discard(half_offset)
+            if unsure:
+                recovered.discard(half_offset)
                 left = self._not_in_log(half, reals)
                 if not left:
-                    self.table.decide(half_offset, COMMIT)
+                    table.decide(half_offset, COMMIT)
                     found.append(half_offset)
                     results[i] = self._repeat(half_offset, outcome, None)
                     continue
@@ -367,12 +386,12 @@ class TransactionalMessageService:
             if outcome == COMMIT:
                 # With the state from before: a snapshot shows it as the log has it until the op record is written.
                 self._committing[half_offset] = before
-                self.table.decide(half_offset, COMMIT)
+                table.decide(half_offset, COMMIT)
                 commits.append((i, half, reals))
             else:
                 self._rolling_back[half_offset] = (before, self.store.get_max_offset_in_queue(
                     RMQ_SYS_TRANS_OP_HALF_TOPIC, 0))
-                self.table.decide(half_offset, ROLLBACK)
+                table.decide(half_offset, ROLLBACK)
                 rollbacks.append((i, half, before))
         # Shielded: once started, puts append whatever happens to the caller (a gRPC deadline, a closing
         # server), so their outcome must be judged and recorded, never undone blindly.
@@ -553,9 +572,9 @@ class TransactionalMessageService:
     def real_messages(half: MessageExt, half_offset: int, commit_log_offset: int) -> list[MessageExt]:
         """What a COMMIT of ``half`` stores: its real message, or, for a batch half, one per message it carries."""
         props = half.properties
-        topic = props[MessageConst.REAL_TOPIC]
-        queue_id = int(props.get(MessageConst.REAL_QUEUE_ID, "0"))
-        sys_flag = MessageSysFlag.reset_transaction_value(half.sys_flag, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+        topic = props[_REAL_TOPIC]
+        queue_id = int(props.get(_REAL_QUEUE_ID, "0"))
+        sys_flag = _reset_transaction_value(half.sys_flag, _COMMIT_TYPE)
         if HALF_BATCH not in props:
             real = MessageExt(topic, half.body, props, flag=half.flag, queue_id=queue_id, sys_flag=sys_flag,
                               born_timestamp=half.born_timestamp, born_host=half.born_host,
@@ -564,7 +583,7 @@ class TransactionalMessageService:
             inner = real.properties  # its own copy: the half's stay as they are
             for name in _HALF_ONLY:
                 inner.pop(name, None)
-            inner[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half_offset)
+            inner[_PREPARED_QUEUE_OFFSET] = str(half_offset)
             return [real]
         link = {MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET: str(half_offset),
                 MessageConst.TRANSACTION_ID: props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")}
