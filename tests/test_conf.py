@@ -75,3 +75,19 @@ def test_is_slave_follows_every_way_broker_role_is_set():
     cfg.broker_role = "SLAVE"  # as the controller's change_to_slave sets it
     assert cfg.is_slave and config_properties(cfg)["brokerRole"] == "SLAVE"
     assert not BrokerConfig().is_slave and BrokerConfig().broker_role == "ASYNC_MASTER"
+
+
+@pytest.mark.parametrize("values", [
+    {"maxMessageSize": "5", "transactionCheckMax": "abc"},  # a value of the wrong type
+    {"brokerRole": "SLAVE", "flushDiskType": "NOPE"},  # a name not among the choices
+    {"brokerRole": "SLAVE", "grpcClientProducerMaxAttempts": "0"},  # below its floor
+])
+def test_a_refused_update_changes_nothing(values):
+    """An update refused (UPDATE_BROKER_CONFIG answered with an error, a bad broker.conf) leaves every field as it
+    was, brokerRole and is_slave included: the keys before the bad one are not applied either."""
+    cfg = BrokerConfig()
+    assert not cfg.is_slave
+    before = config_properties(cfg)
+    with pytest.raises(ValueError):
+        cfg.update(values)
+    assert config_properties(cfg) == before and not cfg.is_slave

@@ -10,6 +10,7 @@ import orjson
 from helpers import RawClient
 
 from txmq import Admin
+from txmq.admin.client import MQAdminExt
 from txmq.remoting.codes import RequestCode, ResponseCode
 
 MAX = 20
@@ -45,3 +46,24 @@ def test_offsets_are_bounded_and_written_only_when_changed(cluster):
         assert update(raw, "g0", offset=7).code == ResponseCode.SUCCESS
         time.sleep(0.8)
         assert (path.stat().st_mtime_ns, delay.exists() and delay.stat().st_mtime_ns) == before
+
+
+def test_pull_counters_are_bounded_for_made_up_groups(cluster):
+    """A pull names any consumer group: its counters (messages and bytes pulled per topic and group, the offset a
+    group's last pull reached per queue) are kept for at most ``consumerOffsetMaxEntries`` groups and queues, as
+    the offsets are. (Unbounded, a peer pulling under ever-new group names grew them, and every stats sample
+    copied them, without limit.)"""
+    broker = cluster.start_broker(conf={"consumerOffsetMaxEntries": MAX})
+    with MQAdminExt(cluster.namesrv_addr) as admin:
+        admin.create_topic("pulls", queue_nums=1)
+        with RawClient(broker.addrs["broker"]) as raw:
+            sent = raw.call(RequestCode.SEND_MESSAGE, {"producerGroup": "p", "topic": "pulls", "queueId": "0"},
+                            body=b"m")
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            for i in range(MAX + 5):
+                got = raw.call(RequestCode.PULL_MESSAGE, {"consumerGroup": f"pull{i}", "topic": "pulls",
+                                                          "queueId": "0", "queueOffset": "0", "maxMsgNums": "1"})
+                assert got.code == ResponseCode.SUCCESS and got.body, got.remark  # every pull is still served
+        counted = [admin.stats_data(broker.addrs["broker"], "GROUP_GET_NUMS", f"pulls@pull{i}")
+                   for i in range(MAX + 5)]
+    assert all(c is not None for c in counted[:MAX]) and counted[MAX:] == [None] * 5, counted

@@ -6,6 +6,7 @@ the snake_case fields below (``brokerName`` → ``broker_name``); command-line f
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -188,11 +189,19 @@ class BrokerConfig:
 
     def update(self, values: dict[str, Any]) -> None:
         """Set fields, and the remoting server's limits, from camelCase or snake_case keys, converting strings
-        to each field's type."""
-        unknown = update_fields(self.server_limits, update_fields(self, values))
+        to each field's type. All or nothing: the values are tried on a copy first, so a refused one (an
+        UPDATE_BROKER_CONFIG answered with an error) leaves every field as it was."""
+        trial = copy.copy(self)
+        trial.server_limits = copy.copy(self.server_limits)
+        trial._set(values)
+        unknown = self._set(values)
         if unknown:
             log.warning("unknown broker config keys ignored: %s (docs/configuration.md lists the keys txmq reads)",
                         ", ".join(sorted(unknown)))
+
+    def _set(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``update``'s step: set and check the fields; the keys that name none."""
+        unknown = update_fields(self.server_limits, update_fields(self, values))
         for key, allowed in _CHOICES.items():
             value = getattr(self, key)
             if value.upper() not in allowed:
@@ -200,6 +209,7 @@ class BrokerConfig:
         for key, least in _AT_LEAST.items():
             if getattr(self, key) < least:
                 raise ValueError(f"config {_conf_key(key)}: {getattr(self, key)} is below {least}")
+        return unknown
 
 
 def config_properties(config: BrokerConfig) -> dict[str, str]:

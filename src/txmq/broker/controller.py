@@ -117,7 +117,7 @@ class BrokerController:
         self.topic_config_manager.on_change = self.schedule_register
         self.consumer_offset_manager = ConsumerOffsetManager(self.root, config.consumer_offset_max_entries)
         self.subscription_group_manager = SubscriptionGroupManager(self.root)
-        self.stats_manager = BrokerStats()
+        self.stats_manager = BrokerStats(config.consumer_offset_max_entries)
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
         self.schedule_service = ScheduleMessageService(self.store, levels, self.root)

@@ -15,6 +15,7 @@ cdef class BrokerStats:
     cdef public dict puts, gets, dlq, pulled
     cdef public tuple _samples
     cdef public long long _ticks
+    cdef public Py_ssize_t max_entries
 
     @cython.locals(entry=TopicPut)
     cpdef put(self, str topic, str message_type, Py_ssize_t size, Py_ssize_t count=*)

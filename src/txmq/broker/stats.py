@@ -10,6 +10,8 @@ from collections import deque
 
 import cython
 
+from txmq.broker.consumer_offset_manager import DEFAULT_MAX_ENTRIES
+
 # RocketMQ 5.1's rocketmq_message_size buckets: 1 KiB, 4 KiB, 512 KiB, 1 MiB, 2 MiB, 4 MiB, then overflow.
 SAMPLE_S = 10  # how often the broker samples totals for rates (putTps, statsAll's InTPS)
 
@@ -43,7 +45,7 @@ class GroupGet:
 class BrokerStats:
     """Compiled, an extension type whose ``put`` is a C method (stats.pxd)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.puts: dict[tuple[str, str], TopicPut] = {}  # (topic, message type) -> counts
         self.gets: dict[tuple[str, str], GroupGet] = {}  # (topic, group) -> counts
         self.dlq: dict[tuple[str, str], int] = {}  # (original topic, group) -> messages sent to the DLQ
@@ -53,6 +55,10 @@ class BrokerStats:
         self._samples: tuple[deque[tuple[float, dict[tuple[str, str], int]]], ...] = (
             deque(maxlen=60 // SAMPLE_S + 1), deque(maxlen=61), deque(maxlen=25))
         self._ticks = 0
+        # consumerOffsetMaxEntries: a pull may name any group, so ``gets`` and ``pulled`` keep at most this many
+        # entries each, as the offset table does (unbounded, a peer pulling under ever-new group names grew them,
+        # and every sample's copy of the totals, without limit); a new entry beyond it is not counted.
+        self.max_entries = max_entries
 
     def put(self, topic: str, message_type: str, size: int, count: int = 1) -> None:
         """``count`` messages of ``size`` bytes each were stored."""
@@ -67,9 +73,17 @@ class BrokerStats:
     def get(self, topic: str, group: str, messages: int, size: int) -> None:
         entry = self.gets.get((topic, group))
         if entry is None:
+            if len(self.gets) >= self.max_entries:
+                return
             entry = self.gets[(topic, group)] = GroupGet()
         entry.messages += messages
         entry.bytes += size
+
+    def pulled_to(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
+        """The offset ``group``'s last pull of the queue was answered with (``pulled``), within ``max_entries``."""
+        key = (group, topic, queue_id)
+        if key in self.pulled or len(self.pulled) < self.max_entries:
+            self.pulled[key] = next_offset
 
     def to_dlq(self, topic: str, group: str) -> None:
         self.dlq[(topic, group)] = self.dlq.get((topic, group), 0) + 1

@@ -221,7 +221,7 @@ class PullMessageProcessor:
         if s == GetMessageStatus.FOUND:
             stats = self.broker.stats_manager
             stats.get(h.topic, h.consumer_group, len(r.messages), sum(map(len, r.messages)))
-            stats.pulled[(h.consumer_group, h.topic, h.queue_id)] = r.next_begin_offset
+            stats.pulled_to(h.consumer_group, h.topic, h.queue_id, r.next_begin_offset)
             return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields=header,
                                                body=b"".join(r.messages))
         if s in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):
