@@ -4,13 +4,17 @@ group/topic offsets accepted, the file grown to 4.4 MB and rewritten every 5 s.)
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 
 import orjson
 from helpers import RawClient
 
 from txmq import Admin
 from txmq.admin.client import MQAdminExt
+from txmq.launch import free_port
+from txmq.message import MessageConst, MessageSysFlag, decode_offset_msg_id, properties_to_string
 from txmq.remoting.codes import RequestCode, ResponseCode
 
 MAX = 20
@@ -67,3 +71,32 @@ def test_pull_counters_are_bounded_for_made_up_groups(cluster):
         counted = [admin.stats_data(broker.addrs["broker"], "GROUP_GET_NUMS", f"pulls@pull{i}")
                    for i in range(MAX + 5)]
     assert all(c is not None for c in counted[:MAX]) and counted[MAX:] == [None] * 5, counted
+
+
+def test_transaction_counters_are_bounded_for_made_up_producer_groups(cluster):
+    """A half names any producer group: the per-group transaction counters (commits, rollbacks, checks, discards,
+    commit latency: the metrics' ``producer_group`` label sets) are kept for at most ``consumerOffsetMaxEntries``
+    groups; past that a group's transactions still commit and count in the totals."""
+    broker = cluster.start_broker(conf={"consumerOffsetMaxEntries": MAX, "metricsExporterType": "PROM",
+                                        "metricsPromExporterPort": free_port(), "grpcPort": -1})
+    with MQAdminExt(cluster.namesrv_addr) as admin:
+        admin.create_topic("txs", queue_nums=1)
+    groups = [f"txg{i}" for i in range(MAX + 5)]
+    with RawClient(broker.addrs["broker"]) as raw:
+        for group in groups:
+            props = {MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: group}
+            half = raw.call(RequestCode.SEND_MESSAGE, {
+                "producerGroup": group, "topic": "txs", "queueId": "0", "bornTimestamp": "0", "flag": "0",
+                "sysFlag": str(MessageSysFlag.TRANSACTION_PREPARED_TYPE), "properties": properties_to_string(props)},
+                body=b"t")
+            assert half.code == ResponseCode.SUCCESS, half.remark
+            end = raw.call(RequestCode.END_TRANSACTION, {
+                "producerGroup": group, "tranStateTableOffset": half.ext_fields["queueOffset"],
+                "commitLogOffset": str(decode_offset_msg_id(half.ext_fields["msgId"])[1]),
+                "commitOrRollback": str(MessageSysFlag.TRANSACTION_COMMIT_TYPE)})
+            assert end.code == ResponseCode.SUCCESS, end.remark  # every transaction still commits
+    with urllib.request.urlopen(f"http://{broker.addrs['metrics']}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    counted = re.findall(r'^rocketmq_commit_messages_total\{[^}]*producer_group="(txg\d+)"[^}]*\} (\S+)$', text, re.M)
+    assert sorted(g for g, _ in counted) == sorted(groups[:MAX]), counted
+    assert all(float(v) == 1.0 for _, v in counted), counted

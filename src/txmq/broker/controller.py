@@ -123,7 +123,7 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(self.store, levels, self.root)
         self.transaction_service = TransactionalMessageService(
             self.store, transaction_timeout_ms=config.transaction_time_out,
-            orphan_factor=config.transaction_orphan_factor,
+            orphan_factor=config.transaction_orphan_factor, metrics_max_groups=config.consumer_offset_max_entries,
             file_reserved_time_h=config.file_reserved_time,
             snapshot_path=self.root / "config" / "transactionState.snapshot")
         self.check_service = TransactionalMessageCheckService(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 
+from txmq.broker.consumer_offset_manager import DEFAULT_MAX_ENTRIES
 from txmq.message import MessageConst, MessageExt
 
 # Buckets of the commit latency histogram (ms from the half's store time to its commit): a person's check-back
@@ -33,8 +34,12 @@ class GroupTransactions:
 
 
 class TransactionMetrics:
-    def __init__(self) -> None:
+    def __init__(self, max_groups: int = DEFAULT_MAX_ENTRIES) -> None:
         self.groups: dict[str, GroupTransactions] = {}  # by producer group
+        # A half names any producer group: past this many groups a new one's outcomes count in the totals only
+        # (consumerOffsetMaxEntries, as for the pull counters), or made-up names would grow the table and the
+        # metrics' label sets without limit.
+        self.max_groups = max_groups
         self.commits = 0
         self.rollbacks = 0
         self.checks = 0
@@ -48,7 +53,9 @@ class TransactionMetrics:
     def group(self, name: str) -> GroupTransactions:
         entry = self.groups.get(name)
         if entry is None:
-            entry = self.groups[name] = GroupTransactions()
+            entry = GroupTransactions()
+            if len(self.groups) < self.max_groups:
+                self.groups[name] = entry
         return entry
 
     def of(self, half: MessageExt) -> GroupTransactions:

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from txmq.broker.consumer_offset_manager import DEFAULT_MAX_ENTRIES
 from txmq.broker.transaction.metrics import TransactionMetrics
 from txmq.broker.transaction.state import COMMIT, FINAL, ROLLBACK, Before, Outcome, TransactionStateTable
 from txmq.errors import RemoteProtocolError, StoreError
@@ -137,10 +138,10 @@ class _Tracking:
 class TransactionalMessageService:
     def __init__(self, store: DefaultMessageStore, *, transaction_timeout_ms: int, file_reserved_time_h: float,
                  snapshot_path: Path | None = None, recent_halves_max_bytes: int = 32 * 1024 * 1024,
-                 orphan_factor: int = DEFAULT_ORPHAN_FACTOR) -> None:
+                 orphan_factor: int = DEFAULT_ORPHAN_FACTOR, metrics_max_groups: int = DEFAULT_MAX_ENTRIES) -> None:
         self.store = store
         self.table = TransactionStateTable()
-        self.metrics = TransactionMetrics()
+        self.metrics = TransactionMetrics(metrics_max_groups)
         self.transaction_timeout_ms = transaction_timeout_ms
         # transactionTimeOut x transactionOrphanFactor: the longest a half waits for its first check (immunity
         # included), and, no check ever handed to a producer of its group by then, when it is discarded
