@@ -235,3 +235,39 @@ def test_a_half_whose_sender_is_gone_is_tracked_as_stored(tmp_path):
         assert service.table.info(0) is not None and sorted(service.table.pending) == [0, 1]
         await store.shutdown()
     asyncio.run(go())
+
+
+def test_names_of_ended_transactions_are_dropped_and_a_pending_one_keeps_its_group(tmp_path):
+    """Producers name their groups: halves under made-up group names, each ended, leave no name behind once the
+    list is rebuilt (it was kept for the broker's life); a transaction pending across the rebuilds is still
+    checked with its own group and commits."""
+    class ByGroup:
+        def __init__(self) -> None:
+            self.asked: list[tuple[str, int]] = []
+
+        def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
+            self.asked.append((group, half_offset))
+            return True
+
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        service.table.COMPACT_AT_NAMES = service.table._compact_at = 8
+        kept_off, kept_clo = await half(service, 0, group="kept-group")
+        for n in range(1, 40):
+            off, clo = await half(service, n, group=f"made-up-{n}")
+            outcome = Outcome.COMMIT if n % 2 else Outcome.ROLLBACK
+            assert (await end(service, off, clo, outcome, group=f"made-up-{n}")).code == ResponseCode.SUCCESS
+        assert len(service.table._names) < 16, service.table._names  # not the 41 names seen
+        info = service.table.info(kept_off)
+        assert info is not None and (info.topic, info.group) == ("orders", "kept-group")
+        checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=500)
+        sender = ByGroup()
+        checker.senders.append(sender)
+        assert await checker.check_pass(time.time() + 5) == 1 and sender.asked == [("kept-group", kept_off)]
+        assert (await end(service, kept_off, kept_clo, Outcome.COMMIT, group="kept-group")).code == \
+            ResponseCode.SUCCESS
+        assert store.get_max_offset_in_queue("orders", 0) == 1 + 20  # the kept one and the 20 odd ones
+        assert not service.table.pending and not service.table.pending_per_topic
+        await store.shutdown()
+
+    asyncio.run(go())

@@ -167,3 +167,46 @@ def test_names_past_the_first_65536_keep_their_topic_and_group():
     assert info is not None and (info.topic, info.group, info.checks) == ("payments", "late-group", 3)
     t.decide(1 << 16, Outcome.ROLLBACK)
     assert not t.pending_per_topic  # counted off the topic it was counted on
+
+
+def test_compacting_names_keeps_each_pending_entry_and_drops_the_unused():
+    """Names of decided transactions go when the list is rebuilt; every pending entry reads back its own topic,
+    group, store second and checks, in the table and through a snapshot, and its per-topic count still comes off."""
+    t = TransactionStateTable()
+    for i in range(100):
+        t.add_pending(i, f"t{i % 3}", f"g{i}", 1000 + i, 1006 + i, checks=i % 5)
+        if i % 10:
+            t.decide(i, Outcome.COMMIT if i % 2 else Outcome.DISCARD)
+    assert t.names_to_compact() is False  # below COMPACT_AT_NAMES
+    t.compact_names()
+    kept = sorted(t._names)
+    assert kept == sorted({f"t{i % 3}" for i in range(0, 100, 10)} | {f"g{i}" for i in range(0, 100, 10)})
+    snap = TransactionStateTable.from_snapshot(t.to_snapshot(0, 0, {}), lambda s: s)[0]
+    for table in (t, snap):
+        assert sorted(table.pending) == list(range(0, 100, 10))
+        for i in range(0, 100, 10):
+            info = table.info(i)
+            assert info is not None and (info.topic, info.group, info.store_time_s, info.checks) == \
+                (f"t{i % 3}", f"g{i}", 1000 + i, i % 5)
+    t.count_check(10)
+    assert t.info(10).checks == 1  # type: ignore[union-attr]
+    t.add_pending(200, "t1", "new-group", 2000, 2006)  # an existing name and a new one after the rebuild
+    assert t.info(200)[3:5] == ("t1", "new-group")  # type: ignore[index]
+    for i in [*range(0, 100, 10), 200]:
+        t.decide(i, Outcome.ROLLBACK)
+    assert not t.pending_per_topic
+
+
+def test_the_name_list_is_rebuilt_once_it_reaches_its_mark_then_at_twice_what_it_kept():
+    t = TransactionStateTable()
+    t.COMPACT_AT_NAMES = t._compact_at = 8
+    for i in range(4):
+        t.add_pending(i, "orders", f"g{i}", 100, 106)
+    t.decide(0, Outcome.COMMIT)
+    for i in range(4, 8):
+        t.add_pending(i, "orders", f"g{i}", 100, 106)
+        t.decide(i, Outcome.COMMIT)
+    assert len(t._names) == 9 and t.names_to_compact()
+    t.compact_names()
+    assert sorted(t._names) == ["g1", "g2", "g3", "orders"] and not t.names_to_compact()
+    assert t._compact_at == 8  # max(COMPACT_AT_NAMES, twice the 4 kept)

@@ -23,11 +23,11 @@ async def open_service(root: Path, snapshot_path: Path | None = None
     return store, service
 
 
-async def half(service: TransactionalMessageService, n: int, prefix: str = "U", queue_id: int = 0
+async def half(service: TransactionalMessageService, n: int, prefix: str = "U", queue_id: int = 0, group: str = "g"
                ) -> tuple[int, int]:
-    """Store half message ``n``; returns (half offset, commit-log offset)."""
+    """Store half message ``n`` of producer group ``group``; returns (half offset, commit-log offset)."""
     m = MessageExt("orders", f"m{n}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
-                                                 MessageConst.PRODUCER_GROUP: "g",
+                                                 MessageConst.PRODUCER_GROUP: group,
                                                  MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"{prefix}{n:030d}"},
                    queue_id=queue_id, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
     r = await service.prepare_message(m)
@@ -35,10 +35,10 @@ async def half(service: TransactionalMessageService, n: int, prefix: str = "U", 
     return r.append_result.logics_offset, r.append_result.wrote_offset
 
 
-def end(service: TransactionalMessageService, off: int, clo: int, outcome: Outcome
+def end(service: TransactionalMessageService, off: int, clo: int, outcome: Outcome, group: str = "g"
         ) -> Awaitable[EndResult]:
-    """A decision of producer group "g" for the half at (half offset, commit-log offset)."""
-    return service.end_transaction(producer_group="g", half_offset=off, commit_log_offset=clo, outcome=outcome,
+    """A decision of producer group ``group`` for the half at (half offset, commit-log offset)."""
+    return service.end_transaction(producer_group=group, half_offset=off, commit_log_offset=clo, outcome=outcome,
                                    source="test")
 
 

@@ -455,6 +455,7 @@ class TransactionalMessageService:
                 self._rolling_back.pop(half_offset, None)
             if self._recovered_before:
                 self._recovered_before.difference_update(committing, rolling_back)
+            self._compact_names_when_idle()
         if stored or rollbacks:
             now_ms = int(time.time() * 1000)
             latencies = self.metrics.commit_latency_ms
@@ -524,6 +525,12 @@ class TransactionalMessageService:
             else:
                 out += [result] * len(members)
         return out
+
+    def _compact_names_when_idle(self) -> None:
+        """Rebuild the table's name list when it is due and no decision under way keeps a packed entry (its
+        ``Before``) whose name indexes that would change."""
+        if not self._committing and not self._rolling_back and self.table.names_to_compact():
+            self.table.compact_names()
 
     def _undo_commits(self, half_offsets: list[int]) -> None:
         """Commits that did not reach the log: each transaction is as it was before (``_committing``)."""
@@ -641,6 +648,7 @@ class TransactionalMessageService:
         self.metrics.of(half).discards += 1
         log.warning("transaction %s of group %s discarded to %s after %d checks: %s", half.msg_id,
                     half.properties.get(MessageConst.PRODUCER_GROUP), RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, checks, why)
+        self._compact_names_when_idle()  # orphans of made-up groups end here, never decided
 
     async def resume(self, half_offset: int) -> str | None:
         """Put a discarded transaction back into checking; returns an error text or None."""

@@ -57,6 +57,9 @@ class TransactionStateTable:
     _GROUP_BITS = 32
     _TOPIC_BITS = 32
     _CHECK_BITS = 8
+    # Names are never dropped one by one (an entry being decided keeps its indexes to go back to); the list is
+    # rebuilt from the pending entries once it reaches this many names, then twice as many as it kept.
+    COMPACT_AT_NAMES = 4096
 
     def __init__(self) -> None:
         self.outcomes = bytearray()
@@ -65,6 +68,7 @@ class TransactionStateTable:
         self.discarded: dict[int, int] = {}  # half offset -> checks sent before the discard
         self._names: list[str] = []
         self._name_index: dict[str, int] = {}
+        self._compact_at = self.COMPACT_AT_NAMES
         self._wheel: dict[int, array[int]] = {}
         self._wheel_keys: list[int] = []
         # Transactions found pending by recovery: a commit may already be in the log without its op record.
@@ -78,6 +82,32 @@ class TransactionStateTable:
             idx = self._name_index[name] = len(self._names)
             self._names.append(name)
         return idx
+
+    def names_to_compact(self) -> bool:
+        """Whether the name list has grown enough to be rebuilt (``compact_names``)."""
+        return len(self._names) >= self._compact_at
+
+    def compact_names(self) -> None:
+        """Keep only the names pending entries use, renumbered. Topics and producer groups come from peers, so
+        made-up names would otherwise stay for the broker's life. Only while no decision is being written: a
+        decision's ``Before`` keeps a packed entry whose indexes this changes."""
+        names: list[str] = []
+        index: dict[str, int] = {}
+        old = self._names
+        for half_offset, packed in self.pending.items():
+            topic_idx = (packed >> self._GROUP_BITS) & ((1 << self._TOPIC_BITS) - 1)
+            group_idx = packed & ((1 << self._GROUP_BITS) - 1)
+            new_ids = []
+            for name in (old[topic_idx], old[group_idx]):
+                idx = index.get(name)
+                if idx is None:
+                    idx = index[name] = len(names)
+                    names.append(name)
+                new_ids.append(idx)
+            rest = packed >> (self._GROUP_BITS + self._TOPIC_BITS)
+            self.pending[half_offset] = ((rest << self._TOPIC_BITS | new_ids[0]) << self._GROUP_BITS) | new_ids[1]
+        self._names, self._name_index = names, index
+        self._compact_at = max(self.COMPACT_AT_NAMES, 2 * len(names))
 
     def _unpack(self, packed: int) -> tuple[int, int, int, int]:
         """(store second, checks, topic index, group index) of a packed entry."""
