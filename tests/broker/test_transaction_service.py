@@ -11,12 +11,12 @@ from typing import Any
 from tx_helpers import Sender, end, half, lose_op_records, open_service
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
-from txmq.broker.transaction.service import RECENT_HALF_OVERHEAD
+from txmq.broker.transaction.service import RECENT_HALF_OVERHEAD, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
 from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
-from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC
+from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 
 
 def test_commit_racing_a_discard_wins_and_resume_cannot_commit_twice(tmp_path):
@@ -268,6 +268,30 @@ def test_names_of_ended_transactions_are_dropped_and_a_pending_one_keeps_its_gro
             ResponseCode.SUCCESS
         assert store.get_max_offset_in_queue("orders", 0) == 1 + 20  # the kept one and the 20 odd ones
         assert not service.table.pending and not service.table.pending_per_topic
+        await store.shutdown()
+
+    asyncio.run(go())
+
+
+def test_a_slave_following_ended_transactions_drops_their_names(tmp_path):
+    """A slave's table follows the master's half and op records (``follow``) and never writes a decision: its
+    name list is rebuilt too (it kept every made-up group's name until promoted), and a transaction pending
+    across the rebuilds keeps its topic and group for a promotion."""
+    async def go() -> None:
+        store, master = await open_service(tmp_path)
+        slave = TransactionalMessageService(store, transaction_timeout_ms=1000, file_reserved_time_h=72)
+        slave.table.COMPACT_AT_NAMES = slave.table._compact_at = 8
+        store.add_dispatcher(slave.follow)  # every record the master stores, as replication would bring it
+        kept_off, _ = await half(master, 0, group="kept-group")
+        for n in range(1, 40):
+            off, clo = await half(master, n, group=f"made-up-{n}")
+            assert (await end(master, off, clo, Outcome.ROLLBACK, group=f"made-up-{n}")).code == ResponseCode.SUCCESS
+        assert store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) > 0  # the slave saw op records
+        assert sorted(slave.table.pending) == [kept_off]
+        assert len(slave.table._names) < 16, slave.table._names  # not the 41 names seen
+        info = slave.table.info(kept_off)
+        assert info is not None and (info.topic, info.group) == ("orders", "kept-group")
+        assert dict(slave.table.pending_per_topic) == {"orders": 1}
         await store.shutdown()
 
     asyncio.run(go())

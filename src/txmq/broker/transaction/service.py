@@ -831,6 +831,7 @@ class TransactionalMessageService:
             self._track(half.queue_offset, half, 0, schedule=False)
         elif req.topic == RMQ_SYS_TRANS_OP_HALF_TOPIC:
             self._replay_op(self.store.look_message_by_offset(req.commit_log_offset))
+            self._compact_names_when_idle()  # a slave writes no decision: its names of ended ones go here
 
     def _replay_half(self, half: MessageExt) -> None:
         self._track(half.queue_offset, half, max(self._first_check_s(half), int(time.time())))
