@@ -16,7 +16,7 @@ from txmq.broker.transaction.state import Outcome, TransactionStateTable
 from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
-from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
+from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 
 
 def test_commit_racing_a_discard_wins_and_resume_cannot_commit_twice(tmp_path):
@@ -292,6 +292,66 @@ def test_a_slave_following_ended_transactions_drops_their_names(tmp_path):
         info = slave.table.info(kept_off)
         assert info is not None and (info.topic, info.group) == ("orders", "kept-group")
         assert dict(slave.table.pending_per_topic) == {"orders": 1}
+        await store.shutdown()
+
+    asyncio.run(go())
+
+
+def test_names_are_dropped_while_decisions_keep_overlapping(tmp_path):
+    """Under steady traffic each decision's write starts before the previous one's ends, so a moment with no
+    decision being written may never come: the name list must still be rebuilt while they go on."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        service.table.COMPACT_AT_NAMES = service.table._compact_at = 8
+        real_put = store.put_messages
+
+        async def slow_put(msgs, *args):  # a decision's write outlasts the next half's
+            await asyncio.sleep(0.03 if msgs[0].topic != RMQ_SYS_TRANS_HALF_TOPIC else 0.02)
+            return await real_put(msgs, *args)
+        store.put_messages = slow_put  # type: ignore[method-assign]
+        deciding, seen = [], []
+        for n in range(40):
+            off, clo = await half(service, n, group=f"made-up-{n}")
+            seen.append(len(service.table._names))
+            deciding.append(asyncio.ensure_future(end(service, off, clo, Outcome.ROLLBACK, group=f"made-up-{n}")))
+        assert all(r.code == ResponseCode.SUCCESS for r in await asyncio.gather(*deciding))
+        assert not service.table.pending
+        assert max(seen) < 16, seen  # each half's name goes once it is decided, not at the first pause
+        await store.shutdown()
+
+    asyncio.run(go())
+
+
+def test_a_refused_rollback_goes_back_to_its_names_after_a_rebuild_during_its_write(tmp_path):
+    """The list is rebuilt while a ROLLBACK's op record is being written: refused, the transaction is pending
+    again with its own topic, group and checks (its kept entry renumbered with the list), and commits."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        service.table.COMPACT_AT_NAMES = service.table._compact_at = 8
+        ended = [await half(service, n, group=f"made-up-{n}") for n in range(1, 12)]
+        kept_off, kept_clo = await half(service, 0, prefix="K", group="kept-group")
+        service.table.count_check(kept_off)
+        real_put = store.put_messages
+
+        async def slow_refusal(msgs, *args):  # the kept one's ROLLBACK record: refused, after the others end
+            if any(m.topic == RMQ_SYS_TRANS_OP_HALF_TOPIC and m.body == str(kept_off).encode() for m in msgs):
+                await asyncio.sleep(0.05)
+                return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None)
+            return await real_put(msgs, *args)
+        store.put_messages = slow_refusal  # type: ignore[method-assign]
+        refused = asyncio.ensure_future(end(service, kept_off, kept_clo, Outcome.ROLLBACK, group="kept-group"))
+        await asyncio.sleep(0.01)
+        for n, (off, clo) in enumerate(ended, 1):
+            assert (await end(service, off, clo, Outcome.COMMIT, group=f"made-up-{n}")).code == ResponseCode.SUCCESS
+        assert "made-up-1" not in service.table._names  # rebuilt while the ROLLBACK was written
+        assert (await refused).code == ResponseCode.SYSTEM_ERROR
+        info = service.table.info(kept_off)
+        assert info is not None and (info.topic, info.group, info.checks) == ("orders", "kept-group", 1)
+        assert dict(service.table.pending_per_topic) == {"orders": 1}
+        store.put_messages = real_put  # type: ignore[method-assign]
+        assert (await end(service, kept_off, kept_clo, Outcome.COMMIT, group="kept-group")).code == \
+            ResponseCode.SUCCESS
+        assert store.get_max_offset_in_queue("orders", 0) == 12 and not service.table.pending
         await store.shutdown()
 
     asyncio.run(go())

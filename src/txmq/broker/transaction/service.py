@@ -356,7 +356,7 @@ class TransactionalMessageService:
         """Decide and store the claimed entries: undecided or discarded, each in ``_in_flight`` for this call."""
         found: list[int] = []  # recovered transactions whose commit was already in the log
         commits: list[tuple[int, MessageExt, list[MessageExt]]] = []  # entry, half, the real messages to store
-        rollbacks: list[tuple[int, MessageExt, Before]] = []  # entry, half, the state before the decision
+        rollbacks: list[tuple[int, MessageExt]] = []  # entry, half (the state before it: _rolling_back)
         overruled: list[int] = []  # ROLLBACKs of a batch whose commit a crash cut short: it is finished instead
         table = self.table  # read per decision: locals, not attribute chains
         pending, discarded, recovered = table.pending, table.discarded, table.recovered
@@ -393,7 +393,7 @@ class TransactionalMessageService:
                 self._rolling_back[half_offset] = (before, self.store.get_max_offset_in_queue(
                     RMQ_SYS_TRANS_OP_HALF_TOPIC, 0))
                 table.decide(half_offset, ROLLBACK)
-                rollbacks.append((i, half, before))
+                rollbacks.append((i, half))
         # Shielded: once started, puts append whatever happens to the caller (a gRPC deadline, a closing
         # server), so their outcome must be judged and recorded, never undone blindly.
         await asyncio.shield(asyncio.get_running_loop().create_task(
@@ -401,11 +401,11 @@ class TransactionalMessageService:
 
     async def _store_and_answer(self, producer_group: str, entries: Sequence[EndEntry],
                                 commits: list[tuple[int, MessageExt, list[MessageExt]]],
-                                rollbacks: list[tuple[int, MessageExt, Before]], found: list[int],
+                                rollbacks: list[tuple[int, MessageExt]], found: list[int],
                                 overruled: list[int], results: list[EndResult | None], source: str) -> None:
         """Store the commits' real messages, write the op records, and answer each entry."""
         committing = [entries[i][0] for i, _, _ in commits]
-        rolling_back = [entries[i][0] for i, _, _ in rollbacks]
+        rolling_back = [entries[i][0] for i, _ in rollbacks]
         stored: list[tuple[int, MessageExt]] = []  # entry, half: the commits whose real messages are stored
         ended = 0  # commits stored or undone, in order
         try:
@@ -439,8 +439,8 @@ class TransactionalMessageService:
                     self._write_op("COMMIT", found + [entries[i][0] for i, _ in stored]),
                     self._write_op("ROLLBACK", rolling_back)))[1]
                 if not rolled_back:
-                    for i, _, before in rollbacks:
-                        self._restore(entries[i][0], before)
+                    for i, _ in rollbacks:
+                        self._restore(entries[i][0], self._rolling_back[entries[i][0]][0])
                         results[i] = EndResult(ResponseCode.SYSTEM_ERROR, "the ROLLBACK could not be recorded (the "
                                                "store refused its op record): the transaction stays pending")
                     rollbacks = []
@@ -455,7 +455,7 @@ class TransactionalMessageService:
                 self._rolling_back.pop(half_offset, None)
             if self._recovered_before:
                 self._recovered_before.difference_update(committing, rolling_back)
-            self._compact_names_when_idle()
+            self._compact_names()
         if stored or rollbacks:
             now_ms = int(time.time() * 1000)
             latencies = self.metrics.commit_latency_ms
@@ -470,12 +470,12 @@ class TransactionalMessageService:
             for i in overruled:
                 if i in committed:
                     results[i] = self._repeat(entries[i][0], Outcome.ROLLBACK, None)
-        for i, _, _ in rollbacks:
+        for i, _ in rollbacks:
             results[i] = _STORED[ResponseCode.SUCCESS]
         self.metrics.commits += len(stored)
         self.metrics.rollbacks += len(rollbacks)
         if log.isEnabledFor(logging.DEBUG):
-            for i, half in stored + [(i, half) for i, half, _ in rollbacks]:
+            for i, half in stored + rollbacks:
                 log.debug("transaction %s %s by %s", half.msg_id, entries[i][2].name, source)
 
     async def _store_decided(self, groups: list[list[MessageExt]], committed: list[int], rolled_back: list[int]
@@ -526,11 +526,21 @@ class TransactionalMessageService:
                 out += [result] * len(members)
         return out
 
-    def _compact_names_when_idle(self) -> None:
-        """Rebuild the table's name list when it is due and no decision under way keeps a packed entry (its
-        ``Before``) whose name indexes that would change."""
-        if not self._committing and not self._rolling_back and self.table.names_to_compact():
-            self.table.compact_names()
+    def _compact_names(self) -> None:
+        """Rebuild the table's name list when it is due, with the packed entries the decisions being written keep
+        to go back to (their ``Before``): under steady traffic a moment with none may never come."""
+        if not self.table.names_to_compact():
+            return
+        committing, rolling_back = self._committing, self._rolling_back
+        held_commits = [(h, packed) for h, (_, packed, _) in committing.items() if packed is not None]
+        held_rollbacks = [(h, packed) for h, ((_, packed, _), _) in rolling_back.items() if packed is not None]
+        renumbered = iter(self.table.compact_names([packed for _, packed in held_commits + held_rollbacks]))
+        for h, _ in held_commits:
+            outcome, _, checks = committing[h]
+            committing[h] = (outcome, next(renumbered), checks)
+        for h, _ in held_rollbacks:
+            (outcome, _, checks), since = rolling_back[h]
+            rolling_back[h] = ((outcome, next(renumbered), checks), since)
 
     def _undo_commits(self, half_offsets: list[int]) -> None:
         """Commits that did not reach the log: each transaction is as it was before (``_committing``)."""
@@ -648,7 +658,7 @@ class TransactionalMessageService:
         self.metrics.of(half).discards += 1
         log.warning("transaction %s of group %s discarded to %s after %d checks: %s", half.msg_id,
                     half.properties.get(MessageConst.PRODUCER_GROUP), RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, checks, why)
-        self._compact_names_when_idle()  # orphans of made-up groups end here, never decided
+        self._compact_names()  # orphans of made-up groups end here, never decided
 
     async def resume(self, half_offset: int) -> str | None:
         """Put a discarded transaction back into checking; returns an error text or None."""
@@ -831,7 +841,7 @@ class TransactionalMessageService:
             self._track(half.queue_offset, half, 0, schedule=False)
         elif req.topic == RMQ_SYS_TRANS_OP_HALF_TOPIC:
             self._replay_op(self.store.look_message_by_offset(req.commit_log_offset))
-            self._compact_names_when_idle()  # a slave writes no decision: its names of ended ones go here
+            self._compact_names()  # a slave writes no decision: its names of ended ones go here
 
     def _replay_half(self, half: MessageExt) -> None:
         self._track(half.queue_offset, half, max(self._first_check_s(half), int(time.time())))

@@ -15,7 +15,7 @@ import struct
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import IntEnum
 from itertools import chain
 from typing import NamedTuple
@@ -58,7 +58,8 @@ class TransactionStateTable:
     _TOPIC_BITS = 32
     _CHECK_BITS = 8
     # Names are never dropped one by one (an entry being decided keeps its indexes to go back to); the list is
-    # rebuilt from the pending entries once it reaches this many names, then twice as many as it kept.
+    # rebuilt from the pending entries (and those kept to go back to) once it reaches this many names, then twice
+    # as many as it kept.
     COMPACT_AT_NAMES = 4096
 
     def __init__(self) -> None:
@@ -87,27 +88,33 @@ class TransactionStateTable:
         """Whether the name list has grown enough to be rebuilt (``compact_names``)."""
         return len(self._names) >= self._compact_at
 
-    def compact_names(self) -> None:
+    def compact_names(self, held: Sequence[int] = ()) -> list[int]:
         """Keep only the names pending entries use, renumbered. Topics and producer groups come from peers, so
-        made-up names would otherwise stay for the broker's life. Only while no decision is being written: a
-        decision's ``Before`` keeps a packed entry whose indexes this changes."""
+        made-up names would otherwise stay for the broker's life. ``held``: packed entries kept outside the table
+        (the ``Before`` of decisions being written, to go back to), returned renumbered in the same order."""
         names: list[str] = []
         index: dict[str, int] = {}
         old = self._names
-        for half_offset, packed in self.pending.items():
-            topic_idx = (packed >> self._GROUP_BITS) & ((1 << self._TOPIC_BITS) - 1)
-            group_idx = packed & ((1 << self._GROUP_BITS) - 1)
+        group_bits, topic_mask, group_mask = self._GROUP_BITS, (1 << self._TOPIC_BITS) - 1, (1 << self._GROUP_BITS) - 1
+
+        def renumber(packed: int) -> int:
             new_ids = []
-            for name in (old[topic_idx], old[group_idx]):
+            for name in (old[(packed >> group_bits) & topic_mask], old[packed & group_mask]):
                 idx = index.get(name)
                 if idx is None:
                     idx = index[name] = len(names)
                     names.append(name)
                 new_ids.append(idx)
-            rest = packed >> (self._GROUP_BITS + self._TOPIC_BITS)
-            self.pending[half_offset] = ((rest << self._TOPIC_BITS | new_ids[0]) << self._GROUP_BITS) | new_ids[1]
+            rest = packed >> (group_bits + self._TOPIC_BITS)
+            return ((rest << self._TOPIC_BITS | new_ids[0]) << group_bits) | new_ids[1]
+
+        pending = self.pending
+        for half_offset, packed in pending.items():
+            pending[half_offset] = renumber(packed)
+        renumbered = [renumber(packed) for packed in held]
         self._names, self._name_index = names, index
         self._compact_at = max(self.COMPACT_AT_NAMES, 2 * len(names))
+        return renumbered
 
     def _unpack(self, packed: int) -> tuple[int, int, int, int]:
         """(store second, checks, topic index, group index) of a packed entry."""
