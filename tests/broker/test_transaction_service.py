@@ -355,3 +355,38 @@ def test_a_refused_rollback_goes_back_to_its_names_after_a_rebuild_during_its_wr
         await store.shutdown()
 
     asyncio.run(go())
+
+
+def test_a_refused_rollback_goes_back_to_its_names_after_the_table_is_rebuilt_during_its_write(tmp_path):
+    """The table is rebuilt from the snapshot and the log (``rebuild``: a truncated log under it) while a
+    ROLLBACK's op record is being written: the new table numbers its names anew, and the refused decision goes
+    back to its entry renumbered for it, not to indexes of the old list."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path, snapshot_path=tmp_path / "tx.snapshot")
+        for n in range(1, 6):
+            off, clo = await half(service, n, group=f"made-up-{n}")
+            assert (await end(service, off, clo, Outcome.COMMIT, group=f"made-up-{n}")).code == ResponseCode.SUCCESS
+        kept_off, kept_clo = await half(service, 0, prefix="K", group="kept-group")
+        service.table.count_check(kept_off)
+        assert service.snapshot()  # it holds only the pending one's names: a rebuilt table numbers them anew
+        real_put = store.put_messages
+
+        async def slow_refusal(msgs, *args):
+            if any(m.topic == RMQ_SYS_TRANS_OP_HALF_TOPIC for m in msgs):
+                await asyncio.sleep(0.05)
+                return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None)
+            return await real_put(msgs, *args)
+        store.put_messages = slow_refusal  # type: ignore[method-assign]
+        refused = asyncio.ensure_future(end(service, kept_off, kept_clo, Outcome.ROLLBACK, group="kept-group"))
+        await asyncio.sleep(0.01)
+        service.rebuild()
+        assert (await refused).code == ResponseCode.SYSTEM_ERROR
+        info = service.table.info(kept_off)
+        assert info is not None and (info.topic, info.group) == ("orders", "kept-group")
+        store.put_messages = real_put  # type: ignore[method-assign]
+        assert (await end(service, kept_off, kept_clo, Outcome.COMMIT, group="kept-group")).code == \
+            ResponseCode.SUCCESS
+        assert store.get_max_offset_in_queue("orders", 0) == 6 and not service.table.pending
+        await store.shutdown()
+
+    asyncio.run(go())

@@ -528,13 +528,17 @@ class TransactionalMessageService:
 
     def _compact_names(self) -> None:
         """Rebuild the table's name list when it is due, with the packed entries the decisions being written keep
-        to go back to (their ``Before``): under steady traffic a moment with none may never come."""
-        if not self.table.names_to_compact():
-            return
+        to go back to: under steady traffic a moment with none may never come."""
+        if self.table.names_to_compact():
+            self._renumber_held(self.table.compact_names)
+
+    def _renumber_held(self, renumber: Callable[[list[int]], list[int]]) -> None:
+        """Pass the packed entries kept by the decisions being written (their ``Before``) through ``renumber`` and
+        keep what it returns in the same order: they must follow the table's name indexes."""
         committing, rolling_back = self._committing, self._rolling_back
         held_commits = [(h, packed) for h, (_, packed, _) in committing.items() if packed is not None]
         held_rollbacks = [(h, packed) for h, ((_, packed, _), _) in rolling_back.items() if packed is not None]
-        renumbered = iter(self.table.compact_names([packed for _, packed in held_commits + held_rollbacks]))
+        renumbered = iter(renumber([packed for _, packed in held_commits + held_rollbacks]))
         for h, _ in held_commits:
             outcome, _, checks = committing[h]
             committing[h] = (outcome, next(renumbered), checks)
@@ -808,9 +812,11 @@ class TransactionalMessageService:
         the snapshot if it is not ahead of the log, and the records after it."""
         log.warning("commit log truncated at %d: rebuilding the transaction table", truncated_at)
         self._forget_recent_halves()  # a remembered half may be one the truncation removed
-        self.table = TransactionStateTable()
+        old, self.table = self.table, TransactionStateTable()
         self._snapshot_covers = (-1, -1)
         self.recover()
+        # A decision being written meanwhile goes back, if refused, to its entry numbered as the new table names.
+        self._renumber_held(lambda held: [self.table.adopt(packed, old) for packed in held])
 
     def take_over(self) -> int:
         """A slave made master (controller mode): its followed table becomes the master's at once. Every pending

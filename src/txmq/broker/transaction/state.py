@@ -116,6 +116,13 @@ class TransactionStateTable:
         self._compact_at = max(self.COMPACT_AT_NAMES, 2 * len(names))
         return renumbered
 
+    def adopt(self, packed: int, other: TransactionStateTable) -> int:
+        """``other``'s packed entry with this table's name indexes (a decision's ``Before`` across a rebuilt
+        table)."""
+        store_time_s, checks, topic_idx, group_idx = other._unpack(packed)
+        topic, group = self._index(other._names[topic_idx]), self._index(other._names[group_idx])
+        return ((store_time_s << self._CHECK_BITS | checks) << self._TOPIC_BITS | topic) << self._GROUP_BITS | group
+
     def _unpack(self, packed: int) -> tuple[int, int, int, int]:
         """(store second, checks, topic index, group index) of a packed entry."""
         group_idx = packed & ((1 << self._GROUP_BITS) - 1)
