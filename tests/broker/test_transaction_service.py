@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tx_helpers import Sender, end, half, lose_op_records, open_service
@@ -322,6 +322,31 @@ def test_names_are_dropped_while_decisions_keep_overlapping(tmp_path):
     asyncio.run(go())
 
 
+async def _rollback_refused_while(store: Any, service: Any, kept: tuple[int, int],
+                                  meanwhile: Callable[[], Awaitable[None]]) -> None:
+    """The kept transaction's ROLLBACK, its op record held 50 ms while ``meanwhile`` runs and then refused: it is
+    pending again with its own topic, group and check count, and commits."""
+    kept_off, kept_clo = kept
+    real_put = store.put_messages
+
+    async def slow_refusal(msgs, *args):
+        if any(m.topic == RMQ_SYS_TRANS_OP_HALF_TOPIC and m.body == str(kept_off).encode() for m in msgs):
+            await asyncio.sleep(0.05)
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None)
+        return await real_put(msgs, *args)
+    store.put_messages = slow_refusal
+    refused = asyncio.ensure_future(end(service, kept_off, kept_clo, Outcome.ROLLBACK, group="kept-group"))
+    await asyncio.sleep(0.01)
+    await meanwhile()
+    assert (await refused).code == ResponseCode.SYSTEM_ERROR
+    info = service.table.info(kept_off)
+    assert info is not None and (info.topic, info.group, info.checks) == ("orders", "kept-group", 1)
+    assert dict(service.table.pending_per_topic) == {"orders": 1}
+    store.put_messages = real_put
+    assert (await end(service, kept_off, kept_clo, Outcome.COMMIT, group="kept-group")).code == ResponseCode.SUCCESS
+    assert not service.table.pending
+
+
 def test_a_refused_rollback_goes_back_to_its_names_after_a_rebuild_during_its_write(tmp_path):
     """The list is rebuilt while a ROLLBACK's op record is being written: refused, the transaction is pending
     again with its own topic, group and checks (its kept entry renumbered with the list), and commits."""
@@ -329,29 +354,16 @@ def test_a_refused_rollback_goes_back_to_its_names_after_a_rebuild_during_its_wr
         store, service = await open_service(tmp_path)
         service.table.COMPACT_AT_NAMES = service.table._compact_at = 8
         ended = [await half(service, n, group=f"made-up-{n}") for n in range(1, 12)]
-        kept_off, kept_clo = await half(service, 0, prefix="K", group="kept-group")
-        service.table.count_check(kept_off)
-        real_put = store.put_messages
+        kept = await half(service, 0, prefix="K", group="kept-group")
+        service.table.count_check(kept[0])
 
-        async def slow_refusal(msgs, *args):  # the kept one's ROLLBACK record: refused, after the others end
-            if any(m.topic == RMQ_SYS_TRANS_OP_HALF_TOPIC and m.body == str(kept_off).encode() for m in msgs):
-                await asyncio.sleep(0.05)
-                return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None)
-            return await real_put(msgs, *args)
-        store.put_messages = slow_refusal  # type: ignore[method-assign]
-        refused = asyncio.ensure_future(end(service, kept_off, kept_clo, Outcome.ROLLBACK, group="kept-group"))
-        await asyncio.sleep(0.01)
-        for n, (off, clo) in enumerate(ended, 1):
-            assert (await end(service, off, clo, Outcome.COMMIT, group=f"made-up-{n}")).code == ResponseCode.SUCCESS
-        assert "made-up-1" not in service.table._names  # rebuilt while the ROLLBACK was written
-        assert (await refused).code == ResponseCode.SYSTEM_ERROR
-        info = service.table.info(kept_off)
-        assert info is not None and (info.topic, info.group, info.checks) == ("orders", "kept-group", 1)
-        assert dict(service.table.pending_per_topic) == {"orders": 1}
-        store.put_messages = real_put  # type: ignore[method-assign]
-        assert (await end(service, kept_off, kept_clo, Outcome.COMMIT, group="kept-group")).code == \
-            ResponseCode.SUCCESS
-        assert store.get_max_offset_in_queue("orders", 0) == 12 and not service.table.pending
+        async def end_the_others() -> None:
+            for n, (off, clo) in enumerate(ended, 1):
+                assert (await end(service, off, clo, Outcome.COMMIT, group=f"made-up-{n}")).code == \
+                    ResponseCode.SUCCESS
+            assert "made-up-1" not in service.table._names  # rebuilt while the ROLLBACK was written
+        await _rollback_refused_while(store, service, kept, end_the_others)
+        assert store.get_max_offset_in_queue("orders", 0) == 12
         await store.shutdown()
 
     asyncio.run(go())
@@ -366,27 +378,14 @@ def test_a_refused_rollback_goes_back_to_its_names_after_the_table_is_rebuilt_du
         for n in range(1, 6):
             off, clo = await half(service, n, group=f"made-up-{n}")
             assert (await end(service, off, clo, Outcome.COMMIT, group=f"made-up-{n}")).code == ResponseCode.SUCCESS
-        kept_off, kept_clo = await half(service, 0, prefix="K", group="kept-group")
-        service.table.count_check(kept_off)
+        kept = await half(service, 0, prefix="K", group="kept-group")
+        service.table.count_check(kept[0])
         assert service.snapshot()  # it holds only the pending one's names: a rebuilt table numbers them anew
-        real_put = store.put_messages
 
-        async def slow_refusal(msgs, *args):
-            if any(m.topic == RMQ_SYS_TRANS_OP_HALF_TOPIC for m in msgs):
-                await asyncio.sleep(0.05)
-                return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None)
-            return await real_put(msgs, *args)
-        store.put_messages = slow_refusal  # type: ignore[method-assign]
-        refused = asyncio.ensure_future(end(service, kept_off, kept_clo, Outcome.ROLLBACK, group="kept-group"))
-        await asyncio.sleep(0.01)
-        service.rebuild()
-        assert (await refused).code == ResponseCode.SYSTEM_ERROR
-        info = service.table.info(kept_off)
-        assert info is not None and (info.topic, info.group) == ("orders", "kept-group")
-        store.put_messages = real_put  # type: ignore[method-assign]
-        assert (await end(service, kept_off, kept_clo, Outcome.COMMIT, group="kept-group")).code == \
-            ResponseCode.SUCCESS
-        assert store.get_max_offset_in_queue("orders", 0) == 6 and not service.table.pending
+        async def rebuild() -> None:
+            service.rebuild()
+        await _rollback_refused_while(store, service, kept, rebuild)
+        assert store.get_max_offset_in_queue("orders", 0) == 6
         await store.shutdown()
 
     asyncio.run(go())
