@@ -257,7 +257,7 @@ def test_names_of_ended_transactions_are_dropped_and_a_pending_one_keeps_its_gro
             off, clo = await half(service, n, group=f"made-up-{n}")
             outcome = Outcome.COMMIT if n % 2 else Outcome.ROLLBACK
             assert (await end(service, off, clo, outcome, group=f"made-up-{n}")).code == ResponseCode.SUCCESS
-        assert len(service.table._names) < 16, service.table._names  # not the 41 names seen
+        assert len(service.table.names) < 16, service.table.names  # not the 41 names seen
         info = service.table.info(kept_off)
         assert info is not None and (info.topic, info.group) == ("orders", "kept-group")
         checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=500)
@@ -288,7 +288,7 @@ def test_a_slave_following_ended_transactions_drops_their_names(tmp_path):
             assert (await end(master, off, clo, Outcome.ROLLBACK, group=f"made-up-{n}")).code == ResponseCode.SUCCESS
         assert store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) > 0  # the slave saw op records
         assert sorted(slave.table.pending) == [kept_off]
-        assert len(slave.table._names) < 16, slave.table._names  # not the 41 names seen
+        assert len(slave.table.names) < 16, slave.table.names  # not the 41 names seen
         info = slave.table.info(kept_off)
         assert info is not None and (info.topic, info.group) == ("orders", "kept-group")
         assert dict(slave.table.pending_per_topic) == {"orders": 1}
@@ -312,7 +312,7 @@ def test_names_are_dropped_while_decisions_keep_overlapping(tmp_path):
         deciding, seen = [], []
         for n in range(24):
             off, clo = await half(service, n, group=f"made-up-{n}")
-            seen.append(len(service.table._names))
+            seen.append(len(service.table.names))
             deciding.append(asyncio.ensure_future(end(service, off, clo, Outcome.ROLLBACK, group=f"made-up-{n}")))
         assert all(r.code == ResponseCode.SUCCESS for r in await asyncio.gather(*deciding))
         assert not service.table.pending
@@ -361,7 +361,7 @@ def test_a_refused_rollback_goes_back_to_its_names_after_a_rebuild_during_its_wr
             for n, (off, clo) in enumerate(ended, 1):
                 assert (await end(service, off, clo, Outcome.COMMIT, group=f"made-up-{n}")).code == \
                     ResponseCode.SUCCESS
-            assert "made-up-1" not in service.table._names  # rebuilt while the ROLLBACK was written
+            assert "made-up-1" not in service.table.names  # rebuilt while the ROLLBACK was written
         await _rollback_refused_while(store, service, kept, end_the_others)
         assert store.get_max_offset_in_queue("orders", 0) == 12
         await store.shutdown()

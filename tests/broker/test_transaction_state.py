@@ -179,7 +179,7 @@ def test_compacting_names_keeps_each_pending_entry_and_drops_the_unused():
             t.decide(i, Outcome.COMMIT if i % 2 else Outcome.DISCARD)
     assert t.names_to_compact() is False  # below COMPACT_AT_NAMES
     t.compact_names()
-    kept = sorted(t._names)
+    kept = sorted(t.names)
     assert kept == sorted({f"t{i % 3}" for i in range(0, 100, 10)} | {f"g{i}" for i in range(0, 100, 10)})
     snap = TransactionStateTable.from_snapshot(t.to_snapshot(0, 0, {}), lambda s: s)[0]
     for table in (t, snap):
@@ -206,7 +206,7 @@ def test_the_name_list_is_rebuilt_once_it_reaches_its_mark_then_at_twice_what_it
     for i in range(4, 8):
         t.add_pending(i, "orders", f"g{i}", 100, 106)
         t.decide(i, Outcome.COMMIT)
-    assert len(t._names) == 9 and t.names_to_compact()
+    assert len(t.names) == 9 and t.names_to_compact()
     t.compact_names()
-    assert sorted(t._names) == ["g1", "g2", "g3", "orders"] and not t.names_to_compact()
+    assert sorted(t.names) == ["g1", "g2", "g3", "orders"] and not t.names_to_compact()
     assert t._compact_at == 8  # max(COMPACT_AT_NAMES, twice the 4 kept)

@@ -530,21 +530,18 @@ class TransactionalMessageService:
         """Rebuild the table's name list when it is due, with the packed entries the decisions being written keep
         to go back to: under steady traffic a moment with none may never come."""
         if self.table.names_to_compact():
-            self._renumber_held(self.table.compact_names)
+            self._renumber_held(self.table.compact_names())
 
-    def _renumber_held(self, renumber: Callable[[list[int]], list[int]]) -> None:
-        """Pass the packed entries kept by the decisions being written (their ``Before``) through ``renumber`` and
-        keep what it returns in the same order: they must follow the table's name indexes."""
-        committing, rolling_back = self._committing, self._rolling_back
-        held_commits = [(h, packed) for h, (_, packed, _) in committing.items() if packed is not None]
-        held_rollbacks = [(h, packed) for h, ((_, packed, _), _) in rolling_back.items() if packed is not None]
-        renumbered = iter(renumber([packed for _, packed in held_commits + held_rollbacks]))
-        for h, _ in held_commits:
-            outcome, _, checks = committing[h]
-            committing[h] = (outcome, next(renumbered), checks)
-        for h, _ in held_rollbacks:
-            (outcome, _, checks), since = rolling_back[h]
-            rolling_back[h] = ((outcome, next(renumbered), checks), since)
+    def _renumber_held(self, names: list[str]) -> None:
+        """The packed entries kept by the decisions being written (their ``Before``), whose name indexes point into
+        ``names``, renumbered for the table's list now."""
+        adopt = self.table.adopt
+        for h, (outcome, packed, checks) in self._committing.items():
+            if packed is not None:
+                self._committing[h] = (outcome, adopt(packed, names), checks)
+        for h, ((outcome, packed, checks), since) in self._rolling_back.items():
+            if packed is not None:
+                self._rolling_back[h] = ((outcome, adopt(packed, names), checks), since)
 
     def _undo_commits(self, half_offsets: list[int]) -> None:
         """Commits that did not reach the log: each transaction is as it was before (``_committing``)."""
@@ -816,7 +813,7 @@ class TransactionalMessageService:
         self._snapshot_covers = (-1, -1)
         self.recover()
         # A decision being written meanwhile goes back, if refused, to its entry numbered as the new table names.
-        self._renumber_held(lambda held: [self.table.adopt(packed, old) for packed in held])
+        self._renumber_held(old.names)
 
     def take_over(self) -> int:
         """A slave made master (controller mode): its followed table becomes the master's at once. Every pending

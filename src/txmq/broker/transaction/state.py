@@ -15,7 +15,7 @@ import struct
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from enum import IntEnum
 from itertools import chain
 from typing import NamedTuple
@@ -67,7 +67,7 @@ class TransactionStateTable:
         self.pending: dict[int, int] = {}
         self.pending_per_topic: Counter[str] = Counter()
         self.discarded: dict[int, int] = {}  # half offset -> checks sent before the discard
-        self._names: list[str] = []
+        self.names: list[str] = []  # topics and producer groups: a packed entry's name indexes point here
         self._name_index: dict[str, int] = {}
         self._compact_at = self.COMPACT_AT_NAMES
         self._wheel: dict[int, array[int]] = {}
@@ -80,47 +80,31 @@ class TransactionStateTable:
     def _index(self, name: str) -> int:
         idx = self._name_index.get(name)
         if idx is None:
-            idx = self._name_index[name] = len(self._names)
-            self._names.append(name)
+            idx = self._name_index[name] = len(self.names)
+            self.names.append(name)
         return idx
 
     def names_to_compact(self) -> bool:
         """Whether the name list has grown enough to be rebuilt (``compact_names``)."""
-        return len(self._names) >= self._compact_at
+        return len(self.names) >= self._compact_at
 
-    def compact_names(self, held: Sequence[int] = ()) -> list[int]:
+    def compact_names(self) -> list[str]:
         """Keep only the names pending entries use, renumbered. Topics and producer groups come from peers, so
-        made-up names would otherwise stay for the broker's life. ``held``: packed entries kept outside the table
-        (the ``Before`` of decisions being written, to go back to), returned renumbered in the same order."""
-        names: list[str] = []
-        index: dict[str, int] = {}
-        old = self._names
-        group_bits, topic_mask, group_mask = self._GROUP_BITS, (1 << self._TOPIC_BITS) - 1, (1 << self._GROUP_BITS) - 1
-
-        def renumber(packed: int) -> int:
-            new_ids = []
-            for name in (old[(packed >> group_bits) & topic_mask], old[packed & group_mask]):
-                idx = index.get(name)
-                if idx is None:
-                    idx = index[name] = len(names)
-                    names.append(name)
-                new_ids.append(idx)
-            rest = packed >> (group_bits + self._TOPIC_BITS)
-            return ((rest << self._TOPIC_BITS | new_ids[0]) << group_bits) | new_ids[1]
-
+        made-up names would otherwise stay for the broker's life. Returns the list it replaced: an entry kept
+        outside the table (a decision's ``Before``, to go back to) is renumbered with ``adopt(packed, old)``."""
+        old = self.names
+        self.names, self._name_index = [], {}
         pending = self.pending
         for half_offset, packed in pending.items():
-            pending[half_offset] = renumber(packed)
-        renumbered = [renumber(packed) for packed in held]
-        self._names, self._name_index = names, index
-        self._compact_at = max(self.COMPACT_AT_NAMES, 2 * len(names))
-        return renumbered
+            pending[half_offset] = self.adopt(packed, old)
+        self._compact_at = max(self.COMPACT_AT_NAMES, 2 * len(self.names))
+        return old
 
-    def adopt(self, packed: int, other: TransactionStateTable) -> int:
-        """``other``'s packed entry with this table's name indexes (a decision's ``Before`` across a rebuilt
-        table)."""
-        store_time_s, checks, topic_idx, group_idx = other._unpack(packed)
-        topic, group = self._index(other._names[topic_idx]), self._index(other._names[group_idx])
+    def adopt(self, packed: int, names: list[str]) -> int:
+        """``packed``, whose name indexes point into ``names`` (a list this table replaced, or another table's),
+        with this table's indexes for those names."""
+        store_time_s, checks, topic_idx, group_idx = self._unpack(packed)
+        topic, group = self._index(names[topic_idx]), self._index(names[group_idx])
         return ((store_time_s << self._CHECK_BITS | checks) << self._TOPIC_BITS | topic) << self._GROUP_BITS | group
 
     def _unpack(self, packed: int) -> tuple[int, int, int, int]:
@@ -136,7 +120,7 @@ class TransactionStateTable:
         if packed is None:
             return None
         store_time_s, checks, topic_idx, group_idx = self._unpack(packed)
-        return PendingInfo(half_offset, store_time_s, checks, self._names[topic_idx], self._names[group_idx],
+        return PendingInfo(half_offset, store_time_s, checks, self.names[topic_idx], self.names[group_idx],
                            half_offset in self.recovered)
 
     # --- outcomes -----------------------------------------------------------------------------------
@@ -186,7 +170,7 @@ class TransactionStateTable:
         kept; the caller restores the recovered flag)."""
         store_time_s, checks, topic_idx, group_idx = self._unpack(packed)
         self._set_outcome(half_offset, Outcome.PENDING)
-        self.add_pending(half_offset, self._names[topic_idx], self._names[group_idx], store_time_s, check_at_s, checks)
+        self.add_pending(half_offset, self.names[topic_idx], self.names[group_idx], store_time_s, check_at_s, checks)
 
     def decide(self, half_offset: int, outcome: Outcome) -> None:
         """Record an outcome; a DISCARD keeps the transaction listable, COMMIT and ROLLBACK are final. Once per
@@ -195,7 +179,7 @@ class TransactionStateTable:
         if packed is not None:
             self.recovered.discard(half_offset)
             per_topic = self.pending_per_topic
-            topic = self._names[(packed >> self._GROUP_BITS) & ((1 << self._TOPIC_BITS) - 1)]
+            topic = self.names[(packed >> self._GROUP_BITS) & ((1 << self._TOPIC_BITS) - 1)]
             per_topic[topic] -= 1
             if not per_topic[topic]:
                 del per_topic[topic]
@@ -275,7 +259,7 @@ class TransactionStateTable:
             store_time_s, checks, topic_idx, group_idx = self._unpack(packed)
             row.pack_into(rows, pos, half_offset, store_time_s, checks, topic_idx, group_idx)
             pos += row.size
-        names = orjson.dumps(self._names)
+        names = orjson.dumps(self.names)
         parts: list[bytes | bytearray] = [
                  self._SNAP_HEAD.pack(self._SNAP_MAGIC, half_covered, op_covered),
                  struct.pack(">I", len(names)), names, struct.pack(">I", len(outcomes)), bytes(outcomes),
