@@ -19,6 +19,10 @@ instead compares the official RocketMQ 5 Python client (``rocketmq-python-client
 with at most ``--window`` unanswered, tests/grpc/drivers/rmq5_py.py) with single-message SEND_MESSAGE frames over
 remoting as RocketMQ 4's clients send them (``bench/raw_frames.py``'s client, the same window), alternating, a
 fresh 4-queue topic per run: messages per second and the broker's CPU per message of each, and their ratios.
+Each run also drives the official client against a servicer that answers at once and stores nothing (``--floor``,
+in a process of its own on grpcio's asyncio server and txmq's event loop, as the broker runs its endpoint): the
+client's rate there is the most any broker could give that client on this machine, the servicer's CPU per call is
+grpcio's own cost of a unary call, and the client's CPU per send is printed for every gRPC case.
 """
 
 from __future__ import annotations
@@ -49,7 +53,11 @@ from txmq import LocalTransactionState, Message, Producer, TransactionListener, 
 from txmq.client.admin import Admin  # noqa: E402
 from txmq.grpc.protocol import definition_pb2 as pb  # noqa: E402
 from txmq.grpc.protocol import service_pb2 as spb  # noqa: E402
-from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
+from txmq.grpc.protocol.service_pb2_grpc import (  # noqa: E402
+    MessagingServiceServicer,
+    MessagingServiceStub,
+    add_MessagingServiceServicer_to_server,
+)
 from txmq.launch import ServerProcess, txmq_command  # noqa: E402
 
 sys.path.append(_HERE)  # the other benches, now that grpc is imported
@@ -149,9 +157,10 @@ async def grpc_run(addr: str, topic: str, count: int, window: int, body: bytes, 
 # --- the official client against raw remoting frames (issue 15) ---------------------------------------------
 
 def official_send(root: Path, endpoint: str, topic: str, count: int, window: int, size: int,
-                  meter: bench.Meter) -> float:
-    """Seconds the official client's ``send_async`` took for ``count`` messages (its own process and HOME);
-    ``meter`` runs from its first send to its last receipt, after the client's start-up (routes, session)."""
+                  meter: bench.Meter) -> tuple[float, float]:
+    """Seconds the official client's ``send_async`` took for ``count`` messages (its own process and HOME), and
+    the client process's CPU seconds meanwhile; ``meter`` runs from its first send to its last receipt, after the
+    client's start-up (routes, session)."""
     home = root / "rmq5-home"
     home.mkdir(exist_ok=True)
     proc = subprocess.Popen([str(RMQ5_PYTHON), str(RMQ5_DRIVER), json.dumps({
@@ -160,6 +169,7 @@ def official_send(root: Path, endpoint: str, topic: str, count: int, window: int
         stderr=subprocess.DEVNULL, text=True)
     assert proc.stdin is not None and proc.stdout is not None
     events = []
+    client_cpu = [0.0, 0.0]
     try:
         for line in proc.stdout:
             if not line.startswith("{"):
@@ -167,10 +177,12 @@ def official_send(root: Path, endpoint: str, topic: str, count: int, window: int
             events.append(json.loads(line))
             if events[-1]["event"] == "ready":
                 meter.start()
+                client_cpu[0] = bench.process_cpu_s(proc.pid) or 0.0
                 proc.stdin.write("go\n")
                 proc.stdin.flush()
             elif events[-1]["event"] == "sent":
                 meter.stop()
+                client_cpu[1] = bench.process_cpu_s(proc.pid) or 0.0
             elif events[-1]["event"] == "done":
                 break
     finally:
@@ -180,18 +192,74 @@ def official_send(root: Path, endpoint: str, topic: str, count: int, window: int
     sent = next((e for e in events if e["event"] == "sent"), None)
     if sent is None or sent["failures"]:
         raise bench.BenchError(f"official client failed: {sent or events[-1:]}")
-    return float(sent["seconds"])
+    return float(sent["seconds"]), client_cpu[1] - client_cpu[0]
 
 
-def official_vs_remoting(server: ServerProcess, root: Path, args: argparse.Namespace) -> None:
-    rows: dict[str, list[tuple[float, float]]] = {"remoting": [], "grpc": []}  # (msg/s, broker µs/msg)
+class FloorServicer(MessagingServiceServicer):
+    """What the official producer asks (its route, heartbeat and settings, then its sends), answered at once,
+    nothing stored: the least a broker could do per call behind grpcio."""
+
+    def __init__(self) -> None:
+        self.port = 0
+
+    async def QueryRoute(self, request, context):  # type: ignore[no-untyped-def]
+        ok = pb.Status(code=pb.OK, message="OK")
+        broker = pb.Broker(name="floor", id=0, endpoints=pb.Endpoints(
+            scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=self.port)]))
+        return spb.QueryRouteResponse(status=ok, message_queues=[pb.MessageQueue(
+            topic=request.topic, id=i, permission=pb.READ_WRITE, broker=broker, accept_message_types=[pb.NORMAL])
+            for i in range(raw_frames.QUEUES)])
+
+    async def Heartbeat(self, request, context):  # type: ignore[no-untyped-def]
+        return spb.HeartbeatResponse(status=pb.Status(code=pb.OK, message="OK"))
+
+    async def SendMessage(self, request, context):  # type: ignore[no-untyped-def]
+        ok = pb.Status(code=pb.OK, message="OK")
+        return spb.SendMessageResponse(status=ok, entries=[spb.SendResultEntry(
+            status=ok, message_id=m.system_properties.message_id, offset=0) for m in request.messages])
+
+    async def Telemetry(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        async for command in request_iterator:
+            if command.HasField("settings"):
+                yield spb.TelemetryCommand(status=pb.Status(code=pb.OK, message="OK"), settings=command.settings)
+
+
+def serve_floor() -> int:
+    """``--floor``: serve ``FloorServicer`` on a free port (printed on the first line) until stdin closes."""
+    async def serve() -> None:
+        servicer = FloorServicer()
+        server = grpc.aio.server()
+        add_MessagingServiceServicer_to_server(servicer, server)
+        servicer.port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        print(servicer.port, flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        await server.stop(0)
+
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(serve())
+    finally:
+        loop.close()
+    return 0
+
+
+def official_vs_remoting(server: ServerProcess, floor: subprocess.Popen[str], root: Path,
+                         args: argparse.Namespace) -> None:
+    """Alternate remoting frames, the official client on txmq's endpoint and on the floor servicer."""
+    assert floor.stdout is not None
+    floor_addr = f"127.0.0.1:{floor.stdout.readline().strip()}"
+    # (msg/s, server µs/msg, client µs/msg) per kind; the server is the broker, or the floor servicer
+    rows: dict[str, list[tuple[float, float, float]]] = {"remoting": [], "grpc": [], "floor": []}
     for run in range(args.runs):
-        for kind in ("remoting", "grpc") if run % 2 == 0 else ("grpc", "remoting"):
+        for kind in ("remoting", "grpc", "floor") if run % 2 == 0 else ("floor", "grpc", "remoting"):
             topic = f"bench_official_{kind}_{run}"
             bench.ensure_topic(server.addrs["namesrv"], topic, raw_frames.QUEUES)
-            meter = bench.Meter(server.pid)
-            if kind == "grpc":
-                seconds = official_send(root, server.addrs["grpc"], topic, args.count, args.window, args.body, meter)
+            meter = bench.Meter(floor.pid if kind == "floor" else server.pid)
+            client = 0.0
+            if kind != "remoting":
+                seconds, client = official_send(root, floor_addr if kind == "floor" else server.addrs["grpc"],
+                                                topic, args.count, args.window, args.body, meter)
             else:
                 loop = new_event_loop()
                 try:
@@ -201,17 +269,19 @@ def official_vs_remoting(server: ServerProcess, root: Path, args: argparse.Names
                     meter.stop()
                 finally:
                     loop.close()
-            per_s = args.count / seconds
-            us = (meter.broker_cpu or 0) / args.count * 1e6
-            rows[kind].append((per_s, us))
-            print(f"run {run + 1} {kind:8s}: {per_s:9,.0f}/s, broker {us:5.1f} µs/msg "
-                  f"(other CPU {meter.other_cpu or 0:.2f} s in {meter.elapsed:.2f} s; for gRPC that includes the "
-                  f"client)", flush=True)
-    med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
-    for kind, (per_s, us) in med.items():
-        print(f"median {kind:8s}: {per_s:9,.0f}/s, broker {us:5.1f} µs/msg", flush=True)
+                client = meter.client_cpu or 0.0
+            row = (args.count / seconds, (meter.broker_cpu or 0) / args.count * 1e6, client / args.count * 1e6)
+            rows[kind].append(row)
+            print(f"run {run + 1} {kind:8s}: {row[0]:9,.0f}/s, server {row[1]:5.1f} µs/msg, client {row[2]:5.1f} "
+                  f"µs/msg (wall {seconds:.2f} s)", flush=True)
+    med = {k: tuple(statistics.median(r[i] for r in v) for i in range(3)) for k, v in rows.items()}
+    for kind, (per_s, server_us, client_us) in med.items():
+        print(f"median {kind:8s}: {per_s:9,.0f}/s, server {server_us:5.1f} µs/msg, client {client_us:5.1f} µs/msg",
+              flush=True)
     print(f"gRPC (official client) / remoting: {med['grpc'][0] / med['remoting'][0]:.2f}x msg/s, "
           f"{med['grpc'][1] / med['remoting'][1]:.2f}x broker CPU per message", flush=True)
+    print(f"the official client's ceiling here (floor servicer) / remoting: "
+          f"{med['floor'][0] / med['remoting'][0]:.2f}x msg/s", flush=True)
 
 
 def main() -> int:
@@ -221,15 +291,27 @@ def main() -> int:
     ap.add_argument("--body", type=int, default=256)
     ap.add_argument("--official", action="store_true", help="the official RocketMQ 5 client against raw remoting")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--floor", action="store_true", help="serve the floor servicer (started by --official)")
     args = ap.parse_args()
     body = b"x" * args.body
+    if args.floor:
+        return serve_floor()
     if args.official:
         with tempfile.TemporaryDirectory() as tmp:
             server = start_server(Path(tmp))
+            floor = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--floor"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
             try:
-                official_vs_remoting(server, Path(tmp), args)
+                official_vs_remoting(server, floor, Path(tmp), args)
             finally:
                 server.stop()
+                assert floor.stdin is not None
+                floor.stdin.close()
+                try:
+                    floor.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    floor.kill()
+                    floor.wait()
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(Path(tmp))
