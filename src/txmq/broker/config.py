@@ -7,9 +7,11 @@ the snake_case fields below (``brokerName`` → ``broker_name``); command-line f
 from __future__ import annotations
 
 import copy
+import ipaddress
 import logging
 import os
 import re
+import socket
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
@@ -210,6 +212,29 @@ class BrokerConfig:
             if getattr(self, key) < least:
                 raise ValueError(f"config {_conf_key(key)}: {getattr(self, key)} is below {least}")
         return unknown
+
+
+def store_address(host: str, key: str = "brokerIP1") -> str:
+    """The IPv4 address stored messages carry as their store host, from brokerIP1: the address itself, or what a
+    host name resolves to (once, at start). A record and a message id hold the store host in RocketMQ's 4-byte
+    IPv4 form, so an IPv6 address or a name with no IPv4 address is refused here, before the broker serves,
+    instead of refusing every send."""
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        pass
+    try:
+        ipaddress.IPv6Address(host.split("%", 1)[0])
+    except ValueError:
+        pass
+    else:
+        raise ValueError(f"{key} {host!r} is an IPv6 address: txmq stores a message's store host as an IPv4 "
+                         "address (RocketMQ's 4-byte form); set it to an IPv4 address or a name with one")
+    try:
+        found = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ValueError(f"{key} {host!r} is not an IPv4 address and does not resolve to one: {exc}") from None
+    return str(found[0][4][0])
 
 
 def config_properties(config: BrokerConfig) -> dict[str, str]:

@@ -16,7 +16,7 @@ import orjson
 
 from txmq.acl.setup import broker_rpc_hook, broker_validator
 from txmq.broker.client_manager import ConsumerGroupInfo, ConsumerManager, ProducerManager
-from txmq.broker.config import BrokerConfig
+from txmq.broker.config import BrokerConfig, store_address
 from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
 from txmq.broker.processor.admin import AdminBrokerProcessor
 from txmq.broker.processor.client_manage import ClientManageProcessor
@@ -68,6 +68,7 @@ def pick_free_port(host: str = "127.0.0.1") -> int:
 
 class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
+        store_ip = store_address(config.broker_ip1)  # refused at start, not at every send
         if config.listen_port == 0:
             config.listen_port = pick_free_port(config.broker_ip1)
         self.config = config
@@ -75,7 +76,7 @@ class BrokerController:
         self.replicas_manager = ReplicasManager(self) if config.enable_controller_mode else None
         _check_role(config)
         self.root = Path(config.store_path_root_dir)
-        self.store_host = (config.broker_ip1, config.listen_port)
+        self.store_host = (store_ip, config.listen_port)
         self.store = DefaultMessageStore(StoreConfig(
             store_path_root_dir=str(self.root),
             mapped_file_size_commit_log=config.mapped_file_size_commit_log,
