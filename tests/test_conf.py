@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from txmq.broker.config import BrokerConfig, config_properties
+from txmq.broker.config import _RANGES, BrokerConfig, config_properties
 from txmq.conf import parse_properties
 from txmq.errors import InvalidMessageError
 from txmq.message import Message, MessageConst
@@ -24,13 +25,42 @@ def test_java_properties_rules():
     ({"flushDiskType": "SYNC"}, "config flushDiskType: 'SYNC' is not one of ASYNC_FLUSH, SYNC_FLUSH"),
     ({"autoCreateTopicEnable": "yes"}, "config autoCreateTopicEnable: 'yes' is not true or false"),
     ({"metricsExporterType": "OTLP"}, "config metricsExporterType: 'OTLP' is not one of DISABLE, PROM"),
-    ({"grpcClientProducerMaxAttempts": "0"}, "config grpcClientProducerMaxAttempts: 0 is below 1"),
-    ({"grpcClientProducerMaxAttempts": "-2"}, "config grpcClientProducerMaxAttempts: -2 is below 1"),
+    ({"grpcClientProducerMaxAttempts": "0"}, "config grpcClientProducerMaxAttempts: 0 is out of range (it must be at "
+     "least 1)"),
+    ({"grpcClientProducerMaxAttempts": "-2"}, "config grpcClientProducerMaxAttempts: -2 is out of range (it must be at "
+     "least 1)"),
+    ({"flushIntervalCommitLog": "0"}, "config flushIntervalCommitLog: 0 is out of range (it must be at least 1)"),
+    ({"defaultTopicQueueNums": "0"}, "config defaultTopicQueueNums: 0 is out of range (it must be at least 1)"),
+    ({"transactionCheckMax": "256"}, "config transactionCheckMax: 256 is out of range (it must be between 0 and 255)"),
+    ({"listenPort": "65536"}, "config listenPort: 65536 is out of range (it must be between 0 and 65535)"),
+    ({"grpcPort": "65536"}, "config grpcPort: 65536 is out of range (it must be at most 65535)"),
+    ({"diskMaxUsedSpaceRatio": "101"}, "config diskMaxUsedSpaceRatio: 101.0 is out of range (it must be between 0 and "
+     "100)"),
+    ({"mappedFileSizeCommitLog": "4096"}, "config mappedFileSizeCommitLog: 4096 is out of range (it must be at least "
+     "65536)"),
+    ({"serverMaxConnections": "0"}, "config serverMaxConnections: 0 is out of range (it must be at least 1)"),
 ])
 def test_bad_values_name_the_key(values, message):
     with pytest.raises(ValueError) as err:
         BrokerConfig().update(values)
     assert str(err.value) == message
+
+
+def test_every_range_names_a_key_and_holds_its_default():
+    """A range for a key that does not exist would check nothing; a default outside its range would stop every
+    broker that keeps it."""
+    config = BrokerConfig()
+    config.update({k: v for k, v in config_properties(config).items()})  # the defaults pass their own checks
+    keys = {f.name for f in fields(config)} | {f.name for f in fields(config.server_limits)}
+    assert set(_RANGES) <= keys
+    assert {"grpc_port", "transaction_check_max", "server_max_connections"} <= set(_RANGES)
+
+
+def test_a_refused_range_leaves_every_field_as_it_was():
+    config = BrokerConfig()
+    with pytest.raises(ValueError, match="transactionCheckInterval"):
+        config.update({"flushIntervalCommitLog": "200", "transactionCheckInterval": "0"})
+    assert config.flush_interval_commit_log == 500 and config.transaction_check_interval == 30_000
 
 
 def test_unknown_keys_are_warned_once(caplog):

@@ -74,6 +74,9 @@ def test_cluster_broker_status_and_config(live):
     ok(live, "updateBrokerConfig", "-b", addr, "-k", "maxMessageSize", "-v", str(4 * 1024 * 1024))
     code, out = admin(live, "updateBrokerConfig", "-b", addr, "-k", "listenPort", "-v", "1")
     assert code == 1 and "cannot change listenPort while the broker runs" in out
+    code, out = admin(live, "updateBrokerConfig", "-b", addr, "-k", "transactionCheckInterval", "-v", "0")
+    assert code == 1 and "transactionCheckInterval: 0 is out of range" in out
+    assert re.search(r"^transactionCheckInterval\s+=  30000$", ok(live, "getBrokerConfig", "-b", addr), re.M)
 
 
 def test_topic_commands(live):

@@ -32,8 +32,35 @@ _CHOICES = {"flush_disk_type": ("ASYNC_FLUSH", "SYNC_FLUSH"), "broker_role": ("A
             "metrics_exporter_type": ("DISABLE", "PROM")}
 
 
-# keys whose value has a floor (checked when the config is read): attempts count the first one
-_AT_LEAST = {"grpc_client_producer_max_attempts": 1}
+# The range of each numeric key (None: unbounded), checked when the config is read or updated, so a value the
+# broker cannot run with is refused with the key's name instead of failing later (a zero interval is a busy loop,
+# a zero queue count an unroutable topic). Attempts count the first one; a transaction's checks are counted in 8
+# bits, so a transactionCheckMax above 255 would never discard.
+_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "listen_port": (0, 65535), "grpc_port": (None, 65535), "ha_listen_port": (0, 65535),
+    "metrics_prom_exporter_port": (0, 65535),
+    "grpc_client_producer_max_attempts": (1, None),
+    "flush_interval_commit_log": (1, None), "sync_flush_timeout": (1, None),
+    "mapped_file_size_commit_log": (64 * 1024, None), "mapped_file_size_consume_queue": (20, None),
+    "file_reserved_time": (0, None), "max_message_size": (1, None),
+    "max_hash_slot_num": (1, None), "max_index_num": (1, None),
+    "disk_space_warning_level_ratio": (0, 100), "disk_space_clean_forcibly_ratio": (0, 100),
+    "disk_max_used_space_ratio": (0, 100), "access_message_in_memory_max_ratio": (0, 100),
+    "default_topic_queue_nums": (1, None), "short_polling_time_mills": (0, None),
+    "register_name_server_period": (1, None), "flush_consumer_offset_interval": (1, None),
+    "consumer_offset_max_entries": (1, None), "client_channel_expired_ms": (1, None),
+    "max_held_pulls_per_connection": (0, None), "max_held_pulls": (0, None),
+    "transaction_time_out": (0, None), "transaction_check_max": (0, 255), "transaction_check_interval": (1, None),
+    "transaction_orphan_factor": (1, None), "transaction_snapshot_interval": (1, None),
+    "ha_send_heartbeat_interval": (1, None), "ha_housekeeping_interval": (1, None),
+    "ha_transfer_batch_size": (1, None), "ha_max_gap_not_in_sync": (0, None),
+    "in_sync_replicas": (1, None), "min_in_sync_replicas": (1, None), "slave_synchronize_interval": (1, None),
+    "broker_heartbeat_interval": (1, None), "controller_heart_beat_timeout_mills": (1, None),
+    "broker_lease_mills": (1, None),
+    # the remoting server's limits (ServerLimits)
+    "server_channel_max_idle_time_seconds": (0, None), "server_frame_timeout_seconds": (0, None),
+    "server_max_connections": (1, None), "server_buffered_bytes_max": (1, None),
+}
 
 # the keys whose camelCase is not the fields' (brokerIP1, not brokerIp1)
 _IP_KEYS = {"broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2"}
@@ -208,9 +235,12 @@ class BrokerConfig:
             value = getattr(self, key)
             if value.upper() not in allowed:
                 raise ValueError(f"config {_conf_key(key)}: {value!r} is not one of {', '.join(allowed)}")
-        for key, least in _AT_LEAST.items():
-            if getattr(self, key) < least:
-                raise ValueError(f"config {_conf_key(key)}: {getattr(self, key)} is below {least}")
+        for key, (least, most) in _RANGES.items():
+            value = getattr(self.server_limits if hasattr(self.server_limits, key) else self, key)
+            if (least is not None and value < least) or (most is not None and value > most):
+                span = f"at least {least}" if most is None else f"at most {most}" if least is None \
+                    else f"between {least} and {most}"
+                raise ValueError(f"config {_conf_key(key)}: {value} is out of range (it must be {span})")
         return unknown
 
 
