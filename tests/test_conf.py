@@ -31,7 +31,7 @@ def test_java_properties_rules():
      "least 1)"),
     ({"flushIntervalCommitLog": "0"}, "config flushIntervalCommitLog: 0 is out of range (it must be at least 1)"),
     ({"defaultTopicQueueNums": "0"}, "config defaultTopicQueueNums: 0 is out of range (it must be at least 1)"),
-    ({"transactionCheckMax": "256"}, "config transactionCheckMax: 256 is out of range (it must be between 0 and 255)"),
+    ({"transactionCheckMax": "-1"}, "config transactionCheckMax: -1 is out of range (it must be at least 0)"),
     ({"listenPort": "65536"}, "config listenPort: 65536 is out of range (it must be between 0 and 65535)"),
     ({"grpcPort": "65536"}, "config grpcPort: 65536 is out of range (it must be at most 65535)"),
     ({"diskMaxUsedSpaceRatio": "101"}, "config diskMaxUsedSpaceRatio: 101.0 is out of range (it must be between 0 and "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import re
 import time
 import weakref
 
@@ -215,14 +216,27 @@ def test_illegal_messages_are_refused(root):
     async def main():
         store = DefaultMessageStore(make_config(root, max_message_size=1000))
         await store.start()
-        assert (await store.put_message(msg(body=b"x" * 2000))).status is PutMessageStatus.MESSAGE_ILLEGAL
-        big_props = msg(big="y" * 40000)
-        assert (await store.put_message(big_props)).status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+        # each refusal says why (the send's answer carries it): the size and the limit that was passed
+        big = await store.put_message(msg(body=b"x" * 2000))
+        assert big.status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert re.fullmatch(r"the stored record \(body, properties and header\) is \d+ bytes: it must fit "
+                            r"maxMessageSize 1000", big.remark), big.remark
+        big_props = await store.put_message(msg(big="y" * 40000))
+        assert big_props.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED and "properties" in big_props.remark
         assert (await store.put_message(msg("t" * 200))).status is PutMessageStatus.MESSAGE_ILLEGAL
         for bad_topic in ("", "..", "a/b"):
-            assert (await store.put_message(msg(bad_topic))).status is PutMessageStatus.MESSAGE_ILLEGAL
-        assert (await store.put_message(msg(queue_id=-1))).status is PutMessageStatus.MESSAGE_ILLEGAL
+            refused = await store.put_message(msg(bad_topic))
+            assert refused.status is PutMessageStatus.MESSAGE_ILLEGAL
+            assert refused.remark == f"topic {bad_topic!r} queue 0 cannot be stored"
+        assert (await store.put_message(msg(queue_id=-1))).remark == "topic 'T' queue -1 cannot be stored"
         assert store.max_phy_offset == 0
+        await store.shutdown()
+        # a record bigger than a commit-log segment is refused by the segment, and says so
+        store = DefaultMessageStore(make_config(root, max_message_size=4 * SEGMENT))
+        await store.start()
+        over = await store.put_message(msg(body=b"x" * (SEGMENT + 1)))
+        assert over.status is PutMessageStatus.MESSAGE_ILLEGAL and "a commit-log segment" in over.remark
+        assert "mappedFileSizeCommitLog" in over.remark
         await store.shutdown()
 
     run(main)

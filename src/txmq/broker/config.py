@@ -34,8 +34,7 @@ _CHOICES = {"flush_disk_type": ("ASYNC_FLUSH", "SYNC_FLUSH"), "broker_role": ("A
 
 # The range of each numeric key (None: unbounded), checked when the config is read or updated, so a value the
 # broker cannot run with is refused with the key's name instead of failing later (a zero interval is a busy loop,
-# a zero queue count an unroutable topic). Attempts count the first one; a transaction's checks are counted in 8
-# bits, so a transactionCheckMax above 255 would never discard.
+# a zero queue count an unroutable topic). Attempts count the first one.
 _RANGES: dict[str, tuple[float | None, float | None]] = {
     "listen_port": (0, 65535), "grpc_port": (None, 65535), "ha_listen_port": (0, 65535),
     "metrics_prom_exporter_port": (0, 65535),
@@ -50,7 +49,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "register_name_server_period": (1, None), "flush_consumer_offset_interval": (1, None),
     "consumer_offset_max_entries": (1, None), "client_channel_expired_ms": (1, None),
     "max_held_pulls_per_connection": (0, None), "max_held_pulls": (0, None),
-    "transaction_time_out": (0, None), "transaction_check_max": (0, 255), "transaction_check_interval": (1, None),
+    "transaction_time_out": (0, None), "transaction_check_max": (0, None), "transaction_check_interval": (1, None),
     "transaction_orphan_factor": (1, None), "transaction_snapshot_interval": (1, None),
     "ha_send_heartbeat_interval": (1, None), "ha_housekeeping_interval": (1, None),
     "ha_transfer_batch_size": (1, None), "ha_max_gap_not_in_sync": (0, None),

@@ -541,7 +541,8 @@ class DefaultMessageStore:
         for msg in msgs:
             if not valid_topic_directory(msg.topic) or msg.queue_id < 0:
                 log.warning("refused a message for topic %r queue %d", msg.topic[:127], msg.queue_id)
-                refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+                refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                           remark=f"topic {msg.topic[:127]!r} queue {msg.queue_id} cannot be stored")
                 break
             if builds_consume_queue(msg.sys_flag):
                 key = (msg.topic, msg.queue_id)
@@ -566,12 +567,15 @@ class DefaultMessageStore:
                     if "properties" in str(exc)
                     else PutMessageStatus.MESSAGE_ILLEGAL
                 )
-                refused = PutMessageResult(status)
+                refused = PutMessageResult(status, remark=str(exc))
                 break
             size = len(rec) - TRAILER_SIZE  # the message's own size, as encode_message writes it
             if size > limit:
                 log.warning("refused a message of %d bytes for %s (limit %d)", size, msg.topic, limit)
-                refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+                refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=(
+                    f"the stored record (body, properties and header) is {size} bytes: it must fit "
+                    + (f"maxMessageSize {self.config.max_message_size}" if limit == self.config.max_message_size
+                       else f"a commit-log segment ({limit} bytes, mappedFileSizeCommitLog)")))
                 break
             records.append(rec)
             wrote += len(rec)

@@ -357,9 +357,6 @@ class SendMessageProcessor:
                 remark = "service not available now"
             if result.remark:
                 remark += f": {result.remark}"
-            if result.status == PutMessageStatus.MESSAGE_ILLEGAL:
-                remark += (f": the stored record (body, properties and header) must fit maxMessageSize "
-                           f"{self.broker.config.max_message_size}")
             return RemotingCommand.response_to(cmd, code, remark=remark)
         props = msg.properties
         return encode_send_response(cmd, code, ar.msg_id, msg.queue_id, ar.logics_offset,
