@@ -226,7 +226,7 @@ class AdminBrokerProcessor:
         ident = cmd.ext_fields.get("id", "")
         remark = "no such transaction"
         if ident.isdigit() and len(ident) < 20 and self.broker.transaction_service.half_gone(int(ident)):
-            remark += f": half message {ident} was deleted by retention (fileReservedTime)"
+            remark = f"half message {ident} was deleted by retention (fileReservedTime)"
         return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark=remark)
 
     def _describe(self, half_offset: int, half: MessageExt) -> dict[str, Any]:
