@@ -7,7 +7,8 @@ check (code 39, or the gRPC telemetry equivalent) to one live producer of its gr
 when it was handed to a live connection; with no producer online it is tried again next interval, until the half
 is ``transactionTimeOut`` x ``transactionOrphanFactor`` old: then it is discarded as an orphan (listed and resumable
 like any discard), whether or not a check reached a producer before its group left, so a group that never comes
-back cannot grow the table forever.
+back cannot grow the table forever. A transaction whose half message retention already deleted is dropped, with
+every other one below the half queue's start, in one trim of the table (RocketMQ's check skips such a half).
 The checks of one pass are recorded in a single op record.
 """
 
