@@ -8,7 +8,7 @@ import logging
 import time
 
 import pytest
-from tx_helpers import Sender, end, half, open_service
+from tx_helpers import Sender, end, half, open_service, v1_snapshot
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
@@ -166,3 +166,29 @@ def test_a_rollback_still_being_written_is_snapshotted_as_the_log_has_it(tmp_pat
         await store.shutdown()
 
     asyncio.run(go())
+
+
+def test_snapshot_round_trips_the_base_of_a_trimmed_table():
+    t = _table()
+    for i in range(6, 40):
+        t.add_pending(i, "topic0", "g", 1000 + i, 1006 + i)
+        t.decide(i, Outcome.ROLLBACK if i % 3 else Outcome.COMMIT)
+    t.trim(4)  # drops pending 0 and 1, and the decided 2 and 3
+    data = t.to_snapshot(40, 9, {})
+    assert data[:8] == b"TXMQTXS2"
+    loaded, half_from, op_from = TransactionStateTable.from_snapshot(data, lambda s: s)
+    assert (half_from, op_from, loaded.outcomes_base) == (40, 9, 4)
+    assert _state(loaded) == _state(t) and bytes(loaded.outcomes) == bytes(t.outcomes)
+    assert [loaded.outcome(i) for i in (3, 4, 5, 6, 7)] == [Outcome.EXPIRED, Outcome.DISCARD, Outcome.PENDING,
+                                                            Outcome.COMMIT, Outcome.ROLLBACK]
+    # A decision still being written below the base is gone with its half: the snapshot leaves it out.
+    assert TransactionStateTable.from_snapshot(t.to_snapshot(40, 9, {1: (Outcome.PENDING, 0, 0)}),
+                                               lambda s: s)[0].info(1) is None
+
+
+def test_an_old_format_snapshot_still_loads_with_base_zero():
+    t = _table()
+    loaded, half_from, op_from = TransactionStateTable.from_snapshot(v1_snapshot(t, 6, 9), lambda s: s + 6)
+    assert (half_from, op_from, loaded.outcomes_base) == (6, 9, 0)
+    assert _state(loaded) == _state(t) and loaded.discarded == {4: 1}
+    assert sorted(loaded.pop_due(10_000)) == [0, 1, 5]

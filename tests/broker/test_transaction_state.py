@@ -27,7 +27,7 @@ def test_pending_info_round_trips_through_the_packed_int():
 def test_unknown_offsets_are_pending_and_the_outcome_array_grows():
     t = TransactionStateTable()
     assert t.outcome(5) == Outcome.PENDING
-    assert t.outcome(-1) == Outcome.PENDING
+    assert t.outcome(-1) == Outcome.EXPIRED  # below the base: no half message is there
     t.decide(100_000, Outcome.ROLLBACK)
     assert t.outcome(100_000) == Outcome.ROLLBACK
     assert t.outcome(99_999) == Outcome.PENDING
@@ -210,3 +210,49 @@ def test_the_name_list_is_rebuilt_once_it_reaches_its_mark_then_at_twice_what_it
     t.compact_names()
     assert sorted(t.names) == ["g1", "g2", "g3", "orders"] and not t.names_to_compact()
     assert t._compact_at == 8  # max(COMPACT_AT_NAMES, twice the 4 kept)
+
+
+def test_trim_forgets_what_lies_below_the_half_queues_start_and_keeps_the_rest():
+    """Retention deleted the halves below 600: their outcomes go, pending and discarded ones among them are
+    dropped (counts per topic and the recovered flag with them), and every transaction from 600 on answers as
+    before; below the base the answer is EXPIRED, and nothing is recorded there any more."""
+    t = table_with(*range(1000))
+    for off in range(1000):
+        if off % 4 == 1:
+            t.decide(off, Outcome.COMMIT)
+        elif off % 4 == 2:
+            t.decide(off, Outcome.ROLLBACK)
+        elif off % 4 == 3:
+            t.decide(off, Outcome.DISCARD)
+    t.recovered = set(t.pending) | set(t.discarded)
+    expected = {off: t.outcome(off) for off in range(600, 1000)}
+    assert len(t.outcomes) >= 1000
+
+    assert t.trim(600) == (150, 150)  # 600 // 4 pending and as many discarded below 600
+    assert t.outcomes_base == 600 and len(t.outcomes) <= 1024 - 600
+    assert {off: t.outcome(off) for off in range(600, 1000)} == expected
+    assert all(t.outcome(off) == Outcome.EXPIRED for off in (0, 1, 2, 3, 599))
+    assert sorted(t.pending) == list(range(600, 1000, 4)) and t.pending_per_topic == {"orders": 100}
+    assert sorted(t.discarded) == list(range(603, 1000, 4))
+    assert t.recovered == set(t.pending) | set(t.discarded)
+    assert sorted(t.pop_due(10**9)) == list(range(600, 1000, 4))  # the dropped ones' wheel entries are skipped
+
+    t.decide(5, Outcome.ROLLBACK)  # an op record naming a deleted half, replayed: nothing recorded
+    t.add_pending(4, "orders", "g1", 100, 106)
+    t.decide(7, Outcome.DISCARD)
+    assert t.outcome(4) == t.outcome(5) == Outcome.EXPIRED and 4 not in t.pending and 7 not in t.discarded
+    assert t.outcomes_base == 600 and t.trim(500) == (0, 0) and t.outcomes_base == 600  # never backwards
+    t.decide(1500, Outcome.COMMIT)  # grows past the end as before, from the base
+    assert t.outcome(1500) == Outcome.COMMIT and t.outcome(1499) == Outcome.PENDING
+
+
+def test_a_trim_is_due_once_it_frees_enough_of_the_array():
+    t = TransactionStateTable()
+    t.TRIM_AT_LEAST = 100
+    t.decide(999, Outcome.COMMIT)
+    size = len(t.outcomes)
+    assert size >= 1000
+    assert not t.due_for_trim(99) and not t.due_for_trim(size // 4 - 1)  # under a quarter of the array
+    assert t.due_for_trim(size // 4)
+    t.trim(size // 4)
+    assert not t.due_for_trim(size // 4 + 99) and t.due_for_trim(size // 4 + max(100, len(t.outcomes) // 4))

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 from txmq.broker.transaction.service import EndResult, TransactionalMessageService
-from txmq.broker.transaction.state import Outcome
+from txmq.broker.transaction.state import Outcome, TransactionStateTable
 from txmq.message import MessageConst, MessageExt
 from txmq.store import DefaultMessageStore, PutMessageResult, PutMessageStatus, StoreConfig
 from txmq.topic import RMQ_SYS_TRANS_OP_HALF_TOPIC
 
 
-async def open_service(root: Path, snapshot_path: Path | None = None
+async def open_service(root: Path, snapshot_path: Path | None = None, **store_config: Any
                        ) -> tuple[DefaultMessageStore, TransactionalMessageService]:
-    store = DefaultMessageStore(StoreConfig(store_path_root_dir=str(root), store_host=("127.0.0.1", 10911)))
+    """A started store (``store_config``: StoreConfig fields beyond the defaults) and its recovered service."""
+    store = DefaultMessageStore(StoreConfig(store_path_root_dir=str(root), store_host=("127.0.0.1", 10911),
+                                            **store_config))
     await store.start()
     service = TransactionalMessageService(store, transaction_timeout_ms=1000, file_reserved_time_h=72,
                                           snapshot_path=snapshot_path)
@@ -23,16 +27,29 @@ async def open_service(root: Path, snapshot_path: Path | None = None
     return store, service
 
 
+def half_msg(n: int, prefix: str = "U", queue_id: int = 0, group: str = "g") -> MessageExt:
+    """Transactional message ``n`` of producer group ``group``, to topic "orders", as a producer sends it."""
+    return MessageExt("orders", f"m{n}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
+                                                    MessageConst.PRODUCER_GROUP: group,
+                                                    MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"{prefix}{n:030d}"},
+                      queue_id=queue_id, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
+
+
 async def half(service: TransactionalMessageService, n: int, prefix: str = "U", queue_id: int = 0, group: str = "g"
                ) -> tuple[int, int]:
     """Store half message ``n`` of producer group ``group``; returns (half offset, commit-log offset)."""
-    m = MessageExt("orders", f"m{n}".encode(), {MessageConst.TRANSACTION_PREPARED: "true",
-                                                 MessageConst.PRODUCER_GROUP: group,
-                                                 MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"{prefix}{n:030d}"},
-                   queue_id=queue_id, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
-    r = await service.prepare_message(m)
+    r = await service.prepare_message(half_msg(n, prefix, queue_id, group))
     assert r.status == PutMessageStatus.PUT_OK and r.append_result is not None
     return r.append_result.logics_offset, r.append_result.wrote_offset
+
+
+async def halves(service: TransactionalMessageService, first: int, count: int, prefix: str = "U"
+                 ) -> list[tuple[int, int]]:
+    """Store half messages ``first`` to ``first + count - 1`` with one write; their (half offset, commit-log offset)."""
+    msgs = [half_msg(n, prefix) for n in range(first, first + count)]
+    r = await service.prepare_messages(msgs)
+    assert r.status == PutMessageStatus.PUT_OK
+    return [(m.queue_offset, m.commit_log_offset) for m in msgs]
 
 
 def end(service: TransactionalMessageService, off: int, clo: int, outcome: Outcome, group: str = "g"
@@ -65,3 +82,11 @@ def lose_op_records(store: DefaultMessageStore, service: TransactionalMessageSer
     async def no_op(op: str, offsets: list[int]) -> bool:
         return True
     service._write_op = no_op  # type: ignore[method-assign]
+
+
+def v1_snapshot(t: TransactionStateTable, half_covered: int, op_covered: int) -> bytes:
+    """The snapshot of a table never trimmed, as brokers before the base wrote it ("TXMQTXS1": no base field)."""
+    assert t.outcomes_base == 0
+    v2 = t.to_snapshot(half_covered, op_covered, {})
+    body = b"TXMQTXS1" + v2[8:24] + v2[32:-4]
+    return body + zlib.crc32(body).to_bytes(4, "big")

@@ -28,6 +28,7 @@ from txmq import (
     LocalTransactionState,
     Message,
     MessageQueue,
+    Producer,
     PullConsumer,
     PullStatus,
     PushConsumer,
@@ -467,6 +468,44 @@ def test_check_immunity_is_capped_by_the_orphan_bound(cluster):
         assert listener.checks == 1
         st = tx_stats(cluster.namesrv_addr)
         assert (st["commits"], st["pending"], st["discards"]) == (1, 0, 0)
+
+
+# --- retention -----------------------------------------------------------------------------------------------
+
+
+def test_a_transaction_whose_half_retention_deleted_is_refused_with_the_reason(cluster):
+    """The broker's own retention (segments of 64 KiB, fileReservedTime about a second) deletes a committed
+    transaction's half: a late END_TRANSACTION for it, either way, and `txmq tx show|resume` answer that its half
+    was deleted by retention; nothing is stored, and new transactions end as before."""
+    broker = cluster.start_broker("broker-a", {**TX_CONF, "mappedFileSizeCommitLog": 64 * 1024,
+                                               "fileReservedTime": 0.0003})
+    topic = "tx_retention"
+    create_topic(cluster, topic, 1)
+    listener = RuleListener(lambda n: COMMIT, lambda n: COMMIT)
+    with TransactionProducer("p_tx_retention", listener, cluster.namesrv_addr) as producer:
+        first = producer.send_message_in_transaction(Message(topic, b"retention-0"))
+        assert first.local_transaction_state == COMMIT
+        with Producer("p_tx_filler", cluster.namesrv_addr) as filler:
+            for _ in range(24):  # three segments of plain messages after the half
+                assert filler.send(Message("tx_retention_filler", b"f" * 8000)).status == SendStatus.SEND_OK
+        addr = broker.addrs["broker"]
+        commit = end_tx_header(producer, first, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+        rollback = end_tx_header(producer, first, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
+        # a repeat ("already committed") until the store's checkpoint (3 s) and retention (every 10 s) have run
+        refused = wait_for(lambda: (r := asyncio.run(raw_end(addr, commit))[0]).code != ResponseCode.SUCCESS and r,
+                           30, "the half deleted by retention")
+        assert refused.code == ResponseCode.SYSTEM_ERROR and "deleted by retention" in (refused.remark or ""), refused
+        rolled = asyncio.run(raw_end(addr, rollback))[0]
+        assert rolled.code == ResponseCode.SYSTEM_ERROR and "deleted by retention" in (rolled.remark or ""), rolled
+        for command in ("show", "resume"):
+            out = cli(cluster, "tx", command, str(first.queue_offset))
+            assert out.returncode != 0 and "deleted by retention" in out.stderr, (command, out.stderr)
+        after = producer.send_message_in_transaction(Message(topic, b"retention-1"))
+        assert after.local_transaction_state == COMMIT
+    # the two committed messages and nothing else (the late COMMIT stored none), once the oneway COMMIT is in
+    wait_for(lambda: max_offsets(cluster.namesrv_addr, topic) == 2, 10, "the new transaction's message")
+    time.sleep(0.5)
+    assert max_offsets(cluster.namesrv_addr, topic) == 2
 
 
 # --- invisibility ------------------------------------------------------------------------------------------

@@ -154,16 +154,26 @@ class Admin(ClientBase):
                 raise BrokerError(r.code, r.remark)
         return resps
 
+    @staticmethod
+    def _unknown(ident: str, resps: dict[str, RemotingCommand]) -> ClientError:
+        """No broker knows the transaction; what a broker said beyond that (its half message deleted by
+        retention) is kept."""
+        why = [f"{name}: {r.remark}" for name, r in resps.items()
+               if r.code == ResponseCode.QUERY_NOT_FOUND and r.remark and r.remark != "no such transaction"]
+        return ClientError(f"no broker knows transaction {ident}" + (f" ({'; '.join(why)})" if why else ""))
+
     def tx_show(self, ident: str, group: str = "") -> dict[str, Any]:
         """The transaction named by transaction id or half offset, from the first broker that knows it."""
-        for name, r in self._tx_each(RequestCode.TXMQ_TX_SHOW, ident, group).items():
+        resps = self._tx_each(RequestCode.TXMQ_TX_SHOW, ident, group)
+        for name, r in resps.items():
             if r.code == ResponseCode.SUCCESS:
                 return {"broker": name, **orjson.loads(r.body)}
-        raise ClientError(f"no broker knows transaction {ident}")
+        raise self._unknown(ident, resps)
 
     def tx_decide(self, ident: str, outcome: str, group: str = "") -> str:
         """An operator's COMMIT or ROLLBACK of the transaction named by id or half offset; the broker's name."""
-        for name, r in self._tx_each(RequestCode.TXMQ_TX_DECIDE, ident, group, {"outcome": outcome}).items():
+        resps = self._tx_each(RequestCode.TXMQ_TX_DECIDE, ident, group, {"outcome": outcome})
+        for name, r in resps.items():
             if r.code == ResponseCode.SUCCESS:
                 return name
             if r.code == ResponseCode.TRANSACTION_SHOULD_COMMIT:
@@ -172,13 +182,16 @@ class Admin(ClientBase):
                 raise ClientError(f"transaction {ident} was already rolled back (the first decision wins)")
             if r.code != ResponseCode.QUERY_NOT_FOUND:
                 raise BrokerError(r.code, f"{name}: {r.remark}")
-        raise ClientError(f"no broker knows transaction {ident}")
+        raise self._unknown(ident, resps)
 
     def tx_resume(self, ident: str, group: str = "") -> str:
         errors = []
-        for name, r in self._tx_each(RequestCode.TXMQ_TX_RESUME, ident, group).items():
+        resps = self._tx_each(RequestCode.TXMQ_TX_RESUME, ident, group)
+        for name, r in resps.items():
             if r.code == ResponseCode.SUCCESS:
                 return name
             if r.code != ResponseCode.QUERY_NOT_FOUND:
                 errors.append(f"{name}: {r.remark}")
-        raise ClientError("; ".join(errors) or f"no broker knows transaction {ident}")
+        if errors:
+            raise ClientError("; ".join(errors))
+        raise self._unknown(ident, resps)

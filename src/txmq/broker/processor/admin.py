@@ -221,6 +221,14 @@ class AdminBrokerProcessor:
             return None
         return found
 
+    def _no_such_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
+        """The answer when ``_find_half`` finds nothing; for a half offset retention deleted, it says so."""
+        ident = cmd.ext_fields.get("id", "")
+        remark = "no such transaction"
+        if ident.isdigit() and len(ident) < 20 and self.broker.transaction_service.half_gone(int(ident)):
+            remark = f"half message {ident} was deleted by retention (fileReservedTime)"
+        return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark=remark)
+
     def _describe(self, half_offset: int, half: MessageExt) -> dict[str, Any]:
         table = self.broker.transaction_service.table
         info = table.info(half_offset)
@@ -261,7 +269,7 @@ class AdminBrokerProcessor:
     def _tx_show(self, cmd: RemotingCommand) -> RemotingCommand:
         found = self._find_half(cmd)
         if found is None:
-            return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no such transaction")
+            return self._no_such_transaction(cmd)
         half_offset, half = found
         entry = self._describe(half_offset, half)
         entry["properties"] = half.user_properties
@@ -275,13 +283,13 @@ class AdminBrokerProcessor:
     def _tx_resume(self, cmd: RemotingCommand):
         found = self._find_half(cmd)
         if found is None:
-            return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no such transaction")
+            return self._no_such_transaction(cmd)
         return self._resume(cmd, found[0])
 
     def _tx_decide(self, cmd: RemotingCommand):
         found = self._find_half(cmd)
         if found is None:
-            return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no such transaction")
+            return self._no_such_transaction(cmd)
         outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(cmd.ext_fields.get("outcome", ""))
         if outcome is None:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark="outcome: COMMIT or ROLLBACK")

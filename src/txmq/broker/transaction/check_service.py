@@ -7,7 +7,8 @@ check (code 39, or the gRPC telemetry equivalent) to one live producer of its gr
 when it was handed to a live connection; with no producer online it is tried again next interval, until the half
 is ``transactionTimeOut`` x ``transactionOrphanFactor`` old: then it is discarded as an orphan (listed and resumable
 like any discard), whether or not a check reached a producer before its group left, so a group that never comes
-back cannot grow the table forever.
+back cannot grow the table forever. A transaction whose half message retention already deleted is dropped, with
+every other one below the half queue's start, in one trim of the table (RocketMQ's check skips such a half).
 The checks of one pass are recorded in a single op record.
 """
 
@@ -88,6 +89,11 @@ class TransactionalMessageCheckService:
                 continue
             half = self.service.half_message(half_offset)
             if half is None:
+                if self.service.half_gone(half_offset):
+                    # Retention deleted it: dropped with every other transaction below the half queue's start, in
+                    # one trim (one log line), as RocketMQ's check skips a half it can no longer read.
+                    self.service.trim(always=True)
+                    continue
                 log.error("half message %d is gone from the log; transaction dropped", half_offset)
                 table.decide(half_offset, Outcome.DISCARD)
                 continue

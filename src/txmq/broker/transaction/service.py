@@ -35,7 +35,7 @@ import orjson
 
 from txmq.broker.consumer_offset_manager import DEFAULT_MAX_ENTRIES
 from txmq.broker.transaction.metrics import TransactionMetrics
-from txmq.broker.transaction.state import COMMIT, FINAL, ROLLBACK, Before, Outcome, TransactionStateTable
+from txmq.broker.transaction.state import COMMIT, EXPIRED, FINAL, ROLLBACK, Before, Outcome, TransactionStateTable
 from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
@@ -69,6 +69,7 @@ _NOT_TYPE, _COMMIT_TYPE = MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TR
 _reset_transaction_value = MessageSysFlag.reset_transaction_value
 _OP_OUTCOMES = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK, "DISCARD": Outcome.DISCARD}
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
+_EXPIRED = "was deleted by retention (fileReservedTime): its transaction can no longer be ended"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,12 @@ _STORED: dict[int, EndResult] = {
 # One decision: the transaction (half offset and the half message's commit-log offset) and its outcome. A plain
 # tuple: a NamedTuple's constructor is a Python function, about 0.4 µs per decision.
 EndEntry = tuple[int, int, Outcome]
+
+
+def _expired(where: str) -> EndResult:
+    """The answer to a decision for a transaction whose half message retention deleted: a COMMIT cannot store
+    its body any more, and the table no longer knows whether it was decided, so nothing is accepted."""
+    return EndResult(ResponseCode.SYSTEM_ERROR, f"the half message at {where} {_EXPIRED}")
 
 
 def _stored_answer(put: PutMessageResult) -> EndResult:
@@ -316,17 +323,22 @@ class TransactionalMessageService:
             try:
                 half = self._half_at(commit_log_offset)
             except StoreError as exc:
-                results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"Find prepared transaction message failed: {exc}")
+                results[i] = _expired(f"commit-log offset {commit_log_offset}") \
+                    if commit_log_offset < self.store.min_phy_offset \
+                    else EndResult(ResponseCode.SYSTEM_ERROR, f"Find prepared transaction message failed: {exc}")
                 continue
             problem = self._check_prepare_message(half, producer_group, half_offset, commit_log_offset)
             if problem:
                 results[i] = EndResult(ResponseCode.SYSTEM_ERROR, problem)
                 continue
             running = in_flight.get(half_offset)
+            current = table.outcome(half_offset)
             if running is not None:
                 waits.append((i, running))
-            elif table.outcome(half_offset) in FINAL:
+            elif current in FINAL:
                 results[i] = self._repeat(half_offset, outcome, None)
+            elif current is EXPIRED:  # a remembered half whose transaction the table forgot: never decided again
+                results[i] = _expired(f"half offset {half_offset}")
             else:
                 in_flight[half_offset] = (decided, i)
                 claimed.append((i, half))
@@ -549,7 +561,10 @@ class TransactionalMessageService:
             self._restore(half_offset, self._committing.pop(half_offset))
 
     def _restore(self, half_offset: int, before: Before) -> None:
-        """A decision that did not reach the log: the transaction is as it was before it."""
+        """A decision that did not reach the log: the transaction is as it was before it (unless the table was
+        trimmed past it meanwhile: then it is gone with its half message)."""
+        if half_offset < self.table.outcomes_base:
+            return
         outcome, packed, checks = before
         if half_offset in self._recovered_before:
             self.table.recovered.add(half_offset)  # its commit may be in the log in part: look again
@@ -663,6 +678,8 @@ class TransactionalMessageService:
 
     async def resume(self, half_offset: int) -> str | None:
         """Put a discarded transaction back into checking; returns an error text or None."""
+        if self.table.outcome(half_offset) is EXPIRED:
+            return f"half message {half_offset} {_EXPIRED}"
         if self.table.outcome(half_offset) != Outcome.DISCARD:
             return f"transaction at half offset {half_offset} is {self.table.outcome(half_offset).name}, not DISCARD"
         half = self.half_message(half_offset)
@@ -723,17 +740,40 @@ class TransactionalMessageService:
     async def record_checks(self, half_offsets: list[int]) -> None:
         await self._write_op("CHECK", half_offsets)
 
+    # --- retention ------------------------------------------------------------------------------------
+
+    def trim(self, *, always: bool = False) -> bool:
+        """Forget the transactions whose half messages retention deleted (the half queue's start moved past the
+        table's base), once that frees enough of the table to pay for the copy, or ``always``. Pending and
+        discarded ones among them are dropped, as RocketMQ's check skips a half it can no longer read: their
+        bodies are gone, so nothing can commit them. One log line per trim."""
+        min_offset = self.store.get_min_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0)
+        base = self.table.outcomes_base
+        if min_offset <= base or not (always or self.table.due_for_trim(min_offset)):
+            return False
+        pending, discarded = self.table.trim(min_offset)
+        log.info("retention deleted the half messages below offset %d: transaction table trimmed from %d, "
+                 "%d pending and %d discarded transactions dropped with their halves", min_offset, base, pending,
+                 discarded)
+        return True
+
+    def half_gone(self, half_offset: int) -> bool:
+        """Whether retention deleted the half message at ``half_offset`` (it lies before the half queue's start)."""
+        return half_offset < self.store.get_min_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0)
+
     # --- recovery -------------------------------------------------------------------------------------
 
     def snapshot(self) -> bool:
-        """Write the table to ``snapshot_path`` if it changed since the last one. Runs on the loop thread with
-        no await, and flushes the store first, so every record the snapshot reflects is on disk. The caller
-        keeps it out of check passes (their counts reach the log in one op record at the end)."""
+        """Trim the table to what retention left (``trim``), then write it to ``snapshot_path`` if it changed
+        since the last one. Runs on the loop thread with no await, and flushes the store first, so every record
+        the snapshot reflects is on disk. The caller keeps it out of check passes (their counts reach the log in
+        one op record at the end); it runs on slaves too, so a slave's table is trimmed like its master's."""
+        trimmed = self.trim()
         if self.snapshot_path is None:
             return False
         covers = (self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0),
                   self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0))
-        if covers == self._snapshot_covers:
+        if covers == self._snapshot_covers and not trimmed:
             return False
         self.store.flush_and_checkpoint()
         as_before = dict(self._committing)
@@ -767,9 +807,10 @@ class TransactionalMessageService:
                         self.snapshot_path, exc)
             return None
         if half_from > self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0) or \
-                op_from > self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0):
-            log.warning("transaction snapshot %s is ahead of the log: replaying the whole half and op queues",
-                        self.snapshot_path)
+                op_from > self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) or \
+                table.outcomes_base > self.store.get_min_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0):
+            log.warning("transaction snapshot %s does not fit the log (ahead of its end, or trimmed past its start): "
+                        "replaying the whole half and op queues", self.snapshot_path)
             return None
         self.table = table
         self._snapshot_covers = (half_from, op_from)
@@ -777,9 +818,13 @@ class TransactionalMessageService:
 
     def recover(self) -> None:
         """Rebuild the table: from the last snapshot plus the half and op records after it, or from the whole
-        half and op queues when there is no usable snapshot (the log is the truth)."""
+        half and op queues when there is no usable snapshot (the log is the truth). Either way the table starts
+        at the half queue's start: what retention deleted since the snapshot is dropped, and a full replay begins
+        there."""
         started = time.monotonic()
         start = self._load_snapshot()
+        if self.trim(always=True):
+            self._snapshot_covers = (-1, -1)  # the next snapshot leaves out what was trimmed
         halves = self._replay(RMQ_SYS_TRANS_HALF_TOPIC, self._replay_half, start[0] if start else None)
         ops = self._replay(RMQ_SYS_TRANS_OP_HALF_TOPIC, self._replay_op, start[1] if start else None)
         # Discarded ones too: a COMMIT is still accepted for them (then `tx resume`), and may have been cut short.

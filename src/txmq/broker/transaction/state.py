@@ -3,9 +3,11 @@ transaction beyond one dict entry).
 
 Transactions are named by their half message's offset in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (RocketMQ's
 ``tranStateTableOffset``), which grows by one per half message, so outcomes fit in a ``bytearray`` indexed by
-that offset. Pending transactions keep one packed int each (store second, checks sent, topic and group
-indexes: about 110 bytes with the dict slot), and their next check time sits in a wheel of one-second
-buckets, so a check pass touches only the buckets that are due.
+that offset from a base on: the offsets below it are those whose half messages retention deleted (``trim``), so
+the table follows what the log holds, not every transaction the broker ever saw. Pending transactions keep one
+packed int each (store second, checks sent, topic and group indexes: about 110 bytes with the dict slot), and
+their next check time sits in a wheel of one-second buckets, so a check pass touches only the buckets that are
+due.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ class Outcome(IntEnum):
     COMMIT = 1
     ROLLBACK = 2
     DISCARD = 3  # checked transactionCheckMax times without an answer; may be resumed
+    # Below the table's base: the half message was deleted by retention (fileReservedTime), and with it what the
+    # table knew. Never a byte of the table: the transaction can no longer be ended, resumed or checked.
+    EXPIRED = 4
 
 
 _OUTCOME_OF_BYTE = tuple(Outcome)  # by value: the table's bytes are outcomes
 # For the code run per transaction: an enum member read through its class goes through EnumType's __getattr__
 # hook in CPython 3.11 (about 0.07-0.1 µs), a module constant is a dict lookup.
-PENDING, COMMIT, ROLLBACK, DISCARD = _OUTCOME_OF_BYTE
+PENDING, COMMIT, ROLLBACK, DISCARD, EXPIRED = _OUTCOME_OF_BYTE
 FINAL = (COMMIT, ROLLBACK)  # the outcomes a transaction never leaves
 # What a transaction was before a decision that may not reach the log: its outcome, its packed pending entry
 # (None when it was not pending) and its checks if discarded. Ints only: nothing unpacked per decision.
@@ -61,9 +66,13 @@ class TransactionStateTable:
     # rebuilt from the pending entries (and those kept to go back to) once it reaches this many names, then twice
     # as many as it kept.
     COMPACT_AT_NAMES = 4096
+    # The front of the outcome array is cut (a copy of the rest) once retention has moved the half queue's start
+    # this many offsets past the base, and a quarter of the array: each outcome is copied a bounded number of times.
+    TRIM_AT_LEAST = 64 * 1024
 
     def __init__(self) -> None:
-        self.outcomes = bytearray()
+        self.outcomes = bytearray()  # outcomes[i]: the transaction at half offset outcomes_base + i
+        self.outcomes_base = 0
         self.pending: dict[int, int] = {}
         self.pending_per_topic: Counter[str] = Counter()
         self.discarded: dict[int, int] = {}  # half offset -> checks sent before the discard
@@ -126,27 +135,37 @@ class TransactionStateTable:
     # --- outcomes -----------------------------------------------------------------------------------
 
     def outcome(self, half_offset: int) -> Outcome:
-        if 0 <= half_offset < len(self.outcomes):
-            return _OUTCOME_OF_BYTE[self.outcomes[half_offset]]
+        """PENDING for an offset past the array (no half stored there yet), EXPIRED below the base."""
+        i = half_offset - self.outcomes_base
+        if i < 0:
+            return EXPIRED
+        if i < len(self.outcomes):
+            return _OUTCOME_OF_BYTE[self.outcomes[i]]
         return PENDING
 
     def _set_outcome(self, half_offset: int, outcome: Outcome) -> None:
-        if half_offset >= len(self.outcomes):
-            self.outcomes.extend(bytes(max(half_offset + 1 - len(self.outcomes), len(self.outcomes), 1024)))
-        self.outcomes[half_offset] = outcome
+        """Below the base nothing is recorded: the half message is gone, and so is the transaction."""
+        i = half_offset - self.outcomes_base
+        if i < 0:
+            return
+        if i >= len(self.outcomes):
+            self.outcomes.extend(bytes(max(i + 1 - len(self.outcomes), len(self.outcomes), 1024)))
+        self.outcomes[i] = outcome
 
     def add_pending(self, half_offset: int, topic: str, group: str, store_time_s: int, first_check_s: int,
                     checks: int = 0, *, schedule: bool = True) -> None:
         """Track a pending transaction. ``schedule=False`` when it already has an entry in the wheel (a
         pending transaction must have exactly one, or a pass would check it twice). Once per half message as it
-        is stored: the lookups of ``outcome``, ``_index``, ``_pack`` and ``schedule`` are written out here."""
+        is stored: the lookups of ``outcome``, ``_index``, ``_pack`` and ``schedule`` are written out here. Below
+        the base it is not tracked: its half message is gone."""
         pending, outcomes = self.pending, self.outcomes
-        if half_offset in pending or (0 <= half_offset < len(outcomes) and outcomes[half_offset] in FINAL):
+        i = half_offset - self.outcomes_base
+        if i < 0 or half_offset in pending or (i < len(outcomes) and outcomes[i] in FINAL):
             return
         if self.discarded:
             self.discarded.pop(half_offset, None)
-        if half_offset < len(outcomes):
-            outcomes[half_offset] = PENDING
+        if i < len(outcomes):
+            outcomes[i] = PENDING
         else:
             self._set_outcome(half_offset, PENDING)  # grows the table
         index = self._name_index
@@ -173,8 +192,21 @@ class TransactionStateTable:
         self.add_pending(half_offset, self.names[topic_idx], self.names[group_idx], store_time_s, check_at_s, checks)
 
     def decide(self, half_offset: int, outcome: Outcome) -> None:
-        """Record an outcome; a DISCARD keeps the transaction listable, COMMIT and ROLLBACK are final. Once per
-        transaction on the commit path: the packed entry is read in place, no ``PendingInfo`` built."""
+        """Record an outcome; a DISCARD keeps the transaction listable, COMMIT and ROLLBACK are final. Below the
+        base nothing is recorded (the transaction is gone with its half message). Once per transaction on the
+        commit path: the packed entry is read in place, no ``PendingInfo`` built."""
+        if half_offset < self.outcomes_base:
+            return
+        packed = self._untrack(half_offset)
+        self._set_outcome(half_offset, outcome)
+        if outcome == DISCARD:
+            self.discarded[half_offset] = self._unpack(packed)[1] if packed is not None \
+                else self.discarded.get(half_offset, 0)
+        elif self.discarded:
+            self.discarded.pop(half_offset, None)
+
+    def _untrack(self, half_offset: int) -> int | None:
+        """Take a transaction out of the pending ones; its packed entry, or None when it was not pending."""
         packed = self.pending.pop(half_offset, None)
         if packed is not None:
             self.recovered.discard(half_offset)
@@ -183,12 +215,7 @@ class TransactionStateTable:
             per_topic[topic] -= 1
             if not per_topic[topic]:
                 del per_topic[topic]
-        self._set_outcome(half_offset, outcome)
-        if outcome == DISCARD:
-            self.discarded[half_offset] = self._unpack(packed)[1] if packed is not None \
-                else self.discarded.get(half_offset, 0)
-        elif self.discarded:
-            self.discarded.pop(half_offset, None)
+        return packed
 
     def count_check(self, half_offset: int) -> int:
         packed = self.pending.get(half_offset)
@@ -199,6 +226,31 @@ class TransactionStateTable:
             checks += 1
             self.pending[half_offset] = packed + (1 << (self._GROUP_BITS + self._TOPIC_BITS))
         return checks
+
+    # --- retention ----------------------------------------------------------------------------------
+
+    def due_for_trim(self, min_offset: int) -> bool:
+        """Whether the half queue, now starting at ``min_offset``, has left enough of the array behind for
+        ``trim``'s copy to pay (``TRIM_AT_LEAST`` and a quarter of the array)."""
+        return min_offset - self.outcomes_base >= max(self.TRIM_AT_LEAST, len(self.outcomes) // 4)
+
+    def trim(self, min_offset: int) -> tuple[int, int]:
+        """Forget every transaction below ``min_offset``, the half queue's start: retention deleted their half
+        messages. A pending or discarded one among them can never be committed (its body is gone); RocketMQ's
+        check skips such a half. Returns how many pending and discarded transactions were dropped."""
+        cut = min_offset - self.outcomes_base
+        if cut <= 0:
+            return 0, 0
+        self.outcomes = self.outcomes[cut:]  # a new buffer of the rest: the old one is freed, not kept for later
+        self.outcomes_base = min_offset
+        gone = [h for h in self.pending if h < min_offset]  # their wheel entries are skipped when due
+        for half_offset in gone:
+            self._untrack(half_offset)
+        gone_discarded = [h for h in self.discarded if h < min_offset]
+        for half_offset in gone_discarded:
+            del self.discarded[half_offset]
+        self.recovered.difference_update(gone_discarded)
+        return len(gone), len(gone_discarded)
 
     # --- check wheel --------------------------------------------------------------------------------
 
@@ -228,26 +280,34 @@ class TransactionStateTable:
     # A snapshot lets recovery replay only the half and op records written after it (restart
     # time follows the unflushed tail, not the history). Layout, big-endian:
     #
-    #   magic "TXMQTXS1" | half_covered q | op_covered q       queue offsets the snapshot reflects, exclusive
+    #   magic "TXMQTXS2" | half_covered q | op_covered q       queue offsets the snapshot reflects, exclusive
+    #   outcomes_base q                                        the half offset of the first outcome
     #   names            u32 length + JSON list of topic and group names
-    #   outcomes         u32 length + one byte per half offset (Outcome)
+    #   outcomes         u32 length + one byte per half offset from outcomes_base on (Outcome)
     #   pending          u32 count + per entry: half offset q, store second I, checks B, topic I, group I
     #   discarded        u32 count + per entry: half offset q, checks I
     #   crc              u32 zlib.crc32 of everything before it
+    #
+    # "TXMQTXS1", written before the table was trimmed, has no outcomes_base (its outcomes start at 0): it is read
+    # too, so that a broker upgraded over an old snapshot restarts from it.
 
-    _SNAP_MAGIC = b"TXMQTXS1"
-    _SNAP_HEAD = struct.Struct(">8sqq")
+    _SNAP_MAGIC = b"TXMQTXS2"
+    _SNAP_MAGIC_V1 = b"TXMQTXS1"
+    _SNAP_HEAD = struct.Struct(">8sqqq")
+    _SNAP_HEAD_V1 = struct.Struct(">8sqq")
     _SNAP_PENDING = struct.Struct(">qIBII")
     _SNAP_DISCARDED = struct.Struct(">qI")
 
     def to_snapshot(self, half_covered: int, op_covered: int, as_before: Mapping[int, Before]) -> bytes:
         """The table as the log holds it. ``as_before`` names decisions still being written (half offset -> the
-        transaction before the decision): they are written as they were."""
+        transaction before the decision): they are written as they were (those below the base are gone)."""
+        base = self.outcomes_base
+        as_before = {h: before for h, before in as_before.items() if h >= base}
         outcomes = bytearray(self.outcomes)
         before_pending = [(h, packed) for h, (_, packed, _) in as_before.items() if packed is not None]
         discarded = dict(self.discarded)
         for half_offset, (before, _, checks) in as_before.items():
-            outcomes[half_offset] = before
+            outcomes[half_offset - base] = before
             if before == Outcome.DISCARD:
                 discarded[half_offset] = checks
         # Packed straight into one buffer: with a million pending, an object per transaction would cost more
@@ -261,7 +321,7 @@ class TransactionStateTable:
             pos += row.size
         names = orjson.dumps(self.names)
         parts: list[bytes | bytearray] = [
-                 self._SNAP_HEAD.pack(self._SNAP_MAGIC, half_covered, op_covered),
+                 self._SNAP_HEAD.pack(self._SNAP_MAGIC, half_covered, op_covered, base),
                  struct.pack(">I", len(names)), names, struct.pack(">I", len(outcomes)), bytes(outcomes),
                  struct.pack(">I", len(rows) // row.size), rows]
         parts.append(struct.pack(">I", len(discarded)))
@@ -273,12 +333,16 @@ class TransactionStateTable:
     def from_snapshot(cls, data: bytes, first_check_s: Callable[[int], int]) -> tuple[TransactionStateTable, int, int]:
         """(table, half_covered, op_covered); pending transactions are scheduled at ``first_check_s(store
         second)``. Raises ``ValueError`` for anything but a whole, intact snapshot."""
-        if len(data) < cls._SNAP_HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack(">I", data[-4:])[0]:
+        if len(data) < cls._SNAP_HEAD_V1.size + 4 or zlib.crc32(data[:-4]) != struct.unpack(">I", data[-4:])[0]:
             raise ValueError("transaction snapshot is truncated or its CRC does not match")
-        magic, half_covered, op_covered = cls._SNAP_HEAD.unpack_from(data)
-        if magic != cls._SNAP_MAGIC:
+        if data[:8] == cls._SNAP_MAGIC:
+            _, half_covered, op_covered, base = cls._SNAP_HEAD.unpack_from(data)
+            pos = cls._SNAP_HEAD.size
+        elif data[:8] == cls._SNAP_MAGIC_V1:
+            _, half_covered, op_covered = cls._SNAP_HEAD_V1.unpack_from(data)
+            base, pos = 0, cls._SNAP_HEAD_V1.size
+        else:
             raise ValueError("not a transaction snapshot")
-        pos = cls._SNAP_HEAD.size
 
         def chunk(size: int) -> bytes:
             nonlocal pos
@@ -287,6 +351,7 @@ class TransactionStateTable:
             return out
 
         table = cls()
+        table.outcomes_base = base
         names = orjson.loads(chunk(struct.unpack(">I", chunk(4))[0]))
         table.outcomes = bytearray(chunk(struct.unpack(">I", chunk(4))[0]))
         for _ in range(struct.unpack(">I", chunk(4))[0]):
