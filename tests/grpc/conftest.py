@@ -36,13 +36,14 @@ maxMessageSize=262144
 """
 
 
-def start_server(root: Path, conf: str = BROKER_CONF, timeout: float = 20.0) -> ServerProcess:
+def start_server(root: Path, conf: str = BROKER_CONF, timeout: float = 20.0, *,
+                 host: str = "127.0.0.1") -> ServerProcess:
     root.mkdir(parents=True, exist_ok=True)
     (root / "broker.conf").write_text(conf)
     (root / "home").mkdir(exist_ok=True)
     env = dict(os.environ, HOME=str(root / "home"), PYTHONUNBUFFERED="1")
-    args = txmq_command("server", "--store", str(root / "store"), "--port", "0", "--namesrv-port", str(free_port()),
-                        "--grpc-port", "0", "-c", str(root / "broker.conf"))
+    args = txmq_command("server", "--host", host, "--store", str(root / "store"), "--port", "0",
+                        "--namesrv-port", str(free_port()), "--grpc-port", "0", "-c", str(root / "broker.conf"))
     return ServerProcess(args, root / "server.log", env).start(timeout)
 
 
@@ -118,10 +119,24 @@ class Driver:
         return self.finish(self.start(**args), timeout)
 
 
+def py_driver(home: Path, endpoint: str) -> Driver:
+    """The official Python client's driver, against ``endpoint``."""
+    return Driver([str(RMQ5_PYTHON), str(HERE / "drivers" / "rmq5_py.py")], home, endpoint)
+
+
 @pytest.fixture(scope="session")
 def rmq5_py(grpc_clients, server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Driver:
-    return Driver([str(RMQ5_PYTHON), str(HERE / "drivers" / "rmq5_py.py")], tmp_path_factory.mktemp("py-home"),
-                  server.grpc)
+    return py_driver(tmp_path_factory.mktemp("py-home"), server.grpc)
+
+
+@pytest.fixture(scope="session")
+def rmq5_py_named(grpc_clients, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Driver, ServerProcess]]:
+    """The official Python client against a server of its own whose brokerIP1 is a host name (localhost)."""
+    s = start_server(tmp_path_factory.mktemp("grpc-named"), host="localhost")
+    try:
+        yield py_driver(tmp_path_factory.mktemp("py-named-home"), s.grpc), s
+    finally:
+        s.stop()
 
 
 @pytest.fixture(scope="session")
