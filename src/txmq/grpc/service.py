@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import random
 import time
@@ -127,6 +128,15 @@ def _peer_host(context: grpc.aio.ServicerContext) -> tuple[str, int]:
     return ("0.0.0.0", 0)
 
 
+def _scheme(host: str) -> int:
+    """The address scheme of an endpoint's host: the clients open ``ipv4:``/``ipv6:`` channels to a literal and
+    ``dns:`` ones to a name (brokerIP1 may be a host name); gRPC refuses a name under the IPv4 scheme."""
+    try:
+        return pb.IPv4 if ipaddress.ip_address(host).version == 4 else pb.IPv6
+    except ValueError:
+        return pb.DOMAIN_NAME
+
+
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, broker: BrokerController, sessions: ClientSessions, endpoint: tuple[str, int]) -> None:
         self.broker = broker
@@ -188,7 +198,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             pb.WRITE if writable else pb.NONE
         # Broker id 0 from every member, as RocketMQ's proxy answers: the official clients read only from id 0.
         broker = pb.Broker(name=self.broker.config.broker_name, id=0,
-                           endpoints=pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=port)]))
+                           endpoints=pb.Endpoints(scheme=_scheme(host), addresses=[pb.Address(host=host, port=port)]))
         return [pb.MessageQueue(topic=pb.Resource(name=cfg.topic_name), id=q, permission=permission, broker=broker,
                                 accept_message_types=ACCEPTED_TYPES) for q in queue_ids]
 
