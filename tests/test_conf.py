@@ -121,3 +121,17 @@ def test_a_refused_update_changes_nothing(values):
     with pytest.raises(ValueError):
         cfg.update(values)
     assert config_properties(cfg) == before and not cfg.is_slave
+
+
+def test_the_name_server_checks_its_limits_as_the_broker_does(tmp_path):
+    """``txmq namesrv -c`` reads the same remoting keys as broker.conf: a value the broker refuses is refused there
+    too, naming the key, instead of a name server that closes every connection."""
+    from txmq.server import namesrv_limits
+
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text("serverMaxConnections=0\n")
+    with pytest.raises(ValueError) as err:
+        namesrv_limits(str(conf))
+    assert str(err.value) == "config serverMaxConnections: 0 is out of range (it must be at least 1)"
+    conf.write_text("serverMaxConnections=16\nserverChannelMaxIdleTimeSeconds=0\n")
+    assert namesrv_limits(str(conf)).server_max_connections == 16

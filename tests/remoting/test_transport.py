@@ -540,3 +540,23 @@ def test_a_future_or_a_reply_from_the_handler_is_answered_without_a_task(run: Ru
         fut.set_result(RemotingCommand.response_to(cmd, ResponseCode.SUCCESS))  # its connection is gone: no write
 
     run(with_server(body, handler=handler))
+
+
+def test_an_idle_time_of_zero_closes_no_connection(run: Runner) -> None:
+    """serverChannelMaxIdleTimeSeconds=0 is RocketMQ's (Netty's IdleStateHandler) way to turn the idle check off;
+    it must not close every connection that pauses."""
+
+    async def body(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        host, port = parse_address(addr)
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            await asyncio.sleep(0.5)  # ten of the watcher's periods, silent
+            writer.write(encode_command(RemotingCommand.request(ECHO, {}, b"still here")))
+            dec = FrameDecoder()
+            dec.receive_data(await asyncio.wait_for(reader.read(65536), 3))
+            assert dec.next_command() is not None
+            assert len(server.connections) == 1
+        finally:
+            writer.close()
+
+    run(with_server(body, limits=ServerLimits(server_channel_max_idle_time_seconds=0)))
