@@ -234,13 +234,19 @@ class BrokerConfig:
             value = getattr(self, key)
             if value.upper() not in allowed:
                 raise ValueError(f"config {_conf_key(key)}: {value!r} is not one of {', '.join(allowed)}")
-        for key, (least, most) in _RANGES.items():
-            value = getattr(self.server_limits if hasattr(self.server_limits, key) else self, key)
-            if (least is not None and value < least) or (most is not None and value > most):
-                span = f"at least {least}" if most is None else f"at most {most}" if least is None \
-                    else f"between {least} and {most}"
-                raise ValueError(f"config {_conf_key(key)}: {value} is out of range (it must be {span})")
+        for key in _RANGES:
+            check_range(key, getattr(self.server_limits if hasattr(self.server_limits, key) else self, key))
         return unknown
+
+
+def check_range(key: str, value: float) -> None:
+    """Refuse ``value`` for the field ``key`` when it is outside the key's range (``_RANGES``), naming the
+    broker.conf key: the broker's config, and the name server's remoting limits (``txmq namesrv -c``)."""
+    least, most = _RANGES.get(key, (None, None))
+    if (least is not None and value < least) or (most is not None and value > most):
+        span = f"at least {least}" if most is None else f"at most {most}" if least is None \
+            else f"between {least} and {most}"
+        raise ValueError(f"config {_conf_key(key)}: {value} is out of range (it must be {span})")
 
 
 def store_address(host: str, key: str = "brokerIP1") -> str:

@@ -51,7 +51,7 @@ class GrpcEndpoint:
         limit = self.broker.config.max_message_size + _ENVELOPE
         limits = self.broker.config.server_limits
         interceptors = [AclInterceptor(self.broker.acl)] if self.broker.acl is not None else []
-        server = grpc.aio.server(interceptors=interceptors, options=[
+        options = [
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
@@ -60,9 +60,11 @@ class GrpcEndpoint:
             # The remoting server's limits, in grpcio's terms (HTTP/2 flow control already bounds each stream).
             ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
             ("grpc.max_allowed_incoming_connections", limits.server_max_connections),
-            ("grpc.max_connection_idle_ms", int(limits.server_channel_max_idle_time_seconds * 1000)),
             ("grpc.server_handshake_timeout_ms", int(limits.server_frame_timeout_seconds * 1000)),
-        ])
+        ]
+        if limits.server_channel_max_idle_time_seconds:  # 0: no idle check, as on remoting (and in RocketMQ)
+            options.append(("grpc.max_connection_idle_ms", int(limits.server_channel_max_idle_time_seconds * 1000)))
+        server = grpc.aio.server(interceptors=interceptors, options=options)
         self.service = MessagingService(self.broker, self.sessions, (self.host, self.port))
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         tls = self.broker.config.tls_server()

@@ -8,7 +8,7 @@ A peer's bytes never grow the server's memory without bound (``ServerLimits``):
 - a frame not whole ``server_frame_timeout_seconds`` after the server first saw its bytes closes its
   connection (a peer that stops mid-frame held its bytes forever);
 - a connection with nothing read or written for ``server_channel_max_idle_time_seconds`` is closed
-  (RocketMQ's ``serverChannelMaxIdleTimeSeconds``, Netty's all-idle handler);
+  (RocketMQ's ``serverChannelMaxIdleTimeSeconds``, Netty's all-idle handler; 0 turns it off, as there);
 - at most ``server_max_connections`` connections are served; one beyond is closed at once.
 
 Each event is one log line (a run of refused connections: one line when it starts, one when it ends).
@@ -117,8 +117,8 @@ class RemotingServer:
     async def _sweep(self) -> None:
         """Close connections whose frame stalled or that fell silent."""
         limits = self.limits
-        period = max(0.05, min(1.0, limits.server_frame_timeout_seconds / 4,
-                               limits.server_channel_max_idle_time_seconds / 4))
+        idle_s = limits.server_channel_max_idle_time_seconds  # 0: no idle check (Netty's IdleStateHandler)
+        period = max(0.05, min(1.0, limits.server_frame_timeout_seconds / 4, idle_s / 4 if idle_s else 1.0))
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period)
@@ -130,11 +130,9 @@ class RemotingServer:
                             conn.remote_address, limits.server_frame_timeout_seconds, self._buffered[conn])
                 self._release(conn)
                 conn.abort()
-            idle = [c for c in self.connections
-                    if now - c.last_activity > limits.server_channel_max_idle_time_seconds and not c.closed]
+            idle = [c for c in self.connections if now - c.last_activity > idle_s and not c.closed] if idle_s else ()
             for conn in idle:
-                log.info("closing %s: idle for %ss (serverChannelMaxIdleTimeSeconds)", conn.remote_address,
-                         limits.server_channel_max_idle_time_seconds)
+                log.info("closing %s: idle for %ss (serverChannelMaxIdleTimeSeconds)", conn.remote_address, idle_s)
                 conn.abort()  # nothing left to flush after that much silence, or a peer that does not read
 
     async def start(self) -> None:
