@@ -128,7 +128,7 @@ def _peer_host(context: grpc.aio.ServicerContext) -> tuple[str, int]:
     return ("0.0.0.0", 0)
 
 
-def _scheme(host: str) -> int:
+def _scheme(host: str) -> pb.AddressScheme:
     """The address scheme of an endpoint's host: the clients open ``ipv4:``/``ipv6:`` channels to a literal and
     ``dns:`` ones to a name (brokerIP1 may be a host name); gRPC refuses a name under the IPv4 scheme."""
     try:
