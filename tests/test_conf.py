@@ -38,6 +38,10 @@ def test_java_properties_rules():
      "100)"),
     ({"mappedFileSizeCommitLog": "4096"}, "config mappedFileSizeCommitLog: 4096 is out of range (it must be at least "
      "65536)"),
+    ({"registerNameServerPeriod": "10"}, "config registerNameServerPeriod: 10 is out of range (it must be at least "
+     "1000)"),
+    ({"serverFrameTimeoutSeconds": "0"}, "config serverFrameTimeoutSeconds: 0.0 is out of range (it must be at least "
+     "0.1)"),
     ({"serverMaxConnections": "0"}, "config serverMaxConnections: 0 is out of range (it must be at least 1)"),
 ])
 def test_bad_values_name_the_key(values, message):

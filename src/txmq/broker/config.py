@@ -46,7 +46,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "disk_space_warning_level_ratio": (0, 100), "disk_space_clean_forcibly_ratio": (0, 100),
     "disk_max_used_space_ratio": (0, 100), "access_message_in_memory_max_ratio": (0, 100),
     "default_topic_queue_nums": (1, None), "short_polling_time_mills": (0, None),
-    "register_name_server_period": (1, None), "flush_consumer_offset_interval": (1, None),
+    "register_name_server_period": (1000, None), "flush_consumer_offset_interval": (1, None),
     "consumer_offset_max_entries": (1, None), "client_channel_expired_ms": (1, None),
     "max_held_pulls_per_connection": (0, None), "max_held_pulls": (0, None),
     "transaction_time_out": (0, None), "transaction_check_max": (0, None), "transaction_check_interval": (1, None),
@@ -57,7 +57,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "broker_heartbeat_interval": (1, None), "controller_heart_beat_timeout_mills": (1, None),
     "broker_lease_mills": (1, None),
     # the remoting server's limits (ServerLimits)
-    "server_channel_max_idle_time_seconds": (0, None), "server_frame_timeout_seconds": (0, None),
+    "server_channel_max_idle_time_seconds": (0, None), "server_frame_timeout_seconds": (0.1, None),
     "server_max_connections": (1, None), "server_buffered_bytes_max": (1, None),
 }
 
