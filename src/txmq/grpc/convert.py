@@ -1,4 +1,4 @@
-"""protobuf <-> txmq: statuses, messages, transaction ids and receipt handles. No IO here.
+"""protobuf <-> txmq: statuses, born hosts, messages, transaction ids and receipt handles. No IO here.
 
 A transaction id names the half message: ``commit-log offset`` and ``half queue offset`` as 16 hex digits each
 (what END_TRANSACTION carries over remoting as ``commitLogOffset`` and ``tranStateTableOffset``).
@@ -14,6 +14,7 @@ goes last and needs no escaping.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import time
@@ -91,6 +92,38 @@ def delivery_ms(ts: timestamp_pb2.Timestamp) -> int:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def peer_host(peer: str) -> tuple[str, int]:
+    """A client's address from grpcio's peer string (``ipv4:host:port``); 0.0.0.0:0 for any other kind."""
+    if peer.startswith("ipv4:"):
+        host, _, port = peer[5:].rpartition(":")
+        with contextlib.suppress(ValueError):
+            return host, int(port)
+    return ("0.0.0.0", 0)
+
+
+class BornHosts:
+    """The born host of a client's messages by grpcio's peer string, parsed once: a connection sends all its
+    messages from one peer string. At most ``limit`` are kept (a memo, not a table of clients: past the limit it
+    starts again)."""
+
+    __slots__ = ("_hosts", "limit")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._hosts: dict[str, tuple[str, int]] = {}
+
+    def of(self, peer: str) -> tuple[str, int]:
+        host = self._hosts.get(peer)
+        if host is None:
+            if len(self._hosts) >= self.limit:
+                self._hosts.clear()
+            host = self._hosts[peer] = peer_host(peer)
+        return host
+
+    def __len__(self) -> int:
+        return len(self._hosts)
 
 
 # --- transaction ids and receipt handles ------------------------------------------------------------------

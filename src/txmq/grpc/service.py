@@ -28,6 +28,7 @@ from txmq.grpc.convert import (
     PUT_STATUS_CODES,
     STATUS_OK,
     TIMER_DELIVER_MS,
+    BornHosts,
     Code,
     GrpcStatusError,
     ReceiptHandle,
@@ -85,9 +86,6 @@ _END_CODES: dict[int, int] = {
     ResponseCode.SYSTEM_ERROR: Code.INVALID_TRANSACTION_ID,
 }
 
-# Peer strings whose born host is kept (one per client connection); past it the cache starts again.
-MAX_CACHED_PEERS = 4096
-
 
 class _Entry(Protocol):
     """A result entry of a request with several (a send's, an ack's): its status is all ``_overall_status`` reads."""
@@ -144,15 +142,6 @@ def _refusal(exc: Exception, what: str) -> pb.Status:
     return status(Code.INTERNAL_SERVER_ERROR, f"{what} failed: {exc}")
 
 
-def _peer_host(peer: str) -> tuple[str, int]:
-    """A client's address from grpcio's peer string (``ipv4:host:port``); 0.0.0.0:0 for any other kind."""
-    if peer.startswith("ipv4:"):
-        host, _, port = peer[5:].rpartition(":")
-        with contextlib.suppress(ValueError):
-            return host, int(port)
-    return ("0.0.0.0", 0)
-
-
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, broker: BrokerController, sessions: ClientSessions, endpoint: tuple[str, int]) -> None:
         self.broker = broker
@@ -160,17 +149,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.endpoint = endpoint
         self.pop = PopService(broker)
         self.group_route = GroupRoute(broker)
-        self._born_hosts: dict[str, tuple[str, int]] = {}  # peer string -> born host, parsed once per connection
-
-    def _born_host(self, context: grpc.aio.ServicerContext) -> tuple[str, int]:
-        """The born host of what a client sends: its address, parsed on its connection's first send."""
-        peer = context.peer() or ""
-        host = self._born_hosts.get(peer)
-        if host is None:
-            if len(self._born_hosts) >= MAX_CACHED_PEERS:
-                self._born_hosts.clear()
-            host = self._born_hosts[peer] = _peer_host(peer)
-        return host
+        self.born_hosts = BornHosts()
 
     # --- routes ------------------------------------------------------------------------------------------
 
@@ -334,7 +313,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
         if not request.messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
-        born = self._born_host(context)
+        born = self.born_hosts.of(context.peer() or "")
         response = spb.SendMessageResponse()
         entries = response.entries
         for m in request.messages:
