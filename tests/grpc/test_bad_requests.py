@@ -77,6 +77,31 @@ def test_oversized_body(stub, topic):
     assert r.status.code == Code.MESSAGE_BODY_TOO_LARGE
 
 
+def test_a_refused_message_of_a_send_leaves_its_neighbours_and_later_answers_ok(stub, topic):
+    """Each message of a SendMessage gets its own status; the OK answers after a refusal are still exactly OK
+    (the servicer copies one shared OK status into them: a refusal must not have changed it)."""
+    s, md = stub
+    big = message(topic, b"x" * (262144 + 1))
+    r = s.SendMessage(spb.SendMessageRequest(messages=[message(topic, b"a"), big, message(topic, b"b")]),
+                      metadata=md, timeout=5)
+    assert [e.status.code for e in r.entries] == [Code.OK, Code.MESSAGE_BODY_TOO_LARGE, Code.OK]
+    assert r.status.code == Code.MULTIPLE_RESULTS
+    refused = r.entries[1]
+    assert "maxMessageSize" in refused.status.message and not refused.message_id and not refused.offset
+    assert [e.status.message for e in r.entries[::2]] == ["OK", "OK"] and r.entries[2].offset == r.entries[0].offset + 1
+    for _ in range(2):
+        r = s.SendMessage(spb.SendMessageRequest(messages=[message(topic, b"c", queue_id=0)]), metadata=md, timeout=5)
+        assert r.status == pb.Status(code=Code.OK, message="OK") == r.entries[0].status
+        bad = s.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic), transaction_id="x" * 32,
+                                                         resolution=pb.COMMIT), metadata=md, timeout=5)
+        assert bad.status.code == Code.INVALID_TRANSACTION_ID
+    r = s.SendMessage(spb.SendMessageRequest(messages=[message(topic, b"tx", message_type=pb.TRANSACTION)]),
+                      metadata=md, timeout=5)
+    end = s.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic), transaction_id=r.entries[0]
+                                                     .transaction_id, resolution=pb.COMMIT), metadata=md, timeout=5)
+    assert end.status == pb.Status(code=Code.OK, message="OK")
+
+
 def test_fifo_needs_a_message_group(stub, topic):
     s, md = stub
     r = s.SendMessage(spb.SendMessageRequest(messages=[message(topic, message_type=pb.FIFO)]), metadata=md,

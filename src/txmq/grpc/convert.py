@@ -1,4 +1,4 @@
-"""protobuf <-> txmq: statuses, messages, transaction ids and receipt handles. No IO here.
+"""protobuf <-> txmq: statuses, born hosts, messages, transaction ids and receipt handles. No IO here.
 
 A transaction id names the half message: ``commit-log offset`` and ``half queue offset`` as 16 hex digits each
 (what END_TRANSACTION carries over remoting as ``commitLogOffset`` and ``tranStateTableOffset``).
@@ -14,6 +14,7 @@ goes last and needs no escaping.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import time
@@ -56,6 +57,11 @@ def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
     return pb.Status(code=code, message=message)  # type: ignore[arg-type]
 
 
+# The OK of the hot paths (a send's entry, EndTransaction), copied into each response: protobuf copies a message
+# given to a constructor or to ``CopyFrom``, so no response ever holds this one to change it.
+STATUS_OK = status()
+
+
 def timestamp_ms(ms: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
@@ -86,6 +92,38 @@ def delivery_ms(ts: timestamp_pb2.Timestamp) -> int:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def peer_host(peer: str) -> tuple[str, int]:
+    """A client's address from grpcio's peer string (``ipv4:host:port``); 0.0.0.0:0 for any other kind."""
+    if peer.startswith("ipv4:"):
+        host, _, port = peer[5:].rpartition(":")
+        with contextlib.suppress(ValueError):
+            return host, int(port)
+    return ("0.0.0.0", 0)
+
+
+class BornHosts:
+    """The born host of a client's messages by grpcio's peer string, parsed once: a connection sends all its
+    messages from one peer string. At most ``limit`` are kept (a memo, not a table of clients: past the limit it
+    starts again)."""
+
+    __slots__ = ("_hosts", "limit")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._hosts: dict[str, tuple[str, int]] = {}
+
+    def of(self, peer: str) -> tuple[str, int]:
+        host = self._hosts.get(peer)
+        if host is None:
+            if len(self._hosts) >= self.limit:
+                self._hosts.clear()
+            host = self._hosts[peer] = peer_host(peer)
+        return host
+
+    def __len__(self) -> int:
+        return len(self._hosts)
 
 
 # --- transaction ids and receipt handles ------------------------------------------------------------------
@@ -213,11 +251,12 @@ def to_pb_message(m: MessageExt, *, topic: str | None = None, queue_id: int | No
 def from_pb_message(m: pb.Message, body: bytes) -> tuple[str, dict[str, str]]:
     """Topic and txmq properties of a message a 5.x client sends (type-specific ones are added by the caller)."""
     sp = m.system_properties
-    props: dict[str, str] = {}
-    for key, value in m.user_properties.items():
-        if key in _HIDDEN_PROPERTIES:
-            raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {key!r} is a system property")
-        props[key] = value
+    user = m.user_properties
+    # By key: protobuf's map has no C ``items()`` (``Mapping.items`` in Python costs twice as much); none is commonest.
+    props: dict[str, str] = {key: user[key] for key in user} if user else {}
+    if props and not _HIDDEN_PROPERTIES.isdisjoint(props):
+        key = next(k for k in props if k in _HIDDEN_PROPERTIES)
+        raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {key!r} is a system property")
     if sp.HasField("tag"):
         if not sp.tag.strip() or "|" in sp.tag:
             raise GrpcStatusError(Code.ILLEGAL_MESSAGE_TAG, f"illegal tag {sp.tag!r}")

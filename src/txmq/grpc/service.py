@@ -15,8 +15,8 @@ import logging
 import random
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
@@ -27,7 +27,9 @@ from txmq.broker.visibility import internal_refusal
 from txmq.errors import InvalidMessageError, StoreError
 from txmq.grpc.convert import (
     PUT_STATUS_CODES,
+    STATUS_OK,
     TIMER_DELIVER_MS,
+    BornHosts,
     Code,
     GrpcStatusError,
     ReceiptHandle,
@@ -85,7 +87,12 @@ _END_CODES: dict[int, int] = {
     ResponseCode.SYSTEM_ERROR: Code.INVALID_TRANSACTION_ID,
 }
 
-R = TypeVar("R")
+
+class _Entry(Protocol):
+    """A result entry of a request with several (a send's, an ack's): its status is all ``_overall_status`` reads."""
+
+    @property
+    def status(self) -> pb.Status: ...
 
 
 def _client_id(context: grpc.aio.ServicerContext) -> str:
@@ -112,20 +119,28 @@ def _group(resource: pb.Resource) -> str:
     return resource.name
 
 
-def _overall_status(statuses: list[pb.Status], what: str) -> pb.Status:
-    """The status of a request with one result per entry: theirs when they agree, else MULTIPLE_RESULTS."""
-    if len({st.code for st in statuses}) == 1:
-        return status(statuses[0].code, statuses[0].message)
-    return status(Code.MULTIPLE_RESULTS, f"the {what} had different results")
+def _overall_status(overall: pb.Status, entries: Sequence[_Entry], what: str) -> None:
+    """Set ``overall``, the status of a request with one result per entry: theirs when they agree, else
+    MULTIPLE_RESULTS."""
+    first = entries[0].status
+    for entry in entries:
+        if entry.status.code != first.code:
+            overall.CopyFrom(status(Code.MULTIPLE_RESULTS, f"the {what} had different results"))
+            return
+    overall.CopyFrom(first)
 
 
-def _peer_host(context: grpc.aio.ServicerContext) -> tuple[str, int]:
-    peer = context.peer() or ""
-    if peer.startswith("ipv4:"):
-        host, _, port = peer[5:].rpartition(":")
-        with contextlib.suppress(ValueError):
-            return host, int(port)
-    return ("0.0.0.0", 0)
+def _refusal(exc: Exception, what: str) -> pb.Status:
+    """The status that answers a handler's exception (called in its ``except``): a ``GrpcStatusError``'s own;
+    BAD_REQUEST for a rule the client broke (its fault: one log line); INTERNAL_SERVER_ERROR for anything else (a
+    bug must not kill the endpoint: answered and logged with its traceback)."""
+    if isinstance(exc, GrpcStatusError):
+        return status(exc.code, exc.message)
+    if isinstance(exc, InvalidMessageError):
+        log.warning("gRPC %s refused: %s", what, exc)
+        return status(Code.BAD_REQUEST, str(exc))
+    log.exception("gRPC %s failed", what)
+    return status(Code.INTERNAL_SERVER_ERROR, f"{what} failed: {exc}")
 
 
 def _scheme(host: str) -> pb.AddressScheme:
@@ -144,20 +159,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.endpoint = endpoint
         self.pop = PopService(broker)
         self.group_route = GroupRoute(broker)
-
-    async def _guard(self, response: Callable[[pb.Status], R], call: Awaitable[R] | Callable[[], R],
-                     what: str) -> R:
-        """Run a handler body; a ``GrpcStatusError`` or an unexpected error becomes the response's status."""
-        try:
-            return await call if isinstance(call, Awaitable) else call()
-        except GrpcStatusError as exc:
-            return response(status(exc.code, exc.message))
-        except InvalidMessageError as exc:  # what the client sent breaks a rule: its fault, one line
-            log.warning("gRPC %s refused: %s", what, exc)
-            return response(status(Code.BAD_REQUEST, str(exc)))
-        except Exception as exc:  # a bug must not kill the endpoint: answer and log it
-            log.exception("gRPC %s failed", what)
-            return response(status(Code.INTERNAL_SERVER_ERROR, f"{what} failed: {exc}"))
+        self.born_hosts = BornHosts()
 
     # --- routes ------------------------------------------------------------------------------------------
 
@@ -203,21 +205,23 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                 accept_message_types=ACCEPTED_TYPES) for q in queue_ids]
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
-        async def body() -> spb.QueryRouteResponse:
+        try:
             cfg = self._topic(request.topic.name, create=True)
             queues = await self._queues_pb(cfg, range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
             return spb.QueryRouteResponse(status=status(), message_queues=queues)
-        return await self._guard(lambda s: spb.QueryRouteResponse(status=s), body(), "QueryRoute")
+        except Exception as exc:
+            return spb.QueryRouteResponse(status=_refusal(exc, "QueryRoute"))
 
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
                               context: Any) -> spb.QueryAssignmentResponse:
-        async def body() -> spb.QueryAssignmentResponse:
+        try:
             cfg = self._topic(request.topic.name)
             _group(request.group)
             # One assignment for the whole broker: a receive pops from every queue of the topic (as the proxy).
             mq, = await self._queues_pb(cfg, (-1,))
             return spb.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=mq)])
-        return await self._guard(lambda s: spb.QueryAssignmentResponse(status=s), body(), "QueryAssignment")
+        except Exception as exc:
+            return spb.QueryAssignmentResponse(status=_refusal(exc, "QueryAssignment"))
 
     # --- clients -----------------------------------------------------------------------------------------
 
@@ -319,15 +323,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
         if not request.messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
-        born = _peer_host(context)
-        entries = []
+        born = self.born_hosts.of(context.peer() or "")
+        response = spb.SendMessageResponse()
+        entries = response.entries
         for m in request.messages:
-            entries.append(await self._guard(lambda s: spb.SendResultEntry(status=s), self._send_one(m, born),
-                                             "SendMessage"))
-        return spb.SendMessageResponse(status=_overall_status([e.status for e in entries], "messages"),
-                                       entries=entries)
+            entry = entries.add()  # filled in place: no entry built apart and copied into the response
+            try:
+                await self._send_one(m, born, entry)
+            except Exception as exc:
+                entry.Clear()
+                entry.status.CopyFrom(_refusal(exc, "SendMessage"))
+        _overall_status(response.status, entries, "messages")
+        return response
 
-    async def _send_one(self, m: pb.Message, born: tuple[str, int]) -> spb.SendResultEntry:
+    async def _send_one(self, m: pb.Message, born: tuple[str, int], entry: spb.SendResultEntry) -> None:
+        """Store one message of a SendMessage and fill its ``entry``; a refusal raises (``_refusal``)."""
         broker = self.broker
         cfg = self._topic(m.topic.name, create=True)
         topic = cfg.topic_name
@@ -343,7 +353,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                   f"maxMessageSize {broker.config.max_message_size}")
         _, props = from_pb_message(m, body)
         sp = m.system_properties
-        props.setdefault(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_id())
+        if MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:  # the clients give one: make none for nothing
+            props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_id()
         kind = sp.message_type
         queue_id = sp.queue_id if 0 <= sp.queue_id < cfg.write_queue_nums else random.randrange(cfg.write_queue_nums)
         if sp.HasField("message_group") and sp.message_group:
@@ -383,16 +394,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if result.stored:
             broker.stats_manager.put(topic, counted, len(body))
         ar = result.append_result
+        code = PUT_STATUS_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
         if ar is None:
-            raise GrpcStatusError(PUT_STATUS_CODES.get(result.status, Code.INTERNAL_SERVER_ERROR),
-                                  f"store answered {result.status.name} {result.remark}".rstrip())
-        code = PUT_STATUS_CODES.get(result.status, Code.INTERNAL_SERVER_ERROR)
-        entry = spb.SendResultEntry(status=status(code, "OK" if code == Code.OK else result.status.name),
-                                    message_id=props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
-                                    offset=ar.logics_offset)
+            raise GrpcStatusError(code, f"store answered {result.status.name} {result.remark}".rstrip())
+        entry.status.CopyFrom(STATUS_OK if code == pb.OK else status(code, result.status.name))
+        entry.message_id = props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+        entry.offset = ar.logics_offset
         if kind == pb.TRANSACTION:
             entry.transaction_id = transaction_id(ar.wrote_offset, ar.logics_offset)
-        return entry
 
     def _delay_level(self, delay_ms: int) -> int:
         """The first delay level at least ``delay_ms`` long (never early); 0 for no delay. A delay beyond the
@@ -409,13 +418,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # --- transactions ------------------------------------------------------------------------------------
 
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
-        async def body() -> spb.EndTransactionResponse:
+        try:
             clo, half_offset = parse_transaction_id(request.transaction_id)
             if self.broker.config.is_slave:
                 raise GrpcStatusError(Code.HA_NOT_AVAILABLE, "broker is a slave: end transaction is forbidden")
-            if request.resolution == pb.COMMIT:
+            resolution = request.resolution
+            if resolution == pb.COMMIT:
                 outcome = Outcome.COMMIT
-            elif request.resolution == pb.ROLLBACK:
+            elif resolution == pb.ROLLBACK:
                 outcome = Outcome.ROLLBACK
             else:
                 return spb.EndTransactionResponse(status=status(Code.OK, "state unknown: nothing changed"))
@@ -423,9 +433,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             result = await self.broker.transaction_service.end_transaction(
                 producer_group=request.topic.name, half_offset=half_offset, commit_log_offset=clo, outcome=outcome,
                 source=source)
-            code = _END_CODES.get(result.code, Code.INTERNAL_SERVER_ERROR)
-            return spb.EndTransactionResponse(status=status(code, result.remark or "OK"))
-        return await self._guard(lambda s: spb.EndTransactionResponse(status=s), body(), "EndTransaction")
+            code = _END_CODES.get(result.code, pb.INTERNAL_SERVER_ERROR)
+            return spb.EndTransactionResponse(
+                status=STATUS_OK if code == pb.OK and not result.remark else status(code, result.remark or "OK"))
+        except Exception as exc:
+            return spb.EndTransactionResponse(status=_refusal(exc, "EndTransaction"))
 
     # --- receive, ack, change invisible duration, dead letters ------------------------------------------
 
@@ -482,30 +494,32 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 st = status(exc.code, exc.message)
             results.append(spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                                      status=st))
-        overall = _overall_status([r.status for r in results], "entries") if results else \
-            status(Code.BAD_REQUEST, "no entries")
-        return spb.AckMessageResponse(status=overall, entries=results)
+        if not results:
+            return spb.AckMessageResponse(status=status(Code.BAD_REQUEST, "no entries"))
+        response = spb.AckMessageResponse(entries=results)
+        _overall_status(response.status, response.entries, "entries")
+        return response
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
-        def body() -> spb.ChangeInvisibleDurationResponse:
+        try:
             handle = _receipt_handle(request.receipt_handle, request.topic.name)
             ms = duration_ms(request.invisible_duration)
             if not 0 <= ms <= MAX_INVISIBLE_MS:
                 raise GrpcStatusError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {ms} ms is out of range")
             new = self.pop.change_invisible(request.group.name, handle, ms)
             return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=new.encode())
-        return await self._guard(lambda s: spb.ChangeInvisibleDurationResponse(status=s), body,
-                                 "ChangeInvisibleDuration")
+        except Exception as exc:
+            return spb.ChangeInvisibleDurationResponse(status=_refusal(exc, "ChangeInvisibleDuration"))
 
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
                                               context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
-        async def body() -> spb.ForwardMessageToDeadLetterQueueResponse:
+        try:
             handle = _receipt_handle(request.receipt_handle, request.topic.name)
             await self.pop.forward_to_dead_letter(request.group.name, handle)
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status())
-        return await self._guard(lambda s: spb.ForwardMessageToDeadLetterQueueResponse(status=s), body(),
-                                 "ForwardMessageToDeadLetterQueue")
+        except Exception as exc:
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=_refusal(exc, "ForwardMessageToDeadLetterQueue"))
 
     # --- offsets and pulls (the 5.x PullConsumer) --------------------------------------------------------
 
@@ -516,16 +530,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return cfg.topic_name, mq.id
 
     async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
-        def body() -> spb.GetOffsetResponse:
+        try:
             topic, q = self._queue(request.message_queue)
             offset = self.broker.consumer_offset_manager.query(_group(request.group), topic, q)
             if offset < 0:
                 raise GrpcStatusError(Code.OFFSET_NOT_FOUND, f"group {request.group.name} has no offset there")
             return spb.GetOffsetResponse(status=status(), offset=offset)
-        return await self._guard(lambda s: spb.GetOffsetResponse(status=s), body, "GetOffset")
+        except Exception as exc:
+            return spb.GetOffsetResponse(status=_refusal(exc, "GetOffset"))
 
     async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Any) -> spb.UpdateOffsetResponse:
-        def body() -> spb.UpdateOffsetResponse:
+        try:
             topic, q = self._queue(request.message_queue)
             _group(request.group)
             if request.offset < 0:
@@ -535,10 +550,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 raise GrpcStatusError(Code.BAD_REQUEST, offsets.full_remark())
             self.pop.states.pop((request.group.name, topic, q), None)
             return spb.UpdateOffsetResponse(status=status())
-        return await self._guard(lambda s: spb.UpdateOffsetResponse(status=s), body, "UpdateOffset")
+        except Exception as exc:
+            return spb.UpdateOffsetResponse(status=_refusal(exc, "UpdateOffset"))
 
     async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Any) -> spb.QueryOffsetResponse:
-        def body() -> spb.QueryOffsetResponse:
+        try:
             topic, q = self._queue(request.message_queue)
             store = self.broker.store
             if request.query_offset_policy == pb.BEGINNING:
@@ -548,7 +564,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             else:
                 offset = store.get_offset_in_queue_by_time(topic, q, ms_of_timestamp(request.timestamp), confirmed=True)
             return spb.QueryOffsetResponse(status=status(), offset=offset)
-        return await self._guard(lambda s: spb.QueryOffsetResponse(status=s), body, "QueryOffset")
+        except Exception as exc:
+            return spb.QueryOffsetResponse(status=_refusal(exc, "QueryOffset"))
 
     async def PullMessage(self, request: spb.PullMessageRequest,
                           context: Any) -> AsyncIterator[spb.PullMessageResponse]:
