@@ -59,6 +59,10 @@ class GrpcEndpoint:
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
             # The remoting server's limits, in grpcio's terms (HTTP/2 flow control already bounds each stream).
             ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+            # Counted as HTTP/2 counts them (open streams), which the client sees and queues behind. grpc core's
+            # default also counts answered calls the asyncio server has not yet freed, and refuses new streams
+            # past the limit (REFUSED_STREAM) whenever the loop lags under load, though the client kept under it.
+            ("grpc.http.overload_protection", 0),
             ("grpc.max_allowed_incoming_connections", limits.server_max_connections),
             ("grpc.server_handshake_timeout_ms", int(limits.server_frame_timeout_seconds * 1000)),
         ]
