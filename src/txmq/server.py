@@ -137,10 +137,9 @@ def broker_config(args_conf: str | None, overrides: dict[str, object]) -> Broker
 
 def namesrv_limits(conf: str | None) -> ServerLimits:
     """The name server's remoting limits, from a properties file of ``ServerLimits`` keys (or the defaults)."""
-    from dataclasses import fields
     from pathlib import Path
 
-    from txmq.broker.config import check_range
+    from txmq.broker.config import check_ranges
     from txmq.conf import parse_properties, update_fields
 
     limits = ServerLimits()
@@ -148,6 +147,5 @@ def namesrv_limits(conf: str | None) -> ServerLimits:
         unknown = update_fields(limits, parse_properties(Path(conf).read_text()))
         if unknown:
             log.warning("unknown name server config keys ignored: %s", ", ".join(sorted(unknown)))
-        for f in fields(limits):  # the ranges broker.conf has for these keys
-            check_range(f.name, getattr(limits, f.name))
+        check_ranges(limits)  # the ranges broker.conf has for these keys
     return limits

@@ -234,19 +234,21 @@ class BrokerConfig:
             value = getattr(self, key)
             if value.upper() not in allowed:
                 raise ValueError(f"config {_conf_key(key)}: {value!r} is not one of {', '.join(allowed)}")
-        for key in _RANGES:
-            check_range(key, getattr(self.server_limits if hasattr(self.server_limits, key) else self, key))
+        check_ranges(self)
+        check_ranges(self.server_limits)
         return unknown
 
 
-def check_range(key: str, value: float) -> None:
-    """Refuse ``value`` for the field ``key`` when it is outside the key's range (``_RANGES``), naming the
-    broker.conf key: the broker's config, and the name server's remoting limits (``txmq namesrv -c``)."""
-    least, most = _RANGES.get(key, (None, None))
-    if (least is not None and value < least) or (most is not None and value > most):
-        span = f"at least {least}" if most is None else f"at most {most}" if least is None \
-            else f"between {least} and {most}"
-        raise ValueError(f"config {_conf_key(key)}: {value} is out of range (it must be {span})")
+def check_ranges(config: BrokerConfig | ServerLimits) -> None:
+    """Refuse a field of ``config`` outside its key's range (``_RANGES``), naming the broker.conf key: the
+    broker's config, and the remoting limits of the broker and of the name server (``txmq namesrv -c``)."""
+    for f in fields(config):
+        least, most = _RANGES.get(f.name, (None, None))
+        value = getattr(config, f.name)
+        if (least is not None and value < least) or (most is not None and value > most):
+            span = f"at least {least}" if most is None else f"at most {most}" if least is None \
+                else f"between {least} and {most}"
+            raise ValueError(f"config {_conf_key(f.name)}: {value} is out of range (it must be {span})")
 
 
 def store_address(host: str, key: str = "brokerIP1") -> str:

@@ -678,10 +678,11 @@ class TransactionalMessageService:
 
     async def resume(self, half_offset: int) -> str | None:
         """Put a discarded transaction back into checking; returns an error text or None."""
-        if self.table.outcome(half_offset) is EXPIRED:
+        outcome = self.table.outcome(half_offset)
+        if outcome is EXPIRED:
             return f"half message {half_offset} {_EXPIRED}"
-        if self.table.outcome(half_offset) != Outcome.DISCARD:
-            return f"transaction at half offset {half_offset} is {self.table.outcome(half_offset).name}, not DISCARD"
+        if outcome != Outcome.DISCARD:
+            return f"transaction at half offset {half_offset} is {outcome.name}, not DISCARD"
         half = self.half_message(half_offset)
         if half is None:
             return f"half message {half_offset} is no longer in the log"
