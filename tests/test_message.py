@@ -1,5 +1,7 @@
+import calendar
 import socket
 import struct
+import time
 
 import pytest
 
@@ -107,6 +109,52 @@ def test_uniq_ids_unique_and_ordered():
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
     assert UniqIdGenerator("192.168.1.2").next_id()[:20] != ids[0][:20]  # another process salt
+
+
+def _utc_ms(*fields: int) -> int:
+    return calendar.timegm(fields) * 1000
+
+
+@pytest.mark.parametrize("start", [
+    (2026, 11, 24, 20, 0, 0),   # day 24.86: 2^31 ms after the month's start
+    (2026, 11, 30, 23, 59, 0),  # a 30-day month's end
+    (2026, 12, 31, 23, 59, 0),  # a 31-day month's end and the year's
+    (2027, 2, 28, 23, 59, 0),   # February of a common year
+    (2028, 2, 28, 23, 59, 0),   # leap day
+    (2028, 2, 29, 23, 59, 0),
+    (2038, 1, 19, 3, 13, 0),    # 2^31 s since the epoch
+    (2106, 2, 7, 6, 27, 0),     # 2^32 s since the epoch
+])
+def test_uniq_ids_through_calendar_boundaries(start):
+    """Driven through a boundary by an injected clock, 100 ms a step for 2 hours: every id is 32 hex digits,
+    unique and in order, and its time field is the ms since the start of the UTC month of the moment."""
+    now = [_utc_ms(*start)]
+    gen = UniqIdGenerator("10.0.0.1", clock_ms=lambda: now[0])
+    ids = []
+    for _ in range(72_000):
+        ids.append(gen.next_id())
+        t = time.gmtime(now[0] // 1000)
+        month_start = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)) * 1000
+        assert int(ids[-1][20:28], 16) == now[0] - month_start
+        now[0] += 100
+    assert all(len(i) == 32 for i in ids)
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+
+
+def test_uniq_ids_when_the_clock_steps_back():
+    """A clock stepped back (within the month, and back across a month boundary) neither repeats an id nor orders
+    one before an earlier one; the time field carries on from the last id."""
+    now = [_utc_ms(2027, 1, 1, 0, 0, 5)]
+    gen = UniqIdGenerator("10.0.0.1", clock_ms=lambda: now[0])
+    ids = [gen.next_id() for _ in range(3)]
+    now[0] -= 3_600_000  # an hour back: into December
+    ids += [gen.next_id() for _ in range(70_000)]  # past one counter's wrap
+    now[0] += 7_200_000
+    ids += [gen.next_id() for _ in range(3)]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert int(ids[-1][20:28], 16) == 3_605_000
 
 
 def test_java_string_hash_matches_java():

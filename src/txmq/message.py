@@ -28,6 +28,7 @@ All integers are big-endian and signed, as Java writes them.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import os
 import socket
@@ -35,7 +36,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
 import cython
@@ -520,40 +521,53 @@ def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
 class UniqIdGenerator:
     """Client message ids (``UNIQ_KEY``), also used as transaction ids.
 
-    RocketMQ's ``MessageClientIDSetter`` scheme: a fixed prefix naming the process (IPv4, pid, a random
-    salt) and a suffix that grows within the process (ms since the start of the month, then a counter).
-    Unique across hosts and processes; ordered within one process.
+    RocketMQ's ``MessageClientIDSetter`` scheme: a prefix naming the process (IPv4, pid, a random salt) and a
+    suffix of 32 bits of ms since the start of the current UTC month and a 16-bit counter. The time field is
+    unsigned here (Java casts it to ``int``, which wraps negative after day 24.86; the bytes are the same), so a
+    31-day month fits. At each month boundary the field starts again from 0 and the salt moves up by one, so a
+    process's ids stay unique and in order across every boundary; a clock that steps back keeps counting on from
+    the last id instead. ``clock_ms`` (epoch ms) is injectable for tests.
     """
 
-    def __init__(self, ip: str = "127.0.0.1") -> None:
+    def __init__(self, ip: str = "127.0.0.1", clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
+                 ) -> None:
         try:
             ip_bytes = socket.inet_aton(ip)
         except OSError:
             ip_bytes = b"\x7f\x00\x00\x01"
-        self._prefix = (ip_bytes + struct.pack(">H", os.getpid() & 0xFFFF) + os.urandom(4)).hex().upper()
+        self._host = ip_bytes + struct.pack(">H", os.getpid() & 0xFFFF)
+        self._salt = int.from_bytes(os.urandom(4)) & 0x7FFFFFFF  # top bit clear: 2^31 month boundaries of headroom
+        self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._counter = itertools.count()
-        self._last = (0, 0)
-        self._month_start = _month_start_ms()
+        self._month_start = self._next_month_start = 0
+        self._start_month(clock_ms())
+
+    def _start_month(self, now_ms: int) -> None:
+        self._month_start, self._next_month_start = month_bounds_ms(now_ms)
+        self._prefix = (self._host + struct.pack(">I", self._salt)).hex().upper()
+        self._last = (-1, 0)
 
     def next_id(self) -> str:
         with self._lock:
-            now = int(time.time() * 1000)
-            elapsed = now - self._month_start
-            if elapsed >= 0x7FFFFFFF or elapsed < 0:
-                self._month_start = _month_start_ms()
-                elapsed = now - self._month_start
-            seq = next(self._counter) & 0xFFFF
-            key = (elapsed, seq)
+            now = self._clock_ms()
+            if now >= self._next_month_start:
+                self._salt = (self._salt + 1) & 0xFFFFFFFF
+                self._start_month(now)
+            key = (now - self._month_start, next(self._counter) & 0xFFFF)
             if key <= self._last:  # same ms and the counter wrapped, or the clock stepped back
-                key = (self._last[0] + (1 if self._last[1] == 0xFFFF else 0), (self._last[1] + 1) & 0xFFFF)
+                last_ms, last_seq = self._last
+                key = (last_ms + (1 if last_seq == 0xFFFF else 0), (last_seq + 1) & 0xFFFF)
             self._last = key
-            return self._prefix + struct.pack(">iH", key[0], key[1]).hex().upper()
+            return self._prefix + struct.pack(">IH", key[0] & 0xFFFFFFFF, key[1]).hex().upper()
 
 
-def _month_start_ms() -> int:
-    t = time.gmtime()
-    return int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) * 1000)
+def month_bounds_ms(epoch_ms: int) -> tuple[int, int]:
+    """The UTC month holding ``epoch_ms``: (its first ms, the next month's first ms)."""
+    day = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.UTC)
+    start = datetime.datetime(day.year, day.month, 1, tzinfo=datetime.UTC)
+    following = datetime.datetime(day.year + day.month // 12, day.month % 12 + 1, 1, tzinfo=datetime.UTC)
+    return int(start.timestamp()) * 1000, int(following.timestamp()) * 1000
 
 
 _default_ids = UniqIdGenerator()
