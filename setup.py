@@ -32,6 +32,7 @@ COMPILED_MODULES = [
     "src/txmq/store/results.py",
     "src/txmq/futures.py",
     "src/txmq/remoting/transport.py",
+    "src/txmq/remoting/registry.py",  # every request passes its dispatcher
     "src/txmq/broker/processor/send.py",
     "src/txmq/broker/stats.py",
     "src/txmq/message_columns.py",  # its C types come from annotations: it turns annotation_typing on itself

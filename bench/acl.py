@@ -1,7 +1,13 @@
-"""The cost of ACL on the send path: msg/s with ACL off and on, same run, medians; plus the signing and
-verifying time per request measured in-process.
+"""The cost of ACL on the send path: msg/s and broker CPU per message with ACL off and on, same run, medians,
+beside RabbitMQ classic's confirmed publish in the same invocation; plus the signing and verifying time per
+request measured in-process.
 
-    .venv/bin/python bench/acl.py [-n 20000] [--size 256] [--window 1000] [--runs 3] [--batch 128] [--json]
+    .venv/bin/python bench/acl.py [-n 20000] [--size 256] [--window 1000] [--runs 3] [--batch 1]
+                                  [--peers OUTDIR | --no-peers] [--json]
+
+By default one request per message (``--batch 1``), as RocketMQ's own clients send; ``--batch 128`` is txmq's
+producer's default batching. Unless ``--no-peers``, the peers kit runs right after with the same -n, --size,
+--window and --runs (see bench/produce_consume.py for what it needs).
 
 Starts two ``txmq server`` processes on free ports of 127.0.0.1 (temporary stores, ASYNC_FLUSH): one open, one
 with ``aclEnable=true`` and a plain_acl.yml whose bench account may publish to any topic. Each run produces N
@@ -29,12 +35,15 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from txmq import bench  # noqa: E402
 from txmq.acl.config import AclFile  # noqa: E402
-from txmq.acl.permissions import BROKER_TABLE  # noqa: E402
 from txmq.acl.signer import AclClientRPCHook, SessionCredentials  # noqa: E402
 from txmq.acl.validator import AccessValidator  # noqa: E402
+from txmq.broker.processor.send import parse_send, send_needs  # noqa: E402
 from txmq.launch import ServerProcess, free_port, txmq_command  # noqa: E402
 from txmq.remoting.codes import RequestCode  # noqa: E402
 from txmq.remoting.command import RemotingCommand  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from produce_consume import run_peers  # noqa: E402
 
 ACCOUNT = SessionCredentials("benchKey01", "benchSecret01")
 PLAIN_ACL = f"""\
@@ -79,9 +88,10 @@ def produce(server: ServerProcess, acl: bool, a: argparse.Namespace, run: int) -
 
 
 def per_request_us(tmp: Path, size: int) -> dict[str, float]:
-    """Signing (client) and verifying plus the permission check (broker) of one SEND_MESSAGE, in µs."""
-    (tmp / "micro.yml").write_text(PLAIN_ACL)
-    validator = AccessValidator(AclFile(tmp / "micro.yml"), BROKER_TABLE, "bench")
+    """Signing (client), and verifying plus the permission check (broker) of one SEND_MESSAGE, in µs: the gate's
+    two steps around the send's one reading (which runs with ACL off too)."""
+    (tmp / "micro.yml").write_text(PLAIN_ACL.replace("    admin: true\n", ""))  # a normal account: policies decide
+    validator = AccessValidator(AclFile(tmp / "micro.yml"), "bench")
     hook = AclClientRPCHook(ACCOUNT)
     ext = {"producerGroup": "g", "topic": "t", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
            "queueId": "1", "sysFlag": "0", "bornTimestamp": "1700000000000", "flag": "0",
@@ -92,16 +102,24 @@ def per_request_us(tmp: Path, size: int) -> dict[str, float]:
     conn: Any = SimpleNamespace(remote_address="127.0.0.1:1", attrs={})  # what the validator reads of one
     n = 20_000
     sign_s = min(timeit.repeat(lambda: hook(cmd), number=n, repeat=3)) / n
-    assert validator.check(conn, cmd) is None
-    verify_s = min(timeit.repeat(lambda: validator.check(conn, cmd), number=n, repeat=3)) / n
+    req = parse_send(cmd)
+
+    def check() -> None:
+        identity = validator.admit(conn, cmd)
+        assert validator.permit(conn, cmd, identity, send_needs(req)) is None
+
+    check()
+    verify_s = min(timeit.repeat(check, number=n, repeat=3)) / n
     return {"sign_us": round(sign_s * 1e6, 2), "verify_us": round(verify_s * 1e6, 2)}
 
 
 def main() -> int:
     p = bench.workload_parser(__doc__, 20_000)
-    p.add_argument("--batch", type=int, default=128,
-                   help="the producer's batch_max_messages (128, its default; 1: one request per message, as the "
-                        "C++ client sends)")
+    p.add_argument("--batch", type=int, default=1,
+                   help="the producer's batch_max_messages (1: one request per message, as RocketMQ's clients send; "
+                        "128: txmq's producer's default)")
+    p.add_argument("--peers", metavar="OUTDIR", help="where the peers kit writes its JSON (default: a temp dir)")
+    p.add_argument("--no-peers", action="store_true")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="txmq-bench-acl-") as tmp:
@@ -126,14 +144,23 @@ def main() -> int:
     result = {"n": a.n, "size": a.size, "window": a.window, "runs": a.runs, "batch": a.batch,
               "acl_off_msg_s": round(off), "acl_on_msg_s": round(on), "on_vs_off": round(on / off, 3),
               "all_off": [round(r) for r in rates[False]], "all_on": [round(r) for r in rates[True]],
-              "broker_cpu_us_off": round(cpu_off, 1), "broker_cpu_us_on": round(cpu_on, 1), **micro}
+              "broker_cpu_us_off": round(cpu_off, 1), "broker_cpu_us_on": round(cpu_on, 1),
+              "cpu_on_vs_off": round(cpu_on / cpu_off, 3), **micro}
+    if not a.no_peers:
+        classic = run_peers(argparse.Namespace(peers=a.peers, n=a.n, size=a.size, window=a.window, runs=a.runs))
+        peer = classic["rabbitmq"]["median"]
+        result["rabbitmq_classic_msg_s"] = round(peer["publish_msgs_s"])
+        result["acl_on_vs_rabbitmq"] = round(on / peer["publish_msgs_s"], 3)
     if a.json:
         print(json.dumps(result))
     else:
         print(f"{a.n} messages of {a.size} B, window {a.window}, batch {a.batch}, median of {a.runs} runs: "
               f"ACL off {off:,.0f} msg/s, ACL on {on:,.0f} msg/s ({on / off:.1%}); broker CPU per message "
-              f"{cpu_off:.1f} µs off, {cpu_on:.1f} µs on; signing {micro['sign_us']} µs, verifying "
-              f"{micro['verify_us']} µs per request (in-process)")
+              f"{cpu_off:.1f} µs off, {cpu_on:.1f} µs on ({cpu_on / cpu_off:.2f}x); signing {micro['sign_us']} µs, "
+              f"verifying {micro['verify_us']} µs per request (in-process)")
+        if "rabbitmq_classic_msg_s" in result:
+            print(f"RabbitMQ classic, same workload, same invocation: {result['rabbitmq_classic_msg_s']:,} msg/s "
+                  f"(txmq with ACL on: {result['acl_on_vs_rabbitmq']:.2f}x)")
     return 0
 
 

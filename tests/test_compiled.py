@@ -273,8 +273,8 @@ def test_commands_topics_and_codes_are_the_same_interpreted() -> None:
           lambda r: getattr(r, "name", r))
 
 
-def test_stats_and_the_processor_table_are_the_same_interpreted() -> None:
-    """The broker's per-put counting and its processor table (compiled: every send passes both) count and hand
+def test_stats_and_the_request_dispatcher_are_the_same_interpreted() -> None:
+    """The broker's per-put counting and its request dispatcher (compiled: every send passes both) count and hand
     requests on as their source does."""
     def counted(module) -> object:
         stats = module.BrokerStats()
@@ -290,12 +290,16 @@ def test_stats_and_the_processor_table_are_the_same_interpreted() -> None:
     assert counted(importlib.import_module("txmq.broker.stats")) == counted(load_interpreted("txmq.broker.stats"))
 
     def dispatched(module) -> object:
-        table = module.processor_table({10: lambda conn, cmd: ("sent", conn, cmd.code)}, "a broker")
-        refused = table("conn", RemotingCommand(9999, opaque=3))
-        return table("conn", RemotingCommand(10)), refused.code, refused.remark, refused.opaque
+        table = module.RequestTable("a broker")
+        table.add(module.RequestSpec(10, lambda cmd: cmd.ext_fields["x"], lambda parsed: None,
+                                     lambda conn, cmd, parsed: ("sent", conn, cmd.code, parsed)))
+        dispatch = module.RequestDispatcher(table)
+        refused = dispatch("conn", RemotingCommand(9999, opaque=3))
+        return dispatch("conn", RemotingCommand(10, ext_fields={"x": "y"})), refused.code, refused.remark, \
+            refused.opaque
 
-    assert dispatched(importlib.import_module("txmq.remoting.transport")) == dispatched(
-        load_interpreted("txmq.remoting.transport"))
+    assert dispatched(importlib.import_module("txmq.remoting.registry")) == dispatched(
+        load_interpreted("txmq.remoting.registry"))
 
 
 def test_index_files_are_the_same_interpreted(tmp_path: Path) -> None:

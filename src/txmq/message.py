@@ -110,6 +110,9 @@ class MessageConst:
     MSG_REGION = "MSG_REGION"
     TRACE_SWITCH = "TRACE_ON"
     SHARDING_KEY = "__SHARDINGKEY"
+    # txmq's: the account that stored a half message, set by the broker under access control and refused from
+    # any client (docs/security.md)
+    HALF_ACCOUNT = "TXMQ_HALF_ACCOUNT"
     KEY_SEPARATOR = " "
 
     SYSTEM_KEYS: ClassVar[frozenset[str]] = frozenset(

@@ -20,6 +20,7 @@ ADMIN = SessionCredentials("adminKey01", "adminSecret01")
 VICTIM = SessionCredentials("orderKey01", "orderSecret01")  # the order service: produces orders, owns its group
 CONSUMER = SessionCredentials("billingKey01", "billingSecret01")  # consumes orders
 ATTACKER = SessionCredentials("attackKey01", "attackSecret01")  # a valid account of another team
+NOBODY = SessionCredentials("nobodyKey01", "nobodySecret01")  # a valid account with no permission at all
 
 PLAIN_ACL = f"""\
 globalWhiteRemoteAddresses: []
@@ -42,6 +43,8 @@ accounts:
     defaultTopicPerm: PUB|SUB
     defaultGroupPerm: DENY
     groupPerms: [attacker-group=PUB|SUB]
+  - accessKey: {NOBODY.access_key}
+    secretKey: {NOBODY.secret_key}
 """
 
 

@@ -158,17 +158,18 @@ def test_attacker_cannot_store_a_half_in_the_victims_group(acl_server: AclServer
     ext = {"producerGroup": "attacker-group", "topic": "other", "queueId": "0", "sysFlag": "4",
            "bornTimestamp": "0", "flag": "0", "properties": props}
     resp = call(acl_server.broker, RequestCode.SEND_MESSAGE, ext, b"x", as_=ATTACKER)
-    assert resp.code == ResponseCode.NO_PERMISSION and f"permission on group {GROUP}" in (resp.remark or "")
+    assert resp.code == ResponseCode.NO_PERMISSION and f"permission on Group:{GROUP}" in (resp.remark or "")
     own = {**ext, "properties": "TRAN_MSG\x01true\x02PGROUP\x01attacker-group\x02"}
     assert call(acl_server.broker, RequestCode.SEND_MESSAGE, own, b"x", as_=ATTACKER).code == ResponseCode.SUCCESS
 
 
 def test_sender_cannot_forge_the_half_account(acl_server: AclServer):
+    """A send that sets TXMQ_HALF_ACCOUNT itself breaks a rule of the message, whoever sends it: MESSAGE_ILLEGAL."""
     props = "TRAN_MSG\x01true\x02PGROUP\x01attacker-group\x02TXMQ_HALF_ACCOUNT\x01orderKey01\x02"
     ext = {"producerGroup": "attacker-group", "topic": "other", "queueId": "0", "sysFlag": "4",
            "bornTimestamp": "0", "flag": "0", "properties": props}
     resp = call(acl_server.broker, RequestCode.SEND_MESSAGE, ext, b"x", as_=ATTACKER)
-    assert resp.code == ResponseCode.NO_PERMISSION and "set by the broker only" in (resp.remark or "")
+    assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "set by the broker only" in (resp.remark or "")
 
 
 def _route_addrs(acl_server: AclServer) -> set[str]:

@@ -57,7 +57,7 @@ def test_txmq_client_with_its_account_sends_and_consumes(acl_server: AclServer):
     (None, "no AccessKey"),
     (VICTIM.__class__(VICTIM.access_key, "wrongSecret1"), "signature check failed"),
     (VICTIM.__class__("unknownKey1", "whatever1"), "no account for AccessKey unknownKey1"),
-    (CONSUMER, "no PUB permission on topic orders"),
+    (CONSUMER, "no Pub permission on Topic:orders"),
 ])
 def test_send_refused_with_no_permission_and_one_log_line(acl_server: AclServer, creds, why):
     resp = call(acl_server.broker, RequestCode.SEND_MESSAGE, SEND_EXT, b"x", as_=creds)
@@ -120,7 +120,7 @@ def test_cpp_client_sends_and_consumes_with_its_account(acl_server: AclServer, t
     (None, "namesrv refused a request from 127.0.0.1: request code 105: no AccessKey"),
     (VICTIM.__class__(VICTIM.access_key, "wrongSecret1"), "request code 105: signature check failed"),
     (VICTIM.__class__("unknownKey1", "whatever1"), "request code 105: no account for AccessKey unknownKey1"),
-    (CONSUMER, "request code 10: AccessKey billingKey01: no PUB permission on topic orders"),
+    (CONSUMER, "request code 10: AccessKey billingKey01: no Pub permission on Topic:orders"),
 ])
 def test_cpp_client_refused(acl_server: AclServer, tmp_path, creds, why):
     r = produce(acl_server.namesrv, "orders", 1, "sync", home=tmp_path, timeout=60, extra=_cpp_creds(creds),
@@ -136,4 +136,4 @@ def test_cpp_consumer_without_permission_gets_nothing(acl_server: AclServer, tmp
     result = run_consume(acl_server.namesrv, "orders", "billing", 1, timeout=6, home=tmp_path,
                          extra=_cpp_creds(ATTACKER))
     assert result.timed_out and not result.messages
-    assert "AccessKey attackKey01: no SUB permission on group billing" in acl_server.log
+    assert "AccessKey attackKey01: no Sub permission on Group:billing" in acl_server.log

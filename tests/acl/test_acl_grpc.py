@@ -71,11 +71,11 @@ def test_official_clients_send_receive_and_transact_with_their_accounts(acl_serv
     ("py", None, "no AccessKey"),
     ("py", SessionCredentials(VICTIM.access_key, "wrongSecret1"), "signature check failed for AccessKey orderKey01"),
     ("py", SessionCredentials("unknownKey1", "whatever1"), "no account for AccessKey unknownKey1"),
-    ("py", CONSUMER, "AccessKey billingKey01: no PUB permission on topic orders"),
+    ("py", CONSUMER, "AccessKey billingKey01: no Pub permission on Topic:orders"),
     ("node", None, "no AccessKey"),
     ("node", SessionCredentials(VICTIM.access_key, "wrongSecret1"), "signature check failed"),
     ("node", SessionCredentials("unknownKey1", "whatever1"), "no account for AccessKey unknownKey1"),
-    ("node", CONSUMER, "AccessKey billingKey01: no PUB permission on topic orders"),
+    ("node", CONSUMER, "AccessKey billingKey01: no Pub permission on Topic:orders"),
 ])
 def test_official_clients_refused(acl_server: AclServer, tmp_path, client, creds, why):
     ok, events = drive(PY if client == "py" else NODE, acl_server.proc.grpc, tmp_path, creds, cmd="send",

@@ -94,9 +94,11 @@ async def _acl_scenario(acl_path) -> None:
         assert a.manager is not None and a.manager.state("g") is None  # none of those changed anything
         assert (await ask(RequestCode.BROKER_HEARTBEAT, beat, "brokerKey01", "brokerSecret01")).code \
             == ResponseCode.SUCCESS
-        # Reading needs an account, any account.
+        # Reading the replicas is a read of the cluster (Get on Cluster): the cluster's account, not a client's.
         assert (await ask(RequestCode.CONTROLLER_GET_REPLICA_INFO, b"{}")).code != ResponseCode.SUCCESS
         assert (await ask(RequestCode.CONTROLLER_GET_REPLICA_INFO, b"{}", "clientKey01", "clientSecret01")).code \
+            == ResponseCode.NO_PERMISSION
+        assert (await ask(RequestCode.CONTROLLER_GET_REPLICA_INFO, b"{}", "brokerKey01", "brokerSecret01")).code \
             == ResponseCode.SUCCESS
     finally:
         await a.close()

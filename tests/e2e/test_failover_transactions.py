@@ -90,3 +90,44 @@ def test_the_new_master_checks_back_the_old_masters_pending_halves_at_once(group
         assert 0 < listener.first_decision - elected < 3  # checks start at once, not when the old master returns
     finally:
         producer.shutdown()
+
+
+@pytest.fixture
+def single(cluster):
+    g = FailoverGroup(cluster, name="broker-d", replicas=1, conf={"transactionTimeOut": 60_000})
+    try:
+        yield g.start()
+    finally:
+        cluster.close()
+        g.close()
+
+
+class Undecided:
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        return UNKNOWN
+
+    def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+        return UNKNOWN
+
+
+def test_an_operators_commit_on_a_controller_mode_broker_commits(single, cluster):
+    """TXMQ_TX_DECIDE and TXMQ_GET_EPOCH_TABLE shared code 9006: on a broker in controller mode the epoch table's
+    handler answered ``txmq tx commit`` with SUCCESS and the transaction stayed pending."""
+    master = single.wait_master(30)
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("fo-decide", queue_nums=1)
+        cluster.wait_route("fo-decide")
+        producer = TransactionProducer("fo-decide-p", Undecided(), cluster.namesrv_addr)
+        producer.start()
+        try:
+            sent = producer.send_message_in_transaction(Message("fo-decide", b"decided by hand", keys="d1"))
+            assert sent.status == SendStatus.SEND_OK
+            assert admin.tx_show(sent.transaction_id)["state"] == "PENDING"
+            admin.tx_decide(sent.transaction_id, "COMMIT")
+            assert admin.tx_show(sent.transaction_id)["state"] == "COMMIT"
+        finally:
+            producer.shutdown()
+    store_end = max_offset(single.addr(master))
+    visible = [m for m in log_messages(single.store(master), store_end)
+               if m.topic == "fo-decide" and m.properties.get(MessageConst.TRANSACTION_PREPARED) != "true"]
+    assert [m.body for m in visible] == [b"decided by hand"]

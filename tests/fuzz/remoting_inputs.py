@@ -35,7 +35,7 @@ EDGE_INTS = [0, 1, -1, 2, 3, 4, 7, 8, 12, 255, 256, 1023, 1024, 1025, 65535, 655
 EDGE_STRINGS = ["", " ", "0", "-0", "+1", "1e9", "1.5", "0x10", "1_000", "NaN", "inf", "true", "false", "null",
                 "{}", "[]", "abc", "é中文🙂", "\u0000", "\x01\x02", "\ud7ff", "a" * 300, "%", "%RETRY%", "%DLQ%",
                 "*", "||", "TagA || TagB", "k\x01v\x02", "UNIQ_KEY\x01\x02", " a b "]
-UNKNOWN_CODES = [0, -1, 1, 9, 99, 9000, 9006, 9999, 32767, -32768]
+UNKNOWN_CODES = [0, -1, 1, 9, 99, 9000, 9100, 9999, 32767, -32768]
 PROP_KEYS = [MessageConst.TRANSACTION_PREPARED, MessageConst.PRODUCER_GROUP, MessageConst.DELAY_TIME_LEVEL,
              MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageConst.KEYS, MessageConst.TAGS,
              MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID, MessageConst.WAIT_STORE_MSG_OK,

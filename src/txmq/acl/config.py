@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from txmq.acl.model import Action, Decision, Needs, PolicyEntry, Resource, decide
 from txmq.acl.signer import hmac_key
 
 log = logging.getLogger("txmq.acl")
@@ -106,15 +107,39 @@ class Account:
     group_perms: dict[str, int] = field(default_factory=dict)
     white_remote_address: RemoteAddressMatcher | None = None
     key: hmac.HMAC = field(init=False, repr=False)  # HMAC-SHA1 keyed once, copied per request
+    # The permissions as ACL 2.0 policy entries (RocketMQ's ``AuthMigrator``): each named topic and group, then
+    # ``Topic:*`` and ``Group:*`` for the defaults (less specific, so a named one decides first).
+    entries: list[PolicyEntry] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.key = hmac_key(self.secret_key)
+        self.entries = [_entry(Resource.topic(t), p) for t, p in self.topic_perms.items()]
+        self.entries += [_entry(Resource.group(g), p) for g, p in self.group_perms.items()]
+        self.entries += [_entry(Resource.parse("Topic:*"), self.default_topic_perm),
+                         _entry(Resource.parse("Group:*"), self.default_group_perm)]
 
     def topic_allows(self, topic: str, needed: int) -> bool:
         return allows(self.topic_perms.get(topic, self.default_topic_perm), needed)
 
     def group_allows(self, group: str, needed: int) -> bool:
         return allows(self.group_perms.get(group, self.default_group_perm), needed)
+
+    def refusal(self, needs: Needs, host: str) -> str | None:
+        """Why this account may not do what ``needs`` says, or None: an admin may do everything (a super user);
+        otherwise its ``entries`` decide."""
+        if self.admin:
+            return None
+        entries = self.entries
+        for resource, any_of in needs.wants:
+            if not decide(entries, resource, any_of, host):
+                return f"no {'|'.join(sorted(a.value for a in any_of))} permission on {resource.key}"
+        return None
+
+
+def _entry(resource: Resource, perm: int) -> PolicyEntry:
+    if perm & DENY:
+        return PolicyEntry(resource, frozenset({Action.ALL}), Decision.DENY)
+    return PolicyEntry(resource, frozenset(a for bit, a in ((PUB, Action.PUB), (SUB, Action.SUB)) if perm & bit))
 
 
 # What a connection from a global white address is: RocketMQ lets it do anything.

@@ -18,8 +18,8 @@ from typing import Any
 
 import grpc
 
-from txmq.acl.config import PUB, SUB, Account
-from txmq.acl.permissions import Needs
+from txmq.acl.config import Account
+from txmq.acl.model import Action, Needs
 from txmq.acl.signer import GRPC_DATE_TIME, grpc_signature, parse_grpc_authorization
 from txmq.acl.validator import AccessValidator
 from txmq.grpc.protocol import definition_pb2 as pb
@@ -33,20 +33,20 @@ def _needs(method: str, req: Any) -> Needs:
     needs = Needs()
     if method == "SendMessage":
         for m in req.messages:
-            needs.topic(m.topic.name, PUB)
+            needs.topic(m.topic.name, Action.PUB)
             if m.system_properties.message_type == pb.TRANSACTION:
-                needs.group(m.topic.name, PUB)  # a 5.x transaction's producer group is its topic
+                needs.group(m.topic.name, Action.PUB)  # a 5.x transaction's producer group is its topic
     elif method == "EndTransaction":
         # request.topic names the producer group the transaction service checks against the half's (for a
-        # remoting half, its group rather than a topic): PUB on that group is what owning the half means
-        needs.group(req.topic.name, PUB)
+        # remoting half, its group rather than a topic): Pub on that group is what owning the half means
+        needs.group(req.topic.name, Action.PUB)
     elif method == "RecallMessage":
-        needs.topic(req.topic.name, PUB)
+        needs.topic(req.topic.name, Action.PUB)
     elif method not in ("QueryRoute", "Telemetry"):
         group = getattr(req, "group", None)
-        needs.group(group.name if group is not None else "", SUB)
+        needs.group(group.name if group is not None else "", Action.SUB)
         topic = getattr(req, "topic", None) or getattr(getattr(req, "message_queue", None), "topic", None)
-        needs.topic(topic.name if topic is not None else "", SUB)
+        needs.topic(topic.name if topic is not None else "", Action.SUB)
     return needs
 
 
@@ -71,7 +71,9 @@ class AclInterceptor(grpc.aio.ServerInterceptor):
             return bool(date_time) and hmac.compare_digest(signature.upper().encode(), expected.encode())
 
         needs = _needs(method, request) if request is not None else Needs()
-        result = self.validator.authorize(host, access_key, signed, needs)
+        result = self.validator.identify(host, access_key, signed)
+        if isinstance(result, Account):
+            result = self.validator.refusal(result, needs, host) or result
         if isinstance(result, Account):
             result = self._claim(metadata.get(CLIENT_ID, ""), result)
         if isinstance(result, Account):
@@ -137,18 +139,19 @@ class AclInterceptor(grpc.aio.ServerInterceptor):
             if isinstance(allowed, pb.Status):
                 yield spb.TelemetryCommand(status=allowed)
                 return
-            async for item in inner(_own_groups_only(requests, allowed), context):
+            async for item in inner(_own_groups_only(requests, allowed, _host(context)), context):
                 yield item
         return call
 
 
-async def _own_groups_only(requests: AsyncIterator[Any], account: Account) -> AsyncIterator[Any]:
+async def _own_groups_only(requests: AsyncIterator[Any], account: Account, host: str) -> AsyncIterator[Any]:
     """The stream's commands, with publishing topics the account may not publish for as a group left out of
     its settings: the endpoint sends a topic's check-backs to sessions that list it."""
     async for cmd in requests:
         if cmd.WhichOneof("command") == "settings" and cmd.settings.WhichOneof("pub_sub") == "publishing":
             topics = cmd.settings.publishing.topics
-            kept = [(t.resource_namespace, t.name) for t in topics if account.group_allows(t.name, PUB)]
+            kept = [(t.resource_namespace, t.name) for t in topics
+                    if account.refusal(Needs().group(t.name, Action.PUB), host) is None]
             if len(kept) != len(topics):
                 del topics[:]
                 for namespace, name in kept:

@@ -16,6 +16,7 @@ import enum
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from txmq.topic import RETRY_GROUP_TOPIC_PREFIX
 
@@ -55,8 +56,9 @@ class Pattern(enum.IntEnum):
     ANY = 2
 
 
-@dataclass(frozen=True, slots=True)
-class Resource:
+class Resource(NamedTuple):
+    """A tuple: one is made for every resource a request names (a send's topic), and a tuple is the cheapest."""
+
     type: ResourceType
     name: str = ""
     pattern: Pattern = Pattern.LITERAL
@@ -195,28 +197,37 @@ def decide(entries: Iterable[PolicyEntry], wanted: Resource, any_of: frozenset[A
     return best is not None and best.decision is Decision.ALLOW
 
 
-@dataclass(slots=True)
 class Needs:
     """What one request needs: for each resource it touches, one of a set of actions (RocketMQ's authorization
-    contexts). Empty: any authenticated user. A super user needs nothing."""
+    contexts). Empty: any authenticated user. A super user needs nothing. Built for every request under ACL:
+    plain slots, and the action sets shared (``_any_of``)."""
 
-    wants: list[tuple[Resource, frozenset[Action]]] = field(default_factory=list)
+    __slots__ = ("wants",)
+
+    def __init__(self) -> None:
+        self.wants: list[tuple[Resource, frozenset[Action]]] = []
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Needs) and other.wants == self.wants
+
+    def __repr__(self) -> str:
+        return f"Needs({self.describe()})"
 
     def topic(self, name: str, *any_of: Action) -> Needs:
         """A topic; a retry topic ``%RETRY%G`` is its group's resource (``Sub`` on group G), as in RocketMQ."""
         if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):], Action.SUB)
         if name:
-            self.wants.append((Resource.topic(name), frozenset(any_of)))
+            self.wants.append((Resource(ResourceType.TOPIC, name), _any_of(any_of)))
         return self
 
     def group(self, name: str, *any_of: Action) -> Needs:
         if name:
-            self.wants.append((Resource.group(name), frozenset(any_of)))
+            self.wants.append((Resource(ResourceType.GROUP, name), _any_of(any_of)))
         return self
 
     def cluster(self, *any_of: Action) -> Needs:
-        self.wants.append((Resource.cluster(), frozenset(any_of)))
+        self.wants.append((_CLUSTER, _any_of(any_of)))
         return self
 
     def describe(self) -> str:
@@ -224,3 +235,28 @@ class Needs:
         if not self.wants:
             return "any authenticated user"
         return "; ".join(f"{'|'.join(sorted(a.value for a in actions))} on {res.key}" for res, actions in self.wants)
+
+
+_ACTION_SETS: dict[tuple[Action, ...], frozenset[Action]] = {}
+
+
+def _any_of(actions: tuple[Action, ...]) -> frozenset[Action]:
+    found = _ACTION_SETS.get(actions)
+    if found is None:
+        found = _ACTION_SETS[actions] = frozenset(actions)  # a handful of combinations: declared in code
+    return found
+
+
+def cluster_get(_: object) -> Needs:
+    """Get on the cluster: a read of the whole broker or server (every topic, group, offset or figure)."""
+    return Needs().cluster(Action.GET)
+
+
+def cluster_update(_: object) -> Needs:
+    """Update on the cluster: a change to the server itself (its configuration, routes, replicas)."""
+    return Needs().cluster(Action.UPDATE)
+
+
+def any_user(_: object) -> Needs:
+    """Any authenticated user."""
+    return Needs()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from txmq.acl.config import AclFile, find_acl_file
-from txmq.acl.permissions import BROKER_TABLE, CONTROLLER_TABLE, NAMESRV_TABLE
 from txmq.acl.signer import AclClientRPCHook, SessionCredentials
 from txmq.acl.validator import AccessValidator
 
@@ -17,17 +16,17 @@ def broker_validator(config: BrokerConfig) -> AccessValidator | None:
     """The broker's validator when ``aclEnable`` is true. Raises ``AclConfigError``/``OSError`` on a bad file."""
     if not config.acl_enable:
         return None
-    return AccessValidator(AclFile(find_acl_file(config.acl_file or None)), BROKER_TABLE, "broker")
+    return AccessValidator(AclFile(find_acl_file(config.acl_file or None)), "broker")
 
 
 def namesrv_validator(acl_file: str | None) -> AccessValidator:
-    """The name server's: route writes need an ``admin`` account of this file (the cluster's brokers)."""
-    return AccessValidator(AclFile(find_acl_file(acl_file)), NAMESRV_TABLE, "namesrv")
+    """The name server's: route writes need Update on the cluster (the cluster's brokers: a super account)."""
+    return AccessValidator(AclFile(find_acl_file(acl_file)), "namesrv")
 
 
 def controller_validator(acl_file: str | None) -> AccessValidator:
-    """The controller's: heartbeats and SyncStateSet changes need an ``admin`` account (the cluster's brokers)."""
-    return AccessValidator(AclFile(find_acl_file(acl_file)), CONTROLLER_TABLE, "controller")
+    """The controller's: heartbeats and SyncStateSet changes need Update on the cluster (the brokers' account)."""
+    return AccessValidator(AclFile(find_acl_file(acl_file)), "controller")
 
 
 def broker_rpc_hook(config: BrokerConfig) -> AclClientRPCHook | None:

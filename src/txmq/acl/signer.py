@@ -11,6 +11,7 @@ Signature=<hex HMAC-SHA1(secretKey, x-mq-date-time)>``.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -54,11 +55,19 @@ def sign(key: hmac.HMAC, content: bytes) -> str:
 
 
 def signature_matches(key: hmac.HMAC, cmd: RemotingCommand) -> bool:
-    given = cmd.ext_fields.get(SIGNATURE)
+    """Every signed request asks: the content goes into the MAC in two parts (no copy of the body), and the
+    signature given is compared as the digest it encodes."""
+    ext = cmd.ext_fields
+    given = ext.get(SIGNATURE)
     if given is None:
         return False
-    expected = sign(key, request_content(cmd.ext_fields, cmd.body))
-    return hmac.compare_digest(given.encode(), expected.encode())
+    mac = key.copy()
+    mac.update("".join([ext[k] for k in sorted(ext) if k not in _UNSIGNED]).encode())
+    mac.update(cmd.body)
+    try:
+        return hmac.compare_digest(mac.digest(), base64.b64decode(given, validate=True))
+    except (binascii.Error, ValueError):  # not base64, or not ASCII
+        return False
 
 
 class AclClientRPCHook:

@@ -1,7 +1,11 @@
-"""The one check every remoting request passes before its processor (RocketMQ's ``PlainAccessValidator`` run as
-a server RPC hook): global white address, account, account white address, signature, then the request code's
-permissions. A refusal is answered ``NO_PERMISSION`` with a remark and logged (``RefusalLog``: identical refusals
-from one host folded into one line per 10 s)."""
+"""The one check every request passes before its handler (RocketMQ's ``AuthenticationPipeline`` and
+``AuthorizationPipeline``): who signed it (global white address, account, account white address, signature), then
+what its declaration says it needs (``txmq.acl.model.Needs``) against that account's policies. A refusal is
+answered ``NO_PERMISSION`` with a remark and logged (``RefusalLog``: identical refusals from one host folded into
+one line per 10 s).
+
+For remoting it is the ``RequestDispatcher``'s gate (``admit``, ``permit``); the gRPC interceptor calls
+``identify`` and ``refusal`` with what it read of a call."""
 
 from __future__ import annotations
 
@@ -10,33 +14,25 @@ import time
 from collections.abc import Callable
 
 from txmq.acl.config import WHITE_ACCOUNT, Account, AclFile
-from txmq.acl.permissions import HALF_ACCOUNT, Needs, RequestNotReadable, Table, needs_of
+from txmq.acl.model import Needs
 from txmq.acl.signer import ACCESS_KEY, signature_matches
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.refusals import RefusalLog
-from txmq.remoting.transport import Connection, Handler, HandlerResult
+from txmq.remoting.transport import Connection
 
 log = logging.getLogger("txmq.acl")
+
 
 def host_of(remote_address: str) -> str:
     return remote_address.rpartition(":")[0].strip("[]")
 
 
-def _record_half_account(cmd: RemotingCommand, field: str, access_key: str) -> None:
-    """Stamp the account that stores a half message into its properties (shown by ``tx show``)."""
-    props = cmd.ext_fields.get(field, "")
-    if props and not props.endswith("\x02"):
-        props += "\x02"
-    cmd.ext_fields[field] = f"{props}{HALF_ACCOUNT}\x01{access_key}\x02"
-
-
 class AccessValidator:
-    """Checks requests against the accounts of one ``plain_acl.yml`` and one permission table."""
+    """Checks requests against the accounts of one ``plain_acl.yml``."""
 
-    def __init__(self, acl_file: AclFile, table: Table, what: str) -> None:
+    def __init__(self, acl_file: AclFile, what: str) -> None:
         self.acl_file = acl_file
-        self.table = table
         self.refusals = RefusalLog(log, f"{what} refused a request")
 
     def identify(self, host: str, access_key: str, check_signature: Callable[[Account], bool]) -> Account | str:
@@ -55,39 +51,29 @@ class AccessValidator:
             return f"signature check failed for AccessKey {access_key}"
         return account
 
-    def authorize(self, host: str, access_key: str, check_signature: Callable[[Account], bool],
-                  needs: Needs) -> Account | str:
-        """``identify``, then ``needs`` against the account."""
-        account = self.identify(host, access_key, check_signature)
-        if isinstance(account, str):
-            return account
-        why = needs.refusal(account)
-        return f"AccessKey {account.access_key}: {why}" if why else account
+    @staticmethod
+    def refusal(account: Account, needs: Needs, host: str) -> str | None:
+        """Why ``account`` may not do what ``needs`` says from ``host``, or None."""
+        why = account.refusal(needs, host)
+        return f"AccessKey {account.access_key}: {why}" if why else None
 
-    def check(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        """None when ``cmd`` may go on, else the NO_PERMISSION answer."""
+    # --- the remoting dispatcher's gate (txmq.remoting.registry.Gate) ---------------------------------------
+
+    def admit(self, conn: Connection, cmd: RemotingCommand) -> Account | RemotingCommand:
         host = host_of(conn.remote_address)
-        try:
-            needs = needs_of(self.table, cmd)
-        except RequestNotReadable as exc:
-            return self._refuse(host, cmd, f"request code {cmd.code}: {exc}")
-        result = self.authorize(host, cmd.ext_fields.get(ACCESS_KEY, ""),
-                                lambda acc: signature_matches(acc.key, cmd),
-                                needs)
-        if isinstance(result, Account):
-            if needs.half_properties is not None:
-                _record_half_account(cmd, needs.half_properties, result.access_key)
-            return None
-        return self._refuse(host, cmd, f"request code {cmd.code}: {result}")
+        account = self.identify(host, cmd.ext_fields.get(ACCESS_KEY, ""), lambda acc: signature_matches(acc.key, cmd))
+        return self._refuse(host, cmd, account) if isinstance(account, str) else account
 
-    def _refuse(self, host: str, cmd: RemotingCommand, reason: str) -> RemotingCommand:
+    def permit(self, conn: Connection, cmd: RemotingCommand, identity: Account, needs: Needs) -> RemotingCommand | None:
+        host = host_of(conn.remote_address)
+        why = self.refusal(identity, needs, host)
+        return None if why is None else self._refuse(host, cmd, why)
+
+    @staticmethod
+    def account(identity: Account) -> str:
+        return identity.access_key
+
+    def _refuse(self, host: str, cmd: RemotingCommand, why: str) -> RemotingCommand:
+        reason = f"request code {cmd.code}: {why}"
         self.refusals.refused(host, reason)
         return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=reason)
-
-    def guard(self, handler: Handler) -> Handler:
-        """``handler`` behind this validator."""
-
-        def guarded(conn: Connection, cmd: RemotingCommand) -> HandlerResult:
-            return self.check(conn, cmd) or handler(conn, cmd)
-
-        return guarded

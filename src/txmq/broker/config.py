@@ -274,13 +274,19 @@ def store_address(host: str, key: str = "brokerIP1") -> str:
     return str(found[0][4][0])
 
 
+# Never in any answer, to anyone: the broker's own credentials (GET_BROKER_CONFIG once carried them, and with them
+# any account could act as the cluster's admin).
+SECRET_FIELDS = frozenset({"access_key", "secret_key"})
+
+
 def config_properties(config: BrokerConfig) -> dict[str, str]:
-    """The config as broker.conf keys and values (GET_BROKER_CONFIG's body), the remoting limits included."""
+    """The config as broker.conf keys and values (GET_BROKER_CONFIG's body), the remoting limits included, the
+    broker's credentials left out (``SECRET_FIELDS``)."""
     out = {}
     for obj in (config, config.server_limits):
         for f in fields(obj):
             value = getattr(obj, f.name)
-            if f.name != "server_limits":
+            if f.name != "server_limits" and f.name not in SECRET_FIELDS:
                 out[_conf_key(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
     return out
 

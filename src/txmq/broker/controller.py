@@ -35,9 +35,10 @@ from txmq.controller.replicas_manager import ReplicasManager
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.registry import RequestDispatcher, RequestTable
 from txmq.remoting.server import RemotingServer
 from txmq.remoting.tls import client_context
-from txmq.remoting.transport import Connection, RemotingClient, processor_table
+from txmq.remoting.transport import RemotingClient
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
 from txmq.store.ha import HAClient, HAConfig, HAService
 
@@ -134,35 +135,19 @@ class BrokerController:
 
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
-        client = ClientManageProcessor(self)
-        admin = AdminBrokerProcessor(self)
-        end_tx = EndTransactionProcessor(self)
-        self.processors: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
-            RequestCode.SEND_MESSAGE: self.send_processor.process,
-            RequestCode.SEND_MESSAGE_V2: self.send_processor.process,
-            RequestCode.SEND_BATCH_MESSAGE: self.send_processor.process,
-            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_processor.process,
-            RequestCode.PULL_MESSAGE: self.pull_processor.process,
-            RequestCode.END_TRANSACTION: end_tx.process,
-            RequestCode.TXMQ_END_TRANSACTION_BATCH: end_tx.process_batch,
-        }
-        for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
-            self.processors[code] = client.process
-        for code in admin.handlers:
-            self.processors[code] = admin.process
-        ops = OpsProcessor(self)
-        for code in ops.handlers:
-            self.processors[code] = ops.process
-        if self.replicas_manager is not None:
-            self.processors[RequestCode.TXMQ_GET_EPOCH_TABLE] = self.replicas_manager.process_get_epoch_table
+        # Every request code the broker serves, declared once by its processor with how it is read and what it
+        # needs (txmq.remoting.registry): the ACL authorizes the parsed request its handler then runs.
+        self.request_table = RequestTable("txmq's broker")
+        for processor in (self.send_processor, self.pull_processor, ClientManageProcessor(self),
+                          AdminBrokerProcessor(self), EndTransactionProcessor(self), OpsProcessor(self),
+                          *([self.replicas_manager] if self.replicas_manager is not None else [])):
+            self.request_table.register(processor)
         self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
 
         self.acl = broker_validator(config)
-        dispatch = processor_table(self.processors, "txmq's broker")
-        handler = self.acl.guard(dispatch) if self.acl is not None else dispatch
-        self.server = RemotingServer(handler, host=config.broker_ip1, port=config.listen_port, tls=config.tls_server(),
-                                     limits=config.server_limits)
+        self.dispatcher = RequestDispatcher(self.request_table, self.acl)
+        self.server = RemotingServer(self.dispatcher, host=config.broker_ip1, port=config.listen_port,
+                                     tls=config.tls_server(), limits=config.server_limits)
         self.namesrv_client = RemotingClient(rpc_hook=broker_rpc_hook(config), ssl_context=client_context(
             config.tls_client_trust_cert_path) if config.tls_enable else None)
         self._tasks: list[asyncio.Task[None]] = []
@@ -217,7 +202,8 @@ class BrokerController:
             from txmq.metrics.rpc import RpcLatency
 
             self.rpc_latency = RpcLatency()
-            self.server.handler = self.rpc_latency.wrap(self.server.handler)  # around the ACL guard, if any
+            # only requests that passed the ACL and have a declaration are timed: no series for made-up codes
+            self.dispatcher.execute = self.rpc_latency.wrap(self.dispatcher.execute)
         await self.server.start()
         await self._start_grpc()
         if self.replicas_manager is not None:

@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.acl.model import cluster_get
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.registry import RequestSpec, no_header
 from txmq.remoting.transport import Connection
 from txmq.store.ha.epoch import EpochFile, consistent_point
 from txmq.store.results import PutMessageStatus
@@ -306,7 +308,10 @@ class ReplicasManager:
             raise ValueError(f"master {master_addr} sent no epoch table")
         return table
 
-    def process_get_epoch_table(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def requests(self) -> list[RequestSpec[Any]]:
+        return [RequestSpec(RequestCode.TXMQ_GET_EPOCH_TABLE, no_header, cluster_get, self.process_get_epoch_table)]
+
+    def process_get_epoch_table(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         """TXMQ_GET_EPOCH_TABLE: this replica's epochs, log end, and whether it acts as master (within its lease):
         a replica reads its master's before each HA session."""
         body = {"epochs": self.epochs.entries, "maxOffset": self.broker.store.max_phy_offset,

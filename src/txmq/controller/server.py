@@ -22,11 +22,14 @@ from typing import Any
 
 import orjson
 
+from txmq.acl.model import cluster_get, cluster_update
 from txmq.acl.validator import AccessValidator
 from txmq.controller.dcs import DCS, DCSError
 from txmq.controller.replicas_info import ControllerError, GroupState, ReplicasInfoManager
+from txmq.remoting.body import json_object
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.registry import RequestDispatcher, RequestSpec, RequestTable, no_header
 from txmq.remoting.server import RemotingServer
 from txmq.remoting.transport import Connection
 
@@ -44,8 +47,9 @@ class ControllerManager:
         self.host = host
         self.lease_ttl_s = lease_ttl_s  # the leader key's lease (etcd's TTL granularity is a second)
         self.scan_interval_s = scan_interval_s  # RocketMQ's scanNotActiveBrokerInterval
-        self.server = RemotingServer(acl.guard(self._handle) if acl is not None else self._handle, host=host,
-                                     port=port)
+        self.request_table = RequestTable("the controller")
+        self.request_table.register(self)
+        self.server = RemotingServer(RequestDispatcher(self.request_table, acl), host=host, port=port)
         self.manager: ReplicasInfoManager | None = None
         self.leader_addr: str | None = None
         self._leader_until = 0.0  # monotonic end of the lease as renewed (from the renewal's start)
@@ -119,31 +123,30 @@ class ControllerManager:
 
     # --- requests -------------------------------------------------------------------------------------
 
-    def _handle(self, conn: Connection, cmd: RemotingCommand) -> Any:
-        if cmd.code == RequestCode.CONTROLLER_GET_METADATA_INFO:
-            body = {"controller": self.addr, "leader": self.leader_addr, "isLeader": self.acting}
-            return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(body))
-        handler = self._handlers().get(cmd.code)
-        if handler is None:
-            return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                               remark=f"request code {cmd.code} is not a controller request")
-        return self._answer(cmd, handler)
+    def requests(self) -> list[RequestSpec[Any]]:
+        """Every request changes or reads the cluster's replicas: the brokers' own (super) accounts, and tools."""
+        def change(fn: Handler) -> Callable[[Connection, RemotingCommand, dict[str, Any]], Any]:
+            return lambda conn, cmd, req: self._answer(cmd, fn, req)
 
-    def _handlers(self) -> dict[int, Callable[[ReplicasInfoManager, dict[str, Any]], Any]]:
-        return {RequestCode.BROKER_HEARTBEAT: _heartbeat, RequestCode.CONTROLLER_REGISTER_BROKER: _heartbeat,
-                RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: _alter, RequestCode.CONTROLLER_ELECT_MASTER: _elect,
-                RequestCode.CONTROLLER_GET_REPLICA_INFO: _replica_info}
+        return [
+            RequestSpec(RequestCode.BROKER_HEARTBEAT, _json, cluster_update, change(_heartbeat)),
+            RequestSpec(RequestCode.CONTROLLER_REGISTER_BROKER, _json, cluster_update, change(_heartbeat)),
+            RequestSpec(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, _json, cluster_update, change(_alter)),
+            RequestSpec(RequestCode.CONTROLLER_ELECT_MASTER, _json, cluster_update, change(_elect)),
+            RequestSpec(RequestCode.CONTROLLER_GET_REPLICA_INFO, _json, cluster_get, change(_replica_info)),
+            RequestSpec(RequestCode.CONTROLLER_GET_METADATA_INFO, no_header, cluster_get, self._metadata),
+        ]
 
-    async def _answer(self, cmd: RemotingCommand,
-                      handler: Callable[[ReplicasInfoManager, dict[str, Any]], Any]) -> RemotingCommand:
+    def _metadata(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
+        body = {"controller": self.addr, "leader": self.leader_addr, "isLeader": self.acting}
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    async def _answer(self, cmd: RemotingCommand, handler: Handler, req: dict[str, Any]) -> RemotingCommand:
         manager = self.manager
         if manager is None or not self.acting:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark="not the leader controller",
                                                ext_fields={"leaderAddr": self.leader_addr or ""})
         try:
-            req = orjson.loads(cmd.body or b"{}")
-            if not isinstance(req, dict):
-                raise ValueError("body is not a JSON object")
             async with self._lock:
                 result = await asyncio.to_thread(handler, manager, req)
         except (ControllerError, DCSError, ValueError, KeyError, TypeError) as exc:
@@ -152,6 +155,13 @@ class ControllerManager:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark="not the leader controller",
                                                ext_fields={"leaderAddr": ""})
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(result))
+
+
+Handler = Callable[[ReplicasInfoManager, dict[str, Any]], Any]
+
+
+def _json(cmd: RemotingCommand) -> dict[str, Any]:
+    return json_object(cmd.body)
 
 
 def _view(manager: ReplicasInfoManager, state: GroupState | None) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """``RpcLatency``: the time from a request's arrival to its answer, by request and response code (RocketMQ 5's
-``rocketmq_rpc_latency``). It wraps the broker's dispatch only when metrics are on, so a broker without them
-times nothing."""
+``rocketmq_rpc_latency``). It wraps the last step of the broker's dispatch (the declared handler) only when metrics
+are on, so a broker without them times nothing, and only requests that passed the ACL with a code the broker
+declares are timed: the series are bounded by the broker's own codes, whatever a peer sends."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from txmq.remoting.transport import Answer, Connection, Reply
 
 BUCKETS_MS = (1, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 3000)
 
-Dispatch = Callable[[Connection, RemotingCommand], Any]
+Execute = Callable[[Connection, RemotingCommand, Any, Any], Any]
 
 
 class RpcLatency:
@@ -35,12 +36,12 @@ class RpcLatency:
         counts[bisect_left(BUCKETS_MS, ms)] += 1
         self.sums[key] += ms
 
-    def wrap(self, dispatch: Dispatch) -> Dispatch:
-        """``dispatch`` timed: an answer given at once is observed at once, a later one when it comes (a ``Reply``
-        tells when it writes it); a oneway request (no answer) is not observed."""
-        def timed(conn: Connection, cmd: RemotingCommand) -> Any:
+    def wrap(self, execute: Execute) -> Execute:
+        """``execute`` (``RequestDispatcher.execute``) timed: an answer given at once is observed at once, a later
+        one when it comes (a ``Reply`` tells when it writes it); a oneway request (no answer) is not observed."""
+        def timed(conn: Connection, cmd: RemotingCommand, spec: Any, parsed: Any) -> Any:
             started = time.perf_counter()
-            out = dispatch(conn, cmd)
+            out = execute(conn, cmd, spec, parsed)
             if isinstance(out, RemotingCommand | EncodedResponse):
                 self.observe(cmd.code, out.code, started)
                 return out

@@ -9,6 +9,7 @@ import logging
 from txmq.acl.validator import AccessValidator
 from txmq.namesrv.processor import NamesrvProcessor
 from txmq.namesrv.route_info import RouteInfoManager
+from txmq.remoting.registry import RequestDispatcher, RequestTable
 from txmq.remoting.server import RemotingServer, ServerLimits
 from txmq.remoting.tls import TlsServerConfig
 
@@ -21,8 +22,9 @@ class NamesrvController:
                  tls: TlsServerConfig | None = None) -> None:
         self.routes = RouteInfoManager(broker_expired_s)
         self.acl = acl
-        processor = NamesrvProcessor(self.routes)
-        self.server = RemotingServer(acl.guard(processor) if acl else processor, host=host, port=port, tls=tls,
+        self.request_table = RequestTable("namesrv")
+        self.request_table.register(NamesrvProcessor(self.routes))
+        self.server = RemotingServer(RequestDispatcher(self.request_table, acl), host=host, port=port, tls=tls,
                                      limits=limits)
         self.host = host
         self._scan_task: asyncio.Task[None] | None = None

@@ -1,21 +1,82 @@
-"""Requests the name server answers (RocketMQ ``DefaultRequestProcessor``)."""
+"""Requests the name server answers (RocketMQ ``DefaultRequestProcessor``), each declared once with what it needs
+(``requests``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 import orjson
 
-from txmq.errors import InvalidMessageError, RemoteProtocolError
+from txmq.acl.model import Action, Needs, any_user, cluster_get, cluster_update
 from txmq.namesrv.route_info import MASTER_ID, RouteInfoManager
+from txmq.remoting.admin_headers import DeleteTopicRequestHeader
 from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.registry import RequestSpec, header, no_header
+from txmq.remoting.request_headers import Header
 from txmq.remoting.transport import Connection
 from txmq.topic import TopicConfig, check_topic
 
 log = logging.getLogger("txmq.namesrv")
+
+
+@dataclasses.dataclass(slots=True)
+class GetRouteInfoRequestHeader(Header):
+    topic: str
+
+
+@dataclasses.dataclass(slots=True)
+class UnRegisterBrokerRequestHeader(Header):
+    cluster_name: str
+    broker_addr: str
+    broker_name: str
+    broker_id: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class RegisterBrokerRequestHeader(Header):
+    cluster_name: str
+    broker_addr: str
+    broker_name: str
+    broker_id: int = 0
+    ha_server_addr: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class Registration:
+    """REGISTER_BROKER as read once: its header and the topics its body registers."""
+
+    header: RegisterBrokerRequestHeader
+    data_version: dict[str, Any]
+    configs: list[TopicConfig]
+
+
+def parse_route(cmd: RemotingCommand) -> GetRouteInfoRequestHeader:
+    h = GetRouteInfoRequestHeader.from_ext(cmd.ext_fields)
+    check_topic(h.topic)
+    return h
+
+
+def route_needs(h: GetRouteInfoRequestHeader) -> Needs:
+    """Pub, Sub or Get on the topic (a producer, a consumer or a tool of it)."""
+    return Needs().topic(h.topic, Action.PUB, Action.SUB, Action.GET)
+
+
+def parse_registration(cmd: RemotingCommand) -> Registration:
+    h = RegisterBrokerRequestHeader.from_ext(cmd.ext_fields)
+    wrapper, configs = read_body(cmd.body, _registration, "a registration body holds topicConfigSerializeWrapper")
+    for cfg in configs:  # names a broker registers reach every client's routes
+        check_topic(cfg.topic_name)
+    return Registration(h, wrapper.get("dataVersion") or {}, configs)
+
+
+def parse_delete_topic(cmd: RemotingCommand) -> DeleteTopicRequestHeader:
+    h = DeleteTopicRequestHeader.from_ext(cmd.ext_fields)
+    check_topic(h.topic)
+    return h
 
 
 class NamesrvProcessor:
@@ -23,64 +84,52 @@ class NamesrvProcessor:
         self.routes = routes
         self._watched: set[int] = set()
 
-    def __call__(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        code = cmd.code
-        try:
-            if code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                return self._route(cmd)
-            if code == RequestCode.REGISTER_BROKER:
-                return self._register(conn, cmd)
-            if code == RequestCode.UNREGISTER_BROKER:
-                f = cmd.ext_fields
-                self.routes.unregister_broker(
-                    f.get("clusterName", ""), f.get("brokerAddr", ""), f.get("brokerName", ""),
-                    int(f.get("brokerId", "0")),
-                )
-                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
-            if code == RequestCode.GET_BROKER_CLUSTER_INFO:
-                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS,
-                                                   body=orjson.dumps(self.routes.cluster_info()))
-            if code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
-                body = orjson.dumps({"topicList": self.routes.topic_list()})
-                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
-            if code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
-                topic = cmd.ext_fields.get("topic", "")
-                check_topic(topic)
-                self.routes.delete_topic(topic)
-                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
-        except (ValueError, KeyError, orjson.JSONDecodeError, RemoteProtocolError, InvalidMessageError) as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request: {exc}")
-        return RemotingCommand.response_to(
-            cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f"request code {code} not supported by namesrv"
-        )
+    def requests(self) -> list[RequestSpec[Any]]:
+        return [
+            RequestSpec(RequestCode.GET_ROUTEINFO_BY_TOPIC, parse_route, route_needs, self._route),
+            RequestSpec(RequestCode.REGISTER_BROKER, parse_registration, cluster_update, self._register),
+            RequestSpec(RequestCode.UNREGISTER_BROKER, header(UnRegisterBrokerRequestHeader), cluster_update,
+                        self._unregister),
+            # A client learns the brokers (names and addresses, as routes show them) to heartbeat them.
+            RequestSpec(RequestCode.GET_BROKER_CLUSTER_INFO, no_header, any_user, self._cluster_info),
+            RequestSpec(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, no_header, cluster_get, self._topic_list),
+            RequestSpec(RequestCode.DELETE_TOPIC_IN_NAMESRV, parse_delete_topic, cluster_update, self._delete_topic),
+        ]
 
-    def _route(self, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.ext_fields.get("topic", "")
-        check_topic(topic)
-        data = self.routes.pick_topic_route_data(topic)
+    def _route(self, conn: Connection, cmd: RemotingCommand, h: GetRouteInfoRequestHeader) -> RemotingCommand:
+        data = self.routes.pick_topic_route_data(h.topic)
         if data is None:
             return RemotingCommand.response_to(
-                cmd, ResponseCode.TOPIC_NOT_EXIST, remark=f"No topic route info in name server for the topic: {topic}"
+                cmd, ResponseCode.TOPIC_NOT_EXIST, remark=f"No topic route info in name server for the topic: {h.topic}"
             )
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(data))
 
-    def _register(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        f = cmd.ext_fields
-        wrapper, configs = read_body(cmd.body, _registration, "a registration body holds topicConfigSerializeWrapper")
-        for cfg in configs:  # names a broker registers reach every client's routes
-            check_topic(cfg.topic_name)
+    def _register(self, conn: Connection, cmd: RemotingCommand, reg: Registration) -> RemotingCommand:
+        h = reg.header
         conn_id = id(conn)
         if conn_id not in self._watched:
             self._watched.add(conn_id)
             conn.on_close.append(lambda c: self._closed(id(c)))
-        broker_id = int(f.get("brokerId", "0"))
-        self.routes.register_broker(
-            f["clusterName"], f["brokerAddr"], f["brokerName"], broker_id, configs,
-            wrapper.get("dataVersion") or {}, conn_id, f.get("haServerAddr", ""),
-        )
-        master, ha = self.routes.master_of(f["brokerName"]) if broker_id != MASTER_ID else ("", "")
+        self.routes.register_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id, reg.configs,
+                                    reg.data_version, conn_id, h.ha_server_addr)
+        master, ha = self.routes.master_of(h.broker_name) if h.broker_id != MASTER_ID else ("", "")
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"haServerAddr": ha,
                                                                                   "masterAddr": master})
+
+    def _unregister(self, conn: Connection, cmd: RemotingCommand, h: UnRegisterBrokerRequestHeader) -> RemotingCommand:
+        self.routes.unregister_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id)
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+
+    def _cluster_info(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(self.routes.cluster_info()))
+
+    def _topic_list(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
+        body = orjson.dumps({"topicList": self.routes.topic_list()})
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
+
+    def _delete_topic(self, conn: Connection, cmd: RemotingCommand, h: DeleteTopicRequestHeader) -> RemotingCommand:
+        self.routes.delete_topic(h.topic)
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
 
     def _closed(self, conn_id: int) -> None:
         self._watched.discard(conn_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from txmq.remoting.request_headers import Header
+from txmq.remoting.request_headers import Header, Int32
 
 
 @dataclasses.dataclass(slots=True)
@@ -52,3 +52,43 @@ class DeleteSubscriptionGroupRequestHeader(Header):
 class ViewBrokerStatsDataRequestHeader(Header):
     stats_name: str
     stats_key: str
+
+
+@dataclasses.dataclass(slots=True)
+class DeleteTopicRequestHeader(Header):
+    """DELETE_TOPIC_IN_BROKER (215) and DELETE_TOPIC_IN_NAMESRV (216)."""
+
+    topic: str
+
+
+@dataclasses.dataclass(slots=True)
+class ViewMessageRequestHeader(Header):
+    """VIEW_MESSAGE_BY_ID (33): the commit-log offset an offset message id names."""
+
+    offset: int
+
+
+@dataclasses.dataclass(slots=True)
+class TxListRequestHeader(Header):
+    """txmq's TXMQ_TX_LIST (9002); with ``group``, only that producer group's transactions."""
+
+    limit: Int32 = 100
+    group: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class TxRequestHeader(Header):
+    """txmq's TXMQ_TX_SHOW and TXMQ_TX_RESUME (9003, 9004): a transaction by half offset or transaction id;
+    with ``group``, only one of that producer group."""
+
+    id: str
+    group: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class TxDecideRequestHeader(Header):
+    """txmq's TXMQ_TX_DECIDE (9006): an operator's COMMIT or ROLLBACK."""
+
+    id: str
+    outcome: str
+    group: str | None = None

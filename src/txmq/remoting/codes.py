@@ -144,7 +144,7 @@ class RequestCode(IntEnum):
     TXMQ_END_TRANSACTION_BATCH = 9005
     # A master's epoch file (epoch -> start offset), read by a replica that rejoins to find where its log and the
     # master's agree (RocketMQ exchanges it in its AutoSwitchHA handshake).
-    TXMQ_GET_EPOCH_TABLE = 9006
+    TXMQ_GET_EPOCH_TABLE = 9007
 
 
 class ResponseCode(IntEnum):

@@ -338,6 +338,20 @@ class ConsumerSendMsgBackRequestHeader(Header):
 
 
 @dataclasses.dataclass(slots=True)
+class UnregisterClientRequestHeader(Header):
+    client_id: str = ""
+    producer_group: str = ""
+    consumer_group: str = ""
+
+    ALIASES = MappingProxyType({"client_id": "clientID"})  # RocketMQ's field is clientID
+
+
+@dataclasses.dataclass(slots=True)
+class GetConsumerListByGroupRequestHeader(Header):
+    consumer_group: str
+
+
+@dataclasses.dataclass(slots=True)
 class QueryConsumerOffsetRequestHeader(Header):
     consumer_group: str
     topic: str

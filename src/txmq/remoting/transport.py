@@ -541,21 +541,6 @@ class Reply:
         self.set_result(self.conn._failed(self.cmd, exc))
 
 
-def processor_table(processors: dict[int, Handler], server: str) -> Handler:
-    """A handler giving each request to the processor registered for its code (RocketMQ's processor table);
-    a code without one is answered ``REQUEST_CODE_NOT_SUPPORTED`` naming ``server``. Built here, compiled, so
-    that handing a request on is no interpreted call (every send passes through it)."""
-
-    def dispatch(conn: Connection, cmd: RemotingCommand) -> HandlerResult:
-        processor = processors.get(cmd.code)
-        if processor is None:
-            return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                               remark=f"request code {cmd.code} is not supported by {server}")
-        return processor(conn, cmd)
-
-    return dispatch
-
-
 # --- client ----------------------------------------------------------------------------------------
 
 

@@ -6,18 +6,27 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
+from txmq.acl.model import Action, Needs, cluster_get
 from txmq.broker.processor.ops import runtime_info
 from txmq.broker.processor.pull import queue_refusal
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import internal_refusal, servable
-from txmq.errors import InvalidMessageError, RemoteProtocolError, StoreError
+from txmq.errors import RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_message
+from txmq.remoting.admin_headers import (
+    DeleteTopicRequestHeader,
+    TxDecideRequestHeader,
+    TxListRequestHeader,
+    TxRequestHeader,
+    ViewMessageRequestHeader,
+)
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.registry import RequestSpec, header, no_header
 from txmq.remoting.request_headers import (
     CreateTopicRequestHeader,
     QueryConsumerOffsetRequestHeader,
@@ -43,45 +52,110 @@ def _ok(cmd: RemotingCommand, body: Any = None, ext: dict[str, str] | None = Non
     return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields=ext, body=raw)
 
 
+class ViewedMessage(NamedTuple):
+    raw: bytes
+    msg: MessageExt
+
+
+def create_topic_needs(h: CreateTopicRequestHeader) -> Needs:
+    """Create on the topic."""
+    return Needs().topic(h.topic, Action.CREATE)
+
+
+def delete_topic_needs(h: DeleteTopicRequestHeader) -> Needs:
+    """Delete on the topic."""
+    return Needs().topic(h.topic, Action.DELETE)
+
+
+def parse_query_offset(cmd: RemotingCommand) -> QueryConsumerOffsetRequestHeader:
+    h = QueryConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
+    check_group(h.consumer_group)
+    check_topic(h.topic)
+    return h
+
+
+def parse_update_offset(cmd: RemotingCommand) -> UpdateConsumerOffsetRequestHeader:
+    h = UpdateConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
+    check_group(h.consumer_group)
+    check_topic(h.topic)
+    return h
+
+
+def query_offset_needs(h: QueryConsumerOffsetRequestHeader) -> Needs:
+    """Sub or Get on the topic and the consumer group."""
+    return Needs().topic(h.topic, Action.SUB, Action.GET).group(h.consumer_group, Action.SUB, Action.GET)
+
+
+def update_offset_needs(h: UpdateConsumerOffsetRequestHeader) -> Needs:
+    """Sub or Update on the topic and the consumer group."""
+    return Needs().topic(h.topic, Action.SUB, Action.UPDATE).group(h.consumer_group, Action.SUB, Action.UPDATE)
+
+
+def queue_read(h: TopicQueueRequestHeader | SearchOffsetRequestHeader) -> Needs:
+    """Sub or Get on the topic (a consumer reads its queues' offsets and times)."""
+    return Needs().topic(h.topic, Action.SUB, Action.GET)
+
+
+def query_message_needs(h: QueryMessageRequestHeader) -> Needs:
+    """Sub on the topic: the answer carries messages' bodies."""
+    return Needs().topic(h.topic, Action.SUB)
+
+
+def viewed_needs(viewed: ViewedMessage) -> Needs:
+    """Sub on the topic of the message at the offset (the record is read first; its bytes are the answer)."""
+    return Needs().topic(viewed.msg.topic, Action.SUB)
+
+
+def tx_read_needs(h: TxListRequestHeader | TxRequestHeader) -> Needs:
+    """Pub on the producer group it names (then only that group's transactions are listed or shown); without one,
+    Get on the cluster."""
+    return Needs().group(h.group, Action.PUB) if h.group else Needs().cluster(Action.GET)
+
+
+def tx_write_needs(h: TxRequestHeader | TxDecideRequestHeader) -> Needs:
+    """Pub on the producer group it names (then only that group's transactions are found); without one, Update on
+    the cluster."""
+    return Needs().group(h.group, Action.PUB) if h.group else Needs().cluster(Action.UPDATE)
+
+
 class AdminBrokerProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self.handlers = {
-            RequestCode.UPDATE_AND_CREATE_TOPIC: self._create_topic,
-            RequestCode.DELETE_TOPIC_IN_BROKER: self._delete_topic,
-            RequestCode.GET_ALL_TOPIC_CONFIG: self._all_topics,
-            RequestCode.QUERY_CONSUMER_OFFSET: self._query_offset,
-            RequestCode.UPDATE_CONSUMER_OFFSET: self._update_offset,
-            RequestCode.GET_MAX_OFFSET: self._max_offset,
-            RequestCode.GET_MIN_OFFSET: self._min_offset,
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
-            RequestCode.GET_EARLIEST_MSG_STORETIME: self._earliest_time,
-            RequestCode.GET_ALL_CONSUMER_OFFSET: self._all_offsets,
-            RequestCode.GET_ALL_DELAY_OFFSET: self._all_delay_offsets,
-            RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
-            RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
-            RequestCode.QUERY_MESSAGE: self._query_message,
-            RequestCode.VIEW_MESSAGE_BY_ID: self._view_message,
-            RequestCode.TXMQ_STATS: self._stats,
-            RequestCode.TXMQ_TX_LIST: self._tx_list,
-            RequestCode.TXMQ_TX_SHOW: self._tx_show,
-            RequestCode.TXMQ_TX_RESUME: self._tx_resume,
-            RequestCode.TXMQ_TX_DECIDE: self._tx_decide,
-        }
 
-    def process(self, conn: Connection, cmd: RemotingCommand):
-        handler = self.handlers.get(RequestCode(cmd.code))
-        if handler is None:
-            return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
-        try:
-            return handler(cmd)
-        except (RemoteProtocolError, InvalidMessageError, ValueError, KeyError, orjson.JSONDecodeError) as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request: {exc}")
+    def requests(self) -> list[RequestSpec[Any]]:
+        topic_queue = header(TopicQueueRequestHeader)
+        return [
+            RequestSpec(RequestCode.UPDATE_AND_CREATE_TOPIC, header(CreateTopicRequestHeader), create_topic_needs,
+                        self._create_topic),
+            RequestSpec(RequestCode.DELETE_TOPIC_IN_BROKER, header(DeleteTopicRequestHeader), delete_topic_needs,
+                        self._delete_topic),
+            RequestSpec(RequestCode.GET_ALL_TOPIC_CONFIG, no_header, cluster_get, self._all_topics),
+            RequestSpec(RequestCode.QUERY_CONSUMER_OFFSET, parse_query_offset, query_offset_needs, self._query_offset),
+            RequestSpec(RequestCode.UPDATE_CONSUMER_OFFSET, parse_update_offset, update_offset_needs,
+                        self._update_offset),
+            RequestSpec(RequestCode.GET_MAX_OFFSET, topic_queue, queue_read, self._max_offset),
+            RequestSpec(RequestCode.GET_MIN_OFFSET, topic_queue, queue_read, self._min_offset),
+            RequestSpec(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header(SearchOffsetRequestHeader), queue_read,
+                        self._search_offset),
+            RequestSpec(RequestCode.GET_EARLIEST_MSG_STORETIME, topic_queue, queue_read, self._earliest_time),
+            RequestSpec(RequestCode.GET_ALL_CONSUMER_OFFSET, no_header, cluster_get, self._all_offsets),
+            RequestSpec(RequestCode.GET_ALL_DELAY_OFFSET, no_header, cluster_get, self._all_delay_offsets),
+            RequestSpec(RequestCode.GET_BROKER_RUNTIME_INFO, no_header, cluster_get, self._runtime_info),
+            RequestSpec(RequestCode.GET_BROKER_HA_STATUS, no_header, cluster_get, self._ha_status),
+            RequestSpec(RequestCode.QUERY_MESSAGE, header(QueryMessageRequestHeader), query_message_needs,
+                        self._query_message),
+            RequestSpec(RequestCode.VIEW_MESSAGE_BY_ID, self._read_viewed, viewed_needs, self._view_message),
+            RequestSpec(RequestCode.TXMQ_STATS, no_header, cluster_get, self._stats),
+            RequestSpec(RequestCode.TXMQ_TX_LIST, header(TxListRequestHeader), tx_read_needs, self._tx_list),
+            RequestSpec(RequestCode.TXMQ_TX_SHOW, header(TxRequestHeader), tx_read_needs, self._tx_show),
+            RequestSpec(RequestCode.TXMQ_TX_RESUME, header(TxRequestHeader), tx_write_needs, self._tx_resume),
+            RequestSpec(RequestCode.TXMQ_TX_DECIDE, header(TxDecideRequestHeader), tx_write_needs, self._tx_decide),
+        ]
 
     # --- topics -----------------------------------------------------------------------------------------
 
-    async def _create_topic(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = CreateTopicRequestHeader.from_ext(cmd.ext_fields)
+    async def _create_topic(self, conn: Connection, cmd: RemotingCommand,
+                            h: CreateTopicRequestHeader) -> RemotingCommand:
         check_topic(h.topic)
         if is_system_topic(h.topic):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
@@ -96,8 +170,8 @@ class AdminBrokerProcessor:
         await self.broker.register_all()
         return _ok(cmd)
 
-    def _delete_topic(self, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.ext_fields.get("topic", "")
+    def _delete_topic(self, conn: Connection, cmd: RemotingCommand, h: DeleteTopicRequestHeader) -> RemotingCommand:
+        topic = h.topic
         check_topic(topic)
         if is_system_topic(topic):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"{topic} is a system topic")
@@ -108,15 +182,13 @@ class AdminBrokerProcessor:
         self.broker.schedule_register()
         return _ok(cmd)
 
-    def _all_topics(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _all_topics(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         return _ok(cmd, self.broker.topic_config_manager.serialize())
 
     # --- offsets ----------------------------------------------------------------------------------------
 
-    def _query_offset(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = QueryConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
-        check_group(h.consumer_group)
-        check_topic(h.topic)
+    def _query_offset(self, conn: Connection, cmd: RemotingCommand,
+                      h: QueryConsumerOffsetRequestHeader) -> RemotingCommand:
         offset = self.broker.consumer_offset_manager.query(h.consumer_group, h.topic, h.queue_id)
         if offset < 0:
             # RocketMQ: a new group starts at 0 while the queue still holds its first message.
@@ -127,10 +199,8 @@ class AdminBrokerProcessor:
                                                    remark="Not found, the group has no committed offset here")
         return _ok(cmd, ext={"offset": str(offset)})
 
-    def _update_offset(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = UpdateConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
-        check_group(h.consumer_group)
-        check_topic(h.topic)
+    def _update_offset(self, conn: Connection, cmd: RemotingCommand,
+                       h: UpdateConsumerOffsetRequestHeader) -> RemotingCommand:
         refused = queue_refusal(self.broker, cmd, h.topic, h.queue_id)
         if refused is not None:
             return refused
@@ -139,37 +209,32 @@ class AdminBrokerProcessor:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=offsets.full_remark())
         return _ok(cmd)
 
-    def _max_offset(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = TopicQueueRequestHeader.from_ext(cmd.ext_fields)
+    def _max_offset(self, conn: Connection, cmd: RemotingCommand, h: TopicQueueRequestHeader) -> RemotingCommand:
         return _ok(cmd, ext={"offset": str(self.broker.store.get_max_offset_in_queue(h.topic, h.queue_id,
                                                                                     confirmed=True))})
 
-    def _min_offset(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = TopicQueueRequestHeader.from_ext(cmd.ext_fields)
+    def _min_offset(self, conn: Connection, cmd: RemotingCommand, h: TopicQueueRequestHeader) -> RemotingCommand:
         return _ok(cmd, ext={"offset": str(self.broker.store.get_min_offset_in_queue(h.topic, h.queue_id))})
 
-    def _search_offset(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = SearchOffsetRequestHeader.from_ext(cmd.ext_fields)
+    def _search_offset(self, conn: Connection, cmd: RemotingCommand, h: SearchOffsetRequestHeader) -> RemotingCommand:
         offset = self.broker.store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp, confirmed=True)
         return _ok(cmd, ext={"offset": str(offset)})
 
-    def _earliest_time(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = TopicQueueRequestHeader.from_ext(cmd.ext_fields)
+    def _earliest_time(self, conn: Connection, cmd: RemotingCommand, h: TopicQueueRequestHeader) -> RemotingCommand:
         store = self.broker.store
         got = store.get_message(h.topic, h.queue_id, store.get_min_offset_in_queue(h.topic, h.queue_id), 1)
         ts = decode_message(got.messages[0])[0].store_timestamp if got.messages else -1
         return _ok(cmd, ext={"timestamp": str(ts)})
 
-    def _all_offsets(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _all_offsets(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         return _ok(cmd, {"offsetTable": self.broker.consumer_offset_manager.table})
 
-    def _all_delay_offsets(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _all_delay_offsets(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         return _ok(cmd, {"offsetTable": self.broker.schedule_service.offsets})
 
     # --- messages ---------------------------------------------------------------------------------------
 
-    def _query_message(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = QueryMessageRequestHeader.from_ext(cmd.ext_fields)
+    def _query_message(self, conn: Connection, cmd: RemotingCommand, h: QueryMessageRequestHeader) -> RemotingCommand:
         internal = internal_refusal(h.topic)
         if internal is not None:
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=internal)
@@ -181,33 +246,38 @@ class AdminBrokerProcessor:
         return _ok(cmd, body, {"indexLastUpdateTimestamp": str(int(time.time() * 1000)),
                                "indexLastUpdatePhyoffset": str(self.broker.store.max_phy_offset)})
 
-    def _view_message(self, cmd: RemotingCommand) -> RemotingCommand:
-        offset = int(cmd.ext_fields["offset"])
+    def _read_viewed(self, cmd: RemotingCommand) -> ViewedMessage:
+        """VIEW_MESSAGE_BY_ID's request is the record its offset names: what it needs is Sub on that record's
+        topic, so the record is read before it is authorized, and the bytes answered are the bytes authorized."""
+        offset = ViewMessageRequestHeader.from_ext(cmd.ext_fields).offset
         try:
             raw = self.broker.store.read_record(offset)
-        except StoreError as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"no message at {offset}: {exc}")
-        if not servable(decode_message(raw)[0]):
+            return ViewedMessage(raw, decode_message(raw)[0])
+        except (StoreError, RemoteProtocolError) as exc:
+            raise RemoteProtocolError(f"no message at {offset}: {exc}") from None
+
+    def _view_message(self, conn: Connection, cmd: RemotingCommand, viewed: ViewedMessage) -> RemotingCommand:
+        if not servable(viewed.msg):
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
                                                remark="the record at this offset is not a visible message")
-        return _ok(cmd, raw)
+        return _ok(cmd, viewed.raw)
 
     # --- stats ------------------------------------------------------------------------------------------
 
-    def _runtime_info(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _runtime_info(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         return _ok(cmd, {"table": runtime_info(self.broker)})
 
-    def _ha_status(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _ha_status(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         return _ok(cmd, self.broker.ha_status())
 
-    def _stats(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _stats(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         return _ok(cmd, self.broker.stats())
 
     # --- transactions -----------------------------------------------------------------------------------
 
-    def _find_half(self, cmd: RemotingCommand) -> tuple[int, MessageExt] | None:
+    def _find_half(self, h: TxRequestHeader | TxDecideRequestHeader) -> tuple[int, MessageExt] | None:
         """The transaction the request names by ``id``; with a ``group`` field, only one of that producer group."""
-        ident, group = cmd.ext_fields.get("id", ""), cmd.ext_fields.get("group")
+        ident, group = h.id, h.group
         found: tuple[int, MessageExt] | None = None
         if ident.isdigit() and len(ident) < 20:
             half = self.broker.transaction_service.half_message(int(ident))
@@ -221,9 +291,8 @@ class AdminBrokerProcessor:
             return None
         return found
 
-    def _no_such_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _no_such_transaction(self, cmd: RemotingCommand, ident: str) -> RemotingCommand:
         """The answer when ``_find_half`` finds nothing; for a half offset retention deleted, it says so."""
-        ident = cmd.ext_fields.get("id", "")
         remark = "no such transaction"
         if ident.isdigit() and len(ident) < 20 and self.broker.transaction_service.half_gone(int(ident)):
             remark = f"half message {ident} was deleted by retention (fileReservedTime)"
@@ -246,9 +315,8 @@ class AdminBrokerProcessor:
             "commitLogOffset": half.commit_log_offset,
         }
 
-    def _tx_list(self, cmd: RemotingCommand) -> RemotingCommand:
-        limit = int(cmd.ext_fields.get("limit", "100"))
-        group = cmd.ext_fields.get("group")
+    def _tx_list(self, conn: Connection, cmd: RemotingCommand, h: TxListRequestHeader) -> RemotingCommand:
+        limit, group = max(0, h.limit), h.group
         service = self.broker.transaction_service
         out: dict[str, list[dict[str, Any]]] = {"pending": [], "discarded": []}
         listed = (("pending", itertools.islice(service.table.pending, limit)),
@@ -266,10 +334,10 @@ class AdminBrokerProcessor:
         out["totals"] = [{"pending": totals[0], "discarded": totals[1]}]
         return _ok(cmd, out)
 
-    def _tx_show(self, cmd: RemotingCommand) -> RemotingCommand:
-        found = self._find_half(cmd)
+    def _tx_show(self, conn: Connection, cmd: RemotingCommand, h: TxRequestHeader) -> RemotingCommand:
+        found = self._find_half(h)
         if found is None:
-            return self._no_such_transaction(cmd)
+            return self._no_such_transaction(cmd, h.id)
         half_offset, half = found
         entry = self._describe(half_offset, half)
         entry["properties"] = half.user_properties
@@ -280,17 +348,17 @@ class AdminBrokerProcessor:
             entry["checks"] = self.broker.transaction_service.table.discarded.get(half_offset)
         return _ok(cmd, entry)
 
-    def _tx_resume(self, cmd: RemotingCommand):
-        found = self._find_half(cmd)
+    def _tx_resume(self, conn: Connection, cmd: RemotingCommand, h: TxRequestHeader):
+        found = self._find_half(h)
         if found is None:
-            return self._no_such_transaction(cmd)
+            return self._no_such_transaction(cmd, h.id)
         return self._resume(cmd, found[0])
 
-    def _tx_decide(self, cmd: RemotingCommand):
-        found = self._find_half(cmd)
+    def _tx_decide(self, conn: Connection, cmd: RemotingCommand, h: TxDecideRequestHeader):
+        found = self._find_half(h)
         if found is None:
-            return self._no_such_transaction(cmd)
-        outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(cmd.ext_fields.get("outcome", ""))
+            return self._no_such_transaction(cmd, h.id)
+        outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(h.outcome)
         if outcome is None:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark="outcome: COMMIT or ROLLBACK")
         return self._decide(cmd, *found, outcome)

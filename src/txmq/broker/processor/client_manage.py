@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.acl.model import Action, Needs
 from txmq.broker.client_manager import ClientChannelInfo, ConsumerGroupInfo, SubscriptionData
-from txmq.errors import InvalidMessageError
 from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.registry import RequestSpec, header
+from txmq.remoting.request_headers import GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader
 from txmq.remoting.transport import Connection
 from txmq.topic import check_consumer_group, check_group, check_topic, retry_topic
 
@@ -75,35 +77,41 @@ class ClientManageProcessor:
         self.locks = RebalanceLockManager()
         self._watched: set[int] = set()
 
-    def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-        try:
-            if cmd.code == RequestCode.HEART_BEAT:
-                return self._heartbeat(conn, cmd)
-            if cmd.code == RequestCode.UNREGISTER_CLIENT:
-                f = cmd.ext_fields
-                if f.get("producerGroup"):
-                    self.broker.producer_manager.unregister(f["producerGroup"], conn)
-                if f.get("consumerGroup"):
-                    self.broker.consumer_manager.unregister(f["consumerGroup"], conn)
-                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
-            if cmd.code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
-                group = self.broker.consumer_manager.get(cmd.ext_fields.get("consumerGroup", ""))
-                if group is None:
-                    return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                                       remark="no consumer for this group")
-                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS,
-                                                   body=orjson.dumps({"consumerIdList": group.client_ids()}))
-            if cmd.code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
-                name, client_id, mqs = read_body(cmd.body, _lock_request,
-                                                 "a lock body holds consumerGroup, clientId and mqSet")
-                if cmd.code == RequestCode.UNLOCK_BATCH_MQ:
-                    self.locks.unlock(name, mqs, client_id)
-                    return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
-                ok = self.locks.try_lock(name, [mq for mq in mqs if self._serves(mq)], client_id)
-                return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": ok}))
-        except InvalidMessageError as exc:  # a bad body's RemoteProtocolError is answered by the transport
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request body: {exc}")
-        return RemotingCommand.response_to(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+    def requests(self) -> list[RequestSpec[Any]]:
+        return [
+            RequestSpec(RequestCode.HEART_BEAT, parse_heartbeat, heartbeat_needs, self.heartbeat),
+            RequestSpec(RequestCode.UNREGISTER_CLIENT, header(UnregisterClientRequestHeader), unregister_needs,
+                        self.unregister),
+            RequestSpec(RequestCode.GET_CONSUMER_LIST_BY_GROUP, header(GetConsumerListByGroupRequestHeader),
+                        consumer_list_needs, self.consumer_list),
+            RequestSpec(RequestCode.LOCK_BATCH_MQ, parse_lock, lock_needs, self.lock),
+            RequestSpec(RequestCode.UNLOCK_BATCH_MQ, parse_lock, lock_needs, self.unlock),
+        ]
+
+    def unregister(self, conn: Connection, cmd: RemotingCommand, h: UnregisterClientRequestHeader) -> RemotingCommand:
+        if h.producer_group:
+            self.broker.producer_manager.unregister(h.producer_group, conn)
+        if h.consumer_group:
+            self.broker.consumer_manager.unregister(h.consumer_group, conn)
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+
+    def consumer_list(self, conn: Connection, cmd: RemotingCommand,
+                      h: GetConsumerListByGroupRequestHeader) -> RemotingCommand:
+        group = self.broker.consumer_manager.get(h.consumer_group)
+        if group is None:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark="no consumer for this group")
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS,
+                                           body=orjson.dumps({"consumerIdList": group.client_ids()}))
+
+    def lock(self, conn: Connection, cmd: RemotingCommand, req: LockRequest) -> RemotingCommand:
+        name, client_id, mqs = req
+        ok = self.locks.try_lock(name, [mq for mq in mqs if self._serves(mq)], client_id)
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": ok}))
+
+    def unlock(self, conn: Connection, cmd: RemotingCommand, req: LockRequest) -> RemotingCommand:
+        name, client_id, mqs = req
+        self.locks.unlock(name, mqs, client_id)
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
 
     def _serves(self, mq: dict[str, Any]) -> bool:
         """A queue of a topic this broker holds (by this broker's name, when the client names one): only those are
@@ -113,9 +121,9 @@ class ClientManageProcessor:
             return False
         return 0 <= int(mq["queueId"]) < max(topic.read_queue_nums, topic.write_queue_nums)
 
-    def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-        client_id, producers, consumers = read_body(
-            cmd.body, _heartbeat, "a heartbeat body holds clientID, producerDataSet and consumerDataSet")
+    def heartbeat(self, conn: Connection, cmd: RemotingCommand,
+                  beat: Heartbeat) -> RemotingCommand | Awaitable[RemotingCommand]:
+        client_id, producers, consumers = beat
         self._watch(conn)
         chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
         created = False
@@ -148,7 +156,50 @@ class ClientManageProcessor:
         conn.on_close.append(closed)
 
 
-def _heartbeat(data: dict[str, Any]) -> tuple[str, list[str], list[ConsumerGroupInfo]]:
+Heartbeat = tuple[str, list[str], list[ConsumerGroupInfo]]
+LockRequest = tuple[str, str, list[dict[str, Any]]]
+
+
+def parse_heartbeat(cmd: RemotingCommand) -> Heartbeat:
+    return read_body(cmd.body, _heartbeat, "a heartbeat body holds clientID, producerDataSet and consumerDataSet")
+
+
+def heartbeat_needs(beat: Heartbeat) -> Needs:
+    """Pub on each producer group it names (so check-backs go only to the group's own accounts); Sub on each
+    consumer group and each topic it subscribes to."""
+    needs = Needs()
+    for group in beat[1]:
+        needs.group(group, Action.PUB)
+    for info in beat[2]:
+        needs.group(info.group, Action.SUB)
+        for topic in info.subscriptions:
+            needs.topic(topic, Action.SUB)
+    return needs
+
+
+def unregister_needs(h: UnregisterClientRequestHeader) -> Needs:
+    """Pub on the producer group, Sub on the consumer group it names."""
+    return Needs().group(h.producer_group, Action.PUB).group(h.consumer_group, Action.SUB)
+
+
+def consumer_list_needs(h: GetConsumerListByGroupRequestHeader) -> Needs:
+    """Sub or Get on the consumer group."""
+    return Needs().group(h.consumer_group, Action.SUB, Action.GET)
+
+
+def parse_lock(cmd: RemotingCommand) -> LockRequest:
+    return read_body(cmd.body, _lock_request, "a lock body holds consumerGroup, clientId and mqSet")
+
+
+def lock_needs(req: LockRequest) -> Needs:
+    """Sub on the consumer group and on each queue's topic (else anyone could hold a group's queues)."""
+    needs = Needs().group(req[0], Action.SUB)
+    for topic in {str(mq["topic"]) for mq in req[2]}:
+        needs.topic(topic, Action.SUB)
+    return needs
+
+
+def _heartbeat(data: dict[str, Any]) -> Heartbeat:
     """(client id, producer groups, consumer groups) of a heartbeat body, every name checked before anything is
     registered (``InvalidMessageError``)."""
     producers = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
@@ -176,7 +227,7 @@ def _consumer(c: dict[str, Any]) -> ConsumerGroupInfo:
     return info
 
 
-def _lock_request(data: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
+def _lock_request(data: dict[str, Any]) -> LockRequest:
     """(group, client id, queues) of a lock or unlock body; each queue has a topic and an integer queue id."""
     mqs = list(data.get("mqSet") or [])
     if not all(isinstance(mq, dict) and "topic" in mq and str(mq.get("queueId", "")).lstrip("-").isdigit()

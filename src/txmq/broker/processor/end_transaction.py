@@ -12,10 +12,11 @@ END_TRANSACTION would have answered (SUCCESS, TRANSACTION_SHOULD_COMMIT/ROLLBACK
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.acl.model import Action, Needs
 from txmq.broker.transaction.service import EndEntry, EndResult
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import ClientError, RemoteProtocolError
@@ -23,6 +24,7 @@ from txmq.message import MessageConst, MessageExt, MessageSysFlag, encode_messag
 from txmq.remoting.body import json_object
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.registry import RequestSpec, header
 from txmq.remoting.request_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from txmq.remoting.transport import Connection, Reply
 
@@ -54,13 +56,14 @@ class EndTransactionProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def process(self, conn: Connection, cmd: RemotingCommand):
+    def requests(self) -> list[RequestSpec[Any]]:
+        return [RequestSpec(RequestCode.END_TRANSACTION, header(EndTransactionRequestHeader), end_needs, self.end),
+                RequestSpec(RequestCode.TXMQ_END_TRANSACTION_BATCH, parse_end_batch, end_batch_needs,
+                            self.end_batch)]
+
+    def end(self, conn: Connection, cmd: RemotingCommand, h: EndTransactionRequestHeader):
         if self.broker.config.is_slave:
             return _slave_refusal(cmd)
-        try:
-            h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
-        except RemoteProtocolError as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=str(exc))
         outcome = _OUTCOMES.get(h.commit_or_rollback)
         if outcome is None:
             if h.commit_or_rollback == MessageSysFlag.TRANSACTION_NOT_TYPE:
@@ -75,14 +78,10 @@ class EndTransactionProcessor:
             commit_log_offset=h.commit_log_offset, outcome=outcome,
             source="check" if h.from_transaction_check else "producer", waiter=_EndAnswer(conn, cmd))
 
-    def process_batch(self, conn: Connection, cmd: RemotingCommand):
+    def end_batch(self, conn: Connection, cmd: RemotingCommand, batch: EndBatch):
         if self.broker.config.is_slave:
             return _slave_refusal(cmd)
-        try:
-            group, entries = _parse_batch(cmd.body)
-        except (orjson.JSONDecodeError, RemoteProtocolError) as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"bad request: {exc}")
-        return self._end_batch(cmd, group, entries)
+        return self._end_batch(cmd, *batch)
 
     async def _end_batch(self, cmd: RemotingCommand, group: str, entries: list[tuple[int, int, int]]):
         results: list[EndResult | None] = [None] * len(entries)
@@ -138,9 +137,23 @@ def _slave_refusal(cmd: RemotingCommand) -> RemotingCommand:
                                        remark="broker is a slave: end transaction is forbidden")
 
 
-def _parse_batch(body: bytes) -> tuple[str, list[tuple[int, int, int]]]:
+def end_needs(h: EndTransactionRequestHeader) -> Needs:
+    """Pub on the producer group it names; the transaction service refuses a group other than the half's own
+    (``PGROUP``), so this is Pub on the half's group. A check answer (``fromTransactionCheck``) is one too."""
+    return Needs().group(h.producer_group, Action.PUB)
+
+
+EndBatch = tuple[str, list[tuple[int, int, int]]]
+
+
+def end_batch_needs(batch: EndBatch) -> Needs:
+    """Pub on the producer group of the body (as END_TRANSACTION)."""
+    return Needs().group(batch[0], Action.PUB)
+
+
+def parse_end_batch(cmd: RemotingCommand) -> EndBatch:
     """(producer group, [(half offset, commit-log offset, commitOrRollback)]) of a 9005 request body."""
-    req = json_object(body)
+    req = json_object(cmd.body)
     if not isinstance(req.get("producerGroup"), str) \
             or not isinstance(req.get("entries"), list):
         raise RemoteProtocolError("the body must be a JSON object with producerGroup (string) and entries (list)")

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.acl.model import Action, Needs, cluster_get, cluster_update
+from txmq.broker.config import config_properties
 from txmq.broker.consumer_offset_manager import TOPIC_GROUP_SEPARATOR
 from txmq.broker.subscription_group_manager import SubscriptionGroupConfig
 from txmq.broker.visibility import INTERNAL_TOPICS
@@ -30,6 +32,7 @@ from txmq.remoting.admin_headers import (
 from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode, language_from_code, language_from_name
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.registry import RequestSpec, header, no_header
 from txmq.remoting.transport import Connection
 from txmq.topic import RETRY_GROUP_TOPIC_PREFIX
 from txmq.version import VERSION
@@ -58,30 +61,85 @@ def _connection(info: ClientChannelInfo) -> dict[str, Any]:
             "version": info.version}
 
 
+def topic_read(h: TopicRequestHeader) -> Needs:
+    """Sub or Get on the topic (a consumer reads its topic's offsets)."""
+    return Needs().topic(h.topic, Action.SUB, Action.GET)
+
+
+def topic_get(h: TopicRequestHeader) -> Needs:
+    """Get on the topic."""
+    return Needs().topic(h.topic, Action.GET)
+
+
+def consume_stats_needs(h: GetConsumeStatsRequestHeader) -> Needs:
+    """Sub or Get on the consumer group (and on the topic when it names one): a consumer may see its own lag."""
+    return Needs().group(h.consumer_group, Action.SUB, Action.GET).topic(h.topic, Action.SUB, Action.GET)
+
+
+def consumer_connections_needs(h: GetConsumerConnectionListRequestHeader) -> Needs:
+    """Get on the consumer group."""
+    return Needs().group(h.consumer_group, Action.GET)
+
+
+def producer_connections_needs(h: GetProducerConnectionListRequestHeader) -> Needs:
+    """Get on the producer group."""
+    return Needs().group(h.producer_group, Action.GET)
+
+
+def reset_needs(h: ResetOffsetRequestHeader) -> Needs:
+    """Update on the consumer group, and Sub or Update on the topic."""
+    return Needs().group(h.group, Action.UPDATE).topic(h.topic, Action.SUB, Action.UPDATE)
+
+
+def group_write_needs(cfg: SubscriptionGroupConfig) -> Needs:
+    """Create or Update on the subscription group."""
+    return Needs().group(cfg.group_name, Action.CREATE, Action.UPDATE)
+
+
+def group_delete_needs(h: DeleteSubscriptionGroupRequestHeader) -> Needs:
+    """Delete on the subscription group."""
+    return Needs().group(h.group_name, Action.DELETE)
+
+
+def parse_config_update(cmd: RemotingCommand) -> dict[str, str]:
+    try:
+        return dict(parse_properties(cmd.body.decode()))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RemoteProtocolError(f"the body is not broker.conf properties: {exc}") from None
+
+
+def parse_group_config(cmd: RemotingCommand) -> SubscriptionGroupConfig:
+    return read_body(cmd.body, SubscriptionGroupConfig.from_json, "a subscription group config")
+
+
 class OpsProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
         self.config_version = 0  # bumped by each updateBrokerConfig (GET_BROKER_CONFIG's "version")
-        self.handlers = {
-            RequestCode.GET_TOPIC_STATS_INFO: self._topic_stats,
-            RequestCode.GET_CONSUME_STATS: self._consume_stats,
-            RequestCode.GET_CONSUMER_CONNECTION_LIST: self._consumer_connections,
-            RequestCode.GET_PRODUCER_CONNECTION_LIST: self._producer_connections,
-            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self._reset_offset,
-            RequestCode.GET_BROKER_CONFIG: self._get_config,
-            RequestCode.UPDATE_BROKER_CONFIG: self._update_config,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self._update_group,
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self._all_groups,
-            RequestCode.DELETE_SUBSCRIPTIONGROUP: self._delete_group,
-            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self._consumed_by,
-            RequestCode.VIEW_BROKER_STATS_DATA: self._stats_data,
-        }
 
-    def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        try:
-            return self.handlers[RequestCode(cmd.code)](cmd)
-        except (RemoteProtocolError, ValueError, orjson.JSONDecodeError) as exc:
-            return _answer(cmd, code=ResponseCode.SYSTEM_ERROR, remark=f"bad request: {exc}")
+    def requests(self) -> list[RequestSpec[Any]]:
+        return [
+            RequestSpec(RequestCode.GET_TOPIC_STATS_INFO, header(TopicRequestHeader), topic_read, self._topic_stats),
+            RequestSpec(RequestCode.GET_CONSUME_STATS, header(GetConsumeStatsRequestHeader), consume_stats_needs,
+                        self._consume_stats),
+            RequestSpec(RequestCode.GET_CONSUMER_CONNECTION_LIST, header(GetConsumerConnectionListRequestHeader),
+                        consumer_connections_needs, self._consumer_connections),
+            RequestSpec(RequestCode.GET_PRODUCER_CONNECTION_LIST, header(GetProducerConnectionListRequestHeader),
+                        producer_connections_needs, self._producer_connections),
+            RequestSpec(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header(ResetOffsetRequestHeader), reset_needs,
+                        self._reset_offset),
+            RequestSpec(RequestCode.GET_BROKER_CONFIG, no_header, cluster_get, self._get_config),
+            RequestSpec(RequestCode.UPDATE_BROKER_CONFIG, parse_config_update, cluster_update, self._update_config),
+            RequestSpec(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, parse_group_config, group_write_needs,
+                        self._update_group),
+            RequestSpec(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, no_header, cluster_get, self._all_groups),
+            RequestSpec(RequestCode.DELETE_SUBSCRIPTIONGROUP, header(DeleteSubscriptionGroupRequestHeader),
+                        group_delete_needs, self._delete_group),
+            RequestSpec(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, header(TopicRequestHeader), topic_get,
+                        self._consumed_by),
+            RequestSpec(RequestCode.VIEW_BROKER_STATS_DATA, header(ViewBrokerStatsDataRequestHeader), cluster_get,
+                        self._stats_data),
+        ]
 
     def _mq(self, topic: str, queue_id: int) -> dict[str, Any]:
         return {"brokerName": self.broker.config.broker_name, "queueId": queue_id, "topic": topic}
@@ -106,8 +164,8 @@ class OpsProcessor:
 
     # --- topics and consumption -----------------------------------------------------------------------
 
-    def _topic_stats(self, cmd: RemotingCommand) -> RemotingCommand:
-        topic = TopicRequestHeader.from_ext(cmd.ext_fields).topic
+    def _topic_stats(self, conn: Connection, cmd: RemotingCommand, h: TopicRequestHeader) -> RemotingCommand:
+        topic = h.topic
         queues = self._queues(topic)
         if queues is None or topic in INTERNAL_TOPICS:
             return self._no_topic(cmd, topic)
@@ -119,8 +177,8 @@ class OpsProcessor:
                                                "lastUpdateTimestamp": self._store_time(topic, q, hi - 1)}))
         return _answer(cmd, {"offsetTable": fastjson.ObjectMap(table)})
 
-    def _consume_stats(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = GetConsumeStatsRequestHeader.from_ext(cmd.ext_fields)
+    def _consume_stats(self, conn: Connection, cmd: RemotingCommand,
+                       h: GetConsumeStatsRequestHeader) -> RemotingCommand:
         broker = self.broker
         offsets = broker.consumer_offset_manager
         online = broker.consumer_manager.get(h.consumer_group)
@@ -147,18 +205,17 @@ class OpsProcessor:
             tps += broker.stats_manager.window("GROUP_GET_NUMS", f"{topic}@{h.consumer_group}", 60)[1]
         return _answer(cmd, {"offsetTable": fastjson.ObjectMap(table), "consumeTps": tps})
 
-    def _consumed_by(self, cmd: RemotingCommand) -> RemotingCommand:
-        topic = TopicRequestHeader.from_ext(cmd.ext_fields).topic
+    def _consumed_by(self, conn: Connection, cmd: RemotingCommand, h: TopicRequestHeader) -> RemotingCommand:
+        topic = h.topic
         groups = {k.split(TOPIC_GROUP_SEPARATOR, 1)[1] for k in self.broker.consumer_offset_manager.table
                   if k.split(TOPIC_GROUP_SEPARATOR, 1)[0] == topic}
         groups |= {g.group for g in self.broker.consumer_manager.groups.values() if topic in g.subscriptions}
         return _answer(cmd, {"groupList": sorted(groups)})
 
-    def _reset_offset(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _reset_offset(self, conn: Connection, cmd: RemotingCommand, h: ResetOffsetRequestHeader) -> RemotingCommand:
         """Offsets of ``group`` on ``topic`` to the first message stored at or after ``timestamp`` (-1: the end);
         without ``isForce`` an offset only moves back. Online consumers are told (RESET_CONSUMER_CLIENT_OFFSET)
         and start again from the new offsets."""
-        h = ResetOffsetRequestHeader.from_ext(cmd.ext_fields)
         queues = self._queues(h.topic)
         if queues is None or h.topic in INTERNAL_TOPICS:
             return self._no_topic(cmd, h.topic)
@@ -184,8 +241,9 @@ class OpsProcessor:
 
     # --- connections ----------------------------------------------------------------------------------
 
-    def _consumer_connections(self, cmd: RemotingCommand) -> RemotingCommand:
-        name = GetConsumerConnectionListRequestHeader.from_ext(cmd.ext_fields).consumer_group
+    def _consumer_connections(self, conn: Connection, cmd: RemotingCommand,
+                              h: GetConsumerConnectionListRequestHeader) -> RemotingCommand:
+        name = h.consumer_group
         group = self.broker.consumer_manager.get(name)
         if group is None or not group.channels:
             return _answer(cmd, code=ResponseCode.CONSUMER_NOT_ONLINE, remark=f"the consumer group[{name}] not online")
@@ -195,8 +253,9 @@ class OpsProcessor:
             "consumeType": group.consume_type, "messageModel": group.message_model,
             "consumeFromWhere": group.consume_from_where})
 
-    def _producer_connections(self, cmd: RemotingCommand) -> RemotingCommand:
-        name = GetProducerConnectionListRequestHeader.from_ext(cmd.ext_fields).producer_group
+    def _producer_connections(self, conn: Connection, cmd: RemotingCommand,
+                              h: GetProducerConnectionListRequestHeader) -> RemotingCommand:
+        name = h.producer_group
         chans = self.broker.producer_manager.groups.get(name)
         if not chans:
             return _answer(cmd, code=ResponseCode.SYSTEM_ERROR, remark=f"the producer group[{name}] not exist")
@@ -204,16 +263,13 @@ class OpsProcessor:
 
     # --- broker config --------------------------------------------------------------------------------
 
-    def _get_config(self, cmd: RemotingCommand) -> RemotingCommand:
-        from txmq.broker.config import config_properties
-
+    def _get_config(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         text = "".join(f"{k}={v}\n" for k, v in sorted(config_properties(self.broker.config).items()))
         version = orjson.dumps({"timestamp": 0, "counter": self.config_version})
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"version": version.decode()},
                                            body=text.encode())
 
-    def _update_config(self, cmd: RemotingCommand) -> RemotingCommand:
-        values = parse_properties(cmd.body.decode())
+    def _update_config(self, conn: Connection, cmd: RemotingCommand, values: dict[str, str]) -> RemotingCommand:
         refused = sorted(set(values) - set(RUNTIME_KEYS))
         if refused:
             return _answer(cmd, code=ResponseCode.NO_PERMISSION,
@@ -229,18 +285,17 @@ class OpsProcessor:
 
     # --- subscription groups --------------------------------------------------------------------------
 
-    def _update_group(self, cmd: RemotingCommand) -> RemotingCommand:
-        cfg = read_body(cmd.body, SubscriptionGroupConfig.from_json, "a subscription group config")
+    def _update_group(self, conn: Connection, cmd: RemotingCommand, cfg: SubscriptionGroupConfig) -> RemotingCommand:
         self.broker.subscription_group_manager.update(cfg)
         log.info("subscription group %s updated: %s", cfg.group_name, cfg)
         return _answer(cmd)
 
-    def _all_groups(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _all_groups(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         manager = self.broker.subscription_group_manager
         return _answer(cmd, {**manager.serialize(), "dataVersion": {"timestamp": 0, "counter": len(manager.table)}})
 
-    def _delete_group(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = DeleteSubscriptionGroupRequestHeader.from_ext(cmd.ext_fields)
+    def _delete_group(self, conn: Connection, cmd: RemotingCommand,
+                      h: DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
         if not self.broker.subscription_group_manager.delete(h.group_name):
             return _answer(cmd, code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                            remark=f"subscription group {h.group_name} does not exist on this broker")
@@ -250,8 +305,8 @@ class OpsProcessor:
 
     # --- stats ----------------------------------------------------------------------------------------
 
-    def _stats_data(self, cmd: RemotingCommand) -> RemotingCommand:
-        h = ViewBrokerStatsDataRequestHeader.from_ext(cmd.ext_fields)
+    def _stats_data(self, conn: Connection, cmd: RemotingCommand,
+                    h: ViewBrokerStatsDataRequestHeader) -> RemotingCommand:
         stats = self.broker.stats_manager
         if (h.stats_name, h.stats_key) not in stats.totals():
             return _answer(cmd, code=ResponseCode.SYSTEM_ERROR,

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from txmq.acl.model import Action, Needs
 from txmq.broker.visibility import internal_refusal
-from txmq.errors import InvalidMessageError, RemoteProtocolError
 from txmq.message import java_string_hash
-from txmq.remoting.codes import ResponseCode
+from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.registry import RequestSpec
 from txmq.remoting.request_headers import (
     PullMessageRequestHeader,
     PullMessageResponseHeader,
@@ -140,18 +141,27 @@ def tags_filter(expression: str | None):
     return codes.__contains__
 
 
+def parse_pull(cmd: RemotingCommand) -> PullMessageRequestHeader:
+    h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
+    check_group(h.consumer_group)
+    check_topic(h.topic)
+    return h
+
+
+def pull_needs(h: PullMessageRequestHeader) -> Needs:
+    """Sub on the topic and the consumer group."""
+    return Needs().topic(h.topic, Action.SUB).group(h.consumer_group, Action.SUB)
+
+
 class PullMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
         self.hold = PullRequestHoldService(broker.config.max_held_pulls_per_connection, broker.config.max_held_pulls)
 
-    def process(self, conn: Connection, cmd: RemotingCommand):
-        try:
-            h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-            check_group(h.consumer_group)
-            check_topic(h.topic)
-        except (RemoteProtocolError, InvalidMessageError) as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=str(exc))
+    def requests(self) -> list[RequestSpec[Any]]:
+        return [RequestSpec(RequestCode.PULL_MESSAGE, parse_pull, pull_needs, self.pull)]
+
+    def pull(self, conn: Connection, cmd: RemotingCommand, h: PullMessageRequestHeader):
         refused = self._refuse(cmd, h)
         if refused is not None:
             return refused

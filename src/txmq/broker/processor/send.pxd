@@ -16,7 +16,7 @@ cdef class SendMessageProcessor:
     cdef public object broker
 
     @cython.locals(msg=MessageExt)
-    cdef object _send(self, object conn, RemotingCommand cmd, object h, bint batch)
+    cdef object _send(self, object conn, RemotingCommand cmd, object req)
     cpdef object store_message(self, MessageExt msg, object answer=*, object waiter=*)
     cdef object _store(self, MessageExt msg, bint half, object delay_level, object answer, object waiter)
     cdef MessageExt _inner(self, object h, object queue_id, object flag, object body, object props, object born_host)

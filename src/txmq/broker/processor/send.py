@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import cython
 
+from txmq.acl.model import Action, Needs
 from txmq.broker.stats import BrokerStats
 from txmq.broker.visibility import servable
-from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolError, StoreError
+from txmq.errors import InvalidMessageError, LocalProtocolError, StoreError
 from txmq.message import (
     MessageConst,
     MessageExt,
@@ -29,6 +30,7 @@ from txmq.message import (
 from txmq.remoting.codec import encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.registry import RequestSpec
 from txmq.remoting.request_headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
@@ -78,6 +80,8 @@ _PUT_OK = PutMessageStatus.PUT_OK  # what nearly every answer reads: no table lo
 _TRAN_MSG = MessageConst.TRANSACTION_PREPARED
 _PERM_WRITE = PermName.PERM_WRITE
 _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+_PGROUP = MessageConst.PRODUCER_GROUP
+_HALF_ACCOUNT = MessageConst.HALF_ACCOUNT
 
 MAX_PROPERTIES_SIZE = 32767  # the layout's 2-byte properties length (txmq.message)
 _LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two properties, their names and values
@@ -148,6 +152,70 @@ class _SendAnswer(Reply):
         return self.processor._response(self.cmd, self.msg, result)
 
 
+class SendRequest:
+    """A send as read once (``parse_send``): its header, the message's own properties (a batch's: the batch's), and
+    a batch's messages. What is authorized (``send_needs``), stamped (``stamp_half_account``) and stored is this
+    one object: no second reading of the ext fields or the body."""
+
+    __slots__ = ("entries", "header", "props")
+
+    def __init__(self, header: SendMessageRequestHeader, props: dict[str, str],
+                 entries: list[tuple[int, bytes, dict[str, str]]] | None) -> None:
+        self.header = header
+        self.props = props
+        self.entries = entries
+
+
+def parse_send(cmd: RemotingCommand) -> SendRequest:
+    """SEND_MESSAGE (long field names), SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (single letters): a batch is a
+    batch by its code or its ``batch`` field, decided here once. A property only the broker sets is refused."""
+    if cmd.code == _SEND_MESSAGE:
+        h = SendMessageRequestHeader.from_ext(cmd.ext_fields)
+    else:
+        h = SendMessageRequestHeader.from_v2_ext(cmd.ext_fields)
+    if cmd.code == _SEND_BATCH_MESSAGE:
+        h.batch = True
+    props = string_to_properties(h.properties) if h.properties else {}
+    entries = decode_batch(cmd.body) if h.batch else None
+    if _HALF_ACCOUNT in props or (entries is not None and any(_HALF_ACCOUNT in e[2] for e in entries)):
+        raise InvalidMessageError(f"property {_HALF_ACCOUNT} is set by the broker only")
+    return SendRequest(h, props, entries)
+
+
+def send_needs(req: SendRequest) -> Needs:
+    """Pub on the topic (a ``%RETRY%G`` topic: Sub on group G); a half message, a half batch or a batch of halves
+    also needs Pub on each group that will own a half (its ``PGROUP``, whatever group the request names)."""
+    h = req.header
+    needs = Needs().topic(h.topic, Action.PUB)
+    if is_half(req.props):
+        needs.group(req.props.get(_PGROUP, h.producer_group), Action.PUB)
+    for _flag, _data, props in req.entries or ():
+        if is_half(props):
+            needs.group(props.get(_PGROUP, h.producer_group), Action.PUB)
+    return needs
+
+
+def stamp_half_account(req: SendRequest, account: str) -> None:
+    """Records the account that stores a half (``TXMQ_HALF_ACCOUNT``, shown by ``tx show`` and carried into the
+    committed message): a half message's, a half batch's, each half of a batch."""
+    if is_half(req.props):
+        req.props[_HALF_ACCOUNT] = account
+    for _flag, _data, props in req.entries or ():
+        if is_half(props):
+            props[_HALF_ACCOUNT] = account
+
+
+def _parse_send_back(cmd: RemotingCommand) -> ConsumerSendMsgBackRequestHeader:
+    h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+    check_consumer_group(h.group)
+    return h
+
+
+def send_back_needs(h: ConsumerSendMsgBackRequestHeader) -> Needs:
+    """Sub on the consumer group; the handler then takes only a message of a topic that group consumes."""
+    return Needs().group(h.group, Action.SUB)
+
+
 @cython.cclass
 class SendMessageProcessor:
     """Compiled, an extension type whose per-send steps are C methods (send.pxd)."""
@@ -155,24 +223,25 @@ class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object | None:
-        try:
-            if cmd.code == _CONSUMER_SEND_MSG_BACK:
-                back = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-                check_consumer_group(back.group)
-                return self._send_back(cmd, back)
-            if cmd.code == _SEND_MESSAGE:
-                header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
-            else:
-                header = SendMessageRequestHeader.from_v2_ext(cmd.ext_fields)
-            return self._send(conn, cmd, header, header.batch or cmd.code == _SEND_BATCH_MESSAGE)
-        except (RemoteProtocolError, InvalidMessageError) as exc:
-            return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
+    def requests(self) -> list[RequestSpec[Any]]:
+        illegal = ResponseCode.MESSAGE_ILLEGAL
+        return [RequestSpec(code, parse_send, send_needs, self.send, illegal, stamp_half_account)
+                for code in (_SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, _SEND_BATCH_MESSAGE)] + [
+            RequestSpec(_CONSUMER_SEND_MSG_BACK, _parse_send_back, send_back_needs, self.send_back, illegal)]
+
+    def send(self, conn: Connection, cmd: RemotingCommand, req: SendRequest) -> RemotingCommand | object | None:
+        return self._send(conn, cmd, req)
+
+    def send_back(self, conn: Connection, cmd: RemotingCommand,
+                  h: ConsumerSendMsgBackRequestHeader) -> Awaitable[RemotingCommand]:
+        return self._send_back(cmd, h)
 
     # --- plain, batch, transactional, delayed ----------------------------------------------------------
 
-    def _send(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, batch: bool):
+    def _send(self, conn: Connection, cmd: RemotingCommand, req: SendRequest):
         broker = self.broker
+        h = req.header
+        batch = h.batch
         if broker.config.is_slave:  # RocketMQ's store in slave mode: nothing stored. Not SLAVE_NOT_AVAILABLE, which
             # says "stored on the master" and whose answer RocketMQ clients read a send header from (the C++ client
             # crashes on one without it)
@@ -216,11 +285,11 @@ class SendMessageProcessor:
                 f"{topic_config.write_queue_nums} write queues",
             )
         born_host = peer_host(conn)
-        if batch:
-            entries = decode_batch(cmd.body)
+        entries = req.entries
+        if entries is not None:
             if not entries:
                 return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
-            batch_props = string_to_properties(h.properties) if h.properties else {}
+            batch_props = req.props
             halves = 0
             for _flag, data, props in entries:
                 if len(data) > broker.config.max_message_size:
@@ -245,7 +314,7 @@ class SendMessageProcessor:
             if halves:
                 return broker.transaction_service.prepare_messages(msgs, answer=answer)
             return broker.store.put_messages(msgs, answer, answer)
-        msg = self._inner(h, queue_id, h.flag, cmd.body, string_to_properties(h.properties), born_host)
+        msg = self._inner(h, queue_id, h.flag, cmd.body, req.props, born_host)
         if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
             if h.reconsume_times >= max_times:
