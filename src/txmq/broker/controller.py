@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from txmq.acl.setup import broker_rpc_hook, broker_validator
+from txmq.acl.setup import admin_secret, broker_rpc_hook, broker_validator
 from txmq.broker.client_manager import ConsumerGroupInfo, ConsumerManager, ProducerManager
 from txmq.broker.config import BrokerConfig, store_address
 from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
@@ -39,7 +39,7 @@ from txmq.remoting.server import RemotingServer
 from txmq.remoting.tls import client_context
 from txmq.remoting.transport import Connection, RemotingClient, processor_table
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
-from txmq.store.ha import HAClient, HAConfig, HAService
+from txmq.store.ha import HAAuth, HAClient, HAConfig, HAPort, HAService
 
 if TYPE_CHECKING:
     from txmq.grpc.server import GrpcEndpoint
@@ -96,7 +96,7 @@ class BrokerController:
         ))
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
-        self._ha_port: asyncio.Server | None = None  # controller mode: bound at start, kept in every role
+        self._ha_port: HAPort | None = None  # controller mode: bound at start, kept in every role
         ha_config = self._ha_config()
         self.slave_synchronize: SlaveSynchronize | None = None
         if config.is_slave:
@@ -183,6 +183,9 @@ class BrokerController:
         self._ha_port_set = c.ha_listen_port != 0
         if c.ha_listen_port == 0:
             c.ha_listen_port = c.listen_port + 1
+        if c.acl_enable and c.is_slave and not (c.access_key and c.secret_key):
+            raise ValueError("aclEnable=true: a slave needs accessKey and secretKey (an admin account of its master's "
+                             "ACL file) to replicate")
         return HAConfig(
             cluster_name=c.broker_cluster_name, broker_name=c.broker_name, broker_id=c.broker_id,
             listen_host=c.broker_ip1, listen_port=c.ha_listen_port, master_address=c.ha_master_address,
@@ -191,7 +194,9 @@ class BrokerController:
             transfer_batch_size=c.ha_transfer_batch_size, max_gap_not_in_sync=c.ha_max_gap_not_in_sync,
             sync_timeout_ms=c.sync_flush_timeout, in_sync_replicas=c.in_sync_replicas,
             min_in_sync_replicas=c.min_in_sync_replicas, all_ack_in_sync_state_set=c.all_ack_in_sync_state_set,
-            enable_auto_in_sync_replicas=c.enable_auto_in_sync_replicas)
+            enable_auto_in_sync_replicas=c.enable_auto_in_sync_replicas, max_connections=c.ha_max_connections,
+            tls=c.tls_server(), tls_client=client_context(c.tls_client_trust_cert_path) if c.tls_enable else None,
+            auth=HAAuth(c.access_key, c.secret_key, lambda ak: admin_secret(self.acl, ak)) if c.acl_enable else None)
 
     def _new_ha_client(self, ha_config: HAConfig) -> HAClient:
         """In controller mode a session per check of the named master (the replicas manager checks it)."""
@@ -279,16 +284,14 @@ class BrokerController:
         every role). Bound only on becoming master, the port could be taken meanwhile by any process's
         connection or listener (a CI campaign's proxy got it: the elected master could not serve its slaves).
         While this replica is not master a connection is closed at once; its slave tries again."""
-        host, port = self.config.broker_ip1, self.config.ha_listen_port  # resolved by _ha_config in __init__
-
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            if self.ha_service is None:
-                writer.close()
-                return
-            await self.ha_service.accept(reader, writer)
+            if self.ha_service is not None:
+                await self.ha_service.accept(reader, writer)
 
-        self._ha_port = await asyncio.start_server(accept, host, port)
-        log.info("HA port %s:%d bound (serves slaves while this replica is master)", host, port)
+        self._ha_port = HAPort(accept, self._ha_config())
+        await self._ha_port.start()
+        log.info("HA port %s:%d bound (serves slaves while this replica is master)", self.config.broker_ip1,
+                 self.config.ha_listen_port)
 
     async def _start_metrics(self) -> None:
         kind = self.config.metrics_exporter_type.upper()
