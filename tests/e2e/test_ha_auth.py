@@ -15,6 +15,7 @@ import hmac
 import os
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -409,6 +410,16 @@ def ha_status_tls(addr: str, ca: Path) -> dict[str, Any]:
     resp = asyncio.run(go())
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     return dict(orjson.loads(resp.body))
+
+
+@pytest.mark.parametrize("mode", [{"brokerRole": "SLAVE"}, {"enableControllerMode": "true", "controllerAddr": "x:1"}])
+def test_a_slave_under_acl_without_credentials_refuses_to_start_naming_the_keys(cluster, mode):
+    conf = {k: v for k, v in acl_conf(cluster.root).items() if k not in ("accessKey", "secretKey")}
+    proc = cluster.broker("no-credentials", {**conf, "brokerId": 1, "grpcPort": -1, **mode})
+    done = subprocess.run(proc.args, env=cluster.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "aclEnable=true: a slave needs accessKey and secretKey" in done.stderr, done.stderr
+    assert not (cluster.root / "no-credentials").exists()  # refused before its store was made
 
 
 def test_without_acl_the_ha_port_is_open_as_rocketmqs(cluster):

@@ -50,12 +50,16 @@ log = logging.getLogger("txmq.broker")
 
 
 def _check_role(config: BrokerConfig) -> None:
-    """RocketMQ's BrokerStartup rules: a master is broker id 0, a slave has an id above 0."""
+    """RocketMQ's BrokerStartup rules: a master is broker id 0, a slave has an id above 0; and txmq's: a slave under
+    aclEnable has the credentials its master authenticates it by (docs/ha.md, "Authentication")."""
     role = config.broker_role.upper()
     if role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
         raise ValueError(f"brokerRole {config.broker_role!r}: expected ASYNC_MASTER, SYNC_MASTER or SLAVE")
     if role == "SLAVE" and config.broker_id <= 0:
         raise ValueError(f"brokerRole SLAVE needs brokerId > 0 (got {config.broker_id})")
+    if role == "SLAVE" and config.acl_enable and not (config.access_key and config.secret_key):
+        raise ValueError("aclEnable=true: a slave needs accessKey and secretKey (an admin account of its master's "
+                         "ACL file) to replicate")
     if role != "SLAVE":
         config.broker_id = 0
 
@@ -183,9 +187,6 @@ class BrokerController:
         self._ha_port_set = c.ha_listen_port != 0
         if c.ha_listen_port == 0:
             c.ha_listen_port = c.listen_port + 1
-        if c.acl_enable and c.is_slave and not (c.access_key and c.secret_key):
-            raise ValueError("aclEnable=true: a slave needs accessKey and secretKey (an admin account of its master's "
-                             "ACL file) to replicate")
         return HAConfig(
             cluster_name=c.broker_cluster_name, broker_name=c.broker_name, broker_id=c.broker_id,
             listen_host=c.broker_ip1, listen_port=c.ha_listen_port, master_address=c.ha_master_address,

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 MAGIC = b"TXHA"
 VERSION = 3  # 2: the confirm offset in every transfer header; 3: OPEN and the proofs before the HELLO
-HANDSHAKE_TIMEOUT_S = 3.0  # from a connection's start to the WELCOME (TLS, proofs and HELLO included)
+HANDSHAKE_TIMEOUT_S = 3.0  # from the OPEN to the WELCOME (the proofs and the HELLO); a TLS handshake has as long again
 MAX_NAME = 255
 MAX_REMARK = 1024
 NONCE_SIZE = 32
