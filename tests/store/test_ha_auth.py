@@ -1,17 +1,22 @@
 """HA authentication in one process over real TCP (the attacks on real processes are tests/e2e/test_ha_auth.py):
 authenticated members replicate byte for byte; a slave with a wrong secret, a non-admin account or of another
 group copies nothing and is logged once, not per retry; a recorded session's proof replayed on a new connection
-gets nothing; a slave follows no master that does not authenticate, and says why."""
+gets nothing; a slave follows no master that does not authenticate, and says why; tls.server.mode on the HA port
+(permissive: TLS and plaintext slaves; enforcing: TLS ones only)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import sys
+from pathlib import Path
 
 import pytest
 from store_helpers import make_config, msg, run
 
 from txmq.launch import free_port
+from txmq.remoting.tls import TlsServerConfig, client_context
 from txmq.store import DefaultMessageStore
 from txmq.store.ha import HAAuth, HAClient, HAConfig, HAService
 
@@ -169,3 +174,39 @@ def test_a_slave_follows_no_master_that_does_not_authenticate_and_says_why(tmp_p
         assert run(go) == 0
     lines = [r.getMessage() for r in caplog.records if r.name == "txmq.ha" and said in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_tls_permissive_serves_tls_and_plaintext_slaves_enforcing_only_tls(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from acl.test_tls import make_certificates
+
+    (tmp_path / "certs").mkdir()
+    ca, cert, key = make_certificates(tmp_path / "certs")
+
+    async def copied(mode: str, tls_slave: bool) -> bool:
+        port = free_port()
+        root = tmp_path / f"{mode}-{tls_slave}"
+        async with DefaultMessageStore(make_config(root / "m")) as master, \
+                DefaultMessageStore(make_config(root / "s")) as slave:
+            await _put(master, 20)
+            config = _ha(0, port, ADMIN)
+            config.tls = TlsServerConfig(mode, str(cert), str(key))
+            ha = HAService(master, config)
+            await ha.start()
+            slave_config = _ha(1, port, ADMIN)
+            slave_config.tls_client = client_context(str(ca)) if tls_slave else None
+            client = HAClient(slave, slave_config)
+            client.start()
+            try:
+                with contextlib.suppress(AssertionError):
+                    await _until(lambda: slave.max_phy_offset == master.max_phy_offset, 3.0)
+                return slave.max_phy_offset == master.max_phy_offset
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
+
+    async def go() -> list[bool]:
+        return [await copied(mode, tls) for mode, tls in
+                (("permissive", True), ("permissive", False), ("enforcing", True), ("enforcing", False))]
+
+    assert run(go) == [True, True, True, False]
