@@ -16,7 +16,18 @@ from store_helpers import SEGMENT, make_config, msg, run
 from txmq.launch import free_port
 from txmq.store import DefaultMessageStore, PutMessageStatus
 from txmq.store.ha import HAClient, HAConfig, HAConnection, HAService
-from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, Hello, Welcome, read_hello, read_welcome
+from txmq.store.ha.protocol import (
+    REPORT,
+    TRANSFER_HEADER,
+    Challenge,
+    Hello,
+    Open,
+    Welcome,
+    read_challenge,
+    read_hello,
+    read_open,
+    read_welcome,
+)
 
 
 def _ha(broker_id: int, port: int, **kw: object) -> HAConfig:
@@ -37,6 +48,21 @@ async def _until(pred, timeout: float = 10.0) -> None:
     while not pred():
         assert asyncio.get_running_loop().time() < end, "timed out"
         await asyncio.sleep(0.02)
+
+
+async def _connect_open(port: int, broker_id: int = 1) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to an HA port (aclEnable off) past the OPEN: the next message is the HELLO."""
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(Open(broker_id, os.urandom(32)).encode())
+    answer = await read_challenge(r)
+    assert isinstance(answer, Challenge) and not answer.authenticate, answer
+    return r, w
+
+
+async def _answer_open(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A master's side of the OPEN without aclEnable."""
+    await read_open(reader)
+    writer.write(Challenge(False, os.urandom(32)).encode())
 
 
 def _log_bytes(root: Path, end: int) -> bytes:
@@ -67,16 +93,20 @@ def test_ha_port_refuses_garbage_and_wrong_peers_with_one_line_each(tmp_path, ca
                 wrong = [Hello(1, SEGMENT, 0, bytes(8), "Other", "broker-a"),
                          Hello(1, SEGMENT, 0, bytes(8), "C", "broker-b"),
                          Hello(0, SEGMENT, 0, bytes(8), "C", "broker-a"),
-                         Hello(1, SEGMENT * 2, 0, bytes(8), "C", "broker-a"),
-                         Hello(1, SEGMENT, 0, bytes(8), "C", "broker-a", version=1)]  # a slave not upgraded
+                         Hello(1, SEGMENT * 2, 0, bytes(8), "C", "broker-a")]
                 for hello in wrong:
-                    r, w = await asyncio.open_connection("127.0.0.1", port)
+                    r, w = await _connect_open(port, hello.broker_id)
                     w.write(hello.encode())
                     answers.append(await read_welcome(r))
                     assert await asyncio.wait_for(r.read(), 5) == b""
                     w.close()
-                # A slave reporting an offset past the master's end is dropped before anything is sent.
+                # A slave not upgraded (version 2 opened with its HELLO) is told why, in a WELCOME it reads.
                 r, w = await asyncio.open_connection("127.0.0.1", port)
+                w.write(Hello(1, SEGMENT, 0, bytes(8), "C", "broker-a", version=2).encode())
+                answers.append(await read_welcome(r))
+                w.close()
+                # A slave reporting an offset past the master's end is dropped before anything is sent.
+                r, w = await _connect_open(port)
                 w.write(Hello(1, SEGMENT, 0, bytes(8), "C", "broker-a").encode())
                 assert (await read_welcome(r)).accepted
                 w.write(REPORT.pack(end + 12345))
@@ -92,10 +122,10 @@ def test_ha_port_refuses_garbage_and_wrong_peers_with_one_line_each(tmp_path, ca
     assert [a.accepted for a in answers] == [False] * 5
     assert "Other/broker-a" in answers[0].remark and "C/broker-b" in answers[1].remark
     assert "only slaves" in answers[2].remark and "mappedFileSizeCommitLog" in answers[3].remark
-    assert "HA protocol version 1, this master 2" in answers[4].remark
+    assert "HA protocol version 2, this member 3" in answers[4].remark
     lines = [r.getMessage() for r in caplog.records if r.name == "txmq.ha"]
     assert sum("refused" in line for line in lines) >= 5, lines
-    assert any("not a txmq HA hello" in line for line in lines)
+    assert any("bad handshake (HandshakeError)" in line for line in lines)
     assert any("outside" in line for line in lines)
 
 
@@ -104,6 +134,7 @@ def test_slave_refuses_a_stream_that_is_not_valid_records_and_writes_nothing(tmp
 
     async def fake_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            await _answer_open(reader, writer)
             await read_hello(reader)
             writer.write(Welcome(True, 1 << 20, 0, bytes(8)).encode())
             start = REPORT.unpack(await reader.readexactly(8))[0]
@@ -277,7 +308,7 @@ def test_a_put_before_the_slaves_first_report_does_not_drop_the_slave(tmp_path):
             await ha.start()
             await _put(master, 5)
             try:
-                r, w = await asyncio.open_connection("127.0.0.1", port)
+                r, w = await _connect_open(port)
                 w.write(Hello(1, SEGMENT, 0, bytes(8), "C", "broker-a").encode())
                 assert (await read_welcome(r)).accepted
                 await _put(master, 5, start=5)  # before the slave's first report

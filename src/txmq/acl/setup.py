@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from txmq.acl.config import AclFile, find_acl_file
@@ -34,3 +35,12 @@ def broker_rpc_hook(config: BrokerConfig) -> AclClientRPCHook | None:
     if not config.access_key:
         return None
     return AclClientRPCHook(SessionCredentials(config.access_key, config.secret_key))
+
+
+def admin_secret(validator: AccessValidator | None, access_key: str) -> str | None:
+    """The secretKey of ``access_key`` if it is an admin account of the validator's file as it is now, else None:
+    what a master checks an HA slave's proof with (only the cluster's admin accounts replicate)."""
+    if validator is None:
+        return None
+    account = validator.acl_file.current(time.monotonic()).accounts.get(access_key)
+    return account.secret_key if account is not None and account.admin else None

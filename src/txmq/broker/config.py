@@ -52,7 +52,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "transaction_time_out": (0, None), "transaction_check_max": (0, None), "transaction_check_interval": (1, None),
     "transaction_orphan_factor": (1, None), "transaction_snapshot_interval": (1, None),
     "ha_send_heartbeat_interval": (1, None), "ha_housekeeping_interval": (1, None),
-    "ha_transfer_batch_size": (1, None), "ha_max_gap_not_in_sync": (0, None),
+    "ha_transfer_batch_size": (1, None), "ha_max_gap_not_in_sync": (0, None), "ha_max_connections": (1, None),
     "in_sync_replicas": (1, None), "min_in_sync_replicas": (1, None), "slave_synchronize_interval": (1, None),
     "broker_heartbeat_interval": (1, None), "controller_heart_beat_timeout_mills": (1, None),
     "broker_lease_mills": (1, None),
@@ -151,6 +151,7 @@ class BrokerConfig:
     ha_housekeeping_interval: int = 20_000  # ms
     ha_transfer_batch_size: int = 32 * 1024
     ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
+    ha_max_connections: int = 8  # txmq's: connections the HA port holds at once, handshakes included
     in_sync_replicas: int = 1
     min_in_sync_replicas: int = 1
     all_ack_in_sync_state_set: bool = False

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from txmq.acl.setup import broker_rpc_hook, broker_validator
+from txmq.acl.setup import admin_secret, broker_rpc_hook, broker_validator
 from txmq.broker.client_manager import ConsumerGroupInfo, ConsumerManager, ProducerManager
 from txmq.broker.config import BrokerConfig, store_address
 from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
@@ -40,7 +40,7 @@ from txmq.remoting.server import RemotingServer
 from txmq.remoting.tls import client_context
 from txmq.remoting.transport import RemotingClient
 from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
-from txmq.store.ha import HAClient, HAConfig, HAService
+from txmq.store.ha import HAAuth, HAClient, HAConfig, HAPort, HAService
 
 if TYPE_CHECKING:
     from txmq.grpc.server import GrpcEndpoint
@@ -51,12 +51,16 @@ log = logging.getLogger("txmq.broker")
 
 
 def _check_role(config: BrokerConfig) -> None:
-    """RocketMQ's BrokerStartup rules: a master is broker id 0, a slave has an id above 0."""
+    """RocketMQ's BrokerStartup rules: a master is broker id 0, a slave has an id above 0; and txmq's: a slave under
+    aclEnable has the credentials its master authenticates it by (docs/ha.md, "Authentication")."""
     role = config.broker_role.upper()
     if role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
         raise ValueError(f"brokerRole {config.broker_role!r}: expected ASYNC_MASTER, SYNC_MASTER or SLAVE")
     if role == "SLAVE" and config.broker_id <= 0:
         raise ValueError(f"brokerRole SLAVE needs brokerId > 0 (got {config.broker_id})")
+    if role == "SLAVE" and config.acl_enable and not (config.access_key and config.secret_key):
+        raise ValueError("aclEnable=true: a slave needs accessKey and secretKey (an admin account of its master's "
+                         "ACL file) to replicate")
     if role != "SLAVE":
         config.broker_id = 0
 
@@ -97,7 +101,7 @@ class BrokerController:
         ))
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
-        self._ha_port: asyncio.Server | None = None  # controller mode: bound at start, kept in every role
+        self._ha_port: HAPort | None = None  # controller mode: bound at start, kept in every role
         ha_config = self._ha_config()
         self.slave_synchronize: SlaveSynchronize | None = None
         if config.is_slave:
@@ -176,7 +180,9 @@ class BrokerController:
             transfer_batch_size=c.ha_transfer_batch_size, max_gap_not_in_sync=c.ha_max_gap_not_in_sync,
             sync_timeout_ms=c.sync_flush_timeout, in_sync_replicas=c.in_sync_replicas,
             min_in_sync_replicas=c.min_in_sync_replicas, all_ack_in_sync_state_set=c.all_ack_in_sync_state_set,
-            enable_auto_in_sync_replicas=c.enable_auto_in_sync_replicas)
+            enable_auto_in_sync_replicas=c.enable_auto_in_sync_replicas, max_connections=c.ha_max_connections,
+            tls=c.tls_server(), tls_client=client_context(c.tls_client_trust_cert_path) if c.tls_enable else None,
+            auth=HAAuth(c.access_key, c.secret_key, lambda ak: admin_secret(self.acl, ak)) if c.acl_enable else None)
 
     def _new_ha_client(self, ha_config: HAConfig) -> HAClient:
         """In controller mode a session per check of the named master (the replicas manager checks it)."""
@@ -265,16 +271,14 @@ class BrokerController:
         every role). Bound only on becoming master, the port could be taken meanwhile by any process's
         connection or listener (a CI campaign's proxy got it: the elected master could not serve its slaves).
         While this replica is not master a connection is closed at once; its slave tries again."""
-        host, port = self.config.broker_ip1, self.config.ha_listen_port  # resolved by _ha_config in __init__
-
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            if self.ha_service is None:
-                writer.close()
-                return
-            await self.ha_service.accept(reader, writer)
+            if self.ha_service is not None:
+                await self.ha_service.accept(reader, writer)
 
-        self._ha_port = await asyncio.start_server(accept, host, port)
-        log.info("HA port %s:%d bound (serves slaves while this replica is master)", host, port)
+        self._ha_port = HAPort(accept, self._ha_config())
+        await self._ha_port.start()
+        log.info("HA port %s:%d bound (serves slaves while this replica is master)", self.config.broker_ip1,
+                 self.config.ha_listen_port)
 
     async def _start_metrics(self) -> None:
         kind = self.config.metrics_exporter_type.upper()

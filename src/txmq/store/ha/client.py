@@ -10,6 +10,7 @@ import logging
 import time
 
 from txmq.errors import StoreError
+from txmq.store.ha.auth import authenticate_master
 from txmq.store.ha.config import HAConfig
 from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, HandshakeError, Hello, read_welcome
 from txmq.store.message_store import DefaultMessageStore
@@ -82,9 +83,9 @@ class HAClient:
                 self._problem(f"HA replication from {addr} stopped: {exc}")
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
                 if self.connected:
-                    log.warning("HA connection to master %s lost: %s", addr, exc or type(exc).__name__)
+                    log.warning("HA connection to master %s lost: %s", addr, str(exc) or type(exc).__name__)
                 else:
-                    self._problem(f"HA master {addr} not reachable: {exc or type(exc).__name__}")
+                    self._problem(f"HA master {addr} not reachable: {str(exc) or type(exc).__name__}")
             except Exception:  # a bug must not stop the copying for good (nor fail a promotion at shutdown)
                 log.exception("HA replication from %s failed; reconnecting", addr)
             finally:
@@ -96,7 +97,9 @@ class HAClient:
 
     async def _session(self, addr: str) -> None:
         host, _, port = addr.rpartition(":")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+        tls = self.config.tls_client
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            host, int(port), ssl=tls, server_hostname=host if tls is not None else None), CONNECT_TIMEOUT_S)
         try:
             start = await self._handshake(reader, writer)
             writer.write(REPORT.pack(start))
@@ -115,9 +118,10 @@ class HAClient:
             writer.close()
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
-        """Say who we are; on the master's answer, make this log a prefix of the master's (truncating bytes the
-        master no longer has) and return where the stream starts."""
+        """Authenticate both ends (with aclEnable), then say who we are; on the master's answer, make this log a
+        prefix of the master's (truncating bytes the master no longer has) and return where the stream starts."""
         cfg, store = self.config, self.store
+        await asyncio.wait_for(authenticate_master(cfg, reader, writer), CONNECT_TIMEOUT_S)
         cl = store.commit_log
         mine = store.max_phy_offset
         writer.write(Hello(cfg.broker_id, cl.segment_size, mine, cl.tail_bytes(mine), cfg.cluster_name,

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ssl
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from txmq.remoting.tls import TlsServerConfig
+
+if TYPE_CHECKING:
+    from txmq.store.ha.auth import HAAuth
 
 
 @dataclass
@@ -24,6 +31,10 @@ class HAConfig:
     min_in_sync_replicas: int = 1  # with enable_auto_in_sync_replicas: the fewest it may degrade to
     all_ack_in_sync_state_set: bool = False  # every in-sync slave must acknowledge
     enable_auto_in_sync_replicas: bool = False  # degrade to the slaves in sync, down to min_in_sync_replicas
+    max_connections: int = 8  # haMaxConnections: connections the HA port holds at once, handshakes included
+    tls: TlsServerConfig = field(default_factory=TlsServerConfig)  # tls.server.mode on the HA port
+    tls_client: ssl.SSLContext | None = None  # tls.enable: how a slave connects to its master
+    auth: HAAuth | None = None  # aclEnable: peers prove they hold an admin account's secretKey (auth.py)
 
     def slave_acks_needed(self, in_sync_slaves: int) -> int:
         """Slaves that must have a SYNC_MASTER put before it is answered PUT_OK; more than ``in_sync_slaves``

@@ -1,11 +1,21 @@
-"""The HA wire protocol: a handshake, then RocketMQ's transfer frames.
+"""The HA wire protocol: an authentication exchange, a handshake, then RocketMQ's transfer frames.
 
-Handshake (txmq's; RocketMQ has none), all integers big-endian:
+Opening (txmq's; RocketMQ has none), all integers big-endian, ``H+utf8`` a length-prefixed string:
 
-    slave -> master   HELLO    "TXHA" | version H | broker id I | segment size q | max offset q | tail 8s
-                               | cluster H+utf8 | broker name H+utf8
-    master -> slave   WELCOME  "TXHA" | status B (0 accepted, 1 refused) | max offset q | min offset q
-                               | tail 8s | remark H+utf8
+    slave -> master   OPEN       "TXHA" | version H | broker id I | nonce 32s | access key H+utf8
+    master -> slave   CHALLENGE  "TXHA" | mode B (0 authenticate, 2 open) | nonce 32s
+                      or a refusing WELCOME (mode 1, below), which a slave of any version reads
+    slave -> master   PROOF      32s                  (mode 0 only)
+    master -> slave   PROOF      32s                  (mode 0 only, once the slave's proof is checked)
+
+An empty access key: the slave does not authenticate. Mode 0 (the master has aclEnable): each side proves it
+holds the secretKey of the slave's account (``txmq.store.ha.auth``); a slave's proof that fails ends the
+connection without another byte. Mode 2 (aclEnable off): no proofs, the handshake follows at once. Then:
+
+    slave -> master   HELLO      "TXHA" | version H | broker id I | segment size q | max offset q | tail 8s
+                                 | cluster H+utf8 | broker name H+utf8
+    master -> slave   WELCOME    "TXHA" | status B (0 accepted, 1 refused) | max offset q | min offset q
+                                 | tail 8s | remark H+utf8
 
 ``tail`` is the 8 bytes of the sender's log before an offset (the slave's: before its max offset; the
 master's: before min(slave's max, master's max)): the last record's trailer CRC, so equal tails mean both
@@ -15,9 +25,9 @@ logs end with the same record there. Then, as RocketMQ's HAConnection/HAClient:
     master -> slave   offset q | size i | confirm q | data
                                                      the log from ``offset``; size 0 is a keep-alive
 
-``confirm`` (version 2) is the master's confirm offset (RocketMQ's AutoSwitchHAConnection sends its confirmOffset
-in the same place): in controller mode, what every SyncStateSet member has; the slave bounds its own consumers'
-reads by it (capped at its own log's end). -1: the master has no bound (not in controller mode), nor the slave.
+``confirm`` (since version 2) is the master's confirm offset (RocketMQ's AutoSwitchHAConnection sends its
+confirmOffset in the same place): in controller mode, what every SyncStateSet member has; the slave bounds its own
+consumers' reads by it (capped at its own log's end). -1: the master has no bound (not in controller mode).
 """
 
 from __future__ import annotations
@@ -27,9 +37,16 @@ import struct
 from dataclasses import dataclass
 
 MAGIC = b"TXHA"
-VERSION = 2  # 2: the confirm offset in every transfer header
+VERSION = 3  # 2: the confirm offset in every transfer header; 3: OPEN and the proofs before the HELLO
+HANDSHAKE_TIMEOUT_S = 3.0  # from the OPEN to the WELCOME (the proofs and the HELLO); a TLS handshake has as long again
 MAX_NAME = 255
 MAX_REMARK = 1024
+NONCE_SIZE = 32
+PROOF_SIZE = 32  # HMAC-SHA256
+PREFIX = struct.Struct(">4sH")  # what every version's first message starts with: magic, version
+OPEN = struct.Struct(f">I{NONCE_SIZE}s")  # after the prefix
+CHALLENGE = struct.Struct(f">4sB{NONCE_SIZE}s")
+AUTHENTICATE, REFUSED, OPEN_MODE = 0, 1, 2  # CHALLENGE modes (1: the WELCOME of a refusal)
 HELLO = struct.Struct(">4sHIqq8s")
 WELCOME = struct.Struct(">4sBqq8s")
 TRANSFER_HEADER = struct.Struct(">qiq")  # RocketMQ: phyOffset + bodySize, then confirmOffset
@@ -41,6 +58,33 @@ class HandshakeError(Exception):
     """The peer is not a txmq HA peer of this group, or broke the protocol."""
 
 
+class VersionMismatch(HandshakeError):
+    """The peer speaks another version of the protocol (answered with a WELCOME saying which is spoken here)."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"peer speaks HA protocol version {version}, this member {VERSION}: upgrade it")
+        self.version = version
+
+
+@dataclass(frozen=True, slots=True)
+class Open:
+    broker_id: int
+    nonce: bytes
+    access_key: str = ""  # empty: this slave does not authenticate
+
+    def encode(self) -> bytes:
+        return PREFIX.pack(MAGIC, VERSION) + OPEN.pack(self.broker_id, self.nonce) + _text(self.access_key)
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    authenticate: bool  # False: the master does not authenticate (aclEnable off)
+    nonce: bytes
+
+    def encode(self) -> bytes:
+        return CHALLENGE.pack(MAGIC, AUTHENTICATE if self.authenticate else OPEN_MODE, self.nonce)
+
+
 @dataclass(frozen=True, slots=True)
 class Hello:
     broker_id: int
@@ -49,7 +93,7 @@ class Hello:
     tail: bytes
     cluster: str
     broker_name: str
-    version: int = VERSION  # a peer of another version is refused with a Welcome saying so (same layout in 1)
+    version: int = VERSION
 
     def encode(self) -> bytes:
         head = HELLO.pack(MAGIC, self.version, self.broker_id, self.segment_size, self.max_offset, self.tail)
@@ -69,6 +113,11 @@ class Welcome:
         return head + _text(self.remark[:MAX_REMARK])
 
 
+def refusal(remark: str) -> bytes:
+    """A refusing WELCOME: what a slave of any version reads as "refused, because ``remark``"."""
+    return Welcome(False, 0, 0, bytes(8), remark).encode()
+
+
 def _text(value: str) -> bytes:
     raw = value.encode()
     return _LEN.pack(len(raw)) + raw
@@ -84,6 +133,27 @@ async def _read_text(reader: asyncio.StreamReader, limit: int) -> str:
         raise HandshakeError("a name that is not UTF-8") from exc
 
 
+async def read_open(reader: asyncio.StreamReader) -> Open:
+    magic, version = PREFIX.unpack(await reader.readexactly(PREFIX.size))
+    if magic != MAGIC:
+        raise HandshakeError(f"not a txmq HA peer (first bytes {magic!r})")
+    if version != VERSION:
+        raise VersionMismatch(version)
+    broker_id, nonce = OPEN.unpack(await reader.readexactly(OPEN.size))
+    return Open(broker_id, nonce, await _read_text(reader, MAX_NAME))
+
+
+async def read_challenge(reader: asyncio.StreamReader) -> Challenge | Welcome:
+    """The master's answer to an OPEN: its challenge, or a refusal."""
+    head = await reader.readexactly(5)
+    if head[:4] != MAGIC or head[4] not in (AUTHENTICATE, REFUSED, OPEN_MODE):
+        raise HandshakeError("not a txmq HA master's answer")
+    if head[4] == REFUSED:
+        return await _read_welcome_after(head, reader)
+    nonce = await reader.readexactly(NONCE_SIZE)
+    return Challenge(head[4] == AUTHENTICATE, nonce)
+
+
 async def read_hello(reader: asyncio.StreamReader) -> Hello:
     magic, version, broker_id, segment_size, max_offset, tail = HELLO.unpack(await reader.readexactly(HELLO.size))
     if magic != MAGIC:
@@ -96,7 +166,12 @@ async def read_hello(reader: asyncio.StreamReader) -> Hello:
 
 
 async def read_welcome(reader: asyncio.StreamReader) -> Welcome:
-    magic, status, max_offset, min_offset, tail = WELCOME.unpack(await reader.readexactly(WELCOME.size))
+    return await _read_welcome_after(b"", reader)
+
+
+async def _read_welcome_after(head: bytes, reader: asyncio.StreamReader) -> Welcome:
+    raw = head + await reader.readexactly(WELCOME.size - len(head))
+    magic, status, max_offset, min_offset, tail = WELCOME.unpack(raw)
     if magic != MAGIC or status not in (0, 1) or not 0 <= min_offset <= max_offset:
         raise HandshakeError("not a txmq HA master's answer")
     remark = await _read_text(reader, MAX_REMARK)

@@ -12,15 +12,28 @@ from collections import deque
 from dataclasses import dataclass
 
 from txmq.errors import StoreError
+from txmq.remoting.refusals import RefusalLog
+from txmq.store.ha.auth import Refused, authenticate_slave
 from txmq.store.ha.config import HAConfig
-from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, VERSION, HandshakeError, Hello, Welcome, read_hello
+from txmq.store.ha.port import HAPort
+from txmq.store.ha.protocol import (
+    HANDSHAKE_TIMEOUT_S,
+    REPORT,
+    TRANSFER_HEADER,
+    VERSION,
+    HandshakeError,
+    Hello,
+    VersionMismatch,
+    Welcome,
+    read_hello,
+    read_open,
+    refusal,
+)
 from txmq.store.message_store import DefaultMessageStore
 from txmq.store.record import BLANK_MAGIC_CODE, read_prefix
 from txmq.store.results import PutMessageStatus
 
 log = logging.getLogger("txmq.ha")
-
-HANDSHAKE_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -137,13 +150,13 @@ class HAService:
     def __init__(self, store: DefaultMessageStore, config: HAConfig) -> None:
         self.store = store
         self.config = config
-        self.connections: list[HAConnection] = []
-        self._server: asyncio.Server | None = None
+        self.connections: list[HAConnection] = []  # authenticated slaves past the handshake: only they count
+        self._port: HAPort | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # SYNC_MASTER puts waiting for slaves: (offset, deadline, future), in offset and deadline order.
         self._waiters: deque[tuple[int, float, asyncio.Future[PutMessageStatus]]] = deque()
         self._timer: asyncio.TimerHandle | None = None
-        self._refused: dict[str, str] = {}  # peer host -> last refusal logged (one line per new reason)
+        self.refusals = RefusalLog(log, "HA connection refused")
         self.last_disconnected: dict[int, float] = {}  # broker id -> time.time() it went away
         # Controller mode: the slaves that must have a SYNC_MASTER put (the SyncStateSet, and slaves being added
         # to it); None: the count rules of HAConfig (inSyncReplicas and friends).
@@ -161,15 +174,14 @@ class HAService:
         return f"{self.config.listen_host}:{self.config.listen_port}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self.accept, self.config.listen_host, self.config.listen_port)
-        if self.config.listen_port == 0:
-            self.config.listen_port = self._server.sockets[0].getsockname()[1]
+        self._port = HAPort(self.accept, self.config)
+        await self._port.start()
         log.info("HA service listening on %s", self.addr)
 
     async def shutdown(self) -> None:
         self.store.remove_append_listener(self._on_append)  # a later master's service keeps the confirm offset
-        if self._server is not None:
-            self._server.close()
+        if self._port is not None:
+            self._port.close()
         for conn in list(self.connections):
             conn.close()
         for task in list(self._tasks):
@@ -183,7 +195,8 @@ class HAService:
 
     async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one slave's connection: from this service's own port (``start``), or from the port a broker in
-        controller mode keeps for its whole life and hands to the service of its current master term."""
+        controller mode keeps for its whole life and hands to the service of its current master term. Nothing of
+        this member (names, sizes, offsets, log) is sent before the peer authenticated (with aclEnable)."""
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -191,15 +204,29 @@ class HAService:
         peer = f"{host}:{port}"
         try:
             try:
-                hello = await asyncio.wait_for(read_hello(reader), HANDSHAKE_TIMEOUT_S)
-                refusal = self._refusal(hello)
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                    opened = await read_open(reader)
+                    await authenticate_slave(self.config, opened, reader, writer)
+                    hello = await read_hello(reader)
+                why = self._refusal(hello, opened.broker_id)
+            except VersionMismatch as exc:
+                self.refusals.refused(host, f"peer speaks another HA protocol version (this member: {VERSION})")
+                writer.write(refusal(str(exc)))
+                with contextlib.suppress(ConnectionError, OSError):
+                    await writer.drain()
+                return
+            except Refused as exc:
+                self.refusals.refused(host, str(exc))
+                with contextlib.suppress(ConnectionError, OSError):
+                    await writer.drain()
+                return
             except (HandshakeError, asyncio.IncompleteReadError, TimeoutError, ConnectionError, OSError) as exc:
-                self._log_refusal(peer, f"bad handshake: {exc or type(exc).__name__}")
+                self.refusals.refused(host, f"bad handshake ({type(exc).__name__})")
                 return
             store = self.store
-            if refusal is not None:
-                self._log_refusal(peer, refusal)
-                writer.write(Welcome(False, 0, 0, bytes(8), refusal).encode())
+            if why is not None:
+                self.refusals.refused(host, why)
+                writer.write(refusal(why))
                 with contextlib.suppress(ConnectionError, OSError):
                     await writer.drain()
                 return
@@ -207,10 +234,10 @@ class HAService:
             writer.write(Welcome(True, store.max_phy_offset, store.min_phy_offset,
                                  store.commit_log.tail_bytes(at)).encode())
             conn = HAConnection(self, reader, writer, hello, peer)
-            self._refused.pop(peer.rsplit(":", 1)[0], None)
             self.connections.append(conn)
-            log.info("HA slave %s (%s/%d) connected, its log ends at %d, ours at %d", peer, hello.broker_name,
-                     hello.broker_id, hello.max_offset, store.max_phy_offset)
+            log.info("HA slave %s (%s/%d%s) connected, its log ends at %d, ours at %d", peer, hello.broker_name,
+                     hello.broker_id, f", {opened.access_key}" if opened.access_key else "", hello.max_offset,
+                     store.max_phy_offset)
             await conn.run()
         except asyncio.CancelledError:
             pass  # shutdown; asyncio would log a cancelled connection callback as an error
@@ -218,10 +245,11 @@ class HAService:
             writer.close()
             self._tasks.discard(task)
 
-    def _refusal(self, hello: Hello) -> str | None:
+    def _refusal(self, hello: Hello, opened_id: int) -> str | None:
+        """Why an (authenticated, with aclEnable) slave's HELLO is refused; None: it is welcome."""
         cfg = self.config
-        if hello.version != VERSION:
-            return f"peer speaks HA protocol version {hello.version}, this master {VERSION}: upgrade it"
+        if hello.version != VERSION or hello.broker_id != opened_id:
+            return f"a HELLO of version {hello.version} for broker id {hello.broker_id} after an OPEN as {opened_id}"
         if hello.cluster != cfg.cluster_name or hello.broker_name != cfg.broker_name:
             return (f"peer is {hello.cluster}/{hello.broker_name}, this master is {cfg.cluster_name}/"
                     f"{cfg.broker_name}")
@@ -233,12 +261,6 @@ class HAService:
         if any(c.broker_id == hello.broker_id for c in self.connections):
             return f"broker id {hello.broker_id} is already connected"
         return None
-
-    def _log_refusal(self, peer: str, why: str) -> None:
-        host = peer.rsplit(":", 1)[0]
-        if self._refused.get(host) != why:
-            self._refused[host] = why
-            log.warning("HA connection from %s refused: %s", peer, why)
 
     def remove(self, conn: HAConnection) -> None:
         if conn in self.connections:
