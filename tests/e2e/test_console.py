@@ -384,6 +384,11 @@ def test_bad_query_strings_get_a_clear_400_and_one_log_line(site):
     for _ in range(30):
         for path in BAD_QUERIES:
             assert client.get(path).status == 400
+    host, port = site.base.removeprefix("http://").split(":")
+    for _ in range(20):  # requests aiohttp itself cannot parse
+        with socket.create_connection((host, int(port)), source_address=("127.0.0.3", 0)) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nA header without a colon\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.0 400")
     windows = int((time.monotonic() - start) // 10) + 1
     assert client.get("/charts?interval=500").status == 200
     added = log.read_text()[before:]
@@ -391,7 +396,7 @@ def test_bad_query_strings_get_a_clear_400_and_one_log_line(site):
     lines = [ln for ln in added.splitlines() if "console refused a request from 127.0.0.3" in ln]
     kinds = {ln.split("from 127.0.0.3: ", 1)[1].partition(" (+")[0] for ln in lines}
     assert kinds == {"400 GET /charts: bad query string", "400 GET /messages: Bad Request",
-                     "400 GET /messages/{id}: bad message id"}, lines
+                     "400 GET /messages/{id}: bad message id", "unreadable HTTP request (BadHttpMessage)"}, lines
     assert len(lines) <= len(kinds) * windows, lines
 
 
