@@ -92,8 +92,9 @@ def acl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclConsole]:
 
 @pytest.fixture(scope="module")
 def site(acl: AclConsole, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    shots = os.environ.get("TXMQ_SCREENSHOTS")
     with running_browser(tmp_path_factory.mktemp("profile")) as driver:
-        yield Site(None, acl.base, driver)
+        yield Site(None, acl.base, driver, Path(shots) if shots else None)
 
 
 def topics_of(acl: AclConsole) -> list[str]:
@@ -125,6 +126,7 @@ def login(site: Site, credentials: SessionCredentials, secret: str | None = None
 def test_a_wrong_secret_is_refused(site, acl):
     login(site, USER, WRONG_SECRET)
     assert "Login refused" in site.text("#error")
+    site.shot("login")
     assert site.driver.current_url == site.base + "/login"
     assert WRONG_SECRET not in site.driver.page_source
     site.open("/")
@@ -148,6 +150,7 @@ def test_each_user_acts_as_their_own_account(site, acl):
     site.submit("create-topic", topic="team-extra", queues="2")
     error = site.text("#error")
     assert "team-extra not created" in error and USER.access_key in error  # refused by the broker, as this user
+    site.shot("refused")
     pages.append(site.driver.page_source)
     assert "team-extra" not in topics_of(acl)
 
