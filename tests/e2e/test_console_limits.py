@@ -104,7 +104,7 @@ def test_a_pile_of_unfinished_requests_is_cut_off_and_the_broker_keeps_serving(t
         assert all(closed_by_server(s) for s in pile), "unfinished requests still open after the read timeout"
         for t in tricklers:
             t.join(READ_TIMEOUT_S + 5)
-        assert len(slow) == 2 and all(s < READ_TIMEOUT_S + 3 for s in slow), slow
+        assert len(slow) == 2 and all(s < READ_TIMEOUT_S + 5 for s in slow), slow  # not held open
         assert open_fds(proc.pid) <= baseline + 4
         assert Http(proc.addrs["console"]).get("/").status == 200
         log = (tmp_path / "server.log").read_text()
