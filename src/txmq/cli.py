@@ -32,7 +32,8 @@ def cmd_server(args: argparse.Namespace) -> int:
     acl = namesrv_validator(config.acl_file or None) if config.acl_enable else None
     namesrv = NamesrvController(args.host, args.namesrv_port, limits=config.server_limits, acl=acl,
                                 tls=config.tls_server())
-    console = Console(None, args.host, args.console_port) if args.console_port >= 0 else None
+    console = (Console(console_config(args, "console_", args.host, args.console_port, None, config.acl_enable))
+               if args.console_port >= 0 else None)
 
     async def main() -> None:
         await serve(namesrv, BrokerController(config), print_ready, console)
@@ -43,9 +44,28 @@ def cmd_console(args: argparse.Namespace) -> int:
     from txmq.console import Console
     from txmq.server import print_ready, run_process, serve
 
+    console = Console(console_config(args, "", args.host, args.port, _namesrv(args), False))
+
     async def main() -> None:
-        await serve(None, None, print_ready, Console(_namesrv(args), args.host, args.port))
+        await serve(None, None, print_ready, console)
     return run_process(main())
+
+
+def console_config(args: argparse.Namespace, prefix: str, host: str, port: int, namesrv: str | None,
+                   acl: bool) -> Any:
+    """The console's settings from its flags (``prefix``: ``console_`` for ``txmq server``'s). Users log in
+    whenever ACL is on: the broker's ``aclEnable``, ``--login``, or an account given to the process."""
+    from txmq.client.base import default_credentials
+    from txmq.console import ConsoleConfig
+
+    def opt(name: str) -> Any:
+        return getattr(args, prefix + name)
+
+    return ConsoleConfig(host, port, namesrv, login=bool(opt("login") or acl or default_credentials()),
+                         allowed_hosts=tuple(h.strip() for h in (opt("allowed_hosts") or "").split(",") if h.strip()),
+                         read_timeout_s=opt("read_timeout"), max_connections=opt("max_connections"),
+                         session_timeout_s=opt("session_timeout"), https_cert=opt("https_cert") or "",
+                         https_key=opt("https_key") or "")
 
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
@@ -418,6 +438,21 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--tls-trust-cert", help="CA bundle the servers' certificates are checked against "
                                                  "(default $TXMQ_TLS_TRUST_CERT_PATH, else the system's CAs)")
 
+    def console_opts(sp: argparse.ArgumentParser, prefix: str = "") -> None:
+        """The console's checks and limits (docs/console.md); ``prefix`` for ``txmq server``'s flags."""
+        p = f"--{prefix}"
+        sp.add_argument(f"{p}login", action="store_true",
+                        help="users log in with their own ACL account (always so when ACL is on)")
+        sp.add_argument(f"{p}allowed-hosts", help="Host names the console answers to, comma-separated, besides "
+                                                  "its address and localhost")
+        sp.add_argument(f"{p}read-timeout", type=float, default=10.0,
+                        help="seconds a client has to send a request's headers, then its body (default 10)")
+        sp.add_argument(f"{p}max-connections", type=int, default=256, help="open connections at most (default 256)")
+        sp.add_argument(f"{p}session-timeout", type=float, default=1800.0,
+                        help="seconds after which an unused login ends (default 1800)")
+        sp.add_argument(f"{p}https-cert", help="serve HTTPS with this certificate (PEM)")
+        sp.add_argument(f"{p}https-key", help="the HTTPS certificate's key (PEM)")
+
     def broker_opts(sp: argparse.ArgumentParser) -> None:
         """What ``server`` and ``broker`` both pass on to the broker's config."""
         sp.add_argument("--grpc-port", type=int, default=None,
@@ -433,12 +468,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--namesrv-port", type=int, default=9876, help="name server port (default 9876)")
     s.add_argument("--console-port", type=int, default=8080,
                    help="web console port (default 8080; 0: a free port, -1: off)")
+    console_opts(s, "console-")
     broker_opts(s)
     s.set_defaults(fn=cmd_server)
 
     s = sub.add_parser("console", help="the web console for a cluster (RocketMQ Dashboard's pages)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8080, help="port (default 8080, 0: a free port)")
+    console_opts(s)
     namesrv_opt(s)
     s.set_defaults(fn=cmd_console)
 

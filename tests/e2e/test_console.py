@@ -4,102 +4,34 @@ flow clicked through against live broker processes. ``TXMQ_SCREENSHOTS=DIR`` sav
 
 from __future__ import annotations
 
+import http.server
 import os
-import shutil
+import socket
+import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cluster import Cluster
+from console_browser import Site, running_browser
+from console_http import Http
 from helpers import Recorder, push_consumer
-from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from txmq import ConsumeStatus, LocalTransactionState, Message, Producer, TransactionProducer
 from txmq.admin import MQAdminExt
 from txmq.launch import ServerProcess, free_port, txmq_command
+from txmq.message import create_offset_msg_id
 
 N = 5
-
-
-class Site:
-    """The console's address, a browser, and the cluster behind them."""
-
-    def __init__(self, cluster: Cluster, base: str, driver: WebDriver, shots: Path | None) -> None:
-        self.cluster, self.base, self.driver, self.shots = cluster, base, driver, shots
-
-    def open(self, path: str) -> None:
-        self.driver.get(self.base + path)
-
-    def rows(self, table_id: str) -> list[list[str]]:
-        body = self.driver.find_element(By.CSS_SELECTOR, f"#{table_id} tbody")
-        return [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-                for tr in body.find_elements(By.TAG_NAME, "tr") if "empty" not in (tr.get_attribute("class") or "")]
-
-    def text(self, css: str) -> str:
-        return self.driver.find_element(By.CSS_SELECTOR, css).text
-
-    def submit(self, form_id: str, accept: bool | None = None, **fields: str) -> None:
-        """Fill the form's fields and press its button; ``accept``: answer the confirmation it asks."""
-        form = self.driver.find_element(By.ID, form_id)
-        for name, value in fields.items():
-            el = form.find_element(By.NAME, name)
-            if el.tag_name == "select":
-                Select(el).select_by_value(value)
-            else:
-                el.clear()
-                el.send_keys(value)
-        form.find_element(By.TAG_NAME, "button").click()
-        if accept is not None:
-            alert = WebDriverWait(self.driver, 5).until(lambda d: d.switch_to.alert)
-            alert.accept() if accept else alert.dismiss()
-        if accept is not False:  # the next page has loaded when this form is gone
-            WebDriverWait(self.driver, 20).until(lambda _: _gone(form))
-
-    def wait(self, pred: Callable[[], Any], what: str, timeout: float = 20, reload: bool = False) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                got = pred()
-            except WebDriverException:
-                got = None
-            if got:
-                return got
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            time.sleep(0.3)
-            if reload:
-                self.driver.refresh()
-
-    def shot(self, name: str) -> None:
-        if self.shots is not None:
-            self.driver.save_screenshot(str(self.shots / f"console-{name}.png"))
-
-
-def browser(profile: Path) -> WebDriver:
-    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not chromium or not chromedriver:
-        pytest.fail("chromium and chromedriver are missing (make test installs Debian's chromium, chromium-driver)")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1280,860",
-                f"--user-data-dir={profile}"):
-        opts.add_argument(arg)
-    return webdriver.Chrome(options=opts, service=Service(executable_path=chromedriver))
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     root = Path(tmp_path_factory.mktemp("console"))
     cluster = Cluster(root)
-    driver = None
     try:
         cluster.start_namesrv()
         cluster.start_broker(conf={"grpcPort": -1, "transactionTimeOut": 600_000})
@@ -111,18 +43,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         with Producer("web_p", cluster.namesrv_addr) as producer:
             for i in range(N):
                 producer.send(Message("web_t", f"body {i}".encode(), tags="T", keys=f"k{i}"))
-        driver = browser(root / "profile")
         shots = os.environ.get("TXMQ_SCREENSHOTS")
-        yield Site(cluster, f"http://{console.addrs['console']}", driver, Path(shots) if shots else None)
+        with running_browser(root / "profile") as driver:
+            yield Site(cluster, f"http://{console.addrs['console']}", driver, Path(shots) if shots else None)
     finally:
-        if driver is not None:
-            pid = driver.service.process.pid if driver.service.process else None
-            driver.quit()
-            if pid is not None:
-                with pytest.raises(ProcessLookupError):
-                    for _ in range(50):  # chromedriver gone (quit waits for it; this only checks)
-                        os.kill(pid, 0)
-                        time.sleep(0.1)
         cluster.close()
 
 
@@ -302,11 +226,192 @@ def test_discarded_transaction_resumed(site):
         assert tx.transaction_id in [r[0] for r in site.rows("pending")]
 
 
-def _gone(element: Any) -> bool:
-    """Whether ``element`` left the document: Chromium answers a node of a page being replaced either "stale" or
-    "does not belong to the document" (a WebDriverException), both meaning gone."""
+# --- as an attacker ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def forge(site):
+    """A topic with messages, a group whose offsets are at the end, and a pending transaction: what the forged
+    requests below try to change."""
+    with MQAdminExt(site.cluster.namesrv_addr) as admin:
+        admin.create_topic("forge_t", 2)
+        site.cluster.wait_route("forge_t")
+        with Producer("forge_p", site.cluster.namesrv_addr) as producer:
+            for i in range(N):
+                producer.send(Message("forge_t", f"forge {i}".encode()))
+        admin.set_offsets("forge_g", "forge_t", 2**62)
+        with TransactionProducer("forge_txp", Undecided(), site.cluster.namesrv_addr) as producer:
+            tx = producer.send_message_in_transaction(Message("forge_t", b"pending", keys="forge_tx"))
+        yield admin, tx.transaction_id
+
+
+def _unchanged(admin: MQAdminExt, tx_id: str) -> None:
+    """Through the broker: nothing the forged requests asked for happened."""
+    assert "forged_t" not in admin.list_topics()
+    addr = next(iter(admin.broker_addrs().values()))
+    assert admin.topic_config(addr, "forge_t")["perm"] == 6  # there, and still read-write
+    stats, _ = admin.consume_stats("forge_g", "forge_t")
+    assert sum(s.values["brokerOffset"] - s.values["consumerOffset"] for s in stats) == 0  # no reset to 2000
+    pending = [t["transactionId"] for d in admin.tx_list(200).values() for t in d["pending"]]
+    assert tx_id in pending  # not committed
+
+
+def _forged(tx_id: str) -> list[tuple[str, dict[str, str]]]:
+    return [("/topics", {"topic": "forged_t", "queues": "4", "perm": "6"}),
+            ("/topics/forge_t/perm", {"perm": "4"}),
+            ("/topics/forge_t/delete", {}),
+            ("/groups/forge_g/reset", {"topic": "forge_t", "time": "2000-01-01T00:00:00"}),
+            (f"/transactions/{tx_id}/commit", {})]
+
+
+def test_forged_posts_are_refused_and_change_nothing(site, forge):
+    """Form POSTs as another site's page makes a browser send them (foreign Origin, no token), as a script sends
+    them (no Origin, no token), with a made-up token, and with a real token but a foreign Origin or a cross-site
+    Sec-Fetch-Site: each is refused with 403, and the broker shows nothing changed. The same request from the
+    console's own page goes through."""
+    admin, tx_id = forge
+    client = Http(site.base.removeprefix("http://"))
+    evil = {"Origin": "http://evil.example:8000"}
+
+    def refused(path: str, fields: dict[str, str], headers: dict[str, str]) -> None:
+        answer = client.request("POST", path, fields, headers=headers)
+        assert answer.status == 403, (path, headers, answer.status, answer.text[:300])
+        assert "refused" in answer.text or "another site" in answer.text
+
+    for path, form in _forged(tx_id):
+        refused(path, form, evil)
+        refused(path, form, {})
+        refused(path, {**form, "csrf": "made-up"}, {"Origin": site.base})
+    token = client.token("/topics")
+    for path, form in _forged(tx_id):
+        refused(path, {**form, "csrf": token}, evil)
+        refused(path, {**form, "csrf": token}, {"Sec-Fetch-Site": "cross-site"})
+    _unchanged(admin, tx_id)
+    answer = client.post("/topics/forge_t/perm", {"perm": "4", "csrf": token})
+    assert answer.status == 303
+    assert admin.topic_config(next(iter(admin.broker_addrs().values())), "forge_t")["perm"] == 4
+
+
+ATTACK_PAGE = """<!doctype html><html><body><h1>cute cats</h1>
+<form id="f" method="post" action="{action}">{fields}</form>
+<script>document.getElementById("f").submit();</script></body></html>"""
+
+
+def test_cross_site_form_in_a_real_browser_changes_nothing(site, forge, tmp_path):
+    """A page served from another origin (another port) auto-submits forms to the console in the same browser
+    that uses the console: it gets a refusal, and the broker shows nothing changed."""
+    admin, tx_id = forge
+    site.open("/topics")  # the user has the console open: the browser holds its session cookie
+    pages = {f"/attack{i}": ATTACK_PAGE.format(
+        action=site.base + path,
+        fields="".join(f'<input name="{k}" value="{v}">' for k, v in form.items()))
+        for i, (path, form) in enumerate(_forged(tx_id))}
+
+    class Attacker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages.get(self.path, "").encode()
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Attacker)
+    thread = threading.Thread(target=attacker.serve_forever, daemon=True)
+    thread.start()
     try:
-        element.is_enabled()
-    except WebDriverException:  # StaleElementReferenceException is one too
-        return True
-    return False
+        for i, (path, _) in enumerate(_forged(tx_id)):
+            site.driver.get(f"http://127.0.0.1:{attacker.server_port}/attack{i}")
+            site.wait(lambda: site.driver.current_url.startswith(site.base) and site.text("h1") == "Forbidden",
+                      f"the console's refusal of the forged POST to {path}", timeout=10)
+    finally:
+        attacker.shutdown()
+        attacker.server_close()
+        thread.join(5)
+    _unchanged(admin, tx_id)
+
+
+def test_foreign_host_is_refused(site):
+    """DNS rebinding: a name the attacker controls, resolved to the console's address, sends that name as Host."""
+    client = Http(site.base.removeprefix("http://"))
+    port = client.port
+    for host in (f"rebind.evil.example:{port}", "rebind.evil.example", f"10.0.0.1:{port}", ""):
+        answer = client.get("/", host=host)
+        assert answer.status == 421, (host, answer.status)
+        assert "broker-a" not in answer.text
+        assert client.get("/api/stats", host=host).status == 421
+        assert client.request("POST", "/topics", {"topic": "rebound_t"}, host=host,
+                            headers={"Origin": f"http://{host}"}).status == 421
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"LOCALHOST.:{port}"):
+        answer = client.get("/", host=host)
+        assert answer.status == 200 and "broker-a" in answer.text, host
+    with MQAdminExt(site.cluster.namesrv_addr) as admin:
+        assert "rebound_t" not in admin.list_topics()
+
+
+def test_every_answer_has_the_security_headers(site):
+    client = Http(site.base.removeprefix("http://"))
+    for path in ("/", "/topics", "/static/console.js", "/no/such/page", "/charts?interval=x"):
+        h = client.get(path).headers
+        assert "frame-ancestors 'none'" in h["Content-Security-Policy"], path
+        assert "script-src 'self'" in h["Content-Security-Policy"] and "unsafe-inline" not in h[
+            "Content-Security-Policy"]
+        assert h["X-Frame-Options"] == "DENY" and h["X-Content-Type-Options"] == "nosniff", path
+    cookie = Http(site.base.removeprefix("http://")).get("/").cookies()
+    assert cookie and "HttpOnly" in cookie[0] and "SameSite=Strict" in cookie[0]
+
+
+BAD_QUERIES = ["/charts?interval=abc", "/charts?interval=99999999999999999999999999", "/charts?interval=%ff",
+               "/charts?interval=-5", "/messages?by=range&topic=web_t&begin=not-a-time",
+               "/messages?by=range&topic=web_t&end=99999-99-99", "/messages?by=sideways",
+               "/messages?by=id&id=%00%ff", "/messages/zzzz", "/messages/" + "0" * 32]
+
+
+def test_bad_query_strings_get_a_clear_400_and_one_log_line(site):
+    """Each bad query string is answered 400 with what is wrong; a flood of them writes one line per kind and
+    page in 10 s (throttled per client: this one connects from 127.0.0.3), and no traceback."""
+    client = Http(site.base.removeprefix("http://"), source="127.0.0.3")
+    log = site.cluster.root / "console.log"
+    before = len(log.read_text())
+    start = time.monotonic()
+    for path in BAD_QUERIES:
+        answer = client.get(path)
+        assert answer.status == 400, (path, answer.status, answer.text[:300])
+        assert 'class="error"' in answer.text, path
+    for _ in range(30):
+        for path in BAD_QUERIES:
+            assert client.get(path).status == 400
+    host, port = site.base.removeprefix("http://").split(":")
+    for _ in range(20):  # requests aiohttp itself cannot parse
+        with socket.create_connection((host, int(port)), source_address=("127.0.0.3", 0)) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nA header without a colon\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.0 400")
+    windows = int((time.monotonic() - start) // 10) + 1
+    assert client.get("/charts?interval=500").status == 200
+    added = log.read_text()[before:]
+    assert "Traceback" not in added and "Error handling request" not in added
+    lines = [ln for ln in added.splitlines() if "console refused a request from 127.0.0.3" in ln]
+    kinds = {ln.split("from 127.0.0.3: ", 1)[1].partition(" (+")[0] for ln in lines}
+    assert kinds == {"400 GET /charts: bad query string", "400 GET /messages: Bad Request",
+                     "400 GET /messages/{id}: bad message id", "unreadable HTTP request (BadHttpMessage)"}, lines
+    assert len(lines) <= len(kinds) * windows, lines
+
+
+def test_message_id_naming_a_foreign_address_is_not_followed(site):
+    """An offset message id names the broker to ask: one naming any other address is refused, and the console
+    opens no connection there."""
+    bait = socket.create_server(("127.0.0.1", 0))
+    bait.settimeout(2)
+    try:
+        ident = create_offset_msg_id(("127.0.0.1", bait.getsockname()[1]), 0)
+        client = Http(site.base.removeprefix("http://"))
+        answer = client.get(f"/messages/{ident}")
+        assert answer.status == 400 and "names no broker of this cluster" in answer.text
+        assert client.get(f"/messages?by=id&id={ident}").status == 400
+        with pytest.raises(TimeoutError):
+            bait.accept()
+    finally:
+        bait.close()

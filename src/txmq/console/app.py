@@ -1,58 +1,99 @@
-"""The console's aiohttp application. Handlers run the blocking admin calls in threads (``asyncio.to_thread``),
-so the console may share the broker's loop in ``txmq server`` without ever blocking it: the admin client's own
-loop thread does the network IO."""
+"""The console's pages and actions (aiohttp). Handlers run the blocking admin calls in threads
+(``asyncio.to_thread``), so the console may share the broker's loop in ``txmq server`` without ever blocking it:
+the admin client's own loop thread does the network IO. Each request acts through the clients ``guard`` gives it:
+under login, the user's own, signing as their account."""
 
 from __future__ import annotations
 
-import asyncio
+import argparse
 import logging
+import os
+import socket
 import time
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 from aiohttp import web
+from aiohttp_session import session_middleware
+from aiohttp_session.cookie_storage import EncryptedCookieStorage
 
 from txmq.admin import MQAdminExt
 from txmq.admin.commands import fmt_time, parse_time, pull_range, queue_window
-from txmq.client.producer import Producer
+from txmq.console import auth
+from txmq.console.config import ConsoleConfig
+from txmq.console.guard import (
+    CLIENTS,
+    CONFIG,
+    LOGINS,
+    REFUSALS,
+    SHARED,
+    USER,
+    Handler,
+    Refusal,
+    bad_query,
+    check_host,
+    error_banner,
+    error_page,
+    flash,
+    protect,
+    secure_headers,
+    take_flash,
+)
 from txmq.console.html import Raw, e, field, form, hidden, link, page, path, section, select, table
-from txmq.errors import TxmqError
-from txmq.message import Message, MessageConst, MessageExt
+from txmq.console.logins import Clients, Logins, call
+from txmq.errors import InvalidMessageError, TxmqError
+from txmq.message import Message, MessageConst, MessageExt, decode_offset_msg_id
+from txmq.remoting.refusals import RefusalLog
 from txmq.topic import DLQ_GROUP_TOPIC_PREFIX, PermName, is_system_topic
 
 log = logging.getLogger("txmq.console")
 
-ADMIN = web.AppKey("admin", MQAdminExt)
-PRODUCER = web.AppKey("producer", list)  # the producer that resends DLQ messages, made on first use
 STATIC = Path(__file__).parent / "static"
 PERMS = (("6", "read and write"), ("4", "read only"), ("2", "write only"))
 RESULTS_MAX = 100  # messages one search shows
+FORM_MAX_BYTES = 64 * 1024  # the console's forms are a few fields
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-
-async def call(fn: Callable[..., Any], *args: Any) -> Any:
-    """A blocking admin call, off the loop."""
-    return await asyncio.to_thread(fn, *args)
+def clients_of(request: web.Request) -> Clients:
+    clients = request[CLIENTS]
+    if not clients:
+        raise web.HTTPSeeOther("/login")
+    return clients[0]
 
 
 def admin_of(request: web.Request) -> MQAdminExt:
-    return request.app[ADMIN]
+    return clients_of(request).admin
 
 
-def back(location: str, notice: str = "", error: str = "") -> web.HTTPSeeOther:
+def back(request: web.Request, location: str, notice: str = "", error: str = "") -> web.HTTPSeeOther:
     """Redirect after a POST, with what happened for the next page to show."""
-    query = urlencode({k: v for k, v in (("notice", notice), ("error", error)) if v})
-    return web.HTTPSeeOther(f"{location}?{query}" if query else location)
+    flash(request, notice, error)
+    return web.HTTPSeeOther(location)
 
 
-def render(request: web.Request, title: str, *body: Raw | str, active: str) -> web.Response:
-    q = request.query
-    return web.Response(text=page(title, *body, active=active, notice=q.get("notice", ""), error=q.get("error", "")),
-                        content_type="text/html")
+def render(request: web.Request, title: str, *body: Raw | str, active: str, status: int = 200) -> web.Response:
+    notice, error = take_flash(request)
+    return web.Response(text=page(title, *body, active=active, notice=notice, error=error, user=request[USER]),
+                        content_type="text/html", status=status)
+
+
+def query_time(text: str, what: str) -> int:
+    """A time a client typed (mqadmin's forms), in ms; ``ValueError`` saying which forms are understood."""
+    try:
+        return parse_time(text.strip())
+    except (argparse.ArgumentTypeError, ValueError, OverflowError, OSError):
+        raise ValueError(f"{what} {text.strip()[:40]!r}: give milliseconds, 'now', yyyy-MM-dd#HH:mm:ss:SSS or "
+                         "2024-05-01T12:00:00") from None
+
+
+def query_int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not text.isascii() or not text.isdigit() or not low <= int(text) <= high:
+        raise bad_query(f"{name}: a whole number from {low} to {high}")
+    return int(text)
 
 
 def user_topics(topics: list[str]) -> list[str]:
@@ -65,18 +106,21 @@ def user_topics(topics: list[str]) -> list[str]:
 async def cluster(request: web.Request) -> web.Response:
     admin = admin_of(request)
     info = await call(admin.cluster_info)
-    rows = []
+    rows, missing = [], []
     for cluster_name, names in sorted((info.get("clusterAddrTable") or {}).items()):
         for name in sorted(names):
             for bid, addr in sorted(((info["brokerAddrTable"].get(name) or {}).get("brokerAddrs") or {}).items()):
-                rt = await call(admin.runtime_info, addr)
+                try:
+                    rt = await call(admin.runtime_info, addr)
+                except TxmqError as exc:  # this account may not see it
+                    rt, missing = {}, [error_banner(f"{addr}: {exc}")]
                 rows.append((cluster_name, name, bid, rt.get("brokerRole", "?"), addr, rt.get("brokerVersionDesc", "?"),
                              f"{float(rt.get('commitLogDiskRatio', 0)):.1%}", rt.get("putTps", "0").split()[0],
                              rt.get("getTransferedTps", "0").split()[0], rt.get("msgPutTotalTodayNow", "0"),
                              rt.get("msgGetTotalTodayNow", "0")))
-    return render(request, "Cluster", table(("Cluster", "Broker", "BID", "Role", "Address", "Version", "Disk used",
-                                             "TPS in", "TPS out", "Messages in", "Messages out"), rows, "brokers"),
-                  active="/")
+    return render(request, "Cluster", *missing, table(
+        ("Cluster", "Broker", "BID", "Role", "Address", "Version", "Disk used", "TPS in", "TPS out", "Messages in",
+         "Messages out"), rows, "brokers"), active="/")
 
 
 # --- topics -------------------------------------------------------------------------------------------------
@@ -93,12 +137,16 @@ def _perms(admin: MQAdminExt) -> dict[str, int]:
 
 async def topics(request: web.Request) -> web.Response:
     admin = admin_of(request)
-    rows = []
-    perms = await call(_perms, admin)
-    for topic in user_topics(await call(admin.list_topics)):
+    rows, missing = [], []
+    try:
+        perms = await call(_perms, admin)
+        listed = user_topics(await call(admin.list_topics))
+    except TxmqError as exc:  # an account that may not list the topics may still create one
+        perms, listed, missing = {}, [], [error_banner(f"topics not listed: {exc}")]
+    for topic in listed:
         try:
             stats = await call(admin.topic_stats, topic)
-        except TxmqError:  # deleted meanwhile
+        except TxmqError:  # deleted meanwhile, or not this account's to see
             continue
         perm = PermName.to_string(perms.get(topic, PermName.READ_WRITE))
         rows.append((link(path("topics", topic), topic), len(stats), perm,
@@ -107,19 +155,33 @@ async def topics(request: web.Request) -> web.Response:
     create = form("/topics", [field("topic", "Name", required="required"),
                               field("queues", "Queues", 8, "number", min="1", max="1024"),
                               select("perm", "Permission", PERMS)], "Create topic", form_id="create-topic")
-    return render(request, "Topics", table(("Topic", "Queues", "Permission", "Messages", "Last message"), rows,
-                                           "topics"), section("Create a topic", create), active="/topics")
+    return render(request, "Topics", *missing, table(("Topic", "Queues", "Permission", "Messages", "Last message"),
+                                                     rows, "topics"), section("Create a topic", create),
+                  active="/topics")
+
+
+def form_perm(data: Any) -> int:
+    value = str(data.get("perm", "6"))
+    if value not in dict(PERMS):
+        raise ValueError(f"permission {value[:10]!r}: one of {', '.join(dict(PERMS))}")
+    return int(value)
+
+
+def form_queues(data: Any) -> int:
+    value = str(data.get("queues", "8")).strip()
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= 1024:
+        raise ValueError(f"queues {value[:10]!r}: a whole number from 1 to 1024")
+    return int(value)
 
 
 async def create_topic(request: web.Request) -> web.StreamResponse:
     data = await request.post()
     topic = str(data.get("topic", "")).strip()
     try:
-        await call(admin_of(request).create_topic, topic, int(str(data.get("queues", "8"))), None,
-                   int(str(data.get("perm", "6"))))
+        await call(admin_of(request).create_topic, topic, form_queues(data), None, form_perm(data))
     except (TxmqError, ValueError) as exc:
-        raise back("/topics", error=f"topic {topic} not created: {exc}") from None
-    raise back(path("topics", topic), notice=f"topic {topic} created")
+        raise back(request, "/topics", error=f"topic {topic} not created: {exc}") from None
+    raise back(request, path("topics", topic), notice=f"topic {topic} created")
 
 
 async def topic_detail(request: web.Request) -> web.Response:
@@ -145,10 +207,13 @@ async def topic_detail(request: web.Request) -> web.Response:
 
 async def topic_perm(request: web.Request) -> web.StreamResponse:
     admin, topic = admin_of(request), request.match_info["topic"]
-    perm = int(str((await request.post()).get("perm", "6")))
-    addrs = sorted((await call(admin.broker_addrs)).values())
-    await call(admin.update_topic_perm, topic, perm, addrs)
-    raise back(path("topics", topic), notice=f"permission of {topic} is now {PermName.to_string(perm)}")
+    try:
+        perm = form_perm(await request.post())
+        addrs = sorted((await call(admin.broker_addrs)).values())
+        await call(admin.update_topic_perm, topic, perm, addrs)
+    except (TxmqError, ValueError) as exc:
+        raise back(request, path("topics", topic), error=f"permission not changed: {exc}") from None
+    raise back(request, path("topics", topic), notice=f"permission of {topic} is now {PermName.to_string(perm)}")
 
 
 async def topic_delete(request: web.Request) -> web.StreamResponse:
@@ -156,8 +221,8 @@ async def topic_delete(request: web.Request) -> web.StreamResponse:
     try:
         await call(admin_of(request).delete_topic, topic)
     except TxmqError as exc:
-        raise back(path("topics", topic), error=str(exc)) from None
-    raise back("/topics", notice=f"topic {topic} deleted")
+        raise back(request, path("topics", topic), error=str(exc)) from None
+    raise back(request, "/topics", notice=f"topic {topic} deleted")
 
 
 # --- consumer groups ------------------------------------------------------------------------------------------
@@ -206,11 +271,11 @@ async def group_reset(request: web.Request) -> web.StreamResponse:
     data = await request.post()
     topic = str(data.get("topic", ""))
     try:
-        when = parse_time(str(data.get("time", "")).strip())
+        when = query_time(str(data.get("time", "")), "time")
         await call(admin_of(request).reset_offset, group, topic, when)
     except (TxmqError, ValueError) as exc:
-        raise back(path("groups", group), error=f"offsets not reset: {exc}") from None
-    raise back(path("groups", group), notice=f"offsets of {group} on {topic} reset to {fmt_time(when)}")
+        raise back(request, path("groups", group), error=f"offsets not reset: {exc}") from None
+    raise back(request, path("groups", group), notice=f"offsets of {group} on {topic} reset to {fmt_time(when)}")
 
 
 # --- messages -----------------------------------------------------------------------------------------------
@@ -222,22 +287,35 @@ def _message_rows(msgs: list[MessageExt]) -> list[tuple[Any, ...]]:
             for m in msgs]
 
 
+async def _search(admin: MQAdminExt, q: Any) -> list[MessageExt] | None:
+    """The messages a search asks for, None when it asks for none; ``ValueError`` for a query that cannot be
+    asked."""
+    by = q.get("by", "")
+    if by == "id" and q.get("id"):
+        ident = q["id"].strip()
+        if q.get("topic"):
+            return await call(admin.query_message, q["topic"].strip(), ident, 32, 0, 2**63 - 1, True)
+        return [await view(admin, ident)]
+    if by == "key" and q.get("key"):
+        return await call(admin.query_message, q.get("topic", "").strip(), q["key"].strip())
+    if by == "range" and q.get("topic"):
+        begin = query_time(q["begin"], "from") if q.get("begin") else 0
+        end = query_time(q["end"], "to") if q.get("end") else 2**63 - 1
+        return await call(_range, admin, q["topic"].strip(), begin, end)
+    if by not in ("", "id", "key", "range"):
+        raise ValueError(f"search by {by[:20]!r}: by id, key or range")
+    return None
+
+
 async def messages(request: web.Request) -> web.Response:
     admin, q = admin_of(request), request.query
     found: list[MessageExt] | None = None
-    error = ""
+    error, status = "", 200
     try:
-        if q.get("by") == "id" and q.get("id"):
-            ident = q["id"].strip()
-            found = (await call(admin.query_message, q["topic"].strip(), ident, 32, 0, 2**63 - 1, True)
-                     if q.get("topic") else [await call(admin.view_message, ident)])
-        elif q.get("by") == "key" and q.get("key"):
-            found = await call(admin.query_message, q.get("topic", "").strip(), q["key"].strip())
-        elif q.get("by") == "range" and q.get("topic"):
-            begin = parse_time(q["begin"]) if q.get("begin") else 0
-            end = parse_time(q["end"]) if q.get("end") else 2**63 - 1
-            found = await call(_range, admin, q["topic"].strip(), begin, end)
-    except (TxmqError, ValueError) as exc:
+        found = await _search(admin, q)
+    except ValueError as exc:  # what the client asked for
+        error, status = str(exc), 400
+    except TxmqError as exc:  # what a broker answered
         error = str(exc)
     searches = [
         form("/messages", [hidden("by", "id"), field("id", "Message id", q.get("id", "")),
@@ -257,11 +335,34 @@ async def messages(request: web.Request) -> web.Response:
             "results", empty="no message found")))
     if error:
         body.insert(0, error_banner(error))
-    return render(request, "Messages", *body, active="/messages")
+    return render(request, "Messages", *body, active="/messages", status=status)
 
 
-def error_banner(text: str) -> Raw:
-    return Raw(f'<p class="error" id="error">{e(text)}</p>')
+async def view(admin: MQAdminExt, ident: str) -> MessageExt:
+    """VIEW_MESSAGE_BY_ID, sent only to a broker of this cluster: an offset message id names the address the
+    request goes to, and a made-up one must not make the console connect anywhere else."""
+    try:
+        (host, port), _ = decode_offset_msg_id(ident)
+    except InvalidMessageError:
+        raise ValueError(f"{ident[:40]!r} is not an offset message id") from None
+    if (host, port) not in await call(_member_addrs, admin):
+        raise ValueError(f"{ident[:40]!r} names no broker of this cluster")
+    return await call(admin.view_message, ident)
+
+
+def _member_addrs(admin: MQAdminExt) -> set[tuple[str, int]]:
+    """(IPv4 address, port) of every member of every broker group the name server knows (a store host in a
+    message id is an IPv4 address; a member may be registered under a host name)."""
+    out: set[tuple[str, int]] = set()
+    for group in (admin.cluster_info().get("brokerAddrTable") or {}).values():
+        for addr in (group.get("brokerAddrs") or {}).values():
+            host, _, port = str(addr).rpartition(":")
+            try:
+                infos = socket.getaddrinfo(host.strip("[]"), int(port), socket.AF_INET, socket.SOCK_STREAM)
+            except (OSError, ValueError):
+                continue
+            out.update((str(info[4][0]), int(port)) for info in infos)
+    return out
 
 
 def _range(admin: MQAdminExt, topic: str, begin: int, end: int) -> list[MessageExt]:
@@ -276,7 +377,10 @@ def _range(admin: MQAdminExt, topic: str, begin: int, end: int) -> list[MessageE
 
 async def message_detail(request: web.Request) -> web.Response:
     admin, ident = admin_of(request), request.match_info["id"]
-    m = await call(admin.view_message, ident)
+    try:
+        m = await view(admin, ident)
+    except ValueError as exc:
+        raise Refusal(400, str(exc), "bad message id") from None
     fields = [("Message id", m.msg_id), ("Offset message id", m.offset_msg_id), ("Topic", m.topic),
               ("Tags", m.tags or ""), ("Keys", m.keys or ""), ("Queue", m.queue_id), ("Queue offset", m.queue_offset),
               ("Born", fmt_time(m.born_timestamp)), ("Stored", fmt_time(m.store_timestamp)),
@@ -295,21 +399,17 @@ async def message_detail(request: web.Request) -> web.Response:
 async def message_resend(request: web.Request) -> web.StreamResponse:
     """A dead letter back to the topic it came from, as a new message with its body, tags, keys and user
     properties (RocketMQ Dashboard's "resend")."""
-    admin, ident = admin_of(request), request.match_info["id"]
-    m = await call(admin.view_message, ident)
-    origin = m.properties.get(MessageConst.RETRY_TOPIC)
-    if not origin:
-        raise back(path("messages", ident), error="this message names no topic to go back to")
-    msg = Message(origin, m.body, tags=m.tags, keys=m.keys, properties=m.user_properties)
-    result = await call(_producer(request).send, msg)
-    raise back(path("messages", ident), notice=f"resent to {origin} as {result.msg_id}")
-
-
-def _producer(request: web.Request) -> Producer:
-    held = request.app[PRODUCER]
-    if not held:
-        held.append(Producer("TXMQ_CONSOLE_PRODUCER", admin_of(request).namesrv).start())
-    return held[0]
+    clients, ident = clients_of(request), request.match_info["id"]
+    try:
+        m = await view(clients.admin, ident)
+        origin = m.properties.get(MessageConst.RETRY_TOPIC)
+        if not origin:
+            raise back(request, path("messages", ident), error="this message names no topic to go back to")
+        msg = Message(origin, m.body, tags=m.tags, keys=m.keys, properties=m.user_properties)
+        result = await call((await clients.producer()).send, msg)
+    except (TxmqError, ValueError) as exc:
+        raise back(request, path("messages", ident), error=f"not resent: {exc}") from None
+    raise back(request, path("messages", ident), notice=f"resent to {origin} as {result.msg_id}")
 
 
 # --- transactions -------------------------------------------------------------------------------------------
@@ -352,9 +452,9 @@ async def transaction_action(request: web.Request) -> web.StreamResponse:
             done = "committed" if action == "commit" else "rolled back"
             notice = f"transaction {tx_id} {done} on {broker} by an operator"
     except TxmqError as exc:
-        raise back("/transactions", error=str(exc)) from None
-    log.warning("console: %s", notice)
-    raise back("/transactions", notice=notice)
+        raise back(request, "/transactions", error=str(exc)) from None
+    log.warning("console: %s%s", notice, f" (account {request[USER]})" if request[USER] else "")
+    raise back(request, "/transactions", notice=notice)
 
 
 # --- charts -------------------------------------------------------------------------------------------------
@@ -366,8 +466,8 @@ async def charts(request: web.Request) -> web.Response:
                        for name, title in (("throughput", "Throughput (messages/s)"),
                                            ("outcomes", "Transaction outcomes (per interval)"),
                                            ("latency", "Commit latency (ms)")))
-    interval = request.query.get("interval", "2000")
-    return render(request, "Charts", Raw(f'<div id="charts" data-interval="{int(interval)}" data-samples="0">'
+    interval = query_int(request, "interval", 2000, 100, 60_000)
+    return render(request, "Charts", Raw(f'<div id="charts" data-interval="{interval}" data-samples="0">'
                                          f'{canvases}</div>'), active="/charts")
 
 
@@ -394,24 +494,36 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except TxmqError as exc:
-        return web.Response(text=page("Error", error_banner(str(exc))), status=502, content_type="text/html")
+        return error_page(502, str(exc), request[USER])
 
 
-def make_app(namesrv: str | None) -> web.Application:
-    app = web.Application(middlewares=[errors])
-    app[ADMIN] = MQAdminExt(namesrv)
-    app[PRODUCER] = []
+def make_app(config: ConsoleConfig) -> web.Application:
+    """The console's application: its checks (``guard``) around the pages; without login one set of unsigned
+    clients serves every visitor, under login each user's own."""
+    https = config.https
+    storage = EncryptedCookieStorage(os.urandom(32), cookie_name="__Host-txmq_console" if https else "txmq_console",
+                                     httponly=True, samesite="Strict", secure=https)
+    app = web.Application(middlewares=[check_host, session_middleware(storage), protect, errors],
+                          client_max_size=FORM_MAX_BYTES)
+    app[CONFIG] = config
+    app[REFUSALS] = RefusalLog(log, "console refused a request")
+    app[LOGINS] = Logins(config.session_timeout_s)
+    app[SHARED] = [] if config.login else [Clients(config.namesrv, None)]
 
     async def start(app: web.Application) -> None:
-        await asyncio.to_thread(app[ADMIN].start)
+        for clients in app[SHARED]:
+            await clients.start()
 
     async def stop(app: web.Application) -> None:
-        for producer in app[PRODUCER]:
-            await asyncio.to_thread(producer.shutdown)
-        await asyncio.to_thread(app[ADMIN].shutdown)
+        await app[LOGINS].close()
+        for clients in app[SHARED]:
+            await clients.close()
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
+    app.on_response_prepare.append(secure_headers)
+    if config.login:
+        auth.add_routes(app)
     app.add_routes([
         web.get("/", cluster), web.get("/topics", topics), web.post("/topics", create_topic),
         web.get("/topics/{topic}", topic_detail), web.post("/topics/{topic}/perm", topic_perm),
@@ -423,28 +535,3 @@ def make_app(namesrv: str | None) -> web.Application:
         web.get("/charts", charts), web.get("/api/stats", api_stats), web.static("/static", STATIC),
     ])
     return app
-
-
-class Console:
-    """The console served on the running loop; ``addr`` once started."""
-
-    def __init__(self, namesrv: str | None, host: str, port: int) -> None:
-        self.namesrv, self.host, self.port = namesrv, host, port
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def addr(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    async def start(self) -> None:
-        self._runner = web.AppRunner(make_app(self.namesrv), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
-        log.info("console on http://%s/", self.addr)
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None

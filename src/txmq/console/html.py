@@ -1,14 +1,20 @@
-"""Server-rendered pages: one layout, tables and forms, every value escaped."""
+"""Server-rendered pages: one layout, tables and forms, every value escaped. Every form that POSTs carries the
+request's CSRF token (``CSRF``, set for each request by ``txmq.console.guard``): none can be built without it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
 from html import escape
 from typing import Any
 from urllib.parse import quote
 
 NAV = (("/", "Cluster"), ("/topics", "Topics"), ("/groups", "Consumer groups"), ("/messages", "Messages"),
        ("/transactions", "Transactions"), ("/charts", "Charts"))
+
+
+CSRF: ContextVar[str] = ContextVar("csrf")
+CSRF_FIELD = "csrf"
 
 
 class Raw(str):
@@ -39,10 +45,12 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], table_id: str =
 
 def form(action: str, fields: Iterable[Raw | str], submit: str, confirm: str = "", form_id: str = "",
          method: str = "post") -> Raw:
-    """A form; ``confirm``: the question the browser asks before sending it."""
+    """A form; ``confirm``: the question the browser asks before sending it. A POST form carries the CSRF token
+    (a GET form never: it would end up in URLs and logs)."""
     attrs = f' data-confirm="{e(confirm)}"' if confirm else ""
     ident = f' id="{e(form_id)}"' if form_id else ""
-    return Raw(f'<form method="{method}" action="{e(action)}"{attrs}{ident}>{"".join(fields)}'
+    token = hidden(CSRF_FIELD, CSRF.get()) if method == "post" else ""
+    return Raw(f'<form method="{method}" action="{e(action)}"{attrs}{ident}>{token}{"".join(fields)}'
                f'<button type="submit">{e(submit)}</button></form>')
 
 
@@ -60,8 +68,15 @@ def select(name: str, label: str, options: Iterable[tuple[str, str]], chosen: st
     return Raw(f'<label>{e(label)} <select name="{e(name)}">{opts}</select></label>')
 
 
-def page(title: str, *body: Raw | str, active: str = "/", notice: str = "", error: str = "") -> str:
-    nav = "".join(f'<a href="{href}"{" class=active" if href == active else ""}>{e(text)}</a>' for href, text in NAV)
+def page(title: str, *body: Raw | str, active: str = "/", notice: str = "", error: str = "", user: str = "",
+         nav: bool = True) -> str:
+    """The layout; ``user``: the account logged in (with a logout button); ``nav``: the page links (not on the
+    login page)."""
+    links = "".join(f'<a href="{href}"{" class=active" if href == active else ""}>{e(text)}</a>'
+                    for href, text in NAV) if nav else ""
+    if user:
+        links += (f'<span class="user">{e(user)}</span>'
+                  + form("/logout", [], "Log out", form_id="logout"))
     banner = ""
     if notice:
         banner += f'<p class="notice" id="notice">{e(notice)}</p>'
@@ -69,7 +84,7 @@ def page(title: str, *body: Raw | str, active: str = "/", notice: str = "", erro
         banner += f'<p class="error" id="error">{e(error)}</p>'
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{e(title)} · txmq console</title>'
             '<link rel="stylesheet" href="/static/console.css"><script defer src="/static/console.js"></script>'
-            f'</head><body><header><span class="brand">txmq</span><nav>{nav}</nav></header>'
+            f'</head><body><header><span class="brand">txmq</span><nav>{links}</nav></header>'
             f'<main><h1>{e(title)}</h1>{banner}{"".join(e(b) for b in body)}</main></body></html>')
 
 
