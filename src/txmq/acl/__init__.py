@@ -1,10 +1,12 @@
-"""Access control as RocketMQ's ACL 1.0 does it (``aclEnable``, ``plain_acl.yml``, signed requests), shared by
-the broker, the name server and the gRPC endpoint; processors never look at signatures."""
+"""Access control as RocketMQ 5.3's ACL 2.0 does it (users, ACLs of resources, actions, source addresses and
+decisions; ``aclEnable``, signed requests), with ACL 1.0's ``plain_acl.yml`` still read; shared by the broker,
+the name server, the controller and the gRPC endpoint; processors never look at signatures."""
 
 from txmq.acl.config import AclConfigError, AclFile, find_acl_file
 from txmq.acl.permissions import BROKER_TABLE, NAMESRV_TABLE
 from txmq.acl.signer import AclClientRPCHook, SessionCredentials
+from txmq.acl.store import AuthStore
 from txmq.acl.validator import AccessValidator
 
 __all__ = ["BROKER_TABLE", "NAMESRV_TABLE", "AccessValidator", "AclClientRPCHook", "AclConfigError", "AclFile",
-           "SessionCredentials", "find_acl_file"]
+           "AuthStore", "SessionCredentials", "find_acl_file"]

@@ -1,5 +1,5 @@
-"""RocketMQ's ``plain_acl.yml``: global white addresses and accounts with their permissions, parsed once into
-objects the validator reads on every request without touching the file again.
+"""RocketMQ's ``plain_acl.yml`` (ACL 1.0): global white addresses and accounts with their permissions, parsed
+once and re-read when the file changes; ``txmq.acl.migration`` maps each account to an ACL 2.0 user and ACL.
 
 Permissions are RocketMQ's bits (``Permission``): DENY 1, PUB 2, SUB 4; ``PUB|SUB`` is 6. A topic or group an
 account does not name falls back to ``defaultTopicPerm`` / ``defaultGroupPerm`` (DENY when absent).
@@ -7,7 +7,6 @@ account does not name falls back to ``defaultTopicPerm`` / ``defaultGroupPerm`` 
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import logging
 import os
@@ -16,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from txmq.acl.signer import hmac_key
 
 log = logging.getLogger("txmq.acl")
 
@@ -29,18 +26,11 @@ class AclConfigError(ValueError):
     """plain_acl.yml cannot be used as written."""
 
 
-def parse_perm(text: object, default: int = DENY) -> int:
-    if text is None or text == "":
-        return default
+def parse_perm(text: object) -> int:
     perm = _PERMS.get(str(text).strip().upper().replace(" ", ""))
     if perm is None:
         raise AclConfigError(f"unknown permission {text!r} (DENY, PUB, SUB or PUB|SUB)")
     return perm
-
-
-def allows(owned: int, needed: int) -> bool:
-    """RocketMQ's ``Permission.checkPermission``: DENY wins, then every needed bit must be owned."""
-    return not owned & DENY and owned & needed == needed
 
 
 class RemoteAddressMatcher:
@@ -97,29 +87,16 @@ class RemoteAddressMatcher:
 
 @dataclass(slots=True)
 class Account:
+    """One account as the file writes it; ``txmq.acl.migration`` turns it into a user and an ACL."""
+
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)
     admin: bool = False
-    default_topic_perm: int = DENY
-    default_group_perm: int = DENY
+    default_topic_perm: int | None = None  # None: not given (no default entry)
+    default_group_perm: int | None = None
     topic_perms: dict[str, int] = field(default_factory=dict)
     group_perms: dict[str, int] = field(default_factory=dict)
     white_remote_address: RemoteAddressMatcher | None = None
-    key: hmac.HMAC = field(init=False, repr=False)  # HMAC-SHA1 keyed once, copied per request
-
-    def __post_init__(self) -> None:
-        self.key = hmac_key(self.secret_key)
-
-    def topic_allows(self, topic: str, needed: int) -> bool:
-        return allows(self.topic_perms.get(topic, self.default_topic_perm), needed)
-
-    def group_allows(self, group: str, needed: int) -> bool:
-        return allows(self.group_perms.get(group, self.default_group_perm), needed)
-
-
-# What a connection from a global white address is: RocketMQ lets it do anything.
-WHITE_ACCOUNT = Account("(white address)", "", admin=True, default_topic_perm=PUB | SUB,
-                        default_group_perm=PUB | SUB)
 
 
 @dataclass(slots=True)
@@ -138,8 +115,12 @@ def _perm_table(entries: Any, what: str) -> dict[str, int]:
         name, sep, perm = str(entry).partition("=")
         if not sep or not name.strip():
             raise AclConfigError(f"bad {what} entry {entry!r}: expected NAME=PERM")
-        out[name.strip()] = parse_perm(perm)
+        out[name.strip()] = parse_perm(perm) if perm.strip() else DENY  # as RocketMQ: blank is DENY
     return out
+
+
+def _default_perm(text: object) -> int | None:
+    return None if text is None or str(text).strip() == "" else parse_perm(text)
 
 
 def parse_plain_acl(text: str) -> PlainAccessConfig:
@@ -160,8 +141,8 @@ def parse_plain_acl(text: str) -> PlainAccessConfig:
         white = raw.get("whiteRemoteAddress")
         config.accounts[ak] = Account(
             ak, sk, admin=str(raw.get("admin", False)).lower() == "true",
-            default_topic_perm=parse_perm(raw.get("defaultTopicPerm")),
-            default_group_perm=parse_perm(raw.get("defaultGroupPerm")),
+            default_topic_perm=_default_perm(raw.get("defaultTopicPerm")),
+            default_group_perm=_default_perm(raw.get("defaultGroupPerm")),
             topic_perms=_perm_table(raw.get("topicPerms"), "topicPerms"),
             group_perms=_perm_table(raw.get("groupPerms"), "groupPerms"),
             white_remote_address=RemoteAddressMatcher(str(white)) if white else None)

@@ -18,7 +18,9 @@ from typing import Any
 
 import orjson
 
-from txmq.acl.config import PUB, SUB, Account
+from txmq.acl import model
+from txmq.acl.config import PUB, SUB
+from txmq.acl.model import Action
 from txmq.errors import RemoteProtocolError
 from txmq.message import MessageConst, decode_batch, string_to_properties
 from txmq.remoting.codes import RequestCode
@@ -33,12 +35,14 @@ _HALF_ACCOUNT_MARK = HALF_ACCOUNT + "\x01"
 
 @dataclass(slots=True)
 class Needs:
-    """Resources a request touches and the permission each needs."""
+    """Resources a request touches and the permission each needs. ``admin``: Update on the cluster; ``cluster``:
+    that action on the cluster instead (Get for the user and ACL reads)."""
 
     admin: bool = False
     topics: list[tuple[str, int]] = field(default_factory=list)
     groups: list[tuple[str, int]] = field(default_factory=list)
     half_properties: str | None = None  # a single half send: the ext field holding its properties
+    cluster: Action | None = None
 
     def topic(self, topic: str, perm: int) -> Needs:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a retry topic is its group's resource
@@ -52,21 +56,22 @@ class Needs:
             self.groups.append((group, perm))
         return self
 
-    def refusal(self, account: Account) -> str | None:
-        """Why ``account`` may not do this, or None (RocketMQ's ``checkPerm``)."""
-        if self.admin and not account.admin:
-            return "needs an admin account"
+    def as_model(self) -> model.Needs:
+        """The same in ACL 2.0's terms (``txmq.acl.model``): PUB is Pub, SUB Sub (both bits: both actions)."""
+        out = model.Needs()
+        if self.admin or self.cluster is not None:
+            out.cluster(self.cluster or Action.UPDATE)
         for topic, perm in self.topics:
-            if not account.topic_allows(topic, perm):
-                return f"no {_perm_name(perm)} permission on topic {topic}"
+            for action in _actions(perm):
+                out.topic(topic, action)
         for group, perm in self.groups:
-            if not account.group_allows(group, perm):
-                return f"no {_perm_name(perm)} permission on group {group}"
-        return None
+            for action in _actions(perm):
+                out.group(group, action)
+        return out
 
 
-def _perm_name(perm: int) -> str:
-    return {PUB: "PUB", SUB: "SUB"}.get(perm, "PUB|SUB")
+def _actions(perm: int) -> tuple[Action, ...]:
+    return tuple(action for bit, action in ((PUB, Action.PUB), (SUB, Action.SUB)) if perm & bit)
 
 
 class RequestNotReadable(ValueError):
@@ -203,8 +208,22 @@ BROKER_TABLE: Table = {
         RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.TXMQ_STATS)},
 }
 
-NAMESRV_TABLE: Table = {code: _admin for code in (
-    RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.DELETE_TOPIC_IN_NAMESRV)}
+def _cluster_get(cmd: RemotingCommand) -> Needs:
+    return Needs(cluster=Action.GET)
+
+
+# RocketMQ's user and ACL administration: changes need Update on the cluster, reads Get (a Super user passes).
+AUTH_TABLE: Table = {
+    **{code: _admin for code in (
+        RequestCode.AUTH_CREATE_USER, RequestCode.AUTH_UPDATE_USER, RequestCode.AUTH_DELETE_USER,
+        RequestCode.AUTH_CREATE_ACL, RequestCode.AUTH_UPDATE_ACL, RequestCode.AUTH_DELETE_ACL)},
+    **{code: _cluster_get for code in (
+        RequestCode.AUTH_GET_USER, RequestCode.AUTH_LIST_USER, RequestCode.AUTH_GET_ACL, RequestCode.AUTH_LIST_ACL)},
+}
+BROKER_TABLE.update(AUTH_TABLE)
+
+NAMESRV_TABLE: Table = {**AUTH_TABLE, **{code: _admin for code in (
+    RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.DELETE_TOPIC_IN_NAMESRV)}}
 
 # The controller's writes (heartbeats register replicas and may elect; the SyncStateSet) come from the cluster's
 # brokers: an admin account. Reading its state (controller status) needs any account.

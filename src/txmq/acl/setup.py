@@ -2,32 +2,60 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from txmq.acl.config import AclFile, find_acl_file
+from txmq.acl.config import AclConfigError, AclFile, find_acl_file
 from txmq.acl.permissions import BROKER_TABLE, CONTROLLER_TABLE, NAMESRV_TABLE
 from txmq.acl.signer import AclClientRPCHook, SessionCredentials
+from txmq.acl.store import AuthStore
 from txmq.acl.validator import AccessValidator
 
 if TYPE_CHECKING:
     from txmq.broker.config import BrokerConfig
 
 
+def broker_auth_store_path(config: BrokerConfig) -> Path:
+    return Path(config.store_path_root_dir) / "config" / "auth.json"
+
+
+def namesrv_auth_store_path(auth_store: str | None) -> Path:
+    """``--auth-store``, else RocketMQ's home of name server files: ``~/namesrv/auth.json``."""
+    return Path(auth_store) if auth_store else Path.home() / "namesrv" / "auth.json"
+
+
+def check_broker_credentials(config: BrokerConfig) -> None:
+    """With ACL on, the broker signs its registrations (and a slave its calls to its master) with its own
+    account: without one its name servers refuse it, and it would serve without being routed."""
+    if not config.acl_enable:
+        return
+    missing = [key for key, value in (("accessKey", config.access_key), ("secretKey", config.secret_key))
+               if not value]
+    if missing:
+        raise AclConfigError(f"aclEnable=true needs {' and '.join(missing)} in broker.conf: the broker's own "
+                             "account, which its name servers must accept for REGISTER_BROKER (an admin: true "
+                             "account of their plain_acl.yml, or a Super user)")
+
+
 def broker_validator(config: BrokerConfig) -> AccessValidator | None:
-    """The broker's validator when ``aclEnable`` is true. Raises ``AclConfigError``/``OSError`` on a bad file."""
+    """The broker's validator when ``aclEnable`` is true. Raises ``AclConfigError``/``AuthStoreError``/``OSError``
+    on a bad file or store."""
     if not config.acl_enable:
         return None
-    return AccessValidator(AclFile(find_acl_file(config.acl_file or None)), BROKER_TABLE, "broker")
+    check_broker_credentials(config)
+    store = AuthStore(AclFile(find_acl_file(config.acl_file or None)), broker_auth_store_path(config))
+    return AccessValidator(store, BROKER_TABLE, "broker")
 
 
-def namesrv_validator(acl_file: str | None) -> AccessValidator:
-    """The name server's: route writes need an ``admin`` account of this file (the cluster's brokers)."""
-    return AccessValidator(AclFile(find_acl_file(acl_file)), NAMESRV_TABLE, "namesrv")
+def namesrv_validator(acl_file: str | None, auth_store: Path) -> AccessValidator:
+    """The name server's: route writes need Update on the cluster (the cluster's brokers: admin accounts)."""
+    return AccessValidator(AuthStore(AclFile(find_acl_file(acl_file)), auth_store), NAMESRV_TABLE, "namesrv")
 
 
 def controller_validator(acl_file: str | None) -> AccessValidator:
-    """The controller's: heartbeats and SyncStateSet changes need an ``admin`` account (the cluster's brokers)."""
-    return AccessValidator(AclFile(find_acl_file(acl_file)), CONTROLLER_TABLE, "controller")
+    """The controller's: heartbeats and SyncStateSet changes need an ``admin`` account (the cluster's brokers).
+    Its users are plain_acl.yml's alone."""
+    return AccessValidator(AuthStore(AclFile(find_acl_file(acl_file))), CONTROLLER_TABLE, "controller")
 
 
 def broker_rpc_hook(config: BrokerConfig) -> AclClientRPCHook | None:

@@ -6,12 +6,12 @@ from one host folded into one line per 10 s)."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
-from txmq.acl.config import WHITE_ACCOUNT, Account, AclFile
+from txmq.acl.model import User
 from txmq.acl.permissions import HALF_ACCOUNT, Needs, RequestNotReadable, Table, needs_of
 from txmq.acl.signer import ACCESS_KEY, signature_matches
+from txmq.acl.store import AuthStore
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.refusals import RefusalLog
@@ -32,37 +32,25 @@ def _record_half_account(cmd: RemotingCommand, field: str, access_key: str) -> N
 
 
 class AccessValidator:
-    """Checks requests against the accounts of one ``plain_acl.yml`` and one permission table."""
+    """Checks requests against the users and ACLs of one ``AuthStore`` and one permission table."""
 
-    def __init__(self, acl_file: AclFile, table: Table, what: str) -> None:
-        self.acl_file = acl_file
+    def __init__(self, store: AuthStore, table: Table, what: str) -> None:
+        self.store = store
         self.table = table
         self.refusals = RefusalLog(log, f"{what} refused a request")
 
-    def identify(self, host: str, access_key: str, check_signature: Callable[[Account], bool]) -> Account | str:
-        """The account of a request (``WHITE_ACCOUNT`` for a global white address), or why it has none.
-        ``check_signature(account)`` tells whether the request's signature is the account's."""
-        config = self.acl_file.current(time.monotonic())
-        if config.globally_white(host):
-            return WHITE_ACCOUNT
-        if not access_key:
-            return "no AccessKey (credentials are required)"
-        account = config.accounts.get(access_key)
-        if account is None:
-            return f"no account for AccessKey {access_key}"
-        white = account.white_remote_address
-        if not (white is not None and white.match(host)) and not check_signature(account):
-            return f"signature check failed for AccessKey {access_key}"
-        return account
+    def identify(self, host: str, access_key: str, check_signature: Callable[[User], bool]) -> User | str:
+        """``AuthStore.identify``."""
+        return self.store.identify(host, access_key, check_signature)
 
-    def authorize(self, host: str, access_key: str, check_signature: Callable[[Account], bool],
-                  needs: Needs) -> Account | str:
-        """``identify``, then ``needs`` against the account."""
-        account = self.identify(host, access_key, check_signature)
-        if isinstance(account, str):
-            return account
-        why = needs.refusal(account)
-        return f"AccessKey {account.access_key}: {why}" if why else account
+    def authorize(self, host: str, access_key: str, check_signature: Callable[[User], bool],
+                  needs: Needs) -> User | str:
+        """``identify``, then ``needs`` against the user's ACL."""
+        user = self.store.identify(host, access_key, check_signature)
+        if isinstance(user, str):
+            return user
+        why = self.store.refusal(user, needs.as_model(), host)
+        return f"AccessKey {user.username}: {why}" if why else user
 
     def check(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         """None when ``cmd`` may go on, else the NO_PERMISSION answer."""
@@ -72,11 +60,11 @@ class AccessValidator:
         except RequestNotReadable as exc:
             return self._refuse(host, cmd, f"request code {cmd.code}: {exc}")
         result = self.authorize(host, cmd.ext_fields.get(ACCESS_KEY, ""),
-                                lambda acc: signature_matches(acc.key, cmd),
+                                lambda user: signature_matches(user.key, cmd),
                                 needs)
-        if isinstance(result, Account):
+        if isinstance(result, User):
             if needs.half_properties is not None:
-                _record_half_account(cmd, needs.half_properties, result.access_key)
+                _record_half_account(cmd, needs.half_properties, result.username)
             return None
         return self._refuse(host, cmd, f"request code {cmd.code}: {result}")
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from txmq.acl.processor import AuthProcessor
 from txmq.errors import InvalidMessageError, RemoteProtocolError
 from txmq.namesrv.route_info import MASTER_ID, RouteInfoManager
 from txmq.remoting.body import read_body
@@ -19,12 +20,15 @@ log = logging.getLogger("txmq.namesrv")
 
 
 class NamesrvProcessor:
-    def __init__(self, routes: RouteInfoManager) -> None:
+    def __init__(self, routes: RouteInfoManager, auth: AuthProcessor | None = None) -> None:
         self.routes = routes
+        self.auth = auth  # the user and ACL administration (AUTH_* codes)
         self._watched: set[int] = set()
 
     def __call__(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         code = cmd.code
+        if self.auth is not None and code in self.auth.handlers:
+            return self.auth.process(conn, cmd)
         try:
             if code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
                 return self._route(cmd)
