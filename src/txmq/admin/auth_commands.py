@@ -16,7 +16,7 @@ from txmq.acl.info import policy_info, read_policies
 from txmq.acl.model import UserStatus, UserType
 from txmq.admin.client import MQAdminExt
 from txmq.admin.commands import command, opt
-from txmq.errors import ClientError, TxmqError
+from txmq.errors import BrokerError, ClientError, TxmqError
 from txmq.remoting.admin_headers import (
     AclRequestHeader,
     DeleteAclRequestHeader,
@@ -41,6 +41,10 @@ def _split(text: str | None) -> list[str]:
     return [part.strip() for part in (text or "").split(",") if part.strip()]
 
 
+def _why(exc: TxmqError) -> str:
+    return f"code {exc.code}: {exc.remark}" if isinstance(exc, BrokerError) else str(exc)
+
+
 def _change(admin: MQAdminExt, args: argparse.Namespace, what: str, code: int, header: Header,
             body: Any = None) -> int:
     failed = 0
@@ -49,7 +53,7 @@ def _change(admin: MQAdminExt, args: argparse.Namespace, what: str, code: int, h
             admin.auth_request(addr, code, header, body)
         except TxmqError as exc:
             failed += 1
-            print(f"{what} to {addr} ({label}) failed: {exc}")
+            print(f"{what} to {addr} ({label}) failed: {_why(exc)}")
         else:
             print(f"{what} to {addr} ({label}) success.")
     return 1 if failed else 0
@@ -64,7 +68,7 @@ def _read(admin: MQAdminExt, args: argparse.Namespace, code: int, header: Header
             data = admin.auth_request(addr, code, header)
         except TxmqError as exc:
             failed += 1
-            print(f"failed: {exc}")
+            print(f"failed: {_why(exc)}")
             continue
         show(data)
     return 1 if failed else 0

@@ -300,6 +300,11 @@ class MQAdminExt(Admin):
         return targets + [("namesrv", addr.strip()) for addr in self.namesrv.split(";") if addr.strip()]
 
     def auth_request(self, addr: str, code: int, header: Header, body: Any = None) -> Any:
-        """One AUTH_* request (a JSON ``body``); the answer's JSON body, None when it has none."""
-        resp = self._call(self._invoke(addr, code, header.to_ext(), b"" if body is None else orjson.dumps(body)))
+        """One AUTH_* request (a JSON ``body``) to a broker or a name server; the answer's JSON body, None when it
+        has none. A refusal raises ``BrokerError`` with the server's code and remark."""
+        assert self.instance is not None
+        request = RemotingCommand.request(code, header.to_ext(), b"" if body is None else orjson.dumps(body))
+        resp = self._call(self.instance.remoting.invoke(addr, request, 10))
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark)
         return orjson.loads(resp.body) if resp.body else None
