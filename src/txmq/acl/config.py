@@ -104,9 +104,6 @@ class PlainAccessConfig:
     accounts: dict[str, Account] = field(default_factory=dict)
     global_white: list[RemoteAddressMatcher] = field(default_factory=list)
 
-    def globally_white(self, host: str) -> bool:
-        return any(m.match(host) for m in self.global_white)
-
 
 def _perm_table(entries: Any, what: str) -> dict[str, int]:
     """``["topicA=DENY", "topicB=PUB|SUB"]`` as a dict."""

@@ -7,7 +7,9 @@ Resources are written as RocketMQ writes them: ``Topic:orders``, ``Topic:order-*
 
 Deciding (RocketMQ's ``AclAuthorizationHandler``): of the entries that match the resource, one of the requested
 actions and the source address, the most specific resource wins (a literal name, then the longest prefix, then
-``Type:*``, then ``*``); between equally specific entries Deny wins; no matching entry means deny.
+``Type:*``, then ``*``); between equally specific entries Deny wins; no matching entry means deny. An ``Acl``
+(one user's) consults its Default entries only when none of its Custom ones applies (``PolicyIndex`` decides
+both ways fast); a ``User`` of type Super needs no ACL.
 """
 
 from __future__ import annotations
@@ -199,36 +201,59 @@ def decide(entries: Iterable[PolicyEntry], wanted: Resource, any_of: frozenset[A
 
 
 class PolicyIndex:
-    """``decide``'s rule over a fixed set of entries, made for the request path: literal resources in a dict, the
-    patterns in ``decide``'s order (most specific first, Deny first among equals), so the first entry that
-    applies is the one ``decide`` would pick. Built once per ACL change, read on every request."""
+    """``decide``'s rule over fixed entries, made for the request path: literal resources in a dict by name, the
+    patterns in ``decide``'s order (most specific first, Deny first among equals), so the first entry that applies
+    is the one ``decide`` would pick. Each entry's resource match is reduced to a type and a prefix, and its
+    actions and addresses to what the check reads, so deciding costs no method call per entry. Built once per ACL
+    change, read on every request.
 
-    __slots__ = ("literal", "patterns")
+    Given several tiers (an ACL's Custom and Default entries), a later tier is consulted only when no entry of
+    the earlier ones applies."""
 
-    def __init__(self, entries: Iterable[PolicyEntry]) -> None:
-        def order(entry: PolicyEntry) -> tuple[tuple[bool, int, int], bool]:
-            return entry.resource.specificity(), entry.decision is Decision.ALLOW
+    __slots__ = ("tiers",)
 
-        literal: dict[tuple[ResourceType, str], list[PolicyEntry]] = {}
-        patterns: list[PolicyEntry] = []
-        for entry in entries:
-            res = entry.resource
-            if res.pattern is Pattern.LITERAL and res.type is not ResourceType.CLUSTER:
-                literal.setdefault((res.type, res.name), []).append(entry)
-            else:
-                patterns.append(entry)
-        self.literal = {key: tuple(sorted(found, key=order)) for key, found in literal.items()}
-        self.patterns = tuple(sorted(patterns, key=order))
+    def __init__(self, *tiers: Iterable[PolicyEntry]) -> None:
+        built = []
+        for entries in tiers:
+            literal: dict[str, list[PolicyEntry]] = {}
+            patterns: list[PolicyEntry] = []
+            for entry in entries:
+                res = entry.resource
+                if res.pattern is Pattern.LITERAL and res.type not in (ResourceType.CLUSTER, ResourceType.ANY):
+                    literal.setdefault(res.name, []).append(entry)
+                else:
+                    patterns.append(entry)
+            built.append(({name: tuple(_scan(e) for e in sorted(found, key=_order)) for name, found in literal.items()},
+                          tuple(_scan(e) for e in sorted(patterns, key=_order))))
+        self.tiers = tuple(built)
 
     def best(self, wanted: Resource, any_of: frozenset[Action], host: str) -> PolicyEntry | None:
         """The entry that decides, or None when none applies."""
-        for entry in self.literal.get((wanted.type, wanted.name), ()):
-            if entry.applies(wanted, any_of, host):
-                return entry
-        for entry in self.patterns:
-            if entry.applies(wanted, any_of, host):
-                return entry
+        wtype, name = wanted.type, wanted.name
+        for literal, patterns in self.tiers:
+            for rtype, prefix, all_actions, actions, ips, entry in literal.get(name, ()) + patterns:
+                if (rtype is None or rtype is wtype) and name.startswith(prefix) \
+                        and (all_actions or not actions.isdisjoint(any_of)) and (ips is None or ips.match(host)):
+                    return entry
         return None
+
+
+_Scan = tuple[ResourceType | None, str, bool, frozenset[Action], "SourceIps | None", PolicyEntry]
+
+
+def _order(entry: PolicyEntry) -> tuple[tuple[bool, int, int], bool]:
+    return entry.resource.specificity(), entry.decision is Decision.ALLOW
+
+
+def _scan(entry: PolicyEntry) -> _Scan:
+    """What ``PolicyIndex.best`` reads of an entry: its type (None: any), the prefix a name must start with (a
+    literal's own name; a literal is found by name, so a prefix check is exact), whether it grants every action,
+    its actions, its addresses (None: any)."""
+    res = entry.resource
+    rtype = None if res.type is ResourceType.ANY else res.type
+    prefix = res.name if res.pattern is not Pattern.ANY and res.type is not ResourceType.CLUSTER else ""
+    ips = entry.source_ips if entry.source_ips.networks else None
+    return rtype, prefix, Action.ALL in entry.actions, entry.actions, ips, entry
 
 
 class PolicyType(enum.Enum):
@@ -318,13 +343,12 @@ class Acl:
     """RocketMQ's ``Acl``: a user's policies, Custom and Default, each a list of entries with one entry per
     resource. Immutable: a change makes a new ``Acl``. Indexed at construction for ``allows``."""
 
-    __slots__ = ("_custom", "_default", "policies", "username")
+    __slots__ = ("_index", "policies", "username")
 
     def __init__(self, username: str, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> None:
         self.username = username
         self.policies = {t: tuple(e) for t, e in policies.items() if e}
-        self._custom = PolicyIndex(self.policies.get(PolicyType.CUSTOM, ()))
-        self._default = PolicyIndex(self.policies.get(PolicyType.DEFAULT, ()))
+        self._index = PolicyIndex(self.policies.get(PolicyType.CUSTOM, ()), self.policies.get(PolicyType.DEFAULT, ()))
 
     @property
     def subject(self) -> str:
@@ -332,7 +356,7 @@ class Acl:
 
     def allows(self, wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
         """``decide`` over the Custom entries, or over the Default ones when no Custom entry applies."""
-        best = self._custom.best(wanted, any_of, host) or self._default.best(wanted, any_of, host)
+        best = self._index.best(wanted, any_of, host)
         return best is not None and best.decision is Decision.ALLOW
 
     def updated(self, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> Acl:
@@ -357,9 +381,6 @@ class Acl:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Acl) and (other.username, other.policies) == (self.username, self.policies)
-
-    def __hash__(self) -> int:
-        return hash(self.username)
 
     def __repr__(self) -> str:
         return f"Acl({self.subject!r}, {self.policies!r})"

@@ -20,7 +20,7 @@ import orjson
 
 from txmq.acl import model
 from txmq.acl.config import PUB, SUB
-from txmq.acl.model import Action
+from txmq.acl.model import Action, Resource, ResourceType
 from txmq.errors import RemoteProtocolError
 from txmq.message import MessageConst, decode_batch, string_to_properties
 from txmq.remoting.codes import RequestCode
@@ -57,21 +57,22 @@ class Needs:
         return self
 
     def as_model(self) -> model.Needs:
-        """The same in ACL 2.0's terms (``txmq.acl.model``): PUB is Pub, SUB Sub (both bits: both actions)."""
-        out = model.Needs()
+        """The same in ACL 2.0's terms (``txmq.acl.model``): PUB is Pub, SUB Sub (both bits: both actions).
+        ``topic`` already made a retry topic its group's resource."""
+        wants = []
         if self.admin or self.cluster is not None:
-            out.cluster(self.cluster or Action.UPDATE)
+            wants.append((Resource.cluster(), _ONE[self.cluster or Action.UPDATE]))
         for topic, perm in self.topics:
-            for action in _actions(perm):
-                out.topic(topic, action)
+            wants += [(Resource(ResourceType.TOPIC, topic), actions) for actions in _ACTIONS[perm]]
         for group, perm in self.groups:
-            for action in _actions(perm):
-                out.group(group, action)
-        return out
+            wants += [(Resource(ResourceType.GROUP, group), actions) for actions in _ACTIONS[perm]]
+        return model.Needs(wants)
 
 
-def _actions(perm: int) -> tuple[Action, ...]:
-    return tuple(action for bit, action in ((PUB, Action.PUB), (SUB, Action.SUB)) if perm & bit)
+_ONE = {action: frozenset({action}) for action in Action}
+# A 1.0 permission as the actions it needs, each one of them a want (PUB|SUB needs both).
+_ACTIONS = {perm: tuple(_ONE[a] for bit, a in ((PUB, Action.PUB), (SUB, Action.SUB)) if perm & bit)
+            for perm in range(8)}
 
 
 class RequestNotReadable(ValueError):
