@@ -1,6 +1,6 @@
 """ACL 2.0 users and ACLs without processes: plain_acl.yml mapped as RocketMQ's AuthMigrator maps it, the indexed
 decision against the model's rule, the store (changes, persistence, a broken file refusing the start), the
-admin request handlers (masked passwords, Super-only changes)."""
+admin request handlers (masked passwords, Super-only changes) and where the admin commands go."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ from txmq.acl.model import (
 from txmq.acl.processor import AuthProcessor
 from txmq.acl.signer import hmac_key
 from txmq.acl.store import WHITE_USER, AuthError, AuthForbidden, AuthStore, AuthStoreError
+from txmq.admin.client import MQAdminExt
+from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 
@@ -324,3 +326,31 @@ def test_handlers_create_list_and_delete_acls_and_refuse_bad_input(tmp_path):
     assert resp.code == ResponseCode.NO_PERMISSION
     off = AuthProcessor(None, "broker")
     assert "ACL is off" in (_ask(off, RequestCode.AUTH_LIST_USER, {}).remark or "")
+
+
+def test_a_change_the_disk_refuses_is_not_made(tmp_path):
+    store = store_at(tmp_path)
+    path = tmp_path / "store" / "auth.json"
+    path.mkdir()  # the rename over it fails: as a full or broken disk would
+    processor = AuthProcessor(store, "broker")
+    resp = _ask(processor, RequestCode.AUTH_CREATE_USER, {"username": "gina0001"}, {"password": "ginaSecret1"})
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "the change was not made" in (resp.remark or "")
+    assert store.get_user("gina0001") is None and store.identify("h", "gina0001", signed) == \
+        "no account for AccessKey gina0001"
+
+
+def test_commands_go_to_every_replica_and_name_server(monkeypatch):
+    """mqadmin's -b and -c, plus the name servers: each server keeps its own users."""
+    info = {"brokerAddrTable": {"b": {"brokerAddrs": {"0": "h:3", "1": "h:4"}}, "a": {"brokerAddrs": {"1": "h:2",
+                                                                                                    "0": "h:1"}}},
+            "clusterAddrTable": {"c1": ["a"], "c2": ["b"]}}
+    admin = MQAdminExt("n:1;n:2")
+    monkeypatch.setattr(admin, "cluster_info", lambda: info)
+    namesrvs = [("namesrv", "n:1"), ("namesrv", "n:2")]
+    assert admin.auth_targets() == [("broker a", "h:1"), ("broker a", "h:2"), ("broker b", "h:3"),
+                                    ("broker b", "h:4"), *namesrvs]
+    assert admin.auth_targets(cluster="c2") == [("broker b", "h:3"), ("broker b", "h:4"), *namesrvs]
+    assert admin.auth_targets(broker="a") == [("broker a", "h:1"), ("broker a", "h:2")]
+    assert admin.auth_targets(broker="h:9") == [("broker", "h:9")]
+    with pytest.raises(ClientError, match="no cluster c3"):
+        admin.auth_targets(cluster="c3")
