@@ -317,6 +317,7 @@ def test_handlers_create_list_and_delete_acls_and_refuse_bad_input(tmp_path):
         (RequestCode.AUTH_CREATE_USER, {"username": "frank001"}, {"password": "x", "userType": "Root"},
          "unknown user type"),
         (RequestCode.AUTH_CREATE_USER, {"username": " "}, {"password": "x"}, "username can not be blank"),
+        (RequestCode.AUTH_CREATE_USER, {"username": "a\nb"}, {"password": "x"}, "must be printable"),
     ]:
         resp = _ask(processor, code, ext, bad)
         assert resp.code == ResponseCode.SYSTEM_ERROR and remark in (resp.remark or ""), resp.remark

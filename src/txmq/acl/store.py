@@ -273,6 +273,8 @@ def _username(username: str) -> str:
     username = username.strip()
     if not username:
         raise AuthError("the username can not be blank")
+    if not username.isprintable():  # names go into log lines and tables
+        raise AuthError("the username must be printable characters")
     return username
 
 
