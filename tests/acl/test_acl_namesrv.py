@@ -37,6 +37,7 @@ def test_only_brokers_with_the_clusters_credentials_register(tmp_path):
         # a broker the name server refuses does not start (it would serve unrouted), and says which keys to set
         for name, creds in (("broker-evil", ATTACKER), ("broker-nokey", SessionCredentials("", ""))):
             broker = _broker(tmp_path, name, ns, creds.access_key, creds.secret_key)
+            procs.append(broker)  # stopped below should it start after all
             with pytest.raises(RuntimeError, match="txmq did not start"):
                 broker.start(timeout=30)
             assert broker.popen is not None and broker.popen.returncode not in (0, None)
