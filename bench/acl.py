@@ -10,10 +10,10 @@ producer's default batching. Unless ``--no-peers``, the peers kit runs right aft
 --window and --runs (see bench/produce_consume.py for what it needs).
 
 Starts two ``txmq server`` processes on free ports of 127.0.0.1 (temporary stores, ASYNC_FLUSH): one open, one
-with ``aclEnable=true`` and a plain_acl.yml whose bench account may publish to any topic. Each run produces N
+with ``aclEnable=true`` and a plain_acl.yml whose Normal bench user may publish to any topic. Each run produces N
 messages to a fresh 4-queue topic on each server in turn (``txmq.bench.produce``; on the ACL server the producer
-signs every request with the bench account, and the broker verifies it). Every process it starts is stopped on
-exit.
+signs every request as that user, and the broker verifies it and decides its ACL). Every process it starts is
+stopped on exit.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from txmq import bench  # noqa: E402
 from txmq.acl.config import AclFile  # noqa: E402
 from txmq.acl.signer import AclClientRPCHook, SessionCredentials  # noqa: E402
+from txmq.acl.store import AuthStore  # noqa: E402
 from txmq.acl.validator import AccessValidator  # noqa: E402
 from txmq.broker.processor.send import parse_send, send_needs  # noqa: E402
 from txmq.launch import ServerProcess, free_port, txmq_command  # noqa: E402
@@ -45,12 +46,15 @@ from txmq.remoting.command import RemotingCommand  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 from produce_consume import run_peers  # noqa: E402
 
-ACCOUNT = SessionCredentials("benchKey01", "benchSecret01")
+ACCOUNT = SessionCredentials("benchKey01", "benchSecret01")  # the broker's own (a Super user)
+PRODUCER = SessionCredentials("benchProducer01", "benchSecret02")  # a Normal user: its ACL is decided per request
 PLAIN_ACL = f"""\
 accounts:
   - accessKey: {ACCOUNT.access_key}
     secretKey: {ACCOUNT.secret_key}
     admin: true
+  - accessKey: {PRODUCER.access_key}
+    secretKey: {PRODUCER.secret_key}
     defaultTopicPerm: PUB|SUB
     defaultGroupPerm: PUB|SUB
 """
@@ -74,11 +78,13 @@ def start(root: Path, acl: bool) -> ServerProcess:
 def produce(server: ServerProcess, acl: bool, a: argparse.Namespace, run: int) -> tuple[float, float]:
     """(msg/s, broker CPU µs per message) of one produce phase; the producer signs when ``acl`` (txmq clients
     read the account from the environment)."""
-    if acl:
-        os.environ.update(TXMQ_ACCESS_KEY=ACCOUNT.access_key, TXMQ_SECRET_KEY=ACCOUNT.secret_key)
     try:
         topic = f"bench_acl_{'on' if acl else 'off'}_{run}_{int(time.time())}"
+        if acl:  # the topic made by the admin, the messages sent by a Normal user
+            os.environ.update(TXMQ_ACCESS_KEY=ACCOUNT.access_key, TXMQ_SECRET_KEY=ACCOUNT.secret_key)
         bench.ensure_topic(server.namesrv, topic, 4)
+        if acl:
+            os.environ.update(TXMQ_ACCESS_KEY=PRODUCER.access_key, TXMQ_SECRET_KEY=PRODUCER.secret_key)
         r = bench.produce(server.namesrv, topic, a.n, size=a.size, window=a.window, broker_pid=server.pid,
                           progress=False, batch_max_messages=a.batch)
         return r.rate, (r.broker_cpu_s or 0.0) / a.n * 1e6
@@ -88,11 +94,11 @@ def produce(server: ServerProcess, acl: bool, a: argparse.Namespace, run: int) -
 
 
 def per_request_us(tmp: Path, size: int) -> dict[str, float]:
-    """Signing (client), and verifying plus the permission check (broker) of one SEND_MESSAGE, in µs: the gate's
-    two steps around the send's one reading (which runs with ACL off too)."""
-    (tmp / "micro.yml").write_text(PLAIN_ACL.replace("    admin: true\n", ""))  # a normal account: policies decide
-    validator = AccessValidator(AclFile(tmp / "micro.yml"), "bench")
-    hook = AclClientRPCHook(ACCOUNT)
+    """Signing (client), and verifying plus the permission check (broker) of one SEND_MESSAGE by a Normal user, in
+    µs: the gate's two steps around the send's one reading (which runs with ACL off too)."""
+    (tmp / "micro.yml").write_text(PLAIN_ACL)
+    validator = AccessValidator(AuthStore(AclFile(tmp / "micro.yml")), "bench")
+    hook = AclClientRPCHook(PRODUCER)
     ext = {"producerGroup": "g", "topic": "t", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
            "queueId": "1", "sysFlag": "0", "bornTimestamp": "1700000000000", "flag": "0",
            "properties": "UNIQ_KEY\x0101020304\x02WAIT\x01true\x02", "reconsumeTimes": "0", "unitMode": "false",

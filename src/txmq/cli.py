@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from txmq.admin.commands import add_parser as add_admin_parser
@@ -29,7 +30,9 @@ def cmd_server(args: argparse.Namespace) -> int:
     config = broker_config(args.config, {"brokerIP1": args.host, "listenPort": args.port,
                                          "storePathRootDir": args.store, "flushDiskType": args.flush_disk_type,
                                          "grpcPort": args.grpc_port})
-    acl = namesrv_validator(config.acl_file or None) if config.acl_enable else None
+    # the embedded name server keeps its users beside the broker's (each server has its own store)
+    acl = namesrv_validator(config.acl_file or None, Path(config.store_path_root_dir) / "config" /
+                            "namesrv-auth.json") if config.acl_enable else None
     namesrv = NamesrvController(args.host, args.namesrv_port, limits=config.server_limits, acl=acl,
                                 tls=config.tls_server())
     console = (Console(console_config(args, "console_", args.host, args.console_port, None, config.acl_enable))
@@ -69,14 +72,14 @@ def console_config(args: argparse.Namespace, prefix: str, host: str, port: int, 
 
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
-    from txmq.acl.setup import namesrv_validator
+    from txmq.acl.setup import namesrv_auth_store_path, namesrv_validator
     from txmq.namesrv.controller import NamesrvController
     from txmq.remoting.tls import TlsServerConfig
     from txmq.server import namesrv_limits, print_ready, run_process, serve
 
     limits = namesrv_limits(args.config)
 
-    acl = namesrv_validator(args.acl_file) if args.acl_file else None
+    acl = namesrv_validator(args.acl_file, namesrv_auth_store_path(args.auth_store)) if args.acl_file else None
     tls = TlsServerConfig(args.tls_mode, args.tls_cert or "", args.tls_key or "")
 
     controller = None
@@ -485,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-c", "--config", help="properties file with the remoting server's limits "
                                           "(serverChannelMaxIdleTimeSeconds, serverMaxConnections, ...)")
     s.add_argument("--acl-file", help="plain_acl.yml: switches ACL on; broker registration needs an admin account")
+    s.add_argument("--auth-store", help="with --acl-file: where users and ACLs made by the admin commands are kept "
+                                        "(default ~/namesrv/auth.json; one per name server)")
     s.add_argument("--tls-mode", choices=["disabled", "permissive", "enforcing"], default="disabled",
                    help="RocketMQ's tls.server.mode")
     s.add_argument("--tls-cert", help="tls.server.certPath")

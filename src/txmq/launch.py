@@ -72,7 +72,7 @@ class ServerProcess:
         log = open(self.log_path, "a")  # noqa: SIM115 - kept open for the reader thread, closed with the process
         self.popen = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=log, text=True, env=self.env,
                                       start_new_session=True)
-        ready = threading.Event()
+        ready, done = threading.Event(), threading.Event()
 
         def read() -> None:
             assert self.popen is not None and self.popen.stdout is not None
@@ -81,11 +81,14 @@ class ServerProcess:
                 if addrs is not None:
                     self.addrs = addrs
                     ready.set()
+                    done.set()
             log.close()
+            done.set()  # the process ended: no need to wait out the timeout
 
         self.reader = threading.Thread(target=read, daemon=True)
         self.reader.start()
-        if not ready.wait(timeout):
+        done.wait(timeout)
+        if not ready.is_set():
             self.kill()
             raise RuntimeError(f"txmq did not start: {self.args}\n{self.log_path.read_text()[-3000:]}")
         return self

@@ -66,10 +66,11 @@ class AclServer:
         return (self.root / "server.log").read_text()
 
 
-def start_acl_server(root: Path, extra_conf: str = "", tls_trust: str | None = None) -> AclServer:
+def start_acl_server(root: Path, extra_conf: str = "", tls_trust: str | None = None,
+                     plain_acl: str = PLAIN_ACL) -> AclServer:
     """``tls_trust``: the CA the fixture's admin client trusts (the server runs TLS)."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "plain_acl.yml").write_text(PLAIN_ACL)
+    (root / "plain_acl.yml").write_text(plain_acl)
     (root / "broker.conf").write_text(
         f"aclEnable=true\naclFile={root / 'plain_acl.yml'}\naccessKey={ADMIN.access_key}\n"
         f"secretKey={ADMIN.secret_key}\nautoCreateTopicEnable=false\ntransactionTimeOut=1000\n"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from txmq.acl.config import DENY, PUB, SUB, AclConfigError, AclFile, RemoteAddressMatcher, allows, parse_plain_acl
+from txmq.acl.config import DENY, PUB, SUB, AclConfigError, AclFile, RemoteAddressMatcher, parse_plain_acl
 from txmq.acl.model import Action, Needs
 from txmq.acl.signer import (
     AclClientRPCHook,
@@ -21,6 +21,7 @@ from txmq.acl.signer import (
     request_content,
     signature_matches,
 )
+from txmq.acl.store import AuthStore
 from txmq.acl.validator import AccessValidator
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -29,13 +30,14 @@ from txmq.remoting.refusals import LINES_PER_HOST, RefusalLog
 from .conftest import PLAIN_ACL
 
 
-def test_accounts_and_permissions_as_rocketmq_reads_them():
+def test_accounts_are_parsed_as_rocketmq_reads_them():
     config = parse_plain_acl(PLAIN_ACL)
     victim = config.accounts["orderKey01"]
-    assert victim.topic_allows("orders", PUB | SUB) and not victim.topic_allows("other", SUB)  # default DENY
-    assert victim.group_allows("order-service", PUB) and not victim.group_allows("order-service", SUB)
+    assert victim.topic_perms == {"orders": PUB | SUB, "cpp-orders": PUB | SUB}
+    assert victim.group_perms["order-service"] == PUB and victim.default_topic_perm is None  # absent: no default
     assert config.accounts["adminKey01"].admin and not victim.admin
-    assert not allows(DENY | PUB | SUB, PUB)  # DENY wins
+    assert parse_plain_acl("accounts:\n  - accessKey: longenough\n    secretKey: longenough\n    topicPerms: [t=]\n"
+                           ).accounts["longenough"].topic_perms == {"t": DENY}  # blank is DENY, as RocketMQ
     with pytest.raises(AclConfigError):
         parse_plain_acl("accounts:\n  - accessKey: short\n    secretKey: s\n")
     with pytest.raises(AclConfigError):
@@ -113,7 +115,7 @@ def test_white_addresses(tmp_path):
     path = tmp_path / "plain_acl.yml"
     path.write_text("globalWhiteRemoteAddresses: [10.9.*.*]\naccounts:\n  - accessKey: lanKey01\n"
                     "    secretKey: lanSecret01\n    whiteRemoteAddress: 192.168.1.{5,6}\n    topicPerms: [t1=PUB]\n")
-    validator = AccessValidator(AclFile(path), "broker")
+    validator = AccessValidator(AuthStore(AclFile(path)), "broker")
 
     def send(host: str, topic: str, access_key: str | None) -> int | None:
         conn: Any = SimpleNamespace(remote_address=f"{host}:4000")

@@ -28,6 +28,7 @@ EVERY_FIELD = {
     "statsKey": "orders", "clusterName": "DefaultCluster", "brokerAddr": "127.0.0.1:1", "brokerName": "b",
     "brokerId": "0", "tranStateTableOffset": "0", "commitLogOffset": "0", "commitOrRollback": "8",
     "a": "order-service", "b": "orders", "originTopic": "orders", "maxMsgNums": "1", "sysFlag": "0",
+    "username": "nobodyKey01", "subject": "User:nobodyKey01",
 }
 BODIES = {
     RequestCode.LOCK_BATCH_MQ: b'{"consumerGroup":"billing","clientId":"c","mqSet":[]}',
@@ -44,7 +45,7 @@ ANY_USER = {RequestCode.GET_BROKER_CLUSTER_INFO}
 
 
 def _sweep(addr: str, who) -> dict[int, RemotingCommand]:
-    return {code: call(addr, code, EVERY_FIELD, BODIES.get(code, b"x"), as_=who) for code in RequestCode}
+    return {code: call(addr, code, EVERY_FIELD, BODIES.get(code, b"{}"), as_=who) for code in RequestCode}
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 
 import orjson
+import pytest
 
+from txmq.acl.signer import SessionCredentials
 from txmq.launch import ServerProcess, free_port, txmq_command
 from txmq.remoting.codes import RequestCode, ResponseCode
 
@@ -32,15 +34,20 @@ def test_only_brokers_with_the_clusters_credentials_register(tmp_path):
         namesrv.start()
         ns = namesrv.namesrv
         procs.append(_broker(tmp_path, "broker-a", ns, ADMIN.access_key, ADMIN.secret_key).start())
-        procs.append(_broker(tmp_path, "broker-evil", ns, ATTACKER.access_key, ATTACKER.secret_key).start())
-        procs.append(_broker(tmp_path, "broker-nokey", ns, "", "").start())
+        # a broker the name server refuses does not start (it would serve unrouted), and says which keys to set
+        for name, creds in (("broker-evil", ATTACKER), ("broker-nokey", SessionCredentials("", ""))):
+            broker = _broker(tmp_path, name, ns, creds.access_key, creds.secret_key)
+            procs.append(broker)  # stopped below should it start after all
+            with pytest.raises(RuntimeError, match="txmq did not start"):
+                broker.start(timeout=30)
+            assert broker.popen is not None and broker.popen.returncode not in (0, None)
+            log = (tmp_path / f"{name}.log").read_text()
+            assert f"namesrv {ns} refused the registration (request code 103: " in log
+            assert "set accessKey/secretKey in broker.conf" in log
         # each broker registers before it says it is ready
         resp = call(ns, RequestCode.GET_BROKER_CLUSTER_INFO, as_=VICTIM)
         assert resp.code == ResponseCode.SUCCESS
         assert set(orjson.loads(resp.body)["brokerAddrTable"]) == {"broker-a"}
-        for name in ("broker-evil", "broker-nokey"):
-            log = (tmp_path / f"{name}.log").read_text()
-            assert "refused the registration: code 16" in log
         # reads need a valid account too
         assert call(ns, RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.NO_PERMISSION
     finally:

@@ -1,5 +1,5 @@
-"""RocketMQ's ``plain_acl.yml``: global white addresses and accounts with their permissions, parsed once into
-objects the validator reads on every request without touching the file again.
+"""RocketMQ's ``plain_acl.yml`` (ACL 1.0): global white addresses and accounts with their permissions, parsed
+once and re-read when the file changes; ``txmq.acl.migration`` maps each account to an ACL 2.0 user and ACL.
 
 Permissions are RocketMQ's bits (``Permission``): DENY 1, PUB 2, SUB 4; ``PUB|SUB`` is 6. A topic or group an
 account does not name falls back to ``defaultTopicPerm`` / ``defaultGroupPerm`` (DENY when absent).
@@ -7,7 +7,6 @@ account does not name falls back to ``defaultTopicPerm`` / ``defaultGroupPerm`` 
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import logging
 import os
@@ -16,9 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from txmq.acl.model import Action, Decision, Needs, PolicyEntry, Resource, decide
-from txmq.acl.signer import hmac_key
 
 log = logging.getLogger("txmq.acl")
 
@@ -30,18 +26,11 @@ class AclConfigError(ValueError):
     """plain_acl.yml cannot be used as written."""
 
 
-def parse_perm(text: object, default: int = DENY) -> int:
-    if text is None or text == "":
-        return default
+def parse_perm(text: object) -> int:
     perm = _PERMS.get(str(text).strip().upper().replace(" ", ""))
     if perm is None:
         raise AclConfigError(f"unknown permission {text!r} (DENY, PUB, SUB or PUB|SUB)")
     return perm
-
-
-def allows(owned: int, needed: int) -> bool:
-    """RocketMQ's ``Permission.checkPermission``: DENY wins, then every needed bit must be owned."""
-    return not owned & DENY and owned & needed == needed
 
 
 class RemoteAddressMatcher:
@@ -98,62 +87,22 @@ class RemoteAddressMatcher:
 
 @dataclass(slots=True)
 class Account:
+    """One account as the file writes it; ``txmq.acl.migration`` turns it into a user and an ACL."""
+
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)
     admin: bool = False
-    default_topic_perm: int = DENY
-    default_group_perm: int = DENY
+    default_topic_perm: int | None = None  # None: not given (no default entry)
+    default_group_perm: int | None = None
     topic_perms: dict[str, int] = field(default_factory=dict)
     group_perms: dict[str, int] = field(default_factory=dict)
     white_remote_address: RemoteAddressMatcher | None = None
-    key: hmac.HMAC = field(init=False, repr=False)  # HMAC-SHA1 keyed once, copied per request
-    # The permissions as ACL 2.0 policy entries (RocketMQ's ``AuthMigrator``): each named topic and group, then
-    # ``Topic:*`` and ``Group:*`` for the defaults (less specific, so a named one decides first).
-    entries: list[PolicyEntry] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.key = hmac_key(self.secret_key)
-        self.entries = [_entry(Resource.topic(t), p) for t, p in self.topic_perms.items()]
-        self.entries += [_entry(Resource.group(g), p) for g, p in self.group_perms.items()]
-        self.entries += [_entry(Resource.parse("Topic:*"), self.default_topic_perm),
-                         _entry(Resource.parse("Group:*"), self.default_group_perm)]
-
-    def topic_allows(self, topic: str, needed: int) -> bool:
-        return allows(self.topic_perms.get(topic, self.default_topic_perm), needed)
-
-    def group_allows(self, group: str, needed: int) -> bool:
-        return allows(self.group_perms.get(group, self.default_group_perm), needed)
-
-    def refusal(self, needs: Needs, host: str) -> str | None:
-        """Why this account may not do what ``needs`` says, or None: an admin may do everything (a super user);
-        otherwise its ``entries`` decide."""
-        if self.admin:
-            return None
-        entries = self.entries
-        for resource, any_of in needs.wants:
-            if not decide(entries, resource, any_of, host):
-                return f"no {'|'.join(sorted(a.value for a in any_of))} permission on {resource.key}"
-        return None
-
-
-def _entry(resource: Resource, perm: int) -> PolicyEntry:
-    if perm & DENY:
-        return PolicyEntry(resource, frozenset({Action.ALL}), Decision.DENY)
-    return PolicyEntry(resource, frozenset(a for bit, a in ((PUB, Action.PUB), (SUB, Action.SUB)) if perm & bit))
-
-
-# What a connection from a global white address is: RocketMQ lets it do anything.
-WHITE_ACCOUNT = Account("(white address)", "", admin=True, default_topic_perm=PUB | SUB,
-                        default_group_perm=PUB | SUB)
 
 
 @dataclass(slots=True)
 class PlainAccessConfig:
     accounts: dict[str, Account] = field(default_factory=dict)
     global_white: list[RemoteAddressMatcher] = field(default_factory=list)
-
-    def globally_white(self, host: str) -> bool:
-        return any(m.match(host) for m in self.global_white)
 
 
 def _perm_table(entries: Any, what: str) -> dict[str, int]:
@@ -163,8 +112,12 @@ def _perm_table(entries: Any, what: str) -> dict[str, int]:
         name, sep, perm = str(entry).partition("=")
         if not sep or not name.strip():
             raise AclConfigError(f"bad {what} entry {entry!r}: expected NAME=PERM")
-        out[name.strip()] = parse_perm(perm)
+        out[name.strip()] = parse_perm(perm) if perm.strip() else DENY  # as RocketMQ: blank is DENY
     return out
+
+
+def _default_perm(text: object) -> int | None:
+    return None if text is None or str(text).strip() == "" else parse_perm(text)
 
 
 def parse_plain_acl(text: str) -> PlainAccessConfig:
@@ -185,8 +138,8 @@ def parse_plain_acl(text: str) -> PlainAccessConfig:
         white = raw.get("whiteRemoteAddress")
         config.accounts[ak] = Account(
             ak, sk, admin=str(raw.get("admin", False)).lower() == "true",
-            default_topic_perm=parse_perm(raw.get("defaultTopicPerm")),
-            default_group_perm=parse_perm(raw.get("defaultGroupPerm")),
+            default_topic_perm=_default_perm(raw.get("defaultTopicPerm")),
+            default_group_perm=_default_perm(raw.get("defaultGroupPerm")),
             topic_perms=_perm_table(raw.get("topicPerms"), "topicPerms"),
             group_perms=_perm_table(raw.get("groupPerms"), "groupPerms"),
             white_remote_address=RemoteAddressMatcher(str(white)) if white else None)

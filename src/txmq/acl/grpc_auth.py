@@ -1,6 +1,6 @@
 """ACL on the RocketMQ 5 gRPC endpoint: a server interceptor that checks each call's ``authorization`` header
-(``MQv2-HMAC-SHA1``, signed over ``x-mq-date-time``) against the broker's ``plain_acl.yml`` and the call's
-resources, before the servicer sees it. Refusals are answered as RocketMQ's proxy does, in the response's
+(``MQv2-HMAC-SHA1``, signed over ``x-mq-date-time``) against the broker's users and ACLs (``AuthStore``) and the
+call's resources, before the servicer sees it. Refusals are answered as RocketMQ's proxy does, in the response's
 ``status`` (UNAUTHORIZED for a missing or bad credential, FORBIDDEN for a missing permission).
 
 Beyond RocketMQ, as on remoting: a transactional send and EndTransaction need PUB on the producer group (for a
@@ -18,8 +18,7 @@ from typing import Any
 
 import grpc
 
-from txmq.acl.config import Account
-from txmq.acl.model import Action, Needs
+from txmq.acl.model import Action, Needs, User
 from txmq.acl.signer import GRPC_DATE_TIME, grpc_signature, parse_grpc_authorization
 from txmq.acl.validator import AccessValidator
 from txmq.grpc.protocol import definition_pb2 as pb
@@ -61,39 +60,39 @@ class AclInterceptor(grpc.aio.ServerInterceptor):
         self.validator = validator
         self._owners: collections.OrderedDict[str, str] = collections.OrderedDict()  # client id -> access key
 
-    def _authorize(self, method: str, metadata: dict[str, str], host: str, request: Any) -> Account | pb.Status:
+    def _authorize(self, method: str, metadata: dict[str, str], host: str, request: Any) -> User | pb.Status:
         auth = parse_grpc_authorization(metadata.get("authorization", ""))
         access_key, signature = auth or ("", "")
         date_time = metadata.get(GRPC_DATE_TIME, "")
 
-        def signed(account: Account) -> bool:
-            expected = grpc_signature(account.key, date_time)
+        def signed(user: User) -> bool:
+            expected = grpc_signature(user.key, date_time)
             return bool(date_time) and hmac.compare_digest(signature.upper().encode(), expected.encode())
 
         needs = _needs(method, request) if request is not None else Needs()
         result = self.validator.identify(host, access_key, signed)
-        if isinstance(result, Account):
+        if isinstance(result, User):
             result = self.validator.refusal(result, needs, host) or result
-        if isinstance(result, Account):
+        if isinstance(result, User):
             result = self._claim(metadata.get(CLIENT_ID, ""), result)
-        if isinstance(result, Account):
+        if isinstance(result, User):
             return result
         reason = f"gRPC {method}: {result}"
         self.validator.refusals.refused(host, reason)
         code = pb.FORBIDDEN if result.startswith("AccessKey ") else pb.UNAUTHORIZED  # known account, not allowed
         return pb.Status(code=code, message=reason)
 
-    def _claim(self, client_id: str, account: Account) -> Account | str:
+    def _claim(self, client_id: str, user: User) -> User | str:
         if not client_id:
-            return account
+            return user
         owner = self._owners.get(client_id)
-        if owner is not None and owner != account.access_key:
-            return f"AccessKey {account.access_key}: client id {client_id} belongs to another account"
-        self._owners[client_id] = account.access_key
+        if owner is not None and owner != user.username:
+            return f"AccessKey {user.username}: client id {client_id} belongs to another account"
+        self._owners[client_id] = user.username
         self._owners.move_to_end(client_id)
         if len(self._owners) > _MAX_CLIENT_IDS:
             self._owners.popitem(last=False)
-        return account
+        return user
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
@@ -135,23 +134,27 @@ class AclInterceptor(grpc.aio.ServerInterceptor):
 
     def _telemetry(self, method: str, metadata: dict[str, str], inner: Any) -> Any:
         async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            allowed = self._authorize(method, metadata, _host(context), None)
+            host = _host(context)
+            allowed = self._authorize(method, metadata, host, None)
             if isinstance(allowed, pb.Status):
                 yield spb.TelemetryCommand(status=allowed)
                 return
-            async for item in inner(_own_groups_only(requests, allowed, _host(context)), context):
+
+            def may_publish_for(group: str, user: User = allowed) -> bool:
+                return self.validator.store.refusal(user, Needs().group(group, Action.PUB), host) is None
+
+            async for item in inner(_own_groups_only(requests, may_publish_for), context):
                 yield item
         return call
 
 
-async def _own_groups_only(requests: AsyncIterator[Any], account: Account, host: str) -> AsyncIterator[Any]:
-    """The stream's commands, with publishing topics the account may not publish for as a group left out of
-    its settings: the endpoint sends a topic's check-backs to sessions that list it."""
+async def _own_groups_only(requests: AsyncIterator[Any], may_publish_for: Callable[[str], bool]) -> AsyncIterator[Any]:
+    """The stream's commands, with publishing topics the user may not publish for as a group left out of its
+    settings: the endpoint sends a topic's check-backs to sessions that list it."""
     async for cmd in requests:
         if cmd.WhichOneof("command") == "settings" and cmd.settings.WhichOneof("pub_sub") == "publishing":
             topics = cmd.settings.publishing.topics
-            kept = [(t.resource_namespace, t.name) for t in topics
-                    if account.refusal(Needs().group(t.name, Action.PUB), host) is None]
+            kept = [(t.resource_namespace, t.name) for t in topics if may_publish_for(t.name)]
             if len(kept) != len(topics):
                 del topics[:]
                 for namespace, name in kept:

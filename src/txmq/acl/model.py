@@ -7,17 +7,21 @@ Resources are written as RocketMQ writes them: ``Topic:orders``, ``Topic:order-*
 
 Deciding (RocketMQ's ``AclAuthorizationHandler``): of the entries that match the resource, one of the requested
 actions and the source address, the most specific resource wins (a literal name, then the longest prefix, then
-``Type:*``, then ``*``); between equally specific entries Deny wins; no matching entry means deny.
+``Type:*``, then ``*``); between equally specific entries Deny wins; no matching entry means deny. An ``Acl``
+(one user's) consults its Default entries only when none of its Custom ones applies (``PolicyIndex`` decides
+both ways fast); a ``User`` of type Super needs no ACL.
 """
 
 from __future__ import annotations
 
 import enum
+import hmac
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeVar
 
+from txmq.acl.signer import hmac_key
 from txmq.topic import RETRY_GROUP_TOPIC_PREFIX
 
 
@@ -195,6 +199,192 @@ def decide(entries: Iterable[PolicyEntry], wanted: Resource, any_of: frozenset[A
         if rank < best_rank or (rank == best_rank and entry.decision is Decision.DENY):
             best = entry
     return best is not None and best.decision is Decision.ALLOW
+
+
+class PolicyIndex:
+    """``decide``'s rule over fixed entries, made for the request path: literal resources in a dict by name, the
+    patterns in ``decide``'s order (most specific first, Deny first among equals), so the first entry that applies
+    is the one ``decide`` would pick. Each entry's resource match is reduced to a type and a prefix, and its
+    actions and addresses to what the check reads, so deciding costs no method call per entry. Built once per ACL
+    change, read on every request.
+
+    Given several tiers (an ACL's Custom and Default entries), a later tier is consulted only when no entry of
+    the earlier ones applies."""
+
+    __slots__ = ("tiers",)
+
+    def __init__(self, *tiers: Iterable[PolicyEntry]) -> None:
+        built = []
+        for entries in tiers:
+            literal: dict[str, list[PolicyEntry]] = {}
+            patterns: list[PolicyEntry] = []
+            for entry in entries:
+                res = entry.resource
+                if res.pattern is Pattern.LITERAL and res.type not in (ResourceType.CLUSTER, ResourceType.ANY):
+                    literal.setdefault(res.name, []).append(entry)
+                else:
+                    patterns.append(entry)
+            built.append(({name: tuple(_scan(e) for e in sorted(found, key=_order)) for name, found in literal.items()},
+                          tuple(_scan(e) for e in sorted(patterns, key=_order))))
+        self.tiers = tuple(built)
+
+    def best(self, wanted: Resource, any_of: frozenset[Action], host: str) -> PolicyEntry | None:
+        """The entry that decides, or None when none applies."""
+        wtype, name = wanted.type, wanted.name
+        for literal, patterns in self.tiers:
+            for rtype, prefix, all_actions, actions, ips, entry in literal.get(name, ()) + patterns:
+                if (rtype is None or rtype is wtype) and name.startswith(prefix) \
+                        and (all_actions or not actions.isdisjoint(any_of)) and (ips is None or ips.match(host)):
+                    return entry
+        return None
+
+
+_Scan = tuple[ResourceType | None, str, bool, frozenset[Action], "SourceIps | None", PolicyEntry]
+
+
+def _order(entry: PolicyEntry) -> tuple[tuple[bool, int, int], bool]:
+    return entry.resource.specificity(), entry.decision is Decision.ALLOW
+
+
+def _scan(entry: PolicyEntry) -> _Scan:
+    """What ``PolicyIndex.best`` reads of an entry: its type (None: any), the prefix a name must start with (a
+    literal's own name; a literal is found by name, so a prefix check is exact), whether it grants every action,
+    its actions, its addresses (None: any)."""
+    res = entry.resource
+    rtype = None if res.type is ResourceType.ANY else res.type
+    prefix = res.name if res.pattern is not Pattern.ANY and res.type is not ResourceType.CLUSTER else ""
+    ips = entry.source_ips if entry.source_ips.networks else None
+    return rtype, prefix, Action.ALL in entry.actions, entry.actions, ips, entry
+
+
+class PolicyType(enum.Enum):
+    """RocketMQ's policy types: an ACL's ``Default`` entries are consulted only when none of its ``Custom`` ones
+    applies (``AclAuthorizationHandler``); plain_acl.yml's ``defaultTopicPerm``/``defaultGroupPerm`` become them."""
+
+    CUSTOM = "Custom"
+    DEFAULT = "Default"
+
+    @classmethod
+    def parse(cls, text: str | None) -> PolicyType:
+        """RocketMQ's reading: absent or empty is ``Custom``."""
+        if not text:
+            return cls.CUSTOM
+        return _parse_name(cls, text, "policy type", "Custom or Default")
+
+
+class UserType(enum.Enum):
+    """A ``Super`` user may do everything (RocketMQ's ``UserAuthorizationHandler``); a ``Normal`` one what its ACL
+    allows."""
+
+    SUPER = "Super"
+    NORMAL = "Normal"
+
+    @classmethod
+    def parse(cls, text: str) -> UserType:
+        return _parse_name(cls, text, "user type", "Super or Normal")
+
+
+class UserStatus(enum.Enum):
+    ENABLE = "enable"
+    DISABLE = "disable"
+
+    @classmethod
+    def parse(cls, text: str) -> UserStatus:
+        return _parse_name(cls, text, "user status", "enable or disable")
+
+
+_E = TypeVar("_E", PolicyType, UserType, UserStatus)
+
+
+def _parse_name(cls: type[_E], text: str, what: str, choices: str) -> _E:
+    for member in cls:
+        if member.value.lower() == text.strip().lower():
+            return member
+    raise ValueError(f"unknown {what} {text!r} ({choices})")
+
+
+class AddressMatcher(Protocol):
+    def match(self, host: str) -> bool: ...
+
+
+@dataclass(slots=True, eq=False)
+class User:
+    """RocketMQ's ``User``. ``key``: the HMAC-SHA1 state keyed with the password, made once (every request
+    checks a signature). ``white_remote_address`` (plain_acl.yml's ``whiteRemoteAddress``): from there the
+    signature is not checked. ``from_file``: defined by plain_acl.yml, so read-only to the admin commands."""
+
+    username: str
+    password: str = field(repr=False)
+    user_type: UserType = UserType.NORMAL
+    user_status: UserStatus = UserStatus.ENABLE
+    white_remote_address: AddressMatcher | None = None
+    from_file: bool = False
+    key: hmac.HMAC = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.key = hmac_key(self.password)
+
+    @property
+    def is_super(self) -> bool:
+        return self.user_type is UserType.SUPER
+
+
+SUBJECT_PREFIX = "User:"
+
+
+def parse_subject(subject: str) -> str:
+    """The username of a subject key ``User:NAME`` (RocketMQ's only subject type)."""
+    kind, sep, name = subject.strip().partition(":")
+    if not sep or kind.lower() != "user" or not name.strip():
+        raise ValueError(f"bad subject {subject!r}: expected User:NAME")
+    return name.strip()
+
+
+class Acl:
+    """RocketMQ's ``Acl``: a user's policies, Custom and Default, each a list of entries with one entry per
+    resource. Immutable: a change makes a new ``Acl``. Indexed at construction for ``allows``."""
+
+    __slots__ = ("_index", "policies", "username")
+
+    def __init__(self, username: str, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> None:
+        self.username = username
+        self.policies = {t: tuple(e) for t, e in policies.items() if e}
+        self._index = PolicyIndex(self.policies.get(PolicyType.CUSTOM, ()), self.policies.get(PolicyType.DEFAULT, ()))
+
+    @property
+    def subject(self) -> str:
+        return SUBJECT_PREFIX + self.username
+
+    def allows(self, wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
+        """``decide`` over the Custom entries, or over the Default ones when no Custom entry applies."""
+        best = self._index.best(wanted, any_of, host)
+        return best is not None and best.decision is Decision.ALLOW
+
+    def updated(self, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> Acl:
+        """RocketMQ's ``Acl.updatePolicy``: a new entry replaces the policy's entry for the same resource, others
+        are added."""
+        merged = {t: list(e) for t, e in self.policies.items()}
+        for ptype, entries in policies.items():
+            current = merged.setdefault(ptype, [])
+            for entry in entries:
+                at = next((i for i, old in enumerate(current) if old.resource == entry.resource), None)
+                if at is None:
+                    current.append(entry)
+                else:
+                    current[at] = entry
+        return Acl(self.username, {t: tuple(e) for t, e in merged.items()})
+
+    def without(self, ptype: PolicyType, resource: Resource) -> Acl:
+        """RocketMQ's ``Acl.deletePolicy``: the entry for ``resource`` left out of the ``ptype`` policy."""
+        policies = dict(self.policies)
+        policies[ptype] = tuple(e for e in policies.get(ptype, ()) if e.resource != resource)
+        return Acl(self.username, policies)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Acl) and (other.username, other.policies) == (self.username, self.policies)
+
+    def __repr__(self) -> str:
+        return f"Acl({self.subject!r}, {self.policies!r})"
 
 
 class Needs:

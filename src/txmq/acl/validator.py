@@ -1,8 +1,8 @@
 """The one check every request passes before its handler (RocketMQ's ``AuthenticationPipeline`` and
-``AuthorizationPipeline``): who signed it (global white address, account, account white address, signature), then
-what its declaration says it needs (``txmq.acl.model.Needs``) against that account's policies. A refusal is
-answered ``NO_PERMISSION`` with a remark and logged (``RefusalLog``: identical refusals from one host folded into
-one line per 10 s).
+``AuthorizationPipeline``): who signed it (global white address, user, the user's white address, signature), then
+what its declaration says it needs (``txmq.acl.model.Needs``) against that user's ACL, both through one
+``AuthStore``. A refusal is answered ``NO_PERMISSION`` with a remark and logged (``RefusalLog``: identical
+refusals from one host folded into one line per 10 s).
 
 For remoting it is the ``RequestDispatcher``'s gate (``admit``, ``permit``); the gRPC interceptor calls
 ``identify`` and ``refusal`` with what it read of a call."""
@@ -10,12 +10,11 @@ For remoting it is the ``RequestDispatcher``'s gate (``admit``, ``permit``); the
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
-from txmq.acl.config import WHITE_ACCOUNT, Account, AclFile
-from txmq.acl.model import Needs
+from txmq.acl.model import Needs, User
 from txmq.acl.signer import ACCESS_KEY, signature_matches
+from txmq.acl.store import AuthStore
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.refusals import RefusalLog
@@ -29,49 +28,36 @@ def host_of(remote_address: str) -> str:
 
 
 class AccessValidator:
-    """Checks requests against the accounts of one ``plain_acl.yml``."""
+    """Checks requests against the users and ACLs of one ``AuthStore``."""
 
-    def __init__(self, acl_file: AclFile, what: str) -> None:
-        self.acl_file = acl_file
+    def __init__(self, store: AuthStore, what: str) -> None:
+        self.store = store
         self.refusals = RefusalLog(log, f"{what} refused a request")
 
-    def identify(self, host: str, access_key: str, check_signature: Callable[[Account], bool]) -> Account | str:
-        """The account of a request (``WHITE_ACCOUNT`` for a global white address), or why it has none.
-        ``check_signature(account)`` tells whether the request's signature is the account's."""
-        config = self.acl_file.current(time.monotonic())
-        if config.globally_white(host):
-            return WHITE_ACCOUNT
-        if not access_key:
-            return "no AccessKey (credentials are required)"
-        account = config.accounts.get(access_key)
-        if account is None:
-            return f"no account for AccessKey {access_key}"
-        white = account.white_remote_address
-        if not (white is not None and white.match(host)) and not check_signature(account):
-            return f"signature check failed for AccessKey {access_key}"
-        return account
+    def identify(self, host: str, access_key: str, check_signature: Callable[[User], bool]) -> User | str:
+        """``AuthStore.identify``: the user, or why the request has none."""
+        return self.store.identify(host, access_key, check_signature)
 
-    @staticmethod
-    def refusal(account: Account, needs: Needs, host: str) -> str | None:
-        """Why ``account`` may not do what ``needs`` says from ``host``, or None."""
-        why = account.refusal(needs, host)
-        return f"AccessKey {account.access_key}: {why}" if why else None
+    def refusal(self, user: User, needs: Needs, host: str) -> str | None:
+        """Why ``user`` may not do what ``needs`` says from ``host``, or None."""
+        why = self.store.refusal(user, needs, host)
+        return f"AccessKey {user.username}: {why}" if why else None
 
     # --- the remoting dispatcher's gate (txmq.remoting.registry.Gate) ---------------------------------------
 
-    def admit(self, conn: Connection, cmd: RemotingCommand) -> Account | RemotingCommand:
+    def admit(self, conn: Connection, cmd: RemotingCommand) -> User | RemotingCommand:
         host = host_of(conn.remote_address)
-        account = self.identify(host, cmd.ext_fields.get(ACCESS_KEY, ""), lambda acc: signature_matches(acc.key, cmd))
-        return self._refuse(host, cmd, account) if isinstance(account, str) else account
+        user = self.identify(host, cmd.ext_fields.get(ACCESS_KEY, ""), lambda u: signature_matches(u.key, cmd))
+        return self._refuse(host, cmd, user) if isinstance(user, str) else user
 
-    def permit(self, conn: Connection, cmd: RemotingCommand, identity: Account, needs: Needs) -> RemotingCommand | None:
+    def permit(self, conn: Connection, cmd: RemotingCommand, identity: User, needs: Needs) -> RemotingCommand | None:
         host = host_of(conn.remote_address)
         why = self.refusal(identity, needs, host)
         return None if why is None else self._refuse(host, cmd, why)
 
     @staticmethod
-    def account(identity: Account) -> str:
-        return identity.access_key
+    def account(identity: User) -> str:
+        return identity.username
 
     def _refuse(self, host: str, cmd: RemotingCommand, why: str) -> RemotingCommand:
         reason = f"request code {cmd.code}: {why}"

@@ -25,7 +25,7 @@ from txmq.remoting.admin_headers import (
 )
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.request_headers import CreateTopicRequestHeader, QueryMessageRequestHeader
+from txmq.remoting.request_headers import CreateTopicRequestHeader, Header, QueryMessageRequestHeader
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,3 +273,38 @@ class MQAdminExt(Admin):
         if unique:
             return [m for m in found if m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == key]
         return [m for m in found if key in (m.keys or "").split(MessageConst.KEY_SEPARATOR)]
+
+    # --- users and ACLs (RocketMQ 5.3's ACL 2.0) ------------------------------------------------------------
+
+    def auth_targets(self, broker: str | None = None, cluster: str | None = None) -> list[tuple[str, str]]:
+        """Where a user or ACL command goes, as (what, address) pairs: ``broker`` alone (an address: that
+        server; a name: its master and slaves); else every broker of ``cluster`` (default: of every cluster),
+        masters and slaves, then each name server given (each keeps its own users and ACLs)."""
+        if broker and ":" in broker:
+            return [("broker", broker)]
+        info = self.cluster_info()
+        replicas = [(name, str(addr)) for name, bd in sorted((info.get("brokerAddrTable") or {}).items())
+                    for _, addr in sorted((bd.get("brokerAddrs") or {}).items(), key=lambda kv: int(kv[0]))]
+        if broker:
+            found = [(f"broker {name}", addr) for name, addr in replicas if name == broker]
+            if not found:
+                known = ", ".join(sorted({n for n, _ in replicas})) or "none"
+                raise ClientError(f"no broker {broker} (known: {known})")
+            return found
+        names = None
+        if cluster:
+            names = (info.get("clusterAddrTable") or {}).get(cluster)
+            if names is None:
+                raise ClientError(f"no cluster {cluster} (known: {', '.join(info.get('clusterAddrTable') or {})})")
+        targets = [(f"broker {name}", addr) for name, addr in replicas if names is None or name in names]
+        return targets + [("namesrv", addr.strip()) for addr in self.namesrv.split(";") if addr.strip()]
+
+    def auth_request(self, addr: str, code: int, header: Header, body: Any = None) -> Any:
+        """One AUTH_* request (a JSON ``body``) to a broker or a name server; the answer's JSON body, None when it
+        has none. A refusal raises ``BrokerError`` with the server's code and remark."""
+        assert self.instance is not None
+        request = RemotingCommand.request(code, header.to_ext(), b"" if body is None else orjson.dumps(body))
+        resp = self._call(self.instance.remoting.invoke(addr, request, 10))
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark)
+        return orjson.loads(resp.body) if resp.body else None

@@ -461,6 +461,8 @@ def stats_all(admin: MQAdminExt, args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any, namesrv_opt: Callable[[argparse.ArgumentParser], None]) -> None:
     """``txmq admin``: one subcommand per mqadmin command."""
+    import txmq.admin.auth_commands  # noqa: F401  (registers the user and ACL commands)
+
     p = sub.add_parser("admin", help="RocketMQ's mqadmin commands (clusterList, topicStatus, consumerProgress, ...)")
     namesrv_opt(p)
     cmds = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.acl.config import AclConfigError
+from txmq.acl.processor import AuthProcessor
 from txmq.acl.setup import admin_secret, broker_rpc_hook, broker_validator
 from txmq.broker.client_manager import ConsumerGroupInfo, ConsumerManager, ProducerManager
 from txmq.broker.config import BrokerConfig, store_address
@@ -35,7 +37,7 @@ from txmq.controller.replicas_manager import ReplicasManager
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.registry import RequestDispatcher, RequestTable
+from txmq.remoting.registry import Processor, RequestDispatcher, RequestTable
 from txmq.remoting.server import RemotingServer
 from txmq.remoting.tls import client_context
 from txmq.remoting.transport import RemotingClient
@@ -142,13 +144,16 @@ class BrokerController:
         # Every request code the broker serves, declared once by its processor with how it is read and what it
         # needs (txmq.remoting.registry): the ACL authorizes the parsed request its handler then runs.
         self.request_table = RequestTable("txmq's broker")
-        for processor in (self.send_processor, self.pull_processor, ClientManageProcessor(self),
-                          AdminBrokerProcessor(self), EndTransactionProcessor(self), OpsProcessor(self),
-                          *([self.replicas_manager] if self.replicas_manager is not None else [])):
+        processors: list[Processor] = [self.send_processor, self.pull_processor, ClientManageProcessor(self),
+                                        AdminBrokerProcessor(self), EndTransactionProcessor(self), OpsProcessor(self)]
+        if self.replicas_manager is not None:
+            processors.append(self.replicas_manager)
+        for processor in processors:
             self.request_table.register(processor)
         self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
 
         self.acl = broker_validator(config)
+        self.request_table.register(AuthProcessor(self.acl.store if self.acl is not None else None, "broker"))
         self.dispatcher = RequestDispatcher(self.request_table, self.acl)
         self.server = RemotingServer(self.dispatcher, host=config.broker_ip1, port=config.listen_port,
                                      tls=config.tls_server(), limits=config.server_limits)
@@ -228,13 +233,13 @@ class BrokerController:
         self._spawn(self._every(self.config.transaction_snapshot_interval / 1000, self._snapshot_transactions),
                     "transaction snapshot")
         if self.config.namesrv_addr:
-            await self.register_all()
+            await self.register_all(at_start=True)
             self._spawn(self._register_loop(), "namesrv registration")
         if self.replicas_manager is not None:
             self.replicas_manager.start()
         log.info("broker %s id %d listening on %s (%s, %s, HA %s, store %s, %s)", self.config.broker_name,
                  self.config.broker_id, self.addr, self.config.broker_role, self.config.flush_disk_type, self.ha_addr,
-                 self.root, f"ACL on: {self.acl.acl_file.path}" if self.acl else
+                 self.root, f"ACL on: {self.acl.store.describe()}" if self.acl else
                  "ACL off: any client reaching this address may do anything; aclEnable=true requires accounts")
 
     async def _start_grpc(self) -> None:
@@ -398,6 +403,8 @@ class BrokerController:
             except OSError:  # a full disk: what was last saved stands (offsets replay, the log is the truth)
                 log.exception("saving state at shutdown failed")
         await self.store.shutdown()
+        if self.acl is not None:
+            self.acl.store.close()
         self.started = False
         log.info("broker %s stopped", self.config.broker_name)
 
@@ -450,7 +457,10 @@ class BrokerController:
     def _namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.config.namesrv_addr.split(";") if a.strip()]
 
-    async def register_all(self) -> None:
+    async def register_all(self, at_start: bool = False) -> None:
+        """Register with every name server. ``at_start``: a name server refusing the broker's credentials
+        (NO_PERMISSION) stops the start with ``AclConfigError``, rather than a broker serving unrouted; one that
+        cannot be reached is tried again by the registration loop."""
         body = orjson.dumps({"topicConfigSerializeWrapper": self.topic_config_manager.serialize(),
                              "filterServerList": []})
         ext = {"brokerAddr": self.addr, "brokerName": self.config.broker_name,
@@ -461,6 +471,13 @@ class BrokerController:
                 resp = await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER,
                                                                                     ext, body=body), 3.0)
                 ok = resp.code == ResponseCode.SUCCESS
+                if at_start and resp.code == ResponseCode.NO_PERMISSION:
+                    raise AclConfigError(
+                        f"namesrv {addr} refused the registration ({resp.remark}): set accessKey/secretKey in "
+                        f"broker.conf to an account that name server accepts for REGISTER_BROKER (admin: true in "
+                        f"its plain_acl.yml, or a Super user)" if self.config.access_key else
+                        f"namesrv {addr} refused the registration ({resp.remark}): it has ACL on, and this broker "
+                        f"signs with no account: set accessKey/secretKey in broker.conf")
                 if not ok and self._registered.get(addr, True):  # e.g. NO_PERMISSION: accessKey/secretKey
                     log.warning("namesrv %s refused the registration: code %d %s", addr, resp.code, resp.remark)
                 if ok and self.ha_client is not None and self.slave_synchronize is not None \

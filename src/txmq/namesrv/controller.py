@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 
+from txmq.acl.processor import AuthProcessor
 from txmq.acl.validator import AccessValidator
 from txmq.namesrv.processor import NamesrvProcessor
 from txmq.namesrv.route_info import RouteInfoManager
@@ -24,6 +25,7 @@ class NamesrvController:
         self.acl = acl
         self.request_table = RequestTable("namesrv")
         self.request_table.register(NamesrvProcessor(self.routes))
+        self.request_table.register(AuthProcessor(acl.store if acl is not None else None, "namesrv"))
         self.server = RemotingServer(RequestDispatcher(self.request_table, acl), host=host, port=port, tls=tls,
                                      limits=limits)
         self.host = host
@@ -41,7 +43,7 @@ class NamesrvController:
         await self.server.start()
         self._scan_task = asyncio.create_task(self._scan_loop())
         log.info("namesrv listening on %s (%s)", self.addr,
-                 f"ACL on: {self.acl.acl_file.path}" if self.acl else "ACL off: anyone may register brokers")
+                 f"ACL on: {self.acl.store.describe()}" if self.acl else "ACL off: anyone may register brokers")
 
     async def _scan_loop(self) -> None:
         interval = min(10.0, max(0.5, self.routes.broker_expired_s / 4))
@@ -55,4 +57,6 @@ class NamesrvController:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
         await self.server.close()
+        if self.acl is not None:
+            self.acl.store.close()
         log.info("namesrv stopped")

@@ -1,5 +1,5 @@
 """The headers of RocketMQ's admin requests that mqadmin and the dashboard send (topic and consume stats,
-connections, offset resets, subscription groups, stats data)."""
+connections, offset resets, subscription groups, stats data, users and ACLs)."""
 
 from __future__ import annotations
 
@@ -92,3 +92,46 @@ class TxDecideRequestHeader(Header):
     id: str
     outcome: str
     group: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class UserRequestHeader(Header):
+    """AUTH_CREATE_USER (3001), AUTH_UPDATE_USER (3002), AUTH_DELETE_USER (3003), AUTH_GET_USER (3004): RocketMQ's
+    Create/Update/Delete/GetUserRequestHeader, each the username alone (create and update carry a ``UserInfo``
+    body)."""
+
+    username: str
+
+
+@dataclasses.dataclass(slots=True)
+class ListUsersRequestHeader(Header):
+    """AUTH_LIST_USER (3005): users whose name contains ``filter`` (every user when empty)."""
+
+    filter: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class AclRequestHeader(Header):
+    """AUTH_CREATE_ACL (3006), AUTH_UPDATE_ACL (3007), AUTH_GET_ACL (3009): RocketMQ's Create/Update/
+    GetAclRequestHeader, each the subject alone (``User:NAME``; create and update carry an ``AclInfo`` body)."""
+
+    subject: str
+
+
+@dataclasses.dataclass(slots=True)
+class DeleteAclRequestHeader(Header):
+    """AUTH_DELETE_ACL (3008): the subject's whole ACL, or only its entry for ``resource`` in the ``policyType``
+    policy (Custom when empty)."""
+
+    subject: str
+    policy_type: str = ""
+    resource: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class ListAclsRequestHeader(Header):
+    """AUTH_LIST_ACL (3010): ACLs whose subject contains ``subjectFilter``, entries whose resource contains
+    ``resourceFilter``."""
+
+    subject_filter: str = ""
+    resource_filter: str = ""

@@ -132,6 +132,17 @@ class RequestCode(IntEnum):
     CONTROLLER_REGISTER_BROKER = 1003
     CONTROLLER_GET_REPLICA_INFO = 1004
     CONTROLLER_GET_METADATA_INFO = 1005
+    # RocketMQ 5.3's ACL 2.0 administration (mqadmin createUser ... listAcl; txmq.acl.processor)
+    AUTH_CREATE_USER = 3001
+    AUTH_UPDATE_USER = 3002
+    AUTH_DELETE_USER = 3003
+    AUTH_GET_USER = 3004
+    AUTH_LIST_USER = 3005
+    AUTH_CREATE_ACL = 3006
+    AUTH_UPDATE_ACL = 3007
+    AUTH_DELETE_ACL = 3008
+    AUTH_GET_ACL = 3009
+    AUTH_LIST_ACL = 3010
 
     # txmq's own admin requests (no RocketMQ equivalent); far above RocketMQ's range to stay clear of it.
     TXMQ_STATS = 9001

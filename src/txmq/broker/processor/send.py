@@ -36,7 +36,7 @@ from txmq.remoting.request_headers import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from txmq.remoting.transport import Answer, Connection, Reply, parse_address
+from txmq.remoting.transport import Answer, Connection, HandlerResult, Reply, parse_address
 from txmq.store.results import PutMessageResult, PutMessageStatus, is_stored
 from txmq.topic import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -229,7 +229,7 @@ class SendMessageProcessor:
                 for code in (_SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, _SEND_BATCH_MESSAGE)] + [
             RequestSpec(_CONSUMER_SEND_MSG_BACK, _parse_send_back, send_back_needs, self.send_back, illegal)]
 
-    def send(self, conn: Connection, cmd: RemotingCommand, req: SendRequest) -> RemotingCommand | object | None:
+    def send(self, conn: Connection, cmd: RemotingCommand, req: SendRequest) -> HandlerResult:
         return self._send(conn, cmd, req)
 
     def send_back(self, conn: Connection, cmd: RemotingCommand,
