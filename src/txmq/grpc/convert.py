@@ -23,15 +23,18 @@ from dataclasses import dataclass
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from txmq.acl.permissions import HALF_ACCOUNT
+from txmq.broker.transaction.service import HALF_BATCH, OP_PROPERTY
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.message import MessageConst, MessageExt, MessageSysFlag
 from txmq.store import PutMessageStatus
 
 Code = pb.Code
 
-# Properties the gRPC surface carries in its own fields: never copied into user_properties.
+# Properties the gRPC surface carries in its own fields, and txmq's that only the broker sets (the account that
+# stored a half, a half's batch count, a transaction's op): never copied into user_properties, and refused there.
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # the delivery timestamp a DELAY message asked for (RocketMQ's name)
-_HIDDEN_PROPERTIES = MessageConst.SYSTEM_KEYS | {TIMER_DELIVER_MS}
+_HIDDEN_PROPERTIES = MessageConst.SYSTEM_KEYS | {TIMER_DELIVER_MS, HALF_ACCOUNT, HALF_BATCH, OP_PROPERTY}
 
 PUT_STATUS_CODES = {
     PutMessageStatus.PUT_OK: Code.OK,
@@ -256,7 +259,8 @@ def from_pb_message(m: pb.Message, body: bytes) -> tuple[str, dict[str, str]]:
     props: dict[str, str] = {key: user[key] for key in user} if user else {}
     if props and not _HIDDEN_PROPERTIES.isdisjoint(props):
         key = next(k for k in props if k in _HIDDEN_PROPERTIES)
-        raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {key!r} is a system property")
+        raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                              f"user property {key!r} is a system property (set by the broker or its own field)")
     if sp.HasField("tag"):
         if not sp.tag.strip() or "|" in sp.tag:
             raise GrpcStatusError(Code.ILLEGAL_MESSAGE_TAG, f"illegal tag {sp.tag!r}")
