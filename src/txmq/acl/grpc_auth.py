@@ -65,7 +65,9 @@ def date_time_skew(date_time: str, now: float) -> float | None:
 
 class CallInterceptor(grpc.aio.ServerInterceptor):
     """``methods``: the servicer's declarations; ``validator``: the broker's ACL (None when ``aclEnable`` is off);
-    ``signature_window_s``: how far a signed request's date may be from the broker's clock, either way."""
+    ``signature_window_s``: how far a signed request's date may be from the broker's clock, either way.
+
+    Each method's wrapped handler is built once, at its first call: a call costs its admission, no closure."""
 
     def __init__(self, methods: MethodTable, validator: AccessValidator | None,
                  signature_window_s: float = DEFAULT_SIGNATURE_WINDOW_S) -> None:
@@ -73,45 +75,46 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
         self.validator = validator
         self.signature_window_s = signature_window_s
         self.refusals = validator.refusals if validator is not None else RefusalLog(log, "gRPC endpoint refused a call")
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}  # by path: only paths the server serves
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
         if handler is None:
             return None
-        path = details.method
+        wrapped = self._handlers.get(details.method)
+        if wrapped is None:
+            wrapped = self._handlers[details.method] = self._wrap(details.method, handler)
+        return wrapped
+
+    def _wrap(self, path: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         method = path[len(_PREFIX):] if path.startswith(_PREFIX) else ""
         needs_of = self.methods.needs.get(method) if method in _RESPONSES else None
         if needs_of is None:
             return _refusing(handler, f"{path} has no declared permission")
-        try:
-            parsed: GrpcCall | pb.Status = parse_metadata(details.invocation_metadata or ())
-        except GrpcStatusError as exc:
-            parsed = status(exc.code, exc.message)
         response = _RESPONSES[method]
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(method, parsed, needs_of, response, handler.unary_unary),
-                handler.request_deserializer, handler.response_serializer)
+            return grpc.unary_unary_rpc_method_handler(self._unary(method, needs_of, response, handler.unary_unary),
+                                                       handler.request_deserializer, handler.response_serializer)
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._unary_stream(method, parsed, needs_of, response, handler.unary_stream),
+                self._unary_stream(method, needs_of, response, handler.unary_stream),
                 handler.request_deserializer, handler.response_serializer)
         if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self._telemetry(method, parsed, needs_of, handler.stream_stream),
-                handler.request_deserializer, handler.response_serializer)
+            return grpc.stream_stream_rpc_method_handler(self._telemetry(method, needs_of, handler.stream_stream),
+                                                         handler.request_deserializer, handler.response_serializer)
         return _refusing(handler, f"{path}: a client-streaming call is not served")
 
     # --- admission ---------------------------------------------------------------------------------------
 
-    def _admit(self, method: str, parsed: GrpcCall | pb.Status, needs_of: NeedsOf, request: Any,
+    def _admit(self, method: str, needs_of: NeedsOf, request: Any,
                context: grpc.aio.ServicerContext) -> GrpcCall | pb.Status:
-        """The call with its host and account, or the status that refuses it."""
+        """The call, parsed once, with its host and account; or the status that refuses it."""
         host = _host(context)
-        if isinstance(parsed, pb.Status):
-            return self._refuse(host, method, parsed.code, parsed.message)
-        call = replace(parsed, host=host)
+        try:
+            call = parse_metadata(context.invocation_metadata() or (), host)
+        except GrpcStatusError as exc:
+            return self._refuse(host, method, exc.code, exc.message)
         if self.validator is None:
             return call
         if call.signed:
@@ -147,20 +150,18 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
 
     # --- the handlers, behind admission ------------------------------------------------------------------
 
-    def _unary(self, method: str, parsed: GrpcCall | pb.Status, needs_of: NeedsOf, response: Any,
-               inner: Any) -> Any:
+    def _unary(self, method: str, needs_of: NeedsOf, response: Any, inner: Any) -> Any:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            admitted = self._admit(method, parsed, needs_of, request, context)
+            admitted = self._admit(method, needs_of, request, context)
             if isinstance(admitted, pb.Status):
                 return response(status=admitted)
             enter_call(admitted)
             return await inner(request, context)
         return call
 
-    def _unary_stream(self, method: str, parsed: GrpcCall | pb.Status, needs_of: NeedsOf, response: Any,
-                      inner: Any) -> Any:
+    def _unary_stream(self, method: str, needs_of: NeedsOf, response: Any, inner: Any) -> Any:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            admitted = self._admit(method, parsed, needs_of, request, context)
+            admitted = self._admit(method, needs_of, request, context)
             if isinstance(admitted, pb.Status):
                 yield response(status=admitted)
                 return
@@ -169,9 +170,9 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
                 yield item
         return call
 
-    def _telemetry(self, method: str, parsed: GrpcCall | pb.Status, needs_of: NeedsOf, inner: Any) -> Any:
+    def _telemetry(self, method: str, needs_of: NeedsOf, inner: Any) -> Any:
         async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            admitted = self._admit(method, parsed, needs_of, None, context)
+            admitted = self._admit(method, needs_of, None, context)
             if isinstance(admitted, pb.Status):
                 yield spb.TelemetryCommand(status=admitted)
                 return

@@ -25,7 +25,7 @@ AUTHORIZATION = "authorization"
 _SECURITY_PREFIX = "x-mq-"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GrpcCall:
     """A call's security headers, parsed once, and the account the ACL admitted it as (None with ACL off)."""
 
@@ -43,19 +43,20 @@ class GrpcCall:
         return self.account.access_key if self.account is not None else ""
 
 
-def parse_metadata(metadata: Iterable[tuple[str, Any]]) -> GrpcCall:
-    """The call's security headers; ``GrpcStatusError`` BAD_REQUEST when one is given more than once."""
-    seen: dict[str, str] = {}
-    for key, value in metadata:
-        name = str(key)
-        if name == AUTHORIZATION or name.startswith(_SECURITY_PREFIX):
-            if name in seen:
-                raise GrpcStatusError(Code.BAD_REQUEST, f"header {name} is given more than once")
-            seen[name] = str(value)
-    auth = parse_grpc_authorization(seen.get(AUTHORIZATION, ""))
-    access_key, signature = auth or ("", "")
-    return GrpcCall(client_id=seen.get(CLIENT_ID, ""), access_key=access_key, signature=signature,
-                    date_time=seen.get(GRPC_DATE_TIME, ""), signed=AUTHORIZATION in seen)
+def parse_metadata(metadata: Iterable[tuple[str, Any]], host: str) -> GrpcCall:
+    """The security headers of a call from ``host``; ``GrpcStatusError`` BAD_REQUEST when one is given more than
+    once."""
+    seen: dict[str, Any] = {}
+    for key, value in metadata:  # grpcio gives keys lowercased, as str
+        if key == AUTHORIZATION or key.startswith(_SECURITY_PREFIX):
+            if key in seen:
+                raise GrpcStatusError(Code.BAD_REQUEST, f"header {key} is given more than once")
+            seen[key] = value
+    call = GrpcCall(client_id=str(seen.get(CLIENT_ID, "")), date_time=str(seen.get(GRPC_DATE_TIME, "")), host=host)
+    if AUTHORIZATION in seen:
+        call.signed = True
+        call.access_key, call.signature = parse_grpc_authorization(str(seen[AUTHORIZATION])) or ("", "")
+    return call
 
 
 _current: contextvars.ContextVar[GrpcCall] = contextvars.ContextVar("txmq_grpc_call")

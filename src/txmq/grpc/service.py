@@ -54,7 +54,7 @@ from txmq.grpc.pop import PopService
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol import service_pb2_grpc
-from txmq.grpc.telemetry import ClientSessions
+from txmq.grpc.telemetry import ClientSessions, end_stream
 from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import GetMessageStatus
@@ -302,11 +302,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return
         try:
             session = self.sessions.get(call.owner, cid, call.host)
-            self.sessions.open_stream(session, call.host)
+            outbox = self.sessions.open_stream(session, call.host)
         except GrpcStatusError as exc:
             yield spb.TelemetryCommand(status=status(exc.code, exc.message))
             return
-        outbox = session.outbox
 
         async def read() -> None:
             try:
@@ -330,8 +329,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             except Exception:
                 log.exception("telemetry stream of %s failed", cid)
             finally:
-                with contextlib.suppress(asyncio.QueueFull):
-                    outbox.put_nowait(None)
+                end_stream(outbox)
 
         reader = asyncio.create_task(read(), name=f"telemetry {cid}")
         try:
@@ -341,7 +339,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     break
                 yield cmd
         finally:
-            self.sessions.close_stream(session)
+            self.sessions.close_stream(session, outbox)
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader

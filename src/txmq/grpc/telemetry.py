@@ -1,5 +1,6 @@
 """Clients connected over gRPC: one session per account and ``x-mq-client-id``, with the settings its Telemetry
-stream sent and an outbox for commands the broker pushes on that stream.
+stream sent and an outbox per open stream for what the broker sends on it (the answers to that stream's own
+Settings, and commands the broker pushes to the client, such as check-backs).
 
 ``GrpcCheckSender`` is the check-back's way to reach gRPC producers: a transaction's producer group is its topic
 (as with RocketMQ's proxy, where a 5.x producer registers under each topic it declares), so a check goes to a
@@ -28,6 +29,16 @@ DEFAULT_SESSIONS_PER_ACCOUNT = 256  # grpcMaxSessionsPerAccount's default
 MAX_SESSIONS = 65536  # every account's together (and every client's with ACL off)
 
 
+Outbox = asyncio.Queue[spb.TelemetryCommand | None]  # what one Telemetry stream sends; None ends the stream
+
+
+def end_stream(outbox: Outbox) -> None:
+    """End the stream that reads ``outbox``; when it is full its oldest command goes (the stream is ending)."""
+    if outbox.full():
+        outbox.get_nowait()
+    outbox.put_nowait(None)
+
+
 @dataclass(eq=False)
 class ClientSession:
     client_id: str
@@ -37,18 +48,21 @@ class ClientSession:
     group: str = ""  # consumer group (consumers)
     language: int = pb.LANGUAGE_UNSPECIFIED
     last_seen: float = field(default_factory=time.monotonic)
-    outbox: asyncio.Queue[spb.TelemetryCommand | None] = field(
-        default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
-    streams: int = 0  # open Telemetry streams of this client
+    outboxes: list[Outbox] = field(default_factory=list)  # one per open Telemetry stream of this client
+
+    @property
+    def streams(self) -> int:
+        return len(self.outboxes)
 
     def push(self, cmd: spb.TelemetryCommand) -> bool:
-        if self.streams <= 0:
-            return False
-        try:
-            self.outbox.put_nowait(cmd)
-        except asyncio.QueueFull:
-            return False
-        return True
+        """Send ``cmd`` on one of the client's streams, its newest with room."""
+        for outbox in reversed(self.outboxes):
+            try:
+                outbox.put_nowait(cmd)
+            except asyncio.QueueFull:
+                continue
+            return True
+        return False
 
 
 class ClientSessions:
@@ -83,14 +97,17 @@ class ClientSessions:
         s.last_seen = time.monotonic()
         return s
 
-    def open_stream(self, session: ClientSession, host: str) -> None:
-        """Count a Telemetry stream of ``session``; ``GrpcStatusError`` TOO_MANY_REQUESTS past the bound."""
+    def open_stream(self, session: ClientSession, host: str) -> Outbox:
+        """A new Telemetry stream of ``session``, its outbox; ``GrpcStatusError`` TOO_MANY_REQUESTS past the
+        bound."""
         self._bound(session.owner, self._streams_of[session.owner], "Telemetry streams", host)
-        session.streams += 1
+        outbox: Outbox = asyncio.Queue(OUTBOX_LIMIT)
+        session.outboxes.append(outbox)
         self._streams_of[session.owner] += 1
+        return outbox
 
-    def close_stream(self, session: ClientSession) -> None:
-        session.streams -= 1
+    def close_stream(self, session: ClientSession, outbox: Outbox) -> None:
+        session.outboxes.remove(outbox)
         session.last_seen = time.monotonic()
         _uncount(self._streams_of, session.owner)
 
@@ -108,11 +125,8 @@ class ClientSessions:
         if s is None:
             return
         _uncount(self._sessions_of, owner)
-        for _ in range(s.streams):
-            try:
-                s.outbox.put_nowait(None)
-            except asyncio.QueueFull:
-                break
+        for outbox in s.outboxes:
+            end_stream(outbox)
 
     def close_all(self) -> None:
         for owner, client_id in list(self.sessions):
