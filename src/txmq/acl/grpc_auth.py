@@ -31,6 +31,7 @@ from txmq.acl.config import PUB, Account
 from txmq.acl.permissions import Needs
 from txmq.acl.signer import GRPC_DATE_TIME, grpc_signature
 from txmq.acl.validator import AccessValidator
+from txmq.broker.config import BrokerConfig
 from txmq.grpc.call import GrpcCall, MethodTable, NeedsOf, enter_call, parse_metadata
 from txmq.grpc.convert import GrpcStatusError, status
 from txmq.grpc.protocol import definition_pb2 as pb
@@ -42,7 +43,7 @@ log = logging.getLogger("txmq.grpc")
 SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
 _PREFIX = f"/{SERVICE.full_name}/"
 _RESPONSES: dict[str, Any] = {m.name: getattr(spb, m.output_type.name) for m in SERVICE.methods}
-DEFAULT_SIGNATURE_WINDOW_S = 900  # grpcSignatureWindowSeconds's default: 15 minutes
+DEFAULT_SIGNATURE_WINDOW_S = BrokerConfig.grpc_signature_window_seconds  # 15 minutes
 _DATE_TIME = re.compile(r"[0-9]{8}T[0-9]{6}Z")  # the clients' yyyyMMdd'T'HHmmss'Z', UTC
 
 

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from txmq.broker.config import BrokerConfig
 from txmq.grpc.convert import Code, GrpcStatusError, status, to_pb_message, transaction_id
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
@@ -25,7 +26,7 @@ from txmq.remoting.refusals import RefusalLog
 log = logging.getLogger("txmq.grpc")
 
 OUTBOX_LIMIT = 1024
-DEFAULT_SESSIONS_PER_ACCOUNT = 256  # grpcMaxSessionsPerAccount's default
+DEFAULT_SESSIONS_PER_ACCOUNT = BrokerConfig.grpc_max_sessions_per_account
 MAX_SESSIONS = 65536  # every account's together (and every client's with ACL off)
 
 
