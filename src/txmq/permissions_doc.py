@@ -61,10 +61,19 @@ def specs() -> dict[str, list[RequestSpec[Any]]]:
     return {port: list(table) for port, table in tables().items()}
 
 
+def grpc_rows() -> list[str]:
+    """The gRPC endpoint's methods (``txmq.grpc.service.METHODS``), in the service's order."""
+    from txmq.acl.grpc_auth import SERVICE
+    from txmq.grpc.service import METHODS
+
+    return [f"| `{m.name}` | {_doc(METHODS.needs[m.name])} |" for m in SERVICE.methods if m.name in METHODS.needs]
+
+
 def section() -> str:
     out = [BEGIN, ""]
     for port, table in tables().items():
         out += [f"**{port}**", "", "| code | request | needs |", "|---:|---|---|", *_rows(table), ""]
+    out += ["**gRPC endpoint (8081)**", "", "| method | needs |", "|---|---|", *grpc_rows(), ""]
     return "\n".join([*out, END])
 
 

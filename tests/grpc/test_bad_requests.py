@@ -179,3 +179,12 @@ def test_other_refusals(stub, topic):
     req = spb.ReceiveMessageRequest(group=pb.Resource(name=""), message_queue=pb.MessageQueue(
         topic=pb.Resource(name=topic)))
     assert [x.status.code for x in s.ReceiveMessage(req, metadata=md, timeout=5)] == [Code.ILLEGAL_CONSUMER_GROUP]
+
+
+def test_duplicated_security_headers(stub):
+    """Two values of one security header are two readings of one call: refused, with ACL off too."""
+    s, _ = stub
+    for header in ("x-mq-client-id", "x-mq-date-time", "authorization", "x-mq-namespace"):
+        md = [("x-mq-client-id", "dup-1"), (header, "a"), (header, "b")]
+        r = s.Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER), metadata=md, timeout=5)
+        assert r.status.code == Code.BAD_REQUEST and f"header {header} is given more than once" in r.status.message

@@ -1,52 +1,49 @@
-"""ACL on the RocketMQ 5 gRPC endpoint: a server interceptor that checks each call's ``authorization`` header
-(``MQv2-HMAC-SHA1``, signed over ``x-mq-date-time``) against the broker's users and ACLs (``AuthStore``) and the
-call's resources, before the servicer sees it. Refusals are answered as RocketMQ's proxy does, in the response's
-``status`` (UNAUTHORIZED for a missing or bad credential, FORBIDDEN for a missing permission).
+"""The RocketMQ 5 gRPC endpoint's interceptor: every call passes here before the servicer sees it.
 
-Beyond RocketMQ, as on remoting: a transactional send and EndTransaction need PUB on the producer group (for a
-5.x producer, its topic); a Telemetry stream's publishing topics are kept only where the account may publish for
-that group, so check-backs reach only the group's own accounts; a client id stays with the account that used it
-first, so another account cannot read a victim's Telemetry stream by claiming its id.
+* The method must be declared (``txmq.grpc.call.MethodTable``, filled on the servicer's handlers): a method
+  without a declaration is refused (PERMISSION_DENIED), whether ACL is on or not.
+* The metadata is parsed once into a ``GrpcCall``; a security header given twice is refused (BAD_REQUEST). The
+  handler reads that same object (``current_call``), never the raw metadata.
+* With ACL on: the ``authorization`` header (``MQv2-HMAC-SHA1``, signed over ``x-mq-date-time``) against the
+  broker's users and ACLs (``AuthStore``), the date within ``grpcSignatureWindowSeconds`` of the broker's clock (a
+  signed request cannot be replayed later), and the method's declared ``Needs`` of the parsed request. Refusals are
+  answered as RocketMQ's proxy does, in the response's ``status`` (UNAUTHORIZED for a missing, bad or stale
+  credential, FORBIDDEN for a missing permission).
+
+A Telemetry stream's publishing topics are kept only where the account may publish for that group, so
+check-backs reach only the group's own accounts.
 """
 
 from __future__ import annotations
 
-import collections
 import hmac
+import logging
+import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 
 from txmq.acl.model import Action, Needs, User
-from txmq.acl.signer import GRPC_DATE_TIME, grpc_signature, parse_grpc_authorization
+from txmq.acl.signer import GRPC_DATE_TIME, grpc_signature
 from txmq.acl.validator import AccessValidator
+from txmq.broker.config import BrokerConfig
+from txmq.grpc.call import GrpcCall, MethodTable, NeedsOf, enter_call, parse_metadata
+from txmq.grpc.convert import GrpcStatusError, status
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
+from txmq.remoting.refusals import RefusalLog
 
-CLIENT_ID = "x-mq-client-id"
-_MAX_CLIENT_IDS = 65536
+log = logging.getLogger("txmq.grpc")
 
-
-def _needs(method: str, req: Any) -> Needs:
-    needs = Needs()
-    if method == "SendMessage":
-        for m in req.messages:
-            needs.topic(m.topic.name, Action.PUB)
-            if m.system_properties.message_type == pb.TRANSACTION:
-                needs.group(m.topic.name, Action.PUB)  # a 5.x transaction's producer group is its topic
-    elif method == "EndTransaction":
-        # request.topic names the producer group the transaction service checks against the half's (for a
-        # remoting half, its group rather than a topic): Pub on that group is what owning the half means
-        needs.group(req.topic.name, Action.PUB)
-    elif method == "RecallMessage":
-        needs.topic(req.topic.name, Action.PUB)
-    elif method not in ("QueryRoute", "Telemetry"):
-        group = getattr(req, "group", None)
-        needs.group(group.name if group is not None else "", Action.SUB)
-        topic = getattr(req, "topic", None) or getattr(getattr(req, "message_queue", None), "topic", None)
-        needs.topic(topic.name if topic is not None else "", Action.SUB)
-    return needs
+SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
+_PREFIX = f"/{SERVICE.full_name}/"
+_RESPONSES: dict[str, Any] = {m.name: getattr(spb, m.output_type.name) for m in SERVICE.methods}
+DEFAULT_SIGNATURE_WINDOW_S = BrokerConfig.grpc_signature_window_seconds  # 15 minutes
+_DATE_TIME = re.compile(r"[0-9]{8}T[0-9]{6}Z")  # the clients' yyyyMMdd'T'HHmmss'Z', UTC
 
 
 def _host(context: grpc.aio.ServicerContext) -> str:
@@ -55,97 +52,156 @@ def _host(context: grpc.aio.ServicerContext) -> str:
     return rest.rpartition(":")[0].strip("[]") if kind in ("ipv4", "ipv6") else peer
 
 
-class AclInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, validator: AccessValidator) -> None:
+def date_time_skew(date_time: str, now: float) -> float | None:
+    """Seconds from ``x-mq-date-time`` to ``now`` (wall clock), or None when it is not a valid date."""
+    if not _DATE_TIME.fullmatch(date_time):
+        return None
+    try:
+        signed_at = datetime.strptime(date_time, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return now - signed_at.timestamp()
+
+
+class CallInterceptor(grpc.aio.ServerInterceptor):
+    """``methods``: the servicer's declarations; ``validator``: the broker's ACL (None when ``aclEnable`` is off);
+    ``signature_window_s``: how far a signed request's date may be from the broker's clock, either way.
+
+    Each method's wrapped handler is built once, at its first call: a call costs its admission, no closure."""
+
+    def __init__(self, methods: MethodTable, validator: AccessValidator | None,
+                 signature_window_s: float = DEFAULT_SIGNATURE_WINDOW_S) -> None:
+        self.methods = methods
         self.validator = validator
-        self._owners: collections.OrderedDict[str, str] = collections.OrderedDict()  # client id -> access key
-
-    def _authorize(self, method: str, metadata: dict[str, str], host: str, request: Any) -> User | pb.Status:
-        auth = parse_grpc_authorization(metadata.get("authorization", ""))
-        access_key, signature = auth or ("", "")
-        date_time = metadata.get(GRPC_DATE_TIME, "")
-
-        def signed(user: User) -> bool:
-            expected = grpc_signature(user.key, date_time)
-            return bool(date_time) and hmac.compare_digest(signature.upper().encode(), expected.encode())
-
-        needs = _needs(method, request) if request is not None else Needs()
-        result = self.validator.identify(host, access_key, signed)
-        if isinstance(result, User):
-            result = self.validator.refusal(result, needs, host) or result
-        if isinstance(result, User):
-            result = self._claim(metadata.get(CLIENT_ID, ""), result)
-        if isinstance(result, User):
-            return result
-        reason = f"gRPC {method}: {result}"
-        self.validator.refusals.refused(host, reason)
-        code = pb.FORBIDDEN if result.startswith("AccessKey ") else pb.UNAUTHORIZED  # known account, not allowed
-        return pb.Status(code=code, message=reason)
-
-    def _claim(self, client_id: str, user: User) -> User | str:
-        if not client_id:
-            return user
-        owner = self._owners.get(client_id)
-        if owner is not None and owner != user.username:
-            return f"AccessKey {user.username}: client id {client_id} belongs to another account"
-        self._owners[client_id] = user.username
-        self._owners.move_to_end(client_id)
-        if len(self._owners) > _MAX_CLIENT_IDS:
-            self._owners.popitem(last=False)
-        return user
+        self.signature_window_s = signature_window_s
+        self.refusals = validator.refusals if validator is not None else RefusalLog(log, "gRPC endpoint refused a call")
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}  # by path: only paths the server serves
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
         if handler is None:
             return None
-        method = details.method.rpartition("/")[2]
-        metadata = {str(k): str(v) for k, v in details.invocation_metadata or ()}
-        response = spb.TelemetryCommand if method == "Telemetry" else getattr(spb, f"{method}Response")
+        wrapped = self._handlers.get(details.method)
+        if wrapped is None:
+            wrapped = self._handlers[details.method] = self._wrap(details.method, handler)
+        return wrapped
+
+    def _wrap(self, path: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        method = path[len(_PREFIX):] if path.startswith(_PREFIX) else ""
+        needs_of = self.methods.needs.get(method) if method in _RESPONSES else None
+        if needs_of is None:
+            return _refusing(handler, f"{path} has no declared permission")
+        response = _RESPONSES[method]
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(self._unary(method, metadata, response, handler.unary_unary),
+            return grpc.unary_unary_rpc_method_handler(self._unary(method, needs_of, response, handler.unary_unary),
                                                        handler.request_deserializer, handler.response_serializer)
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._unary_stream(method, metadata, response, handler.unary_stream),
+                self._unary_stream(method, needs_of, response, handler.unary_stream),
                 handler.request_deserializer, handler.response_serializer)
         if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(self._telemetry(method, metadata, handler.stream_stream),
+            return grpc.stream_stream_rpc_method_handler(self._telemetry(method, needs_of, handler.stream_stream),
                                                          handler.request_deserializer, handler.response_serializer)
-        return handler
+        return _refusing(handler, f"{path}: a client-streaming call is not served")
 
-    def _unary(self, method: str, metadata: dict[str, str], response: Any, inner: Any) -> Any:
+    # --- admission ---------------------------------------------------------------------------------------
+
+    def _admit(self, method: str, needs_of: NeedsOf, request: Any,
+               context: grpc.aio.ServicerContext) -> GrpcCall | pb.Status:
+        """The call, parsed once, with its host and account; or the status that refuses it."""
+        host = _host(context)
+        try:
+            call = parse_metadata(context.invocation_metadata() or (), host)
+        except GrpcStatusError as exc:
+            return self._refuse(host, method, exc.code, exc.message)
+        if self.validator is None:
+            return call
+        if call.signed:
+            stale = self._stale(call.date_time)
+            if stale is not None:
+                return self._refuse(host, method, pb.UNAUTHORIZED, stale)
+
+        def signed(user: User) -> bool:
+            expected = grpc_signature(user.key, call.date_time)
+            return bool(call.date_time) and hmac.compare_digest(call.signature.upper().encode(), expected.encode())
+
+        user = self.validator.identify(host, call.access_key, signed)
+        if isinstance(user, str):
+            return self._refuse(host, method, pb.UNAUTHORIZED, user)
+        why = self.validator.refusal(user, needs_of(request), host)
+        if why is not None:
+            return self._refuse(host, method, pb.FORBIDDEN, why)  # a known user, not allowed
+        return replace(call, account=user)
+
+    def _stale(self, date_time: str) -> str | None:
+        """Why a signed request's date is refused, or None. The wall clock: a date is a timestamp."""
+        skew = date_time_skew(date_time, time.time())
+        if skew is None:
+            return f"header {GRPC_DATE_TIME} {date_time[:40]!r} is not a date (yyyyMMdd'T'HHmmss'Z')"
+        if abs(skew) > self.signature_window_s:
+            when = "old" if skew > 0 else "ahead of the broker's clock"
+            return (f"header {GRPC_DATE_TIME} {date_time} is {abs(skew):.0f} s {when}, beyond "
+                    f"grpcSignatureWindowSeconds ({self.signature_window_s:g})")
+        return None
+
+    def _refuse(self, host: str, method: str, code: int, why: str) -> pb.Status:
+        reason = f"gRPC {method}: {why}"
+        self.refusals.refused(host, reason)
+        return status(code, reason)
+
+    # --- the handlers, behind admission ------------------------------------------------------------------
+
+    def _unary(self, method: str, needs_of: NeedsOf, response: Any, inner: Any) -> Any:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            allowed = self._authorize(method, metadata, _host(context), request)
-            if isinstance(allowed, pb.Status):
-                return response(status=allowed)
+            admitted = self._admit(method, needs_of, request, context)
+            if isinstance(admitted, pb.Status):
+                return response(status=admitted)
+            enter_call(admitted)
             return await inner(request, context)
         return call
 
-    def _unary_stream(self, method: str, metadata: dict[str, str], response: Any, inner: Any) -> Any:
+    def _unary_stream(self, method: str, needs_of: NeedsOf, response: Any, inner: Any) -> Any:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            allowed = self._authorize(method, metadata, _host(context), request)
-            if isinstance(allowed, pb.Status):
-                yield response(status=allowed)
+            admitted = self._admit(method, needs_of, request, context)
+            if isinstance(admitted, pb.Status):
+                yield response(status=admitted)
                 return
+            enter_call(admitted)
             async for item in inner(request, context):
                 yield item
         return call
 
-    def _telemetry(self, method: str, metadata: dict[str, str], inner: Any) -> Any:
+    def _telemetry(self, method: str, needs_of: NeedsOf, inner: Any) -> Any:
         async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            host = _host(context)
-            allowed = self._authorize(method, metadata, host, None)
-            if isinstance(allowed, pb.Status):
-                yield spb.TelemetryCommand(status=allowed)
+            admitted = self._admit(method, needs_of, None, context)
+            if isinstance(admitted, pb.Status):
+                yield spb.TelemetryCommand(status=admitted)
                 return
+            enter_call(admitted)
+            if admitted.account is not None and self.validator is not None:
+                user, store, host = admitted.account, self.validator.store, admitted.host
 
-            def may_publish_for(group: str, user: User = allowed) -> bool:
-                return self.validator.store.refusal(user, Needs().group(group, Action.PUB), host) is None
+                def may_publish_for(group: str) -> bool:
+                    return store.refusal(user, Needs().group(group, Action.PUB), host) is None
 
-            async for item in inner(_own_groups_only(requests, may_publish_for), context):
+                requests = _own_groups_only(requests, may_publish_for)
+            async for item in inner(requests, context):
                 yield item
         return call
+
+
+def _refusing(handler: grpc.RpcMethodHandler, why: str) -> grpc.RpcMethodHandler:
+    """``handler``'s kind of handler, answering PERMISSION_DENIED to every call (fail closed)."""
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+
+    make = (grpc.unary_unary_rpc_method_handler if handler.unary_unary is not None
+            else grpc.unary_stream_rpc_method_handler if handler.unary_stream is not None
+            else grpc.stream_unary_rpc_method_handler if handler.stream_unary is not None
+            else grpc.stream_stream_rpc_method_handler)
+    return make(refuse, handler.request_deserializer, handler.response_serializer)
 
 
 async def _own_groups_only(requests: AsyncIterator[Any], may_publish_for: Callable[[str], bool]) -> AsyncIterator[Any]:

@@ -39,6 +39,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "listen_port": (0, 65535), "grpc_port": (None, 65535), "ha_listen_port": (0, 65535),
     "metrics_prom_exporter_port": (0, 65535),
     "grpc_client_producer_max_attempts": (1, None),
+    "grpc_signature_window_seconds": (1, None), "grpc_max_sessions_per_account": (1, None),
     "flush_interval_commit_log": (1, None), "sync_flush_timeout": (1, None),
     "mapped_file_size_commit_log": (64 * 1024, None), "mapped_file_size_consume_queue": (20, None),
     "file_reserved_time": (0, None), "max_message_size": (1, None),
@@ -100,6 +101,11 @@ class BrokerConfig:
     grpc_port: int = 8081
     # RocketMQ proxy's key: the send attempts the gRPC edge's Settings tell RocketMQ 5 producers (1: no retries)
     grpc_client_producer_max_attempts: int = 3
+    # txmq's own, with aclEnable: how far a signed gRPC request's x-mq-date-time may be from the broker's clock,
+    # either way (older is refused as a replay), and the sessions (client ids) and Telemetry streams one account
+    # may have open at once on the gRPC endpoint
+    grpc_signature_window_seconds: int = 900
+    grpc_max_sessions_per_account: int = 256
     namesrv_addr: str = ""  # "host:port;host:port"
     broker_role: str = _Role("ASYNC_MASTER")  # type: ignore[assignment]  # ASYNC_MASTER | SYNC_MASTER | SLAVE
     store_path_root_dir: str = field(default_factory=lambda: str(Path.home() / "store"))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from txmq.broker.transaction.service import HALF_BATCH, OP_PROPERTY
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.message import MessageConst, MessageExt, MessageSysFlag
 from txmq.store import PutMessageStatus
@@ -32,6 +33,9 @@ Code = pb.Code
 # Properties the gRPC surface carries in its own fields: never copied into user_properties.
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # the delivery timestamp a DELAY message asked for (RocketMQ's name)
 _HIDDEN_PROPERTIES = MessageConst.SYSTEM_KEYS | {TIMER_DELIVER_MS}
+# Refused in a client's user_properties: those, and txmq's that only the broker sets (the account that stored a
+# half, which consumers do see and remoting's ACL refuses from senders too; a half's batch count; a transaction's op).
+_RESERVED_PROPERTIES = _HIDDEN_PROPERTIES | {MessageConst.HALF_ACCOUNT, HALF_BATCH, OP_PROPERTY}
 
 PUT_STATUS_CODES = {
     PutMessageStatus.PUT_OK: Code.OK,
@@ -254,9 +258,10 @@ def from_pb_message(m: pb.Message, body: bytes) -> tuple[str, dict[str, str]]:
     user = m.user_properties
     # By key: protobuf's map has no C ``items()`` (``Mapping.items`` in Python costs twice as much); none is commonest.
     props: dict[str, str] = {key: user[key] for key in user} if user else {}
-    if props and not _HIDDEN_PROPERTIES.isdisjoint(props):
-        key = next(k for k in props if k in _HIDDEN_PROPERTIES)
-        raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {key!r} is a system property")
+    if props and not _RESERVED_PROPERTIES.isdisjoint(props):
+        key = next(k for k in props if k in _RESERVED_PROPERTIES)
+        raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                              f"user property {key!r} is a system property (set by the broker or its own field)")
     if sp.HasField("tag"):
         if not sp.tag.strip() or "|" in sp.tag:
             raise GrpcStatusError(Code.ILLEGAL_MESSAGE_TAG, f"illegal tag {sp.tag!r}")

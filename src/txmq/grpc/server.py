@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from txmq.acl.grpc_auth import AclInterceptor
+from txmq.acl.grpc_auth import CallInterceptor
 from txmq.grpc.protocol import service_pb2_grpc
-from txmq.grpc.service import MessagingService
+from txmq.grpc.service import METHODS, MessagingService
 from txmq.grpc.telemetry import ClientSessions, GrpcCheckSender
 from txmq.remoting.tls import TlsServerConfig
 
@@ -38,7 +38,7 @@ class GrpcEndpoint:
         self.broker = broker
         self.host = host
         self.port = port
-        self.sessions = ClientSessions()
+        self.sessions = ClientSessions(broker.config.grpc_max_sessions_per_account)
         self.check_sender = GrpcCheckSender(self.sessions)
         self.service: MessagingService | None = None
         self._server: grpc.aio.Server | None = None
@@ -50,7 +50,8 @@ class GrpcEndpoint:
     async def start(self) -> None:
         limit = self.broker.config.max_message_size + _ENVELOPE
         limits = self.broker.config.server_limits
-        interceptors = [AclInterceptor(self.broker.acl)] if self.broker.acl is not None else []
+        # every call passes the one interceptor: declared methods only, headers parsed once, ACL when it is on
+        interceptors = [CallInterceptor(METHODS, self.broker.acl, self.broker.config.grpc_signature_window_seconds)]
         options = [
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
@@ -95,8 +96,7 @@ class GrpcEndpoint:
     async def stop(self, grace_s: float = 1.0) -> None:
         if self.check_sender in self.broker.check_service.senders:
             self.broker.check_service.senders.remove(self.check_sender)
-        for cid in list(self.sessions.sessions):
-            self.sessions.remove(cid)
+        self.sessions.close_all()
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None

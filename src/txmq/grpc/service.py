@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
+from txmq.acl.model import Action, Needs
 from txmq.broker.processor.pull import tags_filter
 from txmq.broker.processor.send import message_type
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import internal_refusal
 from txmq.errors import InvalidMessageError, StoreError
+from txmq.grpc.call import CLIENT_ID, MethodTable, current_call
 from txmq.grpc.convert import (
     PUT_STATUS_CODES,
     STATUS_OK,
@@ -51,7 +53,7 @@ from txmq.grpc.pop import PopService
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol import service_pb2_grpc
-from txmq.grpc.telemetry import ClientSessions
+from txmq.grpc.telemetry import ClientSessions, end_stream
 from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import GetMessageStatus
@@ -69,7 +71,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("txmq.grpc")
 
-CLIENT_ID_HEADER = "x-mq-client-id"
 DEFAULT_INVISIBLE_MS = 60_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 DEFAULT_POLL_MS = 20_000
@@ -95,11 +96,62 @@ class _Entry(Protocol):
     def status(self) -> pb.Status: ...
 
 
-def _client_id(context: grpc.aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == CLIENT_ID_HEADER:
-            return str(value)
-    return ""
+# What each method needs, declared on its handler: the interceptor (``txmq.acl.grpc_auth``) authorizes the parsed
+# request against it before the handler runs, and refuses a method that has no declaration.
+METHODS = MethodTable()
+
+
+def _route_needs(r: spb.QueryRouteRequest) -> Needs:
+    """Pub, Sub or Get on the topic (a producer, a consumer or a tool of it), as the remoting route."""
+    return Needs().topic(r.topic.name, Action.PUB, Action.SUB, Action.GET)
+
+
+def _consumer_needs(r: Any) -> Needs:
+    """Sub on the consumer group and on the topic."""
+    return Needs().group(r.group.name, Action.SUB).topic(r.topic.name, Action.SUB)
+
+
+def _queue_consumer_needs(r: Any) -> Needs:
+    """Sub on the consumer group and on the queue's topic."""
+    return Needs().group(r.group.name, Action.SUB).topic(r.message_queue.topic.name, Action.SUB)
+
+
+def _group_needs(r: Any) -> Needs:
+    """Sub on the group it names (a consumer's; a producer names none)."""
+    return Needs().group(r.group.name, Action.SUB)
+
+
+def _queue_topic_needs(r: spb.QueryOffsetRequest) -> Needs:
+    """Sub on the queue's topic."""
+    return Needs().topic(r.message_queue.topic.name, Action.SUB)
+
+
+def _end_needs(r: spb.EndTransactionRequest) -> Needs:
+    """Pub on the producer group its ``topic`` names: the transaction service checks it against the half's own
+    (a 5.x producer's group is its topic; a remoting half's, its group)."""
+    return Needs().group(r.topic.name, Action.PUB)
+
+
+def _telemetry_needs(_: object) -> Needs:
+    """Any authenticated user; the publishing topics of its settings it may not publish for as a group are left out,
+    so its session gets no check-backs for them."""
+    return Needs()
+
+
+def _recall_needs(r: spb.RecallMessageRequest) -> Needs:
+    """Pub on the topic."""
+    return Needs().topic(r.topic.name, Action.PUB)
+
+
+def _send_needs(request: spb.SendMessageRequest) -> Needs:
+    """Pub on each message's topic; a transactional one also Pub on its producer group, for a 5.x producer its
+    topic (the group ``_send_one`` gives the half)."""
+    needs = Needs()
+    for m in request.messages:
+        needs.topic(m.topic.name, Action.PUB)
+        if m.system_properties.message_type == pb.TRANSACTION:
+            needs.group(m.topic.name, Action.PUB)
+    return needs
 
 
 def _receipt_handle(text: str, topic: str) -> ReceiptHandle:
@@ -204,6 +256,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return [pb.MessageQueue(topic=pb.Resource(name=cfg.topic_name), id=q, permission=permission, broker=broker,
                                 accept_message_types=ACCEPTED_TYPES) for q in queue_ids]
 
+    # any account: RocketMQ 5.3 asks Pub or Sub on the topic, which Needs cannot say (it needs every bit named)
+    @METHODS.declare(_route_needs)
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
         try:
             cfg = self._topic(request.topic.name, create=True)
@@ -212,6 +266,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception as exc:
             return spb.QueryRouteResponse(status=_refusal(exc, "QueryRoute"))
 
+    @METHODS.declare(_consumer_needs)
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
                               context: Any) -> spb.QueryAssignmentResponse:
         try:
@@ -225,25 +280,27 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- clients -----------------------------------------------------------------------------------------
 
+    @METHODS.declare(_group_needs)
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
-        cid = _client_id(context)
-        if not cid:
-            return spb.HeartbeatResponse(status=status(Code.CLIENT_ID_REQUIRED, f"header {CLIENT_ID_HEADER} missing"))
-        s = self.sessions.get(cid)
-        if request.client_type:
-            s.client_type = request.client_type
-        if request.HasField("group") and request.group.name:
-            try:
+        call = current_call()
+        if not call.client_id:
+            return spb.HeartbeatResponse(status=status(Code.CLIENT_ID_REQUIRED, f"header {CLIENT_ID} missing"))
+        try:
+            s = self.sessions.get(call.owner, call.client_id, call.host)
+            if request.client_type:
+                s.client_type = request.client_type
+            if request.HasField("group") and request.group.name:
                 s.group = _group(request.group)
-            except GrpcStatusError as exc:
-                return spb.HeartbeatResponse(status=status(exc.code, exc.message))
+        except GrpcStatusError as exc:
+            return spb.HeartbeatResponse(status=status(exc.code, exc.message))
         return spb.HeartbeatResponse(status=status())
 
+    @METHODS.declare(_group_needs)
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
                                       context: Any) -> spb.NotifyClientTerminationResponse:
-        cid = _client_id(context)
-        if cid:
-            self.sessions.remove(cid)
+        call = current_call()
+        if call.client_id:
+            self.sessions.remove(call.owner, call.client_id)
         return spb.NotifyClientTerminationResponse(status=status())
 
     def _settings_reply(self, settings: pb.Settings) -> pb.Settings:
@@ -269,15 +326,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 exponential_backoff=pb.ExponentialBackoff(initial=duration(10), max=duration(1000), multiplier=2.0)))
         return out
 
+    # opening the stream needs a valid signature; the publishing topics of its settings are kept only where the
+    # account may publish for them as a group (``txmq.acl.grpc_auth``), so check-backs reach the group's own accounts
+    @METHODS.declare(_telemetry_needs)
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
                         context: Any) -> AsyncIterator[spb.TelemetryCommand]:
-        cid = _client_id(context)
+        call = current_call()
+        cid = call.client_id
         if not cid:
-            yield spb.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED, f"header {CLIENT_ID_HEADER} missing"))
+            yield spb.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED, f"header {CLIENT_ID} missing"))
             return
-        session = self.sessions.get(cid)
-        session.streams += 1
-        outbox = session.outbox
+        try:
+            session = self.sessions.get(call.owner, cid, call.host)
+            outbox = self.sessions.open_stream(session, call.host)
+        except GrpcStatusError as exc:
+            yield spb.TelemetryCommand(status=status(exc.code, exc.message))
+            return
 
         async def read() -> None:
             try:
@@ -301,8 +365,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             except Exception:
                 log.exception("telemetry stream of %s failed", cid)
             finally:
-                with contextlib.suppress(asyncio.QueueFull):
-                    outbox.put_nowait(None)
+                end_stream(outbox)
 
         reader = asyncio.create_task(read(), name=f"telemetry {cid}")
         try:
@@ -312,32 +375,34 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     break
                 yield cmd
         finally:
-            session.streams -= 1
-            session.last_seen = time.monotonic()
+            self.sessions.close_stream(session, outbox)
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
     # --- send --------------------------------------------------------------------------------------------
 
+    @METHODS.declare(_send_needs)
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
         if not request.messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
         born = self.born_hosts.of(context.peer() or "")
+        sender = current_call().owner
         response = spb.SendMessageResponse()
         entries = response.entries
         for m in request.messages:
             entry = entries.add()  # filled in place: no entry built apart and copied into the response
             try:
-                await self._send_one(m, born, entry)
+                await self._send_one(m, born, entry, sender)
             except Exception as exc:
                 entry.Clear()
                 entry.status.CopyFrom(_refusal(exc, "SendMessage"))
         _overall_status(response.status, entries, "messages")
         return response
 
-    async def _send_one(self, m: pb.Message, born: tuple[str, int], entry: spb.SendResultEntry) -> None:
-        """Store one message of a SendMessage and fill its ``entry``; a refusal raises (``_refusal``)."""
+    async def _send_one(self, m: pb.Message, born: tuple[str, int], entry: spb.SendResultEntry, sender: str) -> None:
+        """Store one message of a SendMessage and fill its ``entry``; a refusal raises (``_refusal``). ``sender``:
+        the account that sends it, recorded on a half as on remoting (``tx show``); "" with ACL off."""
         broker = self.broker
         cfg = self._topic(m.topic.name, create=True)
         topic = cfg.topic_name
@@ -380,6 +445,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                       "(rejectTransactionMessage=true)")
             props[MessageConst.TRANSACTION_PREPARED] = "true"
             props[MessageConst.PRODUCER_GROUP] = topic  # a 5.x producer's group is the topic (see telemetry.py)
+            if sender:
+                props[MessageConst.HALF_ACCOUNT] = sender
             if sp.HasField("orphaned_transaction_recovery_duration"):
                 secs = -(-duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
                 props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(1, secs))
@@ -417,6 +484,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- transactions ------------------------------------------------------------------------------------
 
+    # request.topic names the producer group the transaction service checks against the half's: PUB on it is
+    # what owning the half means (for a remoting half, its group rather than a topic)
+    @METHODS.declare(_end_needs)
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
         try:
             clo, half_offset = parse_transaction_id(request.transaction_id)
@@ -447,6 +517,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise GrpcStatusError(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported by txmq; use TAG")
         return tags_filter(expr.expression or "*")
 
+    @METHODS.declare(_queue_consumer_needs)
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
         try:
@@ -474,7 +545,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if not deliveries:
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
             return
-        session = self.sessions.sessions.get(_client_id(context))
+        call = current_call()
+        session = self.sessions.find(call.owner, call.client_id)
         md5 = session is not None and session.language == pb.NODE_JS
         yield spb.ReceiveMessageResponse(status=status())
         for d in deliveries:
@@ -483,6 +555,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 delivery_attempt=d.attempts, md5_digest=md5))
         yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp_ms(now_ms()))
 
+    @METHODS.declare(_consumer_needs)
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
         group = request.group.name
         results = []
@@ -500,6 +573,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         _overall_status(response.status, response.entries, "entries")
         return response
 
+    @METHODS.declare(_consumer_needs)
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
         try:
@@ -512,6 +586,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception as exc:
             return spb.ChangeInvisibleDurationResponse(status=_refusal(exc, "ChangeInvisibleDuration"))
 
+    @METHODS.declare(_consumer_needs)
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
                                               context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
         try:
@@ -529,6 +604,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise GrpcStatusError(Code.BAD_REQUEST, f"queue {mq.id} of topic {cfg.topic_name} does not exist")
         return cfg.topic_name, mq.id
 
+    @METHODS.declare(_queue_consumer_needs)
     async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
         try:
             topic, q = self._queue(request.message_queue)
@@ -539,6 +615,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception as exc:
             return spb.GetOffsetResponse(status=_refusal(exc, "GetOffset"))
 
+    @METHODS.declare(_queue_consumer_needs)
     async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Any) -> spb.UpdateOffsetResponse:
         try:
             topic, q = self._queue(request.message_queue)
@@ -553,6 +630,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception as exc:
             return spb.UpdateOffsetResponse(status=_refusal(exc, "UpdateOffset"))
 
+    @METHODS.declare(_queue_topic_needs)
     async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Any) -> spb.QueryOffsetResponse:
         try:
             topic, q = self._queue(request.message_queue)
@@ -567,6 +645,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception as exc:
             return spb.QueryOffsetResponse(status=_refusal(exc, "QueryOffset"))
 
+    @METHODS.declare(_queue_consumer_needs)
     async def PullMessage(self, request: spb.PullMessageRequest,
                           context: Any) -> AsyncIterator[spb.PullMessageResponse]:
         try:
@@ -597,9 +676,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- not served --------------------------------------------------------------------------------------
 
+    @METHODS.declare(_recall_needs)
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
         return spb.RecallMessageResponse(status=status(Code.NOT_IMPLEMENTED, "txmq does not recall messages"))
 
+    @METHODS.declare(_consumer_needs)
     async def SyncLiteSubscription(self, request: spb.SyncLiteSubscriptionRequest,
                                    context: Any) -> spb.SyncLiteSubscriptionResponse:
         return spb.SyncLiteSubscriptionResponse(status=status(Code.NOT_IMPLEMENTED, "txmq has no lite topics"))

@@ -1,5 +1,6 @@
-"""Clients connected over gRPC: one session per ``x-mq-client-id``, with the settings its Telemetry stream sent and
-an outbox for commands the broker pushes on that stream.
+"""Clients connected over gRPC: one session per account and ``x-mq-client-id``, with the settings its Telemetry
+stream sent and an outbox per open stream for what the broker sends on it (the answers to that stream's own
+Settings, and commands the broker pushes to the client, such as check-backs).
 
 ``GrpcCheckSender`` is the check-back's way to reach gRPC producers: a transaction's producer group is its topic
 (as with RocketMQ's proxy, where a 5.x producer registers under each topic it declares), so a check goes to a
@@ -12,59 +13,125 @@ import asyncio
 import itertools
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
-from txmq.grpc.convert import status, to_pb_message, transaction_id
+from txmq.broker.config import BrokerConfig
+from txmq.grpc.convert import Code, GrpcStatusError, status, to_pb_message, transaction_id
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.message import MessageConst, MessageExt
+from txmq.remoting.refusals import RefusalLog
 
 log = logging.getLogger("txmq.grpc")
 
 OUTBOX_LIMIT = 1024
+DEFAULT_SESSIONS_PER_ACCOUNT = BrokerConfig.grpc_max_sessions_per_account
+MAX_SESSIONS = 65536  # every account's together (and every client's with ACL off)
+
+
+Outbox = asyncio.Queue[spb.TelemetryCommand | None]  # what one Telemetry stream sends; None ends the stream
+
+
+def end_stream(outbox: Outbox) -> None:
+    """End the stream that reads ``outbox``; when it is full its oldest command goes (the stream is ending)."""
+    if outbox.full():
+        outbox.get_nowait()
+    outbox.put_nowait(None)
 
 
 @dataclass(eq=False)
 class ClientSession:
     client_id: str
+    owner: str = ""  # the access key that opened it ("" with ACL off)
     client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
     topics: frozenset[str] = frozenset()  # publishing topics (producers)
     group: str = ""  # consumer group (consumers)
     language: int = pb.LANGUAGE_UNSPECIFIED
     last_seen: float = field(default_factory=time.monotonic)
-    outbox: asyncio.Queue[spb.TelemetryCommand | None] = field(
-        default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
-    streams: int = 0  # open Telemetry streams of this client
+    outboxes: list[Outbox] = field(default_factory=list)  # one per open Telemetry stream of this client
+
+    @property
+    def streams(self) -> int:
+        return len(self.outboxes)
 
     def push(self, cmd: spb.TelemetryCommand) -> bool:
-        if self.streams <= 0:
-            return False
-        try:
-            self.outbox.put_nowait(cmd)
-        except asyncio.QueueFull:
-            return False
-        return True
+        """Send ``cmd`` on one of the client's streams, its newest with room."""
+        for outbox in reversed(self.outboxes):
+            try:
+                outbox.put_nowait(cmd)
+            except asyncio.QueueFull:
+                continue
+            return True
+        return False
 
 
 class ClientSessions:
-    def __init__(self) -> None:
-        self.sessions: dict[str, ClientSession] = {}
+    """Sessions by (account, client id): a client id names a session only within the account that uses it, so
+    no account reaches another's session by claiming its id, nor keeps the id from its owner by using it first.
 
-    def get(self, client_id: str) -> ClientSession:
-        s = self.sessions.get(client_id)
+    Bounded whatever clients send: ``per_account`` sessions and as many open Telemetry streams per account (with
+    ACL on; ``grpcMaxSessionsPerAccount``), ``limit`` in all. Past a bound a new session or stream is refused
+    with TOO_MANY_REQUESTS, logged once per account and host and ``RefusalLog`` period."""
+
+    def __init__(self, per_account: int = DEFAULT_SESSIONS_PER_ACCOUNT, limit: int = MAX_SESSIONS) -> None:
+        self.per_account = per_account
+        self.limit = limit
+        self.sessions: dict[tuple[str, str], ClientSession] = {}
+        self._sessions_of: Counter[str] = Counter()
+        self._streams_of: Counter[str] = Counter()
+        self.refusals = RefusalLog(log, "gRPC endpoint refused a client")
+
+    def find(self, owner: str, client_id: str) -> ClientSession | None:
+        return self.sessions.get((owner, client_id))
+
+    def get(self, owner: str, client_id: str, host: str) -> ClientSession:
+        """The session, opened when new; ``GrpcStatusError`` TOO_MANY_REQUESTS past a bound."""
+        key = (owner, client_id)
+        s = self.sessions.get(key)
         if s is None:
-            s = self.sessions[client_id] = ClientSession(client_id)
+            if len(self.sessions) >= self.limit:
+                self._refuse(host, f"{self.limit} sessions are open, the endpoint's most")
+            self._bound(owner, self._sessions_of[owner], "sessions", host)
+            s = self.sessions[key] = ClientSession(client_id, owner)
+            self._sessions_of[owner] += 1
         s.last_seen = time.monotonic()
         return s
 
-    def remove(self, client_id: str) -> None:
-        s = self.sessions.pop(client_id, None)
-        if s is not None:
-            for _ in range(s.streams):
-                try:
-                    s.outbox.put_nowait(None)
-                except asyncio.QueueFull:
-                    break
+    def open_stream(self, session: ClientSession, host: str) -> Outbox:
+        """A new Telemetry stream of ``session``, its outbox; ``GrpcStatusError`` TOO_MANY_REQUESTS past the
+        bound."""
+        self._bound(session.owner, self._streams_of[session.owner], "Telemetry streams", host)
+        outbox: Outbox = asyncio.Queue(OUTBOX_LIMIT)
+        session.outboxes.append(outbox)
+        self._streams_of[session.owner] += 1
+        return outbox
+
+    def close_stream(self, session: ClientSession, outbox: Outbox) -> None:
+        session.outboxes.remove(outbox)
+        session.last_seen = time.monotonic()
+        _uncount(self._streams_of, session.owner)
+
+    def _bound(self, owner: str, count: int, what: str, host: str) -> None:
+        if owner and count >= self.per_account:
+            self._refuse(host, f"AccessKey {owner} has {count} gRPC {what} open, the most one account may have "
+                               f"(grpcMaxSessionsPerAccount)")
+
+    def _refuse(self, host: str, reason: str) -> None:
+        self.refusals.refused(host, reason)
+        raise GrpcStatusError(Code.TOO_MANY_REQUESTS, reason)
+
+    def remove(self, owner: str, client_id: str) -> None:
+        s = self.sessions.pop((owner, client_id), None)
+        if s is None:
+            return
+        _uncount(self._sessions_of, owner)
+        for outbox in s.outboxes:
+            end_stream(outbox)
+
+    def close_all(self) -> None:
+        for owner, client_id in list(self.sessions):
+            self.remove(owner, client_id)
 
     def producers_of(self, topic: str) -> list[ClientSession]:
         return [s for s in self.sessions.values()
@@ -72,8 +139,16 @@ class ClientSessions:
 
     def scan_expired(self, expired_s: float) -> None:
         now = time.monotonic()
-        for cid in [c for c, s in self.sessions.items() if s.streams <= 0 and now - s.last_seen > expired_s]:
-            del self.sessions[cid]
+        for key in [k for k, s in self.sessions.items() if s.streams <= 0 and now - s.last_seen > expired_s]:
+            del self.sessions[key]
+            _uncount(self._sessions_of, key[0])
+
+
+def _uncount(counts: Counter[str], owner: str) -> None:
+    """One less for ``owner``, dropping it at zero (the counters hold only accounts with something open)."""
+    counts[owner] -= 1
+    if counts[owner] <= 0:
+        del counts[owner]
 
 
 class GrpcCheckSender:

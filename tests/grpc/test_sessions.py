@@ -1,0 +1,79 @@
+"""The gRPC endpoint's client sessions: one per account and client id, bounded per account and in all."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from txmq.grpc.convert import GrpcStatusError
+from txmq.grpc.protocol import definition_pb2 as pb
+from txmq.grpc.protocol import service_pb2 as spb
+from txmq.grpc.telemetry import OUTBOX_LIMIT, ClientSessions
+
+
+def test_a_client_id_names_one_session_per_account():
+    sessions = ClientSessions()
+    victim = sessions.get("victimKey", "host@1", "127.0.0.1")
+    other = sessions.get("attackKey", "host@1", "127.0.0.1")
+    assert victim is not other and sessions.get("victimKey", "host@1", "127.0.0.1") is victim
+    sessions.remove("attackKey", "host@1")
+    assert sessions.find("victimKey", "host@1") is victim and sessions.find("attackKey", "host@1") is None
+
+
+def test_sessions_and_streams_per_account_are_bounded(caplog):
+    sessions = ClientSessions(per_account=3, limit=100)
+    opened = [sessions.get("key", f"c{i}", "10.0.0.1") for i in range(3)]
+    with caplog.at_level(logging.WARNING, "txmq.grpc"):
+        for i in range(50):
+            with pytest.raises(GrpcStatusError) as refused:
+                sessions.get("key", f"more{i}", "10.0.0.1")
+            assert refused.value.code == pb.TOO_MANY_REQUESTS
+    assert len(caplog.records) == 1 and "grpcMaxSessionsPerAccount" in caplog.records[0].getMessage()
+    assert sessions.get("other", "c0", "10.0.0.1") is not None  # another account has its own bound
+    assert len(sessions.sessions) == 4
+    outboxes = [sessions.open_stream(s, "10.0.0.1") for s in opened]
+    with pytest.raises(GrpcStatusError, match="3 gRPC Telemetry streams open"):
+        sessions.open_stream(opened[0], "10.0.0.1")
+    sessions.close_stream(opened[0], outboxes[0])
+    outboxes[0] = sessions.open_stream(opened[0], "10.0.0.1")
+    # a session that ends or expires frees its place; its streams are told to end
+    sessions.remove("key", "c1")
+    assert outboxes[1].get_nowait() is None
+    sessions.get("key", "again", "10.0.0.1")
+    for s, outbox in zip(opened, outboxes, strict=True):
+        sessions.close_stream(s, outbox)
+    sessions.scan_expired(-1)
+    assert not sessions.sessions
+    sessions.get("key", "after", "10.0.0.1")
+
+
+def test_every_session_together_is_bounded_with_acl_off():
+    """With ACL off every client is the anonymous account "": only the endpoint's bound holds, and it holds."""
+    sessions = ClientSessions(per_account=3, limit=10)
+    for i in range(10):
+        sessions.get("", f"c{i}", "10.0.0.1")
+    with pytest.raises(GrpcStatusError, match="10 sessions are open"):
+        sessions.get("", "c10", "10.0.0.1")
+    with pytest.raises(GrpcStatusError):
+        sessions.get("key", "c0", "10.0.0.1")
+    sessions.remove("", "c0")
+    sessions.get("key", "c0", "10.0.0.1")
+    assert len(sessions.sessions) == 10
+
+
+def test_each_stream_has_its_own_outbox():
+    """Two streams of one client: each gets its own answers; a pushed command goes to one of them, and a full
+    outbox still ends its stream when the session does."""
+    sessions = ClientSessions()
+    session = sessions.get("key", "c", "10.0.0.1")
+    first, second = sessions.open_stream(session, "h"), sessions.open_stream(session, "h")
+    check = spb.TelemetryCommand(status=pb.Status(code=pb.OK))
+    assert session.push(check) and second.qsize() == 1 and first.empty()
+    while not second.full():
+        second.put_nowait(check)
+    assert session.push(check) and first.qsize() == 1  # the newest stream is full: the other one
+    sessions.remove("key", "c")
+    ended = [second.get_nowait() for _ in range(second.qsize())]
+    assert len(ended) == OUTBOX_LIMIT and ended[-1] is None and first.get_nowait() is check
+    assert first.get_nowait() is None
