@@ -254,7 +254,8 @@ def test_a_broken_store_refuses_the_start(tmp_path, content):
 
 def test_a_missing_store_is_empty_and_one_store_serves_one_process(tmp_path):
     store = store_at(tmp_path)
-    assert [u.username for u in store.list_users()] == ["adminKey01", "attackKey01", "billingKey01", "nobodyKey01", "orderKey01"]
+    assert [u.username for u in store.list_users()] == ["adminKey01", "attackKey01", "billingKey01", "nobodyKey01",
+                                                       "orderKey01"]
     assert not (tmp_path / "store" / "auth.json").exists()  # nothing written until a change
     with pytest.raises(AuthStoreError, match="in use by another process"):
         AuthStore(AclFile(tmp_path / "plain_acl.yml"), tmp_path / "store" / "auth.json")
