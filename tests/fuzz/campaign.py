@@ -39,7 +39,7 @@ from remoting_inputs import HALF_MARKER, Input, Pools, RemotingFuzzer, make_inpu
 from txmq import Admin, Message, Producer
 from txmq.client.pull_consumer import PullConsumer
 from txmq.client.transaction import HalfMessageRef
-from txmq.errors import TxmqError
+from txmq.errors import RemoteProtocolError, TxmqError
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.launch import ServerProcess, free_port, txmq_command
 from txmq.message import MessageConst
@@ -298,9 +298,23 @@ def _remoting_family(server: FuzzServer, rng: random.Random, figures: Figures, f
         figures.inputs[inp.kind] += 1
         answer = send_remoting(rng.choice(addrs), inp, figures)
         # `txmq tx show` (9003) is the operator's view of a transaction, body included (with ACL on, only for admin
-        # accounts and the group's own); every other answer is scanned for the half's body.
-        return b"" if inp.code == RequestCode.TXMQ_TX_SHOW else answer
+        # accounts and the group's own); every other answer is scanned for the half's body. A mutated or pipelined
+        # frame may carry it under another input's name: the codes are those the server's own decoder reads.
+        return b"" if RequestCode.TXMQ_TX_SHOW in _codes_in(inp.data) else answer
     return step
+
+
+def _codes_in(data: bytes) -> set[int]:
+    """The request codes of the whole frames in ``data``, read by the codec the server reads them with."""
+    decoder = FrameDecoder()
+    decoder.receive_data(data)
+    codes = set()
+    try:
+        while (cmd := decoder.next_command()) is not None:
+            codes.add(cmd.code)
+    except RemoteProtocolError:  # the server closes the connection here: nothing after it is answered
+        pass
+    return codes
 
 
 def _half_pools(server: FuzzServer) -> Pools:

@@ -136,7 +136,7 @@ class RequestDispatcher:
             parsed = spec.parse(cmd)
         except (RemoteProtocolError, InvalidMessageError) as exc:
             self._malformed.refused(conn.remote_address.rpartition(":")[0], f"request code {cmd.code}: {exc}")
-            return RemotingCommand.response_to(cmd, spec.malformed, remark=str(exc))
+            return RemotingCommand.response_to(cmd, spec.malformed, remark=f"bad request: {exc}")
         if gate is not None:
             refusal = gate.permit(conn, cmd, identity, spec.needs(parsed))
             if refusal is not None:
