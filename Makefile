@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py $(COMPILED) $(COMPILED_PXD)
 	@# Cython regenerates a module's C only when its .py or .pxd changed: C generated before setup.py's last edit
 	@# (its compiler directives) goes, or the build would keep the old directives.
 	@find src/txmq -name '*.c' ! -newer setup.py -delete
-	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m pip install -q -e '.[test,spark,db]'
 	@touch $(STAMP)
 
 run: $(STAMP)
