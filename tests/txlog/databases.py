@@ -1,6 +1,7 @@
 """The databases of the transaction log's tests and ``bench/txlog.py``: ``create_engine`` for a SQLite file or a
-PostgreSQL URL, and a real PostgreSQL server: Debian's ``postgresql`` binaries, ``initdb`` into a new temporary directory, ``postgres`` on a free port of 127.0.0.1 (no Unix socket),
-run as an unprivileged user when this process is root (PostgreSQL refuses to run as root), stopped by pid."""
+PostgreSQL URL, and a real PostgreSQL server: Debian's ``postgresql`` binaries, ``initdb`` into a new temporary
+directory, ``postgres`` on a free port of 127.0.0.1 (no Unix socket), run as an unprivileged user when this
+process is root (PostgreSQL refuses to run as root), stopped by pid."""
 
 from __future__ import annotations
 

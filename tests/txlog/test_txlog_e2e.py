@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conftest import new_database_url
 from databases import PostgresServer, create_engine
 from test_transactions import create_topic, scan_topic, tx_stats, wait_for
 
+from conftest import new_database_url
 from txmq import LocalTransactionState, Message, MessageExt, TransactionLog, TransactionProducer
 
 COMMIT, ROLLBACK, UNKNOWN = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK, LocalTransactionState.UNKNOWN
