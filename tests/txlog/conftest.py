@@ -3,7 +3,6 @@ SQLite file per test, and ``db_url``/``engine`` parametrized over both."""
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))  # Cluster and the transaction helpers
 
-from databases import PostgresServer, create_engine
+from databases import PostgresServer, create_engine, new_database_url
 
 DATABASES = ["sqlite", "postgresql"]
-_names = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -27,13 +25,6 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.close()
-
-
-def new_database_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if kind == "sqlite":
-        return f"sqlite:///{tmp_path / f'app{next(_names)}.db'}"
-    server: PostgresServer = request.getfixturevalue("postgres")
-    return server.create_schema(f"t{next(_names)}")
 
 
 @pytest.fixture(params=DATABASES)

@@ -6,6 +6,7 @@ process is root (PostgreSQL refuses to run as root), stopped by pid."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import pwd
 import re
@@ -29,6 +30,18 @@ def create_engine(url: str) -> Any:
     import sqlalchemy as sa
 
     return sa.create_engine(url, connect_args=SQLITE_CONNECT_ARGS if url.startswith("sqlite") else {})
+
+
+_names = itertools.count()
+
+
+def new_database_url(kind: str, tmp_path: Path, request: Any) -> str:
+    """A new empty database for a test: a SQLite file under ``tmp_path``, or a new schema on the session's
+    PostgreSQL server (the ``postgres`` fixture, started at its first use)."""
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / f'app{next(_names)}.db'}"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.create_schema(f"t{next(_names)}")
 
 
 def bin_dir() -> Path:
