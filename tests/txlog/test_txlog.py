@@ -5,8 +5,10 @@ database answers UNKNOWN (logged once), retention deletes in batches, and the ta
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -15,7 +17,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from databases import create_engine
+from databases import PostgresServer, create_engine
 
 import txmq
 from txmq import LocalTransactionState, Message, MessageConst, MessageExt, TransactionLog
@@ -144,6 +146,95 @@ def test_a_commit_the_database_refuses_is_decided_by_the_log(engine: Any, txlog:
     assert txlog.check_local_transaction(checked(tx)) == ROLLBACK
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(lines)).scalar() == 0
+
+
+COMMIT_QUERY = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # the protocol's simple query message "COMMIT", as psycopg sends it
+
+
+class LosesCommitAnswers:
+    """A TCP relay to PostgreSQL that, once armed, passes a client's COMMIT to the server and closes the
+    connection instead of relaying the server's answer: the database commits, the client never learns it."""
+
+    def __init__(self, port: int) -> None:
+        self.target = ("127.0.0.1", port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed = threading.Event()
+        self.dropped = 0
+        self.relayed: list[tuple[socket.socket, socket.socket, list[threading.Thread]]] = []
+        self.acceptor = threading.Thread(target=self._accept, daemon=True)
+        self.acceptor.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            drop = threading.Event()
+            # Each direction shuts both sockets down when it ends; ``close`` closes them once both have ended.
+            threads = [threading.Thread(target=self._up, args=(client, server, drop), daemon=True),
+                       threading.Thread(target=self._down, args=(server, client, drop), daemon=True)]
+            self.relayed.append((client, server, threads))
+            for t in threads:
+                t.start()
+
+    def _up(self, client: socket.socket, server: socket.socket, drop: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                if self.armed.is_set() and COMMIT_QUERY in data:
+                    self.armed.clear()
+                    drop.set()
+                server.sendall(data)
+        self._shut(client, server)
+
+    def _down(self, server: socket.socket, client: socket.socket, drop: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := server.recv(65536):
+                if drop.is_set():  # the server has answered the COMMIT: it committed
+                    self.dropped += 1
+                    break
+                client.sendall(data)
+        self._shut(client, server)
+
+    @staticmethod
+    def _shut(*socks: socket.socket) -> None:
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """Stop accepting, end every relayed connection, and close the sockets once their threads are done."""
+        self._shut(self.listener)
+        self.listener.close()
+        self.acceptor.join(5)
+        for client, server, threads in self.relayed:
+            self._shut(client, server)
+            for t in threads:
+                t.join(5)
+            client.close()
+            server.close()
+
+
+def test_a_commit_whose_answer_is_lost_is_decided_by_the_log(postgres: PostgresServer) -> None:
+    """The database committed but the connection died with its answer: the log finds the row and answers
+    COMMIT (answering ROLLBACK there would drop the message of a committed order)."""
+    relay = LosesCommitAnswers(postgres.port)
+    url = postgres.create_schema(f"lost{relay.port}").replace(f":{postgres.port}/", f":{relay.port}/")
+    engine = create_engine(url)
+    try:
+        ORDERS.metadata.create_all(engine)
+        with TransactionLog(engine) as log:
+            tx = create_uniq_id()
+            relay.armed.set()
+            assert log.execute_local_transaction(half(tx), insert_order("o-1")) == COMMIT
+            assert relay.dropped == 1
+            assert orders(engine) == {"o-1"} and log_rows(engine, log) == {tx: "COMMIT"}
+            assert log.check_local_transaction(checked(tx)) == COMMIT
+    finally:
+        engine.dispose()
+        relay.close()
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
