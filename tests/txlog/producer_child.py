@@ -36,7 +36,7 @@ class Announcing:
         state = self.log.execute_local_transaction(msg, arg)
         if state == LocalTransactionState.COMMIT:
             print("DB", msg.keys, flush=True)
-            time.sleep(self.rng.uniform(0.02, 0.04))
+            time.sleep(self.rng.uniform(0.04, 0.08))
         return state
 
     def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
@@ -58,7 +58,7 @@ def main(mode: str, namesrv: str, url: str, topic: str, first: str, seed: str) -
             if n % 5 == 0:
                 raise RuntimeError("out of stock")
             print("IN", n, flush=True)
-            time.sleep(rng.uniform(0.02, 0.04))
+            time.sleep(rng.uniform(0.04, 0.08))
 
         result = producer.send_message_in_transaction(Message(topic, str(n).encode(), keys=str(n)), work)
         print("END", n, result.local_transaction_state.name, flush=True)
