@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint bench clean grpc-clients system-tools etcd
+.PHONY: run test lint bench clean grpc-clients system-tools etcd postgresql
 
 # The compiled modules (setup.py's COMPILED_MODULES) and their .pxd files: editing one rebuilds it, or the stale
 # build would shadow the edited source.
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py $(COMPILED) $(COMPILED_PXD)
 	@# Cython regenerates a module's C only when its .py or .pxd changed: C generated before setup.py's last edit
 	@# (its compiler directives) goes, or the build would keep the old directives.
 	@find src/txmq -name '*.c' ! -newer setup.py -delete
-	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m pip install -q -e '.[test,spark,db]'
 	@touch $(STAMP)
 
 run: $(STAMP)
@@ -55,10 +55,16 @@ system-tools:
 etcd:
 	@command -v etcd >/dev/null || (apt-get update && apt-get install -y etcd-server)
 
+# PostgreSQL for the transaction log's tests (tests/txlog) and bench/txlog.py, from Debian, only when missing: the
+# tests run its binaries (/usr/lib/postgresql/<version>/bin) on a free port, not the packaged service.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
+
 # Two pytest processes: the Spark tests share one SparkSession, whose JVM keeps a single socket back to the
 # test process (pyspark's accumulator channel) and cannot reopen it once it breaks. They run alone, so no other
 # test's threads and sockets share a process with it. Both always run; either failing fails the target.
-test: $(STAMP) grpc-clients system-tools etcd
+test: $(STAMP) grpc-clients system-tools etcd postgresql
 	@status=0; \
 	$(PY) -m pytest -q --ignore=tests/spark || status=$$?; \
 	$(PY) -m pytest -q tests/spark || status=$$?; \

@@ -2,11 +2,12 @@
 
 Sources, each read for what it knows: the real topic ``orders`` through the txmq source (committed messages,
 with the half offset each came from and its born/store times: commit latency = store − born), the broker's
-lists of pending and discarded transactions (``Admin.tx_list``: discarded after how many checks),
-and the service's own ``tx_log`` (how it decided, checks it answered). The half, op and discard topics are
-refused by the broker to every consumer: they hold uncommitted bodies.
+lists of pending and discarded transactions (``Admin.tx_list``: discarded after how many checks), the service's
+``attempts`` (each order's scenario, its first answer, the checks it drew) and its ``orders`` table. The half, op
+and discard topics are refused by the broker to every consumer: they hold uncommitted bodies.
 
-Outcomes: committed, committed by check, rolled back, rolled back by check, discarded, pending.
+Outcomes: committed, committed by check, rolled back, rolled back by check, discarded, pending. The last line
+compares the committed messages with the committed orders: with ``TransactionLog`` they are the same orders.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ def run_audit(spark: Any, namesrv: str, db: Path, out: Path) -> dict[str, Any]:
     pending, discarded = ({t["transactionId"]: t.get("checks") or 0 for b in listed for t in b[kind]
                            if t["topic"] == "orders"} for kind in ("pending", "discarded"))
     with sqlite3.connect(db) as c:
-        attempts = c.execute("select a.order_id, a.tx_id, a.scenario, a.answer, coalesce(l.checks, 0), l.decided_by "
-                             "from attempts a left join tx_log l on l.tx_id = a.tx_id").fetchall()
+        attempts = c.execute("select order_id, tx_id, scenario, answer, checks from attempts").fetchall()
+        in_database = {r[0] for r in c.execute("select order_id from orders")}
     rows = []
-    for order_id, tx_id, scenario, answer, checks, _decided_by in attempts:
+    for order_id, tx_id, scenario, answer, checks in attempts:
         if tx_id in committed_latency:
             outcome = "committed by check" if answer != "COMMIT" else "committed"
         elif tx_id in discarded:
@@ -58,10 +59,12 @@ def run_audit(spark: Any, namesrv: str, db: Path, out: Path) -> dict[str, Any]:
                .collect())
     table = {r.outcome: {"transactions": r.transactions, "checks": int(r.checks or 0), "p50_ms": r.p50_ms,
                          "p99_ms": r.p99_ms} for r in summary}
-    text = _table(table)
+    sent = {r[0] for r in rows if r[1] in committed_latency}
+    text = _table(table) + (f"committed orders in the database: {len(in_database)}, committed order messages: "
+                            f"{len(sent)}, the same orders: {'yes' if sent == in_database else 'NO'}\n")
     (out / "audit.txt").write_text(text)
     _chart(table, [r[6] for r in rows if r[6] is not None], out / "audit.png")
-    return {"table": table, "text": text, "transactions": len(rows)}
+    return {"table": table, "text": text, "transactions": len(rows), "consistent": sent == in_database}
 
 
 def _table(table: dict[str, dict[str, Any]]) -> str:

@@ -1,131 +1,145 @@
-"""The order service: each order is a SQLite transaction (``orders`` row + ``tx_log`` row) tied to a txmq
-transactional message, as RocketMQ's transactional producer intends:
+"""The order service: each order is a database transaction (SQLite, through SQLAlchemy) tied to a txmq
+transactional message by ``txmq.TransactionLog``, which writes the transaction's log row in the same database
+transaction and answers the broker's checks from it. The service has no log table and no check code of its own.
 
-* ``execute_local_transaction`` inserts the order and its log row in one SQLite transaction and answers
-  COMMIT; a failed stock check rolls the SQLite transaction back and answers ROLLBACK;
-* some orders commit in SQLite but answer UNKNOWN ("slow" path): the broker checks back, and
-  ``check_local_transaction`` finds the ``tx_log`` row → COMMIT;
-* some crash before the SQLite commit and answer UNKNOWN: the check finds no row → ROLLBACK;
-* some stay in doubt (``tx_log.state = 'in-doubt'``): every check answers UNKNOWN until the broker discards
-  them after ``transactionCheckMax`` checks.
+Each order inserts its ``orders`` row and takes its quantity from ``stock``. Scenarios, and what becomes of each:
 
-``tx_log`` also records how the service decided and how many checks it answered, for the audit.
+* ``ok``: the database commits; COMMIT.
+* ``out-of-stock``: the stock update finds too little (laptops sell out); the work raises, the database rolls
+  back; ROLLBACK.
+* ``slow``: the work outlasts the broker's ``transactionTimeOut``; a check arrives meanwhile, waits for the
+  database transaction and answers COMMIT with it.
+* ``crash-before-commit``: the process dies with its database transaction open: the database rolls it back and
+  no END_TRANSACTION leaves; the check finds no log row, fences the id and answers ROLLBACK.
+* ``crash-after-commit``: the process dies after the database commit, before END_TRANSACTION; the check finds
+  the log row and answers COMMIT.
+
+A crash is played in this process: the work raises where the process would have died, or the commit is kept,
+and the producer then sends END_TRANSACTION with UNKNOWN, which the broker takes as no answer at all.
+``attempts`` records each order's scenario, first answer and the checks it drew, for the audit.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import sqlite3
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from txmq import LocalTransactionState, Message, MessageExt, TransactionProducer
+import sqlalchemy as sa
+
+from txmq import LocalTransactionState, Message, MessageExt, TransactionLog, TransactionProducer
 
 TOPIC = "orders"
 PRODUCTS = {"keyboard": 49.0, "monitor": 219.0, "laptop": 1299.0, "mouse": 19.0, "dock": 159.0}
-SCHEMA = """
-create table if not exists orders (order_id text primary key, product text, qty int, price real, amount real,
-                                   event_ms int);
-create table if not exists tx_log (tx_id text primary key, order_id text, state text, decided_by text,
-                                   checks int default 0, created_ms int, decided_ms int);
-create table if not exists attempts (order_id text primary key, tx_id text, scenario text, answer text,
-                                     sent_ms int);
-"""
+STOCK = {"laptop": 80}  # units; the other products are never short
+CRASHES = ("crash-before-commit", "crash-after-commit")
+
+db = sa.MetaData()
+orders = sa.Table("orders", db, sa.Column("order_id", sa.String(16), primary_key=True),
+                  sa.Column("product", sa.String(16)), sa.Column("qty", sa.Integer), sa.Column("price", sa.Float),
+                  sa.Column("amount", sa.Float), sa.Column("event_ms", sa.BigInteger))
+stock = sa.Table("stock", db, sa.Column("product", sa.String(16), primary_key=True), sa.Column("qty", sa.Integer))
+attempts = sa.Table("attempts", db, sa.Column("order_id", sa.String(16), primary_key=True),
+                    sa.Column("tx_id", sa.String(64)), sa.Column("scenario", sa.String(24)),
+                    sa.Column("answer", sa.String(8)), sa.Column("checks", sa.Integer))
 
 
-class OrderService:
-    def __init__(self, db: Path) -> None:
-        self.db = db
+class OutOfStock(Exception):
+    pass
+
+
+class ProcessDied(Exception):
+    """Where a crash-before-commit scenario's process dies: its database transaction never commits."""
+
+
+class Order:
+    """One order's local transaction: ``place(conn)`` is the work ``TransactionLog`` runs in its database
+    transaction. ``scenario`` becomes ``out-of-stock`` when the stock is short."""
+
+    def __init__(self, order: dict[str, Any], scenario: str, slow_s: float) -> None:
+        self.order = order
+        self.scenario = scenario
+        self.slow_s = slow_s
+
+    def place(self, conn: sa.Connection) -> None:
+        o = self.order
+        conn.execute(orders.insert().values(**o))
+        took = conn.execute(stock.update().where(stock.c.product == o["product"], stock.c.qty >= o["qty"])
+                            .values(qty=stock.c.qty - o["qty"])).rowcount
+        if o["product"] in STOCK and not took:
+            self.scenario = "out-of-stock"
+            raise OutOfStock(o["product"])
+        if self.scenario == "slow":
+            time.sleep(self.slow_s)
+        if self.scenario == "crash-before-commit":
+            raise ProcessDied()
+
+
+class CrashPlay:
+    """The producer's listener: ``TransactionLog`` does all the work; this plays the crashes (no END_TRANSACTION
+    decision) and counts the checks each transaction drew, for the audit."""
+
+    def __init__(self, log: TransactionLog) -> None:
+        self.log = log
+        self.checks: Counter[str] = Counter()
         self._lock = threading.Lock()
-        with self._conn() as c:
-            c.executescript(SCHEMA)
 
-    def _conn(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.db, timeout=30, isolation_level=None)
-
-    # --- TransactionListener ------------------------------------------------------------------------------
-
-    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
-        order, scenario = arg
-        tx_id = msg.transaction_id
-        now = int(time.time() * 1000)
-        with self._lock, self._conn() as c:
-            c.execute("insert into attempts values (?, ?, ?, ?, ?)",
-                      (order["order_id"], tx_id, scenario, None, now))
-            c.execute("begin")
-            try:
-                c.execute("insert into orders values (?, ?, ?, ?, ?, ?)",
-                          (order["order_id"], order["product"], order["qty"], order["price"], order["amount"],
-                           order["event_ms"]))
-                if scenario == "out-of-stock":
-                    raise RuntimeError("out of stock")
-                if scenario == "crash":
-                    c.execute("rollback")  # the process "died" before its commit: nothing in SQLite
-                    answer = LocalTransactionState.UNKNOWN
-                else:
-                    state = "in-doubt" if scenario == "in-doubt" else "committed"
-                    c.execute("insert into tx_log values (?, ?, ?, ?, 0, ?, ?)",
-                              (tx_id, order["order_id"], state, "execute" if scenario == "ok" else None, now,
-                               now if scenario == "ok" else None))
-                    c.execute("commit")
-                    answer = LocalTransactionState.COMMIT if scenario == "ok" else LocalTransactionState.UNKNOWN
-            except RuntimeError:
-                c.execute("rollback")
-                answer = LocalTransactionState.ROLLBACK
-            c.execute("update attempts set answer = ? where order_id = ?", (answer.name, order["order_id"]))
-        return answer
+    def execute_local_transaction(self, msg: Message, order: Order) -> LocalTransactionState:
+        state = self.log.execute_local_transaction(msg, order.place)
+        return LocalTransactionState.UNKNOWN if order.scenario in CRASHES else state
 
     def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
-        tx_id = msg.transaction_id
-        now = int(time.time() * 1000)
-        with self._lock, self._conn() as c:
-            row = c.execute("select state from tx_log where tx_id = ?", (tx_id,)).fetchone()
-            if row is None:
-                c.execute("insert into tx_log values (?, ?, 'rolled-back', 'check', 1, ?, ?)",
-                          (tx_id, msg.keys, now, now))
-                return LocalTransactionState.ROLLBACK
-            c.execute("update tx_log set checks = checks + 1 where tx_id = ?", (tx_id,))
-            if row[0] == "in-doubt":
-                return LocalTransactionState.UNKNOWN
-            c.execute("update tx_log set decided_by = coalesce(decided_by, 'check'), "
-                      "decided_ms = coalesce(decided_ms, ?) where tx_id = ?", (now, tx_id))
-            return LocalTransactionState.COMMIT
+        with self._lock:
+            self.checks[msg.transaction_id or ""] += 1
+        return self.log.check_local_transaction(msg)
 
 
 def scenario_of(rng: random.Random) -> str:
     r = rng.random()
-    return ("out-of-stock" if r < 0.10 else "slow" if r < 0.20 else "crash" if r < 0.25
-            else "in-doubt" if r < 0.28 else "ok")
+    return ("slow" if r < 0.01 else "crash-before-commit" if r < 0.06 else "crash-after-commit" if r < 0.11
+            else "ok")
 
 
-def run_order_service(namesrv: str, db: Path, orders: int, *, seed: int = 7, settle_s: float = 30.0) -> dict[str, int]:
-    """Send ``orders`` order events in transactions and wait until the broker has decided or discarded them
-    all (check-back needs this producer alive). Event times spread over the last ``orders // 10`` minutes."""
+def run_order_service(namesrv: str, path: Path, orders_n: int, *, seed: int = 7, settle_s: float = 30.0,
+                      slow_s: float = 3.5) -> dict[str, int]:
+    """Send ``orders_n`` order events in transactions and wait until the broker has decided them all (check-back
+    needs this producer alive). Event times spread over the last ``orders_n // 10`` minutes. ``slow_s`` must
+    outlast the broker's ``transactionTimeOut``. Returns the count of each scenario as played."""
     from txmq import Admin
 
+    engine = sa.create_engine(f"sqlite:///{path}", connect_args={"timeout": 60})
+    db.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(stock.insert(), [{"product": p, "qty": STOCK.get(p, 1_000_000)} for p in PRODUCTS])
     rng = random.Random(seed)
-    service = OrderService(db)
-    counts: dict[str, int] = {}
-    span_ms = max(1, orders // 10) * 60_000
+    span_ms = max(1, orders_n // 10) * 60_000
     start_ms = int(time.time() * 1000) - span_ms
-    with TransactionProducer("order-service", service, namesrv) as producer:
-        for i in range(orders):
+    played: list[tuple[Order, str, str]] = []
+    listener = CrashPlay(TransactionLog(engine))
+    with TransactionProducer("order-service", listener, namesrv) as producer:
+        for i in range(orders_n):
             product = rng.choice(sorted(PRODUCTS))
             qty = rng.choice([1, 1, 1, 2, 3, 5, 10])
-            order = {"order_id": f"o-{i:05d}", "product": product, "qty": qty, "price": PRODUCTS[product],
-                     "amount": round(qty * PRODUCTS[product], 2), "event_ms": start_ms + i * span_ms // orders}
-            scenario = scenario_of(rng)
-            counts[scenario] = counts.get(scenario, 0) + 1
-            msg = Message(TOPIC, json.dumps(order).encode(), tags=product, keys=order["order_id"])
-            producer.send_message_in_transaction(msg, (order, scenario))
+            o = {"order_id": f"o-{i:05d}", "product": product, "qty": qty, "price": PRODUCTS[product],
+                 "amount": round(qty * PRODUCTS[product], 2), "event_ms": start_ms + i * span_ms // orders_n}
+            order = Order(o, scenario_of(rng), slow_s)
+            msg = Message(TOPIC, json.dumps(o).encode(), tags=product, keys=o["order_id"])
+            result = producer.send_message_in_transaction(msg, order)
+            played.append((order, msg.transaction_id or "", result.local_transaction_state.name))
         deadline = time.monotonic() + settle_s
         with Admin(namesrv) as admin:
             while time.monotonic() < deadline:
-                pending = sum(b["transactions"]["pendingPerTopic"].get(TOPIC, 0) for b in admin.stats().values())
-                if not pending:
+                if not sum(b["transactions"]["pendingPerTopic"].get(TOPIC, 0) for b in admin.stats().values()):
                     break
                 time.sleep(0.5)
-    return counts
+    listener.log.close()
+    with engine.begin() as conn:
+        conn.execute(attempts.insert(), [
+            {"order_id": order.order["order_id"], "tx_id": tx_id, "scenario": order.scenario, "answer": answer,
+             "checks": listener.checks[tx_id]} for order, tx_id, answer in played])
+    engine.dispose()
+    return dict(Counter(order.scenario for order, _, _ in played))

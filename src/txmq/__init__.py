@@ -1,5 +1,7 @@
 """txmq: a transactional message broker with Apache RocketMQ's architecture."""
 
+from typing import TYPE_CHECKING, Any
+
 from txmq.client.admin import Admin
 from txmq.client.consumer import ConsumeFromWhere, ConsumeStatus, MessageModel, PushConsumer
 from txmq.client.instance import MessageQueue
@@ -24,6 +26,21 @@ from txmq.errors import (
     TxmqError,
 )
 from txmq.message import Message, MessageConst, MessageExt, MessageSysFlag
+
+if TYPE_CHECKING:
+    from txmq.client.txlog import TransactionLog
+
+
+def __getattr__(name: str) -> Any:
+    """``TransactionLog`` is imported on first use: it needs the ``db`` extra (SQLAlchemy), the rest does not."""
+    if name != "TransactionLog":
+        raise AttributeError(f"module 'txmq' has no attribute {name!r}")
+    try:
+        from txmq.client.txlog import TransactionLog
+    except ModuleNotFoundError as exc:
+        raise ImportError(f"txmq.TransactionLog needs SQLAlchemy: pip install 'txmq[db]' ({exc})") from exc
+    return TransactionLog
+
 
 __all__ = [
     "Admin",
@@ -53,6 +70,7 @@ __all__ = [
     "SendStatus",
     "StoreError",
     "TransactionListener",
+    "TransactionLog",
     "TransactionProducer",
     "TransactionSendResult",
     "TxmqError",

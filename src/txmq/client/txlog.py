@@ -1,0 +1,275 @@
+"""``TransactionLog``: a ``TransactionListener`` that keeps the producer's transaction log in the producer's own
+database, so that check-backs answer themselves and the user writes no check code.
+
+The log is one table keyed by transaction id. ``execute_local_transaction`` writes the id **first**, then runs the
+user's writes, in one database transaction: a row saying COMMIT exists if and only if that transaction committed.
+A check reads the row; when there is none it writes one saying ROLLBACK (the *fence*). A local transaction still
+in flight then either committed first (the fence fails on the key and the check reads COMMIT) or meets the fence
+on its own first write and rolls back. Either way the answer is final and every later check repeats it: a check
+answers UNKNOWN only while the database cannot be reached. docs/transactions.md has the argument, the DDL and the
+isolation each database needs.
+
+Needs the ``db`` extra (``pip install 'txmq[db]'``): SQLAlchemy, and psycopg 3 for PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+
+from txmq.client.transaction import LocalTransactionState
+from txmq.message import Message, MessageExt
+
+log = logging.getLogger("txmq.client")
+
+COMMIT, ROLLBACK, UNKNOWN = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK, LocalTransactionState.UNKNOWN
+_OUTCOMES: dict[str | None, LocalTransactionState] = {COMMIT.name: COMMIT, ROLLBACK.name: ROLLBACK}
+
+# A check can come as long as the broker keeps the half message: RocketMQ's and txmq's fileReservedTime defaults
+# to 72 h, and an operator may resume a discarded transaction until then. A week is past that with room to spare.
+DEFAULT_RETENTION = timedelta(days=7)
+
+LocalWork = Callable[[Connection], Any]
+
+
+def log_table(name: str = "txmq_transaction_log", metadata: sa.MetaData | None = None) -> sa.Table:
+    """The log table: the primary key makes a check one indexed read and is the fence's unique key; the index on
+    ``created_at_ms`` keeps retention's deletes off a full scan."""
+    return sa.Table(
+        name, metadata if metadata is not None else sa.MetaData(),
+        sa.Column("transaction_id", sa.String(128), primary_key=True),
+        sa.Column("outcome", sa.String(8), nullable=False),  # COMMIT (the local transaction) or ROLLBACK (a fence)
+        sa.Column("created_at_ms", sa.BigInteger, nullable=False),  # wall clock, epoch ms: what retention reads
+        sa.Index(f"{name}_created_at_ms", "created_at_ms"),
+    )
+
+
+class TransactionLog:
+    """A ``TransactionListener`` over a SQLAlchemy ``Engine`` (SQLite and PostgreSQL are tested).
+
+    ``arg`` of ``send_message_in_transaction`` is the local transaction's work: a callable taking the SQLAlchemy
+    ``Connection`` of the database transaction that also writes the log row (or ``None`` for no work). It
+    commits by returning and rolls back by raising. The message is committed if and only if the work commits.
+
+    ``create`` makes the table and its index when missing; pass ``False`` when migrations own the schema.
+    Rows older than ``retention`` are deleted every ``purge_interval_s`` seconds (0: never), ``purge_batch`` rows
+    per database transaction, by a daemon thread started at the first transaction or check and stopped by
+    ``close``. ``retention`` must be longer than the brokers keep half messages (``fileReservedTime``): a check of
+    a committed transaction whose row was deleted would be fenced and answered ROLLBACK."""
+
+    def __init__(self, engine: Engine, table: str = "txmq_transaction_log", *, create: bool = True,
+                 retention: timedelta = DEFAULT_RETENTION, purge_interval_s: float = 60.0,
+                 purge_batch: int = 1000) -> None:
+        if engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:"):
+            raise ValueError("an in-memory SQLite database is private to each connection, and a check runs on a "
+                             "connection of its own: use a database file")
+        if retention <= timedelta(0) or purge_interval_s < 0 or purge_batch < 1:
+            raise ValueError("retention must be positive, purge_interval_s at least 0, purge_batch at least 1")
+        self.engine = engine
+        self.table = log_table(table)
+        # Built once: a statement built per call costs more Python time than the database's insert.
+        self._insert_row = self.table.insert()
+        self._read_row = sa.select(self.table.c.outcome).where(self.table.c.transaction_id == sa.bindparam("tx"))
+        self.retention = retention
+        self.purge_interval_s = purge_interval_s
+        self.purge_batch = purge_batch
+        # A fence must wait for a local transaction in flight and then fail on its key, not on its snapshot
+        # (REPEATABLE READ and SERIALIZABLE report a serialization failure there). SQLite serializes all writers.
+        self._check_options = {} if engine.dialect.name == "sqlite" else {"isolation_level": "READ COMMITTED"}
+        self._outage = _Outage(table)
+        self._closed = threading.Event()
+        self._purger: threading.Thread | None = None
+        self._purger_lock = threading.Lock()
+        if create:
+            self._create()
+
+    def _create(self) -> None:
+        try:
+            self.table.metadata.create_all(self.engine, checkfirst=True)
+        except SQLAlchemyError:
+            # Another process of the group created it between our look and our CREATE.
+            if not sa.inspect(self.engine).has_table(self.table.name):
+                raise
+
+    # --- TransactionListener ------------------------------------------------------------------------------
+
+    def execute_local_transaction(self, msg: Message, arg: LocalWork | None) -> LocalTransactionState:
+        """The log row, then ``arg(conn)``, in one database transaction: COMMIT when it commits, ROLLBACK when
+        ``arg`` raises, a check fenced the transaction first, or the database refused. When the answer to the
+        COMMIT itself is lost, the log decides, as a check would."""
+        tx_id = _transaction_id(msg)
+        if arg is not None and not callable(arg):
+            raise TypeError(f"arg must be a callable taking a SQLAlchemy Connection, not {type(arg).__name__}")
+        self._start_purger()
+        step = "log"
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                conn.execute(self._insert_row, _row(tx_id, COMMIT))
+                step = "work"
+                if arg is not None:
+                    arg(conn)
+                step = "commit"
+        except IntegrityError as exc:
+            if step != "log":
+                return self._rolled_back(tx_id, step, exc)
+            log.info("local transaction %s was fenced by a check before it began: ROLLBACK", tx_id)
+            return ROLLBACK
+        except Exception as exc:  # the user's work, or the database, refused: nothing was committed
+            return self._rolled_back(tx_id, step, exc)
+        self._outage.up()
+        return COMMIT
+
+    def _rolled_back(self, tx_id: str, step: str, exc: Exception) -> LocalTransactionState:
+        if step == "commit":  # COMMIT was sent: refused, or its answer lost. The log knows which.
+            log.info("commit of local transaction %s failed (%s): the log decides", tx_id, _first_line(exc))
+            return self._decide(tx_id)
+        if step == "log" and isinstance(exc, SQLAlchemyError):
+            self._outage.down(exc)
+        log.info("local transaction %s rolled back: %s", tx_id, _first_line(exc))
+        return ROLLBACK
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        """COMMIT if the log holds the transaction's COMMIT row; otherwise the fence, and ROLLBACK. UNKNOWN only
+        while the database cannot be reached (logged once per outage)."""
+        self._start_purger()
+        return self._decide(_transaction_id(msg))
+
+    # --- the fence ------------------------------------------------------------------------------------------
+
+    def _decide(self, tx_id: str) -> LocalTransactionState:
+        try:
+            try:
+                state = self._read_or_fence(tx_id)
+            except DBAPIError as exc:
+                if not exc.connection_invalidated:
+                    raise
+                # A pooled connection opened before an outage fails once, and the pool is renewed: ask again.
+                state = self._read_or_fence(tx_id)
+        except SQLAlchemyError as exc:
+            self._outage.down(exc, unknown=True)
+            return UNKNOWN
+        self._outage.up()
+        return state
+
+    def _read_or_fence(self, tx_id: str) -> LocalTransactionState:
+        by_id = {"tx": tx_id}
+        with self.engine.connect().execution_options(**self._check_options) as conn:
+            outcome = conn.execute(self._read_row, by_id).scalar()
+            conn.rollback()  # the read ends here: SQLite's write lock must be taken by the fence's first statement
+            if outcome is None:
+                try:
+                    with conn.begin():
+                        conn.execute(self._insert_row, _row(tx_id, ROLLBACK))
+                    return ROLLBACK
+                except IntegrityError:  # a local transaction wrote its row first; it has ended now
+                    outcome = conn.execute(self._read_row, by_id).scalar()
+        # None: the row was there a moment ago and is gone, which only retention does: no answer is safe.
+        return _OUTCOMES.get(outcome, UNKNOWN)
+
+    # --- retention ------------------------------------------------------------------------------------------
+
+    def purge(self, now: float | None = None) -> int:
+        """Delete the rows written more than ``retention`` before ``now`` (epoch seconds, default the wall
+        clock), ``purge_batch`` rows per database transaction so that no lock is held long; stops early once
+        ``close`` is called. Returns the count."""
+        t = self.table
+        cutoff = int(((time.time() if now is None else now) - self.retention.total_seconds()) * 1000)
+        oldest = (sa.select(t.c.transaction_id).where(t.c.created_at_ms < cutoff)
+                  .order_by(t.c.created_at_ms).limit(self.purge_batch))
+        deleted = 0
+        while not self._closed.is_set():
+            with self.engine.connect() as conn:
+                ids = list(conn.execute(oldest).scalars())
+                conn.rollback()  # the read apart from the delete, as for the fence
+                if ids:
+                    with conn.begin():
+                        conn.execute(t.delete().where(t.c.transaction_id.in_(ids), t.c.created_at_ms < cutoff))
+            deleted += len(ids)
+            if len(ids) < self.purge_batch:
+                break
+        return deleted
+
+    def _start_purger(self) -> None:
+        if self._purger is not None or self.purge_interval_s == 0:
+            return
+        with self._purger_lock:
+            if self._purger is None and not self._closed.is_set():
+                self._purger = threading.Thread(target=self._purge_loop, name=f"txmq-purge-{self.table.name}",
+                                                daemon=True)
+                self._purger.start()
+
+    def _purge_loop(self) -> None:
+        while not self._closed.wait(self.purge_interval_s):
+            try:
+                deleted = self.purge()
+            except SQLAlchemyError as exc:
+                self._outage.down(exc)
+                continue
+            self._outage.up()
+            if deleted:
+                log.info("transaction log %s: %d rows older than %s deleted", self.table.name, deleted,
+                         self.retention)
+
+    def close(self) -> None:
+        """Stop the purge thread (the engine is the caller's)."""
+        self._closed.set()
+        if self._purger is not None:
+            self._purger.join()
+
+    def __enter__(self) -> TransactionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Outage:
+    """One log line when the database stops answering and one when it answers again, not one per check."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._unknown = 0
+
+    def down(self, exc: Exception, *, unknown: bool = False) -> None:
+        with self._lock:
+            self._unknown += unknown
+            if self._since is None:
+                self._since = time.monotonic()
+                log.warning("transaction log %s unreachable (%s): checks answer UNKNOWN until it answers",
+                            self.table, _first_line(exc))
+
+    def up(self) -> None:
+        if self._since is None:
+            return
+        with self._lock:
+            if self._since is not None:
+                log.warning("transaction log %s answers again after %.1f s; %d checks answered UNKNOWN meanwhile",
+                            self.table, time.monotonic() - self._since, self._unknown)
+                self._since, self._unknown = None, 0
+
+
+def _row(tx_id: str, outcome: LocalTransactionState) -> dict[str, Any]:
+    return {"transaction_id": tx_id, "outcome": outcome.name, "created_at_ms": int(time.time() * 1000)}
+
+
+def _transaction_id(msg: Message) -> str:
+    if not msg.transaction_id:
+        raise ValueError("the message has no transaction id (TransactionProducer sets it)")
+    return msg.transaction_id
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception in one line: SQLAlchemy's carry the statement and a link on lines of their own."""
+    orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    text = str(orig).strip().splitlines()
+    return f"{type(orig).__name__}: {text[0] if text else ''}"

@@ -1,0 +1,362 @@
+"""``TransactionLog`` against real databases (a SQLite file, a PostgreSQL server), without a broker: the log row
+and the work commit together, a check answers from the table and fences what it does not find, a check racing a
+local transaction in flight waits for it, a commit the database refuses is decided by the log, an unreachable
+database answers UNKNOWN (logged once), retention deletes in batches, and the table's DDL is the documented one."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import socket
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from databases import PostgresServer, create_engine
+
+import txmq
+from txmq import LocalTransactionState, Message, MessageConst, MessageExt, TransactionLog
+from txmq.client.txlog import log_table
+from txmq.launch import free_port
+from txmq.message import create_uniq_id
+
+COMMIT, ROLLBACK, UNKNOWN = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK, LocalTransactionState.UNKNOWN
+ORDERS = sa.Table("orders", sa.MetaData(), sa.Column("order_id", sa.String(32), primary_key=True))
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "transactions.md"
+
+
+def half(tx_id: str) -> Message:
+    """A message as ``execute_local_transaction`` gets it: its half is stored and it carries its id."""
+    msg = Message("orders", b"{}")
+    msg.transaction_id = tx_id
+    return msg
+
+
+def checked(tx_id: str) -> MessageExt:
+    """A half message as a check hands it over."""
+    return MessageExt("orders", b"{}", {MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: tx_id})
+
+
+def insert_order(order_id: str) -> Any:
+    return lambda conn: conn.execute(ORDERS.insert().values(order_id=order_id))
+
+
+def orders(engine: Any) -> set[str]:
+    with engine.connect() as conn:
+        return set(conn.execute(sa.select(ORDERS.c.order_id)).scalars())
+
+
+def log_rows(engine: Any, log: TransactionLog) -> dict[str, str]:
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.select(log.table.c.transaction_id, log.table.c.outcome)).all())
+
+
+@pytest.fixture
+def txlog(engine: Any) -> Any:
+    ORDERS.metadata.create_all(engine)
+    with TransactionLog(engine) as log:
+        yield log
+
+
+def test_exported_from_txmq() -> None:
+    assert "TransactionLog" in txmq.__all__ and txmq.TransactionLog is TransactionLog
+
+
+def test_a_committed_transaction_is_answered_commit(engine: Any, txlog: TransactionLog) -> None:
+    tx = create_uniq_id()
+    assert txlog.execute_local_transaction(half(tx), insert_order("o-1")) == COMMIT
+    assert orders(engine) == {"o-1"} and log_rows(engine, txlog) == {tx: "COMMIT"}
+    assert [txlog.check_local_transaction(checked(tx)) for _ in range(3)] == [COMMIT] * 3
+    assert log_rows(engine, txlog) == {tx: "COMMIT"}  # a check of a committed transaction writes nothing
+    assert txlog.execute_local_transaction(half(create_uniq_id()), None) == COMMIT  # no work: just the log row
+
+
+def test_work_that_raises_rolls_back_the_log_row_too_and_a_check_fences_it(engine: Any, txlog: TransactionLog) -> None:
+    tx = create_uniq_id()
+
+    def out_of_stock(conn: Any) -> None:
+        conn.execute(ORDERS.insert().values(order_id="o-1"))
+        raise RuntimeError("out of stock")
+
+    assert txlog.execute_local_transaction(half(tx), out_of_stock) == ROLLBACK
+    assert orders(engine) == set() and log_rows(engine, txlog) == {}
+    assert [txlog.check_local_transaction(checked(tx)) for _ in range(3)] == [ROLLBACK] * 3
+    assert log_rows(engine, txlog) == {tx: "ROLLBACK"}
+
+
+def test_a_check_before_the_local_transaction_fences_it(engine: Any, txlog: TransactionLog) -> None:
+    tx = create_uniq_id()
+    assert txlog.check_local_transaction(checked(tx)) == ROLLBACK
+    ran: list[bool] = []
+    assert txlog.execute_local_transaction(half(tx), lambda conn: ran.append(True)) == ROLLBACK
+    assert ran == [] and orders(engine) == set()  # the log row is written first: the work never ran
+    assert txlog.check_local_transaction(checked(tx)) == ROLLBACK
+
+
+@pytest.mark.parametrize("work_ends", ["commits", "raises"])
+def test_a_check_racing_a_transaction_in_flight_waits_for_its_end(engine: Any, txlog: TransactionLog,
+                                                                  work_ends: str) -> None:
+    tx = create_uniq_id()
+    inside = threading.Event()
+    ended: list[float] = []
+
+    def slow(conn: Any) -> None:
+        conn.execute(ORDERS.insert().values(order_id="o-slow"))
+        inside.set()
+        time.sleep(1.5)
+        ended.append(time.monotonic())
+        if work_ends == "raises":
+            raise RuntimeError("payment refused")
+
+    answers: list[LocalTransactionState] = []
+    t = threading.Thread(target=lambda: answers.append(txlog.execute_local_transaction(half(tx), slow)))
+    t.start()
+    try:
+        assert inside.wait(10)
+        check = txlog.check_local_transaction(checked(tx))
+        checked_at = time.monotonic()
+    finally:
+        t.join(30)
+    assert checked_at >= ended[0]  # the check waited for the local transaction instead of answering UNKNOWN
+    expected = COMMIT if work_ends == "commits" else ROLLBACK
+    assert answers == [expected] and check == expected
+    assert orders(engine) == ({"o-slow"} if expected == COMMIT else set())
+    assert log_rows(engine, txlog) == {tx: expected.name}
+
+
+def test_a_commit_the_database_refuses_is_decided_by_the_log(engine: Any, txlog: TransactionLog) -> None:
+    """A deferred foreign key fails at COMMIT, after the work returned: the log's fence decides ROLLBACK."""
+    if engine.dialect.name == "sqlite":
+        sa.event.listen(engine, "connect", lambda dbapi_conn, _: dbapi_conn.execute("pragma foreign_keys = on"))
+        engine.dispose()
+    md = sa.MetaData()
+    sa.Table("customers", md, sa.Column("id", sa.Integer, primary_key=True))
+    lines = sa.Table("order_lines", md, sa.Column("id", sa.Integer, primary_key=True),
+                     sa.Column("customer", sa.Integer, sa.ForeignKey("customers.id", deferrable=True,
+                                                                     initially="DEFERRED")))
+    md.create_all(engine)
+    tx = create_uniq_id()
+    assert txlog.execute_local_transaction(half(tx), lambda c: c.execute(lines.insert().values(customer=7))) == ROLLBACK
+    assert log_rows(engine, txlog) == {tx: "ROLLBACK"}
+    assert txlog.check_local_transaction(checked(tx)) == ROLLBACK
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(lines)).scalar() == 0
+
+
+COMMIT_QUERY = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # the protocol's simple query message "COMMIT", as psycopg sends it
+
+
+class LosesCommitAnswers:
+    """A TCP relay to PostgreSQL that, once armed, passes a client's COMMIT to the server and closes the
+    connection instead of relaying the server's answer: the database commits, the client never learns it."""
+
+    def __init__(self, port: int) -> None:
+        self.target = ("127.0.0.1", port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed = threading.Event()
+        self.dropped = 0
+        self.relayed: list[tuple[socket.socket, socket.socket, list[threading.Thread]]] = []
+        self.acceptor = threading.Thread(target=self._accept, daemon=True)
+        self.acceptor.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            drop = threading.Event()
+            # Each direction shuts both sockets down when it ends; ``close`` closes them once both have ended.
+            threads = [threading.Thread(target=self._up, args=(client, server, drop), daemon=True),
+                       threading.Thread(target=self._down, args=(server, client, drop), daemon=True)]
+            self.relayed.append((client, server, threads))
+            for t in threads:
+                t.start()
+
+    def _up(self, client: socket.socket, server: socket.socket, drop: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                if self.armed.is_set() and COMMIT_QUERY in data:
+                    self.armed.clear()
+                    drop.set()
+                server.sendall(data)
+        self._shut(client, server)
+
+    def _down(self, server: socket.socket, client: socket.socket, drop: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := server.recv(65536):
+                if drop.is_set():  # the server has answered the COMMIT: it committed
+                    self.dropped += 1
+                    break
+                client.sendall(data)
+        self._shut(client, server)
+
+    @staticmethod
+    def _shut(*socks: socket.socket) -> None:
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """Stop accepting, end every relayed connection, and close the sockets once their threads are done."""
+        self._shut(self.listener)
+        self.listener.close()
+        self.acceptor.join(5)
+        for client, server, threads in self.relayed:
+            self._shut(client, server)
+            for t in threads:
+                t.join(5)
+            client.close()
+            server.close()
+
+
+def test_a_commit_whose_answer_is_lost_is_decided_by_the_log(postgres: PostgresServer) -> None:
+    """The database committed but the connection died with its answer: the log finds the row and answers
+    COMMIT (answering ROLLBACK there would drop the message of a committed order)."""
+    relay = LosesCommitAnswers(postgres.port)
+    url = postgres.create_schema(f"lost{relay.port}").replace(f":{postgres.port}/", f":{relay.port}/")
+    engine = create_engine(url)
+    try:
+        ORDERS.metadata.create_all(engine)
+        with TransactionLog(engine) as log:
+            tx = create_uniq_id()
+            relay.armed.set()
+            assert log.execute_local_transaction(half(tx), insert_order("o-1")) == COMMIT
+            assert relay.dropped == 1
+            assert orders(engine) == {"o-1"} and log_rows(engine, log) == {tx: "COMMIT"}
+            assert log.check_local_transaction(checked(tx)) == COMMIT
+    finally:
+        engine.dispose()
+        relay.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_an_unreachable_database_answers_unknown_logged_once_per_outage(
+        kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "txmq.client")
+    missing = tmp_path / "not-yet"
+    url = (f"sqlite:///{missing / 'app.db'}" if kind == "sqlite"
+           else f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/postgres?connect_timeout=2")
+    engine = create_engine(url)
+    log = TransactionLog(engine, create=False)
+    try:
+        assert [log.check_local_transaction(checked(create_uniq_id())) for _ in range(20)] == [UNKNOWN] * 20
+        ran: list[bool] = []
+        assert log.execute_local_transaction(half(create_uniq_id()), lambda conn: ran.append(True)) == ROLLBACK
+        assert ran == []
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "unreachable" in warnings[0], warnings
+        if kind == "sqlite":  # the database comes back: the right answer, and one line saying so
+            missing.mkdir()
+            log_table().create(engine)
+            tx = create_uniq_id()
+            assert log.check_local_transaction(checked(tx)) == ROLLBACK
+            assert log.check_local_transaction(checked(tx)) == ROLLBACK
+            warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert len(warnings) == 2 and "answers again" in warnings[1] and "20 checks" in warnings[1], warnings
+    finally:
+        log.close()
+        engine.dispose()
+
+
+def count_deletes(engine: Any) -> list[str]:
+    deletes: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute",
+                    lambda conn, cursor, stmt, *a: deletes.append(stmt) if stmt.lstrip().upper().startswith("DELETE")
+                    else None)
+    return deletes
+
+
+def test_retention_deletes_old_rows_in_small_batches(engine: Any) -> None:
+    with TransactionLog(engine, retention=timedelta(days=1), purge_interval_s=0, purge_batch=2) as log:
+        txs = [create_uniq_id() for _ in range(8)]
+        for tx in txs:
+            assert log.execute_local_transaction(half(tx), None) == COMMIT
+        old = txs[:5]
+        with engine.begin() as conn:  # five rows written two days ago
+            conn.execute(log.table.update().where(log.table.c.transaction_id.in_(old))
+                         .values(created_at_ms=log.table.c.created_at_ms - 2 * 86_400_000))
+        deletes = count_deletes(engine)
+        assert log.purge() == 5
+        assert len(deletes) == 3  # 2 + 2 + 1
+        assert set(log_rows(engine, log)) == set(txs[5:])
+        assert log.purge() == 0
+        assert log.purge(now=time.time() + 86_400 + 60) == 3  # a day later the rest are old too
+
+
+def test_the_purge_thread_deletes_expired_rows_and_close_stops_it(engine: Any) -> None:
+    log = TransactionLog(engine, retention=timedelta(milliseconds=1), purge_interval_s=0.1)
+    try:
+        assert log.execute_local_transaction(half(create_uniq_id()), None) == COMMIT
+        deadline = time.monotonic() + 10
+        while log_rows(engine, log) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert log_rows(engine, log) == {}
+    finally:
+        log.close()
+    assert log._purger is not None and not log._purger.is_alive()
+
+
+def test_the_table_has_its_key_and_index_and_is_created_once(engine: Any) -> None:
+    logs = []
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            logs.append(TransactionLog(engine, "orders_txlog"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]  # processes of a group starting together
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and len(logs) == 4
+    inspector = sa.inspect(engine)
+    assert inspector.get_pk_constraint("orders_txlog")["constrained_columns"] == ["transaction_id"]
+    assert [i["column_names"] for i in inspector.get_indexes("orders_txlog")] == [["created_at_ms"]]
+    if engine.dialect.name == "sqlite":  # a check is one read of the primary key's index
+        with engine.connect() as conn:
+            plan = conn.execute(sa.text("explain query plan select outcome from orders_txlog "
+                                        "where transaction_id = 'x'")).all()
+        assert "USING INDEX" in str(plan), plan
+
+
+def test_the_documented_ddl_is_what_create_makes() -> None:
+    from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    def norm(sql: str) -> str:
+        return re.sub(r"\s+([),;])", r"\1", re.sub(r"\(\s+", "(", re.sub(r"\s+", " ", sql)))
+
+    table = log_table()
+    docs = norm(DOCS.read_text())
+    for dialect in (postgresql.dialect(), sqlite.dialect()):
+        for ddl in (CreateTable(table), *(CreateIndex(i) for i in table.indexes)):
+            statement = norm(str(ddl.compile(dialect=dialect)).strip() + ";")
+            assert statement in docs, statement
+
+
+def test_bad_uses_are_refused_with_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="in-memory SQLite"):
+        TransactionLog(sa.create_engine("sqlite://"))
+    engine = create_engine(f"sqlite:///{tmp_path / 'app.db'}")
+    try:
+        with pytest.raises(ValueError, match="retention"):
+            TransactionLog(engine, retention=timedelta(0))
+        log = TransactionLog(engine)
+        with pytest.raises(TypeError, match="callable"):
+            log.execute_local_transaction(half(create_uniq_id()), ("order", "ok"))
+        with pytest.raises(ValueError, match="transaction id"):
+            log.execute_local_transaction(Message("orders", b"{}"), None)
+        assert log_rows(engine, log) == {}
+    finally:
+        engine.dispose()
