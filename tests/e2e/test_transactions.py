@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from cluster import ALL_HOURS
 
 from txmq import (
     Admin,
@@ -478,7 +479,7 @@ def test_a_transaction_whose_half_retention_deleted_is_refused_with_the_reason(c
     transaction's half: a late END_TRANSACTION for it, either way, and `txmq tx show|resume` answer that its half
     was deleted by retention; nothing is stored, and new transactions end as before."""
     broker = cluster.start_broker("broker-a", {**TX_CONF, "mappedFileSizeCommitLog": 64 * 1024,
-                                               "fileReservedTime": 0.0003})
+                                               "fileReservedTime": 0.0003, "deleteWhen": ALL_HOURS})
     topic = "tx_retention"
     create_topic(cluster, topic, 1)
     listener = RuleListener(lambda n: COMMIT, lambda n: COMMIT)

@@ -21,6 +21,7 @@ from txmq.errors import InvalidMessageError, LocalProtocolError, RemoteProtocolE
 from txmq.message import (
     MessageConst,
     MessageExt,
+    check_born_timestamp,
     decode_batch,
     inner_message,
     properties_to_string,
@@ -215,6 +216,8 @@ class SendMessageProcessor:
                 remark=f"queueId {queue_id} is illegal: topic {h.topic} has "
                 f"{topic_config.write_queue_nums} write queues",
             )
+        if h.born_timestamp:  # 0: not given, the broker's time is taken; a batch's messages share the header's
+            check_born_timestamp(h.born_timestamp)
         born_host = peer_host(conn)
         if batch:
             entries = decode_batch(cmd.body)
