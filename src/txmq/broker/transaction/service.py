@@ -809,9 +809,11 @@ class TransactionalMessageService:
         if self.snapshot_path is None or not self.snapshot_path.exists():
             return None
         try:
+            # The snapshot keeps whole store seconds, rounded down: a first check counted from one would come up to a
+            # second before transactionTimeOut. Counted from the second after it, never early.
             now_s, timeout_s = self.now_s(), -(-self.transaction_timeout_ms // 1000)
             table, half_from, op_from = TransactionStateTable.from_snapshot(
-                self.snapshot_path.read_bytes(), lambda store_s: max(store_s + timeout_s, now_s),
+                self.snapshot_path.read_bytes(), lambda store_s: max(store_s + 1 + timeout_s, now_s),
                 lambda wall_s: self.store.clock.elapsed_of_wall(wall_s * 1000) // 1000)
         except (ValueError, IndexError, struct.error, orjson.JSONDecodeError) as exc:
             log.warning("transaction snapshot %s ignored (%s): replaying the whole half and op queues",
@@ -881,8 +883,8 @@ class TransactionalMessageService:
         timeout_s = -(-self.transaction_timeout_ms // 1000)
         for half_offset in list(self.table.pending):
             info = self.table.info(half_offset)
-            if info is not None:
-                self.table.schedule(half_offset, max(now, info.store_time_s + timeout_s))
+            if info is not None:  # from the second after its (rounded down) store second: never early
+                self.table.schedule(half_offset, max(now, info.store_time_s + 1 + timeout_s))
         self.table.recovered = set(self.table.pending) | set(self.table.discarded)
         log.warning("taking over %d pending transactions for check-back", len(self.table.pending))
         return len(self.table.pending)
