@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from tx_helpers import Sender, half, open_service
 
 from elapsed import advance, wall_step
@@ -16,6 +17,8 @@ from txmq.broker.transaction.check_service import TransactionalMessageCheckServi
 from txmq.broker.transaction.state import Outcome
 from txmq.message import MessageConst, MessageExt
 from txmq.store import DefaultMessageStore, StoreConfig
+
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
 
 class Nobody:

@@ -21,6 +21,8 @@ from txmq.remoting.codes import ResponseCode
 from txmq.store import DefaultMessageStore
 from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
+
 SEGMENT = 16 * 1024  # about 60 records a segment: retention has whole segments to delete
 TRIMMED = "transaction table trimmed"
 

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from tx_helpers import Sender, end, half, later, lose_op_records, open_service
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
@@ -16,6 +17,8 @@ from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
 from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
+
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
 
 def test_commit_racing_a_discard_wins_and_resume_cannot_commit_twice(tmp_path):

@@ -16,6 +16,8 @@ from txmq.message import MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
 
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
+
 
 def _table() -> TransactionStateTable:
     t = TransactionStateTable()

@@ -66,6 +66,7 @@ class Faked:
     def restart(self, how: str) -> None:
         """Stop the broker (``TERM``: SIGTERM, a clean stop; ``KILL``: SIGKILL) and start it again."""
         assert self.broker is not None
+        self.pids.add(self.broker.pid or 0)
         (self.broker.stop if how == "TERM" else self.broker.kill)()
         self.broker.start()
         self.pids.add(self.broker.pid or 0)
@@ -94,7 +95,7 @@ class Faked:
                 if stream is not None:
                     stream.close()
         self.cluster.close()
-        forget(self.pids)
+        forget(self.pids | {p.pid for p in self.cluster.procs if p.pid})
 
 
 class Driver:

@@ -97,7 +97,8 @@ class Round:
 class Probe:
     """The clients of one broker (remoting through the name server, gRPC straight to the broker)."""
 
-    def __init__(self, namesrv: str, grpc_addr: str, tag: str) -> None:
+    def __init__(self, namesrv: str, grpc_addr: str | None, tag: str) -> None:
+        """``grpc_addr`` None: no gRPC consumer (a round then receives nothing over gRPC)."""
         self.tag = tag
         self.tx_topic, self.delay_topic, self.grpc_topic = f"{tag}_tx", f"{tag}_delay", f"{tag}_grpc"
         self.checks = _Checks()
@@ -110,8 +111,8 @@ class Probe:
         self.consumer.subscribe(self.delay_topic, "*")
         self.consumer.register_listener(self.arrivals)
         self.consumer.start()
-        self.channel = grpc.insecure_channel(grpc_addr)
-        self.stub = MessagingServiceStub(self.channel)
+        self.channel = grpc.insecure_channel(grpc_addr) if grpc_addr else None
+        self.stub = MessagingServiceStub(self.channel) if self.channel else None
         self.md = [("x-mq-client-id", f"clock-{uuid.uuid4().hex[:8]}")]
         self.acked: dict[str, float] = {}  # gRPC message id -> when acked
         self.grpc_seen: dict[str, list[float]] = defaultdict(list)  # message id -> when each receive got it
@@ -121,11 +122,14 @@ class Probe:
         self.consumer.shutdown()
         self.tx.shutdown()
         self.plain.shutdown()
-        self.channel.close()
+        if self.channel is not None:
+            self.channel.close()
 
     # --- sending -----------------------------------------------------------------------------------------
 
     def start_round(self, name: str, transactions: int = 2, delayed: int = 2, grpc_messages: int = 2) -> Round:
+        if self.stub is None:
+            grpc_messages = 0
         r = Round(name)
         self.rounds.append(r)
         for i in range(transactions):
@@ -152,6 +156,9 @@ class Probe:
         return r
 
     def _receive(self, poll_ms: int = 300) -> list[tuple[str, str, str]]:
+        if self.stub is None:
+            time.sleep(poll_ms / 1000)
+            return []
         req = spb.ReceiveMessageRequest(
             group=pb.Resource(name=f"g_{self.tag}"),
             message_queue=pb.MessageQueue(topic=pb.Resource(name=self.grpc_topic), id=-1),
@@ -209,6 +216,7 @@ class Probe:
         self._judge(r, tx, delayed)
 
     def _ack(self, msg_id: str, handle: str) -> None:
+        assert self.stub is not None
         entry = spb.AckMessageEntry(message_id=msg_id, receipt_handle=handle)
         resp = self.stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name=f"g_{self.tag}"),
                                                           topic=pb.Resource(name=self.grpc_topic), entries=[entry]),

@@ -246,6 +246,7 @@ def test_seed_example_3000_transactions(cluster):
 # --- END_TRANSACTION: duplicates and conflicts, also after restarts --------------------------------------
 
 
+@pytest.mark.dated
 @pytest.mark.parametrize("restart", ["SIGTERM", "SIGKILL"])
 def test_duplicate_and_conflicting_end_transaction(cluster, restart):
     broker = cluster.start_broker("broker-a", TX_CONF)
@@ -317,6 +318,7 @@ class Switchable:
         return self.state
 
 
+@pytest.mark.dated
 def test_never_decided_is_discarded_listed_and_resumed(cluster):
     cluster.start_broker("broker-a", TX_CONF)
     topic = "tx_never"
@@ -512,6 +514,7 @@ def test_a_transaction_whose_half_retention_deleted_is_refused_with_the_reason(c
 # --- invisibility ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.dated
 def test_half_messages_are_never_visible(cluster):
     broker = cluster.start_broker("broker-a", TX_CONF)
     topic = "tx_hidden"

@@ -20,6 +20,8 @@ from txmq.message import decode_message
 from txmq.store import DefaultMessageStore
 from txmq.store.config import delete_hours
 
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
+
 HOUR_MS = 3600 * 1000
 
 

@@ -25,6 +25,8 @@ from txmq.store import (
     PutMessageStatus,
 )
 
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
+
 
 def test_all_names_are_exported():
     for name in txmq.store.__all__:
