@@ -56,5 +56,8 @@ def test_steps_and_a_failover_in_controller_mode(faked: Faked, group: FailoverGr
         with Admin(faked.namesrv) as admin:
             tx = next(iter(admin.stats().values()))["transactions"]
         assert (tx["discards"], tx["orphans"]) == (0, 0), tx
+        kinds = probe.timings_since()
+        print("\ncontroller mode: " + ", ".join(f"{k} {min(v):.2f}-{max(v):.2f} s (n={len(v)})"
+                                                 for k, v in kinds.items() if v))
     finally:
         probe.close()
