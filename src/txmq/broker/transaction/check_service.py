@@ -106,7 +106,9 @@ class TransactionalMessageCheckService:
             if info.checks >= self.check_max:
                 await self.service.discard(half, half_offset, info.checks, f"transactionCheckMax={self.check_max}")
                 continue
-            if now - info.store_time_s > reserved_s:
+            # Ages from the second after the (rounded down) store second: never older than it is.
+            stored_s = info.store_time_s + 1
+            if now - stored_s > reserved_s:
                 await self.service.discard(half, half_offset, info.checks, "older than fileReservedTime")
                 continue
             checks = info.checks + 1
@@ -115,7 +117,7 @@ class TransactionalMessageCheckService:
                 table.count_check(half_offset)
                 self.service.metrics.group(info.group).checks += 1
                 sent.append(half_offset)
-            elif (now_f - info.store_time_s) * 1000 >= self.service.orphan_after_ms:
+            elif (now_f - stored_s) * 1000 >= self.service.orphan_after_ms:
                 # Checked before or not: with no producer left, its count would never grow to transactionCheckMax.
                 self.service.metrics.orphans += 1
                 await self.service.discard(half, half_offset, info.checks, f"no producer of group {info.group} "
