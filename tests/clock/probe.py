@@ -70,17 +70,20 @@ class _Checks:
 
 
 class _Arrivals:
-    """A push listener: the times each body arrived."""
+    """A push listener: the times each body arrived, and how far its store timestamp was from this process's wall
+    clock then (seconds; the broker's fake clock is that plus its offset)."""
 
     def __init__(self) -> None:
         self.at: dict[str, list[float]] = defaultdict(list)
+        self.stamp_ahead: dict[str, float] = {}
         self.lock = threading.Lock()
 
     def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         with self.lock:
             for m in msgs:
                 self.at[m.body.decode()].append(now)
+                self.stamp_ahead[m.body.decode()] = m.store_timestamp / 1000 - wall
         return ConsumeStatus.SUCCESS
 
 
