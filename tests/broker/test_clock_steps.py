@@ -124,3 +124,26 @@ def test_a_delayed_message_is_due_its_delay_after_it_was_stored_whatever_the_wal
             assert store.get_max_offset_in_queue("orders", 0) == 1
 
     asyncio.run(go())
+
+
+def test_a_lost_clock_file_stalls_no_transaction_of_the_snapshot(tmp_path: Path) -> None:
+    """The store's clock file deleted (an operator, a restore without it): the account starts again at 0, and a
+    snapshot's store seconds from the old account, far past it, are taken as now: checked once their timeout
+    passes, not when the new account reaches the old one."""
+    snap = tmp_path / "state.snapshot"
+
+    async def go() -> None:
+        store, service = await open_service(tmp_path / "store", snap)
+        advance(store, 5000)
+        await half(service, 1)
+        assert service.snapshot()
+        await store.shutdown()
+        (tmp_path / "store" / "clock").unlink()
+        store, service = await open_service(tmp_path / "store", snap)
+        checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=500)
+        checker.senders.append(sender := Sender())
+        advance(store, 2.1)
+        assert await checker.check_pass() == 1 and sender.sent
+        await store.shutdown()
+
+    asyncio.run(go())

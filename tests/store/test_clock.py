@@ -200,11 +200,14 @@ def test_the_clock_file_is_written_atomically_and_a_damaged_one_starts_the_accou
             await _put(store, 2)
         saved = json.loads((root / "clock").read_bytes())
         assert saved["version"] == 1 and saved["anchors"] and saved["elapsed_ms"] >= 0
-        (root / "clock").write_bytes(b"{not json")
-        store = DefaultMessageStore(make_config(root))
-        assert "unreadable" in caplog.text
-        assert store.clock.anchors[0][0] == 0
-        await store.shutdown()
+        for damage in (b"{not json", b'{"version": 1}', b'{"version": 1, "elapsed_ms": 1, "monotonic_ns": 1, '
+                       b'"anchors": [[0, "x"]]}'):
+            (root / "clock").write_bytes(damage)
+            caplog.clear()
+            store = DefaultMessageStore(make_config(root))
+            assert "unreadable" in caplog.text
+            assert store.clock.anchors[0][0] == 0 and len(store.clock.anchors) == 1
+            await store.shutdown()
         assert not [n for n in os.listdir(root) if n.startswith(".clock")]
 
     run(main)

@@ -73,34 +73,29 @@ class StoreClock:
         self._since: list[int | None] = []
         self._last_arrival_anchor = -ARRIVAL_ANCHOR_EVERY_MS
         self.downtime_note = ""
-        saved = self._load()
         now_mono = self.monotonic_ns()
-        elapsed = 0
-        if saved is not None:
+        self._base_mono = now_mono
+        self._base_elapsed_ms = 0
+        try:
+            saved = json.loads(self.path.read_bytes())
+            if not isinstance(saved, dict) or saved.get("version") != VERSION:
+                raise ValueError("an unknown layout")
             elapsed = int(saved["elapsed_ms"])
             away_ns = now_mono - int(saved["monotonic_ns"])
-            if saved.get("boot") == boot_id() and boot_id() and away_ns >= 0:
-                elapsed += away_ns // 1_000_000
-                self.downtime_note = f"{away_ns / 1e9:.1f} s since its last save counted on the monotonic clock"
-            else:
-                self.downtime_note = "after a reboot: the time the broker was down is not counted"
             for offset, skew, since in saved["anchors"]:
                 self._append(int(offset), int(skew), None if since is None else int(since))
-        self._base_mono = now_mono
-        self._base_elapsed_ms = elapsed
-
-    def _load(self) -> dict | None:
-        try:
-            data = json.loads(self.path.read_bytes())
         except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
+            return
+        except (OSError, ValueError, TypeError, KeyError) as exc:
             log.error("store clock file %s unreadable (%s): the elapsed-time account starts again", self.path, exc)
-            return None
-        if not isinstance(data, dict) or data.get("version") != VERSION:
-            log.error("store clock file %s has an unknown layout: the elapsed-time account starts again", self.path)
-            return None
-        return data
+            del self._offsets[:], self._skews[:], self._since[:]
+            return
+        if saved.get("boot") == boot_id() and boot_id() and away_ns >= 0:
+            elapsed += away_ns // 1_000_000
+            self.downtime_note = f"{away_ns / 1e9:.1f} s since its last save counted on the monotonic clock"
+        else:
+            self.downtime_note = "after a reboot: the time the broker was down is not counted"
+        self._base_elapsed_ms = elapsed
 
     # --- readings ---------------------------------------------------------------------------------------
 

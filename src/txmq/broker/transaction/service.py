@@ -814,7 +814,7 @@ class TransactionalMessageService:
             now_s, timeout_s = self.now_s(), -(-self.transaction_timeout_ms // 1000)
             table, half_from, op_from = TransactionStateTable.from_snapshot(
                 self.snapshot_path.read_bytes(), lambda store_s: max(store_s + 1 + timeout_s, now_s),
-                lambda wall_s: self.store.clock.elapsed_of_wall(wall_s * 1000) // 1000)
+                lambda wall_s: self.store.clock.elapsed_of_wall(wall_s * 1000) // 1000, now_s)
         except (ValueError, IndexError, struct.error, orjson.JSONDecodeError) as exc:
             log.warning("transaction snapshot %s ignored (%s): replaying the whole half and op queues",
                         self.snapshot_path, exc)

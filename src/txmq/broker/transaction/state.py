@@ -336,10 +336,11 @@ class TransactionStateTable:
         return body + struct.pack(">I", zlib.crc32(body))
 
     @classmethod
-    def from_snapshot(cls, data: bytes, first_check_s: Callable[[int], int],
-                      wall_to_elapsed_s: Callable[[int], int]) -> tuple[TransactionStateTable, int, int]:
+    def from_snapshot(cls, data: bytes, first_check_s: Callable[[int], int], wall_to_elapsed_s: Callable[[int], int],
+                      now_s: int | None = None) -> tuple[TransactionStateTable, int, int]:
         """(table, half_covered, op_covered); pending transactions are scheduled at ``first_check_s(store
-        second)``, an older layout's wall-clock store seconds first converted by ``wall_to_elapsed_s``. Raises
+        second)``, an older layout's wall-clock store seconds first converted by ``wall_to_elapsed_s``; a store
+        second past ``now_s`` (an account that started again, its file lost) is taken as ``now_s``. Raises
         ``ValueError`` for anything but a whole, intact snapshot."""
         if len(data) < cls._SNAP_HEAD_V1.size + 4 or zlib.crc32(data[:-4]) != struct.unpack(">I", data[-4:])[0]:
             raise ValueError("transaction snapshot is truncated or its CRC does not match")
@@ -368,6 +369,8 @@ class TransactionStateTable:
         for _ in range(struct.unpack(">I", chunk(4))[0]):
             half_offset, store_s, checks, topic, group = row.unpack(chunk(row.size))
             store_s = convert(store_s)
+            if now_s is not None and store_s > now_s:
+                store_s = now_s
             table.add_pending(half_offset, names[topic], names[group], store_s, first_check_s(store_s), checks)
         for _ in range(struct.unpack(">I", chunk(4))[0]):
             half_offset, checks = cls._SNAP_DISCARDED.unpack(chunk(cls._SNAP_DISCARDED.size))
