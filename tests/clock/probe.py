@@ -266,8 +266,8 @@ class Probe:
 
     def timings_since(self, first_round: int = 0) -> dict[str, list[float]]:
         """Per kind, how long after sending each came back (first checks, delayed deliveries) and how long after
-        a receive a gRPC message was received again, in the rounds from ``first_round`` on: the figures of
-        docs/reliability.md."""
+        its first receive was asked for a gRPC message was received again, in the rounds from ``first_round`` on:
+        the figures of docs/reliability.md."""
         out: dict[str, list[float]] = {"first check": [], "delayed": [], "grpc again": []}
         for r in self.rounds[first_round:]:
             for b, sent in r.sent.items():
@@ -276,8 +276,8 @@ class Probe:
                 elif "-delay-" in b and self.arrivals.at[b]:
                     out["delayed"].append(self.arrivals.at[b][0] - sent)
             if r.no_earlier:
-                for m in r.received:
+                for m, asked in r.received.items():
                     seen = self.grpc_seen[m]
                     if len(seen) >= 2:
-                        out["grpc again"].append(seen[1] - seen[0])
+                        out["grpc again"].append(seen[1] - asked)
         return out
