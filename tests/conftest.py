@@ -3,7 +3,12 @@ from all."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -11,3 +16,25 @@ sys.path.insert(0, str(Path(__file__).parent))
 from compiled import install_source_first
 
 install_source_first()  # TXMQ_INTERPRETED=1: the compiled modules from their .py files (tests/compiled.py)
+
+
+def _sleep(seconds: float) -> None:
+    """``time.sleep`` for a run under libfaketime (``make test``'s dated run): with FAKETIME_DONT_FAKE_MONOTONIC=1
+    (a faked monotonic clock hangs ``threading.Event.wait``), CPython 3.11's ``time.sleep`` fails with EINVAL
+    under libfaketime 0.9.10 (its ``clock_nanosleep`` on an absolute CLOCK_MONOTONIC deadline); a wait on an
+    event that is never set sleeps the same, on the real monotonic clock."""
+    if seconds < 0:
+        raise ValueError("sleep length must be non-negative")
+    threading.Event().wait(seconds)
+
+
+def _forget_faketime_files() -> None:
+    """libfaketime leaves an 8-byte shared-memory file and a semaphore named by the process that made them."""
+    for name in (f"faketime_shm_{os.getpid()}", f"sem.faketime_sem_{os.getpid()}"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"/dev/shm/{name}")
+
+
+if "faketime" in os.environ.get("LD_PRELOAD", ""):
+    time.sleep = _sleep
+    atexit.register(_forget_faketime_files)

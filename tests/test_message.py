@@ -21,6 +21,8 @@ from txmq.message import (
     string_to_properties,
 )
 
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
+
 
 def _msg(**kw) -> MessageExt:
     m = MessageExt("orders", b"hello", {"TAGS": "TagA", "KEYS": "k1 k2", "x": "y"}, queue_id=3, **kw)

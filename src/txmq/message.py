@@ -348,6 +348,20 @@ def _topic_part(topic: str) -> bytes:
     return part
 
 
+# The born timestamps a broker takes (ms since the epoch, UTC): 2000-01-01 to 2200-01-01, exclusive. Beyond, the
+# producer's clock or its message is broken, and tools would have to print a date no calendar library holds.
+BORN_TIMESTAMP_MIN = 946_684_800_000
+BORN_TIMESTAMP_MAX = 7_258_118_400_000
+
+
+def check_born_timestamp(ms: int) -> None:
+    """``InvalidMessageError`` for a born timestamp outside the years 2000 to 2199: refused at the door (a send's
+    answer says why), never stored."""
+    if not BORN_TIMESTAMP_MIN <= ms < BORN_TIMESTAMP_MAX:
+        raise InvalidMessageError(f"born timestamp {ms} is not between 2000-01-01 and 2200-01-01 (milliseconds since "
+                                  "the epoch, UTC): is the producer's clock right?")
+
+
 def inner_message(topic: str, body: bytes, properties: dict[str, str], flag: int, queue_id: int, sys_flag: int,
                   born_timestamp: int, born_host: tuple[str, int], store_host: tuple[str, int],
                   reconsume_times: int) -> MessageExt:

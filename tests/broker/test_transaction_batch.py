@@ -147,7 +147,7 @@ def test_a_batch_whose_put_fails_leaves_its_commits_pending(tmp_path, how):
         assert service.table.info(tx[1][0]).checks == 1  # as it was, checks included
         assert not service._in_flight and not service._committing
         assert service.metrics.commits == 0
-        snap, _, _ = TransactionStateTable.from_snapshot(snapshots[0], lambda s: s)
+        snap, _, _ = TransactionStateTable.from_snapshot(snapshots[0], lambda s: s, int)
         assert [snap.outcome(off) for off, _ in tx[:3]] == [Outcome.PENDING] * 3
         # Retried once the store is back: each committed once.
         store.put_messages = real_put  # type: ignore[method-assign]

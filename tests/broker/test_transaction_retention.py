@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tx_helpers import Sender, end, halves, v1_snapshot
+from tx_helpers import Sender, end, halves, later, v1_snapshot
 from tx_helpers import open_service as open_default
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
@@ -22,6 +20,8 @@ from txmq.broker.transaction.state import Outcome, TransactionStateTable
 from txmq.remoting.codes import ResponseCode
 from txmq.store import DefaultMessageStore
 from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
+
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
 SEGMENT = 16 * 1024  # about 60 records a segment: retention has whole segments to delete
 TRIMMED = "transaction table trimmed"
@@ -35,13 +35,13 @@ async def open_service(root: Path, snapshot_path: Path | None = None
 
 
 def expire(store: DefaultMessageStore, keep: int = 3) -> int:
-    """Retention as the store runs it (after a checkpoint: it never deletes past one), every segment but the last
-    ``keep`` being older than fileReservedTime (1 h). Returns the half queue's new start."""
+    """Retention as the store runs it (after a checkpoint: it never deletes past one), judged at the moment of the
+    store's elapsed-time account when the segments before the last ``keep`` are older than fileReservedTime (1 h).
+    Returns the half queue's new start."""
     store.flush_and_checkpoint()
-    old = time.time() - 2 * 3600
-    for segment in sorted((Path(store.config.store_path_root_dir) / "commitlog").iterdir())[:-keep]:
-        os.utime(segment, (old, old))
-    assert store.clean_expired_files() > 0
+    boundary = store.commit_log.queue.files[-keep].file_from_offset
+    written = store.clock.elapsed_of(boundary, store.commit_log.read_store_timestamp(boundary))
+    assert store.clean_expired_files(written + 3600 * 1000) > 0
     return store.get_min_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0)
 
 
@@ -111,7 +111,7 @@ def test_a_table_trimmed_after_retention_keeps_answering_for_the_halves_left(tmp
             # Check-back reaches only the transactions left (the dropped ones' wheel entries are skipped).
             checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=500)
             checker.senders.append(sender := Sender())
-            assert await checker.check_pass(time.time() + 5) == len(table.pending)
+            assert await checker.check_pass(later(service, 5)) == len(table.pending)
             assert sorted(sender.sent) == sorted(table.pending)
         finally:
             await store.shutdown()
@@ -135,7 +135,7 @@ def test_pending_halves_deleted_by_retention_are_dropped_by_a_check_pass_in_one_
             checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=500)
             checker.senders.append(sender := Sender())
             left = [off for off in range(start, 400) if off % 4 == 3]
-            assert await checker.check_pass(time.time() + 5) == len(left)
+            assert await checker.check_pass(later(service, 5)) == len(left)
             assert sorted(sender.sent) == left and sorted(service.table.pending) == left
             assert sorted(service.table.discarded) == [off for off in range(start, 400) if off % 4 == 2]
             assert service.table.outcomes_base == start
@@ -192,7 +192,7 @@ def test_the_base_survives_a_restart_from_the_snapshot_and_a_full_replay_starts_
         await history(service, 0, 600)
         start = expire(store)
         assert service.snapshot()
-        assert snap.read_bytes()[:8] == b"TXMQTXS2"
+        assert snap.read_bytes()[:8] == b"TXMQTXS3"
         await history(service, 600, 40)  # the tail after the snapshot
         before = state(service.table)
         assert before[0] == start
@@ -236,7 +236,7 @@ def test_an_upgraded_broker_recovers_from_an_old_format_snapshot_and_trims_it(tm
             assert [table.outcome(off) for off in range(start, 400)] == [expected(off) for off in range(start, 400)]
             assert sorted(table.pending) == [off for off in range(start, 400) if off % 4 == 3]
             assert table.recovered == set(table.pending) | set(table.discarded)
-            assert service.snapshot() and snap.read_bytes()[:8] == b"TXMQTXS2"
+            assert service.snapshot() and snap.read_bytes()[:8] == b"TXMQTXS3"
         finally:
             await store.shutdown()
 
@@ -294,7 +294,7 @@ def test_a_slave_trims_its_followed_table_and_takes_over_what_is_left(tmp_path, 
             assert {slave.table.outcome(off) for off, _, _ in forgotten} == {Outcome.EXPIRED}
             assert sorted(slave.table.pending) == sorted(off for off in master.table.pending if off >= start)
             assert sorted(slave.table.discarded) == sorted(off for off in master.table.discarded if off >= start)
-            now = int(time.time())
+            now = slave.now_s()
             assert slave.take_over() == len(slave.table.pending) > 0
             assert sorted(slave.table.pop_due(now + 3600)) == sorted(slave.table.pending)
         finally:

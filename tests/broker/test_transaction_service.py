@@ -4,11 +4,11 @@ commit the store refuses, and recovery of resumed transactions."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tx_helpers import Sender, end, half, lose_op_records, open_service
+import pytest
+from tx_helpers import Sender, end, half, later, lose_op_records, open_service
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import RECENT_HALF_OVERHEAD, TransactionalMessageService
@@ -17,6 +17,8 @@ from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
 from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
+
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
 
 def test_commit_racing_a_discard_wins_and_resume_cannot_commit_twice(tmp_path):
@@ -34,7 +36,7 @@ def test_commit_racing_a_discard_wins_and_resume_cannot_commit_twice(tmp_path):
                 await asyncio.sleep(0.05)
             return await real_put(msg)
         store.put_message = slow_put  # type: ignore[method-assign]
-        passing = asyncio.create_task(checker.check_pass(time.time() + 10))
+        passing = asyncio.create_task(checker.check_pass(later(service, 10)))
         await asyncio.sleep(0.01)
         assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SUCCESS
         await passing
@@ -76,8 +78,8 @@ def test_a_resumed_transaction_is_checked_once_per_pass_after_recovery(tmp_path)
         checker = TransactionalMessageCheckService(service, check_max=1, check_interval_ms=500)
         checker.senders.append(Sender())
         off, clo = await half(service, 1)
-        assert await checker.check_pass(time.time() + 5) == 1
-        assert await checker.check_pass(time.time() + 10) == 0  # discarded
+        assert await checker.check_pass(later(service, 5)) == 1
+        assert await checker.check_pass(later(service, 10)) == 0  # discarded
         assert service.table.outcome(off) == Outcome.DISCARD and service.table.discarded == {off: 1}
         assert store.get_max_offset_in_queue(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 0) == 1
         assert await service.resume(off) is None
@@ -89,7 +91,7 @@ def test_a_resumed_transaction_is_checked_once_per_pass_after_recovery(tmp_path)
         checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=500)
         sender = Sender()
         checker.senders.append(sender)
-        assert await checker.check_pass(time.time() + 5) == 1
+        assert await checker.check_pass(later(service, 5)) == 1
         assert sender.sent == [off]
         assert (await end(service, off, clo, Outcome.ROLLBACK)).code == ResponseCode.SUCCESS
         assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.TRANSACTION_SHOULD_ROLLBACK
@@ -263,7 +265,7 @@ def test_names_of_ended_transactions_are_dropped_and_a_pending_one_keeps_its_gro
         checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=500)
         sender = ByGroup()
         checker.senders.append(sender)
-        assert await checker.check_pass(time.time() + 5) == 1 and sender.asked == [("kept-group", kept_off)]
+        assert await checker.check_pass(later(service, 5)) == 1 and sender.asked == [("kept-group", kept_off)]
         assert (await end(service, kept_off, kept_clo, Outcome.COMMIT, group="kept-group")).code == \
             ResponseCode.SUCCESS
         assert store.get_max_offset_in_queue("orders", 0) == 1 + 20  # the kept one and the 20 odd ones

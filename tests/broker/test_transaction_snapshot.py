@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 import pytest
-from tx_helpers import Sender, end, half, open_service, v1_snapshot
+from tx_helpers import Sender, end, half, later, open_service, v1_snapshot
 
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
@@ -16,6 +15,8 @@ from txmq.broker.transaction.state import Outcome, TransactionStateTable
 from txmq.message import MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
+
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
 
 def _table() -> TransactionStateTable:
@@ -39,7 +40,7 @@ def _state(t: TransactionStateTable) -> tuple:
 
 def test_snapshot_round_trip():
     t = _table()
-    loaded, half_from, op_from = TransactionStateTable.from_snapshot(t.to_snapshot(6, 9, {}), lambda s: s + 6)
+    loaded, half_from, op_from = TransactionStateTable.from_snapshot(t.to_snapshot(6, 9, {}), lambda s: s + 6, int)
     assert (half_from, op_from) == (6, 9)
     assert _state(loaded) == _state(t)
     assert loaded.info(1).checks == 2 and loaded.discarded == {4: 1}
@@ -52,7 +53,7 @@ def test_a_commit_still_being_written_is_snapshotted_as_it_was():
     packed = t.pending[5]  # what a decision keeps (Before): the packed entry, nothing unpacked
     t.decide(5, Outcome.COMMIT)
     loaded, _, _ = TransactionStateTable.from_snapshot(t.to_snapshot(6, 9, {5: (Outcome.PENDING, packed, 0)}),
-                                                       lambda s: s)
+                                                       lambda s: s, int)
     assert loaded.outcome(5) == Outcome.PENDING and loaded.info(5) == before
     assert t.outcome(5) == Outcome.COMMIT
 
@@ -67,7 +68,7 @@ def test_damaged_snapshot_is_refused(damage):
     else:
         data[0:8] = b"NOTASNAP"
     with pytest.raises(ValueError):
-        TransactionStateTable.from_snapshot(bytes(data), lambda s: s)
+        TransactionStateTable.from_snapshot(bytes(data), lambda s: s, int)
 
 
 async def _decide_some(service: TransactionalMessageService, first: int, count: int) -> None:
@@ -79,8 +80,8 @@ async def _decide_some(service: TransactionalMessageService, first: int, count: 
             await end(service, off, clo, Outcome.COMMIT)
         elif n % 4 == 1:
             await end(service, off, clo, Outcome.ROLLBACK)
-    await checker.check_pass(time.time() + 5)  # checks the undecided ones once
-    await checker.check_pass(time.time() + 10)  # and discards them (check_max=1) ...
+    await checker.check_pass(later(service, 5))  # checks the undecided ones once
+    await checker.check_pass(later(service, 10))  # and discards them (check_max=1) ...
     undecided = list(service.table.discarded)[:2]
     for off in undecided:  # ... but a couple come back
         assert await service.resume(off) is None
@@ -175,20 +176,20 @@ def test_snapshot_round_trips_the_base_of_a_trimmed_table():
         t.decide(i, Outcome.ROLLBACK if i % 3 else Outcome.COMMIT)
     t.trim(4)  # drops pending 0 and 1, and the decided 2 and 3
     data = t.to_snapshot(40, 9, {})
-    assert data[:8] == b"TXMQTXS2"
-    loaded, half_from, op_from = TransactionStateTable.from_snapshot(data, lambda s: s)
+    assert data[:8] == b"TXMQTXS3"
+    loaded, half_from, op_from = TransactionStateTable.from_snapshot(data, lambda s: s, int)
     assert (half_from, op_from, loaded.outcomes_base) == (40, 9, 4)
     assert _state(loaded) == _state(t) and bytes(loaded.outcomes) == bytes(t.outcomes)
     assert [loaded.outcome(i) for i in (3, 4, 5, 6, 7)] == [Outcome.EXPIRED, Outcome.DISCARD, Outcome.PENDING,
                                                             Outcome.COMMIT, Outcome.ROLLBACK]
     # A decision still being written below the base is gone with its half: the snapshot leaves it out.
     assert TransactionStateTable.from_snapshot(t.to_snapshot(40, 9, {1: (Outcome.PENDING, 0, 0)}),
-                                               lambda s: s)[0].info(1) is None
+                                               lambda s: s, int)[0].info(1) is None
 
 
 def test_an_old_format_snapshot_still_loads_with_base_zero():
     t = _table()
-    loaded, half_from, op_from = TransactionStateTable.from_snapshot(v1_snapshot(t, 6, 9), lambda s: s + 6)
+    loaded, half_from, op_from = TransactionStateTable.from_snapshot(v1_snapshot(t, 6, 9), lambda s: s + 6, int)
     assert (half_from, op_from, loaded.outcomes_base) == (6, 9, 0)
     assert _state(loaded) == _state(t) and loaded.discarded == {4: 1}
     assert sorted(loaded.pop_due(10_000)) == [0, 1, 5]

@@ -162,7 +162,7 @@ def test_names_past_the_first_65536_keep_their_topic_and_group():
     t.count_check(1 << 16)
     info = t.info(1 << 16)
     assert info is not None and (info.topic, info.group, info.checks) == ("payments", "late-group", 3)
-    loaded, _, _ = TransactionStateTable.from_snapshot(t.to_snapshot(0, 0, {}), lambda s: s)
+    loaded, _, _ = TransactionStateTable.from_snapshot(t.to_snapshot(0, 0, {}), lambda s: s, int)
     info = loaded.info(1 << 16)
     assert info is not None and (info.topic, info.group, info.checks) == ("payments", "late-group", 3)
     t.decide(1 << 16, Outcome.ROLLBACK)
@@ -181,7 +181,7 @@ def test_compacting_names_keeps_each_pending_entry_and_drops_the_unused():
     t.compact_names()
     kept = sorted(t.names)
     assert kept == sorted({f"t{i % 3}" for i in range(0, 100, 10)} | {f"g{i}" for i in range(0, 100, 10)})
-    snap = TransactionStateTable.from_snapshot(t.to_snapshot(0, 0, {}), lambda s: s)[0]
+    snap = TransactionStateTable.from_snapshot(t.to_snapshot(0, 0, {}), lambda s: s, int)[0]
     for table in (t, snap):
         assert sorted(table.pending) == list(range(0, 100, 10))
         for i in range(0, 100, 10):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import struct
 import time
 import zlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from txmq.broker.transaction.service import EndResult, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
@@ -59,6 +62,11 @@ def end(service: TransactionalMessageService, off: int, clo: int, outcome: Outco
                                    source="test")
 
 
+def later(service: TransactionalMessageService, seconds: float) -> float:
+    """The service's elapsed-time account ``seconds`` from now: a check pass's ``now_s``."""
+    return service.store.clock.elapsed_ms() / 1000 + seconds
+
+
 class Sender:
     """A producer of every group, always online for check-back; records the half offsets it was asked about."""
 
@@ -87,6 +95,22 @@ def lose_op_records(store: DefaultMessageStore, service: TransactionalMessageSer
 def v1_snapshot(t: TransactionStateTable, half_covered: int, op_covered: int) -> bytes:
     """The snapshot of a table never trimmed, as brokers before the base wrote it ("TXMQTXS1": no base field)."""
     assert t.outcomes_base == 0
-    v2 = t.to_snapshot(half_covered, op_covered, {})
-    body = b"TXMQTXS1" + v2[8:24] + v2[32:-4]
-    return body + zlib.crc32(body).to_bytes(4, "big")
+    return old_snapshot(t, half_covered, op_covered, b"TXMQTXS1")
+
+
+def old_snapshot(t: TransactionStateTable, half_covered: int, op_covered: int, magic: bytes = b"TXMQTXS2",
+                 wall_of: Callable[[int], int] = lambda s: s) -> bytes:
+    """The snapshot as brokers before the elapsed-time account wrote it: store seconds as an unsigned 32-bit field
+    (``wall_of(store second)``: the wall clock's second), and for "TXMQTXS1" no base field either."""
+    body = bytearray(magic + t._SNAP_HEAD.pack(b"", half_covered, op_covered, t.outcomes_base)[8:])
+    if magic == b"TXMQTXS1":
+        del body[24:32]
+    names = orjson.dumps(t.names)
+    body += struct.pack(">I", len(names)) + names + struct.pack(">I", len(t.outcomes)) + bytes(t.outcomes)
+    body += struct.pack(">I", len(t.pending))
+    for half_offset, packed in t.pending.items():
+        store_s, checks, topic, group = t._unpack(packed)
+        body += t._SNAP_PENDING_V2.pack(half_offset, wall_of(store_s), checks, topic, group)
+    body += struct.pack(">I", len(t.discarded))
+    body += b"".join(t._SNAP_DISCARDED.pack(q, c) for q, c in t.discarded.items())
+    return bytes(body) + zlib.crc32(body).to_bytes(4, "big")

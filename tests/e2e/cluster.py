@@ -9,6 +9,8 @@ from pathlib import Path
 
 from txmq.launch import ServerProcess, free_port, txmq_command
 
+ALL_HOURS = ";".join(f"{h:02d}" for h in range(24))  # deleteWhen: retention at any hour (tests that age in seconds)
+
 
 class Cluster:
     """Owns every process it starts; ``close`` stops them all."""

@@ -7,6 +7,7 @@ import threading
 import time
 from collections import defaultdict
 
+import pytest
 from helpers import Recorder, push_consumer
 
 from txmq import (
@@ -22,6 +23,8 @@ from txmq import (
     PushConsumer,
     SendStatus,
 )
+
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
 
 def test_broadcasting_gives_every_consumer_every_message(cluster):

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from cluster import ALL_HOURS
 
 from txmq import (
     Admin,
@@ -245,6 +246,7 @@ def test_seed_example_3000_transactions(cluster):
 # --- END_TRANSACTION: duplicates and conflicts, also after restarts --------------------------------------
 
 
+@pytest.mark.dated
 @pytest.mark.parametrize("restart", ["SIGTERM", "SIGKILL"])
 def test_duplicate_and_conflicting_end_transaction(cluster, restart):
     broker = cluster.start_broker("broker-a", TX_CONF)
@@ -316,6 +318,7 @@ class Switchable:
         return self.state
 
 
+@pytest.mark.dated
 def test_never_decided_is_discarded_listed_and_resumed(cluster):
     cluster.start_broker("broker-a", TX_CONF)
     topic = "tx_never"
@@ -478,7 +481,7 @@ def test_a_transaction_whose_half_retention_deleted_is_refused_with_the_reason(c
     transaction's half: a late END_TRANSACTION for it, either way, and `txmq tx show|resume` answer that its half
     was deleted by retention; nothing is stored, and new transactions end as before."""
     broker = cluster.start_broker("broker-a", {**TX_CONF, "mappedFileSizeCommitLog": 64 * 1024,
-                                               "fileReservedTime": 0.0003})
+                                               "fileReservedTime": 0.0003, "deleteWhen": ALL_HOURS})
     topic = "tx_retention"
     create_topic(cluster, topic, 1)
     listener = RuleListener(lambda n: COMMIT, lambda n: COMMIT)
@@ -511,6 +514,7 @@ def test_a_transaction_whose_half_retention_deleted_is_refused_with_the_reason(c
 # --- invisibility ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.dated
 def test_half_messages_are_never_visible(cluster):
     broker = cluster.start_broker("broker-a", TX_CONF)
     topic = "tx_hidden"

@@ -14,6 +14,8 @@ from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
 
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
+
 Code = pb.Code
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
 
-from cluster import Cluster
+from cluster import ALL_HOURS, Cluster
 
 # An orphan of a killed driver (a half no live responder was there to be asked about: the sink's responder lives
 # and dies with its query) is discarded after transactionTimeOut x transactionOrphanFactor = 45 s, not the default
@@ -22,7 +22,8 @@ def spark_env() -> dict[str, str]:
     return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
-RETENTION_CONF = {**BROKER_CONF, "mappedFileSizeCommitLog": 64 * 1024, "fileReservedTime": 0.0003}
+RETENTION_CONF = {**BROKER_CONF, "mappedFileSizeCommitLog": 64 * 1024, "fileReservedTime": 0.0003,
+                  "deleteWhen": ALL_HOURS}
 
 
 def wait_no_pending(cluster: Cluster, topic: str, timeout: float = 60.0) -> None:

@@ -14,7 +14,7 @@ from store_helpers import SEGMENT, make_config, msg, run
 
 import txmq.store
 import txmq.store.mapped_file as mapped_file
-import txmq.store.message_store as message_store
+from elapsed import advance
 from txmq.errors import StoreError
 from txmq.message import MessageConst, MessageSysFlag, decode_message, java_string_hash
 from txmq.store import (
@@ -24,6 +24,8 @@ from txmq.store import (
     GetMessageStatus,
     PutMessageStatus,
 )
+
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
 
 def test_all_names_are_exported():
@@ -242,12 +244,12 @@ def test_illegal_messages_are_refused(root):
     run(main)
 
 
-def test_offset_in_queue_by_time(root, monkeypatch):
+def test_offset_in_queue_by_time(root):
     clock = [1_000_000]
-    monkeypatch.setattr(message_store, "_now_ms", lambda: clock[0])
 
     async def main():
         store = DefaultMessageStore(make_config(root))
+        store.clock.wall_ns = lambda: clock[0] * 1_000_000
         await store.start()
         for i in range(50):
             clock[0] = 1_000_000 + i * 1000
@@ -258,9 +260,11 @@ def test_offset_in_queue_by_time(root, monkeypatch):
         assert store.get_offset_in_queue_by_time("T", 0, 1_010_001) == 11
         assert store.get_offset_in_queue_by_time("T", 0, 1_049_000) == 49
         assert store.get_offset_in_queue_by_time("T", 0, 2_000_000) == 50
-        clock[0] = 500  # the clock steps back: store time stays monotonic
+        clock[0] = 500  # the clock steps back: a record is stamped with the wall clock of the moment, as RocketMQ's
         result = await store.put_message(msg())
-        assert result.append_result.store_timestamp == 1_049_000
+        assert result.append_result.store_timestamp == store.last_store_timestamp == 500
+        assert decode_message(store.get_message("T", 0, 50).messages[0])[0].store_timestamp == 500
+        assert store.get_offset_in_queue_by_time("T", 0, 1_010_000) == 10
         await store.shutdown()
 
     run(main)
@@ -502,17 +506,17 @@ def test_retention_deletes_old_segments_and_advances_queue_minimum(root):
     async def main():
         store = DefaultMessageStore(config)
         await store.start()
-        for i in range(1200):
+        i = 0
+        while len(store.commit_log.queue.files) < 4:  # three full segments, and the first record of a fourth
             await store.put_message(msg(body=b"%05d" % i + b"." * 200, KEYS=f"k{i}"))
+            i += 1
+        advance(store, 2 * 3600)  # two hours pass by the store's elapsed-time account: those are older than 1 h
+        for n in range(i, 1200):
+            await store.put_message(msg(body=b"%05d" % n + b"." * 200, KEYS=f"k{n}"))
         segments = sorted(os.listdir(os.path.join(config.store_path_root_dir, "commitlog")))
         assert len(segments) >= 5
-        old = time.time() - 2 * 3600
-        for name in segments[:3]:
-            os.utime(os.path.join(config.store_path_root_dir, "commitlog", name), (old, old))
         assert store.clean_expired_files() == 0  # nothing is below the checkpoint yet
         store.flush_and_checkpoint()
-        for name in segments[:3]:
-            os.utime(os.path.join(config.store_path_root_dir, "commitlog", name), (old, old))
         cq_files_before = len(os.listdir(os.path.join(config.store_path_root_dir, "consumequeue", "T", "0")))
         assert store.clean_expired_files() == 3
         assert store.min_phy_offset == int(segments[3])

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 import pytest
 from store_helpers import SEGMENT, make_config, msg, run
 
 from disk_helpers import fill_disk, leave_for, tmpfs
+from elapsed import advance
 from txmq.message import MessageExt, decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 from txmq.store.message_store import DISK_CHECK_INTERVAL_S
@@ -134,9 +134,7 @@ def test_retention_runs_at_once_above_the_max_used_ratio(tmp_path):
                 while len(store.commit_log.queue.files) < 3:
                     assert (await store.put_message(msg("T", b"o" * 1000))).ok
                 store.flush_and_checkpoint()
-                old = time.time() - 2 * 3600
-                for mf in store.commit_log.queue.files:
-                    os.utime(mf.path, (old, old))
+                advance(store, 2 * 3600)  # by the store's elapsed-time account, all of it is older than 1 h
                 await asyncio.sleep(DISK_CHECK_INTERVAL_S)
                 assert (await store.put_message(msg("T", b"at 10 %"))).ok
                 assert store.min_phy_offset == 0  # expired, but retention's tick (60 s) has not come

@@ -57,7 +57,15 @@ def parse_time(text: str) -> int:
 
 
 def fmt_time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3] if ms > 0 else "-"
+    """A stored timestamp in local time, as mqadmin prints it ("-" for none). Any value prints: one no date holds
+    (a producer's broken clock stored before the broker refused such, or a record written by another program)
+    prints as its number."""
+    if not ms:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} (ms since the epoch: not a date)"
 
 
 def targets(admin: MQAdminExt, args: argparse.Namespace) -> dict[str, str]:

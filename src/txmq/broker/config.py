@@ -21,6 +21,7 @@ from txmq.broker.transaction.service import DEFAULT_ORPHAN_FACTOR
 from txmq.conf import parse_properties, update_fields
 from txmq.remoting.server import ServerLimits
 from txmq.remoting.tls import TlsServerConfig
+from txmq.store.config import delete_hours
 
 log = logging.getLogger("txmq.broker")
 
@@ -42,7 +43,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "grpc_signature_window_seconds": (1, None), "grpc_max_sessions_per_account": (1, None),
     "flush_interval_commit_log": (1, None), "sync_flush_timeout": (1, None),
     "mapped_file_size_commit_log": (64 * 1024, None), "mapped_file_size_consume_queue": (20, None),
-    "file_reserved_time": (0, None), "max_message_size": (1, None),
+    "file_reserved_time": (0, None), "clean_resource_interval": (1, None), "max_message_size": (1, None),
     "max_hash_slot_num": (1, None), "max_index_num": (1, None),
     "disk_space_warning_level_ratio": (0, 100), "disk_space_clean_forcibly_ratio": (0, 100),
     "disk_max_used_space_ratio": (0, 100), "access_message_in_memory_max_ratio": (0, 100),
@@ -114,7 +115,9 @@ class BrokerConfig:
     sync_flush_timeout: int = 5000  # ms
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
     mapped_file_size_consume_queue: int = 300_000 * 20
-    file_reserved_time: float = 72  # hours
+    file_reserved_time: float = 72  # hours, by the store's elapsed-time account (docs/storage.md, "Retention")
+    delete_when: str = "04"  # the local hours retention deletes at ("04;16": several), unless the disk is full
+    clean_resource_interval: int = 10_000  # ms between retention's looks at the hour and the disk
     max_message_size: int = 4 * 1024 * 1024
     max_hash_slot_num: int = 500_000  # slots per index file (RocketMQ's default is 5 M; see docs/storage.md)
     max_index_num: int = 2_000_000  # entries per index file (RocketMQ: 20 M)
@@ -243,6 +246,7 @@ class BrokerConfig:
                 raise ValueError(f"config {_conf_key(key)}: {value!r} is not one of {', '.join(allowed)}")
         check_ranges(self)
         check_ranges(self.server_limits)
+        delete_hours(self.delete_when)
         return unknown
 
 

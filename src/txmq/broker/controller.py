@@ -92,6 +92,8 @@ class BrokerController:
             flush_interval_commit_log_ms=config.flush_interval_commit_log,
             sync_flush_timeout_ms=config.sync_flush_timeout,
             file_reserved_time_hours=config.file_reserved_time,
+            delete_when=config.delete_when,
+            clean_resource_interval_ms=config.clean_resource_interval,
             max_message_size=config.max_message_size,
             store_host=self.store_host,
             max_hash_slot_num=config.max_hash_slot_num,

@@ -4,6 +4,10 @@ A message with ``DELAY=n`` is stored in ``SCHEDULE_TOPIC_XXXX`` queue ``n-1`` wi
 properties; one loop per broker walks each level's queue in order and re-stores every message whose delay
 has passed into its real topic. Messages of one level become due in the order they were stored, so each level
 only ever looks at the head of its queue. Progress per level is saved in ``config/delayOffset.json``.
+
+A message is due ``delay`` after it was stored by the store's elapsed-time account (``txmq.store.clock``), not by
+its wall-clock store timestamp: a step of the wall clock neither holds delayed messages back nor delivers them
+early, and after a restart each is due where it was (the account resumes across restarts).
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from pathlib import Path
 
 from txmq.broker.persist import read_json, write_json_atomic
@@ -51,22 +54,24 @@ class ScheduleMessageService:
         while True:
             next_due = await self.deliver_due()
             self._wake.clear()
-            timeout = 1.0 if next_due is None else max(0.01, min(1.0, next_due - time.time()))
+            now = self.store.clock.elapsed_ms()
+            timeout = 1.0 if next_due is None else max(0.01, min(1.0, (next_due - now) / 1000))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
-    async def deliver_due(self) -> float | None:
-        """Deliver every due message; return the epoch second when the next one is due, if known."""
-        next_due: float | None = None
+    async def deliver_due(self) -> int | None:
+        """Deliver every due message; return when the next one is due (the account's ms), if known."""
+        next_due: int | None = None
         for level in range(1, self.max_level + 1):
             due = await self._deliver_level(level)
             if due is not None and (next_due is None or due < next_due):
                 next_due = due
         return next_due
 
-    async def _deliver_level(self, level: int) -> float | None:
+    async def _deliver_level(self, level: int) -> int | None:
         qid = level - 1
         delay_ms = self.levels_ms[level - 1]
+        clock = self.store.clock
         offset = max(self.offsets.get(level, 0), self.store.get_min_offset_in_queue(RMQ_SYS_SCHEDULE_TOPIC, qid))
         while offset < self.store.get_max_offset_in_queue(RMQ_SYS_SCHEDULE_TOPIC, qid):
             got = self.store.get_message(RMQ_SYS_SCHEDULE_TOPIC, qid, offset, 32)
@@ -75,16 +80,16 @@ class ScheduleMessageService:
                 continue
             for raw in got.messages:
                 msg, _ = decode_message(raw)
-                due_ms = msg.store_timestamp + delay_ms
-                if due_ms > time.time() * 1000:
+                due_ms = clock.elapsed_of(msg.commit_log_offset, msg.store_timestamp) + delay_ms
+                if due_ms > clock.elapsed_ms():
                     self.offsets[level] = offset
-                    return due_ms / 1000
+                    return due_ms
                 result = await self.store.put_message(self._restore(msg))
                 if not result.stored:  # a full disk: the message stays due, tried again in a second
                     log.warning("delayed message at level %d offset %d not delivered: %s %s", level, offset,
                                 result.status.name, result.remark)
                     self.offsets[level] = offset
-                    return time.time() + 1
+                    return clock.elapsed_ms() + 1000
                 self.delivered += 1
                 offset += 1
             self.offsets[level] = offset

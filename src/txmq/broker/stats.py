@@ -104,9 +104,10 @@ class BrokerStats:
             out[("BROKER_GET_NUMS", "")] += got.messages
         return out
 
-    def sample(self, now: float | None = None) -> None:
-        """Called every ``SAMPLE_S`` seconds: a snapshot of the totals for rates over a minute, an hour, a day."""
-        snap = (time.time() if now is None else now, self.totals())
+    def sample(self) -> None:
+        """Called every ``SAMPLE_S`` seconds: a snapshot of the totals for rates over a minute, an hour, a day, taken
+        at a monotonic time (a rate is a count over a duration: a step of the wall clock must not bend it)."""
+        snap = (time.monotonic(), self.totals())
         self._samples[0].append(snap)
         self._ticks += 1
         if self._ticks % (60 // SAMPLE_S) == 1 or len(self._samples[1]) == 0:
@@ -118,7 +119,7 @@ class BrokerStats:
         """(count, per second) of one stat over about the last ``seconds`` (60, 3600 or 86400), from the
         oldest sample that is no older than that."""
         ring = self._samples[{60: 0, 3600: 1, 86400: 2}[seconds]]
-        now = time.time()
+        now = time.monotonic()
         current = self.totals().get((name, key), 0)
         start_t, start_n = now, current
         for t, snap in ring:

@@ -15,6 +15,9 @@ entries per queue whatever its consumers do. A message not acked before its dead
 its attempt count raised; after ``max_delivery_attempts`` it goes to ``%DLQ%<group>``. Messages of one message
 group (FIFO) are delivered in order: a queue is not read past a message whose group has a delivery in flight.
 
+Deadlines are on the monotonic clock: a step of the wall clock neither redelivers a message early nor keeps it
+invisible past its duration.
+
 This state is not persisted: after a restart, messages between the committed offset and what was acked are
 delivered again (at least once), as after a remoting consumer's restart. A new group starts at the queue's
 minimum offset.
@@ -33,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from txmq.errors import InvalidMessageError, StoreError
-from txmq.grpc.convert import Code, GrpcStatusError, ReceiptHandle, now_ms
+from txmq.grpc.convert import Code, GrpcStatusError, ReceiptHandle
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import GetMessageStatus
 from txmq.topic import PermName, dlq_topic
@@ -45,6 +48,11 @@ log = logging.getLogger("txmq.grpc")
 
 MAX_SPAN = 4096
 _tokens = itertools.count(1)
+
+
+def _now_ms() -> int:
+    """Now on the monotonic clock, in ms: what invisible durations count on."""
+    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -113,7 +121,7 @@ class PopService:
             if got or left <= 0:
                 return got
             if next_deadline_ms is not None:
-                left = min(left, max(0.01, (next_deadline_ms - now_ms()) / 1000))
+                left = min(left, max(0.01, (next_deadline_ms - _now_ms()) / 1000))
             await self._wait(topic, left)
 
     # --- receive ----------------------------------------------------------------------------------------
@@ -147,7 +155,7 @@ class PopService:
         start = next(self._rotation) % len(queues)
         out: list[Delivery] = []
         earliest: int | None = None
-        now = now_ms()
+        now = _now_ms()
         for q in queues[start:] + queues[:start]:
             st = self._state(group, topic, q)
             due = await self._redeliver(group, topic, q, st, now, batch - len(out), invisible_ms, out)
@@ -256,7 +264,7 @@ class PopService:
         _, e = self._entry(group, handle)
         if e is None:
             raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "the message was already acked")
-        e.deadline_ms = now_ms() + invisible_ms
+        e.deadline_ms = _now_ms() + invisible_ms
         e.token = next(_tokens)
         self._on_arrival(handle.topic, handle.queue_id, 0)  # a receive waiting for this deadline re-plans
         return ReceiptHandle(handle.topic, handle.queue_id, handle.queue_offset, e.commit_log_offset, e.token)

@@ -54,7 +54,7 @@ from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.telemetry import ClientSessions, end_stream
-from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
+from txmq.message import MessageConst, MessageExt, check_born_timestamp, create_uniq_id, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.store import GetMessageStatus
 from txmq.topic import (
@@ -451,6 +451,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 secs = -(-duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
                 props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(1, secs))
         born_ms = ms_of_timestamp(sp.born_timestamp, "born timestamp") if sp.HasField("born_timestamp") else now_ms()
+        try:
+            check_born_timestamp(born_ms)
+        except InvalidMessageError as exc:
+            raise GrpcStatusError(Code.BAD_REQUEST, str(exc)) from None
         msg = MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=born_ms, born_host=born,
                          store_host=broker.store_host)
         counted = message_type(msg, kind == pb.FIFO)  # before the store may move a delayed one

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -112,7 +111,6 @@ class BrokerCollector(Collector):
                                "Milliseconds since the oldest message the group has not committed was stored", labels)
         queueing = self._family(GaugeMetricFamily, "rocketmq_consumer_queueing_latency",
                                 "Milliseconds the oldest message the group has not pulled has waited", labels)
-        now_ms = int(time.time() * 1000)
         pulled = broker.stats_manager.pulled
         for key, offsets in broker.consumer_offset_manager.table.items():
             topic, group = key.split("@", 1)
@@ -124,20 +122,23 @@ class BrokerCollector(Collector):
                 n_ready += max(0, top - got)
                 n_inflight += got - committed
                 if committed < top:
-                    oldest = max(oldest, self._age_ms(topic, queue, committed, now_ms))
+                    oldest = max(oldest, self._age_ms(topic, queue, committed))
                 if got < top:
-                    waiting = max(waiting, self._age_ms(topic, queue, got, now_ms))
+                    waiting = max(waiting, self._age_ms(topic, queue, got))
             for family, value in ((lag, n_lag), (ready, n_ready), (inflight, n_inflight), (latency, oldest),
                                   (queueing, waiting)):
                 family.add_metric([*node, topic, group], value)
         yield from (lag, ready, inflight, latency, queueing)
 
-    def _age_ms(self, topic: str, queue: int, offset: int, now_ms: int) -> int:
+    def _age_ms(self, topic: str, queue: int, offset: int) -> int:
         try:
             got = self.broker.store.get_message(topic, queue, offset, 1)
         except StoreError:
             return 0
-        return max(0, now_ms - decode_message(got.messages[0])[0].store_timestamp) if got.messages else 0
+        if not got.messages:
+            return 0
+        msg = decode_message(got.messages[0])[0]
+        return self.broker.store.clock.age_ms(msg.commit_log_offset, msg.store_timestamp)  # not moved by clock steps
 
     # --- store --------------------------------------------------------------------------------------------
 

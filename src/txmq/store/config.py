@@ -28,7 +28,8 @@ class StoreConfig:
     flush_interval_commit_log_ms: int = 500  # ASYNC_FLUSH period
     sync_flush_timeout_ms: int = 5000  # SYNC_FLUSH: answer FLUSH_DISK_TIMEOUT after this
     checkpoint_interval_ms: int = 3000  # bounds how much log recovery reads after a crash
-    file_reserved_time_hours: float = 72  # retention (fileReservedTime)
+    file_reserved_time_hours: float = 72  # retention (fileReservedTime), by the store's elapsed-time account
+    delete_when: str = "04"  # the local hours retention runs at, ";"-separated (deleteWhen), unless the disk is full
     clean_resource_interval_ms: int = 10_000  # how often retention runs after start()
     max_message_size: int = 4 * 1024 * 1024  # encoded message, in bytes
     store_host: tuple[str, int] = ("127.0.0.1", 10911)  # STOREHOSTADDRESS and offset message ids
@@ -48,3 +49,15 @@ class StoreConfig:
             raise ValueError("mapped_file_size_consume_queue must be a multiple of 20 (the entry size)")
         if self.mapped_file_size_commit_log < 4096:
             raise ValueError("mapped_file_size_commit_log must be at least 4096 bytes")
+        delete_hours(self.delete_when)
+
+
+def delete_hours(text: str) -> frozenset[int]:
+    """``deleteWhen`` as hours of the day: "04", or several as "04;16" (RocketMQ's form); ValueError otherwise."""
+    try:
+        hours = frozenset(int(h) for h in text.split(";") if h.strip())
+    except ValueError:
+        hours = frozenset([-1])
+    if not hours or not all(0 <= h <= 23 for h in hours):
+        raise ValueError(f"deleteWhen {text!r}: hours of the day 00-23, separated by ';' (e.g. 04 or 04;16)")
+    return hours

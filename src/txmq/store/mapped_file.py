@@ -12,7 +12,6 @@ import contextlib
 import errno
 import os
 import threading
-import time
 from collections.abc import Iterator, Sequence
 
 from txmq.errors import StoreError
@@ -128,9 +127,6 @@ class MappedFile:
                 data_at += len(block)
             pos = hole_at
         return last
-
-    def last_modified(self) -> float:
-        return os.fstat(self.fd).st_mtime if self.fd >= 0 else time.time()
 
     def close(self) -> None:
         if self.fd >= 0:

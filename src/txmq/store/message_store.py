@@ -13,6 +13,7 @@ import contextlib
 import errno
 import fcntl
 import functools
+import itertools
 import logging
 import os
 import threading
@@ -32,8 +33,9 @@ from txmq.message import (
     decode_message,
 )
 from txmq.store.checkpoint import Checkpoint, StoreCheckpoint
+from txmq.store.clock import StoreClock
 from txmq.store.commit_log import CommitLog
-from txmq.store.config import FlushDiskType, StoreConfig
+from txmq.store.config import FlushDiskType, StoreConfig, delete_hours
 from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue, topic_directory, valid_topic_directory
 from txmq.store.disk import DiskGuard
 from txmq.store.dispatcher import (
@@ -71,10 +73,6 @@ _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 # Read for every group: module constants, not enum member reads (EnumType's __getattr__ hook, 70-125 ns each).
 _PUT_OK = PutMessageStatus.PUT_OK
 _SYNC_FLUSH = FlushDiskType.SYNC_FLUSH
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Waiter(Protocol):
@@ -212,7 +210,10 @@ class DefaultMessageStore:
         self._held_arrivals: deque[tuple[int, dict[tuple[str, int], int]]] = deque()  # (end, arrived) past it
         self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; close waits for a running one
-        self._last_store_ts = 0
+        self._last_store_ts = 0  # the store timestamp of the log's last record (not the highest: docs/reliability.md)
+        # Wall-clock stamps, and the elapsed-time account every age counts on (first checks, delays, retention)
+        self.clock = StoreClock(root)
+        self._delete_hours = delete_hours(config.delete_when)
         self._checkpoint_offset = 0
         self._flush_service: FlushCommitLogService | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -269,7 +270,9 @@ class DefaultMessageStore:
             cq.correct_min_offset(min_phy)
             self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         self._checkpoint_offset = min(cp.recovery_offset if cp else 0, self.commit_log.max_offset)
-        self._last_store_ts = max(self._last_store_ts, cp.last_store_timestamp if cp else 0)
+        if not self._last_store_ts and cp is not None:  # no record after the checkpoint's
+            self._last_store_ts = cp.last_store_timestamp
+        self.clock.open(self.commit_log.max_offset)
 
     def consume_queues(self) -> Iterator[ConsumeQueue]:
         for qs in list(self._queues.values()):
@@ -304,7 +307,7 @@ class DefaultMessageStore:
         self._build_index(req.topic, req.sys_flag, req.keys, req.uniq_key, req.commit_log_offset, req.store_timestamp)
         self._notify_dispatchers(req)
         if during_recovery:
-            self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
+            self._last_store_ts = req.store_timestamp
 
     def _build_index(self, topic: str, sys_flag: int, keys: str | None, uniq_key: str | None, offset: int,
                      store_timestamp: int) -> None:
@@ -370,7 +373,10 @@ class DefaultMessageStore:
                 log.exception("store background job %s failed", getattr(job, "__name__", job))
 
     async def _clean_async(self) -> None:
-        self.clean_expired_files()
+        """Retention's tick: at a ``deleteWhen`` hour (the wall clock's local hour, as RocketMQ's), or at once when
+        the disk is over ``diskMaxUsedSpaceRatio`` (``_writable`` also runs it then, between ticks)."""
+        if time.localtime().tm_hour in self._delete_hours or self._over_max_used:
+            self.clean_expired_files()
 
     async def shutdown(self) -> None:
         """Stop background work, flush everything, write the checkpoint, remove the abort file, close."""
@@ -437,7 +443,7 @@ class DefaultMessageStore:
             queues.setdefault(topic, {})[qid] = next_offset
         cp = Checkpoint(
             recovery_offset=self.commit_log.max_offset,
-            written_at_ms=_now_ms(),
+            written_at_ms=self.clock.wall_ms(),
             last_store_timestamp=self._last_store_ts,
             queues=queues,
             index_files=self.index.names(),
@@ -461,6 +467,7 @@ class DefaultMessageStore:
                         if os.path.isdir(files.directory):  # not a queue deleted since the snapshot
                             files.sync_directory()
                 self.checkpoint.write(snap.checkpoint)
+                self.clock.save()
             except BaseException:
                 for mf in snap.cq_files:
                     mf.dirty = True  # the next checkpoint must fsync them again
@@ -529,7 +536,9 @@ class DefaultMessageStore:
                     answer: Callable[[PutMessageResult], Any] | None) -> PutMessageResult | None:
         """Give ``msgs`` their queue offsets and encode them into the group to write; the refusal when one of them
         cannot be stored (the group is then as it was)."""
-        now = max(_now_ms(), self._last_store_ts, self._group_ts)
+        now = self._group_ts
+        if not now:  # the group's first put: one stamp for all its records, any new anchor made before they exist
+            now = self.clock.stamp(self.commit_log.max_offset)
         pending = self._group_offsets
         next_offsets: dict[tuple[str, int], int] = {}
         records = self._group_records
@@ -788,6 +797,8 @@ class DefaultMessageStore:
         runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}  # consecutive entries per queue
         for phy, rec in records:
             req = request_from_record(rec, phy)
+            self.clock.replicated(phy, req.store_timestamp, self._last_store_ts)
+            self._last_store_ts = req.store_timestamp
             self._build_index(req.topic, req.sys_flag, req.keys, req.uniq_key, phy, req.store_timestamp)
             self._notify_dispatchers(req)
             if builds_consume_queue(req.sys_flag):
@@ -799,7 +810,6 @@ class DefaultMessageStore:
                 entries.append((phy, req.msg_size, req.tags_code))
                 runs[key] = (first, entries)
                 arrived[key] = req.consume_queue_offset + 1
-            self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
         for key, (first, entries) in runs.items():  # one write per queue and file, as put_messages does
             self.find_or_create_consume_queue(*key).put_run(first, entries)
         self._queue_offsets.update(arrived)
@@ -814,6 +824,8 @@ class DefaultMessageStore:
         log.warning("truncating the commit log at %d (the master's log ends there): %d bytes dropped",
                     offset, self.commit_log.max_offset - offset)
         self.commit_log.truncate(offset)
+        self.clock.truncate(offset)
+        self._last_store_ts = 0  # unknown: the next record is not compared with the one before it
         for cq in self.consume_queues():
             cq.truncate_dirty(offset)
             self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
@@ -1117,22 +1129,35 @@ class DefaultMessageStore:
 
     # --- retention ---------------------------------------------------------------------------------
 
-    def clean_expired_files(self, now_ms: int | None = None) -> int:
-        """Delete commit-log segments older than ``file_reserved_time_hours``, then the derived files that
-        only point at them; return how many segments went. Never the active segment, never a segment that
-        reaches the checkpoint's recovery point."""
-        now = _now_ms() if now_ms is None else now_ms
+    def clean_expired_files(self, elapsed_ms: int | None = None) -> int:
+        """Delete the commit-log segments whose newest record is older than ``file_reserved_time_hours`` by the
+        elapsed-time account (``clock``; ``elapsed_ms``: the account's reading to judge by), then the derived
+        files that only point at them; return how many segments went. Never the active segment, never a segment
+        that reaches the checkpoint's recovery point. A segment's newest record is no younger than the next
+        segment's first, so that one's age stands for it: one record read per segment, and a segment never goes
+        while anything in it may be younger than the reserved time, whatever the wall clock did."""
+        now = self.clock.elapsed_ms() if elapsed_ms is None else elapsed_ms
         reserved_ms = self.config.file_reserved_time_hours * 3600 * 1000
         limit = min(self._checkpoint_offset, self.commit_log.flushed_offset)
+        files = self.commit_log.queue.files
         doomed: list[MappedFile] = []
-        for mf in self.commit_log.queue.files[:-1]:
-            if mf.end_offset > limit or mf.last_modified() * 1000 + reserved_ms > now:
+        for mf, following in itertools.pairwise(files):
+            if mf.end_offset > limit:
+                break
+            start = following.file_from_offset
+            try:
+                self.commit_log.read(start)  # a whole record, validated, before its stamp is believed
+                stamped = self.commit_log.read_store_timestamp(start)
+            except StoreError:
+                break  # unreadable: it says nothing of its age, so nothing before it goes
+            if now - self.clock.elapsed_of(start, stamped) <= reserved_ms:
                 break
             doomed.append(mf)
         if not doomed:
             return 0
         self.commit_log.queue.delete_files(doomed)
         min_phy = self.commit_log.min_offset
+        self.clock.trim(min_phy)
         log.info("retention deleted %d commit-log segments; the log now starts at %d", len(doomed), min_phy)
         with self._files_lock:
             for cq in self.consume_queues():

@@ -22,6 +22,7 @@ from txmq.errors import InvalidMessageError, LocalProtocolError, StoreError
 from txmq.message import (
     MessageConst,
     MessageExt,
+    check_born_timestamp,
     decode_batch,
     inner_message,
     properties_to_string,
@@ -284,6 +285,8 @@ class SendMessageProcessor:
                 remark=f"queueId {queue_id} is illegal: topic {h.topic} has "
                 f"{topic_config.write_queue_nums} write queues",
             )
+        if h.born_timestamp:  # 0: not given, the broker's time is taken; a batch's messages share the header's
+            check_born_timestamp(h.born_timestamp)
         born_host = peer_host(conn)
         entries = req.entries
         if entries is not None:

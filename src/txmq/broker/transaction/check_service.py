@@ -10,6 +10,10 @@ like any discard), whether or not a check reached a producer before its group le
 back cannot grow the table forever. A transaction whose half message retention already deleted is dropped, with
 every other one below the half queue's start, in one trim of the table (RocketMQ's check skips such a half).
 The checks of one pass are recorded in a single op record.
+
+Every time here (the wheel's seconds, a half's age, the next pass) is the store's elapsed-time account
+(``txmq.store.clock``): a step of the wall clock neither stalls a check nor makes one early, and no half becomes an
+orphan or older than ``fileReservedTime`` because the clock jumped.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Protocol
 
 from txmq.broker.transaction.service import TransactionalMessageService
@@ -54,7 +57,7 @@ class TransactionalMessageCheckService:
                 await self.check_pass()
             except Exception:  # one bad transaction must not stop checking for the others
                 log.exception("check pass failed")
-            now = time.time()
+            now = self.service.store.clock.elapsed_ms() / 1000
             nxt = self.service.table.next_due_s()
             wait = self.check_interval_ms / 1000 if nxt is None else max(0.05, min(nxt - now + 0.001,
                                                                                     self.check_interval_ms / 1000))
@@ -63,7 +66,8 @@ class TransactionalMessageCheckService:
                 await asyncio.wait_for(self._wake.wait(), wait)
 
     async def check_pass(self, now_s: float | None = None) -> int:
-        """One pass over the due transactions; returns how many checks were sent."""
+        """One pass over the due transactions (``now_s``: the account's reading to judge by, in seconds); returns
+        how many checks were sent."""
         self.in_pass = True
         try:
             return await self._check_pass(now_s)
@@ -71,7 +75,7 @@ class TransactionalMessageCheckService:
             self.in_pass = False
 
     async def _check_pass(self, now_s: float | None) -> int:
-        now_f = now_s if now_s is not None else time.time()
+        now_f = now_s if now_s is not None else self.service.store.clock.elapsed_ms() / 1000
         now = int(now_f)
         table = self.service.table
         # The next check at least one interval from now, on the wheel's whole seconds (rounded up: from `now`,
@@ -102,7 +106,9 @@ class TransactionalMessageCheckService:
             if info.checks >= self.check_max:
                 await self.service.discard(half, half_offset, info.checks, f"transactionCheckMax={self.check_max}")
                 continue
-            if now - info.store_time_s > reserved_s:
+            # Ages from the second after the (rounded down) store second: never older than it is.
+            stored_s = info.store_time_s + 1
+            if now - stored_s > reserved_s:
                 await self.service.discard(half, half_offset, info.checks, "older than fileReservedTime")
                 continue
             checks = info.checks + 1
@@ -111,7 +117,7 @@ class TransactionalMessageCheckService:
                 table.count_check(half_offset)
                 self.service.metrics.group(info.group).checks += 1
                 sent.append(half_offset)
-            elif (now_f - info.store_time_s) * 1000 >= self.service.orphan_after_ms:
+            elif (now_f - stored_s) * 1000 >= self.service.orphan_after_ms:
                 # Checked before or not: with no producer left, its count would never grow to transactionCheckMax.
                 self.service.metrics.orphans += 1
                 await self.service.discard(half, half_offset, info.checks, f"no producer of group {info.group} "

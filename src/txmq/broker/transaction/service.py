@@ -230,7 +230,7 @@ class TransactionalMessageService:
         neither reads nor decodes it again. Oldest first out past ``recent_halves_max_bytes``, counting what a
         remembered half really costs: its body and its Python objects (``RECENT_HALF_OVERHEAD``)."""
         props = half.properties
-        stored_ms = half.store_timestamp
+        stored_ms = self._stored_ms(half)
         immunity_ms = self._immunity_ms(half) if _CHECK_IMMUNITY in props else self.transaction_timeout_ms
         self.table.add_pending(half.queue_offset, props.get(_REAL_TOPIC, ""), props.get(_PRODUCER_GROUP, ""),
                                stored_ms // 1000, -(-(stored_ms + immunity_ms) // 1000))
@@ -254,8 +254,17 @@ class TransactionalMessageService:
         the half's properties)."""
         props = half.properties
         self.table.add_pending(half_offset, props.get(MessageConst.REAL_TOPIC, ""),
-                               props.get(MessageConst.PRODUCER_GROUP, ""), half.store_timestamp // 1000, first_check_s,
-                               schedule=schedule)
+                               props.get(MessageConst.PRODUCER_GROUP, ""), self._stored_ms(half) // 1000,
+                               first_check_s, schedule=schedule)
+
+    def _stored_ms(self, half: MessageExt) -> int:
+        """When the half was stored, by the store's elapsed-time account: what its checks and its age count from
+        (``txmq.store.clock``; never its wall-clock stamp, which a step of the clock moves)."""
+        return self.store.clock.elapsed_of(half.commit_log_offset, half.store_timestamp)
+
+    def now_s(self) -> int:
+        """The elapsed-time account now, in the check wheel's whole seconds."""
+        return self.store.clock.elapsed_ms() // 1000
 
     def _immunity_ms(self, msg: MessageExt) -> int:
         """``transactionTimeOut``, or the message's longer ``CHECK_IMMUNITY_TIME_IN_SECONDS`` up to the orphan
@@ -271,9 +280,9 @@ class TransactionalMessageService:
         return max(default, min(asked, self.orphan_after_ms))
 
     def _first_check_s(self, half: MessageExt) -> int:
-        """The first whole second at which the stored half message is at least its immunity time old (the wheel
-        has one-second buckets: rounding down would check up to a second before ``transactionTimeOut``)."""
-        return -(-(half.store_timestamp + self._immunity_ms(half)) // 1000)
+        """The first whole second of the account at which the stored half message is at least its immunity time old
+        (the wheel has one-second buckets: rounding down would check up to a second before ``transactionTimeOut``)."""
+        return -(-(self._stored_ms(half) + self._immunity_ms(half)) // 1000)
 
     # --- phase two: COMMIT or ROLLBACK ----------------------------------------------------------------
 
@@ -469,11 +478,11 @@ class TransactionalMessageService:
                 self._recovered_before.difference_update(committing, rolling_back)
             self._compact_names()
         if stored or rollbacks:
-            now_ms = int(time.time() * 1000)
+            age_ms = self.store.clock.age_ms
             latencies = self.metrics.commit_latency_ms
             group = self.metrics.group(producer_group)  # every half's (_check_prepare_message)
             for _, half in stored:
-                latency = max(0, now_ms - half.store_timestamp)
+                latency = age_ms(half.commit_log_offset, half.store_timestamp)
                 latencies.append(latency)
                 group.committed(latency)
             group.rollbacks += len(rollbacks)
@@ -569,7 +578,7 @@ class TransactionalMessageService:
         if half_offset in self._recovered_before:
             self.table.recovered.add(half_offset)  # its commit may be in the log in part: look again
         if packed is not None:
-            self.table.reopen(half_offset, packed, int(time.time()) + 1)
+            self.table.reopen(half_offset, packed, self.now_s() + 1)
         else:
             self.table.decide(half_offset, outcome)
             if outcome == Outcome.DISCARD:
@@ -686,7 +695,7 @@ class TransactionalMessageService:
         half = self.half_message(half_offset)
         if half is None:
             return f"half message {half_offset} is no longer in the log"
-        self._track(half_offset, half, int(time.time()))
+        self._track(half_offset, half, self.now_s())
         await self._write_op("RESUME", [half_offset])
         self.metrics.resumes += 1
         log.info("transaction %s resumed into checking", half.msg_id)
@@ -714,7 +723,7 @@ class TransactionalMessageService:
 
     def _op_messages(self, offsets_by_op: dict[str, list[int]]) -> list[MessageExt]:
         """One op record per kind with half offsets, in the order of ``offsets_by_op``."""
-        now = int(time.time() * 1000)
+        now = self.store.clock.wall_ms()
         return [MessageExt(RMQ_SYS_TRANS_OP_HALF_TOPIC, ",".join(map(str, offsets)).encode(),
                            {MessageConst.TAGS: REMOVE_TAG, OP_PROPERTY: op}, queue_id=0, born_timestamp=now,
                            store_host=self.store.config.store_host) for op, offsets in offsets_by_op.items() if offsets]
@@ -800,9 +809,12 @@ class TransactionalMessageService:
         if self.snapshot_path is None or not self.snapshot_path.exists():
             return None
         try:
+            # The snapshot keeps whole store seconds, rounded down: a first check counted from one would come up to a
+            # second before transactionTimeOut. Counted from the second after it, never early.
+            now_s, timeout_s = self.now_s(), -(-self.transaction_timeout_ms // 1000)
             table, half_from, op_from = TransactionStateTable.from_snapshot(
-                self.snapshot_path.read_bytes(),
-                lambda store_s: max(store_s + -(-self.transaction_timeout_ms // 1000), int(time.time())))
+                self.snapshot_path.read_bytes(), lambda store_s: max(store_s + 1 + timeout_s, now_s),
+                lambda wall_s: self.store.clock.elapsed_of_wall(wall_s * 1000) // 1000, now_s)
         except (ValueError, IndexError, struct.error, orjson.JSONDecodeError) as exc:
             log.warning("transaction snapshot %s ignored (%s): replaying the whole half and op queues",
                         self.snapshot_path, exc)
@@ -867,12 +879,12 @@ class TransactionalMessageService:
         as after a crash: the old master may have stored a COMMIT's real messages without its op record, and
         a second COMMIT must then find them instead of storing them again. Returns how many are pending."""
         self._forget_recent_halves()  # remembered while this broker was master before: the log decides now
-        now = int(time.time())
+        now = self.now_s()
         timeout_s = -(-self.transaction_timeout_ms // 1000)
         for half_offset in list(self.table.pending):
             info = self.table.info(half_offset)
-            if info is not None:
-                self.table.schedule(half_offset, max(now, info.store_time_s + timeout_s))
+            if info is not None:  # from the second after its (rounded down) store second: never early
+                self.table.schedule(half_offset, max(now, info.store_time_s + 1 + timeout_s))
         self.table.recovered = set(self.table.pending) | set(self.table.discarded)
         log.warning("taking over %d pending transactions for check-back", len(self.table.pending))
         return len(self.table.pending)
@@ -893,7 +905,7 @@ class TransactionalMessageService:
             self._compact_names()  # a slave writes no decision: its names of ended ones go here
 
     def _replay_half(self, half: MessageExt) -> None:
-        self._track(half.queue_offset, half, max(self._first_check_s(half), int(time.time())))
+        self._track(half.queue_offset, half, max(self._first_check_s(half), self.now_s()))
 
     def _replay_op(self, op: MessageExt) -> None:
         kind = op.properties.get(OP_PROPERTY, "COMMIT")
@@ -907,7 +919,7 @@ class TransactionalMessageService:
                 half = self.half_message(half_offset)
                 if half is not None:
                     # Its wheel entry from _replay_half is still there: a second one would mean two checks a pass.
-                    self._track(half_offset, half, int(time.time()), schedule=False)
+                    self._track(half_offset, half, self.now_s(), schedule=False)
 
 
 def _op_offsets(op: MessageExt) -> list[int]:

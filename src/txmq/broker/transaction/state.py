@@ -7,7 +7,8 @@ that offset from a base on: the offsets below it are those whose half messages r
 the table follows what the log holds, not every transaction the broker ever saw. Pending transactions keep one
 packed int each (store second, checks sent, topic and group indexes: about 110 bytes with the dict slot), and
 their next check time sits in a wheel of one-second buckets, so a check pass touches only the buckets that are
-due.
+due. Seconds here are the store's elapsed-time account (``txmq.store.clock``), never the wall clock: a step of
+the wall clock neither stalls nor hastens a check.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class PendingInfo(NamedTuple):
     """A pending transaction unpacked, for checks and listings (a decision keeps the packed int instead)."""
 
     half_offset: int
-    store_time_s: int
+    store_time_s: int  # when the half was stored, in seconds of the store's elapsed-time account
     checks: int
     topic: str
     group: str
@@ -280,22 +281,27 @@ class TransactionStateTable:
     # A snapshot lets recovery replay only the half and op records written after it (restart
     # time follows the unflushed tail, not the history). Layout, big-endian:
     #
-    #   magic "TXMQTXS2" | half_covered q | op_covered q       queue offsets the snapshot reflects, exclusive
+    #   magic "TXMQTXS3" | half_covered q | op_covered q       queue offsets the snapshot reflects, exclusive
     #   outcomes_base q                                        the half offset of the first outcome
     #   names            u32 length + JSON list of topic and group names
     #   outcomes         u32 length + one byte per half offset from outcomes_base on (Outcome)
-    #   pending          u32 count + per entry: half offset q, store second I, checks B, topic I, group I
+    #   pending          u32 count + per entry: half offset q, store second q (the elapsed-time account's),
+    #                    checks B, topic I, group I
     #   discarded        u32 count + per entry: half offset q, checks I
     #   crc              u32 zlib.crc32 of everything before it
     #
-    # "TXMQTXS1", written before the table was trimmed, has no outcomes_base (its outcomes start at 0): it is read
-    # too, so that a broker upgraded over an old snapshot restarts from it.
+    # Older layouts are read too, so that a broker upgraded over an old snapshot restarts from it: "TXMQTXS2" holds
+    # wall-clock store seconds as an unsigned 32-bit field (I, which ends in 2106), converted at load
+    # (``wall_to_elapsed_s``); "TXMQTXS1", written before the table was trimmed, has besides no outcomes_base (its
+    # outcomes start at 0).
 
-    _SNAP_MAGIC = b"TXMQTXS2"
+    _SNAP_MAGIC = b"TXMQTXS3"
+    _SNAP_MAGIC_V2 = b"TXMQTXS2"
     _SNAP_MAGIC_V1 = b"TXMQTXS1"
     _SNAP_HEAD = struct.Struct(">8sqqq")
     _SNAP_HEAD_V1 = struct.Struct(">8sqq")
-    _SNAP_PENDING = struct.Struct(">qIBII")
+    _SNAP_PENDING = struct.Struct(">qqBII")
+    _SNAP_PENDING_V2 = struct.Struct(">qIBII")
     _SNAP_DISCARDED = struct.Struct(">qI")
 
     def to_snapshot(self, half_covered: int, op_covered: int, as_before: Mapping[int, Before]) -> bytes:
@@ -330,14 +336,20 @@ class TransactionStateTable:
         return body + struct.pack(">I", zlib.crc32(body))
 
     @classmethod
-    def from_snapshot(cls, data: bytes, first_check_s: Callable[[int], int]) -> tuple[TransactionStateTable, int, int]:
+    def from_snapshot(cls, data: bytes, first_check_s: Callable[[int], int], wall_to_elapsed_s: Callable[[int], int],
+                      now_s: int | None = None) -> tuple[TransactionStateTable, int, int]:
         """(table, half_covered, op_covered); pending transactions are scheduled at ``first_check_s(store
-        second)``. Raises ``ValueError`` for anything but a whole, intact snapshot."""
+        second)``, an older layout's wall-clock store seconds first converted by ``wall_to_elapsed_s``; a store
+        second past ``now_s`` (an account that started again, its file lost) is taken as ``now_s``. Raises
+        ``ValueError`` for anything but a whole, intact snapshot."""
         if len(data) < cls._SNAP_HEAD_V1.size + 4 or zlib.crc32(data[:-4]) != struct.unpack(">I", data[-4:])[0]:
             raise ValueError("transaction snapshot is truncated or its CRC does not match")
-        if data[:8] == cls._SNAP_MAGIC:
+        row, convert = cls._SNAP_PENDING_V2, wall_to_elapsed_s
+        if data[:8] in (cls._SNAP_MAGIC, cls._SNAP_MAGIC_V2):
             _, half_covered, op_covered, base = cls._SNAP_HEAD.unpack_from(data)
             pos = cls._SNAP_HEAD.size
+            if data[:8] == cls._SNAP_MAGIC:
+                row, convert = cls._SNAP_PENDING, int
         elif data[:8] == cls._SNAP_MAGIC_V1:
             _, half_covered, op_covered = cls._SNAP_HEAD_V1.unpack_from(data)
             base, pos = 0, cls._SNAP_HEAD_V1.size
@@ -355,7 +367,10 @@ class TransactionStateTable:
         names = orjson.loads(chunk(struct.unpack(">I", chunk(4))[0]))
         table.outcomes = bytearray(chunk(struct.unpack(">I", chunk(4))[0]))
         for _ in range(struct.unpack(">I", chunk(4))[0]):
-            half_offset, store_s, checks, topic, group = cls._SNAP_PENDING.unpack(chunk(cls._SNAP_PENDING.size))
+            half_offset, store_s, checks, topic, group = row.unpack(chunk(row.size))
+            store_s = convert(store_s)
+            if now_s is not None and store_s > now_s:
+                store_s = now_s
             table.add_pending(half_offset, names[topic], names[group], store_s, first_check_s(store_s), checks)
         for _ in range(struct.unpack(">I", chunk(4))[0]):
             half_offset, checks = cls._SNAP_DISCARDED.unpack(chunk(cls._SNAP_DISCARDED.size))

@@ -157,7 +157,7 @@ class HAService:
         self._waiters: deque[tuple[int, float, asyncio.Future[PutMessageStatus]]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self.refusals = RefusalLog(log, "HA connection refused")
-        self.last_disconnected: dict[int, float] = {}  # broker id -> time.time() it went away
+        self.last_disconnected: dict[int, float] = {}  # broker id -> time.monotonic() it went away
         # Controller mode: the slaves that must have a SYNC_MASTER put (the SyncStateSet, and slaves being added
         # to it); None: the count rules of HAConfig (inSyncReplicas and friends).
         self.needed_slaves: frozenset[int] | None = None
@@ -265,7 +265,7 @@ class HAService:
     def remove(self, conn: HAConnection) -> None:
         if conn in self.connections:
             self.connections.remove(conn)
-            self.last_disconnected[conn.broker_id] = time.time()
+            self.last_disconnected[conn.broker_id] = time.monotonic()
             self.on_ack()
 
     def _on_append(self, end: int) -> None:
@@ -381,11 +381,13 @@ class HAService:
                     next_record += store.commit_log.segment_size - ack % store.commit_log.segment_size
                 with contextlib.suppress(StoreError):
                     behind = store.commit_log.read_store_timestamp(next_record)
-                    lag_s = max(0.0, (store.last_store_timestamp - behind) / 1000)
+                    clock = store.clock  # store time counted on the elapsed-time account: steps do not show
+                    newest = clock.elapsed_of(end - 1, store.last_store_timestamp)
+                    lag_s = max(0.0, (newest - clock.elapsed_of(next_record, behind)) / 1000)
             out.append(SlaveStatus(c.peer, c.broker_id, True, c.ack_offset, end - ack, lag_s, self.in_sync(c),
                                    c.transferred, c.reports))
         connected = {c.broker_id for c in self.connections}
         for broker_id, at in sorted(self.last_disconnected.items()):
             if broker_id not in connected:
-                out.append(SlaveStatus("", broker_id, False, -1, -1, round(time.time() - at, 1), False, -1, 0))
+                out.append(SlaveStatus("", broker_id, False, -1, -1, round(time.monotonic() - at, 1), False, -1, 0))
         return out

@@ -1,0 +1,239 @@
+"""The store's clock (``txmq.store.clock``): records stamped with the wall clock of the moment, every age counted on
+the elapsed-time account, which a step of the wall clock does not move, which resumes across restarts, and which
+retention judges segments by. The clocks are the store's own, shifted by the tests (``elapsed.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from types import SimpleNamespace
+
+import pytest
+from store_helpers import SEGMENT, make_config, msg, run
+
+import txmq.store.clock as clock_module
+from elapsed import advance, wall_step
+from txmq.broker.config import BrokerConfig
+from txmq.message import decode_message
+from txmq.store import DefaultMessageStore
+from txmq.store.config import delete_hours
+
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
+
+HOUR_MS = 3600 * 1000
+
+
+async def _put(store: DefaultMessageStore, n: int, body: bytes = b"x" * 200) -> list[int]:
+    """``n`` puts; the commit-log offsets of their records."""
+    out = []
+    for _ in range(n):
+        result = await store.put_message(msg(body=body))
+        assert result.ok and result.append_result is not None
+        out.append(result.append_result.wrote_offset)
+    return out
+
+
+def test_a_step_back_stamps_the_wall_clock_of_the_moment_and_ages_count_on(root, caplog):
+    """Store timestamps follow the wall clock both ways (never a remembered maximum); each record's age is the
+    account's, so the records after a step back of two minutes are seconds old, not minus two minutes, and those
+    before it do not grow two minutes older. One warning names the step."""
+    caplog.set_level(logging.INFO, logger="txmq.store")
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(root)) as store:
+            before = (await store.put_message(msg())).append_result
+            wall_step(store, -120)
+            advance(store, 5)
+            after = (await store.put_message(msg())).append_result
+            assert before is not None and after is not None
+            assert before.store_timestamp - 125_000 < after.store_timestamp < before.store_timestamp - 110_000
+            clock = store.clock
+            assert 4_900 <= clock.age_ms(before.wrote_offset, before.store_timestamp) <= 5_500
+            assert 0 <= clock.age_ms(after.wrote_offset, after.store_timestamp) <= 500
+            steps = [r for r in caplog.records if "the wall clock moved -12" in r.getMessage()]
+            assert len(steps) == 1 and steps[0].levelno == logging.WARNING, caplog.text
+            # a step forward: ages stay as they were
+            wall_step(store, 3 * 24 * 3600)
+            late = (await store.put_message(msg())).append_result
+            assert late is not None and late.store_timestamp > after.store_timestamp + 70 * HOUR_MS
+            assert clock.age_ms(before.wrote_offset, before.store_timestamp) < 6_000
+            assert clock.age_ms(late.wrote_offset, late.store_timestamp) < 500
+            assert len([r for r in caplog.records if "the wall clock moved" in r.getMessage()]) == 2
+
+    run(main)
+
+
+def test_the_account_resumes_across_restarts_counting_the_downtime_on_one_boot_only(root, monkeypatch, caplog):
+    """A restart on the same boot counts the time the store was closed (the monotonic clock went on), whatever the
+    wall clock did meanwhile; after a reboot (another boot id) the account resumes from its last save and the
+    downtime is not counted: late, never early. A wall-clock step across the restart is one anchor."""
+    caplog.set_level(logging.INFO, logger="txmq.store")
+    mono = [10**12]
+    wall = [1_800_000_000 * 10**9]
+    monkeypatch.setattr(clock_module, "time", SimpleNamespace(monotonic_ns=lambda: mono[0], time_ns=lambda: wall[0]))
+
+    async def main() -> None:
+        store = DefaultMessageStore(make_config(root))
+        await store.start()
+        [offset] = await _put(store, 1)
+        stamp = decode_message(store.read_record(offset))[0].store_timestamp
+        mono[0] += 10 * 10**9  # 10 s later
+        wall[0] += 10 * 10**9
+        await store.shutdown()
+        mono[0] += 50 * 10**9  # down for 50 s, during which the wall clock stepped a year ahead
+        wall[0] += (50 + 365 * 24 * 3600) * 10**9
+        store = DefaultMessageStore(make_config(root))
+        assert store.clock.age_ms(offset, stamp) == 60_000
+        [late] = await _put(store, 1)
+        late_stamp = decode_message(store.read_record(late))[0].store_timestamp
+        assert late_stamp == wall[0] // 10**6  # the wall clock of the moment, a year ahead
+        assert store.clock.age_ms(late, late_stamp) == 0
+        assert [a[0] for a in store.clock.anchors] == [0, late]  # one anchor where the step began
+        await store.shutdown()
+        monkeypatch.setattr(clock_module, "boot_id", lambda: "another boot")
+        mono[0] = 5 * 10**9  # a reboot: the monotonic clock starts over, and 2 h went by
+        wall[0] += 2 * 3600 * 10**9
+        store = DefaultMessageStore(make_config(root))
+        assert store.clock.age_ms(offset, stamp) == 60_000  # the downtime is not counted
+        assert "not counted" in caplog.text
+        await store.shutdown()
+
+    run(main)
+
+
+def test_retention_judges_the_newest_record_by_the_account_not_the_wall_clock(root):
+    """A segment goes once the first record of the next one (no newer than anything in it) is older than
+    fileReservedTime by the account. A step of the wall clock past fileReservedTime deletes nothing; the same time
+    passing for the account deletes the old segments, and never the one whose records are young."""
+    config = make_config(root, file_reserved_time_hours=72)
+
+    async def main() -> None:
+        async with DefaultMessageStore(config) as store:
+            while len(store.commit_log.queue.files) < 4:
+                await _put(store, 20)
+            store.flush_and_checkpoint()
+            wall_step(store, 73 * 3600)  # NTP fixing a clock three days slow, or a VM restored
+            assert store.clean_expired_files() == 0
+            assert store.min_phy_offset == 0
+            advance(store, 73 * 3600)  # three days really pass
+            young = (await _put(store, 1))[0]
+            store.flush_and_checkpoint()
+            assert store.clean_expired_files() == 3  # the three full segments; the active one holds the young record
+            assert store.min_phy_offset == 3 * SEGMENT
+            assert decode_message(store.read_record(young))[0].body == b"x" * 200
+            assert store.clock.anchors[0][0] <= store.min_phy_offset  # anchors below the log went, not the one over it
+
+    run(main)
+
+
+def test_retention_runs_at_the_delete_when_hours_and_refuses_a_bad_one(root, monkeypatch):
+    """RocketMQ's deleteWhen: the periodic job deletes at the listed local hours only (unless the disk is full);
+    a value that is not hours of the day is refused with the key's name, in broker.conf as in the store."""
+    assert delete_hours("04") == {4} and delete_hours("04;16") == {4, 16} and delete_hours("0;23") == {0, 23}
+    for bad in ("", "24", "4am", "04,16", "-1"):
+        with pytest.raises(ValueError, match="deleteWhen"):
+            delete_hours(bad)
+        with pytest.raises(ValueError, match="deleteWhen"):
+            BrokerConfig().update({"deleteWhen": bad})
+
+    async def main() -> None:
+        hour = [3]
+        monkeypatch.setattr("txmq.store.message_store.time.localtime",
+                            lambda: type("T", (), {"tm_hour": hour[0]})())
+        async with DefaultMessageStore(make_config(root, file_reserved_time_hours=1, delete_when="04")) as store:
+            while len(store.commit_log.queue.files) < 3:
+                await _put(store, 20)
+            store.flush_and_checkpoint()
+            advance(store, 2 * 3600)
+            await store._clean_async()
+            assert store.min_phy_offset == 0  # 03:00: not the hour
+            hour[0] = 4
+            await store._clean_async()
+            assert store.min_phy_offset == 2 * SEGMENT
+
+    run(main)
+
+
+def test_a_slave_ages_its_masters_records_from_their_arrival_when_their_stamps_cannot_be_believed(tmp_path):
+    """A slave's records carry its master's stamps. One from the future (the master's clock ahead) is aged from its
+    arrival, not from the future; one stamped before the record ahead of it (the master's clock stepped back) is
+    aged from that record, not as if it were minutes old. Both are remembered across the slave's restart."""
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
+            await _put(master, 3)
+            wall_step(master, 3600)
+            await _put(master, 3)
+            wall_step(master, -3600 - 120)
+            await _put(master, 3)
+            data = master.commit_log.read_raw(0, master.max_phy_offset)
+            records = [(m.commit_log_offset, m.store_timestamp)
+                       for m in (decode_message(master.read_record(o))[0] for o in _offsets(master))]
+        slave_config = make_config(tmp_path / "slave")
+        slave = DefaultMessageStore(slave_config)
+        slave.replica = True
+        await slave.start()
+        assert slave.append_replicated(0, data) == len(data)
+        ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records]
+        assert all(0 <= age < 1_000 for age in ages), ages
+        await slave.shutdown()
+        reopened = DefaultMessageStore(slave_config)
+        assert all(0 <= reopened.clock.age_ms(o, s) < 2_000 for o, s in records)
+        await reopened.shutdown()
+
+    run(main)
+
+
+def _offsets(store: DefaultMessageStore) -> list[int]:
+    out, offset = [], 0
+    while offset < store.max_phy_offset:
+        out.append(offset)
+        offset += decode_message(store.read_record(offset))[0].store_size + 4
+    return out
+
+
+def test_the_clock_file_is_written_atomically_and_a_damaged_one_starts_the_account_again(root, caplog):
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(root)) as store:
+            await _put(store, 2)
+        saved = json.loads((root / "clock").read_bytes())
+        assert saved["version"] == 1 and saved["anchors"] and saved["elapsed_ms"] >= 0
+        for damage in (b"{not json", b'{"version": 1}', b'{"version": 1, "elapsed_ms": 1, "monotonic_ns": 1, '
+                       b'"anchors": [[0, "x"]]}'):
+            (root / "clock").write_bytes(damage)
+            caplog.clear()
+            store = DefaultMessageStore(make_config(root))
+            assert "unreadable" in caplog.text
+            assert store.clock.anchors[0][0] == 0 and len(store.clock.anchors) == 1
+            await store.shutdown()
+        assert not [n for n in os.listdir(root) if n.startswith(".clock")]
+
+    run(main)
+
+
+def test_ages_are_never_negative_and_never_past_now(root):
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(root)) as store:
+            [offset] = await _put(store, 1)
+            clock = store.clock
+            assert clock.elapsed_of(offset, 10**15) <= clock.elapsed_ms()  # a stamp from the far future
+            assert clock.age_ms(offset, 10**15) == 0
+            assert clock.age_ms(offset, -(10**15)) >= 0
+
+    run(main)
+
+
+def test_a_group_of_puts_is_stamped_once(root):
+    """A group of puts is stamped once: every record of it carries the same store timestamp and maps to the same
+    moment of the account, whatever the wall clock did during the group."""
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(root)) as store:
+            puts = [store.put_message(msg()) for _ in range(5)]
+            results = await asyncio.gather(*puts)
+            stamps = {r.append_result.store_timestamp for r in results}
+            assert len(stamps) == 1
+
+    run(main)
