@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def broker_auth_store_path(config: BrokerConfig) -> Path:
-    return Path(config.store_path_root_dir) / "config" / "auth.json"
+    return Path(config.store.store_path_root_dir) / "config" / "auth.json"
 
 
 def namesrv_auth_store_path(auth_store: str | None) -> Path:

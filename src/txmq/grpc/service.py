@@ -319,7 +319,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 customized_backoff=pb.CustomizedBackoff(next=[duration(ms) for ms in CONSUMER_BACKOFF_MS])))
         else:
             pub = out.publishing
-            pub.max_body_size = self.broker.config.max_message_size
+            pub.max_body_size = self.broker.config.store.max_message_size
             pub.validate_message_type = False
             out.backoff_policy.CopyFrom(pb.RetryPolicy(
                 max_attempts=self.broker.config.grpc_client_producer_max_attempts,
@@ -413,9 +413,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if broker.config.is_slave:
             raise GrpcStatusError(Code.HA_NOT_AVAILABLE, "broker is a slave")
         body = decode_body(m)
-        if len(body) > broker.config.max_message_size:
+        if len(body) > broker.config.store.max_message_size:
             raise GrpcStatusError(Code.MESSAGE_BODY_TOO_LARGE, f"message body {len(body)} bytes exceeds "
-                                  f"maxMessageSize {broker.config.max_message_size}")
+                                  f"maxMessageSize {broker.config.store.max_message_size}")
         _, props = from_pb_message(m, body)
         sp = m.system_properties
         if MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:  # the clients give one: make none for nothing

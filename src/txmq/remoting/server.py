@@ -20,6 +20,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from txmq.conf import key
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE
 from txmq.remoting.tls import TlsServer, TlsServerConfig
 from txmq.remoting.transport import DEFAULT_MAX_PENDING_INVOKES, Connection, Handler
@@ -29,13 +30,17 @@ log = logging.getLogger("txmq.remoting")
 
 @dataclass
 class ServerLimits:
-    """What one remoting server lets its peers hold; read from ``broker.conf`` (and ``txmq namesrv -c``) under
-    these names in camelCase. Only the idle time is RocketMQ's key (``NettyServerConfig``); the rest are txmq's."""
+    """What one remoting server lets its peers hold: keys of broker.conf (and of ``txmq namesrv -c``)."""
 
-    server_channel_max_idle_time_seconds: float = 120  # silence (no read, no write) that closes a connection
-    server_frame_timeout_seconds: float = 30  # a frame must be whole within this of its first bytes
-    server_max_connections: int = 4096  # connections served at once (keep under the process's open-file limit)
-    server_buffered_bytes_max: int = 256 * 1024 * 1024  # bytes of partial frames, all connections together
+    server_channel_max_idle_time_seconds: float = key(120, unit="s", range=(0, None),
+                                                      doc="an idle connection (no read, no write) is closed after "
+                                                          "this; 0: never (as RocketMQ's Netty idle handler)")
+    server_frame_timeout_seconds: float = key(30, unit="s", range=(0.1, None), rocketmq=False,
+                                              doc="a frame must be whole within this of its first bytes")
+    server_max_connections: int = key(4096, range=(1, None), rocketmq=False,
+                                      doc="connections served at once (keep under the process's open-file limit)")
+    server_buffered_bytes_max: int = key(256 * 1024 * 1024, unit="bytes", range=(1, None), rocketmq=False,
+                                         doc="of partial frames, all connections together")
 
 
 class RemotingServer:

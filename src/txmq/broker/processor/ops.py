@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from txmq.acl.model import Action, Needs, cluster_get, cluster_update
-from txmq.broker.config import config_properties
+from txmq.broker.config import RUNTIME_KEYS, config_properties
 from txmq.broker.consumer_offset_manager import TOPIC_GROUP_SEPARATOR
 from txmq.broker.subscription_group_manager import SubscriptionGroupConfig
 from txmq.broker.visibility import INTERNAL_TOPICS
@@ -42,11 +42,6 @@ if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.broker")
-
-# broker.conf keys updateBrokerConfig may change while the broker runs: each is read where it is used.
-RUNTIME_KEYS = ("maxMessageSize", "rejectTransactionMessage", "longPollingEnable", "registerNameServerPeriod",
-                "transactionCheckMax", "transactionCheckInterval")
-
 
 def _answer(cmd: RemotingCommand, body: Any = None, code: int = ResponseCode.SUCCESS,
             remark: str | None = None) -> RemotingCommand:

@@ -253,10 +253,10 @@ class SendMessageProcessor:
         if h.topic in NOT_ALLOWED_SEND_TOPICS:
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
                                                remark=f"topic {h.topic} is a system topic; sending to it is forbidden")
-        if len(cmd.body) > broker.config.max_message_size:  # a batch counts whole, as RocketMQ counts it
+        if len(cmd.body) > broker.config.store.max_message_size:  # a batch counts whole, as RocketMQ counts it
             return RemotingCommand.response_to(
                 cmd, ResponseCode.MESSAGE_ILLEGAL,
-                remark=f"the message body size over max value, MAX: {broker.config.max_message_size} "
+                remark=f"the message body size over max value, MAX: {broker.config.store.max_message_size} "
                 f"(maxMessageSize; this {'batch' if batch else 'message'} has {len(cmd.body)} bytes)",
             )
         topic_config = broker.topic_config_manager.table.get(h.topic)  # the table itself: no call per send
@@ -295,7 +295,7 @@ class SendMessageProcessor:
             batch_props = req.props
             halves = 0
             for _flag, data, props in entries:
-                if len(data) > broker.config.max_message_size:
+                if len(data) > broker.config.store.max_message_size:
                     return RemotingCommand.response_to(
                         cmd, ResponseCode.MESSAGE_ILLEGAL,
                         remark=f"a batch message of {len(data)} bytes exceeds maxMessageSize")
@@ -339,7 +339,7 @@ class SendMessageProcessor:
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                                remark="a half batch carries plain messages, not half messages")
         uniq = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-        limit = self.broker.config.max_message_size
+        limit = self.broker.config.store.max_message_size
         for _, data, props in entries:
             # Refused now, not at COMMIT: each message must fit as it will be stored, with the link properties
             # (TRAN_PREPARED_QUEUE_OFFSET, __transactionId__) a COMMIT adds.

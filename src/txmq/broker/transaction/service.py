@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from txmq.broker.config import DEFAULT_ORPHAN_FACTOR
 from txmq.broker.consumer_offset_manager import DEFAULT_MAX_ENTRIES
 from txmq.broker.transaction.metrics import TransactionMetrics
 from txmq.broker.transaction.state import COMMIT, EXPIRED, FINAL, ROLLBACK, Before, Outcome, TransactionStateTable
@@ -53,7 +54,6 @@ log = logging.getLogger("txmq.transaction")
 OP_PROPERTY = "TXMQ_OP"
 HALF_BATCH = "TXMQ_HALF_BATCH"  # on a half message whose body is a batch: how many messages it carries
 PUT_SLICE = 1024  # real messages per store put when a decision commits many: the loop serves others between
-DEFAULT_ORPHAN_FACTOR = 600  # transactionOrphanFactor: with transactionTimeOut 6 s, an hour
 REMOVE_TAG = "d"
 # Memory a remembered half costs beyond its body: the MessageExt, its properties dict and strings, the ints, the
 # cache's dict slot (tracemalloc: about 550 bytes for a half with the usual five properties).
