@@ -68,12 +68,13 @@ class StoreConfig:
     ``pread`` instead of mapping them (see docs/storage.md).
     """
 
-    store_path_root_dir: str = key(factory=lambda: str(Path.home() / "store"), shown="~/store",
+    store_path_root_dir: str = key(factory=lambda: str(Path.home() / "store"), shown="`~/store`",
                                    doc="the store's directory")
     mapped_file_size_commit_log: int = key(1 << 30, unit="bytes", range=(64 * 1024, None), check=_a_page_or_more,
                                            doc="one commit-log segment; fixed for the life of a store")
     mapped_file_size_consume_queue: int = key(300_000 * 20, unit="bytes", range=(20, None), check=_whole_entries,
-                                              doc="one consume-queue file (300 000 entries of 20 bytes)")
+                                              doc="one consume-queue file (300 000 entries); a multiple of 20, "
+                                                  "the size of an entry")
     flush_disk_type: FlushDiskType = key(FlushDiskType.ASYNC_FLUSH,
                                          doc="`SYNC_FLUSH`: a send is answered once its record is on disk")
     flush_interval_commit_log_ms: int = key(500, name="flushIntervalCommitLog", unit="ms", range=(1, None),
@@ -85,7 +86,8 @@ class StoreConfig:
     file_reserved_time_hours: float = key(72, name="fileReservedTime", unit="hours", range=(0, None),
                                           doc="a full commit-log segment is kept this long after its newest record "
                                               "was written, on the broker's elapsed-time account (a step of the "
-                                              "wall clock does not age it: docs/reliability.md, \"The clock rule\")")
+                                              "wall clock does not age it: "
+                                              "[the clock rule](reliability.md#the-clock-rule))")
     delete_when: str = key("04", check=_delete_when,
                            doc="the local hours at which retention deletes (`04;16`: several), at any hour when "
                                "the disk is over `diskMaxUsedSpaceRatio`")
