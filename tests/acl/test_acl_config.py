@@ -118,7 +118,7 @@ def test_white_addresses(tmp_path):
     validator = AccessValidator(AuthStore(AclFile(path)), "broker")
 
     def send(host: str, topic: str, access_key: str | None) -> int | None:
-        conn: Any = SimpleNamespace(remote_address=f"{host}:4000")
+        conn: Any = SimpleNamespace(remote_address=f"{host}:4000", attrs={})
         ext = {"topic": topic, "producerGroup": "g", **({"AccessKey": access_key} if access_key else {})}
         cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, b"x")
         identity = validator.admit(conn, cmd)

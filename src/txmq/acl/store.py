@@ -40,6 +40,9 @@ log = logging.getLogger("txmq.acl")
 # What a connection from a global white address is: RocketMQ lets it do anything.
 WHITE_USER = User("(white address)", "", UserType.SUPER)
 
+# Read on every request: module constants, not Enum members read through their class (a Python-level lookup).
+_SUPER, _DISABLE = UserType.SUPER, UserStatus.DISABLE
+
 _STORE_VERSION = 1
 
 
@@ -133,7 +136,7 @@ class AuthStore:
         matcher = user.white_remote_address
         if not (matcher is not None and matcher.match(host)) and not check_signature(user):
             return f"signature check failed for AccessKey {access_key}"
-        if user.user_status is UserStatus.DISABLE:
+        if user.user_status is _DISABLE:
             return f"user {access_key} is disabled"
         return user
 
@@ -141,7 +144,7 @@ class AuthStore:
         """None when ``user`` may do what ``needs`` lists from ``host``, else what it lacks first, named as an ACL
         names it (``no Pub permission on Topic:orders``). A Super user may do everything; a user without an ACL
         nothing."""
-        if user.user_type is UserType.SUPER or not needs.wants:
+        if user.user_type is _SUPER or not needs.wants:
             return None
         acl = self._acls.get(user.username)
         for resource, any_of in needs.wants:
