@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, TypeVar
 
+import cython
+
 from txmq.acl.signer import Mac, hmac_key
 from txmq.topic import RETRY_GROUP_TOPIC_PREFIX
 
@@ -417,7 +419,7 @@ class Acl:
 class Needs:
     """What one request needs: for each resource it touches, one of a set of actions (RocketMQ's authorization
     contexts). Empty: any authenticated user. A super user needs nothing. Built for every request under ACL:
-    plain slots, and the action sets shared (``_any_of``)."""
+    slots (compiled, an extension type: model.pxd), and the action sets shared (``_any_of``)."""
 
     __slots__ = ("wants",)
 
@@ -433,7 +435,7 @@ class Needs:
     def topic(self, name: str, *any_of: Action) -> Needs:
         """A topic; a retry topic ``%RETRY%G`` is its group's resource (``Sub`` on group G), as in RocketMQ."""
         if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):], Action.SUB)
+            return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):], _SUB)
         if name:
             self.wants.append((_new_tuple(Resource, (_TOPIC, name, _LITERAL)), _any_of(any_of)))
         return self
@@ -455,8 +457,10 @@ class Needs:
 
 
 _ACTION_SETS: dict[tuple[Action, ...], frozenset[Action]] = {}
+_SUB = Action.SUB
 
 
+@cython.cfunc
 def _any_of(actions: tuple[Action, ...]) -> frozenset[Action]:
     found = _ACTION_SETS.get(actions)
     if found is None:

@@ -32,7 +32,7 @@ import orjson
 from txmq.acl.config import AclFile, RemoteAddressMatcher
 from txmq.acl.info import acl_info, read_acl_info, read_user_info, user_info
 from txmq.acl.migration import migrate
-from txmq.acl.model import Acl, Needs, PolicyEntry, PolicyType, Resource, User, UserStatus, UserType
+from txmq.acl.model import Acl, Action, Needs, PolicyEntry, PolicyType, Resource, User, UserStatus, UserType
 from txmq.fileio import write_atomic
 
 log = logging.getLogger("txmq.acl")
@@ -149,7 +149,7 @@ class AuthStore:
         acl = self._acls.get(user.username)
         for resource, any_of in needs.wants:
             if acl is None or not acl.allows(resource, any_of, host):
-                return f"no {'|'.join(sorted(a.value for a in any_of))} permission on {resource.key}"
+                return _lacks(resource, any_of)
         return None
 
     # --- users (AUTH_*_USER) ---------------------------------------------------------------------------
@@ -270,6 +270,10 @@ class AuthStore:
         write_atomic(self.path, orjson.dumps(doc, option=orjson.OPT_INDENT_2), mode=0o600)
         self._stored_users, self._stored_acls = users, acls
         self._merge()
+
+
+def _lacks(resource: Resource, any_of: frozenset[Action]) -> str:
+    return f"no {'|'.join(sorted(a.value for a in any_of))} permission on {resource.key}"
 
 
 def _username(username: str) -> str:
