@@ -195,6 +195,21 @@ def test_no_remembered_decision_outlives_a_change(tmp_path):
     assert refusal(victim) == "no Pub permission on Topic:orders"  # the User object read before the change
 
 
+def test_remembered_decisions_are_bounded():
+    """A user naming ever new resources cannot grow the server's memory: an ACL remembers at most MAX_DECISIONS,
+    and none for a name longer than RocketMQ's longest; such names are still decided."""
+    acl = Acl("u", {PolicyType.CUSTOM: (allow("Topic:*", PUB), allow("Topic:secret*", PUB, decision=Decision.DENY))})
+    pub = frozenset({PUB})
+    for i in range(Acl.MAX_DECISIONS + 10):
+        assert acl.allows(Resource.topic(f"t{i}"), pub, "h")
+        assert acl.remembered() <= Acl.MAX_DECISIONS
+    assert acl.remembered() > 0
+    fresh = Acl("u", acl.policies)
+    assert fresh.allows(Resource.topic("t" * 256), pub, "h") and fresh.remembered() == 0
+    assert not fresh.allows(Resource.topic("secret" + "t" * 300), pub, "h") and fresh.remembered() == 0
+    assert fresh.allows(Resource.topic("t" * 255), pub, "h") and fresh.remembered() == 1
+
+
 # --- changes, persistence, and the two sources ---------------------------------------------------------------
 
 

@@ -365,6 +365,7 @@ class Acl:
     __slots__ = ("_decisions", "_index", "policies", "username")
 
     MAX_DECISIONS = 4096  # (resource, actions, host) triples remembered per ACL; emptied when full
+    MAX_REMEMBERED_NAME = 255  # longer names (RocketMQ's longest is a group's 255) are decided each time
 
     def __init__(self, username: str, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> None:
         self.username = username
@@ -384,10 +385,15 @@ class Acl:
         if allowed is None:
             best = self._index.best(wanted, any_of, host)
             allowed = best is not None and best.decision is _ALLOW
-            if len(self._decisions) >= self.MAX_DECISIONS:
-                self._decisions.clear()
-            self._decisions[key] = allowed
+            if len(wanted.name) <= self.MAX_REMEMBERED_NAME and len(host) <= self.MAX_REMEMBERED_NAME:
+                if len(self._decisions) >= self.MAX_DECISIONS:
+                    self._decisions.clear()
+                self._decisions[key] = allowed
         return allowed
+
+    def remembered(self) -> int:
+        """How many decisions ``allows`` holds (never more than ``MAX_DECISIONS``)."""
+        return len(self._decisions)
 
     def updated(self, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> Acl:
         """RocketMQ's ``Acl.updatePolicy``: a new entry replaces the policy's entry for the same resource, others

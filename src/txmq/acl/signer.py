@@ -68,10 +68,12 @@ def _fields_content(ext: dict[str, str]) -> bytes:
 
 
 # The signed names in order, for each list of names seen: a client sends the same fields in the same order request
-# after request, and finding that order again costs less than sorting. Bounded: emptied when full, so names a peer
-# makes up cost it a sort each, never memory.
+# after request, and finding that order again costs less than sorting. Bounded: at most MAX_ORDERS lists (emptied
+# when full) of at most MAX_ORDER_CHARS characters of names each, so names a peer makes up cost it a sort each,
+# never memory.
 _ORDERS: dict[tuple[str, ...], tuple[str, ...]] = {}
-_MAX_ORDERS = 256
+MAX_ORDERS = 256
+MAX_ORDER_CHARS = 2048  # RocketMQ's requests have a few dozen short fields
 
 
 @cython.cfunc
@@ -79,9 +81,10 @@ def _signed_order(names: tuple[str, ...]) -> tuple[str, ...]:
     order = _ORDERS.get(names)
     if order is None:
         order = tuple(sorted([k for k in names if k != SIGNATURE and k != "_UNIQUE_KEY_QUERY"]))
-        if len(_ORDERS) >= _MAX_ORDERS:
-            _ORDERS.clear()
-        _ORDERS[names] = order
+        if sum(map(len, names)) <= MAX_ORDER_CHARS:
+            if len(_ORDERS) >= MAX_ORDERS:
+                _ORDERS.clear()
+            _ORDERS[names] = order
     return order
 
 
