@@ -165,6 +165,51 @@ def test_a_user_without_an_acl_may_do_nothing_and_a_disabled_one_nothing_at_all(
     assert not isinstance(again, str) and again.key.digest() == hmac_key("otherSecret1").digest()
 
 
+def test_no_remembered_decision_outlives_a_change(tmp_path):
+    """``Acl.allows`` remembers its decisions: an allow decided (and remembered) before a change of the stored ACL
+    or of plain_acl.yml must be refused on the very next request after it, the same User object asking."""
+    store = store_at(tmp_path)
+    store.create_user("dave0001", "daveSecret01", None, by_super=True)
+    store.create_acl("dave0001", {PolicyType.CUSTOM: (allow("Topic:ord*", PUB),)})
+    dave = store.identify("h", "dave0001", signed)
+    assert not isinstance(dave, str)
+
+    def refusal(user: Any) -> str | None:
+        return store.refusal(user, Needs().topic("orders", PUB), "h")
+
+    assert refusal(dave) is None and refusal(dave) is None  # decided, then remembered
+    store.create_acl("dave0001", {PolicyType.CUSTOM: (allow("Topic:orders", PUB, decision=Decision.DENY),)})
+    assert refusal(dave) == "no Pub permission on Topic:orders"
+    store.delete_acl("dave0001", PolicyType.CUSTOM, Resource.parse("Topic:orders"))
+    assert refusal(dave) is None and refusal(dave) is None
+    store.delete_acl("dave0001", PolicyType.CUSTOM, None)
+    assert refusal(dave) == "no Pub permission on Topic:orders"
+
+    victim = store.identify("h", "orderKey01", signed)  # plain_acl.yml: orders=PUB|SUB
+    assert not isinstance(victim, str)
+    assert refusal(victim) is None and refusal(victim) is None
+    (tmp_path / "plain_acl.yml").write_text(PLAIN_ACL.replace("orders=PUB|SUB, cpp", "orders=SUB, cpp"))
+    later = time.time_ns() + 10**9
+    os.utime(tmp_path / "plain_acl.yml", ns=(later, later))
+    assert store.identify("h", "billingKey01", signed) is not None  # any request re-reads the changed file
+    assert refusal(victim) == "no Pub permission on Topic:orders"  # the User object read before the change
+
+
+def test_remembered_decisions_are_bounded():
+    """A user naming ever new resources cannot grow the server's memory: an ACL remembers at most MAX_DECISIONS,
+    and none for a name longer than RocketMQ's longest; such names are still decided."""
+    acl = Acl("u", {PolicyType.CUSTOM: (allow("Topic:*", PUB), allow("Topic:secret*", PUB, decision=Decision.DENY))})
+    pub = frozenset({PUB})
+    for i in range(Acl.MAX_DECISIONS + 10):
+        assert acl.allows(Resource.topic(f"t{i}"), pub, "h")
+        assert acl.remembered() <= Acl.MAX_DECISIONS
+    assert acl.remembered() > 0
+    fresh = Acl("u", acl.policies)
+    assert fresh.allows(Resource.topic("t" * 256), pub, "h") and fresh.remembered() == 0
+    assert not fresh.allows(Resource.topic("secret" + "t" * 300), pub, "h") and fresh.remembered() == 0
+    assert fresh.allows(Resource.topic("t" * 255), pub, "h") and fresh.remembered() == 1
+
+
 # --- changes, persistence, and the two sources ---------------------------------------------------------------
 
 
@@ -283,7 +328,7 @@ def _ask(processor: AuthProcessor, code: int, ext: dict[str, str], body: Any = N
     table = RequestTable("broker")
     table.register(processor)
     cmd = RemotingCommand.request(code, {**ext, "AccessKey": as_}, orjson.dumps(body) if body is not None else b"")
-    conn: Any = SimpleNamespace(remote_address="127.0.0.1:1")
+    conn: Any = SimpleNamespace(remote_address="127.0.0.1:1", attrs={})
     answer = RequestDispatcher(table, _Passes())(conn, cmd)
     assert isinstance(answer, RemotingCommand)
     return answer

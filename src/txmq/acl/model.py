@@ -15,13 +15,14 @@ both ways fast); a ``User`` of type Super needs no ACL.
 from __future__ import annotations
 
 import enum
-import hmac
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, TypeVar
 
-from txmq.acl.signer import hmac_key
+import cython
+
+from txmq.acl.signer import Mac, hmac_key
 from txmq.topic import RETRY_GROUP_TOPIC_PREFIX
 
 
@@ -37,6 +38,10 @@ class Action(enum.Enum):
     GET = "Get"
     LIST = "List"
 
+    # Members are singletons, equal only to themselves: hashed by identity (a C slot) rather than by Enum's
+    # Python-level hash of the name, as every request's action set and resource are looked up by hash.
+    __hash__ = object.__hash__
+
     @classmethod
     def parse(cls, text: str) -> Action:
         for action in cls:
@@ -50,6 +55,8 @@ class ResourceType(enum.Enum):
     CLUSTER = "Cluster"
     TOPIC = "Topic"
     GROUP = "Group"
+
+    __hash__ = object.__hash__  # as Action's
 
 
 class Pattern(enum.IntEnum):
@@ -128,6 +135,12 @@ class Resource(NamedTuple):
 
 _CLUSTER = Resource(ResourceType.CLUSTER, "", Pattern.ANY)
 
+# What every request's needs and decision read, as module constants: an Enum member read through its class is a
+# Python-level attribute lookup on the Enum's metaclass. ``_new_tuple(Resource, ...)`` makes a Resource without the
+# Python frame of a NamedTuple's generated ``__new__`` (the same tuple).
+_TOPIC, _GROUP, _LITERAL = ResourceType.TOPIC, ResourceType.GROUP, Pattern.LITERAL
+_new_tuple = tuple.__new__
+
 
 class Decision(enum.Enum):
     ALLOW = "Allow"
@@ -139,6 +152,9 @@ class Decision(enum.Enum):
             if decision.value.lower() == text.strip().lower():
                 return decision
         raise ValueError(f"unknown decision {text!r} (Allow or Deny)")
+
+
+_ALLOW = Decision.ALLOW
 
 
 class SourceIps:
@@ -319,7 +335,7 @@ class User:
     user_status: UserStatus = UserStatus.ENABLE
     white_remote_address: AddressMatcher | None = None
     from_file: bool = False
-    key: hmac.HMAC = field(init=False, repr=False)
+    key: Mac = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.key = hmac_key(self.password)
@@ -342,23 +358,42 @@ def parse_subject(subject: str) -> str:
 
 class Acl:
     """RocketMQ's ``Acl``: a user's policies, Custom and Default, each a list of entries with one entry per
-    resource. Immutable: a change makes a new ``Acl``. Indexed at construction for ``allows``."""
+    resource. Immutable: a change makes a new ``Acl``. Indexed at construction for ``allows``, which remembers
+    its decisions (``MAX_DECISIONS`` at most): a changed ACL is a new object that remembers none, so no decision
+    outlives the entries it was made from."""
 
-    __slots__ = ("_index", "policies", "username")
+    __slots__ = ("_decisions", "_index", "policies", "username")
+
+    MAX_DECISIONS = 4096  # (resource, actions, host) triples remembered per ACL; emptied when full
+    MAX_REMEMBERED_NAME = 255  # longer names (RocketMQ's longest is a group's 255) are decided each time
 
     def __init__(self, username: str, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> None:
         self.username = username
         self.policies = {t: tuple(e) for t, e in policies.items() if e}
         self._index = PolicyIndex(self.policies.get(PolicyType.CUSTOM, ()), self.policies.get(PolicyType.DEFAULT, ()))
+        self._decisions: dict[tuple[Resource, frozenset[Action], str], bool] = {}
 
     @property
     def subject(self) -> str:
         return SUBJECT_PREFIX + self.username
 
     def allows(self, wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
-        """``decide`` over the Custom entries, or over the Default ones when no Custom entry applies."""
-        best = self._index.best(wanted, any_of, host)
-        return best is not None and best.decision is Decision.ALLOW
+        """``decide`` over the Custom entries, or over the Default ones when no Custom entry applies. Remembered:
+        deciding scans the prefix entries (each request of a user names the same few resources)."""
+        key = (wanted, any_of, host)
+        allowed: bool | None = self._decisions.get(key)
+        if allowed is None:
+            best = self._index.best(wanted, any_of, host)
+            allowed = best is not None and best.decision is _ALLOW
+            if len(wanted.name) <= self.MAX_REMEMBERED_NAME and len(host) <= self.MAX_REMEMBERED_NAME:
+                if len(self._decisions) >= self.MAX_DECISIONS:
+                    self._decisions.clear()
+                self._decisions[key] = allowed
+        return allowed
+
+    def remembered(self) -> int:
+        """How many decisions ``allows`` holds (never more than ``MAX_DECISIONS``)."""
+        return len(self._decisions)
 
     def updated(self, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> Acl:
         """RocketMQ's ``Acl.updatePolicy``: a new entry replaces the policy's entry for the same resource, others
@@ -390,7 +425,7 @@ class Acl:
 class Needs:
     """What one request needs: for each resource it touches, one of a set of actions (RocketMQ's authorization
     contexts). Empty: any authenticated user. A super user needs nothing. Built for every request under ACL:
-    plain slots, and the action sets shared (``_any_of``)."""
+    slots (compiled, an extension type: model.pxd), and the action sets shared (``_any_of``)."""
 
     __slots__ = ("wants",)
 
@@ -406,14 +441,14 @@ class Needs:
     def topic(self, name: str, *any_of: Action) -> Needs:
         """A topic; a retry topic ``%RETRY%G`` is its group's resource (``Sub`` on group G), as in RocketMQ."""
         if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):], Action.SUB)
+            return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):], _SUB)
         if name:
-            self.wants.append((Resource(ResourceType.TOPIC, name), _any_of(any_of)))
+            self.wants.append((_new_tuple(Resource, (_TOPIC, name, _LITERAL)), _any_of(any_of)))
         return self
 
     def group(self, name: str, *any_of: Action) -> Needs:
         if name:
-            self.wants.append((Resource(ResourceType.GROUP, name), _any_of(any_of)))
+            self.wants.append((_new_tuple(Resource, (_GROUP, name, _LITERAL)), _any_of(any_of)))
         return self
 
     def cluster(self, *any_of: Action) -> Needs:
@@ -428,8 +463,10 @@ class Needs:
 
 
 _ACTION_SETS: dict[tuple[Action, ...], frozenset[Action]] = {}
+_SUB = Action.SUB
 
 
+@cython.cfunc
 def _any_of(actions: tuple[Action, ...]) -> frozenset[Action]:
     found = _ACTION_SETS.get(actions)
     if found is None:

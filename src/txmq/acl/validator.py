@@ -27,6 +27,17 @@ def host_of(remote_address: str) -> str:
     return remote_address.rpartition(":")[0].strip("[]")
 
 
+_HOST = "aclHost"
+
+
+def peer_host(conn: Connection) -> str:
+    """``host_of`` the peer, worked out once per connection (``attrs``): every request asks twice."""
+    host = conn.attrs.get(_HOST)
+    if host is None:
+        host = conn.attrs[_HOST] = host_of(conn.remote_address)
+    return host
+
+
 class AccessValidator:
     """Checks requests against the users and ACLs of one ``AuthStore``."""
 
@@ -46,12 +57,12 @@ class AccessValidator:
     # --- the remoting dispatcher's gate (txmq.remoting.registry.Gate) ---------------------------------------
 
     def admit(self, conn: Connection, cmd: RemotingCommand) -> User | RemotingCommand:
-        host = host_of(conn.remote_address)
-        user = self.identify(host, cmd.ext_fields.get(ACCESS_KEY, ""), lambda u: signature_matches(u.key, cmd))
+        host = peer_host(conn)
+        user = self.store.identify(host, cmd.ext_fields.get(ACCESS_KEY, ""), lambda u: signature_matches(u.key, cmd))
         return self._refuse(host, cmd, user) if isinstance(user, str) else user
 
     def permit(self, conn: Connection, cmd: RemotingCommand, identity: User, needs: Needs) -> RemotingCommand | None:
-        host = host_of(conn.remote_address)
+        host = peer_host(conn)
         why = self.refusal(identity, needs, host)
         return None if why is None else self._refuse(host, cmd, why)
 

@@ -83,6 +83,7 @@ _PERM_WRITE = PermName.PERM_WRITE
 _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _PGROUP = MessageConst.PRODUCER_GROUP
 _HALF_ACCOUNT = MessageConst.HALF_ACCOUNT
+_PUB = Action.PUB  # what every send needs under ACL
 
 MAX_PROPERTIES_SIZE = 32767  # the layout's 2-byte properties length (txmq.message)
 _LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two properties, their names and values
@@ -187,12 +188,12 @@ def send_needs(req: SendRequest) -> Needs:
     """Pub on the topic (a ``%RETRY%G`` topic: Sub on group G); a half message, a half batch or a batch of halves
     also needs Pub on each group that will own a half (its ``PGROUP``, whatever group the request names)."""
     h = req.header
-    needs = Needs().topic(h.topic, Action.PUB)
+    needs = Needs().topic(h.topic, _PUB)
     if is_half(req.props):
-        needs.group(req.props.get(_PGROUP, h.producer_group), Action.PUB)
+        needs.group(req.props.get(_PGROUP, h.producer_group), _PUB)
     for _flag, _data, props in req.entries or ():
         if is_half(props):
-            needs.group(props.get(_PGROUP, h.producer_group), Action.PUB)
+            needs.group(props.get(_PGROUP, h.producer_group), _PUB)
     return needs
 
 
