@@ -36,6 +36,7 @@ import heapq
 import itertools
 import json
 import logging
+import math
 import os
 import signal
 import statistics
@@ -43,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -115,27 +117,67 @@ def parse(data: bytes) -> tuple[str, int] | None:
 # --- the record of what was sent and consumed --------------------------------------------------------------
 
 
+class Track:
+    """One kind of message by sequence number (dense from 0), in bytearrays: a few bytes a message, so the
+    ledger's own memory stays small beside the client's, whose RSS is a figure of the run."""
+
+    def __init__(self) -> None:
+        self.attempted = 0
+        self.acked = bytearray()  # the send (or half send) was answered SEND_OK
+        self.visible = bytearray()  # acknowledged and due, or committed: a consumer must get it
+        self.consumed = bytearray()  # deliveries, up to 255
+        self.n_visible = 0
+        self.n_visible_consumed = 0
+
+    def attempt(self, seq: int) -> None:
+        if seq >= self.attempted:
+            grow = seq + 1 - self.attempted
+            for flags in (self.acked, self.visible, self.consumed):
+                flags.extend(bytes(grow))
+            self.attempted = seq + 1
+
+    def make_visible(self, seq: int) -> None:
+        if not self.visible[seq]:
+            self.visible[seq] = 1
+            self.n_visible += 1
+            self.n_visible_consumed += self.consumed[seq] > 0
+
+    def consume(self, seq: int) -> int:
+        """Count a delivery; the deliveries before it."""
+        before = self.consumed[seq]
+        self.consumed[seq] = min(before + 1, 255)
+        if before == 0 and self.visible[seq]:
+            self.n_visible_consumed += 1
+        return before
+
+    def missing(self, must: Callable[[int], bool]) -> list[int]:
+        return [seq for seq in range(self.attempted) if must(seq) and not self.consumed[seq]]
+
+    def duplicates(self) -> int:
+        return sum(n - 1 for n in self.consumed if n > 1)
+
+    def distinct(self) -> int:
+        return self.attempted - self.consumed.count(0)
+
+
 @dataclass
 class Ledger:
     """Everything the load threads and consumers saw, under one lock."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
-    acked: dict[str, set[int]] = field(default_factory=lambda: {k: set() for k in TOPICS})  # SEND_OK answers
-    attempted: Counter[str] = field(default_factory=Counter)
-    visible: set[tuple[str, int]] = field(default_factory=set)  # acknowledged and due or committed: to be consumed
-    delay_due: dict[int, float] = field(default_factory=dict)  # delayed seq -> monotonic due time (send start + delay)
+    tracks: dict[str, Track] = field(default_factory=lambda: {k: Track() for k in TOPICS})
+    delay_due: array[float] = field(default_factory=lambda: array("d"))  # delayed seq -> monotonic due time
     due_heap: list[tuple[float, int]] = field(default_factory=list)  # acknowledged delayed messages not yet due
-    consumed: Counter[tuple[str, int]] = field(default_factory=Counter)
     strangers: int = 0  # consumed bodies that no sender made
     rollback_consumed: list[int] = field(default_factory=list)
     early: list[tuple[int, float]] = field(default_factory=list)  # delayed seq, seconds before its due time
-    lateness: list[float] = field(default_factory=list)  # delayed messages: first consumption - due time
+    lateness: array[float] = field(default_factory=lambda: array("d"))  # first delivery - due time
     checks: Counter[str] = field(default_factory=Counter)  # check answers by outcome name
-    checks_of: Counter[int] = field(default_factory=Counter)
+    checks_of: bytearray = field(default_factory=bytearray)  # checks answered per transaction, up to 255
     errors: Counter[str] = field(default_factory=Counter)
     error_examples: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)  # plain sends of the current interval, seconds
-    all_latencies: list[float] = field(default_factory=list)
+    all_latencies: array[float] = field(default_factory=lambda: array("d"))
 
     def error(self, what: str, exc: BaseException | str) -> None:
         with self.lock:
@@ -143,35 +185,62 @@ class Ledger:
             if len(self.error_examples) < 20:
                 self.error_examples.append(f"{what}: {exc!r}"[:300])
 
+    def attempt(self, kind: str, seq: int, due: float | None = None) -> None:
+        """Before a send: a consumer may get the message before its answer comes."""
+        with self.lock:
+            self.tracks[kind].attempt(seq)
+            if due is not None:
+                if seq >= len(self.delay_due):
+                    self.delay_due.extend([math.nan] * (seq + 1 - len(self.delay_due)))
+                self.delay_due[seq] = due
+
+    def acked(self, kind: str, seq: int, visible: bool, latency: float | None = None) -> None:
+        with self.lock:
+            track = self.tracks[kind]
+            track.acked[seq] = 1
+            if visible:
+                track.make_visible(seq)
+            if kind == DELAY:
+                heapq.heappush(self.due_heap, (self.delay_due[seq], seq))
+            if latency is not None:
+                self.latencies.append(latency)
+
+    def check_answer(self, seq: int) -> LocalTransactionState:
+        """What the producer answers the broker's check of transaction ``seq`` (recorded)."""
+        with self.lock:
+            if seq >= len(self.checks_of):
+                self.checks_of.extend(bytes(seq + 1 - len(self.checks_of)))
+            first = self.checks_of[seq] == 0
+            self.checks_of[seq] = min(self.checks_of[seq] + 1, 255)
+            answer = UNKNOWN if first and undecided_at_first_check(seq) else final(seq)
+            self.checks[answer.name] += 1
+            if answer is COMMIT:  # also a half whose send raised: it was stored after all
+                self.tracks[TX].make_visible(seq)
+            return answer
+
     def consume(self, data: bytes, now: float) -> None:
         parsed = parse(data)
         with self.lock:
-            if parsed is None:
+            if parsed is None or parsed[1] >= self.tracks[parsed[0]].attempted:
                 self.strangers += 1
                 return
             kind, seq = parsed
-            self.consumed[parsed] += 1
-            first = self.consumed[parsed] == 1
+            before = self.tracks[kind].consume(seq)
             if kind == TX and final(seq) is ROLLBACK:
                 self.rollback_consumed.append(seq)
             elif kind == DELAY:
-                due = self.delay_due.get(seq)
-                if due is None:
-                    self.strangers += 1
-                elif now < due - EARLY_SLACK_S:
+                due = self.delay_due[seq]
+                if now < due - EARLY_SLACK_S:
                     self.early.append((seq, due - now))
-                elif first:
+                elif before == 0:
                     self.lateness.append(now - due)
 
-    def make_due(self, now: float) -> None:
+    def lag(self, now: float) -> int:
+        """Messages a consumer must get (acknowledged and due, or committed) that none got yet."""
         with self.lock:
             while self.due_heap and self.due_heap[0][0] <= now:
-                self.visible.add((DELAY, heapq.heappop(self.due_heap)[1]))
-
-    def lag(self, now: float) -> int:
-        self.make_due(now)
-        with self.lock:
-            return len(self.visible) - sum(1 for key in self.visible if key in self.consumed)
+                self.tracks[DELAY].make_visible(heapq.heappop(self.due_heap)[1])
+            return sum(t.n_visible - t.n_visible_consumed for t in self.tracks.values())
 
     def take_latencies(self) -> list[float]:
         with self.lock:
@@ -334,8 +403,7 @@ class Load:
     def _send_plain(self, rate: float) -> None:
         led = self.ledger
         for seq in paced(rate, self.stop):
-            with led.lock:
-                led.attempted[PLAIN] += 1
+            led.attempt(PLAIN, seq)
             t0 = time.monotonic()
             try:
                 r = self.producer.send(Message(TOPICS[PLAIN], body(PLAIN, seq, self.filler)))
@@ -346,16 +414,12 @@ class Load:
             if r.status != SendStatus.SEND_OK:
                 led.error("send", r.status.value)
                 continue
-            with led.lock:
-                led.latencies.append(took)
-                led.acked[PLAIN].add(seq)
-                led.visible.add((PLAIN, seq))
+            led.acked(PLAIN, seq, visible=True, latency=took)
 
     def _send_tx(self, rate: float) -> None:
         led = self.ledger
         for seq in paced(rate, self.stop):
-            with led.lock:
-                led.attempted[TX] += 1
+            led.attempt(TX, seq)
             try:
                 r = self.tx_producer.send_message_in_transaction(Message(TOPICS[TX], body(TX, seq, self.filler)))
             except CALL_ERRORS as exc:
@@ -364,10 +428,7 @@ class Load:
             if r.status != SendStatus.SEND_OK:
                 led.error("transaction", r.status.value)
                 continue
-            with led.lock:
-                led.acked[TX].add(seq)
-                if r.local_transaction_state is COMMIT:
-                    led.visible.add((TX, seq))
+            led.acked(TX, seq, visible=r.local_transaction_state is COMMIT)
 
     def _send_delayed(self, rate: float) -> None:
         led = self.ledger
@@ -375,11 +436,7 @@ class Load:
             level = self.levels[seq % len(self.levels)]
             msg = Message(TOPICS[DELAY], body(DELAY, seq, self.filler))
             msg.delay_time_level = level
-            t0 = time.monotonic()
-            due = t0 + self.delays[level - 1]
-            with led.lock:
-                led.attempted[DELAY] += 1
-                led.delay_due[seq] = due  # before the send: a consumer may see it before the answer comes
+            led.attempt(DELAY, seq, due=time.monotonic() + self.delays[level - 1])
             try:
                 r = self.producer.send(msg)
             except CALL_ERRORS as exc:
@@ -388,9 +445,7 @@ class Load:
             if r.status != SendStatus.SEND_OK:
                 led.error("delayed send", r.status.value)
                 continue
-            with led.lock:
-                led.acked[DELAY].add(seq)
-                heapq.heappush(led.due_heap, (due, seq))
+            led.acked(DELAY, seq, visible=False)  # visible once due
 
     # consumers
 
@@ -439,15 +494,7 @@ class _Listener:
         parsed = parse(msg.body)
         if parsed is None:
             return ROLLBACK
-        seq = parsed[1]
-        led = self.ledger
-        with led.lock:
-            led.checks_of[seq] += 1
-            answer = UNKNOWN if undecided_at_first_check(seq) and led.checks_of[seq] == 1 else final(seq)
-            led.checks[answer.name] += 1
-            if answer is COMMIT:
-                led.visible.add((TX, seq))
-        return answer
+        return self.ledger.check_answer(parsed[1])
 
 
 def _thread(name: str, fn: Callable[..., None], *args: Any) -> threading.Thread:
@@ -562,8 +609,8 @@ class Soak:
         with led.lock:
             checks = sum(led.checks.values())
             errors = sum(led.errors.values())
-            sent = sum(len(s) for s in led.acked.values())
-            consumed = len(led.consumed)
+            sent = sum(t.acked.count(1) for t in led.tracks.values())
+            consumed = sum(t.distinct() for t in led.tracks.values())
         lat = led.take_latencies()
         row: dict[str, Any] = {"elapsed": round(now - self.t0, 1), "load1": round(os.getloadavg()[0], 2),
                                **proc_figures(servers.broker.pid if servers.broker.alive else None),
@@ -582,7 +629,9 @@ class Soak:
             return
         led = self.ledger
         with led.lock:
-            sent, consumed, errors = sum(led.attempted.values()), len(led.consumed), sum(led.errors.values())
+            sent = sum(t.attempted for t in led.tracks.values())
+            consumed = sum(t.distinct() for t in led.tracks.values())
+            errors = sum(led.errors.values())
         print(f"\r\033[K  {_clock(now - self.t0)} / {_clock(self.args.duration)}: sent {sent:,}, consumed "
               f"{consumed:,}, errors {errors}", end="", file=sys.stderr, flush=True)
 
@@ -613,17 +662,25 @@ class Soak:
         led = self.ledger
         a = self.args
         with led.lock:
-            consumed = led.consumed
-            must = {(PLAIN, s) for s in led.acked[PLAIN]} | {(DELAY, s) for s in led.acked[DELAY]}
-            must |= {(TX, s) for s in led.acked[TX] if final(s) is COMMIT}
-            must |= {key for key in led.visible if key[0] == TX}  # committed by a check, answered or not
-            missing = sorted(must - set(consumed))
-            dupes = sum(n - 1 for n in consumed.values() if n > 1)
-            unacked_consumed = sum(1 for key in consumed if key[1] not in led.acked[key[0]])
+            tracks = led.tracks
+            tx_track = tracks[TX]
+            # Every acknowledged plain and delayed message, every transaction acknowledged and committed in the
+            # end, and every one a check committed (its half's answer may have been lost).
+            missing = [(kind, seq) for kind in (PLAIN, DELAY) for seq in tracks[kind].missing(
+                lambda s, t=tracks[kind]: bool(t.acked[s]))]
+            missing += [(TX, seq) for seq in tx_track.missing(
+                lambda s: bool(tx_track.visible[s] or (tx_track.acked[s] and final(s) is COMMIT)))]
+            dupes = sum(t.duplicates() for t in tracks.values())
+            distinct = sum(t.distinct() for t in tracks.values())
+            unacked_consumed = sum(1 for t in tracks.values() for a, c in zip(t.acked, t.consumed, strict=True)
+                                   if c and not a)
+            tx_final_commit = sum(1 for seq in range(tx_track.attempted)
+                                  if tx_track.acked[seq] and final(seq) is COMMIT)
             lateness = sorted(led.lateness)
-            all_lat = led.all_latencies + led.latencies
-            checks, errors, attempted = dict(led.checks), dict(led.errors), dict(led.attempted)
-            acked = {k: len(v) for k, v in led.acked.items()}
+            all_lat = [*led.all_latencies, *led.latencies]
+            checks, errors = dict(led.checks), dict(led.errors)
+            attempted = {k: t.attempted for k, t in tracks.items()}
+            acked = {k: t.acked.count(1) for k, t in tracks.items()}
             early, rollback_consumed, strangers = list(led.early), list(led.rollback_consumed), led.strangers
             examples = list(led.error_examples)
         log_errors = servers.log_errors()
@@ -646,7 +703,7 @@ class Soak:
               f"{max(r['load1'] for r in self.samples) if self.samples else '-'}")
         print(f"sent: plain {acked[PLAIN]:,}/{attempted.get(PLAIN, 0):,} acknowledged, transactions "
               f"{acked[TX]:,}/{attempted.get(TX, 0):,} halves acknowledged (final COMMIT "
-              f"{sum(1 for s in led.acked[TX] if final(s) is COMMIT):,}), delayed {acked[DELAY]:,}/"
+              f"{tx_final_commit:,}), delayed {acked[DELAY]:,}/"
               f"{attempted.get(DELAY, 0):,}")
         print(f"send latency over the run: p50 {_ms(statistics.median(all_lat) if all_lat else None)}, "
               f"p99 {_ms(p99(all_lat))}, max {_ms(max(all_lat) if all_lat else None)}")
@@ -654,7 +711,7 @@ class Soak:
         median_late = statistics.median(lateness) if lateness else None
         print(f"delayed messages, first delivery after due: p50 {_ms(median_late)}, p99 {_ms(p99(lateness))}, "
               f"max {_ms(lateness[-1] if lateness else None)}")
-        print(f"consumed: {len(consumed):,} distinct, {dupes} duplicate deliveries, {unacked_consumed} of sends whose "
+        print(f"consumed: {distinct:,} distinct, {dupes} duplicate deliveries, {unacked_consumed} of sends whose "
               f"answer was lost")
         print(f"errors (client calls that failed): {errors or 0}" + (f", e.g. {examples[:3]}" if examples else ""))
         if self.restart:

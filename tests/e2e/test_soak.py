@@ -83,19 +83,51 @@ def test_ledger_flags_what_the_checks_fail_on() -> None:
     sender made are each recorded; an on-time delivery and a committed one are not."""
     led = soak.Ledger()
     filler = b"x" * 20
-    led.delay_due[7] = 100.0
+    led.attempt(soak.DELAY, 7, due=100.0)
     led.consume(soak.body(soak.DELAY, 7, filler), now=99.0)  # a second early
     led.consume(soak.body(soak.DELAY, 7, filler), now=100.5)
     rolled_back = next(s for s in range(10) if soak.final(s) is soak.ROLLBACK)
     committed = next(s for s in range(10) if soak.final(s) is soak.COMMIT)
+    led.attempt(soak.TX, 9)
     led.consume(soak.body(soak.TX, rolled_back, filler), now=1.0)
     led.consume(soak.body(soak.TX, committed, filler), now=1.0)
     led.consume(b"not a soak message", now=1.0)
-    led.consume(soak.body(soak.DELAY, 8, filler), now=1.0)  # a delayed message never sent
+    led.consume(soak.body(soak.DELAY, 8, filler), now=1.0)  # never sent
+    led.consume(soak.body(soak.PLAIN, 0, filler), now=1.0)  # never sent
     assert led.early == [(7, 1.0)]
     assert led.rollback_consumed == [rolled_back]
-    assert led.strangers == 2
-    assert led.consumed[(soak.DELAY, 7)] == 2
+    assert led.strangers == 3
+    assert led.tracks[soak.DELAY].duplicates() == 1
+
+
+def test_lag_counts_what_is_due_and_not_consumed() -> None:
+    led = soak.Ledger()
+    filler = b"x" * 20
+    for seq in range(3):
+        led.attempt(soak.PLAIN, seq)
+        led.acked(soak.PLAIN, seq, visible=True)
+    led.attempt(soak.DELAY, 0, due=50.0)
+    led.acked(soak.DELAY, 0, visible=False)
+    led.consume(soak.body(soak.PLAIN, 1, filler), now=1.0)
+    led.consume(soak.body(soak.PLAIN, 1, filler), now=1.0)  # a duplicate is not consumed twice
+    assert led.lag(now=10.0) == 2  # the delayed message is not due yet
+    assert led.lag(now=50.0) == 3
+    led.consume(soak.body(soak.DELAY, 0, filler), now=50.0)
+    assert led.lag(now=60.0) == 2
+    assert led.tracks[soak.PLAIN].missing(lambda s: True) == [0, 2]
+
+
+def test_check_answers() -> None:
+    """A transaction undecided at its first check is decided at its second; the others at once, by their rule."""
+    led = soak.Ledger()
+    led.attempt(soak.TX, 20)
+    undecided = next(s for s in range(20) if soak.undecided_at_first_check(s))
+    decided = next(s for s in range(20) if soak.executed(s) is soak.UNKNOWN and not soak.undecided_at_first_check(s))
+    assert led.check_answer(decided) is soak.final(decided)
+    assert led.check_answer(undecided) is soak.UNKNOWN
+    assert led.check_answer(decided) is soak.final(decided)  # a check of a lower number after a higher one
+    assert led.check_answer(undecided) is soak.final(undecided)
+    assert sum(led.checks.values()) == 4
 
 
 def test_transaction_outcomes_cover_each_path() -> None:
