@@ -76,9 +76,9 @@ TOPICS = {PLAIN: "soak_plain", TX: "soak_tx", DELAY: "soak_delay"}
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # RocketMQ's messageDelayLevel
 CALL_ERRORS = (TxmqError, TimeoutError, OSError)  # what a client call raises while the broker is away
 EARLY_SLACK_S = 0.010  # the broker's due time is its store time in whole milliseconds
-COLUMNS = ("elapsed", "load1", "rss_MiB", "fds", "threads", "client_MiB", "lag", "p99_ms", "pending", "checks",
-           "errors", "sent", "consumed")
-TRENDS = ("rss_MiB", "fds", "threads", "client_MiB", "lag", "p99_ms", "pending", "checks", "errors")
+COLUMNS = ("elapsed", "load1", "rss_MiB", "anon_MiB", "fds", "threads", "client_MiB", "lag", "p99_ms", "pending",
+           "checks", "errors", "sent", "consumed")
+TRENDS = ("rss_MiB", "anon_MiB", "fds", "threads", "client_MiB", "lag", "p99_ms", "pending", "checks", "errors")
 
 
 # --- what each transaction does ----------------------------------------------------------------------------
@@ -300,14 +300,16 @@ class Servers:
 
 
 def proc_figures(pid: int | None) -> dict[str, float | None]:
-    """RSS (MiB), open files and threads of ``pid`` from /proc; None for each when it is not running."""
-    out: dict[str, float | None] = {"rss_MiB": None, "fds": None, "threads": None}
+    """RSS and its anonymous part (MiB: the heap; the rest is mapped files, such as the index files, and shared
+    libraries), open files and threads of ``pid`` from /proc; None for each when it is not running."""
+    out: dict[str, float | None] = {"rss_MiB": None, "anon_MiB": None, "fds": None, "threads": None}
     if pid is None:
         return out
     try:
         with open(f"/proc/{pid}/status") as f:
             status = dict(line.split(":", 1) for line in f if ":" in line)
         out["rss_MiB"] = round(int(status["VmRSS"].split()[0]) / 1024, 1)
+        out["anon_MiB"] = round(int(status["RssAnon"].split()[0]) / 1024, 1)
         out["threads"] = int(status["Threads"])
         out["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
     except (OSError, KeyError, ValueError):
@@ -697,7 +699,8 @@ class Soak:
                 cells.append(f"{'-' if s is None else f'{s:+.2f}':>{_width(c)}}")
             print(f"  {label:<31}" + "  ".join(cells))
         first, last = self.samples[0] if self.samples else {}, self.samples[-1] if self.samples else {}
-        print(f"broker RSS {first.get('rss_MiB')} -> {last.get('rss_MiB')} MiB, open files {first.get('fds')} -> "
+        print(f"broker RSS {first.get('rss_MiB')} -> {last.get('rss_MiB')} MiB (anonymous {first.get('anon_MiB')} -> "
+              f"{last.get('anon_MiB')}), open files {first.get('fds')} -> "
               f"{last.get('fds')}, threads {first.get('threads')} -> {last.get('threads')}; load average "
               f"{min(r['load1'] for r in self.samples) if self.samples else '-'}-"
               f"{max(r['load1'] for r in self.samples) if self.samples else '-'}")
@@ -716,6 +719,7 @@ class Soak:
         print(f"errors (client calls that failed): {errors or 0}" + (f", e.g. {examples[:3]}" if examples else ""))
         if self.restart:
             print(f"restart: {self.restart}")
+        print(f"store on disk: {_disk_mib(self.root / 'store'):.1f} MiB")
         print(f"server log ERROR lines: {len(log_errors)}" + (f", e.g. {log_errors[:3]}" if log_errors else ""))
         checks_failed = [
             ("drained (everything consumed, nothing pending, within --drain-timeout)", drained),
@@ -744,6 +748,11 @@ class Soak:
 
 
 _TX_KEYS = ("pending", "discarded", "commits", "rollbacks", "checks", "discards", "duplicates", "conflicts", "orphans")
+
+
+def _disk_mib(path: Path) -> float:
+    """Space the files under ``path`` take on disk (segments are sparse: their length says little)."""
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file()) / 2**20
 
 
 def _width(column: str) -> int:
