@@ -242,6 +242,13 @@ class Ledger:
                 self.tracks[DELAY].make_visible(heapq.heappop(self.due_heap)[1])
             return sum(t.n_visible - t.n_visible_consumed for t in self.tracks.values())
 
+    def nbytes(self) -> int:
+        """Roughly what the record itself holds (a part of this process's RSS that grows with the run)."""
+        with self.lock:
+            flags = sum(len(t.acked) + len(t.visible) + len(t.consumed) for t in self.tracks.values())
+            floats = (len(self.delay_due) + len(self.lateness) + len(self.all_latencies)) * 8
+            return flags + floats + len(self.checks_of) + 16 * len(self.due_heap)
+
     def take_latencies(self) -> list[float]:
         with self.lock:
             out, self.latencies = self.latencies, []
@@ -672,7 +679,8 @@ class Soak:
                 lambda s, t=tracks[kind]: bool(t.acked[s]))]
             missing += [(TX, seq) for seq in tx_track.missing(
                 lambda s: bool(tx_track.visible[s] or (tx_track.acked[s] and final(s) is COMMIT)))]
-            dupes = sum(t.duplicates() for t in tracks.values())
+            dupes_by_kind = {TOPICS[k]: t.duplicates() for k, t in tracks.items()}
+            dupes = sum(dupes_by_kind.values())
             distinct = sum(t.distinct() for t in tracks.values())
             unacked_consumed = sum(1 for t in tracks.values() for a, c in zip(t.acked, t.consumed, strict=True)
                                    if c and not a)
@@ -714,8 +722,9 @@ class Soak:
         median_late = statistics.median(lateness) if lateness else None
         print(f"delayed messages, first delivery after due: p50 {_ms(median_late)}, p99 {_ms(p99(lateness))}, "
               f"max {_ms(lateness[-1] if lateness else None)}")
-        print(f"consumed: {distinct:,} distinct, {dupes} duplicate deliveries, {unacked_consumed} of sends whose "
-              f"answer was lost")
+        print(f"this process's record of sends and deliveries: {led.nbytes() / 2**20:.1f} MiB (in client_MiB)")
+        print(f"consumed: {distinct:,} distinct, {dupes} duplicate deliveries {dupes_by_kind}, {unacked_consumed} "
+              f"of sends whose answer was lost")
         print(f"errors (client calls that failed): {errors or 0}" + (f", e.g. {examples[:3]}" if examples else ""))
         if self.restart:
             print(f"restart: {self.restart}")
@@ -740,7 +749,8 @@ class Soak:
             Path(a.json).write_text(json.dumps({
                 "args": vars(a), "samples": self.samples, "restart": self.restart, "acked": acked,
                 "attempted": attempted, "checks": checks, "errors": errors, "broker_transactions": tx,
-                "duplicates": dupes, "missing": len(missing), "early": len(early), "passed": ok,
+                "duplicates": dupes, "duplicates_by_topic": dupes_by_kind, "missing": len(missing),
+                "early": len(early), "passed": ok,
                 "slopes_per_hour": {label: {c: slope_per_hour([(r["elapsed"], r[c]) for r in self.samples
                                                                 if keep(r["elapsed"])]) for c in TRENDS}
                                     for label, keep in segments}}, indent=2))
