@@ -695,11 +695,15 @@ class Soak:
             examples = list(led.error_examples)
         log_errors = servers.log_errors()
         print()
-        print("slopes per hour (least squares):  " + "  ".join(f"{c:>{_width(c)}}" for c in TRENDS))
-        segments = [("whole run", lambda t: True)]
+        # Each segment without its first --warmup seconds (the broker's caches, allocator arenas, first index
+        # pages): a slope over the warm-up says nothing of a leak.
+        w = a.warmup
+        print(f"slopes per hour (least squares, each segment from {w:.0f} s after its start):")
+        print(f"  {'':<31}" + "  ".join(f"{c:>{_width(c)}}" for c in TRENDS))
+        segments = [("whole run", lambda t: t >= w)]
         if self.restart_at is not None:
             r = self.restart_at
-            segments += [("before restart", lambda t: t < r), ("after restart", lambda t: t > r)]
+            segments += [("before restart", lambda t: w <= t < r), ("after restart", lambda t: t >= r + w)]
         for label, keep in segments:
             cells = []
             for c in TRENDS:
@@ -812,6 +816,9 @@ def main() -> int:
     ap.add_argument("--drain-timeout", type=float, default=None,
                     help="seconds to wait after the load for everything to be consumed (default: the longest delay "
                          "used + 3 check intervals + 60 s)")
+    ap.add_argument("--warmup", type=float, default=None,
+                    help="seconds after the start and after the restart left out of the slopes (default: 300, "
+                         "or a tenth of --duration if less)")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds to wait for late duplicates after the drain")
     ap.add_argument("--workdir", help="store and logs here, kept (default: a temporary directory, removed)")
     ap.add_argument("--json", help="write the samples, slopes and checks to this file")
@@ -822,6 +829,8 @@ def main() -> int:
         ap.error(f"--delay-levels: each from 1 to {len(delays)}")
     if a.drain_timeout is None:
         a.drain_timeout = max(delays[lv - 1] for lv in levels) + 3 * a.tx_check_interval_ms / 1000 + 60
+    if a.warmup is None:
+        a.warmup = min(300.0, a.duration / 10)
     if a.workdir:
         root = Path(a.workdir)
         root.mkdir(parents=True, exist_ok=True)
