@@ -31,6 +31,7 @@ from txmq.acl.model import (
     PolicyType,
     Resource,
     SourceIps,
+    User,
     UserStatus,
     UserType,
     decide,
@@ -266,16 +267,17 @@ def test_a_missing_store_is_empty_and_one_store_serves_one_process(tmp_path):
 
 
 class _Passes:
-    """A gate that lets every request through as the AccessKey it names: what the processor does past the ACL."""
+    """A gate that lets every request through as the user its AccessKey names: what the processor does past the
+    ACL."""
 
-    def admit(self, conn: Any, cmd: RemotingCommand) -> str:
-        return cmd.ext_fields["AccessKey"]
+    def __init__(self, store: AuthStore) -> None:
+        self.store = store
 
-    def permit(self, conn: Any, cmd: RemotingCommand, identity: str, needs: Any) -> None:
+    def admit(self, conn: Any, cmd: RemotingCommand) -> User | None:
+        return self.store.get_user(cmd.ext_fields["AccessKey"])
+
+    def permit(self, conn: Any, cmd: RemotingCommand, identity: User, needs: Any) -> None:
         return None
-
-    def account(self, identity: str) -> str:
-        return identity
 
 
 def _ask(processor: AuthProcessor, code: int, ext: dict[str, str], body: Any = None,
@@ -284,7 +286,8 @@ def _ask(processor: AuthProcessor, code: int, ext: dict[str, str], body: Any = N
     table.register(processor)
     cmd = RemotingCommand.request(code, {**ext, "AccessKey": as_}, orjson.dumps(body) if body is not None else b"")
     conn: Any = SimpleNamespace(remote_address="127.0.0.1:1")
-    answer = RequestDispatcher(table, _Passes())(conn, cmd)
+    gate = _Passes(processor.store) if processor.store is not None else None  # ACL off: no gate
+    answer = RequestDispatcher(table, gate)(conn, cmd)
     assert isinstance(answer, RemotingCommand)
     return answer
 

