@@ -17,8 +17,14 @@ from txmq.remoting.command import RemotingCommand
 from .conftest import ADMIN, PLAIN_ACL, AclServer, call, start_acl_server
 
 USER_ADMIN = SessionCredentials("userAdmin01", "userAdminSecret01")  # made below: Update and Get on the cluster
+READ_ONLY = SessionCredentials("readOnly01", "readOnlySecret01")  # reads orders; publishes anywhere else
 
-EXTRA_ACCOUNTS = ""
+EXTRA_ACCOUNTS = f"""\
+  - accessKey: {READ_ONLY.access_key}
+    secretKey: {READ_ONLY.secret_key}
+    defaultTopicPerm: PUB|SUB
+    topicPerms: [orders=SUB]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +68,18 @@ def test_a_user_administrator_cannot_make_itself_super(server):
     assert made.code == ResponseCode.NO_PERMISSION, made.remark
     evil = call(server.broker, RequestCode.GET_BROKER_CONFIG, as_=SessionCredentials("superEvil02", "superEvil02"))
     assert evil.code == ResponseCode.NO_PERMISSION
+
+
+def send(server: AclServer, topic: str, as_: SessionCredentials) -> RemotingCommand:
+    return call(server.broker, RequestCode.SEND_MESSAGE, {"producerGroup": "p", "topic": topic, "queueId": "0"},
+                b"forged", as_=as_)
+
+
+def test_a_topic_plain_acl_lists_as_sub_only_takes_no_sends_from_the_defaults(server):
+    """plain_acl.yml ``topicPerms: [orders=SUB]`` beside ``defaultTopicPerm: PUB|SUB``: in ACL 1.0 the account only
+    reads ``orders``. Migrated to ACL 2.0 the default answered for Pub, and its sends were stored in ``orders``."""
+    refused = send(server, "orders", READ_ONLY)
+    assert refused.code == ResponseCode.NO_PERMISSION, refused.remark
+    assert send(server, "other", READ_ONLY).code == ResponseCode.SUCCESS
+    route = call(server.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"}, as_=READ_ONLY)
+    assert route.code == ResponseCode.SUCCESS, route.remark  # Sub is enough to find it

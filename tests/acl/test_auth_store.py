@@ -120,8 +120,32 @@ _entries = st.builds(lambda key, actions, deny, ips: PolicyEntry(Resource.parse(
        any_of=st.sets(st.sampled_from([PUB, SUB, Action.GET, Action.UPDATE]), min_size=1, max_size=2),
        host=st.sampled_from(["10.1.2.3", "192.168.1.7", "172.16.0.1"]))
 def test_the_index_decides_as_the_models_rule(entries, wanted, any_of, host):
-    best = PolicyIndex(entries).best(wanted, frozenset(any_of), host)
-    assert (best is not None and best.decision is Decision.ALLOW) == decide(entries, wanted, frozenset(any_of), host)
+    assert PolicyIndex(entries).allows(wanted, frozenset(any_of), host) == decide(entries, wanted, frozenset(any_of),
+                                                                                  host)
+
+
+def test_a_listed_plain_acl_permission_is_the_whole_permission_on_that_name():
+    """1.0: a default applies to names an account does not list. ``orders=SUB`` beside ``defaultTopicPerm: PUB|SUB``
+    let the account publish to ``orders`` (ACL 2.0 consults Default entries for each action no Custom entry
+    names, and RocketMQ's migration adds nothing): the read-only topic took the account's sends."""
+    acl = migrate(parse_plain_acl("accounts:\n  - accessKey: readOnly01\n    secretKey: readOnlySecret1\n"
+                                  "    defaultTopicPerm: PUB|SUB\n    defaultGroupPerm: SUB\n"
+                                  "    topicPerms: [orders=SUB, audit=PUB, open=PUB|SUB, closed=DENY]\n"
+                                  "    groupPerms: [producers=PUB]\n"))[1]["readOnly01"]
+    assert not acl.allows(ORDERS, frozenset({PUB}), "h")
+    assert acl.allows(ORDERS, frozenset({SUB}), "h")
+    assert acl.allows(ORDERS, frozenset({PUB, SUB, Action.GET}), "h")  # its route: Sub is enough
+    assert not acl.allows(Resource.topic("audit"), frozenset({SUB}), "h")
+    assert acl.allows(Resource.topic("audit"), frozenset({PUB}), "h")
+    assert acl.allows(Resource.topic("open"), frozenset({PUB}), "h")
+    assert not acl.allows(Resource.topic("closed"), frozenset({SUB}), "h")
+    assert acl.allows(Resource.topic("unlisted"), frozenset({PUB}), "h")  # the default, as in 1.0
+    assert not acl.allows(Resource.group("producers"), frozenset({SUB}), "h")
+    assert acl.allows(Resource.group("other"), frozenset({SUB}), "h")
+    # no default that would grant it: nothing added
+    plain = migrate(parse_plain_acl("accounts:\n  - accessKey: plainKey01\n    secretKey: plainSecret1\n"
+                                    "    topicPerms: [orders=SUB]\n"))[1]["plainKey01"]
+    assert plain.policies[PolicyType.CUSTOM] == (PolicyEntry(ORDERS, frozenset({SUB})),)
 
 
 # --- identify and refusal -------------------------------------------------------------------------------------
