@@ -14,7 +14,7 @@ from txmq.acl.signer import SessionCredentials
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 
-from .conftest import ADMIN, PLAIN_ACL, AclServer, call, start_acl_server
+from .conftest import ADMIN, CONSUMER, PLAIN_ACL, AclServer, call, start_acl_server
 
 USER_ADMIN = SessionCredentials("userAdmin01", "userAdminSecret01")  # made below: Update and Get on the cluster
 READ_ONLY = SessionCredentials("readOnly01", "readOnlySecret01")  # reads orders; publishes anywhere else
@@ -83,3 +83,30 @@ def test_a_topic_plain_acl_lists_as_sub_only_takes_no_sends_from_the_defaults(se
     assert send(server, "other", READ_ONLY).code == ResponseCode.SUCCESS
     route = call(server.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"}, as_=READ_ONLY)
     assert route.code == ResponseCode.SUCCESS, route.remark  # Sub is enough to find it
+
+
+def heartbeat_as_billing(server: AclServer) -> None:
+    """The billing consumer's heartbeat: the broker creates the group's retry topic."""
+    body = orjson.dumps({"clientID": "billing@1", "producerDataSet": [], "consumerDataSet": [
+        {"groupName": "billing", "messageModel": "CLUSTERING", "subscriptionDataSet": [{"topic": "orders"}]}]})
+    assert call(server.broker, RequestCode.HEART_BEAT, {}, body, as_=CONSUMER).code == ResponseCode.SUCCESS
+
+
+def test_a_consumer_cannot_create_change_or_delete_its_groups_retry_topic(server):
+    """A retry topic %RETRY%G is group G's resource, but every action on it was read as Sub on G: a consumer
+    holding Sub on billing deleted %RETRY%billing (the retries of every member of the group, their offsets) and
+    recreated it unwritable. Now Create, Update and Delete on it need those actions on the group."""
+    heartbeat_as_billing(server)
+    retry = "%RETRY%billing"
+    create = {"topic": retry, "readQueueNums": "1", "writeQueueNums": "1", "perm": "0"}
+    for code, ext in ((RequestCode.UPDATE_AND_CREATE_TOPIC, create), (RequestCode.DELETE_TOPIC_IN_BROKER,
+                                                                       {"topic": retry})):
+        answer = call(server.broker, code, ext, as_=CONSUMER)
+        assert answer.code == ResponseCode.NO_PERMISSION, (code, answer.code, answer.remark)
+    topics = orjson.loads(call(server.broker, RequestCode.GET_ALL_TOPIC_CONFIG, as_=ADMIN).body)["topicConfigTable"]
+    assert topics[retry]["perm"] == 6
+    # what a consumer does with its retry topic still works: read its offsets, send a retry into it
+    offset = call(server.broker, RequestCode.QUERY_CONSUMER_OFFSET,
+                  {"consumerGroup": "billing", "topic": retry, "queueId": "0"}, as_=CONSUMER)
+    assert offset.code in (ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND), offset.remark
+    assert send(server, retry, CONSUMER).code == ResponseCode.SUCCESS

@@ -422,9 +422,12 @@ class Needs:
         return f"Needs({self.describe()})"
 
     def topic(self, name: str, *any_of: Action) -> Needs:
-        """A topic; a retry topic ``%RETRY%G`` is its group's resource (``Sub`` on group G), as in RocketMQ."""
+        """A topic. A retry topic ``%RETRY%G`` is its group's resource, as in RocketMQ: ``Pub`` on it is ``Sub`` on
+        group G (a consumer sends its retries there), any other action is that action on group G (creating,
+        changing or deleting the retry topic is the group's Create, Update or Delete, never a consumer's Sub)."""
         if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):], Action.SUB)
+            return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):],
+                              *(Action.SUB if action is Action.PUB else action for action in any_of))
         if name:
             self.wants.append((Resource(ResourceType.TOPIC, name), _any_of(any_of)))
         return self
