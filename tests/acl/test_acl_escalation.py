@@ -5,25 +5,31 @@ send-back, the commit log's bounds learned from refusals, topics created by read
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import orjson
 import pytest
 
-from txmq.acl.signer import SessionCredentials
+from txmq.acl.signer import AclClientRPCHook, SessionCredentials
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import RemotingClient
 
-from .conftest import ADMIN, CONSUMER, PLAIN_ACL, AclServer, call, start_acl_server
+from .conftest import ADMIN, CONSUMER, NOBODY, PLAIN_ACL, AclServer, call, start_acl_server
 
 USER_ADMIN = SessionCredentials("userAdmin01", "userAdminSecret01")  # made below: Update and Get on the cluster
 READ_ONLY = SessionCredentials("readOnly01", "readOnlySecret01")  # reads orders; publishes anywhere else
+MEMBER = SessionCredentials("memberKey01", "memberSecret01")  # a member of group billing, without any topic
 
 EXTRA_ACCOUNTS = f"""\
   - accessKey: {READ_ONLY.access_key}
     secretKey: {READ_ONLY.secret_key}
     defaultTopicPerm: PUB|SUB
     topicPerms: [orders=SUB]
+  - accessKey: {MEMBER.access_key}
+    secretKey: {MEMBER.secret_key}
+    groupPerms: [billing=SUB]
 """
 
 
@@ -85,11 +91,15 @@ def test_a_topic_plain_acl_lists_as_sub_only_takes_no_sends_from_the_defaults(se
     assert route.code == ResponseCode.SUCCESS, route.remark  # Sub is enough to find it
 
 
+def billing_heartbeat() -> bytes:
+    return orjson.dumps({"clientID": "billing@1", "producerDataSet": [], "consumerDataSet": [
+        {"groupName": "billing", "messageModel": "CLUSTERING", "subscriptionDataSet": [{"topic": "orders"}]}]})
+
+
 def heartbeat_as_billing(server: AclServer) -> None:
     """The billing consumer's heartbeat: the broker creates the group's retry topic."""
-    body = orjson.dumps({"clientID": "billing@1", "producerDataSet": [], "consumerDataSet": [
-        {"groupName": "billing", "messageModel": "CLUSTERING", "subscriptionDataSet": [{"topic": "orders"}]}]})
-    assert call(server.broker, RequestCode.HEART_BEAT, {}, body, as_=CONSUMER).code == ResponseCode.SUCCESS
+    answer = call(server.broker, RequestCode.HEART_BEAT, {}, billing_heartbeat(), as_=CONSUMER)
+    assert answer.code == ResponseCode.SUCCESS
 
 
 def test_a_consumer_cannot_create_change_or_delete_its_groups_retry_topic(server):
@@ -110,3 +120,54 @@ def test_a_consumer_cannot_create_change_or_delete_its_groups_retry_topic(server
                   {"consumerGroup": "billing", "topic": retry, "queueId": "0"}, as_=CONSUMER)
     assert offset.code in (ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND), offset.remark
     assert send(server, retry, CONSUMER).code == ResponseCode.SUCCESS
+
+
+def send_back_ext(offset: int) -> dict[str, str]:
+    return {"offset": str(offset), "group": "billing", "delayLevel": "1", "originTopic": "orders"}
+
+
+def test_a_send_back_copies_only_a_message_its_sender_may_read(server):
+    """CONSUMER_SEND_MSG_BACK needed Sub on the group only, and copied the message at any offset of a topic the
+    group consumes into the group's retry topic, which Sub on the group reads: while billing's consumer was
+    connected, an account in group billing without Sub on orders walked the log by offset and read the orders'
+    bodies. Now the record is read first and its topic needs Sub too; the group's consumer still sends back."""
+    stored = call(server.broker, RequestCode.SEND_MESSAGE, {"producerGroup": "p", "topic": "orders", "queueId": "0"},
+                  b"confidential order", as_=ADMIN)
+    offset = int(stored.ext_fields["msgId"][-16:], 16)
+    pull = {"consumerGroup": "billing", "topic": "%RETRY%billing", "queueId": "0", "queueOffset": "0",
+            "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0", "subVersion": "0"}
+
+    async def attack() -> tuple[RemotingCommand, bytes, RemotingCommand]:
+        async with RemotingClient(rpc_hook=AclClientRPCHook(CONSUMER)) as consumer, \
+                RemotingClient(rpc_hook=AclClientRPCHook(MEMBER)) as member:
+            beat = await consumer.invoke(server.broker, RemotingCommand.request(RequestCode.HEART_BEAT, {},
+                                                                                 billing_heartbeat()), 5.0)
+            assert beat.code == ResponseCode.SUCCESS  # billing consumes orders while this connection lasts
+            copied = await member.invoke(server.broker, RemotingCommand.request(
+                RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(offset)), 5.0)
+            await asyncio.sleep(1.5)  # past delay level 1
+            retried = await member.invoke(server.broker, RemotingCommand.request(RequestCode.PULL_MESSAGE, pull), 5.0)
+            own = await consumer.invoke(server.broker, RemotingCommand.request(
+                RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(offset)), 5.0)
+            return copied, retried.body, own
+
+    copied, retried, own = asyncio.run(attack())
+    assert b"confidential order" not in retried
+    assert copied.code == ResponseCode.NO_PERMISSION, copied.remark
+    assert "Topic:orders" in (copied.remark or "")
+    assert own.code == ResponseCode.SUCCESS, own.remark
+
+
+def test_refusals_tell_nobody_where_the_log_begins_and_ends(server):
+    """VIEW_MESSAGE_BY_ID read its offset's record before authorizing it and answered a missing one as a bad
+    request naming the log's bounds (``commit-log offset 1000000000 outside [0, 517)``), to an account without any
+    permission. Now only Get on the cluster learns that an offset holds no record."""
+    for offset in (1, 10**9):
+        for code in (RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.CONSUMER_SEND_MSG_BACK):
+            ext = {"offset": str(offset), "group": "billing", "delayLevel": "1"}
+            for who in (NOBODY, MEMBER):
+                answer = call(server.broker, code, ext, as_=who)
+                assert answer.code == ResponseCode.NO_PERMISSION, (code, who.access_key, answer.remark)
+                assert "outside" not in (answer.remark or "") and "offset" not in (answer.remark or ""), answer.remark
+        missing = call(server.broker, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}, as_=ADMIN)
+        assert missing.code == ResponseCode.SYSTEM_ERROR and "no message at" in (missing.remark or "")

@@ -11,14 +11,14 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cython
 
 from txmq.acl.model import Action, Needs, User
 from txmq.broker.stats import BrokerStats
-from txmq.broker.visibility import servable
-from txmq.errors import InvalidMessageError, LocalProtocolError, StoreError
+from txmq.broker.visibility import RecordAt, read_record_at, record_needs, servable
+from txmq.errors import InvalidMessageError, LocalProtocolError
 from txmq.message import (
     MessageConst,
     MessageExt,
@@ -206,15 +206,18 @@ def stamp_half_account(req: SendRequest, user: User) -> None:
             props[_HALF_ACCOUNT] = account
 
 
-def _parse_send_back(cmd: RemotingCommand) -> ConsumerSendMsgBackRequestHeader:
-    h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-    check_consumer_group(h.group)
-    return h
+class SendBackRequest(NamedTuple):
+    """A consumer send-back as read once: its header and the record its offset names (``_parse_send_back``)."""
+
+    header: ConsumerSendMsgBackRequestHeader
+    record: RecordAt
 
 
-def send_back_needs(h: ConsumerSendMsgBackRequestHeader) -> Needs:
-    """Sub on the consumer group; the handler then takes only a message of a topic that group consumes."""
-    return Needs().group(h.group, Action.SUB)
+def send_back_needs(req: SendBackRequest) -> Needs:
+    """Sub on the consumer group and on the topic of the message at the offset (the record is read first: a send-back
+    copies it where the group reads); Get on the cluster when there is none. The handler then takes only a message
+    of a topic that group consumes."""
+    return record_needs(req.record, Needs().group(req.header.group, Action.SUB))
 
 
 @cython.cclass
@@ -228,14 +231,18 @@ class SendMessageProcessor:
         illegal = ResponseCode.MESSAGE_ILLEGAL
         return [RequestSpec(code, parse_send, send_needs, self.send, illegal, stamp_half_account)
                 for code in (_SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, _SEND_BATCH_MESSAGE)] + [
-            RequestSpec(_CONSUMER_SEND_MSG_BACK, _parse_send_back, send_back_needs, self.send_back, illegal)]
+            RequestSpec(_CONSUMER_SEND_MSG_BACK, self._parse_send_back, send_back_needs, self.send_back, illegal)]
+
+    def _parse_send_back(self, cmd: RemotingCommand) -> SendBackRequest:
+        h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+        check_consumer_group(h.group)
+        return SendBackRequest(h, read_record_at(self.broker.store, h.offset))
 
     def send(self, conn: Connection, cmd: RemotingCommand, req: SendRequest) -> HandlerResult:
         return self._send(conn, cmd, req)
 
-    def send_back(self, conn: Connection, cmd: RemotingCommand,
-                  h: ConsumerSendMsgBackRequestHeader) -> Awaitable[RemotingCommand]:
-        return self._send_back(cmd, h)
+    def send_back(self, conn: Connection, cmd: RemotingCommand, req: SendBackRequest) -> Awaitable[RemotingCommand]:
+        return self._send_back(cmd, req)
 
     # --- plain, batch, transactional, delayed ----------------------------------------------------------
 
@@ -448,13 +455,12 @@ class SendMessageProcessor:
             return f"the message at offset {h.offset} is not {h.origin_msg_id}"
         return None
 
-    async def _send_back(self, cmd: RemotingCommand, h: ConsumerSendMsgBackRequestHeader) -> RemotingCommand:
+    async def _send_back(self, cmd: RemotingCommand, req: SendBackRequest) -> RemotingCommand:
         broker = self.broker
-        try:
-            origin = broker.store.look_message_by_offset(h.offset)
-        except StoreError as exc:
+        h, origin = req.header, req.record.msg
+        if origin is None:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                               remark=f"look message by offset {h.offset} failed: {exc}")
+                                               remark=f"look message by offset {h.offset} failed: {req.record.why}")
         refused = self._send_back_refusal(h, origin)
         if refused is not None:
             log.warning("send-back refused: %s", refused)
