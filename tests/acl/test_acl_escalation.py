@@ -8,19 +8,25 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
+import grpc
 import orjson
 import pytest
 
 from txmq.acl.signer import AclClientRPCHook, SessionCredentials
+from txmq.grpc.protocol import definition_pb2 as pb
+from txmq.grpc.protocol import service_pb2 as spb
+from txmq.grpc.protocol import service_pb2_grpc
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import RemotingClient
 
 from .conftest import ADMIN, CONSUMER, NOBODY, PLAIN_ACL, AclServer, call, start_acl_server
+from .test_acl_grpc_attacks import _metadata
 
 USER_ADMIN = SessionCredentials("userAdmin01", "userAdminSecret01")  # made below: Update and Get on the cluster
 READ_ONLY = SessionCredentials("readOnly01", "readOnlySecret01")  # reads orders; publishes anywhere else
 MEMBER = SessionCredentials("memberKey01", "memberSecret01")  # a member of group billing, without any topic
+READER = SessionCredentials("readerKey01", "readerSecret01")  # reads every topic, publishes none
 
 EXTRA_ACCOUNTS = f"""\
   - accessKey: {READ_ONLY.access_key}
@@ -30,12 +36,16 @@ EXTRA_ACCOUNTS = f"""\
   - accessKey: {MEMBER.access_key}
     secretKey: {MEMBER.secret_key}
     groupPerms: [billing=SUB]
+  - accessKey: {READER.access_key}
+    secretKey: {READER.secret_key}
+    defaultTopicPerm: SUB
 """
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclServer]:
-    srv = start_acl_server(tmp_path_factory.mktemp("acl-escalation"), plain_acl=PLAIN_ACL + EXTRA_ACCOUNTS)
+    srv = start_acl_server(tmp_path_factory.mktemp("acl-escalation"), "autoCreateTopicEnable=true\n",
+                           plain_acl=PLAIN_ACL + EXTRA_ACCOUNTS)
     try:
         yield srv
     finally:
@@ -171,3 +181,27 @@ def test_refusals_tell_nobody_where_the_log_begins_and_ends(server):
                 assert "outside" not in (answer.remark or "") and "offset" not in (answer.remark or ""), answer.remark
         missing = call(server.broker, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}, as_=ADMIN)
         assert missing.code == ResponseCode.SYSTEM_ERROR and "no message at" in (missing.remark or "")
+
+
+def topics(server: AclServer) -> set[str]:
+    return set(orjson.loads(call(server.broker, RequestCode.GET_ALL_TOPIC_CONFIG, as_=ADMIN).body)["topicConfigTable"])
+
+
+def test_reading_a_route_creates_no_topic(server):
+    """With autoCreateTopicEnable, gRPC QueryRoute created the topic it was asked about: an account allowed only to
+    read (Sub) created topics at will, each persisted and routed, where remoting creates a topic only for a send
+    (Pub). Now a route of an unknown topic is the one its first send will create it with; the send creates it."""
+    with grpc.insecure_channel(server.proc.grpc) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        for who, topic in ((READER, "made_by_a_reader"), (READ_ONLY, "made_by_a_producer")):
+            route = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=_metadata(who),
+                                    timeout=5)
+            assert route.status.code == pb.OK and route.message_queues, route.status
+        assert not {"made_by_a_reader", "made_by_a_producer"} & topics(server)
+        sent = stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+            topic=pb.Resource(name="made_by_a_producer"), body=b"first",
+            system_properties=pb.SystemProperties(message_id="0123456789ABCDEF0123456789ABCDEF",
+                                                  body_encoding=pb.IDENTITY))]),
+            metadata=_metadata(READ_ONLY), timeout=5)
+        assert sent.status.code == pb.OK, sent.status
+    assert "made_by_a_producer" in topics(server) and "made_by_a_reader" not in topics(server)

@@ -77,13 +77,19 @@ class TopicConfigManager:
         """Auto-create ``topic`` from ``default_topic`` (TBW102) when that one allows inheritance."""
         if topic in self.table:
             return self.table[topic]
+        cfg = self.inherited(topic, default_topic, queue_nums, sys_flag)
+        if cfg is not None:
+            self.update(cfg)
+        return cfg
+
+    def inherited(self, topic: str, default_topic: str, queue_nums: int, sys_flag: int = 0) -> TopicConfig | None:
+        """The config a send would create ``topic`` with (``create_in_send``), not stored; None when
+        ``default_topic`` allows no inheritance."""
         base = self.table.get(default_topic)
         if base is None or not base.perm & PermName.PERM_INHERIT:
             return None
         nums = max(1, min(queue_nums, base.write_queue_nums))
-        cfg = TopicConfig(topic, nums, nums, base.perm & ~PermName.PERM_INHERIT, topic_sys_flag=sys_flag)
-        self.update(cfg)
-        return cfg
+        return TopicConfig(topic, nums, nums, base.perm & ~PermName.PERM_INHERIT, topic_sys_flag=sys_flag)
 
     def create_if_absent(self, topic: str, queue_nums: int, perm: int = PermName.READ_WRITE) -> TopicConfig:
         """For topics the broker owns itself: retry and dead-letter topics."""

@@ -215,7 +215,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- routes ------------------------------------------------------------------------------------------
 
-    def _topic(self, name: str, *, create: bool = False) -> TopicConfig:
+    def _topic(self, name: str, *, create: bool = False, planned: bool = False) -> TopicConfig:
+        """The topic's config. An unknown topic, when ``autoCreateTopicEnable`` allows it (never on a slave): with
+        ``create``, created (a send: Pub on it was authorized); with ``planned``, the config its first send will
+        create it with, not stored (a route: Sub or Get on a topic creates nothing)."""
         try:
             check_topic(name)
         except InvalidMessageError as exc:
@@ -226,10 +229,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         tcm = self.broker.topic_config_manager
         cfg = tcm.get(name)
         # A slave writes nothing of its own: its topics are its master's (SlaveSynchronize).
-        if cfg is None and create and self.broker.config.auto_create_topic_enable and not self.broker.config.is_slave:
-            cfg = tcm.create_in_send(name, AUTO_CREATE_TOPIC_KEY_TOPIC, self.broker.config.default_topic_queue_nums)
-            if cfg is not None:
-                self.broker.schedule_register()
+        config = self.broker.config
+        if cfg is None and (create or planned) and config.auto_create_topic_enable and not config.is_slave:
+            if create:
+                cfg = tcm.create_in_send(name, AUTO_CREATE_TOPIC_KEY_TOPIC, config.default_topic_queue_nums)
+                if cfg is not None:
+                    self.broker.schedule_register()
+            else:
+                cfg = tcm.inherited(name, AUTO_CREATE_TOPIC_KEY_TOPIC, config.default_topic_queue_nums)
         if cfg is None:
             raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {name} does not exist (autoCreateTopicEnable is "
                                   f"{str(self.broker.config.auto_create_topic_enable).lower()})")
@@ -256,11 +263,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return [pb.MessageQueue(topic=pb.Resource(name=cfg.topic_name), id=q, permission=permission, broker=broker,
                                 accept_message_types=ACCEPTED_TYPES) for q in queue_ids]
 
-    # any account: RocketMQ 5.3 asks Pub or Sub on the topic, which Needs cannot say (it needs every bit named)
+    # a route creates nothing: an unknown topic's route is the one its first send (Pub) will create it with
     @METHODS.declare(_route_needs)
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
         try:
-            cfg = self._topic(request.topic.name, create=True)
+            cfg = self._topic(request.topic.name, planned=True)
             queues = await self._queues_pb(cfg, range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
             return spb.QueryRouteResponse(status=status(), message_queues=queues)
         except Exception as exc:
