@@ -20,7 +20,7 @@ from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import RemotingClient
 
-from .conftest import ADMIN, CONSUMER, NOBODY, PLAIN_ACL, AclServer, call, start_acl_server
+from .conftest import ADMIN, ATTACKER, CONSUMER, NOBODY, PLAIN_ACL, AclServer, call, start_acl_server
 from .test_acl_grpc_attacks import _metadata
 
 USER_ADMIN = SessionCredentials("userAdmin01", "userAdminSecret01")  # made below: Update and Get on the cluster
@@ -205,3 +205,42 @@ def test_reading_a_route_creates_no_topic(server):
             metadata=_metadata(READ_ONLY), timeout=5)
         assert sent.status.code == pb.OK, sent.status
     assert "made_by_a_producer" in topics(server) and "made_by_a_reader" not in topics(server)
+
+
+def test_a_signed_account_cannot_write_a_log_line_per_request(server):
+    """Refusals of the ACL were folded per host, but past it a signed account with a group of its own wrote one
+    warning line per request, at will: send-backs refused by the handler, refused oneway END_TRANSACTIONs, sends
+    naming an illegal topic, repeated conflicting decisions of its own transaction. 4,000 requests wrote 4,000
+    lines. Now each such refusal is folded per host as the ACL's are."""
+    topic = {"producerGroup": "attacker-group", "topic": "other", "queueId": "0"}
+    tx = call(server.broker, RequestCode.SEND_MESSAGE, {**topic, "properties": "TRAN_MSG\x01true\x02PGROUP\x01"
+                                                        "attacker-group\x02"}, b"half", as_=ATTACKER)
+    assert tx.code == ResponseCode.SUCCESS, tx.remark
+    half_offset, clo = tx.ext_fields["queueOffset"], str(int(tx.ext_fields["msgId"][-16:], 16))
+    decision = {"producerGroup": "attacker-group", "tranStateTableOffset": half_offset, "commitLogOffset": clo,
+                "fromTransactionCheck": "false"}
+    assert call(server.broker, RequestCode.END_TRANSACTION, {**decision, "commitOrRollback": "8"},
+                as_=ATTACKER).code == ResponseCode.SUCCESS
+    before = len(server.log.splitlines())
+
+    async def flood() -> None:
+        async with RemotingClient(rpc_hook=AclClientRPCHook(ATTACKER)) as client:
+            for i in range(1000):
+                for code, ext, body, oneway in (
+                        (RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": clo, "group": "attacker-group",
+                                                              "originMsgId": f"m{i}"}, b"", False),
+                        (RequestCode.END_TRANSACTION, {**decision, "commitLogOffset": str(i),
+                                                       "commitOrRollback": "8"}, b"", True),
+                        (RequestCode.SEND_MESSAGE, {**topic, "topic": f"bad topic {i}"}, b"x", False),
+                        (RequestCode.END_TRANSACTION, {**decision, "commitOrRollback": "12"}, b"", False)):
+                    cmd = RemotingCommand.request(code, ext, body, oneway=oneway)
+                    if oneway:
+                        await client.invoke_oneway(server.broker, cmd)
+                    else:
+                        answer = await client.invoke(server.broker, cmd, 5.0)
+                        assert answer.code != ResponseCode.SUCCESS, (code, answer.remark)
+            await asyncio.sleep(1.0)  # the oneway ones are decided
+
+    asyncio.run(flood())
+    written = server.log.splitlines()[before:]
+    assert len(written) < 200, (len(written), written[:5], written[-5:])

@@ -56,6 +56,7 @@ from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.telemetry import ClientSessions, end_stream
 from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
 from txmq.remoting.codes import ResponseCode
+from txmq.remoting.refusals import RefusalLog
 from txmq.store import GetMessageStatus
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.grpc")
+_REFUSED = RefusalLog(log, "gRPC endpoint refused a request")
 
 DEFAULT_INVISIBLE_MS = 60_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
@@ -184,12 +186,13 @@ def _overall_status(overall: pb.Status, entries: Sequence[_Entry], what: str) ->
 
 def _refusal(exc: Exception, what: str) -> pb.Status:
     """The status that answers a handler's exception (called in its ``except``): a ``GrpcStatusError``'s own;
-    BAD_REQUEST for a rule the client broke (its fault: one log line); INTERNAL_SERVER_ERROR for anything else (a
-    bug must not kill the endpoint: answered and logged with its traceback)."""
+    BAD_REQUEST for a rule the client broke (its fault: a log line folded per host, as a client may repeat it at
+    will); INTERNAL_SERVER_ERROR for anything else (a bug must not kill the endpoint: answered and logged with its
+    traceback)."""
     if isinstance(exc, GrpcStatusError):
         return status(exc.code, exc.message)
     if isinstance(exc, InvalidMessageError):
-        log.warning("gRPC %s refused: %s", what, exc)
+        _REFUSED.refused(current_call().host, f"{what}: {exc}")
         return status(Code.BAD_REQUEST, str(exc))
     log.exception("gRPC %s failed", what)
     return status(Code.INTERNAL_SERVER_ERROR, f"{what} failed: {exc}")

@@ -33,8 +33,10 @@ from txmq.errors import ClientError, InvalidMessageError, LocalProtocolError, Re
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, EncodedResponse, FrameDecoder, encode_command
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from txmq.remoting.refusals import RefusalLog
 
 log = logging.getLogger("txmq.remoting")
+_PEER_FAULTS = RefusalLog(log, "remoting server could not serve a request")
 
 RPCHook: TypeAlias = Callable[[RemotingCommand], None]  # changes a request before it is encoded (signing)
 # A handler answers with a command, or with one already encoded (``codec.encode_response``: sends).
@@ -309,11 +311,14 @@ class Connection(asyncio.Protocol):
         )
 
     def _failed(self, cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
+        """The answer to a request whose handler raised. The peer's faults are folded per host (``RefusalLog``): a
+        peer repeating a bad request at will must not write a line each."""
+        host = self.remote_address.rpartition(":")[0]
         if isinstance(exc, InvalidMessageError):  # a message or name the peer sent breaks a rule
-            log.warning("bad message in request code %d from %s: %s", cmd.code, self.remote_address, exc)
+            _PEER_FAULTS.refused(host, f"bad message in request code {cmd.code}: {exc}")
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if isinstance(exc, RemoteProtocolError):  # the peer's request was bad: no traceback needed
-            log.warning("bad request code %d from %s: %s", cmd.code, self.remote_address, exc)
+            _PEER_FAULTS.refused(host, f"bad request code {cmd.code}: {exc}")
         else:
             log.error("handler for code %d from %s failed: %r", cmd.code, self.remote_address, exc,
                       exc_info=exc)  # fmt: skip

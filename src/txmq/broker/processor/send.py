@@ -30,6 +30,7 @@ from txmq.message import (
 from txmq.remoting.codec import encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.registry import RequestSpec
 from txmq.remoting.request_headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.broker")
+_SEND_BACK_REFUSALS = RefusalLog(log, "broker refused a send-back")  # a consumer may repeat one at will
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 
@@ -242,7 +244,7 @@ class SendMessageProcessor:
         return self._send(conn, cmd, req)
 
     def send_back(self, conn: Connection, cmd: RemotingCommand, req: SendBackRequest) -> Awaitable[RemotingCommand]:
-        return self._send_back(cmd, req)
+        return self._send_back(cmd, req, conn.remote_address.rpartition(":")[0])
 
     # --- plain, batch, transactional, delayed ----------------------------------------------------------
 
@@ -455,7 +457,7 @@ class SendMessageProcessor:
             return f"the message at offset {h.offset} is not {h.origin_msg_id}"
         return None
 
-    async def _send_back(self, cmd: RemotingCommand, req: SendBackRequest) -> RemotingCommand:
+    async def _send_back(self, cmd: RemotingCommand, req: SendBackRequest, host: str) -> RemotingCommand:
         broker = self.broker
         h, origin = req.header, req.record.msg
         if origin is None:
@@ -463,7 +465,7 @@ class SendMessageProcessor:
                                                remark=f"look message by offset {h.offset} failed: {req.record.why}")
         refused = self._send_back_refusal(h, origin)
         if refused is not None:
-            log.warning("send-back refused: %s", refused)
+            _SEND_BACK_REFUSALS.refused(host, refused)
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=refused)
         retry = retry_topic(h.group)
         broker.topic_config_manager.create_if_absent(retry, 1)

@@ -40,6 +40,7 @@ from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
+from txmq.remoting.refusals import RefusalLog
 from txmq.store import DefaultMessageStore, DispatchRequest, GetMessageStatus, PutMessageResult, PutMessageStatus
 from txmq.store.message_store import Waiter
 from txmq.topic import (
@@ -175,6 +176,7 @@ class TransactionalMessageService:
         # answered through its waiter (the same place in the second list)
         self._gathered_ends: dict[tuple[str, str], tuple[list[EndEntry], list[Waiter]]] = {}
         self.recent_halves_max_bytes = recent_halves_max_bytes
+        self._conflicts_log = RefusalLog(log, "transaction decision refused")
 
     # --- phase one: the half message ------------------------------------------------------------------
 
@@ -586,7 +588,7 @@ class TransactionalMessageService:
                 else ResponseCode.TRANSACTION_SHOULD_ROLLBACK
             remark = (f"transaction at half offset {half_offset} was already {_DONE[current]}; "
                       f"{outcome.name} refused (the first decision wins)")
-            log.warning(remark)
+            self._conflicts_log.refused("", remark)  # a producer may repeat one at will: folded, counted
             return EndResult(code, remark)
         return first or EndResult(ResponseCode.SYSTEM_ERROR, "transaction decision failed")
 
