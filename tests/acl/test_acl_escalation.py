@@ -244,3 +244,30 @@ def test_a_signed_account_cannot_write_a_log_line_per_request(server):
     asyncio.run(flood())
     written = server.log.splitlines()[before:]
     assert len(written) < 200, (len(written), written[:5], written[-5:])
+
+
+def test_refusals_tell_nobody_which_access_keys_exist_or_are_disabled(server):
+    """An unsigned stranger told apart an unknown access key (``no account for AccessKey …``), a known one
+    (``signature check failed …``) and a disabled one (``user … is disabled``), on remoting, gRPC and the console's
+    login: a list of the cluster's accounts for the guessing. Now all three are answered in the same words; the
+    server's log says which it was."""
+    assert create_user(server, "disabledKey1", "disabledSecret1", ADMIN).code == ResponseCode.SUCCESS
+    disable = orjson.dumps({"username": "disabledKey1", "userStatus": "disable"})
+    assert call(server.broker, RequestCode.AUTH_UPDATE_USER, {"username": "disabledKey1"}, disable,
+                as_=ADMIN).code == ResponseCode.SUCCESS
+    tries = {"unknown": SessionCredentials("guessedKey01", "whatever01"),
+             "known": SessionCredentials(ADMIN.access_key, "notTheSecret1"),
+             "disabled": SessionCredentials("disabledKey1", "disabledSecret1")}
+    for addr in (server.broker, server.namesrv):
+        remarks = {kind: (call(addr, RequestCode.GET_BROKER_CLUSTER_INFO, as_=creds).remark or "")
+                   .replace(creds.access_key, "K") for kind, creds in tries.items()}
+        assert len(set(remarks.values())) == 1, remarks
+    with grpc.insecure_channel(server.proc.grpc) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        messages = {kind: stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="orders")),
+                                          metadata=_metadata(creds), timeout=5).status.message
+                    .replace(creds.access_key, "K") for kind, creds in tries.items()}
+    assert len(set(messages.values())) == 1, messages
+    for why in ("no account for AccessKey guessedKey01", "signature check failed for AccessKey adminKey01",
+                "user disabledKey1 is disabled"):
+        assert why in server.log
