@@ -6,6 +6,8 @@ send-back, the commit log's bounds learned from refusals, topics created by read
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -271,3 +273,18 @@ def test_refusals_tell_nobody_which_access_keys_exist_or_are_disabled(server):
     for why in ("no account for AccessKey guessedKey01", "signature check failed for AccessKey adminKey01",
                 "user disabledKey1 is disabled"):
         assert why in server.log
+
+
+def test_a_stranger_cannot_write_log_lines_by_connecting(server):
+    """Before any ACL, every connection opened and closed wrote two lines (accepted, closed), a garbage one three:
+    a stranger looping connect and close wrote the log at will. Now they are folded per host like refusals."""
+    host, port = server.broker.rsplit(":", 1)
+    before = len(server.log.splitlines())
+    for i in range(600):
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            if i % 2:
+                sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+                sock.recv(1)
+    time.sleep(0.5)
+    written = server.log.splitlines()[before:]
+    assert len(written) < 100, (len(written), written[:3])

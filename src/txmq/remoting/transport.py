@@ -37,6 +37,8 @@ from txmq.remoting.refusals import RefusalLog
 
 log = logging.getLogger("txmq.remoting")
 _PEER_FAULTS = RefusalLog(log, "remoting server could not serve a request")
+# A server's connections opened, closed and cut off: any peer opens and closes them at will, before any ACL.
+CONNECTION_EVENTS = RefusalLog(log, "connection", logging.INFO)
 
 RPCHook: TypeAlias = Callable[[RemotingCommand], None]  # changes a request before it is encoded (signing)
 # A handler answers with a command, or with one already encoded (``codec.encode_response``: sends).
@@ -222,7 +224,11 @@ class Connection(asyncio.Protocol):
         return self._paused
 
     def _protocol_error(self, exc: RemoteProtocolError) -> None:
-        log.warning("protocol error from %s, closing the connection: %s", self.remote_address, exc)
+        if self._server_side:
+            _PEER_FAULTS.refused(self.remote_address.rpartition(":")[0],
+                                 f"protocol error from {self.remote_address}, closing the connection: {exc}")
+        else:
+            log.warning("protocol error from %s, closing the connection: %s", self.remote_address, exc)
         self.close()
 
     def eof_received(self) -> bool | None:
@@ -252,7 +258,11 @@ class Connection(asyncio.Protocol):
         self._out.clear()
         self._decoder = FrameDecoder(self.max_frame_size)  # a partial frame's bytes go now, not with the object
         if self.log_close:
-            log.info("connection %s %s", self.remote_address, "closed" if exc is None else f"lost: {exc}")
+            what = "closed" if exc is None else f"lost: {exc}"
+            if self._server_side:
+                CONNECTION_EVENTS.refused(self.remote_address.rpartition(":")[0], f"{self.remote_address} {what}")
+            else:
+                log.info("connection %s %s", self.remote_address, what)
         error = RemotingConnectError(f"connection to {self.remote_address} closed")
         pending, self._pending = self._pending, {}
         for future in pending.values():
