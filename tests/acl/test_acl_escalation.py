@@ -29,6 +29,7 @@ USER_ADMIN = SessionCredentials("userAdmin01", "userAdminSecret01")  # made belo
 READ_ONLY = SessionCredentials("readOnly01", "readOnlySecret01")  # reads orders; publishes anywhere else
 MEMBER = SessionCredentials("memberKey01", "memberSecret01")  # a member of group billing, without any topic
 READER = SessionCredentials("readerKey01", "readerSecret01")  # reads every topic, publishes none
+ANY_GROUP = SessionCredentials("anyGroup01", "anyGroupSecret01")  # consumes orders in any group (defaultGroupPerm)
 
 EXTRA_ACCOUNTS = f"""\
   - accessKey: {READ_ONLY.access_key}
@@ -41,6 +42,10 @@ EXTRA_ACCOUNTS = f"""\
   - accessKey: {READER.access_key}
     secretKey: {READER.secret_key}
     defaultTopicPerm: SUB
+  - accessKey: {ANY_GROUP.access_key}
+    secretKey: {ANY_GROUP.secret_key}
+    defaultGroupPerm: SUB
+    topicPerms: [orders=SUB]
 """
 
 
@@ -288,3 +293,29 @@ def test_a_stranger_cannot_write_log_lines_by_connecting(server):
     time.sleep(0.5)
     written = server.log.splitlines()[before:]
     assert len(written) < 100, (len(written), written[:3])
+
+
+def test_one_heartbeat_makes_a_bounded_amount_of_work(server):
+    """A consumer account allowed Sub on every group (plain_acl.yml's ``defaultGroupPerm: SUB``) named 2,000 new
+    groups in one heartbeat: each got its retry topic with a rewrite of the whole topic table, the broker answered
+    nobody for 40 s, and the log got 6,000 lines. Now one heartbeat names at most 1,024 groups, their retry topics
+    are stored with one write, and its joins are one line."""
+    def beat(names: list[str]) -> bytes:
+        return orjson.dumps({"clientID": "many@1", "producerDataSet": [], "consumerDataSet": [
+            {"groupName": name, "messageModel": "CLUSTERING", "subscriptionDataSet": [{"topic": "orders"}]}
+            for name in names]})
+
+    async def heartbeat(names: list[str]) -> RemotingCommand:
+        async with RemotingClient(rpc_hook=AclClientRPCHook(ANY_GROUP)) as client:
+            return await client.invoke(server.broker, RemotingCommand.request(RequestCode.HEART_BEAT, {},
+                                                                             beat(names)), 120.0)
+
+    too_many = asyncio.run(heartbeat([f"too-many-{i}" for i in range(1025)]))
+    assert too_many.code != ResponseCode.SUCCESS and "1024" in (too_many.remark or ""), too_many.remark
+    assert not any(t.startswith("%RETRY%too-many-") for t in topics(server))
+    before = len(server.log.splitlines())
+    answer = asyncio.run(heartbeat([f"many-{i}" for i in range(1000)]))
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert sum(t.startswith("%RETRY%many-") for t in topics(server)) == 1000
+    written = server.log.splitlines()[before:]
+    assert len(written) < 20, (len(written), written[:5])

@@ -99,6 +99,22 @@ class TopicConfigManager:
             self.update(cfg)
         return cfg
 
+    def create_all_absent(self, topics: list[str], queue_nums: int) -> list[str]:
+        """``create_if_absent`` for many (the retry topics of the groups one heartbeat names), stored with one write
+        and one line: one at a time, each rewrote the whole table, so a heartbeat naming thousands of new groups
+        held the broker for a minute. The topics it created."""
+        created = sorted({t for t in topics if t not in self.table})
+        for topic in created:
+            check_topic(topic)
+        if not created:
+            return created
+        for topic in created:
+            self.table[topic] = TopicConfig(topic, queue_nums, queue_nums, PermName.READ_WRITE)
+        self._changed()
+        log.info("%d topic%s created: %s%s", len(created), "" if len(created) == 1 else "s", ", ".join(created[:10]),
+                 f" (+{len(created) - 10} more)" if len(created) > 10 else "")
+        return created
+
     def replace_all(self, configs: list[TopicConfig]) -> None:
         """A slave takes its master's topics as they are (SlaveSynchronize); persisted when they changed."""
         table = {c.topic_name: c for c in configs}
