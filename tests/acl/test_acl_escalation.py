@@ -319,3 +319,34 @@ def test_one_heartbeat_makes_a_bounded_amount_of_work(server):
     assert sum(t.startswith("%RETRY%many-") for t in topics(server)) == 1000
     written = server.log.splitlines()[before:]
     assert len(written) < 20, (len(written), written[:5])
+
+
+def test_create_on_a_pattern_rewrites_no_existing_topic_or_group(server):
+    """A user allowed to create topics and groups (Create on ``Topic:*`` and ``Group:*``, no Update) rewrote other
+    teams' existing ones through the same requests: ``orders`` made unwritable and unreadable (perm 0), billing's
+    consumers stopped (``consumeEnable=false``). Now a topic or group the broker has already needs Update."""
+    maker = SessionCredentials("makerKey01", "makerSecret01")
+    assert create_user(server, maker.access_key, maker.secret_key, ADMIN).code == ResponseCode.SUCCESS
+    assert create_acl(server, maker.access_key, [{"resource": r, "actions": ["Create"], "decision": "Allow"}
+                                                 for r in ("Topic:*", "Group:*")], ADMIN).code == ResponseCode.SUCCESS
+    heartbeat_as_billing(server)  # billing is known: its retry topic, and offsets below
+    offset = {"consumerGroup": "billing", "topic": "orders", "queueId": "0", "commitOffset": "0"}
+    assert call(server.broker, RequestCode.UPDATE_CONSUMER_OFFSET, offset, as_=CONSUMER).code == ResponseCode.SUCCESS
+
+    def create_topic(topic: str) -> RemotingCommand:
+        return call(server.broker, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                    {"topic": topic, "readQueueNums": "1", "writeQueueNums": "1", "perm": "0"}, as_=maker)
+
+    def create_group(group: str) -> RemotingCommand:
+        return call(server.broker, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                    orjson.dumps({"groupName": group, "consumeEnable": False}), as_=maker)
+
+    for answer in (create_topic("orders"), create_group("billing")):
+        assert answer.code == ResponseCode.NO_PERMISSION and "no Update permission" in (answer.remark or ""), \
+            answer.remark
+    configs = orjson.loads(call(server.broker, RequestCode.GET_ALL_TOPIC_CONFIG, as_=ADMIN).body)
+    assert configs["topicConfigTable"]["orders"]["perm"] == 6
+    groups = orjson.loads(call(server.broker, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, as_=ADMIN).body)
+    assert "billing" not in str(groups)
+    assert create_topic("maker-topic").code == ResponseCode.SUCCESS  # what it may do: make new ones
+    assert create_group("maker-group").code == ResponseCode.SUCCESS

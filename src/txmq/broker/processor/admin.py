@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -51,9 +51,17 @@ def _ok(cmd: RemotingCommand, body: Any = None, ext: dict[str, str] | None = Non
     return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields=ext, body=raw)
 
 
-def create_topic_needs(h: CreateTopicRequestHeader) -> Needs:
-    """Create on the topic."""
-    return Needs().topic(h.topic, Action.CREATE)
+class TopicChange(NamedTuple):
+    """UPDATE_AND_CREATE_TOPIC as read once: its header, and whether this broker has the topic already."""
+
+    header: CreateTopicRequestHeader
+    exists: bool
+
+
+def create_topic_needs(change: TopicChange) -> Needs:
+    """Create on the topic; Update when this broker has it already (its queues and permission changed are no
+    creation: Create on a pattern must not let one team rewrite another's topics)."""
+    return Needs().topic(change.header.topic, Action.UPDATE if change.exists else Action.CREATE)
 
 
 def delete_topic_needs(h: DeleteTopicRequestHeader) -> Needs:
@@ -120,7 +128,7 @@ class AdminBrokerProcessor:
     def requests(self) -> list[RequestSpec[Any]]:
         topic_queue = header(TopicQueueRequestHeader)
         return [
-            RequestSpec(RequestCode.UPDATE_AND_CREATE_TOPIC, header(CreateTopicRequestHeader), create_topic_needs,
+            RequestSpec(RequestCode.UPDATE_AND_CREATE_TOPIC, self._read_topic_change, create_topic_needs,
                         self._create_topic),
             RequestSpec(RequestCode.DELETE_TOPIC_IN_BROKER, header(DeleteTopicRequestHeader), delete_topic_needs,
                         self._delete_topic),
@@ -149,8 +157,12 @@ class AdminBrokerProcessor:
 
     # --- topics -----------------------------------------------------------------------------------------
 
-    async def _create_topic(self, conn: Connection, cmd: RemotingCommand,
-                            h: CreateTopicRequestHeader) -> RemotingCommand:
+    def _read_topic_change(self, cmd: RemotingCommand) -> TopicChange:
+        h = CreateTopicRequestHeader.from_ext(cmd.ext_fields)
+        return TopicChange(h, self.broker.topic_config_manager.get(h.topic) is not None)
+
+    async def _create_topic(self, conn: Connection, cmd: RemotingCommand, change: TopicChange) -> RemotingCommand:
+        h = change.header
         check_topic(h.topic)
         if is_system_topic(h.topic):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
