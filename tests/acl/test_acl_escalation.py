@@ -22,7 +22,7 @@ from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import RemotingClient
 
-from .conftest import ADMIN, ATTACKER, CONSUMER, NOBODY, PLAIN_ACL, AclServer, call, start_acl_server
+from .conftest import ADMIN, ATTACKER, CONSUMER, NOBODY, PLAIN_ACL, VICTIM, AclServer, call, start_acl_server
 from .test_acl_grpc_attacks import _metadata
 
 USER_ADMIN = SessionCredentials("userAdmin01", "userAdminSecret01")  # made below: Update and Get on the cluster
@@ -350,3 +350,25 @@ def test_create_on_a_pattern_rewrites_no_existing_topic_or_group(server):
     assert "billing" not in str(groups)
     assert create_topic("maker-topic").code == ResponseCode.SUCCESS  # what it may do: make new ones
     assert create_group("maker-group").code == ResponseCode.SUCCESS
+
+
+def test_a_producers_decisions_learn_nothing_of_other_groups_halves(server):
+    """END_TRANSACTION needs Pub on the group it names, and the transaction service refuses another group's half;
+    but its answers told a producer with a group of its own where other groups' halves are (``The producer group
+    wrong``), where plain messages are (``is not a half message``) and where the log ends (``outside [0, N)``).
+    Now all three are the same words."""
+    half = call(server.broker, RequestCode.SEND_MESSAGE, {"producerGroup": "order-service", "topic": "orders",
+                                                          "queueId": "0", "properties": "TRAN_MSG\x01true\x02"
+                                                          "PGROUP\x01order-service\x02"}, b"victim's half", as_=VICTIM)
+    plain = call(server.broker, RequestCode.SEND_MESSAGE, {"producerGroup": "p", "topic": "other", "queueId": "0"},
+                 b"plain", as_=ADMIN)
+    assert half.code == plain.code == ResponseCode.SUCCESS
+    remarks = set()
+    for answer, offset in ((half, None), (plain, None), (None, 10**12)):
+        clo = offset if answer is None else int(answer.ext_fields["msgId"][-16:], 16)
+        decided = call(server.broker, RequestCode.END_TRANSACTION, {
+            "producerGroup": "attacker-group", "tranStateTableOffset": "0", "commitLogOffset": str(clo),
+            "commitOrRollback": "8", "fromTransactionCheck": "false"}, as_=ATTACKER)
+        assert decided.code == ResponseCode.SYSTEM_ERROR
+        remarks.add((decided.remark or "").replace(str(clo), "N"))
+    assert len(remarks) == 1, remarks

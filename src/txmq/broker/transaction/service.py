@@ -102,6 +102,14 @@ def _stored_answer(put: PutMessageResult) -> EndResult:
                    if put.status is PutMessageStatus.NOT_ACKNOWLEDGED else ResponseCode.FLUSH_DISK_TIMEOUT]
 
 
+def _no_half(group: str, commit_log_offset: int) -> str:
+    """The answer to a decision naming no half message of its group: the same whether the offset holds no record,
+    another message or another group's half, so a producer's decisions learn nothing of other groups' halves or of
+    where the log ends."""
+    return f"Find prepared transaction message failed: no half message of group {group} at commit-log offset " \
+           f"{commit_log_offset}"
+
+
 def _settle(futures: list[Waiter], task: asyncio.Task[list[EndResult]]) -> None:
     """Each gathered decision its own result; a failed call fails each (as it would have failed one alone)."""
     if task.cancelled():
@@ -324,10 +332,10 @@ class TransactionalMessageService:
         for i, (half_offset, commit_log_offset, outcome) in enumerate(entries):
             try:
                 half = self._half_at(commit_log_offset)
-            except StoreError as exc:
+            except StoreError:
                 results[i] = _expired(f"commit-log offset {commit_log_offset}") \
                     if commit_log_offset < self.store.min_phy_offset \
-                    else EndResult(ResponseCode.SYSTEM_ERROR, f"Find prepared transaction message failed: {exc}")
+                    else EndResult(ResponseCode.SYSTEM_ERROR, _no_half(producer_group, commit_log_offset))
                 continue
             problem = self._check_prepare_message(half, producer_group, half_offset, commit_log_offset)
             if problem:
@@ -594,10 +602,8 @@ class TransactionalMessageService:
 
     @staticmethod
     def _check_prepare_message(half: MessageExt, group: str, half_offset: int, commit_log_offset: int) -> str | None:
-        if half.topic != RMQ_SYS_TRANS_HALF_TOPIC:
-            return f"the message at commit-log offset {commit_log_offset} is not a half message"
-        if half.properties.get(MessageConst.PRODUCER_GROUP) != group:
-            return "The producer group wrong"
+        if half.topic != RMQ_SYS_TRANS_HALF_TOPIC or half.properties.get(MessageConst.PRODUCER_GROUP) != group:
+            return _no_half(group, commit_log_offset)
         if half.queue_offset != half_offset:
             return "The transaction state table offset wrong"
         if half.commit_log_offset != commit_log_offset:
