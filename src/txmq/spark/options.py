@@ -32,7 +32,7 @@ SOURCE = {
     "endingOffsets": (), "endingTimestamp": (), "endingOffsetsByTimestamp": (),
     "failOnDataLoss": (), "maxOffsetsPerTrigger": (), "minOffsetsPerTrigger": (), "maxTriggerDelay": (),
     "maxRowsPerPartition": ("maxRecordsPerPartition",), "pullBatchSize": (), "includeSystemTopics": (),
-    "group": (), "tags": ("subExpression",),
+    "group": (), "tags": ("subExpression",), "commitOffsetsToBroker": (), "brokerSuspendMaxTimeMillis": (),
 }
 SINK = {
     **COMMON,

@@ -39,7 +39,9 @@ from txmq.client.instance import MessageQueue
 from txmq.client.pull_consumer import PullConsumer, PullResult, PullStatus
 from txmq.errors import BrokerError, ClientError
 from txmq.message_columns import SourceRows, add_pulled
-from txmq.spark._common import AUDIT_TOPICS, ClientSecurity, SourceOptions, cached_client, drop_client
+from txmq.spark._common import AUDIT_TOPICS, ClientSecurity, SourceOptions, drop_client, pull_consumer, pull_key
+from txmq.spark.broker_offsets import BrokerOffsetCommitter
+from txmq.spark.long_poll import ArrivalWatch
 from txmq.spark.options import (
     EARLIEST,
     LATEST,
@@ -84,16 +86,6 @@ class QueueRange(InputPartition):
 
 # --- the driver side: queues and their offsets -----------------------------------------------------------
 
-def _pull_key(namesrv: str, group: str, security: ClientSecurity) -> tuple[str, ...]:
-    return ("pull", namesrv, group, *security.cache_key())
-
-
-def _consumer(namesrv: str, group: str, security: ClientSecurity) -> PullConsumer:
-    """This process's started ``PullConsumer`` of ``group``: the driver's and each Python worker's tasks share it."""
-    return cached_client(_pull_key(namesrv, group, security),
-                         lambda: security.apply(PullConsumer(group, namesrv)))
-
-
 Bounds = dict[str, dict[str, tuple[int, int]]]
 
 
@@ -102,7 +94,7 @@ def queue_bounds(opts: SourceOptions) -> Bounds:
     the options name (``subscribePattern``: the name server's topics that match, system topics never)."""
     out: Bounds = {}
     for attempt in range(3):
-        consumer = _consumer(opts.namesrv, opts.group, opts.security)
+        consumer = pull_consumer(opts.namesrv, opts.group, opts.security)
         try:
             for topic in _topics(opts):
                 queues = [q for q in _queues(consumer, opts.namesrv, topic, opts.security) if _assigned(opts, q)]
@@ -110,7 +102,7 @@ def queue_bounds(opts: SourceOptions) -> Bounds:
                               for q in queues}
             return out
         except ClientError:
-            drop_client(_pull_key(opts.namesrv, opts.group, opts.security))
+            drop_client(pull_key(opts.namesrv, opts.group, opts.security))
             if attempt == 2:
                 raise
             time.sleep(0.5)
@@ -155,7 +147,7 @@ def resolve(opts: SourceOptions, spec: Spec, bounds: Bounds, for_new: int) -> Of
     (EARLIEST or LATEST). Offsets named beyond a queue's max are its max; below its min, they stay (a loss that
     ``check_loss`` reports)."""
     out: Offsets = {}
-    consumer = _consumer(opts.namesrv, opts.group, opts.security) if isinstance(spec, ByTime) else None
+    consumer = pull_consumer(opts.namesrv, opts.group, opts.security) if isinstance(spec, ByTime) else None
     for topic, queues in bounds.items():
         out[topic] = {}
         for key, (lo, hi) in queues.items():
@@ -218,7 +210,7 @@ def _pull(part: QueueRange, offset: int) -> PullResult:
     """One pull of the range from ``offset``, retried over a fresh connection on transport errors."""
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
     for failures in range(6):
-        consumer = _consumer(part.namesrv, part.group, part.security)
+        consumer = pull_consumer(part.namesrv, part.group, part.security)
         try:
             if part.broker not in (consumer.instance.broker_addrs if consumer.instance else {}):
                 _queues(consumer, part.namesrv, part.topic, part.security)
@@ -226,7 +218,7 @@ def _pull(part: QueueRange, offset: int) -> PullResult:
         except (ClientError, BrokerError):
             if failures == 5:
                 raise
-            drop_client(_pull_key(part.namesrv, part.group, part.security))
+            drop_client(pull_key(part.namesrv, part.group, part.security))
             time.sleep(0.2 * (failures + 1))
     raise AssertionError("unreachable")
 
@@ -316,8 +308,11 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = SourceOptions.parse(options, streaming=True)
         self._target: Offsets | None = None
         self._latest: Offsets = {}
+        self._bounds: Bounds | None = None  # fetched by the last latestOffset, for the partitions of its batch
         self._last_batch = time.monotonic()
         self.skipped = 0  # offsets removed by retention and skipped (failOnDataLoss=false)
+        self._committer = BrokerOffsetCommitter(self.opts) if self.opts.commit_offsets_to_broker else None
+        self._watch = ArrivalWatch(self.opts)
 
     def initialOffset(self) -> dict:
         return resolve(self.opts, self.opts.starting, queue_bounds(self.opts), LATEST)
@@ -331,11 +326,26 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = _maxes(queue_bounds(self.opts))
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
-        latest = self._latest = _maxes(queue_bounds(self.opts))
+        if start and self._committer is not None:
+            self._committer.submit(start)  # Spark asks only once every batch up to ``start`` has finished
+        start = start or {}
+        begin, latest = self._next(start, limit)
+        wait_ms = self.opts.broker_suspend_max_ms
+        if latest == begin and wait_ms and self._target is None and self._watch.wait(self._latest, wait_ms / 1000):
+            begin, latest = self._next(start, limit)  # something arrived while the pulls were held: plan it now
+        if latest != begin:
+            self._last_batch = time.monotonic()
+            log.info("txmq source %s: batch of %d offsets; %d behind the latest after it (%d skipped so far)",
+                     ",".join(latest), _count(begin, latest), _count(latest, self._latest), self.skipped)
+        return latest
+
+    def _next(self, start: Offsets, limit: ReadLimit | None) -> tuple[Offsets, Offsets]:
+        """(where the next batch begins, where it ends) from the queues' offsets now."""
+        self._bounds = queue_bounds(self.opts)
+        latest = self._latest = _maxes(self._bounds)
         if self._target is not None:
             latest = {t: {k: min(hi, self._target.get(t, {}).get(k, 0)) for k, hi in qs.items()}
                       for t, qs in latest.items()}
-        start = start or {}
         # Keep every queue already known (a queue never goes backwards), new ones start at 0.
         begin = {t: {k: start.get(t, {}).get(k, 0) for k in qs} for t, qs in latest.items()}
         for t, qs in start.items():
@@ -346,14 +356,10 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         minimum = self.opts.min_offsets_per_trigger
         if (minimum and self._target is None and _count(begin, latest) < minimum
                 and (time.monotonic() - self._last_batch) * 1000 < self.opts.max_trigger_delay_ms):
-            return begin  # minOffsetsPerTrigger: no batch until enough arrived or maxTriggerDelay passed
+            return begin, begin  # minOffsetsPerTrigger: no batch until enough arrived or maxTriggerDelay passed
         if isinstance(limit, ReadMaxRows):
             latest = _rate_limit(begin, latest, limit.max_rows)
-        if latest != begin:
-            self._last_batch = time.monotonic()
-            log.info("txmq source %s: batch of %d offsets; %d behind the latest after it (%d skipped so far)",
-                     ",".join(latest), _count(begin, latest), _count(latest, self._latest), self.skipped)
-        return latest
+        return begin, latest
 
     def reportLatestOffset(self) -> dict | None:
         """The queues' max offsets at the last trigger: Spark's progress shows them beside ``endOffset``, so
@@ -361,7 +367,9 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest or None
 
     def partitions(self, start: dict, end: dict) -> list[QueueRange]:
-        start, skipped = check_loss(self.opts, start, queue_bounds(self.opts))
+        # The bounds that planned this batch, moments ago (a batch replayed after a restart fetches them anew).
+        bounds, self._bounds = self._bounds or queue_bounds(self.opts), None
+        start, skipped = check_loss(self.opts, start, bounds)
         self.skipped += skipped
         return make_partitions(self.opts, start, end)
 
@@ -369,7 +377,14 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_range(partition)
 
     def commit(self, end: dict) -> None:
-        pass
+        """The checkpoint is the source of truth; the broker gets the offsets for operators (broker_offsets.py)."""
+        if self._committer is not None:
+            self._committer.submit(end)
+
+    def stop(self) -> None:
+        self._watch.close()
+        if self._committer is not None and not self._committer.flush():
+            log.warning("the query stopped before its last offsets reached the broker (group %s)", self.opts.group)
 
 
 def _maxes(bounds: Bounds) -> Offsets:
