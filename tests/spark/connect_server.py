@@ -2,9 +2,10 @@
 ``spark-connect_2.13-<version>.jar``): ``$SPARK_HOME/bin/spark-submit --class
 org.apache.spark.sql.connect.service.SparkConnectServer`` with ``spark.connect.grpc.binding.address/port`` on a
 free port, ``--master local[2]``, in a session of its own. ``spark-class`` ends by exec'ing the JVM, so the pid
-of the child is the server's JVM: ``kill()`` SIGKILLs it (its Python workers, children of the JVM's pyspark
-daemon, leave with it: the daemon exits when the JVM's end of its pipe closes), ``stop()`` SIGTERMs it and waits,
-and both kill whatever is left in its process group.
+of the child is the server's JVM: ``kill()`` SIGKILLs it (a crash), ``stop()`` SIGTERMs it and waits. Its Python
+workers belong to pyspark daemons that put themselves in process groups of their own but stay in the server's
+session; they leave once the JVM is gone (a daemon exits when the JVM's end of its pipe closes, and SIGHUPs its
+workers). Both then wait for that and SIGKILL, by pid, whatever of the session is left.
 
 The server's Python workers must import ``txmq``: ``PYSPARK_PYTHON`` is this interpreter (the project's venv).
 """
@@ -70,12 +71,14 @@ class ConnectServer:
         self.stop()
         raise TimeoutError(f"the Spark Connect server did not listen on {self.port} in {timeout}s: {self.log_tail()}")
 
-    def kill(self) -> None:
-        """SIGKILL the server's JVM (a crash), then anything left in its process group."""
-        if self.proc is not None and self.proc.poll() is None:
+    def kill(self) -> list[str]:
+        """SIGKILL the server's JVM (a crash); returns the processes of its session that had not left 10 s later
+        (and were SIGKILLed then), as "pid command line"."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
-        self._reap_group()
+        return self._reap_group()
 
     def stop(self, timeout: float = 30) -> None:
         if self.proc is None:
@@ -89,37 +92,35 @@ class ConnectServer:
                 self.proc.wait(10)
         self._reap_group()
 
-    def _reap_group(self, wait_s: float = 10) -> None:
-        """The server's Python workers leave on their own once its JVM is gone; whatever has not after ``wait_s``
-        is killed (by the process group, which is the server's pid)."""
+    def _reap_group(self, wait_s: float = 10) -> list[str]:
+        """Wait up to ``wait_s`` for the server's session (its Python workers) to end; SIGKILL what is left and
+        return those ("pid command line")."""
         assert self.proc is not None
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _group_alive(self.proc.pid):
+        while time.monotonic() < deadline and self.session_pids():
             time.sleep(0.2)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        left = []
+        for pid in self.session_pids():
+            with contextlib.suppress(OSError):
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                left.append(f"{pid} {cmdline}")
+                os.kill(pid, signal.SIGKILL)
+        return left
 
-    def group_pids(self) -> list[int]:
+    def session_pids(self) -> list[int]:
+        """The live processes of the server's session (its JVM, pyspark daemons and their workers)."""
         assert self.proc is not None
-        return _group_pids(self.proc.pid)
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+                    if fields[0] != "Z" and int(fields[3]) == self.proc.pid:
+                        pids.append(int(entry.name))
+        return pids
 
     def log_tail(self, n: int = 3000) -> str:
         try:
             return self.log.read_text(errors="replace")[-n:]
         except OSError:
             return ""
-
-
-def _group_pids(pgid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
-                if fields[0] != "Z" and int(fields[2]) == pgid:
-                    pids.append(int(entry.name))
-    return pids
-
-
-def _group_alive(pgid: int) -> bool:
-    return bool(_group_pids(pgid))

@@ -103,6 +103,24 @@ def _prune_marks() -> None:
                     path.unlink()
 
 
+_parent_watch: threading.Thread | None = None
+
+
+def _leave_with_parent() -> None:
+    global _parent_watch
+    if _parent_watch is not None:
+        return
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCH_INTERVAL_S)
+        os._exit(0)
+
+    _parent_watch = threading.Thread(target=watch, name="txmq-spark-parent-watch", daemon=True)
+    _parent_watch.start()
+
+
 def add_driver_listener(spark: Any, listener: StreamingQueryListener) -> None:
     """Add ``listener`` where the session's queries run. In a local or cluster session that is this process (the
     driver). Through Spark Connect the driver is the Connect server, and pyspark 4's ``spark.streams.addListener``
@@ -125,6 +143,15 @@ def add_driver_listener(spark: Any, listener: StreamingQueryListener) -> None:
 
 class QueryEndListener(StreamingQueryListener):
     """Marks each query run's start and end for the responders of its sink (registered by ``register``)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "pickled": True}  # never empty: pickle skips __setstate__ for an empty state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled on a Spark Connect server, in the listener's own worker process: that worker outlives a
+        SIGKILLed server (its Connect client's threads keep it up), so it leaves when its parent is gone."""
+        self.__dict__.update(state)
+        _leave_with_parent()
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         mark_run(str(event.id), str(event.runId), stopped=False)

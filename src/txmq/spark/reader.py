@@ -311,8 +311,19 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._bounds: Bounds | None = None  # fetched by the last latestOffset, for the partitions of its batch
         self._last_batch = time.monotonic()
         self.skipped = 0  # offsets removed by retention and skipped (failOnDataLoss=false)
+        self._driver_side()
+
+    def _driver_side(self) -> None:
+        """What only the driver's copy uses; Spark pickles the reader for its tasks, each of which gets its own."""
         self._committer = BrokerOffsetCommitter(self.opts) if self.opts.commit_offsets_to_broker else None
         self._watch = ArrivalWatch(self.opts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_committer", "_watch")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._driver_side()
 
     def initialOffset(self) -> dict:
         return resolve(self.opts, self.opts.starting, queue_bounds(self.opts), LATEST)
