@@ -202,19 +202,21 @@ def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[Q
 
 # --- the executor side: pull a range, build Arrow record batches ------------------------------------------
 
-MAX_EMPTY_ANSWERS = 60  # x EMPTY_ANSWER_WAIT_S: longer than a failover (docs/ha.md)
+MAX_EMPTY_ANSWERS = 60  # x EMPTY_ANSWER_WAIT_S: how long planned offsets may go unserved, longer than a failover
 EMPTY_ANSWER_WAIT_S = 0.5
 
 
-def _pull(part: QueueRange, offset: int) -> PullResult:
-    """One pull of the range from ``offset``, retried over a fresh connection on transport errors."""
+def _pull(part: QueueRange, offset: int, block_s: float = 0.0) -> PullResult:
+    """One pull of the range from ``offset``, retried over a fresh connection on transport errors; with
+    ``block_s`` the broker holds it until a message arrives at ``offset`` (long polling)."""
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
     for failures in range(6):
         consumer = pull_consumer(part.namesrv, part.group, part.security)
         try:
             if part.broker not in (consumer.instance.broker_addrs if consumer.instance else {}):
                 _queues(consumer, part.namesrv, part.topic, part.security)
-            return consumer.pull(mq, part.tags, offset, min(part.pull_batch_size, part.end - offset), decode=False)
+            return consumer.pull(mq, part.tags, offset, min(part.pull_batch_size, part.end - offset), block_s,
+                                 decode=False)
         except (ClientError, BrokerError):
             if failures == 5:
                 raise
@@ -227,7 +229,7 @@ def _pulls(part: QueueRange) -> Iterator[PullResult]:
     """The range's pull results in order; the next pull is in flight while the caller decodes this one."""
     with ThreadPoolExecutor(1, thread_name_prefix="txmq-pull") as pool:
         pending: Future[PullResult] | None = pool.submit(_pull, part, part.start)
-        offset, empty_answers = part.start, 0
+        offset, empty_since, asked = part.start, 0.0, time.monotonic()
         while pending is not None:
             result = pending.result()
             pending = None
@@ -245,16 +247,20 @@ def _pulls(part: QueueRange) -> Iterator[PullResult]:
                 continue
             if not result.body and result.next_begin_offset <= offset:
                 # The range was planned below the queue's end, so its messages exist: the member that answered
-                # does not have them (a slave behind, or asked while its group elects a new master). Ask again;
-                # never end the range early, which would commit a batch without its rows.
-                empty_answers += 1
-                if empty_answers > MAX_EMPTY_ANSWERS:
+                # does not have them (a slave behind, or asked while its group elects a new master). Ask again, the
+                # pull held by the broker until they are there; never end the range early, which would commit a
+                # batch without its rows.
+                now = time.monotonic()
+                empty_since = empty_since or now
+                if now - empty_since > MAX_EMPTY_ANSWERS * EMPTY_ANSWER_WAIT_S:
                     raise ClientError(f"{part.topic} {part.broker}:{part.queue_id}: offsets {offset}..{part.end} "
-                                      f"planned but not served after {MAX_EMPTY_ANSWERS} attempts")
-                time.sleep(EMPTY_ANSWER_WAIT_S)
-                pending = pool.submit(_pull, part, offset)
+                                      f"planned but not served for {now - empty_since:.0f} s")
+                if now - asked < EMPTY_ANSWER_WAIT_S / 2:  # answered at once, not held: do not ask in a loop
+                    time.sleep(EMPTY_ANSWER_WAIT_S)
+                asked = time.monotonic()
+                pending = pool.submit(_pull, part, offset, EMPTY_ANSWER_WAIT_S)  # held until the member has it
                 continue
-            empty_answers = 0
+            empty_since = 0.0
             offset = result.next_begin_offset if result.next_begin_offset > offset else offset + 1
             if offset < part.end:
                 pending = pool.submit(_pull, part, offset)
