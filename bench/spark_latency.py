@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# bench/grpc.py would shadow the grpc package that Spark Connect's client imports: this script's folder goes.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "e2e"))
 
 from cluster import Cluster
