@@ -27,10 +27,10 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "e2e"))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "spark"))
 
-from cluster import Cluster
+from cluster import Cluster  # noqa: E402
 
-from txmq import bench
-from txmq.bench import Meter
+from txmq import bench  # noqa: E402
+from txmq.bench import Meter  # noqa: E402
 
 SINK_MODES = ("at-least-once", "exactly-once")
 WARM_UP_ROWS = 2000

@@ -32,9 +32,9 @@ from typing import Any
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "e2e"))
 
-from cluster import Cluster
+from cluster import Cluster  # noqa: E402
 
-from txmq import bench
+from txmq import bench  # noqa: E402
 
 QUEUES = 4
 PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
