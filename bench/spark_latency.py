@@ -1,5 +1,5 @@
 """End-to-end latency of the Spark connector with the shortest micro-batch trigger (``processingTime="0 seconds"``):
-a producer sends ``--rate`` messages per second to a 4-queue txmq topic for ``--seconds``; each body carries its
+a producer sends ``--rate`` messages per second to a txmq topic of ``--queues`` (4) for ``--seconds``; each body carries its
 send time (``time.monotonic_ns``, one clock for every process of the machine). Two queries, one after the other:
 
 * **exactly-once sink**: txmq → txmq (``deliveryGuarantee=exactly-once``); latency = send → the row is visible in
@@ -11,7 +11,8 @@ The first ``--warmup`` seconds of each query are not counted. Printed: a table o
 and Spark's own account of where a micro-batch's time went (``durationMs`` of its progress, medians over the
 counted batches): the profile that says which part of the floor is the connector's.
 
-    .venv/bin/python bench/spark_latency.py [--rate 1000] [--seconds 30] [--warmup 5] [--remote sc://HOST:PORT]
+    .venv/bin/python bench/spark_latency.py [--rate 1000] [--seconds 30] [--warmup 5] [--queues 4]
+        [--option minRowsPerPartition=1] [--remote sc://HOST:PORT]
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from cluster import Cluster  # noqa: E402
 
 from txmq import bench  # noqa: E402
 
-QUEUES = 4
 PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
 
 
@@ -159,12 +159,12 @@ def run_query(spark: Any, cluster: Cluster, root: Path, sink: str, args: argpars
     src, out_topic = f"lat-in-{sink}", f"lat-out-{sink}"
     with Admin(cluster.namesrv_addr) as admin:
         for topic in (src, out_topic):
-            admin.create_topic(topic, QUEUES)
+            admin.create_topic(topic, args.queues)
     cluster.wait_route(src)
     cluster.wait_route(out_topic)
     ns = cluster.namesrv_addr
     df = (spark.readStream.format("txmq").option("namesrv", ns).option("topic", src)
-          .option("group", f"lat-{sink}").load())
+          .option("group", f"lat-{sink}").options(**dict(o.split("=", 1) for o in args.option)).load())
     n = int(args.rate * args.seconds)
     watch: TopicWatch | ParquetWatch
     if sink == "exactly-once":
@@ -213,6 +213,8 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--warmup", type=float, default=5, help="seconds of each query not counted")
     p.add_argument("--body", type=int, default=100)
+    p.add_argument("--queues", type=int, default=4, help="queues of the input and output topics")
+    p.add_argument("--option", action="append", default=[], help="a source option KEY=VALUE (repeatable)")
     p.add_argument("--remote", help="a Spark Connect server (sc://HOST:PORT) instead of a local[2] session")
     p.add_argument("--sinks", default="exactly-once,parquet")
     args = p.parse_args()

@@ -82,6 +82,7 @@ class SourceOptions:
     min_offsets_per_trigger: int | None
     max_trigger_delay_ms: int
     max_rows_per_partition: int
+    min_rows_per_partition: int  # a stream's smaller ranges share a partition up to this many (reader.pack)
     pull_batch_size: int
     include_system_topics: bool
     group: str
@@ -121,6 +122,7 @@ class SourceOptions:
             min_offsets_per_trigger=opts.optional_number("minOffsetsPerTrigger"),
             max_trigger_delay_ms=duration_ms("maxTriggerDelay", delay) if delay else 15 * 60_000,
             max_rows_per_partition=opts.number("maxRowsPerPartition", 100_000),
+            min_rows_per_partition=opts.number("minRowsPerPartition", 4096),
             pull_batch_size=min(256, opts.number("pullBatchSize", 256)),
             include_system_topics=include_system,
             group=opts.get("group") or "txmq-spark-reader",

@@ -31,7 +31,8 @@ SOURCE = {
     "startingOffsets": (), "startingTimestamp": (), "startingOffsetsByTimestamp": (),
     "endingOffsets": (), "endingTimestamp": (), "endingOffsetsByTimestamp": (),
     "failOnDataLoss": (), "maxOffsetsPerTrigger": (), "minOffsetsPerTrigger": (), "maxTriggerDelay": (),
-    "maxRowsPerPartition": ("maxRecordsPerPartition",), "pullBatchSize": (), "includeSystemTopics": (),
+    "maxRowsPerPartition": ("maxRecordsPerPartition",), "minRowsPerPartition": (), "pullBatchSize": (),
+    "includeSystemTopics": (),
     "group": (), "tags": ("subExpression",), "commitOffsetsToBroker": (), "brokerSuspendMaxTimeMillis": (),
 }
 SINK = {

@@ -84,6 +84,14 @@ class QueueRange(InputPartition):
     security: ClientSecurity
 
 
+@dataclass(frozen=True)
+class PackedRanges(InputPartition):
+    """One partition of several small ranges, read one after the other (a stream's small batches: one task
+    instead of one per queue, ``minRowsPerPartition``)."""
+
+    ranges: tuple[QueueRange, ...]
+
+
 # --- the driver side: queues and their offsets -----------------------------------------------------------
 
 Bounds = dict[str, dict[str, tuple[int, int]]]
@@ -200,6 +208,28 @@ def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[Q
     return parts
 
 
+def pack(parts: list[QueueRange], min_rows: int) -> list[QueueRange | PackedRanges]:
+    """Ranges of fewer than ``min_rows`` offsets put together, in order, until a partition holds ``min_rows``: a
+    task costs Spark and its Python worker a round trip of its own, which a small batch pays once per queue (a
+    stream at a zero trigger, whose batches are what arrived during the last one). Large ranges stay one task
+    each, for parallelism."""
+    out: list[QueueRange | PackedRanges] = []
+    group: list[QueueRange] = []
+    rows = 0
+    for part in parts:
+        if part.end - part.start >= min_rows:
+            out.append(part)
+            continue
+        group.append(part)
+        rows += part.end - part.start
+        if rows >= min_rows:
+            out.append(group[0] if len(group) == 1 else PackedRanges(tuple(group)))
+            group, rows = [], 0
+    if group:
+        out.append(group[0] if len(group) == 1 else PackedRanges(tuple(group)))
+    return out
+
+
 # --- the executor side: pull a range, build Arrow record batches ------------------------------------------
 
 MAX_EMPTY_ANSWERS = 60  # x EMPTY_ANSWER_WAIT_S: how long planned offsets may go unserved, longer than a failover
@@ -265,6 +295,11 @@ def _pulls(part: QueueRange) -> Iterator[PullResult]:
             if offset < part.end:
                 pending = pool.submit(_pull, part, offset)
             yield result
+
+
+def read_partition(part: QueueRange | PackedRanges) -> Iterator[pa.RecordBatch]:
+    for one in part.ranges if isinstance(part, PackedRanges) else (part,):
+        yield from read_range(one)
 
 
 def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
@@ -383,15 +418,16 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``latestOffset - endOffset`` is how far behind the query is."""
         return self._latest or None
 
-    def partitions(self, start: dict, end: dict) -> list[QueueRange]:
+    def partitions(self, start: dict, end: dict) -> list[QueueRange | PackedRanges]:
         # The bounds that planned this batch, moments ago (a batch replayed after a restart fetches them anew).
         bounds, self._bounds = self._bounds or queue_bounds(self.opts), None
         start, skipped = check_loss(self.opts, start, bounds)
         self.skipped += skipped
-        return make_partitions(self.opts, start, end)
+        packed_up_to = min(self.opts.min_rows_per_partition, self.opts.max_rows_per_partition)
+        return pack(make_partitions(self.opts, start, end), packed_up_to)
 
-    def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        yield from read_range(partition)
+    def read(self, partition: QueueRange | PackedRanges) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        yield from read_partition(partition)
 
     def commit(self, end: dict) -> None:
         """The checkpoint is the source of truth; the broker gets the offsets for operators (broker_offsets.py)."""
