@@ -1,6 +1,7 @@
 """End-to-end latency of the Spark connector with the shortest micro-batch trigger (``processingTime="0 seconds"``):
-a producer sends ``--rate`` messages per second to a txmq topic of ``--queues`` (4) for ``--seconds``; each body carries its
-send time (``time.monotonic_ns``, one clock for every process of the machine). Two queries, one after the other:
+a producer sends ``--rate`` messages per second to a txmq topic of ``--queues`` (4) for ``--seconds``; each body
+carries its send time (``time.monotonic_ns``, one clock for every process of the machine). Two queries, one after
+the other:
 
 * **exactly-once sink**: txmq → txmq (``deliveryGuarantee=exactly-once``); latency = send → the row is visible in
   the output topic (its batch committed), seen by long-polled pulls on every output queue;

@@ -157,8 +157,6 @@ class Decision(enum.Enum):
         raise ValueError(f"unknown decision {text!r} (Allow or Deny)")
 
 
-_ALLOW = Decision.ALLOW
-
 
 class SourceIps:
     """Addresses a policy entry applies to: IPs and CIDR networks (RocketMQ 5's ``sourceIps``); empty = any."""
@@ -484,7 +482,6 @@ class Needs:
 
 
 _ACTION_SETS: dict[tuple[Action, ...], frozenset[Action]] = {}
-_SUB = Action.SUB
 
 
 @cython.cfunc
