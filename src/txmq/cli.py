@@ -139,6 +139,14 @@ def cmd_topic(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recall(args: argparse.Namespace) -> int:
+    from txmq.client.producer import Producer
+
+    with Producer(args.group, _namesrv(args)) as producer:
+        print(f"recalled msgId={producer.recall(args.topic, args.handle)}")
+    return 0
+
+
 def cmd_send(args: argparse.Namespace) -> int:
     from txmq.bench import Progress
     from txmq.client.producer import Producer
@@ -151,10 +159,15 @@ def cmd_send(args: argparse.Namespace) -> int:
             body = args.body if args.count == 1 else f"{args.body} {i}"
             msg = Message(args.topic, body.encode(), tags=args.tags, keys=args.keys, properties=props)
             msg.delay_time_level = args.delay
+            if args.deliver_after is not None:
+                msg.deliver_after(args.deliver_after)
+            if args.deliver_at is not None:
+                msg.deliver_at(args.deliver_at)
             r = producer.send(msg)
             if args.count == 1:
+                recall = f" recallHandle={r.recall_handle}" if r.recall_handle else ""
                 print(f"{r.status.value} msgId={r.msg_id} offsetMsgId={r.offset_msg_id} "
-                      f"queue={r.queue_id} offset={r.queue_offset}")
+                      f"queue={r.queue_id} offset={r.queue_offset}{recall}")
             else:
                 progress.add()
     if args.count > 1:
@@ -526,12 +539,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prop", action="append", default=[], help="user property k=v (repeatable)")
     s.add_argument("--delay", type=int, default=0, metavar="LEVEL",
                    help="deliver after delay level LEVEL of messageDelayLevel (1: 1s, 2: 5s, 3: 10s, ...)")
+    from txmq.admin.commands import parse_time
+
+    timer = s.add_mutually_exclusive_group()
+    timer.add_argument("--deliver-after", type=float, metavar="SECONDS",
+                       help="a timer message: deliver SECONDS after the broker stores it (TIMER_DELAY_MS)")
+    timer.add_argument("--deliver-at", type=parse_time, metavar="TIME",
+                       help="a timer message: deliver at TIME (ms since the epoch, or yyyy-MM-dd#HH:mm:ss:SSS)")
     s.add_argument("--count", type=int, default=1, help="messages to send (default 1)")
     s.add_argument("--group", default="txmq_cli_producer", help="producer group (default txmq_cli_producer)")
     namesrv_opt(s)
     s.set_defaults(fn=cmd_send)
 
-    from txmq.admin.commands import parse_time
+    s = sub.add_parser("recall", help="cancel a scheduled timer message by its recall handle")
+    s.add_argument("--topic", required=True, help="the message's topic")
+    s.add_argument("--handle", required=True, help="the recallHandle `txmq send` printed")
+    s.add_argument("--group", default="txmq_cli_producer", help="producer group (default txmq_cli_producer)")
+    namesrv_opt(s)
+    s.set_defaults(fn=cmd_recall)
 
     s = sub.add_parser("consume", help="consume and print messages")
     s.add_argument("--topic", required=True, help="topic to consume")

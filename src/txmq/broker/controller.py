@@ -26,7 +26,9 @@ from txmq.broker.processor.end_transaction import EndTransactionProcessor, Remot
 from txmq.broker.processor.ops import OpsProcessor
 from txmq.broker.processor.pull import PullMessageProcessor
 from txmq.broker.processor.send import SendMessageProcessor
+from txmq.broker.processor.recall import RecallMessageProcessor
 from txmq.broker.schedule import ScheduleMessageService
+from txmq.broker.timer import TimerMessageStore
 from txmq.broker.slave_synchronize import SlaveSynchronize
 from txmq.broker.stats import SAMPLE_S, BrokerStats
 from txmq.broker.subscription_group_manager import SubscriptionGroupManager
@@ -114,11 +116,13 @@ class BrokerController:
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
         self.schedule_service = ScheduleMessageService(self.store, levels, self.root)
+        self.timer_service = TimerMessageStore(self.store, config.store, self.root)
         self.transaction_service = TransactionalMessageService(
             self.store, transaction_timeout_ms=config.transaction_time_out,
             orphan_factor=config.transaction_orphan_factor, metrics_max_groups=config.consumer_offset_max_entries,
             file_reserved_time_h=config.store.file_reserved_time_hours,
             snapshot_path=self.root / "config" / "transactionState.snapshot")
+        self.transaction_service.divert_timer = self.timer_service.divert_committed
         self.check_service = TransactionalMessageCheckService(
             self.transaction_service, check_max=config.transaction_check_max,
             check_interval_ms=config.transaction_check_interval)
@@ -130,7 +134,8 @@ class BrokerController:
         # needs (txmq.remoting.registry): the ACL authorizes the parsed request its handler then runs.
         self.request_table = RequestTable("txmq's broker")
         processors: list[Processor] = [self.send_processor, self.pull_processor, ClientManageProcessor(self),
-                                        AdminBrokerProcessor(self), EndTransactionProcessor(self), OpsProcessor(self)]
+                                        AdminBrokerProcessor(self), EndTransactionProcessor(self), OpsProcessor(self),
+                                        RecallMessageProcessor(self)]
         if self.replicas_manager is not None:
             processors.append(self.replicas_manager)
         for processor in processors:
@@ -283,6 +288,9 @@ class BrokerController:
 
     def _start_role_tasks(self) -> None:
         self.store.replica = self.config.is_slave
+        # timers are indexed in every role (a slave's from the replicated log), delivered by a master only
+        self._role_tasks.append(asyncio.create_task(self.timer_service.run(deliver=not self.config.is_slave),
+                                                    name="timer"))
         if self.config.is_slave:  # a slave writes nothing of its own: no check-backs, no delayed deliveries
             if self.slave_synchronize is not None:
                 coro = self._every(self.config.slave_synchronize_interval / 1000, self.slave_synchronize.sync_all)
@@ -383,6 +391,7 @@ class BrokerController:
                 save()
             except OSError:  # a full disk: what was last saved stands (offsets replay, the log is the truth)
                 log.exception("saving state at shutdown failed")
+        self.timer_service.close()
         await self.store.shutdown()
         if self.acl is not None:
             self.acl.store.close()

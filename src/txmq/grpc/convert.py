@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from txmq.broker.timer import TIMER_DELIVER_MS, TIMER_PROPERTIES
 from txmq.broker.transaction.service import HALF_BATCH, OP_PROPERTY
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.message import MessageConst, MessageExt, MessageSysFlag
@@ -31,8 +32,7 @@ from txmq.store import PutMessageStatus
 Code = pb.Code
 
 # Properties the gRPC surface carries in its own fields: never copied into user_properties.
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # the delivery timestamp a DELAY message asked for (RocketMQ's name)
-_HIDDEN_PROPERTIES = MessageConst.SYSTEM_KEYS | {TIMER_DELIVER_MS}
+_HIDDEN_PROPERTIES = MessageConst.SYSTEM_KEYS | TIMER_PROPERTIES
 # Refused in a client's user_properties: those, and txmq's that only the broker sets (the account that stored a
 # half, which consumers do see and remoting's ACL refuses from senders too; a half's batch count; a transaction's op).
 _RESERVED_PROPERTIES = _HIDDEN_PROPERTIES | {MessageConst.HALF_ACCOUNT, HALF_BATCH, OP_PROPERTY}

@@ -23,6 +23,7 @@ import grpc
 from txmq.acl.model import Action, Needs
 from txmq.broker.processor.pull import tags_filter
 from txmq.broker.processor.send import message_type
+from txmq.broker.timer import RecallError
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import internal_refusal
 from txmq.errors import InvalidMessageError, StoreError
@@ -440,15 +441,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             queue_id = zlib.crc32(sp.message_group.encode()) % cfg.write_queue_nums
         elif kind == pb.FIFO:
             raise GrpcStatusError(Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
-        if sp.HasField("delivery_timestamp"):
-            if kind == pb.TRANSACTION:
-                raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                                      "a transactional message cannot have a delivery timestamp")
-            deliver = delivery_ms(sp.delivery_timestamp)
-            level = self._delay_level(deliver - now_ms())
-            if level:
-                props[MessageConst.DELAY_TIME_LEVEL] = str(level)
-                props[TIMER_DELIVER_MS] = str(deliver)
+        if sp.HasField("delivery_timestamp"):  # a timer message (txmq beyond RocketMQ: a transactional one too)
+            props[TIMER_DELIVER_MS] = str(delivery_ms(sp.delivery_timestamp))
+            try:
+                broker.timer_service.checked_deliver_ms(props)
+            except InvalidMessageError as exc:
+                raise GrpcStatusError(Code.ILLEGAL_DELIVERY_TIME, str(exc)) from None
         if kind == pb.TRANSACTION:
             if broker.config.reject_transaction_message:
                 raise GrpcStatusError(Code.FORBIDDEN, "this broker refuses transactional messages "
@@ -468,6 +466,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         msg = MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=born_ms, born_host=born,
                          store_host=broker.store_host)
         counted = message_type(msg, kind == pb.FIFO)  # before the store may move a delayed one
+        if TIMER_DELIVER_MS in props and kind != pb.TRANSACTION:
+            refused = broker.send_processor.timer_refusal(msg)
+            if refused is not None:
+                raise GrpcStatusError(Code.ILLEGAL_DELIVERY_TIME, refused)
+            counted = "delay"
         try:
             result = await broker.send_processor.store_message(msg)
         except (StoreError, InvalidMessageError) as exc:
@@ -483,18 +486,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         entry.offset = ar.logics_offset
         if kind == pb.TRANSACTION:
             entry.transaction_id = transaction_id(ar.wrote_offset, ar.logics_offset)
-
-    def _delay_level(self, delay_ms: int) -> int:
-        """The first delay level at least ``delay_ms`` long (never early); 0 for no delay. A delay beyond the
-        last level (``messageDelayLevel``, 2 h by default) is refused with ILLEGAL_DELIVERY_TIME."""
-        if delay_ms <= 0:
-            return 0
-        levels = self.broker.config.delay_levels_ms()
-        for i, ms in enumerate(levels, 1):
-            if ms >= delay_ms:
-                return i
-        raise GrpcStatusError(Code.ILLEGAL_DELIVERY_TIME, f"delivery in {delay_ms} ms is beyond the longest delay "
-                              f"level ({levels[-1]} ms, messageDelayLevel)")
+        handle = broker.timer_service.recall_handle(msg, broker.config.broker_name)
+        if handle is not None:
+            entry.recall_handle = handle
 
     # --- transactions ------------------------------------------------------------------------------------
 
@@ -688,11 +682,24 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             yield spb.PullMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, got.status.name))
         yield spb.PullMessageResponse(next_offset=got.next_begin_offset)
 
-    # --- not served --------------------------------------------------------------------------------------
-
     @METHODS.declare(_recall_needs)
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
-        return spb.RecallMessageResponse(status=status(Code.NOT_IMPLEMENTED, "txmq does not recall messages"))
+        """Cancel a scheduled timer message by the handle its send receipt carried (RocketMQ 5.3)."""
+        broker = self.broker
+        if not broker.config.recall_message_enable:
+            return spb.RecallMessageResponse(status=status(Code.FORBIDDEN, "recall failed, operation is forbidden "
+                                                           "(recallMessageEnable=false)"))
+        if broker.config.is_slave:
+            return spb.RecallMessageResponse(status=status(Code.HA_NOT_AVAILABLE, "broker is a slave"))
+        try:
+            msg_id = await broker.timer_service.recall(request.topic.name, request.recall_handle,
+                                                       broker.config.broker_name, broker.store_host)
+        except RecallError as exc:
+            code = Code.INTERNAL_SERVER_ERROR if exc.code == "store" else Code.BAD_REQUEST
+            return spb.RecallMessageResponse(status=status(code, str(exc)))
+        return spb.RecallMessageResponse(status=STATUS_OK, message_id=msg_id)
+
+    # --- not served --------------------------------------------------------------------------------------
 
     @METHODS.declare(_consumer_needs)
     async def SyncLiteSubscription(self, request: spb.SyncLiteSubscriptionRequest,

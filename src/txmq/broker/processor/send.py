@@ -17,6 +17,8 @@ import cython
 
 from txmq.acl.model import Action, Needs, User
 from txmq.broker.stats import BrokerStats
+from txmq.broker.timer import BROKER_ONLY as _TIMER_BROKER_ONLY
+from txmq.broker.timer import is_timer_message
 from txmq.broker.visibility import RecordAt, read_record_at, record_needs, servable
 from txmq.errors import InvalidMessageError, LocalProtocolError
 from txmq.message import (
@@ -28,7 +30,7 @@ from txmq.message import (
     properties_to_string,
     string_to_properties,
 )
-from txmq.remoting.codec import encode_response, encode_send_response
+from txmq.remoting.codec import SEND_RESPONSE_EXTRA, encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.refusals import RefusalLog
@@ -44,6 +46,7 @@ from txmq.topic import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
+    RMQ_SYS_WHEEL_TIMER_TOPIC,
     PermName,
     check_consumer_group,
     check_topic,
@@ -181,8 +184,12 @@ def parse_send(cmd: RemotingCommand) -> SendRequest:
         h.batch = True
     props = string_to_properties(h.properties) if h.properties else {}
     entries = decode_batch(cmd.body) if h.batch else None
-    if _HALF_ACCOUNT in props or (entries is not None and any(_HALF_ACCOUNT in e[2] for e in entries)):
-        raise InvalidMessageError(f"property {_HALF_ACCOUNT} is set by the broker only")
+    for p in (props, *(e[2] for e in entries or ())):
+        if _HALF_ACCOUNT in p:
+            raise InvalidMessageError(f"property {_HALF_ACCOUNT} is set by the broker only")
+        if not _TIMER_BROKER_ONLY.isdisjoint(p):
+            raise InvalidMessageError(f"properties {', '.join(sorted(_TIMER_BROKER_ONLY & p.keys()))} are set by "
+                                      "the broker only")
     return SendRequest(h, props, entries)
 
 
@@ -310,7 +317,7 @@ class SendMessageProcessor:
                     return RemotingCommand.response_to(
                         cmd, ResponseCode.MESSAGE_ILLEGAL,
                         remark=f"a batch message of {len(data)} bytes exceeds maxMessageSize")
-                if props.get(MessageConst.DELAY_TIME_LEVEL):
+                if props.get(MessageConst.DELAY_TIME_LEVEL) or is_timer_message(props):
                     return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                                        remark="batch messages cannot be delayed")
                 halves += is_half(props)
@@ -337,8 +344,27 @@ class SendMessageProcessor:
         if half and broker.config.reject_transaction_message:
             return self._rejected_transaction(cmd)
         delay_level = msg.delay_time_level
-        answer = _SendAnswer(self, conn, cmd, msg, None, h.topic, _message_kind(half, delay_level, topic_config.order))
+        kind = _message_kind(half, delay_level, topic_config.order)
+        if not delay_level and is_timer_message(msg.properties):
+            refused = self.timer_refusal(msg, half)
+            if refused is not None:
+                return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark=refused)
+            if not half:
+                kind = "delay"
+        answer = _SendAnswer(self, conn, cmd, msg, None, h.topic, kind)
         return self._store(msg, half, delay_level, answer, answer)
+
+    def timer_refusal(self, msg: MessageExt, half: bool = False) -> str | None:
+        """Divert a timer message to the timer topic (unless due already); why it is refused, or None. A half
+        is only checked: it keeps its delivery time until COMMIT diverts its real message."""
+        try:
+            if half:
+                self.broker.timer_service.checked_deliver_ms(msg.properties)
+            else:
+                self.broker.timer_service.divert(msg)
+        except InvalidMessageError as exc:
+            return str(exc)
+        return None
 
     def _half_batch(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, queue_id: int,
                     entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
@@ -442,6 +468,15 @@ class SendMessageProcessor:
                 remark += f": {result.remark}"
             return RemotingCommand.response_to(cmd, code, remark=remark)
         props = msg.properties
+        if msg.topic == RMQ_SYS_WHEEL_TIMER_TOPIC:  # RocketMQ 5.3's answer carries its recall handle
+            broker = self.broker
+            ext = SendMessageResponseHeader(msg_id=ar.msg_id, queue_id=msg.queue_id,
+                                            queue_offset=ar.logics_offset).to_ext()
+            handle = broker.timer_service.recall_handle(msg, broker.config.broker_name)
+            ext.update(SEND_RESPONSE_EXTRA)
+            if handle is not None:
+                ext["recallHandle"] = handle
+            return encode_response(cmd, code, ext)
         return encode_send_response(cmd, code, ar.msg_id, msg.queue_id, ar.logics_offset,
                                     props.get(_UNIQ_KEY) if is_half(props) else None)
 

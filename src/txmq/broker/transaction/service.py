@@ -156,6 +156,8 @@ class TransactionalMessageService:
                  snapshot_path: Path | None = None, recent_halves_max_bytes: int = 32 * 1024 * 1024,
                  orphan_factor: int = DEFAULT_ORPHAN_FACTOR, metrics_max_groups: int = DEFAULT_MAX_ENTRIES) -> None:
         self.store = store
+        # a COMMIT's real message that carries a delivery time goes to the timer topic (txmq.broker.timer)
+        self.divert_timer: Callable[[MessageExt], None] | None = None
         self.table = TransactionStateTable()
         self.metrics = TransactionMetrics(metrics_max_groups)
         self.transaction_timeout_ms = transaction_timeout_ms
@@ -400,6 +402,9 @@ class TransactionalMessageService:
                 self._recovered_before.add(half_offset)
             try:
                 reals = self.real_messages(half, half_offset, commit_log_offset) if outcome == COMMIT or unsure else []
+                if self.divert_timer is not None:
+                    for real in reals:
+                        self.divert_timer(real)
             except RemoteProtocolError as exc:
                 results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"half batch at {half_offset} unreadable: {exc}")
                 continue
@@ -646,12 +651,11 @@ class TransactionalMessageService:
     def _not_in_log(self, half: MessageExt, reals: list[MessageExt]) -> list[MessageExt]:
         """Of the real messages of a commit of ``half``, those not in the log yet. After a crash, a commit can be
         in the log without its op record, or (a batch cut short) in part: found by ``UNIQ_KEY`` in the index."""
-        topic = half.properties.get(MessageConst.REAL_TOPIC, "")
         left = []
-        for real in reals:
+        for real in reals:  # its topic: the half's REAL_TOPIC, or the timer topic for a timer message
             uniq = real.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
             if not uniq or not any(m.prepared_transaction_offset == half.commit_log_offset
-                                   for m in self.store.query_message(topic, uniq, 64)):
+                                   for m in self.store.query_message(real.topic, uniq, 64)):
                 left.append(real)
         return left
 
