@@ -37,6 +37,7 @@ from pathlib import Path
 from txmq.errors import InvalidMessageError
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import DefaultMessageStore, GetMessageStatus
+from txmq.store.clock import TOLERANCE_MS
 from txmq.store.config import StoreConfig
 from txmq.store.dispatcher import request_from_record
 from txmq.topic import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_WHEEL_TIMER_TOPIC
@@ -235,21 +236,20 @@ class TimerMessageStore:
             self.catch_up()
         while True:
             if deliver:
-                await self._deliver_due()
-                nxt = self._next_due()
+                hold = await self._deliver_due()
                 now = self.store.clock.elapsed_ms()
-                wait_ms = precision if nxt is None else min(precision, max(0, nxt - now))
                 # ticks on the precision's grid of the account: never before due, at most a tick late
-                wait_ms = max(wait_ms, precision - now % precision if nxt is not None and nxt > now else 0)
-            else:
-                bound = self.store.max_phy_offset
-                self._enqueue_all()
-                self._apply_deliveries(bound)
+                wait_ms = precision - now % precision
+                if hold is not None:
+                    wait_ms = min(wait_ms, hold)
+            else:  # a slave follows its master's deliveries in the replicated log
+                if not self.config.timer_stop_enqueue:
+                    self.catch_up()
                 wait_ms = 1000
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
-            if not self.config.timer_stop_enqueue:
+            if deliver and not self.config.timer_stop_enqueue:
                 self._enqueue_all()
 
     def wake(self) -> None:
@@ -329,15 +329,13 @@ class TimerMessageStore:
         self.delivered_offset = bound
         self._commit()
 
-    def _next_due(self) -> int | None:
-        row = self.db.execute("SELECT MIN(due) FROM timer").fetchone()
-        return None if row is None else row[0]
-
-    async def _deliver_due(self) -> None:
+    async def _deliver_due(self) -> int | None:
         """Store every due message in its real topic (RocketMQ TimerDequeueGetService / PutMessageService), a
-        batch at a time; a row goes once its message is stored."""
+        batch at a time; a row goes once its message is stored. Returns the ms to wait for a message held back:
+        due by the account but a little ahead of the wall clock (rounding, or drift within the clock's
+        tolerance), it waits for the wall clock, so that its store timestamp is never before its time."""
         if self.config.timer_stop_dequeue:
-            return
+            return None
         store = self.store
         if store.max_phy_offset - self.delivered_offset > IDLE_PROGRESS_BYTES:  # bounds a restart's scan
             self._begin()
@@ -349,14 +347,20 @@ class TimerMessageStore:
                                    (now, BATCH)).fetchall()
             rows = [r for r in rows if r[0] not in self._recalled]
             if not rows:
-                return
+                return None
             puts = []
+            hold: int | None = None
+            wall = store.clock.wall_ms()
             for (offset,) in rows:
                 try:
                     msg = store.look_message_by_offset(offset)
                 except Exception as exc:  # the record is gone (retention took it): nothing left to deliver
                     log.warning("timer record at %d unreadable, dropped: %s", offset, exc)
                     puts.append((offset, None))
+                    continue
+                ahead = int(msg.properties.get(TIMER_OUT_MS, "0")) - wall
+                if 0 < ahead <= TOLERANCE_MS:
+                    hold = ahead if hold is None else min(hold, ahead)
                     continue
                 self._delivering.add(offset)
                 puts.append((offset, store.put_message(self._restore(msg, offset))))
@@ -383,7 +387,9 @@ class TimerMessageStore:
             self.delivered += len(done)
             if failed:  # a full disk: they stay due and are tried again next tick
                 log.warning("%d timer messages not delivered: %s", failed, last)
-                return
+                return None
+            if hold is not None:
+                return hold
             await asyncio.sleep(0)
 
     def _restore(self, msg: MessageExt, offset: int) -> MessageExt:
