@@ -5,6 +5,7 @@ replicated records."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -130,6 +131,40 @@ def test_refusals(tmp_path):
             cfg.timer_wheel_enable = False
             with pytest.raises(InvalidMessageError, match="timerWheelEnable"):
                 timers.divert(_timer(b"off", 1000))
+            timers.close()
+
+    asyncio.run(go())
+
+
+def test_a_timer_beyond_the_roll_window_is_rolled_then_delivered_once_on_time(tmp_path):
+    """A timer record is stored again each roll window (here 2 ticks of 20 ms), so that retention never takes a
+    waiting one; it is delivered once, at its time, and a recall by its first handle finds its newest record."""
+    cfg = _config(tmp_path)
+    cfg.timer_roll_window_slot = 2
+
+    async def go() -> None:
+        async with DefaultMessageStore(cfg) as store:
+            timers = TimerMessageStore(store, cfg, tmp_path)
+            late = await _put(store, timers, _timer(b"late", 400))
+            drop = await _put(store, timers, _timer(b"drop", 400))
+            handle = timers.recall_handle(drop, "broker-a")
+            assert handle is not None
+            loop = asyncio.create_task(timers.run(deliver=True))
+            try:
+                await asyncio.sleep(0.2)
+                assert timers.rolled >= 2 and timers.delivered == 0
+                await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1))
+                await asyncio.sleep(0.5)
+            finally:
+                loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop
+            got = store.get_message("orders", 0, 0, 10)
+            delivered = [decode_message(raw)[0] for raw in got.messages]
+            assert [m.body for m in delivered] == [b"late"]
+            assert delivered[0].store_timestamp >= int(late.properties["TIMER_OUT_MS"])
+            assert int(delivered[0].properties["TIMER_ROLL_TIMES"]) >= 2
+            assert timers.count == 0
             timers.close()
 
     asyncio.run(go())

@@ -3,7 +3,7 @@
 A message with ``TIMER_DELIVER_MS`` (a wall-clock instant), ``TIMER_DELAY_SEC`` or ``TIMER_DELAY_MS`` is stored
 in ``rmq_sys_wheel_timer`` queue 0 with ``TIMER_OUT_MS`` (its delivery time) and its real topic and queue in
 properties, as RocketMQ stores it. The commit log stays the only truth; what is scheduled is an index over time
-derived from it: an SQLite table ``(commit-log offset, due, size)`` with an index on ``due`` in
+derived from it: an SQLite table ``(commit-log offset, due, real due)`` with an index on ``due`` in
 ``<store>/timer/timer.db``, never Python objects per timer. Each tick reads only the rows that are due (an index
 range), so ten million timers cost disk, not memory, and a day's worth is not scanned every second.
 
@@ -51,10 +51,13 @@ TIMER_OUT_MS = "TIMER_OUT_MS"
 TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
 TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 # txmq's, set by the broker only: the timer record a delivered message came from, and the one a recall cancels
 TIMER_FROM = "TXMQ_TIMER_FROM"
 TIMER_DEL_OFFSET = "TXMQ_TIMER_DEL_OFFSET"
-BROKER_ONLY = frozenset({TIMER_FROM, TIMER_DEL_OFFSET, TIMER_DEL_UNIQKEY, TIMER_OUT_MS})
+TIMER_LEFT_MS = "TXMQ_TIMER_LEFT_MS"  # a rolled record's wait left, on the account
+BROKER_ONLY = frozenset({TIMER_FROM, TIMER_DEL_OFFSET, TIMER_DEL_UNIQKEY, TIMER_OUT_MS, TIMER_LEFT_MS,
+                         TIMER_ROLL_TIMES})
 # what the gRPC surface shows in its own fields or not at all: never a user property
 TIMER_PROPERTIES = BROKER_ONLY | {TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS}
 _TIMER_FROM_BYTES = TIMER_FROM.encode()
@@ -130,8 +133,9 @@ class TimerMessageStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # a commit survives the process's death; fsync at checkpoints
         self.db.execute("PRAGMA cache_size=-32768")  # 32 MiB of pages: inserts in time order stay cheap
+        # due: when to look at the row (its delivery, or the roll window's end); real: its delivery (the account)
         self.db.execute("CREATE TABLE IF NOT EXISTS timer(offset INTEGER PRIMARY KEY, due INTEGER NOT NULL, "
-                        "size INTEGER NOT NULL)")
+                        "real INTEGER NOT NULL)")
         self.db.execute("CREATE INDEX IF NOT EXISTS timer_due ON timer(due)")
         self.db.execute("CREATE TABLE IF NOT EXISTS progress(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
         progress = dict(self.db.execute("SELECT name, value FROM progress").fetchall())
@@ -140,10 +144,13 @@ class TimerMessageStore:
         self.count: int = self.db.execute("SELECT COUNT(*) FROM timer").fetchone()[0]
         self._recalled: set[int] = set()  # recalls answered whose marker the enqueue has not applied yet
         self._delivering: set[int] = set()  # rows being stored now: too late to recall
+        self._rolling: set[int] = set()  # rows being rolled now: a recall waits for the new record
         self._wake = asyncio.Event()
         self._in_tx = False
+        store.add_truncate_listener(self._truncated)
         self.delivered = 0
         self.enqueued = 0
+        self.rolled = 0
 
     # --- sending ------------------------------------------------------------------------------------------
 
@@ -195,6 +202,17 @@ class TimerMessageStore:
         return RecallHandle(props[MessageConst.REAL_TOPIC], broker_name, int(props[TIMER_OUT_MS]),
                             props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, ""), msg.commit_log_offset).encode()
 
+    def _current_record(self, handle: RecallHandle) -> int | None:
+        """The offset of the timer record a handle names that is scheduled now: the one it was sent as, or the
+        newest record it was rolled to (found by its message id in the index), or None."""
+        has_row = "SELECT 1 FROM timer WHERE offset = ?"
+        if self.db.execute(has_row, (handle.offset,)).fetchone() is not None:
+            return handle.offset
+        later = sorted((m.commit_log_offset for m in self.store.query_message(RMQ_SYS_WHEEL_TIMER_TOPIC,
+                                                                             handle.message_id, 64)
+                        if m.commit_log_offset > handle.offset), reverse=True)
+        return next((o for o in later if self.db.execute(has_row, (o,)).fetchone() is not None), None)
+
     async def recall(self, topic: str, handle_text: str, broker_name: str, store_host: tuple[str, int]) -> str:
         """Cancel a scheduled message: its marker is stored in the timer topic (replicated, applied after a
         restart), and the row goes now. Returns the message id; ``RecallError`` when refused."""
@@ -203,9 +221,13 @@ class TimerMessageStore:
             raise RecallError("illegal", "recall failed, topic not match")
         if handle.broker_name != broker_name:
             raise RecallError("illegal", "recall failed, the handle is of another broker")
-        offset = handle.offset
-        row = self.db.execute("SELECT 1 FROM timer WHERE offset = ?", (offset,)).fetchone()
-        if row is None or offset in self._recalled or offset in self._delivering:
+        offset = self._current_record(handle)
+        for _ in range(100):  # a roll takes one put: wait for its new record rather than refuse
+            if offset not in self._rolling:
+                break
+            await asyncio.sleep(0.01)
+            offset = self._current_record(handle)
+        if offset is None or offset in self._recalled or offset in self._delivering:
             raise RecallError("gone", "recall failed: the message is not scheduled (delivered, recalled, or unknown)")
         try:
             target = self.store.look_message_by_offset(offset)
@@ -286,15 +308,19 @@ class TimerMessageStore:
                 continue
             rows = []
             deleted = []
+            horizon = clock.elapsed_ms() + self.config.timer_roll_window_slot * self.config.timer_precision_ms
             for raw in got.messages:
                 msg, _ = decode_message(raw)
                 props = msg.properties
                 if TIMER_DEL_OFFSET in props:
                     deleted.append((int(props[TIMER_DEL_OFFSET]),))
                     continue
-                out = int(props.get(TIMER_OUT_MS, "0"))
-                due = clock.elapsed_of(msg.commit_log_offset, msg.store_timestamp) + max(0, out - msg.store_timestamp)
-                rows.append((msg.commit_log_offset, due, len(raw)))
+                at = clock.elapsed_of(msg.commit_log_offset, msg.store_timestamp)
+                if TIMER_LEFT_MS in props:  # rolled: what was left of its wait on the account when it was rolled
+                    real = at + int(props[TIMER_LEFT_MS])
+                else:
+                    real = at + max(0, int(props.get(TIMER_OUT_MS, "0")) - msg.store_timestamp)
+                rows.append((msg.commit_log_offset, min(real, horizon), real))
             self._begin()
             if rows:
                 added = self.db.executemany("INSERT OR IGNORE INTO timer VALUES (?, ?, ?)", rows).rowcount
@@ -343,20 +369,28 @@ class TimerMessageStore:
             self._commit()
         while True:
             now = store.clock.elapsed_ms()
-            rows = self.db.execute("SELECT offset FROM timer WHERE due <= ? ORDER BY due LIMIT ?",
+            rows = self.db.execute("SELECT offset, real FROM timer WHERE due <= ? ORDER BY due LIMIT ?",
                                    (now, BATCH)).fetchall()
             rows = [r for r in rows if r[0] not in self._recalled]
             if not rows:
                 return None
             puts = []
+            rolled: set[int] = set()
             hold: int | None = None
             wall = store.clock.wall_ms()
-            for (offset,) in rows:
+            unreadable: list[str] = []
+            for offset, real in rows:
                 try:
                     msg = store.look_message_by_offset(offset)
                 except Exception as exc:  # the record is gone (retention took it): nothing left to deliver
-                    log.warning("timer record at %d unreadable, dropped: %s", offset, exc)
+                    unreadable.append(f"{offset}: {exc}")
                     puts.append((offset, None))
+                    continue
+                if real > now:  # at the end of the roll window: stored again in the timer topic, to wait on
+                    rolled.add(offset)
+                    self._rolling.add(offset)
+                    self._delivering.add(offset)
+                    puts.append((offset, store.put_message(self._roll(msg, offset, real - now))))
                     continue
                 ahead = int(msg.properties.get(TIMER_OUT_MS, "0")) - wall
                 if 0 < ahead <= TOLERANCE_MS:
@@ -364,6 +398,8 @@ class TimerMessageStore:
                     continue
                 self._delivering.add(offset)
                 puts.append((offset, store.put_message(self._restore(msg, offset))))
+            if unreadable:
+                log.warning("%d timer records unreadable, dropped (first %s)", len(unreadable), unreadable[0])
             done: list[tuple[int]] = []
             failed = 0
             for offset, fut in puts:
@@ -384,7 +420,12 @@ class TimerMessageStore:
             # every delivery so far is reflected in the table: later ones are stored past the log's end now
             self.delivered_offset = store.max_phy_offset
             self._commit()
-            self.delivered += len(done)
+            rolls = sum(1 for (o,) in done if o in rolled)
+            self.delivered += len(done) - rolls
+            self.rolled += rolls
+            if rolled:  # the new records indexed at once: a recall finds them
+                self._enqueue_all()
+                self._rolling.difference_update(rolled)
             if failed:  # a full disk: they stay due and are tried again next tick
                 log.warning("%d timer messages not delivered: %s", failed, last)
                 return None
@@ -392,16 +433,39 @@ class TimerMessageStore:
                 return hold
             await asyncio.sleep(0)
 
+    def _roll(self, msg: MessageExt, offset: int, left_ms: int) -> MessageExt:
+        """A timer record stored again at the end of the roll window (RocketMQ's roll, ``TIMER_ROLL_TIMES``): the
+        commit log's retention (``fileReservedTime``) never takes a timer still waiting. It names the record it
+        replaces (``TXMQ_TIMER_FROM``) and what is left of the wait on the account."""
+        props = dict(msg.properties)
+        props[TIMER_ROLL_TIMES] = str(int(props.get(TIMER_ROLL_TIMES, "0")) + 1)
+        props[TIMER_LEFT_MS] = str(left_ms)
+        props[TIMER_FROM] = str(offset)
+        return MessageExt(msg.topic, msg.body, props, flag=msg.flag, queue_id=msg.queue_id, sys_flag=msg.sys_flag,
+                          born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
+                          reconsume_times=msg.reconsume_times)
+
     def _restore(self, msg: MessageExt, offset: int) -> MessageExt:
         props = dict(msg.properties)
         topic = props.pop(MessageConst.REAL_TOPIC)
         queue_id = int(props.pop(MessageConst.REAL_QUEUE_ID, "0"))
+        props.pop(TIMER_LEFT_MS, None)
         props[TIMER_ENQUEUE_MS] = str(msg.store_timestamp)
         props[TIMER_DEQUEUE_MS] = str(int(time.time() * 1000))
         props[TIMER_FROM] = str(offset)
         return MessageExt(topic, msg.body, props, flag=msg.flag, queue_id=queue_id, sys_flag=msg.sys_flag,
                           born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
                           reconsume_times=msg.reconsume_times)
+
+    def _truncated(self, offset: int) -> None:
+        """A replica's log cut at ``offset`` (its master's ends there): the rows of timer records past it go, and
+        reading goes on where the truncated consume queue now ends and the log now ends."""
+        self._begin()
+        self.count -= self.db.execute("DELETE FROM timer WHERE offset >= ?", (offset,)).rowcount
+        self.enqueue_offset = min(self.enqueue_offset,
+                                  self.store.get_max_offset_in_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, 0))
+        self.delivered_offset = min(self.delivered_offset, offset)
+        self._commit()
 
     def runtime_info(self) -> dict[str, int]:
         """GET_BROKER_RUNTIME_INFO's timer figures (`txmq admin brokerStatus`): scheduled now, and since start."""

@@ -120,6 +120,10 @@ class StoreConfig:
     timer_max_delay_sec: int = key(40 * 24 * 3600, unit="s", range=(1, 366 * 24 * 3600), runtime=True,
                                    doc="the furthest delivery time taken (RocketMQ: 3 days); beyond it a send is "
                                        "refused `MESSAGE_ILLEGAL`")
+    timer_roll_window_slot: int = key(2 * 24 * 3600, range=(1, None),
+                                      doc="ticks of `timerPrecisionMs` a timer waits in one timer record: one due "
+                                          "later is stored again then (rolled), so that its record is never older "
+                                          "than this; keep it well under `fileReservedTime`")
     timer_stop_enqueue: bool = key(False, runtime=True,
                                    doc="timer messages are stored but not added to the timer index until it is "
                                        "turned off again (they are then added and delivered, late)")
