@@ -5,11 +5,12 @@ timers pending (none lost, none early, none twice)."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import Counter
 
 import pytest
-from test_transactions import scan_topic
+from test_transactions import cli, scan_topic
 
 from txmq import Message
 from txmq.client.admin import Admin
@@ -146,3 +147,20 @@ def test_sigkill_with_timers_pending(cluster):
     assert _early_or_late(msgs, 10_000) == [], "early"
     assert 0 < delivered_before < KILL_COUNT // 2, "the kill fell within the deliveries"
 
+
+
+def test_cli_send_and_recall(cluster):
+    cluster.start_broker("broker-a", CONF)
+    topic = "timers_cli"
+    _topic(cluster, topic)
+    sent = cli(cluster, "send", "--topic", topic, "--body", "cli", "--deliver-after", "30")
+    assert sent.returncode == 0, sent.stderr
+    handle = re.search(r"recallHandle=(\S+)", sent.stdout)
+    assert handle is not None, sent.stdout
+    recalled = cli(cluster, "recall", "--topic", topic, "--handle", handle.group(1))
+    assert recalled.returncode == 0 and "recalled msgId=" in recalled.stdout, recalled.stderr
+    again = cli(cluster, "recall", "--topic", topic, "--handle", handle.group(1))
+    assert again.returncode != 0 and "not scheduled" in again.stderr + again.stdout
+    soon = cli(cluster, "send", "--topic", topic, "--body", "soon", "--deliver-at", str(int(time.time() * 1000) + 1000))
+    assert soon.returncode == 0, soon.stderr
+    assert [m.body for m in _wait_count(cluster, topic, 1, 10)] == [b"soon"]
