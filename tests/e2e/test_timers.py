@@ -10,9 +10,9 @@ import time
 from collections import Counter
 
 import pytest
-from test_transactions import cli, scan_topic
+from test_transactions import COMMIT, ROLLBACK, TX_CONF, UNKNOWN, RuleListener, cli, scan_topic
 
-from txmq import Message
+from txmq import Message, SendStatus, TransactionProducer
 from txmq.client.admin import Admin
 from txmq.client.producer import Producer
 from txmq.errors import BrokerError
@@ -164,3 +164,34 @@ def test_cli_send_and_recall(cluster):
     soon = cli(cluster, "send", "--topic", topic, "--body", "soon", "--deliver-at", str(int(time.time() * 1000) + 1000))
     assert soon.returncode == 0, soon.stderr
     assert [m.body for m in _wait_count(cluster, topic, 1, 10)] == [b"soon"]
+
+
+def test_transactional_timer_messages(cluster):
+    """Beyond RocketMQ: halves with a delivery time 4 s ahead. COMMIT: delivered at its time; ROLLBACK: never;
+    UNKNOWN: resolved by check-back (COMMIT), then delivered at its time."""
+    cluster.start_broker("broker-a", {**CONF, **TX_CONF})
+    topic = "timers_tx"
+    _topic(cluster, topic)
+    decisions = {0: COMMIT, 1: ROLLBACK, 2: UNKNOWN}
+    listener = RuleListener(lambda n: decisions[n], lambda n: COMMIT)
+    producer = TransactionProducer("p_timers_tx", listener, cluster.namesrv_addr)
+    producer.start()
+    try:
+        at = int(time.time() * 1000) + 4000
+        for n in decisions:
+            m = Message(topic, f"body-{n}".encode())
+            m.deliver_at(at)
+            assert producer.send_message_in_transaction(m).status == SendStatus.SEND_OK
+        far = Message(topic, b"far")
+        far.deliver_at(at + 3601_000 * 24 * 41)
+        with pytest.raises(BrokerError, match="timerMaxDelaySec"):  # checked when the half is sent
+            producer.send_message_in_transaction(far)
+        assert scan_topic(cluster.namesrv_addr, topic) == []  # the committed one waits for its time
+        msgs = _wait_count(cluster, topic, 2, 15)
+        time.sleep(1.0)
+        msgs = scan_topic(cluster.namesrv_addr, topic)
+    finally:
+        producer.shutdown()
+    assert sorted(m.body for m in msgs) == [b"body-0", b"body-2"]
+    assert listener.checked[2] >= 1 and not listener.checked[0]
+    assert _early_or_late(msgs, PRECISION_MS + 1000 + 2000) == []  # the check-back's decision may come late
