@@ -1,7 +1,8 @@
 """Timer messages and recall judged by the official RocketMQ 5 Python client: ``delivery_timestamp`` at +3 s, +70 s
 and +10 days (the last accepted, listed by the broker, not delivered during the test), each delivered within the
-precision (1 s) + 1 s of its time and never before; ``recall_message``. (The official clients refuse a delivery time on a transactional message themselves:
-transactional timers are tested over remoting, tests/e2e/test_timers.py.)"""
+precision (1 s) + 1 s of its time and never before; ``recall_message``. The official clients refuse a delivery
+time on a transactional message themselves: transactional timers are tested over remoting
+(tests/e2e/test_timers.py)."""
 
 from __future__ import annotations
 
