@@ -25,13 +25,13 @@ from txmq.broker.processor.client_manage import ClientManageProcessor
 from txmq.broker.processor.end_transaction import EndTransactionProcessor, RemotingCheckSender
 from txmq.broker.processor.ops import OpsProcessor
 from txmq.broker.processor.pull import PullMessageProcessor
-from txmq.broker.processor.send import SendMessageProcessor
 from txmq.broker.processor.recall import RecallMessageProcessor
+from txmq.broker.processor.send import SendMessageProcessor
 from txmq.broker.schedule import ScheduleMessageService
-from txmq.broker.timer import TimerMessageStore
 from txmq.broker.slave_synchronize import SlaveSynchronize
 from txmq.broker.stats import SAMPLE_S, BrokerStats
 from txmq.broker.subscription_group_manager import SubscriptionGroupManager
+from txmq.broker.timer import TimerMessageStore
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
