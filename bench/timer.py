@@ -5,6 +5,10 @@ Run: .venv/bin/python bench/timer.py [--short] [--scheduled N] [--rate R --secon
 index (``txmq.broker.timer``) run in this process, as in a broker, on a temporary directory (--dir): timer messages
 are stored as a send stores them (diverted to ``rmq_sys_wheel_timer``), indexed, and delivered into their topic.
 Prints one table; asserts nothing (tests/broker/test_timer_bench.py runs ``--short``).
+
+``--kill N``: instead, the SIGKILL test (tests/e2e/test_timers.py) with N timers due over a minute against a real
+broker process, killed and restarted while delivering: every one delivered exactly once, none early (CI runs it
+with 5,000).
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -133,6 +140,18 @@ async def memory(root: str, n: int) -> tuple[float, float, float, float]:
     return rss, anon, size, tick
 
 
+def kill_run(count: int) -> int:
+    """The SIGKILL test at ``count`` timers due over a minute; its exit status."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, TXMQ_TIMER_KILL_COUNT=str(count), TXMQ_TIMER_KILL_SPREAD_S="60")
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "tests/e2e/test_timers.py::test_sigkill_with_timers_pending"], cwd=root, env=env)
+    print(f"SIGKILL with {count:,} timers due over 60 s: {'passed' if done.returncode == 0 else 'FAILED'} "
+          f"in {time.monotonic() - t0:.0f} s")
+    return done.returncode
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--short", action="store_true", help="small counts (CI): a few seconds")
@@ -142,7 +161,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20, help="seconds of timers due at --rate")
     ap.add_argument("--precision", type=int, default=100, help="timerPrecisionMs of the lateness figure")
     ap.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
+    ap.add_argument("--kill", type=int, metavar="N", help="run the SIGKILL test with N timers instead")
     a = ap.parse_args()
+    if a.kill:
+        raise SystemExit(kill_run(a.kill))
     if a.short:
         a.scheduled, a.burst, a.rate, a.seconds = 50_000, 20_000, 2_000, 2
     logging.basicConfig(level=logging.WARNING)

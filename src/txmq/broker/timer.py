@@ -402,6 +402,7 @@ class TimerMessageStore:
                 log.warning("%d timer records unreadable, dropped (first %s)", len(unreadable), unreadable[0])
             done: list[tuple[int]] = []
             failed = 0
+            last = ""
             for offset, fut in puts:
                 if fut is None:
                     done.append((offset,))
