@@ -63,6 +63,7 @@ TIMER_PROPERTIES = BROKER_ONLY | {TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY
 _TIMER_FROM_BYTES = TIMER_FROM.encode()
 RECALL_TAG = "_RECALL_TAG_"  # RocketMQ RecallMessageProcessor's tag of a recall marker
 
+HOLD_MARGIN_MS = 1000  # beyond the clock's tolerance, how long a put's stamp may trail the moment it was decided
 IDLE_PROGRESS_BYTES = 64 << 20  # the log may grow this far past ``delivered`` before it is saved without a delivery
 BATCH = 512  # rows delivered, or consume-queue entries read, per step: bounds a tick's work between awaits
 
@@ -377,7 +378,9 @@ class TimerMessageStore:
             puts = []
             rolled: set[int] = set()
             hold: int | None = None
-            wall = store.clock.wall_ms()
+            # what the puts below are stamped: an open group's stamp (taken at its first put, maybe another's), or
+            # the wall clock now or later
+            wall = store.open_group_stamp or store.clock.wall_ms()
             unreadable: list[str] = []
             for offset, real in rows:
                 try:
@@ -393,7 +396,7 @@ class TimerMessageStore:
                     puts.append((offset, store.put_message(self._roll(msg, offset, real - now))))
                     continue
                 ahead = int(msg.properties.get(TIMER_OUT_MS, "0")) - wall
-                if 0 < ahead <= TOLERANCE_MS:
+                if 0 < ahead <= TOLERANCE_MS + HOLD_MARGIN_MS:
                     hold = ahead if hold is None else min(hold, ahead)
                     continue
                 self._delivering.add(offset)
