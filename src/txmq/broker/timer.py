@@ -275,9 +275,6 @@ class TimerMessageStore:
             if deliver and not self.config.timer_stop_enqueue:
                 self._enqueue_all()
 
-    def wake(self) -> None:
-        self._wake.set()
-
     def catch_up(self) -> None:
         """Bring the index up to the whole log: the timer topic's queue, then the deliveries past ``delivered``."""
         bound = self.store.max_phy_offset
