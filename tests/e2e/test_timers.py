@@ -82,6 +82,9 @@ def test_timer_messages_delivered_on_time(cluster):
         bad.properties["TIMER_DELIVER_MS"] = "soon"
         with pytest.raises(BrokerError, match="not an integer"):
             p.send(bad)
+        for forged in ("TXMQ_TIMER_FROM", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY"):  # a delivery or recall marker's
+            with pytest.raises(BrokerError, match="set by the broker only"):
+                p.send(Message(topic, b"forged", properties={forged: "0"}))
         assert [m.body for m in scan_topic(cluster.namesrv_addr, topic)] == [b"past"]
     msgs = _wait_count(cluster, topic, 6, 15)
     assert Counter(m.body for m in msgs) == Counter([b"past", b"relative", *sent])
