@@ -5,12 +5,9 @@ refuses SQL92 and leaves tags working."""
 
 from __future__ import annotations
 
-import re
-import urllib.request
-
 import orjson
 import pytest
-from helpers import RawClient, Recorder, wait_until
+from helpers import RawClient, Recorder, messages_out, wait_until
 
 from txmq import Admin, Message, Producer, PullConsumer, PullStatus, PushConsumer
 from txmq.client.consumer import ConsumeFromWhere
@@ -34,16 +31,6 @@ def _mixed(producer: Producer, topic: str, n: int) -> list[bytes]:
     return selected
 
 
-def _messages_out(metrics_addr: str, topic: str, group: str) -> float:
-    """The broker's own count of messages the group pulled (``rocketmq_messages_out``)."""
-    text = urllib.request.urlopen(f"http://{metrics_addr}/metrics", timeout=5).read().decode()
-    total = 0.0
-    for labels, value in re.findall(r"^rocketmq_messages_out_total{(.*)} (\S+)$", text, re.M):
-        if {f'topic="{topic}"', f'consumer_group="{group}"'} <= set(labels.split(",")):
-            total += float(value)
-    return total
-
-
 def test_push_and_pull_consumers_receive_only_matching_messages(cluster):
     broker = cluster.start_broker(conf={"metricsExporterType": "PROM", "metricsPromExporterPort": free_port()})
     with Admin(cluster.namesrv_addr) as admin:
@@ -63,7 +50,7 @@ def test_push_and_pull_consumers_receive_only_matching_messages(cluster):
         assert sorted(rec.bodies()) == sorted(selected)
         assert all(d.tags in ("x", "y") and int(d.properties["a"]) > 5 for d in rec.deliveries)
         metrics = broker.addrs["metrics"]
-        assert wait_until(lambda: _messages_out(metrics, "sql_t", "g_sql") == len(selected))
+        assert wait_until(lambda: messages_out(metrics, "sql_t", "g_sql") == len(selected))
     finally:
         consumer.shutdown()
     with Admin(cluster.namesrv_addr) as admin:  # what the filter passed over counts as consumed: no lag
@@ -83,7 +70,7 @@ def test_push_and_pull_consumers_receive_only_matching_messages(cluster):
     assert sorted(m.body for m in got) == sorted(f"{i}".encode() for i in range(90)
                                                  if i % 7 and i % 10 >= 8 and i % 3 == 1)
     assert nothing.status == PullStatus.NO_MATCHED_MSG and not nothing.msgs
-    assert _messages_out(broker.addrs["metrics"], "sql_t", "g_sql_pull") == len(got)
+    assert messages_out(broker.addrs["metrics"], "sql_t", "g_sql_pull") == len(got)
 
 
 def _heartbeat(group: str, topic: str, sql: str) -> bytes:
