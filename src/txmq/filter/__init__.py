@@ -5,10 +5,11 @@ from the commit log. A message either refuses is never sent to the consumer.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from txmq.filter.sql import Matcher, SqlFilterError, compile_sql
+from txmq.filter.sql import SqlFilterError, Unknown, compile_root, compile_sql
 from txmq.message import HEAD_SIZE, java_string_hash, string_to_properties
 from txmq.remoting.request_headers import parse_tag_expression
 
@@ -16,6 +17,8 @@ __all__ = ["ExpressionType", "FilterRefused", "MessageFilter", "SqlFilterError",
            "tags_filter", "wire_properties"]
 
 _BODY_LENGTH_AT = HEAD_SIZE - 4  # BODYLENGTH, the fixed header's last field
+_INT = struct.Struct(">i").unpack_from
+_SHORT = struct.Struct(">H").unpack_from
 
 
 class ExpressionType:
@@ -52,19 +55,20 @@ def tags_filter(expression: str | None) -> Callable[[int], bool] | None:
 
 def wire_properties(wire: bytes) -> dict[str, str]:
     """The properties of a message in wire form (``encode_message``): after its body and its topic."""
-    pos = HEAD_SIZE + int.from_bytes(wire[_BODY_LENGTH_AT:HEAD_SIZE], "big")
+    pos = HEAD_SIZE + _INT(wire, _BODY_LENGTH_AT)[0]
     pos += 1 + wire[pos]
-    end = pos + 2 + int.from_bytes(wire[pos : pos + 2], "big")
+    end = pos + 2 + _SHORT(wire, pos)[0]
     return string_to_properties(wire[pos + 2 : end].decode())
 
 
-def _record_test(matches: Matcher) -> Callable[[bytes], bool]:
+def _record_test(root: Callable[[dict[str, str]], bool | None]) -> Callable[[bytes], bool]:
+    """One call per record on the pull path: read the properties, evaluate; only TRUE selects."""
+
     def record(wire: bytes) -> bool:
         try:
-            props = wire_properties(wire)
-        except UnicodeDecodeError:  # properties that are not UTF-8 select nothing
+            return root(wire_properties(wire)) is True
+        except (Unknown, UnicodeDecodeError):  # not comparable, or properties that are not UTF-8: not selected
             return False
-        return matches(props)
 
     return record
 
@@ -81,6 +85,6 @@ def build_filter(expression_type: str | None, expression: str | None, *, sql_ena
         raise FilterRefused("The broker does not support consumer to filter message by SQL92 "
                             "(enablePropertyFilter=false)", disabled=True)
     try:
-        return MessageFilter(record=_record_test(compile_sql(expression or "")))
+        return MessageFilter(record=_record_test(compile_root(expression or "")))
     except SqlFilterError as exc:
         raise FilterRefused(str(exc)) from None

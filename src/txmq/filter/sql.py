@@ -92,7 +92,7 @@ class SqlFilterError(ValueError):
         self.reason, self.line, self.column = reason, line, column
 
 
-class _Unknown(Exception):
+class Unknown(Exception):
     """A value that cannot be compared (a property that does not read as the number it meets): RocketMQ's
     evaluation error, after which the message does not match."""
 
@@ -102,9 +102,23 @@ def _parser() -> Lark:
     return Lark(_GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=False)
 
 
-@functools.lru_cache(maxsize=COMPILED_CACHE)
 def compile_sql(text: str) -> Matcher:
     """The matcher of one expression: True for the properties of a message it selects. Raises SqlFilterError."""
+    root = compile_root(text)
+
+    def matches(props: Props) -> bool:
+        try:
+            return root(props) is True
+        except Unknown:
+            return False
+
+    return matches
+
+
+@functools.lru_cache(maxsize=COMPILED_CACHE)
+def compile_root(text: str) -> Callable[[Props], bool | None]:
+    """The expression's three-valued evaluation (TRUE, FALSE, None for unknown), which raises ``Unknown`` for a
+    value that cannot be compared (the message then does not match). Raises SqlFilterError."""
     if len(text) > MAX_EXPRESSION_CHARS:
         raise SqlFilterError(f"longer than {MAX_EXPRESSION_CHARS} characters")
     if not text.strip():
@@ -119,15 +133,7 @@ def compile_sql(text: str) -> Matcher:
         if isinstance(exc.orig_exc, SqlFilterError):
             raise exc.orig_exc from None
         raise
-    root = _as_boolean(node).fn
-
-    def matches(props: Props) -> bool:
-        try:
-            return root(props) is True
-        except _Unknown:
-            return False
-
-    return matches
+    return _as_boolean(node).fn
 
 
 def _syntax_error(exc: UnexpectedInput, text: str) -> SqlFilterError:
@@ -201,11 +207,11 @@ def _number(text: str, like: Any) -> int | float:
     if type(like) is int:
         if (text.isdigit() and text.isascii()) or _INTEGER.match(text):
             return int(text)
-        raise _Unknown
+        raise Unknown
     try:
         return float(text)
     except ValueError:
-        raise _Unknown from None
+        raise Unknown from None
 
 
 def _coerce(lv: Any, rv: Any) -> tuple[Any, Any] | None:
@@ -227,6 +233,15 @@ def _ordering(op: Callable[[Any, Any], bool], left: _Node, right: _Node) -> Call
     lf, rf = left.fn, right.fn
     if left.prop is not None and right.is_const:  # the common shape, ``a > 5``: one lookup, one conversion
         name, c = left.prop, right.const
+        if type(c) is int:
+
+            def prop_vs_int(p: Props) -> bool | None:
+                v = p.get(name)
+                if v is None:
+                    return None
+                return op(int(v) if v.isdigit() and v.isascii() else _number(v, c), c)
+
+            return prop_vs_int
 
         def prop_vs_const(p: Props) -> bool | None:
             v = p.get(name)
@@ -296,6 +311,20 @@ def _string_test(name: str, left: _Node, search: str, negate: bool) -> Callable[
 
 
 def _all(fns: list[Callable[[Props], bool | None]]) -> Callable[[Props], bool | None]:
+    if len(fns) == 2:  # the common AND, and BETWEEN: no loop
+        first, second = fns
+
+        def both(p: Props) -> bool | None:
+            x = first(p)
+            if x is False:
+                return False
+            y = second(p)
+            if y is False:
+                return False
+            return None if x is None or y is None else True
+
+        return both
+
     def all_of(p: Props) -> bool | None:
         unknown = False
         for f in fns:
