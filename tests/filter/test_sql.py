@@ -4,6 +4,8 @@ expressions it refuses, each with where."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from txmq.filter import FilterRefused, build_filter, wire_properties
 from txmq.filter.sql import MAX_DEPTH, MAX_EXPRESSION_CHARS, SqlFilterError, compile_sql
@@ -130,3 +132,20 @@ def test_build_filter_refuses_what_the_broker_cannot_filter_by():
         build_filter("CLASS", "x", sql_enabled=True)
     tags = build_filter(None, "A || B", sql_enabled=False)
     assert tags.record is None and tags.tags is not None
+
+
+_PIECES = ["a", "b", "TAGS", "'x'", "''", "1", "-", "+", "2.5", "1e3", "99999999999999999999", "NULL", "TRUE", "NOT",
+           "AND", "OR", "IS", "IN", "BETWEEN", "CONTAINS", "STARTSWITH", "(", ")", ",", "=", "<>", ">", "<=", "/*",
+           "*/", "--", "\n", "#", "'"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=12), st.dictionaries(st.sampled_from(["a", "b", "TAGS"]),
+                                                                        st.sampled_from(["1", "x", "2.5", ""])))
+def test_any_text_compiles_or_is_refused_and_never_breaks_evaluation(pieces, props):
+    """A peer's expression: a SqlFilterError or a matcher, never another exception, here or when it runs."""
+    try:
+        matches = compile_sql(" ".join(pieces))
+    except SqlFilterError:
+        return
+    assert matches(props) in (True, False)
