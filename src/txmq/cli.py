@@ -24,8 +24,9 @@ def cmd_server(args: argparse.Namespace) -> int:
     from txmq.acl.setup import namesrv_validator
     from txmq.broker.controller import BrokerController
     from txmq.console import Console
+    from txmq.launch import print_ready
     from txmq.namesrv.controller import NamesrvController
-    from txmq.server import broker_config, print_ready, run_process, serve
+    from txmq.server import broker_config, run_process, serve
 
     config = broker_config(args.config, {"brokerIP1": args.host, "listenPort": args.port,
                                          "storePathRootDir": args.store, "flushDiskType": args.flush_disk_type,
@@ -45,7 +46,8 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 def cmd_console(args: argparse.Namespace) -> int:
     from txmq.console import Console
-    from txmq.server import print_ready, run_process, serve
+    from txmq.launch import print_ready
+    from txmq.server import run_process, serve
 
     console = Console(console_config(args, "", args.host, args.port, _namesrv(args), False))
 
@@ -73,9 +75,10 @@ def console_config(args: argparse.Namespace, prefix: str, host: str, port: int, 
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
     from txmq.acl.setup import namesrv_auth_store_path, namesrv_validator
+    from txmq.launch import print_ready
     from txmq.namesrv.controller import NamesrvController
     from txmq.remoting.tls import TlsServerConfig
-    from txmq.server import namesrv_limits, print_ready, run_process, serve
+    from txmq.server import namesrv_limits, run_process, serve
 
     limits = namesrv_limits(args.config)
 
@@ -103,7 +106,8 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
 
 def cmd_broker(args: argparse.Namespace) -> int:
     from txmq.broker.controller import BrokerController
-    from txmq.server import broker_config, print_ready, run_process, serve
+    from txmq.launch import print_ready
+    from txmq.server import broker_config, run_process, serve
 
     config = broker_config(args.config, {"namesrvAddr": args.namesrv, "brokerIP1": args.host, "listenPort": args.port,
                                          "storePathRootDir": args.store, "brokerName": args.broker_name,
@@ -338,7 +342,8 @@ def cmd_controller(args: argparse.Namespace) -> int:
     from txmq.acl.setup import controller_validator
     from txmq.controller.dcs import EtcdDCS
     from txmq.controller.server import ControllerManager
-    from txmq.server import print_ready, run_process, serve
+    from txmq.launch import print_ready
+    from txmq.server import run_process, serve
 
     acl = controller_validator(args.acl_file) if args.acl_file else None
     manager = ControllerManager(EtcdDCS(args.etcd), args.host, args.port, lease_ttl_s=args.lease_ttl, acl=acl)

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +34,7 @@ from txmq.broker.transaction.check_service import TransactionalMessageCheckServi
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.controller.replicas_manager import ReplicasManager
 from txmq.errors import ClientError
+from txmq.ports import pick_free_port
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import Processor, RequestDispatcher, RequestTable
@@ -65,12 +65,6 @@ def _check_role(config: BrokerConfig) -> None:
                          "ACL file) to replicate")
     if role != "SLAVE":
         config.broker_id = 0
-
-
-def pick_free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class BrokerController:
