@@ -5,18 +5,21 @@ Resources are written as RocketMQ writes them: ``Topic:orders``, ``Topic:order-*
 ``Group:billing``, ``Cluster``, and ``*`` for any resource. Actions: ``Pub``, ``Sub``, ``Create``, ``Update``,
 ``Delete``, ``Get``, ``List``, and ``All`` in a policy for every action.
 
-Deciding (RocketMQ's ``AclAuthorizationHandler``): of the entries that match the resource, one of the requested
-actions and the source address, the most specific resource wins (a literal name, then the longest prefix, then
-``Type:*``, then ``*``); between equally specific entries Deny wins; no matching entry means deny. An ``Acl``
-(one user's) consults its Default entries only when none of its Custom ones applies (``PolicyIndex`` decides
-both ways fast); a ``User`` of type Super needs no ACL.
+Deciding (RocketMQ's ``AclAuthorizationHandler``), for each action a request may use on a resource: of the entries
+that match the resource, the action and the source address, the most specific resource wins (a literal name, then
+the longest prefix, then ``Type:*``, then ``*``); between equally specific entries Deny wins; no matching entry
+means deny. A request that accepts one of several actions is allowed when one of them is: a Deny of ``Pub`` does
+not refuse a route lookup that ``Sub`` allows. An ``Acl`` (one user's) consults its Default entries for an action
+only when none of its Custom ones applies (``PolicyIndex`` decides both ways fast); a ``User`` of type Super needs
+no ACL. An entry's source addresses compare an IPv4-mapped IPv6 address as its IPv4 address; a peer whose address
+is no IP address is outside every Allow entry's addresses and inside every Deny entry's.
 """
 
 from __future__ import annotations
 
 import enum
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, TypeVar
 
@@ -154,8 +157,6 @@ class Decision(enum.Enum):
         raise ValueError(f"unknown decision {text!r} (Allow or Deny)")
 
 
-_ALLOW = Decision.ALLOW
-
 
 class SourceIps:
     """Addresses a policy entry applies to: IPs and CIDR networks (RocketMQ 5's ``sourceIps``); empty = any."""
@@ -169,13 +170,17 @@ class SourceIps:
         except ValueError as exc:
             raise ValueError(f"bad source IP: {exc}") from None
 
-    def match(self, host: str) -> bool:
+    def match(self, host: str, unknown: bool = False) -> bool:
+        """Whether ``host`` is one of these addresses (an IPv4-mapped IPv6 address as its IPv4 address). ``unknown``:
+        the answer for a host that is no IP address, given by a Deny entry as True (it applies: fail closed)."""
         if not self.networks:
             return True
         try:
             addr = ipaddress.ip_address(host)
         except ValueError:
-            return False
+            return unknown
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
         return any(addr in net for net in self.networks)
 
     def __eq__(self, other: object) -> bool:
@@ -199,14 +204,19 @@ class PolicyEntry:
 
     def applies(self, wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
         return (self.resource.matches(wanted) and (Action.ALL in self.actions or not self.actions.isdisjoint(any_of))
-                and self.source_ips.match(host))
+                and self.source_ips.match(host, self.decision is Decision.DENY))
 
 
-def decide(entries: Iterable[PolicyEntry], wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
-    """Whether ``entries`` allow one of ``any_of`` on ``wanted`` from ``host`` (the module's rule)."""
+def decide(entries: Sequence[PolicyEntry], wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
+    """Whether ``entries`` allow one of ``any_of`` on ``wanted`` from ``host`` (the module's rule), each action
+    decided on its own: a Deny of one action is no Deny of another that the request may use instead."""
+    return any(_decide_one(entries, wanted, _any_of((action,)), host) for action in any_of)
+
+
+def _decide_one(entries: Sequence[PolicyEntry], wanted: Resource, action: frozenset[Action], host: str) -> bool:
     best: PolicyEntry | None = None
     for entry in entries:
-        if not entry.applies(wanted, any_of, host):
+        if not entry.applies(wanted, action, host):
             continue
         if best is None:
             best = entry
@@ -244,18 +254,25 @@ class PolicyIndex:
                           tuple(_scan(e) for e in sorted(patterns, key=_order))))
         self.tiers = tuple(built)
 
+    def allows(self, wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
+        """``decide``: one of ``any_of``, each action on its own (most requests name one)."""
+        if len(any_of) == 1:
+            best = self.best(wanted, any_of, host)
+            return best is not None and best.decision is Decision.ALLOW
+        return any(self.allows(wanted, _any_of((action,)), host) for action in any_of)
+
     def best(self, wanted: Resource, any_of: frozenset[Action], host: str) -> PolicyEntry | None:
-        """The entry that decides, or None when none applies."""
+        """The entry that decides one action (``any_of`` holds one), or None when none applies."""
         wtype, name = wanted.type, wanted.name
         for literal, patterns in self.tiers:
-            for rtype, prefix, all_actions, actions, ips, entry in literal.get(name, ()) + patterns:
+            for rtype, prefix, all_actions, actions, ips, deny, entry in literal.get(name, ()) + patterns:
                 if (rtype is None or rtype is wtype) and name.startswith(prefix) \
-                        and (all_actions or not actions.isdisjoint(any_of)) and (ips is None or ips.match(host)):
+                        and (all_actions or not actions.isdisjoint(any_of)) and (ips is None or ips.match(host, deny)):
                     return entry
         return None
 
 
-_Scan = tuple[ResourceType | None, str, bool, frozenset[Action], "SourceIps | None", PolicyEntry]
+_Scan = tuple[ResourceType | None, str, bool, frozenset[Action], "SourceIps | None", bool, PolicyEntry]
 
 
 def _order(entry: PolicyEntry) -> tuple[tuple[bool, int, int], bool]:
@@ -265,12 +282,12 @@ def _order(entry: PolicyEntry) -> tuple[tuple[bool, int, int], bool]:
 def _scan(entry: PolicyEntry) -> _Scan:
     """What ``PolicyIndex.best`` reads of an entry: its type (None: any), the prefix a name must start with (a
     literal's own name; a literal is found by name, so a prefix check is exact), whether it grants every action,
-    its actions, its addresses (None: any)."""
+    its actions, its addresses (None: any), whether it denies."""
     res = entry.resource
     rtype = None if res.type is ResourceType.ANY else res.type
     prefix = res.name if res.pattern is not Pattern.ANY and res.type is not ResourceType.CLUSTER else ""
     ips = entry.source_ips if entry.source_ips.networks else None
-    return rtype, prefix, Action.ALL in entry.actions, entry.actions, ips, entry
+    return rtype, prefix, Action.ALL in entry.actions, entry.actions, ips, entry.decision is Decision.DENY, entry
 
 
 class PolicyType(enum.Enum):
@@ -383,8 +400,7 @@ class Acl:
         key = (wanted, any_of, host)
         allowed: bool | None = self._decisions.get(key)
         if allowed is None:
-            best = self._index.best(wanted, any_of, host)
-            allowed = best is not None and best.decision is _ALLOW
+            allowed = self._index.allows(wanted, any_of, host)
             if len(wanted.name) <= self.MAX_REMEMBERED_NAME and len(host) <= self.MAX_REMEMBERED_NAME:
                 if len(self._decisions) >= self.MAX_DECISIONS:
                     self._decisions.clear()
@@ -439,9 +455,12 @@ class Needs:
         return f"Needs({self.describe()})"
 
     def topic(self, name: str, *any_of: Action) -> Needs:
-        """A topic; a retry topic ``%RETRY%G`` is its group's resource (``Sub`` on group G), as in RocketMQ."""
+        """A topic. A retry topic ``%RETRY%G`` is its group's resource, as in RocketMQ: ``Pub`` on it is ``Sub`` on
+        group G (a consumer sends its retries there), any other action is that action on group G (creating,
+        changing or deleting the retry topic is the group's Create, Update or Delete, never a consumer's Sub)."""
         if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):], _SUB)
+            return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):],
+                              *(Action.SUB if action is Action.PUB else action for action in any_of))
         if name:
             self.wants.append((_new_tuple(Resource, (_TOPIC, name, _LITERAL)), _any_of(any_of)))
         return self
@@ -463,7 +482,6 @@ class Needs:
 
 
 _ACTION_SETS: dict[tuple[Action, ...], frozenset[Action]] = {}
-_SUB = Action.SUB
 
 
 @cython.cfunc

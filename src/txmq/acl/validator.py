@@ -23,6 +23,9 @@ from txmq.remoting.transport import Connection
 log = logging.getLogger("txmq.acl")
 
 
+AUTHENTICATION_FAILED = "authentication failed (an unknown user, a wrong signature or a disabled user)"
+
+
 def host_of(remote_address: str) -> str:
     return remote_address.rpartition(":")[0].strip("[]")
 
@@ -36,6 +39,13 @@ def peer_host(conn: Connection) -> str:
     if host is None:
         host = conn.attrs[_HOST] = host_of(conn.remote_address)
     return host
+
+
+def told(access_key: str, why: str) -> str:
+    """What a peer that is not authenticated is told: ``why`` when it gave no AccessKey; otherwise the same words for
+    an unknown user, a wrong signature and a disabled user, so that nobody learns which access keys exist or are
+    disabled by trying them (the server's log line says which it was)."""
+    return f"AccessKey {access_key}: {AUTHENTICATION_FAILED}" if access_key else why
 
 
 class AccessValidator:
@@ -58,19 +68,17 @@ class AccessValidator:
 
     def admit(self, conn: Connection, cmd: RemotingCommand) -> User | RemotingCommand:
         host = peer_host(conn)
-        user = self.store.identify(host, cmd.ext_fields.get(ACCESS_KEY, ""), lambda u: signature_matches(u.key, cmd))
-        return self._refuse(host, cmd, user) if isinstance(user, str) else user
+        access_key = cmd.ext_fields.get(ACCESS_KEY, "")
+        user = self.identify(host, access_key, lambda u: signature_matches(u.key, cmd))
+        return self._refuse(host, cmd, user, told(access_key, user)) if isinstance(user, str) else user
 
     def permit(self, conn: Connection, cmd: RemotingCommand, identity: User, needs: Needs) -> RemotingCommand | None:
         host = peer_host(conn)
         why = self.refusal(identity, needs, host)
         return None if why is None else self._refuse(host, cmd, why)
 
-    @staticmethod
-    def account(identity: User) -> str:
-        return identity.username
-
-    def _refuse(self, host: str, cmd: RemotingCommand, why: str) -> RemotingCommand:
-        reason = f"request code {cmd.code}: {why}"
-        self.refusals.refused(host, reason)
-        return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=reason)
+    def _refuse(self, host: str, cmd: RemotingCommand, why: str, answer: str | None = None) -> RemotingCommand:
+        """Logs ``why``; answers NO_PERMISSION with ``answer`` (default: ``why``)."""
+        self.refusals.refused(host, f"request code {cmd.code}: {why}")
+        remark = f"request code {cmd.code}: {why if answer is None else answer}"
+        return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=remark)

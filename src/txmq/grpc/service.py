@@ -56,6 +56,7 @@ from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.telemetry import ClientSessions, end_stream
 from txmq.message import MessageConst, MessageExt, check_born_timestamp, create_uniq_id, decode_message
 from txmq.remoting.codes import ResponseCode
+from txmq.remoting.refusals import RefusalLog
 from txmq.store import GetMessageStatus
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.grpc")
+_REFUSED = RefusalLog(log, "gRPC endpoint refused a request")
 
 DEFAULT_INVISIBLE_MS = 60_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
@@ -184,12 +186,13 @@ def _overall_status(overall: pb.Status, entries: Sequence[_Entry], what: str) ->
 
 def _refusal(exc: Exception, what: str) -> pb.Status:
     """The status that answers a handler's exception (called in its ``except``): a ``GrpcStatusError``'s own;
-    BAD_REQUEST for a rule the client broke (its fault: one log line); INTERNAL_SERVER_ERROR for anything else (a
-    bug must not kill the endpoint: answered and logged with its traceback)."""
+    BAD_REQUEST for a rule the client broke (its fault: a log line folded per host, as a client may repeat it at
+    will); INTERNAL_SERVER_ERROR for anything else (a bug must not kill the endpoint: answered and logged with its
+    traceback)."""
     if isinstance(exc, GrpcStatusError):
         return status(exc.code, exc.message)
     if isinstance(exc, InvalidMessageError):
-        log.warning("gRPC %s refused: %s", what, exc)
+        _REFUSED.refused(current_call().host, f"{what}: {exc}")
         return status(Code.BAD_REQUEST, str(exc))
     log.exception("gRPC %s failed", what)
     return status(Code.INTERNAL_SERVER_ERROR, f"{what} failed: {exc}")
@@ -215,7 +218,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- routes ------------------------------------------------------------------------------------------
 
-    def _topic(self, name: str, *, create: bool = False) -> TopicConfig:
+    def _topic(self, name: str, *, create: bool = False, planned: bool = False) -> TopicConfig:
+        """The topic's config. An unknown topic, when ``autoCreateTopicEnable`` allows it (never on a slave): with
+        ``create``, created (a send: Pub on it was authorized); with ``planned``, the config its first send will
+        create it with, not stored (a route: Sub or Get on a topic creates nothing)."""
         try:
             check_topic(name)
         except InvalidMessageError as exc:
@@ -226,10 +232,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         tcm = self.broker.topic_config_manager
         cfg = tcm.get(name)
         # A slave writes nothing of its own: its topics are its master's (SlaveSynchronize).
-        if cfg is None and create and self.broker.config.auto_create_topic_enable and not self.broker.config.is_slave:
-            cfg = tcm.create_in_send(name, AUTO_CREATE_TOPIC_KEY_TOPIC, self.broker.config.default_topic_queue_nums)
-            if cfg is not None:
-                self.broker.schedule_register()
+        config = self.broker.config
+        if cfg is None and (create or planned) and config.auto_create_topic_enable and not config.is_slave:
+            if create:
+                cfg = tcm.create_in_send(name, AUTO_CREATE_TOPIC_KEY_TOPIC, config.default_topic_queue_nums)
+                if cfg is not None:
+                    self.broker.schedule_register()
+            else:
+                cfg = tcm.inherited(name, AUTO_CREATE_TOPIC_KEY_TOPIC, config.default_topic_queue_nums)
         if cfg is None:
             raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {name} does not exist (autoCreateTopicEnable is "
                                   f"{str(self.broker.config.auto_create_topic_enable).lower()})")
@@ -256,11 +266,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return [pb.MessageQueue(topic=pb.Resource(name=cfg.topic_name), id=q, permission=permission, broker=broker,
                                 accept_message_types=ACCEPTED_TYPES) for q in queue_ids]
 
-    # any account: RocketMQ 5.3 asks Pub or Sub on the topic, which Needs cannot say (it needs every bit named)
+    # a route creates nothing: an unknown topic's route is the one its first send (Pub) will create it with
     @METHODS.declare(_route_needs)
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
         try:
-            cfg = self._topic(request.topic.name, create=True)
+            cfg = self._topic(request.topic.name, planned=True)
             queues = await self._queues_pb(cfg, range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
             return spb.QueryRouteResponse(status=status(), message_queues=queues)
         except Exception as exc:

@@ -11,14 +11,14 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cython
 
-from txmq.acl.model import Action, Needs
+from txmq.acl.model import Action, Needs, User
 from txmq.broker.stats import BrokerStats
-from txmq.broker.visibility import servable
-from txmq.errors import InvalidMessageError, LocalProtocolError, StoreError
+from txmq.broker.visibility import RecordAt, read_record_at, record_needs, servable
+from txmq.errors import InvalidMessageError, LocalProtocolError
 from txmq.message import (
     MessageConst,
     MessageExt,
@@ -31,6 +31,7 @@ from txmq.message import (
 from txmq.remoting.codec import encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.registry import RequestSpec
 from txmq.remoting.request_headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.broker")
+_SEND_BACK_REFUSALS = RefusalLog(log, "broker refused a send-back")  # a consumer may repeat one at will
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 
@@ -197,9 +199,10 @@ def send_needs(req: SendRequest) -> Needs:
     return needs
 
 
-def stamp_half_account(req: SendRequest, account: str) -> None:
+def stamp_half_account(req: SendRequest, user: User) -> None:
     """Records the account that stores a half (``TXMQ_HALF_ACCOUNT``, shown by ``tx show`` and carried into the
     committed message): a half message's, a half batch's, each half of a batch."""
+    account = user.username
     if is_half(req.props):
         req.props[_HALF_ACCOUNT] = account
     for _flag, _data, props in req.entries or ():
@@ -207,15 +210,18 @@ def stamp_half_account(req: SendRequest, account: str) -> None:
             props[_HALF_ACCOUNT] = account
 
 
-def _parse_send_back(cmd: RemotingCommand) -> ConsumerSendMsgBackRequestHeader:
-    h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-    check_consumer_group(h.group)
-    return h
+class SendBackRequest(NamedTuple):
+    """A consumer send-back as read once: its header and the record its offset names (``_parse_send_back``)."""
+
+    header: ConsumerSendMsgBackRequestHeader
+    record: RecordAt
 
 
-def send_back_needs(h: ConsumerSendMsgBackRequestHeader) -> Needs:
-    """Sub on the consumer group; the handler then takes only a message of a topic that group consumes."""
-    return Needs().group(h.group, Action.SUB)
+def send_back_needs(req: SendBackRequest) -> Needs:
+    """Sub on the consumer group and on the topic of the message at the offset (the record is read first: a send-back
+    copies it where the group reads); Get on the cluster when there is none. The handler then takes only a message
+    of a topic that group consumes."""
+    return record_needs(req.record, Needs().group(req.header.group, Action.SUB))
 
 
 @cython.cclass
@@ -229,14 +235,18 @@ class SendMessageProcessor:
         illegal = ResponseCode.MESSAGE_ILLEGAL
         return [RequestSpec(code, parse_send, send_needs, self.send, illegal, stamp_half_account)
                 for code in (_SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, _SEND_BATCH_MESSAGE)] + [
-            RequestSpec(_CONSUMER_SEND_MSG_BACK, _parse_send_back, send_back_needs, self.send_back, illegal)]
+            RequestSpec(_CONSUMER_SEND_MSG_BACK, self._parse_send_back, send_back_needs, self.send_back, illegal)]
+
+    def _parse_send_back(self, cmd: RemotingCommand) -> SendBackRequest:
+        h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+        check_consumer_group(h.group)
+        return SendBackRequest(h, read_record_at(self.broker.store, h.offset))
 
     def send(self, conn: Connection, cmd: RemotingCommand, req: SendRequest) -> HandlerResult:
         return self._send(conn, cmd, req)
 
-    def send_back(self, conn: Connection, cmd: RemotingCommand,
-                  h: ConsumerSendMsgBackRequestHeader) -> Awaitable[RemotingCommand]:
-        return self._send_back(cmd, h)
+    def send_back(self, conn: Connection, cmd: RemotingCommand, req: SendBackRequest) -> Awaitable[RemotingCommand]:
+        return self._send_back(cmd, req, conn.remote_address.rpartition(":")[0])
 
     # --- plain, batch, transactional, delayed ----------------------------------------------------------
 
@@ -451,16 +461,15 @@ class SendMessageProcessor:
             return f"the message at offset {h.offset} is not {h.origin_msg_id}"
         return None
 
-    async def _send_back(self, cmd: RemotingCommand, h: ConsumerSendMsgBackRequestHeader) -> RemotingCommand:
+    async def _send_back(self, cmd: RemotingCommand, req: SendBackRequest, host: str) -> RemotingCommand:
         broker = self.broker
-        try:
-            origin = broker.store.look_message_by_offset(h.offset)
-        except StoreError as exc:
+        h, origin = req.header, req.record.msg
+        if origin is None:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                               remark=f"look message by offset {h.offset} failed: {exc}")
+                                               remark=f"look message by offset {h.offset} failed: {req.record.why}")
         refused = self._send_back_refusal(h, origin)
         if refused is not None:
-            log.warning("send-back refused: %s", refused)
+            _SEND_BACK_REFUSALS.refused(host, refused)
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=refused)
         retry = retry_topic(h.group)
         broker.topic_config_manager.create_if_absent(retry, 1)
