@@ -14,7 +14,7 @@ from disk_helpers import fill_disk, leave_for, tmpfs
 from txmq.broker.transaction.state import Outcome
 from txmq.message import decode_message
 from txmq.remoting.codes import ResponseCode
-from txmq.store.message_store import DISK_CHECK_INTERVAL_S
+from txmq.store.group_commit import DISK_CHECK_INTERVAL_S
 
 
 def test_decisions_refused_by_a_full_disk_stay_pending_and_count_once_there_is_room(tmp_path):

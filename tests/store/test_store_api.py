@@ -345,7 +345,7 @@ def test_a_topic_name_never_builds_a_path_outside_the_store(root):
             with pytest.raises(StoreError, match="consume-queue directory"):
                 store.delete_topic(name)
             with pytest.raises(StoreError):
-                store.find_or_create_consume_queue(name, 0)
+                store.queues.find_or_create(name, 0)
         assert outside.is_dir() and store.topics() == {"%RETRY%"}
         await store.shutdown()
 

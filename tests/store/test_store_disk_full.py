@@ -14,7 +14,7 @@ from disk_helpers import fill_disk, leave_for, tmpfs
 from elapsed import advance
 from txmq.message import MessageExt, decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
-from txmq.store.message_store import DISK_CHECK_INTERVAL_S
+from txmq.store.group_commit import DISK_CHECK_INTERVAL_S
 
 
 async def _fill_segment(store: DefaultMessageStore) -> None:
