@@ -8,9 +8,18 @@ import asyncio
 import time
 
 import pytest
-from test_transaction_batch import COMMIT, OK, ROLLBACK, SHOULD_COMMIT, batch, count_puts, op_records, stored
-from tx_helpers import open_service
 
+from tests.broker.test_transaction_batch import (
+    COMMIT,
+    OK,
+    ROLLBACK,
+    SHOULD_COMMIT,
+    batch,
+    count_puts,
+    op_records,
+    stored,
+)
+from tests.broker.tx_helpers import open_service
 from txmq.broker.transaction import decision
 from txmq.broker.transaction.half import HALF_BATCH
 from txmq.broker.transaction.half import real_messages as real_messages_of

@@ -10,10 +10,10 @@ import contextlib
 import time
 
 import pytest
-from test_half_batch import bodies, half_batch
-from test_transaction_batch import COMMIT, OK, ROLLBACK, batch, stored
-from tx_helpers import open_service
 
+from tests.broker.test_half_batch import bodies, half_batch
+from tests.broker.test_transaction_batch import COMMIT, OK, ROLLBACK, batch, stored
+from tests.broker.tx_helpers import open_service
 from txmq.broker.transaction.half import real_messages
 from txmq.broker.transaction.state import Outcome
 from txmq.message import Message, MessageConst, MessageExt, encode_batch

@@ -7,7 +7,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from disk_helpers import fill_disk, leave_for, tmpfs
+from tests.disk_helpers import fill_disk, leave_for, tmpfs
 from txmq.broker.schedule import ScheduleMessageService
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig

@@ -8,9 +8,8 @@ import asyncio
 import os
 from pathlib import Path
 
-from tx_helpers import end, half, open_service
-
-from disk_helpers import fill_disk, leave_for, tmpfs
+from tests.broker.tx_helpers import end, half, open_service
+from tests.disk_helpers import fill_disk, leave_for, tmpfs
 from txmq.broker.transaction.state import Outcome
 from txmq.message import decode_message
 from txmq.remoting.codes import ResponseCode

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tx_helpers import Sender, end, halves, later, v1_snapshot
-from tx_helpers import open_service as open_default
 
+from tests.broker.tx_helpers import Sender, end, halves, later, v1_snapshot
+from tests.broker.tx_helpers import open_service as open_default
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable

@@ -10,11 +10,11 @@ import time
 import weakref
 
 import pytest
-from store_helpers import SEGMENT, make_config, msg, run
 
 import txmq.store
 import txmq.store.mapped_file as mapped_file
-from elapsed import advance
+from tests.elapsed import advance
+from tests.store.store_helpers import SEGMENT, make_config, msg, run
 from txmq.errors import StoreError
 from txmq.message import MessageConst, MessageSysFlag, decode_message, java_string_hash
 from txmq.store import (
