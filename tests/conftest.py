@@ -39,9 +39,9 @@ if "faketime" in os.environ.get("LD_PRELOAD", ""):
 
 
 # Folders whose every test starts real clusters (name servers, brokers, controllers on etcd), other languages'
-# clients, Spark or a browser: end to end (``e2e``) and ``slow``. ``pytest -m "not slow"`` (``make test-fast``)
-# runs the rest, and the few tests elsewhere marked ``slow`` by hand, in about a minute.
-E2E_FOLDERS = frozenset({"e2e", "clock", "console", "controller", "grpc", "spark", "txlog"})
+# clients, Spark, a browser or a fuzz campaign against a live server: end to end (``e2e``) and ``slow``.
+# ``pytest -m "not slow"`` (``make test-fast``) runs the rest, without the few tests elsewhere marked ``slow``.
+E2E_FOLDERS = frozenset({"e2e", "clock", "console", "controller", "fuzz", "grpc", "spark", "txlog"})
 _TESTS = Path(__file__).parent
 
 

@@ -20,6 +20,8 @@ from txmq.remoting.codes import RequestCode, ResponseCode
 
 from .conftest import ATTACKER, CONSUMER, VICTIM, AclServer, call
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # real servers and other languages' clients
+
 SEND_EXT = {"producerGroup": "order-service", "topic": "orders", "queueId": "0", "sysFlag": "0",
             "bornTimestamp": "0", "flag": "0", "properties": "", "defaultTopic": "TBW102",
             "defaultTopicQueueNums": "4"}

@@ -27,7 +27,8 @@ from txmq.remoting.tls import TlsServer, TlsServerConfig
 from .conftest import CONSUMER, VICTIM, AclServer, start_acl_server
 from .test_acl_grpc import NODE, PY, drive
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+pytestmark = [pytest.mark.e2e, pytest.mark.slow,  # real servers and other languages' clients over TLS
+              pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")]
 
 
 def make_certificates(d: Path) -> tuple[Path, Path, Path]:

@@ -320,6 +320,7 @@ def test_a_rebuilt_index_leaves_rollback_records_out_as_dispatch_does(root):
     run(main)
 
 
+@pytest.mark.slow
 def test_crash_with_sigkill_keeps_every_acknowledged_record(root):
     rng = random.Random(1234)
     acked: dict[int, tuple[int, int, str]] = {}
