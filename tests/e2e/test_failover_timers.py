@@ -9,10 +9,10 @@ import time
 from collections import Counter
 
 import pytest
-from failover_group import FailoverGroup, log_messages
-from ha_group import max_offset
-from helpers import wait_until
 
+from tests.e2e.failover_group import FailoverGroup, log_messages
+from tests.e2e.ha_group import max_offset
+from tests.e2e.helpers import wait_until
 from txmq import Admin, Message
 from txmq.client.producer import Producer
 

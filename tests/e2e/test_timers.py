@@ -10,8 +10,8 @@ import time
 from collections import Counter
 
 import pytest
-from test_transactions import COMMIT, ROLLBACK, TX_CONF, UNKNOWN, RuleListener, cli, scan_topic
 
+from tests.e2e.test_transactions import COMMIT, ROLLBACK, TX_CONF, UNKNOWN, RuleListener, cli, scan_topic
 from txmq import Message, SendStatus, TransactionProducer
 from txmq.client.admin import Admin
 from txmq.client.producer import Producer

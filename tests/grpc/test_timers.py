@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import time
 
-from grpc_helpers import bodies
-
+from tests.grpc.grpc_helpers import bodies
 from txmq.admin.client import MQAdminExt
 
 SLACK_S = 1.0 + 1.0  # timerPrecisionMs (the server's default, 1 s) + 1 s

@@ -683,7 +683,7 @@ class DefaultMessageStore:
         """The store timestamp a put made now gets when a group of puts is open in this loop iteration (its first
         put's stamp), else 0: a caller that must not stamp a record before an instant (a timer message's delivery
         time) compares with it."""
-        return self._group_ts
+        return self.group_commit._group_ts
 
     @property
     def checkpoint_offset(self) -> int:
