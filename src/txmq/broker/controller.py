@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("txmq.broker")
 
+INCREMENTAL_REGISTER_MAX = 32  # more changed topics than this at once: one full registration instead
+
 
 def _check_role(config: BrokerConfig) -> None:
     """RocketMQ's BrokerStartup rules: a master is broker id 0, a slave has an id above 0; and txmq's: a slave under
@@ -104,6 +106,8 @@ class BrokerController:
             # until a master's HA stream, or this replica's own SyncStateSet as master, says how far that is.
             self.store.set_confirm_offset(0)
         levels = config.delay_levels_ms()
+        self._register_topics: set[str] = set()  # created or changed since the last registration
+        self._register_full = False
         self.topic_config_manager = TopicConfigManager(self.root, auto_create=config.auto_create_topic_enable,
                                                        default_queue_nums=config.default_topic_queue_nums,
                                                        delay_levels=len(levels))
@@ -424,16 +428,30 @@ class BrokerController:
 
     # --- name servers ---------------------------------------------------------------------------------
 
-    def schedule_register(self) -> None:
-        """Tell the name servers about a topic change now rather than at the next period."""
+    def schedule_register(self, topics: list[str] | None = None) -> None:
+        """Tell the name servers about a topic change now rather than at the next period: of the ``topics`` created
+        or changed alone, or of everything (None: a deletion, which only a full registration carries; or too many
+        topics to send one by one)."""
+        if topics is None or len(self._register_topics) + len(topics) > INCREMENTAL_REGISTER_MAX:
+            self._register_full = True
+        else:
+            self._register_topics.update(topics)
         self._register_now.set()
 
     async def _register_loop(self) -> None:
         while True:
+            woken = False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._register_now.wait(), self.config.register_name_server_period / 1000)
+                woken = True
             self._register_now.clear()
-            await self.register_all()
+            topics, self._register_topics = self._register_topics, set()
+            if not woken or self._register_full:  # the period, or a change only a full registration carries
+                self._register_full = False
+                await self.register_all()
+            else:
+                for topic in sorted(topics):
+                    await self.register_topic(topic)
 
     def _namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.config.namesrv_addr.split(";") if a.strip()]
@@ -471,6 +489,29 @@ class BrokerController:
             if ok and not self._registered.get(addr):
                 log.info("registered to namesrv %s", addr)
             self._registered[addr] = ok
+
+    async def register_topic(self, topic: str) -> None:
+        """Tell the name servers about one created or changed topic (RocketMQ REGISTER_TOPIC_IN_NAMESRV): a cost
+        that does not grow with the broker's other topics, where a full registration sends them all. A name server
+        that refuses it (an older one, or one that has not seen this broker yet) gets a full registration."""
+        cfg = self.topic_config_manager.get(topic)
+        if cfg is None or self.config.broker_id != 0:  # a slave's topics reach no route
+            await self.register_all()
+            return
+        queue_data = {"brokerName": self.config.broker_name, "readQueueNums": cfg.read_queue_nums,
+                      "writeQueueNums": cfg.write_queue_nums, "perm": cfg.perm, "topicSynFlag": cfg.topic_sys_flag}
+        body = orjson.dumps({"queueDatas": [queue_data]})
+        refused = False
+        for addr in self._namesrv_addrs():
+            try:
+                resp = await self.namesrv_client.invoke(
+                    addr, RemotingCommand.request(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": topic}, body=body),
+                    3.0)
+                refused = refused or resp.code != ResponseCode.SUCCESS
+            except (ClientError, OSError):
+                refused = True
+        if refused:
+            await self.register_all()
 
     def _learn_master(self, answer: dict[str, str]) -> None:
         """RocketMQ: the name server answers a slave with its master's address and HA address."""
