@@ -48,7 +48,7 @@ from txmq.store.dispatcher import (
 )
 from txmq.store.flush import FlushCommitLogService
 from txmq.store.index import IndexFile, IndexService
-from txmq.store.mapped_file import MappedFile, MappedFileQueue, fsync_dir
+from txmq.store.mapped_file import FdPool, MappedFile, MappedFileQueue, fsync_dir
 from txmq.store.record import BLANK_SIZE, TRAILER_SIZE, encode_record, to_wire
 from txmq.store.recovery import RecoveryReport, recover
 from txmq.store.results import (
@@ -60,6 +60,8 @@ from txmq.store.results import (
 )
 
 log = logging.getLogger("txmq.store")
+
+CHECKPOINT_DUTY = 0.1  # checkpoints take at most this share of the time (see _checkpoint_loop)
 
 DISK_CHECK_INTERVAL_S = 0.1  # puts measure the disk at most this often (one statvfs)
 EARLY_CLEAN_INTERVAL_S = 1.0  # retention runs at most this often on behalf of a disk over diskMaxUsedSpaceRatio
@@ -191,6 +193,7 @@ class DefaultMessageStore:
         self.index = IndexService(root, config.max_hash_slot_num, config.max_index_num)
         self.checkpoint = StoreCheckpoint(root)
         self._queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self._cq_fds = FdPool(config.open_consume_queue_files_limit())
         self._queue_offsets: dict[tuple[str, int], int] = {}  # next queue offset (RocketMQ topicQueueTable)
         self._dispatchers: list[Callable[[DispatchRequest], None]] = list(dispatchers or [])
         self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
@@ -285,7 +288,8 @@ class DefaultMessageStore:
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
             cq = ConsumeQueue(
-                self.config.store_path_root_dir, topic, queue_id, self.config.mapped_file_size_consume_queue
+                self.config.store_path_root_dir, topic, queue_id, self.config.mapped_file_size_consume_queue,
+                self._cq_fds,
             )
             self._queues.setdefault(topic, {})[queue_id] = cq
         return cq
@@ -358,7 +362,7 @@ class DefaultMessageStore:
         )
         self._flush_service.start(loop)
         self._tasks = [
-            asyncio.create_task(self._every(self.config.checkpoint_interval_ms, self._checkpoint_async)),
+            asyncio.create_task(self._checkpoint_loop()),
             asyncio.create_task(self._every(self.config.clean_resource_interval_ms, self._clean_async)),
         ]
 
@@ -371,6 +375,25 @@ class DefaultMessageStore:
                 raise
             except Exception:
                 log.exception("store background job %s failed", getattr(job, "__name__", job))
+
+    async def _checkpoint_loop(self) -> None:
+        """A checkpoint every ``checkpoint_interval_ms``, or less often so that checkpoints take at most
+        ``CHECKPOINT_DUTY`` of the time: with sends spread over thousands of queues a checkpoint fsyncs a file per
+        few messages, and waiting longer lets each fsync cover more of them (the tail that recovery reads after a
+        crash grows with the wait: a few seconds of writes)."""
+        interval = self.config.checkpoint_interval_ms / 1000
+        wait = interval
+        while True:
+            await asyncio.sleep(wait)
+            began = time.monotonic()
+            try:
+                await self._checkpoint_async()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("store background job checkpoint failed")
+            took = time.monotonic() - began
+            wait = max(interval, took / CHECKPOINT_DUTY - took)
 
     async def _clean_async(self) -> None:
         """Retention's tick: at a ``deleteWhen`` hour (the wall clock's local hour, as RocketMQ's), or at once when
