@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint bench clean grpc-clients system-tools etcd postgresql
+.PHONY: run test lint bench bench-latency bench-scale clean grpc-clients system-tools etcd postgresql
 
 # The compiled modules (setup.py's COMPILED_MODULES) and their .pxd files: editing one rebuilds it, or the stale
 # build would shadow the edited source.
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py $(COMPILED) $(COMPILED_PXD)
 	@# Cython regenerates a module's C only when its .py or .pxd changed: C generated before setup.py's last edit
 	@# (its compiler directives) goes, or the build would keep the old directives.
 	@find src/txmq -name '*.c' ! -newer setup.py -delete
-	$(PY) -m pip install -q -e '.[test,spark,db]'
+	$(PY) -m pip install -q -e '.[test,spark,db,bench]'
 	@touch $(STAMP)
 
 run: $(STAMP)
@@ -90,6 +90,15 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/store.py
+
+# Latency at fixed offered rates beside RabbitMQ and NATS JetStream (bench/latency.py), and how cost grows with
+# topics, groups, connections and the log (bench/scale.py). SHORT=1: the quick runs CI makes (txmq only, small
+# points); the tables are the same.
+bench-latency: $(STAMP)
+	$(PY) bench/latency.py $(if $(SHORT),--short,--plot docs/latency.png)
+
+bench-scale: $(STAMP)
+	$(PY) bench/scale.py $(if $(SHORT),--short)
 
 clean:
 	rm -rf $(VENV) $(RMQ5_VENV) $(NODE_DIR)/node_modules .pytest_cache build *.egg-info src/*.egg-info
