@@ -19,7 +19,8 @@ temporary store, grows one dimension point by point on that server and measures 
   ``ConsumerOffsetManager.persist`` on the broker's own file, timed in this process).
 * **connections**: N idle TCP connections to the broker (each sends one heartbeat, as a client would) and 10
   busy producers sending synchronously for ``--busy-seconds``: the busy sends' p50/p99 latency and the broker's
-  RSS. The open-file limit of this process (inherited by the broker) is raised to its hard limit first.
+  RSS. The open-file limit of this process (inherited by the broker) is raised to its hard limit first, and the
+  broker's ``serverMaxConnections`` (4,096 by default) past the last point.
 * **log**: the commit log is filled to each size with 64 KiB messages; the broker then takes a tail of
   ``--tail-mb`` after its last checkpoint and is killed with SIGKILL; the time from the restart to the first
   send answered SEND_OK, the tail recovery had to read, and the broker's RSS before the kill and after the
@@ -319,7 +320,8 @@ def busy_latencies(namesrv: str, topic: str, seconds: float, clients: int = 10) 
 def curve_connections(root: Path, points: list[int], seconds: float) -> list[dict[str, Any]]:
     limit = raise_nofile()
     rows: list[dict[str, Any]] = []
-    with Server(root, "connections") as srv:
+    # The broker serves at most serverMaxConnections (4,096 by default): raised here past the curve's last point.
+    with Server(root, "connections", f"serverMaxConnections={max(points) + 1000}\n") as srv:
         bench.ensure_topic(srv.namesrv, "scale_c", QUEUES)
         host, port = srv.broker.rsplit(":", 1)
         idle: list[socket.socket] = []
@@ -337,7 +339,8 @@ def curve_connections(root: Path, points: list[int], seconds: float) -> list[dic
                 for s in idle:  # drain the heartbeat answers so no buffer holds them
                     s.setblocking(False)
                     with contextlib.suppress(BlockingIOError):
-                        s.recv(65536)
+                        if not s.recv(65536):
+                            raise bench.BenchError("the broker closed an idle connection")
                 lat = busy_latencies(srv.namesrv, "scale_c", seconds)
                 rss = rss_mb(srv.pid)
                 base_rss = rss if base_rss is None else base_rss
