@@ -4,9 +4,8 @@ name server and broker processes; the broker reaches the name server through a p
 
 from __future__ import annotations
 
-from helpers import wait_until
-from tcp_proxy import TcpProxy
-
+from tests.e2e.helpers import wait_until
+from tests.e2e.tcp_proxy import TcpProxy
 from txmq import Admin, Message, Producer, SendStatus
 from txmq.launch import free_port
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from store_helpers import make_config, msg, run
-
 import txmq.store.mapped_file as mapped_file
+from tests.store.store_helpers import make_config, msg, run
 from txmq.store import DefaultMessageStore
 
 FSYNC_S = 0.02

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 
-from store_helpers import make_config, msg, run
-
+from tests.store.store_helpers import make_config, msg, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, GetMessageStatus
 

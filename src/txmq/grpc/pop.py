@@ -31,11 +31,11 @@ import itertools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from txmq.errors import InvalidMessageError, StoreError
+from txmq.filter import MessageFilter
 from txmq.grpc.convert import Code, GrpcStatusError, ReceiptHandle
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import GetMessageStatus
@@ -112,11 +112,11 @@ class PopService:
                     del self._waiters[topic]
 
     async def receive(self, group: str, topic: str, batch: int, invisible_ms: int, poll_ms: int,
-                      tags_filter: Callable[[int], bool] | None) -> list[Delivery]:
+                      filt: MessageFilter) -> list[Delivery]:
         """Up to ``batch`` messages, waiting up to ``poll_ms`` for one to arrive or to become visible again."""
         end = time.monotonic() + poll_ms / 1000
         while True:
-            got, next_deadline_ms = await self.receive_now(group, topic, batch, invisible_ms, tags_filter)
+            got, next_deadline_ms = await self.receive_now(group, topic, batch, invisible_ms, filt)
             left = end - time.monotonic()
             if got or left <= 0:
                 return got
@@ -147,7 +147,7 @@ class PopService:
         return st
 
     async def receive_now(self, group: str, topic: str, batch: int, invisible_ms: int,
-                          tags_filter: Callable[[int], bool] | None) -> tuple[list[Delivery], int | None]:
+                          filt: MessageFilter) -> tuple[list[Delivery], int | None]:
         """What can be delivered now, and the earliest deadline of a delivery still in flight."""
         queues = self._queue_ids(topic)
         if not queues:
@@ -162,7 +162,7 @@ class PopService:
             if due is not None and (earliest is None or due < earliest):
                 earliest = due
             if len(out) < batch:
-                self._read_new(group, topic, q, st, now, batch - len(out), invisible_ms, tags_filter, out)
+                self._read_new(group, topic, q, st, now, batch - len(out), invisible_ms, filt, out)
             if len(out) >= batch:
                 break
         return out, earliest
@@ -196,7 +196,7 @@ class PopService:
         return earliest
 
     def _read_new(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int, invisible_ms: int,
-                  tags_filter: Callable[[int], bool] | None, out: list[Delivery]) -> None:
+                  filt: MessageFilter, out: list[Delivery]) -> None:
         room = min(room, MAX_SPAN - (st.next - st.committed))
         if room <= 0:
             return
@@ -210,7 +210,8 @@ class PopService:
                 st.committed = lo
                 self.broker.consumer_offset_manager.commit(group, topic, q, lo)
         start = st.next
-        got = self.store.get_message(topic, q, start, room, tags_filter=tags_filter, confirmed=True)
+        got = self.store.get_message(topic, q, start, room, tags_filter=filt.tags, confirmed=True,
+                                     record_filter=filt.record)
         if got.status == GetMessageStatus.FOUND:
             blocked_groups = set(st.groups)
             stop = got.next_begin_offset
@@ -229,7 +230,7 @@ class PopService:
             taken = sum(1 for o in got.queue_offsets if o < stop)
             self.broker.stats_manager.get(topic, group, taken, sum(len(r) for r in got.messages[:taken]))
             delivered = set(got.queue_offsets)
-            for offset in range(start, stop):  # entries the tag filter skipped: consumed for this group
+            for offset in range(start, stop):  # entries the filter passed over: consumed for this group
                 if offset not in delivered:
                     self._ack_offset(group, topic, q, st, offset)
             st.next = max(st.next, stop)

@@ -15,17 +15,17 @@ import logging
 import random
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
 from txmq.acl.model import Action, Needs
-from txmq.broker.processor.pull import tags_filter
 from txmq.broker.processor.send import message_type
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import internal_refusal
 from txmq.errors import InvalidMessageError, StoreError
+from txmq.filter import ExpressionType, FilterRefused, MessageFilter, build_filter
 from txmq.grpc.call import CLIENT_ID, MethodTable, current_call
 from txmq.grpc.convert import (
     PUT_STATUS_CODES,
@@ -525,11 +525,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- receive, ack, change invisible duration, dead letters ------------------------------------------
 
-    @staticmethod
-    def _filter(expr: pb.FilterExpression) -> Callable[[int], bool] | None:
-        if expr.type == pb.SQL:
-            raise GrpcStatusError(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported by txmq; use TAG")
-        return tags_filter(expr.expression or "*")
+    def _filter(self, expr: pb.FilterExpression) -> MessageFilter:
+        """A FilterExpression's filter: ILLEGAL_FILTER_EXPRESSION for one that does not parse (where, in the
+        message), UNSUPPORTED for SQL92 with ``enablePropertyFilter=false``."""
+        kind = ExpressionType.SQL92 if expr.type == pb.SQL else ExpressionType.TAG
+        try:
+            return build_filter(kind, expr.expression or "*", sql_enabled=self.broker.config.enable_property_filter)
+        except FilterRefused as exc:
+            raise GrpcStatusError(Code.UNSUPPORTED if exc.disabled else Code.ILLEGAL_FILTER_EXPRESSION,
+                                  str(exc)) from None
 
     @METHODS.declare(_queue_consumer_needs)
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
@@ -667,14 +671,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             filt = self._filter(request.filter_expression)
             batch = max(1, min(request.batch_size or 32, MAX_RECEIVE_BATCH))
             store = self.broker.store
-            got = store.get_message(topic, q, request.offset, batch, tags_filter=filt, confirmed=True)
+            got = store.get_message(topic, q, request.offset, batch, tags_filter=filt.tags, confirmed=True,
+                                    record_filter=filt.record)
             poll = min(duration_ms(request.long_polling_timeout), MAX_POLL_MS)
             if got.status != GetMessageStatus.FOUND and poll > 0 and request.offset >= got.max_offset:
                 hold = self.broker.pull_processor.hold
                 pull = hold.hold(topic, q, request.offset)
                 if pull is not None:
                     await hold.wait(pull, poll / 1000)
-                got = store.get_message(topic, q, request.offset, batch, tags_filter=filt, confirmed=True)
+                got = store.get_message(topic, q, request.offset, batch, tags_filter=filt.tags, confirmed=True,
+                                        record_filter=filt.record)
         except GrpcStatusError as exc:
             yield spb.PullMessageResponse(status=status(exc.code, exc.message))
             return

@@ -6,6 +6,11 @@ queue of an existing topic that was never written is held the same way (RocketMQ
 the hold), so an idle consumer does not spin. A held pull is dropped, unanswered, when its connection closes,
 and held pulls are capped per connection and in total (``maxHeldPullsPerConnection``, ``maxHeldPulls``):
 beyond a cap the pull is answered SYSTEM_BUSY at once, which RocketMQ's clients and txmq's retry after a pause.
+
+A pull is filtered by its own subscription (the subscription flag: expression and type in its header), else by
+the one its group's heartbeat registered: tags by the consume queue's tag hash, SQL92 by each record's properties
+(txmq.filter). A SQL92 expression that does not parse is answered SUBSCRIPTION_PARSE_FAILED, SQL92 with
+``enablePropertyFilter=false`` SYSTEM_ERROR, as RocketMQ answers.
 """
 
 from __future__ import annotations
@@ -16,14 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from txmq.acl.model import Action, Needs
 from txmq.broker.visibility import internal_refusal
-from txmq.message import java_string_hash
+from txmq.filter import ExpressionType, FilterRefused, MessageFilter, build_filter
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import RequestSpec
 from txmq.remoting.request_headers import (
     PullMessageRequestHeader,
     PullMessageResponseHeader,
-    parse_tag_expression,
 )
 from txmq.remoting.transport import Connection
 from txmq.store import GetMessageResult, GetMessageStatus
@@ -133,14 +137,6 @@ class PullRequestHoldService:
                 pull.fut.set_result(False)
 
 
-def tags_filter(expression: str | None):
-    tags = parse_tag_expression(expression)
-    if tags is None:
-        return None
-    codes = {java_string_hash(t) for t in tags}
-    return codes.__contains__
-
-
 def parse_pull(cmd: RemotingCommand) -> PullMessageRequestHeader:
     h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
     check_group(h.consumer_group)
@@ -177,14 +173,11 @@ class PullMessageProcessor:
                                                remark="slave reads are off (slaveReadEnable=false)")
         if h.sys_flag & PullMessageRequestHeader.FLAG_COMMIT_OFFSET and not self.broker.config.is_slave:
             self.broker.consumer_offset_manager.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-        expression = h.subscription
-        if not h.sys_flag & PullMessageRequestHeader.FLAG_SUBSCRIPTION or expression is None:
-            group = self.broker.consumer_manager.get(h.consumer_group)
-            sub = group.subscriptions.get(h.topic) if group else None
-            expression = sub.sub_string if sub else "*"
-        filt = tags_filter(expression)
-        result = self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, min(h.max_msg_nums, 256),
-                                               tags_filter=filt, confirmed=True)
+        filt = self._filter(h)
+        if isinstance(filt, FilterRefused):
+            code = ResponseCode.SYSTEM_ERROR if filt.disabled else ResponseCode.SUBSCRIPTION_PARSE_FAILED
+            return RemotingCommand.response_to(cmd, code, remark=str(filt))
+        result = self._get(h, filt)
         suspend = h.sys_flag & PullMessageRequestHeader.FLAG_SUSPEND and self.broker.config.long_polling_enable
         if result.status in _HOLD and suspend and h.queue_offset >= result.max_offset:
             pull = self.hold.hold(h.topic, h.queue_id, h.queue_offset, conn)
@@ -195,12 +188,26 @@ class PullMessageProcessor:
         return self._response(cmd, h, result)
 
     async def _held(self, pull: HeldPull, cmd: RemotingCommand, h: PullMessageRequestHeader,
-                    filt) -> RemotingCommand | None:
+                    filt: MessageFilter) -> RemotingCommand | None:
         if not await self.hold.wait(pull, max(0.0, h.suspend_timeout_millis / 1000)):
             return None
-        result = self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, min(h.max_msg_nums, 256),
-                                               tags_filter=filt, confirmed=True)
-        return self._response(cmd, h, result)
+        return self._response(cmd, h, self._get(h, filt))
+
+    def _filter(self, h: PullMessageRequestHeader) -> MessageFilter | FilterRefused:
+        """The pull's own subscription (the subscription flag), else the one its group's heartbeat registered."""
+        expression, kind = h.subscription, h.expression_type
+        if not h.sys_flag & PullMessageRequestHeader.FLAG_SUBSCRIPTION or expression is None:
+            group = self.broker.consumer_manager.get(h.consumer_group)
+            sub = group.subscriptions.get(h.topic) if group else None
+            expression, kind = (sub.sub_string, sub.expression_type) if sub else ("*", ExpressionType.TAG)
+        try:
+            return build_filter(kind, expression, sql_enabled=self.broker.config.enable_property_filter)
+        except FilterRefused as exc:
+            return exc
+
+    def _get(self, h: PullMessageRequestHeader, filt: MessageFilter) -> GetMessageResult:
+        return self.broker.store.get_message(h.topic, h.queue_id, h.queue_offset, min(h.max_msg_nums, 256),
+                                             tags_filter=filt.tags, confirmed=True, record_filter=filt.record)
 
     def _refuse(self, cmd: RemotingCommand, h: PullMessageRequestHeader) -> RemotingCommand | None:
         internal = internal_refusal(h.topic)
