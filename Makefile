@@ -88,10 +88,15 @@ test: $(STAMP) grpc-clients system-tools etcd postgresql
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
-# An installable wheel of txmq, its modules compiled, in dist/ (pip's isolated build: pyproject.toml's
-# build-system, not .venv).
+# An installable wheel of txmq, its modules compiled, in $(DIST) (pip's isolated build: pyproject.toml's
+# build-system, not .venv). The modules the install stamp compiled in place are this checkout's build for this
+# Python: copied into setuptools' build directory (newer than their C sources), the wheel's build reuses them
+# instead of compiling every module again.
+DIST ?= dist
 wheel: $(STAMP)
-	$(PY) -m pip wheel -q --no-deps -w dist .
+	@lib=build/lib.$$($(PY) -c 'import sys, sysconfig; print(sysconfig.get_platform() + "-" + sys.implementation.cache_tag)'); \
+		cd src && find txmq -name '*.so' -exec install -D -m 644 {} ../$$lib/{} \;
+	$(PY) -m pip wheel -q --no-deps -w $(DIST) .
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
