@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from tests.spark.connect_server import ConnectServer
-from tests.spark.spark_helpers import create_topic, spark_env, wait_no_pending
-from tests.spark.test_pipeline import CLI_TIMEOUT_S, ROOT, _interrupt, check_cli_outputs
+from tests.spark.spark_helpers import create_topic, wait_no_pending
+from tests.spark.test_pipeline import run_orders_cli
 from tests.spark.test_sink import _responder_connections, _until
 from tests.spark.test_source import CHILD, CHILD_ENV, run_child, send_transactions
 from txmq import Message, Producer
@@ -174,16 +174,4 @@ def test_orders_pipeline_cli_through_connect(connect_server: ConnectServer, tmp_
     """``python -m examples.orders --remote sc://127.0.0.1:PORT``: the order service, the streaming job (the
     exactly-once sink among its queries) and the audit through the Connect server; the same assertions as on a
     standalone master."""
-    env = {**os.environ, **spark_env(), "TXMQ_ORDERS_CLEANUP": "0"}
-    args = [sys.executable, "-m", "examples.orders", "--orders", "120", "--out", str(tmp_path), "--remote",
-            connect_server.url]
-    with subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as proc:
-        try:
-            stdout, stderr = proc.communicate(timeout=CLI_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            stdout, stderr = _interrupt(proc, tmp_path)
-            pytest.fail(f"the pipeline through {connect_server.url} did not finish in {CLI_TIMEOUT_S}s\n"
-                        f"{stdout[-3000:]}\n{stderr[-3000:]}\n{connect_server.log_tail()}", pytrace=False)
-    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
-    check_cli_outputs(stdout, tmp_path)
+    run_orders_cli(tmp_path, ["--remote", connect_server.url], connect_server.log_tail)

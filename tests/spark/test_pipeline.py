@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,22 +69,29 @@ def test_orders_pipeline_cli_on_a_master(spark_master: tuple[str, Any], tmp_path
     (stdout), the audit Parquet and chart; and the master's record that the application ran on its worker."""
 
     url, cluster = spark_master
+    run_orders_cli(tmp_path, ["--master", url], cluster.log_tail)
+
+    apps = [a for a in cluster.state()["completedapps"] if a["name"] == "txmq-orders"]
+    assert len(apps) == 1 and apps[0]["cores"] > 0, cluster.state()["completedapps"]
+    assert list((cluster.root / "work" / apps[0]["id"]).glob("*/stderr")), "no executor ran on the worker"
+
+
+def run_orders_cli(tmp_path: Path, where: list[str], server_log: Callable[[], str]) -> str:
+    """``python -m examples.orders`` with 120 orders against ``where`` (``--master URL`` or ``--remote URL``); its
+    outputs checked; on a timeout, the child's and the Spark server's last lines."""
     env = {**os.environ, **spark_env(), "TXMQ_ORDERS_CLEANUP": "0"}
-    args = [sys.executable, "-m", "examples.orders", "--orders", "120", "--out", str(tmp_path), "--master", url]
+    args = [sys.executable, "-m", "examples.orders", "--orders", "120", "--out", str(tmp_path), *where]
     with subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=CLI_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             stdout, stderr = _interrupt(proc, tmp_path)
-            pytest.fail(f"the pipeline on {url} did not finish in {CLI_TIMEOUT_S}s\n{stdout[-3000:]}\n"
-                        f"{stderr[-3000:]}\n{cluster.log_tail()}", pytrace=False)
+            pytest.fail(f"the pipeline ({' '.join(where)}) did not finish in {CLI_TIMEOUT_S}s\n{stdout[-3000:]}\n"
+                        f"{stderr[-3000:]}\n{server_log()}", pytrace=False)
     assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
     check_cli_outputs(stdout, tmp_path)
-
-    apps = [a for a in cluster.state()["completedapps"] if a["name"] == "txmq-orders"]
-    assert len(apps) == 1 and apps[0]["cores"] > 0, cluster.state()["completedapps"]
-    assert list((cluster.root / "work" / apps[0]["id"]).glob("*/stderr")), "no executor ran on the worker"
+    return stdout
 
 
 def check_cli_outputs(stdout: str, tmp_path: Path) -> None:
