@@ -33,6 +33,7 @@ COMPILED_MODULES = [
     "src/txmq/futures.py",
     "src/txmq/remoting/transport.py",
     "src/txmq/remoting/registry.py",  # every request passes its dispatcher
+    "src/txmq/broker/core/send.py",  # every send's checks and put, whichever protocol sends
     "src/txmq/broker/processor/send.py",
     "src/txmq/broker/stats.py",
     "src/txmq/message_columns.py",  # its C types come from annotations: it turns annotation_typing on itself
