@@ -11,7 +11,6 @@ class Kind(enum.Enum):
 
     NOT_AVAILABLE = "not available"  # this broker stores nothing now (a slave)
     ILLEGAL_TOPIC = "illegal topic"  # a name that breaks TopicValidator's rules
-    ILLEGAL_GROUP = "illegal group"  # a consumer group name that breaks them
     TOPIC_NOT_EXIST = "topic not exist"  # and not auto-created
     ILLEGAL_QUEUE = "illegal queue"  # a queue the topic does not have
     NO_PERMISSION = "no permission"  # a system topic, a topic or group closed to the request, transactions off

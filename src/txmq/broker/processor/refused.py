@@ -10,7 +10,6 @@ from txmq.remoting.command import RemotingCommand
 RESPONSE_CODES: dict[Kind, int] = {
     Kind.NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
     Kind.ILLEGAL_TOPIC: ResponseCode.MESSAGE_ILLEGAL,
-    Kind.ILLEGAL_GROUP: ResponseCode.MESSAGE_ILLEGAL,
     Kind.TOPIC_NOT_EXIST: ResponseCode.TOPIC_NOT_EXIST,
     Kind.ILLEGAL_QUEUE: ResponseCode.SYSTEM_ERROR,
     Kind.NO_PERMISSION: ResponseCode.NO_PERMISSION,
