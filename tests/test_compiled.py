@@ -13,6 +13,7 @@ import gc
 import importlib
 import importlib.machinery
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -321,11 +322,14 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
         manager.update(TopicConfig("t", 2, 2))
         manager.update(TopicConfig("read_only", 1, 1, PermName.PERM_READ))
         sends = module.SendService(config, None, TopicService(manager, config), BrokerStats(), None, None, None)
-        out = [answer(sends.topic_of(*args)) for args in [
+        out = [answer(sends.topic_of(topic, size, batch, SimpleNamespace(default_topic=base,
+                                                                         default_topic_queue_nums=nums)))
+               for topic, size, batch, base, nums in [
             ("t", 10, False, "TBW102", 4), ("bad topic", 10, False, "TBW102", 4),
             ("RMQ_SYS_TRANS_HALF_TOPIC", 10, False, "TBW102", 4), ("t", 1001, True, "TBW102", 4),
             ("read_only", 10, False, "TBW102", 4), ("new_one", 10, False, "TBW102", 2),
-            ("other", 10, False, "no_such_default", 4), ("%RETRY%g", 10, False, "TBW102", 4)]]
+            ("other", 10, False, "no_such_default", 4), ("%RETRY%g", 10, False, "TBW102", None)]]
+        out.append(manager.get("new_one").write_queue_nums)
         cfg = manager.get("t")
         out += [answer(sends.queue_of(cfg, q)) for q in (0, 1, 2, 7)] + [0 <= sends.queue_of(cfg, -1) < 2]
         half = MessageExt("t", b"x", {"TRAN_MSG": "true"}, born_timestamp=1_700_000_000_000)
@@ -340,7 +344,7 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
             ([(0, b"x", {"UNIQ_KEY": "u"})], {"TRAN_MSG": "true"}), ([(0, b"x", {"UNIQ_KEY": "u"})], half_batch)]]
         out.append(answer(sends.accept_batch([(0, b"x", {})], {}, 1)))
         config.is_slave, config.reject_transaction_message = True, True  # type: ignore[misc]
-        out += [answer(sends.topic_of("t", 10, False, "TBW102", 4)), answer(sends.accept(half, True))]
+        out += [answer(sends.topic_of("t", 10, False, None)), answer(sends.accept(half, True))]
         out += [answer(module.reserved_refusal(p)) for p in ({}, {"TXMQ_OP": "x"}, {"TXMQ_HALF_BATCH": "1"})]
         out += [module.message_kind(*k) for k in ((True, 0, False), (False, 2, True), (False, 0, True),
                                                   (False, 0, False))]

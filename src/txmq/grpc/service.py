@@ -16,6 +16,7 @@ import logging
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
@@ -80,6 +81,17 @@ _END_CODES: dict[int, int] = {
     ResponseCode.TRANSACTION_SHOULD_ROLLBACK: Code.PRECONDITION_FAILED,
     ResponseCode.SYSTEM_ERROR: Code.INVALID_TRANSACTION_ID,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class _CreateFrom:
+    """A 5.x send names no topic to create its own from: TBW102, with the broker's queue count."""
+
+    default_topic: str = AUTO_CREATE_TOPIC_KEY_TOPIC
+    default_topic_queue_nums: int | None = None
+
+
+_AUTO_CREATE = _CreateFrom()
 
 
 class _Entry(Protocol):
@@ -388,7 +400,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         the account that sends it, recorded on a half as on remoting (``tx show``); "" with ACL off."""
         sends = self.core.sends
         body = decode_body(m)
-        cfg = sends.topic_of(m.topic.name, len(body), False, AUTO_CREATE_TOPIC_KEY_TOPIC, None)
+        cfg = sends.topic_of(m.topic.name, len(body), False, _AUTO_CREATE)
         if isinstance(cfg, Refusal):
             raise cfg
         topic = cfg.topic_name

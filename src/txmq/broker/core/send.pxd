@@ -10,8 +10,7 @@ cdef class SendService:
     cdef public object config, store, topics, manager, transactions, schedule, retries
     cdef public BrokerStats stats
 
-    cpdef object topic_of(self, object topic, Py_ssize_t size, bint batch, object default_topic,
-                          object default_queue_nums)
+    cpdef object topic_of(self, object topic, Py_ssize_t size, bint batch, object create_from)
     cpdef object queue_of(self, object cfg, object queue_id)
     cpdef object accept(self, MessageExt msg, bint half)
     cpdef object accept_batch(self, list entries, dict batch_props, object born_timestamp)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import cython
 
@@ -60,6 +60,18 @@ BROKER_PROPERTIES = (MessageConst.HALF_ACCOUNT, HALF_BATCH, OP_PROPERTY)
 MAX_PROPERTIES_SIZE = 32767  # the layout's 2-byte properties length (txmq.message)
 _LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two properties, their names and values
 _RECORD_OVERHEAD_MAX = 512  # header, topic and the store's trailer around body and properties
+
+
+class CreateFrom(Protocol):
+    """What a send names to create its topic from when this broker does not have it yet (RocketMQ's
+    ``defaultTopic`` and ``defaultTopicQueueNums``; None: the broker's ``defaultTopicQueueNums``). Read only then:
+    a remoting send passes its header as it is."""
+
+    @property
+    def default_topic(self) -> str: ...
+
+    @property
+    def default_topic_queue_nums(self) -> int | None: ...
 
 
 def is_half(properties: Mapping[str, str]) -> bool:
@@ -132,10 +144,9 @@ class SendService:
 
     # --- checks ------------------------------------------------------------------------------------------
 
-    def topic_of(self, topic: str, size: int, batch: bool, default_topic: str,
-                 default_queue_nums: int | None) -> TopicConfig | Refusal:
+    def topic_of(self, topic: str, size: int, batch: bool, create_from: CreateFrom) -> TopicConfig | Refusal:
         """The config of the topic a send of ``size`` bytes names (a batch counts whole, as RocketMQ counts it),
-        created from ``default_topic`` when it may be (``TopicService.find``); or why the send is refused."""
+        created as ``create_from`` says when it may be (``TopicService.find``); or why the send is refused."""
         config = self.config
         if config.is_slave:  # RocketMQ's store in slave mode: nothing stored
             return Refusal(Kind.NOT_AVAILABLE, "service not available now: broker is a slave, putMessage is forbidden")
@@ -151,7 +162,8 @@ class SendService:
                            f"this {'batch' if batch else 'message'} has {size} bytes)")
         cfg = self.manager.table.get(topic)  # the table itself: no call per send
         if cfg is None:
-            found = self.topics.find(topic, create=True, default_topic=default_topic, queue_nums=default_queue_nums)
+            found = self.topics.find(topic, create=True, default_topic=create_from.default_topic,
+                                     queue_nums=create_from.default_topic_queue_nums)
             if isinstance(found, Refusal):
                 return found
             cfg = found

@@ -202,7 +202,7 @@ class SendMessageProcessor:
     def _send(self, conn: Connection, cmd: RemotingCommand, req: SendRequest):
         sends = self.sends
         h = req.header
-        cfg = sends.topic_of(h.topic, len(cmd.body), h.batch, h.default_topic, h.default_topic_queue_nums)
+        cfg = sends.topic_of(h.topic, len(cmd.body), h.batch, h)
         if isinstance(cfg, Refusal):
             return refused(cmd, cfg)
         queue_id = sends.queue_of(cfg, h.queue_id)
