@@ -35,6 +35,11 @@ COMPILED_MODULES = [
     "src/txmq/remoting/registry.py",  # every request passes its dispatcher
     "src/txmq/broker/core/send.py",  # every send's checks and put, whichever protocol sends
     "src/txmq/broker/processor/send.py",
+    "src/txmq/acl/signer.py",
+    "src/txmq/acl/model.py",
+    "src/txmq/acl/store.py",
+    "src/txmq/acl/validator.py",
+    "src/txmq/acl/config.py",
     "src/txmq/broker/stats.py",
     "src/txmq/message_columns.py",  # its C types come from annotations: it turns annotation_typing on itself
 ]

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from compiled import INTERPRETED, compiled_modules, load_interpreted
+from txmq.acl.model import Action, Needs
 from txmq.errors import CorruptRecordError, InvalidMessageError, RemoteProtocolError
 from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import LanguageCode, SerializeType
@@ -311,13 +312,14 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
     from txmq.broker.core.topics import TopicService
     from txmq.broker.stats import BrokerStats
     from txmq.broker.topic_config_manager import TopicConfigManager
+    from txmq.store.config import StoreConfig
     from txmq.topic import PermName, TopicConfig
 
     def answer(r: object) -> object:
         return (r.kind.name, r.message) if isinstance(r, Refusal) else getattr(r, "topic_name", r)
 
     def checked(module, root: Path) -> list[object]:
-        config = BrokerConfig(max_message_size=1000)
+        config = BrokerConfig(store=StoreConfig(max_message_size=1000))
         manager = TopicConfigManager(root, auto_create=True, default_queue_nums=4, delay_levels=18)
         manager.update(TopicConfig("t", 2, 2))
         manager.update(TopicConfig("read_only", 1, 1, PermName.PERM_READ))
@@ -356,6 +358,77 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
     assert compiled == checked(load_interpreted("txmq.broker.core.send"), tmp_path / "i")
     assert ("TOPIC_NOT_EXIST", "topic[other] not exist, apply first please! (autoCreateTopicEnable is true)") in \
         compiled and "new_one" in compiled and "%RETRY%g" in compiled
+
+
+_POLICIES = [("Topic:orders", "Pub", "Deny", ()), ("Topic:ord*", "Pub|Sub", "Allow", ("10.0.0.0/8",)),
+             ("Group:g", "Sub", "Allow", ()), ("Topic:*", "All", "Allow", ()), ("*", "Get", "Allow", ())]
+
+
+def test_acl_checks_are_the_same_interpreted(tmp_path: Path) -> None:
+    """Signatures, decisions, plain_acl.yml and the gate (compiled: every request under ACL passes them) answer as
+    their source does, remembered decisions included."""
+    import txmq.acl.signer as signer
+
+    cmd = RemotingCommand(310, ext_fields={"b": "t", "a": "g", "_UNIQUE_KEY_QUERY": "q"}, body=b"body")
+    signer.AclClientRPCHook(signer.SessionCredentials("aclKey01", "aclSecret01"))(cmd)
+    good = cmd.ext_fields["Signature"]
+    variants = [dict(cmd.ext_fields, Signature=s) for s in ("", "!!!!", "é", good[:-1], good + "=", good.lower())]
+    variants += [{k: v for k, v in cmd.ext_fields.items() if k != "Signature"}, dict(cmd.ext_fields, a="h")]
+
+    def checked(module) -> object:
+        key = module.hmac_key("aclSecret01")
+        cmds = [cmd, RemotingCommand(310, ext_fields=cmd.ext_fields, body=b"other")]
+        cmds += [RemotingCommand(310, ext_fields=ext, body=cmd.body) for ext in variants]
+        return ([module.signature_matches(key, c) for c in cmds], module.request_content(cmd.ext_fields, cmd.body),
+                module.sign(key, b"x"), module.grpc_signature(key, "20261127T000000Z"))
+
+    assert checked(signer) == checked(load_interpreted("txmq.acl.signer"))
+    assert checked(signer)[0][:3] == [True, False, False]
+
+    def decided(module) -> object:
+        entries = tuple(module.PolicyEntry(module.Resource.parse(k), frozenset(map(module.Action.parse, a.split("|"))),
+                                           module.Decision.parse(d), module.SourceIps(ips))
+                        for k, a, d, ips in _POLICIES)
+        acl = module.Acl("u", {module.PolicyType.CUSTOM: entries[:3], module.PolicyType.DEFAULT: entries[3:]})
+        needs = module.Needs().topic("orders", module.Action.PUB).topic("ordinal", module.Action.SUB) \
+            .topic("%RETRY%g", module.Action.PUB).topic("other", module.Action.PUB).cluster(module.Action.GET)
+        hosts = ("10.0.0.1", "192.168.1.1", "not-an-ip")
+        return ([acl.allows(r, a, h) for _ in range(2) for r, a in needs.wants for h in hosts], needs.describe(),
+                [r.key for r, _ in needs.wants], [module.decide(entries, r, a, "10.0.0.1") for r, a in needs.wants])
+
+    assert decided(importlib.import_module("txmq.acl.model")) == decided(load_interpreted("txmq.acl.model"))
+
+    import txmq.acl.config as config
+
+    def read(module) -> object:
+        matchers = [module.RemoteAddressMatcher(p) for p in ("*", "192.168.1.{5,6}", "10.0.1-20.*", "10.0.0.0/8")]
+        return [[m.match(h) for m in matchers] for h in ("192.168.1.5", "10.0.3.4", "10.0.30.4", "::1", "x")], \
+            [_outcome(module.parse_perm, p) for p in ("PUB|SUB", "deny", "Sub", "all")]
+
+    assert read(config) == read(load_interpreted("txmq.acl.config"))
+
+    (tmp_path / "plain_acl.yml").write_text("globalWhiteRemoteAddresses: [10.9.*.*]\naccounts:\n"
+                                            "  - accessKey: aclKey01\n    secretKey: aclSecret01\n"
+                                            "    whiteRemoteAddress: 192.168.1.5\n    topicPerms: [t1=PUB]\n")
+
+    def gated(module) -> object:
+        from txmq.acl.store import AuthStore
+
+        gate = module.AccessValidator(AuthStore(config.AclFile(tmp_path / "plain_acl.yml")), "broker")
+        out = []
+        for host in ("10.9.1.2", "192.168.1.5", "127.0.0.1", "[::1]"):
+            conn = SimpleNamespace(remote_address=f"{host}:4000", attrs={})
+            for ext in (cmd.ext_fields, variants[-1], {**variants[-2], "AccessKey": "nobody"}):
+                identity = gate.admit(conn, RemotingCommand(310, ext_fields=ext, body=cmd.body))
+                if isinstance(identity, RemotingCommand):
+                    out.append((identity.code, identity.remark))
+                    continue
+                for topic in ("t1", "t2"):
+                    refusal = gate.permit(conn, cmd, identity, Needs().topic(topic, Action.PUB))
+                    out.append(None if refusal is None else (refusal.code, refusal.remark))
+        return out
+
+    assert gated(importlib.import_module("txmq.acl.validator")) == gated(load_interpreted("txmq.acl.validator"))
 
 
 def test_index_files_are_the_same_interpreted(tmp_path: Path) -> None:

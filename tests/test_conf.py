@@ -1,16 +1,24 @@
-"""broker.conf as Java properties, and config values checked when read (issue 16)."""
+"""broker.conf as Java properties, and config values checked when read (issue 16); each key declared once, with
+its default, range and documentation, docs/configuration.md generated from the declarations (issue 29)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from txmq.broker.config import _RANGES, BrokerConfig, config_properties
-from txmq.conf import parse_properties
+from txmq.broker.config import RUNTIME_KEYS, BrokerConfig, config_properties
+from txmq.conf import declared_keys, parse_properties
+from txmq.config_doc import BEGIN, END, section
 from txmq.errors import InvalidMessageError
+from txmq.launch import txmq_command
 from txmq.message import Message, MessageConst
+from txmq.remoting.server import ServerLimits
+from txmq.store.config import FlushDiskType, StoreConfig
+from txmq.store.ha.config import HAConfig
 
 
 def test_java_properties_rules():
@@ -50,21 +58,30 @@ def test_bad_values_name_the_key(values, message):
     assert str(err.value) == message
 
 
-def test_every_range_names_a_key_and_holds_its_default():
-    """A range for a key that does not exist would check nothing; a default outside its range would stop every
-    broker that keeps it."""
+def test_every_default_passes_its_own_checks():
+    """A default outside its key's range would stop every broker that keeps it; each value getBrokerConfig shows
+    reads back as itself."""
+    keys = declared_keys(BrokerConfig)
+    for k in keys.values():
+        assert k.parse(k.text(k.default)) == k.default, k.name
     config = BrokerConfig()
-    config.update({k: v for k, v in config_properties(config).items()})  # the defaults pass their own checks
-    keys = {f.name for f in fields(config)} | {f.name for f in fields(config.server_limits)}
-    assert set(_RANGES) <= keys
-    assert {"grpc_port", "transaction_check_max", "server_max_connections"} <= set(_RANGES)
+    config.update(config_properties(config))
+    assert config_properties(config) == config_properties(BrokerConfig())
+
+
+def test_every_numeric_key_has_a_range():
+    """A number an operator gives is bounded where its key is declared (a zero interval is a busy loop, a zero
+    queue count an unroutable topic): a new numeric key without a range fails here."""
+    unbounded = [k.name for k in declared_keys(BrokerConfig).values()
+                 if k.kind in (int, float) and k.key.range == (None, None)]
+    assert not unbounded
 
 
 def test_a_refused_range_leaves_every_field_as_it_was():
     config = BrokerConfig()
     with pytest.raises(ValueError, match="transactionCheckInterval"):
         config.update({"flushIntervalCommitLog": "200", "transactionCheckInterval": "0"})
-    assert config.flush_interval_commit_log == 500 and config.transaction_check_interval == 30_000
+    assert config.store.flush_interval_commit_log_ms == 500 and config.transaction_check_interval == 30_000
 
 
 def test_unknown_keys_are_warned_once(caplog):
@@ -74,10 +91,12 @@ def test_unknown_keys_are_warned_once(caplog):
                         "txmq reads)"]
 
 
-def test_every_key_is_documented():
-    doc = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
-    missing = [k for k in config_properties(BrokerConfig()) if f"| `{k}` |" not in doc]
-    assert not missing
+def test_the_configuration_page_shows_the_keys_that_run():
+    page = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    assert BEGIN in page and END in page
+    shown = page[page.index(BEGIN):page.index(END) + len(END)]
+    assert shown == section(), "docs/configuration.md is stale: python -m txmq.config_doc --write regenerates it"
+    assert all(f"| `{k.name}` |" in shown for k in declared_keys(BrokerConfig).values())
 
 
 def test_message_delay_level_setter():
@@ -139,3 +158,119 @@ def test_the_name_server_checks_its_limits_as_the_broker_does(tmp_path):
     assert str(err.value) == "config serverMaxConnections: 0 is out of range (it must be at least 1)"
     conf.write_text("serverMaxConnections=16\nserverChannelMaxIdleTimeSeconds=0\n")
     assert namesrv_limits(str(conf)).server_max_connections == 16
+
+
+def _names(cls: type) -> set[str]:
+    return {k.name for k in declared_keys(cls).values()}
+
+
+def test_the_store_replication_and_remoting_keys_are_part_of_the_brokers():
+    """Each key is declared once, where it is used; broker.conf reaches the store's, replication's and the remoting
+    server's keys through the broker's config, under their RocketMQ names."""
+    broker = _names(BrokerConfig)
+    parts = [_names(StoreConfig), _names(HAConfig), _names(ServerLimits)]
+    assert all(part <= broker for part in parts)
+    assert sum(map(len, parts)) + len([f for f in declared_keys(BrokerConfig).values() if len(f.path) == 1]) \
+        == len(broker)
+    assert {"flushIntervalCommitLog", "haListenPort", "serverMaxConnections", "brokerIP1"} <= broker
+    config = BrokerConfig()
+    config.update({"flushDiskType": "sync_flush", "flushIntervalCommitLog": "200", "haListenPort": "20912",
+                   "serverMaxConnections": "16", "diskMaxUsedSpaceRatio": "0.5", "tls.server.mode": "permissive"})
+    assert config.store.flush_disk_type is FlushDiskType.SYNC_FLUSH and config.store.flush_interval_commit_log_ms == 200
+    assert config.ha.listen_port == 20912 and config.server_limits.server_max_connections == 16
+    assert config.store.disk_max_used_space_ratio == 50  # a fraction, as RocketMQ 4.x's system property, in percent
+    assert config.tls_server_mode == "permissive"
+    props = config_properties(config)
+    assert (props["flushDiskType"], props["flushIntervalCommitLog"], props["haListenPort"]) == ("SYNC_FLUSH", "200",
+                                                                                                "20912")
+
+
+def test_the_broker_hands_its_store_the_config_it_reads(tmp_path):
+    """No copy field by field: the store runs on the broker's own store config, so a key changed while the broker
+    runs (maxMessageSize) is the one the store's put checks."""
+    async def main() -> None:
+        config = BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")), listen_port=1)
+        from txmq.broker.controller import BrokerController
+
+        broker = BrokerController(config)
+        try:
+            assert broker.store.config is config.store
+            assert broker.store.config.store_host == broker.store_host
+            config.update({"maxMessageSize": str(5 << 20)})
+            assert broker.store.config.max_message_size == 5 << 20
+        finally:
+            await broker.store.shutdown()
+    asyncio.run(main())
+
+
+def test_store_checks_hold_for_a_config_built_in_code(tmp_path):
+    """The checks of a key (not its operator range) hold however the store's config is made."""
+    with pytest.raises(ValueError, match="config mappedFileSizeConsumeQueue: 30 is not a multiple of 20"):
+        StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_consume_queue=30)
+    with pytest.raises(ValueError, match="config mappedFileSizeConsumeQueue: 30 is not a multiple of 20"):
+        BrokerConfig().update({"mappedFileSizeConsumeQueue": "30"})
+    with pytest.raises(ValueError, match="config messageDelayLevel: '1s 5x' has a bad entry '5x'"):
+        BrokerConfig().update({"messageDelayLevel": "1s 5x"})
+    assert StoreConfig(store_path_root_dir=str(tmp_path), disk_space_warning_level_ratio=0.9) \
+        .disk_space_warning_level_ratio == 90
+
+
+def test_which_keys_change_at_run_time_and_which_stay_secret():
+    """updateBrokerConfig's keys and getBrokerConfig's omissions are declared on the keys."""
+    assert set(RUNTIME_KEYS) == {"maxMessageSize", "rejectTransactionMessage", "longPollingEnable",
+                                 "registerNameServerPeriod", "transactionCheckMax", "transactionCheckInterval"}
+    secret = {k.name for k in declared_keys(BrokerConfig).values() if k.key.secret}
+    assert secret == {"accessKey", "secretKey"}
+    config = BrokerConfig()
+    config.update({"accessKey": "rocketmq2", "secretKey": "12345678"})
+    props = config_properties(config)
+    assert not secret & set(props) and "12345678" not in props.values()
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ("nan", "config fileReservedTime: 'nan' is not a finite number"),
+    ("inf", "config fileReservedTime: 'inf' is not a finite number"),
+])
+def test_a_number_is_finite(raw, message):
+    """NaN compares false with every bound, so it passed every range: a retention that never deletes."""
+    with pytest.raises(ValueError) as err:
+        BrokerConfig().update({"fileReservedTime": raw})
+    assert str(err.value) == message
+
+
+def test_a_key_declared_twice_is_refused():
+    from dataclasses import dataclass
+
+    from txmq.conf import key, section
+
+    @dataclass
+    class Inner:
+        listen_port: int = key(1, range=(0, 65535), doc="twice")
+
+    @dataclass
+    class Outer:
+        listen_port: int = key(1, range=(0, 65535), doc="once")
+        inner: Inner = section(Inner, "Inner")
+
+    with pytest.raises(TypeError, match="config key listenPort is declared twice"):
+        declared_keys(Outer)
+
+
+def test_the_broker_config_does_not_import_the_transaction_service():
+    code = "import sys, txmq.broker.config; print('txmq.broker.transaction.service' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--port", "abc"], "txmq broker: config listenPort: 'abc' is not an integer"),
+    (["--grpc-port", "70000"], "txmq broker: config grpcPort: 70000 is out of range (it must be at most 65535)"),
+    (["--flush-disk-type", "SYNC"], "txmq broker: config flushDiskType: 'SYNC' is not one of ASYNC_FLUSH, "
+                                    "SYNC_FLUSH"),
+])
+def test_flags_are_read_as_their_keys(flags, message, tmp_path):
+    """A flag that sets a key is parsed and checked once, by its key, and refused as broker.conf's value is."""
+    r = subprocess.run(txmq_command("broker", "--store", str(tmp_path / "s"), *flags), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == message

@@ -1,7 +1,7 @@
 """``python -m examples.orders``: start ``txmq server`` (name server + broker in one process, temporary store)
 unless ``--namesrv`` names a running one, then run the order service, the streaming job (availableNow) and the
-audit on Spark (``--master``, default ``local[2]``; any Spark master URL works), and print where the outputs
-are."""
+audit on Spark (``--master``, default ``local[2]``; any Spark master URL works; or ``--remote sc://HOST:PORT``, a
+Spark Connect server whose Python workers can import txmq), and print where the outputs are."""
 
 from __future__ import annotations
 
@@ -26,12 +26,17 @@ def start_server(root: Path) -> ServerProcess:
     return ServerProcess(args, root / "server.log").start(30)
 
 
-def spark_session(master: str):  # type: ignore[no-untyped-def]
+def spark_session(master: str, remote: str | None = None):  # type: ignore[no-untyped-def]
+    from pyspark.sql import SparkSession
+
+    if remote:  # Spark Connect: the server runs the queries (and the txmq data source, in its Python workers)
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        spark.conf.set("spark.sql.shuffle.partitions", "4")
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        return spark
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
     spark = (SparkSession.builder.master(master).appName("txmq-orders")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4")
@@ -46,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="output directory (default: a new temporary directory)")
     p.add_argument("--orders", type=int, default=300)
     p.add_argument("--master", default="local[2]", help="Spark master URL")
+    p.add_argument("--remote", help="a Spark Connect server, sc://HOST:PORT (instead of --master); --out must be a "
+                                    "path the server can write and this program can read (the same host, or shared)")
     args = p.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="txmq-orders-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -68,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         db = out / "orders.db"
         counts = run_order_service(namesrv, db, args.orders)
         print(f"order service: {args.orders} orders in {time.monotonic() - t0:.1f}s, scenarios {counts}", flush=True)
-        spark = spark_session(args.master)
+        spark = spark_session(args.master, args.remote)
         try:
             t0 = time.monotonic()
             streamed = run_streaming_job(spark, namesrv, out)

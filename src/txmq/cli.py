@@ -31,7 +31,7 @@ def cmd_server(args: argparse.Namespace) -> int:
                                          "storePathRootDir": args.store, "flushDiskType": args.flush_disk_type,
                                          "grpcPort": args.grpc_port})
     # the embedded name server keeps its users beside the broker's (each server has its own store)
-    acl = namesrv_validator(config.acl_file or None, Path(config.store_path_root_dir) / "config" /
+    acl = namesrv_validator(config.acl_file or None, Path(config.store.store_path_root_dir) / "config" /
                             "namesrv-auth.json") if config.acl_enable else None
     namesrv = NamesrvController(args.host, args.namesrv_port, limits=config.server_limits, acl=acl,
                                 tls=config.tls_server())
@@ -457,17 +457,17 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument(f"{p}https-key", help="the HTTPS certificate's key (PEM)")
 
     def broker_opts(sp: argparse.ArgumentParser) -> None:
-        """What ``server`` and ``broker`` both pass on to the broker's config."""
-        sp.add_argument("--grpc-port", type=int, default=None,
-                        help="RocketMQ 5 gRPC port (default 8081, 0: free, -1: off)")
-        sp.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"],
+        """What ``server`` and ``broker`` both pass on to the broker's config, as text: each is parsed and checked
+        as its broker.conf key (``BrokerConfig.update``)."""
+        sp.add_argument("--grpc-port", help="RocketMQ 5 gRPC port (default 8081, 0: free, -1: off)")
+        sp.add_argument("--flush-disk-type", metavar="{ASYNC_FLUSH,SYNC_FLUSH}",
                         help="SYNC_FLUSH: a send is answered once on disk (default ASYNC_FLUSH)")
         sp.add_argument("-c", "--config", help="RocketMQ broker.conf (keys: docs/configuration.md)")
         sp.add_argument("--store", help="store directory (default ~/store)")
 
     s = sub.add_parser("server", help="name server + broker in one process (the embedded default)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=None, help="broker port (default 10911)")
+    s.add_argument("--port", help="broker port (default 10911)")
     s.add_argument("--namesrv-port", type=int, default=9876, help="name server port (default 9876)")
     s.add_argument("--console-port", type=int, default=8080,
                    help="web console port (default 8080; 0: a free port, -1: off)")
@@ -504,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("broker", help="a broker registering with name servers")
     namesrv_opt(s)
     s.add_argument("--host", default=None, help="address to listen on and register (default brokerIP1)")
-    s.add_argument("--port", type=int, default=None, help="port (default listenPort, 10911)")
+    s.add_argument("--port", help="port (default listenPort, 10911)")
     s.add_argument("--broker-name", help="broker name (default brokerName, broker-a)")
     broker_opts(s)
     s.set_defaults(fn=cmd_broker)

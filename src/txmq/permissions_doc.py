@@ -41,11 +41,12 @@ def tables() -> dict[str, RequestTable]:
     from txmq.broker.controller import BrokerController
     from txmq.controller.server import ControllerManager
     from txmq.namesrv.controller import NamesrvController
+    from txmq.store.config import StoreConfig
 
     async def build() -> dict[str, RequestTable]:
         with tempfile.TemporaryDirectory() as root:
-            broker = BrokerController(BrokerConfig(store_path_root_dir=str(Path(root) / "store"), listen_port=1,
-                                                   enable_controller_mode=True, broker_id=1,
+            broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(Path(root) / "store")),
+                                                   listen_port=1, enable_controller_mode=True, broker_id=1,
                                                    controller_addr="127.0.0.1:1"))
             try:
                 return {"broker (10911)": broker.request_table,

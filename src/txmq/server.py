@@ -136,16 +136,15 @@ def broker_config(args_conf: str | None, overrides: dict[str, object]) -> Broker
 
 
 def namesrv_limits(conf: str | None) -> ServerLimits:
-    """The name server's remoting limits, from a properties file of ``ServerLimits`` keys (or the defaults)."""
+    """The name server's remoting limits, from a properties file of ``ServerLimits`` keys (or the defaults),
+    parsed and checked as broker.conf's."""
     from pathlib import Path
 
-    from txmq.broker.config import check_ranges
-    from txmq.conf import parse_properties, update_fields
+    from txmq.conf import parse_properties, set_keys
 
     limits = ServerLimits()
     if conf:
-        unknown = update_fields(limits, parse_properties(Path(conf).read_text()))
+        unknown = set_keys(limits, parse_properties(Path(conf).read_text()))
         if unknown:
             log.warning("unknown name server config keys ignored: %s", ", ".join(sorted(unknown)))
-        check_ranges(limits)  # the ranges broker.conf has for these keys
     return limits

@@ -106,7 +106,7 @@ def test_end_transaction_from_another_account_refused(acl_server: AclServer, adm
             assert resp.code == ResponseCode.NO_PERMISSION
     # naming a group the attacker may publish for does not make the victim's half his
     resp = call(broker, RequestCode.END_TRANSACTION, _end(pending, commit, "attacker-group"), as_=ATTACKER)
-    assert resp.code != ResponseCode.SUCCESS and "producer group" in (resp.remark or "")
+    assert resp.code != ResponseCode.SUCCESS and "no half message of group attacker-group" in (resp.remark or "")
     batch = orjson.dumps({"producerGroup": GROUP, "entries": [
         {"tranStateTableOffset": pending["halfOffset"], "commitLogOffset": pending["commitLogOffset"],
          "commitOrRollback": commit}]})

@@ -72,6 +72,26 @@ def test_signature_is_rocketmqs_and_covers_every_field_and_the_body():
     assert not signature_matches(hmac_key("wrongSecret1"), cmd)
 
 
+def test_field_orders_remembered_for_signatures_are_bounded():
+    """The signed names' order is remembered per list of names a client sends: made-up names, many or long, are
+    checked like any others and never grow the memory past MAX_ORDERS short lists."""
+    import txmq.acl.signer as signer
+
+    hook, key = AclClientRPCHook(SessionCredentials("orderKey01", "orderSecret01")), hmac_key("orderSecret01")
+    for i in range(signer.MAX_ORDERS + 10):
+        cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, {f"field{i}": "v", "topic": "orders"}, b"body")
+        hook(cmd)
+        assert signature_matches(key, cmd)
+        assert tuple(cmd.ext_fields) in signer._ORDERS  # remembered (the table emptied when it was full)
+        assert len(signer._ORDERS) <= signer.MAX_ORDERS
+    long_names = {f"{i:04d}" + "n" * 60: "v" for i in range(40)}  # 2,560 characters of names
+    cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, long_names, b"body")
+    hook(cmd)
+    assert signature_matches(key, cmd) and tuple(cmd.ext_fields) not in signer._ORDERS
+    bad = RemotingCommand.request(cmd.code, {**cmd.ext_fields, "0001" + "n" * 60: "w"}, cmd.body)
+    assert not signature_matches(key, bad)
+
+
 def test_grpc_authorization_round_trip():
     value = grpc_authorization(SessionCredentials("orderKey01", "orderSecret01"), "20260101T000000Z")
     assert value.startswith("MQv2-HMAC-SHA1 Credential=orderKey01, SignedHeaders=x-mq-date-time, Signature=")
@@ -118,7 +138,7 @@ def test_white_addresses(tmp_path):
     validator = AccessValidator(AuthStore(AclFile(path)), "broker")
 
     def send(host: str, topic: str, access_key: str | None) -> int | None:
-        conn: Any = SimpleNamespace(remote_address=f"{host}:4000")
+        conn: Any = SimpleNamespace(remote_address=f"{host}:4000", attrs={})
         ext = {"topic": topic, "producerGroup": "g", **({"AccessKey": access_key} if access_key else {})}
         cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, b"x")
         identity = validator.admit(conn, cmd)

@@ -96,7 +96,8 @@ def test_plain_acl_accounts_still_work(server):
 def test_users_and_acls_made_by_txmq_admin_take_effect_at_once_everywhere(server):
     subject = f"User:{NEW.access_key}"
     resp = call(server.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"}, as_=NEW)
-    assert resp.code == ResponseCode.NO_PERMISSION and "no account" in (resp.remark or "")
+    assert resp.code == ResponseCode.NO_PERMISSION and "authentication failed" in (resp.remark or "")
+    assert f"no account for AccessKey {NEW.access_key}" in server.log  # the log says which
 
     out = ok(server, "createUser", "-u", NEW.access_key, "-p", NEW.secret_key)
     assert f"create user to {server.broker} (broker broker-a) success." in out
@@ -139,7 +140,7 @@ def test_users_and_acls_made_by_txmq_admin_take_effect_at_once_everywhere(server
     ok(server, "deleteUser", "-u", NEW.access_key)
     for addr in (server.broker, server.namesrv):
         resp = call(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"}, as_=NEW)
-        assert resp.code == ResponseCode.NO_PERMISSION and "no account" in (resp.remark or "")
+        assert resp.code == ResponseCode.NO_PERMISSION and "authentication failed" in (resp.remark or "")
     assert NEW.secret_key not in server.log
 
 

@@ -31,6 +31,7 @@ from txmq.acl.model import (
     PolicyType,
     Resource,
     SourceIps,
+    User,
     UserStatus,
     UserType,
     decide,
@@ -119,8 +120,32 @@ _entries = st.builds(lambda key, actions, deny, ips: PolicyEntry(Resource.parse(
        any_of=st.sets(st.sampled_from([PUB, SUB, Action.GET, Action.UPDATE]), min_size=1, max_size=2),
        host=st.sampled_from(["10.1.2.3", "192.168.1.7", "172.16.0.1"]))
 def test_the_index_decides_as_the_models_rule(entries, wanted, any_of, host):
-    best = PolicyIndex(entries).best(wanted, frozenset(any_of), host)
-    assert (best is not None and best.decision is Decision.ALLOW) == decide(entries, wanted, frozenset(any_of), host)
+    assert PolicyIndex(entries).allows(wanted, frozenset(any_of), host) == decide(entries, wanted, frozenset(any_of),
+                                                                                  host)
+
+
+def test_a_listed_plain_acl_permission_is_the_whole_permission_on_that_name():
+    """1.0: a default applies to names an account does not list. ``orders=SUB`` beside ``defaultTopicPerm: PUB|SUB``
+    let the account publish to ``orders`` (ACL 2.0 consults Default entries for each action no Custom entry
+    names, and RocketMQ's migration adds nothing): the read-only topic took the account's sends."""
+    acl = migrate(parse_plain_acl("accounts:\n  - accessKey: readOnly01\n    secretKey: readOnlySecret1\n"
+                                  "    defaultTopicPerm: PUB|SUB\n    defaultGroupPerm: SUB\n"
+                                  "    topicPerms: [orders=SUB, audit=PUB, open=PUB|SUB, closed=DENY]\n"
+                                  "    groupPerms: [producers=PUB]\n"))[1]["readOnly01"]
+    assert not acl.allows(ORDERS, frozenset({PUB}), "h")
+    assert acl.allows(ORDERS, frozenset({SUB}), "h")
+    assert acl.allows(ORDERS, frozenset({PUB, SUB, Action.GET}), "h")  # its route: Sub is enough
+    assert not acl.allows(Resource.topic("audit"), frozenset({SUB}), "h")
+    assert acl.allows(Resource.topic("audit"), frozenset({PUB}), "h")
+    assert acl.allows(Resource.topic("open"), frozenset({PUB}), "h")
+    assert not acl.allows(Resource.topic("closed"), frozenset({SUB}), "h")
+    assert acl.allows(Resource.topic("unlisted"), frozenset({PUB}), "h")  # the default, as in 1.0
+    assert not acl.allows(Resource.group("producers"), frozenset({SUB}), "h")
+    assert acl.allows(Resource.group("other"), frozenset({SUB}), "h")
+    # no default that would grant it: nothing added
+    plain = migrate(parse_plain_acl("accounts:\n  - accessKey: plainKey01\n    secretKey: plainSecret1\n"
+                                    "    topicPerms: [orders=SUB]\n"))[1]["plainKey01"]
+    assert plain.policies[PolicyType.CUSTOM] == (PolicyEntry(ORDERS, frozenset({SUB})),)
 
 
 # --- identify and refusal -------------------------------------------------------------------------------------
@@ -163,6 +188,51 @@ def test_a_user_without_an_acl_may_do_nothing_and_a_disabled_one_nothing_at_all(
     store.update_user("newUser01", "otherSecret1", None, UserStatus.ENABLE, by_super=True)
     again = store.identify("h", "newUser01", signed)
     assert not isinstance(again, str) and again.key.digest() == hmac_key("otherSecret1").digest()
+
+
+def test_no_remembered_decision_outlives_a_change(tmp_path):
+    """``Acl.allows`` remembers its decisions: an allow decided (and remembered) before a change of the stored ACL
+    or of plain_acl.yml must be refused on the very next request after it, the same User object asking."""
+    store = store_at(tmp_path)
+    store.create_user("dave0001", "daveSecret01", None, by_super=True)
+    store.create_acl("dave0001", {PolicyType.CUSTOM: (allow("Topic:ord*", PUB),)})
+    dave = store.identify("h", "dave0001", signed)
+    assert not isinstance(dave, str)
+
+    def refusal(user: Any) -> str | None:
+        return store.refusal(user, Needs().topic("orders", PUB), "h")
+
+    assert refusal(dave) is None and refusal(dave) is None  # decided, then remembered
+    store.create_acl("dave0001", {PolicyType.CUSTOM: (allow("Topic:orders", PUB, decision=Decision.DENY),)})
+    assert refusal(dave) == "no Pub permission on Topic:orders"
+    store.delete_acl("dave0001", PolicyType.CUSTOM, Resource.parse("Topic:orders"))
+    assert refusal(dave) is None and refusal(dave) is None
+    store.delete_acl("dave0001", PolicyType.CUSTOM, None)
+    assert refusal(dave) == "no Pub permission on Topic:orders"
+
+    victim = store.identify("h", "orderKey01", signed)  # plain_acl.yml: orders=PUB|SUB
+    assert not isinstance(victim, str)
+    assert refusal(victim) is None and refusal(victim) is None
+    (tmp_path / "plain_acl.yml").write_text(PLAIN_ACL.replace("orders=PUB|SUB, cpp", "orders=SUB, cpp"))
+    later = time.time_ns() + 10**9
+    os.utime(tmp_path / "plain_acl.yml", ns=(later, later))
+    assert store.identify("h", "billingKey01", signed) is not None  # any request re-reads the changed file
+    assert refusal(victim) == "no Pub permission on Topic:orders"  # the User object read before the change
+
+
+def test_remembered_decisions_are_bounded():
+    """A user naming ever new resources cannot grow the server's memory: an ACL remembers at most MAX_DECISIONS,
+    and none for a name longer than RocketMQ's longest; such names are still decided."""
+    acl = Acl("u", {PolicyType.CUSTOM: (allow("Topic:*", PUB), allow("Topic:secret*", PUB, decision=Decision.DENY))})
+    pub = frozenset({PUB})
+    for i in range(Acl.MAX_DECISIONS + 10):
+        assert acl.allows(Resource.topic(f"t{i}"), pub, "h")
+        assert acl.remembered() <= Acl.MAX_DECISIONS
+    assert acl.remembered() > 0
+    fresh = Acl("u", acl.policies)
+    assert fresh.allows(Resource.topic("t" * 256), pub, "h") and fresh.remembered() == 0
+    assert not fresh.allows(Resource.topic("secret" + "t" * 300), pub, "h") and fresh.remembered() == 0
+    assert fresh.allows(Resource.topic("t" * 255), pub, "h") and fresh.remembered() == 1
 
 
 # --- changes, persistence, and the two sources ---------------------------------------------------------------
@@ -266,16 +336,17 @@ def test_a_missing_store_is_empty_and_one_store_serves_one_process(tmp_path):
 
 
 class _Passes:
-    """A gate that lets every request through as the AccessKey it names: what the processor does past the ACL."""
+    """A gate that lets every request through as the user its AccessKey names: what the processor does past the
+    ACL."""
 
-    def admit(self, conn: Any, cmd: RemotingCommand) -> str:
-        return cmd.ext_fields["AccessKey"]
+    def __init__(self, store: AuthStore) -> None:
+        self.store = store
 
-    def permit(self, conn: Any, cmd: RemotingCommand, identity: str, needs: Any) -> None:
+    def admit(self, conn: Any, cmd: RemotingCommand) -> User | None:
+        return self.store.get_user(cmd.ext_fields["AccessKey"])
+
+    def permit(self, conn: Any, cmd: RemotingCommand, identity: User, needs: Any) -> None:
         return None
-
-    def account(self, identity: str) -> str:
-        return identity
 
 
 def _ask(processor: AuthProcessor, code: int, ext: dict[str, str], body: Any = None,
@@ -283,8 +354,9 @@ def _ask(processor: AuthProcessor, code: int, ext: dict[str, str], body: Any = N
     table = RequestTable("broker")
     table.register(processor)
     cmd = RemotingCommand.request(code, {**ext, "AccessKey": as_}, orjson.dumps(body) if body is not None else b"")
-    conn: Any = SimpleNamespace(remote_address="127.0.0.1:1")
-    answer = RequestDispatcher(table, _Passes())(conn, cmd)
+    conn: Any = SimpleNamespace(remote_address="127.0.0.1:1", attrs={})
+    gate = _Passes(processor.store) if processor.store is not None else None  # ACL off: no gate
+    answer = RequestDispatcher(table, gate)(conn, cmd)
     assert isinstance(answer, RemotingCommand)
     return answer
 

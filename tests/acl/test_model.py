@@ -54,6 +54,29 @@ def test_deny_wins_between_equals_and_source_ips_filter():
     assert decide(ips, orders, frozenset({PUB}), "192.168.1.7")
     assert not decide(ips, orders, frozenset({PUB}), "192.168.1.8")
     assert not decide(ips, orders, frozenset({PUB}), "not-an-ip")
+    assert decide(ips, orders, frozenset({PUB}), "::ffff:10.2.3.4")  # an IPv4-mapped address is its IPv4 address
+
+
+def test_a_deny_by_source_address_holds_for_mapped_and_unknown_addresses():
+    """A Deny entry limited to some addresses applied neither to the same peer seen as an IPv4-mapped IPv6 address
+    nor to a peer whose address is no IP address: the Deny was walked around. Now it applies to both (an Allow
+    entry's addresses still let neither in)."""
+    orders = Resource.topic("orders")
+    entries = [entry("Topic:*", PUB), entry("Topic:orders", PUB, decision=Decision.DENY, ips=("10.0.1.0/24",))]
+    for host in ("10.0.1.5", "::ffff:10.0.1.5", "unix:/tmp/s", ""):
+        assert not decide(entries, orders, frozenset({PUB}), host), host
+    assert decide(entries, orders, frozenset({PUB}), "10.0.2.5")
+
+
+def test_each_action_a_request_accepts_is_decided_on_its_own():
+    """A route lookup needs Pub, Sub or Get: a Deny of Pub must not refuse it to an account allowed Sub, and an
+    Allow of Sub must not let it publish."""
+    orders = Resource.topic("orders")
+    entries = [entry("Topic:orders", SUB), entry("Topic:orders", PUB, decision=Decision.DENY)]
+    assert decide(entries, orders, frozenset({PUB, SUB, GET}), "h")
+    assert not decide(entries, orders, frozenset({PUB}), "h")
+    assert not decide([entry("Topic:orders", PUB, SUB, decision=Decision.DENY), entry("Topic:*", GET)], orders,
+                      frozenset({SUB}), "h")
 
 
 def test_needs_name_retry_topics_as_their_group():

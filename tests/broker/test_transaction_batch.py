@@ -361,17 +361,20 @@ def test_a_shared_put_torn_inside_a_record_by_a_crash(tmp_path, torn):
 
 
 @pytest.mark.parametrize("result, line", [
-    (EndResult(14), "oneway END_TRANSACTION refused: SERVICE_NOT_AVAILABLE"),
-    (EndResult(11, "fenced"), "oneway END_TRANSACTION refused: SLAVE_NOT_AVAILABLE (fenced)"),
-    (EndResult(9999), "oneway END_TRANSACTION refused: 9999")])
+    (EndResult(14), "SERVICE_NOT_AVAILABLE"),
+    (EndResult(11, "fenced"), "SLAVE_NOT_AVAILABLE (fenced)"),
+    (EndResult(9999), "9999")])
 def test_a_refused_oneway_decision_is_logged_by_its_codes_name_and_a_missing_remark_not_as_none(caplog, result,
                                                                                                line):
-    _log_refusal(result)
-    assert [r.getMessage() for r in caplog.records] == [line]
+    _log_refusal("10.9.8.7", result)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"broker refused a oneway END_TRANSACTION from 10.9.8.7: {line}"]
 
 
 class _Wire:
     """The connection side of ``_EndAnswer``: what would be written, and the handler-failure answer."""
+
+    remote_address = "10.9.8.6:1234"
 
     def __init__(self) -> None:
         self.written: list[tuple[RemotingCommand, object]] = []
@@ -408,7 +411,8 @@ def test_single_decisions_of_one_iteration_answer_each_its_own_reply_a_bad_neigh
                                                        ResponseCode.SYSTEM_ERROR, SHOULD_ROLLBACK]
         refused = [r.getMessage() for r in caplog.records if "oneway" in r.getMessage()]
         assert len(refused) == 1  # the second oneway, not the first (a ROLLBACK: SUCCESS, quiet)
-        assert refused[0].startswith("oneway END_TRANSACTION refused: SYSTEM_ERROR (Find prepared transaction")
+        assert refused[0].startswith("broker refused a oneway END_TRANSACTION from 10.9.8.6: SYSTEM_ERROR (Find "
+                                     "prepared transaction")
         assert [service.table.outcome(off) for off in (a, b, c)] == [COMMIT, Outcome.PENDING, ROLLBACK]
         await store.shutdown()
     asyncio.run(go())

@@ -39,7 +39,7 @@ class _HA:
 
 def _sync_master(tmp_path) -> tuple[ReplicasManager, SimpleNamespace, _HA]:
     cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
-                       controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
+                       controller_addr="127.0.0.1:1", store=StoreConfig(store_path_root_dir=str(tmp_path)))
     ha = _HA()
     broker = SimpleNamespace(config=cfg, ha_service=ha)
     rm = ReplicasManager(broker)  # type: ignore[arg-type]
@@ -84,7 +84,7 @@ class _Slave:
 
     def __init__(self, tmp_path, master_table: dict) -> None:
         self.config = BrokerConfig(broker_id=2, broker_role="SLAVE", enable_controller_mode=True,
-                                   controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
+                                   controller_addr="127.0.0.1:1", store=StoreConfig(store_path_root_dir=str(tmp_path)))
         self.addr, self.ha_addr = "127.0.0.1:1002", "127.0.0.1:2002"
         self.truncated: list[int] = []
         self.followed: list[str] = []
@@ -296,7 +296,7 @@ def _maintain_sync_state_set(tmp_path, conns: list, in_sync, set_needed, members
     """One pass of a master's SyncStateSet upkeep (``members``) over stand-in HA connections, the master's log
     ending at 1000: the manager (``rm.broker.store.max_phy_offset`` moves the end), and the sets it proposed."""
     cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
-                       controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
+                       controller_addr="127.0.0.1:1", store=StoreConfig(store_path_root_dir=str(tmp_path)))
     ha = SimpleNamespace(connections=conns, in_sync=in_sync, set_needed_slaves=set_needed,
                          config=SimpleNamespace(transfer_batch_size=64))
     broker = SimpleNamespace(config=cfg, ha_service=ha, store=SimpleNamespace(max_phy_offset=1000,
@@ -454,7 +454,7 @@ def test_a_sync_put_during_a_promotion_is_not_acknowledged_before_the_ha_service
     async def main() -> None:
         async with DefaultMessageStore(StoreConfig(store_path_root_dir=str(tmp_path / "store"))) as store:
             cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
-                               controller_addr="127.0.0.1:1", store_path_root_dir=str(tmp_path))
+                               controller_addr="127.0.0.1:1", store=StoreConfig(store_path_root_dir=str(tmp_path)))
             registering, registered = asyncio.Event(), asyncio.Event()
             broker = SimpleNamespace(config=cfg, store=store, ha_service=None, addr="127.0.0.1:1001")
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -77,6 +78,26 @@ def test_cluster_broker_status_and_config(live):
     code, out = admin(live, "updateBrokerConfig", "-b", addr, "-k", "transactionCheckInterval", "-v", "0")
     assert code == 1 and "transactionCheckInterval: 0 is out of range" in out
     assert re.search(r"^transactionCheckInterval\s+=  30000$", ok(live, "getBrokerConfig", "-b", addr), re.M)
+
+
+def test_a_raised_max_message_size_reaches_the_store(live):
+    """maxMessageSize is one key, read by the send check and by the store's put: raised at run time, a body over
+    the old limit is stored (the store kept its own copy of the key, so the send check let the body through and
+    the store refused it)."""
+    addr = live.procs[-1].addrs["broker"]
+    assert admin(live, "updateTopic", "-t", "adm_big", "-r", "1", "-w", "1")[0] == 0
+    live.wait_route("adm_big")
+    body = os.urandom(4 * 1024 * 1024 + 4096)
+    ok(live, "updateBrokerConfig", "-b", addr, "-k", "maxMessageSize", "-v", str(5 * 1024 * 1024))
+    try:
+        with Producer("adm_big", live.namesrv_addr, max_message_size=8 * 1024 * 1024) as producer:
+            result = producer.send(Message("adm_big", body))
+        with PullConsumer("adm_big_g", live.namesrv_addr) as consumer:
+            consumer.fetch_subscribe_message_queues("adm_big")
+            got = consumer.pull(result.message_queue, "*", result.queue_offset, 1)
+        assert [m.body for m in got.msgs] == [body]
+    finally:
+        ok(live, "updateBrokerConfig", "-b", addr, "-k", "maxMessageSize", "-v", str(4 * 1024 * 1024))
 
 
 def test_topic_commands(live):

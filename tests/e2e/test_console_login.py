@@ -25,6 +25,7 @@ from txmq.launch import ServerProcess, free_port, txmq_command
 
 ADMIN = SessionCredentials("consoleAdmin01", "consoleAdminSecret01")
 USER = SessionCredentials("teamKey01", "teamSecret0123")  # may read and write topic "team", nothing else
+OPS = SessionCredentials("opsTool0001", "opsToolSecret01")  # unsigned from the broker's host (whiteRemoteAddress)
 WRONG_SECRET = "notTheSecret0123"
 
 PLAIN_ACL = f"""\
@@ -41,6 +42,11 @@ accounts:
     defaultGroupPerm: DENY
     topicPerms: [team=PUB|SUB]
     groupPerms: [team-group=SUB]
+  - accessKey: {OPS.access_key}
+    secretKey: {OPS.secret_key}
+    whiteRemoteAddress: 127.0.0.1
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: SUB
 """
 
 
@@ -172,6 +178,20 @@ def test_each_user_acts_as_their_own_account(site, acl):
         assert secret not in log
         assert not any(secret in p for p in pages)
     assert f"console: {USER.access_key} logged in" in log
+
+
+def test_no_login_as_an_account_the_servers_take_unsigned_from_the_console(acl):
+    """The servers see the console's address, not the user's. An account whose whiteRemoteAddress covers the
+    console's host (a tool run on the broker's host) needs no signature from there: anyone, from any address,
+    logged in as it with a made-up secret and read its topics through the console. Now a login stands only when
+    every server refuses the account's requests signed with a wrong secret; this one cannot log in at all."""
+    client = Http(acl.addr, source="127.0.0.2")
+    for secret in (WRONG_SECRET, OPS.secret_key):
+        answer = client.login(OPS.access_key, secret)
+        assert answer.status == 403, (answer.status, answer.headers.get("Location"))
+        assert "cannot tell who logs in" in answer.text
+        assert client.get("/topics").status == 303
+    assert client.login(USER.access_key, USER.secret_key).status == 303  # a signed account still logs in
 
 
 def test_session_cookie_and_logout(acl):

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 
 import pytest
-from helpers import Recorder, push_consumer
+from helpers import Recorder, push_consumer, wait_until
 
 from txmq import (
     Admin,
@@ -23,6 +23,7 @@ from txmq import (
     PushConsumer,
     SendStatus,
 )
+from txmq.errors import ClientError
 
 pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
@@ -241,3 +242,44 @@ def test_concurrent_consumer_calls_the_listener_per_batch_size_on_several_thread
         assert sorted(listener.bodies) == sorted(f"c{j}".encode() for j in range(200))  # each once
         assert max(listener.sizes) <= batch_max and sum(listener.sizes) == 200
         assert len(listener.threads) > 1  # one queue, yet consumed on several threads at once
+
+
+def test_consumer_keeps_its_queues_while_the_broker_restarts(cluster):
+    """A clean stop unregisters the broker, so for a moment the name server has no route for its topics. The push
+    consumer keeps its queues and offsets through that, as RocketMQ's rebalance leaves a topic without a route as
+    it is: it used to release them and take them again from the broker's committed offsets once the broker was
+    back, so everything consumed since the last commit came again (522 duplicates at the soak's restart)."""
+    broker = cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("restart_t", queue_nums=4)
+    cluster.wait_route("restart_t")
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g_restart", "restart_t", rec, rebalance_interval_s=0.5,
+                             persist_interval_s=3600)  # nothing committed: a re-taken queue starts at 0
+    try:
+        with Producer("p_restart", cluster.namesrv_addr) as producer:
+            first = {producer.send(Message("restart_t", f"a{i}".encode())).msg_id for i in range(40)}
+        assert rec.wait_for(40, 20)
+        held = set(consumer.queues)
+        assert len([q for q in held if q.topic == "restart_t"]) == 4
+
+        broker.stop()
+        with PullConsumer("g_restart_probe", cluster.namesrv_addr) as probe:
+            def unrouted() -> bool:
+                try:
+                    return not probe.fetch_subscribe_message_queues("restart_t")
+                except ClientError:
+                    return True
+            assert wait_until(unrouted, 10)
+        time.sleep(2.0)  # four rebalance intervals without a route
+        assert set(consumer.queues) == held
+
+        broker.start()
+        cluster.wait_route("restart_t")
+        with Producer("p_restart", cluster.namesrv_addr) as producer:
+            second = {producer.send(Message("restart_t", f"b{i}".encode())).msg_id for i in range(40)}
+        assert rec.wait_for(80, 30)
+        time.sleep(1.5)  # a replay would come now
+        assert rec.ids() == {i: 1 for i in first | second}
+    finally:
+        consumer.shutdown()

@@ -31,7 +31,9 @@ from helpers import wait_until
 
 from txmq import Admin, Message, Producer, SendStatus
 from txmq.acl.signer import AclClientRPCHook, SessionCredentials
+from txmq.admin import MQAdminExt
 from txmq.message import MessageExt
+from txmq.remoting.admin_headers import UserRequestHeader
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import RemotingClient
@@ -42,6 +44,7 @@ from acl.test_tls import make_certificates
 
 ADMIN = SessionCredentials("clusterAdmin01", "clusterAdminSecret01")
 CONSUMER = SessionCredentials("billingKey01", "billingSecret01")  # a consumer-only account the attacker holds
+RETIRED = SessionCredentials("retiredAdmin01", "retiredSecret01")  # a Super user, disabled: its secret leaked
 CLUSTER, NAME = "SecretClusterName", "secret-broker-name"
 BODY = b"confidential-order-body-"
 PLAIN_ACL = f"""\
@@ -137,15 +140,16 @@ def fake_slave(port: int, attempt: str, ack: Callable[[socket.socket, bytes], No
                timeout: float = 4.0) -> bytes:
     """One attempt at being a slave; returns every byte the master sent. Attempts: ``old`` (the unauthenticated
     HELLO), ``open`` (no account), ``consumer`` (a consumer-only account with its right secret), ``guess`` (the
-    admin's access key, a random proof), ``wrong-names`` (the old HELLO naming another group). Each then says
-    "start from offset 0", as a slave would."""
+    admin's access key, a random proof), ``wrong-names`` (the old HELLO naming another group), ``retired`` (a
+    disabled Super user with its right secret). Each then says "start from offset 0", as a slave would."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         got = b""
         if attempt in ("old", "wrong-names"):
             sock.sendall(old_hello(name=NAME if attempt == "old" else "other-broker"))
         else:
             nonce = os.urandom(32)
-            key = {"open": "", "consumer": CONSUMER.access_key, "guess": ADMIN.access_key}[attempt]
+            key = {"open": "", "consumer": CONSUMER.access_key, "guess": ADMIN.access_key,
+                   "retired": RETIRED.access_key}[attempt]
             sock.sendall(open_msg(nonce, key))
             sock.settimeout(5)
             with_nonce = b""
@@ -158,7 +162,7 @@ def fake_slave(port: int, attempt: str, ack: Callable[[socket.socket, bytes], No
             except OSError:
                 pass
             got += with_nonce
-            secret = CONSUMER.secret_key if attempt == "consumer" else "a-guessed-secret"
+            secret = {"consumer": CONSUMER.secret_key, "retired": RETIRED.secret_key}.get(attempt, "a-guessed-secret")
             try:
                 sock.sendall(proof(secret, b"slave", nonce, with_nonce[5:37], key) + hello())
             except OSError:
@@ -214,6 +218,24 @@ def test_a_fake_slave_gets_no_byte_of_the_log_and_learns_nothing_from_the_refusa
     refusals = [line for line in log.splitlines() if "HA connection refused" in line]
     # One line per kind of refusal and peer in the period, not one per attempt (15 attempts, at most 5 kinds).
     assert 1 <= len(refusals) <= len(ATTEMPTS), refusals
+
+
+def test_a_disabled_super_user_replicates_nothing(cluster, acl_group):
+    """A Super user made by the commands and then disabled (its secret leaked, say) is refused every remoting
+    request; the HA port still took its proof and streamed it the whole log, message bodies included. Now a
+    master checks the user's status too."""
+    master = acl_group.member(0, "ASYNC_MASTER").start()
+    _send_some(cluster.namesrv_addr, 5)
+    end = int(ha_status(master.addrs["broker"])["maxOffset"])
+    with MQAdminExt(cluster.namesrv_addr).set_session_credentials(ADMIN.access_key, ADMIN.secret_key) as admin:
+        addr = master.addrs["broker"]
+        admin.auth_request(addr, RequestCode.AUTH_CREATE_USER, UserRequestHeader(RETIRED.access_key),
+                           {"username": RETIRED.access_key, "password": RETIRED.secret_key, "userType": "Super"})
+        admin.auth_request(addr, RequestCode.AUTH_UPDATE_USER, UserRequestHeader(RETIRED.access_key),
+                           {"username": RETIRED.access_key, "userStatus": "disable"})
+    data = fake_slave(acl_group.ha_ports[0], "retired", timeout=4.0)
+    assert not leaks(data, end), (leaks(data, end), data[:200])
+    assert ha_status(master.addrs["broker"])["slaves"] == []
 
 
 def test_a_fake_slave_acknowledging_everything_does_not_make_a_sync_master_answer_send_ok(cluster, acl_group):

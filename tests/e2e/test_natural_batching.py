@@ -26,9 +26,8 @@ def send(opaque: int, body: bytes, queue_id: int, topic: str = TOPIC, half: bool
         props |= {MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: GROUP}
     cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, {
         "producerGroup": GROUP, "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "3",
-        "queueId": str(queue_id), "sysFlag": "4" if half else "0", "bornTimestamp": str(int(time.time() * 1000)),
-        "flag": "0", "properties": properties_to_string(props), "reconsumeTimes": "0", "unitMode": "false",
-        "batch": "false",
+        "queueId": str(queue_id), "sysFlag": "4" if half else "0", "bornTimestamp": "0", "flag": "0",
+        "properties": properties_to_string(props), "reconsumeTimes": "0", "unitMode": "false", "batch": "false",
     }, body)
     cmd.opaque = opaque
     return cmd

@@ -43,3 +43,26 @@ def test_write_and_read_with_an_account_over_tls(spark: Any, secured: tuple[AclS
     plain = {k: v for k, v in _options(server, ca, CONSUMER).items() if k not in ("accessKey", "secretKey")}
     with pytest.raises(Exception, match=r"code 16.*no AccessKey"):
         spark.read.format("txmq").options(**plain, group="billing").load().collect()
+
+
+def test_a_streams_offsets_reach_the_broker_with_sub_on_its_group(spark: Any, secured: tuple[AclServer, Path],
+                                                                  tmp_path: Path) -> None:
+    """The reader's account, with SUB on the topic and its group and nothing more, commits the stream's offsets to
+    the broker under the group (UPDATE_CONSUMER_OFFSET), as any consumer."""
+    from txmq.client.pull_consumer import PullConsumer
+
+    server, ca = secured
+    spark.createDataFrame([(f"stream-{i}".encode(),) for i in range(12)], "body binary").write.format("txmq") \
+        .options(**_options(server, ca, VICTIM), producerGroup="order-service").mode("append").save()
+    q = (spark.readStream.format("txmq").options(**_options(server, ca, CONSUMER), group="billing")
+         .option("startingOffsets", "earliest").load().writeStream.format("parquet")
+         .option("path", str(tmp_path / "out")).option("checkpointLocation", str(tmp_path / "ckpt"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    probe = PullConsumer("billing", server.namesrv).set_session_credentials(CONSUMER.access_key, CONSUMER.secret_key)
+    with probe.use_tls(str(ca)) as consumer:
+        queues = consumer.fetch_subscribe_message_queues("orders")
+        committed = {mq.queue_id: consumer.fetch_consume_offset(mq) for mq in queues}
+        top = {mq.queue_id: consumer.max_offset(mq) for mq in queues}
+    assert committed == top, (committed, top)

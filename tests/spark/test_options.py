@@ -231,3 +231,33 @@ def test_exactly_once_sink_keeps_a_keys_order_across_halves(spark: Any, txmq_clu
         mine = sorted((r for r in got if r.keys == key), key=lambda r: r.queue_offset)
         assert len({r.queue_id for r in mine}) == 1
         assert [bytes(r.body).decode() for r in mine] == [b for k, b in keyed if k == key]
+
+
+def test_a_streams_small_ranges_share_partitions_and_large_ones_stay_alone() -> None:
+    """``minRowsPerPartition``: ranges smaller than it are put together until a partition holds that many (a small
+    batch is one task, not one per queue); larger ranges keep a task each; every offset is read exactly once."""
+    from txmq.spark.reader import PackedRanges, TxmqStreamReader, pack
+
+    opts = SourceOptions.parse({"namesrv": "127.0.0.1:1", "topic": "t", "minRowsPerPartition": "100",
+                                "maxRowsPerPartition": "500"}, streaming=True)
+    assert opts.min_rows_per_partition == 100
+    from txmq.spark.reader import make_partitions
+
+    start = {"t": {"b:0": 0, "b:1": 0, "b:2": 0, "b:3": 0, "b:4": 0}}
+    end = {"t": {"b:0": 30, "b:1": 40, "b:2": 50, "b:3": 1200, "b:4": 20}}
+    parts = pack(make_partitions(opts, start, end), 100)
+    packed = [p for p in parts if isinstance(p, PackedRanges)]
+    alone = [p for p in parts if not isinstance(p, PackedRanges)]
+    assert [sorted(r.queue_id for r in p.ranges) for p in packed] == [[0, 1, 2]]  # 120 rows: full, then 20 left
+    assert sorted((p.queue_id, p.start, p.end) for p in alone) == [(3, 0, 500), (3, 500, 1000), (3, 1000, 1200),
+                                                                   (4, 0, 20)]
+    covered = collections.Counter((r.queue_id, o) for p in parts for r in (p.ranges if isinstance(p, PackedRanges)
+                                                                            else (p,)) for o in range(r.start, r.end))
+    assert len(covered) == 30 + 40 + 50 + 1200 + 20 and max(covered.values()) == 1
+    # maxRowsPerPartition below the packing size wins: ranges of at most 10 rows each stay a partition of their own
+    small = TxmqStreamReader({"namesrv": "127.0.0.1:1", "topic": "t", "maxRowsPerPartition": "10"})
+    small._bounds = {"t": {"b:0": (0, 30)}}
+    assert len(small.partitions({"t": {"b:0": 0}}, {"t": {"b:0": 30}})) == 3
+    for bad in ("0", "x"):
+        with pytest.raises(OptionError, match="minRowsPerPartition"):
+            SourceOptions.parse({"namesrv": "127.0.0.1:1", "topic": "t", "minRowsPerPartition": bad}, streaming=True)

@@ -66,7 +66,6 @@ def test_orders_pipeline_cli_on_a_master(spark_master: tuple[str, Any], tmp_path
     and this one's is ``local[2]``), with its own ``txmq server``; then the same assertions as above, from its
     outputs: the service's scenarios (stdout, checked against its SQLite database), the streaming job's result
     (stdout), the audit Parquet and chart; and the master's record that the application ran on its worker."""
-    import pyarrow.parquet as pq
 
     url, cluster = spark_master
     env = {**os.environ, **spark_env(), "TXMQ_ORDERS_CLEANUP": "0"}
@@ -80,6 +79,17 @@ def test_orders_pipeline_cli_on_a_master(spark_master: tuple[str, Any], tmp_path
             pytest.fail(f"the pipeline on {url} did not finish in {CLI_TIMEOUT_S}s\n{stdout[-3000:]}\n"
                         f"{stderr[-3000:]}\n{cluster.log_tail()}", pytrace=False)
     assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    check_cli_outputs(stdout, tmp_path)
+
+    apps = [a for a in cluster.state()["completedapps"] if a["name"] == "txmq-orders"]
+    assert len(apps) == 1 and apps[0]["cores"] > 0, cluster.state()["completedapps"]
+    assert list((cluster.root / "work" / apps[0]["id"]).glob("*/stderr")), "no executor ran on the worker"
+
+
+def check_cli_outputs(stdout: str, tmp_path: Path) -> None:
+    """``python -m examples.orders --orders 120 --out tmp_path``'s outputs: the service's scenarios (stdout,
+    checked against its SQLite database), the streaming job's result (stdout), the audit Parquet and chart."""
+    import pyarrow.parquet as pq
 
     counts = _dict_after("scenarios ", stdout)
     streamed = _dict_after("streaming job (availableNow): ", stdout)
@@ -92,10 +102,6 @@ def test_orders_pipeline_cli_on_a_master(spark_master: tuple[str, Any], tmp_path
     check_pipeline(120, counts, outcomes, streamed, len(audit), tmp_path)
     assert "committed by check" in stdout
     assert "the same orders: yes" in stdout
-
-    apps = [a for a in cluster.state()["completedapps"] if a["name"] == "txmq-orders"]
-    assert len(apps) == 1 and apps[0]["cores"] > 0, cluster.state()["completedapps"]
-    assert list((cluster.root / "work" / apps[0]["id"]).glob("*/stderr")), "no executor ran on the worker"
 
 
 def _dict_after(prefix: str, stdout: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import grpc
 
 from txmq.acl.model import Action, Needs, User
 from txmq.acl.signer import GRPC_DATE_TIME, grpc_signature
-from txmq.acl.validator import AccessValidator
+from txmq.acl.validator import AccessValidator, told
 from txmq.broker.config import BrokerConfig
 from txmq.grpc.call import GrpcCall, MethodTable, NeedsOf, enter_call, parse_metadata
 from txmq.grpc.convert import GrpcStatusError, status
@@ -128,7 +128,7 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
 
         user = self.validator.identify(host, call.access_key, signed)
         if isinstance(user, str):
-            return self._refuse(host, method, pb.UNAUTHORIZED, user)
+            return self._refuse(host, method, pb.UNAUTHORIZED, user, told(call.access_key, user))
         why = self.validator.refusal(user, needs_of(request), host)
         if why is not None:
             return self._refuse(host, method, pb.FORBIDDEN, why)  # a known user, not allowed
@@ -145,10 +145,10 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
                     f"grpcSignatureWindowSeconds ({self.signature_window_s:g})")
         return None
 
-    def _refuse(self, host: str, method: str, code: int, why: str) -> pb.Status:
-        reason = f"gRPC {method}: {why}"
-        self.refusals.refused(host, reason)
-        return status(code, reason)
+    def _refuse(self, host: str, method: str, code: int, why: str, answer: str | None = None) -> pb.Status:
+        """Logs ``why``; answers ``code`` with ``answer`` (default: ``why``)."""
+        self.refusals.refused(host, f"gRPC {method}: {why}")
+        return status(code, f"gRPC {method}: {why if answer is None else answer}")
 
     # --- the handlers, behind admission ------------------------------------------------------------------
 

@@ -5,6 +5,12 @@
 - ``defaultTopicPerm``/``defaultGroupPerm`` are ``Default`` entries on ``Topic:*``/``Group:*``, consulted only when
   no Custom entry applies (as RocketMQ's 1.0 fell back to the default for a name it does not list);
 - ``PUB`` is ``Pub``, ``SUB`` ``Sub``, ``PUB|SUB`` both, each Allow; ``DENY`` is ``All`` with Deny.
+
+Beyond RocketMQ's migration, which widens 1.0's meaning: in 1.0 a listed name's permission is the account's whole
+permission on it, and the default applies only to names not listed. ACL 2.0 consults the Default entries for every
+action no Custom entry names, so ``orders=SUB`` beside ``defaultTopicPerm: PUB|SUB`` would let the account publish
+to ``orders``. A listed ``PUB`` or ``SUB`` therefore also gets a Custom Deny of the other one when the account has
+a default for that kind of resource that grants it.
 """
 
 from __future__ import annotations
@@ -35,9 +41,24 @@ def perm_entry(resource: Resource, perm: int) -> PolicyEntry:
     return PolicyEntry(resource, actions)
 
 
+def listed_entries(resource: Resource, perm: int, default: int | None) -> list[PolicyEntry]:
+    """A listed name's permission as Custom entries: its own, and a Deny of what it leaves out of Pub and Sub where
+    the account's ``default`` would grant that."""
+    entries = [perm_entry(resource, perm)]
+    if perm & DENY or default is None or default & DENY:
+        return entries
+    left_out = frozenset(action for bit, action in ((PUB, Action.PUB), (SUB, Action.SUB))
+                         if default & bit and not perm & bit)
+    if left_out:
+        entries.append(PolicyEntry(resource, left_out, Decision.DENY))
+    return entries
+
+
 def account_acl(account: Account) -> Acl:
-    custom = [perm_entry(Resource.topic(name), perm) for name, perm in account.topic_perms.items()]
-    custom += [perm_entry(Resource.group(name), perm) for name, perm in account.group_perms.items()]
+    custom = [e for name, perm in account.topic_perms.items()
+              for e in listed_entries(Resource.topic(name), perm, account.default_topic_perm)]
+    custom += [e for name, perm in account.group_perms.items()
+               for e in listed_entries(Resource.group(name), perm, account.default_group_perm)]
     default = [perm_entry(res, perm) for res, perm in ((_TOPICS, account.default_topic_perm),
                                                          (_GROUPS, account.default_group_perm)) if perm is not None]
     return Acl(account.access_key, {PolicyType.CUSTOM: tuple(custom), PolicyType.DEFAULT: tuple(default)})

@@ -5,23 +5,27 @@ Resources are written as RocketMQ writes them: ``Topic:orders``, ``Topic:order-*
 ``Group:billing``, ``Cluster``, and ``*`` for any resource. Actions: ``Pub``, ``Sub``, ``Create``, ``Update``,
 ``Delete``, ``Get``, ``List``, and ``All`` in a policy for every action.
 
-Deciding (RocketMQ's ``AclAuthorizationHandler``): of the entries that match the resource, one of the requested
-actions and the source address, the most specific resource wins (a literal name, then the longest prefix, then
-``Type:*``, then ``*``); between equally specific entries Deny wins; no matching entry means deny. An ``Acl``
-(one user's) consults its Default entries only when none of its Custom ones applies (``PolicyIndex`` decides
-both ways fast); a ``User`` of type Super needs no ACL.
+Deciding (RocketMQ's ``AclAuthorizationHandler``), for each action a request may use on a resource: of the entries
+that match the resource, the action and the source address, the most specific resource wins (a literal name, then
+the longest prefix, then ``Type:*``, then ``*``); between equally specific entries Deny wins; no matching entry
+means deny. A request that accepts one of several actions is allowed when one of them is: a Deny of ``Pub`` does
+not refuse a route lookup that ``Sub`` allows. An ``Acl`` (one user's) consults its Default entries for an action
+only when none of its Custom ones applies (``PolicyIndex`` decides both ways fast); a ``User`` of type Super needs
+no ACL. An entry's source addresses compare an IPv4-mapped IPv6 address as its IPv4 address; a peer whose address
+is no IP address is outside every Allow entry's addresses and inside every Deny entry's.
 """
 
 from __future__ import annotations
 
 import enum
-import hmac
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, TypeVar
 
-from txmq.acl.signer import hmac_key
+import cython
+
+from txmq.acl.signer import Mac, hmac_key
 from txmq.topic import RETRY_GROUP_TOPIC_PREFIX
 
 
@@ -37,6 +41,10 @@ class Action(enum.Enum):
     GET = "Get"
     LIST = "List"
 
+    # Members are singletons, equal only to themselves: hashed by identity (a C slot) rather than by Enum's
+    # Python-level hash of the name, as every request's action set and resource are looked up by hash.
+    __hash__ = object.__hash__
+
     @classmethod
     def parse(cls, text: str) -> Action:
         for action in cls:
@@ -50,6 +58,8 @@ class ResourceType(enum.Enum):
     CLUSTER = "Cluster"
     TOPIC = "Topic"
     GROUP = "Group"
+
+    __hash__ = object.__hash__  # as Action's
 
 
 class Pattern(enum.IntEnum):
@@ -128,6 +138,12 @@ class Resource(NamedTuple):
 
 _CLUSTER = Resource(ResourceType.CLUSTER, "", Pattern.ANY)
 
+# What every request's needs and decision read, as module constants: an Enum member read through its class is a
+# Python-level attribute lookup on the Enum's metaclass. ``_new_tuple(Resource, ...)`` makes a Resource without the
+# Python frame of a NamedTuple's generated ``__new__`` (the same tuple).
+_TOPIC, _GROUP, _LITERAL = ResourceType.TOPIC, ResourceType.GROUP, Pattern.LITERAL
+_new_tuple = tuple.__new__
+
 
 class Decision(enum.Enum):
     ALLOW = "Allow"
@@ -139,6 +155,7 @@ class Decision(enum.Enum):
             if decision.value.lower() == text.strip().lower():
                 return decision
         raise ValueError(f"unknown decision {text!r} (Allow or Deny)")
+
 
 
 class SourceIps:
@@ -153,13 +170,17 @@ class SourceIps:
         except ValueError as exc:
             raise ValueError(f"bad source IP: {exc}") from None
 
-    def match(self, host: str) -> bool:
+    def match(self, host: str, unknown: bool = False) -> bool:
+        """Whether ``host`` is one of these addresses (an IPv4-mapped IPv6 address as its IPv4 address). ``unknown``:
+        the answer for a host that is no IP address, given by a Deny entry as True (it applies: fail closed)."""
         if not self.networks:
             return True
         try:
             addr = ipaddress.ip_address(host)
         except ValueError:
-            return False
+            return unknown
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
         return any(addr in net for net in self.networks)
 
     def __eq__(self, other: object) -> bool:
@@ -183,14 +204,19 @@ class PolicyEntry:
 
     def applies(self, wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
         return (self.resource.matches(wanted) and (Action.ALL in self.actions or not self.actions.isdisjoint(any_of))
-                and self.source_ips.match(host))
+                and self.source_ips.match(host, self.decision is Decision.DENY))
 
 
-def decide(entries: Iterable[PolicyEntry], wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
-    """Whether ``entries`` allow one of ``any_of`` on ``wanted`` from ``host`` (the module's rule)."""
+def decide(entries: Sequence[PolicyEntry], wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
+    """Whether ``entries`` allow one of ``any_of`` on ``wanted`` from ``host`` (the module's rule), each action
+    decided on its own: a Deny of one action is no Deny of another that the request may use instead."""
+    return any(_decide_one(entries, wanted, _any_of((action,)), host) for action in any_of)
+
+
+def _decide_one(entries: Sequence[PolicyEntry], wanted: Resource, action: frozenset[Action], host: str) -> bool:
     best: PolicyEntry | None = None
     for entry in entries:
-        if not entry.applies(wanted, any_of, host):
+        if not entry.applies(wanted, action, host):
             continue
         if best is None:
             best = entry
@@ -228,18 +254,25 @@ class PolicyIndex:
                           tuple(_scan(e) for e in sorted(patterns, key=_order))))
         self.tiers = tuple(built)
 
+    def allows(self, wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
+        """``decide``: one of ``any_of``, each action on its own (most requests name one)."""
+        if len(any_of) == 1:
+            best = self.best(wanted, any_of, host)
+            return best is not None and best.decision is Decision.ALLOW
+        return any(self.allows(wanted, _any_of((action,)), host) for action in any_of)
+
     def best(self, wanted: Resource, any_of: frozenset[Action], host: str) -> PolicyEntry | None:
-        """The entry that decides, or None when none applies."""
+        """The entry that decides one action (``any_of`` holds one), or None when none applies."""
         wtype, name = wanted.type, wanted.name
         for literal, patterns in self.tiers:
-            for rtype, prefix, all_actions, actions, ips, entry in literal.get(name, ()) + patterns:
+            for rtype, prefix, all_actions, actions, ips, deny, entry in literal.get(name, ()) + patterns:
                 if (rtype is None or rtype is wtype) and name.startswith(prefix) \
-                        and (all_actions or not actions.isdisjoint(any_of)) and (ips is None or ips.match(host)):
+                        and (all_actions or not actions.isdisjoint(any_of)) and (ips is None or ips.match(host, deny)):
                     return entry
         return None
 
 
-_Scan = tuple[ResourceType | None, str, bool, frozenset[Action], "SourceIps | None", PolicyEntry]
+_Scan = tuple[ResourceType | None, str, bool, frozenset[Action], "SourceIps | None", bool, PolicyEntry]
 
 
 def _order(entry: PolicyEntry) -> tuple[tuple[bool, int, int], bool]:
@@ -249,12 +282,12 @@ def _order(entry: PolicyEntry) -> tuple[tuple[bool, int, int], bool]:
 def _scan(entry: PolicyEntry) -> _Scan:
     """What ``PolicyIndex.best`` reads of an entry: its type (None: any), the prefix a name must start with (a
     literal's own name; a literal is found by name, so a prefix check is exact), whether it grants every action,
-    its actions, its addresses (None: any)."""
+    its actions, its addresses (None: any), whether it denies."""
     res = entry.resource
     rtype = None if res.type is ResourceType.ANY else res.type
     prefix = res.name if res.pattern is not Pattern.ANY and res.type is not ResourceType.CLUSTER else ""
     ips = entry.source_ips if entry.source_ips.networks else None
-    return rtype, prefix, Action.ALL in entry.actions, entry.actions, ips, entry
+    return rtype, prefix, Action.ALL in entry.actions, entry.actions, ips, entry.decision is Decision.DENY, entry
 
 
 class PolicyType(enum.Enum):
@@ -319,7 +352,7 @@ class User:
     user_status: UserStatus = UserStatus.ENABLE
     white_remote_address: AddressMatcher | None = None
     from_file: bool = False
-    key: hmac.HMAC = field(init=False, repr=False)
+    key: Mac = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.key = hmac_key(self.password)
@@ -342,23 +375,41 @@ def parse_subject(subject: str) -> str:
 
 class Acl:
     """RocketMQ's ``Acl``: a user's policies, Custom and Default, each a list of entries with one entry per
-    resource. Immutable: a change makes a new ``Acl``. Indexed at construction for ``allows``."""
+    resource. Immutable: a change makes a new ``Acl``. Indexed at construction for ``allows``, which remembers
+    its decisions (``MAX_DECISIONS`` at most): a changed ACL is a new object that remembers none, so no decision
+    outlives the entries it was made from."""
 
-    __slots__ = ("_index", "policies", "username")
+    __slots__ = ("_decisions", "_index", "policies", "username")
+
+    MAX_DECISIONS = 4096  # (resource, actions, host) triples remembered per ACL; emptied when full
+    MAX_REMEMBERED_NAME = 255  # longer names (RocketMQ's longest is a group's 255) are decided each time
 
     def __init__(self, username: str, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> None:
         self.username = username
         self.policies = {t: tuple(e) for t, e in policies.items() if e}
         self._index = PolicyIndex(self.policies.get(PolicyType.CUSTOM, ()), self.policies.get(PolicyType.DEFAULT, ()))
+        self._decisions: dict[tuple[Resource, frozenset[Action], str], bool] = {}
 
     @property
     def subject(self) -> str:
         return SUBJECT_PREFIX + self.username
 
     def allows(self, wanted: Resource, any_of: frozenset[Action], host: str) -> bool:
-        """``decide`` over the Custom entries, or over the Default ones when no Custom entry applies."""
-        best = self._index.best(wanted, any_of, host)
-        return best is not None and best.decision is Decision.ALLOW
+        """``decide`` over the Custom entries, or over the Default ones when no Custom entry applies. Remembered:
+        deciding scans the prefix entries (each request of a user names the same few resources)."""
+        key = (wanted, any_of, host)
+        allowed: bool | None = self._decisions.get(key)
+        if allowed is None:
+            allowed = self._index.allows(wanted, any_of, host)
+            if len(wanted.name) <= self.MAX_REMEMBERED_NAME and len(host) <= self.MAX_REMEMBERED_NAME:
+                if len(self._decisions) >= self.MAX_DECISIONS:
+                    self._decisions.clear()
+                self._decisions[key] = allowed
+        return allowed
+
+    def remembered(self) -> int:
+        """How many decisions ``allows`` holds (never more than ``MAX_DECISIONS``)."""
+        return len(self._decisions)
 
     def updated(self, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> Acl:
         """RocketMQ's ``Acl.updatePolicy``: a new entry replaces the policy's entry for the same resource, others
@@ -390,7 +441,7 @@ class Acl:
 class Needs:
     """What one request needs: for each resource it touches, one of a set of actions (RocketMQ's authorization
     contexts). Empty: any authenticated user. A super user needs nothing. Built for every request under ACL:
-    plain slots, and the action sets shared (``_any_of``)."""
+    slots (compiled, an extension type: model.pxd), and the action sets shared (``_any_of``)."""
 
     __slots__ = ("wants",)
 
@@ -404,16 +455,19 @@ class Needs:
         return f"Needs({self.describe()})"
 
     def topic(self, name: str, *any_of: Action) -> Needs:
-        """A topic; a retry topic ``%RETRY%G`` is its group's resource (``Sub`` on group G), as in RocketMQ."""
+        """A topic. A retry topic ``%RETRY%G`` is its group's resource, as in RocketMQ: ``Pub`` on it is ``Sub`` on
+        group G (a consumer sends its retries there), any other action is that action on group G (creating,
+        changing or deleting the retry topic is the group's Create, Update or Delete, never a consumer's Sub)."""
         if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):], Action.SUB)
+            return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):],
+                              *(Action.SUB if action is Action.PUB else action for action in any_of))
         if name:
-            self.wants.append((Resource(ResourceType.TOPIC, name), _any_of(any_of)))
+            self.wants.append((_new_tuple(Resource, (_TOPIC, name, _LITERAL)), _any_of(any_of)))
         return self
 
     def group(self, name: str, *any_of: Action) -> Needs:
         if name:
-            self.wants.append((Resource(ResourceType.GROUP, name), _any_of(any_of)))
+            self.wants.append((_new_tuple(Resource, (_GROUP, name, _LITERAL)), _any_of(any_of)))
         return self
 
     def cluster(self, *any_of: Action) -> Needs:
@@ -430,6 +484,7 @@ class Needs:
 _ACTION_SETS: dict[tuple[Action, ...], frozenset[Action]] = {}
 
 
+@cython.cfunc
 def _any_of(actions: tuple[Action, ...]) -> frozenset[Action]:
     found = _ACTION_SETS.get(actions)
     if found is None:

@@ -3,7 +3,9 @@
 
 Each request is read once (its header and its JSON body: ``AuthRequest``) and needs, as RocketMQ declares them,
 Update on the cluster for changes, Get for reads (a Super user passes); the gate stamps who made it into that
-reading. Beyond that, as RocketMQ: only a Super user creates, changes or deletes a Super user. Passwords are never
+reading: the user it admitted, whose type decides the next rule, never a name looked up again (a stored user
+named like another identity would be taken for it). Beyond that, as RocketMQ: only a Super user creates, changes
+or deletes a Super user. Passwords are never
 answered (GET and LIST mask them) and never logged; each change is logged once, with who made it.
 """
 
@@ -17,7 +19,7 @@ import orjson
 
 from txmq.acl.info import MASKED_PASSWORD, acl_info, read_policies, read_user_info, user_info
 from txmq.acl.model import PolicyType, Resource, User, cluster_get, cluster_update, parse_subject
-from txmq.acl.store import WHITE_USER, AuthError, AuthForbidden, AuthStore
+from txmq.acl.store import AuthError, AuthForbidden, AuthStore
 from txmq.errors import RemoteProtocolError
 from txmq.remoting.admin_headers import (
     AclRequestHeader,
@@ -35,18 +37,19 @@ from txmq.remoting.transport import Connection
 log = logging.getLogger("txmq.acl")
 
 class AuthRequest:
-    """An AUTH_* request as read once: its header, its JSON body, and who made it (the gate's stamp)."""
+    """An AUTH_* request as read once: its header, its JSON body, and who made it (the gate's stamp: the user it
+    admitted, ``WHITE_USER`` from a global white address)."""
 
     __slots__ = ("body", "caller", "header")
 
     def __init__(self, header: Any, body: Any) -> None:
         self.header = header
         self.body = body
-        self.caller = ""
+        self.caller: User | None = None
 
 
-def _stamp(req: AuthRequest, account: str) -> None:
-    req.caller = account
+def _stamp(req: AuthRequest, user: User) -> None:
+    req.caller = user
 
 
 AuthHandler = Callable[[Any, AuthRequest], RemotingCommand]
@@ -121,16 +124,14 @@ class AuthProcessor:
         assert self.store is not None  # process() answers for a server without one
         return self.store
 
-    def _by_super(self, req: AuthRequest) -> bool:
-        """Whether the request's maker (the gate's stamp) is a Super user; a global white address may do
-        everything."""
-        if req.caller == WHITE_USER.username:
-            return True
-        user = self._store().get_user(req.caller)
-        return user is not None and user.is_super
+    @staticmethod
+    def _by_super(req: AuthRequest) -> bool:
+        """Whether the request's maker, as the gate admitted it, is a Super user (``WHITE_USER`` is one: a global
+        white address may do everything). Without ACL there is no stamp, and nobody is."""
+        return req.caller is not None and req.caller.is_super
 
     def _changed(self, req: AuthRequest, what: str) -> None:
-        log.info("%s: %s by %s", self.server, what, req.caller)
+        log.info("%s: %s by %s", self.server, what, req.caller.username if req.caller is not None else "?")
 
     # --- users --------------------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from txmq.acl.config import AclConfigError, AclFile, find_acl_file
+from txmq.acl.model import UserStatus
 from txmq.acl.signer import AclClientRPCHook, SessionCredentials
 from txmq.acl.store import AuthStore
 from txmq.acl.validator import AccessValidator
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def broker_auth_store_path(config: BrokerConfig) -> Path:
-    return Path(config.store_path_root_dir) / "config" / "auth.json"
+    return Path(config.store.store_path_root_dir) / "config" / "auth.json"
 
 
 def namesrv_auth_store_path(auth_store: str | None) -> Path:
@@ -65,9 +66,12 @@ def broker_rpc_hook(config: BrokerConfig) -> AclClientRPCHook | None:
 
 
 def admin_secret(validator: AccessValidator | None, access_key: str) -> str | None:
-    """The password of ``access_key`` if it is a Super user (plain_acl.yml's ``admin: true``) as the ACL is now,
-    else None: what a master checks an HA slave's proof with (only the cluster's Super users replicate)."""
+    """The password of ``access_key`` if it is an enabled Super user (plain_acl.yml's ``admin: true``) as the ACL
+    is now, else None: what a master checks an HA slave's proof with (only the cluster's Super users replicate; a
+    disabled one, refused every request, replicates nothing either)."""
     if validator is None:
         return None
     user = validator.store.get_user(access_key)
-    return user.password if user is not None and user.is_super else None
+    if user is None or not user.is_super or user.user_status is not UserStatus.ENABLE:
+        return None
+    return user.password

@@ -32,13 +32,16 @@ import orjson
 from txmq.acl.config import AclFile, RemoteAddressMatcher
 from txmq.acl.info import acl_info, read_acl_info, read_user_info, user_info
 from txmq.acl.migration import migrate
-from txmq.acl.model import Acl, Needs, PolicyEntry, PolicyType, Resource, User, UserStatus, UserType
+from txmq.acl.model import Acl, Action, Needs, PolicyEntry, PolicyType, Resource, User, UserStatus, UserType
 from txmq.fileio import write_atomic
 
 log = logging.getLogger("txmq.acl")
 
 # What a connection from a global white address is: RocketMQ lets it do anything.
 WHITE_USER = User("(white address)", "", UserType.SUPER)
+
+# Read on every request: module constants, not Enum members read through their class (a Python-level lookup).
+_SUPER, _DISABLE = UserType.SUPER, UserStatus.DISABLE
 
 _STORE_VERSION = 1
 
@@ -133,7 +136,7 @@ class AuthStore:
         matcher = user.white_remote_address
         if not (matcher is not None and matcher.match(host)) and not check_signature(user):
             return f"signature check failed for AccessKey {access_key}"
-        if user.user_status is UserStatus.DISABLE:
+        if user.user_status is _DISABLE:
             return f"user {access_key} is disabled"
         return user
 
@@ -141,12 +144,12 @@ class AuthStore:
         """None when ``user`` may do what ``needs`` lists from ``host``, else what it lacks first, named as an ACL
         names it (``no Pub permission on Topic:orders``). A Super user may do everything; a user without an ACL
         nothing."""
-        if user.user_type is UserType.SUPER or not needs.wants:
+        if user.user_type is _SUPER or not needs.wants:
             return None
         acl = self._acls.get(user.username)
         for resource, any_of in needs.wants:
             if acl is None or not acl.allows(resource, any_of, host):
-                return f"no {'|'.join(sorted(a.value for a in any_of))} permission on {resource.key}"
+                return _lacks(resource, any_of)
         return None
 
     # --- users (AUTH_*_USER) ---------------------------------------------------------------------------
@@ -267,6 +270,10 @@ class AuthStore:
         write_atomic(self.path, orjson.dumps(doc, option=orjson.OPT_INDENT_2), mode=0o600)
         self._stored_users, self._stored_acls = users, acls
         self._merge()
+
+
+def _lacks(resource: Resource, any_of: frozenset[Action]) -> str:
+    return f"no {'|'.join(sorted(a.value for a in any_of))} permission on {resource.key}"
 
 
 def _username(username: str) -> str:

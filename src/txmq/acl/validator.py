@@ -23,8 +23,29 @@ from txmq.remoting.transport import Connection
 log = logging.getLogger("txmq.acl")
 
 
+AUTHENTICATION_FAILED = "authentication failed (an unknown user, a wrong signature or a disabled user)"
+
+
 def host_of(remote_address: str) -> str:
     return remote_address.rpartition(":")[0].strip("[]")
+
+
+_HOST = "aclHost"
+
+
+def peer_host(conn: Connection) -> str:
+    """``host_of`` the peer, worked out once per connection (``attrs``): every request asks twice."""
+    host = conn.attrs.get(_HOST)
+    if host is None:
+        host = conn.attrs[_HOST] = host_of(conn.remote_address)
+    return host
+
+
+def told(access_key: str, why: str) -> str:
+    """What a peer that is not authenticated is told: ``why`` when it gave no AccessKey; otherwise the same words for
+    an unknown user, a wrong signature and a disabled user, so that nobody learns which access keys exist or are
+    disabled by trying them (the server's log line says which it was)."""
+    return f"AccessKey {access_key}: {AUTHENTICATION_FAILED}" if access_key else why
 
 
 class AccessValidator:
@@ -46,20 +67,18 @@ class AccessValidator:
     # --- the remoting dispatcher's gate (txmq.remoting.registry.Gate) ---------------------------------------
 
     def admit(self, conn: Connection, cmd: RemotingCommand) -> User | RemotingCommand:
-        host = host_of(conn.remote_address)
-        user = self.identify(host, cmd.ext_fields.get(ACCESS_KEY, ""), lambda u: signature_matches(u.key, cmd))
-        return self._refuse(host, cmd, user) if isinstance(user, str) else user
+        host = peer_host(conn)
+        access_key = cmd.ext_fields.get(ACCESS_KEY, "")
+        user = self.identify(host, access_key, lambda u: signature_matches(u.key, cmd))
+        return self._refuse(host, cmd, user, told(access_key, user)) if isinstance(user, str) else user
 
     def permit(self, conn: Connection, cmd: RemotingCommand, identity: User, needs: Needs) -> RemotingCommand | None:
-        host = host_of(conn.remote_address)
+        host = peer_host(conn)
         why = self.refusal(identity, needs, host)
         return None if why is None else self._refuse(host, cmd, why)
 
-    @staticmethod
-    def account(identity: User) -> str:
-        return identity.username
-
-    def _refuse(self, host: str, cmd: RemotingCommand, why: str) -> RemotingCommand:
-        reason = f"request code {cmd.code}: {why}"
-        self.refusals.refused(host, reason)
-        return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=reason)
+    def _refuse(self, host: str, cmd: RemotingCommand, why: str, answer: str | None = None) -> RemotingCommand:
+        """Logs ``why``; answers NO_PERMISSION with ``answer`` (default: ``why``)."""
+        self.refusals.refused(host, f"request code {cmd.code}: {why}")
+        remark = f"request code {cmd.code}: {why if answer is None else answer}"
+        return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=remark)

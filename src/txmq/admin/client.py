@@ -60,6 +60,12 @@ class MQAdminExt(Admin):
             raise BrokerError(resp.code, resp.remark)
         return resp
 
+    def answer_code(self, addr: str, code: int) -> int:
+        """The response code ``addr`` answers a bare request ``code`` with, whatever it is (the console's login
+        asks whether a server refuses a wrong signature). ``ClientError`` when it cannot be reached."""
+        assert self.instance is not None
+        return int(self._call(self.instance.remoting.invoke(addr, RemotingCommand.request(code), 10)).code)
+
     # --- cluster and brokers ----------------------------------------------------------------------------
 
     def cluster_info(self) -> dict[str, Any]:

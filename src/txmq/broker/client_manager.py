@@ -55,26 +55,55 @@ class ConsumerGroupInfo:
         return sorted({c.client_id for c in self.channels.values()})
 
 
+def joined(kind: str, info: ClientChannelInfo, groups: list[str]) -> None:
+    """One line for the groups one heartbeat joined (a heartbeat may name many: not a line each)."""
+    if groups:
+        log.info("%s %s from %s joined %d group%s: %s", kind, info.client_id, info.conn.remote_address, len(groups),
+                 "" if len(groups) == 1 else "s", _names(groups))
+
+
+def _left(kind: str, conn: Connection, groups: list[str]) -> None:
+    if groups:
+        log.info("%s %s left %d group%s: %s", kind, conn.remote_address, len(groups), "" if len(groups) == 1 else "s",
+                 _names(groups))
+
+
+def _names(groups: list[str]) -> str:
+    shown = ", ".join(groups[:10])
+    return shown + (f" (+{len(groups) - 10} more)" if len(groups) > 10 else "")
+
+
 class ProducerManager:
     def __init__(self) -> None:
         self.groups: dict[str, dict[int, ClientChannelInfo]] = {}
+        self._of_conn: dict[int, set[str]] = {}  # the groups each connection is registered in
         self._rr = itertools.count()
 
-    def register(self, group: str, info: ClientChannelInfo) -> None:
+    def register(self, group: str, info: ClientChannelInfo) -> bool:
+        """True when the connection joins ``group`` now (the caller logs the joins of a heartbeat together)."""
         chans = self.groups.setdefault(group, {})
         known = chans.get(id(info.conn))
         if known is None:
             chans[id(info.conn)] = info
-            log.info("producer joined group %s: %s from %s", group, info.client_id, info.conn.remote_address)
-        else:
-            known.last_update = info.last_update
+            self._of_conn.setdefault(id(info.conn), set()).add(group)
+            return True
+        known.last_update = info.last_update
+        return False
 
-    def unregister(self, group: str, conn: Connection) -> None:
+    def unregister(self, group: str, conn: Connection, *, quiet: bool = False) -> bool:
         chans = self.groups.get(group)
-        if chans and chans.pop(id(conn), None) is not None:
-            log.info("producer left group %s (%s)", group, conn.remote_address)
-            if not chans:
-                del self.groups[group]
+        if not chans or chans.pop(id(conn), None) is None:
+            return False
+        if not quiet:
+            _left("producer", conn, [group])
+        if not chans:
+            del self.groups[group]
+        mine = self._of_conn.get(id(conn))
+        if mine is not None:
+            mine.discard(group)
+            if not mine:
+                del self._of_conn[id(conn)]
+        return True
 
     def available_channel(self, group: str) -> Connection | None:
         """A live connection of ``group``, round robin so that check-back load spreads over the group."""
@@ -84,8 +113,9 @@ class ProducerManager:
         return chans[next(self._rr) % len(chans)]
 
     def remove_connection(self, conn: Connection) -> None:
-        for group in list(self.groups):
-            self.unregister(group, conn)
+        """Every registration of ``conn`` (its groups, not every group: many connections close), one line."""
+        groups = sorted(self._of_conn.get(id(conn), ()))
+        _left("producer", conn, [g for g in groups if self.unregister(g, conn, quiet=True)])
 
     def scan_expired(self, expired_s: float) -> None:
         now = time.monotonic()
@@ -93,15 +123,17 @@ class ProducerManager:
             for info in list(chans.values()):
                 if now - info.last_update > expired_s:
                     log.warning("producer %s of group %s expired", info.client_id, group)
-                    self.unregister(group, info.conn)
+                    self.unregister(group, info.conn, quiet=True)
 
 
 class ConsumerManager:
     def __init__(self, on_ids_changed: Callable[[ConsumerGroupInfo], None]) -> None:
         self.groups: dict[str, ConsumerGroupInfo] = {}
+        self._of_conn: dict[int, set[str]] = {}  # the groups each connection is registered in
         self._on_ids_changed = on_ids_changed
 
-    def register(self, info: ConsumerGroupInfo, channel: ClientChannelInfo) -> None:
+    def register(self, info: ConsumerGroupInfo, channel: ClientChannelInfo) -> bool:
+        """True when the connection joins the group now (the caller logs the joins of a heartbeat together)."""
         group = self.groups.get(info.group)
         if group is None:
             group = self.groups[info.group] = ConsumerGroupInfo(info.group)
@@ -112,27 +144,36 @@ class ConsumerManager:
         known = group.channels.get(id(channel.conn))
         if known is None:
             group.channels[id(channel.conn)] = channel
-            log.info("consumer joined group %s: %s", info.group, channel.client_id)
+            self._of_conn.setdefault(id(channel.conn), set()).add(info.group)
             self._on_ids_changed(group)
-        else:
-            known.last_update = channel.last_update
+            return True
+        known.last_update = channel.last_update
+        return False
 
-    def unregister(self, group_name: str, conn: Connection) -> None:
+    def unregister(self, group_name: str, conn: Connection, *, quiet: bool = False) -> bool:
         group = self.groups.get(group_name)
         if group is None or group.channels.pop(id(conn), None) is None:
-            return
-        log.info("consumer left group %s (%s)", group_name, conn.remote_address)
+            return False
+        if not quiet:
+            _left("consumer", conn, [group_name])
         if group.channels:
             self._on_ids_changed(group)
         else:
             del self.groups[group_name]
+        mine = self._of_conn.get(id(conn))
+        if mine is not None:
+            mine.discard(group_name)
+            if not mine:
+                del self._of_conn[id(conn)]
+        return True
 
     def get(self, group: str) -> ConsumerGroupInfo | None:
         return self.groups.get(group)
 
     def remove_connection(self, conn: Connection) -> None:
-        for name in list(self.groups):
-            self.unregister(name, conn)
+        """Every registration of ``conn`` (its groups, not every group), one line."""
+        groups = sorted(self._of_conn.get(id(conn), ()))
+        _left("consumer", conn, [g for g in groups if self.unregister(g, conn, quiet=True)])
 
     def scan_expired(self, expired_s: float) -> None:
         now = time.monotonic()
@@ -140,4 +181,4 @@ class ConsumerManager:
             for info in list(group.channels.values()):
                 if now - info.last_update > expired_s:
                     log.warning("consumer %s of group %s expired", info.client_id, name)
-                    self.unregister(name, info.conn)
+                    self.unregister(name, info.conn, quiet=True)

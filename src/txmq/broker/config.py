@@ -1,82 +1,62 @@
-"""Broker configuration under RocketMQ's own ``broker.conf`` key names.
+"""Broker configuration: every broker.conf key, each declared once with its default, its range or choices and
+its line of documentation (``txmq.conf.key``).
 
-``load_broker_conf`` reads a Java properties file (``key=value``, ``#`` comments) whose camelCase keys map to
-the snake_case fields below (``brokerName`` → ``broker_name``); command-line flags then override it.
+The broker's own keys are fields here; the store's (``StoreConfig``), replication's (``HAConfig``) and the
+remoting server's limits (``ServerLimits``) are declared in their own modules and embedded (``config.store``,
+``config.ha``, ``config.server_limits``): one file, one key namespace, each key on exactly one object, as
+RocketMQ reads broker.conf into its BrokerConfig, MessageStoreConfig and NettyServerConfig. ``update`` is the one
+way values are read: broker.conf (``load_broker_conf``), the command-line flags and ``updateBrokerConfig``.
+``python -m txmq.config_doc`` prints docs/configuration.md's tables from these declarations.
 """
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 import logging
 import os
 import re
 import socket
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.transaction.service import DEFAULT_ORPHAN_FACTOR
-from txmq.conf import parse_properties, update_fields
+from txmq.conf import declared_keys, key, key_values, parse_properties, section, set_keys
 from txmq.remoting.server import ServerLimits
-from txmq.remoting.tls import TlsServerConfig
-from txmq.store.config import delete_hours
+from txmq.remoting.tls import MODES, TlsServerConfig
+from txmq.store.config import StoreConfig
+from txmq.store.ha.config import HAConfig
 
 log = logging.getLogger("txmq.broker")
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+DEFAULT_ORPHAN_FACTOR = 600  # transactionOrphanFactor: with transactionTimeOut 6 s, an hour
+_DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
-# keys whose value is one of a few names (checked when the config is read, not when first used)
-_CHOICES = {"flush_disk_type": ("ASYNC_FLUSH", "SYNC_FLUSH"), "broker_role": ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
-            "metrics_exporter_type": ("DISABLE", "PROM")}
+def delay_levels_ms(text: str) -> list[int]:
+    """``messageDelayLevel`` as milliseconds; level N is entry N-1."""
+    out = []
+    for item in text.split():
+        m = re.fullmatch(r"(\d+)([smhd])", item)
+        if not m:
+            raise ValueError(f"has a bad entry {item!r} (a number and s, m, h or d: 1s 5s 10s ...)")
+        out.append(int(m.group(1)) * _DELAY_UNITS[m.group(2)])
+    if not out:
+        raise ValueError("names no level")
+    return out
 
 
-# The range of each numeric key (None: unbounded), checked when the config is read or updated, so a value the
-# broker cannot run with is refused with the key's name instead of failing later (a zero interval is a busy loop,
-# a zero queue count an unroutable topic). Attempts count the first one.
-_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "listen_port": (0, 65535), "grpc_port": (None, 65535), "ha_listen_port": (0, 65535),
-    "metrics_prom_exporter_port": (0, 65535),
-    "grpc_client_producer_max_attempts": (1, None),
-    "grpc_signature_window_seconds": (1, None), "grpc_max_sessions_per_account": (1, None),
-    "flush_interval_commit_log": (1, None), "sync_flush_timeout": (1, None),
-    "mapped_file_size_commit_log": (64 * 1024, None), "mapped_file_size_consume_queue": (20, None),
-    "file_reserved_time": (0, None), "clean_resource_interval": (1, None), "max_message_size": (1, None),
-    "max_hash_slot_num": (1, None), "max_index_num": (1, None),
-    "disk_space_warning_level_ratio": (0, 100), "disk_space_clean_forcibly_ratio": (0, 100),
-    "disk_max_used_space_ratio": (0, 100), "access_message_in_memory_max_ratio": (0, 100),
-    "default_topic_queue_nums": (1, None), "short_polling_time_mills": (0, None),
-    "register_name_server_period": (1000, None), "flush_consumer_offset_interval": (1, None),
-    "consumer_offset_max_entries": (1, None), "client_channel_expired_ms": (1, None),
-    "max_held_pulls_per_connection": (0, None), "max_held_pulls": (0, None),
-    "transaction_time_out": (0, None), "transaction_check_max": (0, None), "transaction_check_interval": (1, None),
-    "transaction_orphan_factor": (1, None), "transaction_snapshot_interval": (1, None),
-    "ha_send_heartbeat_interval": (1, None), "ha_housekeeping_interval": (1, None),
-    "ha_transfer_batch_size": (1, None), "ha_max_gap_not_in_sync": (0, None), "ha_max_connections": (1, None),
-    "in_sync_replicas": (1, None), "min_in_sync_replicas": (1, None), "slave_synchronize_interval": (1, None),
-    "broker_heartbeat_interval": (1, None), "controller_heart_beat_timeout_mills": (1, None),
-    "broker_lease_mills": (1, None),
-    # the remoting server's limits (ServerLimits)
-    "server_channel_max_idle_time_seconds": (0, None), "server_frame_timeout_seconds": (0.1, None),
-    "server_max_connections": (1, None), "server_buffered_bytes_max": (1, None),
-}
-
-# the keys whose camelCase is not the fields' (brokerIP1, not brokerIp1)
-_IP_KEYS = {"broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2"}
-
-
-def _conf_key(name: str) -> str:
-    """A field's broker.conf key (``flush_disk_type`` → ``flushDiskType``)."""
-    head, *rest = name.split("_")
-    return _IP_KEYS.get(name) or head + "".join(p.title() for p in rest)
+def _delay_levels(text: str) -> str:
+    delay_levels_ms(text)
+    return text
 
 
 class _Role:
     """``brokerRole``'s field: setting it drops what was worked out from it (``is_slave``), which is then a plain
     attribute of the instance (every send asks it) where a property ran ``upper()`` per request. A descriptor on this
-    one field: other config writes pay nothing (a ``__setattr__`` would tax them all)."""
+    one field: other config writes pay nothing (a ``__setattr__`` would tax them all). Installed on the class after
+    ``@dataclass`` has read the field's declaration."""
 
     def __init__(self, default: str) -> None:
         self.default = default
@@ -93,105 +73,117 @@ class _Role:
 
 @dataclass
 class BrokerConfig:
-    broker_cluster_name: str = "DefaultCluster"
-    broker_name: str = "broker-a"
-    broker_id: int = 0
-    broker_ip1: str = "127.0.0.1"
-    broker_ip2: str = ""  # the address a master gives its slaves for HA (RocketMQ's brokerIP2); empty: brokerIP1
-    listen_port: int = 10911
-    grpc_port: int = 8081
-    # RocketMQ proxy's key: the send attempts the gRPC edge's Settings tell RocketMQ 5 producers (1: no retries)
-    grpc_client_producer_max_attempts: int = 3
-    # txmq's own, with aclEnable: how far a signed gRPC request's x-mq-date-time may be from the broker's clock,
-    # either way (older is refused as a replay), and the sessions (client ids) and Telemetry streams one account
-    # may have open at once on the gRPC endpoint
-    grpc_signature_window_seconds: int = 900
-    grpc_max_sessions_per_account: int = 256
-    namesrv_addr: str = ""  # "host:port;host:port"
-    broker_role: str = _Role("ASYNC_MASTER")  # type: ignore[assignment]  # ASYNC_MASTER | SYNC_MASTER | SLAVE
-    store_path_root_dir: str = field(default_factory=lambda: str(Path.home() / "store"))
-    flush_disk_type: str = "ASYNC_FLUSH"  # ASYNC_FLUSH | SYNC_FLUSH
-    flush_interval_commit_log: int = 500  # ms
-    sync_flush_timeout: int = 5000  # ms
-    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
-    mapped_file_size_consume_queue: int = 300_000 * 20
-    file_reserved_time: float = 72  # hours, by the store's elapsed-time account (docs/storage.md, "Retention")
-    delete_when: str = "04"  # the local hours retention deletes at ("04;16": several), unless the disk is full
-    clean_resource_interval: int = 10_000  # ms between retention's looks at the hour and the disk
-    max_message_size: int = 4 * 1024 * 1024
-    max_hash_slot_num: int = 500_000  # slots per index file (RocketMQ's default is 5 M; see docs/storage.md)
-    max_index_num: int = 2_000_000  # entries per index file (RocketMQ: 20 M)
-    # Disk usage of the store's partition in percent (a value up to 1 is read as a fraction, as RocketMQ 4.x's
-    # system properties give it): puts are refused above the warning level until usage is under the
-    # clean-forcibly level; above the max-used level retention runs at once (docs/storage.md, "A full disk").
-    disk_space_warning_level_ratio: float = 90
-    disk_space_clean_forcibly_ratio: float = 85
-    disk_max_used_space_ratio: float = 75
-    auto_create_topic_enable: bool = True
-    default_topic_queue_nums: int = 8
-    message_delay_level: str = DEFAULT_DELAY_LEVELS
-    long_polling_enable: bool = True
-    short_polling_time_mills: int = 1000
-    register_name_server_period: int = 30_000  # ms
-    flush_consumer_offset_interval: int = 5000  # ms
-    consumer_offset_max_entries: int = 50_000  # txmq's own: committed offsets kept (topic, group, queue)
-    client_channel_expired_ms: int = 120_000
-    # txmq's own: suspended pulls held at once, per connection and in all (beyond: SYSTEM_BUSY at once)
-    max_held_pulls_per_connection: int = 4096
-    max_held_pulls: int = 65536
-    # the remoting server's limits (serverChannelMaxIdleTimeSeconds, serverMaxConnections, ...): see ServerLimits
-    server_limits: ServerLimits = field(default_factory=ServerLimits)
-    # metrics (RocketMQ 5's keys): PROM serves Prometheus's text format on host:port (host empty: brokerIP1)
-    metrics_exporter_type: str = "DISABLE"  # DISABLE | PROM
-    metrics_prom_exporter_host: str = ""
-    metrics_prom_exporter_port: int = 5557
-    # transactions (RocketMQ BrokerConfig names)
-    reject_transaction_message: bool = False
-    transaction_time_out: int = 6000  # ms before the first check-back
-    transaction_check_max: int = 15
-    transaction_check_interval: int = 30_000  # ms between check passes
-    # txmq's own: a half with no check ever handed to a producer of its group is discarded after transactionTimeOut
-    # times this (and no message's CHECK_IMMUNITY_TIME_IN_SECONDS delays its first check longer)
-    transaction_orphan_factor: int = DEFAULT_ORPHAN_FACTOR
-    # replication (RocketMQ MessageStoreConfig / BrokerConfig names; docs/ha.md)
-    ha_listen_port: int = 0  # 0: listenPort + 1
-    ha_master_address: str = ""  # a slave's master "host:haPort"; empty: learnt from the name server
-    ha_send_heartbeat_interval: int = 5000  # ms
-    ha_housekeeping_interval: int = 20_000  # ms
-    ha_transfer_batch_size: int = 32 * 1024
-    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
-    ha_max_connections: int = 8  # txmq's: connections the HA port holds at once, handshakes included
-    in_sync_replicas: int = 1
-    min_in_sync_replicas: int = 1
-    all_ack_in_sync_state_set: bool = False
-    enable_auto_in_sync_replicas: bool = False
-    slave_read_enable: bool = False
-    access_message_in_memory_max_ratio: int = 40  # percent of RAM; a consumer further behind reads from a slave
-    slave_synchronize_interval: int = 3000  # ms; txmq's: a slave copies its master's metadata this often
-    # txmq's own: how often the transaction state table is snapshotted (restart replays only what follows)
-    transaction_snapshot_interval: int = 10_000  # ms
-    # access control (RocketMQ's aclEnable; RocketMQ reads the file's path from a JVM property, txmq from aclFile,
-    # else $ROCKETMQ_HOME/conf/plain_acl.yml). accessKey/secretKey: the broker's own account, signing its
-    # registrations at the name servers.
-    acl_enable: bool = False
-    acl_file: str = ""
-    access_key: str = ""
-    secret_key: str = ""
-    # TLS under RocketMQ's names (tls.server.mode, tls.server.certPath, ...; dots read as underscores):
-    # the server side of the remoting and gRPC ports, and tls.enable for the broker's own calls to name servers.
-    tls_server_mode: str = "disabled"  # disabled | permissive | enforcing
-    tls_server_cert_path: str = ""
-    tls_server_key_path: str = ""
-    tls_enable: bool = False
-    tls_client_trust_cert_path: str = ""
-    # Controller mode (RocketMQ 5's keys; docs/ha.md, "Automatic failover"): the role comes from the controller,
-    # brokerId is this replica's id (> 0; the master registers with the name servers as 0), brokerRole says how
-    # it answers sends when it is the master (SYNC_MASTER or ASYNC_MASTER).
-    enable_controller_mode: bool = False
-    controller_addr: str = ""  # "host:port;host:port"
-    broker_heartbeat_interval: int = 1000  # ms between heartbeats to the controller
-    controller_heart_beat_timeout_mills: int = 6000  # the controller elects after this long without heartbeats
-    broker_lease_mills: int = 4000  # txmq: a master without a confirmed heartbeat this long stops acknowledging
+    broker_cluster_name: str = key("DefaultCluster", doc="the cluster the broker registers under")
+    broker_name: str = key("broker-a", doc="the broker's name (routes, message queues)")
+    broker_id: int = key(0, range=(0, None), doc="0 for a master; in controller mode this replica's id (> 0)")
+    broker_ip1: str = key("127.0.0.1", name="brokerIP1",
+                          doc="the address the broker listens on, registers, and stores as messages' store host "
+                              "(IPv4, or a name resolved once at start; see below)")
+    broker_ip2: str = key("", name="brokerIP2", shown="(brokerIP1)",
+                          doc="the address a master gives its slaves for HA (`brokerIP2:haListenPort`); see "
+                              "[replication](ha.md)")
+    listen_port: int = key(10911, range=(0, 65535), doc="the remoting port (0: a free port)")
+    grpc_port: int = key(8081, range=(None, 65535), rocketmq=False,
+                         doc="the RocketMQ 5 gRPC port (0: a free one, below 0: off; the default being taken only "
+                             "warns)")
+    grpc_client_producer_max_attempts: int = key(3, range=(1, None),
+                                                 doc="send attempts RocketMQ 5 producers are told to make, the "
+                                                     "first included (RocketMQ proxy's key); 1: no retries, so a "
+                                                     "send timed out on the client is never stored twice")
+    grpc_signature_window_seconds: int = key(900, unit="s", range=(1, None), rocketmq=False,
+                                             doc="with `aclEnable`: a signed gRPC request whose `x-mq-date-time` "
+                                                 "is further than this from the broker's clock, either way, is "
+                                                 "refused (`UNAUTHORIZED`); see [gRPC](grpc.md)")
+    grpc_max_sessions_per_account: int = key(256, range=(1, None), rocketmq=False,
+                                             doc="with `aclEnable`: client ids, and Telemetry streams, one account "
+                                                 "may have open at once on the gRPC endpoint (beyond: "
+                                                 "`TOO_MANY_REQUESTS`)")
+    namesrv_addr: str = key("", shown="(none)",
+                            doc="the name servers, `host:port;host:port` (`txmq server` uses its own)")
+    broker_role: str = key("ASYNC_MASTER", choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+                           doc="`SYNC_MASTER` answers a send once a slave has it; in controller mode, how the "
+                               "master answers")
+    auto_create_topic_enable: bool = key(True, doc="a send to an unknown topic creates it")
+    default_topic_queue_nums: int = key(8, range=(1, None), doc="queues of an auto-created topic")
+    message_delay_level: str = key(DEFAULT_DELAY_LEVELS, check=_delay_levels,
+                                   doc="the delay levels (`txmq send --delay LEVEL`, retries)")
+    long_polling_enable: bool = key(True, runtime=True, doc="hold pulls until a message arrives")
+    short_polling_time_mills: int = key(1000, unit="ms", range=(0, None),
+                                        doc="read, not used yet (a pull without long polling answers at once)")
+    register_name_server_period: int = key(30_000, unit="ms", range=(1000, None), runtime=True,
+                                           doc="between registrations with the name servers (RocketMQ clamps it "
+                                               "to 10-60 s)")
+    flush_consumer_offset_interval: int = key(5000, unit="ms", range=(1, None),
+                                              doc="between writes of committed offsets")
+    consumer_offset_max_entries: int = key(50_000, range=(1, None), rocketmq=False,
+                                           doc="committed offsets kept (group, topic, queue); a new one beyond is "
+                                               "refused. Also bounds the pull counters and the transaction counters "
+                                               "per producer group: a new one beyond is not counted")
+    client_channel_expired_ms: int = key(120_000, unit="ms", range=(1, None), rocketmq=False,
+                                         doc="without a heartbeat before a client is dropped")
+    max_held_pulls_per_connection: int = key(4096, range=(0, None), rocketmq=False,
+                                             doc="held pulls of one connection (beyond: `SYSTEM_BUSY` at once)")
+    max_held_pulls: int = key(65536, range=(0, None), rocketmq=False, doc="held pulls in all")
+    slave_read_enable: bool = key(False, doc="a slave serves pulls (consumers far behind, or the master gone)")
+    slave_synchronize_interval: int = key(3000, unit="ms", range=(1, None), rocketmq=False,
+                                          doc="between a slave's copies of its master's topics and offsets")
+    # metrics (RocketMQ 5's keys)
+    metrics_exporter_type: str = key("DISABLE", choices=("DISABLE", "PROM"),
+                                     doc="`PROM`: serve Prometheus metrics ([below](#metrics))")
+    metrics_prom_exporter_host: str = key("", shown="(brokerIP1)", doc="the address of the metrics endpoint")
+    metrics_prom_exporter_port: int = key(5557, range=(0, 65535), doc="the port of the metrics endpoint")
+    # transactions
+    reject_transaction_message: bool = key(False, runtime=True, doc="refuse half (transactional) messages")
+    transaction_time_out: int = key(6000, unit="ms", range=(0, None),
+                                    doc="before a transaction's first check-back")
+    transaction_check_max: int = key(15, range=(0, None), runtime=True,
+                                     doc="check-backs before a transaction is discarded (counted up to 255: above "
+                                         "255, checked for ever)")
+    transaction_check_interval: int = key(30_000, unit="ms", range=(1, None), runtime=True,
+                                          doc="between check passes")
+    transaction_orphan_factor: int = key(DEFAULT_ORPHAN_FACTOR, range=(1, None), rocketmq=False,
+                                         doc="a half still pending after `transactionTimeOut` × this, no producer "
+                                             "of its group connected at its check, is discarded (checked before "
+                                             "or not)")
+    transaction_snapshot_interval: int = key(10_000, unit="ms", range=(1, None), rocketmq=False,
+                                             doc="between snapshots of the transaction state table (a restart "
+                                                 "replays only what follows)")
+    # access control; accessKey/secretKey: the broker's own account, signing its registrations and HA handshakes
+    acl_enable: bool = key(False, doc="check every request against the users and ACLs, and authenticate both ends "
+                                      "of every HA connection; needs `accessKey`/`secretKey`; see "
+                                      "[security](security.md)")
+    acl_file: str = key("", shown="(none)", rocketmq=False,
+                        doc="the path of `plain_acl.yml` (else `$ROCKETMQ_HOME/conf/plain_acl.yml`)")
+    access_key: str = key("", shown="(none)", secret=True,
+                          doc="the broker's own account (a Super user): to register with name servers that check "
+                              "ACL and, as a slave, to authenticate to its master")
+    secret_key: str = key("", shown="(none)", secret=True, doc="its secret")
+    # TLS under RocketMQ's names (tls.server.mode, ...: dots read as underscores)
+    tls_server_mode: str = key("disabled", choices=MODES,
+                               doc="written `tls.server.mode`: TLS on the remoting, gRPC and HA ports")
+    tls_server_cert_path: str = key("", shown="(none)",
+                                    doc="written `tls.server.certPath`: the server certificate (PEM)")
+    tls_server_key_path: str = key("", shown="(none)", doc="written `tls.server.keyPath`: its key (PEM)")
+    tls_enable: bool = key(False, doc="written `tls.enable`: TLS for the broker's own calls to name servers, and a "
+                                      "slave's to its master's HA port")
+    tls_client_trust_cert_path: str = key("", shown="(none)",
+                                          doc="written `tls.client.trustCertPath`: the CA bundle those calls trust")
+    # controller mode (RocketMQ 5's keys; docs/ha.md, "Automatic failover")
+    enable_controller_mode: bool = key(False, doc="the broker's role comes from the controller (automatic "
+                                                  "failover; see [replication](ha.md))")
+    controller_addr: str = key("", shown="(none)", doc="the controllers, `host:port;host:port`")
+    broker_heartbeat_interval: int = key(1000, unit="ms", range=(1, None),
+                                         doc="between heartbeats to the controller")
+    controller_heart_beat_timeout_mills: int = key(6000, unit="ms", range=(1, None),
+                                                   doc="without a master's heartbeat before the controller elects "
+                                                       "another")
+    broker_lease_mills: int = key(4000, unit="ms", range=(1, None), rocketmq=False,
+                                  doc="a master acknowledges sends this long after the send time of its last "
+                                      "heartbeat the controller confirmed")
+    # the keys declared where they are used
+    store: StoreConfig = section(StoreConfig, "Store")
+    ha: HAConfig = section(HAConfig, "Replication")
+    server_limits: ServerLimits = section(ServerLimits, "Remoting server (also `txmq namesrv -c`)")
 
     @property
     def broker_addr(self) -> str:
@@ -205,61 +197,26 @@ class BrokerConfig:
         """Worked out once per ``broker_role`` (``_Role`` forgets it when the role is set)."""
         return self.broker_role.upper() == "SLAVE"
 
-    def disk_percent(self, name: str) -> float:
-        """A disk ratio field in percent, whether it was given as 90 or as 0.90."""
-        value = float(getattr(self, name))
-        return value * 100 if value <= 1 else value
-
     @property
     def is_sync_master(self) -> bool:
         return self.broker_role.upper() == "SYNC_MASTER"
 
     def delay_levels_ms(self) -> list[int]:
-        """``messageDelayLevel`` as milliseconds; level N is entry N-1."""
-        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-        out = []
-        for item in self.message_delay_level.split():
-            m = re.fullmatch(r"(\d+)([smhd])", item)
-            if not m:
-                raise ValueError(f"bad messageDelayLevel entry {item!r}")
-            out.append(int(m.group(1)) * units[m.group(2)])
-        return out
+        return delay_levels_ms(self.message_delay_level)
 
     def update(self, values: dict[str, Any]) -> None:
-        """Set fields, and the remoting server's limits, from camelCase or snake_case keys, converting strings
-        to each field's type. All or nothing: the values are tried on a copy first, so a refused one (an
-        UPDATE_BROKER_CONFIG answered with an error) leaves every field as it was."""
-        trial = copy.copy(self)
-        trial.server_limits = copy.copy(self.server_limits)
-        trial._set(values)
-        unknown = self._set(values)
+        """Set keys (camelCase or snake_case) from strings, each parsed and checked once. All or nothing: a refused
+        value (an UPDATE_BROKER_CONFIG answered with an error, a bad broker.conf) leaves every key as it was."""
+        unknown = set_keys(self, values)
         if unknown:
             log.warning("unknown broker config keys ignored: %s (docs/configuration.md lists the keys txmq reads)",
                         ", ".join(sorted(unknown)))
 
-    def _set(self, values: dict[str, Any]) -> dict[str, Any]:
-        """``update``'s step: set and check the fields; the keys that name none."""
-        unknown = update_fields(self.server_limits, update_fields(self, values))
-        for key, allowed in _CHOICES.items():
-            value = getattr(self, key)
-            if value.upper() not in allowed:
-                raise ValueError(f"config {_conf_key(key)}: {value!r} is not one of {', '.join(allowed)}")
-        check_ranges(self)
-        check_ranges(self.server_limits)
-        delete_hours(self.delete_when)
-        return unknown
 
+BrokerConfig.broker_role = _Role("ASYNC_MASTER")  # type: ignore[assignment]
 
-def check_ranges(config: BrokerConfig | ServerLimits) -> None:
-    """Refuse a field of ``config`` outside its key's range (``_RANGES``), naming the broker.conf key: the
-    broker's config, and the remoting limits of the broker and of the name server (``txmq namesrv -c``)."""
-    for f in fields(config):
-        least, most = _RANGES.get(f.name, (None, None))
-        value = getattr(config, f.name)
-        if (least is not None and value < least) or (most is not None and value > most):
-            span = f"at least {least}" if most is None else f"at most {most}" if least is None \
-                else f"between {least} and {most}"
-            raise ValueError(f"config {_conf_key(f.name)}: {value} is out of range (it must be {span})")
+# updateBrokerConfig may change these while the broker runs: each is read where it is used
+RUNTIME_KEYS = tuple(k.name for k in declared_keys(BrokerConfig).values() if k.key.runtime)
 
 
 def store_address(host: str, key: str = "brokerIP1") -> str:
@@ -285,21 +242,11 @@ def store_address(host: str, key: str = "brokerIP1") -> str:
     return str(found[0][4][0])
 
 
-# Never in any answer, to anyone: the broker's own credentials (GET_BROKER_CONFIG once carried them, and with them
-# any account could act as the cluster's admin).
-SECRET_FIELDS = frozenset({"access_key", "secret_key"})
-
-
 def config_properties(config: BrokerConfig) -> dict[str, str]:
-    """The config as broker.conf keys and values (GET_BROKER_CONFIG's body), the remoting limits included, the
-    broker's credentials left out (``SECRET_FIELDS``)."""
-    out = {}
-    for obj in (config, config.server_limits):
-        for f in fields(obj):
-            value = getattr(obj, f.name)
-            if f.name != "server_limits" and f.name not in SECRET_FIELDS:
-                out[_conf_key(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
-    return out
+    """The config as broker.conf keys and values (GET_BROKER_CONFIG's body), the broker's credentials (keys
+    declared ``secret``) left out: GET_BROKER_CONFIG once carried them, and with them any account could act as the
+    cluster's admin."""
+    return key_values(config)
 
 
 def load_broker_conf(path: str | os.PathLike[str], config: BrokerConfig | None = None) -> BrokerConfig:

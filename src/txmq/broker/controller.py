@@ -42,7 +42,7 @@ from txmq.remoting.registry import Processor, RequestDispatcher, RequestTable
 from txmq.remoting.server import RemotingServer
 from txmq.remoting.tls import client_context
 from txmq.remoting.transport import RemotingClient
-from txmq.store import DefaultMessageStore, FlushDiskType, StoreConfig
+from txmq.store import DefaultMessageStore
 from txmq.store.ha import HAAuth, HAClient, HAConfig, HAPort, HAService
 
 if TYPE_CHECKING:
@@ -83,27 +83,10 @@ class BrokerController:
         # Controller mode: the controller gives the role; until then a slave without a master.
         self.replicas_manager = ReplicasManager(self) if config.enable_controller_mode else None
         _check_role(config)
-        self.root = Path(config.store_path_root_dir)
+        self.root = Path(config.store.store_path_root_dir)
         self.store_host = (store_ip, config.listen_port)
-        self.store = DefaultMessageStore(StoreConfig(
-            store_path_root_dir=str(self.root),
-            mapped_file_size_commit_log=config.mapped_file_size_commit_log,
-            mapped_file_size_consume_queue=config.mapped_file_size_consume_queue,
-            flush_disk_type=FlushDiskType[config.flush_disk_type.upper()],
-            flush_interval_commit_log_ms=config.flush_interval_commit_log,
-            sync_flush_timeout_ms=config.sync_flush_timeout,
-            file_reserved_time_hours=config.file_reserved_time,
-            delete_when=config.delete_when,
-            clean_resource_interval_ms=config.clean_resource_interval,
-            max_message_size=config.max_message_size,
-            store_host=self.store_host,
-            max_hash_slot_num=config.max_hash_slot_num,
-            max_index_num=config.max_index_num,
-            disk_space_warning_level_ratio=config.disk_percent("disk_space_warning_level_ratio"),
-            disk_space_clean_forcibly_ratio=config.disk_percent("disk_space_clean_forcibly_ratio"),
-            disk_max_used_space_ratio=config.disk_percent("disk_max_used_space_ratio"),
-            access_message_in_memory_max_ratio=config.access_message_in_memory_max_ratio,
-        ))
+        config.store.store_host = self.store_host
+        self.store = DefaultMessageStore(config.store)  # the same object: a key changed at run time reaches it
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self._ha_port: HAPort | None = None  # controller mode: bound at start, kept in every role
@@ -135,7 +118,7 @@ class BrokerController:
         self.transaction_service = TransactionalMessageService(
             self.store, transaction_timeout_ms=config.transaction_time_out,
             orphan_factor=config.transaction_orphan_factor, metrics_max_groups=config.consumer_offset_max_entries,
-            file_reserved_time_h=config.file_reserved_time,
+            file_reserved_time_h=config.store.file_reserved_time_hours,
             snapshot_path=self.root / "config" / "transactionState.snapshot")
         self.check_service = TransactionalMessageCheckService(
             self.transaction_service, check_max=config.transaction_check_max,
@@ -178,20 +161,16 @@ class BrokerController:
         return self.config.broker_addr
 
     def _ha_config(self) -> HAConfig:
+        """A copy of the replication keys (``config.ha``) with this member's identity and connections filled in:
+        each HA part keeps its own, as the identity changes with the role in controller mode."""
         c = self.config
-        self._ha_port_set = c.ha_listen_port != 0
-        if c.ha_listen_port == 0:
-            c.ha_listen_port = c.listen_port + 1
-        return HAConfig(
-            cluster_name=c.broker_cluster_name, broker_name=c.broker_name, broker_id=c.broker_id,
-            listen_host=c.broker_ip1, listen_port=c.ha_listen_port, master_address=c.ha_master_address,
-            send_heartbeat_interval_ms=c.ha_send_heartbeat_interval,
-            housekeeping_interval_ms=c.ha_housekeeping_interval,
-            transfer_batch_size=c.ha_transfer_batch_size, max_gap_not_in_sync=c.ha_max_gap_not_in_sync,
-            sync_timeout_ms=c.sync_flush_timeout, in_sync_replicas=c.in_sync_replicas,
-            min_in_sync_replicas=c.min_in_sync_replicas, all_ack_in_sync_state_set=c.all_ack_in_sync_state_set,
-            enable_auto_in_sync_replicas=c.enable_auto_in_sync_replicas, max_connections=c.ha_max_connections,
-            tls=c.tls_server(), tls_client=client_context(c.tls_client_trust_cert_path) if c.tls_enable else None,
+        self._ha_port_set = c.ha.listen_port != 0
+        if c.ha.listen_port == 0:
+            c.ha.listen_port = c.listen_port + 1
+        return dataclasses.replace(
+            c.ha, cluster_name=c.broker_cluster_name, broker_name=c.broker_name, broker_id=c.broker_id,
+            listen_host=c.broker_ip1, sync_timeout_ms=c.store.sync_flush_timeout_ms, tls=c.tls_server(),
+            tls_client=client_context(c.tls_client_trust_cert_path) if c.tls_enable else None,
             auth=HAAuth(c.access_key, c.secret_key, lambda ak: admin_secret(self.acl, ak)) if c.acl_enable else None)
 
     def _new_ha_client(self, ha_config: HAConfig) -> HAClient:
@@ -201,7 +180,7 @@ class BrokerController:
     @property
     def ha_addr(self) -> str:
         """Where slaves reach this broker's HA port: brokerIP2 (RocketMQ's HA address), else brokerIP1."""
-        return f"{self.config.broker_ip2 or self.config.broker_ip1}:{self.config.ha_listen_port}"
+        return f"{self.config.broker_ip2 or self.config.broker_ip1}:{self.config.ha.listen_port}"
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
@@ -243,8 +222,8 @@ class BrokerController:
         if self.replicas_manager is not None:
             self.replicas_manager.start()
         log.info("broker %s id %d listening on %s (%s, %s, HA %s, store %s, %s)", self.config.broker_name,
-                 self.config.broker_id, self.addr, self.config.broker_role, self.config.flush_disk_type, self.ha_addr,
-                 self.root, f"ACL on: {self.acl.store.describe()}" if self.acl else
+                 self.config.broker_id, self.addr, self.config.broker_role, self.config.store.flush_disk_type.value,
+                 self.ha_addr, self.root, f"ACL on: {self.acl.store.describe()}" if self.acl else
                  "ACL off: any client reaching this address may do anything; aclEnable=true requires accounts")
 
     async def _start_grpc(self) -> None:
@@ -288,7 +267,7 @@ class BrokerController:
         self._ha_port = HAPort(accept, self._ha_config())
         await self._ha_port.start()
         log.info("HA port %s:%d bound (serves slaves while this replica is master)", self.config.broker_ip1,
-                 self.config.ha_listen_port)
+                 self.config.ha.listen_port)
 
     async def _start_metrics(self) -> None:
         kind = self.config.metrics_exporter_type.upper()
@@ -370,7 +349,7 @@ class BrokerController:
         """Copy the master's log (this log already truncated where the two agree) from ``master_ha_addr``, and
         its metadata from ``master_link`` (``replicas_manager.slave_link``)."""
         assert self.ha_client is not None and self.slave_synchronize is not None
-        self.config.ha_master_address = master_ha_addr  # the name server's answers must not override it
+        self.config.ha.master_address = master_ha_addr  # the name server's answers must not override it
         self.ha_client.master_address = master_ha_addr
         self.ha_client.start()
         self.slave_synchronize.master_addr = master_link
@@ -503,7 +482,7 @@ class BrokerController:
         if master and master != self.slave_synchronize.master_addr:
             self.slave_synchronize.master_addr = master
             self._spawn(self.slave_synchronize.sync_all(), "slave synchronize now")
-        if not self.config.ha_master_address:
+        if not self.config.ha.master_address:
             self.ha_client.set_master_address(answer.get("haServerAddr", ""))
 
     async def _unregister_all(self) -> None:
@@ -548,7 +527,7 @@ class BrokerController:
         m = tx.metrics
         return {
             "broker": {"name": self.config.broker_name, "addr": self.addr,
-                       "flushDiskType": self.config.flush_disk_type},
+                       "flushDiskType": self.config.store.flush_disk_type.value},
             "topics": topics,
             "consumerGroups": groups,
             "transactions": {

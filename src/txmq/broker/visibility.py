@@ -14,7 +14,11 @@ Not servable:
 
 from __future__ import annotations
 
-from txmq.message import MessageExt
+from typing import TYPE_CHECKING, NamedTuple
+
+from txmq.acl.model import Action, Needs
+from txmq.errors import RemoteProtocolError, StoreError
+from txmq.message import MessageExt, decode_message
 from txmq.store.dispatcher import builds_consume_queue
 from txmq.topic import (
     RMQ_SYS_SCHEDULE_TOPIC,
@@ -22,6 +26,9 @@ from txmq.topic import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
 )
+
+if TYPE_CHECKING:
+    from txmq.store import DefaultMessageStore
 
 INTERNAL_TOPICS = frozenset({RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_SCHEDULE_TOPIC,
                              RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC})
@@ -37,3 +44,29 @@ def internal_refusal(topic: str) -> str | None:
 def servable(msg: MessageExt) -> bool:
     """May this stored record be served to a client?"""
     return msg.topic not in INTERNAL_TOPICS and builds_consume_queue(msg.sys_flag)
+
+
+class RecordAt(NamedTuple):
+    """The record a request names by its commit-log offset (VIEW_MESSAGE_BY_ID, CONSUMER_SEND_MSG_BACK), read once
+    by the request's parse: what the request needs is Sub on that record's topic, and the handler serves or copies
+    the record that was authorized. ``msg`` is None when there is no record there (``why``)."""
+
+    offset: int
+    raw: bytes
+    msg: MessageExt | None
+    why: str = ""
+
+
+def read_record_at(store: DefaultMessageStore, offset: int) -> RecordAt:
+    try:
+        raw = store.read_record(offset)
+        return RecordAt(offset, raw, decode_message(raw)[0])
+    except (StoreError, RemoteProtocolError) as exc:
+        return RecordAt(offset, b"", None, str(exc))
+
+
+def record_needs(record: RecordAt, needs: Needs) -> Needs:
+    """``needs`` and Sub on the record's topic (a retry topic's: Sub on its group). With no record at the offset,
+    Get on the cluster: only whole-server readers learn which offsets hold records, or where the log begins and
+    ends."""
+    return needs.topic(record.msg.topic, Action.SUB) if record.msg is not None else needs.cluster(Action.GET)

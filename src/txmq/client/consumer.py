@@ -240,7 +240,12 @@ class PushConsumer(ClientBase):
             self._rebalance_now.clear()
 
     async def rebalance(self) -> bool:
-        """Take and release queues; False when some subscribed topic has no readable queue yet."""
+        """Take and release queues; False when some subscribed topic has no readable queue yet.
+
+        A topic without a route keeps the queues this consumer holds, as RocketMQ's rebalance leaves it: a broker
+        that stops cleanly unregisters, so its topics are unrouted until it is back, and releasing their queues
+        then would take them again from the broker's committed offsets, consuming everything since the last
+        commit again."""
         assert self.instance is not None
         wanted: set[MessageQueue] = set()
         complete = True
@@ -248,6 +253,7 @@ class PushConsumer(ClientBase):
             route = await self.instance.update_route(topic)
             if route is None or not route.subscribe_queues:
                 complete = False
+                wanted.update(mq for mq in self.queues if mq.topic == topic)
                 continue
             mqs = sorted(route.subscribe_queues)
             if self.message_model == MessageModel.BROADCASTING:

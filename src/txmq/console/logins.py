@@ -16,6 +16,8 @@ from typing import Any
 from txmq.acl.signer import SessionCredentials
 from txmq.admin import MQAdminExt
 from txmq.client.producer import Producer
+from txmq.errors import ClientError
+from txmq.remoting.codes import RequestCode, ResponseCode
 
 MAX_LOGINS = 64  # each holds a client thread (two once it resent a dead letter)
 LOGIN_MAX_S = 12 * 3600.0
@@ -55,16 +57,42 @@ class Clients:
 
 
 async def log_in(namesrv: str | None, access_key: str, secret_key: str) -> Clients:
-    """Clients for the account, once the name server accepted a request signed with it (its cluster table);
-    ``TxmqError`` with the refusal otherwise."""
+    """Clients for the account, once the name server accepted a request signed with it (its cluster table) and
+    every server refuses one signed with another secret; ``TxmqError`` with the refusal otherwise."""
     clients = Clients(namesrv, SessionCredentials(access_key, secret_key))
     try:
         await clients.start()
-        await call(clients.admin.cluster_info)
+        info = await call(clients.admin.cluster_info)
+        await _check_signatures_are_checked(clients.admin.namesrv, info, access_key)
     except BaseException:
         await clients.close()
         raise
     return clients
+
+
+async def _check_signatures_are_checked(namesrv: str, info: dict[str, Any], access_key: str) -> None:
+    """The servers see the console's address, not the user's: where that address is a white address for the account
+    (its ``whiteRemoteAddress``, ``globalWhiteRemoteAddresses``) or ACL is off, they accept the account without its
+    secret, and a login there would let anyone act as the account. ``TxmqError`` naming the first server that
+    accepts a request signed with a wrong secret; a broker that cannot be reached is not asked."""
+    probe = Clients(namesrv, SessionCredentials(access_key, secrets.token_urlsafe(24)))
+    try:
+        await probe.start()
+        brokers = [addr for data in (info.get("brokerAddrTable") or {}).values()
+                   for addr in (data.get("brokerAddrs") or {}).values()]
+        for addr in [a.strip() for a in namesrv.split(";") if a.strip()] + brokers:
+            try:
+                code = await call(probe.admin.answer_code, addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+            except ClientError:
+                if addr in brokers:
+                    continue
+                raise
+            if code != ResponseCode.NO_PERMISSION:
+                raise ClientError(f"{addr} does not check the signature of {access_key} from the console's "
+                                  "address (ACL is off there, or the address is a white address for it): the "
+                                  "console cannot tell who logs in as that account")
+    finally:
+        await probe.close()
 
 
 @dataclass(eq=False)

@@ -74,7 +74,7 @@ class ReplicasManager:
         self.controllers = [a.strip() for a in cfg.controller_addr.split(";") if a.strip()]
         if not self.controllers:
             raise ValueError("enableControllerMode=true needs controllerAddr")
-        self.epochs = EpochFile(Path(cfg.store_path_root_dir) / "epochFileCheckpoint")
+        self.epochs = EpochFile(Path(cfg.store.store_path_root_dir) / "epochFileCheckpoint")
         self.epoch = self.epochs.last_epoch  # the master epoch this replica is in
         self.boot_id = uuid.uuid4().hex  # this process: the controller never confirms a restarted master's epoch
         self.master_id = -1

@@ -48,7 +48,7 @@ class GrpcEndpoint:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> None:
-        limit = self.broker.config.max_message_size + _ENVELOPE
+        limit = self.broker.config.store.max_message_size + _ENVELOPE
         limits = self.broker.config.server_limits
         # every call passes the one interceptor: declared methods only, headers parsed once, ACL when it is on
         interceptors = [CallInterceptor(METHODS, self.broker.acl, self.broker.config.grpc_signature_window_seconds)]

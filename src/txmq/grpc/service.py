@@ -57,6 +57,7 @@ from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.telemetry import ClientSessions, end_stream
 from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
 from txmq.remoting.codes import ResponseCode
+from txmq.remoting.refusals import RefusalLog
 from txmq.store import GetMessageStatus
 from txmq.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, PermName, TopicConfig, check_consumer_group
 
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.grpc")
+_REFUSED = RefusalLog(log, "gRPC endpoint refused a request")
 
 DEFAULT_INVISIBLE_MS = 60_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
@@ -190,14 +192,15 @@ def _overall_status(overall: pb.Status, entries: Sequence[_Entry], what: str) ->
 
 def _refusal(exc: Exception, what: str) -> pb.Status:
     """The status that answers a handler's exception (called in its ``except``): a ``GrpcStatusError``'s own; a
-    core refusal's code; BAD_REQUEST for a rule the client broke (its fault: one log line); INTERNAL_SERVER_ERROR
-    for anything else (a bug must not kill the endpoint: answered and logged with its traceback)."""
+    core refusal's code; BAD_REQUEST for a rule the client broke (its fault: a log line folded per host, as a client
+    may repeat it at will); INTERNAL_SERVER_ERROR for anything else (a bug must not kill the endpoint: answered and
+    logged with its traceback)."""
     if isinstance(exc, GrpcStatusError):
         return status(exc.code, exc.message)
     if isinstance(exc, Refusal):
         return refusal_status(exc)
     if isinstance(exc, InvalidMessageError):
-        log.warning("gRPC %s refused: %s", what, exc)
+        _REFUSED.refused(current_call().host, f"{what}: {exc}")
         return status(Code.BAD_REQUEST, str(exc))
     log.exception("gRPC %s failed", what)
     return status(Code.INTERNAL_SERVER_ERROR, f"{what} failed: {exc}")
@@ -223,9 +226,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- routes ------------------------------------------------------------------------------------------
 
-    def _topic(self, name: str, *, create: bool = False) -> TopicConfig:
-        """The topic a request names; ``create``: auto-created as a send would create it (``TopicService.find``)."""
-        cfg = self.core.topics.find(name, create=create)
+    def _topic(self, name: str, *, planned: bool = False) -> TopicConfig:
+        """The topic a request names; ``planned``: an unknown one's config as its first send will create it, not
+        stored (``TopicService.find``: a route lookup creates nothing)."""
+        cfg = self.core.topics.find(name, planned=planned)
         if isinstance(cfg, Refusal):
             raise cfg
         return cfg
@@ -251,11 +255,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return [pb.MessageQueue(topic=pb.Resource(name=cfg.topic_name), id=q, permission=permission, broker=broker,
                                 accept_message_types=ACCEPTED_TYPES) for q in queue_ids]
 
-    # any account: RocketMQ 5.3 asks Pub or Sub on the topic, which Needs cannot say (it needs every bit named)
+    # a route creates nothing: an unknown topic's route is the one its first send (Pub) will create it with
     @METHODS.declare(_route_needs)
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
         try:
-            cfg = self._topic(request.topic.name, create=True)
+            cfg = self._topic(request.topic.name, planned=True)
             queues = await self._queues_pb(cfg, range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
             return spb.QueryRouteResponse(status=status(), message_queues=queues)
         except Exception as exc:
@@ -314,7 +318,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 customized_backoff=pb.CustomizedBackoff(next=[duration(ms) for ms in CONSUMER_BACKOFF_MS])))
         else:
             pub = out.publishing
-            pub.max_body_size = self.broker.config.max_message_size
+            pub.max_body_size = self.broker.config.store.max_message_size
             pub.validate_message_type = False
             out.backoff_policy.CopyFrom(pb.RetryPolicy(
                 max_attempts=self.broker.config.grpc_client_producer_max_attempts,

@@ -1,5 +1,5 @@
-"""Log lines for refusals a peer can provoke at will (ACL refusals, failed TLS handshakes): one line per kind
-of refusal per host and ``LOG_EVERY_S``, so that a flood cannot flood the log."""
+"""Log lines for events a peer can provoke at will (ACL refusals, failed TLS handshakes, connections opened and
+closed): one line per kind of event per host and ``LOG_EVERY_S``, so that a flood cannot flood the log."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ class RefusalLog:
     """One log line per kind of refusal per host and ``LOG_EVERY_S``, with the count of those not logged; at
     most ``LINES_PER_HOST`` lines per host in that time, the rest counted into the host's next line."""
 
-    def __init__(self, log: logging.Logger, what: str) -> None:
+    def __init__(self, log: logging.Logger, what: str, level: int = logging.WARNING) -> None:
         self.log = log
         self.what = what  # e.g. "broker refused a request"
+        self.level = level
         self._last: dict[tuple[str, str], tuple[float, int]] = {}
         self._hosts: dict[str, tuple[float, int, int]] = {}  # host -> (window start, lines, not logged)
 
@@ -38,6 +39,6 @@ class RefusalLog:
             return
         more = f" (+{last[1]} like it since the last line)" if last and last[1] else ""
         more += f" (+{hidden} other refusals from this host not logged)" if hidden else ""
-        self.log.warning("%s from %s: %s%s", self.what, host, reason, more)
+        self.log.log(self.level, "%s from %s: %s%s", self.what, host, reason, more)
         self._last[key] = (now, 0)
         self._hosts[host] = (start, lines + 1, 0)

@@ -38,15 +38,16 @@ RequestHandler = Callable[[Connection, RemotingCommand, P], HandlerResult]
 @dataclasses.dataclass(frozen=True, slots=True)
 class RequestSpec(Generic[P]):
     """One served request code. ``malformed``: the response code for a request ``parse`` cannot read (sends
-    answer MESSAGE_ILLEGAL, as RocketMQ's do; the rest SYSTEM_ERROR). ``stamp``, when given, records the
-    authorized account in the parsed request (the account that stores a half message)."""
+    answer MESSAGE_ILLEGAL, as RocketMQ's do; the rest SYSTEM_ERROR). ``stamp``, when given, records the identity
+    the gate admitted (opaque here: the ACL's ``User``) in the parsed request, as the gate admitted it: the account
+    that stores a half message, the user that changes users and ACLs. Never a name to look up again."""
 
     code: int
     parse: Parse[P]
     needs: Callable[[P], Any]
     handler: RequestHandler[P]
     malformed: int = ResponseCode.SYSTEM_ERROR
-    stamp: Callable[[P, str], None] | None = None
+    stamp: Callable[[P, Any], None] | None = None
 
 
 def header(cls: type[H]) -> Parse[H]:
@@ -105,9 +106,6 @@ class Gate(Protocol):
     def permit(self, conn: Connection, cmd: RemotingCommand, identity: Any, needs: Any) -> RemotingCommand | None:
         """None when ``identity`` has what ``needs`` asks for, else the refusal to answer."""
 
-    def account(self, identity: Any) -> str:
-        """The name to stamp into what the request stores."""
-
 
 class RequestDispatcher:
     """The handler a ``RemotingServer`` calls: every request through the steps of this module. ``execute`` is
@@ -142,7 +140,7 @@ class RequestDispatcher:
             if refusal is not None:
                 return refusal
             if spec.stamp is not None:
-                spec.stamp(parsed, gate.account(identity))
+                spec.stamp(parsed, identity)
         return self.execute(conn, cmd, spec, parsed)
 
 

@@ -11,7 +11,8 @@ A peer's bytes never grow the server's memory without bound (``ServerLimits``):
   (RocketMQ's ``serverChannelMaxIdleTimeSeconds``, Netty's all-idle handler; 0 turns it off, as there);
 - at most ``server_max_connections`` connections are served; one beyond is closed at once.
 
-Each event is one log line (a run of refused connections: one line when it starts, one when it ends).
+Each event is one log line (a run of refused connections: one line when it starts, one when it ends), and those a
+peer can cause at will (connections opened, closed, cut off) are folded per host as refusals are (``RefusalLog``).
 """
 
 from __future__ import annotations
@@ -20,22 +21,33 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from txmq.conf import key
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE
+from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.tls import TlsServer, TlsServerConfig
-from txmq.remoting.transport import DEFAULT_MAX_PENDING_INVOKES, Connection, Handler
+from txmq.remoting.transport import CONNECTION_EVENTS, DEFAULT_MAX_PENDING_INVOKES, Connection, Handler
 
 log = logging.getLogger("txmq.remoting")
+_CUT_OFF = RefusalLog(log, "remoting server cut off a connection")
+
+
+def _host(conn: Connection) -> str:
+    return conn.remote_address.rpartition(":")[0]
 
 
 @dataclass
 class ServerLimits:
-    """What one remoting server lets its peers hold; read from ``broker.conf`` (and ``txmq namesrv -c``) under
-    these names in camelCase. Only the idle time is RocketMQ's key (``NettyServerConfig``); the rest are txmq's."""
+    """What one remoting server lets its peers hold: keys of broker.conf (and of ``txmq namesrv -c``)."""
 
-    server_channel_max_idle_time_seconds: float = 120  # silence (no read, no write) that closes a connection
-    server_frame_timeout_seconds: float = 30  # a frame must be whole within this of its first bytes
-    server_max_connections: int = 4096  # connections served at once (keep under the process's open-file limit)
-    server_buffered_bytes_max: int = 256 * 1024 * 1024  # bytes of partial frames, all connections together
+    server_channel_max_idle_time_seconds: float = key(120, unit="s", range=(0, None),
+                                                      doc="an idle connection (no read, no write) is closed after "
+                                                          "this; 0: never (as RocketMQ's Netty idle handler)")
+    server_frame_timeout_seconds: float = key(30, unit="s", range=(0.1, None), rocketmq=False,
+                                              doc="a frame must be whole within this of its first bytes")
+    server_max_connections: int = key(4096, range=(1, None), rocketmq=False,
+                                      doc="connections served at once (keep under the process's open-file limit)")
+    server_buffered_bytes_max: int = key(256 * 1024 * 1024, unit="bytes", range=(1, None), rocketmq=False,
+                                         doc="of partial frames, all connections together")
 
 
 class RemotingServer:
@@ -88,7 +100,7 @@ class RemotingServer:
             conn.abort()
             return
         self.connections.add(conn)
-        log.info("accepted connection from %s", conn.remote_address)
+        CONNECTION_EVENTS.refused(_host(conn), f"{conn.remote_address} accepted")
 
     def _connection_closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -105,9 +117,9 @@ class RemotingServer:
         self._buffered[conn] = buffered
         self.buffered_bytes += buffered
         if self.buffered_bytes > self.limits.server_buffered_bytes_max:
-            log.warning("closing %s: its partial frame would take the bytes buffered by all connections to %d, "
-                        "over serverBufferedBytesMax %d", conn.remote_address, self.buffered_bytes,
-                        self.limits.server_buffered_bytes_max)
+            _CUT_OFF.refused(_host(conn), f"closing {conn.remote_address}: its partial frame would take the bytes "
+                             f"buffered by all connections to {self.buffered_bytes}, over serverBufferedBytesMax "
+                             f"{self.limits.server_buffered_bytes_max}")
             self._release(conn)
             conn.abort()
 
@@ -126,13 +138,15 @@ class RemotingServer:
             stalled = [c for c in self._buffered if c.partial_since is not None and not c.write_paused
                        and now - c.partial_since > limits.server_frame_timeout_seconds]
             for conn in stalled:
-                log.warning("closing %s: a frame not whole after %ss (serverFrameTimeoutSeconds), %d bytes held",
-                            conn.remote_address, limits.server_frame_timeout_seconds, self._buffered[conn])
+                _CUT_OFF.refused(_host(conn), f"closing {conn.remote_address}: a frame not whole after "
+                                 f"{limits.server_frame_timeout_seconds}s (serverFrameTimeoutSeconds), "
+                                 f"{self._buffered[conn]} bytes held")
                 self._release(conn)
                 conn.abort()
             idle = [c for c in self.connections if now - c.last_activity > idle_s and not c.closed] if idle_s else ()
             for conn in idle:
-                log.info("closing %s: idle for %ss (serverChannelMaxIdleTimeSeconds)", conn.remote_address, idle_s)
+                CONNECTION_EVENTS.refused(_host(conn), f"closing {conn.remote_address}: idle for {idle_s}s "
+                                          "(serverChannelMaxIdleTimeSeconds)")
                 conn.abort()  # nothing left to flush after that much silence, or a peer that does not read
 
     async def start(self) -> None:

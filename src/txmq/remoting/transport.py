@@ -33,8 +33,12 @@ from txmq.errors import ClientError, InvalidMessageError, LocalProtocolError, Re
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, EncodedResponse, FrameDecoder, encode_command
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from txmq.remoting.refusals import RefusalLog
 
 log = logging.getLogger("txmq.remoting")
+_PEER_FAULTS = RefusalLog(log, "remoting server could not serve a request")
+# A server's connections opened, closed and cut off: any peer opens and closes them at will, before any ACL.
+CONNECTION_EVENTS = RefusalLog(log, "connection", logging.INFO)
 
 RPCHook: TypeAlias = Callable[[RemotingCommand], None]  # changes a request before it is encoded (signing)
 # A handler answers with a command, or with one already encoded (``codec.encode_response``: sends).
@@ -220,7 +224,11 @@ class Connection(asyncio.Protocol):
         return self._paused
 
     def _protocol_error(self, exc: RemoteProtocolError) -> None:
-        log.warning("protocol error from %s, closing the connection: %s", self.remote_address, exc)
+        if self._server_side:
+            _PEER_FAULTS.refused(self.remote_address.rpartition(":")[0],
+                                 f"protocol error from {self.remote_address}, closing the connection: {exc}")
+        else:
+            log.warning("protocol error from %s, closing the connection: %s", self.remote_address, exc)
         self.close()
 
     def eof_received(self) -> bool | None:
@@ -250,7 +258,11 @@ class Connection(asyncio.Protocol):
         self._out.clear()
         self._decoder = FrameDecoder(self.max_frame_size)  # a partial frame's bytes go now, not with the object
         if self.log_close:
-            log.info("connection %s %s", self.remote_address, "closed" if exc is None else f"lost: {exc}")
+            what = "closed" if exc is None else f"lost: {exc}"
+            if self._server_side:
+                CONNECTION_EVENTS.refused(self.remote_address.rpartition(":")[0], f"{self.remote_address} {what}")
+            else:
+                log.info("connection %s %s", self.remote_address, what)
         error = RemotingConnectError(f"connection to {self.remote_address} closed")
         pending, self._pending = self._pending, {}
         for future in pending.values():
@@ -309,11 +321,14 @@ class Connection(asyncio.Protocol):
         )
 
     def _failed(self, cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
+        """The answer to a request whose handler raised. The peer's faults are folded per host (``RefusalLog``): a
+        peer repeating a bad request at will must not write a line each."""
+        host = self.remote_address.rpartition(":")[0]
         if isinstance(exc, InvalidMessageError):  # a message or name the peer sent breaks a rule
-            log.warning("bad message in request code %d from %s: %s", cmd.code, self.remote_address, exc)
+            _PEER_FAULTS.refused(host, f"bad message in request code {cmd.code}: {exc}")
             return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if isinstance(exc, RemoteProtocolError):  # the peer's request was bad: no traceback needed
-            log.warning("bad request code %d from %s: %s", cmd.code, self.remote_address, exc)
+            _PEER_FAULTS.refused(host, f"bad request code {cmd.code}: {exc}")
         else:
             log.error("handler for code %d from %s failed: %r", cmd.code, self.remote_address, exc,
                       exc_info=exc)  # fmt: skip

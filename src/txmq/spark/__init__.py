@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource
 
 from txmq.spark._common import SCHEMA_DDL, OptionError
-from txmq.spark.lifecycle import QueryEndListener
+from txmq.spark.lifecycle import QueryEndListener, add_driver_listener
 from txmq.spark.reader import TxmqBatchReader, TxmqStreamReader
 from txmq.spark.writer import (
     AT_LEAST_ONCE,
@@ -66,10 +66,11 @@ class TxmqDataSource(DataSource):
 
 
 def register(spark: Any) -> None:
-    """Register the data source ``txmq`` with a SparkSession, and (once per session) the listener that stops an
-    exactly-once sink's check responder when its query ends (lifecycle.py)."""
+    """Register the data source ``txmq`` with a SparkSession, local or Spark Connect (``builder.remote``), and
+    (once per session) the listener that stops an exactly-once sink's check responder when its query ends, on the
+    driver: under Connect, the Connect server (lifecycle.py)."""
     spark.dataSource.register(TxmqDataSource)
     if getattr(spark, "_txmq_query_end_listener", None) is None:
         listener = QueryEndListener()
-        spark.streams.addListener(listener)
+        add_driver_listener(spark, listener)
         spark._txmq_query_end_listener = listener

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from txmq.client.pull_consumer import PullConsumer
 from txmq.spark.options import (
     SOURCE,
     OptionError,
@@ -81,10 +82,13 @@ class SourceOptions:
     min_offsets_per_trigger: int | None
     max_trigger_delay_ms: int
     max_rows_per_partition: int
+    min_rows_per_partition: int  # a stream's smaller ranges share a partition up to this many (reader.pack)
     pull_batch_size: int
     include_system_topics: bool
     group: str
     tags: str
+    commit_offsets_to_broker: bool
+    broker_suspend_max_ms: int  # the stream reader's held pulls when nothing is new (long_poll.py); 0: none
     security: ClientSecurity
 
     @classmethod
@@ -118,10 +122,13 @@ class SourceOptions:
             min_offsets_per_trigger=opts.optional_number("minOffsetsPerTrigger"),
             max_trigger_delay_ms=duration_ms("maxTriggerDelay", delay) if delay else 15 * 60_000,
             max_rows_per_partition=opts.number("maxRowsPerPartition", 100_000),
+            min_rows_per_partition=opts.number("minRowsPerPartition", 4096),
             pull_batch_size=min(256, opts.number("pullBatchSize", 256)),
             include_system_topics=include_system,
             group=opts.get("group") or "txmq-spark-reader",
             tags=(opts.get("tags") or "*").strip() or "*",
+            commit_offsets_to_broker=opts.flag("commitOffsetsToBroker", True),
+            broker_suspend_max_ms=opts.number("brokerSuspendMaxTimeMillis", 500, minimum=0),
             security=ClientSecurity.parse(opts),
         )
 
@@ -149,6 +156,15 @@ def drop_client(key: tuple[str, ...]) -> None:
     if client is not None:
         with contextlib.suppress(Exception):  # a broken client is being thrown away anyway
             client.shutdown()
+
+
+def pull_key(namesrv: str, group: str, security: ClientSecurity) -> tuple[str, ...]:
+    return ("pull", namesrv, group, *security.cache_key())
+
+
+def pull_consumer(namesrv: str, group: str, security: ClientSecurity) -> PullConsumer:
+    """This process's started ``PullConsumer`` of ``group``: the driver's and each Python worker's tasks share it."""
+    return cached_client(pull_key(namesrv, group, security), lambda: security.apply(PullConsumer(group, namesrv)))
 
 
 @atexit.register

@@ -13,7 +13,8 @@ delivers starts synchronously, ends on its asynchronous listener bus). A respond
 ``<checkpointLocation>/metadata``, written before the query's first run) and when it started; ``Responders``
 stops one whose query was marked stopped after it started, within ``WATCH_INTERVAL_S``, and never hands it out
 again: a restarted query (same id) gets a new one. The marks are on the driver's host (its temporary directory),
-where the listener, the planner and the commit runner all run.
+where the listener, the planner and the commit runner all run: under Spark Connect the driver is the Connect
+server, and the listener is handed to it (``add_driver_listener``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,8 +103,55 @@ def _prune_marks() -> None:
                     path.unlink()
 
 
+_parent_watch: threading.Thread | None = None
+
+
+def _leave_with_parent() -> None:
+    global _parent_watch
+    if _parent_watch is not None:
+        return
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCH_INTERVAL_S)
+        os._exit(0)
+
+    _parent_watch = threading.Thread(target=watch, name="txmq-spark-parent-watch", daemon=True)
+    _parent_watch.start()
+
+
+def add_driver_listener(spark: Any, listener: StreamingQueryListener) -> None:
+    """Add ``listener`` where the session's queries run. In a local or cluster session that is this process (the
+    driver). Through Spark Connect the driver is the Connect server, and pyspark 4's ``spark.streams.addListener``
+    runs a listener in the client, whose host is not the server's: the listener is handed to the server instead
+    with Connect's ``add_listener`` command and its Python payload (the protocol's server-side listener, which the
+    server runs in a Python worker of its own, ``pyspark.sql.connect.streaming.worker.listener_worker``)."""
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        spark.streams.addListener(listener)
+        return
+    from pyspark.serializers import CloudPickleSerializer
+    from pyspark.sql.connect import proto
+    from pyspark.sql.connect.utils import get_python_ver
+
+    cmd = proto.StreamingQueryManagerCommand()
+    cmd.add_listener.python_listener_payload.command = CloudPickleSerializer().dumps(listener)
+    cmd.add_listener.python_listener_payload.python_ver = get_python_ver()
+    cmd.add_listener.id = f"txmq-query-end-{uuid.uuid4().hex}"
+    spark.streams._execute_streaming_query_manager_cmd(cmd)
+
+
 class QueryEndListener(StreamingQueryListener):
     """Marks each query run's start and end for the responders of its sink (registered by ``register``)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "pickled": True}  # never empty: pickle skips __setstate__ for an empty state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled on a Spark Connect server, in the listener's own worker process: that worker outlives a
+        SIGKILLed server (its Connect client's threads keep it up), so it leaves when its parent is gone."""
+        self.__dict__.update(state)
+        _leave_with_parent()
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         mark_run(str(event.id), str(event.runId), stopped=False)

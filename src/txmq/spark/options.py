@@ -31,8 +31,9 @@ SOURCE = {
     "startingOffsets": (), "startingTimestamp": (), "startingOffsetsByTimestamp": (),
     "endingOffsets": (), "endingTimestamp": (), "endingOffsetsByTimestamp": (),
     "failOnDataLoss": (), "maxOffsetsPerTrigger": (), "minOffsetsPerTrigger": (), "maxTriggerDelay": (),
-    "maxRowsPerPartition": ("maxRecordsPerPartition",), "pullBatchSize": (), "includeSystemTopics": (),
-    "group": (), "tags": ("subExpression",),
+    "maxRowsPerPartition": ("maxRecordsPerPartition",), "minRowsPerPartition": (), "pullBatchSize": (),
+    "includeSystemTopics": (),
+    "group": (), "tags": ("subExpression",), "commitOffsetsToBroker": (), "brokerSuspendMaxTimeMillis": (),
 }
 SINK = {
     **COMMON,

@@ -39,7 +39,9 @@ from txmq.client.instance import MessageQueue
 from txmq.client.pull_consumer import PullConsumer, PullResult, PullStatus
 from txmq.errors import BrokerError, ClientError
 from txmq.message_columns import SourceRows, add_pulled
-from txmq.spark._common import AUDIT_TOPICS, ClientSecurity, SourceOptions, cached_client, drop_client
+from txmq.spark._common import AUDIT_TOPICS, ClientSecurity, SourceOptions, drop_client, pull_consumer, pull_key
+from txmq.spark.broker_offsets import BrokerOffsetCommitter
+from txmq.spark.long_poll import ArrivalWatch
 from txmq.spark.options import (
     EARLIEST,
     LATEST,
@@ -82,17 +84,15 @@ class QueueRange(InputPartition):
     security: ClientSecurity
 
 
+@dataclass(frozen=True)
+class PackedRanges(InputPartition):
+    """One partition of several small ranges, read one after the other (a stream's small batches: one task
+    instead of one per queue, ``minRowsPerPartition``)."""
+
+    ranges: tuple[QueueRange, ...]
+
+
 # --- the driver side: queues and their offsets -----------------------------------------------------------
-
-def _pull_key(namesrv: str, group: str, security: ClientSecurity) -> tuple[str, ...]:
-    return ("pull", namesrv, group, *security.cache_key())
-
-
-def _consumer(namesrv: str, group: str, security: ClientSecurity) -> PullConsumer:
-    """This process's started ``PullConsumer`` of ``group``: the driver's and each Python worker's tasks share it."""
-    return cached_client(_pull_key(namesrv, group, security),
-                         lambda: security.apply(PullConsumer(group, namesrv)))
-
 
 Bounds = dict[str, dict[str, tuple[int, int]]]
 
@@ -102,7 +102,7 @@ def queue_bounds(opts: SourceOptions) -> Bounds:
     the options name (``subscribePattern``: the name server's topics that match, system topics never)."""
     out: Bounds = {}
     for attempt in range(3):
-        consumer = _consumer(opts.namesrv, opts.group, opts.security)
+        consumer = pull_consumer(opts.namesrv, opts.group, opts.security)
         try:
             for topic in _topics(opts):
                 queues = [q for q in _queues(consumer, opts.namesrv, topic, opts.security) if _assigned(opts, q)]
@@ -110,7 +110,7 @@ def queue_bounds(opts: SourceOptions) -> Bounds:
                               for q in queues}
             return out
         except ClientError:
-            drop_client(_pull_key(opts.namesrv, opts.group, opts.security))
+            drop_client(pull_key(opts.namesrv, opts.group, opts.security))
             if attempt == 2:
                 raise
             time.sleep(0.5)
@@ -155,7 +155,7 @@ def resolve(opts: SourceOptions, spec: Spec, bounds: Bounds, for_new: int) -> Of
     (EARLIEST or LATEST). Offsets named beyond a queue's max are its max; below its min, they stay (a loss that
     ``check_loss`` reports)."""
     out: Offsets = {}
-    consumer = _consumer(opts.namesrv, opts.group, opts.security) if isinstance(spec, ByTime) else None
+    consumer = pull_consumer(opts.namesrv, opts.group, opts.security) if isinstance(spec, ByTime) else None
     for topic, queues in bounds.items():
         out[topic] = {}
         for key, (lo, hi) in queues.items():
@@ -208,25 +208,49 @@ def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[Q
     return parts
 
 
+def pack(parts: list[QueueRange], min_rows: int) -> list[QueueRange | PackedRanges]:
+    """Ranges of fewer than ``min_rows`` offsets put together, in order, until a partition holds ``min_rows``: a
+    task costs Spark and its Python worker a round trip of its own, which a small batch pays once per queue (a
+    stream at a zero trigger, whose batches are what arrived during the last one). Large ranges stay one task
+    each, for parallelism."""
+    out: list[QueueRange | PackedRanges] = []
+    group: list[QueueRange] = []
+    rows = 0
+    for part in parts:
+        if part.end - part.start >= min_rows:
+            out.append(part)
+            continue
+        group.append(part)
+        rows += part.end - part.start
+        if rows >= min_rows:
+            out.append(group[0] if len(group) == 1 else PackedRanges(tuple(group)))
+            group, rows = [], 0
+    if group:
+        out.append(group[0] if len(group) == 1 else PackedRanges(tuple(group)))
+    return out
+
+
 # --- the executor side: pull a range, build Arrow record batches ------------------------------------------
 
-MAX_EMPTY_ANSWERS = 60  # x EMPTY_ANSWER_WAIT_S: longer than a failover (docs/ha.md)
+MAX_EMPTY_ANSWERS = 60  # x EMPTY_ANSWER_WAIT_S: how long planned offsets may go unserved, longer than a failover
 EMPTY_ANSWER_WAIT_S = 0.5
 
 
-def _pull(part: QueueRange, offset: int) -> PullResult:
-    """One pull of the range from ``offset``, retried over a fresh connection on transport errors."""
+def _pull(part: QueueRange, offset: int, block_s: float = 0.0) -> PullResult:
+    """One pull of the range from ``offset``, retried over a fresh connection on transport errors; with
+    ``block_s`` the broker holds it until a message arrives at ``offset`` (long polling)."""
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
     for failures in range(6):
-        consumer = _consumer(part.namesrv, part.group, part.security)
+        consumer = pull_consumer(part.namesrv, part.group, part.security)
         try:
             if part.broker not in (consumer.instance.broker_addrs if consumer.instance else {}):
                 _queues(consumer, part.namesrv, part.topic, part.security)
-            return consumer.pull(mq, part.tags, offset, min(part.pull_batch_size, part.end - offset), decode=False)
+            return consumer.pull(mq, part.tags, offset, min(part.pull_batch_size, part.end - offset), block_s,
+                                 decode=False)
         except (ClientError, BrokerError):
             if failures == 5:
                 raise
-            drop_client(_pull_key(part.namesrv, part.group, part.security))
+            drop_client(pull_key(part.namesrv, part.group, part.security))
             time.sleep(0.2 * (failures + 1))
     raise AssertionError("unreachable")
 
@@ -235,7 +259,7 @@ def _pulls(part: QueueRange) -> Iterator[PullResult]:
     """The range's pull results in order; the next pull is in flight while the caller decodes this one."""
     with ThreadPoolExecutor(1, thread_name_prefix="txmq-pull") as pool:
         pending: Future[PullResult] | None = pool.submit(_pull, part, part.start)
-        offset, empty_answers = part.start, 0
+        offset, empty_since, asked = part.start, 0.0, time.monotonic()
         while pending is not None:
             result = pending.result()
             pending = None
@@ -253,20 +277,29 @@ def _pulls(part: QueueRange) -> Iterator[PullResult]:
                 continue
             if not result.body and result.next_begin_offset <= offset:
                 # The range was planned below the queue's end, so its messages exist: the member that answered
-                # does not have them (a slave behind, or asked while its group elects a new master). Ask again;
-                # never end the range early, which would commit a batch without its rows.
-                empty_answers += 1
-                if empty_answers > MAX_EMPTY_ANSWERS:
+                # does not have them (a slave behind, or asked while its group elects a new master). Ask again, the
+                # pull held by the broker until they are there; never end the range early, which would commit a
+                # batch without its rows.
+                now = time.monotonic()
+                empty_since = empty_since or now
+                if now - empty_since > MAX_EMPTY_ANSWERS * EMPTY_ANSWER_WAIT_S:
                     raise ClientError(f"{part.topic} {part.broker}:{part.queue_id}: offsets {offset}..{part.end} "
-                                      f"planned but not served after {MAX_EMPTY_ANSWERS} attempts")
-                time.sleep(EMPTY_ANSWER_WAIT_S)
-                pending = pool.submit(_pull, part, offset)
+                                      f"planned but not served for {now - empty_since:.0f} s")
+                if now - asked < EMPTY_ANSWER_WAIT_S / 2:  # answered at once, not held: do not ask in a loop
+                    time.sleep(EMPTY_ANSWER_WAIT_S)
+                asked = time.monotonic()
+                pending = pool.submit(_pull, part, offset, EMPTY_ANSWER_WAIT_S)  # held until the member has it
                 continue
-            empty_answers = 0
+            empty_since = 0.0
             offset = result.next_begin_offset if result.next_begin_offset > offset else offset + 1
             if offset < part.end:
                 pending = pool.submit(_pull, part, offset)
             yield result
+
+
+def read_partition(part: QueueRange | PackedRanges) -> Iterator[pa.RecordBatch]:
+    for one in part.ranges if isinstance(part, PackedRanges) else (part,):
+        yield from read_range(one)
 
 
 def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
@@ -316,8 +349,22 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = SourceOptions.parse(options, streaming=True)
         self._target: Offsets | None = None
         self._latest: Offsets = {}
+        self._bounds: Bounds | None = None  # fetched by the last latestOffset, for the partitions of its batch
         self._last_batch = time.monotonic()
         self.skipped = 0  # offsets removed by retention and skipped (failOnDataLoss=false)
+        self._driver_side()
+
+    def _driver_side(self) -> None:
+        """What only the driver's copy uses; Spark pickles the reader for its tasks, each of which gets its own."""
+        self._committer = BrokerOffsetCommitter(self.opts) if self.opts.commit_offsets_to_broker else None
+        self._watch = ArrivalWatch(self.opts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_committer", "_watch")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._driver_side()
 
     def initialOffset(self) -> dict:
         return resolve(self.opts, self.opts.starting, queue_bounds(self.opts), LATEST)
@@ -331,11 +378,26 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = _maxes(queue_bounds(self.opts))
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
-        latest = self._latest = _maxes(queue_bounds(self.opts))
+        if start and self._committer is not None:
+            self._committer.submit(start)  # Spark asks only once every batch up to ``start`` has finished
+        start = start or {}
+        begin, latest = self._next(start, limit)
+        wait_ms = self.opts.broker_suspend_max_ms
+        if latest == begin and wait_ms and self._target is None and self._watch.wait(self._latest, wait_ms / 1000):
+            begin, latest = self._next(start, limit)  # something arrived while the pulls were held: plan it now
+        if latest != begin:
+            self._last_batch = time.monotonic()
+            log.info("txmq source %s: batch of %d offsets; %d behind the latest after it (%d skipped so far)",
+                     ",".join(latest), _count(begin, latest), _count(latest, self._latest), self.skipped)
+        return latest
+
+    def _next(self, start: Offsets, limit: ReadLimit | None) -> tuple[Offsets, Offsets]:
+        """(where the next batch begins, where it ends) from the queues' offsets now."""
+        self._bounds = queue_bounds(self.opts)
+        latest = self._latest = _maxes(self._bounds)
         if self._target is not None:
             latest = {t: {k: min(hi, self._target.get(t, {}).get(k, 0)) for k, hi in qs.items()}
                       for t, qs in latest.items()}
-        start = start or {}
         # Keep every queue already known (a queue never goes backwards), new ones start at 0.
         begin = {t: {k: start.get(t, {}).get(k, 0) for k in qs} for t, qs in latest.items()}
         for t, qs in start.items():
@@ -346,30 +408,36 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         minimum = self.opts.min_offsets_per_trigger
         if (minimum and self._target is None and _count(begin, latest) < minimum
                 and (time.monotonic() - self._last_batch) * 1000 < self.opts.max_trigger_delay_ms):
-            return begin  # minOffsetsPerTrigger: no batch until enough arrived or maxTriggerDelay passed
+            return begin, begin  # minOffsetsPerTrigger: no batch until enough arrived or maxTriggerDelay passed
         if isinstance(limit, ReadMaxRows):
             latest = _rate_limit(begin, latest, limit.max_rows)
-        if latest != begin:
-            self._last_batch = time.monotonic()
-            log.info("txmq source %s: batch of %d offsets; %d behind the latest after it (%d skipped so far)",
-                     ",".join(latest), _count(begin, latest), _count(latest, self._latest), self.skipped)
-        return latest
+        return begin, latest
 
     def reportLatestOffset(self) -> dict | None:
         """The queues' max offsets at the last trigger: Spark's progress shows them beside ``endOffset``, so
         ``latestOffset - endOffset`` is how far behind the query is."""
         return self._latest or None
 
-    def partitions(self, start: dict, end: dict) -> list[QueueRange]:
-        start, skipped = check_loss(self.opts, start, queue_bounds(self.opts))
+    def partitions(self, start: dict, end: dict) -> list[QueueRange | PackedRanges]:
+        # The bounds that planned this batch, moments ago (a batch replayed after a restart fetches them anew).
+        bounds, self._bounds = self._bounds or queue_bounds(self.opts), None
+        start, skipped = check_loss(self.opts, start, bounds)
         self.skipped += skipped
-        return make_partitions(self.opts, start, end)
+        packed_up_to = min(self.opts.min_rows_per_partition, self.opts.max_rows_per_partition)
+        return pack(make_partitions(self.opts, start, end), packed_up_to)
 
-    def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        yield from read_range(partition)
+    def read(self, partition: QueueRange | PackedRanges) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        yield from read_partition(partition)
 
     def commit(self, end: dict) -> None:
-        pass
+        """The checkpoint is the source of truth; the broker gets the offsets for operators (broker_offsets.py)."""
+        if self._committer is not None:
+            self._committer.submit(end)
+
+    def stop(self) -> None:
+        self._watch.close()
+        if self._committer is not None and not self._committer.flush():
+            log.warning("the query stopped before its last offsets reached the broker (group %s)", self.opts.group)
 
 
 def _maxes(bounds: Bounds) -> Offsets:

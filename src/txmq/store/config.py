@@ -1,9 +1,14 @@
-"""Store settings, named after RocketMQ's ``MessageStoreConfig`` fields."""
+"""Store settings: RocketMQ's ``MessageStoreConfig`` keys, each declared once (``txmq.conf.key``). The broker's
+config embeds this one, so broker.conf, the flags and ``updateBrokerConfig`` set these fields, and the broker hands
+the same object to its store."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
+
+from txmq.conf import check_declared, key
 
 
 class FlushDiskType(Enum):
@@ -11,6 +16,48 @@ class FlushDiskType(Enum):
 
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
+
+
+_HOURS = "is not hours of the day 00-23, separated by ';' (e.g. 04 or 04;16)"
+
+
+def _hours(text: str) -> frozenset[int] | None:
+    try:
+        hours = frozenset(int(h) for h in text.split(";") if h.strip())
+    except ValueError:
+        return None
+    return hours if hours and all(0 <= h <= 23 for h in hours) else None
+
+
+def delete_hours(text: str) -> frozenset[int]:
+    """``deleteWhen`` as hours of the day: "04", or several as "04;16" (RocketMQ's form); ValueError otherwise."""
+    hours = _hours(text)
+    if hours is None:
+        raise ValueError(f"config deleteWhen: {text!r} {_HOURS}")
+    return hours
+
+
+def _delete_when(text: str) -> str:
+    if _hours(text) is None:
+        raise ValueError(_HOURS)
+    return text
+
+
+def _whole_entries(size: int) -> int:
+    if size % 20:
+        raise ValueError("is not a multiple of 20 (the size of a consume-queue entry)")
+    return size
+
+
+def _a_page_or_more(size: int) -> int:
+    if size < 4096:
+        raise ValueError("is under 4096 bytes")
+    return size
+
+
+def _percent(ratio: float) -> float:
+    """A disk ratio in percent, whether given as 90 or, as RocketMQ 4.x's system properties give it, 0.90."""
+    return ratio * 100 if ratio <= 1 else ratio
 
 
 @dataclass
@@ -21,43 +68,53 @@ class StoreConfig:
     ``pread`` instead of mapping them (see docs/storage.md).
     """
 
-    store_path_root_dir: str
-    mapped_file_size_commit_log: int = 1 << 30  # segment size; fixed for the life of a store
-    mapped_file_size_consume_queue: int = 300_000 * 20  # 300 000 entries per consume-queue file
-    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
-    flush_interval_commit_log_ms: int = 500  # ASYNC_FLUSH period
-    sync_flush_timeout_ms: int = 5000  # SYNC_FLUSH: answer FLUSH_DISK_TIMEOUT after this
-    checkpoint_interval_ms: int = 3000  # bounds how much log recovery reads after a crash
-    file_reserved_time_hours: float = 72  # retention (fileReservedTime), by the store's elapsed-time account
-    delete_when: str = "04"  # the local hours retention runs at, ";"-separated (deleteWhen), unless the disk is full
-    clean_resource_interval_ms: int = 10_000  # how often retention runs after start()
-    max_message_size: int = 4 * 1024 * 1024  # encoded message, in bytes
+    store_path_root_dir: str = key(factory=lambda: str(Path.home() / "store"), shown="`~/store`",
+                                   doc="the store's directory")
+    mapped_file_size_commit_log: int = key(1 << 30, unit="bytes", range=(64 * 1024, None), check=_a_page_or_more,
+                                           doc="one commit-log segment; fixed for the life of a store")
+    mapped_file_size_consume_queue: int = key(300_000 * 20, unit="bytes", range=(20, None), check=_whole_entries,
+                                              doc="one consume-queue file (300 000 entries); a multiple of 20, "
+                                                  "the size of an entry")
+    flush_disk_type: FlushDiskType = key(FlushDiskType.ASYNC_FLUSH,
+                                         doc="`SYNC_FLUSH`: a send is answered once its record is on disk")
+    flush_interval_commit_log_ms: int = key(500, name="flushIntervalCommitLog", unit="ms", range=(1, None),
+                                            doc="between flushes in `ASYNC_FLUSH`")
+    sync_flush_timeout_ms: int = key(5000, name="syncFlushTimeout", unit="ms", range=(1, None),
+                                     doc="a `SYNC_FLUSH` send waits this long for its flush, then answers "
+                                         "`FLUSH_DISK_TIMEOUT` (a `SYNC_MASTER` send for its slaves: "
+                                         "`FLUSH_SLAVE_TIMEOUT`)")
+    file_reserved_time_hours: float = key(72, name="fileReservedTime", unit="hours", range=(0, None),
+                                          doc="a full commit-log segment is kept this long after its newest record "
+                                              "was written, on the broker's elapsed-time account (a step of the "
+                                              "wall clock does not age it: "
+                                              "[the clock rule](reliability.md#the-clock-rule))")
+    delete_when: str = key("04", check=_delete_when,
+                           doc="the local hours at which retention deletes (`04;16`: several), at any hour when "
+                               "the disk is over `diskMaxUsedSpaceRatio`")
+    clean_resource_interval_ms: int = key(10_000, name="cleanResourceInterval", unit="ms", range=(1, None),
+                                          doc="between retention's looks at the hour and the disk")
+    max_message_size: int = key(4 * 1024 * 1024, unit="bytes", range=(1, None), runtime=True,
+                                doc="the largest message body (a batch: all of its bodies)")
+    max_hash_slot_num: int = key(500_000, range=(1, None),
+                                 doc="hash slots of one index file (RocketMQ: 5 000 000)")
+    max_index_num: int = key(2_000_000, range=(1, None), doc="entries of one index file (RocketMQ: 20 000 000)")
+    # Disk usage of the store's partition (RocketMQ's keys and defaults): above the warning level puts are refused
+    # until usage is back under the clean-forcibly level; above the max-used level retention runs at once.
+    disk_space_warning_level_ratio: float = key(90, unit="%", range=(0, 100), check=_percent,
+                                                doc="of the store's disk (or a fraction up to 1) above which puts "
+                                                    "are refused (`SERVICE_NOT_AVAILABLE`, \"the disk is full\")")
+    disk_space_clean_forcibly_ratio: float = key(85, unit="%", range=(0, 100), check=_percent,
+                                                 doc="puts refused for a full disk are taken again once usage is "
+                                                     "under this")
+    disk_max_used_space_ratio: float = key(75, unit="%", range=(0, 100), check=_percent,
+                                           doc="above this, retention runs at once instead of at `deleteWhen`")
+    access_message_in_memory_max_ratio: int = key(40, unit="% of RAM", range=(0, 100),
+                                                  doc="a read further behind the log's end is cold: the consumer "
+                                                      "is sent to a slave (with `slaveReadEnable`)")
+    # set by the broker, not read from broker.conf
     store_host: tuple[str, int] = ("127.0.0.1", 10911)  # STOREHOSTADDRESS and offset message ids
-    max_hash_slot_num: int = 500_000  # slots per index file
-    max_index_num: int = 2_000_000  # entries per index file
+    checkpoint_interval_ms: int = 3000  # bounds how much log recovery reads after a crash
     message_index_enable: bool = True  # build the key / UNIQ_KEY index
-    # Disk usage of the store's partition, in percent (RocketMQ's keys and defaults): above the warning level puts
-    # are refused (SERVICE_NOT_AVAILABLE, "the disk is full") until usage is back under the clean-forcibly level;
-    # above the max-used level retention runs at once instead of on its next tick.
-    disk_space_warning_level_ratio: float = 90
-    disk_space_clean_forcibly_ratio: float = 85
-    disk_max_used_space_ratio: float = 75
-    access_message_in_memory_max_ratio: int = 40  # % of RAM: a read further behind the log's end is "cold"
 
     def __post_init__(self) -> None:
-        if self.mapped_file_size_consume_queue % 20:
-            raise ValueError("mapped_file_size_consume_queue must be a multiple of 20 (the entry size)")
-        if self.mapped_file_size_commit_log < 4096:
-            raise ValueError("mapped_file_size_commit_log must be at least 4096 bytes")
-        delete_hours(self.delete_when)
-
-
-def delete_hours(text: str) -> frozenset[int]:
-    """``deleteWhen`` as hours of the day: "04", or several as "04;16" (RocketMQ's form); ValueError otherwise."""
-    try:
-        hours = frozenset(int(h) for h in text.split(";") if h.strip())
-    except ValueError:
-        hours = frozenset([-1])
-    if not hours or not all(0 <= h <= 23 for h in hours):
-        raise ValueError(f"deleteWhen {text!r}: hours of the day 00-23, separated by ';' (e.g. 04 or 04;16)")
-    return hours
+        check_declared(self)

@@ -10,8 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from txmq.broker.core.refusal import Kind, Refusal
-from txmq.broker.visibility import servable
-from txmq.errors import StoreError
+from txmq.broker.visibility import RecordAt, servable
 from txmq.message import MessageConst, MessageExt
 from txmq.topic import retry_topic
 
@@ -82,18 +81,17 @@ class RetryService:
             return Refusal(Kind.NO_PERMISSION, f"the message at offset {offset} is not {origin_msg_id}")
         return None
 
-    async def send_back(self, group: str, offset: int, origin_msg_id: str | None, delay_level: int,
+    async def send_back(self, group: str, record: RecordAt, origin_msg_id: str | None, delay_level: int,
                         max_times: int | None) -> Refusal | None:
-        """A consumer gives back the message at commit-log ``offset``: stored again in the group's retry topic,
-        ``delay_level`` later (0: by how often it was consumed; at most the last level), or in its dead-letter
-        topic once it was consumed ``max_times`` times or when ``delay_level`` is negative."""
-        try:
-            origin = self.store.look_message_by_offset(offset)
-        except StoreError as exc:
-            return Refusal(Kind.MESSAGE_GONE, f"look message by offset {offset} failed: {exc}")
-        refused = self.send_back_refusal(group, offset, origin_msg_id, origin)
+        """A consumer gives back the message ``record`` holds (read, and authorized, by the request's parse):
+        stored again in the group's retry topic, ``delay_level`` later (0: by how often it was consumed; at most
+        the last level), or in its dead-letter topic once it was consumed ``max_times`` times or when
+        ``delay_level`` is negative. A refusal is the adapter's to log (per host: a consumer may repeat one)."""
+        origin = record.msg
+        if origin is None:
+            return Refusal(Kind.MESSAGE_GONE, f"look message by offset {record.offset} failed: {record.why}")
+        refused = self.send_back_refusal(group, record.offset, origin_msg_id, origin)
         if refused is not None:
-            log.warning("send-back refused: %s", refused)
             return refused
         msg = self._again(origin, self.topics.retry_of(group).topic_name, origin.reconsume_times + 1,
                           origin_msg_id or "")

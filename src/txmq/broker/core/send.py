@@ -156,7 +156,7 @@ class SendService:
             return Refusal(Kind.ILLEGAL_TOPIC, str(exc))
         if topic in NOT_ALLOWED_SEND_TOPICS:
             return Refusal(Kind.NO_PERMISSION, f"topic {topic} is a system topic; sending to it is forbidden")
-        limit = config.max_message_size
+        limit = config.store.max_message_size
         if size > limit:
             return Refusal(Kind.BODY_TOO_LARGE, f"the message body size over max value, MAX: {limit} (maxMessageSize; "
                            f"this {'batch' if batch else 'message'} has {size} bytes)")
@@ -202,7 +202,7 @@ class SendService:
             refused = born_refusal(born_timestamp)
             if refused is not None:
                 return refused
-        limit = self.config.max_message_size
+        limit = self.config.store.max_message_size
         halves = 0
         for _flag, data, props in entries:
             if len(data) > limit:
@@ -228,7 +228,7 @@ class SendService:
         after a crash, that is how a commit cut short finds what it already stored."""
         if halves:
             return Refusal(Kind.MESSAGE_ILLEGAL, "a half batch carries plain messages, not half messages")
-        limit = self.config.max_message_size
+        limit = self.config.store.max_message_size
         for _, data, props in entries:
             # Refused now, not at COMMIT: each message must fit as it will be stored, with the link properties
             # (TRAN_PREPARED_QUEUE_OFFSET, __transactionId__) a COMMIT adds.

@@ -44,11 +44,12 @@ class TopicService:
         self.manager = manager
         self.config = config
 
-    def find(self, topic: str, *, create: bool = False, default_topic: str = AUTO_CREATE_TOPIC_KEY_TOPIC,
-             queue_nums: int | None = None) -> TopicConfig | Refusal:
+    def find(self, topic: str, *, create: bool = False, planned: bool = False,
+             default_topic: str = AUTO_CREATE_TOPIC_KEY_TOPIC, queue_nums: int | None = None) -> TopicConfig | Refusal:
         """The config of ``topic``. ``create``: one that does not exist is created, as a send creates it: a retry
         topic with its queue, any other from ``default_topic`` when that one lets topics inherit from it and the
-        broker auto-creates topics (a slave creates none: its topics are its master's)."""
+        broker auto-creates topics (a slave creates none: its topics are its master's). ``planned``: the config
+        such a send would create it with, not stored (a route lookup, which Sub or Get allow, creates nothing)."""
         refused = name_refusal(topic)
         if refused is not None:
             return refused
@@ -56,11 +57,14 @@ class TopicService:
         if internal is not None:
             return Refusal(Kind.NO_PERMISSION, internal)
         cfg = self.manager.get(topic)
-        if cfg is None and create and not self.config.is_slave:
-            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        if cfg is None and (create or planned) and not self.config.is_slave:
+            nums = self.config.default_topic_queue_nums if queue_nums is None else queue_nums
+            if planned:
+                if self.config.auto_create_topic_enable:
+                    cfg = self.manager.inherited(topic, default_topic, nums)
+            elif topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 cfg = self.manager.create_if_absent(topic, RETRY_QUEUE_NUMS)
             elif self.config.auto_create_topic_enable:
-                nums = self.config.default_topic_queue_nums if queue_nums is None else queue_nums
                 cfg = self.manager.create_in_send(topic, default_topic, nums)
         if cfg is None:
             return Refusal(Kind.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! "

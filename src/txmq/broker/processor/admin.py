@@ -14,8 +14,7 @@ from txmq.acl.model import Action, Needs, cluster_get
 from txmq.broker.processor.ops import runtime_info
 from txmq.broker.processor.refused import refused
 from txmq.broker.transaction.state import Outcome
-from txmq.broker.visibility import internal_refusal, servable
-from txmq.errors import RemoteProtocolError, StoreError
+from txmq.broker.visibility import RecordAt, internal_refusal, read_record_at, record_needs, servable
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.remoting.admin_headers import (
     DeleteTopicRequestHeader,
@@ -52,14 +51,17 @@ def _ok(cmd: RemotingCommand, body: Any = None, ext: dict[str, str] | None = Non
     return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields=ext, body=raw)
 
 
-class ViewedMessage(NamedTuple):
-    raw: bytes
-    msg: MessageExt
+class TopicChange(NamedTuple):
+    """UPDATE_AND_CREATE_TOPIC as read once: its header, and whether this broker has the topic already."""
+
+    header: CreateTopicRequestHeader
+    exists: bool
 
 
-def create_topic_needs(h: CreateTopicRequestHeader) -> Needs:
-    """Create on the topic."""
-    return Needs().topic(h.topic, Action.CREATE)
+def create_topic_needs(change: TopicChange) -> Needs:
+    """Create on the topic; Update when this broker has it already (its queues and permission changed are no
+    creation: Create on a pattern must not let one team rewrite another's topics)."""
+    return Needs().topic(change.header.topic, Action.UPDATE if change.exists else Action.CREATE)
 
 
 def delete_topic_needs(h: DeleteTopicRequestHeader) -> Needs:
@@ -101,9 +103,10 @@ def query_message_needs(h: QueryMessageRequestHeader) -> Needs:
     return Needs().topic(h.topic, Action.SUB)
 
 
-def viewed_needs(viewed: ViewedMessage) -> Needs:
-    """Sub on the topic of the message at the offset (the record is read first; its bytes are the answer)."""
-    return Needs().topic(viewed.msg.topic, Action.SUB)
+def viewed_needs(record: RecordAt) -> Needs:
+    """Sub on the topic of the message at the offset (the record is read first; its bytes are the answer); Get on
+    the cluster when there is none."""
+    return record_needs(record, Needs())
 
 
 def tx_read_needs(h: TxListRequestHeader | TxRequestHeader) -> Needs:
@@ -125,7 +128,7 @@ class AdminBrokerProcessor:
     def requests(self) -> list[RequestSpec[Any]]:
         topic_queue = header(TopicQueueRequestHeader)
         return [
-            RequestSpec(RequestCode.UPDATE_AND_CREATE_TOPIC, header(CreateTopicRequestHeader), create_topic_needs,
+            RequestSpec(RequestCode.UPDATE_AND_CREATE_TOPIC, self._read_topic_change, create_topic_needs,
                         self._create_topic),
             RequestSpec(RequestCode.DELETE_TOPIC_IN_BROKER, header(DeleteTopicRequestHeader), delete_topic_needs,
                         self._delete_topic),
@@ -154,8 +157,12 @@ class AdminBrokerProcessor:
 
     # --- topics -----------------------------------------------------------------------------------------
 
-    async def _create_topic(self, conn: Connection, cmd: RemotingCommand,
-                            h: CreateTopicRequestHeader) -> RemotingCommand:
+    def _read_topic_change(self, cmd: RemotingCommand) -> TopicChange:
+        h = CreateTopicRequestHeader.from_ext(cmd.ext_fields)
+        return TopicChange(h, self.broker.topic_config_manager.get(h.topic) is not None)
+
+    async def _create_topic(self, conn: Connection, cmd: RemotingCommand, change: TopicChange) -> RemotingCommand:
+        h = change.header
         check_topic(h.topic)
         if is_system_topic(h.topic):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
@@ -246,21 +253,19 @@ class AdminBrokerProcessor:
         return _ok(cmd, body, {"indexLastUpdateTimestamp": str(int(time.time() * 1000)),
                                "indexLastUpdatePhyoffset": str(self.broker.store.max_phy_offset)})
 
-    def _read_viewed(self, cmd: RemotingCommand) -> ViewedMessage:
+    def _read_viewed(self, cmd: RemotingCommand) -> RecordAt:
         """VIEW_MESSAGE_BY_ID's request is the record its offset names: what it needs is Sub on that record's
         topic, so the record is read before it is authorized, and the bytes answered are the bytes authorized."""
-        offset = ViewMessageRequestHeader.from_ext(cmd.ext_fields).offset
-        try:
-            raw = self.broker.store.read_record(offset)
-            return ViewedMessage(raw, decode_message(raw)[0])
-        except (StoreError, RemoteProtocolError) as exc:
-            raise RemoteProtocolError(f"no message at {offset}: {exc}") from None
+        return read_record_at(self.broker.store, ViewMessageRequestHeader.from_ext(cmd.ext_fields).offset)
 
-    def _view_message(self, conn: Connection, cmd: RemotingCommand, viewed: ViewedMessage) -> RemotingCommand:
-        if not servable(viewed.msg):
+    def _view_message(self, conn: Connection, cmd: RemotingCommand, record: RecordAt) -> RemotingCommand:
+        if record.msg is None:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
+                                               remark=f"no message at {record.offset}: {record.why}")
+        if not servable(record.msg):
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
                                                remark="the record at this offset is not a visible message")
-        return _ok(cmd, viewed.raw)
+        return _ok(cmd, record.raw)
 
     # --- stats ------------------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from txmq.acl.model import Action, Needs
-from txmq.broker.client_manager import ClientChannelInfo, ConsumerGroupInfo, SubscriptionData
+from txmq.broker.client_manager import ClientChannelInfo, ConsumerGroupInfo, SubscriptionData, joined
 from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -27,6 +27,9 @@ log = logging.getLogger("txmq.broker")
 
 REBALANCE_LOCK_MAX_LIVE_S = 60.0
 REBALANCE_LOCK_MAX_ENTRIES = 100_000  # a hostile client's locks must not grow the table without bound
+# Groups one heartbeat may name: one client's producers and consumers (a RocketMQ client instance has a few). Each
+# new consumer group costs a retry topic, a registration and its notices: one request must not make thousands.
+MAX_HEARTBEAT_GROUPS = 1024
 
 MessageQueueKey = tuple[str, str, str, int]  # (group, topic, brokerName, queueId)
 
@@ -126,15 +129,11 @@ class ClientManageProcessor:
         client_id, producers, consumers = beat
         self._watch(conn)
         chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
-        created = False
-        for group in producers:
-            self.broker.producer_manager.register(group, chan)
-        for info in consumers:
-            retry = retry_topic(info.group)
-            if info.message_model == "CLUSTERING" and self.broker.topic_config_manager.get(retry) is None:
-                self.broker.topic_config_manager.create_if_absent(retry, 1)
-                created = True
-            self.broker.consumer_manager.register(info, chan)
+        broker = self.broker
+        joined("producer", chan, [g for g in producers if broker.producer_manager.register(g, chan)])
+        created = broker.topic_config_manager.create_all_absent(
+            [retry_topic(info.group) for info in consumers if info.message_model == "CLUSTERING"], 1)
+        joined("consumer", chan, [info.group for info in consumers if broker.consumer_manager.register(info, chan)])
         ok = RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
         return self._after_register(ok) if created else ok
 
@@ -201,11 +200,15 @@ def lock_needs(req: LockRequest) -> Needs:
 
 def _heartbeat(data: dict[str, Any]) -> Heartbeat:
     """(client id, producer groups, consumer groups) of a heartbeat body, every name checked before anything is
-    registered (``InvalidMessageError``)."""
-    producers = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
+    registered (``InvalidMessageError``); at most ``MAX_HEARTBEAT_GROUPS`` groups."""
+    producer_data, consumer_data = data.get("producerDataSet") or [], data.get("consumerDataSet") or []
+    if len(producer_data) + len(consumer_data) > MAX_HEARTBEAT_GROUPS:
+        raise ValueError(f"{len(producer_data) + len(consumer_data)} groups, more than one client has "
+                         f"({MAX_HEARTBEAT_GROUPS} at most)")
+    producers = [str(p["groupName"]) for p in producer_data]
     for group in producers:
         check_group(group)
-    return str(data.get("clientID", "")), producers, [_consumer(c) for c in data.get("consumerDataSet") or []]
+    return str(data.get("clientID", "")), producers, [_consumer(c) for c in consumer_data]
 
 
 def _consumer(c: dict[str, Any]) -> ConsumerGroupInfo:

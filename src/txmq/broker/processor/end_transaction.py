@@ -24,6 +24,7 @@ from txmq.message import MessageConst, MessageExt, MessageSysFlag, encode_messag
 from txmq.remoting.body import json_object
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.registry import RequestSpec, header
 from txmq.remoting.request_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from txmq.remoting.transport import Connection, Reply
@@ -114,7 +115,7 @@ class _EndAnswer(Reply):
     def set_result(self, result: EndResult) -> None:  # type: ignore[override]
         if self.cmd.is_oneway:
             if result.code not in _QUIET_ANSWERS:
-                _log_refusal(result)
+                _log_refusal(self.conn.remote_address.rpartition(":")[0], result)
             Reply.set_result(self, result)  # type: ignore[arg-type]  # has a code; nothing is written for a oneway
         else:
             Reply.set_result(self, RemotingCommand.response_to(self.cmd, result.code, remark=result.remark))
@@ -123,13 +124,17 @@ class _EndAnswer(Reply):
         Reply.set_result(self, self.conn._failed(self.cmd, exc))
 
 
-def _log_refusal(result: EndResult) -> None:
-    """A refused oneway decision, which nobody reads, logged by its code's name."""
+def _log_refusal(host: str, result: EndResult) -> None:
+    """A refused oneway decision, which nobody reads, logged by its code's name (folded per host: a producer may
+    repeat one at will)."""
     try:
         code = ResponseCode(result.code).name
     except ValueError:
         code = str(result.code)
-    log.warning("oneway END_TRANSACTION refused: %s%s", code, f" ({result.remark})" if result.remark else "")
+    _ONEWAY_REFUSALS.refused(host, f"{code}{f' ({result.remark})' if result.remark else ''}")
+
+
+_ONEWAY_REFUSALS = RefusalLog(log, "broker refused a oneway END_TRANSACTION")
 
 
 def _slave_refusal(cmd: RemotingCommand) -> RemotingCommand:

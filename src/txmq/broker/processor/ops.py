@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import logging
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
 from txmq.acl.model import Action, Needs, cluster_get, cluster_update
-from txmq.broker.config import config_properties
+from txmq.broker.config import RUNTIME_KEYS, config_properties
 from txmq.broker.consumer_offset_manager import TOPIC_GROUP_SEPARATOR
 from txmq.broker.subscription_group_manager import SubscriptionGroupConfig
 from txmq.broker.visibility import INTERNAL_TOPICS
@@ -42,11 +42,6 @@ if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.broker")
-
-# broker.conf keys updateBrokerConfig may change while the broker runs: each is read where it is used.
-RUNTIME_KEYS = ("maxMessageSize", "rejectTransactionMessage", "longPollingEnable", "registerNameServerPeriod",
-                "transactionCheckMax", "transactionCheckInterval")
-
 
 def _answer(cmd: RemotingCommand, body: Any = None, code: int = ResponseCode.SUCCESS,
             remark: str | None = None) -> RemotingCommand:
@@ -91,9 +86,18 @@ def reset_needs(h: ResetOffsetRequestHeader) -> Needs:
     return Needs().group(h.group, Action.UPDATE).topic(h.topic, Action.SUB, Action.UPDATE)
 
 
-def group_write_needs(cfg: SubscriptionGroupConfig) -> Needs:
-    """Create or Update on the subscription group."""
-    return Needs().group(cfg.group_name, Action.CREATE, Action.UPDATE)
+class GroupChange(NamedTuple):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP as read once: the config, and whether this broker knows the group already
+    (its config, consumers online or committed offsets)."""
+
+    config: SubscriptionGroupConfig
+    exists: bool
+
+
+def group_write_needs(change: GroupChange) -> Needs:
+    """Create on the subscription group; Update when this broker knows it already (a config for a group in use, such
+    as ``consumeEnable=false``, changes it: Create on a pattern must not stop another team's consumers)."""
+    return Needs().group(change.config.group_name, Action.UPDATE if change.exists else Action.CREATE)
 
 
 def group_delete_needs(h: DeleteSubscriptionGroupRequestHeader) -> Needs:
@@ -108,8 +112,6 @@ def parse_config_update(cmd: RemotingCommand) -> dict[str, str]:
         raise RemoteProtocolError(f"the body is not broker.conf properties: {exc}") from None
 
 
-def parse_group_config(cmd: RemotingCommand) -> SubscriptionGroupConfig:
-    return read_body(cmd.body, SubscriptionGroupConfig.from_json, "a subscription group config")
 
 
 class OpsProcessor:
@@ -130,7 +132,7 @@ class OpsProcessor:
                         self._reset_offset),
             RequestSpec(RequestCode.GET_BROKER_CONFIG, no_header, cluster_get, self._get_config),
             RequestSpec(RequestCode.UPDATE_BROKER_CONFIG, parse_config_update, cluster_update, self._update_config),
-            RequestSpec(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, parse_group_config, group_write_needs,
+            RequestSpec(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self._read_group_change, group_write_needs,
                         self._update_group),
             RequestSpec(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, no_header, cluster_get, self._all_groups),
             RequestSpec(RequestCode.DELETE_SUBSCRIPTIONGROUP, header(DeleteSubscriptionGroupRequestHeader),
@@ -285,7 +287,17 @@ class OpsProcessor:
 
     # --- subscription groups --------------------------------------------------------------------------
 
-    def _update_group(self, conn: Connection, cmd: RemotingCommand, cfg: SubscriptionGroupConfig) -> RemotingCommand:
+    def _read_group_change(self, cmd: RemotingCommand) -> GroupChange:
+        cfg = read_body(cmd.body, SubscriptionGroupConfig.from_json, "a subscription group config")
+        name, broker = cfg.group_name, self.broker
+        suffix = TOPIC_GROUP_SEPARATOR + name
+        known = (broker.subscription_group_manager.get(name) is not None
+                 or broker.consumer_manager.get(name) is not None
+                 or any(key.endswith(suffix) for key in broker.consumer_offset_manager.table))
+        return GroupChange(cfg, known)
+
+    def _update_group(self, conn: Connection, cmd: RemotingCommand, change: GroupChange) -> RemotingCommand:
+        cfg = change.config
         self.broker.subscription_group_manager.update(cfg)
         log.info("subscription group %s updated: %s", cfg.group_name, cfg)
         return _answer(cmd)

@@ -6,22 +6,25 @@ codes (``refused``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cython
 
-from txmq.acl.model import Action, Needs
-from txmq.broker.core.refusal import Refusal
+from txmq.acl.model import Action, Needs, User
+from txmq.broker.core.refusal import Kind, Refusal
 from txmq.broker.core.send import is_half, message_kind, reserved_refusal
 from txmq.broker.processor.refused import refused
 from txmq.broker.stats import BrokerStats
+from txmq.broker.visibility import RecordAt, read_record_at, record_needs
 from txmq.errors import InvalidMessageError, LocalProtocolError
 from txmq.message import MessageConst, MessageExt, decode_batch, inner_message, string_to_properties
 from txmq.remoting.codec import encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.registry import RequestSpec
 from txmq.remoting.request_headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -34,6 +37,9 @@ from txmq.topic import check_consumer_group
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
+
+log = logging.getLogger("txmq.broker")
+_SEND_BACK_REFUSALS = RefusalLog(log, "broker refused a send-back")  # a consumer may repeat one at will
 
 _PUT_STATUS_TO_CODE = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -59,6 +65,7 @@ _PUT_OK = PutMessageStatus.PUT_OK  # what nearly every answer reads: no table lo
 _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _PGROUP = MessageConst.PRODUCER_GROUP
 _HALF_ACCOUNT = MessageConst.HALF_ACCOUNT
+_PUB = Action.PUB  # what every send needs under ACL
 
 _BORN_HOST = "bornHost"
 
@@ -144,18 +151,19 @@ def send_needs(req: SendRequest) -> Needs:
     """Pub on the topic (a ``%RETRY%G`` topic: Sub on group G); a half message, a half batch or a batch of halves
     also needs Pub on each group that will own a half (its ``PGROUP``, whatever group the request names)."""
     h = req.header
-    needs = Needs().topic(h.topic, Action.PUB)
+    needs = Needs().topic(h.topic, _PUB)
     if is_half(req.props):
-        needs.group(req.props.get(_PGROUP, h.producer_group), Action.PUB)
+        needs.group(req.props.get(_PGROUP, h.producer_group), _PUB)
     for _flag, _data, props in req.entries or ():
         if is_half(props):
-            needs.group(props.get(_PGROUP, h.producer_group), Action.PUB)
+            needs.group(props.get(_PGROUP, h.producer_group), _PUB)
     return needs
 
 
-def stamp_half_account(req: SendRequest, account: str) -> None:
+def stamp_half_account(req: SendRequest, user: User) -> None:
     """Records the account that stores a half (``TXMQ_HALF_ACCOUNT``, shown by ``tx show`` and carried into the
     committed message): a half message's, a half batch's, each half of a batch."""
+    account = user.username
     if is_half(req.props):
         req.props[_HALF_ACCOUNT] = account
     for _flag, _data, props in req.entries or ():
@@ -163,15 +171,18 @@ def stamp_half_account(req: SendRequest, account: str) -> None:
             props[_HALF_ACCOUNT] = account
 
 
-def _parse_send_back(cmd: RemotingCommand) -> ConsumerSendMsgBackRequestHeader:
-    h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-    check_consumer_group(h.group)
-    return h
+class SendBackRequest(NamedTuple):
+    """A consumer send-back as read once: its header and the record its offset names (``_parse_send_back``)."""
+
+    header: ConsumerSendMsgBackRequestHeader
+    record: RecordAt
 
 
-def send_back_needs(h: ConsumerSendMsgBackRequestHeader) -> Needs:
-    """Sub on the consumer group; the handler then takes only a message of a topic that group consumes."""
-    return Needs().group(h.group, Action.SUB)
+def send_back_needs(req: SendBackRequest) -> Needs:
+    """Sub on the consumer group and on the topic of the message at the offset (the record is read first: a send-back
+    copies it where the group reads); Get on the cluster when there is none. The handler then takes only a message
+    of a topic that group consumes."""
+    return record_needs(req.record, Needs().group(req.header.group, Action.SUB))
 
 
 @cython.cclass
@@ -188,14 +199,18 @@ class SendMessageProcessor:
         illegal = ResponseCode.MESSAGE_ILLEGAL
         return [RequestSpec(code, parse_send, send_needs, self.send, illegal, stamp_half_account)
                 for code in (_SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, _SEND_BATCH_MESSAGE)] + [
-            RequestSpec(_CONSUMER_SEND_MSG_BACK, _parse_send_back, send_back_needs, self.send_back, illegal)]
+            RequestSpec(_CONSUMER_SEND_MSG_BACK, self._parse_send_back, send_back_needs, self.send_back, illegal)]
+
+    def _parse_send_back(self, cmd: RemotingCommand) -> SendBackRequest:
+        h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+        check_consumer_group(h.group)
+        return SendBackRequest(h, read_record_at(self.broker.store, h.offset))
 
     def send(self, conn: Connection, cmd: RemotingCommand, req: SendRequest) -> HandlerResult:
         return self._send(conn, cmd, req)
 
-    def send_back(self, conn: Connection, cmd: RemotingCommand,
-                  h: ConsumerSendMsgBackRequestHeader) -> Awaitable[RemotingCommand]:
-        return self._send_back(cmd, h)
+    def send_back(self, conn: Connection, cmd: RemotingCommand, req: SendBackRequest) -> Awaitable[RemotingCommand]:
+        return self._send_back(cmd, req, conn.remote_address.rpartition(":")[0])
 
     # --- plain, batch, transactional, delayed ----------------------------------------------------------
 
@@ -274,9 +289,12 @@ class SendMessageProcessor:
 
     # --- consumer send-back: retry with delay, or the dead-letter topic --------------------------------
 
-    async def _send_back(self, cmd: RemotingCommand, h: ConsumerSendMsgBackRequestHeader) -> RemotingCommand:
-        refusal = await self.broker.core.retries.send_back(h.group, h.offset, h.origin_msg_id, h.delay_level,
+    async def _send_back(self, cmd: RemotingCommand, req: SendBackRequest, host: str) -> RemotingCommand:
+        h = req.header
+        refusal = await self.broker.core.retries.send_back(h.group, req.record, h.origin_msg_id, h.delay_level,
                                                            h.max_reconsume_times)
         if refusal is not None:
+            if refusal.kind is Kind.NO_PERMISSION:
+                _SEND_BACK_REFUSALS.refused(host, refusal.message)
             return refused(cmd, refusal)
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)

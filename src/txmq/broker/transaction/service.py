@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from txmq.broker.config import DEFAULT_ORPHAN_FACTOR
 from txmq.broker.consumer_offset_manager import DEFAULT_MAX_ENTRIES
 from txmq.broker.transaction.metrics import TransactionMetrics
 from txmq.broker.transaction.state import COMMIT, EXPIRED, FINAL, ROLLBACK, Before, Outcome, TransactionStateTable
@@ -40,6 +41,7 @@ from txmq.errors import RemoteProtocolError, StoreError
 from txmq.fileio import write_atomic
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_batch, decode_message
 from txmq.remoting.codes import ResponseCode
+from txmq.remoting.refusals import RefusalLog
 from txmq.store import DefaultMessageStore, DispatchRequest, GetMessageStatus, PutMessageResult, PutMessageStatus
 from txmq.store.message_store import Waiter
 from txmq.topic import (
@@ -53,7 +55,6 @@ log = logging.getLogger("txmq.transaction")
 OP_PROPERTY = "TXMQ_OP"
 HALF_BATCH = "TXMQ_HALF_BATCH"  # on a half message whose body is a batch: how many messages it carries
 PUT_SLICE = 1024  # real messages per store put when a decision commits many: the loop serves others between
-DEFAULT_ORPHAN_FACTOR = 600  # transactionOrphanFactor: with transactionTimeOut 6 s, an hour
 REMOVE_TAG = "d"
 # Memory a remembered half costs beyond its body: the MessageExt, its properties dict and strings, the ints, the
 # cache's dict slot (tracemalloc: about 550 bytes for a half with the usual five properties).
@@ -99,6 +100,14 @@ def _stored_answer(put: PutMessageResult) -> EndResult:
     """The answer to a commit whose real messages this stored put holds (a refused op record does not change it)."""
     return _STORED[ResponseCode.SUCCESS if put.ok else ResponseCode.SERVICE_NOT_AVAILABLE
                    if put.status is PutMessageStatus.NOT_ACKNOWLEDGED else ResponseCode.FLUSH_DISK_TIMEOUT]
+
+
+def _no_half(group: str, commit_log_offset: int) -> str:
+    """The answer to a decision naming no half message of its group: the same whether the offset holds no record,
+    another message or another group's half, so a producer's decisions learn nothing of other groups' halves or of
+    where the log ends."""
+    return f"Find prepared transaction message failed: no half message of group {group} at commit-log offset " \
+           f"{commit_log_offset}"
 
 
 def _settle(futures: list[Waiter], task: asyncio.Task[list[EndResult]]) -> None:
@@ -175,6 +184,7 @@ class TransactionalMessageService:
         # answered through its waiter (the same place in the second list)
         self._gathered_ends: dict[tuple[str, str], tuple[list[EndEntry], list[Waiter]]] = {}
         self.recent_halves_max_bytes = recent_halves_max_bytes
+        self._conflicts_log = RefusalLog(log, "transaction decision refused")
 
     # --- phase one: the half message ------------------------------------------------------------------
 
@@ -331,10 +341,10 @@ class TransactionalMessageService:
         for i, (half_offset, commit_log_offset, outcome) in enumerate(entries):
             try:
                 half = self._half_at(commit_log_offset)
-            except StoreError as exc:
+            except StoreError:
                 results[i] = _expired(f"commit-log offset {commit_log_offset}") \
                     if commit_log_offset < self.store.min_phy_offset \
-                    else EndResult(ResponseCode.SYSTEM_ERROR, f"Find prepared transaction message failed: {exc}")
+                    else EndResult(ResponseCode.SYSTEM_ERROR, _no_half(producer_group, commit_log_offset))
                 continue
             problem = self._check_prepare_message(half, producer_group, half_offset, commit_log_offset)
             if problem:
@@ -595,16 +605,14 @@ class TransactionalMessageService:
                 else ResponseCode.TRANSACTION_SHOULD_ROLLBACK
             remark = (f"transaction at half offset {half_offset} was already {_DONE[current]}; "
                       f"{outcome.name} refused (the first decision wins)")
-            log.warning(remark)
+            self._conflicts_log.refused("", remark)  # a producer may repeat one at will: folded, counted
             return EndResult(code, remark)
         return first or EndResult(ResponseCode.SYSTEM_ERROR, "transaction decision failed")
 
     @staticmethod
     def _check_prepare_message(half: MessageExt, group: str, half_offset: int, commit_log_offset: int) -> str | None:
-        if half.topic != RMQ_SYS_TRANS_HALF_TOPIC:
-            return f"the message at commit-log offset {commit_log_offset} is not a half message"
-        if half.properties.get(MessageConst.PRODUCER_GROUP) != group:
-            return "The producer group wrong"
+        if half.topic != RMQ_SYS_TRANS_HALF_TOPIC or half.properties.get(MessageConst.PRODUCER_GROUP) != group:
+            return _no_half(group, commit_log_offset)
         if half.queue_offset != half_offset:
             return "The transaction state table offset wrong"
         if half.commit_log_offset != commit_log_offset:
