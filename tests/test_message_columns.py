@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import random
 import zlib
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -68,13 +69,23 @@ def reference(body: bytes, end: int = NO_END, tags: set[str] | None = None, audi
         for name, value in (
             ("topic", m.topic), ("queue_id", m.queue_id), ("queue_offset", m.queue_offset), ("msg_id", m.msg_id),
             ("keys", p.get(MessageConst.KEYS)), ("tags", p.get(MessageConst.TAGS)), ("body", m.body),
-            ("properties", list(p.items())), ("born_timestamp", m.born_timestamp * 1000),
-            ("store_timestamp", m.store_timestamp * 1000),
+            ("properties", list(p.items())), ("born_timestamp", _micros(m.born_timestamp)),
+            ("store_timestamp", _micros(m.store_timestamp)),
             ("transaction_id", p.get(MessageConst.TRANSACTION_ID) or p.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
              if audit or committed else None),
         ):
             out[name].append(value)
     return out
+
+
+def _micros(ms: int) -> int | None:
+    """What the source promises for a stored time: microseconds, or None for a time no Spark timestamp holds (Spark's
+    range is Python's datetime's, years 1 to 9999)."""
+    try:
+        datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    except OverflowError:
+        return None
+    return ms * 1000
 
 
 def record(topic: str = "orders", body: bytes = b"hello", props: dict[str, str] | None = None, **kw: Any) -> bytes:
@@ -123,6 +134,21 @@ def test_the_columns_hold_what_the_source_promises(mc: ModuleType) -> None:
     assert by_case["offset id"][col["msg_id"]] == "0A01020300002A9F0000001CBE991A14"
     assert by_case["odd properties"][col["properties"]] == [("K", "v2"), ("x", "y\x01z")]
     assert by_case["wide fields"][col["queue_id"]] == -1 and by_case["wide fields"][col["born_timestamp"]] == -5000
+    assert by_case["wide fields"][col["store_timestamp"]] is None  # 2^62 ms: after the year 9999
+
+
+@pytest.mark.parametrize("ms", [1 << 62, -(1 << 62), (1 << 63) - 1, 253_402_300_800_000, -62_135_596_800_001])
+def test_a_stored_time_no_timestamp_holds_reads_as_null(mc: ModuleType, ms: int) -> None:
+    """A record stamped outside years 1-9999 (written before born timestamps were checked, or by another program)
+    reads as NULL instead of failing the whole read; the edges of the range stay timestamps."""
+    from txmq.spark.reader import _record_batch
+
+    rows = mc.SourceRows()
+    edges = (253_402_300_799_999, -62_135_596_800_000)
+    mc.add_pulled(rows, b"".join(record(born_timestamp=ms, store_timestamp=t) for t in edges), 1 << 62, None, False)
+    batch = _record_batch(rows)
+    assert batch.column("born_timestamp").null_count == 2
+    assert [t.value for t in batch.column("store_timestamp")] == [e * 1000 for e in edges]
 
 
 def test_rows_are_filtered_by_tag_and_end_offset_and_appended_across_bodies(mc: ModuleType) -> None:

@@ -38,7 +38,10 @@ _MAGIC_CODE = cython.declare(cython.longlong, MESSAGE_MAGIC_CODE)
 _COMPRESSED = cython.declare(cython.longlong, MessageSysFlag.COMPRESSED)
 _TRANSACTION_MASK = cython.declare(cython.longlong, MessageSysFlag.TRANSACTION_MASK)
 _TRANSACTION_COMMIT_TYPE = cython.declare(cython.longlong, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
-_MAX_MICROS_MS = cython.declare(cython.longlong, (2**63 - 1) // 1000)
+# Spark's TimestampType holds 0001-01-01 to 9999-12-31 23:59:59.999999 UTC; a stored time outside it (written before
+# the broker refused such born timestamps, or by another program) becomes NULL rather than failing the read.
+_FIRST_MS = cython.declare(cython.longlong, -62_135_596_800_000)
+_LAST_MS = cython.declare(cython.longlong, 253_402_300_799_999)
 
 _KEYS = MessageConst.KEYS
 _TAGS = MessageConst.TAGS
@@ -227,10 +230,10 @@ def _add(rows: SourceRows, data: bytes, end_offset: cython.longlong, tags: froze
 
 @cython.cfunc
 def _micros(ms: cython.longlong) -> object:
-    """``ms * 1000`` as a Python int: in C when it fits a long long (Arrow refuses the others, as before)."""
-    if -_MAX_MICROS_MS <= ms <= _MAX_MICROS_MS:
+    """``ms * 1000``, or None for a time no Spark timestamp holds."""
+    if _FIRST_MS <= ms <= _LAST_MS:
         return ms * 1000
-    return cython.cast(object, ms) * 1000
+    return None
 
 
 @cython.cfunc
