@@ -21,7 +21,7 @@ from txmq.broker.visibility import internal_refusal
 from txmq.message import java_string_hash
 from txmq.remoting.request_headers import parse_tag_expression
 from txmq.store import GetMessageResult, GetMessageStatus
-from txmq.topic import PermName
+from txmq.topic import PermName, TopicConfig
 
 if TYPE_CHECKING:
     from txmq.broker.config import BrokerConfig
@@ -138,6 +138,15 @@ class PullRequestHoldService:
                 pull.fut.set_result(False)
 
 
+def _missing(cfg: TopicConfig | None, topic: str, queue_id: int | None) -> Refusal | None:
+    """``PullService.queue_refusal`` given the topic's config (None: the broker has no such topic)."""
+    if cfg is None:
+        return Refusal(Kind.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+    if queue_id is not None and not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
+        return Refusal(Kind.ILLEGAL_QUEUE, f"queueId[{queue_id}] is illegal, topic {topic}")
+    return None
+
+
 class PullService:
     """Reads for consumers, whichever protocol asks: the same refusals, the same bound, the same counters."""
 
@@ -154,12 +163,7 @@ class PullService:
     def queue_refusal(self, topic: str, queue_id: int | None) -> Refusal | None:
         """TOPIC_NOT_EXIST or ILLEGAL_QUEUE for a topic or queue (None: any) this broker does not have, else
         None."""
-        cfg = self.topics.get(topic)
-        if cfg is None:
-            return Refusal(Kind.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        if queue_id is not None and not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
-            return Refusal(Kind.ILLEGAL_QUEUE, f"queueId[{queue_id}] is illegal, topic {topic}")
-        return None
+        return _missing(self.topics.get(topic), topic, queue_id)
 
     def refusal(self, group: str, topic: str, queue_id: int | None) -> Refusal | None:
         """Why ``group`` may not read ``topic`` (one queue of it; None: the whole topic, as a pop reads it), or
@@ -168,14 +172,14 @@ class PullService:
         internal = internal_refusal(topic)
         if internal is not None:
             return Refusal(Kind.NO_PERMISSION, internal)
-        missing = self.queue_refusal(topic, queue_id)
+        cfg = self.topics.get(topic)  # once per pull: the existence check and the permission read the same config
+        missing = _missing(cfg, topic, queue_id)
         if missing is not None:
             return missing
         sub = self.groups.get(group)
         if sub is not None and not sub.consume_enable:
             return Refusal(Kind.NO_PERMISSION, f"subscription group [{group}] does not have consume permission "
                            "(consumeEnable=false)")
-        cfg = self.topics.get(topic)
         if cfg is not None and not PermName.is_readable(cfg.perm):
             return Refusal(Kind.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
         return None
@@ -183,8 +187,8 @@ class PullService:
     def read(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
              tags: TagsFilter | None, *, counted: bool = True) -> GetMessageResult:
         """Up to ``max_nums`` messages (at most ``MAX_PULL_BATCH``) from ``offset`` that every in-sync replica
-        has (the confirm offset), those ``tags`` passes; what it found is counted for ``group`` unless the caller
-        counts what it takes of it (``count``)."""
+        has (the confirm offset), those ``tags`` passes; what it found is counted for ``group``, unless
+        ``counted`` is False: then the caller counts what it takes of it (``count``)."""
         got = self.store.get_message(topic, queue_id, offset, min(max_nums, MAX_PULL_BATCH), tags_filter=tags,
                                      confirmed=True)
         if counted and got.status == GetMessageStatus.FOUND:
