@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from txmq.broker.core.refusal import Kind, Refusal
 from txmq.broker.visibility import RecordAt, servable
 from txmq.message import MessageConst, MessageExt
+from txmq.remoting.refusals import RefusalLog
 from txmq.topic import retry_topic
 
 if TYPE_CHECKING:
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from txmq.store import DefaultMessageStore
 
 log = logging.getLogger("txmq.broker")
+# A line per group and origin topic and LOG_EVERY_S, with the count since the last: a consumer may send back with a
+# negative delay level at will, so a line per message would let a client write the broker's log.
+_DEAD_LETTERS = RefusalLog(log, "dead letters", logging.INFO)
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 FIRST_RETRY_LEVEL = 3  # RocketMQ: a send-back without a delay level waits 3 + reconsumeTimes levels (10 s first)
@@ -51,8 +55,7 @@ class RetryService:
         msg.topic = topic
         msg.queue_id = 0
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
-        log.info("message %s of %s to dead-letter topic %s after %d reconsumes", msg.msg_id, origin, topic,
-                 msg.reconsume_times)
+        _DEAD_LETTERS.refused(f"group {group}", f"messages of {origin} stored in {topic}")
 
     def _again(self, origin: MessageExt, topic: str, reconsume_times: int, origin_msg_id: str) -> MessageExt:
         """A copy of a stored message to store again (a retry or a dead letter): it keeps its body, flags, born
