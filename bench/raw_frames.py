@@ -2,7 +2,7 @@
 runs them (a half message, then END_TRANSACTION oneway), written as raw remoting frames over TCP.
 
     .venv/bin/python bench/raw_frames.py [-n 50000] [--size 256] [--window 1000] [--conns 1,8] [--runs 3]
-        [--modes SYNC_FLUSH,ASYNC_FLUSH] [--tx 20000] [--json]
+        [--modes SYNC_FLUSH,ASYNC_FLUSH] [--tx 20000] [--peers OUTDIR | --no-peers] [--json]
     .venv/bin/python bench/raw_frames.py --pending 1000000 [--modes ASYNC_FLUSH]
 
 Per flush mode this starts its own ``txmq server`` (as ``bench/produce_consume.py`` does: free ports, temporary
@@ -20,6 +20,10 @@ store, stopped at the end), creates a topic of 4 queues, and per run:
 
 Broker CPU per message (user + system from /proc, over the timed part) is printed with each run, with the CPU
 other processes used meanwhile (the peers kit's disturbance rule).
+
+Unless ``--no-peers``, the peers kit runs right after with the same -n, --size, --window and --runs (see
+bench/produce_consume.py for what it needs), and the ratios of txmq's medians to the peers' publish rates are
+printed: SYNC_FLUSH sends and transactions against RabbitMQ classic, ASYNC_FLUSH sends against NATS JetStream.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from produce_consume import start_txmq  # noqa: E402
+from produce_consume import run_peers, start_txmq  # noqa: E402
 
 from txmq import bench  # noqa: E402
 from txmq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
@@ -236,6 +240,8 @@ def main() -> None:
     p.add_argument("--modes", default="SYNC_FLUSH,ASYNC_FLUSH")
     p.add_argument("--tx", type=int, default=20000, help="transactions per run (0: none)")
     p.add_argument("--pending", type=int, default=0, help="measure RSS with this many pending transactions")
+    p.add_argument("--peers", metavar="OUTDIR", help="where the peers kit writes its JSON (default: a temp dir)")
+    p.add_argument("--no-peers", action="store_true")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -268,12 +274,29 @@ def main() -> None:
                         "runs": runs}
             finally:
                 server.kill(15)
+    if not a.no_peers:
+        peers = run_peers(a)
+        results["peers"] = {k: v["median"] for k, v in peers.items()}
+        results["ratios"] = peer_ratios(results, peers)
     if a.json:
         print(json.dumps(results, indent=1))
     else:
         for key, value in results.items():
-            if isinstance(value, dict):
+            if isinstance(value, dict) and "median_per_s" in value:
                 print(f"{key:24s} {value['median_per_s']:>10,.0f}/s  broker {value['median_broker_us_per_msg']} µs/msg")
+        for key, publish in results.get("peers", {}).items():
+            print(f"{key:24s} {publish['publish_msgs_s']:>10,.0f}/s  (publish)")
+        for key, ratio in results.get("ratios", {}).items():
+            print(f"{key:48s} {ratio:.2f}x")
+
+
+def peer_ratios(results: dict[str, Any], peers: dict[str, Any]) -> dict[str, float]:
+    """txmq's medians over the peers' publish medians: the comparisons the single-frame figures are read by."""
+    pairs = [("SYNC_FLUSH send x1", "rabbitmq"), ("SYNC_FLUSH send x8", "rabbitmq"), ("SYNC_FLUSH tx x1", "rabbitmq"),
+             ("ASYNC_FLUSH send x1", "nats"), ("ASYNC_FLUSH send x8", "nats")]
+    return {f"{case} / {peer} publish":
+            round(results[case]["median_per_s"] / peers[peer]["median"]["publish_msgs_s"], 2)
+            for case, peer in pairs if case in results and peer in peers}
 
 
 if __name__ == "__main__":
