@@ -218,7 +218,8 @@ def test_store_checks_hold_for_a_config_built_in_code(tmp_path):
 def test_which_keys_change_at_run_time_and_which_stay_secret():
     """updateBrokerConfig's keys and getBrokerConfig's omissions are declared on the keys."""
     assert set(RUNTIME_KEYS) == {"maxMessageSize", "rejectTransactionMessage", "longPollingEnable",
-                                 "registerNameServerPeriod", "transactionCheckMax", "transactionCheckInterval"}
+                                 "enablePropertyFilter", "registerNameServerPeriod", "transactionCheckMax",
+                                 "transactionCheckInterval"}
     secret = {k.name for k in declared_keys(BrokerConfig).values() if k.key.secret}
     assert secret == {"accessKey", "secretKey"}
     config = BrokerConfig()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -136,3 +138,14 @@ def roundtrip(hostport: str, cmd: RemotingCommand) -> RemotingCommand:
     """One request on a fresh connection, its answer."""
     with RawClient(hostport) as raw:
         return raw.call(cmd.code, cmd.ext_fields, cmd.body)
+
+
+def messages_out(metrics_addr: str, topic: str, group: str) -> float:
+    """The broker's own count of ``topic``'s messages that ``group`` pulled (``rocketmq_messages_out``, from its
+    Prometheus endpoint): what left the broker."""
+    text = urllib.request.urlopen(f"http://{metrics_addr}/metrics", timeout=5).read().decode()
+    total = 0.0
+    for labels, value in re.findall(r"^rocketmq_messages_out_total{(.*)} (\S+)$", text, re.M):
+        if {f'topic="{topic}"', f'consumer_group="{group}"'} <= set(labels.split(",")):
+            total += float(value)
+    return total

@@ -176,8 +176,10 @@ def test_other_refusals(stub, topic):
     assert s.RecallMessage(spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle="x"),
                            metadata=md, timeout=5).status.code == Code.NOT_IMPLEMENTED
     req = spb.ReceiveMessageRequest(group=pb.Resource(name="g"), message_queue=pb.MessageQueue(
-        topic=pb.Resource(name=topic)), filter_expression=pb.FilterExpression(type=pb.SQL, expression="a > 1"))
-    assert [x.status.code for x in s.ReceiveMessage(req, metadata=md, timeout=5)] == [Code.NOT_IMPLEMENTED]
+        topic=pb.Resource(name=topic)), filter_expression=pb.FilterExpression(type=pb.SQL, expression="a >"))
+    refused = list(s.ReceiveMessage(req, metadata=md, timeout=5))
+    assert [x.status.code for x in refused] == [Code.ILLEGAL_FILTER_EXPRESSION]
+    assert "line 1, column 4" in refused[0].status.message
     req = spb.ReceiveMessageRequest(group=pb.Resource(name=""), message_queue=pb.MessageQueue(
         topic=pb.Resource(name=topic)))
     assert [x.status.code for x in s.ReceiveMessage(req, metadata=md, timeout=5)] == [Code.ILLEGAL_CONSUMER_GROUP]

@@ -124,6 +124,10 @@ class BrokerConfig:
     max_held_pulls_per_connection: int = key(4096, range=(0, None), rocketmq=False,
                                              doc="held pulls of one connection (beyond: `SYSTEM_BUSY` at once)")
     max_held_pulls: int = key(65536, range=(0, None), rocketmq=False, doc="held pulls in all")
+    enable_property_filter: bool = key(True, runtime=True,
+                                       doc="serve SQL92 subscriptions, filtered at the broker by message "
+                                           "properties; `false` refuses them (RocketMQ's default is `false`); "
+                                           "see [filters](filters.md)")
     slave_read_enable: bool = key(False, doc="a slave serves pulls (consumers far behind, or the master gone)")
     slave_synchronize_interval: int = key(3000, unit="ms", range=(1, None), rocketmq=False,
                                           doc="between a slave's copies of its master's topics and offsets")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Coroutine
 from typing import Any, Self
@@ -96,6 +97,10 @@ class ClientBase:
             try:
                 self._runtime.call(self._on_start(), 30)
             except BaseException:
+                # its connections first: a loop closed with sockets open refuses to close (EBUSY), which would
+                # hide why the start failed
+                with contextlib.suppress(Exception):
+                    self._runtime.call(self.instance.close(), 10)
                 self._close_runtime()
                 raise
         return self

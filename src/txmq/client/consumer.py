@@ -32,7 +32,7 @@ import orjson
 from txmq.client.base import ClientBase
 from txmq.client.instance import MessageQueue
 from txmq.client.rebalance import allocate_averagely
-from txmq.errors import ClientError, RemoteProtocolError
+from txmq.errors import BrokerError, ClientError, RemoteProtocolError
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_messages, java_string_hash
 from txmq.remoting import fastjson
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -80,16 +80,33 @@ def prepare_for_user(msg: MessageExt) -> MessageExt:
 
 
 class TagFilter:
-    """The client-side half of tag filtering: the broker matches hash codes, the client the strings."""
+    """A subscription's expression and the client-side half of its filtering. TAG: the broker matches hash codes,
+    the client the strings. SQL92: the broker alone filters, by the message's properties."""
 
-    def __init__(self, expression: str) -> None:
+    def __init__(self, expression: str, expression_type: str = "TAG") -> None:
         self.expression = expression
-        tags = parse_tag_expression(expression)
+        self.expression_type = expression_type
+        tags = parse_tag_expression(expression) if expression_type == "TAG" else None
         self.tags = None if tags is None else set(tags)
         self.codes = [] if tags is None else sorted({java_string_hash(t) for t in tags})
 
+    @classmethod
+    def of(cls, expression: str, sql: str | None) -> TagFilter:
+        """The filter of a tag ``expression``, or of a ``sql`` one (SQL92) when given instead."""
+        if sql is None:
+            return cls(expression)
+        if expression not in ("", "*"):
+            raise ClientError("subscribe by tags or by sql, not both")
+        return cls(sql, "SQL92")
+
     def match(self, msg: MessageExt) -> bool:
         return self.tags is None or msg.tags in self.tags
+
+    def subscription_data(self, topic: str, sub_version: int) -> dict[str, Any]:
+        """As a heartbeat and CHECK_CLIENT_CONFIG carry it (RocketMQ's ``SubscriptionData``)."""
+        return {"topic": topic, "subString": self.expression, "tagsSet": sorted(self.tags or []),
+                "codeSet": self.codes, "subVersion": sub_version, "expressionType": self.expression_type,
+                "classFilterMode": False}
 
 
 @dataclass(slots=True)
@@ -148,9 +165,12 @@ class PushConsumer(ClientBase):
 
     # --- configuration --------------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
+        """Consume ``topic``'s messages whose tag ``expression`` selects (``TagA || TagB``, ``*``), or those
+        whose properties the SQL92 expression ``sql`` selects (``a > 5 AND TAGS IN ('x')``), filtered at the
+        broker. A SQL92 expression the broker refuses makes ``start()`` raise ``BrokerError``."""
         check_topic(topic)
-        self.subscriptions[topic] = TagFilter(expression)
+        self.subscriptions[topic] = TagFilter.of(expression, sql)
 
     def register_listener(self, fn: MessageListener) -> None:
         self.listener = fn
@@ -170,10 +190,30 @@ class PushConsumer(ClientBase):
         for topic in self.subscriptions:
             with contextlib.suppress(ClientError):
                 await self.instance.update_route(topic)
+        await self._check_subscriptions()
         await self.instance.start()
         await self.instance.send_heartbeat_to_all()
         self._tasks.append(asyncio.create_task(self._rebalance_loop()))
         self._tasks.append(asyncio.create_task(self._persist_loop()))
+
+    async def _check_subscriptions(self) -> None:
+        """Ask each master of a SQL92-subscribed topic whether it filters by that expression
+        (CHECK_CLIENT_CONFIG, as RocketMQ's ``checkClientInBroker``): a refusal raises ``BrokerError``."""
+        assert self.instance is not None
+        for topic, filt in self.subscriptions.items():
+            if filt.expression_type == "TAG":
+                continue
+            try:
+                route = await self.instance.route(topic)
+            except (BrokerError, ClientError):
+                continue  # no route yet: the broker checks the heartbeat's subscriptions too
+            for name in sorted(route.broker_addrs) if route else ():
+                body = orjson.dumps({"clientId": self.instance.client_id, "group": self.group,
+                                     "subscriptionData": filt.subscription_data(topic, 0)})
+                resp = await self.instance.invoke_broker(
+                    name, RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, body=body))
+                if resp.code != ResponseCode.SUCCESS:
+                    raise BrokerError(resp.code, resp.remark)
 
     async def _on_shutdown(self) -> None:
         assert self.instance is not None
@@ -190,9 +230,7 @@ class PushConsumer(ClientBase):
 
     def _heartbeat_data(self) -> dict[str, Any]:
         now = int(time.time() * 1000)
-        subs = [{"topic": t, "subString": f.expression, "tagsSet": sorted(f.tags or []), "codeSet": f.codes,
-                 "subVersion": now, "expressionType": "TAG", "classFilterMode": False}
-                for t, f in self.subscriptions.items()]
+        subs = [f.subscription_data(t, now) for t, f in self.subscriptions.items()]
         return {"producerDataSet": [], "consumerDataSet": [{
             "groupName": self.group, "consumeType": "CONSUME_PASSIVELY", "messageModel": self.message_model.value,
             "consumeFromWhere": self.consume_from_where.value, "subscriptionDataSet": subs, "unitMode": False}]}
@@ -374,7 +412,7 @@ class PushConsumer(ClientBase):
                 max_msg_nums=self.pull_batch_size,
                 sys_flag=PullMessageRequestHeader.FLAG_SUSPEND | PullMessageRequestHeader.FLAG_SUBSCRIPTION,
                 suspend_timeout_millis=self.suspend_timeout_ms, subscription=filt.expression,
-                sub_version=0, expression_type="TAG")
+                sub_version=0, expression_type=filt.expression_type)
             addr = self.instance.pull_addr(mq)
             try:
                 resp = await self.instance.remoting.invoke(addr, RemotingCommand.request(

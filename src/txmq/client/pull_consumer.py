@@ -57,16 +57,19 @@ class PullConsumer(ClientBase):
         return self._call(go())
 
     def pull(self, mq: MessageQueue, expression: str = "*", offset: int = 0, max_nums: int = 32,
-             block_s: float = 0.0, *, decode: bool = True) -> PullResult:
-        """Pull from ``offset``; with ``block_s`` > 0 the broker holds the pull until a message arrives.
+             block_s: float = 0.0, *, decode: bool = True, sql: str | None = None) -> PullResult:
+        """Pull from ``offset``; with ``block_s`` > 0 the broker holds the pull until a message arrives. The
+        messages are those the tag ``expression`` selects, or the SQL92 expression ``sql`` when given (the broker
+        filters; one it refuses raises ``BrokerError``, SUBSCRIPTION_PARSE_FAILED and where).
 
         ``decode=False`` leaves ``msgs`` empty and the response body in ``body`` (RocketMQ's message layout), for
         a caller that decodes it its own way (``txmq.message_columns``) and filters tags itself."""
-        filt = TagFilter(expression)
+        filt = TagFilter.of(expression, sql)
         flags = PullMessageRequestHeader.FLAG_SUBSCRIPTION | (PullMessageRequestHeader.FLAG_SUSPEND if block_s else 0)
         header = PullMessageRequestHeader(consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
                                           queue_offset=offset, max_msg_nums=max_nums, sys_flag=flags,
-                                          suspend_timeout_millis=int(block_s * 1000), subscription=expression)
+                                          suspend_timeout_millis=int(block_s * 1000), subscription=filt.expression,
+                                          expression_type=filt.expression_type)
 
         async def go() -> PullResult:
             assert self.instance is not None

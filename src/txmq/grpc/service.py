@@ -23,11 +23,11 @@ import grpc
 
 from txmq.acl.model import Action, Needs
 from txmq.broker.core.pop import ReceiptHandle
-from txmq.broker.core.pull import TagsFilter, tags_filter
 from txmq.broker.core.refusal import Refusal
 from txmq.broker.core.send import message_kind
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import InvalidMessageError, StoreError
+from txmq.filter import ExpressionType, FilterRefused, MessageFilter, build_filter
 from txmq.grpc.call import CLIENT_ID, MethodTable, current_call
 from txmq.grpc.convert import (
     PUT_STATUS_CODES,
@@ -506,11 +506,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- receive, ack, change invisible duration, dead letters ------------------------------------------
 
-    @staticmethod
-    def _filter(expr: pb.FilterExpression) -> TagsFilter | None:
-        if expr.type == pb.SQL:
-            raise GrpcStatusError(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported by txmq; use TAG")
-        return tags_filter(expr.expression or "*")
+    def _filter(self, expr: pb.FilterExpression) -> MessageFilter:
+        """A FilterExpression's filter: ILLEGAL_FILTER_EXPRESSION for one that does not parse (where, in the
+        message), UNSUPPORTED for SQL92 with ``enablePropertyFilter=false``."""
+        kind = ExpressionType.SQL92 if expr.type == pb.SQL else ExpressionType.TAG
+        try:
+            return build_filter(kind, expr.expression or "*", sql_enabled=self.broker.config.enable_property_filter)
+        except FilterRefused as exc:
+            raise GrpcStatusError(Code.UNSUPPORTED if exc.disabled else Code.ILLEGAL_FILTER_EXPRESSION,
+                                  str(exc)) from None
 
     @METHODS.declare(_queue_consumer_needs)
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
@@ -647,15 +651,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             refused = pulls.refusal(group, topic, q)
             if refused is not None:
                 raise refused
-            tags = self._filter(request.filter_expression)
+            filt = self._filter(request.filter_expression)
             batch = max(1, min(request.batch_size or 32, MAX_RECEIVE_BATCH))
-            got = pulls.read(group, topic, q, request.offset, batch, tags)
+            got = pulls.read(group, topic, q, request.offset, batch, filt)
             poll = min(duration_ms(request.long_polling_timeout), MAX_POLL_MS)
             if poll > 0 and pulls.holds(got, request.offset):
                 pull = pulls.hold(topic, q, request.offset)  # no owner: grpcio cancels a call whose client left
                 if isinstance(pull, Refusal):
                     raise pull
-                got = await pulls.read_held(pull, poll / 1000, group, topic, q, request.offset, batch, tags) or got
+                got = await pulls.read_held(pull, poll / 1000, group, topic, q, request.offset, batch, filt) or got
         except Exception as exc:
             yield spb.PullMessageResponse(status=_refusal(exc, "PullMessage"))
             return

@@ -50,10 +50,10 @@ class TxmqDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: Any) -> TxmqBatchReader:
-        return TxmqBatchReader(self.options)
+        return TxmqBatchReader(self.options, schema)
 
     def streamReader(self, schema: Any) -> TxmqStreamReader:
-        return TxmqStreamReader(self.options)
+        return TxmqStreamReader(self.options, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> TxmqBatchWriter:
         if overwrite:  # a topic is a log: nothing in it can be replaced (Spark refuses ErrorIfExists and Ignore)
@@ -68,7 +68,9 @@ class TxmqDataSource(DataSource):
 def register(spark: Any) -> None:
     """Register the data source ``txmq`` with a SparkSession, local or Spark Connect (``builder.remote``), and
     (once per session) the listener that stops an exactly-once sink's check responder when its query ends, on the
-    driver: under Connect, the Connect server (lifecycle.py)."""
+    driver: under Connect, the Connect server (lifecycle.py). It turns on Python data sources' filter pushdown
+    (``spark.sql.python.filterPushdown.enabled``), without which Spark refuses a reader that can push filters."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(TxmqDataSource)
     if getattr(spark, "_txmq_query_end_listener", None) is None:
         listener = QueryEndListener()

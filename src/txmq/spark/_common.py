@@ -90,6 +90,7 @@ class SourceOptions:
     commit_offsets_to_broker: bool
     broker_suspend_max_ms: int  # the stream reader's held pulls when nothing is new (long_poll.py); 0: none
     security: ClientSecurity
+    sql: str | None = None  # the SQL92 expression of filters pushed down (pushdown.py): the broker filters
 
     @classmethod
     def parse(cls, options: Any, streaming: bool) -> SourceOptions:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -39,7 +39,16 @@ from txmq.client.instance import MessageQueue
 from txmq.client.pull_consumer import PullConsumer, PullResult, PullStatus
 from txmq.errors import BrokerError, ClientError
 from txmq.message_columns import SourceRows, add_pulled
-from txmq.spark._common import AUDIT_TOPICS, ClientSecurity, SourceOptions, drop_client, pull_consumer, pull_key
+from txmq.spark._common import (
+    AUDIT_TOPICS,
+    SCHEMA_DDL,
+    ClientSecurity,
+    OptionError,
+    SourceOptions,
+    drop_client,
+    pull_consumer,
+    pull_key,
+)
 from txmq.spark.broker_offsets import BrokerOffsetCommitter
 from txmq.spark.long_poll import ArrivalWatch
 from txmq.spark.options import (
@@ -52,6 +61,7 @@ from txmq.spark.options import (
     queue_key,
     split_key,
 )
+from txmq.spark.pushdown import Pushed, apply, push
 from txmq.topic import is_system_topic
 
 log = logging.getLogger("txmq.spark")
@@ -82,6 +92,8 @@ class QueueRange(InputPartition):
     tags: str
     fail_on_data_loss: bool
     security: ClientSecurity
+    sql: str | None = None  # filters pushed down: the broker sends only the messages this selects
+    property_columns: tuple[str, ...] = ()  # string columns the schema adds: each message's property of that name
 
 
 @dataclass(frozen=True)
@@ -194,7 +206,26 @@ def check_loss(opts: SourceOptions, start: Offsets, bounds: Bounds) -> tuple[Off
     return out, skipped
 
 
-def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[QueueRange]:
+def property_columns(schema: Any) -> tuple[str, ...]:
+    """The columns a user's schema adds after the source's own (``SCHEMA_DDL``): each a string column holding the
+    message's property of that name (NULL without it), so that Spark can push a filter on it down to the broker
+    (it pushes none on ``properties['x']``). Any other schema is refused."""
+    if schema is None:
+        return ()
+    names, fields = ARROW_SCHEMA.names, list(schema.fields)
+    if [f.name for f in fields[:len(names)]] != names:
+        raise OptionError(f"a schema for the txmq source starts with its columns ({SCHEMA_DDL}) and may add "
+                          "string columns after them, each a message property")
+    extra = fields[len(names):]
+    for f in extra:
+        if f.dataType.typeName() != "string":
+            raise OptionError(f"schema column {f.name!r} is a {f.dataType.simpleString()}: a column after the "
+                              "source's own is a message property, a string")
+    return tuple(f.name for f in extra)
+
+
+def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets,
+                    columns: tuple[str, ...] = ()) -> list[QueueRange]:
     parts = []
     for topic, queues in end.items():
         for key, hi in sorted(queues.items()):
@@ -204,7 +235,7 @@ def make_partitions(opts: SourceOptions, start: Offsets, end: Offsets) -> list[Q
             for s in range(lo, hi, step):
                 parts.append(QueueRange(opts.namesrv, opts.group, topic, broker, qid, s, min(hi, s + step),
                                         opts.pull_batch_size, topic in AUDIT_TOPICS, opts.tags,
-                                        opts.fail_on_data_loss, opts.security))
+                                        opts.fail_on_data_loss, opts.security, opts.sql, columns))
     return parts
 
 
@@ -246,7 +277,7 @@ def _pull(part: QueueRange, offset: int, block_s: float = 0.0) -> PullResult:
             if part.broker not in (consumer.instance.broker_addrs if consumer.instance else {}):
                 _queues(consumer, part.namesrv, part.topic, part.security)
             return consumer.pull(mq, part.tags, offset, min(part.pull_batch_size, part.end - offset), block_s,
-                                 decode=False)
+                                 decode=False, sql=part.sql)
         except (ClientError, BrokerError):
             if failures == 5:
                 raise
@@ -310,32 +341,49 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     for result in _pulls(part):
         add_pulled(rows, result.body, part.end, tags, part.audit)
         if len(rows) >= ROWS_PER_RECORD_BATCH:
-            yield _record_batch(rows)
+            yield _record_batch(rows, part.property_columns)
             rows = SourceRows()
     if len(rows):
-        yield _record_batch(rows)
+        yield _record_batch(rows, part.property_columns)
 
 
-def _record_batch(rows: SourceRows) -> pa.RecordBatch:
+def _record_batch(rows: SourceRows, columns: tuple[str, ...] = ()) -> pa.RecordBatch:
     f = ARROW_SCHEMA.field
     properties = pa.MapArray.from_arrays(pa.array(rows.prop_offsets, pa.int32()), pa.array(rows.prop_keys, pa.string()),
                                          pa.array(rows.prop_values, pa.string()), type=f("properties").type)
     arrays = [pa.array(getattr(rows, name), f(name).type) if name != "properties" else properties
               for name in ARROW_SCHEMA.names]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    if not columns:
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    offsets, keys, values = rows.prop_offsets, rows.prop_keys, rows.prop_values
+    per_row = [dict(zip(keys[offsets[i]:offsets[i + 1]], values[offsets[i]:offsets[i + 1]], strict=True))
+               for i in range(len(offsets) - 1)]
+    arrays += [pa.array([props.get(name) for props in per_row], pa.string()) for name in columns]
+    schema = pa.schema([*ARROW_SCHEMA, *(pa.field(name, pa.string()) for name in columns)])
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 # --- Spark's reader interfaces ----------------------------------------------------------------------------
 
 class TxmqBatchReader(DataSourceReader):
-    def __init__(self, options: Any) -> None:
+    def __init__(self, options: Any, schema: Any = None) -> None:
         self.opts = SourceOptions.parse(options, streaming=False)
+        self.columns = property_columns(schema)
+        self.pushed = Pushed()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Filters on tags, keys and property columns go to the broker as SQL92; a store-time bound moves the
+        start (pushdown.py). Called once, on the driver, before ``partitions``."""
+        yield from push(filters, self.pushed, self.columns)
+        if self.pushed.sql or self.pushed.stored_since_ms is not None:
+            log.info("txmq source %s: pushed down %s", ",".join(self.opts.topics), self.pushed.describe())
 
     def partitions(self) -> list[QueueRange]:
-        bounds = queue_bounds(self.opts)
-        start, _ = check_loss(self.opts, resolve(self.opts, self.opts.starting, bounds, EARLIEST), bounds)
-        end = resolve(self.opts, self.opts.ending, bounds, LATEST)
-        return make_partitions(self.opts, start, end)
+        opts = apply(self.opts, self.pushed)
+        bounds = queue_bounds(opts)
+        start, _ = check_loss(opts, resolve(opts, opts.starting, bounds, EARLIEST), bounds)
+        end = resolve(opts, opts.ending, bounds, LATEST)
+        return make_partitions(opts, start, end, self.columns)
 
     def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         yield from read_range(partition)
@@ -345,8 +393,9 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets per broker and queue; queues that appear later are read from their start. Spark keeps this
     object for the query's run (in a Python worker of the driver), so it may count and remember."""
 
-    def __init__(self, options: Any) -> None:
+    def __init__(self, options: Any, schema: Any = None) -> None:
         self.opts = SourceOptions.parse(options, streaming=True)
+        self.columns = property_columns(schema)
         self._target: Offsets | None = None
         self._latest: Offsets = {}
         self._bounds: Bounds | None = None  # fetched by the last latestOffset, for the partitions of its batch
@@ -424,7 +473,7 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start, skipped = check_loss(self.opts, start, bounds)
         self.skipped += skipped
         packed_up_to = min(self.opts.min_rows_per_partition, self.opts.max_rows_per_partition)
-        return pack(make_partitions(self.opts, start, end), packed_up_to)
+        return pack(make_partitions(self.opts, start, end, self.columns), packed_up_to)
 
     def read(self, partition: QueueRange | PackedRanges) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         yield from read_partition(partition)

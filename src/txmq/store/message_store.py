@@ -922,10 +922,13 @@ class DefaultMessageStore:
         tags_filter: Callable[[int], bool] | None = None,
         *,
         confirmed: bool = False,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetMessageResult:
         """Up to ``max_msg_nums`` messages from queue offset ``offset`` in wire form (RocketMQ getMessage).
 
-        ``tags_filter`` gets each entry's tag hash. A record that fails validation is skipped, logged and
+        ``tags_filter`` gets each entry's tag hash (RocketMQ's ``isMatchedByConsumeQueue``), ``record_filter``
+        each read record in wire form (``isMatchedByCommitLog``, a SQL92 filter on its properties): what either
+        refuses is passed over, never returned. A record that fails validation is skipped, logged and
         counted; it is never returned. ``confirmed`` (a consumer's read): only records up to the confirm offset;
         an offset among the entries past it is answered OFFSET_OVERFLOW_ONE (not there yet), never moved.
         """
@@ -946,7 +949,7 @@ class DefaultMessageStore:
             result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
             result.next_begin_offset = lo if lo == 0 else top
         else:
-            self._read_queue(cq, offset, top, max_msg_nums, max_total_bytes, tags_filter, result)
+            self._read_queue(cq, offset, top, max_msg_nums, max_total_bytes, tags_filter, record_filter, result)
         return result
 
     def _read_queue(
@@ -957,6 +960,7 @@ class DefaultMessageStore:
         max_msg_nums: int,
         max_total_bytes: int,
         tags_filter: Callable[[int], bool] | None,
+        record_filter: Callable[[bytes], bool] | None,
         result: GetMessageResult,
     ) -> None:
         min_phy = self.commit_log.min_offset
@@ -989,9 +993,14 @@ class DefaultMessageStore:
                 if len(result.messages) + len(picked) >= max_msg_nums:
                     break
             if picked:
+                before = len(result.messages)
                 if not self._read_picked(cq, picked, result):  # skipped unreadable records: look further
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     total = sum(map(len, result.messages))
+                if record_filter is not None and self._filter_records(result, before, record_filter):
+                    total = sum(map(len, result.messages))
+                    if status is not GetMessageStatus.MESSAGE_WAS_REMOVING:
+                        status = GetMessageStatus.NO_MATCHED_MESSAGE
                 last_phy = picked[-1][1]
             if stop:
                 break
@@ -1000,6 +1009,18 @@ class DefaultMessageStore:
         if result.messages:
             behind = self.commit_log.max_offset - last_phy
             result.suggest_pulling_from_slave = behind > _MEMORY * self.config.access_message_in_memory_max_ratio // 100
+
+    @staticmethod
+    def _filter_records(result: GetMessageResult, start: int, record_filter: Callable[[bytes], bool]) -> int:
+        """Drop the records read from ``start`` on that ``record_filter`` refuses; how many it dropped."""
+        read = result.messages[start:]
+        keep = [record_filter(m) for m in read]
+        if all(keep):
+            return 0
+        offsets = result.queue_offsets[start:]
+        result.messages[start:] = [m for m, k in zip(read, keep, strict=True) if k]
+        result.queue_offsets[start:] = [o for o, k in zip(offsets, keep, strict=True) if k]
+        return len(read) - len(result.messages) + start
 
     def _read_picked(self, cq: ConsumeQueue, picked: list[tuple[int, int, int]], result: GetMessageResult) -> bool:
         """Read the picked records into ``result`` in wire form: each run of records that follow one another in

@@ -26,6 +26,7 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
+from rocketmq.grpc_protocol import FilterType
 
 
 def out(event: str, **kw) -> None:
@@ -155,12 +156,17 @@ def cmd_tx(a: dict) -> None:
         p.shutdown()
 
 
+def subscription(a: dict) -> FilterExpression:
+    """``filter``: a tag expression, or with ``sql`` a SQL92 one."""
+    return FilterExpression(a.get("filter", "*"), FilterType.SQL if a.get("sql") else FilterType.TAG)
+
+
 def cmd_simple(a: dict) -> None:
     """Receive until ``expect`` messages or ``wait`` seconds; ``ack``: ack them. ``lifecycle``: the invisible
     duration story (receive, change invisible duration, no ack, redelivery, ack). ``pace``: seconds spent on each
     message (a slow consumer, so that a backlog builds up). ``failover``: a broker may die
     meanwhile: a failed receive or ack is reported and the loop goes on, and ``expect`` counts distinct ids."""
-    sub = {a["topic"]: FilterExpression(a.get("filter", "*"))}
+    sub = {a["topic"]: subscription(a)}
     c = SimpleConsumer(config(a), a["group"], sub, await_duration=a.get("await", 2))
     c.startup()
     try:
@@ -235,7 +241,7 @@ def cmd_push(a: dict) -> None:
                     done.set()
             return ConsumeResult.SUCCESS
 
-    sub = {a["topic"]: FilterExpression(a.get("filter", "*"))}
+    sub = {a["topic"]: subscription(a)}
     c = PushConsumer(config(a), a["group"], Listener(), sub, consumption_thread_count=2)
     c.startup()
     try:

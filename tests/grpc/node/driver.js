@@ -2,8 +2,8 @@
 //   node driver.js '{"cmd": "send", "endpoint": "127.0.0.1:8081", "topic": "t", ...}'
 // Prints one JSON object per line ({"event": ...}); the last line is {"event": "done", "ok": ...}.
 'use strict';
-const { Producer, SimpleConsumer, PushConsumer, ConsumeResult } = require('rocketmq-client-nodejs');
-const { TransactionResolution } = require('rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb');
+const { Producer, SimpleConsumer, PushConsumer, ConsumeResult, FilterExpression } = require('rocketmq-client-nodejs');
+const { TransactionResolution, FilterType } = require('rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb');
 
 const out = (event, kw = {}) => process.stdout.write(JSON.stringify({ event, ...kw }) + '\n');
 const sleep = ms => new Promise(r => setTimeout(r, ms));
@@ -63,9 +63,14 @@ async function tx(a) {
   } finally { await p.shutdown(); }
 }
 
+// `filter`: a tag expression, or with `sql` a SQL92 one.
+function subscription(a) {
+  return a.sql ? new FilterExpression(a.filter, FilterType.SQL) : (a.filter || '*');
+}
+
 async function simple(a) {
   const c = new SimpleConsumer({ ...base(a), consumerGroup: a.group, awaitDuration: (a.await || 2) * 1000,
-    subscriptions: new Map([[a.topic, a.filter || '*']]) });
+    subscriptions: new Map([[a.topic, subscription(a)]]) });
   await c.startup();
   try {
     const end = Date.now() + (a.wait || 20) * 1000;
@@ -116,7 +121,7 @@ async function push(a) {
     },
   };
   const c = new PushConsumer({ ...base(a), consumerGroup: a.group, messageListener, longPollingTimeout: 2000,
-    subscriptions: new Map([[a.topic, a.filter || '*']]) });
+    subscriptions: new Map([[a.topic, subscription(a)]]) });
   await c.startup();
   try {
     const ok = await Promise.race([done, sleep((a.wait || 30) * 1000).then(() => false)]);

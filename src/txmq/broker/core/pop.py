@@ -45,12 +45,13 @@ from typing import TYPE_CHECKING
 
 from txmq.broker.core.refusal import Kind, Refusal
 from txmq.errors import InvalidMessageError, StoreError
+from txmq.filter import MessageFilter
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import GetMessageStatus
 
 if TYPE_CHECKING:
     from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
-    from txmq.broker.core.pull import PullService, TagsFilter
+    from txmq.broker.core.pull import PullService
     from txmq.broker.core.retry import RetryService
     from txmq.store import DefaultMessageStore
 
@@ -151,11 +152,11 @@ class PopService:
                     del self._waiters[topic]
 
     async def receive(self, group: str, topic: str, batch: int, invisible_ms: int, poll_ms: int,
-                      tags: TagsFilter | None) -> list[Delivery]:
+                      filt: MessageFilter) -> list[Delivery]:
         """Up to ``batch`` messages, waiting up to ``poll_ms`` for one to arrive or to become visible again."""
         end = time.monotonic() + poll_ms / 1000
         while True:
-            got, next_deadline_ms = await self.receive_now(group, topic, batch, invisible_ms, tags)
+            got, next_deadline_ms = await self.receive_now(group, topic, batch, invisible_ms, filt)
             left = end - time.monotonic()
             if got or left <= 0:
                 return got
@@ -185,7 +186,7 @@ class PopService:
         return st
 
     async def receive_now(self, group: str, topic: str, batch: int, invisible_ms: int,
-                          tags: TagsFilter | None) -> tuple[list[Delivery], int | None]:
+                          filt: MessageFilter) -> tuple[list[Delivery], int | None]:
         """What can be delivered now, and the earliest deadline of a delivery still in flight."""
         queues = self._queue_ids(group, topic)
         if not queues:
@@ -200,7 +201,7 @@ class PopService:
             if due is not None and (earliest is None or due < earliest):
                 earliest = due
             if len(out) < batch:
-                self._read_new(group, topic, q, st, now, batch - len(out), invisible_ms, tags, out)
+                self._read_new(group, topic, q, st, now, batch - len(out), invisible_ms, filt, out)
             if len(out) >= batch:
                 break
         return out, earliest
@@ -234,7 +235,7 @@ class PopService:
         return earliest
 
     def _read_new(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int, invisible_ms: int,
-                  tags: TagsFilter | None, out: list[Delivery]) -> None:
+                  filt: MessageFilter, out: list[Delivery]) -> None:
         room = min(room, MAX_SPAN - (st.next - st.committed))
         if room <= 0:
             return
@@ -248,7 +249,7 @@ class PopService:
                 st.committed = lo
                 self.offsets.commit(group, topic, q, lo)
         start = st.next
-        got = self.pulls.read(group, topic, q, start, room, tags, counted=False)
+        got = self.pulls.read(group, topic, q, start, room, filt, counted=False)
         if got.status == GetMessageStatus.FOUND:
             blocked_groups = set(st.groups)
             stop = got.next_begin_offset
@@ -266,7 +267,7 @@ class PopService:
                                     invisible_ms))
             taken = sum(1 for o in got.queue_offsets if o < stop)
             delivered = set(got.queue_offsets)
-            for offset in range(start, stop):  # entries the tag filter skipped: consumed for this group
+            for offset in range(start, stop):  # entries the filter passed over: consumed for this group
                 if offset not in delivered:
                     self._ack_offset(group, topic, q, st, offset)
             st.next = max(st.next, stop)

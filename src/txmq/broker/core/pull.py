@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from txmq.broker.core.refusal import Kind, Refusal
 from txmq.broker.visibility import internal_refusal
-from txmq.message import java_string_hash
-from txmq.remoting.request_headers import parse_tag_expression
+from txmq.filter import MessageFilter
 from txmq.store import GetMessageResult, GetMessageStatus
 from txmq.topic import PermName, TopicConfig
 
@@ -38,19 +37,6 @@ MAX_PULL_BATCH = 256  # messages one read returns at most, whatever a consumer a
 # NO_MATCHED_LOGIC_QUEUE) waits too; the topic exists, or ``refusal`` answered already.
 _HOLD = (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE,
          GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
-
-TagsFilter = Callable[[int], bool]
-
-
-def tags_filter(expression: str | None) -> TagsFilter | None:
-    """The filter of a TAG subscription expression (``a || b``, ``*``) on the tags' hash codes the consume queue
-    keeps; None for every message."""
-    tags = parse_tag_expression(expression)
-    if tags is None:
-        return None
-    codes = {java_string_hash(t) for t in tags}
-    return codes.__contains__
-
 
 class HoldOwner(Protocol):
     """What holds a pull (a remoting connection): held pulls are dropped when it closes."""
@@ -185,12 +171,13 @@ class PullService:
         return None
 
     def read(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
-             tags: TagsFilter | None, *, counted: bool = True) -> GetMessageResult:
+             filt: MessageFilter, *, counted: bool = True) -> GetMessageResult:
         """Up to ``max_nums`` messages (at most ``MAX_PULL_BATCH``) from ``offset`` that every in-sync replica
-        has (the confirm offset), those ``tags`` passes; what it found is counted for ``group``, unless
+        has (the confirm offset), those ``filt`` selects (tags by the consume queue, SQL92 by each record's
+        properties); what it found is counted for ``group``, unless
         ``counted`` is False: then the caller counts what it takes of it (``count``)."""
-        got = self.store.get_message(topic, queue_id, offset, min(max_nums, MAX_PULL_BATCH), tags_filter=tags,
-                                     confirmed=True)
+        got = self.store.get_message(topic, queue_id, offset, min(max_nums, MAX_PULL_BATCH),
+                                     tags_filter=filt.tags, confirmed=True, record_filter=filt.record)
         if counted and got.status == GetMessageStatus.FOUND:
             self.count(group, topic, queue_id, got.messages, got.next_begin_offset)
         return got
@@ -214,9 +201,9 @@ class PullService:
         return got.status in _HOLD and offset >= got.max_offset
 
     async def read_held(self, pull: HeldPull, timeout_s: float, group: str, topic: str, queue_id: int, offset: int,
-                        max_nums: int, tags: TagsFilter | None) -> GetMessageResult | None:
+                        max_nums: int, filt: MessageFilter) -> GetMessageResult | None:
         """Hold ``pull`` until a message arrives or ``timeout_s`` passes, then read again; None when its owner
         closed meanwhile (nobody to answer)."""
         if not await self.hold_service.wait(pull, max(0.0, timeout_s)):
             return None
-        return self.read(group, topic, queue_id, offset, max_nums, tags)
+        return self.read(group, topic, queue_id, offset, max_nums, filt)

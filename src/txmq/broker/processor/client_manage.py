@@ -1,5 +1,10 @@
-"""Heartbeats, unregistration, consumer lists and queue locks (codes 34, 35, 38, 41, 42): RocketMQ's
-``ClientManageProcessor`` and ``RebalanceLockManager``."""
+"""Heartbeats, unregistration, consumer lists, queue locks and subscription checks (codes 34, 35, 38, 41, 42,
+46): RocketMQ's ``ClientManageProcessor`` and ``RebalanceLockManager``.
+
+A subscription the broker cannot filter by (a SQL92 expression that does not parse, or SQL92 with
+``enablePropertyFilter=false``) is refused when it is announced: CHECK_CLIENT_CONFIG (what RocketMQ's clients ask
+before they subscribe with SQL92) and a heartbeat naming it are answered SUBSCRIPTION_PARSE_FAILED, or
+SYSTEM_ERROR when SQL92 is off, as RocketMQ answers, and the heartbeat registers nothing."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import orjson
 
 from txmq.acl.model import Action, Needs
 from txmq.broker.client_manager import ClientChannelInfo, ConsumerGroupInfo, SubscriptionData, joined
+from txmq.filter import FilterRefused, build_filter
 from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -89,7 +95,22 @@ class ClientManageProcessor:
                         consumer_list_needs, self.consumer_list),
             RequestSpec(RequestCode.LOCK_BATCH_MQ, parse_lock, lock_needs, self.lock),
             RequestSpec(RequestCode.UNLOCK_BATCH_MQ, parse_lock, lock_needs, self.unlock),
+            RequestSpec(RequestCode.CHECK_CLIENT_CONFIG, parse_check_client, check_client_needs, self.check_client),
         ]
+
+    def _refusal(self, cmd: RemotingCommand, subs: list[SubscriptionData]) -> RemotingCommand | None:
+        """The answer to subscriptions the broker cannot filter by, or None when it can filter by them all."""
+        for sub in subs:
+            try:
+                build_filter(sub.expression_type, sub.sub_string,
+                             sql_enabled=self.broker.config.enable_property_filter)
+            except FilterRefused as exc:
+                code = ResponseCode.SYSTEM_ERROR if exc.disabled else ResponseCode.SUBSCRIPTION_PARSE_FAILED
+                return RemotingCommand.response_to(cmd, code, remark=f"topic {sub.topic}: {exc}")
+        return None
+
+    def check_client(self, conn: Connection, cmd: RemotingCommand, check: ClientCheck) -> RemotingCommand:
+        return self._refusal(cmd, [check[2]]) or RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
 
     def unregister(self, conn: Connection, cmd: RemotingCommand, h: UnregisterClientRequestHeader) -> RemotingCommand:
         if h.producer_group:
@@ -127,6 +148,9 @@ class ClientManageProcessor:
     def heartbeat(self, conn: Connection, cmd: RemotingCommand,
                   beat: Heartbeat) -> RemotingCommand | Awaitable[RemotingCommand]:
         client_id, producers, consumers = beat
+        refused = self._refusal(cmd, [sub for info in consumers for sub in info.subscriptions.values()])
+        if refused is not None:
+            return refused
         self._watch(conn)
         chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
         broker = self.broker
@@ -157,6 +181,7 @@ class ClientManageProcessor:
 
 Heartbeat = tuple[str, list[str], list[ConsumerGroupInfo]]
 LockRequest = tuple[str, str, list[dict[str, Any]]]
+ClientCheck = tuple[str, str, SubscriptionData]  # (client id, consumer group, the subscription to check)
 
 
 def parse_heartbeat(cmd: RemotingCommand) -> Heartbeat:
@@ -211,16 +236,36 @@ def _heartbeat(data: dict[str, Any]) -> Heartbeat:
     return str(data.get("clientID", "")), producers, [_consumer(c) for c in consumer_data]
 
 
+def parse_check_client(cmd: RemotingCommand) -> ClientCheck:
+    return read_body(cmd.body, _check_client, "a client check body holds clientId, group and subscriptionData")
+
+
+def check_client_needs(check: ClientCheck) -> Needs:
+    """Sub on the consumer group and the topic, as subscribing needs."""
+    return Needs().group(check[1], Action.SUB).topic(check[2].topic, Action.SUB)
+
+
+def _check_client(data: dict[str, Any]) -> ClientCheck:
+    group = str(data["group"])
+    check_group(group)
+    return str(data.get("clientId", "")), group, _subscription(data["subscriptionData"])
+
+
+def _subscription(s: dict[str, Any]) -> SubscriptionData:
+    sd = SubscriptionData(str(s["topic"]), str(s.get("subString", "*")), list(s.get("tagsSet") or []),
+                          list(s.get("codeSet") or []), int(s.get("subVersion", 0) or 0),
+                          str(s.get("expressionType") or "TAG"))
+    check_topic(sd.topic)
+    return sd
+
+
 def _consumer(c: dict[str, Any]) -> ConsumerGroupInfo:
     """One consumer group of a heartbeat, its names checked."""
     group = str(c["groupName"])
     check_group(group)
     subs = {}
     for s in c.get("subscriptionDataSet") or []:
-        sd = SubscriptionData(str(s["topic"]), str(s.get("subString", "*")), list(s.get("tagsSet") or []),
-                              list(s.get("codeSet") or []), int(s.get("subVersion", 0) or 0),
-                              str(s.get("expressionType") or "TAG"))
-        check_topic(sd.topic)
+        sd = _subscription(s)
         subs[sd.topic] = sd
     info = ConsumerGroupInfo(group, str(c.get("consumeType", "CONSUME_PASSIVELY")),
                              str(c.get("messageModel", "CLUSTERING")),

@@ -2,6 +2,11 @@
 core's ``PullService`` (``txmq.broker.core.pull``), which holds the rules, the reads, the counters and the held
 pulls. A held pull is dropped, unanswered, when its connection closes; beyond the caps of held pulls a pull is
 answered SYSTEM_BUSY at once, which RocketMQ's clients and txmq's retry after a pause.
+
+A pull is filtered by its own subscription (the subscription flag: expression and type in its header), else by
+the one its group's heartbeat registered: tags by the consume queue's tag hash, SQL92 by each record's properties
+(txmq.filter). A SQL92 expression that does not parse is answered SUBSCRIPTION_PARSE_FAILED, SQL92 with
+``enablePropertyFilter=false`` SYSTEM_ERROR, as RocketMQ answers.
 """
 
 from __future__ import annotations
@@ -9,9 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from txmq.acl.model import Action, Needs
-from txmq.broker.core.pull import HeldPull, TagsFilter, tags_filter
+from txmq.broker.core.pull import HeldPull
 from txmq.broker.core.refusal import Refusal
 from txmq.broker.processor.refused import refused
+from txmq.filter import ExpressionType, FilterRefused, MessageFilter, build_filter
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import RequestSpec
@@ -64,25 +70,35 @@ class PullMessageProcessor:
                                                remark="slave reads are off (slaveReadEnable=false)")
         if h.sys_flag & PullMessageRequestHeader.FLAG_COMMIT_OFFSET and not config.is_slave:
             self.broker.consumer_offset_manager.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-        expression = h.subscription
-        if not h.sys_flag & PullMessageRequestHeader.FLAG_SUBSCRIPTION or expression is None:
-            group = self.broker.consumer_manager.get(h.consumer_group)
-            sub = group.subscriptions.get(h.topic) if group else None
-            expression = sub.sub_string if sub else "*"
-        tags = tags_filter(expression)
-        got = pulls.read(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tags)
+        filt = self._filter(h)
+        if isinstance(filt, FilterRefused):
+            code = ResponseCode.SYSTEM_ERROR if filt.disabled else ResponseCode.SUBSCRIPTION_PARSE_FAILED
+            return RemotingCommand.response_to(cmd, code, remark=str(filt))
+        got = pulls.read(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, filt)
         if h.sys_flag & PullMessageRequestHeader.FLAG_SUSPEND and config.long_polling_enable \
                 and pulls.holds(got, h.queue_offset):
             pull = pulls.hold(h.topic, h.queue_id, h.queue_offset, conn)
             if isinstance(pull, Refusal):
                 return refused(cmd, pull)
-            return self._held(pull, cmd, h, tags)
+            return self._held(pull, cmd, h, filt)
         return self._response(cmd, h, got)
 
+    def _filter(self, h: PullMessageRequestHeader) -> MessageFilter | FilterRefused:
+        """The pull's own subscription (the subscription flag), else the one its group's heartbeat registered."""
+        expression, kind = h.subscription, h.expression_type
+        if not h.sys_flag & PullMessageRequestHeader.FLAG_SUBSCRIPTION or expression is None:
+            group = self.broker.consumer_manager.get(h.consumer_group)
+            sub = group.subscriptions.get(h.topic) if group else None
+            expression, kind = (sub.sub_string, sub.expression_type) if sub else ("*", ExpressionType.TAG)
+        try:
+            return build_filter(kind, expression, sql_enabled=self.broker.config.enable_property_filter)
+        except FilterRefused as exc:
+            return exc
+
     async def _held(self, pull: HeldPull, cmd: RemotingCommand, h: PullMessageRequestHeader,
-                    tags: TagsFilter | None) -> RemotingCommand | None:
+                    filt: MessageFilter) -> RemotingCommand | None:
         got = await self.pulls.read_held(pull, h.suspend_timeout_millis / 1000, h.consumer_group, h.topic,
-                                         h.queue_id, h.queue_offset, h.max_msg_nums, tags)
+                                         h.queue_id, h.queue_offset, h.max_msg_nums, filt)
         return None if got is None else self._response(cmd, h, got)
 
     def _response(self, cmd: RemotingCommand, h: PullMessageRequestHeader, r: GetMessageResult) -> RemotingCommand:

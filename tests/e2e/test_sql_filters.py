@@ -1,0 +1,127 @@
+"""SQL92 subscriptions over remoting against a real broker process: a push consumer and a pull consumer receive
+exactly the matching messages of a mixed stream, and the broker's pull counters show that nothing else left it;
+a bad expression is refused when subscribing, with RocketMQ's code and where; ``enablePropertyFilter=false``
+refuses SQL92 and leaves tags working."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from helpers import RawClient, Recorder, messages_out, wait_until
+
+from txmq import Admin, Message, Producer, PullConsumer, PullStatus, PushConsumer
+from txmq.client.consumer import ConsumeFromWhere
+from txmq.client.instance import MessageQueue
+from txmq.errors import BrokerError
+from txmq.launch import free_port
+from txmq.remoting.codes import RequestCode, ResponseCode
+
+SQL = "a > 5 AND TAGS IN ('x', 'y')"
+
+
+def _mixed(producer: Producer, topic: str, n: int) -> list[bytes]:
+    """``n`` messages with ``a`` 0..9 and tags x, y, z (every seventh without ``a``); the bodies SQL selects."""
+    selected = []
+    for i in range(n):
+        tag = "xyz"[i % 3]
+        props = {} if i % 7 == 0 else {"a": str(i % 10)}
+        producer.send(Message(topic, f"{i}".encode(), tags=tag, properties=props))
+        if props and int(props["a"]) > 5 and tag in "xy":
+            selected.append(f"{i}".encode())
+    return selected
+
+
+def test_push_and_pull_consumers_receive_only_matching_messages(cluster):
+    broker = cluster.start_broker(conf={"metricsExporterType": "PROM", "metricsPromExporterPort": free_port()})
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("sql_t", queue_nums=2)
+    cluster.wait_route("sql_t")
+    rec = Recorder()
+    consumer = PushConsumer("g_sql", cluster.namesrv_addr,
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    consumer.subscribe("sql_t", sql=SQL)
+    consumer.register_listener(rec)
+    consumer.start()
+    try:
+        with Producer("p_sql", cluster.namesrv_addr) as producer:
+            selected = _mixed(producer, "sql_t", 90)
+        assert rec.wait_for(len(selected), 20)
+        assert not rec.wait_for(len(selected) + 1, 1.5)
+        assert sorted(rec.bodies()) == sorted(selected)
+        assert all(d.tags in ("x", "y") and int(d.properties["a"]) > 5 for d in rec.deliveries)
+        metrics = broker.addrs["metrics"]
+        assert wait_until(lambda: messages_out(metrics, "sql_t", "g_sql") == len(selected))
+    finally:
+        consumer.shutdown()
+    with Admin(cluster.namesrv_addr) as admin:  # what the filter passed over counts as consumed: no lag
+        assert admin.stats()["broker-a"]["consumerGroups"]["sql_t@g_sql"]["lag"] == 0
+
+    with PullConsumer("g_sql_pull", cluster.namesrv_addr) as puller:
+        got = []
+        for mq in puller.fetch_subscribe_message_queues("sql_t"):
+            offset = 0
+            while True:
+                r = puller.pull(mq, offset=offset, sql="a >= 8 AND TAGS = 'y'")
+                got += r.msgs
+                if r.next_begin_offset == offset or r.status == PullStatus.NO_NEW_MSG:
+                    break
+                offset = r.next_begin_offset
+        nothing = puller.pull(MessageQueue("sql_t", "broker-a", 0), offset=0, sql="a > 100")
+    assert sorted(m.body for m in got) == sorted(f"{i}".encode() for i in range(90)
+                                                 if i % 7 and i % 10 >= 8 and i % 3 == 1)
+    assert nothing.status == PullStatus.NO_MATCHED_MSG and not nothing.msgs
+    assert messages_out(broker.addrs["metrics"], "sql_t", "g_sql_pull") == len(got)
+
+
+def _heartbeat(group: str, topic: str, sql: str) -> bytes:
+    sub = {"topic": topic, "subString": sql, "expressionType": "SQL92", "tagsSet": [], "codeSet": [], "subVersion": 1}
+    return orjson.dumps({"clientID": "raw@1", "producerDataSet": [], "consumerDataSet": [{
+        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [sub]}]})
+
+
+def _pull(raw: RawClient, topic: str, sql: str):
+    return raw.call(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "g_raw", "topic": topic, "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+        "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": sql, "subVersion": "0",
+        "expressionType": "SQL92"})
+
+
+def test_bad_expression_is_refused_when_subscribing(cluster):
+    broker = cluster.start_broker_with_topic("sql_bad")
+    consumer = PushConsumer("g_bad", cluster.namesrv_addr)
+    consumer.subscribe("sql_bad", sql="a > 5 AND\n b >")
+    consumer.register_listener(Recorder())
+    with pytest.raises(BrokerError) as info:
+        consumer.start()
+    assert info.value.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    assert "line 2, column 5" in str(info.value)
+    with RawClient(broker.addrs["broker"]) as raw:
+        beat = raw.call(RequestCode.HEART_BEAT, body=_heartbeat("g_raw", "sql_bad", "a = = 1"))
+        assert beat.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "line 1, column 5" in beat.remark
+        members = {"consumerGroup": "g_raw"}
+        # nothing of the refused heartbeat was registered
+        assert raw.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, members).code == ResponseCode.SYSTEM_ERROR
+        pulled = _pull(raw, "sql_bad", "a IN (1)")
+        assert pulled.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "column 7" in pulled.remark
+        assert raw.call(RequestCode.HEART_BEAT, body=_heartbeat("g_raw", "sql_bad", "a = 1")).code \
+            == ResponseCode.SUCCESS
+        assert raw.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, members).code == ResponseCode.SUCCESS
+
+
+def test_sql92_is_refused_when_property_filter_is_off(cluster):
+    broker = cluster.start_broker_with_topic("sql_off", conf={"enablePropertyFilter": "false"})
+    consumer = PushConsumer("g_off", cluster.namesrv_addr)
+    consumer.subscribe("sql_off", sql="a > 5")
+    consumer.register_listener(Recorder())
+    with pytest.raises(BrokerError) as info:
+        consumer.start()
+    assert info.value.code == ResponseCode.SYSTEM_ERROR and "enablePropertyFilter=false" in str(info.value)
+    with RawClient(broker.addrs["broker"]) as raw:
+        pulled = _pull(raw, "sql_off", "a > 5")
+    assert pulled.code == ResponseCode.SYSTEM_ERROR and "SQL92" in pulled.remark
+    with Producer("p_off", cluster.namesrv_addr) as producer:
+        producer.send(Message("sql_off", b"t", tags="T"))
+    with PullConsumer("g_off_pull", cluster.namesrv_addr) as puller:
+        (mq,) = puller.fetch_subscribe_message_queues("sql_off")
+        assert [m.body for m in puller.pull(mq, "T", 0).msgs] == [b"t"]
