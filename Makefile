@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint bench clean grpc-clients system-tools etcd postgresql
+.PHONY: run test test-fast wheel lint bench clean grpc-clients system-tools etcd postgresql
 
 # The compiled modules (setup.py's COMPILED_MODULES) and their .pxd files: editing one rebuilds it, or the stale
 # build would shadow the edited source.
@@ -84,6 +84,15 @@ test: $(STAMP) grpc-clients system-tools etcd postgresql
 		FAKETIME_DONT_FAKE_MONOTONIC=1 NO_FAKE_STAT=1 $(PY) -m pytest -q -m dated --ignore=tests/spark || status=$$?; \
 	exit $$status
 
+# The suite without the tests marked slow (tests/conftest.py marks every end-to-end folder): about a minute.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+# An installable wheel of txmq, its modules compiled, in dist/ (pip's isolated build: pyproject.toml's
+# build-system, not .venv).
+wheel: $(STAMP)
+	$(PY) -m pip wheel -q --no-deps -w dist .
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
@@ -92,5 +101,5 @@ bench: $(STAMP)
 	$(PY) bench/store.py
 
 clean:
-	rm -rf $(VENV) $(RMQ5_VENV) $(NODE_DIR)/node_modules .pytest_cache build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(RMQ5_VENV) $(NODE_DIR)/node_modules .pytest_cache build dist *.egg-info src/*.egg-info
 	rm -f $(COMPILED:.py=.c) $(foreach m,$(COMPILED),$(wildcard $(m:.py=).*.so))

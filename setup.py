@@ -28,7 +28,9 @@ COMPILED_MODULES = [
     "src/txmq/store/consume_queue.py",
     "src/txmq/store/dispatcher.py",
     "src/txmq/store/index.py",
+    "src/txmq/store/group_commit.py",
     "src/txmq/store/message_store.py",
+    "src/txmq/store/replica.py",  # a slave appends every record its master streams through it
     "src/txmq/store/results.py",
     "src/txmq/futures.py",
     "src/txmq/remoting/transport.py",

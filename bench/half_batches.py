@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "e2e"))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # the repository: tests.e2e's cluster
 
-from cluster import Cluster
+from tests.e2e.cluster import Cluster
 
 from txmq import Admin, HalfMessageRef, LocalTransactionState, Message, Producer, TransactionProducer, bench
 from txmq.client.producer import SendFuture

@@ -35,10 +35,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests" / "txlog"))
+sys.path.insert(0, str(ROOT))  # tests.txlog's PostgreSQL server
 
 import sqlalchemy as sa  # noqa: E402
-from databases import PostgresServer  # noqa: E402
+from tests.txlog.databases import PostgresServer  # noqa: E402
 
 from txmq import Admin, LocalTransactionState, Message, TransactionLog, TransactionProducer, bench  # noqa: E402
 from txmq.launch import ServerProcess, free_port, txmq_command  # noqa: E402

@@ -1,19 +1,17 @@
-"""Shared by every folder of the suite: ``disk_helpers`` (a real tmpfs that fills up) and ``compiled`` are importable
-from all."""
+"""Shared by every folder of the suite (a package: its helpers are imported as ``tests.<folder>.<module>``)."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+import pytest
 
-from compiled import install_source_first
+from tests.compiled import install_source_first
 
 install_source_first()  # TXMQ_INTERPRETED=1: the compiled modules from their .py files (tests/compiled.py)
 
@@ -38,3 +36,18 @@ def _forget_faketime_files() -> None:
 if "faketime" in os.environ.get("LD_PRELOAD", ""):
     time.sleep = _sleep
     atexit.register(_forget_faketime_files)
+
+
+# Folders whose every test starts real clusters (name servers, brokers, controllers on etcd), other languages'
+# clients, Spark, a browser or a fuzz campaign against a live server: end to end (``e2e``) and ``slow``.
+# ``pytest -m "not slow"`` (``make test-fast``) runs the rest, without the few tests elsewhere marked ``slow``.
+E2E_FOLDERS = frozenset({"e2e", "clock", "console", "controller", "fuzz", "grpc", "spark", "txlog"})
+_TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.relative_to(_TESTS).parts
+        if len(parts) > 1 and parts[0] in E2E_FOLDERS:
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.slow)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from compiled import INTERPRETED, compiled_modules, load_interpreted
+from tests.compiled import INTERPRETED, ROOT, compiled_modules, load_interpreted
 from txmq.acl.model import Action, Needs
 from txmq.errors import CorruptRecordError, InvalidMessageError, RemoteProtocolError
 from txmq.message import MessageConst, MessageExt
@@ -487,9 +487,8 @@ def test_none_for_a_typed_argument_raises_instead_of_crashing() -> None:
     calls = ["txmq.message.encode_message(None)", "txmq.message.message_parts(None)",
              "txmq.store.record.encode_record(None)", "txmq.remoting.codec.encode_command(None)",
              "txmq.remoting.codec.encode_json_header(None)"]
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-            "from compiled import install_source_first; install_source_first()\n"  # TXMQ_INTERPRETED=1 as here
+    code = ("from tests.compiled import install_source_first; install_source_first()\n"  # TXMQ_INTERPRETED=1 as here
             "import txmq.message, txmq.remoting.codec, txmq.store.record\n") + "".join(
         f"try:\n    {call}\nexcept (AttributeError, TypeError):\n    pass\n" for call in calls)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr.decode()[-300:]

@@ -1,9 +1,11 @@
-"""The serving process's collector settings (``txmq.server.tune_gc``)."""
+"""The serving process's collector settings (``txmq.server.tune_gc``), and the launcher's free ports."""
 
 from __future__ import annotations
 
 import gc
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 from txmq.launch import free_port
@@ -33,3 +35,12 @@ def test_free_ports_are_below_the_ephemeral_range_and_never_handed_out_twice():
     assert all(1024 <= p < low for p in ports), ports
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports[-1]))  # free when given
+
+
+def test_the_launcher_imports_no_server():
+    """A program that only starts txmq processes (a test, a bench, the demo) must not load the broker, the store or
+    the name server to do so."""
+    code = ("import sys, txmq.launch; print(sorted(m for m in sys.modules if m.startswith(('txmq.broker', "
+            "'txmq.store', 'txmq.namesrv', 'txmq.controller', 'txmq.server'))))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "[]"

@@ -24,8 +24,7 @@ from txmq import (
     PushConsumer,
     TransactionProducer,
 )
-from txmq.launch import ServerProcess, txmq_command
-from txmq.server import print_ready
+from txmq.launch import ServerProcess, print_ready, txmq_command
 
 ORDERS = 12
 TOPIC = "DemoOrders"

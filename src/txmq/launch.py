@@ -1,54 +1,34 @@
 """Start and stop txmq processes (``txmq server``, ``namesrv``, ``broker``) from another program: the demo, the
-orders example, the benches and the tests. A process is ready when it prints its ready line
-(``txmq.server.print_ready``); its stderr (the server log) goes to a file."""
+orders example, the benches and the tests. A process is ready when it prints its ready line (``print_ready``, read
+back by ``parse_ready``); its stderr (the server log) goes to a file. Nothing of the servers is imported here: a
+program that only starts them stays light."""
 
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Self
 
-from txmq.broker.controller import pick_free_port
-from txmq.server import parse_ready
+from txmq.ports import free_port
 
-__all__ = ["ServerProcess", "free_port", "txmq_command"]
+__all__ = ["ServerProcess", "free_port", "parse_ready", "print_ready", "txmq_command"]
 
-
-_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_handed_out: set[int] = set()
+READY_PREFIX = "txmq ready: "
 
 
-def _ephemeral_low() -> int:
-    try:
-        return int(_EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
+def print_ready(addrs: dict[str, str]) -> None:
+    """The one stdout line that says a server is serving, with its addresses (read back by ``parse_ready``)."""
+    print(READY_PREFIX + " ".join(f"{k}={v}" for k, v in addrs.items()), flush=True)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free now for a process started later, chosen below the kernel's ephemeral range: every outgoing
-    connection and port-0 listener draws its port from that range, so a port picked there and bound seconds later
-    could be taken meanwhile (two fresh-clone CI runs lost a controller's and an HA port so). Never the same port
-    twice in one process."""
-    low = _ephemeral_low()
-    for _ in range(1000):
-        port = random.randrange(max(1024, low - 20_000), low)
-        if port in _handed_out:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    return pick_free_port(host)  # a range below the ephemeral one with nothing free: the kernel's choice
+def parse_ready(line: str) -> dict[str, str] | None:
+    """The addresses of a ``print_ready`` line (``{"namesrv": …, "broker": …}``), or None for any other line."""
+    _, sep, rest = line.partition(READY_PREFIX)
+    return dict(kv.split("=", 1) for kv in rest.split()) if sep else None
 
 
 def txmq_command(*args: str) -> list[str]:

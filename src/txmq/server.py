@@ -107,20 +107,6 @@ def tune_gc() -> None:
 YOUNG_THRESHOLD = 50_000
 
 
-READY_PREFIX = "txmq ready: "
-
-
-def print_ready(addrs: dict[str, str]) -> None:
-    """The one stdout line that says a server is serving, with its addresses (read back by ``parse_ready``)."""
-    print(READY_PREFIX + " ".join(f"{k}={v}" for k, v in addrs.items()), flush=True)
-
-
-def parse_ready(line: str) -> dict[str, str] | None:
-    """The addresses of a ``print_ready`` line (``{"namesrv": …, "broker": …}``), or None for any other line."""
-    _, sep, rest = line.partition(READY_PREFIX)
-    return dict(kv.split("=", 1) for kv in rest.split()) if sep else None
-
-
 def run_process(main: Awaitable[None]) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         run(main)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.e2e.cpp.harness import cpp_client_available, produce, run_consume, run_produce
 from txmq.acl.validator import AUTHENTICATION_FAILED
 from txmq.client.consumer import ConsumeFromWhere, ConsumeStatus, PushConsumer
 from txmq.client.producer import Producer
@@ -21,8 +20,7 @@ from txmq.remoting.codes import RequestCode, ResponseCode
 
 from .conftest import ATTACKER, CONSUMER, VICTIM, AclServer, call
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from cpp.harness import cpp_client_available, produce, run_consume, run_produce
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # real servers and other languages' clients
 
 SEND_EXT = {"producerGroup": "order-service", "topic": "orders", "queueId": "0", "sysFlag": "0",
             "bornTimestamp": "0", "flag": "0", "properties": "", "defaultTopic": "TBW102",

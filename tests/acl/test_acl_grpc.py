@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PY = [str(ROOT / ".venv-rmq5" / "bin" / "python"), str(ROOT / "tests" / "grpc" / "drivers" / "rmq5_py.py")]
 NODE = [shutil.which("node") or "node", str(ROOT / "tests" / "grpc" / "node" / "driver.js")]
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.skipif(
     not (Path(PY[0]).exists() and (ROOT / "tests" / "grpc" / "node" / "node_modules" / ".installed").exists()),
-    reason="the official RocketMQ 5 clients are not installed (make grpc-clients)")
+    reason="the official RocketMQ 5 clients are not installed (make grpc-clients)")]  # other languages' clients
 
 
 def drive(argv: list[str], endpoint: str, home: Path, creds: SessionCredentials | None, timeout: float = 60,

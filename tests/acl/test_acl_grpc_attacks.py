@@ -26,6 +26,8 @@ from txmq.message import Message
 
 from .conftest import ADMIN, ATTACKER, VICTIM, AclServer, start_acl_server
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # real servers, the official clients' sessions
+
 
 def _date_time(offset_s: float = 0) -> str:
     """An ``x-mq-date-time`` ``offset_s`` from now (the wall clock, as the clients sign)."""

@@ -93,6 +93,7 @@ def test_plain_acl_accounts_still_work(server):
     assert query_offset(server, "orders", "billing", CONSUMER).code != ResponseCode.NO_PERMISSION
 
 
+@pytest.mark.slow
 def test_users_and_acls_made_by_txmq_admin_take_effect_at_once_everywhere(server):
     subject = f"User:{NEW.access_key}"
     resp = call(server.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"}, as_=NEW)

@@ -113,6 +113,7 @@ _entries = st.builds(lambda key, actions, deny, ips: PolicyEntry(Resource.parse(
                      st.sampled_from([(), ("10.0.0.0/8",), ("192.168.1.7",)]))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(entries=st.lists(_entries, max_size=8),
        wanted=st.sampled_from([ORDERS, Resource.topic("ordinal"), Resource.topic("x"), Resource.group("orders"),

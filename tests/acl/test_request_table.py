@@ -59,6 +59,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1
 _BODY_CODES = sorted({s.code for s in EVERY if s.code not in (RequestCode.VIEW_MESSAGE_BY_ID,)})
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(index=st.integers(0, len(_BODY_CODES) - 1),
        ext=st.dictionaries(st.sampled_from(["topic", "b", "m", "batch", "consumerGroup", "producerGroup", "a",

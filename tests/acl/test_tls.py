@@ -9,13 +9,13 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.cpp.harness import cpp_client_available, run_produce
 from txmq.client.consumer import ConsumeFromWhere, ConsumeStatus, PushConsumer
 from txmq.client.producer import Producer
 from txmq.errors import TxmqError
@@ -27,10 +27,8 @@ from txmq.remoting.tls import TlsServer, TlsServerConfig
 from .conftest import CONSUMER, VICTIM, AclServer, start_acl_server
 from .test_acl_grpc import NODE, PY, drive
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from cpp.harness import cpp_client_available, run_produce
-
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+pytestmark = [pytest.mark.e2e, pytest.mark.slow,  # real servers and other languages' clients over TLS
+              pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")]
 
 
 def make_certificates(d: Path) -> tuple[Path, Path, Path]:

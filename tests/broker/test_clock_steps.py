@@ -9,9 +9,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from tx_helpers import Sender, half, open_service
 
-from elapsed import advance, wall_step
+from tests.broker.tx_helpers import Sender, half, open_service
+from tests.elapsed import advance, wall_step
 from txmq.broker.schedule import ScheduleMessageService
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.state import Outcome

@@ -8,11 +8,22 @@ import asyncio
 import time
 
 import pytest
-from test_transaction_batch import COMMIT, OK, ROLLBACK, SHOULD_COMMIT, batch, count_puts, op_records, stored
-from tx_helpers import open_service
 
-from txmq.broker.transaction import service as service_module
-from txmq.broker.transaction.service import HALF_BATCH, TransactionalMessageService
+from tests.broker.test_transaction_batch import (
+    COMMIT,
+    OK,
+    ROLLBACK,
+    SHOULD_COMMIT,
+    batch,
+    count_puts,
+    op_records,
+    stored,
+)
+from tests.broker.tx_helpers import open_service
+from txmq.broker.transaction import decision
+from txmq.broker.transaction.half import HALF_BATCH
+from txmq.broker.transaction.half import real_messages as real_messages_of
+from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome
 from txmq.message import Message, MessageConst, MessageExt, MessageSysFlag, decode_message, encode_batch
 from txmq.remoting.codes import ResponseCode
@@ -45,7 +56,7 @@ def real_messages(store: DefaultMessageStore, queue_id: int = 1) -> list[Message
 
 
 def test_a_committed_half_batch_stores_each_message_once(tmp_path, monkeypatch):
-    monkeypatch.setattr(service_module, "PUT_SLICE", 5)
+    monkeypatch.setattr(decision, "PUT_SLICE", 5)
 
     async def go() -> None:
         store, service = await open_service(tmp_path)
@@ -86,7 +97,7 @@ def test_a_commit_cut_short_by_a_crash_is_finished_after_recovery(tmp_path, then
         store, service = await open_service(tmp_path)
         cut, untouched = await half_batch(service, "a", 5), await half_batch(service, "b", 3)
         half = service._half_at(cut[1])
-        await store.put_messages(service.real_messages(half, *cut)[:2])  # the torn commit
+        await store.put_messages(real_messages_of(half, *cut)[:2])  # the torn commit
         store.commit_log.flush()
         store.close_without_shutdown()
 

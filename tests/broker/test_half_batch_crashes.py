@@ -10,10 +10,11 @@ import contextlib
 import time
 
 import pytest
-from test_half_batch import bodies, half_batch
-from test_transaction_batch import COMMIT, OK, ROLLBACK, batch, stored
-from tx_helpers import open_service
 
+from tests.broker.test_half_batch import bodies, half_batch
+from tests.broker.test_transaction_batch import COMMIT, OK, ROLLBACK, batch, stored
+from tests.broker.tx_helpers import open_service
+from txmq.broker.transaction.half import real_messages
 from txmq.broker.transaction.state import Outcome
 from txmq.message import Message, MessageConst, MessageExt, encode_batch
 from txmq.remoting.codes import ResponseCode
@@ -29,7 +30,7 @@ def test_a_failed_finish_of_a_cut_commit_is_still_finished_later(tmp_path, then)
         store, service = await open_service(tmp_path)
         cut = await half_batch(service, "a", 5)
         half = service._half_at(cut[1])
-        await store.put_messages(service.real_messages(half, *cut)[:2])  # the torn commit
+        await store.put_messages(real_messages(half, *cut)[:2])  # the torn commit
         store.commit_log.flush()
         store.close_without_shutdown()
 
@@ -81,8 +82,8 @@ def test_one_unstorable_half_batch_does_not_fail_its_neighbours(tmp_path):
 def test_a_decision_cancelled_between_puts_still_records_what_it_stored(tmp_path, monkeypatch):
     """A decision cancelled (gRPC deadline, shutdown) after its first put: what was stored is recorded as
     committed, so a retried COMMIT stores nothing again."""
-    from txmq.broker.transaction import service as service_module
-    monkeypatch.setattr(service_module, "PUT_SLICE", 2)
+    from txmq.broker.transaction import decision
+    monkeypatch.setattr(decision, "PUT_SLICE", 2)
 
     async def go() -> None:
         store, service = await open_service(tmp_path)
@@ -116,7 +117,7 @@ def test_a_cut_commit_of_a_discarded_transaction_is_found_after_resume(tmp_path)
         cut = await half_batch(service, "a", 5)
         half = service._half_at(cut[1])
         await service.discard(half, cut[0], 15, "test")
-        await store.put_messages(service.real_messages(half, *cut)[:2])  # the torn commit
+        await store.put_messages(real_messages(half, *cut)[:2])  # the torn commit
         store.commit_log.flush()
         store.close_without_shutdown()
         store, service = await open_service(tmp_path)

@@ -7,11 +7,11 @@ import asyncio
 import os
 from pathlib import Path
 
-from disk_helpers import fill_disk, leave_for, tmpfs
+from tests.disk_helpers import fill_disk, leave_for, tmpfs
 from txmq.broker.schedule import ScheduleMessageService
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
-from txmq.store.message_store import DISK_CHECK_INTERVAL_S
+from txmq.store.group_commit import DISK_CHECK_INTERVAL_S
 
 
 def test_a_due_message_the_full_disk_refuses_is_delivered_later(tmp_path):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tx_helpers import end, half, lose_op_records, open_service
 
+from tests.broker.tx_helpers import end, half, lose_op_records, open_service
 from txmq.broker.processor.end_transaction import _EndAnswer, _log_refusal
 from txmq.broker.transaction.service import OP_PROPERTY, EndEntry, EndResult, TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable

@@ -8,13 +8,12 @@ import asyncio
 import os
 from pathlib import Path
 
-from tx_helpers import end, half, open_service
-
-from disk_helpers import fill_disk, leave_for, tmpfs
+from tests.broker.tx_helpers import end, half, open_service
+from tests.disk_helpers import fill_disk, leave_for, tmpfs
 from txmq.broker.transaction.state import Outcome
 from txmq.message import decode_message
 from txmq.remoting.codes import ResponseCode
-from txmq.store.message_store import DISK_CHECK_INTERVAL_S
+from txmq.store.group_commit import DISK_CHECK_INTERVAL_S
 
 
 def test_decisions_refused_by_a_full_disk_stay_pending_and_count_once_there_is_room(tmp_path):

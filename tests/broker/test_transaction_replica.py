@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tx_helpers import end, half, open_service
-
+from tests.broker.tx_helpers import end, half, open_service
 from txmq.broker.transaction.state import Outcome
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageStatus

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tx_helpers import Sender, end, halves, later, v1_snapshot
-from tx_helpers import open_service as open_default
 
+from tests.broker.tx_helpers import Sender, end, halves, later, v1_snapshot
+from tests.broker.tx_helpers import open_service as open_default
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
@@ -243,6 +243,7 @@ def test_an_upgraded_broker_recovers_from_an_old_format_snapshot_and_trims_it(tm
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_the_table_and_its_snapshot_stay_bounded_over_many_store_then_expire_cycles(tmp_path, monkeypatch):
     """20 rounds of 300 transactions, each followed by retention and the periodic snapshot: the table holds the
     transactions of about one round, not of all 6000 (before the base, it held one byte for each, for ever)."""

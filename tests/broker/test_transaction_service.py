@@ -8,11 +8,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tx_helpers import Sender, end, half, later, lose_op_records, open_service
 
+from tests.broker.tx_helpers import Sender, end, half, later, lose_op_records, open_service
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
-from txmq.broker.transaction.service import RECENT_HALF_OVERHEAD, TransactionalMessageService
+from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable
+from txmq.broker.transaction.tracking import RECENT_HALF_OVERHEAD
 from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus

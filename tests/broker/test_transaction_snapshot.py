@@ -7,8 +7,8 @@ import asyncio
 import logging
 
 import pytest
-from tx_helpers import Sender, end, half, later, open_service, v1_snapshot
 
+from tests.broker.tx_helpers import Sender, end, half, later, open_service, v1_snapshot
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome, TransactionStateTable

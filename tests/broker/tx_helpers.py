@@ -89,7 +89,7 @@ def lose_op_records(store: DefaultMessageStore, service: TransactionalMessageSer
 
     async def no_op(op: str, offsets: list[int]) -> bool:
         return True
-    service._write_op = no_op  # type: ignore[method-assign]
+    service.ops.write = no_op  # type: ignore[method-assign]
 
 
 def v1_snapshot(t: TransactionStateTable, half_covered: int, op_covered: int) -> bytes:

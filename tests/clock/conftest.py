@@ -13,12 +13,8 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-
-from cluster import ALL_HOURS, Cluster
-from faketime import FakeClock, forget
-
+from tests.clock.faketime import FakeClock, forget
+from tests.e2e.cluster import ALL_HOURS, Cluster
 from txmq import Admin
 from txmq.launch import ServerProcess, free_port
 

@@ -14,7 +14,7 @@ import uuid
 import grpc
 import pytest
 
-from conftest import Faked
+from tests.clock.conftest import Faked
 from txmq import Admin, PullConsumer, PullStatus
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb

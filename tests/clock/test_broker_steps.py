@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from probe import BROKER_CONF, UNKNOWN, Probe
 
-from conftest import Faked
+from tests.clock.conftest import Faked
+from tests.clock.probe import BROKER_CONF, UNKNOWN, Probe
 from txmq import Admin, Message, PullConsumer, PullStatus, TransactionProducer
 
 TAG = "steps"

@@ -9,10 +9,9 @@ import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from faketime import FakeClock
-from probe import BROKER_CONF, INTERVAL_S, SLACK_S, TICK_S
-
-from conftest import Faked, utc
+from tests.clock.conftest import Faked, utc
+from tests.clock.faketime import FakeClock
+from tests.clock.probe import BROKER_CONF, INTERVAL_S, SLACK_S, TICK_S
 
 TOPIC = "calendar"
 TIMEOUT_S = DELAY_S = 1.0  # shorter than the step campaign's: eight dates and seven clients run one after another

@@ -6,19 +6,14 @@ delivered twice. Leases and heartbeats are on the monotonic clock: no step makes
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from probe import BROKER_CONF, Probe
 
-from conftest import Faked
+from tests.clock.conftest import Faked
+from tests.clock.probe import BROKER_CONF, Probe
+from tests.e2e.failover_group import FailoverGroup
 from txmq import Admin
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-
-from failover_group import FailoverGroup
 
 TAG = "ctl"
 

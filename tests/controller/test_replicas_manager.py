@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from txmq.broker.config import BrokerConfig
+from txmq.broker.replicas_manager import ReplicasManager, slave_link
 from txmq.broker.slave_synchronize import SlaveSynchronize
-from txmq.controller.replicas_manager import ReplicasManager, slave_link
 from txmq.errors import ClientError
 from txmq.launch import free_port
 from txmq.message import MessageExt
@@ -91,6 +91,7 @@ class _Slave:
         self.asked: list[str] = []  # whom TXMQ_GET_EPOCH_TABLE went to
         self.store = SimpleNamespace(max_phy_offset=1000, truncate_replicated=self.truncated.append)
         self.ha_client = SimpleNamespace(shutdown=self._nothing, master_address="")
+        self.role = SimpleNamespace(follow_master=self.follow_master)
         body = orjson.dumps(master_table)
 
         async def invoke(addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
@@ -463,7 +464,7 @@ def test_a_sync_put_during_a_promotion_is_not_acknowledged_before_the_ha_service
                 broker.ha_service = HAService(store, HAConfig("C", "broker-a", 0))
                 registering.set()
                 await registered.wait()  # register_all: the name servers' answers
-            broker.change_to_master = change_to_master
+            broker.role = SimpleNamespace(change_to_master=change_to_master)
             rm = ReplicasManager(broker)  # type: ignore[arg-type]
             rm.epoch = 1
             store.replicate = rm.replicate

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from tests.e2e.cluster import Cluster
 
 
 class Site:

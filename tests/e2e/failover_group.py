@@ -8,10 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster import Cluster
-from ha_group import SEGMENT, ha_status
-from tcp_proxy import TcpProxy
-
+from tests.e2e.cluster import Cluster
+from tests.e2e.ha_group import SEGMENT, ha_status
+from tests.e2e.tcp_proxy import TcpProxy
 from txmq.controller.etcd_launch import EtcdProcess
 from txmq.controller.status import controller_status
 from txmq.launch import ServerProcess, free_port

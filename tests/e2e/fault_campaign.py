@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from failover_group import FailoverGroup, log_messages
-from ha_group import commit_log_bytes, max_offset
-from helpers import Recorder, roundtrip, wait_until
-
+from tests.e2e.failover_group import FailoverGroup, log_messages
+from tests.e2e.ha_group import commit_log_bytes, max_offset
+from tests.e2e.helpers import Recorder, roundtrip, wait_until
 from txmq import (
     Admin,
     ConsumeFromWhere,

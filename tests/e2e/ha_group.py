@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from cluster import Cluster
-from helpers import wait_until
 
+from tests.e2e.cluster import Cluster
+from tests.e2e.helpers import wait_until
 from txmq.launch import ServerProcess, free_port
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import Cluster
-from helpers import Recorder, push_consumer
 
+from tests.e2e.cluster import Cluster
+from tests.e2e.helpers import Recorder, push_consumer
 from txmq import BrokerError, Message, MessageQueue, Producer, PullConsumer
 from txmq.cli import main
 

@@ -8,8 +8,8 @@ import socket
 import struct
 
 import pytest
-from helpers import Recorder, addr_of, push_consumer, roundtrip
 
+from tests.e2e.helpers import Recorder, addr_of, push_consumer, roundtrip
 from txmq import Admin, BrokerError, ClientError, InvalidMessageError, Message, Producer, SendStatus
 from txmq.remoting.codec import encode_command
 from txmq.remoting.codes import RequestCode, ResponseCode

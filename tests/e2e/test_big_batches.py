@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from test_half_batches import raw_send
-from test_transactions import TX_CONF, create_topic, scan_topic, tx_stats
-
+from tests.e2e.test_half_batches import raw_send
+from tests.e2e.test_transactions import TX_CONF, create_topic, scan_topic, tx_stats
 from txmq import HalfMessageRef, LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
 from txmq.remoting.codes import ResponseCode
 

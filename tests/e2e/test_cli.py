@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from helpers import wait_until
+from tests.e2e.helpers import wait_until
 
 
 def txmq(cluster, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import signal
 import time
 
-from helpers import Recorder, push_consumer, wait_until
-
+from tests.e2e.helpers import Recorder, push_consumer, wait_until
 from txmq import Admin, ConsumeStatus, Message, MessageQueue, Producer, PullConsumer, SendStatus
 
 # Every retry level is one second, so RECONSUME_LATER comes back quickly.

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import Cluster
-from console_browser import Site, running_browser
-from console_http import Http
-from helpers import Recorder, push_consumer
 from selenium.webdriver.common.by import By
 
+from tests.e2e.cluster import Cluster
+from tests.e2e.console_browser import Site, running_browser
+from tests.e2e.console_http import Http
+from tests.e2e.helpers import Recorder, push_consumer
 from txmq import ConsumeStatus, LocalTransactionState, Message, Producer, TransactionProducer
 from txmq.admin import MQAdminExt
 from txmq.launch import ServerProcess, free_port, txmq_command

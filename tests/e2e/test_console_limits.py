@@ -12,8 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from console_http import Http
-
+from tests.e2e.console_http import Http
 from txmq import Message, Producer
 from txmq.admin import MQAdminExt
 from txmq.launch import ServerProcess, free_port

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from console_browser import Site, running_browser
-from console_http import Http
 from selenium.webdriver.common.by import By
 
+from tests.e2e.console_browser import Site, running_browser
+from tests.e2e.console_http import Http
 from txmq import Message, Producer
 from txmq.acl.signer import SessionCredentials
 from txmq.admin import MQAdminExt

@@ -8,8 +8,8 @@ import time
 from collections import defaultdict
 
 import pytest
-from helpers import Recorder, push_consumer, wait_until
 
+from tests.e2e.helpers import Recorder, push_consumer, wait_until
 from txmq import (
     Admin,
     ConsumeFromWhere,

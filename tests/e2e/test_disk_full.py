@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_transactions import create_topic, scan_topic
 
-from disk_helpers import fill_disk, leave_for, tmpfs
+from tests.disk_helpers import fill_disk, leave_for, tmpfs
+from tests.e2e.test_transactions import create_topic, scan_topic
 from txmq import Admin, BrokerError, Message, Producer, SendStatus
 from txmq.remoting.codes import ResponseCode
-from txmq.store.message_store import DISK_CHECK_INTERVAL_S
+from txmq.store.group_commit import DISK_CHECK_INTERVAL_S
 
 TOPIC = "disk_full"
 

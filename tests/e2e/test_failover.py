@@ -19,11 +19,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from failover_group import FailoverGroup, log_messages
-from fault_campaign import TOPIC, WARM_UP_ACKS, run_campaign
-from ha_group import commit_log_bytes, max_offset
-from helpers import wait_until
 
+from tests.e2e.failover_group import FailoverGroup, log_messages
+from tests.e2e.fault_campaign import TOPIC, WARM_UP_ACKS, run_campaign
+from tests.e2e.ha_group import commit_log_bytes, max_offset
+from tests.e2e.helpers import wait_until
 from txmq import Admin, Message, Producer, SendStatus
 from txmq.launch import free_port
 from txmq.remoting.codes import ResponseCode
@@ -80,9 +80,8 @@ def test_short_fault_campaign(group, cluster):
 def test_a_controller_inside_the_name_server(tmp_path):
     """RocketMQ's enableControllerInNamesrv: one process serves routes and elects; a lone replica of a new
     group becomes its master and the name server routes it as brokerId 0."""
-    from cluster import Cluster
-    from helpers import wait_until
-
+    from tests.e2e.cluster import Cluster
+    from tests.e2e.helpers import wait_until
     from txmq.controller.etcd_launch import EtcdProcess
     from txmq.controller.status import controller_status
     from txmq.launch import ServerProcess, free_port, txmq_command
@@ -121,8 +120,7 @@ def test_the_acting_controller_killed_another_takes_over_without_an_election(clu
     and epoch, and sends go on."""
     import time
 
-    from helpers import wait_until
-
+    from tests.e2e.helpers import wait_until
     from txmq import Message, Producer, SendStatus
     from txmq.controller.status import controller_status
 

@@ -10,10 +10,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from failover_group import FailoverGroup, log_messages
-from ha_group import max_offset
-from helpers import wait_until
 
+from tests.e2e.failover_group import FailoverGroup, log_messages
+from tests.e2e.ha_group import max_offset
+from tests.e2e.helpers import wait_until
 from txmq import Admin, LocalTransactionState, Message, SendStatus, TransactionProducer
 from txmq.message import MessageConst
 

@@ -10,10 +10,10 @@ import sys
 import time
 import urllib.request
 
-from ha_group import Group, commit_log_bytes, ha_status, max_offset, request, wait_caught_up
-from helpers import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e.ha_group import Group, commit_log_bytes, ha_status, max_offset, request, wait_caught_up
+from tests.e2e.helpers import wait_until
 from txmq import Admin, LocalTransactionState, Message, Producer, SendStatus, TransactionProducer
 from txmq.launch import free_port
 from txmq.message import decode_offset_msg_id

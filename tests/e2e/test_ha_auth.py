@@ -16,7 +16,6 @@ import os
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,10 +24,11 @@ from typing import Any
 
 import orjson
 import pytest
-from failover_group import FailoverGroup
-from ha_group import SEGMENT, Group, commit_log_bytes
-from helpers import wait_until
 
+from tests.acl.test_tls import make_certificates
+from tests.e2e.failover_group import FailoverGroup
+from tests.e2e.ha_group import SEGMENT, Group, commit_log_bytes
+from tests.e2e.helpers import wait_until
 from txmq import Admin, Message, Producer, SendStatus
 from txmq.acl.signer import AclClientRPCHook, SessionCredentials
 from txmq.admin import MQAdminExt
@@ -38,9 +38,6 @@ from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import RemotingClient
 from txmq.store import DefaultMessageStore, StoreConfig
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from acl.test_tls import make_certificates
 
 ADMIN = SessionCredentials("clusterAdmin01", "clusterAdminSecret01")
 CONSUMER = SessionCredentials("billingKey01", "billingSecret01")  # a consumer-only account the attacker holds

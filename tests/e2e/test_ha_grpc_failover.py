@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import grpc
-from ha_group import Group, ha_status
-from helpers import wait_until
 
+from tests.e2e.ha_group import Group, ha_status
+from tests.e2e.helpers import wait_until
 from txmq import Admin, Message, Producer, SendResult, SendStatus
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb

@@ -8,20 +8,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
-from ha_group import Group, ha_status, request
-from helpers import Recorder, push_consumer, wait_until
 
+from tests.e2e.cpp.harness import kill_all, run_consume
+from tests.e2e.ha_group import Group, ha_status, request
+from tests.e2e.helpers import Recorder, push_consumer, wait_until
 from txmq import Admin, Message, Producer, SendStatus
 from txmq.launch import free_port
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.request_headers import PullMessageRequestHeader
-
-sys.path.insert(0, str(Path(__file__).parent / "cpp"))
-from harness import kill_all, run_consume
 
 SYNC = {"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}
 

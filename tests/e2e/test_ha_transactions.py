@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from ha_group import Group, ha_status, request, wait_caught_up
-from helpers import Recorder, push_consumer, wait_until
 
+from tests.e2e.ha_group import Group, ha_status, request, wait_caught_up
+from tests.e2e.helpers import Recorder, push_consumer, wait_until
 from txmq import LocalTransactionState, Message, SendStatus, TransactionProducer
 from txmq.message import MessageConst
 from txmq.remoting.codes import RequestCode, ResponseCode

@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 import pytest
-from test_transactions import TX_CONF, Collector, create_topic, scan_topic, tx_stats
 
+from tests.e2e.test_transactions import TX_CONF, Collector, create_topic, scan_topic, tx_stats
 from txmq import (
     BrokerError,
     HalfMessageRef,

@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 import orjson
 import pytest
-from helpers import RawClient, wait_until
 
+from tests.e2e.helpers import RawClient, wait_until
 from txmq import Admin, LocalTransactionState, Message, SendStatus, TransactionProducer
 from txmq.broker.core.pop import ReceiptHandle
 from txmq.grpc.protocol import definition_pb2 as pb

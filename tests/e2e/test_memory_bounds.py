@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
 
+from tests.e2e.helpers import wait_until
 from txmq import Admin, Message, Producer
 from txmq.launch import ServerProcess, free_port, txmq_command
 from txmq.remoting.codec import FrameDecoder, encode_command

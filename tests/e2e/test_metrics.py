@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import Cluster
-from helpers import Recorder, push_consumer
-from prometheus import Prometheus
 
+from tests.e2e.cluster import Cluster
+from tests.e2e.helpers import Recorder, push_consumer
+from tests.e2e.prometheus import Prometheus
 from txmq import Admin, ConsumeStatus, LocalTransactionState, Message, Producer, TransactionProducer
 from txmq.admin import MQAdminExt
 from txmq.launch import free_port

@@ -7,8 +7,8 @@ from __future__ import annotations
 import grpc
 import orjson
 import pytest
-from helpers import RawClient
 
+from tests.e2e.helpers import RawClient
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub

@@ -8,8 +8,8 @@ import socket
 import time
 
 import pytest
-from helpers import addr_of
 
+from tests.e2e.helpers import addr_of
 from txmq import Admin, bench
 from txmq.message import MessageConst, properties_to_string
 from txmq.remoting.codec import FrameDecoder, encode_command

@@ -9,8 +9,8 @@ import time
 import urllib.request
 
 import orjson
-from helpers import RawClient
 
+from tests.e2e.helpers import RawClient
 from txmq import Admin
 from txmq.admin.client import MQAdminExt
 from txmq.launch import free_port

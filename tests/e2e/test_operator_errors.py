@@ -10,8 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from cluster import Cluster
-
+from tests.e2e.cluster import Cluster
 from txmq import LocalTransactionState, Message, TransactionProducer
 from txmq.cli import build_parser
 from txmq.launch import ServerProcess, free_port, txmq_command

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from helpers import RawClient, Recorder, messages_out, wait_until
 
+from tests.e2e.helpers import RawClient, Recorder, messages_out, wait_until
 from txmq import Admin, Message, Producer, PullConsumer, PullStatus, PushConsumer
 from txmq.client.consumer import ConsumeFromWhere
 from txmq.client.instance import MessageQueue

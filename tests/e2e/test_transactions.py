@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from cluster import ALL_HOURS
 
+from tests.e2e.cluster import ALL_HOURS
 from txmq import (
     Admin,
     BrokerError,

@@ -9,7 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
-from test_transactions import (
+
+from tests.e2e.test_transactions import (
     TX_CONF,
     UNKNOWN,
     Collector,
@@ -19,7 +20,6 @@ from test_transactions import (
     scan_topic,
     tx_stats,
 )
-
 from txmq import (
     Admin,
     BrokerError,

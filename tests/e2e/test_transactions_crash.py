@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from test_transactions import (
+from tests.e2e.test_transactions import (
     COMMIT,
     ROLLBACK,
     TX_CONF,
@@ -25,7 +25,6 @@ from test_transactions import (
     tx_stats,
     wait_for,
 )
-
 from txmq import LocalTransactionState, Message, SendStatus, TransactionProducer
 
 CHILD = r"""

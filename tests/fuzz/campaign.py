@@ -33,9 +33,9 @@ from pathlib import Path
 
 import grpc
 import orjson
-from grpc_inputs import GrpcCall, GrpcFuzzer
-from remoting_inputs import HALF_MARKER, Input, Pools, RemotingFuzzer, make_input
 
+from tests.fuzz.grpc_inputs import GrpcCall, GrpcFuzzer
+from tests.fuzz.remoting_inputs import HALF_MARKER, Input, Pools, RemotingFuzzer, make_input
 from txmq import Admin, Message, Producer
 from txmq.client.pull_consumer import PullConsumer
 from txmq.client.transaction import HalfMessageRef

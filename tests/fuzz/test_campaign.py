@@ -8,8 +8,9 @@ import random
 from collections.abc import Callable, Iterator
 
 import pytest
-from campaign import FAMILIES, HALF_MARKER, INVARIANTS, Figures, run_campaign
-from remoting_inputs import Pools, RemotingFuzzer
+
+from tests.fuzz.campaign import FAMILIES, HALF_MARKER, INVARIANTS, Figures, run_campaign
+from tests.fuzz.remoting_inputs import Pools, RemotingFuzzer
 
 SEED = int(os.environ.get("TXMQ_FUZZ_SEED", "11"))
 COUNTS = {"frames": 3000, "requests": 3000, "half-pointers": 1500, "send-back-half": 600, "path-names": 1500,

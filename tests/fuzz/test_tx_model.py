@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from campaign import roundtrip
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 
+from tests.fuzz.campaign import roundtrip
 from txmq import Admin, BrokerError, ClientError, HalfMessageRef, LocalTransactionState, Message, TransactionProducer
 from txmq.client.instance import MessageQueue
 from txmq.client.pull_consumer import PullConsumer, PullStatus

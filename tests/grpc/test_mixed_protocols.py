@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from grpc_helpers import bodies
-
+from tests.grpc.grpc_helpers import bodies
 from txmq import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer, TransactionProducer
 
 

@@ -3,7 +3,7 @@ runs once per client, each step in a subprocess driver."""
 
 from __future__ import annotations
 
-from grpc_helpers import bodies
+from tests.grpc.grpc_helpers import bodies
 
 
 def test_normal_send_and_simple_receive(client, topic):

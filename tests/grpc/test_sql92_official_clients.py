@@ -3,7 +3,7 @@ with a SQL92 FilterExpression receives exactly the matching messages of a mixed 
 
 from __future__ import annotations
 
-from grpc_helpers import bodies
+from tests.grpc.grpc_helpers import bodies
 
 SQL = "a > 5 AND TAGS IN ('x', 'y') AND color IS NOT NULL"
 

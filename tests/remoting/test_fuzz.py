@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,12 +58,14 @@ commands = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(raw, framed, json_like), min_size=1, max_size=4))
 def test_any_bytes_parse_or_raise_remote_protocol_error(chunks: list[bytes]) -> None:
     _feed(chunks)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(st.lists(commands, min_size=1, max_size=3), st.integers(1, 50), st.data())
 def test_encoded_commands_survive_any_split_and_corruption(

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any
 
-from spark_helpers import spark_env
+from tests.spark.spark_helpers import spark_env
 
 
 def session(cfg: dict[str, Any]) -> Any:

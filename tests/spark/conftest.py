@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import traceback
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-sys.path.insert(0, str(Path(__file__).parent))
-
-from cluster import Cluster
-from spark_helpers import BROKER_CONF, RETENTION_CONF, spark_env
-from standalone import StandaloneError, StandaloneSpark
+from tests.e2e.cluster import Cluster
+from tests.spark.spark_helpers import BROKER_CONF, RETENTION_CONF, spark_env
+from tests.spark.standalone import StandaloneError, StandaloneSpark
 
 
 @pytest.fixture(scope="session")

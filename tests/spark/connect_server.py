@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from standalone import spark_home
-
+from tests.spark.standalone import spark_home
 from txmq.launch import free_port
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"

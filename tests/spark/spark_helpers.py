@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-
-from cluster import ALL_HOURS, Cluster
+from tests.e2e.cluster import ALL_HOURS, Cluster
 
 # An orphan of a killed driver (a half no live responder was there to be asked about: the sink's responder lives
 # and dies with its query) is discarded after transactionTimeOut x transactionOrphanFactor = 45 s, not the default

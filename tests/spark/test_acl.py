@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from acl.conftest import CONSUMER, VICTIM, AclServer, start_acl_server
-from acl.test_tls import make_certificates
+from tests.acl.conftest import CONSUMER, VICTIM, AclServer, start_acl_server
+from tests.acl.test_tls import make_certificates
 
 
 @pytest.fixture(scope="module")

@@ -14,15 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_helpers import BROKER_CONF, create_topic
 
+from tests.e2e.cluster import Cluster
+from tests.spark.spark_helpers import BROKER_CONF, create_topic
 from txmq import Message, Producer
 from txmq.admin.client import MQAdminExt
 from txmq.errors import ClientError
 from txmq.launch import free_port
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-from cluster import Cluster
 
 GROUP = "sp-lag-query"
 TOPIC = "sp-lag"

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from connect_server import ConnectServer
-from spark_helpers import create_topic, spark_env, wait_no_pending
-from test_pipeline import CLI_TIMEOUT_S, ROOT, _interrupt, check_cli_outputs
-from test_sink import _responder_connections, _until
-from test_source import CHILD, run_child, send_transactions
 
+from tests.spark.connect_server import ConnectServer
+from tests.spark.spark_helpers import create_topic, spark_env, wait_no_pending
+from tests.spark.test_pipeline import CLI_TIMEOUT_S, ROOT, _interrupt, check_cli_outputs
+from tests.spark.test_sink import _responder_connections, _until
+from tests.spark.test_source import CHILD, CHILD_ENV, run_child, send_transactions
 from txmq import Message, Producer
 from txmq.spark.writer import KILL_HOOK_ENV, SinkOptions
 
@@ -70,7 +70,7 @@ def test_sink_responder_under_connect_stops_with_its_query(connect_server: Conne
            "checkpoint": ckpt, "remote": connect_server.url, "action": "until-stop"}
     with open(tmp_path / "client.log", "w") as log, subprocess.Popen(
             [sys.executable, str(CHILD), json.dumps(cfg)], cwd=str(CHILD.parent), stdin=subprocess.PIPE,
-            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True) as child:
+            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=CHILD_ENV) as child:
         try:
             _until(lambda: _responder_connections(txmq_cluster, group) > 0, 90, "a responder on the server")
             _until(lambda: _stored(txmq_cluster, "sc-life-out") >= 20, 120, "the query's output")

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster
-from failover_group import FailoverGroup
-from spark_helpers import BROKER_CONF, create_topic, wait_no_pending
-from test_sink import _counts, _source
-from test_source import commits, run_child
 
 import txmq.spark
+from tests.e2e.cluster import Cluster
+from tests.e2e.failover_group import FailoverGroup
+from tests.spark.spark_helpers import BROKER_CONF, create_topic, wait_no_pending
+from tests.spark.test_sink import _counts, _source
+from tests.spark.test_source import commits, run_child
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_helpers import create_topic
 
+from tests.spark.spark_helpers import create_topic
 from txmq import Message, Producer
 from txmq.spark._common import SourceOptions
 from txmq.spark.options import OptionError

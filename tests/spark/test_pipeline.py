@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_helpers import spark_env
-from standalone import kill_processes_under
+
+from tests.spark.spark_helpers import spark_env
+from tests.spark.standalone import kill_processes_under
 
 ROOT = Path(__file__).parent.parent.parent
 CLI_TIMEOUT_S = 180
@@ -42,7 +43,6 @@ def check_pipeline(n: int, counts: dict[str, int], outcomes: dict[str, int], str
 
 
 def test_orders_pipeline(spark: Any, txmq_cluster: Any, tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT))
     from examples.orders.audit import run_audit
     from examples.orders.service import run_order_service
     from examples.orders.streaming import ALERTS, run_streaming_job

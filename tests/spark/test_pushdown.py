@@ -7,12 +7,12 @@ import datetime
 from pathlib import Path
 from typing import Any
 
-from cluster import Cluster
-from helpers import messages_out
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, IsNotNull, LessThan, Not, StringContains
 from pyspark.sql.functions import col
-from spark_helpers import create_topic
 
+from tests.e2e.cluster import Cluster
+from tests.e2e.helpers import messages_out
+from tests.spark.spark_helpers import create_topic
 from txmq import Message, Producer
 from txmq.launch import free_port
 from txmq.spark._common import SCHEMA_DDL, SourceOptions

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_helpers import create_topic, wait_no_pending
-from test_source import run_child
 
+from tests.spark.spark_helpers import create_topic, wait_no_pending
+from tests.spark.test_source import run_child
 from txmq import Admin, Message, Producer
 from txmq.admin.client import MQAdminExt
 from txmq.errors import ClientError

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_helpers import create_topic, wait_no_pending
 
+from tests.spark.spark_helpers import create_topic, wait_no_pending
 from txmq import LocalTransactionState, Message, Producer, TransactionProducer
 
 CHILD = Path(__file__).parent / "child_driver.py"
+# the child imports the suite's helpers as the package they are (tests.spark...): the repository on its path
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
 
 class Decider:
@@ -123,7 +125,7 @@ def run_child(cfg: dict[str, Any], log: Path, kill_when: Any = None, timeout: fl
     True when the child was killed, False when it finished (exit 0)."""
     with open(log, "a") as out:
         p = subprocess.Popen([sys.executable, str(CHILD), json.dumps(cfg)], cwd=str(CHILD.parent), stdout=out,
-                             stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})})
+                             stderr=subprocess.STDOUT, start_new_session=True, env={**CHILD_ENV, **(env or {})})
         try:
             deadline = time.monotonic() + timeout
             while p.poll() is None and time.monotonic() < deadline:

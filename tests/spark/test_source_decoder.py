@@ -4,18 +4,14 @@ batches (``__transactionId__``), with and without a tag filter. No Spark needed:
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_helpers import create_topic
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
 
 import txmq.message_columns as compiled
-from test_message_columns import columns, reference
+from tests.spark.spark_helpers import create_topic
+from tests.test_message_columns import columns, reference
 from txmq import HalfMessageRef, LocalTransactionState, Message, Producer, PullConsumer, TransactionProducer
 from txmq.client.instance import MessageQueue
 from txmq.errors import RemoteProtocolError

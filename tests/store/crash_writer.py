@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from store_helpers import make_config, msg
-
+from tests.store.store_helpers import make_config, msg
 from txmq.store import DefaultMessageStore, FlushDiskType
 
 

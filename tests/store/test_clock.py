@@ -11,10 +11,10 @@ import os
 from types import SimpleNamespace
 
 import pytest
-from store_helpers import SEGMENT, make_config, msg, run
 
 import txmq.store.clock as clock_module
-from elapsed import advance, wall_step
+from tests.elapsed import advance, wall_step
+from tests.store.store_helpers import SEGMENT, make_config, msg, run
 from txmq.broker.config import BrokerConfig
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore

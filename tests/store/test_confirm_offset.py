@@ -3,8 +3,7 @@ instead of moving, and long polls hear of records once it covers them. One store
 
 from __future__ import annotations
 
-from store_helpers import make_config, msg, run
-
+from tests.store.store_helpers import make_config, msg, run
 from txmq.store import DefaultMessageStore
 from txmq.store.results import GetMessageStatus
 

@@ -9,12 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
-from pathlib import Path
 
 import pytest
-from store_helpers import make_config, msg, run
 
+from tests.store.store_helpers import make_config, msg, run
 from txmq.launch import free_port
 from txmq.remoting.tls import TlsServerConfig, client_context
 from txmq.store import DefaultMessageStore
@@ -177,8 +175,7 @@ def test_a_slave_follows_no_master_that_does_not_authenticate_and_says_why(tmp_p
 
 
 def test_tls_permissive_serves_tls_and_plaintext_slaves_enforcing_only_tls(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from acl.test_tls import make_certificates
+    from tests.acl.test_tls import make_certificates
 
     (tmp_path / "certs").mkdir()
     ca, cert, key = make_certificates(tmp_path / "certs")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import uvloop
-from store_helpers import SEGMENT, make_config, msg, run
 
+from tests.store.store_helpers import SEGMENT, make_config, msg, run
 from txmq.launch import free_port
 from txmq.store import DefaultMessageStore, PutMessageStatus
 from txmq.store.ha import HAClient, HAConfig, HAConnection, HAService

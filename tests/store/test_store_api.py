@@ -10,11 +10,11 @@ import time
 import weakref
 
 import pytest
-from store_helpers import SEGMENT, make_config, msg, run
 
 import txmq.store
 import txmq.store.mapped_file as mapped_file
-from elapsed import advance
+from tests.elapsed import advance
+from tests.store.store_helpers import SEGMENT, make_config, msg, run
 from txmq.errors import StoreError
 from txmq.message import MessageConst, MessageSysFlag, decode_message, java_string_hash
 from txmq.store import (
@@ -345,7 +345,7 @@ def test_a_topic_name_never_builds_a_path_outside_the_store(root):
             with pytest.raises(StoreError, match="consume-queue directory"):
                 store.delete_topic(name)
             with pytest.raises(StoreError):
-                store.find_or_create_consume_queue(name, 0)
+                store.queues.find_or_create(name, 0)
         assert outside.is_dir() and store.topics() == {"%RETRY%"}
         await store.shutdown()
 

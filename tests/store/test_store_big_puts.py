@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from store_helpers import make_config, msg, run
 
+from tests.store.store_helpers import make_config, msg, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, GetMessageStatus
 

@@ -8,13 +8,13 @@ import asyncio
 import os
 
 import pytest
-from store_helpers import SEGMENT, make_config, msg, run
 
-from disk_helpers import fill_disk, leave_for, tmpfs
-from elapsed import advance
+from tests.disk_helpers import fill_disk, leave_for, tmpfs
+from tests.elapsed import advance
+from tests.store.store_helpers import SEGMENT, make_config, msg, run
 from txmq.message import MessageExt, decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
-from txmq.store.message_store import DISK_CHECK_INTERVAL_S
+from txmq.store.group_commit import DISK_CHECK_INTERVAL_S
 
 
 async def _fill_segment(store: DefaultMessageStore) -> None:

@@ -9,8 +9,7 @@ import asyncio
 import threading
 import time
 
-from store_helpers import make_config, msg, run
-
+from tests.store.store_helpers import make_config, msg, run
 from txmq.store import DefaultMessageStore, FlushDiskType, PutMessageStatus
 
 

@@ -11,9 +11,9 @@ import sys
 import time
 
 import pytest
-from crash_writer import body_for
-from store_helpers import flip_byte, make_config, msg, run, segment_path
 
+from tests.store.crash_writer import body_for
+from tests.store.store_helpers import flip_byte, make_config, msg, run, segment_path
 from txmq.errors import CorruptRecordError
 from txmq.message import MessageSysFlag, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
@@ -320,11 +320,13 @@ def test_a_rebuilt_index_leaves_rollback_records_out_as_dispatch_does(root):
     run(main)
 
 
+@pytest.mark.slow
 def test_crash_with_sigkill_keeps_every_acknowledged_record(root):
     rng = random.Random(1234)
     acked: dict[int, tuple[int, int, str]] = {}
     checkpoints = 0
-    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    repository = os.path.dirname(os.path.dirname(HERE))  # the writer imports tests.store's helpers
+    env = dict(os.environ, PYTHONPATH=repository + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for run_id in range(5):
         child = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "crash_writer.py"), str(root), f"r{run_id}"],

@@ -3,17 +3,13 @@ SQLite file per test, and ``db_url``/``engine`` parametrized over both."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))  # Cluster and the transaction helpers
-
-from databases import PostgresServer, create_engine, new_database_url
+from tests.txlog.databases import PostgresServer, create_engine, new_database_url
 
 DATABASES = ["sqlite", "postgresql"]
 
@@ -44,7 +40,7 @@ def engine(db_url: str) -> Iterator[Any]:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Any]:
     """A name server already started (tests/e2e's ``Cluster``); start brokers with ``cluster.start_broker``."""
-    from cluster import Cluster
+    from tests.e2e.cluster import Cluster
 
     c = Cluster(tmp_path)
     c.start_namesrv()

@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 import sqlalchemy as sa
-from databases import create_engine
 
+from tests.txlog.databases import create_engine
 from txmq import LocalTransactionState, Message, MessageExt, TransactionLog, TransactionProducer
 
 GROUP = "p_txlog"

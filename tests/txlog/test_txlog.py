@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from databases import PostgresServer, create_engine
 
 import txmq
+from tests.txlog.databases import PostgresServer, create_engine
 from txmq import LocalTransactionState, Message, MessageConst, MessageExt, TransactionLog
 from txmq.client.txlog import log_table
 from txmq.launch import free_port

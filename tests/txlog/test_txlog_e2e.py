@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from databases import PostgresServer, create_engine
-from test_transactions import create_topic, scan_topic, tx_stats, wait_for
 
-from conftest import new_database_url
+from tests.e2e.test_transactions import create_topic, scan_topic, tx_stats, wait_for
+from tests.txlog.conftest import new_database_url
+from tests.txlog.databases import PostgresServer, create_engine
 from txmq import LocalTransactionState, Message, MessageExt, TransactionLog, TransactionProducer
 
 COMMIT, ROLLBACK, UNKNOWN = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK, LocalTransactionState.UNKNOWN
@@ -77,7 +77,7 @@ class Child:
     def __init__(self, cluster: Any, mode: str, url: str, topic: str, first: int, seed: int) -> None:
         self.proc = subprocess.Popen([sys.executable, str(CHILD), mode, cluster.namesrv_addr, url, topic, str(first),
                                       str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=cluster.env, start_new_session=True)
+                                     env={**cluster.env, "PYTHONPATH": str(CHILD.parents[2])}, start_new_session=True)
         self.stderr = ""
 
     def lines(self) -> Any:

@@ -15,7 +15,8 @@ from typing import Any
 from txmq.acl.info import policy_info, read_policies
 from txmq.acl.model import UserStatus, UserType
 from txmq.admin.client import MQAdminExt
-from txmq.admin.commands import command, opt
+from txmq.admin.commands import command
+from txmq.cli.registry import opt
 from txmq.errors import BrokerError, ClientError, TxmqError
 from txmq.remoting.admin_headers import (
     AclRequestHeader,

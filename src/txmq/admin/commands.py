@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 from txmq.admin.client import MQAdminExt
+from txmq.cli.registry import CLIENT, TXMQ, Commands, opt, parse_time
 from txmq.client.instance import MessageQueue
 from txmq.client.producer import Producer
 from txmq.client.pull_consumer import PullConsumer, PullStatus
@@ -20,40 +20,15 @@ from txmq.message import Message, MessageExt
 from txmq.remoting.request_headers import CreateTopicRequestHeader
 from txmq.topic import PermName
 
-Run = Callable[[MQAdminExt, argparse.Namespace], int]
-COMMANDS: dict[str, tuple[str, list[tuple[tuple[str, ...], dict[str, Any]]], Run]] = {}
-
-
-def command(name: str, help_text: str, *args: tuple[tuple[str, ...], dict[str, Any]]) -> Callable[[Run], Run]:
-    def register(fn: Run) -> Run:
-        COMMANDS[name] = (help_text, list(args), fn)
-        return fn
-    return register
-
-
-def opt(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
-    return flags, kw
-
+# mqadmin's commands, each declared with its flags beside its handler (a function over ``MQAdminExt``); ``-n`` and
+# the account follow each one's own flags, as mqadmin takes them.
+ADMIN = Commands("admin_command", handler_key="admin_fn", metavar="COMMAND", trailing=CLIENT, describe=True)
+command = ADMIN.command
 
 TOPIC = opt("-t", "--topic", required=True, help="topic name")
 GROUP = opt("-g", "--consumerGroup", dest="group", required=True, help="consumer group")
 BROKER = opt("-b", "--brokerAddr", dest="broker", help="broker address or name (default: every broker)")
 CLUSTER = opt("-c", "--clusterName", dest="cluster", help="cluster name (default: every broker)")
-
-
-def parse_time(text: str) -> int:
-    """mqadmin's timestamps: milliseconds, ``now``, ``yyyy-MM-dd#HH:mm:ss:SSS``, or ISO 8601 (local time)."""
-    if text == "now":
-        return int(time.time() * 1000)
-    if text.lstrip("-").isdigit():
-        return int(text)
-    for parse in (lambda t: datetime.strptime(t, "%Y-%m-%d#%H:%M:%S:%f"), datetime.fromisoformat):
-        try:
-            return int(parse(text).timestamp() * 1000)
-        except ValueError:
-            pass
-    raise argparse.ArgumentTypeError(f"{text!r}: give milliseconds, 'now', yyyy-MM-dd#HH:mm:ss:SSS or "
-                                     "2024-05-01T12:00:00")
 
 
 def fmt_time(ms: int) -> str:
@@ -467,22 +442,8 @@ def stats_all(admin: MQAdminExt, args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, namesrv_opt: Callable[[argparse.ArgumentParser], None]) -> None:
-    """``txmq admin``: one subcommand per mqadmin command."""
-    import txmq.admin.auth_commands  # noqa: F401  (registers the user and ACL commands)
-
-    p = sub.add_parser("admin", help="RocketMQ's mqadmin commands (clusterList, topicStatus, consumerProgress, ...)")
-    namesrv_opt(p)
-    cmds = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
-    for name, (help_text, opts, fn) in COMMANDS.items():
-        c = cmds.add_parser(name, help=help_text, description=help_text)
-        for flags, kw in opts:
-            c.add_argument(*flags, **kw)
-        namesrv_opt(c)
-        c.set_defaults(admin_fn=fn)
-    p.set_defaults(fn=run)
-
-
+@TXMQ.command("admin", "RocketMQ's mqadmin commands (clusterList, topicStatus, consumerProgress, ...)", *CLIENT,
+              sub=ADMIN)
 def run(args: argparse.Namespace) -> int:
     with MQAdminExt(args.namesrv) as admin:
         return int(args.admin_fn(admin, args))

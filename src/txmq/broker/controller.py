@@ -1,20 +1,16 @@
-"""One broker: the store, the managers, the processors by request code, and the periodic services
-(RocketMQ's ``BrokerController``)."""
+"""One broker (RocketMQ's ``BrokerController``): builds its parts (the store, the managers, the processors by
+request code, replication, the endpoints), wires them together, and starts and stops them in order. What the parts
+do is theirs: the role and its changes (``role.py``), registration with the name servers (``registration.py``),
+controller mode (``replicas_manager.py``), the reports (``status.py``)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-import socket
-from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from txmq.acl.config import AclConfigError
 from txmq.acl.processor import AuthProcessor
 from txmq.acl.setup import admin_secret, broker_rpc_hook, broker_validator
 from txmq.broker.client_manager import ConsumerGroupInfo, ConsumerManager, ProducerManager
@@ -27,16 +23,20 @@ from txmq.broker.processor.end_transaction import EndTransactionProcessor, Remot
 from txmq.broker.processor.ops import OpsProcessor
 from txmq.broker.processor.pull import PullMessageProcessor
 from txmq.broker.processor.send import SendMessageProcessor
+from txmq.broker.registration import NamesrvRegistration
+from txmq.broker.replicas_manager import ReplicasManager
+from txmq.broker.role import RoleManager
 from txmq.broker.schedule import ScheduleMessageService
 from txmq.broker.slave_synchronize import SlaveSynchronize
 from txmq.broker.stats import SAMPLE_S, BrokerStats
+from txmq.broker.status import broker_stats, ha_status
 from txmq.broker.subscription_group_manager import SubscriptionGroupManager
+from txmq.broker.tasks import BackgroundTasks
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
-from txmq.controller.replicas_manager import ReplicasManager
-from txmq.errors import ClientError
-from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.ports import pick_free_port
+from txmq.remoting.codes import RequestCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import Processor, RequestDispatcher, RequestTable
 from txmq.remoting.server import RemotingServer
@@ -68,12 +68,6 @@ def _check_role(config: BrokerConfig) -> None:
         config.broker_id = 0
 
 
-def pick_free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         store_ip = store_address(config.broker_ip1)  # refused at start, not at every send
@@ -90,10 +84,12 @@ class BrokerController:
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self._ha_port: HAPort | None = None  # controller mode: bound at start, kept in every role
-        ha_config = self._ha_config()
+        self._ha_port_set = config.ha.listen_port != 0  # else listenPort + 1, which may be taken (_start_ha_service)
+        ha_config = self.ha_config()
         self.slave_synchronize: SlaveSynchronize | None = None
+        self.role = RoleManager(self)
         if config.is_slave:
-            self.ha_client = self._new_ha_client(ha_config)
+            self.ha_client = self.new_ha_client(ha_config)
             self.slave_synchronize = SlaveSynchronize(self)
         else:
             self.ha_service = HAService(self.store, ha_config)
@@ -147,10 +143,9 @@ class BrokerController:
                                      tls=config.tls_server(), limits=config.server_limits)
         self.namesrv_client = RemotingClient(rpc_hook=broker_rpc_hook(config), ssl_context=client_context(
             config.tls_client_trust_cert_path) if config.tls_enable else None)
-        self._tasks: list[asyncio.Task[None]] = []
-        self._role_tasks: list[asyncio.Task[None]] = []  # a slave's metadata copy, or a master's check-backs
-        self._register_now = asyncio.Event()
-        self._registered: dict[str, bool] = {}
+        self.registration = NamesrvRegistration(config, self.namesrv_client, self.topic_config_manager.serialize,
+                                                lambda: self.ha_addr, self.role.learn_master)
+        self.tasks = BackgroundTasks()  # the broker's own, stopped at shutdown (a role's stop with the role)
         self.grpc: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint, started with the broker
         self.metrics: PromExporter | None = None  # metricsExporterType=PROM
         self.rpc_latency: RpcLatency | None = None  # timed requests, with metrics only
@@ -160,11 +155,15 @@ class BrokerController:
     def addr(self) -> str:
         return self.config.broker_addr
 
-    def _ha_config(self) -> HAConfig:
+    @property
+    def ha_addr(self) -> str:
+        """Where slaves reach this broker's HA port: brokerIP2 (RocketMQ's HA address), else brokerIP1."""
+        return f"{self.config.broker_ip2 or self.config.broker_ip1}:{self.config.ha.listen_port}"
+
+    def ha_config(self) -> HAConfig:
         """A copy of the replication keys (``config.ha``) with this member's identity and connections filled in:
         each HA part keeps its own, as the identity changes with the role in controller mode."""
         c = self.config
-        self._ha_port_set = c.ha.listen_port != 0
         if c.ha.listen_port == 0:
             c.ha.listen_port = c.listen_port + 1
         return dataclasses.replace(
@@ -173,22 +172,31 @@ class BrokerController:
             tls_client=client_context(c.tls_client_trust_cert_path) if c.tls_enable else None,
             auth=HAAuth(c.access_key, c.secret_key, lambda ak: admin_secret(self.acl, ak)) if c.acl_enable else None)
 
-    def _new_ha_client(self, ha_config: HAConfig) -> HAClient:
+    def new_ha_client(self, ha_config: HAConfig) -> HAClient:
         """In controller mode a session per check of the named master (the replicas manager checks it)."""
         return HAClient(self.store, ha_config, session_per_check=self.replicas_manager is not None)
 
-    @property
-    def ha_addr(self) -> str:
-        """Where slaves reach this broker's HA port: brokerIP2 (RocketMQ's HA address), else brokerIP1."""
-        return f"{self.config.broker_ip2 or self.config.broker_ip1}:{self.config.ha.listen_port}"
+    # --- what processors ask of the broker (the work is registration.py's and status.py's) --------------
 
-    # --- lifecycle ------------------------------------------------------------------------------------
+    def schedule_register(self) -> None:
+        self.registration.schedule()
+
+    async def register_all(self) -> None:
+        await self.registration.register_all()
+
+    def ha_status(self) -> dict[str, Any]:
+        return ha_status(self)
+
+    def stats(self) -> dict[str, Any]:
+        return broker_stats(self)
+
+    # --- start and stop -------------------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.store.start()
         self.transaction_service.recover()
         if self.replicas_manager is not None:  # the role may change: follow only while a slave
-            self.store.add_dispatcher(self._follow_transactions)
+            self.store.add_dispatcher(self.role.follow_transactions)
             self.store.add_truncate_listener(self.transaction_service.rebuild)
         elif self.config.is_slave:  # from here on, replicated records keep the transaction table current
             self.store.add_dispatcher(self.transaction_service.follow)
@@ -209,16 +217,16 @@ class BrokerController:
         self.started = True
         if self.ha_client is not None:
             self.ha_client.start()
-        self._start_role_tasks()
-        self._spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist), "persist")
-        self._spawn(self._every(10.0, self._scan_clients), "client scan")
+        self.role.start_tasks()
+        self.tasks.every(self.config.flush_consumer_offset_interval / 1000, self._persist, "persist")
+        self.tasks.every(10.0, self._scan_clients, "client scan")
         self.stats_manager.sample()
-        self._spawn(self._every(SAMPLE_S, self.stats_manager.sample), "stats sampling")
-        self._spawn(self._every(self.config.transaction_snapshot_interval / 1000, self._snapshot_transactions),
-                    "transaction snapshot")
+        self.tasks.every(SAMPLE_S, self.stats_manager.sample, "stats sampling")
+        self.tasks.every(self.config.transaction_snapshot_interval / 1000, self._snapshot_transactions,
+                         "transaction snapshot")
         if self.config.namesrv_addr:
-            await self.register_all(at_start=True)
-            self._spawn(self._register_loop(), "namesrv registration")
+            await self.registration.register_all(at_start=True)
+            self.tasks.spawn(self.registration.run(), "namesrv registration")
         if self.replicas_manager is not None:
             self.replicas_manager.start()
         log.info("broker %s id %d listening on %s (%s, %s, HA %s, store %s, %s)", self.config.broker_name,
@@ -264,7 +272,7 @@ class BrokerController:
             if self.ha_service is not None:
                 await self.ha_service.accept(reader, writer)
 
-        self._ha_port = HAPort(accept, self._ha_config())
+        self._ha_port = HAPort(accept, self.ha_config())
         await self._ha_port.start()
         log.info("HA port %s:%d bound (serves slaves while this replica is master)", self.config.broker_ip1,
                  self.config.ha.listen_port)
@@ -281,92 +289,13 @@ class BrokerController:
                                     or self.config.broker_ip1, self.config.metrics_prom_exporter_port)
         await self.metrics.start()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        self._tasks.append(asyncio.create_task(coro, name=name))
-
-    def _start_role_tasks(self) -> None:
-        self.store.replica = self.config.is_slave
-        if self.config.is_slave:  # a slave writes nothing of its own: no check-backs, no delayed deliveries
-            if self.slave_synchronize is not None:
-                coro = self._every(self.config.slave_synchronize_interval / 1000, self.slave_synchronize.sync_all)
-                self._role_tasks.append(asyncio.create_task(coro, name="slave synchronize"))
-        else:
-            self._role_tasks += [asyncio.create_task(self.check_service.run(), name="transaction check"),
-                                 asyncio.create_task(self.schedule_service.run(), name="schedule")]
-
-    async def _stop_role_tasks(self) -> None:
-        for task in self._role_tasks:
-            task.cancel()
-        for task in self._role_tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._role_tasks.clear()
-
-    def _follow_transactions(self, req: Any) -> None:
-        if self.config.is_slave:
-            self.transaction_service.follow(req)
-
-    # --- role changes (controller mode, driven by the ReplicasManager) ---------------------------------------
-
-    async def change_to_master(self, role: str) -> None:
-        """A slave made master: stop copying, accept slaves, take over the check-backs from the followed
-        transaction table, and register with the name servers as broker id 0 (every client's routes move)."""
-        await self._stop_role_tasks()
-        if self.ha_client is not None:
-            await self.ha_client.shutdown()
-            self.ha_client = None
-        self.config.broker_role, self.config.broker_id = role, 0
-        self.store.replica = False
-        if self.ha_service is None:  # served from the HA port bound at start (_bind_ha_port)
-            self.ha_service = HAService(self.store, self._ha_config())
-        self.transaction_service.take_over()
-        self._start_role_tasks()
-        self.check_service.wake()
-        await self.register_all()
-
-    async def change_to_slave(self) -> None:
-        """A master steps down (its lease ran out, or another was elected): no more acknowledgements — waiting
-        SYNC_MASTER puts are answered NOT_ACKNOWLEDGED (``ReplicasManager.replicate``) — no check-backs, no HA
-        service (its port stays bound, closing connections); a slave without a master until ``follow_master``."""
-        assert self.replicas_manager is not None
-        self.config.broker_role, self.config.broker_id = "SLAVE", self.replicas_manager.replica_id
-        self.store.replica = True
-        await self._stop_role_tasks()
-        if self.ha_service is not None:
-            await self.ha_service.shutdown()
-            self.ha_service = None
-        if self.ha_client is None:
-            self.ha_client = self._new_ha_client(self._ha_config())
-        self.ha_client.master_address = ""
-        if self.slave_synchronize is None:
-            self.slave_synchronize = SlaveSynchronize(self)
-        self.slave_synchronize.master_addr = ""  # copies nothing until follow_master
-        self._start_role_tasks()
-        if self.config.namesrv_addr:
-            await self.register_all()
-
-    def follow_master(self, master_link: str, master_ha_addr: str) -> None:
-        """Copy the master's log (this log already truncated where the two agree) from ``master_ha_addr``, and
-        its metadata from ``master_link`` (``replicas_manager.slave_link``)."""
-        assert self.ha_client is not None and self.slave_synchronize is not None
-        self.config.ha.master_address = master_ha_addr  # the name server's answers must not override it
-        self.ha_client.master_address = master_ha_addr
-        self.ha_client.start()
-        self.slave_synchronize.master_addr = master_link
-        self._spawn(self.slave_synchronize.sync_all(), "slave synchronize now")
-
     async def shutdown(self) -> None:
         if self.replicas_manager is not None:
             await self.replicas_manager.shutdown()
-        await self._stop_role_tasks()
+        await self.role.stop_tasks()
         if self.config.namesrv_addr:
-            await self._unregister_all()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+            await self.registration.unregister_all()
+        await self.tasks.stop()
         if self.ha_client is not None:
             await self.ha_client.shutdown()
         if self._ha_port is not None:
@@ -392,16 +321,6 @@ class BrokerController:
         self.started = False
         log.info("broker %s stopped", self.config.broker_name)
 
-    async def _every(self, period_s: float, fn: Callable[[], Awaitable[None] | None]) -> None:
-        while True:
-            await asyncio.sleep(period_s)
-            try:
-                pending = fn()
-                if pending is not None:
-                    await pending
-            except Exception:
-                log.exception("periodic %s failed", getattr(fn, "__name__", fn))
-
     def _snapshot_transactions(self) -> None:
         if not self.check_service.in_pass:
             self.transaction_service.snapshot()
@@ -424,121 +343,3 @@ class BrokerController:
             if not info.conn.closed:
                 info.conn.send(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
                                                        {"consumerGroup": group.group}, oneway=True))
-
-    # --- name servers ---------------------------------------------------------------------------------
-
-    def schedule_register(self) -> None:
-        """Tell the name servers about a topic change now rather than at the next period."""
-        self._register_now.set()
-
-    async def _register_loop(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._register_now.wait(), self.config.register_name_server_period / 1000)
-            self._register_now.clear()
-            await self.register_all()
-
-    def _namesrv_addrs(self) -> list[str]:
-        return [a.strip() for a in self.config.namesrv_addr.split(";") if a.strip()]
-
-    async def register_all(self, at_start: bool = False) -> None:
-        """Register with every name server. ``at_start``: a name server refusing the broker's credentials
-        (NO_PERMISSION) stops the start with ``AclConfigError``, rather than a broker serving unrouted; one that
-        cannot be reached is tried again by the registration loop."""
-        body = orjson.dumps({"topicConfigSerializeWrapper": self.topic_config_manager.serialize(),
-                             "filterServerList": []})
-        ext = {"brokerAddr": self.addr, "brokerName": self.config.broker_name,
-               "clusterName": self.config.broker_cluster_name, "brokerId": str(self.config.broker_id),
-               "haServerAddr": self.ha_addr, "compressed": "false"}
-        for addr in self._namesrv_addrs():
-            try:
-                resp = await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER,
-                                                                                    ext, body=body), 3.0)
-                ok = resp.code == ResponseCode.SUCCESS
-                if at_start and resp.code == ResponseCode.NO_PERMISSION:
-                    raise AclConfigError(
-                        f"namesrv {addr} refused the registration ({resp.remark}): set accessKey/secretKey in "
-                        f"broker.conf to an account that name server accepts for REGISTER_BROKER (admin: true in "
-                        f"its plain_acl.yml, or a Super user)" if self.config.access_key else
-                        f"namesrv {addr} refused the registration ({resp.remark}): it has ACL on, and this broker "
-                        f"signs with no account: set accessKey/secretKey in broker.conf")
-                if not ok and self._registered.get(addr, True):  # e.g. NO_PERMISSION: accessKey/secretKey
-                    log.warning("namesrv %s refused the registration: code %d %s", addr, resp.code, resp.remark)
-                if ok and self.ha_client is not None and self.slave_synchronize is not None \
-                        and self.replicas_manager is None:  # in controller mode the controller names the master
-                    self._learn_master(resp.ext_fields)
-            except (ClientError, OSError) as exc:
-                ok = False
-                if self._registered.get(addr, True):
-                    log.warning("register to namesrv %s failed: %s", addr, exc)
-            if ok and not self._registered.get(addr):
-                log.info("registered to namesrv %s", addr)
-            self._registered[addr] = ok
-
-    def _learn_master(self, answer: dict[str, str]) -> None:
-        """RocketMQ: the name server answers a slave with its master's address and HA address."""
-        assert self.ha_client is not None and self.slave_synchronize is not None
-        master = answer.get("masterAddr", "")
-        if master and master != self.slave_synchronize.master_addr:
-            self.slave_synchronize.master_addr = master
-            self._spawn(self.slave_synchronize.sync_all(), "slave synchronize now")
-        if not self.config.ha.master_address:
-            self.ha_client.set_master_address(answer.get("haServerAddr", ""))
-
-    async def _unregister_all(self) -> None:
-        ext = {"brokerAddr": self.addr, "brokerName": self.config.broker_name,
-               "clusterName": self.config.broker_cluster_name, "brokerId": str(self.config.broker_id)}
-        for addr in self._namesrv_addrs():
-            with contextlib.suppress(ClientError, OSError):
-                await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext), 3.0)
-
-    # --- stats ----------------------------------------------------------------------------------------
-
-    def ha_status(self) -> dict[str, Any]:
-        """RocketMQ's HARuntimeInfo: a master's slaves with their acknowledged offsets and lag, or a slave's
-        view of its master (``txmq ha status``)."""
-        c = self.config
-        out: dict[str, Any] = {"brokerName": c.broker_name, "brokerId": c.broker_id, "role": c.broker_role,
-                               "addr": self.addr, "haAddr": self.ha_addr, "maxOffset": self.store.max_phy_offset}
-        if self.ha_service is not None:
-            slaves = [dataclasses.asdict(s) for s in self.ha_service.status()]
-            out["slaves"] = slaves
-            out["inSyncSlaveNums"] = sum(1 for s in slaves if s["in_sync"])
-        if self.ha_client is not None:
-            out["master"] = self.ha_client.status()
-        if self.replicas_manager is not None:
-            out["controller"] = self.replicas_manager.status()
-        return out
-
-    def stats(self) -> dict[str, Any]:
-        store = self.store
-        topics = {}
-        for name, cfg in sorted(self.topic_config_manager.table.items()):
-            queues = {q: {"min": store.get_min_offset_in_queue(name, q), "max": store.get_max_offset_in_queue(name, q)}
-                      for q in range(cfg.write_queue_nums)}
-            topics[name] = {"perm": cfg.perm, "queues": queues,
-                            "messages": sum(v["max"] - v["min"] for v in queues.values())}
-        groups = {}
-        for key, offsets in self.consumer_offset_manager.table.items():
-            topic, group = key.split("@", 1)
-            lag = sum(max(0, store.get_max_offset_in_queue(topic, q) - o) for q, o in offsets.items())
-            groups[key] = {"topic": topic, "group": group, "lag": lag, "offsets": offsets}
-        tx = self.transaction_service
-        m = tx.metrics
-        return {
-            "broker": {"name": self.config.broker_name, "addr": self.addr,
-                       "flushDiskType": self.config.store.flush_disk_type.value},
-            "topics": topics,
-            "consumerGroups": groups,
-            "transactions": {
-                "pendingPerTopic": dict(tx.table.pending_per_topic), "pending": len(tx.table),
-                "discarded": len(tx.table.discarded), "commits": m.commits, "rollbacks": m.rollbacks,
-                "checks": m.checks, "discards": m.discards, "duplicates": m.duplicates, "conflicts": m.conflicts,
-                "resumes": m.resumes, "orphans": m.orphans, "commitLatencyMs": m.latency_percentiles(),
-            },
-            "store": store.runtime_info(),
-            "rates": {"putTps": self.stats_manager.window("BROKER_PUT_NUMS", "", 60)[1],
-                      "getTps": self.stats_manager.window("BROKER_GET_NUMS", "", 60)[1]},
-            "remoting": {"connections": len(self.server.connections), "bufferedBytes": self.server.buffered_bytes,
-                         "heldPulls": self.core.pulls.hold_service.held},
-        }

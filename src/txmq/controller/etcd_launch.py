@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Self
 
-from txmq.launch import free_port
+from txmq.ports import free_port
 
 
 class EtcdProcess:

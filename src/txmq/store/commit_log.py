@@ -49,6 +49,8 @@ class CommitLog:
         self.max_offset = 0  # end of the last record written (RocketMQ getMaxOffset)
         self.flushed_offset = 0  # everything below is fsynced
         self.fsyncs = 0  # flush rounds that made something durable
+        # the store timestamp of the log's last record (not the highest: docs/reliability.md); 0 when unknown
+        self.last_store_timestamp = 0
         self._flush_lock = threading.Lock()
 
     def load(self) -> list[str]:

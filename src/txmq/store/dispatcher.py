@@ -1,12 +1,22 @@
-"""DispatchRequest: what the reput step hands to each CommitLogDispatcher after a record is appended."""
+"""DispatchRequest: what the reput step hands to each CommitLogDispatcher after a record is appended; and the
+dispatch steps every writer of the log shares (a put, a slave's replicated append, recovery): the index and the
+dispatchers beyond consume queue and index."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from txmq.message import HEAD_SIZE, MessageConst, MessageSysFlag, java_string_hash, string_to_properties
 from txmq.store.record import HEADER
+
+if TYPE_CHECKING:
+    from txmq.store.index import IndexService
+
+log = logging.getLogger("txmq.store")
 
 
 @dataclass(slots=True)
@@ -59,6 +69,28 @@ def keys_of(keys: str | None, uniq_key: str | None) -> list[str]:
     if uniq_key:
         out.append(uniq_key)
     return [k for k in out if k]
+
+
+def build_index(index: IndexService, enabled: bool, topic: str, sys_flag: int, keys: str | None,
+                uniq_key: str | None, offset: int, store_timestamp: int) -> None:
+    """The record's keys into the index (RocketMQ CommitLogDispatcherBuildIndex), when ``enabled``
+    (messageIndexEnable)."""
+    if enabled and builds_index(sys_flag):
+        index_keys = keys_of(keys, uniq_key)
+        if index_keys:
+            index.put(topic, index_keys, offset, store_timestamp)
+
+
+def run_dispatchers(dispatchers: list[Callable[[DispatchRequest], None]], req: DispatchRequest,
+                    counters: dict[str, int]) -> None:
+    """The dispatchers beyond consume queue and index (the broker's): they see only stored records. One that fails
+    is logged and counted (``dispatch_errors``); the others still run."""
+    for fn in dispatchers:
+        try:
+            fn(req)
+        except Exception:
+            counters["dispatch_errors"] += 1
+            log.exception("dispatcher %r failed on the record at %d", fn, req.commit_log_offset)
 
 
 def request_from_record(rec: memoryview, offset: int) -> DispatchRequest:

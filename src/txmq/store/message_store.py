@@ -1,167 +1,58 @@
-"""DefaultMessageStore: the facade the broker calls (RocketMQ ``DefaultMessageStore``).
+"""DefaultMessageStore: the facade the broker calls (RocketMQ ``DefaultMessageStore``): it opens, recovers, starts
+and stops the store's parts, checkpoints them, and reads, looks up and ages out what they hold.
 
-Every public method runs on the asyncio loop thread. Appends write the commit log and dispatch to the
-consume queue, the index and the extra dispatchers before ``put_message`` returns; two threads make things
-durable: the commit-log flush thread (``flush.py``) and, every ``checkpoint_interval_ms``, a worker that
-fsyncs consume queues and index files and then writes the checkpoint.
+Every public method runs on the asyncio loop thread. Puts go to the group commit (``group_commit.py``), which
+writes the commit log and dispatches to the consume queue, the index and the extra dispatchers; a slave's log
+and the confirm offset are ``replica.py``'s. Two threads make things durable: the commit-log flush thread
+(``flush.py``) and, every ``checkpoint_interval_ms``, a worker that fsyncs consume queues and index files and then
+writes the checkpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
-import functools
 import itertools
 import logging
 import os
 import threading
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import cython
 
-from txmq.errors import CorruptRecordError, InvalidMessageError, StoreError
-from txmq.message import (
-    MessageConst,
-    MessageExt,
-    create_offset_msg_id,
-    decode_message,
-)
+from txmq.errors import CorruptRecordError, StoreError
+from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store.checkpoint import Checkpoint, StoreCheckpoint
 from txmq.store.clock import StoreClock
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import FlushDiskType, StoreConfig, delete_hours
-from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue, topic_directory, valid_topic_directory
+from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue, topic_directory
+from txmq.store.consume_queue_store import ConsumeQueueStore
 from txmq.store.disk import DiskGuard
 from txmq.store.dispatcher import (
     DispatchRequest,
+    build_index,
     builds_consume_queue,
-    builds_index,
-    keys_of,
     request_from_record,
-    tags_code,
+    run_dispatchers,
 )
 from txmq.store.flush import FlushCommitLogService
+from txmq.store.group_commit import GroupCommit, Waiter
 from txmq.store.index import IndexFile, IndexService
 from txmq.store.mapped_file import MappedFile, MappedFileQueue, fsync_dir
-from txmq.store.record import BLANK_SIZE, TRAILER_SIZE, encode_record, to_wire
+from txmq.store.record import TRAILER_SIZE, to_wire
 from txmq.store.recovery import RecoveryReport, recover
-from txmq.store.results import (
-    AppendMessageResult,
-    GetMessageResult,
-    GetMessageStatus,
-    PutMessageResult,
-    PutMessageStatus,
-)
+from txmq.store.replica import ConfirmOffset, ReplicaLog
+from txmq.store.results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger("txmq.store")
 
-DISK_CHECK_INTERVAL_S = 0.1  # puts measure the disk at most this often (one statvfs)
-EARLY_CLEAN_INTERVAL_S = 1.0  # retention runs at most this often on behalf of a disk over diskMaxUsedSpaceRatio
 _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
-MAX_HELD_ARRIVALS = 4096  # arrivals held for the confirm offset; more are merged into the newest (woken later)
-# Read for every stored message: module constants, not class attributes.
-_TAGS = MessageConst.TAGS
-_KEYS = MessageConst.KEYS
-_UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-# Read for every group: module constants, not enum member reads (EnumType's __getattr__ hook, 70-125 ns each).
-_PUT_OK = PutMessageStatus.PUT_OK
-_SYNC_FLUSH = FlushDiskType.SYNC_FLUSH
-
-
-class Waiter(Protocol):
-    """What a put resolves: an ``asyncio.Future`` by default, or the caller's own object with a future's methods
-    (the transport's ``Reply``, which writes a send's answer itself: no future and no callback per send)."""
-
-    def done(self) -> bool: ...
-    def cancelled(self) -> bool: ...
-    def cancel(self) -> bool: ...
-    def set_result(self, value: Any) -> None: ...
-    def set_exception(self, exc: BaseException) -> None: ...
-
-
-@cython.freelist(64)  # one per put
-@cython.cclass
-class _Put:
-    """One put waiting in the loop iteration's group: where its messages (and their encoded records) start in the
-    group's lists and how many, their bytes, its future (or the caller's waiter), the caller's ``answer``
-    (``put_messages``) and, once written, its ``AppendMessageResult``. One object per put that lives until the
-    flush: no lists of its own and no tuple with its result (each a container the cyclic collector walks). Compiled,
-    an extension type (message_store.pxd) whose fields the group's loops read as C struct members."""
-
-    __slots__ = ("answer", "appended", "count", "first", "future", "wrote")
-
-    def __init__(self, first: int, count: int, wrote: int, future: Waiter,
-                 answer: Callable[[PutMessageResult], Any] | None) -> None:
-        self.first = first
-        self.count = count
-        self.wrote = wrote
-        self.future = future
-        self.answer = answer
-        self.appended: AppendMessageResult | None = None
-
-    def settle(self, result: PutMessageResult) -> None:
-        _settle(self.future, self.answer, result)
-
-
-def _settle(fut: Waiter, answer: Callable[[PutMessageResult], Any] | None,
-            result: PutMessageResult) -> None:
-    """Resolve a put's future with ``answer(result)`` (``result`` itself without an answer); an answer that raises
-    fails the future, as an awaiting caller would have seen it. A future given up on (cancelled) is left alone,
-    but its answer still runs: the put is stored all the same, and an answer may record it (a half's tracking)."""
-    if fut.done():
-        if answer is not None and fut.cancelled():
-            try:
-                answer(result)
-            except Exception:
-                log.exception("the answer to a put whose caller was gone failed")
-        return
-    if answer is None:
-        fut.set_result(result)
-        return
-    try:
-        value = answer(result)
-    except Exception as exc:
-        fut.set_exception(exc)
-        return
-    fut.set_result(value)
-
-
-@cython.locals(put=_Put)
-def _answer_durable(group: list[_Put], status: PutMessageStatus, remark: str = "") -> None:
-    """Each put of a written group its result, with its own ``appended``."""
-    for put in group:
-        put.settle(PutMessageResult(status, put.appended, remark))
-
-
-@cython.locals(put=_Put)
-def _after_replication(group: list[_Put], fut: asyncio.Future[PutMessageStatus]) -> None:
-    """A written (and flushed, if asked) group's replication is over: its status answers each put."""
-    if fut.cancelled() or fut.exception() is not None:
-        for put in group:
-            waiter = put.future
-            if waiter.done():
-                continue
-            if fut.cancelled():
-                waiter.cancel()
-            else:
-                waiter.set_exception(fut.exception())  # type: ignore[arg-type]
-        return
-    _answer_durable(group, fut.result())
-
-
-def _after_durable_flush(group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None) -> None:
-    """A written group is flushed as its flush mode asks: answered now, or once its replication is over."""
-    if replicated is not None:
-        replicated.add_done_callback(functools.partial(_after_replication, group))
-    else:
-        _answer_durable(group, _PUT_OK)
 
 
 @dataclass
@@ -190,27 +81,11 @@ class DefaultMessageStore:
         self.commit_log = CommitLog(root, config.mapped_file_size_commit_log)
         self.index = IndexService(root, config.max_hash_slot_num, config.max_index_num)
         self.checkpoint = StoreCheckpoint(root)
-        self._queues: dict[str, dict[int, ConsumeQueue]] = {}
-        self._queue_offsets: dict[tuple[str, int], int] = {}  # next queue offset (RocketMQ topicQueueTable)
-        self._dispatchers: list[Callable[[DispatchRequest], None]] = list(dispatchers or [])
-        self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
-        self._arrival_listeners: list[Callable[[str, int, int], None]] = []
-        self._append_listeners: list[Callable[[int], None]] = []
-        self._truncate_listeners: list[Callable[[int], None]] = []
-        # SYNC_MASTER (set by whoever composes the store with its HAService): a future of the put's status once
-        # enough slaves have the log up to the given offset.
-        self.replicate: Callable[[int], asyncio.Future[PutMessageStatus]] | None = None
-        # A replica's store takes only what its master streams (append_replicated): a put of its own would make
-        # its log differ from the master's at the same offsets. Set by whoever knows the role.
-        self.replica = False
-        # RocketMQ's confirmOffset (controller mode, set by txmq.store.ha): reads asked with ``confirmed=True`` get
-        # only records that end at or before it (what every SyncStateSet member has), and arrival listeners hear of
-        # a record once it does. None: no bound (outside controller mode).
-        self._confirm_offset: int | None = None
-        self._held_arrivals: deque[tuple[int, dict[tuple[str, int], int]]] = deque()  # (end, arrived) past it
         self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; close waits for a running one
-        self._last_store_ts = 0  # the store timestamp of the log's last record (not the highest: docs/reliability.md)
+        self.queues = ConsumeQueueStore(root, config.mapped_file_size_consume_queue, self._files_lock)
+        self._dispatchers: list[Callable[[DispatchRequest], None]] = list(dispatchers or [])
+        self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
         # Wall-clock stamps, and the elapsed-time account every age counts on (first checks, delays, retention)
         self.clock = StoreClock(root)
         self._delete_hours = delete_hours(config.delete_when)
@@ -218,19 +93,17 @@ class DefaultMessageStore:
         self._flush_service: FlushCommitLogService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._open = True
-        self._disk = DiskGuard(root, config.disk_space_warning_level_ratio, config.disk_space_clean_forcibly_ratio)
-        self._disk_checked_at = -DISK_CHECK_INTERVAL_S
-        self._early_clean_at = -EARLY_CLEAN_INTERVAL_S
-        self._over_max_used = False
         self._counters = dict.fromkeys(
             ("put_calls", "put_groups", "appends", "dispatch_errors", "corrupt_reads", "checkpoints",
              "flush_timeouts"), 0
         )
-        self._group: list[_Put] = []  # puts asked for in this loop iteration, written together (natural batching)
-        self._group_msgs: list[MessageExt] = []  # their messages, in call order
-        self._group_records: list[bytearray] = []  # and their encoded records
-        self._group_offsets: dict[tuple[str, int], int] = {}  # next queue offsets counting the group's puts
-        self._group_ts = 0  # the group's store timestamp
+        self.confirm = ConfirmOffset()
+        self.group_commit = GroupCommit(
+            config, self.commit_log, self.queues, self.index, self.clock, self.confirm,
+            DiskGuard(root, config.disk_space_warning_level_ratio, config.disk_space_clean_forcibly_ratio),
+            self._files_lock, self._counters, self._dispatchers, self.clean_expired_files)
+        self.replica_log = ReplicaLog(config, self.commit_log, self.queues, self.index, self.clock, self.confirm,
+                                      self._counters, self._dispatchers, self._checkpoint_now)
         self._lock_fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -251,79 +124,27 @@ class DefaultMessageStore:
 
     # --- recovery hooks ----------------------------------------------------------------------------
 
-    def load_consume_queues(self) -> Iterator[tuple[ConsumeQueue, list[str]]]:
-        base = os.path.join(self.config.store_path_root_dir, "consumequeue")
-        if not os.path.isdir(base):
-            return
-        for topic in sorted(os.listdir(base)):
-            if not os.path.isdir(os.path.join(base, topic)):
-                continue
-            for qid_name in sorted(os.listdir(os.path.join(base, topic))):
-                if qid_name.isdigit():
-                    cq = self.find_or_create_consume_queue(topic, int(qid_name))
-                    yield cq, cq.load()
-
     def finish_recovery(self, cp: Checkpoint | None) -> None:
         """Rebuild the in-memory tables from the recovered files."""
         min_phy = self.commit_log.min_offset
-        for cq in self.consume_queues():
+        for cq in self.queues.all():
             cq.correct_min_offset(min_phy)
-            self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
+            self.queues.offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         self._checkpoint_offset = min(cp.recovery_offset if cp else 0, self.commit_log.max_offset)
-        if not self._last_store_ts and cp is not None:  # no record after the checkpoint's
-            self._last_store_ts = cp.last_store_timestamp
+        if not self.commit_log.last_store_timestamp and cp is not None:  # no record after the checkpoint's
+            self.commit_log.last_store_timestamp = cp.last_store_timestamp
         self.clock.open(self.commit_log.max_offset)
-
-    def consume_queues(self) -> Iterator[ConsumeQueue]:
-        for qs in list(self._queues.values()):
-            yield from list(qs.values())
-
-    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self._queues.get(topic, {}).get(queue_id)
-
-    def find_or_create_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = self.find_consume_queue(topic, queue_id)
-        if cq is None:
-            cq = ConsumeQueue(
-                self.config.store_path_root_dir, topic, queue_id, self.config.mapped_file_size_consume_queue
-            )
-            self._queues.setdefault(topic, {})[queue_id] = cq
-        return cq
-
-    def drop_consume_queue(self, topic: str, queue_id: int) -> None:
-        cq = self._queues.get(topic, {}).pop(queue_id, None)
-        if cq is not None:
-            with self._files_lock:
-                cq.destroy()
-        if topic in self._queues and not self._queues[topic]:
-            del self._queues[topic]
-        self._queue_offsets.pop((topic, queue_id), None)
 
     def dispatch(self, req: DispatchRequest, *, during_recovery: bool = False) -> None:
         """Run the dispatchers for one record recovery found (CommitLogDispatcher chain)."""
         if builds_consume_queue(req.sys_flag):
-            cq = self.find_or_create_consume_queue(req.topic, req.queue_id)
+            cq = self.queues.find_or_create(req.topic, req.queue_id)
             cq.put(req.consume_queue_offset, req.commit_log_offset, req.msg_size, req.tags_code)
-        self._build_index(req.topic, req.sys_flag, req.keys, req.uniq_key, req.commit_log_offset, req.store_timestamp)
-        self._notify_dispatchers(req)
+        build_index(self.index, self.config.message_index_enable, req.topic, req.sys_flag, req.keys, req.uniq_key,
+                    req.commit_log_offset, req.store_timestamp)
+        run_dispatchers(self._dispatchers, req, self._counters)
         if during_recovery:
-            self._last_store_ts = req.store_timestamp
-
-    def _build_index(self, topic: str, sys_flag: int, keys: str | None, uniq_key: str | None, offset: int,
-                     store_timestamp: int) -> None:
-        if self.config.message_index_enable and builds_index(sys_flag):
-            index_keys = keys_of(keys, uniq_key)
-            if index_keys:
-                self.index.put(topic, index_keys, offset, store_timestamp)
-
-    def _notify_dispatchers(self, req: DispatchRequest) -> None:
-        """The dispatchers beyond consume queue and index (the broker's): they see only stored records."""
-        for fn in self._dispatchers:
-            try:
-                fn(req)
-            except Exception:
-                self._counters["dispatch_errors"] += 1
-                log.exception("dispatcher %r failed on the record at %d", fn, req.commit_log_offset)
+            self.commit_log.last_store_timestamp = req.store_timestamp
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -335,7 +156,7 @@ class DefaultMessageStore:
 
     def add_arrival_listener(self, fn: Callable[[str, int, int], None]) -> None:
         """``fn(topic, queue_id, new max offset)`` after each dispatch, on the loop thread (long polling)."""
-        self._arrival_listeners.append(fn)
+        self.confirm.listeners.append(fn)
 
     async def start(self) -> None:
         """Replay the recovered tail to late dispatchers, then start flush, checkpoint and retention."""
@@ -357,6 +178,7 @@ class DefaultMessageStore:
             interval_ms=self.config.flush_interval_commit_log_ms,
         )
         self._flush_service.start(loop)
+        self.group_commit.flush_service = self._flush_service
         self._tasks = [
             asyncio.create_task(self._every(self.config.checkpoint_interval_ms, self._checkpoint_async)),
             asyncio.create_task(self._every(self.config.clean_resource_interval_ms, self._clean_async)),
@@ -375,14 +197,14 @@ class DefaultMessageStore:
     async def _clean_async(self) -> None:
         """Retention's tick: at a ``deleteWhen`` hour (the wall clock's local hour, as RocketMQ's), or at once when
         the disk is over ``diskMaxUsedSpaceRatio`` (``_writable`` also runs it then, between ticks)."""
-        if time.localtime().tm_hour in self._delete_hours or self._over_max_used:
+        if time.localtime().tm_hour in self._delete_hours or self.group_commit.over_max_used:
             self.clean_expired_files()
 
     async def shutdown(self) -> None:
         """Stop background work, flush everything, write the checkpoint, remove the abort file, close."""
         if not self._open:
             return
-        self._open = False
+        self._open = self.group_commit.open = False
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -392,7 +214,7 @@ class DefaultMessageStore:
         if self._flush_service is not None:
             await asyncio.to_thread(self._flush_service.stop_thread)
             self._flush_service.close()
-            self._flush_service = None
+            self._flush_service = self.group_commit.flush_service = None
         try:
             self._write_checkpoint(self._snapshot())
             os.unlink(self._abort_path)
@@ -417,16 +239,16 @@ class DefaultMessageStore:
         if self._flush_service is not None:
             self._flush_service.stop_thread()
             self._flush_service.close()
-            self._flush_service = None
+            self._flush_service = self.group_commit.flush_service = None
         for task in self._tasks:
             task.cancel()
-        self._open = False
+        self._open = self.group_commit.open = False
         with self._checkpoint_lock:  # a checkpoint running in a worker thread still uses the files
             self._close_files()
 
     def _close_files(self) -> None:
         self.commit_log.close()
-        for cq in self.consume_queues():
+        for cq in self.queues.all():
             cq.close()
         self.index.close()
         os.close(self._lock_fd)  # releases the flock
@@ -439,16 +261,16 @@ class DefaultMessageStore:
 
     def _snapshot(self) -> _Snapshot:
         queues: dict[str, dict[int, int]] = {}
-        for (topic, qid), next_offset in self._queue_offsets.items():
+        for (topic, qid), next_offset in self.queues.offsets.items():
             queues.setdefault(topic, {})[qid] = next_offset
         cp = Checkpoint(
             recovery_offset=self.commit_log.max_offset,
             written_at_ms=self.clock.wall_ms(),
-            last_store_timestamp=self._last_store_ts,
+            last_store_timestamp=self.commit_log.last_store_timestamp,
             queues=queues,
             index_files=self.index.names(),
         )
-        cqs = list(self.consume_queues())
+        cqs = list(self.queues.all())
         cq_files = [mf for cq in cqs for mf in cq.dirty_files()]
         cq_dirs = [cq.files for cq in cqs if cq.files.directory_dirty]
         return _Snapshot(cp, cq_files, cq_dirs, self.index.dirty_files())
@@ -479,6 +301,9 @@ class DefaultMessageStore:
             self._checkpoint_offset = snap.checkpoint.recovery_offset
             self._counters["checkpoints"] += 1
 
+    def _checkpoint_now(self) -> None:
+        self._write_checkpoint(self._snapshot())
+
     async def _checkpoint_async(self) -> None:
         await asyncio.to_thread(self._write_checkpoint, self._snapshot())
 
@@ -496,419 +321,68 @@ class DefaultMessageStore:
 
     def put_messages(self, msgs: list[MessageExt], answer: Callable[[PutMessageResult], Any] | None = None,
                      waiter: Waiter | None = None) -> Any:
-        """Append ``msgs`` as one all-or-nothing put; a future of its result (``append_result`` covers the first), or
-        of ``answer(result)`` when an ``answer`` is given: a caller that turns the result into something else (a
-        send's response) does it here, with no second future and no second callback per put (the send path).
-        With a ``waiter`` (an object with a future's methods: the transport's ``Reply``), that is resolved and
-        returned instead of a new future.
+        """Append ``msgs`` as one all-or-nothing put, in this loop iteration's group (``GroupCommit.put_messages``
+        says what it answers and when)."""
+        return self.group_commit.put_messages(msgs, answer, waiter)
 
-        Natural batching (group commit on the loop): the puts asked for in one loop iteration (every request of
-        one socket read, and those of other connections read at the same moment) are written together in the
-        next: one write per file, one flush wait, one replication wait. Each put is still judged alone: a
-        message that cannot be encoded refuses its own put at once and never its neighbours; when the shared
-        write fails, every put of it gets that failure and nothing of any of them is stored. Queue offsets are
-        given here, in call order, so order within a queue is the order of the calls.
-        The store assigns queue offset, commit-log offset, store timestamp and store host on each message.
-        """
-        loop = asyncio.get_running_loop()
-        fut: Waiter = loop.create_future() if waiter is None else waiter
-        refused: PutMessageResult | None
-        if not self._open:
-            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the store is shut down")
-        elif self.replica:
-            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                       remark="this broker is a slave: it stores only what its master sends")
-        elif not self._writable():
-            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark)
-        elif not msgs:
-            refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
-        else:
-            self._counters["put_calls"] += 1
-            refused = self._encode_put(msgs, fut, answer)
-            if refused is None and len(self._group) == 1:
-                loop.call_soon(self._commit_group)
-        if refused is not None:
-            _settle(fut, answer, refused)
-        return fut
+    @property
+    def replica(self) -> bool:
+        """A replica's store takes only what its master streams (``append_replicated``); set by whoever knows the
+        role."""
+        return self.group_commit.replica
 
-    @cython.locals(msg=MessageExt)
-    def _encode_put(self, msgs: list[MessageExt], fut: Waiter,
-                    answer: Callable[[PutMessageResult], Any] | None) -> PutMessageResult | None:
-        """Give ``msgs`` their queue offsets and encode them into the group to write; the refusal when one of them
-        cannot be stored (the group is then as it was)."""
-        now = self._group_ts
-        if not now:  # the group's first put: one stamp for all its records, any new anchor made before they exist
-            now = self.clock.stamp(self.commit_log.max_offset)
-        pending = self._group_offsets
-        next_offsets: dict[tuple[str, int], int] = {}
-        records = self._group_records
-        first = len(records)
-        wrote = 0
-        limit = min(self.config.max_message_size, self.commit_log.segment_size - BLANK_SIZE - TRAILER_SIZE)
-        store_host = self.config.store_host
-        refused: PutMessageResult | None = None
-        for msg in msgs:
-            if not valid_topic_directory(msg.topic) or msg.queue_id < 0:
-                log.warning("refused a message for topic %r queue %d", msg.topic[:127], msg.queue_id)
-                refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
-                                           remark=f"topic {msg.topic[:127]!r} queue {msg.queue_id} cannot be stored")
-                break
-            if builds_consume_queue(msg.sys_flag):
-                key = (msg.topic, msg.queue_id)
-                queue_offset = next_offsets.get(key)
-                if queue_offset is None:
-                    queue_offset = pending.get(key)
-                    if queue_offset is None:
-                        queue_offset = self._queue_offsets.get(key, 0)
-                next_offsets[key] = queue_offset + 1
-            else:
-                queue_offset = 0
-            msg.queue_offset = queue_offset
-            msg.store_timestamp = now
-            msg.store_host = store_host
-            msg.commit_log_offset = 0
-            try:
-                rec = encode_record(msg)
-            except InvalidMessageError as exc:
-                log.warning("refused a message for %s: %s", msg.topic[:127], exc)
-                status = (
-                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
-                    if "properties" in str(exc)
-                    else PutMessageStatus.MESSAGE_ILLEGAL
-                )
-                refused = PutMessageResult(status, remark=str(exc))
-                break
-            size = len(rec) - TRAILER_SIZE  # the message's own size, as encode_message writes it
-            if size > limit:
-                log.warning("refused a message of %d bytes for %s (limit %d)", size, msg.topic, limit)
-                refused = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=(
-                    f"the stored record (body, properties and header) is {size} bytes: it must fit "
-                    + (f"maxMessageSize {self.config.max_message_size}" if limit == self.config.max_message_size
-                       else f"a commit-log segment ({limit} bytes, mappedFileSizeCommitLog)")))
-                break
-            records.append(rec)
-            wrote += len(rec)
-        if refused is not None:
-            del records[first:]  # the group as it was
-            return refused
-        self._group_msgs += msgs
-        pending.update(next_offsets)
-        self._group_ts = now
-        self._group.append(_Put(first, len(msgs), wrote, fut, answer))
-        return None
+    @replica.setter
+    def replica(self, value: bool) -> None:
+        self.group_commit.replica = value
 
-    @cython.locals(put=_Put)
-    def _commit_group(self) -> None:
-        """Write the puts asked for since the last group with one append, dispatch them, and answer each once the
-        flush (and the replication) covers the group's last byte."""
-        group, self._group = self._group, []
-        msgs, self._group_msgs = self._group_msgs, []
-        records, self._group_records = self._group_records, []
-        next_offsets, self._group_offsets = self._group_offsets, {}
-        now, self._group_ts = self._group_ts, 0
-        try:
-            self._write_group(group, msgs, records, next_offsets, now)
-        except BaseException as exc:  # a bug or a dying loop: nobody may wait forever
-            for put in group:
-                if not put.future.done():
-                    put.future.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-            log.exception("a group of %d puts failed", len(group))
+    @property
+    def replicate(self) -> Callable[[int], asyncio.Future[PutMessageStatus]] | None:
+        """SYNC_MASTER's wait: a future of a put's status once enough slaves have the log up to an offset; set by
+        whoever composes the store with its HA service."""
+        return self.group_commit.replicate
 
-    @cython.locals(msg=MessageExt, put=_Put)
-    def _write_group(self, group: list[_Put], msgs: list[MessageExt], records: list[bytearray],
-                     next_offsets: dict[tuple[str, int], int], now: int) -> None:
-        # A put whose caller stopped waiting (a cancelled future) is written all the same: its queue offsets are
-        # given, and a put once asked for is stored or refused as a whole, never dropped in part.
-        if not self._open:
-            self._answer_all(group, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                                     remark="the store is shut down"))
-            return
-        start = self.commit_log.max_offset
-        try:
-            offsets = self.commit_log.append(records)
-        except (OSError, StoreError) as exc:
-            creating = isinstance(exc, OSError) and self.commit_log.queue.find(self.commit_log.max_offset) is None
-            self._answer_all(group, self._put_failed("the commit log", exc, creating))
-            return
-        for msg, rec, offset in zip(msgs, records, offsets, strict=True):
-            msg.commit_log_offset = offset
-            msg.store_size = len(rec) - TRAILER_SIZE
-        refused = self._build_derived(start, msgs, now, next_offsets)
-        if refused is not None:
-            self._answer_all(group, refused)
-            return
-        self._last_store_ts = now
-        self._queue_offsets.update(next_offsets)
-        if self._dispatchers:  # a DispatchRequest per record only for those who read one (a slave's broker)
-            for msg in msgs:
-                self._notify_dispatchers(self._dispatch_request(msg, now))
-        self._counters["appends"] += len(msgs)
-        self._counters["put_groups"] += 1
-        end = self.commit_log.max_offset
-        for fn in self._append_listeners:
-            fn(end)
-        self._notify(next_offsets, end)
-        store_host = self.config.store_host
-        for put in group:
-            i = put.first
-            # positional: no keyword dict per put (wrote_offset, wrote_bytes, msg_id, store_timestamp, logics_offset,
-            # msg_num)
-            put.appended = AppendMessageResult(offsets[i], put.wrote, create_offset_msg_id(store_host, offsets[i]), now,
-                                               msgs[i].queue_offset, put.count)
-        self._await_durable(end, group)
+    @replicate.setter
+    def replicate(self, value: Callable[[int], asyncio.Future[PutMessageStatus]] | None) -> None:
+        self.group_commit.replicate = value
 
-    def _await_durable(self, end: int, group: list[_Put]) -> None:
-        """Answer a written group (each put with its ``appended`` result) once it is durable as the flush mode asks:
-        the fsync and the replication run together, each a group commit shared with other groups; callbacks, no
-        task. The callbacks are partials, not closures: compiled closures share one scope that holds them, a
-        reference cycle that kept a whole group (its puts, messages and requests) alive for the cyclic collector
-        after it was answered."""
-        flushed: asyncio.Future[bool] | None = None
-        if self.config.flush_disk_type is _SYNC_FLUSH:
-            if self._flush_service is None:  # not started yet: no flush thread to share fsyncs with
-                try:
-                    self.commit_log.flush()
-                except OSError as exc:  # stored and dispatched all the same: the answer must say stored
-                    log.error("sync flush failed: %s", exc)
-                    _answer_durable(group, PutMessageStatus.FLUSH_DISK_TIMEOUT, str(exc))
-                    return
-            else:
-                flushed = self._flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
-        replicated = self.replicate(end) if self.replicate is not None else None
-        if flushed is not None:
-            flushed.add_done_callback(functools.partial(self._after_flush, group, replicated))
-        else:
-            _after_durable_flush(group, replicated)
-
-    def _after_flush(self, group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None,
-                     fut: asyncio.Future[bool]) -> None:
-        """A group's fsync is over (or timed out): answer it, or wait for its replication first."""
-        if not fut.result():
-            self._counters["flush_timeouts"] += 1
-            log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
-            _answer_durable(group, PutMessageStatus.FLUSH_DISK_TIMEOUT)
-        else:
-            _after_durable_flush(group, replicated)
-
-    @staticmethod
-    @cython.locals(put=_Put)
-    def _answer_all(group: list[_Put], result: PutMessageResult) -> None:
-        for put in group:
-            put.settle(result)
-
-    @staticmethod
-    def _dispatch_request(msg: MessageExt, now: int) -> DispatchRequest:
-        """The request of a message just written (its offset and size set)."""
-        props = msg.properties
-        return DispatchRequest(
-            topic=msg.topic,
-            queue_id=msg.queue_id,
-            commit_log_offset=msg.commit_log_offset,
-            msg_size=msg.store_size + TRAILER_SIZE,
-            tags_code=tags_code(props.get(MessageConst.TAGS)),
-            store_timestamp=now,
-            consume_queue_offset=msg.queue_offset,
-            keys=props.get(MessageConst.KEYS),
-            uniq_key=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-            sys_flag=msg.sys_flag,
-            prepared_transaction_offset=msg.prepared_transaction_offset,
-            properties=props,
-            born_timestamp=msg.born_timestamp,
-        )
-
-    @cython.locals(msg=MessageExt)
-    def _build_derived(self, start: int, msgs: list[MessageExt], now: int,
-                       next_offsets: dict[tuple[str, int], int]) -> PutMessageResult | None:
-        """Write the consume-queue entries and index keys of a group's messages (appended from ``start``, their
-        offsets and sizes set); None when done. Entries of one queue are consecutive within a group: written
-        together.
-
-        When a file cannot grow (a full disk), the put is taken back and the refusal returned: nothing may stay
-        of a put answered as failed. The log goes back to ``start`` (its bytes a hole again), the consume queues
-        to where they were; index entries already written point at no record, and lookups verify each one.
-        """
-        where = "the index"
-        try:
-            runs: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-            for msg in msgs:
-                props = msg.properties
-                if builds_consume_queue(msg.sys_flag):
-                    runs.setdefault((msg.topic, msg.queue_id), []).append((
-                        msg.commit_log_offset, msg.store_size + TRAILER_SIZE, tags_code(props.get(_TAGS))))
-                self._build_index(msg.topic, msg.sys_flag, props.get(_KEYS), props.get(_UNIQ_KEY),
-                                  msg.commit_log_offset, now)
-            for (topic, queue_id), entries in runs.items():
-                where = f"the consume queue {topic}/{queue_id}"
-                self.find_or_create_consume_queue(topic, queue_id).put_run(
-                    next_offsets[(topic, queue_id)] - len(entries), entries)
-        except Exception as exc:
-            with self._files_lock:  # the checkpoint thread may be fsyncing consume-queue files
-                for key in next_offsets:
-                    cq = self.find_consume_queue(*key)
-                    before = self._queue_offsets.get(key, 0)
-                    if cq is not None and cq.max_offset > before:
-                        cq.truncate_logical(before)
-            self.commit_log.truncate(start)
-            return self._put_failed(where, exc)
-        return None
-
-    def _put_failed(self, where: str, exc: Exception, creating: bool = False) -> PutMessageResult:
-        """The answer to a put that stored nothing. Out of space: SERVICE_NOT_AVAILABLE saying the disk is full
-        (RocketMQ's answer to a full disk), and puts are refused until there is room again."""
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            self._disk.mark_full(f"{exc.strerror} while writing {where}")
-            self._disk_checked_at = time.monotonic()
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._disk.remark)
-        log.error("put failed writing %s, nothing stored: %s", where, exc, exc_info=not isinstance(exc, OSError))
-        status = PutMessageStatus.CREATE_MAPPED_FILE_FAILED if creating else PutMessageStatus.UNKNOWN_ERROR
-        return PutMessageResult(status, remark=f"{exc} while writing {where}; nothing was stored")
-
-    def _writable(self) -> bool:
-        """Whether the disk has room, measured at most every ``DISK_CHECK_INTERVAL_S``; when it is fuller than
-        ``disk_max_used_space_ratio``, retention runs at once instead of on its next tick."""
-        now = time.monotonic()
-        if now - self._disk_checked_at >= DISK_CHECK_INTERVAL_S:
-            self._disk_checked_at = now
-            used = self._disk.check()
-            over = used > self.config.disk_max_used_space_ratio
-            if over and not self._over_max_used:
-                log.warning("the store's disk is %.1f %% used, over diskMaxUsedSpaceRatio %g %%: retention runs at "
-                            "once from now on", used, self.config.disk_max_used_space_ratio)
-            self._over_max_used = over
-            if over and now - self._early_clean_at >= EARLY_CLEAN_INTERVAL_S:
-                self._early_clean_at = now
-                try:
-                    self.clean_expired_files()
-                except OSError:
-                    log.exception("retention failed")
-        return not self._disk.full
-
-    # --- replication (a slave's side; see txmq.store.ha) ---------------------------------------------
+    # --- replication (a slave's side, replica.py; the network's is txmq.store.ha) -------------------------
 
     def append_replicated(self, offset: int, data: bytes | bytearray | memoryview) -> int:
-        """Append the whole records at the start of a master's bytes from ``offset`` as they are, dispatch them
-        (consume queues, index, dispatchers, arrival listeners) and return how many bytes were taken. Raises
-        ``CorruptRecordError`` (nothing written) for bytes that are not valid records at those offsets."""
+        """A master's records from ``offset`` appended and dispatched (``ReplicaLog.append``)."""
         self._check_open()
-        records = self.commit_log.append_raw(offset, data)
-        arrived: dict[tuple[str, int], int] = {}  # next queue offset per queue
-        runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}  # consecutive entries per queue
-        for phy, rec in records:
-            req = request_from_record(rec, phy)
-            self.clock.replicated(phy, req.store_timestamp, self._last_store_ts)
-            self._last_store_ts = req.store_timestamp
-            self._build_index(req.topic, req.sys_flag, req.keys, req.uniq_key, phy, req.store_timestamp)
-            self._notify_dispatchers(req)
-            if builds_consume_queue(req.sys_flag):
-                key = (req.topic, req.queue_id)
-                first, entries = runs.get(key, (req.consume_queue_offset, []))
-                if first + len(entries) != req.consume_queue_offset:
-                    self.find_or_create_consume_queue(*key).put_run(first, entries)
-                    first, entries = req.consume_queue_offset, []
-                entries.append((phy, req.msg_size, req.tags_code))
-                runs[key] = (first, entries)
-                arrived[key] = req.consume_queue_offset + 1
-        for key, (first, entries) in runs.items():  # one write per queue and file, as put_messages does
-            self.find_or_create_consume_queue(*key).put_run(first, entries)
-        self._queue_offsets.update(arrived)
-        self._counters["appends"] += len(records)
-        self._notify(arrived, self.commit_log.max_offset)
-        return self.commit_log.max_offset - offset
+        return self.replica_log.append(offset, data)
 
     def truncate_replicated(self, offset: int) -> None:
-        """Drop the log from ``offset`` on, with the consume-queue entries and index files that point there,
-        and checkpoint at once: a slave whose master no longer has those bytes must not keep them."""
+        """The log cut back to ``offset``, where its master's ends (``ReplicaLog.truncate``)."""
         self._check_open()
-        log.warning("truncating the commit log at %d (the master's log ends there): %d bytes dropped",
-                    offset, self.commit_log.max_offset - offset)
-        self.commit_log.truncate(offset)
-        self.clock.truncate(offset)
-        self._last_store_ts = 0  # unknown: the next record is not compared with the one before it
-        for cq in self.consume_queues():
-            cq.truncate_dirty(offset)
-            self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
-        self.index.truncate_from(offset)
-        self._write_checkpoint(self._snapshot())
-        if self._confirm_offset is not None and self._confirm_offset > offset:
-            self._confirm_offset = offset  # RocketMQ's truncateDirtyFiles: the bound never passes the log's end
-        # Arrivals held past the new end are told once the bound reaches it (a wake for a dropped record is only a
-        # pull answered with nothing new).
-        self._held_arrivals = deque((min(end, offset), arrived) for end, arrived in self._held_arrivals)
-        for fn in self._truncate_listeners:
-            fn(offset)
+        self.replica_log.truncate(offset)
 
     def start_replica_at(self, offset: int) -> None:
-        """An empty slave copies a master whose log no longer starts at 0: its log starts where the master's
-        does (a segment boundary), so offsets mean the same on both."""
-        if self.commit_log.queue.files or offset % self.commit_log.segment_size:
-            raise StoreError(f"cannot start a replica at {offset}: the log is not empty or not at a segment start")
-        self.commit_log.max_offset = self.commit_log.flushed_offset = offset
+        """An empty slave's log starts where its master's does (``ReplicaLog.start_at``)."""
+        self.replica_log.start_at(offset)
 
     def add_truncate_listener(self, fn: Callable[[int], None]) -> None:
         """``fn(offset)`` after ``truncate_replicated`` dropped the log from ``offset`` on: state derived from the
         dropped records must be rebuilt (a slave's transaction table)."""
-        self._truncate_listeners.append(fn)
+        self.replica_log.truncate_listeners.append(fn)
 
     def add_append_listener(self, fn: Callable[[int], None]) -> None:
         """``fn(new end of the log)`` after each put, on the loop thread (a master's HA connections)."""
-        self._append_listeners.append(fn)
+        self.group_commit.append_listeners.append(fn)
 
     def remove_append_listener(self, fn: Callable[[int], None]) -> None:
         """Stop calling ``fn`` (an HA service shut down when its master stepped down)."""
         with contextlib.suppress(ValueError):
-            self._append_listeners.remove(fn)
-
-    def _notify(self, arrived: dict[tuple[str, int], int], end: int) -> None:
-        """Tell the arrival listeners of records ending at ``end`` now, or once the confirm offset reaches it."""
-        if self._confirm_offset is not None and end > self._confirm_offset:
-            if len(self._held_arrivals) >= MAX_HELD_ARRIVALS:
-                arrived = {**self._held_arrivals.pop()[1], **arrived}
-            self._held_arrivals.append((end, arrived))
-            return
-        self._tell_arrivals(arrived)
-
-    def _tell_arrivals(self, arrived: dict[tuple[str, int], int]) -> None:
-        for (topic, qid), next_offset in arrived.items():
-            for listener in self._arrival_listeners:
-                try:
-                    listener(topic, qid, next_offset)
-                except Exception:
-                    log.exception("arrival listener %r failed", listener)
-
-    # --- the confirm offset (controller mode; see txmq.store.ha) ----------------------------------------
+            self.group_commit.append_listeners.remove(fn)
 
     @property
     def confirm_offset(self) -> int | None:
         """RocketMQ's confirmOffset: consumers read records up to it (None: up to the log's end)."""
-        return self._confirm_offset
+        return self.confirm.offset
 
     def set_confirm_offset(self, offset: int | None) -> None:
-        """Bound consumers' reads at ``offset`` (capped at the log's end; None: no bound) and wake the long polls
-        of the records it now covers. A bound lowered below the log's end (a start at 0 over a recovered log, a
-        new master's lower one) uncovers records told of before, or never: every queue's arrival is held again
-        until the bound covers the log's present end."""
-        end = self.commit_log.max_offset
-        previous = self._confirm_offset
-        if offset is not None:
-            offset = min(offset, end)
-        self._confirm_offset = offset
-        if offset is not None and offset < end and (previous is None or offset < previous):
-            self._notify(dict(self._queue_offsets), end)
-        held = self._held_arrivals
-        while held and (offset is None or held[0][0] <= offset):
-            self._tell_arrivals(held.popleft()[1])
-
-    def _confirmed_max(self, cq: ConsumeQueue) -> int:
-        """The queue's max offset for consumers: its entries whose records end at or before the confirm offset."""
-        hi, bound = cq.max_offset, self._confirm_offset
-        if bound is None or hi == cq.min_offset:
-            return hi
-        last = cq.entry(hi - 1)
-        if last is None or last[0] + last[1] <= bound:
-            return hi
-        return cq.first_offset_where(cq.min_offset, hi - 1, lambda phy, size: phy + size > bound)
+        """Bound consumers' reads at ``offset`` (``ConfirmOffset.set``)."""
+        self.confirm.set(offset, self.commit_log.max_offset, self.queues.offsets)
 
     # --- get ---------------------------------------------------------------------------------------
 
@@ -933,11 +407,11 @@ class DefaultMessageStore:
         an offset among the entries past it is answered OFFSET_OVERFLOW_ONE (not there yet), never moved.
         """
         self._check_open()
-        cq = self.find_consume_queue(topic, queue_id)
+        cq = self.queues.find(topic, queue_id)
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
         lo, hi = cq.min_offset, cq.max_offset
-        top = self._confirmed_max(cq) if confirmed else hi
+        top = self.confirm.confirmed_max(cq) if confirmed else hi
         result = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, min_offset=lo, max_offset=top)
         if hi == 0:
             result.next_begin_offset = 0
@@ -1076,17 +550,17 @@ class DefaultMessageStore:
     def get_max_offset_in_queue(self, topic: str, queue_id: int, *, confirmed: bool = False) -> int:
         """The queue's next offset; ``confirmed`` (what consumers are told): counting only records up to the
         confirm offset."""
-        cq = self.find_consume_queue(topic, queue_id)
+        cq = self.queues.find(topic, queue_id)
         if cq is None:
             return 0
-        return self._confirmed_max(cq) if confirmed else cq.max_offset
+        return self.confirm.confirmed_max(cq) if confirmed else cq.max_offset
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id)
+        cq = self.queues.find(topic, queue_id)
         return cq.min_offset if cq else 0
 
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id)
+        cq = self.queues.find(topic, queue_id)
         entry = cq.entry(cq_offset) if cq and cq.min_offset <= cq_offset < cq.max_offset else None
         return entry[0] if entry else 0
 
@@ -1094,11 +568,11 @@ class DefaultMessageStore:
                                     confirmed: bool = False) -> int:
         """First queue offset whose message was stored at or after ``timestamp_ms``; max offset if none.
         ``confirmed`` (a consumer's start): no further than the records up to the confirm offset."""
-        cq = self.find_consume_queue(topic, queue_id)
+        cq = self.queues.find(topic, queue_id)
         if cq is None:
             return 0
         if confirmed:
-            return min(self.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms), self._confirmed_max(cq))
+            return min(self.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms), self.confirm.confirmed_max(cq))
 
         def store_time(phy: int) -> int:
             try:
@@ -1109,17 +583,17 @@ class DefaultMessageStore:
         return cq.offset_by_time(timestamp_ms, store_time)
 
     def topics(self) -> set[str]:
-        return set(self._queues)
+        return self.queues.topics()
 
     def queue_ids(self, topic: str) -> list[int]:
-        return sorted(self._queues.get(topic, {}))
+        return self.queues.queue_ids(topic)
 
     def delete_topic(self, topic: str) -> None:
         """Drop the topic's consume queues; its records age out of the commit log by retention. Raises
         ``StoreError`` for a name that is not a topic directory's."""
         directory = topic_directory(self.config.store_path_root_dir, topic)
-        for qid in list(self._queues.get(topic, {})):
-            self.drop_consume_queue(topic, qid)
+        for qid in self.queues.queue_ids(topic):
+            self.queues.drop(topic, qid)
         with contextlib.suppress(OSError):
             os.rmdir(directory)
         # The checkpoint lists queues so recovery can rebuild lost ones: it must forget these now.
@@ -1181,7 +655,7 @@ class DefaultMessageStore:
         self.clock.trim(min_phy)
         log.info("retention deleted %d commit-log segments; the log now starts at %d", len(doomed), min_phy)
         with self._files_lock:
-            for cq in self.consume_queues():
+            for cq in self.queues.all():
                 cq.delete_expired_files(min_phy)
             self.index.delete_expired_files(min_phy)
         return len(doomed)
@@ -1202,7 +676,7 @@ class DefaultMessageStore:
 
     @property
     def last_store_timestamp(self) -> int:
-        return self._last_store_ts
+        return self.commit_log.last_store_timestamp
 
     @property
     def checkpoint_offset(self) -> int:
@@ -1220,9 +694,9 @@ class DefaultMessageStore:
             flushed_offset=self.commit_log.flushed_offset,
             checkpoint_offset=self._checkpoint_offset,
             segments=len(self.commit_log.queue.files),
-            consume_queues=sum(len(qs) for qs in self._queues.values()),
+            consume_queues=len(self.queues),
             index_files=len(self.index.files),
-            disk_used_percent=round(self._disk.used, 1),  # as last measured by a put
-            disk_full=int(self._disk.full),  # puts are refused (docs/storage.md, "A full disk")
+            disk_used_percent=round(self.group_commit.disk.used, 1),  # as last measured by a put
+            disk_full=int(self.group_commit.disk.full),  # puts are refused (docs/storage.md, "A full disk")
         )
         return info

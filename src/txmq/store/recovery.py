@@ -79,7 +79,7 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     if cp_problem is not None and cl.queue.files:
         report.event(f"{cp_problem}: scanning the whole log")
     rebuild_queues: set[tuple[str, int]] = set()
-    for cq, problems in store.load_consume_queues():
+    for cq, problems in store.queues.load():
         for problem in problems:
             report.event(problem)
             rebuild_queues.add((cq.topic, cq.queue_id))
@@ -101,7 +101,7 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     cl.max_offset = cl.flushed_offset = start
 
     # 2. Derived entries past the recovery point go; they are rebuilt from the log below.
-    for cq in store.consume_queues():
+    for cq in store.queues.all():
         report.consume_queue_entries_truncated += cq.truncate_dirty(start)
         bad = cq.last_entry_problem(start, store.config.max_message_size + 1024)
         if bad is not None:
@@ -110,7 +110,7 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     if cp is not None:
         for topic, qids in cp.queues.items():
             for qid, max_offset in qids.items():
-                found = store.find_consume_queue(topic, qid)
+                found = store.queues.find(topic, qid)
                 if found is None or found.max_offset < max_offset:
                     have = found.max_offset if found else 0
                     report.event(f"consume queue {topic}/{qid} has {have} entries, the checkpoint says {max_offset}")
@@ -186,7 +186,7 @@ def _rebuild(
     log_lo: int,
 ) -> None:
     for topic, qid in sorted(queues):
-        store.drop_consume_queue(topic, qid)
+        store.queues.drop(topic, qid)
         report.consume_queues_rebuilt.append(f"{topic}/{qid}")
         report.event(f"rebuilding consume queue {topic}/{qid} from the commit log")
     index_puts: list[tuple[int, int, Callable[[str, list[str], int, int], None]]] = []
@@ -200,7 +200,7 @@ def _rebuild(
         req: DispatchRequest = request_from_record(rec, offset)
         report.rebuild_records_scanned += 1
         if (req.topic, req.queue_id) in queues and builds_consume_queue(req.sys_flag):
-            store.find_or_create_consume_queue(req.topic, req.queue_id).put(
+            store.queues.find_or_create(req.topic, req.queue_id).put(
                 req.consume_queue_offset, offset, req.msg_size, req.tags_code
             )
         if not builds_index(req.sys_flag):

@@ -3,19 +3,13 @@ mode, its push consumer (concurrent and orderly), and messages crossing between 
 
 from __future__ import annotations
 
-import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import kill_all, run_consume, run_produce, start_consume
-
+from tests.e2e.cpp.harness import kill_all, run_consume, run_produce, start_consume
+from tests.e2e.helpers import Recorder, push_consumer, wait_until
 from txmq import Admin, Message, Producer
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import Recorder, push_consumer, wait_until
 
 FAST_RETRY = {"messageDelayLevel": " ".join(["1s"] * 18)}
 PROPS = {"color": "red", "size": "XL"}

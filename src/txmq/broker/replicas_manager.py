@@ -44,7 +44,7 @@ from txmq.store.results import PutMessageStatus
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
-log = logging.getLogger("txmq.controller")
+log = logging.getLogger("txmq.broker")
 
 SLAVE_BEHIND_S = 3.0  # a SyncStateSet slave that is behind and has not reported for this long is removed
 
@@ -173,7 +173,7 @@ class ReplicasManager:
                             "no more acknowledgements at epoch %d", self.broker.config.broker_lease_mills,
                             self.epoch)
                 async with self._changing:
-                    await self.broker.change_to_slave()
+                    await self.broker.role.change_to_slave()
                     self.master_id, self.master_addr, self.master_link = -1, "", ""
             left = until - time.monotonic()
             if left <= 0:
@@ -234,7 +234,7 @@ class ReplicasManager:
                     table = await self._fetch_epochs(self.master_link)
                     self.epochs.replace([(int(e), int(o)) for e, o in table["epochs"]])
             elif self.is_master:
-                await self.broker.change_to_slave()
+                await self.broker.role.change_to_slave()
             self.master_id = master_id
 
     def _copying(self) -> bool:
@@ -253,7 +253,7 @@ class ReplicasManager:
         self._joining.clear()
         self._last_end = None
         self.lease_from = time.monotonic()
-        await self.broker.change_to_master(self.master_role)
+        await self.broker.role.change_to_master(self.master_role)
         log.warning("this replica (id %d) is master of %s at epoch %d, log ends at %d", self.replica_id,
                     self.broker.config.broker_name, epoch, store.max_phy_offset)
 
@@ -262,7 +262,7 @@ class ReplicasManager:
         before a byte of the new master's stream is written."""
         broker = self.broker
         if self.is_master:
-            await broker.change_to_slave()
+            await broker.role.change_to_slave()
         ha_client = broker.ha_client
         assert ha_client is not None
         await ha_client.shutdown()  # from the master it followed: it is replaced, or its session ended
@@ -287,7 +287,7 @@ class ReplicasManager:
             log.info("following master %d at %s (HA %s), epoch %d, from offset %d", master_id, master_addr,
                      master_ha_addr, epoch, store.max_phy_offset)
         self.epoch, self.master_id, self.master_addr, self.master_link = epoch, master_id, master_addr, link
-        broker.follow_master(link, master_ha_addr)
+        broker.role.follow_master(link, master_ha_addr)
 
     async def master_acts(self, link: str) -> bool:
         """Whether ``link`` is the master this replica follows and still acts there at the followed epoch: a

@@ -1,0 +1,92 @@
+"""The broker's registration with its name servers (RocketMQ's ``registerBrokerAll`` and
+``unregisterBrokerAll``): its address, role, HA address and topics, every ``registerNameServerPeriod`` and at once
+when a topic changes. A slave learns its master from the answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from txmq.acl.config import AclConfigError
+from txmq.broker.config import BrokerConfig
+from txmq.errors import ClientError
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import RemotingClient
+
+log = logging.getLogger("txmq.broker")
+
+
+class NamesrvRegistration:
+    def __init__(self, config: BrokerConfig, client: RemotingClient, topics: Callable[[], dict[str, Any]],
+                 ha_addr: Callable[[], str], on_answer: Callable[[dict[str, str]], None]) -> None:
+        """``topics``: the topic config wrapper to register; ``ha_addr``: where slaves reach this broker (it moves
+        with the role); ``on_answer``: each name server's accepting answer (a slave's master is in it)."""
+        self.config = config
+        self.client = client
+        self._topics = topics
+        self._ha_addr = ha_addr
+        self._on_answer = on_answer
+        self._now = asyncio.Event()
+        self._registered: dict[str, bool] = {}
+
+    def schedule(self) -> None:
+        """Tell the name servers about a topic change now rather than at the next period."""
+        self._now.set()
+
+    async def run(self) -> None:
+        """Register every ``registerNameServerPeriod``, or at once when ``schedule``d."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._now.wait(), self.config.register_name_server_period / 1000)
+            self._now.clear()
+            await self.register_all()
+
+    def _namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.config.namesrv_addr.split(";") if a.strip()]
+
+    def _identity(self) -> dict[str, str]:
+        c = self.config
+        return {"brokerAddr": c.broker_addr, "brokerName": c.broker_name, "clusterName": c.broker_cluster_name,
+                "brokerId": str(c.broker_id)}
+
+    async def register_all(self, at_start: bool = False) -> None:
+        """Register with every name server. ``at_start``: a name server refusing the broker's credentials
+        (NO_PERMISSION) stops the start with ``AclConfigError``, rather than a broker serving unrouted; one that
+        cannot be reached is tried again by ``run``."""
+        body = orjson.dumps({"topicConfigSerializeWrapper": self._topics(), "filterServerList": []})
+        ext = {**self._identity(), "haServerAddr": self._ha_addr(), "compressed": "false"}
+        for addr in self._namesrv_addrs():
+            try:
+                resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER, ext,
+                                                                              body=body), 3.0)
+                ok = resp.code == ResponseCode.SUCCESS
+                if at_start and resp.code == ResponseCode.NO_PERMISSION:
+                    raise AclConfigError(
+                        f"namesrv {addr} refused the registration ({resp.remark}): set accessKey/secretKey in "
+                        f"broker.conf to an account that name server accepts for REGISTER_BROKER (admin: true in "
+                        f"its plain_acl.yml, or a Super user)" if self.config.access_key else
+                        f"namesrv {addr} refused the registration ({resp.remark}): it has ACL on, and this broker "
+                        f"signs with no account: set accessKey/secretKey in broker.conf")
+                if not ok and self._registered.get(addr, True):  # e.g. NO_PERMISSION: accessKey/secretKey
+                    log.warning("namesrv %s refused the registration: code %d %s", addr, resp.code, resp.remark)
+                if ok:
+                    self._on_answer(resp.ext_fields)
+            except (ClientError, OSError) as exc:
+                ok = False
+                if self._registered.get(addr, True):
+                    log.warning("register to namesrv %s failed: %s", addr, exc)
+            if ok and not self._registered.get(addr):
+                log.info("registered to namesrv %s", addr)
+            self._registered[addr] = ok
+
+    async def unregister_all(self) -> None:
+        for addr in self._namesrv_addrs():
+            with contextlib.suppress(ClientError, OSError):
+                await self.client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER,
+                                                                       self._identity()), 3.0)

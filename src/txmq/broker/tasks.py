@@ -1,0 +1,43 @@
+"""A part's background tasks: started by name, stopped together (each cancelled, then awaited)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+log = logging.getLogger("txmq.broker")
+
+
+async def every(period_s: float, fn: Callable[[], Awaitable[None] | None]) -> None:
+    """Run ``fn`` every ``period_s`` seconds, the first time after one period; a failure is logged and the next
+    run comes all the same."""
+    while True:
+        await asyncio.sleep(period_s)
+        try:
+            pending = fn()
+            if pending is not None:
+                await pending
+        except Exception:
+            log.exception("periodic %s failed", getattr(fn, "__name__", fn))
+
+
+class BackgroundTasks:
+    def __init__(self) -> None:
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    def every(self, period_s: float, fn: Callable[[], Awaitable[None] | None], name: str) -> None:
+        self.spawn(every(period_s, fn), name)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()

@@ -1,0 +1,69 @@
+"""The ``txmq`` command: servers, admin, send and consume, transactions, stats. Each command is declared beside
+its handler with its flags (``txmq.cli.registry``): the servers in ``servers.py``, the clients in ``clients.py``,
+mqadmin's commands in ``txmq.admin.commands``."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib
+import os
+import sys
+
+from txmq.errors import TxmqError
+
+# The modules that declare commands, in the order ``txmq --help`` lists them.
+COMMAND_MODULES = ("txmq.cli.servers", "txmq.cli.clients", "txmq.admin.commands", "txmq.admin.auth_commands")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from txmq.cli.registry import NAMESRV_HELP, TXMQ
+    from txmq.version import VERSION
+
+    p = argparse.ArgumentParser(prog="txmq", description="txmq: a transactional message broker (RocketMQ's design)")
+    p.add_argument("-n", "--namesrv", help=NAMESRV_HELP)
+    p.add_argument("--version", action="version", version=f"txmq {VERSION}", help="print txmq's version and exit")
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="log level on stderr (default INFO for servers, WARNING for the other commands)")
+    for module in COMMAND_MODULES:
+        importlib.import_module(module)
+    TXMQ.add_to(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    from txmq.cli.registry import TXMQ
+
+    args = build_parser().parse_args(argv)
+    server = args.command in TXMQ.servers
+    # Every client this command makes reads its account and TLS settings from the environment (txmq.client.base).
+    for flag, var in (("access_key", "TXMQ_ACCESS_KEY"), ("secret_key", "TXMQ_SECRET_KEY"),
+                      ("tls_trust_cert", "TXMQ_TLS_TRUST_CERT_PATH")):
+        if getattr(args, flag, None):
+            os.environ[var] = getattr(args, flag)
+    if getattr(args, "tls", False):
+        os.environ["TXMQ_TLS"] = "true"
+    level = args.log_level or ("INFO" if server else "WARNING")
+    logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.fn(args) or 0)
+    except TxmqError as exc:
+        print(f"txmq {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:  # servers: a busy port, a missing or bad config file
+        if not server:
+            raise
+        print(f"txmq {args.command}: {server_error(exc)}", file=sys.stderr)
+        return 1
+
+
+def server_error(exc: Exception) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"no such file: {exc.filename}"
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return f"{exc.strerror or exc}: another process listens on that port (choose another with --port)"
+    return str(exc)
+

@@ -1,0 +1,69 @@
+"""The store's consume queues by topic and queue id, with each queue's next offset (RocketMQ's ConsumeQueueStore
+and its topicQueueTable)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+
+from txmq.store.consume_queue import ConsumeQueue
+
+
+class ConsumeQueueStore:
+    """Finds, creates, loads and drops the queues under ``<root>/consumequeue``. ``offsets`` is each queue's next
+    offset as the log has it (RocketMQ topicQueueTable): the group commit counts from it, recovery rebuilds it."""
+
+    def __init__(self, root: str, file_size: int, files_lock: threading.Lock) -> None:
+        self.root = root
+        self.file_size = file_size
+        self._files_lock = files_lock  # held while derived files are fsynced or deleted
+        self._queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self.offsets: dict[tuple[str, int], int] = {}
+
+    def load(self) -> Iterator[tuple[ConsumeQueue, list[str]]]:
+        """Open every queue found on disk, with the problems its files had (recovery)."""
+        base = os.path.join(self.root, "consumequeue")
+        if not os.path.isdir(base):
+            return
+        for topic in sorted(os.listdir(base)):
+            if not os.path.isdir(os.path.join(base, topic)):
+                continue
+            for qid_name in sorted(os.listdir(os.path.join(base, topic))):
+                if qid_name.isdigit():
+                    cq = self.find_or_create(topic, int(qid_name))
+                    yield cq, cq.load()
+
+    def all(self) -> Iterator[ConsumeQueue]:
+        """Every queue, over a copy: callers may drop queues as they go."""
+        for qs in list(self._queues.values()):
+            yield from list(qs.values())
+
+    def __len__(self) -> int:
+        return sum(len(qs) for qs in self._queues.values())
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get(topic, {}).get(queue_id)
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.find(topic, queue_id)
+        if cq is None:
+            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+            self._queues.setdefault(topic, {})[queue_id] = cq
+        return cq
+
+    def drop(self, topic: str, queue_id: int) -> None:
+        """Forget the queue and delete its files."""
+        cq = self._queues.get(topic, {}).pop(queue_id, None)
+        if cq is not None:
+            with self._files_lock:
+                cq.destroy()
+        if topic in self._queues and not self._queues[topic]:
+            del self._queues[topic]
+        self.offsets.pop((topic, queue_id), None)
+
+    def topics(self) -> set[str]:
+        return set(self._queues)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(self._queues.get(topic, {}))

@@ -1,0 +1,170 @@
+"""The store's side of replication: a slave's log, which takes only what its master streams (``ReplicaLog``), and
+RocketMQ's confirm offset, which bounds what consumers see to what every SyncStateSet member has
+(``ConfirmOffset``). The network side is ``txmq.store.ha``."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from txmq.errors import StoreError
+from txmq.store.dispatcher import (
+    DispatchRequest,
+    build_index,
+    builds_consume_queue,
+    request_from_record,
+    run_dispatchers,
+)
+
+if TYPE_CHECKING:
+    from txmq.store.clock import StoreClock
+    from txmq.store.commit_log import CommitLog
+    from txmq.store.config import StoreConfig
+    from txmq.store.consume_queue import ConsumeQueue
+    from txmq.store.consume_queue_store import ConsumeQueueStore
+    from txmq.store.index import IndexService
+
+log = logging.getLogger("txmq.store")
+
+MAX_HELD_ARRIVALS = 4096  # arrivals held for the confirm offset; more are merged into the newest (woken later)
+
+
+class ConfirmOffset:
+    """RocketMQ's confirmOffset (controller mode, set by txmq.store.ha) and the arrival listeners it gates: reads
+    asked with ``confirmed=True`` get only records that end at or before it, and the listeners (long polling) hear
+    of a record once it does. None: no bound (outside controller mode). Every put's group tells it its arrivals."""
+
+    def __init__(self) -> None:
+        self.offset: int | None = None
+        self._held: deque[tuple[int, dict[tuple[str, int], int]]] = deque()  # (end, arrived) past the offset
+        self.listeners: list[Callable[[str, int, int], None]] = []
+
+    def set(self, offset: int | None, end: int, queue_offsets: dict[tuple[str, int], int]) -> None:
+        """Bound consumers' reads at ``offset`` (capped at the log's ``end``; None: no bound) and wake the long
+        polls of the records it now covers. A bound lowered below the log's end (a start at 0 over a recovered
+        log, a new master's lower one) uncovers records told of before, or never: every queue's arrival (its next
+        offset in ``queue_offsets``) is held again until the bound covers the log's present end."""
+        previous = self.offset
+        if offset is not None:
+            offset = min(offset, end)
+        self.offset = offset
+        if offset is not None and offset < end and (previous is None or offset < previous):
+            self.notify(dict(queue_offsets), end)
+        held = self._held
+        while held and (offset is None or held[0][0] <= offset):
+            self._tell(held.popleft()[1])
+
+    def truncate(self, end: int) -> None:
+        """The log was cut back to ``end``: the bound never passes the log's end (RocketMQ's truncateDirtyFiles),
+        and arrivals held past it are told once the bound reaches it (a wake for a dropped record is only a pull
+        answered with nothing new)."""
+        if self.offset is not None and self.offset > end:
+            self.offset = end
+        self._held = deque((min(held_end, end), arrived) for held_end, arrived in self._held)
+
+    def notify(self, arrived: dict[tuple[str, int], int], end: int) -> None:
+        """Tell the listeners of records ending at ``end`` (each queue's next offset in ``arrived``) now, or once
+        the confirm offset reaches it."""
+        if self.offset is not None and end > self.offset:
+            if len(self._held) >= MAX_HELD_ARRIVALS:
+                arrived = {**self._held.pop()[1], **arrived}
+            self._held.append((end, arrived))
+            return
+        self._tell(arrived)
+
+    def _tell(self, arrived: dict[tuple[str, int], int]) -> None:
+        for (topic, qid), next_offset in arrived.items():
+            for listener in self.listeners:
+                try:
+                    listener(topic, qid, next_offset)
+                except Exception:
+                    log.exception("arrival listener %r failed", listener)
+
+    def confirmed_max(self, cq: ConsumeQueue) -> int:
+        """The queue's max offset for consumers: its entries whose records end at or before the confirm offset."""
+        hi, bound = cq.max_offset, self.offset
+        if bound is None or hi == cq.min_offset:
+            return hi
+        last = cq.entry(hi - 1)
+        if last is None or last[0] + last[1] <= bound:
+            return hi
+        return cq.first_offset_where(cq.min_offset, hi - 1, lambda phy, size: phy + size > bound)
+
+
+class ReplicaLog:
+    """A slave's log (RocketMQ's appendToCommitLog and truncateDirtyFiles): its master's records appended as they
+    are, at the master's offsets, and dispatched as a put's are; cut back where its master's log ends."""
+
+    def __init__(self, config: StoreConfig, commit_log: CommitLog, queues: ConsumeQueueStore, index: IndexService,
+                 clock: StoreClock, confirm: ConfirmOffset, counters: dict[str, int],
+                 dispatchers: list[Callable[[DispatchRequest], None]], write_checkpoint: Callable[[], None]) -> None:
+        self.config = config
+        self.commit_log = commit_log
+        self.queues = queues
+        self.index = index
+        self.clock = clock
+        self.confirm = confirm
+        self._counters = counters
+        self._dispatchers = dispatchers
+        self._write_checkpoint = write_checkpoint
+        self.truncate_listeners: list[Callable[[int], None]] = []
+
+    def append(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append the whole records at the start of a master's bytes from ``offset`` as they are, dispatch them
+        (consume queues, index, dispatchers, arrival listeners) and return how many bytes were taken. Raises
+        ``CorruptRecordError`` (nothing written) for bytes that are not valid records at those offsets."""
+        commit_log, clock, queues = self.commit_log, self.clock, self.queues
+        records = commit_log.append_raw(offset, data)
+        arrived: dict[tuple[str, int], int] = {}  # next queue offset per queue
+        runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}  # consecutive entries per queue
+        index_enabled = self.config.message_index_enable
+        for phy, rec in records:
+            req = request_from_record(rec, phy)
+            clock.replicated(phy, req.store_timestamp, commit_log.last_store_timestamp)
+            commit_log.last_store_timestamp = req.store_timestamp
+            build_index(self.index, index_enabled, req.topic, req.sys_flag, req.keys, req.uniq_key, phy,
+                        req.store_timestamp)
+            run_dispatchers(self._dispatchers, req, self._counters)
+            if builds_consume_queue(req.sys_flag):
+                key = (req.topic, req.queue_id)
+                first, entries = runs.get(key, (req.consume_queue_offset, []))
+                if first + len(entries) != req.consume_queue_offset:
+                    queues.find_or_create(*key).put_run(first, entries)
+                    first, entries = req.consume_queue_offset, []
+                entries.append((phy, req.msg_size, req.tags_code))
+                runs[key] = (first, entries)
+                arrived[key] = req.consume_queue_offset + 1
+        for key, (first, entries) in runs.items():  # one write per queue and file, as a put does
+            queues.find_or_create(*key).put_run(first, entries)
+        queues.offsets.update(arrived)
+        self._counters["appends"] += len(records)
+        self.confirm.notify(arrived, commit_log.max_offset)
+        return commit_log.max_offset - offset
+
+    def truncate(self, offset: int) -> None:
+        """Drop the log from ``offset`` on, with the consume-queue entries and index files that point there,
+        and checkpoint at once: a slave whose master no longer has those bytes must not keep them."""
+        commit_log = self.commit_log
+        log.warning("truncating the commit log at %d (the master's log ends there): %d bytes dropped",
+                    offset, commit_log.max_offset - offset)
+        commit_log.truncate(offset)
+        self.clock.truncate(offset)
+        commit_log.last_store_timestamp = 0  # unknown: the next record is not compared with the one before it
+        for cq in self.queues.all():
+            cq.truncate_dirty(offset)
+            self.queues.offsets[(cq.topic, cq.queue_id)] = cq.max_offset
+        self.index.truncate_from(offset)
+        self._write_checkpoint()
+        self.confirm.truncate(offset)
+        for fn in self.truncate_listeners:
+            fn(offset)
+
+    def start_at(self, offset: int) -> None:
+        """An empty slave copies a master whose log no longer starts at 0: its log starts where the master's
+        does (a segment boundary), so offsets mean the same on both."""
+        commit_log = self.commit_log
+        if commit_log.queue.files or offset % commit_log.segment_size:
+            raise StoreError(f"cannot start a replica at {offset}: the log is not empty or not at a segment start")
+        commit_log.max_offset = commit_log.flushed_offset = offset
