@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from grpc_helpers import start_server
 
+from tests.grpc.grpc_helpers import start_server
 from txmq.launch import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]

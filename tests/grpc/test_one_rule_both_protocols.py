@@ -21,9 +21,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_helpers import BROKER_CONF, start_server
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.grpc.grpc_helpers import BROKER_CONF, start_server
 from txmq import (
     Admin,
     ConsumeFromWhere,
