@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: run test test-fast wheel lint bench clean grpc-clients system-tools etcd postgresql
+.PHONY: run test test-fast wheel lint bench bench-latency bench-scale clean grpc-clients system-tools etcd postgresql
 
 # The compiled modules (setup.py's COMPILED_MODULES) and their .pxd files: editing one rebuilds it, or the stale
 # build would shadow the edited source.
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py $(COMPILED) $(COMPILED_PXD)
 	@# Cython regenerates a module's C only when its .py or .pxd changed: C generated before setup.py's last edit
 	@# (its compiler directives) goes, or the build would keep the old directives.
 	@find src/txmq -name '*.c' ! -newer setup.py -delete
-	$(PY) -m pip install -q -e '.[test,spark,db]'
+	$(PY) -m pip install -q -e '.[test,spark,db,bench]'
 	@touch $(STAMP)
 
 run: $(STAMP)
@@ -88,10 +88,15 @@ test: $(STAMP) grpc-clients system-tools etcd postgresql
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
-# An installable wheel of txmq, its modules compiled, in dist/ (pip's isolated build: pyproject.toml's
-# build-system, not .venv).
+# An installable wheel of txmq, its modules compiled, in $(DIST) (pip's isolated build: pyproject.toml's
+# build-system, not .venv). The modules the install stamp compiled in place are this checkout's build for this
+# Python: copied into setuptools' build directory (newer than their C sources), the wheel's build reuses them
+# instead of compiling every module again.
+DIST ?= dist
 wheel: $(STAMP)
-	$(PY) -m pip wheel -q --no-deps -w dist .
+	@lib=build/lib.$$($(PY) -c 'import sys, sysconfig; print(sysconfig.get_platform() + "-" + sys.implementation.cache_tag)'); \
+		cd src && find txmq -name '*.so' -exec install -D -m 644 {} ../$$lib/{} \;
+	$(PY) -m pip wheel -q --no-deps -w $(DIST) .
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
@@ -99,6 +104,15 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/store.py
+
+# Latency at fixed offered rates beside RabbitMQ and NATS JetStream (bench/latency.py), and how cost grows with
+# topics, groups, connections and the log (bench/scale.py). SHORT=1: the quick runs CI makes (txmq only, small
+# points); the tables are the same.
+bench-latency: $(STAMP)
+	$(PY) bench/latency.py $(if $(SHORT),--short,--plot docs/latency.png)
+
+bench-scale: $(STAMP)
+	$(PY) bench/scale.py $(if $(SHORT),--short)
 
 clean:
 	rm -rf $(VENV) $(RMQ5_VENV) $(NODE_DIR)/node_modules .pytest_cache build dist *.egg-info src/*.egg-info

@@ -37,8 +37,11 @@ BODIES = {
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: b'{"groupName":"billing"}',
     RequestCode.HEART_BEAT: b'{"clientID":"c","producerDataSet":[{"groupName":"order-service"}]}',
     RequestCode.REGISTER_BROKER: b'{"topicConfigSerializeWrapper":{"topicConfigTable":{}}}',
+    RequestCode.REGISTER_TOPIC_IN_NAMESRV: b'{"queueDatas":[]}',
     RequestCode.UPDATE_BROKER_CONFIG: b"maxMessageSize=1024\n",
     RequestCode.SEND_BATCH_MESSAGE: encode_batch([Message("orders", b"x")]),
+    RequestCode.CHECK_CLIENT_CONFIG: b'{"clientId":"c","group":"billing","subscriptionData":{"topic":"orders",'
+                                     b'"subString":"a > 1","expressionType":"SQL92"}}',
 }
 # Declared for any authenticated user: a client learns the brokers it must heartbeat.
 ANY_USER = {RequestCode.GET_BROKER_CLUSTER_INFO}

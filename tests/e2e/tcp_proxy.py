@@ -36,6 +36,7 @@ class TcpProxy:
         self.cut_off = False
         self.refused = 0  # connections closed at once because the path was cut
         self.cut_open = 0  # relayed connections a cut ended
+        self.bytes_up = 0  # bytes relayed from clients to the target
         self._relayed: set[_Relayed] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -83,6 +84,8 @@ class TcpProxy:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
                 dst.sendall(data)
+                if src is relayed.socks[0]:
+                    self.bytes_up += len(data)
         relayed.shutdown()  # ends the other direction too
         with self._lock:
             relayed.running -= 1

@@ -144,7 +144,8 @@ class BrokerController:
         self.namesrv_client = RemotingClient(rpc_hook=broker_rpc_hook(config), ssl_context=client_context(
             config.tls_client_trust_cert_path) if config.tls_enable else None)
         self.registration = NamesrvRegistration(config, self.namesrv_client, self.topic_config_manager.serialize,
-                                                lambda: self.ha_addr, self.role.learn_master)
+                                                lambda: self.ha_addr, self.role.learn_master,
+                                                self.topic_config_manager.get)
         self.tasks = BackgroundTasks()  # the broker's own, stopped at shutdown (a role's stop with the role)
         self.grpc: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint, started with the broker
         self.metrics: PromExporter | None = None  # metricsExporterType=PROM
@@ -178,11 +179,14 @@ class BrokerController:
 
     # --- what processors ask of the broker (the work is registration.py's and status.py's) --------------
 
-    def schedule_register(self) -> None:
-        self.registration.schedule()
+    def schedule_register(self, topics: list[str] | None = None) -> None:
+        self.registration.schedule(topics)
 
     async def register_all(self) -> None:
         await self.registration.register_all()
+
+    async def register_topic(self, topic: str) -> None:
+        await self.registration.register_topic(topic)
 
     def ha_status(self) -> dict[str, Any]:
         return ha_status(self)

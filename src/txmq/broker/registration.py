@@ -18,33 +18,78 @@ from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import RemotingClient
+from txmq.topic import TopicConfig
 
 log = logging.getLogger("txmq.broker")
+
+INCREMENTAL_REGISTER_MAX = 32  # more changed topics than this at once: one full registration instead
 
 
 class NamesrvRegistration:
     def __init__(self, config: BrokerConfig, client: RemotingClient, topics: Callable[[], dict[str, Any]],
-                 ha_addr: Callable[[], str], on_answer: Callable[[dict[str, str]], None]) -> None:
+                 ha_addr: Callable[[], str], on_answer: Callable[[dict[str, str]], None],
+                 topic: Callable[[str], TopicConfig | None]) -> None:
         """``topics``: the topic config wrapper to register; ``ha_addr``: where slaves reach this broker (it moves
-        with the role); ``on_answer``: each name server's accepting answer (a slave's master is in it)."""
+        with the role); ``on_answer``: each name server's accepting answer (a slave's master is in it); ``topic``:
+        one topic's config."""
         self.config = config
         self.client = client
         self._topics = topics
+        self._topic = topic
+        self._changed: set[str] = set()  # topics created or changed since the last registration
+        self._full = False
         self._ha_addr = ha_addr
         self._on_answer = on_answer
         self._now = asyncio.Event()
         self._registered: dict[str, bool] = {}
 
-    def schedule(self) -> None:
-        """Tell the name servers about a topic change now rather than at the next period."""
+    def schedule(self, topics: list[str] | None = None) -> None:
+        """Tell the name servers about a topic change now rather than at the next period: of the ``topics`` created
+        or changed alone, or of everything (None: a deletion, which only a full registration carries; or too many
+        topics to send one by one)."""
+        if topics is None or len(self._changed) + len(topics) > INCREMENTAL_REGISTER_MAX:
+            self._full = True
+        else:
+            self._changed.update(topics)
         self._now.set()
 
     async def run(self) -> None:
-        """Register every ``registerNameServerPeriod``, or at once when ``schedule``d."""
+        """Register every ``registerNameServerPeriod`` (everything), or at once when ``schedule``d (what changed)."""
         while True:
+            woken = False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._now.wait(), self.config.register_name_server_period / 1000)
+                woken = True
             self._now.clear()
+            changed, self._changed = self._changed, set()
+            if not woken or self._full:
+                self._full = False
+                await self.register_all()
+            else:
+                for topic in sorted(changed):
+                    await self.register_topic(topic)
+
+    async def register_topic(self, topic: str) -> None:
+        """Tell the name servers about one created or changed topic (RocketMQ REGISTER_TOPIC_IN_NAMESRV): a cost
+        that does not grow with the broker's other topics, where a full registration sends them all. A name server
+        that refuses it (an older one, or one that has not seen this broker yet) gets a full registration."""
+        cfg = self._topic(topic)
+        if cfg is None or self.config.broker_id != 0:  # a slave's topics reach no route
+            await self.register_all()
+            return
+        queue_data = {"brokerName": self.config.broker_name, "readQueueNums": cfg.read_queue_nums,
+                      "writeQueueNums": cfg.write_queue_nums, "perm": cfg.perm, "topicSynFlag": cfg.topic_sys_flag}
+        body = orjson.dumps({"queueDatas": [queue_data]})
+        refused = False
+        for addr in self._namesrv_addrs():
+            try:
+                resp = await self.client.invoke(
+                    addr, RemotingCommand.request(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": topic}, body=body),
+                    3.0)
+                refused = refused or resp.code != ResponseCode.SUCCESS
+            except (ClientError, OSError):
+                refused = True
+        if refused:
             await self.register_all()
 
     def _namesrv_addrs(self) -> list[str]:

@@ -28,7 +28,8 @@ class TopicConfigManager:
         self.path = root / "config" / "topics.json"
         self.table: dict[str, TopicConfig] = {}
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": 0}
-        self.on_change: Callable[[], None] | None = None  # the broker re-registers with its name servers
+        # The broker tells its name servers: of the topics created or changed, or (None) of a deletion.
+        self.on_change: Callable[[list[str] | None], None] | None = None
         saved = read_json(self.path)
         if saved:
             for tc in (saved.get("topicConfigTable") or {}).values():
@@ -62,14 +63,14 @@ class TopicConfigManager:
         check_topic(cfg.topic_name)
         old = self.table.get(cfg.topic_name)
         self.table[cfg.topic_name] = cfg
-        self._changed()
+        self._changed([cfg.topic_name])
         log.info("topic %s %s: read=%d write=%d perm=%s", "updated" if old else "created", cfg.topic_name,
                  cfg.read_queue_nums, cfg.write_queue_nums, PermName.to_string(cfg.perm))
 
     def delete(self, topic: str) -> bool:
         if self.table.pop(topic, None) is None:
             return False
-        self._changed()
+        self._changed(None)
         log.info("topic deleted: %s", topic)
         return True
 
@@ -110,7 +111,7 @@ class TopicConfigManager:
             return created
         for topic in created:
             self.table[topic] = TopicConfig(topic, queue_nums, queue_nums, PermName.READ_WRITE)
-        self._changed()
+        self._changed(created)
         log.info("%d topic%s created: %s%s", len(created), "" if len(created) == 1 else "s", ", ".join(created[:10]),
                  f" (+{len(created) - 10} more)" if len(created) > 10 else "")
         return created
@@ -122,11 +123,12 @@ class TopicConfigManager:
             self.table = table
             self.persist()
 
-    def _changed(self) -> None:
+    def _changed(self, topics: list[str] | None) -> None:
+        """``topics`` created or changed, or None: one deleted."""
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": int(self.data_version["counter"]) + 1}
         self.persist()
         if self.on_change is not None:
-            self.on_change()
+            self.on_change(topics)
 
     def persist(self) -> None:
         write_json_atomic(self.path, self.serialize())

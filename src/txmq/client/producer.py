@@ -231,11 +231,12 @@ class Producer(ClientBase):
         """Messages with one sharding key go to one queue, in order (no retry on another queue)."""
         return self.send(msg, selector=select_by_hash, arg=sharding_key)
 
-    def send_async(self, msg: Message) -> SendFuture:
-        """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered."""
+    def send_async(self, msg: Message, queue: MessageQueue | None = None) -> SendFuture:
+        """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered. ``queue``: that queue,
+        without retry on another (and without batching)."""
         runtime, fut = self._window_slot()
-        if self.batch_max_messages <= 1 or msg.delay_time_level:
-            runtime.post(self._send(msg)).add_done_callback(functools.partial(_settle_from, fut))
+        if queue is not None or self.batch_max_messages <= 1 or msg.delay_time_level:
+            runtime.post(self._send(msg, queue=queue)).add_done_callback(functools.partial(_settle_from, fut))
         else:
             self._outbox.append((msg, fut))
             if not self._outbox_scheduled:

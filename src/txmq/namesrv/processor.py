@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from txmq.acl.model import Action, Needs, any_user, cluster_get, cluster_update
-from txmq.namesrv.route_info import MASTER_ID, RouteInfoManager
+from txmq.namesrv.route_info import MASTER_ID, QueueData, RouteInfoManager
 from txmq.remoting.admin_headers import DeleteTopicRequestHeader
 from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -46,6 +46,19 @@ class RegisterBrokerRequestHeader(Header):
 
 
 @dataclasses.dataclass(slots=True)
+class RegisterTopicRequestHeader(Header):
+    topic: str
+
+
+@dataclasses.dataclass(slots=True)
+class TopicRegistration:
+    """REGISTER_TOPIC_IN_NAMESRV as read once: the topic and its queues on the registering broker."""
+
+    topic: str
+    queue_datas: list[QueueData]
+
+
+@dataclasses.dataclass(slots=True)
 class Registration:
     """REGISTER_BROKER as read once: its header and the topics its body registers."""
 
@@ -73,6 +86,13 @@ def parse_registration(cmd: RemotingCommand) -> Registration:
     return Registration(h, wrapper.get("dataVersion") or {}, configs)
 
 
+def parse_topic_registration(cmd: RemotingCommand) -> TopicRegistration:
+    h = RegisterTopicRequestHeader.from_ext(cmd.ext_fields)
+    check_topic(h.topic)
+    queue_datas = read_body(cmd.body, _queue_datas, "a topic registration body holds queueDatas")
+    return TopicRegistration(h.topic, queue_datas)
+
+
 def parse_delete_topic(cmd: RemotingCommand) -> DeleteTopicRequestHeader:
     h = DeleteTopicRequestHeader.from_ext(cmd.ext_fields)
     check_topic(h.topic)
@@ -88,6 +108,8 @@ class NamesrvProcessor:
         return [
             RequestSpec(RequestCode.GET_ROUTEINFO_BY_TOPIC, parse_route, route_needs, self._route),
             RequestSpec(RequestCode.REGISTER_BROKER, parse_registration, cluster_update, self._register),
+            RequestSpec(RequestCode.REGISTER_TOPIC_IN_NAMESRV, parse_topic_registration, cluster_update,
+                        self._register_topic),
             RequestSpec(RequestCode.UNREGISTER_BROKER, header(UnRegisterBrokerRequestHeader), cluster_update,
                         self._unregister),
             # A client learns the brokers (names and addresses, as routes show them) to heartbeat them.
@@ -116,6 +138,12 @@ class NamesrvProcessor:
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"haServerAddr": ha,
                                                                                   "masterAddr": master})
 
+    def _register_topic(self, conn: Connection, cmd: RemotingCommand, reg: TopicRegistration) -> RemotingCommand:
+        if not self.routes.register_topic(reg.topic, reg.queue_datas):
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
+                                               remark=f"topic {reg.topic}: a queue names a broker not registered")
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+
     def _unregister(self, conn: Connection, cmd: RemotingCommand, h: UnRegisterBrokerRequestHeader) -> RemotingCommand:
         self.routes.unregister_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id)
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
@@ -134,6 +162,12 @@ class NamesrvProcessor:
     def _closed(self, conn_id: int) -> None:
         self._watched.discard(conn_id)
         self.routes.on_connection_closed(conn_id)
+
+
+def _queue_datas(body: dict[str, Any]) -> list[QueueData]:
+    """The QueueData list of a TopicRouteData body (RocketMQ's field names; ``topicSynFlag`` sic)."""
+    return [QueueData(str(q["brokerName"]), int(q["readQueueNums"]), int(q["writeQueueNums"]), int(q["perm"]),
+                      int(q.get("topicSynFlag", 0))) for q in body["queueDatas"]]
 
 
 def _registration(body: dict[str, Any]) -> tuple[dict[str, Any], list[TopicConfig]]:

@@ -173,6 +173,17 @@ class RouteInfoManager:
             "filterServerTable": {},
         }
 
+    def register_topic(self, topic: str, queue_datas: list[QueueData]) -> bool:
+        """Add or replace one topic's queues on registered brokers (RocketMQ registerTopic): what a broker sends
+        when it creates a topic, instead of all its topics again. False, and nothing changed, when a queue names a
+        broker that is not registered (its next full registration carries the topic)."""
+        if not queue_datas or any(qd.broker_name not in self.broker_addr_table for qd in queue_datas):
+            return False
+        queues = self.topic_queue_table.setdefault(topic, {})
+        for qd in queue_datas:
+            queues[qd.broker_name] = qd
+        return True
+
     def delete_topic(self, topic: str) -> None:
         self.topic_queue_table.pop(topic, None)
 

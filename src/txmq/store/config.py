@@ -4,6 +4,7 @@ the same object to its store."""
 
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -111,6 +112,10 @@ class StoreConfig:
     access_message_in_memory_max_ratio: int = key(40, unit="% of RAM", range=(0, 100),
                                                   doc="a read further behind the log's end is cold: the consumer "
                                                       "is sent to a slave (with `slaveReadEnable`)")
+    max_open_consume_queue_files: int = key(0, range=(0, None),
+                                            doc="consume-queue files kept open at most, the least recently used "
+                                                "closed first and opened again when used (0: half the process's "
+                                                "open-file limit)")
     # set by the broker, not read from broker.conf
     store_host: tuple[str, int] = ("127.0.0.1", 10911)  # STOREHOSTADDRESS and offset message ids
     checkpoint_interval_ms: int = 3000  # bounds how much log recovery reads after a crash
@@ -118,3 +123,11 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         check_declared(self)
+
+    def open_consume_queue_files_limit(self) -> int:
+        """``maxOpenConsumeQueueFiles``, or half the open-file limit in force now: the other half stays for
+        connections, the commit log and index files."""
+        if self.max_open_consume_queue_files:
+            return self.max_open_consume_queue_files
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return max(64, (soft if soft != resource.RLIM_INFINITY else 1 << 20) // 2)

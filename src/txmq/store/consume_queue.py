@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable
 
 from txmq.errors import StoreError
-from txmq.store.mapped_file import MappedFile, MappedFileQueue
+from txmq.store.mapped_file import FdPool, MappedFile, MappedFileQueue
 
 
 @functools.lru_cache(maxsize=4096)
@@ -48,11 +48,11 @@ assert CQ_ENTRY_SIZE == 20
 class ConsumeQueue:
     """The logical queue (topic, queue_id). Only the loop thread writes; the checkpoint thread fsyncs."""
 
-    def __init__(self, root_dir: str, topic: str, queue_id: int, file_size: int) -> None:
+    def __init__(self, root_dir: str, topic: str, queue_id: int, file_size: int, fds: FdPool | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = os.path.join(topic_directory(root_dir, topic), str(queue_id))
-        self.files = MappedFileQueue(self.directory, file_size)
+        self.files = MappedFileQueue(self.directory, file_size, fds)
         self.file_size = file_size
         self.max_offset = 0  # next logical offset: count of entries, deleted head included
         self.min_offset = 0

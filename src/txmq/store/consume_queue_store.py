@@ -8,15 +8,17 @@ import threading
 from collections.abc import Iterator
 
 from txmq.store.consume_queue import ConsumeQueue
+from txmq.store.mapped_file import FdPool
 
 
 class ConsumeQueueStore:
     """Finds, creates, loads and drops the queues under ``<root>/consumequeue``. ``offsets`` is each queue's next
     offset as the log has it (RocketMQ topicQueueTable): the group commit counts from it, recovery rebuilds it."""
 
-    def __init__(self, root: str, file_size: int, files_lock: threading.Lock) -> None:
+    def __init__(self, root: str, file_size: int, files_lock: threading.Lock, max_open_files: int) -> None:
         self.root = root
         self.file_size = file_size
+        self._fds = FdPool(max_open_files)  # the queues' files open at most (see FdPool)
         self._files_lock = files_lock  # held while derived files are fsynced or deleted
         self._queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.offsets: dict[tuple[str, int], int] = {}
@@ -48,7 +50,7 @@ class ConsumeQueueStore:
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self.find(topic, queue_id)
         if cq is None:
-            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size, self._fds)
             self._queues.setdefault(topic, {})[queue_id] = cq
         return cq
 

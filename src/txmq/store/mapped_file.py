@@ -8,6 +8,7 @@ large the log grows, and a full disk is an ``OSError`` instead of a SIGBUS.
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import errno
 import os
@@ -39,6 +40,34 @@ def offset_to_name(offset: int) -> str:
     return str(offset).zfill(NAME_DIGITS)
 
 
+class FdPool:
+    """The open descriptors of segments that need not stay open (consume-queue files): at most ``limit``, the least
+    recently used closed first and opened again at their next use. Without it a broker holds one descriptor per
+    consume-queue file (8 per topic of 8 queues), and past the process's open-file limit every send and every
+    accepted connection fails. A closed file's written pages stay in the page cache; ``MappedFile.flush`` of a
+    pooled file fsyncs through a descriptor of its own, so the checkpoint thread never uses one that the loop
+    thread may close. Used from the loop thread only."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self._open: collections.OrderedDict[MappedFile, None] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def use(self, mf: MappedFile) -> None:
+        """``mf`` was just opened or used: the most recently used now; close the least recently used past the
+        limit."""
+        self._open[mf] = None
+        self._open.move_to_end(mf)
+        while len(self._open) > self.limit:
+            old, _ = self._open.popitem(last=False)
+            old.close_fd()
+
+    def forget(self, mf: MappedFile) -> None:
+        self._open.pop(mf, None)
+
+
 class MappedFile:
     """A segment: a file of exactly ``file_size`` bytes named by the offset of its first byte.
 
@@ -46,21 +75,41 @@ class MappedFile:
     in the active segment is found.
     """
 
-    def __init__(self, directory: str, file_from_offset: int, file_size: int, *, create: bool = False) -> None:
+    def __init__(self, directory: str, file_from_offset: int, file_size: int, *, create: bool = False,
+                 pool: FdPool | None = None) -> None:
         self.file_from_offset = file_from_offset
         self.file_size = file_size
         self.path = os.path.join(directory, offset_to_name(file_from_offset))
+        self.pool = pool  # None: the descriptor stays open until close
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.fd = os.open(self.path, flags, 0o644)
+        self._fd = os.open(self.path, flags, 0o644)
         try:
-            if os.fstat(self.fd).st_size != file_size:
-                os.ftruncate(self.fd, file_size)
+            if os.fstat(self._fd).st_size != file_size:
+                os.ftruncate(self._fd, file_size)
         except OSError:
-            os.close(self.fd)
+            os.close(self._fd)
             if create:  # no file of the wrong size left behind
                 os.unlink(self.path)
             raise
         self.dirty = False  # written since the last flush snapshot (read and cleared on the loop thread)
+        self.closed = False
+        if pool is not None:
+            pool.use(self)
+
+    @property
+    def fd(self) -> int:
+        """The open descriptor; a pooled file closed for room is opened again (and becomes the most recent)."""
+        if self.pool is not None:
+            if self._fd < 0 and not self.closed:
+                self._fd = os.open(self.path, os.O_RDWR)
+            self.pool.use(self)
+        return self._fd
+
+    def close_fd(self) -> None:
+        """Close the descriptor for room (a pooled file); the next use opens it again."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     @property
     def end_offset(self) -> int:
@@ -97,8 +146,18 @@ class MappedFile:
         return os.pread(self.fd, size, pos)
 
     def flush(self) -> None:
-        if self.fd >= 0:
-            fsync_fd(self.fd)
+        if self.pool is None:
+            if self._fd >= 0:
+                fsync_fd(self._fd)
+            return
+        try:  # any thread: a descriptor of its own, as the loop thread may close the pooled one meanwhile
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:  # deleted since the snapshot: nothing left to make durable
+            return
+        try:
+            fsync_fd(fd)
+        finally:
+            os.close(fd)
 
     def zero_from(self, pos: int) -> None:
         """Discard everything from ``pos`` to the end: shrink and regrow, so the rest becomes a zero hole."""
@@ -129,9 +188,10 @@ class MappedFile:
         return last
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.closed = True
+        if self.pool is not None:
+            self.pool.forget(self)
+        self.close_fd()
 
     def destroy(self) -> None:
         self.close()
@@ -142,9 +202,10 @@ class MappedFile:
 class MappedFileQueue:
     """The segments of one log in offset order. ``lock`` guards the list against the flush thread."""
 
-    def __init__(self, directory: str, file_size: int) -> None:
+    def __init__(self, directory: str, file_size: int, pool: FdPool | None = None) -> None:
         self.directory = directory
         self.file_size = file_size
+        self.pool = pool  # the descriptors of this queue's segments are pooled (see FdPool)
         self.files: list[MappedFile] = []
         self._starts: list[int] = []
         self.lock = threading.Lock()
@@ -181,7 +242,7 @@ class MappedFileQueue:
                 )
             if size < self.file_size:  # a crash between creating the file and sizing it
                 problems.append(f"{self.directory}/{name}: {size} bytes instead of {self.file_size}, extended")
-            self._append(MappedFile(self.directory, start, self.file_size))
+            self._append(MappedFile(self.directory, start, self.file_size, pool=self.pool))
         return problems
 
     def _append(self, mf: MappedFile) -> None:
@@ -190,7 +251,7 @@ class MappedFileQueue:
             self._starts.append(mf.file_from_offset)
 
     def create(self, start: int) -> MappedFile:
-        mf = MappedFile(self.directory, start, self.file_size, create=True)
+        mf = MappedFile(self.directory, start, self.file_size, create=True, pool=self.pool)
         self._append(mf)
         self.directory_dirty = True
         return mf

@@ -51,6 +51,8 @@ from txmq.store.results import GetMessageResult, GetMessageStatus, PutMessageRes
 
 log = logging.getLogger("txmq.store")
 
+CHECKPOINT_DUTY = 0.1  # checkpoints take at most this share of the time (see _checkpoint_loop)
+
 _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
 
@@ -83,7 +85,8 @@ class DefaultMessageStore:
         self.checkpoint = StoreCheckpoint(root)
         self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; close waits for a running one
-        self.queues = ConsumeQueueStore(root, config.mapped_file_size_consume_queue, self._files_lock)
+        self.queues = ConsumeQueueStore(root, config.mapped_file_size_consume_queue, self._files_lock,
+                                        config.open_consume_queue_files_limit())
         self._dispatchers: list[Callable[[DispatchRequest], None]] = list(dispatchers or [])
         self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
         # Wall-clock stamps, and the elapsed-time account every age counts on (first checks, delays, retention)
@@ -180,7 +183,7 @@ class DefaultMessageStore:
         self._flush_service.start(loop)
         self.group_commit.flush_service = self._flush_service
         self._tasks = [
-            asyncio.create_task(self._every(self.config.checkpoint_interval_ms, self._checkpoint_async)),
+            asyncio.create_task(self._checkpoint_loop()),
             asyncio.create_task(self._every(self.config.clean_resource_interval_ms, self._clean_async)),
         ]
 
@@ -193,6 +196,25 @@ class DefaultMessageStore:
                 raise
             except Exception:
                 log.exception("store background job %s failed", getattr(job, "__name__", job))
+
+    async def _checkpoint_loop(self) -> None:
+        """A checkpoint every ``checkpoint_interval_ms``, or less often so that checkpoints take at most
+        ``CHECKPOINT_DUTY`` of the time: with sends spread over thousands of queues a checkpoint fsyncs a file per
+        few messages, and waiting longer lets each fsync cover more of them (the tail that recovery reads after a
+        crash grows with the wait: a few seconds of writes)."""
+        interval = self.config.checkpoint_interval_ms / 1000
+        wait = interval
+        while True:
+            await asyncio.sleep(wait)
+            began = time.monotonic()
+            try:
+                await self._checkpoint_async()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("store background job checkpoint failed")
+            took = time.monotonic() - began
+            wait = max(interval, took / CHECKPOINT_DUTY - took)
 
     async def _clean_async(self) -> None:
         """Retention's tick: at a ``deleteWhen`` hour (the wall clock's local hour, as RocketMQ's), or at once when

@@ -173,8 +173,8 @@ class AdminBrokerProcessor:
         self.broker.topic_config_manager.update(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,
                                                             h.topic_filter_type, h.topic_sys_flag, h.order))
         # Answered once the name servers know it (RocketMQ registers before answering too): a producer that asks
-        # for the route right after must find it.
-        await self.broker.register_all()
+        # for the route right after must find it. Only this topic is sent, not all of them again.
+        await self.broker.register_topic(h.topic)
         return _ok(cmd)
 
     def _delete_topic(self, conn: Connection, cmd: RemotingCommand, h: DeleteTopicRequestHeader) -> RemotingCommand:

@@ -1,0 +1,41 @@
+"""``bench/latency.py --short`` and ``bench/scale.py --short`` (what ``make bench-latency SHORT=1`` and ``make
+bench-scale SHORT=1`` run) start their servers, measure, stop them and print their tables: the benches keep
+working. Never a speed: the figures are in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+MS = r"[\d,]+(?:\.\d+)?"
+ROW4 = rf"{MS} / {MS} / {MS} / {MS}"
+
+
+def run(script: str) -> str:
+    done = subprocess.run([sys.executable, str(BENCH / script), "--short"], capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_latency_bench_prints_its_tables() -> None:
+    out = run("latency.py")
+    assert re.search(r"^latency at fixed offered rates, 256 B", out, re.M), out
+    for system in ("txmq-sync", "txmq-async"):
+        # every message of the run arrived (sustained), both percentile columns are numbers
+        assert re.search(rf"^\| {system} \| 1,000 \| {ROW4} \| {ROW4} \| yes \|$", out, re.M), out
+        assert re.search(rf"^\| {system} transactions \| 100 \| {ROW4} \| {MS} / {MS} \| 200/200 \|$", out,
+                         re.M), out
+
+
+def test_the_scale_bench_prints_its_curves() -> None:
+    out = run("scale.py")
+    for curve, first in (("topics", "1"), ("groups", "1"), ("connections", "10"), ("log", r"0\.\d+")):
+        block = re.search(rf"^{curve}:\n\|.*\|\n\|(?:---\|)+\n((?:\|.*\|\n?){{4}})", out, re.M)
+        assert block, out
+        rows = block.group(1).strip().splitlines()
+        assert len(rows) == 4 and re.match(rf"^\| {first} \|", rows[0]), rows
+        assert all(" - |" not in row.split("|", 2)[2] or curve == "connections" for row in rows), rows

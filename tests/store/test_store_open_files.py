@@ -1,0 +1,63 @@
+"""A store holds at most ``maxOpenConsumeQueueFiles`` consume-queue files open, however many queues it has: the
+least recently used are closed and opened again when used. Without the bound a broker holds one descriptor per
+consume-queue file, and past the open-file limit every send fails (16,044 at 2,000 topics of 8 queues)."""
+
+from __future__ import annotations
+
+import os
+
+from tests.store.store_helpers import make_config, msg, run
+from txmq.message import decode_message
+from txmq.store import DefaultMessageStore, GetMessageStatus
+
+QUEUES = 40  # topics x queues, each with a consume-queue file of its own
+LIMIT = 4
+
+
+def open_consume_queue_files(root) -> int:
+    prefix = os.path.join(str(root), "consumequeue") + os.sep
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(prefix):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def test_many_queues_are_written_read_checkpointed_and_recovered_with_few_files_open(root):
+    config = make_config(root, max_open_consume_queue_files=LIMIT)
+
+    async def write() -> dict[tuple[str, int], list[bytes]]:
+        sent: dict[tuple[str, int], list[bytes]] = {}
+        async with DefaultMessageStore(config) as store:
+            for i in range(QUEUES * 5):  # round-robin: every put uses a file the pool closed
+                topic, qid = f"t{i % (QUEUES // 4)}", (i // (QUEUES // 4)) % 4
+                body = f"b{i}".encode()
+                assert (await store.put_message(msg(topic, body, queue_id=qid))).ok
+                sent.setdefault((topic, qid), []).append(body)
+                assert open_consume_queue_files(root) <= LIMIT
+            assert len(sent) == QUEUES
+            store.flush_and_checkpoint()  # fsyncs files whose descriptors were closed for room
+            for (topic, qid), bodies in sent.items():
+                got = store.get_message(topic, qid, 0, max_msg_nums=100)
+                assert got.status is GetMessageStatus.FOUND and got.queue_offsets == list(range(len(bodies)))
+            assert open_consume_queue_files(root) <= LIMIT
+        assert open_consume_queue_files(root) == 0  # shutdown closed them all
+        return sent
+
+    sent = run(write)
+
+    async def reopen() -> None:
+        store = DefaultMessageStore(config)  # loading every queue opens each file once, within the bound
+        assert open_consume_queue_files(root) <= LIMIT
+        await store.start()
+        for (topic, qid), bodies in sent.items():
+            assert store.get_max_offset_in_queue(topic, qid) == len(bodies)
+            got = store.get_message(topic, qid, 0, max_msg_nums=100)
+            assert [decode_message(wire)[0].body for wire in got.messages] == bodies
+        assert store.recovery_report.events == []
+        await store.shutdown()
+
+    run(reopen)
