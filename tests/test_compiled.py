@@ -323,7 +323,12 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
         manager = TopicConfigManager(root, auto_create=True, default_queue_nums=4, delay_levels=18)
         manager.update(TopicConfig("t", 2, 2))
         manager.update(TopicConfig("read_only", 1, 1, PermName.PERM_READ))
-        sends = module.SendService(config, None, TopicService(manager, config), BrokerStats(), None, None, None)
+        def too_far(props: dict[str, str]) -> int:
+            raise InvalidMessageError("timer message illegal: beyond timerMaxDelaySec")
+
+        timers = SimpleNamespace(checked_deliver_ms=too_far, divert=too_far)
+        sends = module.SendService(config, None, TopicService(manager, config), BrokerStats(), None, None, timers,
+                                   None)
         out = [answer(sends.topic_of(topic, size, batch, SimpleNamespace(default_topic=base,
                                                                          default_topic_queue_nums=nums)))
                for topic, size, batch, base, nums in [
@@ -337,7 +342,10 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
         half = MessageExt("t", b"x", {"TRAN_MSG": "true"}, born_timestamp=1_700_000_000_000)
         old = MessageExt("t", b"x", {}, born_timestamp=1)
         out += [answer(sends.accept(half, True)), answer(sends.accept(old, False))]
-        batches = [[], [(0, b"x" * 1001, {})], [(0, b"x", {"DELAY": "2"})],
+        timed = [MessageExt("t", b"x", {"TIMER_DELAY_SEC": "9"}, born_timestamp=1_700_000_000_000),
+                 MessageExt("t", b"x", {"TIMER_DELIVER_MS": "9", "TRAN_MSG": "true"}, born_timestamp=1_700_000_000_000)]
+        out += [answer(sends.accept(m, i == 1)) for i, m in enumerate(timed)]
+        batches = [[], [(0, b"x" * 1001, {})], [(0, b"x", {"DELAY": "2"})], [(0, b"x", {"TIMER_DELAY_MS": "5"})],
                    [(0, b"x", {"TRAN_MSG": "true"}), (0, b"y", {})], [(0, b"x", {}), (0, b"y", {})]]
         out += [answer(sends.accept_batch(b, {}, 0)) for b in batches]
         half_batch = {"TRAN_MSG": "true", "UNIQ_KEY": "b"}
@@ -347,9 +355,11 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
         out.append(answer(sends.accept_batch([(0, b"x", {})], {}, 1)))
         config.is_slave, config.reject_transaction_message = True, True  # type: ignore[misc]
         out += [answer(sends.topic_of("t", 10, False, None)), answer(sends.accept(half, True))]
-        out += [answer(module.reserved_refusal(p)) for p in ({}, {"TXMQ_OP": "x"}, {"TXMQ_HALF_BATCH": "1"})]
+        out += [answer(module.reserved_refusal(p)) for p in ({}, {"TXMQ_OP": "x"}, {"TXMQ_HALF_BATCH": "1"},
+                                                                 {"TXMQ_TIMER_FROM": "1"})]
         out += [module.message_kind(*k) for k in ((True, 0, False), (False, 2, True), (False, 0, True),
-                                                  (False, 0, False))]
+                                                  (False, 0, False), (False, 0, True, True), (True, 0, False, True))]
+        out += [module.is_timed(p) for p in ({}, {"TIMER_DELAY_SEC": "1"}, {"TIMER_DELIVER_MS": "1"})]
         return out
 
     (tmp_path / "c").mkdir()
@@ -358,6 +368,8 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
     assert compiled == checked(load_interpreted("txmq.broker.core.send"), tmp_path / "i")
     assert ("TOPIC_NOT_EXIST", "topic[other] not exist, apply first please! (autoCreateTopicEnable is true)") in \
         compiled and "new_one" in compiled and "%RETRY%g" in compiled
+    assert ("ILLEGAL_DELIVERY_TIME", "timer message illegal: beyond timerMaxDelaySec") in compiled
+    assert compiled[-9:] == ["transaction", "delay", "fifo", "normal", "delay", "transaction", False, True, True]
 
 
 _POLICIES = [("Topic:orders", "Pub", "Deny", ()), ("Topic:ord*", "Pub|Sub", "Allow", ("10.0.0.0/8",)),

@@ -219,7 +219,8 @@ def test_which_keys_change_at_run_time_and_which_stay_secret():
     """updateBrokerConfig's keys and getBrokerConfig's omissions are declared on the keys."""
     assert set(RUNTIME_KEYS) == {"maxMessageSize", "rejectTransactionMessage", "longPollingEnable",
                                  "enablePropertyFilter", "registerNameServerPeriod", "transactionCheckMax",
-                                 "transactionCheckInterval"}
+                                 "transactionCheckInterval", "timerMaxDelaySec", "timerStopEnqueue",
+                                 "timerStopDequeue", "recallMessageEnable"}
     secret = {k.name for k in declared_keys(BrokerConfig).values() if k.key.secret}
     assert secret == {"accessKey", "secretKey"}
     config = BrokerConfig()

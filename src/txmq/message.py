@@ -232,6 +232,21 @@ class Message:
         else:
             self.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
 
+    def deliver_at(self, timestamp_ms: int) -> None:
+        """A timer message: delivered at the wall-clock instant ``timestamp_ms`` (ms since the epoch), at once when
+        it has passed (RocketMQ 5's ``TIMER_DELIVER_MS``)."""
+        self._set_timer("TIMER_DELIVER_MS", int(timestamp_ms))
+
+    def deliver_after(self, seconds: float) -> None:
+        """A timer message: delivered ``seconds`` after the broker stores it (``TIMER_DELAY_MS``, counted from the
+        broker's clock: a client clock that is off does not move it)."""
+        self._set_timer("TIMER_DELAY_MS", round(seconds * 1000))
+
+    def _set_timer(self, name: str, value: int) -> None:
+        for other in ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"):
+            self.properties.pop(other, None)
+        self.properties[name] = str(value)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, "

@@ -28,7 +28,7 @@ EVERY_FIELD = {
     "statsKey": "orders", "clusterName": "DefaultCluster", "brokerAddr": "127.0.0.1:1", "brokerName": "b",
     "brokerId": "0", "tranStateTableOffset": "0", "commitLogOffset": "0", "commitOrRollback": "8",
     "a": "order-service", "b": "orders", "originTopic": "orders", "maxMsgNums": "1", "sysFlag": "0",
-    "username": "nobodyKey01", "subject": "User:nobodyKey01",
+    "username": "nobodyKey01", "subject": "User:nobodyKey01", "recallHandle": "not-a-handle",
 }
 BODIES = {
     RequestCode.LOCK_BATCH_MQ: b'{"consumerGroup":"billing","clientId":"c","mqSet":[]}',

@@ -54,7 +54,8 @@ HALF_GROUP = "fz_half_group"  # never in an input pool: no input can decide, che
 HALVES = 6
 JAIL_DEPTH = 3  # the store is jail/d1/d2/d3/store: a name climbing 5 levels from consumequeue stays in the jail
 _LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # a log record's first line starts with its time
-STORE_ENTRIES = {"commitlog", "consumequeue", "index", "config", "checkpoint", "clock", "abort", "lock"}  # its own
+STORE_ENTRIES = {"commitlog", "consumequeue", "index", "config", "checkpoint", "clock", "abort", "lock",
+                 "timer"}  # its own (timer: the timer index, txmq.broker.timer)
 BROKER_CONF = "transactionCheckInterval=1000\ntransactionTimeOut=1000\nmaxMessageSize=262144\n"
 
 

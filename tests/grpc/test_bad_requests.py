@@ -174,7 +174,7 @@ def test_other_refusals(stub, topic):
     assert s.Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER), timeout=5).status.code == \
         Code.CLIENT_ID_REQUIRED
     assert s.RecallMessage(spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle="x"),
-                           metadata=md, timeout=5).status.code == Code.NOT_IMPLEMENTED
+                           metadata=md, timeout=5).status.code == Code.BAD_REQUEST  # not a recall handle
     req = spb.ReceiveMessageRequest(group=pb.Resource(name="g"), message_queue=pb.MessageQueue(
         topic=pb.Resource(name=topic)), filter_expression=pb.FilterExpression(type=pb.SQL, expression="a >"))
     refused = list(s.ReceiveMessage(req, metadata=md, timeout=5))

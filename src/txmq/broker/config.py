@@ -138,6 +138,9 @@ class BrokerConfig:
     metrics_prom_exporter_port: int = key(5557, range=(0, 65535), doc="the port of the metrics endpoint")
     # transactions
     reject_transaction_message: bool = key(False, runtime=True, doc="refuse half (transactional) messages")
+    recall_message_enable: bool = key(True, runtime=True,
+                                      doc="RECALL_MESSAGE and gRPC `RecallMessage` cancel a scheduled timer message "
+                                          "(RocketMQ's default: false)")
     transaction_time_out: int = key(6000, unit="ms", range=(0, None),
                                     doc="before a transaction's first check-back")
     transaction_check_max: int = key(15, range=(0, None), runtime=True,

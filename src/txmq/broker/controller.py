@@ -22,6 +22,7 @@ from txmq.broker.processor.client_manage import ClientManageProcessor
 from txmq.broker.processor.end_transaction import EndTransactionProcessor, RemotingCheckSender
 from txmq.broker.processor.ops import OpsProcessor
 from txmq.broker.processor.pull import PullMessageProcessor
+from txmq.broker.processor.recall import RecallMessageProcessor
 from txmq.broker.processor.send import SendMessageProcessor
 from txmq.broker.registration import NamesrvRegistration
 from txmq.broker.replicas_manager import ReplicasManager
@@ -32,6 +33,7 @@ from txmq.broker.stats import SAMPLE_S, BrokerStats
 from txmq.broker.status import broker_stats, ha_status
 from txmq.broker.subscription_group_manager import SubscriptionGroupManager
 from txmq.broker.tasks import BackgroundTasks
+from txmq.broker.timer import TimerMessageStore
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
@@ -111,11 +113,13 @@ class BrokerController:
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
         self.schedule_service = ScheduleMessageService(self.store, levels, self.root)
+        self.timer_service = TimerMessageStore(self.store, config.store, self.root)
         self.transaction_service = TransactionalMessageService(
             self.store, transaction_timeout_ms=config.transaction_time_out,
             orphan_factor=config.transaction_orphan_factor, metrics_max_groups=config.consumer_offset_max_entries,
             file_reserved_time_h=config.store.file_reserved_time_hours,
             snapshot_path=self.root / "config" / "transactionState.snapshot")
+        self.transaction_service.divert_timer = self.timer_service.divert_committed
         self.check_service = TransactionalMessageCheckService(
             self.transaction_service, check_max=config.transaction_check_max,
             check_interval_ms=config.transaction_check_interval)
@@ -124,13 +128,15 @@ class BrokerController:
         # The rules of sends, pulls, pops, retries and dead letters, which every protocol's adapters use.
         self.core = BrokerCore(config, self.store, self.topic_config_manager, self.subscription_group_manager,
                                self.consumer_offset_manager, self.consumer_manager, self.stats_manager,
-                               self.transaction_service, self.schedule_service, self.store_host)
+                               self.transaction_service, self.schedule_service, self.timer_service,
+                               self.store_host)
         # Every request code the broker serves, declared once by its processor with how it is read and what it
         # needs (txmq.remoting.registry): the ACL authorizes the parsed request its handler then runs.
         self.request_table = RequestTable("txmq's broker")
         processors: list[Processor] = [SendMessageProcessor(self), PullMessageProcessor(self),
                                         ClientManageProcessor(self), AdminBrokerProcessor(self),
-                                        EndTransactionProcessor(self), OpsProcessor(self)]
+                                        EndTransactionProcessor(self), OpsProcessor(self),
+                                        RecallMessageProcessor(self)]
         if self.replicas_manager is not None:
             processors.append(self.replicas_manager)
         for processor in processors:
@@ -319,6 +325,7 @@ class BrokerController:
                 save()
             except OSError:  # a full disk: what was last saved stands (offsets replay, the log is the truth)
                 log.exception("saving state at shutdown failed")
+        self.timer_service.close()
         await self.store.shutdown()
         if self.acl is not None:
             self.acl.store.close()

@@ -29,6 +29,8 @@ class RoleManager:
     def start_tasks(self) -> None:
         b = self.broker
         b.store.replica = b.config.is_slave
+        # timers are indexed in every role (a slave's from the replicated log), delivered by a master only
+        self._tasks.spawn(b.timer_service.run(deliver=not b.config.is_slave), "timer")
         if b.config.is_slave:  # a slave writes nothing of its own: no check-backs, no delayed deliveries
             if b.slave_synchronize is not None:
                 self._tasks.every(b.config.slave_synchronize_interval / 1000, b.slave_synchronize.sync_all,

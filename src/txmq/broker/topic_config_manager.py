@@ -15,6 +15,7 @@ from txmq.topic import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    RMQ_SYS_WHEEL_TIMER_TOPIC,
     PermName,
     TopicConfig,
     check_topic,
@@ -45,6 +46,7 @@ class TopicConfigManager:
             TopicConfig(RMQ_SYS_TRANS_OP_HALF_TOPIC, 1, 1),
             TopicConfig(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 1, 1, PermName.PERM_READ),
             TopicConfig(RMQ_SYS_SCHEDULE_TOPIC, delay_levels, delay_levels),
+            TopicConfig(RMQ_SYS_WHEEL_TIMER_TOPIC, 1, 1),
         ]
         if auto_create:
             system.append(TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, default_queue_nums, default_queue_nums,

@@ -25,13 +25,14 @@ from txmq.topic import (
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    RMQ_SYS_WHEEL_TIMER_TOPIC,
 )
 
 if TYPE_CHECKING:
     from txmq.store import DefaultMessageStore
 
 INTERNAL_TOPICS = frozenset({RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_SCHEDULE_TOPIC,
-                             RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC})
+                             RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC})
 
 
 def internal_refusal(topic: str) -> str | None:

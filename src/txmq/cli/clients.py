@@ -52,6 +52,10 @@ def cmd_topic(args: argparse.Namespace) -> int:
               opt("--prop", action="append", default=[], help="user property k=v (repeatable)"),
               opt("--delay", type=int, default=0, metavar="LEVEL",
                   help="deliver after delay level LEVEL of messageDelayLevel (1: 1s, 2: 5s, 3: 10s, ...)"),
+              one_of(opt("--deliver-after", type=float, metavar="SECONDS",
+                         help="a timer message: deliver SECONDS after the broker stores it (TIMER_DELAY_MS)"),
+                     opt("--deliver-at", type=parse_time, metavar="TIME",
+                         help="a timer message: deliver at TIME (ms since the epoch, or yyyy-MM-dd#HH:mm:ss:SSS)")),
               opt("--count", type=int, default=1, help="messages to send (default 1)"),
               opt("--group", default="txmq_cli_producer", help="producer group (default txmq_cli_producer)"),
               *CLIENT)
@@ -67,15 +71,33 @@ def cmd_send(args: argparse.Namespace) -> int:
             body = args.body if args.count == 1 else f"{args.body} {i}"
             msg = Message(args.topic, body.encode(), tags=args.tags, keys=args.keys, properties=props)
             msg.delay_time_level = args.delay
+            if args.deliver_after is not None:
+                msg.deliver_after(args.deliver_after)
+            if args.deliver_at is not None:
+                msg.deliver_at(args.deliver_at)
             r = producer.send(msg)
             if args.count == 1:
+                recall = f" recallHandle={r.recall_handle}" if r.recall_handle else ""
                 print(f"{r.status.value} msgId={r.msg_id} offsetMsgId={r.offset_msg_id} "
-                      f"queue={r.queue_id} offset={r.queue_offset}")
+                      f"queue={r.queue_id} offset={r.queue_offset}{recall}")
             else:
                 progress.add()
     if args.count > 1:
         seconds = max(progress.close(), 1e-6)
         print(f"sent {args.count} messages in {seconds:.2f} s ({args.count / seconds:,.0f}/s)", file=sys.stderr)
+    return 0
+
+
+@TXMQ.command("recall", "cancel a scheduled timer message by its recall handle",
+              opt("--topic", required=True, help="the message's topic"),
+              opt("--handle", required=True, help="the recallHandle `txmq send` printed"),
+              opt("--group", default="txmq_cli_producer", help="producer group (default txmq_cli_producer)"),
+              *CLIENT)
+def cmd_recall(args: argparse.Namespace) -> int:
+    from txmq.client.producer import Producer
+
+    with Producer(args.group, namesrv_of(args)) as producer:
+        print(f"recalled msgId={producer.recall(args.topic, args.handle)}")
     return 0
 
 

@@ -17,6 +17,7 @@ stores a batch of halves with one write (RocketMQ's refuses them). Delayed messa
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import concurrent.futures
 import contextlib
@@ -163,6 +164,7 @@ class SendResult:
     queue_offset: int
     message_queue: MessageQueue
     transaction_id: str | None = None
+    recall_handle: str | None = None  # a timer message's: ``Producer.recall`` cancels it before it is due
 
 
 def _check_batch(msgs: Sequence[Message]) -> None:
@@ -485,4 +487,26 @@ class Producer(ClientBase):
         else:
             uniq = msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
         return SendResult(status, uniq, ext.get("msgId", ""), int(ext.get("queueId", mq.queue_id)),
-                          int(ext.get("queueOffset", -1)), mq, ext.get("transactionId"))
+                          int(ext.get("queueOffset", -1)), mq, ext.get("transactionId"), ext.get("recallHandle"))
+
+    def recall(self, topic: str, recall_handle: str, timeout_s: float | None = None) -> str:
+        """Cancel a scheduled timer message by the ``recall_handle`` of its send result (RocketMQ 5.3's
+        RECALL_MESSAGE); returns its message id. ``BrokerError`` when refused: delivered or recalled already, a
+        handle of another topic, or no ``Pub`` on the topic."""
+        return self._call(self._recall(topic, recall_handle, timeout_s))
+
+    async def _recall(self, topic: str, recall_handle: str, timeout_s: float | None) -> str:
+        assert self.instance is not None
+        try:
+            broker_name = base64.urlsafe_b64decode(recall_handle.encode()).decode().split(" ")[2]
+        except (ValueError, UnicodeError, IndexError):
+            raise InvalidMessageError("recall handle is invalid") from None
+        if self.instance.routes.get(topic) is None:
+            await self.instance.update_route(topic)
+        ext = {"topic": topic, "recallHandle": recall_handle, "producerGroup": self.group}
+        cmd = RemotingCommand.request(RequestCode.RECALL_MESSAGE, ext)
+        resp = await self.instance.remoting.invoke(self.instance.broker_addr(broker_name), cmd,
+                                                   timeout_s or self.send_timeout_s)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark)
+        return resp.ext_fields.get("msgId", "")

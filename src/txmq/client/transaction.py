@@ -163,7 +163,8 @@ class TransactionProducer(Producer):
                         msg.transaction_id, state.name, exc)
         return TransactionSendResult(send_result.status, send_result.msg_id, send_result.offset_msg_id,
                                      send_result.queue_id, send_result.queue_offset, send_result.message_queue,
-                                     send_result.transaction_id or msg.transaction_id, state)
+                                     send_result.transaction_id or msg.transaction_id,
+                                     local_transaction_state=state)
 
     async def _end_transaction(self, result: SendResult, state: LocalTransactionState,
                                error: BaseException | None) -> None:

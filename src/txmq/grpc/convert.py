@@ -17,6 +17,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from txmq.broker.core.refusal import Kind, Refusal
 from txmq.broker.core.send import BROKER_PROPERTIES
+from txmq.broker.timer import TIMER_DELIVER_MS, TIMER_PROPERTIES
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.message import MessageConst, MessageExt, MessageSysFlag
 from txmq.store import PutMessageStatus
@@ -24,8 +25,7 @@ from txmq.store import PutMessageStatus
 Code = pb.Code
 
 # Properties the gRPC surface carries in its own fields: never copied into user_properties.
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # the delivery timestamp a DELAY message asked for (RocketMQ's name)
-_HIDDEN_PROPERTIES = MessageConst.SYSTEM_KEYS | {TIMER_DELIVER_MS}
+_HIDDEN_PROPERTIES = MessageConst.SYSTEM_KEYS | TIMER_PROPERTIES
 # Refused in a client's user_properties: those, and the properties only the broker sets (refused by every protocol).
 _RESERVED_PROPERTIES = _HIDDEN_PROPERTIES | frozenset(BROKER_PROPERTIES)
 
@@ -50,6 +50,7 @@ REFUSAL_CODES: dict[Kind, int] = {
     Kind.BODY_TOO_LARGE: Code.MESSAGE_BODY_TOO_LARGE,
     Kind.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
     Kind.RESERVED_PROPERTY: Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+    Kind.ILLEGAL_DELIVERY_TIME: Code.ILLEGAL_DELIVERY_TIME,
     Kind.BUSY: Code.TOO_MANY_REQUESTS,
     Kind.INVALID_HANDLE: Code.INVALID_RECEIPT_HANDLE,
     Kind.MESSAGE_GONE: Code.MESSAGE_NOT_FOUND,

@@ -25,6 +25,7 @@ from txmq.acl.model import Action, Needs
 from txmq.broker.core.pop import ReceiptHandle
 from txmq.broker.core.refusal import Refusal
 from txmq.broker.core.send import message_kind
+from txmq.broker.timer import RecallError
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import InvalidMessageError, StoreError
 from txmq.filter import ExpressionType, FilterRefused, MessageFilter, build_filter
@@ -426,15 +427,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if isinstance(chosen, Refusal):
                 raise chosen
             queue_id = chosen
-        if sp.HasField("delivery_timestamp"):
-            if kind == pb.TRANSACTION:
-                raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                                      "a transactional message cannot have a delivery timestamp")
-            deliver = delivery_ms(sp.delivery_timestamp)
-            level = self._delay_level(deliver - now_ms())
-            if level:
-                props[MessageConst.DELAY_TIME_LEVEL] = str(level)
-                props[TIMER_DELIVER_MS] = str(deliver)
+        timer = sp.HasField("delivery_timestamp")  # a timer message (txmq beyond RocketMQ: a transactional one too)
+        if timer:  # checked, and diverted to the timer topic, by the core's ``accept``
+            props[TIMER_DELIVER_MS] = str(delivery_ms(sp.delivery_timestamp))
         half = kind == pb.TRANSACTION
         if half:
             props[MessageConst.TRANSACTION_PREPARED] = "true"
@@ -452,7 +447,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise refused
         delay_level = msg.delay_time_level
         try:
-            result = await sends.put_counted(msg, half, delay_level, message_kind(half, delay_level, kind == pb.FIFO))
+            result = await sends.put_counted(msg, half, delay_level,
+                                             message_kind(half, delay_level, kind == pb.FIFO, timer))
         except (StoreError, InvalidMessageError) as exc:
             raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"store refused: {exc}") from None
         ar = result.append_result
@@ -464,18 +460,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         entry.offset = ar.logics_offset
         if half:
             entry.transaction_id = transaction_id(ar.wrote_offset, ar.logics_offset)
-
-    def _delay_level(self, delay_ms: int) -> int:
-        """The first delay level at least ``delay_ms`` long (never early); 0 for no delay. A delay beyond the
-        last level (``messageDelayLevel``, 2 h by default) is refused with ILLEGAL_DELIVERY_TIME."""
-        if delay_ms <= 0:
-            return 0
-        levels = self.broker.config.delay_levels_ms()
-        for i, ms in enumerate(levels, 1):
-            if ms >= delay_ms:
-                return i
-        raise GrpcStatusError(Code.ILLEGAL_DELIVERY_TIME, f"delivery in {delay_ms} ms is beyond the longest delay "
-                              f"level ({levels[-1]} ms, messageDelayLevel)")
+        broker = self.broker
+        handle = broker.timer_service.recall_handle(msg, broker.config.broker_name)
+        if handle is not None:
+            entry.recall_handle = handle
 
     # --- transactions ------------------------------------------------------------------------------------
 
@@ -673,11 +661,24 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             yield spb.PullMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, got.status.name))
         yield spb.PullMessageResponse(next_offset=got.next_begin_offset)
 
-    # --- not served --------------------------------------------------------------------------------------
-
     @METHODS.declare(_recall_needs)
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
-        return spb.RecallMessageResponse(status=status(Code.NOT_IMPLEMENTED, "txmq does not recall messages"))
+        """Cancel a scheduled timer message by the handle its send receipt carried (RocketMQ 5.3)."""
+        broker = self.broker
+        if not broker.config.recall_message_enable:
+            return spb.RecallMessageResponse(status=status(Code.FORBIDDEN, "recall failed, operation is forbidden "
+                                                           "(recallMessageEnable=false)"))
+        if broker.config.is_slave:
+            return spb.RecallMessageResponse(status=status(Code.HA_NOT_AVAILABLE, "broker is a slave"))
+        try:
+            msg_id = await broker.timer_service.recall(request.topic.name, request.recall_handle,
+                                                       broker.config.broker_name, broker.store_host)
+        except RecallError as exc:
+            code = Code.INTERNAL_SERVER_ERROR if exc.code == "store" else Code.BAD_REQUEST
+            return spb.RecallMessageResponse(status=status(code, str(exc)))
+        return spb.RecallMessageResponse(status=STATUS_OK, message_id=msg_id)
+
+    # --- not served --------------------------------------------------------------------------------------
 
     @METHODS.declare(_consumer_needs)
     async def SyncLiteSubscription(self, request: spb.SyncLiteSubscriptionRequest,

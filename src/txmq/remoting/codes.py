@@ -125,6 +125,7 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE = 324
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
+    RECALL_MESSAGE = 370  # RocketMQ 5.3: cancel a scheduled timer message by its recall handle
     BROKER_HEARTBEAT = 904  # RocketMQ 5: a broker in controller mode to the controller
     GET_BROKER_HA_STATUS = 907  # RocketMQ 5 (mqadmin haStatus)
     # RocketMQ 5's controller requests (txmq's bodies are JSON; see txmq.controller.server)
@@ -201,6 +202,7 @@ class ResponseCode(IntEnum):
     UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
+    ILLEGAL_OPERATION = 604  # a recall with a bad handle, or of a message no longer scheduled
 
 
 _LANGUAGE_BY_NAME = {lang.name: lang for lang in LanguageCode}

@@ -116,6 +116,24 @@ class StoreConfig:
                                             doc="consume-queue files kept open at most, the least recently used "
                                                 "closed first and opened again when used (0: half the process's "
                                                 "open-file limit)")
+    # Timer messages (RocketMQ 5's RIP-43 keys that apply to txmq's timer index: docs/timers.md)
+    timer_wheel_enable: bool = key(True, doc="timer messages (`TIMER_DELIVER_MS`, `TIMER_DELAY_SEC`, "
+                                             "`TIMER_DELAY_MS`, gRPC `delivery_timestamp`) are taken; off: refused")
+    timer_precision_ms: int = key(1000, unit="ms", range=(10, 60_000),
+                                  doc="the tick of timer deliveries: a timer message is delivered at the first "
+                                      "tick at or after its time, never before")
+    timer_max_delay_sec: int = key(40 * 24 * 3600, unit="s", range=(1, 366 * 24 * 3600), runtime=True,
+                                   doc="the furthest delivery time taken (RocketMQ: 3 days); beyond it a send is "
+                                       "refused `MESSAGE_ILLEGAL`")
+    timer_roll_window_slot: int = key(2 * 24 * 3600, range=(1, None),
+                                      doc="ticks of `timerPrecisionMs` a timer waits in one timer record: one due "
+                                          "later is stored again then (rolled), so that its record is never older "
+                                          "than this; keep it well under `fileReservedTime`")
+    timer_stop_enqueue: bool = key(False, runtime=True,
+                                   doc="timer messages are stored but not added to the timer index until it is "
+                                       "turned off again (they are then added and delivered, late)")
+    timer_stop_dequeue: bool = key(False, runtime=True,
+                                   doc="due timer messages are held, not delivered, until it is turned off again")
     # set by the broker, not read from broker.conf
     store_host: tuple[str, int] = ("127.0.0.1", 10911)  # STOREHOSTADDRESS and offset message ids
     checkpoint_interval_ms: int = 3000  # bounds how much log recovery reads after a crash

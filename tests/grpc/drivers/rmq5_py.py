@@ -36,7 +36,7 @@ def out(event: str, **kw) -> None:
 def view(m) -> dict:
     return {"id": m.message_id, "topic": m.topic, "body": m.body.decode(errors="replace"), "tag": m.tag,
             "keys": list(m.keys or []), "props": dict(m.properties or {}), "attempt": m.delivery_attempt,
-            "group": m.message_group, "t": time.time()}
+            "group": m.message_group, "delivery": m.delivery_timestamp, "t": time.time()}
 
 
 def config(a: dict) -> ClientConfiguration:
@@ -57,6 +57,8 @@ def message(a: dict, i: int) -> Message:
         m.message_group = a["message_group"]
     if a.get("delay_ms"):
         m.delivery_timestamp = int(time.time() * 1000) + a["delay_ms"]
+    if a.get("deliver_at_ms"):
+        m.delivery_timestamp = a["deliver_at_ms"]
     for k, v in (a.get("props") or {}).items():
         m.add_property(k, v)
     return m
@@ -81,8 +83,21 @@ def cmd_send(a: dict) -> None:
                 out("error", i=i, error=f"{type(exc).__name__}: {exc}"[:300], t=time.time())
                 time.sleep(a.get("interval", 0) or 0.05)
                 continue
-            out("sent", id=r.message_id, i=i, t=time.time())
+            out("sent", id=r.message_id, i=i, t=time.time(), recall_handle=r.recall_handle)
             time.sleep(a.get("interval", 0))
+    finally:
+        p.shutdown()
+
+
+def cmd_recall(a: dict) -> None:
+    """Recall ``handle`` of ``topic``: prints ``recalled`` with the message id, or ``refused`` with the error."""
+    p = Producer(config(a), (a["topic"],))
+    p.startup()
+    try:
+        try:
+            out("recalled", id=p.recall_message(a["topic"], a["handle"]))
+        except Exception as exc:
+            out("refused", error=f"{type(exc).__name__}: {exc}"[:300])
     finally:
         p.shutdown()
 
@@ -141,7 +156,7 @@ def cmd_tx(a: dict) -> None:
     try:
         tx = p.begin_transaction()
         r = p.send(message(a, 0), tx)
-        out("sent", id=r.message_id, t=time.time())
+        out("sent", id=r.message_id, t=time.time(), recall_handle=r.recall_handle)
         mode = a["mode"]
         if mode == "commit":
             tx.commit()
@@ -256,7 +271,7 @@ def main() -> None:
     a = json.loads(sys.argv[1])
     try:
         commands = {"send": cmd_send, "send_async": cmd_send_async, "tx": cmd_tx, "simple": cmd_simple,
-                    "push": cmd_push}
+                    "push": cmd_push, "recall": cmd_recall}
         commands[a["cmd"]](a)
         out("done", ok=True)
     except Exception as exc:

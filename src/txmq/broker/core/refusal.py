@@ -17,6 +17,7 @@ class Kind(enum.Enum):
     BODY_TOO_LARGE = "body too large"  # maxMessageSize
     MESSAGE_ILLEGAL = "message illegal"  # a rule of the message itself (born timestamp, batch rules)
     RESERVED_PROPERTY = "reserved property"  # a property only the broker sets
+    ILLEGAL_DELIVERY_TIME = "illegal delivery time"  # a timer message's: timers off, not a number, too far ahead
     BUSY = "busy"  # a bound is full: try again later
     INVALID_HANDLE = "invalid receipt handle"  # names no delivery in flight (stale, foreign, malformed)
     MESSAGE_GONE = "message gone"  # the record a request names is no longer in the log

@@ -7,7 +7,7 @@ from txmq.message cimport MessageExt
 from txmq.store.results cimport is_stored
 
 cdef class SendService:
-    cdef public object config, store, topics, manager, transactions, schedule, retries
+    cdef public object config, store, topics, manager, transactions, schedule, timers, retries
     cdef public BrokerStats stats
 
     cpdef object topic_of(self, object topic, Py_ssize_t size, bint batch, object create_from)
@@ -16,6 +16,7 @@ cdef class SendService:
     cpdef object accept_batch(self, list entries, dict batch_props, object born_timestamp)
     cdef object _half_batch_refusal(self, list entries, dict batch_props, Py_ssize_t halves)
     cdef object _rejected_transaction(self)
+    cdef object _timer_refusal(self, MessageExt msg, bint half)
     cpdef object route_retry(self, MessageExt msg, object max_times)
     cpdef object put(self, MessageExt msg, bint half, object delay_level, object answer=*, object waiter=*)
     cpdef object put_counted(self, MessageExt msg, bint half, object delay_level, str kind)
@@ -28,6 +29,7 @@ cdef class _Counted:
 
 # What every send asks of its message, as C functions to the send path (they stay importable).
 cpdef bint is_half(object properties)
-cpdef str message_kind(bint half, object delay_level, bint order)
+cpdef bint is_timed(object properties)
+cpdef str message_kind(bint half, object delay_level, bint order, bint timer=*)
 cpdef object reserved_refusal(object props)
 cpdef object born_refusal(object born_timestamp)

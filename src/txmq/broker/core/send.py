@@ -1,7 +1,8 @@
 """Sends in no protocol's terms (RocketMQ's ``SendMessageProcessor`` rules): the checks every send passes, the
 topic it resolves or auto-creates, the queue it goes to, a retry past its reconsume times turned into a dead
-letter, and the put by kind — a half message through the transaction service, a delayed one through the schedule
-topic, plain messages and batches as they are. The remoting processor and the gRPC servicer translate their
+letter, a timer message's delivery time (to the timer topic, or refused beyond ``timerMaxDelaySec``), and the put
+by kind — a half message through the transaction service, a delayed one through the schedule topic, plain messages
+and batches as they are. The remoting processor and the gRPC servicer translate their
 requests into these calls and answer a ``Refusal`` in their own codes.
 
 Compiled (setup.py, send.pxd): the service is an extension type whose steps are C methods to the remoting send
@@ -19,6 +20,8 @@ import cython
 from txmq.broker.core.refusal import Kind, Refusal
 from txmq.broker.core.retry import max_reconsume_times
 from txmq.broker.stats import BrokerStats
+from txmq.broker.timer import BROKER_ONLY as TIMER_BROKER_ONLY
+from txmq.broker.timer import TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS, is_timer_message
 from txmq.broker.transaction.service import HALF_BATCH, OP_PROPERTY
 from txmq.errors import InvalidMessageError
 from txmq.message import (
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from txmq.broker.core.retry import RetryService
     from txmq.broker.core.topics import TopicService
     from txmq.broker.schedule import ScheduleMessageService
+    from txmq.broker.timer import TimerMessageStore
     from txmq.broker.transaction.service import TransactionalMessageService
     from txmq.store import DefaultMessageStore
 
@@ -54,8 +58,8 @@ _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _PERM_WRITE = PermName.PERM_WRITE
 
 # Properties only the broker sets, refused in any send: the account that stored a half (``tx show``, and carried
-# into the committed message), a half's batch count, a transaction op's kind.
-BROKER_PROPERTIES = (MessageConst.HALF_ACCOUNT, HALF_BATCH, OP_PROPERTY)
+# into the committed message), a half's batch count, a transaction op's kind, a timer record's own (timer.py).
+BROKER_PROPERTIES = (MessageConst.HALF_ACCOUNT, HALF_BATCH, OP_PROPERTY, *sorted(TIMER_BROKER_ONLY))
 
 MAX_PROPERTIES_SIZE = 32767  # the layout's 2-byte properties length (txmq.message)
 _LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two properties, their names and values
@@ -80,11 +84,16 @@ def is_half(properties: Mapping[str, str]) -> bool:
     return properties.get(_TRAN_MSG) == "true"
 
 
-def message_kind(half: bool, delay_level: int, order: bool) -> str:
-    """RocketMQ 5's message_type label of a send: transaction, delay, fifo or normal."""
+def is_timed(properties: Mapping[str, str]) -> bool:
+    """A timer message as sent (a delivery time or a delay), whether or not ``accept`` diverted it since."""
+    return TIMER_DELIVER_MS in properties or TIMER_DELAY_SEC in properties or TIMER_DELAY_MS in properties
+
+
+def message_kind(half: bool, delay_level: int, order: bool, timer: bool = False) -> str:
+    """RocketMQ 5's message_type label of a send: transaction, delay (a delay level or a timer), fifo or normal."""
     if half:
         return "transaction"
-    if delay_level > 0:
+    if delay_level > 0 or timer:
         return "delay"
     return "fifo" if order else "normal"
 
@@ -132,7 +141,7 @@ class SendService:
 
     def __init__(self, config: BrokerConfig, store: DefaultMessageStore, topics: TopicService, stats: BrokerStats,
                  transactions: TransactionalMessageService, schedule: ScheduleMessageService,
-                 retries: RetryService) -> None:
+                 timers: TimerMessageStore, retries: RetryService) -> None:
         self.config = config
         self.store = store
         self.topics = topics
@@ -140,6 +149,7 @@ class SendService:
         self.stats = stats
         self.transactions = transactions
         self.schedule = schedule
+        self.timers = timers
         self.retries = retries
 
     # --- checks ------------------------------------------------------------------------------------------
@@ -182,13 +192,28 @@ class SendService:
         return queue_id
 
     def accept(self, msg: MessageExt, half: bool) -> Refusal | None:
-        """The rules of one message as built to store: its born timestamp, and a half message only where the broker
-        takes transactions."""
+        """The rules of one message as built to store: its born timestamp, a half message only where the broker
+        takes transactions, and a timer message's delivery time (``_timer_refusal``)."""
         born = msg.born_timestamp
         if not BORN_TIMESTAMP_MIN <= born < BORN_TIMESTAMP_MAX:
             return born_refusal(born)
         if half and self.config.reject_transaction_message:
             return self._rejected_transaction()
+        if is_timer_message(msg.properties) and not msg.delay_time_level:
+            return self._timer_refusal(msg, half)
+        return None
+
+    def _timer_refusal(self, msg: MessageExt, half: bool) -> Refusal | None:
+        """A timer message diverted to the timer topic (unless due already); a half is only checked: it keeps its
+        delivery time until COMMIT diverts its real message. ILLEGAL_DELIVERY_TIME when timers are off, the time
+        is not a number or beyond ``timerMaxDelaySec``, or the topic is a retry topic."""
+        try:
+            if half:
+                self.timers.checked_deliver_ms(msg.properties)
+            else:
+                self.timers.divert(msg)
+        except InvalidMessageError as exc:
+            return Refusal(Kind.ILLEGAL_DELIVERY_TIME, str(exc))
         return None
 
     def accept_batch(self, entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
@@ -207,7 +232,7 @@ class SendService:
         for _flag, data, props in entries:
             if len(data) > limit:
                 return Refusal(Kind.MESSAGE_ILLEGAL, f"a batch message of {len(data)} bytes exceeds maxMessageSize")
-            if props.get(_DELAY):
+            if props.get(_DELAY) or is_timer_message(props):
                 return Refusal(Kind.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
             halves += is_half(props)
         if halves not in (0, len(entries)):

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from txmq.broker.schedule import ScheduleMessageService
     from txmq.broker.stats import BrokerStats
     from txmq.broker.subscription_group_manager import SubscriptionGroupManager
+    from txmq.broker.timer import TimerMessageStore
     from txmq.broker.topic_config_manager import TopicConfigManager
     from txmq.broker.transaction.service import TransactionalMessageService
     from txmq.store import DefaultMessageStore
@@ -28,9 +29,9 @@ class BrokerCore:
     def __init__(self, config: BrokerConfig, store: DefaultMessageStore, topic_configs: TopicConfigManager,
                  subscription_groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager,
                  consumers: ConsumerManager, stats: BrokerStats, transactions: TransactionalMessageService,
-                 schedule: ScheduleMessageService, store_host: tuple[str, int]) -> None:
+                 schedule: ScheduleMessageService, timers: TimerMessageStore, store_host: tuple[str, int]) -> None:
         self.topics = TopicService(topic_configs, config)
         self.retries = RetryService(store, self.topics, stats, schedule, consumers, store_host)
-        self.sends = SendService(config, store, self.topics, stats, transactions, schedule, self.retries)
+        self.sends = SendService(config, store, self.topics, stats, transactions, schedule, timers, self.retries)
         self.pulls = PullService(config, store, topic_configs, subscription_groups, stats)
         self.pop = PopService(store, offsets, self.pulls, self.retries)

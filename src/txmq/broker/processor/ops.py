@@ -347,6 +347,7 @@ def runtime_info(broker: BrokerController) -> dict[str, str]:
         "commitLogMaxOffset": store.max_phy_offset, "commitLogMinOffset": store.min_phy_offset,
         "commitLogDiskRatio": f"{disk.used / disk.total:.4f}",
         **store.runtime_info(),
+        **broker.timer_service.runtime_info(),
     }
     if broker.grpc is not None:  # a slave routes RocketMQ 5 clients to its master's gRPC endpoint
         table["grpcEndpoint"] = broker.grpc.addr

@@ -6,7 +6,7 @@
 # struct members (Cython keeps free lists for base types only), its processor typed so its response is a C call. It
 # stays in the cyclic collector: its processor leads to the broker and its store, which holds the put waiting on it.
 cimport cython
-from txmq.broker.core.send cimport SendService, is_half, message_kind
+from txmq.broker.core.send cimport SendService, is_half, is_timed, message_kind
 from txmq.broker.stats cimport BrokerStats
 from txmq.message cimport MessageExt, inner_message
 from txmq.remoting.command cimport RemotingCommand

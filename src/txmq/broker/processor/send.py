@@ -15,13 +15,13 @@ import cython
 
 from txmq.acl.model import Action, Needs, User
 from txmq.broker.core.refusal import Kind, Refusal
-from txmq.broker.core.send import is_half, message_kind, reserved_refusal
+from txmq.broker.core.send import is_half, is_timed, message_kind, reserved_refusal
 from txmq.broker.processor.refused import refused
 from txmq.broker.stats import BrokerStats
 from txmq.broker.visibility import RecordAt, read_record_at, record_needs
 from txmq.errors import InvalidMessageError, LocalProtocolError
 from txmq.message import MessageConst, MessageExt, decode_batch, inner_message, string_to_properties
-from txmq.remoting.codec import encode_response, encode_send_response
+from txmq.remoting.codec import SEND_RESPONSE_EXTRA, encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.refusals import RefusalLog
@@ -33,7 +33,7 @@ from txmq.remoting.request_headers import (
 )
 from txmq.remoting.transport import Answer, Connection, HandlerResult, Reply, parse_address
 from txmq.store.results import PutMessageResult, PutMessageStatus, is_stored
-from txmq.topic import check_consumer_group
+from txmq.topic import RMQ_SYS_WHEEL_TIMER_TOPIC, check_consumer_group
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -245,7 +245,8 @@ class SendMessageProcessor:
         if refusal is not None:
             return refused(cmd, refusal)
         delay_level = msg.delay_time_level
-        answer = _SendAnswer(self, conn, cmd, msg, None, h.topic, message_kind(half, delay_level, cfg.order))
+        answer = _SendAnswer(self, conn, cmd, msg, None, h.topic,
+                             message_kind(half, delay_level, cfg.order, is_timed(msg.properties)))
         return sends.put(msg, half, delay_level, answer, answer)
 
     def _inner(self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
@@ -284,6 +285,15 @@ class SendMessageProcessor:
                 remark += f": {result.remark}"
             return RemotingCommand.response_to(cmd, code, remark=remark)
         props = msg.properties
+        if msg.topic == RMQ_SYS_WHEEL_TIMER_TOPIC:  # RocketMQ 5.3's answer carries its recall handle
+            broker = self.broker
+            ext = SendMessageResponseHeader(msg_id=ar.msg_id, queue_id=msg.queue_id,
+                                            queue_offset=ar.logics_offset).to_ext()
+            handle = broker.timer_service.recall_handle(msg, broker.config.broker_name)
+            ext.update(SEND_RESPONSE_EXTRA)
+            if handle is not None:
+                ext["recallHandle"] = handle
+            return encode_response(cmd, code, ext)
         return encode_send_response(cmd, code, ar.msg_id, msg.queue_id, ar.logics_offset,
                                     props.get(_UNIQ_KEY) if is_half(props) else None)
 

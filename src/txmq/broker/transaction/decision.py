@@ -28,7 +28,7 @@ from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
 from txmq.store.group_commit import Waiter
-from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
+from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 
 log = logging.getLogger("txmq.transaction")
 
@@ -187,6 +187,9 @@ class Decisions(TransactionTracking):
                 self._recovered_before.add(half_offset)
             try:
                 reals = real_messages(half, half_offset, commit_log_offset) if outcome == COMMIT or unsure else []
+                if self.divert_timer is not None:
+                    for real in reals:
+                        self.divert_timer(real)
             except RemoteProtocolError as exc:
                 results[i] = EndResult(ResponseCode.SYSTEM_ERROR, f"half batch at {half_offset} unreadable: {exc}")
                 continue
@@ -392,12 +395,13 @@ class Decisions(TransactionTracking):
     def _not_in_log(self, half: MessageExt, reals: list[MessageExt]) -> list[MessageExt]:
         """Of the real messages of a commit of ``half``, those not in the log yet. After a crash, a commit can be
         in the log without its op record, or (a batch cut short) in part: found by ``UNIQ_KEY`` in the index."""
-        topic = half.properties.get(MessageConst.REAL_TOPIC, "")
+        # in the half's REAL_TOPIC, or, a timer message, in the timer topic (txmq.broker.timer)
+        topics = (half.properties.get(MessageConst.REAL_TOPIC, ""), RMQ_SYS_WHEEL_TIMER_TOPIC)
         left = []
         for real in reals:
             uniq = real.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
             if not uniq or not any(m.prepared_transaction_offset == half.commit_log_offset
-                                   for m in self.store.query_message(topic, uniq, 64)):
+                                   for t in topics for m in self.store.query_message(t, uniq, 64)):
                 left.append(real)
         return left
 

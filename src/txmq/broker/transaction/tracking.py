@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,8 @@ class TransactionTracking:
                  snapshot_path: Path | None = None, recent_halves_max_bytes: int = 32 * 1024 * 1024,
                  orphan_factor: int = DEFAULT_ORPHAN_FACTOR, metrics_max_groups: int = DEFAULT_MAX_ENTRIES) -> None:
         self.store = store
+        # a COMMIT's real message that carries a delivery time goes to the timer topic (txmq.broker.timer)
+        self.divert_timer: Callable[[MessageExt], None] | None = None
         self.table = TransactionStateTable()
         self.metrics = TransactionMetrics(metrics_max_groups)
         self.transaction_timeout_ms = transaction_timeout_ms

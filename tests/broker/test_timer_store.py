@@ -1,0 +1,170 @@
+"""The timer index against a real store: what a crash can leave between a delivery being stored and its row being
+deleted, recovery from the log (never twice, never lost), recall markers, and a slave's table kept from the
+replicated records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+import pytest
+
+from txmq.broker.timer import TIMER_DELIVER_MS, RecallError, TimerMessageStore
+from txmq.errors import InvalidMessageError
+from txmq.message import MessageExt, decode_message
+from txmq.store import DefaultMessageStore, StoreConfig
+
+
+def _config(root: Path) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=str(root / "store"), timer_precision_ms=20, timer_max_delay_sec=60)
+
+
+def _timer(body: bytes, in_ms: int) -> MessageExt:
+    return MessageExt("orders", body, {TIMER_DELIVER_MS: str(int(time.time() * 1000) + in_ms), "UNIQ_KEY": body.hex()},
+                      born_timestamp=int(time.time() * 1000))
+
+
+def _bodies(store: DefaultMessageStore) -> list[bytes]:
+    got = store.get_message("orders", 0, 0, 100)
+    return [decode_message(raw)[0].body for raw in got.messages]
+
+
+async def _put(store: DefaultMessageStore, timers: TimerMessageStore, msg: MessageExt) -> MessageExt:
+    assert timers.divert(msg)
+    assert (await store.put_message(msg)).stored
+    return msg
+
+
+def test_a_delivery_stored_before_a_crash_is_not_stored_again(tmp_path):
+    """The crash window: the delivered message is in the log, its row still in the table (not committed)."""
+    cfg = _config(tmp_path)
+
+    async def first() -> None:
+        store = DefaultMessageStore(cfg)
+        await store.start()
+        timers = TimerMessageStore(store, cfg, tmp_path)
+        for body in (b"a", b"b", b"c"):
+            await _put(store, timers, _timer(body, 50))
+        timers.catch_up()
+        assert timers.count == 3
+        await asyncio.sleep(0.1)
+        # deliver as the loop does, but "crash" before the rows' deletion is committed
+        timers.db.execute("BEGIN")
+        for (offset,) in timers.db.execute("SELECT offset FROM timer ORDER BY due LIMIT 2").fetchall():
+            msg = store.look_message_by_offset(offset)
+            assert (await store.put_message(timers._restore(msg, offset))).stored
+            timers.db.execute("DELETE FROM timer WHERE offset = ?", (offset,))
+        timers.db.execute("ROLLBACK")  # what the crash leaves: the deletions lost, the deliveries in the log
+        timers.db.close()
+        store.close_without_shutdown()
+
+    async def second() -> None:
+        store = DefaultMessageStore(cfg)
+        await store.start()
+        timers = TimerMessageStore(store, cfg, tmp_path)
+        assert timers.count == 3
+        timers.catch_up()
+        assert timers.count == 1  # the two found delivered in the log
+        await timers._deliver_due()
+        assert sorted(_bodies(store)) == [b"a", b"b", b"c"]
+        timers.close()
+        await store.shutdown()
+
+    asyncio.run(first())
+    asyncio.run(second())
+
+
+def test_recall_and_its_marker_survive_a_restart(tmp_path):
+    cfg = _config(tmp_path)
+
+    async def first() -> str:
+        store = DefaultMessageStore(cfg)
+        await store.start()
+        timers = TimerMessageStore(store, cfg, tmp_path)
+        keep = await _put(store, timers, _timer(b"keep", 100))
+        drop = await _put(store, timers, _timer(b"drop", 100))
+        timers.catch_up()
+        handle = timers.recall_handle(drop, "broker-a")
+        assert handle is not None and timers.recall_handle(keep, "broker-a") != handle
+        with pytest.raises(RecallError, match="topic not match"):
+            await timers.recall("other", handle, "broker-a", ("127.0.0.1", 1))
+        with pytest.raises(RecallError, match="another broker"):
+            await timers.recall("orders", handle, "broker-b", ("127.0.0.1", 1))
+        with pytest.raises(RecallError, match="invalid"):
+            await timers.recall("orders", "bm90IGEgaGFuZGxl", "broker-a", ("127.0.0.1", 1))
+        assert await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1)) == b"drop".hex()
+        with pytest.raises(RecallError, match="not scheduled"):
+            await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1))
+        timers.db.close()  # killed before the marker was read into the table
+        store.close_without_shutdown()
+        return handle
+
+    async def second(handle: str) -> None:
+        store = DefaultMessageStore(cfg)
+        await store.start()
+        timers = TimerMessageStore(store, cfg, tmp_path)
+        timers.catch_up()
+        assert timers.count == 1
+        await asyncio.sleep(0.15)
+        await timers._deliver_due()
+        assert _bodies(store) == [b"keep"]
+        with pytest.raises(RecallError, match="not scheduled"):
+            await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1))
+        timers.close()
+        await store.shutdown()
+
+    asyncio.run(second(asyncio.run(first())))
+
+
+def test_refusals(tmp_path):
+    cfg = _config(tmp_path)
+
+    async def go() -> None:
+        async with DefaultMessageStore(cfg) as store:
+            timers = TimerMessageStore(store, cfg, tmp_path)
+            with pytest.raises(InvalidMessageError, match="timerMaxDelaySec"):
+                timers.divert(_timer(b"far", 61_000))
+            past = _timer(b"past", -1000)
+            assert not timers.divert(past) and past.topic == "orders"
+            cfg.timer_wheel_enable = False
+            with pytest.raises(InvalidMessageError, match="timerWheelEnable"):
+                timers.divert(_timer(b"off", 1000))
+            timers.close()
+
+    asyncio.run(go())
+
+
+def test_a_timer_beyond_the_roll_window_is_rolled_then_delivered_once_on_time(tmp_path):
+    """A timer record is stored again each roll window (here 2 ticks of 20 ms), so that retention never takes a
+    waiting one; it is delivered once, at its time, and a recall by its first handle finds its newest record."""
+    cfg = _config(tmp_path)
+    cfg.timer_roll_window_slot = 2
+
+    async def go() -> None:
+        async with DefaultMessageStore(cfg) as store:
+            timers = TimerMessageStore(store, cfg, tmp_path)
+            late = await _put(store, timers, _timer(b"late", 400))
+            drop = await _put(store, timers, _timer(b"drop", 400))
+            handle = timers.recall_handle(drop, "broker-a")
+            assert handle is not None
+            loop = asyncio.create_task(timers.run(deliver=True))
+            try:
+                await asyncio.sleep(0.2)
+                assert timers.rolled >= 2 and timers.delivered == 0
+                await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1))
+                await asyncio.sleep(0.5)
+            finally:
+                loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop
+            got = store.get_message("orders", 0, 0, 10)
+            delivered = [decode_message(raw)[0] for raw in got.messages]
+            assert [m.body for m in delivered] == [b"late"]
+            assert delivered[0].store_timestamp >= int(late.properties["TIMER_OUT_MS"])
+            assert int(delivered[0].properties["TIMER_ROLL_TIMES"]) >= 2
+            assert timers.count == 0
+            timers.close()
+
+    asyncio.run(go())
