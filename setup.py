@@ -35,6 +35,7 @@ COMPILED_MODULES = [
     "src/txmq/futures.py",
     "src/txmq/remoting/transport.py",
     "src/txmq/remoting/registry.py",  # every request passes its dispatcher
+    "src/txmq/broker/core/send.py",  # every send's checks and put, whichever protocol sends
     "src/txmq/broker/processor/send.py",
     "src/txmq/acl/signer.py",
     "src/txmq/acl/model.py",

@@ -304,6 +304,74 @@ def test_stats_and_the_request_dispatcher_are_the_same_interpreted() -> None:
         load_interpreted("txmq.remoting.registry"))
 
 
+def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
+    """The broker core's send checks (compiled: every send of either protocol asks them) refuse and accept as their
+    source does: each answer's refusal kind and message, or what it returns."""
+    from txmq.broker.config import BrokerConfig
+    from txmq.broker.core.refusal import Refusal
+    from txmq.broker.core.topics import TopicService
+    from txmq.broker.stats import BrokerStats
+    from txmq.broker.topic_config_manager import TopicConfigManager
+    from txmq.store.config import StoreConfig
+    from txmq.topic import PermName, TopicConfig
+
+    def answer(r: object) -> object:
+        return (r.kind.name, r.message) if isinstance(r, Refusal) else getattr(r, "topic_name", r)
+
+    def checked(module, root: Path) -> list[object]:
+        config = BrokerConfig(store=StoreConfig(max_message_size=1000))
+        manager = TopicConfigManager(root, auto_create=True, default_queue_nums=4, delay_levels=18)
+        manager.update(TopicConfig("t", 2, 2))
+        manager.update(TopicConfig("read_only", 1, 1, PermName.PERM_READ))
+        def too_far(props: dict[str, str]) -> int:
+            raise InvalidMessageError("timer message illegal: beyond timerMaxDelaySec")
+
+        timers = SimpleNamespace(checked_deliver_ms=too_far, divert=too_far)
+        sends = module.SendService(config, None, TopicService(manager, config), BrokerStats(), None, None, timers,
+                                   None)
+        out = [answer(sends.topic_of(topic, size, batch, SimpleNamespace(default_topic=base,
+                                                                         default_topic_queue_nums=nums)))
+               for topic, size, batch, base, nums in [
+            ("t", 10, False, "TBW102", 4), ("bad topic", 10, False, "TBW102", 4),
+            ("RMQ_SYS_TRANS_HALF_TOPIC", 10, False, "TBW102", 4), ("t", 1001, True, "TBW102", 4),
+            ("read_only", 10, False, "TBW102", 4), ("new_one", 10, False, "TBW102", 2),
+            ("other", 10, False, "no_such_default", 4), ("%RETRY%g", 10, False, "TBW102", None)]]
+        out.append(manager.get("new_one").write_queue_nums)
+        cfg = manager.get("t")
+        out += [answer(sends.queue_of(cfg, q)) for q in (0, 1, 2, 7)] + [0 <= sends.queue_of(cfg, -1) < 2]
+        half = MessageExt("t", b"x", {"TRAN_MSG": "true"}, born_timestamp=1_700_000_000_000)
+        old = MessageExt("t", b"x", {}, born_timestamp=1)
+        out += [answer(sends.accept(half, True)), answer(sends.accept(old, False))]
+        timed = [MessageExt("t", b"x", {"TIMER_DELAY_SEC": "9"}, born_timestamp=1_700_000_000_000),
+                 MessageExt("t", b"x", {"TIMER_DELIVER_MS": "9", "TRAN_MSG": "true"}, born_timestamp=1_700_000_000_000)]
+        out += [answer(sends.accept(m, i == 1)) for i, m in enumerate(timed)]
+        batches = [[], [(0, b"x" * 1001, {})], [(0, b"x", {"DELAY": "2"})], [(0, b"x", {"TIMER_DELAY_MS": "5"})],
+                   [(0, b"x", {"TRAN_MSG": "true"}), (0, b"y", {})], [(0, b"x", {}), (0, b"y", {})]]
+        out += [answer(sends.accept_batch(b, {}, 0)) for b in batches]
+        half_batch = {"TRAN_MSG": "true", "UNIQ_KEY": "b"}
+        out += [answer(sends.accept_batch(b, p, 0)) for b, p in [
+            ([(0, b"x" * 400, {"UNIQ_KEY": "u"})], half_batch), ([(0, b"x", {})], half_batch),
+            ([(0, b"x", {"UNIQ_KEY": "u"})], {"TRAN_MSG": "true"}), ([(0, b"x", {"UNIQ_KEY": "u"})], half_batch)]]
+        out.append(answer(sends.accept_batch([(0, b"x", {})], {}, 1)))
+        config.is_slave, config.reject_transaction_message = True, True  # type: ignore[misc]
+        out += [answer(sends.topic_of("t", 10, False, None)), answer(sends.accept(half, True))]
+        out += [answer(module.reserved_refusal(p)) for p in ({}, {"TXMQ_OP": "x"}, {"TXMQ_HALF_BATCH": "1"},
+                                                                 {"TXMQ_TIMER_FROM": "1"})]
+        out += [module.message_kind(*k) for k in ((True, 0, False), (False, 2, True), (False, 0, True),
+                                                  (False, 0, False), (False, 0, True, True), (True, 0, False, True))]
+        out += [module.is_timed(p) for p in ({}, {"TIMER_DELAY_SEC": "1"}, {"TIMER_DELIVER_MS": "1"})]
+        return out
+
+    (tmp_path / "c").mkdir()
+    (tmp_path / "i").mkdir()
+    compiled = checked(importlib.import_module("txmq.broker.core.send"), tmp_path / "c")
+    assert compiled == checked(load_interpreted("txmq.broker.core.send"), tmp_path / "i")
+    assert ("TOPIC_NOT_EXIST", "topic[other] not exist, apply first please! (autoCreateTopicEnable is true)") in \
+        compiled and "new_one" in compiled and "%RETRY%g" in compiled
+    assert ("ILLEGAL_DELIVERY_TIME", "timer message illegal: beyond timerMaxDelaySec") in compiled
+    assert compiled[-9:] == ["transaction", "delay", "fifo", "normal", "delay", "transaction", False, True, True]
+
+
 _POLICIES = [("Topic:orders", "Pub", "Deny", ()), ("Topic:ord*", "Pub|Sub", "Allow", ("10.0.0.0/8",)),
              ("Group:g", "Sub", "Allow", ()), ("Topic:*", "All", "Allow", ()), ("*", "Get", "Allow", ())]
 

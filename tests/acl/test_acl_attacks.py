@@ -163,9 +163,12 @@ def test_attacker_cannot_store_a_half_in_the_victims_group(acl_server: AclServer
     assert call(acl_server.broker, RequestCode.SEND_MESSAGE, own, b"x", as_=ATTACKER).code == ResponseCode.SUCCESS
 
 
-def test_sender_cannot_forge_the_half_account(acl_server: AclServer):
-    """A send that sets TXMQ_HALF_ACCOUNT itself breaks a rule of the message, whoever sends it: MESSAGE_ILLEGAL."""
-    props = "TRAN_MSG\x01true\x02PGROUP\x01attacker-group\x02TXMQ_HALF_ACCOUNT\x01orderKey01\x02"
+@pytest.mark.parametrize("prop", ["TXMQ_HALF_ACCOUNT", "TXMQ_HALF_BATCH", "TXMQ_OP"])
+def test_sender_cannot_forge_the_half_account(acl_server: AclServer, prop: str):
+    """A send that sets a property only the broker sets (the account of a half; before, over remoting, also a
+    half's batch count or a transaction op's kind went through) breaks a rule of the message, whoever sends it:
+    MESSAGE_ILLEGAL, as over gRPC (test_acl_grpc_attacks.py)."""
+    props = f"TRAN_MSG\x01true\x02PGROUP\x01attacker-group\x02{prop}\x01orderKey01\x02"
     ext = {"producerGroup": "attacker-group", "topic": "other", "queueId": "0", "sysFlag": "4",
            "bornTimestamp": "0", "flag": "0", "properties": props}
     resp = call(acl_server.broker, RequestCode.SEND_MESSAGE, ext, b"x", as_=ATTACKER)

@@ -23,7 +23,7 @@ from txmq import (
     SendStatus,
     TransactionProducer,
 )
-from txmq.broker.processor.send import is_half
+from txmq.broker.core.send import is_half
 from txmq.message import MessageConst, MessageSysFlag, encode_batch, properties_to_string
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand

@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.helpers import RawClient, wait_until
 from txmq import Admin, LocalTransactionState, Message, SendStatus, TransactionProducer
-from txmq.grpc.convert import ReceiptHandle
+from txmq.broker.core.pop import ReceiptHandle
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub

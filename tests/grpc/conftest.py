@@ -21,31 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from txmq.launch import ServerProcess, free_port, txmq_command
+from tests.grpc.grpc_helpers import start_server
+from txmq.launch import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 RMQ5_PYTHON = ROOT / ".venv-rmq5" / "bin" / "python"
 NODE_MODULES = HERE / "node" / "node_modules"
-
-BROKER_CONF = """\
-autoCreateTopicEnable=false
-transactionTimeOut=1000
-transactionCheckInterval=1000
-maxMessageSize=262144
-"""
-
-
-def start_server(root: Path, conf: str = BROKER_CONF, timeout: float = 20.0, *,
-                 host: str = "127.0.0.1") -> ServerProcess:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "broker.conf").write_text(conf)
-    (root / "home").mkdir(exist_ok=True)
-    env = dict(os.environ, HOME=str(root / "home"), PYTHONUNBUFFERED="1")
-    args = txmq_command("server", "--host", host, "--store", str(root / "store"), "--port", "0",
-                        "--namesrv-port", str(free_port()), "--grpc-port", "0", "-c", str(root / "broker.conf"))
-    return ServerProcess(args, root / "server.log", env).start(timeout)
-
 
 @pytest.fixture(scope="session")
 def grpc_clients() -> None:

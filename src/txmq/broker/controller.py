@@ -16,6 +16,7 @@ from txmq.acl.setup import admin_secret, broker_rpc_hook, broker_validator
 from txmq.broker.client_manager import ConsumerGroupInfo, ConsumerManager, ProducerManager
 from txmq.broker.config import BrokerConfig, store_address
 from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
+from txmq.broker.core.services import BrokerCore
 from txmq.broker.processor.admin import AdminBrokerProcessor
 from txmq.broker.processor.client_manage import ClientManageProcessor
 from txmq.broker.processor.end_transaction import EndTransactionProcessor, RemotingCheckSender
@@ -124,19 +125,22 @@ class BrokerController:
             check_interval_ms=config.transaction_check_interval)
         self.check_service.senders.append(RemotingCheckSender(self))
 
-        self.send_processor = SendMessageProcessor(self)
-        self.pull_processor = PullMessageProcessor(self)
+        # The rules of sends, pulls, pops, retries and dead letters, which every protocol's adapters use.
+        self.core = BrokerCore(config, self.store, self.topic_config_manager, self.subscription_group_manager,
+                               self.consumer_offset_manager, self.consumer_manager, self.stats_manager,
+                               self.transaction_service, self.schedule_service, self.timer_service,
+                               self.store_host)
         # Every request code the broker serves, declared once by its processor with how it is read and what it
         # needs (txmq.remoting.registry): the ACL authorizes the parsed request its handler then runs.
         self.request_table = RequestTable("txmq's broker")
-        processors: list[Processor] = [self.send_processor, self.pull_processor, ClientManageProcessor(self),
-                                        AdminBrokerProcessor(self), EndTransactionProcessor(self), OpsProcessor(self),
+        processors: list[Processor] = [SendMessageProcessor(self), PullMessageProcessor(self),
+                                        ClientManageProcessor(self), AdminBrokerProcessor(self),
+                                        EndTransactionProcessor(self), OpsProcessor(self),
                                         RecallMessageProcessor(self)]
         if self.replicas_manager is not None:
             processors.append(self.replicas_manager)
         for processor in processors:
             self.request_table.register(processor)
-        self.store.add_arrival_listener(self.pull_processor.hold.notify_message_arriving)
 
         self.acl = broker_validator(config)
         self.request_table.register(AuthProcessor(self.acl.store if self.acl is not None else None, "broker"))

@@ -56,5 +56,5 @@ def broker_stats(broker: BrokerController) -> dict[str, Any]:
         "rates": {"putTps": broker.stats_manager.window("BROKER_PUT_NUMS", "", 60)[1],
                   "getTps": broker.stats_manager.window("BROKER_GET_NUMS", "", 60)[1]},
         "remoting": {"connections": len(broker.server.connections), "bufferedBytes": broker.server.buffered_bytes,
-                     "heldPulls": broker.pull_processor.hold.held},
+                     "heldPulls": broker.core.pulls.hold_service.held},
     }

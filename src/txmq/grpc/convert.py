@@ -1,15 +1,8 @@
-"""protobuf <-> txmq: statuses, born hosts, messages, transaction ids and receipt handles. No IO here.
+"""protobuf <-> txmq: statuses (the broker core's refusals among them), born hosts, messages and transaction ids.
+No IO here.
 
 A transaction id names the half message: ``commit-log offset`` and ``half queue offset`` as 16 hex digits each
 (what END_TRANSACTION carries over remoting as ``commitLogOffset`` and ``tranStateTableOffset``).
-
-A receipt handle names one delivery of one message to one consumer group::
-
-    "1 <queue id> <queue offset> <commit-log offset> <token> <topic>"
-
-The token is unique per delivery: after a redelivery or a change of invisible duration the old handle no
-longer acks (INVALID_RECEIPT_HANDLE), as with RocketMQ's pop. Topic names cannot hold spaces, so the topic
-goes last and needs no escaping.
 """
 
 from __future__ import annotations
@@ -19,12 +12,12 @@ import gzip
 import hashlib
 import time
 import zlib
-from dataclasses import dataclass
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from txmq.broker.core.refusal import Kind, Refusal
+from txmq.broker.core.send import BROKER_PROPERTIES
 from txmq.broker.timer import TIMER_DELIVER_MS, TIMER_PROPERTIES
-from txmq.broker.transaction.service import HALF_BATCH, OP_PROPERTY
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.message import MessageConst, MessageExt, MessageSysFlag
 from txmq.store import PutMessageStatus
@@ -33,9 +26,8 @@ Code = pb.Code
 
 # Properties the gRPC surface carries in its own fields: never copied into user_properties.
 _HIDDEN_PROPERTIES = MessageConst.SYSTEM_KEYS | TIMER_PROPERTIES
-# Refused in a client's user_properties: those, and txmq's that only the broker sets (the account that stored a
-# half, which consumers do see and remoting's ACL refuses from senders too; a half's batch count; a transaction's op).
-_RESERVED_PROPERTIES = _HIDDEN_PROPERTIES | {MessageConst.HALF_ACCOUNT, HALF_BATCH, OP_PROPERTY}
+# Refused in a client's user_properties: those, and the properties only the broker sets (refused by every protocol).
+_RESERVED_PROPERTIES = _HIDDEN_PROPERTIES | frozenset(BROKER_PROPERTIES)
 
 PUT_STATUS_CODES = {
     PutMessageStatus.PUT_OK: Code.OK,
@@ -45,6 +37,24 @@ PUT_STATUS_CODES = {
     PutMessageStatus.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: Code.MESSAGE_PROPERTIES_TOO_LARGE,
     PutMessageStatus.NOT_ACKNOWLEDGED: Code.HA_NOT_AVAILABLE,
+}
+
+
+# The broker core's refusals in gRPC's terms.
+REFUSAL_CODES: dict[Kind, int] = {
+    Kind.NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
+    Kind.ILLEGAL_TOPIC: Code.ILLEGAL_TOPIC,
+    Kind.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+    Kind.ILLEGAL_QUEUE: Code.BAD_REQUEST,
+    Kind.NO_PERMISSION: Code.FORBIDDEN,
+    Kind.BODY_TOO_LARGE: Code.MESSAGE_BODY_TOO_LARGE,
+    Kind.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
+    Kind.RESERVED_PROPERTY: Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+    Kind.ILLEGAL_DELIVERY_TIME: Code.ILLEGAL_DELIVERY_TIME,
+    Kind.BUSY: Code.TOO_MANY_REQUESTS,
+    Kind.INVALID_HANDLE: Code.INVALID_RECEIPT_HANDLE,
+    Kind.MESSAGE_GONE: Code.MESSAGE_NOT_FOUND,
+    Kind.STORE_FAILED: Code.INTERNAL_SERVER_ERROR,
 }
 
 
@@ -59,6 +69,11 @@ class GrpcStatusError(Exception):
 
 def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
     return pb.Status(code=code, message=message)  # type: ignore[arg-type]
+
+
+def refusal_status(refusal: Refusal) -> pb.Status:
+    """The status that answers a refusal of the broker core."""
+    return status(REFUSAL_CODES[refusal.kind], refusal.message)
 
 
 # The OK of the hot paths (a send's entry, EndTransaction), copied into each response: protobuf copies a message
@@ -130,7 +145,7 @@ class BornHosts:
         return len(self._hosts)
 
 
-# --- transaction ids and receipt handles ------------------------------------------------------------------
+# --- transaction ids ------------------------------------------------------------------
 
 
 def transaction_id(commit_log_offset: int, half_offset: int) -> str:
@@ -146,32 +161,6 @@ def parse_transaction_id(text: str) -> tuple[int, int]:
     except ValueError:
         raise GrpcStatusError(Code.INVALID_TRANSACTION_ID,
                               f"transaction id {text!r} is not one txmq gave out") from None
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptHandle:
-    topic: str
-    queue_id: int
-    queue_offset: int
-    commit_log_offset: int
-    token: int
-
-    def encode(self) -> str:
-        return f"1 {self.queue_id} {self.queue_offset} {self.commit_log_offset} {self.token} {self.topic}"
-
-    @classmethod
-    def decode(cls, text: str) -> ReceiptHandle:
-        """Raises ``GrpcStatusError`` INVALID_RECEIPT_HANDLE for anything txmq did not hand out."""
-        parts = text.split(" ", 5)
-        try:
-            if len(parts) != 6 or parts[0] != "1" or not parts[5]:
-                raise ValueError(text)
-            q, off, clo, token = (int(p) for p in parts[1:5])
-            if min(q, off, clo, token) < 0:
-                raise ValueError(text)
-        except ValueError:
-            raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, f"malformed receipt handle {text[:80]!r}") from None
-        return cls(parts[5], q, off, clo, token)
 
 
 # --- messages -----------------------------------------------------------------------------------------------

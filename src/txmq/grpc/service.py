@@ -1,6 +1,7 @@
-"""``apache.rocketmq.v2.MessagingService`` over the broker core: each call turns protobuf into the same store,
-transaction service and managers the remoting processors use, and answers with a ``Status`` (never a crash:
-an unexpected error answers INTERNAL_SERVER_ERROR and is logged).
+"""``apache.rocketmq.v2.MessagingService`` as an adapter of the broker core (``txmq.broker.core``): each call turns
+protobuf into the core's calls the remoting processors make too (sends, pulls, pop, retries and dead letters),
+and answers with a ``Status``: a core ``Refusal`` in gRPC's code (``REFUSAL_CODES``), never a crash (an
+unexpected error answers INTERNAL_SERVER_ERROR and is logged).
 
 Routes name the member of this broker's group that serves it (``group_route``). Topics follow the broker's
 ``autoCreateTopicEnable``: when it is off, an unknown topic answers TOPIC_NOT_FOUND.
@@ -12,19 +13,20 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import random
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
 from txmq.acl.model import Action, Needs
-from txmq.broker.processor.send import message_type
+from txmq.broker.core.pop import ReceiptHandle
+from txmq.broker.core.refusal import Refusal
+from txmq.broker.core.send import message_kind
 from txmq.broker.timer import RecallError
 from txmq.broker.transaction.state import Outcome
-from txmq.broker.visibility import internal_refusal
 from txmq.errors import InvalidMessageError, StoreError
 from txmq.filter import ExpressionType, FilterRefused, MessageFilter, build_filter
 from txmq.grpc.call import CLIENT_ID, MethodTable, current_call
@@ -35,7 +37,6 @@ from txmq.grpc.convert import (
     BornHosts,
     Code,
     GrpcStatusError,
-    ReceiptHandle,
     decode_body,
     delivery_ms,
     duration,
@@ -44,29 +45,22 @@ from txmq.grpc.convert import (
     ms_of_timestamp,
     now_ms,
     parse_transaction_id,
+    refusal_status,
     status,
     timestamp_ms,
     to_pb_message,
     transaction_id,
 )
 from txmq.grpc.group_route import GroupRoute
-from txmq.grpc.pop import PopService
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.telemetry import ClientSessions, end_stream
-from txmq.message import MessageConst, MessageExt, check_born_timestamp, create_uniq_id, decode_message
+from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.refusals import RefusalLog
 from txmq.store import GetMessageStatus
-from txmq.topic import (
-    AUTO_CREATE_TOPIC_KEY_TOPIC,
-    NOT_ALLOWED_SEND_TOPICS,
-    PermName,
-    TopicConfig,
-    check_consumer_group,
-    check_topic,
-)
+from txmq.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, PermName, TopicConfig, check_consumer_group
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -90,6 +84,17 @@ _END_CODES: dict[int, int] = {
     ResponseCode.TRANSACTION_SHOULD_ROLLBACK: Code.PRECONDITION_FAILED,
     ResponseCode.SYSTEM_ERROR: Code.INVALID_TRANSACTION_ID,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class _CreateFrom:
+    """A 5.x send names no topic to create its own from: TBW102, with the broker's queue count."""
+
+    default_topic: str = AUTO_CREATE_TOPIC_KEY_TOPIC
+    default_topic_queue_nums: int | None = None
+
+
+_AUTO_CREATE = _CreateFrom()
 
 
 class _Entry(Protocol):
@@ -158,7 +163,8 @@ def _send_needs(request: spb.SendMessageRequest) -> Needs:
 
 
 def _receipt_handle(text: str, topic: str) -> ReceiptHandle:
-    """The handle of a request about ``topic``; INVALID_RECEIPT_HANDLE when malformed or of another topic."""
+    """The handle of a request about ``topic``; INVALID_RECEIPT_HANDLE when malformed (``ReceiptHandle.decode``
+    refuses it) or of another topic."""
     handle = ReceiptHandle.decode(text)
     if handle.topic != topic:
         raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is for another topic")
@@ -186,12 +192,14 @@ def _overall_status(overall: pb.Status, entries: Sequence[_Entry], what: str) ->
 
 
 def _refusal(exc: Exception, what: str) -> pb.Status:
-    """The status that answers a handler's exception (called in its ``except``): a ``GrpcStatusError``'s own;
-    BAD_REQUEST for a rule the client broke (its fault: a log line folded per host, as a client may repeat it at
-    will); INTERNAL_SERVER_ERROR for anything else (a bug must not kill the endpoint: answered and logged with its
-    traceback)."""
+    """The status that answers a handler's exception (called in its ``except``): a ``GrpcStatusError``'s own; a
+    core refusal's code; BAD_REQUEST for a rule the client broke (its fault: a log line folded per host, as a client
+    may repeat it at will); INTERNAL_SERVER_ERROR for anything else (a bug must not kill the endpoint: answered and
+    logged with its traceback)."""
     if isinstance(exc, GrpcStatusError):
         return status(exc.code, exc.message)
+    if isinstance(exc, Refusal):
+        return refusal_status(exc)
     if isinstance(exc, InvalidMessageError):
         _REFUSED.refused(current_call().host, f"{what}: {exc}")
         return status(Code.BAD_REQUEST, str(exc))
@@ -213,37 +221,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.broker = broker
         self.sessions = sessions
         self.endpoint = endpoint
-        self.pop = PopService(broker)
+        self.core = broker.core
         self.group_route = GroupRoute(broker)
         self.born_hosts = BornHosts()
 
     # --- routes ------------------------------------------------------------------------------------------
 
-    def _topic(self, name: str, *, create: bool = False, planned: bool = False) -> TopicConfig:
-        """The topic's config. An unknown topic, when ``autoCreateTopicEnable`` allows it (never on a slave): with
-        ``create``, created (a send: Pub on it was authorized); with ``planned``, the config its first send will
-        create it with, not stored (a route: Sub or Get on a topic creates nothing)."""
-        try:
-            check_topic(name)
-        except InvalidMessageError as exc:
-            raise GrpcStatusError(Code.ILLEGAL_TOPIC, str(exc)) from None
-        internal = internal_refusal(name)
-        if internal is not None:
-            raise GrpcStatusError(Code.FORBIDDEN, internal)
-        tcm = self.broker.topic_config_manager
-        cfg = tcm.get(name)
-        # A slave writes nothing of its own: its topics are its master's (SlaveSynchronize).
-        config = self.broker.config
-        if cfg is None and (create or planned) and config.auto_create_topic_enable and not config.is_slave:
-            if create:
-                cfg = tcm.create_in_send(name, AUTO_CREATE_TOPIC_KEY_TOPIC, config.default_topic_queue_nums)
-                if cfg is not None:
-                    self.broker.schedule_register()
-            else:
-                cfg = tcm.inherited(name, AUTO_CREATE_TOPIC_KEY_TOPIC, config.default_topic_queue_nums)
-        if cfg is None:
-            raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {name} does not exist (autoCreateTopicEnable is "
-                                  f"{str(self.broker.config.auto_create_topic_enable).lower()})")
+    def _topic(self, name: str, *, planned: bool = False) -> TopicConfig:
+        """The topic a request names; ``planned``: an unknown one's config as its first send will create it, not
+        stored (``TopicService.find``: a route lookup creates nothing)."""
+        cfg = self.core.topics.find(name, planned=planned)
+        if isinstance(cfg, Refusal):
+            raise cfg
         return cfg
 
     async def _server_of(self, topic: str) -> tuple[tuple[str, int], bool]:
@@ -326,7 +315,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if not sub.HasField("long_polling_timeout"):
                 sub.long_polling_timeout.CopyFrom(duration(DEFAULT_POLL_MS))
             out.backoff_policy.CopyFrom(pb.RetryPolicy(
-                max_attempts=self.pop.max_delivery_attempts,
+                max_attempts=self.core.pop.max_delivery_attempts,
                 customized_backoff=pb.CustomizedBackoff(next=[duration(ms) for ms in CONSUMER_BACKOFF_MS])))
         else:
             pub = out.publishing
@@ -414,25 +403,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def _send_one(self, m: pb.Message, born: tuple[str, int], entry: spb.SendResultEntry, sender: str) -> None:
         """Store one message of a SendMessage and fill its ``entry``; a refusal raises (``_refusal``). ``sender``:
         the account that sends it, recorded on a half as on remoting (``tx show``); "" with ACL off."""
-        broker = self.broker
-        cfg = self._topic(m.topic.name, create=True)
-        topic = cfg.topic_name
-        if topic in NOT_ALLOWED_SEND_TOPICS:
-            raise GrpcStatusError(Code.FORBIDDEN, f"topic {topic} is a system topic; sending to it is forbidden")
-        if not PermName.is_writeable(cfg.perm):
-            raise GrpcStatusError(Code.FORBIDDEN, f"topic {topic} is not writable")
-        if broker.config.is_slave:
-            raise GrpcStatusError(Code.HA_NOT_AVAILABLE, "broker is a slave")
+        sends = self.core.sends
         body = decode_body(m)
-        if len(body) > broker.config.store.max_message_size:
-            raise GrpcStatusError(Code.MESSAGE_BODY_TOO_LARGE, f"message body {len(body)} bytes exceeds "
-                                  f"maxMessageSize {broker.config.store.max_message_size}")
+        cfg = sends.topic_of(m.topic.name, len(body), False, _AUTO_CREATE)
+        if isinstance(cfg, Refusal):
+            raise cfg
+        topic = cfg.topic_name
         _, props = from_pb_message(m, body)
         sp = m.system_properties
         if MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:  # the clients give one: make none for nothing
             props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_id()
         kind = sp.message_type
-        queue_id = sp.queue_id if 0 <= sp.queue_id < cfg.write_queue_nums else random.randrange(cfg.write_queue_nums)
         if sp.HasField("message_group") and sp.message_group:
             if kind not in (pb.FIFO, pb.MESSAGE_TYPE_UNSPECIFIED):
                 raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
@@ -441,16 +422,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             queue_id = zlib.crc32(sp.message_group.encode()) % cfg.write_queue_nums
         elif kind == pb.FIFO:
             raise GrpcStatusError(Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
-        if sp.HasField("delivery_timestamp"):  # a timer message (txmq beyond RocketMQ: a transactional one too)
+        else:  # a queue of the topic the message names, else any (the clients leave it 0)
+            chosen = sends.queue_of(cfg, sp.queue_id if 0 <= sp.queue_id < cfg.write_queue_nums else -1)
+            if isinstance(chosen, Refusal):
+                raise chosen
+            queue_id = chosen
+        timer = sp.HasField("delivery_timestamp")  # a timer message (txmq beyond RocketMQ: a transactional one too)
+        if timer:  # checked, and diverted to the timer topic, by the core's ``accept``
             props[TIMER_DELIVER_MS] = str(delivery_ms(sp.delivery_timestamp))
-            try:
-                broker.timer_service.checked_deliver_ms(props)
-            except InvalidMessageError as exc:
-                raise GrpcStatusError(Code.ILLEGAL_DELIVERY_TIME, str(exc)) from None
-        if kind == pb.TRANSACTION:
-            if broker.config.reject_transaction_message:
-                raise GrpcStatusError(Code.FORBIDDEN, "this broker refuses transactional messages "
-                                      "(rejectTransactionMessage=true)")
+        half = kind == pb.TRANSACTION
+        if half:
             props[MessageConst.TRANSACTION_PREPARED] = "true"
             props[MessageConst.PRODUCER_GROUP] = topic  # a 5.x producer's group is the topic (see telemetry.py)
             if sender:
@@ -459,24 +440,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 secs = -(-duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
                 props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(1, secs))
         born_ms = ms_of_timestamp(sp.born_timestamp, "born timestamp") if sp.HasField("born_timestamp") else now_ms()
-        try:
-            check_born_timestamp(born_ms)
-        except InvalidMessageError as exc:
-            raise GrpcStatusError(Code.BAD_REQUEST, str(exc)) from None
         msg = MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=born_ms, born_host=born,
-                         store_host=broker.store_host)
-        counted = message_type(msg, kind == pb.FIFO)  # before the store may move a delayed one
-        if TIMER_DELIVER_MS in props and kind != pb.TRANSACTION:
-            refused = broker.send_processor.timer_refusal(msg)
-            if refused is not None:
-                raise GrpcStatusError(Code.ILLEGAL_DELIVERY_TIME, refused)
-            counted = "delay"
+                         store_host=self.broker.store_host)
+        refused = sends.accept(msg, half)
+        if refused is not None:
+            raise refused
+        delay_level = msg.delay_time_level
         try:
-            result = await broker.send_processor.store_message(msg)
+            result = await sends.put_counted(msg, half, delay_level,
+                                             message_kind(half, delay_level, kind == pb.FIFO, timer))
         except (StoreError, InvalidMessageError) as exc:
             raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"store refused: {exc}") from None
-        if result.stored:
-            broker.stats_manager.put(topic, counted, len(body))
         ar = result.append_result
         code = PUT_STATUS_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
         if ar is None:
@@ -484,8 +458,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         entry.status.CopyFrom(STATUS_OK if code == pb.OK else status(code, result.status.name))
         entry.message_id = props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
         entry.offset = ar.logics_offset
-        if kind == pb.TRANSACTION:
+        if half:
             entry.transaction_id = transaction_id(ar.wrote_offset, ar.logics_offset)
+        broker = self.broker
         handle = broker.timer_service.recall_handle(msg, broker.config.broker_name)
         if handle is not None:
             entry.recall_handle = handle
@@ -546,13 +521,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if poll < 0 or poll > MAX_POLL_MS:
                 raise GrpcStatusError(Code.ILLEGAL_POLLING_TIME, f"long polling timeout {poll} ms is out of range")
             batch = max(1, min(request.batch_size or 32, MAX_RECEIVE_BATCH))
-            deliveries = await self.pop.receive(group, topic, batch, invisible, poll, filt)
-        except GrpcStatusError as exc:
-            yield spb.ReceiveMessageResponse(status=status(exc.code, exc.message))
-            return
+            deliveries = await self.core.pop.receive(group, topic, batch, invisible, poll, filt)
         except Exception as exc:
-            log.exception("gRPC ReceiveMessage failed")
-            yield spb.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"receive failed: {exc}"))
+            yield spb.ReceiveMessageResponse(status=_refusal(exc, "ReceiveMessage"))
             return
         if not deliveries:
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
@@ -574,9 +545,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for entry in request.entries:
             st = status()
             try:
-                self.pop.ack(group, _receipt_handle(entry.receipt_handle, request.topic.name))
-            except GrpcStatusError as exc:
-                st = status(exc.code, exc.message)
+                self.core.pop.ack(group, _receipt_handle(entry.receipt_handle, request.topic.name))
+            except Exception as exc:
+                st = _refusal(exc, "AckMessage")
             results.append(spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                                      status=st))
         if not results:
@@ -593,7 +564,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             ms = duration_ms(request.invisible_duration)
             if not 0 <= ms <= MAX_INVISIBLE_MS:
                 raise GrpcStatusError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {ms} ms is out of range")
-            new = self.pop.change_invisible(request.group.name, handle, ms)
+            new = self.core.pop.change_invisible(request.group.name, handle, ms)
             return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=new.encode())
         except Exception as exc:
             return spb.ChangeInvisibleDurationResponse(status=_refusal(exc, "ChangeInvisibleDuration"))
@@ -603,7 +574,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                               context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
         try:
             handle = _receipt_handle(request.receipt_handle, request.topic.name)
-            await self.pop.forward_to_dead_letter(request.group.name, handle)
+            await self.core.pop.forward_to_dead_letter(request.group.name, handle)
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status())
         except Exception as exc:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=_refusal(exc, "ForwardMessageToDeadLetterQueue"))
@@ -612,8 +583,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def _queue(self, mq: pb.MessageQueue) -> tuple[str, int]:
         cfg = self._topic(mq.topic.name)
-        if not 0 <= mq.id < max(cfg.read_queue_nums, cfg.write_queue_nums):
-            raise GrpcStatusError(Code.BAD_REQUEST, f"queue {mq.id} of topic {cfg.topic_name} does not exist")
+        missing = self.core.pulls.queue_refusal(cfg.topic_name, mq.id)
+        if missing is not None:
+            raise missing
         return cfg.topic_name, mq.id
 
     @METHODS.declare(_queue_consumer_needs)
@@ -637,7 +609,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             offsets = self.broker.consumer_offset_manager
             if not offsets.commit(request.group.name, topic, q, request.offset):
                 raise GrpcStatusError(Code.BAD_REQUEST, offsets.full_remark())
-            self.pop.states.pop((request.group.name, topic, q), None)
+            self.core.pop.reset(request.group.name, topic, q)
             return spb.UpdateOffsetResponse(status=status())
         except Exception as exc:
             return spb.UpdateOffsetResponse(status=_refusal(exc, "UpdateOffset"))
@@ -662,21 +634,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                           context: Any) -> AsyncIterator[spb.PullMessageResponse]:
         try:
             topic, q = self._queue(request.message_queue)
+            group = _group(request.group)
+            pulls = self.core.pulls
+            refused = pulls.refusal(group, topic, q)
+            if refused is not None:
+                raise refused
             filt = self._filter(request.filter_expression)
             batch = max(1, min(request.batch_size or 32, MAX_RECEIVE_BATCH))
-            store = self.broker.store
-            got = store.get_message(topic, q, request.offset, batch, tags_filter=filt.tags, confirmed=True,
-                                    record_filter=filt.record)
+            got = pulls.read(group, topic, q, request.offset, batch, filt)
             poll = min(duration_ms(request.long_polling_timeout), MAX_POLL_MS)
-            if got.status != GetMessageStatus.FOUND and poll > 0 and request.offset >= got.max_offset:
-                hold = self.broker.pull_processor.hold
-                pull = hold.hold(topic, q, request.offset)
-                if pull is not None:
-                    await hold.wait(pull, poll / 1000)
-                got = store.get_message(topic, q, request.offset, batch, tags_filter=filt.tags, confirmed=True,
-                                        record_filter=filt.record)
-        except GrpcStatusError as exc:
-            yield spb.PullMessageResponse(status=status(exc.code, exc.message))
+            if poll > 0 and pulls.holds(got, request.offset):
+                pull = pulls.hold(topic, q, request.offset)  # no owner: grpcio cancels a call whose client left
+                if isinstance(pull, Refusal):
+                    raise pull
+                got = await pulls.read_held(pull, poll / 1000, group, topic, q, request.offset, batch, filt) or got
+        except Exception as exc:
+            yield spb.PullMessageResponse(status=_refusal(exc, "PullMessage"))
             return
         if got.status == GetMessageStatus.FOUND:
             yield spb.PullMessageResponse(status=status())

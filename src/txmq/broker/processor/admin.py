@@ -12,7 +12,7 @@ import orjson
 
 from txmq.acl.model import Action, Needs, cluster_get
 from txmq.broker.processor.ops import runtime_info
-from txmq.broker.processor.pull import queue_refusal
+from txmq.broker.processor.refused import refused
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import RecordAt, internal_refusal, read_record_at, record_needs, servable
 from txmq.message import MessageConst, MessageExt, decode_message
@@ -208,9 +208,9 @@ class AdminBrokerProcessor:
 
     def _update_offset(self, conn: Connection, cmd: RemotingCommand,
                        h: UpdateConsumerOffsetRequestHeader) -> RemotingCommand:
-        refused = queue_refusal(self.broker, cmd, h.topic, h.queue_id)
-        if refused is not None:
-            return refused
+        missing = self.broker.core.pulls.queue_refusal(h.topic, h.queue_id)
+        if missing is not None:
+            return refused(cmd, missing)
         offsets = self.broker.consumer_offset_manager
         if not offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=offsets.full_remark())

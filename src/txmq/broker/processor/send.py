@@ -1,35 +1,26 @@
-"""Sends (codes 10, 310, 320) and consumer send-back (36): RocketMQ's ``SendMessageProcessor``.
-
-Checks what the client sent, resolves the topic (auto-creating it from TBW102 when allowed), routes retries
-past ``maxReconsumeTimes`` into the dead-letter topic, diverts delayed and transactional (half) messages,
-and stores the rest as they are.
+"""Sends (codes 10, 310, 320) and consumer send-back (36) over remoting: RocketMQ's ``SendMessageProcessor`` as an
+adapter of the broker core (``txmq.broker.core``). It reads a request once, asks the core's ``SendService`` to
+check, resolve and store it (``RetryService`` for a send-back) and answers what the core answers in remoting's
+codes (``refused``).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cython
 
 from txmq.acl.model import Action, Needs, User
+from txmq.broker.core.refusal import Kind, Refusal
+from txmq.broker.core.send import is_half, is_timed, message_kind, reserved_refusal
+from txmq.broker.processor.refused import refused
 from txmq.broker.stats import BrokerStats
-from txmq.broker.timer import BROKER_ONLY as _TIMER_BROKER_ONLY
-from txmq.broker.timer import is_timer_message
-from txmq.broker.visibility import RecordAt, read_record_at, record_needs, servable
+from txmq.broker.visibility import RecordAt, read_record_at, record_needs
 from txmq.errors import InvalidMessageError, LocalProtocolError
-from txmq.message import (
-    MessageConst,
-    MessageExt,
-    check_born_timestamp,
-    decode_batch,
-    inner_message,
-    properties_to_string,
-    string_to_properties,
-)
+from txmq.message import MessageConst, MessageExt, decode_batch, inner_message, string_to_properties
 from txmq.remoting.codec import SEND_RESPONSE_EXTRA, encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -42,25 +33,13 @@ from txmq.remoting.request_headers import (
 )
 from txmq.remoting.transport import Answer, Connection, HandlerResult, Reply, parse_address
 from txmq.store.results import PutMessageResult, PutMessageStatus, is_stored
-from txmq.topic import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    NOT_ALLOWED_SEND_TOPICS,
-    RETRY_GROUP_TOPIC_PREFIX,
-    RMQ_SYS_WHEEL_TIMER_TOPIC,
-    PermName,
-    check_consumer_group,
-    check_topic,
-    dlq_topic,
-    retry_topic,
-)
+from txmq.topic import RMQ_SYS_WHEEL_TIMER_TOPIC, check_consumer_group
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.broker")
 _SEND_BACK_REFUSALS = RefusalLog(log, "broker refused a send-back")  # a consumer may repeat one at will
-
-DEFAULT_MAX_RECONSUME_TIMES = 16
 
 _PUT_STATUS_TO_CODE = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -83,44 +62,17 @@ _SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR
 _SUCCESS = ResponseCode.SUCCESS
 _PUT_OK = PutMessageStatus.PUT_OK  # what nearly every answer reads: no table lookup for it
 # Read per send too: a module constant is one dict lookup, a class attribute (or a static method's call) more.
-_TRAN_MSG = MessageConst.TRANSACTION_PREPARED
-_PERM_WRITE = PermName.PERM_WRITE
 _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _PGROUP = MessageConst.PRODUCER_GROUP
 _HALF_ACCOUNT = MessageConst.HALF_ACCOUNT
 _PUB = Action.PUB  # what every send needs under ACL
 
-MAX_PROPERTIES_SIZE = 32767  # the layout's 2-byte properties length (txmq.message)
-_LINK_PROPERTIES_MAX = 192  # what COMMIT adds to a half batch's message: two properties, their names and values
-_RECORD_OVERHEAD_MAX = 512  # header, topic and the store's trailer around body and properties
-
-
 _BORN_HOST = "bornHost"
-
-
-def is_half(properties: Mapping[str, str]) -> bool:
-    """A half (transactional) message, marked as RocketMQ marks it: by its ``TRAN_MSG`` property. Compiled, this,
-    ``message_type`` and ``peer_host`` are C functions to the send path (send.pxd): a send asks each once or more."""
-    return properties.get(_TRAN_MSG) == "true"
-
-
-def message_type(msg: MessageExt, order: bool) -> str:
-    """RocketMQ 5's message_type label: transaction, delay, fifo or normal."""
-    return _message_kind(is_half(msg.properties), msg.delay_time_level, order)
-
-
-def _message_kind(half: bool, delay_level: int, order: bool) -> str:
-    """``message_type`` from what a send has already asked of its message."""
-    if half:
-        return "transaction"
-    if delay_level > 0:
-        return "delay"
-    return "fifo" if order else "normal"
 
 
 def peer_host(conn: Connection) -> tuple[str, int]:
     """The peer as (IPv4, port) for BORNHOST; a peer we cannot express in IPv4 shows as 0.0.0.0. Worked out once
-    per connection (``attrs``): every send asks."""
+    per connection (``attrs``): every send asks. Compiled, a C function to the send path (send.pxd)."""
     born = conn.attrs.get(_BORN_HOST)
     if born is None:
         try:
@@ -154,7 +106,7 @@ class _SendAnswer(Reply):
         if self.batch is not None:
             return self.processor._batch_response(self.cmd, self.batch, result, self.topic, self.kind)
         if is_stored(result):
-            stats = self.processor.broker.stats_manager  # typed: its put is a C call (stats.pxd)
+            stats = self.processor.stats  # typed: its put is a C call (stats.pxd)
             stats.put(self.topic, self.kind, len(self.msg.body))
         return self.processor._response(self.cmd, self.msg, result)
 
@@ -184,12 +136,14 @@ def parse_send(cmd: RemotingCommand) -> SendRequest:
         h.batch = True
     props = string_to_properties(h.properties) if h.properties else {}
     entries = decode_batch(cmd.body) if h.batch else None
-    for p in (props, *(e[2] for e in entries or ())):
-        if _HALF_ACCOUNT in p:
-            raise InvalidMessageError(f"property {_HALF_ACCOUNT} is set by the broker only")
-        if not _TIMER_BROKER_ONLY.isdisjoint(p):
-            raise InvalidMessageError(f"properties {', '.join(sorted(_TIMER_BROKER_ONLY & p.keys()))} are set by "
-                                      "the broker only")
+    reserved = reserved_refusal(props)
+    if reserved is None and entries is not None:
+        for _flag, _data, entry_props in entries:
+            reserved = reserved_refusal(entry_props)
+            if reserved is not None:
+                break
+    if reserved is not None:
+        raise InvalidMessageError(reserved.message)
     return SendRequest(h, props, entries)
 
 
@@ -233,10 +187,13 @@ def send_back_needs(req: SendBackRequest) -> Needs:
 
 @cython.cclass
 class SendMessageProcessor:
-    """Compiled, an extension type whose per-send steps are C methods (send.pxd)."""
+    """Compiled, an extension type whose per-send steps are C methods (send.pxd), as are the core's it calls."""
 
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        self.sends = broker.core.sends
+        self.stats = broker.stats_manager
+        self.store_host = broker.store_host
 
     def requests(self) -> list[RequestSpec[Any]]:
         illegal = ResponseCode.MESSAGE_ILLEGAL
@@ -258,185 +215,45 @@ class SendMessageProcessor:
     # --- plain, batch, transactional, delayed ----------------------------------------------------------
 
     def _send(self, conn: Connection, cmd: RemotingCommand, req: SendRequest):
-        broker = self.broker
+        sends = self.sends
         h = req.header
-        batch = h.batch
-        if broker.config.is_slave:  # RocketMQ's store in slave mode: nothing stored. Not SLAVE_NOT_AVAILABLE, which
-            # says "stored on the master" and whose answer RocketMQ clients read a send header from (the C++ client
-            # crashes on one without it)
-            return RemotingCommand.response_to(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
-                                               remark="service not available now: broker is a slave, putMessage is "
-                                               "forbidden")
-        check_topic(h.topic)
-        if h.topic in NOT_ALLOWED_SEND_TOPICS:
-            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
-                                               remark=f"topic {h.topic} is a system topic; sending to it is forbidden")
-        if len(cmd.body) > broker.config.store.max_message_size:  # a batch counts whole, as RocketMQ counts it
-            return RemotingCommand.response_to(
-                cmd, ResponseCode.MESSAGE_ILLEGAL,
-                remark=f"the message body size over max value, MAX: {broker.config.store.max_message_size} "
-                f"(maxMessageSize; this {'batch' if batch else 'message'} has {len(cmd.body)} bytes)",
-            )
-        topic_config = broker.topic_config_manager.table.get(h.topic)  # the table itself: no call per send
-        if topic_config is None:
-            if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                topic_config = broker.topic_config_manager.create_if_absent(h.topic, 1)
-            else:
-                topic_config = broker.topic_config_manager.create_in_send(
-                    h.topic, h.default_topic, h.default_topic_queue_nums, 0)
-                if topic_config is not None:
-                    broker.schedule_register()
-            if topic_config is None:
-                return RemotingCommand.response_to(
-                    cmd, ResponseCode.TOPIC_NOT_EXIST,
-                    remark=f"topic[{h.topic}] not exist, apply first please! (autoCreateTopicEnable is off)",
-                )
-        if not topic_config.perm & _PERM_WRITE:  # PermName.is_writeable
-            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION,
-                                               remark=f"the topic[{h.topic}] sending message is forbidden")
-        queue_id = h.queue_id
-        if queue_id < 0:
-            queue_id = random.randrange(topic_config.write_queue_nums)
-        elif queue_id >= topic_config.write_queue_nums:
-            return RemotingCommand.response_to(
-                cmd, ResponseCode.SYSTEM_ERROR,
-                remark=f"queueId {queue_id} is illegal: topic {h.topic} has "
-                f"{topic_config.write_queue_nums} write queues",
-            )
-        if h.born_timestamp:  # 0: not given, the broker's time is taken; a batch's messages share the header's
-            check_born_timestamp(h.born_timestamp)
+        cfg = sends.topic_of(h.topic, len(cmd.body), h.batch, h)
+        if isinstance(cfg, Refusal):
+            return refused(cmd, cfg)
+        queue_id = sends.queue_of(cfg, h.queue_id)
+        if isinstance(queue_id, Refusal):
+            return refused(cmd, queue_id)
         born_host = peer_host(conn)
         entries = req.entries
         if entries is not None:
-            if not entries:
-                return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
-            batch_props = req.props
-            halves = 0
-            for _flag, data, props in entries:
-                if len(data) > broker.config.store.max_message_size:
-                    return RemotingCommand.response_to(
-                        cmd, ResponseCode.MESSAGE_ILLEGAL,
-                        remark=f"a batch message of {len(data)} bytes exceeds maxMessageSize")
-                if props.get(MessageConst.DELAY_TIME_LEVEL) or is_timer_message(props):
-                    return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
-                                                       remark="batch messages cannot be delayed")
-                halves += is_half(props)
-            if halves not in (0, len(entries)):
-                return RemotingCommand.response_to(
-                    cmd, ResponseCode.MESSAGE_ILLEGAL,
-                    remark="a batch is all half (transactional) messages or none")
-            if (halves or is_half(batch_props)) and broker.config.reject_transaction_message:
-                return self._rejected_transaction(cmd)
-            if is_half(batch_props):
-                return self._half_batch(conn, cmd, h, queue_id, entries, batch_props, halves)
+            halves = sends.accept_batch(entries, req.props, h.born_timestamp)
+            if isinstance(halves, Refusal):
+                return refused(cmd, halves)
+            if is_half(req.props):
+                msg = self._inner(h, queue_id, h.flag, cmd.body, req.props, born_host)
+                return sends.put_half_batch(msg, len(entries),
+                                            _SendAnswer(self, conn, cmd, msg, None, h.topic, "transaction"))
             msgs = [self._inner(h, queue_id, flag, data, props, born_host) for flag, data, props in entries]
-            answer = _SendAnswer(self, conn, cmd, msgs[0], msgs, h.topic, message_type(msgs[0], topic_config.order))
-            # txmq beyond RocketMQ: a batch of halves is stored with one write (the Spark sink's tasks).
-            if halves:
-                return broker.transaction_service.prepare_messages(msgs, answer=answer)
-            return broker.store.put_messages(msgs, answer, answer)
+            first = msgs[0]
+            answer = _SendAnswer(self, conn, cmd, first, msgs, h.topic,
+                                 message_kind(is_half(first.properties), first.delay_time_level, cfg.order))
+            return sends.put_batch(msgs, halves, answer, answer)
         msg = self._inner(h, queue_id, h.flag, cmd.body, req.props, born_host)
-        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
-            if h.reconsume_times >= max_times:
-                self._to_dlq(msg, msg.topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX))
+        sends.route_retry(msg, h.max_reconsume_times)
         half = is_half(msg.properties)  # asked once here for the checks, the label and the store
-        if half and broker.config.reject_transaction_message:
-            return self._rejected_transaction(cmd)
+        refusal = sends.accept(msg, half)
+        if refusal is not None:
+            return refused(cmd, refusal)
         delay_level = msg.delay_time_level
-        kind = _message_kind(half, delay_level, topic_config.order)
-        if not delay_level and is_timer_message(msg.properties):
-            refused = self.timer_refusal(msg, half)
-            if refused is not None:
-                return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, remark=refused)
-            if not half:
-                kind = "delay"
-        answer = _SendAnswer(self, conn, cmd, msg, None, h.topic, kind)
-        return self._store(msg, half, delay_level, answer, answer)
-
-    def timer_refusal(self, msg: MessageExt, half: bool = False) -> str | None:
-        """Divert a timer message to the timer topic (unless due already); why it is refused, or None. A half
-        is only checked: it keeps its delivery time until COMMIT diverts its real message."""
-        try:
-            if half:
-                self.broker.timer_service.checked_deliver_ms(msg.properties)
-            else:
-                self.broker.timer_service.divert(msg)
-        except InvalidMessageError as exc:
-            return str(exc)
-        return None
-
-    def _half_batch(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader, queue_id: int,
-                    entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
-                    halves: int) -> RemotingCommand | Awaitable[Answer]:
-        """A batch whose own properties (the request header's) make it a half message: one transaction for all
-        its messages, stored as one half whose body is the batch as sent (txmq beyond RocketMQ). Its messages
-        need a ``UNIQ_KEY`` each: after a crash, that is how a commit cut short finds what it already stored."""
-        if halves:
-            return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
-                                               remark="a half batch carries plain messages, not half messages")
-        uniq = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-        limit = self.broker.config.store.max_message_size
-        for _, data, props in entries:
-            # Refused now, not at COMMIT: each message must fit as it will be stored, with the link properties
-            # (TRAN_PREPARED_QUEUE_OFFSET, __transactionId__) a COMMIT adds.
-            size = len(properties_to_string(props).encode()) + _LINK_PROPERTIES_MAX
-            if size > MAX_PROPERTIES_SIZE or len(data) + size + _RECORD_OVERHEAD_MAX > limit:
-                return RemotingCommand.response_to(
-                    cmd, ResponseCode.MESSAGE_ILLEGAL,
-                    remark=f"a message of the half batch would not fit when committed: properties {size} bytes "
-                    f"(at most {MAX_PROPERTIES_SIZE}), message {len(data) + size} bytes (maxMessageSize {limit})")
-        if not all(props.get(uniq) for _, _, props in entries):
-            return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
-                                               remark=f"each message of a half batch needs a {uniq}")
-        if not batch_props.get(uniq):
-            return RemotingCommand.response_to(cmd, ResponseCode.MESSAGE_ILLEGAL,
-                                               remark=f"a half batch needs its own {uniq} (its transaction id)")
-        msg = self._inner(h, queue_id, h.flag, cmd.body, batch_props, peer_host(conn))
-        return self.broker.transaction_service.prepare_half_batch(
-            msg, len(entries), _SendAnswer(self, conn, cmd, msg, None, h.topic, "transaction"))
-
-    def _rejected_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
-        return RemotingCommand.response_to(
-            cmd, ResponseCode.NO_PERMISSION,
-            remark=f"the broker[{self.broker.config.broker_addr}] sending transaction message is forbidden "
-            "(rejectTransactionMessage=true)",
-        )
-
-    def store_message(self, msg: MessageExt, answer: Callable[[PutMessageResult], Any] | None = None,
-                      waiter: Reply | None = None) -> Any:
-        """Store one checked message by its kind: a half message through the transaction service, a delayed one
-        through the schedule topic, the rest as it is; a future of the result, or of ``answer(result)``
-        (``put_messages``), or the ``waiter`` given, resolved instead of a future. Shared by the remoting and gRPC
-        (``txmq.grpc``) sends."""
-        return self._store(msg, is_half(msg.properties), msg.delay_time_level, answer, waiter)
-
-    def _store(self, msg: MessageExt, half: bool, delay_level: int,
-               answer: Callable[[PutMessageResult], Any] | None, waiter: Reply | None) -> Any:
-        """``store_message`` with what the caller already asked of the message (a half, its delay level)."""
-        broker = self.broker
-        if half:
-            return broker.transaction_service.prepare_message(msg, answer, waiter)
-        if delay_level > 0 and not msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
-            broker.schedule_service.divert(msg)
-        return broker.store.put_message(msg, answer, waiter)
+        answer = _SendAnswer(self, conn, cmd, msg, None, h.topic,
+                             message_kind(half, delay_level, cfg.order, is_timed(msg.properties)))
+        return sends.put(msg, half, delay_level, answer, answer)
 
     def _inner(self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
                props: dict[str, str], born_host: tuple[str, int]) -> MessageExt:
         return inner_message(h.topic, body, props, flag, queue_id, h.sys_flag,
-                             h.born_timestamp or int(time.time() * 1000), born_host, self.broker.store_host,
+                             h.born_timestamp or int(time.time() * 1000), born_host, self.store_host,
                              h.reconsume_times)
-
-    def _to_dlq(self, msg: MessageExt, group: str) -> None:
-        topic = dlq_topic(group)
-        # readable, as in RocketMQ 5: operators read dead letters (the console, printMsg) before resending them
-        self.broker.topic_config_manager.create_if_absent(topic, 1, PermName.READ_WRITE)
-        msg.properties.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
-        self.broker.stats_manager.to_dlq(msg.properties[MessageConst.RETRY_TOPIC], group)
-        msg.topic = topic
-        msg.queue_id = 0
-        msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
-        log.info("message %s to dead-letter topic %s after %d reconsumes", msg.msg_id, topic, msg.reconsume_times)
 
     def _batch_response(self, cmd: RemotingCommand, msgs: list[MessageExt], result: PutMessageResult, topic: str,
                         kind: str) -> Answer:
@@ -446,11 +263,11 @@ class SendMessageProcessor:
         if not result.stored or ar is None:  # stored with a late flush still has ids and offsets to answer with
             return self._response(cmd, msgs[0], result)
         for m in msgs:
-            self.broker.stats_manager.put(topic, kind, len(m.body))
+            self.stats.put(topic, kind, len(m.body))
         header = SendMessageResponseHeader(
             msg_id=",".join(m.offset_msg_id for m in msgs),
             queue_id=msgs[0].queue_id, queue_offset=ar.logics_offset,
-            transaction_id=",".join(m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "") for m in msgs)
+            transaction_id=",".join(m.properties.get(_UNIQ_KEY, "") for m in msgs)
             if is_half(msgs[0].properties) else None)
         return encode_response(cmd, _PUT_STATUS_TO_CODE.get(result.status, _SYSTEM_ERROR), header.to_ext())
 
@@ -482,50 +299,12 @@ class SendMessageProcessor:
 
     # --- consumer send-back: retry with delay, or the dead-letter topic --------------------------------
 
-    def _send_back_refusal(self, h: ConsumerSendMsgBackRequestHeader, origin: MessageExt) -> str | None:
-        """Why the record at ``h.offset`` may not be sent back by ``h.group``, or None. A send-back copies a record
-        into a topic the group reads, so it takes only a visible message of a topic the group consumes (its
-        retry topic, or one its consumers subscribe to by heartbeat), and the message ``originMsgId`` names."""
-        if not servable(origin):
-            return f"the record at offset {h.offset} is not a visible message"
-        group = self.broker.consumer_manager.get(h.group)
-        if origin.topic != retry_topic(h.group) and (group is None or origin.topic not in group.subscriptions):
-            return f"group {h.group} does not consume topic {origin.topic} of the message at offset {h.offset}"
-        ids = (origin.msg_id, origin.offset_msg_id, origin.properties.get(MessageConst.ORIGIN_MESSAGE_ID))
-        if h.origin_msg_id and h.origin_msg_id not in ids:
-            return f"the message at offset {h.offset} is not {h.origin_msg_id}"
-        return None
-
     async def _send_back(self, cmd: RemotingCommand, req: SendBackRequest, host: str) -> RemotingCommand:
-        broker = self.broker
-        h, origin = req.header, req.record.msg
-        if origin is None:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                               remark=f"look message by offset {h.offset} failed: {req.record.why}")
-        refused = self._send_back_refusal(h, origin)
-        if refused is not None:
-            _SEND_BACK_REFUSALS.refused(host, refused)
-            return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=refused)
-        retry = retry_topic(h.group)
-        broker.topic_config_manager.create_if_absent(retry, 1)
-        props = dict(origin.properties)
-        props.setdefault(MessageConst.RETRY_TOPIC, origin.topic)
-        props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, h.origin_msg_id or origin.msg_id)
-        reconsume = origin.reconsume_times + 1
-        props.pop(MessageConst.DELAY_TIME_LEVEL, None)
-        msg = MessageExt(retry, origin.body, props, flag=origin.flag, queue_id=0, sys_flag=origin.sys_flag,
-                         born_timestamp=origin.born_timestamp, born_host=origin.born_host,
-                         store_host=broker.store_host, reconsume_times=reconsume)
-        max_times = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
-        if origin.reconsume_times >= max_times or h.delay_level < 0:
-            self._to_dlq(msg, h.group)
-        else:
-            level = h.delay_level if h.delay_level > 0 else 3 + origin.reconsume_times
-            level = min(level, len(broker.config.delay_levels_ms()))
-            msg.properties[MessageConst.DELAY_TIME_LEVEL] = str(level)
-            broker.schedule_service.divert(msg)
-        result = await broker.store.put_message(msg)
-        if not result.stored:
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                               remark=f"send back failed: {result.status.name} {result.remark}")
+        h = req.header
+        refusal = await self.broker.core.retries.send_back(h.group, req.record, h.origin_msg_id, h.delay_level,
+                                                           h.max_reconsume_times)
+        if refusal is not None:
+            if refusal.kind is Kind.NO_PERMISSION:
+                _SEND_BACK_REFUSALS.refused(host, refusal.message)
+            return refused(cmd, refusal)
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)

@@ -1,6 +1,7 @@
-"""Receive with an invisible duration, ack, change invisible duration: the SimpleConsumer / PushConsumer model of
-RocketMQ 5 (the broker's ``PopMessageProcessor``, ``AckMessageProcessor``, ``ChangeInvisibleTimeProcessor``),
-over the same consume queues and consumer offsets as remoting pulls.
+"""Pop: receive with an invisible duration, ack, change invisible duration — RocketMQ 5's consumption model (the
+broker's ``PopMessageProcessor``, ``AckMessageProcessor``, ``ChangeInvisibleTimeProcessor``), which the gRPC
+SimpleConsumer and PushConsumer use, over the same consume queues, consumer offsets, reads and counters as pulls
+(``PullService``) and the one dead-letter path (``RetryService``).
 
 State per (group, topic, queue), in memory and bounded:
 
@@ -18,6 +19,14 @@ group (FIFO) are delivered in order: a queue is not read past a message whose gr
 Deadlines are on the monotonic clock: a step of the wall clock neither redelivers a message early nor keeps it
 invisible past its duration.
 
+A receipt handle names one delivery of one message to one consumer group::
+
+    "1 <queue id> <queue offset> <commit-log offset> <token> <topic>"
+
+The token is unique per delivery: after a redelivery or a change of invisible duration the old handle no longer
+acks (INVALID_HANDLE), as with RocketMQ's pop. Topic names cannot hold spaces, so the topic goes last and needs
+no escaping.
+
 This state is not persisted: after a restart, messages between the committed offset and what was acked are
 delivered again (at least once), as after a remoting consumer's restart. A new group starts at the queue's
 minimum offset.
@@ -34,17 +43,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from txmq.broker.core.refusal import Kind, Refusal
 from txmq.errors import InvalidMessageError, StoreError
 from txmq.filter import MessageFilter
-from txmq.grpc.convert import Code, GrpcStatusError, ReceiptHandle
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import GetMessageStatus
-from txmq.topic import PermName, dlq_topic
 
 if TYPE_CHECKING:
-    from txmq.broker.controller import BrokerController
+    from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from txmq.broker.core.pull import PullService
+    from txmq.broker.core.retry import RetryService
+    from txmq.store import DefaultMessageStore
 
-log = logging.getLogger("txmq.grpc")
+log = logging.getLogger("txmq.broker")
 
 MAX_SPAN = 4096
 _tokens = itertools.count(1)
@@ -53,6 +64,32 @@ _tokens = itertools.count(1)
 def _now_ms() -> int:
     """Now on the monotonic clock, in ms: what invisible durations count on."""
     return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptHandle:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    token: int
+
+    def encode(self) -> str:
+        return f"1 {self.queue_id} {self.queue_offset} {self.commit_log_offset} {self.token} {self.topic}"
+
+    @classmethod
+    def decode(cls, text: str) -> ReceiptHandle:
+        """Raises ``Refusal`` INVALID_HANDLE for anything txmq did not hand out."""
+        parts = text.split(" ", 5)
+        try:
+            if len(parts) != 6 or parts[0] != "1" or not parts[5]:
+                raise ValueError(text)
+            q, off, clo, token = (int(p) for p in parts[1:5])
+            if min(q, off, clo, token) < 0:
+                raise ValueError(text)
+        except ValueError:
+            raise Refusal(Kind.INVALID_HANDLE, f"malformed receipt handle {text[:80]!r}") from None
+        return cls(parts[5], q, off, clo, token)
 
 
 @dataclass(slots=True)
@@ -82,9 +119,12 @@ class Delivery:
 
 
 class PopService:
-    def __init__(self, broker: BrokerController, *, max_delivery_attempts: int = 16) -> None:
-        self.broker = broker
-        self.store = broker.store
+    def __init__(self, store: DefaultMessageStore, offsets: ConsumerOffsetManager, pulls: PullService,
+                 retries: RetryService, *, max_delivery_attempts: int = 16) -> None:
+        self.store = store
+        self.offsets = offsets
+        self.pulls = pulls
+        self.retries = retries
         self.max_delivery_attempts = max_delivery_attempts
         self.states: dict[tuple[str, str, int], QueueState] = {}
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
@@ -126,19 +166,18 @@ class PopService:
 
     # --- receive ----------------------------------------------------------------------------------------
 
-    def _queue_ids(self, topic: str) -> list[int]:
-        cfg = self.broker.topic_config_manager.get(topic)
-        if cfg is None:
-            raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
-        if not PermName.is_readable(cfg.perm):
-            raise GrpcStatusError(Code.FORBIDDEN, f"topic {topic} is not readable")
-        return list(range(cfg.read_queue_nums))
+    def _queue_ids(self, group: str, topic: str) -> list[int]:
+        refused = self.pulls.refusal(group, topic, None)
+        if refused is not None:
+            raise refused
+        cfg = self.pulls.topics.get(topic)
+        return list(range(cfg.read_queue_nums)) if cfg is not None else []
 
     def _state(self, group: str, topic: str, queue_id: int) -> QueueState:
         key = (group, topic, queue_id)
         st = self.states.get(key)
         if st is None:
-            offsets = self.broker.consumer_offset_manager
+            offsets = self.offsets
             committed = offsets.query(group, topic, queue_id)
             if committed < 0:
                 committed = self.store.get_min_offset_in_queue(topic, queue_id)
@@ -149,7 +188,7 @@ class PopService:
     async def receive_now(self, group: str, topic: str, batch: int, invisible_ms: int,
                           filt: MessageFilter) -> tuple[list[Delivery], int | None]:
         """What can be delivered now, and the earliest deadline of a delivery still in flight."""
-        queues = self._queue_ids(topic)
+        queues = self._queue_ids(group, topic)
         if not queues:
             return [], None
         start = next(self._rotation) % len(queues)
@@ -184,7 +223,7 @@ class PopService:
                 self._ack_offset(group, topic, q, st, offset)
                 continue
             if e.attempts >= self.max_delivery_attempts:
-                await self.to_dead_letter(group, msg, e.attempts)
+                await self._dead_letter(group, msg, e.attempts)
                 self._ack_offset(group, topic, q, st, offset)
                 continue
             e.attempts += 1
@@ -208,10 +247,9 @@ class PopService:
             st.acked = {o for o in st.acked if o >= lo}
             if st.committed < lo:
                 st.committed = lo
-                self.broker.consumer_offset_manager.commit(group, topic, q, lo)
+                self.offsets.commit(group, topic, q, lo)
         start = st.next
-        got = self.store.get_message(topic, q, start, room, tags_filter=filt.tags, confirmed=True,
-                                     record_filter=filt.record)
+        got = self.pulls.read(group, topic, q, start, room, filt, counted=False)
         if got.status == GetMessageStatus.FOUND:
             blocked_groups = set(st.groups)
             stop = got.next_begin_offset
@@ -228,12 +266,12 @@ class PopService:
                 out.append(Delivery(msg, ReceiptHandle(topic, q, offset, e.commit_log_offset, e.token), 1,
                                     invisible_ms))
             taken = sum(1 for o in got.queue_offsets if o < stop)
-            self.broker.stats_manager.get(topic, group, taken, sum(len(r) for r in got.messages[:taken]))
             delivered = set(got.queue_offsets)
             for offset in range(start, stop):  # entries the filter passed over: consumed for this group
                 if offset not in delivered:
                     self._ack_offset(group, topic, q, st, offset)
             st.next = max(st.next, stop)
+            self.pulls.count(group, topic, q, got.messages[:taken], st.next)
         elif got.status in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING) \
                 and got.next_begin_offset > start:
             st.next = got.next_begin_offset
@@ -245,18 +283,17 @@ class PopService:
     def _entry(self, group: str, handle: ReceiptHandle) -> tuple[QueueState, Inflight | None]:
         st = self.states.get((group, handle.topic, handle.queue_id))
         if st is None:
-            raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE,
-                                  f"receipt handle names nothing group {group} received from {handle.topic}")
+            raise Refusal(Kind.INVALID_HANDLE, f"receipt handle names nothing group {group} received from "
+                          f"{handle.topic}")
         if handle.queue_offset < st.committed or handle.queue_offset in st.acked:
             return st, None  # already acked
         e = st.inflight.get(handle.queue_offset)
         if e is None or e.token != handle.token:
-            raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE,
-                                  "receipt handle expired: the message was delivered again since")
+            raise Refusal(Kind.INVALID_HANDLE, "receipt handle expired: the message was delivered again since")
         return st, e
 
     def ack(self, group: str, handle: ReceiptHandle) -> None:
-        """Raises ``GrpcStatusError`` INVALID_RECEIPT_HANDLE; acking twice is harmless."""
+        """Raises ``Refusal`` INVALID_HANDLE; acking twice is harmless."""
         st, e = self._entry(group, handle)
         if e is not None:
             self._ack_offset(group, handle.topic, handle.queue_id, st, handle.queue_offset)
@@ -264,7 +301,7 @@ class PopService:
     def change_invisible(self, group: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
         _, e = self._entry(group, handle)
         if e is None:
-            raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "the message was already acked")
+            raise Refusal(Kind.INVALID_HANDLE, "the message was already acked")
         e.deadline_ms = _now_ms() + invisible_ms
         e.token = next(_tokens)
         self._on_arrival(handle.topic, handle.queue_id, 0)  # a receive waiting for this deadline re-plans
@@ -293,36 +330,28 @@ class PopService:
             st.acked.discard(c)
             c += 1
         st.committed = c
-        self.broker.consumer_offset_manager.commit(group, topic, q, c)
+        self.offsets.commit(group, topic, q, c)
 
     # --- dead letters -----------------------------------------------------------------------------------
 
-    async def to_dead_letter(self, group: str, msg: MessageExt, attempts: int) -> None:
-        topic = dlq_topic(group)
-        self.broker.topic_config_manager.create_if_absent(topic, 1, PermName.PERM_WRITE)
-        props = dict(msg.properties)
-        props.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
-        props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, msg.msg_id)
-        props.pop(MessageConst.DELAY_TIME_LEVEL, None)
-        copy = MessageExt(topic, msg.body, props, flag=msg.flag, queue_id=0, sys_flag=msg.sys_flag,
-                          born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-                          store_host=self.broker.store_host, reconsume_times=attempts)
-        result = await self.store.put_message(copy)
-        if not result.ok:
-            raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"storing the dead letter failed: {result.status.name}")
-        log.info("message %s of %s to %s after %d deliveries", msg.msg_id, msg.topic, topic, attempts)
+    async def _dead_letter(self, group: str, msg: MessageExt, attempts: int) -> None:
+        refused = await self.retries.dead_letter(group, msg, attempts)
+        if refused is not None:
+            raise refused
 
     async def forward_to_dead_letter(self, group: str, handle: ReceiptHandle) -> None:
+        """The consumer gives up on a delivery: its message to the group's dead letters, now."""
         st, e = self._entry(group, handle)
         if e is None:
             return
         try:
             msg = self.store.look_message_by_offset(e.commit_log_offset)
         except (StoreError, InvalidMessageError) as exc:
-            raise GrpcStatusError(Code.MESSAGE_NOT_FOUND, f"message is gone from the log: {exc}") from None
-        await self.to_dead_letter(group, msg, e.attempts)
+            raise Refusal(Kind.MESSAGE_GONE, f"message is gone from the log: {exc}") from None
+        await self._dead_letter(group, msg, e.attempts)
         self._ack_offset(group, handle.topic, handle.queue_id, st, handle.queue_offset)
 
-    def forget_topic(self, topic: str) -> None:
-        for key in [k for k in self.states if k[1] == topic]:
-            del self.states[key]
+    def reset(self, group: str, topic: str, queue_id: int) -> None:
+        """Forget what ``group`` has in flight from a queue whose consumer offset was just set: it reads on from
+        there."""
+        self.states.pop((group, topic, queue_id), None)

@@ -1,0 +1,119 @@
+"""Retries and dead letters, one path for every protocol (RocketMQ 5's ``consumerSendMsgBack`` and
+``handleRetryAndDLQ``): a message a consumer gives back is stored again in its group's ``%RETRY%`` topic with a
+delay, until it has been consumed ``maxReconsumeTimes`` times (or delivered ``max_delivery_attempts`` times by
+pop); then it goes to the group's ``%DLQ%`` topic, created read-write and counted (``rocketmq_send_to_dlq_messages``)
+whichever protocol sent it there."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from txmq.broker.core.refusal import Kind, Refusal
+from txmq.broker.visibility import RecordAt, servable
+from txmq.message import MessageConst, MessageExt
+from txmq.remoting.refusals import RefusalLog
+from txmq.topic import retry_topic
+
+if TYPE_CHECKING:
+    from txmq.broker.client_manager import ConsumerManager
+    from txmq.broker.core.topics import TopicService
+    from txmq.broker.schedule import ScheduleMessageService
+    from txmq.broker.stats import BrokerStats
+    from txmq.store import DefaultMessageStore
+
+log = logging.getLogger("txmq.broker")
+# A line per group and origin topic and LOG_EVERY_S, with the count since the last: a consumer may send back with a
+# negative delay level at will, so a line per message would let a client write the broker's log.
+_DEAD_LETTERS = RefusalLog(log, "dead letters", logging.INFO)
+
+DEFAULT_MAX_RECONSUME_TIMES = 16
+FIRST_RETRY_LEVEL = 3  # RocketMQ: a send-back without a delay level waits 3 + reconsumeTimes levels (10 s first)
+
+
+def max_reconsume_times(given: int | None) -> int:
+    """The sender's ``maxReconsumeTimes``, RocketMQ's default when it gave none."""
+    return DEFAULT_MAX_RECONSUME_TIMES if given is None else given
+
+
+class RetryService:
+    def __init__(self, store: DefaultMessageStore, topics: TopicService, stats: BrokerStats,
+                 schedule: ScheduleMessageService, consumers: ConsumerManager, store_host: tuple[str, int]) -> None:
+        self.store = store
+        self.topics = topics
+        self.stats = stats
+        self.schedule = schedule
+        self.consumers = consumers
+        self.store_host = store_host
+
+    def to_dead_letters(self, msg: MessageExt, group: str) -> None:
+        """Rewrite ``msg`` in place to be stored in ``group``'s dead-letter topic (created read-write), counted
+        under the topic it was first sent to. Every dead letter passes here."""
+        topic = self.topics.dead_letters_of(group).topic_name
+        origin = msg.properties.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
+        self.stats.to_dlq(origin, group)
+        msg.topic = topic
+        msg.queue_id = 0
+        msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        _DEAD_LETTERS.refused(f"group {group}", f"messages of {origin} stored in {topic}")
+
+    def _again(self, origin: MessageExt, topic: str, reconsume_times: int, origin_msg_id: str) -> MessageExt:
+        """A copy of a stored message to store again (a retry or a dead letter): it keeps its body, flags, born
+        time and host, and names where it came from."""
+        props = dict(origin.properties)
+        props.setdefault(MessageConst.RETRY_TOPIC, origin.topic)
+        props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, origin_msg_id or origin.msg_id)
+        props.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        return MessageExt(topic, origin.body, props, flag=origin.flag, queue_id=0, sys_flag=origin.sys_flag,
+                          born_timestamp=origin.born_timestamp, born_host=origin.born_host,
+                          store_host=self.store_host, reconsume_times=reconsume_times)
+
+    def send_back_refusal(self, group: str, offset: int, origin_msg_id: str | None,
+                          origin: MessageExt) -> Refusal | None:
+        """Why the record at ``offset`` may not be sent back by ``group``, or None. A send-back copies a record
+        into a topic the group reads, so it takes only a visible message of a topic the group consumes (its retry
+        topic, or one its consumers subscribe to by heartbeat), and the message ``origin_msg_id`` names."""
+        if not servable(origin):
+            return Refusal(Kind.NO_PERMISSION, f"the record at offset {offset} is not a visible message")
+        consumers = self.consumers.get(group)
+        if origin.topic != retry_topic(group) and (consumers is None or origin.topic not in consumers.subscriptions):
+            return Refusal(Kind.NO_PERMISSION,
+                           f"group {group} does not consume topic {origin.topic} of the message at offset {offset}")
+        ids = (origin.msg_id, origin.offset_msg_id, origin.properties.get(MessageConst.ORIGIN_MESSAGE_ID))
+        if origin_msg_id and origin_msg_id not in ids:
+            return Refusal(Kind.NO_PERMISSION, f"the message at offset {offset} is not {origin_msg_id}")
+        return None
+
+    async def send_back(self, group: str, record: RecordAt, origin_msg_id: str | None, delay_level: int,
+                        max_times: int | None) -> Refusal | None:
+        """A consumer gives back the message ``record`` holds (read, and authorized, by the request's parse):
+        stored again in the group's retry topic, ``delay_level`` later (0: by how often it was consumed; at most
+        the last level), or in its dead-letter topic once it was consumed ``max_times`` times or when
+        ``delay_level`` is negative. A refusal is the adapter's to log (per host: a consumer may repeat one)."""
+        origin = record.msg
+        if origin is None:
+            return Refusal(Kind.MESSAGE_GONE, f"look message by offset {record.offset} failed: {record.why}")
+        refused = self.send_back_refusal(group, record.offset, origin_msg_id, origin)
+        if refused is not None:
+            return refused
+        msg = self._again(origin, self.topics.retry_of(group).topic_name, origin.reconsume_times + 1,
+                          origin_msg_id or "")
+        if origin.reconsume_times >= max_reconsume_times(max_times) or delay_level < 0:
+            self.to_dead_letters(msg, group)
+        else:
+            level = delay_level if delay_level > 0 else FIRST_RETRY_LEVEL + origin.reconsume_times
+            msg.properties[MessageConst.DELAY_TIME_LEVEL] = str(min(level, self.schedule.max_level))
+            self.schedule.divert(msg)
+        return await self._put(msg, "send back")
+
+    async def dead_letter(self, group: str, origin: MessageExt, attempts: int) -> Refusal | None:
+        """``origin``, delivered ``attempts`` times to ``group`` by pop, to the group's dead-letter topic."""
+        msg = self._again(origin, origin.topic, attempts, "")
+        self.to_dead_letters(msg, group)
+        return await self._put(msg, "storing the dead letter")
+
+    async def _put(self, msg: MessageExt, what: str) -> Refusal | None:
+        result = await self.store.put_message(msg)
+        if not result.stored:
+            return Refusal(Kind.STORE_FAILED, f"{what} failed: {result.status.name} {result.remark}".rstrip())
+        return None

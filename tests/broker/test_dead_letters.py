@@ -1,0 +1,37 @@
+"""The one dead-letter path (``RetryService.to_dead_letters``): each dead letter is counted, and the log gets a
+line per group and kind of dead letter, not one per message (a consumer may send back with a negative delay level
+at will, so one per message would let a client write the broker's log)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from txmq.broker.config import BrokerConfig
+from txmq.broker.core.retry import RetryService
+from txmq.broker.core.topics import TopicService
+from txmq.broker.stats import BrokerStats
+from txmq.broker.topic_config_manager import TopicConfigManager
+from txmq.message import MessageConst, MessageExt
+from txmq.topic import PermName
+
+
+def test_dead_letters_are_counted_each_and_logged_once_per_group(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    config = BrokerConfig()
+    manager = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=4, delay_levels=18)
+    stats = BrokerStats()
+    retries = RetryService(None, TopicService(manager, config), stats, None, None,  # type: ignore[arg-type]
+                           ("127.0.0.1", 10911))
+    with caplog.at_level(logging.INFO, "txmq.broker"):
+        for i in range(200):
+            msg = MessageExt("%RETRY%g", b"x", {MessageConst.RETRY_TOPIC: "orders"}, reconsume_times=i)
+            retries.to_dead_letters(msg, "g")
+            assert (msg.topic, msg.queue_id) == ("%DLQ%g", 0)
+    assert stats.dlq == {("orders", "g"): 200}
+    assert manager.get("%DLQ%g").perm == PermName.READ_WRITE
+    lines = [r.getMessage() for r in caplog.records if "dead" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "orders" in lines[0] and "g" in lines[0]
