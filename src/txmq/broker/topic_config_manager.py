@@ -1,4 +1,8 @@
-"""Topic configs of one broker, persisted in ``config/topics.json`` (RocketMQ ``TopicConfigManager``)."""
+"""Topic configs of one broker, persisted in ``config/topics.json`` (RocketMQ ``TopicConfigManager``).
+
+A creation, update or deletion is appended to ``config/topics.json.changes`` (``ConfigJournal``) rather than
+rewriting the whole table: rewriting made each creation cost time in proportion to the topics already there, and
+creating N topics cost N squared."""
 
 from __future__ import annotations
 
@@ -6,8 +10,9 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from txmq.broker.persist import read_json, write_json_atomic
+from txmq.broker.config_journal import ConfigJournal
 from txmq.errors import InvalidMessageError
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -27,20 +32,18 @@ log = logging.getLogger("txmq.broker")
 class TopicConfigManager:
     def __init__(self, root: Path, *, auto_create: bool, default_queue_nums: int, delay_levels: int) -> None:
         self.path = root / "config" / "topics.json"
+        self.journal = ConfigJournal(self.path)
         self.table: dict[str, TopicConfig] = {}
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": 0}
         # The broker tells its name servers: of the topics created or changed, or (None) of a deletion.
         self.on_change: Callable[[list[str] | None], None] | None = None
-        saved = read_json(self.path)
+        saved, changes = self.journal.load()
         if saved:
-            for tc in (saved.get("topicConfigTable") or {}).values():
-                cfg = TopicConfig.from_json(tc)
-                try:
-                    check_topic(cfg.topic_name)
-                except InvalidMessageError as exc:  # saved before names were checked where they enter
-                    log.warning("topic config dropped from %s: %s", self.path, exc)
-                    continue
-                self.table[cfg.topic_name] = cfg
+            self._load_configs((saved.get("topicConfigTable") or {}).values())
+        for change in changes:
+            self._load_configs(change.get("put", []))
+            for topic in change.get("delete", []):
+                self.table.pop(topic, None)
         system = [
             TopicConfig(RMQ_SYS_TRANS_HALF_TOPIC, 1, 1),
             TopicConfig(RMQ_SYS_TRANS_OP_HALF_TOPIC, 1, 1),
@@ -55,6 +58,18 @@ class TopicConfigManager:
             self.table.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
         for cfg in system:
             self.table.setdefault(cfg.topic_name, cfg)
+        if self.journal.dirty:  # fold the journal in, dropping a torn tail, before appending to it
+            self.persist()
+
+    def _load_configs(self, saved: Any) -> None:
+        for tc in saved:
+            cfg = TopicConfig.from_json(tc)
+            try:
+                check_topic(cfg.topic_name)
+            except InvalidMessageError as exc:  # saved before names were checked where they enter
+                log.warning("topic config dropped from %s: %s", self.path, exc)
+                continue
+            self.table[cfg.topic_name] = cfg
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
@@ -65,14 +80,14 @@ class TopicConfigManager:
         check_topic(cfg.topic_name)
         old = self.table.get(cfg.topic_name)
         self.table[cfg.topic_name] = cfg
-        self._changed([cfg.topic_name])
+        self._changed([cfg.topic_name], {"put": [cfg.to_json()]})
         log.info("topic %s %s: read=%d write=%d perm=%s", "updated" if old else "created", cfg.topic_name,
                  cfg.read_queue_nums, cfg.write_queue_nums, PermName.to_string(cfg.perm))
 
     def delete(self, topic: str) -> bool:
         if self.table.pop(topic, None) is None:
             return False
-        self._changed(None)
+        self._changed(None, {"delete": [topic]})
         log.info("topic deleted: %s", topic)
         return True
 
@@ -113,7 +128,7 @@ class TopicConfigManager:
             return created
         for topic in created:
             self.table[topic] = TopicConfig(topic, queue_nums, queue_nums, PermName.READ_WRITE)
-        self._changed(created)
+        self._changed(created, {"put": [self.table[t].to_json() for t in created]})
         log.info("%d topic%s created: %s%s", len(created), "" if len(created) == 1 else "s", ", ".join(created[:10]),
                  f" (+{len(created) - 10} more)" if len(created) > 10 else "")
         return created
@@ -125,15 +140,16 @@ class TopicConfigManager:
             self.table = table
             self.persist()
 
-    def _changed(self, topics: list[str] | None) -> None:
-        """``topics`` created or changed, or None: one deleted."""
+    def _changed(self, topics: list[str] | None, record: dict[str, Any]) -> None:
+        """``topics`` created or changed, or None: one deleted; ``record`` says how, for the journal."""
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": int(self.data_version["counter"]) + 1}
-        self.persist()
+        self.journal.append(dict(record, dataVersion=self.data_version), len(self.table), self.serialize)
         if self.on_change is not None:
             self.on_change(topics)
 
     def persist(self) -> None:
-        write_json_atomic(self.path, self.serialize())
+        """The whole table as the snapshot, the journal emptied."""
+        self.journal.compact(self.serialize())
 
     def serialize(self) -> dict[str, object]:
         return {"topicConfigTable": {n: c.to_json() for n, c in self.table.items()}, "dataVersion": self.data_version}

@@ -1,0 +1,120 @@
+"""A config file kept as a snapshot plus a journal of changes, so a change costs one small append, not a rewrite.
+
+``<name>`` is the snapshot, the same JSON document the file always held (replaced atomically). ``<name>.changes``
+holds the changes made since, one record a line::
+
+    <crc32 of the JSON, 8 hex digits> <JSON document>\\n
+
+A change is appended and fsynced before it is answered. At open the snapshot is read and the journal replayed in
+order; a record that fails its CRC or does not parse ends the journal (a write torn by a crash: it was never
+answered). The journal is then folded into a new snapshot and emptied, and again whenever it holds more records
+than the table has entries (at least ``min_compact``), so the work of compaction stays proportional to the changes.
+A crash between writing the snapshot and emptying the journal replays records the snapshot already holds: records
+set or remove whole entries, so replaying one again changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from txmq.broker.persist import read_json, write_json_atomic
+from txmq.store.mapped_file import fsync_dir
+
+log = logging.getLogger("txmq.broker")
+
+
+def encode_record(doc: Any) -> bytes:
+    body = orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS)
+    return b"%08x %s\n" % (zlib.crc32(body), body)
+
+
+def decode_records(raw: bytes) -> tuple[list[Any], int]:
+    """The records of a journal in order, and the length of its valid prefix (where a torn record begins)."""
+    records: list[Any] = []
+    pos = 0
+    while pos < len(raw):
+        end = raw.find(b"\n", pos)
+        if end < 0:
+            break
+        line = raw[pos:end]
+        if len(line) < 10 or line[8:9] != b" ":
+            break
+        body = line[9:]
+        try:
+            if int(line[:8], 16) != zlib.crc32(body):
+                break
+            records.append(orjson.loads(body))
+        except ValueError:
+            break
+        pos = end + 1
+    return records, pos
+
+
+class ConfigJournal:
+    """The snapshot at ``path`` and its journal ``path.changes``; ``append`` one change, ``compact`` to fold."""
+
+    def __init__(self, path: Path, min_compact: int = 1000) -> None:
+        self.path = path
+        self.journal_path = path.with_name(path.name + ".changes")
+        self.min_compact = min_compact
+        self.records = 0  # records in the journal now
+        self.dirty = False  # the journal holds bytes a compaction should fold in or drop
+
+    def load(self) -> tuple[Any | None, Iterator[Any]]:
+        """The snapshot (None when there is none) and the journal's records to apply to it, in order."""
+        snapshot = read_json(self.path)
+        try:
+            raw = self.journal_path.read_bytes()
+        except FileNotFoundError:
+            raw = b""
+        records, valid = decode_records(raw)
+        if valid < len(raw):
+            log.warning("%s: %d bytes after record %d are torn or corrupt and were dropped (a write the crash "
+                        "interrupted, never answered)", self.journal_path, len(raw) - valid, len(records))
+        self.records = len(records)
+        self.dirty = bool(raw)
+        return snapshot, iter(records)
+
+    def append(self, record: Any, entries: int, snapshot: Any) -> None:
+        """Make ``record`` durable; fold the journal into ``snapshot()``'s document when it outgrew ``entries``.
+        ``snapshot`` is called only then: a callable, so the whole table is not serialized at every change."""
+        if self.records + 1 > max(self.min_compact, entries):
+            self.compact(snapshot())
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        existed = self.journal_path.exists()
+        data = encode_record(record)
+        fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, data)
+                if written != len(data):
+                    raise OSError(f"short write to {self.journal_path}")
+                os.fdatasync(fd)
+            except OSError:  # a full disk: a partial record must not stay as the journal's tail
+                os.ftruncate(fd, size)
+                raise
+        finally:
+            os.close(fd)
+        if not existed:
+            fsync_dir(str(self.path.parent))
+        self.records += 1
+        self.dirty = True
+
+    def compact(self, document: Any) -> None:
+        """Replace the snapshot with ``document`` (the whole table), then empty the journal."""
+        write_json_atomic(self.path, document)
+        if self.dirty:
+            with open(self.journal_path, "r+b") as f:
+                f.truncate(0)
+                os.fdatasync(f.fileno())
+        self.records = 0
+        self.dirty = False
