@@ -1,7 +1,9 @@
 """Child process for the crash test: appends with SYNC_FLUSH and prints each acknowledged record.
 
-Usage: crash_writer.py STORE_DIR RUN_ID. Prints "offset queue_id queue_offset key" per acknowledged put,
-flushed at once, until it is killed. The body is derived from the key so the parent can check it.
+Usage: crash_writer.py STORE_DIR RUN_ID [QUEUES]. Prints "offset queue_id queue_offset key" per acknowledged
+put, flushed at once, until it is killed. With QUEUES, puts go round-robin over that many queues (a few entries
+each between checkpoints, which leave them unflushed); without, each of 8 workers puts to queue worker % 3.
+The body is derived from the key so the parent can check it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ def body_for(key: str) -> bytes:
     return (key.encode() + b"|") * 8
 
 
-async def main(root: str, run_id: str) -> None:
+async def main(root: str, run_id: str, queues: int = 0) -> None:
     store = DefaultMessageStore(make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH, checkpoint_interval_ms=100))
     await store.start()
     print("ready", flush=True)
@@ -28,14 +30,15 @@ async def main(root: str, run_id: str) -> None:
         while True:
             counter += 1
             key = f"{run_id}-{worker}-{counter}"
-            result = await store.put_message(msg("crash", body_for(key), queue_id=worker % 3, KEYS=key))
+            qid = counter % queues if queues else worker % 3
+            result = await store.put_message(msg("crash", body_for(key), queue_id=qid, KEYS=key))
             if result.ok:
                 a = result.append_result
-                sys.stdout.write(f"{a.wrote_offset} {worker % 3} {a.logics_offset} {key}\n")
+                sys.stdout.write(f"{a.wrote_offset} {qid} {a.logics_offset} {key}\n")
                 sys.stdout.flush()
 
     await asyncio.gather(*(producer(w) for w in range(8)))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:4])))

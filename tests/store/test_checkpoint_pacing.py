@@ -24,7 +24,9 @@ def test_a_slow_checkpoint_is_followed_by_a_longer_wait(root, monkeypatch):
         real(fd)
 
     monkeypatch.setattr(mapped_file, "fsync_fd", slow_fsync)
-    config = make_config(root, checkpoint_interval_ms=20)
+    # every written consume queue fsynced at every checkpoint (flushConsumeQueueLeastPages 0), as this test's
+    # slow checkpoints need
+    config = make_config(root, checkpoint_interval_ms=20, flush_consume_queue_least_pages=0)
 
     async def main() -> tuple[int, int]:
         async with DefaultMessageStore(config) as store:

@@ -112,6 +112,17 @@ class StoreConfig:
     access_message_in_memory_max_ratio: int = key(40, unit="% of RAM", range=(0, 100),
                                                   doc="a read further behind the log's end is cold: the consumer "
                                                       "is sent to a slave (with `slaveReadEnable`)")
+    flush_consume_queue_least_pages: int = key(2, unit="pages of 4 KiB", range=(0, None),
+                                               doc="a checkpoint fsyncs a consume queue only once this much of it "
+                                                   "was written since its last fsync (0: every written queue); the "
+                                                   "recovery point stays at the oldest entry left unflushed, and "
+                                                   "recovery rebuilds what follows it from the commit log")
+    flush_consume_queue_thorough_interval_ms: int = key(60_000, name="flushConsumeQueueThoroughInterval",
+                                                        unit="ms", range=(0, None),
+                                                        doc="at least this often a checkpoint fsyncs every written "
+                                                            "consume queue, however little was written, so the "
+                                                            "tail recovery rebuilds after a crash covers at most "
+                                                            "about this much time")
     max_open_consume_queue_files: int = key(0, range=(0, None),
                                             doc="consume-queue files kept open at most, the least recently used "
                                                 "closed first and opened again when used (0: half the process's "

@@ -11,6 +11,12 @@ their first entry (logical offset * 20), holding 20-byte entries:
 An all-zero entry is an empty slot. Entries are derived from the commit log: recovery truncates the ones
 written after the checkpoint and rebuilds them, and a queue whose files are missing or inconsistent is
 rebuilt from the log (each record carries its QUEUEOFFSET, so an entry goes back to its exact place).
+
+A queue remembers what was written since its last fsync (RocketMQ's FlushConsumeQueueService flushes a queue only
+once ``flushConsumeQueueLeastPages`` are dirty): with sends spread over thousands of queues each gets a few entries
+between checkpoints, and fsyncing every one of them cost more than the sends. The checkpoint leaves such a queue
+unflushed and keeps its recovery point at or before the queue's oldest unflushed entry, so recovery rebuilds those
+entries from the commit log.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ assert CQ_ENTRY_SIZE == 20
 class ConsumeQueue:
     """The logical queue (topic, queue_id). Only the loop thread writes; the checkpoint thread fsyncs."""
 
-    def __init__(self, root_dir: str, topic: str, queue_id: int, file_size: int, fds: FdPool | None = None) -> None:
+    def __init__(self, root_dir: str, topic: str, queue_id: int, file_size: int, fds: FdPool | None = None,
+                 pending: set[ConsumeQueue] | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = os.path.join(topic_directory(root_dir, topic), str(queue_id))
@@ -56,6 +63,13 @@ class ConsumeQueue:
         self.file_size = file_size
         self.max_offset = 0  # next logical offset: count of entries, deleted head included
         self.min_offset = 0
+        # Written since the last fsync: the first logical offset and the oldest commit-log offset among those
+        # entries (None: nothing); ``flush_due``: a truncation or deletion the next checkpoint makes durable
+        # whatever its size. ``pending``: the store's set of queues with either, so a checkpoint looks at those only.
+        self.unflushed_from: int | None = None
+        self.unflushed_phy = 0
+        self.flush_due = False
+        self._pending: set[ConsumeQueue] = pending if pending is not None else set()
 
     # --- load and recovery -------------------------------------------------------------------------
 
@@ -122,6 +136,7 @@ class ConsumeQueue:
         return dropped
 
     def truncate_logical(self, offset: int) -> None:
+        self.mark_unflushed(None, 0, True)
         self.files.truncate_from(offset * CQ_ENTRY_SIZE)
         self.max_offset = offset
         self.min_offset = min(self.min_offset, offset)
@@ -147,6 +162,11 @@ class ConsumeQueue:
     def put_run(self, first: int, entries: list[tuple[int, int, int]]) -> None:
         """Write (commit-log offset, size, tag hash) entries for logical offsets ``first``, ``first + 1``, …
         with one system call per file they touch (a batch put writes its entries together)."""
+        if self.unflushed_from is None:
+            self.unflushed_from, self.unflushed_phy = first, entries[0][0]
+            self._pending.add(self)
+        elif first < self.unflushed_from:  # rebuilding: entries go back to their places
+            self.mark_unflushed(first, entries[0][0], False)
         done = 0
         while done < len(entries):
             pos = (first + done) * CQ_ENTRY_SIZE
@@ -180,18 +200,44 @@ class ConsumeQueue:
             if phy >= min_phy_offset:
                 break
             doomed.append(mf)
+        if doomed:
+            self.mark_unflushed(None, 0, True)
         self.files.delete_files(doomed)
         self.correct_min_offset(min_phy_offset)
         return len(doomed)
 
-    def dirty_files(self) -> list[MappedFile]:
-        """Files written since the last call (loop thread), for the checkpoint thread to fsync."""
-        out = [mf for mf in self.files.files if mf.dirty]
-        for mf in out:
+    # --- flush (RocketMQ FlushConsumeQueueService) ---------------------------------------------------
+
+    def flush_wanted(self, least_bytes: int) -> bool:
+        """At least ``least_bytes`` of entries were written since the last fsync, or a change must be made durable."""
+        start = self.unflushed_from
+        return self.flush_due or start is None or (self.max_offset - start) * CQ_ENTRY_SIZE >= least_bytes
+
+    def take_flush(self) -> tuple[list[MappedFile], tuple[int | None, int, bool]]:
+        """For a checkpoint (loop thread): the files to fsync, and this queue's unflushed state, which
+        ``mark_unflushed`` puts back if the fsync fails. The queue counts as flushed from here on."""
+        state = (self.unflushed_from, self.unflushed_phy, self.flush_due)
+        files = [mf for mf in self.files.files if mf.dirty]
+        for mf in files:
             mf.dirty = False
-        return out
+        self.unflushed_from, self.unflushed_phy, self.flush_due = None, 0, False
+        self._pending.discard(self)
+        return files, state
+
+    def mark_unflushed(self, first: int | None, phy: int, due: bool) -> None:
+        """Entries from logical ``first`` (oldest commit-log offset ``phy``) are not durable yet; ``due``: the next
+        checkpoint fsyncs this queue whatever was written."""
+        if first is not None:
+            if self.unflushed_from is None:
+                self.unflushed_from, self.unflushed_phy = first, phy
+            else:
+                self.unflushed_from = min(self.unflushed_from, first)
+                self.unflushed_phy = min(self.unflushed_phy, phy)
+        self.flush_due = self.flush_due or due
+        self._pending.add(self)
 
     def destroy(self) -> None:
+        self._pending.discard(self)
         self.files.delete_files(list(self.files.files))
         for path in (self.directory, os.path.dirname(self.directory)):
             with contextlib.suppress(OSError):

@@ -21,6 +21,7 @@ class ConsumeQueueStore:
         self._fds = FdPool(max_open_files)  # the queues' files open at most (see FdPool)
         self._files_lock = files_lock  # held while derived files are fsynced or deleted
         self._queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self.pending: set[ConsumeQueue] = set()  # queues written, truncated or trimmed since their last fsync
         self.offsets: dict[tuple[str, int], int] = {}
 
     def load(self) -> Iterator[tuple[ConsumeQueue, list[str]]]:
@@ -50,7 +51,7 @@ class ConsumeQueueStore:
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self.find(topic, queue_id)
         if cq is None:
-            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size, self._fds)
+            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size, self._fds, self.pending)
             self._queues.setdefault(topic, {})[queue_id] = cq
         return cq
 

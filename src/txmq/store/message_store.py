@@ -5,7 +5,9 @@ Every public method runs on the asyncio loop thread. Puts go to the group commit
 writes the commit log and dispatches to the consume queue, the index and the extra dispatchers; a slave's log
 and the confirm offset are ``replica.py``'s. Two threads make things durable: the commit-log flush thread
 (``flush.py``) and, every ``checkpoint_interval_ms``, a worker that fsyncs consume queues and index files and then
-writes the checkpoint.
+writes the checkpoint. A periodic checkpoint fsyncs only the consume queues with ``flushConsumeQueueLeastPages``
+written, and all of them every ``flushConsumeQueueThoroughInterval``; its recovery point stays at the oldest entry it
+left unflushed. Every other checkpoint (stop, ``flush_and_checkpoint``, a truncation) flushes all.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from txmq.store.results import GetMessageResult, GetMessageStatus, PutMessageRes
 
 log = logging.getLogger("txmq.store")
 
+PAGE_SIZE = 4096  # flushConsumeQueueLeastPages counts pages of this size, as RocketMQ's
 CHECKPOINT_DUTY = 0.1  # checkpoints take at most this share of the time (see _checkpoint_loop)
 
 _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE
@@ -65,6 +68,7 @@ class _Snapshot:
     cq_files: list[MappedFile] = field(default_factory=list)
     cq_dirs: list[MappedFileQueue] = field(default_factory=list)  # queues that created or deleted files
     index_files: list[IndexFile] = field(default_factory=list)
+    cq_flushed: list[tuple[ConsumeQueue, tuple[int | None, int, bool]]] = field(default_factory=list)
 
 
 @cython.cclass
@@ -93,6 +97,7 @@ class DefaultMessageStore:
         self.clock = StoreClock(root)
         self._delete_hours = delete_hours(config.delete_when)
         self._checkpoint_offset = 0
+        self._thorough_at = time.monotonic()  # the last checkpoint that flushed every consume queue
         self._flush_service: FlushCommitLogService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._open = True
@@ -208,7 +213,12 @@ class DefaultMessageStore:
             await asyncio.sleep(wait)
             began = time.monotonic()
             try:
-                await self._checkpoint_async()
+                snap = self._snapshot(thorough=False)
+                try:
+                    await asyncio.to_thread(self._write_checkpoint, snap)
+                except BaseException:
+                    self._unflushed_again(snap)
+                    raise
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -238,7 +248,7 @@ class DefaultMessageStore:
             self._flush_service.close()
             self._flush_service = self.group_commit.flush_service = None
         try:
-            self._write_checkpoint(self._snapshot())
+            self._checkpoint_now()
             os.unlink(self._abort_path)
             fsync_dir(self.config.store_path_root_dir)
         except OSError as exc:  # a full disk: the abort file stays, and the next open recovers as after a crash
@@ -281,21 +291,39 @@ class DefaultMessageStore:
 
     # --- checkpoint --------------------------------------------------------------------------------
 
-    def _snapshot(self) -> _Snapshot:
+    def _snapshot(self, *, thorough: bool = True) -> _Snapshot:
+        """What to make durable, and the checkpoint that says so (loop thread). Not ``thorough``: consume queues
+        with less than ``flushConsumeQueueLeastPages`` written are left, unless ``flushConsumeQueueThoroughInterval``
+        has passed; the recovery point stays at or before the oldest entry left, and the checkpoint counts each
+        left queue's entries up to it (recovery compares these counts with the files to notice lost ones)."""
+        now = time.monotonic()
+        if thorough or (now - self._thorough_at) * 1000 >= self.config.flush_consume_queue_thorough_interval_ms:
+            thorough, self._thorough_at = True, now
+        least = 0 if thorough else self.config.flush_consume_queue_least_pages * PAGE_SIZE
         queues: dict[str, dict[int, int]] = {}
         for (topic, qid), next_offset in self.queues.offsets.items():
             queues.setdefault(topic, {})[qid] = next_offset
-        cp = Checkpoint(
-            recovery_offset=self.commit_log.max_offset,
+        recovery = self.commit_log.max_offset
+        snap = _Snapshot(Checkpoint(), index_files=self.index.dirty_files())
+        for cq in list(self.queues.pending):
+            if cq.flush_wanted(least):
+                files, state = cq.take_flush()
+                snap.cq_files += files
+                snap.cq_flushed.append((cq, state))
+                if cq.files.directory_dirty:
+                    snap.cq_dirs.append(cq.files)
+            elif cq.unflushed_from is not None:
+                recovery = min(recovery, cq.unflushed_phy)
+                counts = queues.setdefault(cq.topic, {})
+                counts[cq.queue_id] = min(counts.get(cq.queue_id, cq.unflushed_from), cq.unflushed_from)
+        snap.checkpoint = Checkpoint(
+            recovery_offset=recovery,
             written_at_ms=self.clock.wall_ms(),
             last_store_timestamp=self.commit_log.last_store_timestamp,
             queues=queues,
             index_files=self.index.names(),
         )
-        cqs = list(self.queues.all())
-        cq_files = [mf for cq in cqs for mf in cq.dirty_files()]
-        cq_dirs = [cq.files for cq in cqs if cq.files.directory_dirty]
-        return _Snapshot(cp, cq_files, cq_dirs, self.index.dirty_files())
+        return snap
 
     def _write_checkpoint(self, snap: _Snapshot) -> None:
         """Make the snapshot durable: commit log, then derived files, then the checkpoint (any thread)."""
@@ -324,15 +352,24 @@ class DefaultMessageStore:
             self._counters["checkpoints"] += 1
 
     def _checkpoint_now(self) -> None:
-        self._write_checkpoint(self._snapshot())
+        """A checkpoint that flushes every consume queue, on the calling (loop) thread."""
+        snap = self._snapshot()
+        try:
+            self._write_checkpoint(snap)
+        except BaseException:
+            self._unflushed_again(snap)
+            raise
 
-    async def _checkpoint_async(self) -> None:
-        await asyncio.to_thread(self._write_checkpoint, self._snapshot())
+    @staticmethod
+    def _unflushed_again(snap: _Snapshot) -> None:
+        """A checkpoint failed: the queues it took count as unflushed again (loop thread: put_run marks them too)."""
+        for cq, (first, phy, due) in snap.cq_flushed:
+            cq.mark_unflushed(first, phy, due)
 
     def flush_and_checkpoint(self) -> int:
         """Flush everything and write a checkpoint now, on the calling thread; return the recovery point."""
         self._check_open()
-        self._write_checkpoint(self._snapshot())
+        self._checkpoint_now()
         return self._checkpoint_offset
 
     # --- put ---------------------------------------------------------------------------------------
@@ -619,7 +656,7 @@ class DefaultMessageStore:
         with contextlib.suppress(OSError):
             os.rmdir(directory)
         # The checkpoint lists queues so recovery can rebuild lost ones: it must forget these now.
-        self._write_checkpoint(self._snapshot())
+        self._checkpoint_now()
 
     # --- query by key ------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """Recovery at open: trust the checkpoint, validate the tail, truncate what is torn, rebuild what is derived.
 
 1. The abort file says whether the last stop was clean; the checkpoint gives the recovery point R.
-2. Consume-queue entries pointing at or past R are dropped: the tail is dispatched again below.
+2. Consume-queue entries pointing at or past R are dropped: the tail is dispatched again below. (A periodic
+   checkpoint may leave consume queues unflushed: R is then at or before their oldest unflushed entry.)
 3. Derived files found missing or inconsistent (a consume queue with fewer entries than the checkpoint
    recorded, a gap, an entry pointing past R; an index file the checkpoint listed) are rebuilt by one scan
    of the log up to R. This is the only path whose time grows with the log, and it only runs when a derived
@@ -100,13 +101,8 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     report.scan_start = start
     cl.max_offset = cl.flushed_offset = start
 
-    # 2. Derived entries past the recovery point go; they are rebuilt from the log below.
-    for cq in store.queues.all():
-        report.consume_queue_entries_truncated += cq.truncate_dirty(start)
-        bad = cq.last_entry_problem(start, store.config.max_message_size + 1024)
-        if bad is not None:
-            report.event(bad)
-            rebuild_queues.add((cq.topic, cq.queue_id))
+    # 2. A queue with fewer entries than the checkpoint counted lost fsynced files: rebuilt below. (Counted before
+    # the truncation: a queue may hold entries past the recovery point that it had fsynced.)
     if cp is not None:
         for topic, qids in cp.queues.items():
             for qid, max_offset in qids.items():
@@ -115,6 +111,13 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
                     have = found.max_offset if found else 0
                     report.event(f"consume queue {topic}/{qid} has {have} entries, the checkpoint says {max_offset}")
                     rebuild_queues.add((topic, qid))
+    # Derived entries past the recovery point go; they are rebuilt from the log below.
+    for cq in store.queues.all():
+        report.consume_queue_entries_truncated += cq.truncate_dirty(start)
+        bad = cq.last_entry_problem(start, store.config.max_message_size + 1024)
+        if bad is not None:
+            report.event(bad)
+            rebuild_queues.add((cq.topic, cq.queue_id))
 
     dropped_index = store.index.truncate_from(start)
     if dropped_index:

@@ -1,0 +1,167 @@
+"""Consume queues flushed as RocketMQ's FlushConsumeQueueService does: a periodic checkpoint fsyncs only the queues
+with ``flushConsumeQueueLeastPages`` written (all of them every ``flushConsumeQueueThoroughInterval``), and keeps its
+recovery point at the oldest entry it left unflushed, so recovery rebuilds those entries from the commit log. With
+sends spread over thousands of queues, fsyncing each written queue at every checkpoint cost more than the sends."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import txmq.store.mapped_file as mapped_file
+from tests.store.crash_writer import body_for
+from tests.store.store_helpers import make_config, msg, run
+from txmq.message import decode_message
+from txmq.store import DefaultMessageStore, StoreConfig
+from txmq.store.consume_queue import CQ_ENTRY_SIZE
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+QUEUES = 40
+
+
+def _periodic_checkpoint(store: DefaultMessageStore) -> None:
+    """What the checkpoint loop runs (on this thread)."""
+    store._write_checkpoint(store._snapshot(thorough=False))
+
+
+def _assert_queues_match_the_log(store: DefaultMessageStore, expected: dict[tuple[str, int], list[int]]) -> None:
+    """Every queue holds exactly the commit-log offsets of its records, in queue-offset order."""
+    for (topic, qid), offsets in expected.items():
+        assert store.get_max_offset_in_queue(topic, qid) == len(offsets), (topic, qid)
+        got = store.get_message(topic, qid, 0, 100_000, 1 << 30)
+        assert [decode_message(w)[0].commit_log_offset for w in got.messages] == offsets, (topic, qid)
+
+
+async def _spread(store: DefaultMessageStore, n: int, expected: dict[tuple[str, int], list[int]]) -> None:
+    for i in range(n):
+        qid = i % QUEUES
+        result = await store.put_message(msg("spread", b"%06d" % i + b"." * 100, queue_id=qid))
+        assert result.ok
+        expected.setdefault(("spread", qid), []).append(result.append_result.wrote_offset)
+
+
+def test_a_periodic_checkpoint_leaves_lightly_written_queues_and_its_recovery_point_before_them(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = make_config(root, mapped_file_size_consume_queue=20 * 1024)
+    synced: list[int] = []
+    real = mapped_file.fsync_fd
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        expected: dict[tuple[str, int], list[int]] = {}
+        await _spread(store, 4 * QUEUES, expected)
+        store.flush_and_checkpoint()  # thorough: every queue durable, the recovery point at the log's end
+        assert store.checkpoint_offset == store.max_phy_offset
+        oldest_unflushed = store.max_phy_offset
+        await _spread(store, 3 * QUEUES, expected)  # 3 entries a queue: far under 2 pages
+        hot = []
+        for _ in range(2 * 4096 // CQ_ENTRY_SIZE):  # one queue past 2 pages
+            result = await store.put_message(msg("hot", b"h" * 20))
+            hot.append(result.append_result.wrote_offset)
+        expected[("hot", 0)] = hot
+        monkeypatch.setattr(mapped_file, "fsync_fd", counting_fsync)
+        _periodic_checkpoint(store)
+        monkeypatch.undo()
+        # The commit log (one), the hot queue's two files and the index file: none of the spread queues' files.
+        assert 1 <= len(synced) <= 5, len(synced)
+        assert store.checkpoint_offset == oldest_unflushed
+        # flushConsumeQueueThoroughInterval passed: the next periodic checkpoint flushes all.
+        store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000
+        _periodic_checkpoint(store)
+        assert store.checkpoint_offset == store.max_phy_offset
+        assert not store.queues.pending
+        await store.shutdown()
+
+    run(main)
+
+
+def test_lost_unflushed_consume_queue_writes_are_rebuilt_from_the_log(root: Path) -> None:
+    """A machine crash loses what was written but not fsynced: the consume queues' unflushed entries revert to
+    zeros (their files to what was fsynced). Recovery rebuilds them from the commit log."""
+    config: StoreConfig = make_config(root, mapped_file_size_consume_queue=20 * 8)  # files roll every 8 entries
+
+    async def main() -> dict[tuple[str, int], list[int]]:
+        store = DefaultMessageStore(config)
+        await store.start()
+        expected: dict[tuple[str, int], list[int]] = {}
+        await _spread(store, 5 * QUEUES, expected)
+        store.flush_and_checkpoint()
+        durable = {key: len(offsets) for key, offsets in expected.items()}
+        await _spread(store, 7 * QUEUES, expected)  # into the next file of every queue: new files, unflushed
+        _periodic_checkpoint(store)
+        assert store.checkpoint_offset < store.max_phy_offset
+        store.close_without_shutdown()
+        for (topic, qid), count in durable.items():  # the files as the disk had them: fsynced bytes only
+            directory = os.path.join(config.store_path_root_dir, "consumequeue", topic, str(qid))
+            for name in sorted(os.listdir(directory)):
+                start = int(name)
+                path = os.path.join(directory, name)
+                keep = max(0, count * CQ_ENTRY_SIZE - start)
+                if keep == 0:
+                    os.unlink(path)  # created after the last fsync of its directory
+                elif keep < config.mapped_file_size_consume_queue:
+                    with open(path, "r+b") as f:
+                        f.truncate(keep)
+                        f.truncate(config.mapped_file_size_consume_queue)
+        return expected
+
+    expected = run(main)
+    reopened = DefaultMessageStore(config)
+    try:
+        assert reopened.recovery_report.consume_queues_rebuilt == []  # the tail from the recovery point sufficed
+        _assert_queues_match_the_log(reopened, expected)
+    finally:
+        reopened.close_without_shutdown()
+
+
+def test_sigkill_with_sends_spread_over_many_queues_keeps_every_queue_whole(root: Path) -> None:
+    """A real child spreads SYNC_FLUSH puts over many queues with a checkpoint every 100 ms (each leaves them
+    unflushed) and is killed; each reopen finds every acknowledged record at its place in its queue, rebuilding no
+    queue wholesale."""
+    rng = random.Random(7)
+    repository = os.path.dirname(os.path.dirname(HERE))
+    env = dict(os.environ, PYTHONPATH=repository + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    acked: dict[int, tuple[int, int, str]] = {}
+    for run_id in range(3):
+        child = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "crash_writer.py"), str(root), f"r{run_id}", str(QUEUES)],
+            stdout=subprocess.PIPE, env=env)
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline() == b"ready\n"
+            time.sleep(rng.uniform(0.4, 0.9))
+        finally:
+            child.send_signal(signal.SIGKILL)
+            out, _ = child.communicate()
+        lines = out.decode().split("\n")
+        lines.pop()  # empty, or the line the kill cut short
+        assert lines, "the child acknowledged nothing"
+        for line in lines:
+            off, qid, qoff, key = line.split()
+            acked[int(off)] = (int(qid), int(qoff), key)
+        store = DefaultMessageStore(make_config(root))
+        try:
+            report = store.recovery_report
+            assert not report.clean_shutdown and report.corrupt_offsets == []
+            assert report.consume_queues_rebuilt == []
+            for off, (qid, qoff, key) in acked.items():
+                assert store.get_commit_log_offset_in_queue("crash", qid, qoff) == off
+                assert store.look_message_by_offset(off).body == body_for(key)
+            for qid in range(QUEUES):
+                got = store.get_message("crash", qid, 0, 100_000, 1 << 30)
+                assert got.message_count == store.get_max_offset_in_queue("crash", qid)
+                assert [decode_message(w)[0].queue_offset for w in got.messages] == list(range(got.message_count))
+        finally:
+            store.close_without_shutdown()
