@@ -45,7 +45,7 @@ from txmq.store.dispatcher import (
 from txmq.store.flush import FlushCommitLogService
 from txmq.store.group_commit import GroupCommit, Waiter
 from txmq.store.index import IndexFile, IndexService
-from txmq.store.mapped_file import MappedFile, MappedFileQueue, fsync_dir
+from txmq.store.mapped_file import MappedFile, MappedFileQueue, fsync_dir, syncfs
 from txmq.store.record import TRAILER_SIZE, to_wire
 from txmq.store.recovery import RecoveryReport, recover
 from txmq.store.replica import ConfirmOffset, ReplicaLog
@@ -54,7 +54,8 @@ from txmq.store.results import GetMessageResult, GetMessageStatus, PutMessageRes
 log = logging.getLogger("txmq.store")
 
 PAGE_SIZE = 4096  # flushConsumeQueueLeastPages counts pages of this size, as RocketMQ's
-CHECKPOINT_DUTY = 0.1  # checkpoints take at most this share of the time (see _checkpoint_loop)
+CHECKPOINT_DUTY = 0.1
+SYNCFS_ABOVE = 256  # consume-queue files and directories a checkpoint makes durable with one syncfs, not one fsync each  # checkpoints take at most this share of the time (see _checkpoint_loop)
 
 _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
@@ -331,13 +332,17 @@ class DefaultMessageStore:
             try:
                 self.commit_log.flush()
                 with self._files_lock:
-                    for mf in snap.cq_files:
-                        mf.flush()
+                    synced = len(snap.cq_files) + len(snap.cq_dirs) > SYNCFS_ABOVE
+                    if synced:
+                        syncfs(self.config.store_path_root_dir)
+                    else:
+                        for mf in snap.cq_files:
+                            mf.flush()
                     for f in snap.index_files:
                         f.flush()
                     for files in snap.cq_dirs:
                         if os.path.isdir(files.directory):  # not a queue deleted since the snapshot
-                            files.sync_directory()
+                            files.sync_directory(synced=synced)
                 self.checkpoint.write(snap.checkpoint)
                 self.clock.save()
             except BaseException:
