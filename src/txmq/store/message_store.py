@@ -54,8 +54,8 @@ from txmq.store.results import GetMessageResult, GetMessageStatus, PutMessageRes
 log = logging.getLogger("txmq.store")
 
 PAGE_SIZE = 4096  # flushConsumeQueueLeastPages counts pages of this size, as RocketMQ's
-CHECKPOINT_DUTY = 0.1
-SYNCFS_ABOVE = 256  # consume-queue files and directories a checkpoint makes durable with one syncfs, not one fsync each  # checkpoints take at most this share of the time (see _checkpoint_loop)
+CHECKPOINT_DUTY = 0.1  # checkpoints take at most this share of the time (see _checkpoint_loop)
+SYNCFS_ABOVE = 256  # consume-queue files and directories a checkpoint makes durable with one syncfs, not one each
 
 _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
