@@ -20,7 +20,11 @@ def body_for(key: str) -> bytes:
 
 
 async def main(root: str, run_id: str, queues: int = 0) -> None:
-    store = DefaultMessageStore(make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH, checkpoint_interval_ms=100))
+    # Three queues: every checkpoint flushes every written queue (flushConsumeQueueLeastPages 0), so each one moves
+    # the recovery point and the parent can check that recovery reads only the tail. QUEUES: the default policy.
+    least_pages = {} if queues else {"flush_consume_queue_least_pages": 0}
+    store = DefaultMessageStore(make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH, checkpoint_interval_ms=100,
+                                            **least_pages))
     await store.start()
     print("ready", flush=True)
     counter = 0
