@@ -1,4 +1,4 @@
-"""The serving process's collector settings (``txmq.server.tune_gc``), and the launcher's free ports."""
+"""The serving process's collector settings (``txmq.gctune.tune_gc``), and the launcher's free ports."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from txmq.gctune import YOUNG_THRESHOLD, tune_gc
 from txmq.launch import free_port
-from txmq.server import YOUNG_THRESHOLD, tune_gc
 
 
 def test_tune_gc_freezes_startup_objects_and_raises_only_the_young_threshold() -> None:
