@@ -13,8 +13,9 @@ alive when scanned and was scanned again in the older generations. The older gen
 (10, 10), so a full collection still comes after the same share of young ones.
 
 Frozen objects are still freed by reference counting; only a reference cycle among them, dropped later, stays
-(``gc.freeze``'s documented cost). A client tunes its process once, at the first client's start, unless
-``$TXMQ_GC_TUNE`` is ``false``.
+(``gc.freeze``'s documented cost). The server tunes its process at start. A client tunes the application's
+process only when asked (``$TXMQ_GC_TUNE=true``), once, at the first client's start: the collector is the
+application's, and no client library is expected to change it unasked.
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ def tune_gc() -> None:
 
 
 def tune_gc_for_client() -> bool:
-    """``tune_gc`` the first time a client of this process starts (True then), unless ``$TXMQ_GC_TUNE`` is
-    ``false`` (or ``0``, ``no``): an application that manages its collector itself keeps its settings."""
+    """``tune_gc`` the first time a client of this process starts (True then), when ``$TXMQ_GC_TUNE`` is ``true``
+    (or ``1``, ``yes``)."""
     global _client_tuned
-    if os.environ.get("TXMQ_GC_TUNE", "").lower() in ("0", "false", "no"):
+    if os.environ.get("TXMQ_GC_TUNE", "").lower() not in ("1", "true", "yes"):
         return False
     with _client_tuning:
         if _client_tuned:

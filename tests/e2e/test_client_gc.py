@@ -1,6 +1,7 @@
-"""A client process's collector: the first client started freezes what the process built before it and collects
-the youngest generation less often (``txmq.gctune``), once per process; ``$TXMQ_GC_TUNE=false`` leaves the
-collector as the application set it. Each case runs in a process of its own, as the settings are process-wide."""
+"""A client process's collector: with ``$TXMQ_GC_TUNE=true`` the first client started freezes what the process
+built before it and collects the youngest generation less often (``txmq.gctune``), once per process; by default
+the collector stays as the application set it. Each case runs in a process of its own, as the settings are
+process-wide."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 from tests.e2e.cluster import Cluster
 
@@ -35,22 +38,26 @@ producer.shutdown()
 """
 
 
-def _child(namesrv: str, **env: str) -> dict[str, object]:
+def _child(namesrv: str, env: dict[str, str] | None = None, **more: str) -> dict[str, object]:
     out = subprocess.run([sys.executable, "-c", CHILD, namesrv], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, **env}, check=True).stdout
+                         env={**(os.environ if env is None else env), **more}, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_the_first_client_freezes_startup_objects_and_raises_the_young_threshold(cluster: Cluster) -> None:
-    got = _child(cluster.namesrv_addr)
+def test_asked_the_first_client_freezes_startup_objects_and_raises_the_young_threshold(cluster: Cluster) -> None:
+    got = _child(cluster.namesrv_addr, TXMQ_GC_TUNE="true")
     assert got["startup_frozen"] is True
     assert got["frozen"] > 0
     assert got["young"] > got["default_young"]
     assert got["later_frozen"] is False  # once per process: the second client's start froze nothing new
 
 
-def test_txmq_gc_tune_false_leaves_the_collector_alone(cluster: Cluster) -> None:
-    got = _child(cluster.namesrv_addr, TXMQ_GC_TUNE="false")
+@pytest.mark.parametrize("setting", [None, "false"])
+def test_unasked_a_client_leaves_the_collector_alone(cluster: Cluster, setting: str | None) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TXMQ_GC_TUNE"}
+    if setting is not None:
+        env["TXMQ_GC_TUNE"] = setting
+    got = _child(cluster.namesrv_addr, env=env)
     assert got["startup_frozen"] is False
     assert got["frozen"] == 0
     assert got["young"] == got["default_young"]
