@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: run test test-fast wheel lint bench bench-latency bench-scale clean grpc-clients system-tools etcd postgresql
+.PHONY: run test test-fast wheel lint bench bench-latency bench-scale clean grpc-clients system-tools
 
 # The compiled modules (setup.py's COMPILED_MODULES) and their .pxd files: editing one rebuilds it, or the stale
 # build would shadow the edited source.
@@ -43,24 +43,21 @@ $(NODE_STAMP): $(NODE_DIR)/package-lock.json
 
 grpc-clients: $(RMQ5_STAMP) $(NODE_STAMP)
 
-# A real Prometheus (tests/e2e/test_metrics.py), a real browser (the console's tests) and libfaketime (the clock
-# campaign, tests/clock, and the dated run below), Debian's packages, installed only when their binaries are missing.
-DEBIAN_TEST_PACKAGES := prometheus chromium chromium-driver faketime
+# Debian's packages the tests run, installed only when their binaries are missing, all with one apt-get update: a
+# real Prometheus (tests/e2e/test_metrics.py), a real browser (the console's tests), libfaketime (the clock
+# campaign, tests/clock, and the dated run below), etcd (the controller-mode tests, tests/controller and
+# tests/e2e/test_failover*.py) and PostgreSQL (the transaction log's tests, tests/txlog, and bench/txlog.py: the
+# tests run its binaries, /usr/lib/postgresql/<version>/bin, on a free port, not the packaged service).
 system-tools:
-	@command -v prometheus >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null && \
-		command -v faketime >/dev/null || \
-		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEBIAN_TEST_PACKAGES); }
-
-
-# etcd for the controller-mode tests (tests/controller, tests/e2e/test_failover*.py), from Debian, only when missing.
-etcd:
-	@command -v etcd >/dev/null || (apt-get update && apt-get install -y etcd-server)
-
-# PostgreSQL for the transaction log's tests (tests/txlog) and bench/txlog.py, from Debian, only when missing: the
-# tests run its binaries (/usr/lib/postgresql/<version>/bin) on a free port, not the packaged service.
-postgresql:
-	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || \
-		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
+	@missing=""; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	command -v faketime >/dev/null || missing="$$missing faketime"; \
+	command -v etcd >/dev/null || missing="$$missing etcd-server"; \
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	test -z "$$missing" || { echo "installing Debian's$$missing"; apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; }
 
 # The dated run: the tests marked `dated` once more with the wall clock of every process (pytest's, and of the
 # brokers and clients it starts) at DATED_AT, the last minutes of a month whose day is past 24.86, and running on
@@ -71,13 +68,18 @@ postgresql:
 # tests/conftest.py replaces time.sleep for the run. NO_FAKE_STAT=1: file times stay real.
 DATED_AT := 2027-01-31 23:58:30
 
-# Three pytest processes: the Spark tests share one SparkSession, whose JVM keeps a single socket back to the
+# The main pass runs its test files on TEST_WORKERS processes (pytest-xdist, each file whole on one worker, so a
+# file's module-scoped servers start once): its tests mostly wait on the servers and clients they start (alone it
+# keeps the 2 cores at a load of about 0.4), and each test uses free ports and directories of its own.
+TEST_WORKERS ?= 2
+
+# Three pytest runs: the Spark tests share one SparkSession, whose JVM keeps a single socket back to the
 # test process (pyspark's accumulator channel) and cannot reopen it once it breaks. They run alone, so no other
 # test's threads and sockets share a process with it. Then the dated run. All always run; any failing fails the
 # target.
-test: $(STAMP) grpc-clients system-tools etcd postgresql
+test: $(STAMP) grpc-clients system-tools
 	@status=0; \
-	$(PY) -m pytest -q --ignore=tests/spark || status=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=tests/spark || status=$$?; \
 	$(PY) -m pytest -q tests/spark || status=$$?; \
 	offset=$$(( $$(date -ud '$(DATED_AT) UTC' +%s) - $$(date -u +%s) )); \
 	LD_PRELOAD=$$(ls /usr/lib/*/faketime/libfaketime.so.1 | head -n 1) FAKETIME=$$(printf '%+d' $$offset) \
@@ -86,7 +88,7 @@ test: $(STAMP) grpc-clients system-tools etcd postgresql
 
 # The suite without the tests marked slow (tests/conftest.py marks every end-to-end folder): about a minute.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 # An installable wheel of txmq, its modules compiled, in $(DIST) (pip's isolated build: pyproject.toml's
 # build-system, not .venv). The modules the install stamp compiled in place are this checkout's build for this

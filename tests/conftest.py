@@ -38,6 +38,13 @@ if "faketime" in os.environ.get("LD_PRELOAD", ""):
     atexit.register(_forget_faketime_files)
 
 
+# pytest-xdist's workers (``make test`` runs its main pass on two): each picks free ports from a share of the range
+# of its own, and so do the servers it starts (txmq.ports reads TXMQ_PORT_SLICE), so two workers never race for one.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
+    os.environ["TXMQ_PORT_SLICE"] = f"{_WORKER[2:]}/{os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1')}"
+
+
 # Folders whose every test starts real clusters (name servers, brokers, controllers on etcd), other languages'
 # clients, Spark, a browser or a fuzz campaign against a live server: end to end (``e2e``) and ``slow``.
 # ``pytest -m "not slow"`` (``make test-fast``) runs the rest, without the few tests elsewhere marked ``slow``.

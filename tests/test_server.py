@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from txmq import ports
 from txmq.launch import free_port
 from txmq.server import YOUNG_THRESHOLD, tune_gc
 
@@ -35,6 +37,22 @@ def test_free_ports_are_below_the_ephemeral_range_and_never_handed_out_twice():
     assert all(1024 <= p < low for p in ports), ports
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports[-1]))  # free when given
+
+
+def test_parallel_workers_pick_ports_from_shares_that_do_not_overlap(monkeypatch):
+    """``make test`` runs its main pass on parallel workers, each starting servers on ports it picks: with
+    ``TXMQ_PORT_SLICE=k/n`` each picks inside its own share, so two never race for one port."""
+    shares = []
+    for k in range(3):
+        monkeypatch.setenv("TXMQ_PORT_SLICE", f"{k}/3")
+        picked = {free_port() for _ in range(100)}
+        low, high = ports._share(*ports.free_range())
+        assert all(low <= p < high for p in picked)
+        shares.append(range(low, high))
+    assert all(set(a).isdisjoint(b) for a, b in itertools.combinations(shares, 2))
+    for bad in ("x/2", "3/3", "-1/2", "1/0"):  # not a share: the whole range
+        monkeypatch.setenv("TXMQ_PORT_SLICE", bad)
+        assert ports._share(*ports.free_range()) == ports.free_range()
 
 
 def test_the_launcher_imports_no_server():
