@@ -36,6 +36,10 @@ Transactions (txmq, SYNC_FLUSH and ASYNC_FLUSH): ``TransactionProducer.send_mess
 message, local transaction COMMIT, END_TRANSACTION oneway) at ``--tx-rate`` from a pool of threads on the same
 open-loop schedule; latency from the intended send time to the committed message reaching the consumer.
 
+Every client process, of every system, has its cyclic collector tuned alike (``txmq.gctune.tune_gc``: what
+start-up built frozen, the youngest generation collected every 50,000 allocations): the figures compare brokers,
+not Python's collector pausing one client more than another. ``TXMQ_GC_TUNE=false`` runs them untuned.
+
 ``--short`` (CI): txmq only, 1,000 msg/s for 2 s, no ladder, 200 transactions: it prints the same tables.
 Every process it starts is stopped on exit.
 """
@@ -68,6 +72,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from hdrh.histogram import HdrHistogram  # noqa: E402
 
 from txmq import bench  # noqa: E402
+from txmq.gctune import tune_gc  # noqa: E402
 from txmq.launch import ServerProcess, free_port, txmq_command  # noqa: E402
 
 PEERS = ROOT.parent / "shared" / "peers"
@@ -203,10 +208,19 @@ class E2E:
                 self.all_in.set()
 
 
+def tune_collector() -> None:
+    """Every client process of every system alike (the producer's, this bench's own, and each consumer's):
+    ``txmq.gctune.tune_gc`` unless ``$TXMQ_GC_TUNE`` is ``false``, so that the figures compare brokers, not
+    Python's collector pausing one client more than another."""
+    if os.environ.get("TXMQ_GC_TUNE", "true").lower() not in ("0", "false", "no"):
+        tune_gc()
+
+
 def consumer_main(system: str, target: dict[str, Any], tag: int, n: int, ready: Any, conn: Any,
                   deadline_s: float) -> None:
     """Run in a child process: subscribe, tell ``ready`` once probes arrive fast, collect until every message of
     the run arrived or ``deadline_s`` passed with nothing new, send (count, dupes, histogram) through ``conn``."""
+    tune_collector()
     e2e = E2E(tag, n)
     stop = CONSUMERS[system](target, e2e)
     try:
@@ -802,6 +816,7 @@ def main() -> int:
     if a.size < HEADER:
         p.error(f"--size must be at least {HEADER}")
 
+    tune_collector()
     root = Path(tempfile.mkdtemp(prefix="txmq-latency-"))
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     load0 = os.getloadavg()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 from txmq.broker.config import BrokerConfig
 from txmq.broker.controller import BrokerController
 from txmq.controller.server import ControllerManager
+from txmq.gctune import tune_gc
 from txmq.namesrv.controller import NamesrvController
 from txmq.remoting.server import ServerLimits
 from txmq.remoting.transport import run
@@ -86,25 +86,6 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
             await namesrv.close()
         if controller is not None:
             await controller.close()
-
-
-def tune_gc() -> None:
-    """Once serving, what startup built (modules, configs, recovered tables) moves out of the cyclic collector's
-    sight (``gc.freeze``): every collection of the oldest generation scanned it all again, and under single-message
-    sends the collector took 10-18 % of the broker's CPU (perf, docs/benchmarks.md). The youngest generation is
-    collected every ``YOUNG_THRESHOLD`` allocations instead of 700: a transaction keeps its request, answer and
-    messages alive across its flush wait, so at 700 nearly every young object was still alive when scanned and
-    was scanned again in the older generations (9 % of a transaction's CPU). The older generations keep CPython's
-    ratios (10, 10), so a full collection still comes after the same share of young ones."""
-    gc.collect()
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG_THRESHOLD, middle, old)
-
-
-# Allocations between collections of the youngest generation: more than the objects of a window of 1,000
-# transactions in flight (about 30 each), so most of them are freed by reference counting before a scan.
-YOUNG_THRESHOLD = 50_000
 
 
 def run_process(main: Awaitable[None]) -> int:

@@ -23,9 +23,9 @@ from txmq.acl.signer import (
 )
 from txmq.acl.store import AuthStore
 from txmq.acl.validator import AccessValidator
+from txmq.refusals import LINES_PER_HOST, RefusalLog
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.refusals import LINES_PER_HOST, RefusalLog
 
 from .conftest import PLAIN_ACL
 

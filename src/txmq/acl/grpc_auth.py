@@ -35,7 +35,7 @@ from txmq.grpc.call import GrpcCall, MethodTable, NeedsOf, enter_call, parse_met
 from txmq.grpc.convert import GrpcStatusError, status
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
-from txmq.remoting.refusals import RefusalLog
+from txmq.refusals import RefusalLog
 
 log = logging.getLogger("txmq.grpc")
 

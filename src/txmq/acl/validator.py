@@ -15,9 +15,9 @@ from collections.abc import Callable
 from txmq.acl.model import Needs, User
 from txmq.acl.signer import ACCESS_KEY, signature_matches
 from txmq.acl.store import AuthStore
+from txmq.refusals import RefusalLog
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.transport import Connection
 
 log = logging.getLogger("txmq.acl")

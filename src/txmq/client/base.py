@@ -1,6 +1,7 @@
 """What every producer, consumer and admin object shares: a loop thread (``ClientRuntime``) and an
 ``MQClientInstance`` on it, made by ``start()`` and closed by ``shutdown()``, a context manager, and
-``_call`` to run a coroutine there and wait for it. Subclasses fill in the hooks."""
+``_call`` to run a coroutine there and wait for it. Subclasses fill in the hooks. The first client started in a
+process tunes its collector (``txmq.gctune``): full collections of the whole heap were the tail of its latency."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from txmq.acl.signer import AclClientRPCHook, SessionCredentials
 from txmq.client.instance import MQClientInstance
 from txmq.client.runtime import ClientRuntime
 from txmq.errors import ClientError
+from txmq.gctune import tune_gc_for_client
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.tls import client_context
 from txmq.remoting.transport import Connection
@@ -103,6 +105,7 @@ class ClientBase:
                     self._runtime.call(self.instance.close(), 10)
                 self._close_runtime()
                 raise
+            tune_gc_for_client()
         return self
 
     def shutdown(self) -> None:

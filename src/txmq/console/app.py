@@ -44,7 +44,7 @@ from txmq.console.html import Raw, e, field, form, hidden, link, page, path, sec
 from txmq.console.logins import Clients, Logins, call
 from txmq.errors import InvalidMessageError, TxmqError
 from txmq.message import Message, MessageConst, MessageExt, decode_offset_msg_id
-from txmq.remoting.refusals import RefusalLog
+from txmq.refusals import RefusalLog
 from txmq.topic import DLQ_GROUP_TOPIC_PREFIX, PermName, is_system_topic
 
 log = logging.getLogger("txmq.console")

@@ -30,7 +30,7 @@ from yarl import URL
 from txmq.console.config import ConsoleConfig, host_name
 from txmq.console.html import CSRF, CSRF_FIELD, Raw, e, page
 from txmq.console.logins import Logins
-from txmq.remoting.refusals import RefusalLog
+from txmq.refusals import RefusalLog
 
 log = logging.getLogger("txmq.console")
 # A cookie the console cannot read (one from before a restart, or made up) just starts a new session: the

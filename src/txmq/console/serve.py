@@ -16,7 +16,7 @@ from aiohttp import web
 from txmq.console.app import make_app
 from txmq.console.config import ConsoleConfig
 from txmq.console.guard import REFUSALS, HttpLog
-from txmq.remoting.refusals import RefusalLog
+from txmq.refusals import RefusalLog
 
 log = logging.getLogger("txmq.console")
 

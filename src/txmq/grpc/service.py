@@ -57,8 +57,8 @@ from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol import service_pb2_grpc
 from txmq.grpc.telemetry import ClientSessions, end_stream
 from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
+from txmq.refusals import RefusalLog
 from txmq.remoting.codes import ResponseCode
-from txmq.remoting.refusals import RefusalLog
 from txmq.store import GetMessageStatus
 from txmq.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, PermName, TopicConfig, check_consumer_group
 

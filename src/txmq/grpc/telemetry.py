@@ -21,7 +21,7 @@ from txmq.grpc.convert import Code, GrpcStatusError, status, to_pb_message, tran
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.message import MessageConst, MessageExt
-from txmq.remoting.refusals import RefusalLog
+from txmq.refusals import RefusalLog
 
 log = logging.getLogger("txmq.grpc")
 

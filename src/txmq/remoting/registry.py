@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from txmq.errors import InvalidMessageError, RemoteProtocolError
+from txmq.refusals import RefusalLog
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.request_headers import Header
 from txmq.remoting.transport import Connection, HandlerResult
 

@@ -22,8 +22,8 @@ import logging
 from dataclasses import dataclass
 
 from txmq.conf import key
+from txmq.refusals import RefusalLog
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE
-from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.tls import TlsServer, TlsServerConfig
 from txmq.remoting.transport import CONNECTION_EVENTS, DEFAULT_MAX_PENDING_INVOKES, Connection, Handler
 

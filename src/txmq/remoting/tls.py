@@ -22,7 +22,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from txmq.remoting.refusals import RefusalLog
+from txmq.refusals import RefusalLog
 
 log = logging.getLogger("txmq.remoting")
 

@@ -30,10 +30,10 @@ from typing import Any, TypeAlias
 import cython
 
 from txmq.errors import ClientError, InvalidMessageError, LocalProtocolError, RemoteProtocolError
+from txmq.refusals import RefusalLog
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE, EncodedResponse, FrameDecoder, encode_command
 from txmq.remoting.codes import ResponseCode
 from txmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
-from txmq.remoting.refusals import RefusalLog
 
 log = logging.getLogger("txmq.remoting")
 _PEER_FAULTS = RefusalLog(log, "remoting server could not serve a request")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from txmq.broker.core.refusal import Kind, Refusal
 from txmq.broker.visibility import RecordAt, servable
 from txmq.message import MessageConst, MessageExt
-from txmq.remoting.refusals import RefusalLog
+from txmq.refusals import RefusalLog
 from txmq.topic import retry_topic
 
 if TYPE_CHECKING:

@@ -21,10 +21,10 @@ from txmq.broker.transaction.service import EndEntry, EndResult
 from txmq.broker.transaction.state import Outcome
 from txmq.errors import ClientError, RemoteProtocolError
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, encode_message
+from txmq.refusals import RefusalLog
 from txmq.remoting.body import json_object
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.registry import RequestSpec, header
 from txmq.remoting.request_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from txmq.remoting.transport import Connection, Reply

@@ -21,10 +21,10 @@ from txmq.broker.stats import BrokerStats
 from txmq.broker.visibility import RecordAt, read_record_at, record_needs
 from txmq.errors import InvalidMessageError, LocalProtocolError
 from txmq.message import MessageConst, MessageExt, decode_batch, inner_message, string_to_properties
+from txmq.refusals import RefusalLog
 from txmq.remoting.codec import SEND_RESPONSE_EXTRA, encode_response, encode_send_response
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.refusals import RefusalLog
 from txmq.remoting.registry import RequestSpec
 from txmq.remoting.request_headers import (
     ConsumerSendMsgBackRequestHeader,

@@ -16,7 +16,7 @@ from txmq.broker.transaction.metrics import TransactionMetrics
 from txmq.broker.transaction.ops import OpQueue
 from txmq.broker.transaction.state import Before, Outcome, TransactionStateTable
 from txmq.message import MessageConst, MessageExt, decode_message
-from txmq.remoting.refusals import RefusalLog
+from txmq.refusals import RefusalLog
 from txmq.store import DefaultMessageStore, GetMessageStatus
 from txmq.store.group_commit import Waiter
 from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC

@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from txmq.remoting.refusals import RefusalLog
+from txmq.refusals import RefusalLog
 from txmq.remoting.tls import TlsServer
 from txmq.store.ha.config import HAConfig
 from txmq.store.ha.protocol import HANDSHAKE_TIMEOUT_S

@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from txmq.errors import StoreError
-from txmq.remoting.refusals import RefusalLog
+from txmq.refusals import RefusalLog
 from txmq.store.ha.auth import Refused, authenticate_slave
 from txmq.store.ha.config import HAConfig
 from txmq.store.ha.port import HAPort

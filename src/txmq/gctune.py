@@ -1,0 +1,54 @@
+"""The cyclic collector tuned for a process that moves messages at a steady rate: a serving process, and a
+process with a client in it.
+
+Once started, what startup built (modules, configs, recovered tables, the application's own state) moves out of
+the collector's sight (``gc.freeze``): otherwise every collection of the oldest generation scans it all again.
+In the broker, under single-message sends, that took 10-18 % of its CPU (perf, docs/benchmarks.md). In a client
+sending 5,000 messages/s the sends in flight reach the oldest generation often enough for a full collection
+every second or two, each scanning 40-80 thousand objects for 20-100 ms with the GIL held: every send and
+delivery of that moment waited, which made the client's end-to-end p99 (docs/benchmarks.md, "Latency and
+scale"). The youngest generation is collected every ``YOUNG_THRESHOLD`` allocations instead of 700: a message
+keeps its request, answer and futures alive while it is in flight, so at 700 nearly every young object was still
+alive when scanned and was scanned again in the older generations. The older generations keep CPython's ratios
+(10, 10), so a full collection still comes after the same share of young ones.
+
+Frozen objects are still freed by reference counting; only a reference cycle among them, dropped later, stays
+(``gc.freeze``'s documented cost). The server tunes its process at start. A client tunes the application's
+process only when asked (``$TXMQ_GC_TUNE=true``), once, at the first client's start: the collector is the
+application's, and no client library is expected to change it unasked.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+
+# Allocations between collections of the youngest generation: more than the objects of a window of 1,000
+# transactions in flight (about 30 each), so most of them are freed by reference counting before a scan.
+YOUNG_THRESHOLD = 50_000
+
+_client_tuning = threading.Lock()
+_client_tuned = False
+
+
+def tune_gc() -> None:
+    """Freeze what is alive now and collect the youngest generation every ``YOUNG_THRESHOLD`` allocations."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_THRESHOLD, middle, old)
+
+
+def tune_gc_for_client() -> bool:
+    """``tune_gc`` the first time a client of this process starts (True then), when ``$TXMQ_GC_TUNE`` is ``true``
+    (or ``1``, ``yes``)."""
+    global _client_tuned
+    if os.environ.get("TXMQ_GC_TUNE", "").lower() not in ("1", "true", "yes"):
+        return False
+    with _client_tuning:
+        if _client_tuned:
+            return False
+        _client_tuned = True
+    tune_gc()
+    return True
