@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+from tests.killed_child import lines_until_killed
 from txmq.broker.config_journal import ConfigJournal, encode_record
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.topic import TopicConfig
@@ -76,21 +73,10 @@ def test_a_kill_mid_write_loses_no_created_topic(tmp_path: Path) -> None:
     """A real process creates topics until SIGKILL, five times over one directory: every topic whose creation
     returned is there after each kill, and the files always load."""
     rng = random.Random(33)
-    repository = os.path.dirname(os.path.dirname(HERE))
-    env = dict(os.environ, PYTHONPATH=repository + os.pathsep + os.environ.get("PYTHONPATH", ""))
     created: set[str] = set()
     for run_id in range(5):
-        child = subprocess.Popen([sys.executable, os.path.join(HERE, "topic_writer.py"), str(tmp_path), f"r{run_id}"],
-                                 stdout=subprocess.PIPE, env=env)
-        try:
-            assert child.stdout is not None
-            assert child.stdout.readline() == b"ready\n"
-            time.sleep(rng.uniform(0.2, 0.8))
-        finally:
-            child.send_signal(signal.SIGKILL)
-            out, _ = child.communicate()
-        lines = out.decode().split("\n")
-        lines.pop()  # after the last newline: empty, or a name the kill cut short
+        lines = lines_until_killed(os.path.join(HERE, "topic_writer.py"), [str(tmp_path), f"r{run_id}"],
+                                   rng.uniform(0.2, 0.8))
         assert lines, "the child created nothing"
         created.update(lines)
         table = _manager(tmp_path).table

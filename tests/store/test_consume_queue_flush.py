@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import txmq.store.mapped_file as mapped_file
 import txmq.store.message_store as message_store
+from tests.killed_child import lines_until_killed
 from tests.store.crash_writer import body_for
 from tests.store.store_helpers import make_config, msg, run
 from txmq.message import decode_message
@@ -132,22 +129,10 @@ def test_sigkill_with_sends_spread_over_many_queues_keeps_every_queue_whole(root
     unflushed) and is killed; each reopen finds every acknowledged record at its place in its queue, rebuilding no
     queue wholesale."""
     rng = random.Random(7)
-    repository = os.path.dirname(os.path.dirname(HERE))
-    env = dict(os.environ, PYTHONPATH=repository + os.pathsep + os.environ.get("PYTHONPATH", ""))
     acked: dict[int, tuple[int, int, str]] = {}
     for run_id in range(3):
-        child = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "crash_writer.py"), str(root), f"r{run_id}", str(QUEUES)],
-            stdout=subprocess.PIPE, env=env)
-        try:
-            assert child.stdout is not None
-            assert child.stdout.readline() == b"ready\n"
-            time.sleep(rng.uniform(0.4, 0.9))
-        finally:
-            child.send_signal(signal.SIGKILL)
-            out, _ = child.communicate()
-        lines = out.decode().split("\n")
-        lines.pop()  # empty, or the line the kill cut short
+        lines = lines_until_killed(os.path.join(HERE, "crash_writer.py"), [str(root), f"r{run_id}", str(QUEUES)],
+                                   rng.uniform(0.4, 0.9))
         assert lines, "the child acknowledged nothing"
         for line in lines:
             off, qid, qoff, key = line.split()

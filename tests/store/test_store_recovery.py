@@ -5,13 +5,10 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
+from tests.killed_child import lines_until_killed
 from tests.store.crash_writer import body_for
 from tests.store.store_helpers import flip_byte, make_config, msg, run, segment_path
 from txmq.errors import CorruptRecordError
@@ -325,23 +322,9 @@ def test_crash_with_sigkill_keeps_every_acknowledged_record(root):
     rng = random.Random(1234)
     acked: dict[int, tuple[int, int, str]] = {}
     checkpoints = 0
-    repository = os.path.dirname(os.path.dirname(HERE))  # the writer imports tests.store's helpers
-    env = dict(os.environ, PYTHONPATH=repository + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for run_id in range(5):
-        child = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "crash_writer.py"), str(root), f"r{run_id}"],
-            stdout=subprocess.PIPE,
-            env=env,
-        )
-        assert child.stdout is not None
-        assert child.stdout.readline() == b"ready\n"
-        time.sleep(rng.uniform(0.15, 0.6))
-        child.send_signal(signal.SIGKILL)
-        out, _ = child.communicate()
-        assert child.returncode == -signal.SIGKILL
-        lines = out.decode().splitlines()
-        if lines and not out.endswith(b"\n"):
-            lines.pop()  # the kill cut the last line short
+        lines = lines_until_killed(os.path.join(HERE, "crash_writer.py"), [str(root), f"r{run_id}"],
+                                   rng.uniform(0.15, 0.6))
         for line in lines:
             off, qid, qoff, key = line.split()
             acked[int(off)] = (int(qid), int(qoff), key)
