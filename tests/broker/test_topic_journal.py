@@ -81,3 +81,64 @@ def test_a_kill_mid_write_loses_no_created_topic(tmp_path: Path) -> None:
         created.update(lines)
         table = _manager(tmp_path).table
         assert created <= set(table), sorted(created - set(table))[:5]
+
+
+def _append_raw(journal: Path, *records: object) -> None:
+    with open(journal, "ab") as f:
+        for record in records:
+            f.write(encode_record(record))
+
+
+def test_odd_records_with_valid_crcs_are_skipped_and_the_valid_ones_kept(tmp_path: Path) -> None:
+    """A record that passes its CRC but is not a change this version understands (not an object, a put that is not
+    a list of topic configs, a delete that is not a list of names) is skipped with a log line: the broker starts,
+    and every valid record before and after it is applied."""
+    manager = _manager(tmp_path)
+    manager.update(TopicConfig("before", 8, 8))
+    journal = manager.journal.journal_path
+    _append_raw(journal,
+                [1, 2, 3], "text", 42, None,
+                {"put": "not-a-list"}, {"put": [17, {"readQueueNums": 4}, {"topicName": "t", "perm": "rw"}]},
+                {"delete": "before"}, {"delete": [7]},
+                {"put": [TopicConfig("after", 4, 4).to_json()], "future": {"x": 1}},
+                {"put": [TopicConfig("with_extra", 2, 2).to_json() | {"newField": [1]}]})
+    table = _manager(tmp_path).table
+    assert {"before", "after", "with_extra"} <= set(table)
+    assert table["after"].read_queue_nums == 4 and table["with_extra"].write_queue_nums == 2
+    assert "t" not in table  # its perm was no number: the entry skipped, not guessed
+
+
+def test_a_corrupt_record_inside_the_journal_loses_none_of_the_valid_records_after_it(tmp_path: Path) -> None:
+    """Each record is fdatasynced before the next is written, so a crash tears only the last one; a bad record
+    followed by valid ones is damage, not a torn write. Dropping everything after it, then folding the journal
+    into the snapshot, lost answered topics for good: it is skipped with a log line instead."""
+    manager = _manager(tmp_path)
+    manager.update(TopicConfig("first", 8, 8))
+    journal = manager.journal.journal_path
+    with open(journal, "ab") as f:
+        f.write(encode_record({"put": [TopicConfig("flipped", 8, 8).to_json()]}).replace(b"flipped", b"flopped"))
+    _append_raw(journal, {"put": [TopicConfig("later", 8, 8).to_json()]})
+    manager.update(TopicConfig("last", 8, 8))
+    table = _manager(tmp_path).table
+    assert {"first", "later", "last"} <= set(table)
+    assert "flipped" not in table and "flopped" not in table
+    assert "later" in _manager(tmp_path).table  # and still there once the journal was folded
+
+
+def test_a_crash_between_the_fold_s_snapshot_and_the_journal_s_truncation_changes_nothing(tmp_path: Path) -> None:
+    """The snapshot already holds every record the journal still has: replaying them (a put, a delete, a put and
+    delete of the same topic, two updates of one) gives the same table, with no deleted topic back."""
+    manager = _manager(tmp_path)
+    for i in range(4):
+        manager.update(TopicConfig(f"t{i}", 8, 8))
+    manager.update(TopicConfig("t1", 2, 2))
+    manager.delete("t2")
+    manager.update(TopicConfig("t9", 8, 8))
+    manager.delete("t9")
+    journal = manager.journal.journal_path
+    kept = journal.read_bytes()
+    manager.persist()  # the fold: snapshot replaced, journal emptied
+    journal.write_bytes(kept)  # ... as if the crash came before the truncation
+    reopened = _manager(tmp_path)
+    assert reopened.table == manager.table
+    assert reopened.table["t1"].read_queue_nums == 2 and "t2" not in reopened.table and "t9" not in reopened.table

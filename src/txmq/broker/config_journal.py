@@ -6,8 +6,8 @@ holds the changes made since, one record a line::
     <crc32 of the JSON, 8 hex digits> <JSON document>\\n
 
 A change is appended and fsynced before it is answered. At open the snapshot is read and the journal replayed in
-order; a record that fails its CRC or does not parse ends the journal (a write torn by a crash: it was never
-answered). The journal is then folded into a new snapshot and emptied, and again whenever it holds more records
+order; a record that fails its CRC or does not parse at the end of the journal is a write torn by a crash (never
+answered) and is dropped; one followed by valid records is damage, skipped with a log line. The journal is then folded into a new snapshot and emptied, and again whenever it holds more records
 than the table has entries (at least ``min_compact``), so the work of compaction stays proportional to the changes.
 A crash between writing the snapshot and emptying the journal replays records the snapshot already holds: records
 set or remove whole entries, so replaying one again changes nothing.
@@ -35,26 +35,42 @@ def encode_record(doc: Any) -> bytes:
     return b"%08x %s\n" % (zlib.crc32(body), body)
 
 
-def decode_records(raw: bytes) -> tuple[list[Any], int]:
-    """The records of a journal in order, and the length of its valid prefix (where a torn record begins)."""
+def decode_records(raw: bytes) -> tuple[list[Any], int, int]:
+    """The records of a journal in order, the length of its valid prefix (where a torn tail begins), and how many
+    bad records were skipped before that. Each record is fdatasynced before the next is written, so a crash can
+    tear only the last one; a bad record followed by a valid one is damage, and dropping what follows it would
+    lose answered changes."""
     records: list[Any] = []
-    pos = 0
+    pos = valid = skipped = bad = 0
     while pos < len(raw):
         end = raw.find(b"\n", pos)
         if end < 0:
             break
-        line = raw[pos:end]
-        if len(line) < 10 or line[8:9] != b" ":
-            break
-        body = line[9:]
-        try:
-            if int(line[:8], 16) != zlib.crc32(body):
-                break
-            records.append(orjson.loads(body))
-        except ValueError:
-            break
+        record = _decode_line(raw[pos:end])
         pos = end + 1
-    return records, pos
+        if record is _BAD:
+            bad += 1
+            continue
+        records.append(record)
+        valid, skipped = pos, skipped + bad
+        bad = 0
+    return records, valid, skipped
+
+
+_BAD = object()
+
+
+def _decode_line(line: bytes) -> Any:
+    """One record's document, or ``_BAD`` when its CRC fails or it does not parse."""
+    if len(line) < 10 or line[8:9] != b" ":
+        return _BAD
+    body = line[9:]
+    try:
+        if int(line[:8], 16) != zlib.crc32(body):
+            return _BAD
+        return orjson.loads(body)
+    except ValueError:
+        return _BAD
 
 
 class ConfigJournal:
@@ -74,7 +90,10 @@ class ConfigJournal:
             raw = self.journal_path.read_bytes()
         except FileNotFoundError:
             raw = b""
-        records, valid = decode_records(raw)
+        records, valid, skipped = decode_records(raw)
+        if skipped:
+            log.error("%s: %d records failed their CRC or did not parse, with valid records after them: skipped "
+                      "(damage, not a torn write)", self.journal_path, skipped)
         if valid < len(raw):
             log.warning("%s: %d bytes after record %d are torn or corrupt and were dropped (a write the crash "
                         "interrupted, never answered)", self.journal_path, len(raw) - valid, len(records))

@@ -41,9 +41,7 @@ class TopicConfigManager:
         if saved:
             self._load_configs((saved.get("topicConfigTable") or {}).values())
         for change in changes:
-            self._load_configs(change.get("put", []))
-            for topic in change.get("delete", []):
-                self.table.pop(topic, None)
+            self._replay(change)
         system = [
             TopicConfig(RMQ_SYS_TRANS_HALF_TOPIC, 1, 1),
             TopicConfig(RMQ_SYS_TRANS_OP_HALF_TOPIC, 1, 1),
@@ -61,13 +59,27 @@ class TopicConfigManager:
         if self.journal.dirty:  # fold the journal in, dropping a torn tail, before appending to it
             self.persist()
 
+    def _replay(self, change: Any) -> None:
+        """Apply one journal record. A record whose CRC holds but whose shape this version does not know is skipped
+        with a log line: refusing to start, or dropping the records after it, would cost the valid topics."""
+        puts = change.get("put", []) if isinstance(change, dict) else None
+        deletes = change.get("delete", []) if isinstance(change, dict) else None
+        if not (isinstance(puts, list) and isinstance(deletes, list) and all(isinstance(t, str) for t in deletes)):
+            log.warning("%s: a record that is not a change of topics was skipped: %.200r",
+                        self.journal.journal_path, change)
+            return
+        self._load_configs(puts)
+        for topic in deletes:
+            self.table.pop(topic, None)
+
     def _load_configs(self, saved: Any) -> None:
         for tc in saved:
-            cfg = TopicConfig.from_json(tc)
             try:
+                cfg = TopicConfig.from_json(tc)
                 check_topic(cfg.topic_name)
-            except InvalidMessageError as exc:  # saved before names were checked where they enter
-                log.warning("topic config dropped from %s: %s", self.path, exc)
+            except (KeyError, TypeError, ValueError, InvalidMessageError) as exc:  # InvalidMessageError: a name
+                # saved before names were checked where they enter
+                log.warning("topic config dropped from %s: %.200r: %s", self.path, tc, exc)
                 continue
             self.table[cfg.topic_name] = cfg
 
