@@ -194,13 +194,22 @@ class _Disk:
         self.root = os.path.realpath(root)
         self.fsynced: dict[str, bytes] = {}
         self.off = False  # the power is off: fsyncs from here (a crashing store's last ones) reach nothing
-        self._real = mapped_file.fsync_fd
+        self._real, self._real_syncfs = mapped_file.fsync_fd, message_store.syncfs
 
     def fsync_fd(self, fd: int) -> None:
         path = os.readlink(f"/proc/self/fd/{fd}")
         if path.startswith(self.root + os.sep) and not self.off:
             self.fsynced[path] = os.pread(fd, os.fstat(fd).st_size, 0)
         self._real(fd)
+
+    def syncfs(self, path: str) -> None:
+        """syncfs(2): every file under the store, as it is now."""
+        if not self.off:
+            for parent, _, names in os.walk(self.root):
+                for name in names:
+                    with open(os.path.join(parent, name), "rb") as f:
+                        self.fsynced[os.path.join(parent, name)] = f.read()
+        self._real_syncfs(path)
 
     def power_loss(self) -> None:
         """After the store was closed as a crash would (with ``off`` set before): the files as the disk has them."""
@@ -285,3 +294,76 @@ def test_power_loss_with_queues_flushed_past_the_recovery_point_and_others_not_t
         disk.power_loss()
     assert lost == [QUEUES + 10, 0]
     assert sum(map(len, expected.values())) > 6 * QUEUES  # the checkpointed records survived
+
+
+def test_a_torn_checkpoint_after_a_checkpoint_that_left_queues_unflushed(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint file damaged after a periodic checkpoint left queues unflushed, and a power loss: recovery
+    scans the whole log, and every queue matches it."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _Disk(config.store_path_root_dir)
+    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> str:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _spread(store, 3 * QUEUES, expected)
+        store.flush_and_checkpoint()
+        await _spread(store, 2 * QUEUES, expected)
+        _periodic_checkpoint(store)
+        assert store.checkpoint_offset < store.max_phy_offset
+        disk.off = True
+        store.close_without_shutdown()
+        return str(store.checkpoint.path)
+
+    checkpoint = run(main)
+    disk.power_loss()
+    with open(checkpoint, "r+b") as f:
+        f.truncate(os.path.getsize(checkpoint) // 2)
+    store = DefaultMessageStore(config)
+    try:
+        assert store.recovery_report.checkpoint_offset is None  # no usable checkpoint: the whole log scanned
+        _assert_queues_match_the_log(store, expected)
+    finally:
+        store.close_without_shutdown()
+
+
+def test_a_crash_between_the_syncfs_and_the_checkpoint_write(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint synced the file system, then failed before writing its checkpoint (a crash there leaves the
+    previous one): the queues, flushed past that checkpoint's recovery point, are whole after a power loss."""
+    config = make_config(root)
+    disk = _Disk(config.store_path_root_dir)
+    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    monkeypatch.setattr(message_store, "syncfs", disk.syncfs)
+    width = message_store.SYNCFS_ABOVE + 20
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for round_ in range(2):
+            for qid in range(width):
+                result = await store.put_message(msg("wide", b"w%d" % round_, queue_id=qid))
+                expected.setdefault(("wide", qid), []).append(result.append_result.wrote_offset)
+            if round_ == 0:
+                store.flush_and_checkpoint()
+
+        def crash(_: object) -> None:
+            raise OSError("the machine stops here")
+
+        monkeypatch.setattr(store.checkpoint, "write", crash)
+        with pytest.raises(OSError):
+            store.flush_and_checkpoint()
+        assert len(disk.fsynced) > width  # the syncfs ran
+        disk.off = True
+        store.close_without_shutdown()
+
+    run(main)
+    disk.power_loss()
+    store = DefaultMessageStore(config)
+    try:
+        assert store.recovery_report.consume_queues_rebuilt == []
+        _assert_queues_match_the_log(store, expected)
+    finally:
+        store.close_without_shutdown()
