@@ -142,3 +142,14 @@ def test_a_crash_between_the_fold_s_snapshot_and_the_journal_s_truncation_change
     reopened = _manager(tmp_path)
     assert reopened.table == manager.table
     assert reopened.table["t1"].read_queue_nums == 2 and "t2" not in reopened.table and "t9" not in reopened.table
+
+
+def test_an_update_then_a_torn_update_of_the_same_topic_keeps_the_answered_one(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    manager.update(TopicConfig("t", 8, 8))
+    manager.update(TopicConfig("t", 4, 4))  # answered
+    whole = encode_record({"put": [TopicConfig("t", 2, 2).to_json()]})
+    with open(manager.journal.journal_path, "ab") as f:
+        f.write(whole[:-1])  # the kill came before its last byte: never answered
+    table = _manager(tmp_path).table
+    assert (table["t"].read_queue_nums, table["t"].write_queue_nums) == (4, 4)

@@ -367,3 +367,41 @@ def test_a_crash_between_the_syncfs_and_the_checkpoint_write(root: Path, monkeyp
         _assert_queues_match_the_log(store, expected)
     finally:
         store.close_without_shutdown()
+
+
+def test_a_slave_truncating_to_its_master_with_queues_left_unflushed_then_a_power_loss(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A truncation (a slave dropping what its master no longer has) while a periodic checkpoint had left queues
+    unflushed, then a power loss: no queue keeps an entry past the cut, none loses one before it."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _Disk(config.store_path_root_dir)
+    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> int:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _spread(store, 3 * QUEUES, expected)
+        store.flush_and_checkpoint()
+        await _spread(store, 2 * QUEUES, expected)
+        _periodic_checkpoint(store)
+        recovery_point = store.checkpoint_offset
+        await _spread(store, QUEUES, expected)
+        cut = sorted(o for offsets in expected.values() for o in offsets if o > recovery_point)[QUEUES // 2]
+        store.replica_log.truncate(cut)
+        assert not store.queues.pending  # the truncation's checkpoint flushed every queue
+        for offsets in expected.values():
+            offsets[:] = [o for o in offsets if o < cut]
+        _assert_queues_match_the_log(store, expected)
+        disk.off = True
+        store.close_without_shutdown()
+        return cut
+
+    cut = run(main)
+    disk.power_loss()
+    store = DefaultMessageStore(config)
+    try:
+        assert store.max_phy_offset == cut
+        _assert_queues_match_the_log(store, expected)
+    finally:
+        store.close_without_shutdown()
