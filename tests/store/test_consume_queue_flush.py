@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -405,3 +406,29 @@ def test_a_slave_truncating_to_its_master_with_queues_left_unflushed_then_a_powe
         _assert_queues_match_the_log(store, expected)
     finally:
         store.close_without_shutdown()
+
+
+def test_a_wall_clock_step_does_not_make_a_periodic_checkpoint_thorough(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flushConsumeQueueThoroughInterval is a duration: a wall clock stepped hours ahead (NTP, an operator) must
+    not count as the interval passing, nor one stepped back keep it from passing."""
+    config = make_config(root)
+    real_time = time.time
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _spread(store, QUEUES, {})
+        store.flush_and_checkpoint()
+        await _spread(store, QUEUES, {})
+        monkeypatch.setattr(time, "time", lambda: real_time() + 3 * 3600)
+        _periodic_checkpoint(store)
+        assert store.checkpoint_offset < store.max_phy_offset and store.queues.pending  # the queues left
+        monkeypatch.setattr(time, "time", lambda: real_time() - 3 * 3600)
+        store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000
+        _periodic_checkpoint(store)
+        monkeypatch.undo()
+        assert store.checkpoint_offset == store.max_phy_offset and not store.queues.pending
+        await store.shutdown()
+
+    run(main)
