@@ -3,11 +3,15 @@ instead of rewriting every topic, a crash loses no answered change, and a torn r
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from pathlib import Path
 
+import pytest
+
 from tests.killed_child import lines_until_killed
+from txmq.broker import config_journal
 from txmq.broker.config_journal import ConfigJournal, encode_record
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.topic import TopicConfig
@@ -153,3 +157,29 @@ def test_an_update_then_a_torn_update_of_the_same_topic_keeps_the_answered_one(t
         f.write(whole[:-1])  # the kill came before its last byte: never answered
     table = _manager(tmp_path).table
     assert (table["t"].read_queue_nums, table["t"].write_queue_nums) == (4, 4)
+
+
+def test_a_full_disk_at_open_does_not_stop_the_broker_and_a_torn_tail_still_goes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash on a full disk, then a start: the fold of the journal into topics.json cannot write the new
+    snapshot. The broker used to refuse to start; it now starts from the journal as it is, with the torn tail cut
+    off (a truncation needs no space) so later records are not appended after it."""
+    manager = _manager(tmp_path)
+    for i in range(3):
+        manager.update(TopicConfig(f"t{i}", 8, 8))
+    journal = manager.journal.journal_path
+    whole = encode_record({"put": [TopicConfig("torn", 8, 8).to_json()]})
+    with open(journal, "ab") as f:
+        f.write(whole[:20])
+
+    def full(path: Path, data: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(config_journal, "write_json_atomic", full)
+    reopened = _manager(tmp_path)
+    assert {"t0", "t1", "t2"} <= set(reopened.table) and "torn" not in reopened.table
+    assert not journal.read_bytes().endswith(whole[:20])
+    reopened.update(TopicConfig("after", 8, 8))  # appended after the valid records, not after the torn bytes
+    monkeypatch.undo()
+    table = _manager(tmp_path).table
+    assert {"t0", "t1", "t2", "after"} <= set(table) and "torn" not in table

@@ -7,10 +7,11 @@ holds the changes made since, one record a line::
 
 A change is appended and fsynced before it is answered. At open the snapshot is read and the journal replayed in
 order; a record that fails its CRC or does not parse at the end of the journal is a write torn by a crash (never
-answered) and is dropped; one followed by valid records is damage, skipped with a log line. The journal is then folded into a new snapshot and emptied, and again whenever it holds more records
-than the table has entries (at least ``min_compact``), so the work of compaction stays proportional to the changes.
-A crash between writing the snapshot and emptying the journal replays records the snapshot already holds: records
-set or remove whole entries, so replaying one again changes nothing.
+answered) and is dropped; one followed by valid records is damage, skipped with a log line. The journal is then
+folded into a new snapshot and emptied (when the disk is full, only its torn tail is cut off), and again whenever
+it holds more records than the table has entries (at least ``min_compact``), so the work of compaction stays
+proportional to the changes. A crash between writing the snapshot and emptying the journal replays records the
+snapshot already holds: records set or remove whole entries, so replaying one again changes nothing.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class ConfigJournal:
         self.min_compact = min_compact
         self.records = 0  # records in the journal now
         self.dirty = False  # the journal holds bytes a compaction should fold in or drop
+        self._valid = 0  # the length of the journal's valid prefix when ``load`` read it
 
     def load(self) -> tuple[Any | None, Iterator[Any]]:
         """The snapshot (None when there is none) and the journal's records to apply to it, in order."""
@@ -99,7 +101,22 @@ class ConfigJournal:
                         "interrupted, never answered)", self.journal_path, len(raw) - valid, len(records))
         self.records = len(records)
         self.dirty = bool(raw)
+        self._valid = valid
         return snapshot, iter(records)
+
+    def fold_at_open(self, document: Any) -> None:
+        """Fold the journal ``load`` read into ``document``. When the snapshot cannot be written (a full disk,
+        often what made the broker crash) the broker still starts, from the journal as it is: only its torn tail is
+        cut off, which needs no space, so no record is appended after torn bytes."""
+        try:
+            self.compact(document)
+        except OSError as exc:
+            log.warning("%s: not folded into %s (%s): the broker goes on with the journal as it is",
+                        self.journal_path, self.path, exc)
+            if self._valid < self.journal_path.stat().st_size:
+                with open(self.journal_path, "r+b") as f:
+                    f.truncate(self._valid)
+                    os.fdatasync(f.fileno())
 
     def append(self, record: Any, entries: int, snapshot: Any) -> None:
         """Make ``record`` durable; fold the journal into ``snapshot()``'s document when it outgrew ``entries``.

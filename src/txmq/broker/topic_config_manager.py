@@ -57,7 +57,7 @@ class TopicConfigManager:
         for cfg in system:
             self.table.setdefault(cfg.topic_name, cfg)
         if self.journal.dirty:  # fold the journal in, dropping a torn tail, before appending to it
-            self.persist()
+            self.journal.fold_at_open(self.serialize())
 
     def _replay(self, change: Any) -> None:
         """Apply one journal record. A record whose CRC holds but whose shape this version does not know is skipped
