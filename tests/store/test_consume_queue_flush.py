@@ -432,3 +432,53 @@ def test_a_wall_clock_step_does_not_make_a_periodic_checkpoint_thorough(
         await store.shutdown()
 
     run(main)
+
+
+def test_retention_keeps_the_segment_holding_an_unflushed_queue_s_oldest_entry(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue left unflushed across several periodic checkpoints while a hot queue fills segments, then retention
+    with every record expired, then a power loss: the segment holding the unflushed queue's oldest entry (the
+    recovery point) was kept, and every queue's entries from its first kept one match the log."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000, file_reserved_time_hours=1)
+    disk = _Disk(config.store_path_root_dir)
+    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+
+        async def hot() -> None:
+            for _ in range(2 * 4096 // CQ_ENTRY_SIZE):
+                result = await store.put_message(msg("hot", b"h" * 100))
+                expected.setdefault(("hot", 0), []).append(result.append_result.wrote_offset)
+            _periodic_checkpoint(store)
+
+        for _ in range(3):
+            await hot()
+        await _spread(store, QUEUES, expected)
+        store.flush_and_checkpoint()
+        await _spread(store, QUEUES, expected)  # left unflushed from here on
+        light = min(expected[("spread", 0)][1:])
+        for _ in range(4):
+            await hot()
+            assert store.checkpoint_offset <= light
+        assert store.clean_expired_files(elapsed_ms=10**12) > 0
+        assert 0 < store.min_phy_offset <= store.checkpoint_offset
+        disk.off = True
+        store.close_without_shutdown()
+
+    run(main)
+    disk.power_loss()
+    store = DefaultMessageStore(config)
+    try:
+        low = store.min_phy_offset
+        assert low > 0
+        for (topic, qid), offsets in expected.items():
+            kept = [o for o in offsets if o >= low]
+            first = store.get_min_offset_in_queue(topic, qid)
+            assert store.get_max_offset_in_queue(topic, qid) - first == len(kept), (topic, qid)
+            got = store.get_message(topic, qid, first, 100_000, 1 << 30)
+            assert [decode_message(w)[0].commit_log_offset for w in got.messages] == kept, (topic, qid)
+    finally:
+        store.close_without_shutdown()
