@@ -482,3 +482,37 @@ def test_retention_keeps_the_segment_holding_an_unflushed_queue_s_oldest_entry(
             assert [decode_message(w)[0].commit_log_offset for w in got.messages] == kept, (topic, qid)
     finally:
         store.close_without_shutdown()
+
+
+def test_a_checkpoint_failing_while_a_topic_is_deleted_does_not_bring_its_queues_back(root: Path) -> None:
+    """A periodic checkpoint took a queue to flush; the topic was deleted (its own checkpoint waits for the running
+    one, which then fails: a full disk) and the failed checkpoint marks the queues it took unflushed again. A
+    deleted queue among them kept the next checkpoints' recovery point at its entry and listed it with its count,
+    so the next crash rebuilt the deleted topic's queue from the log."""
+    config = make_config(root)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _spread(store, 2 * QUEUES, {})
+        store.flush_and_checkpoint()
+        for _ in range(3):
+            assert (await store.put_message(msg("doomed", b"d" * 20))).ok
+        store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000
+        snap = store._snapshot(thorough=False)  # the running checkpoint took every queue, "doomed" with them
+        assert any(cq.topic == "doomed" for cq, _ in snap.cq_flushed)
+        store.delete_topic("doomed")
+        store._unflushed_again(snap)  # ... and failed
+        doomed_at = store.max_phy_offset
+        await _spread(store, QUEUES, {})
+        _periodic_checkpoint(store)
+        assert "doomed" not in store.checkpoint.load()[0].queues  # type: ignore[union-attr]
+        assert store.checkpoint_offset >= doomed_at  # the spread queues' entries hold it, not the deleted queue's
+        store.close_without_shutdown()
+
+    run(main)
+    store = DefaultMessageStore(config)
+    try:
+        assert "doomed" not in store.topics() and store.recovery_report.consume_queues_rebuilt == []
+    finally:
+        store.close_without_shutdown()

@@ -365,11 +365,13 @@ class DefaultMessageStore:
             self._unflushed_again(snap)
             raise
 
-    @staticmethod
-    def _unflushed_again(snap: _Snapshot) -> None:
-        """A checkpoint failed: the queues it took count as unflushed again (loop thread: put_run marks them too)."""
+    def _unflushed_again(self, snap: _Snapshot) -> None:
+        """A checkpoint failed: the queues it took count as unflushed again (loop thread: put_run marks them too).
+        Not a queue dropped meanwhile (a deleted topic): the next checkpoints would list it and hold their recovery
+        point at its entries, and recovery would rebuild it from the log."""
         for cq, (first, phy, due) in snap.cq_flushed:
-            cq.mark_unflushed(first, phy, due)
+            if self.queues.find(cq.topic, cq.queue_id) is cq:
+                cq.mark_unflushed(first, phy, due)
 
     def flush_and_checkpoint(self) -> int:
         """Flush everything and write a checkpoint now, on the calling thread; return the recovery point."""
