@@ -516,3 +516,49 @@ def test_a_checkpoint_failing_while_a_topic_is_deleted_does_not_bring_its_queues
         assert "doomed" not in store.topics() and store.recovery_report.consume_queues_rebuilt == []
     finally:
         store.close_without_shutdown()
+
+
+def test_a_checkpoint_written_after_an_earlier_one_failed_claims_nothing_that_one_left_unflushed(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A periodic checkpoint took the queues to fsync and failed in its worker; before the loop put their unflushed
+    state back, a checkpoint of stop, delete_topic or a truncation ran: the queues were not pending, so it neither
+    fsynced them nor held its recovery point before them, and wrote a checkpoint counting their entries as durable.
+    After a power loss recovery found them short and rebuilt them wholesale from the whole log. That checkpoint is
+    now not written: the one on disk stays, and recovery replays the tail."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _Disk(config.store_path_root_dir)
+    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _spread(store, 2 * QUEUES, expected)
+        store.flush_and_checkpoint()
+        before = store.checkpoint_offset
+        await _spread(store, 2 * QUEUES, expected)
+        store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000
+        first = store._snapshot(thorough=False)  # takes every queue
+        real_flush = mapped_file.MappedFile.flush
+
+        def failing(self: mapped_file.MappedFile) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(mapped_file.MappedFile, "flush", failing)
+        with pytest.raises(OSError):
+            store._write_checkpoint(first)  # the worker's fsync fails
+        monkeypatch.setattr(mapped_file.MappedFile, "flush", real_flush)
+        store.flush_and_checkpoint()  # before the loop ran _unflushed_again
+        assert store.checkpoint_offset == before
+        store._unflushed_again(first)
+        disk.off = True
+        store.close_without_shutdown()
+
+    run(main)
+    disk.power_loss()
+    store = DefaultMessageStore(config)
+    try:
+        assert store.recovery_report.consume_queues_rebuilt == []
+        _assert_queues_match_the_log(store, expected)
+    finally:
+        store.close_without_shutdown()

@@ -61,7 +61,7 @@ _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ T
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity (``_in_flight``)
 class _Snapshot:
     """What a checkpoint makes durable, taken on the loop thread so it is consistent."""
 
@@ -70,6 +70,10 @@ class _Snapshot:
     cq_dirs: list[MappedFileQueue] = field(default_factory=list)  # queues that created or deleted files
     index_files: list[IndexFile] = field(default_factory=list)
     cq_flushed: list[tuple[ConsumeQueue, tuple[int | None, int, bool]]] = field(default_factory=list)
+    # Snapshots taken before this one whose queues' unflushed state was not put back yet (still running, or failed
+    # and waiting for the loop's ``_unflushed_again``): if one failed, this one's checkpoint would claim its files.
+    earlier: list[_Snapshot] = field(default_factory=list)
+    failed: bool = False
 
 
 @cython.cclass
@@ -99,6 +103,7 @@ class DefaultMessageStore:
         self._delete_hours = delete_hours(config.delete_when)
         self._checkpoint_offset = 0
         self._thorough_at = time.monotonic()  # the last checkpoint that flushed every consume queue
+        self._in_flight: list[_Snapshot] = []  # snapshots not written yet, or failed and not put back yet
         self._flush_service: FlushCommitLogService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._open = True
@@ -305,7 +310,8 @@ class DefaultMessageStore:
         for (topic, qid), next_offset in self.queues.offsets.items():
             queues.setdefault(topic, {})[qid] = next_offset
         recovery = self.commit_log.max_offset
-        snap = _Snapshot(Checkpoint(), index_files=self.index.dirty_files())
+        snap = _Snapshot(Checkpoint(), index_files=self.index.dirty_files(), earlier=list(self._in_flight))
+        self._in_flight.append(snap)
         for cq in list(self.queues.pending):
             if cq.flush_wanted(least):
                 files, state = cq.take_flush()
@@ -343,9 +349,15 @@ class DefaultMessageStore:
                     for files in snap.cq_dirs:
                         if os.path.isdir(files.directory):  # not a queue deleted since the snapshot
                             files.sync_directory(synced=synced)
+                if any(s.failed for s in snap.earlier):
+                    log.warning("checkpoint not written: an earlier one failed, and the queues it took are not "
+                                "counted here as unflushed; the one on disk stays")
+                    self._in_flight.remove(snap)
+                    return
                 self.checkpoint.write(snap.checkpoint)
                 self.clock.save()
             except BaseException:
+                snap.failed = True
                 for mf in snap.cq_files:
                     mf.dirty = True  # the next checkpoint must fsync them again
                 for files in snap.cq_dirs:
@@ -353,6 +365,7 @@ class DefaultMessageStore:
                 for f in snap.index_files:
                     f.dirty = True
                 raise
+            self._in_flight.remove(snap)
             self._checkpoint_offset = snap.checkpoint.recovery_offset
             self._counters["checkpoints"] += 1
 
@@ -368,10 +381,14 @@ class DefaultMessageStore:
     def _unflushed_again(self, snap: _Snapshot) -> None:
         """A checkpoint failed: the queues it took count as unflushed again (loop thread: put_run marks them too).
         Not a queue dropped meanwhile (a deleted topic): the next checkpoints would list it and hold their recovery
-        point at its entries, and recovery would rebuild it from the log."""
+        point at its entries, and recovery would rebuild it from the log. Until this has run, checkpoints taken
+        after ``snap`` are not written (``_Snapshot.earlier``); one cancelled while its worker still runs stays in
+        flight until that worker is done."""
         for cq, (first, phy, due) in snap.cq_flushed:
             if self.queues.find(cq.topic, cq.queue_id) is cq:
                 cq.mark_unflushed(first, phy, due)
+        if snap.failed and snap in self._in_flight:  # not a checkpoint cancelled while its worker still runs
+            self._in_flight.remove(snap)
 
     def flush_and_checkpoint(self) -> int:
         """Flush everything and write a checkpoint now, on the calling thread; return the recovery point."""
