@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,14 +54,21 @@ def test_the_journal_is_folded_in_once_it_outgrows_the_table(tmp_path: Path) -> 
     assert snapshot == {"n": 21} and list(records) == [{"put": [22]}, {"put": [23]}, {"put": [24]}]
 
 
-def test_a_torn_or_corrupt_tail_is_dropped_and_nothing_before_it(tmp_path: Path) -> None:
-    manager = _manager(tmp_path)
-    for i in range(5):
+def _torn_after(root: Path, topics: int, torn: str, cut: Callable[[bytes], int]) -> tuple[Path, bytes]:
+    """Topics t0..t{topics-1} created, then the record creating ``torn`` cut short at ``cut(record)`` bytes, as a
+    kill mid-write leaves it: the journal's path and the torn bytes."""
+    manager = _manager(root)
+    for i in range(topics):
         manager.update(TopicConfig(f"t{i}", 8, 8))
     journal = manager.journal.journal_path
-    whole = encode_record({"put": [TopicConfig("t5", 8, 8).to_json()]})
+    whole = encode_record({"put": [TopicConfig(torn, 8, 8).to_json()]})
     with open(journal, "ab") as f:
-        f.write(whole[: len(whole) // 2])  # a write the kill cut short
+        f.write(whole[: cut(whole)])
+    return journal, whole[: cut(whole)]
+
+
+def test_a_torn_or_corrupt_tail_is_dropped_and_nothing_before_it(tmp_path: Path) -> None:
+    journal, _ = _torn_after(tmp_path, 5, "t5", lambda whole: len(whole) // 2)
     reopened = _manager(tmp_path)
     assert {f"t{i}" for i in range(5)} <= set(reopened.table) and "t5" not in reopened.table
     reopened.update(TopicConfig("t6", 8, 8))  # appended after the torn bytes were dropped
@@ -164,13 +172,7 @@ def test_a_full_disk_at_open_does_not_stop_the_broker_and_a_torn_tail_still_goes
     """A crash on a full disk, then a start: the fold of the journal into topics.json cannot write the new
     snapshot. The broker used to refuse to start; it now starts from the journal as it is, with the torn tail cut
     off (a truncation needs no space) so later records are not appended after it."""
-    manager = _manager(tmp_path)
-    for i in range(3):
-        manager.update(TopicConfig(f"t{i}", 8, 8))
-    journal = manager.journal.journal_path
-    whole = encode_record({"put": [TopicConfig("torn", 8, 8).to_json()]})
-    with open(journal, "ab") as f:
-        f.write(whole[:20])
+    journal, torn = _torn_after(tmp_path, 3, "torn", lambda whole: 20)
 
     def full(path: Path, data: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -178,7 +180,7 @@ def test_a_full_disk_at_open_does_not_stop_the_broker_and_a_torn_tail_still_goes
     monkeypatch.setattr(config_journal, "write_json_atomic", full)
     reopened = _manager(tmp_path)
     assert {"t0", "t1", "t2"} <= set(reopened.table) and "torn" not in reopened.table
-    assert not journal.read_bytes().endswith(whole[:20])
+    assert not journal.read_bytes().endswith(torn)
     reopened.update(TopicConfig("after", 8, 8))  # appended after the valid records, not after the torn bytes
     monkeypatch.undo()
     table = _manager(tmp_path).table

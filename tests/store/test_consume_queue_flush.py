@@ -226,6 +226,33 @@ class _Disk:
                         f.write(self.fsynced[path])
 
 
+def _powered(config: StoreConfig, monkeypatch: pytest.MonkeyPatch) -> _Disk:
+    """The store's fsyncs recorded, for a ``power_loss`` later."""
+    disk = _Disk(config.store_path_root_dir)
+    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    return disk
+
+
+def _whole_after_power_loss(config: StoreConfig, disk: _Disk, expected: dict[tuple[str, int], list[int]]) -> None:
+    """A power loss, then a reopen: no queue rebuilt wholesale, every queue matching the log."""
+    disk.power_loss()
+    store = DefaultMessageStore(config)
+    try:
+        assert store.recovery_report.consume_queues_rebuilt == []
+        _assert_queues_match_the_log(store, expected)
+    finally:
+        store.close_without_shutdown()
+
+
+async def _left_unflushed(store: DefaultMessageStore, expected: dict[tuple[str, int], list[int]]) -> None:
+    """Records spread over every queue, all flushed by a full checkpoint; more, which the periodic checkpoint that
+    follows leaves unflushed (too few pages), its recovery point held before them."""
+    await _spread(store, 3 * QUEUES, expected)
+    store.flush_and_checkpoint()
+    await _spread(store, 2 * QUEUES, expected)
+    _periodic_checkpoint(store)
+
+
 def test_power_loss_with_queues_flushed_past_the_recovery_point_and_others_not_twice_over(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ASYNC_FLUSH, a power loss: lightly written queues lost their unflushed entries, a hot queue was flushed past
@@ -234,8 +261,7 @@ def test_power_loss_with_queues_flushed_past_the_recovery_point_and_others_not_t
     the reopen, before any checkpoint: the entries recovery rebuilt were never fsynced either. Each reopen finds
     every queue matching the log that survived: no entry past its end, none missing, none twice."""
     config = make_config(root, mapped_file_size_consume_queue=20 * 64, flush_interval_commit_log_ms=60_000)
-    disk = _Disk(config.store_path_root_dir)
-    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
 
     async def hot(store: DefaultMessageStore, n: int) -> None:
@@ -302,17 +328,13 @@ def test_a_torn_checkpoint_after_a_checkpoint_that_left_queues_unflushed(
     """The checkpoint file damaged after a periodic checkpoint left queues unflushed, and a power loss: recovery
     scans the whole log, and every queue matches it."""
     config = make_config(root, flush_interval_commit_log_ms=60_000)
-    disk = _Disk(config.store_path_root_dir)
-    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
 
     async def main() -> str:
         store = DefaultMessageStore(config)
         await store.start()
-        await _spread(store, 3 * QUEUES, expected)
-        store.flush_and_checkpoint()
-        await _spread(store, 2 * QUEUES, expected)
-        _periodic_checkpoint(store)
+        await _left_unflushed(store, expected)
         assert store.checkpoint_offset < store.max_phy_offset
         disk.off = True
         store.close_without_shutdown()
@@ -334,8 +356,7 @@ def test_a_crash_between_the_syncfs_and_the_checkpoint_write(root: Path, monkeyp
     """A checkpoint synced the file system, then failed before writing its checkpoint (a crash there leaves the
     previous one): the queues, flushed past that checkpoint's recovery point, are whole after a power loss."""
     config = make_config(root)
-    disk = _Disk(config.store_path_root_dir)
-    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    disk = _powered(config, monkeypatch)
     monkeypatch.setattr(message_store, "syncfs", disk.syncfs)
     width = message_store.SYNCFS_ABOVE + 20
     expected: dict[tuple[str, int], list[int]] = {}
@@ -361,13 +382,7 @@ def test_a_crash_between_the_syncfs_and_the_checkpoint_write(root: Path, monkeyp
         store.close_without_shutdown()
 
     run(main)
-    disk.power_loss()
-    store = DefaultMessageStore(config)
-    try:
-        assert store.recovery_report.consume_queues_rebuilt == []
-        _assert_queues_match_the_log(store, expected)
-    finally:
-        store.close_without_shutdown()
+    _whole_after_power_loss(config, disk, expected)
 
 
 def test_a_slave_truncating_to_its_master_with_queues_left_unflushed_then_a_power_loss(
@@ -375,17 +390,13 @@ def test_a_slave_truncating_to_its_master_with_queues_left_unflushed_then_a_powe
     """A truncation (a slave dropping what its master no longer has) while a periodic checkpoint had left queues
     unflushed, then a power loss: no queue keeps an entry past the cut, none loses one before it."""
     config = make_config(root, flush_interval_commit_log_ms=60_000)
-    disk = _Disk(config.store_path_root_dir)
-    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
 
     async def main() -> int:
         store = DefaultMessageStore(config)
         await store.start()
-        await _spread(store, 3 * QUEUES, expected)
-        store.flush_and_checkpoint()
-        await _spread(store, 2 * QUEUES, expected)
-        _periodic_checkpoint(store)
+        await _left_unflushed(store, expected)
         recovery_point = store.checkpoint_offset
         await _spread(store, QUEUES, expected)
         cut = sorted(o for offsets in expected.values() for o in offsets if o > recovery_point)[QUEUES // 2]
@@ -440,8 +451,7 @@ def test_retention_keeps_the_segment_holding_an_unflushed_queue_s_oldest_entry(
     with every record expired, then a power loss: the segment holding the unflushed queue's oldest entry (the
     recovery point) was kept, and every queue's entries from its first kept one match the log."""
     config = make_config(root, flush_interval_commit_log_ms=60_000, file_reserved_time_hours=1)
-    disk = _Disk(config.store_path_root_dir)
-    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
 
     async def main() -> None:
@@ -526,8 +536,7 @@ def test_a_checkpoint_written_after_an_earlier_one_failed_claims_nothing_that_on
     After a power loss recovery found them short and rebuilt them wholesale from the whole log. That checkpoint is
     now not written: the one on disk stays, and recovery replays the tail."""
     config = make_config(root, flush_interval_commit_log_ms=60_000)
-    disk = _Disk(config.store_path_root_dir)
-    monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
 
     async def main() -> None:
@@ -555,10 +564,4 @@ def test_a_checkpoint_written_after_an_earlier_one_failed_claims_nothing_that_on
         store.close_without_shutdown()
 
     run(main)
-    disk.power_loss()
-    store = DefaultMessageStore(config)
-    try:
-        assert store.recovery_report.consume_queues_rebuilt == []
-        _assert_queues_match_the_log(store, expected)
-    finally:
-        store.close_without_shutdown()
+    _whole_after_power_loss(config, disk, expected)
