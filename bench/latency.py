@@ -71,8 +71,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from hdrh.histogram import HdrHistogram  # noqa: E402
 
-from txmq import bench  # noqa: E402
-from txmq.gctune import tune_gc  # noqa: E402
+from txmq import bench, gctune  # noqa: E402
 from txmq.launch import ServerProcess, free_port, txmq_command  # noqa: E402
 
 PEERS = ROOT.parent / "shared" / "peers"
@@ -212,8 +211,8 @@ def tune_collector() -> None:
     """Every client process of every system alike (the producer's, this bench's own, and each consumer's):
     ``txmq.gctune.tune_gc`` unless ``$TXMQ_GC_TUNE`` is ``false``, so that the figures compare brokers, not
     Python's collector pausing one client more than another."""
-    if os.environ.get("TXMQ_GC_TUNE", "true").lower() not in ("0", "false", "no"):
-        tune_gc()
+    if gctune.asked(default=True):
+        gctune.tune_gc()
 
 
 def consumer_main(system: str, target: dict[str, Any], tag: int, n: int, ready: Any, conn: Any,

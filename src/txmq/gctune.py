@@ -40,11 +40,18 @@ def tune_gc() -> None:
     gc.set_threshold(YOUNG_THRESHOLD, middle, old)
 
 
+def asked(default: bool = False) -> bool:
+    """``$TXMQ_GC_TUNE``: ``true``/``1``/``yes`` or ``false``/``0``/``no``; ``default`` when unset or neither."""
+    setting = os.environ.get("TXMQ_GC_TUNE", "").lower()
+    if setting in ("1", "true", "yes"):
+        return True
+    return default and setting not in ("0", "false", "no")
+
+
 def tune_gc_for_client() -> bool:
-    """``tune_gc`` the first time a client of this process starts (True then), when ``$TXMQ_GC_TUNE`` is ``true``
-    (or ``1``, ``yes``)."""
+    """``tune_gc`` the first time a client of this process starts (True then), when ``$TXMQ_GC_TUNE`` asks."""
     global _client_tuned
-    if os.environ.get("TXMQ_GC_TUNE", "").lower() not in ("1", "true", "yes"):
+    if not asked():
         return False
     with _client_tuning:
         if _client_tuned:

@@ -162,10 +162,7 @@ class ConsumeQueue:
     def put_run(self, first: int, entries: list[tuple[int, int, int]]) -> None:
         """Write (commit-log offset, size, tag hash) entries for logical offsets ``first``, ``first + 1``, …
         with one system call per file they touch (a batch put writes its entries together)."""
-        if self.unflushed_from is None:
-            self.unflushed_from, self.unflushed_phy = first, entries[0][0]
-            self._pending.add(self)
-        elif first < self.unflushed_from:  # rebuilding: entries go back to their places
+        if self.unflushed_from is None or first < self.unflushed_from:  # (lower: rebuilt entries, back in place)
             self.mark_unflushed(first, entries[0][0], False)
         done = 0
         while done < len(entries):
