@@ -19,7 +19,7 @@ from tests.store.crash_writer import body_for
 from tests.store.store_helpers import make_config, msg, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
-from txmq.store.consume_queue import CQ_ENTRY_SIZE
+from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUES = 40
@@ -560,6 +560,165 @@ def test_a_checkpoint_written_after_an_earlier_one_failed_claims_nothing_that_on
         store.flush_and_checkpoint()  # before the loop ran _unflushed_again
         assert store.checkpoint_offset == before
         store._unflushed_again(first)
+        disk.off = True
+        store.close_without_shutdown()
+
+    run(main)
+    _whole_after_power_loss(config, disk, expected)
+
+
+# --- entries written behind: a queue's newest entries kept in memory (its tail) ---------------------------------
+
+
+def _entries_on_disk(config: StoreConfig, topic: str, qid: int) -> int:
+    """Non-empty entries in the queue's files as they are on disk now (read directly, not through the store)."""
+    directory = os.path.join(config.store_path_root_dir, "consumequeue", topic, str(qid))
+    if not os.path.isdir(directory):
+        return 0
+    count = 0
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name), "rb") as f:
+            data = f.read()
+        count += sum(1 for i in range(0, len(data), CQ_ENTRY_SIZE) if data[i : i + CQ_ENTRY_SIZE].strip(b"\0"))
+    return count
+
+
+def test_buffered_entries_read_as_written_ones_and_reach_the_file_by_the_page_or_the_checkpoint(root: Path) -> None:
+    """Sends spread over many queues: each queue's few entries stay in memory, not one system call per send, and
+    every read (pulls, lookups by offset and time, the last-entry check, the binary searches) finds them as it
+    finds written ones, across the boundary between a queue's file and its tail. A queue written a page of entries
+    writes them; a checkpoint that flushes a queue writes its tail first."""
+    config = make_config(root, mapped_file_size_consume_queue=20 * 8)  # files roll every 8 entries
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        expected: dict[tuple[str, int], list[int]] = {}
+        await _spread(store, 3 * QUEUES, expected)
+        assert all(_entries_on_disk(config, "spread", q) == 0 for q in range(QUEUES))  # all buffered
+        _assert_queues_match_the_log(store, expected)
+        store.flush_and_checkpoint()  # writes and fsyncs every tail
+        assert all(_entries_on_disk(config, "spread", q) == 3 for q in range(QUEUES))
+        await _spread(store, 10 * QUEUES, expected)  # 3 entries in the files, 10 more buffered, over file bounds
+        assert all(_entries_on_disk(config, "spread", q) == 3 for q in range(QUEUES))
+        _assert_queues_match_the_log(store, expected)
+        for (topic, qid), offsets in expected.items():
+            cq = store.queues.find(topic, qid)
+            assert cq is not None and cq.tail is not None and cq.tail_from == 3
+            for qoff, phy in enumerate(offsets):
+                assert store.get_commit_log_offset_in_queue(topic, qid, qoff) == phy
+            stamps = [store.look_message_by_offset(phy).store_timestamp for phy in offsets]
+            for qoff in (2, 3, 9, 12):  # in the file, the tail's first, within the tail, the last
+                first = stamps.index(stamps[qoff])  # (records stored in the same millisecond share a stamp)
+                assert store.get_offset_in_queue_by_time(topic, qid, stamps[qoff]) == first
+            assert cq.last_entry_problem(store.max_phy_offset, 1 << 20) is None
+            cq.correct_min_offset(offsets[5])
+            assert cq.min_offset == 5
+            cq.correct_min_offset(0)
+        hot = [(await store.put_message(msg("hot", b"h" * 20))).append_result.wrote_offset
+               for _ in range(message_store.PAGE_SIZE // CQ_ENTRY_SIZE + 5)]
+        assert _entries_on_disk(config, "hot", 0) == message_store.PAGE_SIZE // CQ_ENTRY_SIZE + 1  # a page written
+        expected[("hot", 0)] = hot
+        _assert_queues_match_the_log(store, expected)
+        await store.shutdown()
+        assert all(_entries_on_disk(config, t, q) == len(o) for (t, q), o in expected.items())  # a stop writes all
+
+    run(main)
+    reopened = DefaultMessageStore(config)
+    try:
+        assert reopened.recovery_report.clean_shutdown and reopened.recovery_report.records_scanned == 0
+    finally:
+        reopened.close_without_shutdown()
+
+
+def test_buffered_entries_stay_under_the_store_wide_bound(root: Path) -> None:
+    """``consumeQueueWriteBehindBytes``: past it the oldest tails are written until half of it is left, so memory
+    stays bounded however many queues are written and however fast."""
+    limit = 20 * 2 * QUEUES  # two entries a queue
+    config = make_config(root, consume_queue_write_behind_bytes=limit)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        expected: dict[tuple[str, int], list[int]] = {}
+        for _ in range(5):
+            await _spread(store, QUEUES, expected)
+            assert store.queues.tail_bytes <= limit
+            assert sum(len(cq.tail or b"") for cq in store.queues.all()) == store.queues.tail_bytes
+        on_disk = sum(_entries_on_disk(config, "spread", q) for q in range(QUEUES))
+        assert on_disk >= 5 * QUEUES - limit // CQ_ENTRY_SIZE  # what is not buffered is written
+        _assert_queues_match_the_log(store, expected)
+        await store.shutdown()
+
+    run(main)
+
+
+def test_sigkill_with_entries_buffered_loses_none_answered(root: Path) -> None:
+    """A real child spreads SYNC_FLUSH puts over many queues and is killed while their newest entries are still in
+    memory (its periodic checkpoints leave those queues unflushed and unwritten): the files lack answered entries,
+    and recovery rebuilds every one of them from the commit log, at its place."""
+    lines = lines_until_killed(os.path.join(HERE, "crash_writer.py"), [str(root), "r0", str(QUEUES)], 0.6)
+    assert lines, "the child acknowledged nothing"
+    acked = [tuple(map(int, line.split()[:3])) for line in lines]
+    config = make_config(root)
+    per_queue = {qid: sum(1 for _, q, _ in acked if q == qid) for qid in range(QUEUES)}
+    assert any(_entries_on_disk(config, "crash", q) < n for q, n in per_queue.items())  # lost with the process
+    store = DefaultMessageStore(config)
+    try:
+        assert not store.recovery_report.clean_shutdown and store.recovery_report.consume_queues_rebuilt == []
+        for off, qid, qoff in acked:
+            assert store.get_commit_log_offset_in_queue("crash", qid, qoff) == off
+    finally:
+        store.close_without_shutdown()
+
+
+def test_truncation_drops_buffered_entries_past_the_cut(root: Path) -> None:
+    """A slave cut back to its master's log while the newest entries were buffered (in files and tails both): none
+    past the cut survives, in memory or, once written, on disk; none before it is lost."""
+    config = make_config(root, mapped_file_size_consume_queue=20 * 8)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        expected: dict[tuple[str, int], list[int]] = {}
+        await _spread(store, 4 * QUEUES, expected)
+        store.flush_and_checkpoint()
+        await _spread(store, 6 * QUEUES, expected)
+        cut = expected[("spread", 0)][7]  # queue 0 keeps 7 entries, 4 written and 3 buffered
+        store.replica_log.truncate(cut)
+        for offsets in expected.values():
+            offsets[:] = [o for o in offsets if o < cut]
+        assert store.queues.tail_bytes == sum(len(cq.tail or b"") for cq in store.queues.all())
+        _assert_queues_match_the_log(store, expected)
+        await _spread(store, QUEUES, expected)  # the next entries follow the cut
+        _assert_queues_match_the_log(store, expected)
+        await store.shutdown()
+        assert all(_entries_on_disk(config, t, q) == len(o) for (t, q), o in expected.items())
+
+    run(main)
+
+
+def test_a_checkpoint_with_buffered_entries_holds_its_recovery_point_before_them(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A periodic checkpoint that leaves queues with buffered entries (new queues among them, whose files do not
+    exist yet) keeps its recovery point at or before the oldest of them; after a power loss, recovery rebuilds
+    every one from the log, rebuilding no queue wholesale."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _spread(store, 2 * QUEUES, expected)
+        store.flush_and_checkpoint()
+        await _spread(store, 2 * QUEUES, expected)
+        for qid in range(QUEUES):
+            result = await store.put_message(msg("new", b"n" * 20, queue_id=qid))
+            expected[("new", qid)] = [result.append_result.wrote_offset]
+        _periodic_checkpoint(store)
+        oldest = min(CQ_ENTRY.unpack_from(cq.tail)[0] for cq in store.queues.all() if cq.tail is not None)
+        assert store.queues.tail_bytes and store.checkpoint_offset <= oldest
         disk.off = True
         store.close_without_shutdown()
 

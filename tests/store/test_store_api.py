@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import re
+import threading
 import time
 import weakref
 
@@ -543,9 +544,10 @@ def test_retention_deletes_old_segments_and_advances_queue_minimum(root):
 
 def test_consume_queue_run_crosses_file_boundaries(tmp_path):
     """A batch writes its consume-queue entries as one run; a run that spans files is split, never lost."""
-    from txmq.store.consume_queue import ConsumeQueue
+    from txmq.store.consume_queue_store import ConsumeQueueStore
 
-    cq = ConsumeQueue(str(tmp_path), "T", 0, file_size=5 * 20)  # five entries per file
+    queues = ConsumeQueueStore(str(tmp_path), 5 * 20, threading.Lock(), 64, 0)  # five entries per file, no buffer
+    cq = queues.find_or_create("T", 0)
     cq.put_run(0, [(1000 + i, 100 + i, i) for i in range(12)])
     cq.put_run(12, [(2000, 7, 99)])
     cq.put(13, 3000, 8, 98)

@@ -40,8 +40,10 @@ CASES = {
     "commit-log segment": ({}, _fill_segment, 0, msg("T", b"n" * 8192), "commit log"),
     # The record and its consume-queue entry fit in the 64 KB left; the new index file (400 KB) does not.
     "index file": ({"max_hash_slot_num": 100_000}, _fill_index_file, 64 * 1024, msg("T", b"n", KEYS="new"), "index"),
-    # The record fits in the log's last page; queue 1's first file needs a page: none is left.
-    "consume queue": ({}, _one_message, 0, msg("T", b"n", queue_id=1), "consume queue"),
+    # The record fits in the log's last page; queue 1's first file needs a page: none is left. (Entries written at
+    # once: buffered, the entry would wait for the checkpoint, and the put would succeed.)
+    "consume queue": ({"consume_queue_write_behind_bytes": 0}, _one_message, 0, msg("T", b"n", queue_id=1),
+                      "consume queue"),
 }
 
 
@@ -144,3 +146,42 @@ def test_retention_runs_at_once_above_the_max_used_ratio(tmp_path):
                 assert store.min_phy_offset == 2 * SEGMENT  # both full segments went, the active one stays
 
         run(main)
+
+
+def test_a_buffered_entry_the_checkpoint_cannot_write_keeps_the_recovery_point_before_it(tmp_path):
+    """Entries written behind: a put whose queue needs a new file on a full disk is stored (its entry buffered).
+    The checkpoint that cannot write the entry leaves the queue unflushed, so the next one, with room again, keeps
+    its recovery point before the record; after a crash the entry is rebuilt at its place."""
+    with tmpfs(tmp_path / "disk") as disk:
+        config = make_config(os.path.join(disk, "store"), disk_space_warning_level_ratio=100)
+
+        async def main() -> int:
+            store = DefaultMessageStore(config)
+            await store.start()
+            await _one_message(store)
+            store.flush_and_checkpoint()
+            fill_disk(disk, 0)
+            result = await store.put_message(msg("T", b"n", queue_id=1))
+            assert result.ok and store.get_max_offset_in_queue("T", 1) == 1
+            with pytest.raises(OSError):
+                store.flush_and_checkpoint()  # neither the queue's new file nor the checkpoint can be written
+            cq = store.queues.find("T", 1)
+            assert cq is not None and cq.tail is not None and cq.unflushed_from == 0 and cq in store.queues.pending
+            os.unlink(os.path.join(disk, "filler"))
+            store._write_checkpoint(store._snapshot(thorough=False))  # a periodic one leaves the queue
+            assert store.checkpoint_offset <= result.append_result.wrote_offset
+            store.close_without_shutdown()
+            return result.append_result.wrote_offset
+
+        offset = run(main)
+        assert [decode_message(w)[0].commit_log_offset for w in _raw(config)[1]] == [offset]
+
+
+def _raw(config: StoreConfig) -> dict[int, list[bytes]]:
+    """Reopen the store and read every message of topic T in wire form, by queue."""
+
+    async def main() -> dict[int, list[bytes]]:
+        async with DefaultMessageStore(config) as store:
+            return {q: store.get_message("T", q, 0, 100, 1 << 30).messages for q in store.queue_ids("T")}
+
+    return run(main)

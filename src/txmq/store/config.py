@@ -123,6 +123,12 @@ class StoreConfig:
                                                             "consume queue, however little was written, so the "
                                                             "tail recovery rebuilds after a crash covers at most "
                                                             "about this much time")
+    consume_queue_write_behind_bytes: int = key(16 << 20, unit="bytes", range=(0, None),
+                                                doc="consume-queue entries kept in memory at most, over all queues, "
+                                                    "before they are written to their files (each queue writes its "
+                                                    "own once they fill a page, and at every checkpoint that "
+                                                    "flushes it); past it the oldest are written until half is "
+                                                    "left (0: every entry written at once)")
     max_open_consume_queue_files: int = key(0, range=(0, None),
                                             doc="consume-queue files kept open at most, the least recently used "
                                                 "closed first and opened again when used (0: half the process's "

@@ -12,6 +12,14 @@ An all-zero entry is an empty slot. Entries are derived from the commit log: rec
 written after the checkpoint and rebuilds them, and a queue whose files are missing or inconsistent is
 rebuilt from the log (each record carries its QUEUEOFFSET, so an entry goes back to its exact place).
 
+A queue keeps its newest entries in memory (its tail, a bytearray of packed entries) and writes them to its file in
+one system call: when the tail reaches a page (``TAIL_WRITE_BYTES``), when a checkpoint flushes the queue, and when
+the store's tails together pass ``consumeQueueWriteBehindBytes`` (the oldest tails first). With sends spread over
+thousands of queues, writing each entry at once cost a system call per send, and with more queue files than open
+descriptors allowed (``FdPool``), a close and an open as well. Every read looks at the tail first, so buffered
+entries read exactly as written ones; a buffered entry is an unflushed entry (below), so a crash that loses it loses
+nothing recovery does not rebuild.
+
 A queue remembers what was written since its last fsync (RocketMQ's FlushConsumeQueueService flushes a queue only
 once ``flushConsumeQueueLeastPages`` are dirty): with sends spread over thousands of queues each gets a few entries
 between checkpoints, and fsyncing every one of them cost more than the sends. The checkpoint leaves such a queue
@@ -27,9 +35,13 @@ import itertools
 import os
 import struct
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from txmq.errors import StoreError
-from txmq.store.mapped_file import FdPool, MappedFile, MappedFileQueue
+from txmq.store.mapped_file import MappedFile, MappedFileQueue
+
+if TYPE_CHECKING:
+    from txmq.store.consume_queue_store import ConsumeQueueStore
 
 
 @functools.lru_cache(maxsize=4096)
@@ -49,37 +61,62 @@ def topic_directory(root_dir: str, topic: str) -> str:
 CQ_ENTRY = struct.Struct(">qiq")
 CQ_ENTRY_SIZE = CQ_ENTRY.size
 assert CQ_ENTRY_SIZE == 20
+TAIL_WRITE_BYTES = 4096  # a tail this long is written at once: one page per system call
 
 
 class ConsumeQueue:
-    """The logical queue (topic, queue_id). Only the loop thread writes; the checkpoint thread fsyncs."""
+    """The logical queue (topic, queue_id). Only the loop thread writes; the checkpoint thread fsyncs.
 
-    def __init__(self, root_dir: str, topic: str, queue_id: int, file_size: int, fds: FdPool | None = None,
-                 pending: set[ConsumeQueue] | None = None) -> None:
+    Kept small (``__slots__``, no stored path, segments opened or created at first use): a broker holds one per
+    queue, 80,000 at 10,000 topics."""
+
+    __slots__ = ("store", "topic", "queue_id", "_files", "max_offset", "min_offset", "unflushed_from",
+                 "unflushed_phy", "flush_due", "tail", "tail_from")
+
+    def __init__(self, store: ConsumeQueueStore, topic: str, queue_id: int) -> None:
+        topic_directory(store.root, topic)  # refuses a name that is no directory's
+        self.store = store  # what the store's queues share: root, segment size, descriptors, tails
         self.topic = topic
         self.queue_id = queue_id
-        self.directory = os.path.join(topic_directory(root_dir, topic), str(queue_id))
-        self.files = MappedFileQueue(self.directory, file_size, fds)
-        self.file_size = file_size
+        self._files: MappedFileQueue | None = None
         self.max_offset = 0  # next logical offset: count of entries, deleted head included
         self.min_offset = 0
         # Written since the last fsync: the first logical offset and the oldest commit-log offset among those
         # entries (None: nothing); ``flush_due``: a truncation or deletion the next checkpoint makes durable
-        # whatever its size. ``pending``: the store's set of queues with either, so a checkpoint looks at those only.
+        # whatever its size. The store's ``pending``: the queues with either, so a checkpoint looks at those only.
         self.unflushed_from: int | None = None
         self.unflushed_phy = 0
         self.flush_due = False
-        self._pending: set[ConsumeQueue] = pending if pending is not None else set()
+        # Entries from logical ``tail_from`` to ``max_offset``, not written to the file yet (None: none).
+        self.tail: bytearray | None = None
+        self.tail_from = 0
+
+    @property
+    def directory(self) -> str:
+        return os.path.join(topic_directory(self.store.root, self.topic), str(self.queue_id))
+
+    @property
+    def files(self) -> MappedFileQueue:
+        """The queue's segments; the directory is made at first use (a new queue's first write)."""
+        if self._files is None:
+            self._files = MappedFileQueue(self.directory, self.store.file_size, self.store.fds)
+        return self._files
+
+    @property
+    def opened_files(self) -> MappedFileQueue | None:
+        """The segments if anything opened or made them yet, without making the directory."""
+        return self._files
 
     # --- load and recovery -------------------------------------------------------------------------
 
     def load(self) -> list[str]:
         """Open the files and find the last entry; return problems that make the queue untrustworthy."""
-        problems = self.files.load(strict=False)
-        starts = [mf.file_from_offset for mf in self.files.files]
-        if any(b - a != self.file_size for a, b in itertools.pairwise(starts)):
+        files = self.files
+        problems = files.load(strict=False)
+        starts = [mf.file_from_offset for mf in files.files]
+        if any(b - a != self.store.file_size for a, b in itertools.pairwise(starts)):
             problems.append(f"{self.directory}: a segment is missing")
-        last = self.files.last
+        last = files.last
         if last is not None:
             end = last.last_nonzero()
             entries = (end // CQ_ENTRY_SIZE + 1) if end >= 0 else 0
@@ -95,11 +132,21 @@ class ConsumeQueue:
         return None if size <= 0 else (phy, size, tag)
 
     def read_entries(self, offset: int, count: int) -> bytes:
-        """Raw entries from logical ``offset``: at most ``count``, never past the end of one file."""
+        """Raw entries from logical ``offset``: at most ``count``, never past the end of one file nor across the
+        start of the tail (callers read on from where a read stopped)."""
         count = min(count, self.max_offset - offset)
+        if count <= 0 or offset < 0:
+            return b""
+        tail = self.tail
+        if tail is not None:
+            if offset >= self.tail_from:
+                at = (offset - self.tail_from) * CQ_ENTRY_SIZE
+                return bytes(tail[at : at + count * CQ_ENTRY_SIZE])
+            count = min(count, self.tail_from - offset)
+        files = self._files
         pos = offset * CQ_ENTRY_SIZE
-        mf = self.files.find(pos)
-        if mf is None or count <= 0:
+        mf = files.find(pos) if files is not None else None
+        if mf is None:
             return b""
         return mf.read(pos - mf.file_from_offset, count * CQ_ENTRY_SIZE)
 
@@ -115,12 +162,16 @@ class ConsumeQueue:
         return lo
 
     def _first_offset_from_phy(self, phy_offset: int) -> int:
-        """Smallest logical offset on disk whose entry points at or past commit-log ``phy_offset``; max offset
-        if none (entries point forward in the log as their offsets grow, so a binary search finds it)."""
-        first = self.files.first
-        if first is None:
+        """Smallest logical offset held (in a file or the tail) whose entry points at or past commit-log
+        ``phy_offset``; max offset if none (entries point forward in the log as their offsets grow, so a binary
+        search finds it)."""
+        first = self._files.first if self._files is not None else None
+        if first is not None:
+            lo = first.file_from_offset // CQ_ENTRY_SIZE
+        elif self.tail is not None:
+            lo = self.tail_from
+        else:
             return self.max_offset
-        lo = first.file_from_offset // CQ_ENTRY_SIZE
         return self.first_offset_where(lo, self.max_offset, lambda phy, _: phy >= phy_offset)
 
     def correct_min_offset(self, min_phy_offset: int) -> None:
@@ -136,8 +187,18 @@ class ConsumeQueue:
         return dropped
 
     def truncate_logical(self, offset: int) -> None:
+        """Drop the entries from logical ``offset`` on, buffered or written."""
         self.mark_unflushed(None, 0, True)
-        self.files.truncate_from(offset * CQ_ENTRY_SIZE)
+        tail = self.tail
+        if tail is not None and offset < self.tail_from + len(tail) // CQ_ENTRY_SIZE:
+            if offset <= self.tail_from:
+                self._drop_tail()
+            else:
+                keep = (offset - self.tail_from) * CQ_ENTRY_SIZE
+                self.store.tail_bytes -= len(tail) - keep
+                del tail[keep:]
+        if self._files is not None:
+            self._files.truncate_from(offset * CQ_ENTRY_SIZE)
         self.max_offset = offset
         self.min_offset = min(self.min_offset, offset)
 
@@ -156,25 +217,64 @@ class ConsumeQueue:
     # --- write -------------------------------------------------------------------------------------
 
     def put(self, offset: int, phy: int, size: int, tags_code: int) -> None:
-        """Write the entry for logical ``offset`` (normally ``max_offset``; anywhere when rebuilding)."""
+        """Put the entry for logical ``offset`` (normally ``max_offset``; anywhere when rebuilding)."""
         self.put_run(offset, [(phy, size, tags_code)])
 
     def put_run(self, first: int, entries: list[tuple[int, int, int]]) -> None:
-        """Write (commit-log offset, size, tag hash) entries for logical offsets ``first``, ``first + 1``, …
-        with one system call per file they touch (a batch put writes its entries together)."""
+        """Put (commit-log offset, size, tag hash) entries for logical offsets ``first``, ``first + 1``, …: at the
+        end of the queue into its tail, written once it reaches a page; elsewhere (a rebuild putting entries back
+        in place) written at once, after the tail."""
         if self.unflushed_from is None or first < self.unflushed_from:  # (lower: rebuilt entries, back in place)
             self.mark_unflushed(first, entries[0][0], False)
+        store = self.store
+        tail = self.tail
+        if first != self.max_offset:
+            self.write_tail()
+            self._write(first, b"".join([CQ_ENTRY.pack(*entry) for entry in entries]))
+            self.max_offset = max(self.max_offset, first + len(entries))
+            return
+        if tail is None:
+            tail = self.tail = bytearray()
+            self.tail_from = first
+            store.tails[self] = None
+        before = len(tail)
+        for entry in entries:
+            tail += CQ_ENTRY.pack(*entry)
+        self.max_offset = first + len(entries)
+        store.tail_bytes += len(tail) - before
+        if len(tail) >= TAIL_WRITE_BYTES:
+            self.write_tail()
+        elif store.tail_bytes > store.tail_limit:
+            store.write_oldest_tails()
+
+    def write_tail(self) -> None:
+        """Write the buffered entries to the file (one system call per file they fall in). A failed write (a full
+        disk) keeps them buffered and raises."""
+        tail = self.tail
+        if tail is not None:
+            self._write(self.tail_from, tail)
+            self._drop_tail()
+
+    def _drop_tail(self) -> None:
+        tail = self.tail
+        if tail is not None:
+            self.tail = None
+            self.store.tail_bytes -= len(tail)
+            del self.store.tails[self]
+
+    def _write(self, first: int, data: bytes | bytearray) -> None:
+        """Write packed entries for logical offsets from ``first``, creating the files they fall in."""
+        files = self.files
+        pos = first * CQ_ENTRY_SIZE
         done = 0
-        while done < len(entries):
-            pos = (first + done) * CQ_ENTRY_SIZE
-            mf = self.files.find(pos)
+        while done < len(data):
+            mf = files.find(pos)
             if mf is None:
-                mf = self.files.create(pos - pos % self.file_size)
-            run = entries[done : done + (mf.end_offset - pos) // CQ_ENTRY_SIZE]
-            mf.write([CQ_ENTRY.pack(*entry) for entry in run], pos - mf.file_from_offset)
-            done += len(run)
-        if first + len(entries) > self.max_offset:
-            self.max_offset = first + len(entries)
+                mf = files.create(pos - pos % self.store.file_size)
+            n = min(len(data) - done, mf.end_offset - pos)
+            mf.write([data if n == len(data) else data[done : done + n]], pos - mf.file_from_offset)
+            done += n
+            pos += n
 
     # --- lookups -----------------------------------------------------------------------------------
 
@@ -185,9 +285,14 @@ class ConsumeQueue:
     # --- retention ---------------------------------------------------------------------------------
 
     def delete_expired_files(self, min_phy_offset: int) -> int:
-        """Delete files (never the last) whose entries all point below ``min_phy_offset``."""
+        """Delete files (never the last) whose entries all point below ``min_phy_offset``. (The tail is newer than
+        any file before the last.)"""
+        files = self._files
+        if files is None:
+            self.correct_min_offset(min_phy_offset)
+            return 0
         doomed: list[MappedFile] = []
-        for mf in self.files.files[:-1]:
+        for mf in files.files[:-1]:
             last = mf.last_nonzero()
             if last < 0:
                 doomed.append(mf)
@@ -199,26 +304,28 @@ class ConsumeQueue:
             doomed.append(mf)
         if doomed:
             self.mark_unflushed(None, 0, True)
-        self.files.delete_files(doomed)
+        files.delete_files(doomed)
         self.correct_min_offset(min_phy_offset)
         return len(doomed)
 
     # --- flush (RocketMQ FlushConsumeQueueService) ---------------------------------------------------
 
     def flush_wanted(self, least_bytes: int) -> bool:
-        """At least ``least_bytes`` of entries were written since the last fsync, or a change must be made durable."""
+        """At least ``least_bytes`` of entries were put since the last fsync, or a change must be made durable."""
         start = self.unflushed_from
         return self.flush_due or start is None or (self.max_offset - start) * CQ_ENTRY_SIZE >= least_bytes
 
     def take_flush(self) -> tuple[list[MappedFile], tuple[int | None, int, bool]]:
-        """For a checkpoint (loop thread): the files to fsync, and this queue's unflushed state, which
-        ``mark_unflushed`` puts back if the fsync fails. The queue counts as flushed from here on."""
+        """For a checkpoint (loop thread): the tail written, the files to fsync, and this queue's unflushed state,
+        which ``mark_unflushed`` puts back if the fsync fails. The queue counts as flushed from here on. A failed
+        write of the tail raises and takes nothing: the queue stays unflushed."""
+        self.write_tail()
         state = (self.unflushed_from, self.unflushed_phy, self.flush_due)
-        files = [mf for mf in self.files.files if mf.dirty]
+        files = [mf for mf in self._files.files if mf.dirty] if self._files is not None else []
         for mf in files:
             mf.dirty = False
         self.unflushed_from, self.unflushed_phy, self.flush_due = None, 0, False
-        self._pending.discard(self)
+        self.store.pending.discard(self)
         return files, state
 
     def mark_unflushed(self, first: int | None, phy: int, due: bool) -> None:
@@ -231,14 +338,25 @@ class ConsumeQueue:
                 self.unflushed_from = min(self.unflushed_from, first)
                 self.unflushed_phy = min(self.unflushed_phy, phy)
         self.flush_due = self.flush_due or due
-        self._pending.add(self)
+        self.store.pending.add(self)
 
     def destroy(self) -> None:
-        self._pending.discard(self)
-        self.files.delete_files(list(self.files.files))
-        for path in (self.directory, os.path.dirname(self.directory)):
+        self._drop_tail()
+        self.store.pending.discard(self)
+        directory = self.directory
+        if self._files is not None:
+            self._files.delete_files(list(self._files.files))
+        for path in (directory, os.path.dirname(directory)):
             with contextlib.suppress(OSError):
                 os.rmdir(path)
 
-    def close(self) -> None:
-        self.files.close()
+    def close(self, *, write: bool = True) -> None:
+        """Write the tail and close the files; not ``write`` (a crash's close): the tail is lost, as a crash loses
+        it. A write that fails (a full disk) loses it too: only after a final checkpoint that failed, so the next
+        open recovers from an earlier recovery point, before it."""
+        if write:
+            with contextlib.suppress(OSError):
+                self.write_tail()
+        self._drop_tail()
+        if self._files is not None:
+            self._files.close()

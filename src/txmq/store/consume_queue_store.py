@@ -15,14 +15,20 @@ class ConsumeQueueStore:
     """Finds, creates, loads and drops the queues under ``<root>/consumequeue``. ``offsets`` is each queue's next
     offset as the log has it (RocketMQ topicQueueTable): the group commit counts from it, recovery rebuilds it."""
 
-    def __init__(self, root: str, file_size: int, files_lock: threading.Lock, max_open_files: int) -> None:
+    def __init__(self, root: str, file_size: int, files_lock: threading.Lock, max_open_files: int,
+                 write_behind_bytes: int) -> None:
         self.root = root
         self.file_size = file_size
-        self._fds = FdPool(max_open_files)  # the queues' files open at most (see FdPool)
+        self.fds = FdPool(max_open_files)  # the queues' files open at most (see FdPool)
         self._files_lock = files_lock  # held while derived files are fsynced or deleted
         self._queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.pending: set[ConsumeQueue] = set()  # queues written, truncated or trimmed since their last fsync
         self.offsets: dict[tuple[str, int], int] = {}
+        # Queues with entries buffered in their tails, oldest tail first, and those tails' bytes together: past
+        # ``tail_limit`` (consumeQueueWriteBehindBytes) the oldest are written until half of it is left.
+        self.tails: dict[ConsumeQueue, None] = {}
+        self.tail_bytes = 0
+        self.tail_limit = write_behind_bytes
 
     def load(self) -> Iterator[tuple[ConsumeQueue, list[str]]]:
         """Open every queue found on disk, with the problems its files had (recovery)."""
@@ -45,13 +51,19 @@ class ConsumeQueueStore:
     def __len__(self) -> int:
         return sum(len(qs) for qs in self._queues.values())
 
+    def write_oldest_tails(self) -> None:
+        """Write the oldest tails until their bytes are under half ``tail_limit``, so that the buffered entries
+        stay bounded whatever the rate and however many queues are written (a failed write raises)."""
+        while self.tail_bytes > self.tail_limit // 2 and self.tails:
+            next(iter(self.tails)).write_tail()
+
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get(topic, {}).get(queue_id)
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self.find(topic, queue_id)
         if cq is None:
-            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size, self._fds, self.pending)
+            cq = ConsumeQueue(self, topic, queue_id)
             self._queues.setdefault(topic, {})[queue_id] = cq
         return cq
 

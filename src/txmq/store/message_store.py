@@ -95,7 +95,8 @@ class DefaultMessageStore:
         self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; close waits for a running one
         self.queues = ConsumeQueueStore(root, config.mapped_file_size_consume_queue, self._files_lock,
-                                        config.open_consume_queue_files_limit())
+                                        config.open_consume_queue_files_limit(),
+                                        config.consume_queue_write_behind_bytes)
         self._dispatchers: list[Callable[[DispatchRequest], None]] = list(dispatchers or [])
         self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
         # Wall-clock stamps, and the elapsed-time account every age counts on (first checks, delays, retention)
@@ -282,12 +283,13 @@ class DefaultMessageStore:
             task.cancel()
         self._open = self.group_commit.open = False
         with self._checkpoint_lock:  # a checkpoint running in a worker thread still uses the files
-            self._close_files()
+            self._close_files(crash=True)
 
-    def _close_files(self) -> None:
+    def _close_files(self, *, crash: bool = False) -> None:
+        """Close every file; ``crash``: the consume queues' buffered entries are lost, as a crash loses them."""
         self.commit_log.close()
         for cq in self.queues.all():
-            cq.close()
+            cq.close(write=not crash)
         self.index.close()
         os.close(self._lock_fd)  # releases the flock
 
@@ -312,14 +314,21 @@ class DefaultMessageStore:
         recovery = self.commit_log.max_offset
         snap = _Snapshot(Checkpoint(), index_files=self.index.dirty_files(), earlier=list(self._in_flight))
         self._in_flight.append(snap)
+        unwritten: OSError | None = None
         for cq in list(self.queues.pending):
             if cq.flush_wanted(least):
-                files, state = cq.take_flush()
-                snap.cq_files += files
-                snap.cq_flushed.append((cq, state))
-                if cq.files.directory_dirty:
-                    snap.cq_dirs.append(cq.files)
-            elif cq.unflushed_from is not None:
+                try:
+                    files, state = cq.take_flush()
+                except OSError as exc:  # its tail could not be written (a full disk): left unflushed, below
+                    unwritten = exc
+                else:
+                    snap.cq_files += files
+                    snap.cq_flushed.append((cq, state))
+                    segments = cq.opened_files
+                    if segments is not None and segments.directory_dirty:
+                        snap.cq_dirs.append(segments)
+                    continue
+            if cq.unflushed_from is not None:
                 recovery = min(recovery, cq.unflushed_phy)
                 counts = queues.setdefault(cq.topic, {})
                 counts[cq.queue_id] = min(counts.get(cq.queue_id, cq.unflushed_from), cq.unflushed_from)
@@ -330,6 +339,9 @@ class DefaultMessageStore:
             queues=queues,
             index_files=self.index.names(),
         )
+        if unwritten is not None:
+            log.error("checkpoint: consume-queue entries could not be written (%s); their queues stay unflushed and "
+                      "the recovery point before them", unwritten)
         return snap
 
     def _write_checkpoint(self, snap: _Snapshot) -> None:

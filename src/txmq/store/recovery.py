@@ -107,8 +107,8 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
         for topic, qids in cp.queues.items():
             for qid, max_offset in qids.items():
                 found = store.queues.find(topic, qid)
-                if found is None or found.max_offset < max_offset:
-                    have = found.max_offset if found else 0
+                have = found.max_offset if found else 0
+                if have < max_offset:  # (a queue counted 0 had nothing durable: its entries follow the recovery point)
                     report.event(f"consume queue {topic}/{qid} has {have} entries, the checkpoint says {max_offset}")
                     rebuild_queues.add((topic, qid))
     # Derived entries past the recovery point go; they are rebuilt from the log below.
