@@ -99,7 +99,8 @@ class ConsumeQueue:
     def files(self) -> MappedFileQueue:
         """The queue's segments; the directory is made at first use (a new queue's first write)."""
         if self._files is None:
-            self._files = MappedFileQueue(self.directory, self.store.file_size, self.store.fds)
+            store = self.store
+            self._files = MappedFileQueue(self.directory, store.file_size, store.fds, store.segments_lock)
         return self._files
 
     @property

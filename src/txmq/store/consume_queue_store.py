@@ -20,6 +20,7 @@ class ConsumeQueueStore:
         self.root = root
         self.file_size = file_size
         self.fds = FdPool(max_open_files)  # the queues' files open at most (see FdPool)
+        self.segments_lock = threading.Lock()  # every queue's MappedFileQueue.lock: one each would cost 88 bytes
         self._files_lock = files_lock  # held while derived files are fsynced or deleted
         self._queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.pending: set[ConsumeQueue] = set()  # queues written, truncated or trimmed since their last fsync

@@ -12,6 +12,7 @@ import collections
 import contextlib
 import ctypes
 import errno
+import operator
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -89,29 +90,37 @@ class MappedFile:
     """A segment: a file of exactly ``file_size`` bytes named by the offset of its first byte.
 
     Created sparse (``ftruncate``), so unwritten bytes read as zeros: that is how the end of the data
-    in the active segment is found.
+    in the active segment is found. Kept small (``__slots__``, the path derived when used): a broker with 80,000
+    consume queues holds at least as many.
     """
+
+    __slots__ = ("file_from_offset", "file_size", "directory", "pool", "_fd", "dirty", "closed")
 
     def __init__(self, directory: str, file_from_offset: int, file_size: int, *, create: bool = False,
                  pool: FdPool | None = None) -> None:
         self.file_from_offset = file_from_offset
         self.file_size = file_size
-        self.path = os.path.join(directory, offset_to_name(file_from_offset))
+        self.directory = directory
         self.pool = pool  # None: the descriptor stays open until close
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self._fd = os.open(self.path, flags, 0o644)
+        path = self.path
+        self._fd = os.open(path, flags, 0o644)
         try:
             if os.fstat(self._fd).st_size != file_size:
                 os.ftruncate(self._fd, file_size)
         except OSError:
             os.close(self._fd)
             if create:  # no file of the wrong size left behind
-                os.unlink(self.path)
+                os.unlink(path)
             raise
         self.dirty = False  # written since the last flush snapshot (read and cleared on the loop thread)
         self.closed = False
         if pool is not None:
             pool.use(self)
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.directory, offset_to_name(self.file_from_offset))
 
     @property
     def fd(self) -> int:
@@ -216,16 +225,22 @@ class MappedFile:
             os.unlink(self.path)
 
 
-class MappedFileQueue:
-    """The segments of one log in offset order. ``lock`` guards the list against the flush thread."""
+_start = operator.attrgetter("file_from_offset")
 
-    def __init__(self, directory: str, file_size: int, pool: FdPool | None = None) -> None:
+
+class MappedFileQueue:
+    """The segments of one log in offset order. ``lock`` guards the list against the flush thread; many small
+    queues (the consume queues) share one."""
+
+    __slots__ = ("directory", "file_size", "pool", "files", "lock", "_made_in", "directory_dirty")
+
+    def __init__(self, directory: str, file_size: int, pool: FdPool | None = None,
+                 lock: threading.Lock | None = None) -> None:
         self.directory = directory
         self.file_size = file_size
         self.pool = pool  # the descriptors of this queue's segments are pooled (see FdPool)
         self.files: list[MappedFile] = []
-        self._starts: list[int] = []
-        self.lock = threading.Lock()
+        self.lock = lock if lock is not None else threading.Lock()
         # Directories made for this queue (a new topic's consume queue): their entries in their parents must
         # be made durable too, or a crash can lose a whole queue directory with its fsynced files.
         made, path = [], directory
@@ -233,7 +248,7 @@ class MappedFileQueue:
             made.append(path)
             path = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
-        self._made_in = [os.path.dirname(d) for d in made]
+        self._made_in = tuple(os.path.dirname(d) for d in made)
         self.directory_dirty = bool(made)  # entries created or deleted since the last directory fsync
 
     def load(self, *, strict: bool = True) -> list[str]:
@@ -265,7 +280,6 @@ class MappedFileQueue:
     def _append(self, mf: MappedFile) -> None:
         with self.lock:
             self.files.append(mf)
-            self._starts.append(mf.file_from_offset)
 
     def create(self, start: int) -> MappedFile:
         mf = MappedFile(self.directory, start, self.file_size, create=True, pool=self.pool)
@@ -283,7 +297,7 @@ class MappedFileQueue:
 
     def find(self, offset: int) -> MappedFile | None:
         """The segment holding ``offset``, if it is still on disk."""
-        i = bisect.bisect_right(self._starts, offset) - 1
+        i = bisect.bisect_right(self.files, offset, key=_start) - 1
         if i < 0:
             return None
         mf = self.files[i]
@@ -301,7 +315,6 @@ class MappedFileQueue:
         with self.lock:
             ids = {id(mf) for mf in doomed}
             self.files = [mf for mf in self.files if id(mf) not in ids]
-            self._starts = [mf.file_from_offset for mf in self.files]
         for mf in doomed:
             mf.destroy()
         if doomed:
@@ -324,7 +337,7 @@ class MappedFileQueue:
                 fsync_dir(self.directory)
                 for parent in self._made_in:
                     fsync_dir(parent)
-            self._made_in = []
+            self._made_in = ()
 
     def close(self) -> None:
         with self.lock:
