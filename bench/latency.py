@@ -222,9 +222,11 @@ def consumer_main(system: str, target: dict[str, Any], tag: int, n: int, ready: 
     tune_collector()
     e2e = E2E(tag, n)
     stop = CONSUMERS[system](target, e2e)
+    cpu0 = time.process_time()
     try:
         while e2e.fast_probes < 20:
             time.sleep(0.01)
+        cpu0 = time.process_time()
         ready.set()
         last, last_count = time.monotonic(), -1
         while not e2e.all_in.wait(0.2):
@@ -233,9 +235,10 @@ def consumer_main(system: str, target: dict[str, Any], tag: int, n: int, ready: 
             elif time.monotonic() - last > deadline_s:
                 break
     finally:
+        cpu = time.process_time() - cpu0  # before stop(): the client's shutdown is not a message's cost
         stop()
     with e2e.lock:
-        conn.send((e2e.count, e2e.dupes, e2e.hist.encode()))
+        conn.send((e2e.count, e2e.dupes, e2e.hist.encode(), cpu))
 
 
 def txmq_consumer(target: dict[str, Any], e2e: E2E) -> Callable[[], None]:
@@ -670,12 +673,14 @@ def one_run(system: System, target: dict[str, Any], rate: float, seconds: float,
     consumer.start()
     cpu0 = bench.process_cpu_s(system.broker_pid())
     t0 = time.monotonic()
+    producer_cpu0 = time.process_time()
     try:
         producer = (produce or PRODUCERS[system.family])(run_target, rate, n, tag, fill, ready)
         wall = time.monotonic() - t0
+        producer_cpu = time.process_time() - producer_cpu0
         if not parent.poll(bench.STALL_S + 30):
             raise bench.BenchError(f"{system.name}: the consumer did not report")
-        count, dupes, e2e = parent.recv()
+        count, dupes, e2e, consumer_cpu = parent.recv()
     finally:
         consumer.join(10)
         if consumer.is_alive():
@@ -686,7 +691,8 @@ def one_run(system: System, target: dict[str, Any], rate: float, seconds: float,
         "system": system.name, "rate": rate, "n": n, "sent": producer.sent, "acked": producer.acked,
         "failed": producer.failed, "delivered": count, "duplicates": dupes, "late_avg_ms": round(late_avg_s * 1e3, 2),
         "ack": percentiles(producer.ack), "e2e": percentiles(e2e), "errors": producer.errors[:3],
-        "broker_cpu_s": None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2), "wall_s": round(wall, 2)}
+        "broker_cpu_s": None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2), "wall_s": round(wall, 2),
+        "producer_cpu_s": round(producer_cpu, 2), "consumer_cpu_s": round(consumer_cpu, 2)}
     row["sustained"] = (producer.sent == n and count == n and producer.failed == 0 and late_avg_s < LATE_AVG_S
                         and row["e2e"].get("p99_ms", 1e9) < SUSTAINED_P99_S * 1000)
     return row
@@ -752,8 +758,17 @@ def ladder(system: System, target: dict[str, Any], a: argparse.Namespace) -> lis
         e = row["e2e"]
         log(f"  {system.name} {rate:>6,}/s: ack p99 {row['ack'].get('p99_ms', '-')} ms, e2e p50/p99 "
             f"{e.get('p50_ms', '-')}/{e.get('p99_ms', '-')} ms, delivered {row['delivered']}/{row['n']}, "
-            f"late {row['late_avg_ms']} ms{'' if row['sustained'] else '  NOT SUSTAINED'}")
+            f"late {row['late_avg_ms']} ms; CPU µs/msg broker {per_msg_us(row, 'broker_cpu_s')}, producer "
+            f"{per_msg_us(row, 'producer_cpu_s')}, consumer {per_msg_us(row, 'consumer_cpu_s')}"
+            f"{'' if row['sustained'] else '  NOT SUSTAINED'}")
     return rows
+
+
+def per_msg_us(row: dict[str, Any], key: str) -> str:
+    """A process's CPU over the run per message sent (the producer's includes its probes and the bench's own
+    bookkeeping, the same for every system)."""
+    cpu = row.get(key)
+    return "-" if cpu is None or not row["sent"] else f"{cpu / row['sent'] * 1e6:.0f}"
 
 
 def fmt(v: Any) -> str:
