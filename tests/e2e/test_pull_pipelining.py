@@ -4,29 +4,47 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from tests.e2e.helpers import push_consumer, wait_until
 from txmq import Admin, ConsumeStatus, Message, MessageExt, Producer
 from txmq.client import consumer as consumer_module
+from txmq.remoting.codec import FrameDecoder
 from txmq.remoting.codes import RequestCode
 
 
-class PullSpy:
-    """Counts the PULL_MESSAGE requests a consumer started (their offsets), by wrapping its remoting client."""
+class WireSpy:
+    """Stands in front of a connection's socket transport and reads the frames written to it: the offsets of the
+    PULL_MESSAGE requests that left for the broker."""
 
-    def __init__(self, remoting: object) -> None:
-        self.offsets: list[int] = []
-        self._invoke = remoting.invoke  # type: ignore[attr-defined]
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+        self._decoder = FrameDecoder()
+        self.pull_offsets: list[int] = []
 
-    async def invoke(self, addr: str, cmd, timeout_s: float = 3.0):  # type: ignore[no-untyped-def]
-        if cmd.code == RequestCode.PULL_MESSAGE:
-            self.offsets.append(int(cmd.ext_fields["queueOffset"]))
-        return await self._invoke(addr, cmd, timeout_s)
+    def _saw(self, data: bytes) -> None:
+        self._decoder.receive_data(data)
+        while (cmd := self._decoder.next_command()) is not None:
+            if not cmd.is_response and cmd.code == RequestCode.PULL_MESSAGE:
+                self.pull_offsets.append(int(cmd.ext_fields["queueOffset"]))
+
+    def write(self, data: bytes) -> None:
+        self._saw(bytes(data))
+        self._transport.write(data)
+
+    def writelines(self, chunks: list[bytes]) -> None:
+        for data in chunks:
+            self._saw(bytes(data))
+        self._transport.writelines(chunks)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def test_next_pull_is_sent_before_the_answer_is_prepared_for_the_listener(cluster, monkeypatch):
-    """Each message is prepared for the listener only once the pull after its answer is under way: a message sent
-    meanwhile finds a pull held at the broker instead of waiting for this client's work and a round trip."""
+    """Each message is prepared for the listener only once the pull after its answer was written to the socket: a
+    message sent meanwhile finds a pull held at the broker instead of waiting for this client's work and a round
+    trip."""
     cluster.start_broker()
     with Admin(cluster.namesrv_addr) as admin:
         admin.create_topic("pipe_t", queue_nums=1)
@@ -41,13 +59,16 @@ def test_next_pull_is_sent_before_the_answer_is_prepared_for_the_listener(cluste
         return ConsumeStatus.SUCCESS
 
     consumer = push_consumer(cluster.namesrv_addr, "g_pipe", "pipe_t", listener)  # type: ignore[arg-type]
-    spy = PullSpy(consumer.instance.remoting)
-    consumer.instance.remoting.invoke = spy.invoke  # type: ignore[method-assign,union-attr]
-    prepared: list[tuple[int, int]] = []  # (the message's offset, the highest offset a pull was started from)
+    assert consumer.instance is not None
+    (conn,) = [c for addr, c in consumer.instance.remoting._connections.items()  # the broker's, not the name server's
+               if addr == consumer.instance.broker_addr("broker-a")]
+    spy = WireSpy(conn._transport)
+    conn._transport = spy
+    prepared: list[tuple[int, int]] = []  # (the message's offset, the highest offset a pull was written for)
     prepare = consumer_module.prepare_for_user
 
     def spying_prepare(m: MessageExt) -> MessageExt:
-        prepared.append((m.queue_offset, max(spy.offsets, default=-1)))
+        prepared.append((m.queue_offset, max(spy.pull_offsets, default=-1)))
         return prepare(m)
 
     monkeypatch.setattr(consumer_module, "prepare_for_user", spying_prepare)

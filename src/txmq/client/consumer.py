@@ -401,10 +401,10 @@ class PushConsumer(ClientBase):
     # --- pulling --------------------------------------------------------------------------------------
 
     async def _pull_loop(self, pq: ProcessQueue) -> None:
-        """Pull ``pq``'s queue for as long as it is owned. The next pull goes out as soon as an answer is decoded,
-        before its messages are prepared and handed to the consume threads (RocketMQ's client issues it from the
-        pull callback, the consumption decoupled by the process queue): a message that arrives meanwhile finds a
-        pull held at the broker instead of waiting for this client's work and another round trip."""
+        """Pull ``pq``'s queue for as long as it is owned. The next pull is on the socket as soon as an answer is
+        decoded, before its messages are prepared and handed to the consume threads (RocketMQ's client issues it
+        from the pull callback, the consumption decoupled by the process queue): a message that arrives meanwhile
+        finds a pull held at the broker instead of waiting for this client's work and another round trip."""
         assert self.instance is not None
         filt = self.subscriptions.get(pq.mq.topic) or TagFilter("*")
         pending: asyncio.Task[RemotingCommand] | None = None
@@ -436,7 +436,11 @@ class PushConsumer(ClientBase):
                         continue
                     if self._may_pull(pq, len(found)):
                         pending = self._start_pull(pq, filt, next_offset)
-                        await asyncio.sleep(0)  # its request is written before this client's work on the answer
+                        # Two turns of the loop before this client's work on the answer: in the first the pull's
+                        # task writes its request, in the second the connection hands that turn's writes to the
+                        # socket (it coalesces the writes of one turn).
+                        await asyncio.sleep(0)
+                        await asyncio.sleep(0)
                     try:
                         msgs = [prepare_for_user(m) for m in found if filt.match(m)]
                     except zlib.error as exc:
