@@ -11,7 +11,9 @@ time, not from when the send left: a producer or broker that falls behind shows 
 rate (no coordinated omission). A consumer process, subscribed before the producer starts, records
 end-to-end latency (intended send to delivery to the listener); the producer records publish-ack latency
 (intended send to the broker's confirmation). Both go into HDR histograms (``hdrhistogram``, microseconds,
-3 significant digits). A rate counts as *sustained* when the producer sent every message within 100 ms of its
+3 significant digits), and each run prints the CPU per message of the broker, the producer's process and
+the consumer's process (over the run; the producer's includes the bench's own bookkeeping, alike for every
+system). A rate counts as *sustained* when the producer sent every message within 100 ms of its
 due time on average, every message arrived, and end-to-end p99 stayed under 1 s; ``max`` is the highest
 sustained rate of the ladder 1k, 2k, 5k, 10k, 20k, 40k, 80k msg/s.
 
