@@ -27,7 +27,8 @@ Systems, each on 127.0.0.1 with its own temporary state, one after the other:
 * ``rabbitmq-quorum``: a quorum queue (one node; confirm after the Raft log's fsync);
 * ``nats``: NATS JetStream, file storage, one replica (ack after write, before fsync).
 
-txmq: one topic of 8 queues, the client's ``Producer.send_async`` and a ``PushConsumer``. RabbitMQ: pika
+txmq: one topic of 8 queues, the client's ``Producer.send_async`` and a ``PushConsumer`` with 4 consume threads
+(``--consume-threads``). RabbitMQ: pika
 (``SelectConnection`` with confirms; a ``BlockingConnection`` consumer, prefetch 1000, one ack each). NATS:
 nats-py (``publish_async``; a durable push consumer, one ack each). RabbitMQ and NATS come from the Debian
 packages ``rabbitmq-server`` and ``nats-server``; this bench starts each as the current user under a temporary
@@ -251,7 +252,8 @@ def txmq_consumer(target: dict[str, Any], e2e: E2E) -> Callable[[], None]:
             e2e.on_message(m.body)
         return ConsumeStatus.SUCCESS
 
-    c = PushConsumer(f"lat_c_{e2e.tag}", target["namesrv"], consume_thread_nums=4, pull_batch_size=32,
+    c = PushConsumer(f"lat_c_{e2e.tag}", target["namesrv"], consume_thread_nums=target["consume_threads"],
+                     pull_batch_size=32,
                      consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
     c.subscribe(target["topic"])
     c.register_listener(listener)
@@ -661,11 +663,11 @@ _tags = iter(range(1, 1 << 30))
 
 
 def one_run(system: System, target: dict[str, Any], rate: float, seconds: float, size: int,
-            produce: Callable[..., ProducerResult] | None = None) -> dict[str, Any]:
+            produce: Callable[..., ProducerResult] | None = None, consume_threads: int = 4) -> dict[str, Any]:
     """Subscribe a consumer process, produce ``rate`` x ``seconds`` messages open loop, collect both sides."""
     tag = next(_tags) + os.getpid() % 1000 * 100_000
     n = max(1, int(rate * seconds))
-    run_target = system.new_run(target, tag)
+    run_target = {**system.new_run(target, tag), "consume_threads": consume_threads}
     fill = bench.filler(size - HEADER + 8)  # size - HEADER bytes
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
@@ -755,7 +757,7 @@ def ladder(system: System, target: dict[str, Any], a: argparse.Namespace) -> lis
             break  # past the asked rates, the ladder stops at the first rate not sustained
         if rate not in a.rates and rate < max(a.rates):
             continue
-        row = one_run(system, target, rate, a.seconds, a.size)
+        row = one_run(system, target, rate, a.seconds, a.size, consume_threads=a.consume_threads)
         rows.append(row)
         e = row["e2e"]
         log(f"  {system.name} {rate:>6,}/s: ack p99 {row['ack'].get('p99_ms', '-')} ms, e2e p50/p99 "
@@ -836,6 +838,7 @@ def main() -> int:
     p.add_argument("--no-max", action="store_true", help="only --rates, not the ladder up to the highest sustained")
     p.add_argument("--tx-rate", type=int, default=1000, help="transactions/s (0: none)")
     p.add_argument("--tx-seconds", type=float, default=10.0)
+    p.add_argument("--consume-threads", type=int, default=4, help="the txmq PushConsumer's consume threads")
     p.add_argument("--plot", type=Path, help="write the end-to-end plot (PNG) here")
     p.add_argument("--json", type=Path, help="write every row as JSON here")
     p.add_argument("--short", action="store_true", help="CI: txmq only, 1,000 msg/s for 2 s, 200 transactions")
@@ -862,7 +865,8 @@ def main() -> int:
                 # Transactions first: after the ladder's last rung, one the system did not sustain, the disk
                 # is still writing back its backlog, and a SYNC_FLUSH half waits for that (one 1.3 s stall).
                 if a.tx_rate and system.name in ("txmq-sync", "txmq-async"):
-                    r = one_run(system, target, a.tx_rate, a.tx_seconds, a.size, produce=tx_produce)
+                    r = one_run(system, target, a.tx_rate, a.tx_seconds, a.size, produce=tx_produce,
+                                consume_threads=a.consume_threads)
                     r["system"] += " transactions"
                     tx_rows.append(r)
                     log(f"  transactions {a.tx_rate}/s: consumable p50/p99 {r['e2e'].get('p50_ms')}/"
