@@ -54,9 +54,13 @@ class ConsumeQueueStore:
 
     def write_oldest_tails(self) -> None:
         """Write the oldest tails until their bytes are under half ``tail_limit``, so that the buffered entries
-        stay bounded whatever the rate and however many queues are written (a failed write raises)."""
-        while self.tail_bytes > self.tail_limit // 2 and self.tails:
-            next(iter(self.tails)).write_tail()
+        stay bounded whatever the rate and however many queues are written (a failed write raises). One walk over
+        the tails: finding the oldest afresh for each would walk over the slots the ones written before it left at
+        the front of the dict, quadratic in the tails written (thousands when the bound is passed)."""
+        for cq in list(self.tails):
+            if self.tail_bytes <= self.tail_limit // 2:
+                break
+            cq.write_tail()
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get(topic, {}).get(queue_id)
