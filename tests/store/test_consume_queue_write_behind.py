@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tests.disk_helpers import fill_disk, tmpfs
 from tests.store.store_helpers import make_config, msg, run
-from txmq.store import DefaultMessageStore
+from txmq.message import decode_message
+from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 from txmq.store.consume_queue import CQ_ENTRY_SIZE
 
 
@@ -48,3 +50,114 @@ def test_passing_the_bound_walks_the_tails_once_not_once_per_tail_written(root: 
         await store.shutdown()
 
     run(main)
+
+
+# --- a full disk where a tail is written --------------------------------------------------------------------------
+
+
+async def _room_in_the_log_page(store: DefaultMessageStore, records: int) -> None:
+    """Puts (to queue 0, written at once by a checkpoint) until the commit log's last page has room for ``records``
+    more small records: on a disk filled up to the last byte, those still go to the log, and only a consume-queue
+    file that needs a new page fails."""
+    size = 0
+    while size == 0 or PAGE - store.max_phy_offset % PAGE < (records + 1) * size:
+        result = await store.put_message(msg("T", b"p"))
+        assert result.ok
+        size = result.append_result.wrote_bytes
+    store.flush_and_checkpoint()
+
+
+PAGE = 4096
+
+
+def _reopened_bodies(config: StoreConfig) -> dict[int, list[bytes]]:
+    """After a crash: reopen, and every message of topic T by queue, checking there is no hole."""
+
+    async def main() -> dict[int, list[bytes]]:
+        async with DefaultMessageStore(config) as store:
+            out = {}
+            for qid in store.queue_ids("T"):
+                got = store.get_message("T", qid, 0, 10_000, 1 << 30)
+                assert got.queue_offsets == list(range(store.get_max_offset_in_queue("T", qid))), "a hole"
+                out[qid] = [decode_message(w)[0].body for w in got.messages]
+            return out
+
+    return run(main)
+
+
+def test_a_put_whose_tail_reaches_a_page_on_a_full_disk_stores_nothing(tmp_path: Path) -> None:
+    """The put that fills a queue's tail to a page writes it, and the disk has no page for it: the put is answered
+    SERVICE_NOT_AVAILABLE and stores nothing (the queue keeps its buffered entries, the part of the page already
+    written is taken back); after a crash and with room again, the retry stores one copy at the next offset."""
+    per_page = PAGE // CQ_ENTRY_SIZE  # 204: the 205th entry makes the tail a page
+    with tmpfs(tmp_path / "disk") as disk:
+        config = make_config(os.path.join(disk, "store"), disk_space_warning_level_ratio=100)
+
+        async def fail() -> None:
+            store = DefaultMessageStore(config)
+            await store.start()
+            for i in range(per_page):
+                assert (await store.put_message(msg("T", b"b%d" % i, queue_id=1))).ok
+            await _room_in_the_log_page(store, 1)
+            for i in range(per_page):
+                assert (await store.put_message(msg("T", b"c%d" % i, queue_id=1))).ok
+            cq = store.queues.find("T", 1)
+            assert cq is not None and cq.tail is not None and len(cq.tail) == per_page * CQ_ENTRY_SIZE
+            fill_disk(disk, 0)
+            log_end = store.max_phy_offset
+            before = store.get_max_offset_in_queue("T", 1)
+            result = await store.put_message(msg("T", b"failing", queue_id=1))
+            assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and not result.stored
+            assert "consume queue" in result.remark
+            assert store.get_max_offset_in_queue("T", 1) == before and store.max_phy_offset == log_end
+            got = store.get_message("T", 1, 0, 10_000, 1 << 30)
+            assert [decode_message(w)[0].body for w in got.messages][-1] == b"c%d" % (per_page - 1)
+            assert got.queue_offsets == list(range(before))
+            assert store.queues.tail_bytes == sum(len(cq.tail or b"") for cq in store.queues.all())
+            store.close_without_shutdown()
+
+        run(fail)
+        os.unlink(os.path.join(disk, "filler"))
+        stored = _reopened_bodies(config)
+        assert stored[1] == [b"b%d" % i for i in range(per_page)] + [b"c%d" % i for i in range(per_page)]
+
+        async def retry() -> None:
+            async with DefaultMessageStore(config) as store:
+                result = await store.put_message(msg("T", b"failing", queue_id=1))
+                assert result.ok and result.append_result.logics_offset == 2 * per_page
+
+        run(retry)
+        assert _reopened_bodies(config)[1] == stored[1] + [b"failing"]
+
+
+def test_a_put_that_passes_the_bound_when_another_queue_s_tail_cannot_be_written(tmp_path: Path) -> None:
+    """Past ``consumeQueueWriteBehindBytes`` a put writes the oldest tails, another queue's among them, and that
+    queue's new file gets no page on the full disk: the put is answered SERVICE_NOT_AVAILABLE and stores nothing,
+    the other queue keeps its buffered entry (read as before, rebuilt after a crash), and nothing is lost."""
+    with tmpfs(tmp_path / "disk") as disk:
+        config = make_config(os.path.join(disk, "store"), disk_space_warning_level_ratio=100,
+                             consume_queue_write_behind_bytes=CQ_ENTRY_SIZE)
+
+        async def fail() -> int:
+            store = DefaultMessageStore(config)
+            await store.start()
+            await _room_in_the_log_page(store, 3)
+            assert store.queues.tail_bytes == 0
+            assert (await store.put_message(msg("T", b"other", queue_id=1))).ok  # buffered: queue 1 has no file
+            assert store.queues.tail_bytes == CQ_ENTRY_SIZE and not os.path.isdir(f"{disk}/store/consumequeue/T/1")
+            fill_disk(disk, 0)
+            before = store.get_max_offset_in_queue("T", 0)
+            result = await store.put_message(msg("T", b"failing", queue_id=0))
+            assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and not result.stored
+            assert store.get_max_offset_in_queue("T", 0) == before
+            assert store.get_max_offset_in_queue("T", 1) == 1
+            got = store.get_message("T", 1, 0, 10, 1 << 30)
+            assert [decode_message(w)[0].body for w in got.messages] == [b"other"]
+            assert store.queues.tail_bytes == sum(len(cq.tail or b"") for cq in store.queues.all())
+            store.close_without_shutdown()
+            return before
+
+        before = run(fail)
+        os.unlink(os.path.join(disk, "filler"))
+        stored = _reopened_bodies(config)
+        assert stored[1] == [b"other"] and len(stored[0]) == before and b"failing" not in stored[0]
