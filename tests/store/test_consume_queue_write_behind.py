@@ -5,13 +5,16 @@ tail is written."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from tests.disk_helpers import fill_disk, tmpfs
 from tests.store.store_helpers import make_config, msg, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
-from txmq.store.consume_queue import CQ_ENTRY_SIZE
+from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from txmq.store.consume_queue_store import ConsumeQueueStore
+from txmq.store.mapped_file import offset_to_name
 
 
 class _CountingTails(dict):  # type: ignore[type-arg]
@@ -161,3 +164,119 @@ def test_a_put_that_passes_the_bound_when_another_queue_s_tail_cannot_be_written
         os.unlink(os.path.join(disk, "filler"))
         stored = _reopened_bodies(config)
         assert stored[1] == [b"other"] and len(stored[0]) == before and b"failing" not in stored[0]
+
+
+# --- a deleted topic, entries put back in place, reads at every boundary ---------------------------------------------
+
+
+def test_a_topic_deleted_with_buffered_entries_leaves_no_tail_and_no_file(root: Path) -> None:
+    """A topic whose queues hold buffered entries (one with files and a tail, one with a tail only and no directory)
+    is deleted: the tails go with it (the store's account back to zero), and neither the checkpoints nor the stop
+    write them back to a file."""
+    config = make_config(root, mapped_file_size_consume_queue=20 * 8)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for i in range(10):
+            assert (await store.put_message(msg("gone", b"g%d" % i, queue_id=0))).ok
+        store.flush_and_checkpoint()
+        for i in range(5):
+            assert (await store.put_message(msg("gone", b"h%d" % i, queue_id=0))).ok
+        assert (await store.put_message(msg("gone", b"only", queue_id=1))).ok
+        assert (await store.put_message(msg("kept", b"k"))).ok
+        assert store.queues.tail_bytes == 7 * CQ_ENTRY_SIZE
+        assert not os.path.isdir(os.path.join(root, "consumequeue", "gone", "1"))
+        store.delete_topic("gone")  # (and a checkpoint, which writes the other topic's tail)
+        assert store.queues.tail_bytes == 0 and not store.queues.tails and store.queues.pending == set()
+        assert not os.path.exists(os.path.join(root, "consumequeue", "gone"))
+        store.flush_and_checkpoint()
+        await store.shutdown()
+        assert not os.path.exists(os.path.join(root, "consumequeue", "gone"))
+        assert store.queues.tail_bytes == 0 and not store.queues.tails
+
+    run(main)
+
+    async def reopen() -> None:
+        async with DefaultMessageStore(config) as store:
+            assert "gone" not in store.topics()
+            assert store.get_max_offset_in_queue("kept", 0) == 1
+
+    run(reopen)
+
+
+def _queue(root: Path, per_file: int = 8) -> tuple[ConsumeQueueStore, ConsumeQueue]:
+    queues = ConsumeQueueStore(str(root), CQ_ENTRY_SIZE * per_file, threading.Lock(), 16, 1 << 20)
+    return queues, queues.find_or_create("T", 0)
+
+
+def _phys(cq: ConsumeQueue, offset: int, count: int) -> list[int]:
+    """What a reader gets from ``offset`` reading on from where each read stopped, as a pull does."""
+    out: list[int] = []
+    while count > 0:
+        raw = cq.read_entries(offset, count)
+        if not raw:
+            break
+        got = [CQ_ENTRY.unpack_from(raw, i)[0] for i in range(0, len(raw), CQ_ENTRY_SIZE)]
+        out += got
+        offset += len(got)
+        count -= len(got)
+    return out
+
+
+def test_reads_at_every_boundary_between_files_and_tail(root: Path) -> None:
+    """A queue of 8-entry files: entries 0-10 written (the second file part full), 11-20 buffered (the tail spans the
+    end of the second file and the whole third, which does not exist yet). Every (offset, count) reads exactly the
+    entries there, a read from below the first file or past the end reads nothing, and a queue whose only entries
+    are buffered (no directory) reads as well."""
+    queues, cq = _queue(root)
+    for i in range(11):
+        cq.put(i, 100 * i, 100, 0)
+    cq.write_tail()
+    for i in range(11, 21):
+        cq.put(i, 100 * i, 100, 0)
+    assert cq.tail_from == 11 and cq.max_offset == 21
+    assert sorted(os.listdir(cq.directory)) == [offset_to_name(0), offset_to_name(160)]
+    for offset in range(-1, 23):
+        for count in range(0, 24):
+            want = [100 * i for i in range(max(offset, 0), min(offset + count, 21))] if offset >= 0 else []
+            assert _phys(cq, offset, count) == want, (offset, count)
+    cq.correct_min_offset(100 * 13)
+    assert cq.min_offset == 13
+    assert cq.first_offset_where(0, 21, lambda phy, _: phy >= 1650) == 17
+    assert cq.truncate_dirty(100 * 19) == 2 and cq.max_offset == 19 and len(cq.tail or b"") == 8 * CQ_ENTRY_SIZE
+    assert _phys(cq, 0, 30) == [100 * i for i in range(19)]
+    only = queues.find_or_create("T", 1)
+    only.put(0, 7, 100, 0)
+    assert only.opened_files is None and not os.path.isdir(only.directory)
+    assert _phys(only, 0, 5) == [7] and only.entry(0) == (7, 100, 0) and _phys(only, 1, 5) == []
+    only.correct_min_offset(8)
+    assert only.min_offset == 1 and only.opened_files is None
+    assert only.delete_expired_files(8) == 0 and only.opened_files is None
+
+
+def test_entries_put_back_in_place_or_past_a_gap_while_a_tail_is_buffered(root: Path) -> None:
+    """A put not at the end of the queue (a rebuild putting an entry back, or a slave's entries after a gap) writes
+    the tail first and then the entry at its place; the next put at the end starts a new tail after it. Nothing is
+    lost, doubled or moved, in memory or on disk."""
+    queues, cq = _queue(root)
+    for i in range(6):
+        cq.put(i, 100 * i, 100, 0)
+    cq.write_tail()
+    for i in range(6, 10):
+        cq.put(i, 100 * i, 100, 0)
+    cq.put(3, 300, 100, 0)  # back in place
+    assert cq.tail is None and cq.unflushed_from == 0
+    assert _phys(cq, 0, 20) == [100 * i for i in range(10)]
+    cq.put(12, 1200, 100, 0)  # past a gap of two empty slots
+    assert cq.max_offset == 13 and cq.tail is None and cq.entry(10) is None and cq.entry(11) is None
+    cq.put(13, 1300, 100, 0)
+    assert cq.tail is not None and cq.tail_from == 13
+    assert [cq.entry(i) and cq.entry(i)[0] for i in range(14)] == [100 * i for i in range(10)] + [None, None, 1200, 1300]
+    assert queues.tail_bytes == CQ_ENTRY_SIZE
+    cq.close()
+    reloaded = ConsumeQueueStore(str(root), CQ_ENTRY_SIZE * 8, threading.Lock(), 16, 1 << 20).find_or_create("T", 0)
+    reloaded.load()
+    assert reloaded.max_offset == 14
+    assert [reloaded.entry(i) and reloaded.entry(i)[0] for i in range(14)] == \
+        [100 * i for i in range(10)] + [None, None, 1200, 1300]
