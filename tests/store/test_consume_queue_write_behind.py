@@ -8,7 +8,17 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from tests.disk_helpers import fill_disk, tmpfs
+from tests.store.test_consume_queue_flush import (
+    QUEUES,
+    _assert_queues_match_the_log,
+    _periodic_checkpoint,
+    _powered,
+    _spread,
+    _whole_after_power_loss,
+)
 from tests.store.store_helpers import make_config, msg, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
@@ -280,3 +290,65 @@ def test_entries_put_back_in_place_or_past_a_gap_while_a_tail_is_buffered(root: 
     assert reloaded.max_offset == 14
     assert [reloaded.entry(i) and reloaded.entry(i)[0] for i in range(14)] == \
         [100 * i for i in range(10)] + [None, None, 1200, 1300]
+
+
+# --- a power loss once the tails were written and fsynced ----------------------------------------------------------
+
+
+async def _buffered_every_way(store: DefaultMessageStore, expected: dict[tuple[str, int], list[int]]) -> None:
+    """Tails of every kind at once: queues with files and a tail over a file boundary, new queues with a tail only,
+    and tails the bound wrote (not fsynced)."""
+    await _spread(store, 3 * QUEUES, expected)
+    store.flush_and_checkpoint()
+    await _spread(store, 10 * QUEUES, expected)
+    for qid in range(QUEUES):
+        result = await store.put_message(msg("new", b"n", queue_id=qid))
+        expected[("new", qid)] = [result.append_result.wrote_offset]
+    assert store.queues.tail_bytes and any(cq.tail is None for cq in store.queues.all() if cq.topic == "spread")
+
+
+def test_a_power_loss_right_after_a_stop_loses_no_buffered_entry(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stop's checkpoint writes every tail and makes it durable: a power loss right after it leaves a store
+    that opens as after a clean stop, scanning nothing, with every entry at its place."""
+    config = make_config(root, mapped_file_size_consume_queue=20 * 8, consume_queue_write_behind_bytes=20 * 5 * QUEUES)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _buffered_every_way(store, expected)
+        await store.shutdown()
+        disk.off = True
+
+    run(main)
+    disk.power_loss()
+    store = DefaultMessageStore(config)
+    try:
+        assert store.recovery_report.clean_shutdown and store.recovery_report.records_scanned == 0
+        _assert_queues_match_the_log(store, expected)
+    finally:
+        store.close_without_shutdown()
+
+
+def test_a_power_loss_after_a_thorough_periodic_checkpoint_loses_no_buffered_entry(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once ``flushConsumeQueueThoroughInterval`` has passed, the periodic checkpoint writes and fsyncs every tail
+    and moves its recovery point to the log's end: after a power loss nothing needs rebuilding before it."""
+    config = make_config(root, mapped_file_size_consume_queue=20 * 8, consume_queue_write_behind_bytes=20 * 5 * QUEUES,
+                         flush_consume_queue_thorough_interval_ms=0)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _buffered_every_way(store, expected)
+        _periodic_checkpoint(store)
+        assert store.queues.tail_bytes == 0 and not store.queues.pending
+        assert store.checkpoint_offset == store.max_phy_offset
+        disk.off = True
+        store.close_without_shutdown()
+
+    run(main)
+    _whole_after_power_loss(config, disk, expected)
