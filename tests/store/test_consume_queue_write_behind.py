@@ -21,7 +21,7 @@ from tests.store.test_consume_queue_flush import (
 )
 from tests.store.store_helpers import make_config, msg, run
 from txmq.message import decode_message
-from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
+from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageStatus, StoreConfig
 from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from txmq.store.consume_queue_store import ConsumeQueueStore
 from txmq.store.mapped_file import offset_to_name
@@ -352,3 +352,38 @@ def test_a_power_loss_after_a_thorough_periodic_checkpoint_loses_no_buffered_ent
 
     run(main)
     _whole_after_power_loss(config, disk, expected)
+
+
+def test_retention_with_buffered_entries_reads_on_from_the_first_kept_one(root: Path) -> None:
+    """Retention deletes commit-log segments while queues hold buffered entries (tails over file boundaries, the
+    hot queue's last file part written): each queue's min offset is its first entry still in the log, whether in a
+    file or in the tail; a pull below it is sent there, and one from there reads every kept entry in order, the
+    buffered ones included; no file holding a buffered entry is deleted."""
+    config = make_config(root, mapped_file_size_consume_queue=20 * 8, file_reserved_time_hours=1)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for _ in range(3):
+            for _ in range(200):
+                result = await store.put_message(msg("hot", b"h" * 300))
+                expected.setdefault(("hot", 0), []).append(result.append_result.wrote_offset)
+            await _spread(store, QUEUES, expected)
+        store.flush_and_checkpoint()
+        await _spread(store, 9 * QUEUES, expected)  # buffered, over file boundaries
+        assert store.clean_expired_files(elapsed_ms=10**12) > 0
+        low = store.min_phy_offset
+        assert low > 0 and store.queues.tail_bytes == sum(len(cq.tail or b"") for cq in store.queues.all())
+        for (topic, qid), offsets in expected.items():
+            kept = [o for o in offsets if o >= low]
+            first = store.get_min_offset_in_queue(topic, qid)
+            assert store.get_max_offset_in_queue(topic, qid) - first == len(kept), (topic, qid)
+            if first:
+                below = store.get_message(topic, qid, 0, 10, 1 << 30)
+                assert below.status is GetMessageStatus.OFFSET_TOO_SMALL and below.next_begin_offset == first
+            got = store.get_message(topic, qid, first, 100_000, 1 << 30)
+            assert [decode_message(w)[0].commit_log_offset for w in got.messages] == kept, (topic, qid)
+        await store.shutdown()
+
+    run(main)
