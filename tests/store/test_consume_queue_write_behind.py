@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import txmq.store.message_store as message_store
 from tests.disk_helpers import fill_disk, tmpfs
+from tests.store.store_helpers import make_config, msg, run
 from tests.store.test_consume_queue_flush import (
     QUEUES,
     _assert_queues_match_the_log,
@@ -21,8 +23,6 @@ from tests.store.test_consume_queue_flush import (
     _spread,
     _whole_after_power_loss,
 )
-from tests.store.store_helpers import make_config, msg, run
-import txmq.store.message_store as message_store
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageStatus, StoreConfig
 from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
@@ -268,6 +268,11 @@ def test_reads_at_every_boundary_between_files_and_tail(root: Path) -> None:
     assert only.delete_expired_files(8) == 0 and only.opened_files is None
 
 
+def _phy(cq: ConsumeQueue, offset: int) -> int | None:
+    entry = cq.entry(offset)
+    return None if entry is None else entry[0]
+
+
 def test_entries_put_back_in_place_or_past_a_gap_while_a_tail_is_buffered(root: Path) -> None:
     """A put not at the end of the queue (a rebuild putting an entry back, or a slave's entries after a gap) writes
     the tail first and then the entry at its place; the next put at the end starts a new tail after it. Nothing is
@@ -285,14 +290,13 @@ def test_entries_put_back_in_place_or_past_a_gap_while_a_tail_is_buffered(root: 
     assert cq.max_offset == 13 and cq.tail is None and cq.entry(10) is None and cq.entry(11) is None
     cq.put(13, 1300, 100, 0)
     assert cq.tail is not None and cq.tail_from == 13
-    assert [cq.entry(i) and cq.entry(i)[0] for i in range(14)] == [100 * i for i in range(10)] + [None, None, 1200, 1300]
+    assert [_phy(cq, i) for i in range(14)] == [100 * i for i in range(10)] + [None, None, 1200, 1300]
     assert queues.tail_bytes == CQ_ENTRY_SIZE
     cq.close()
     reloaded = ConsumeQueueStore(str(root), CQ_ENTRY_SIZE * 8, threading.Lock(), 16, 1 << 20).find_or_create("T", 0)
     reloaded.load()
     assert reloaded.max_offset == 14
-    assert [reloaded.entry(i) and reloaded.entry(i)[0] for i in range(14)] == \
-        [100 * i for i in range(10)] + [None, None, 1200, 1300]
+    assert [_phy(reloaded, i) for i in range(14)] == [100 * i for i in range(10)] + [None, None, 1200, 1300]
 
 
 # --- a power loss once the tails were written and fsynced ----------------------------------------------------------

@@ -70,8 +70,19 @@ class ConsumeQueue:
     Kept small (``__slots__``, no stored path, segments opened or created at first use): a broker holds one per
     queue, 80,000 at 10,000 topics."""
 
-    __slots__ = ("store", "topic", "queue_id", "_files", "max_offset", "min_offset", "unflushed_from",
-                 "unflushed_phy", "flush_due", "tail", "tail_from")
+    __slots__ = (
+        "_files",
+        "flush_due",
+        "max_offset",
+        "min_offset",
+        "queue_id",
+        "store",
+        "tail",
+        "tail_from",
+        "topic",
+        "unflushed_from",
+        "unflushed_phy",
+    )
 
     def __init__(self, store: ConsumeQueueStore, topic: str, queue_id: int) -> None:
         topic_directory(store.root, topic)  # refuses a name that is no directory's

@@ -94,7 +94,7 @@ class MappedFile:
     consume queues holds at least as many.
     """
 
-    __slots__ = ("file_from_offset", "file_size", "directory", "pool", "_fd", "dirty", "closed")
+    __slots__ = ("_fd", "closed", "directory", "dirty", "file_from_offset", "file_size", "pool")
 
     def __init__(self, directory: str, file_from_offset: int, file_size: int, *, create: bool = False,
                  pool: FdPool | None = None) -> None:
@@ -232,7 +232,7 @@ class MappedFileQueue:
     """The segments of one log in offset order. ``lock`` guards the list against the flush thread; many small
     queues (the consume queues) share one."""
 
-    __slots__ = ("directory", "file_size", "pool", "files", "lock", "_made_in", "directory_dirty")
+    __slots__ = ("_made_in", "directory", "directory_dirty", "file_size", "files", "lock", "pool")
 
     def __init__(self, directory: str, file_size: int, pool: FdPool | None = None,
                  lock: threading.Lock | None = None) -> None:
