@@ -11,7 +11,9 @@ time, not from when the send left: a producer or broker that falls behind shows 
 rate (no coordinated omission). A consumer process, subscribed before the producer starts, records
 end-to-end latency (intended send to delivery to the listener); the producer records publish-ack latency
 (intended send to the broker's confirmation). Both go into HDR histograms (``hdrhistogram``, microseconds,
-3 significant digits). A rate counts as *sustained* when the producer sent every message within 100 ms of its
+3 significant digits), and each run prints the CPU per message of the broker, the producer's process and
+the consumer's process (over the run; the producer's includes the bench's own bookkeeping, alike for every
+system). A rate counts as *sustained* when the producer sent every message within 100 ms of its
 due time on average, every message arrived, and end-to-end p99 stayed under 1 s; ``max`` is the highest
 sustained rate of the ladder 1k, 2k, 5k, 10k, 20k, 40k, 80k msg/s.
 
@@ -25,7 +27,8 @@ Systems, each on 127.0.0.1 with its own temporary state, one after the other:
 * ``rabbitmq-quorum``: a quorum queue (one node; confirm after the Raft log's fsync);
 * ``nats``: NATS JetStream, file storage, one replica (ack after write, before fsync).
 
-txmq: one topic of 8 queues, the client's ``Producer.send_async`` and a ``PushConsumer``. RabbitMQ: pika
+txmq: one topic of 8 queues, the client's ``Producer.send_async`` and a ``PushConsumer`` with 4 consume threads
+(``--consume-threads``). RabbitMQ: pika
 (``SelectConnection`` with confirms; a ``BlockingConnection`` consumer, prefetch 1000, one ack each). NATS:
 nats-py (``publish_async``; a durable push consumer, one ack each). RabbitMQ and NATS come from the Debian
 packages ``rabbitmq-server`` and ``nats-server``; this bench starts each as the current user under a temporary
@@ -222,9 +225,11 @@ def consumer_main(system: str, target: dict[str, Any], tag: int, n: int, ready: 
     tune_collector()
     e2e = E2E(tag, n)
     stop = CONSUMERS[system](target, e2e)
+    cpu0 = time.process_time()
     try:
         while e2e.fast_probes < 20:
             time.sleep(0.01)
+        cpu0 = time.process_time()
         ready.set()
         last, last_count = time.monotonic(), -1
         while not e2e.all_in.wait(0.2):
@@ -233,9 +238,10 @@ def consumer_main(system: str, target: dict[str, Any], tag: int, n: int, ready: 
             elif time.monotonic() - last > deadline_s:
                 break
     finally:
+        cpu = time.process_time() - cpu0  # before stop(): the client's shutdown is not a message's cost
         stop()
     with e2e.lock:
-        conn.send((e2e.count, e2e.dupes, e2e.hist.encode()))
+        conn.send((e2e.count, e2e.dupes, e2e.hist.encode(), cpu))
 
 
 def txmq_consumer(target: dict[str, Any], e2e: E2E) -> Callable[[], None]:
@@ -246,7 +252,8 @@ def txmq_consumer(target: dict[str, Any], e2e: E2E) -> Callable[[], None]:
             e2e.on_message(m.body)
         return ConsumeStatus.SUCCESS
 
-    c = PushConsumer(f"lat_c_{e2e.tag}", target["namesrv"], consume_thread_nums=4, pull_batch_size=32,
+    c = PushConsumer(f"lat_c_{e2e.tag}", target["namesrv"], consume_thread_nums=target["consume_threads"],
+                     pull_batch_size=32,
                      consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
     c.subscribe(target["topic"])
     c.register_listener(listener)
@@ -656,11 +663,11 @@ _tags = iter(range(1, 1 << 30))
 
 
 def one_run(system: System, target: dict[str, Any], rate: float, seconds: float, size: int,
-            produce: Callable[..., ProducerResult] | None = None) -> dict[str, Any]:
+            produce: Callable[..., ProducerResult] | None = None, consume_threads: int = 4) -> dict[str, Any]:
     """Subscribe a consumer process, produce ``rate`` x ``seconds`` messages open loop, collect both sides."""
     tag = next(_tags) + os.getpid() % 1000 * 100_000
     n = max(1, int(rate * seconds))
-    run_target = system.new_run(target, tag)
+    run_target = {**system.new_run(target, tag), "consume_threads": consume_threads}
     fill = bench.filler(size - HEADER + 8)  # size - HEADER bytes
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
@@ -670,12 +677,14 @@ def one_run(system: System, target: dict[str, Any], rate: float, seconds: float,
     consumer.start()
     cpu0 = bench.process_cpu_s(system.broker_pid())
     t0 = time.monotonic()
+    producer_cpu0 = time.process_time()
     try:
         producer = (produce or PRODUCERS[system.family])(run_target, rate, n, tag, fill, ready)
         wall = time.monotonic() - t0
+        producer_cpu = time.process_time() - producer_cpu0
         if not parent.poll(bench.STALL_S + 30):
             raise bench.BenchError(f"{system.name}: the consumer did not report")
-        count, dupes, e2e = parent.recv()
+        count, dupes, e2e, consumer_cpu = parent.recv()
     finally:
         consumer.join(10)
         if consumer.is_alive():
@@ -686,7 +695,8 @@ def one_run(system: System, target: dict[str, Any], rate: float, seconds: float,
         "system": system.name, "rate": rate, "n": n, "sent": producer.sent, "acked": producer.acked,
         "failed": producer.failed, "delivered": count, "duplicates": dupes, "late_avg_ms": round(late_avg_s * 1e3, 2),
         "ack": percentiles(producer.ack), "e2e": percentiles(e2e), "errors": producer.errors[:3],
-        "broker_cpu_s": None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2), "wall_s": round(wall, 2)}
+        "broker_cpu_s": None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2), "wall_s": round(wall, 2),
+        "producer_cpu_s": round(producer_cpu, 2), "consumer_cpu_s": round(consumer_cpu, 2)}
     row["sustained"] = (producer.sent == n and count == n and producer.failed == 0 and late_avg_s < LATE_AVG_S
                         and row["e2e"].get("p99_ms", 1e9) < SUSTAINED_P99_S * 1000)
     return row
@@ -747,13 +757,22 @@ def ladder(system: System, target: dict[str, Any], a: argparse.Namespace) -> lis
             break  # past the asked rates, the ladder stops at the first rate not sustained
         if rate not in a.rates and rate < max(a.rates):
             continue
-        row = one_run(system, target, rate, a.seconds, a.size)
+        row = one_run(system, target, rate, a.seconds, a.size, consume_threads=a.consume_threads)
         rows.append(row)
         e = row["e2e"]
         log(f"  {system.name} {rate:>6,}/s: ack p99 {row['ack'].get('p99_ms', '-')} ms, e2e p50/p99 "
             f"{e.get('p50_ms', '-')}/{e.get('p99_ms', '-')} ms, delivered {row['delivered']}/{row['n']}, "
-            f"late {row['late_avg_ms']} ms{'' if row['sustained'] else '  NOT SUSTAINED'}")
+            f"late {row['late_avg_ms']} ms; CPU µs/msg broker {per_msg_us(row, 'broker_cpu_s')}, producer "
+            f"{per_msg_us(row, 'producer_cpu_s')}, consumer {per_msg_us(row, 'consumer_cpu_s')}"
+            f"{'' if row['sustained'] else '  NOT SUSTAINED'}")
     return rows
+
+
+def per_msg_us(row: dict[str, Any], key: str) -> str:
+    """A process's CPU over the run per message sent (the producer's includes its probes and the bench's own
+    bookkeeping, the same for every system)."""
+    cpu = row.get(key)
+    return "-" if cpu is None or not row["sent"] else f"{cpu / row['sent'] * 1e6:.0f}"
 
 
 def fmt(v: Any) -> str:
@@ -819,6 +838,7 @@ def main() -> int:
     p.add_argument("--no-max", action="store_true", help="only --rates, not the ladder up to the highest sustained")
     p.add_argument("--tx-rate", type=int, default=1000, help="transactions/s (0: none)")
     p.add_argument("--tx-seconds", type=float, default=10.0)
+    p.add_argument("--consume-threads", type=int, default=4, help="the txmq PushConsumer's consume threads")
     p.add_argument("--plot", type=Path, help="write the end-to-end plot (PNG) here")
     p.add_argument("--json", type=Path, help="write every row as JSON here")
     p.add_argument("--short", action="store_true", help="CI: txmq only, 1,000 msg/s for 2 s, 200 transactions")
@@ -845,7 +865,8 @@ def main() -> int:
                 # Transactions first: after the ladder's last rung, one the system did not sustain, the disk
                 # is still writing back its backlog, and a SYNC_FLUSH half waits for that (one 1.3 s stall).
                 if a.tx_rate and system.name in ("txmq-sync", "txmq-async"):
-                    r = one_run(system, target, a.tx_rate, a.tx_seconds, a.size, produce=tx_produce)
+                    r = one_run(system, target, a.tx_rate, a.tx_seconds, a.size, produce=tx_produce,
+                                consume_threads=a.consume_threads)
                     r["system"] += " transactions"
                     tx_rows.append(r)
                     log(f"  transactions {a.tx_rate}/s: consumable p50/p99 {r['e2e'].get('p50_ms')}/"

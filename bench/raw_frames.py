@@ -205,7 +205,8 @@ def rss_mb(pid: int) -> float:
 
 
 def pending_rss(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    """RSS of a broker holding 0, N/4, N/2, 3N/4 and N pending transactions (halves never ended)."""
+    """RSS of a broker holding 0, N/4, N/2, 3N/4 and N pending transactions (halves never ended), and the broker
+    CPU each quarter's halves cost (logged: a half must cost the same with many pending as with few)."""
     mode = a.modes.split(",")[0]
     server = start_txmq(mode, tmp, conf="transactionTimeOut=3600000\n")
     out: dict[str, Any] = {}
@@ -218,13 +219,16 @@ def pending_rss(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         quarter = a.pending // 4
         for q in range(1, 5):
             loop = new_event_loop()
+            cpu = bench.process_cpu_s(server.pid) or 0.0
             try:
                 loop.run_until_complete(drive(server.addrs["broker"], topic, quarter, a.size, a.window, 1, True,
                                               end=False))
             finally:
                 loop.close()
+            cpu = (bench.process_cpu_s(server.pid) or 0.0) - cpu
             out[str(q * quarter)] = round(rss_mb(server.pid), 1)
-            log(f"pending {q * quarter}: RSS {out[str(q * quarter)]} MB")
+            log(f"pending {q * quarter}: RSS {out[str(q * quarter)]} MB, broker {cpu / quarter * 1e6:.1f} µs a half "
+                "over this quarter")
     finally:
         server.kill(15)
     return out

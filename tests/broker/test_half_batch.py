@@ -96,7 +96,7 @@ def test_a_commit_cut_short_by_a_crash_is_finished_after_recovery(tmp_path, then
     async def go() -> None:
         store, service = await open_service(tmp_path)
         cut, untouched = await half_batch(service, "a", 5), await half_batch(service, "b", 3)
-        half = service._half_at(cut[1])
+        half = service._taken_half(cut[1])[0]
         await store.put_messages(real_messages_of(half, *cut)[:2])  # the torn commit
         store.commit_log.flush()
         store.close_without_shutdown()
@@ -104,8 +104,8 @@ def test_a_commit_cut_short_by_a_crash_is_finished_after_recovery(tmp_path, then
         store, service = await open_service(tmp_path)
         assert {cut[0], untouched[0]} <= service.table.recovered
         if then == "check":
-            assert await service.resolve_recovered(service._half_at(cut[1]), cut[0])
-            assert not await service.resolve_recovered(service._half_at(untouched[1]), untouched[0])
+            assert await service.resolve_recovered(service._taken_half(cut[1])[0], cut[0])
+            assert not await service.resolve_recovered(service._taken_half(untouched[1])[0], untouched[0])
         else:
             results = await batch(service, [(cut, ROLLBACK if then == "rollback" else COMMIT), (untouched, ROLLBACK)])
             assert [r.code for r in results] == [SHOULD_COMMIT if then == "rollback" else OK, OK]
@@ -126,10 +126,10 @@ def test_only_the_broker_marks_a_half_batch(tmp_path):
         r = await service.prepare_message(forged)
         assert r.append_result is not None
         plain = (r.append_result.logics_offset, r.append_result.wrote_offset)
-        assert HALF_BATCH not in service._half_at(plain[1]).properties
+        assert HALF_BATCH not in service._taken_half(plain[1])[0].properties
         good = await half_batch(service, "g", 2)
         broken = await half_batch(service, "x", 2)
-        service._half_at(broken[1])  # forgotten: read back from the store below, then its body damaged
+        service._taken_half(broken[1])  # forgotten: read back from the store below, then its body damaged
         real_look = store.look_message_by_offset
 
         def damaged(offset: int) -> MessageExt:

@@ -29,7 +29,7 @@ def test_a_failed_finish_of_a_cut_commit_is_still_finished_later(tmp_path, then)
     async def go() -> None:
         store, service = await open_service(tmp_path)
         cut = await half_batch(service, "a", 5)
-        half = service._half_at(cut[1])
+        half = service._taken_half(cut[1])[0]
         await store.put_messages(real_messages(half, *cut)[:2])  # the torn commit
         store.commit_log.flush()
         store.close_without_shutdown()
@@ -115,7 +115,7 @@ def test_a_cut_commit_of_a_discarded_transaction_is_found_after_resume(tmp_path)
     async def go() -> None:
         store, service = await open_service(tmp_path)
         cut = await half_batch(service, "a", 5)
-        half = service._half_at(cut[1])
+        half = service._taken_half(cut[1])[0]
         await service.discard(half, cut[0], 15, "test")
         await store.put_messages(real_messages(half, *cut)[:2])  # the torn commit
         store.commit_log.flush()

@@ -163,7 +163,7 @@ def test_a_stored_half_is_tracked_and_remembered_as_track_and_first_check_s_woul
         msgs = [MessageExt("orders", b"x", {**props, **extra}, queue_id=n) for n, extra in enumerate(
             ({}, {immunity: "40"}, {immunity: str(10**9)}, {immunity: "soon"}, {immunity: ""}))]
         assert (await service.prepare_messages(msgs)).stored
-        halves = [service._recent_halves[m.commit_log_offset] for m in msgs]
+        halves = [service._recent_halves[m.commit_log_offset][0] for m in msgs]
         assert [h.queue_offset for h in halves] == [m.queue_offset for m in msgs]
         tracked, service.table = service.table, TransactionStateTable()
         for h in halves:
@@ -391,4 +391,30 @@ def test_a_refused_rollback_goes_back_to_its_names_after_the_table_is_rebuilt_du
         assert store.get_max_offset_in_queue("orders", 0) == 6
         await store.shutdown()
 
+    asyncio.run(go())
+
+
+def test_commit_latency_counts_from_the_half_s_store_time_whether_remembered_or_read_back(tmp_path):
+    """A commit's latency is the elapsed-time account from its half's storing to the commit stored: the same for a
+    half remembered since (its store time kept with it) and for one read back from the log, and never what the
+    wall clock says."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        mono, wall = store.clock.monotonic_ns(), store.clock.wall_ns()
+        store.clock.monotonic_ns = lambda: mono  # the account moves only when this test moves it
+        store.clock.wall_ns = lambda: wall
+        remembered = await half(service, 1)
+        forgotten = await half(service, 2)
+        service._forget_recent_halves()  # the second is read back from the log at its decision
+        remembered_again = await half(service, 3)
+        mono += 2_000_000_000  # two seconds by the account
+        store.clock.wall_ns = lambda: 0  # the wall clock jumps back decades: no latency may follow it
+        for off, clo in (remembered, forgotten, remembered_again):
+            assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SUCCESS
+        m = service.metrics
+        assert list(m.commit_latency_ms) == [2000, 2000, 2000]
+        group = m.groups["g"]
+        assert group.commits == 3 and group.latency_sum_ms == 6000
+        assert sum(group.latency_buckets) == 3 and group.latency_buckets[8] == 3  # the 2,500 ms bucket
+        await store.shutdown()
     asyncio.run(go())

@@ -121,6 +121,7 @@ class ProcessQueue:
     orderly_busy: bool = False
     consuming: int = 0  # listener calls in progress for this queue (concurrent mode)
     local_retries: dict[int, int] = field(default_factory=dict)
+    pull_addr: str = ""  # where the pull in flight went
 
     def consumed_offset(self) -> int:
         """Everything below this offset is consumed."""
@@ -400,48 +401,91 @@ class PushConsumer(ClientBase):
     # --- pulling --------------------------------------------------------------------------------------
 
     async def _pull_loop(self, pq: ProcessQueue) -> None:
+        """Pull ``pq``'s queue for as long as it is owned. The next pull is on the socket as soon as an answer is
+        decoded, before its messages are prepared and handed to the consume threads (RocketMQ's client issues it
+        from the pull callback, the consumption decoupled by the process queue): a message that arrives meanwhile
+        finds a pull held at the broker instead of waiting for this client's work and another round trip."""
+        assert self.instance is not None
+        filt = self.subscriptions.get(pq.mq.topic) or TagFilter("*")
+        pending: asyncio.Task[RemotingCommand] | None = None
+        try:
+            while not pq.dropped:
+                if pending is None:
+                    if not self._may_pull(pq, 0):
+                        await asyncio.sleep(0.05)
+                        continue
+                    pending = self._start_pull(pq, filt, pq.next_offset)
+                addr = pq.pull_addr
+                try:
+                    resp = await pending
+                except ClientError as exc:
+                    log.warning("pull from %s at %s failed: %s", pq.mq, addr, exc)
+                    self.instance.failed(addr)
+                    await asyncio.sleep(0.2)
+                    continue
+                finally:
+                    pending = None
+                self.instance.suggest(pq.mq, int(resp.ext_fields.get("suggestWhichBrokerId", "0")))
+                next_offset = int(resp.ext_fields.get("nextBeginOffset", pq.next_offset))
+                if resp.code == ResponseCode.SUCCESS:
+                    try:
+                        found = decode_messages(resp.body)
+                    except RemoteProtocolError as exc:
+                        log.error("undecodable pull response from %s: %s", pq.mq, exc)
+                        await asyncio.sleep(1.0)
+                        continue
+                    if self._may_pull(pq, len(found)):
+                        pending = self._start_pull(pq, filt, next_offset)
+                        # Two turns of the loop before this client's work on the answer: in the first the pull's
+                        # task writes its request, in the second the connection hands that turn's writes to the
+                        # socket (it coalesces the writes of one turn).
+                        await asyncio.sleep(0)
+                        await asyncio.sleep(0)
+                    try:
+                        msgs = [prepare_for_user(m) for m in found if filt.match(m)]
+                    except zlib.error as exc:
+                        log.error("undecodable pull response from %s: %s", pq.mq, exc)
+                        if pending is not None:  # read from the same offset again
+                            pending.cancel()
+                            pending = None
+                        await asyncio.sleep(1.0)
+                        continue
+                    pq.next_offset = next_offset
+                    if msgs:
+                        self._deliver(pq, msgs)
+                elif resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+                    pq.next_offset = next_offset
+                elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
+                    log.warning("offset of %s moved from %d to %d", pq.mq, pq.next_offset, next_offset)
+                    pq.next_offset = next_offset
+                else:
+                    log.warning("pull from %s answered %d: %s", pq.mq, resp.code, resp.remark)
+                    await asyncio.sleep(1.0)
+        finally:
+            if pending is not None:
+                pending.cancel()
+
+    def _may_pull(self, pq: ProcessQueue, arriving: int) -> bool:
+        """Flow control: the process queue (with ``arriving`` messages about to join it) has room, and an orderly
+        consumer holds the queue's lock."""
+        if len(pq.msgs) + arriving >= self.pull_threshold:
+            return False
+        return not (self.orderly and pq.locked_until < time.monotonic())
+
+    def _start_pull(self, pq: ProcessQueue, filt: TagFilter, offset: int) -> asyncio.Task[RemotingCommand]:
+        """A long-polling pull of ``pq``'s queue from ``offset``, as a task (its request is written once it runs)."""
         assert self.instance is not None
         mq = pq.mq
-        filt = self.subscriptions.get(mq.topic) or TagFilter("*")
-        while not pq.dropped:
-            if len(pq.msgs) >= self.pull_threshold or (self.orderly and pq.locked_until < time.monotonic()):
-                await asyncio.sleep(0.05)
-                continue
-            header = PullMessageRequestHeader(
-                consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=pq.next_offset,
-                max_msg_nums=self.pull_batch_size,
-                sys_flag=PullMessageRequestHeader.FLAG_SUSPEND | PullMessageRequestHeader.FLAG_SUBSCRIPTION,
-                suspend_timeout_millis=self.suspend_timeout_ms, subscription=filt.expression,
-                sub_version=0, expression_type=filt.expression_type)
-            addr = self.instance.pull_addr(mq)
-            try:
-                resp = await self.instance.remoting.invoke(addr, RemotingCommand.request(
-                    RequestCode.PULL_MESSAGE, header.to_ext()), self.suspend_timeout_ms / 1000 + 5)
-            except ClientError as exc:
-                log.warning("pull from %s at %s failed: %s", mq, addr, exc)
-                self.instance.failed(addr)
-                await asyncio.sleep(0.2)
-                continue
-            self.instance.suggest(mq, int(resp.ext_fields.get("suggestWhichBrokerId", "0")))
-            next_offset = int(resp.ext_fields.get("nextBeginOffset", pq.next_offset))
-            if resp.code == ResponseCode.SUCCESS:
-                try:
-                    msgs = [prepare_for_user(m) for m in decode_messages(resp.body) if filt.match(m)]
-                except (RemoteProtocolError, zlib.error) as exc:
-                    log.error("undecodable pull response from %s: %s", mq, exc)
-                    await asyncio.sleep(1.0)
-                    continue
-                pq.next_offset = next_offset
-                if msgs:
-                    self._deliver(pq, msgs)
-            elif resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
-                pq.next_offset = next_offset
-            elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
-                log.warning("offset of %s moved from %d to %d", mq, pq.next_offset, next_offset)
-                pq.next_offset = next_offset
-            else:
-                log.warning("pull from %s answered %d: %s", mq, resp.code, resp.remark)
-                await asyncio.sleep(1.0)
+        header = PullMessageRequestHeader(
+            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset,
+            max_msg_nums=self.pull_batch_size,
+            sys_flag=PullMessageRequestHeader.FLAG_SUSPEND | PullMessageRequestHeader.FLAG_SUBSCRIPTION,
+            suspend_timeout_millis=self.suspend_timeout_ms, subscription=filt.expression,
+            sub_version=0, expression_type=filt.expression_type)
+        pq.pull_addr = self.instance.pull_addr(mq)
+        return asyncio.get_running_loop().create_task(self.instance.remoting.invoke(
+            pq.pull_addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()),
+            self.suspend_timeout_ms / 1000 + 5))
 
     def _deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         with self._lock:

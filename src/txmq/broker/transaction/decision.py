@@ -22,7 +22,7 @@ from typing import Any
 
 from txmq.broker.transaction.half import real_messages
 from txmq.broker.transaction.state import COMMIT, EXPIRED, FINAL, ROLLBACK, Before, Outcome
-from txmq.broker.transaction.tracking import EndEntry, EndResult, TransactionTracking
+from txmq.broker.transaction.tracking import RECENT_HALF_OVERHEAD, EndEntry, EndResult, TransactionTracking
 from txmq.errors import RemoteProtocolError, StoreError
 from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
@@ -34,6 +34,11 @@ log = logging.getLogger("txmq.transaction")
 
 PUT_SLICE = 1024  # real messages per store put when a decision commits many: the loop serves others between
 _DONE = {Outcome.COMMIT: "committed", Outcome.ROLLBACK: "rolled back"}
+_PRODUCER_GROUP = MessageConst.PRODUCER_GROUP
+# A decision claimed for a call: its entry, its half, when the half was stored (ms of the elapsed-time account) and
+# its outcome before. A commit being stored: its entry, its half, the real messages and the half's store time.
+Claimed = tuple[int, MessageExt, int, Outcome]
+Commit = tuple[int, MessageExt, list[MessageExt], int]
 EXPIRED_REMARK = "was deleted by retention (fileReservedTime): its transaction can no longer be ended"
 
 
@@ -121,21 +126,27 @@ class Decisions(TransactionTracking):
         one op record and the rollbacks' in another, in the same put as the real messages when they fit one."""
         results: list[EndResult | None] = [None] * len(entries)
         waits: list[tuple[int, tuple[asyncio.Future[list[EndResult | None]], int]]] = []
-        claimed: list[tuple[int, MessageExt]] = []
+        claimed: list[Claimed] = []
         decided: asyncio.Future[list[EndResult | None]] = asyncio.get_running_loop().create_future()
-        in_flight, table = self._in_flight, self.table
+        in_flight, table, recent = self._in_flight, self.table, self._recent_halves
         # No await from here to the decisions in _decide: claiming and deciding are one step on the loop.
         for i, (half_offset, commit_log_offset, outcome) in enumerate(entries):
-            try:
-                half = self._half_at(commit_log_offset)
-            except StoreError:
-                results[i] = _expired(f"commit-log offset {commit_log_offset}") \
-                    if commit_log_offset < self.store.min_phy_offset \
-                    else EndResult(ResponseCode.SYSTEM_ERROR, _no_half(producer_group, commit_log_offset))
-                continue
-            problem = self._check_prepare_message(half, producer_group, half_offset, commit_log_offset)
-            if problem:
-                results[i] = EndResult(ResponseCode.SYSTEM_ERROR, problem)
+            taken = recent.pop(commit_log_offset, None)  # _taken_half's usual case, without its call
+            if taken is not None:
+                self._recent_bytes -= len(taken[0].body) + RECENT_HALF_OVERHEAD
+            else:
+                try:
+                    taken = self._taken_half(commit_log_offset)
+                except StoreError:
+                    results[i] = _expired(f"commit-log offset {commit_log_offset}") \
+                        if commit_log_offset < self.store.min_phy_offset \
+                        else EndResult(ResponseCode.SYSTEM_ERROR, _no_half(producer_group, commit_log_offset))
+                    continue
+            half = taken[0]
+            if half.queue_offset != half_offset or half.commit_log_offset != commit_log_offset \
+                    or half.topic != RMQ_SYS_TRANS_HALF_TOPIC or half.properties.get(_PRODUCER_GROUP) != producer_group:
+                results[i] = EndResult(ResponseCode.SYSTEM_ERROR, self._check_prepare_message(
+                    half, producer_group, half_offset, commit_log_offset))
                 continue
             running = in_flight.get(half_offset)
             current = table.outcome(half_offset)
@@ -147,7 +158,7 @@ class Decisions(TransactionTracking):
                 results[i] = _expired(f"half offset {half_offset}")
             else:
                 in_flight[half_offset] = (decided, i)
-                claimed.append((i, half))
+                claimed.append((i, half, taken[1], current))
         if claimed:
             try:
                 await self._decide(producer_group, entries, claimed, results, source)
@@ -157,8 +168,8 @@ class Decisions(TransactionTracking):
                 decided.exception()  # the waiters, if any, see it; nobody else needs to
                 raise
             finally:
-                for i, _ in claimed:
-                    del self._in_flight[entries[i][0]]
+                for c in claimed:
+                    del self._in_flight[entries[c[0]][0]]
         for i, (deciding, j) in waits:
             try:
                 first = (await asyncio.shield(deciding))[j]
@@ -169,19 +180,19 @@ class Decisions(TransactionTracking):
             results[i] = self._repeat(half_offset, outcome, first)
         return results  # type: ignore[return-value]
 
-    async def _decide(self, producer_group: str, entries: Sequence[EndEntry], claimed: list[tuple[int, MessageExt]],
+    async def _decide(self, producer_group: str, entries: Sequence[EndEntry], claimed: list[Claimed],
                       results: list[EndResult | None], source: str) -> None:
         """Decide and store the claimed entries: undecided or discarded, each in ``_in_flight`` for this call."""
         found: list[int] = []  # recovered transactions whose commit was already in the log
-        commits: list[tuple[int, MessageExt, list[MessageExt]]] = []  # entry, half, the real messages to store
+        commits: list[Commit] = []
         rollbacks: list[tuple[int, MessageExt]] = []  # entry, half (the state before it: _rolling_back)
         overruled: list[int] = []  # ROLLBACKs of a batch whose commit a crash cut short: it is finished instead
         table = self.table  # read per decision: locals, not attribute chains
         pending, discarded, recovered = table.pending, table.discarded, table.recovered
-        for i, half in claimed:
+        for i, half, stored_ms, current in claimed:
             half_offset, commit_log_offset, outcome = entries[i]
             # As it was, recovered flag included: a commit that cannot be stored goes back to exactly this.
-            before = (table.outcome(half_offset), pending.get(half_offset), discarded.get(half_offset, 0))
+            before = (current, pending.get(half_offset), discarded.get(half_offset, 0))
             unsure = half_offset in recovered
             if unsure:
                 self._recovered_before.add(half_offset)
@@ -209,7 +220,7 @@ class Decisions(TransactionTracking):
                 # With the state from before: a snapshot shows it as the log has it until the op record is written.
                 self._committing[half_offset] = before
                 table.decide(half_offset, COMMIT)
-                commits.append((i, half, reals))
+                commits.append((i, half, reals, stored_ms))
             else:
                 self._rolling_back[half_offset] = (before, self.store.get_max_offset_in_queue(
                     RMQ_SYS_TRANS_OP_HALF_TOPIC, 0))
@@ -220,31 +231,30 @@ class Decisions(TransactionTracking):
         await asyncio.shield(asyncio.get_running_loop().create_task(
             self._store_and_answer(producer_group, entries, commits, rollbacks, found, overruled, results, source)))
 
-    async def _store_and_answer(self, producer_group: str, entries: Sequence[EndEntry],
-                                commits: list[tuple[int, MessageExt, list[MessageExt]]],
+    async def _store_and_answer(self, producer_group: str, entries: Sequence[EndEntry], commits: list[Commit],
                                 rollbacks: list[tuple[int, MessageExt]], found: list[int],
                                 overruled: list[int], results: list[EndResult | None], source: str) -> None:
         """Store the commits' real messages, write the op records, and answer each entry."""
-        committing = [entries[i][0] for i, _, _ in commits]
+        committing = [entries[c[0]][0] for c in commits]
         rolling_back = [entries[i][0] for i, _ in rollbacks]
-        stored: list[tuple[int, MessageExt]] = []  # entry, half: the commits whose real messages are stored
+        stored: list[Commit] = []  # the commits whose real messages are stored
         ended = 0  # commits stored or undone, in order
         try:
-            puts, recorded = await self._store_decided([reals for _, _, reals in commits], found + committing,
-                                                       rolling_back)
+            puts, recorded = await self._store_decided([c[2] for c in commits], found + committing, rolling_back)
             if recorded:
                 # The usual case: real messages and op records in one put, stored: one answer for every commit.
                 ended = len(commits)
-                stored = [(i, half) for i, half, _ in commits]
+                stored = commits
                 if stored:
                     answer = _stored_answer(puts[0])  # type: ignore[arg-type]  # a stored put's result
-                    for i, _ in stored:
-                        results[i] = answer
+                    for c in stored:
+                        results[c[0]] = answer
             else:
-                for (i, half, _), put in zip(commits, puts, strict=True):
+                for commit, put in zip(commits, puts, strict=True):
                     ended += 1
+                    i = commit[0]
                     if isinstance(put, PutMessageResult) and put.stored:
-                        stored.append((i, half))
+                        stored.append(commit)
                         results[i] = _stored_answer(put)
                     else:
                         # Undone, not left at COMMIT: a retried COMMIT would be answered "already committed" and
@@ -257,7 +267,7 @@ class Decisions(TransactionTracking):
                 # messages are the record (recovery finds them by UNIQ_KEY). A ROLLBACK is nothing but its op
                 # record: refused, it is undone, or it would be forgotten by a restart after being answered.
                 rolled_back = (await asyncio.gather(
-                    self.ops.write("COMMIT", found + [entries[i][0] for i, _ in stored]),
+                    self.ops.write("COMMIT", found + [entries[c[0]][0] for c in stored]),
                     self.ops.write("ROLLBACK", rolling_back)))[1]
                 if not rolled_back:
                     for i, _ in rollbacks:
@@ -278,16 +288,15 @@ class Decisions(TransactionTracking):
                 self._recovered_before.difference_update(committing, rolling_back)
             self._compact_names()
         if stored or rollbacks:
-            age_ms = self.store.clock.age_ms
-            latencies = self.metrics.commit_latency_ms
+            # from each half's store time (remembered with it: _taken_half) to now, by the elapsed-time account
+            now = self.store.clock.elapsed_ms()
+            latencies = [max(0, now - c[3]) for c in stored]
+            self.metrics.commit_latency_ms.extend(latencies)
             group = self.metrics.group(producer_group)  # every half's (_check_prepare_message)
-            for _, half in stored:
-                latency = age_ms(half.commit_log_offset, half.store_timestamp)
-                latencies.append(latency)
-                group.committed(latency)
+            group.committed(latencies)
             group.rollbacks += len(rollbacks)
         if overruled:
-            committed = {i for i, _ in stored}
+            committed = {c[0] for c in stored}
             for i in overruled:
                 if i in committed:
                     results[i] = self._repeat(entries[i][0], Outcome.ROLLBACK, None)
@@ -296,7 +305,7 @@ class Decisions(TransactionTracking):
         self.metrics.commits += len(stored)
         self.metrics.rollbacks += len(rollbacks)
         if log.isEnabledFor(logging.DEBUG):
-            for i, half in stored + rollbacks:
+            for i, half in [c[:2] for c in stored] + rollbacks:
                 log.debug("transaction %s %s by %s", half.msg_id, entries[i][2].name, source)
 
     async def _store_decided(self, groups: list[list[MessageExt]], committed: list[int], rolled_back: list[int]

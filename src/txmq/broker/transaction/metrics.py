@@ -27,10 +27,13 @@ class GroupTransactions:
         self.latency_buckets = [0] * (len(COMMIT_LATENCY_BUCKETS_MS) + 1)
         self.latency_sum_ms = 0
 
-    def committed(self, latency_ms: int) -> None:
-        self.commits += 1
-        self.latency_sum_ms += latency_ms
-        self.latency_buckets[bisect_left(COMMIT_LATENCY_BUCKETS_MS, latency_ms)] += 1
+    def committed(self, latencies_ms: list[int]) -> None:
+        """Commits stored together, each with its latency: one call per put, not per commit."""
+        self.commits += len(latencies_ms)
+        self.latency_sum_ms += sum(latencies_ms)
+        buckets = self.latency_buckets
+        for latency_ms in latencies_ms:
+            buckets[bisect_left(COMMIT_LATENCY_BUCKETS_MS, latency_ms)] += 1
 
 
 class TransactionMetrics:

@@ -196,10 +196,15 @@ class TransactionStateTable:
         """Record an outcome; a DISCARD keeps the transaction listable, COMMIT and ROLLBACK are final. Below the
         base nothing is recorded (the transaction is gone with its half message). Once per transaction on the
         commit path: the packed entry is read in place, no ``PendingInfo`` built."""
-        if half_offset < self.outcomes_base:
+        i = half_offset - self.outcomes_base
+        if i < 0:
             return
         packed = self._untrack(half_offset)
-        self._set_outcome(half_offset, outcome)
+        outcomes = self.outcomes
+        if i < len(outcomes):  # a stored half's: _set_outcome without its call
+            outcomes[i] = outcome
+        else:
+            self._set_outcome(half_offset, outcome)
         if outcome == DISCARD:
             self.discarded[half_offset] = self._unpack(packed)[1] if packed is not None \
                 else self.discarded.get(half_offset, 0)

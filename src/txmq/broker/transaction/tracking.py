@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,9 @@ from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC
 log = logging.getLogger("txmq.transaction")
 
 # Memory a remembered half costs beyond its body: the MessageExt, its properties dict and strings, the ints, the
-# cache's dict slot (tracemalloc: about 550 bytes for a half with the usual five properties).
-RECENT_HALF_OVERHEAD = 600
+# cache's slot (tracemalloc: about 550 bytes for a half with the usual five properties), the (half, stored ms) pair
+# the cache keeps it in (a tuple and an int, about 90 more) and the cache's order link (about 50).
+RECENT_HALF_OVERHEAD = 700
 # read per half (``_track_stored``): module constants, not class attribute reads (about 15 ns each, interpreted)
 _REAL_TOPIC = MessageConst.REAL_TOPIC
 _PRODUCER_GROUP, _CHECK_IMMUNITY = MessageConst.PRODUCER_GROUP, MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS
@@ -73,7 +75,10 @@ class TransactionTracking:
         self._recovered_before: set[int] = set()  # decisions under way for transactions recovery left unsure
         self._snapshot_covers = (-1, -1)
         self.ops = OpQueue(store)
-        self._recent_halves: dict[int, MessageExt] = {}  # by commit-log offset, oldest first
+        # by commit-log offset, oldest first: the half and when it was stored (``_stored_ms``). An OrderedDict: the
+        # oldest goes in O(1) once the cache is full, where a dict's first key is found past every slot its
+        # removed keys left (at 32 MB of 256-byte halves, about 20 µs a half stored)
+        self._recent_halves: OrderedDict[int, tuple[MessageExt, int]] = OrderedDict()
         self._recent_bytes = 0
         # single decisions asked for in this loop iteration, by (producer group, source): decided together, each
         # answered through its waiter (the same place in the second list)
@@ -87,27 +92,30 @@ class TransactionTracking:
         every transactional send runs it.
 
         Remembered, a half is kept for its decision, which usually follows within milliseconds: the commit then
-        neither reads nor decodes it again. Oldest first out past ``recent_halves_max_bytes``, counting what a
-        remembered half really costs: its body and its Python objects (``RECENT_HALF_OVERHEAD``)."""
+        neither reads nor decodes it again, nor works out again when it was stored (its commit latency counts from
+        then). Oldest first out past ``recent_halves_max_bytes``, counting what a remembered half really costs: its
+        body and its Python objects (``RECENT_HALF_OVERHEAD``)."""
         props = half.properties
-        stored_ms = self._stored_ms(half)
+        clo = half.commit_log_offset
+        stored_ms = self.store.clock.elapsed_of(clo, half.store_timestamp)  # _stored_ms, without its call
         immunity_ms = self._immunity_ms(half) if _CHECK_IMMUNITY in props else self.transaction_timeout_ms
         self.table.add_pending(half.queue_offset, props.get(_REAL_TOPIC, ""), props.get(_PRODUCER_GROUP, ""),
                                stored_ms // 1000, -(-(stored_ms + immunity_ms) // 1000))
         recent = self._recent_halves
-        recent[half.commit_log_offset] = half
+        recent[clo] = (half, stored_ms)
         self._recent_bytes += len(half.body) + RECENT_HALF_OVERHEAD
         while self._recent_bytes > self.recent_halves_max_bytes and recent:
-            self._recent_bytes -= len(recent.pop(next(iter(recent))).body) + RECENT_HALF_OVERHEAD
+            self._recent_bytes -= len(recent.popitem(last=False)[1][0].body) + RECENT_HALF_OVERHEAD
 
-    def _half_at(self, commit_log_offset: int) -> MessageExt:
-        """The half message stored at ``commit_log_offset``: remembered, else read from the store (which raises
-        ``StoreError`` when there is none)."""
-        half = self._recent_halves.pop(commit_log_offset, None)
-        if half is not None:
-            self._recent_bytes -= len(half.body) + RECENT_HALF_OVERHEAD
-            return half
-        return self.store.look_message_by_offset(commit_log_offset)
+    def _taken_half(self, commit_log_offset: int) -> tuple[MessageExt, int]:
+        """The half message stored at ``commit_log_offset`` and when it was stored (``_stored_ms``): remembered, both
+        are taken out of memory; else read from the store (which raises ``StoreError`` when there is none)."""
+        taken = self._recent_halves.pop(commit_log_offset, None)
+        if taken is not None:
+            self._recent_bytes -= len(taken[0].body) + RECENT_HALF_OVERHEAD
+            return taken
+        half = self.store.look_message_by_offset(commit_log_offset)
+        return half, self._stored_ms(half)
 
     def _track(self, half_offset: int, half: MessageExt, first_check_s: int, *, schedule: bool = True) -> None:
         """Track the transaction of a stored half message as pending (its real topic and producer group are in
