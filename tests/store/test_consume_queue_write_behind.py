@@ -433,3 +433,47 @@ def test_puts_reads_and_periodic_checkpoints_in_their_thread_all_at_once(root: P
             _assert_queues_match_the_log(store, expected)
 
     run(reopen)
+
+
+def test_a_slave_whose_consume_queue_write_fails_on_a_full_disk_loses_no_entry(tmp_path: Path) -> None:
+    """A slave appends its master's records (queue 0's and queue 2's in one chunk) while its disk is full: queue 0's
+    put passes the bound and writes the oldest tail, queue 1's, whose new file gets no page. The append fails and
+    the HA session starts again from the slave's log end, which holds both records. No entry of the chunk may be
+    lost for that: once there is room, every queue holds every record at its place."""
+    with tmpfs(tmp_path / "disk") as disk:
+        slave_config = make_config(os.path.join(disk, "slave"), disk_space_warning_level_ratio=100,
+                                   consume_queue_write_behind_bytes=CQ_ENTRY_SIZE)
+
+        async def main() -> None:
+            async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
+                slave = DefaultMessageStore(slave_config)
+                slave.replica = True
+                await slave.start()
+
+                async def replicate(*puts: tuple[int, bytes]) -> None:
+                    for qid, body in puts:
+                        assert (await master.put_message(msg("T", body, queue_id=qid))).ok
+                    start = slave.max_phy_offset
+                    slave.append_replicated(start, master.commit_log.read_raw(start, master.max_phy_offset - start))
+
+                size = 0
+                while size == 0 or PAGE - master.max_phy_offset % PAGE < 4 * size:  # room for 3 more in the page
+                    before = master.max_phy_offset
+                    await replicate((9, b"p"))
+                    size = master.max_phy_offset - before
+                slave.flush_and_checkpoint()  # no tail left
+                await replicate((1, b"b"))  # buffered: queue 1 has no file
+                assert slave.queues.tail_bytes == CQ_ENTRY_SIZE and slave.queues.find("T", 1).tail is not None
+                fill_disk(disk, 0)
+                with pytest.raises(OSError):
+                    await replicate((0, b"a"), (2, b"c"))
+                assert slave.max_phy_offset == master.max_phy_offset  # the records are in the slave's log
+                os.unlink(os.path.join(disk, "filler"))
+                await replicate((2, b"c2"), (0, b"a2"))
+                for qid, bodies in ((0, [b"a", b"a2"]), (1, [b"b"]), (2, [b"c", b"c2"])):
+                    got = slave.get_message("T", qid, 0, 10, 1 << 30)
+                    assert [decode_message(w)[0].body for w in got.messages] == bodies, qid
+                    assert slave.get_max_offset_in_queue("T", qid) == len(bodies), qid
+                await slave.shutdown()
+
+        run(main)
