@@ -477,3 +477,33 @@ def test_a_slave_whose_consume_queue_write_fails_on_a_full_disk_loses_no_entry(t
                 await slave.shutdown()
 
         run(main)
+
+
+def test_the_confirm_offset_bounds_reads_wherever_it_falls_among_written_and_buffered_entries(root: Path) -> None:
+    """Controller mode: a consumer's reads stop at the confirm offset, found by a binary search over the queue's
+    entries. With the newest buffered (the tail over a file boundary), every bound, in a file, at the tail's start or
+    within it, gives exactly the entries whose records end at or before it."""
+    config = make_config(root, mapped_file_size_consume_queue=20 * 8)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        ends: list[int] = []
+        for i in range(6):
+            result = await store.put_message(msg("T", b"w%d" % i))
+            ends.append(result.append_result.wrote_offset + result.append_result.wrote_bytes)
+        store.flush_and_checkpoint()
+        for i in range(6, 20):
+            result = await store.put_message(msg("T", b"w%d" % i))
+            ends.append(result.append_result.wrote_offset + result.append_result.wrote_bytes)
+        cq = store.queues.find("T", 0)
+        assert cq is not None and cq.tail_from == 6 and cq.max_offset == 20
+        for n, end in enumerate([0, *ends]):
+            for bound in (end, end + 1):  # the n first records end at or before either
+                store.set_confirm_offset(bound)
+                assert store.get_max_offset_in_queue("T", 0, confirmed=True) == n, (n, bound)
+                got = store.get_message("T", 0, 0, 100, 1 << 30, confirmed=True)
+                assert [decode_message(w)[0].body for w in got.messages] == [b"w%d" % i for i in range(n)]
+        await store.shutdown()
+
+    run(main)
