@@ -97,7 +97,8 @@ def _put_run(queues: ConsumeQueueStore, key: tuple[str, int], first: int, entrie
              failed: list[OSError]) -> None:
     """A replicated run of entries put in its queue. A write that fails (the queue's tail reaching a page, or the
     oldest tails written past ``consumeQueueWriteBehindBytes``, another queue's among them) keeps the tail buffered:
-    the entries are the queue's all the same, and the other queues' runs go on; the error is kept for the end."""
+    the entries are the queue's all the same, and the other queues' runs go on; the error is kept for the end. (A
+    run that does not start at the queue's end, after a gap, is written at once and fails with its write.)"""
     try:
         queues.find_or_create(*key).put_run(first, entries)
     except OSError as exc:
