@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import txmq.store.consume_queue_store as consume_queue_store
 import txmq.store.message_store as message_store
 from tests.disk_helpers import fill_disk, tmpfs
 from tests.store.store_helpers import make_config, msg, run
@@ -66,6 +67,46 @@ def test_passing_the_bound_walks_the_tails_once_not_once_per_tail_written(root: 
         await store.shutdown()
 
     run(main)
+
+
+
+def test_the_put_that_passes_the_bound_writes_a_batch_and_the_loop_the_rest(root: Path) -> None:
+    """Half of thousands of small tails written by the one put that passed the bound held the loop for as long
+    (0.4 s of CPU at 80,000 queues): that put writes one batch of the oldest, and the loop writes the rest a batch
+    per turn, serving in between, until half the bound is left. Buffered bytes never pass the bound by more than a
+    put's entries, and every entry reads the same throughout; outside a loop (recovery) all are written at once."""
+    batch = consume_queue_store.TAILS_PER_TURN
+    n = 4 * batch
+    limit = CQ_ENTRY_SIZE * n
+
+    def queues_of(store: ConsumeQueueStore) -> list[ConsumeQueue]:
+        queues = [store.find_or_create("wide", qid) for qid in range(n + 1)]
+        for qid, cq in enumerate(queues[:n]):
+            cq.put(0, 100 * qid, 100, 0)
+        assert len(store.tails) == n and store.tail_bytes == limit
+        return queues
+
+    async def main() -> None:
+        store = ConsumeQueueStore(str(root / "a"), CQ_ENTRY_SIZE * 8, threading.Lock(), 64, limit)
+        queues = queues_of(store)
+        queues[n].put(0, 100 * n, 100, 0)  # past the bound
+        assert len(store.tails) == n + 1 - batch  # one batch written by the put
+        seen = []
+        while store.tail_bytes > limit // 2:
+            await asyncio.sleep(0)
+            seen.append(len(store.tails))
+        assert seen[0] == n + 1 - 2 * batch and len(seen) == 2  # a batch a turn, the loop serving in between
+        await asyncio.sleep(0)
+        assert len(store.tails) == seen[-1]  # and no more once half is left
+        assert [_phys(cq, 0, 2) for cq in queues] == [[100 * qid] for qid in range(n + 1)]
+        assert store.tail_bytes == sum(len(cq.tail or b"") for cq in queues)
+
+    run(main)
+    store = ConsumeQueueStore(str(root / "b"), CQ_ENTRY_SIZE * 8, threading.Lock(), 64, limit)
+    queues = queues_of(store)
+    queues[n].put(0, 100 * n, 100, 0)  # no loop running: all at once
+    assert store.tail_bytes <= limit // 2
+    assert [_phys(cq, 0, 2) for cq in queues] == [[100 * qid] for qid in range(n + 1)]
 
 
 # --- a full disk where a tail is written --------------------------------------------------------------------------
