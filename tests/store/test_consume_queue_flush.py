@@ -5,6 +5,7 @@ sends spread over thousands of queues, fsyncing each written queue at every chec
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import time
@@ -724,3 +725,35 @@ def test_a_checkpoint_with_buffered_entries_holds_its_recovery_point_before_them
 
     run(main)
     _whole_after_power_loss(config, disk, expected)
+
+
+def test_a_thorough_checkpoint_writes_thousands_of_tails_a_batch_at_a_time(root: Path) -> None:
+    """At 80,000 queues a thorough checkpoint has as many tails to write: it writes them a batch at a time and the
+    loop serves between batches, instead of holding it for seconds. A new queue's first put created its file
+    (that cost stays with the put, not with the checkpoint), so the batches only write."""
+    config = make_config(root)
+    queues = 3 * message_store.TAILS_PER_TURN
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for qid in range(queues):
+            assert (await store.put_message(msg("wide", b"w" * 20, queue_id=qid))).ok
+        assert all(os.path.getsize(os.path.join(root, "consumequeue", "wide", str(q), "0" * 20))
+                   == config.mapped_file_size_consume_queue for q in range(queues))
+        assert all(_entries_on_disk(config, "wide", q) == 0 for q in range(queues))
+        seen: list[int] = []
+
+        async def watch() -> None:
+            while len(seen) < 10:
+                seen.append(sum(cq.tail is None for cq in store.queues.all()))
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        await store._write_tails(0)  # what the checkpoint loop runs before a thorough snapshot
+        await watcher
+        assert any(0 < n < queues for n in seen)  # the loop ran while tails were being written
+        assert all(_entries_on_disk(config, "wide", q) == 1 for q in range(queues))
+        await store.shutdown()
+
+    run(main)

@@ -70,19 +70,8 @@ class ConsumeQueue:
     Kept small (``__slots__``, no stored path, segments opened or created at first use): a broker holds one per
     queue, 80,000 at 10,000 topics."""
 
-    __slots__ = (
-        "_files",
-        "flush_due",
-        "max_offset",
-        "min_offset",
-        "queue_id",
-        "store",
-        "tail",
-        "tail_from",
-        "topic",
-        "unflushed_from",
-        "unflushed_phy",
-    )
+    __slots__ = ("_files", "flush_due", "max_offset", "min_offset", "queue_id", "store", "tail", "tail_from", "topic",
+                 "unflushed_from", "unflushed_phy")
 
     def __init__(self, store: ConsumeQueueStore, topic: str, queue_id: int) -> None:
         topic_directory(store.root, topic)  # refuses a name that is no directory's
@@ -128,11 +117,13 @@ class ConsumeQueue:
         starts = [mf.file_from_offset for mf in files.files]
         if any(b - a != self.store.file_size for a, b in itertools.pairwise(starts)):
             problems.append(f"{self.directory}: a segment is missing")
-        last = files.last
-        if last is not None:
-            end = last.last_nonzero()
-            entries = (end // CQ_ENTRY_SIZE + 1) if end >= 0 else 0
-            self.max_offset = (last.file_from_offset // CQ_ENTRY_SIZE) + entries
+        # The last entry is in the last file that holds any: a put creates the file its entries roll into, so a
+        # crash can leave that one empty while the entries before it were buffered (and are rebuilt from the log).
+        for mf in reversed(files.files):
+            end = mf.last_nonzero()
+            if end >= 0 or mf is files.files[0]:
+                self.max_offset = mf.file_from_offset // CQ_ENTRY_SIZE + (end // CQ_ENTRY_SIZE + 1 if end >= 0 else 0)
+                break
         return problems
 
     def entry(self, offset: int) -> tuple[int, int, int] | None:
@@ -234,8 +225,8 @@ class ConsumeQueue:
 
     def put_run(self, first: int, entries: list[tuple[int, int, int]]) -> None:
         """Put (commit-log offset, size, tag hash) entries for logical offsets ``first``, ``first + 1``, …: at the
-        end of the queue into its tail, written once it reaches a page; elsewhere (a rebuild putting entries back
-        in place) written at once, after the tail."""
+        end of the queue into its tail (the files they fall in created now), written once it reaches a page;
+        elsewhere (a rebuild putting entries back in place) written at once, after the tail."""
         if self.unflushed_from is None or first < self.unflushed_from:  # (lower: rebuilt entries, back in place)
             self.mark_unflushed(first, entries[0][0], False)
         store = self.store
@@ -245,6 +236,10 @@ class ConsumeQueue:
             self._write(first, b"".join([CQ_ENTRY.pack(*entry) for entry in entries]))
             self.max_offset = max(self.max_offset, first + len(entries))
             return
+        end = (first + len(entries)) * CQ_ENTRY_SIZE
+        last = self.files.last
+        if last is None or last.end_offset < end:
+            self._make_files(first * CQ_ENTRY_SIZE, end)
         if tail is None:
             tail = self.tail = bytearray()
             self.tail_from = first
@@ -258,6 +253,17 @@ class ConsumeQueue:
             self.write_tail()
         elif store.tail_bytes > store.tail_limit:
             store.write_oldest_tails()
+
+    def _make_files(self, pos: int, end: int) -> None:
+        """Create the files that entries from byte ``pos`` to ``end`` fall in: a new queue's first put, or one
+        that rolls into the next file, pays for them (as when entries were written at once), not a checkpoint that
+        would create thousands in one go."""
+        files = self.files
+        while pos < end:
+            mf = files.find(pos)
+            if mf is None:
+                mf = files.create(pos - pos % self.store.file_size)
+            pos = mf.end_offset
 
     def write_tail(self) -> None:
         """Write the buffered entries to the file (one system call per file they fall in). A failed write (a full
@@ -297,12 +303,13 @@ class ConsumeQueue:
     # --- retention ---------------------------------------------------------------------------------
 
     def delete_expired_files(self, min_phy_offset: int) -> int:
-        """Delete files (never the last) whose entries all point below ``min_phy_offset``. (The tail is newer than
-        any file before the last.)"""
+        """Delete files (never the last) whose entries all point below ``min_phy_offset``, judged by what they hold
+        with the tail written (retention runs seldom)."""
         files = self._files
         if files is None:
             self.correct_min_offset(min_phy_offset)
             return 0
+        self.write_tail()
         doomed: list[MappedFile] = []
         for mf in files.files[:-1]:
             last = mf.last_nonzero()
