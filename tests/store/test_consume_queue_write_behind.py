@@ -200,8 +200,8 @@ def test_a_put_that_passes_the_bound_when_another_queue_s_tail_cannot_be_written
             await store.start()
             await _room_in_the_log_page(store, 3)
             assert store.queues.tail_bytes == 0
-            assert (await store.put_message(msg("T", b"other", queue_id=1))).ok  # buffered: queue 1 has no file
-            assert store.queues.tail_bytes == CQ_ENTRY_SIZE and not os.path.isdir(f"{disk}/store/consumequeue/T/1")
+            assert (await store.put_message(msg("T", b"other", queue_id=1))).ok  # buffered: its new file is empty
+            assert store.queues.tail_bytes == CQ_ENTRY_SIZE and _entries_in(f"{disk}/store/consumequeue/T/1") == 0
             fill_disk(disk, 0)
             before = store.get_max_offset_in_queue("T", 0)
             result = await store.put_message(msg("T", b"failing", queue_id=0))
@@ -224,7 +224,7 @@ def test_a_put_that_passes_the_bound_when_another_queue_s_tail_cannot_be_written
 
 
 def test_a_topic_deleted_with_buffered_entries_leaves_no_tail_and_no_file(root: Path) -> None:
-    """A topic whose queues hold buffered entries (one with files and a tail, one with a tail only and no directory)
+    """A topic whose queues hold buffered entries (one with files and a tail, one with a tail only, its file empty)
     is deleted: the tails go with it (the store's account back to zero), and neither the checkpoints nor the stop
     write them back to a file."""
     config = make_config(root, mapped_file_size_consume_queue=20 * 8)
@@ -240,7 +240,7 @@ def test_a_topic_deleted_with_buffered_entries_leaves_no_tail_and_no_file(root: 
         assert (await store.put_message(msg("gone", b"only", queue_id=1))).ok
         assert (await store.put_message(msg("kept", b"k"))).ok
         assert store.queues.tail_bytes == 7 * CQ_ENTRY_SIZE
-        assert not os.path.isdir(os.path.join(root, "consumequeue", "gone", "1"))
+        assert _entries_in(os.path.join(root, "consumequeue", "gone", "1")) == 0
         store.delete_topic("gone")  # (and a checkpoint, which writes the other topic's tail)
         assert store.queues.tail_bytes == 0 and not store.queues.tails and store.queues.pending == set()
         assert not os.path.exists(os.path.join(root, "consumequeue", "gone"))
@@ -280,9 +280,9 @@ def _phys(cq: ConsumeQueue, offset: int, count: int) -> list[int]:
 
 def test_reads_at_every_boundary_between_files_and_tail(root: Path) -> None:
     """A queue of 8-entry files: entries 0-10 written (the second file part full), 11-20 buffered (the tail spans the
-    end of the second file and the whole third, which does not exist yet). Every (offset, count) reads exactly the
-    entries there, a read from below the first file or past the end reads nothing, and a queue whose only entries
-    are buffered (no directory) reads as well."""
+    end of the second file and the whole third, which the put made and which holds nothing yet). Every (offset,
+    count) reads exactly the entries there, a read from below the first file or past the end reads nothing, and a
+    queue whose only entries are buffered (its file empty) reads as well."""
     queues, cq = _queue(root)
     for i in range(11):
         cq.put(i, 100 * i, 100, 0)
@@ -290,7 +290,8 @@ def test_reads_at_every_boundary_between_files_and_tail(root: Path) -> None:
     for i in range(11, 21):
         cq.put(i, 100 * i, 100, 0)
     assert cq.tail_from == 11 and cq.max_offset == 21
-    assert sorted(os.listdir(cq.directory)) == [offset_to_name(0), offset_to_name(160)]
+    assert sorted(os.listdir(cq.directory)) == [offset_to_name(0), offset_to_name(160), offset_to_name(320)]
+    assert _entries_in(cq.directory) == 11
     for offset in range(-1, 23):
         for count in range(0, 24):
             want = [100 * i for i in range(max(offset, 0), min(offset + count, 21))] if offset >= 0 else []
@@ -302,11 +303,21 @@ def test_reads_at_every_boundary_between_files_and_tail(root: Path) -> None:
     assert _phys(cq, 0, 30) == [100 * i for i in range(19)]
     only = queues.find_or_create("T", 1)
     only.put(0, 7, 100, 0)
-    assert only.opened_files is None and not os.path.isdir(only.directory)
+    assert only.tail is not None and _entries_in(only.directory) == 0
     assert _phys(only, 0, 5) == [7] and only.entry(0) == (7, 100, 0) and _phys(only, 1, 5) == []
     only.correct_min_offset(8)
-    assert only.min_offset == 1 and only.opened_files is None
-    assert only.delete_expired_files(8) == 0 and only.opened_files is None
+    assert only.min_offset == 1
+    assert only.delete_expired_files(8) == 0 and _phys(only, 0, 5) == [7] and only.min_offset == 1
+
+
+def _entries_in(directory: str) -> int:
+    """Non-empty entries in a queue's files as they are on disk (read directly, not through the store)."""
+    count = 0
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name), "rb") as f:
+            data = f.read()
+        count += sum(1 for i in range(0, len(data), CQ_ENTRY_SIZE) if data[i : i + CQ_ENTRY_SIZE].strip(b"\0"))
+    return count
 
 
 def _phy(cq: ConsumeQueue, offset: int) -> int | None:
@@ -503,7 +514,7 @@ def test_a_slave_whose_consume_queue_write_fails_on_a_full_disk_loses_no_entry(t
                     await replicate((9, b"p"))
                     size = master.max_phy_offset - before
                 slave.flush_and_checkpoint()  # no tail left
-                await replicate((1, b"b"))  # buffered: queue 1 has no file
+                await replicate((1, b"b"))  # buffered: queue 1's new file is empty, none of its pages allocated
                 assert slave.queues.tail_bytes == CQ_ENTRY_SIZE and slave.queues.find("T", 1).tail is not None
                 fill_disk(disk, 0)
                 with pytest.raises(OSError):

@@ -16,7 +16,7 @@ from txmq.store.mapped_file import FdPool
 log = logging.getLogger("txmq.store")
 
 
-TAILS_PER_TURN = 256  # tails written in one go past the bound; the loop writes the rest a batch per turn
+TAILS_PER_TURN = 256  # tails written in one go (past the bound, or by a checkpoint) before the loop serves again
 
 
 class ConsumeQueueStore:
