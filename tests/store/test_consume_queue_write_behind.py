@@ -5,8 +5,10 @@ tail is written."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
+import shutil
 import threading
 from pathlib import Path
 
@@ -559,3 +561,46 @@ def test_the_confirm_offset_bounds_reads_wherever_it_falls_among_written_and_buf
         await store.shutdown()
 
     run(main)
+
+
+def test_a_slave_whose_new_queue_file_cannot_be_made_loses_no_entry(tmp_path: Path) -> None:
+    """A slave's disk has no inode left when its master's records for a new queue arrive: the queue's directory and
+    file cannot be made by the put. The entry is buffered all the same (the tail writes the file later, making what
+    is missing), the other queue of the chunk gets its entry, and once there is room every queue holds every
+    record at its place: no hole where the first record of the new queue was."""
+    with tmpfs(tmp_path / "disk", size="8m,nr_inodes=64") as disk:
+        slave_config = make_config(os.path.join(disk, "slave"), disk_space_warning_level_ratio=100)
+
+        async def main() -> None:
+            async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
+                slave = DefaultMessageStore(slave_config)
+                slave.replica = True
+                await slave.start()
+
+                async def replicate(*puts: tuple[int, bytes]) -> None:
+                    for qid, body in puts:
+                        assert (await master.put_message(msg("T", body, queue_id=qid))).ok
+                    start = slave.max_phy_offset
+                    slave.append_replicated(start, master.commit_log.read_raw(start, master.max_phy_offset - start))
+
+                await replicate((2, b"c0"))
+                slave.flush_and_checkpoint()
+                fillers = os.path.join(disk, "fillers")
+                os.mkdir(fillers)
+                n = 0
+                with contextlib.suppress(OSError):
+                    while True:
+                        open(os.path.join(fillers, str(n)), "wb").close()
+                        n += 1
+                with pytest.raises(OSError):
+                    await replicate((0, b"a"), (2, b"c"))
+                assert slave.max_phy_offset == master.max_phy_offset  # the records are in the slave's log
+                shutil.rmtree(fillers)
+                await replicate((0, b"a2"), (2, b"c2"))
+                for qid, bodies in ((0, [b"a", b"a2"]), (2, [b"c0", b"c", b"c2"])):
+                    got = slave.get_message("T", qid, 0, 10, 1 << 30)
+                    assert [decode_message(w)[0].body for w in got.messages] == bodies, qid
+                    assert slave.get_max_offset_in_queue("T", qid) == len(bodies), qid
+                await slave.shutdown()
+
+        run(main)
