@@ -236,10 +236,6 @@ class ConsumeQueue:
             self._write(first, b"".join([CQ_ENTRY.pack(*entry) for entry in entries]))
             self.max_offset = max(self.max_offset, first + len(entries))
             return
-        end = (first + len(entries)) * CQ_ENTRY_SIZE
-        last = self.files.last
-        if last is None or last.end_offset < end:
-            self._make_files(first * CQ_ENTRY_SIZE, end)
         if tail is None:
             tail = self.tail = bytearray()
             self.tail_from = first
@@ -249,6 +245,12 @@ class ConsumeQueue:
             tail += CQ_ENTRY.pack(*entry)
         self.max_offset = first + len(entries)
         store.tail_bytes += len(tail) - before
+        # The files after the entries are the queue's: a failure to make them (a full disk) leaves the entries
+        # buffered (a slave's must stay; a put's are taken back by its caller), and the tail's write makes them.
+        end = self.max_offset * CQ_ENTRY_SIZE
+        last = self.files.last
+        if last is None or last.end_offset < end:
+            self._make_files(first * CQ_ENTRY_SIZE, end)
         if len(tail) >= TAIL_WRITE_BYTES:
             self.write_tail()
         elif store.tail_bytes > store.tail_limit:

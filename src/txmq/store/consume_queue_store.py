@@ -3,12 +3,20 @@ and its topicQueueTable)."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import logging
 import os
 import threading
 from collections.abc import Iterator
 
 from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.mapped_file import FdPool
+
+log = logging.getLogger("txmq.store")
+
+
+TAILS_PER_TURN = 256  # tails written in one go (past the bound, or by a checkpoint) before the loop serves again
 
 
 class ConsumeQueueStore:
@@ -30,6 +38,7 @@ class ConsumeQueueStore:
         self.tails: dict[ConsumeQueue, None] = {}
         self.tail_bytes = 0
         self.tail_limit = write_behind_bytes
+        self._drain: asyncio.Handle | None = None  # the loop's next batch of oldest tails to write, if due
 
     def load(self) -> Iterator[tuple[ConsumeQueue, list[str]]]:
         """Open every queue found on disk, with the problems its files had (recovery)."""
@@ -53,10 +62,39 @@ class ConsumeQueueStore:
         return sum(len(qs) for qs in self._queues.values())
 
     def write_oldest_tails(self) -> None:
-        """Write the oldest tails until their bytes are under half ``tail_limit``, so that the buffered entries
-        stay bounded whatever the rate and however many queues are written (a failed write raises)."""
-        while self.tail_bytes > self.tail_limit // 2 and self.tails:
-            next(iter(self.tails)).write_tail()
+        """Past ``tail_limit``: write the oldest tails until their bytes are under half of it, so that the buffered
+        entries stay bounded whatever the rate and however many queues are written (a failed write raises). With
+        sends spread over thousands of queues that is thousands of small tails: this put writes a batch of them
+        and the loop the rest, a batch per turn, so that no put holds it for all of them (while the bound is
+        passed again meanwhile, each put writes a batch too). Outside a running loop (recovery) all at once."""
+        self._write_batch()
+        if self.tail_bytes > self.tail_limit // 2 and self._drain is None:
+            try:
+                self._drain = asyncio.get_running_loop().call_soon(self._write_later)
+            except RuntimeError:
+                while self.tail_bytes > self.tail_limit // 2 and self.tails:
+                    self._write_batch()
+
+    def _write_batch(self) -> None:
+        """The oldest ``TAILS_PER_TURN`` tails written, or fewer once half the bound is left. (Taken from the
+        front of the dict at once: finding the oldest afresh for each tail would walk over the slots the ones
+        written before it left there, quadratic in the tails written.)"""
+        for cq in list(itertools.islice(self.tails, TAILS_PER_TURN)):
+            if self.tail_bytes <= self.tail_limit // 2:
+                return
+            cq.write_tail()
+
+    def _write_later(self) -> None:
+        """A loop turn's batch, until half the bound is left. A write that fails (a full disk) stops here: the next
+        put past the bound tries again, and its put fails with it."""
+        self._drain = None
+        try:
+            self._write_batch()
+        except OSError as exc:
+            log.error("consume-queue tails past consumeQueueWriteBehindBytes could not be written: %s", exc)
+            return
+        if self.tail_bytes > self.tail_limit // 2 and self.tails:
+            self._drain = asyncio.get_running_loop().call_soon(self._write_later)
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get(topic, {}).get(queue_id)

@@ -33,7 +33,7 @@ from txmq.store.clock import StoreClock
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import FlushDiskType, StoreConfig, delete_hours
 from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue, topic_directory
-from txmq.store.consume_queue_store import ConsumeQueueStore
+from txmq.store.consume_queue_store import TAILS_PER_TURN, ConsumeQueueStore
 from txmq.store.disk import DiskGuard
 from txmq.store.dispatcher import (
     DispatchRequest,
@@ -55,7 +55,6 @@ log = logging.getLogger("txmq.store")
 
 PAGE_SIZE = 4096  # flushConsumeQueueLeastPages counts pages of this size, as RocketMQ's
 CHECKPOINT_DUTY = 0.1  # checkpoints take at most this share of the time (see _checkpoint_loop)
-TAILS_PER_TURN = 256  # consume-queue tails a checkpoint writes before it lets the loop serve (_write_tails)
 SYNCFS_ABOVE = 256  # consume-queue files and directories a checkpoint makes durable with one syncfs, not one each
 
 _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE

@@ -93,6 +93,18 @@ class ConfirmOffset:
         return cq.first_offset_where(cq.min_offset, hi - 1, lambda phy, size: phy + size > bound)
 
 
+def _put_run(queues: ConsumeQueueStore, key: tuple[str, int], first: int, entries: list[tuple[int, int, int]],
+             failed: list[OSError]) -> None:
+    """A replicated run of entries put in its queue. A write that fails (the queue's tail reaching a page, or the
+    oldest tails written past ``consumeQueueWriteBehindBytes``, another queue's among them) keeps the tail buffered:
+    the entries are the queue's all the same, and the other queues' runs go on; the error is kept for the end. (A
+    run that does not start at the queue's end, after a gap, is written at once and fails with its write.)"""
+    try:
+        queues.find_or_create(*key).put_run(first, entries)
+    except OSError as exc:
+        failed.append(exc)
+
+
 class ReplicaLog:
     """A slave's log (RocketMQ's appendToCommitLog and truncateDirtyFiles): its master's records appended as they
     are, at the master's offsets, and dispatched as a put's are; cut back where its master's log ends."""
@@ -114,12 +126,15 @@ class ReplicaLog:
     def append(self, offset: int, data: bytes | bytearray | memoryview) -> int:
         """Append the whole records at the start of a master's bytes from ``offset`` as they are, dispatch them
         (consume queues, index, dispatchers, arrival listeners) and return how many bytes were taken. Raises
-        ``CorruptRecordError`` (nothing written) for bytes that are not valid records at those offsets."""
+        ``CorruptRecordError`` (nothing written) for bytes that are not valid records at those offsets, and the
+        ``OSError`` of a consume-queue file that could not be written (a full disk) once every record is dispatched:
+        the records are in the log and the session goes on from its end, so no queue's entries may be left out."""
         commit_log, clock, queues = self.commit_log, self.clock, self.queues
         records = commit_log.append_raw(offset, data)
         arrived: dict[tuple[str, int], int] = {}  # next queue offset per queue
         runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}  # consecutive entries per queue
         index_enabled = self.config.message_index_enable
+        failed: list[OSError] = []
         for phy, rec in records:
             req = request_from_record(rec, phy)
             clock.replicated(phy, req.store_timestamp, commit_log.last_store_timestamp)
@@ -131,16 +146,18 @@ class ReplicaLog:
                 key = (req.topic, req.queue_id)
                 first, entries = runs.get(key, (req.consume_queue_offset, []))
                 if first + len(entries) != req.consume_queue_offset:
-                    queues.find_or_create(*key).put_run(first, entries)
+                    _put_run(queues, key, first, entries, failed)
                     first, entries = req.consume_queue_offset, []
                 entries.append((phy, req.msg_size, req.tags_code))
                 runs[key] = (first, entries)
                 arrived[key] = req.consume_queue_offset + 1
         for key, (first, entries) in runs.items():  # one write per queue and file, as a put does
-            queues.find_or_create(*key).put_run(first, entries)
+            _put_run(queues, key, first, entries, failed)
         queues.offsets.update(arrived)
         self._counters["appends"] += len(records)
         self.confirm.notify(arrived, commit_log.max_offset)
+        if failed:
+            raise failed[0]
         return commit_log.max_offset - offset
 
     def truncate(self, offset: int) -> None:
