@@ -412,9 +412,11 @@ def test_commit_latency_counts_from_the_half_s_store_time_whether_remembered_or_
         for off, clo in (remembered, forgotten, remembered_again):
             assert (await end(service, off, clo, Outcome.COMMIT)).code == ResponseCode.SUCCESS
         m = service.metrics
-        assert list(m.commit_latency_ms) == [2000, 2000, 2000]
+        # Within 1 ms of the two seconds: the account counts whole ms, and the wall and monotonic readings that
+        # anchor it at open are each truncated to the ms, so a store time read back can sit 1 ms off the account.
+        assert all(1999 <= ms <= 2001 for ms in m.commit_latency_ms) and len(m.commit_latency_ms) == 3
         group = m.groups["g"]
-        assert group.commits == 3 and group.latency_sum_ms == 6000
+        assert group.commits == 3 and abs(group.latency_sum_ms - 6000) <= 3
         assert sum(group.latency_buckets) == 3 and group.latency_buckets[8] == 3  # the 2,500 ms bucket
         await store.shutdown()
     asyncio.run(go())
