@@ -7,8 +7,8 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from txmq.message import MessageExt
-from txmq.store import StoreConfig
+from txmq.message import MessageExt, decode_message
+from txmq.store import DefaultMessageStore, StoreConfig
 from txmq.store.mapped_file import offset_to_name
 
 SEGMENT = 64 * 1024
@@ -49,3 +49,19 @@ def segment_path(config: StoreConfig, offset: int) -> str:
     start = offset - offset % config.mapped_file_size_commit_log
     return os.path.join(config.store_path_root_dir, "commitlog", offset_to_name(start))
 
+
+
+def reopened_bodies(config: StoreConfig) -> dict[int, list[bytes]]:
+    """Reopen the store and read every message of topic T, by queue (queues holding none left out), checking that
+    no queue has a hole."""
+
+    async def main() -> dict[int, list[bytes]]:
+        async with DefaultMessageStore(config) as store:
+            out = {}
+            for qid in store.queue_ids("T"):
+                got = store.get_message("T", qid, 0, 10_000, 1 << 30)
+                assert got.queue_offsets == list(range(store.get_max_offset_in_queue("T", qid))), "a hole"
+                out[qid] = [decode_message(w)[0].body for w in got.messages]
+            return {q: b for q, b in out.items() if b}
+
+    return run(main)

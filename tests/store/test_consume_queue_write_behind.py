@@ -10,6 +10,7 @@ import os
 import random
 import shutil
 import threading
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 import txmq.store.consume_queue_store as consume_queue_store
 import txmq.store.message_store as message_store
 from tests.disk_helpers import fill_disk, tmpfs
-from tests.store.store_helpers import make_config, msg, run
+from tests.store.store_helpers import make_config, msg, reopened_bodies, run
 from tests.store.test_consume_queue_flush import (
     QUEUES,
     _assert_queues_match_the_log,
@@ -27,7 +28,7 @@ from tests.store.test_consume_queue_flush import (
     _whole_after_power_loss,
 )
 from txmq.message import decode_message
-from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageStatus, StoreConfig
+from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageStatus
 from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from txmq.store.consume_queue_store import ConsumeQueueStore
 from txmq.store.mapped_file import offset_to_name
@@ -129,21 +130,6 @@ async def _room_in_the_log_page(store: DefaultMessageStore, records: int) -> Non
 PAGE = 4096
 
 
-def _reopened_bodies(config: StoreConfig) -> dict[int, list[bytes]]:
-    """After a crash: reopen, and every message of topic T by queue, checking there is no hole."""
-
-    async def main() -> dict[int, list[bytes]]:
-        async with DefaultMessageStore(config) as store:
-            out = {}
-            for qid in store.queue_ids("T"):
-                got = store.get_message("T", qid, 0, 10_000, 1 << 30)
-                assert got.queue_offsets == list(range(store.get_max_offset_in_queue("T", qid))), "a hole"
-                out[qid] = [decode_message(w)[0].body for w in got.messages]
-            return out
-
-    return run(main)
-
-
 def test_a_put_whose_tail_reaches_a_page_on_a_full_disk_stores_nothing(tmp_path: Path) -> None:
     """The put that fills a queue's tail to a page writes it, and the disk has no page for it: the put is answered
     SERVICE_NOT_AVAILABLE and stores nothing (the queue keeps its buffered entries, the part of the page already
@@ -177,7 +163,7 @@ def test_a_put_whose_tail_reaches_a_page_on_a_full_disk_stores_nothing(tmp_path:
 
         run(fail)
         os.unlink(os.path.join(disk, "filler"))
-        stored = _reopened_bodies(config)
+        stored = reopened_bodies(config)
         assert stored[1] == [b"b%d" % i for i in range(per_page)] + [b"c%d" % i for i in range(per_page)]
 
         async def retry() -> None:
@@ -186,7 +172,7 @@ def test_a_put_whose_tail_reaches_a_page_on_a_full_disk_stores_nothing(tmp_path:
                 assert result.ok and result.append_result.logics_offset == 2 * per_page
 
         run(retry)
-        assert _reopened_bodies(config)[1] == stored[1] + [b"failing"]
+        assert reopened_bodies(config)[1] == stored[1] + [b"failing"]
 
 
 def test_a_put_that_passes_the_bound_when_another_queue_s_tail_cannot_be_written(tmp_path: Path) -> None:
@@ -218,8 +204,8 @@ def test_a_put_that_passes_the_bound_when_another_queue_s_tail_cannot_be_written
 
         before = run(fail)
         os.unlink(os.path.join(disk, "filler"))
-        stored = _reopened_bodies(config)
-        assert stored[1] == [b"other"] and len(stored[0]) == before and b"failing" not in stored[0]
+        stored = reopened_bodies(config)
+        assert stored[1] == [b"other"] and len(stored.get(0, [])) == before and b"failing" not in stored[0]
 
 
 # --- a deleted topic, entries put back in place, reads at every boundary ---------------------------------------------
@@ -489,6 +475,14 @@ def test_puts_reads_and_periodic_checkpoints_in_their_thread_all_at_once(root: P
     run(reopen)
 
 
+async def _replicate(master: DefaultMessageStore, slave: DefaultMessageStore, *puts: tuple[int, bytes]) -> None:
+    """Put (queue id, body) messages of topic T on the master, then append what the slave lacks as HA would."""
+    for qid, body in puts:
+        assert (await master.put_message(msg("T", body, queue_id=qid))).ok
+    start = slave.max_phy_offset
+    slave.append_replicated(start, master.commit_log.read_raw(start, master.max_phy_offset - start))
+
+
 def test_a_slave_whose_consume_queue_write_fails_on_a_full_disk_loses_no_entry(tmp_path: Path) -> None:
     """A slave appends its master's records (queue 0's and queue 2's in one chunk) while its disk is full: queue 0's
     put passes the bound and writes the oldest tail, queue 1's, whose new file gets no page. The append fails and
@@ -504,11 +498,8 @@ def test_a_slave_whose_consume_queue_write_fails_on_a_full_disk_loses_no_entry(t
                 slave.replica = True
                 await slave.start()
 
-                async def replicate(*puts: tuple[int, bytes]) -> None:
-                    for qid, body in puts:
-                        assert (await master.put_message(msg("T", body, queue_id=qid))).ok
-                    start = slave.max_phy_offset
-                    slave.append_replicated(start, master.commit_log.read_raw(start, master.max_phy_offset - start))
+                def replicate(*puts: tuple[int, bytes]) -> Awaitable[None]:
+                    return _replicate(master, slave, *puts)
 
                 size = 0
                 while size == 0 or PAGE - master.max_phy_offset % PAGE < 4 * size:  # room for 3 more in the page
@@ -577,11 +568,8 @@ def test_a_slave_whose_new_queue_file_cannot_be_made_loses_no_entry(tmp_path: Pa
                 slave.replica = True
                 await slave.start()
 
-                async def replicate(*puts: tuple[int, bytes]) -> None:
-                    for qid, body in puts:
-                        assert (await master.put_message(msg("T", body, queue_id=qid))).ok
-                    start = slave.max_phy_offset
-                    slave.append_replicated(start, master.commit_log.read_raw(start, master.max_phy_offset - start))
+                def replicate(*puts: tuple[int, bytes]) -> Awaitable[None]:
+                    return _replicate(master, slave, *puts)
 
                 await replicate((2, b"c0"))
                 slave.flush_and_checkpoint()

@@ -11,7 +11,7 @@ import pytest
 
 from tests.disk_helpers import fill_disk, leave_for, tmpfs
 from tests.elapsed import advance
-from tests.store.store_helpers import SEGMENT, make_config, msg, run
+from tests.store.store_helpers import SEGMENT, make_config, msg, reopened_bodies, run
 from txmq.message import MessageExt, decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 from txmq.store.group_commit import DISK_CHECK_INTERVAL_S
@@ -47,21 +47,6 @@ CASES = {
 }
 
 
-def _bodies(config: StoreConfig) -> dict[int, list[bytes]]:
-    """Reopen the store and read every message of topic T, by queue."""
-
-    async def main() -> dict[int, list[bytes]]:
-        async with DefaultMessageStore(config) as store:
-            out = {}
-            for qid in store.queue_ids("T"):
-                got = store.get_message("T", qid, 0, 10_000, 1 << 30)
-                assert got.queue_offsets == list(range(store.get_max_offset_in_queue("T", qid))), "a hole"
-                out[qid] = [decode_message(w)[0].body for w in got.messages]
-            return {q: b for q, b in out.items() if b}
-
-    return run(main)
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_a_put_failing_on_a_full_disk_stores_nothing_and_its_retry_stores_one_copy(tmp_path, case):
     overrides, setup, leave, failing, where = CASES[case]
@@ -88,7 +73,7 @@ def test_a_put_failing_on_a_full_disk_stores_nothing_and_its_retry_stores_one_co
             return before, segments
 
         before, _ = run(fail)
-        stored = _bodies(config)  # no phantom after the restart
+        stored = reopened_bodies(config)  # no phantom after the restart
         assert {q: len(b) for q, b in stored.items()} == {q: n for q, n in before.items() if n}
         assert failing.body not in {b for bodies in stored.values() for b in bodies}
 
@@ -101,7 +86,7 @@ def test_a_put_failing_on_a_full_disk_stores_nothing_and_its_retry_stores_one_co
                 assert result.ok and result.append_result.logics_offset == before[failing.queue_id]
 
         run(retry)
-        after = _bodies(config)
+        after = reopened_bodies(config)
         assert after[failing.queue_id] == [*stored.get(failing.queue_id, []), failing.body]
         assert sum(len(b) for b in after.values()) == sum(before.values()) + 1
 
@@ -124,7 +109,7 @@ def test_puts_are_refused_above_the_warning_ratio_until_under_the_clean_forcibly
                         assert "disk is full" in result.remark and "diskSpaceWarningLevelRatio 90" in result.remark
 
         run(main)
-        assert _bodies(config) == {0: [b"before", b"at 50 %"]}
+        assert reopened_bodies(config) == {0: [b"before", b"at 50 %"]}
 
 
 def test_retention_runs_at_once_above_the_max_used_ratio(tmp_path):
