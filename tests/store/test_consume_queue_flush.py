@@ -245,12 +245,19 @@ def _whole_after_power_loss(config: StoreConfig, disk: _Disk, expected: dict[tup
         store.close_without_shutdown()
 
 
+async def _flushed_then_spread(store: DefaultMessageStore, expected: dict[tuple[str, int], list[int]],
+                               flushed: int) -> None:
+    """``flushed`` records spread over every queue, all flushed by a full checkpoint; then two more per queue, too
+    few pages for a periodic checkpoint to flush."""
+    await _spread(store, flushed, expected)
+    store.flush_and_checkpoint()
+    await _spread(store, 2 * QUEUES, expected)
+
+
 async def _left_unflushed(store: DefaultMessageStore, expected: dict[tuple[str, int], list[int]]) -> None:
     """Records spread over every queue, all flushed by a full checkpoint; more, which the periodic checkpoint that
     follows leaves unflushed (too few pages), its recovery point held before them."""
-    await _spread(store, 3 * QUEUES, expected)
-    store.flush_and_checkpoint()
-    await _spread(store, 2 * QUEUES, expected)
+    await _flushed_then_spread(store, expected, 3 * QUEUES)
     _periodic_checkpoint(store)
 
 
@@ -273,9 +280,7 @@ def test_power_loss_with_queues_flushed_past_the_recovery_point_and_others_not_t
     async def first_life() -> None:
         store = DefaultMessageStore(config)
         await store.start()
-        await _spread(store, 4 * QUEUES, expected)
-        store.flush_and_checkpoint()
-        await _spread(store, 2 * QUEUES, expected)
+        await _flushed_then_spread(store, expected, 4 * QUEUES)
         await hot(store, 2 * 4096 // CQ_ENTRY_SIZE)
         _periodic_checkpoint(store)  # the hot queue flushed, the spread ones left: the recovery point before them
         assert store.checkpoint_offset < store.max_phy_offset
@@ -711,9 +716,7 @@ def test_a_checkpoint_with_buffered_entries_holds_its_recovery_point_before_them
     async def main() -> None:
         store = DefaultMessageStore(config)
         await store.start()
-        await _spread(store, 2 * QUEUES, expected)
-        store.flush_and_checkpoint()
-        await _spread(store, 2 * QUEUES, expected)
+        await _flushed_then_spread(store, expected, 2 * QUEUES)
         for qid in range(QUEUES):
             result = await store.put_message(msg("new", b"n" * 20, queue_id=qid))
             expected[("new", qid)] = [result.append_result.wrote_offset]

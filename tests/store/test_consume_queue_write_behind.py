@@ -10,7 +10,7 @@ import os
 import random
 import shutil
 import threading
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from tests.store.test_consume_queue_flush import (
     _whole_after_power_loss,
 )
 from txmq.message import decode_message
-from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageStatus
+from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageStatus, StoreConfig
 from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from txmq.store.consume_queue_store import ConsumeQueueStore
 from txmq.store.mapped_file import offset_to_name
@@ -475,12 +475,32 @@ def test_puts_reads_and_periodic_checkpoints_in_their_thread_all_at_once(root: P
     run(reopen)
 
 
+@contextlib.asynccontextmanager
+async def _master_and_slave(
+        master_root: Path, slave_config: StoreConfig) -> AsyncIterator[tuple[DefaultMessageStore, DefaultMessageStore]]:
+    """A master store and a started slave store (stopped after the block)."""
+    async with DefaultMessageStore(make_config(master_root)) as master:
+        slave = DefaultMessageStore(slave_config)
+        slave.replica = True
+        await slave.start()
+        yield master, slave
+        await slave.shutdown()
+
+
 async def _replicate(master: DefaultMessageStore, slave: DefaultMessageStore, *puts: tuple[int, bytes]) -> None:
     """Put (queue id, body) messages of topic T on the master, then append what the slave lacks as HA would."""
     for qid, body in puts:
         assert (await master.put_message(msg("T", body, queue_id=qid))).ok
     start = slave.max_phy_offset
     slave.append_replicated(start, master.commit_log.read_raw(start, master.max_phy_offset - start))
+
+
+def _assert_holds(store: DefaultMessageStore, bodies_by_queue: dict[int, list[bytes]]) -> None:
+    """Topic T's queues hold exactly these bodies, from offset 0, and nothing after them."""
+    for qid, bodies in bodies_by_queue.items():
+        got = store.get_message("T", qid, 0, 10, 1 << 30)
+        assert [decode_message(w)[0].body for w in got.messages] == bodies, qid
+        assert store.get_max_offset_in_queue("T", qid) == len(bodies), qid
 
 
 def test_a_slave_whose_consume_queue_write_fails_on_a_full_disk_loses_no_entry(tmp_path: Path) -> None:
@@ -493,10 +513,7 @@ def test_a_slave_whose_consume_queue_write_fails_on_a_full_disk_loses_no_entry(t
                                    consume_queue_write_behind_bytes=CQ_ENTRY_SIZE)
 
         async def main() -> None:
-            async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
-                slave = DefaultMessageStore(slave_config)
-                slave.replica = True
-                await slave.start()
+            async with _master_and_slave(tmp_path / "master", slave_config) as (master, slave):
 
                 def replicate(*puts: tuple[int, bytes]) -> Awaitable[None]:
                     return _replicate(master, slave, *puts)
@@ -515,11 +532,7 @@ def test_a_slave_whose_consume_queue_write_fails_on_a_full_disk_loses_no_entry(t
                 assert slave.max_phy_offset == master.max_phy_offset  # the records are in the slave's log
                 os.unlink(os.path.join(disk, "filler"))
                 await replicate((2, b"c2"), (0, b"a2"))
-                for qid, bodies in ((0, [b"a", b"a2"]), (1, [b"b"]), (2, [b"c", b"c2"])):
-                    got = slave.get_message("T", qid, 0, 10, 1 << 30)
-                    assert [decode_message(w)[0].body for w in got.messages] == bodies, qid
-                    assert slave.get_max_offset_in_queue("T", qid) == len(bodies), qid
-                await slave.shutdown()
+                _assert_holds(slave, {0: [b"a", b"a2"], 1: [b"b"], 2: [b"c", b"c2"]})
 
         run(main)
 
@@ -563,10 +576,7 @@ def test_a_slave_whose_new_queue_file_cannot_be_made_loses_no_entry(tmp_path: Pa
         slave_config = make_config(os.path.join(disk, "slave"), disk_space_warning_level_ratio=100)
 
         async def main() -> None:
-            async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
-                slave = DefaultMessageStore(slave_config)
-                slave.replica = True
-                await slave.start()
+            async with _master_and_slave(tmp_path / "master", slave_config) as (master, slave):
 
                 def replicate(*puts: tuple[int, bytes]) -> Awaitable[None]:
                     return _replicate(master, slave, *puts)
@@ -585,10 +595,6 @@ def test_a_slave_whose_new_queue_file_cannot_be_made_loses_no_entry(tmp_path: Pa
                 assert slave.max_phy_offset == master.max_phy_offset  # the records are in the slave's log
                 shutil.rmtree(fillers)
                 await replicate((0, b"a2"), (2, b"c2"))
-                for qid, bodies in ((0, [b"a", b"a2"]), (2, [b"c0", b"c", b"c2"])):
-                    got = slave.get_message("T", qid, 0, 10, 1 << 30)
-                    assert [decode_message(w)[0].body for w in got.messages] == bodies, qid
-                    assert slave.get_max_offset_in_queue("T", qid) == len(bodies), qid
-                await slave.shutdown()
+                _assert_holds(slave, {0: [b"a", b"a2"], 2: [b"c0", b"c", b"c2"]})
 
         run(main)

@@ -260,12 +260,14 @@ class ConsumeQueue:
         """Create the files that entries from byte ``pos`` to ``end`` fall in: a new queue's first put, or one
         that rolls into the next file, pays for them (as when entries were written at once), not a checkpoint that
         would create thousands in one go."""
-        files = self.files
         while pos < end:
-            mf = files.find(pos)
-            if mf is None:
-                mf = files.create(pos - pos % self.store.file_size)
-            pos = mf.end_offset
+            pos = self._file_at(pos).end_offset
+
+    def _file_at(self, pos: int) -> MappedFile:
+        """The file byte ``pos`` of the queue falls in, created when missing."""
+        files = self.files
+        mf = files.find(pos)
+        return mf if mf is not None else files.create(pos - pos % self.store.file_size)
 
     def write_tail(self) -> None:
         """Write the buffered entries to the file (one system call per file they fall in). A failed write (a full
@@ -284,13 +286,10 @@ class ConsumeQueue:
 
     def _write(self, first: int, data: bytes | bytearray) -> None:
         """Write packed entries for logical offsets from ``first``, creating the files they fall in."""
-        files = self.files
         pos = first * CQ_ENTRY_SIZE
         done = 0
         while done < len(data):
-            mf = files.find(pos)
-            if mf is None:
-                mf = files.create(pos - pos % self.store.file_size)
+            mf = self._file_at(pos)
             n = min(len(data) - done, mf.end_offset - pos)
             mf.write([data if n == len(data) else data[done : done + n]], pos - mf.file_from_offset)
             done += n
