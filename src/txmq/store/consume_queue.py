@@ -367,7 +367,8 @@ class ConsumeQueue:
                 self.unflushed_phy = min(self.unflushed_phy, phy)
                 store.unordered.add(self)
                 store.count_at_most(self, self.unflushed_from)
-                self._count_written(self.tail_from if self.tail is not None else self.max_offset)
+            # (written entries put back by a failed checkpoint may be enough to flush)
+            self._count_written(self.tail_from if self.tail is not None else self.max_offset)
         if due:
             self.flush_due = True
             store.due[self] = None
