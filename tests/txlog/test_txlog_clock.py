@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from tests.clock.faketime import FakeClock, forget
 from tests.txlog.databases import create_engine, new_database_url
+from tests.txlog.test_txlog import checked, half
 from txmq import TransactionLog
 from txmq.wallclock import WallClockBounds
 
@@ -171,7 +172,7 @@ def test_retention_cutoff_comes_from_the_earliest_bound_and_stamps_from_the_late
     c = SteppedClock()
     with TransactionLog(engine, retention=timedelta(days=1), purge_interval_s=0, clock=c.bounds()) as log:
         def write(tx_id: str) -> None:
-            assert log.execute_local_transaction(_half(tx_id), None).name == "COMMIT"
+            assert log.execute_local_transaction(half(tx_id), None).name == "COMMIT"
 
         write("a")
         c.passes(HOUR_MS)
@@ -181,17 +182,8 @@ def test_retention_cutoff_comes_from_the_earliest_bound_and_stamps_from_the_late
         assert log.purge() == 0
         c.passes(DAY_MS - HOUR_MS + 1000)  # "a" is now a day old in real time, "b" not yet
         assert log.purge() == 1
-        assert log.check_local_transaction(_checked("b")).name == "COMMIT"
+        assert log.check_local_transaction(checked("b")).name == "COMMIT"
         c.passes(HOUR_MS)
         assert log.purge() == 1  # "b"
-        assert log.check_local_transaction(_checked("a")).name == "ROLLBACK"  # what a deleted row is answered
+        assert log.check_local_transaction(checked("a")).name == "ROLLBACK"  # what a deleted row is answered
 
-
-def _half(tx_id: str) -> Any:
-    from tests.txlog.test_txlog import half
-    return half(tx_id)
-
-
-def _checked(tx_id: str) -> Any:
-    from tests.txlog.test_txlog import checked
-    return checked(tx_id)
