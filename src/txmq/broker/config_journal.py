@@ -74,6 +74,16 @@ def _decode_line(line: bytes) -> Any:
         return _BAD
 
 
+def table_change(record: Any) -> tuple[list[Any], list[str]] | None:
+    """A record of the tables kept this way, ``{"put": [entry documents], "delete": [names]}``, as its puts and
+    deletes; None when it has another shape (damage whose CRC holds, or a later version's record)."""
+    puts = record.get("put", []) if isinstance(record, dict) else None
+    deletes = record.get("delete", []) if isinstance(record, dict) else None
+    if not (isinstance(puts, list) and isinstance(deletes, list) and all(isinstance(n, str) for n in deletes)):
+        return None
+    return puts, deletes
+
+
 class ConfigJournal:
     """The snapshot at ``path`` and its journal ``path.changes``; ``append`` one change, ``compact`` to fold."""
 

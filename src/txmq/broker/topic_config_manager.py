@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal
+from txmq.broker.config_journal import ConfigJournal, table_change
 from txmq.errors import InvalidMessageError
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -62,12 +62,12 @@ class TopicConfigManager:
     def _replay(self, change: Any) -> None:
         """Apply one journal record. A record whose CRC holds but whose shape this version does not know is skipped
         with a log line: refusing to start, or dropping the records after it, would cost the valid topics."""
-        puts = change.get("put", []) if isinstance(change, dict) else None
-        deletes = change.get("delete", []) if isinstance(change, dict) else None
-        if not (isinstance(puts, list) and isinstance(deletes, list) and all(isinstance(t, str) for t in deletes)):
+        parts = table_change(change)
+        if parts is None:
             log.warning("%s: a record that is not a change of topics was skipped: %.200r",
                         self.journal.journal_path, change)
             return
+        puts, deletes = parts
         self._load_configs(puts)
         for topic in deletes:
             self.table.pop(topic, None)
