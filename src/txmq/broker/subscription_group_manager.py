@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, table_change
+from txmq.broker.config_journal import ConfigJournal, table_change, undone_on_failure
 from txmq.conf import update_fields
 
 log = logging.getLogger("txmq.broker")
@@ -87,13 +87,16 @@ class SubscriptionGroupManager:
         return self.table.get(group)
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:
-        self.table[cfg.group_name] = cfg
-        self.journal.append({"put": [cfg.to_json()]}, len(self.table), self.serialize)
+        """Raises ``OSError`` when the change could not be stored; the table is then as it was."""
+        with undone_on_failure(self.table, [cfg.group_name]):
+            self.table[cfg.group_name] = cfg
+            self.journal.append({"put": [cfg.to_json()]}, len(self.table), self.serialize)
 
     def delete(self, group: str) -> bool:
-        if self.table.pop(group, None) is None:
-            return False
-        self.journal.append({"delete": [group]}, len(self.table), self.serialize)
+        with undone_on_failure(self.table, [group]):
+            if self.table.pop(group, None) is None:
+                return False
+            self.journal.append({"delete": [group]}, len(self.table), self.serialize)
         return True
 
     def serialize(self) -> dict[str, Any]:
