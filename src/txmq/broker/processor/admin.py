@@ -290,10 +290,11 @@ class AdminBrokerProcessor:
             end = min(hi, h.index + h.count)
             parts, at = [], h.index
             while at < end:  # a read stops at a segment's end and at the start of the buffered tail
-                whole = len(cq.read_entries(at, end - at)) // CQ_ENTRY_SIZE
+                chunk = cq.read_entries(at, end - at)
+                whole = len(chunk) // CQ_ENTRY_SIZE
                 if whole == 0:
                     break
-                parts.append(cq.read_entries(at, whole))
+                parts.append(chunk[:whole * CQ_ENTRY_SIZE])
                 at += whole
             raw = b"".join(parts)
         for phy, size, tags_code in CQ_ENTRY.iter_unpack(raw):
