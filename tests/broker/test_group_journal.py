@@ -89,3 +89,16 @@ def test_a_change_whose_append_fails_is_neither_served_nor_stored_later(tmp_path
     with pytest.raises(OSError):
         manager.update(SubscriptionGroupConfig("failed_in_fold"))
     assert "failed_in_fold" not in manager.table
+
+
+def test_a_group_stored_before_names_and_fields_were_checked_is_dropped_alone(tmp_path: Path) -> None:
+    """A snapshot or journal written when an illegal name or an ill-typed field was still accepted: that group is
+    dropped with a log line, the others load, and the broker starts."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "subscriptionGroup.json").write_text(json.dumps({"subscriptionGroupTable": {
+        "bad name": {"groupName": "bad name"}, "typed": {"groupName": "typed", "retryQueueNums": [1]},
+        "good": SubscriptionGroupConfig("good", retry_max_times=2).to_json()}}))
+    (tmp_path / "config" / "subscriptionGroup.json.changes").write_bytes(
+        encode_record({"put": [{"groupName": "x" * 300}, SubscriptionGroupConfig("later").to_json()]}))
+    manager = SubscriptionGroupManager(tmp_path)
+    assert set(manager.table) == {"good", "later"} and manager.table["good"].retry_max_times == 2
