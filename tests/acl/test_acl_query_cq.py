@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from txmq.acl.signer import SessionCredentials
+from txmq.broker.visibility import INTERNAL_TOPICS
 from txmq.remoting.codes import RequestCode, ResponseCode
 
 from .conftest import ADMIN, ATTACKER, CONSUMER, NOBODY, AclServer, call
@@ -43,3 +44,20 @@ def test_query_cq_takes_get_on_the_topic_and_the_group(acl_server: AclServer) ->
 def test_query_cq_is_refused_without_get(acl_server: AclServer, as_: object, topic: str, group: str | None) -> None:
     code, remark = query(acl_server, as_, topic, group)
     assert code == ResponseCode.NO_PERMISSION, remark
+
+
+@pytest.mark.parametrize("topic", sorted(INTERNAL_TOPICS))
+def test_an_internal_topics_entries_take_get_on_the_cluster_not_a_topic_pattern(acl_server: AclServer,
+                                                                                 topic: str) -> None:
+    """The half topic's entries are every producer's transactions in flight (TXMQ_TX_LIST shows them only with Get
+    on the cluster), the schedule and timer topics' every delayed message: Get on ``Topic:*``, which a monitoring
+    account holds to watch its topics, is not enough."""
+    user = SessionCredentials("cqPattern01", "cqSecret0002")
+    if user.access_key not in ok(acl_server, "listUser"):
+        ok(acl_server, "createUser", "-u", user.access_key, "-p", user.secret_key)
+        ok(acl_server, "createAcl", "-s", f"User:{user.access_key}", "-r", "Topic:*", "-a", "Get", "-d", "Allow")
+    assert query(acl_server, user)[0] == ResponseCode.SUCCESS  # the pattern holds for the user's topics
+    assert call(acl_server.broker, RequestCode.TXMQ_TX_LIST, {}, as_=user).code == ResponseCode.NO_PERMISSION
+    code, remark = query(acl_server, user, topic=topic)
+    assert code == ResponseCode.NO_PERMISSION, remark
+    assert query(acl_server, ADMIN, topic=topic)[0] == ResponseCode.SUCCESS

@@ -4,9 +4,13 @@ dropped and odd records are skipped; a file written before the journal still loa
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
+import pytest
+
+from txmq.broker import config_journal
 from txmq.broker.config_journal import encode_record
 from txmq.broker.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
 
@@ -54,3 +58,47 @@ def test_a_file_written_before_the_journal_still_loads(tmp_path: Path) -> None:
     assert manager.table["old"].retry_queue_nums == 2
     manager.update(SubscriptionGroupConfig("new"))
     assert set(SubscriptionGroupManager(tmp_path).table) == {"old", "new"}
+
+
+def test_a_change_whose_append_fails_is_neither_served_nor_stored_later(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer of failure means "not stored": the change must not stay in the table, where the broker would act
+    on it and the next fold into the snapshot would store it after all."""
+    manager = SubscriptionGroupManager(tmp_path)
+    manager.update(SubscriptionGroupConfig("kept", retry_max_times=3))
+    journal = manager.journal.journal_path
+    journal.unlink()
+    journal.mkdir()  # the append fails as a full disk or an IO error makes it fail: OSError
+    with pytest.raises(OSError):
+        manager.update(SubscriptionGroupConfig("failed"))
+    with pytest.raises(OSError):
+        manager.update(SubscriptionGroupConfig("kept", retry_max_times=9))
+    with pytest.raises(OSError):
+        manager.delete("kept")
+    assert set(manager.table) == {"kept"} and manager.table["kept"].retry_max_times == 3
+    journal.rmdir()
+    journal.touch()
+    manager.persist()  # a fold writes the table as it is
+    assert set(SubscriptionGroupManager(tmp_path).table) == {"kept"}
+
+    def full(path: Path, data: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    manager.journal.min_compact, manager.journal.records = 1, 5  # the next change folds the journal in
+    monkeypatch.setattr(config_journal, "write_json_atomic", full)
+    with pytest.raises(OSError):
+        manager.update(SubscriptionGroupConfig("failed_in_fold"))
+    assert "failed_in_fold" not in manager.table
+
+
+def test_a_group_stored_before_names_and_fields_were_checked_is_dropped_alone(tmp_path: Path) -> None:
+    """A snapshot or journal written when an illegal name or an ill-typed field was still accepted: that group is
+    dropped with a log line, the others load, and the broker starts."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "subscriptionGroup.json").write_text(json.dumps({"subscriptionGroupTable": {
+        "bad name": {"groupName": "bad name"}, "typed": {"groupName": "typed", "retryQueueNums": [1]},
+        "good": SubscriptionGroupConfig("good", retry_max_times=2).to_json()}}))
+    (tmp_path / "config" / "subscriptionGroup.json.changes").write_bytes(
+        encode_record({"put": [{"groupName": "x" * 300}, SubscriptionGroupConfig("later").to_json()]}))
+    manager = SubscriptionGroupManager(tmp_path)
+    assert set(manager.table) == {"good", "later"} and manager.table["good"].retry_max_times == 2

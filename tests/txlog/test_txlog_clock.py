@@ -168,8 +168,11 @@ def test_the_bounds_never_cross_the_anchor_whatever_the_wall_clock_does() -> Non
     assert b.earliest_ms() == b.latest_ms() == start + 1700
 
 
-def test_retention_cutoff_comes_from_the_earliest_bound_and_stamps_from_the_latest(engine: Any) -> None:
+def test_retention_cutoff_comes_from_the_earliest_bound_and_stamps_from_the_latest(tmp_path: Path,
+                                                                                   request: Any) -> None:
+    """On SQLite: PostgreSQL's own clock, the second opinion on stamps and cutoffs, is not the injected one."""
     c = SteppedClock()
+    engine = create_engine(new_database_url("sqlite", tmp_path, request))
     with TransactionLog(engine, retention=timedelta(days=1), purge_interval_s=0, clock=c.bounds()) as log:
         def write(tx_id: str) -> None:
             assert log.execute_local_transaction(half(tx_id), None).name == "COMMIT"
@@ -186,4 +189,23 @@ def test_retention_cutoff_comes_from_the_earliest_bound_and_stamps_from_the_late
         c.passes(HOUR_MS)
         assert log.purge() == 1  # "b"
         assert log.check_local_transaction(checked("a")).name == "ROLLBACK"  # what a deleted row is answered
+    engine.dispose()
 
+
+
+def test_rows_of_a_producer_started_with_its_clock_behind_are_not_deleted_early_by_another(
+        postgres: Any, tmp_path: Path, request: Any) -> None:
+    """Two producers of one group share the log: one started (and stamps) with its clock two days behind, the other
+    is right and purges with a retention of one day. PostgreSQL's clock is the second opinion on stamps as it is on
+    the cutoff: the row just written must not read as two days old."""
+    engine = create_engine(new_database_url("postgresql", tmp_path, request))
+    behind = SteppedClock()
+    behind.wall_ns = time.time_ns() - 2 * DAY_MS * 1_000_000
+    try:
+        with TransactionLog(engine, purge_interval_s=0, clock=behind.bounds()) as writer, \
+                TransactionLog(engine, retention=timedelta(days=1), purge_interval_s=0, create=False) as purger:
+            assert writer.execute_local_transaction(half("behind"), None).name == "COMMIT"
+            assert purger.purge() == 0
+            assert purger.check_local_transaction(checked("behind")).name == "COMMIT"
+    finally:
+        engine.dispose()

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, table_change
+from txmq.broker.config_journal import ConfigJournal, table_change, undone_on_failure
 from txmq.conf import update_fields
+from txmq.errors import InvalidMessageError
+from txmq.topic import check_group
 
 log = logging.getLogger("txmq.broker")
 
@@ -37,11 +39,18 @@ class SubscriptionGroupConfig:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SubscriptionGroupConfig:
+        """``InvalidMessageError`` for an illegal group name, ``ValueError`` for a field of the wrong type: what is
+        refused here is never stored, and is dropped when a file holds it."""
         name = data.get("groupName")
         if not isinstance(name, str) or not name:
             raise ValueError("a subscription group needs a groupName")
+        check_group(name)
         cfg = cls(name)
         update_fields(cfg, {k: v for k, v in data.items() if k != "groupName"})
+        for f in fields(cfg):
+            value = getattr(cfg, f.name)
+            if type(value).__name__ != f.type:  # bool is no int here: JSON's true is not a count
+                raise ValueError(f"{_camel(f.name)} must be {f.type}, not {value!r}")
         return cfg
 
 
@@ -56,9 +65,7 @@ class SubscriptionGroupManager:
         self.journal = ConfigJournal(self.path)
         self.table: dict[str, SubscriptionGroupConfig] = {}
         saved, changes = self.journal.load()
-        for data in ((saved or {}).get("subscriptionGroupTable") or {}).values():
-            cfg = SubscriptionGroupConfig.from_json(data)  # the snapshot is written whole: damage there raises
-            self.table[cfg.group_name] = cfg
+        self._load(((saved or {}).get("subscriptionGroupTable") or {}).values(), self.path)
         for change in changes:
             self._replay(change)
         if self.journal.dirty:  # fold the journal in, dropping a torn tail, before appending to it
@@ -68,32 +75,38 @@ class SubscriptionGroupManager:
         """Apply one journal record; one whose CRC holds but whose shape is not a change of groups is skipped with
         a log line, as the topics' are."""
         parts = table_change(change)
-        if parts is None or not self._load(parts[0]):
+        if parts is None:
             log.warning("%s: a record that is not a change of subscription groups was skipped: %.200r",
                         self.journal.journal_path, change)
             return
+        self._load(parts[0], self.journal.journal_path)
         for group in parts[1]:
             self.table.pop(group, None)
 
-    def _load(self, puts: Iterable[Any]) -> bool:
-        try:
-            configs = [SubscriptionGroupConfig.from_json(data) for data in puts]
-        except (AttributeError, TypeError, ValueError):
-            return False
-        self.table.update((cfg.group_name, cfg) for cfg in configs)
-        return True
+    def _load(self, saved: Iterable[Any], where: Path) -> None:
+        for data in saved:
+            try:
+                cfg = SubscriptionGroupConfig.from_json(data)
+            except (AttributeError, TypeError, ValueError, InvalidMessageError) as exc:  # saved before it was
+                # checked where it enters
+                log.warning("subscription group dropped from %s: %.200r: %s", where, data, exc)
+                continue
+            self.table[cfg.group_name] = cfg
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self.table.get(group)
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:
-        self.table[cfg.group_name] = cfg
-        self.journal.append({"put": [cfg.to_json()]}, len(self.table), self.serialize)
+        """Raises ``OSError`` when the change could not be stored; the table is then as it was."""
+        with undone_on_failure(self.table, [cfg.group_name]):
+            self.table[cfg.group_name] = cfg
+            self.journal.append({"put": [cfg.to_json()]}, len(self.table), self.serialize)
 
     def delete(self, group: str) -> bool:
-        if self.table.pop(group, None) is None:
-            return False
-        self.journal.append({"delete": [group]}, len(self.table), self.serialize)
+        with undone_on_failure(self.table, [group]):
+            if self.table.pop(group, None) is None:
+                return False
+            self.journal.append({"delete": [group]}, len(self.table), self.serialize)
         return True
 
     def serialize(self) -> dict[str, Any]:

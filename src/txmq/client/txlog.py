@@ -79,7 +79,9 @@ class TransactionLog:
         self.engine = engine
         self.table = log_table(table)
         # Built once: a statement built per call costs more Python time than the database's insert.
-        self._insert_row = self.table.insert()
+        self._insert_row = self.table.insert().values(
+            transaction_id=sa.bindparam("tx_id"), outcome=sa.bindparam("outcome_name"),
+            created_at_ms=_server_stamp(engine, sa.bindparam("stamp_ms", type_=sa.BigInteger)))
         self._read_row = sa.select(self.table.c.outcome).where(self.table.c.transaction_id == sa.bindparam("tx"))
         self.retention = retention
         self.purge_interval_s = purge_interval_s
@@ -183,9 +185,9 @@ class TransactionLog:
     # --- retention ------------------------------------------------------------------------------------------
 
     def _row(self, tx_id: str, outcome: LocalTransactionState) -> dict[str, Any]:
-        """A log row, stamped with the clock's latest bound: a backward step of the wall clock does not make it
-        look older than it is to any producer's retention."""
-        return {"transaction_id": tx_id, "outcome": outcome.name, "created_at_ms": self.clock.latest_ms()}
+        """A log row, stamped with the clock's latest bound (and no earlier than PostgreSQL's clock): a backward
+        step of the wall clock does not make it look older than it is to any producer's retention."""
+        return {"tx_id": tx_id, "outcome_name": outcome.name, "stamp_ms": self.clock.latest_ms()}
 
     def purge(self, now: float | None = None) -> int:
         """Delete the rows written more than ``retention`` before ``now`` (epoch seconds, taken as given), or by
@@ -279,6 +281,15 @@ class _Outage:
                 log.warning("transaction log %s answers again after %.1f s; %d checks answered UNKNOWN meanwhile",
                             self.table, time.monotonic() - self._since, self._unknown)
                 self._since, self._unknown = None, 0
+
+
+def _server_stamp(engine: Engine, local_ms: Any) -> Any:
+    """A row's stamp: on PostgreSQL the later of ``local_ms`` and the server's clock, so that a producer whose
+    clock (and anchor) is behind does not write rows that another producer's retention reads as old already."""
+    if engine.dialect.name != "postgresql":
+        return local_ms
+    server_ms = sa.cast(sa.extract("epoch", sa.func.clock_timestamp()) * 1000, sa.BigInteger)
+    return sa.func.greatest(local_ms, server_ms)
 
 
 def _transaction_id(msg: Message) -> str:

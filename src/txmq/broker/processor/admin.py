@@ -14,7 +14,7 @@ from txmq.acl.model import Action, Needs, cluster_get
 from txmq.broker.processor.ops import runtime_info
 from txmq.broker.processor.refused import refused
 from txmq.broker.transaction.state import Outcome
-from txmq.broker.visibility import RecordAt, internal_refusal, read_record_at, record_needs, servable
+from txmq.broker.visibility import INTERNAL_TOPICS, RecordAt, internal_refusal, read_record_at, record_needs, servable
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.remoting.admin_headers import (
     DeleteTopicRequestHeader,
@@ -118,8 +118,10 @@ def parse_query_cq(cmd: RemotingCommand) -> QueryConsumeQueueRequestHeader:
 
 def query_cq_needs(h: QueryConsumeQueueRequestHeader) -> Needs:
     """Get on the topic (the answer holds its entries' commit-log offsets, sizes and tag hashes, no bodies), and on
-    the consumer group when it names one (its subscription is answered too); RocketMQ's ACL asks the same."""
-    needs = Needs().topic(h.topic, Action.GET)
+    the consumer group when it names one (its subscription is answered too); RocketMQ's ACL asks the same. Get on
+    the cluster for a topic internal to the broker: its entries are every producer's half messages or every
+    delayed message, which no topic's permission covers."""
+    needs = Needs().cluster(Action.GET) if h.topic in INTERNAL_TOPICS else Needs().topic(h.topic, Action.GET)
     return needs.group(h.consumer_group, Action.GET) if h.consumer_group is not None else needs
 
 
@@ -288,10 +290,11 @@ class AdminBrokerProcessor:
             end = min(hi, h.index + h.count)
             parts, at = [], h.index
             while at < end:  # a read stops at a segment's end and at the start of the buffered tail
-                whole = len(cq.read_entries(at, end - at)) // CQ_ENTRY_SIZE
+                chunk = cq.read_entries(at, end - at)
+                whole = len(chunk) // CQ_ENTRY_SIZE
                 if whole == 0:
                     break
-                parts.append(cq.read_entries(at, whole))
+                parts.append(chunk[:whole * CQ_ENTRY_SIZE])
                 at += whole
             raw = b"".join(parts)
         for phy, size, tags_code in CQ_ENTRY.iter_unpack(raw):
