@@ -26,7 +26,7 @@ EVERY_FIELD = {
     "groupName": "billing", "queueId": "0", "queueOffset": "0", "commitOffset": "0", "offset": "0",
     "timestamp": "0", "key": "k", "id": "1", "outcome": "COMMIT", "limit": "1", "statsName": "TOPIC_PUT_NUMS",
     "statsKey": "orders", "clusterName": "DefaultCluster", "brokerAddr": "127.0.0.1:1", "brokerName": "b",
-    "brokerId": "0", "tranStateTableOffset": "0", "commitLogOffset": "0", "commitOrRollback": "8",
+    "brokerId": "0", "tranStateTableOffset": "0", "commitLogOffset": "0", "commitOrRollback": "8", "index": "0",
     "a": "order-service", "b": "orders", "originTopic": "orders", "maxMsgNums": "1", "sysFlag": "0",
     "username": "nobodyKey01", "subject": "User:nobodyKey01", "recallHandle": "not-a-handle",
 }

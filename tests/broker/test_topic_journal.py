@@ -185,3 +185,28 @@ def test_a_full_disk_at_open_does_not_stop_the_broker_and_a_torn_tail_still_goes
     monkeypatch.undo()
     table = _manager(tmp_path).table
     assert {"t0", "t1", "t2", "after"} <= set(table) and "torn" not in table
+
+
+def test_a_change_whose_append_fails_is_neither_served_nor_stored_later(tmp_path: Path) -> None:
+    """An answer of failure means "not stored": a creation, update or deletion whose record could not be appended
+    must not stay in the table (routes registered, sends accepted) for the next fold to store after all."""
+    manager = _manager(tmp_path)
+    manager.update(TopicConfig("kept", 4, 4))
+    journal = manager.journal.journal_path
+    journal.unlink()
+    journal.mkdir()  # the append fails as a full disk or an IO error makes it fail: OSError
+    with pytest.raises(OSError):
+        manager.update(TopicConfig("failed", 8, 8))
+    with pytest.raises(OSError):
+        manager.update(TopicConfig("kept", 8, 8))
+    with pytest.raises(OSError):
+        manager.delete("kept")
+    with pytest.raises(OSError):
+        manager.create_all_absent(["%RETRY%a", "%RETRY%b"], 1)
+    assert "failed" not in manager.table and "%RETRY%a" not in manager.table
+    assert manager.table["kept"].read_queue_nums == 4
+    journal.rmdir()
+    journal.touch()
+    manager.persist()
+    table = _manager(tmp_path).table
+    assert "failed" not in table and "%RETRY%a" not in table and table["kept"].read_queue_nums == 4

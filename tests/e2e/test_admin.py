@@ -11,12 +11,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.e2e.cluster import Cluster
-from tests.e2e.helpers import Recorder, push_consumer
+from tests.e2e.helpers import RawClient, Recorder, push_consumer
 from txmq import BrokerError, Message, MessageQueue, Producer, PullConsumer
 from txmq.cli import main
+from txmq.remoting.codes import RequestCode, ResponseCode
 
 N = 6
 
@@ -223,3 +225,19 @@ def test_namesrv_flag_before_or_after_and_env(live):
     r = subprocess.run([sys.executable, "-m", "txmq.cli", "admin", "topicList"], capture_output=True, text=True,
                        env=dict(env, NAMESRV_ADDR=live.namesrv_addr), timeout=60)
     assert r.returncode == 0 and "adm_t" in r.stdout.split(), r.stderr
+
+
+@pytest.mark.parametrize("body", [
+    {"groupName": "x" * 300},  # longer than a group name may be
+    {"groupName": "bad name\n"},
+    {"groupName": "adm_typed", "retryQueueNums": [1, 2]},
+    {"groupName": "adm_typed", "consumeEnable": 1},
+    {"groupName": "adm_typed", "retryMaxTimes": True},
+])
+def test_a_subscription_group_with_an_illegal_name_or_field_is_refused_and_not_stored(live, body):
+    """Refused where it enters, as a topic's name is, instead of being journaled and listed."""
+    with RawClient(live.procs[-1].addrs["broker"]) as raw:
+        resp = raw.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body=orjson.dumps(body))
+        assert resp.code != ResponseCode.SUCCESS and "bad request" in (resp.remark or ""), resp.remark
+        listed = raw.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+    assert body["groupName"] not in orjson.loads(listed.body)["subscriptionGroupTable"]

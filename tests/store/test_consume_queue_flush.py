@@ -6,9 +6,11 @@ sends spread over thousands of queues, fsyncing each written queue at every chec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -380,7 +382,7 @@ def test_a_crash_between_the_syncfs_and_the_checkpoint_write(root: Path, monkeyp
         def crash(_: object) -> None:
             raise OSError("the machine stops here")
 
-        monkeypatch.setattr(store.checkpoint, "write", crash)
+        monkeypatch.setattr(store.checkpoint, "write_document", crash)
         with pytest.raises(OSError):
             store.flush_and_checkpoint()
         assert len(disk.fsynced) > width  # the syncfs ran
@@ -760,3 +762,167 @@ def test_a_thorough_checkpoint_writes_thousands_of_tails_a_batch_at_a_time(root:
         await store.shutdown()
 
     run(main)
+
+
+# --- the checkpoint's bookkeeping: what it flushes, its recovery point and its counts, kept as queues change ---------
+
+
+def _bookkeeping_as_a_walk_finds_it(store: DefaultMessageStore) -> None:
+    """What the store keeps for the checkpoint equals what a walk over every queue computes: the pending queues, the
+    due ones (a change to make durable, or ``flushConsumeQueueLeastPages`` written to the files since the last fsync),
+    the oldest unflushed entry, and the counts (the next offset, or the oldest unflushed offset if lower)."""
+    queues = store.queues
+    least = store.config.flush_consume_queue_least_pages * message_store.PAGE_SIZE
+    every = list(queues.all())
+    unflushed = [cq for cq in every if cq.unflushed_from is not None]
+    assert queues.pending == {cq for cq in every if cq.unflushed_from is not None or cq.flush_due}
+    written = {cq: cq.tail_from if cq.tail is not None else cq.max_offset for cq in unflushed}
+    assert set(queues.due) == {cq for cq in every if cq.flush_due} | {
+        cq for cq in unflushed if (written[cq] - cq.unflushed_from) * CQ_ENTRY_SIZE >= least}  # type: ignore[operator]
+    assert set(queues.unflushed) | queues.unordered == set(unflushed)
+    in_order = [cq.unflushed_phy for cq in queues.unflushed if cq not in queues.unordered]
+    assert in_order == sorted(in_order)
+    assert queues.oldest_unflushed() == min((cq.unflushed_phy for cq in unflushed), default=None)
+    counts: dict[str, dict[int, int]] = {}
+    for (topic, qid), next_offset in queues.offsets.items():
+        cq = queues.find(topic, qid)
+        start = cq.unflushed_from if cq is not None else None
+        counts.setdefault(topic, {})[qid] = next_offset if start is None else min(next_offset, start)
+    assert queues.counts == counts
+
+
+def test_queues_pending_in_some_order_and_older_ones_put_back_by_a_failed_checkpoint(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint takes every queue and fails in its worker; meanwhile newer entries made other queues unflushed
+    first. Once the failed one's queues are back, the next checkpoint's recovery point is their oldest entry, not
+    the oldest of the queues that became unflushed before them; and a power loss then loses nothing."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _spread(store, QUEUES, expected)
+        store.flush_and_checkpoint()
+        oldest = store.max_phy_offset
+        await _spread(store, QUEUES, expected)  # every queue unflushed, from ``oldest`` on
+        store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000
+        failing = store._snapshot(thorough=False)  # takes every queue
+        assert not store.queues.pending
+        await _spread(store, QUEUES // 2, expected)  # newer entries: these queues unflushed first, in order
+        assert store.queues.oldest_unflushed() > oldest  # type: ignore[operator]
+
+        def refused(_: bytes) -> None:
+            raise OSError(28, "No space left on device")
+
+        with monkeypatch.context() as m:
+            m.setattr(store.checkpoint, "write_document", refused)
+            with pytest.raises(OSError):
+                store._write_checkpoint(failing)
+        store._unflushed_again(failing)
+        _bookkeeping_as_a_walk_finds_it(store)
+        assert store.queues.oldest_unflushed() == oldest
+        _periodic_checkpoint(store)
+        assert store.checkpoint_offset == oldest
+        assert store.checkpoint.load()[0].queues == store.queues.counts  # type: ignore[union-attr]
+        disk.off = True
+        store.close_without_shutdown()
+
+    run(main)
+    _whole_after_power_loss(config, disk, expected)
+
+
+def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncations_and_deletions(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random puts (spread and hot, past the write-behind bound and past flushConsumeQueueLeastPages), periodic,
+    thorough and failed checkpoints (entries put between the snapshot and its failure), a slave's truncation and
+    topic deletions: after each, what the store keeps for the checkpoint is what a walk over every queue finds;
+    each checkpoint written says the oldest unflushed entry and those counts; a power loss after a last periodic
+    checkpoint loses nothing."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1,
+                         consume_queue_write_behind_bytes=20 * 40)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+    rng = random.Random(33)
+    keys = [(f"t{t}", q) for t in range(4) for q in range(4)]
+
+    def refused(_: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    async def put(key: tuple[str, int], n: int) -> None:
+        results = await store.put_messages([msg(key[0], b"%d" % i, queue_id=key[1]) for i in range(n)])
+        assert results.ok
+        first = results.append_result.wrote_offset
+        expected.setdefault(key, []).extend(
+            [decode_message(w)[0].commit_log_offset for w in store.get_message(*key, len(expected.get(key, [])),
+                                                                                n, 1 << 30).messages])
+        assert expected[key][-n] == first
+
+    async def main() -> None:
+        nonlocal keys
+        for step in range(120):
+            op = rng.choice(["spread"] * 6 + ["hot", "periodic", "periodic", "thorough", "failed", "delete",
+                                               "truncate"])
+            if op == "spread":
+                for key in rng.sample(keys, 5):
+                    await put(key, rng.randint(1, 3))
+            elif op == "hot":
+                await put(rng.choice(keys), rng.randint(100, 300))
+            elif op in ("periodic", "thorough"):
+                if op == "thorough":
+                    store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000
+                _periodic_checkpoint(store)
+                oldest = store.queues.oldest_unflushed()
+                assert store.checkpoint_offset == (store.max_phy_offset if oldest is None else oldest), step
+                assert store.checkpoint.load()[0].queues == store.queues.counts  # type: ignore[union-attr]
+            elif op == "failed":
+                if rng.random() < 0.5:  # a queue due (a page written) among those the failed one takes
+                    await put(rng.choice(keys), 250)
+                snap = store._snapshot(thorough=rng.random() < 0.3)
+                for key in rng.sample(keys, 3):
+                    await put(key, rng.randint(1, 3))
+                with monkeypatch.context() as m:
+                    m.setattr(store.checkpoint, "write_document", refused)
+                    with pytest.raises(OSError):
+                        store._write_checkpoint(snap)
+                store._unflushed_again(snap)
+            elif op == "delete":
+                topic = rng.choice(keys)[0]
+                store.delete_topic(topic)
+                for key in [k for k in expected if k[0] == topic]:
+                    del expected[key]
+                # A new name for its queues: ``_Disk`` would give a file made again at a deleted one's path the
+                # deleted one's fsynced bytes, which no disk does.
+                keys = [(f"{t}.{step}" if t == topic else t, q) for t, q in keys]
+            elif op == "truncate" and store.max_phy_offset > store.checkpoint_offset:
+                offsets = sorted(o for offs in expected.values() for o in offs if o >= store.checkpoint_offset)
+                cut = offsets[len(offsets) // 2]
+                with monkeypatch.context() as m:
+                    failing = rng.random() < 0.5  # the truncation's checkpoint fails: its queues are put back
+                    if failing:
+                        m.setattr(store.checkpoint, "write_document", refused)
+                    with pytest.raises(OSError) if failing else contextlib.nullcontext():
+                        store.replica_log.truncate(cut)
+                for offs in expected.values():
+                    offs[:] = [o for o in offs if o < cut]
+            _bookkeeping_as_a_walk_finds_it(store)
+        _assert_queues_match_the_log(store, expected)
+        _periodic_checkpoint(store)  # the log flushed (ASYNC_FLUSH: a power loss takes what was put after it)
+        disk.off = True
+        store.close_without_shutdown()
+
+    store = DefaultMessageStore(config)
+    run(lambda: _started(store, main))
+    disk.power_loss()
+    reopened = DefaultMessageStore(config)
+    try:
+        _bookkeeping_as_a_walk_finds_it(reopened)
+        _assert_queues_match_the_log(reopened, {k: v for k, v in expected.items() if v})
+    finally:
+        reopened.close_without_shutdown()
+
+
+async def _started(store: DefaultMessageStore, main: Callable[[], Awaitable[None]]) -> None:
+    await store.start()
+    await main()

@@ -19,6 +19,7 @@ from txmq.remoting.admin_headers import (
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
+    QueryConsumeQueueRequestHeader,
     ResetOffsetRequestHeader,
     TopicRequestHeader,
     ViewBrokerStatsDataRequestHeader,
@@ -252,6 +253,12 @@ class MQAdminExt(Admin):
         resp = self._call(self._invoke(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {
             "topic": mq.topic, "queueId": str(mq.queue_id), "timestamp": str(timestamp_ms)}))
         return int(resp.ext_fields.get("offset", "0"))
+
+    def query_consume_queue(self, addr: str, header: QueryConsumeQueueRequestHeader) -> tuple[dict[str, Any], str]:
+        """QUERY_CONSUME_QUEUE (mqadmin's ``queryCq``): the broker's answer (RocketMQ's
+        ``QueryConsumeQueueResponseBody``) and its remark (why no entries came, when none did)."""
+        resp = self._call(self._invoke(addr, RequestCode.QUERY_CONSUME_QUEUE, header.to_ext()))
+        return orjson.loads(resp.body), resp.remark or ""
 
     # --- messages -----------------------------------------------------------------------------------------
 

@@ -12,11 +12,12 @@ from typing import Any
 
 from txmq.admin.client import MQAdminExt
 from txmq.cli.registry import CLIENT, TXMQ, Commands, opt, parse_time
-from txmq.client.instance import MessageQueue
+from txmq.client.instance import MASTER_ID, MessageQueue
 from txmq.client.producer import Producer
 from txmq.client.pull_consumer import PullConsumer, PullStatus
 from txmq.errors import ClientError
 from txmq.message import Message, MessageExt
+from txmq.remoting.admin_headers import QueryConsumeQueueRequestHeader
 from txmq.remoting.request_headers import CreateTopicRequestHeader
 from txmq.topic import PermName
 
@@ -315,6 +316,43 @@ def query_msg_by_unique_key(admin: MQAdminExt, args: argparse.Namespace) -> int:
         raise ClientError(f"no message of topic {args.topic} has message id {args.msgId}")
     for m in found:
         print_message(m)
+    return 0
+
+
+@command("queryCq", "the entries of one consume queue: commit-log offset, size and tag hash of each", TOPIC,
+         opt("-q", "--queue", type=int, required=True, help="queue id"),
+         opt("-i", "--index", type=int, required=True, help="first queue offset (index) to show"),
+         opt("-c", "--count", type=int, default=10, help="how many entries (default 10, at most 1000)"),
+         opt("-b", "--broker", help="broker address (HOST:PORT, a slave's too) or name (default: the topic's first "
+                                    "broker's master)"),
+         opt("-g", "--consumer", help="consumer group: its subscription to the topic is shown too"))
+def query_cq(admin: MQAdminExt, args: argparse.Namespace) -> int:
+    if args.broker and ":" in args.broker:
+        addr = args.broker
+    elif args.broker:
+        addr = next(iter(admin.broker_addrs(args.broker).values()))
+    else:
+        route = admin.route(args.topic)
+        masters = sorted((bd["brokerName"], bd["brokerAddrs"][MASTER_ID]) for bd in route.get("brokerDatas") or []
+                         if MASTER_ID in (bd.get("brokerAddrs") or {}))
+        if not masters:
+            raise ClientError(f"topic {args.topic} has no broker with a master")
+        addr = masters[0][1]
+    body, remark = admin.query_consume_queue(addr, QueryConsumeQueueRequestHeader(
+        args.topic, args.queue, args.index, args.count, args.consumer))
+    rule = "======================================"
+    if body.get("subscriptionData") is not None:
+        print(f"Subscription data: \n{json.dumps(body['subscriptionData'], indent=4)}\n{rule}")
+    if body.get("filterData") is not None:
+        print(f"Filter data: \n{body['filterData']}\n{rule}")
+    print(f"Queue data: \nmax: {body['maxQueueIndex']}, min: {body['minQueueIndex']}\n{rule}")
+    if remark:
+        print(remark)
+    for idx, e in enumerate(body.get("queueData") or [], args.index):
+        text = {k: "null" if e.get(k) is None else e[k] for k in ("extendDataJson", "bitMap", "msg")}
+        print(f"idx: {idx}\nConsumeQueueData{{physicOffset={e['physicOffset']}, physicSize={e['physicSize']}, "
+              f"tagsCode={e['tagsCode']}, extendDataJson='{text['extendDataJson']}', bitMap='{text['bitMap']}', "
+              f"eval={str(e.get('eval', False)).lower()}, msg='{text['msg']}'}}\n{rule}")
     return 0
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,35 @@ def _decode_line(line: bytes) -> Any:
         return orjson.loads(body)
     except ValueError:
         return _BAD
+
+
+def table_change(record: Any) -> tuple[list[Any], list[str]] | None:
+    """A record of the tables kept this way, ``{"put": [entry documents], "delete": [names]}``, as its puts and
+    deletes; None when it has another shape (damage whose CRC holds, or a later version's record)."""
+    puts = record.get("put", []) if isinstance(record, dict) else None
+    deletes = record.get("delete", []) if isinstance(record, dict) else None
+    if not (isinstance(puts, list) and isinstance(deletes, list) and all(isinstance(n, str) for n in deletes)):
+        return None
+    return puts, deletes
+
+
+_ABSENT = object()
+
+
+@contextmanager
+def undone_on_failure(table: dict[str, Any], names: Iterable[str]) -> Iterator[None]:
+    """Put the entries ``names`` of ``table`` back as they were when the block raises (its append failed): a
+    change answered as failed must be neither served nor stored by a later fold of the whole table."""
+    before = {name: table.get(name, _ABSENT) for name in names}
+    try:
+        yield
+    except BaseException:
+        for name, entry in before.items():
+            if entry is _ABSENT:
+                table.pop(name, None)
+            else:
+                table[name] = entry
+        raise
 
 
 class ConfigJournal:

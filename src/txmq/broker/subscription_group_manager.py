@@ -1,15 +1,24 @@
 """Subscription groups (RocketMQ ``SubscriptionGroupManager``): per consumer group, whether it may consume,
 its retry queues and maximum retries; kept in ``config/subscriptionGroup.json``. Groups that consumers bring
-with them need no entry: one is made with the defaults when an operator first changes a group."""
+with them need no entry: one is made with the defaults when an operator first changes a group.
+
+A change is appended to ``config/subscriptionGroup.json.changes`` (``ConfigJournal``, records shaped as the
+topics' are) instead of rewriting every group: a rewrite cost time in proportion to the groups already there."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import logging
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.persist import read_json, write_json_atomic
+from txmq.broker.config_journal import ConfigJournal, table_change, undone_on_failure
 from txmq.conf import update_fields
+from txmq.errors import InvalidMessageError
+from txmq.topic import check_group
+
+log = logging.getLogger("txmq.broker")
 
 
 @dataclass
@@ -30,11 +39,18 @@ class SubscriptionGroupConfig:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SubscriptionGroupConfig:
+        """``InvalidMessageError`` for an illegal group name, ``ValueError`` for a field of the wrong type: what is
+        refused here is never stored, and is dropped when a file holds it."""
         name = data.get("groupName")
         if not isinstance(name, str) or not name:
             raise ValueError("a subscription group needs a groupName")
+        check_group(name)
         cfg = cls(name)
         update_fields(cfg, {k: v for k, v in data.items() if k != "groupName"})
+        for f in fields(cfg):
+            value = getattr(cfg, f.name)
+            if type(value).__name__ != f.type:  # bool is no int here: JSON's true is not a count
+                raise ValueError(f"{_camel(f.name)} must be {f.type}, not {value!r}")
         return cfg
 
 
@@ -46,27 +62,56 @@ def _camel(name: str) -> str:
 class SubscriptionGroupManager:
     def __init__(self, root: Path) -> None:
         self.path = root / "config" / "subscriptionGroup.json"
+        self.journal = ConfigJournal(self.path)
         self.table: dict[str, SubscriptionGroupConfig] = {}
-        saved = read_json(self.path) or {}
-        for data in (saved.get("subscriptionGroupTable") or {}).values():
-            cfg = SubscriptionGroupConfig.from_json(data)
+        saved, changes = self.journal.load()
+        self._load(((saved or {}).get("subscriptionGroupTable") or {}).values(), self.path)
+        for change in changes:
+            self._replay(change)
+        if self.journal.dirty:  # fold the journal in, dropping a torn tail, before appending to it
+            self.journal.fold_at_open(self.serialize())
+
+    def _replay(self, change: Any) -> None:
+        """Apply one journal record; one whose CRC holds but whose shape is not a change of groups is skipped with
+        a log line, as the topics' are."""
+        parts = table_change(change)
+        if parts is None:
+            log.warning("%s: a record that is not a change of subscription groups was skipped: %.200r",
+                        self.journal.journal_path, change)
+            return
+        self._load(parts[0], self.journal.journal_path)
+        for group in parts[1]:
+            self.table.pop(group, None)
+
+    def _load(self, saved: Iterable[Any], where: Path) -> None:
+        for data in saved:
+            try:
+                cfg = SubscriptionGroupConfig.from_json(data)
+            except (AttributeError, TypeError, ValueError, InvalidMessageError) as exc:  # saved before it was
+                # checked where it enters
+                log.warning("subscription group dropped from %s: %.200r: %s", where, data, exc)
+                continue
             self.table[cfg.group_name] = cfg
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self.table.get(group)
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:
-        self.table[cfg.group_name] = cfg
-        self.persist()
+        """Raises ``OSError`` when the change could not be stored; the table is then as it was."""
+        with undone_on_failure(self.table, [cfg.group_name]):
+            self.table[cfg.group_name] = cfg
+            self.journal.append({"put": [cfg.to_json()]}, len(self.table), self.serialize)
 
     def delete(self, group: str) -> bool:
-        if self.table.pop(group, None) is None:
-            return False
-        self.persist()
+        with undone_on_failure(self.table, [group]):
+            if self.table.pop(group, None) is None:
+                return False
+            self.journal.append({"delete": [group]}, len(self.table), self.serialize)
         return True
 
     def serialize(self) -> dict[str, Any]:
         return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in self.table.items()}}
 
     def persist(self) -> None:
-        write_json_atomic(self.path, self.serialize())
+        """The whole table as the snapshot, the journal emptied."""
+        self.journal.compact(self.serialize())

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal
+from txmq.broker.config_journal import ConfigJournal, table_change, undone_on_failure
 from txmq.errors import InvalidMessageError
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -62,12 +62,12 @@ class TopicConfigManager:
     def _replay(self, change: Any) -> None:
         """Apply one journal record. A record whose CRC holds but whose shape this version does not know is skipped
         with a log line: refusing to start, or dropping the records after it, would cost the valid topics."""
-        puts = change.get("put", []) if isinstance(change, dict) else None
-        deletes = change.get("delete", []) if isinstance(change, dict) else None
-        if not (isinstance(puts, list) and isinstance(deletes, list) and all(isinstance(t, str) for t in deletes)):
+        parts = table_change(change)
+        if parts is None:
             log.warning("%s: a record that is not a change of topics was skipped: %.200r",
                         self.journal.journal_path, change)
             return
+        puts, deletes = parts
         self._load_configs(puts)
         for topic in deletes:
             self.table.pop(topic, None)
@@ -91,15 +91,14 @@ class TopicConfigManager:
         directory of the store."""
         check_topic(cfg.topic_name)
         old = self.table.get(cfg.topic_name)
-        self.table[cfg.topic_name] = cfg
-        self._changed([cfg.topic_name], {"put": [cfg.to_json()]})
+        self._changed([cfg])
         log.info("topic %s %s: read=%d write=%d perm=%s", "updated" if old else "created", cfg.topic_name,
                  cfg.read_queue_nums, cfg.write_queue_nums, PermName.to_string(cfg.perm))
 
     def delete(self, topic: str) -> bool:
-        if self.table.pop(topic, None) is None:
+        if topic not in self.table:
             return False
-        self._changed(None, {"delete": [topic]})
+        self._changed([], topic)
         log.info("topic deleted: %s", topic)
         return True
 
@@ -138,9 +137,7 @@ class TopicConfigManager:
             check_topic(topic)
         if not created:
             return created
-        for topic in created:
-            self.table[topic] = TopicConfig(topic, queue_nums, queue_nums, PermName.READ_WRITE)
-        self._changed(created, {"put": [self.table[t].to_json() for t in created]})
+        self._changed([TopicConfig(topic, queue_nums, queue_nums, PermName.READ_WRITE) for topic in created])
         log.info("%d topic%s created: %s%s", len(created), "" if len(created) == 1 else "s", ", ".join(created[:10]),
                  f" (+{len(created) - 10} more)" if len(created) > 10 else "")
         return created
@@ -152,12 +149,20 @@ class TopicConfigManager:
             self.table = table
             self.persist()
 
-    def _changed(self, topics: list[str] | None, record: dict[str, Any]) -> None:
-        """``topics`` created or changed, or None: one deleted; ``record`` says how, for the journal."""
-        self.data_version = {"timestamp": int(time.time() * 1000), "counter": int(self.data_version["counter"]) + 1}
-        self.journal.append(dict(record, dataVersion=self.data_version), len(self.table), self.serialize)
+    def _changed(self, puts: list[TopicConfig], deleted: str | None = None) -> None:
+        """``puts`` created or changed, or the topic ``deleted``: in the table, then in the journal, then told to
+        the broker. ``OSError`` when the record could not be appended, and the table is then as it was."""
+        names = [cfg.topic_name for cfg in puts] if deleted is None else [deleted]
+        with undone_on_failure(self.table, names):
+            self.table.update((cfg.topic_name, cfg) for cfg in puts)
+            if deleted is not None:
+                self.table.pop(deleted)
+            record = {"put": [cfg.to_json() for cfg in puts]} if deleted is None else {"delete": [deleted]}
+            self.data_version = {"timestamp": int(time.time() * 1000),
+                                 "counter": int(self.data_version["counter"]) + 1}
+            self.journal.append(dict(record, dataVersion=self.data_version), len(self.table), self.serialize)
         if self.on_change is not None:
-            self.on_change(topics)
+            self.on_change(names if deleted is None else None)
 
     def persist(self) -> None:
         """The whole table as the snapshot, the journal emptied."""

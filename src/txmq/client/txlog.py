@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from txmq.client.transaction import LocalTransactionState
 from txmq.message import Message, MessageExt
+from txmq.wallclock import WallClockBounds
 
 log = logging.getLogger("txmq.client")
 
@@ -47,7 +48,7 @@ def log_table(name: str = "txmq_transaction_log", metadata: sa.MetaData | None =
         name, metadata if metadata is not None else sa.MetaData(),
         sa.Column("transaction_id", sa.String(128), primary_key=True),
         sa.Column("outcome", sa.String(8), nullable=False),  # COMMIT (the local transaction) or ROLLBACK (a fence)
-        sa.Column("created_at_ms", sa.BigInteger, nullable=False),  # wall clock, epoch ms: what retention reads
+        sa.Column("created_at_ms", sa.BigInteger, nullable=False),  # wall clock, epoch ms (see ``purge``)
         sa.Index(f"{name}_created_at_ms", "created_at_ms"),
     )
 
@@ -63,11 +64,13 @@ class TransactionLog:
     Rows older than ``retention`` are deleted every ``purge_interval_s`` seconds (0: never), ``purge_batch`` rows
     per database transaction, by a daemon thread started at the first transaction or check and stopped by
     ``close``. ``retention`` must be longer than the brokers keep half messages (``fileReservedTime``): a check of
-    a committed transaction whose row was deleted would be fenced and answered ROLLBACK."""
+    a committed transaction whose row was deleted would be fenced and answered ROLLBACK. ``clock`` (tests inject
+    one) stamps rows with its latest bound and takes retention's cutoff from its earliest, so that no step of the
+    wall clock deletes a row sooner than ``retention`` after it was written."""
 
     def __init__(self, engine: Engine, table: str = "txmq_transaction_log", *, create: bool = True,
                  retention: timedelta = DEFAULT_RETENTION, purge_interval_s: float = 60.0,
-                 purge_batch: int = 1000) -> None:
+                 purge_batch: int = 1000, clock: WallClockBounds | None = None) -> None:
         if engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:"):
             raise ValueError("an in-memory SQLite database is private to each connection, and a check runs on a "
                              "connection of its own: use a database file")
@@ -76,11 +79,16 @@ class TransactionLog:
         self.engine = engine
         self.table = log_table(table)
         # Built once: a statement built per call costs more Python time than the database's insert.
-        self._insert_row = self.table.insert()
+        self._insert_row = self.table.insert().values(
+            transaction_id=sa.bindparam("tx_id"), outcome=sa.bindparam("outcome_name"),
+            created_at_ms=_server_stamp(engine, sa.bindparam("stamp_ms", type_=sa.BigInteger)))
         self._read_row = sa.select(self.table.c.outcome).where(self.table.c.transaction_id == sa.bindparam("tx"))
         self.retention = retention
         self.purge_interval_s = purge_interval_s
         self.purge_batch = purge_batch
+        self.clock = clock if clock is not None else WallClockBounds()
+        # SQLite's clock is this machine's; a database server's is a second opinion on the cutoff.
+        self._server_clock = engine.dialect.name != "sqlite"
         # A fence must wait for a local transaction in flight and then fail on its key, not on its snapshot
         # (REPEATABLE READ and SERIALIZABLE report a serialization failure there). SQLite serializes all writers.
         self._check_options = {} if engine.dialect.name == "sqlite" else {"isolation_level": "READ COMMITTED"}
@@ -112,7 +120,7 @@ class TransactionLog:
         step = "log"
         try:
             with self.engine.connect() as conn, conn.begin():
-                conn.execute(self._insert_row, _row(tx_id, COMMIT))
+                conn.execute(self._insert_row, self._row(tx_id, COMMIT))
                 step = "work"
                 if arg is not None:
                     arg(conn)
@@ -167,7 +175,7 @@ class TransactionLog:
             if outcome is None:
                 try:
                     with conn.begin():
-                        conn.execute(self._insert_row, _row(tx_id, ROLLBACK))
+                        conn.execute(self._insert_row, self._row(tx_id, ROLLBACK))
                     return ROLLBACK
                 except IntegrityError:  # a local transaction wrote its row first; it has ended now
                     outcome = conn.execute(self._read_row, by_id).scalar()
@@ -176,12 +184,19 @@ class TransactionLog:
 
     # --- retention ------------------------------------------------------------------------------------------
 
+    def _row(self, tx_id: str, outcome: LocalTransactionState) -> dict[str, Any]:
+        """A log row, stamped with the clock's latest bound (and no earlier than PostgreSQL's clock): a backward
+        step of the wall clock does not make it look older than it is to any producer's retention."""
+        return {"tx_id": tx_id, "outcome_name": outcome.name, "stamp_ms": self.clock.latest_ms()}
+
     def purge(self, now: float | None = None) -> int:
-        """Delete the rows written more than ``retention`` before ``now`` (epoch seconds, default the wall
-        clock), ``purge_batch`` rows per database transaction so that no lock is held long; stops early once
-        ``close`` is called. Returns the count."""
+        """Delete the rows written more than ``retention`` before ``now`` (epoch seconds, taken as given), or by
+        default before the earliest of the clock's earliest bound and the database server's clock (PostgreSQL's):
+        a forward step of the wall clock moves the cutoff no faster than time really passes. ``purge_batch`` rows
+        per database transaction so that no lock is held long; stops early once ``close`` is called. Returns the
+        count."""
         t = self.table
-        cutoff = int(((time.time() if now is None else now) - self.retention.total_seconds()) * 1000)
+        cutoff = (int(now * 1000) if now is not None else self._now_ms()) - int(self.retention.total_seconds() * 1000)
         oldest = (sa.select(t.c.transaction_id).where(t.c.created_at_ms < cutoff)
                   .order_by(t.c.created_at_ms).limit(self.purge_batch))
         deleted = 0
@@ -196,6 +211,16 @@ class TransactionLog:
             if len(ids) < self.purge_batch:
                 break
         return deleted
+
+    def _now_ms(self) -> int:
+        now = self.clock.earliest_ms()
+        if self._server_clock:
+            with self.engine.connect() as conn:
+                server = conn.execute(sa.select(sa.func.current_timestamp())).scalar()
+                conn.rollback()
+            if isinstance(server, datetime) and server.tzinfo is not None:
+                now = min(now, int(server.timestamp() * 1000))
+        return now
 
     def _start_purger(self) -> None:
         if self._purger is not None or self.purge_interval_s == 0:
@@ -258,8 +283,13 @@ class _Outage:
                 self._since, self._unknown = None, 0
 
 
-def _row(tx_id: str, outcome: LocalTransactionState) -> dict[str, Any]:
-    return {"transaction_id": tx_id, "outcome": outcome.name, "created_at_ms": int(time.time() * 1000)}
+def _server_stamp(engine: Engine, local_ms: Any) -> Any:
+    """A row's stamp: on PostgreSQL the later of ``local_ms`` and the server's clock, so that a producer whose
+    clock (and anchor) is behind does not write rows that another producer's retention reads as old already."""
+    if engine.dialect.name != "postgresql":
+        return local_ms
+    server_ms = sa.cast(sa.extract("epoch", sa.func.clock_timestamp()) * 1000, sa.BigInteger)
+    return sa.func.greatest(local_ms, server_ms)
 
 
 def _transaction_id(msg: Message) -> str:

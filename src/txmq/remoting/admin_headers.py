@@ -69,6 +69,18 @@ class ViewMessageRequestHeader(Header):
 
 
 @dataclasses.dataclass(slots=True)
+class QueryConsumeQueueRequestHeader(Header):
+    """QUERY_CONSUME_QUEUE (321), mqadmin's ``queryCq``: ``count`` entries of one consume queue from logical offset
+    ``index``; with ``consumer_group``, that group's subscription to the topic as well."""
+
+    topic: str
+    queue_id: Int32
+    index: int
+    count: Int32 = 10
+    consumer_group: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
 class TxListRequestHeader(Header):
     """txmq's TXMQ_TX_LIST (9002); with ``group``, only that producer group's transactions."""
 

@@ -75,6 +75,11 @@ class StoreCheckpoint:
         ), None
 
     def write(self, cp: Checkpoint) -> None:
+        self.write_document(self.encode(cp))
+
+    @staticmethod
+    def encode(cp: Checkpoint) -> bytes:
+        """The file's bytes for ``cp``: header and JSON document."""
         # orjson: at 80,000 queues the standard library's encoder took 20 ms of every checkpoint (every 3 s)
         doc = orjson.dumps(
             {
@@ -86,4 +91,8 @@ class StoreCheckpoint:
             },
             option=orjson.OPT_NON_STR_KEYS,
         )
-        write_atomic(Path(self.path), _HEADER.pack(MAGIC, VERSION, len(doc), zlib.crc32(doc)) + doc)
+        return _HEADER.pack(MAGIC, VERSION, len(doc), zlib.crc32(doc)) + doc
+
+    def write_document(self, document: bytes) -> None:
+        """Replace the file with ``document`` (``encode``'s) atomically."""
+        write_atomic(Path(self.path), document)

@@ -193,6 +193,7 @@ class ConsumeQueue:
     def truncate_logical(self, offset: int) -> None:
         """Drop the entries from logical ``offset`` on, buffered or written."""
         self.mark_unflushed(None, 0, True)
+        self.store.count_at_most(self, offset)
         tail = self.tail
         if tail is not None and offset < self.tail_from + len(tail) // CQ_ENTRY_SIZE:
             if offset <= self.tail_from:
@@ -296,6 +297,16 @@ class ConsumeQueue:
             mf.write([data if n == len(data) else data[done : done + n]], pos - mf.file_from_offset)
             done += n
             pos += n
+        self._count_written(pos // CQ_ENTRY_SIZE)
+
+    def _count_written(self, end: int) -> None:
+        """Entries up to logical ``end`` are written to the files: past ``flushConsumeQueueLeastPages`` of them
+        since the last fsync, the queue is due (the next periodic checkpoint flushes it). Counted as RocketMQ counts
+        dirty pages, over what was written, and here, so that no checkpoint needs to look at every queue."""
+        start = self.unflushed_from
+        store = self.store
+        if start is not None and (end - start) * CQ_ENTRY_SIZE >= store.flush_least_bytes:
+            store.due[self] = None
 
     # --- lookups -----------------------------------------------------------------------------------
 
@@ -332,11 +343,6 @@ class ConsumeQueue:
 
     # --- flush (RocketMQ FlushConsumeQueueService) ---------------------------------------------------
 
-    def flush_wanted(self, least_bytes: int) -> bool:
-        """At least ``least_bytes`` of entries were put since the last fsync, or a change must be made durable."""
-        start = self.unflushed_from
-        return self.flush_due or start is None or (self.max_offset - start) * CQ_ENTRY_SIZE >= least_bytes
-
     def take_flush(self) -> tuple[list[MappedFile], tuple[int | None, int, bool]]:
         """For a checkpoint (loop thread): the tail written, the files to fsync, and this queue's unflushed state,
         which ``mark_unflushed`` puts back if the fsync fails. The queue counts as flushed from here on. A failed
@@ -347,24 +353,31 @@ class ConsumeQueue:
         for mf in files:
             mf.dirty = False
         self.unflushed_from, self.unflushed_phy, self.flush_due = None, 0, False
-        self.store.pending.discard(self)
+        self.store.flushed(self)
         return files, state
 
     def mark_unflushed(self, first: int | None, phy: int, due: bool) -> None:
         """Entries from logical ``first`` (oldest commit-log offset ``phy``) are not durable yet; ``due``: the next
         checkpoint fsyncs this queue whatever was written."""
+        store = self.store
         if first is not None:
             if self.unflushed_from is None:
                 self.unflushed_from, self.unflushed_phy = first, phy
-            else:
+                store.became_unflushed(self, first, phy)
+            elif first < self.unflushed_from or phy < self.unflushed_phy:  # older entries back: out of order
                 self.unflushed_from = min(self.unflushed_from, first)
                 self.unflushed_phy = min(self.unflushed_phy, phy)
-        self.flush_due = self.flush_due or due
-        self.store.pending.add(self)
+                store.unordered.add(self)
+                store.count_at_most(self, self.unflushed_from)
+            # (written entries put back by a failed checkpoint may be enough to flush)
+            self._count_written(self.tail_from if self.tail is not None else self.max_offset)
+        if due:
+            self.flush_due = True
+            store.due[self] = None
+        store.pending.add(self)
 
     def destroy(self) -> None:
         self._drop_tail()
-        self.store.pending.discard(self)
         directory = self.directory
         if self._files is not None:
             self._files.delete_files(list(self._files.files))

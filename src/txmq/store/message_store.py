@@ -70,6 +70,7 @@ class _Snapshot:
     cq_dirs: list[MappedFileQueue] = field(default_factory=list)  # queues that created or deleted files
     index_files: list[IndexFile] = field(default_factory=list)
     cq_flushed: list[tuple[ConsumeQueue, tuple[int | None, int, bool]]] = field(default_factory=list)
+    document: bytes = b""  # the checkpoint encoded (its counts are the store's, which the loop thread changes)
     # Snapshots taken before this one whose queues' unflushed state was not put back yet (still running, or failed
     # and waiting for the loop's ``_unflushed_again``): if one failed, this one's checkpoint would claim its files.
     earlier: list[_Snapshot] = field(default_factory=list)
@@ -96,7 +97,8 @@ class DefaultMessageStore:
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; close waits for a running one
         self.queues = ConsumeQueueStore(root, config.mapped_file_size_consume_queue, self._files_lock,
                                         config.open_consume_queue_files_limit(),
-                                        config.consume_queue_write_behind_bytes)
+                                        config.consume_queue_write_behind_bytes,
+                                        config.flush_consume_queue_least_pages * PAGE_SIZE)
         self._dispatchers: list[Callable[[DispatchRequest], None]] = list(dispatchers or [])
         self._late_dispatchers: list[Callable[[DispatchRequest], None]] = []
         # Wall-clock stamps, and the elapsed-time account every age counts on (first checks, delays, retention)
@@ -145,6 +147,7 @@ class DefaultMessageStore:
         for cq in self.queues.all():
             cq.correct_min_offset(min_phy)
             self.queues.offsets[(cq.topic, cq.queue_id)] = cq.max_offset
+        self.queues.reset_counts()
         self._checkpoint_offset = min(cp.recovery_offset if cp else 0, self.commit_log.max_offset)
         if not self.commit_log.last_store_timestamp and cp is not None:  # no record after the checkpoint's
             self.commit_log.last_store_timestamp = cp.last_store_timestamp
@@ -307,11 +310,17 @@ class DefaultMessageStore:
             return 0
         return self.config.flush_consume_queue_least_pages * PAGE_SIZE
 
+    def _to_flush(self, least: int) -> list[ConsumeQueue]:
+        """The queues a checkpoint flushes: every pending one when ``least`` is 0, else those due (kept as they
+        become due: ``ConsumeQueueStore.due``), so that a periodic checkpoint's walk follows what was written
+        enough, not how many queues have entries unflushed."""
+        return list(self.queues.pending if least == 0 else self.queues.due)
+
     async def _write_tails(self, least: int) -> None:
         """Before a periodic checkpoint, write the tails of the queues it will flush a batch at a time, letting the
         loop serve between batches: at 80,000 queues a thorough checkpoint has as many tails to write, seconds of
         the loop thread's time in one go. (Its snapshot writes what was put meanwhile.)"""
-        for n, cq in enumerate([cq for cq in self.queues.pending if cq.tail is not None and cq.flush_wanted(least)]):
+        for n, cq in enumerate([cq for cq in self._to_flush(least) if cq.tail is not None]):
             if n % TAILS_PER_TURN == TAILS_PER_TURN - 1:
                 await asyncio.sleep(0)
             if cq.tail is not None:  # (not written meanwhile, nor dropped with its topic)
@@ -322,42 +331,37 @@ class DefaultMessageStore:
         """What to make durable, and the checkpoint that says so (loop thread). Not ``thorough``: consume queues
         with less than ``flushConsumeQueueLeastPages`` written are left, unless ``flushConsumeQueueThoroughInterval``
         has passed; the recovery point stays at or before the oldest entry left, and the checkpoint counts each
-        left queue's entries up to it (recovery compares these counts with the files to notice lost ones)."""
+        left queue's entries up to it (recovery compares these counts with the files to notice lost ones). The
+        queues to flush, the oldest entry left and the counts are kept as queues change (``ConsumeQueueStore``), so
+        a periodic checkpoint costs what was written enough to flush, not a walk over every queue with entries."""
         now = time.monotonic()
         least = self._least_bytes(thorough=thorough, now=now)
         if least == 0:
             self._thorough_at = now
-        queues: dict[str, dict[int, int]] = {}
-        for (topic, qid), next_offset in self.queues.offsets.items():
-            queues.setdefault(topic, {})[qid] = next_offset
-        recovery = self.commit_log.max_offset
         snap = _Snapshot(Checkpoint(), index_files=self.index.dirty_files(), earlier=list(self._in_flight))
         self._in_flight.append(snap)
         unwritten: OSError | None = None
-        for cq in list(self.queues.pending):
-            if cq.flush_wanted(least):
-                try:
-                    files, state = cq.take_flush()
-                except OSError as exc:  # its tail could not be written (a full disk): left unflushed, below
-                    unwritten = exc
-                else:
-                    snap.cq_files += files
-                    snap.cq_flushed.append((cq, state))
-                    segments = cq.opened_files
-                    if segments is not None and segments.directory_dirty:
-                        snap.cq_dirs.append(segments)
-                    continue
-            if cq.unflushed_from is not None:
-                recovery = min(recovery, cq.unflushed_phy)
-                counts = queues.setdefault(cq.topic, {})
-                counts[cq.queue_id] = min(counts.get(cq.queue_id, cq.unflushed_from), cq.unflushed_from)
+        for cq in self._to_flush(least):
+            try:
+                files, state = cq.take_flush()
+            except OSError as exc:  # its tail could not be written (a full disk): left unflushed, below
+                unwritten = exc
+            else:
+                snap.cq_files += files
+                snap.cq_flushed.append((cq, state))
+                segments = cq.opened_files
+                if segments is not None and segments.directory_dirty:
+                    snap.cq_dirs.append(segments)
+        oldest = self.queues.oldest_unflushed()
+        recovery = self.commit_log.max_offset if oldest is None else min(oldest, self.commit_log.max_offset)
         snap.checkpoint = Checkpoint(
             recovery_offset=recovery,
             written_at_ms=self.clock.wall_ms(),
             last_store_timestamp=self.commit_log.last_store_timestamp,
-            queues=queues,
+            queues=self.queues.counts,  # encoded below, while the loop thread holds still
             index_files=self.index.names(),
         )
+        snap.document = self.checkpoint.encode(snap.checkpoint)
         if unwritten is not None:
             log.error("checkpoint: consume-queue entries could not be written (%s); their queues stay unflushed and "
                       "the recovery point before them", unwritten)
@@ -385,7 +389,7 @@ class DefaultMessageStore:
                                 "counted here as unflushed; the one on disk stays")
                     self._in_flight.remove(snap)
                     return
-                self.checkpoint.write(snap.checkpoint)
+                self.checkpoint.write_document(snap.document)
                 self.clock.save()
             except BaseException:
                 snap.failed = True

@@ -14,10 +14,11 @@ from txmq.acl.model import Action, Needs, cluster_get
 from txmq.broker.processor.ops import runtime_info
 from txmq.broker.processor.refused import refused
 from txmq.broker.transaction.state import Outcome
-from txmq.broker.visibility import RecordAt, internal_refusal, read_record_at, record_needs, servable
+from txmq.broker.visibility import INTERNAL_TOPICS, RecordAt, internal_refusal, read_record_at, record_needs, servable
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.remoting.admin_headers import (
     DeleteTopicRequestHeader,
+    QueryConsumeQueueRequestHeader,
     TxDecideRequestHeader,
     TxListRequestHeader,
     TxRequestHeader,
@@ -35,12 +36,16 @@ from txmq.remoting.request_headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from txmq.remoting.transport import Connection
+from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE
 from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC, TopicConfig, check_group, check_topic, is_system_topic
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.broker")
+
+# QUERY_CONSUME_QUEUE reads at most this many entries (20 bytes each) per request: RocketMQ reads as many as asked.
+MAX_QUERY_CQ_COUNT = 1000
 
 
 def _ok(cmd: RemotingCommand, body: Any = None, ext: dict[str, str] | None = None) -> RemotingCommand:
@@ -103,6 +108,23 @@ def query_message_needs(h: QueryMessageRequestHeader) -> Needs:
     return Needs().topic(h.topic, Action.SUB)
 
 
+def parse_query_cq(cmd: RemotingCommand) -> QueryConsumeQueueRequestHeader:
+    h = QueryConsumeQueueRequestHeader.from_ext(cmd.ext_fields)
+    check_topic(h.topic)
+    if h.consumer_group is not None:
+        check_group(h.consumer_group)
+    return h
+
+
+def query_cq_needs(h: QueryConsumeQueueRequestHeader) -> Needs:
+    """Get on the topic (the answer holds its entries' commit-log offsets, sizes and tag hashes, no bodies), and on
+    the consumer group when it names one (its subscription is answered too); RocketMQ's ACL asks the same. Get on
+    the cluster for a topic internal to the broker: its entries are every producer's half messages or every
+    delayed message, which no topic's permission covers."""
+    needs = Needs().cluster(Action.GET) if h.topic in INTERNAL_TOPICS else Needs().topic(h.topic, Action.GET)
+    return needs.group(h.consumer_group, Action.GET) if h.consumer_group is not None else needs
+
+
 def viewed_needs(record: RecordAt) -> Needs:
     """Sub on the topic of the message at the offset (the record is read first; its bytes are the answer); Get on
     the cluster when there is none."""
@@ -141,6 +163,7 @@ class AdminBrokerProcessor:
             RequestSpec(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header(SearchOffsetRequestHeader), queue_read,
                         self._search_offset),
             RequestSpec(RequestCode.GET_EARLIEST_MSG_STORETIME, topic_queue, queue_read, self._earliest_time),
+            RequestSpec(RequestCode.QUERY_CONSUME_QUEUE, parse_query_cq, query_cq_needs, self._query_consume_queue),
             RequestSpec(RequestCode.GET_ALL_CONSUMER_OFFSET, no_header, cluster_get, self._all_offsets),
             RequestSpec(RequestCode.GET_ALL_DELAY_OFFSET, no_header, cluster_get, self._all_delay_offsets),
             RequestSpec(RequestCode.GET_BROKER_RUNTIME_INFO, no_header, cluster_get, self._runtime_info),
@@ -232,6 +255,59 @@ class AdminBrokerProcessor:
         got = store.get_message(h.topic, h.queue_id, store.get_min_offset_in_queue(h.topic, h.queue_id), 1)
         ts = decode_message(got.messages[0])[0].store_timestamp if got.messages else -1
         return _ok(cmd, ext={"timestamp": str(ts)})
+
+    def _query_consume_queue(self, conn: Connection, cmd: RemotingCommand,
+                             h: QueryConsumeQueueRequestHeader) -> RemotingCommand:
+        """mqadmin's ``queryCq``: the entries as the consume queue holds them (those still buffered in memory
+        included), its min and max offsets, and with a group its subscription. Bounded by ``MAX_QUERY_CQ_COUNT``."""
+        def refuse(code: int, remark: str) -> RemotingCommand:
+            return RemotingCommand.response_to(cmd, code, remark=remark)
+
+        config = self.broker.topic_config_manager.get(h.topic)
+        if config is None:
+            return refuse(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist on this broker")
+        queues = max(config.read_queue_nums, config.write_queue_nums)
+        if not 0 <= h.queue_id < queues:
+            return refuse(ResponseCode.SYSTEM_ERROR, f"queue {h.queue_id} of topic {h.topic} does not exist: its "
+                          f"queue ids are 0 to {queues - 1}")
+        if h.index < 0:
+            return refuse(ResponseCode.SYSTEM_ERROR, f"index {h.index} is negative: an index is a queue offset")
+        if not 0 < h.count <= MAX_QUERY_CQ_COUNT:
+            return refuse(ResponseCode.SYSTEM_ERROR, f"count {h.count} is out of range: 1 to {MAX_QUERY_CQ_COUNT}")
+        cq = self.broker.store.queues.find(h.topic, h.queue_id)
+        lo, hi = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
+        body: dict[str, Any] = {"maxQueueIndex": hi, "minQueueIndex": lo}
+        if h.consumer_group is not None:
+            info = self.broker.consumer_manager.get(h.consumer_group)
+            sub = info.subscriptions.get(h.topic) if info is not None else None
+            if sub is None:
+                body["filterData"] = f"{h.consumer_group}@{h.topic} is not online!"  # RocketMQ's words
+            else:
+                body["subscriptionData"] = sub.to_json()
+        entries: list[dict[str, Any]] = []
+        raw = b""
+        if cq is not None and lo <= h.index < hi:
+            end = min(hi, h.index + h.count)
+            parts, at = [], h.index
+            while at < end:  # a read stops at a segment's end and at the start of the buffered tail
+                chunk = cq.read_entries(at, end - at)
+                whole = len(chunk) // CQ_ENTRY_SIZE
+                if whole == 0:
+                    break
+                parts.append(chunk[:whole * CQ_ENTRY_SIZE])
+                at += whole
+            raw = b"".join(parts)
+        for phy, size, tags_code in CQ_ENTRY.iter_unpack(raw):
+            entries.append({"physicOffset": phy, "physicSize": size, "tagsCode": tags_code, "eval": False})
+        body["queueData"] = entries
+        remark = None
+        if h.index >= hi:
+            remark = f"index {h.index} is at or past the queue's end ({hi})"
+        elif h.index < lo:
+            remark = f"index {h.index} is below the queue's first entry ({lo}): retention deleted it"
+        resp = _ok(cmd, body)
+        resp.remark = remark
+        return resp
 
     def _all_offsets(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         return _ok(cmd, {"offsetTable": self.broker.consumer_offset_manager.table})
