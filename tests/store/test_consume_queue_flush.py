@@ -22,7 +22,8 @@ from tests.store.crash_writer import body_for
 from tests.store.store_helpers import make_config, msg, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
-from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE
+from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from txmq.store.mapped_file import MappedFileQueue
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUES = 40
@@ -926,3 +927,56 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
 async def _started(store: DefaultMessageStore, main: Callable[[], Awaitable[None]]) -> None:
     await store.start()
     await main()
+
+
+def test_a_put_taken_back_then_put_again_lower_in_the_log_with_the_disk_still_full(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk: a group's third queue cannot make its file, so the group is taken back (the log to where it
+    began, each queue to where it was) after the second queue had its entry put at the group's second record. The
+    next put's entry in that queue is the log's first record after the cut, below the one taken back, at the same
+    queue offset. The next checkpoint cannot write that queue's tail (the disk still full) and leaves it unflushed:
+    its recovery point must be at or before that entry, or a power loss loses a put answered as stored. (The disk had
+    room for a moment between: puts are refused while it is measured full.)"""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    def full(_: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    async def put(topic: str) -> int:
+        result = await store.put_message(msg(topic, b"body"))
+        assert result.ok
+        expected.setdefault((topic, 0), []).append(result.append_result.wrote_offset)
+        return result.append_result.wrote_offset
+
+    async def main() -> None:
+        await put("W")
+        await put("X")
+        store.flush_and_checkpoint()
+        create, write_tail = MappedFileQueue.create, ConsumeQueue.write_tail
+        with monkeypatch.context() as m:
+            m.setattr(MappedFileQueue, "create",
+                      lambda self, start: full(b"") if "/Z/" in self.directory + "/" else create(self, start))
+            refused = await asyncio.gather(*(store.put_message(msg(t, b"body")) for t in ("W", "X", "Z")))
+            assert not any(r.ok for r in refused)
+        cut = store.max_phy_offset
+        await asyncio.sleep(0.15)  # room again at the next measure of the disk (a moment, another process's files)
+        again = await put("X")  # the first record after the cut: below where X's taken-back entry was
+        assert again == cut
+        with monkeypatch.context() as m:  # the disk still full: X's tail cannot be written
+            m.setattr(ConsumeQueue, "write_tail",
+                      lambda self: full(b"") if self.topic == "X" and self.tail is not None else write_tail(self))
+            _periodic_checkpoint(store)
+        assert store.checkpoint_offset <= again
+        disk.off = True
+        store.close_without_shutdown()
+
+    store = DefaultMessageStore(config)
+    run(lambda: _started(store, main))
+    disk.power_loss()
+    reopened = DefaultMessageStore(config)
+    try:
+        _assert_queues_match_the_log(reopened, expected)
+    finally:
+        reopened.close_without_shutdown()
