@@ -200,12 +200,22 @@ class _Disk:
         self.fsynced: dict[str, bytes] = {}
         self.off = False  # the power is off: fsyncs from here (a crashing store's last ones) reach nothing
         self._real, self._real_syncfs = mapped_file.fsync_fd, message_store.syncfs
+        self._real_dir = mapped_file.fsync_dir
 
     def fsync_fd(self, fd: int) -> None:
         path = os.readlink(f"/proc/self/fd/{fd}")
         if path.startswith(self.root + os.sep) and not self.off:
             self.fsynced[path] = os.pread(fd, os.fstat(fd).st_size, 0)
         self._real(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        """The directory's deletions made durable: a file made again at a deleted one's path no longer brings back
+        the deleted one's fsynced bytes."""
+        if not self.off:
+            directory = os.path.realpath(path)
+            for gone in [p for p in self.fsynced if os.path.dirname(p) == directory and not os.path.exists(p)]:
+                del self.fsynced[gone]
+        self._real_dir(path)
 
     def syncfs(self, path: str) -> None:
         """syncfs(2): every file under the store, as it is now."""
@@ -234,6 +244,7 @@ def _powered(config: StoreConfig, monkeypatch: pytest.MonkeyPatch) -> _Disk:
     """The store's fsyncs recorded, for a ``power_loss`` later."""
     disk = _Disk(config.store_path_root_dir)
     monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    monkeypatch.setattr(mapped_file, "fsync_dir", disk.fsync_dir)
     return disk
 
 
@@ -789,6 +800,9 @@ def _bookkeeping_as_a_walk_finds_it(store: DefaultMessageStore) -> None:
         cq = queues.find(topic, qid)
         start = cq.unflushed_from if cq is not None else None
         counts.setdefault(topic, {})[qid] = next_offset if start is None else min(next_offset, start)
+    for cq in every:  # a queue made by a put that was taken back (a full disk) has no offset yet, and holds nothing
+        if (cq.topic, cq.queue_id) not in queues.offsets and cq.max_offset == 0:
+            counts.setdefault(cq.topic, {})[cq.queue_id] = 0
     assert queues.counts == counts
 
 
@@ -834,22 +848,55 @@ def test_queues_pending_in_some_order_and_older_ones_put_back_by_a_failed_checkp
     _whole_after_power_loss(config, disk, expected)
 
 
+def _a_power_loss_now_loses_nothing(store: DefaultMessageStore, disk: _Disk) -> None:
+    """Against what the disk holds (``_Disk``: each file as last fsynced), not what the store keeps: every entry a
+    queue holds that a power loss now would take is one recovery rebuilds, after the checkpoint on disk: it points
+    at or past its recovery point (replayed), or lies below the queue's count (the queue rebuilt from the log)."""
+    cp = store.checkpoint.load()[0]
+    assert cp is not None
+    for cq in store.queues.all():
+        count = cp.queues.get(cq.topic, {}).get(cq.queue_id, 0)
+        files = cq.opened_files
+        offset = files.files[0].file_from_offset // CQ_ENTRY_SIZE if files is not None and files.files else 0
+        while offset < cq.max_offset:
+            raw = cq.read_entries(offset, cq.max_offset - offset)
+            for i in range(0, len(raw), CQ_ENTRY_SIZE):
+                pos = (offset + i // CQ_ENTRY_SIZE) * CQ_ENTRY_SIZE
+                mf = files.find(pos) if files is not None else None
+                image = disk.fsynced.get(os.path.realpath(mf.path), b"") if mf is not None else b""
+                at = pos - mf.file_from_offset if mf is not None else 0
+                entry = raw[i : i + CQ_ENTRY_SIZE]
+                if image[at : at + CQ_ENTRY_SIZE] != entry and entry != bytes(CQ_ENTRY_SIZE):
+                    phy = CQ_ENTRY.unpack(entry)[0]
+                    assert phy >= cp.recovery_offset or pos // CQ_ENTRY_SIZE < count, (
+                        cq.topic, cq.queue_id, pos // CQ_ENTRY_SIZE, phy, cp.recovery_offset, count)
+            offset += max(1, len(raw) // CQ_ENTRY_SIZE)
+
+
 def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncations_and_deletions(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Random puts (spread and hot, past the write-behind bound and past flushConsumeQueueLeastPages), periodic,
-    thorough and failed checkpoints (entries put between the snapshot and its failure), a slave's truncation and
-    topic deletions: after each, what the store keeps for the checkpoint is what a walk over every queue finds;
-    each checkpoint written says the oldest unflushed entry and those counts; a power loss after a last periodic
-    checkpoint loses nothing."""
+    thorough and failed checkpoints (entries put between the snapshot and its failure), periodic ones that cannot
+    write some queues' tails and groups taken back (a full disk), a slave's truncation and topic deletions: after
+    each (and between a truncation and its checkpoint), what the store keeps for the checkpoint is what a walk over
+    every queue finds; each checkpoint written says the oldest unflushed entry and those counts, and a power loss
+    right after it would take no entry recovery does not rebuild; a power loss after a last periodic checkpoint
+    loses nothing. (``SEED`` and ``STEPS`` in the environment run others.)"""
     config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1,
                          consume_queue_write_behind_bytes=20 * 40)
     disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
-    rng = random.Random(33)
+    rng = random.Random(int(os.environ.get('SEED', '33')))
     keys = [(f"t{t}", q) for t in range(4) for q in range(4)]
 
     def refused(_: bytes) -> None:
         raise OSError(28, "No space left on device")
+
+    def checked(write_checkpoint: Callable[[], None]) -> Callable[[], None]:
+        def check_then_write() -> None:
+            _bookkeeping_as_a_walk_finds_it(store)
+            write_checkpoint()
+        return check_then_write
 
     async def put(key: tuple[str, int], n: int) -> None:
         results = await store.put_messages([msg(key[0], b"%d" % i, queue_id=key[1]) for i in range(n)])
@@ -862,9 +909,9 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
 
     async def main() -> None:
         nonlocal keys
-        for step in range(120):
+        for step in range(int(os.environ.get('STEPS', '120'))):
             op = rng.choice(["spread"] * 6 + ["hot", "periodic", "periodic", "thorough", "failed", "delete",
-                                               "truncate"])
+                                               "truncate", "refused", "unwritable"])
             if op == "spread":
                 for key in rng.sample(keys, 5):
                     await put(key, rng.randint(1, 3))
@@ -877,6 +924,7 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
                 oldest = store.queues.oldest_unflushed()
                 assert store.checkpoint_offset == (store.max_phy_offset if oldest is None else oldest), step
                 assert store.checkpoint.load()[0].queues == store.queues.counts  # type: ignore[union-attr]
+                _a_power_loss_now_loses_nothing(store, disk)
             elif op == "failed":
                 if rng.random() < 0.5:  # a queue due (a page written) among those the failed one takes
                     await put(rng.choice(keys), 250)
@@ -888,6 +936,24 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
                     with pytest.raises(OSError):
                         store._write_checkpoint(snap)
                 store._unflushed_again(snap)
+            elif op == "refused":  # a full disk: the group's last queue cannot make its file, the group taken back
+                fresh = (f"z{step}", 0)
+                with monkeypatch.context() as m:
+                    m.setattr(MappedFileQueue, "create",
+                              lambda self, start, create=MappedFileQueue.create, fresh=fresh: refused(b"")
+                              if self.directory.endswith(f"/{fresh[0]}/0") else create(self, start))
+                    group = await asyncio.gather(*(store.put_message(msg(k[0], b"r", queue_id=k[1]))
+                                                   for k in [*rng.sample(keys, 3), fresh]))
+                    assert not any(r.ok for r in group)
+                store.group_commit.disk.full = False  # room again (puts are refused while it is measured full)
+            elif op == "unwritable":  # a periodic checkpoint that cannot write some queues' tails (a full disk)
+                full = set(rng.sample(keys, 6))
+                with monkeypatch.context() as m:
+                    m.setattr(ConsumeQueue, "write_tail",
+                              lambda self, write_tail=ConsumeQueue.write_tail, full=full: refused(b"")
+                              if (self.topic, self.queue_id) in full and self.tail is not None else write_tail(self))
+                    _periodic_checkpoint(store)
+                _a_power_loss_now_loses_nothing(store, disk)
             elif op == "delete":
                 topic = rng.choice(keys)[0]
                 store.delete_topic(topic)
@@ -903,6 +969,9 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
                     failing = rng.random() < 0.5  # the truncation's checkpoint fails: its queues are put back
                     if failing:
                         m.setattr(store.checkpoint, "write_document", refused)
+                    # Cut back, before its checkpoint: what a checkpoint taken now would say is the walk's too (a
+                    # queue's count no higher than what it holds: recovery would rebuild it from the whole log).
+                    m.setattr(store.replica_log, "_write_checkpoint", checked(store.replica_log._write_checkpoint))
                     with pytest.raises(OSError) if failing else contextlib.nullcontext():
                         store.replica_log.truncate(cut)
                 for offs in expected.values():
