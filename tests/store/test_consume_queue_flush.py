@@ -1049,3 +1049,62 @@ def test_a_put_taken_back_then_put_again_lower_in_the_log_with_the_disk_still_fu
         _assert_queues_match_the_log(reopened, expected)
     finally:
         reopened.close_without_shutdown()
+
+
+async def _hot_taken_then_a_topic_deleted(store: DefaultMessageStore,
+                                          expected: dict[tuple[str, int], list[int]]) -> message_store._Snapshot:
+    """A periodic checkpoint's snapshot takes a queue with a page written (its files to fsync), and before its
+    worker thread has run, a topic deletion writes a checkpoint on the loop thread (as an admin request can)."""
+    for i in range(10):
+        assert (await store.put_message(msg("other", b"%d" % i))).ok
+    store.flush_and_checkpoint()
+    results = await store.put_messages([msg("hot", b"%04d" % i + b"." * 100) for i in range(250)])
+    assert results.ok
+    got = store.get_message("hot", 0, 0, 1000, 1 << 30).messages
+    expected[("hot", 0)] = [decode_message(w)[0].commit_log_offset for w in got]
+    earlier = store._snapshot(thorough=False)
+    assert any(cq.topic == "hot" for cq, _ in earlier.cq_flushed)
+    store.delete_topic("other")
+    return earlier
+
+
+def test_a_checkpoint_written_before_an_earlier_one_s_worker_ran_makes_that_one_s_files_durable(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deletion's checkpoint claims the queue the earlier snapshot took as flushed: a power loss before that
+    snapshot's worker runs must find it whole, not rebuild it from the log (nor lose entries a partly written-back
+    file would hide from the count)."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        await _hot_taken_then_a_topic_deleted(store, expected)
+        disk.off = True
+        store.close_without_shutdown()
+
+    store = DefaultMessageStore(config)
+    run(lambda: _started(store, main))
+    _whole_after_power_loss(config, disk, expected)
+
+
+def test_an_earlier_checkpoint_s_worker_running_late_does_not_bring_a_deleted_topic_back(root: Path) -> None:
+    """The earlier snapshot's worker runs after the deletion's checkpoint was written: its document (older, still
+    counting the deleted topic's queue) must not replace the newer one, or the next open rebuilds the deleted
+    topic's queue from the log."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        earlier = await _hot_taken_then_a_topic_deleted(store, expected)
+        store._write_checkpoint(earlier)  # its worker, late
+        store.close_without_shutdown()
+
+    store = DefaultMessageStore(config)
+    run(lambda: _started(store, main))
+    reopened = DefaultMessageStore(config)
+    try:
+        assert reopened.recovery_report.consume_queues_rebuilt == []
+        assert reopened.get_max_offset_in_queue("other", 0) == 0
+        _assert_queues_match_the_log(reopened, expected)
+    finally:
+        reopened.close_without_shutdown()
