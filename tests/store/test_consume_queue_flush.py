@@ -873,16 +873,18 @@ def _a_power_loss_now_loses_nothing(store: DefaultMessageStore, disk: _Disk) -> 
             offset += max(1, len(raw) // CQ_ENTRY_SIZE)
 
 
+@pytest.mark.parametrize("least_pages", [1, 0, 1000])  # 0: every checkpoint flushes all; 1000: only thorough ones
 def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncations_and_deletions(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        root: Path, monkeypatch: pytest.MonkeyPatch, least_pages: int) -> None:
     """Random puts (spread and hot, past the write-behind bound and past flushConsumeQueueLeastPages), periodic,
     thorough and failed checkpoints (entries put between the snapshot and its failure), periodic ones that cannot
-    write some queues' tails and groups taken back (a full disk), a slave's truncation and topic deletions: after
+    write some queues' tails and groups taken back (a full disk), a periodic one whose worker runs late (after a
+    checkpoint written meanwhile, or after its loop was cancelled), a slave's truncation and topic deletions: after
     each (and between a truncation and its checkpoint), what the store keeps for the checkpoint is what a walk over
     every queue finds; each checkpoint written says the oldest unflushed entry and those counts, and a power loss
     right after it would take no entry recovery does not rebuild; a power loss after a last periodic checkpoint
     loses nothing. (``SEED`` and ``STEPS`` in the environment run others.)"""
-    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1,
+    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=least_pages,
                          consume_queue_write_behind_bytes=20 * 40)
     disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
@@ -911,7 +913,7 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
         nonlocal keys
         for step in range(int(os.environ.get('STEPS', '120'))):
             op = rng.choice(["spread"] * 6 + ["hot", "periodic", "periodic", "thorough", "failed", "delete",
-                                               "truncate", "refused", "unwritable"])
+                                               "truncate", "refused", "unwritable", "late"])
             if op == "spread":
                 for key in rng.sample(keys, 5):
                     await put(key, rng.randint(1, 3))
@@ -953,6 +955,16 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
                               lambda self, write_tail=ConsumeQueue.write_tail, full=full: refused(b"")
                               if (self.topic, self.queue_id) in full and self.tail is not None else write_tail(self))
                     _periodic_checkpoint(store)
+                _a_power_loss_now_loses_nothing(store, disk)
+            elif op == "late":  # a periodic snapshot whose worker runs late
+                snap = store._snapshot(thorough=False)
+                for key in rng.sample(keys, 3):
+                    await put(key, rng.randint(1, 3))
+                if rng.random() < 0.5:
+                    store.flush_and_checkpoint()  # a checkpoint written on the loop thread meanwhile
+                else:
+                    store._unflushed_again(snap)  # the checkpoint loop cancelled while the worker runs
+                store._write_checkpoint(snap)
                 _a_power_loss_now_loses_nothing(store, disk)
             elif op == "delete":
                 topic = rng.choice(keys)[0]
