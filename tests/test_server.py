@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import json
 import socket
 import subprocess
 import sys
@@ -62,3 +63,53 @@ def test_the_launcher_imports_no_server():
             "'txmq.store', 'txmq.namesrv', 'txmq.controller', 'txmq.server'))))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "[]"
+
+
+SURVIVORS = """
+import asyncio, gc, json, weakref
+from txmq import gctune, server
+
+class Queue:  # stands for a consume queue made after start: tracked, in a cycle with its topic
+    pass
+
+gctune.tune_gc()
+gctune.freeze_survivors()
+frozen_at_start = gc.get_freeze_count()
+queues = [Queue() for _ in range(1000)]
+for q in queues:
+    q.topic = q  # a reference cycle
+gc.collect()  # a full collection: its survivors are long-lived
+after_full = gc.get_freeze_count()
+made_later_frozen = not any(o is queues[0] for o in gc.get_objects())
+dropped = weakref.ref(queues[0])
+del queues, q
+gc.collect()  # frozen: a full collection does not see the dropped cycles
+kept_by_freeze = dropped() is not None
+
+async def until_freed():
+    thawing = asyncio.create_task(server.thaw_every(0.05))
+    try:
+        for _ in range(100):
+            if dropped() is None:
+                return True
+            await asyncio.sleep(0.02)
+        return False
+    finally:
+        thawing.cancel()
+
+freed = asyncio.run(until_freed())
+print(json.dumps({"after_full": after_full > frozen_at_start + 1000, "made_later_frozen": made_later_frozen,
+                  "kept_by_freeze": kept_by_freeze, "freed": freed, "refrozen": gc.get_freeze_count() > 0,
+                  "full": gctune.collector_time.collections[2]}))
+"""
+
+
+def test_a_serving_process_freezes_full_collection_survivors_and_thaw_frees_their_cycles() -> None:
+    """Objects made after start (a broker's queues) leave the collector's sight once they survive a full
+    collection; a cycle among them, dropped, is still freed by the server's periodic thaw. In a child process:
+    the settings are process-wide."""
+    out = subprocess.run([sys.executable, "-c", SURVIVORS], capture_output=True, text=True, timeout=60, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"after_full": True, "made_later_frozen": True, "kept_by_freeze": True, "freed": True,
+                   "refrozen": True, "full": got["full"]}
+    assert got["full"] >= 3  # the collections were counted (two gc.collect, one thaw at least)

@@ -13,7 +13,12 @@ alive when scanned and was scanned again in the older generations. The older gen
 (10, 10), so a full collection still comes after the same share of young ones.
 
 Frozen objects are still freed by reference counting; only a reference cycle among them, dropped later, stays
-(``gc.freeze``'s documented cost). The server tunes its process at start. A client tunes the application's
+(``gc.freeze``'s documented cost). A broker makes most of its long-lived objects after start (topics, their
+consume queues, stats and routes: half a million objects at 10,000 topics), so a serving process also freezes
+what survives each full collection (``freeze_survivors``): a full collection then scans only what came since
+the previous one. To bound what a cycle among frozen objects keeps (a deleted topic's queues), ``thaw`` unfreezes
+everything, collects it once and freezes the survivors again; the server runs it every ``THAW_INTERVAL_S``.
+The server tunes its process at start. A client tunes the application's
 process only when asked (``$TXMQ_GC_TUNE=true``), once, at the first client's start: the collector is the
 application's, and no client library is expected to change it unasked.
 """
@@ -23,10 +28,16 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
+from typing import Any
 
 # Allocations between collections of the youngest generation: more than the objects of a window of 1,000
 # transactions in flight (about 30 each), so most of them are freed by reference counting before a scan.
 YOUNG_THRESHOLD = 50_000
+
+# How often a serving process collects its frozen heap once (``thaw``): cyclic garbage among frozen objects lives at
+# most this long; the collection pauses the loop for about 0.1-0.3 s at 80,000 queues (docs/benchmarks.md).
+THAW_INTERVAL_S = 3600.0
 
 _client_tuning = threading.Lock()
 _client_tuned = False
@@ -38,6 +49,56 @@ def tune_gc() -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, middle, old)
+
+
+class CollectorTime:
+    """Collections and the seconds spent in them, per generation, since installed (a ``gc.callbacks`` entry):
+    the collector's share of a process's CPU, read from the process itself (a broker's GET_BROKER_RUNTIME_INFO)."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.collections[generation] += 1
+            self.seconds[generation] += time.perf_counter() - self._began
+
+    def runtime_info(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO's figures: per generation, youngest first, space-separated."""
+        return {"gcCollections": " ".join(map(str, self.collections)),
+                "gcSeconds": " ".join(f"{s:.6f}" for s in self.seconds), "gcFrozen": str(gc.get_freeze_count())}
+
+
+collector_time = CollectorTime()
+
+
+def _freeze_after_full_collection(phase: str, info: dict[str, Any]) -> None:
+    if phase == "stop" and info["generation"] == 2:
+        gc.freeze()  # what survived a full collection is long-lived: the next full collection skips it
+
+
+def freeze_survivors() -> None:
+    """From now on, freeze what survives each full collection (once per process); and count collections'
+    time (``collector_time``)."""
+    for callback in (collector_time, _freeze_after_full_collection):
+        if callback not in gc.callbacks:
+            gc.callbacks.append(callback)
+
+
+def thaw() -> tuple[float, int]:
+    """Unfreeze everything and collect it once (frees cycles among frozen objects; the survivors are frozen
+    again by ``freeze_survivors``'s callback, or here): the seconds it took with the GIL held, and the objects
+    it found unreachable."""
+    began = time.perf_counter()
+    gc.unfreeze()
+    found = gc.collect()
+    gc.freeze()
+    return time.perf_counter() - began, found
 
 
 def asked(default: bool = False) -> bool:
