@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -113,3 +114,23 @@ def test_a_serving_process_freezes_full_collection_survivors_and_thaw_frees_thei
     assert got == {"after_full": True, "made_later_frozen": True, "kept_by_freeze": True, "freed": True,
                    "refrozen": True, "full": got["full"]}
     assert got["full"] >= 3  # the collections were counted (two gc.collect, one thaw at least)
+
+
+def test_a_server_reports_its_collector_in_the_runtime_info(tmp_path: Path) -> None:
+    """``brokerStatus`` (GET_BROKER_RUNTIME_INFO) of a running ``txmq server`` shows its frozen objects and its
+    collections and their seconds per generation: the collector's share, read from outside."""
+    from txmq.admin.client import MQAdminExt
+    from txmq.launch import ServerProcess, txmq_command
+
+    (tmp_path / "broker.conf").write_text("grpcPort=-1\n")
+    proc = ServerProcess(txmq_command("server", "--store", str(tmp_path / "store"), "--port", "0", "--namesrv-port",
+                                      str(free_port()), "-c", str(tmp_path / "broker.conf")),
+                         tmp_path / "server.log", dict(os.environ, HOME=str(tmp_path), PYTHONUNBUFFERED="1")).start(30)
+    try:
+        with MQAdminExt(proc.namesrv) as admin:
+            info = admin.runtime_info(proc.addrs["broker"])
+    finally:
+        proc.stop(30)
+    assert int(info["gcFrozen"]) > 0  # start-up's heap, at least
+    assert len([int(n) for n in info["gcCollections"].split()]) == 3
+    assert len([float(s) for s in info["gcSeconds"].split()]) == 3
