@@ -13,12 +13,8 @@ alive when scanned and was scanned again in the older generations. The older gen
 (10, 10), so a full collection still comes after the same share of young ones.
 
 Frozen objects are still freed by reference counting; only a reference cycle among them, dropped later, stays
-(``gc.freeze``'s documented cost). A broker makes most of its long-lived objects after start (topics, their
-consume queues, stats and routes: half a million objects at 10,000 topics), so a serving process also freezes
-what survives each full collection (``freeze_survivors``): a full collection then scans only what came since
-the previous one. To bound what a cycle among frozen objects keeps (a deleted topic's queues), ``thaw`` unfreezes
-everything, collects it once and freezes the survivors again; the server runs it every ``THAW_INTERVAL_S``.
-The server tunes its process at start. A client tunes the application's
+(``gc.freeze``'s documented cost). A tuned process counts its collections and their time (``collector_time``;
+a broker shows them in its runtime info). The server tunes its process at start. A client tunes the application's
 process only when asked (``$TXMQ_GC_TUNE=true``), once, at the first client's start: the collector is the
 application's, and no client library is expected to change it unasked.
 """
@@ -35,20 +31,8 @@ from typing import Any
 # transactions in flight (about 30 each), so most of them are freed by reference counting before a scan.
 YOUNG_THRESHOLD = 50_000
 
-# How often a serving process collects its frozen heap once (``thaw``): cyclic garbage among frozen objects lives at
-# most this long; the collection pauses the loop for about 0.1-0.3 s at 80,000 queues (docs/benchmarks.md).
-THAW_INTERVAL_S = 3600.0
-
 _client_tuning = threading.Lock()
 _client_tuned = False
-
-
-def tune_gc() -> None:
-    """Freeze what is alive now and collect the youngest generation every ``YOUNG_THRESHOLD`` allocations."""
-    gc.collect()
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG_THRESHOLD, middle, old)
 
 
 class CollectorTime:
@@ -77,28 +61,15 @@ class CollectorTime:
 collector_time = CollectorTime()
 
 
-def _freeze_after_full_collection(phase: str, info: dict[str, Any]) -> None:
-    if phase == "stop" and info["generation"] == 2:
-        gc.freeze()  # what survived a full collection is long-lived: the next full collection skips it
-
-
-def freeze_survivors() -> None:
-    """From now on, freeze what survives each full collection (once per process); and count collections'
-    time (``collector_time``)."""
-    for callback in (collector_time, _freeze_after_full_collection):
-        if callback not in gc.callbacks:
-            gc.callbacks.append(callback)
-
-
-def thaw() -> tuple[float, int]:
-    """Unfreeze everything and collect it once (frees cycles among frozen objects; the survivors are frozen
-    again by ``freeze_survivors``'s callback, or here): the seconds it took with the GIL held, and the objects
-    it found unreachable."""
-    began = time.perf_counter()
-    gc.unfreeze()
-    found = gc.collect()
+def tune_gc() -> None:
+    """Freeze what is alive now, collect the youngest generation every ``YOUNG_THRESHOLD`` allocations, and count
+    the collections' time (``collector_time``)."""
+    gc.collect()
     gc.freeze()
-    return time.perf_counter() - began, found
+    if collector_time not in gc.callbacks:
+        gc.callbacks.append(collector_time)
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_THRESHOLD, middle, old)
 
 
 def asked(default: bool = False) -> bool:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from txmq.broker.config import BrokerConfig
 from txmq.broker.controller import BrokerController
 from txmq.controller.server import ControllerManager
-from txmq.gctune import THAW_INTERVAL_S, freeze_survivors, thaw, tune_gc
+from txmq.gctune import tune_gc
 from txmq.namesrv.controller import NamesrvController
 from txmq.remoting.server import ServerLimits
 from txmq.remoting.transport import run
@@ -37,22 +37,12 @@ async def _until_signalled(ready: Callable[[], None]) -> None:
     log.info("stopping")
 
 
-async def thaw_every(interval_s: float) -> None:
-    """``gctune.thaw`` every ``interval_s``: a cycle among frozen objects (a deleted topic's) is freed that late
-    at most. One log line each time, with the pause it took."""
-    while True:
-        await asyncio.sleep(interval_s)
-        took, found = thaw()
-        log.info("collector: the frozen heap collected in %.0f ms (%d unreachable objects)", took * 1e3, found)
-
-
 async def serve(namesrv: NamesrvController | None, broker: BrokerController | None,
                 on_ready: Callable[[dict[str, str]], None], console: Console | None = None,
                 controller: ControllerManager | None = None) -> None:
     """Start what is given, print the ready line, serve until signalled, stop in reverse order. The console's
     default port being taken leaves the process without it, with a warning. ``controller``: ``txmq controller``,
     or RocketMQ's enableControllerInNamesrv beside a name server."""
-    thawing: asyncio.Task[None] | None = None
     try:
         if controller is not None:
             await controller.start()
@@ -86,12 +76,8 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
         if console is not None:
             addrs["console"] = console.addr
         tune_gc()
-        freeze_survivors()
-        thawing = asyncio.create_task(thaw_every(THAW_INTERVAL_S))
         await _until_signalled(lambda: on_ready(addrs))
     finally:
-        if thawing is not None:
-            thawing.cancel()
         if console is not None:
             await console.close()
         if broker is not None and broker.started:
