@@ -61,6 +61,7 @@ def topic_directory(root_dir: str, topic: str) -> str:
 CQ_ENTRY = struct.Struct(">qiq")
 CQ_ENTRY_SIZE = CQ_ENTRY.size
 assert CQ_ENTRY_SIZE == 20
+_pack_entry = CQ_ENTRY.pack  # bound once: a put packs every entry
 TAIL_WRITE_BYTES = 4096  # a tail this long is written at once: one page per system call
 
 
@@ -234,23 +235,24 @@ class ConsumeQueue:
         tail = self.tail
         if first != self.max_offset:
             self.write_tail()
-            self._write(first, b"".join([CQ_ENTRY.pack(*entry) for entry in entries]))
+            self._write(first, b"".join([_pack_entry(*entry) for entry in entries]))
             self.max_offset = max(self.max_offset, first + len(entries))
             return
         if tail is None:
             tail = self.tail = bytearray()
             self.tail_from = first
             store.tails[self] = None
-        before = len(tail)
         for entry in entries:
-            tail += CQ_ENTRY.pack(*entry)
-        self.max_offset = first + len(entries)
-        store.tail_bytes += len(tail) - before
+            tail += _pack_entry(*entry)
+        end = first + len(entries)
+        self.max_offset = end
+        end *= CQ_ENTRY_SIZE
+        store.tail_bytes += end - first * CQ_ENTRY_SIZE
         # The files after the entries are the queue's: a failure to make them (a full disk) leaves the entries
         # buffered (a slave's must stay; a put's are taken back by its caller), and the tail's write makes them.
-        end = self.max_offset * CQ_ENTRY_SIZE
-        last = self.files.last
-        if last is None or last.end_offset < end:
+        # (Read without properties: this runs for every run a group puts.)
+        files = self._files
+        if files is None or not files.files or files.files[-1].file_from_offset + store.file_size < end:
             self._make_files(first * CQ_ENTRY_SIZE, end)
         if len(tail) >= TAIL_WRITE_BYTES:
             self.write_tail()

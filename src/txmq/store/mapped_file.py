@@ -296,11 +296,17 @@ class MappedFileQueue:
         return self.files[0] if self.files else None
 
     def find(self, offset: int) -> MappedFile | None:
-        """The segment holding ``offset``, if it is still on disk."""
-        i = bisect.bisect_right(self.files, offset, key=_start) - 1
+        """The segment holding ``offset``, if it is still on disk. The last one first: appends and the newest reads
+        fall in it, and that needs no search."""
+        files = self.files
+        if files:
+            last = files[-1]
+            if last.file_from_offset <= offset:
+                return last if offset < last.file_from_offset + last.file_size else None
+        i = bisect.bisect_right(files, offset, key=_start) - 1
         if i < 0:
             return None
-        mf = self.files[i]
+        mf = files[i]
         return mf if offset < mf.end_offset else None
 
     def files_from(self, offset: int) -> Iterator[MappedFile]:
