@@ -9,10 +9,12 @@ temporary store, grows one dimension point by point on that server and measures 
 
 * **topics** (8 queues each): topics are created up to the point (seconds per topic created: the registration
   with the name server); one send to every queue (the first send to a queue: its consume-queue file is created;
-  broker CPU per such send); then ``--messages`` sends of 256 B spread round-robin over every queue of every
-  topic through a window of 1,000, and one checkpoint interval after (the consume-queue files those sends
-  dirtied are fsynced then): broker CPU per message over both, throughput of the sends, the broker's RSS and
-  open files.
+  broker CPU per such send); the broker's CPU until its next thorough checkpoint (``--thorough-s``, its
+  flushConsumeQueueThoroughInterval) has flushed every queue; then, well before the next one, ``--messages``
+  sends of 256 B spread round-robin over every queue of every topic through a window of 1,000, and one
+  checkpoint interval after (the consume-queue files those sends dirtied are fsynced then): broker CPU per
+  message over both, of it the collector's (the broker's runtime info), the thorough checkpoint's CPU shared
+  over an interval of sends at the measured rate, throughput of the sends, the broker's RSS and open files.
 * **groups** on one topic of 8 queues holding ``--messages`` messages: each group commits an offset on every
   queue; then the topic is pulled once (32 per pull) by requests that rotate over the groups, each followed by
   an offset commit: pull throughput, the broker's RSS, and the time to persist the offset table (the broker's
