@@ -9,10 +9,12 @@ temporary store, grows one dimension point by point on that server and measures 
 
 * **topics** (8 queues each): topics are created up to the point (seconds per topic created: the registration
   with the name server); one send to every queue (the first send to a queue: its consume-queue file is created;
-  broker CPU per such send); then ``--messages`` sends of 256 B spread round-robin over every queue of every
-  topic through a window of 1,000, and one checkpoint interval after (the consume-queue files those sends
-  dirtied are fsynced then): broker CPU per message over both, throughput of the sends, the broker's RSS and
-  open files.
+  broker CPU per such send); the broker's CPU until its next thorough checkpoint (``--thorough-s``, its
+  flushConsumeQueueThoroughInterval) has flushed every queue; then, well before the next one, ``--messages``
+  sends of 256 B spread round-robin over every queue of every topic through a window of 1,000, and one
+  checkpoint interval after (the consume-queue files those sends dirtied are fsynced then): broker CPU per
+  message over both, of it the collector's (the broker's runtime info), the thorough checkpoint's CPU shared
+  over an interval of sends at the measured rate, throughput of the sends, the broker's RSS and open files.
 * **groups** on one topic of 8 queues holding ``--messages`` messages: each group commits an offset on every
   queue; then the topic is pulled once (32 per pull) by requests that rotate over the groups, each followed by
   an offset commit: pull throughput, the broker's RSS, and the time to persist the offset table (the broker's
@@ -150,11 +152,11 @@ def create_topics(namesrv: str, names: list[str]) -> float:
     return (time.monotonic() - t0) / max(len(names), 1)
 
 
-def spread_sends(namesrv: str, queues: list[Any], n: int, size: int, cpu: Callable[[], float],
-                 window: int = 1000) -> tuple[float, float]:
+def spread_sends(namesrv: str, queues: list[Any], n: int, size: int, mark: Callable[[], Any],
+                 window: int = 1000) -> tuple[float, Any]:
     """``n`` sends round-robin over ``queues`` (each send to its queue), through a window: the wall seconds, and
-    the broker's ``cpu()`` when the sends began (after the producer looked up every topic's route, which at
-    10,000 topics costs the name server sharing the broker's process more than the sends)."""
+    ``mark()`` (the broker's CPU, ...) when the sends began (after the producer looked up every topic's route,
+    which at 10,000 topics costs the name server sharing the broker's process more than the sends)."""
     from txmq.client.producer import Producer, SendStatus
     from txmq.message import Message
 
@@ -179,7 +181,7 @@ def spread_sends(namesrv: str, queues: list[Any], n: int, size: int, cpu: Callab
         for topic in topics:  # routes outside the clock
             assert producer.instance is not None
             producer._call(producer.instance.update_route(topic), 30)
-        cpu0, t0 = cpu(), time.monotonic()
+        mark0, t0 = mark(), time.monotonic()
         for i in range(n):
             mq = queues[i % len(queues)]
             producer.send_async(Message(mq.topic, bench.payload(i, fill)), mq).add_done_callback(answered)
@@ -190,7 +192,7 @@ def spread_sends(namesrv: str, queues: list[Any], n: int, size: int, cpu: Callab
         producer.shutdown()
     if state["bad"]:
         raise bench.BenchError(f"{state['bad']} of {n} sends failed")
-    return wall, cpu0
+    return wall, mark0
 
 
 def all_queues(namesrv: str, topics: list[str]) -> list[Any]:
@@ -199,31 +201,96 @@ def all_queues(namesrv: str, topics: list[str]) -> list[Any]:
     return [MessageQueue(t, "scale", q) for q in range(QUEUES) for t in topics]
 
 
-def curve_topics(root: Path, points: list[int], n: int, size: int) -> list[dict[str, Any]]:
+class ThoroughWatch:
+    """Tells when the broker's thorough checkpoint (every ``flushConsumeQueueThoroughInterval``: it writes and
+    fsyncs every queue with entries, however few) has run: a one-queue topic gets one message, whose consume-queue
+    entry stays in the broker's memory until a checkpoint writes that queue, and a periodic checkpoint writes only
+    queues with ``flushConsumeQueueLeastPages`` put since their last flush."""
+
+    TOPIC = "scale_thorough"
+
+    def __init__(self, srv: Server) -> None:
+        from txmq.client.producer import Producer
+
+        bench.ensure_topic(srv.namesrv, self.TOPIC, 1)
+        self.file = srv.home / "store" / "consumequeue" / self.TOPIC / "0" / ("0" * 20)
+        self.producer = Producer("scale_thorough", srv.namesrv).start()
+        self.sent = 0
+
+    def wait(self, timeout: float) -> None:
+        """Send one message and wait until its entry is in its file: a thorough checkpoint ran meanwhile."""
+        from txmq.message import Message
+
+        self.producer.send(Message(self.TOPIC, b"x"))
+        self.sent += 1
+        at = (self.sent - 1) * 20 + 8  # the entry's size field: zero until written (the file is sparse)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), open(self.file, "rb") as f:
+                f.seek(at)
+                if f.read(4).strip(b"\0"):
+                    return
+            time.sleep(0.1)
+        raise bench.BenchError(f"no thorough checkpoint within {timeout:.0f} s")
+
+    def close(self) -> None:
+        self.producer.shutdown()
+
+
+def collector_s(srv: Server) -> float:
+    """The broker's seconds in its cyclic collector since start (GET_BROKER_RUNTIME_INFO's ``gcSeconds``)."""
+    from txmq.admin.client import MQAdminExt
+
+    with MQAdminExt(srv.namesrv) as admin:
+        return sum(float(s) for s in admin.runtime_info(srv.broker).get("gcSeconds", "").split())
+
+
+def marks(srv: Server) -> tuple[float, float]:
+    """The broker's CPU seconds and its collector's, read in this order: the collector's request is not timed."""
+    gc_s = collector_s(srv)
+    return srv.cpu(), gc_s
+
+
+def curve_topics(root: Path, points: list[int], n: int, size: int, thorough_s: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    with Server(root, "topics") as srv:
+    conf = f"flushConsumeQueueThoroughInterval={int(thorough_s * 1000)}\n"
+    with Server(root, "topics", conf) as srv:
+        watch = ThoroughWatch(srv)
         topics: list[str] = []
-        for point in points:
-            new = [f"scale_t{i}" for i in range(len(topics), point)]
-            create_s = create_topics(srv.namesrv, new)
-            topics += new
-            queues = all_queues(srv.namesrv, topics)
-            first = [mq for mq in queues if mq.topic in set(new)]
-            first_cpu_us: float | None = None  # too few first sends for /proc's 10 ms ticks: not shown
-            if first:
-                _, c0 = spread_sends(srv.namesrv, first, len(first), size, srv.cpu)
-                if len(first) >= 100:
-                    first_cpu_us = round((srv.cpu() - c0) / len(first) * 1e6, 1)
-            time.sleep(SETTLE_S)  # the first sends' checkpoint passes before the clock starts
-            log(f"  topics {point}: {n} sends spread over {len(queues)} queues")
-            wall, c0 = spread_sends(srv.namesrv, queues, n, size, srv.cpu)
-            time.sleep(SETTLE_S)  # one checkpoint interval: it fsyncs what the sends dirtied
-            cpu_us = (srv.cpu() - c0) / n * 1e6
-            row = {"topics": point, "queues": point * QUEUES, "create_ms_per_topic": round(create_s * 1e3, 2),
-                   "first_send_cpu_us": first_cpu_us, "cpu_us_per_msg": round(cpu_us, 1),
-                   "msgs_s": round(n / wall), "rss_mb": rss_mb(srv.pid), "open_files": open_files(srv.pid)}
-            rows.append(row)
-            log(f"  topics {row}")
+        try:
+            for point in points:
+                new = [f"scale_t{i}" for i in range(len(topics), point)]
+                create_s = create_topics(srv.namesrv, new)
+                topics += new
+                queues = all_queues(srv.namesrv, topics)
+                first = [mq for mq in queues if mq.topic in set(new)]
+                first_cpu_us: float | None = None  # too few first sends for /proc's 10 ms ticks: not shown
+                if first:
+                    _, c0 = spread_sends(srv.namesrv, first, len(first), size, srv.cpu)
+                    if len(first) >= 100:
+                        first_cpu_us = round((srv.cpu() - c0) / len(first) * 1e6, 1)
+                # every queue holds an entry put since its last flush (the first sends to the new queues, the previous
+                # point's sends to the others), as every queue does after a thorough interval of spread sends: the
+                # next thorough checkpoint writes and flushes them all. Its CPU is measured apart from the sends',
+                # whose window follows it, well inside the next interval
+                c0 = srv.cpu()
+                watch.wait(thorough_s + 30)
+                time.sleep(SETTLE_S)  # its last batches and fsyncs, and a periodic checkpoint
+                thorough_cpu_s = srv.cpu() - c0
+                log(f"  topics {point}: {n} sends spread over {len(queues)} queues")
+                wall, (c0, gc0) = spread_sends(srv.namesrv, queues, n, size, lambda: marks(srv))
+                time.sleep(SETTLE_S)  # one checkpoint interval: it fsyncs what the sends dirtied
+                cpu_us = (srv.cpu() - c0) / n * 1e6
+                gc_us = (collector_s(srv) - gc0) / n * 1e6
+                row = {"topics": point, "queues": point * QUEUES, "create_ms_per_topic": round(create_s * 1e3, 2),
+                       "first_send_cpu_us": first_cpu_us, "cpu_us_per_msg": round(cpu_us, 1),
+                       "gc_us_per_msg": round(gc_us, 1), "thorough_cpu_s": round(thorough_cpu_s, 2),
+                       "cpu_us_with_thorough": round(cpu_us + thorough_cpu_s / (thorough_s * n / wall) * 1e6, 1),
+                       "msgs_s": round(n / wall), "rss_mb": rss_mb(srv.pid), "open_files": open_files(srv.pid)}
+                rows.append(row)
+                log(f"  topics {row}")
+        finally:
+            watch.close()
     return rows
 
 
@@ -455,7 +522,9 @@ def md_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
 TABLES: dict[str, list[tuple[str, str]]] = {
     "topics": [("topics", "topics"), ("queues", "queues"), ("create_ms_per_topic", "create ms/topic"),
                ("first_send_cpu_us", "first send µs CPU"), ("cpu_us_per_msg", "broker CPU µs/msg"),
-               ("msgs_s", "sends/s"), ("rss_mb", "RSS MB"), ("open_files", "open files")],
+               ("gc_us_per_msg", "of it collector µs/msg"), ("thorough_cpu_s", "thorough checkpoint CPU s"),
+               ("cpu_us_with_thorough", "µs/msg with thorough"), ("msgs_s", "sends/s"), ("rss_mb", "RSS MB"),
+               ("open_files", "open files")],
     "groups": [("groups", "groups"), ("offsets", "offsets"), ("pull_msgs_s", "pull msg/s"), ("rss_mb", "RSS MB"),
                ("persist_ms", "offset persist ms"), ("offset_file_kb", "offset file KB")],
     "connections": [("idle", "idle connections"), ("busy_sends", "busy sends"), ("busy_p50_ms", "busy p50 ms"),
@@ -480,6 +549,8 @@ def main() -> int:
     p.add_argument("--log-gb", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 5.0, 10.0, 20.0])
     p.add_argument("--messages", type=int, default=30_000, help="sends per topics point; messages of the groups topic")
     p.add_argument("--size", type=int, default=256)
+    p.add_argument("--thorough-s", type=float, default=60.0,
+                   help="the topics broker's flushConsumeQueueThoroughInterval, seconds (RocketMQ's default 60)")
     p.add_argument("--busy-seconds", type=float, default=5.0)
     p.add_argument("--tail-mb", type=int, default=64)
     p.add_argument("--json", type=Path)
@@ -488,6 +559,7 @@ def main() -> int:
     if a.short:
         a.topics, a.groups, a.connections = [1, 5, 20, 50], [1, 5, 20, 50], [10, 50, 100, 200]
         a.log_gb, a.messages, a.busy_seconds, a.tail_mb = [0.02, 0.04, 0.06, 0.08], 2000, 1.0, 4
+        a.thorough_s = 1.0  # every checkpoint (3 s) is thorough: a short wait for one
         global SETTLE_S
         SETTLE_S = 0.5
 
@@ -495,7 +567,7 @@ def main() -> int:
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     load0 = os.getloadavg()
     curves: dict[str, Callable[[], list[dict[str, Any]]]] = {
-        "topics": lambda: curve_topics(root, a.topics, a.messages, a.size),
+        "topics": lambda: curve_topics(root, a.topics, a.messages, a.size, a.thorough_s),
         "groups": lambda: curve_groups(root, a.groups, a.messages, a.size),
         "connections": lambda: curve_connections(root, a.connections, a.busy_seconds),
         "log": lambda: curve_log(root, a.log_gb, a.tail_mb),

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
+import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from txmq import ports
-from txmq.gctune import YOUNG_THRESHOLD, tune_gc
+from txmq.gctune import YOUNG_THRESHOLD, collector_time, tune_gc
 from txmq.launch import free_port
 
 
@@ -23,7 +25,13 @@ def test_tune_gc_freezes_startup_objects_and_raises_only_the_young_threshold() -
         assert gc.get_freeze_count() > 0
         assert not any(o is startup_object for o in gc.get_objects())  # frozen: out of every generation
         assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+        assert collector_time in gc.callbacks
+        collections = sum(collector_time.collections)
+        gc.collect()
+        assert sum(collector_time.collections) == collections + 1
     finally:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(collector_time)
         gc.unfreeze()
         gc.set_threshold(*before)
 
@@ -62,3 +70,23 @@ def test_the_launcher_imports_no_server():
             "'txmq.store', 'txmq.namesrv', 'txmq.controller', 'txmq.server'))))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "[]"
+
+
+def test_a_server_reports_its_collector_in_the_runtime_info(tmp_path: Path) -> None:
+    """``brokerStatus`` (GET_BROKER_RUNTIME_INFO) of a running ``txmq server`` shows its frozen objects and its
+    collections and their seconds per generation: the collector's share, read from outside."""
+    from txmq.admin.client import MQAdminExt
+    from txmq.launch import ServerProcess, txmq_command
+
+    (tmp_path / "broker.conf").write_text("grpcPort=-1\n")
+    proc = ServerProcess(txmq_command("server", "--store", str(tmp_path / "store"), "--port", "0", "--namesrv-port",
+                                      str(free_port()), "-c", str(tmp_path / "broker.conf")),
+                         tmp_path / "server.log", dict(os.environ, HOME=str(tmp_path), PYTHONUNBUFFERED="1")).start(30)
+    try:
+        with MQAdminExt(proc.namesrv) as admin:
+            info = admin.runtime_info(proc.addrs["broker"])
+    finally:
+        proc.stop(30)
+    assert int(info["gcFrozen"]) > 0  # start-up's heap, at least
+    assert len([int(n) for n in info["gcCollections"].split()]) == 3
+    assert len([float(s) for s in info["gcSeconds"].split()]) == 3

@@ -44,3 +44,6 @@ def test_the_scale_bench_prints_its_curves() -> None:
                 first_send = cells.pop(3)
                 assert first_send != "-" if i == len(rows) - 1 else re.fullmatch(r"-|[\d,.]+", first_send), row
             assert "-" not in cells[1:] or curve == "connections", row
+    # the sends' CPU, the collector's share of it and the thorough checkpoint's, each a column of its own
+    assert re.search(r"^\| topics \| queues \| create ms/topic \| first send µs CPU \| broker CPU µs/msg \| "
+                     r"of it collector µs/msg \| thorough checkpoint CPU s \| µs/msg with thorough \|", out, re.M), out

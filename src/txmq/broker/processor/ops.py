@@ -18,6 +18,7 @@ from txmq.broker.subscription_group_manager import SubscriptionGroupConfig
 from txmq.broker.visibility import INTERNAL_TOPICS
 from txmq.conf import parse_properties
 from txmq.errors import RemoteProtocolError, StoreError
+from txmq.gctune import collector_time
 from txmq.message import decode_message
 from txmq.remoting import fastjson
 from txmq.remoting.admin_headers import (
@@ -332,7 +333,7 @@ class OpsProcessor:
 
 def runtime_info(broker: BrokerController) -> dict[str, str]:
     """GET_BROKER_RUNTIME_INFO's table under RocketMQ's keys (clusterList and brokerStatus read these) beside
-    the store's own figures."""
+    the store's own figures and the collector's (``txmq.gctune.CollectorTime``)."""
     stats = broker.stats_manager
     store = broker.store
     put = [stats.window("BROKER_PUT_NUMS", "", s)[1] for s in (60, 3600, 86400)]
@@ -348,6 +349,7 @@ def runtime_info(broker: BrokerController) -> dict[str, str]:
         "commitLogDiskRatio": f"{disk.used / disk.total:.4f}",
         **store.runtime_info(),
         **broker.timer_service.runtime_info(),
+        **collector_time.runtime_info(),
     }
     if broker.grpc is not None:  # a slave routes RocketMQ 5 clients to its master's gRPC endpoint
         table["grpcEndpoint"] = broker.grpc.addr
