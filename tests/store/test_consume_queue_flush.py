@@ -22,7 +22,8 @@ from tests.store.crash_writer import body_for
 from tests.store.store_helpers import make_config, msg, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
-from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE
+from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from txmq.store.mapped_file import MappedFileQueue
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUES = 40
@@ -199,12 +200,22 @@ class _Disk:
         self.fsynced: dict[str, bytes] = {}
         self.off = False  # the power is off: fsyncs from here (a crashing store's last ones) reach nothing
         self._real, self._real_syncfs = mapped_file.fsync_fd, message_store.syncfs
+        self._real_dir = mapped_file.fsync_dir
 
     def fsync_fd(self, fd: int) -> None:
         path = os.readlink(f"/proc/self/fd/{fd}")
         if path.startswith(self.root + os.sep) and not self.off:
             self.fsynced[path] = os.pread(fd, os.fstat(fd).st_size, 0)
         self._real(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        """The directory's deletions made durable: a file made again at a deleted one's path no longer brings back
+        the deleted one's fsynced bytes."""
+        if not self.off:
+            directory = os.path.realpath(path)
+            for gone in [p for p in self.fsynced if os.path.dirname(p) == directory and not os.path.exists(p)]:
+                del self.fsynced[gone]
+        self._real_dir(path)
 
     def syncfs(self, path: str) -> None:
         """syncfs(2): every file under the store, as it is now."""
@@ -233,6 +244,7 @@ def _powered(config: StoreConfig, monkeypatch: pytest.MonkeyPatch) -> _Disk:
     """The store's fsyncs recorded, for a ``power_loss`` later."""
     disk = _Disk(config.store_path_root_dir)
     monkeypatch.setattr(mapped_file, "fsync_fd", disk.fsync_fd)
+    monkeypatch.setattr(mapped_file, "fsync_dir", disk.fsync_dir)
     return disk
 
 
@@ -788,6 +800,9 @@ def _bookkeeping_as_a_walk_finds_it(store: DefaultMessageStore) -> None:
         cq = queues.find(topic, qid)
         start = cq.unflushed_from if cq is not None else None
         counts.setdefault(topic, {})[qid] = next_offset if start is None else min(next_offset, start)
+    for cq in every:  # a queue made by a put that was taken back (a full disk) has no offset yet, and holds nothing
+        if (cq.topic, cq.queue_id) not in queues.offsets and cq.max_offset == 0:
+            counts.setdefault(cq.topic, {})[cq.queue_id] = 0
     assert queues.counts == counts
 
 
@@ -833,22 +848,57 @@ def test_queues_pending_in_some_order_and_older_ones_put_back_by_a_failed_checkp
     _whole_after_power_loss(config, disk, expected)
 
 
+def _a_power_loss_now_loses_nothing(store: DefaultMessageStore, disk: _Disk) -> None:
+    """Against what the disk holds (``_Disk``: each file as last fsynced), not what the store keeps: every entry a
+    queue holds that a power loss now would take is one recovery rebuilds, after the checkpoint on disk: it points
+    at or past its recovery point (replayed), or lies below the queue's count (the queue rebuilt from the log)."""
+    cp = store.checkpoint.load()[0]
+    assert cp is not None
+    for cq in store.queues.all():
+        count = cp.queues.get(cq.topic, {}).get(cq.queue_id, 0)
+        files = cq.opened_files
+        offset = files.files[0].file_from_offset // CQ_ENTRY_SIZE if files is not None and files.files else 0
+        while offset < cq.max_offset:
+            raw = cq.read_entries(offset, cq.max_offset - offset)
+            for i in range(0, len(raw), CQ_ENTRY_SIZE):
+                pos = (offset + i // CQ_ENTRY_SIZE) * CQ_ENTRY_SIZE
+                mf = files.find(pos) if files is not None else None
+                image = disk.fsynced.get(os.path.realpath(mf.path), b"") if mf is not None else b""
+                at = pos - mf.file_from_offset if mf is not None else 0
+                entry = raw[i : i + CQ_ENTRY_SIZE]
+                if image[at : at + CQ_ENTRY_SIZE] != entry and entry != bytes(CQ_ENTRY_SIZE):
+                    phy = CQ_ENTRY.unpack(entry)[0]
+                    assert phy >= cp.recovery_offset or pos // CQ_ENTRY_SIZE < count, (
+                        cq.topic, cq.queue_id, pos // CQ_ENTRY_SIZE, phy, cp.recovery_offset, count)
+            offset += max(1, len(raw) // CQ_ENTRY_SIZE)
+
+
+@pytest.mark.parametrize("least_pages", [1, 0, 1000])  # 0: every checkpoint flushes all; 1000: only thorough ones
 def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncations_and_deletions(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        root: Path, monkeypatch: pytest.MonkeyPatch, least_pages: int) -> None:
     """Random puts (spread and hot, past the write-behind bound and past flushConsumeQueueLeastPages), periodic,
-    thorough and failed checkpoints (entries put between the snapshot and its failure), a slave's truncation and
-    topic deletions: after each, what the store keeps for the checkpoint is what a walk over every queue finds;
-    each checkpoint written says the oldest unflushed entry and those counts; a power loss after a last periodic
-    checkpoint loses nothing."""
-    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1,
+    thorough and failed checkpoints (entries put between the snapshot and its failure), periodic ones that cannot
+    write some queues' tails and groups taken back (a full disk), a periodic one whose worker runs late (after a
+    checkpoint written meanwhile, or after its loop was cancelled), a slave's truncation and topic deletions: after
+    each (and between a truncation and its checkpoint), what the store keeps for the checkpoint is what a walk over
+    every queue finds; each checkpoint written says the oldest unflushed entry and those counts, and a power loss
+    right after it would take no entry recovery does not rebuild; a power loss after a last periodic checkpoint
+    loses nothing. (``SEED`` and ``STEPS`` in the environment run others.)"""
+    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=least_pages,
                          consume_queue_write_behind_bytes=20 * 40)
     disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
-    rng = random.Random(33)
+    rng = random.Random(int(os.environ.get('SEED', '33')))
     keys = [(f"t{t}", q) for t in range(4) for q in range(4)]
 
     def refused(_: bytes) -> None:
         raise OSError(28, "No space left on device")
+
+    def checked(write_checkpoint: Callable[[], None]) -> Callable[[], None]:
+        def check_then_write() -> None:
+            _bookkeeping_as_a_walk_finds_it(store)
+            write_checkpoint()
+        return check_then_write
 
     async def put(key: tuple[str, int], n: int) -> None:
         results = await store.put_messages([msg(key[0], b"%d" % i, queue_id=key[1]) for i in range(n)])
@@ -861,9 +911,9 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
 
     async def main() -> None:
         nonlocal keys
-        for step in range(120):
+        for step in range(int(os.environ.get('STEPS', '120'))):
             op = rng.choice(["spread"] * 6 + ["hot", "periodic", "periodic", "thorough", "failed", "delete",
-                                               "truncate"])
+                                               "truncate", "refused", "unwritable", "late"])
             if op == "spread":
                 for key in rng.sample(keys, 5):
                     await put(key, rng.randint(1, 3))
@@ -876,6 +926,7 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
                 oldest = store.queues.oldest_unflushed()
                 assert store.checkpoint_offset == (store.max_phy_offset if oldest is None else oldest), step
                 assert store.checkpoint.load()[0].queues == store.queues.counts  # type: ignore[union-attr]
+                _a_power_loss_now_loses_nothing(store, disk)
             elif op == "failed":
                 if rng.random() < 0.5:  # a queue due (a page written) among those the failed one takes
                     await put(rng.choice(keys), 250)
@@ -887,6 +938,34 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
                     with pytest.raises(OSError):
                         store._write_checkpoint(snap)
                 store._unflushed_again(snap)
+            elif op == "refused":  # a full disk: the group's last queue cannot make its file, the group taken back
+                fresh = (f"z{step}", 0)
+                with monkeypatch.context() as m:
+                    m.setattr(MappedFileQueue, "create",
+                              lambda self, start, create=MappedFileQueue.create, fresh=fresh: refused(b"")
+                              if self.directory.endswith(f"/{fresh[0]}/0") else create(self, start))
+                    group = await asyncio.gather(*(store.put_message(msg(k[0], b"r", queue_id=k[1]))
+                                                   for k in [*rng.sample(keys, 3), fresh]))
+                    assert not any(r.ok for r in group)
+                store.group_commit.disk.full = False  # room again (puts are refused while it is measured full)
+            elif op == "unwritable":  # a periodic checkpoint that cannot write some queues' tails (a full disk)
+                full = set(rng.sample(keys, 6))
+                with monkeypatch.context() as m:
+                    m.setattr(ConsumeQueue, "write_tail",
+                              lambda self, write_tail=ConsumeQueue.write_tail, full=full: refused(b"")
+                              if (self.topic, self.queue_id) in full and self.tail is not None else write_tail(self))
+                    _periodic_checkpoint(store)
+                _a_power_loss_now_loses_nothing(store, disk)
+            elif op == "late":  # a periodic snapshot whose worker runs late
+                snap = store._snapshot(thorough=False)
+                for key in rng.sample(keys, 3):
+                    await put(key, rng.randint(1, 3))
+                if rng.random() < 0.5:
+                    store.flush_and_checkpoint()  # a checkpoint written on the loop thread meanwhile
+                else:
+                    store._unflushed_again(snap)  # the checkpoint loop cancelled while the worker runs
+                store._write_checkpoint(snap)
+                _a_power_loss_now_loses_nothing(store, disk)
             elif op == "delete":
                 topic = rng.choice(keys)[0]
                 store.delete_topic(topic)
@@ -902,6 +981,9 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
                     failing = rng.random() < 0.5  # the truncation's checkpoint fails: its queues are put back
                     if failing:
                         m.setattr(store.checkpoint, "write_document", refused)
+                    # Cut back, before its checkpoint: what a checkpoint taken now would say is the walk's too (a
+                    # queue's count no higher than what it holds: recovery would rebuild it from the whole log).
+                    m.setattr(store.replica_log, "_write_checkpoint", checked(store.replica_log._write_checkpoint))
                     with pytest.raises(OSError) if failing else contextlib.nullcontext():
                         store.replica_log.truncate(cut)
                 for offs in expected.values():
@@ -926,3 +1008,115 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
 async def _started(store: DefaultMessageStore, main: Callable[[], Awaitable[None]]) -> None:
     await store.start()
     await main()
+
+
+def test_a_put_taken_back_then_put_again_lower_in_the_log_with_the_disk_still_full(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk: a group's third queue cannot make its file, so the group is taken back (the log to where it
+    began, each queue to where it was) after the second queue had its entry put at the group's second record. The
+    next put's entry in that queue is the log's first record after the cut, below the one taken back, at the same
+    queue offset. The next checkpoint cannot write that queue's tail (the disk still full) and leaves it unflushed:
+    its recovery point must be at or before that entry, or a power loss loses a put answered as stored. (The disk had
+    room for a moment between: puts are refused while it is measured full.)"""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    def full(_: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    async def put(topic: str) -> int:
+        result = await store.put_message(msg(topic, b"body"))
+        assert result.ok
+        expected.setdefault((topic, 0), []).append(result.append_result.wrote_offset)
+        return result.append_result.wrote_offset
+
+    async def main() -> None:
+        await put("W")
+        await put("X")
+        store.flush_and_checkpoint()
+        create, write_tail = MappedFileQueue.create, ConsumeQueue.write_tail
+        with monkeypatch.context() as m:
+            m.setattr(MappedFileQueue, "create",
+                      lambda self, start: full(b"") if "/Z/" in self.directory + "/" else create(self, start))
+            refused = await asyncio.gather(*(store.put_message(msg(t, b"body")) for t in ("W", "X", "Z")))
+            assert not any(r.ok for r in refused)
+        cut = store.max_phy_offset
+        await asyncio.sleep(0.15)  # room again at the next measure of the disk (a moment, another process's files)
+        again = await put("X")  # the first record after the cut: below where X's taken-back entry was
+        assert again == cut
+        with monkeypatch.context() as m:  # the disk still full: X's tail cannot be written
+            m.setattr(ConsumeQueue, "write_tail",
+                      lambda self: full(b"") if self.topic == "X" and self.tail is not None else write_tail(self))
+            _periodic_checkpoint(store)
+        assert store.checkpoint_offset <= again
+        disk.off = True
+        store.close_without_shutdown()
+
+    store = DefaultMessageStore(config)
+    run(lambda: _started(store, main))
+    disk.power_loss()
+    reopened = DefaultMessageStore(config)
+    try:
+        _assert_queues_match_the_log(reopened, expected)
+    finally:
+        reopened.close_without_shutdown()
+
+
+async def _hot_taken_then_a_topic_deleted(store: DefaultMessageStore,
+                                          expected: dict[tuple[str, int], list[int]]) -> message_store._Snapshot:
+    """A periodic checkpoint's snapshot takes a queue with a page written (its files to fsync), and before its
+    worker thread has run, a topic deletion writes a checkpoint on the loop thread (as an admin request can)."""
+    for i in range(10):
+        assert (await store.put_message(msg("other", b"%d" % i))).ok
+    store.flush_and_checkpoint()
+    results = await store.put_messages([msg("hot", b"%04d" % i + b"." * 100) for i in range(250)])
+    assert results.ok
+    got = store.get_message("hot", 0, 0, 1000, 1 << 30).messages
+    expected[("hot", 0)] = [decode_message(w)[0].commit_log_offset for w in got]
+    earlier = store._snapshot(thorough=False)
+    assert any(cq.topic == "hot" for cq, _ in earlier.cq_flushed)
+    store.delete_topic("other")
+    return earlier
+
+
+def test_a_checkpoint_written_before_an_earlier_one_s_worker_ran_makes_that_one_s_files_durable(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deletion's checkpoint claims the queue the earlier snapshot took as flushed: a power loss before that
+    snapshot's worker runs must find it whole, not rebuild it from the log (nor lose entries a partly written-back
+    file would hide from the count)."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        await _hot_taken_then_a_topic_deleted(store, expected)
+        disk.off = True
+        store.close_without_shutdown()
+
+    store = DefaultMessageStore(config)
+    run(lambda: _started(store, main))
+    _whole_after_power_loss(config, disk, expected)
+
+
+def test_an_earlier_checkpoint_s_worker_running_late_does_not_bring_a_deleted_topic_back(root: Path) -> None:
+    """The earlier snapshot's worker runs after the deletion's checkpoint was written: its document (older, still
+    counting the deleted topic's queue) must not replace the newer one, or the next open rebuilds the deleted
+    topic's queue from the log."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        earlier = await _hot_taken_then_a_topic_deleted(store, expected)
+        store._write_checkpoint(earlier)  # its worker, late
+        store.close_without_shutdown()
+
+    store = DefaultMessageStore(config)
+    run(lambda: _started(store, main))
+    reopened = DefaultMessageStore(config)
+    try:
+        assert reopened.recovery_report.consume_queues_rebuilt == []
+        assert reopened.get_max_offset_in_queue("other", 0) == 0
+        _assert_queues_match_the_log(reopened, expected)
+    finally:
+        reopened.close_without_shutdown()

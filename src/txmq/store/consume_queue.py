@@ -229,8 +229,11 @@ class ConsumeQueue:
         """Put (commit-log offset, size, tag hash) entries for logical offsets ``first``, ``first + 1``, …: at the
         end of the queue into its tail (the files they fall in created now), written once it reaches a page;
         elsewhere (a rebuild putting entries back in place) written at once, after the tail."""
-        if self.unflushed_from is None or first < self.unflushed_from:  # (lower: rebuilt entries, back in place)
-            self.mark_unflushed(first, entries[0][0], False)
+        # Older than the unflushed ones: rebuilt entries back in place, or entries put again where the queue was cut
+        # back (a put taken back, a slave's truncation), which may lie lower in the log than those cut were.
+        phy = entries[0][0]
+        if self.unflushed_from is None or first < self.unflushed_from or phy < self.unflushed_phy:
+            self.mark_unflushed(first, phy, False)
         store = self.store
         tail = self.tail
         if first != self.max_offset:

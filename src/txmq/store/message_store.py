@@ -75,6 +75,11 @@ class _Snapshot:
     # and waiting for the loop's ``_unflushed_again``): if one failed, this one's checkpoint would claim its files.
     earlier: list[_Snapshot] = field(default_factory=list)
     failed: bool = False
+    # The order snapshots were taken in, and whether this one's files were made durable (by its worker or a later
+    # checkpoint's): one written on the loop thread (``_checkpoint_now``) may take the lock before an earlier
+    # snapshot's worker thread has run.
+    seq: int = 0
+    done: bool = False
 
 
 @cython.cclass
@@ -107,6 +112,8 @@ class DefaultMessageStore:
         self._checkpoint_offset = 0
         self._thorough_at = time.monotonic()  # the last checkpoint that flushed every consume queue
         self._in_flight: list[_Snapshot] = []  # snapshots not written yet, or failed and not put back yet
+        self._snapshots_taken = 0
+        self._written_seq = 0  # the ``seq`` of the snapshot whose document is on disk
         self._flush_service: FlushCommitLogService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._open = True
@@ -338,7 +345,9 @@ class DefaultMessageStore:
         least = self._least_bytes(thorough=thorough, now=now)
         if least == 0:
             self._thorough_at = now
-        snap = _Snapshot(Checkpoint(), index_files=self.index.dirty_files(), earlier=list(self._in_flight))
+        self._snapshots_taken += 1
+        snap = _Snapshot(Checkpoint(), index_files=self.index.dirty_files(), earlier=list(self._in_flight),
+                         seq=self._snapshots_taken)
         self._in_flight.append(snap)
         unwritten: OSError | None = None
         for cq in self._to_flush(least):
@@ -370,18 +379,27 @@ class DefaultMessageStore:
     def _write_checkpoint(self, snap: _Snapshot) -> None:
         """Make the snapshot durable: commit log, then derived files, then the checkpoint (any thread)."""
         with self._checkpoint_lock:
+            if snap.seq < self._written_seq:  # a later checkpoint's document is on disk, and made these durable
+                snap.done = True
+                self._in_flight.remove(snap)
+                return
+            # Earlier snapshots whose workers have not run yet: this document claims their queues flushed too.
+            claimed = [snap, *(s for s in snap.earlier if not s.done and not s.failed)]
             try:
                 self.commit_log.flush()
                 with self._files_lock:
-                    synced = len(snap.cq_files) + len(snap.cq_dirs) > SYNCFS_ABOVE
+                    cq_files = [mf for s in claimed for mf in s.cq_files]
+                    cq_dirs = [files for s in claimed for files in s.cq_dirs]
+                    synced = len(cq_files) + len(cq_dirs) > SYNCFS_ABOVE
                     if synced:
                         syncfs(self.config.store_path_root_dir)
                     else:
-                        for mf in snap.cq_files:
+                        for mf in cq_files:
                             mf.flush()
-                    for f in snap.index_files:
-                        f.flush()
-                    for files in snap.cq_dirs:
+                    for s in claimed:
+                        for f in s.index_files:
+                            f.flush()
+                    for files in cq_dirs:
                         if os.path.isdir(files.directory):  # not a queue deleted since the snapshot
                             files.sync_directory(synced=synced)
                 if any(s.failed for s in snap.earlier):
@@ -400,6 +418,9 @@ class DefaultMessageStore:
                 for f in snap.index_files:
                     f.dirty = True
                 raise
+            for s in claimed:
+                s.done = True
+            self._written_seq = snap.seq
             self._in_flight.remove(snap)
             self._checkpoint_offset = snap.checkpoint.recovery_offset
             self._counters["checkpoints"] += 1
