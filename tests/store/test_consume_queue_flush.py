@@ -20,6 +20,7 @@ import txmq.store.message_store as message_store
 from tests.killed_child import lines_until_killed
 from tests.store.crash_writer import body_for
 from tests.store.store_helpers import make_config, msg, run
+from txmq.errors import StoreError
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
 from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
@@ -526,6 +527,38 @@ def test_a_slave_s_truncation_whose_checkpoint_cannot_be_made_durable_then_new_r
     finally:
         store.close_without_shutdown()
     assert truncated == [cut]  # the slave's state derived from the dropped records went (a transaction table)
+
+
+def test_a_truncation_while_a_failed_checkpoint_is_not_put_back_yet_cuts_nothing(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A periodic checkpoint's worker failed and the loop has not put its queues back yet: no checkpoint is
+    written until it has, so a truncation then cannot make its recovery point durable below the cut. It cuts
+    nothing and says why; once the queues are put back it truncates."""
+    config = make_config(root)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        expected: dict[tuple[str, int], list[int]] = {}
+        await _spread(store, 2 * QUEUES, expected)
+        store.flush_and_checkpoint()
+        await _spread(store, QUEUES, expected)
+        end, cut = store.max_phy_offset, expected[("spread", 0)][1]
+        snap = store._snapshot(thorough=False)
+        with monkeypatch.context() as m:
+            m.setattr(store.checkpoint, "write_document", _eio)
+            with pytest.raises(OSError):
+                store._write_checkpoint(snap)  # the worker's; its loop has not resumed yet
+        with pytest.raises(StoreError, match="at or below"):
+            store.truncate_replicated(cut)
+        assert store.max_phy_offset == end
+        _assert_queues_match_the_log(store, expected)
+        store._unflushed_again(snap)
+        store.truncate_replicated(cut)
+        assert store.max_phy_offset == cut and store.checkpoint_offset == cut
+        await store.shutdown()
+
+    run(main)
 
 
 def test_a_wall_clock_step_does_not_make_a_periodic_checkpoint_thorough(
