@@ -20,6 +20,7 @@ import txmq.store.message_store as message_store
 from tests.killed_child import lines_until_killed
 from tests.store.crash_writer import body_for
 from tests.store.store_helpers import make_config, msg, run
+from txmq.errors import StoreError
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
 from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
@@ -437,6 +438,127 @@ def test_a_slave_truncating_to_its_master_with_queues_left_unflushed_then_a_powe
         _assert_queues_match_the_log(store, expected)
     finally:
         store.close_without_shutdown()
+
+
+def _eio(*_: object) -> None:
+    raise OSError(5, "Input/output error")
+
+
+@pytest.mark.parametrize("failing", ["a queue's fsync", "syncfs", "the commit log's flush"])
+@pytest.mark.parametrize("when", ["throughout", "after the cut"])
+def test_a_slave_s_truncation_whose_checkpoint_cannot_be_made_durable_then_new_records_and_a_power_loss(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str, when: str) -> None:
+    """A slave checkpointed past the point its new master's log ends at, then truncates there, and a fsync of the
+    truncation's checkpoint fails (an I/O error: once, throughout the truncation or only after the log was cut).
+    Its HA client reconnects (truncating again if its log still ends past the master's) and appends the master's
+    new records, flushed; then a power loss. The reopened slave holds the master's log: every record whole, every
+    queue entry pointing at a record of its queue, nothing flushed lost. (Before: the checkpoint on disk kept its
+    recovery point past the cut, and recovery started in the middle of a new record, dropped the records after
+    it, and kept an old queue's entries pointing at the new ones.)"""
+    config = make_config(tmp_path / "slave", flush_interval_commit_log_ms=60_000)
+    disk = _powered(config, monkeypatch)
+    monkeypatch.setattr(message_store, "syncfs", disk.syncfs)
+    if failing == "syncfs":
+        monkeypatch.setattr(message_store, "SYNCFS_ABOVE", 0)
+    truncated: list[int] = []
+
+    async def main() -> tuple[dict[tuple[str, int], list[int]], int, int]:
+        old = DefaultMessageStore(make_config(tmp_path / "old"))  # the master the slave copied
+        for i in range(40):
+            assert (await old.put_message(msg("old", b"o%03d" % i + b"." * 60, queue_id=i % 4))).ok
+        slave = DefaultMessageStore(config)
+        slave.replica = True
+        slave.add_truncate_listener(truncated.append)
+        slave.append_replicated(0, old.commit_log.read_raw(0, old.max_phy_offset))
+        slave.flush_and_checkpoint()
+        cut = old.get_commit_log_offset_in_queue("old", 0, 3)
+        assert 0 < cut < slave.checkpoint_offset
+        new = DefaultMessageStore(make_config(tmp_path / "new"))  # the new master: the old log up to the cut, ...
+        new.append_replicated(0, old.commit_log.read_raw(0, cut))
+        for i in range(30):  # ... then records of other sizes in another topic
+            assert (await new.put_message(msg("new", b"n%03d" % i + b"-" * 131, queue_id=i % 3))).ok
+        real_fsync, real_truncate = mapped_file.fsync_fd, slave.commit_log.truncate
+        broken = [when == "throughout"]
+
+        def queue_fsync(fd: int) -> None:
+            if broken[0] and "consumequeue" in os.readlink(f"/proc/self/fd/{fd}"):
+                _eio()
+            real_fsync(fd)
+
+        def breaking_truncate(offset: int) -> None:
+            real_truncate(offset)
+            broken[0] = True
+
+        with monkeypatch.context() as m:
+            m.setattr(slave.commit_log, "truncate", breaking_truncate)
+            if failing == "a queue's fsync":
+                m.setattr(mapped_file, "fsync_fd", queue_fsync)
+            elif failing == "syncfs":
+                m.setattr(message_store, "syncfs", lambda path: _eio() if broken[0] else disk.syncfs(path))
+            else:
+                flush = slave.commit_log.flush
+                m.setattr(slave.commit_log, "flush", lambda: _eio() if broken[0] else flush())
+            with pytest.raises(OSError):
+                slave.truncate_replicated(cut)
+        if slave.max_phy_offset > cut:  # the HA client's next handshake: this log ends past the master's
+            assert when == "throughout" and not truncated  # nothing was cut
+            slave.truncate_replicated(cut)
+        slave.append_replicated(cut, new.commit_log.read_raw(cut, new.max_phy_offset - cut))
+        slave.commit_log.flush()  # the flush thread's
+        expected = {(topic, q): [decode_message(w)[0].commit_log_offset
+                                 for w in new.get_message(topic, q, 0, 1000, 1 << 30).messages]
+                    for topic, queues in (("old", 4), ("new", 3)) for q in range(queues)}
+        disk.off = True
+        slave.close_without_shutdown()
+        for store in (old, new):
+            store.close_without_shutdown()
+        return expected, new.max_phy_offset, cut
+
+    expected, end, cut = run(main)
+    disk.power_loss()
+    store = DefaultMessageStore(config)
+    try:
+        assert not store.recovery_report.lost_data, store.recovery_report.events
+        assert store.max_phy_offset == end
+        for (topic, qid), offsets in expected.items():
+            got = [decode_message(w)[0] for w in store.get_message(topic, qid, 0, 1000, 1 << 30).messages]
+            assert [(m.topic, m.queue_id, m.commit_log_offset) for m in got] == [(topic, qid, o) for o in offsets]
+            assert store.get_max_offset_in_queue(topic, qid) == len(offsets), (topic, qid)
+    finally:
+        store.close_without_shutdown()
+    assert truncated == [cut]  # the slave's state derived from the dropped records went (a transaction table)
+
+
+def test_a_truncation_while_a_failed_checkpoint_is_not_put_back_yet_cuts_nothing(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A periodic checkpoint's worker failed and the loop has not put its queues back yet: no checkpoint is
+    written until it has, so a truncation then cannot make its recovery point durable below the cut. It cuts
+    nothing and says why; once the queues are put back it truncates."""
+    config = make_config(root)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        expected: dict[tuple[str, int], list[int]] = {}
+        await _spread(store, 2 * QUEUES, expected)
+        store.flush_and_checkpoint()
+        await _spread(store, QUEUES, expected)
+        end, cut = store.max_phy_offset, expected[("spread", 0)][1]
+        snap = store._snapshot(thorough=False)
+        with monkeypatch.context() as m:
+            m.setattr(store.checkpoint, "write_document", _eio)
+            with pytest.raises(OSError):
+                store._write_checkpoint(snap)  # the worker's; its loop has not resumed yet
+        with pytest.raises(StoreError, match="at or below"):
+            store.truncate_replicated(cut)
+        assert store.max_phy_offset == end
+        _assert_queues_match_the_log(store, expected)
+        store._unflushed_again(snap)
+        store.truncate_replicated(cut)
+        assert store.max_phy_offset == cut and store.checkpoint_offset == cut
+        await store.shutdown()
+
+    run(main)
 
 
 def test_a_wall_clock_step_does_not_make_a_periodic_checkpoint_thorough(
@@ -894,10 +1016,10 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
     def refused(_: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    def checked(write_checkpoint: Callable[[], None]) -> Callable[[], None]:
-        def check_then_write() -> None:
+    def checked(write_checkpoint: Callable[[int | None], None]) -> Callable[[int | None], None]:
+        def check_then_write(below: int | None) -> None:
             _bookkeeping_as_a_walk_finds_it(store)
-            write_checkpoint()
+            write_checkpoint(below)
         return check_then_write
 
     async def put(key: tuple[str, int], n: int) -> None:
@@ -978,16 +1100,26 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
                 offsets = sorted(o for offs in expected.values() for o in offs if o >= store.checkpoint_offset)
                 cut = offsets[len(offsets) // 2]
                 with monkeypatch.context() as m:
-                    failing = rng.random() < 0.5  # the truncation's checkpoint fails: its queues are put back
-                    if failing:
+                    # The truncation's checkpoint fails (its queues are put back): the one before the cut (nothing
+                    # is cut), or the one after it.
+                    failing = rng.choice([None, None, "before", "after"])
+                    if failing == "before":
                         m.setattr(store.checkpoint, "write_document", refused)
+                    elif failing == "after":
+                        def cut_then_refuse(offset: int, truncate: Callable[[int], None] = store.commit_log.truncate,
+                                            m: pytest.MonkeyPatch = m) -> None:
+                            truncate(offset)
+                            m.setattr(store.checkpoint, "write_document", refused)
+
+                        m.setattr(store.commit_log, "truncate", cut_then_refuse)
                     # Cut back, before its checkpoint: what a checkpoint taken now would say is the walk's too (a
                     # queue's count no higher than what it holds: recovery would rebuild it from the whole log).
                     m.setattr(store.replica_log, "_write_checkpoint", checked(store.replica_log._write_checkpoint))
                     with pytest.raises(OSError) if failing else contextlib.nullcontext():
                         store.replica_log.truncate(cut)
-                for offs in expected.values():
-                    offs[:] = [o for o in offs if o < cut]
+                if failing != "before":
+                    for offs in expected.values():
+                        offs[:] = [o for o in offs if o < cut]
             _bookkeeping_as_a_walk_finds_it(store)
         _assert_queues_match_the_log(store, expected)
         _periodic_checkpoint(store)  # the log flushed (ASYNC_FLUSH: a power loss takes what was put after it)

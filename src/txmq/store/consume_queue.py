@@ -165,7 +165,7 @@ class ConsumeQueue:
                 lo = mid + 1
         return lo
 
-    def _first_offset_from_phy(self, phy_offset: int) -> int:
+    def first_offset_from_phy(self, phy_offset: int) -> int:
         """Smallest logical offset held (in a file or the tail) whose entry points at or past commit-log
         ``phy_offset``; max offset if none (entries point forward in the log as their offsets grow, so a binary
         search finds it)."""
@@ -180,11 +180,11 @@ class ConsumeQueue:
 
     def correct_min_offset(self, min_phy_offset: int) -> None:
         """The first entry whose record is still in the log (RocketMQ correctMinOffset)."""
-        self.min_offset = self._first_offset_from_phy(min_phy_offset)
+        self.min_offset = self.first_offset_from_phy(min_phy_offset)
 
     def truncate_dirty(self, phy_offset: int) -> int:
         """Drop entries pointing at or past commit-log ``phy_offset``; return how many were dropped."""
-        cut = self._first_offset_from_phy(phy_offset)
+        cut = self.first_offset_from_phy(phy_offset)
         dropped = self.max_offset - cut
         if dropped > 0:
             self.truncate_logical(cut)

@@ -128,6 +128,18 @@ class ConsumeQueueStore:
         if counts.get(cq.queue_id, offset) >= offset:
             counts[cq.queue_id] = offset
 
+    def counts_below(self, phy: int) -> dict[str, dict[int, int]]:
+        """``counts`` with each queue's at most its entries that point below commit-log ``phy`` (a checkpoint
+        written before the log is cut back there: the entries past the cut are about to go)."""
+        capped: dict[str, dict[int, int]] = {}
+        for topic, counts in self.counts.items():
+            capped[topic] = dict(counts)
+            for qid, count in counts.items():
+                cq = self.find(topic, qid)
+                if count and cq is not None:
+                    capped[topic][qid] = min(count, cq.first_offset_from_phy(phy))
+        return capped
+
     def flushed(self, cq: ConsumeQueue) -> None:
         """``cq`` counts as flushed (a checkpoint took it): all its entries counted durable, none unflushed."""
         self.counts.setdefault(cq.topic, {})[cq.queue_id] = cq.max_offset

@@ -334,13 +334,15 @@ class DefaultMessageStore:
                 with contextlib.suppress(OSError):  # a full disk: the snapshot leaves the queue unflushed
                     cq.write_tail()
 
-    def _snapshot(self, *, thorough: bool = True) -> _Snapshot:
+    def _snapshot(self, *, thorough: bool = True, below: int | None = None) -> _Snapshot:
         """What to make durable, and the checkpoint that says so (loop thread). Not ``thorough``: consume queues
         with less than ``flushConsumeQueueLeastPages`` written are left, unless ``flushConsumeQueueThoroughInterval``
         has passed; the recovery point stays at or before the oldest entry left, and the checkpoint counts each
         left queue's entries up to it (recovery compares these counts with the files to notice lost ones). The
         queues to flush, the oldest entry left and the counts are kept as queues change (``ConsumeQueueStore``), so
-        a periodic checkpoint costs what was written enough to flush, not a walk over every queue with entries."""
+        a periodic checkpoint costs what was written enough to flush, not a walk over every queue with entries.
+        ``below``: the recovery point at or below that commit-log offset, each queue counted up to its first entry
+        pointing there (a truncation's checkpoint, written before the log is cut back there)."""
         now = time.monotonic()
         least = self._least_bytes(thorough=thorough, now=now)
         if least == 0:
@@ -364,10 +366,11 @@ class DefaultMessageStore:
         oldest = self.queues.oldest_unflushed()
         recovery = self.commit_log.max_offset if oldest is None else min(oldest, self.commit_log.max_offset)
         snap.checkpoint = Checkpoint(
-            recovery_offset=recovery,
+            recovery_offset=recovery if below is None else min(recovery, below),
             written_at_ms=self.clock.wall_ms(),
             last_store_timestamp=self.commit_log.last_store_timestamp,
-            queues=self.queues.counts,  # encoded below, while the loop thread holds still
+            # encoded below, while the loop thread holds still
+            queues=self.queues.counts if below is None else self.queues.counts_below(below),
             index_files=self.index.names(),
         )
         snap.document = self.checkpoint.encode(snap.checkpoint)
@@ -425,14 +428,18 @@ class DefaultMessageStore:
             self._checkpoint_offset = snap.checkpoint.recovery_offset
             self._counters["checkpoints"] += 1
 
-    def _checkpoint_now(self) -> None:
-        """A checkpoint that flushes every consume queue, on the calling (loop) thread."""
-        snap = self._snapshot()
+    def _checkpoint_now(self, below: int | None = None) -> None:
+        """A checkpoint that flushes every consume queue, on the calling (loop) thread. ``below``: its recovery
+        point at or below that commit-log offset (``_snapshot``), and a ``StoreError`` unless it is on disk (one
+        taken while an earlier checkpoint's failure is not put back yet is not written)."""
+        snap = self._snapshot(below=below)
         try:
             self._write_checkpoint(snap)
         except BaseException:
             self._unflushed_again(snap)
             raise
+        if below is not None and self._written_seq != snap.seq:
+            raise StoreError(f"no checkpoint at or below {below} could be written: an earlier checkpoint failed")
 
     def _unflushed_again(self, snap: _Snapshot) -> None:
         """A checkpoint failed: the queues it took count as unflushed again (loop thread: put_run marks them too).

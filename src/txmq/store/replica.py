@@ -111,7 +111,8 @@ class ReplicaLog:
 
     def __init__(self, config: StoreConfig, commit_log: CommitLog, queues: ConsumeQueueStore, index: IndexService,
                  clock: StoreClock, confirm: ConfirmOffset, counters: dict[str, int],
-                 dispatchers: list[Callable[[DispatchRequest], None]], write_checkpoint: Callable[[], None]) -> None:
+                 dispatchers: list[Callable[[DispatchRequest], None]],
+                 write_checkpoint: Callable[[int | None], None]) -> None:
         self.config = config
         self.commit_log = commit_log
         self.queues = queues
@@ -162,7 +163,14 @@ class ReplicaLog:
 
     def truncate(self, offset: int) -> None:
         """Drop the log from ``offset`` on, with the consume-queue entries and index files that point there,
-        and checkpoint at once: a slave whose master no longer has those bytes must not keep them."""
+        and checkpoint at once: a slave whose master no longer has those bytes must not keep them.
+
+        First a checkpoint whose recovery point is at or below ``offset`` is made durable: the one on disk may
+        be past it, and the master's records written there next would otherwise lie where a crash's recovery
+        trusts the log and the queues (it would start in the middle of a record, and keep entries pointing at
+        records that are gone). If that checkpoint cannot be written, nothing is dropped and the error is raised
+        (the HA client or the replicas manager tries again): no append follows a cut it does not cover."""
+        self._write_checkpoint(offset)
         commit_log = self.commit_log
         log.warning("truncating the commit log at %d (the master's log ends there): %d bytes dropped",
                     offset, commit_log.max_offset - offset)
@@ -173,10 +181,10 @@ class ReplicaLog:
             cq.truncate_dirty(offset)
             self.queues.offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         self.index.truncate_from(offset)
-        self._write_checkpoint()
         self.confirm.truncate(offset)
-        for fn in self.truncate_listeners:
+        for fn in self.truncate_listeners:  # the state derived from the dropped records goes, whatever follows
             fn(offset)
+        self._write_checkpoint(None)  # the cut durable, the queues counted as they now are
 
     def start_at(self, offset: int) -> None:
         """An empty slave copies a master whose log no longer starts at 0: its log starts where the master's
