@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from txmq.message import MessageExt, decode_message
@@ -49,6 +50,16 @@ def segment_path(config: StoreConfig, offset: int) -> str:
     start = offset - offset % config.mapped_file_size_commit_log
     return os.path.join(config.store_path_root_dir, "commitlog", offset_to_name(start))
 
+
+
+@contextmanager
+def reopened_store(config: StoreConfig) -> Iterator[DefaultMessageStore]:
+    """The store opened (recovered) outside a loop, for a test to read, then closed as a crash would close it."""
+    store = DefaultMessageStore(config)
+    try:
+        yield store
+    finally:
+        store.close_without_shutdown()
 
 
 def reopened_bodies(config: StoreConfig) -> dict[int, list[bytes]]:

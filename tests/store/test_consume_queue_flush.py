@@ -19,7 +19,7 @@ import txmq.store.mapped_file as mapped_file
 import txmq.store.message_store as message_store
 from tests.killed_child import lines_until_killed
 from tests.store.crash_writer import body_for
-from tests.store.store_helpers import make_config, msg, run
+from tests.store.store_helpers import make_config, msg, reopened_store, run
 from txmq.errors import StoreError
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
@@ -122,12 +122,9 @@ def test_lost_unflushed_consume_queue_writes_are_rebuilt_from_the_log(root: Path
         return expected
 
     expected = run(main)
-    reopened = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as reopened:
         assert reopened.recovery_report.consume_queues_rebuilt == []  # the tail from the recovery point sufficed
         _assert_queues_match_the_log(reopened, expected)
-    finally:
-        reopened.close_without_shutdown()
 
 
 def test_sigkill_with_sends_spread_over_many_queues_keeps_every_queue_whole(root: Path) -> None:
@@ -184,12 +181,9 @@ def test_a_checkpoint_with_thousands_of_files_to_flush_syncs_the_file_system_onc
         await store.shutdown()
 
     run(main)
-    reopened = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as reopened:
         assert reopened.recovery_report.clean_shutdown
         assert all(reopened.get_max_offset_in_queue("wide", q) == 1 for q in range(message_store.SYNCFS_ABOVE + 50))
-    finally:
-        reopened.close_without_shutdown()
 
 
 class _Disk:
@@ -252,12 +246,9 @@ def _powered(config: StoreConfig, monkeypatch: pytest.MonkeyPatch) -> _Disk:
 def _whole_after_power_loss(config: StoreConfig, disk: _Disk, expected: dict[tuple[str, int], list[int]]) -> None:
     """A power loss, then a reopen: no queue rebuilt wholesale, every queue matching the log."""
     disk.power_loss()
-    store = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as store:
         assert store.recovery_report.consume_queues_rebuilt == []
         _assert_queues_match_the_log(store, expected)
-    finally:
-        store.close_without_shutdown()
 
 
 async def _flushed_then_spread(store: DefaultMessageStore, expected: dict[tuple[str, int], list[int]],
@@ -365,12 +356,9 @@ def test_a_torn_checkpoint_after_a_checkpoint_that_left_queues_unflushed(
     disk.power_loss()
     with open(checkpoint, "r+b") as f:
         f.truncate(os.path.getsize(checkpoint) // 2)
-    store = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as store:
         assert store.recovery_report.checkpoint_offset is None  # no usable checkpoint: the whole log scanned
         _assert_queues_match_the_log(store, expected)
-    finally:
-        store.close_without_shutdown()
 
 
 def test_a_crash_between_the_syncfs_and_the_checkpoint_write(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -432,12 +420,9 @@ def test_a_slave_truncating_to_its_master_with_queues_left_unflushed_then_a_powe
 
     cut = run(main)
     disk.power_loss()
-    store = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as store:
         assert store.max_phy_offset == cut
         _assert_queues_match_the_log(store, expected)
-    finally:
-        store.close_without_shutdown()
 
 
 def _eio(*_: object) -> None:
@@ -516,16 +501,13 @@ def test_a_slave_s_truncation_whose_checkpoint_cannot_be_made_durable_then_new_r
 
     expected, end, cut = run(main)
     disk.power_loss()
-    store = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as store:
         assert not store.recovery_report.lost_data, store.recovery_report.events
         assert store.max_phy_offset == end
         for (topic, qid), offsets in expected.items():
             got = [decode_message(w)[0] for w in store.get_message(topic, qid, 0, 1000, 1 << 30).messages]
             assert [(m.topic, m.queue_id, m.commit_log_offset) for m in got] == [(topic, qid, o) for o in offsets]
             assert store.get_max_offset_in_queue(topic, qid) == len(offsets), (topic, qid)
-    finally:
-        store.close_without_shutdown()
     assert truncated == [cut]  # the slave's state derived from the dropped records went (a transaction table)
 
 
@@ -622,8 +604,7 @@ def test_retention_keeps_the_segment_holding_an_unflushed_queue_s_oldest_entry(
 
     run(main)
     disk.power_loss()
-    store = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as store:
         low = store.min_phy_offset
         assert low > 0
         for (topic, qid), offsets in expected.items():
@@ -632,8 +613,6 @@ def test_retention_keeps_the_segment_holding_an_unflushed_queue_s_oldest_entry(
             assert store.get_max_offset_in_queue(topic, qid) - first == len(kept), (topic, qid)
             got = store.get_message(topic, qid, first, 100_000, 1 << 30)
             assert [decode_message(w)[0].commit_log_offset for w in got.messages] == kept, (topic, qid)
-    finally:
-        store.close_without_shutdown()
 
 
 def test_a_checkpoint_failing_while_a_topic_is_deleted_does_not_bring_its_queues_back(root: Path) -> None:
@@ -663,11 +642,8 @@ def test_a_checkpoint_failing_while_a_topic_is_deleted_does_not_bring_its_queues
         store.close_without_shutdown()
 
     run(main)
-    store = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as store:
         assert "doomed" not in store.topics() and store.recovery_report.consume_queues_rebuilt == []
-    finally:
-        store.close_without_shutdown()
 
 
 def test_a_checkpoint_written_after_an_earlier_one_failed_claims_nothing_that_one_left_unflushed(
@@ -766,11 +742,8 @@ def test_buffered_entries_read_as_written_ones_and_reach_the_file_by_the_page_or
         assert all(_entries_on_disk(config, t, q) == len(o) for (t, q), o in expected.items())  # a stop writes all
 
     run(main)
-    reopened = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as reopened:
         assert reopened.recovery_report.clean_shutdown and reopened.recovery_report.records_scanned == 0
-    finally:
-        reopened.close_without_shutdown()
 
 
 def test_buffered_entries_stay_under_the_store_wide_bound(root: Path) -> None:
@@ -805,13 +778,10 @@ def test_sigkill_with_entries_buffered_loses_none_answered(root: Path) -> None:
     config = make_config(root)
     per_queue = {qid: sum(1 for _, q, _ in acked if q == qid) for qid in range(QUEUES)}
     assert any(_entries_on_disk(config, "crash", q) < n for q, n in per_queue.items())  # lost with the process
-    store = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as store:
         assert not store.recovery_report.clean_shutdown and store.recovery_report.consume_queues_rebuilt == []
         for off, qid, qoff in acked:
             assert store.get_commit_log_offset_in_queue("crash", qid, qoff) == off
-    finally:
-        store.close_without_shutdown()
 
 
 def test_truncation_drops_buffered_entries_past_the_cut(root: Path) -> None:
@@ -1129,12 +1099,9 @@ def test_the_checkpoint_s_bookkeeping_through_puts_checkpoints_failures_truncati
     store = DefaultMessageStore(config)
     run(lambda: _started(store, main))
     disk.power_loss()
-    reopened = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as reopened:
         _bookkeeping_as_a_walk_finds_it(reopened)
         _assert_queues_match_the_log(reopened, {k: v for k, v in expected.items() if v})
-    finally:
-        reopened.close_without_shutdown()
 
 
 async def _started(store: DefaultMessageStore, main: Callable[[], Awaitable[None]]) -> None:
@@ -1188,11 +1155,8 @@ def test_a_put_taken_back_then_put_again_lower_in_the_log_with_the_disk_still_fu
     store = DefaultMessageStore(config)
     run(lambda: _started(store, main))
     disk.power_loss()
-    reopened = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as reopened:
         _assert_queues_match_the_log(reopened, expected)
-    finally:
-        reopened.close_without_shutdown()
 
 
 async def _hot_taken_then_a_topic_deleted(store: DefaultMessageStore,
@@ -1245,10 +1209,7 @@ def test_an_earlier_checkpoint_s_worker_running_late_does_not_bring_a_deleted_to
 
     store = DefaultMessageStore(config)
     run(lambda: _started(store, main))
-    reopened = DefaultMessageStore(config)
-    try:
+    with reopened_store(config) as reopened:
         assert reopened.recovery_report.consume_queues_rebuilt == []
         assert reopened.get_max_offset_in_queue("other", 0) == 0
         _assert_queues_match_the_log(reopened, expected)
-    finally:
-        reopened.close_without_shutdown()
