@@ -75,16 +75,6 @@ def _decode_line(line: bytes) -> Any:
         return _BAD
 
 
-def table_change(record: Any) -> tuple[list[Any], list[str]] | None:
-    """A record of the tables kept this way, ``{"put": [entry documents], "delete": [names]}``, as its puts and
-    deletes; None when it has another shape (damage whose CRC holds, or a later version's record)."""
-    puts = record.get("put", []) if isinstance(record, dict) else None
-    deletes = record.get("delete", []) if isinstance(record, dict) else None
-    if not (isinstance(puts, list) and isinstance(deletes, list) and all(isinstance(n, str) for n in deletes)):
-        return None
-    return puts, deletes
-
-
 _ABSENT = object()
 
 
@@ -114,6 +104,17 @@ class ConfigJournal:
         self.records = 0  # records in the journal now
         self.dirty = False  # the journal holds bytes a compaction should fold in or drop
         self._valid = 0  # the length of the journal's valid prefix when ``load`` read it
+
+    def table_change(self, record: Any, what: str) -> tuple[list[Any], list[str]] | None:
+        """A record of a table kept this way, ``{"put": [entry documents], "delete": [names]}``, as its puts and
+        deletes; None, with a log line, when it has another shape (damage whose CRC holds, or a later version's
+        record): refusing to start, or dropping the records after it, would cost the valid entries of ``what``."""
+        puts = record.get("put", []) if isinstance(record, dict) else None
+        deletes = record.get("delete", []) if isinstance(record, dict) else None
+        if not (isinstance(puts, list) and isinstance(deletes, list) and all(isinstance(n, str) for n in deletes)):
+            log.warning("%s: a record that is not a change of %s was skipped: %.200r", self.journal_path, what, record)
+            return None
+        return puts, deletes
 
     def load(self) -> tuple[Any | None, Iterator[Any]]:
         """The snapshot (None when there is none) and the journal's records to apply to it, in order."""

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, table_change, undone_on_failure
+from txmq.broker.config_journal import ConfigJournal, undone_on_failure
 from txmq.conf import update_fields
 from txmq.errors import InvalidMessageError
 from txmq.topic import check_group
@@ -74,10 +74,8 @@ class SubscriptionGroupManager:
     def _replay(self, change: Any) -> None:
         """Apply one journal record; one whose CRC holds but whose shape is not a change of groups is skipped with
         a log line, as the topics' are."""
-        parts = table_change(change)
+        parts = self.journal.table_change(change, "subscription groups")
         if parts is None:
-            log.warning("%s: a record that is not a change of subscription groups was skipped: %.200r",
-                        self.journal.journal_path, change)
             return
         self._load(parts[0], self.journal.journal_path)
         for group in parts[1]:

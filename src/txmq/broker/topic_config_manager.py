@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, table_change, undone_on_failure
+from txmq.broker.config_journal import ConfigJournal, undone_on_failure
 from txmq.errors import InvalidMessageError
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -62,10 +62,8 @@ class TopicConfigManager:
     def _replay(self, change: Any) -> None:
         """Apply one journal record. A record whose CRC holds but whose shape this version does not know is skipped
         with a log line: refusing to start, or dropping the records after it, would cost the valid topics."""
-        parts = table_change(change)
+        parts = self.journal.table_change(change, "topics")
         if parts is None:
-            log.warning("%s: a record that is not a change of topics was skipped: %.200r",
-                        self.journal.journal_path, change)
             return
         puts, deletes = parts
         self._load_configs(puts)

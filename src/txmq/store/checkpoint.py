@@ -74,9 +74,6 @@ class StoreCheckpoint:
             index_files=[int(x) for x in data["index_files"]],
         ), None
 
-    def write(self, cp: Checkpoint) -> None:
-        self.write_document(self.encode(cp))
-
     @staticmethod
     def encode(cp: Checkpoint) -> bytes:
         """The file's bytes for ``cp``: header and JSON document."""

@@ -247,10 +247,9 @@ class ConsumeQueue:
             store.tails[self] = None
         for entry in entries:
             tail += _pack_entry(*entry)
-        end = first + len(entries)
-        self.max_offset = end
-        end *= CQ_ENTRY_SIZE
-        store.tail_bytes += end - first * CQ_ENTRY_SIZE
+        self.max_offset = first + len(entries)
+        store.tail_bytes += len(entries) * CQ_ENTRY_SIZE
+        end = self.max_offset * CQ_ENTRY_SIZE
         # The files after the entries are the queue's: a failure to make them (a full disk) leaves the entries
         # buffered (a slave's must stay; a put's are taken back by its caller), and the tail's write makes them.
         # (Read without properties: this runs for every run a group puts.)
