@@ -705,6 +705,23 @@ class DefaultMessageStore:
         cq = self.queues.find(topic, queue_id)
         return cq.min_offset if cq else 0
 
+    def get_queue_entries(self, topic: str, queue_id: int, offset: int, count: int) -> list[tuple[int, int, int]]:
+        """The (commit-log offset, size, tag hash) entries of the queue from ``offset``, at most ``count``, as the
+        queue holds them (buffered ones included; mqadmin ``queryCq``): none below its min offset."""
+        cq = self.queues.find(topic, queue_id)
+        if cq is None or offset < cq.min_offset:
+            return []
+        end = min(cq.max_offset, offset + count)
+        parts: list[bytes] = []
+        while offset < end:  # a read stops at a segment's end and at the start of the buffered tail
+            chunk = cq.read_entries(offset, end - offset)
+            whole = len(chunk) // CQ_ENTRY_SIZE
+            if whole == 0:
+                break
+            parts.append(chunk[: whole * CQ_ENTRY_SIZE])
+            offset += whole
+        return list(CQ_ENTRY.iter_unpack(b"".join(parts)))
+
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
         cq = self.queues.find(topic, queue_id)
         entry = cq.entry(cq_offset) if cq and cq.min_offset <= cq_offset < cq.max_offset else None

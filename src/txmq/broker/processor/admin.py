@@ -36,7 +36,6 @@ from txmq.remoting.request_headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from txmq.remoting.transport import Connection
-from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE
 from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC, TopicConfig, check_group, check_topic, is_system_topic
 
 if TYPE_CHECKING:
@@ -274,8 +273,8 @@ class AdminBrokerProcessor:
             return refuse(ResponseCode.SYSTEM_ERROR, f"index {h.index} is negative: an index is a queue offset")
         if not 0 < h.count <= MAX_QUERY_CQ_COUNT:
             return refuse(ResponseCode.SYSTEM_ERROR, f"count {h.count} is out of range: 1 to {MAX_QUERY_CQ_COUNT}")
-        cq = self.broker.store.queues.find(h.topic, h.queue_id)
-        lo, hi = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
+        store = self.broker.store
+        lo, hi = store.get_min_offset_in_queue(h.topic, h.queue_id), store.get_max_offset_in_queue(h.topic, h.queue_id)
         body: dict[str, Any] = {"maxQueueIndex": hi, "minQueueIndex": lo}
         if h.consumer_group is not None:
             info = self.broker.consumer_manager.get(h.consumer_group)
@@ -284,21 +283,8 @@ class AdminBrokerProcessor:
                 body["filterData"] = f"{h.consumer_group}@{h.topic} is not online!"  # RocketMQ's words
             else:
                 body["subscriptionData"] = sub.to_json()
-        entries: list[dict[str, Any]] = []
-        raw = b""
-        if cq is not None and lo <= h.index < hi:
-            end = min(hi, h.index + h.count)
-            parts, at = [], h.index
-            while at < end:  # a read stops at a segment's end and at the start of the buffered tail
-                chunk = cq.read_entries(at, end - at)
-                whole = len(chunk) // CQ_ENTRY_SIZE
-                if whole == 0:
-                    break
-                parts.append(chunk[:whole * CQ_ENTRY_SIZE])
-                at += whole
-            raw = b"".join(parts)
-        for phy, size, tags_code in CQ_ENTRY.iter_unpack(raw):
-            entries.append({"physicOffset": phy, "physicSize": size, "tagsCode": tags_code, "eval": False})
+        entries = [{"physicOffset": phy, "physicSize": size, "tagsCode": tags_code, "eval": False}
+                   for phy, size, tags_code in store.get_queue_entries(h.topic, h.queue_id, h.index, h.count)]
         body["queueData"] = entries
         remark = None
         if h.index >= hi:
