@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,10 +43,10 @@ class SlowFsync:
 
 
 class SlowOs:
-    """``os`` as the journal module sees it, its fdatasync ``slow``."""
+    """``os`` as the journal module sees it, with another ``fdatasync``."""
 
-    def __init__(self, slow: SlowFsync) -> None:
-        self.fdatasync = slow
+    def __init__(self, fdatasync: Callable[[int], None]) -> None:
+        self.fdatasync = fdatasync
 
     def __getattr__(self, name: str) -> object:
         return getattr(os, name)
@@ -156,3 +157,33 @@ def test_a_created_topic_whose_append_fails_is_undone_and_its_send_refused(tmp_p
     journal.rmdir()
     manager.persist()
     assert "Gone" not in TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18).table
+
+
+def test_a_fold_taken_before_a_failed_change_was_undone_does_not_store_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change handed over, then a fold of the table holding it, before the change's append failed: the fold
+    appends its own record instead, so the change answered as failed is not stored after all."""
+    journal = ConfigJournal(tmp_path / "c.json", min_compact=1)
+    journal.load()
+    failures = [1]
+
+    def fdatasync(fd: int) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise OSError(5, "Input/output error")
+        os.fdatasync(fd)
+
+    monkeypatch.setattr(config_journal, "os", SlowOs(fdatasync))
+
+    async def main() -> None:
+        failed = journal.append_soon({"put": ["a"]}, 5, lambda: {"t": ["a"]})
+        folding = journal.append_soon({"put": ["b"]}, 0, lambda: {"t": ["a", "b"]})
+        with pytest.raises(OSError):
+            await failed
+        journal.undone()
+        await folding
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    snapshot, records = journal.load()
+    assert snapshot is None and list(records) == [{"put": ["b"]}]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -125,11 +124,11 @@ class ConfigJournal:
         self.dirty = False  # the journal holds bytes a compaction should fold in or drop
         self._valid = 0  # the length of the journal's valid prefix when ``load`` read it
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"journal {path.name}")
-        self._jobs = 0  # jobs handed to the writer
-        # A snapshot taken before a failed change was undone holds that change: a fold of one whose job is
-        # numbered below this appends its record instead (set to infinity by the writer at a failure, then to the
-        # next job's number by ``undone`` on the caller's thread).
-        self._fresh_from: float = 0
+        # A snapshot taken before a failed change was undone holds that change: a fold whose snapshot was taken
+        # with fewer undone changes than the writer has seen fail appends its record instead.
+        self._failed = 0  # jobs that failed (the writer's count)
+        self._undone = 0  # changes undone after their job failed (the caller's count, at most ``_failed``)
+
     def table_change(self, record: Any, what: str) -> tuple[list[Any], list[str]] | None:
         """A record of a table kept this way, ``{"put": [entry documents], "delete": [names]}``, as its puts and
         deletes; None, with a log line, when it has another shape (damage whose CRC holds, or a later version's
@@ -188,7 +187,7 @@ class ConfigJournal:
 
     def undone(self) -> None:
         """The change whose append failed is undone in the table: snapshots taken from here on may be folded."""
-        self._fresh_from = self._jobs
+        self._undone = min(self._undone + 1, self._failed)
 
     def _submit(self, record: Any, entries: int, snapshot: Callable[[], Any]) -> Future[None]:
         data = encode_record(record)
@@ -198,20 +197,19 @@ class ConfigJournal:
             self.records = 0
         else:
             self.records += 1
-        job = self._jobs
-        self._jobs += 1
-        return self._writer.submit(self._write, job, data, document)
+        return self._writer.submit(self._write, self._undone, data, document)
 
-    def _write(self, job: int, data: bytes, document: Any) -> None:
-        """On the writer thread: the whole table, when it is to be folded and no failed change may be in it, else
-        the record (a fold with no record, ``compact``'s, is then left for later: the journal holds it all)."""
+    def _write(self, undone: int, data: bytes, document: Any) -> None:
+        """On the writer thread: the whole table, when it is to be folded and every change that failed before was
+        undone when it was taken (``undone``), else the record (a fold with no record, ``compact``'s, is then left
+        for later: the journal holds it all)."""
         try:
-            if document is not None and job >= self._fresh_from:
+            if document is not None and undone >= self._failed:
                 self._fold(document)
             elif data:
                 self._append(data)
-        except OSError:
-            self._fresh_from = math.inf
+        except BaseException:
+            self._failed += 1
             raise
 
     def _append(self, data: bytes) -> None:
@@ -238,9 +236,7 @@ class ConfigJournal:
         """Replace the snapshot with ``document`` (the whole table), then empty the journal; after the changes
         handed to the writer before it."""
         self.records = 0
-        job = self._jobs
-        self._jobs += 1
-        self._writer.submit(self._write, job, b"", document).result()
+        self._writer.submit(self._write, self._undone, b"", document).result()
 
     def _fold(self, document: Any) -> None:
         write_json_atomic(self.path, document)
