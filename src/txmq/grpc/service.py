@@ -409,6 +409,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if isinstance(cfg, Refusal):
             raise cfg
         topic = cfg.topic_name
+        if sends.manager.pending:  # nothing stored in a topic whose creation a crash could lose
+            try:
+                await sends.manager.durable(topic)
+            except OSError as exc:
+                raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"topic {topic} not stored: {exc}") from None
         _, props = from_pb_message(m, body)
         sp = m.system_properties
         if MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:  # the clients give one: make none for nothing

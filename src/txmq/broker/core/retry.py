@@ -113,6 +113,7 @@ class RetryService:
         return await self._put(msg, "storing the dead letter")
 
     async def _put(self, msg: MessageExt, what: str) -> Refusal | None:
+        await self.topics.manager.durable(msg.topic)  # a retry or dead-letter topic just created
         result = await self.store.put_message(msg)
         if not result.stored:
             return Refusal(Kind.STORE_FAILED, f"{what} failed: {result.status.name} {result.remark}".rstrip())

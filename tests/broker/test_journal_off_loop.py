@@ -1,0 +1,189 @@
+"""A topic a client's request creates is made durable off the broker's event loop (``ConfigJournal.append_soon``):
+an fsync slowed by other processes' disk I/O once held every connection for seconds (a gRPC client's heartbeat
+deadline was missed). The request that created it, and any send to it, is answered once it is durable; changes
+of one table reach the journal in the order they were made, and one whose append fails is undone."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from txmq.broker import config_journal
+from txmq.broker.config import BrokerConfig
+from txmq.broker.config_journal import ConfigJournal
+from txmq.broker.topic_config_manager import TopicConfigManager
+from txmq.ports import free_port
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import SendMessageRequestHeader
+from txmq.remoting.transport import RemotingClient
+from txmq.store import StoreConfig
+from txmq.topic import TopicConfig
+
+
+class SlowFsync:
+    """An fsync that waits until ``release`` (at most ``hold`` seconds), as one behind other processes' I/O."""
+
+    def __init__(self, hold: float) -> None:
+        self.hold = hold
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
+
+    def __call__(self, fd: int) -> None:
+        self.entered.set()
+        self.release.wait(self.hold)
+        os.fdatasync(fd)
+        self.finished.set()
+
+
+class SlowOs:
+    """``os`` as the journal module sees it, with another ``fdatasync``."""
+
+    def __init__(self, fdatasync: Callable[[int], None]) -> None:
+        self.fdatasync = fdatasync
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+
+def _send(topic: str) -> RemotingCommand:
+    header = SendMessageRequestHeader(producer_group="p", topic=topic, default_topic="TBW102",
+                                      default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
+                                      properties="", reconsume_times=0)
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body=b"x")
+
+
+def test_another_connection_is_answered_while_a_created_topic_s_fsync_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowFsync(hold=3.0)
+
+    async def main() -> None:
+        port = free_port()
+        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                               listen_port=port, grpc_port=-1))
+        await broker.start()
+        addr = f"127.0.0.1:{port}"
+        try:
+            broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            async with RemotingClient() as creator, RemotingClient() as other:
+                creating = asyncio.ensure_future(creator.invoke(addr, _send("Fresh"), 30))
+                assert await asyncio.to_thread(slow.entered.wait, 10)
+                again = asyncio.ensure_future(creator.invoke(addr, _send("Fresh"), 30))
+                answered = await other.invoke(addr, _send("Existing"), 10)
+                assert not slow.finished.is_set(), "the other connection waited for the fsync"
+                assert answered.code == ResponseCode.SUCCESS, answered.remark
+                await asyncio.sleep(0.2)
+                assert not creating.done() and not again.done()  # neither answered before the topic is durable
+                slow.release.set()
+                for reply in (await creating, await again):
+                    assert reply.code == ResponseCode.SUCCESS, reply.remark
+                assert "Fresh" not in broker.topic_config_manager.pending
+        finally:
+            slow.release.set()
+            await broker.shutdown()
+
+    from txmq.broker.controller import BrokerController
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    reopened = TopicConfigManager(tmp_path / "store", auto_create=True, default_queue_nums=4, delay_levels=18)
+    assert "Fresh" in reopened.table
+
+
+def test_two_changes_of_one_topic_reach_the_journal_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A topic a send creates, its fsync slow, then an operator's update of it: the update waits for the creation
+    and is appended after it, so the reopened table holds the update."""
+    slow = SlowFsync(hold=10.0)
+    manager = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+
+    async def main() -> None:
+        assert manager.create_in_send("T", "TBW102", 8) is not None
+        created = manager.pending["T"]
+        threading.Timer(0.3, slow.release.set).start()  # the update below holds this thread until then
+        manager.update(TopicConfig("T", 2, 2))
+        assert slow.release.is_set()  # it waited for the creation's record
+        await created
+        assert "T" not in manager.pending
+
+    asyncio.run(main())
+    assert manager.table["T"].read_queue_nums == 2
+    reopened = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    assert reopened.table["T"].read_queue_nums == 2
+
+
+def test_records_handed_over_are_written_in_order_behind_a_slow_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowFsync(hold=10.0)
+    journal = ConfigJournal(tmp_path / "c.json")
+    monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+    journal.load()
+
+    async def main() -> None:
+        first = journal.append_soon({"put": [1]}, 10, dict)
+        second = journal.append_soon({"put": [2]}, 10, dict)
+        assert await asyncio.to_thread(slow.entered.wait, 10)
+        await asyncio.sleep(0.1)
+        assert not first.done() and not second.done()  # the second waits behind the first
+        slow.release.set()
+        await asyncio.gather(first, second)
+
+    asyncio.run(main())
+    _, records = journal.load()
+    assert list(records) == [{"put": [1]}, {"put": [2]}]
+
+
+def test_a_created_topic_whose_append_fails_is_undone_and_its_send_refused(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    manager.persist()
+    journal = manager.journal.journal_path
+    journal.unlink(missing_ok=True)
+    journal.mkdir()  # the append fails as an IO error makes it fail: OSError
+
+    async def main() -> None:
+        assert manager.create_in_send("Gone", "TBW102", 8) is not None
+        with pytest.raises(OSError):
+            await manager.durable("Gone")
+
+    asyncio.run(main())
+    assert "Gone" not in manager.table and not manager.pending
+    journal.rmdir()
+    manager.persist()
+    assert "Gone" not in TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18).table
+
+
+def test_a_fold_taken_before_a_failed_change_was_undone_does_not_store_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change handed over, then a fold of the table holding it, before the change's append failed: the fold
+    appends its own record instead, so the change answered as failed is not stored after all."""
+    journal = ConfigJournal(tmp_path / "c.json", min_compact=1)
+    journal.load()
+    failures = [1]
+
+    def fdatasync(fd: int) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise OSError(5, "Input/output error")
+        os.fdatasync(fd)
+
+    monkeypatch.setattr(config_journal, "os", SlowOs(fdatasync))
+
+    async def main() -> None:
+        failed = journal.append_soon({"put": ["a"]}, 5, lambda: {"t": ["a"]})
+        folding = journal.append_soon({"put": ["b"]}, 0, lambda: {"t": ["a", "b"]})
+        with pytest.raises(OSError):
+            await failed
+        journal.undone()
+        await folding
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    snapshot, records = journal.load()
+    assert snapshot is None and list(records) == [{"put": ["b"]}]
