@@ -11,12 +11,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 
 from txmq.broker import config_journal
 from txmq.broker.config import BrokerConfig
 from txmq.broker.config_journal import ConfigJournal
 from txmq.broker.topic_config_manager import TopicConfigManager
+from txmq.message import decode_offset_msg_id
 from txmq.ports import free_port
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -187,3 +189,88 @@ def test_a_fold_taken_before_a_failed_change_was_undone_does_not_store_it(
     monkeypatch.undo()
     snapshot, records = journal.load()
     assert snapshot is None and list(records) == [{"put": ["b"]}]
+
+
+def test_a_failed_fold_does_not_keep_later_folds_from_being_written(tmp_path: Path) -> None:
+    """A fold that could not be written undoes no change: a slave's later ``replace_all`` (a fold) is stored all
+    the same, not dropped as if a failed change were still waiting to be undone."""
+    manager = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    manager.path.unlink(missing_ok=True)
+    manager.path.mkdir(parents=True)  # the snapshot cannot be replaced: the fold fails with OSError
+    with pytest.raises(OSError):
+        manager.persist()
+    manager.path.rmdir()
+    manager.replace_all([TopicConfig("FromMaster", 2, 2)])
+    reopened = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    assert "FromMaster" in reopened.table
+
+
+def test_the_journal_writer_thread_is_joined_at_broker_stop(tmp_path: Path) -> None:
+    """A topic a send creates is written by the journal's thread; the broker's stop writes what is queued and
+    joins that thread, so no thread outlives the broker."""
+    before = set(threading.enumerate())
+
+    async def main() -> None:
+        port = free_port()
+        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                               listen_port=port, grpc_port=-1))
+        await broker.start()
+        try:
+            async with RemotingClient() as client:
+                reply = await client.invoke(f"127.0.0.1:{port}", _send("Fresh"), 30)
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+        finally:
+            await broker.shutdown()
+        left = [t.name for t in set(threading.enumerate()) - before if t.is_alive() and t.name.startswith("journal")]
+        assert not left, f"threads left running after the broker stopped: {left}"
+
+    from txmq.broker.controller import BrokerController
+
+    asyncio.run(main())
+
+
+def test_a_message_sent_back_with_a_delay_waits_for_its_new_retry_topic(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A send-back with a delay is stored in the schedule topic, bound for the retry topic it just created: it is
+    stored and answered only once that topic is durable, as a send to a new topic is."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        port = free_port()
+        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                               listen_port=port, grpc_port=-1))
+        await broker.start()
+        addr = f"127.0.0.1:{port}"
+        try:
+            broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
+            async with RemotingClient() as client:
+                sent = await client.invoke(addr, _send("Existing"), 10)
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+                offset = decode_offset_msg_id(sent.ext_fields["msgId"])[1]
+                consumer = {"groupName": "g", "consumeType": "CONSUME_PASSIVELY", "messageModel": "BROADCASTING",
+                            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                            "subscriptionDataSet": [{"topic": "Existing", "subString": "*"}]}
+                body = orjson.dumps({"clientID": "c", "producerDataSet": [], "consumerDataSet": [consumer]})
+                beat = await client.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=body), 10)
+                assert beat.code == ResponseCode.SUCCESS and "%RETRY%g" not in broker.topic_config_manager.table
+                end = broker.store.commit_log.max_offset
+                monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+                back = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+                    "offset": str(offset), "group": "g", "delayLevel": "1", "originMsgId": "",
+                    "originTopic": "Existing"})
+                answer = asyncio.ensure_future(client.invoke(addr, back, 30))
+                assert await asyncio.to_thread(slow.entered.wait, 10)
+                await asyncio.sleep(0.3)
+                assert not answer.done(), "answered before its retry topic was durable"
+                assert broker.store.commit_log.max_offset == end, "stored before its retry topic was durable"
+                slow.release.set()
+                reply = await answer
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+                assert broker.store.commit_log.max_offset > end
+        finally:
+            slow.release.set()
+            await broker.shutdown()
+
+    from txmq.broker.controller import BrokerController
+
+    asyncio.run(main())

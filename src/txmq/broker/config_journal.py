@@ -209,7 +209,8 @@ class ConfigJournal:
             elif data:
                 self._append(data)
         except BaseException:
-            self._failed += 1
+            if data:  # a change to undo; a fold alone (``compact``'s) changed nothing, and the journal holds it all
+                self._failed += 1
             raise
 
     def _append(self, data: bytes) -> None:
