@@ -239,6 +239,10 @@ class ConfigJournal:
         self.records = 0
         self._writer.submit(self._write, self._undone, b"", document).result()
 
+    def close(self) -> None:
+        """Write the changes handed to the writer, then stop its thread (at the broker's stop)."""
+        self._writer.shutdown(wait=True)
+
     def _fold(self, document: Any) -> None:
         write_json_atomic(self.path, document)
         if self.dirty:
