@@ -274,3 +274,36 @@ def test_a_message_sent_back_with_a_delay_waits_for_its_new_retry_topic(
     from txmq.broker.controller import BrokerController
 
     asyncio.run(main())
+
+
+def test_a_slave_s_copy_of_its_master_s_topics_is_stored_while_a_created_topic_s_append_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat creates a retry topic on a slave, and its append is slow, then fails; meanwhile the slave takes
+    its master's topics (``replace_all``). That table holds no change made here, so it is stored, not dropped as
+    a fold taken before a failed change was undone."""
+    manager = TopicConfigManager(tmp_path, auto_create=False, default_queue_nums=8, delay_levels=18)
+    entered, release, failures = threading.Event(), threading.Event(), [1]
+
+    def fdatasync(fd: int) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            entered.set()
+            release.wait(10)
+            raise OSError(5, "Input/output error")
+        os.fdatasync(fd)
+
+    monkeypatch.setattr(config_journal, "os", SlowOs(fdatasync))
+
+    async def main() -> None:
+        assert manager.create_all_absent(["%RETRY%g"], 1) == ["%RETRY%g"]
+        assert await asyncio.to_thread(entered.wait, 10)
+        threading.Timer(0.3, release.set).start()  # replace_all below holds this thread until then
+        manager.replace_all([TopicConfig("FromMaster", 2, 2)])
+        with pytest.raises(OSError):
+            await manager.durable("%RETRY%g")
+        assert set(manager.table) == {"FromMaster"}
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    reopened = TopicConfigManager(tmp_path, auto_create=False, default_queue_nums=8, delay_levels=18)
+    assert "FromMaster" in reopened.table and "%RETRY%g" not in reopened.table

@@ -239,6 +239,12 @@ class ConfigJournal:
         self.records = 0
         self._writer.submit(self._write, self._undone, b"", document).result()
 
+    def replace(self, document: Any) -> None:
+        """``compact`` with a table taken from elsewhere (a slave's, its master's): it holds no change made here,
+        so it is folded even when a change handed to the writer before it failed and is not undone yet."""
+        self.records = 0
+        self._writer.submit(self._fold, document).result()
+
     def close(self) -> None:
         """Write the changes handed to the writer, then stop its thread (at the broker's stop)."""
         self._writer.shutdown(wait=True)
