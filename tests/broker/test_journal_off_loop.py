@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import orjson
 import pytest
 
@@ -18,6 +20,9 @@ from txmq.broker import config_journal
 from txmq.broker.config import BrokerConfig
 from txmq.broker.config_journal import ConfigJournal
 from txmq.broker.topic_config_manager import TopicConfigManager
+from txmq.grpc.protocol import definition_pb2 as pb
+from txmq.grpc.protocol import service_pb2 as spb
+from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
 from txmq.message import decode_offset_msg_id
 from txmq.ports import free_port
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -307,3 +312,42 @@ def test_a_slave_s_copy_of_its_master_s_topics_is_stored_while_a_created_topic_s
     monkeypatch.undo()
     reopened = TopicConfigManager(tmp_path, auto_create=False, default_queue_nums=8, delay_levels=18)
     assert "FromMaster" in reopened.table and "%RETRY%g" not in reopened.table
+
+
+def test_a_grpc_send_waiting_for_its_new_topic_takes_the_topic_as_an_operator_changed_it_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gRPC send creates its topic; while that is not durable an operator changes the topic to one queue. The
+    send, once the topic is durable, picks its queue among the topic's queues as they are then (as a remoting send
+    does), not among those of the config it created: a message in queue 5 of a one-queue topic is read by no one."""
+    slow = SlowFsync(hold=10.0)
+    group = next(g for g in (f"g{i}" for i in range(100)) if zlib.crc32(g.encode()) % 8 == 5)
+
+    async def main() -> None:
+        port, grpc_port = free_port(), free_port()
+        config = BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")), listen_port=port,
+                              grpc_port=grpc_port, default_topic_queue_nums=8)
+        broker = BrokerController(config)
+        await broker.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+                stub = MessagingServiceStub(channel)
+                monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+                message = pb.Message(topic=pb.Resource(name="Fresh"), body=b"x", system_properties=pb.SystemProperties(
+                    message_id="0A0000000000000000000000000000A1", body_encoding=pb.IDENTITY, message_type=pb.FIFO,
+                    message_group=group))
+                sending = asyncio.ensure_future(stub.SendMessage(
+                    spb.SendMessageRequest(messages=[message]), metadata=[("x-mq-client-id", "c")], timeout=30))
+                assert await asyncio.to_thread(slow.entered.wait, 10)
+                assert broker.topic_config_manager.table["Fresh"].write_queue_nums == 8
+                threading.Timer(0.3, slow.release.set).start()  # the update below holds this thread until then
+                broker.topic_config_manager.update(TopicConfig("Fresh", 1, 1))
+                answer = await sending
+                assert answer.status.code == pb.Code.OK, answer.status.message
+                assert broker.store.get_max_offset_in_queue("Fresh", 0) == 1
+        finally:
+            slow.release.set()
+            await broker.shutdown()
+
+    from txmq.broker.controller import BrokerController
+
+    asyncio.run(main())
