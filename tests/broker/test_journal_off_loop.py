@@ -19,6 +19,7 @@ import pytest
 from txmq.broker import config_journal
 from txmq.broker.config import BrokerConfig
 from txmq.broker.config_journal import ConfigJournal
+from txmq.broker.core import topics
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
@@ -344,6 +345,44 @@ def test_a_grpc_send_waiting_for_its_new_topic_takes_the_topic_as_an_operator_ch
                 answer = await sending
                 assert answer.status.code == pb.Code.OK, answer.status.message
                 assert broker.store.get_max_offset_in_queue("Fresh", 0) == 1
+        finally:
+            slow.release.set()
+            await broker.shutdown()
+
+    from txmq.broker.controller import BrokerController
+
+    asyncio.run(main())
+
+
+def test_sends_creating_topics_faster_than_they_are_stored_are_refused_busy_beyond_a_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client sends to ever new topic names while their records wait for a slow disk: each creation, and the
+    send waiting for it, is held in memory, so beyond a bound a send that would create one more is answered
+    SYSTEM_BUSY at once, creating nothing; the sends held are answered once their topics are durable."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 2, raising=False)
+
+    async def main() -> None:
+        port = free_port()
+        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                               listen_port=port, grpc_port=-1))
+        await broker.start()
+        addr = f"127.0.0.1:{port}"
+        try:
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            async with RemotingClient() as client:
+                held = [asyncio.ensure_future(client.invoke(addr, _send(f"New{i}"), 30)) for i in range(2)]
+                assert await asyncio.to_thread(slow.entered.wait, 10)
+                await asyncio.sleep(0.1)
+                refused = await client.invoke(addr, _send("OneTooMany"), 10)
+                assert refused.code == ResponseCode.SYSTEM_BUSY, (refused.code, refused.remark)
+                assert "OneTooMany" not in broker.topic_config_manager.table
+                assert not any(f.done() for f in held)
+                slow.release.set()
+                for reply in await asyncio.gather(*held):
+                    assert reply.code == ResponseCode.SUCCESS, reply.remark
+                again = await client.invoke(addr, _send("OneTooMany"), 10)
+                assert again.code == ResponseCode.SUCCESS, again.remark
         finally:
             slow.release.set()
             await broker.shutdown()
