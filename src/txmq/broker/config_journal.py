@@ -209,7 +209,8 @@ class ConfigJournal:
             elif data:
                 self._append(data)
         except BaseException:
-            self._failed += 1
+            if data:  # a change to undo; a fold alone (``compact``'s) changed nothing, and the journal holds it all
+                self._failed += 1
             raise
 
     def _append(self, data: bytes) -> None:
@@ -237,6 +238,16 @@ class ConfigJournal:
         handed to the writer before it."""
         self.records = 0
         self._writer.submit(self._write, self._undone, b"", document).result()
+
+    def replace(self, document: Any) -> None:
+        """``compact`` with a table taken from elsewhere (a slave's, its master's): it holds no change made here,
+        so it is folded even when a change handed to the writer before it failed and is not undone yet."""
+        self.records = 0
+        self._writer.submit(self._fold, document).result()
+
+    def close(self) -> None:
+        """Write the changes handed to the writer, then stop its thread (at the broker's stop)."""
+        self._writer.shutdown(wait=True)
 
     def _fold(self, document: Any) -> None:
         write_json_atomic(self.path, document)

@@ -151,7 +151,7 @@ class TopicConfigManager:
         table = {c.topic_name: c for c in configs}
         if table != self.table:
             self.table = table
-            self.persist()
+            self.journal.replace(self.serialize())
 
     def _changed(self, puts: list[TopicConfig], deleted: str | None = None, soon: bool = False) -> None:
         """``puts`` created or changed, or the topic ``deleted``: in the table, then in the journal, then told to
