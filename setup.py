@@ -37,6 +37,7 @@ COMPILED_MODULES = [
     "src/txmq/remoting/registry.py",  # every request passes its dispatcher
     "src/txmq/broker/core/send.py",  # every send's checks and put, whichever protocol sends
     "src/txmq/broker/processor/send.py",
+    "src/txmq/broker/transaction/half.py",  # every transaction builds its half and its real message there
     "src/txmq/acl/signer.py",
     "src/txmq/acl/model.py",
     "src/txmq/acl/store.py",
