@@ -511,6 +511,74 @@ def test_a_slave_s_truncation_whose_checkpoint_cannot_be_made_durable_then_new_r
     assert truncated == [cut]  # the slave's state derived from the dropped records went (a transaction table)
 
 
+def test_a_slave_s_cut_whose_log_fsync_fails_lowers_the_end_and_holds_appends_until_it_is_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slave truncates to its new master's end; the truncation's first checkpoint is durable, then the commit
+    log's fsync of the cut fails. The log's end is lowered to the cut with the queues' entries past it (before,
+    it stayed past the cut over zeroed bytes, the queues pointing into them, until the next handshake); an append
+    makes the cut durable first and fails while it cannot. Once the disk works the master's records are appended;
+    then a power loss: the reopened slave holds the master's log, every queue entry pointing at its record."""
+    config = make_config(tmp_path / "slave", flush_interval_commit_log_ms=60_000)
+    disk = _powered(config, monkeypatch)
+    failing = [False]
+
+    def log_fsync(fd: int) -> None:
+        if failing[0] and "commitlog" in os.readlink(f"/proc/self/fd/{fd}"):
+            _eio()
+        disk.fsync_fd(fd)
+
+    async def main() -> tuple[dict[tuple[str, int], list[int]], int]:
+        old = DefaultMessageStore(make_config(tmp_path / "old"))  # the master the slave copied
+        for i in range(40):
+            assert (await old.put_message(msg("old", b"o%03d" % i + b"." * 60, queue_id=i % 4))).ok
+        slave = DefaultMessageStore(config)
+        slave.replica = True
+        slave.append_replicated(0, old.commit_log.read_raw(0, old.max_phy_offset))
+        slave.flush_and_checkpoint()
+        cut = old.get_commit_log_offset_in_queue("old", 0, 3)
+        new = DefaultMessageStore(make_config(tmp_path / "new"))  # the new master: the old log up to the cut, ...
+        new.append_replicated(0, old.commit_log.read_raw(0, cut))
+        for i in range(30):  # ... then records of other sizes in another topic
+            assert (await new.put_message(msg("new", b"n%03d" % i + b"-" * 131, queue_id=i % 3))).ok
+        monkeypatch.setattr(mapped_file, "fsync_fd", log_fsync)
+        real_truncate = slave.commit_log.truncate
+
+        def failing_truncate(offset: int) -> None:  # the first checkpoint is durable by now
+            failing[0] = True
+            real_truncate(offset)
+
+        with monkeypatch.context() as m:
+            m.setattr(slave.commit_log, "truncate", failing_truncate)
+            with pytest.raises(OSError):
+                slave.truncate_replicated(cut)
+        assert slave.max_phy_offset == cut
+        assert slave.get_max_offset_in_queue("old", 0) == 3  # no entry points past the cut
+        records = new.commit_log.read_raw(cut, new.max_phy_offset - cut)
+        with pytest.raises(OSError):
+            slave.append_replicated(cut, records)
+        assert slave.max_phy_offset == cut
+        failing[0] = False
+        slave.append_replicated(cut, records)
+        slave.commit_log.flush()  # the flush thread's
+        expected = {(topic, q): [decode_message(w)[0].commit_log_offset
+                                 for w in new.get_message(topic, q, 0, 1000, 1 << 30).messages]
+                    for topic, queues in (("old", 4), ("new", 3)) for q in range(queues)}
+        disk.off = True
+        slave.close_without_shutdown()
+        for store in (old, new):
+            store.close_without_shutdown()
+        return expected, new.max_phy_offset
+
+    expected, end = run(main)
+    disk.power_loss()
+    with reopened_store(config) as store:
+        assert not store.recovery_report.lost_data, store.recovery_report.events
+        assert store.max_phy_offset == end
+        for (topic, qid), offsets in expected.items():
+            got = [decode_message(w)[0] for w in store.get_message(topic, qid, 0, 1000, 1 << 30).messages]
+            assert [(m.topic, m.queue_id, m.commit_log_offset) for m in got] == [(topic, qid, o) for o in offsets]
+
+
 def test_a_truncation_while_a_failed_checkpoint_is_not_put_back_yet_cuts_nothing(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A periodic checkpoint's worker failed and the loop has not put its queues back yet: no checkpoint is

@@ -207,3 +207,44 @@ def test_tls_permissive_serves_tls_and_plaintext_slaves_enforcing_only_tls(tmp_p
                 (("permissive", True), ("permissive", False), ("enforcing", True), ("enforcing", False))]
 
     assert run(go) == [True, True, True, False]
+
+
+def test_a_truncation_s_disk_error_is_logged_as_what_it_is_and_tried_again(tmp_path, caplog, monkeypatch):
+    """A slave whose log runs past its master's truncates at the handshake; when that fails on its disk (an I/O
+    error), the one line says so (not "connection lost" nor "not reachable"), and the next handshake truncates."""
+    port = free_port()
+
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "old")) as old, \
+                DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            await _put(old, 60)
+            cut = old.get_commit_log_offset_in_queue("T", 0, 10)
+            master.append_replicated(0, old.commit_log.read_raw(0, cut))
+            slave.replica = True
+            slave.append_replicated(0, old.commit_log.read_raw(0, old.max_phy_offset))
+            real, failures = slave.truncate_replicated, [2]
+
+            def failing(offset: int) -> None:
+                if failures[0]:
+                    failures[0] -= 1
+                    raise OSError(5, "Input/output error")
+                real(offset)
+
+            monkeypatch.setattr(slave, "truncate_replicated", failing)
+            ha = HAService(master, _ha(0, port, None))
+            await ha.start()
+            client = HAClient(slave, _ha(1, port, None))
+            client.start()
+            try:
+                await _until(lambda: client.connected and slave.max_phy_offset == master.max_phy_offset)
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
+
+    with caplog.at_level(logging.INFO, "txmq.ha"):
+        run(go)
+    lines = [r.getMessage() for r in caplog.records if r.name == "txmq.ha"]
+    failed = [line for line in lines if "truncating this log at" in line]
+    assert len(failed) == 1 and "Input/output error" in failed[0], lines  # one line for the two failures
+    assert not [line for line in lines if "lost" in line or "not reachable" in line], lines

@@ -5,7 +5,10 @@ holds the changes made since, one record a line::
 
     <crc32 of the JSON, 8 hex digits> <JSON document>\\n
 
-A change is appended and fsynced before it is answered. At open the snapshot is read and the journal replayed in
+A change is appended and fsynced before it is answered. The writes run on one thread of the journal's own, in the
+order they were handed to it: an operator's change waits for its write (``append``), a change a client's request
+makes does not hold the broker's event loop (``append_soon``: a future, done once the record is durable), as an
+fsync can take seconds when other processes load the disk. At open the snapshot is read and the journal replayed in
 order; a record that fails its CRC or does not parse at the end of the journal is a write torn by a crash (never
 answered) and is dropped; one followed by valid records is damage, skipped with a log line. The journal is then
 folded into a new snapshot and emptied (when the disk is full, only its torn tail is cut off), and again whenever
@@ -16,10 +19,12 @@ snapshot already holds: records set or remove whole entries, so replaying one ag
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -79,31 +84,50 @@ _ABSENT = object()
 
 
 @contextmanager
-def undone_on_failure(table: dict[str, Any], names: Iterable[str]) -> Iterator[None]:
+def undone_on_failure(table: dict[str, Any], names: Iterable[str], journal: ConfigJournal) -> Iterator[None]:
     """Put the entries ``names`` of ``table`` back as they were when the block raises (its append failed): a
     change answered as failed must be neither served nor stored by a later fold of the whole table."""
-    before = {name: table.get(name, _ABSENT) for name in names}
+    before = entries_of(table, names)
     try:
         yield
     except BaseException:
-        for name, entry in before.items():
-            if entry is _ABSENT:
-                table.pop(name, None)
-            else:
-                table[name] = entry
+        undo(table, before, entries_of(table, names), journal)
         raise
 
 
+def entries_of(table: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    return {name: table.get(name, _ABSENT) for name in names}
+
+
+def undo(table: dict[str, Any], before: dict[str, Any], after: dict[str, Any], journal: ConfigJournal) -> None:
+    """The entries of a change whose append failed put back as ``before`` it, each one still as the change left
+    it (``after``): a later change of it was appended after this one and stands."""
+    for name, entry in before.items():
+        if table.get(name, _ABSENT) is not after[name]:
+            continue
+        if entry is _ABSENT:
+            table.pop(name, None)
+        else:
+            table[name] = entry
+    journal.undone()
+
+
 class ConfigJournal:
-    """The snapshot at ``path`` and its journal ``path.changes``; ``append`` one change, ``compact`` to fold."""
+    """The snapshot at ``path`` and its journal ``path.changes``; ``append`` one change, ``compact`` to fold. Called
+    from one thread (the broker's loop); the file is written only by the journal's writer thread, job after job."""
 
     def __init__(self, path: Path, min_compact: int = 1000) -> None:
         self.path = path
         self.journal_path = path.with_name(path.name + ".changes")
         self.min_compact = min_compact
-        self.records = 0  # records in the journal now
+        self.records = 0  # records in the journal, counting those handed to the writer
         self.dirty = False  # the journal holds bytes a compaction should fold in or drop
         self._valid = 0  # the length of the journal's valid prefix when ``load`` read it
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"journal {path.name}")
+        # A snapshot taken before a failed change was undone holds that change: a fold whose snapshot was taken
+        # with fewer undone changes than the writer has seen fail appends its record instead.
+        self._failed = 0  # jobs that failed (the writer's count)
+        self._undone = 0  # changes undone after their job failed (the caller's count, at most ``_failed``)
 
     def table_change(self, record: Any, what: str) -> tuple[list[Any], list[str]] | None:
         """A record of a table kept this way, ``{"put": [entry documents], "delete": [names]}``, as its puts and
@@ -149,15 +173,49 @@ class ConfigJournal:
                     f.truncate(self._valid)
                     os.fdatasync(f.fileno())
 
-    def append(self, record: Any, entries: int, snapshot: Any) -> None:
-        """Make ``record`` durable; fold the journal into ``snapshot()``'s document when it outgrew ``entries``.
-        ``snapshot`` is called only then: a callable, so the whole table is not serialized at every change."""
+    def append(self, record: Any, entries: int, snapshot: Callable[[], Any]) -> None:
+        """Make ``record`` durable before returning (after every change handed to the writer before it); fold the
+        journal into ``snapshot()``'s document when it outgrew ``entries``. ``snapshot`` is called only then: a
+        callable, so the whole table is not serialized at every change. ``OSError`` when it could not be stored:
+        the caller undoes the change, then calls ``undone``."""
+        self._submit(record, entries, snapshot).result()
+
+    def append_soon(self, record: Any, entries: int, snapshot: Callable[[], Any]) -> asyncio.Future[None]:
+        """``append`` without waiting, from the running event loop: a future done once ``record`` is durable, or
+        failed with the ``OSError`` that kept it from being stored."""
+        return asyncio.wrap_future(self._submit(record, entries, snapshot))
+
+    def undone(self) -> None:
+        """The change whose append failed is undone in the table: snapshots taken from here on may be folded."""
+        self._undone = min(self._undone + 1, self._failed)
+
+    def _submit(self, record: Any, entries: int, snapshot: Callable[[], Any]) -> Future[None]:
+        data = encode_record(record)
+        document = None
         if self.records + 1 > max(self.min_compact, entries):
-            self.compact(snapshot())
-            return
+            document = snapshot()
+            self.records = 0
+        else:
+            self.records += 1
+        return self._writer.submit(self._write, self._undone, data, document)
+
+    def _write(self, undone: int, data: bytes, document: Any) -> None:
+        """On the writer thread: the whole table, when it is to be folded and every change that failed before was
+        undone when it was taken (``undone``), else the record (a fold with no record, ``compact``'s, is then left
+        for later: the journal holds it all)."""
+        try:
+            if document is not None and undone >= self._failed:
+                self._fold(document)
+            elif data:
+                self._append(data)
+        except BaseException:
+            if data:  # a change to undo; a fold alone (``compact``'s) changed nothing, and the journal holds it all
+                self._failed += 1
+            raise
+
+    def _append(self, data: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         existed = self.journal_path.exists()
-        data = encode_record(record)
         fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
@@ -173,15 +231,28 @@ class ConfigJournal:
             os.close(fd)
         if not existed:
             fsync_dir(str(self.path.parent))
-        self.records += 1
         self.dirty = True
 
     def compact(self, document: Any) -> None:
-        """Replace the snapshot with ``document`` (the whole table), then empty the journal."""
+        """Replace the snapshot with ``document`` (the whole table), then empty the journal; after the changes
+        handed to the writer before it."""
+        self.records = 0
+        self._writer.submit(self._write, self._undone, b"", document).result()
+
+    def replace(self, document: Any) -> None:
+        """``compact`` with a table taken from elsewhere (a slave's, its master's): it holds no change made here,
+        so it is folded even when a change handed to the writer before it failed and is not undone yet."""
+        self.records = 0
+        self._writer.submit(self._fold, document).result()
+
+    def close(self) -> None:
+        """Write the changes handed to the writer, then stop its thread (at the broker's stop)."""
+        self._writer.shutdown(wait=True)
+
+    def _fold(self, document: Any) -> None:
         write_json_atomic(self.path, document)
         if self.dirty:
             with open(self.journal_path, "r+b") as f:
                 f.truncate(0)
                 os.fdatasync(f.fileno())
-        self.records = 0
         self.dirty = False

@@ -325,6 +325,8 @@ class BrokerController:
                 save()
             except OSError:  # a full disk: what was last saved stands (offsets replay, the log is the truth)
                 log.exception("saving state at shutdown failed")
+        for journal in (self.topic_config_manager.journal, self.subscription_group_manager.journal):
+            await asyncio.to_thread(journal.close)  # what clients created is written before the store closes
         self.timer_service.close()
         await self.store.shutdown()
         if self.acl is not None:

@@ -96,12 +96,12 @@ class SubscriptionGroupManager:
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:
         """Raises ``OSError`` when the change could not be stored; the table is then as it was."""
-        with undone_on_failure(self.table, [cfg.group_name]):
+        with undone_on_failure(self.table, [cfg.group_name], self.journal):
             self.table[cfg.group_name] = cfg
             self.journal.append({"put": [cfg.to_json()]}, len(self.table), self.serialize)
 
     def delete(self, group: str) -> bool:
-        with undone_on_failure(self.table, [group]):
+        with undone_on_failure(self.table, [group], self.journal):
             if self.table.pop(group, None) is None:
                 return False
             self.journal.append({"delete": [group]}, len(self.table), self.serialize)

@@ -2,17 +2,20 @@
 
 A creation, update or deletion is appended to ``config/topics.json.changes`` (``ConfigJournal``) rather than
 rewriting the whole table: rewriting made each creation cost time in proportion to the topics already there, and
-creating N topics cost N squared."""
+creating N topics cost N squared. An operator's change is answered once durable; a topic a client's request creates
+(a send's, a heartbeat's retry topic, a dead-letter topic) is appended without holding the event loop, and is in
+``pending`` until durable: what answers a request about it waits for ``durable(topic)``."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, undone_on_failure
+from txmq.broker.config_journal import ConfigJournal, entries_of, undo, undone_on_failure
 from txmq.errors import InvalidMessageError
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -37,6 +40,7 @@ class TopicConfigManager:
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": 0}
         # The broker tells its name servers: of the topics created or changed, or (None) of a deletion.
         self.on_change: Callable[[list[str] | None], None] | None = None
+        self.pending: dict[str, asyncio.Future[None]] = {}  # topics created whose record is not durable yet
         saved, changes = self.journal.load()
         if saved:
             self._load_configs((saved.get("topicConfigTable") or {}).values())
@@ -84,12 +88,13 @@ class TopicConfigManager:
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
-    def update(self, cfg: TopicConfig) -> None:
+    def update(self, cfg: TopicConfig, soon: bool = False) -> None:
         """Every topic is created here: ``InvalidMessageError`` for an illegal name, which would also name a
-        directory of the store."""
+        directory of the store. ``soon``: a client's request, which does not wait for the record to be durable
+        (``durable``)."""
         check_topic(cfg.topic_name)
         old = self.table.get(cfg.topic_name)
-        self._changed([cfg])
+        self._changed([cfg], soon=soon)
         log.info("topic %s %s: read=%d write=%d perm=%s", "updated" if old else "created", cfg.topic_name,
                  cfg.read_queue_nums, cfg.write_queue_nums, PermName.to_string(cfg.perm))
 
@@ -106,7 +111,7 @@ class TopicConfigManager:
             return self.table[topic]
         cfg = self.inherited(topic, default_topic, queue_nums, sys_flag)
         if cfg is not None:
-            self.update(cfg)
+            self.update(cfg, soon=True)
         return cfg
 
     def inherited(self, topic: str, default_topic: str, queue_nums: int, sys_flag: int = 0) -> TopicConfig | None:
@@ -123,7 +128,7 @@ class TopicConfigManager:
         cfg = self.table.get(topic)
         if cfg is None:
             cfg = TopicConfig(topic, queue_nums, queue_nums, perm)
-            self.update(cfg)
+            self.update(cfg, soon=True)
         return cfg
 
     def create_all_absent(self, topics: list[str], queue_nums: int) -> list[str]:
@@ -135,7 +140,8 @@ class TopicConfigManager:
             check_topic(topic)
         if not created:
             return created
-        self._changed([TopicConfig(topic, queue_nums, queue_nums, PermName.READ_WRITE) for topic in created])
+        self._changed([TopicConfig(topic, queue_nums, queue_nums, PermName.READ_WRITE) for topic in created],
+                      soon=True)
         log.info("%d topic%s created: %s%s", len(created), "" if len(created) == 1 else "s", ", ".join(created[:10]),
                  f" (+{len(created) - 10} more)" if len(created) > 10 else "")
         return created
@@ -157,22 +163,54 @@ class TopicConfigManager:
             log.warning("%d topic configs from the master dropped, their names illegal: %.200r", len(dropped), dropped)
         if table != self.table:
             self.table = table
-            self.persist()
+            self.journal.replace(self.serialize())
 
-    def _changed(self, puts: list[TopicConfig], deleted: str | None = None) -> None:
+    def _changed(self, puts: list[TopicConfig], deleted: str | None = None, soon: bool = False) -> None:
         """``puts`` created or changed, or the topic ``deleted``: in the table, then in the journal, then told to
-        the broker. ``OSError`` when the record could not be appended, and the table is then as it was."""
+        the broker. ``OSError`` when the record could not be appended, and the table is then as it was. ``soon``,
+        on the event loop: the append is left to the journal's writer, the topics in ``pending`` until it is done
+        (undone, with a log line, when it failed)."""
         names = [cfg.topic_name for cfg in puts] if deleted is None else [deleted]
-        with undone_on_failure(self.table, names):
-            self.table.update((cfg.topic_name, cfg) for cfg in puts)
-            if deleted is not None:
-                self.table.pop(deleted)
-            record = {"put": [cfg.to_json() for cfg in puts]} if deleted is None else {"delete": [deleted]}
-            self.data_version = {"timestamp": int(time.time() * 1000),
-                                 "counter": int(self.data_version["counter"]) + 1}
+        record = {"put": [cfg.to_json() for cfg in puts]} if deleted is None else {"delete": [deleted]}
+        if soon and _on_loop():
+            before = entries_of(self.table, names)
+            self._apply(puts, deleted)
+            durable = self.journal.append_soon(dict(record, dataVersion=self.data_version), len(self.table),
+                                               self.serialize)
+            self.pending.update((name, durable) for name in names)
+            after = entries_of(self.table, names)
+            durable.add_done_callback(lambda done: self._settled(done, names, before, after))
+            return
+        with undone_on_failure(self.table, names, self.journal):
+            self._apply(puts, deleted)
             self.journal.append(dict(record, dataVersion=self.data_version), len(self.table), self.serialize)
         if self.on_change is not None:
             self.on_change(names if deleted is None else None)
+
+    def _apply(self, puts: list[TopicConfig], deleted: str | None) -> None:
+        self.table.update((cfg.topic_name, cfg) for cfg in puts)
+        if deleted is not None:
+            self.table.pop(deleted)
+        self.data_version = {"timestamp": int(time.time() * 1000), "counter": int(self.data_version["counter"]) + 1}
+
+    def _settled(self, durable: asyncio.Future[None], names: list[str], before: dict[str, Any],
+                 after: dict[str, Any]) -> None:
+        for name in names:
+            if self.pending.get(name) is durable:
+                del self.pending[name]
+        failed = durable.exception()
+        if failed is not None:
+            undo(self.table, before, after, self.journal)
+            log.error("topic%s %s not stored: %s", "" if len(names) == 1 else "s", ", ".join(names[:10]), failed)
+        elif self.on_change is not None:
+            self.on_change(names)
+
+    async def durable(self, topic: str) -> None:
+        """Once the creation of ``topic`` a client's request made is durable; ``OSError`` when it failed (the
+        topic is then gone again)."""
+        created = self.pending.get(topic)
+        if created is not None:
+            await asyncio.shield(created)
 
     def persist(self) -> None:
         """The whole table as the snapshot, the journal emptied."""
@@ -180,3 +218,12 @@ class TopicConfigManager:
 
     def serialize(self) -> dict[str, object]:
         return {"topicConfigTable": {n: c.to_json() for n, c in self.table.items()}, "dataVersion": self.data_version}
+
+
+def _on_loop() -> bool:
+    """Whether this runs on an event loop (the broker's), which may not wait for an fsync."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -406,6 +406,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         sends = self.core.sends
         body = decode_body(m)
         cfg = sends.topic_of(m.topic.name, len(body), False, _AUTO_CREATE)
+        while not isinstance(cfg, Refusal) and cfg.topic_name in sends.manager.pending:
+            try:  # nothing stored in a topic whose creation a crash could lose
+                await sends.manager.durable(cfg.topic_name)
+            except OSError as exc:
+                raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"topic {cfg.topic_name} not stored: {exc}") \
+                    from None
+            cfg = sends.topic_of(m.topic.name, len(body), False, _AUTO_CREATE)  # as an operator may have changed it
         if isinstance(cfg, Refusal):
             raise cfg
         topic = cfg.topic_name

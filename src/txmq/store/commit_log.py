@@ -52,6 +52,7 @@ class CommitLog:
         # the store timestamp of the log's last record (not the highest: docs/reliability.md); 0 when unknown
         self.last_store_timestamp = 0
         self._flush_lock = threading.Lock()
+        self._cut_unsynced = -1  # a truncation's cut whose fsync failed: made durable before the next append
 
     def load(self) -> list[str]:
         return self.queue.load()
@@ -71,6 +72,8 @@ class CommitLog:
         Segments are created before anything is written, so a failure to create one leaves the log unchanged; a
         write that fails part-way is taken back (``truncate``), so a failed append leaves no record.
         """
+        if self._cut_unsynced >= 0:
+            self._sync_cut()
         pos = self.max_offset
         mf = self.queue.find(pos)
         created: list[MappedFile] = []
@@ -122,6 +125,8 @@ class CommitLog:
         """
         if offset != self.max_offset:
             raise StoreError(f"replicated bytes at {offset}, but the log ends at {self.max_offset}")
+        if self._cut_unsynced >= 0:
+            self._sync_cut()
         view = memoryview(data)
         records: list[tuple[int, memoryview]] = []
         plan: list[tuple[int, int, int]] = []  # (segment start, first offset, end offset) of each write
@@ -346,15 +351,31 @@ class CommitLog:
 
     def truncate(self, offset: int) -> None:
         """Drop everything from ``offset`` on (zero the rest of its segment, delete later segments), durably:
-        the flush thread may have fsynced the dropped bytes already, and a crash must not bring them back."""
+        the flush thread may have fsynced the dropped bytes already, and a crash must not bring them back.
+
+        The log's end is lowered once the bytes are zeroed, whether or not their fsync then succeeds: no record
+        is read or appended past the cut. When the fsync fails (``OSError``), the next append makes the cut
+        durable first, and fails while it cannot: nothing lands after zeros that may not be on disk."""
         with self._flush_lock:
             self.queue.truncate_from(offset)
-            mf = self.queue.find(offset)
-            if mf is not None:
-                mf.flush()
-            self.queue.sync_directory()
             self.max_offset = offset
             self.flushed_offset = min(self.flushed_offset, offset)
+            self._cut_unsynced = offset
+            self._make_cut_durable()
+
+    def _sync_cut(self) -> None:
+        """A cut whose fsync failed, made durable before anything is appended after it; ``OSError`` while not."""
+        with self._flush_lock:
+            if self._cut_unsynced >= 0:
+                self._make_cut_durable()
+
+    def _make_cut_durable(self) -> None:
+        mf = self.queue.find(self._cut_unsynced)
+        if mf is not None:
+            mf.flush()
+        self.queue.directory_dirty = True  # a failed try may have cleared it: segments deleted by the cut
+        self.queue.sync_directory()
+        self._cut_unsynced = -1
 
     def close(self) -> None:
         self.queue.close()

@@ -174,17 +174,25 @@ class ReplicaLog:
         commit_log = self.commit_log
         log.warning("truncating the commit log at %d (the master's log ends there): %d bytes dropped",
                     offset, commit_log.max_offset - offset)
-        commit_log.truncate(offset)
+        try:
+            commit_log.truncate(offset)
+        finally:  # the log's end is lowered even when the cut's fsync failed: what was derived from it goes too
+            if commit_log.max_offset <= offset:
+                self._drop_derived(offset)
+        self._write_checkpoint(None)  # the cut durable, the queues counted as they now are
+
+    def _drop_derived(self, offset: int) -> None:
+        """The state derived from the records dropped from ``offset`` on: clock anchors, queue entries, index
+        entries, the confirm bound, and the listeners' (the transaction table), whatever follows."""
         self.clock.truncate(offset)
-        commit_log.last_store_timestamp = 0  # unknown: the next record is not compared with the one before it
+        self.commit_log.last_store_timestamp = 0  # unknown: the next record is not compared with the one before it
         for cq in self.queues.all():
             cq.truncate_dirty(offset)
             self.queues.offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         self.index.truncate_from(offset)
         self.confirm.truncate(offset)
-        for fn in self.truncate_listeners:  # the state derived from the dropped records goes, whatever follows
+        for fn in self.truncate_listeners:
             fn(offset)
-        self._write_checkpoint(None)  # the cut durable, the queues counted as they now are
 
     def start_at(self, offset: int) -> None:
         """An empty slave copies a master whose log no longer starts at 0: its log starts where the master's

@@ -13,7 +13,7 @@ from txmq.broker.core.refusal import Kind, Refusal
 from txmq.broker.visibility import RecordAt, servable
 from txmq.message import MessageConst, MessageExt
 from txmq.refusals import RefusalLog
-from txmq.topic import retry_topic
+from txmq.topic import RMQ_SYS_SCHEDULE_TOPIC, retry_topic
 
 if TYPE_CHECKING:
     from txmq.broker.client_manager import ConsumerManager
@@ -113,6 +113,9 @@ class RetryService:
         return await self._put(msg, "storing the dead letter")
 
     async def _put(self, msg: MessageExt, what: str) -> Refusal | None:
+        # a retry or dead-letter topic just created, also when the message waits in the schedule topic for it
+        delayed = msg.topic == RMQ_SYS_SCHEDULE_TOPIC
+        await self.topics.manager.durable(msg.properties[MessageConst.REAL_TOPIC] if delayed else msg.topic)
         result = await self.store.put_message(msg)
         if not result.stored:
             return Refusal(Kind.STORE_FAILED, f"{what} failed: {result.status.name} {result.remark}".rstrip())

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 RETRY_QUEUE_NUMS = 1  # RocketMQ's retryQueueNums (a subscription group's default)
 DLQ_QUEUE_NUMS = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
+# Topics a send may create while the records of others are not durable yet: each, and each send waiting for it,
+# is held in memory; beyond it a send that would create one more is refused BUSY (a client naming ever new topics
+# faster than the disk stores them).
+MAX_PENDING_CREATIONS = 4096
 
 
 def name_refusal(topic: str) -> Refusal | None:
@@ -57,6 +61,8 @@ class TopicService:
         if internal is not None:
             return Refusal(Kind.NO_PERMISSION, internal)
         cfg = self.manager.get(topic)
+        if cfg is None and create and len(self.manager.pending) >= MAX_PENDING_CREATIONS:
+            return Refusal(Kind.BUSY, f"{len(self.manager.pending)} topics being created: send again later")
         if cfg is None and (create or planned) and not self.config.is_slave:
             nums = self.config.default_topic_queue_nums if queue_nums is None else queue_nums
             if planned:

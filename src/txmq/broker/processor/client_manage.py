@@ -155,14 +155,19 @@ class ClientManageProcessor:
         chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
         broker = self.broker
         joined("producer", chan, [g for g in producers if broker.producer_manager.register(g, chan)])
-        created = broker.topic_config_manager.create_all_absent(
-            [retry_topic(info.group) for info in consumers if info.message_model == "CLUSTERING"], 1)
+        manager = broker.topic_config_manager
+        retry_topics = [retry_topic(info.group) for info in consumers if info.message_model == "CLUSTERING"]
+        created = manager.create_all_absent(retry_topics, 1)
         joined("consumer", chan, [info.group for info in consumers if broker.consumer_manager.register(info, chan)])
         ok = RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
-        return self._after_register(ok) if created else ok
+        pending = [topic for topic in retry_topics if topic in manager.pending] if manager.pending else []
+        return self._after_register(ok, pending) if created or pending else ok
 
-    async def _after_register(self, resp: RemotingCommand) -> RemotingCommand:
-        """Answer once the name servers route the new retry topic: the consumer's first rebalance needs it."""
+    async def _after_register(self, resp: RemotingCommand, pending: list[str]) -> RemotingCommand:
+        """Answer once the new retry topics are durable and the name servers route them: the consumer's first
+        rebalance needs them."""
+        for topic in pending:
+            await self.broker.topic_config_manager.durable(topic)
         await self.broker.register_all()
         return resp
 

@@ -6,6 +6,7 @@ codes (``refused``).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Awaitable
@@ -220,6 +221,9 @@ class SendMessageProcessor:
         cfg = sends.topic_of(h.topic, len(cmd.body), h.batch, h)
         if isinstance(cfg, Refusal):
             return refused(cmd, cfg)
+        pending = sends.manager.pending
+        if pending and h.topic in pending:
+            return self._once_durable(conn, cmd, req, h.topic)
         queue_id = sends.queue_of(cfg, h.queue_id)
         if isinstance(queue_id, Refusal):
             return refused(cmd, queue_id)
@@ -240,6 +244,8 @@ class SendMessageProcessor:
             return sends.put_batch(msgs, halves, answer, answer)
         msg = self._inner(h, queue_id, h.flag, cmd.body, req.props, born_host)
         sends.route_retry(msg, h.max_reconsume_times)
+        if pending and msg.topic in pending:  # a dead-letter topic it just created
+            return self._once_durable(conn, cmd, req, msg.topic)
         half = is_half(msg.properties)  # asked once here for the checks, the label and the store
         refusal = sends.accept(msg, half)
         if refusal is not None:
@@ -248,6 +254,16 @@ class SendMessageProcessor:
         answer = _SendAnswer(self, conn, cmd, msg, None, h.topic,
                              message_kind(half, delay_level, cfg.order, is_timed(msg.properties)))
         return sends.put(msg, half, delay_level, answer, answer)
+
+    async def _once_durable(self, conn: Connection, cmd: RemotingCommand, req: SendRequest,
+                            topic: str) -> Answer | None:
+        """A send to a topic whose creation is not durable yet, taken again once it is: nothing is stored, nor
+        answered, in a topic a crash could lose. The topic's creation failing is answered as a handler's error."""
+        await self.sends.manager.durable(topic)
+        result = self._send(conn, cmd, req)
+        if isinstance(result, Reply):  # it writes the answer itself
+            return None
+        return await result if inspect.isawaitable(result) else result
 
     def _inner(self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
                props: dict[str, str], born_host: tuple[str, int]) -> MessageExt:

@@ -142,10 +142,10 @@ class HAClient:
             # The logs differ before `at`: drop this log's segment holding the difference, then ask again.
             cut = max(store.min_phy_offset, (at - 1) - (at - 1) % cl.segment_size) if at else 0
             log.warning("HA: this log and the master's differ before offset %d; truncating at %d", at, cut)
-            store.truncate_replicated(cut)
+            _truncate(store, cut)
             raise ReplicationError(f"log diverged from the master's before {at}: truncated at {cut}, reconnecting")
         if mine > welcome.max_offset:
-            store.truncate_replicated(welcome.max_offset)
+            _truncate(store, welcome.max_offset)
         return store.max_phy_offset
 
     async def _transfer_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -171,6 +171,8 @@ class HAClient:
             except StoreError as exc:
                 raise ReplicationError(f"master's bytes at {start} are not valid records ({exc}); nothing written") \
                     from None
+            except OSError as exc:  # this slave's disk, not the connection
+                raise ReplicationError(f"writing the master's bytes at {start} failed: {exc}") from None
             self._pending = buf[taken:]
             store.set_confirm_offset(None if confirm < 0 else confirm)  # capped at this log's end
             if len(self._pending) > store.commit_log.segment_size:
@@ -186,3 +188,12 @@ class HAClient:
                 return
             writer.write(REPORT.pack(self.store.max_phy_offset))
             await writer.drain()
+
+
+def _truncate(store: DefaultMessageStore, offset: int) -> None:
+    """Cut this log back to ``offset``; its disk's ``OSError`` raised as what it is (a ``ReplicationError``, logged
+    once and tried again at the next handshake), not as a lost connection."""
+    try:
+        store.truncate_replicated(offset)
+    except OSError as exc:
+        raise ReplicationError(f"truncating this log at {offset} failed: {exc}") from None

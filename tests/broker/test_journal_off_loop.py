@@ -1,0 +1,392 @@
+"""A topic a client's request creates is made durable off the broker's event loop (``ConfigJournal.append_soon``):
+an fsync slowed by other processes' disk I/O once held every connection for seconds (a gRPC client's heartbeat
+deadline was missed). The request that created it, and any send to it, is answered once it is durable; changes
+of one table reach the journal in the order they were made, and one whose append fails is undone."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import orjson
+import pytest
+
+from txmq.broker import config_journal
+from txmq.broker.config import BrokerConfig
+from txmq.broker.config_journal import ConfigJournal
+from txmq.broker.core import topics
+from txmq.broker.topic_config_manager import TopicConfigManager
+from txmq.grpc.protocol import definition_pb2 as pb
+from txmq.grpc.protocol import service_pb2 as spb
+from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
+from txmq.message import decode_offset_msg_id
+from txmq.ports import free_port
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import SendMessageRequestHeader
+from txmq.remoting.transport import RemotingClient
+from txmq.store import StoreConfig
+from txmq.topic import TopicConfig
+
+
+class SlowFsync:
+    """An fsync that waits until ``release`` (at most ``hold`` seconds), as one behind other processes' I/O."""
+
+    def __init__(self, hold: float) -> None:
+        self.hold = hold
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
+
+    def __call__(self, fd: int) -> None:
+        self.entered.set()
+        self.release.wait(self.hold)
+        os.fdatasync(fd)
+        self.finished.set()
+
+
+class SlowOs:
+    """``os`` as the journal module sees it, with another ``fdatasync``."""
+
+    def __init__(self, fdatasync: Callable[[int], None]) -> None:
+        self.fdatasync = fdatasync
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+
+def _send(topic: str) -> RemotingCommand:
+    header = SendMessageRequestHeader(producer_group="p", topic=topic, default_topic="TBW102",
+                                      default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
+                                      properties="", reconsume_times=0)
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body=b"x")
+
+
+def test_another_connection_is_answered_while_a_created_topic_s_fsync_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowFsync(hold=3.0)
+
+    async def main() -> None:
+        port = free_port()
+        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                               listen_port=port, grpc_port=-1))
+        await broker.start()
+        addr = f"127.0.0.1:{port}"
+        try:
+            broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            async with RemotingClient() as creator, RemotingClient() as other:
+                creating = asyncio.ensure_future(creator.invoke(addr, _send("Fresh"), 30))
+                assert await asyncio.to_thread(slow.entered.wait, 10)
+                again = asyncio.ensure_future(creator.invoke(addr, _send("Fresh"), 30))
+                answered = await other.invoke(addr, _send("Existing"), 10)
+                assert not slow.finished.is_set(), "the other connection waited for the fsync"
+                assert answered.code == ResponseCode.SUCCESS, answered.remark
+                await asyncio.sleep(0.2)
+                assert not creating.done() and not again.done()  # neither answered before the topic is durable
+                slow.release.set()
+                for reply in (await creating, await again):
+                    assert reply.code == ResponseCode.SUCCESS, reply.remark
+                assert "Fresh" not in broker.topic_config_manager.pending
+        finally:
+            slow.release.set()
+            await broker.shutdown()
+
+    from txmq.broker.controller import BrokerController
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    reopened = TopicConfigManager(tmp_path / "store", auto_create=True, default_queue_nums=4, delay_levels=18)
+    assert "Fresh" in reopened.table
+
+
+def test_two_changes_of_one_topic_reach_the_journal_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A topic a send creates, its fsync slow, then an operator's update of it: the update waits for the creation
+    and is appended after it, so the reopened table holds the update."""
+    slow = SlowFsync(hold=10.0)
+    manager = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+
+    async def main() -> None:
+        assert manager.create_in_send("T", "TBW102", 8) is not None
+        created = manager.pending["T"]
+        threading.Timer(0.3, slow.release.set).start()  # the update below holds this thread until then
+        manager.update(TopicConfig("T", 2, 2))
+        assert slow.release.is_set()  # it waited for the creation's record
+        await created
+        assert "T" not in manager.pending
+
+    asyncio.run(main())
+    assert manager.table["T"].read_queue_nums == 2
+    reopened = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    assert reopened.table["T"].read_queue_nums == 2
+
+
+def test_records_handed_over_are_written_in_order_behind_a_slow_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowFsync(hold=10.0)
+    journal = ConfigJournal(tmp_path / "c.json")
+    monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+    journal.load()
+
+    async def main() -> None:
+        first = journal.append_soon({"put": [1]}, 10, dict)
+        second = journal.append_soon({"put": [2]}, 10, dict)
+        assert await asyncio.to_thread(slow.entered.wait, 10)
+        await asyncio.sleep(0.1)
+        assert not first.done() and not second.done()  # the second waits behind the first
+        slow.release.set()
+        await asyncio.gather(first, second)
+
+    asyncio.run(main())
+    _, records = journal.load()
+    assert list(records) == [{"put": [1]}, {"put": [2]}]
+
+
+def test_a_created_topic_whose_append_fails_is_undone_and_its_send_refused(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    manager.persist()
+    journal = manager.journal.journal_path
+    journal.unlink(missing_ok=True)
+    journal.mkdir()  # the append fails as an IO error makes it fail: OSError
+
+    async def main() -> None:
+        assert manager.create_in_send("Gone", "TBW102", 8) is not None
+        with pytest.raises(OSError):
+            await manager.durable("Gone")
+
+    asyncio.run(main())
+    assert "Gone" not in manager.table and not manager.pending
+    journal.rmdir()
+    manager.persist()
+    assert "Gone" not in TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18).table
+
+
+def test_a_fold_taken_before_a_failed_change_was_undone_does_not_store_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change handed over, then a fold of the table holding it, before the change's append failed: the fold
+    appends its own record instead, so the change answered as failed is not stored after all."""
+    journal = ConfigJournal(tmp_path / "c.json", min_compact=1)
+    journal.load()
+    failures = [1]
+
+    def fdatasync(fd: int) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise OSError(5, "Input/output error")
+        os.fdatasync(fd)
+
+    monkeypatch.setattr(config_journal, "os", SlowOs(fdatasync))
+
+    async def main() -> None:
+        failed = journal.append_soon({"put": ["a"]}, 5, lambda: {"t": ["a"]})
+        folding = journal.append_soon({"put": ["b"]}, 0, lambda: {"t": ["a", "b"]})
+        with pytest.raises(OSError):
+            await failed
+        journal.undone()
+        await folding
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    snapshot, records = journal.load()
+    assert snapshot is None and list(records) == [{"put": ["b"]}]
+
+
+def test_a_failed_fold_does_not_keep_later_folds_from_being_written(tmp_path: Path) -> None:
+    """A fold that could not be written undoes no change: a slave's later ``replace_all`` (a fold) is stored all
+    the same, not dropped as if a failed change were still waiting to be undone."""
+    manager = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    manager.path.unlink(missing_ok=True)
+    manager.path.mkdir(parents=True)  # the snapshot cannot be replaced: the fold fails with OSError
+    with pytest.raises(OSError):
+        manager.persist()
+    manager.path.rmdir()
+    manager.replace_all([TopicConfig("FromMaster", 2, 2)])
+    reopened = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    assert "FromMaster" in reopened.table
+
+
+def test_the_journal_writer_thread_is_joined_at_broker_stop(tmp_path: Path) -> None:
+    """A topic a send creates is written by the journal's thread; the broker's stop writes what is queued and
+    joins that thread, so no thread outlives the broker."""
+    before = set(threading.enumerate())
+
+    async def main() -> None:
+        port = free_port()
+        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                               listen_port=port, grpc_port=-1))
+        await broker.start()
+        try:
+            async with RemotingClient() as client:
+                reply = await client.invoke(f"127.0.0.1:{port}", _send("Fresh"), 30)
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+        finally:
+            await broker.shutdown()
+        left = [t.name for t in set(threading.enumerate()) - before if t.is_alive() and t.name.startswith("journal")]
+        assert not left, f"threads left running after the broker stopped: {left}"
+
+    from txmq.broker.controller import BrokerController
+
+    asyncio.run(main())
+
+
+def test_a_message_sent_back_with_a_delay_waits_for_its_new_retry_topic(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A send-back with a delay is stored in the schedule topic, bound for the retry topic it just created: it is
+    stored and answered only once that topic is durable, as a send to a new topic is."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        port = free_port()
+        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                               listen_port=port, grpc_port=-1))
+        await broker.start()
+        addr = f"127.0.0.1:{port}"
+        try:
+            broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
+            async with RemotingClient() as client:
+                sent = await client.invoke(addr, _send("Existing"), 10)
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+                offset = decode_offset_msg_id(sent.ext_fields["msgId"])[1]
+                consumer = {"groupName": "g", "consumeType": "CONSUME_PASSIVELY", "messageModel": "BROADCASTING",
+                            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                            "subscriptionDataSet": [{"topic": "Existing", "subString": "*"}]}
+                body = orjson.dumps({"clientID": "c", "producerDataSet": [], "consumerDataSet": [consumer]})
+                beat = await client.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=body), 10)
+                assert beat.code == ResponseCode.SUCCESS and "%RETRY%g" not in broker.topic_config_manager.table
+                end = broker.store.commit_log.max_offset
+                monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+                back = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+                    "offset": str(offset), "group": "g", "delayLevel": "1", "originMsgId": "",
+                    "originTopic": "Existing"})
+                answer = asyncio.ensure_future(client.invoke(addr, back, 30))
+                assert await asyncio.to_thread(slow.entered.wait, 10)
+                await asyncio.sleep(0.3)
+                assert not answer.done(), "answered before its retry topic was durable"
+                assert broker.store.commit_log.max_offset == end, "stored before its retry topic was durable"
+                slow.release.set()
+                reply = await answer
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+                assert broker.store.commit_log.max_offset > end
+        finally:
+            slow.release.set()
+            await broker.shutdown()
+
+    from txmq.broker.controller import BrokerController
+
+    asyncio.run(main())
+
+
+def test_a_slave_s_copy_of_its_master_s_topics_is_stored_while_a_created_topic_s_append_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat creates a retry topic on a slave, and its append is slow, then fails; meanwhile the slave takes
+    its master's topics (``replace_all``). That table holds no change made here, so it is stored, not dropped as
+    a fold taken before a failed change was undone."""
+    manager = TopicConfigManager(tmp_path, auto_create=False, default_queue_nums=8, delay_levels=18)
+    entered, release, failures = threading.Event(), threading.Event(), [1]
+
+    def fdatasync(fd: int) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            entered.set()
+            release.wait(10)
+            raise OSError(5, "Input/output error")
+        os.fdatasync(fd)
+
+    monkeypatch.setattr(config_journal, "os", SlowOs(fdatasync))
+
+    async def main() -> None:
+        assert manager.create_all_absent(["%RETRY%g"], 1) == ["%RETRY%g"]
+        assert await asyncio.to_thread(entered.wait, 10)
+        threading.Timer(0.3, release.set).start()  # replace_all below holds this thread until then
+        manager.replace_all([TopicConfig("FromMaster", 2, 2)])
+        with pytest.raises(OSError):
+            await manager.durable("%RETRY%g")
+        assert set(manager.table) == {"FromMaster"}
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    reopened = TopicConfigManager(tmp_path, auto_create=False, default_queue_nums=8, delay_levels=18)
+    assert "FromMaster" in reopened.table and "%RETRY%g" not in reopened.table
+
+
+def test_a_grpc_send_waiting_for_its_new_topic_takes_the_topic_as_an_operator_changed_it_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gRPC send creates its topic; while that is not durable an operator changes the topic to one queue. The
+    send, once the topic is durable, picks its queue among the topic's queues as they are then (as a remoting send
+    does), not among those of the config it created: a message in queue 5 of a one-queue topic is read by no one."""
+    slow = SlowFsync(hold=10.0)
+    group = next(g for g in (f"g{i}" for i in range(100)) if zlib.crc32(g.encode()) % 8 == 5)
+
+    async def main() -> None:
+        port, grpc_port = free_port(), free_port()
+        config = BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")), listen_port=port,
+                              grpc_port=grpc_port, default_topic_queue_nums=8)
+        broker = BrokerController(config)
+        await broker.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+                stub = MessagingServiceStub(channel)
+                monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+                message = pb.Message(topic=pb.Resource(name="Fresh"), body=b"x", system_properties=pb.SystemProperties(
+                    message_id="0A0000000000000000000000000000A1", body_encoding=pb.IDENTITY, message_type=pb.FIFO,
+                    message_group=group))
+                sending = asyncio.ensure_future(stub.SendMessage(
+                    spb.SendMessageRequest(messages=[message]), metadata=[("x-mq-client-id", "c")], timeout=30))
+                assert await asyncio.to_thread(slow.entered.wait, 10)
+                assert broker.topic_config_manager.table["Fresh"].write_queue_nums == 8
+                threading.Timer(0.3, slow.release.set).start()  # the update below holds this thread until then
+                broker.topic_config_manager.update(TopicConfig("Fresh", 1, 1))
+                answer = await sending
+                assert answer.status.code == pb.Code.OK, answer.status.message
+                assert broker.store.get_max_offset_in_queue("Fresh", 0) == 1
+        finally:
+            slow.release.set()
+            await broker.shutdown()
+
+    from txmq.broker.controller import BrokerController
+
+    asyncio.run(main())
+
+
+def test_sends_creating_topics_faster_than_they_are_stored_are_refused_busy_beyond_a_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client sends to ever new topic names while their records wait for a slow disk: each creation, and the
+    send waiting for it, is held in memory, so beyond a bound a send that would create one more is answered
+    SYSTEM_BUSY at once, creating nothing; the sends held are answered once their topics are durable."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 2, raising=False)
+
+    async def main() -> None:
+        port = free_port()
+        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                               listen_port=port, grpc_port=-1))
+        await broker.start()
+        addr = f"127.0.0.1:{port}"
+        try:
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            async with RemotingClient() as client:
+                held = [asyncio.ensure_future(client.invoke(addr, _send(f"New{i}"), 30)) for i in range(2)]
+                assert await asyncio.to_thread(slow.entered.wait, 10)
+                await asyncio.sleep(0.1)
+                refused = await client.invoke(addr, _send("OneTooMany"), 10)
+                assert refused.code == ResponseCode.SYSTEM_BUSY, (refused.code, refused.remark)
+                assert "OneTooMany" not in broker.topic_config_manager.table
+                assert not any(f.done() for f in held)
+                slow.release.set()
+                for reply in await asyncio.gather(*held):
+                    assert reply.code == ResponseCode.SUCCESS, reply.remark
+                again = await client.invoke(addr, _send("OneTooMany"), 10)
+                assert again.code == ResponseCode.SUCCESS, again.remark
+        finally:
+            slow.release.set()
+            await broker.shutdown()
+
+    from txmq.broker.controller import BrokerController
+
+    asyncio.run(main())
