@@ -10,6 +10,7 @@ from txmq.message import (
     MessageConst,
     MessageExt,
     UniqIdGenerator,
+    _topic_part,
     create_offset_msg_id,
     decode_message,
     decode_messages,
@@ -96,13 +97,25 @@ def test_inner_message_is_the_keyword_constructors_message_owning_its_properties
 
 
 def test_layout_and_ids_stay_right_past_the_host_and_topic_caches():
-    """More hosts and topics than the caches keep (1,024 each): they empty and refill, every message still right."""
+    """More hosts than their cache keeps (1,024: it empties and refills), and topics: every message still right."""
     for i in range(1100):
         host = (f"10.{i >> 8}.{i & 255}.1", i)
         m = MessageExt(f"t{i}", b"x", {}, born_host=host, store_host=host, commit_log_offset=i)
         back, _ = decode_message(encode_message(m))
         assert (back.topic, back.born_host, back.store_host) == (f"t{i}", host, host)
         assert decode_offset_msg_id(create_offset_msg_id(host, i)) == (host, i)
+
+
+def test_the_topic_cache_keeps_every_topic_sends_spread_over_and_a_flood_of_names_stays_bounded():
+    """10,000 topics in turn (a broker's sends spread over its table) are each encoded once: a cache emptied at
+    1,024 encoded every one again. Names past the bound are encoded per call, rightly, and stored nowhere."""
+    topics = [f"spread_t{i}" for i in range(10_000)]
+    parts = [_topic_part(t) for t in topics]
+    assert all(_topic_part(t) is part for t, part in zip(topics, parts, strict=True))
+    flood = [f"flood_{i}" for i in range(20_000)]
+    assert all(_topic_part(name) == bytes((len(name),)) + name.encode() for name in flood)
+    assert _topic_part(flood[-1]) is not _topic_part(flood[-1])  # not kept: the cache stopped at its bound
+    assert all(_topic_part(t) is part for t, part in zip(topics, parts, strict=True))
 
 
 def test_uniq_ids_unique_and_ordered():

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from txmq.errors import InvalidMessageError
-from txmq.topic import GROUP_MAX_LENGTH, TOPIC_MAX_LENGTH, check_group, check_topic
+from txmq.topic import GROUP_MAX_LENGTH, TOPIC_MAX_LENGTH, TopicConfig, check_group, check_topic
 
 ROCKETMQ_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # Java's Pattern.matches: the whole name
 
@@ -51,3 +51,10 @@ def test_a_topic_known_legal_skips_the_pattern_and_an_illegal_one_is_refused_eve
     finally:
         topic_module._LEGAL_TOPICS.clear()
         topic_module._LEGAL_TOPICS.update(saved)
+
+
+def test_a_topic_config_is_rocketmq_s_json_and_reads_back_the_same() -> None:
+    cfg = TopicConfig("orders", 4, 2, 6, "MULTI_TAG", 1, True)
+    assert cfg.to_json() == {"topicName": "orders", "readQueueNums": 4, "writeQueueNums": 2, "perm": 6,
+                             "topicFilterType": "MULTI_TAG", "topicSysFlag": 1, "order": True}
+    assert TopicConfig.from_json(cfg.to_json()) == cfg

@@ -330,7 +330,11 @@ class MessageExt(Message):
 
 _packed_hosts: dict[tuple[str, int], bytes] = {}
 _topic_parts: dict[str, bytes] = {}
-_CACHED = 1024  # entries per cache: hosts and topics are a handful; a flood of new ones empties it, never grows it
+_CACHED = 1024  # hosts per cache: a handful, renewed as clients reconnect; a flood of new ones empties it
+# Topics a broker stores to are its topic table's (10,000 and more): past the bound a topic's part is encoded per
+# message, and the cache is never emptied (emptied, a send spread over more topics than it holds missed every time).
+# At most 16,384 names of at most 127 bytes: a few MB however many names a peer tries.
+_CACHED_TOPICS = 16_384
 
 
 def _packed_host(host: tuple[str, int]) -> bytes:
@@ -357,9 +361,8 @@ def _topic_part(topic: str) -> bytes:
         if len(raw) > 127:
             raise InvalidMessageError(f"topic longer than 127 bytes: {topic[:40]!r}...")
         part = bytes((len(raw),)) + raw
-        if len(_topic_parts) >= _CACHED:
-            _topic_parts.clear()
-        _topic_parts[topic] = part
+        if len(_topic_parts) < _CACHED_TOPICS and topic.__class__ is str:  # a subclass could compare unlike itself
+            _topic_parts[topic] = part
     return part
 
 

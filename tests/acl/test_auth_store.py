@@ -236,6 +236,22 @@ def test_remembered_decisions_are_bounded():
     assert fresh.allows(Resource.topic("t" * 255), pub, "h") and fresh.remembered() == 1
 
 
+def test_decisions_for_every_topic_of_a_spread_are_kept_and_a_flood_leaves_them_be():
+    """A user sending over 10,000 topics in turn has each decided once (emptied when full at 4,096, every one was
+    decided again); a flood of new names after them stops at the bound, decided right, and keeps the 10,000."""
+    acl = Acl("u", {PolicyType.CUSTOM: (allow("Topic:*", PUB), allow("Topic:secret*", PUB, decision=Decision.DENY))})
+    pub = frozenset({PUB})
+    for _round in range(2):
+        assert all(acl.allows(Resource.topic(f"spread_t{i}"), pub, "h") for i in range(10_000))
+        assert acl.remembered() == 10_000
+    for i in range(Acl.MAX_DECISIONS):
+        assert acl.allows(Resource.topic(f"flood{i}"), pub, "h")
+        assert not acl.allows(Resource.topic(f"secret{i}"), pub, "h")
+    assert acl.remembered() == Acl.MAX_DECISIONS
+    assert all(acl.allows(Resource.topic(f"spread_t{i}"), pub, "h") for i in range(10_000))
+    assert acl.remembered() == Acl.MAX_DECISIONS
+
+
 # --- changes, persistence, and the two sources ---------------------------------------------------------------
 
 

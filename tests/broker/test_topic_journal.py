@@ -210,3 +210,11 @@ def test_a_change_whose_append_fails_is_neither_served_nor_stored_later(tmp_path
     manager.persist()
     table = _manager(tmp_path).table
     assert "failed" not in table and "%RETRY%a" not in table and table["kept"].read_queue_nums == 4
+
+
+def test_a_slave_drops_the_master_s_topics_whose_names_are_illegal(tmp_path: Path) -> None:
+    """Every name in the table is a legal topic's (a send looks the table up instead of checking the name), the
+    master's too: an illegal one is dropped, the others taken."""
+    manager = _manager(tmp_path)
+    manager.replace_all([TopicConfig("orders", 8, 8), TopicConfig("../escape", 8, 8), TopicConfig("a b", 8, 8)])
+    assert set(manager.table) == {"orders"}

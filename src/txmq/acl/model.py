@@ -381,7 +381,9 @@ class Acl:
 
     __slots__ = ("_decisions", "_index", "policies", "username")
 
-    MAX_DECISIONS = 4096  # (resource, actions, host) triples remembered per ACL; emptied when full
+    # (resource, actions, host) triples remembered per ACL; when full, further ones are decided each time and the
+    # remembered ones kept (emptied, a user's sends spread over more topics than it holds missed every time)
+    MAX_DECISIONS = 16_384
     MAX_REMEMBERED_NAME = 255  # longer names (RocketMQ's longest is a group's 255) are decided each time
 
     def __init__(self, username: str, policies: dict[PolicyType, tuple[PolicyEntry, ...]]) -> None:
@@ -401,9 +403,8 @@ class Acl:
         allowed: bool | None = self._decisions.get(key)
         if allowed is None:
             allowed = self._index.allows(wanted, any_of, host)
-            if len(wanted.name) <= self.MAX_REMEMBERED_NAME and len(host) <= self.MAX_REMEMBERED_NAME:
-                if len(self._decisions) >= self.MAX_DECISIONS:
-                    self._decisions.clear()
+            if (len(wanted.name) <= self.MAX_REMEMBERED_NAME and len(host) <= self.MAX_REMEMBERED_NAME
+                    and len(self._decisions) < self.MAX_DECISIONS):
                 self._decisions[key] = allowed
         return allowed
 

@@ -147,8 +147,20 @@ class TopicConfigManager:
         return created
 
     def replace_all(self, configs: list[TopicConfig]) -> None:
-        """A slave takes its master's topics as they are (SlaveSynchronize); persisted when they changed."""
-        table = {c.topic_name: c for c in configs}
+        """A slave takes its master's topics as they are (SlaveSynchronize); persisted when they changed. A name
+        that is no legal topic's is dropped, as when loading: every name in the table is checked (a send looks a
+        topic up before, and instead of, checking its name)."""
+        table: dict[str, TopicConfig] = {}
+        dropped: list[str] = []
+        for cfg in configs:
+            try:
+                check_topic(cfg.topic_name)
+            except InvalidMessageError:
+                dropped.append(cfg.topic_name)
+                continue
+            table[cfg.topic_name] = cfg
+        if dropped:
+            log.warning("%d topic configs from the master dropped, their names illegal: %.200r", len(dropped), dropped)
         if table != self.table:
             self.table = table
             self.journal.replace(self.serialize())
