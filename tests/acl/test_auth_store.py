@@ -221,6 +221,40 @@ def test_no_remembered_decision_outlives_a_change(tmp_path):
     assert refusal(victim) == "no Pub permission on Topic:orders"  # the User object read before the change
 
 
+def test_a_stream_asking_later_is_decided_on_the_file_as_it_is_then(tmp_path: Path):
+    """A gRPC Telemetry stream is admitted once and asks ``refusal`` again for every settings command it sends
+    (which groups' check-backs it may get), with the User read at its start and no ``identify`` of its own: the
+    answer is the changed plain_acl.yml's even when no other request re-read the file meanwhile, and an account
+    removed from the file, or an admin made plain, no longer keeps what it had."""
+    store = store_at(tmp_path)
+    acl_path = tmp_path / "plain_acl.yml"
+
+    def changed_file(text: str) -> None:
+        acl_path.write_text(text)
+        later = time.time_ns() + 10**9
+        os.utime(acl_path, ns=(later, later))
+
+    def refusal(user: Any) -> str | None:
+        return store.refusal(user, Needs().group("order-service", PUB), "h")
+
+    victim, admin = store.identify("h", "orderKey01", signed), store.identify("h", "adminKey01", signed)
+    assert not isinstance(victim, str) and not isinstance(admin, str)
+    assert refusal(victim) is None and refusal(victim) is None  # decided, then remembered
+    changed_file(PLAIN_ACL.replace("order-service=PUB, ", ""))
+    assert refusal(victim) == "no Pub permission on Group:order-service"
+    changed_file(PLAIN_ACL.replace("accessKey: orderKey01", "accessKey: orderKey02"))
+    assert refusal(victim) is not None  # its account gone from the file
+    assert refusal(admin) is None
+    changed_file(PLAIN_ACL.replace("admin: true", "admin: false").replace("defaultGroupPerm: PUB|SUB",
+                                                                          "defaultGroupPerm: DENY", 1))
+    assert refusal(admin) is not None  # no longer a Super user
+    changed_file(PLAIN_ACL.replace("globalWhiteRemoteAddresses: []", "globalWhiteRemoteAddresses: [10.0.0.*]"))
+    white = store.identify("10.0.0.1", "", signed)
+    assert white is WHITE_USER and store.refusal(white, Needs().group("order-service", PUB), "10.0.0.1") is None
+    changed_file(PLAIN_ACL)
+    assert store.refusal(white, Needs().group("order-service", PUB), "10.0.0.1") is not None  # white no longer
+
+
 def test_remembered_decisions_are_bounded():
     """A user naming ever new resources cannot grow the server's memory: an ACL remembers at most MAX_DECISIONS,
     and none for a name longer than RocketMQ's longest; such names are still decided."""

@@ -143,7 +143,20 @@ class AuthStore:
     def refusal(self, user: User, needs: Needs, host: str) -> str | None:
         """None when ``user`` may do what ``needs`` lists from ``host``, else what it lacks first, named as an ACL
         names it (``no Pub permission on Topic:orders``). A Super user may do everything; a user without an ACL
-        nothing."""
+        nothing. Decided on the files as they are now, ``user`` as they define it now (a Telemetry stream admitted
+        once asks again with the User of its start, and no request of its own re-reads them)."""
+        self._current()
+        if user is WHITE_USER:
+            for white in self._white:
+                if white.match(host):
+                    break
+            else:
+                return f"{host} is no global white address any more"
+        else:
+            now = self._users.get(user.username)
+            if now is None or now.user_status is _DISABLE:
+                return f"user {user.username} does not exist or is disabled"
+            user = now
         if user.user_type is _SUPER or not needs.wants:
             return None
         acl = self._acls.get(user.username)
