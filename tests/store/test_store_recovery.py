@@ -324,7 +324,7 @@ def test_crash_with_sigkill_keeps_every_acknowledged_record(root):
     checkpoints = 0
     for run_id in range(5):
         lines = lines_until_killed(os.path.join(HERE, "crash_writer.py"), [str(root), f"r{run_id}"],
-                                   rng.uniform(0.15, 0.6))
+                                   rng.uniform(0.15, 0.6), min_lines=30)
         for line in lines:
             off, qid, qoff, key = line.split()
             acked[int(off)] = (int(qid), int(qoff), key)
@@ -347,7 +347,8 @@ def test_crash_with_sigkill_keeps_every_acknowledged_record(root):
             assert got.message_count == store.get_max_offset_in_queue("crash", qid)
             assert [decode_message(w)[0].queue_offset for w in got.messages] == list(range(got.message_count))
         store.close_without_shutdown()
-    assert len(acked) > 100 and checkpoints >= 3
+    assert len(acked) > 100, len(acked)
+    assert checkpoints >= 3, checkpoints
 
 
 def test_dispatchers_see_the_recovered_tail(root):
