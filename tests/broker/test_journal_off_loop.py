@@ -9,7 +9,8 @@ import asyncio
 import os
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
@@ -19,6 +20,7 @@ import pytest
 from txmq.broker import config_journal
 from txmq.broker.config import BrokerConfig
 from txmq.broker.config_journal import ConfigJournal
+from txmq.broker.controller import BrokerController
 from txmq.broker.core import topics
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.grpc.protocol import definition_pb2 as pb
@@ -60,6 +62,23 @@ class SlowOs:
         return getattr(os, name)
 
 
+@asynccontextmanager
+async def serving(tmp_path: Path, slow: SlowFsync | None = None, grpc_port: int = -1,
+                  **config: int) -> AsyncIterator[tuple[BrokerController, str]]:
+    """A broker on a free port of 127.0.0.1 (gRPC off unless ``grpc_port``) and its address; a slow fsync is
+    released before the broker stops, so the stop never waits out its hold."""
+    port = free_port()
+    broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                           listen_port=port, grpc_port=grpc_port, **config))
+    await broker.start()
+    try:
+        yield broker, f"127.0.0.1:{port}"
+    finally:
+        if slow is not None:
+            slow.release.set()
+        await broker.shutdown()
+
+
 def _send(topic: str) -> RemotingCommand:
     header = SendMessageRequestHeader(producer_group="p", topic=topic, default_topic="TBW102",
                                       default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
@@ -72,12 +91,7 @@ def test_another_connection_is_answered_while_a_created_topic_s_fsync_waits(
     slow = SlowFsync(hold=3.0)
 
     async def main() -> None:
-        port = free_port()
-        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
-                                               listen_port=port, grpc_port=-1))
-        await broker.start()
-        addr = f"127.0.0.1:{port}"
-        try:
+        async with serving(tmp_path, slow) as (broker, addr):
             broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
             monkeypatch.setattr(config_journal, "os", SlowOs(slow))
             async with RemotingClient() as creator, RemotingClient() as other:
@@ -93,11 +107,6 @@ def test_another_connection_is_answered_while_a_created_topic_s_fsync_waits(
                 for reply in (await creating, await again):
                     assert reply.code == ResponseCode.SUCCESS, reply.remark
                 assert "Fresh" not in broker.topic_config_manager.pending
-        finally:
-            slow.release.set()
-            await broker.shutdown()
-
-    from txmq.broker.controller import BrokerController
 
     asyncio.run(main())
     monkeypatch.undo()
@@ -217,20 +226,11 @@ def test_the_journal_writer_thread_is_joined_at_broker_stop(tmp_path: Path) -> N
     before = set(threading.enumerate())
 
     async def main() -> None:
-        port = free_port()
-        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
-                                               listen_port=port, grpc_port=-1))
-        await broker.start()
-        try:
-            async with RemotingClient() as client:
-                reply = await client.invoke(f"127.0.0.1:{port}", _send("Fresh"), 30)
-                assert reply.code == ResponseCode.SUCCESS, reply.remark
-        finally:
-            await broker.shutdown()
+        async with serving(tmp_path) as (_, addr), RemotingClient() as client:
+            reply = await client.invoke(addr, _send("Fresh"), 30)
+            assert reply.code == ResponseCode.SUCCESS, reply.remark
         left = [t.name for t in set(threading.enumerate()) - before if t.is_alive() and t.name.startswith("journal")]
         assert not left, f"threads left running after the broker stopped: {left}"
-
-    from txmq.broker.controller import BrokerController
 
     asyncio.run(main())
 
@@ -242,12 +242,7 @@ def test_a_message_sent_back_with_a_delay_waits_for_its_new_retry_topic(
     slow = SlowFsync(hold=10.0)
 
     async def main() -> None:
-        port = free_port()
-        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
-                                               listen_port=port, grpc_port=-1))
-        await broker.start()
-        addr = f"127.0.0.1:{port}"
-        try:
+        async with serving(tmp_path, slow) as (broker, addr):
             broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
             async with RemotingClient() as client:
                 sent = await client.invoke(addr, _send("Existing"), 10)
@@ -273,11 +268,6 @@ def test_a_message_sent_back_with_a_delay_waits_for_its_new_retry_topic(
                 reply = await answer
                 assert reply.code == ResponseCode.SUCCESS, reply.remark
                 assert broker.store.commit_log.max_offset > end
-        finally:
-            slow.release.set()
-            await broker.shutdown()
-
-    from txmq.broker.controller import BrokerController
 
     asyncio.run(main())
 
@@ -324,32 +314,23 @@ def test_a_grpc_send_waiting_for_its_new_topic_takes_the_topic_as_an_operator_ch
     group = next(g for g in (f"g{i}" for i in range(100)) if zlib.crc32(g.encode()) % 8 == 5)
 
     async def main() -> None:
-        port, grpc_port = free_port(), free_port()
-        config = BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")), listen_port=port,
-                              grpc_port=grpc_port, default_topic_queue_nums=8)
-        broker = BrokerController(config)
-        await broker.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-                stub = MessagingServiceStub(channel)
-                monkeypatch.setattr(config_journal, "os", SlowOs(slow))
-                message = pb.Message(topic=pb.Resource(name="Fresh"), body=b"x", system_properties=pb.SystemProperties(
-                    message_id="0A0000000000000000000000000000A1", body_encoding=pb.IDENTITY, message_type=pb.FIFO,
-                    message_group=group))
-                sending = asyncio.ensure_future(stub.SendMessage(
-                    spb.SendMessageRequest(messages=[message]), metadata=[("x-mq-client-id", "c")], timeout=30))
-                assert await asyncio.to_thread(slow.entered.wait, 10)
-                assert broker.topic_config_manager.table["Fresh"].write_queue_nums == 8
-                threading.Timer(0.3, slow.release.set).start()  # the update below holds this thread until then
-                broker.topic_config_manager.update(TopicConfig("Fresh", 1, 1))
-                answer = await sending
-                assert answer.status.code == pb.Code.OK, answer.status.message
-                assert broker.store.get_max_offset_in_queue("Fresh", 0) == 1
-        finally:
-            slow.release.set()
-            await broker.shutdown()
-
-    from txmq.broker.controller import BrokerController
+        grpc_port = free_port()
+        async with (serving(tmp_path, slow, grpc_port, default_topic_queue_nums=8) as (broker, _),
+                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            message = pb.Message(topic=pb.Resource(name="Fresh"), body=b"x", system_properties=pb.SystemProperties(
+                message_id="0A0000000000000000000000000000A1", body_encoding=pb.IDENTITY, message_type=pb.FIFO,
+                message_group=group))
+            sending = asyncio.ensure_future(stub.SendMessage(
+                spb.SendMessageRequest(messages=[message]), metadata=[("x-mq-client-id", "c")], timeout=30))
+            assert await asyncio.to_thread(slow.entered.wait, 10)
+            assert broker.topic_config_manager.table["Fresh"].write_queue_nums == 8
+            threading.Timer(0.3, slow.release.set).start()  # the update below holds this thread until then
+            broker.topic_config_manager.update(TopicConfig("Fresh", 1, 1))
+            answer = await sending
+            assert answer.status.code == pb.Code.OK, answer.status.message
+            assert broker.store.get_max_offset_in_queue("Fresh", 0) == 1
 
     asyncio.run(main())
 
@@ -363,12 +344,7 @@ def test_sends_creating_topics_faster_than_they_are_stored_are_refused_busy_beyo
     monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 2, raising=False)
 
     async def main() -> None:
-        port = free_port()
-        broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
-                                               listen_port=port, grpc_port=-1))
-        await broker.start()
-        addr = f"127.0.0.1:{port}"
-        try:
+        async with serving(tmp_path, slow) as (broker, addr):
             monkeypatch.setattr(config_journal, "os", SlowOs(slow))
             async with RemotingClient() as client:
                 held = [asyncio.ensure_future(client.invoke(addr, _send(f"New{i}"), 30)) for i in range(2)]
@@ -383,10 +359,5 @@ def test_sends_creating_topics_faster_than_they_are_stored_are_refused_busy_beyo
                     assert reply.code == ResponseCode.SUCCESS, reply.remark
                 again = await client.invoke(addr, _send("OneTooMany"), 10)
                 assert again.code == ResponseCode.SUCCESS, again.remark
-        finally:
-            slow.release.set()
-            await broker.shutdown()
-
-    from txmq.broker.controller import BrokerController
 
     asyncio.run(main())
