@@ -425,6 +425,47 @@ def test_a_slave_truncating_to_its_master_with_queues_left_unflushed_then_a_powe
         _assert_queues_match_the_log(store, expected)
 
 
+async def _diverged(tmp_path: Path, config: StoreConfig) -> tuple[DefaultMessageStore, DefaultMessageStore,
+                                                                  DefaultMessageStore, int]:
+    """An old master of 40 records on 4 queues; a slave (``config``) that copied it all and checkpointed; a new
+    master holding the old log up to ``cut`` (the fourth entry of queue 0), then 30 records of other sizes in
+    another topic: the slave must cut its log at ``cut`` and take the new master's records."""
+    old = DefaultMessageStore(make_config(tmp_path / "old"))
+    for i in range(40):
+        assert (await old.put_message(msg("old", b"o%03d" % i + b"." * 60, queue_id=i % 4))).ok
+    slave = DefaultMessageStore(config)
+    slave.replica = True
+    slave.append_replicated(0, old.commit_log.read_raw(0, old.max_phy_offset))
+    slave.flush_and_checkpoint()
+    cut = old.get_commit_log_offset_in_queue("old", 0, 3)
+    new = DefaultMessageStore(make_config(tmp_path / "new"))
+    new.append_replicated(0, old.commit_log.read_raw(0, cut))
+    for i in range(30):
+        assert (await new.put_message(msg("new", b"n%03d" % i + b"-" * 131, queue_id=i % 3))).ok
+    return old, slave, new, cut
+
+
+def _queues_of(master: DefaultMessageStore) -> dict[tuple[str, int], list[int]]:
+    """Each queue of the diverged logs' new master, as the commit-log offsets of its entries."""
+    return {(topic, q): [decode_message(w)[0].commit_log_offset
+                         for w in master.get_message(topic, q, 0, 1000, 1 << 30).messages]
+            for topic, queues in (("old", 4), ("new", 3)) for q in range(queues)}
+
+
+def _holds_the_master_s_log_after_a_power_loss(config: StoreConfig, disk: _Disk,
+                                               expected: dict[tuple[str, int], list[int]], end: int) -> None:
+    """After a power loss the reopened slave lost nothing flushed, ends where the master ends, and each queue
+    points at the master's records of that queue."""
+    disk.power_loss()
+    with reopened_store(config) as store:
+        assert not store.recovery_report.lost_data, store.recovery_report.events
+        assert store.max_phy_offset == end
+        for (topic, qid), offsets in expected.items():
+            got = [decode_message(w)[0] for w in store.get_message(topic, qid, 0, 1000, 1 << 30).messages]
+            assert [(m.topic, m.queue_id, m.commit_log_offset) for m in got] == [(topic, qid, o) for o in offsets]
+            assert store.get_max_offset_in_queue(topic, qid) == len(offsets), (topic, qid)
+
+
 def _eio(*_: object) -> None:
     raise OSError(5, "Input/output error")
 
@@ -448,20 +489,9 @@ def test_a_slave_s_truncation_whose_checkpoint_cannot_be_made_durable_then_new_r
     truncated: list[int] = []
 
     async def main() -> tuple[dict[tuple[str, int], list[int]], int, int]:
-        old = DefaultMessageStore(make_config(tmp_path / "old"))  # the master the slave copied
-        for i in range(40):
-            assert (await old.put_message(msg("old", b"o%03d" % i + b"." * 60, queue_id=i % 4))).ok
-        slave = DefaultMessageStore(config)
-        slave.replica = True
+        old, slave, new, cut = await _diverged(tmp_path, config)
         slave.add_truncate_listener(truncated.append)
-        slave.append_replicated(0, old.commit_log.read_raw(0, old.max_phy_offset))
-        slave.flush_and_checkpoint()
-        cut = old.get_commit_log_offset_in_queue("old", 0, 3)
         assert 0 < cut < slave.checkpoint_offset
-        new = DefaultMessageStore(make_config(tmp_path / "new"))  # the new master: the old log up to the cut, ...
-        new.append_replicated(0, old.commit_log.read_raw(0, cut))
-        for i in range(30):  # ... then records of other sizes in another topic
-            assert (await new.put_message(msg("new", b"n%03d" % i + b"-" * 131, queue_id=i % 3))).ok
         real_fsync, real_truncate = mapped_file.fsync_fd, slave.commit_log.truncate
         broken = [when == "throughout"]
 
@@ -490,24 +520,14 @@ def test_a_slave_s_truncation_whose_checkpoint_cannot_be_made_durable_then_new_r
             slave.truncate_replicated(cut)
         slave.append_replicated(cut, new.commit_log.read_raw(cut, new.max_phy_offset - cut))
         slave.commit_log.flush()  # the flush thread's
-        expected = {(topic, q): [decode_message(w)[0].commit_log_offset
-                                 for w in new.get_message(topic, q, 0, 1000, 1 << 30).messages]
-                    for topic, queues in (("old", 4), ("new", 3)) for q in range(queues)}
+        expected = _queues_of(new)
         disk.off = True
-        slave.close_without_shutdown()
-        for store in (old, new):
+        for store in (slave, old, new):
             store.close_without_shutdown()
         return expected, new.max_phy_offset, cut
 
     expected, end, cut = run(main)
-    disk.power_loss()
-    with reopened_store(config) as store:
-        assert not store.recovery_report.lost_data, store.recovery_report.events
-        assert store.max_phy_offset == end
-        for (topic, qid), offsets in expected.items():
-            got = [decode_message(w)[0] for w in store.get_message(topic, qid, 0, 1000, 1 << 30).messages]
-            assert [(m.topic, m.queue_id, m.commit_log_offset) for m in got] == [(topic, qid, o) for o in offsets]
-            assert store.get_max_offset_in_queue(topic, qid) == len(offsets), (topic, qid)
+    _holds_the_master_s_log_after_a_power_loss(config, disk, expected, end)
     assert truncated == [cut]  # the slave's state derived from the dropped records went (a transaction table)
 
 
@@ -528,18 +548,7 @@ def test_a_slave_s_cut_whose_log_fsync_fails_lowers_the_end_and_holds_appends_un
         disk.fsync_fd(fd)
 
     async def main() -> tuple[dict[tuple[str, int], list[int]], int]:
-        old = DefaultMessageStore(make_config(tmp_path / "old"))  # the master the slave copied
-        for i in range(40):
-            assert (await old.put_message(msg("old", b"o%03d" % i + b"." * 60, queue_id=i % 4))).ok
-        slave = DefaultMessageStore(config)
-        slave.replica = True
-        slave.append_replicated(0, old.commit_log.read_raw(0, old.max_phy_offset))
-        slave.flush_and_checkpoint()
-        cut = old.get_commit_log_offset_in_queue("old", 0, 3)
-        new = DefaultMessageStore(make_config(tmp_path / "new"))  # the new master: the old log up to the cut, ...
-        new.append_replicated(0, old.commit_log.read_raw(0, cut))
-        for i in range(30):  # ... then records of other sizes in another topic
-            assert (await new.put_message(msg("new", b"n%03d" % i + b"-" * 131, queue_id=i % 3))).ok
+        old, slave, new, cut = await _diverged(tmp_path, config)
         monkeypatch.setattr(mapped_file, "fsync_fd", log_fsync)
         real_truncate = slave.commit_log.truncate
 
@@ -560,23 +569,14 @@ def test_a_slave_s_cut_whose_log_fsync_fails_lowers_the_end_and_holds_appends_un
         failing[0] = False
         slave.append_replicated(cut, records)
         slave.commit_log.flush()  # the flush thread's
-        expected = {(topic, q): [decode_message(w)[0].commit_log_offset
-                                 for w in new.get_message(topic, q, 0, 1000, 1 << 30).messages]
-                    for topic, queues in (("old", 4), ("new", 3)) for q in range(queues)}
+        expected = _queues_of(new)
         disk.off = True
-        slave.close_without_shutdown()
-        for store in (old, new):
+        for store in (slave, old, new):
             store.close_without_shutdown()
         return expected, new.max_phy_offset
 
     expected, end = run(main)
-    disk.power_loss()
-    with reopened_store(config) as store:
-        assert not store.recovery_report.lost_data, store.recovery_report.events
-        assert store.max_phy_offset == end
-        for (topic, qid), offsets in expected.items():
-            got = [decode_message(w)[0] for w in store.get_message(topic, qid, 0, 1000, 1 << 30).messages]
-            assert [(m.topic, m.queue_id, m.commit_log_offset) for m in got] == [(topic, qid, o) for o in offsets]
+    _holds_the_master_s_log_after_a_power_loss(config, disk, expected, end)
 
 
 def test_a_truncation_while_a_failed_checkpoint_is_not_put_back_yet_cuts_nothing(
