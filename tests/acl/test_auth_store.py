@@ -222,7 +222,7 @@ def test_no_remembered_decision_outlives_a_change(tmp_path):
 
 
 def test_a_stream_asking_later_is_decided_on_the_file_as_it_is_then(tmp_path: Path):
-    """A gRPC Telemetry stream is admitted once and asks ``refusal`` again for every settings command it sends
+    """A gRPC Telemetry stream is admitted once and asks ``refusal_now`` again for every settings command it sends
     (which groups' check-backs it may get), with the User read at its start and no ``identify`` of its own: the
     answer is the changed plain_acl.yml's even when no other request re-read the file meanwhile, and an account
     removed from the file, or an admin made plain, no longer keeps what it had."""
@@ -235,7 +235,7 @@ def test_a_stream_asking_later_is_decided_on_the_file_as_it_is_then(tmp_path: Pa
         os.utime(acl_path, ns=(later, later))
 
     def refusal(user: Any) -> str | None:
-        return store.refusal(user, Needs().group("order-service", PUB), "h")
+        return store.refusal_now(user, Needs().group("order-service", PUB), "h")
 
     victim, admin = store.identify("h", "orderKey01", signed), store.identify("h", "adminKey01", signed)
     assert not isinstance(victim, str) and not isinstance(admin, str)
@@ -250,9 +250,9 @@ def test_a_stream_asking_later_is_decided_on_the_file_as_it_is_then(tmp_path: Pa
     assert refusal(admin) is not None  # no longer a Super user
     changed_file(PLAIN_ACL.replace("globalWhiteRemoteAddresses: []", "globalWhiteRemoteAddresses: [10.0.0.*]"))
     white = store.identify("10.0.0.1", "", signed)
-    assert white is WHITE_USER and store.refusal(white, Needs().group("order-service", PUB), "10.0.0.1") is None
+    assert white is WHITE_USER and store.refusal_now(white, Needs().group("order-service", PUB), "10.0.0.1") is None
     changed_file(PLAIN_ACL)
-    assert store.refusal(white, Needs().group("order-service", PUB), "10.0.0.1") is not None  # white no longer
+    assert store.refusal_now(white, Needs().group("order-service", PUB), "10.0.0.1") is not None  # white no longer
 
 
 def test_remembered_decisions_are_bounded():

@@ -183,7 +183,7 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
                 user, store, host = admitted.account, self.validator.store, admitted.host
 
                 def may_publish_for(group: str) -> bool:
-                    return store.refusal(user, Needs().group(group, Action.PUB), host) is None
+                    return store.refusal_now(user, Needs().group(group, Action.PUB), host) is None
 
                 requests = _own_groups_only(requests, may_publish_for)
             async for item in inner(requests, context):

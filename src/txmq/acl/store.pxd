@@ -16,3 +16,4 @@ cdef class AuthStore:
     cpdef object identify(self, str host, str access_key, object check_signature)
     @cython.locals(acl=Acl)
     cpdef object refusal(self, object user, object needs, str host)
+    cpdef object refusal_now(self, object user, object needs, str host)

@@ -140,11 +140,10 @@ class AuthStore:
             return f"user {access_key} is disabled"
         return user
 
-    def refusal(self, user: User, needs: Needs, host: str) -> str | None:
-        """None when ``user`` may do what ``needs`` lists from ``host``, else what it lacks first, named as an ACL
-        names it (``no Pub permission on Topic:orders``). A Super user may do everything; a user without an ACL
-        nothing. Decided on the files as they are now, ``user`` as they define it now (a Telemetry stream admitted
-        once asks again with the User of its start, and no request of its own re-reads them)."""
+    def refusal_now(self, user: User, needs: Needs, host: str) -> str | None:
+        """``refusal`` for a ``user`` identified a while ago (a Telemetry stream is admitted once and asks again
+        for every settings command it sends, and no request of its own re-reads the files): decided on the files
+        as they are now, ``user`` as they define it now."""
         self._current()
         if user is WHITE_USER:
             for white in self._white:
@@ -157,6 +156,13 @@ class AuthStore:
             if now is None or now.user_status is _DISABLE:
                 return f"user {user.username} does not exist or is disabled"
             user = now
+        return self.refusal(user, needs, host)
+
+    def refusal(self, user: User, needs: Needs, host: str) -> str | None:
+        """None when ``user`` may do what ``needs`` lists from ``host``, else what it lacks first, named as an ACL
+        names it (``no Pub permission on Topic:orders``). A Super user may do everything; a user without an ACL
+        nothing. ``user`` as ``identify`` just found it, on the files it just read (a user identified earlier:
+        ``refusal_now``)."""
         if user.user_type is _SUPER or not needs.wants:
             return None
         acl = self._acls.get(user.username)
