@@ -216,7 +216,7 @@ def test_a_failed_fold_does_not_keep_later_folds_from_being_written(tmp_path: Pa
     with pytest.raises(OSError):
         manager.persist()
     manager.path.rmdir()
-    asyncio.run(manager.replace_all([TopicConfig("FromMaster", 2, 2)]))
+    asyncio.run(manager.replace_all([TopicConfig("FromMaster", 2, 2).to_json()]))
     reopened = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
     assert "FromMaster" in reopened.table
 
@@ -296,7 +296,7 @@ def test_a_slave_s_copy_of_its_master_s_topics_is_stored_while_a_created_topic_s
         created = manager.pending["%RETRY%g"]
         assert await asyncio.to_thread(entered.wait, 10)
         threading.Timer(0.3, release.set).start()
-        await manager.replace_all([TopicConfig("FromMaster", 2, 2)])
+        await manager.replace_all([TopicConfig("FromMaster", 2, 2).to_json()])
         with pytest.raises(OSError):
             await created
         assert set(manager.table) == {"FromMaster"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import random
 from collections.abc import Callable
@@ -233,10 +234,14 @@ def test_a_change_whose_append_fails_is_neither_served_nor_stored_later(tmp_path
     assert "failed" not in table and "%RETRY%a" not in table and table["kept"].read_queue_nums == 4
 
 
-def test_a_slave_drops_the_master_s_topics_whose_names_are_illegal(tmp_path: Path) -> None:
+def test_a_slave_drops_the_master_s_topics_whose_names_are_illegal(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
     """Every name in the table is a legal topic's (a send looks the table up instead of checking the name), the
-    master's too: an illegal one is dropped, the others taken."""
+    master's too: an illegal one, or one that does not parse, is dropped with one log line, the others taken."""
     manager = _manager(tmp_path)
-    asyncio.run(manager.replace_all([TopicConfig("orders", 8, 8), TopicConfig("../escape", 8, 8),
-                                     TopicConfig("a b", 8, 8)]))
+    with caplog.at_level(logging.WARNING, "txmq.broker"):
+        asyncio.run(manager.replace_all([TopicConfig(name, 8, 8).to_json() for name in ("orders", "../escape", "a b")]
+                                        + [{"readQueueNums": 2}]))
     assert set(manager.table) == {"orders"}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("3 topic configs from the master dropped") and "a b" in lines[0]

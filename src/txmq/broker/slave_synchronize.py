@@ -16,7 +16,6 @@ import orjson
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.topic import TopicConfig
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -57,10 +56,9 @@ class SlaveSynchronize:
             log.info("slave synchronize from %s works again", addr)
         self._failing = False
         b = self.broker
-        configs = [TopicConfig.from_json(t) for t in (topics.get("topicConfigTable") or {}).values()]
         b.consumer_offset_manager.replace_all({k: {int(q): int(o) for q, o in v.items()}
                                                for k, v in (offsets.get("offsetTable") or {}).items()})
         b.schedule_service.replace_offsets({int(k): int(v) for k, v in (delays.get("offsetTable") or {}).items()})
         # Last: the topics are in the table before the first await, with the offsets, in the same step of the loop
         # (no change of role in between); only their write is waited for.
-        await b.topic_config_manager.replace_all(configs)
+        await b.topic_config_manager.replace_all((topics.get("topicConfigTable") or {}).values())

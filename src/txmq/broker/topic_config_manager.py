@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -75,16 +75,8 @@ class TopicConfigManager:
         for topic in deletes:
             self.table.pop(topic, None)
 
-    def _load_configs(self, saved: Any) -> None:
-        for tc in saved:
-            try:
-                cfg = TopicConfig.from_json(tc)
-                check_topic(cfg.topic_name)
-            except (KeyError, TypeError, ValueError, InvalidMessageError) as exc:  # InvalidMessageError: a name
-                # saved before names were checked where they enter
-                log.warning("topic config dropped from %s: %.200r: %s", self.path, tc, exc)
-                continue
-            self.table[cfg.topic_name] = cfg
+    def _load_configs(self, saved: Iterable[Any]) -> None:
+        self.table.update(_legal(saved, str(self.path)))
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
@@ -153,22 +145,11 @@ class TopicConfigManager:
                  f" (+{len(created) - 10} more)" if len(created) > 10 else "")
         return created
 
-    async def replace_all(self, configs: list[TopicConfig]) -> None:
-        """A slave takes its master's topics as they are (SlaveSynchronize); persisted when they changed, done once
-        that is durable. A name
-        that is no legal topic's is dropped, as when loading: every name in the table is checked (a send looks a
-        topic up before, and instead of, checking its name)."""
-        table: dict[str, TopicConfig] = {}
-        dropped: list[str] = []
-        for cfg in configs:
-            try:
-                check_topic(cfg.topic_name)
-            except InvalidMessageError:
-                dropped.append(cfg.topic_name)
-                continue
-            table[cfg.topic_name] = cfg
-        if dropped:
-            log.warning("%d topic configs from the master dropped, their names illegal: %.200r", len(dropped), dropped)
+    async def replace_all(self, saved: Iterable[Any]) -> None:
+        """A slave takes its master's topics (their JSON documents) as they are (SlaveSynchronize); persisted when
+        they changed, done once that is durable. One that does not parse or names no legal topic is dropped, as
+        when loading."""
+        table = _legal(saved, "the master")
         if table != self.table:
             self.table = table
             await asyncio.shield(self.journal.replace_soon(self.serialize()))
@@ -217,3 +198,23 @@ class TopicConfigManager:
     def serialize(self) -> dict[str, object]:
         return {"topicConfigTable": {n: c.to_json() for n, c in self.table.items()}, "dataVersion": self.data_version}
 
+
+def _legal(saved: Iterable[Any], source: str) -> dict[str, TopicConfig]:
+    """The topic configs among the JSON documents ``saved`` that parse and name a legal topic, by name; the others
+    dropped with one log line. Every name in the table is checked (a send looks a topic up before, and instead of,
+    checking its name; a name also names a directory of the store): one saved before names were checked where they
+    enter, or a master's, may be illegal."""
+    table: dict[str, TopicConfig] = {}
+    dropped: list[str] = []
+    for doc in saved:
+        try:
+            cfg = TopicConfig.from_json(doc)
+            check_topic(cfg.topic_name)
+        except (KeyError, TypeError, ValueError, InvalidMessageError) as exc:
+            dropped.append(f"{doc!r:.100}: {exc}")
+            continue
+        table[cfg.topic_name] = cfg
+    if dropped:
+        log.warning("%d topic config%s from %s dropped: %.500s", len(dropped), "" if len(dropped) == 1 else "s",
+                    source, "; ".join(dropped))
+    return table
