@@ -146,9 +146,10 @@ class TopicConfigManager:
         return created
 
     async def replace_all(self, saved: Iterable[Any]) -> None:
-        """A slave takes its master's topics (their JSON documents) as they are (SlaveSynchronize); persisted when
-        they changed, done once that is durable. One that does not parse or names no legal topic is dropped, as
-        when loading."""
+        """A slave takes its master's topics (their JSON documents) as they are (SlaveSynchronize): the table
+        becomes the master's, a topic the master lacks (a system topic too) gone, as RocketMQ's slave does.
+        Persisted when they changed, done once that is durable. One that does not parse or names no legal topic is
+        dropped, as when loading."""
         table = _legal(saved, "the master")
         if table != self.table:
             self.table = table
