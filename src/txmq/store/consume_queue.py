@@ -252,14 +252,10 @@ class ConsumeQueue:
         end = self.max_offset * CQ_ENTRY_SIZE
         # The files after the entries are the queue's: a failure to make them (a full disk) leaves the entries
         # buffered (a slave's must stay; a put's are taken back by its caller), and the tail's write makes them.
-        # The file the queue's end fell in was made by the put that brought it there, so only a run that starts a
-        # file or rolls into the next one makes files. Decided from the run alone, not the queue's segments: this
-        # runs for every run a group puts, and with puts spread over 80,000 queues the segments' list and last
-        # file were memory no recent put had touched.
-        pos = first * CQ_ENTRY_SIZE
-        file_size = store.file_size
-        if self._files is None or pos % file_size == 0 or (end - 1) // file_size != pos // file_size:
-            self._make_files(pos, end)
+        # (Read without properties: this runs for every run a group puts.)
+        files = self._files
+        if files is None or not files.files or files.files[-1].file_from_offset + store.file_size < end:
+            self._make_files(first * CQ_ENTRY_SIZE, end)
         if len(tail) >= TAIL_WRITE_BYTES:
             self.write_tail()
         elif store.tail_bytes > store.tail_limit:
