@@ -8,6 +8,7 @@ cases of its own, so the two can never drift.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import importlib
@@ -318,11 +319,12 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
     def answer(r: object) -> object:
         return (r.kind.name, r.message) if isinstance(r, Refusal) else getattr(r, "topic_name", r)
 
-    def checked(module, root: Path) -> list[object]:
+    async def checked(module, root: Path) -> list[object]:
         config = BrokerConfig(store=StoreConfig(max_message_size=1000))
         manager = TopicConfigManager(root, auto_create=True, default_queue_nums=4, delay_levels=18)
-        manager.update(TopicConfig("t", 2, 2))
-        manager.update(TopicConfig("read_only", 1, 1, PermName.PERM_READ))
+        await manager.update(TopicConfig("t", 2, 2))
+        await manager.update(TopicConfig("read_only", 1, 1, PermName.PERM_READ))
+
         def too_far(props: dict[str, str]) -> int:
             raise InvalidMessageError("timer message illegal: beyond timerMaxDelaySec")
 
@@ -360,12 +362,13 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
         out += [module.message_kind(*k) for k in ((True, 0, False), (False, 2, True), (False, 0, True),
                                                   (False, 0, False), (False, 0, True, True), (True, 0, False, True))]
         out += [module.is_timed(p) for p in ({}, {"TIMER_DELAY_SEC": "1"}, {"TIMER_DELIVER_MS": "1"})]
+        await asyncio.gather(*manager.pending.values())  # the topics the sends created, durable
         return out
 
     (tmp_path / "c").mkdir()
     (tmp_path / "i").mkdir()
-    compiled = checked(importlib.import_module("txmq.broker.core.send"), tmp_path / "c")
-    assert compiled == checked(load_interpreted("txmq.broker.core.send"), tmp_path / "i")
+    compiled = asyncio.run(checked(importlib.import_module("txmq.broker.core.send"), tmp_path / "c"))
+    assert compiled == asyncio.run(checked(load_interpreted("txmq.broker.core.send"), tmp_path / "i"))
     assert ("TOPIC_NOT_EXIST", "topic[other] not exist, apply first please! (autoCreateTopicEnable is true)") in \
         compiled and "new_one" in compiled and "%RETRY%g" in compiled
     assert ("ILLEGAL_DELIVERY_TIME", "timer message illegal: beyond timerMaxDelaySec") in compiled

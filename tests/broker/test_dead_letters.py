@@ -4,6 +4,7 @@ at will, so one per message would let a client write the broker's log)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -25,11 +26,16 @@ def test_dead_letters_are_counted_each_and_logged_once_per_group(tmp_path: Path,
     stats = BrokerStats()
     retries = RetryService(None, TopicService(manager, config), stats, None, None,  # type: ignore[arg-type]
                            ("127.0.0.1", 10911))
-    with caplog.at_level(logging.INFO, "txmq.broker"):
+
+    async def main() -> None:  # the dead-letter topic is created as on the broker's loop
         for i in range(200):
             msg = MessageExt("%RETRY%g", b"x", {MessageConst.RETRY_TOPIC: "orders"}, reconsume_times=i)
             retries.to_dead_letters(msg, "g")
             assert (msg.topic, msg.queue_id) == ("%DLQ%g", 0)
+        await manager.durable("%DLQ%g")
+
+    with caplog.at_level(logging.INFO, "txmq.broker"):
+        asyncio.run(main())
     assert stats.dlq == {("orders", "g"): 200}
     assert manager.get("%DLQ%g").perm == PermName.READ_WRITE
     lines = [r.getMessage() for r in caplog.records if "dead" in r.getMessage()]

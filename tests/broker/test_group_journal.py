@@ -4,6 +4,7 @@ dropped and odd records are skipped; a file written before the journal still loa
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 from pathlib import Path
@@ -15,15 +16,24 @@ from txmq.broker.config_journal import encode_record
 from txmq.broker.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
 
 
+def _updated(manager: SubscriptionGroupManager, *configs: SubscriptionGroupConfig) -> None:
+    """``configs`` changed one after another, each durable before the next."""
+
+    async def main() -> None:
+        for cfg in configs:
+            await manager.update(cfg)
+
+    asyncio.run(main())
+
+
 def test_a_change_appends_and_leaves_the_snapshot_alone(tmp_path: Path) -> None:
     manager = SubscriptionGroupManager(tmp_path)
-    for i in range(300):
-        manager.update(SubscriptionGroupConfig(f"g{i}"))
+    _updated(manager, *(SubscriptionGroupConfig(f"g{i}") for i in range(300)))
     manager.persist()  # the table folded into subscriptionGroup.json
     snapshot = manager.path.stat()
-    manager.update(SubscriptionGroupConfig("one_more", retry_max_times=3))
-    manager.update(SubscriptionGroupConfig("g1", consume_enable=False))
-    assert manager.delete("g7") and not manager.delete("g7")
+    _updated(manager, SubscriptionGroupConfig("one_more", retry_max_times=3),
+             SubscriptionGroupConfig("g1", consume_enable=False))
+    assert asyncio.run(manager.delete("g7")) and not asyncio.run(manager.delete("g7"))
     after = manager.path.stat()
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (snapshot.st_ino, snapshot.st_size,
                                                                 snapshot.st_mtime_ns)
@@ -37,7 +47,7 @@ def test_a_change_appends_and_leaves_the_snapshot_alone(tmp_path: Path) -> None:
 
 def test_a_torn_tail_and_odd_records_lose_no_valid_change(tmp_path: Path) -> None:
     manager = SubscriptionGroupManager(tmp_path)
-    manager.update(SubscriptionGroupConfig("before"))
+    _updated(manager, SubscriptionGroupConfig("before"))
     journal = manager.journal.journal_path
     with open(journal, "ab") as f:
         for odd in ([1, 2], {"put": "x"}, {"put": [{"groupName": ""}]}, {"delete": [3]}):
@@ -46,7 +56,7 @@ def test_a_torn_tail_and_odd_records_lose_no_valid_change(tmp_path: Path) -> Non
         f.write(encode_record({"put": [SubscriptionGroupConfig("torn").to_json()]})[:30])
     reopened = SubscriptionGroupManager(tmp_path)
     assert set(reopened.table) == {"before", "after"}
-    reopened.update(SubscriptionGroupConfig("next"))  # appended after the torn bytes were dropped
+    _updated(reopened, SubscriptionGroupConfig("next"))  # appended after the torn bytes were dropped
     assert set(SubscriptionGroupManager(tmp_path).table) == {"before", "after", "next"}
 
 
@@ -56,7 +66,7 @@ def test_a_file_written_before_the_journal_still_loads(tmp_path: Path) -> None:
         "old": SubscriptionGroupConfig("old", retry_queue_nums=2).to_json()}}))
     manager = SubscriptionGroupManager(tmp_path)
     assert manager.table["old"].retry_queue_nums == 2
-    manager.update(SubscriptionGroupConfig("new"))
+    _updated(manager, SubscriptionGroupConfig("new"))
     assert set(SubscriptionGroupManager(tmp_path).table) == {"old", "new"}
 
 
@@ -65,16 +75,15 @@ def test_a_change_whose_append_fails_is_neither_served_nor_stored_later(tmp_path
     """An answer of failure means "not stored": the change must not stay in the table, where the broker would act
     on it and the next fold into the snapshot would store it after all."""
     manager = SubscriptionGroupManager(tmp_path)
-    manager.update(SubscriptionGroupConfig("kept", retry_max_times=3))
+    _updated(manager, SubscriptionGroupConfig("kept", retry_max_times=3))
     journal = manager.journal.journal_path
     journal.unlink()
     journal.mkdir()  # the append fails as a full disk or an IO error makes it fail: OSError
+    for change in (SubscriptionGroupConfig("failed"), SubscriptionGroupConfig("kept", retry_max_times=9)):
+        with pytest.raises(OSError):
+            _updated(manager, change)
     with pytest.raises(OSError):
-        manager.update(SubscriptionGroupConfig("failed"))
-    with pytest.raises(OSError):
-        manager.update(SubscriptionGroupConfig("kept", retry_max_times=9))
-    with pytest.raises(OSError):
-        manager.delete("kept")
+        asyncio.run(manager.delete("kept"))
     assert set(manager.table) == {"kept"} and manager.table["kept"].retry_max_times == 3
     journal.rmdir()
     journal.touch()
@@ -87,7 +96,7 @@ def test_a_change_whose_append_fails_is_neither_served_nor_stored_later(tmp_path
     manager.journal.min_compact, manager.journal.records = 1, 5  # the next change folds the journal in
     monkeypatch.setattr(config_journal, "write_json_atomic", full)
     with pytest.raises(OSError):
-        manager.update(SubscriptionGroupConfig("failed_in_fold"))
+        _updated(manager, SubscriptionGroupConfig("failed_in_fold"))
     assert "failed_in_fold" not in manager.table
 
 

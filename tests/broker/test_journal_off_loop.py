@@ -12,6 +12,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import orjson
@@ -22,6 +23,7 @@ from txmq.broker.config import BrokerConfig
 from txmq.broker.config_journal import ConfigJournal
 from txmq.broker.controller import BrokerController
 from txmq.broker.core import topics
+from txmq.broker.subscription_group_manager import SubscriptionGroupManager
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
@@ -64,7 +66,7 @@ class SlowOs:
 
 @asynccontextmanager
 async def serving(tmp_path: Path, slow: SlowFsync | None = None, grpc_port: int = -1,
-                  **config: int) -> AsyncIterator[tuple[BrokerController, str]]:
+                  **config: Any) -> AsyncIterator[tuple[BrokerController, str]]:
     """A broker on a free port of 127.0.0.1 (gRPC off unless ``grpc_port``) and its address; a slow fsync is
     released before the broker stops, so the stop never waits out its hold."""
     port = free_port()
@@ -92,7 +94,7 @@ def test_another_connection_is_answered_while_a_created_topic_s_fsync_waits(
 
     async def main() -> None:
         async with serving(tmp_path, slow) as (broker, addr):
-            broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
+            await broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
             monkeypatch.setattr(config_journal, "os", SlowOs(slow))
             async with RemotingClient() as creator, RemotingClient() as other:
                 creating = asyncio.ensure_future(creator.invoke(addr, _send("Fresh"), 30))
@@ -115,8 +117,8 @@ def test_another_connection_is_answered_while_a_created_topic_s_fsync_waits(
 
 
 def test_two_changes_of_one_topic_reach_the_journal_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A topic a send creates, its fsync slow, then an operator's update of it: the update waits for the creation
-    and is appended after it, so the reopened table holds the update."""
+    """A topic a send creates, its fsync slow, then an operator's update of it: the update is done once the
+    creation and it are durable, appended after the creation, so the reopened table holds the update."""
     slow = SlowFsync(hold=10.0)
     manager = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
     monkeypatch.setattr(config_journal, "os", SlowOs(slow))
@@ -124,10 +126,9 @@ def test_two_changes_of_one_topic_reach_the_journal_in_order(tmp_path: Path, mon
     async def main() -> None:
         assert manager.create_in_send("T", "TBW102", 8) is not None
         created = manager.pending["T"]
-        threading.Timer(0.3, slow.release.set).start()  # the update below holds this thread until then
-        manager.update(TopicConfig("T", 2, 2))
-        assert slow.release.is_set()  # it waited for the creation's record
-        await created
+        threading.Timer(0.3, slow.release.set).start()
+        await manager.update(TopicConfig("T", 2, 2))
+        assert slow.release.is_set() and created.done()  # it waited for the creation's record
         assert "T" not in manager.pending
 
     asyncio.run(main())
@@ -215,7 +216,7 @@ def test_a_failed_fold_does_not_keep_later_folds_from_being_written(tmp_path: Pa
     with pytest.raises(OSError):
         manager.persist()
     manager.path.rmdir()
-    manager.replace_all([TopicConfig("FromMaster", 2, 2)])
+    asyncio.run(manager.replace_all([TopicConfig("FromMaster", 2, 2).to_json()]))
     reopened = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
     assert "FromMaster" in reopened.table
 
@@ -243,7 +244,7 @@ def test_a_message_sent_back_with_a_delay_waits_for_its_new_retry_topic(
 
     async def main() -> None:
         async with serving(tmp_path, slow) as (broker, addr):
-            broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
+            await broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
             async with RemotingClient() as client:
                 sent = await client.invoke(addr, _send("Existing"), 10)
                 assert sent.code == ResponseCode.SUCCESS, sent.remark
@@ -292,11 +293,12 @@ def test_a_slave_s_copy_of_its_master_s_topics_is_stored_while_a_created_topic_s
 
     async def main() -> None:
         assert manager.create_all_absent(["%RETRY%g"], 1) == ["%RETRY%g"]
+        created = manager.pending["%RETRY%g"]
         assert await asyncio.to_thread(entered.wait, 10)
-        threading.Timer(0.3, release.set).start()  # replace_all below holds this thread until then
-        manager.replace_all([TopicConfig("FromMaster", 2, 2)])
+        threading.Timer(0.3, release.set).start()
+        await manager.replace_all([TopicConfig("FromMaster", 2, 2).to_json()])
         with pytest.raises(OSError):
-            await manager.durable("%RETRY%g")
+            await created
         assert set(manager.table) == {"FromMaster"}
 
     asyncio.run(main())
@@ -326,8 +328,8 @@ def test_a_grpc_send_waiting_for_its_new_topic_takes_the_topic_as_an_operator_ch
                 spb.SendMessageRequest(messages=[message]), metadata=[("x-mq-client-id", "c")], timeout=30))
             assert await asyncio.to_thread(slow.entered.wait, 10)
             assert broker.topic_config_manager.table["Fresh"].write_queue_nums == 8
-            threading.Timer(0.3, slow.release.set).start()  # the update below holds this thread until then
-            broker.topic_config_manager.update(TopicConfig("Fresh", 1, 1))
+            threading.Timer(0.3, slow.release.set).start()
+            await broker.topic_config_manager.update(TopicConfig("Fresh", 1, 1))
             answer = await sending
             assert answer.status.code == pb.Code.OK, answer.status.message
             assert broker.store.get_max_offset_in_queue("Fresh", 0) == 1
@@ -361,3 +363,126 @@ def test_sends_creating_topics_faster_than_they_are_stored_are_refused_busy_beyo
                 assert again.code == ResponseCode.SUCCESS, again.remark
 
     asyncio.run(main())
+
+
+def _operator(code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
+    return RemotingCommand.request(code, ext or {}, body=body or b"")
+
+
+def _topic_change(topic: str, queues: int) -> RemotingCommand:
+    return _operator(RequestCode.UPDATE_AND_CREATE_TOPIC,
+                     {"topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues), "perm": "6"})
+
+
+def _group_change(group: str, retries: int) -> RemotingCommand:
+    return _operator(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                     body=orjson.dumps({"groupName": group, "retryMaxTimes": retries}))
+
+
+async def _answered_while_held(slow: SlowFsync, addr: str, operator: RemotingClient,
+                               changes: list[RemotingCommand]) -> None:
+    """``changes`` sent one after another on the operator's connection while the first one's fsync is held: a
+    send on another connection is answered meanwhile, the changes only once the fsync is done, each SUCCESS."""
+    answers = [asyncio.ensure_future(operator.invoke(addr, change, 30)) for change in changes]
+    assert await asyncio.to_thread(slow.entered.wait, 10)
+    async with RemotingClient() as other:
+        answered = await other.invoke(addr, _send("Existing"), 10)
+    assert not slow.finished.is_set(), "another connection waited for an operator's fsync"
+    assert answered.code == ResponseCode.SUCCESS, answered.remark
+    await asyncio.sleep(0.2)
+    assert not any(a.done() for a in answers), "an operator's change was answered before it was durable"
+    slow.release.set()
+    for reply in await asyncio.gather(*answers):
+        assert reply.code == ResponseCode.SUCCESS, reply.remark
+
+
+def test_an_operator_s_topic_changes_are_answered_once_durable_without_holding_other_connections(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """updateTopic twice and deleteTopic of another, their fsync slow: another connection's send is answered
+    meanwhile; each change is answered once durable, and the reopened table holds the later of the two updates."""
+    slow = SlowFsync(hold=3.0)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (_, addr), RemotingClient() as operator:
+            for change in (_topic_change("Existing", 1), _topic_change("Doomed", 1)):
+                assert (await operator.invoke(addr, change, 10)).code == ResponseCode.SUCCESS
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            await _answered_while_held(slow, addr, operator, [
+                _topic_change("Ops", 8), _topic_change("Ops", 2),
+                _operator(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Doomed"})])
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    reopened = TopicConfigManager(tmp_path / "store", auto_create=True, default_queue_nums=4, delay_levels=18)
+    assert reopened.table["Ops"].read_queue_nums == 2 and "Doomed" not in reopened.table
+
+
+def test_an_operator_s_group_changes_are_answered_once_durable_without_holding_other_connections(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowFsync(hold=3.0)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (_, addr), RemotingClient() as operator:
+            for change in (_topic_change("Existing", 1), _group_change("Doomed", 1)):
+                assert (await operator.invoke(addr, change, 10)).code == ResponseCode.SUCCESS
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            await _answered_while_held(slow, addr, operator, [
+                _group_change("g", 3), _group_change("g", 7),
+                _operator(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "Doomed"})])
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    reopened = SubscriptionGroupManager(tmp_path / "store")
+    assert reopened.table["g"].retry_max_times == 7 and "Doomed" not in reopened.table
+
+
+def test_an_operator_s_topic_change_whose_append_fails_is_answered_as_failed_and_undone(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with serving(tmp_path) as (broker, addr), RemotingClient() as operator:
+            journal = broker.topic_config_manager.journal.journal_path
+            journal.unlink(missing_ok=True)
+            journal.mkdir(parents=True)  # the append fails as an IO error makes it fail: OSError
+            reply = await operator.invoke(addr, _topic_change("Failed", 2), 10)
+            assert reply.code == ResponseCode.SYSTEM_ERROR, (reply.code, reply.remark)
+            assert "Failed" not in broker.topic_config_manager.table
+            assert "Failed" not in broker.topic_config_manager.pending
+            journal.rmdir()
+
+    asyncio.run(main())
+
+
+def test_a_slave_s_copy_of_its_master_s_topics_does_not_hold_other_connections(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slave takes its master's topics (``sync_all``), its snapshot's write slow: the slave answers another
+    connection meanwhile, and holds the master's topics once the write is done, also after a restart."""
+    slow = SlowFsync(hold=3.0)
+    write = config_journal.write_json_atomic
+
+    def slow_write(path: Path, data: object) -> None:
+        slow.entered.set()
+        slow.release.wait(slow.hold)
+        write(path, data)
+        slow.finished.set()
+
+    async def main() -> None:
+        async with (serving(tmp_path / "master") as (_, master_addr), RemotingClient() as operator,
+                    serving(tmp_path / "slave", slow, broker_role="SLAVE", broker_id=1) as (slave, addr)):
+            assert (await operator.invoke(master_addr, _topic_change("FromMaster", 2), 10)).code == \
+                ResponseCode.SUCCESS
+            monkeypatch.setattr(config_journal, "write_json_atomic", slow_write)
+            slave.slave_synchronize.master_addr = master_addr
+            syncing = asyncio.ensure_future(slave.slave_synchronize.sync_all())
+            assert await asyncio.to_thread(slow.entered.wait, 10)
+            async with RemotingClient() as other:
+                answered = await other.invoke(addr, _operator(RequestCode.GET_ALL_TOPIC_CONFIG), 10)
+            assert not slow.finished.is_set(), "another connection waited for the slave's write of its topics"
+            assert answered.code == ResponseCode.SUCCESS, answered.remark
+            slow.release.set()
+            await syncing
+            assert "FromMaster" in slave.topic_config_manager.table
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    reopened = TopicConfigManager(tmp_path / "slave" / "store", auto_create=True, default_queue_nums=4,
+                                  delay_levels=18)
+    assert "FromMaster" in reopened.table

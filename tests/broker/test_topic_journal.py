@@ -3,7 +3,9 @@ instead of rewriting every topic, a crash loses no answered change, and a torn r
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import logging
 import os
 import random
 from collections.abc import Callable
@@ -24,19 +26,28 @@ def _manager(root: Path) -> TopicConfigManager:
     return TopicConfigManager(root, auto_create=True, default_queue_nums=8, delay_levels=18)
 
 
+def _updated(manager: TopicConfigManager, *configs: TopicConfig) -> None:
+    """``configs`` changed one after another, each durable before the next."""
+
+    async def main() -> None:
+        for cfg in configs:
+            await manager.update(cfg)
+
+    asyncio.run(main())
+
+
 def test_a_creation_appends_and_leaves_the_snapshot_alone(tmp_path: Path) -> None:
     manager = _manager(tmp_path)
-    for i in range(300):
-        manager.update(TopicConfig(f"t{i}", 8, 8))
+    _updated(manager, *(TopicConfig(f"t{i}", 8, 8) for i in range(300)))
     manager.persist()  # the table folded into topics.json
     snapshot = manager.path.stat()
-    manager.update(TopicConfig("one_more", 8, 8))
+    _updated(manager, TopicConfig("one_more", 8, 8))
     after = manager.path.stat()
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (snapshot.st_ino, snapshot.st_size,
                                                                 snapshot.st_mtime_ns)
     journal = tmp_path / "config" / "topics.json.changes"
     assert 0 < journal.stat().st_size < 400  # one record, whatever the number of topics
-    manager.delete("t7")
+    assert asyncio.run(manager.delete("t7"))
     reopened = _manager(tmp_path)
     assert "one_more" in reopened.table and "t7" not in reopened.table and "t8" in reopened.table
     assert reopened.table == manager.table
@@ -46,8 +57,12 @@ def test_the_journal_is_folded_in_once_it_outgrows_the_table(tmp_path: Path) -> 
     journal = ConfigJournal(tmp_path / "c.json", min_compact=10)
     journal.load()
     folded = []
-    for i in range(25):
-        journal.append({"put": [i]}, entries=5, snapshot=lambda i=i: folded.append(i) or {"n": i})
+
+    async def main() -> None:
+        for i in range(25):
+            await journal.append_soon({"put": [i]}, entries=5, snapshot=lambda i=i: folded.append(i) or {"n": i})
+
+    asyncio.run(main())
     assert folded == [10, 21]  # 10 records, then fold and start again
     assert journal.records == 3
     snapshot, records = journal.load()
@@ -58,8 +73,7 @@ def _torn_after(root: Path, topics: int, torn: str, cut: Callable[[bytes], int])
     """Topics t0..t{topics-1} created, then the record creating ``torn`` cut short at ``cut(record)`` bytes, as a
     kill mid-write leaves it: the journal's path and the torn bytes."""
     manager = _manager(root)
-    for i in range(topics):
-        manager.update(TopicConfig(f"t{i}", 8, 8))
+    _updated(manager, *(TopicConfig(f"t{i}", 8, 8) for i in range(topics)))
     journal = manager.journal.journal_path
     whole = encode_record({"put": [TopicConfig(torn, 8, 8).to_json()]})
     with open(journal, "ab") as f:
@@ -71,7 +85,7 @@ def test_a_torn_or_corrupt_tail_is_dropped_and_nothing_before_it(tmp_path: Path)
     journal, _ = _torn_after(tmp_path, 5, "t5", lambda whole: len(whole) // 2)
     reopened = _manager(tmp_path)
     assert {f"t{i}" for i in range(5)} <= set(reopened.table) and "t5" not in reopened.table
-    reopened.update(TopicConfig("t6", 8, 8))  # appended after the torn bytes were dropped
+    _updated(reopened, TopicConfig("t6", 8, 8))  # appended after the torn bytes were dropped
     assert "t6" in _manager(tmp_path).table
     # A record whose bytes changed fails its CRC: it and what follows are dropped, not misread.
     assert journal.stat().st_size == 0  # each open folds the journal into the snapshot
@@ -106,7 +120,7 @@ def test_odd_records_with_valid_crcs_are_skipped_and_the_valid_ones_kept(tmp_pat
     a list of topic configs, a delete that is not a list of names) is skipped with a log line: the broker starts,
     and every valid record before and after it is applied."""
     manager = _manager(tmp_path)
-    manager.update(TopicConfig("before", 8, 8))
+    _updated(manager, TopicConfig("before", 8, 8))
     journal = manager.journal.journal_path
     _append_raw(journal,
                 [1, 2, 3], "text", 42, None,
@@ -125,12 +139,12 @@ def test_a_corrupt_record_inside_the_journal_loses_none_of_the_valid_records_aft
     followed by valid ones is damage, not a torn write. Dropping everything after it, then folding the journal
     into the snapshot, lost answered topics for good: it is skipped with a log line instead."""
     manager = _manager(tmp_path)
-    manager.update(TopicConfig("first", 8, 8))
+    _updated(manager, TopicConfig("first", 8, 8))
     journal = manager.journal.journal_path
     with open(journal, "ab") as f:
         f.write(encode_record({"put": [TopicConfig("flipped", 8, 8).to_json()]}).replace(b"flipped", b"flopped"))
     _append_raw(journal, {"put": [TopicConfig("later", 8, 8).to_json()]})
-    manager.update(TopicConfig("last", 8, 8))
+    _updated(manager, TopicConfig("last", 8, 8))
     table = _manager(tmp_path).table
     assert {"first", "later", "last"} <= set(table)
     assert "flipped" not in table and "flopped" not in table
@@ -141,12 +155,16 @@ def test_a_crash_between_the_fold_s_snapshot_and_the_journal_s_truncation_change
     """The snapshot already holds every record the journal still has: replaying them (a put, a delete, a put and
     delete of the same topic, two updates of one) gives the same table, with no deleted topic back."""
     manager = _manager(tmp_path)
-    for i in range(4):
-        manager.update(TopicConfig(f"t{i}", 8, 8))
-    manager.update(TopicConfig("t1", 2, 2))
-    manager.delete("t2")
-    manager.update(TopicConfig("t9", 8, 8))
-    manager.delete("t9")
+
+    async def main() -> None:
+        for i in range(4):
+            await manager.update(TopicConfig(f"t{i}", 8, 8))
+        await manager.update(TopicConfig("t1", 2, 2))
+        assert await manager.delete("t2")
+        await manager.update(TopicConfig("t9", 8, 8))
+        assert await manager.delete("t9")
+
+    asyncio.run(main())
     journal = manager.journal.journal_path
     kept = journal.read_bytes()
     manager.persist()  # the fold: snapshot replaced, journal emptied
@@ -158,8 +176,7 @@ def test_a_crash_between_the_fold_s_snapshot_and_the_journal_s_truncation_change
 
 def test_an_update_then_a_torn_update_of_the_same_topic_keeps_the_answered_one(tmp_path: Path) -> None:
     manager = _manager(tmp_path)
-    manager.update(TopicConfig("t", 8, 8))
-    manager.update(TopicConfig("t", 4, 4))  # answered
+    _updated(manager, TopicConfig("t", 8, 8), TopicConfig("t", 4, 4))  # answered
     whole = encode_record({"put": [TopicConfig("t", 2, 2).to_json()]})
     with open(manager.journal.journal_path, "ab") as f:
         f.write(whole[:-1])  # the kill came before its last byte: never answered
@@ -181,7 +198,7 @@ def test_a_full_disk_at_open_does_not_stop_the_broker_and_a_torn_tail_still_goes
     reopened = _manager(tmp_path)
     assert {"t0", "t1", "t2"} <= set(reopened.table) and "torn" not in reopened.table
     assert not journal.read_bytes().endswith(torn)
-    reopened.update(TopicConfig("after", 8, 8))  # appended after the valid records, not after the torn bytes
+    _updated(reopened, TopicConfig("after", 8, 8))  # appended after the valid records, not after the torn bytes
     monkeypatch.undo()
     table = _manager(tmp_path).table
     assert {"t0", "t1", "t2", "after"} <= set(table) and "torn" not in table
@@ -191,18 +208,23 @@ def test_a_change_whose_append_fails_is_neither_served_nor_stored_later(tmp_path
     """An answer of failure means "not stored": a creation, update or deletion whose record could not be appended
     must not stay in the table (routes registered, sends accepted) for the next fold to store after all."""
     manager = _manager(tmp_path)
-    manager.update(TopicConfig("kept", 4, 4))
+    _updated(manager, TopicConfig("kept", 4, 4))
     journal = manager.journal.journal_path
     journal.unlink()
     journal.mkdir()  # the append fails as a full disk or an IO error makes it fail: OSError
-    with pytest.raises(OSError):
-        manager.update(TopicConfig("failed", 8, 8))
-    with pytest.raises(OSError):
-        manager.update(TopicConfig("kept", 8, 8))
-    with pytest.raises(OSError):
-        manager.delete("kept")
-    with pytest.raises(OSError):
-        manager.create_all_absent(["%RETRY%a", "%RETRY%b"], 1)
+
+    async def main() -> None:
+        with pytest.raises(OSError):
+            await manager.update(TopicConfig("failed", 8, 8))
+        with pytest.raises(OSError):
+            await manager.update(TopicConfig("kept", 8, 8))
+        with pytest.raises(OSError):
+            await manager.delete("kept")
+        assert manager.create_all_absent(["%RETRY%a", "%RETRY%b"], 1)
+        with pytest.raises(OSError):
+            await manager.durable("%RETRY%a")
+
+    asyncio.run(main())
     assert "failed" not in manager.table and "%RETRY%a" not in manager.table
     assert manager.table["kept"].read_queue_nums == 4
     journal.rmdir()
@@ -212,9 +234,14 @@ def test_a_change_whose_append_fails_is_neither_served_nor_stored_later(tmp_path
     assert "failed" not in table and "%RETRY%a" not in table and table["kept"].read_queue_nums == 4
 
 
-def test_a_slave_drops_the_master_s_topics_whose_names_are_illegal(tmp_path: Path) -> None:
+def test_a_slave_drops_the_master_s_topics_whose_names_are_illegal(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
     """Every name in the table is a legal topic's (a send looks the table up instead of checking the name), the
-    master's too: an illegal one is dropped, the others taken."""
+    master's too: an illegal one, or one that does not parse, is dropped with one log line, the others taken."""
     manager = _manager(tmp_path)
-    manager.replace_all([TopicConfig("orders", 8, 8), TopicConfig("../escape", 8, 8), TopicConfig("a b", 8, 8)])
+    with caplog.at_level(logging.WARNING, "txmq.broker"):
+        asyncio.run(manager.replace_all([TopicConfig(name, 8, 8).to_json() for name in ("orders", "../escape", "a b")]
+                                        + [{"readQueueNums": 2}]))
     assert set(manager.table) == {"orders"}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("3 topic configs from the master dropped") and "a b" in lines[0]

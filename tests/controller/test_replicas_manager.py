@@ -266,7 +266,11 @@ def test_a_slave_adopts_copied_metadata_only_from_the_master_acting_at_its_epoch
         rm.master_link, rm.epoch = "127.0.0.1:1001", 1
         adopted_offsets: list[dict] = []
         broker.replicas_manager = rm
-        broker.topic_config_manager = SimpleNamespace(replace_all=lambda topics: None)
+
+        async def replaced(topics: object) -> None:
+            """The slave's topics are written off the loop, awaited."""
+
+        broker.topic_config_manager = SimpleNamespace(replace_all=replaced)
         broker.consumer_offset_manager = SimpleNamespace(replace_all=adopted_offsets.append)
         broker.schedule_service = SimpleNamespace(replace_offsets=lambda offsets: None)
         bodies = {RequestCode.GET_ALL_TOPIC_CONFIG: {"topicConfigTable": {}},

@@ -6,15 +6,17 @@ holds the changes made since, one record a line::
     <crc32 of the JSON, 8 hex digits> <JSON document>\\n
 
 A change is appended and fsynced before it is answered. The writes run on one thread of the journal's own, in the
-order they were handed to it: an operator's change waits for its write (``append``), a change a client's request
-makes does not hold the broker's event loop (``append_soon``: a future, done once the record is durable), as an
-fsync can take seconds when other processes load the disk. At open the snapshot is read and the journal replayed in
-order; a record that fails its CRC or does not parse at the end of the journal is a write torn by a crash (never
-answered) and is dropped; one followed by valid records is damage, skipped with a log line. The journal is then
-folded into a new snapshot and emptied (when the disk is full, only its torn tail is cut off), and again whenever
-it holds more records than the table has entries (at least ``min_compact``), so the work of compaction stays
-proportional to the changes. A crash between writing the snapshot and emptying the journal replays records the
-snapshot already holds: records set or remove whole entries, so replaying one again changes nothing.
+order they were handed to it, and never on the broker's event loop (``append_soon``, ``replace_soon``: a future,
+done once the record is durable), as an fsync can take seconds when other processes load the disk: the request
+that made a change, a client's or an operator's, waits for that future while the loop serves other connections.
+
+At open the snapshot is read and the journal replayed in order; a record that fails its CRC or does not parse at the
+end of the journal is a write torn by a crash (never answered) and is dropped; one followed by valid records is
+damage, skipped with a log line. The journal is then folded into a new snapshot and emptied (when the disk is full,
+only its torn tail is cut off), and again whenever it holds more records than the table has entries (at least
+``min_compact``), so the work of compaction stays proportional to the changes. A crash between writing the snapshot
+and emptying the journal replays records the snapshot already holds: records set or remove whole entries, so
+replaying one again changes nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,16 +84,18 @@ def _decode_line(line: bytes) -> Any:
 _ABSENT = object()
 
 
-@contextmanager
-def undone_on_failure(table: dict[str, Any], names: Iterable[str], journal: ConfigJournal) -> Iterator[None]:
-    """Put the entries ``names`` of ``table`` back as they were when the block raises (its append failed): a
-    change answered as failed must be neither served nor stored by a later fold of the whole table."""
-    before = entries_of(table, names)
-    try:
-        yield
-    except BaseException:
-        undo(table, before, entries_of(table, names), journal)
-        raise
+def undone_when_failed(durable: asyncio.Future[None], table: dict[str, Any], before: dict[str, Any],
+                       journal: ConfigJournal) -> None:
+    """Put the entries of ``table`` that a change made back as they were ``before`` it when its append
+    (``durable``) fails, before whoever waits for it runs: a change answered as failed must be neither served nor
+    stored by a later fold of the whole table."""
+    after = entries_of(table, before)
+
+    def settled(done: asyncio.Future[None]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            undo(table, before, after, journal)
+
+    durable.add_done_callback(settled)
 
 
 def entries_of(table: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
@@ -113,8 +116,9 @@ def undo(table: dict[str, Any], before: dict[str, Any], after: dict[str, Any], j
 
 
 class ConfigJournal:
-    """The snapshot at ``path`` and its journal ``path.changes``; ``append`` one change, ``compact`` to fold. Called
-    from one thread (the broker's loop); the file is written only by the journal's writer thread, job after job."""
+    """The snapshot at ``path`` and its journal ``path.changes``; ``append_soon`` one change, ``compact`` to fold.
+    Called from one thread (the broker's loop); the file is written only by the journal's writer thread, job after
+    job."""
 
     def __init__(self, path: Path, min_compact: int = 1000) -> None:
         self.path = path
@@ -173,16 +177,12 @@ class ConfigJournal:
                     f.truncate(self._valid)
                     os.fdatasync(f.fileno())
 
-    def append(self, record: Any, entries: int, snapshot: Callable[[], Any]) -> None:
-        """Make ``record`` durable before returning (after every change handed to the writer before it); fold the
-        journal into ``snapshot()``'s document when it outgrew ``entries``. ``snapshot`` is called only then: a
-        callable, so the whole table is not serialized at every change. ``OSError`` when it could not be stored:
-        the caller undoes the change, then calls ``undone``."""
-        self._submit(record, entries, snapshot).result()
-
     def append_soon(self, record: Any, entries: int, snapshot: Callable[[], Any]) -> asyncio.Future[None]:
-        """``append`` without waiting, from the running event loop: a future done once ``record`` is durable, or
-        failed with the ``OSError`` that kept it from being stored."""
+        """From the running event loop: a future done once ``record`` is durable (after every change handed to the
+        writer before it), or failed with the ``OSError`` that kept it from being stored (the caller then undoes
+        the change and calls ``undone``). The journal is folded into ``snapshot()``'s document when it outgrew
+        ``entries``; ``snapshot`` is called only then: a callable, so the whole table is not serialized at every
+        change."""
         return asyncio.wrap_future(self._submit(record, entries, snapshot))
 
     def undone(self) -> None:
@@ -239,11 +239,12 @@ class ConfigJournal:
         self.records = 0
         self._writer.submit(self._write, self._undone, b"", document).result()
 
-    def replace(self, document: Any) -> None:
-        """``compact`` with a table taken from elsewhere (a slave's, its master's): it holds no change made here,
-        so it is folded even when a change handed to the writer before it failed and is not undone yet."""
+    def replace_soon(self, document: Any) -> asyncio.Future[None]:
+        """``compact`` with a table taken from elsewhere (a slave's, its master's), from the running event loop: a
+        future done once it is durable. It holds no change made here, so it is folded even when a change handed to
+        the writer before it failed and is not undone yet."""
         self.records = 0
-        self._writer.submit(self._fold, document).result()
+        return asyncio.wrap_future(self._writer.submit(self._fold, document))
 
     def close(self) -> None:
         """Write the changes handed to the writer, then stop its thread (at the broker's stop)."""

@@ -16,7 +16,6 @@ import orjson
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.topic import TopicConfig
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -48,6 +47,7 @@ class SlaveSynchronize:
             delays = await self._fetch(addr, RequestCode.GET_ALL_DELAY_OFFSET)
             if replicas is not None and not await replicas.master_acts(addr):
                 raise ClientError("it does not act as the master this replica follows (any more): copy not adopted")
+            copy = _parsed(topics, offsets, delays)
         except (ClientError, OSError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             if not self._failing:
                 log.warning("slave synchronize from %s failed: %s", addr, exc)
@@ -57,8 +57,21 @@ class SlaveSynchronize:
             log.info("slave synchronize from %s works again", addr)
         self._failing = False
         b = self.broker
-        b.topic_config_manager.replace_all([TopicConfig.from_json(t) for t in
-                                            (topics.get("topicConfigTable") or {}).values()])
-        b.consumer_offset_manager.replace_all({k: {int(q): int(o) for q, o in v.items()}
-                                               for k, v in (offsets.get("offsetTable") or {}).items()})
-        b.schedule_service.replace_offsets({int(k): int(v) for k, v in (delays.get("offsetTable") or {}).items()})
+        topic_configs, offset_table, delay_table = copy
+        b.consumer_offset_manager.replace_all(offset_table)
+        b.schedule_service.replace_offsets(delay_table)
+        # Last: the topics are in the table before the first await, with the offsets, in the same step of the loop
+        # (no change of role in between); only their write is waited for.
+        await b.topic_config_manager.replace_all(topic_configs)
+
+
+def _parsed(topics: Any, offsets: Any, delays: Any) -> tuple[list[Any], dict[str, dict[int, int]], dict[int, int]]:
+    """The master's replies as the slave adopts them: its topics' documents (each checked by ``replace_all``), its
+    consumer offsets and its delay offsets. ``ValueError`` for a reply of another shape: nothing is adopted then,
+    rather than the tables before the one that does not parse."""
+    try:
+        return (list((topics.get("topicConfigTable") or {}).values()),
+                {k: {int(q): int(o) for q, o in v.items()} for k, v in (offsets.get("offsetTable") or {}).items()},
+                {int(k): int(v) for k, v in (delays.get("offsetTable") or {}).items()})
+    except (AttributeError, TypeError) as exc:
+        raise ValueError(f"a reply of another shape ({exc})") from exc

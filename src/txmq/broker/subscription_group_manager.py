@@ -3,17 +3,20 @@ its retry queues and maximum retries; kept in ``config/subscriptionGroup.json``.
 with them need no entry: one is made with the defaults when an operator first changes a group.
 
 A change is appended to ``config/subscriptionGroup.json.changes`` (``ConfigJournal``, records shaped as the
-topics' are) instead of rewriting every group: a rewrite cost time in proportion to the groups already there."""
+topics' are) instead of rewriting every group: a rewrite cost time in proportion to the groups already there. It is
+in the table at once and answered once durable, the event loop serving other connections meanwhile; undone when its
+append fails."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, undone_on_failure
+from txmq.broker.config_journal import ConfigJournal, entries_of, undone_when_failed
 from txmq.conf import update_fields
 from txmq.errors import InvalidMessageError
 from txmq.topic import check_group
@@ -94,18 +97,27 @@ class SubscriptionGroupManager:
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self.table.get(group)
 
-    def update(self, cfg: SubscriptionGroupConfig) -> None:
-        """Raises ``OSError`` when the change could not be stored; the table is then as it was."""
-        with undone_on_failure(self.table, [cfg.group_name], self.journal):
-            self.table[cfg.group_name] = cfg
-            self.journal.append({"put": [cfg.to_json()]}, len(self.table), self.serialize)
+    async def update(self, cfg: SubscriptionGroupConfig) -> None:
+        """Done once the change is durable (after every change made before it); ``OSError`` when it could not be
+        stored, and the table is then as it was."""
+        before = entries_of(self.table, [cfg.group_name])
+        self.table[cfg.group_name] = cfg
+        await self._appended({"put": [cfg.to_json()]}, before)
 
-    def delete(self, group: str) -> bool:
-        with undone_on_failure(self.table, [group], self.journal):
-            if self.table.pop(group, None) is None:
-                return False
-            self.journal.append({"delete": [group]}, len(self.table), self.serialize)
+    async def delete(self, group: str) -> bool:
+        """``update``'s deletion; False when there is no such group."""
+        if group not in self.table:
+            return False
+        before = entries_of(self.table, [group])
+        del self.table[group]
+        await self._appended({"delete": [group]}, before)
         return True
+
+    def _appended(self, record: dict[str, Any], before: dict[str, Any]) -> asyncio.Future[None]:
+        """``record`` handed to the journal's writer: done once durable, the change undone when it failed."""
+        durable = self.journal.append_soon(record, len(self.table), self.serialize)
+        undone_when_failed(durable, self.table, before, self.journal)
+        return asyncio.shield(durable)
 
     def serialize(self) -> dict[str, Any]:
         return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in self.table.items()}}

@@ -2,20 +2,21 @@
 
 A creation, update or deletion is appended to ``config/topics.json.changes`` (``ConfigJournal``) rather than
 rewriting the whole table: rewriting made each creation cost time in proportion to the topics already there, and
-creating N topics cost N squared. An operator's change is answered once durable; a topic a client's request creates
-(a send's, a heartbeat's retry topic, a dead-letter topic) is appended without holding the event loop, and is in
-``pending`` until durable: what answers a request about it waits for ``durable(topic)``."""
+creating N topics cost N squared. Every change is appended without holding the event loop, and its topics are in
+``pending`` until it is durable: an operator's change (``update``, ``delete``) is answered then, and what answers a
+request about a topic (a send to it) waits for ``durable(topic)`` — for a topic a client's request creates too (a
+send's, a heartbeat's retry topic, a dead-letter topic)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, entries_of, undo, undone_on_failure
+from txmq.broker.config_journal import ConfigJournal, entries_of, undone_when_failed
 from txmq.errors import InvalidMessageError
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -74,36 +75,35 @@ class TopicConfigManager:
         for topic in deletes:
             self.table.pop(topic, None)
 
-    def _load_configs(self, saved: Any) -> None:
-        for tc in saved:
-            try:
-                cfg = TopicConfig.from_json(tc)
-                check_topic(cfg.topic_name)
-            except (KeyError, TypeError, ValueError, InvalidMessageError) as exc:  # InvalidMessageError: a name
-                # saved before names were checked where they enter
-                log.warning("topic config dropped from %s: %.200r: %s", self.path, tc, exc)
-                continue
-            self.table[cfg.topic_name] = cfg
+    def _load_configs(self, saved: Iterable[Any]) -> None:
+        self.table.update(_legal(saved, str(self.path)))
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
-    def update(self, cfg: TopicConfig, soon: bool = False) -> None:
-        """Every topic is created here: ``InvalidMessageError`` for an illegal name, which would also name a
-        directory of the store. ``soon``: a client's request, which does not wait for the record to be durable
-        (``durable``)."""
-        check_topic(cfg.topic_name)
-        old = self.table.get(cfg.topic_name)
-        self._changed([cfg], soon=soon)
-        log.info("topic %s %s: read=%d write=%d perm=%s", "updated" if old else "created", cfg.topic_name,
-                 cfg.read_queue_nums, cfg.write_queue_nums, PermName.to_string(cfg.perm))
+    async def update(self, cfg: TopicConfig) -> None:
+        """An operator's change, done once it is durable (after every change made before it); ``OSError`` when it
+        could not be stored, and the table is then as it was."""
+        await asyncio.shield(self._put(cfg))
 
-    def delete(self, topic: str) -> bool:
+    async def delete(self, topic: str) -> bool:
+        """``update``'s deletion; False when there is no such topic."""
         if topic not in self.table:
             return False
-        self._changed([], topic)
+        durable = self._changed([], topic)
         log.info("topic deleted: %s", topic)
+        await asyncio.shield(durable)
         return True
+
+    def _put(self, cfg: TopicConfig) -> asyncio.Future[None]:
+        """Every topic is created here: ``InvalidMessageError`` for an illegal name, which would also name a
+        directory of the store. Done once it is durable."""
+        check_topic(cfg.topic_name)
+        old = self.table.get(cfg.topic_name)
+        durable = self._changed([cfg])
+        log.info("topic %s %s: read=%d write=%d perm=%s", "updated" if old else "created", cfg.topic_name,
+                 cfg.read_queue_nums, cfg.write_queue_nums, PermName.to_string(cfg.perm))
+        return durable
 
     def create_in_send(self, topic: str, default_topic: str, queue_nums: int, sys_flag: int = 0) -> TopicConfig | None:
         """Auto-create ``topic`` from ``default_topic`` (TBW102) when that one allows inheritance."""
@@ -111,7 +111,7 @@ class TopicConfigManager:
             return self.table[topic]
         cfg = self.inherited(topic, default_topic, queue_nums, sys_flag)
         if cfg is not None:
-            self.update(cfg, soon=True)
+            self._put(cfg)
         return cfg
 
     def inherited(self, topic: str, default_topic: str, queue_nums: int, sys_flag: int = 0) -> TopicConfig | None:
@@ -128,7 +128,7 @@ class TopicConfigManager:
         cfg = self.table.get(topic)
         if cfg is None:
             cfg = TopicConfig(topic, queue_nums, queue_nums, perm)
-            self.update(cfg, soon=True)
+            self._put(cfg)
         return cfg
 
     def create_all_absent(self, topics: list[str], queue_nums: int) -> list[str]:
@@ -140,52 +140,35 @@ class TopicConfigManager:
             check_topic(topic)
         if not created:
             return created
-        self._changed([TopicConfig(topic, queue_nums, queue_nums, PermName.READ_WRITE) for topic in created],
-                      soon=True)
+        self._changed([TopicConfig(topic, queue_nums, queue_nums, PermName.READ_WRITE) for topic in created])
         log.info("%d topic%s created: %s%s", len(created), "" if len(created) == 1 else "s", ", ".join(created[:10]),
                  f" (+{len(created) - 10} more)" if len(created) > 10 else "")
         return created
 
-    def replace_all(self, configs: list[TopicConfig]) -> None:
-        """A slave takes its master's topics as they are (SlaveSynchronize); persisted when they changed. A name
-        that is no legal topic's is dropped, as when loading: every name in the table is checked (a send looks a
-        topic up before, and instead of, checking its name)."""
-        table: dict[str, TopicConfig] = {}
-        dropped: list[str] = []
-        for cfg in configs:
-            try:
-                check_topic(cfg.topic_name)
-            except InvalidMessageError:
-                dropped.append(cfg.topic_name)
-                continue
-            table[cfg.topic_name] = cfg
-        if dropped:
-            log.warning("%d topic configs from the master dropped, their names illegal: %.200r", len(dropped), dropped)
+    async def replace_all(self, saved: Iterable[Any]) -> None:
+        """A slave takes its master's topics (their JSON documents) as they are (SlaveSynchronize): the table
+        becomes the master's, a topic the master lacks (a system topic too) gone, as RocketMQ's slave does.
+        Persisted when they changed, done once that is durable. One that does not parse or names no legal topic is
+        dropped, as when loading."""
+        table = _legal(saved, "the master")
         if table != self.table:
             self.table = table
-            self.journal.replace(self.serialize())
+            await asyncio.shield(self.journal.replace_soon(self.serialize()))
 
-    def _changed(self, puts: list[TopicConfig], deleted: str | None = None, soon: bool = False) -> None:
-        """``puts`` created or changed, or the topic ``deleted``: in the table, then in the journal, then told to
-        the broker. ``OSError`` when the record could not be appended, and the table is then as it was. ``soon``,
-        on the event loop: the append is left to the journal's writer, the topics in ``pending`` until it is done
-        (undone, with a log line, when it failed)."""
+    def _changed(self, puts: list[TopicConfig], deleted: str | None = None) -> asyncio.Future[None]:
+        """``puts`` created or changed, or the topic ``deleted``: in the table now, and in ``pending`` until the
+        journal's writer made the record durable (the future returned), then told to the broker; undone, with a
+        log line, when the append failed (the future's ``OSError``)."""
         names = [cfg.topic_name for cfg in puts] if deleted is None else [deleted]
         record = {"put": [cfg.to_json() for cfg in puts]} if deleted is None else {"delete": [deleted]}
-        if soon and _on_loop():
-            before = entries_of(self.table, names)
-            self._apply(puts, deleted)
-            durable = self.journal.append_soon(dict(record, dataVersion=self.data_version), len(self.table),
-                                               self.serialize)
-            self.pending.update((name, durable) for name in names)
-            after = entries_of(self.table, names)
-            durable.add_done_callback(lambda done: self._settled(done, names, before, after))
-            return
-        with undone_on_failure(self.table, names, self.journal):
-            self._apply(puts, deleted)
-            self.journal.append(dict(record, dataVersion=self.data_version), len(self.table), self.serialize)
-        if self.on_change is not None:
-            self.on_change(names if deleted is None else None)
+        before = entries_of(self.table, names)
+        self._apply(puts, deleted)
+        durable = self.journal.append_soon(dict(record, dataVersion=self.data_version), len(self.table),
+                                           self.serialize)
+        undone_when_failed(durable, self.table, before, self.journal)
+        self.pending.update((name, durable) for name in names)
+        durable.add_done_callback(lambda done: self._settled(done, names))
+        return durable
 
     def _apply(self, puts: list[TopicConfig], deleted: str | None) -> None:
         self.table.update((cfg.topic_name, cfg) for cfg in puts)
@@ -193,21 +176,18 @@ class TopicConfigManager:
             self.table.pop(deleted)
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": int(self.data_version["counter"]) + 1}
 
-    def _settled(self, durable: asyncio.Future[None], names: list[str], before: dict[str, Any],
-                 after: dict[str, Any]) -> None:
+    def _settled(self, durable: asyncio.Future[None], names: list[str]) -> None:
         for name in names:
             if self.pending.get(name) is durable:
                 del self.pending[name]
         failed = durable.exception()
         if failed is not None:
-            undo(self.table, before, after, self.journal)
             log.error("topic%s %s not stored: %s", "" if len(names) == 1 else "s", ", ".join(names[:10]), failed)
         elif self.on_change is not None:
             self.on_change(names)
 
     async def durable(self, topic: str) -> None:
-        """Once the creation of ``topic`` a client's request made is durable; ``OSError`` when it failed (the
-        topic is then gone again)."""
+        """Once the last change of ``topic`` is durable; ``OSError`` when it failed (the change is then undone)."""
         created = self.pending.get(topic)
         if created is not None:
             await asyncio.shield(created)
@@ -220,10 +200,22 @@ class TopicConfigManager:
         return {"topicConfigTable": {n: c.to_json() for n, c in self.table.items()}, "dataVersion": self.data_version}
 
 
-def _on_loop() -> bool:
-    """Whether this runs on an event loop (the broker's), which may not wait for an fsync."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+def _legal(saved: Iterable[Any], source: str) -> dict[str, TopicConfig]:
+    """The topic configs among the JSON documents ``saved`` that parse and name a legal topic, by name; the others
+    dropped with one log line. Every name in the table is checked (a send looks a topic up before, and instead of,
+    checking its name; a name also names a directory of the store): one saved before names were checked where they
+    enter, or a master's, may be illegal."""
+    table: dict[str, TopicConfig] = {}
+    dropped: list[str] = []
+    for doc in saved:
+        try:
+            cfg = TopicConfig.from_json(doc)
+            check_topic(cfg.topic_name)
+        except (KeyError, TypeError, ValueError, InvalidMessageError) as exc:
+            dropped.append(f"{doc!r:.100}: {exc}")
+            continue
+        table[cfg.topic_name] = cfg
+    if dropped:
+        log.warning("%d topic config%s from %s dropped: %.500s", len(dropped), "" if len(dropped) == 1 else "s",
+                    source, "; ".join(dropped))
+    return table

@@ -192,19 +192,21 @@ class AdminBrokerProcessor:
         if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
                                                remark="queue numbers must be between 1 and 1024")
-        self.broker.topic_config_manager.update(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,
-                                                            h.topic_filter_type, h.topic_sys_flag, h.order))
+        await self.broker.topic_config_manager.update(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums,
+                                                                  h.perm, h.topic_filter_type, h.topic_sys_flag,
+                                                                  h.order))
         # Answered once the name servers know it (RocketMQ registers before answering too): a producer that asks
         # for the route right after must find it. Only this topic is sent, not all of them again.
         await self.broker.register_topic(h.topic)
         return _ok(cmd)
 
-    def _delete_topic(self, conn: Connection, cmd: RemotingCommand, h: DeleteTopicRequestHeader) -> RemotingCommand:
+    async def _delete_topic(self, conn: Connection, cmd: RemotingCommand,
+                            h: DeleteTopicRequestHeader) -> RemotingCommand:
         topic = h.topic
         check_topic(topic)
         if is_system_topic(topic):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"{topic} is a system topic")
-        if not self.broker.topic_config_manager.delete(topic):
+        if not await self.broker.topic_config_manager.delete(topic):
             return RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic} not exist")
         self.broker.store.delete_topic(topic)
         self.broker.consumer_offset_manager.remove_topic(topic)

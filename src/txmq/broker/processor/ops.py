@@ -297,9 +297,9 @@ class OpsProcessor:
                  or any(key.endswith(suffix) for key in broker.consumer_offset_manager.table))
         return GroupChange(cfg, known)
 
-    def _update_group(self, conn: Connection, cmd: RemotingCommand, change: GroupChange) -> RemotingCommand:
+    async def _update_group(self, conn: Connection, cmd: RemotingCommand, change: GroupChange) -> RemotingCommand:
         cfg = change.config
-        self.broker.subscription_group_manager.update(cfg)
+        await self.broker.subscription_group_manager.update(cfg)
         log.info("subscription group %s updated: %s", cfg.group_name, cfg)
         return _answer(cmd)
 
@@ -307,9 +307,9 @@ class OpsProcessor:
         manager = self.broker.subscription_group_manager
         return _answer(cmd, {**manager.serialize(), "dataVersion": {"timestamp": 0, "counter": len(manager.table)}})
 
-    def _delete_group(self, conn: Connection, cmd: RemotingCommand,
-                      h: DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
-        if not self.broker.subscription_group_manager.delete(h.group_name):
+    async def _delete_group(self, conn: Connection, cmd: RemotingCommand,
+                            h: DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
+        if not await self.broker.subscription_group_manager.delete(h.group_name):
             return _answer(cmd, code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                            remark=f"subscription group {h.group_name} does not exist on this broker")
         if h.clean_offset:
