@@ -23,7 +23,7 @@ from txmq.broker.config import BrokerConfig
 from txmq.broker.config_journal import ConfigJournal
 from txmq.broker.controller import BrokerController
 from txmq.broker.core import topics
-from txmq.broker.subscription_group_manager import SubscriptionGroupManager
+from txmq.broker.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
@@ -486,3 +486,72 @@ def test_a_slave_s_copy_of_its_master_s_topics_does_not_hold_other_connections(
     reopened = TopicConfigManager(tmp_path / "slave" / "store", auto_create=True, default_queue_nums=4,
                                   delay_levels=18)
     assert "FromMaster" in reopened.table
+
+
+class FailingFsync:
+    """An fsync that fails ``failures`` times, the first one held until ``release``: the changes made meanwhile
+    are all handed to the writer before any of them fails."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, fd: int) -> None:
+        if self.failures:
+            self.failures -= 1
+            self.entered.set()
+            self.release.wait(10)
+            raise OSError(5, "Input/output error")
+        os.fdatasync(fd)
+
+
+def test_two_changes_of_one_topic_both_failing_leave_it_as_it_was_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two operators change one topic, then another deletes it, each append failing (a disk gone bad): each is
+    answered as failed, so the topic stays as it was stored, not as the first failed change left it for the
+    second (a later fold would store what was answered as failed)."""
+    manager = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    fsync = FailingFsync(failures=3)
+
+    async def main() -> None:
+        await manager.update(TopicConfig("T", 4, 4))
+        monkeypatch.setattr(config_journal, "os", SlowOs(fsync))
+        changes = [asyncio.ensure_future(manager.update(TopicConfig("T", n, n))) for n in (1, 2)]
+        await asyncio.sleep(0)
+        changes.append(asyncio.ensure_future(manager.delete("T")))
+        await asyncio.sleep(0)
+        fsync.release.set()
+        for failed in await asyncio.gather(*changes, return_exceptions=True):
+            assert isinstance(failed, OSError), failed
+        assert manager.table["T"].read_queue_nums == 4
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    manager.persist()
+    assert TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18).table[
+        "T"].read_queue_nums == 4
+
+
+def test_a_group_deleted_then_changed_both_failing_stays_as_it_was_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's deletion and then a change of it, both appends failing: the group stays as stored, not gone."""
+    manager = SubscriptionGroupManager(tmp_path)
+    fsync = FailingFsync(failures=2)
+
+    async def main() -> None:
+        await manager.update(SubscriptionGroupConfig("g", retry_max_times=5))
+        monkeypatch.setattr(config_journal, "os", SlowOs(fsync))
+        changes = [asyncio.ensure_future(manager.delete("g"))]
+        await asyncio.sleep(0)
+        changes.append(asyncio.ensure_future(manager.update(SubscriptionGroupConfig("g", retry_max_times=1))))
+        await asyncio.sleep(0)
+        fsync.release.set()
+        for failed in await asyncio.gather(*changes, return_exceptions=True):
+            assert isinstance(failed, OSError), failed
+        assert manager.table["g"].retry_max_times == 5
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    manager.persist()
+    assert SubscriptionGroupManager(tmp_path).table["g"].retry_max_times == 5

@@ -86,33 +86,38 @@ _ABSENT = object()
 
 def undone_when_failed(durable: asyncio.Future[None], table: dict[str, Any], before: dict[str, Any],
                        journal: ConfigJournal) -> None:
-    """Put the entries of ``table`` that a change made back as they were ``before`` it when its append
-    (``durable``) fails, before whoever waits for it runs: a change answered as failed must be neither served nor
-    stored by a later fold of the whole table."""
+    """Put the entries of ``table`` that a change made back as they are stored when its append (``durable``)
+    fails, before whoever waits for it runs: a change answered as failed must be neither served nor stored by a
+    later fold of the whole table. An entry a later change made again is left to that one; what it is put back to
+    is the entry as the last change of it that did not fail left it (``ConfigJournal.unsettled``), not as ``before``
+    this change: that may be an earlier change that failed too."""
     after = entries_of(table, before)
+    unsettled = journal.unsettled  # the one of ``table``, which a slave's ``replace_all`` replaces with it
+    for name, entry in before.items():
+        unsettled.setdefault(name, [entry, 0])[1] += 1
 
     def settled(done: asyncio.Future[None]) -> None:
-        if not done.cancelled() and done.exception() is not None:
-            undo(table, before, after, journal)
+        failed = not done.cancelled() and done.exception() is not None
+        for name, made in after.items():
+            stored = unsettled[name]
+            if not failed:
+                stored[0] = made
+            elif table.get(name, _ABSENT) is made:
+                if stored[0] is _ABSENT:
+                    table.pop(name, None)
+                else:
+                    table[name] = stored[0]
+            stored[1] -= 1
+            if not stored[1]:
+                del unsettled[name]
+        if failed:
+            journal.undone()
 
     durable.add_done_callback(settled)
 
 
 def entries_of(table: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
     return {name: table.get(name, _ABSENT) for name in names}
-
-
-def undo(table: dict[str, Any], before: dict[str, Any], after: dict[str, Any], journal: ConfigJournal) -> None:
-    """The entries of a change whose append failed put back as ``before`` it, each one still as the change left
-    it (``after``): a later change of it was appended after this one and stands."""
-    for name, entry in before.items():
-        if table.get(name, _ABSENT) is not after[name]:
-            continue
-        if entry is _ABSENT:
-            table.pop(name, None)
-        else:
-            table[name] = entry
-    journal.undone()
 
 
 class ConfigJournal:
@@ -132,6 +137,9 @@ class ConfigJournal:
         # with fewer undone changes than the writer has seen fail appends its record instead.
         self._failed = 0  # jobs that failed (the writer's count)
         self._undone = 0  # changes undone after their job failed (the caller's count, at most ``_failed``)
+        # Per entry with changes not settled yet: [the entry as stored (the last change of it that did not fail),
+        # how many of its changes are not settled]; the loop's, as is the table, and replaced with it.
+        self.unsettled: dict[str, list[Any]] = {}
 
     def table_change(self, record: Any, what: str) -> tuple[list[Any], list[str]] | None:
         """A record of a table kept this way, ``{"put": [entry documents], "delete": [names]}``, as its puts and

@@ -153,6 +153,7 @@ class TopicConfigManager:
         table = _legal(saved, "the master")
         if table != self.table:
             self.table = table
+            self.journal.unsettled = {}  # a change still unsettled undoes itself in the table it was made in
             await asyncio.shield(self.journal.replace_soon(self.serialize()))
 
     def _changed(self, puts: list[TopicConfig], deleted: str | None = None) -> asyncio.Future[None]:
