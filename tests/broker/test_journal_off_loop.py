@@ -21,6 +21,7 @@ import pytest
 from txmq.broker import config_journal
 from txmq.broker.config import BrokerConfig
 from txmq.broker.config_journal import ConfigJournal
+from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
 from txmq.broker.controller import BrokerController
 from txmq.broker.core import topics
 from txmq.broker.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
@@ -555,3 +556,45 @@ def test_a_group_deleted_then_changed_both_failing_stays_as_it_was_stored(
     monkeypatch.undo()
     manager.persist()
     assert SubscriptionGroupManager(tmp_path).table["g"].retry_max_times == 5
+
+
+def test_a_topic_deletion_durable_after_its_handler_was_cancelled_still_drops_the_topic_s_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deleteTopic, its fsync slower than the stop's grace for running handlers, which cancels the handler: the
+    deletion is still written, so the topic's consume queues and offsets must go with it, else a topic of that name
+    created later serves the deleted topic's messages again."""
+    slow = SlowFsync(hold=10.0)
+    port = free_port()
+    broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                           listen_port=port, grpc_port=-1))
+    addr = f"127.0.0.1:{port}"
+
+    async def main() -> None:
+        await broker.start()
+        try:
+            async with RemotingClient() as operator:  # open during the stop, which closes its connection
+                assert (await operator.invoke(addr, _topic_change("Doomed", 1), 10)).code == ResponseCode.SUCCESS
+                assert (await operator.invoke(addr, _send("Doomed"), 10)).code == ResponseCode.SUCCESS
+                assert (tmp_path / "store" / "consumequeue" / "Doomed").exists()
+                broker.consumer_offset_manager.commit("g", "Doomed", 0, 1)
+                monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+                deleting = asyncio.ensure_future(operator.invoke(
+                    addr, _operator(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Doomed"}), 30))
+                assert await asyncio.to_thread(slow.entered.wait, 10)
+                close = broker.server.close
+                monkeypatch.setattr(broker.server, "close", lambda: close(grace=0.2))
+                threading.Timer(1.0, slow.release.set).start()  # after the grace: the handler is cancelled
+                await broker.shutdown()
+                await asyncio.gather(deleting, return_exceptions=True)
+        finally:
+            slow.release.set()
+            if broker.started:
+                await broker.shutdown()
+        assert broker.consumer_offset_manager.query("g", "Doomed", 0) < 0
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    assert "Doomed" not in TopicConfigManager(tmp_path / "store", auto_create=True, default_queue_nums=4,
+                                              delay_levels=18).table
+    assert not (tmp_path / "store" / "consumequeue" / "Doomed").exists()
+    assert ConsumerOffsetManager(tmp_path / "store").query("g", "Doomed", 0) < 0

@@ -116,6 +116,14 @@ def undone_when_failed(durable: asyncio.Future[None], table: dict[str, Any], bef
     durable.add_done_callback(settled)
 
 
+def when_durable(durable: asyncio.Future[None], then: Callable[[], None] | None) -> None:
+    """Call ``then`` once the change ``durable`` waits for is durable, whether or not its request still waits (a
+    broker's stop cancels a handler that waits longer than its grace): what goes with an entry's deletion (a
+    topic's queues, a group's offsets) goes whenever the deletion is stored."""
+    if then is not None:
+        durable.add_done_callback(lambda done: None if done.cancelled() or done.exception() else then())
+
+
 def entries_of(table: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
     return {name: table.get(name, _ABSENT) for name in names}
 
