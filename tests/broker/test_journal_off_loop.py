@@ -598,3 +598,31 @@ def test_a_topic_deletion_durable_after_its_handler_was_cancelled_still_drops_th
                                               delay_levels=18).table
     assert not (tmp_path / "store" / "consumequeue" / "Doomed").exists()
     assert ConsumerOffsetManager(tmp_path / "store").query("g", "Doomed", 0) < 0
+
+
+@pytest.mark.parametrize("change", [lambda: _topic_change("Ops", 2), lambda: _group_change("g", 3)],
+                         ids=["topic", "group"])
+def test_operator_changes_beyond_a_bound_while_the_disk_is_slow_are_refused_busy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Callable[[], RemotingCommand]) -> None:
+    """Operator changes sent one after another, faster than a slow disk stores them: each, and the request waiting
+    for it, is held in memory, so beyond a bound one more is answered SYSTEM_BUSY at once, changing nothing; the
+    ones held are answered once durable."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(config_journal, "MAX_QUEUED_CHANGES", 2, raising=False)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (_, addr), RemotingClient() as operator:
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = [asyncio.ensure_future(operator.invoke(addr, change(), 30)) for _ in range(2)]
+            assert await asyncio.to_thread(slow.entered.wait, 10)
+            await asyncio.sleep(0.1)
+            refused = await operator.invoke(addr, change(), 10)
+            assert refused.code == ResponseCode.SYSTEM_BUSY, (refused.code, refused.remark)
+            assert not any(f.done() for f in held)
+            slow.release.set()
+            for reply in await asyncio.gather(*held):
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+            again = await operator.invoke(addr, change(), 10)
+            assert again.code == ResponseCode.SUCCESS, again.remark
+
+    asyncio.run(main())

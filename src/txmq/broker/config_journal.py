@@ -83,6 +83,11 @@ def _decode_line(line: bytes) -> Any:
 
 _ABSENT = object()
 
+# Changes handed to a journal's writer and not durable yet beyond which an operator's change is refused busy: each,
+# and the request waiting for it, is held in memory while a slow disk stores them (no TCP backpressure stops a
+# peer sending more meanwhile).
+MAX_QUEUED_CHANGES = 4096
+
 
 def undone_when_failed(durable: asyncio.Future[None], table: dict[str, Any], before: dict[str, Any],
                        journal: ConfigJournal) -> None:
@@ -148,6 +153,7 @@ class ConfigJournal:
         # Per entry with changes not settled yet: [the entry as stored (the last change of it that did not fail),
         # how many of its changes are not settled]; the loop's, as is the table, and replaced with it.
         self.unsettled: dict[str, list[Any]] = {}
+        self.queued = 0  # changes handed to the writer by ``append_soon`` and not settled yet
 
     def table_change(self, record: Any, what: str) -> tuple[list[Any], list[str]] | None:
         """A record of a table kept this way, ``{"put": [entry documents], "delete": [names]}``, as its puts and
@@ -199,7 +205,19 @@ class ConfigJournal:
         the change and calls ``undone``). The journal is folded into ``snapshot()``'s document when it outgrew
         ``entries``; ``snapshot`` is called only then: a callable, so the whole table is not serialized at every
         change."""
-        return asyncio.wrap_future(self._submit(record, entries, snapshot))
+        durable = asyncio.wrap_future(self._submit(record, entries, snapshot))
+        self.queued += 1
+        durable.add_done_callback(self._settled)
+        return durable
+
+    def _settled(self, _: asyncio.Future[None]) -> None:
+        self.queued -= 1
+
+    def busy(self) -> str | None:
+        """Why one more operator's change is refused (``MAX_QUEUED_CHANGES``), or None."""
+        if self.queued < MAX_QUEUED_CHANGES:
+            return None
+        return f"{self.queued} changes of {self.path.name} wait for the disk: change again later"
 
     def undone(self) -> None:
         """The change whose append failed is undone in the table: snapshots taken from here on may be folded."""

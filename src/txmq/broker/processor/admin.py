@@ -192,6 +192,9 @@ class AdminBrokerProcessor:
         if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
                                                remark="queue numbers must be between 1 and 1024")
+        busy = self.broker.topic_config_manager.journal.busy()
+        if busy is not None:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_BUSY, remark=busy)
         await self.broker.topic_config_manager.update(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums,
                                                                   h.perm, h.topic_filter_type, h.topic_sys_flag,
                                                                   h.order))

@@ -300,6 +300,9 @@ class OpsProcessor:
 
     async def _update_group(self, conn: Connection, cmd: RemotingCommand, change: GroupChange) -> RemotingCommand:
         cfg = change.config
+        busy = self.broker.subscription_group_manager.journal.busy()
+        if busy is not None:
+            return _answer(cmd, code=ResponseCode.SYSTEM_BUSY, remark=busy)
         await self.broker.subscription_group_manager.update(cfg)
         log.info("subscription group %s updated: %s", cfg.group_name, cfg)
         return _answer(cmd)
