@@ -626,3 +626,27 @@ def test_operator_changes_beyond_a_bound_while_the_disk_is_slow_are_refused_busy
             assert again.code == ResponseCode.SUCCESS, again.remark
 
     asyncio.run(main())
+
+
+def test_a_group_deletion_cleans_its_offsets_once_durable_though_its_caller_was_cancelled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deleteSubGroup with clean_offset, the request cancelled while the deletion waits for a slow disk: the
+    deletion is stored all the same, and so its offsets go with it."""
+    manager = SubscriptionGroupManager(tmp_path)
+    slow = SlowFsync(hold=10.0)
+    cleaned: list[str] = []
+
+    async def main() -> None:
+        await manager.update(SubscriptionGroupConfig("g"))
+        monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+        deleting = asyncio.ensure_future(manager.delete("g", lambda: cleaned.append("g")))
+        assert await asyncio.to_thread(slow.entered.wait, 10)
+        deleting.cancel()
+        slow.release.set()
+        await asyncio.to_thread(manager.journal.close)
+        await asyncio.sleep(0.1)
+        assert cleaned == ["g"]
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    assert "g" not in SubscriptionGroupManager(tmp_path).table
