@@ -189,10 +189,15 @@ class TopicConfigManager:
             self.on_change(names)
 
     async def durable(self, topic: str) -> None:
-        """Once the last change of ``topic`` is durable; ``OSError`` when it failed (the change is then undone)."""
+        """Once the last change of ``topic`` is durable and settled (out of ``pending``); ``OSError`` when it
+        failed (the change is then undone). A change's future can be done while the callbacks that settle it are
+        still queued on the loop: awaiting it then does not yield, so one turn is given to them — a caller that
+        retries while the topic is pending would otherwise retry without end."""
         created = self.pending.get(topic)
         if created is not None:
             await asyncio.shield(created)
+            if self.pending.get(topic) is created:
+                await asyncio.sleep(0)
 
     def persist(self) -> None:
         """The whole table as the snapshot, the journal emptied."""
