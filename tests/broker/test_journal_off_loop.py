@@ -21,9 +21,10 @@ import pytest
 from txmq.broker import config_journal
 from txmq.broker.config import BrokerConfig
 from txmq.broker.config_journal import ConfigJournal
+from txmq.broker.consumer_offset_manager import ConsumerOffsetManager
 from txmq.broker.controller import BrokerController
 from txmq.broker.core import topics
-from txmq.broker.subscription_group_manager import SubscriptionGroupManager
+from txmq.broker.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
@@ -486,3 +487,166 @@ def test_a_slave_s_copy_of_its_master_s_topics_does_not_hold_other_connections(
     reopened = TopicConfigManager(tmp_path / "slave" / "store", auto_create=True, default_queue_nums=4,
                                   delay_levels=18)
     assert "FromMaster" in reopened.table
+
+
+class FailingFsync:
+    """An fsync that fails ``failures`` times, the first one held until ``release``: the changes made meanwhile
+    are all handed to the writer before any of them fails."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, fd: int) -> None:
+        if self.failures:
+            self.failures -= 1
+            self.entered.set()
+            self.release.wait(10)
+            raise OSError(5, "Input/output error")
+        os.fdatasync(fd)
+
+
+def test_two_changes_of_one_topic_both_failing_leave_it_as_it_was_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two operators change one topic, then another deletes it, each append failing (a disk gone bad): each is
+    answered as failed, so the topic stays as it was stored, not as the first failed change left it for the
+    second (a later fold would store what was answered as failed)."""
+    manager = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18)
+    fsync = FailingFsync(failures=3)
+
+    async def main() -> None:
+        await manager.update(TopicConfig("T", 4, 4))
+        monkeypatch.setattr(config_journal, "os", SlowOs(fsync))
+        changes = [asyncio.ensure_future(manager.update(TopicConfig("T", n, n))) for n in (1, 2)]
+        await asyncio.sleep(0)
+        changes.append(asyncio.ensure_future(manager.delete("T")))
+        await asyncio.sleep(0)
+        fsync.release.set()
+        for failed in await asyncio.gather(*changes, return_exceptions=True):
+            assert isinstance(failed, OSError), failed
+        assert manager.table["T"].read_queue_nums == 4
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    manager.persist()
+    assert TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=8, delay_levels=18).table[
+        "T"].read_queue_nums == 4
+
+
+def test_a_group_deleted_then_changed_both_failing_stays_as_it_was_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's deletion and then a change of it, both appends failing: the group stays as stored, not gone."""
+    manager = SubscriptionGroupManager(tmp_path)
+    fsync = FailingFsync(failures=2)
+
+    async def main() -> None:
+        await manager.update(SubscriptionGroupConfig("g", retry_max_times=5))
+        monkeypatch.setattr(config_journal, "os", SlowOs(fsync))
+        changes = [asyncio.ensure_future(manager.delete("g"))]
+        await asyncio.sleep(0)
+        changes.append(asyncio.ensure_future(manager.update(SubscriptionGroupConfig("g", retry_max_times=1))))
+        await asyncio.sleep(0)
+        fsync.release.set()
+        for failed in await asyncio.gather(*changes, return_exceptions=True):
+            assert isinstance(failed, OSError), failed
+        assert manager.table["g"].retry_max_times == 5
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    manager.persist()
+    assert SubscriptionGroupManager(tmp_path).table["g"].retry_max_times == 5
+
+
+def test_a_topic_deletion_durable_after_its_handler_was_cancelled_still_drops_the_topic_s_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deleteTopic, its fsync slower than the stop's grace for running handlers, which cancels the handler: the
+    deletion is still written, so the topic's consume queues and offsets must go with it, else a topic of that name
+    created later serves the deleted topic's messages again."""
+    slow = SlowFsync(hold=10.0)
+    port = free_port()
+    broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
+                                           listen_port=port, grpc_port=-1))
+    addr = f"127.0.0.1:{port}"
+
+    async def main() -> None:
+        await broker.start()
+        try:
+            async with RemotingClient() as operator:  # open during the stop, which closes its connection
+                assert (await operator.invoke(addr, _topic_change("Doomed", 1), 10)).code == ResponseCode.SUCCESS
+                assert (await operator.invoke(addr, _send("Doomed"), 10)).code == ResponseCode.SUCCESS
+                assert (tmp_path / "store" / "consumequeue" / "Doomed").exists()
+                broker.consumer_offset_manager.commit("g", "Doomed", 0, 1)
+                monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+                deleting = asyncio.ensure_future(operator.invoke(
+                    addr, _operator(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Doomed"}), 30))
+                assert await asyncio.to_thread(slow.entered.wait, 10)
+                close = broker.server.close
+                monkeypatch.setattr(broker.server, "close", lambda: close(grace=0.2))
+                threading.Timer(1.0, slow.release.set).start()  # after the grace: the handler is cancelled
+                await broker.shutdown()
+                await asyncio.gather(deleting, return_exceptions=True)
+        finally:
+            slow.release.set()
+            if broker.started:
+                await broker.shutdown()
+        assert broker.consumer_offset_manager.query("g", "Doomed", 0) < 0
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    assert "Doomed" not in TopicConfigManager(tmp_path / "store", auto_create=True, default_queue_nums=4,
+                                              delay_levels=18).table
+    assert not (tmp_path / "store" / "consumequeue" / "Doomed").exists()
+    assert ConsumerOffsetManager(tmp_path / "store").query("g", "Doomed", 0) < 0
+
+
+@pytest.mark.parametrize("change", [lambda: _topic_change("Ops", 2), lambda: _group_change("g", 3)],
+                         ids=["topic", "group"])
+def test_operator_changes_beyond_a_bound_while_the_disk_is_slow_are_refused_busy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Callable[[], RemotingCommand]) -> None:
+    """Operator changes sent one after another, faster than a slow disk stores them: each, and the request waiting
+    for it, is held in memory, so beyond a bound one more is answered SYSTEM_BUSY at once, changing nothing; the
+    ones held are answered once durable."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(config_journal, "MAX_QUEUED_CHANGES", 2, raising=False)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (_, addr), RemotingClient() as operator:
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = [asyncio.ensure_future(operator.invoke(addr, change(), 30)) for _ in range(2)]
+            assert await asyncio.to_thread(slow.entered.wait, 10)
+            await asyncio.sleep(0.1)
+            refused = await operator.invoke(addr, change(), 10)
+            assert refused.code == ResponseCode.SYSTEM_BUSY, (refused.code, refused.remark)
+            assert not any(f.done() for f in held)
+            slow.release.set()
+            for reply in await asyncio.gather(*held):
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+            again = await operator.invoke(addr, change(), 10)
+            assert again.code == ResponseCode.SUCCESS, again.remark
+
+    asyncio.run(main())
+
+
+def test_a_group_deletion_cleans_its_offsets_once_durable_though_its_caller_was_cancelled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deleteSubGroup with clean_offset, the request cancelled while the deletion waits for a slow disk: the
+    deletion is stored all the same, and so its offsets go with it."""
+    manager = SubscriptionGroupManager(tmp_path)
+    slow = SlowFsync(hold=10.0)
+    cleaned: list[str] = []
+
+    async def main() -> None:
+        await manager.update(SubscriptionGroupConfig("g"))
+        monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+        deleting = asyncio.ensure_future(manager.delete("g", lambda: cleaned.append("g")))
+        assert await asyncio.to_thread(slow.entered.wait, 10)
+        deleting.cancel()
+        slow.release.set()
+        await asyncio.to_thread(manager.journal.close)
+        await asyncio.sleep(0.1)
+        assert cleaned == ["g"]
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    assert "g" not in SubscriptionGroupManager(tmp_path).table

@@ -245,3 +245,24 @@ def test_a_slave_drops_the_master_s_topics_whose_names_are_illegal(tmp_path: Pat
     assert set(manager.table) == {"orders"}
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and lines[0].startswith("3 topic configs from the master dropped") and "a b" in lines[0]
+
+
+def test_durable_returns_only_once_the_topic_is_no_longer_pending(tmp_path: Path) -> None:
+    """A creation's record made durable, its future done but the callbacks that settle it not run yet (they run in
+    a later turn of the loop): ``durable`` still returns only once the topic has left ``pending``. Returning at
+    once, a send retried after it (remoting's ``_once_durable``, gRPC's loop) found the topic still pending and
+    retried again without ever yielding: unbounded recursion (a crash) or a loop that never returned."""
+    manager = _manager(tmp_path)
+
+    async def main() -> bool:
+        assert manager.create_if_absent("Fresh", 4) is not None
+        assert "Fresh" in manager.pending
+        manager.journal.close()  # on the loop: the writer done, its result queued ahead of the task made next
+
+        async def retried() -> bool:
+            await manager.durable("Fresh")
+            return "Fresh" in manager.pending
+
+        return await asyncio.ensure_future(retried())
+
+    assert asyncio.run(main()) is False

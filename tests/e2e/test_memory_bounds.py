@@ -167,6 +167,26 @@ def test_a_suspended_pull_on_a_never_written_queue_is_held(cluster, topic_broker
         assert [a.code for a in got] == [ResponseCode.TOPIC_NOT_EXIST]
 
 
+def test_without_long_polling_a_suspended_pull_is_held_for_the_short_polling_time(cluster):
+    """``longPollingEnable=false``: a pull that finds nothing is held ``shortPollingTimeMills`` (RocketMQ's short
+    polling). Answered at once, a consumer that pulls again at once (as the clients do on PULL_NOT_FOUND) spun with
+    the broker, each at a full core, for every idle queue."""
+    broker = cluster.start_broker(conf={"longPollingEnable": "false", "shortPollingTimeMills": 500})
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("short_t", queue_nums=1)
+    cluster.wait_route("short_t")
+    with socket.create_connection(_addr(broker.addrs["broker"])) as s:
+        dec = FrameDecoder()
+        answers = 0
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            s.sendall(_pull("short_t", 0, 20_000))  # the consumer's own suspend timeout is not the one used
+            got = _answers(s, dec, 5.0, want=1)
+            assert [a.code for a in got] == [ResponseCode.PULL_NOT_FOUND]
+            answers += 1
+        assert answers <= 5, answers
+
+
 def _stall(addr: tuple[str, int], nbytes: int, frame_len: int = 16 * MiB - 4) -> socket.socket:
     """A connection that sends ``nbytes`` of a frame of ``frame_len`` and stops."""
     s = socket.create_connection(addr)

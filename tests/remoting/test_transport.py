@@ -560,3 +560,35 @@ def test_an_idle_time_of_zero_closes_no_connection(run: Runner) -> None:
             writer.close()
 
     run(with_server(body, limits=ServerLimits(server_channel_max_idle_time_seconds=0)))
+
+
+def test_a_freed_slot_is_passed_on_when_its_waiter_is_cancelled_before_it_runs(run: Runner) -> None:
+    """A request that finishes hands its pending slot to the first waiter by waking it; a waiter cancelled in the
+    same turn (its caller's timeout, a handler cancelled at a broker's stop) never runs to take it. The slot must go
+    on to the next waiter: it was lost, and the next waited, with nothing in flight, until its own timeout."""
+
+    async def main() -> None:
+        server = RemotingServer(Handler())
+        await server.start()
+        client = RemotingClient(max_pending_invokes=1)
+        try:
+            addr = f"127.0.0.1:{server.port}"
+            conn = await client.get_connection(addr)
+            holder = asyncio.ensure_future(conn.invoke(RemotingCommand.request(ASYNC_ECHO, body=b"x"), 5))
+            await asyncio.sleep(0)
+            first = asyncio.ensure_future(conn.invoke(RemotingCommand.request(ECHO, body=b"1"), 5))
+            second = asyncio.ensure_future(conn.invoke(RemotingCommand.request(ECHO, body=b"2"), 5))
+            await asyncio.sleep(0)
+            assert len(conn._slot_waiters) == 2 and len(conn._pending) == 1
+            # Once the holder's answer is in, cancel the first waiter in the turn its wake-up is queued.
+            next(iter(conn._pending.values())).add_done_callback(lambda _: first.cancel())
+            assert (await holder).body == b"x"
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            resp = await asyncio.wait_for(second, 1.0)
+            assert resp.body == b"2"
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())

@@ -109,7 +109,8 @@ class BrokerConfig:
                                    doc="the delay levels (`txmq send --delay LEVEL`, retries)")
     long_polling_enable: bool = key(True, runtime=True, doc="hold pulls until a message arrives")
     short_polling_time_mills: int = key(1000, unit="ms", range=(0, None),
-                                        doc="read, not used yet (a pull without long polling answers at once)")
+                                        doc="how long a pull that finds nothing is held when long polling is off (a "
+                                            "message arriving answers it sooner)")
     register_name_server_period: int = key(30_000, unit="ms", range=(1000, None), runtime=True,
                                            doc="between registrations with the name servers (RocketMQ clamps it "
                                                "to 10-60 s)")

@@ -320,13 +320,15 @@ class BrokerController:
             self.metrics = None
         await self.server.close()
         await self.namesrv_client.close()
+        for journal in (self.topic_config_manager.journal, self.subscription_group_manager.journal):
+            # What clients created is written before the store closes; a deletion's queues and offsets go with it
+            # (once durable, on this loop) before the offsets are saved.
+            await asyncio.to_thread(journal.close)
         for save in (self._persist, self.transaction_service.snapshot):
             try:
                 save()
             except OSError:  # a full disk: what was last saved stands (offsets replay, the log is the truth)
                 log.exception("saving state at shutdown failed")
-        for journal in (self.topic_config_manager.journal, self.subscription_group_manager.journal):
-            await asyncio.to_thread(journal.close)  # what clients created is written before the store closes
         self.timer_service.close()
         await self.store.shutdown()
         if self.acl is not None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, entries_of, undone_when_failed
+from txmq.broker.config_journal import ConfigJournal, entries_of, undone_when_failed, when_durable
 from txmq.conf import update_fields
 from txmq.errors import InvalidMessageError
 from txmq.topic import check_group
@@ -104,19 +104,22 @@ class SubscriptionGroupManager:
         self.table[cfg.group_name] = cfg
         await self._appended({"put": [cfg.to_json()]}, before)
 
-    async def delete(self, group: str) -> bool:
-        """``update``'s deletion; False when there is no such group."""
+    async def delete(self, group: str, then: Callable[[], None] | None = None) -> bool:
+        """``update``'s deletion; False when there is no such group. ``then`` once it is durable
+        (``when_durable``)."""
         if group not in self.table:
             return False
         before = entries_of(self.table, [group])
         del self.table[group]
-        await self._appended({"delete": [group]}, before)
+        await self._appended({"delete": [group]}, before, then)
         return True
 
-    def _appended(self, record: dict[str, Any], before: dict[str, Any]) -> asyncio.Future[None]:
+    def _appended(self, record: dict[str, Any], before: dict[str, Any],
+                  then: Callable[[], None] | None = None) -> asyncio.Future[None]:
         """``record`` handed to the journal's writer: done once durable, the change undone when it failed."""
         durable = self.journal.append_soon(record, len(self.table), self.serialize)
         undone_when_failed(durable, self.table, before, self.journal)
+        when_durable(durable, then)
         return asyncio.shield(durable)
 
     def serialize(self) -> dict[str, Any]:

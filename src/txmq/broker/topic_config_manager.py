@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, entries_of, undone_when_failed
+from txmq.broker.config_journal import ConfigJournal, entries_of, undone_when_failed, when_durable
 from txmq.errors import InvalidMessageError
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -86,11 +86,12 @@ class TopicConfigManager:
         could not be stored, and the table is then as it was."""
         await asyncio.shield(self._put(cfg))
 
-    async def delete(self, topic: str) -> bool:
-        """``update``'s deletion; False when there is no such topic."""
+    async def delete(self, topic: str, then: Callable[[], None] | None = None) -> bool:
+        """``update``'s deletion; False when there is no such topic. ``then`` once it is durable (``when_durable``)."""
         if topic not in self.table:
             return False
         durable = self._changed([], topic)
+        when_durable(durable, then)
         log.info("topic deleted: %s", topic)
         await asyncio.shield(durable)
         return True
@@ -153,6 +154,7 @@ class TopicConfigManager:
         table = _legal(saved, "the master")
         if table != self.table:
             self.table = table
+            self.journal.unsettled = {}  # a change still unsettled undoes itself in the table it was made in
             await asyncio.shield(self.journal.replace_soon(self.serialize()))
 
     def _changed(self, puts: list[TopicConfig], deleted: str | None = None) -> asyncio.Future[None]:
@@ -187,10 +189,15 @@ class TopicConfigManager:
             self.on_change(names)
 
     async def durable(self, topic: str) -> None:
-        """Once the last change of ``topic`` is durable; ``OSError`` when it failed (the change is then undone)."""
+        """Once the last change of ``topic`` is durable and settled (out of ``pending``); ``OSError`` when it
+        failed (the change is then undone). A change's future can be done while the callbacks that settle it are
+        still queued on the loop: awaiting it then does not yield, so one turn is given to them — a caller that
+        retries while the topic is pending would otherwise retry without end."""
         created = self.pending.get(topic)
         if created is not None:
             await asyncio.shield(created)
+            if self.pending.get(topic) is created:
+                await asyncio.sleep(0)
 
     def persist(self) -> None:
         """The whole table as the snapshot, the journal emptied."""

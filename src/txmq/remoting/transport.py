@@ -421,8 +421,13 @@ class Connection(asyncio.Protocol):
                             finally:
                                 if waiter in self._slot_waiters:
                                     self._slot_waiters.remove(waiter)
-            except TimeoutError:
-                raise self._timeout_error(cmd, timeout) from None
+            except BaseException as exc:
+                # Woken for a freed slot but timed out or cancelled before it ran: the slot goes to the next.
+                if len(pending) < self._max_pending:
+                    self._wake_slot_waiter()
+                if isinstance(exc, TimeoutError):
+                    raise self._timeout_error(cmd, timeout) from None
+                raise
         if self.closed:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         opaque = cmd.opaque
@@ -438,10 +443,16 @@ class Connection(asyncio.Protocol):
             timer.cancel()
             if pending.get(opaque) is future:
                 del pending[opaque]
-            if self._slot_waiters:
-                waiter = self._slot_waiters.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
+            self._wake_slot_waiter()
+
+    def _wake_slot_waiter(self) -> None:
+        """A pending slot is free: the first invoke waiting for one (not given up already) may take it."""
+        waiters = self._slot_waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def _expire(self, future: asyncio.Future[RemotingCommand], cmd: RemotingCommand, timeout: float) -> None:
         if not future.done():

@@ -192,6 +192,9 @@ class AdminBrokerProcessor:
         if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
                                                remark="queue numbers must be between 1 and 1024")
+        busy = self.broker.topic_config_manager.journal.busy()
+        if busy is not None:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_BUSY, remark=busy)
         await self.broker.topic_config_manager.update(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums,
                                                                   h.perm, h.topic_filter_type, h.topic_sys_flag,
                                                                   h.order))
@@ -206,11 +209,15 @@ class AdminBrokerProcessor:
         check_topic(topic)
         if is_system_topic(topic):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=f"{topic} is a system topic")
-        if not await self.broker.topic_config_manager.delete(topic):
+        broker = self.broker
+
+        def removed() -> None:  # once the deletion is durable, even when a broker's stop cancelled this handler
+            broker.store.delete_topic(topic)
+            broker.consumer_offset_manager.remove_topic(topic)
+            broker.schedule_register()
+
+        if not await broker.topic_config_manager.delete(topic, removed):
             return RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic} not exist")
-        self.broker.store.delete_topic(topic)
-        self.broker.consumer_offset_manager.remove_topic(topic)
-        self.broker.schedule_register()
         return _ok(cmd)
 
     def _all_topics(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:

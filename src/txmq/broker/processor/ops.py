@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
@@ -299,6 +300,9 @@ class OpsProcessor:
 
     async def _update_group(self, conn: Connection, cmd: RemotingCommand, change: GroupChange) -> RemotingCommand:
         cfg = change.config
+        busy = self.broker.subscription_group_manager.journal.busy()
+        if busy is not None:
+            return _answer(cmd, code=ResponseCode.SYSTEM_BUSY, remark=busy)
         await self.broker.subscription_group_manager.update(cfg)
         log.info("subscription group %s updated: %s", cfg.group_name, cfg)
         return _answer(cmd)
@@ -309,11 +313,12 @@ class OpsProcessor:
 
     async def _delete_group(self, conn: Connection, cmd: RemotingCommand,
                             h: DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
-        if not await self.broker.subscription_group_manager.delete(h.group_name):
+        offsets = self.broker.consumer_offset_manager
+        # the offsets cleaned once the deletion is durable, even when a broker's stop cancelled this handler
+        cleaned = partial(offsets.remove_group, h.group_name) if h.clean_offset else None
+        if not await self.broker.subscription_group_manager.delete(h.group_name, cleaned):
             return _answer(cmd, code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                            remark=f"subscription group {h.group_name} does not exist on this broker")
-        if h.clean_offset:
-            self.broker.consumer_offset_manager.remove_group(h.group_name)
         return _answer(cmd)
 
     # --- stats ----------------------------------------------------------------------------------------

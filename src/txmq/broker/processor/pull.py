@@ -75,12 +75,14 @@ class PullMessageProcessor:
             code = ResponseCode.SYSTEM_ERROR if filt.disabled else ResponseCode.SUBSCRIPTION_PARSE_FAILED
             return RemotingCommand.response_to(cmd, code, remark=str(filt))
         got = pulls.read(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, filt)
-        if h.sys_flag & PullMessageRequestHeader.FLAG_SUSPEND and config.long_polling_enable \
-                and pulls.holds(got, h.queue_offset):
+        if h.sys_flag & PullMessageRequestHeader.FLAG_SUSPEND and pulls.holds(got, h.queue_offset):
+            # Without long polling, held shortPollingTimeMills (RocketMQ's short polling): answered at once, a
+            # consumer that pulls again at once would spin with the broker.
+            hold_ms = h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
             pull = pulls.hold(h.topic, h.queue_id, h.queue_offset, conn)
             if isinstance(pull, Refusal):
                 return refused(cmd, pull)
-            return self._held(pull, cmd, h, filt)
+            return self._held(pull, cmd, h, filt, hold_ms)
         return self._response(cmd, h, got)
 
     def _filter(self, h: PullMessageRequestHeader) -> MessageFilter | FilterRefused:
@@ -96,8 +98,8 @@ class PullMessageProcessor:
             return exc
 
     async def _held(self, pull: HeldPull, cmd: RemotingCommand, h: PullMessageRequestHeader,
-                    filt: MessageFilter) -> RemotingCommand | None:
-        got = await self.pulls.read_held(pull, h.suspend_timeout_millis / 1000, h.consumer_group, h.topic,
+                    filt: MessageFilter, hold_ms: int) -> RemotingCommand | None:
+        got = await self.pulls.read_held(pull, hold_ms / 1000, h.consumer_group, h.topic,
                                          h.queue_id, h.queue_offset, h.max_msg_nums, filt)
         return None if got is None else self._response(cmd, h, got)
 

@@ -258,8 +258,11 @@ class SendMessageProcessor:
     async def _once_durable(self, conn: Connection, cmd: RemotingCommand, req: SendRequest,
                             topic: str) -> Answer | None:
         """A send to a topic whose creation is not durable yet, taken again once it is: nothing is stored, nor
-        answered, in a topic a crash could lose. The topic's creation failing is answered as a handler's error."""
-        await self.sends.manager.durable(topic)
+        answered, in a topic a crash could lose. The topic's creation failing is answered as a handler's error.
+        Changes that followed the creation are waited for here, in turn, not by a send retried inside this one."""
+        manager = self.sends.manager
+        while topic in manager.pending:
+            await manager.durable(topic)
         result = self._send(conn, cmd, req)
         if isinstance(result, Reply):  # it writes the answer itself
             return None
