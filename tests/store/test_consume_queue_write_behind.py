@@ -298,6 +298,25 @@ def test_reads_at_every_boundary_between_files_and_tail(root: Path) -> None:
     assert only.delete_expired_files(8) == 0 and _phys(only, 0, 5) == [7] and only.min_offset == 1
 
 
+def test_a_put_makes_the_files_its_run_falls_in_and_no_others(root: Path) -> None:
+    """A run makes the files it falls in when it is put (not when its tail is written): the first put of a queue, a
+    run that starts a file, and one that starts inside a file and rolls into the next two; a run inside the file
+    the queue's end is in makes none."""
+    _, cq = _queue(root)
+    names = lambda: sorted(os.listdir(cq.directory))  # noqa: E731
+    cq.put_run(0, [(100 * i, 100, 0) for i in range(3)])
+    assert names() == [offset_to_name(0)]
+    cq.put_run(3, [(100 * i, 100, 0) for i in range(3, 6)])
+    assert names() == [offset_to_name(0)]
+    cq.put_run(6, [(100 * i, 100, 0) for i in range(6, 18)])  # entries 6-7, 8-15 and 16-17: three files
+    assert names() == [offset_to_name(0), offset_to_name(160), offset_to_name(320)]
+    cq.put_run(18, [(1800, 100, 0)])
+    cq.write_tail()
+    cq.put_run(19, [(1900 + 100 * i, 100, 0) for i in range(6)])  # 19-23 in the third file, 24 starts a fourth
+    assert names() == [offset_to_name(0), offset_to_name(160), offset_to_name(320), offset_to_name(480)]
+    assert _phys(cq, 0, 30) == [100 * i for i in range(25)]
+
+
 def _entries_in(directory: str) -> int:
     """Non-empty entries in a queue's files as they are on disk (read directly, not through the store)."""
     count = 0

@@ -1,5 +1,5 @@
-"""The store's consume queues by topic and queue id, with each queue's next offset (RocketMQ's ConsumeQueueStore
-and its topicQueueTable)."""
+"""The store's consume queues by topic and queue id (RocketMQ's ConsumeQueueStore; each queue's ``max_offset`` is
+its next offset, RocketMQ's topicQueueTable)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ TAILS_PER_TURN = 256  # tails written in one go (past the bound, or by a checkpo
 
 
 class ConsumeQueueStore:
-    """Finds, creates, loads and drops the queues under ``<root>/consumequeue``. ``offsets`` is each queue's next
-    offset as the log has it (RocketMQ topicQueueTable): the group commit counts from it, recovery rebuilds it."""
+    """Finds, creates, loads and drops the queues under ``<root>/consumequeue``. A queue's next offset as the log has
+    it (RocketMQ topicQueueTable) is its ``max_offset``: the group commit counts from it, recovery rebuilds it."""
 
     def __init__(self, root: str, file_size: int, files_lock: threading.Lock, max_open_files: int,
                  write_behind_bytes: int, flush_least_bytes: int = 0) -> None:
@@ -30,9 +30,11 @@ class ConsumeQueueStore:
         self.fds = FdPool(max_open_files)  # the queues' files open at most (see FdPool)
         self.segments_lock = threading.Lock()  # every queue's MappedFileQueue.lock: one each would cost 88 bytes
         self._files_lock = files_lock  # held while derived files are fsynced or deleted
-        self._queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self._queues: dict[str, dict[int, ConsumeQueue]] = {}  # by topic: a topic's queues listed or dropped
+        # The same queues by (topic, queue id): a put looks its queue up once, here, for its next offset and its
+        # entries (a table of next offsets beside it cost a second lookup in memory no recent put touched).
+        self.by_key: dict[tuple[str, int], ConsumeQueue] = {}
         self.pending: set[ConsumeQueue] = set()  # queues written, truncated or trimmed since their last fsync
-        self.offsets: dict[tuple[str, int], int] = {}
         # What a periodic checkpoint needs without walking every pending queue (80,000 of them at 10,000 topics):
         # ``due``: the queues it flushes (a truncation or deletion to make durable, or ``flush_least_bytes``
         # written to their files since their last fsync: counted when a tail is written, as RocketMQ counts dirty
@@ -169,26 +171,32 @@ class ConsumeQueueStore:
             self.counts.setdefault(cq.topic, {})[cq.queue_id] = cq.max_offset if start is None else min(
                 start, cq.max_offset)
 
+    def next_offsets(self) -> dict[tuple[str, int], int]:
+        """Every queue's next offset by (topic, queue id)."""
+        return {key: cq.max_offset for key, cq in self.by_key.items()}
+
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self._queues.get(topic, {}).get(queue_id)
+        return self.by_key.get((topic, queue_id))
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = self.find(topic, queue_id)
+        key = (topic, queue_id)
+        cq = self.by_key.get(key)
         if cq is None:
             cq = ConsumeQueue(self, topic, queue_id)
             self._queues.setdefault(topic, {})[queue_id] = cq
+            self.by_key[key] = cq
         return cq
 
     def drop(self, topic: str, queue_id: int) -> None:
         """Forget the queue and delete its files."""
         cq = self._queues.get(topic, {}).pop(queue_id, None)
+        self.by_key.pop((topic, queue_id), None)
         if cq is not None:
             with self._files_lock:
                 cq.destroy()
             self._forget(cq)
         if topic in self._queues and not self._queues[topic]:
             del self._queues[topic]
-        self.offsets.pop((topic, queue_id), None)
         counts = self.counts.get(topic)
         if counts is not None:
             counts.pop(queue_id, None)

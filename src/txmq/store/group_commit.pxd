@@ -32,7 +32,7 @@ cdef class GroupCommit:
     cdef public object config, commit_log, queues, clock, confirm, disk, replicate, flush_service
     cdef public bint replica, open, over_max_used
     cdef object _files_lock, _clean, _disk_checked_at, _early_clean_at, _group_ts
-    cdef dict _queue_offsets, _counters, _group_offsets
+    cdef dict _queues_by_key, _counters, _group_offsets
     cdef public list append_listeners
     cdef list _dispatchers, _group, _group_msgs, _group_records
 

@@ -152,7 +152,7 @@ class GroupCommit:
         self.config = config
         self.commit_log = commit_log
         self.queues = queues
-        self._queue_offsets = queues.offsets
+        self._queues_by_key = queues.by_key
         self.index = index
         self.clock = clock
         self.confirm = confirm
@@ -240,7 +240,8 @@ class GroupCommit:
                 if queue_offset is None:
                     queue_offset = pending.get(key)
                     if queue_offset is None:
-                        queue_offset = self._queue_offsets.get(key, 0)
+                        cq = self._queues_by_key.get(key)
+                        queue_offset = 0 if cq is None else cq.max_offset
                 next_offsets[key] = queue_offset + 1
             else:
                 queue_offset = 0
@@ -321,7 +322,6 @@ class GroupCommit:
             self._answer_all(group, refused)
             return
         self.commit_log.last_store_timestamp = now
-        self._queue_offsets.update(next_offsets)
         if self._dispatchers:  # a DispatchRequest per record only for those who read one (a slave's broker)
             for msg in msgs:
                 run_dispatchers(self._dispatchers, _dispatch_request(msg, now), self._counters)
@@ -406,12 +406,15 @@ class GroupCommit:
                 self.queues.find_or_create(topic, queue_id).put_run(
                     next_offsets[(topic, queue_id)] - len(entries), entries)
         except Exception as exc:
+            before: dict[tuple[str, int], int] = {}  # each queue's offset before the group: its first message's
+            for msg in msgs:
+                if builds_consume_queue(msg.sys_flag):
+                    before.setdefault((msg.topic, msg.queue_id), msg.queue_offset)
             with self._files_lock:  # the checkpoint thread may be fsyncing consume-queue files
-                for key in next_offsets:
+                for key, offset in before.items():
                     cq = self.queues.find(*key)
-                    before = self._queue_offsets.get(key, 0)
-                    if cq is not None and cq.max_offset > before:
-                        cq.truncate_logical(before)
+                    if cq is not None and cq.max_offset > offset:
+                        cq.truncate_logical(offset)
             self.commit_log.truncate(start)
             return self._put_failed(where, exc)
         return None

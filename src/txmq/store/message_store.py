@@ -153,7 +153,6 @@ class DefaultMessageStore:
         min_phy = self.commit_log.min_offset
         for cq in self.queues.all():
             cq.correct_min_offset(min_phy)
-            self.queues.offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         self.queues.reset_counts()
         self._checkpoint_offset = min(cp.recovery_offset if cp else 0, self.commit_log.max_offset)
         if not self.commit_log.last_store_timestamp and cp is not None:  # no record after the checkpoint's
@@ -528,7 +527,7 @@ class DefaultMessageStore:
 
     def set_confirm_offset(self, offset: int | None) -> None:
         """Bound consumers' reads at ``offset`` (``ConfirmOffset.set``)."""
-        self.confirm.set(offset, self.commit_log.max_offset, self.queues.offsets)
+        self.confirm.set(offset, self.commit_log.max_offset, self.queues.next_offsets())
 
     # --- get ---------------------------------------------------------------------------------------
 

@@ -154,7 +154,6 @@ class ReplicaLog:
                 arrived[key] = req.consume_queue_offset + 1
         for key, (first, entries) in runs.items():  # one write per queue and file, as a put does
             _put_run(queues, key, first, entries, failed)
-        queues.offsets.update(arrived)
         self._counters["appends"] += len(records)
         self.confirm.notify(arrived, commit_log.max_offset)
         if failed:
@@ -188,7 +187,6 @@ class ReplicaLog:
         self.commit_log.last_store_timestamp = 0  # unknown: the next record is not compared with the one before it
         for cq in self.queues.all():
             cq.truncate_dirty(offset)
-            self.queues.offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         self.index.truncate_from(offset)
         self.confirm.truncate(offset)
         for fn in self.truncate_listeners:
