@@ -9,7 +9,7 @@ import asyncio
 import os
 import threading
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -397,44 +397,39 @@ async def _answered_while_held(slow: SlowFsync, addr: str, operator: RemotingCli
         assert reply.code == ResponseCode.SUCCESS, reply.remark
 
 
-def test_an_operator_s_topic_changes_are_answered_once_durable_without_holding_other_connections(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """updateTopic twice and deleteTopic of another, their fsync slow: another connection's send is answered
-    meanwhile; each change is answered once durable, and the reopened table holds the later of the two updates."""
+def _topics_reopened(root: Path) -> dict[str, int]:
+    return {n: c.read_queue_nums for n, c in TopicConfigManager(
+        root, auto_create=True, default_queue_nums=4, delay_levels=18).table.items()}
+
+
+def _groups_reopened(root: Path) -> dict[str, int]:
+    return {n: c.retry_max_times for n, c in SubscriptionGroupManager(root).table.items()}
+
+
+@pytest.mark.parametrize("change, delete, reopened", [
+    (_topic_change, (RequestCode.DELETE_TOPIC_IN_BROKER, "topic"), _topics_reopened),
+    (_group_change, (RequestCode.DELETE_SUBSCRIPTIONGROUP, "groupName"), _groups_reopened),
+], ids=["topic", "group"])
+def test_an_operator_s_changes_are_answered_once_durable_without_holding_other_connections(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Callable[[str, int], RemotingCommand],
+        delete: tuple[int, str], reopened: Callable[[Path], dict[str, int]]) -> None:
+    """Two updates of one topic (group) and the deletion of another, their fsync slow: another connection's send
+    is answered meanwhile; each change is answered once durable, and the reopened table holds the later of the
+    two updates and not the deleted one."""
     slow = SlowFsync(hold=3.0)
 
     async def main() -> None:
         async with serving(tmp_path, slow) as (_, addr), RemotingClient() as operator:
-            for change in (_topic_change("Existing", 1), _topic_change("Doomed", 1)):
-                assert (await operator.invoke(addr, change, 10)).code == ResponseCode.SUCCESS
+            for made in (_topic_change("Existing", 1), change("Doomed", 1)):
+                assert (await operator.invoke(addr, made, 10)).code == ResponseCode.SUCCESS
             monkeypatch.setattr(config_journal, "os", SlowOs(slow))
             await _answered_while_held(slow, addr, operator, [
-                _topic_change("Ops", 8), _topic_change("Ops", 2),
-                _operator(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Doomed"})])
+                change("Ops", 8), change("Ops", 2), _operator(delete[0], {delete[1]: "Doomed"})])
 
     asyncio.run(main())
     monkeypatch.undo()
-    reopened = TopicConfigManager(tmp_path / "store", auto_create=True, default_queue_nums=4, delay_levels=18)
-    assert reopened.table["Ops"].read_queue_nums == 2 and "Doomed" not in reopened.table
-
-
-def test_an_operator_s_group_changes_are_answered_once_durable_without_holding_other_connections(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    slow = SlowFsync(hold=3.0)
-
-    async def main() -> None:
-        async with serving(tmp_path, slow) as (_, addr), RemotingClient() as operator:
-            for change in (_topic_change("Existing", 1), _group_change("Doomed", 1)):
-                assert (await operator.invoke(addr, change, 10)).code == ResponseCode.SUCCESS
-            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
-            await _answered_while_held(slow, addr, operator, [
-                _group_change("g", 3), _group_change("g", 7),
-                _operator(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "Doomed"})])
-
-    asyncio.run(main())
-    monkeypatch.undo()
-    reopened = SubscriptionGroupManager(tmp_path / "store")
-    assert reopened.table["g"].retry_max_times == 7 and "Doomed" not in reopened.table
+    table = reopened(tmp_path / "store")
+    assert table["Ops"] == 2 and "Doomed" not in table
 
 
 def test_an_operator_s_topic_change_whose_append_fails_is_answered_as_failed_and_undone(tmp_path: Path) -> None:
@@ -507,6 +502,18 @@ class FailingFsync:
         os.fdatasync(fd)
 
 
+async def _all_failing(fsync: FailingFsync, changes: list[Callable[[], Awaitable[object]]]) -> None:
+    """``changes`` begun one after another, in order, while the first one's failing fsync is held: each is answered
+    as failed."""
+    begun = []
+    for change in changes:
+        begun.append(asyncio.ensure_future(change()))
+        await asyncio.sleep(0)
+    fsync.release.set()
+    for failed in await asyncio.gather(*begun, return_exceptions=True):
+        assert isinstance(failed, OSError), failed
+
+
 def test_two_changes_of_one_topic_both_failing_leave_it_as_it_was_stored(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two operators change one topic, then another deletes it, each append failing (a disk gone bad): each is
@@ -518,13 +525,8 @@ def test_two_changes_of_one_topic_both_failing_leave_it_as_it_was_stored(
     async def main() -> None:
         await manager.update(TopicConfig("T", 4, 4))
         monkeypatch.setattr(config_journal, "os", SlowOs(fsync))
-        changes = [asyncio.ensure_future(manager.update(TopicConfig("T", n, n))) for n in (1, 2)]
-        await asyncio.sleep(0)
-        changes.append(asyncio.ensure_future(manager.delete("T")))
-        await asyncio.sleep(0)
-        fsync.release.set()
-        for failed in await asyncio.gather(*changes, return_exceptions=True):
-            assert isinstance(failed, OSError), failed
+        await _all_failing(fsync, [lambda: manager.update(TopicConfig("T", 1, 1)),
+                                   lambda: manager.update(TopicConfig("T", 2, 2)), lambda: manager.delete("T")])
         assert manager.table["T"].read_queue_nums == 4
 
     asyncio.run(main())
@@ -543,13 +545,8 @@ def test_a_group_deleted_then_changed_both_failing_stays_as_it_was_stored(
     async def main() -> None:
         await manager.update(SubscriptionGroupConfig("g", retry_max_times=5))
         monkeypatch.setattr(config_journal, "os", SlowOs(fsync))
-        changes = [asyncio.ensure_future(manager.delete("g"))]
-        await asyncio.sleep(0)
-        changes.append(asyncio.ensure_future(manager.update(SubscriptionGroupConfig("g", retry_max_times=1))))
-        await asyncio.sleep(0)
-        fsync.release.set()
-        for failed in await asyncio.gather(*changes, return_exceptions=True):
-            assert isinstance(failed, OSError), failed
+        await _all_failing(fsync, [lambda: manager.delete("g"),
+                                   lambda: manager.update(SubscriptionGroupConfig("g", retry_max_times=1))])
         assert manager.table["g"].retry_max_times == 5
 
     asyncio.run(main())
