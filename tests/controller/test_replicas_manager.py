@@ -482,3 +482,42 @@ def test_a_sync_put_during_a_promotion_is_not_acknowledged_before_the_ha_service
             assert broker.ha_service.needed_slaves == frozenset({2})
 
     asyncio.run(main())
+
+
+def test_a_step_down_that_fails_is_tried_again_and_the_heartbeats_go_on(tmp_path):
+    """A master whose lease ran out steps down; if that fails once (a disk error while the role changes), the
+    replicas manager's loop must live on — else its heartbeats stop for good and the failed step-down is never
+    tried again — and step down at its next watch."""
+
+    async def main() -> None:
+        rm, broker, _ = _sync_master(tmp_path)
+        broker.config.broker_heartbeat_interval = 50
+        rm.lease_from = time.monotonic() - 3600  # the lease ran out long ago
+        attempts: list[float] = []
+
+        async def change_to_slave() -> None:
+            attempts.append(time.monotonic())
+            if len(attempts) == 1:
+                raise OSError(5, "Input/output error")
+            broker.config.broker_role = "SLAVE"
+
+        broker.role = SimpleNamespace(change_to_slave=change_to_slave)
+        heartbeats: list[float] = []
+
+        async def heartbeat() -> None:
+            heartbeats.append(time.monotonic())
+            raise ClientError("no controller in this test")
+
+        rm._heartbeat = heartbeat  # type: ignore[method-assign]
+        rm.start()
+        try:
+            deadline = time.monotonic() + 10
+            while (len(attempts) < 2 or len(heartbeats) < 4) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert len(attempts) == 2, attempts
+            assert broker.config.is_slave
+            assert len(heartbeats) >= 4, "the heartbeats stopped after the failed step-down"
+        finally:
+            await rm.shutdown()
+
+    asyncio.run(main())

@@ -166,15 +166,24 @@ class ReplicasManager:
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - sent)))
 
     async def _fence_if_expired(self, until: float) -> None:
-        """Watch the lease until the next heartbeat: past it, a master steps down (stops acknowledging)."""
+        """Watch the lease until the next heartbeat: past it, a master steps down (stops acknowledging). A step-down
+        that fails is tried again at the next look (every 0.1 s), logged once for the run of failures: the loop of
+        heartbeats must not end with it."""
+        failing = False
         while True:
             if self.is_master and not self.lease_valid():
-                log.warning("master lease of %d ms expired without the controller's confirmation: stepping down, "
-                            "no more acknowledgements at epoch %d", self.broker.config.broker_lease_mills,
-                            self.epoch)
-                async with self._changing:
-                    await self.broker.role.change_to_slave()
-                    self.master_id, self.master_addr, self.master_link = -1, "", ""
+                if not failing:
+                    log.warning("master lease of %d ms expired without the controller's confirmation: stepping "
+                                "down, no more acknowledgements at epoch %d", self.broker.config.broker_lease_mills,
+                                self.epoch)
+                try:
+                    async with self._changing:
+                        await self.broker.role.change_to_slave()
+                        self.master_id, self.master_addr, self.master_link = -1, "", ""
+                except Exception:
+                    if not failing:
+                        log.exception("stepping down failed; tried again until it succeeds")
+                    failing = True
             left = until - time.monotonic()
             if left <= 0:
                 return
