@@ -168,9 +168,10 @@ class TopicConfigManager:
         durable = self.journal.append_soon(dict(record, dataVersion=self.data_version), len(self.table),
                                            self.serialize)
         undone_when_failed(durable, self.table, before, self.journal)
-        self.pending.update((name, durable) for name in names)
-        durable.add_done_callback(lambda done: self._settled(done, names))
-        return durable
+        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.pending.update((name, settled) for name in names)
+        durable.add_done_callback(lambda done: self._settled(done, names, settled))
+        return settled
 
     def _apply(self, puts: list[TopicConfig], deleted: str | None) -> None:
         self.table.update((cfg.topic_name, cfg) for cfg in puts)
@@ -178,26 +179,29 @@ class TopicConfigManager:
             self.table.pop(deleted)
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": int(self.data_version["counter"]) + 1}
 
-    def _settled(self, durable: asyncio.Future[None], names: list[str]) -> None:
+    def _settled(self, durable: asyncio.Future[None], names: list[str], settled: asyncio.Future[None]) -> None:
+        """The change's record durable or failed (undone by then): its topics out of ``pending``, and only then
+        ``settled`` done, so that whoever awaited it finds them settled."""
         for name in names:
-            if self.pending.get(name) is durable:
+            if self.pending.get(name) is settled:
                 del self.pending[name]
         failed = durable.exception()
         if failed is not None:
             log.error("topic%s %s not stored: %s", "" if len(names) == 1 else "s", ", ".join(names[:10]), failed)
-        elif self.on_change is not None:
+            settled.set_exception(failed)
+            settled.exception()  # logged above: not again as never retrieved when no request waits for it
+            return
+        if self.on_change is not None:
             self.on_change(names)
+        settled.set_result(None)
 
     async def durable(self, topic: str) -> None:
         """Once the last change of ``topic`` is durable and settled (out of ``pending``); ``OSError`` when it
-        failed (the change is then undone). A change's future can be done while the callbacks that settle it are
-        still queued on the loop: awaiting it then does not yield, so one turn is given to them — a caller that
-        retries while the topic is pending would otherwise retry without end."""
+        failed (the change is then undone). What is awaited is done only once settled: a caller that retries
+        while the topic is pending never finds a done change still there (it would retry without yielding)."""
         created = self.pending.get(topic)
         if created is not None:
             await asyncio.shield(created)
-            if self.pending.get(topic) is created:
-                await asyncio.sleep(0)
 
     def persist(self) -> None:
         """The whole table as the snapshot, the journal emptied."""
