@@ -527,7 +527,7 @@ class DefaultMessageStore:
 
     def set_confirm_offset(self, offset: int | None) -> None:
         """Bound consumers' reads at ``offset`` (``ConfirmOffset.set``)."""
-        self.confirm.set(offset, self.commit_log.max_offset, self.queues.next_offsets())
+        self.confirm.set(offset, self.commit_log.max_offset, self.queues.next_offsets)
 
     # --- get ---------------------------------------------------------------------------------------
 

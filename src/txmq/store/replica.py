@@ -41,17 +41,18 @@ class ConfirmOffset:
         self._held: deque[tuple[int, dict[tuple[str, int], int]]] = deque()  # (end, arrived) past the offset
         self.listeners: list[Callable[[str, int, int], None]] = []
 
-    def set(self, offset: int | None, end: int, queue_offsets: dict[tuple[str, int], int]) -> None:
+    def set(self, offset: int | None, end: int, queue_offsets: Callable[[], dict[tuple[str, int], int]]) -> None:
         """Bound consumers' reads at ``offset`` (capped at the log's ``end``; None: no bound) and wake the long
         polls of the records it now covers. A bound lowered below the log's end (a start at 0 over a recovered
         log, a new master's lower one) uncovers records told of before, or never: every queue's arrival (its next
-        offset in ``queue_offsets``) is held again until the bound covers the log's present end."""
+        offset in ``queue_offsets()``, asked only then: a slave sets the bound at every transfer) is held again
+        until the bound covers the log's present end."""
         previous = self.offset
         if offset is not None:
             offset = min(offset, end)
         self.offset = offset
         if offset is not None and offset < end and (previous is None or offset < previous):
-            self.notify(dict(queue_offsets), end)
+            self.notify(queue_offsets(), end)
         held = self._held
         while held and (offset is None or held[0][0] <= offset):
             self._tell(held.popleft()[1])
