@@ -27,8 +27,10 @@ Systems, each on 127.0.0.1 with its own temporary state, one after the other:
 * ``rabbitmq-quorum``: a quorum queue (one node; confirm after the Raft log's fsync);
 * ``nats``: NATS JetStream, file storage, one replica (ack after write, before fsync).
 
-txmq: one topic of 8 queues, the client's ``Producer.send_async`` and a ``PushConsumer`` with 4 consume threads
-(``--consume-threads``). RabbitMQ: pika
+txmq: one topic of 8 queues, the client's ``Producer.send_async`` and a ``PushConsumer`` whose listener (it
+records a latency and returns) runs on the client's loop (``listener_on_loop``, what a user with a listener that
+never blocks would choose; ``--txmq-listener threads`` for 4 consume threads instead, ``--consume-threads``; the
+table's title says which). RabbitMQ: pika
 (``SelectConnection`` with confirms; a ``BlockingConnection`` consumer, prefetch 1000, one ack each). NATS:
 nats-py (``publish_async``; a durable push consumer, one ack each). RabbitMQ and NATS come from the Debian
 packages ``rabbitmq-server`` and ``nats-server``; this bench starts each as the current user under a temporary
@@ -253,7 +255,7 @@ def txmq_consumer(target: dict[str, Any], e2e: E2E) -> Callable[[], None]:
         return ConsumeStatus.SUCCESS
 
     c = PushConsumer(f"lat_c_{e2e.tag}", target["namesrv"], consume_thread_nums=target["consume_threads"],
-                     pull_batch_size=32,
+                     pull_batch_size=32, listener_on_loop=target["listener_on_loop"],
                      consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
     c.subscribe(target["topic"])
     c.register_listener(listener)
@@ -663,11 +665,13 @@ _tags = iter(range(1, 1 << 30))
 
 
 def one_run(system: System, target: dict[str, Any], rate: float, seconds: float, size: int,
-            produce: Callable[..., ProducerResult] | None = None, consume_threads: int = 4) -> dict[str, Any]:
+            produce: Callable[..., ProducerResult] | None = None, consume_threads: int = 4,
+            listener_on_loop: bool = True) -> dict[str, Any]:
     """Subscribe a consumer process, produce ``rate`` x ``seconds`` messages open loop, collect both sides."""
     tag = next(_tags) + os.getpid() % 1000 * 100_000
     n = max(1, int(rate * seconds))
-    run_target = {**system.new_run(target, tag), "consume_threads": consume_threads}
+    run_target = {**system.new_run(target, tag), "consume_threads": consume_threads,
+                  "listener_on_loop": listener_on_loop}
     fill = bench.filler(size - HEADER + 8)  # size - HEADER bytes
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
@@ -757,7 +761,8 @@ def ladder(system: System, target: dict[str, Any], a: argparse.Namespace) -> lis
             break  # past the asked rates, the ladder stops at the first rate not sustained
         if rate not in a.rates and rate < max(a.rates):
             continue
-        row = one_run(system, target, rate, a.seconds, a.size, consume_threads=a.consume_threads)
+        row = one_run(system, target, rate, a.seconds, a.size, consume_threads=a.consume_threads,
+                      listener_on_loop=a.txmq_listener == "loop")
         rows.append(row)
         e = row["e2e"]
         log(f"  {system.name} {rate:>6,}/s: ack p99 {row['ack'].get('p99_ms', '-')} ms, e2e p50/p99 "
@@ -838,7 +843,10 @@ def main() -> int:
     p.add_argument("--no-max", action="store_true", help="only --rates, not the ladder up to the highest sustained")
     p.add_argument("--tx-rate", type=int, default=1000, help="transactions/s (0: none)")
     p.add_argument("--tx-seconds", type=float, default=10.0)
-    p.add_argument("--consume-threads", type=int, default=4, help="the txmq PushConsumer's consume threads")
+    p.add_argument("--txmq-listener", choices=("loop", "threads"), default="loop",
+                   help="the txmq PushConsumer's listener: on the client's loop, or on consume threads")
+    p.add_argument("--consume-threads", type=int, default=4,
+                   help="the txmq PushConsumer's consume threads (with --txmq-listener threads)")
     p.add_argument("--plot", type=Path, help="write the end-to-end plot (PNG) here")
     p.add_argument("--json", type=Path, help="write every row as JSON here")
     p.add_argument("--short", action="store_true", help="CI: txmq only, 1,000 msg/s for 2 s, 200 transactions")
@@ -866,7 +874,7 @@ def main() -> int:
                 # is still writing back its backlog, and a SYNC_FLUSH half waits for that (one 1.3 s stall).
                 if a.tx_rate and system.name in ("txmq-sync", "txmq-async"):
                     r = one_run(system, target, a.tx_rate, a.tx_seconds, a.size, produce=tx_produce,
-                                consume_threads=a.consume_threads)
+                                consume_threads=a.consume_threads, listener_on_loop=a.txmq_listener == "loop")
                     r["system"] += " transactions"
                     tx_rows.append(r)
                     log(f"  transactions {a.tx_rate}/s: consumable p50/p99 {r['e2e'].get('p50_ms')}/"
@@ -886,7 +894,8 @@ def main() -> int:
             shutil.rmtree(root)
     load1 = os.getloadavg()
     print(f"\nlatency at fixed offered rates, {a.size} B, {a.seconds:g} s per rate; {started}, "
-          f"{os.cpu_count()} CPUs, load average {load0[0]:.2f} → {load1[0]:.2f}")
+          f"{os.cpu_count()} CPUs, load average {load0[0]:.2f} → {load1[0]:.2f}; txmq's listener "
+          + ("on the client's loop" if a.txmq_listener == "loop" else f"on {a.consume_threads} consume threads"))
     print(table(rows))
     if tx_rows:
         print("\n" + tx_table(tx_rows))
@@ -897,7 +906,8 @@ def main() -> int:
     if a.json:
         a.json.write_text(json.dumps({"date": started, "machine": {"cpus": os.cpu_count(),
                                       "uname": " ".join(platform.uname()), "load": [load0, load1]},
-                                      "rows": rows, "tx": tx_rows, "skipped": skipped}, indent=1))
+                                      "txmq_listener": a.txmq_listener, "rows": rows, "tx": tx_rows,
+                                      "skipped": skipped}, indent=1))
     return 1 if any(s.startswith("txmq") for s in skipped) else 0
 
 
