@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from txmq.broker.wake import Wake
 from txmq.errors import InvalidMessageError
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import DefaultMessageStore, GetMessageStatus
@@ -146,7 +146,7 @@ class TimerMessageStore:
         self._recalled: set[int] = set()  # recalls answered whose marker the enqueue has not applied yet
         self._delivering: set[int] = set()  # rows being stored now: too late to recall
         self._rolling: set[int] = set()  # rows being rolled now: a recall waits for the new record
-        self._wake = asyncio.Event()
+        self._wake = Wake()
         self._in_tx = False
         store.add_truncate_listener(self._truncated)
         self.delivered = 0
@@ -269,9 +269,7 @@ class TimerMessageStore:
                 if not self.config.timer_stop_enqueue:
                     self.catch_up()
                 wait_ms = 1000
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
+            await self._wake.wait(wait_ms / 1000)
             if deliver and not self.config.timer_stop_enqueue:
                 self._enqueue_all()
 
