@@ -363,13 +363,20 @@ class TimerMessageStore:
             self._begin()
             self.delivered_offset = store.max_phy_offset  # no delivery of ours is on the way now
             self._commit()
+        # (due, offset) of the last row read: a recalled row stays in the table until its marker is applied, and
+        # the pass reads on past it, so a batch of them does not hold back the due rows behind
+        after = (-1, -1)
         while True:
             now = store.clock.elapsed_ms()
-            rows = self.db.execute("SELECT offset, real FROM timer WHERE due <= ? ORDER BY due LIMIT ?",
-                                   (now, BATCH)).fetchall()
-            rows = [r for r in rows if r[0] not in self._recalled]
-            if not rows:
+            batch = self.db.execute("SELECT offset, real, due FROM timer WHERE due <= ? AND (due, offset) > (?, ?) "
+                                    "ORDER BY due, offset LIMIT ?", (now, *after, BATCH)).fetchall()
+            if not batch:
                 return None
+            after = (batch[-1][2], batch[-1][0])
+            rows = [(offset, real) for offset, real, _ in batch if offset not in self._recalled]
+            if not rows:
+                await asyncio.sleep(0)
+                continue
             puts = []
             rolled: set[int] = set()
             hold: int | None = None
