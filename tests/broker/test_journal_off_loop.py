@@ -36,7 +36,7 @@ from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import SendMessageRequestHeader
 from txmq.remoting.transport import RemotingClient
 from txmq.store import StoreConfig
-from txmq.topic import TopicConfig
+from txmq.topic import PermName, TopicConfig
 
 
 class SlowFsync:
@@ -671,7 +671,8 @@ def test_sends_waiting_on_a_failed_topic_change_go_on_with_the_stored_topic_and_
 
             failing = FailingFsync(failures=1)
             monkeypatch.setattr(config_journal, "os", SlowOs(failing))
-            updating = asyncio.ensure_future(manager.update(TopicConfig("Kept", 4, 4)))
+            # the change would refuse the sends (read only): they are judged once it failed, by the topic as stored
+            updating = asyncio.ensure_future(manager.update(TopicConfig("Kept", 4, 4, perm=PermName.PERM_READ)))
             assert await asyncio.to_thread(failing.entered.wait, 10)
             remoting = asyncio.ensure_future(client.invoke(addr, _send("Kept"), 30))
             grpc_sending = asyncio.ensure_future(grpc_send(stub, "Kept", 1))
@@ -683,7 +684,7 @@ def test_sends_waiting_on_a_failed_topic_change_go_on_with_the_stored_topic_and_
             reply, answer = await remoting, await grpc_sending
             assert reply.code == ResponseCode.SUCCESS, (reply.code, reply.remark)
             assert answer.status.code == pb.Code.OK, answer.status.message
-            assert manager.table["Kept"].write_queue_nums == 1  # as stored
+            assert manager.table["Kept"].write_queue_nums == 1  # as stored, writable
             assert broker.store.get_max_offset_in_queue("Kept", 0) == 2
 
             failing = FailingFsync(failures=1)
