@@ -85,11 +85,12 @@ async function simple(a) {
       const [m] = await receive(1);
       if (!m) return out('timeout');
       out('received', view(m));
+      const asked = performance.now(); // before the request: the broker counts the new duration from a later moment
       await c.changeInvisibleDuration(m, (a.extend || 4) * 1000);
       out('extended', { t: Date.now() / 1000 });
       const [again] = await receive(1);
       if (!again) return out('timeout');
-      out('redelivered', view(again));
+      out('redelivered', { ...view(again), since_asked: (performance.now() - asked) / 1000 });
       await c.ack(again);
       out('acked', { t: Date.now() / 1000 });
       return;
