@@ -13,7 +13,8 @@ const base = a => ({ endpoints: a.endpoint, namespace: '', requestTimeout: (a.ti
   ...(a.ak ? { sessionCredentials: { accessKey: a.ak, accessSecret: a.sk } } : {}),
   ...(a.tls ? { sslEnabled: true } : {}) });
 const view = m => ({ id: m.messageId, topic: m.topic, body: m.body.toString(), tag: m.tag || null, keys: m.keys,
-  group: m.messageGroup || null, props: Object.fromEntries(m.properties || []), t: Date.now() / 1000 });
+  group: m.messageGroup || null, props: Object.fromEntries(m.properties || []),
+  delivery: m.deliveryTimestamp ? m.deliveryTimestamp.getTime() : null, t: Date.now() / 1000 });
 
 function message(a, i) {
   const m = { topic: a.topic, body: Buffer.from(`${a.body || 'node'}-${i}`) };
