@@ -15,6 +15,7 @@ from txmq.broker.processor.ops import runtime_info
 from txmq.broker.processor.refused import refused
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import INTERNAL_TOPICS, RecordAt, internal_refusal, read_record_at, record_needs, servable
+from txmq.errors import InvalidMessageError
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.remoting.admin_headers import (
     DeleteTopicRequestHeader,
@@ -36,7 +37,14 @@ from txmq.remoting.request_headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from txmq.remoting.transport import Connection
-from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC, TopicConfig, check_group, check_topic, is_system_topic
+from txmq.topic import (
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    TopicConfig,
+    check_group,
+    check_queue_nums,
+    check_topic,
+    is_system_topic,
+)
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -189,9 +197,10 @@ class AdminBrokerProcessor:
         if is_system_topic(h.topic):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
                                                remark=f"topic {h.topic} is a system topic and cannot be changed")
-        if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                               remark="queue numbers must be between 1 and 1024")
+        try:
+            check_queue_nums(h.read_queue_nums, h.write_queue_nums)
+        except InvalidMessageError as exc:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=str(exc))
         busy = self.broker.topic_config_manager.journal.busy()
         if busy is not None:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_BUSY, remark=busy)
