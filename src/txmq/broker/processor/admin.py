@@ -276,7 +276,8 @@ class AdminBrokerProcessor:
     def _query_consume_queue(self, conn: Connection, cmd: RemotingCommand,
                              h: QueryConsumeQueueRequestHeader) -> RemotingCommand:
         """mqadmin's ``queryCq``: the entries as the consume queue holds them (those still buffered in memory
-        included), its min and max offsets, and with a group its subscription. Bounded by ``MAX_QUERY_CQ_COUNT``."""
+        included), its min and max offsets, and with a group its subscription. Bounded by ``MAX_QUERY_CQ_COUNT``,
+        and by the confirm offset as consumers are: RocketMQ's consume queue holds no entry past it yet."""
         def refuse(code: int, remark: str) -> RemotingCommand:
             return RemotingCommand.response_to(cmd, code, remark=remark)
 
@@ -292,7 +293,8 @@ class AdminBrokerProcessor:
         if not 0 < h.count <= MAX_QUERY_CQ_COUNT:
             return refuse(ResponseCode.SYSTEM_ERROR, f"count {h.count} is out of range: 1 to {MAX_QUERY_CQ_COUNT}")
         store = self.broker.store
-        lo, hi = store.get_min_offset_in_queue(h.topic, h.queue_id), store.get_max_offset_in_queue(h.topic, h.queue_id)
+        lo = store.get_min_offset_in_queue(h.topic, h.queue_id)
+        hi = store.get_max_offset_in_queue(h.topic, h.queue_id, confirmed=True)
         body: dict[str, Any] = {"maxQueueIndex": hi, "minQueueIndex": lo}
         if h.consumer_group is not None:
             info = self.broker.consumer_manager.get(h.consumer_group)
@@ -302,7 +304,8 @@ class AdminBrokerProcessor:
             else:
                 body["subscriptionData"] = sub.to_json()
         entries = [{"physicOffset": phy, "physicSize": size, "tagsCode": tags_code, "eval": False}
-                   for phy, size, tags_code in store.get_queue_entries(h.topic, h.queue_id, h.index, h.count)]
+                   for phy, size, tags_code in store.get_queue_entries(h.topic, h.queue_id, h.index,
+                                                                       min(h.count, hi - h.index))]
         body["queueData"] = entries
         remark = None
         if h.index >= hi:
