@@ -16,7 +16,7 @@ from txmq.broker.processor.refused import refused
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import INTERNAL_TOPICS, RecordAt, internal_refusal, read_record_at, record_needs, servable
 from txmq.errors import InvalidMessageError
-from txmq.message import MessageConst, MessageExt, decode_message
+from txmq.message import MessageConst, MessageExt, decode_message, forget_topic
 from txmq.remoting.admin_headers import (
     DeleteTopicRequestHeader,
     QueryConsumeQueueRequestHeader,
@@ -222,6 +222,7 @@ class AdminBrokerProcessor:
 
         def removed() -> None:  # once the deletion is durable, even when a broker's stop cancelled this handler
             broker.store.delete_topic(topic)
+            forget_topic(topic)
             broker.consumer_offset_manager.remove_topic(topic)
             broker.schedule_register()
 
