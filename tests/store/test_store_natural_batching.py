@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 from tests.store.store_helpers import make_config, msg, run
 from txmq.store import DefaultMessageStore, FlushDiskType, PutMessageStatus
@@ -102,21 +101,22 @@ def test_a_put_whose_caller_is_gone_is_stored_whole_and_its_neighbours_answered(
 
 def test_a_flush_timeout_answers_its_own_group_only(root):
     async def go() -> None:
-        config = make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=200)
+        # 1 s: the later group's real fsync must finish within it, also on a loaded machine
+        config = make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=1000)
         async with DefaultMessageStore(config) as store:
-            stall = threading.Event()
+            stall, release = threading.Event(), threading.Event()
             real_flush = store.commit_log.flush
 
             def slow_flush() -> int:
                 if stall.is_set():
-                    time.sleep(0.5)  # the flush thread is stuck past the group's timeout
+                    release.wait(10)  # the flush thread is stuck until the group was answered
                 return real_flush()
 
             store.commit_log.flush = slow_flush  # type: ignore[method-assign]
             stall.set()
             slow = await asyncio.gather(*(store.put_message(msg("T", f"s{i}".encode())) for i in range(3)))
             stall.clear()
-            await asyncio.sleep(0.6)  # the stuck fsync ends
+            release.set()  # the stuck fsync ends
             fast = await asyncio.gather(*(store.put_message(msg("T", f"f{i}".encode())) for i in range(3)))
             assert [r.status for r in slow] == [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 3
             assert all(r.stored for r in slow)  # stored and dispatched: only the fsync was late

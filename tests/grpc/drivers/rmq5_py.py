@@ -223,13 +223,14 @@ def lifecycle(c: SimpleConsumer, a: dict) -> None:
         out("timeout")
         return
     out("received", **view(m))
+    asked = time.monotonic()  # before the request: the broker counts the new duration from a later moment
     c.change_invisible_duration(m, a.get("extend", 4))
     out("extended", t=time.time())
     again = first()  # not acked: comes back after the changed invisible duration
     if again is None:
         out("timeout")
         return
-    out("redelivered", **view(again))
+    out("redelivered", **view(again), since_asked=time.monotonic() - asked)
     c.ack(again)
     out("acked", t=time.time())
     end = time.time() + a.get("quiet", 4)

@@ -13,7 +13,8 @@ const base = a => ({ endpoints: a.endpoint, namespace: '', requestTimeout: (a.ti
   ...(a.ak ? { sessionCredentials: { accessKey: a.ak, accessSecret: a.sk } } : {}),
   ...(a.tls ? { sslEnabled: true } : {}) });
 const view = m => ({ id: m.messageId, topic: m.topic, body: m.body.toString(), tag: m.tag || null, keys: m.keys,
-  group: m.messageGroup || null, props: Object.fromEntries(m.properties || []), t: Date.now() / 1000 });
+  group: m.messageGroup || null, props: Object.fromEntries(m.properties || []),
+  delivery: m.deliveryTimestamp ? m.deliveryTimestamp.getTime() : null, t: Date.now() / 1000 });
 
 function message(a, i) {
   const m = { topic: a.topic, body: Buffer.from(`${a.body || 'node'}-${i}`) };
@@ -85,11 +86,12 @@ async function simple(a) {
       const [m] = await receive(1);
       if (!m) return out('timeout');
       out('received', view(m));
+      const asked = performance.now(); // before the request: the broker counts the new duration from a later moment
       await c.changeInvisibleDuration(m, (a.extend || 4) * 1000);
       out('extended', { t: Date.now() / 1000 });
       const [again] = await receive(1);
       if (!again) return out('timeout');
-      out('redelivered', view(again));
+      out('redelivered', { ...view(again), since_asked: (performance.now() - asked) / 1000 });
       await c.ack(again);
       out('acked', { t: Date.now() / 1000 });
       return;
