@@ -542,7 +542,10 @@ class PushConsumer(ClientBase):
         assert self.listener is not None
         try:
             status = self.listener(msgs)
-        except Exception:
+        except BaseException:  # the listener's failure, whatever it raised (RocketMQ catches Throwable)
+            # Not only Exception: KeyboardInterrupt or SystemExit raised on the loop would stop the loop (the
+            # whole client), CancelledError end the queue's pull task, and on a consume thread any of them would
+            # leave the batch unconsumed below the committed offset for good.
             log.exception("message listener of %s raised: messages will be consumed again later", self.group)
             return ConsumeStatus.RECONSUME_LATER
         return status if isinstance(status, ConsumeStatus) else ConsumeStatus.RECONSUME_LATER
