@@ -1,5 +1,6 @@
-"""A push consumer's listener that misbehaves (raises what ``except Exception`` does not catch), on consume threads
-and on the client's loop: the failure is the listener's, the consumer goes on."""
+"""A push consumer's listener that misbehaves (raises what ``except Exception`` does not catch, calls the
+consumer's ``shutdown``), on consume threads and on the client's loop: the failure is the listener's, the
+consumer goes on."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import time
 import pytest
 
 from tests.e2e.helpers import push_consumer, wait_until
-from txmq import Admin, ConsumeStatus, Message, Producer
-from txmq.client.consumer import MessageExt
+from txmq import Admin, ConsumeStatus, Message, Producer, SendStatus
+from txmq.client.consumer import MessageExt, PushConsumer
+from txmq.errors import ClientError
 
 pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
@@ -56,3 +58,67 @@ def test_listener_raising_a_base_exception_is_consumed_again_and_the_queue_goes_
         consumer.shutdown()
     assert time.monotonic() - t0 < 10
 
+
+def test_shutdown_from_the_listener_fails_at_once_and_the_consumer_goes_on(cluster, listener_on_loop):
+    """Forbidden from inside the listener (it would wait for the very call it runs in): a clear ``ClientError``
+    at once, without stalling or half-closing the consumer."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("stop_t", queue_nums=1)
+    outcome: list[tuple[BaseException | None, float]] = []
+    bodies: list[bytes] = []
+    consumer: PushConsumer | None = None
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        if not outcome:
+            assert consumer is not None
+            t0 = time.monotonic()
+            try:
+                consumer.shutdown()
+                outcome.append((None, time.monotonic() - t0))
+            except BaseException as e:  # whatever it is, the test reports it
+                outcome.append((e, time.monotonic() - t0))
+        bodies.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+    consumer = push_consumer(cluster.namesrv_addr, "g_stop", "stop_t", listener,  # type: ignore[arg-type]
+                             listener_on_loop=listener_on_loop)
+    try:
+        with Producer("p_stop", cluster.namesrv_addr) as producer:
+            producer.send(Message("stop_t", b"first"))
+            assert wait_until(lambda: bool(bodies), 20)
+            producer.send(Message("stop_t", b"second"))
+        assert wait_until(lambda: b"second" in bodies, 20), bodies
+    finally:
+        consumer.shutdown()
+    exc, took = outcome[0]
+    assert isinstance(exc, ClientError) and "listener" in str(exc), exc
+    assert took < 1.0
+    assert bodies == [b"first", b"second"]
+
+
+
+def test_shutdown_from_a_send_callback_fails_at_once_and_the_producer_goes_on(cluster):
+    """A send's callbacks run on the client's loop, where shutting the client down would stall the loop."""
+    cluster.start_broker()
+    outcome: list[tuple[BaseException | None, float]] = []
+    done = threading.Event()
+    with Producer("p_cb_stop", cluster.namesrv_addr) as producer:
+        producer.send(Message("cb_stop_t", b"warm-up"))
+
+        def on_done(_fut: object) -> None:
+            t0 = time.monotonic()
+            try:
+                producer.shutdown()
+                outcome.append((None, time.monotonic() - t0))
+            except BaseException as e:  # whatever it is, the test reports it
+                outcome.append((e, time.monotonic() - t0))
+            done.set()
+
+        fut = producer.send_async(Message("cb_stop_t", b"one"))
+        fut.add_done_callback(on_done)
+        assert done.wait(20)
+        exc, took = outcome[0]
+        assert isinstance(exc, ClientError) and "loop thread" in str(exc), exc
+        assert took < 1.0
+        assert producer.send(Message("cb_stop_t", b"two")).status == SendStatus.SEND_OK

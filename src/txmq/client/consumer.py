@@ -177,6 +177,7 @@ class PushConsumer(ClientBase):
         self._rebalance_now: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = threading.Lock()
+        self._listening = threading.local()  # ``active`` while this thread runs the listener
 
     # --- configuration --------------------------------------------------------------------------------
 
@@ -239,6 +240,13 @@ class PushConsumer(ClientBase):
         await self._persist_offsets()
         await self.instance.unregister(consumer_group=self.group)
         await self.instance.close()
+
+    def shutdown(self) -> None:
+        """From any thread but the listener's: a shutdown waits for the listener calls in progress to end."""
+        if getattr(self._listening, "active", False):
+            raise ClientError("shutdown() cannot run inside this consumer's message listener (it would wait for "
+                              "the listener itself): call it from another thread")
+        super().shutdown()
 
     def _before_runtime_close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -540,6 +548,7 @@ class PushConsumer(ClientBase):
 
     def _call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus:
         assert self.listener is not None
+        self._listening.active = True
         try:
             status = self.listener(msgs)
         except BaseException:  # the listener's failure, whatever it raised (RocketMQ catches Throwable)
@@ -548,6 +557,8 @@ class PushConsumer(ClientBase):
             # leave the batch unconsumed below the committed offset for good.
             log.exception("message listener of %s raised: messages will be consumed again later", self.group)
             return ConsumeStatus.RECONSUME_LATER
+        finally:
+            self._listening.active = False
         return status if isinstance(status, ConsumeStatus) else ConsumeStatus.RECONSUME_LATER
 
     def _consume_calls(self, pq: ProcessQueue, calls: list[list[MessageExt]]) -> None:
