@@ -122,3 +122,41 @@ def test_shutdown_from_a_send_callback_fails_at_once_and_the_producer_goes_on(cl
         assert isinstance(exc, ClientError) and "loop thread" in str(exc), exc
         assert took < 1.0
         assert producer.send(Message("cb_stop_t", b"two")).status == SendStatus.SEND_OK
+
+def test_orderly_shutdown_during_a_failing_batch_commits_exactly_what_was_consumed(cluster, listener_on_loop):
+    """Shut down while an orderly queue waits ``suspend_s`` to consume a failed message again: the offset
+    committed is that message's, so the next consumer of the group starts with it, and nothing before it comes
+    again."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("ord_stop_t", queue_nums=1, order=True)
+    with Producer("p_ord_stop", cluster.namesrv_addr) as producer:
+        for i in range(5):
+            producer.send(Message("ord_stop_t", f"m{i}".encode()))
+    seen: list[bytes] = []
+
+    def failing_at_m2(msgs: list[MessageExt]) -> ConsumeStatus:
+        seen.extend(m.body for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER if any(m.body == b"m2" for m in msgs) else ConsumeStatus.SUCCESS
+
+    consumer = push_consumer(cluster.namesrv_addr, "g_ord_stop", "ord_stop_t", failing_at_m2,  # type: ignore[arg-type]
+                             orderly=True, suspend_s=0.3, listener_on_loop=listener_on_loop)
+    try:
+        assert wait_until(lambda: seen.count(b"m2") >= 2, 20), seen
+    finally:
+        consumer.shutdown()
+    assert seen[:2] == [b"m0", b"m1"] and set(seen[2:]) == {b"m2"}
+
+    again: list[bytes] = []
+
+    def record(msgs: list[MessageExt]) -> ConsumeStatus:
+        again.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+    consumer = push_consumer(cluster.namesrv_addr, "g_ord_stop", "ord_stop_t", record,  # type: ignore[arg-type]
+                             orderly=True, listener_on_loop=listener_on_loop)
+    try:
+        assert wait_until(lambda: len(again) >= 3, 20), again
+    finally:
+        consumer.shutdown()
+    assert again == [b"m2", b"m3", b"m4"]
