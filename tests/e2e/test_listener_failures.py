@@ -160,3 +160,29 @@ def test_orderly_shutdown_during_a_failing_batch_commits_exactly_what_was_consum
     finally:
         consumer.shutdown()
     assert again == [b"m2", b"m3", b"m4"]
+
+
+def test_listener_on_the_loop_forwards_with_send_async_through_a_full_window(cluster):
+    """A producer has its own client and loop: a listener on the consumer's loop may wait in ``send_async``
+    for room in that producer's window (the producer's loop frees it), and each forwarded send succeeds."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("fwd_in", queue_nums=1)
+    futures = []
+    with Producer("p_fwd", cluster.namesrv_addr, max_in_flight=1) as forwarder:
+        forwarder.send(Message("fwd_out", b"warm-up"))
+
+        def forward(msgs: list[MessageExt]) -> ConsumeStatus:
+            futures.extend(forwarder.send_async(Message("fwd_out", m.body)) for m in msgs)
+            return ConsumeStatus.SUCCESS
+
+        consumer = push_consumer(cluster.namesrv_addr, "g_fwd", "fwd_in", forward,  # type: ignore[arg-type]
+                                 listener_on_loop=True)
+        try:
+            with Producer("p_fwd_in", cluster.namesrv_addr) as producer:
+                sent = [producer.send_async(Message("fwd_in", f"f{i}".encode())) for i in range(20)]
+                assert all(f.result(10).status == SendStatus.SEND_OK for f in sent)
+            assert wait_until(lambda: len(futures) == 20, 20), len(futures)
+        finally:
+            consumer.shutdown()
+        assert all(f.result(10).status == SendStatus.SEND_OK for f in futures)
