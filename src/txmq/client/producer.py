@@ -368,6 +368,9 @@ class Producer(ClientBase):
         except Exception as exc:
             self._fail_chunk(chunk, exc)
             return
+        except asyncio.CancelledError:  # the producer shuts down: its callers learn it, as ``_settle_from`` says
+            self._fail_chunk(chunk, ClientError("send cancelled: the producer is shutting down"))
+            raise
         for (_, fut), result in zip(chunk, results, strict=True):
             fut.set_result(result)
 
