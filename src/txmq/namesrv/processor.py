@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from txmq.acl.model import Action, Needs, any_user, cluster_get, cluster_update
+from txmq.errors import InvalidMessageError
 from txmq.namesrv.route_info import MASTER_ID, QueueData, RouteInfoManager
 from txmq.remoting.admin_headers import DeleteTopicRequestHeader
 from txmq.remoting.body import read_body
@@ -18,7 +19,6 @@ from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import RequestSpec, header, no_header
 from txmq.remoting.request_headers import Header
 from txmq.remoting.transport import Connection
-from txmq.errors import InvalidMessageError
 from txmq.topic import TopicConfig, check_queue_nums, check_topic
 
 log = logging.getLogger("txmq.namesrv")
