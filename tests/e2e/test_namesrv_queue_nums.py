@@ -8,6 +8,7 @@ from __future__ import annotations
 import orjson
 
 from tests.e2e.helpers import RawClient
+from txmq.client.instance import parse_route
 from txmq.remoting.codes import RequestCode, ResponseCode
 
 EVIL = {"clusterName": "c", "brokerAddr": "127.0.0.1:1", "brokerName": "evil", "brokerId": "0"}
@@ -39,3 +40,15 @@ def test_a_registration_claiming_a_billion_queues_is_not_routed(cluster):
         assert raw.call(RequestCode.REGISTER_BROKER, EVIL, body).code == ResponseCode.SUCCESS
     lines = [ln for ln in (cluster.root / "namesrv.log").read_text().splitlines() if "skipped" in ln]
     assert len(lines) == 2 and all("huge" in ln and "negative" in ln and "fine" not in ln for ln in lines), lines
+
+
+def test_a_client_leaves_out_a_route_entry_out_of_bounds():
+    """A name server of another implementation may route such a registration: the client leaves that broker's
+    entry out and keeps the others (here just past the bound: 10^9 would hold the unfixed client for minutes)."""
+    data = {"brokerDatas": [{"brokerName": b, "brokerAddrs": {"0": f"127.0.0.1:{i + 1}"}}
+                            for i, b in enumerate(("evil", "good"))],
+            "queueDatas": [{"brokerName": "evil", "readQueueNums": 1025, "writeQueueNums": 1025, "perm": 6},
+                           {"brokerName": "good", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}]}
+    route = parse_route("huge", data)
+    assert [(q.broker_name, q.queue_id) for q in route.publish_queues] == [("good", 0), ("good", 1)]
+    assert [(q.broker_name, q.queue_id) for q in route.subscribe_queues] == [("good", 0), ("good", 1)]
