@@ -332,8 +332,9 @@ _packed_hosts: dict[tuple[str, int], bytes] = {}
 _topic_parts: dict[str, bytes] = {}
 _CACHED = 1024  # hosts per cache: a handful, renewed as clients reconnect; a flood of new ones empties it
 # Topics a broker stores to are its topic table's (10,000 and more): past the bound a topic's part is encoded per
-# message, and the cache is never emptied (emptied, a send spread over more topics than it holds missed every time).
-# At most 16,384 names of at most 127 bytes: a few MB however many names a peer tries.
+# message, and the cache is never emptied (emptied, a send spread over more topics than it holds missed every time);
+# a deleted topic's slot is freed (``forget_topic``). At most 16,384 names of at most 127 bytes: a few MB however
+# many names a peer tries.
 _CACHED_TOPICS = 16_384
 
 
@@ -364,6 +365,12 @@ def _topic_part(topic: str) -> bytes:
         if len(_topic_parts) < _CACHED_TOPICS and topic.__class__ is str:  # a subclass could compare unlike itself
             _topic_parts[topic] = part
     return part
+
+
+def forget_topic(topic: str) -> bool:
+    """Free ``topic``'s slot in the cache of encoded topics (the topic was deleted): a full cache admits no new
+    topic, so the slots of topics that are gone would keep new topics' parts out. True when it held one."""
+    return _topic_parts.pop(topic, None) is not None
 
 
 # The born timestamps a broker takes (ms since the epoch, UTC): 2000-01-01 to 2200-01-01, exclusive. Beyond, the

@@ -31,6 +31,7 @@ SYSTEM_TOPICS = frozenset(
 NOT_ALLOWED_SEND_TOPICS = SYSTEM_TOPICS - {AUTO_CREATE_TOPIC_KEY_TOPIC}
 
 TOPIC_MAX_LENGTH = 127
+MAX_QUEUE_NUMS = 1024  # read or write queues of one topic on one broker
 GROUP_MAX_LENGTH = 255
 # RocketMQ TopicValidator's pattern, matched against the whole name as Java's ``Pattern.matches`` does (``fullmatch``:
 # ``match`` with ``$`` let a name end in a newline).
@@ -82,6 +83,13 @@ def _check_topic(topic: str) -> None:
         raise InvalidMessageError(f"topic is longer than {TOPIC_MAX_LENGTH} characters")
     if not _VALID_NAME.fullmatch(topic):
         raise InvalidMessageError(f"topic {topic!r} has illegal characters; allowed: ^[%|a-zA-Z0-9_-]+$")
+
+
+def check_queue_nums(read: int, write: int) -> None:
+    """Raise ``InvalidMessageError`` unless a topic's read and write queue numbers are both 1 to
+    ``MAX_QUEUE_NUMS``: they size every loop over the topic's queues, a broker's registration and clients' routes."""
+    if not (0 < read <= MAX_QUEUE_NUMS and 0 < write <= MAX_QUEUE_NUMS):
+        raise InvalidMessageError(f"queue numbers must be between 1 and {MAX_QUEUE_NUMS} (read {read}, write {write})")
 
 
 def check_group(group: str) -> None:

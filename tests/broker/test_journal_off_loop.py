@@ -36,7 +36,7 @@ from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import SendMessageRequestHeader
 from txmq.remoting.transport import RemotingClient
 from txmq.store import StoreConfig
-from txmq.topic import TopicConfig
+from txmq.topic import PermName, TopicConfig
 
 
 class SlowFsync:
@@ -647,3 +647,57 @@ def test_a_group_deletion_cleans_its_offsets_once_durable_though_its_caller_was_
     asyncio.run(main())
     monkeypatch.undo()
     assert "g" not in SubscriptionGroupManager(tmp_path).table
+
+
+def test_sends_waiting_on_a_failed_topic_change_go_on_with_the_stored_topic_and_fail_only_on_a_failed_creation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sends (remoting and gRPC) wait for a pending change of their topic. When an operator's update of a topic
+    that exists fails, the update is undone and the topic is as it was stored: the sends are stored in it. When the
+    topic's creation fails, there is no topic: the sends fail (SYSTEM_ERROR, INTERNAL_SERVER_ERROR)."""
+
+    def grpc_send(stub: MessagingServiceStub, topic: str, n: int) -> Awaitable[spb.SendMessageResponse]:
+        message = pb.Message(topic=pb.Resource(name=topic), body=b"x", system_properties=pb.SystemProperties(
+            message_id=f"0A00000000000000000000000000{n:04X}", body_encoding=pb.IDENTITY, message_type=pb.NORMAL))
+        return stub.SendMessage(spb.SendMessageRequest(messages=[message]), metadata=[("x-mq-client-id", "c")],
+                                timeout=30)
+
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (serving(tmp_path, None, grpc_port) as (broker, addr), RemotingClient() as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            manager = broker.topic_config_manager
+            await manager.update(TopicConfig("Kept", 1, 1))
+
+            failing = FailingFsync(failures=1)
+            monkeypatch.setattr(config_journal, "os", SlowOs(failing))
+            # the change would refuse the sends (read only): they are judged once it failed, by the topic as stored
+            updating = asyncio.ensure_future(manager.update(TopicConfig("Kept", 4, 4, perm=PermName.PERM_READ)))
+            assert await asyncio.to_thread(failing.entered.wait, 10)
+            remoting = asyncio.ensure_future(client.invoke(addr, _send("Kept"), 30))
+            grpc_sending = asyncio.ensure_future(grpc_send(stub, "Kept", 1))
+            await asyncio.sleep(0.2)
+            assert "Kept" in manager.pending and not remoting.done() and not grpc_sending.done()  # they wait
+            failing.release.set()
+            with pytest.raises(OSError):
+                await updating
+            reply, answer = await remoting, await grpc_sending
+            assert reply.code == ResponseCode.SUCCESS, (reply.code, reply.remark)
+            assert answer.status.code == pb.Code.OK, answer.status.message
+            assert manager.table["Kept"].write_queue_nums == 1  # as stored, writable
+            assert broker.store.get_max_offset_in_queue("Kept", 0) == 2
+
+            failing = FailingFsync(failures=1)
+            monkeypatch.setattr(config_journal, "os", SlowOs(failing))
+            creating = asyncio.ensure_future(client.invoke(addr, _send("Fresh"), 30))  # creates it from TBW102
+            assert await asyncio.to_thread(failing.entered.wait, 10)
+            waiting = grpc_send(stub, "Fresh", 2)
+            await asyncio.sleep(0.2)
+            failing.release.set()
+            reply, answer = await creating, await waiting
+            assert reply.code == ResponseCode.SYSTEM_ERROR, (reply.code, reply.remark)
+            assert answer.entries[0].status.code == pb.Code.INTERNAL_SERVER_ERROR, answer
+            assert "Fresh" not in manager.table
+            monkeypatch.undo()
+
+    asyncio.run(main())

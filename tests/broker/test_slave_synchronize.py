@@ -16,7 +16,7 @@ from tests.broker.test_journal_off_loop import serving
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.server import RemotingServer
-from txmq.remoting.transport import Connection
+from txmq.remoting.transport import Connection, RemotingClient
 from txmq.topic import TopicConfig
 
 TOPICS, OFFSETS, DELAYS = (RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET,
@@ -62,6 +62,53 @@ def test_a_malformed_reply_of_the_master_is_one_log_line_and_adopts_nothing(
                 await sync.sync_all()
                 assert slave.topic_config_manager.table["T"].read_queue_nums == 2
                 assert slave.consumer_offset_manager.query("g", "T", 0) == 5
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
+OUT_OF_BOUNDS = pytest.mark.parametrize("read, write", [(0, 2), (2, -1), (2, 1025), (10**9, 10**9)],
+                                        ids=["zero", "negative", "over-1024", "huge"])
+
+
+@OUT_OF_BOUNDS
+def test_updateTopic_refuses_the_queue_numbers_a_slave_skips(tmp_path: Path, read: int, write: int) -> None:
+    async def main() -> RemotingCommand:
+        async with serving(tmp_path) as (_, addr):
+            client = RemotingClient()
+            try:
+                return await client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+                    "topic": "Bad", "readQueueNums": str(read), "writeQueueNums": str(write), "perm": "6"}), 5)
+            finally:
+                await client.close()
+
+    resp = asyncio.run(main())
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "queue numbers" in (resp.remark or ""), resp.remark
+
+
+@OUT_OF_BOUNDS
+def test_a_master_topic_with_queue_numbers_updateTopic_refuses_is_skipped_with_one_log_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, read: int, write: int) -> None:
+    """A topic's queue numbers size the slave's loops over its queues, its registration and its clients' routes:
+    the master's are held to the bounds the broker's own updateTopic enforces; the other topics are adopted."""
+    bad = {**TopicConfig("Bad", 2, 2).to_json(), "readQueueNums": read, "writeQueueNums": write}
+    master = Master({**GOOD, TOPICS: {"topicConfigTable": {**GOOD[TOPICS]["topicConfigTable"], "Bad": bad}}})
+
+    async def main() -> None:
+        server = RemotingServer(master)
+        await server.start()
+        try:
+            async with serving(tmp_path, broker_role="SLAVE", broker_id=1) as (slave, _):
+                sync = slave.slave_synchronize
+                sync.master_addr = f"127.0.0.1:{server.port}"
+                with caplog.at_level(logging.INFO, "txmq.broker"):
+                    for _ in range(3):  # one line, not one per sync
+                        await sync.sync_all()
+                table = slave.topic_config_manager.table
+                assert "Bad" not in table and table["T"].read_queue_nums == 2
+                lines = [r.getMessage() for r in caplog.records if "Bad" in r.getMessage()]
+                assert len(lines) == 1 and "queue numbers" in lines[0], lines
         finally:
             await server.close()
 

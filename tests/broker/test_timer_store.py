@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from txmq.broker.timer import TIMER_DELIVER_MS, RecallError, TimerMessageStore
+from txmq.broker.timer import BATCH, TIMER_DELIVER_MS, RecallError, TimerMessageStore
 from txmq.errors import InvalidMessageError
 from txmq.message import MessageExt, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
@@ -174,6 +174,30 @@ def test_a_timer_beyond_the_roll_window_is_rolled_then_delivered_once_on_time(tm
             assert delivered[0].store_timestamp >= int(late.properties["TIMER_OUT_MS"])
             assert int(delivered[0].properties["TIMER_ROLL_TIMES"]) >= 2
             assert timers.count == 0
+            timers.close()
+
+    asyncio.run(go())
+
+
+def test_due_timers_behind_a_batch_of_recalled_ones_are_delivered_in_the_same_pass(tmp_path):
+    """A whole batch of recalled rows (their markers not applied yet) at the head of the due rows must not end the
+    pass: the due rows behind them go in the same pass."""
+    cfg = _config(tmp_path)
+
+    async def go() -> None:
+        async with DefaultMessageStore(cfg) as store:
+            timers = TimerMessageStore(store, cfg, tmp_path)
+            recalled = [await _put(store, timers, _timer(f"r{i}".encode(), 100)) for i in range(BATCH)]
+            for body in (b"x", b"y", b"z"):
+                await _put(store, timers, _timer(body, 200))
+            timers.catch_up()
+            for msg in recalled:
+                handle = timers.recall_handle(msg, "broker-a")
+                assert handle is not None
+                await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1))
+            await asyncio.sleep(0.3)  # all due, the recall markers not yet read into the table
+            await timers._deliver_due()
+            assert sorted(_bodies(store)) == [b"x", b"y", b"z"]
             timers.close()
 
     asyncio.run(go())

@@ -592,3 +592,38 @@ def test_a_freed_slot_is_passed_on_when_its_waiter_is_cancelled_before_it_runs(r
             await server.close()
 
     run(main())
+
+
+def test_close_ends_the_handlers_of_connections_closed_before(run: Runner) -> None:
+    """A handler still running after its connection closed is drained (within the grace) or cancelled by the
+    server's close, as those of the connections still open are: none outlives ``close``."""
+    started = asyncio.Event()
+    handlers: list[asyncio.Task[Any]] = []
+
+    async def hang(cmd: RemotingCommand) -> RemotingCommand:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.append(task)
+        started.set()
+        await asyncio.Event().wait()
+        return RemotingCommand.response_to(cmd)
+
+    async def main() -> None:
+        server = RemotingServer(lambda conn, cmd: hang(cmd))
+        await server.start()
+        client = RemotingClient()
+        try:
+            pending = asyncio.ensure_future(
+                client.invoke(f"127.0.0.1:{server.port}", RemotingCommand.request(SILENT), 10))
+            await asyncio.wait_for(started.wait(), 5)
+            await client.close()
+            with pytest.raises(RemotingConnectError):
+                await pending
+            while server.connections:  # the server saw the connection close; its handler runs on
+                await asyncio.sleep(0.01)
+            assert not handlers[0].done()
+        finally:
+            await server.close(grace=0.1)
+        assert handlers[0].cancelled()
+
+    run(main())

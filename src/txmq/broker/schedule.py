@@ -12,17 +12,18 @@ early, and after a restart each is due where it was (the account resumes across 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from pathlib import Path
 
 from txmq.broker.persist import read_json, write_json_atomic
+from txmq.broker.wake import Wake
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import DefaultMessageStore, GetMessageStatus
 from txmq.topic import RMQ_SYS_SCHEDULE_TOPIC
 
 log = logging.getLogger("txmq.broker")
+
+IDLE_WAIT_S = 1.0  # the longest the loop sleeps between passes, woken or not
 
 
 class ScheduleMessageService:
@@ -33,7 +34,7 @@ class ScheduleMessageService:
         saved = read_json(self.path) or {}
         self.offsets: dict[int, int] = {int(k): int(v) for k, v in (saved.get("offsetTable") or {}).items()}
         self._persisted = dict(self.offsets)
-        self._wake = asyncio.Event()
+        self._wake = Wake()
         self.delivered = 0
 
     @property
@@ -53,11 +54,9 @@ class ScheduleMessageService:
     async def run(self) -> None:
         while True:
             next_due = await self.deliver_due()
-            self._wake.clear()
             now = self.store.clock.elapsed_ms()
-            timeout = 1.0 if next_due is None else max(0.01, min(1.0, (next_due - now) / 1000))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            timeout = IDLE_WAIT_S if next_due is None else max(0.01, min(IDLE_WAIT_S, (next_due - now) / 1000))
+            await self._wake.wait(timeout)
 
     async def deliver_due(self) -> int | None:
         """Deliver every due message; return when the next one is due (the account's ms), if known."""

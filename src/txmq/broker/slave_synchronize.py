@@ -9,13 +9,15 @@ follows (``ReplicasManager.master_acts``): a fenced master's tables are stale on
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from txmq.errors import ClientError
+from txmq.errors import ClientError, InvalidMessageError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.topic import TopicConfig, check_queue_nums
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -29,6 +31,7 @@ class SlaveSynchronize:
         self.master_addr = ""  # the master's remoting address, as the name server names it
         self.synced_at = 0.0  # loop time of the last complete copy
         self._failing = False
+        self._skipped: dict[str, str] = {}  # the master's topics the last copy skipped (logged when they change)
 
     async def _fetch(self, addr: str, code: int) -> Any:
         resp = await self.broker.namesrv_client.invoke(addr, RemotingCommand.request(code), 5.0)
@@ -57,7 +60,11 @@ class SlaveSynchronize:
             log.info("slave synchronize from %s works again", addr)
         self._failing = False
         b = self.broker
-        topic_configs, offset_table, delay_table = copy
+        topic_configs, skipped, offset_table, delay_table = copy
+        if skipped and skipped != self._skipped:
+            log.warning("%d topic%s of %s skipped: %.500s", len(skipped), "" if len(skipped) == 1 else "s", addr,
+                        "; ".join(f"{name:.100}: {why}" for name, why in skipped.items()))
+        self._skipped = skipped
         b.consumer_offset_manager.replace_all(offset_table)
         b.schedule_service.replace_offsets(delay_table)
         # Last: the topics are in the table before the first await, with the offsets, in the same step of the loop
@@ -65,13 +72,36 @@ class SlaveSynchronize:
         await b.topic_config_manager.replace_all(topic_configs)
 
 
-def _parsed(topics: Any, offsets: Any, delays: Any) -> tuple[list[Any], dict[str, dict[int, int]], dict[int, int]]:
-    """The master's replies as the slave adopts them: its topics' documents (each checked by ``replace_all``), its
-    consumer offsets and its delay offsets. ``ValueError`` for a reply of another shape: nothing is adopted then,
-    rather than the tables before the one that does not parse."""
+def _parsed(topics: Any, offsets: Any, delays: Any) -> tuple[list[Any], dict[str, str], dict[str, dict[int, int]],
+                                                              dict[int, int]]:
+    """The master's replies as the slave adopts them: its topics' documents (each checked by ``replace_all``), the
+    topics skipped for their queue numbers (``_bounded``), its consumer offsets and its delay offsets. ``ValueError``
+    for a reply of another shape: nothing is adopted then, rather than the tables before the one that does not
+    parse."""
     try:
-        return (list((topics.get("topicConfigTable") or {}).values()),
+        return (*_bounded((topics.get("topicConfigTable") or {}).values()),
                 {k: {int(q): int(o) for q, o in v.items()} for k, v in (offsets.get("offsetTable") or {}).items()},
                 {int(k): int(v) for k, v in (delays.get("offsetTable") or {}).items()})
     except (AttributeError, TypeError) as exc:
         raise ValueError(f"a reply of another shape ({exc})") from exc
+
+
+def _bounded(docs: Iterable[Any]) -> tuple[list[Any], dict[str, str]]:
+    """The master's topic documents but those whose queue numbers the broker's own updateTopic refuses
+    (``check_queue_nums``: a peer's numbers would size the slave's loops over queues, its registration and its
+    clients' routes), and those skipped (name -> why). A document that does not parse is ``replace_all``'s to drop."""
+    kept: list[Any] = []
+    skipped: dict[str, str] = {}
+    for doc in docs:
+        try:
+            cfg = TopicConfig.from_json(doc)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            kept.append(doc)
+            continue
+        try:
+            check_queue_nums(cfg.read_queue_nums, cfg.write_queue_nums)
+        except InvalidMessageError as exc:
+            skipped[cfg.topic_name] = str(exc)
+            continue
+        kept.append(doc)
+    return kept, skipped

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from txmq.broker.wake import Wake
 from txmq.errors import InvalidMessageError
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import DefaultMessageStore, GetMessageStatus
@@ -146,7 +146,7 @@ class TimerMessageStore:
         self._recalled: set[int] = set()  # recalls answered whose marker the enqueue has not applied yet
         self._delivering: set[int] = set()  # rows being stored now: too late to recall
         self._rolling: set[int] = set()  # rows being rolled now: a recall waits for the new record
-        self._wake = asyncio.Event()
+        self._wake = Wake()
         self._in_tx = False
         store.add_truncate_listener(self._truncated)
         self.delivered = 0
@@ -269,9 +269,7 @@ class TimerMessageStore:
                 if not self.config.timer_stop_enqueue:
                     self.catch_up()
                 wait_ms = 1000
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
+            await self._wake.wait(wait_ms / 1000)
             if deliver and not self.config.timer_stop_enqueue:
                 self._enqueue_all()
 
@@ -365,13 +363,20 @@ class TimerMessageStore:
             self._begin()
             self.delivered_offset = store.max_phy_offset  # no delivery of ours is on the way now
             self._commit()
+        # (due, offset) of the last row read: a recalled row stays in the table until its marker is applied, and
+        # the pass reads on past it, so a batch of them does not hold back the due rows behind
+        after = (-1, -1)
         while True:
             now = store.clock.elapsed_ms()
-            rows = self.db.execute("SELECT offset, real FROM timer WHERE due <= ? ORDER BY due LIMIT ?",
-                                   (now, BATCH)).fetchall()
-            rows = [r for r in rows if r[0] not in self._recalled]
-            if not rows:
+            batch = self.db.execute("SELECT offset, real, due FROM timer WHERE due <= ? AND (due, offset) > (?, ?) "
+                                    "ORDER BY due, offset LIMIT ?", (now, *after, BATCH)).fetchall()
+            if not batch:
                 return None
+            after = (batch[-1][2], batch[-1][0])
+            rows = [(offset, real) for offset, real, _ in batch if offset not in self._recalled]
+            if not rows:
+                await asyncio.sleep(0)
+                continue
             puts = []
             rolled: set[int] = set()
             hold: int | None = None

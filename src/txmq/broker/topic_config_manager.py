@@ -197,11 +197,17 @@ class TopicConfigManager:
 
     async def durable(self, topic: str) -> None:
         """Once the last change of ``topic`` is durable and settled (out of ``pending``); ``OSError`` when it
-        failed (the change is then undone). What is awaited is done only once settled: a caller that retries
-        while the topic is pending never finds a done change still there (it would retry without yielding)."""
-        created = self.pending.get(topic)
-        if created is not None:
-            await asyncio.shield(created)
+        failed and left no such topic (a creation, undone). A failed change of a topic that stays (an update, a
+        deletion) is undone to the topic as stored: what waited for it (a send) goes on with that. What is awaited
+        is done only once settled: a caller that retries while the topic is pending never finds a done change still
+        there (it would retry without yielding)."""
+        change = self.pending.get(topic)
+        if change is not None:
+            try:
+                await asyncio.shield(change)
+            except OSError:
+                if topic not in self.table:
+                    raise
 
     def persist(self) -> None:
         """The whole table as the snapshot, the journal emptied."""

@@ -135,7 +135,8 @@ class PushConsumer(ClientBase):
                  consume_timestamp_ms: int = 0, consume_thread_nums: int = 4, pull_batch_size: int = 32,
                  consume_batch_max_size: int = 1, max_reconsume_times: int = 16, orderly: bool = False,
                  pull_threshold: int = 1000, rebalance_interval_s: float = 20.0, suspend_timeout_ms: int = 15_000,
-                 persist_interval_s: float = 5.0, suspend_s: float = 1.0, instance_name: str | None = None) -> None:
+                 persist_interval_s: float = 5.0, suspend_s: float = 1.0, pull_delay_when_exception_s: float = 1.0,
+                 instance_name: str | None = None) -> None:
         check_group(group)
         super().__init__(namesrv, instance_name, group)
         self.group = group
@@ -152,6 +153,9 @@ class PushConsumer(ClientBase):
         self.suspend_timeout_ms = suspend_timeout_ms
         self.persist_interval_s = persist_interval_s
         self.suspend_s = suspend_s
+        # RocketMQ's pullTimeDelayMillsWhenException (1 s): the pause before pulling a queue again after the broker
+        # refused a pull, or sent it to a member this client cannot reach
+        self.pull_delay_when_exception_s = pull_delay_when_exception_s
         self.subscriptions: dict[str, TagFilter] = {}
         self.listener: MessageListener | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(consume_thread_nums,
@@ -408,6 +412,7 @@ class PushConsumer(ClientBase):
         assert self.instance is not None
         filt = self.subscriptions.get(pq.mq.topic) or TagFilter("*")
         pending: asyncio.Task[RemotingCommand] | None = None
+        sent_back = False  # the last answer sent this queue's reader to a member it cannot reach
         try:
             while not pq.dropped:
                 if pending is None:
@@ -427,6 +432,17 @@ class PushConsumer(ClientBase):
                     pending = None
                 self.instance.suggest(pq.mq, int(resp.ext_fields.get("suggestWhichBrokerId", "0")))
                 next_offset = int(resp.ext_fields.get("nextBeginOffset", pq.next_offset))
+                if resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY and next_offset == pq.next_offset \
+                        and self.instance.sent_back(pq.mq, addr):
+                    # A slave without slaveReadEnable sends every pull to its master; with the master gone, pulling
+                    # it again at once would spin both processes: wait as RocketMQ's client after an exception.
+                    if not sent_back:
+                        log.warning("pull from %s at %s: %s, and no other member to pull from: pulling again "
+                                    "every %.1f s", pq.mq, addr, resp.remark, self.pull_delay_when_exception_s)
+                    sent_back = True
+                    await asyncio.sleep(self.pull_delay_when_exception_s)
+                    continue
+                sent_back = False
                 if resp.code == ResponseCode.SUCCESS:
                     try:
                         found = decode_messages(resp.body)
@@ -460,7 +476,7 @@ class PushConsumer(ClientBase):
                     pq.next_offset = next_offset
                 else:
                     log.warning("pull from %s answered %d: %s", pq.mq, resp.code, resp.remark)
-                    await asyncio.sleep(1.0)
+                    await asyncio.sleep(self.pull_delay_when_exception_s)
         finally:
             if pending is not None:
                 pending.cancel()

@@ -190,6 +190,12 @@ class MQClientInstance:
     def suggest(self, mq: MessageQueue, broker_id: int) -> None:
         self.pull_from[mq] = broker_id
 
+    def sent_back(self, mq: MessageQueue, addr: str) -> bool:
+        """The member at ``addr`` suggested another for ``mq``, and yet the next pull would go to ``addr``: the
+        suggested member is not in the route (a master that stopped) or just failed."""
+        wanted = (self.members.get(mq.broker_name) or {}).get(self.pull_from.get(mq, MASTER))
+        return wanted != addr and self.pull_addr(mq) == addr
+
     def failed(self, addr: str) -> None:
         """A request to ``addr`` failed: read elsewhere for a while and ask the name server for fresh routes."""
         loop = asyncio.get_running_loop()

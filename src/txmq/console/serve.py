@@ -13,6 +13,7 @@ import ssl
 
 from aiohttp import web
 
+from txmq.accept import accept
 from txmq.console.app import make_app
 from txmq.console.config import ConsoleConfig
 from txmq.console.guard import REFUSALS, HttpLog
@@ -45,7 +46,7 @@ class Listener:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                conn, peer = await loop.sock_accept(self._sock)
+                conn, peer = await accept(self._sock)
             except OSError as exc:  # EMFILE and its kin: wait rather than spin
                 self._refusals.refused("*", f"accept failed: {exc.strerror or exc}")
                 await asyncio.sleep(ACCEPT_PAUSE_S)

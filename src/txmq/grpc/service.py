@@ -405,14 +405,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         the account that sends it, recorded on a half as on remoting (``tx show``); "" with ACL off."""
         sends = self.core.sends
         body = decode_body(m)
-        cfg = sends.topic_of(m.topic.name, len(body), False, _AUTO_CREATE)
-        while not isinstance(cfg, Refusal) and cfg.topic_name in sends.manager.pending:
-            try:  # nothing stored in a topic whose creation a crash could lose
-                await sends.manager.durable(cfg.topic_name)
+        pending = sends.manager.pending
+        name = m.topic.name
+        # nothing stored in a topic whose creation a crash could lose, nor judged by a change that may fail (undone)
+        while True:
+            if name not in pending:
+                cfg = sends.topic_of(name, len(body), False, _AUTO_CREATE)  # as an operator may have changed it
+                if isinstance(cfg, Refusal) or name not in pending:  # pending now: created by this send
+                    break
+            try:
+                await sends.manager.durable(name)
             except OSError as exc:
-                raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"topic {cfg.topic_name} not stored: {exc}") \
-                    from None
-            cfg = sends.topic_of(m.topic.name, len(body), False, _AUTO_CREATE)  # as an operator may have changed it
+                raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"topic {name} not stored: {exc}") from None
         if isinstance(cfg, Refusal):
             raise cfg
         topic = cfg.topic_name

@@ -75,6 +75,8 @@ class RemotingServer:
         self.buffered_bytes = 0  # partial-frame bytes held by all connections
         self._buffered: dict[Connection, int] = {}  # per connection, those still holding some
         self._refused = 0  # connections refused in the current run at the cap
+        # handlers still running whose connection closed: ``close`` drains or cancels them with the others
+        self._orphans: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | TlsServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -105,6 +107,9 @@ class RemotingServer:
     def _connection_closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
         self._account(conn, 0)
+        for task in conn.tasks:
+            self._orphans.add(task)
+            task.add_done_callback(self._orphans.discard)
         if self._refused and len(self.connections) < self.limits.server_max_connections:
             log.warning("accepting connections again after refusing %d at serverMaxConnections", self._refused)
             self._refused = 0
@@ -168,8 +173,8 @@ class RemotingServer:
                  tls.mode if tls is not None else "disabled")
 
     async def close(self, grace: float = 5.0) -> None:
-        """Stop listening, close every connection, let running handlers finish for ``grace`` seconds
-        (then cancel them)."""
+        """Stop listening, close every connection, let running handlers (of connections closed before too)
+        finish for ``grace`` seconds, then cancel them."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.wait([self._sweeper])
@@ -182,7 +187,7 @@ class RemotingServer:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-        tasks = {task for conn in conns for task in conn.tasks}
+        tasks = {task for conn in conns for task in conn.tasks} | self._orphans
         if tasks:
             _, late = await asyncio.wait(tasks, timeout=grace)
             for task in late:

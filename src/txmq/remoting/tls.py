@@ -22,6 +22,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from txmq.accept import accept
 from txmq.refusals import RefusalLog
 
 log = logging.getLogger("txmq.remoting")
@@ -106,7 +107,7 @@ class TlsServer:
     async def _accept(self, sock: socket.socket) -> None:
         while True:
             try:
-                conn, _ = await self._loop.sock_accept(sock)
+                conn, _ = await accept(sock)
             except OSError as exc:
                 log.warning("accept failed: %s", exc)
                 await asyncio.sleep(0.1)

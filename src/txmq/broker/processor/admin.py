@@ -15,7 +15,8 @@ from txmq.broker.processor.ops import runtime_info
 from txmq.broker.processor.refused import refused
 from txmq.broker.transaction.state import Outcome
 from txmq.broker.visibility import INTERNAL_TOPICS, RecordAt, internal_refusal, read_record_at, record_needs, servable
-from txmq.message import MessageConst, MessageExt, decode_message
+from txmq.errors import InvalidMessageError
+from txmq.message import MessageConst, MessageExt, decode_message, forget_topic
 from txmq.remoting.admin_headers import (
     DeleteTopicRequestHeader,
     QueryConsumeQueueRequestHeader,
@@ -36,7 +37,14 @@ from txmq.remoting.request_headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from txmq.remoting.transport import Connection
-from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC, TopicConfig, check_group, check_topic, is_system_topic
+from txmq.topic import (
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    TopicConfig,
+    check_group,
+    check_queue_nums,
+    check_topic,
+    is_system_topic,
+)
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -189,9 +197,10 @@ class AdminBrokerProcessor:
         if is_system_topic(h.topic):
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
                                                remark=f"topic {h.topic} is a system topic and cannot be changed")
-        if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR,
-                                               remark="queue numbers must be between 1 and 1024")
+        try:
+            check_queue_nums(h.read_queue_nums, h.write_queue_nums)
+        except InvalidMessageError as exc:
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=str(exc))
         busy = self.broker.topic_config_manager.journal.busy()
         if busy is not None:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_BUSY, remark=busy)
@@ -213,6 +222,7 @@ class AdminBrokerProcessor:
 
         def removed() -> None:  # once the deletion is durable, even when a broker's stop cancelled this handler
             broker.store.delete_topic(topic)
+            forget_topic(topic)
             broker.consumer_offset_manager.remove_topic(topic)
             broker.schedule_register()
 
@@ -267,7 +277,8 @@ class AdminBrokerProcessor:
     def _query_consume_queue(self, conn: Connection, cmd: RemotingCommand,
                              h: QueryConsumeQueueRequestHeader) -> RemotingCommand:
         """mqadmin's ``queryCq``: the entries as the consume queue holds them (those still buffered in memory
-        included), its min and max offsets, and with a group its subscription. Bounded by ``MAX_QUERY_CQ_COUNT``."""
+        included), its min and max offsets, and with a group its subscription. Bounded by ``MAX_QUERY_CQ_COUNT``,
+        and by the confirm offset as consumers are: RocketMQ's consume queue holds no entry past it yet."""
         def refuse(code: int, remark: str) -> RemotingCommand:
             return RemotingCommand.response_to(cmd, code, remark=remark)
 
@@ -283,7 +294,8 @@ class AdminBrokerProcessor:
         if not 0 < h.count <= MAX_QUERY_CQ_COUNT:
             return refuse(ResponseCode.SYSTEM_ERROR, f"count {h.count} is out of range: 1 to {MAX_QUERY_CQ_COUNT}")
         store = self.broker.store
-        lo, hi = store.get_min_offset_in_queue(h.topic, h.queue_id), store.get_max_offset_in_queue(h.topic, h.queue_id)
+        lo = store.get_min_offset_in_queue(h.topic, h.queue_id)
+        hi = store.get_max_offset_in_queue(h.topic, h.queue_id, confirmed=True)
         body: dict[str, Any] = {"maxQueueIndex": hi, "minQueueIndex": lo}
         if h.consumer_group is not None:
             info = self.broker.consumer_manager.get(h.consumer_group)
@@ -293,7 +305,8 @@ class AdminBrokerProcessor:
             else:
                 body["subscriptionData"] = sub.to_json()
         entries = [{"physicOffset": phy, "physicSize": size, "tagsCode": tags_code, "eval": False}
-                   for phy, size, tags_code in store.get_queue_entries(h.topic, h.queue_id, h.index, h.count)]
+                   for phy, size, tags_code in store.get_queue_entries(h.topic, h.queue_id, h.index,
+                                                                       min(h.count, hi - h.index))]
         body["queueData"] = entries
         remark = None
         if h.index >= hi:

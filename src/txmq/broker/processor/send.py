@@ -218,11 +218,13 @@ class SendMessageProcessor:
     def _send(self, conn: Connection, cmd: RemotingCommand, req: SendRequest):
         sends = self.sends
         h = req.header
+        pending = sends.manager.pending
+        if pending and h.topic in pending:  # judged by the topic as the change leaves it (undone when it fails)
+            return self._once_durable(conn, cmd, req, h.topic)
         cfg = sends.topic_of(h.topic, len(cmd.body), h.batch, h)
         if isinstance(cfg, Refusal):
             return refused(cmd, cfg)
-        pending = sends.manager.pending
-        if pending and h.topic in pending:
+        if pending and h.topic in pending:  # created by this send
             return self._once_durable(conn, cmd, req, h.topic)
         queue_id = sends.queue_of(cfg, h.queue_id)
         if isinstance(queue_id, Refusal):
@@ -257,8 +259,9 @@ class SendMessageProcessor:
 
     async def _once_durable(self, conn: Connection, cmd: RemotingCommand, req: SendRequest,
                             topic: str) -> Answer | None:
-        """A send to a topic whose creation is not durable yet, taken again once it is: nothing is stored, nor
-        answered, in a topic a crash could lose. The topic's creation failing is answered as a handler's error.
+        """A send to a topic whose creation or change is not durable yet, taken again once it is (or undone):
+        nothing is stored, nor answered, in a topic a crash could lose, nor judged by a change that may fail. The
+        topic's creation failing is answered as a handler's error.
         Changes that followed the creation are waited for here, in turn, not by a send retried inside this one."""
         manager = self.sends.manager
         while topic in manager.pending:

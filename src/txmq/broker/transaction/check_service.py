@@ -18,13 +18,12 @@ orphan or older than ``fileReservedTime`` because the clock jumped.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Protocol
 
 from txmq.broker.transaction.service import TransactionalMessageService
 from txmq.broker.transaction.state import Outcome
+from txmq.broker.wake import Wake
 from txmq.message import MessageConst, MessageExt
 
 log = logging.getLogger("txmq.transaction")
@@ -46,7 +45,7 @@ class TransactionalMessageCheckService:
         self.senders: list[CheckSender] = []
         self.passes = 0
         self.in_pass = False  # a snapshot of the state table waits while a pass has counts not yet in the log
-        self._wake = asyncio.Event()
+        self._wake = Wake()
 
     def wake(self) -> None:
         self._wake.set()
@@ -61,9 +60,7 @@ class TransactionalMessageCheckService:
             nxt = self.service.table.next_due_s()
             wait = self.check_interval_ms / 1000 if nxt is None else max(0.05, min(nxt - now + 0.001,
                                                                                     self.check_interval_ms / 1000))
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+            await self._wake.wait(wait)
 
     async def check_pass(self, now_s: float | None = None) -> int:
         """One pass over the due transactions (``now_s``: the account's reading to judge by, in seconds); returns

@@ -1,0 +1,87 @@
+"""The accept loops (TLS remoting port, console) on asyncio's own loop: a flood of connects queued on the listening
+socket is taken a connection per loop turn, with the loop's other tasks running in between, not in one burst that
+holds them until the queue is empty."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from aiohttp import web
+
+from txmq.console.serve import Listener, listen
+from txmq.refusals import RefusalLog
+from txmq.remoting.tls import TlsServer
+
+FLOOD = 100  # below the console's backlog, so that every connect is queued before the server's first turn
+
+
+async def _flood_while_ticking(addr: tuple[str, int], accepted: Callable[[], int]) -> list[int]:
+    """Queue FLOOD connects, then count accepted connections at every turn a ticking task gets until all are in."""
+    clients = [socket.create_connection(addr) for _ in range(FLOOD)]  # blocking: the kernel queues each one
+    seen: list[int] = []
+
+    async def tick() -> None:
+        while True:
+            seen.append(accepted())
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        for _ in range(1000):
+            if accepted() == FLOOD:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+        for c in clients:
+            c.close()
+    assert accepted() == FLOOD
+    return seen
+
+
+def _run_on_asyncio_loop(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:  # not uvloop
+        runner.run(main())
+
+
+def test_the_tls_accept_loop_lets_other_tasks_run_during_a_flood_of_connects():
+    async def go() -> None:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # no client gets as far as a handshake here
+        server = await TlsServer.start(asyncio.Protocol, "127.0.0.1", 0, ctx, allow_plain=True)
+        await asyncio.sleep(0.01)  # the accept loop waits on the socket
+        try:
+            seen = await _flood_while_ticking(server.sockets[0].getsockname()[:2], lambda: server.pending)
+        finally:
+            server.close()
+            await server.wait_closed()
+        assert any(0 < n < FLOOD for n in seen), seen  # the ticker ran while the flood was being accepted
+
+    _run_on_asyncio_loop(go)
+
+
+def test_the_console_accept_loop_lets_other_tasks_run_during_a_flood_of_connects():
+    async def go() -> None:
+        async def handler(request: web.BaseRequest) -> web.Response:
+            return web.Response()
+
+        server = web.Server(handler)
+        sock = listen("127.0.0.1", 0)
+        refusals = RefusalLog(logging.getLogger("txmq.console"), "refused")
+        listener = Listener(server, sock, None, FLOOD * 2, 5.0, refusals)
+        await asyncio.sleep(0.01)
+        try:
+            seen = await _flood_while_ticking(sock.getsockname()[:2], lambda: listener.open)
+        finally:
+            await listener.close()
+            await server.shutdown(0.1)
+        assert any(0 < n < FLOOD for n in seen), seen
+
+    _run_on_asyncio_loop(go)
