@@ -86,7 +86,7 @@ def _ping(sock: socket.socket) -> bool:
         sock.sendall(encode_command(RemotingCommand.request(9999, {})))
     except (ConnectionResetError, BrokenPipeError):
         return False
-    return bool(_answers(sock, FrameDecoder(), 1.0, want=1))
+    return bool(_answers(sock, FrameDecoder(), 5.0, want=1))  # a closed connection ends the wait at once
 
 
 @pytest.fixture
@@ -238,14 +238,13 @@ def _server(cluster, kind: str, conf: dict[str, object]) -> str:
 
 @pytest.mark.parametrize("kind", ["broker", "namesrv"])
 def test_idle_connections_are_closed(cluster, kind):
-    addr = _addr(_server(cluster, kind, {"serverChannelMaxIdleTimeSeconds": 1}))
+    addr = _addr(_server(cluster, kind, {"serverChannelMaxIdleTimeSeconds": 2}))
     with socket.create_connection(addr) as quiet, socket.create_connection(addr) as busy:
         started = time.monotonic()
-        for _ in range(6):  # a request every 0.4 s keeps a connection open
+        while not _closed_by_peer(quiet, 0.4):  # a request every 0.4 s or so keeps a connection open
             assert _ping(busy)
-            time.sleep(0.4)
-        assert _closed_by_peer(quiet, 3.0)
-        assert 0.9 < time.monotonic() - started < 4.0
+            assert time.monotonic() - started < 30, "the quiet connection was never closed"
+        assert time.monotonic() - started > 1.9  # not before its idle time
         assert _ping(busy)
 
 
