@@ -27,8 +27,10 @@ Systems, each on 127.0.0.1 with its own temporary state, one after the other:
 * ``rabbitmq-quorum``: a quorum queue (one node; confirm after the Raft log's fsync);
 * ``nats``: NATS JetStream, file storage, one replica (ack after write, before fsync).
 
-txmq: one topic of 8 queues, the client's ``Producer.send_async`` and a ``PushConsumer`` with 4 consume threads
-(``--consume-threads``). RabbitMQ: pika
+txmq: one topic of 8 queues, the client's ``Producer.send_async`` and a ``PushConsumer`` whose listener (it
+records a latency and returns) runs on the client's loop (``listener_on_loop``, what a user with a listener that
+never blocks would choose; ``--txmq-listener threads`` for 4 consume threads instead, ``--consume-threads``; the
+table's title says which). RabbitMQ: pika
 (``SelectConnection`` with confirms; a ``BlockingConnection`` consumer, prefetch 1000, one ack each). NATS:
 nats-py (``publish_async``; a durable push consumer, one ack each). RabbitMQ and NATS come from the Debian
 packages ``rabbitmq-server`` and ``nats-server``; this bench starts each as the current user under a temporary
@@ -64,7 +66,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,19 +112,40 @@ def schedule(rate: float, n: int, t0_ns: int) -> Iterator[list[tuple[int, int]]]
     """Batches of (index, intended ns) that are due, sleeping until the next one is: an open-loop producer sends
     each batch at once and comes back, whatever the broker answered meanwhile. Ends early once the sends fall
     ``BEHIND_S`` behind the schedule: the rate is not sustained, and the rest would only lengthen the run."""
-    interval = 1e9 / rate
-    i = 0
+    interval, i = 1e9 / rate, 0
     while i < n:
-        now = time.monotonic_ns()
-        due = t0_ns + int(i * interval)
-        if now - due > BEHIND_S * 1e9:
+        wait_s = _wait_s(i, interval, t0_ns)
+        if wait_s is None:
             return
-        if due > now:
-            time.sleep((due - now) / 1e9)
-            now = time.monotonic_ns()
-        last = min(n, int((now - t0_ns) / interval) + 1)
-        yield [(k, t0_ns + int(k * interval)) for k in range(i, max(last, i + 1))]
-        i = max(last, i + 1)
+        if wait_s > 0:
+            time.sleep(wait_s)
+        batch, i = _due_batch(i, n, interval, t0_ns)
+        yield batch
+
+
+async def schedule_on_loop(rate: float, n: int, t0_ns: int) -> AsyncIterator[list[tuple[int, int]]]:
+    """``schedule`` for a producer that runs on an event loop: it awaits instead of sleeping its thread."""
+    interval, i = 1e9 / rate, 0
+    while i < n:
+        wait_s = _wait_s(i, interval, t0_ns)
+        if wait_s is None:
+            return
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        batch, i = _due_batch(i, n, interval, t0_ns)
+        yield batch
+
+
+def _wait_s(i: int, interval: float, t0_ns: int) -> float | None:
+    """Seconds until send ``i`` is due (0 when it is), or None once the sends are ``BEHIND_S`` behind."""
+    late_ns = time.monotonic_ns() - (t0_ns + int(i * interval))
+    return None if late_ns > BEHIND_S * 1e9 else max(0.0, -late_ns / 1e9)
+
+
+def _due_batch(i: int, n: int, interval: float, t0_ns: int) -> tuple[list[tuple[int, int]], int]:
+    """The sends from ``i`` that are due now (at least send ``i``), and the index after them."""
+    last = max(min(n, int((time.monotonic_ns() - t0_ns) / interval) + 1), i + 1)
+    return [(k, t0_ns + int(k * interval)) for k in range(i, last)], last
 
 
 @dataclass
@@ -253,7 +276,7 @@ def txmq_consumer(target: dict[str, Any], e2e: E2E) -> Callable[[], None]:
         return ConsumeStatus.SUCCESS
 
     c = PushConsumer(f"lat_c_{e2e.tag}", target["namesrv"], consume_thread_nums=target["consume_threads"],
-                     pull_batch_size=32,
+                     pull_batch_size=32, listener_on_loop=target["listener_on_loop"],
                      consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
     c.subscribe(target["topic"])
     c.register_listener(listener)
@@ -361,10 +384,24 @@ def txmq_produce(target: dict[str, Any], rate: float, n: int, tag: int, fill: by
             ok = exc is None and fut.result().status == SendStatus.SEND_OK
             rec.ack(intended, ok, repr(exc) if exc else ("" if ok else fut.result().status.value))
 
-        for batch in schedule(rate, n, time.monotonic_ns()):
+        def send_batch(batch: list[tuple[int, int]]) -> None:
             for index, intended in batch:
                 send(index, intended).add_done_callback(lambda f, t=intended: answered(t, f))
                 rec.sent(intended)
+
+        if target["send_from"] == "loop":
+            # An experiment, not what a user does: the schedule on the client's own loop, as nats-py's producer
+            # runs, so that no send crosses from a user's thread to the loop (send_async does not block there
+            # while the window has room, and the bench's window is wider than a run).
+            async def on_loop() -> None:
+                async for batch in schedule_on_loop(rate, n, time.monotonic_ns()):
+                    send_batch(batch)
+
+            assert producer._runtime is not None
+            producer._runtime.call(on_loop())
+        else:
+            for batch in schedule(rate, n, time.monotonic_ns()):
+                send_batch(batch)
         return rec.finish(bench.STALL_S)
     finally:
         producer.shutdown()
@@ -458,23 +495,10 @@ def nats_produce(target: dict[str, Any], rate: float, n: int, tag: int, fill: by
             k += 1
             await asyncio.sleep(0.005)
         await asyncio.sleep(0.3)
-        interval = 1e9 / rate
-        t0 = time.monotonic_ns()
-        i = 0
-        while i < n:
-            now = time.monotonic_ns()
-            due = t0 + int(i * interval)
-            if now - due > BEHIND_S * 1e9:
-                break
-            if due > now:
-                await asyncio.sleep((due - now) / 1e9)
-                now = time.monotonic_ns()
-            last = max(min(n, int((now - t0) / interval) + 1), i + 1)
-            for k in range(i, last):
-                intended = t0 + int(k * interval)
-                await send(k, intended)
+        async for batch in schedule_on_loop(rate, n, time.monotonic_ns()):
+            for index, intended in batch:
+                await send(index, intended)
                 rec.sent(intended)
-            i = last
         rec.finish(0)  # expect the answers to what was sent
         end = time.monotonic() + bench.STALL_S
         while not rec.done.is_set() and time.monotonic() < end:
@@ -582,7 +606,13 @@ class Peer:
     def start(self) -> dict[str, Any]:
         if not PEERS.is_dir():
             raise bench.BenchError(f"no peers kit at {PEERS}")
-        self._script("start")
+        try:
+            self._script("start")
+        except subprocess.CalledProcessError:
+            # The kit's start script can look for the new server before it has exec'd and report it gone while it
+            # runs; starting is idempotent (a server it started is found by its pid file), so look once more.
+            self.started = True
+            self._script("start")
         self.started = True
         return {}
 
@@ -663,11 +693,13 @@ _tags = iter(range(1, 1 << 30))
 
 
 def one_run(system: System, target: dict[str, Any], rate: float, seconds: float, size: int,
-            produce: Callable[..., ProducerResult] | None = None, consume_threads: int = 4) -> dict[str, Any]:
+            produce: Callable[..., ProducerResult] | None = None, consume_threads: int = 4,
+            listener_on_loop: bool = True, send_from: str = "thread") -> dict[str, Any]:
     """Subscribe a consumer process, produce ``rate`` x ``seconds`` messages open loop, collect both sides."""
     tag = next(_tags) + os.getpid() % 1000 * 100_000
     n = max(1, int(rate * seconds))
-    run_target = {**system.new_run(target, tag), "consume_threads": consume_threads}
+    run_target = {**system.new_run(target, tag), "consume_threads": consume_threads,
+                  "listener_on_loop": listener_on_loop, "send_from": send_from}
     fill = bench.filler(size - HEADER + 8)  # size - HEADER bytes
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
@@ -757,7 +789,8 @@ def ladder(system: System, target: dict[str, Any], a: argparse.Namespace) -> lis
             break  # past the asked rates, the ladder stops at the first rate not sustained
         if rate not in a.rates and rate < max(a.rates):
             continue
-        row = one_run(system, target, rate, a.seconds, a.size, consume_threads=a.consume_threads)
+        row = one_run(system, target, rate, a.seconds, a.size, consume_threads=a.consume_threads,
+                      listener_on_loop=a.txmq_listener == "loop", send_from=a.txmq_send_from)
         rows.append(row)
         e = row["e2e"]
         log(f"  {system.name} {rate:>6,}/s: ack p99 {row['ack'].get('p99_ms', '-')} ms, e2e p50/p99 "
@@ -838,7 +871,13 @@ def main() -> int:
     p.add_argument("--no-max", action="store_true", help="only --rates, not the ladder up to the highest sustained")
     p.add_argument("--tx-rate", type=int, default=1000, help="transactions/s (0: none)")
     p.add_argument("--tx-seconds", type=float, default=10.0)
-    p.add_argument("--consume-threads", type=int, default=4, help="the txmq PushConsumer's consume threads")
+    p.add_argument("--txmq-listener", choices=("loop", "threads"), default="loop",
+                   help="the txmq PushConsumer's listener: on the client's loop, or on consume threads")
+    p.add_argument("--txmq-send-from", choices=("thread", "loop"), default="thread",
+                   help="txmq's send_async called from the bench's thread (as users do), or, an experiment, from "
+                        "the client's own loop")
+    p.add_argument("--consume-threads", type=int, default=4,
+                   help="the txmq PushConsumer's consume threads (with --txmq-listener threads)")
     p.add_argument("--plot", type=Path, help="write the end-to-end plot (PNG) here")
     p.add_argument("--json", type=Path, help="write every row as JSON here")
     p.add_argument("--short", action="store_true", help="CI: txmq only, 1,000 msg/s for 2 s, 200 transactions")
@@ -866,7 +905,7 @@ def main() -> int:
                 # is still writing back its backlog, and a SYNC_FLUSH half waits for that (one 1.3 s stall).
                 if a.tx_rate and system.name in ("txmq-sync", "txmq-async"):
                     r = one_run(system, target, a.tx_rate, a.tx_seconds, a.size, produce=tx_produce,
-                                consume_threads=a.consume_threads)
+                                consume_threads=a.consume_threads, listener_on_loop=a.txmq_listener == "loop")
                     r["system"] += " transactions"
                     tx_rows.append(r)
                     log(f"  transactions {a.tx_rate}/s: consumable p50/p99 {r['e2e'].get('p50_ms')}/"
@@ -886,7 +925,9 @@ def main() -> int:
             shutil.rmtree(root)
     load1 = os.getloadavg()
     print(f"\nlatency at fixed offered rates, {a.size} B, {a.seconds:g} s per rate; {started}, "
-          f"{os.cpu_count()} CPUs, load average {load0[0]:.2f} → {load1[0]:.2f}")
+          f"{os.cpu_count()} CPUs, load average {load0[0]:.2f} → {load1[0]:.2f}; txmq's listener "
+          + ("on the client's loop" if a.txmq_listener == "loop" else f"on {a.consume_threads} consume threads")
+          + ("; txmq's sends from the client's loop (experiment)" if a.txmq_send_from == "loop" else ""))
     print(table(rows))
     if tx_rows:
         print("\n" + tx_table(tx_rows))
@@ -897,7 +938,8 @@ def main() -> int:
     if a.json:
         a.json.write_text(json.dumps({"date": started, "machine": {"cpus": os.cpu_count(),
                                       "uname": " ".join(platform.uname()), "load": [load0, load1]},
-                                      "rows": rows, "tx": tx_rows, "skipped": skipped}, indent=1))
+                                      "txmq_listener": a.txmq_listener, "rows": rows, "tx": tx_rows,
+                                      "skipped": skipped}, indent=1))
     return 1 if any(s.startswith("txmq") for s in skipped) else 0
 
 

@@ -17,3 +17,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture(params=[False, True], ids=["consume-threads", "listener-on-loop"])
+def listener_on_loop(request: pytest.FixtureRequest) -> bool:
+    """A push consumer's ``listener_on_loop``: the consume tests run with the listener on consume threads and on
+    the client's loop, whose behaviour must be the same."""
+    return bool(request.param)

@@ -3,6 +3,7 @@ queue, and consumer offsets across broker restarts. Real processes, real sockets
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 
@@ -17,7 +18,7 @@ def _owned(consumer) -> set:
     return {mq for mq in consumer.queues if not mq.topic.startswith("%RETRY%")}
 
 
-def test_group_of_two_on_two_brokers_gets_every_message_once_also_after_one_leaves(cluster):
+def test_group_of_two_on_two_brokers_gets_every_message_once_also_after_one_leaves(cluster, listener_on_loop):
     cluster.start_broker("broker-a")
     cluster.start_broker("broker-b")
     with Admin(cluster.namesrv_addr) as admin:
@@ -25,8 +26,10 @@ def test_group_of_two_on_two_brokers_gets_every_message_once_also_after_one_leav
     cluster.wait_route("orders", brokers=2)
 
     r1, r2 = Recorder(delay_s=0.01), Recorder(delay_s=0.01)
-    c1 = push_consumer(cluster.namesrv_addr, "g_pair", "orders", r1, consume_thread_nums=2)
-    c2 = push_consumer(cluster.namesrv_addr, "g_pair", "orders", r2, consume_thread_nums=2)
+    c1 = push_consumer(cluster.namesrv_addr, "g_pair", "orders", r1, consume_thread_nums=2,
+                       listener_on_loop=listener_on_loop)
+    c2 = push_consumer(cluster.namesrv_addr, "g_pair", "orders", r2, consume_thread_nums=2,
+                       listener_on_loop=listener_on_loop)
     try:
         # The group splits the 8 queues (4 per broker) between its two members, without overlap.
         assert wait_until(lambda: len(_owned(c1)) == 4 and len(_owned(c2)) == 4, 15), (_owned(c1), _owned(c2))
@@ -56,7 +59,7 @@ def test_group_of_two_on_two_brokers_gets_every_message_once_also_after_one_leav
         c2.shutdown()
 
 
-def test_reconsume_later_redelivers_with_reconsume_times_one(cluster):
+def test_reconsume_later_redelivers_with_reconsume_times_one(cluster, listener_on_loop):
     cluster.start_broker("broker-a", FAST_RETRY)
     failed_once: set[str] = set()
 
@@ -69,7 +72,7 @@ def test_reconsume_later_redelivers_with_reconsume_times_one(cluster):
     rec = Recorder(decide)
     with Producer("p_retry", cluster.namesrv_addr) as producer:
         r = producer.send(Message("retry_t", b"again", tags="T1", keys="K1", properties={"color": "red"}))
-    consumer = push_consumer(cluster.namesrv_addr, "g_retry", "retry_t", rec)
+    consumer = push_consumer(cluster.namesrv_addr, "g_retry", "retry_t", rec, listener_on_loop=listener_on_loop)
     try:
         assert rec.wait_for(2, 20)
         first, second = rec.deliveries[:2]
@@ -84,13 +87,14 @@ def test_reconsume_later_redelivers_with_reconsume_times_one(cluster):
         consumer.shutdown()
 
 
-def test_after_max_reconsume_times_the_message_is_in_the_dlq(cluster):
+def test_after_max_reconsume_times_the_message_is_in_the_dlq(cluster, listener_on_loop):
     cluster.start_broker("broker-a", FAST_RETRY)
     rec = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER)
     with Producer("p_dlq", cluster.namesrv_addr) as producer:
         sent = producer.send(Message("dlq_t", b"poison", keys="poison-1"))
         good = producer.send(Message("dlq_t", b"fine"))
-    consumer = push_consumer(cluster.namesrv_addr, "g_dlq", "dlq_t", rec, max_reconsume_times=2)
+    consumer = push_consumer(cluster.namesrv_addr, "g_dlq", "dlq_t", rec, max_reconsume_times=2,
+                             listener_on_loop=listener_on_loop)
 
     def dlq_messages() -> int:
         with Admin(cluster.namesrv_addr) as admin:
@@ -113,6 +117,34 @@ def test_after_max_reconsume_times_the_message_is_in_the_dlq(cluster):
         assert puller.fetch_subscribe_message_queues("%DLQ%g_dlq") == [dlq]
         assert sorted(m.body for m in puller.pull(dlq).msgs) == [b"fine", b"poison"]
     assert dlq_messages() == 2
+
+
+def test_orderly_consumer_retries_in_place_then_dead_letters_and_goes_on_in_order(cluster, listener_on_loop):
+    """An orderly consumer retries a failed message where it is, ``suspend_s`` apart, holding back the messages
+    behind it; out of retries it sends it to the dead letters and goes on with the next, in order."""
+    cluster.start_broker("broker-a")
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("ord_dlq_t", queue_nums=1, order=True)
+    cluster.wait_route("ord_dlq_t")
+    rec = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER if m.body == b"poison" else ConsumeStatus.SUCCESS)
+    with Producer("p_ord_dlq", cluster.namesrv_addr) as producer:
+        for body in (b"first", b"poison", b"after"):
+            producer.send(Message("ord_dlq_t", body))
+    consumer = push_consumer(cluster.namesrv_addr, "g_ord_dlq", "ord_dlq_t", rec, orderly=True, max_reconsume_times=2,
+                             suspend_s=0.3, listener_on_loop=listener_on_loop)
+    try:
+        assert rec.wait_for(5, 20)
+        assert not rec.wait_for(6, 1.0)
+    finally:
+        consumer.shutdown()
+    mine = [d for d in rec.deliveries if d.topic == "ord_dlq_t"]
+    assert [(d.body, d.reconsume_times) for d in mine] == [
+        (b"first", 0), (b"poison", 0), (b"poison", 1), (b"poison", 2), (b"after", 0)]
+    retries = mine[1:4]
+    assert all(b.at - a.at >= 0.25 for a, b in itertools.pairwise(retries))  # suspend_s apart
+    with Admin(cluster.namesrv_addr) as admin:
+        topics = admin.stats()["broker-a"]["topics"]
+    assert int(topics.get("%DLQ%g_ord_dlq", {}).get("messages", 0)) == 1
 
 
 def _consume_exactly(cluster, group: str, topic: str, n: int, timeout: float = 20.0) -> Recorder:

@@ -28,11 +28,13 @@ from txmq.errors import ClientError
 pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
 
-def test_broadcasting_gives_every_consumer_every_message(cluster):
+def test_broadcasting_gives_every_consumer_every_message(cluster, listener_on_loop):
     cluster.start_broker()
     r1, r2 = Recorder(), Recorder()
-    c1 = push_consumer(cluster.namesrv_addr, "g_bc", "bc_t", r1, message_model=MessageModel.BROADCASTING)
-    c2 = push_consumer(cluster.namesrv_addr, "g_bc", "bc_t", r2, message_model=MessageModel.BROADCASTING)
+    c1 = push_consumer(cluster.namesrv_addr, "g_bc", "bc_t", r1, message_model=MessageModel.BROADCASTING,
+                       listener_on_loop=listener_on_loop)
+    c2 = push_consumer(cluster.namesrv_addr, "g_bc", "bc_t", r2, message_model=MessageModel.BROADCASTING,
+                       listener_on_loop=listener_on_loop)
     try:
         with Producer("p_bc", cluster.namesrv_addr) as producer:
             ids = {producer.send(Message("bc_t", f"b{i}".encode())).msg_id for i in range(40)}
@@ -44,7 +46,7 @@ def test_broadcasting_gives_every_consumer_every_message(cluster):
         c2.shutdown()
 
 
-def test_orderly_consumer_keeps_per_queue_order(cluster):
+def test_orderly_consumer_keeps_per_queue_order(cluster, listener_on_loop):
     cluster.start_broker()
     with Admin(cluster.namesrv_addr) as admin:
         admin.create_topic("order_t", queue_nums=4, order=True)
@@ -58,7 +60,8 @@ def test_orderly_consumer_keeps_per_queue_order(cluster):
     assert all(len(q) == 1 for q in queue_of_key.values())  # one sharding key, one queue
 
     rec = Recorder(delay_s=0.002)
-    consumer = push_consumer(cluster.namesrv_addr, "g_order", "order_t", rec, orderly=True, consume_thread_nums=4)
+    consumer = push_consumer(cluster.namesrv_addr, "g_order", "order_t", rec, orderly=True, consume_thread_nums=4,
+                             listener_on_loop=listener_on_loop)
     try:
         assert rec.wait_for(120, 30)
     finally:
@@ -215,9 +218,11 @@ class SlowListener:
         return ConsumeStatus.SUCCESS
 
 
-def test_concurrent_consumer_calls_the_listener_per_batch_size_on_several_threads(cluster):
+@pytest.mark.parametrize("on_loop", [False, True], ids=["consume-threads", "listener-on-loop"])
+def test_concurrent_consumer_calls_the_listener_per_batch_size_on_its_threads(cluster, on_loop):
     """One pull's messages are spread over the consume threads (a task per thread, not per message), and each
-    listener call still gets at most ``consume_batch_max_size`` messages."""
+    listener call still gets at most ``consume_batch_max_size`` messages. With ``listener_on_loop`` every call
+    runs on the client's loop thread, and the consume threads are never started."""
     cluster.start_broker()
     with Admin(cluster.namesrv_addr) as admin:
         admin.create_topic("conc_t", queue_nums=1)
@@ -228,20 +233,29 @@ def test_concurrent_consumer_calls_the_listener_per_batch_size_on_several_thread
     for batch_max in (1, 3):
         listener = SlowListener()
         consumer = PushConsumer(f"g_conc_{batch_max}", cluster.namesrv_addr, consume_thread_nums=4,
-                                consume_batch_max_size=batch_max,
+                                consume_batch_max_size=batch_max, listener_on_loop=on_loop,
                                 consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
         consumer.subscribe("conc_t")
         consumer.register_listener(listener)
         consumer.start()
+        assert consumer._runtime is not None
+        loop_thread = consumer._runtime._thread.ident
         try:
             deadline = time.monotonic() + 20
             while len(listener.bodies) < 200 and time.monotonic() < deadline:
                 time.sleep(0.05)
+            pool = f"txmq-consume-g_conc_{batch_max}"
+            consume_threads = [t for t in threading.enumerate() if t.name.startswith(pool)]
         finally:
             consumer.shutdown()
         assert sorted(listener.bodies) == sorted(f"c{j}".encode() for j in range(200))  # each once
         assert max(listener.sizes) <= batch_max and sum(listener.sizes) == 200
-        assert len(listener.threads) > 1  # one queue, yet consumed on several threads at once
+        if on_loop:
+            assert listener.threads == {loop_thread}
+            assert not consume_threads
+        else:
+            assert len(listener.threads) > 1  # one queue, yet consumed on several threads at once
+            assert loop_thread not in listener.threads
 
 
 def test_consumer_keeps_its_queues_while_the_broker_restarts(cluster):

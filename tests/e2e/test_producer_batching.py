@@ -1,7 +1,10 @@
 """``Producer.send_async`` coalesces queued sends into batch requests: each message still gets its own
 result, and that result names exactly where the message was stored."""
 
+import threading
+
 from txmq import Admin, Message, Producer, PullConsumer, SendStatus
+from txmq.errors import ClientError
 
 
 def test_async_sends_are_batched_and_each_result_is_exact(cluster):
@@ -47,3 +50,37 @@ def test_coalesced_sends_over_the_brokers_max_message_size_are_split_not_refused
         results = [f.result(30) for f in futures]
     assert all(r.status == SendStatus.SEND_OK for r in results)
     assert len({(r.queue_id, r.queue_offset) for r in results}) == 64
+
+
+def test_send_async_on_the_clients_loop_with_a_full_window_raises_instead_of_stalling_the_loop(cluster):
+    """A send's callbacks run on the client's loop; a ``send_async`` made there while ``max_in_flight`` sends are
+    unanswered cannot wait for room (the answers that would make it come through the same loop): it raises, and
+    the client goes on answering the sends in flight."""
+    cluster.start_broker()
+    outcome: dict[str, object] = {}
+    done = threading.Event()
+    with Producer("p_loop_window", cluster.namesrv_addr, max_in_flight=2) as producer:
+        producer.send(Message("LoopWindow", b"warm-up"))
+
+        def on_first(_fut: object) -> None:
+            # the first send's place is free again (the second's may be too): at most two more fit the window
+            later = []
+            try:
+                for i in range(3):
+                    later.append(producer.send_async(Message("LoopWindow", f"later{i}".encode())))
+            except ClientError as exc:
+                outcome["refused"] = exc
+            outcome["later"] = later
+            done.set()
+
+        first = producer.send_async(Message("LoopWindow", b"first"))
+        second = producer.send_async(Message("LoopWindow", b"second"))
+        first.add_done_callback(on_first)
+        assert done.wait(10), "the loop stalled in send_async"
+        assert isinstance(outcome.get("refused"), ClientError)
+        later = outcome["later"]
+        assert isinstance(later, list) and 1 <= len(later) <= 2
+        results = [f.result(10) for f in [first, second, *later]]
+        assert all(r.status == SendStatus.SEND_OK for r in results)
+        # and the window is whole again: a send from this thread goes through
+        assert producer.send_async(Message("LoopWindow", b"after")).result(10).status == SendStatus.SEND_OK

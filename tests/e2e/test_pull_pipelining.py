@@ -41,7 +41,7 @@ class WireSpy:
         return getattr(self._transport, name)
 
 
-def test_next_pull_is_sent_before_the_answer_is_prepared_for_the_listener(cluster, monkeypatch):
+def test_next_pull_is_sent_before_the_answer_is_prepared_for_the_listener(cluster, monkeypatch, listener_on_loop):
     """Each message is prepared for the listener only once the pull after its answer was written to the socket: a
     message sent meanwhile finds a pull held at the broker instead of waiting for this client's work and a round
     trip."""
@@ -58,7 +58,8 @@ def test_next_pull_is_sent_before_the_answer_is_prepared_for_the_listener(cluste
             got.set()
         return ConsumeStatus.SUCCESS
 
-    consumer = push_consumer(cluster.namesrv_addr, "g_pipe", "pipe_t", listener)  # type: ignore[arg-type]
+    consumer = push_consumer(cluster.namesrv_addr, "g_pipe", "pipe_t", listener,  # type: ignore[arg-type]
+                             listener_on_loop=listener_on_loop)
     assert consumer.instance is not None
     (conn,) = [c for addr, c in consumer.instance.remoting._connections.items()  # the broker's, not the name server's
                if addr == consumer.instance.broker_addr("broker-a")]

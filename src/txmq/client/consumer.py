@@ -11,6 +11,10 @@ orderly consumption, retries through ``%RETRY%group`` and the dead-letter topic.
   topic with a growing delay and, after ``max_reconsume_times``, in ``%DLQ%group``.
 * Orderly: a queue is consumed only while this client holds its lock on the broker (codes 41/42), one batch at
   a time; a failed batch is retried locally after ``suspend_s`` and goes to the DLQ after ``max_reconsume_times``.
+* The listener runs on ``consume_thread_nums`` threads, or, with ``listener_on_loop``, on the client's own loop
+  thread (beyond RocketMQ, as nats-py calls its callbacks): no hand-off between threads per delivery, for
+  listeners that return quickly and never block. Everything else (offsets, send-back, retries, orderly locks,
+  ``pull_threshold``) is the same; the send-backs are awaited on the loop instead of blocking a thread.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Self
@@ -136,7 +140,10 @@ class PushConsumer(ClientBase):
                  consume_batch_max_size: int = 1, max_reconsume_times: int = 16, orderly: bool = False,
                  pull_threshold: int = 1000, rebalance_interval_s: float = 20.0, suspend_timeout_ms: int = 15_000,
                  persist_interval_s: float = 5.0, suspend_s: float = 1.0, pull_delay_when_exception_s: float = 1.0,
-                 instance_name: str | None = None) -> None:
+                 listener_on_loop: bool = False, instance_name: str | None = None) -> None:
+        """``listener_on_loop``: call the listener on the client's loop thread, not on consume threads (which are
+        then never started). Only for a listener that returns quickly and never blocks: while it runs, this
+        consumer's pulls, heartbeats and offset commits wait, and it must not call this consumer's methods."""
         check_group(group)
         super().__init__(namesrv, instance_name, group)
         self.group = group
@@ -156,13 +163,16 @@ class PushConsumer(ClientBase):
         # RocketMQ's pullTimeDelayMillsWhenException (1 s): the pause before pulling a queue again after the broker
         # refused a pull, or sent it to a member this client cannot reach
         self.pull_delay_when_exception_s = pull_delay_when_exception_s
+        self.listener_on_loop = listener_on_loop
         self.subscriptions: dict[str, TagFilter] = {}
         self.listener: MessageListener | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(consume_thread_nums,
                                                            thread_name_prefix=f"txmq-consume-{group}")
         self.queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
-        self._reset_tasks: set[asyncio.Task[None]] = set()  # operator resets under way (kept from the GC)
+        # tasks started from callbacks (operator resets; send-backs and orderly consumption with
+        # ``listener_on_loop``), kept here from the garbage collector until they end
+        self._background: set[asyncio.Task[None]] = set()
         self.offsets: dict[MessageQueue, int] = {}
         self._rebalance_now: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -244,10 +254,14 @@ class PushConsumer(ClientBase):
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self._rebalance_now is not None:
             self._rebalance_now.set()
         elif cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET and cmd.ext_fields.get("group") == self.group:
-            task = asyncio.get_running_loop().create_task(self._reset_topic(cmd.ext_fields.get("topic", ""), cmd.body))
-            self._reset_tasks.add(task)
-            task.add_done_callback(self._reset_tasks.discard)
+            self._spawn(self._reset_topic(cmd.ext_fields.get("topic", ""), cmd.body))
         return None
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Start ``coro`` as a task of the loop (from the loop), kept until it ends."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _reset_topic(self, topic: str, body: bytes) -> None:
         """An operator reset the group's offsets on ``topic``: release its queues without committing what they
@@ -515,11 +529,14 @@ class PushConsumer(ClientBase):
         # and on two cores those wake-ups (a GIL hand-off each) could triple the client's CPU and halve the rate.
         size = self.consume_batch_max_size
         calls = [msgs[i : i + size] for i in range(0, len(msgs), size)]
+        if self.listener_on_loop:
+            self._consume_calls(pq, calls)
+            return
         per_task = -(-len(calls) // self.consume_thread_nums)
         for k in range(0, len(calls), per_task):
             self._pool.submit(self._consume_calls, pq, calls[k : k + per_task])
 
-    # --- concurrent consumption (worker threads) ------------------------------------------------------
+    # --- concurrent consumption (consume threads, or the loop with ``listener_on_loop``) --------------
 
     def _call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus:
         assert self.listener is not None
@@ -541,34 +558,67 @@ class PushConsumer(ClientBase):
             pq.consuming += 1
         try:
             status = self._call_listener(msgs)
-            failed: list[MessageExt] = []
-            if status != ConsumeStatus.SUCCESS:
+            if status == ConsumeStatus.SUCCESS:
+                failed: list[MessageExt] = []
+            elif self.listener_on_loop:
+                # Sending back must not block the loop: a task does it, counted as a call still in progress.
+                with self._lock:
+                    pq.consuming += 1
+                self._spawn(self._send_back_on_loop(pq, msgs))
+                return
+            else:
                 failed = [m for m in msgs if not self._send_back(m, pq.mq.broker_name, 0)]
-            kept = {m.queue_offset for m in failed}
-            with self._lock:
-                for m in msgs:
-                    if m.queue_offset not in kept:
-                        pq.msgs.pop(m.queue_offset, None)
+            self._consumed(pq, msgs, failed)
         finally:
             with self._lock:
                 pq.consuming -= 1
-        if failed and self._runtime is not None:  # the broker would not take them back: try again here
+
+    async def _send_back_on_loop(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        try:
+            failed = [m for m in msgs if not await self._send_back_async(m, pq.mq.broker_name, 0)]
+            self._consumed(pq, msgs, failed)
+        finally:
+            with self._lock:
+                pq.consuming -= 1
+
+    def _consumed(self, pq: ProcessQueue, msgs: list[MessageExt], failed: list[MessageExt]) -> None:
+        """Take ``msgs`` off the process queue but for ``failed``, which the broker would not take back: those
+        are consumed again here later."""
+        kept = {m.queue_offset for m in failed}
+        with self._lock:
+            for m in msgs:
+                if m.queue_offset not in kept:
+                    pq.msgs.pop(m.queue_offset, None)
+        if failed and self._runtime is not None:
             self._runtime.loop.call_soon_threadsafe(self._retry_later, pq, failed)
 
     def _retry_later(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        asyncio.get_running_loop().call_later(5.0, lambda: self._pool.submit(self._consume_concurrently, pq, msgs))
+        if self.listener_on_loop:
+            asyncio.get_running_loop().call_later(5.0, self._consume_concurrently, pq, msgs)
+        else:
+            asyncio.get_running_loop().call_later(5.0, self._pool.submit, self._consume_concurrently, pq, msgs)
 
     def _send_back(self, msg: MessageExt, broker_name: str, delay_level: int) -> bool:
+        """``_send_back_async`` from a consume thread."""
+        if self._runtime is None:
+            return False
+        try:
+            return bool(self._runtime.call(self._send_back_async(msg, broker_name, delay_level), 10))
+        except ClientError as exc:
+            log.warning("send back of %s failed: %s", msg.msg_id, exc)
+            return False
+
+    async def _send_back_async(self, msg: MessageExt, broker_name: str, delay_level: int) -> bool:
         """Hand ``msg`` back to ``broker_name``, the broker it was pulled from (its commit-log offset means
         something there only), for a later retry (or the DLQ); False when that failed."""
-        if self._runtime is None or self.instance is None:
+        if self.instance is None:
             return False
         header = ConsumerSendMsgBackRequestHeader(
             offset=msg.commit_log_offset, group=self.group, delay_level=delay_level, origin_msg_id=msg.msg_id,
             origin_topic=msg.topic, max_reconsume_times=self.max_reconsume_times)
         cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext())
         try:
-            resp = self._runtime.call(self.instance.invoke_broker(broker_name, cmd), 10)
+            resp = await self.instance.invoke_broker(broker_name, cmd)
         except ClientError as exc:
             log.warning("send back of %s failed: %s", msg.msg_id, exc)
             return False
@@ -611,33 +661,58 @@ class PushConsumer(ClientBase):
             if pq.orderly_busy or not pq.msgs:
                 return
             pq.orderly_busy = True
-        self._pool.submit(self._consume_orderly, pq)
+        if self.listener_on_loop:
+            self._spawn(self._consume_orderly_on_loop(pq))
+        else:
+            self._pool.submit(self._consume_orderly, pq)
+
+    def _orderly_steps(self, pq: ProcessQueue) -> Iterator[float | MessageExt]:
+        """Consume ``pq`` in order, one batch at a time, while this client holds its lock. What has to wait is
+        yielded for the caller to do on its own thread: a pause in seconds (before a failed batch is consumed
+        again), or a message to send to the dead-letter topic (out of retries)."""
+        while not pq.dropped and pq.locked_until > time.monotonic():
+            with self._lock:
+                batch = list(pq.msgs.values())[: self.consume_batch_max_size]
+            if not batch:
+                return
+            status = self._call_listener(batch)
+            if status != ConsumeStatus.SUCCESS:
+                first = batch[0].queue_offset
+                tries = pq.local_retries.get(first, 0) + 1
+                if tries <= self.max_reconsume_times:
+                    pq.local_retries[first] = tries
+                    for m in batch:
+                        m.reconsume_times = tries
+                    yield self.suspend_s
+                    continue
+                yield from batch  # out of retries: to the dead-letter topic, then go on in order
+            with self._lock:
+                for m in batch:
+                    pq.msgs.pop(m.queue_offset, None)
+                    pq.local_retries.pop(m.queue_offset, None)
 
     def _consume_orderly(self, pq: ProcessQueue) -> None:
         try:
-            while not pq.dropped and pq.locked_until > time.monotonic():
-                with self._lock:
-                    batch = list(pq.msgs.values())[: self.consume_batch_max_size]
-                if not batch:
-                    return
-                status = self._call_listener(batch)
-                if status != ConsumeStatus.SUCCESS:
-                    first = batch[0].queue_offset
-                    tries = pq.local_retries.get(first, 0) + 1
-                    if tries <= self.max_reconsume_times:
-                        pq.local_retries[first] = tries
-                        for m in batch:
-                            m.reconsume_times = tries
-                        time.sleep(self.suspend_s)
-                        continue
-                    for m in batch:  # out of retries: to the dead-letter topic, then go on in order
-                        self._send_back(m, pq.mq.broker_name, -1)
-                with self._lock:
-                    for m in batch:
-                        pq.msgs.pop(m.queue_offset, None)
-                        pq.local_retries.pop(m.queue_offset, None)
+            for step in self._orderly_steps(pq):
+                if isinstance(step, MessageExt):
+                    self._send_back(step, pq.mq.broker_name, -1)
+                else:
+                    time.sleep(step)
         finally:
-            with self._lock:
-                pq.orderly_busy = False
-            if pq.msgs and not pq.dropped and pq.locked_until > time.monotonic() and self._runtime is not None:
-                self._runtime.loop.call_soon_threadsafe(self._schedule_orderly, pq)
+            self._orderly_done(pq)
+
+    async def _consume_orderly_on_loop(self, pq: ProcessQueue) -> None:
+        try:
+            for step in self._orderly_steps(pq):
+                if isinstance(step, MessageExt):
+                    await self._send_back_async(step, pq.mq.broker_name, -1)
+                else:
+                    await asyncio.sleep(step)
+        finally:
+            self._orderly_done(pq)
+
+    def _orderly_done(self, pq: ProcessQueue) -> None:
+        with self._lock:
+            pq.orderly_busy = False
+        if pq.msgs and not pq.dropped and pq.locked_until > time.monotonic() and self._runtime is not None:
+            self._runtime.loop.call_soon_threadsafe(self._schedule_orderly, pq)

@@ -234,8 +234,9 @@ class Producer(ClientBase):
         return self.send(msg, selector=select_by_hash, arg=sharding_key)
 
     def send_async(self, msg: Message, queue: MessageQueue | None = None) -> SendFuture:
-        """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered. ``queue``: that queue,
-        without retry on another (and without batching)."""
+        """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered (called on the client's
+        own loop thread, from a send's callback, it cannot wait: it raises ``ClientError`` then). ``queue``: that
+        queue, without retry on another (and without batching)."""
         runtime, fut = self._window_slot()
         if queue is not None or self.batch_max_messages <= 1 or msg.delay_time_level:
             runtime.post(self._send(msg, queue=queue)).add_done_callback(functools.partial(_settle_from, fut))
@@ -248,22 +249,26 @@ class Producer(ClientBase):
         return fut
 
     def _window_slot(self) -> tuple[ClientRuntime, SendFuture]:
-        """A place in the window of unanswered async sends (waits while it is full), as the future of the send
-        that takes it: the place is freed when the future is settled."""
+        """A place in the window of unanswered async sends (waits while it is full, but on the client's loop,
+        whose answers would free it), as the future of the send that takes it: the place is freed when the future
+        is settled."""
         runtime = self._runtime
         if runtime is None:
             raise ClientError("producer is not started")
-        self._acquire_window()
+        self._acquire_window(wait=not runtime.on_loop_thread())
         fut = SendFuture()
         fut.add_done_callback(self._release_window)
         return runtime, fut
 
-    def _acquire_window(self) -> None:
+    def _acquire_window(self, wait: bool) -> None:
         while True:
             with self._window_lock:
                 if self._in_flight < self.max_in_flight:
                     self._in_flight += 1
                     return
+                if not wait:
+                    raise ClientError(f"{self.max_in_flight} async sends unanswered (max_in_flight): a send on the "
+                                      "client's own loop thread cannot wait for room")
                 self._room.clear()
             self._room.wait()
 

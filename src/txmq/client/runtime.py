@@ -40,7 +40,7 @@ class ClientRuntime:
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result (from any thread but the loop's)."""
-        if threading.current_thread() is self._thread:
+        if self.on_loop_thread():
             coro.close()
             raise ClientError("a blocking client call was made from the client's own event loop thread")
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -49,6 +49,10 @@ class ClientRuntime:
         except concurrent.futures.TimeoutError:
             fut.cancel()
             raise ClientError(f"client call timed out after {timeout}s") from None
+
+    def on_loop_thread(self) -> bool:
+        """Whether the caller runs on the loop's own thread, where waiting for the loop would stall it for good."""
+        return threading.current_thread() is self._thread
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
