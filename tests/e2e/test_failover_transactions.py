@@ -60,7 +60,7 @@ def test_the_new_master_checks_back_the_old_masters_pending_halves_at_once(group
     with Admin(cluster.namesrv_addr) as admin:
         admin.create_topic(TOPIC, queue_nums=2)
     cluster.wait_route(TOPIC)
-    time.sleep(2.0)  # the slaves copy the topic config
+    group.wait_topic_copied(TOPIC)  # the slaves copy the topic config
     listener = Listener()
     producer = TransactionProducer("fo-tx2-p", listener, cluster.namesrv_addr)
     producer.start()
