@@ -85,3 +85,27 @@ def test_the_console_accept_loop_lets_other_tasks_run_during_a_flood_of_connects
         assert any(0 < n < FLOOD for n in seen), seen
 
     _run_on_asyncio_loop(go)
+
+
+def test_the_console_counts_each_connection_once_and_serves_up_to_its_cap():
+    """A connection is counted as opening until aiohttp counts it, not as both for the turns in between: a flood
+    of exactly the cap is served whole (counted twice, the last ones were refused at the cap)."""
+    async def go() -> None:
+        async def handler(request: web.BaseRequest) -> web.Response:
+            return web.Response()
+
+        server = web.Server(handler)
+        sock = listen("127.0.0.1", 0)
+        refusals = RefusalLog(logging.getLogger("txmq.console"), "refused")
+        listener = Listener(server, sock, None, FLOOD, 5.0, refusals)
+        await asyncio.sleep(0.01)
+        try:
+            seen = await _flood_while_ticking(sock.getsockname()[:2], lambda: len(server.connections))
+            counted = listener.open
+        finally:
+            await listener.close()
+            await server.shutdown(0.1)
+        assert counted == FLOOD
+        assert any(0 < n < FLOOD for n in seen), seen  # accepted over many turns, each of which could double count
+
+    _run_on_asyncio_loop(go)
