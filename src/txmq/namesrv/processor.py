@@ -10,7 +10,6 @@ from typing import Any
 import orjson
 
 from txmq.acl.model import Action, Needs, any_user, cluster_get, cluster_update
-from txmq.errors import InvalidMessageError
 from txmq.namesrv.route_info import MASTER_ID, QueueData, RouteInfoManager
 from txmq.remoting.admin_headers import DeleteTopicRequestHeader
 from txmq.remoting.body import read_body
@@ -19,7 +18,7 @@ from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import RequestSpec, header, no_header
 from txmq.remoting.request_headers import Header
 from txmq.remoting.transport import Connection
-from txmq.topic import TopicConfig, check_queue_nums, check_topic
+from txmq.topic import TopicConfig, check_queue_nums, check_topic, out_of_bounds
 
 log = logging.getLogger("txmq.namesrv")
 
@@ -86,14 +85,8 @@ def parse_registration(cmd: RemotingCommand) -> Registration:
     for cfg in configs:  # names a broker registers reach every client's routes
         check_topic(cfg.topic_name)
     # Queue numbers size every client's loops over a route: a topic out of bounds is left out, the others kept
-    kept, skipped = [], {}
-    for cfg in configs:
-        try:
-            check_queue_nums(cfg.read_queue_nums, cfg.write_queue_nums)
-        except InvalidMessageError as exc:
-            skipped[cfg.topic_name] = str(exc)
-            continue
-        kept.append(cfg)
+    skipped = out_of_bounds(configs)
+    kept = [cfg for cfg in configs if cfg.topic_name not in skipped]
     return Registration(h, wrapper.get("dataVersion") or {}, kept, skipped)
 
 
