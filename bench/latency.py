@@ -112,36 +112,40 @@ def schedule(rate: float, n: int, t0_ns: int) -> Iterator[list[tuple[int, int]]]
     """Batches of (index, intended ns) that are due, sleeping until the next one is: an open-loop producer sends
     each batch at once and comes back, whatever the broker answered meanwhile. Ends early once the sends fall
     ``BEHIND_S`` behind the schedule: the rate is not sustained, and the rest would only lengthen the run."""
-    interval = 1e9 / rate
-    i = 0
+    interval, i = 1e9 / rate, 0
     while i < n:
-        now = time.monotonic_ns()
-        due = t0_ns + int(i * interval)
-        if now - due > BEHIND_S * 1e9:
+        wait_s = _wait_s(i, interval, t0_ns)
+        if wait_s is None:
             return
-        if due > now:
-            time.sleep((due - now) / 1e9)
-            now = time.monotonic_ns()
-        last = min(n, int((now - t0_ns) / interval) + 1)
-        yield [(k, t0_ns + int(k * interval)) for k in range(i, max(last, i + 1))]
-        i = max(last, i + 1)
+        if wait_s > 0:
+            time.sleep(wait_s)
+        batch, i = _due_batch(i, n, interval, t0_ns)
+        yield batch
 
 
 async def schedule_on_loop(rate: float, n: int, t0_ns: int) -> AsyncIterator[list[tuple[int, int]]]:
     """``schedule`` for a producer that runs on an event loop: it awaits instead of sleeping its thread."""
-    interval = 1e9 / rate
-    i = 0
+    interval, i = 1e9 / rate, 0
     while i < n:
-        now = time.monotonic_ns()
-        due = t0_ns + int(i * interval)
-        if now - due > BEHIND_S * 1e9:
+        wait_s = _wait_s(i, interval, t0_ns)
+        if wait_s is None:
             return
-        if due > now:
-            await asyncio.sleep((due - now) / 1e9)
-            now = time.monotonic_ns()
-        last = max(min(n, int((now - t0_ns) / interval) + 1), i + 1)
-        yield [(k, t0_ns + int(k * interval)) for k in range(i, last)]
-        i = last
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        batch, i = _due_batch(i, n, interval, t0_ns)
+        yield batch
+
+
+def _wait_s(i: int, interval: float, t0_ns: int) -> float | None:
+    """Seconds until send ``i`` is due (0 when it is), or None once the sends are ``BEHIND_S`` behind."""
+    late_ns = time.monotonic_ns() - (t0_ns + int(i * interval))
+    return None if late_ns > BEHIND_S * 1e9 else max(0.0, -late_ns / 1e9)
+
+
+def _due_batch(i: int, n: int, interval: float, t0_ns: int) -> tuple[list[tuple[int, int]], int]:
+    """The sends from ``i`` that are due now (at least send ``i``), and the index after them."""
+    last = max(min(n, int((time.monotonic_ns() - t0_ns) / interval) + 1), i + 1)
+    return [(k, t0_ns + int(k * interval)) for k in range(i, last)], last
 
 
 @dataclass

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -67,21 +67,40 @@ def test_the_tls_accept_loop_lets_other_tasks_run_during_a_flood_of_connects():
     _run_on_asyncio_loop(go)
 
 
+@contextlib.asynccontextmanager
+async def _console_listener(cap: int) -> AsyncIterator[tuple[web.Server, Listener, tuple[str, int]]]:
+    """The console's listener (cap ``cap`` connections) over an aiohttp server that answers every request empty."""
+    async def handler(request: web.BaseRequest) -> web.Response:
+        return web.Response()
+
+    server = web.Server(handler)
+    sock = listen("127.0.0.1", 0)
+    listener = Listener(server, sock, None, cap, 5.0, RefusalLog(logging.getLogger("txmq.console"), "refused"))
+    await asyncio.sleep(0.01)
+    try:
+        yield server, listener, sock.getsockname()[:2]
+    finally:
+        await listener.close()
+        await server.shutdown(0.1)
+
+
 def test_the_console_accept_loop_lets_other_tasks_run_during_a_flood_of_connects():
     async def go() -> None:
-        async def handler(request: web.BaseRequest) -> web.Response:
-            return web.Response()
-
-        server = web.Server(handler)
-        sock = listen("127.0.0.1", 0)
-        refusals = RefusalLog(logging.getLogger("txmq.console"), "refused")
-        listener = Listener(server, sock, None, FLOOD * 2, 5.0, refusals)
-        await asyncio.sleep(0.01)
-        try:
-            seen = await _flood_while_ticking(sock.getsockname()[:2], lambda: listener.open)
-        finally:
-            await listener.close()
-            await server.shutdown(0.1)
+        async with _console_listener(FLOOD * 2) as (_, listener, addr):
+            seen = await _flood_while_ticking(addr, lambda: listener.open)
         assert any(0 < n < FLOOD for n in seen), seen
+
+    _run_on_asyncio_loop(go)
+
+
+def test_the_console_counts_each_connection_once_and_serves_up_to_its_cap():
+    """A connection is counted as opening until aiohttp counts it, not as both for the turns in between: a flood
+    of exactly the cap is served whole (counted twice, the last ones were refused at the cap)."""
+    async def go() -> None:
+        async with _console_listener(FLOOD) as (server, listener, addr):
+            seen = await _flood_while_ticking(addr, lambda: len(server.connections))
+            counted = listener.open
+        assert counted == FLOOD
+        assert any(0 < n < FLOOD for n in seen), seen  # accepted over many turns, each of which could double count
 
     _run_on_asyncio_loop(go)

@@ -38,7 +38,11 @@ def test_java_properties_rules():
     ({"grpcClientProducerMaxAttempts": "-2"}, "config grpcClientProducerMaxAttempts: -2 is out of range (it must be at "
      "least 1)"),
     ({"flushIntervalCommitLog": "0"}, "config flushIntervalCommitLog: 0 is out of range (it must be at least 1)"),
-    ({"defaultTopicQueueNums": "0"}, "config defaultTopicQueueNums: 0 is out of range (it must be at least 1)"),
+    ({"defaultTopicQueueNums": "0"}, "config defaultTopicQueueNums: 0 is out of range (it must be between 1 and "
+     "1024)"),
+    # auto-created topics beyond the queue numbers updateTopic, slaves and name servers take: routed nowhere
+    ({"defaultTopicQueueNums": "1025"}, "config defaultTopicQueueNums: 1025 is out of range (it must be between 1 "
+     "and 1024)"),
     ({"transactionCheckMax": "-1"}, "config transactionCheckMax: -1 is out of range (it must be at least 0)"),
     ({"listenPort": "65536"}, "config listenPort: 65536 is out of range (it must be between 0 and 65535)"),
     ({"grpcPort": "65536"}, "config grpcPort: 65536 is out of range (it must be at most 65535)"),
@@ -56,6 +60,14 @@ def test_bad_values_name_the_key(values, message):
     with pytest.raises(ValueError) as err:
         BrokerConfig().update(values)
     assert str(err.value) == message
+
+
+def test_more_delay_levels_than_a_topic_has_queues_are_refused():
+    """Level N is queue N-1 of the schedule topic: past 1024 queues slaves and name servers leave it out."""
+    with pytest.raises(ValueError) as err:
+        BrokerConfig().update({"messageDelayLevel": "1s " * 1025})
+    assert str(err.value).endswith("names 1025 levels: at most 1024 (the queues of SCHEDULE_TOPIC_XXXX)")
+    BrokerConfig().update({"messageDelayLevel": "1s " * 1024})
 
 
 def test_every_default_passes_its_own_checks():

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from txmq.errors import InvalidMessageError
@@ -90,6 +91,18 @@ def check_queue_nums(read: int, write: int) -> None:
     ``MAX_QUEUE_NUMS``: they size every loop over the topic's queues, a broker's registration and clients' routes."""
     if not (0 < read <= MAX_QUEUE_NUMS and 0 < write <= MAX_QUEUE_NUMS):
         raise InvalidMessageError(f"queue numbers must be between 1 and {MAX_QUEUE_NUMS} (read {read}, write {write})")
+
+
+def out_of_bounds(configs: Iterable[TopicConfig]) -> dict[str, str]:
+    """The topics among ``configs`` whose queue numbers ``check_queue_nums`` refuses, each with why: a peer's
+    (a master's, a registering broker's) to be left out rather than adopted."""
+    refused: dict[str, str] = {}
+    for cfg in configs:
+        try:
+            check_queue_nums(cfg.read_queue_nums, cfg.write_queue_nums)
+        except InvalidMessageError as exc:
+            refused[cfg.topic_name] = str(exc)
+    return refused
 
 
 def check_group(group: str) -> None:

@@ -133,17 +133,24 @@ def test_attacker_cannot_join_the_group_for_check_backs(acl_server: AclServer, a
     heartbeat = orjson.dumps({"clientID": "127.0.0.1@evil@1", "producerDataSet": [{"groupName": GROUP}],
                               "consumerDataSet": []})
 
-    async def attack() -> int:
+    tx = pending["transactionId"]
+
+    async def attack() -> tuple[int, int]:
         async with RemotingClient(lambda conn, cmd: received.append(cmd),
                                   rpc_hook=AclClientRPCHook(ATTACKER)) as client:
             resp = await client.invoke(acl_server.broker, RemotingCommand.request(RequestCode.HEART_BEAT,
                                                                                   body=heartbeat), 5.0)
-            await asyncio.sleep(3.0)  # several check passes (timeout 1 s, interval 0.5 s)
-            return resp.code
+            before = listener.checks[tx]
+            deadline = time.monotonic() + 60
+            # several checks (timeout 1 s, interval 0.5 s) while the attacker is connected, however slow the machine
+            while listener.checks[tx] < before + 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return resp.code, listener.checks[tx] - before
 
-    assert asyncio.run(attack()) == ResponseCode.NO_PERMISSION
+    code, checks_meanwhile = asyncio.run(attack())
+    assert code == ResponseCode.NO_PERMISSION
     assert not [c for c in received if c.code == RequestCode.CHECK_TRANSACTION_STATE]
-    assert listener.checks[pending["transactionId"]] >= 1  # the checks went to the owner
+    assert checks_meanwhile >= 3  # the checks went to the owner
     listener.decisions[pending["transactionId"]] = LocalTransactionState.COMMIT
     deadline = time.monotonic() + 10
     while _state(admin, pending) != "COMMIT" and time.monotonic() < deadline:

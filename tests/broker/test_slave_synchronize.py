@@ -5,7 +5,9 @@ line for the run of failed syncs (not a traceback every 3 s), adopts nothing, an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import orjson
 import pytest
 
 from tests.broker.test_journal_off_loop import serving
+from txmq.broker.controller import BrokerController
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.server import RemotingServer
@@ -35,6 +38,19 @@ class Master:
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=orjson.dumps(self.bodies[cmd.code]))
 
 
+@contextlib.asynccontextmanager
+async def slave_of(master: Master, tmp_path: Path) -> AsyncIterator[BrokerController]:
+    """A slave broker whose ``SlaveSynchronize`` asks ``master`` (a real remoting server) for its metadata."""
+    server = RemotingServer(master)
+    await server.start()
+    try:
+        async with serving(tmp_path, broker_role="SLAVE", broker_id=1) as (slave, _):
+            slave.slave_synchronize.master_addr = f"127.0.0.1:{server.port}"
+            yield slave
+    finally:
+        await server.close()
+
+
 @pytest.mark.parametrize("code, body", [
     (TOPICS, []), (TOPICS, {"topicConfigTable": ["T"]}), (OFFSETS, {"offsetTable": {"T@g": [5]}}),
     (OFFSETS, {"offsetTable": {"T@g": {"0": "x"}}}), (OFFSETS, {"offsetTable": {"T@g": {"0": [1]}}}),
@@ -45,25 +61,19 @@ def test_a_malformed_reply_of_the_master_is_one_log_line_and_adopts_nothing(
     master = Master({**GOOD, code: body})
 
     async def main() -> None:
-        server = RemotingServer(master)
-        await server.start()
-        try:
-            async with serving(tmp_path, broker_role="SLAVE", broker_id=1) as (slave, _):
-                sync = slave.slave_synchronize
-                sync.master_addr = f"127.0.0.1:{server.port}"
-                with caplog.at_level(logging.INFO, "txmq.broker"):
-                    for _ in range(3):
-                        await sync.sync_all()
-                lines = [r for r in caplog.records if "slave synchronize" in r.getMessage()]
-                assert len(lines) == 1 and lines[0].exc_info is None, [r.getMessage() for r in lines]
-                assert "T" not in slave.topic_config_manager.table
-                assert slave.consumer_offset_manager.query("g", "T", 0) < 0
-                master.bodies.update(GOOD)
-                await sync.sync_all()
-                assert slave.topic_config_manager.table["T"].read_queue_nums == 2
-                assert slave.consumer_offset_manager.query("g", "T", 0) == 5
-        finally:
-            await server.close()
+        async with slave_of(master, tmp_path) as slave:
+            sync = slave.slave_synchronize
+            with caplog.at_level(logging.INFO, "txmq.broker"):
+                for _ in range(3):
+                    await sync.sync_all()
+            lines = [r for r in caplog.records if "slave synchronize" in r.getMessage()]
+            assert len(lines) == 1 and lines[0].exc_info is None, [r.getMessage() for r in lines]
+            assert "T" not in slave.topic_config_manager.table
+            assert slave.consumer_offset_manager.query("g", "T", 0) < 0
+            master.bodies.update(GOOD)
+            await sync.sync_all()
+            assert slave.topic_config_manager.table["T"].read_queue_nums == 2
+            assert slave.consumer_offset_manager.query("g", "T", 0) == 5
 
     asyncio.run(main())
 
@@ -96,20 +106,13 @@ def test_a_master_topic_with_queue_numbers_updateTopic_refuses_is_skipped_with_o
     master = Master({**GOOD, TOPICS: {"topicConfigTable": {**GOOD[TOPICS]["topicConfigTable"], "Bad": bad}}})
 
     async def main() -> None:
-        server = RemotingServer(master)
-        await server.start()
-        try:
-            async with serving(tmp_path, broker_role="SLAVE", broker_id=1) as (slave, _):
-                sync = slave.slave_synchronize
-                sync.master_addr = f"127.0.0.1:{server.port}"
-                with caplog.at_level(logging.INFO, "txmq.broker"):
-                    for _ in range(3):  # one line, not one per sync
-                        await sync.sync_all()
-                table = slave.topic_config_manager.table
-                assert "Bad" not in table and table["T"].read_queue_nums == 2
-                lines = [r.getMessage() for r in caplog.records if "Bad" in r.getMessage()]
-                assert len(lines) == 1 and "queue numbers" in lines[0], lines
-        finally:
-            await server.close()
+        async with slave_of(master, tmp_path) as slave:
+            with caplog.at_level(logging.INFO, "txmq.broker"):
+                for _ in range(3):  # one line, not one per sync
+                    await slave.slave_synchronize.sync_all()
+            table = slave.topic_config_manager.table
+            assert "Bad" not in table and table["T"].read_queue_nums == 2
+            lines = [r.getMessage() for r in caplog.records if "Bad" in r.getMessage()]
+            assert len(lines) == 1 and "queue numbers" in lines[0], lines
 
     asyncio.run(main())

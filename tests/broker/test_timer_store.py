@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -138,23 +139,31 @@ def test_refusals(tmp_path):
 
 def test_a_timer_beyond_the_roll_window_is_rolled_then_delivered_once_on_time(tmp_path):
     """A timer record is stored again each roll window (here 2 ticks of 20 ms), so that retention never takes a
-    waiting one; it is delivered once, at its time, and a recall by its first handle finds its newest record."""
+    waiting one; it is delivered once, at its time, and a recall by its first handle finds its newest record.
+    Due in 2 s, rolls awaited rather than slept for: two rolls (80 ms) come long before it is due also on a loaded
+    machine; its delivery awaited too."""
     cfg = _config(tmp_path)
     cfg.timer_roll_window_slot = 2
+
+    async def until(pred: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 10
+        while not pred() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     async def go() -> None:
         async with DefaultMessageStore(cfg) as store:
             timers = TimerMessageStore(store, cfg, tmp_path)
-            late = await _put(store, timers, _timer(b"late", 400))
-            drop = await _put(store, timers, _timer(b"drop", 400))
+            late = await _put(store, timers, _timer(b"late", 2000))
+            drop = await _put(store, timers, _timer(b"drop", 2000))
             handle = timers.recall_handle(drop, "broker-a")
             assert handle is not None
             loop = asyncio.create_task(timers.run(deliver=True))
             try:
-                await asyncio.sleep(0.2)
+                await until(lambda: timers.rolled >= 2)
                 assert timers.rolled >= 2 and timers.delivered == 0
                 await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1))
-                await asyncio.sleep(0.5)
+                await until(lambda: timers.delivered > 0)
+                await asyncio.sleep(0.2)  # ten ticks: a recalled one left in the table, due with it, would come
             finally:
                 loop.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

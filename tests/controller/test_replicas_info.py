@@ -3,12 +3,29 @@ from the SyncStateSet, and every change refused to a controller that lost the le
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from txmq.controller import replicas_info
 from txmq.controller.dcs import MemoryDCS
 from txmq.controller.replicas_info import NO_MASTER, ControllerError, ReplicasInfoManager
+
+
+class _Clock:
+    """The manager's monotonic clock, moved by the test: a heartbeat's timeout passes when the test says so, never
+    earlier because a loaded machine stalled the test between two calls."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    c = _Clock()
+    monkeypatch.setattr(replicas_info, "time", c)
+    return c
 
 
 def _manager(dcs: MemoryDCS | None = None, me: str = "c1") -> ReplicasInfoManager:
@@ -57,14 +74,14 @@ def test_sync_state_set_changes_only_from_the_master_at_its_epochs():
         m.alter_sync_state_set("g", 1, 1, [1, 9], 2)
 
 
-def test_a_dead_master_is_replaced_by_the_alive_sync_state_set_member_with_the_longest_log():
+def test_a_dead_master_is_replaced_by_the_alive_sync_state_set_member_with_the_longest_log(clock: _Clock):
     m = _manager()
     _beat(m, 1, timeout_s=0.2)
     for rid, offset in ((2, 500), (3, 700), (4, 900)):
         _beat(m, rid, offset)
     m.alter_sync_state_set("g", 1, 1, [1, 2, 3], 1)  # 4 is not in sync: never a candidate
     assert m.scan_not_active() == []
-    time.sleep(0.3)
+    clock.now += 0.3
     assert m.scan_not_active() == ["g"]
     s = m.state("g")
     assert s is not None
@@ -75,13 +92,13 @@ def test_a_dead_master_is_replaced_by_the_alive_sync_state_set_member_with_the_l
     assert other.state("g") == s
 
 
-def test_no_alive_member_of_the_sync_state_set_leaves_the_group_without_a_master_until_one_returns():
+def test_no_alive_member_of_the_sync_state_set_leaves_the_group_without_a_master_until_one_returns(clock: _Clock):
     m = _manager()
     _beat(m, 1, timeout_s=0.2)
     _beat(m, 2, timeout_s=0.2)
     m.alter_sync_state_set("g", 1, 1, [1, 2], 1)
     _beat(m, 3)  # alive, but not in the SyncStateSet: it may lack acknowledged writes
-    time.sleep(0.3)
+    clock.now += 0.3
     m.scan_not_active()
     s = m.state("g")
     assert s is not None and s.master_id == NO_MASTER and s.epoch == 1

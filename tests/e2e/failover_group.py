@@ -8,13 +8,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from tests.e2e.cluster import Cluster
-from tests.e2e.ha_group import SEGMENT, ha_status
+from tests.e2e.ha_group import SEGMENT, ha_status, request
 from tests.e2e.tcp_proxy import TcpProxy
 from txmq.controller.etcd_launch import EtcdProcess
 from txmq.controller.status import controller_status
 from txmq.launch import ServerProcess, free_port
 from txmq.message import MessageExt, decode_message
+from txmq.remoting.codes import RequestCode
+from txmq.remoting.transport import RemotingConnectError, RemotingTimeoutError
 from txmq.store.record import BLANK_MAGIC_CODE, read_prefix, to_wire
 
 
@@ -119,6 +123,18 @@ class FailoverGroup:
         except Exception:
             return -1
 
+    def wait_topic_copied(self, topic: str, timeout: float = 30.0) -> None:
+        """Wait until every live replica has ``topic`` in its own topic configs (a slave copies its master's at its
+        slaveSynchronizeInterval): a new master without it would refuse the topic's sends and checks."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lacking = [r for r in self.ids if self.members[r].alive and topic not in _topics(self.addr(r))]
+            if not lacking:
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"replicas {lacking} have not copied topic {topic} in {timeout}s")
+            time.sleep(0.1)
+
     def wait_master(self, timeout: float = 30.0, not_id: int | None = None, full_set: bool = False) -> int:
         """Wait until a master (other than ``not_id``) acts: the controller names it and it says it is master
         with a valid lease (and, with ``full_set``, every replica is in its SyncStateSet)."""
@@ -134,6 +150,14 @@ class FailoverGroup:
                     return m
             time.sleep(0.1)
         raise TimeoutError(f"no master acting in {timeout}s: {self.state()}")
+
+
+def _topics(addr: str) -> set[str]:
+    """A replica's own topics (GET_ALL_TOPIC_CONFIG); none while it does not answer (starting, or just killed)."""
+    try:
+        return set(orjson.loads(request(addr, RequestCode.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"])
+    except (RemotingConnectError, RemotingTimeoutError):
+        return set()
 
 
 def _cmd(*args: str) -> list[str]:

@@ -468,7 +468,7 @@ def run_campaign(cluster: Any, group: FailoverGroup, faults: Iterable[str], rng:
             admin.create_topic(topic, queue_nums=4)
     for topic in topics:
         cluster.wait_route(topic)
-    time.sleep(2.0)  # the slaves copy the topic configs (slaveSynchronizeInterval 1 s)
+        group.wait_topic_copied(topic)  # the slaves copy the topic configs (slaveSynchronizeInterval 1 s)
     workload = Workload(cluster.namesrv_addr, home, group.grpc_endpoints if group.grpc else "")
     workload.start()
     figures = Figures()

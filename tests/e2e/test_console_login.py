@@ -216,13 +216,13 @@ def test_session_cookie_and_logout(acl):
 
 def test_an_unused_login_ends(tmp_path):
     """--console-session-timeout: a login unused that long ends; the login page says so."""
-    server = start(tmp_path / "server", "--console-session-timeout", "2")
+    server = start(tmp_path / "server", "--console-session-timeout", "4")  # each request well within it
     try:
         client = Http(server.addr)
         assert client.login(USER.access_key, USER.secret_key).status == 303
         assert client.get("/topics").status == 200
         assert client.get("/topics").status == 200  # use keeps it going
-        time.sleep(2.5)
+        time.sleep(4.5)
         answer = client.get("/topics")
         assert answer.status == 303 and answer.headers["Location"] == "/login"
         assert "Your session has ended" in client.get("/login").text

@@ -36,7 +36,7 @@ def test_the_new_master_delivers_the_old_masters_timers(group, cluster):
     with Admin(cluster.namesrv_addr) as admin:
         admin.create_topic(TOPIC, queue_nums=2)
     cluster.wait_route(TOPIC)
-    time.sleep(2.0)  # the slaves copy the topic config
+    group.wait_topic_copied(TOPIC)  # the slaves copy the topic config
     with Producer("fo-timers-p", cluster.namesrv_addr) as p:
         start = int(time.time() * 1000) + 5000
         futures = []

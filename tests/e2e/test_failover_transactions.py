@@ -60,7 +60,7 @@ def test_the_new_master_checks_back_the_old_masters_pending_halves_at_once(group
     with Admin(cluster.namesrv_addr) as admin:
         admin.create_topic(TOPIC, queue_nums=2)
     cluster.wait_route(TOPIC)
-    time.sleep(2.0)  # the slaves copy the topic config
+    group.wait_topic_copied(TOPIC)  # the slaves copy the topic config
     listener = Listener()
     producer = TransactionProducer("fo-tx2-p", listener, cluster.namesrv_addr)
     producer.start()
@@ -87,7 +87,9 @@ def test_the_new_master_checks_back_the_old_masters_pending_halves_at_once(group
         assert all(seen[k] == 1 for k in committed)
         assert {f"k{i}" for i in range(N // 2, N)} <= set(listener.checked)
         assert not any(f"k{i}" in listener.checked for i in range(N // 2))  # decided on the old master: stand
-        assert 0 < listener.first_decision - elected < 3  # checks start at once, not when the old master returns
+        # checks start at once (0.5 s interval, 1 s timeout; 10 s leaves room for a loaded machine), not when the
+        # old master returns (it never does here)
+        assert 0 < listener.first_decision - elected < 10
     finally:
         producer.shutdown()
 

@@ -5,7 +5,6 @@ finishes, orphans are resolved by check-back on the new master, and every source
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,8 @@ def test_exactly_once_sink_through_a_failover(spark: Any, group: tuple[Cluster, 
     cluster, fo = group
     expected = _source(cluster, "sp-fo-in", 200)
     create_topic(cluster, "sp-fo-out", 2)
-    time.sleep(2.0)  # the slaves copy the topic configs
+    fo.wait_topic_copied("sp-fo-in")  # the slaves copy the topic configs
+    fo.wait_topic_copied("sp-fo-out")
     master = fo.wait_master(30)
     ckpt = tmp_path / "ckpt"
     cfg = {"namesrv": cluster.namesrv_addr, "source": "sp-fo-in", "sink": "txmq", "out": "sp-fo-out",

@@ -26,6 +26,7 @@ from txmq.remoting.server import ServerLimits
 from txmq.remoting.tls import MODES, TlsServerConfig
 from txmq.store.config import StoreConfig
 from txmq.store.ha.config import HAConfig
+from txmq.topic import MAX_QUEUE_NUMS, RMQ_SYS_SCHEDULE_TOPIC
 
 log = logging.getLogger("txmq.broker")
 
@@ -44,6 +45,8 @@ def delay_levels_ms(text: str) -> list[int]:
         out.append(int(m.group(1)) * _DELAY_UNITS[m.group(2)])
     if not out:
         raise ValueError("names no level")
+    if len(out) > MAX_QUEUE_NUMS:  # a queue of the schedule topic each: bounded as every topic's queues
+        raise ValueError(f"names {len(out)} levels: at most {MAX_QUEUE_NUMS} (the queues of {RMQ_SYS_SCHEDULE_TOPIC})")
     return out
 
 
@@ -104,7 +107,7 @@ class BrokerConfig:
                            doc="`SYNC_MASTER` answers a send once a slave has it; in controller mode, how the "
                                "master answers")
     auto_create_topic_enable: bool = key(True, doc="a send to an unknown topic creates it")
-    default_topic_queue_nums: int = key(8, range=(1, None), doc="queues of an auto-created topic")
+    default_topic_queue_nums: int = key(8, range=(1, MAX_QUEUE_NUMS), doc="queues of an auto-created topic")
     message_delay_level: str = key(DEFAULT_DELAY_LEVELS, check=_delay_levels,
                                    doc="the delay levels (`txmq send --delay LEVEL`, retries)")
     long_polling_enable: bool = key(True, runtime=True, doc="hold pulls until a message arrives")

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from txmq.errors import ClientError, InvalidMessageError
+from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.topic import TopicConfig, check_queue_nums
+from txmq.topic import TopicConfig, out_of_bounds
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -90,18 +90,13 @@ def _bounded(docs: Iterable[Any]) -> tuple[list[Any], dict[str, str]]:
     """The master's topic documents but those whose queue numbers the broker's own updateTopic refuses
     (``check_queue_nums``: a peer's numbers would size the slave's loops over queues, its registration and its
     clients' routes), and those skipped (name -> why). A document that does not parse is ``replace_all``'s to drop."""
-    kept: list[Any] = []
-    skipped: dict[str, str] = {}
-    for doc in docs:
-        try:
-            cfg = TopicConfig.from_json(doc)
-        except (AttributeError, KeyError, TypeError, ValueError):
-            kept.append(doc)
-            continue
-        try:
-            check_queue_nums(cfg.read_queue_nums, cfg.write_queue_nums)
-        except InvalidMessageError as exc:
-            skipped[cfg.topic_name] = str(exc)
-            continue
-        kept.append(doc)
-    return kept, skipped
+    parsed = [(doc, _parsed_topic(doc)) for doc in docs]
+    skipped = out_of_bounds(cfg for _, cfg in parsed if cfg is not None)
+    return [doc for doc, cfg in parsed if cfg is None or cfg.topic_name not in skipped], skipped
+
+
+def _parsed_topic(doc: Any) -> TopicConfig | None:
+    try:
+        return TopicConfig.from_json(doc)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None

@@ -139,10 +139,9 @@ class TimerMessageStore:
                         "real INTEGER NOT NULL)")
         self.db.execute("CREATE INDEX IF NOT EXISTS timer_due ON timer(due)")
         self.db.execute("CREATE TABLE IF NOT EXISTS progress(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-        progress = dict(self.db.execute("SELECT name, value FROM progress").fetchall())
-        self.enqueue_offset: int = progress.get("enqueue", 0)
-        self.delivered_offset: int = progress.get("delivered", store.min_phy_offset)
-        self.count: int = self.db.execute("SELECT COUNT(*) FROM timer").fetchone()[0]
+        self.enqueue_offset = self.delivered_offset = self.count = 0
+        self._load_progress()
+        self._failing = False  # the last pass failed to write the index (logged once, until one works again)
         self._recalled: set[int] = set()  # recalls answered whose marker the enqueue has not applied yet
         self._delivering: set[int] = set()  # rows being stored now: too late to recall
         self._rolling: set[int] = set()  # rows being rolled now: a recall waits for the new record
@@ -253,25 +252,55 @@ class TimerMessageStore:
     # --- the loop -----------------------------------------------------------------------------------------
 
     async def run(self, deliver: bool) -> None:
-        """Keep the index up with the log; as master (``deliver``) also deliver what is due, tick by tick."""
+        """Keep the index up with the log; as master (``deliver``) also deliver what is due, tick by tick. A
+        write to the index that fails (its disk full) is rolled back and the loop goes on from what the index
+        holds, as after a restart."""
         precision = max(1, self.config.timer_precision_ms)
-        if deliver:
-            self.catch_up()
+        resume = deliver  # catch up with the whole log first: at start, and after a failed write
         while True:
-            if deliver:
-                hold = await self._deliver_due()
-                now = self.store.clock.elapsed_ms()
-                # ticks on the precision's grid of the account: never before due, at most a tick late
-                wait_ms = precision - now % precision
-                if hold is not None:
-                    wait_ms = min(wait_ms, hold)
-            else:  # a slave follows its master's deliveries in the replicated log
-                if not self.config.timer_stop_enqueue:
+            wait_ms = 1000
+            try:
+                if resume:
                     self.catch_up()
-                wait_ms = 1000
+                    resume = False
+                elif deliver and not self.config.timer_stop_enqueue:
+                    self._enqueue_all()
+                if deliver:
+                    hold = await self._deliver_due()
+                    now = self.store.clock.elapsed_ms()
+                    # ticks on the precision's grid of the account: never before due, at most a tick late
+                    wait_ms = precision - now % precision
+                    if hold is not None:
+                        wait_ms = min(wait_ms, hold)
+                elif not self.config.timer_stop_enqueue:  # a slave follows its master's deliveries in the log
+                    self.catch_up()
+            except sqlite3.Error as exc:
+                self._rolled_back(exc)
+                resume = deliver
+            else:
+                if self._failing:
+                    self._failing = False
+                    log.info("timer index written again")
             await self._wake.wait(wait_ms / 1000)
-            if deliver and not self.config.timer_stop_enqueue:
-                self._enqueue_all()
+
+    def _load_progress(self) -> None:
+        """The enqueue and delivery progress and the row count, as the index holds them."""
+        progress = dict(self.db.execute("SELECT name, value FROM progress").fetchall())
+        self.enqueue_offset = progress.get("enqueue", 0)
+        self.delivered_offset = progress.get("delivered", self.store.min_phy_offset)
+        self.count = self.db.execute("SELECT COUNT(*) FROM timer").fetchone()[0]
+
+    def _rolled_back(self, exc: sqlite3.Error) -> None:
+        """A write to the index failed: its transaction rolled back and the progress taken as stored. Deliveries
+        stored meanwhile are past ``delivered`` in the log: the next ``catch_up`` deletes their rows (none twice)."""
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+        self._in_tx = False
+        self._rolling.clear()  # the pass is over: rolled records are found by the catch-up
+        self._load_progress()
+        if not self._failing:
+            self._failing = True
+            log.error("timer index not written (%s): tried again every second", exc)
 
     def catch_up(self) -> None:
         """Bring the index up to the whole log: the timer topic's queue, then the deliveries past ``delivered``."""

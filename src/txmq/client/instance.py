@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from txmq.errors import BrokerError, ClientError
+from txmq.errors import BrokerError, ClientError, InvalidMessageError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import Connection, RemotingClient, RPCHook
-from txmq.topic import PermName
+from txmq.topic import PermName, check_queue_nums
 
 log = logging.getLogger("txmq.client")
 
@@ -47,7 +47,9 @@ class TopicRoute:
 
 
 def parse_route(topic: str, data: dict[str, Any]) -> TopicRoute:
-    """A group whose master is gone keeps its queues for reading (from its slaves), not for sending."""
+    """A group whose master is gone keeps its queues for reading (from its slaves), not for sending. A group whose
+    queue numbers are out of bounds is left out (a name server that does not check them, another implementation's:
+    a route of 10^9 queues would hold this client in the loops below)."""
     members: dict[str, dict[int, str]] = {}
     for bd in data.get("brokerDatas") or []:
         members[str(bd["brokerName"])] = {int(k): str(v) for k, v in (bd.get("brokerAddrs") or {}).items()}
@@ -56,6 +58,11 @@ def parse_route(topic: str, data: dict[str, Any]) -> TopicRoute:
     sub: list[MessageQueue] = []
     for qd in sorted(data.get("queueDatas") or [], key=lambda q: str(q["brokerName"])):
         name = str(qd["brokerName"])
+        try:
+            check_queue_nums(int(qd["readQueueNums"]), int(qd["writeQueueNums"]))
+        except InvalidMessageError as exc:
+            log.warning("route of %s: broker %s left out: %s", topic, name, exc)
+            continue
         perm = int(qd.get("perm", PermName.READ_WRITE))
         if PermName.is_writeable(perm) and name in addrs:
             pub.extend(MessageQueue(topic, name, i) for i in range(int(qd["writeQueueNums"])))

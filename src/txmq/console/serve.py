@@ -35,12 +35,15 @@ class Listener:
                  timeout_s: float, refusals: RefusalLog) -> None:
         self._server, self._sock, self._ctx, self._limit = server, sock, ctx, limit
         self._timeout_s, self._refusals = timeout_s, refusals
-        self._opening: set[asyncio.Task[None]] = set()
+        # connections accepted and not yet counted by aiohttp: each task's handler, until its ``connection_made``
+        self._opening: dict[asyncio.Task[None], web.RequestHandler] = {}
         self._task = asyncio.get_running_loop().create_task(self._accept())
 
     @property
     def open(self) -> int:
-        return len(self._server.connections) + len(self._opening)
+        """Connections served and those opening, each once: a handler is in the server's connections from its
+        ``connection_made`` (its transport set), turns before the task that opened it is done."""
+        return len(self._server.connections) + sum(1 for h in self._opening.values() if h.transport is None)
 
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
@@ -59,14 +62,18 @@ class Listener:
                         conn.send(BUSY)
                 conn.close()
                 continue
-            task = loop.create_task(self._open(conn, host))
-            self._opening.add(task)
-            task.add_done_callback(self._opening.discard)
+            handler = self._server()
+            task = loop.create_task(self._open(conn, host, handler))
+            self._opening[task] = handler
+            task.add_done_callback(self._opened)
 
-    async def _open(self, conn: socket.socket, host: str) -> None:
+    def _opened(self, task: asyncio.Task[None]) -> None:
+        del self._opening[task]
+
+    async def _open(self, conn: socket.socket, host: str, handler: web.RequestHandler) -> None:
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                self._server, conn, ssl=self._ctx, ssl_handshake_timeout=self._timeout_s if self._ctx else None)
+                lambda: handler, conn, ssl=self._ctx, ssl_handshake_timeout=self._timeout_s if self._ctx else None)
         except OSError as exc:  # a failed or too slow TLS handshake (ssl.SSLError is an OSError)
             self._refusals.refused(host, f"TLS handshake failed: {type(exc).__name__}")
             conn.close()
@@ -76,7 +83,7 @@ class Listener:
 
     async def close(self) -> None:
         self._task.cancel()
-        for task in self._opening:
+        for task in list(self._opening):
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task

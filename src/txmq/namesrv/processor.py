@@ -18,7 +18,7 @@ from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import RequestSpec, header, no_header
 from txmq.remoting.request_headers import Header
 from txmq.remoting.transport import Connection
-from txmq.topic import TopicConfig, check_topic
+from txmq.topic import TopicConfig, check_queue_nums, check_topic, out_of_bounds
 
 log = logging.getLogger("txmq.namesrv")
 
@@ -60,11 +60,12 @@ class TopicRegistration:
 
 @dataclasses.dataclass(slots=True)
 class Registration:
-    """REGISTER_BROKER as read once: its header and the topics its body registers."""
+    """REGISTER_BROKER as read once: its header, the topics its body registers and those it skips (name -> why)."""
 
     header: RegisterBrokerRequestHeader
     data_version: dict[str, Any]
     configs: list[TopicConfig]
+    skipped: dict[str, str]
 
 
 def parse_route(cmd: RemotingCommand) -> GetRouteInfoRequestHeader:
@@ -83,13 +84,18 @@ def parse_registration(cmd: RemotingCommand) -> Registration:
     wrapper, configs = read_body(cmd.body, _registration, "a registration body holds topicConfigSerializeWrapper")
     for cfg in configs:  # names a broker registers reach every client's routes
         check_topic(cfg.topic_name)
-    return Registration(h, wrapper.get("dataVersion") or {}, configs)
+    # Queue numbers size every client's loops over a route: a topic out of bounds is left out, the others kept
+    skipped = out_of_bounds(configs)
+    kept = [cfg for cfg in configs if cfg.topic_name not in skipped]
+    return Registration(h, wrapper.get("dataVersion") or {}, kept, skipped)
 
 
 def parse_topic_registration(cmd: RemotingCommand) -> TopicRegistration:
     h = RegisterTopicRequestHeader.from_ext(cmd.ext_fields)
     check_topic(h.topic)
     queue_datas = read_body(cmd.body, _queue_datas, "a topic registration body holds queueDatas")
+    for qd in queue_datas:  # as a full registration's, refused: the request is this topic only
+        check_queue_nums(qd.read_queue_nums, qd.write_queue_nums)
     return TopicRegistration(h.topic, queue_datas)
 
 
@@ -132,6 +138,10 @@ class NamesrvProcessor:
         if conn_id not in self._watched:
             self._watched.add(conn_id)
             conn.on_close.append(lambda c: self._closed(id(c)))
+        if reg.skipped:
+            log.warning("registration of %s %s: %d topic%s skipped: %.500s", h.broker_name, h.broker_addr,
+                        len(reg.skipped), "" if len(reg.skipped) == 1 else "s",
+                        "; ".join(f"{name}: {why}" for name, why in reg.skipped.items()))
         self.routes.register_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id, reg.configs,
                                     reg.data_version, conn_id, h.ha_server_addr)
         master, ha = self.routes.master_of(h.broker_name) if h.broker_id != MASTER_ID else ("", "")
