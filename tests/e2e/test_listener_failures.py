@@ -186,3 +186,46 @@ def test_listener_on_the_loop_forwards_with_send_async_through_a_full_window(clu
         finally:
             consumer.shutdown()
         assert all(f.result(10).status == SendStatus.SEND_OK for f in futures)
+
+
+def test_orderly_queue_dropped_by_a_rebalance_while_its_batch_fails_is_unlocked_for_the_new_owner(
+        cluster, listener_on_loop):
+    """A second consumer joins while the first retries a failing batch on each of two orderly queues: the queue
+    the first gives up is unlocked on release, and the second, refused the lock while the first still held it,
+    asks again within a second (not a whole ``rebalance_interval_s`` later) and consumes it from the failed
+    message on."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("ord_rb_t", queue_nums=2, order=True)
+    with Producer("p_ord_rb", cluster.namesrv_addr) as producer:
+        queues = sorted(producer.publish_queues("ord_rb_t"), key=lambda q: q.queue_id)
+        for q in queues:
+            for i in range(3):
+                producer.send(Message("ord_rb_t", f"q{q.queue_id}-m{i}".encode()), queue=q)
+    first: list[bytes] = []
+
+    def failing_at_m1(msgs: list[MessageExt]) -> ConsumeStatus:
+        first.extend(m.body for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER if any(m.body.endswith(b"-m1") for m in msgs) else ConsumeStatus.SUCCESS
+
+    second: list[bytes] = []
+
+    def record(msgs: list[MessageExt]) -> ConsumeStatus:
+        second.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+    c1 = push_consumer(cluster.namesrv_addr, "g_ord_rb", "ord_rb_t", failing_at_m1,  # type: ignore[arg-type]
+                       orderly=True, suspend_s=0.2, max_reconsume_times=1000, listener_on_loop=listener_on_loop)
+    c2 = None
+    try:
+        assert wait_until(lambda: first.count(b"q0-m1") >= 2 and first.count(b"q1-m1") >= 2, 20), first
+        c2 = push_consumer(cluster.namesrv_addr, "g_ord_rb", "ord_rb_t", record,  # type: ignore[arg-type]
+                           orderly=True, listener_on_loop=listener_on_loop)
+        assert wait_until(lambda: len(second) >= 2, 15), second
+    finally:
+        if c2 is not None:
+            c2.shutdown()
+        c1.shutdown()
+    q = second[0].split(b"-")[0]
+    assert {q + b"-m1", q + b"-m2"} <= set(second)  # from the failed message on, in order
+    assert second.index(q + b"-m1") < second.index(q + b"-m2")

@@ -305,7 +305,8 @@ class PushConsumer(ClientBase):
             self._rebalance_now.clear()
 
     async def rebalance(self) -> bool:
-        """Take and release queues; False when some subscribed topic has no readable queue yet.
+        """Take and release queues; False when some subscribed topic has no readable queue yet, or (orderly) some
+        queue held is not locked yet.
 
         A topic without a route keeps the queues this consumer holds, as RocketMQ's rebalance leaves it: a broker
         that stops cleanly unregisters, so its topics are unrouted until it is back, and releasing their queues
@@ -330,8 +331,8 @@ class PushConsumer(ClientBase):
             await self._drop_queue(mq)
         for mq in sorted(wanted - set(self.queues)):
             await self._add_queue(mq)
-        if self.orderly:
-            await self._lock_all()
+        if self.orderly and not await self._lock_all():
+            complete = False
         return complete
 
     async def _consumer_ids(self, broker_name: str) -> list[str]:
@@ -640,8 +641,11 @@ class PushConsumer(ClientBase):
 
     # --- orderly consumption --------------------------------------------------------------------------
 
-    async def _lock_all(self) -> None:
+    async def _lock_all(self) -> bool:
+        """Lock (or keep locked) every queue held; False when some lock was not had: its owner may release it any
+        moment (a rebalance under way), so the caller tries again soon, as RocketMQ's rebalanceLater(500 ms)."""
         assert self.instance is not None
+        all_locked = True
         by_broker: dict[str, list[MessageQueue]] = {}
         for mq in self.queues:
             by_broker.setdefault(mq.broker_name, []).append(mq)
@@ -653,6 +657,7 @@ class PushConsumer(ClientBase):
                                                                                          body=body))
             except ClientError as exc:
                 log.warning("locking queues on %s failed: %s", broker, exc)
+                all_locked = False
                 continue
             ok = {(d["topic"], int(d["queueId"])) for d in orjson.loads(resp.body).get("lockOKMQSet") or []}
             until = time.monotonic() + 30.0
@@ -662,6 +667,9 @@ class PushConsumer(ClientBase):
                     pq.locked_until = until if (mq.topic, mq.queue_id) in ok else 0.0
                     if pq.locked_until:
                         self._schedule_orderly(pq)
+                    else:
+                        all_locked = False
+        return all_locked
 
     async def _unlock(self, mq: MessageQueue) -> None:
         assert self.instance is not None
