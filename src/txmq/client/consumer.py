@@ -329,7 +329,14 @@ class PushConsumer(ClientBase):
             wanted.update(allocate_averagely(mqs, cids, self.instance.client_id))
         for mq in [q for q in self.queues if q not in wanted]:
             await self._drop_queue(mq)
-        for mq in sorted(wanted - set(self.queues)):
+        taken = sorted(wanted - set(self.queues))
+        if self.orderly:
+            # An orderly queue is taken once locked, as RocketMQ's rebalance does: its offset is then read after
+            # the previous owner committed it and let the lock go, so nothing it consumed comes again.
+            locked = await self._lock_queues(taken)
+            complete = complete and len(locked) == len(taken)
+            taken = [mq for mq in taken if mq in locked]
+        for mq in taken:
             await self._add_queue(mq)
         if self.orderly and not await self._lock_all():
             complete = False
@@ -641,13 +648,12 @@ class PushConsumer(ClientBase):
 
     # --- orderly consumption --------------------------------------------------------------------------
 
-    async def _lock_all(self) -> bool:
-        """Lock (or keep locked) every queue held; False when some lock was not had: its owner may release it any
-        moment (a rebalance under way), so the caller tries again soon, as RocketMQ's rebalanceLater(500 ms)."""
+    async def _lock_queues(self, queues: list[MessageQueue]) -> set[MessageQueue]:
+        """Ask each broker to lock ``queues`` for this client (LOCK_BATCH_MQ): those it now holds the lock of."""
         assert self.instance is not None
-        all_locked = True
+        locked: set[MessageQueue] = set()
         by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in self.queues:
+        for mq in queues:
             by_broker.setdefault(mq.broker_name, []).append(mq)
         for broker, mqs in by_broker.items():
             body = orjson.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
@@ -657,19 +663,24 @@ class PushConsumer(ClientBase):
                                                                                          body=body))
             except ClientError as exc:
                 log.warning("locking queues on %s failed: %s", broker, exc)
-                all_locked = False
                 continue
             ok = {(d["topic"], int(d["queueId"])) for d in orjson.loads(resp.body).get("lockOKMQSet") or []}
-            until = time.monotonic() + 30.0
-            for mq in mqs:
-                pq = self.queues.get(mq)
-                if pq is not None:
-                    pq.locked_until = until if (mq.topic, mq.queue_id) in ok else 0.0
-                    if pq.locked_until:
-                        self._schedule_orderly(pq)
-                    else:
-                        all_locked = False
-        return all_locked
+            locked.update(mq for mq in mqs if (mq.topic, mq.queue_id) in ok)
+        return locked
+
+    async def _lock_all(self) -> bool:
+        """Lock (or keep locked) every queue held; False when some lock was not had: its owner may release it any
+        moment (a rebalance under way), so the caller tries again soon, as RocketMQ's rebalanceLater(500 ms)."""
+        held = list(self.queues)
+        until = time.monotonic() + 30.0
+        locked = await self._lock_queues(held)
+        for mq in held:
+            pq = self.queues.get(mq)
+            if pq is not None:
+                pq.locked_until = until if mq in locked else 0.0
+                if pq.locked_until:
+                    self._schedule_orderly(pq)
+        return len(locked) == len(held)
 
     async def _unlock(self, mq: MessageQueue) -> None:
         assert self.instance is not None
