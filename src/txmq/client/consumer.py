@@ -145,6 +145,13 @@ class PushConsumer(ClientBase):
         then never started). Only for a listener that returns quickly and never blocks: while it runs, this
         consumer's pulls, heartbeats and offset commits wait, and it must not call this consumer's methods."""
         check_group(group)
+        for name, value in (("consume_thread_nums", consume_thread_nums), ("pull_batch_size", pull_batch_size),
+                            ("consume_batch_max_size", consume_batch_max_size),
+                            ("pull_threshold", pull_threshold), ("rebalance_interval_s", rebalance_interval_s),
+                            ("suspend_timeout_ms", suspend_timeout_ms), ("persist_interval_s", persist_interval_s),
+                            ("suspend_s", suspend_s), ("pull_delay_when_exception_s", pull_delay_when_exception_s)):
+            if not value > 0:  # a pause of 0 would re-pull or re-run in a loop that never yields to the broker
+                raise ValueError(f"{name} must be above 0, not {value!r}")
         super().__init__(namesrv, instance_name, group)
         self.group = group
         self.message_model = message_model
