@@ -84,3 +84,18 @@ def test_send_async_on_the_clients_loop_with_a_full_window_raises_instead_of_sta
         assert all(r.status == SendStatus.SEND_OK for r in results)
         # and the window is whole again: a send from this thread goes through
         assert producer.send_async(Message("LoopWindow", b"after")).result(10).status == SendStatus.SEND_OK
+
+
+def test_shutdown_settles_every_async_send_still_unanswered(cluster):
+    """Async sends still in flight when the producer shuts down end, each with its result or a ``ClientError``:
+    a future left pending would hang a caller waiting without a timeout, and never run its callbacks."""
+    cluster.start_broker()
+    with Producer("p_stop_async", cluster.namesrv_addr) as producer:  # no route yet: the sends take a while
+        futures = [producer.send_async(Message("StopAsync", f"s{i}".encode())) for i in range(50)]
+    outcomes = []
+    for f in futures:
+        try:
+            outcomes.append(f.result(5).status)
+        except ClientError as exc:  # a TimeoutError (the future still pending) is not
+            outcomes.append(exc)
+    assert len(outcomes) == 50

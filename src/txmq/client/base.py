@@ -111,6 +111,10 @@ class ClientBase:
     def shutdown(self) -> None:
         if self._runtime is None or self.instance is None:
             return
+        if self._runtime.on_loop_thread():
+            # checked before anything closes: closing the runtime from its own thread would stall the loop
+            raise ClientError("shutdown() cannot run on the client's own loop thread (a listener or a send's "
+                              "callback running there): call it from another thread")
         try:
             self._runtime.call(self._on_shutdown(), 30)
         finally:

@@ -184,6 +184,7 @@ class PushConsumer(ClientBase):
         self._rebalance_now: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = threading.Lock()
+        self._listening = threading.local()  # ``active`` while this thread runs the listener
 
     # --- configuration --------------------------------------------------------------------------------
 
@@ -247,6 +248,13 @@ class PushConsumer(ClientBase):
         await self.instance.unregister(consumer_group=self.group)
         await self.instance.close()
 
+    def shutdown(self) -> None:
+        """From any thread but the listener's: a shutdown waits for the listener calls in progress to end."""
+        if getattr(self._listening, "active", False):
+            raise ClientError("shutdown() cannot run inside this consumer's message listener (it would wait for "
+                              "the listener itself): call it from another thread")
+        super().shutdown()
+
     def _before_runtime_close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
@@ -304,7 +312,8 @@ class PushConsumer(ClientBase):
             self._rebalance_now.clear()
 
     async def rebalance(self) -> bool:
-        """Take and release queues; False when some subscribed topic has no readable queue yet.
+        """Take and release queues; False when some subscribed topic has no readable queue yet, or (orderly) some
+        queue held is not locked yet.
 
         A topic without a route keeps the queues this consumer holds, as RocketMQ's rebalance leaves it: a broker
         that stops cleanly unregisters, so its topics are unrouted until it is back, and releasing their queues
@@ -327,10 +336,17 @@ class PushConsumer(ClientBase):
             wanted.update(allocate_averagely(mqs, cids, self.instance.client_id))
         for mq in [q for q in self.queues if q not in wanted]:
             await self._drop_queue(mq)
-        for mq in sorted(wanted - set(self.queues)):
-            await self._add_queue(mq)
+        taken = sorted(wanted - set(self.queues))
         if self.orderly:
-            await self._lock_all()
+            # An orderly queue is taken once locked, as RocketMQ's rebalance does: its offset is then read after
+            # the previous owner committed it and let the lock go, so nothing it consumed comes again.
+            locked = await self._lock_queues(taken)
+            complete = complete and len(locked) == len(taken)
+            taken = [mq for mq in taken if mq in locked]
+        for mq in taken:
+            await self._add_queue(mq)
+        if self.orderly and not await self._lock_all():
+            complete = False
         return complete
 
     async def _consumer_ids(self, broker_name: str) -> list[str]:
@@ -547,11 +563,17 @@ class PushConsumer(ClientBase):
 
     def _call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus:
         assert self.listener is not None
+        self._listening.active = True
         try:
             status = self.listener(msgs)
-        except Exception:
+        except BaseException:  # the listener's failure, whatever it raised (RocketMQ catches Throwable)
+            # Not only Exception: KeyboardInterrupt or SystemExit raised on the loop would stop the loop (the
+            # whole client), CancelledError end the queue's pull task, and on a consume thread any of them would
+            # leave the batch unconsumed below the committed offset for good.
             log.exception("message listener of %s raised: messages will be consumed again later", self.group)
             return ConsumeStatus.RECONSUME_LATER
+        finally:
+            self._listening.active = False
         return status if isinstance(status, ConsumeStatus) else ConsumeStatus.RECONSUME_LATER
 
     def _consume_calls(self, pq: ProcessQueue, calls: list[list[MessageExt]]) -> None:
@@ -633,10 +655,12 @@ class PushConsumer(ClientBase):
 
     # --- orderly consumption --------------------------------------------------------------------------
 
-    async def _lock_all(self) -> None:
+    async def _lock_queues(self, queues: list[MessageQueue]) -> set[MessageQueue]:
+        """Ask each broker to lock ``queues`` for this client (LOCK_BATCH_MQ): those it now holds the lock of."""
         assert self.instance is not None
+        locked: set[MessageQueue] = set()
         by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in self.queues:
+        for mq in queues:
             by_broker.setdefault(mq.broker_name, []).append(mq)
         for broker, mqs in by_broker.items():
             body = orjson.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
@@ -648,13 +672,22 @@ class PushConsumer(ClientBase):
                 log.warning("locking queues on %s failed: %s", broker, exc)
                 continue
             ok = {(d["topic"], int(d["queueId"])) for d in orjson.loads(resp.body).get("lockOKMQSet") or []}
-            until = time.monotonic() + 30.0
-            for mq in mqs:
-                pq = self.queues.get(mq)
-                if pq is not None:
-                    pq.locked_until = until if (mq.topic, mq.queue_id) in ok else 0.0
-                    if pq.locked_until:
-                        self._schedule_orderly(pq)
+            locked.update(mq for mq in mqs if (mq.topic, mq.queue_id) in ok)
+        return locked
+
+    async def _lock_all(self) -> bool:
+        """Lock (or keep locked) every queue held; False when some lock was not had: its owner may release it any
+        moment (a rebalance under way), so the caller tries again soon, as RocketMQ's rebalanceLater(500 ms)."""
+        held = list(self.queues)
+        until = time.monotonic() + 30.0
+        locked = await self._lock_queues(held)
+        for mq in held:
+            pq = self.queues.get(mq)
+            if pq is not None:
+                pq.locked_until = until if mq in locked else 0.0
+                if pq.locked_until:
+                    self._schedule_orderly(pq)
+        return len(locked) == len(held)
 
     async def _unlock(self, mq: MessageQueue) -> None:
         assert self.instance is not None

@@ -236,7 +236,8 @@ class Producer(ClientBase):
     def send_async(self, msg: Message, queue: MessageQueue | None = None) -> SendFuture:
         """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered (called on the client's
         own loop thread, from a send's callback, it cannot wait: it raises ``ClientError`` then). ``queue``: that
-        queue, without retry on another (and without batching)."""
+        queue, without retry on another (and without batching). A send still unanswered at ``shutdown()`` ends
+        with ``ClientError``."""
         runtime, fut = self._window_slot()
         if queue is not None or self.batch_max_messages <= 1 or msg.delay_time_level:
             runtime.post(self._send(msg, queue=queue)).add_done_callback(functools.partial(_settle_from, fut))
@@ -368,6 +369,9 @@ class Producer(ClientBase):
         except Exception as exc:
             self._fail_chunk(chunk, exc)
             return
+        except asyncio.CancelledError:  # the producer shuts down: its callers learn it, as ``_settle_from`` says
+            self._fail_chunk(chunk, ClientError("send cancelled: the producer is shutting down"))
+            raise
         for (_, fut), result in zip(chunk, results, strict=True):
             fut.set_result(result)
 

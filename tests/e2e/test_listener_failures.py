@@ -1,0 +1,230 @@
+"""A push consumer's listener that misbehaves (raises what ``except Exception`` does not catch, calls the
+consumer's ``shutdown``), on consume threads and on the client's loop: the failure is the listener's, the
+consumer goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from tests.e2e.helpers import push_consumer, wait_until
+from txmq import Admin, ConsumeStatus, Message, Producer, SendStatus
+from txmq.client.consumer import MessageExt, PushConsumer
+from txmq.errors import ClientError
+
+pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
+
+
+class RaiseOnce:
+    """Raises ``exc`` at the first delivery of ``b"boom"``, records every other delivery."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+        self.raised = False
+        self.bodies: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
+        with self._lock:
+            if not self.raised and any(m.body == b"boom" for m in msgs):
+                self.raised = True
+                raise self.exc
+            self.bodies.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3), asyncio.CancelledError()],
+                         ids=["KeyboardInterrupt", "SystemExit", "CancelledError"])
+def test_listener_raising_a_base_exception_is_consumed_again_and_the_queue_goes_on(cluster, listener_on_loop, exc):
+    """Not an ``Exception``: on the loop it would end the queue's pull task (or the loop itself), on a consume
+    thread leave the batch unconsumed below the committed offset for good."""
+    cluster.start_broker(conf={"messageDelayLevel": "1s 1s 1s 1s 1s"})
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("raise_t", queue_nums=1)
+    listener = RaiseOnce(exc)
+    consumer = push_consumer(cluster.namesrv_addr, "g_raise", "raise_t", listener,  # type: ignore[arg-type]
+                             listener_on_loop=listener_on_loop)
+    try:
+        with Producer("p_raise", cluster.namesrv_addr) as producer:
+            producer.send(Message("raise_t", b"boom"))
+            assert wait_until(lambda: listener.raised, 15)
+            producer.send(Message("raise_t", b"after"))
+        assert wait_until(lambda: {b"after", b"boom"} <= set(listener.bodies), 20), listener.bodies
+    finally:
+        t0 = time.monotonic()
+        consumer.shutdown()
+    assert time.monotonic() - t0 < 10
+
+
+def test_shutdown_from_the_listener_fails_at_once_and_the_consumer_goes_on(cluster, listener_on_loop):
+    """Forbidden from inside the listener (it would wait for the very call it runs in): a clear ``ClientError``
+    at once, without stalling or half-closing the consumer."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("stop_t", queue_nums=1)
+    outcome: list[tuple[BaseException | None, float]] = []
+    bodies: list[bytes] = []
+    consumer: PushConsumer | None = None
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        if not outcome:
+            assert consumer is not None
+            t0 = time.monotonic()
+            try:
+                consumer.shutdown()
+                outcome.append((None, time.monotonic() - t0))
+            except BaseException as e:  # whatever it is, the test reports it
+                outcome.append((e, time.monotonic() - t0))
+        bodies.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+    consumer = push_consumer(cluster.namesrv_addr, "g_stop", "stop_t", listener,  # type: ignore[arg-type]
+                             listener_on_loop=listener_on_loop)
+    try:
+        with Producer("p_stop", cluster.namesrv_addr) as producer:
+            producer.send(Message("stop_t", b"first"))
+            assert wait_until(lambda: bool(bodies), 20)
+            producer.send(Message("stop_t", b"second"))
+        assert wait_until(lambda: b"second" in bodies, 20), bodies
+    finally:
+        consumer.shutdown()
+    exc, took = outcome[0]
+    assert isinstance(exc, ClientError) and "listener" in str(exc), exc
+    assert took < 1.0
+    assert bodies == [b"first", b"second"]
+
+
+
+def test_shutdown_from_a_send_callback_fails_at_once_and_the_producer_goes_on(cluster):
+    """A send's callbacks run on the client's loop, where shutting the client down would stall the loop."""
+    cluster.start_broker()
+    outcome: list[tuple[BaseException | None, float]] = []
+    done = threading.Event()
+    with Producer("p_cb_stop", cluster.namesrv_addr) as producer:
+        producer.send(Message("cb_stop_t", b"warm-up"))
+
+        def on_done(_fut: object) -> None:
+            t0 = time.monotonic()
+            try:
+                producer.shutdown()
+                outcome.append((None, time.monotonic() - t0))
+            except BaseException as e:  # whatever it is, the test reports it
+                outcome.append((e, time.monotonic() - t0))
+            done.set()
+
+        fut = producer.send_async(Message("cb_stop_t", b"one"))
+        fut.add_done_callback(on_done)
+        assert done.wait(20)
+        exc, took = outcome[0]
+        assert isinstance(exc, ClientError) and "loop thread" in str(exc), exc
+        assert took < 1.0
+        assert producer.send(Message("cb_stop_t", b"two")).status == SendStatus.SEND_OK
+
+def test_orderly_shutdown_during_a_failing_batch_commits_exactly_what_was_consumed(cluster, listener_on_loop):
+    """Shut down while an orderly queue waits ``suspend_s`` to consume a failed message again: the offset
+    committed is that message's, so the next consumer of the group starts with it, and nothing before it comes
+    again."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("ord_stop_t", queue_nums=1, order=True)
+    with Producer("p_ord_stop", cluster.namesrv_addr) as producer:
+        for i in range(5):
+            producer.send(Message("ord_stop_t", f"m{i}".encode()))
+    seen: list[bytes] = []
+
+    def failing_at_m2(msgs: list[MessageExt]) -> ConsumeStatus:
+        seen.extend(m.body for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER if any(m.body == b"m2" for m in msgs) else ConsumeStatus.SUCCESS
+
+    consumer = push_consumer(cluster.namesrv_addr, "g_ord_stop", "ord_stop_t", failing_at_m2,  # type: ignore[arg-type]
+                             orderly=True, suspend_s=0.3, listener_on_loop=listener_on_loop)
+    try:
+        assert wait_until(lambda: seen.count(b"m2") >= 2, 20), seen
+    finally:
+        consumer.shutdown()
+    assert seen[:2] == [b"m0", b"m1"] and set(seen[2:]) == {b"m2"}
+
+    again: list[bytes] = []
+
+    def record(msgs: list[MessageExt]) -> ConsumeStatus:
+        again.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+    consumer = push_consumer(cluster.namesrv_addr, "g_ord_stop", "ord_stop_t", record,  # type: ignore[arg-type]
+                             orderly=True, listener_on_loop=listener_on_loop)
+    try:
+        assert wait_until(lambda: len(again) >= 3, 20), again
+    finally:
+        consumer.shutdown()
+    assert again == [b"m2", b"m3", b"m4"]
+
+
+def test_listener_on_the_loop_forwards_with_send_async_through_a_full_window(cluster):
+    """A producer has its own client and loop: a listener on the consumer's loop may wait in ``send_async``
+    for room in that producer's window (the producer's loop frees it), and each forwarded send succeeds."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("fwd_in", queue_nums=1)
+    futures = []
+    with Producer("p_fwd", cluster.namesrv_addr, max_in_flight=1) as forwarder:
+        forwarder.send(Message("fwd_out", b"warm-up"))
+
+        def forward(msgs: list[MessageExt]) -> ConsumeStatus:
+            futures.extend(forwarder.send_async(Message("fwd_out", m.body)) for m in msgs)
+            return ConsumeStatus.SUCCESS
+
+        consumer = push_consumer(cluster.namesrv_addr, "g_fwd", "fwd_in", forward,  # type: ignore[arg-type]
+                                 listener_on_loop=True)
+        try:
+            with Producer("p_fwd_in", cluster.namesrv_addr) as producer:
+                sent = [producer.send_async(Message("fwd_in", f"f{i}".encode())) for i in range(20)]
+                assert all(f.result(10).status == SendStatus.SEND_OK for f in sent)
+            assert wait_until(lambda: len(futures) == 20, 20), len(futures)
+        finally:
+            consumer.shutdown()
+        assert all(f.result(10).status == SendStatus.SEND_OK for f in futures)
+
+
+def test_orderly_queue_dropped_by_a_rebalance_while_its_batch_fails_is_unlocked_for_the_new_owner(
+        cluster, listener_on_loop):
+    """A second consumer joins while the first retries a failing batch on each of two orderly queues: the queue
+    the first gives up is unlocked on release, and the second, refused the lock while the first still held it,
+    asks again within a second (not a whole ``rebalance_interval_s`` later) and takes it once locked, from the
+    offset the first committed on release: from the failed message on."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("ord_rb_t", queue_nums=2, order=True)
+    with Producer("p_ord_rb", cluster.namesrv_addr) as producer:
+        queues = sorted(producer.publish_queues("ord_rb_t"), key=lambda q: q.queue_id)
+        for q in queues:
+            for i in range(3):
+                producer.send(Message("ord_rb_t", f"q{q.queue_id}-m{i}".encode()), queue=q)
+    first: list[bytes] = []
+
+    def failing_at_m1(msgs: list[MessageExt]) -> ConsumeStatus:
+        first.extend(m.body for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER if any(m.body.endswith(b"-m1") for m in msgs) else ConsumeStatus.SUCCESS
+
+    second: list[bytes] = []
+
+    def record(msgs: list[MessageExt]) -> ConsumeStatus:
+        second.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+    c1 = push_consumer(cluster.namesrv_addr, "g_ord_rb", "ord_rb_t", failing_at_m1,  # type: ignore[arg-type]
+                       orderly=True, suspend_s=0.2, max_reconsume_times=1000, listener_on_loop=listener_on_loop)
+    c2 = None
+    try:
+        assert wait_until(lambda: first.count(b"q0-m1") >= 2 and first.count(b"q1-m1") >= 2, 20), first
+        c2 = push_consumer(cluster.namesrv_addr, "g_ord_rb", "ord_rb_t", record,  # type: ignore[arg-type]
+                           orderly=True, listener_on_loop=listener_on_loop)
+        assert wait_until(lambda: len(second) >= 2, 15), second
+    finally:
+        if c2 is not None:
+            c2.shutdown()
+        c1.shutdown()
+    q = second[0].split(b"-")[0]
+    assert second[:2] == [q + b"-m1", q + b"-m2"]  # from the failed message on: nothing consumed comes again
