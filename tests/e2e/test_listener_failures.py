@@ -228,3 +228,40 @@ def test_orderly_queue_dropped_by_a_rebalance_while_its_batch_fails_is_unlocked_
         c1.shutdown()
     q = second[0].split(b"-")[0]
     assert second[:2] == [q + b"-m1", q + b"-m2"]  # from the failed message on: nothing consumed comes again
+
+
+def test_a_rebalance_that_fails_unexpectedly_is_tried_again(cluster, caplog):
+    """A broker's answer of another shape (here: the consumer ids' lookup raising ValueError once, as a bad JSON
+    body does) must not end the consumer's rebalancing for good: it is logged and tried again, and the consumer
+    takes its queues and consumes."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("rebal_t", queue_nums=2)
+    bodies: list[bytes] = []
+    consumer = PushConsumer("g_rebal", cluster.namesrv_addr, rebalance_interval_s=60)
+    consumer.subscribe("rebal_t")
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        bodies.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+    consumer.register_listener(listener)
+    real = consumer._consumer_ids
+    failed: list[str] = []
+
+    async def fails_once(broker_name: str) -> list[str]:
+        if not failed:
+            failed.append(broker_name)
+            raise ValueError("a body of another shape")
+        return await real(broker_name)
+
+    consumer._consumer_ids = fails_once  # type: ignore[method-assign]
+    consumer.start()
+    try:
+        with Producer("p_rebal", cluster.namesrv_addr) as producer:
+            assert producer.send(Message("rebal_t", b"after")).status == SendStatus.SEND_OK
+        assert wait_until(lambda: b"after" in bodies, 20), (failed, bodies)
+        assert failed
+        assert any("rebalance of g_rebal failed" in r.getMessage() for r in caplog.records)
+    finally:
+        consumer.shutdown()

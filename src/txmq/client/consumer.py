@@ -302,8 +302,8 @@ class PushConsumer(ClientBase):
             complete = False
             try:
                 complete = await self.rebalance()
-            except ClientError as exc:
-                log.warning("rebalance of %s failed: %s", self.group, exc)
+            except Exception as exc:  # a broker's answer of another shape too: the next rebalance may do better
+                log.warning("rebalance of %s failed: %s: %s", self.group, type(exc).__name__, exc)
             # A subscribed topic without a route yet (not created, or its broker not registered): look again
             # soon, so that its first messages do not wait a whole rebalance interval.
             wait_s = self.rebalance_interval_s if complete else min(1.0, self.rebalance_interval_s)
@@ -322,7 +322,7 @@ class PushConsumer(ClientBase):
         assert self.instance is not None
         wanted: set[MessageQueue] = set()
         complete = True
-        for topic in self.subscriptions:
+        for topic in list(self.subscriptions):  # subscribe() may add one while this awaits
             route = await self.instance.update_route(topic)
             if route is None or not route.subscribe_queues:
                 complete = False
