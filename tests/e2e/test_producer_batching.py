@@ -71,12 +71,17 @@ def test_send_async_on_the_clients_loop_with_a_full_window_raises_instead_of_sta
             except ClientError as exc:
                 outcome["refused"] = exc
             outcome["later"] = later
+            outcome["thread"] = threading.current_thread()
             done.set()
 
         first = producer.send_async(Message("LoopWindow", b"first"))
         second = producer.send_async(Message("LoopWindow", b"second"))
-        first.add_done_callback(on_first)
+        # registered on the loop thread: run there too when ``first`` is already answered (from this thread it
+        # would then run here, where send_async may wait)
+        assert producer._runtime is not None
+        producer._runtime.loop.call_soon_threadsafe(first.add_done_callback, on_first)
         assert done.wait(10), "the loop stalled in send_async"
+        assert outcome["thread"] is not threading.current_thread()  # on the client's loop
         assert isinstance(outcome.get("refused"), ClientError)
         later = outcome["later"]
         assert isinstance(later, list) and 1 <= len(later) <= 2
