@@ -36,6 +36,16 @@ class RaiseOnce:
         return ConsumeStatus.SUCCESS
 
 
+def _timed_shutdown(client: PushConsumer | Producer) -> tuple[BaseException | None, float]:
+    """What ``client.shutdown()`` raised (None: nothing) and how long it took: whatever it is, the test reports it."""
+    t0 = time.monotonic()
+    try:
+        client.shutdown()
+    except BaseException as e:
+        return e, time.monotonic() - t0
+    return None, time.monotonic() - t0
+
+
 @pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3), asyncio.CancelledError()],
                          ids=["KeyboardInterrupt", "SystemExit", "CancelledError"])
 def test_listener_raising_a_base_exception_is_consumed_again_and_the_queue_goes_on(cluster, listener_on_loop, exc):
@@ -72,12 +82,7 @@ def test_shutdown_from_the_listener_fails_at_once_and_the_consumer_goes_on(clust
     def listener(msgs: list[MessageExt]) -> ConsumeStatus:
         if not outcome:
             assert consumer is not None
-            t0 = time.monotonic()
-            try:
-                consumer.shutdown()
-                outcome.append((None, time.monotonic() - t0))
-            except BaseException as e:  # whatever it is, the test reports it
-                outcome.append((e, time.monotonic() - t0))
+            outcome.append(_timed_shutdown(consumer))
         bodies.extend(m.body for m in msgs)
         return ConsumeStatus.SUCCESS
 
@@ -93,9 +98,8 @@ def test_shutdown_from_the_listener_fails_at_once_and_the_consumer_goes_on(clust
         consumer.shutdown()
     exc, took = outcome[0]
     assert isinstance(exc, ClientError) and "listener" in str(exc), exc
-    assert took < 1.0
+    assert took < 4.0  # refused before anything is closed (the stall it replaces took 5-10 s)
     assert bodies == [b"first", b"second"]
-
 
 
 def test_shutdown_from_a_send_callback_fails_at_once_and_the_producer_goes_on(cluster):
@@ -107,21 +111,19 @@ def test_shutdown_from_a_send_callback_fails_at_once_and_the_producer_goes_on(cl
         producer.send(Message("cb_stop_t", b"warm-up"))
 
         def on_done(_fut: object) -> None:
-            t0 = time.monotonic()
-            try:
-                producer.shutdown()
-                outcome.append((None, time.monotonic() - t0))
-            except BaseException as e:  # whatever it is, the test reports it
-                outcome.append((e, time.monotonic() - t0))
+            outcome.append(_timed_shutdown(producer))
             done.set()
 
         fut = producer.send_async(Message("cb_stop_t", b"one"))
-        fut.add_done_callback(on_done)
+        # registered on the loop thread: run there too when ``fut`` is already answered
+        assert producer._runtime is not None
+        producer._runtime.loop.call_soon_threadsafe(fut.add_done_callback, on_done)
         assert done.wait(20)
         exc, took = outcome[0]
         assert isinstance(exc, ClientError) and "loop thread" in str(exc), exc
-        assert took < 1.0
+        assert took < 4.0  # refused before anything is closed (the stall it replaces took 5-10 s)
         assert producer.send(Message("cb_stop_t", b"two")).status == SendStatus.SEND_OK
+
 
 def test_orderly_shutdown_during_a_failing_batch_commits_exactly_what_was_consumed(cluster, listener_on_loop):
     """Shut down while an orderly queue waits ``suspend_s`` to consume a failed message again: the offset
