@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from txmq.broker.failure_run import FailureRun
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -30,7 +31,7 @@ class SlaveSynchronize:
         self.broker = broker
         self.master_addr = ""  # the master's remoting address, as the name server names it
         self.synced_at = 0.0  # loop time of the last complete copy
-        self._failing = False
+        self._failures = FailureRun(log)
         self._skipped: dict[str, str] = {}  # the master's topics the last copy skipped (logged when they change)
 
     async def _fetch(self, addr: str, code: int) -> Any:
@@ -52,13 +53,9 @@ class SlaveSynchronize:
                 raise ClientError("it does not act as the master this replica follows (any more): copy not adopted")
             copy = _parsed(topics, offsets, delays)
         except (ClientError, OSError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
-            if not self._failing:
-                log.warning("slave synchronize from %s failed: %s", addr, exc)
-            self._failing = True
+            self._failures.failed("slave synchronize from %s failed: %s", addr, exc)
             return
-        if self._failing:
-            log.info("slave synchronize from %s works again", addr)
-        self._failing = False
+        self._failures.worked("slave synchronize from %s works again", addr)
         b = self.broker
         topic_configs, skipped, offset_table, delay_table = copy
         if skipped and skipped != self._skipped:

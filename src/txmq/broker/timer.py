@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from txmq.broker.failure_run import FailureRun
 from txmq.broker.wake import Wake
 from txmq.errors import InvalidMessageError
 from txmq.message import MessageConst, MessageExt, decode_message
@@ -141,7 +142,7 @@ class TimerMessageStore:
         self.db.execute("CREATE TABLE IF NOT EXISTS progress(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
         self.enqueue_offset = self.delivered_offset = self.count = 0
         self._load_progress()
-        self._failing = False  # the last pass failed to write the index (logged once, until one works again)
+        self._failures = FailureRun(log, logging.ERROR)  # of writes to the index
         self._recalled: set[int] = set()  # recalls answered whose marker the enqueue has not applied yet
         self._delivering: set[int] = set()  # rows being stored now: too late to recall
         self._rolling: set[int] = set()  # rows being rolled now: a recall waits for the new record
@@ -278,9 +279,7 @@ class TimerMessageStore:
                 self._rolled_back(exc)
                 resume = deliver
             else:
-                if self._failing:
-                    self._failing = False
-                    log.info("timer index written again")
+                self._failures.worked("timer index written again")
             await self._wake.wait(wait_ms / 1000)
 
     def _load_progress(self) -> None:
@@ -298,9 +297,7 @@ class TimerMessageStore:
         self._in_tx = False
         self._rolling.clear()  # the pass is over: rolled records are found by the catch-up
         self._load_progress()
-        if not self._failing:
-            self._failing = True
-            log.error("timer index not written (%s): tried again every second", exc)
+        self._failures.failed("timer index not written (%s): tried again every second", exc)
 
     def catch_up(self) -> None:
         """Bring the index up to the whole log: the timer topic's queue, then the deliveries past ``delivered``."""
