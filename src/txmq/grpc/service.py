@@ -409,14 +409,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         name = m.topic.name
         # nothing stored in a topic whose creation a crash could lose, nor judged by a change that may fail (undone)
         while True:
-            if name not in pending:
-                cfg = sends.topic_of(name, len(body), False, _AUTO_CREATE)  # as an operator may have changed it
-                if isinstance(cfg, Refusal) or name not in pending:  # pending now: created by this send
-                    break
-            try:
-                await sends.manager.durable(name)
-            except OSError as exc:
-                raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"topic {name} not stored: {exc}") from None
+            while name in pending:
+                try:
+                    await sends.manager.durable(name)
+                except OSError as exc:
+                    raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, f"topic {name} not stored: {exc}") from None
+            cfg = sends.topic_of(name, len(body), False, _AUTO_CREATE)  # as an operator may have changed it
+            if isinstance(cfg, Refusal) or name not in pending:  # pending now: created by this send, waited for
+                break
         if isinstance(cfg, Refusal):
             raise cfg
         topic = cfg.topic_name
