@@ -56,6 +56,7 @@ import asyncio
 import collections
 import contextlib
 import datetime
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -66,7 +67,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -364,7 +365,31 @@ def probes_until(ready: Any, send: Callable[[int, int], None], what: str, timeou
     time.sleep(0.3)
 
 
+async def probes_on_loop(ready: Any, send: Callable[[int, int], Awaitable[Any]], what: str,
+                         timeout_s: float = 60.0) -> None:
+    """``probes_until`` for a producer on an event loop."""
+    deadline = time.monotonic() + timeout_s
+    k = 0
+    while not ready.is_set():
+        if time.monotonic() > deadline:
+            raise bench.BenchError(f"{what}: the consumer did not receive probes within {timeout_s:.0f}s")
+        await send(PROBE | k, time.monotonic_ns())
+        k += 1
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.3)
+
+
+async def answers_on_loop(rec: Recorder) -> None:
+    """Wait (on the loop that receives them) for the answers to what was sent, at most ``bench.STALL_S``."""
+    rec.finish(0)  # expect the answers to what was sent
+    end = time.monotonic() + bench.STALL_S
+    while not rec.done.is_set() and time.monotonic() < end:
+        await asyncio.sleep(0.05)
+
+
 def txmq_produce(target: dict[str, Any], rate: float, n: int, tag: int, fill: bytes, ready: Any) -> ProducerResult:
+    if target["producer"] == "asyncio":
+        return txmq_produce_on_asyncio(target, rate, n, tag, fill, ready)
     from txmq.client.producer import Producer, SendStatus
     from txmq.message import Message
 
@@ -384,27 +409,44 @@ def txmq_produce(target: dict[str, Any], rate: float, n: int, tag: int, fill: by
             ok = exc is None and fut.result().status == SendStatus.SEND_OK
             rec.ack(intended, ok, repr(exc) if exc else ("" if ok else fut.result().status.value))
 
-        def send_batch(batch: list[tuple[int, int]]) -> None:
+        for batch in schedule(rate, n, time.monotonic_ns()):
             for index, intended in batch:
                 send(index, intended).add_done_callback(lambda f, t=intended: answered(t, f))
                 rec.sent(intended)
-
-        if target["send_from"] == "loop":
-            # An experiment, not what a user does: the schedule on the client's own loop, as nats-py's producer
-            # runs, so that no send crosses from a user's thread to the loop (send_async does not block there
-            # while the window has room, and the bench's window is wider than a run).
-            async def on_loop() -> None:
-                async for batch in schedule_on_loop(rate, n, time.monotonic_ns()):
-                    send_batch(batch)
-
-            assert producer._runtime is not None
-            producer._runtime.call(on_loop())
-        else:
-            for batch in schedule(rate, n, time.monotonic_ns()):
-                send_batch(batch)
         return rec.finish(bench.STALL_S)
     finally:
         producer.shutdown()
+
+
+def txmq_produce_on_asyncio(target: dict[str, Any], rate: float, n: int, tag: int, fill: bytes,
+                            ready: Any) -> ProducerResult:
+    """An application on asyncio: ``AsyncProducer`` on the bench's own loop, as the NATS producer runs."""
+    from txmq.client.producer import AsyncProducer, SendStatus
+    from txmq.message import Message
+
+    rec = Recorder()
+    rec.expected = n
+    topic = target["topic"]
+
+    def answered(intended: int, fut: asyncio.Future[Any]) -> None:
+        exc = None if fut.cancelled() else fut.exception()
+        ok = exc is None and not fut.cancelled() and fut.result().status == SendStatus.SEND_OK
+        rec.ack(intended, ok, repr(exc) if exc else ("" if ok else "not SEND_OK"))
+
+    async def main() -> None:
+        async with AsyncProducer(f"lat_p_{tag}", target["namesrv"], max_in_flight=100_000) as producer:
+            async def send(index: int, intended: int) -> asyncio.Future[Any]:
+                return await producer.send_async(Message(topic, body(index, intended, tag, fill)))
+
+            await probes_on_loop(ready, send, "txmq")
+            async for batch in schedule_on_loop(rate, n, time.monotonic_ns()):
+                for index, intended in batch:
+                    (await send(index, intended)).add_done_callback(functools.partial(answered, intended))
+                    rec.sent(intended)
+            await answers_on_loop(rec)
+
+    asyncio.run(main())
+    return rec.finish(0)
 
 
 def rabbit_produce(target: dict[str, Any], rate: float, n: int, tag: int, fill: bytes, ready: Any) -> ProducerResult:
@@ -484,25 +526,14 @@ def nats_produce(target: dict[str, Any], rate: float, n: int, tag: int, fill: by
         async def send(index: int, intended: int) -> None:
             fut = await js.publish_async(subject, body(index, intended, tag, fill))
             if not index & PROBE:
-                fut.add_done_callback(lambda f, t=intended: answered(t, f))
+                fut.add_done_callback(functools.partial(answered, intended))
 
-        deadline = time.monotonic() + 60
-        k = 0
-        while not ready.is_set():
-            if time.monotonic() > deadline:
-                raise bench.BenchError("nats: the consumer did not receive probes within 60s")
-            await send(PROBE | k, time.monotonic_ns())
-            k += 1
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(0.3)
+        await probes_on_loop(ready, send, "nats")
         async for batch in schedule_on_loop(rate, n, time.monotonic_ns()):
             for index, intended in batch:
                 await send(index, intended)
                 rec.sent(intended)
-        rec.finish(0)  # expect the answers to what was sent
-        end = time.monotonic() + bench.STALL_S
-        while not rec.done.is_set() and time.monotonic() < end:
-            await asyncio.sleep(0.05)
+        await answers_on_loop(rec)
         await nc.close()
 
     asyncio.run(main())
@@ -694,12 +725,12 @@ _tags = iter(range(1, 1 << 30))
 
 def one_run(system: System, target: dict[str, Any], rate: float, seconds: float, size: int,
             produce: Callable[..., ProducerResult] | None = None, consume_threads: int = 4,
-            listener_on_loop: bool = True, send_from: str = "thread") -> dict[str, Any]:
+            listener_on_loop: bool = True, txmq_producer: str = "thread") -> dict[str, Any]:
     """Subscribe a consumer process, produce ``rate`` x ``seconds`` messages open loop, collect both sides."""
     tag = next(_tags) + os.getpid() % 1000 * 100_000
     n = max(1, int(rate * seconds))
     run_target = {**system.new_run(target, tag), "consume_threads": consume_threads,
-                  "listener_on_loop": listener_on_loop, "send_from": send_from}
+                  "listener_on_loop": listener_on_loop, "producer": txmq_producer}
     fill = bench.filler(size - HEADER + 8)  # size - HEADER bytes
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
@@ -790,7 +821,7 @@ def ladder(system: System, target: dict[str, Any], a: argparse.Namespace) -> lis
         if rate not in a.rates and rate < max(a.rates):
             continue
         row = one_run(system, target, rate, a.seconds, a.size, consume_threads=a.consume_threads,
-                      listener_on_loop=a.txmq_listener == "loop", send_from=a.txmq_send_from)
+                      listener_on_loop=a.txmq_listener == "loop", txmq_producer=a.txmq_producer)
         rows.append(row)
         e = row["e2e"]
         log(f"  {system.name} {rate:>6,}/s: ack p99 {row['ack'].get('p99_ms', '-')} ms, e2e p50/p99 "
@@ -873,9 +904,9 @@ def main() -> int:
     p.add_argument("--tx-seconds", type=float, default=10.0)
     p.add_argument("--txmq-listener", choices=("loop", "threads"), default="loop",
                    help="the txmq PushConsumer's listener: on the client's loop, or on consume threads")
-    p.add_argument("--txmq-send-from", choices=("thread", "loop"), default="thread",
-                   help="txmq's send_async called from the bench's thread (as users do), or, an experiment, from "
-                        "the client's own loop")
+    p.add_argument("--txmq-producer", choices=("thread", "asyncio"), default="thread",
+                   help="txmq's producer: Producer.send_async from the bench's thread, or AsyncProducer on the "
+                        "bench's asyncio loop (an application on asyncio, as the NATS producer runs)")
     p.add_argument("--consume-threads", type=int, default=4,
                    help="the txmq PushConsumer's consume threads (with --txmq-listener threads)")
     p.add_argument("--plot", type=Path, help="write the end-to-end plot (PNG) here")
@@ -927,7 +958,7 @@ def main() -> int:
     print(f"\nlatency at fixed offered rates, {a.size} B, {a.seconds:g} s per rate; {started}, "
           f"{os.cpu_count()} CPUs, load average {load0[0]:.2f} → {load1[0]:.2f}; txmq's listener "
           + ("on the client's loop" if a.txmq_listener == "loop" else f"on {a.consume_threads} consume threads")
-          + ("; txmq's sends from the client's loop (experiment)" if a.txmq_send_from == "loop" else ""))
+          + ("; txmq's producer AsyncProducer on asyncio" if a.txmq_producer == "asyncio" else ""))
     print(table(rows))
     if tx_rows:
         print("\n" + tx_table(tx_rows))

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 from txmq.client.admin import Admin
 from txmq.client.consumer import ConsumeFromWhere, ConsumeStatus, MessageModel, PushConsumer
 from txmq.client.instance import MessageQueue
-from txmq.client.producer import Producer, SendResult, SendStatus
+from txmq.client.producer import AsyncProducer, Producer, SendResult, SendStatus
 from txmq.client.pull_consumer import PullConsumer, PullResult, PullStatus
 from txmq.client.transaction import (
     EndTransactionAnswer,
@@ -44,6 +44,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Admin",
+    "AsyncProducer",
     "BrokerError",
     "ClientError",
     "ConsumeFromWhere",

@@ -9,21 +9,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 MS = r"[\d,]+(?:\.\d+)?"
 ROW4 = rf"{MS} / {MS} / {MS} / {MS}"
 
 
-def run(script: str) -> str:
-    done = subprocess.run([sys.executable, str(BENCH / script), "--short"], capture_output=True, text=True,
+def run(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(BENCH / script), "--short", *args], capture_output=True, text=True,
                           timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
 
-def test_the_latency_bench_prints_its_tables() -> None:
-    out = run("latency.py")
+@pytest.mark.parametrize("producer", ["thread", "asyncio"])
+def test_the_latency_bench_prints_its_tables(producer: str) -> None:
+    out = run("latency.py", "--txmq-producer", producer)
     assert re.search(r"^latency at fixed offered rates, 256 B", out, re.M), out
+    assert ("AsyncProducer on asyncio" in out) == (producer == "asyncio"), out
     for system in ("txmq-sync", "txmq-async"):
         # every message of the run arrived (sustained), both percentile columns are numbers
         assert re.search(rf"^\| {system} \| 1,000 \| {ROW4} \| {ROW4} \| yes \|$", out, re.M), out

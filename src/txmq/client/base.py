@@ -88,21 +88,25 @@ class ClientBase:
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
+    def _new_instance(self) -> MQClientInstance:
+        hook = AclClientRPCHook(self.credentials) if self.credentials else None
+        ssl_context = client_context(self.tls_trust_cert_path) if self.tls_trust_cert_path is not None else None
+        self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler, rpc_hook=hook,
+                                         ssl_context=ssl_context)
+        self.instance.heartbeat_data = self._heartbeat_data
+        return self.instance
+
     def start(self) -> Self:
         if self._runtime is None:
             self._runtime = ClientRuntime(self.instance_name)
-            hook = AclClientRPCHook(self.credentials) if self.credentials else None
-            ssl_context = client_context(self.tls_trust_cert_path) if self.tls_trust_cert_path is not None else None
-            self.instance = MQClientInstance(self.namesrv, self.instance_name, self._request_handler, rpc_hook=hook,
-                                             ssl_context=ssl_context)
-            self.instance.heartbeat_data = self._heartbeat_data
+            instance = self._new_instance()
             try:
                 self._runtime.call(self._on_start(), 30)
             except BaseException:
                 # its connections first: a loop closed with sockets open refuses to close (EBUSY), which would
                 # hide why the start failed
                 with contextlib.suppress(Exception):
-                    self._runtime.call(self.instance.close(), 10)
+                    self._runtime.call(instance.close(), 10)
                 self._close_runtime()
                 raise
             tune_gc_for_client()
@@ -120,6 +124,34 @@ class ClientBase:
         finally:
             self._before_runtime_close()
             self._close_runtime()
+
+    async def _start_on_running_loop(self) -> None:
+        """``start`` on the caller's running loop, borrowed (``ClientRuntime(borrow=True)``): no thread of its own."""
+        if self._runtime is not None:
+            return
+        self._runtime = ClientRuntime(self.instance_name, borrow=True)
+        instance = self._new_instance()
+        try:
+            await self._on_start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await instance.close()
+            await self._runtime.aclose()
+            self._runtime, self.instance = None, None
+            raise
+        tune_gc_for_client()
+
+    async def _shutdown_on_running_loop(self) -> None:
+        """``shutdown`` of a client started by ``_start_on_running_loop``, awaited on that loop."""
+        runtime = self._runtime
+        if runtime is None or self.instance is None:
+            return
+        try:
+            await self._on_shutdown()
+        finally:
+            self._before_runtime_close()
+            await runtime.aclose()
+            self._runtime, self.instance = None, None
 
     def _close_runtime(self) -> None:
         if self._runtime is not None:

@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Self
 
 from txmq.client.base import ClientBase
 from txmq.client.instance import MessageQueue
@@ -332,7 +332,8 @@ class Producer(ClientBase):
                 continue
             half = msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true"
             by_topic.setdefault((msg.topic, half), []).append((msg, fut))
-        create_task = asyncio.get_running_loop().create_task
+        assert self._runtime is not None
+        create_task = self._runtime.spawn
         for entries in by_topic.values():
             chunk: list[tuple[Message, SendFuture]] = []
             size = 0
@@ -519,3 +520,70 @@ class Producer(ClientBase):
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerError(resp.code, resp.remark)
         return resp.ext_fields.get("msgId", "")
+
+
+class AsyncProducer:
+    """A ``Producer`` for an application on asyncio: started on the application's running loop, where its
+    connections, heartbeats and sends then run, with no thread of its own, so a send never waits for another thread
+    to be scheduled (nats-py's and aiokafka's shape). Plain sends only; transactions stay with
+    ``TransactionProducer``. Options as ``Producer``'s.
+
+    ``await send(msg)`` is one request and its answer; ``await send_async(msg)`` returns at once with an
+    ``asyncio.Future`` of the answer (the sends made meanwhile coalesce as ``Producer.send_async``'s do), and waits
+    only while ``max_in_flight`` are unanswered. Sends unanswered at ``shutdown()`` end with ``ClientError``."""
+
+    def __init__(self, group: str, namesrv: str | None = None, **options: Any) -> None:
+        self.producer = Producer(group, namesrv, **options)
+        self._window: asyncio.Semaphore | None = None
+
+    async def start(self) -> Self:
+        if self._window is None:
+            await self.producer._start_on_running_loop()
+            self._window = asyncio.Semaphore(self.producer.max_in_flight)
+        return self
+
+    async def shutdown(self) -> None:
+        self._window = None
+        await self.producer._shutdown_on_running_loop()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    async def send(self, msg: Message, *, selector: MessageQueueSelector | None = None, arg: Any = None,
+                   queue: MessageQueue | None = None, timeout_s: float | None = None) -> SendResult:
+        """Send and wait for the broker's answer, as ``Producer.send``."""
+        self._started()
+        return await self.producer._send(msg, selector=selector, arg=arg, queue=queue, timeout_s=timeout_s)
+
+    async def send_async(self, msg: Message, queue: MessageQueue | None = None) -> asyncio.Future[SendResult]:
+        """Start a send and return the future of its answer; waits only for room in the window."""
+        window = self._started()
+        await window.acquire()
+        try:
+            sent = self.producer.send_async(msg, queue)
+        except BaseException:
+            window.release()
+            raise
+        answer: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        sent.add_done_callback(functools.partial(_answer, window, answer))
+        return answer
+
+    def _started(self) -> asyncio.Semaphore:
+        if self._window is None:
+            raise ClientError("AsyncProducer is not started")
+        return self._window
+
+
+def _answer(window: asyncio.Semaphore, answer: asyncio.Future[SendResult], sent: SendFuture) -> None:
+    """Copy a send's outcome to its asyncio future and free its place (on the loop, where sends are answered)."""
+    window.release()
+    if answer.done():  # the caller cancelled it
+        return
+    exc = sent.exception()
+    if exc is not None:
+        answer.set_exception(exc)
+    else:
+        answer.set_result(sent.result())

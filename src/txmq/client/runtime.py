@@ -1,8 +1,10 @@
 """The client's engine room: an asyncio loop on a background thread, and a sync API in front of it.
 
 Users call plain methods from any thread; each call submits a coroutine to the loop and waits for it with a
-timeout. Listener code (local transactions, checks, message consumption) never runs on the loop: it runs on
-thread pools, so a slow listener cannot stall network IO.
+timeout. An application on asyncio may lend the client its own loop instead (``AsyncProducer``): then no thread
+is started and the client's coroutines are awaited on that loop directly. Listener code (local transactions,
+checks, message consumption) runs on thread pools unless a consumer asks for ``listener_on_loop``, so a slow
+listener cannot stall network IO.
 """
 
 from __future__ import annotations
@@ -22,14 +24,22 @@ T = TypeVar("T")
 
 
 class ClientRuntime:
-    def __init__(self, name: str) -> None:
-        self.loop = new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=f"txmq-{name}", daemon=True)
-        self._started = threading.Event()
+    def __init__(self, name: str, *, borrow: bool = False) -> None:
+        """A loop of its own on a thread named ``txmq-<name>``; with ``borrow``, the caller's running loop instead
+        (an application on asyncio: nothing the client does crosses to another thread, and ``aclose`` ends it)."""
         # post(): coroutines handed over from user threads, started by one loop callback per batch.
         self._posted: collections.deque[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = \
             collections.deque()
         self._drain_scheduled = False
+        self._tasks: set[asyncio.Task[Any]] = set()  # started by post() and spawn(): what aclose() cancels
+        self.borrowed = borrow
+        if borrow:
+            self.loop = asyncio.get_running_loop()
+            self._thread = threading.current_thread()
+            return
+        self.loop = new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=f"txmq-{name}", daemon=True)
+        self._started = threading.Event()
         self._thread.start()
         self._started.wait()
 
@@ -57,6 +67,13 @@ class ClientRuntime:
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """A task on the loop (called there) that shutting down cancels, also on a borrowed loop."""
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     def post(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Like ``submit`` for many small calls in a row: the coroutines posted before the loop gets to them
         start in one loop callback (one wake-up of the loop per batch, not per call). Cancelling the returned
@@ -78,13 +95,13 @@ class ClientRuntime:
     def _drain(self) -> None:
         self._drain_scheduled = False
         posted = self._posted
-        create_task = self.loop.create_task
+        spawn = self.spawn
         while posted:
             coro, fut = posted.popleft()
             if fut.cancelled():
                 coro.close()
                 continue
-            task = create_task(coro)
+            task = spawn(coro)
             task.add_done_callback(functools.partial(_settle, fut))
             fut.add_done_callback(functools.partial(self._propagate_cancel, task))
 
@@ -100,6 +117,9 @@ class ClientRuntime:
                 fut.set_exception(exc)
 
     def close(self) -> None:
+        """Stop the loop and its thread, cancelling every task left on it (a borrowed loop: ``aclose``)."""
+        if self.borrowed:
+            raise ClientError("a client on a borrowed loop is closed by awaiting aclose() on that loop")
         if not self.loop.is_running():
             return
 
@@ -113,6 +133,16 @@ class ClientRuntime:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+        self._fail_posted(ClientError("client is shut down"))
+
+    async def aclose(self) -> None:
+        """End a client on a borrowed loop: cancel the tasks it started and wait for them (the loop goes on: it is
+        the application's)."""
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
         self._fail_posted(ClientError("client is shut down"))
 
 

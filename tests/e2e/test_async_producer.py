@@ -1,0 +1,131 @@
+"""``AsyncProducer``: a producer started on the application's own asyncio loop. Its sends run there, with no
+thread of its own; its window waits on that loop; its shutdown ends what it started and leaves the loop running.
+A real broker and name server, on both event loops an application may run (asyncio's and uvloop's)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+import uvloop
+
+from tests.e2e.cluster import Cluster
+from txmq import AsyncProducer, ClientError, Message, PullConsumer, SendStatus
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
+    """Run a coroutine to its end on a fresh loop of the kind an application would own."""
+    factory = asyncio.new_event_loop if request.param == "asyncio" else uvloop.new_event_loop
+
+    def run_on_new_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(coro)
+    return run_on_new_loop
+
+
+def _stored(namesrv: str, topic: str) -> dict[str, tuple[int, int, bytes]]:
+    """Every message of ``topic``, by id: (queue id, queue offset, body)."""
+    stored = {}
+    with PullConsumer("c_async_producer", namesrv) as consumer:
+        for mq in consumer.fetch_subscribe_message_queues(topic):
+            offset = 0
+            while got := consumer.pull(mq, offset=offset, max_nums=256).msgs:
+                stored.update({m.msg_id: (m.queue_id, m.queue_offset, m.body) for m in got})
+                offset = got[-1].queue_offset + 1
+    return stored
+
+
+def test_sends_run_on_the_applications_loop_and_each_answer_names_where_it_was_stored(cluster: Cluster, run):
+    cluster.start_broker()
+
+    async def main() -> tuple[list[Any], set[str]]:
+        async with AsyncProducer("p_async", cluster.namesrv_addr) as producer:
+            first = await producer.send(Message("OnAppLoop", b"m-first"))
+            futures = [await producer.send_async(Message("OnAppLoop", f"m{i}".encode())) for i in range(500)]
+            results = [first, *await asyncio.gather(*futures)]
+            threads = {t.name for t in threading.enumerate()}
+        return results, threads
+
+    results, threads = run(main())
+    assert not [name for name in threads if name.startswith("txmq-")], threads  # no loop thread of its own
+    assert all(r.status == SendStatus.SEND_OK for r in results)
+    told = {r.msg_id: (r.queue_id, r.queue_offset, b"m-first" if i == 0 else f"m{i - 1}".encode())
+            for i, r in enumerate(results)}
+    assert len(told) == 501
+    assert _stored(cluster.namesrv_addr, "OnAppLoop") == told
+
+
+def test_a_full_window_waits_on_the_loop_instead_of_failing(cluster: Cluster, run):
+    """At most ``max_in_flight`` sends unanswered: the next ``send_async`` waits for an answer, which comes
+    through the same loop, rather than raising as ``Producer.send_async`` must on its own loop thread."""
+    cluster.start_broker()
+    most = 0
+
+    async def main() -> list[Any]:
+        nonlocal most
+        async with AsyncProducer("p_async_window", cluster.namesrv_addr, max_in_flight=4) as producer:
+            await producer.send(Message("Window", b"warm-up"))
+            futures: list[asyncio.Future[Any]] = []
+            for i in range(300):
+                futures.append(await producer.send_async(Message("Window", f"w{i}".encode())))
+                most = max(most, sum(not f.done() for f in futures))
+            return await asyncio.gather(*futures)
+
+    results = run(main())
+    assert len(results) == 300 and all(r.status == SendStatus.SEND_OK for r in results)
+    assert 1 < most <= 4, most  # the window filled, and no further
+
+
+def test_shutdown_ends_unanswered_sends_with_a_client_error_and_leaves_the_loop_running(cluster: Cluster, run):
+    broker = cluster.start_broker()
+
+    async def main() -> list[BaseException | None]:
+        producer = await AsyncProducer("p_async_stop", cluster.namesrv_addr, send_timeout_s=30).start()
+        await producer.send(Message("Stopped", b"warm-up"))  # route and connection made
+        os.kill(broker.pid, signal.SIGSTOP)  # the broker answers nothing from here
+        try:
+            futures = [await producer.send_async(Message("Stopped", f"s{i}".encode())) for i in range(20)]
+            await asyncio.sleep(0.2)
+            assert not any(f.done() for f in futures)
+            await producer.shutdown()
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        await asyncio.sleep(0)  # the loop is the application's: it goes on
+        return [f.exception() for f in futures]
+
+    outcomes = run(main())
+    assert all(isinstance(exc, ClientError) for exc in outcomes), outcomes
+
+
+def test_blocking_calls_on_the_applications_loop_are_refused_not_deadlocked(cluster: Cluster, run):
+    cluster.start_broker()
+
+    async def main() -> str:
+        async with AsyncProducer("p_async_block", cluster.namesrv_addr) as producer:
+            with pytest.raises(ClientError) as refused:
+                producer.producer.send(Message("Blocking", b"x"))
+            with pytest.raises(ClientError):
+                producer.producer.shutdown()
+            sent = await producer.send(Message("Blocking", b"after"))  # still works after both refusals
+            assert sent.status == SendStatus.SEND_OK
+            return str(refused.value)
+
+    assert "loop" in run(main())
+
+
+def test_an_async_producer_not_started_refuses_sends(run):
+    async def main() -> None:
+        producer = AsyncProducer("p_async_idle", "127.0.0.1:1")
+        with pytest.raises(ClientError, match="not started"):
+            await producer.send(Message("Idle", b"x"))
+        with pytest.raises(ClientError, match="not started"):
+            await producer.send_async(Message("Idle", b"x"))
+        await producer.shutdown()  # nothing to stop: no error
+
+    run(main())
