@@ -709,7 +709,8 @@ class PushConsumer(ClientBase):
     def _orderly_steps(self, pq: ProcessQueue) -> Iterator[float | MessageExt]:
         """Consume ``pq`` in order, one batch at a time, while this client holds its lock. What has to wait is
         yielded for the caller to do on its own thread: a pause in seconds (before a failed batch is consumed
-        again), or a message to send to the dead-letter topic (out of retries)."""
+        again; 0 after a batch consumed, a turn for the loop's other work when the listener runs on it), or a
+        message to send to the dead-letter topic (out of retries)."""
         while not pq.dropped and pq.locked_until > time.monotonic():
             with self._lock:
                 batch = list(pq.msgs.values())[: self.consume_batch_max_size]
@@ -730,13 +731,14 @@ class PushConsumer(ClientBase):
                 for m in batch:
                     pq.msgs.pop(m.queue_offset, None)
                     pq.local_retries.pop(m.queue_offset, None)
+            yield 0.0
 
     def _consume_orderly(self, pq: ProcessQueue) -> None:
         try:
             for step in self._orderly_steps(pq):
                 if isinstance(step, MessageExt):
                     self._send_back(step, pq.mq.broker_name, -1)
-                else:
+                elif step:
                     time.sleep(step)
         finally:
             self._orderly_done(pq)
