@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from txmq.broker.failure_run import FailureRun
 from txmq.errors import ClientError
+from txmq.failure_run import FailureRun
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.topic import TopicConfig, out_of_bounds

@@ -33,9 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from txmq.broker.failure_run import FailureRun
 from txmq.broker.wake import Wake
 from txmq.errors import InvalidMessageError
+from txmq.failure_run import FailureRun
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store import DefaultMessageStore, GetMessageStatus
 from txmq.store.clock import TOLERANCE_MS

@@ -37,6 +37,7 @@ from txmq.client.base import ClientBase
 from txmq.client.instance import MessageQueue
 from txmq.client.rebalance import allocate_averagely
 from txmq.errors import BrokerError, ClientError, RemoteProtocolError
+from txmq.failure_run import FailureRun
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_messages, java_string_hash
 from txmq.remoting import fastjson
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -177,6 +178,7 @@ class PushConsumer(ClientBase):
                                                            thread_name_prefix=f"txmq-consume-{group}")
         self.queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._pull_failures: dict[str, FailureRun] = {}  # by broker address: a line per run of failed pulls
         # tasks started from callbacks (operator resets; send-backs and orderly consumption with
         # ``listener_on_loop``), kept here from the garbage collector until they end
         self._background: set[asyncio.Task[None]] = set()
@@ -441,6 +443,14 @@ class PushConsumer(ClientBase):
 
     # --- pulling --------------------------------------------------------------------------------------
 
+    def _pull_run(self, addr: str) -> FailureRun:
+        """The run of failed pulls from ``addr``: every queue read there fails together when it goes away, and
+        that is one event to log, not one per queue and retry."""
+        run = self._pull_failures.get(addr)
+        if run is None:
+            run = self._pull_failures[addr] = FailureRun(log)
+        return run
+
     async def _pull_loop(self, pq: ProcessQueue) -> None:
         """Pull ``pq``'s queue for as long as it is owned. The next pull is on the socket as soon as an answer is
         decoded, before its messages are prepared and handed to the consume threads (RocketMQ's client issues it
@@ -449,7 +459,6 @@ class PushConsumer(ClientBase):
         assert self.instance is not None
         filt = self.subscriptions.get(pq.mq.topic) or TagFilter("*")
         pending: asyncio.Task[RemotingCommand] | None = None
-        sent_back = False  # the last answer sent this queue's reader to a member it cannot reach
         try:
             while not pq.dropped:
                 if pending is None:
@@ -461,7 +470,8 @@ class PushConsumer(ClientBase):
                 try:
                     resp = await pending
                 except ClientError as exc:
-                    log.warning("pull from %s at %s failed: %s", pq.mq, addr, exc)
+                    self._pull_run(addr).failed("pulls from %s fail (%s): each queue pulls again every 0.2 s", addr,
+                                                exc)
                     self.instance.failed(addr)
                     await asyncio.sleep(0.2)
                     continue
@@ -473,13 +483,14 @@ class PushConsumer(ClientBase):
                         and self.instance.sent_back(pq.mq, addr):
                     # A slave without slaveReadEnable sends every pull to its master; with the master gone, pulling
                     # it again at once would spin both processes: wait as RocketMQ's client after an exception.
-                    if not sent_back:
-                        log.warning("pull from %s at %s: %s, and no other member to pull from: pulling again "
-                                    "every %.1f s", pq.mq, addr, resp.remark, self.pull_delay_when_exception_s)
-                    sent_back = True
+                    self._pull_run(addr).failed("pulls from %s: %s, and no other member to pull from: each queue "
+                                                "pulls again every %.1f s", addr, resp.remark,
+                                                self.pull_delay_when_exception_s)
                     await asyncio.sleep(self.pull_delay_when_exception_s)
                     continue
-                sent_back = False
+                failures = self._pull_failures.get(addr)
+                if failures is not None:
+                    failures.worked("pulls from %s work again", addr)
                 if resp.code == ResponseCode.SUCCESS:
                     try:
                         found = decode_messages(resp.body)

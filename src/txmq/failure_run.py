@@ -1,5 +1,6 @@
-"""One log line for a run of failures of a background loop (a slave's copy of its master, the timer index), and
-one when it works again: a loop that retries every second or three must not log at every try."""
+"""One log line for a run of failures of a background loop (a slave's copy of its master, the timer index, a
+consumer's pulls from one broker), and one when it works again: a loop that retries every second or three must not
+log at every try."""
 
 from __future__ import annotations
 
