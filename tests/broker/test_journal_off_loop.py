@@ -366,6 +366,45 @@ def test_sends_creating_topics_faster_than_they_are_stored_are_refused_busy_beyo
     asyncio.run(main())
 
 
+def _heartbeat(group: str) -> RemotingCommand:
+    consumer = {"groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [], "unitMode": False}
+    return RemotingCommand.request(RequestCode.HEART_BEAT, body=orjson.dumps(
+        {"clientID": f"127.0.0.1@{group}", "producerDataSet": [], "consumerDataSet": [consumer]}))
+
+
+def test_heartbeats_naming_new_groups_while_creations_wait_beyond_the_bound_are_refused_busy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat creates its groups' retry topics, as a send creates its topic: beyond the bound of creations
+    waiting for the disk it is answered SYSTEM_BUSY and registers nothing; a heartbeat whose retry topics exist
+    is answered as ever, and the refused one succeeds once the disk caught up."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 2, raising=False)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (broker, addr), RemotingClient() as client:
+            known = await client.invoke(addr, _heartbeat("g_known"), 10)
+            assert known.code == ResponseCode.SUCCESS, known.remark
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = [asyncio.ensure_future(client.invoke(addr, _heartbeat(f"g_new{i}"), 30)) for i in range(2)]
+            assert await asyncio.to_thread(slow.entered.wait, 10)
+            await asyncio.sleep(0.1)
+            refused = await client.invoke(addr, _heartbeat("g_one_too_many"), 10)
+            assert refused.code == ResponseCode.SYSTEM_BUSY, (refused.code, refused.remark)
+            assert broker.consumer_manager.get("g_one_too_many") is None
+            assert "%RETRY%g_one_too_many" not in broker.topic_config_manager.table
+            again_known = await client.invoke(addr, _heartbeat("g_known"), 10)
+            assert again_known.code == ResponseCode.SUCCESS, again_known.remark
+            slow.release.set()
+            for reply in await asyncio.gather(*held):
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+            again = await client.invoke(addr, _heartbeat("g_one_too_many"), 10)
+            assert again.code == ResponseCode.SUCCESS, again.remark
+            assert broker.consumer_manager.get("g_one_too_many") is not None
+
+    asyncio.run(main())
+
+
 def _operator(code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
     return RemotingCommand.request(code, ext or {}, body=body or b"")
 

@@ -17,6 +17,7 @@ import orjson
 
 from txmq.acl.model import Action, Needs
 from txmq.broker.client_manager import ClientChannelInfo, ConsumerGroupInfo, SubscriptionData, joined
+from txmq.broker.core import topics
 from txmq.filter import FilterRefused, build_filter
 from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -151,12 +152,17 @@ class ClientManageProcessor:
         refused = self._refusal(cmd, [sub for info in consumers for sub in info.subscriptions.values()])
         if refused is not None:
             return refused
-        self._watch(conn)
-        chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
         broker = self.broker
-        joined("producer", chan, [g for g in producers if broker.producer_manager.register(g, chan)])
         manager = broker.topic_config_manager
         retry_topics = [retry_topic(info.group) for info in consumers if info.message_model == "CLUSTERING"]
+        if len(manager.pending) >= topics.MAX_PENDING_CREATIONS and any(manager.get(t) is None for t in retry_topics):
+            # the bound a send creating a topic meets: nothing registered, the client heartbeats again later
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_BUSY,
+                                               remark=f"{len(manager.pending)} topics being created: heartbeat again "
+                                                      "later")
+        self._watch(conn)
+        chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
+        joined("producer", chan, [g for g in producers if broker.producer_manager.register(g, chan)])
         created = manager.create_all_absent(retry_topics, 1)
         joined("consumer", chan, [info.group for info in consumers if broker.consumer_manager.register(info, chan)])
         ok = RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
