@@ -15,7 +15,7 @@ import pytest
 import uvloop
 
 from tests.e2e.cluster import Cluster
-from txmq import AsyncProducer, ClientError, Message, PullConsumer, SendStatus
+from txmq import AsyncProducer, ClientError, Message, Producer, PullConsumer, SendStatus
 
 
 @pytest.fixture(params=["asyncio", "uvloop"])
@@ -129,3 +129,34 @@ def test_an_async_producer_not_started_refuses_sends(run):
         await producer.shutdown()  # nothing to stop: no error
 
     run(main())
+
+
+@pytest.mark.parametrize("misconfigure", [
+    pytest.param(lambda p: setattr(p, "namesrv", ";"), id="no-name-server-address"),
+    pytest.param(lambda p: p.use_tls("/nonexistent/ca.pem"), id="missing-ca-file"),
+])
+def test_a_start_that_fails_leaves_the_producer_stopped(run, misconfigure: Callable[[Any], Any]):
+    """A client that cannot be made (no name server address, a CA file that is not there) fails its start, and
+    every later start, rather than leaving a runtime behind that reads as started: a thread for the threaded
+    ``Producer``, and for both a second ``start()`` that returned a producer whose sends failed with an
+    ``AssertionError``."""
+    async def main() -> None:
+        producer = AsyncProducer("p_async_unmade", "127.0.0.1:1")
+        misconfigure(producer.producer)
+        for _ in range(2):
+            with pytest.raises(Exception) as failed:
+                await producer.start()
+            assert not isinstance(failed.value, AssertionError)
+            assert not producer.producer.started
+        with pytest.raises(ClientError, match="not started"):
+            await producer.send(Message("Unmade", b"x"))
+
+    run(main())
+    producer = Producer("p_unmade", "127.0.0.1:1")
+    misconfigure(producer)
+    for _ in range(2):
+        with pytest.raises(Exception) as failed:
+            producer.start()
+        assert not isinstance(failed.value, AssertionError)
+        assert not producer.started
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(f"txmq-{producer.instance_name}")]

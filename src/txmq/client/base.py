@@ -98,8 +98,10 @@ class ClientBase:
 
     def start(self) -> Self:
         if self._runtime is None:
-            self._runtime = ClientRuntime(self.instance_name)
+            # the instance first: one that cannot be made (no name server address, a CA file not there) then
+            # leaves no loop thread behind, and no runtime that would make the next start() a no-op
             instance = self._new_instance()
+            self._runtime = ClientRuntime(self.instance_name)
             try:
                 self._runtime.call(self._on_start(), 30)
             except BaseException:
@@ -129,8 +131,8 @@ class ClientBase:
         """``start`` on the caller's running loop, borrowed (``ClientRuntime(borrow=True)``): no thread of its own."""
         if self._runtime is not None:
             return
+        instance = self._new_instance()  # first, as in ``start``
         self._runtime = ClientRuntime(self.instance_name, borrow=True)
-        instance = self._new_instance()
         try:
             await self._on_start()
         except BaseException:
