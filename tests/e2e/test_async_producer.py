@@ -131,6 +131,27 @@ def test_an_async_producer_not_started_refuses_sends(run):
     run(main())
 
 
+def test_sends_made_just_before_shutdown_end_with_a_client_error_and_free_their_window(cluster: Cluster, run):
+    """``shutdown()`` right after ``send_async``, before the loop ran the batch: the send's task is cancelled before
+    its first step, so no handler inside it can end the send. Each still ends with ``ClientError``, and a producer
+    started again has its whole window."""
+    cluster.start_broker()
+
+    async def main() -> tuple[list[BaseException | None], list[Any]]:
+        producer = AsyncProducer("p_async_abrupt", cluster.namesrv_addr, max_in_flight=3)
+        await producer.start()
+        cut_short = [await producer.send_async(Message("Abrupt", b"a")) for _ in range(3)]
+        await producer.shutdown()
+        outcomes = [exc for exc in await asyncio.wait_for(asyncio.gather(*cut_short, return_exceptions=True), 5)]
+        async with await producer.start():
+            again = [await producer.send_async(Message("Abrupt", b"b")) for _ in range(3)]
+            return outcomes, await asyncio.wait_for(asyncio.gather(*again), 10)
+
+    outcomes, results = run(main())
+    assert all(isinstance(exc, ClientError) for exc in outcomes), outcomes
+    assert all(r.status == SendStatus.SEND_OK for r in results)
+
+
 @pytest.mark.parametrize("misconfigure", [
     pytest.param(lambda p: setattr(p, "namesrv", ";"), id="no-name-server-address"),
     pytest.param(lambda p: p.use_tls("/nonexistent/ca.pem"), id="missing-ca-file"),
@@ -160,3 +181,4 @@ def test_a_start_that_fails_leaves_the_producer_stopped(run, misconfigure: Calla
         assert not isinstance(failed.value, AssertionError)
         assert not producer.started
     assert not [t.name for t in threading.enumerate() if t.name.startswith(f"txmq-{producer.instance_name}")]
+
