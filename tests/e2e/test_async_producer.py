@@ -182,3 +182,26 @@ def test_a_start_that_fails_leaves_the_producer_stopped(run, misconfigure: Calla
         assert not producer.started
     assert not [t.name for t in threading.enumerate() if t.name.startswith(f"txmq-{producer.instance_name}")]
 
+
+def test_a_shutdown_cut_short_still_closes_the_connections(cluster: Cluster, run):
+    """A shutdown the application gives up on (its own timeout, here while the broker answers nothing to the
+    unregister) is cancelled inside ``_on_shutdown``: the client's connections are closed all the same, not left
+    open for the garbage collector to warn about."""
+    broker = cluster.start_broker()
+
+    async def main() -> list[Any]:
+        producer = await AsyncProducer("p_async_cut", cluster.namesrv_addr).start()
+        await producer.send(Message("Cut", b"warm-up"))  # connections to the name server and the broker
+        assert producer.producer.instance is not None
+        remoting = producer.producer.instance.remoting
+        connections = list(remoting._connections.values())
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(producer.shutdown(), 0.5)
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        assert not producer.producer.started
+        return [conn for conn in connections if not conn.closed]
+
+    assert run(main()) == []

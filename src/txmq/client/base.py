@@ -145,11 +145,17 @@ class ClientBase:
 
     async def _shutdown_on_running_loop(self) -> None:
         """``shutdown`` of a client started by ``_start_on_running_loop``, awaited on that loop."""
-        runtime = self._runtime
-        if runtime is None or self.instance is None:
+        runtime, instance = self._runtime, self.instance
+        if runtime is None or instance is None:
             return
         try:
             await self._on_shutdown()
+        except BaseException:
+            # cut short, most often cancelled by the application's own timeout while a broker does not answer the
+            # unregister: the connections close all the same (the loop is the application's, and goes on)
+            with contextlib.suppress(Exception):
+                await instance.close()
+            raise
         finally:
             self._before_runtime_close()
             await runtime.aclose()
