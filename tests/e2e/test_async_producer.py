@@ -15,7 +15,7 @@ import pytest
 import uvloop
 
 from tests.e2e.cluster import Cluster
-from txmq import AsyncProducer, ClientError, Message, Producer, PullConsumer, SendStatus
+from txmq import AsyncProducer, ClientError, Message, MessageQueue, Producer, PullConsumer, SendStatus
 
 
 @pytest.fixture(params=["asyncio", "uvloop"])
@@ -205,3 +205,28 @@ def test_a_shutdown_cut_short_still_closes_the_connections(cluster: Cluster, run
         return [conn for conn in connections if not conn.closed]
 
     assert run(main()) == []
+
+
+def test_sends_waiting_for_room_at_shutdown_are_refused(cluster: Cluster, run):
+    """``shutdown()`` while ``send_async`` waits for room: the sends shutdown ends free the window, and a waiter let
+    in then started a send of its own. When the room came from a send to a given queue (its answer one loop step
+    later, through ``ClientRuntime.post``), shutdown had returned by the time the loop took the new send: it was
+    dropped (an ``AssertionError`` in a loop callback) and its future never ended. The waiters are refused with
+    ``ClientError`` instead."""
+    broker = cluster.start_broker()
+
+    async def main() -> list[Any]:
+        producer = await AsyncProducer("p_async_wait", cluster.namesrv_addr, max_in_flight=1, send_timeout_s=30).start()
+        await producer.send(Message("Waiting", b"warm-up"))
+        queue = MessageQueue("Waiting", "broker-a", 0)
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            await producer.send_async(Message("Waiting", b"in flight"), queue)
+            waiters = [asyncio.create_task(producer.send_async(Message("Waiting", b"waits"))) for _ in range(3)]
+            await asyncio.sleep(0.2)
+            await producer.shutdown()
+            return await asyncio.gather(*waiters, return_exceptions=True)
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+
+    assert [type(exc) for exc in run(main())] == [ClientError] * 3

@@ -571,6 +571,10 @@ class AsyncProducer:
         window = self._started()
         await window.acquire()
         try:
+            if self._window is not window:
+                # shut down meanwhile (the room came from the sends shutdown ended): a send started now could reach
+                # the loop after shutdown returned, with no client left to take it
+                raise ClientError("AsyncProducer is shut down")
             sent = self.producer.send_async(msg, queue)
         except BaseException:
             window.release()
