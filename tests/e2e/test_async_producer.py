@@ -15,7 +15,7 @@ import pytest
 import uvloop
 
 from tests.e2e.cluster import Cluster
-from txmq import AsyncProducer, ClientError, Message, PullConsumer, SendStatus
+from txmq import AsyncProducer, ClientError, Message, MessageQueue, Producer, PullConsumer, SendStatus
 
 
 @pytest.fixture(params=["asyncio", "uvloop"])
@@ -129,3 +129,104 @@ def test_an_async_producer_not_started_refuses_sends(run):
         await producer.shutdown()  # nothing to stop: no error
 
     run(main())
+
+
+def test_sends_made_just_before_shutdown_end_with_a_client_error_and_free_their_window(cluster: Cluster, run):
+    """``shutdown()`` right after ``send_async``, before the loop ran the batch: the send's task is cancelled before
+    its first step, so no handler inside it can end the send. Each still ends with ``ClientError``, and a producer
+    started again has its whole window."""
+    cluster.start_broker()
+
+    async def main() -> tuple[list[BaseException | None], list[Any]]:
+        producer = AsyncProducer("p_async_abrupt", cluster.namesrv_addr, max_in_flight=3)
+        await producer.start()
+        cut_short = [await producer.send_async(Message("Abrupt", b"a")) for _ in range(3)]
+        await producer.shutdown()
+        outcomes = [exc for exc in await asyncio.wait_for(asyncio.gather(*cut_short, return_exceptions=True), 5)]
+        async with await producer.start():
+            again = [await producer.send_async(Message("Abrupt", b"b")) for _ in range(3)]
+            return outcomes, await asyncio.wait_for(asyncio.gather(*again), 10)
+
+    outcomes, results = run(main())
+    assert all(isinstance(exc, ClientError) for exc in outcomes), outcomes
+    assert all(r.status == SendStatus.SEND_OK for r in results)
+
+
+@pytest.mark.parametrize("misconfigure", [
+    pytest.param(lambda p: setattr(p, "namesrv", ";"), id="no-name-server-address"),
+    pytest.param(lambda p: p.use_tls("/nonexistent/ca.pem"), id="missing-ca-file"),
+])
+def test_a_start_that_fails_leaves_the_producer_stopped(run, misconfigure: Callable[[Any], Any]):
+    """A client that cannot be made (no name server address, a CA file that is not there) fails its start, and
+    every later start, rather than leaving a runtime behind that reads as started: a thread for the threaded
+    ``Producer``, and for both a second ``start()`` that returned a producer whose sends failed with an
+    ``AssertionError``."""
+    async def main() -> None:
+        producer = AsyncProducer("p_async_unmade", "127.0.0.1:1")
+        misconfigure(producer.producer)
+        for _ in range(2):
+            with pytest.raises(Exception) as failed:
+                await producer.start()
+            assert not isinstance(failed.value, AssertionError)
+            assert not producer.producer.started
+        with pytest.raises(ClientError, match="not started"):
+            await producer.send(Message("Unmade", b"x"))
+
+    run(main())
+    producer = Producer("p_unmade", "127.0.0.1:1")
+    misconfigure(producer)
+    for _ in range(2):
+        with pytest.raises(Exception) as failed:
+            producer.start()
+        assert not isinstance(failed.value, AssertionError)
+        assert not producer.started
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(f"txmq-{producer.instance_name}")]
+
+
+def test_a_shutdown_cut_short_still_closes_the_connections(cluster: Cluster, run):
+    """A shutdown the application gives up on (its own timeout, here while the broker answers nothing to the
+    unregister) is cancelled inside ``_on_shutdown``: the client's connections are closed all the same, not left
+    open for the garbage collector to warn about."""
+    broker = cluster.start_broker()
+
+    async def main() -> list[Any]:
+        producer = await AsyncProducer("p_async_cut", cluster.namesrv_addr).start()
+        await producer.send(Message("Cut", b"warm-up"))  # connections to the name server and the broker
+        assert producer.producer.instance is not None
+        remoting = producer.producer.instance.remoting
+        connections = list(remoting._connections.values())
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(producer.shutdown(), 0.5)
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        assert not producer.producer.started
+        return [conn for conn in connections if not conn.closed]
+
+    assert run(main()) == []
+
+
+def test_sends_waiting_for_room_at_shutdown_are_refused(cluster: Cluster, run):
+    """``shutdown()`` while ``send_async`` waits for room: the sends shutdown ends free the window, and a waiter let
+    in then started a send of its own. When the room came from a send to a given queue (its answer one loop step
+    later, through ``ClientRuntime.post``), shutdown had returned by the time the loop took the new send: it was
+    dropped (an ``AssertionError`` in a loop callback) and its future never ended. The waiters are refused with
+    ``ClientError`` instead."""
+    broker = cluster.start_broker()
+
+    async def main() -> list[Any]:
+        producer = await AsyncProducer("p_async_wait", cluster.namesrv_addr, max_in_flight=1, send_timeout_s=30).start()
+        await producer.send(Message("Waiting", b"warm-up"))
+        queue = MessageQueue("Waiting", "broker-a", 0)
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            await producer.send_async(Message("Waiting", b"in flight"), queue)
+            waiters = [asyncio.create_task(producer.send_async(Message("Waiting", b"waits"))) for _ in range(3)]
+            await asyncio.sleep(0.2)
+            await producer.shutdown()
+            return await asyncio.gather(*waiters, return_exceptions=True)
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+
+    assert [type(exc) for exc in run(main())] == [ClientError] * 3

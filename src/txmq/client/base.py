@@ -98,8 +98,10 @@ class ClientBase:
 
     def start(self) -> Self:
         if self._runtime is None:
-            self._runtime = ClientRuntime(self.instance_name)
+            # the instance first: one that cannot be made (no name server address, a CA file not there) then
+            # leaves no loop thread behind, and no runtime that would make the next start() a no-op
             instance = self._new_instance()
+            self._runtime = ClientRuntime(self.instance_name)
             try:
                 self._runtime.call(self._on_start(), 30)
             except BaseException:
@@ -129,8 +131,8 @@ class ClientBase:
         """``start`` on the caller's running loop, borrowed (``ClientRuntime(borrow=True)``): no thread of its own."""
         if self._runtime is not None:
             return
+        instance = self._new_instance()  # first, as in ``start``
         self._runtime = ClientRuntime(self.instance_name, borrow=True)
-        instance = self._new_instance()
         try:
             await self._on_start()
         except BaseException:
@@ -143,11 +145,17 @@ class ClientBase:
 
     async def _shutdown_on_running_loop(self) -> None:
         """``shutdown`` of a client started by ``_start_on_running_loop``, awaited on that loop."""
-        runtime = self._runtime
-        if runtime is None or self.instance is None:
+        runtime, instance = self._runtime, self.instance
+        if runtime is None or instance is None:
             return
         try:
             await self._on_shutdown()
+        except BaseException:
+            # cut short, most often cancelled by the application's own timeout while a broker does not answer the
+            # unregister: the connections close all the same (the loop is the application's, and goes on)
+            with contextlib.suppress(Exception):
+                await instance.close()
+            raise
         finally:
             self._before_runtime_close()
             await runtime.aclose()

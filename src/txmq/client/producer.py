@@ -140,6 +140,12 @@ def _settle_from(fut: SendFuture, done: concurrent.futures.Future[SendResult]) -
         fut.set_result(done.result())
 
 
+def _fail_if_cancelled(chunk: list[tuple[Message, SendFuture]], task: asyncio.Task[None]) -> None:
+    """A chunk's task was cancelled (the producer shuts down): its sends end as ``_settle_from`` ends them."""
+    if task.cancelled():
+        Producer._fail_chunk(chunk, ClientError("send cancelled: the producer is shutting down"))
+
+
 class SendStatus(Enum):
     SEND_OK = "SEND_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
@@ -332,19 +338,24 @@ class Producer(ClientBase):
                 continue
             half = msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true"
             by_topic.setdefault((msg.topic, half), []).append((msg, fut))
-        assert self._runtime is not None
-        create_task = self._runtime.spawn
         for entries in by_topic.values():
             chunk: list[tuple[Message, SendFuture]] = []
             size = 0
             for entry in entries:
                 body = len(entry[0].body)
                 if chunk and (len(chunk) >= self.batch_max_messages or size + body > self.batch_max_bytes):
-                    create_task(self._send_chunk(chunk))
+                    self._start_chunk(chunk)
                     chunk, size = [], 0
                 chunk.append(entry)
                 size += body
-            create_task(self._send_chunk(chunk))
+            self._start_chunk(chunk)
+
+    def _start_chunk(self, chunk: list[tuple[Message, SendFuture]]) -> None:
+        """The chunk's request as a task that shutting down cancels. Its sends learn of that from the task's end,
+        not from inside ``_send_chunk``: a task cancelled before its first step (``AsyncProducer.shutdown()`` right
+        after ``send_async``) never runs a line of it."""
+        assert self._runtime is not None
+        self._runtime.spawn(self._send_chunk(chunk)).add_done_callback(functools.partial(_fail_if_cancelled, chunk))
 
     async def _send_chunk(self, chunk: list[tuple[Message, SendFuture]]) -> None:
         msgs = [m for m, _ in chunk]
@@ -370,9 +381,6 @@ class Producer(ClientBase):
         except Exception as exc:
             self._fail_chunk(chunk, exc)
             return
-        except asyncio.CancelledError:  # the producer shuts down: its callers learn it, as ``_settle_from`` says
-            self._fail_chunk(chunk, ClientError("send cancelled: the producer is shutting down"))
-            raise
         for (_, fut), result in zip(chunk, results, strict=True):
             fut.set_result(result)
 
@@ -563,6 +571,10 @@ class AsyncProducer:
         window = self._started()
         await window.acquire()
         try:
+            if self._window is not window:
+                # shut down meanwhile (the room came from the sends shutdown ended): a send started now could reach
+                # the loop after shutdown returned, with no client left to take it
+                raise ClientError("AsyncProducer is shut down")
             sent = self.producer.send_async(msg, queue)
         except BaseException:
             window.release()
