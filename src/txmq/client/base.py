@@ -121,6 +121,9 @@ class ClientBase:
             # checked before anything closes: closing the runtime from its own thread would stall the loop
             raise ClientError("shutdown() cannot run on the client's own loop thread (a listener or a send's "
                               "callback running there): call it from another thread")
+        if self._runtime.borrowed:
+            raise ClientError("a client started on an application's loop is shut down by awaiting its shutdown() "
+                              "on that loop")
         try:
             self._runtime.call(self._on_shutdown(), 30)
         finally:

@@ -541,8 +541,18 @@ class AsyncProducer:
     only while ``max_in_flight`` are unanswered. Sends unanswered at ``shutdown()`` end with ``ClientError``."""
 
     def __init__(self, group: str, namesrv: str | None = None, **options: Any) -> None:
-        self.producer = Producer(group, namesrv, **options)
+        self.producer = Producer(group, namesrv, **options)  # underneath; its blocking calls are refused on the loop
         self._window: asyncio.Semaphore | None = None
+
+    def set_session_credentials(self, access_key: str, secret_key: str, security_token: str = "") -> Self:
+        """As ``Producer.set_session_credentials``; before ``start``."""
+        self.producer.set_session_credentials(access_key, secret_key, security_token)
+        return self
+
+    def use_tls(self, trust_cert_path: str = "") -> Self:
+        """As ``Producer.use_tls``; before ``start``."""
+        self.producer.use_tls(trust_cert_path)
+        return self
 
     async def start(self) -> Self:
         if self._window is None:
