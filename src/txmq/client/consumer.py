@@ -51,6 +51,9 @@ from txmq.remoting.transport import Connection
 from txmq.topic import RETRY_GROUP_TOPIC_PREFIX, check_group, check_topic, retry_topic
 
 log = logging.getLogger("txmq.client")
+# Pull answers that serve the queue: they end a run of failed pulls (an error answer does not).
+_SERVED = frozenset({ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+                     ResponseCode.PULL_OFFSET_MOVED})
 
 
 class ConsumeStatus(Enum):
@@ -178,7 +181,8 @@ class PushConsumer(ClientBase):
                                                            thread_name_prefix=f"txmq-consume-{group}")
         self.queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
-        self._pull_failures: dict[str, FailureRun] = {}  # by broker address: a line per run of failed pulls
+        # runs of failed pulls now, by ("address", addr) and ("broker", name): a line each, not one per pull
+        self._pull_failures: dict[tuple[str, str], FailureRun] = {}
         # tasks started from callbacks (operator resets; send-backs and orderly consumption with
         # ``listener_on_loop``), kept here from the garbage collector until they end
         self._background: set[asyncio.Task[None]] = set()
@@ -335,6 +339,14 @@ class PushConsumer(ClientBase):
                 wanted.update(mqs)
                 continue
             cids = await self._consumer_ids(mqs[0].broker_name)
+            if self.instance.client_id not in cids:
+                # the broker does not list this client (its heartbeat refused, as while the broker is busy creating
+                # topics, or not arrived yet): the group's split is unknown, so keep what is held and ask again
+                # soon (RocketMQ's rebalance skips a topic whose consumer ids it could not get); taking every queue
+                # would consume them beside the members the broker does list
+                complete = False
+                wanted.update(mq for mq in self.queues if mq.topic == topic)
+                continue
             wanted.update(allocate_averagely(mqs, cids, self.instance.client_id))
         for mq in [q for q in self.queues if q not in wanted]:
             await self._drop_queue(mq)
@@ -355,10 +367,12 @@ class PushConsumer(ClientBase):
         assert self.instance is not None
         resp = await self.instance.invoke_broker(
             broker_name, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}))
-        if resp.code != ResponseCode.SUCCESS:
-            await self.instance.send_heartbeat_to_all()
-            return [self.instance.client_id]
-        return list(orjson.loads(resp.body).get("consumerIdList") or [])
+        if resp.code == ResponseCode.SUCCESS:
+            cids = list(orjson.loads(resp.body).get("consumerIdList") or [])
+            if self.instance.client_id in cids:
+                return cids
+        await self.instance.send_heartbeat_to_all()  # so that the next rebalance finds this client listed
+        return []
 
     async def _add_queue(self, mq: MessageQueue) -> None:
         offset = await self._initial_offset(mq)
@@ -443,13 +457,21 @@ class PushConsumer(ClientBase):
 
     # --- pulling --------------------------------------------------------------------------------------
 
-    def _pull_run(self, addr: str) -> FailureRun:
-        """The run of failed pulls from ``addr``: every queue read there fails together when it goes away, and
-        that is one event to log, not one per queue and retry."""
-        run = self._pull_failures.get(addr)
+    def _pull_run(self, key: tuple[str, str]) -> FailureRun:
+        """The run of failed pulls from an address (it went away) or of a broker's queues (no member to pull them
+        from): every queue read there fails together, and that is one event to log, not one per queue and try."""
+        run = self._pull_failures.get(key)
         if run is None:
-            run = self._pull_failures[addr] = FailureRun(log)
+            run = self._pull_failures[key] = FailureRun(log)
         return run
+
+    def _pulls_work(self, addr: str, broker_name: str) -> None:
+        """A pull from ``addr`` of a queue of ``broker_name`` was served: the runs it ends are logged and
+        forgotten (the table holds only what fails now)."""
+        for key in (("address", addr), ("broker", broker_name)):
+            run = self._pull_failures.pop(key, None)
+            if run is not None:
+                run.worked("pulls from %s work again", key[1])
 
     async def _pull_loop(self, pq: ProcessQueue) -> None:
         """Pull ``pq``'s queue for as long as it is owned. The next pull is on the socket as soon as an answer is
@@ -470,8 +492,8 @@ class PushConsumer(ClientBase):
                 try:
                     resp = await pending
                 except ClientError as exc:
-                    self._pull_run(addr).failed("pulls from %s fail (%s): each queue pulls again every 0.2 s", addr,
-                                                exc)
+                    self._pull_run(("address", addr)).failed(
+                        "pulls from %s fail (%s): each queue pulls again every 0.2 s", addr, exc)
                     self.instance.failed(addr)
                     await asyncio.sleep(0.2)
                     continue
@@ -483,14 +505,13 @@ class PushConsumer(ClientBase):
                         and self.instance.sent_back(pq.mq, addr):
                     # A slave without slaveReadEnable sends every pull to its master; with the master gone, pulling
                     # it again at once would spin both processes: wait as RocketMQ's client after an exception.
-                    self._pull_run(addr).failed("pulls from %s: %s, and no other member to pull from: each queue "
-                                                "pulls again every %.1f s", addr, resp.remark,
-                                                self.pull_delay_when_exception_s)
+                    self._pull_run(("broker", pq.mq.broker_name)).failed(
+                        "pulls of %s: %s at %s, and no other member to pull from: each queue pulls again every %.1f s",
+                        pq.mq.broker_name, resp.remark, addr, self.pull_delay_when_exception_s)
                     await asyncio.sleep(self.pull_delay_when_exception_s)
                     continue
-                failures = self._pull_failures.get(addr)
-                if failures is not None:
-                    failures.worked("pulls from %s work again", addr)
+                if self._pull_failures and resp.code in _SERVED:
+                    self._pulls_work(addr, pq.mq.broker_name)
                 if resp.code == ResponseCode.SUCCESS:
                     try:
                         found = decode_messages(resp.body)
