@@ -27,7 +27,7 @@ RETRY_QUEUE_NUMS = 1  # RocketMQ's retryQueueNums (a subscription group's defaul
 DLQ_QUEUE_NUMS = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
 # Topics a send may create while the records of others are not durable yet: each, and each send waiting for it,
 # is held in memory; beyond it a send that would create one more is refused BUSY (a client naming ever new topics
-# faster than the disk stores them), and so is a heartbeat naming a group whose retry topic does not exist yet.
+# faster than the disk stores them); a heartbeat then registers no consumer group whose retry topic does not exist yet.
 MAX_PENDING_CREATIONS = 4096
 
 

@@ -154,18 +154,24 @@ class ClientManageProcessor:
             return refused
         broker = self.broker
         manager = broker.topic_config_manager
+        remark = None
+        if len(manager.pending) >= topics.MAX_PENDING_CREATIONS:
+            # The bound a send creating a topic meets: a consumer group whose retry topic does not exist yet is not
+            # registered (its client, not listed, heartbeats again); the rest of the heartbeat is, so that the
+            # client's other groups stay alive meanwhile (an expired producer group loses its check-backs).
+            deferred = {info.group for info in consumers
+                        if info.message_model == "CLUSTERING" and manager.get(retry_topic(info.group)) is None}
+            if deferred:
+                consumers = [info for info in consumers if info.group not in deferred]
+                remark = (f"{len(manager.pending)} topics being created: consumer groups "
+                          f"{', '.join(sorted(deferred)[:10])} not registered yet, heartbeat again later")
         retry_topics = [retry_topic(info.group) for info in consumers if info.message_model == "CLUSTERING"]
-        if len(manager.pending) >= topics.MAX_PENDING_CREATIONS and any(manager.get(t) is None for t in retry_topics):
-            # the bound a send creating a topic meets: nothing registered, the client heartbeats again later
-            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_BUSY,
-                                               remark=f"{len(manager.pending)} topics being created: heartbeat again "
-                                                      "later")
         self._watch(conn)
         chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
         joined("producer", chan, [g for g in producers if broker.producer_manager.register(g, chan)])
         created = manager.create_all_absent(retry_topics, 1)
         joined("consumer", chan, [info.group for info in consumers if broker.consumer_manager.register(info, chan)])
-        ok = RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+        ok = RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, remark=remark)
         pending = [topic for topic in retry_topics if topic in manager.pending] if manager.pending else []
         return self._after_register(ok, pending) if created or pending else ok
 
