@@ -8,7 +8,17 @@ import signal
 import time
 
 from tests.e2e.helpers import Recorder, push_consumer, wait_until
-from txmq import Admin, ConsumeStatus, Message, MessageQueue, Producer, PullConsumer, SendStatus
+from txmq import (
+    Admin,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageQueue,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    SendStatus,
+)
 
 # Every retry level is one second, so RECONSUME_LATER comes back quickly.
 FAST_RETRY = {"messageDelayLevel": " ".join(["1s"] * 18)}
@@ -145,6 +155,50 @@ def test_orderly_consumer_retries_in_place_then_dead_letters_and_goes_on_in_orde
     with Admin(cluster.namesrv_addr) as admin:
         topics = admin.stats()["broker-a"]["topics"]
     assert int(topics.get("%DLQ%g_ord_dlq", {}).get("messages", 0)) == 1
+
+
+def test_orderly_consumer_whose_dead_letter_send_is_refused_consumes_the_message_again_and_loses_nothing(
+        cluster, listener_on_loop):
+    """Out of retries, a message the broker would not take into the dead letters (the first send-back refused here)
+    stays where it is and is consumed again after ``suspend_s``, as RocketMQ's orderly service suspends; it was
+    dropped from the queue and its offset committed past it, the message lost."""
+    cluster.start_broker("broker-a")
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("ord_dlq_refused", queue_nums=1, order=True)
+    cluster.wait_route("ord_dlq_refused")
+    rec = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER if m.body == b"poison" else ConsumeStatus.SUCCESS)
+    with Producer("p_ord_dlq_refused", cluster.namesrv_addr) as producer:
+        for body in (b"poison", b"after"):
+            producer.send(Message("ord_dlq_refused", body))
+    consumer = PushConsumer("g_ord_dlq_refused", cluster.namesrv_addr, orderly=True, max_reconsume_times=1,
+                            suspend_s=0.3, listener_on_loop=listener_on_loop,
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    consumer.subscribe("ord_dlq_refused", "*")
+    consumer.register_listener(rec)
+    real = consumer._send_back_async
+    refused: list[bytes] = []
+
+    async def refuse_the_first_dead_letter(msg, broker_name: str, delay_level: int) -> bool:
+        if delay_level == -1 and not refused:
+            refused.append(msg.body)
+            return False
+        return await real(msg, broker_name, delay_level)
+
+    consumer._send_back_async = refuse_the_first_dead_letter  # type: ignore[method-assign]
+    consumer.start()
+    try:
+        assert rec.wait_for(4, 20), [(d.body, d.reconsume_times) for d in rec.deliveries]
+        assert not rec.wait_for(5, 1.0)
+    finally:
+        consumer.shutdown()
+    assert refused == [b"poison"]
+    # poison, its retry, refused by the dead letters: consumed again (still out of retries), taken by the dead
+    # letters this time; then the next in order
+    assert [(d.body, d.reconsume_times) for d in rec.deliveries] == [
+        (b"poison", 0), (b"poison", 1), (b"poison", 1), (b"after", 0)]
+    with Admin(cluster.namesrv_addr) as admin:
+        topics = admin.stats()["broker-a"]["topics"]
+    assert int(topics.get("%DLQ%g_ord_dlq_refused", {}).get("messages", 0)) == 1
 
 
 def _consume_exactly(cluster, group: str, topic: str, n: int, timeout: float = 20.0) -> Recorder:

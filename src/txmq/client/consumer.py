@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Self
@@ -738,11 +738,13 @@ class PushConsumer(ClientBase):
         else:
             self._pool.submit(self._consume_orderly, pq)
 
-    def _orderly_steps(self, pq: ProcessQueue) -> Iterator[float | MessageExt]:
+    def _orderly_steps(self, pq: ProcessQueue) -> Generator[float | MessageExt, bool | None, None]:
         """Consume ``pq`` in order, one batch at a time, while this client holds its lock. What has to wait is
         yielded for the caller to do on its own thread: a pause in seconds (before a failed batch is consumed
         again; 0 after a batch consumed, a turn for the loop's other work when the listener runs on it), or a
-        message to send to the dead-letter topic (out of retries)."""
+        message to send to the dead-letter topic (out of retries), for which the caller sends back whether the
+        broker took it: a batch not wholly taken stays, and is consumed again after a pause (RocketMQ's orderly
+        service suspends then too), so that no message is lost."""
         while not pq.dropped and pq.locked_until > time.monotonic():
             with self._lock:
                 batch = list(pq.msgs.values())[: self.consume_batch_max_size]
@@ -758,7 +760,12 @@ class PushConsumer(ClientBase):
                         m.reconsume_times = tries
                     yield self.suspend_s
                     continue
-                yield from batch  # out of retries: to the dead-letter topic, then go on in order
+                taken = True  # out of retries: to the dead-letter topic, then go on in order
+                for m in batch:
+                    taken = bool((yield m)) and taken
+                if not taken:
+                    yield self.suspend_s
+                    continue
             with self._lock:
                 for m in batch:
                     pq.msgs.pop(m.queue_offset, None)
@@ -766,23 +773,37 @@ class PushConsumer(ClientBase):
             yield 0.0
 
     def _consume_orderly(self, pq: ProcessQueue) -> None:
+        steps = self._orderly_steps(pq)
         try:
-            for step in self._orderly_steps(pq):
+            answer: bool | None = None
+            while True:
+                step = steps.send(answer)
+                answer = None
                 if isinstance(step, MessageExt):
-                    self._send_back(step, pq.mq.broker_name, -1)
+                    answer = self._send_back(step, pq.mq.broker_name, -1)
                 elif step:
                     time.sleep(step)
+        except StopIteration:
+            pass
         finally:
+            steps.close()
             self._orderly_done(pq)
 
     async def _consume_orderly_on_loop(self, pq: ProcessQueue) -> None:
+        steps = self._orderly_steps(pq)
         try:
-            for step in self._orderly_steps(pq):
+            answer: bool | None = None
+            while True:
+                step = steps.send(answer)
+                answer = None
                 if isinstance(step, MessageExt):
-                    await self._send_back_async(step, pq.mq.broker_name, -1)
+                    answer = await self._send_back_async(step, pq.mq.broker_name, -1)
                 else:
                     await asyncio.sleep(step)
+        except StopIteration:
+            pass
         finally:
+            steps.close()
             self._orderly_done(pq)
 
     def _orderly_done(self, pq: ProcessQueue) -> None:
