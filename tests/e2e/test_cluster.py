@@ -129,17 +129,23 @@ def test_after_max_reconsume_times_the_message_is_in_the_dlq(cluster, listener_o
     assert dlq_messages() == 2
 
 
+def _poisoned_orderly_topic(cluster, topic: str, bodies: list[bytes]) -> Recorder:
+    """A broker with ``topic`` (one queue, orderly) holding ``bodies``, and a recorder whose listener fails every
+    message of body ``poison``."""
+    cluster.start_broker("broker-a")
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(topic, queue_nums=1, order=True)
+    cluster.wait_route(topic)
+    with Producer(f"p_{topic}", cluster.namesrv_addr) as producer:
+        for body in bodies:
+            producer.send(Message(topic, body))
+    return Recorder(lambda m: ConsumeStatus.RECONSUME_LATER if m.body == b"poison" else ConsumeStatus.SUCCESS)
+
+
 def test_orderly_consumer_retries_in_place_then_dead_letters_and_goes_on_in_order(cluster, listener_on_loop):
     """An orderly consumer retries a failed message where it is, ``suspend_s`` apart, holding back the messages
     behind it; out of retries it sends it to the dead letters and goes on with the next, in order."""
-    cluster.start_broker("broker-a")
-    with Admin(cluster.namesrv_addr) as admin:
-        admin.create_topic("ord_dlq_t", queue_nums=1, order=True)
-    cluster.wait_route("ord_dlq_t")
-    rec = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER if m.body == b"poison" else ConsumeStatus.SUCCESS)
-    with Producer("p_ord_dlq", cluster.namesrv_addr) as producer:
-        for body in (b"first", b"poison", b"after"):
-            producer.send(Message("ord_dlq_t", body))
+    rec = _poisoned_orderly_topic(cluster, "ord_dlq_t", [b"first", b"poison", b"after"])
     consumer = push_consumer(cluster.namesrv_addr, "g_ord_dlq", "ord_dlq_t", rec, orderly=True, max_reconsume_times=2,
                              suspend_s=0.3, listener_on_loop=listener_on_loop)
     try:
@@ -162,14 +168,7 @@ def test_orderly_consumer_whose_dead_letter_send_is_refused_consumes_the_message
     """Out of retries, a message the broker would not take into the dead letters (the first send-back refused here)
     stays where it is and is consumed again after ``suspend_s``, as RocketMQ's orderly service suspends; it was
     dropped from the queue and its offset committed past it, the message lost."""
-    cluster.start_broker("broker-a")
-    with Admin(cluster.namesrv_addr) as admin:
-        admin.create_topic("ord_dlq_refused", queue_nums=1, order=True)
-    cluster.wait_route("ord_dlq_refused")
-    rec = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER if m.body == b"poison" else ConsumeStatus.SUCCESS)
-    with Producer("p_ord_dlq_refused", cluster.namesrv_addr) as producer:
-        for body in (b"poison", b"after"):
-            producer.send(Message("ord_dlq_refused", body))
+    rec = _poisoned_orderly_topic(cluster, "ord_dlq_refused", [b"poison", b"after"])
     consumer = PushConsumer("g_ord_dlq_refused", cluster.namesrv_addr, orderly=True, max_reconsume_times=1,
                             suspend_s=0.3, listener_on_loop=listener_on_loop,
                             consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
