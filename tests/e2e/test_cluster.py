@@ -200,6 +200,36 @@ def test_orderly_consumer_whose_dead_letter_send_is_refused_consumes_the_message
     assert int(topics.get("%DLQ%g_ord_dlq_refused", {}).get("messages", 0)) == 1
 
 
+def test_orderly_batch_partly_taken_by_the_dead_letters_sends_only_the_rest_again(cluster, listener_on_loop):
+    """A batch of two out of retries whose second message the dead letters refused once: consumed again, only that
+    message is sent again; the first, already taken, is not dead-lettered twice."""
+    rec = _poisoned_orderly_topic(cluster, "ord_dlq_part", [b"poison", b"poison", b"after"])
+    consumer = PushConsumer("g_ord_dlq_part", cluster.namesrv_addr, orderly=True, max_reconsume_times=0,
+                            consume_batch_max_size=2, suspend_s=0.3, listener_on_loop=listener_on_loop,
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    consumer.subscribe("ord_dlq_part", "*")
+    consumer.register_listener(rec)
+    real = consumer._send_back_async
+    sent: list[int] = []
+
+    async def refuse_the_second_once(msg, broker_name: str, delay_level: int) -> bool:
+        sent.append(msg.queue_offset)
+        if sent == [0, 1]:
+            return False
+        return await real(msg, broker_name, delay_level)
+
+    consumer._send_back_async = refuse_the_second_once  # type: ignore[method-assign]
+    consumer.start()
+    try:
+        assert wait_until(lambda: any(d.body == b"after" for d in rec.deliveries), 20), rec.bodies()
+    finally:
+        consumer.shutdown()
+    assert sent == [0, 1, 1], sent  # the first message once, the second again after its refusal
+    with Admin(cluster.namesrv_addr) as admin:
+        topics = admin.stats()["broker-a"]["topics"]
+    assert int(topics.get("%DLQ%g_ord_dlq_part", {}).get("messages", 0)) == 2
+
+
 def _consume_exactly(cluster, group: str, topic: str, n: int, timeout: float = 20.0) -> Recorder:
     rec = Recorder()
     consumer = push_consumer(cluster.namesrv_addr, group, topic, rec)

@@ -129,6 +129,7 @@ class ProcessQueue:
     orderly_busy: bool = False
     consuming: int = 0  # listener calls in progress for this queue (concurrent mode)
     local_retries: dict[int, int] = field(default_factory=dict)
+    dead_lettered: set[int] = field(default_factory=set)  # (orderly) offsets of a batch the dead letters took
     pull_addr: str = ""  # where the pull in flight went
 
     def consumed_offset(self) -> int:
@@ -339,15 +340,14 @@ class PushConsumer(ClientBase):
                 wanted.update(mqs)
                 continue
             cids = await self._consumer_ids(mqs[0].broker_name)
-            if self.instance.client_id not in cids:
-                # the broker does not list this client (its heartbeat refused, as while the broker is busy creating
-                # topics, or not arrived yet): the group's split is unknown, so keep what is held and ask again
-                # soon (RocketMQ's rebalance skips a topic whose consumer ids it could not get); taking every queue
-                # would consume them beside the members the broker does list
-                complete = False
+            if not cids:
+                # no member list (this client's heartbeat deferred, as while the broker is busy creating topics, or
+                # not arrived; it was sent again, and a member joining makes the broker notify the group): keep
+                # what is held, as RocketMQ's rebalance skips a topic whose consumer ids it could not get; taking
+                # every queue would consume them beside the members the broker lists
                 wanted.update(mq for mq in self.queues if mq.topic == topic)
                 continue
-            wanted.update(allocate_averagely(mqs, cids, self.instance.client_id))
+            wanted.update(allocate_averagely(mqs, cids, self.instance.client_id))  # none when not listed
         for mq in [q for q in self.queues if q not in wanted]:
             await self._drop_queue(mq)
         taken = sorted(wanted - set(self.queues))
@@ -368,9 +368,7 @@ class PushConsumer(ClientBase):
         resp = await self.instance.invoke_broker(
             broker_name, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}))
         if resp.code == ResponseCode.SUCCESS:
-            cids = list(orjson.loads(resp.body).get("consumerIdList") or [])
-            if self.instance.client_id in cids:
-                return cids
+            return list(orjson.loads(resp.body).get("consumerIdList") or [])
         await self.instance.send_heartbeat_to_all()  # so that the next rebalance finds this client listed
         return []
 
@@ -760,9 +758,14 @@ class PushConsumer(ClientBase):
                         m.reconsume_times = tries
                     yield self.suspend_s
                     continue
-                taken = True  # out of retries: to the dead-letter topic, then go on in order
+                taken = True  # out of retries: to the dead-letter topic (each message once), then go on in order
                 for m in batch:
-                    taken = bool((yield m)) and taken
+                    if m.queue_offset in pq.dead_lettered:
+                        continue
+                    if (yield m):
+                        pq.dead_lettered.add(m.queue_offset)
+                    else:
+                        taken = False
                 if not taken:
                     yield self.suspend_s
                     continue
@@ -770,6 +773,7 @@ class PushConsumer(ClientBase):
                 for m in batch:
                     pq.msgs.pop(m.queue_offset, None)
                     pq.local_retries.pop(m.queue_offset, None)
+                    pq.dead_lettered.discard(m.queue_offset)
             yield 0.0
 
     def _consume_orderly(self, pq: ProcessQueue) -> None:
