@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import signal
 import time
+from collections.abc import Callable
 
 from tests.e2e.helpers import Recorder, push_consumer, wait_until
 from txmq import (
@@ -19,6 +20,7 @@ from txmq import (
     PushConsumer,
     SendStatus,
 )
+from txmq.message import MessageExt
 
 # Every retry level is one second, so RECONSUME_LATER comes back quickly.
 FAST_RETRY = {"messageDelayLevel": " ".join(["1s"] * 18)}
@@ -163,28 +165,42 @@ def test_orderly_consumer_retries_in_place_then_dead_letters_and_goes_on_in_orde
     assert int(topics.get("%DLQ%g_ord_dlq", {}).get("messages", 0)) == 1
 
 
+def _orderly_consumer_refusing(cluster, topic: str, rec: Recorder, refuses: Callable[[MessageExt, list[int]], bool],
+                               sent: list[int], **kw: object) -> PushConsumer:
+    """A started orderly consumer of ``topic`` (``suspend_s`` 0.3) whose dead-letter sends are recorded in ``sent``
+    (queue offsets) and refused, as a broker would answer, when ``refuses(msg, sent)`` says so."""
+    consumer = PushConsumer(f"g_{topic}", cluster.namesrv_addr, orderly=True, suspend_s=0.3,
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, **kw)  # type: ignore[arg-type]
+    consumer.subscribe(topic, "*")
+    consumer.register_listener(rec)
+    real = consumer._send_back_async
+
+    async def send_back(msg: MessageExt, broker_name: str, delay_level: int) -> bool:
+        if delay_level == -1:
+            sent.append(msg.queue_offset)
+            if refuses(msg, sent):
+                return False
+        return await real(msg, broker_name, delay_level)
+
+    consumer._send_back_async = send_back  # type: ignore[method-assign]
+    return consumer.start()
+
+
 def test_orderly_consumer_whose_dead_letter_send_is_refused_consumes_the_message_again_and_loses_nothing(
         cluster, listener_on_loop):
     """Out of retries, a message the broker would not take into the dead letters (the first send-back refused here)
     stays where it is and is consumed again after ``suspend_s``, as RocketMQ's orderly service suspends; it was
     dropped from the queue and its offset committed past it, the message lost."""
     rec = _poisoned_orderly_topic(cluster, "ord_dlq_refused", [b"poison", b"after"])
-    consumer = PushConsumer("g_ord_dlq_refused", cluster.namesrv_addr, orderly=True, max_reconsume_times=1,
-                            suspend_s=0.3, listener_on_loop=listener_on_loop,
-                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-    consumer.subscribe("ord_dlq_refused", "*")
-    consumer.register_listener(rec)
-    real = consumer._send_back_async
     refused: list[bytes] = []
 
-    async def refuse_the_first_dead_letter(msg, broker_name: str, delay_level: int) -> bool:
-        if delay_level == -1 and not refused:
+    def refuse_the_first(msg, sent: list[int]) -> bool:
+        if len(sent) == 1:
             refused.append(msg.body)
-            return False
-        return await real(msg, broker_name, delay_level)
+        return len(sent) == 1
 
-    consumer._send_back_async = refuse_the_first_dead_letter  # type: ignore[method-assign]
-    consumer.start()
+    consumer = _orderly_consumer_refusing(cluster, "ord_dlq_refused", rec, refuse_the_first, [],
+                                          max_reconsume_times=1, listener_on_loop=listener_on_loop)
     try:
         assert rec.wait_for(4, 20), [(d.body, d.reconsume_times) for d in rec.deliveries]
         assert not rec.wait_for(5, 1.0)
@@ -204,22 +220,10 @@ def test_orderly_batch_partly_taken_by_the_dead_letters_sends_only_the_rest_agai
     """A batch of two out of retries whose second message the dead letters refused once: consumed again, only that
     message is sent again; the first, already taken, is not dead-lettered twice."""
     rec = _poisoned_orderly_topic(cluster, "ord_dlq_part", [b"poison", b"poison", b"after"])
-    consumer = PushConsumer("g_ord_dlq_part", cluster.namesrv_addr, orderly=True, max_reconsume_times=0,
-                            consume_batch_max_size=2, suspend_s=0.3, listener_on_loop=listener_on_loop,
-                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-    consumer.subscribe("ord_dlq_part", "*")
-    consumer.register_listener(rec)
-    real = consumer._send_back_async
     sent: list[int] = []
-
-    async def refuse_the_second_once(msg, broker_name: str, delay_level: int) -> bool:
-        sent.append(msg.queue_offset)
-        if sent == [0, 1]:
-            return False
-        return await real(msg, broker_name, delay_level)
-
-    consumer._send_back_async = refuse_the_second_once  # type: ignore[method-assign]
-    consumer.start()
+    consumer = _orderly_consumer_refusing(cluster, "ord_dlq_part", rec, lambda _msg, sent: sent == [0, 1], sent,
+                                          max_reconsume_times=0, consume_batch_max_size=2,
+                                          listener_on_loop=listener_on_loop)
     try:
         assert wait_until(lambda: any(d.body == b"after" for d in rec.deliveries), 20), rec.bodies()
     finally:
