@@ -31,7 +31,7 @@ class ClientRuntime:
         self._posted: collections.deque[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = \
             collections.deque()
         self._drain_scheduled = False
-        self._tasks: set[asyncio.Task[Any]] = set()  # started by post() and spawn(): what aclose() cancels
+        self._tasks: set[asyncio.Task[Any]] = set()  # (borrowed) started by post() and spawn(): what aclose() cancels
         self.borrowed = borrow
         if borrow:
             self.loop = asyncio.get_running_loop()
@@ -70,8 +70,9 @@ class ClientRuntime:
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """A task on the loop (called there) that shutting down cancels, also on a borrowed loop."""
         task = self.loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if self.borrowed:  # a loop of its own is closed with every task on it: no set to keep per send there
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return task
 
     def post(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
