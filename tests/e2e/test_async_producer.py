@@ -61,6 +61,38 @@ def test_sends_run_on_the_applications_loop_and_each_answer_names_where_it_was_s
     assert _stored(cluster.namesrv_addr, "OnAppLoop") == told
 
 
+def test_sends_on_the_applications_loop_do_not_wake_it_through_its_self_pipe(cluster: Cluster):
+    """Only another thread needs ``call_soon_threadsafe`` (a write to the loop's self-pipe, and a read and a turn of
+    the loop): sends made on the loop schedule their work with ``call_soon``. asyncio's loop, whose method an
+    instance attribute can wrap (uvloop's cannot)."""
+    cluster.start_broker()
+
+    async def main() -> tuple[int, list[SendStatus]]:
+        async with AsyncProducer("p_async_pipe", cluster.namesrv_addr) as producer:
+            await producer.send(Message("NoSelfPipe", b"warm"))  # route looked up, connection open
+            loop = asyncio.get_running_loop()
+            threadsafe = loop.call_soon_threadsafe
+            calls = 0
+
+            def counting(*args: Any, **kwargs: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                return threadsafe(*args, **kwargs)
+            loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+            try:
+                futures = [await producer.send_async(Message("NoSelfPipe", f"m{i}".encode())) for i in range(50)]
+                results = await asyncio.gather(*futures)
+                results.append(await producer.send(Message("NoSelfPipe", b"last")))
+            finally:
+                del loop.call_soon_threadsafe
+        return calls, [r.status for r in results]
+
+    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+        calls, statuses = runner.run(main())
+    assert statuses == [SendStatus.SEND_OK] * 51
+    assert calls == 0
+
+
 def test_a_full_window_waits_on_the_loop_instead_of_failing(cluster: Cluster, run):
     """At most ``max_in_flight`` sends unanswered: the next ``send_async`` waits for an answer, which comes
     through the same loop, rather than raising as ``Producer.send_async`` must on its own loop thread."""

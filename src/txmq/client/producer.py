@@ -252,7 +252,7 @@ class Producer(ClientBase):
             if not self._outbox_scheduled:
                 # _drain_outbox clears the flag before it takes items (the same trick as ClientRuntime.post).
                 self._outbox_scheduled = True
-                runtime.loop.call_soon_threadsafe(self._drain_outbox)
+                runtime.call_soon(self._drain_outbox)
         return fut
 
     def _window_slot(self) -> tuple[ClientRuntime, SendFuture]:

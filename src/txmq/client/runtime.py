@@ -14,7 +14,7 @@ import collections
 import concurrent.futures
 import functools
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from txmq.errors import ClientError
@@ -64,6 +64,14 @@ class ClientRuntime:
         """Whether the caller runs on the loop's own thread, where waiting for the loop would stall it for good."""
         return threading.current_thread() is self._thread
 
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the loop soon, from any thread: from the loop's own thread without waking it through
+        its self-pipe (a write, and a read on the loop, per call), which only another thread needs."""
+        if self.on_loop_thread():
+            self.loop.call_soon(callback)
+        else:
+            self.loop.call_soon_threadsafe(callback)
+
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
@@ -87,7 +95,7 @@ class ClientRuntime:
             # flag still reads True is taken by the drain that is about to run.
             self._drain_scheduled = True
             try:
-                self.loop.call_soon_threadsafe(self._drain)
+                self.call_soon(self._drain)
             except RuntimeError:  # the loop is closed
                 self._drain_scheduled = False
                 self._fail_posted(ClientError("client is shut down"))
