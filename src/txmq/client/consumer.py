@@ -10,7 +10,8 @@ orderly consumption, retries through ``%RETRY%group`` and the dead-letter topic.
 * ``RECONSUME_LATER`` (or an exception) sends the message back (code 36): the broker stores it in the retry
   topic with a growing delay and, after ``max_reconsume_times``, in ``%DLQ%group``.
 * Orderly: a queue is consumed only while this client holds its lock on the broker (codes 41/42), one batch at
-  a time; a failed batch is retried locally after ``suspend_s`` and goes to the DLQ after ``max_reconsume_times``.
+  a time; a failed batch is retried locally after ``suspend_s``, each of its messages going to the DLQ after its
+  own ``max_reconsume_times`` retries.
 * The listener runs on ``consume_thread_nums`` threads, or, with ``listener_on_loop``, on the client's own loop
   thread (beyond RocketMQ, as nats-py calls its callbacks): no hand-off between threads per delivery, for
   listeners that return quickly and never block. Everything else (offsets, send-back, retries, orderly locks,
