@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -99,6 +100,13 @@ def test_reconsume_later_redelivers_with_reconsume_times_one(cluster, listener_o
         consumer.shutdown()
 
 
+def _dead_letters(cluster, group: str) -> int:
+    """How many messages ``%DLQ%<group>`` holds on broker-a."""
+    with Admin(cluster.namesrv_addr) as admin:
+        topics = admin.stats()["broker-a"]["topics"]
+    return int(topics.get(f"%DLQ%{group}", {}).get("messages", 0))
+
+
 def test_after_max_reconsume_times_the_message_is_in_the_dlq(cluster, listener_on_loop):
     cluster.start_broker("broker-a", FAST_RETRY)
     rec = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER)
@@ -107,14 +115,8 @@ def test_after_max_reconsume_times_the_message_is_in_the_dlq(cluster, listener_o
         good = producer.send(Message("dlq_t", b"fine"))
     consumer = push_consumer(cluster.namesrv_addr, "g_dlq", "dlq_t", rec, max_reconsume_times=2,
                              listener_on_loop=listener_on_loop)
-
-    def dlq_messages() -> int:
-        with Admin(cluster.namesrv_addr) as admin:
-            topics = admin.stats()["broker-a"]["topics"]
-        return int(topics.get("%DLQ%g_dlq", {}).get("messages", 0))
-
     try:
-        assert wait_until(lambda: dlq_messages() == 2, 20)
+        assert wait_until(lambda: _dead_letters(cluster, "g_dlq") == 2, 20)
         for msg_id in (sent.msg_id, good.msg_id):
             times = sorted(d.reconsume_times for d in rec.deliveries if d.msg_id == msg_id)
             assert times == [0, 1, 2]  # first delivery + max_reconsume_times retries, then the DLQ
@@ -128,7 +130,7 @@ def test_after_max_reconsume_times_the_message_is_in_the_dlq(cluster, listener_o
         dlq = MessageQueue("%DLQ%g_dlq", "broker-a", 0)
         assert puller.fetch_subscribe_message_queues("%DLQ%g_dlq") == [dlq]
         assert sorted(m.body for m in puller.pull(dlq).msgs) == [b"fine", b"poison"]
-    assert dlq_messages() == 2
+    assert _dead_letters(cluster, "g_dlq") == 2
 
 
 def _poisoned_orderly_topic(cluster, topic: str, bodies: list[bytes]) -> Recorder:
@@ -160,9 +162,7 @@ def test_orderly_consumer_retries_in_place_then_dead_letters_and_goes_on_in_orde
         (b"first", 0), (b"poison", 0), (b"poison", 1), (b"poison", 2), (b"after", 0)]
     retries = mine[1:4]
     assert all(b.at - a.at >= 0.25 for a, b in itertools.pairwise(retries))  # suspend_s apart
-    with Admin(cluster.namesrv_addr) as admin:
-        topics = admin.stats()["broker-a"]["topics"]
-    assert int(topics.get("%DLQ%g_ord_dlq", {}).get("messages", 0)) == 1
+    assert _dead_letters(cluster, "g_ord_dlq") == 1
 
 
 def _orderly_consumer_refusing(cluster, topic: str, rec: Recorder, refuses: Callable[[MessageExt, list[int]], bool],
@@ -211,9 +211,7 @@ def test_orderly_consumer_whose_dead_letter_send_is_refused_consumes_the_message
     # letters this time; then the next in order
     assert [(d.body, d.reconsume_times) for d in rec.deliveries] == [
         (b"poison", 0), (b"poison", 1), (b"poison", 1), (b"after", 0)]
-    with Admin(cluster.namesrv_addr) as admin:
-        topics = admin.stats()["broker-a"]["topics"]
-    assert int(topics.get("%DLQ%g_ord_dlq_refused", {}).get("messages", 0)) == 1
+    assert _dead_letters(cluster, "g_ord_dlq_refused") == 1
 
 
 def test_orderly_batch_partly_taken_by_the_dead_letters_sends_only_the_rest_again(cluster, listener_on_loop):
@@ -229,9 +227,64 @@ def test_orderly_batch_partly_taken_by_the_dead_letters_sends_only_the_rest_agai
     finally:
         consumer.shutdown()
     assert sent == [0, 1, 1], sent  # the first message once, the second again after its refusal
-    with Admin(cluster.namesrv_addr) as admin:
-        topics = admin.stats()["broker-a"]["topics"]
-    assert int(topics.get("%DLQ%g_ord_dlq_part", {}).get("messages", 0)) == 2
+    assert _dead_letters(cluster, "g_ord_dlq_part") == 2
+
+
+def test_orderly_message_behind_a_batch_out_of_retries_gets_its_own_retries(cluster, listener_on_loop):
+    """A message that arrives while the batch before it is out of retries (its dead-letter send refused, so it is
+    consumed again) gets its own ``max_reconsume_times`` retries before the dead letters: the retry count was the
+    batch's first message's, so it went to the dead letters untried."""
+    rec = _poisoned_orderly_topic(cluster, "ord_dlq_join", [b"poison"])
+    mq = MessageQueue("ord_dlq_join", "broker-a", 0)
+    joined = threading.Event()  # the dead letters refuse the first message until the second was pulled
+    sent: list[int] = []
+    consumer = _orderly_consumer_refusing(cluster, "ord_dlq_join", rec,
+                                          lambda msg, _sent: msg.queue_offset == 0 and not joined.is_set(), sent,
+                                          max_reconsume_times=1, consume_batch_max_size=2,
+                                          listener_on_loop=listener_on_loop)
+    try:
+        assert wait_until(lambda: 0 in sent, 20), rec.bodies()  # out of retries, and refused
+        with Producer("p_ord_dlq_join_late", cluster.namesrv_addr) as producer:
+            producer.send(Message("ord_dlq_join", b"poison"))
+        assert wait_until(lambda: 1 in consumer.queues[mq].msgs, 20)
+        joined.set()
+        assert wait_until(lambda: _dead_letters(cluster, "g_ord_dlq_join") == 2, 20)
+        assert not rec.wait_for(len(rec) + 1, 1.0)  # nothing is consumed again from the dead letters
+    finally:
+        consumer.shutdown()
+    assert [d.reconsume_times for d in rec.deliveries if d.queue_offset == 1] == [0, 1]
+    assert sent.count(1) == 1
+
+
+def test_orderly_batch_consumed_again_without_its_dead_letters_in_order_and_committed_past_them(
+        cluster, listener_on_loop):
+    """A batch of three out of retries whose middle message the dead letters refused once: only that message is
+    consumed again (the two the dead letters took are not), then the next in order; the offset never passes the
+    message still to consume, and ends past them all."""
+    rec = _poisoned_orderly_topic(cluster, "ord_dlq_again", [b"poison"] * 3 + [b"after"])
+    mq = MessageQueue("ord_dlq_again", "broker-a", 0)
+    offsets: list[int] = []  # the consumed offset as each dead-letter send leaves
+
+    def refuse_the_middle_once(msg: MessageExt, sent: list[int]) -> bool:
+        offsets.append(consumer.queues[mq].consumed_offset())
+        return sent == [0, 1]
+
+    sent: list[int] = []
+    consumer = _orderly_consumer_refusing(cluster, "ord_dlq_again", rec, refuse_the_middle_once, sent,
+                                          max_reconsume_times=1, consume_batch_max_size=3,
+                                          listener_on_loop=listener_on_loop)
+    try:
+        assert wait_until(lambda: b"after" in rec.bodies(), 20), rec.bodies()
+        assert not rec.wait_for(len(rec) + 1, 1.0)
+    finally:
+        consumer.shutdown()  # commits its offsets
+    assert [(d.queue_offset, d.reconsume_times) for d in rec.deliveries] == [
+        (0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (1, 1), (3, 0)]
+    assert sent == [0, 1, 2, 1], sent
+    assert offsets == [0, 1, 1, 1], offsets
+    assert _dead_letters(cluster, "g_ord_dlq_again") == 3
+    with PullConsumer("g_ord_dlq_again", cluster.namesrv_addr) as puller:
+        assert puller.fetch_consume_offset(mq) == 4
 
 
 def _consume_exactly(cluster, group: str, topic: str, n: int, timeout: float = 20.0) -> Recorder:

@@ -10,7 +10,8 @@ orderly consumption, retries through ``%RETRY%group`` and the dead-letter topic.
 * ``RECONSUME_LATER`` (or an exception) sends the message back (code 36): the broker stores it in the retry
   topic with a growing delay and, after ``max_reconsume_times``, in ``%DLQ%group``.
 * Orderly: a queue is consumed only while this client holds its lock on the broker (codes 41/42), one batch at
-  a time; a failed batch is retried locally after ``suspend_s`` and goes to the DLQ after ``max_reconsume_times``.
+  a time; a failed batch is retried locally after ``suspend_s``, each of its messages going to the DLQ after its
+  own ``max_reconsume_times`` retries.
 * The listener runs on ``consume_thread_nums`` threads, or, with ``listener_on_loop``, on the client's own loop
   thread (beyond RocketMQ, as nats-py calls its callbacks): no hand-off between threads per delivery, for
   listeners that return quickly and never block. Everything else (offsets, send-back, retries, orderly locks,
@@ -128,8 +129,7 @@ class ProcessQueue:
     locked_until: float = 0.0
     orderly_busy: bool = False
     consuming: int = 0  # listener calls in progress for this queue (concurrent mode)
-    local_retries: dict[int, int] = field(default_factory=dict)
-    dead_lettered: set[int] = field(default_factory=set)  # (orderly) offsets of a batch the dead letters took
+    local_retries: dict[int, int] = field(default_factory=dict)  # (orderly) retries so far, by queue offset
     pull_addr: str = ""  # where the pull in flight went
 
     def consumed_offset(self) -> int:
@@ -739,42 +739,50 @@ class PushConsumer(ClientBase):
     def _orderly_steps(self, pq: ProcessQueue) -> Generator[float | MessageExt, bool | None, None]:
         """Consume ``pq`` in order, one batch at a time, while this client holds its lock. What has to wait is
         yielded for the caller to do on its own thread: a pause in seconds (before a failed batch is consumed
-        again; 0 after a batch consumed, a turn for the loop's other work when the listener runs on it), or a
-        message to send to the dead-letter topic (out of retries), for which the caller sends back whether the
-        broker took it: a batch not wholly taken stays, and is consumed again after a pause (RocketMQ's orderly
-        service suspends then too), so that no message is lost."""
+        again; 0 after a batch done, a turn for the loop's other work when the listener runs on it), or a message
+        to send to the dead-letter topic (out of retries), for which the caller sends back whether the broker took
+        it. A failed batch is consumed again after a pause (RocketMQ's orderly service suspends the queue), without
+        the messages the dead letters took and with none behind it, until none of its messages is left."""
+        batch: list[MessageExt] = []
         while not pq.dropped and pq.locked_until > time.monotonic():
-            with self._lock:
-                batch = list(pq.msgs.values())[: self.consume_batch_max_size]
             if not batch:
-                return
-            status = self._call_listener(batch)
-            if status != ConsumeStatus.SUCCESS:
-                first = batch[0].queue_offset
-                tries = pq.local_retries.get(first, 0) + 1
-                if tries <= self.max_reconsume_times:
-                    pq.local_retries[first] = tries
-                    for m in batch:
-                        m.reconsume_times = tries
-                    yield self.suspend_s
-                    continue
-                taken = True  # out of retries: to the dead-letter topic (each message once), then go on in order
-                for m in batch:
-                    if m.queue_offset in pq.dead_lettered:
-                        continue
-                    if (yield m):
-                        pq.dead_lettered.add(m.queue_offset)
-                    else:
-                        taken = False
-                if not taken:
-                    yield self.suspend_s
-                    continue
-            with self._lock:
-                for m in batch:
-                    pq.msgs.pop(m.queue_offset, None)
-                    pq.local_retries.pop(m.queue_offset, None)
-                    pq.dead_lettered.discard(m.queue_offset)
-            yield 0.0
+                with self._lock:
+                    batch = list(pq.msgs.values())[: self.consume_batch_max_size]
+                if not batch:
+                    return
+            if self._call_listener(batch) == ConsumeStatus.SUCCESS:
+                self._orderly_consumed(pq, batch)
+                batch = []
+            else:
+                batch = yield from self._orderly_failed(pq, batch)
+            yield self.suspend_s if batch else 0.0
+
+    def _orderly_failed(self, pq: ProcessQueue, batch: list[MessageExt]) -> Generator[MessageExt, bool | None,
+                                                                                        list[MessageExt]]:
+        """Judge each message of a failed batch by its own retries (RocketMQ's ``checkReconsumeTimes``): a batch
+        taken again after the lock lapsed may hold messages with different pasts. One with retries left is counted
+        one more; one out of them is yielded for the dead letters, once (taken, it leaves the queue). The messages
+        left to consume again are returned: those with retries left, and those the dead letters refused (tried
+        again after the pause, so that none is lost)."""
+        left: list[MessageExt] = []
+        for m in batch:
+            tries = pq.local_retries.get(m.queue_offset, 0)
+            if tries < self.max_reconsume_times:
+                pq.local_retries[m.queue_offset] = tries + 1
+                m.reconsume_times = tries + 1
+                left.append(m)
+            elif (yield m):
+                self._orderly_consumed(pq, [m])
+            else:
+                left.append(m)
+        return left
+
+    def _orderly_consumed(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Take ``msgs`` off the queue: the committed offset moves up to the first message still to consume."""
+        with self._lock:
+            for m in msgs:
+                pq.msgs.pop(m.queue_offset, None)
+                pq.local_retries.pop(m.queue_offset, None)
 
     def _consume_orderly(self, pq: ProcessQueue) -> None:
         steps = self._orderly_steps(pq)
