@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -82,10 +83,10 @@ async def serving(tmp_path: Path, slow: SlowFsync | None = None, grpc_port: int 
         await broker.shutdown()
 
 
-def _send(topic: str) -> RemotingCommand:
+def _send(topic: str, reconsume_times: int = 0) -> RemotingCommand:
     header = SendMessageRequestHeader(producer_group="p", topic=topic, default_topic="TBW102",
                                       default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
-                                      properties="", reconsume_times=0)
+                                      properties="", reconsume_times=reconsume_times, max_reconsume_times=1)
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body=b"x")
 
 
@@ -237,6 +238,43 @@ def test_the_journal_writer_thread_is_joined_at_broker_stop(tmp_path: Path) -> N
     asyncio.run(main())
 
 
+async def _consumed_by_broadcast(broker: BrokerController, addr: str, client: RemotingClient, group: str) -> int:
+    """A message sent to the topic Existing (created here), and ``group`` consuming that topic, broadcast (so its
+    heartbeat creates no retry topic): the message's commit-log offset, which a send-back names."""
+    await broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
+    sent = await client.invoke(addr, _send("Existing"), 10)
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    consumer = {"groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "BROADCASTING",
+                "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                "subscriptionDataSet": [{"topic": "Existing", "subString": "*"}]}
+    body = orjson.dumps({"clientID": "c", "producerDataSet": [], "consumerDataSet": [consumer]})
+    beat = await client.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=body), 10)
+    assert beat.code == ResponseCode.SUCCESS and f"%RETRY%{group}" not in broker.topic_config_manager.table
+    return decode_offset_msg_id(sent.ext_fields["msgId"])[1]
+
+
+def _send_back(offset: int, group: str, delay_level: int) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "offset": str(offset), "group": group, "delayLevel": str(delay_level), "originMsgId": "",
+        "originTopic": "Existing"})
+
+
+async def _creations_held(broker: BrokerController, addr: str, client: RemotingClient,
+                          count: int) -> list[asyncio.Future[RemotingCommand]]:
+    """Sends creating ``count`` new topics while the disk is held: their answers, once all ``count`` creations
+    wait for the disk."""
+    held = [asyncio.ensure_future(client.invoke(addr, _send(f"New{i}"), 30)) for i in range(count)]
+    await _until(lambda: len(broker.topic_config_manager.pending) >= count)
+    return held
+
+
+async def _until(done: Callable[[], bool], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < end, "timed out"
+        await asyncio.sleep(0.01)
+
+
 def test_a_message_sent_back_with_a_delay_waits_for_its_new_retry_topic(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A send-back with a delay is stored in the schedule topic, bound for the retry topic it just created: it is
@@ -244,32 +282,19 @@ def test_a_message_sent_back_with_a_delay_waits_for_its_new_retry_topic(
     slow = SlowFsync(hold=10.0)
 
     async def main() -> None:
-        async with serving(tmp_path, slow) as (broker, addr):
-            await broker.topic_config_manager.update(TopicConfig("Existing", 1, 1))
-            async with RemotingClient() as client:
-                sent = await client.invoke(addr, _send("Existing"), 10)
-                assert sent.code == ResponseCode.SUCCESS, sent.remark
-                offset = decode_offset_msg_id(sent.ext_fields["msgId"])[1]
-                consumer = {"groupName": "g", "consumeType": "CONSUME_PASSIVELY", "messageModel": "BROADCASTING",
-                            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-                            "subscriptionDataSet": [{"topic": "Existing", "subString": "*"}]}
-                body = orjson.dumps({"clientID": "c", "producerDataSet": [], "consumerDataSet": [consumer]})
-                beat = await client.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=body), 10)
-                assert beat.code == ResponseCode.SUCCESS and "%RETRY%g" not in broker.topic_config_manager.table
-                end = broker.store.commit_log.max_offset
-                monkeypatch.setattr(config_journal, "os", SlowOs(slow))
-                back = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-                    "offset": str(offset), "group": "g", "delayLevel": "1", "originMsgId": "",
-                    "originTopic": "Existing"})
-                answer = asyncio.ensure_future(client.invoke(addr, back, 30))
-                assert await asyncio.to_thread(slow.entered.wait, 10)
-                await asyncio.sleep(0.3)
-                assert not answer.done(), "answered before its retry topic was durable"
-                assert broker.store.commit_log.max_offset == end, "stored before its retry topic was durable"
-                slow.release.set()
-                reply = await answer
-                assert reply.code == ResponseCode.SUCCESS, reply.remark
-                assert broker.store.commit_log.max_offset > end
+        async with serving(tmp_path, slow) as (broker, addr), RemotingClient() as client:
+            offset = await _consumed_by_broadcast(broker, addr, client, "g")
+            end = broker.store.commit_log.max_offset
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            answer = asyncio.ensure_future(client.invoke(addr, _send_back(offset, "g", 1), 30))
+            assert await asyncio.to_thread(slow.entered.wait, 10)
+            await asyncio.sleep(0.3)
+            assert not answer.done(), "answered before its retry topic was durable"
+            assert broker.store.commit_log.max_offset == end, "stored before its retry topic was durable"
+            slow.release.set()
+            reply = await answer
+            assert reply.code == ResponseCode.SUCCESS, reply.remark
+            assert broker.store.commit_log.max_offset > end
 
     asyncio.run(main())
 
@@ -350,9 +375,7 @@ def test_sends_creating_topics_faster_than_they_are_stored_are_refused_busy_beyo
         async with serving(tmp_path, slow) as (broker, addr):
             monkeypatch.setattr(config_journal, "os", SlowOs(slow))
             async with RemotingClient() as client:
-                held = [asyncio.ensure_future(client.invoke(addr, _send(f"New{i}"), 30)) for i in range(2)]
-                assert await asyncio.to_thread(slow.entered.wait, 10)
-                await asyncio.sleep(0.1)
+                held = await _creations_held(broker, addr, client, 2)
                 refused = await client.invoke(addr, _send("OneTooMany"), 10)
                 assert refused.code == ResponseCode.SYSTEM_BUSY, (refused.code, refused.remark)
                 assert "OneTooMany" not in broker.topic_config_manager.table
@@ -406,6 +429,142 @@ def test_heartbeats_naming_new_groups_while_creations_wait_beyond_the_bound_regi
             again = await client.invoke(addr, _heartbeat("g_one_too_many"), 10)
             assert again.code == ResponseCode.SUCCESS and not again.remark, again.remark
             assert broker.consumer_manager.get("g_one_too_many") is not None
+
+    asyncio.run(main())
+
+
+def test_one_heartbeat_naming_more_new_groups_than_the_room_left_registers_only_as_many(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound counts the retry topics a heartbeat creates as it admits them: with room for two more creations,
+    a heartbeat naming four new consumer groups registers the first two (their retry topics created) and defers
+    the other two (named in its remark)."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 3)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (broker, addr), RemotingClient() as client:
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = await _creations_held(broker, addr, client, 1)
+            beat = asyncio.ensure_future(client.invoke(addr, _heartbeat("g_a", "g_b", "g_c", "g_d"), 30))
+            await _until(lambda: len(broker.topic_config_manager.pending) >= 3)
+            table = broker.topic_config_manager.table
+            assert [g for g in ("g_a", "g_b", "g_c", "g_d") if f"%RETRY%{g}" in table] == ["g_a", "g_b"]
+            assert [g for g in ("g_a", "g_b", "g_c", "g_d") if broker.consumer_manager.get(g)] == ["g_a", "g_b"]
+            slow.release.set()
+            reply = await beat
+            assert reply.code == ResponseCode.SUCCESS, reply.remark
+            assert "g_c, g_d not registered yet" in str(reply.remark), reply.remark
+            assert (await held[0]).code == ResponseCode.SUCCESS
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("delay_level, created", [(1, "%RETRY%g"), (-1, "%DLQ%g")], ids=["retry", "dead letter"])
+def test_a_send_back_that_would_create_its_topic_beyond_the_bound_is_refused_busy_and_stores_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay_level: int, created: str) -> None:
+    """A send-back creates the group's retry topic (a delay) or dead-letter topic (a negative delay level) as a send
+    creates its topic: beyond the bound it is answered SYSTEM_BUSY at once, creating and storing nothing (the
+    consumer keeps the message); once the disk caught up, the same send-back is stored."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 1)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (broker, addr), RemotingClient() as client:
+            offset = await _consumed_by_broadcast(broker, addr, client, "g")
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = await _creations_held(broker, addr, client, 1)
+            end = broker.store.commit_log.max_offset
+            refused = await client.invoke(addr, _send_back(offset, "g", delay_level), 5)
+            assert refused.code == ResponseCode.SYSTEM_BUSY, (refused.code, refused.remark)
+            assert not {"%RETRY%g", "%DLQ%g"} & set(broker.topic_config_manager.table)
+            assert broker.store.commit_log.max_offset == end
+            slow.release.set()
+            assert (await held[0]).code == ResponseCode.SUCCESS
+            again = await client.invoke(addr, _send_back(offset, "g", delay_level), 10)
+            assert again.code == ResponseCode.SUCCESS, again.remark
+            assert created in broker.topic_config_manager.table
+            assert broker.store.commit_log.max_offset > end
+
+    asyncio.run(main())
+
+
+def test_a_send_to_a_retry_topic_past_its_retries_beyond_the_bound_stays_in_the_retry_topic(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer's own send to its retry topic past maxReconsumeTimes goes to the dead letters, whose topic does not
+    exist yet: beyond the bound it is not created; the message is stored in the retry topic, so its consumer gets it
+    once more rather than losing it."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 1)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (broker, addr), RemotingClient() as client:
+            assert (await client.invoke(addr, _heartbeat("g"), 10)).code == ResponseCode.SUCCESS
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = await _creations_held(broker, addr, client, 1)
+            sent = await client.invoke(addr, _send("%RETRY%g", reconsume_times=1), 5)
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            assert "%DLQ%g" not in broker.topic_config_manager.table
+            await _until(lambda: broker.store.get_max_offset_in_queue("%RETRY%g", 0) == 1)
+            slow.release.set()
+            assert (await held[0]).code == ResponseCode.SUCCESS
+
+    asyncio.run(main())
+
+
+async def _grpc_received(stub: MessagingServiceStub, topic: str, invisible_ms: int,
+                         poll_ms: int = 0) -> tuple[list[pb.Message], list[int]]:
+    """A gRPC ReceiveMessage of group g: the messages delivered and the codes of the statuses answered."""
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="g"), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"), batch_size=32,
+        invisible_duration={"nanos": invisible_ms * 1_000_000} if invisible_ms < 1000 else {
+            "seconds": invisible_ms // 1000},
+        long_polling_timeout={"seconds": poll_ms // 1000, "nanos": poll_ms % 1000 * 1_000_000})
+    answers = [a async for a in stub.ReceiveMessage(request, metadata=[("x-mq-client-id", "c")], timeout=10)]
+    return ([a.message for a in answers if a.HasField("message")],
+            [a.status.code for a in answers if a.HasField("status")])
+
+
+def test_pop_dead_letters_that_would_create_their_topic_beyond_the_bound_are_kept_in_flight(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: beyond the bound, a message forwarded to the dead letters (ForwardMessageToDeadLetterQueue) whose
+    topic does not exist yet is answered TOO_MANY_REQUESTS and stays in flight; one whose delivery attempts ran out
+    is not stored either, and a receive finding it goes on (answered, not refused). Once the disk caught up, both
+    reach the dead letters: nothing is lost."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 1)
+
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (serving(tmp_path, slow, grpc_port) as (broker, addr), RemotingClient() as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            for topic in ("Forwarded", "Exhausted"):
+                await broker.topic_config_manager.update(TopicConfig(topic, 1, 1))
+                assert (await client.invoke(addr, _send(topic), 10)).code == ResponseCode.SUCCESS
+            (forwarded,), _ = await _grpc_received(stub, "Forwarded", 30_000)
+            assert len((await _grpc_received(stub, "Exhausted", 200))[0]) == 1
+            broker.core.pop.max_delivery_attempts = 1
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = await _creations_held(broker, addr, client, 1)
+            end = broker.store.commit_log.max_offset
+            forward = spb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name="g"), topic=pb.Resource(name="Forwarded"),
+                receipt_handle=forwarded.system_properties.receipt_handle,
+                message_id=forwarded.system_properties.message_id)
+            refused = await stub.ForwardMessageToDeadLetterQueue(forward, timeout=10)
+            assert refused.status.code == pb.Code.TOO_MANY_REQUESTS, refused.status
+            got, codes = await _grpc_received(stub, "Exhausted", 200, poll_ms=500)  # its deadline passes meanwhile
+            assert (got, codes) == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            assert "%DLQ%g" not in broker.topic_config_manager.table
+            assert broker.store.commit_log.max_offset == end
+            slow.release.set()
+            assert (await held[0]).code == ResponseCode.SUCCESS
+            again = await stub.ForwardMessageToDeadLetterQueue(forward, timeout=10)
+            assert again.status.code == pb.Code.OK, again.status
+            got, _ = await _grpc_received(stub, "Exhausted", 200, poll_ms=500)
+            assert got == []
+            await _until(lambda: broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 2)
 
     asyncio.run(main())
 

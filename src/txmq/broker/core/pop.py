@@ -47,6 +47,7 @@ from txmq.broker.core.refusal import Kind, Refusal
 from txmq.errors import InvalidMessageError, StoreError
 from txmq.filter import MessageFilter
 from txmq.message import MessageConst, MessageExt, decode_message
+from txmq.refusals import RefusalLog
 from txmq.store import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.broker")
 
 MAX_SPAN = 4096
+# A line per group and LOG_EVERY_S: each receive finding a message due for the dead letters tries it again.
+_DEAD_LETTERS_REFUSED = RefusalLog(log, "dead letters not stored, kept in flight")
 _tokens = itertools.count(1)
 
 
@@ -223,8 +226,16 @@ class PopService:
                 self._ack_offset(group, topic, q, st, offset)
                 continue
             if e.attempts >= self.max_delivery_attempts:
-                await self._dead_letter(group, msg, e.attempts)
-                self._ack_offset(group, topic, q, st, offset)
+                refused = await self.retries.dead_letter(group, msg, e.attempts)
+                if refused is None:
+                    self._ack_offset(group, topic, q, st, offset)
+                    continue
+                # Not stored (no room to create the dead-letter topic, the store refused): the message stays in
+                # flight, not delivered again, and goes to the dead letters once another invisible duration passed;
+                # the rest of the receive goes on.
+                _DEAD_LETTERS_REFUSED.refused(f"group {group}", refused.message)
+                e.deadline_ms = now + invisible_ms
+                earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
                 continue
             e.attempts += 1
             e.token = next(_tokens)

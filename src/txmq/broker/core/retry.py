@@ -46,16 +46,22 @@ class RetryService:
         self.consumers = consumers
         self.store_host = store_host
 
-    def to_dead_letters(self, msg: MessageExt, group: str) -> None:
+    def to_dead_letters(self, msg: MessageExt, group: str) -> Refusal | None:
         """Rewrite ``msg`` in place to be stored in ``group``'s dead-letter topic (created read-write), counted
-        under the topic it was first sent to. Every dead letter passes here."""
-        topic = self.topics.dead_letters_of(group).topic_name
+        under the topic it was first sent to. Every dead letter passes here. BUSY, ``msg`` left as it is, when
+        that topic does not exist and the broker may create no more topics now (a send to a retry topic then
+        stores the message there: its consumer gets it once more)."""
+        dlq = self.topics.dead_letters_of(group)
+        if isinstance(dlq, Refusal):
+            return dlq
+        topic = dlq.topic_name
         origin = msg.properties.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
         self.stats.to_dlq(origin, group)
         msg.topic = topic
         msg.queue_id = 0
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
         _DEAD_LETTERS.refused(f"group {group}", f"messages of {origin} stored in {topic}")
+        return None
 
     def _again(self, origin: MessageExt, topic: str, reconsume_times: int, origin_msg_id: str) -> MessageExt:
         """A copy of a stored message to store again (a retry or a dead letter): it keeps its body, flags, born
@@ -89,28 +95,36 @@ class RetryService:
         """A consumer gives back the message ``record`` holds (read, and authorized, by the request's parse):
         stored again in the group's retry topic, ``delay_level`` later (0: by how often it was consumed; at most
         the last level), or in its dead-letter topic once it was consumed ``max_times`` times or when
-        ``delay_level`` is negative. A refusal is the adapter's to log (per host: a consumer may repeat one)."""
+        ``delay_level`` is negative. Only the topic it is stored in is created: BUSY, nothing stored, when the
+        broker may create no more topics now. A refusal is the adapter's to log (per host: a consumer may repeat
+        one)."""
         origin = record.msg
         if origin is None:
             return Refusal(Kind.MESSAGE_GONE, f"look message by offset {record.offset} failed: {record.why}")
         refused = self.send_back_refusal(group, record.offset, origin_msg_id, origin)
         if refused is not None:
             return refused
-        msg = self._again(origin, self.topics.retry_of(group).topic_name, origin.reconsume_times + 1,
-                          origin_msg_id or "")
+        msg = self._again(origin, retry_topic(group), origin.reconsume_times + 1, origin_msg_id or "")
         if origin.reconsume_times >= max_reconsume_times(max_times) or delay_level < 0:
-            self.to_dead_letters(msg, group)
+            refused = self.to_dead_letters(msg, group)
         else:
-            level = delay_level if delay_level > 0 else FIRST_RETRY_LEVEL + origin.reconsume_times
-            msg.properties[MessageConst.DELAY_TIME_LEVEL] = str(min(level, self.schedule.max_level))
-            self.schedule.divert(msg)
-        return await self._put(msg, "send back")
+            refused = self._to_retry(msg, group, delay_level or FIRST_RETRY_LEVEL + origin.reconsume_times)
+        return refused or await self._put(msg, "send back")
+
+    def _to_retry(self, msg: MessageExt, group: str, level: int) -> Refusal | None:
+        """``msg`` diverted to wait ``level`` (at most the last level) before it enters the group's retry topic,
+        created when absent (BUSY, ``msg`` left as it is, when the broker may create no more topics now)."""
+        retry = self.topics.retry_of(group)
+        if isinstance(retry, Refusal):
+            return retry
+        msg.properties[MessageConst.DELAY_TIME_LEVEL] = str(min(level, self.schedule.max_level))
+        self.schedule.divert(msg)
+        return None
 
     async def dead_letter(self, group: str, origin: MessageExt, attempts: int) -> Refusal | None:
         """``origin``, delivered ``attempts`` times to ``group`` by pop, to the group's dead-letter topic."""
         msg = self._again(origin, origin.topic, attempts, "")
-        self.to_dead_letters(msg, group)
-        return await self._put(msg, "storing the dead letter")
+        return self.to_dead_letters(msg, group) or await self._put(msg, "storing the dead letter")
 
     async def _put(self, msg: MessageExt, what: str) -> Refusal | None:
         # a retry or dead-letter topic just created, also when the message waits in the schedule topic for it

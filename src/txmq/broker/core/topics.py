@@ -25,9 +25,11 @@ if TYPE_CHECKING:
 
 RETRY_QUEUE_NUMS = 1  # RocketMQ's retryQueueNums (a subscription group's default)
 DLQ_QUEUE_NUMS = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
-# Topics a send may create while the records of others are not durable yet: each, and each send waiting for it,
-# is held in memory; beyond it a send that would create one more is refused BUSY (a client naming ever new topics
-# faster than the disk stores them); a heartbeat then registers no consumer group whose retry topic does not exist yet.
+# Topics the broker may create for clients' requests while the records of others are not durable yet: each, and
+# each request waiting for it, is held in memory (a client naming ever new topics or groups faster than the disk
+# stores them). Every such creation passes ``TopicService.creation_room``: beyond the bound a send, a send-back or a
+# dead letter that would create one more is refused BUSY, and a heartbeat registers no more consumer groups whose
+# retry topic does not exist yet than there is room for.
 MAX_PENDING_CREATIONS = 4096
 
 
@@ -61,8 +63,8 @@ class TopicService:
         if internal is not None:
             return Refusal(Kind.NO_PERMISSION, internal)
         cfg = self.manager.get(topic)
-        if cfg is None and create and len(self.manager.pending) >= MAX_PENDING_CREATIONS:
-            return Refusal(Kind.BUSY, f"{len(self.manager.pending)} topics being created: send again later")
+        if cfg is None and create and not self.creation_room():
+            return self._busy()
         if cfg is None and (create or planned) and not self.config.is_slave:
             nums = self.config.default_topic_queue_nums if queue_nums is None else queue_nums
             if planned:
@@ -77,10 +79,27 @@ class TopicService:
                            f"(autoCreateTopicEnable is {str(self.config.auto_create_topic_enable).lower()})")
         return cfg
 
-    def retry_of(self, group: str) -> TopicConfig:
-        """The group's retry topic, created read-write when absent."""
-        return self.manager.create_if_absent(retry_topic(group), RETRY_QUEUE_NUMS, PermName.READ_WRITE)
+    def creation_room(self) -> int:
+        """How many more topics the broker may create now for clients' requests (``MAX_PENDING_CREATIONS``): the
+        one check of every such creation, as each creation waiting for the disk is held in memory."""
+        return max(0, MAX_PENDING_CREATIONS - len(self.manager.pending))
 
-    def dead_letters_of(self, group: str) -> TopicConfig:
-        """The group's dead-letter topic, created read-write when absent."""
-        return self.manager.create_if_absent(dlq_topic(group), DLQ_QUEUE_NUMS, PermName.READ_WRITE)
+    def retry_of(self, group: str) -> TopicConfig | Refusal:
+        """The group's retry topic, created read-write when absent; BUSY when there is no room to create it."""
+        return self._owned(retry_topic(group), RETRY_QUEUE_NUMS)
+
+    def dead_letters_of(self, group: str) -> TopicConfig | Refusal:
+        """The group's dead-letter topic, created read-write when absent; BUSY when there is no room to create
+        it."""
+        return self._owned(dlq_topic(group), DLQ_QUEUE_NUMS)
+
+    def _owned(self, topic: str, queue_nums: int) -> TopicConfig | Refusal:
+        cfg = self.manager.get(topic)
+        if cfg is not None:
+            return cfg
+        if not self.creation_room():
+            return self._busy()
+        return self.manager.create_if_absent(topic, queue_nums, PermName.READ_WRITE)
+
+    def _busy(self) -> Refusal:
+        return Refusal(Kind.BUSY, f"{len(self.manager.pending)} topics being created: send again later")

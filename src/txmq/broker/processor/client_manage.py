@@ -17,7 +17,6 @@ import orjson
 
 from txmq.acl.model import Action, Needs
 from txmq.broker.client_manager import ClientChannelInfo, ConsumerGroupInfo, SubscriptionData, joined
-from txmq.broker.core import topics
 from txmq.filter import FilterRefused, build_filter
 from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -155,16 +154,11 @@ class ClientManageProcessor:
         broker = self.broker
         manager = broker.topic_config_manager
         remark = None
-        if len(manager.pending) >= topics.MAX_PENDING_CREATIONS:
-            # The bound a send creating a topic meets: a consumer group whose retry topic does not exist yet is not
-            # registered (its client, not listed, heartbeats again); the rest of the heartbeat is, so that the
-            # client's other groups stay alive meanwhile (an expired producer group loses its check-backs).
-            deferred = {info.group for info in consumers
-                        if info.message_model == "CLUSTERING" and manager.get(retry_topic(info.group)) is None}
-            if deferred:
-                consumers = [info for info in consumers if info.group not in deferred]
-                remark = (f"{len(manager.pending)} topics being created: consumer groups "
-                          f"{', '.join(sorted(deferred)[:10])} not registered yet, heartbeat again later")
+        deferred = self._deferred(consumers)
+        if deferred:
+            consumers = [info for info in consumers if info.group not in deferred]
+            remark = (f"{len(manager.pending)} topics being created: consumer groups "
+                      f"{', '.join(sorted(deferred)[:10])} not registered yet, heartbeat again later")
         retry_topics = [retry_topic(info.group) for info in consumers if info.message_model == "CLUSTERING"]
         self._watch(conn)
         chan = ClientChannelInfo(conn, client_id, str(cmd.language), int(cmd.version))
@@ -174,6 +168,16 @@ class ClientManageProcessor:
         ok = RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, remark=remark)
         pending = [topic for topic in retry_topics if topic in manager.pending] if manager.pending else []
         return self._after_register(ok, pending) if created or pending else ok
+
+    def _deferred(self, consumers: list[ConsumerGroupInfo]) -> set[str]:
+        """The new consumer groups (their retry topic does not exist yet) beyond the room the bound on creations
+        leaves (``TopicService.creation_room``), as a send creating a topic meets it: not registered (their
+        client, not listed, heartbeats again); the rest of the heartbeat is, so that the client's other groups stay
+        alive meanwhile (an expired producer group loses its check-backs)."""
+        table = self.broker.topic_config_manager.table
+        new = list(dict.fromkeys(info.group for info in consumers
+                                 if info.message_model == "CLUSTERING" and retry_topic(info.group) not in table))
+        return set(new[self.broker.core.topics.creation_room():])
 
     async def _after_register(self, resp: RemotingCommand, pending: list[str]) -> RemotingCommand:
         """Answer once the new retry topics are durable and the name servers route them: the consumer's first
