@@ -569,6 +569,42 @@ def test_pop_dead_letters_that_would_create_their_topic_beyond_the_bound_are_kep
     asyncio.run(main())
 
 
+def test_a_pop_dead_letter_waiting_for_its_new_topic_is_stored_once_and_the_receive_answered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: a message out of delivery attempts goes to the dead letters, whose topic it creates; while that topic
+    waits for the disk, a second receive of the group does not dead-letter it again (it was stored twice), and a
+    message of the queue acked meanwhile does not fail the first receive (it was answered INTERNAL_SERVER_ERROR)."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (serving(tmp_path, slow, grpc_port) as (broker, addr), RemotingClient() as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
+            assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            assert len((await _grpc_received(stub, "Exhausted", 200))[0]) == 1
+            assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            (kept,), _ = await _grpc_received(stub, "Exhausted", 30_000)
+            broker.core.pop.max_delivery_attempts = 1
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            await asyncio.sleep(0.3)  # the first message's deadline passes
+            first = asyncio.ensure_future(_grpc_received(stub, "Exhausted", 200))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            second = asyncio.ensure_future(_grpc_received(stub, "Exhausted", 200))
+            await asyncio.sleep(0.2)
+            ack = await stub.AckMessage(spb.AckMessageRequest(
+                group=pb.Resource(name="g"), topic=pb.Resource(name="Exhausted"), entries=[spb.AckMessageEntry(
+                    message_id=kept.system_properties.message_id,
+                    receipt_handle=kept.system_properties.receipt_handle)]), timeout=10)
+            assert ack.status.code == pb.Code.OK, ack.status
+            slow.release.set()
+            assert [await first, await second] == [([], [pb.Code.MESSAGE_NOT_FOUND])] * 2
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
+
+    asyncio.run(main())
+
+
 def _operator(code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
     return RemotingCommand.request(code, ext or {}, body=body or b"")
 
