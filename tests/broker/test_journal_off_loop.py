@@ -511,6 +511,27 @@ def test_a_send_to_a_retry_topic_past_its_retries_beyond_the_bound_stays_in_the_
     asyncio.run(main())
 
 
+def test_a_send_to_a_retry_topic_past_its_retries_waiting_for_its_new_dead_letter_topic_is_counted_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer's own send to its retry topic past maxReconsumeTimes creates the dead-letter topic and waits for
+    it to be durable before it is stored there: it is one dead letter (rocketmq_send_to_dlq_messages) however long
+    the wait."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (broker, addr), RemotingClient() as client:
+            assert (await client.invoke(addr, _heartbeat("g"), 10)).code == ResponseCode.SUCCESS
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            sent = asyncio.ensure_future(client.invoke(addr, _send("%RETRY%g", reconsume_times=1), 30))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            slow.release.set()
+            assert (await sent).code == ResponseCode.SUCCESS
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
+            assert broker.stats_manager.dlq == {("%RETRY%g", "g"): 1}
+
+    asyncio.run(main())
+
+
 async def _grpc_received(stub: MessagingServiceStub, topic: str, invisible_ms: int,
                          poll_ms: int = 0) -> tuple[list[pb.Message], list[int]]:
     """A gRPC ReceiveMessage of group g: the messages delivered and the codes of the statuses answered."""
