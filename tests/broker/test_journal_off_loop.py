@@ -398,6 +398,28 @@ def _heartbeat(*groups: str, producer: str = "") -> RemotingCommand:
          "producerDataSet": [{"groupName": producer}] if producer else []}))
 
 
+def test_a_send_that_would_create_nothing_is_answered_topic_not_exist_beyond_the_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With autoCreateTopicEnable off, a send to a topic that does not exist creates nothing: beyond the bound of
+    creations waiting for the disk it is answered TOPIC_NOT_EXIST, as at any other time, not SYSTEM_BUSY (which
+    tells its client to send it again)."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 1)
+
+    async def main() -> None:
+        async with (serving(tmp_path, slow, auto_create_topic_enable=False) as (broker, addr),
+                    RemotingClient() as client):
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = asyncio.ensure_future(client.invoke(addr, _heartbeat("g"), 30))
+            await _until(lambda: "%RETRY%g" in broker.topic_config_manager.pending)
+            refused = await client.invoke(addr, _send("Absent"), 10)
+            assert refused.code == ResponseCode.TOPIC_NOT_EXIST, (refused.code, refused.remark)
+            slow.release.set()
+            assert (await held).code == ResponseCode.SUCCESS
+
+    asyncio.run(main())
+
+
 def test_heartbeats_naming_new_groups_while_creations_wait_beyond_the_bound_register_only_known_groups(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A heartbeat creates its groups' retry topics, as a send creates its topic: beyond the bound of creations
