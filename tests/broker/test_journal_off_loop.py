@@ -648,6 +648,52 @@ def test_a_pop_dead_letter_waiting_for_its_new_topic_is_stored_once_and_the_rece
     asyncio.run(main())
 
 
+async def _invisible_for(stub: MessagingServiceStub, message: pb.Message, handle: str, ms: int) -> str:
+    """Group g's delivery of ``message`` in flight ``ms`` from now (ChangeInvisibleDuration): its new handle."""
+    changed = await stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="g"), topic=pb.Resource(name=message.topic.name), receipt_handle=handle,
+        invisible_duration={"seconds": ms // 1000, "nanos": ms % 1000 * 1_000_000},
+        message_id=message.system_properties.message_id), timeout=10)
+    assert changed.status.code == pb.Code.OK, changed.status
+    return changed.receipt_handle
+
+
+def test_a_pop_dead_letter_whose_new_topic_is_not_stored_is_kept_in_flight_and_the_receive_answered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: a message out of delivery attempts whose dead-letter topic's creation fails (the disk refused its
+    record) stays in flight, and the receive that found it answers the message it delivered before it (it failed
+    INTERNAL_SERVER_ERROR, that delivery's attempt spent unseen); the next receive stores the dead letter."""
+    fsync = FailingFsync(1)
+    fsync.release.set()
+
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (serving(tmp_path, None, grpc_port) as (broker, addr), RemotingClient() as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
+            for _ in range(2):
+                assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            (first, _second), _ = await _grpc_received(stub, "Exhausted", 200)
+            handle = await _invisible_for(stub, first, first.system_properties.receipt_handle, 30_000)
+            await asyncio.sleep(0.3)
+            assert [m.system_properties.delivery_attempt for m in (await _grpc_received(stub, "Exhausted", 200))[0]
+                    ] == [2]  # the second message, the first still in flight
+            await _invisible_for(stub, first, handle, 0)
+            await asyncio.sleep(0.3)
+            broker.core.pop.max_delivery_attempts = 2
+            monkeypatch.setattr(config_journal, "os", SlowOs(fsync))
+            got, codes = await _grpc_received(stub, "Exhausted", 200)
+            assert codes == [pb.Code.OK], codes
+            assert [m.system_properties.message_id for m in got] == [first.system_properties.message_id]
+            assert "%DLQ%g" not in broker.topic_config_manager.table
+            await asyncio.sleep(0.3)
+            assert await _grpc_received(stub, "Exhausted", 200) == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 2
+
+    asyncio.run(main())
+
+
 def _operator(code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
     return RemotingCommand.request(code, ext or {}, body=body or b"")
 

@@ -146,9 +146,14 @@ class RetryService:
         return await self._stored_dead_letter(msg, group, "storing the dead letter")
 
     async def _put(self, msg: MessageExt, what: str) -> Refusal | None:
-        # a retry or dead-letter topic just created, also when the message waits in the schedule topic for it
-        delayed = msg.topic == RMQ_SYS_SCHEDULE_TOPIC
-        await self.topics.manager.durable(msg.properties[MessageConst.REAL_TOPIC] if delayed else msg.topic)
+        """``msg`` stored once its topic is durable (a retry or dead-letter topic just created, also when the
+        message waits in the schedule topic for it); STORE_FAILED when that creation failed (undone), as when the
+        store refuses: a pop's dead letter then stays in flight instead of failing the whole receive."""
+        topic = msg.properties[MessageConst.REAL_TOPIC] if msg.topic == RMQ_SYS_SCHEDULE_TOPIC else msg.topic
+        try:
+            await self.topics.manager.durable(topic)
+        except OSError as exc:
+            return Refusal(Kind.STORE_FAILED, f"{what} failed: topic {topic} not stored: {exc}")
         result = await self.store.put_message(msg)
         if not result.stored:
             return Refusal(Kind.STORE_FAILED, f"{what} failed: {result.status.name} {result.remark}".rstrip())
