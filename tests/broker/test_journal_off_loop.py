@@ -648,6 +648,38 @@ def test_a_pop_dead_letter_waiting_for_its_new_topic_is_stored_once_and_the_rece
     asyncio.run(main())
 
 
+def test_messages_a_receive_delivers_after_waiting_for_a_dead_letter_s_new_topic_stay_invisible_their_duration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: a receive that waited for the disk (a dead letter's new topic) counts the invisible duration of what it
+    delivers from its answer, not from before the wait: a message it delivered was visible again at once, and the
+    next receive delivered it a second time while the first consumer held it."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (serving(tmp_path, slow, grpc_port) as (broker, addr), RemotingClient() as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
+            assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            for attempt in (1, 2):
+                assert [m.system_properties.delivery_attempt
+                        for m in (await _grpc_received(stub, "Exhausted", 200))[0]] == [attempt]
+                await asyncio.sleep(0.3)  # its deadline passes
+            assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            broker.core.pop.max_delivery_attempts = 2
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            received = asyncio.ensure_future(_grpc_received(stub, "Exhausted", 1000))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            await asyncio.sleep(1.2)  # longer than the invisible duration
+            slow.release.set()
+            got, _ = await received
+            assert [m.system_properties.delivery_attempt for m in got] == [1]
+            assert await _grpc_received(stub, "Exhausted", 1000) == ([], [pb.Code.MESSAGE_NOT_FOUND])
+
+    asyncio.run(main())
+
+
 async def _invisible_for(stub: MessagingServiceStub, message: pb.Message, handle: str, ms: int) -> str:
     """Group g's delivery of ``message`` in flight ``ms`` from now (ChangeInvisibleDuration): its new handle."""
     changed = await stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(

@@ -207,7 +207,20 @@ class PopService:
                 self._read_new(group, topic, q, st, now, batch - len(out), invisible_ms, filt, out)
             if len(out) >= batch:
                 break
+        self._invisible_from_now(group, out, invisible_ms)
         return out, earliest
+
+    def _invisible_from_now(self, group: str, out: list[Delivery], invisible_ms: int) -> None:
+        """The deliveries' deadlines counted from the answer: the receive may have waited for the disk (a dead
+        letter's store) since it took them, and a message visible again at once would go to another consumer
+        while this one holds it. One delivered again meanwhile (its token changed) is left as it is."""
+        deadline = _now_ms() + invisible_ms
+        for d in out:
+            h = d.handle
+            st = self.states.get((group, h.topic, h.queue_id))
+            e = st.inflight.get(h.queue_offset) if st is not None else None
+            if e is not None and e.token == h.token:
+                e.deadline_ms = deadline
 
     async def _redeliver(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int,
                          invisible_ms: int, out: list[Delivery]) -> int | None:
