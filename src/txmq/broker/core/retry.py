@@ -49,7 +49,7 @@ class RetryService:
     def to_dead_letters(self, msg: MessageExt, group: str) -> Refusal | None:
         """The send path's dead letter (a send to a retry topic past its retries): ``msg`` rewritten as
         ``_rewritten_dead_letter`` says, and counted unless its topic waits for the disk: the send is then taken
-        again whole once the topic is durable, and rewritten and counted again (counted now, it was counted
+        again whole once the topic is durable, rewritten and counted then (counted now as well, it would count
         twice)."""
         refused = self._rewritten_dead_letter(msg, group)
         if refused is None and msg.topic not in self.topics.manager.pending:
