@@ -398,6 +398,28 @@ def _heartbeat(*groups: str, producer: str = "") -> RemotingCommand:
          "producerDataSet": [{"groupName": producer}] if producer else []}))
 
 
+def test_a_send_that_would_create_nothing_is_answered_topic_not_exist_beyond_the_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With autoCreateTopicEnable off, a send to a topic that does not exist creates nothing: beyond the bound of
+    creations waiting for the disk it is answered TOPIC_NOT_EXIST, as at any other time, not SYSTEM_BUSY (which
+    tells its client to send it again)."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 1)
+
+    async def main() -> None:
+        async with (serving(tmp_path, slow, auto_create_topic_enable=False) as (broker, addr),
+                    RemotingClient() as client):
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = asyncio.ensure_future(client.invoke(addr, _heartbeat("g"), 30))
+            await _until(lambda: "%RETRY%g" in broker.topic_config_manager.pending)
+            refused = await client.invoke(addr, _send("Absent"), 10)
+            assert refused.code == ResponseCode.TOPIC_NOT_EXIST, (refused.code, refused.remark)
+            slow.release.set()
+            assert (await held).code == ResponseCode.SUCCESS
+
+    asyncio.run(main())
+
+
 def test_heartbeats_naming_new_groups_while_creations_wait_beyond_the_bound_register_only_known_groups(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A heartbeat creates its groups' retry topics, as a send creates its topic: beyond the bound of creations
@@ -511,6 +533,27 @@ def test_a_send_to_a_retry_topic_past_its_retries_beyond_the_bound_stays_in_the_
     asyncio.run(main())
 
 
+def test_a_send_to_a_retry_topic_past_its_retries_waiting_for_its_new_dead_letter_topic_is_counted_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer's own send to its retry topic past maxReconsumeTimes creates the dead-letter topic and waits for
+    it to be durable before it is stored there: it is one dead letter (rocketmq_send_to_dlq_messages) however long
+    the wait."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (broker, addr), RemotingClient() as client:
+            assert (await client.invoke(addr, _heartbeat("g"), 10)).code == ResponseCode.SUCCESS
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            sent = asyncio.ensure_future(client.invoke(addr, _send("%RETRY%g", reconsume_times=1), 30))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            slow.release.set()
+            assert (await sent).code == ResponseCode.SUCCESS
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
+            assert broker.stats_manager.dlq == {("%RETRY%g", "g"): 1}
+
+    asyncio.run(main())
+
+
 async def _grpc_received(stub: MessagingServiceStub, topic: str, invisible_ms: int,
                          poll_ms: int = 0) -> tuple[list[pb.Message], list[int]]:
     """A gRPC ReceiveMessage of group g: the messages delivered and the codes of the statuses answered."""
@@ -565,6 +608,120 @@ def test_pop_dead_letters_that_would_create_their_topic_beyond_the_bound_are_kep
             got, _ = await _grpc_received(stub, "Exhausted", 200, poll_ms=500)
             assert got == []
             await _until(lambda: broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 2)
+
+    asyncio.run(main())
+
+
+def test_a_pop_dead_letter_waiting_for_its_new_topic_is_stored_once_and_the_receive_answered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: a message out of delivery attempts goes to the dead letters, whose topic it creates; while that topic
+    waits for the disk, a second receive of the group does not dead-letter it again (it was stored twice), and a
+    message of the queue acked meanwhile does not fail the first receive (it was answered INTERNAL_SERVER_ERROR)."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (serving(tmp_path, slow, grpc_port) as (broker, addr), RemotingClient() as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
+            assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            assert len((await _grpc_received(stub, "Exhausted", 200))[0]) == 1
+            assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            (kept,), _ = await _grpc_received(stub, "Exhausted", 30_000)
+            broker.core.pop.max_delivery_attempts = 1
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            await asyncio.sleep(0.3)  # the first message's deadline passes
+            first = asyncio.ensure_future(_grpc_received(stub, "Exhausted", 200))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            second = asyncio.ensure_future(_grpc_received(stub, "Exhausted", 200))
+            await asyncio.sleep(0.2)
+            ack = await stub.AckMessage(spb.AckMessageRequest(
+                group=pb.Resource(name="g"), topic=pb.Resource(name="Exhausted"), entries=[spb.AckMessageEntry(
+                    message_id=kept.system_properties.message_id,
+                    receipt_handle=kept.system_properties.receipt_handle)]), timeout=10)
+            assert ack.status.code == pb.Code.OK, ack.status
+            slow.release.set()
+            assert [await first, await second] == [([], [pb.Code.MESSAGE_NOT_FOUND])] * 2
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
+
+    asyncio.run(main())
+
+
+def test_messages_a_receive_delivers_after_waiting_for_a_dead_letter_s_new_topic_stay_invisible_their_duration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: a receive that waited for the disk (a dead letter's new topic) counts the invisible duration of what it
+    delivers from its answer, not from before the wait: a message it delivered was visible again at once, and the
+    next receive delivered it a second time while the first consumer held it."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (serving(tmp_path, slow, grpc_port) as (broker, addr), RemotingClient() as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
+            assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            for attempt in (1, 2):
+                assert [m.system_properties.delivery_attempt
+                        for m in (await _grpc_received(stub, "Exhausted", 200))[0]] == [attempt]
+                await asyncio.sleep(0.3)  # its deadline passes
+            assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            broker.core.pop.max_delivery_attempts = 2
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            received = asyncio.ensure_future(_grpc_received(stub, "Exhausted", 1000))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            await asyncio.sleep(1.2)  # longer than the invisible duration
+            slow.release.set()
+            got, _ = await received
+            assert [m.system_properties.delivery_attempt for m in got] == [1]
+            assert await _grpc_received(stub, "Exhausted", 1000) == ([], [pb.Code.MESSAGE_NOT_FOUND])
+
+    asyncio.run(main())
+
+
+async def _invisible_for(stub: MessagingServiceStub, message: pb.Message, handle: str, ms: int) -> str:
+    """Group g's delivery of ``message`` in flight ``ms`` from now (ChangeInvisibleDuration): its new handle."""
+    changed = await stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="g"), topic=pb.Resource(name=message.topic.name), receipt_handle=handle,
+        invisible_duration={"seconds": ms // 1000, "nanos": ms % 1000 * 1_000_000},
+        message_id=message.system_properties.message_id), timeout=10)
+    assert changed.status.code == pb.Code.OK, changed.status
+    return changed.receipt_handle
+
+
+def test_a_pop_dead_letter_whose_new_topic_is_not_stored_is_kept_in_flight_and_the_receive_answered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: a message out of delivery attempts whose dead-letter topic's creation fails (the disk refused its
+    record) stays in flight, and the receive that found it answers the message it delivered before it (it failed
+    INTERNAL_SERVER_ERROR, that delivery's attempt spent unseen); the next receive stores the dead letter."""
+    fsync = FailingFsync(1)
+    fsync.release.set()
+
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (serving(tmp_path, None, grpc_port) as (broker, addr), RemotingClient() as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
+            for _ in range(2):
+                assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            (first, _second), _ = await _grpc_received(stub, "Exhausted", 200)
+            handle = await _invisible_for(stub, first, first.system_properties.receipt_handle, 30_000)
+            await asyncio.sleep(0.3)
+            assert [m.system_properties.delivery_attempt for m in (await _grpc_received(stub, "Exhausted", 200))[0]
+                    ] == [2]  # the second message, the first still in flight
+            await _invisible_for(stub, first, handle, 0)
+            await asyncio.sleep(0.3)
+            broker.core.pop.max_delivery_attempts = 2
+            monkeypatch.setattr(config_journal, "os", SlowOs(fsync))
+            got, codes = await _grpc_received(stub, "Exhausted", 200)
+            assert codes == [pb.Code.OK], codes
+            assert [m.system_properties.message_id for m in got] == [first.system_properties.message_id]
+            assert "%DLQ%g" not in broker.topic_config_manager.table
+            await asyncio.sleep(0.3)
+            assert await _grpc_received(stub, "Exhausted", 200) == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 2
 
     asyncio.run(main())
 

@@ -207,13 +207,28 @@ class PopService:
                 self._read_new(group, topic, q, st, now, batch - len(out), invisible_ms, filt, out)
             if len(out) >= batch:
                 break
+        self._invisible_from_now(group, out, invisible_ms)
         return out, earliest
+
+    def _invisible_from_now(self, group: str, out: list[Delivery], invisible_ms: int) -> None:
+        """The deliveries' deadlines counted from the answer: the receive may have waited for the disk (a dead
+        letter's store) since it took them, and a message visible again at once would go to another consumer
+        while this one holds it. One delivered again meanwhile (its token changed) is left as it is."""
+        deadline = _now_ms() + invisible_ms
+        for d in out:
+            h = d.handle
+            st = self.states.get((group, h.topic, h.queue_id))
+            e = st.inflight.get(h.queue_offset) if st is not None else None
+            if e is not None and e.token == h.token:
+                e.deadline_ms = deadline
 
     async def _redeliver(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int,
                          invisible_ms: int, out: list[Delivery]) -> int | None:
         earliest: int | None = None
         for offset in sorted(st.inflight):
-            e = st.inflight[offset]
+            e = st.inflight.get(offset)
+            if e is None:  # acked while this receive waited for a dead letter's store
+                continue
             if e.deadline_ms > now:
                 earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
                 continue
@@ -226,16 +241,8 @@ class PopService:
                 self._ack_offset(group, topic, q, st, offset)
                 continue
             if e.attempts >= self.max_delivery_attempts:
-                refused = await self.retries.dead_letter(group, msg, e.attempts)
-                if refused is None:
-                    self._ack_offset(group, topic, q, st, offset)
-                    continue
-                # Not stored (no room to create the dead-letter topic, the store refused): the message stays in
-                # flight, not delivered again, and goes to the dead letters once another invisible duration passed;
-                # the rest of the receive goes on.
-                _DEAD_LETTERS_REFUSED.refused(f"group {group}", refused.message)
-                e.deadline_ms = now + invisible_ms
-                earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
+                if not await self._dead_letter_due(group, (topic, q, offset), st, e, msg, now + invisible_ms):
+                    earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
                 continue
             e.attempts += 1
             e.token = next(_tokens)
@@ -244,6 +251,23 @@ class PopService:
                                 invisible_ms))
             room -= 1
         return earliest
+
+    async def _dead_letter_due(self, group: str, where: tuple[str, int, int], st: QueueState, e: Inflight,
+                               msg: MessageExt, retry_ms: int) -> bool:
+        """``msg``, out of delivery attempts, to the group's dead letters; True once stored. It is in flight until
+        ``retry_ms`` from the start: while its store waits (for the disk, for its topic's creation) another
+        receive leaves it alone instead of storing it again. Not stored (no room to create the dead-letter topic,
+        the store refused), it stays in flight, not delivered again, and goes to the dead letters once that
+        deadline passed; the rest of the receive goes on."""
+        e.deadline_ms = retry_ms
+        topic, q, offset = where
+        refused = await self.retries.dead_letter(group, msg, e.attempts)
+        if refused is not None:
+            _DEAD_LETTERS_REFUSED.refused(f"group {group}", refused.message)
+            return False
+        if self.states.get((group, topic, q)) is st and st.inflight.get(offset) is e:  # not acked or reset since
+            self._ack_offset(group, topic, q, st, offset)
+        return True
 
     def _read_new(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int, invisible_ms: int,
                   filt: MessageFilter, out: list[Delivery]) -> None:

@@ -47,21 +47,41 @@ class RetryService:
         self.store_host = store_host
 
     def to_dead_letters(self, msg: MessageExt, group: str) -> Refusal | None:
-        """Rewrite ``msg`` in place to be stored in ``group``'s dead-letter topic (created read-write), counted
-        under the topic it was first sent to. Every dead letter passes here. BUSY, ``msg`` left as it is, when
-        that topic does not exist and the broker may create no more topics now (a send to a retry topic then
-        stores the message there: its consumer gets it once more)."""
+        """The send path's dead letter (a send to a retry topic past its retries): ``msg`` rewritten as
+        ``_rewritten_dead_letter`` says, and counted unless its topic waits for the disk: the send is then taken
+        again whole once the topic is durable, rewritten and counted then (counted now as well, it would count
+        twice)."""
+        refused = self._rewritten_dead_letter(msg, group)
+        if refused is None and msg.topic not in self.topics.manager.pending:
+            self._counted_dead_letter(msg, group)
+        return refused
+
+    def _rewritten_dead_letter(self, msg: MessageExt, group: str) -> Refusal | None:
+        """Rewrite ``msg`` in place to be stored in ``group``'s dead-letter topic (created read-write). Every dead
+        letter passes here. BUSY, ``msg`` left as it is, when that topic does not exist and the broker may create
+        no more topics now (a send to a retry topic then stores the message there: its consumer gets it once
+        more)."""
         dlq = self.topics.dead_letters_of(group)
         if isinstance(dlq, Refusal):
             return dlq
-        topic = dlq.topic_name
-        origin = msg.properties.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
-        self.stats.to_dlq(origin, group)
-        msg.topic = topic
+        msg.properties.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
+        msg.topic = dlq.topic_name
         msg.queue_id = 0
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
-        _DEAD_LETTERS.refused(f"group {group}", f"messages of {origin} stored in {topic}")
         return None
+
+    def _counted_dead_letter(self, msg: MessageExt, group: str) -> None:
+        """A dead letter of ``group`` counted under the topic it was first sent to."""
+        origin = msg.properties[MessageConst.RETRY_TOPIC]
+        self.stats.to_dlq(origin, group)
+        _DEAD_LETTERS.refused(f"group {group}", f"messages of {origin} stored in {msg.topic}")
+
+    async def _stored_dead_letter(self, msg: MessageExt, group: str, what: str) -> Refusal | None:
+        """``msg`` stored in ``group``'s dead letters (``_rewritten_dead_letter``), counted once it is stored."""
+        refused = self._rewritten_dead_letter(msg, group) or await self._put(msg, what)
+        if refused is None:
+            self._counted_dead_letter(msg, group)
+        return refused
 
     def _again(self, origin: MessageExt, topic: str, reconsume_times: int, origin_msg_id: str) -> MessageExt:
         """A copy of a stored message to store again (a retry or a dead letter): it keeps its body, flags, born
@@ -106,10 +126,9 @@ class RetryService:
             return refused
         msg = self._again(origin, retry_topic(group), origin.reconsume_times + 1, origin_msg_id or "")
         if origin.reconsume_times >= max_reconsume_times(max_times) or delay_level < 0:
-            refused = self.to_dead_letters(msg, group)
-        else:
-            refused = self._to_retry(msg, group, delay_level or FIRST_RETRY_LEVEL + origin.reconsume_times)
-        return refused or await self._put(msg, "send back")
+            return await self._stored_dead_letter(msg, group, "send back")
+        return (self._to_retry(msg, group, delay_level or FIRST_RETRY_LEVEL + origin.reconsume_times)
+                or await self._put(msg, "send back"))
 
     def _to_retry(self, msg: MessageExt, group: str, level: int) -> Refusal | None:
         """``msg`` diverted to wait ``level`` (at most the last level) before it enters the group's retry topic,
@@ -124,12 +143,17 @@ class RetryService:
     async def dead_letter(self, group: str, origin: MessageExt, attempts: int) -> Refusal | None:
         """``origin``, delivered ``attempts`` times to ``group`` by pop, to the group's dead-letter topic."""
         msg = self._again(origin, origin.topic, attempts, "")
-        return self.to_dead_letters(msg, group) or await self._put(msg, "storing the dead letter")
+        return await self._stored_dead_letter(msg, group, "storing the dead letter")
 
     async def _put(self, msg: MessageExt, what: str) -> Refusal | None:
-        # a retry or dead-letter topic just created, also when the message waits in the schedule topic for it
-        delayed = msg.topic == RMQ_SYS_SCHEDULE_TOPIC
-        await self.topics.manager.durable(msg.properties[MessageConst.REAL_TOPIC] if delayed else msg.topic)
+        """``msg`` stored once its topic is durable (a retry or dead-letter topic just created, also when the
+        message waits in the schedule topic for it); STORE_FAILED when that creation failed (undone), as when the
+        store refuses: a pop's dead letter then stays in flight instead of failing the whole receive."""
+        topic = msg.properties[MessageConst.REAL_TOPIC] if msg.topic == RMQ_SYS_SCHEDULE_TOPIC else msg.topic
+        try:
+            await self.topics.manager.durable(topic)
+        except OSError as exc:
+            return Refusal(Kind.STORE_FAILED, f"{what} failed: topic {topic} not stored: {exc}")
         result = await self.store.put_message(msg)
         if not result.stored:
             return Refusal(Kind.STORE_FAILED, f"{what} failed: {result.status.name} {result.remark}".rstrip())

@@ -62,18 +62,20 @@ class TopicService:
         internal = internal_refusal(topic)
         if internal is not None:
             return Refusal(Kind.NO_PERMISSION, internal)
-        cfg = self.manager.get(topic)
-        if cfg is None and create and not self.creation_room():
-            return self._busy()
+        cfg: TopicConfig | Refusal | None = self.manager.get(topic)
         if cfg is None and (create or planned) and not self.config.is_slave:
             nums = self.config.default_topic_queue_nums if queue_nums is None else queue_nums
             if planned:
                 if self.config.auto_create_topic_enable:
                     cfg = self.manager.inherited(topic, default_topic, nums)
             elif topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                cfg = self.manager.create_if_absent(topic, RETRY_QUEUE_NUMS)
-            elif self.config.auto_create_topic_enable:
-                cfg = self.manager.create_in_send(topic, default_topic, nums)
+                cfg = self._owned(topic, RETRY_QUEUE_NUMS)
+            elif self.config.auto_create_topic_enable \
+                    and self.manager.inherited(topic, default_topic, nums) is not None:
+                # BUSY only for a send that would create the topic: one that would not is TOPIC_NOT_EXIST
+                cfg = self.manager.create_in_send(topic, default_topic, nums) if self.creation_room() else self._busy()
+        if isinstance(cfg, Refusal):
+            return cfg
         if cfg is None:
             return Refusal(Kind.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! "
                            f"(autoCreateTopicEnable is {str(self.config.auto_create_topic_enable).lower()})")
