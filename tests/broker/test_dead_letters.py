@@ -15,7 +15,11 @@ from txmq.broker.core.retry import RetryService
 from txmq.broker.core.topics import TopicService
 from txmq.broker.stats import BrokerStats
 from txmq.broker.topic_config_manager import TopicConfigManager
-from txmq.message import MessageConst, MessageExt
+from txmq.message import Message, MessageConst, MessageExt, encode_batch
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
+from txmq.remoting.request_headers import SendMessageRequestHeader
+from txmq.remoting.transport import RemotingClient
 from txmq.topic import PermName
 
 
@@ -44,3 +48,28 @@ def test_dead_letters_are_counted_each_and_logged_once_per_group(tmp_path: Path,
     lines = [r.getMessage() for r in caplog.records if "dead" in r.getMessage()]
     assert len(lines) == 1, lines
     assert "orders" in lines[0] and "g" in lines[0]
+
+
+def test_a_batch_to_a_retry_topic_is_refused_and_stores_nothing(tmp_path: Path) -> None:
+    """The send path sends a message past its retries to the dead letters one message at a time
+    (``SendService.route_retry``); a batch would skip that, so a batch to a ``%RETRY%`` topic is refused, as
+    RocketMQ refuses it ("batch request does not support retry group"), before its topic is created."""
+    from tests.broker.test_journal_off_loop import serving
+
+    topic = "%RETRY%g"
+    header = SendMessageRequestHeader(producer_group="p", topic=topic, default_topic="TBW102",
+                                      default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
+                                      properties="", reconsume_times=5, max_reconsume_times=1, batch=True)
+    body = encode_batch([Message(topic, b"a"), Message(topic, b"b")])
+
+    async def main() -> None:
+        async with serving(tmp_path) as (broker, addr), RemotingClient() as client:
+            reply = await client.invoke(addr, RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE,
+                                                                      header.to_v2_ext(), body=body), 10)
+            assert reply.code == ResponseCode.MESSAGE_ILLEGAL, reply.remark
+            assert "batch" in (reply.remark or "") and topic in (reply.remark or "")
+            assert topic not in broker.topic_config_manager.table
+            assert "%DLQ%g" not in broker.topic_config_manager.table
+            assert broker.store.commit_log.max_offset == 0
+
+    asyncio.run(main())

@@ -171,6 +171,8 @@ class SendService:
                 return Refusal(Kind.ILLEGAL_TOPIC, str(exc))
         if topic in NOT_ALLOWED_SEND_TOPICS:
             return Refusal(Kind.NO_PERMISSION, f"topic {topic} is a system topic; sending to it is forbidden")
+        if batch and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # route_retry judges one message, as RocketMQ's
+            return Refusal(Kind.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
         limit = config.store.max_message_size
         if size > limit:
             return Refusal(Kind.BODY_TOO_LARGE, f"the message body size over max value, MAX: {limit} (maxMessageSize; "
