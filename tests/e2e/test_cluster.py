@@ -287,6 +287,30 @@ def test_orderly_batch_consumed_again_without_its_dead_letters_in_order_and_comm
         assert puller.fetch_consume_offset(mq) == 4
 
 
+def test_orderly_consumer_counts_the_retries_a_message_had_before_it_came_through_the_retry_topic(cluster):
+    """A message of the group's retry topic (failed by a concurrent member before) carries its retries so far: an
+    orderly consumer judges it by them, as RocketMQ's ``checkReconsumeTimes`` reads the message's own count; its
+    count started again at 0, the listener saw 3, 1, 2, 3 and the message got ``max_reconsume_times`` more."""
+    cluster.start_broker("broker-a", FAST_RETRY)
+    with Producer("p_ord_retried", cluster.namesrv_addr) as producer:
+        producer.send(Message("ord_retried_t", b"poison"))
+    before = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER)
+    consumer = push_consumer(cluster.namesrv_addr, "g_ord_retried", "ord_retried_t", before)
+    try:  # the third failure sends it back to the retry topic with 3 retries
+        assert wait_until(lambda: [d.reconsume_times for d in before.deliveries] == [0, 1, 2], 20), before.deliveries
+    finally:
+        consumer.shutdown()
+    after = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER)
+    consumer = push_consumer(cluster.namesrv_addr, "g_ord_retried", "ord_retried_t", after, orderly=True,
+                             max_reconsume_times=3, suspend_s=0.3)
+    try:
+        assert wait_until(lambda: _dead_letters(cluster, "g_ord_retried") == 1, 20)
+        assert not after.wait_for(2, 1.0)
+    finally:
+        consumer.shutdown()
+    assert [d.reconsume_times for d in after.deliveries] == [3]  # out of retries: to the dead letters at once
+
+
 def _consume_exactly(cluster, group: str, topic: str, n: int, timeout: float = 20.0) -> Recorder:
     rec = Recorder()
     consumer = push_consumer(cluster.namesrv_addr, group, topic, rec)

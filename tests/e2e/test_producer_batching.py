@@ -3,7 +3,11 @@ result, and that result names exactly where the message was stored."""
 
 import threading
 
+import pytest
+
+from tests.e2e.helpers import wait_until
 from txmq import Admin, Message, Producer, PullConsumer, SendStatus
+from txmq.client.producer import SendFuture
 from txmq.errors import ClientError
 
 
@@ -104,3 +108,37 @@ def test_shutdown_settles_every_async_send_still_unanswered(cluster):
         except ClientError as exc:  # a TimeoutError (the future still pending) is not
             outcomes.append(exc)
     assert len(outcomes) == 50
+
+
+@pytest.mark.parametrize("to_queue", [False, True], ids=["coalesced", "to-a-queue"])
+def test_async_sends_from_another_thread_racing_shutdown_all_end(cluster, to_queue: bool):
+    """A thread that keeps calling ``send_async`` while another shuts the producer down: each of its sends ends
+    (with its result or a ``ClientError``) and the thread is refused once the producer stopped, however the sends
+    fell around the loop's last turns. A send scheduled in the loop's last turn was never taken: every later one
+    queued behind it until the window was full, and the sending thread waited for room forever."""
+    cluster.start_broker()
+    producer = Producer("p_stop_race", cluster.namesrv_addr).start()
+    queue = producer.send(Message("StopRace", b"warm-up")).message_queue if to_queue else None
+    futures: list[SendFuture] = []
+    refused: list[BaseException] = []
+    answered = threading.Event()
+
+    def keep_sending() -> None:
+        while True:
+            try:
+                fut = producer.send_async(Message("StopRace", b"x"), queue)
+            except BaseException as exc:  # whatever ended the thread is looked at below
+                refused.append(exc)
+                return
+            fut.add_done_callback(lambda _f: answered.set())
+            futures.append(fut)
+
+    sender = threading.Thread(target=keep_sending, daemon=True)
+    sender.start()
+    assert answered.wait(10)  # sends are going through: shut down in their midst
+    producer.shutdown()
+    sender.join(10)
+    assert not sender.is_alive(), "the sending thread waits in send_async for good"
+    assert len(refused) == 1 and isinstance(refused[0], ClientError), refused
+    assert wait_until(lambda: all(f.done() for f in futures), 5), sum(not f.done() for f in futures)
+    assert all(isinstance(f.exception(), ClientError) for f in futures if f.exception() is not None)

@@ -763,10 +763,11 @@ class PushConsumer(ClientBase):
         taken again after the lock lapsed may hold messages with different pasts. One with retries left is counted
         one more; one out of them is yielded for the dead letters, once (taken, it leaves the queue). The messages
         left to consume again are returned: those with retries left, and those the dead letters refused (tried
-        again after the pause, so that none is lost)."""
+        again after the pause, so that none is lost). A message's count starts at the retries it came with (one of
+        the retry topic was failed before)."""
         left: list[MessageExt] = []
         for m in batch:
-            tries = pq.local_retries.get(m.queue_offset, 0)
+            tries = pq.local_retries.get(m.queue_offset, m.reconsume_times)
             if tries < self.max_reconsume_times:
                 pq.local_retries[m.queue_offset] = tries + 1
                 m.reconsume_times = tries + 1

@@ -242,8 +242,8 @@ class Producer(ClientBase):
     def send_async(self, msg: Message, queue: MessageQueue | None = None) -> SendFuture:
         """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered (called on the client's
         own loop thread, from a send's callback, it cannot wait: it raises ``ClientError`` then). ``queue``: that
-        queue, without retry on another (and without batching). A send still unanswered at ``shutdown()`` ends
-        with ``ClientError``."""
+        queue, without retry on another (and without batching). A send still unanswered at ``shutdown()``, or
+        made while it runs, ends with ``ClientError``."""
         runtime, fut = self._window_slot()
         if queue is not None or self.batch_max_messages <= 1 or msg.delay_time_level:
             runtime.post(self._send(msg, queue=queue)).add_done_callback(functools.partial(_settle_from, fut))
@@ -252,7 +252,10 @@ class Producer(ClientBase):
             if not self._outbox_scheduled:
                 # _drain_outbox clears the flag before it takes items (the same trick as ClientRuntime.post).
                 self._outbox_scheduled = True
-                runtime.call_soon(self._drain_outbox)
+                try:
+                    runtime.call_soon(self._drain_outbox)
+                except ClientError as exc:  # shut down meanwhile
+                    self._fail_outbox(exc)
         return fut
 
     def _window_slot(self) -> tuple[ClientRuntime, SendFuture]:
@@ -320,6 +323,22 @@ class Producer(ClientBase):
         runtime.post(self._send(msgs[0], batch=list(msgs), batch_properties=props, queue=queue)).add_done_callback(
             functools.partial(_settle_from, fut))
         return fut
+
+    def _close_runtime(self) -> None:
+        super()._close_runtime()
+        self._fail_outbox(ClientError("producer is shut down"))
+
+    def _fail_outbox(self, exc: ClientError) -> None:
+        """End the queued async sends no loop will take (the drain scheduled for them was left behind by the loop's
+        last turn, or refused). The flag is cleared first, as in ``ClientRuntime._fail_posted``: a send queued
+        meanwhile is taken here or schedules a drain of its own, which is refused, and ends it."""
+        self._outbox_scheduled = False
+        while True:
+            try:
+                _, fut = self._outbox.popleft()  # another thread may be emptying it too
+            except IndexError:
+                return
+            fut.set_exception(exc)
 
     # --- the send path (on the loop) ------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ class ClientRuntime:
         self._posted: collections.deque[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = \
             collections.deque()
         self._drain_scheduled = False
+        self._closing = False  # close() began: nothing scheduled from now on is sure to run
         self._tasks: set[asyncio.Task[Any]] = set()  # (borrowed) started by post() and spawn(): what aclose() cancels
         self.borrowed = borrow
         if borrow:
@@ -66,11 +67,18 @@ class ClientRuntime:
 
     def call_soon(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` on the loop soon, from any thread: from the loop's own thread without waking it through
-        its self-pipe (a write, and a read on the loop, per call), which only another thread needs."""
-        if self.on_loop_thread():
-            self.loop.call_soon(callback)
-        else:
-            self.loop.call_soon_threadsafe(callback)
+        its self-pipe (a write, and a read on the loop, per call), which only another thread needs. Raises
+        ``ClientError`` once ``close()`` began, when the callback might never run (the loop's last turn left
+        behind): the caller ends its work itself."""
+        if self._closing:
+            raise ClientError("client is shut down")
+        try:
+            if self.on_loop_thread():
+                self.loop.call_soon(callback)
+            else:
+                self.loop.call_soon_threadsafe(callback)
+        except RuntimeError:  # the loop is closed
+            raise ClientError("client is shut down") from None
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -96,9 +104,8 @@ class ClientRuntime:
             self._drain_scheduled = True
             try:
                 self.call_soon(self._drain)
-            except RuntimeError:  # the loop is closed
-                self._drain_scheduled = False
-                self._fail_posted(ClientError("client is shut down"))
+            except ClientError as exc:
+                self._fail_posted(exc)
         return fut
 
     def _drain(self) -> None:
@@ -119,8 +126,14 @@ class ClientRuntime:
             self.loop.call_soon_threadsafe(task.cancel)
 
     def _fail_posted(self, exc: BaseException) -> None:
-        while self._posted:
-            coro, fut = self._posted.popleft()
+        """End every posted call not started. The flag is cleared first: a post made meanwhile either is taken
+        here or, finding it clear, schedules a drain, which the closed loop refuses, and ends its own."""
+        self._drain_scheduled = False
+        while True:
+            try:
+                coro, fut = self._posted.popleft()  # another thread may be emptying it too
+            except IndexError:
+                return
             coro.close()
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(exc)
@@ -131,6 +144,7 @@ class ClientRuntime:
             raise ClientError("a client on a borrowed loop is closed by awaiting aclose() on that loop")
         if not self.loop.is_running():
             return
+        self._closing = True
 
         async def _drain() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -141,8 +155,22 @@ class ClientRuntime:
         asyncio.run_coroutine_threadsafe(_drain(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            self._cancel_stragglers()
         self.loop.close()
         self._fail_posted(ClientError("client is shut down"))
+
+    def _cancel_stragglers(self) -> None:
+        """Cancel the tasks started after ``_drain`` took its list (by callbacks scheduled before ``_closing`` was
+        seen, run in the loop's last turns), on this thread now that the loop's own has ended: a task the closed
+        loop dropped would never end the future of the call it runs."""
+        for _ in range(3):  # bounded: a task that swallows its cancellation must not hold the shutdown for ever
+            tasks = asyncio.all_tasks(self.loop)
+            if not tasks:
+                return
+            for task in tasks:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
     async def aclose(self) -> None:
         """End a client on a borrowed loop: cancel the tasks it started and wait for them (the loop goes on: it is
