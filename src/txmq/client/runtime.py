@@ -170,7 +170,7 @@ class ClientRuntime:
                 return
             for task in tasks:
                 task.cancel()
-            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            self.loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
 
     async def aclose(self) -> None:
         """End a client on a borrowed loop: cancel the tasks it started and wait for them (the loop goes on: it is
