@@ -297,3 +297,33 @@ def test_consumer_keeps_its_queues_while_the_broker_restarts(cluster):
         assert rec.ids() == {i: 1 for i in first | second}
     finally:
         consumer.shutdown()
+
+
+def test_offsets_are_committed_again_after_a_persist_pass_fails(cluster, monkeypatch):
+    """A pass of the periodic offset commit that raises (reading a queue's consumed offset while a consume thread
+    takes messages off it could: "dictionary changed size during iteration") is logged and the next pass commits:
+    the loop used to end with it, and no offset of the consumer was committed again until a rebalance dropped the
+    queue."""
+    cluster.start_broker()
+    with Producer("p_persist_fail", cluster.namesrv_addr) as producer:
+        sent = producer.send(Message("persist_fail_t", b"m0"))
+    mq = sent.message_queue
+    failed = threading.Event()
+    real = PushConsumer._persist_offsets
+
+    async def fails_once(self: PushConsumer) -> None:
+        if not failed.is_set():
+            failed.set()
+            raise RuntimeError("dictionary changed size during iteration")
+        await real(self)
+
+    monkeypatch.setattr(PushConsumer, "_persist_offsets", fails_once)
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g_persist_fail", "persist_fail_t", rec, persist_interval_s=0.2)
+    try:
+        assert rec.wait_for(1, 20)
+        assert failed.wait(10)
+        with PullConsumer("g_persist_fail", cluster.namesrv_addr) as probe:
+            assert wait_until(lambda: probe.fetch_consume_offset(mq) == 1, 10)
+    finally:
+        consumer.shutdown()

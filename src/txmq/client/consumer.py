@@ -402,11 +402,12 @@ class PushConsumer(ClientBase):
         if not commit:
             self.offsets.pop(mq, None)
         else:
-            self.offsets[mq] = pq.consumed_offset()
+            self.offsets[mq] = self._consumed_offset(pq)
             await self._commit_offset(mq, self.offsets[mq])
         if self.orderly:
             await self._unlock(mq)
-        log.info("consumer %s releases %s:%d at offset %d", self.group, mq.topic, mq.queue_id, pq.consumed_offset())
+        log.info("consumer %s releases %s:%d at offset %d", self.group, mq.topic, mq.queue_id,
+                 self._consumed_offset(pq))
 
     # --- offsets --------------------------------------------------------------------------------------
 
@@ -445,13 +446,22 @@ class PushConsumer(ClientBase):
 
     async def _persist_offsets(self) -> None:
         for mq, pq in list(self.queues.items()):
-            self.offsets[mq] = pq.consumed_offset()
+            self.offsets[mq] = self._consumed_offset(pq)
             await self._commit_offset(mq, self.offsets[mq])
+
+    def _consumed_offset(self, pq: ProcessQueue) -> int:
+        """``pq.consumed_offset()`` read under the lock the consume threads take messages off it with: iterating
+        its messages while one is removed raises."""
+        with self._lock:
+            return pq.consumed_offset()
 
     async def _persist_loop(self) -> None:
         while True:
             await asyncio.sleep(self.persist_interval_s)
-            await self._persist_offsets()
+            try:
+                await self._persist_offsets()
+            except Exception as exc:  # the next pass commits what this one did not: the loop must outlive it
+                log.warning("committing the offsets of %s failed: %s: %s", self.group, type(exc).__name__, exc)
 
     # --- pulling --------------------------------------------------------------------------------------
 
