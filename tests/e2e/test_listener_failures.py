@@ -267,3 +267,49 @@ def test_a_rebalance_that_fails_unexpectedly_is_tried_again(cluster, caplog):
         assert any("rebalance of g_rebal failed" in r.getMessage() for r in caplog.records)
     finally:
         consumer.shutdown()
+
+
+def test_orderly_queue_given_up_while_its_listener_still_runs_stays_locked_until_it_returns(cluster):
+    """A rebalance gives up an orderly queue whose listener call has not returned after the consumer's wait (5 s):
+    the queue stays locked by this client until the call returns (RocketMQ keeps such a queue until its consume
+    lock is free), so the new owner never consumes it beside the running call; then it is committed and unlocked,
+    and the new owner goes on after the message that call consumed."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("ord_busy_t", queue_nums=2, order=True)
+    with Producer("p_ord_busy", cluster.namesrv_addr) as producer:
+        for q in sorted(producer.publish_queues("ord_busy_t"), key=lambda q: q.queue_id):
+            for i in range(3):
+                producer.send(Message("ord_busy_t", f"q{q.queue_id}-m{i}".encode()), queue=q)
+    release = threading.Event()
+    held: list[bytes] = []
+
+    def blocking(msgs: list[MessageExt]) -> ConsumeStatus:
+        held.extend(m.body for m in msgs)
+        release.wait(30)  # both queues' first calls block: whichever queue the rebalance gives up is busy
+        return ConsumeStatus.SUCCESS
+
+    second: list[bytes] = []
+
+    def record(msgs: list[MessageExt]) -> ConsumeStatus:
+        second.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+    c1 = push_consumer(cluster.namesrv_addr, "g_ord_busy", "ord_busy_t", blocking,  # type: ignore[arg-type]
+                       orderly=True, consume_thread_nums=2)
+    c2 = None
+    try:
+        assert wait_until(lambda: len(held) == 2, 20), held
+        c2 = push_consumer(cluster.namesrv_addr, "g_ord_busy", "ord_busy_t", record,  # type: ignore[arg-type]
+                           orderly=True)
+        time.sleep(9)  # the rebalance's 5 s wait, a refused lock asked again within a second, and more
+        assert second == []  # nothing consumed beside the call still running on the first consumer
+        release.set()
+        assert wait_until(lambda: len(second) >= 2, 20), second
+    finally:
+        release.set()
+        if c2 is not None:
+            c2.shutdown()
+        c1.shutdown()
+    q = second[0].split(b"-")[0]
+    assert second[:2] == [q + b"-m1", q + b"-m2"]  # after the message the running call consumed

@@ -187,6 +187,9 @@ class PushConsumer(ClientBase):
         # tasks started from callbacks (operator resets; send-backs and orderly consumption with
         # ``listener_on_loop``), kept here from the garbage collector until they end
         self._background: set[asyncio.Task[None]] = set()
+        # (orderly) queues a rebalance gave up while a listener call on them still ran, and whether to commit them
+        # (not when an operator reset them): locked, its lock renewed, until the call returns
+        self._releasing: dict[MessageQueue, tuple[ProcessQueue, bool]] = {}
         self.offsets: dict[MessageQueue, int] = {}
         self._rebalance_now: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -250,7 +253,9 @@ class PushConsumer(ClientBase):
         for t in self._tasks:
             t.cancel()
         for mq in list(self.queues):
-            await self._drop_queue(mq)
+            await self._drop_queue(mq, final=True)
+        for mq, (pq, commit) in list(self._releasing.items()):  # a shutdown lets every lock go (RocketMQ's unlockAll)
+            await self._release(mq, pq, commit)
         await self._persist_offsets()
         await self.instance.unregister(consumer_group=self.group)
         await self.instance.close()
@@ -350,7 +355,7 @@ class PushConsumer(ClientBase):
             wanted.update(allocate_averagely(mqs, cids, self.instance.client_id))  # none when not listed
         for mq in [q for q in self.queues if q not in wanted]:
             await self._drop_queue(mq)
-        taken = sorted(wanted - set(self.queues))
+        taken = sorted(wanted - set(self.queues) - set(self._releasing))  # one given up: taken once released
         if self.orderly:
             # An orderly queue is taken once locked, as RocketMQ's rebalance does: its offset is then read after
             # the previous owner committed it and let the lock go, so nothing it consumed comes again.
@@ -380,7 +385,10 @@ class PushConsumer(ClientBase):
         self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(pq))
         log.info("consumer %s takes %s:%s:%d from offset %d", self.group, mq.broker_name, mq.topic, mq.queue_id, offset)
 
-    async def _drop_queue(self, mq: MessageQueue, commit: bool = True) -> None:
+    async def _drop_queue(self, mq: MessageQueue, commit: bool = True, final: bool = False) -> None:
+        """Stop consuming ``mq``: wait a while for the listener calls in progress, commit (unless ``commit`` is
+        False) and, orderly, unlock it; an orderly queue whose call still runs stays locked until it returns (unless
+        ``final``: the consumer shuts down)."""
         pq = self.queues.pop(mq, None)
         task = self._pull_tasks.pop(mq, None)
         if task is not None:
@@ -404,10 +412,36 @@ class PushConsumer(ClientBase):
         else:
             self.offsets[mq] = self._consumed_offset(pq)
             await self._commit_offset(mq, self.offsets[mq])
-        if self.orderly:
+        if self.orderly and busy and not final:
+            # RocketMQ keeps such a queue until its consume lock is free: unlocked now, the next owner would consume
+            # it beside the call still running here
+            log.warning("consumer %s: a listener call on %s:%d still runs: its lock is let go once it returns",
+                        self.group, mq.topic, mq.queue_id)
+            self._releasing[mq] = (pq, commit)
+            self._spawn(self._release_when_idle(mq, pq))
+        elif self.orderly:
             await self._unlock(mq)
         log.info("consumer %s releases %s:%d at offset %d", self.group, mq.topic, mq.queue_id,
                  self._consumed_offset(pq))
+
+    async def _release_when_idle(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """An orderly queue given up while a listener call on it ran: released once no call runs."""
+        while True:
+            with self._lock:
+                if not (pq.consuming or pq.orderly_busy):
+                    break
+            await asyncio.sleep(0.1)
+        releasing = self._releasing.get(mq)
+        if releasing is not None and releasing[0] is pq:  # not released by a shutdown meanwhile
+            await self._release(mq, pq, releasing[1])
+
+    async def _release(self, mq: MessageQueue, pq: ProcessQueue, commit: bool) -> None:
+        """Commit what the calls on a given-up orderly queue consumed (``commit``) and unlock it."""
+        self._releasing.pop(mq, None)
+        if commit:
+            self.offsets[mq] = self._consumed_offset(pq)
+            await self._commit_offset(mq, self.offsets[mq])
+        await self._unlock(mq)
 
     # --- offsets --------------------------------------------------------------------------------------
 
@@ -720,14 +754,14 @@ class PushConsumer(ClientBase):
         moment (a rebalance under way), so the caller tries again soon, as RocketMQ's rebalanceLater(500 ms)."""
         held = list(self.queues)
         until = time.monotonic() + 30.0
-        locked = await self._lock_queues(held)
+        locked = await self._lock_queues(held + list(self._releasing))  # a given-up queue's lock renewed too
         for mq in held:
             pq = self.queues.get(mq)
             if pq is not None:
                 pq.locked_until = until if mq in locked else 0.0
                 if pq.locked_until:
                     self._schedule_orderly(pq)
-        return len(locked) == len(held)
+        return all(mq in locked for mq in held)
 
     async def _unlock(self, mq: MessageQueue) -> None:
         assert self.instance is not None
