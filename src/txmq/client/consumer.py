@@ -381,7 +381,10 @@ class PushConsumer(ClientBase):
         log.info("consumer %s takes %s:%s:%d from offset %d", self.group, mq.broker_name, mq.topic, mq.queue_id, offset)
 
     async def _drop_queue(self, mq: MessageQueue, commit: bool = True) -> None:
-        pq = self.queues.pop(mq, None)
+        """Stop pulling ``mq``, let the listener calls in progress end and commit its offset. The queue stays
+        held until then: a drop cut short (a rebalance cancelled by ``shutdown``) leaves it to the next one, and
+        its offset to shutdown's commit, instead of releasing it uncommitted."""
+        pq = self.queues.get(mq)
         task = self._pull_tasks.pop(mq, None)
         if task is not None:
             task.cancel()
@@ -406,6 +409,8 @@ class PushConsumer(ClientBase):
             await self._commit_offset(mq, self.offsets[mq])
         if self.orderly:
             await self._unlock(mq)
+        if self.queues.get(mq) is pq:
+            del self.queues[mq]
         log.info("consumer %s releases %s:%d at offset %d", self.group, mq.topic, mq.queue_id,
                  self._consumed_offset(pq))
 
