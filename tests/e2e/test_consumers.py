@@ -327,3 +327,51 @@ def test_offsets_are_committed_again_after_a_persist_pass_fails(cluster, monkeyp
             assert wait_until(lambda: probe.fetch_consume_offset(mq) == 1, 10)
     finally:
         consumer.shutdown()
+
+
+def test_shutdown_commits_the_offset_of_a_queue_a_rebalance_was_releasing(cluster):
+    """A rebalance releases a queue whose listener call is still running (it waits for it, to commit what it
+    consumed), and ``shutdown`` cancels that rebalance: the queue's offset is committed at shutdown all the same.
+    The rebalance had taken the queue off the consumer's list before its commit, so the cancelled release left it
+    uncommitted and shutdown's commit did not see it: its messages were consumed again by the next owner."""
+    cluster.start_broker()
+    topic = "release_at_stop_t"
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(topic, queue_nums=4)
+    cluster.wait_route(topic)
+    with Producer("p_release_at_stop", cluster.namesrv_addr) as producer:
+        queues = producer.publish_queues(topic)
+        for mq in queues:
+            producer.send(Message(topic, b"held"), queue=mq)
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def held(msgs: list) -> ConsumeStatus:
+        entered.release()
+        release.wait(20)
+        return ConsumeStatus.SUCCESS
+
+    first = PushConsumer("g_release_at_stop", cluster.namesrv_addr, persist_interval_s=60.0,
+                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    first.subscribe(topic)
+    first.register_listener(held)
+    first.start()
+    stopper = threading.Thread(target=first.shutdown, daemon=True)
+    second = None
+    try:
+        for _ in queues:
+            assert entered.acquire(timeout=20)  # a listener call in progress on every queue
+        rebalance = first._tasks[0]
+        # a second member: the first's rebalance releases half its queues, waiting for their listener calls
+        second = push_consumer(cluster.namesrv_addr, "g_release_at_stop", topic, Recorder(), persist_interval_s=60.0)
+        assert wait_until(lambda: sum(q.topic == topic for q in first._pull_tasks) < len(queues), 20)
+        stopper.start()
+        assert wait_until(rebalance.done, 10)  # cancelled while it waits for a listener call
+    finally:
+        release.set()
+        stopper.join(30)
+    assert not stopper.is_alive()
+    try:
+        with PullConsumer("g_release_at_stop", cluster.namesrv_addr) as probe:
+            assert [probe.fetch_consume_offset(mq) for mq in queues] == [1] * len(queues)
+    finally:
+        second.shutdown()

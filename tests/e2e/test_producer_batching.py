@@ -142,3 +142,61 @@ def test_async_sends_from_another_thread_racing_shutdown_all_end(cluster, to_que
     assert len(refused) == 1 and isinstance(refused[0], ClientError), refused
     assert wait_until(lambda: all(f.done() for f in futures), 5), sum(not f.done() for f in futures)
     assert all(isinstance(f.exception(), ClientError) for f in futures if f.exception() is not None)
+
+
+def test_sync_sends_from_several_threads_racing_shutdown_all_end_with_a_client_error(cluster):
+    """Threads that keep calling ``send`` while another shuts the producer down: each call returns its result or
+    raises ``ClientError``, promptly, however it fell around the loop's last turns. A call scheduled after the
+    loop's last turn waited out its whole timeout (60 s); one whose task the close cancelled raised
+    ``CancelledError``. Several rounds: one lands in those gaps now and then."""
+    cluster.start_broker()
+    for round_no in range(8):
+        producer = Producer("p_sync_stop_race", cluster.namesrv_addr).start()
+        producer.send(Message("SyncStopRace", b"warm-up"))
+        ended: list[BaseException] = []
+        sent = threading.Event()
+
+        def keep_sending(producer: Producer = producer, ended: list[BaseException] = ended,
+                         sent: threading.Event = sent) -> None:
+            while True:
+                try:
+                    producer.send(Message("SyncStopRace", b"x"))
+                except BaseException as exc:  # whatever ended the thread is looked at below
+                    ended.append(exc)
+                    return
+                sent.set()
+
+        senders = [threading.Thread(target=keep_sending, daemon=True) for _ in range(4)]
+        for t in senders:
+            t.start()
+        assert sent.wait(10)
+        producer.shutdown()
+        for t in senders:
+            t.join(15)
+        assert not any(t.is_alive() for t in senders), f"round {round_no}: a sending thread still waits in send"
+        assert len(ended) == 4 and all(isinstance(e, ClientError) for e in ended), (round_no, ended)
+
+
+def test_shutdown_from_two_threads_at_once_ends_both_quietly(cluster):
+    """Two threads shut one producer down together: both return, neither raises."""
+    cluster.start_broker()
+    producer = Producer("p_double_stop", cluster.namesrv_addr).start()
+    producer.send(Message("DoubleStop", b"warm-up"))
+    barrier = threading.Barrier(2)
+    failures: list[BaseException] = []
+
+    def stop() -> None:
+        barrier.wait()
+        try:
+            producer.shutdown()
+        except BaseException as exc:
+            failures.append(exc)
+
+    stoppers = [threading.Thread(target=stop, daemon=True) for _ in range(2)]
+    for t in stoppers:
+        t.start()
+    for t in stoppers:
+        t.join(30)
+    assert not any(t.is_alive() for t in stoppers), "a shutdown never returned"
+    assert failures == []
+    assert not producer.started

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Coroutine
 from typing import Any, Self
 
@@ -47,6 +48,7 @@ class ClientBase:
         self.namesrv = default_namesrv(namesrv)
         self.instance_name = instance_name or f"{name_prefix}-{os.getpid()}-{id(self):x}"
         self._runtime: ClientRuntime | None = None
+        self._shutdown_lock = threading.Lock()
         self.instance: MQClientInstance | None = None
         self.credentials = default_credentials()
         self.tls_trust_cert_path = default_tls()  # None: plaintext
@@ -115,20 +117,25 @@ class ClientBase:
         return self
 
     def shutdown(self) -> None:
-        if self._runtime is None or self.instance is None:
+        """Stop the client; a shutdown from another thread meanwhile waits for this one and returns."""
+        runtime = self._runtime
+        if runtime is None or self.instance is None:
             return
-        if self._runtime.on_loop_thread():
+        if runtime.on_loop_thread():
             # checked before anything closes: closing the runtime from its own thread would stall the loop
             raise ClientError("shutdown() cannot run on the client's own loop thread (a listener or a send's "
                               "callback running there): call it from another thread")
-        if self._runtime.borrowed:
+        if runtime.borrowed:
             raise ClientError("a client started on an application's loop is shut down by awaiting its shutdown() "
                               "on that loop")
-        try:
-            self._runtime.call(self._on_shutdown(), 30)
-        finally:
-            self._before_runtime_close()
-            self._close_runtime()
+        with self._shutdown_lock:  # one shutdown runs: a second would find the runtime closing under it
+            if self._runtime is not runtime:
+                return
+            try:
+                runtime.call(self._on_shutdown(), 30)
+            finally:
+                self._before_runtime_close()
+                self._close_runtime()
 
     async def _start_on_running_loop(self) -> None:
         """``start`` on the caller's running loop, borrowed (``ClientRuntime(borrow=True)``): no thread of its own."""

@@ -386,10 +386,12 @@ class PushConsumer(ClientBase):
         log.info("consumer %s takes %s:%s:%d from offset %d", self.group, mq.broker_name, mq.topic, mq.queue_id, offset)
 
     async def _drop_queue(self, mq: MessageQueue, commit: bool = True, final: bool = False) -> None:
-        """Stop consuming ``mq``: wait a while for the listener calls in progress, commit (unless ``commit`` is
-        False) and, orderly, unlock it; an orderly queue whose call still runs stays locked until it returns (unless
-        ``final``: the consumer shuts down)."""
-        pq = self.queues.pop(mq, None)
+        """Stop pulling ``mq``, let the listener calls in progress end (a while), commit its offset (unless
+        ``commit`` is False) and, orderly, unlock it; an orderly queue whose call still runs stays locked until it
+        returns (unless ``final``: the consumer shuts down). The queue stays held until then: a drop cut short (a
+        rebalance cancelled by ``shutdown``) leaves it to the next one, and its offset to shutdown's commit,
+        instead of releasing it uncommitted."""
+        pq = self.queues.get(mq)
         task = self._pull_tasks.pop(mq, None)
         if task is not None:
             task.cancel()
@@ -421,6 +423,8 @@ class PushConsumer(ClientBase):
             self._spawn(self._release_when_idle(mq, pq))
         elif self.orderly:
             await self._unlock(mq)
+        if self.queues.get(mq) is pq:
+            del self.queues[mq]
         log.info("consumer %s releases %s:%d at offset %d", self.group, mq.topic, mq.queue_id,
                  self._consumed_offset(pq))
 

@@ -50,16 +50,20 @@ class ClientRuntime:
         self.loop.run_forever()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop and wait for its result (from any thread but the loop's)."""
+        """Run ``coro`` on the loop and wait for its result (from any thread but the loop's). Posted (``post``),
+        so that a call racing ``close()`` ends with ``ClientError`` however it fell around the loop's last turns,
+        not cancelled, nor left waiting for a loop that is gone."""
         if self.on_loop_thread():
             coro.close()
             raise ClientError("a blocking client call was made from the client's own event loop thread")
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        fut = self.post(coro)
         try:
             return fut.result(timeout)
         except concurrent.futures.TimeoutError:
             fut.cancel()
             raise ClientError(f"client call timed out after {timeout}s") from None
+        except concurrent.futures.CancelledError:  # its task was cancelled by close()
+            raise ClientError("client is shut down") from None
 
     def on_loop_thread(self) -> bool:
         """Whether the caller runs on the loop's own thread, where waiting for the loop would stall it for good."""
