@@ -83,6 +83,16 @@ async def serving(tmp_path: Path, slow: SlowFsync | None = None, grpc_port: int 
         await broker.shutdown()
 
 
+@asynccontextmanager
+async def serving_grpc(tmp_path: Path, slow: SlowFsync | None = None, **config: Any) -> AsyncIterator[
+        tuple[BrokerController, str, RemotingClient, MessagingServiceStub]]:
+    """``serving`` with its gRPC endpoint on: the broker, its remoting address, a remoting client and a gRPC stub."""
+    grpc_port = free_port()
+    async with (serving(tmp_path, slow, grpc_port, **config) as (broker, addr), RemotingClient() as client,
+                grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+        yield broker, addr, client, MessagingServiceStub(channel)
+
+
 def _send(topic: str, reconsume_times: int = 0) -> RemotingCommand:
     header = SendMessageRequestHeader(producer_group="p", topic=topic, default_topic="TBW102",
                                       default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
@@ -578,10 +588,7 @@ def test_pop_dead_letters_that_would_create_their_topic_beyond_the_bound_are_kep
     monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 1)
 
     async def main() -> None:
-        grpc_port = free_port()
-        async with (serving(tmp_path, slow, grpc_port) as (broker, addr), RemotingClient() as client,
-                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
-            stub = MessagingServiceStub(channel)
+        async with serving_grpc(tmp_path, slow) as (broker, addr, client, stub):
             for topic in ("Forwarded", "Exhausted"):
                 await broker.topic_config_manager.update(TopicConfig(topic, 1, 1))
                 assert (await client.invoke(addr, _send(topic), 10)).code == ResponseCode.SUCCESS
@@ -620,10 +627,7 @@ def test_a_pop_dead_letter_waiting_for_its_new_topic_is_stored_once_and_the_rece
     slow = SlowFsync(hold=10.0)
 
     async def main() -> None:
-        grpc_port = free_port()
-        async with (serving(tmp_path, slow, grpc_port) as (broker, addr), RemotingClient() as client,
-                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
-            stub = MessagingServiceStub(channel)
+        async with serving_grpc(tmp_path, slow) as (broker, addr, client, stub):
             await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
             assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
             assert len((await _grpc_received(stub, "Exhausted", 200))[0]) == 1
@@ -656,10 +660,7 @@ def test_messages_a_receive_delivers_after_waiting_for_a_dead_letter_s_new_topic
     slow = SlowFsync(hold=10.0)
 
     async def main() -> None:
-        grpc_port = free_port()
-        async with (serving(tmp_path, slow, grpc_port) as (broker, addr), RemotingClient() as client,
-                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
-            stub = MessagingServiceStub(channel)
+        async with serving_grpc(tmp_path, slow) as (broker, addr, client, stub):
             await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
             assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
             for attempt in (1, 2):
@@ -699,10 +700,7 @@ def test_a_pop_dead_letter_whose_new_topic_is_not_stored_is_kept_in_flight_and_t
     fsync.release.set()
 
     async def main() -> None:
-        grpc_port = free_port()
-        async with (serving(tmp_path, None, grpc_port) as (broker, addr), RemotingClient() as client,
-                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
-            stub = MessagingServiceStub(channel)
+        async with serving_grpc(tmp_path, None) as (broker, addr, client, stub):
             await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
             for _ in range(2):
                 assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
@@ -1022,10 +1020,7 @@ def test_sends_waiting_on_a_failed_topic_change_go_on_with_the_stored_topic_and_
                                 timeout=30)
 
     async def main() -> None:
-        grpc_port = free_port()
-        async with (serving(tmp_path, None, grpc_port) as (broker, addr), RemotingClient() as client,
-                    grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
-            stub = MessagingServiceStub(channel)
+        async with serving_grpc(tmp_path, None) as (broker, addr, client, stub):
             manager = broker.topic_config_manager
             await manager.update(TopicConfig("Kept", 1, 1))
 

@@ -34,7 +34,7 @@ from typing import Any, Self
 
 from txmq.client.base import ClientBase
 from txmq.client.instance import MessageQueue
-from txmq.client.runtime import ClientRuntime
+from txmq.client.runtime import ClientRuntime, taken
 from txmq.errors import BrokerError, ClientError, InvalidMessageError
 from txmq.message import (
     Message,
@@ -333,11 +333,7 @@ class Producer(ClientBase):
         last turn, or refused). The flag is cleared first, as in ``ClientRuntime._fail_posted``: a send queued
         meanwhile is taken here or schedules a drain of its own, which is refused, and ends it."""
         self._outbox_scheduled = False
-        while True:
-            try:
-                _, fut = self._outbox.popleft()  # another thread may be emptying it too
-            except IndexError:
-                return
+        for _, fut in taken(self._outbox):
             fut.set_exception(exc)
 
     # --- the send path (on the loop) ------------------------------------------------------------------

@@ -14,13 +14,14 @@ import collections
 import concurrent.futures
 import functools
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from txmq.errors import ClientError
 from txmq.remoting.transport import new_event_loop
 
 T = TypeVar("T")
+Q = TypeVar("Q")
 
 
 class ClientRuntime:
@@ -133,11 +134,7 @@ class ClientRuntime:
         """End every posted call not started. The flag is cleared first: a post made meanwhile either is taken
         here or, finding it clear, schedules a drain, which the closed loop refuses, and ends its own."""
         self._drain_scheduled = False
-        while True:
-            try:
-                coro, fut = self._posted.popleft()  # another thread may be emptying it too
-            except IndexError:
-                return
+        for coro, fut in taken(self._posted):
             coro.close()
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(exc)
@@ -199,3 +196,13 @@ def _settle(fut: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> Non
         fut.set_exception(exc)
     else:
         fut.set_result(task.result())
+
+
+def taken(queue: collections.deque[Q]) -> Iterator[Q]:
+    """Every item of ``queue``, popped in turn, while another thread may be emptying it too (a shutdown's thread
+    and the loop's): each item is taken once, and the end is wherever the queue runs out."""
+    while True:
+        try:
+            yield queue.popleft()
+        except IndexError:
+            return
