@@ -85,9 +85,6 @@ class ClientRuntime:
         except RuntimeError:  # the loop is closed
             raise ClientError("client is shut down") from None
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """A task on the loop (called there) that shutting down cancels, also on a borrowed loop."""
         task = self.loop.create_task(coro)
@@ -97,10 +94,10 @@ class ClientRuntime:
         return task
 
     def post(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Like ``submit`` for many small calls in a row: the coroutines posted before the loop gets to them
-        start in one loop callback (one wake-up of the loop per batch, not per call). Cancelling the returned
-        future before its coroutine started means it never runs; after that, cancellation reaches the task.
-        """
+        """Run ``coro`` on the loop from any thread, its outcome in the returned future: the coroutines posted
+        before the loop gets to them start in one loop callback (one wake-up of the loop per batch, not per call).
+        Cancelling the returned future before its coroutine started means it never runs; after that, cancellation
+        reaches the task."""
         fut: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._posted.append((coro, fut))
         if not self._drain_scheduled:
