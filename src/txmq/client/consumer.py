@@ -129,7 +129,6 @@ class ProcessQueue:
     locked_until: float = 0.0
     orderly_busy: bool = False
     consuming: int = 0  # listener calls in progress for this queue (concurrent mode)
-    local_retries: dict[int, int] = field(default_factory=dict)  # (orderly) retries so far, by queue offset
     pull_addr: str = ""  # where the pull in flight went
 
     def consumed_offset(self) -> int:
@@ -404,8 +403,7 @@ class PushConsumer(ClientBase):
         # Let listener calls in progress finish so that their offsets are committed, not replayed. Messages
         # that never reached the listener stay in ``pq.msgs`` and keep the committed offset below them.
         for _ in range(100):
-            with self._lock:
-                busy = pq.consuming or pq.orderly_busy
+            busy = self._busy(pq)
             if not busy:
                 break
             await asyncio.sleep(0.05)
@@ -428,12 +426,14 @@ class PushConsumer(ClientBase):
         log.info("consumer %s releases %s:%d at offset %d", self.group, mq.topic, mq.queue_id,
                  self._consumed_offset(pq))
 
+    def _busy(self, pq: ProcessQueue) -> bool:
+        """Whether a listener call on ``pq`` runs (or an orderly run of them)."""
+        with self._lock:
+            return bool(pq.consuming or pq.orderly_busy)
+
     async def _release_when_idle(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """An orderly queue given up while a listener call on it ran: released once no call runs."""
-        while True:
-            with self._lock:
-                if not (pq.consuming or pq.orderly_busy):
-                    break
+        while self._busy(pq):
             await asyncio.sleep(0.1)
         releasing = self._releasing.get(mq)
         if releasing is not None and releasing[0] is pq:  # not released by a shutdown meanwhile
@@ -815,10 +815,8 @@ class PushConsumer(ClientBase):
         the retry topic was failed before)."""
         left: list[MessageExt] = []
         for m in batch:
-            tries = pq.local_retries.get(m.queue_offset, m.reconsume_times)
-            if tries < self.max_reconsume_times:
-                pq.local_retries[m.queue_offset] = tries + 1
-                m.reconsume_times = tries + 1
+            if m.reconsume_times < self.max_reconsume_times:  # the message stays in ``pq.msgs``: its count with it
+                m.reconsume_times += 1
                 left.append(m)
             elif (yield m):
                 self._orderly_consumed(pq, [m])
@@ -831,7 +829,6 @@ class PushConsumer(ClientBase):
         with self._lock:
             for m in msgs:
                 pq.msgs.pop(m.queue_offset, None)
-                pq.local_retries.pop(m.queue_offset, None)
 
     def _consume_orderly(self, pq: ProcessQueue) -> None:
         steps = self._orderly_steps(pq)
