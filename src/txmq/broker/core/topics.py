@@ -70,10 +70,11 @@ class TopicService:
                     cfg = self.manager.inherited(topic, default_topic, nums)
             elif topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 cfg = self._owned(topic, RETRY_QUEUE_NUMS)
-            elif self.config.auto_create_topic_enable \
-                    and self.manager.inherited(topic, default_topic, nums) is not None:
-                # BUSY only for a send that would create the topic: one that would not is TOPIC_NOT_EXIST
-                cfg = self.manager.create_in_send(topic, default_topic, nums) if self.creation_room() else self._busy()
+            elif self.config.auto_create_topic_enable:
+                if self.creation_room():
+                    cfg = self.manager.create_in_send(topic, default_topic, nums)
+                elif self.manager.inherited(topic, default_topic, nums) is not None:
+                    cfg = self._busy()  # BUSY only for a send that would create the topic: else TOPIC_NOT_EXIST
         if isinstance(cfg, Refusal):
             return cfg
         if cfg is None:
