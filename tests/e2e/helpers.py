@@ -89,6 +89,12 @@ def push_consumer(namesrv: str, group: str, topic: str, listener: Recorder, expr
     return c.start()
 
 
+def owned_queues(consumer: PushConsumer) -> set:
+    """The queues ``consumer`` holds, its retry topics' apart. Its loop thread changes the table meanwhile: list()
+    copies it at once, where iterating it here could meet a change (dictionary changed size)."""
+    return {mq for mq in list(consumer.queues) if not mq.topic.startswith("%RETRY%")}
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, step: float = 0.05) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tests.e2e.helpers import Recorder, push_consumer, wait_until
+from tests.e2e.helpers import Recorder, owned_queues, push_consumer, wait_until
 from txmq import (
     Admin,
     ConsumeFromWhere,
@@ -27,10 +27,6 @@ from txmq.message import MessageExt
 FAST_RETRY = {"messageDelayLevel": " ".join(["1s"] * 18)}
 
 
-def _owned(consumer) -> set:
-    return {mq for mq in consumer.queues if not mq.topic.startswith("%RETRY%")}
-
-
 def test_group_of_two_on_two_brokers_gets_every_message_once_also_after_one_leaves(cluster, listener_on_loop):
     cluster.start_broker("broker-a")
     cluster.start_broker("broker-b")
@@ -45,9 +41,10 @@ def test_group_of_two_on_two_brokers_gets_every_message_once_also_after_one_leav
                        listener_on_loop=listener_on_loop)
     try:
         # The group splits the 8 queues (4 per broker) between its two members, without overlap.
-        assert wait_until(lambda: len(_owned(c1)) == 4 and len(_owned(c2)) == 4, 15), (_owned(c1), _owned(c2))
-        assert not _owned(c1) & _owned(c2)
-        assert {mq.broker_name for mq in _owned(c1) | _owned(c2)} == {"broker-a", "broker-b"}
+        assert wait_until(lambda: len(owned_queues(c1)) == 4 and len(owned_queues(c2)) == 4, 15), \
+            (owned_queues(c1), owned_queues(c2))
+        assert not owned_queues(c1) & owned_queues(c2)
+        assert {mq.broker_name for mq in owned_queues(c1) | owned_queues(c2)} == {"broker-a", "broker-b"}
 
         with Producer("p_pair", cluster.namesrv_addr) as producer:
             sent = [producer.send(Message("orders", f"o{i}".encode(), keys=f"k{i}")) for i in range(300)]
@@ -57,7 +54,7 @@ def test_group_of_two_on_two_brokers_gets_every_message_once_also_after_one_leav
             t0 = time.monotonic()
             c1.shutdown()  # leaves mid-stream, with pulled messages not yet consumed: its queues move to c2
             assert time.monotonic() - t0 < 3.0  # waits for listener calls in progress only
-            assert wait_until(lambda: len(_owned(c2)) == 8, 15)
+            assert wait_until(lambda: len(owned_queues(c2)) == 8, 15)
             sent += [producer.send(Message("orders", f"o{i}".encode(), keys=f"k{i}")) for i in range(300, 400)]
         assert all(r.status == SendStatus.SEND_OK for r in sent)
 

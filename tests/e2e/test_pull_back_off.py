@@ -54,7 +54,7 @@ def test_consumer_backs_off_a_slave_that_sends_it_to_a_stopped_master(cluster):
                 producer.send(Message("back-off", f"m{i}".encode()))
         assert recorder.wait_for(10, 20)
         queues = len(consumer.queues)  # the topic's and the group's retry topic's
-        wanted = {q.topic for q in consumer.queues}
+        wanted = {q.topic for q in list(consumer.queues)}
         assert wait_until(lambda: wanted <= topics(group.addr(1)), 15)  # SlaveSynchronize copied them
         master.stop()  # clean: it unregisters, and the route offers only the slave
         retried = ResponseCode.PULL_RETRY_IMMEDIATELY

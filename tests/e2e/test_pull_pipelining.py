@@ -111,8 +111,8 @@ def test_next_pull_waits_while_the_process_queue_is_full(cluster):
     consumer = push_consumer(cluster.namesrv_addr, "g_full", "full_t", listener,  # type: ignore[arg-type]
                              pull_batch_size=batch, pull_threshold=threshold)
     try:
-        assert wait_until(lambda: any(mq.topic == "full_t" for mq in consumer.queues), 20)
-        (pq,) = [pq for mq, pq in consumer.queues.items() if mq.topic == "full_t"]
+        assert wait_until(lambda: any(mq.topic == "full_t" for mq in list(consumer.queues)), 20)
+        (pq,) = [pq for mq, pq in list(consumer.queues.items()) if mq.topic == "full_t"]
         # pulls of 4 while the queue holds under 10 with the answer: 4, 8, then 12 and no further
         assert wait_until(lambda: len(pq.msgs) >= 12, 20)
         assert not wait_until(lambda: len(pq.msgs) > 12, 1.0)

@@ -5,12 +5,8 @@ averaging gives it none). A real broker and clients; the member list is what thi
 
 from __future__ import annotations
 
-from tests.e2e.helpers import Recorder, push_consumer, wait_until
+from tests.e2e.helpers import Recorder, owned_queues, push_consumer, wait_until
 from txmq import Admin
-
-
-def _owned(consumer) -> set:
-    return {mq for mq in consumer.queues if not mq.topic.startswith("%RETRY%")}
 
 
 def test_a_consumer_without_its_group_s_member_list_keeps_its_queues(cluster, monkeypatch):
@@ -21,8 +17,9 @@ def test_a_consumer_without_its_group_s_member_list_keeps_its_queues(cluster, mo
     c2 = push_consumer(cluster.namesrv_addr, "g_unlisted", "unlisted_t", Recorder(), rebalance_interval_s=600)
     try:
         c1._call(c1.rebalance())  # the split of two, now that both are registered
-        assert wait_until(lambda: len(_owned(c1)) == 2 and len(_owned(c2)) == 2, 15), (_owned(c1), _owned(c2))
-        held = _owned(c1)
+        assert wait_until(lambda: len(owned_queues(c1)) == 2 and len(owned_queues(c2)) == 2, 15), \
+            (owned_queues(c1), owned_queues(c2))
+        held = owned_queues(c1)
         assert c1.instance is not None and c2.instance is not None
         listed: list[str] = []
 
@@ -31,13 +28,13 @@ def test_a_consumer_without_its_group_s_member_list_keeps_its_queues(cluster, mo
 
         monkeypatch.setattr(c1, "_consumer_ids", members)
         c1._call(c1.rebalance())  # no list: nothing taken, nothing dropped
-        assert _owned(c1) == held
+        assert owned_queues(c1) == held
         listed.append(c2.instance.client_id)  # listed without itself: none
         c1._call(c1.rebalance())
-        assert _owned(c1) == set()
+        assert owned_queues(c1) == set()
         listed.append(c1.instance.client_id)  # both listed: the split of two as before
         c1._call(c1.rebalance())
-        assert _owned(c1) == held
+        assert owned_queues(c1) == held
     finally:
         c1.shutdown()
         c2.shutdown()

@@ -149,10 +149,10 @@ def test_cpp_and_txmq_consumers_share_one_group(cluster, tmp_path):
         # The C++ client joins second, so it only ever takes queues; the txmq consumer, which the test can see,
         # is the one that gives two up. Sending starts once it has: a queue held by both members while its
         # owner changes is RocketMQ's at-least-once window, which this test must not race.
-        assert wait_until(lambda: len([q for q in py.queues if q.topic == "mixed_t"]) == 4, 15)
+        assert wait_until(lambda: len([q for q in list(py.queues) if q.topic == "mixed_t"]) == 4, 15)
         with start_consume(ns, "mixed_t", "mixed_g", 0, timeout=30, home=tmp_path) as cpp:
             assert cpp.wait_started(20)
-            assert wait_until(lambda: len([q for q in py.queues if q.topic == "mixed_t"]) == 2, 15)
+            assert wait_until(lambda: len([q for q in list(py.queues) if q.topic == "mixed_t"]) == 2, 15)
             with Producer("mixed_p", ns) as producer:
                 ids = {producer.send(Message("mixed_t", f"m{i}".encode())).msg_id for i in range(40)}
             assert wait_until(lambda: len(cpp.messages) + len(rec) >= 40, 20)
