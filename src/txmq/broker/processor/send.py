@@ -250,6 +250,8 @@ class SendMessageProcessor:
             return sends.put_batch(msgs, halves, answer, answer)
         msg = self._inner(h, queue_id, h.flag, cmd.body, req.props, born_host)
         dead_letters = sends.route_retry(msg, h.max_reconsume_times)
+        if isinstance(dead_letters, Refusal):
+            return refused(cmd, dead_letters)
         if pending and msg.topic in pending:  # a dead-letter topic it just created
             return self._once_durable(conn, cmd, req, msg.topic)
         half = is_half(msg.properties)  # asked once here for the checks, the label and the store
