@@ -571,11 +571,11 @@ def test_a_send_to_a_retry_topic_past_its_retries_waiting_for_its_new_dead_lette
     asyncio.run(main())
 
 
-async def _grpc_received(stub: MessagingServiceStub, topic: str, invisible_ms: int,
-                         poll_ms: int = 0) -> tuple[list[pb.Message], list[int]]:
-    """A gRPC ReceiveMessage of group g: the messages delivered and the codes of the statuses answered."""
+async def _grpc_received(stub: MessagingServiceStub, topic: str, invisible_ms: int, poll_ms: int = 0,
+                         group: str = "g") -> tuple[list[pb.Message], list[int]]:
+    """A gRPC ReceiveMessage of ``group``: the messages delivered and the codes of the statuses answered."""
     request = spb.ReceiveMessageRequest(
-        group=pb.Resource(name="g"), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+        group=pb.Resource(name=group), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
         filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"), batch_size=32,
         invisible_duration={"nanos": invisible_ms * 1_000_000} if invisible_ms < 1000 else {
             "seconds": invisible_ms // 1000},
