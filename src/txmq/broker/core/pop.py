@@ -262,13 +262,15 @@ class PopService:
         start = next(self._rotation) % len(queues)
         out: list[Delivery] = []
         earliest: int | None = None
+        waited = False
         now = _now_ms()
         for q in queues[start:] + queues[:start]:
             key = (group, topic, q)
             st = self.states.get(key)
             if st is None:  # dropped to make room while this receive waited for a dead letter's store
                 continue
-            due = await self._redeliver(group, topic, q, st, now, batch - len(out), invisible_ms, out)
+            due, waits = await self._redeliver(group, topic, q, st, now, batch - len(out), invisible_ms, out)
+            waited = waited or waits
             if due is not None and (earliest is None or due < earliest):
                 earliest = due
             if len(out) < batch and self.states.get(key) is st:
@@ -276,13 +278,15 @@ class PopService:
                 self._mark(key, st)
             if len(out) >= batch:
                 break
-        self._invisible_from_now(group, out, invisible_ms)
+        if waited:
+            self._invisible_from_now(group, out, invisible_ms)
         return out, earliest
 
     def _invisible_from_now(self, group: str, out: list[Delivery], invisible_ms: int) -> None:
-        """The deliveries' deadlines counted from the answer: the receive may have waited for the disk (a dead
-        letter's store) since it took them, and a message visible again at once would go to another consumer
-        while this one holds it. One delivered again meanwhile (its token changed) is left as it is."""
+        """The deliveries' deadlines counted from the answer, for a receive that waited for a dead letter's store
+        (for the disk) since it took them: a message visible again at once would go to another consumer while this
+        one holds it. One delivered again meanwhile (its token changed) is left as it is. Only such a receive walks
+        its deliveries here: one that did not wait took them at its ``now``."""
         deadline = _now_ms() + invisible_ms
         for d in out:
             h = d.handle
@@ -292,8 +296,11 @@ class PopService:
                 e.deadline_ms = deadline
 
     async def _redeliver(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int,
-                         invisible_ms: int, out: list[Delivery]) -> int | None:
+                         invisible_ms: int, out: list[Delivery]) -> tuple[int | None, bool]:
+        """Deliveries of the queue whose deadline passed, again (out of attempts: to the dead letters): the earliest
+        deadline still ahead, and whether a dead letter's store was waited for."""
         earliest: int | None = None
+        waited = False
         for offset in sorted(st.inflight):
             e = st.inflight.get(offset)
             if e is None:  # acked while this receive waited for a dead letter's store
@@ -302,7 +309,7 @@ class PopService:
                 earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
                 continue
             if room <= 0:
-                return now
+                return now, waited
             try:
                 msg = self.store.look_message_by_offset(e.commit_log_offset)
             except (StoreError, InvalidMessageError) as exc:
@@ -310,6 +317,7 @@ class PopService:
                 self._ack_offset(group, topic, q, st, offset)
                 continue
             if e.attempts >= self.max_delivery_attempts:
+                waited = True
                 if not await self._dead_letter_due(group, (topic, q, offset), st, e, msg, now + invisible_ms):
                     earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
                 continue
@@ -319,7 +327,7 @@ class PopService:
             out.append(Delivery(msg, ReceiptHandle(topic, q, offset, e.commit_log_offset, e.token), e.attempts,
                                 invisible_ms))
             room -= 1
-        return earliest
+        return earliest, waited
 
     async def _dead_letter_due(self, group: str, where: tuple[str, int, int], st: QueueState, e: Inflight,
                                msg: MessageExt, retry_ms: int) -> bool:
