@@ -1,6 +1,6 @@
-"""The send path's dead letters (``RetryService.to_dead_letters``): each dead letter is counted, and the log gets a
-line per group and kind of dead letter, not one per message (a consumer may send back with a negative delay level
-at will, so one per message would let a client write the broker's log)."""
+"""The send path's dead letters (``RetryService.to_dead_letters``): each dead letter is counted once stored, and the
+log gets a line per group and kind of dead letter, not one per message (a consumer may send back with a negative
+delay level at will, so one per message would let a client write the broker's log)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def test_dead_letters_are_counted_each_and_logged_once_per_group(tmp_path: Path,
                 if msg.topic not in manager.pending:
                     break
                 await manager.durable(msg.topic)
+            retries.count_dead_letter(msg, "g")  # as the send's answer counts it once stored
 
     with caplog.at_level(logging.INFO, "txmq.broker"):
         asyncio.run(main())
@@ -71,5 +72,27 @@ def test_a_batch_to_a_retry_topic_is_refused_and_stores_nothing(tmp_path: Path) 
             assert topic not in broker.topic_config_manager.table
             assert "%DLQ%g" not in broker.topic_config_manager.table
             assert broker.store.commit_log.max_offset == 0
+
+    asyncio.run(main())
+
+
+def test_a_send_s_dead_letter_is_counted_once_stored_not_when_the_store_refuses_it(tmp_path: Path) -> None:
+    """A consumer's own send to its retry topic past maxReconsumeTimes goes to the dead letters: counted
+    (rocketmq_send_to_dlq_messages) once the store took it. One the store refuses (a body that fits
+    maxMessageSize while its record does not) is answered as refused and not counted: nothing reached the
+    dead letters."""
+    from tests.broker.test_journal_off_loop import _send, serving
+
+    async def main() -> None:
+        async with serving(tmp_path) as (broker, addr), RemotingClient() as client:
+            broker.store.config.max_message_size = 1000
+            refused = await client.invoke(addr, _send("%RETRY%g", reconsume_times=1, body=b"x" * 1000), 10)
+            assert refused.code == ResponseCode.MESSAGE_ILLEGAL, (refused.code, refused.remark)
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 0
+            assert broker.stats_manager.dlq == {}
+            stored = await client.invoke(addr, _send("%RETRY%g", reconsume_times=1), 10)
+            assert stored.code == ResponseCode.SUCCESS, stored.remark
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
+            assert broker.stats_manager.dlq == {("%RETRY%g", "g"): 1}
 
     asyncio.run(main())

@@ -93,11 +93,11 @@ async def serving_grpc(tmp_path: Path, slow: SlowFsync | None = None, **config: 
         yield broker, addr, client, MessagingServiceStub(channel)
 
 
-def _send(topic: str, reconsume_times: int = 0) -> RemotingCommand:
+def _send(topic: str, reconsume_times: int = 0, body: bytes = b"x") -> RemotingCommand:
     header = SendMessageRequestHeader(producer_group="p", topic=topic, default_topic="TBW102",
                                       default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
                                       properties="", reconsume_times=reconsume_times, max_reconsume_times=1)
-    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body=b"x")
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body=body)
 
 
 def test_another_connection_is_answered_while_a_created_topic_s_fsync_waits(
@@ -520,11 +520,12 @@ def test_a_send_back_that_would_create_its_topic_beyond_the_bound_is_refused_bus
     asyncio.run(main())
 
 
-def test_a_send_to_a_retry_topic_past_its_retries_beyond_the_bound_stays_in_the_retry_topic(
+def test_a_send_to_a_retry_topic_past_its_retries_beyond_the_bound_is_refused_busy_and_stores_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A consumer's own send to its retry topic past maxReconsumeTimes goes to the dead letters, whose topic does not
-    exist yet: beyond the bound it is not created; the message is stored in the retry topic, so its consumer gets it
-    once more rather than losing it."""
+    exist yet: beyond the bound it is not created, and the send is answered SYSTEM_BUSY, storing nothing (stored in
+    the retry topic, its consumer got it once more), as RocketMQ refuses a send whose dead-letter topic it cannot
+    have; once the disk caught up, the same send reaches the dead letters."""
     slow = SlowFsync(hold=10.0)
     monkeypatch.setattr(topics, "MAX_PENDING_CREATIONS", 1)
 
@@ -533,12 +534,18 @@ def test_a_send_to_a_retry_topic_past_its_retries_beyond_the_bound_stays_in_the_
             assert (await client.invoke(addr, _heartbeat("g"), 10)).code == ResponseCode.SUCCESS
             monkeypatch.setattr(config_journal, "os", SlowOs(slow))
             held = await _creations_held(broker, addr, client, 1)
-            sent = await client.invoke(addr, _send("%RETRY%g", reconsume_times=1), 5)
-            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            end = broker.store.commit_log.max_offset
+            refused = await client.invoke(addr, _send("%RETRY%g", reconsume_times=1), 5)
+            assert refused.code == ResponseCode.SYSTEM_BUSY, (refused.code, refused.remark)
             assert "%DLQ%g" not in broker.topic_config_manager.table
-            await _until(lambda: broker.store.get_max_offset_in_queue("%RETRY%g", 0) == 1)
+            assert broker.store.commit_log.max_offset == end
+            assert broker.stats_manager.dlq == {}
             slow.release.set()
             assert (await held[0]).code == ResponseCode.SUCCESS
+            again = await client.invoke(addr, _send("%RETRY%g", reconsume_times=1), 10)
+            assert again.code == ResponseCode.SUCCESS, again.remark
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
+            assert broker.store.get_max_offset_in_queue("%RETRY%g", 0) == 0
 
     asyncio.run(main())
 
@@ -564,11 +571,11 @@ def test_a_send_to_a_retry_topic_past_its_retries_waiting_for_its_new_dead_lette
     asyncio.run(main())
 
 
-async def _grpc_received(stub: MessagingServiceStub, topic: str, invisible_ms: int,
-                         poll_ms: int = 0) -> tuple[list[pb.Message], list[int]]:
-    """A gRPC ReceiveMessage of group g: the messages delivered and the codes of the statuses answered."""
+async def _grpc_received(stub: MessagingServiceStub, topic: str, invisible_ms: int, poll_ms: int = 0,
+                         group: str = "g") -> tuple[list[pb.Message], list[int]]:
+    """A gRPC ReceiveMessage of ``group``: the messages delivered and the codes of the statuses answered."""
     request = spb.ReceiveMessageRequest(
-        group=pb.Resource(name="g"), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+        group=pb.Resource(name=group), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
         filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"), batch_size=32,
         invisible_duration={"nanos": invisible_ms * 1_000_000} if invisible_ms < 1000 else {
             "seconds": invisible_ms // 1000},

@@ -12,9 +12,15 @@ State per (group, topic, queue), in memory and bounded:
 * ``acked``: acked offsets above ``committed`` (the holes an unacked message leaves).
 
 A queue is not read further while ``next - committed`` reaches ``MAX_SPAN``, so a group holds at most that many
-entries per queue whatever its consumers do. A message not acked before its deadline is delivered again with
-its attempt count raised; after ``max_delivery_attempts`` it goes to ``%DLQ%<group>``. Messages of one message
-group (FIFO) are delivered in order: a queue is not read past a message whose group has a delivery in flight.
+entries per queue whatever its consumers do. The states are at most ``popStateMaxEntries`` (``max_states``): a
+receive may name any group, and each group it names would otherwise hold a state per queue while the broker runs.
+To make room, a state with nothing in flight is dropped, the longest idle first (it is read again from the group's
+committed offset, which holds all it knew; one whose offset the full offset table could not take goes last); when
+every state holds messages in flight, a receive that needs a new one is refused BUSY.
+
+A message not acked before its deadline is delivered again with its attempt count raised; after
+``max_delivery_attempts`` it goes to ``%DLQ%<group>``. Messages of one message group (FIFO) are delivered in
+order: a queue is not read past a message whose group has a delivery in flight.
 
 Deadlines are on the monotonic clock: a step of the wall clock neither redelivers a message early nor keeps it
 invisible past its duration.
@@ -123,13 +129,18 @@ class Delivery:
 
 class PopService:
     def __init__(self, store: DefaultMessageStore, offsets: ConsumerOffsetManager, pulls: PullService,
-                 retries: RetryService, *, max_delivery_attempts: int = 16) -> None:
+                 retries: RetryService, *, max_states: int, max_delivery_attempts: int = 16) -> None:
         self.store = store
         self.offsets = offsets
         self.pulls = pulls
         self.retries = retries
         self.max_delivery_attempts = max_delivery_attempts
+        self.max_states = max_states
         self.states: dict[tuple[str, str, int], QueueState] = {}
+        # the states with nothing in flight, the longest idle first: those dropped to make room for new ones; apart,
+        # dropped last, those whose committed offset the offset table does not hold (``_droppable``)
+        self._idle: dict[tuple[str, str, int], None] = {}
+        self._unkept: dict[tuple[str, str, int], None] = {}
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._rotation = itertools.count()
         self.store.add_arrival_listener(self._on_arrival)
@@ -176,17 +187,70 @@ class PopService:
         cfg = self.pulls.topics.get(topic)
         return list(range(cfg.read_queue_nums)) if cfg is not None else []
 
-    def _state(self, group: str, topic: str, queue_id: int) -> QueueState:
-        key = (group, topic, queue_id)
-        st = self.states.get(key)
-        if st is None:
-            offsets = self.offsets
-            committed = offsets.query(group, topic, queue_id)
+    def _admit(self, group: str, topic: str, queues: list[int]) -> None:
+        """A state for each of ``queues`` the group has none of yet, before anything is delivered. Raises
+        ``Refusal`` BUSY, nothing created, when the bound leaves no room (``_make_room``)."""
+        missing = [q for q in queues if (group, topic, q) not in self.states]
+        if not missing:
+            return
+        self._make_room(len(missing), group, topic)
+        offsets = self.offsets
+        for q in missing:
+            committed = offsets.query(group, topic, q)
             if committed < 0:
-                committed = self.store.get_min_offset_in_queue(topic, queue_id)
-                offsets.commit(group, topic, queue_id, committed)
-            st = self.states[key] = QueueState(committed, committed)
-        return st
+                committed = self.store.get_min_offset_in_queue(topic, q)
+                offsets.commit(group, topic, q, committed)
+            key = (group, topic, q)
+            self.states[key] = QueueState(committed, committed)
+            self._idle[key] = None
+
+    def _make_room(self, count: int, group: str, topic: str) -> None:
+        """Room for ``count`` more states within ``max_states``, made by dropping states with nothing in flight
+        (``_droppable``). Raises ``Refusal`` BUSY, nothing dropped, when there are not enough of them."""
+        over = len(self.states) + count - self.max_states
+        if over <= 0:
+            return
+        dropped = self._droppable(over, group, topic)
+        if len(dropped) < over:
+            raise Refusal(Kind.BUSY, f"pop states full: the {len(self.states)} kept (popStateMaxEntries "
+                          f"{self.max_states}) hold messages in flight: receive again later")
+        for key in dropped:
+            self._idle.pop(key, None)
+            self._unkept.pop(key, None)
+            del self.states[key]
+
+    def _droppable(self, count: int, group: str, topic: str) -> list[tuple[str, str, int]]:
+        """Up to ``count`` states with nothing in flight, not the receiving group's own of ``topic``: first those
+        whose committed offset the offset table holds (read again, they are as they were), the longest idle first;
+        then those only the state knows the offset of (``consumerOffsetMaxEntries`` was full: read again, their
+        group gets the queue from its first offset, as after a restart). Those are set apart as found, so that
+        each is looked at once until it delivers again."""
+        dropped: list[tuple[str, str, int]] = []
+        unkept: list[tuple[str, str, int]] = []
+        for key in self._idle:
+            if len(dropped) == count:
+                break
+            if key[0] != group or key[1] != topic:
+                (dropped if self.offsets.query(*key) == self.states[key].committed else unkept).append(key)
+        for key in unkept:
+            del self._idle[key]
+            self._unkept[key] = None
+        for key in self._unkept:
+            if len(dropped) == count:
+                break
+            if key[0] != group or key[1] != topic:
+                dropped.append(key)
+        return dropped
+
+    def _mark(self, key: tuple[str, str, int], st: QueueState) -> None:
+        """``st`` among the idle states while it has nothing in flight, unless dropped or reset since."""
+        if self.states.get(key) is not st:
+            return
+        if st.inflight:
+            self._idle.pop(key, None)
+            self._unkept.pop(key, None)
+        elif key not in self._unkept:
+            self._idle.setdefault(key, None)
 
     async def receive_now(self, group: str, topic: str, batch: int, invisible_ms: int,
                           filt: MessageFilter) -> tuple[list[Delivery], int | None]:
@@ -194,26 +258,35 @@ class PopService:
         queues = self._queue_ids(group, topic)
         if not queues:
             return [], None
+        self._admit(group, topic, queues)
         start = next(self._rotation) % len(queues)
         out: list[Delivery] = []
         earliest: int | None = None
+        waited = False
         now = _now_ms()
         for q in queues[start:] + queues[:start]:
-            st = self._state(group, topic, q)
-            due = await self._redeliver(group, topic, q, st, now, batch - len(out), invisible_ms, out)
+            key = (group, topic, q)
+            st = self.states.get(key)
+            if st is None:  # dropped to make room while this receive waited for a dead letter's store
+                continue
+            due, waits = await self._redeliver(group, topic, q, st, now, batch - len(out), invisible_ms, out)
+            waited = waited or waits
             if due is not None and (earliest is None or due < earliest):
                 earliest = due
-            if len(out) < batch:
+            if len(out) < batch and self.states.get(key) is st:
                 self._read_new(group, topic, q, st, now, batch - len(out), invisible_ms, filt, out)
+                self._mark(key, st)
             if len(out) >= batch:
                 break
-        self._invisible_from_now(group, out, invisible_ms)
+        if waited:
+            self._invisible_from_now(group, out, invisible_ms)
         return out, earliest
 
     def _invisible_from_now(self, group: str, out: list[Delivery], invisible_ms: int) -> None:
-        """The deliveries' deadlines counted from the answer: the receive may have waited for the disk (a dead
-        letter's store) since it took them, and a message visible again at once would go to another consumer
-        while this one holds it. One delivered again meanwhile (its token changed) is left as it is."""
+        """The deliveries' deadlines counted from the answer, for a receive that waited for a dead letter's store
+        (for the disk) since it took them: a message visible again at once would go to another consumer while this
+        one holds it. One delivered again meanwhile (its token changed) is left as it is. Only such a receive walks
+        its deliveries here: one that did not wait took them at its ``now``."""
         deadline = _now_ms() + invisible_ms
         for d in out:
             h = d.handle
@@ -223,8 +296,11 @@ class PopService:
                 e.deadline_ms = deadline
 
     async def _redeliver(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int,
-                         invisible_ms: int, out: list[Delivery]) -> int | None:
+                         invisible_ms: int, out: list[Delivery]) -> tuple[int | None, bool]:
+        """Deliveries of the queue whose deadline passed, again (out of attempts: to the dead letters): the earliest
+        deadline still ahead, and whether a dead letter's store was waited for."""
         earliest: int | None = None
+        waited = False
         for offset in sorted(st.inflight):
             e = st.inflight.get(offset)
             if e is None:  # acked while this receive waited for a dead letter's store
@@ -233,7 +309,7 @@ class PopService:
                 earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
                 continue
             if room <= 0:
-                return now
+                return now, waited
             try:
                 msg = self.store.look_message_by_offset(e.commit_log_offset)
             except (StoreError, InvalidMessageError) as exc:
@@ -241,6 +317,7 @@ class PopService:
                 self._ack_offset(group, topic, q, st, offset)
                 continue
             if e.attempts >= self.max_delivery_attempts:
+                waited = True
                 if not await self._dead_letter_due(group, (topic, q, offset), st, e, msg, now + invisible_ms):
                     earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
                 continue
@@ -250,7 +327,7 @@ class PopService:
             out.append(Delivery(msg, ReceiptHandle(topic, q, offset, e.commit_log_offset, e.token), e.attempts,
                                 invisible_ms))
             room -= 1
-        return earliest
+        return earliest, waited
 
     async def _dead_letter_due(self, group: str, where: tuple[str, int, int], st: QueueState, e: Inflight,
                                msg: MessageExt, retry_ms: int) -> bool:
@@ -315,13 +392,17 @@ class PopService:
 
     # --- ack and change invisible duration --------------------------------------------------------------
 
-    def _entry(self, group: str, handle: ReceiptHandle) -> tuple[QueueState, Inflight | None]:
+    def _entry(self, group: str, handle: ReceiptHandle) -> tuple[QueueState, Inflight] | None:
+        """The delivery ``handle`` names, None when it was acked already (also when its state was dropped since:
+        the committed offset is past it)."""
         st = self.states.get((group, handle.topic, handle.queue_id))
         if st is None:
+            if 0 <= handle.queue_offset < self.offsets.query(group, handle.topic, handle.queue_id):
+                return None
             raise Refusal(Kind.INVALID_HANDLE, f"receipt handle names nothing group {group} received from "
                           f"{handle.topic}")
         if handle.queue_offset < st.committed or handle.queue_offset in st.acked:
-            return st, None  # already acked
+            return None
         e = st.inflight.get(handle.queue_offset)
         if e is None or e.token != handle.token:
             raise Refusal(Kind.INVALID_HANDLE, "receipt handle expired: the message was delivered again since")
@@ -329,14 +410,15 @@ class PopService:
 
     def ack(self, group: str, handle: ReceiptHandle) -> None:
         """Raises ``Refusal`` INVALID_HANDLE; acking twice is harmless."""
-        st, e = self._entry(group, handle)
-        if e is not None:
-            self._ack_offset(group, handle.topic, handle.queue_id, st, handle.queue_offset)
+        found = self._entry(group, handle)
+        if found is not None:
+            self._ack_offset(group, handle.topic, handle.queue_id, found[0], handle.queue_offset)
 
     def change_invisible(self, group: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
-        _, e = self._entry(group, handle)
-        if e is None:
+        found = self._entry(group, handle)
+        if found is None:
             raise Refusal(Kind.INVALID_HANDLE, "the message was already acked")
+        e = found[1]
         e.deadline_ms = _now_ms() + invisible_ms
         e.token = next(_tokens)
         self._on_arrival(handle.topic, handle.queue_id, 0)  # a receive waiting for this deadline re-plans
@@ -356,6 +438,7 @@ class PopService:
 
     def _ack_offset(self, group: str, topic: str, q: int, st: QueueState, offset: int) -> None:
         self._drop_inflight(st, offset)
+        self._mark((group, topic, q), st)
         if offset != st.committed:
             if offset > st.committed:
                 st.acked.add(offset)
@@ -376,9 +459,10 @@ class PopService:
 
     async def forward_to_dead_letter(self, group: str, handle: ReceiptHandle) -> None:
         """The consumer gives up on a delivery: its message to the group's dead letters, now."""
-        st, e = self._entry(group, handle)
-        if e is None:
+        found = self._entry(group, handle)
+        if found is None:
             return
+        st, e = found
         try:
             msg = self.store.look_message_by_offset(e.commit_log_offset)
         except (StoreError, InvalidMessageError) as exc:
@@ -389,4 +473,7 @@ class PopService:
     def reset(self, group: str, topic: str, queue_id: int) -> None:
         """Forget what ``group`` has in flight from a queue whose consumer offset was just set: it reads on from
         there."""
-        self.states.pop((group, topic, queue_id), None)
+        key = (group, topic, queue_id)
+        self.states.pop(key, None)
+        self._idle.pop(key, None)
+        self._unkept.pop(key, None)

@@ -47,20 +47,10 @@ class RetryService:
         self.store_host = store_host
 
     def to_dead_letters(self, msg: MessageExt, group: str) -> Refusal | None:
-        """The send path's dead letter (a send to a retry topic past its retries): ``msg`` rewritten as
-        ``_rewritten_dead_letter`` says, and counted unless its topic waits for the disk: the send is then taken
-        again whole once the topic is durable, rewritten and counted then (counted now as well, it would count
-        twice)."""
-        refused = self._rewritten_dead_letter(msg, group)
-        if refused is None and msg.topic not in self.topics.manager.pending:
-            self._counted_dead_letter(msg, group)
-        return refused
-
-    def _rewritten_dead_letter(self, msg: MessageExt, group: str) -> Refusal | None:
         """Rewrite ``msg`` in place to be stored in ``group``'s dead-letter topic (created read-write). Every dead
-        letter passes here. BUSY, ``msg`` left as it is, when that topic does not exist and the broker may create
-        no more topics now (a send to a retry topic then stores the message there: its consumer gets it once
-        more)."""
+        letter passes here; its caller counts it once stored (``count_dead_letter``): a put the store refuses
+        reached no dead letters. BUSY, ``msg`` left as it is, when that topic does not exist and the broker may
+        create no more topics now."""
         dlq = self.topics.dead_letters_of(group)
         if isinstance(dlq, Refusal):
             return dlq
@@ -70,17 +60,17 @@ class RetryService:
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
         return None
 
-    def _counted_dead_letter(self, msg: MessageExt, group: str) -> None:
-        """A dead letter of ``group`` counted under the topic it was first sent to."""
+    def count_dead_letter(self, msg: MessageExt, group: str) -> None:
+        """A stored dead letter of ``group`` counted under the topic it was first sent to."""
         origin = msg.properties[MessageConst.RETRY_TOPIC]
         self.stats.to_dlq(origin, group)
         _DEAD_LETTERS.refused(f"group {group}", f"messages of {origin} stored in {msg.topic}")
 
     async def _stored_dead_letter(self, msg: MessageExt, group: str, what: str) -> Refusal | None:
-        """``msg`` stored in ``group``'s dead letters (``_rewritten_dead_letter``), counted once it is stored."""
-        refused = self._rewritten_dead_letter(msg, group) or await self._put(msg, what)
+        """``msg`` stored in ``group``'s dead letters (``to_dead_letters``), counted once it is stored."""
+        refused = self.to_dead_letters(msg, group) or await self._put(msg, what)
         if refused is None:
-            self._counted_dead_letter(msg, group)
+            self.count_dead_letter(msg, group)
         return refused
 
     def _again(self, origin: MessageExt, topic: str, reconsume_times: int, origin_msg_id: str) -> MessageExt:

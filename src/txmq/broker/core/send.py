@@ -281,12 +281,19 @@ class SendService:
 
     # --- retries ---------------------------------------------------------------------------------------
 
-    def route_retry(self, msg: MessageExt, max_times: int | None) -> None:
+    def route_retry(self, msg: MessageExt, max_times: int | None) -> str | Refusal | None:
         """A message sent to a group's retry topic after ``max_times`` reconsumes goes to the group's dead
-        letters instead (``RetryService.to_dead_letters``)."""
+        letters instead (``RetryService.to_dead_letters``): the group, whose dead letter the sender counts once
+        stored (``RetryService.count_dead_letter``); None when the message stays as it is. BUSY when the
+        dead-letter topic does not exist and the broker may create no more topics now: the send is refused and
+        stores nothing (in the retry topic, its consumer would get it once more), as RocketMQ refuses a send whose
+        dead-letter topic it cannot have."""
         topic = msg.topic
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and msg.reconsume_times >= max_reconsume_times(max_times):
-            self.retries.to_dead_letters(msg, topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or msg.reconsume_times < max_reconsume_times(max_times):
+            return None
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        refused = self.retries.to_dead_letters(msg, group)
+        return group if refused is None else refused
 
     # --- the put, by kind ------------------------------------------------------------------------------
 

@@ -34,4 +34,4 @@ class BrokerCore:
         self.retries = RetryService(store, self.topics, stats, schedule, consumers, store_host)
         self.sends = SendService(config, store, self.topics, stats, transactions, schedule, timers, self.retries)
         self.pulls = PullService(config, store, topic_configs, subscription_groups, stats)
-        self.pop = PopService(store, offsets, self.pulls, self.retries)
+        self.pop = PopService(store, offsets, self.pulls, self.retries, max_states=config.pop_state_max_entries)

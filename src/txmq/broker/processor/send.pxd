@@ -24,7 +24,7 @@ cdef class SendMessageProcessor:
     cpdef object _response(self, RemotingCommand cmd, MessageExt msg, PutMessageResult result)
 
 cdef class _SendAnswer(Reply):
-    cdef public object batch, kind, topic
+    cdef public object batch, dead_letters, kind, topic
     cdef public SendMessageProcessor processor
     cdef public MessageExt msg
 

@@ -89,18 +89,20 @@ class _SendAnswer(Reply):
     It is also the put's waiter where nothing else waits (a plain send or batch): the store resolves it and it
     writes the response itself (``Reply``), so a send makes this one object where a future, its done callback and
     the transport's callback object were three more. A stored message is counted under its topic and message type.
-    ``batch`` holds a batch's messages (None for one message: ``msg``). Compiled, an extension type (send.pxd)."""
+    ``batch`` holds a batch's messages (None for one message: ``msg``); ``dead_letters`` the group whose dead letter
+    ``msg`` is (``SendService.route_retry``), counted as such once stored. Compiled, an extension type (send.pxd)."""
 
-    __slots__ = ("batch", "kind", "msg", "processor", "topic")
+    __slots__ = ("batch", "dead_letters", "kind", "msg", "processor", "topic")
 
     def __init__(self, processor: SendMessageProcessor, conn: Connection, cmd: RemotingCommand, msg: MessageExt,
-                 batch: list[MessageExt] | None, topic: str, kind: str) -> None:
+                 batch: list[MessageExt] | None, topic: str, kind: str, dead_letters: str | None = None) -> None:
         Reply.__init__(self, conn, cmd)  # positional, no super() object per send
         self.processor = processor
         self.msg = msg
         self.batch = batch
         self.topic = topic
         self.kind = kind
+        self.dead_letters = dead_letters
 
     @cython.locals(stats=BrokerStats)
     def __call__(self, result: PutMessageResult) -> Answer:
@@ -109,6 +111,8 @@ class _SendAnswer(Reply):
         if is_stored(result):
             stats = self.processor.stats  # typed: its put is a C call (stats.pxd)
             stats.put(self.topic, self.kind, len(self.msg.body))
+            if self.dead_letters is not None:
+                self.processor.sends.retries.count_dead_letter(self.msg, self.dead_letters)
         return self.processor._response(self.cmd, self.msg, result)
 
 
@@ -245,7 +249,9 @@ class SendMessageProcessor:
                                  message_kind(is_half(first.properties), first.delay_time_level, cfg.order))
             return sends.put_batch(msgs, halves, answer, answer)
         msg = self._inner(h, queue_id, h.flag, cmd.body, req.props, born_host)
-        sends.route_retry(msg, h.max_reconsume_times)
+        dead_letters = sends.route_retry(msg, h.max_reconsume_times)
+        if isinstance(dead_letters, Refusal):
+            return refused(cmd, dead_letters)
         if pending and msg.topic in pending:  # a dead-letter topic it just created
             return self._once_durable(conn, cmd, req, msg.topic)
         half = is_half(msg.properties)  # asked once here for the checks, the label and the store
@@ -254,7 +260,7 @@ class SendMessageProcessor:
             return refused(cmd, refusal)
         delay_level = msg.delay_time_level
         answer = _SendAnswer(self, conn, cmd, msg, None, h.topic,
-                             message_kind(half, delay_level, cfg.order, is_timed(msg.properties)))
+                             message_kind(half, delay_level, cfg.order, is_timed(msg.properties)), dead_letters)
         return sends.put(msg, half, delay_level, answer, answer)
 
     async def _once_durable(self, conn: Connection, cmd: RemotingCommand, req: SendRequest,

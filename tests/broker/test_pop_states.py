@@ -1,0 +1,96 @@
+"""Pop's per-group state (``PopService.states``, one per group, topic and queue a receive names) is bounded
+(``popStateMaxEntries``): a client receiving under ever new group names does not grow the broker's memory. A
+state with nothing in flight is dropped to make room (it is read again from the group's committed offset); when
+every state holds messages in flight, a receive that needs a new one is refused TOO_MANY_REQUESTS, nothing lost."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from tests.broker.test_journal_off_loop import _grpc_received, _send, serving_grpc
+from txmq.grpc.protocol import definition_pb2 as pb
+from txmq.grpc.protocol import service_pb2 as spb
+from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
+from txmq.remoting.codes import ResponseCode
+from txmq.topic import TopicConfig
+
+TOPIC = "Popped"
+
+
+async def _acked(stub: MessagingServiceStub, group: str, messages: list[pb.Message]) -> None:
+    """``group`` acks ``messages`` (each answered OK)."""
+    answer = await stub.AckMessage(spb.AckMessageRequest(
+        group=pb.Resource(name=group), topic=pb.Resource(name=TOPIC), entries=[spb.AckMessageEntry(
+            message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle)
+            for m in messages]), timeout=10)
+    assert answer.status.code == pb.Code.OK, answer.status
+    assert [e.status.code for e in answer.entries] == [pb.Code.OK] * len(messages), answer.entries
+
+
+async def _consumed(stub: MessagingServiceStub, group: str) -> list[bytes]:
+    """``group`` receives what it has not consumed yet and acks it: the bodies."""
+    got, codes = await _grpc_received(stub, TOPIC, 30_000, group=group)
+    assert codes == [pb.Code.OK], (group, codes)
+    await _acked(stub, group, got)
+    return [m.body for m in got]
+
+
+def test_pop_states_stay_within_the_bound_dropping_idle_ones_and_refusing_when_all_hold_messages(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        async with serving_grpc(tmp_path, pop_state_max_entries=4) as (broker, addr, client, stub):
+            pop = broker.core.pop
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))  # one queue: one state per group
+            assert (await client.invoke(addr, _send(TOPIC, body=b"m0"), 10)).code == ResponseCode.SUCCESS
+            kept, _ = await _grpc_received(stub, TOPIC, 30_000, group="kept")
+            await _acked(stub, "kept", kept)
+            assert (await client.invoke(addr, _send(TOPIC, body=b"m1"), 10)).code == ResponseCode.SUCCESS
+            for i in range(10):  # made-up groups, each consuming all
+                assert await _consumed(stub, f"made_up{i}") == [b"m0", b"m1"]
+                assert len(pop.states) <= 4
+            assert len(pop.states) == 4
+            assert ("kept", TOPIC, 0) not in pop.states
+            await _acked(stub, "kept", kept)  # acking twice is harmless, the state dropped or not
+
+            # dropped, the group reads on from its committed offset: m1, a first delivery
+            (again,), _ = await _grpc_received(stub, TOPIC, 30_000, group="kept")
+            assert (again.body, again.system_properties.delivery_attempt) == (b"m1", 1)
+
+            held = [(await _grpc_received(stub, TOPIC, 30_000, group=f"holder{i}"))[0] for i in range(3)]
+            assert [len(h) for h in held] == [2, 2, 2]
+            assert len(pop.states) == 4  # every state holds messages in flight
+            refused, codes = await _grpc_received(stub, TOPIC, 30_000, group="one_too_many")
+            assert (refused, codes) == ([], [pb.Code.TOO_MANY_REQUESTS])
+            assert len(pop.states) == 4
+
+            await _acked(stub, "kept", [again])  # nothing in flight: room for one more
+            assert await _consumed(stub, "one_too_many") == [b"m0", b"m1"]
+            assert len(pop.states) == 4
+
+    asyncio.run(main())
+
+
+def test_a_state_whose_offset_only_it_knows_is_dropped_after_those_the_offset_table_holds(tmp_path: Path) -> None:
+    """With the offset table full (consumerOffsetMaxEntries), a new group's committed offset is kept by its pop
+    state alone: such a state is dropped only when no state the offset table holds can be, though it was idle
+    longer; dropped, its group reads the queue again from its first offset, as after a restart."""
+    async def main() -> None:
+        async with serving_grpc(tmp_path, pop_state_max_entries=2, consumer_offset_max_entries=1) as (
+                broker, addr, client, stub):
+            pop = broker.core.pop
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            assert (await client.invoke(addr, _send(TOPIC, body=b"m0"), 10)).code == ResponseCode.SUCCESS
+            kept, _ = await _grpc_received(stub, TOPIC, 30_000, group="kept")  # the offset table's one entry
+            assert await _consumed(stub, "unkept") == [b"m0"]
+            await _acked(stub, "kept", kept)  # idle after "unkept"
+            (held,), _ = await _grpc_received(stub, TOPIC, 30_000, group="third")
+            assert set(pop.states) == {("unkept", TOPIC, 0), ("third", TOPIC, 0)}
+            assert await _grpc_received(stub, TOPIC, 30_000, group="kept") == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            assert set(pop.states) == {("kept", TOPIC, 0), ("third", TOPIC, 0)}
+            (again,), _ = await _grpc_received(stub, TOPIC, 30_000, group="unkept")
+            assert (again.body, again.system_properties.delivery_attempt) == (b"m0", 1)
+            assert set(pop.states) == {("unkept", TOPIC, 0), ("third", TOPIC, 0)}
+            await _acked(stub, "third", [held])
+
+    asyncio.run(main())
