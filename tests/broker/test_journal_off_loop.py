@@ -68,12 +68,12 @@ class SlowOs:
 
 @asynccontextmanager
 async def serving(tmp_path: Path, slow: SlowFsync | None = None, grpc_port: int = -1,
-                  **config: Any) -> AsyncIterator[tuple[BrokerController, str]]:
-    """A broker on a free port of 127.0.0.1 (gRPC off unless ``grpc_port``) and its address; a slow fsync is
-    released before the broker stops, so the stop never waits out its hold."""
+                  store: dict[str, Any] | None = None, **config: Any) -> AsyncIterator[tuple[BrokerController, str]]:
+    """A broker on a free port of 127.0.0.1 (gRPC off unless ``grpc_port``; ``store``: StoreConfig fields) and its
+    address; a slow fsync is released before the broker stops, so the stop never waits out its hold."""
     port = free_port()
-    broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
-                                           listen_port=port, grpc_port=grpc_port, **config))
+    store_config = StoreConfig(store_path_root_dir=str(tmp_path / "store"), **(store or {}))
+    broker = BrokerController(BrokerConfig(store=store_config, listen_port=port, grpc_port=grpc_port, **config))
     await broker.start()
     try:
         yield broker, f"127.0.0.1:{port}"
@@ -93,11 +93,11 @@ async def serving_grpc(tmp_path: Path, slow: SlowFsync | None = None, **config: 
         yield broker, addr, client, MessagingServiceStub(channel)
 
 
-def _send(topic: str, reconsume_times: int = 0) -> RemotingCommand:
+def _send(topic: str, reconsume_times: int = 0, body: bytes = b"x") -> RemotingCommand:
     header = SendMessageRequestHeader(producer_group="p", topic=topic, default_topic="TBW102",
                                       default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
                                       properties="", reconsume_times=reconsume_times, max_reconsume_times=1)
-    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body=b"x")
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body=body)
 
 
 def test_another_connection_is_answered_while_a_created_topic_s_fsync_waits(
