@@ -17,14 +17,13 @@ import logging
 import threading
 from collections.abc import Iterator
 
-from txmq.errors import StoreError
-
 log = logging.getLogger("txmq.store")
 
 
-class DurabilityLostError(StoreError, OSError):
-    """A flush, checkpoint or append asked for once durability is lost. An ``OSError`` (EIO), so that every path
-    that answers a failed fsync answers this one the same way."""
+class DurabilityLostError(OSError):
+    """A flush, checkpoint or append asked for once durability is lost. An ``OSError`` (EIO), as the disk's other
+    errors are, so that every path that answers a failed fsync answers this one the same way (a slave's HA client:
+    "writing the master's bytes failed", not "not valid records")."""
 
 
 class Durability:
