@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 import time
 
 import pytest
 
 import txmq.store.mapped_file as mapped_file
-from tests.store.store_helpers import make_config, msg, reopened_bodies, run
+from tests.store.store_helpers import SEGMENT, make_config, msg, reopened_bodies, reopened_store, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 from txmq.store.config import FlushDiskType
@@ -135,3 +136,41 @@ def test_a_failed_consume_queue_fsync_keeps_the_checkpoint_from_claiming_its_ent
     monkeypatch.undo()
     assert reopened_bodies(config)[0] == [b"before", b"unflushed 0", b"unflushed 1", b"unflushed 2"]
     run(lambda: _puts_again(config))
+
+
+def test_recovery_reads_the_log_s_tail_as_the_disk_holds_it(root, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a failed fsync, pages whose writeback failed may stay in the page cache, clean, though the disk never
+    got them: a restart without a reboot would read them as records and append after them, and a power loss would
+    then take them and every record after them. Recovery drops the cached pages of the tail it validates
+    (POSIX_FADV_DONTNEED drops clean pages only; dirty ones are written back), so it reads what the disk holds.
+    (The kernel's side cannot be made to fail here: the test sees the advice given for the whole tail, from the
+    page holding the recovery point on, every segment of it.)"""
+    config = make_config(root)
+
+    async def main() -> int:
+        store = DefaultMessageStore(config)
+        await store.start()
+        assert (await store.put_message(msg("T", b"before"))).ok
+        point = store.flush_and_checkpoint()
+        while store.max_phy_offset < point + SEGMENT:  # a tail over two segments
+            assert (await store.put_message(msg("T", b"t" * 1000))).ok
+        store.close_without_shutdown()
+        return point
+
+    point = run(main)
+    real = os.posix_fadvise
+    advised: list[tuple[str, int, int, int]] = []
+
+    def posix_fadvise(fd: int, offset: int, length: int, advice: int) -> None:
+        advised.append((os.readlink(f"/proc/self/fd/{fd}"), offset, length, advice))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", posix_fadvise)
+    with reopened_store(config) as store:
+        segments = [mf for mf in store.commit_log.queue.files if mf.end_offset > point]
+        assert len(segments) == 2
+        first = point - segments[0].file_from_offset
+        expected = [(segments[0].path, first - first % mmap.PAGESIZE, 0, os.POSIX_FADV_DONTNEED),
+                    (segments[1].path, 0, 0, os.POSIX_FADV_DONTNEED)]
+        assert [a for a in advised if f"{os.sep}commitlog{os.sep}" in a[0]] == expected
+        assert bodies(store)[0] == b"before"
