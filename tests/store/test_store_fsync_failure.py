@@ -174,3 +174,21 @@ def test_recovery_reads_the_log_s_tail_as_the_disk_holds_it(root, monkeypatch: p
                     (segments[1].path, 0, 0, os.POSIX_FADV_DONTNEED)]
         assert [a for a in advised if f"{os.sep}commitlog{os.sep}" in a[0]] == expected
         assert bodies(store)[0] == b"before"
+
+
+def test_a_put_asked_for_before_durability_was_lost_and_written_after_is_refused_whole(root) -> None:
+    """The flush thread may lose durability between a put and the loop turn that writes its group: the log refuses
+    the append, and the put is answered as every later one, with nothing stored."""
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(root)) as store:
+            assert (await store.put_message(msg("T", b"before"))).ok
+            end = store.max_phy_offset
+            asked = store.put_message(msg("T", b"asked"))  # its group is written at the loop's next turn
+            store.durability.lose("a segment", OSError(errno.EIO, os.strerror(errno.EIO)))
+            result = await asked
+            assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE, result
+            assert "failed an fsync" in result.remark and "nothing was stored" in result.remark, result.remark
+            assert store.max_phy_offset == end and bodies(store) == [b"before"]
+
+    run(main)

@@ -311,10 +311,6 @@ class GroupCommit:
             self._answer_all(group, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
                                                      remark="the store is shut down"))
             return
-        if self.durability.lost:  # since the group was asked for
-            self._answer_all(group, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                                     remark=self.durability.remark))
-            return
         start = self.commit_log.max_offset
         try:
             offsets = self.commit_log.append(records)
