@@ -68,12 +68,12 @@ class SlowOs:
 
 @asynccontextmanager
 async def serving(tmp_path: Path, slow: SlowFsync | None = None, grpc_port: int = -1,
-                  **config: Any) -> AsyncIterator[tuple[BrokerController, str]]:
-    """A broker on a free port of 127.0.0.1 (gRPC off unless ``grpc_port``) and its address; a slow fsync is
-    released before the broker stops, so the stop never waits out its hold."""
+                  store: dict[str, Any] | None = None, **config: Any) -> AsyncIterator[tuple[BrokerController, str]]:
+    """A broker on a free port of 127.0.0.1 (gRPC off unless ``grpc_port``; ``store``: StoreConfig fields) and its
+    address; a slow fsync is released before the broker stops, so the stop never waits out its hold."""
     port = free_port()
-    broker = BrokerController(BrokerConfig(store=StoreConfig(store_path_root_dir=str(tmp_path / "store")),
-                                           listen_port=port, grpc_port=grpc_port, **config))
+    store_config = StoreConfig(store_path_root_dir=str(tmp_path / "store"), **(store or {}))
+    broker = BrokerController(BrokerConfig(store=store_config, listen_port=port, grpc_port=grpc_port, **config))
     await broker.start()
     try:
         yield broker, f"127.0.0.1:{port}"

@@ -470,15 +470,29 @@ def _eio(*_: object) -> None:
     raise OSError(5, "Input/output error")
 
 
+def _restarted_after_a_crash(store: DefaultMessageStore, config: StoreConfig, disk: _Disk) -> DefaultMessageStore:
+    """A store whose durability was lost refuses appends until a restart: here a crash and a power loss, then a
+    reopen (a replica again) whose recovery decides what holds."""
+    with pytest.raises(OSError, match="failed an fsync"):
+        store.append_replicated(store.max_phy_offset, b"")
+    disk.off = True
+    store.close_without_shutdown()
+    disk.power_loss()
+    reopened = DefaultMessageStore(config)
+    reopened.replica = True
+    return reopened
+
+
 @pytest.mark.parametrize("failing", ["a queue's fsync", "syncfs", "the commit log's flush"])
 @pytest.mark.parametrize("when", ["throughout", "after the cut"])
 def test_a_slave_s_truncation_whose_checkpoint_cannot_be_made_durable_then_new_records_and_a_power_loss(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str, when: str) -> None:
     """A slave checkpointed past the point its new master's log ends at, then truncates there, and a fsync of the
     truncation's checkpoint fails (an I/O error: once, throughout the truncation or only after the log was cut).
-    Its HA client reconnects (truncating again if its log still ends past the master's) and appends the master's
-    new records, flushed; then a power loss. The reopened slave holds the master's log: every record whole, every
-    queue entry pointing at a record of its queue, nothing flushed lost. (Before: the checkpoint on disk kept its
+    An fsync that failed loses the slave's durability: it appends nothing until a restart (here a crash and a power
+    loss). Its HA client reconnects (truncating again if its log still ends past the master's) and appends the
+    master's new records, flushed; then a power loss. The reopened slave holds the master's log: every record whole,
+    every queue entry pointing at a record of its queue, nothing flushed lost. (Before: the checkpoint on disk kept its
     recovery point past the cut, and recovery started in the middle of a new record, dropped the records after
     it, and kept an old queue's entries pointing at the new ones.)"""
     config = make_config(tmp_path / "slave", flush_interval_commit_log_ms=60_000)
@@ -515,6 +529,9 @@ def test_a_slave_s_truncation_whose_checkpoint_cannot_be_made_durable_then_new_r
                 m.setattr(slave.commit_log, "flush", lambda: _eio() if broken[0] else flush())
             with pytest.raises(OSError):
                 slave.truncate_replicated(cut)
+        if slave.durability.lost:  # a real fsync failed (not the commit log's flush replaced above)
+            slave = _restarted_after_a_crash(slave, config, disk)
+            slave.add_truncate_listener(truncated.append)
         if slave.max_phy_offset > cut:  # the HA client's next handshake: this log ends past the master's
             assert when == "throughout" and not truncated  # nothing was cut
             slave.truncate_replicated(cut)
@@ -531,13 +548,15 @@ def test_a_slave_s_truncation_whose_checkpoint_cannot_be_made_durable_then_new_r
     assert truncated == [cut]  # the slave's state derived from the dropped records went (a transaction table)
 
 
-def test_a_slave_s_cut_whose_log_fsync_fails_lowers_the_end_and_holds_appends_until_it_is_durable(
+def test_a_slave_s_cut_whose_log_fsync_fails_lowers_the_end_and_refuses_appends_until_a_restart(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A slave truncates to its new master's end; the truncation's first checkpoint is durable, then the commit
     log's fsync of the cut fails. The log's end is lowered to the cut with the queues' entries past it (before,
-    it stayed past the cut over zeroed bytes, the queues pointing into them, until the next handshake); an append
-    makes the cut durable first and fails while it cannot. Once the disk works the master's records are appended;
-    then a power loss: the reopened slave holds the master's log, every queue entry pointing at its record."""
+    it stayed past the cut over zeroed bytes, the queues pointing into them, until the next handshake); durability
+    is lost, so appends are refused, also once the disk works (a retried fsync would not prove the cut durable).
+    Restarted (after a crash and a power loss, the cut perhaps undone), the slave truncates again if it must and
+    appends the master's records; then a power loss: the reopened slave holds the master's log, every queue entry
+    pointing at its record."""
     config = make_config(tmp_path / "slave", flush_interval_commit_log_ms=60_000)
     disk = _powered(config, monkeypatch)
     failing = [False]
@@ -567,6 +586,9 @@ def test_a_slave_s_cut_whose_log_fsync_fails_lowers_the_end_and_holds_appends_un
             slave.append_replicated(cut, records)
         assert slave.max_phy_offset == cut
         failing[0] = False
+        slave = _restarted_after_a_crash(slave, config, disk)
+        if slave.max_phy_offset > cut:  # the cut's fsync failed: the power loss may have undone it
+            slave.truncate_replicated(cut)
         slave.append_replicated(cut, records)
         slave.commit_log.flush()  # the flush thread's
         expected = _queues_of(new)
@@ -719,8 +741,9 @@ def test_a_checkpoint_written_after_an_earlier_one_failed_claims_nothing_that_on
     """A periodic checkpoint took the queues to fsync and failed in its worker; before the loop put their unflushed
     state back, a checkpoint of stop, delete_topic or a truncation ran: the queues were not pending, so it neither
     fsynced them nor held its recovery point before them, and wrote a checkpoint counting their entries as durable.
-    After a power loss recovery found them short and rebuilt them wholesale from the whole log. That checkpoint is
-    now not written: the one on disk stays, and recovery replays the tail."""
+    After a power loss recovery found them short and rebuilt them wholesale from the whole log. The worker's failed
+    fsync loses durability: that checkpoint is not written (nor any later one), the one on disk stays, and recovery
+    replays the tail."""
     config = make_config(root, flush_interval_commit_log_ms=60_000)
     disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
@@ -736,14 +759,17 @@ def test_a_checkpoint_written_after_an_earlier_one_failed_claims_nothing_that_on
         first = store._snapshot(thorough=False)  # takes every queue
         real_flush = mapped_file.MappedFile.flush
 
-        def failing(self: mapped_file.MappedFile) -> None:
-            raise OSError(5, "Input/output error")
+        def failing(self: mapped_file.MappedFile) -> None:  # a queue's: the commit log is durable
+            if "consumequeue" in self.directory:
+                raise OSError(5, "Input/output error")
+            real_flush(self)
 
         monkeypatch.setattr(mapped_file.MappedFile, "flush", failing)
         with pytest.raises(OSError):
-            store._write_checkpoint(first)  # the worker's fsync fails
+            store._write_checkpoint(first)  # the worker's fsync of a queue fails
         monkeypatch.setattr(mapped_file.MappedFile, "flush", real_flush)
-        store.flush_and_checkpoint()  # before the loop ran _unflushed_again
+        with pytest.raises(OSError, match="failed an fsync"):
+            store.flush_and_checkpoint()  # before the loop ran _unflushed_again
         assert store.checkpoint_offset == before
         store._unflushed_again(first)
         disk.off = True

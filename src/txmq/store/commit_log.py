@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from txmq.errors import CorruptRecordError, StoreError
 from txmq.message import MESSAGE_MAGIC_CODE
+from txmq.store.durability import Durability
 from txmq.store.mapped_file import MappedFile, MappedFileQueue
 from txmq.store.record import (
     BLANK_MAGIC_CODE,
@@ -43,7 +44,7 @@ class ScanResult:
 class CommitLog:
     """Segments of stored records (see ``record.py``), appended on the loop thread, flushed by any thread."""
 
-    def __init__(self, root_dir: str, segment_size: int) -> None:
+    def __init__(self, root_dir: str, segment_size: int, durability: Durability | None = None) -> None:
         self.queue = MappedFileQueue(os.path.join(root_dir, "commitlog"), segment_size)
         self.segment_size = segment_size
         self.max_offset = 0  # end of the last record written (RocketMQ getMaxOffset)
@@ -52,7 +53,8 @@ class CommitLog:
         # the store timestamp of the log's last record (not the highest: docs/reliability.md); 0 when unknown
         self.last_store_timestamp = 0
         self._flush_lock = threading.Lock()
-        self._cut_unsynced = -1  # a truncation's cut whose fsync failed: made durable before the next append
+        # lost at the first failed fsync: from then on nothing is appended or flushed (a retried fsync proves nothing)
+        self.durability = durability if durability is not None else Durability()
 
     def load(self) -> list[str]:
         return self.queue.load()
@@ -70,10 +72,10 @@ class CommitLog:
         All writes go to one segment at a time, with one system call per segment touched (and per IOV_MAX
         records). When a record does not fit, the segment gets a BLANK marker and the log rolls to a new segment.
         Segments are created before anything is written, so a failure to create one leaves the log unchanged; a
-        write that fails part-way is taken back (``truncate``), so a failed append leaves no record.
+        write that fails part-way is taken back (``truncate``), so a failed append leaves no record. Refused
+        (``DurabilityLostError``) once durability is lost.
         """
-        if self._cut_unsynced >= 0:
-            self._sync_cut()
+        self.durability.check()
         pos = self.max_offset
         mf = self.queue.find(pos)
         created: list[MappedFile] = []
@@ -122,11 +124,11 @@ class CommitLog:
         Every record is validated before anything is written (magic, size, trailer CRC, PHYSICALOFFSET); a BLANK
         marker must fill the rest of its segment. An incomplete record at the end is left for the next call;
         a record that fails validation raises ``CorruptRecordError`` and nothing of this call is written.
+        Refused (``DurabilityLostError``) once durability is lost.
         """
         if offset != self.max_offset:
             raise StoreError(f"replicated bytes at {offset}, but the log ends at {self.max_offset}")
-        if self._cut_unsynced >= 0:
-            self._sync_cut()
+        self.durability.check()
         view = memoryview(data)
         records: list[tuple[int, memoryview]] = []
         plan: list[tuple[int, int, int]] = []  # (segment start, first offset, end offset) of each write
@@ -246,16 +248,21 @@ class CommitLog:
 
         Safe from any thread: ``max_offset`` is read once, before the segments, so every segment the target
         covers already exists; segments below ``flushed_offset`` are the only ones retention may delete.
+        A failed fsync loses durability (and is raised): ``flushed_offset`` never moves again, as a later fsync's
+        success would not cover the bytes whose writeback failed; from then on this raises ``DurabilityLostError``.
         """
         with self._flush_lock:
+            self.durability.check()
             target = self.max_offset
             if target <= self.flushed_offset and not self.queue.directory_dirty:
                 return self.flushed_offset
             for mf in self.queue.files_from(self.flushed_offset):
                 if mf.file_from_offset >= target:
                     break
-                mf.flush()
-            self.queue.sync_directory()
+                with self.durability.fsyncing(mf.path):
+                    mf.flush()
+            with self.durability.fsyncing(self.queue.directory):
+                self.queue.sync_directory()
             self.flushed_offset = target
             self.fsyncs += 1
             return target
@@ -354,28 +361,18 @@ class CommitLog:
         the flush thread may have fsynced the dropped bytes already, and a crash must not bring them back.
 
         The log's end is lowered once the bytes are zeroed, whether or not their fsync then succeeds: no record
-        is read or appended past the cut. When the fsync fails (``OSError``), the next append makes the cut
-        durable first, and fails while it cannot: nothing lands after zeros that may not be on disk."""
+        is read or appended past the cut. When the fsync fails (``OSError``), durability is lost: nothing is
+        appended after zeros that may not be on disk until a restart's recovery has looked at the log."""
         with self._flush_lock:
             self.queue.truncate_from(offset)
             self.max_offset = offset
             self.flushed_offset = min(self.flushed_offset, offset)
-            self._cut_unsynced = offset
-            self._make_cut_durable()
-
-    def _sync_cut(self) -> None:
-        """A cut whose fsync failed, made durable before anything is appended after it; ``OSError`` while not."""
-        with self._flush_lock:
-            if self._cut_unsynced >= 0:
-                self._make_cut_durable()
-
-    def _make_cut_durable(self) -> None:
-        mf = self.queue.find(self._cut_unsynced)
-        if mf is not None:
-            mf.flush()
-        self.queue.directory_dirty = True  # a failed try may have cleared it: segments deleted by the cut
-        self.queue.sync_directory()
-        self._cut_unsynced = -1
+            mf = self.queue.find(offset)
+            if mf is not None:
+                with self.durability.fsyncing(mf.path):
+                    mf.flush()
+            with self.durability.fsyncing(self.queue.directory):
+                self.queue.sync_directory()
 
     def close(self) -> None:
         self.queue.close()

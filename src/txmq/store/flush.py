@@ -4,6 +4,9 @@ ASYNC_FLUSH (RocketMQ FlushRealTimeService): fsync whatever was written every ``
 acknowledged at once. SYNC_FLUSH (RocketMQ GroupCommitService): an append waits for a future that resolves
 once an fsync covers its last byte. The thread takes everything written so far, fsyncs once, and resolves
 every waiter up to that offset, so appends that arrive during an fsync share the next one.
+
+A failed fsync loses the store's durability (``durability.py``): the flushed offset stays where it is, and every
+waiter, now or later, is answered False at once (not durable) instead of at its timeout.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import threading
 from collections import deque
 
 from txmq.store.commit_log import CommitLog
+from txmq.store.durability import DurabilityLostError
 
 log = logging.getLogger("txmq.store")
 
@@ -40,12 +44,13 @@ class FlushCommitLogService:
 
     def wait_flushed(self, offset: int, timeout_s: float) -> asyncio.Future[bool]:
         """A future that becomes True once the commit log is durable up to ``offset``, or False after
-        ``timeout_s`` (loop thread)."""
+        ``timeout_s`` or once durability is lost (loop thread)."""
         loop = self._loop
         assert loop is not None, "start() first"
         fut: asyncio.Future[bool] = loop.create_future()
-        if self.commit_log.flushed_offset >= offset:
-            fut.set_result(True)
+        flushed = self.commit_log.flushed_offset >= offset
+        if flushed or self.commit_log.durability.lost:
+            fut.set_result(flushed)
             return fut
         deadline = loop.time() + timeout_s
         self._waiters.append((offset, deadline, fut))
@@ -64,9 +69,14 @@ class FlushCommitLogService:
     def _flush_once(self) -> None:
         try:
             flushed = self.commit_log.flush()
-        except OSError:
-            self.errors += 1
-            log.exception("commit-log flush failed; waiters will time out")
+        except OSError as exc:
+            if not isinstance(exc, DurabilityLostError):
+                self.errors += 1
+            if not self.commit_log.durability.lost:
+                log.exception("commit-log flush failed; waiters will time out")
+            elif self._loop is not None:  # nothing is flushed again: nobody waits for it
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._fail_all)
             return
         if self.group_commit and self._loop is not None:
             with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting any more
@@ -77,6 +87,13 @@ class FlushCommitLogService:
             fut = self._waiters.popleft()[2]
             if not fut.done():
                 fut.set_result(True)
+
+    def _fail_all(self) -> None:
+        """Durability is lost: every waiter is answered not durable now."""
+        while self._waiters:
+            fut = self._waiters.popleft()[2]
+            if not fut.done():
+                fut.set_result(False)
 
     def _expire(self) -> None:
         assert self._loop is not None

@@ -29,7 +29,7 @@ cdef object _after_durable_flush(list group, object replicated)
 # call between them. ``put_messages`` is cpdef: a C call from the store (message_store.pxd).
 cdef class GroupCommit:
     cdef public IndexService index
-    cdef public object config, commit_log, queues, clock, confirm, disk, replicate, flush_service
+    cdef public object config, commit_log, queues, clock, confirm, disk, durability, replicate, flush_service
     cdef public bint replica, open, over_max_used
     cdef object _files_lock, _clean, _disk_checked_at, _early_clean_at, _group_ts
     cdef dict _queues_by_key, _counters, _group_offsets

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from txmq.store.commit_log import CommitLog
     from txmq.store.consume_queue_store import ConsumeQueueStore
     from txmq.store.disk import DiskGuard
+    from txmq.store.durability import Durability
     from txmq.store.flush import FlushCommitLogService
     from txmq.store.index import IndexService
     from txmq.store.replica import ConfirmOffset
@@ -148,7 +149,7 @@ class GroupCommit:
     def __init__(self, config: StoreConfig, commit_log: CommitLog, queues: ConsumeQueueStore, index: IndexService,
                  clock: StoreClock, confirm: ConfirmOffset, disk: DiskGuard, files_lock: threading.Lock,
                  counters: dict[str, int], dispatchers: list[Callable[[DispatchRequest], None]],
-                 clean: Callable[[], int]) -> None:
+                 clean: Callable[[], int], durability: Durability) -> None:
         self.config = config
         self.commit_log = commit_log
         self.queues = queues
@@ -157,6 +158,7 @@ class GroupCommit:
         self.clock = clock
         self.confirm = confirm
         self.disk = disk
+        self.durability = durability  # lost at the store's first failed fsync: puts are refused until a restart
         self._files_lock = files_lock
         self._counters = counters
         self._dispatchers = dispatchers
@@ -199,6 +201,8 @@ class GroupCommit:
         elif self.replica:
             refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
                                        remark="this broker is a slave: it stores only what its master sends")
+        elif self.durability.lost:
+            refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self.durability.remark)
         elif not self._writable():
             refused = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self.disk.remark)
         elif not msgs:
@@ -365,9 +369,13 @@ class GroupCommit:
 
     def _after_flush(self, group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None,
                      fut: asyncio.Future[bool]) -> None:
-        """A group's fsync is over (or timed out): answer it, or wait for its replication first."""
+        """A group's fsync is over (or timed out, or durability was lost): answer it, or wait for its replication
+        first. Not flushed: FLUSH_DISK_TIMEOUT, stored but not durable (a lost durability says why)."""
         if not fut.result():
             self._counters["flush_timeouts"] += 1
+            if self.durability.lost:
+                _answer_durable(group, PutMessageStatus.FLUSH_DISK_TIMEOUT, self.durability.why)
+                return
             log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
             _answer_durable(group, PutMessageStatus.FLUSH_DISK_TIMEOUT)
         else:
@@ -421,7 +429,10 @@ class GroupCommit:
 
     def _put_failed(self, where: str, exc: Exception, creating: bool = False) -> PutMessageResult:
         """The answer to a put that stored nothing. Out of space: SERVICE_NOT_AVAILABLE saying the disk is full
-        (RocketMQ's answer to a full disk), and puts are refused until there is room again."""
+        (RocketMQ's answer to a full disk), and puts are refused until there is room again. Durability lost (the
+        log refused the append, or the fsync of its take-back failed): SERVICE_NOT_AVAILABLE saying so."""
+        if self.durability.lost:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self.durability.remark)
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             self.disk.mark_full(f"{exc.strerror} while writing {where}")
             self._disk_checked_at = time.monotonic()

@@ -8,6 +8,9 @@ and the confirm offset are ``replica.py``'s. Two threads make things durable: th
 writes the checkpoint. A periodic checkpoint fsyncs only the consume queues with ``flushConsumeQueueLeastPages``
 written, and all of them every ``flushConsumeQueueThoroughInterval``; its recovery point stays at the oldest entry it
 left unflushed. Every other checkpoint (stop, ``flush_and_checkpoint``, a truncation) flushes all.
+
+The first failed fsync of any of these files loses the store's durability (``durability.py``): from then on no
+flush and no checkpoint is made and puts are refused, until a restart's recovery rebuilds from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from txmq.store.dispatcher import (
     request_from_record,
     run_dispatchers,
 )
+from txmq.store.durability import Durability
 from txmq.store.flush import FlushCommitLogService
 from txmq.store.group_commit import GroupCommit, Waiter
 from txmq.store.index import IndexFile, IndexService
@@ -95,7 +99,8 @@ class DefaultMessageStore:
         self.config = config
         root = config.store_path_root_dir
         os.makedirs(root, exist_ok=True)
-        self.commit_log = CommitLog(root, config.mapped_file_size_commit_log)
+        self.durability = Durability()  # lost at the first failed fsync (shared by the log, flush, puts, checkpoint)
+        self.commit_log = CommitLog(root, config.mapped_file_size_commit_log, self.durability)
         self.index = IndexService(root, config.max_hash_slot_num, config.max_index_num)
         self.checkpoint = StoreCheckpoint(root)
         self._files_lock = threading.Lock()  # held while derived files are fsynced or deleted
@@ -125,7 +130,7 @@ class DefaultMessageStore:
         self.group_commit = GroupCommit(
             config, self.commit_log, self.queues, self.index, self.clock, self.confirm,
             DiskGuard(root, config.disk_space_warning_level_ratio, config.disk_space_clean_forcibly_ratio),
-            self._files_lock, self._counters, self._dispatchers, self.clean_expired_files)
+            self._files_lock, self._counters, self._dispatchers, self.clean_expired_files, self.durability)
         self.replica_log = ReplicaLog(config, self.commit_log, self.queues, self.index, self.clock, self.confirm,
                                       self._counters, self._dispatchers, self._checkpoint_now)
         self._lock_fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -227,6 +232,8 @@ class DefaultMessageStore:
         wait = interval
         while True:
             await asyncio.sleep(wait)
+            if self.durability.lost:  # the recovery point stays where every fsync succeeded (logged when lost)
+                continue
             began = time.monotonic()
             try:
                 await self._write_tails(self._least_bytes(thorough=False, now=time.monotonic()))
@@ -379,7 +386,8 @@ class DefaultMessageStore:
         return snap
 
     def _write_checkpoint(self, snap: _Snapshot) -> None:
-        """Make the snapshot durable: commit log, then derived files, then the checkpoint (any thread)."""
+        """Make the snapshot durable: commit log, then derived files, then the checkpoint (any thread). A failed
+        fsync loses durability: this checkpoint and every later one raise, the one on disk stays."""
         with self._checkpoint_lock:
             if snap.seq < self._written_seq:  # a later checkpoint's document is on disk, and made these durable
                 snap.done = True
@@ -388,22 +396,27 @@ class DefaultMessageStore:
             # Earlier snapshots whose workers have not run yet: this document claims their queues flushed too.
             claimed = [snap, *(s for s in snap.earlier if not s.done and not s.failed)]
             try:
-                self.commit_log.flush()
+                self.commit_log.flush()  # raises once durability is lost
                 with self._files_lock:
                     cq_files = [mf for s in claimed for mf in s.cq_files]
                     cq_dirs = [files for s in claimed for files in s.cq_dirs]
                     synced = len(cq_files) + len(cq_dirs) > SYNCFS_ABOVE
+                    durability = self.durability
                     if synced:
-                        syncfs(self.config.store_path_root_dir)
+                        with durability.fsyncing(f"the file system of {self.config.store_path_root_dir}"):
+                            syncfs(self.config.store_path_root_dir)
                     else:
                         for mf in cq_files:
-                            mf.flush()
+                            with durability.fsyncing(mf.path):
+                                mf.flush()
                     for s in claimed:
                         for f in s.index_files:
-                            f.flush()
+                            with durability.fsyncing(f.path):
+                                f.flush()
                     for files in cq_dirs:
                         if os.path.isdir(files.directory):  # not a queue deleted since the snapshot
-                            files.sync_directory(synced=synced)
+                            with durability.fsyncing(files.directory):
+                                files.sync_directory(synced=synced)
                 if any(s.failed for s in snap.earlier):
                     log.warning("checkpoint not written: an earlier one failed, and the queues it took are not "
                                 "counted here as unflushed; the one on disk stays")
@@ -867,5 +880,6 @@ class DefaultMessageStore:
             index_files=len(self.index.files),
             disk_used_percent=round(self.group_commit.disk.used, 1),  # as last measured by a put
             disk_full=int(self.group_commit.disk.full),  # puts are refused (docs/storage.md, "A full disk")
+            durability_lost=int(self.durability.lost),  # an fsync failed: restart (docs/storage.md, "A failed fsync")
         )
         return info

@@ -9,14 +9,18 @@
    file was lost.
 4. Every record from R on is validated (magic, sizes, trailer CRC, PHYSICALOFFSET) and dispatched again
    (consume queue, index, the dispatchers given at open). The first bad record ends the log: the rest of its
-   segment is zeroed and later segments are deleted.
+   segment is zeroed and later segments are deleted. The tail is read as the disk holds it: its cached pages
+   are dropped first (``_read_from_disk``).
 
 After a clean stop R is the end of the log, so step 4 only checks that nothing follows it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import mmap
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +35,7 @@ from txmq.store.dispatcher import (
 )
 
 if TYPE_CHECKING:
+    from txmq.store.commit_log import CommitLog
     from txmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger("txmq.store")
@@ -64,6 +69,18 @@ class RecoveryReport:
     def event(self, text: str) -> None:
         self.events.append(text)
         log.warning("recovery: %s", text)
+
+
+def _read_from_disk(cl: CommitLog, start: int) -> None:
+    """Drop the cached pages of the log from ``start`` on (POSIX_FADV_DONTNEED: clean pages only; dirty ones are
+    written back and stay), so the scan reads what the disk holds. A fsync that failed before this open (durability
+    lost, docs/storage.md) may have left pages clean in the cache that the disk never got: read from there, they
+    would pass as records, this open would append after them, and a power loss would take them and everything
+    after them."""
+    for mf in cl.queue.files_from(start):
+        pos = max(start - mf.file_from_offset, 0)
+        with contextlib.suppress(OSError):  # a file system that takes no advice: the tail is read as cached
+            os.posix_fadvise(mf.fd, pos - pos % mmap.PAGESIZE, 0, os.POSIX_FADV_DONTNEED)
 
 
 def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
@@ -129,6 +146,8 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
         _rebuild(store, report, rebuild_queues, index_ranges, start, log_lo)
 
     # 4. Validate and dispatch the tail.
+    _read_from_disk(cl, start)
+
     def on_record(offset: int, rec: memoryview) -> None:
         store.dispatch(request_from_record(rec, offset), during_recovery=True)
 
