@@ -103,7 +103,7 @@ class ClientBase:
             # the instance first: one that cannot be made (no name server address, a CA file not there) then
             # leaves no loop thread behind, and no runtime that would make the next start() a no-op
             instance = self._new_instance()
-            self._runtime = ClientRuntime(self.instance_name)
+            self._runtime = self._new_runtime()
             try:
                 self._runtime.call(self._on_start(), 30)
             except BaseException:
@@ -142,7 +142,7 @@ class ClientBase:
         if self._runtime is not None:
             return
         instance = self._new_instance()  # first, as in ``start``
-        self._runtime = ClientRuntime(self.instance_name, borrow=True)
+        self._runtime = self._new_runtime(borrow=True)
         try:
             await self._on_start()
         except BaseException:
@@ -170,6 +170,10 @@ class ClientBase:
             self._before_runtime_close()
             await runtime.aclose()
             self._runtime, self.instance = None, None
+
+    def _new_runtime(self, borrow: bool = False) -> ClientRuntime:
+        """The client's runtime, made at each start (a subclass makes its hand-offs to the new one here)."""
+        return ClientRuntime(self.instance_name, borrow=borrow)
 
     def _close_runtime(self) -> None:
         if self._runtime is not None:
