@@ -28,7 +28,7 @@ class ClientRuntime:
     def __init__(self, name: str, *, borrow: bool = False) -> None:
         """A loop of its own on a thread named ``txmq-<name>``; with ``borrow``, the caller's running loop instead
         (an application on asyncio: nothing the client does crosses to another thread, and ``aclose`` ends it)."""
-        self._closing = False  # close() began: nothing scheduled from now on is sure to run
+        self._closing = False  # close() or aclose() began: nothing scheduled from now on is sure to run
         self._hand_offs: list[HandOff[Any]] = []  # what close() and aclose() end the items of
         # post(): coroutines handed over from user threads, started by one loop callback per batch.
         self._posted: HandOff[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = \
@@ -158,7 +158,11 @@ class ClientRuntime:
 
     async def aclose(self) -> None:
         """End a client on a borrowed loop: cancel the tasks it started and wait for them (the loop goes on: it is
-        the application's)."""
+        the application's). Closing from the start, as ``close``: a call from another thread meanwhile, or later,
+        ends with ``ClientError`` rather than scheduling work on the loop after the client ended; what was handed
+        over before ends too, before a drain already scheduled could start it."""
+        self._closing = True
+        self._fail_hand_offs()
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()
