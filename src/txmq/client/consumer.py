@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -696,8 +697,8 @@ class PushConsumer(ClientBase):
             for m in msgs:
                 if m.queue_offset not in kept:
                     pq.msgs.pop(m.queue_offset, None)
-        if failed and self._runtime is not None:
-            self._runtime.loop.call_soon_threadsafe(self._retry_later, pq, failed)
+        if failed:
+            self._soon(functools.partial(self._retry_later, pq, failed))
 
     def _retry_later(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if self.listener_on_loop:
@@ -867,5 +868,13 @@ class PushConsumer(ClientBase):
     def _orderly_done(self, pq: ProcessQueue) -> None:
         with self._lock:
             pq.orderly_busy = False
-        if pq.msgs and not pq.dropped and pq.locked_until > time.monotonic() and self._runtime is not None:
-            self._runtime.loop.call_soon_threadsafe(self._schedule_orderly, pq)
+        if pq.msgs and not pq.dropped and pq.locked_until > time.monotonic():
+            self._soon(functools.partial(self._schedule_orderly, pq))
+
+    def _soon(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the client's loop, called from a consume thread or from the loop itself (there
+        without waking the loop through its self-pipe); not once the client shuts down, dropping its queues."""
+        runtime = self._runtime
+        if runtime is not None:
+            with contextlib.suppress(ClientError):
+                runtime.call_soon(callback)
