@@ -215,6 +215,7 @@ class Producer(ClientBase):
         self.batch_max_messages = batch_max_messages
         self.batch_max_bytes = batch_max_bytes
         self._outbox: HandOff[tuple[Message, SendFuture]]  # the coalesced async sends: made with each runtime
+        self._running = False  # started, and its shutdown not begun: async sends are taken
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
@@ -224,9 +225,11 @@ class Producer(ClientBase):
     async def _on_start(self) -> None:
         assert self.instance is not None
         await self.instance.start()
+        self._running = True
 
     async def _on_shutdown(self) -> None:
         assert self.instance is not None
+        self._running = False  # RocketMQ's service state: no send is taken from here on
         await self.instance.unregister(producer_group=self.group)
         await self.instance.close()
 
@@ -245,8 +248,9 @@ class Producer(ClientBase):
     def send_async(self, msg: Message, queue: MessageQueue | None = None) -> SendFuture:
         """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered (called on the client's
         own loop thread, from a send's callback, it cannot wait: it raises ``ClientError`` then). ``queue``: that
-        queue, without retry on another (and without batching). A send still unanswered at ``shutdown()``, or
-        made while it runs, ends with ``ClientError``."""
+        queue, without retry on another (and without batching). A send still unanswered at ``shutdown()`` ends
+        with ``ClientError``; once ``shutdown()`` began, ``send_async`` raises ``ClientError`` instead of returning
+        a future (RocketMQ's send after shutdown throws rather than calling the callback)."""
         runtime, fut = self._window_slot()
         if queue is not None or self.batch_max_messages <= 1 or msg.delay_time_level:
             runtime.post(self._send(msg, queue=queue)).add_done_callback(functools.partial(_settle_from, fut))
@@ -261,6 +265,10 @@ class Producer(ClientBase):
         runtime = self._runtime
         if runtime is None:
             raise ClientError("producer is not started")
+        if not self._running or runtime.closing:
+            # refused at once, with no future: a send's callback that sends again on failure (as the sends shutdown
+            # ends fail) would get each new send's failure, at once or from a closed connection, and send again
+            raise ClientError("producer is shut down")
         self._acquire_window(wait=not runtime.on_loop_thread())
         fut = SendFuture()
         fut.add_done_callback(self._release_window)
