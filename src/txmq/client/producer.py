@@ -215,7 +215,6 @@ class Producer(ClientBase):
         self.batch_max_messages = batch_max_messages
         self.batch_max_bytes = batch_max_bytes
         self._outbox: HandOff[tuple[Message, SendFuture]]  # the coalesced async sends: made with each runtime
-        self._running = False  # started, and its shutdown not begun: async sends are taken
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
@@ -225,11 +224,9 @@ class Producer(ClientBase):
     async def _on_start(self) -> None:
         assert self.instance is not None
         await self.instance.start()
-        self._running = True
 
     async def _on_shutdown(self) -> None:
         assert self.instance is not None
-        self._running = False  # RocketMQ's service state: no send is taken from here on
         await self.instance.unregister(producer_group=self.group)
         await self.instance.close()
 
@@ -263,12 +260,11 @@ class Producer(ClientBase):
         whose answers would free it), as the future of the send that takes it: the place is freed when the future
         is settled."""
         runtime = self._runtime
-        if runtime is None:
-            raise ClientError("producer is not started")
-        if not self._running or runtime.closing:
-            # refused at once, with no future: a send's callback that sends again on failure (as the sends shutdown
-            # ends fail) would get each new send's failure, at once or from a closed connection, and send again
-            raise ClientError("producer is shut down")
+        if runtime is None or not self._running:
+            # refused at once once shutdown() began, with no future: a send's callback that sends again on failure
+            # (as the sends shutdown ends fail) would get each new send's failure, at once or from a closed
+            # connection, and send again
+            raise ClientError("producer is not started" if runtime is None else "producer is shut down")
         self._acquire_window(wait=not runtime.on_loop_thread())
         fut = SendFuture()
         fut.add_done_callback(self._release_window)

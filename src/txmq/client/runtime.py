@@ -28,7 +28,7 @@ class ClientRuntime:
     def __init__(self, name: str, *, borrow: bool = False) -> None:
         """A loop of its own on a thread named ``txmq-<name>``; with ``borrow``, the caller's running loop instead
         (an application on asyncio: nothing the client does crosses to another thread, and ``aclose`` ends it)."""
-        self.closing = False  # close() or aclose() began: nothing scheduled from now on is sure to run
+        self._closing = False  # close() or aclose() began: nothing scheduled from now on is sure to run
         self._hand_offs: list[HandOff[Any]] = []  # what close() and aclose() end the items of
         # post(): coroutines handed over from user threads, started by one loop callback per batch.
         self._posted: HandOff[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = \
@@ -75,7 +75,7 @@ class ClientRuntime:
         its self-pipe (a write, and a read on the loop, per call), which only another thread needs. Raises
         ``ClientError`` once ``close()`` began, when the callback might never run (the loop's last turn left
         behind): the caller ends its work itself."""
-        if self.closing:
+        if self._closing:
             raise ClientError("client is shut down")
         try:
             if self.on_loop_thread():
@@ -128,7 +128,7 @@ class ClientRuntime:
             raise ClientError("a client on a borrowed loop is closed by awaiting aclose() on that loop")
         if not self.loop.is_running():
             return
-        self.closing = True
+        self._closing = True
 
         async def _drain() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -145,7 +145,7 @@ class ClientRuntime:
         self._fail_hand_offs()
 
     def _cancel_stragglers(self) -> None:
-        """Cancel the tasks started after ``_drain`` took its list (by callbacks scheduled before ``closing`` was
+        """Cancel the tasks started after ``_drain`` took its list (by callbacks scheduled before ``_closing`` was
         seen, run in the loop's last turns), on this thread now that the loop's own has ended: a task the closed
         loop dropped would never end the future of the call it runs."""
         for _ in range(3):  # bounded: a task that swallows its cancellation must not hold the shutdown for ever
@@ -161,7 +161,7 @@ class ClientRuntime:
         the application's). Closing from the start, as ``close``: a call from another thread meanwhile, or later,
         ends with ``ClientError`` rather than scheduling work on the loop after the client ended; what was handed
         over before ends too, before a drain already scheduled could start it."""
-        self.closing = True
+        self._closing = True
         self._fail_hand_offs()
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
