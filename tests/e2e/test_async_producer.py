@@ -264,3 +264,62 @@ def test_sends_waiting_for_room_at_shutdown_are_refused(cluster: Cluster, run):
             os.kill(broker.pid, signal.SIGCONT)
 
     assert [type(exc) for exc in run(main())] == [ClientError] * 3
+
+
+def test_calls_from_another_thread_while_shutdown_ends_the_client_are_refused_and_run_nothing(cluster: Cluster, run):
+    """``shutdown()`` ends what the client started on the application's loop, which goes on. A call made from
+    another thread while it does so, or after it, through the inner producer or the client's runtime (a send, a
+    posted coroutine, a callback) ends with ``ClientError`` and runs nothing on the loop: such calls were scheduled
+    there, and ran after the client had ended."""
+    cluster.start_broker()
+
+    async def main() -> tuple[list[Any], list[Any], list[str]]:
+        producer = await AsyncProducer("p_async_late", cluster.namesrv_addr).start()
+        sent = await producer.send(Message("Late", b"warm-up"))
+        inner, runtime = producer.producer, producer.producer._runtime
+        assert runtime is not None
+        ran: list[str] = []
+        cancelled, release = asyncio.Event(), asyncio.Event()
+
+        async def slow_to_end() -> None:  # holds the shutdown in its wait for the tasks it cancelled
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.set()
+                await release.wait()
+                raise
+
+        async def late_coroutine() -> None:
+            ran.append("coroutine")
+
+        def late_calls() -> list[Any]:
+            """The outcome of each call: its ClientError (raised, or its future's at once), else what it returned."""
+            calls: list[Callable[[], Any]] = [
+                lambda: inner.send_async(Message("Late", b"coalesced")),
+                lambda: inner.send_async(Message("Late", b"to a queue"), sent.message_queue),
+                lambda: runtime.post(late_coroutine()),
+                lambda: runtime.call_soon(lambda: ran.append("callback")),
+            ]
+            outcomes = []
+            for call in calls:
+                try:
+                    fut = call()
+                except ClientError as exc:
+                    outcomes.append(exc)
+                    continue
+                outcomes.append(fut.exception(0) if fut is not None and fut.done() else fut)
+            return outcomes
+
+        runtime.spawn(slow_to_end())
+        stopping = asyncio.create_task(producer.shutdown())
+        await cancelled.wait()
+        during = await asyncio.to_thread(late_calls)
+        release.set()
+        await stopping
+        after = await asyncio.to_thread(late_calls)
+        await asyncio.sleep(0.2)  # the loop goes on: whatever was scheduled on it has run by now
+        return during, after, ran
+
+    during, after, ran = run(main())
+    assert all(isinstance(outcome, ClientError) for outcome in during + after), (during, after)
+    assert ran == []

@@ -130,6 +130,22 @@ def test_after_max_reconsume_times_the_message_is_in_the_dlq(cluster, listener_o
     assert _dead_letters(cluster, "g_dlq") == 2
 
 
+def test_max_reconsume_times_minus_one_means_sixteen_for_a_concurrent_consumer(cluster):
+    """-1, the Java client's default ``maxReconsumeTimes``, means 16 retries for a concurrent consumer, as RocketMQ's
+    ``DefaultMQPushConsumerImpl.getMaxReconsumeTimes`` sends it back: the broker took -1 as it came and put the
+    message in the dead letters at its first failure."""
+    cluster.start_broker("broker-a", FAST_RETRY)
+    rec = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER)
+    with Producer("p_dlq_default", cluster.namesrv_addr) as producer:
+        producer.send(Message("dlq_default_t", b"poison"))
+    consumer = push_consumer(cluster.namesrv_addr, "g_dlq_default", "dlq_default_t", rec, max_reconsume_times=-1)
+    try:
+        assert wait_until(lambda: _dead_letters(cluster, "g_dlq_default") == 1, 60), rec.deliveries
+    finally:
+        consumer.shutdown()
+    assert [d.reconsume_times for d in rec.deliveries] == list(range(17))
+
+
 def _poisoned_orderly_topic(cluster, topic: str, bodies: list[bytes]) -> Recorder:
     """A broker with ``topic`` (one queue, orderly) holding ``bodies``, and a recorder whose listener fails every
     message of body ``poison``."""
@@ -162,6 +178,22 @@ def test_orderly_consumer_retries_in_place_then_dead_letters_and_goes_on_in_orde
     assert _dead_letters(cluster, "g_ord_dlq") == 1
 
 
+def test_max_reconsume_times_minus_one_means_no_limit_for_an_orderly_consumer(cluster, listener_on_loop):
+    """-1, the Java client's default ``maxReconsumeTimes``, means no limit for an orderly consumer (RocketMQ's
+    ``ConsumeMessageOrderlyService.getMaxReconsumeTimes``: ``Integer.MAX_VALUE``): a failing message is consumed
+    again in place past 16 retries, never dead-lettered, the messages behind it waiting. It went to the dead letters
+    at its first failure."""
+    rec = _poisoned_orderly_topic(cluster, "ord_no_limit", [b"poison", b"after"])
+    consumer = push_consumer(cluster.namesrv_addr, "g_ord_no_limit", "ord_no_limit", rec, orderly=True,
+                             max_reconsume_times=-1, suspend_s=0.05, listener_on_loop=listener_on_loop)
+    try:
+        assert rec.wait_for(20, 20), [(d.body, d.reconsume_times) for d in rec.deliveries]
+    finally:
+        consumer.shutdown()
+    assert [(d.body, d.reconsume_times) for d in rec.deliveries[:20]] == [(b"poison", n) for n in range(20)]
+    assert _dead_letters(cluster, "g_ord_no_limit") == 0
+
+
 def _orderly_consumer_refusing(cluster, topic: str, rec: Recorder, refuses: Callable[[MessageExt, list[int]], bool],
                                sent: list[int], **kw: object) -> PushConsumer:
     """A started orderly consumer of ``topic`` (``suspend_s`` 0.3) whose dead-letter sends are recorded in ``sent``
@@ -186,8 +218,9 @@ def _orderly_consumer_refusing(cluster, topic: str, rec: Recorder, refuses: Call
 def test_orderly_consumer_whose_dead_letter_send_is_refused_consumes_the_message_again_and_loses_nothing(
         cluster, listener_on_loop):
     """Out of retries, a message the broker would not take into the dead letters (the first send-back refused here)
-    stays where it is and is consumed again after ``suspend_s``, as RocketMQ's orderly service suspends; it was
-    dropped from the queue and its offset committed past it, the message lost."""
+    stays where it is and is consumed again after ``suspend_s``, counted one more try, as RocketMQ's orderly service
+    suspends and counts it; it was dropped from the queue and its offset committed past it, the message lost (and
+    later, kept, it was consumed again with the count it had)."""
     rec = _poisoned_orderly_topic(cluster, "ord_dlq_refused", [b"poison", b"after"])
     refused: list[bytes] = []
 
@@ -204,10 +237,10 @@ def test_orderly_consumer_whose_dead_letter_send_is_refused_consumes_the_message
     finally:
         consumer.shutdown()
     assert refused == [b"poison"]
-    # poison, its retry, refused by the dead letters: consumed again (still out of retries), taken by the dead
-    # letters this time; then the next in order
+    # poison, its retry, refused by the dead letters: counted one more try (RocketMQ's checkReconsumeTimes) and
+    # consumed again, still out of retries, taken by the dead letters this time; then the next in order
     assert [(d.body, d.reconsume_times) for d in rec.deliveries] == [
-        (b"poison", 0), (b"poison", 1), (b"poison", 1), (b"after", 0)]
+        (b"poison", 0), (b"poison", 1), (b"poison", 2), (b"after", 0)]
     assert _dead_letters(cluster, "g_ord_dlq_refused") == 1
 
 
@@ -276,7 +309,7 @@ def test_orderly_batch_consumed_again_without_its_dead_letters_in_order_and_comm
     finally:
         consumer.shutdown()  # commits its offsets
     assert [(d.queue_offset, d.reconsume_times) for d in rec.deliveries] == [
-        (0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (1, 1), (3, 0)]
+        (0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (1, 2), (3, 0)]  # the refused one counted one more try
     assert sent == [0, 1, 2, 1], sent
     assert offsets == [0, 1, 1, 1], offsets
     assert _dead_letters(cluster, "g_ord_dlq_again") == 3

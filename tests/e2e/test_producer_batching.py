@@ -1,6 +1,8 @@
 """``Producer.send_async`` coalesces queued sends into batch requests: each message still gets its own
 result, and that result names exactly where the message was stored."""
 
+import os
+import signal
 import threading
 
 import pytest
@@ -108,6 +110,39 @@ def test_shutdown_settles_every_async_send_still_unanswered(cluster):
         except ClientError as exc:  # a TimeoutError (the future still pending) is not
             outcomes.append(exc)
     assert len(outcomes) == 50
+
+
+@pytest.mark.parametrize("to_queue", [False, True], ids=["coalesced", "to-a-queue"])
+def test_a_callback_sending_again_on_failure_is_refused_at_shutdown_instead_of_recursing(cluster, to_queue: bool):
+    """A send's callback that sends again whenever a send fails (a retry loop): the sends ``shutdown()`` ends fail,
+    and their callbacks' new sends are refused at once with ``ClientError`` (RocketMQ's "The producer service state
+    not OK"), with no callback of their own. Such a send was taken: it failed on the closed connections and its
+    callback sent again, thousands of times, and once the runtime closed it failed inside ``send_async``, so the
+    callback added to its future ran at once and sent again, and so on until ``RecursionError``."""
+    broker = cluster.start_broker()
+    producer = Producer("p_resend", cluster.namesrv_addr, send_timeout_s=30).start()
+    queue = producer.send(Message("Resend", b"warm-up")).message_queue if to_queue else None
+    calls = 0
+    refused: list[BaseException] = []
+
+    def send_again_on_failure(fut: SendFuture) -> None:
+        nonlocal calls
+        calls += 1
+        if fut.exception() is None:
+            return
+        try:
+            producer.send_async(Message("Resend", b"again"), queue).add_done_callback(send_again_on_failure)
+        except ClientError as exc:
+            refused.append(exc)
+
+    os.kill(broker.pid, signal.SIGSTOP)  # the broker answers nothing: the sends are unanswered at shutdown
+    try:
+        for i in range(5):
+            producer.send_async(Message("Resend", f"r{i}".encode()), queue).add_done_callback(send_again_on_failure)
+        producer.shutdown()
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+    assert (calls, len(refused)) == (5, 5)
 
 
 @pytest.mark.parametrize("to_queue", [False, True], ids=["coalesced", "to-a-queue"])

@@ -48,6 +48,8 @@ class ClientBase:
         self.namesrv = default_namesrv(namesrv)
         self.instance_name = instance_name or f"{name_prefix}-{os.getpid()}-{id(self):x}"
         self._runtime: ClientRuntime | None = None
+        # RocketMQ's service state RUNNING: from the end of start() to the beginning of shutdown()
+        self._running = False
         self._shutdown_lock = threading.Lock()
         self.instance: MQClientInstance | None = None
         self.credentials = default_credentials()
@@ -103,7 +105,7 @@ class ClientBase:
             # the instance first: one that cannot be made (no name server address, a CA file not there) then
             # leaves no loop thread behind, and no runtime that would make the next start() a no-op
             instance = self._new_instance()
-            self._runtime = ClientRuntime(self.instance_name)
+            self._runtime = self._new_runtime()
             try:
                 self._runtime.call(self._on_start(), 30)
             except BaseException:
@@ -113,6 +115,7 @@ class ClientBase:
                     self._runtime.call(instance.close(), 10)
                 self._close_runtime()
                 raise
+            self._running = True
             tune_gc_for_client()
         return self
 
@@ -131,6 +134,7 @@ class ClientBase:
         with self._shutdown_lock:  # one shutdown runs: a second would find the runtime closing under it
             if self._runtime is not runtime:
                 return
+            self._running = False
             try:
                 runtime.call(self._on_shutdown(), 30)
             finally:
@@ -142,7 +146,7 @@ class ClientBase:
         if self._runtime is not None:
             return
         instance = self._new_instance()  # first, as in ``start``
-        self._runtime = ClientRuntime(self.instance_name, borrow=True)
+        self._runtime = self._new_runtime(borrow=True)
         try:
             await self._on_start()
         except BaseException:
@@ -151,6 +155,7 @@ class ClientBase:
             await self._runtime.aclose()
             self._runtime, self.instance = None, None
             raise
+        self._running = True
         tune_gc_for_client()
 
     async def _shutdown_on_running_loop(self) -> None:
@@ -158,6 +163,7 @@ class ClientBase:
         runtime, instance = self._runtime, self.instance
         if runtime is None or instance is None:
             return
+        self._running = False
         try:
             await self._on_shutdown()
         except BaseException:
@@ -170,6 +176,10 @@ class ClientBase:
             self._before_runtime_close()
             await runtime.aclose()
             self._runtime, self.instance = None, None
+
+    def _new_runtime(self, borrow: bool = False) -> ClientRuntime:
+        """The client's runtime, made at each start (a subclass makes its hand-offs to the new one here)."""
+        return ClientRuntime(self.instance_name, borrow=borrow)
 
     def _close_runtime(self) -> None:
         if self._runtime is not None:

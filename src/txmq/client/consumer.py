@@ -8,10 +8,10 @@ orderly consumption, retries through ``%RETRY%group`` and the dead-letter topic.
   messages per queue: the loop pauses when it is full). The committed offset is the lowest offset still being
   consumed, so a crash replays and never skips (at-least-once).
 * ``RECONSUME_LATER`` (or an exception) sends the message back (code 36): the broker stores it in the retry
-  topic with a growing delay and, after ``max_reconsume_times``, in ``%DLQ%group``.
+  topic with a growing delay and, after ``max_reconsume_times`` (-1: 16, as in RocketMQ), in ``%DLQ%group``.
 * Orderly: a queue is consumed only while this client holds its lock on the broker (codes 41/42), one batch at
   a time; a failed batch is retried locally after ``suspend_s``, each of its messages going to the DLQ after its
-  own ``max_reconsume_times`` retries.
+  own ``max_reconsume_times`` retries (-1: no limit, as in RocketMQ).
 * The listener runs on ``consume_thread_nums`` threads, or, with ``listener_on_loop``, on the client's own loop
   thread (beyond RocketMQ, as nats-py calls its callbacks): no hand-off between threads per delivery, for
   listeners that return quickly and never block. Everything else (offsets, send-back, retries, orderly locks,
@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -55,6 +56,10 @@ log = logging.getLogger("txmq.client")
 # Pull answers that serve the queue: they end a run of failed pulls (an error answer does not).
 _SERVED = frozenset({ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
                      ResponseCode.PULL_OFFSET_MOVED})
+# What ``max_reconsume_times=-1`` means (RocketMQ's getMaxReconsumeTimes): 16 retries when consuming concurrently,
+# Integer.MAX_VALUE (no limit) in order
+_CONCURRENT_MAX_RECONSUME_TIMES = 16
+_ORDERLY_MAX_RECONSUME_TIMES = (1 << 31) - 1
 
 
 class ConsumeStatus(Enum):
@@ -145,7 +150,9 @@ class PushConsumer(ClientBase):
                  pull_threshold: int = 1000, rebalance_interval_s: float = 20.0, suspend_timeout_ms: int = 15_000,
                  persist_interval_s: float = 5.0, suspend_s: float = 1.0, pull_delay_when_exception_s: float = 1.0,
                  listener_on_loop: bool = False, instance_name: str | None = None) -> None:
-        """``listener_on_loop``: call the listener on the client's loop thread, not on consume threads (which are
+        """``max_reconsume_times``: the retries of a message before the dead letters; -1 (the Java client's
+        default) means what it means in RocketMQ: 16 for concurrent consumption, no limit for orderly.
+        ``listener_on_loop``: call the listener on the client's loop thread, not on consume threads (which are
         then never started). Only for a listener that returns quickly and never blocks: while it runs, this
         consumer's pulls, heartbeats and offset commits wait, and it must not call this consumer's methods."""
         check_group(group)
@@ -696,8 +703,8 @@ class PushConsumer(ClientBase):
             for m in msgs:
                 if m.queue_offset not in kept:
                     pq.msgs.pop(m.queue_offset, None)
-        if failed and self._runtime is not None:
-            self._runtime.loop.call_soon_threadsafe(self._retry_later, pq, failed)
+        if failed:
+            self._soon(functools.partial(self._retry_later, pq, failed))
 
     def _retry_later(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if self.listener_on_loop:
@@ -715,6 +722,13 @@ class PushConsumer(ClientBase):
             log.warning("send back of %s failed: %s", msg.msg_id, exc)
             return False
 
+    def _max_reconsume_times(self) -> int:
+        """``max_reconsume_times`` with -1 read as RocketMQ reads it (``getMaxReconsumeTimes`` of each consume
+        service): 16 for concurrent consumption, no limit (``Integer.MAX_VALUE``) for orderly."""
+        if self.max_reconsume_times != -1:
+            return self.max_reconsume_times
+        return _ORDERLY_MAX_RECONSUME_TIMES if self.orderly else _CONCURRENT_MAX_RECONSUME_TIMES
+
     async def _send_back_async(self, msg: MessageExt, broker_name: str, delay_level: int) -> bool:
         """Hand ``msg`` back to ``broker_name``, the broker it was pulled from (its commit-log offset means
         something there only), for a later retry (or the DLQ); False when that failed."""
@@ -722,7 +736,7 @@ class PushConsumer(ClientBase):
             return False
         header = ConsumerSendMsgBackRequestHeader(
             offset=msg.commit_log_offset, group=self.group, delay_level=delay_level, origin_msg_id=msg.msg_id,
-            origin_topic=msg.topic, max_reconsume_times=self.max_reconsume_times)
+            origin_topic=msg.topic, max_reconsume_times=self._max_reconsume_times())
         cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext())
         try:
             resp = await self.instance.invoke_broker(broker_name, cmd)
@@ -811,16 +825,15 @@ class PushConsumer(ClientBase):
         taken again after the lock lapsed may hold messages with different pasts. One with retries left is counted
         one more; one out of them is yielded for the dead letters, once (taken, it leaves the queue). The messages
         left to consume again are returned: those with retries left, and those the dead letters refused (tried
-        again after the pause, so that none is lost). A message's count starts at the retries it came with (one of
-        the retry topic was failed before)."""
+        again after the pause, so that none is lost; counted one more too, as RocketMQ counts them). A message's
+        count starts at the retries it came with (one of the retry topic was failed before)."""
+        most = self._max_reconsume_times()
         left: list[MessageExt] = []
         for m in batch:
-            if m.reconsume_times < self.max_reconsume_times:  # the message stays in ``pq.msgs``: its count with it
-                m.reconsume_times += 1
-                left.append(m)
-            elif (yield m):
+            if m.reconsume_times >= most and (yield m):
                 self._orderly_consumed(pq, [m])
-            else:
+            else:  # the message stays in ``pq.msgs``: its count with it
+                m.reconsume_times += 1
                 left.append(m)
         return left
 
@@ -867,5 +880,13 @@ class PushConsumer(ClientBase):
     def _orderly_done(self, pq: ProcessQueue) -> None:
         with self._lock:
             pq.orderly_busy = False
-        if pq.msgs and not pq.dropped and pq.locked_until > time.monotonic() and self._runtime is not None:
-            self._runtime.loop.call_soon_threadsafe(self._schedule_orderly, pq)
+        if pq.msgs and not pq.dropped and pq.locked_until > time.monotonic():
+            self._soon(functools.partial(self._schedule_orderly, pq))
+
+    def _soon(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the client's loop, called from a consume thread or from the loop itself (there
+        without waking the loop through its self-pipe); not once the client shuts down, dropping its queues."""
+        runtime = self._runtime
+        if runtime is not None:
+            with contextlib.suppress(ClientError):
+                runtime.call_soon(callback)

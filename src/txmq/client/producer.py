@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import collections
 import concurrent.futures
 import contextlib
 import functools
@@ -34,7 +33,7 @@ from typing import Any, Self
 
 from txmq.client.base import ClientBase
 from txmq.client.instance import MessageQueue
-from txmq.client.runtime import ClientRuntime, taken
+from txmq.client.runtime import ClientRuntime, HandOff
 from txmq.errors import BrokerError, ClientError, InvalidMessageError
 from txmq.message import (
     Message,
@@ -140,6 +139,11 @@ def _settle_from(fut: SendFuture, done: concurrent.futures.Future[SendResult]) -
         fut.set_result(done.result())
 
 
+def _fail_send(send: tuple[Message, SendFuture], exc: BaseException) -> None:
+    """An async send the loop never took (the producer shut down first) ends with ``exc``."""
+    send[1].set_exception(exc)
+
+
 def _fail_if_cancelled(chunk: list[tuple[Message, SendFuture]], task: asyncio.Task[None]) -> None:
     """A chunk's task was cancelled (the producer shuts down): its sends end as ``_settle_from`` ends them."""
     if task.cancelled():
@@ -210,8 +214,7 @@ class Producer(ClientBase):
         self._room.set()
         self.batch_max_messages = batch_max_messages
         self.batch_max_bytes = batch_max_bytes
-        self._outbox: collections.deque[tuple[Message, SendFuture]] = collections.deque()
-        self._outbox_scheduled = False
+        self._outbox: HandOff[tuple[Message, SendFuture]]  # the coalesced async sends: made with each runtime
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
@@ -242,20 +245,14 @@ class Producer(ClientBase):
     def send_async(self, msg: Message, queue: MessageQueue | None = None) -> SendFuture:
         """Send without waiting; blocks only while ``max_in_flight`` sends are unanswered (called on the client's
         own loop thread, from a send's callback, it cannot wait: it raises ``ClientError`` then). ``queue``: that
-        queue, without retry on another (and without batching). A send still unanswered at ``shutdown()``, or
-        made while it runs, ends with ``ClientError``."""
+        queue, without retry on another (and without batching). A send still unanswered at ``shutdown()`` ends
+        with ``ClientError``; once ``shutdown()`` began, ``send_async`` raises ``ClientError`` instead of returning
+        a future (RocketMQ's send after shutdown throws rather than calling the callback)."""
         runtime, fut = self._window_slot()
         if queue is not None or self.batch_max_messages <= 1 or msg.delay_time_level:
             runtime.post(self._send(msg, queue=queue)).add_done_callback(functools.partial(_settle_from, fut))
         else:
-            self._outbox.append((msg, fut))
-            if not self._outbox_scheduled:
-                # _drain_outbox clears the flag before it takes items (the same trick as ClientRuntime.post).
-                self._outbox_scheduled = True
-                try:
-                    runtime.call_soon(self._drain_outbox)
-                except ClientError as exc:  # shut down meanwhile
-                    self._fail_outbox(exc)
+            self._outbox.put((msg, fut))
         return fut
 
     def _window_slot(self) -> tuple[ClientRuntime, SendFuture]:
@@ -263,8 +260,11 @@ class Producer(ClientBase):
         whose answers would free it), as the future of the send that takes it: the place is freed when the future
         is settled."""
         runtime = self._runtime
-        if runtime is None:
-            raise ClientError("producer is not started")
+        if runtime is None or not self._running:
+            # refused at once once shutdown() began, with no future: a send's callback that sends again on failure
+            # (as the sends shutdown ends fail) would get each new send's failure, at once or from a closed
+            # connection, and send again
+            raise ClientError("producer is not started" if runtime is None else "producer is shut down")
         self._acquire_window(wait=not runtime.on_loop_thread())
         fut = SendFuture()
         fut.add_done_callback(self._release_window)
@@ -324,28 +324,18 @@ class Producer(ClientBase):
             functools.partial(_settle_from, fut))
         return fut
 
-    def _close_runtime(self) -> None:
-        super()._close_runtime()
-        self._fail_outbox(ClientError("producer is shut down"))
-
-    def _fail_outbox(self, exc: ClientError) -> None:
-        """End the queued async sends no loop will take (the drain scheduled for them was left behind by the loop's
-        last turn, or refused). The flag is cleared first, as in ``ClientRuntime._fail_posted``: a send queued
-        meanwhile is taken here or schedules a drain of its own, which is refused, and ends it."""
-        self._outbox_scheduled = False
-        for _, fut in taken(self._outbox):
-            fut.set_exception(exc)
+    def _new_runtime(self, borrow: bool = False) -> ClientRuntime:
+        runtime = super()._new_runtime(borrow)
+        self._outbox = HandOff(runtime, self._start_sends, _fail_send)  # before a send can find the runtime
+        return runtime
 
     # --- the send path (on the loop) ------------------------------------------------------------------
 
-    def _drain_outbox(self) -> None:
-        """Take every queued async send and start one request per chunk of one topic (half messages apart: the
+    def _start_sends(self, sends: list[tuple[Message, SendFuture]]) -> None:
+        """Start one request per chunk of one topic of the async sends taken together (half messages apart: the
         broker takes a batch of halves, or of plain messages, not both)."""
-        self._outbox_scheduled = False
         by_topic: dict[tuple[str, bool], list[tuple[Message, SendFuture]]] = {}
-        outbox = self._outbox
-        while outbox:
-            msg, fut = outbox.popleft()
+        for msg, fut in sends:
             try:
                 self._prepare(msg)
             except InvalidMessageError as exc:

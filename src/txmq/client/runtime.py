@@ -15,7 +15,7 @@ import concurrent.futures
 import functools
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from txmq.errors import ClientError
 from txmq.remoting.transport import new_event_loop
@@ -28,11 +28,11 @@ class ClientRuntime:
     def __init__(self, name: str, *, borrow: bool = False) -> None:
         """A loop of its own on a thread named ``txmq-<name>``; with ``borrow``, the caller's running loop instead
         (an application on asyncio: nothing the client does crosses to another thread, and ``aclose`` ends it)."""
+        self._closing = False  # close() or aclose() began: nothing scheduled from now on is sure to run
+        self._hand_offs: list[HandOff[Any]] = []  # what close() and aclose() end the items of
         # post(): coroutines handed over from user threads, started by one loop callback per batch.
-        self._posted: collections.deque[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = \
-            collections.deque()
-        self._drain_scheduled = False
-        self._closing = False  # close() began: nothing scheduled from now on is sure to run
+        self._posted: HandOff[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = \
+            HandOff(self, self._start_posted, _fail_posted)
         self._tasks: set[asyncio.Task[Any]] = set()  # (borrowed) started by post() and spawn(): what aclose() cancels
         self.borrowed = borrow
         if borrow:
@@ -99,23 +99,12 @@ class ClientRuntime:
         Cancelling the returned future before its coroutine started means it never runs; after that, cancellation
         reaches the task."""
         fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._posted.append((coro, fut))
-        if not self._drain_scheduled:
-            # No lock needed: _drain clears the flag before it takes items, so an item appended while the
-            # flag still reads True is taken by the drain that is about to run.
-            self._drain_scheduled = True
-            try:
-                self.call_soon(self._drain)
-            except ClientError as exc:
-                self._fail_posted(exc)
+        self._posted.put((coro, fut))
         return fut
 
-    def _drain(self) -> None:
-        self._drain_scheduled = False
-        posted = self._posted
+    def _start_posted(self, batch: list[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]]) -> None:
         spawn = self.spawn
-        while posted:
-            coro, fut = posted.popleft()
+        for coro, fut in batch:
             if fut.cancelled():
                 coro.close()
                 continue
@@ -127,14 +116,11 @@ class ClientRuntime:
         if fut.cancelled() and not task.done():
             self.loop.call_soon_threadsafe(task.cancel)
 
-    def _fail_posted(self, exc: BaseException) -> None:
-        """End every posted call not started. The flag is cleared first: a post made meanwhile either is taken
-        here or, finding it clear, schedules a drain, which the closed loop refuses, and ends its own."""
-        self._drain_scheduled = False
-        for coro, fut in taken(self._posted):
-            coro.close()
-            if fut.set_running_or_notify_cancel():
-                fut.set_exception(exc)
+    def _fail_hand_offs(self) -> None:
+        """End every item handed over and not taken: no loop takes them now."""
+        exc = ClientError("client is shut down")
+        for hand_off in self._hand_offs:
+            hand_off.fail(exc)
 
     def close(self) -> None:
         """Stop the loop and its thread, cancelling every task left on it (a borrowed loop: ``aclose``)."""
@@ -156,7 +142,7 @@ class ClientRuntime:
         if not self._thread.is_alive():
             self._cancel_stragglers()
         self.loop.close()
-        self._fail_posted(ClientError("client is shut down"))
+        self._fail_hand_offs()
 
     def _cancel_stragglers(self) -> None:
         """Cancel the tasks started after ``_drain`` took its list (by callbacks scheduled before ``_closing`` was
@@ -172,13 +158,67 @@ class ClientRuntime:
 
     async def aclose(self) -> None:
         """End a client on a borrowed loop: cancel the tasks it started and wait for them (the loop goes on: it is
-        the application's)."""
+        the application's). Closing from the start, as ``close``: a call from another thread meanwhile, or later,
+        ends with ``ClientError`` rather than scheduling work on the loop after the client ended; what was handed
+        over before ends too, before a drain already scheduled could start it."""
+        self._closing = True
+        self._fail_hand_offs()
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
-        self._fail_posted(ClientError("client is shut down"))
+        self._fail_hand_offs()
+
+
+class HandOff(Generic[Q]):
+    """Items handed to the loop from any thread and taken there in batches: the items put before the loop gets to
+    them go to ``handle`` in one loop callback (one wake-up of the loop per batch, not per item). The runtime ends
+    the items left at its close with ``fail_item``; so does a ``put`` the closing runtime refuses."""
+
+    __slots__ = ("_fail_item", "_handle", "_items", "_runtime", "_scheduled")
+
+    def __init__(self, runtime: ClientRuntime, handle: Callable[[list[Q]], None],
+                 fail_item: Callable[[Q, BaseException], None]) -> None:
+        self._items: collections.deque[Q] = collections.deque()
+        self._scheduled = False  # a drain is scheduled and has not begun taking items
+        self._runtime = runtime
+        self._handle = handle
+        self._fail_item = fail_item
+        runtime._hand_offs.append(self)
+
+    def put(self, item: Q) -> None:
+        """Hand ``item`` over (from any thread): one append, and a flag check while a drain is scheduled."""
+        self._items.append(item)
+        if not self._scheduled:
+            # No lock needed: _drain clears the flag before it takes items, so an item appended while the
+            # flag still reads True is taken by the drain that is about to run.
+            self._scheduled = True
+            try:
+                self._runtime.call_soon(self._drain)
+            except ClientError as exc:
+                self.fail(exc)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        batch = list(taken(self._items))
+        if batch:
+            self._handle(batch)
+
+    def fail(self, exc: BaseException) -> None:
+        """End every item not taken. The flag is cleared first: an item put meanwhile either is taken here or,
+        finding it clear, schedules a drain, which the closing runtime refuses, and ends its own."""
+        self._scheduled = False
+        for item in taken(self._items):
+            self._fail_item(item, exc)
+
+
+def _fail_posted(posted: tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]],
+                 exc: BaseException) -> None:
+    coro, fut = posted
+    coro.close()
+    if fut.set_running_or_notify_cancel():
+        fut.set_exception(exc)
 
 
 def _settle(fut: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> None:
