@@ -93,10 +93,10 @@ async def serving_grpc(tmp_path: Path, slow: SlowFsync | None = None, **config: 
         yield broker, addr, client, MessagingServiceStub(channel)
 
 
-def _send(topic: str, reconsume_times: int = 0, body: bytes = b"x") -> RemotingCommand:
+def _send(topic: str, reconsume_times: int = 0, body: bytes = b"x", properties: str = "") -> RemotingCommand:
     header = SendMessageRequestHeader(producer_group="p", topic=topic, default_topic="TBW102",
                                       default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
-                                      properties="", reconsume_times=reconsume_times, max_reconsume_times=1)
+                                      properties=properties, reconsume_times=reconsume_times, max_reconsume_times=1)
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body=body)
 
 
