@@ -12,7 +12,9 @@ from tests.broker.test_journal_off_loop import _grpc_received, _send, serving_gr
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
-from txmq.remoting.codes import ResponseCode
+from txmq.remoting.admin_headers import ResetOffsetRequestHeader
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
 from txmq.topic import TopicConfig
 
 TOPIC = "Popped"
@@ -92,5 +94,25 @@ def test_a_state_whose_offset_only_it_knows_is_dropped_after_those_the_offset_ta
             assert (again.body, again.system_properties.delivery_attempt) == (b"m0", 1)
             assert set(pop.states) == {("unkept", TOPIC, 0), ("third", TOPIC, 0)}
             await _acked(stub, "third", [held])
+
+    asyncio.run(main())
+
+
+def test_a_receive_reads_from_where_an_operator_reset_the_group_s_offsets(tmp_path: Path) -> None:
+    """An operator's resetOffset (remoting INVOKE_BROKER_TO_RESET_OFFSET) moves the group's offsets while its pop
+    states exist: its next receive reads from there, as after gRPC's UpdateOffset. (The states were kept: the
+    group read on from where it was, and its next ack wrote the old offset over the reset one.)"""
+    async def main() -> None:
+        async with serving_grpc(tmp_path) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            for body in (b"m0", b"m1"):
+                assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
+            assert await _consumed(stub, "g") == [b"m0", b"m1"]
+            reset = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                                            ResetOffsetRequestHeader(TOPIC, "g", 0).to_ext())
+            assert (await client.invoke(addr, reset, 10)).code == ResponseCode.SUCCESS
+            assert broker.consumer_offset_manager.query("g", TOPIC, 0) == 0
+            assert await _consumed(stub, "g") == [b"m0", b"m1"]
+            assert broker.consumer_offset_manager.query("g", TOPIC, 0) == 2
 
     asyncio.run(main())

@@ -219,7 +219,8 @@ class OpsProcessor:
     def _reset_offset(self, conn: Connection, cmd: RemotingCommand, h: ResetOffsetRequestHeader) -> RemotingCommand:
         """Offsets of ``group`` on ``topic`` to the first message stored at or after ``timestamp`` (-1: the end);
         without ``isForce`` an offset only moves back. Online consumers are told (RESET_CONSUMER_CLIENT_OFFSET)
-        and start again from the new offsets."""
+        and start again from the new offsets; gRPC receives read on from them (``PopService.reset``: the group's
+        pop state would read on from where it was, and its next ack write its own offset over the new one)."""
         queues = self._queues(h.topic)
         if queues is None or h.topic in INTERNAL_TOPICS:
             return self._no_topic(cmd, h.topic)
@@ -231,7 +232,8 @@ class OpsProcessor:
             current = offsets.query(h.group, h.topic, q)
             if not h.is_force and 0 <= current < target:
                 target = current
-            offsets.commit(h.group, h.topic, q, target)
+            if offsets.commit(h.group, h.topic, q, target):
+                self.broker.core.pop.reset(h.group, h.topic, q)
             table.append((self._mq(h.topic, q), target))
         body = fastjson.dumps({"offsetTable": fastjson.ObjectMap(table)})
         group = self.broker.consumer_manager.get(h.group)
