@@ -1,7 +1,8 @@
 """Pop's per-group state (``PopService.states``, one per group, topic and queue a receive names) is bounded
 (``popStateMaxEntries``): a client receiving under ever new group names does not grow the broker's memory. A
 state with nothing in flight is dropped to make room (it is read again from the group's committed offset); when
-every state holds messages in flight, a receive that needs a new one is refused TOO_MANY_REQUESTS, nothing lost."""
+every state holds messages in flight, a receive that needs a new one is refused TOO_MANY_REQUESTS, nothing lost.
+A state goes, too, when what it read on from goes: its group's offsets set by an operator, its topic deleted."""
 
 from __future__ import annotations
 
@@ -116,3 +117,23 @@ def test_a_receive_reads_from_where_an_operator_reset_the_group_s_offsets(tmp_pa
             assert broker.consumer_offset_manager.query("g", TOPIC, 0) == 2
 
     asyncio.run(main())
+
+
+def test_a_group_receives_a_deleted_then_recreated_topic_from_its_first_message(tmp_path: Path) -> None:
+    """A topic deleted (DELETE_TOPIC_IN_BROKER: its messages and offsets go) and created again starts its queues
+    at 0: a group that received from the old one reads the new one from its first message. (Its pop state was
+    kept: it read on from the old topic's offset, and the new topic's messages below it never reached the group.)"""
+    async def main() -> None:
+        async with serving_grpc(tmp_path) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            for body in (b"m0", b"m1"):
+                assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
+            assert await _consumed(stub, "g") == [b"m0", b"m1"]
+            deleted = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": TOPIC})
+            assert (await client.invoke(addr, deleted, 10)).code == ResponseCode.SUCCESS
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            assert (await client.invoke(addr, _send(TOPIC, body=b"new"), 10)).code == ResponseCode.SUCCESS
+            assert await _consumed(stub, "g") == [b"new"]
+
+    asyncio.run(main())
+

@@ -473,7 +473,15 @@ class PopService:
     def reset(self, group: str, topic: str, queue_id: int) -> None:
         """Forget what ``group`` has in flight from a queue whose consumer offset was just set: it reads on from
         there."""
-        key = (group, topic, queue_id)
-        self.states.pop(key, None)
-        self._idle.pop(key, None)
-        self._unkept.pop(key, None)
+        self._forget([(group, topic, queue_id)])
+
+    def forget_topic(self, topic: str) -> None:
+        """Forget every group's states of a deleted topic: created again, its queues start at 0, below the offsets
+        the states read on from."""
+        self._forget([key for key in self.states if key[1] == topic])
+
+    def _forget(self, keys: list[tuple[str, str, int]]) -> None:
+        for key in keys:
+            self.states.pop(key, None)
+            self._idle.pop(key, None)
+            self._unkept.pop(key, None)
