@@ -2,7 +2,8 @@
 (``popStateMaxEntries``): a client receiving under ever new group names does not grow the broker's memory. A
 state with nothing in flight is dropped to make room (it is read again from the group's committed offset); when
 every state holds messages in flight, a receive that needs a new one is refused TOO_MANY_REQUESTS, nothing lost.
-A state goes, too, when what it read on from goes: its group's offsets set by an operator, its topic deleted."""
+A state goes, too, when what it read on from goes: its group's offsets set by an operator, its topic or its group
+deleted."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import asyncio
 from pathlib import Path
 
 from tests.broker.test_journal_off_loop import _grpc_received, _send, serving_grpc
+from txmq.broker.subscription_group_manager import SubscriptionGroupConfig
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
-from txmq.remoting.admin_headers import ResetOffsetRequestHeader
+from txmq.remoting.admin_headers import DeleteSubscriptionGroupRequestHeader, ResetOffsetRequestHeader
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.topic import TopicConfig
@@ -137,3 +139,22 @@ def test_a_group_receives_a_deleted_then_recreated_topic_from_its_first_message(
 
     asyncio.run(main())
 
+
+
+def test_a_group_deleted_with_its_offsets_receives_again_as_a_new_group(tmp_path: Path) -> None:
+    """A group deleted with its offsets (DELETE_SUBSCRIPTIONGROUP, cleanOffset) starts again as a new group, at
+    the queue's first message; its old offsets stay gone until it acks. (Its pop states were kept: it read on from
+    where it was, and its next ack wrote back an offset the operator had cleaned.)"""
+    async def main() -> None:
+        async with serving_grpc(tmp_path) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            assert (await client.invoke(addr, _send(TOPIC, body=b"m0"), 10)).code == ResponseCode.SUCCESS
+            await broker.subscription_group_manager.update(SubscriptionGroupConfig("g"))
+            assert await _consumed(stub, "g") == [b"m0"]
+            deleted = RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                                              DeleteSubscriptionGroupRequestHeader("g", True).to_ext())
+            assert (await client.invoke(addr, deleted, 10)).code == ResponseCode.SUCCESS
+            assert broker.consumer_offset_manager.query("g", TOPIC, 0) == -1
+            assert await _consumed(stub, "g") == [b"m0"]
+
+    asyncio.run(main())

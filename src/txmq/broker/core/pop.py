@@ -480,6 +480,11 @@ class PopService:
         the states read on from."""
         self._forget([key for key in self.states if key[1] == topic])
 
+    def forget_group(self, group: str) -> None:
+        """Forget the states of a group deleted with its offsets: it starts again as a new group, and no ack of a
+        state writes back an offset that went with it."""
+        self._forget([key for key in self.states if key[0] == group])
+
     def _forget(self, keys: list[tuple[str, str, int]]) -> None:
         for key in keys:
             self.states.pop(key, None)

@@ -315,13 +315,18 @@ class OpsProcessor:
 
     async def _delete_group(self, conn: Connection, cmd: RemotingCommand,
                             h: DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
-        offsets = self.broker.consumer_offset_manager
         # the offsets cleaned once the deletion is durable, even when a broker's stop cancelled this handler
-        cleaned = partial(offsets.remove_group, h.group_name) if h.clean_offset else None
+        cleaned = partial(self._clean_offsets, h.group_name) if h.clean_offset else None
         if not await self.broker.subscription_group_manager.delete(h.group_name, cleaned):
             return _answer(cmd, code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                            remark=f"subscription group {h.group_name} does not exist on this broker")
         return _answer(cmd)
+
+    def _clean_offsets(self, group: str) -> None:
+        """A deleted group's offsets go, and its pop states with them: kept, a state read on from where it was and
+        its next ack wrote back an offset that went."""
+        self.broker.consumer_offset_manager.remove_group(group)
+        self.broker.core.pop.forget_group(group)
 
     # --- stats ----------------------------------------------------------------------------------------
 
