@@ -158,3 +158,24 @@ def test_a_group_deleted_with_its_offsets_receives_again_as_a_new_group(tmp_path
             assert await _consumed(stub, "g") == [b"m0"]
 
     asyncio.run(main())
+
+
+def test_a_group_deleted_with_its_offsets_makes_room_in_a_full_offset_table(tmp_path: Path) -> None:
+    """With the offset table full (consumerOffsetMaxEntries), a group deleted with its offsets frees their entries:
+    the next group's committed offset is kept. (The table's count of entries was not lowered by a group's deletion:
+    full for good, every new group's pop state was the only holder of its offset.)"""
+    async def main() -> None:
+        async with serving_grpc(tmp_path, consumer_offset_max_entries=1) as (broker, addr, client, stub):
+            offsets = broker.consumer_offset_manager
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            await broker.subscription_group_manager.update(SubscriptionGroupConfig("g"))
+            assert (await client.invoke(addr, _send(TOPIC, body=b"m0"), 10)).code == ResponseCode.SUCCESS
+            assert await _consumed(stub, "g") == [b"m0"]
+            deleted = RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                                              DeleteSubscriptionGroupRequestHeader("g", True).to_ext())
+            assert (await client.invoke(addr, deleted, 10)).code == ResponseCode.SUCCESS
+            assert offsets.table == {}
+            assert await _consumed(stub, "h") == [b"m0"]
+            assert offsets.query("h", TOPIC, 0) == 1
+
+    asyncio.run(main())
