@@ -626,6 +626,39 @@ def test_pop_dead_letters_that_would_create_their_topic_beyond_the_bound_are_kep
     asyncio.run(main())
 
 
+def test_a_message_forwarded_to_the_dead_letters_is_not_delivered_again_while_its_new_topic_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: a message forwarded to the dead letters (ForwardMessageToDeadLetterQueue) stays in flight while its
+    store waits (here for its new topic), however short its invisible duration: a receive meanwhile does not deliver
+    it again (nor, out of attempts, store it in the dead letters a second time), and a second forward of it is
+    answered TOO_MANY_REQUESTS (it stored a second dead letter); stored, it is consumed."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        async with serving_grpc(tmp_path, slow) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig("Forwarded", 1, 1))
+            assert (await client.invoke(addr, _send("Forwarded"), 10)).code == ResponseCode.SUCCESS
+            (forwarded,), _ = await _grpc_received(stub, "Forwarded", 200)
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            request = spb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name="g"), topic=pb.Resource(name="Forwarded"),
+                receipt_handle=forwarded.system_properties.receipt_handle,
+                message_id=forwarded.system_properties.message_id)
+            forward = asyncio.ensure_future(stub.ForwardMessageToDeadLetterQueue(request, timeout=30))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            await asyncio.sleep(0.3)  # its invisible duration passes while the store waits
+            assert await _grpc_received(stub, "Forwarded", 200) == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            again = await stub.ForwardMessageToDeadLetterQueue(request, timeout=30)
+            assert again.status.code == pb.Code.TOO_MANY_REQUESTS, again.status
+            slow.release.set()
+            assert (await forward).status.code == pb.Code.OK
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
+            assert await _grpc_received(stub, "Forwarded", 200) == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            assert broker.consumer_offset_manager.query("g", "Forwarded", 0) == 1
+
+    asyncio.run(main())
+
+
 def test_a_pop_dead_letter_waiting_for_its_new_topic_is_stored_once_and_the_receive_answered(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """gRPC: a message out of delivery attempts goes to the dead letters, whose topic it creates; while that topic

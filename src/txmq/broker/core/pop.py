@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -68,6 +69,9 @@ MAX_SPAN = 4096
 # A line per group and LOG_EVERY_S: each receive finding a message due for the dead letters tries it again.
 _DEAD_LETTERS_REFUSED = RefusalLog(log, "dead letters not stored, kept in flight")
 _tokens = itertools.count(1)
+# The deadline of a delivery whose forward to the dead letters waits for its store: never due
+# (``forward_to_dead_letter``).
+_HELD = sys.maxsize
 
 
 def _now_ms() -> int:
@@ -452,23 +456,31 @@ class PopService:
 
     # --- dead letters -----------------------------------------------------------------------------------
 
-    async def _dead_letter(self, group: str, msg: MessageExt, attempts: int) -> None:
-        refused = await self.retries.dead_letter(group, msg, attempts)
-        if refused is not None:
-            raise refused
-
     async def forward_to_dead_letter(self, group: str, handle: ReceiptHandle) -> None:
-        """The consumer gives up on a delivery: its message to the group's dead letters, now."""
+        """The consumer gives up on a delivery: its message to the group's dead letters, now. It is held in flight
+        while its store waits (for the disk, for its topic's creation), so that a receive neither delivers it again
+        nor stores it in the dead letters a second time; refused, it is in flight as it was. BUSY while another
+        forward of it waits."""
         found = self._entry(group, handle)
         if found is None:
             return
         st, e = found
+        if e.deadline_ms == _HELD:
+            raise Refusal(Kind.BUSY, "the message is being forwarded to the dead letters: forward again later")
         try:
             msg = self.store.look_message_by_offset(e.commit_log_offset)
         except (StoreError, InvalidMessageError) as exc:
             raise Refusal(Kind.MESSAGE_GONE, f"message is gone from the log: {exc}") from None
-        await self._dead_letter(group, msg, e.attempts)
-        self._ack_offset(group, handle.topic, handle.queue_id, st, handle.queue_offset)
+        deadline, e.deadline_ms = e.deadline_ms, _HELD
+        refused = await self.retries.dead_letter(group, msg, e.attempts)
+        current = (self.states.get((group, handle.topic, handle.queue_id)) is st
+                   and st.inflight.get(handle.queue_offset) is e)  # not acked, reset or forgotten since
+        if refused is not None:
+            if current and e.deadline_ms == _HELD:  # not given a new duration since
+                e.deadline_ms = deadline
+            raise refused
+        if current:
+            self._ack_offset(group, handle.topic, handle.queue_id, st, handle.queue_offset)
 
     def reset(self, group: str, topic: str, queue_id: int) -> None:
         """Forget what ``group`` has in flight from a queue whose consumer offset was just set: it reads on from
