@@ -659,6 +659,35 @@ def test_a_message_forwarded_to_the_dead_letters_is_not_delivered_again_while_it
     asyncio.run(main())
 
 
+def test_a_message_out_of_attempts_whose_dead_letter_waits_is_not_forwarded_a_second_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: while the dead letter of a message out of delivery attempts waits for its new topic, its consumer's
+    ForwardMessageToDeadLetterQueue of it (its last handle still names it) is answered TOO_MANY_REQUESTS: it stored
+    the message in the dead letters a second time."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        async with serving_grpc(tmp_path, slow) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
+            assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            (held,), _ = await _grpc_received(stub, "Exhausted", 200)
+            broker.core.pop.max_delivery_attempts = 1
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            await asyncio.sleep(0.3)  # its deadline passes
+            received = asyncio.ensure_future(_grpc_received(stub, "Exhausted", 200))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            forwarded = await stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name="g"), topic=pb.Resource(name="Exhausted"),
+                receipt_handle=held.system_properties.receipt_handle,
+                message_id=held.system_properties.message_id), timeout=30)
+            assert forwarded.status.code == pb.Code.TOO_MANY_REQUESTS, forwarded.status
+            slow.release.set()
+            assert await received == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
+
+    asyncio.run(main())
+
+
 def test_a_pop_dead_letter_waiting_for_its_new_topic_is_stored_once_and_the_receive_answered(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """gRPC: a message out of delivery attempts goes to the dead letters, whose topic it creates; while that topic

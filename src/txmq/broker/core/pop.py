@@ -69,8 +69,8 @@ MAX_SPAN = 4096
 # A line per group and LOG_EVERY_S: each receive finding a message due for the dead letters tries it again.
 _DEAD_LETTERS_REFUSED = RefusalLog(log, "dead letters not stored, kept in flight")
 _tokens = itertools.count(1)
-# The deadline of a delivery whose forward to the dead letters waits for its store: never due
-# (``forward_to_dead_letter``).
+# The deadline of a delivery whose dead letter waits for its store: never due (``forward_to_dead_letter``,
+# ``_dead_letter_due``).
 _HELD = sys.maxsize
 
 
@@ -335,15 +335,17 @@ class PopService:
 
     async def _dead_letter_due(self, group: str, where: tuple[str, int, int], st: QueueState, e: Inflight,
                                msg: MessageExt, retry_ms: int) -> bool:
-        """``msg``, out of delivery attempts, to the group's dead letters; True once stored. It is in flight until
-        ``retry_ms`` from the start: while its store waits (for the disk, for its topic's creation) another
-        receive leaves it alone instead of storing it again. Not stored (no room to create the dead-letter topic,
-        the store refused), it stays in flight, not delivered again, and goes to the dead letters once that
-        deadline passed; the rest of the receive goes on."""
-        e.deadline_ms = retry_ms
+        """``msg``, out of delivery attempts, to the group's dead letters; True once stored. It is held in flight
+        while its store waits (for the disk, for its topic's creation): another receive leaves it alone instead of
+        storing it again, and a forward of it is refused (``forward_to_dead_letter``). Not stored (no room to
+        create the dead-letter topic, the store refused), it stays in flight until ``retry_ms``, not delivered
+        again, and goes to the dead letters once that deadline passed; the rest of the receive goes on."""
+        e.deadline_ms = _HELD
         topic, q, offset = where
         refused = await self.retries.dead_letter(group, msg, e.attempts)
         if refused is not None:
+            if e.deadline_ms == _HELD:  # not given a new duration since
+                e.deadline_ms = retry_ms
             _DEAD_LETTERS_REFUSED.refused(f"group {group}", refused.message)
             return False
         if self.states.get((group, topic, q)) is st and st.inflight.get(offset) is e:  # not acked or reset since
