@@ -688,6 +688,41 @@ def test_a_message_out_of_attempts_whose_dead_letter_waits_is_not_forwarded_a_se
     asyncio.run(main())
 
 
+def test_a_receive_delivers_nothing_of_a_state_reset_while_it_waited_for_a_dead_letter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: a queue's pop state reset (UpdateOffset) while a receive waits for a dead letter's store of it: the
+    receive delivers nothing more of the state it forgot (it delivered a message of it again, whose handle no
+    longer acked, while the group's next receive delivered it once more from the new offset)."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        async with serving_grpc(tmp_path, slow) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
+            for body in (b"m0", b"m1"):
+                assert (await client.invoke(addr, _send("Exhausted", body=body), 10)).code == ResponseCode.SUCCESS
+            (_m0, m1), _ = await _grpc_received(stub, "Exhausted", 200)
+            handle = await _invisible_for(stub, m1, m1.system_properties.receipt_handle, 30_000)
+            await asyncio.sleep(0.3)  # m0's deadline passes
+            assert [m.system_properties.delivery_attempt
+                    for m in (await _grpc_received(stub, "Exhausted", 200))[0]] == [2]
+            await _invisible_for(stub, m1, handle, 0)
+            await asyncio.sleep(0.3)  # both are due
+            broker.core.pop.max_delivery_attempts = 2  # m0 out of attempts, m1 not
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            received = asyncio.ensure_future(_grpc_received(stub, "Exhausted", 30_000))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            reset = await stub.UpdateOffset(spb.UpdateOffsetRequest(
+                group=pb.Resource(name="g"), message_queue=pb.MessageQueue(topic=pb.Resource(name="Exhausted"), id=0),
+                offset=1), timeout=10)
+            assert reset.status.code == pb.Code.OK, reset.status
+            slow.release.set()
+            assert await received == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            got, _ = await _grpc_received(stub, "Exhausted", 30_000)
+            assert [(m.body, m.system_properties.delivery_attempt) for m in got] == [(b"m1", 1)]
+
+    asyncio.run(main())
+
+
 def test_a_pop_dead_letter_waiting_for_its_new_topic_is_stored_once_and_the_receive_answered(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """gRPC: a message out of delivery attempts goes to the dead letters, whose topic it creates; while that topic

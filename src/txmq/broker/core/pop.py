@@ -302,7 +302,9 @@ class PopService:
     async def _redeliver(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int,
                          invisible_ms: int, out: list[Delivery]) -> tuple[int | None, bool]:
         """Deliveries of the queue whose deadline passed, again (out of attempts: to the dead letters): the earliest
-        deadline still ahead, and whether a dead letter's store was waited for."""
+        deadline still ahead, and whether a dead letter's store was waited for. None of a state forgotten (reset,
+        its topic or group deleted) while it waited: its handles would ack nothing, and the group reads them again
+        from the new offset."""
         earliest: int | None = None
         waited = False
         for offset in sorted(st.inflight):
@@ -324,6 +326,8 @@ class PopService:
                 waited = True
                 if not await self._dead_letter_due(group, (topic, q, offset), st, e, msg, now + invisible_ms):
                     earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
+                if self.states.get((group, topic, q)) is not st:  # forgotten meanwhile: delivered from no state
+                    return earliest, waited
                 continue
             e.attempts += 1
             e.token = next(_tokens)
