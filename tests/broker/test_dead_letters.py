@@ -15,7 +15,7 @@ from txmq.broker.core.retry import RetryService
 from txmq.broker.core.topics import TopicService
 from txmq.broker.stats import BrokerStats
 from txmq.broker.topic_config_manager import TopicConfigManager
-from txmq.message import Message, MessageConst, MessageExt, encode_batch
+from txmq.message import Message, MessageConst, MessageExt, encode_batch, properties_to_string
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import SendMessageRequestHeader
@@ -94,5 +94,24 @@ def test_a_send_s_dead_letter_is_counted_once_stored_not_when_the_store_refuses_
             assert stored.code == ResponseCode.SUCCESS, stored.remark
             assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
             assert broker.stats_manager.dlq == {("%RETRY%g", "g"): 1}
+
+    asyncio.run(main())
+
+
+def test_dead_letter_counters_are_bounded_for_made_up_origin_topics(tmp_path: Path) -> None:
+    """A dead letter is counted under the topic it was first sent to, its ``RETRY_TOPIC``, which the sender sets at
+    will: the counters (the ``rocketmq_send_to_dlq_messages`` label sets) are kept for at most
+    ``consumerOffsetMaxEntries`` topics and groups, as the pull counters are; past that a dead letter is still
+    stored. (Unbounded, sends to one retry topic under ever new origin names grew them without limit.)"""
+    from tests.broker.test_journal_off_loop import _send, serving
+
+    async def main() -> None:
+        async with serving(tmp_path, consumer_offset_max_entries=2) as (broker, addr), RemotingClient() as client:
+            for i in range(5):
+                origin = properties_to_string({MessageConst.RETRY_TOPIC: f"made_up{i}"})
+                sent = await client.invoke(addr, _send("%RETRY%g", reconsume_times=1, properties=origin), 10)
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 5
+            assert broker.stats_manager.dlq == {("made_up0", "g"): 1, ("made_up1", "g"): 1}
 
     asyncio.run(main())

@@ -93,10 +93,10 @@ async def serving_grpc(tmp_path: Path, slow: SlowFsync | None = None, **config: 
         yield broker, addr, client, MessagingServiceStub(channel)
 
 
-def _send(topic: str, reconsume_times: int = 0, body: bytes = b"x") -> RemotingCommand:
+def _send(topic: str, reconsume_times: int = 0, body: bytes = b"x", properties: str = "") -> RemotingCommand:
     header = SendMessageRequestHeader(producer_group="p", topic=topic, default_topic="TBW102",
                                       default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
-                                      properties="", reconsume_times=reconsume_times, max_reconsume_times=1)
+                                      properties=properties, reconsume_times=reconsume_times, max_reconsume_times=1)
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body=body)
 
 
@@ -622,6 +622,103 @@ def test_pop_dead_letters_that_would_create_their_topic_beyond_the_bound_are_kep
             got, _ = await _grpc_received(stub, "Exhausted", 200, poll_ms=500)
             assert got == []
             await _until(lambda: broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 2)
+
+    asyncio.run(main())
+
+
+def test_a_message_forwarded_to_the_dead_letters_is_not_delivered_again_while_its_new_topic_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: a message forwarded to the dead letters (ForwardMessageToDeadLetterQueue) stays in flight while its
+    store waits (here for its new topic), however short its invisible duration: a receive meanwhile does not deliver
+    it again (nor, out of attempts, store it in the dead letters a second time), and a second forward of it is
+    answered TOO_MANY_REQUESTS (it stored a second dead letter); stored, it is consumed."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        async with serving_grpc(tmp_path, slow) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig("Forwarded", 1, 1))
+            assert (await client.invoke(addr, _send("Forwarded"), 10)).code == ResponseCode.SUCCESS
+            (forwarded,), _ = await _grpc_received(stub, "Forwarded", 200)
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            request = spb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name="g"), topic=pb.Resource(name="Forwarded"),
+                receipt_handle=forwarded.system_properties.receipt_handle,
+                message_id=forwarded.system_properties.message_id)
+            forward = asyncio.ensure_future(stub.ForwardMessageToDeadLetterQueue(request, timeout=30))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            await asyncio.sleep(0.3)  # its invisible duration passes while the store waits
+            assert await _grpc_received(stub, "Forwarded", 200) == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            again = await stub.ForwardMessageToDeadLetterQueue(request, timeout=30)
+            assert again.status.code == pb.Code.TOO_MANY_REQUESTS, again.status
+            slow.release.set()
+            assert (await forward).status.code == pb.Code.OK
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
+            assert await _grpc_received(stub, "Forwarded", 200) == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            assert broker.consumer_offset_manager.query("g", "Forwarded", 0) == 1
+
+    asyncio.run(main())
+
+
+def test_a_message_out_of_attempts_whose_dead_letter_waits_is_not_forwarded_a_second_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: while the dead letter of a message out of delivery attempts waits for its new topic, its consumer's
+    ForwardMessageToDeadLetterQueue of it (its last handle still names it) is answered TOO_MANY_REQUESTS: it stored
+    the message in the dead letters a second time."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        async with serving_grpc(tmp_path, slow) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
+            assert (await client.invoke(addr, _send("Exhausted"), 10)).code == ResponseCode.SUCCESS
+            (held,), _ = await _grpc_received(stub, "Exhausted", 200)
+            broker.core.pop.max_delivery_attempts = 1
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            await asyncio.sleep(0.3)  # its deadline passes
+            received = asyncio.ensure_future(_grpc_received(stub, "Exhausted", 200))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            forwarded = await stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name="g"), topic=pb.Resource(name="Exhausted"),
+                receipt_handle=held.system_properties.receipt_handle,
+                message_id=held.system_properties.message_id), timeout=30)
+            assert forwarded.status.code == pb.Code.TOO_MANY_REQUESTS, forwarded.status
+            slow.release.set()
+            assert await received == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            assert broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1
+
+    asyncio.run(main())
+
+
+def test_a_receive_delivers_nothing_of_a_state_reset_while_it_waited_for_a_dead_letter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC: a queue's pop state reset (UpdateOffset) while a receive waits for a dead letter's store of it: the
+    receive delivers nothing more of the state it forgot (it delivered a message of it again, whose handle no
+    longer acked, while the group's next receive delivered it once more from the new offset)."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        async with serving_grpc(tmp_path, slow) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig("Exhausted", 1, 1))
+            for body in (b"m0", b"m1"):
+                assert (await client.invoke(addr, _send("Exhausted", body=body), 10)).code == ResponseCode.SUCCESS
+            (_m0, m1), _ = await _grpc_received(stub, "Exhausted", 200)
+            handle = await _invisible_for(stub, m1, m1.system_properties.receipt_handle, 30_000)
+            await asyncio.sleep(0.3)  # m0's deadline passes
+            assert [m.system_properties.delivery_attempt
+                    for m in (await _grpc_received(stub, "Exhausted", 200))[0]] == [2]
+            await _invisible_for(stub, m1, handle, 0)
+            await asyncio.sleep(0.3)  # both are due
+            broker.core.pop.max_delivery_attempts = 2  # m0 out of attempts, m1 not
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            received = asyncio.ensure_future(_grpc_received(stub, "Exhausted", 30_000))
+            await _until(lambda: "%DLQ%g" in broker.topic_config_manager.pending)
+            reset = await stub.UpdateOffset(spb.UpdateOffsetRequest(
+                group=pb.Resource(name="g"), message_queue=pb.MessageQueue(topic=pb.Resource(name="Exhausted"), id=0),
+                offset=1), timeout=10)
+            assert reset.status.code == pb.Code.OK, reset.status
+            slow.release.set()
+            assert await received == ([], [pb.Code.MESSAGE_NOT_FOUND])
+            got, _ = await _grpc_received(stub, "Exhausted", 30_000)
+            assert [(m.body, m.system_properties.delivery_attempt) for m in got] == [(b"m1", 1)]
 
     asyncio.run(main())
 

@@ -1,7 +1,9 @@
 """Pop's per-group state (``PopService.states``, one per group, topic and queue a receive names) is bounded
 (``popStateMaxEntries``): a client receiving under ever new group names does not grow the broker's memory. A
 state with nothing in flight is dropped to make room (it is read again from the group's committed offset); when
-every state holds messages in flight, a receive that needs a new one is refused TOO_MANY_REQUESTS, nothing lost."""
+every state holds messages in flight, a receive that needs a new one is refused TOO_MANY_REQUESTS, nothing lost.
+A state goes, too, when what it read on from goes: its group's offsets set by an operator, its topic or its group
+deleted."""
 
 from __future__ import annotations
 
@@ -9,10 +11,13 @@ import asyncio
 from pathlib import Path
 
 from tests.broker.test_journal_off_loop import _grpc_received, _send, serving_grpc
+from txmq.broker.subscription_group_manager import SubscriptionGroupConfig
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
-from txmq.remoting.codes import ResponseCode
+from txmq.remoting.admin_headers import DeleteSubscriptionGroupRequestHeader, ResetOffsetRequestHeader
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
 from txmq.topic import TopicConfig
 
 TOPIC = "Popped"
@@ -92,5 +97,85 @@ def test_a_state_whose_offset_only_it_knows_is_dropped_after_those_the_offset_ta
             assert (again.body, again.system_properties.delivery_attempt) == (b"m0", 1)
             assert set(pop.states) == {("unkept", TOPIC, 0), ("third", TOPIC, 0)}
             await _acked(stub, "third", [held])
+
+    asyncio.run(main())
+
+
+def test_a_receive_reads_from_where_an_operator_reset_the_group_s_offsets(tmp_path: Path) -> None:
+    """An operator's resetOffset (remoting INVOKE_BROKER_TO_RESET_OFFSET) moves the group's offsets while its pop
+    states exist: its next receive reads from there, as after gRPC's UpdateOffset. (The states were kept: the
+    group read on from where it was, and its next ack wrote the old offset over the reset one.)"""
+    async def main() -> None:
+        async with serving_grpc(tmp_path) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            for body in (b"m0", b"m1"):
+                assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
+            assert await _consumed(stub, "g") == [b"m0", b"m1"]
+            reset = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                                            ResetOffsetRequestHeader(TOPIC, "g", 0).to_ext())
+            assert (await client.invoke(addr, reset, 10)).code == ResponseCode.SUCCESS
+            assert broker.consumer_offset_manager.query("g", TOPIC, 0) == 0
+            assert await _consumed(stub, "g") == [b"m0", b"m1"]
+            assert broker.consumer_offset_manager.query("g", TOPIC, 0) == 2
+
+    asyncio.run(main())
+
+
+def test_a_group_receives_a_deleted_then_recreated_topic_from_its_first_message(tmp_path: Path) -> None:
+    """A topic deleted (DELETE_TOPIC_IN_BROKER: its messages and offsets go) and created again starts its queues
+    at 0: a group that received from the old one reads the new one from its first message. (Its pop state was
+    kept: it read on from the old topic's offset, and the new topic's messages below it never reached the group.)"""
+    async def main() -> None:
+        async with serving_grpc(tmp_path) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            for body in (b"m0", b"m1"):
+                assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
+            assert await _consumed(stub, "g") == [b"m0", b"m1"]
+            deleted = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": TOPIC})
+            assert (await client.invoke(addr, deleted, 10)).code == ResponseCode.SUCCESS
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            assert (await client.invoke(addr, _send(TOPIC, body=b"new"), 10)).code == ResponseCode.SUCCESS
+            assert await _consumed(stub, "g") == [b"new"]
+
+    asyncio.run(main())
+
+
+
+def test_a_group_deleted_with_its_offsets_receives_again_as_a_new_group(tmp_path: Path) -> None:
+    """A group deleted with its offsets (DELETE_SUBSCRIPTIONGROUP, cleanOffset) starts again as a new group, at
+    the queue's first message; its old offsets stay gone until it acks. (Its pop states were kept: it read on from
+    where it was, and its next ack wrote back an offset the operator had cleaned.)"""
+    async def main() -> None:
+        async with serving_grpc(tmp_path) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            assert (await client.invoke(addr, _send(TOPIC, body=b"m0"), 10)).code == ResponseCode.SUCCESS
+            await broker.subscription_group_manager.update(SubscriptionGroupConfig("g"))
+            assert await _consumed(stub, "g") == [b"m0"]
+            deleted = RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                                              DeleteSubscriptionGroupRequestHeader("g", True).to_ext())
+            assert (await client.invoke(addr, deleted, 10)).code == ResponseCode.SUCCESS
+            assert broker.consumer_offset_manager.query("g", TOPIC, 0) == -1
+            assert await _consumed(stub, "g") == [b"m0"]
+
+    asyncio.run(main())
+
+
+def test_a_group_deleted_with_its_offsets_makes_room_in_a_full_offset_table(tmp_path: Path) -> None:
+    """With the offset table full (consumerOffsetMaxEntries), a group deleted with its offsets frees their entries:
+    the next group's committed offset is kept. (The table's count of entries was not lowered by a group's deletion:
+    full for good, every new group's pop state was the only holder of its offset.)"""
+    async def main() -> None:
+        async with serving_grpc(tmp_path, consumer_offset_max_entries=1) as (broker, addr, client, stub):
+            offsets = broker.consumer_offset_manager
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            await broker.subscription_group_manager.update(SubscriptionGroupConfig("g"))
+            assert (await client.invoke(addr, _send(TOPIC, body=b"m0"), 10)).code == ResponseCode.SUCCESS
+            assert await _consumed(stub, "g") == [b"m0"]
+            deleted = RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                                              DeleteSubscriptionGroupRequestHeader("g", True).to_ext())
+            assert (await client.invoke(addr, deleted, 10)).code == ResponseCode.SUCCESS
+            assert offsets.table == {}
+            assert await _consumed(stub, "h") == [b"m0"]
+            assert offsets.query("h", TOPIC, 0) == 1
 
     asyncio.run(main())

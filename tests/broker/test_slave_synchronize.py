@@ -39,12 +39,12 @@ class Master:
 
 
 @contextlib.asynccontextmanager
-async def slave_of(master: Master, tmp_path: Path) -> AsyncIterator[BrokerController]:
+async def slave_of(master: Master, tmp_path: Path, **config: Any) -> AsyncIterator[BrokerController]:
     """A slave broker whose ``SlaveSynchronize`` asks ``master`` (a real remoting server) for its metadata."""
     server = RemotingServer(master)
     await server.start()
     try:
-        async with serving(tmp_path, broker_role="SLAVE", broker_id=1) as (slave, _):
+        async with serving(tmp_path, broker_role="SLAVE", broker_id=1, **config) as (slave, _):
             slave.slave_synchronize.master_addr = f"127.0.0.1:{server.port}"
             yield slave
     finally:
@@ -114,5 +114,22 @@ def test_a_master_topic_with_queue_numbers_updateTopic_refuses_is_skipped_with_o
             assert "Bad" not in table and table["T"].read_queue_nums == 2
             lines = [r.getMessage() for r in caplog.records if "Bad" in r.getMessage()]
             assert len(lines) == 1 and "queue numbers" in lines[0], lines
+
+    asyncio.run(main())
+
+
+def test_a_slave_s_offset_table_taken_from_its_master_counts_against_its_bound(tmp_path: Path) -> None:
+    """The offsets a slave takes from its master are its table's entries (``consumerOffsetMaxEntries``): a new
+    offset beyond them is refused, as on a master (serving as one, once promoted). (The count of entries was not
+    the adopted table's: 0 after the copy, new offsets were taken beyond the bound.)"""
+    master = Master({**GOOD, OFFSETS: {"offsetTable": {"T@g": {"0": 5, "1": 5}}}})
+
+    async def main() -> None:
+        async with slave_of(master, tmp_path, consumer_offset_max_entries=2) as slave:
+            await slave.slave_synchronize.sync_all()
+            offsets = slave.consumer_offset_manager
+            assert offsets.query("g", "T", 1) == 5
+            assert not offsets.commit("other", "T", 0, 1)
+            assert offsets.commit("g", "T", 0, 6)
 
     asyncio.run(main())

@@ -121,8 +121,9 @@ class BrokerConfig:
                                               doc="between writes of committed offsets")
     consumer_offset_max_entries: int = key(50_000, range=(1, None), rocketmq=False,
                                            doc="committed offsets kept (group, topic, queue); a new one beyond is "
-                                               "refused. Also bounds the pull counters and the transaction counters "
-                                               "per producer group: a new one beyond is not counted")
+                                               "refused. Also bounds the pull counters, the dead-letter counters and "
+                                               "the transaction counters per producer group: a new one beyond is not "
+                                               "counted")
     pop_state_max_entries: int = key(50_000, range=(1, None), rocketmq=False,
                                      doc="pop (gRPC receive) states kept (group, topic, queue); beyond, one with "
                                          "nothing in flight is dropped (re-read from its committed offset), else "

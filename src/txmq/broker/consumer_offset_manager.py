@@ -64,6 +64,7 @@ class ConsumerOffsetManager:
         """A slave takes its master's offsets (SlaveSynchronize); persisted at the next period when changed."""
         if table != self.table:
             self.table = table
+            self.entries = sum(len(q) for q in table.values())  # what bounds new offsets, once promoted
             self._dirty = True
 
     def remove_topic(self, topic: str) -> None:
@@ -74,8 +75,9 @@ class ConsumerOffsetManager:
 
     def remove_group(self, group: str) -> None:
         for key in [k for k in self.table if k.split(TOPIC_GROUP_SEPARATOR, 1)[1] == group]:
-            del self.table[key]
+            self.entries -= len(self.table.pop(key))
             self._dirty = True
+            self._full_logged = False
 
     def persist(self, force: bool = False) -> None:
         if self._dirty or force:

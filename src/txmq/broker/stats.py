@@ -57,7 +57,8 @@ class BrokerStats:
         self._ticks = 0
         # consumerOffsetMaxEntries: a pull may name any group, so ``gets`` and ``pulled`` keep at most this many
         # entries each, as the offset table does (unbounded, a peer pulling under ever-new group names grew them,
-        # and every sample's copy of the totals, without limit); a new entry beyond it is not counted.
+        # and every sample's copy of the totals, without limit); a new entry beyond it is not counted. So does
+        # ``dlq``: a dead letter's origin topic is its sender's to name.
         self.max_entries = max_entries
 
     def put(self, topic: str, message_type: str, size: int, count: int = 1) -> None:
@@ -86,7 +87,11 @@ class BrokerStats:
             self.pulled[key] = next_offset
 
     def to_dlq(self, topic: str, group: str) -> None:
-        self.dlq[(topic, group)] = self.dlq.get((topic, group), 0) + 1
+        """A dead letter of ``group`` first sent to ``topic`` (its ``RETRY_TOPIC``, which a sender sets at will),
+        within ``max_entries``."""
+        key = (topic, group)
+        if key in self.dlq or len(self.dlq) < self.max_entries:
+            self.dlq[key] = self.dlq.get(key, 0) + 1
 
     # --- rates: totals sampled every SAMPLE_S, kept at three resolutions ----------------------------------
 

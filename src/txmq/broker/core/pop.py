@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -68,6 +69,9 @@ MAX_SPAN = 4096
 # A line per group and LOG_EVERY_S: each receive finding a message due for the dead letters tries it again.
 _DEAD_LETTERS_REFUSED = RefusalLog(log, "dead letters not stored, kept in flight")
 _tokens = itertools.count(1)
+# The deadline of a delivery whose dead letter waits for its store: never due (``forward_to_dead_letter``,
+# ``_dead_letter_due``).
+_HELD = sys.maxsize
 
 
 def _now_ms() -> int:
@@ -298,7 +302,9 @@ class PopService:
     async def _redeliver(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int,
                          invisible_ms: int, out: list[Delivery]) -> tuple[int | None, bool]:
         """Deliveries of the queue whose deadline passed, again (out of attempts: to the dead letters): the earliest
-        deadline still ahead, and whether a dead letter's store was waited for."""
+        deadline still ahead, and whether a dead letter's store was waited for. None of a state forgotten (reset,
+        its topic or group deleted) while it waited: its handles would ack nothing, and the group reads them again
+        from the new offset."""
         earliest: int | None = None
         waited = False
         for offset in sorted(st.inflight):
@@ -320,6 +326,8 @@ class PopService:
                 waited = True
                 if not await self._dead_letter_due(group, (topic, q, offset), st, e, msg, now + invisible_ms):
                     earliest = e.deadline_ms if earliest is None else min(earliest, e.deadline_ms)
+                if self.states.get((group, topic, q)) is not st:  # forgotten meanwhile: delivered from no state
+                    return earliest, waited
                 continue
             e.attempts += 1
             e.token = next(_tokens)
@@ -331,15 +339,17 @@ class PopService:
 
     async def _dead_letter_due(self, group: str, where: tuple[str, int, int], st: QueueState, e: Inflight,
                                msg: MessageExt, retry_ms: int) -> bool:
-        """``msg``, out of delivery attempts, to the group's dead letters; True once stored. It is in flight until
-        ``retry_ms`` from the start: while its store waits (for the disk, for its topic's creation) another
-        receive leaves it alone instead of storing it again. Not stored (no room to create the dead-letter topic,
-        the store refused), it stays in flight, not delivered again, and goes to the dead letters once that
-        deadline passed; the rest of the receive goes on."""
-        e.deadline_ms = retry_ms
+        """``msg``, out of delivery attempts, to the group's dead letters; True once stored. It is held in flight
+        while its store waits (for the disk, for its topic's creation): another receive leaves it alone instead of
+        storing it again, and a forward of it is refused (``forward_to_dead_letter``). Not stored (no room to
+        create the dead-letter topic, the store refused), it stays in flight until ``retry_ms``, not delivered
+        again, and goes to the dead letters once that deadline passed; the rest of the receive goes on."""
+        e.deadline_ms = _HELD
         topic, q, offset = where
         refused = await self.retries.dead_letter(group, msg, e.attempts)
         if refused is not None:
+            if e.deadline_ms == _HELD:  # not given a new duration since
+                e.deadline_ms = retry_ms
             _DEAD_LETTERS_REFUSED.refused(f"group {group}", refused.message)
             return False
         if self.states.get((group, topic, q)) is st and st.inflight.get(offset) is e:  # not acked or reset since
@@ -452,28 +462,49 @@ class PopService:
 
     # --- dead letters -----------------------------------------------------------------------------------
 
-    async def _dead_letter(self, group: str, msg: MessageExt, attempts: int) -> None:
-        refused = await self.retries.dead_letter(group, msg, attempts)
-        if refused is not None:
-            raise refused
-
     async def forward_to_dead_letter(self, group: str, handle: ReceiptHandle) -> None:
-        """The consumer gives up on a delivery: its message to the group's dead letters, now."""
+        """The consumer gives up on a delivery: its message to the group's dead letters, now. It is held in flight
+        while its store waits (for the disk, for its topic's creation), so that a receive neither delivers it again
+        nor stores it in the dead letters a second time; refused, it is in flight as it was. BUSY while another
+        forward of it waits."""
         found = self._entry(group, handle)
         if found is None:
             return
         st, e = found
+        if e.deadline_ms == _HELD:
+            raise Refusal(Kind.BUSY, "the message is being forwarded to the dead letters: forward again later")
         try:
             msg = self.store.look_message_by_offset(e.commit_log_offset)
         except (StoreError, InvalidMessageError) as exc:
             raise Refusal(Kind.MESSAGE_GONE, f"message is gone from the log: {exc}") from None
-        await self._dead_letter(group, msg, e.attempts)
-        self._ack_offset(group, handle.topic, handle.queue_id, st, handle.queue_offset)
+        deadline, e.deadline_ms = e.deadline_ms, _HELD
+        refused = await self.retries.dead_letter(group, msg, e.attempts)
+        current = (self.states.get((group, handle.topic, handle.queue_id)) is st
+                   and st.inflight.get(handle.queue_offset) is e)  # not acked, reset or forgotten since
+        if refused is not None:
+            if current and e.deadline_ms == _HELD:  # not given a new duration since
+                e.deadline_ms = deadline
+            raise refused
+        if current:
+            self._ack_offset(group, handle.topic, handle.queue_id, st, handle.queue_offset)
 
     def reset(self, group: str, topic: str, queue_id: int) -> None:
         """Forget what ``group`` has in flight from a queue whose consumer offset was just set: it reads on from
         there."""
-        key = (group, topic, queue_id)
-        self.states.pop(key, None)
-        self._idle.pop(key, None)
-        self._unkept.pop(key, None)
+        self._forget([(group, topic, queue_id)])
+
+    def forget_topic(self, topic: str) -> None:
+        """Forget every group's states of a deleted topic: created again, its queues start at 0, below the offsets
+        the states read on from."""
+        self._forget([key for key in self.states if key[1] == topic])
+
+    def forget_group(self, group: str) -> None:
+        """Forget the states of a group deleted with its offsets: it starts again as a new group, and no ack of a
+        state writes back an offset that went with it."""
+        self._forget([key for key in self.states if key[0] == group])
+
+    def _forget(self, keys: list[tuple[str, str, int]]) -> None:
+        for key in keys:
+            self.states.pop(key, None)
+            self._idle.pop(key, None)
+            self._unkept.pop(key, None)

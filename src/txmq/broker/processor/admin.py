@@ -224,6 +224,7 @@ class AdminBrokerProcessor:
             broker.store.delete_topic(topic)
             forget_topic(topic)
             broker.consumer_offset_manager.remove_topic(topic)
+            broker.core.pop.forget_topic(topic)
             broker.schedule_register()
 
         if not await broker.topic_config_manager.delete(topic, removed):

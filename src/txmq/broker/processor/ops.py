@@ -219,7 +219,8 @@ class OpsProcessor:
     def _reset_offset(self, conn: Connection, cmd: RemotingCommand, h: ResetOffsetRequestHeader) -> RemotingCommand:
         """Offsets of ``group`` on ``topic`` to the first message stored at or after ``timestamp`` (-1: the end);
         without ``isForce`` an offset only moves back. Online consumers are told (RESET_CONSUMER_CLIENT_OFFSET)
-        and start again from the new offsets."""
+        and start again from the new offsets; gRPC receives read on from them (``PopService.reset``: the group's
+        pop state would read on from where it was, and its next ack write its own offset over the new one)."""
         queues = self._queues(h.topic)
         if queues is None or h.topic in INTERNAL_TOPICS:
             return self._no_topic(cmd, h.topic)
@@ -231,7 +232,8 @@ class OpsProcessor:
             current = offsets.query(h.group, h.topic, q)
             if not h.is_force and 0 <= current < target:
                 target = current
-            offsets.commit(h.group, h.topic, q, target)
+            if offsets.commit(h.group, h.topic, q, target):
+                self.broker.core.pop.reset(h.group, h.topic, q)
             table.append((self._mq(h.topic, q), target))
         body = fastjson.dumps({"offsetTable": fastjson.ObjectMap(table)})
         group = self.broker.consumer_manager.get(h.group)
@@ -313,13 +315,18 @@ class OpsProcessor:
 
     async def _delete_group(self, conn: Connection, cmd: RemotingCommand,
                             h: DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
-        offsets = self.broker.consumer_offset_manager
         # the offsets cleaned once the deletion is durable, even when a broker's stop cancelled this handler
-        cleaned = partial(offsets.remove_group, h.group_name) if h.clean_offset else None
+        cleaned = partial(self._clean_offsets, h.group_name) if h.clean_offset else None
         if not await self.broker.subscription_group_manager.delete(h.group_name, cleaned):
             return _answer(cmd, code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                            remark=f"subscription group {h.group_name} does not exist on this broker")
         return _answer(cmd)
+
+    def _clean_offsets(self, group: str) -> None:
+        """A deleted group's offsets go, and its pop states with them: kept, a state read on from where it was and
+        its next ack wrote back an offset that went."""
+        self.broker.consumer_offset_manager.remove_group(group)
+        self.broker.core.pop.forget_group(group)
 
     # --- stats ----------------------------------------------------------------------------------------
 
