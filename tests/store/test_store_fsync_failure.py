@@ -11,7 +11,9 @@ import contextlib
 import errno
 import mmap
 import os
+import resource
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -192,3 +194,57 @@ def test_a_put_asked_for_before_durability_was_lost_and_written_after_is_refused
             assert store.max_phy_offset == end and bodies(store) == [b"before"]
 
     run(main)
+
+
+@contextlib.contextmanager
+def no_descriptor_left() -> Iterator[None]:
+    """The process at its open-file limit for the duration (lowered to what is open now, plus a few taken): the next
+    ``open`` fails with EMFILE, as it does on a broker whose connections took every descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held: list[int] = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_an_fsync_that_could_not_open_its_file_keeps_durability_and_is_made_again(root) -> None:
+    """Out of descriptors (EMFILE), the checkpoint cannot open a consume-queue file, nor the flush the log's directory,
+    to fsync them: no fsync ran, so no writeback failed and nothing can have been marked clean unwritten. Both fail as
+    any error does, durability stays, and with descriptors again the next ones make the same files durable (the new
+    queue's directory and the new segment's entry among them)."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)  # the flush thread stays out of the way
+
+    async def main() -> None:
+        async with DefaultMessageStore(config) as store:
+            assert (await store.put_message(msg("T", b"before"))).ok
+            point = store.flush_and_checkpoint()
+            assert (await store.put_message(msg("T", b"a new queue", queue_id=1))).ok
+            with no_descriptor_left(), pytest.raises(OSError) as checkpointed:
+                store.flush_and_checkpoint()
+            while store.max_phy_offset < SEGMENT:  # a second segment: the log's directory has an entry to fsync
+                assert (await store.put_message(msg("T", b"s" * 1000))).ok
+            with no_descriptor_left(), pytest.raises(OSError) as flushed:
+                store.commit_log.flush()
+            assert checkpointed.value.errno == flushed.value.errno == errno.EMFILE
+            assert store.runtime_info()["durability_lost"] == 0 and recovery_point(store) == point
+            synced: list[str] = []
+            real = mapped_file.fsync_dir
+            mapped_file.fsync_dir = lambda path: (synced.append(path), real(path))[1]
+            try:
+                point = store.flush_and_checkpoint()
+            finally:
+                mapped_file.fsync_dir = real
+            assert store.commit_log.queue.directory in synced  # the new segment's entry, whose fsync did not run
+            assert os.path.join(root, "consumequeue", "T", "1") in synced
+            assert store.flushed_offset == store.max_phy_offset and recovery_point(store) == point
+            assert (await store.put_message(msg("T", b"after"))).ok
+
+    run(main)
+
