@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 import txmq.store.mapped_file as mapped_file
+from tests.disk_helpers import fill_disk, tmpfs
 from tests.store.store_helpers import SEGMENT, make_config, msg, reopened_bodies, reopened_store, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
@@ -248,3 +249,27 @@ def test_an_fsync_that_could_not_open_its_file_keeps_durability_and_is_made_agai
 
     run(main)
 
+
+def test_a_put_whose_take_back_fails_its_fsync_is_refused_with_nothing_stored(tmp_path, monkeypatch) -> None:
+    """A put whose consume-queue file cannot be made (a full disk) is taken back: the log is cut where the put began,
+    and the cut fsynced. When that fsync fails, durability is lost, and the put is answered as every put is from then
+    on (SERVICE_NOT_AVAILABLE saying why, nothing stored), not with the fsync's error raised out of the store."""
+    with tmpfs(tmp_path / "disk") as disk:
+        # The record fits in the log's last page; queue 1's first file needs a page: none is left.
+        config = make_config(os.path.join(disk, "store"), disk_space_warning_level_ratio=100,
+                             consume_queue_write_behind_bytes=0, flush_interval_commit_log_ms=60_000)
+
+        async def main() -> None:
+            async with DefaultMessageStore(config) as store:
+                assert (await store.put_message(msg("T", b"before"))).ok
+                end = store.max_phy_offset
+                fill_disk(disk)
+                failed = fail_once(monkeypatch, "commitlog")
+                result = await store.put_message(msg("T", b"taken back", queue_id=1))
+                assert failed and store.runtime_info()["durability_lost"] == 1
+                assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and not result.stored, result
+                assert "failed an fsync" in result.remark and "nothing was stored" in result.remark, result.remark
+                assert store.max_phy_offset == end and store.get_max_offset_in_queue("T", 1) == 0
+                assert bodies(store) == [b"before"]
+
+        run(main)
