@@ -4,7 +4,9 @@ snapshot plus the tail of the half and op queues gives the same table as replayi
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 
 import pytest
 
@@ -193,3 +195,25 @@ def test_an_old_format_snapshot_still_loads_with_base_zero():
     assert (half_from, op_from, loaded.outcomes_base) == (6, 9, 0)
     assert _state(loaded) == _state(t) and loaded.discarded == {4: 1}
     assert sorted(loaded.pop_due(10_000)) == [0, 1, 5]
+
+
+def test_no_snapshot_is_written_once_the_store_lost_its_durability(tmp_path, caplog):
+    """A snapshot stands for records flushed to disk, and once the store lost its durability (a failed fsync)
+    nothing is flushed again: no snapshot is written until a restart, quietly (the store logged why, once), not a
+    durability error raised out of every periodic try (a traceback every ``transactionSnapshotInterval``) and out of
+    the stop."""
+    snap = tmp_path / "state.snapshot"
+
+    async def go() -> None:
+        store, service = await open_service(tmp_path / "store", snap)
+        await half(service, 1, "S")
+        assert service.snapshot() and snap.exists()
+        written = snap.read_bytes()
+        await half(service, 2, "S")
+        store.durability.lose("a segment", OSError(errno.EIO, os.strerror(errno.EIO)))
+        caplog.clear()
+        assert not service.snapshot()
+        assert snap.read_bytes() == written and caplog.records == []
+        await store.shutdown()
+
+    asyncio.run(go())

@@ -5,6 +5,7 @@ truncates it on disk. Small segments, so streams cross segment ends."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 from pathlib import Path
@@ -443,3 +444,34 @@ def test_a_slave_reset_ends_the_masters_stream_quietly_on_uvloop(tmp_path):
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(go())
+
+
+def test_a_slave_whose_fsync_failed_acknowledges_nothing_more_to_its_sync_master(tmp_path, caplog):
+    """A slave's store that lost its durability (a failed fsync) appends nothing of its master's, so its reports
+    (its log's end, as RocketMQ's slave reports) never cover a put made since: a SYNC_MASTER put is not answered
+    PUT_OK on its account, and the slave's HA client says why."""
+    port = free_port()
+
+    async def go() -> tuple[PutMessageStatus, int, int]:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            ha = HAService(master, _ha(0, port, sync_timeout_ms=500))
+            master.replicate = ha.replicate
+            await ha.start()
+            client = HAClient(slave, _ha(1, port))
+            client.start()
+            try:
+                await _until(lambda: bool(ha.connections) and ha.connections[0].ack_offset >= 0)
+                await _put(master, 5)
+                await _until(lambda: slave.max_phy_offset == master.max_phy_offset)
+                copied = slave.max_phy_offset
+                slave.durability.lose("a segment", OSError(errno.EIO, os.strerror(errno.EIO)))
+                result = await master.put_message(msg(body=b"after"))
+                return result.status, copied, slave.max_phy_offset
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
+
+    status, copied, slave_end = run(go)
+    assert status is not PutMessageStatus.PUT_OK and slave_end == copied, (status, copied, slave_end)
+    assert any("failed an fsync" in r.getMessage() for r in caplog.records), caplog.text

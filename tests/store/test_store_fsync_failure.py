@@ -11,11 +11,14 @@ import contextlib
 import errno
 import mmap
 import os
+import resource
 import time
+from collections.abc import Iterator
 
 import pytest
 
 import txmq.store.mapped_file as mapped_file
+from tests.disk_helpers import fill_disk, tmpfs
 from tests.store.store_helpers import SEGMENT, make_config, msg, reopened_bodies, reopened_store, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
@@ -192,3 +195,81 @@ def test_a_put_asked_for_before_durability_was_lost_and_written_after_is_refused
             assert store.max_phy_offset == end and bodies(store) == [b"before"]
 
     run(main)
+
+
+@contextlib.contextmanager
+def no_descriptor_left() -> Iterator[None]:
+    """The process at its open-file limit for the duration (lowered to what is open now, plus a few taken): the next
+    ``open`` fails with EMFILE, as it does on a broker whose connections took every descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held: list[int] = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_an_fsync_that_could_not_open_its_file_keeps_durability_and_is_made_again(root) -> None:
+    """Out of descriptors (EMFILE), the checkpoint cannot open a consume-queue file, nor the flush the log's directory,
+    to fsync them: no fsync ran, so no writeback failed and nothing can have been marked clean unwritten. Both fail as
+    any error does, durability stays, and with descriptors again the next ones make the same files durable (the new
+    queue's directory and the new segment's entry among them)."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)  # the flush thread stays out of the way
+
+    async def main() -> None:
+        async with DefaultMessageStore(config) as store:
+            assert (await store.put_message(msg("T", b"before"))).ok
+            point = store.flush_and_checkpoint()
+            assert (await store.put_message(msg("T", b"a new queue", queue_id=1))).ok
+            with no_descriptor_left(), pytest.raises(OSError) as checkpointed:
+                store.flush_and_checkpoint()
+            while store.max_phy_offset < SEGMENT:  # a second segment: the log's directory has an entry to fsync
+                assert (await store.put_message(msg("T", b"s" * 1000))).ok
+            with no_descriptor_left(), pytest.raises(OSError) as flushed:
+                store.commit_log.flush()
+            assert checkpointed.value.errno == flushed.value.errno == errno.EMFILE
+            assert store.runtime_info()["durability_lost"] == 0 and recovery_point(store) == point
+            synced: list[str] = []
+            real = mapped_file.fsync_dir
+            mapped_file.fsync_dir = lambda path: (synced.append(path), real(path))[1]
+            try:
+                point = store.flush_and_checkpoint()
+            finally:
+                mapped_file.fsync_dir = real
+            assert store.commit_log.queue.directory in synced  # the new segment's entry, whose fsync did not run
+            assert os.path.join(root, "consumequeue", "T", "1") in synced
+            assert store.flushed_offset == store.max_phy_offset and recovery_point(store) == point
+            assert (await store.put_message(msg("T", b"after"))).ok
+
+    run(main)
+
+
+def test_a_put_whose_take_back_fails_its_fsync_is_refused_with_nothing_stored(tmp_path, monkeypatch) -> None:
+    """A put whose consume-queue file cannot be made (a full disk) is taken back: the log is cut where the put began,
+    and the cut fsynced. When that fsync fails, durability is lost, and the put is answered as every put is from then
+    on (SERVICE_NOT_AVAILABLE saying why, nothing stored), not with the fsync's error raised out of the store."""
+    with tmpfs(tmp_path / "disk") as disk:
+        # The record fits in the log's last page; queue 1's first file needs a page: none is left.
+        config = make_config(os.path.join(disk, "store"), disk_space_warning_level_ratio=100,
+                             consume_queue_write_behind_bytes=0, flush_interval_commit_log_ms=60_000)
+
+        async def main() -> None:
+            async with DefaultMessageStore(config) as store:
+                assert (await store.put_message(msg("T", b"before"))).ok
+                end = store.max_phy_offset
+                fill_disk(disk)
+                failed = fail_once(monkeypatch, "commitlog")
+                result = await store.put_message(msg("T", b"taken back", queue_id=1))
+                assert failed and store.runtime_info()["durability_lost"] == 1
+                assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and not result.stored, result
+                assert "failed an fsync" in result.remark and "nothing was stored" in result.remark, result.remark
+                assert store.max_phy_offset == end and store.get_max_offset_in_queue("T", 1) == 0
+                assert bodies(store) == [b"before"]
+
+        run(main)

@@ -19,6 +19,11 @@ from collections.abc import Iterator
 
 log = logging.getLogger("txmq.store")
 
+# Errors of the ``open`` that precedes a sync (a pooled file's descriptor, a directory's), never of the sync itself:
+# fsync, fdatasync, syncfs and msync do not return them. No writeback ran, so none failed: the next try covers the
+# same bytes, and a process at its open-file limit for a moment does not stop its store until a restart.
+NO_DESCRIPTOR = frozenset({errno.EMFILE, errno.ENFILE})
+
 
 class DurabilityLostError(OSError):
     """A flush, checkpoint or append asked for once durability is lost. An ``OSError`` (EIO), as the disk's other
@@ -51,11 +56,13 @@ class Durability:
 
     @contextlib.contextmanager
     def fsyncing(self, path: str) -> Iterator[None]:
-        """Around an fsync of ``path``: its failure loses durability, and is raised."""
+        """Around an fsync of ``path``: its failure loses durability, and is raised (no descriptor to make it with is
+        raised only)."""
         try:
             yield
         except OSError as exc:
-            self.lose(path, exc)
+            if exc.errno not in NO_DESCRIPTOR:
+                self.lose(path, exc)
             raise
 
     def check(self) -> None:

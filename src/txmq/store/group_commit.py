@@ -396,7 +396,8 @@ class GroupCommit:
 
         When a file cannot grow (a full disk), the put is taken back and the refusal returned: nothing may stay
         of a put answered as failed. The log goes back to ``start`` (its bytes a hole again), the consume queues
-        to where they were; index entries already written point at no record, and lookups verify each one.
+        to where they were; index entries already written point at no record, and lookups verify each one. When
+        the cut's fsync fails, durability is lost (``durability.py``) and the refusal says so.
         """
         where = "the index"
         index_enabled = self.config.message_index_enable
@@ -423,7 +424,11 @@ class GroupCommit:
                     cq = self.queues.find(*key)
                     if cq is not None and cq.max_offset > offset:
                         cq.truncate_logical(offset)
-            self.commit_log.truncate(start)
+            try:
+                self.commit_log.truncate(start)
+            except OSError:  # the cut made, its fsync failed: durability is lost, and _put_failed says so
+                if not self.durability.lost:  # something else failed: the records may still be in the log
+                    raise
             return self._put_failed(where, exc)
         return None
 

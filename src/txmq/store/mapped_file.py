@@ -336,13 +336,18 @@ class MappedFileQueue:
         return len(later)
 
     def sync_directory(self, *, synced: bool = False) -> None:
-        """Make the directory's entries durable; ``synced``: a ``syncfs`` already did, only the bookkeeping is left."""
+        """Make the directory's entries durable; ``synced``: a ``syncfs`` already did, only the bookkeeping is left.
+        Still dirty when an fsync fails: the next flush makes the entries durable before it counts them so."""
         if self.directory_dirty:
-            self.directory_dirty = False
+            self.directory_dirty = False  # first: an entry made meanwhile (another thread's) sets it again
             if not synced:
-                fsync_dir(self.directory)
-                for parent in self._made_in:
-                    fsync_dir(parent)
+                try:
+                    fsync_dir(self.directory)
+                    for parent in self._made_in:
+                        fsync_dir(parent)
+                except BaseException:
+                    self.directory_dirty = True
+                    raise
             self._made_in = ()
 
     def close(self) -> None:

@@ -48,7 +48,8 @@ class TransactionRecovery(TransactionTracking):
     def snapshot(self) -> bool:
         """Trim the table to what retention left (``trim``), then write it to ``snapshot_path`` if it changed
         since the last one. Runs on the loop thread with no await, and flushes the store first, so every record
-        the snapshot reflects is on disk. The caller keeps it out of check passes (their counts reach the log in
+        the snapshot reflects is on disk: none is written once the store lost its durability (a failed fsync; the
+        store logged it). The caller keeps it out of check passes (their counts reach the log in
         one op record at the end); it runs on slaves too, so a slave's table is trimmed like its master's."""
         trimmed = self.trim()
         if self.snapshot_path is None:
@@ -56,6 +57,8 @@ class TransactionRecovery(TransactionTracking):
         covers = (self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0),
                   self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0))
         if covers == self._snapshot_covers and not trimmed:
+            return False
+        if self.store.durability.lost:  # nothing is flushed again until a restart: the snapshot on disk stays
             return False
         self.store.flush_and_checkpoint()
         as_before = dict(self._committing)
