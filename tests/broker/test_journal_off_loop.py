@@ -1105,7 +1105,7 @@ def test_group_changes_waiting_for_their_fsync_are_served_to_no_other_request(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An operator turns a group's consumption off, creates one group and deletes another, their fsync slow:
     meanwhile other requests are served the groups as stored (the group's pulls, the groups' configs); once the
-    changes are durable and answered, they are served the changes."""
+    changes are durable and answered, they are served the changes, and a restart finds them."""
     slow = SlowFsync(hold=10.0)
 
     async def main() -> None:
@@ -1134,6 +1134,9 @@ def test_group_changes_waiting_for_their_fsync_are_served_to_no_other_request(
             assert not served["g"]["consumeEnable"] and served["Fresh"]["retryMaxTimes"] == 3 and "Gone" not in served
 
     asyncio.run(main())
+    monkeypatch.undo()
+    reopened = SubscriptionGroupManager(tmp_path / "store")
+    assert set(reopened.table) == {"g", "Fresh"} and not reopened.table["g"].consume_enable
 
 
 class FsyncInTurn:
