@@ -34,7 +34,7 @@ from txmq.message import decode_offset_msg_id
 from txmq.ports import free_port
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
-from txmq.remoting.request_headers import SendMessageRequestHeader
+from txmq.remoting.request_headers import PullMessageRequestHeader, SendMessageRequestHeader
 from txmq.remoting.transport import RemotingClient
 from txmq.store import StoreConfig
 from txmq.topic import PermName, TopicConfig
@@ -1085,6 +1085,135 @@ def test_operator_changes_beyond_a_bound_while_the_disk_is_slow_are_refused_busy
             assert again.code == ResponseCode.SUCCESS, again.remark
 
     asyncio.run(main())
+
+
+def _pull(group: str, topic: str) -> RemotingCommand:
+    """A pull of queue 0 of ``topic`` from its start, not held."""
+    header = PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=0, queue_offset=0,
+                                      sys_flag=PullMessageRequestHeader.FLAG_SUBSCRIPTION, suspend_timeout_millis=0,
+                                      subscription="*", expression_type="TAG")
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext())
+
+
+async def _groups_served(client: RemotingClient, addr: str) -> dict[str, Any]:
+    reply = await client.invoke(addr, _operator(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), 10)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    return dict(orjson.loads(reply.body)["subscriptionGroupTable"])
+
+
+def test_group_changes_waiting_for_their_fsync_are_served_to_no_other_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator turns a group's consumption off, creates one group and deletes another, their fsync slow:
+    meanwhile other requests are served the groups as stored (the group's pulls, the groups' configs); once the
+    changes are durable and answered, they are served the changes, and a restart finds them."""
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (_, addr), RemotingClient() as operator, RemotingClient() as other:
+            for made in (_topic_change("Existing", 1), _group_change("g", 5), _group_change("Gone", 5),
+                         _send("Existing")):
+                assert (await operator.invoke(addr, made, 10)).code == ResponseCode.SUCCESS
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            off = _operator(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                            body=orjson.dumps({"groupName": "g", "consumeEnable": False}))
+            changes = [asyncio.ensure_future(operator.invoke(addr, change, 30)) for change in (
+                off, _group_change("Fresh", 3), _operator(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "Gone"}))]
+            assert await asyncio.to_thread(slow.entered.wait, 10)
+            await asyncio.sleep(0.2)  # every change handed to the journal's writer
+            pulled = await other.invoke(addr, _pull("g", "Existing"), 10)
+            assert pulled.code == ResponseCode.SUCCESS, (pulled.code, pulled.remark)
+            served = await _groups_served(other, addr)
+            assert served["g"]["consumeEnable"] and "Fresh" not in served and "Gone" in served
+            assert not any(change.done() for change in changes)
+            slow.release.set()
+            for reply in await asyncio.gather(*changes):
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+            pulled = await other.invoke(addr, _pull("g", "Existing"), 10)
+            assert pulled.code == ResponseCode.NO_PERMISSION, (pulled.code, pulled.remark)
+            served = await _groups_served(other, addr)
+            assert not served["g"]["consumeEnable"] and served["Fresh"]["retryMaxTimes"] == 3 and "Gone" not in served
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    reopened = SubscriptionGroupManager(tmp_path / "store")
+    assert set(reopened.table) == {"g", "Fresh"} and not reopened.table["g"].consume_enable
+
+
+class FsyncInTurn:
+    """Fsyncs that wait for their turn (``turns``, one released per fsync), those of the call numbers in
+    ``failing`` then failing: changes handed to the writer together are stored, or fail, one at a time."""
+
+    def __init__(self, failing: set[int]) -> None:
+        self.failing = failing
+        self.calls = 0
+        self.turns = threading.Semaphore(0)
+
+    def __call__(self, fd: int) -> None:
+        call, self.calls = self.calls, self.calls + 1
+        if not self.turns.acquire(timeout=10) or call in self.failing:
+            raise OSError(5, "Input/output error")
+        os.fdatasync(fd)
+
+
+def test_group_changes_are_served_one_by_one_in_order_once_durable_and_a_failed_one_never(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four changes handed to the writer together, the second one's append failing: the table serves none of them
+    until the first is durable, then each as it becomes durable, in the order made; the failed one never, not even
+    for a moment; a reopen finds the durable ones."""
+    manager = SubscriptionGroupManager(tmp_path)
+    fsync = FsyncInTurn(failing={1})
+
+    def retries(group: str) -> int | None:
+        cfg = manager.get(group)
+        return None if cfg is None else cfg.retry_max_times
+
+    async def main() -> None:
+        await manager.update(SubscriptionGroupConfig("g", retry_max_times=5))
+        monkeypatch.setattr(config_journal, "os", SlowOs(fsync))
+        changes = [asyncio.ensure_future(change) for change in (
+            manager.update(SubscriptionGroupConfig("g", retry_max_times=1)),
+            manager.update(SubscriptionGroupConfig("g", retry_max_times=2)),
+            manager.delete("g"), manager.update(SubscriptionGroupConfig("h", retry_max_times=7)))]
+        await asyncio.sleep(0.1)
+        assert (retries("g"), retries("h")) == (5, None)
+        assert set(manager.serialize()["subscriptionGroupTable"]) == {"h"}  # a fold writes the changes queued
+        for change, served in zip(changes, [(1, None), (1, None), (None, None), (None, 7)], strict=True):
+            fsync.turns.release()
+            await asyncio.gather(change, return_exceptions=True)
+            assert (retries("g"), retries("h")) == served
+        with pytest.raises(OSError):
+            changes[1].result()
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    reopened = SubscriptionGroupManager(tmp_path)
+    assert set(reopened.table) == {"h"} and reopened.table["h"].retry_max_times == 7
+
+
+@pytest.mark.parametrize("first_fails", [False, True], ids=["durable", "failed"])
+def test_a_fold_while_a_group_change_waits_stores_it_only_once_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_fails: bool) -> None:
+    """A change waiting for its fsync, and the next change folding the journal into the snapshot: the snapshot
+    holds the first change (not served yet) unless its append failed, and the second one."""
+    manager = SubscriptionGroupManager(tmp_path)
+    fsync = FailingFsync(failures=1) if first_fails else SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        monkeypatch.setattr(config_journal, "os", SlowOs(fsync))
+        first = asyncio.ensure_future(manager.update(SubscriptionGroupConfig("first")))
+        assert await asyncio.to_thread(fsync.entered.wait, 10)
+        manager.journal.min_compact, manager.journal.records = 1, 5  # the next change folds the journal in
+        second = asyncio.ensure_future(manager.update(SubscriptionGroupConfig("second")))
+        await asyncio.sleep(0.1)
+        assert "first" not in manager.table and "second" not in manager.table
+        fsync.release.set()
+        await asyncio.gather(first, second, return_exceptions=True)
+        assert second.result() is None and (first.exception() is not None) == first_fails
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    stored = {"second"} if first_fails else {"first", "second"}
+    assert set(manager.table) == stored and set(SubscriptionGroupManager(tmp_path).table) == stored
 
 
 def test_a_group_deletion_cleans_its_offsets_once_durable_though_its_caller_was_cancelled(

@@ -201,10 +201,10 @@ class ConfigJournal:
 
     def append_soon(self, record: Any, entries: int, snapshot: Callable[[], Any]) -> asyncio.Future[None]:
         """From the running event loop: a future done once ``record`` is durable (after every change handed to the
-        writer before it), or failed with the ``OSError`` that kept it from being stored (the caller then undoes
-        the change and calls ``undone``). The journal is folded into ``snapshot()``'s document when it outgrew
-        ``entries``; ``snapshot`` is called only then: a callable, so the whole table is not serialized at every
-        change."""
+        writer before it), or failed with the ``OSError`` that kept it from being stored (the caller then takes the
+        change out of what its snapshots hold, undone in its table or dropped from its queue, and calls
+        ``undone``). The journal is folded into ``snapshot()``'s document when it outgrew ``entries``; ``snapshot``
+        is called only then: a callable, so the whole table is not serialized at every change."""
         durable = asyncio.wrap_future(self._submit(record, entries, snapshot))
         self.queued += 1
         durable.add_done_callback(self._settled)
@@ -220,7 +220,8 @@ class ConfigJournal:
         return f"{self.queued} changes of {self.path.name} wait for the disk: change again later"
 
     def undone(self) -> None:
-        """The change whose append failed is undone in the table: snapshots taken from here on may be folded."""
+        """The change whose append failed is out of the caller's snapshots: those taken from here on may be
+        folded."""
         self._undone = min(self._undone + 1, self._failed)
 
     def _submit(self, record: Any, entries: int, snapshot: Callable[[], Any]) -> Future[None]:

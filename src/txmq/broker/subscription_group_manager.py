@@ -4,19 +4,21 @@ with them need no entry: one is made with the defaults when an operator first ch
 
 A change is appended to ``config/subscriptionGroup.json.changes`` (``ConfigJournal``, records shaped as the
 topics' are) instead of rewriting every group: a rewrite cost time in proportion to the groups already there. It is
-in the table at once and answered once durable, the event loop serving other connections meanwhile; undone when its
-append fails."""
+queued until its record is durable, the event loop serving other connections meanwhile, and only then in the table
+(in the order the changes were made) and answered: every request is served the groups as stored, never a change
+that its append may still fail, or a crash lose. One whose append fails is dropped, never served."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, entries_of, undone_when_failed, when_durable
+from txmq.broker.config_journal import ConfigJournal, when_durable
 from txmq.conf import update_fields
 from txmq.errors import InvalidMessageError
 from txmq.topic import check_group
@@ -62,11 +64,16 @@ def _camel(name: str) -> str:
     return first + "".join(part.title() for part in rest)
 
 
+# A change of groups: per group its new config, or None for its deletion.
+GroupChange = dict[str, SubscriptionGroupConfig | None]
+
+
 class SubscriptionGroupManager:
     def __init__(self, root: Path) -> None:
         self.path = root / "config" / "subscriptionGroup.json"
         self.journal = ConfigJournal(self.path)
-        self.table: dict[str, SubscriptionGroupConfig] = {}
+        self.table: dict[str, SubscriptionGroupConfig] = {}  # the groups as stored: what every request is served
+        self.queued: deque[GroupChange] = deque()  # changes handed to the journal, not durable yet, in order
         saved, changes = self.journal.load()
         self._load(((saved or {}).get("subscriptionGroupTable") or {}).values(), self.path)
         for change in changes:
@@ -95,36 +102,65 @@ class SubscriptionGroupManager:
             self.table[cfg.group_name] = cfg
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config as stored."""
         return self.table.get(group)
 
     async def update(self, cfg: SubscriptionGroupConfig) -> None:
-        """Done once the change is durable (after every change made before it); ``OSError`` when it could not be
-        stored, and the table is then as it was."""
-        before = entries_of(self.table, [cfg.group_name])
-        self.table[cfg.group_name] = cfg
-        await self._appended({"put": [cfg.to_json()]}, before)
+        """Done once the change is durable (after every change made before it), and in the table from then on;
+        ``OSError`` when it could not be stored, and the table never held it."""
+        await self._change({cfg.group_name: cfg}, {"put": [cfg.to_json()]})
 
     async def delete(self, group: str, then: Callable[[], None] | None = None) -> bool:
-        """``update``'s deletion; False when there is no such group. ``then`` once it is durable
+        """``update``'s deletion; False when no such group is stored. ``then`` once it is durable
         (``when_durable``)."""
         if group not in self.table:
             return False
-        before = entries_of(self.table, [group])
-        del self.table[group]
-        await self._appended({"delete": [group]}, before, then)
+        await self._change({group: None}, {"delete": [group]}, then)
         return True
 
-    def _appended(self, record: dict[str, Any], before: dict[str, Any],
-                  then: Callable[[], None] | None = None) -> asyncio.Future[None]:
-        """``record`` handed to the journal's writer: done once durable, the change undone when it failed."""
+    def _change(self, change: GroupChange, record: dict[str, Any],
+                then: Callable[[], None] | None = None) -> asyncio.Future[None]:
+        """``change`` queued and its ``record`` handed to the journal's writer: done once durable, the change in
+        the table by then (``_settled``)."""
+        self.queued.append(change)  # before the append: a fold it makes writes this change too
         durable = self.journal.append_soon(record, len(self.table), self.serialize)
-        undone_when_failed(durable, self.table, before, self.journal)
+        durable.add_done_callback(self._settled)
         when_durable(durable, then)
         return asyncio.shield(durable)
 
-    def serialize(self) -> dict[str, Any]:
+    def _settled(self, durable: asyncio.Future[None]) -> None:
+        """The oldest queued change's record durable, or failed: it goes into the table, or is dropped (no request
+        was served it, nothing to undo). The journal's writer settles records in the order they were handed to it,
+        so this is the change ``durable`` was for."""
+        change = self.queued.popleft()
+        if durable.cancelled():
+            return
+        if durable.exception() is not None:
+            self.journal.undone()  # folds taken from here on hold it no more
+            return
+        _apply(self.table, change)
+
+    def served(self) -> dict[str, Any]:
+        """The groups as stored (GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body)."""
         return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in self.table.items()}}
+
+    def serialize(self) -> dict[str, Any]:
+        """The document a fold writes: the groups as stored and every queued change, as the journal holds them
+        once written (a fold taken before a queued change failed is not written: ``ConfigJournal`` appends its
+        record instead)."""
+        table = dict(self.table)
+        for change in self.queued:
+            _apply(table, change)
+        return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in table.items()}}
 
     def persist(self) -> None:
         """The whole table as the snapshot, the journal emptied."""
         self.journal.compact(self.serialize())
+
+
+def _apply(table: dict[str, SubscriptionGroupConfig], change: GroupChange) -> None:
+    for group, cfg in change.items():
+        if cfg is None:
+            table.pop(group, None)
+        else:
+            table[group] = cfg

@@ -311,7 +311,7 @@ class OpsProcessor:
 
     def _all_groups(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         manager = self.broker.subscription_group_manager
-        return _answer(cmd, {**manager.serialize(), "dataVersion": {"timestamp": 0, "counter": len(manager.table)}})
+        return _answer(cmd, {**manager.served(), "dataVersion": {"timestamp": 0, "counter": len(manager.table)}})
 
     async def _delete_group(self, conn: Connection, cmd: RemotingCommand,
                             h: DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
