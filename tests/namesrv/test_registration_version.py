@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from tests.acl.conftest import ADMIN, ATTACKER, PLAIN_ACL
+from tests.broker.test_journal_off_loop import _until as until
 from tests.broker.test_journal_off_loop import serving
 from txmq import data_version
 from txmq.acl.setup import namesrv_validator
@@ -32,13 +33,6 @@ from txmq.remoting.transport import RemotingClient
 from txmq.topic import TopicConfig
 
 NEVER = 600_000  # ms: no periodic registration during a test; each test registers when it means to
-
-
-async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager
