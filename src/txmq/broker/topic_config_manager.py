@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from txmq.broker.config_journal import ConfigJournal, entries_of, undone_when_failed, when_durable
+from txmq.data_version import DataVersion, data_version_of, next_version, version_json
 from txmq.errors import InvalidMessageError
 from txmq.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -38,15 +38,19 @@ class TopicConfigManager:
         self.path = root / "config" / "topics.json"
         self.journal = ConfigJournal(self.path)
         self.table: dict[str, TopicConfig] = {}
-        self.data_version = {"timestamp": int(time.time() * 1000), "counter": 0}
+        # RocketMQ's DataVersion, which the name servers compare to skip a registration whose topics did not change:
+        # a new one at every start (the table loaded may differ from what any name server saw) and every change.
+        self.data_version: DataVersion = (0, 0)
         # The broker tells its name servers: of the topics created or changed, or (None) of a deletion.
         self.on_change: Callable[[list[str] | None], None] | None = None
         self.pending: dict[str, asyncio.Future[None]] = {}  # topics created whose record is not durable yet
         saved, changes = self.journal.load()
         if saved:
             self._load_configs((saved.get("topicConfigTable") or {}).values())
+            self._saw_version(saved)
         for change in changes:
             self._replay(change)
+            self._saw_version(change)
         system = [
             TopicConfig(RMQ_SYS_TRANS_HALF_TOPIC, 1, 1),
             TopicConfig(RMQ_SYS_TRANS_OP_HALF_TOPIC, 1, 1),
@@ -61,8 +65,18 @@ class TopicConfigManager:
             self.table.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
         for cfg in system:
             self.table.setdefault(cfg.topic_name, cfg)
+        self._next_version()
         if self.journal.dirty:  # fold the journal in, dropping a torn tail, before appending to it
             self.journal.fold_at_open(self.serialize())
+
+    def _saw_version(self, doc: Any) -> None:
+        """Start after the version ``doc`` (the snapshot or a journal record) was saved with, if it is later."""
+        version = data_version_of(doc.get("dataVersion") if isinstance(doc, dict) else None)
+        if version is not None:
+            self.data_version = max(self.data_version, version)
+
+    def _next_version(self) -> None:
+        self.data_version = next_version(self.data_version)
 
     def _replay(self, change: Any) -> None:
         """Apply one journal record. A record whose CRC holds but whose shape this version does not know is skipped
@@ -154,6 +168,7 @@ class TopicConfigManager:
         table = _legal(saved, "the master")
         if table != self.table:
             self.table = table
+            self._next_version()
             self.journal.unsettled = {}  # a change still unsettled undoes itself in the table it was made in
             await asyncio.shield(self.journal.replace_soon(self.serialize()))
 
@@ -165,7 +180,7 @@ class TopicConfigManager:
         record = {"put": [cfg.to_json() for cfg in puts]} if deleted is None else {"delete": [deleted]}
         before = entries_of(self.table, names)
         self._apply(puts, deleted)
-        durable = self.journal.append_soon(dict(record, dataVersion=self.data_version), len(self.table),
+        durable = self.journal.append_soon(dict(record, dataVersion=version_json(self.data_version)), len(self.table),
                                            self.serialize)
         undone_when_failed(durable, self.table, before, self.journal)
         settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -177,7 +192,7 @@ class TopicConfigManager:
         self.table.update((cfg.topic_name, cfg) for cfg in puts)
         if deleted is not None:
             self.table.pop(deleted)
-        self.data_version = {"timestamp": int(time.time() * 1000), "counter": int(self.data_version["counter"]) + 1}
+        self._next_version()
 
     def _settled(self, durable: asyncio.Future[None], names: list[str], settled: asyncio.Future[None]) -> None:
         """The change's record durable or failed (undone by then): its topics out of ``pending``, and only then
@@ -187,6 +202,7 @@ class TopicConfigManager:
                 del self.pending[name]
         failed = durable.exception()
         if failed is not None:
+            self._next_version()  # undone: the table differs from the one a registration may have sent meanwhile
             log.error("topic%s %s not stored: %s", "" if len(names) == 1 else "s", ", ".join(names[:10]), failed)
             settled.set_exception(failed)
             settled.exception()  # logged above: not again as never retrieved when no request waits for it
@@ -214,7 +230,8 @@ class TopicConfigManager:
         self.journal.compact(self.serialize())
 
     def serialize(self) -> dict[str, object]:
-        return {"topicConfigTable": {n: c.to_json() for n, c in self.table.items()}, "dataVersion": self.data_version}
+        return {"topicConfigTable": {n: c.to_json() for n, c in self.table.items()},
+                "dataVersion": version_json(self.data_version)}
 
 
 def _legal(saved: Iterable[Any], source: str) -> dict[str, TopicConfig]:

@@ -10,9 +10,10 @@ from typing import Any
 import orjson
 
 from txmq.acl.model import Action, Needs, any_user, cluster_get, cluster_update
+from txmq.data_version import DataVersion, data_version_of
 from txmq.namesrv.route_info import MASTER_ID, QueueData, RouteInfoManager
 from txmq.remoting.admin_headers import DeleteTopicRequestHeader
-from txmq.remoting.body import read_body
+from txmq.remoting.body import read_body, read_fields
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import RequestSpec, header, no_header
@@ -60,11 +61,13 @@ class TopicRegistration:
 
 @dataclasses.dataclass(slots=True)
 class Registration:
-    """REGISTER_BROKER as read once: its header, the topics its body registers and those it skips (name -> why)."""
+    """REGISTER_BROKER as read once: its header, its topic table's data version, the topics its body registers and
+    those it skips (name -> why). ``configs`` None: the broker is registered with that version already, and its
+    topics were not read."""
 
     header: RegisterBrokerRequestHeader
-    data_version: dict[str, Any]
-    configs: list[TopicConfig]
+    data_version: DataVersion | None
+    configs: list[TopicConfig] | None
     skipped: dict[str, str]
 
 
@@ -79,15 +82,24 @@ def route_needs(h: GetRouteInfoRequestHeader) -> Needs:
     return Needs().topic(h.topic, Action.PUB, Action.SUB, Action.GET)
 
 
-def parse_registration(cmd: RemotingCommand) -> Registration:
+def parse_registration(cmd: RemotingCommand, routes: RouteInfoManager) -> Registration:
+    """The header and the body's data version first; the topics only when ``routes`` do not hold that version of
+    this broker's table already (RocketMQ decodes them all, and updates the routes only then): at 10,000 topics
+    reading them is most of the cost of a registration, which a broker sends every 30 s. The body is parsed as
+    JSON whole either way (orjson cannot read one field of it alone), so a malformed one is refused either way."""
     h = RegisterBrokerRequestHeader.from_ext(cmd.ext_fields)
-    wrapper, configs = read_body(cmd.body, _registration, "a registration body holds topicConfigSerializeWrapper")
+    what = "a registration body holds topicConfigSerializeWrapper"
+    wrapper = read_body(cmd.body, _wrapper, what)
+    version = data_version_of(wrapper.get("dataVersion"))
+    if routes.unchanged(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id, version):
+        return Registration(h, version, None, {})
+    configs = read_fields(wrapper, _topic_configs, what)
     for cfg in configs:  # names a broker registers reach every client's routes
         check_topic(cfg.topic_name)
     # Queue numbers size every client's loops over a route: a topic out of bounds is left out, the others kept
     skipped = out_of_bounds(configs)
     kept = [cfg for cfg in configs if cfg.topic_name not in skipped]
-    return Registration(h, wrapper.get("dataVersion") or {}, kept, skipped)
+    return Registration(h, version, kept, skipped)
 
 
 def parse_topic_registration(cmd: RemotingCommand) -> TopicRegistration:
@@ -113,7 +125,7 @@ class NamesrvProcessor:
     def requests(self) -> list[RequestSpec[Any]]:
         return [
             RequestSpec(RequestCode.GET_ROUTEINFO_BY_TOPIC, parse_route, route_needs, self._route),
-            RequestSpec(RequestCode.REGISTER_BROKER, parse_registration, cluster_update, self._register),
+            RequestSpec(RequestCode.REGISTER_BROKER, self._parse_registration, cluster_update, self._register),
             RequestSpec(RequestCode.REGISTER_TOPIC_IN_NAMESRV, parse_topic_registration, cluster_update,
                         self._register_topic),
             RequestSpec(RequestCode.UNREGISTER_BROKER, header(UnRegisterBrokerRequestHeader), cluster_update,
@@ -123,6 +135,9 @@ class NamesrvProcessor:
             RequestSpec(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, no_header, cluster_get, self._topic_list),
             RequestSpec(RequestCode.DELETE_TOPIC_IN_NAMESRV, parse_delete_topic, cluster_update, self._delete_topic),
         ]
+
+    def _parse_registration(self, cmd: RemotingCommand) -> Registration:
+        return parse_registration(cmd, self.routes)
 
     def _route(self, conn: Connection, cmd: RemotingCommand, h: GetRouteInfoRequestHeader) -> RemotingCommand:
         data = self.routes.pick_topic_route_data(h.topic)
@@ -138,15 +153,22 @@ class NamesrvProcessor:
         if conn_id not in self._watched:
             self._watched.add(conn_id)
             conn.on_close.append(lambda c: self._closed(id(c)))
-        if reg.skipped:
-            log.warning("registration of %s %s: %d topic%s skipped: %.500s", h.broker_name, h.broker_addr,
-                        len(reg.skipped), "" if len(reg.skipped) == 1 else "s",
-                        "; ".join(f"{name}: {why}" for name, why in reg.skipped.items()))
-        self.routes.register_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id, reg.configs,
-                                    reg.data_version, conn_id, h.ha_server_addr)
+        if reg.configs is None:
+            self.routes.refresh(h.broker_addr, conn_id, h.ha_server_addr)
+        else:
+            self._register_topics(h, reg.configs, reg.skipped, reg.data_version, conn_id)
         master, ha = self.routes.master_of(h.broker_name) if h.broker_id != MASTER_ID else ("", "")
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"haServerAddr": ha,
                                                                                   "masterAddr": master})
+
+    def _register_topics(self, h: RegisterBrokerRequestHeader, configs: list[TopicConfig], skipped: dict[str, str],
+                         data_version: DataVersion | None, conn_id: int) -> None:
+        if skipped:
+            log.warning("registration of %s %s: %d topic%s skipped: %.500s", h.broker_name, h.broker_addr,
+                        len(skipped), "" if len(skipped) == 1 else "s",
+                        "; ".join(f"{name}: {why}" for name, why in skipped.items()))
+        self.routes.register_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id, configs,
+                                    data_version, conn_id, h.ha_server_addr)
 
     def _register_topic(self, conn: Connection, cmd: RemotingCommand, reg: TopicRegistration) -> RemotingCommand:
         if not self.routes.register_topic(reg.topic, reg.queue_datas):
@@ -180,7 +202,13 @@ def _queue_datas(body: dict[str, Any]) -> list[QueueData]:
                       int(q.get("topicSynFlag", 0))) for q in body["queueDatas"]]
 
 
-def _registration(body: dict[str, Any]) -> tuple[dict[str, Any], list[TopicConfig]]:
-    """(topicConfigSerializeWrapper, its topic configs) of a REGISTER_BROKER body."""
+def _wrapper(body: dict[str, Any]) -> dict[str, Any]:
+    """The topicConfigSerializeWrapper of a REGISTER_BROKER body."""
     wrapper = body.get("topicConfigSerializeWrapper") or {}
-    return wrapper, [TopicConfig.from_json(v) for v in (wrapper.get("topicConfigTable") or {}).values()]
+    if not isinstance(wrapper, dict):
+        raise TypeError(f"topicConfigSerializeWrapper is a {type(wrapper).__name__}")
+    return wrapper
+
+
+def _topic_configs(wrapper: dict[str, Any]) -> list[TopicConfig]:
+    return [TopicConfig.from_json(v) for v in (wrapper.get("topicConfigTable") or {}).values()]

@@ -1,7 +1,9 @@
 """Routing state of the name server (RocketMQ ``RouteInfoManager``): which brokers serve which topics.
 
 Brokers register every few seconds with their whole topic table; a broker that stops registering, or whose
-connection closes, is dropped with its queues after ``broker_expired_s``.
+connection closes, is dropped with its queues after ``broker_expired_s``. A master's registration whose data
+version is the one recorded for it (``unchanged``) only refreshes its liveness (RocketMQ
+``isBrokerTopicConfigChanged``): its topics are those the table holds already.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from txmq.data_version import DataVersion
 from txmq.topic import TopicConfig
 
 log = logging.getLogger("txmq.namesrv")
@@ -51,9 +54,15 @@ class BrokerData:
 
 @dataclass(slots=True)
 class BrokerLiveInfo:
+    """What a broker address last registered as. ``data_version``: its topic table's, None when the routes may
+    differ from that table (none sent, or a topic of it deleted or registered alone since)."""
+
     last_update: float
-    data_version: dict[str, object]
+    data_version: DataVersion | None
     conn_id: int
+    cluster: str
+    broker_name: str
+    broker_id: int
     ha_server_addr: str = ""
 
 
@@ -74,7 +83,7 @@ class RouteInfoManager:
         broker_name: str,
         broker_id: int,
         topic_configs: list[TopicConfig],
-        data_version: dict[str, object],
+        data_version: DataVersion | None,
         conn_id: int,
         ha_server_addr: str = "",
     ) -> bool:
@@ -98,11 +107,41 @@ class RouteInfoManager:
                 self.topic_queue_table.setdefault(tc.topic_name, {})[broker_name] = QueueData(
                     broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag
                 )
-        self.broker_live_table[broker_addr] = BrokerLiveInfo(time.monotonic(), data_version, conn_id, ha_server_addr)
+        self.broker_live_table[broker_addr] = BrokerLiveInfo(time.monotonic(), data_version, conn_id, cluster,
+                                                             broker_name, broker_id, ha_server_addr)
         if first:
             log.info("broker registered: %s %s id=%d cluster=%s topics=%d",
                      broker_name, broker_addr, broker_id, cluster, len(topic_configs))
         return first
+
+    def unchanged(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int,
+                  data_version: DataVersion | None) -> bool:
+        """Whether a registration would change nothing but liveness: a live master's, as recorded (same cluster,
+        name and id, the address still that name's master), whose data version is the one recorded. A slave's
+        registration is always read in full, as any other."""
+        live = self.broker_live_table.get(broker_addr)
+        if (live is None or data_version is None or broker_id != MASTER_ID or live.data_version != data_version
+                or (live.cluster, live.broker_name, live.broker_id) != (cluster, broker_name, broker_id)
+                or time.monotonic() - live.last_update > self.broker_expired_s):
+            return False
+        bd = self.broker_addr_table.get(broker_name)
+        return (bd is not None and bd.broker_addrs.get(broker_id) == broker_addr
+                and broker_name in self.cluster_addr_table.get(cluster, ()))
+
+    def refresh(self, broker_addr: str, conn_id: int, ha_server_addr: str) -> None:
+        """An ``unchanged`` registration: the broker is alive, on this connection, at this HA address."""
+        live = self.broker_live_table[broker_addr]
+        live.last_update = time.monotonic()
+        live.conn_id = conn_id
+        live.ha_server_addr = ha_server_addr
+
+    def _forget_version(self, broker_name: str) -> None:
+        """The routes of ``broker_name`` changed otherwise than by its master's registration: the next one is read
+        in full, whatever its version, and puts them back as its topic table has them."""
+        bd = self.broker_addr_table.get(broker_name)
+        live = self.broker_live_table.get(bd.broker_addrs.get(MASTER_ID, "")) if bd is not None else None
+        if live is not None:
+            live.data_version = None
 
     def master_of(self, broker_name: str) -> tuple[str, str]:
         """(master address, master HA address) of a group, empty while its master is not registered: what the
@@ -182,10 +221,12 @@ class RouteInfoManager:
         queues = self.topic_queue_table.setdefault(topic, {})
         for qd in queue_datas:
             queues[qd.broker_name] = qd
+            self._forget_version(qd.broker_name)
         return True
 
     def delete_topic(self, topic: str) -> None:
-        self.topic_queue_table.pop(topic, None)
+        for broker_name in self.topic_queue_table.pop(topic, {}):
+            self._forget_version(broker_name)
 
     def topic_list(self) -> list[str]:
         return sorted(self.topic_queue_table)

@@ -33,7 +33,11 @@ def json_object(body: bytes) -> dict[str, Any]:
 def read_body(body: bytes, parse: Callable[[dict[str, Any]], T], what: str) -> T:
     """``parse`` the JSON object in ``body``; a field missing or of the wrong shape is a ``RemoteProtocolError``
     naming ``what`` the body should hold."""
-    data = json_object(body)
+    return read_fields(json_object(body), parse, what)
+
+
+def read_fields(data: dict[str, Any], parse: Callable[[dict[str, Any]], T], what: str) -> T:
+    """``read_body`` of a JSON object already parsed (a part of a body read in two steps)."""
     try:
         return parse(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
