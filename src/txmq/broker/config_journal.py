@@ -25,7 +25,7 @@ import asyncio
 import logging
 import os
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -81,44 +81,10 @@ def _decode_line(line: bytes) -> Any:
         return _BAD
 
 
-_ABSENT = object()
-
 # Changes handed to a journal's writer and not durable yet beyond which an operator's change is refused busy: each,
 # and the request waiting for it, is held in memory while a slow disk stores them (no TCP backpressure stops a
 # peer sending more meanwhile).
 MAX_QUEUED_CHANGES = 4096
-
-
-def undone_when_failed(durable: asyncio.Future[None], table: dict[str, Any], before: dict[str, Any],
-                       journal: ConfigJournal) -> None:
-    """Put the entries of ``table`` that a change made back as they are stored when its append (``durable``)
-    fails, before whoever waits for it runs: a change answered as failed must be neither served nor stored by a
-    later fold of the whole table. An entry a later change made again is left to that one; what it is put back to
-    is the entry as the last change of it that did not fail left it (``ConfigJournal.unsettled``), not as ``before``
-    this change: that may be an earlier change that failed too."""
-    after = entries_of(table, before)
-    unsettled = journal.unsettled  # the one of ``table``, which a slave's ``replace_all`` replaces with it
-    for name, entry in before.items():
-        unsettled.setdefault(name, [entry, 0])[1] += 1
-
-    def settled(done: asyncio.Future[None]) -> None:
-        failed = not done.cancelled() and done.exception() is not None
-        for name, made in after.items():
-            stored = unsettled[name]
-            if not failed:
-                stored[0] = made
-            elif table.get(name, _ABSENT) is made:
-                if stored[0] is _ABSENT:
-                    table.pop(name, None)
-                else:
-                    table[name] = stored[0]
-            stored[1] -= 1
-            if not stored[1]:
-                del unsettled[name]
-        if failed:
-            journal.undone()
-
-    durable.add_done_callback(settled)
 
 
 def when_durable(durable: asyncio.Future[None], then: Callable[[], None] | None) -> None:
@@ -127,10 +93,6 @@ def when_durable(durable: asyncio.Future[None], then: Callable[[], None] | None)
     topic's queues, a group's offsets) goes whenever the deletion is stored."""
     if then is not None:
         durable.add_done_callback(lambda done: None if done.cancelled() or done.exception() else then())
-
-
-def entries_of(table: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-    return {name: table.get(name, _ABSENT) for name in names}
 
 
 class ConfigJournal:
@@ -150,9 +112,6 @@ class ConfigJournal:
         # with fewer undone changes than the writer has seen fail appends its record instead.
         self._failed = 0  # jobs that failed (the writer's count)
         self._undone = 0  # changes undone after their job failed (the caller's count, at most ``_failed``)
-        # Per entry with changes not settled yet: [the entry as stored (the last change of it that did not fail),
-        # how many of its changes are not settled]; the loop's, as is the table, and replaced with it.
-        self.unsettled: dict[str, list[Any]] = {}
         self.queued = 0  # changes handed to the writer by ``append_soon`` and not settled yet
 
     def table_change(self, record: Any, what: str) -> tuple[list[Any], list[str]] | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from txmq.broker.config_journal import ConfigJournal, entries_of, undone_when_failed, when_durable
+from txmq.broker.config_journal import ConfigJournal, when_durable
 from txmq.data_version import DataVersion, data_version_of, next_version, version_json
 from txmq.errors import InvalidMessageError
 from txmq.topic import (
@@ -32,6 +32,8 @@ from txmq.topic import (
 
 log = logging.getLogger("txmq.broker")
 
+_ABSENT = object()  # a topic the table did not hold
+
 
 class TopicConfigManager:
     def __init__(self, root: Path, *, auto_create: bool, default_queue_nums: int, delay_levels: int) -> None:
@@ -44,6 +46,9 @@ class TopicConfigManager:
         # The broker tells its name servers: of the topics created or changed, or (None) of a deletion.
         self.on_change: Callable[[list[str] | None], None] | None = None
         self.pending: dict[str, asyncio.Future[None]] = {}  # topics created whose record is not durable yet
+        # Per topic with changes not settled yet: [its entry as stored (the last change of it that did not fail),
+        # how many of its changes are not settled]; replaced with the table (``replace_all``).
+        self.unsettled: dict[str, list[Any]] = {}
         saved, changes = self.journal.load()
         if saved:
             self._load_configs((saved.get("topicConfigTable") or {}).values())
@@ -169,7 +174,7 @@ class TopicConfigManager:
         if table != self.table:
             self.table = table
             self._next_version()
-            self.journal.unsettled = {}  # a change still unsettled undoes itself in the table it was made in
+            self.unsettled = {}  # a change still unsettled undoes itself in the table it was made in
             await asyncio.shield(self.journal.replace_soon(self.serialize()))
 
     def _changed(self, puts: list[TopicConfig], deleted: str | None = None) -> asyncio.Future[None]:
@@ -178,15 +183,46 @@ class TopicConfigManager:
         log line, when the append failed (the future's ``OSError``)."""
         names = [cfg.topic_name for cfg in puts] if deleted is None else [deleted]
         record = {"put": [cfg.to_json() for cfg in puts]} if deleted is None else {"delete": [deleted]}
-        before = entries_of(self.table, names)
+        before = {name: self.table.get(name, _ABSENT) for name in names}
         self._apply(puts, deleted)
         durable = self.journal.append_soon(dict(record, dataVersion=version_json(self.data_version)), len(self.table),
                                            self.serialize)
-        undone_when_failed(durable, self.table, before, self.journal)
+        self._undone_when_failed(durable, before)
         settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pending.update((name, settled) for name in names)
         durable.add_done_callback(lambda done: self._settled(done, names, settled))
         return settled
+
+    def _undone_when_failed(self, durable: asyncio.Future[None], before: dict[str, Any]) -> None:
+        """Put the entries a change made back as they are stored when its append (``durable``) fails, before
+        whoever waits for it runs: a change answered as failed must be neither served nor stored by a later fold of
+        the whole table. An entry a later change made again is left to that one; what it is put back to is the
+        entry as the last change of it that did not fail left it (``unsettled``), not as ``before`` this change:
+        that may be an earlier change that failed too."""
+        table = self.table  # the one the change was made in, which a slave's ``replace_all`` replaces
+        unsettled = self.unsettled
+        after = {name: table.get(name, _ABSENT) for name in before}
+        for name, entry in before.items():
+            unsettled.setdefault(name, [entry, 0])[1] += 1
+
+        def settled(done: asyncio.Future[None]) -> None:
+            failed = not done.cancelled() and done.exception() is not None
+            for name, made in after.items():
+                stored = unsettled[name]
+                if not failed:
+                    stored[0] = made
+                elif table.get(name, _ABSENT) is made:
+                    if stored[0] is _ABSENT:
+                        table.pop(name, None)
+                    else:
+                        table[name] = stored[0]
+                stored[1] -= 1
+                if not stored[1]:
+                    del unsettled[name]
+            if failed:
+                self.journal.undone()
+
+        durable.add_done_callback(settled)
 
     def _apply(self, puts: list[TopicConfig], deleted: str | None) -> None:
         self.table.update((cfg.topic_name, cfg) for cfg in puts)
