@@ -58,6 +58,26 @@ def test_coalesced_sends_over_the_brokers_max_message_size_are_split_not_refused
     assert len({(r.queue_id, r.queue_offset) for r in results}) == 64
 
 
+def test_a_message_the_producer_cannot_read_fails_alone_and_the_sends_coalesced_with_it_go_out(cluster):
+    """A coalesced send whose message cannot even be checked (a topic given as ``bytes``: ``TypeError``) ends with
+    that error, alone; the sends taken together with it are sent, and the window is whole again. The error escaped
+    the loop callback that took the batch: every send of the batch, before and after the bad one, was never
+    answered, not even by ``shutdown()``, and held its place in the window for good."""
+    cluster.start_broker()
+    with Producer("p_unreadable", cluster.namesrv_addr, max_in_flight=8) as producer:
+        producer.send(Message("Unreadable", b"warm-up"))
+        assert producer._runtime is not None
+        gate = threading.Event()
+        producer._runtime.call_soon(lambda: gate.wait(10))  # the loop is busy: the next sends are taken together
+        futures = [producer.send_async(Message("Unreadable", f"m{i}".encode())) for i in range(3)]
+        bad = producer.send_async(Message(b"Unreadable", b"bad"))  # type: ignore[arg-type]
+        futures += [producer.send_async(Message("Unreadable", f"m{i}".encode())) for i in range(3, 6)]
+        gate.set()
+        assert isinstance(bad.exception(10), TypeError)
+        assert all(f.result(10).status == SendStatus.SEND_OK for f in futures)
+        assert wait_until(lambda: producer._in_flight == 0, 5), producer._in_flight
+
+
 def test_send_async_on_the_clients_loop_with_a_full_window_raises_instead_of_stalling_the_loop(cluster):
     """A send's callbacks run on the client's loop; a ``send_async`` made there while ``max_in_flight`` sends are
     unanswered cannot wait for room (the answers that would make it come through the same loop): it raises, and

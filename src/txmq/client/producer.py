@@ -333,12 +333,14 @@ class Producer(ClientBase):
 
     def _start_sends(self, sends: list[tuple[Message, SendFuture]]) -> None:
         """Start one request per chunk of one topic of the async sends taken together (half messages apart: the
-        broker takes a batch of halves, or of plain messages, not both)."""
+        broker takes a batch of halves, or of plain messages, not both). A message that fails its check, however
+        (an ill-typed field raises ``TypeError``), ends its own send only: raised here, it would leave every send
+        of the batch unanswered."""
         by_topic: dict[tuple[str, bool], list[tuple[Message, SendFuture]]] = {}
         for msg, fut in sends:
             try:
                 self._prepare(msg)
-            except InvalidMessageError as exc:
+            except Exception as exc:  # what ``send`` would raise for this message
                 fut.set_exception(exc)
                 continue
             half = msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true"
