@@ -401,6 +401,29 @@ def test_checks_count_only_when_a_producer_is_connected(cluster):
         assert (st["pending"], st["commits"], st["checks"], st["discards"]) == (0, 2, 2, 0)
 
 
+def test_a_transaction_producer_started_again_answers_check_backs(cluster):
+    """A ``TransactionProducer`` shut down and started again (as a ``Producer`` may be) answers the broker's
+    check-backs: its check threads are its own at each start. Its pool was the one the first ``shutdown()`` ended:
+    every check raised in the handler ("cannot schedule new futures after shutdown"), held a place of the check
+    queue for good, and the transaction was never decided."""
+    cluster.start_broker("broker-a", TX_CONF)
+    topic = "tx_started_again"
+    create_topic(cluster, topic, 1)
+    listener = Switchable()
+    listener.state = COMMIT  # execute answers UNKNOWN: the check decides
+    producer = TransactionProducer("p_tx_again", listener, cluster.namesrv_addr)
+    producer.start()
+    producer.shutdown()
+    collector = Collector(cluster.namesrv_addr, topic, "c_tx_again")
+    producer.start()
+    try:
+        producer.send_message_in_transaction(Message(topic, b"again-1"))
+        collector.wait_exactly({"again-1"}, 15)
+    finally:
+        producer.shutdown()
+        collector.close()
+
+
 @contextlib.contextmanager
 def committing_producer(cluster, group: str, topic: str,
                         consumer_group: str) -> Iterator[tuple[TransactionProducer, Switchable, Collector]]:

@@ -184,8 +184,7 @@ class PushConsumer(ClientBase):
         self.listener_on_loop = listener_on_loop
         self.subscriptions: dict[str, TagFilter] = {}
         self.listener: MessageListener | None = None
-        self._pool = concurrent.futures.ThreadPoolExecutor(consume_thread_nums,
-                                                           thread_name_prefix=f"txmq-consume-{group}")
+        self._pool: concurrent.futures.ThreadPoolExecutor  # made at each start: shutdown() ends its threads
         self.queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         # runs of failed pulls now, by ("address", addr) and ("broker", name): a line each, not one per pull
@@ -219,8 +218,11 @@ class PushConsumer(ClientBase):
     def start(self) -> Self:
         if self.listener is None or not self.subscriptions:
             raise ClientError("subscribe to a topic and register a listener before start()")
-        if not self.started and self.message_model == MessageModel.CLUSTERING:
-            self.subscriptions.setdefault(retry_topic(self.group), TagFilter("*"))
+        if not self.started:
+            if self.message_model == MessageModel.CLUSTERING:
+                self.subscriptions.setdefault(retry_topic(self.group), TagFilter("*"))
+            self._pool = concurrent.futures.ThreadPoolExecutor(self.consume_thread_nums,
+                                                               thread_name_prefix=f"txmq-consume-{self.group}")
         return super().start()
 
     async def _on_start(self) -> None:

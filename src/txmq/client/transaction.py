@@ -109,8 +109,8 @@ class TransactionProducer(Producer):
                  check_thread_pool_size: int = 4, check_queue_size: int = 2000, **kwargs: Any) -> None:
         super().__init__(group, namesrv, **kwargs)
         self.listener = listener
-        self._check_pool = concurrent.futures.ThreadPoolExecutor(check_thread_pool_size,
-                                                                 thread_name_prefix=f"txmq-check-{group}")
+        self.check_thread_pool_size = check_thread_pool_size
+        self._check_pool = self._new_check_pool()  # made again at each start: shutdown() ends its threads
         self._check_slots = threading.BoundedSemaphore(check_queue_size)
         self.checks_received = 0
 
@@ -119,6 +119,7 @@ class TransactionProducer(Producer):
         reachable by check-backs of transactions an earlier (crashed) process left pending."""
         if self._runtime is not None:
             return self
+        self._check_pool = self._new_check_pool()
         super().start()
         assert self.instance is not None
         try:
@@ -130,6 +131,11 @@ class TransactionProducer(Producer):
     def shutdown(self) -> None:
         super().shutdown()
         self._check_pool.shutdown(wait=True, cancel_futures=True)
+
+    def _new_check_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The threads of ``check_local_transaction`` (started by the first check)."""
+        return concurrent.futures.ThreadPoolExecutor(self.check_thread_pool_size,
+                                                     thread_name_prefix=f"txmq-check-{self.group}")
 
     # --- phase one and two ----------------------------------------------------------------------------
 
