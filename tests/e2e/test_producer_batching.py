@@ -10,7 +10,7 @@ import pytest
 from tests.e2e.helpers import wait_until
 from txmq import Admin, Message, Producer, PullConsumer, SendStatus
 from txmq.client.producer import SendFuture
-from txmq.errors import ClientError
+from txmq.errors import ClientError, InvalidMessageError
 
 
 def test_async_sends_are_batched_and_each_result_is_exact(cluster):
@@ -76,6 +76,25 @@ def test_a_message_the_producer_cannot_read_fails_alone_and_the_sends_coalesced_
         assert isinstance(bad.exception(10), TypeError)
         assert all(f.result(10).status == SendStatus.SEND_OK for f in futures)
         assert wait_until(lambda: producer._in_flight == 0, 5), producer._in_flight
+
+
+def test_a_send_async_refused_for_its_delay_level_takes_no_place_in_the_window(cluster):
+    """``send_async`` of a message whose ``DELAY`` property is not a level raises ``InvalidMessageError`` and keeps
+    no place in the window of unanswered sends. The place was taken before the property was read, and never freed:
+    ``max_in_flight`` such calls, and every later ``send_async`` waited for room for good."""
+    cluster.start_broker()
+    with Producer("p_bad_delay", cluster.namesrv_addr, max_in_flight=2) as producer:
+        producer.send(Message("BadDelay", b"warm-up"))
+        for _ in range(2):
+            with pytest.raises(InvalidMessageError):
+                producer.send_async(Message("BadDelay", b"x", properties={"DELAY": "soon"}))
+        sent: list[SendFuture] = []
+        sender = threading.Thread(target=lambda: sent.append(producer.send_async(Message("BadDelay", b"ok"))),
+                                  daemon=True)
+        sender.start()
+        sender.join(5)
+        assert sent, "send_async waits for room the refused sends still hold"
+        assert sent[0].result(10).status == SendStatus.SEND_OK
 
 
 def test_send_async_on_the_clients_loop_with_a_full_window_raises_instead_of_stalling_the_loop(cluster):

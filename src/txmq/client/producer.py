@@ -248,8 +248,10 @@ class Producer(ClientBase):
         queue, without retry on another (and without batching). A send still unanswered at ``shutdown()`` ends
         with ``ClientError``; once ``shutdown()`` began, ``send_async`` raises ``ClientError`` instead of returning
         a future (RocketMQ's send after shutdown throws rather than calling the callback)."""
+        # read before a place in the window is taken: an ill-formed DELAY raises, and the place would stay taken
+        alone = queue is not None or self.batch_max_messages <= 1 or msg.delay_time_level
         runtime, fut = self._window_slot()
-        if queue is not None or self.batch_max_messages <= 1 or msg.delay_time_level:
+        if alone:
             runtime.post(self._send(msg, queue=queue)).add_done_callback(functools.partial(_settle_from, fut))
         else:
             self._outbox.put((msg, fut))
