@@ -274,3 +274,31 @@ def test_shutdown_from_two_threads_at_once_ends_both_quietly(cluster):
     assert not any(t.is_alive() for t in stoppers), "a shutdown never returned"
     assert failures == []
     assert not producer.started
+
+
+def test_start_from_two_threads_at_once_makes_one_client(cluster):
+    """Two threads start one producer together: one loop thread is made, sends go through, and the shutdown ends
+    it. Each start made a runtime and an instance of its own, the last ones kept: a loop thread was left running
+    for good, and the shutdown raised (the instance closed on the other loop: "attached to a different loop")."""
+    cluster.start_broker()
+    producer = Producer("p_double_start", cluster.namesrv_addr)
+    barrier = threading.Barrier(2)
+
+    def start() -> None:
+        barrier.wait()
+        producer.start()
+
+    starters = [threading.Thread(target=start, daemon=True) for _ in range(2)]
+    for t in starters:
+        t.start()
+    for t in starters:
+        t.join(30)
+    loop_threads = [t for t in threading.enumerate() if t.name == f"txmq-{producer.instance_name}"]
+    try:
+        assert len(loop_threads) == 1, loop_threads
+        assert producer.send_async(Message("DoubleStart", b"x")).result(10).status == SendStatus.SEND_OK
+    finally:
+        producer.shutdown()
+    for t in loop_threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in loop_threads)

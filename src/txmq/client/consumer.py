@@ -38,6 +38,7 @@ import orjson
 from txmq.client.base import ClientBase
 from txmq.client.instance import MessageQueue
 from txmq.client.rebalance import allocate_averagely
+from txmq.client.runtime import ClientRuntime
 from txmq.errors import BrokerError, ClientError, RemoteProtocolError
 from txmq.failure_run import FailureRun
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_messages, java_string_hash
@@ -222,12 +223,14 @@ class PushConsumer(ClientBase):
     def start(self) -> Self:
         if self.listener is None or not self.subscriptions:
             raise ClientError("subscribe to a topic and register a listener before start()")
-        if not self.started:
-            if self.message_model == MessageModel.CLUSTERING:
-                self.subscriptions.setdefault(retry_topic(self.group), TagFilter("*"))
-            self._pool = concurrent.futures.ThreadPoolExecutor(self.consume_thread_nums,
-                                                               thread_name_prefix=f"txmq-consume-{self.group}")
+        if not self.started and self.message_model == MessageModel.CLUSTERING:
+            self.subscriptions.setdefault(retry_topic(self.group), TagFilter("*"))
         return super().start()
+
+    def _new_runtime(self, borrow: bool = False) -> ClientRuntime:
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.consume_thread_nums,
+                                                           thread_name_prefix=f"txmq-consume-{self.group}")
+        return super()._new_runtime(borrow)
 
     async def _on_start(self) -> None:
         assert self.instance is not None

@@ -33,6 +33,7 @@ import orjson
 
 from txmq.client.instance import MessageQueue
 from txmq.client.producer import Producer, SendResult, SendStatus
+from txmq.client.runtime import ClientRuntime
 from txmq.errors import BrokerError, ClientError, RemoteProtocolError
 from txmq.message import (
     Message,
@@ -119,7 +120,6 @@ class TransactionProducer(Producer):
         reachable by check-backs of transactions an earlier (crashed) process left pending."""
         if self._runtime is not None:
             return self
-        self._check_pool = self._new_check_pool()
         super().start()
         assert self.instance is not None
         try:
@@ -131,6 +131,10 @@ class TransactionProducer(Producer):
     def shutdown(self) -> None:
         super().shutdown()
         self._check_pool.shutdown(wait=True, cancel_futures=True)
+
+    def _new_runtime(self, borrow: bool = False) -> ClientRuntime:
+        self._check_pool = self._new_check_pool()
+        return super()._new_runtime(borrow)
 
     def _new_check_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """The threads of ``check_local_transaction`` (started by the first check)."""
