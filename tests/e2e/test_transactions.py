@@ -24,6 +24,7 @@ from tests.e2e.cluster import ALL_HOURS
 from txmq import (
     Admin,
     BrokerError,
+    ClientError,
     ConsumeFromWhere,
     ConsumeStatus,
     LocalTransactionState,
@@ -422,6 +423,37 @@ def test_a_transaction_producer_started_again_answers_check_backs(cluster):
     finally:
         producer.shutdown()
         collector.close()
+
+
+def test_shutdown_inside_check_local_transaction_is_refused_and_the_check_answered(cluster):
+    """``shutdown()`` called from ``check_local_transaction`` raises ``ClientError`` at once and changes nothing
+    (a shutdown waits for the checks in progress: this one is its own caller), and the check's answer goes out. The
+    producer was shut down under the check, which then raised ``RuntimeError`` ("cannot join current thread")."""
+    cluster.start_broker("broker-a", TX_CONF)
+    topic = "tx_stop_in_check"
+    create_topic(cluster, topic, 1)
+    raised: list[BaseException] = []
+
+    class StoppingInCheck(Switchable):
+        def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+            if not raised:
+                try:
+                    producer.shutdown()
+                except BaseException as exc:
+                    raised.append(exc)
+            return COMMIT
+
+    producer = TransactionProducer("p_tx_stop_in_check", StoppingInCheck(), cluster.namesrv_addr)
+    collector = Collector(cluster.namesrv_addr, topic, "c_tx_stop_in_check")
+    producer.start()
+    try:
+        producer.send_message_in_transaction(Message(topic, b"stop-1"))  # UNKNOWN: the check decides
+        collector.wait_exactly({"stop-1"}, 15)
+        assert producer.started
+    finally:
+        producer.shutdown()
+        collector.close()
+    assert [type(exc) for exc in raised] == [ClientError], raised
 
 
 @contextlib.contextmanager
