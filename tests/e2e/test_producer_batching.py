@@ -4,6 +4,7 @@ result, and that result names exactly where the message was stored."""
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -95,6 +96,34 @@ def test_a_send_async_refused_for_its_delay_level_takes_no_place_in_the_window(c
         sender.join(5)
         assert sent, "send_async waits for room the refused sends still hold"
         assert sent[0].result(10).status == SendStatus.SEND_OK
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, ValueError])
+def test_a_send_callback_that_raises_anything_leaves_the_client_running(cluster, raised: type[BaseException]):
+    """A send's callback runs on the client's loop; whatever it raises (``sys.exit()`` in it too) is logged and the
+    client goes on: the sends after it are answered and ``shutdown()`` returns at once. ``SystemExit`` or
+    ``KeyboardInterrupt`` got past the callback and ended the loop's thread: every later send was never answered,
+    and ``shutdown()`` waited out its 30 s and raised."""
+    cluster.start_broker()
+    producer = Producer("p_callback_raises", cluster.namesrv_addr).start()
+    try:
+        producer.send(Message("CallbackRaises", b"warm-up"))
+        assert producer._runtime is not None
+        gate = threading.Event()
+        producer._runtime.call_soon(lambda: gate.wait(10))  # the send is answered after its callback is added
+        first = producer.send_async(Message("CallbackRaises", b"first"))
+
+        def fail(_fut: SendFuture) -> None:
+            raise raised("from a send's callback")
+
+        first.add_done_callback(fail)
+        gate.set()
+        assert first.result(10).status == SendStatus.SEND_OK
+        assert producer.send_async(Message("CallbackRaises", b"after")).result(10).status == SendStatus.SEND_OK
+    finally:
+        began = time.monotonic()
+        producer.shutdown()
+    assert time.monotonic() - began < 10
 
 
 def test_send_async_on_the_clients_loop_with_a_full_window_raises_instead_of_stalling_the_loop(cluster):

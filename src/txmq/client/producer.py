@@ -96,7 +96,7 @@ class SendFuture:
         for fn in callbacks or ():
             try:
                 fn(self)
-            except Exception:
+            except BaseException:  # SystemExit (``sys.exit()``) too: on the client's loop it would end its thread
                 log.exception("send_async callback %r failed", fn)
 
     def add_done_callback(self, fn: Callable[[SendFuture], object]) -> None:
