@@ -258,6 +258,24 @@ def test_concurrent_consumer_calls_the_listener_per_batch_size_on_its_threads(cl
             assert loop_thread not in listener.threads
 
 
+def test_a_push_consumer_started_again_consumes(cluster, listener_on_loop):
+    """A ``PushConsumer`` shut down and started again consumes what is sent after: its consume threads are its own at
+    each start. Its pool was the one the first ``shutdown()`` ended, and every pulled batch raised on the loop
+    ("cannot schedule new futures after shutdown"), consumed never."""
+    cluster.start_broker()
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g_again", "again_t", rec, listener_on_loop=listener_on_loop)
+    consumer.shutdown()
+    consumer.start()
+    try:
+        with Producer("p_again", cluster.namesrv_addr) as producer:
+            producer.send(Message("again_t", b"after the restart"))
+        assert rec.wait_for(1, 20)
+    finally:
+        consumer.shutdown()
+    assert rec.bodies() == [b"after the restart"]
+
+
 def test_consumer_keeps_its_queues_while_the_broker_restarts(cluster):
     """A clean stop unregisters the broker, so for a moment the name server has no route for its topics. The push
     consumer keeps its queues and offsets through that, as RocketMQ's rebalance leaves a topic without a route as

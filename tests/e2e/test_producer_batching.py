@@ -4,13 +4,14 @@ result, and that result names exactly where the message was stored."""
 import os
 import signal
 import threading
+import time
 
 import pytest
 
 from tests.e2e.helpers import wait_until
 from txmq import Admin, Message, Producer, PullConsumer, SendStatus
 from txmq.client.producer import SendFuture
-from txmq.errors import ClientError
+from txmq.errors import ClientError, InvalidMessageError
 
 
 def test_async_sends_are_batched_and_each_result_is_exact(cluster):
@@ -56,6 +57,73 @@ def test_coalesced_sends_over_the_brokers_max_message_size_are_split_not_refused
         results = [f.result(30) for f in futures]
     assert all(r.status == SendStatus.SEND_OK for r in results)
     assert len({(r.queue_id, r.queue_offset) for r in results}) == 64
+
+
+def test_a_message_the_producer_cannot_read_fails_alone_and_the_sends_coalesced_with_it_go_out(cluster):
+    """A coalesced send whose message cannot even be checked (a topic given as ``bytes``: ``TypeError``) ends with
+    that error, alone; the sends taken together with it are sent, and the window is whole again. The error escaped
+    the loop callback that took the batch: every send of the batch, before and after the bad one, was never
+    answered, not even by ``shutdown()``, and held its place in the window for good."""
+    cluster.start_broker()
+    with Producer("p_unreadable", cluster.namesrv_addr, max_in_flight=8) as producer:
+        producer.send(Message("Unreadable", b"warm-up"))
+        assert producer._runtime is not None
+        gate = threading.Event()
+        producer._runtime.call_soon(lambda: gate.wait(10))  # the loop is busy: the next sends are taken together
+        futures = [producer.send_async(Message("Unreadable", f"m{i}".encode())) for i in range(3)]
+        bad = producer.send_async(Message(b"Unreadable", b"bad"))  # type: ignore[arg-type]
+        futures += [producer.send_async(Message("Unreadable", f"m{i}".encode())) for i in range(3, 6)]
+        gate.set()
+        assert isinstance(bad.exception(10), TypeError)
+        assert all(f.result(10).status == SendStatus.SEND_OK for f in futures)
+        assert wait_until(lambda: producer._in_flight == 0, 5), producer._in_flight
+
+
+def test_a_send_async_refused_for_its_delay_level_takes_no_place_in_the_window(cluster):
+    """``send_async`` of a message whose ``DELAY`` property is not a level raises ``InvalidMessageError`` and keeps
+    no place in the window of unanswered sends. The place was taken before the property was read, and never freed:
+    ``max_in_flight`` such calls, and every later ``send_async`` waited for room for good."""
+    cluster.start_broker()
+    with Producer("p_bad_delay", cluster.namesrv_addr, max_in_flight=2) as producer:
+        producer.send(Message("BadDelay", b"warm-up"))
+        for _ in range(2):
+            with pytest.raises(InvalidMessageError):
+                producer.send_async(Message("BadDelay", b"x", properties={"DELAY": "soon"}))
+        sent: list[SendFuture] = []
+        sender = threading.Thread(target=lambda: sent.append(producer.send_async(Message("BadDelay", b"ok"))),
+                                  daemon=True)
+        sender.start()
+        sender.join(5)
+        assert sent, "send_async waits for room the refused sends still hold"
+        assert sent[0].result(10).status == SendStatus.SEND_OK
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, ValueError])
+def test_a_send_callback_that_raises_anything_leaves_the_client_running(cluster, raised: type[BaseException]):
+    """A send's callback runs on the client's loop; whatever it raises (``sys.exit()`` in it too) is logged and the
+    client goes on: the sends after it are answered and ``shutdown()`` returns at once. ``SystemExit`` or
+    ``KeyboardInterrupt`` got past the callback and ended the loop's thread: every later send was never answered,
+    and ``shutdown()`` waited out its 30 s and raised."""
+    cluster.start_broker()
+    producer = Producer("p_callback_raises", cluster.namesrv_addr).start()
+    try:
+        producer.send(Message("CallbackRaises", b"warm-up"))
+        assert producer._runtime is not None
+        gate = threading.Event()
+        producer._runtime.call_soon(lambda: gate.wait(10))  # the send is answered after its callback is added
+        first = producer.send_async(Message("CallbackRaises", b"first"))
+
+        def fail(_fut: SendFuture) -> None:
+            raise raised("from a send's callback")
+
+        first.add_done_callback(fail)
+        gate.set()
+        assert first.result(10).status == SendStatus.SEND_OK
+        assert producer.send_async(Message("CallbackRaises", b"after")).result(10).status == SendStatus.SEND_OK
+    finally:
+        began = time.monotonic()
+        producer.shutdown()
+    assert time.monotonic() - began < 10
 
 
 def test_send_async_on_the_clients_loop_with_a_full_window_raises_instead_of_stalling_the_loop(cluster):
@@ -235,3 +303,31 @@ def test_shutdown_from_two_threads_at_once_ends_both_quietly(cluster):
     assert not any(t.is_alive() for t in stoppers), "a shutdown never returned"
     assert failures == []
     assert not producer.started
+
+
+def test_start_from_two_threads_at_once_makes_one_client(cluster):
+    """Two threads start one producer together: one loop thread is made, sends go through, and the shutdown ends
+    it. Each start made a runtime and an instance of its own, the last ones kept: a loop thread was left running
+    for good, and the shutdown raised (the instance closed on the other loop: "attached to a different loop")."""
+    cluster.start_broker()
+    producer = Producer("p_double_start", cluster.namesrv_addr)
+    barrier = threading.Barrier(2)
+
+    def start() -> None:
+        barrier.wait()
+        producer.start()
+
+    starters = [threading.Thread(target=start, daemon=True) for _ in range(2)]
+    for t in starters:
+        t.start()
+    for t in starters:
+        t.join(30)
+    loop_threads = [t for t in threading.enumerate() if t.name == f"txmq-{producer.instance_name}"]
+    try:
+        assert len(loop_threads) == 1, loop_threads
+        assert producer.send_async(Message("DoubleStart", b"x")).result(10).status == SendStatus.SEND_OK
+    finally:
+        producer.shutdown()
+    for t in loop_threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in loop_threads)

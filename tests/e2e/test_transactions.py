@@ -24,6 +24,7 @@ from tests.e2e.cluster import ALL_HOURS
 from txmq import (
     Admin,
     BrokerError,
+    ClientError,
     ConsumeFromWhere,
     ConsumeStatus,
     LocalTransactionState,
@@ -399,6 +400,60 @@ def test_checks_count_only_when_a_producer_is_connected(cluster):
         collector.wait_exactly({"orphan-1", "orphan-2"}, 15)
         st = tx_stats(cluster.namesrv_addr)
         assert (st["pending"], st["commits"], st["checks"], st["discards"]) == (0, 2, 2, 0)
+
+
+def test_a_transaction_producer_started_again_answers_check_backs(cluster):
+    """A ``TransactionProducer`` shut down and started again (as a ``Producer`` may be) answers the broker's
+    check-backs: its check threads are its own at each start. Its pool was the one the first ``shutdown()`` ended:
+    every check raised in the handler ("cannot schedule new futures after shutdown"), held a place of the check
+    queue for good, and the transaction was never decided."""
+    cluster.start_broker("broker-a", TX_CONF)
+    topic = "tx_started_again"
+    create_topic(cluster, topic, 1)
+    listener = Switchable()
+    listener.state = COMMIT  # execute answers UNKNOWN: the check decides
+    producer = TransactionProducer("p_tx_again", listener, cluster.namesrv_addr)
+    producer.start()
+    producer.shutdown()
+    collector = Collector(cluster.namesrv_addr, topic, "c_tx_again")
+    producer.start()
+    try:
+        producer.send_message_in_transaction(Message(topic, b"again-1"))
+        collector.wait_exactly({"again-1"}, 15)
+    finally:
+        producer.shutdown()
+        collector.close()
+
+
+def test_shutdown_inside_check_local_transaction_is_refused_and_the_check_answered(cluster):
+    """``shutdown()`` called from ``check_local_transaction`` raises ``ClientError`` at once and changes nothing
+    (a shutdown waits for the checks in progress: this one is its own caller), and the check's answer goes out. The
+    producer was shut down under the check, which then raised ``RuntimeError`` ("cannot join current thread")."""
+    cluster.start_broker("broker-a", TX_CONF)
+    topic = "tx_stop_in_check"
+    create_topic(cluster, topic, 1)
+    raised: list[BaseException] = []
+
+    class StoppingInCheck(Switchable):
+        def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+            if not raised:
+                try:
+                    producer.shutdown()
+                except BaseException as exc:
+                    raised.append(exc)
+            return COMMIT
+
+    producer = TransactionProducer("p_tx_stop_in_check", StoppingInCheck(), cluster.namesrv_addr)
+    collector = Collector(cluster.namesrv_addr, topic, "c_tx_stop_in_check")
+    producer.start()
+    try:
+        producer.send_message_in_transaction(Message(topic, b"stop-1"))  # UNKNOWN: the check decides
+        collector.wait_exactly({"stop-1"}, 15)
+        assert producer.started
+    finally:
+        producer.shutdown()
+        collector.close()
+    assert [type(exc) for exc in raised] == [ClientError], raised
 
 
 @contextlib.contextmanager

@@ -50,7 +50,9 @@ class ClientBase:
         self._runtime: ClientRuntime | None = None
         # RocketMQ's service state RUNNING: from the end of start() to the beginning of shutdown()
         self._running = False
-        self._shutdown_lock = threading.Lock()
+        # one start() or shutdown() at a time: two starts made two loops and instances, a second shutdown found
+        # the runtime closing under it
+        self._lifecycle_lock = threading.Lock()
         self.instance: MQClientInstance | None = None
         self.credentials = default_credentials()
         self.tls_trust_cert_path = default_tls()  # None: plaintext
@@ -101,7 +103,16 @@ class ClientBase:
         return self.instance
 
     def start(self) -> Self:
+        """Start the client; a start from another thread meanwhile waits for this one and returns. A client started
+        (or shutting down) is left as it is, without the lock: a send's callback on the loop thread may call this
+        while a shutdown holding the lock waits for that loop."""
         if self._runtime is None:
+            with self._lifecycle_lock:
+                self._start()
+        return self
+
+    def _start(self) -> None:
+        if self._runtime is None:  # again, under the lock
             # the instance first: one that cannot be made (no name server address, a CA file not there) then
             # leaves no loop thread behind, and no runtime that would make the next start() a no-op
             instance = self._new_instance()
@@ -117,7 +128,6 @@ class ClientBase:
                 raise
             self._running = True
             tune_gc_for_client()
-        return self
 
     def shutdown(self) -> None:
         """Stop the client; a shutdown from another thread meanwhile waits for this one and returns."""
@@ -131,7 +141,7 @@ class ClientBase:
         if runtime.borrowed:
             raise ClientError("a client started on an application's loop is shut down by awaiting its shutdown() "
                               "on that loop")
-        with self._shutdown_lock:  # one shutdown runs: a second would find the runtime closing under it
+        with self._lifecycle_lock:
             if self._runtime is not runtime:
                 return
             self._running = False
@@ -178,7 +188,8 @@ class ClientBase:
             self._runtime, self.instance = None, None
 
     def _new_runtime(self, borrow: bool = False) -> ClientRuntime:
-        """The client's runtime, made at each start (a subclass makes its hand-offs to the new one here)."""
+        """The client's runtime, made at each start (a subclass makes what lives as long as it here: its hand-offs
+        to the new runtime, its thread pools, which shutdown() ends)."""
         return ClientRuntime(self.instance_name, borrow=borrow)
 
     def _close_runtime(self) -> None:

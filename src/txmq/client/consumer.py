@@ -38,6 +38,7 @@ import orjson
 from txmq.client.base import ClientBase
 from txmq.client.instance import MessageQueue
 from txmq.client.rebalance import allocate_averagely
+from txmq.client.runtime import ClientRuntime
 from txmq.errors import BrokerError, ClientError, RemoteProtocolError
 from txmq.failure_run import FailureRun
 from txmq.message import MessageConst, MessageExt, MessageSysFlag, decode_messages, java_string_hash
@@ -150,8 +151,9 @@ class PushConsumer(ClientBase):
                  pull_threshold: int = 1000, rebalance_interval_s: float = 20.0, suspend_timeout_ms: int = 15_000,
                  persist_interval_s: float = 5.0, suspend_s: float = 1.0, pull_delay_when_exception_s: float = 1.0,
                  listener_on_loop: bool = False, instance_name: str | None = None) -> None:
-        """``max_reconsume_times``: the retries of a message before the dead letters; -1 (the Java client's
-        default) means what it means in RocketMQ: 16 for concurrent consumption, no limit for orderly.
+        """``max_reconsume_times``: the retries of a message before the dead letters (0: none; at most a Java
+        int's largest); -1 (the Java client's default) means what it means in RocketMQ: 16 for concurrent
+        consumption, no limit for orderly.
         ``listener_on_loop``: call the listener on the client's loop thread, not on consume threads (which are
         then never started). Only for a listener that returns quickly and never blocks: while it runs, this
         consumer's pulls, heartbeats and offset commits wait, and it must not call this consumer's methods."""
@@ -163,6 +165,9 @@ class PushConsumer(ClientBase):
                             ("suspend_s", suspend_s), ("pull_delay_when_exception_s", pull_delay_when_exception_s)):
             if not value > 0:  # a pause of 0 would re-pull or re-run in a loop that never yields to the broker
                 raise ValueError(f"{name} must be above 0, not {value!r}")
+        if not -1 <= max_reconsume_times <= _ORDERLY_MAX_RECONSUME_TIMES:  # what the send-back's header can carry
+            raise ValueError(f"max_reconsume_times must be -1 (RocketMQ's default) or 0 to "
+                             f"{_ORDERLY_MAX_RECONSUME_TIMES}, not {max_reconsume_times!r}")
         super().__init__(namesrv, instance_name, group)
         self.group = group
         self.message_model = message_model
@@ -184,8 +189,7 @@ class PushConsumer(ClientBase):
         self.listener_on_loop = listener_on_loop
         self.subscriptions: dict[str, TagFilter] = {}
         self.listener: MessageListener | None = None
-        self._pool = concurrent.futures.ThreadPoolExecutor(consume_thread_nums,
-                                                           thread_name_prefix=f"txmq-consume-{group}")
+        self._pool: concurrent.futures.ThreadPoolExecutor  # made at each start: shutdown() ends its threads
         self.queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         # runs of failed pulls now, by ("address", addr) and ("broker", name): a line each, not one per pull
@@ -222,6 +226,11 @@ class PushConsumer(ClientBase):
         if not self.started and self.message_model == MessageModel.CLUSTERING:
             self.subscriptions.setdefault(retry_topic(self.group), TagFilter("*"))
         return super().start()
+
+    def _new_runtime(self, borrow: bool = False) -> ClientRuntime:
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.consume_thread_nums,
+                                                           thread_name_prefix=f"txmq-consume-{self.group}")
+        return super()._new_runtime(borrow)
 
     async def _on_start(self) -> None:
         assert self.instance is not None

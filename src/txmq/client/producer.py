@@ -96,7 +96,7 @@ class SendFuture:
         for fn in callbacks or ():
             try:
                 fn(self)
-            except Exception:
+            except BaseException:  # SystemExit (``sys.exit()``) too: on the client's loop it would end its thread
                 log.exception("send_async callback %r failed", fn)
 
     def add_done_callback(self, fn: Callable[[SendFuture], object]) -> None:
@@ -248,8 +248,10 @@ class Producer(ClientBase):
         queue, without retry on another (and without batching). A send still unanswered at ``shutdown()`` ends
         with ``ClientError``; once ``shutdown()`` began, ``send_async`` raises ``ClientError`` instead of returning
         a future (RocketMQ's send after shutdown throws rather than calling the callback)."""
+        # read before a place in the window is taken: an ill-formed DELAY raises, and the place would stay taken
+        alone = queue is not None or self.batch_max_messages <= 1 or msg.delay_time_level
         runtime, fut = self._window_slot()
-        if queue is not None or self.batch_max_messages <= 1 or msg.delay_time_level:
+        if alone:
             runtime.post(self._send(msg, queue=queue)).add_done_callback(functools.partial(_settle_from, fut))
         else:
             self._outbox.put((msg, fut))
@@ -333,12 +335,14 @@ class Producer(ClientBase):
 
     def _start_sends(self, sends: list[tuple[Message, SendFuture]]) -> None:
         """Start one request per chunk of one topic of the async sends taken together (half messages apart: the
-        broker takes a batch of halves, or of plain messages, not both)."""
+        broker takes a batch of halves, or of plain messages, not both). A message that fails its check, however
+        (an ill-typed field raises ``TypeError``), ends its own send only: raised here, it would leave every send
+        of the batch unanswered."""
         by_topic: dict[tuple[str, bool], list[tuple[Message, SendFuture]]] = {}
         for msg, fut in sends:
             try:
                 self._prepare(msg)
-            except InvalidMessageError as exc:
+            except Exception as exc:  # what ``send`` would raise for this message
                 fut.set_exception(exc)
                 continue
             half = msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true"

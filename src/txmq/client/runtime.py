@@ -173,7 +173,8 @@ class ClientRuntime:
 
 class HandOff(Generic[Q]):
     """Items handed to the loop from any thread and taken there in batches: the items put before the loop gets to
-    them go to ``handle`` in one loop callback (one wake-up of the loop per batch, not per item). The runtime ends
+    them go to ``handle`` in one loop callback (one wake-up of the loop per batch, not per item). ``handle`` ends
+    each item itself, and must not raise: the items of its batch are no longer here for ``fail``. The runtime ends
     the items left at its close with ``fail_item``; so does a ``put`` the closing runtime refuses."""
 
     __slots__ = ("_fail_item", "_handle", "_items", "_runtime", "_scheduled")

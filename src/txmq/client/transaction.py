@@ -33,6 +33,7 @@ import orjson
 
 from txmq.client.instance import MessageQueue
 from txmq.client.producer import Producer, SendResult, SendStatus
+from txmq.client.runtime import ClientRuntime
 from txmq.errors import BrokerError, ClientError, RemoteProtocolError
 from txmq.message import (
     Message,
@@ -109,8 +110,9 @@ class TransactionProducer(Producer):
                  check_thread_pool_size: int = 4, check_queue_size: int = 2000, **kwargs: Any) -> None:
         super().__init__(group, namesrv, **kwargs)
         self.listener = listener
-        self._check_pool = concurrent.futures.ThreadPoolExecutor(check_thread_pool_size,
-                                                                 thread_name_prefix=f"txmq-check-{group}")
+        self.check_thread_pool_size = check_thread_pool_size
+        self._check_pool: concurrent.futures.ThreadPoolExecutor  # made at each start: shutdown() ends its threads
+        self._checking = threading.local()  # ``active`` while this thread runs ``check_local_transaction``
         self._check_slots = threading.BoundedSemaphore(check_queue_size)
         self.checks_received = 0
 
@@ -128,8 +130,20 @@ class TransactionProducer(Producer):
         return self
 
     def shutdown(self) -> None:
+        """From any thread but a check's: a shutdown waits for the checks in progress to end."""
+        if getattr(self._checking, "active", False):
+            raise ClientError("shutdown() cannot run inside check_local_transaction (it would wait for the check "
+                              "itself): call it from another thread")
         super().shutdown()
+
+    def _before_runtime_close(self) -> None:
+        # under the lock of start() and shutdown(): a start from another thread makes its pool after this
         self._check_pool.shutdown(wait=True, cancel_futures=True)
+
+    def _new_runtime(self, borrow: bool = False) -> ClientRuntime:
+        self._check_pool = concurrent.futures.ThreadPoolExecutor(self.check_thread_pool_size,
+                                                                 thread_name_prefix=f"txmq-check-{self.group}")
+        return super()._new_runtime(borrow)
 
     # --- phase one and two ----------------------------------------------------------------------------
 
@@ -254,11 +268,14 @@ class TransactionProducer(Producer):
 
     def _check(self, conn: Connection, header: CheckTransactionStateRequestHeader, msg: MessageExt, loop: Any) -> None:
         error: BaseException | None = None
+        self._checking.active = True
         try:
             state = self.listener.check_local_transaction(msg) or LocalTransactionState.UNKNOWN
         except Exception as exc:
             state, error = LocalTransactionState.UNKNOWN, exc
             log.warning("check_local_transaction raised %r: state UNKNOWN", exc)
+        finally:
+            self._checking.active = False
         end = EndTransactionRequestHeader(
             producer_group=self.group, tran_state_table_offset=header.tran_state_table_offset,
             commit_log_offset=header.commit_log_offset, commit_or_rollback=state.sys_flag,
