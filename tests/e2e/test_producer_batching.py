@@ -331,3 +331,28 @@ def test_start_from_two_threads_at_once_makes_one_client(cluster):
     for t in loop_threads:
         t.join(10)
     assert not any(t.is_alive() for t in loop_threads)
+
+
+def test_shutdown_called_again_by_a_callback_of_a_send_it_ends_returns(cluster):
+    """A send the loop's last turn left behind is ended by ``shutdown()`` itself, on the thread shutting down; its
+    callback calling ``shutdown()`` again there returns (the shutdown under way ends the client), where it waited
+    for the lock its own thread held, for good. The left-behind drain is made sure by dropping the runtime's
+    ``call_soon`` of the producer's outbox drain: the loop never takes the send."""
+    cluster.start_broker()
+    producer = Producer("p_reenter", cluster.namesrv_addr).start()
+    producer.send(Message("Reenter", b"warm-up"))
+    ended: list[BaseException | None] = []
+
+    def shut_down_again(fut: SendFuture) -> None:
+        producer.shutdown()
+        ended.append(fut.exception())
+
+    runtime, outbox = producer._runtime, producer._outbox
+    call_soon = runtime.call_soon
+    runtime.call_soon = lambda callback: None if callback == outbox._drain else call_soon(callback)
+    producer.send_async(Message("Reenter", b"left behind")).add_done_callback(shut_down_again)
+    stopper = threading.Thread(target=producer.shutdown, daemon=True)
+    stopper.start()
+    stopper.join(60)
+    assert not stopper.is_alive(), "shutdown() waited for itself"
+    assert len(ended) == 1 and isinstance(ended[0], ClientError), ended

@@ -53,6 +53,7 @@ class ClientBase:
         # one start() or shutdown() at a time: two starts made two loops and instances, a second shutdown found
         # the runtime closing under it
         self._lifecycle_lock = threading.Lock()
+        self._shutting_down_by: threading.Thread | None = None  # the thread running shutdown(), while it runs
         self.instance: MQClientInstance | None = None
         self.credentials = default_credentials()
         self.tls_trust_cert_path = default_tls()  # None: plaintext
@@ -130,7 +131,8 @@ class ClientBase:
             tune_gc_for_client()
 
     def shutdown(self) -> None:
-        """Stop the client; a shutdown from another thread meanwhile waits for this one and returns."""
+        """Stop the client; a shutdown from another thread meanwhile waits for this one and returns, and so does one
+        from a callback this shutdown runs on its own thread (a send it ends)."""
         runtime = self._runtime
         if runtime is None or self.instance is None:
             return
@@ -141,15 +143,21 @@ class ClientBase:
         if runtime.borrowed:
             raise ClientError("a client started on an application's loop is shut down by awaiting its shutdown() "
                               "on that loop")
+        if self._shutting_down_by is threading.current_thread():
+            return  # from a callback of a send this shutdown ends, on its thread: the shutdown under way ends it all
         with self._lifecycle_lock:
             if self._runtime is not runtime:
                 return
             self._running = False
+            self._shutting_down_by = threading.current_thread()
             try:
                 runtime.call(self._on_shutdown(), 30)
             finally:
-                self._before_runtime_close()
-                self._close_runtime()
+                try:
+                    self._before_runtime_close()
+                    self._close_runtime()
+                finally:
+                    self._shutting_down_by = None
 
     async def _start_on_running_loop(self) -> None:
         """``start`` on the caller's running loop, borrowed (``ClientRuntime(borrow=True)``): no thread of its own."""
