@@ -1087,6 +1087,37 @@ def test_operator_changes_beyond_a_bound_while_the_disk_is_slow_are_refused_busy
     asyncio.run(main())
 
 
+def test_deletions_of_one_stored_group_beyond_the_bound_while_the_disk_is_slow_are_refused_busy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's deletion waits in the queue, the group still stored and served: each deleteSubGroup of it sent
+    meanwhile is queued too, held in memory with its request, so beyond the bound one more is answered SYSTEM_BUSY
+    at once, as an update is."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(config_journal, "MAX_QUEUED_CHANGES", 2, raising=False)
+
+    def deletion() -> RemotingCommand:
+        return _operator(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "g"})
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (broker, addr), RemotingClient() as operator:
+            assert (await operator.invoke(addr, _group_change("g", 3), 10)).code == ResponseCode.SUCCESS
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = [asyncio.ensure_future(operator.invoke(addr, deletion(), 30)) for _ in range(2)]
+            assert await asyncio.to_thread(slow.entered.wait, 10)
+            await asyncio.sleep(0.1)
+            refusing = asyncio.ensure_future(operator.invoke(addr, deletion(), 30))
+            await asyncio.wait([refusing], timeout=3)
+            assert refusing.done(), "one more deletion of the group was queued beyond the bound"
+            assert refusing.result().code == ResponseCode.SYSTEM_BUSY, refusing.result().remark
+            assert broker.subscription_group_manager.journal.queued == 2
+            slow.release.set()
+            for reply in await asyncio.gather(*held):
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+            assert broker.subscription_group_manager.get("g") is None
+
+    asyncio.run(main())
+
+
 def _pull(group: str, topic: str) -> RemotingCommand:
     """A pull of queue 0 of ``topic`` from its start, not held."""
     header = PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=0, queue_offset=0,

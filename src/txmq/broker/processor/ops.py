@@ -300,11 +300,16 @@ class OpsProcessor:
                  or any(key.endswith(suffix) for key in broker.consumer_offset_manager.table))
         return GroupChange(cfg, known)
 
+    def _busy(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """SYSTEM_BUSY when the group changes waiting for the disk reach the bound (``ConfigJournal.busy``): a
+        deletion too, since the group stays stored, and deletable again, until its deletion is durable."""
+        busy = self.broker.subscription_group_manager.journal.busy()
+        return None if busy is None else _answer(cmd, code=ResponseCode.SYSTEM_BUSY, remark=busy)
+
     async def _update_group(self, conn: Connection, cmd: RemotingCommand, change: GroupChange) -> RemotingCommand:
         cfg = change.config
-        busy = self.broker.subscription_group_manager.journal.busy()
-        if busy is not None:
-            return _answer(cmd, code=ResponseCode.SYSTEM_BUSY, remark=busy)
+        if (busy := self._busy(cmd)) is not None:
+            return busy
         await self.broker.subscription_group_manager.update(cfg)
         log.info("subscription group %s updated: %s", cfg.group_name, cfg)
         return _answer(cmd)
@@ -317,6 +322,8 @@ class OpsProcessor:
                             h: DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
         # the offsets cleaned once the deletion is durable, even when a broker's stop cancelled this handler
         cleaned = partial(self._clean_offsets, h.group_name) if h.clean_offset else None
+        if (busy := self._busy(cmd)) is not None:
+            return busy
         if not await self.broker.subscription_group_manager.delete(h.group_name, cleaned):
             return _answer(cmd, code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                            remark=f"subscription group {h.group_name} does not exist on this broker")
