@@ -316,3 +316,18 @@ def test_a_peer_registering_a_broker_s_version_from_another_connection_keeps_its
             assert not await registered_again(ns, broker)
 
     asyncio.run(main())
+
+
+def test_a_saved_version_out_of_a_java_long_s_range_is_not_adopted(tmp_path: Path) -> None:
+    """RocketMQ's DataVersion holds Java longs. A topics.json whose saved version is outside (written by hand, or
+    by another tool) is not adopted at start: the version the broker starts from stays one every registration and
+    journal record can encode (counter 2**64 - 1 made the next one 2**64, which orjson refuses: no topic change
+    could be stored, nor the broker registered)."""
+    saved = {"timestamp": 1, "counter": 2**64 - 1}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "topics.json").write_bytes(orjson.dumps(
+        {"topicConfigTable": {"T": TopicConfig("T", 1, 1).to_json()}, "dataVersion": saved}))
+    topics = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=4, delay_levels=18)
+    assert "T" in topics.table
+    orjson.dumps(topics.serialize())
+    assert data_version.data_version_of(saved) is None
