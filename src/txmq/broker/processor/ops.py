@@ -90,7 +90,7 @@ def reset_needs(h: ResetOffsetRequestHeader) -> Needs:
 
 class GroupChange(NamedTuple):
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP as read once: the config, and whether this broker knows the group already
-    (its config, consumers online or committed offsets)."""
+    (its config, stored or waiting for the disk, consumers online or committed offsets)."""
 
     config: SubscriptionGroupConfig
     exists: bool
@@ -295,7 +295,7 @@ class OpsProcessor:
         cfg = read_body(cmd.body, SubscriptionGroupConfig.from_json, "a subscription group config")
         name, broker = cfg.group_name, self.broker
         suffix = TOPIC_GROUP_SEPARATOR + name
-        known = (broker.subscription_group_manager.get(name) is not None
+        known = (broker.subscription_group_manager.named(name)
                  or broker.consumer_manager.get(name) is not None
                  or any(key.endswith(suffix) for key in broker.consumer_offset_manager.table))
         return GroupChange(cfg, known)
