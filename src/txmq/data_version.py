@@ -9,14 +9,18 @@ from typing import Any
 
 DataVersion = tuple[int, int]  # (timestamp, counter)
 
+_JAVA_LONG = range(-(2**63), 2**63)  # what RocketMQ's DataVersion fields hold
+
 
 def data_version_of(doc: Any) -> DataVersion | None:
-    """The version a ``dataVersion`` document names; None when it names none (absent, another shape): a registration
-    without one is always read in full."""
+    """The version a ``dataVersion`` document names; None when it names none (absent, another shape, a field no
+    Java long holds): a registration without one is always read in full, and a saved one is not adopted (the next
+    version of a counter at 2**64 - 1 is one no JSON encoder here writes)."""
     if not isinstance(doc, dict):
         return None
     timestamp, counter = doc.get("timestamp"), doc.get("counter")
-    if type(timestamp) is not int or type(counter) is not int:
+    if (type(timestamp) is not int or type(counter) is not int or timestamp not in _JAVA_LONG
+            or counter not in _JAVA_LONG):
         return None
     return timestamp, counter
 

@@ -19,6 +19,8 @@ import grpc
 import orjson
 import pytest
 
+from tests.acl.conftest import ADMIN, PLAIN_ACL
+from txmq.acl.signer import AclClientRPCHook, SessionCredentials
 from txmq.broker import config_journal
 from txmq.broker.config import BrokerConfig
 from txmq.broker.config_journal import ConfigJournal
@@ -1087,6 +1089,37 @@ def test_operator_changes_beyond_a_bound_while_the_disk_is_slow_are_refused_busy
     asyncio.run(main())
 
 
+def test_deletions_of_one_stored_group_beyond_the_bound_while_the_disk_is_slow_are_refused_busy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's deletion waits in the queue, the group still stored and served: each deleteSubGroup of it sent
+    meanwhile is queued too, held in memory with its request, so beyond the bound one more is answered SYSTEM_BUSY
+    at once, as an update is."""
+    slow = SlowFsync(hold=10.0)
+    monkeypatch.setattr(config_journal, "MAX_QUEUED_CHANGES", 2, raising=False)
+
+    def deletion() -> RemotingCommand:
+        return _operator(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "g"})
+
+    async def main() -> None:
+        async with serving(tmp_path, slow) as (broker, addr), RemotingClient() as operator:
+            assert (await operator.invoke(addr, _group_change("g", 3), 10)).code == ResponseCode.SUCCESS
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            held = [asyncio.ensure_future(operator.invoke(addr, deletion(), 30)) for _ in range(2)]
+            assert await asyncio.to_thread(slow.entered.wait, 10)
+            await asyncio.sleep(0.1)
+            refusing = asyncio.ensure_future(operator.invoke(addr, deletion(), 30))
+            await asyncio.wait([refusing], timeout=3)
+            assert refusing.done(), "one more deletion of the group was queued beyond the bound"
+            assert refusing.result().code == ResponseCode.SYSTEM_BUSY, refusing.result().remark
+            assert broker.subscription_group_manager.journal.queued == 2
+            slow.release.set()
+            for reply in await asyncio.gather(*held):
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+            assert broker.subscription_group_manager.get("g") is None
+
+    asyncio.run(main())
+
+
 def _pull(group: str, topic: str) -> RemotingCommand:
     """A pull of queue 0 of ``topic`` from its start, not held."""
     header = PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=0, queue_offset=0,
@@ -1137,6 +1170,46 @@ def test_group_changes_waiting_for_their_fsync_are_served_to_no_other_request(
     monkeypatch.undo()
     reopened = SubscriptionGroupManager(tmp_path / "store")
     assert set(reopened.table) == {"g", "Fresh"} and not reopened.table["g"].consume_enable
+
+
+def test_a_group_whose_creation_waits_for_the_disk_needs_update_to_be_changed_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ACL on: an account with Create on ``Group:*`` and no Update makes new groups, and must not rewrite one the
+    broker has. An operator creates ``billing``, its fsync slow: meanwhile that account's updateSubGroup of
+    ``billing`` (``consumeEnable=false``) is refused for want of Update, as once the creation is stored, rather
+    than taken as a creation of a group the broker does not know and queued to overwrite the operator's."""
+    slow = SlowFsync(hold=10.0)
+    (tmp_path / "plain_acl.yml").write_text(PLAIN_ACL)
+    maker = SessionCredentials("makerKey01", "makerSecret01")
+
+    def billing(consume: bool) -> RemotingCommand:
+        return _operator(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                         body=orjson.dumps({"groupName": "billing", "consumeEnable": consume}))
+
+    async def main() -> None:
+        async with (serving(tmp_path, slow, acl_enable=True, acl_file=str(tmp_path / "plain_acl.yml"),
+                            access_key=ADMIN.access_key, secret_key=ADMIN.secret_key) as (broker, addr),
+                    RemotingClient(rpc_hook=AclClientRPCHook(ADMIN)) as admin,
+                    RemotingClient(rpc_hook=AclClientRPCHook(maker)) as by_maker):
+            user = orjson.dumps({"username": maker.access_key, "password": maker.secret_key})
+            policy = orjson.dumps({"subject": f"User:{maker.access_key}", "policies": [{"policyType": "Custom",
+                                   "entries": [{"resource": "Group:*", "actions": ["Create"], "decision": "Allow"}]}]})
+            for setup in (_operator(RequestCode.AUTH_CREATE_USER, {"username": maker.access_key}, user),
+                          _operator(RequestCode.AUTH_CREATE_ACL, {"subject": f"User:{maker.access_key}"}, policy)):
+                assert (answer := await admin.invoke(addr, setup, 10)).code == ResponseCode.SUCCESS, answer.remark
+            monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+            creating = asyncio.ensure_future(admin.invoke(addr, billing(True), 30))
+            assert await asyncio.to_thread(slow.entered.wait, 10)
+            rewriting = asyncio.ensure_future(by_maker.invoke(addr, billing(False), 30))
+            await asyncio.wait([rewriting], timeout=3)
+            slow.release.set()
+            assert (await creating).code == ResponseCode.SUCCESS
+            rewrite = await rewriting
+            assert rewrite.code == ResponseCode.NO_PERMISSION, (rewrite.code, rewrite.remark)
+            assert broker.subscription_group_manager.get("billing") == SubscriptionGroupConfig("billing")
+            assert (await by_maker.invoke(addr, _group_change("maker-group", 1), 10)).code == ResponseCode.SUCCESS
+
+    asyncio.run(main())
 
 
 class FsyncInTurn:

@@ -287,3 +287,47 @@ def test_a_registration_with_the_recorded_version_passes_the_acl_as_any_other(tm
             assert ns.routes.broker_live_table[a] is entry and entry.last_update > last_update
 
     asyncio.run(main())
+
+
+def test_a_peer_registering_a_broker_s_version_from_another_connection_keeps_its_routes_one_period_at_most(
+        tmp_path: Path) -> None:
+    """With ACL off anyone may register a broker's address (with it on, any account with Update on the cluster):
+    a peer registers the broker with a table of its own, then again with the broker's own version (which
+    GET_ALL_TOPIC_CONFIG tells). That version recorded from the peer's connection, the broker's next registration,
+    from its own, only refreshes its liveness; the one after it is read in full and puts the broker's topics back,
+    as every registration did before versions were compared, rather than leaving the peer's routes until the
+    broker's table changes."""
+    async def main() -> None:
+        async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b") as broker,
+                    RemotingClient() as peer):  # open throughout: its close would drop the broker
+            await broker.topic_config_manager.update(TopicConfig("T", 2, 2))
+            await broker.registration.register_all()
+            assert queue(ns, "T") is not None
+            addr, c = broker.config.broker_addr, broker.config.broker_cluster_name
+            own = data_version.version_json(broker.topic_config_manager.data_version)
+            for version in ({"timestamp": 1, "counter": 1}, own):
+                forged = _registration(addr, "b", 0, version, {"Forged": 1})
+                forged.ext_fields["clusterName"] = c
+                assert (await peer.invoke(ns.addr, forged)).code == ResponseCode.SUCCESS
+            assert queue(ns, "T") is None and queue(ns, "Forged") is not None
+            await broker.registration.register_all()
+            await broker.registration.register_all()
+            assert queue(ns, "T") is not None and queue(ns, "Forged") is None
+            assert not await registered_again(ns, broker)
+
+    asyncio.run(main())
+
+
+def test_a_saved_version_out_of_a_java_long_s_range_is_not_adopted(tmp_path: Path) -> None:
+    """RocketMQ's DataVersion holds Java longs. A topics.json whose saved version is outside (written by hand, or
+    by another tool) is not adopted at start: the version the broker starts from stays one every registration and
+    journal record can encode (counter 2**64 - 1 made the next one 2**64, which orjson refuses: no topic change
+    could be stored, nor the broker registered)."""
+    saved = {"timestamp": 1, "counter": 2**64 - 1}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "topics.json").write_bytes(orjson.dumps(
+        {"topicConfigTable": {"T": TopicConfig("T", 1, 1).to_json()}, "dataVersion": saved}))
+    topics = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=4, delay_levels=18)
+    assert "T" in topics.table
+    orjson.dumps(topics.serialize())
+    assert data_version.data_version_of(saved) is None

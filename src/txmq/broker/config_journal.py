@@ -15,8 +15,8 @@ end of the journal is a write torn by a crash (never answered) and is dropped; o
 damage, skipped with a log line. The journal is then folded into a new snapshot and emptied (when the disk is full,
 only its torn tail is cut off), and again whenever it holds more records than the table has entries (at least
 ``min_compact``), so the work of compaction stays proportional to the changes. A crash between writing the snapshot
-and emptying the journal replays records the snapshot already holds: records set or remove whole entries, so
-replaying one again changes nothing.
+and emptying the journal replays records the snapshot already holds (the change that folded it included: it is
+appended first): records set or remove whole entries, so replaying one again changes nothing.
 """
 
 from __future__ import annotations
@@ -194,18 +194,29 @@ class ConfigJournal:
         return self._writer.submit(self._write, self._undone, data, document)
 
     def _write(self, undone: int, data: bytes, document: Any) -> None:
-        """On the writer thread: the whole table, when it is to be folded and every change that failed before was
-        undone when it was taken (``undone``), else the record (a fold with no record, ``compact``'s, is then left
-        for later: the journal holds it all)."""
-        try:
-            if document is not None and undone >= self._failed:
-                self._fold(document)
-            elif data:
+        """On the writer thread: the record, then the whole table when it is to be folded and every change that
+        failed before was undone when it was taken (``undone``); a fold with no record (``compact``'s) is left for
+        later then: the journal holds it all. The record is durable before the snapshot is replaced, so the change
+        stands or fails by its append alone: a fold that fails after it (the snapshot not written, or the journal
+        not emptied) fails no change, and the journal replayed over either snapshot gives the same table. Folding
+        instead of appending, a change whose journal could not be emptied was answered as failed while the new
+        snapshot held it, and a crash before the journal was emptied replayed older records over it."""
+        if data:
+            try:
                 self._append(data)
-        except BaseException:
-            if data:  # a change to undo; a fold alone (``compact``'s) changed nothing, and the journal holds it all
-                self._failed += 1
-            raise
+            except BaseException:
+                self._failed += 1  # a change to undo
+                raise
+        if document is None or undone < self._failed:
+            return
+        if not data:
+            self._fold(document)  # ``compact``'s: its caller learns of a failure
+            return
+        try:
+            self._fold(document)
+        except OSError as exc:
+            log.warning("%s: not folded into %s (%s): the journal holds the changes, and is folded later",
+                        self.journal_path, self.path, exc)
 
     def _append(self, data: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -105,6 +105,12 @@ class SubscriptionGroupManager:
         """The group's config as stored."""
         return self.table.get(group)
 
+    def named(self, group: str) -> bool:
+        """Whether the group is stored or a change of it waits to be: what the ACL asks of a change of it. A
+        creation waiting for the disk is the broker's group already: another change of it needs Update, not the
+        Create that would let an account with Create alone overwrite the config an operator is creating."""
+        return group in self.table or any(group in change for change in self.queued)
+
     async def update(self, cfg: SubscriptionGroupConfig) -> None:
         """Done once the change is durable (after every change made before it), and in the table from then on;
         ``OSError`` when it could not be stored, and the table never held it."""

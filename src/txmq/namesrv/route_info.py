@@ -129,8 +129,13 @@ class RouteInfoManager:
                 and broker_name in self.cluster_addr_table.get(cluster, ()))
 
     def refresh(self, broker_addr: str, conn_id: int, ha_server_addr: str) -> None:
-        """An ``unchanged`` registration: the broker is alive, on this connection, at this HA address."""
+        """An ``unchanged`` registration: the broker is alive, on this connection, at this HA address. From another
+        connection than the one that registered the recorded version, the version is forgotten: a peer may have
+        registered the broker's address with the broker's version and a table of its own (anyone can with ACL off),
+        and the broker's next registration puts its topics back, as it did before versions were compared."""
         live = self.broker_live_table[broker_addr]
+        if live.conn_id != conn_id:
+            live.data_version = None
         live.last_update = time.monotonic()
         live.conn_id = conn_id
         live.ha_server_addr = ha_server_addr

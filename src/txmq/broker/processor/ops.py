@@ -90,7 +90,7 @@ def reset_needs(h: ResetOffsetRequestHeader) -> Needs:
 
 class GroupChange(NamedTuple):
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP as read once: the config, and whether this broker knows the group already
-    (its config, consumers online or committed offsets)."""
+    (its config, stored or waiting for the disk, consumers online or committed offsets)."""
 
     config: SubscriptionGroupConfig
     exists: bool
@@ -295,16 +295,21 @@ class OpsProcessor:
         cfg = read_body(cmd.body, SubscriptionGroupConfig.from_json, "a subscription group config")
         name, broker = cfg.group_name, self.broker
         suffix = TOPIC_GROUP_SEPARATOR + name
-        known = (broker.subscription_group_manager.get(name) is not None
+        known = (broker.subscription_group_manager.named(name)
                  or broker.consumer_manager.get(name) is not None
                  or any(key.endswith(suffix) for key in broker.consumer_offset_manager.table))
         return GroupChange(cfg, known)
 
+    def _busy(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """SYSTEM_BUSY when the group changes waiting for the disk reach the bound (``ConfigJournal.busy``): a
+        deletion too, since the group stays stored, and deletable again, until its deletion is durable."""
+        busy = self.broker.subscription_group_manager.journal.busy()
+        return None if busy is None else _answer(cmd, code=ResponseCode.SYSTEM_BUSY, remark=busy)
+
     async def _update_group(self, conn: Connection, cmd: RemotingCommand, change: GroupChange) -> RemotingCommand:
         cfg = change.config
-        busy = self.broker.subscription_group_manager.journal.busy()
-        if busy is not None:
-            return _answer(cmd, code=ResponseCode.SYSTEM_BUSY, remark=busy)
+        if (busy := self._busy(cmd)) is not None:
+            return busy
         await self.broker.subscription_group_manager.update(cfg)
         log.info("subscription group %s updated: %s", cfg.group_name, cfg)
         return _answer(cmd)
@@ -317,6 +322,8 @@ class OpsProcessor:
                             h: DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
         # the offsets cleaned once the deletion is durable, even when a broker's stop cancelled this handler
         cleaned = partial(self._clean_offsets, h.group_name) if h.clean_offset else None
+        if (busy := self._busy(cmd)) is not None:
+            return busy
         if not await self.broker.subscription_group_manager.delete(h.group_name, cleaned):
             return _answer(cmd, code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                            remark=f"subscription group {h.group_name} does not exist on this broker")
