@@ -116,7 +116,10 @@ class BrokerConfig:
                                             "message arriving answers it sooner)")
     register_name_server_period: int = key(30_000, unit="ms", range=(1000, None), runtime=True,
                                            doc="between registrations with the name servers (RocketMQ clamps it "
-                                               "to 10-60 s)")
+                                               "to 10-60 s); each sends every topic with the topic table's data "
+                                               "version, and a name server reads a master's topics only when that "
+                                               "version changed or the broker is new to it (see [below]"
+                                               "(#registration-with-the-name-servers))")
     flush_consumer_offset_interval: int = key(5000, unit="ms", range=(1, None),
                                               doc="between writes of committed offsets")
     consumer_offset_max_entries: int = key(50_000, range=(1, None), rocketmq=False,
