@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 
 from tests.broker.test_journal_off_loop import _grpc_received, _send, serving_grpc
+from txmq.broker.controller import BrokerController
 from txmq.broker.subscription_group_manager import SubscriptionGroupConfig
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
@@ -18,6 +19,7 @@ from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
 from txmq.remoting.admin_headers import DeleteSubscriptionGroupRequestHeader, ResetOffsetRequestHeader
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
+from txmq.remoting.transport import RemotingClient
 from txmq.topic import TopicConfig
 
 TOPIC = "Popped"
@@ -39,6 +41,15 @@ async def _consumed(stub: MessagingServiceStub, group: str) -> list[bytes]:
     assert codes == [pb.Code.OK], (group, codes)
     await _acked(stub, group, got)
     return [m.body for m in got]
+
+
+async def _two_consumed(broker: BrokerController, addr: str, client: RemotingClient,
+                        stub: MessagingServiceStub) -> None:
+    """A one-queue topic holding m0 and m1, which group ``g`` received and acked: its pop state exists."""
+    await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+    for body in (b"m0", b"m1"):
+        assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
+    assert await _consumed(stub, "g") == [b"m0", b"m1"]
 
 
 def test_pop_states_stay_within_the_bound_dropping_idle_ones_and_refusing_when_all_hold_messages(
@@ -107,10 +118,7 @@ def test_a_receive_reads_from_where_an_operator_reset_the_group_s_offsets(tmp_pa
     group read on from where it was, and its next ack wrote the old offset over the reset one.)"""
     async def main() -> None:
         async with serving_grpc(tmp_path) as (broker, addr, client, stub):
-            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
-            for body in (b"m0", b"m1"):
-                assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
-            assert await _consumed(stub, "g") == [b"m0", b"m1"]
+            await _two_consumed(broker, addr, client, stub)
             reset = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
                                             ResetOffsetRequestHeader(TOPIC, "g", 0).to_ext())
             assert (await client.invoke(addr, reset, 10)).code == ResponseCode.SUCCESS
@@ -127,10 +135,7 @@ def test_a_group_receives_a_deleted_then_recreated_topic_from_its_first_message(
     kept: it read on from the old topic's offset, and the new topic's messages below it never reached the group.)"""
     async def main() -> None:
         async with serving_grpc(tmp_path) as (broker, addr, client, stub):
-            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
-            for body in (b"m0", b"m1"):
-                assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
-            assert await _consumed(stub, "g") == [b"m0", b"m1"]
+            await _two_consumed(broker, addr, client, stub)
             deleted = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": TOPIC})
             assert (await client.invoke(addr, deleted, 10)).code == ResponseCode.SUCCESS
             await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
