@@ -196,21 +196,21 @@ def test_max_reconsume_times_minus_one_means_no_limit_for_an_orderly_consumer(cl
     assert _dead_letters(cluster, "g_ord_no_limit") == 0
 
 
-def _orderly_consumer_refusing(cluster, topic: str, rec: Recorder, refuses: Callable[[MessageExt, list[int]], bool],
-                               sent: list[int], **kw: object) -> PushConsumer:
-    """A started orderly consumer of ``topic`` (``suspend_s`` 0.3) whose dead-letter sends are recorded in ``sent``
-    (queue offsets) and refused, as a broker would answer, when ``refuses(msg, sent)`` says so."""
-    consumer = PushConsumer(f"g_{topic}", cluster.namesrv_addr, orderly=True, suspend_s=0.3,
+def _consumer_refusing(cluster, topic: str, rec: Recorder, refuses: Callable[[MessageExt, list[int]], bool],
+                       sent: list[int], orderly: bool = True, **kw: object) -> PushConsumer:
+    """A started consumer of ``topic`` (orderly unless told: ``suspend_s`` 0.3) whose send-backs (an orderly one's
+    are its dead letters) are recorded in ``sent`` (queue offsets) and refused, as a broker would answer, when
+    ``refuses(msg, sent)`` says so."""
+    consumer = PushConsumer(f"g_{topic}", cluster.namesrv_addr, orderly=orderly, suspend_s=0.3,
                             consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, **kw)  # type: ignore[arg-type]
     consumer.subscribe(topic, "*")
     consumer.register_listener(rec)
     real = consumer._send_back_async
 
     async def send_back(msg: MessageExt, broker_name: str, delay_level: int) -> bool:
-        if delay_level == -1:
-            sent.append(msg.queue_offset)
-            if refuses(msg, sent):
-                return False
+        sent.append(msg.queue_offset)
+        if refuses(msg, sent):
+            return False
         return await real(msg, broker_name, delay_level)
 
     consumer._send_back_async = send_back  # type: ignore[method-assign]
@@ -231,7 +231,7 @@ def test_orderly_consumer_whose_dead_letter_send_is_refused_consumes_the_message
             refused.append(msg.body)
         return len(sent) == 1
 
-    consumer = _orderly_consumer_refusing(cluster, "ord_dlq_refused", rec, refuse_the_first, [],
+    consumer = _consumer_refusing(cluster, "ord_dlq_refused", rec, refuse_the_first, [],
                                           max_reconsume_times=1, listener_on_loop=listener_on_loop)
     try:
         assert rec.wait_for(4, 20), [(d.body, d.reconsume_times) for d in rec.deliveries]
@@ -246,12 +246,29 @@ def test_orderly_consumer_whose_dead_letter_send_is_refused_consumes_the_message
     assert _dead_letters(cluster, "g_ord_dlq_refused") == 1
 
 
+def test_concurrent_consumer_whose_send_back_is_refused_consumes_the_message_again_one_more_try(
+        cluster, listener_on_loop):
+    """A failed message the broker would not take back (the first send-back refused here) is consumed again by the
+    consumer itself, counted one more try, as RocketMQ's concurrent service counts it (``reconsumeTimes + 1``
+    before it submits the message again): it came back with the count it had, so send-backs refused for good kept
+    it short of the dead letters for good."""
+    rec = _poisoned_orderly_topic(cluster, "conc_back_refused", [b"poison"])
+    sent: list[int] = []
+    consumer = _consumer_refusing(cluster, "conc_back_refused", rec, lambda _msg, sent: len(sent) == 1, sent,
+                                  orderly=False, listener_on_loop=listener_on_loop)
+    try:
+        assert rec.wait_for(2, 20), [(d.body, d.reconsume_times) for d in rec.deliveries]
+    finally:
+        consumer.shutdown()
+    assert [(d.body, d.reconsume_times) for d in rec.deliveries[:2]] == [(b"poison", 0), (b"poison", 1)]
+
+
 def test_orderly_batch_partly_taken_by_the_dead_letters_sends_only_the_rest_again(cluster, listener_on_loop):
     """A batch of two out of retries whose second message the dead letters refused once: consumed again, only that
     message is sent again; the first, already taken, is not dead-lettered twice."""
     rec = _poisoned_orderly_topic(cluster, "ord_dlq_part", [b"poison", b"poison", b"after"])
     sent: list[int] = []
-    consumer = _orderly_consumer_refusing(cluster, "ord_dlq_part", rec, lambda _msg, sent: sent == [0, 1], sent,
+    consumer = _consumer_refusing(cluster, "ord_dlq_part", rec, lambda _msg, sent: sent == [0, 1], sent,
                                           max_reconsume_times=0, consume_batch_max_size=2,
                                           listener_on_loop=listener_on_loop)
     try:
@@ -270,7 +287,7 @@ def test_orderly_message_behind_a_batch_out_of_retries_gets_its_own_retries(clus
     mq = MessageQueue("ord_dlq_join", "broker-a", 0)
     joined = threading.Event()  # the dead letters refuse the first message until the second was pulled
     sent: list[int] = []
-    consumer = _orderly_consumer_refusing(cluster, "ord_dlq_join", rec,
+    consumer = _consumer_refusing(cluster, "ord_dlq_join", rec,
                                           lambda msg, _sent: msg.queue_offset == 0 and not joined.is_set(), sent,
                                           max_reconsume_times=1, consume_batch_max_size=2,
                                           listener_on_loop=listener_on_loop)
@@ -302,7 +319,7 @@ def test_orderly_batch_consumed_again_without_its_dead_letters_in_order_and_comm
         return sent == [0, 1]
 
     sent: list[int] = []
-    consumer = _orderly_consumer_refusing(cluster, "ord_dlq_again", rec, refuse_the_middle_once, sent,
+    consumer = _consumer_refusing(cluster, "ord_dlq_again", rec, refuse_the_middle_once, sent,
                                           max_reconsume_times=1, consume_batch_max_size=3,
                                           listener_on_loop=listener_on_loop)
     try:

@@ -706,7 +706,10 @@ class PushConsumer(ClientBase):
 
     def _consumed(self, pq: ProcessQueue, msgs: list[MessageExt], failed: list[MessageExt]) -> None:
         """Take ``msgs`` off the process queue but for ``failed``, which the broker would not take back: those
-        are consumed again here later."""
+        are consumed again here later, each counted one more try (RocketMQ's concurrent service counts it so:
+        send-backs refused for good must not keep a message short of the dead letters for good)."""
+        for m in failed:
+            m.reconsume_times += 1
         kept = {m.queue_offset for m in failed}
         with self._lock:
             for m in msgs:
