@@ -266,7 +266,8 @@ class Producer(ClientBase):
             # refused at once once shutdown() began, with no future: a send's callback that sends again on failure
             # (as the sends shutdown ends fail) would get each new send's failure, at once or from a closed
             # connection, and send again
-            raise ClientError("producer is not started" if runtime is None else "producer is shut down")
+            raise ClientError("producer is not started" if runtime is None else
+                              "producer is not running (its start() has not returned yet, or its shutdown() began)")
         self._acquire_window(wait=not runtime.on_loop_thread())
         fut = SendFuture()
         fut.add_done_callback(self._release_window)
