@@ -218,10 +218,7 @@ class PopService:
         if len(dropped) < over:
             raise Refusal(Kind.BUSY, f"pop states full: the {len(self.states)} kept (popStateMaxEntries "
                           f"{self.max_states}) hold messages in flight: receive again later")
-        for key in dropped:
-            self._idle.pop(key, None)
-            self._unkept.pop(key, None)
-            del self.states[key]
+        self._forget(dropped)
 
     def _droppable(self, count: int, group: str, topic: str) -> list[tuple[str, str, int]]:
         """Up to ``count`` states with nothing in flight, not the receiving group's own of ``topic``: first those
@@ -344,17 +341,28 @@ class PopService:
         storing it again, and a forward of it is refused (``forward_to_dead_letter``). Not stored (no room to
         create the dead-letter topic, the store refused), it stays in flight until ``retry_ms``, not delivered
         again, and goes to the dead letters once that deadline passed; the rest of the receive goes on."""
-        e.deadline_ms = _HELD
-        topic, q, offset = where
-        refused = await self.retries.dead_letter(group, msg, e.attempts)
+        refused = await self._held_dead_letter(group, where, st, e, msg, retry_ms)
         if refused is not None:
-            if e.deadline_ms == _HELD:  # not given a new duration since
-                e.deadline_ms = retry_ms
             _DEAD_LETTERS_REFUSED.refused(f"group {group}", refused.message)
             return False
-        if self.states.get((group, topic, q)) is st and st.inflight.get(offset) is e:  # not acked or reset since
-            self._ack_offset(group, topic, q, st, offset)
         return True
+
+    async def _held_dead_letter(self, group: str, where: tuple[str, int, int], st: QueueState, e: Inflight,
+                                msg: MessageExt, refused_ms: int) -> Refusal | None:
+        """``msg`` of the delivery ``e`` to the group's dead letters, the delivery held in flight while the store
+        waits (``_HELD``: no receive delivers it again or stores it a second time, no forward of it runs). Stored,
+        it is acked if still in flight (not acked, reset or forgotten since); refused, its deadline is
+        ``refused_ms`` unless it was given a new duration meanwhile, and the refusal is returned."""
+        e.deadline_ms = _HELD
+        refused = await self.retries.dead_letter(group, msg, e.attempts)
+        if refused is not None:
+            if e.deadline_ms == _HELD:
+                e.deadline_ms = refused_ms
+            return refused
+        topic, q, offset = where
+        if self.states.get((group, topic, q)) is st and st.inflight.get(offset) is e:
+            self._ack_offset(group, topic, q, st, offset)
+        return None
 
     def _read_new(self, group: str, topic: str, q: int, st: QueueState, now: int, room: int, invisible_ms: int,
                   filt: MessageFilter, out: list[Delivery]) -> None:
@@ -477,16 +485,10 @@ class PopService:
             msg = self.store.look_message_by_offset(e.commit_log_offset)
         except (StoreError, InvalidMessageError) as exc:
             raise Refusal(Kind.MESSAGE_GONE, f"message is gone from the log: {exc}") from None
-        deadline, e.deadline_ms = e.deadline_ms, _HELD
-        refused = await self.retries.dead_letter(group, msg, e.attempts)
-        current = (self.states.get((group, handle.topic, handle.queue_id)) is st
-                   and st.inflight.get(handle.queue_offset) is e)  # not acked, reset or forgotten since
+        refused = await self._held_dead_letter(group, (handle.topic, handle.queue_id, handle.queue_offset), st, e,
+                                               msg, e.deadline_ms)
         if refused is not None:
-            if current and e.deadline_ms == _HELD:  # not given a new duration since
-                e.deadline_ms = deadline
             raise refused
-        if current:
-            self._ack_offset(group, handle.topic, handle.queue_id, st, handle.queue_offset)
 
     def reset(self, group: str, topic: str, queue_id: int) -> None:
         """Forget what ``group`` has in flight from a queue whose consumer offset was just set: it reads on from
