@@ -148,7 +148,7 @@ class SubscriptionGroupManager:
 
     def served(self) -> dict[str, Any]:
         """The groups as stored (GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body)."""
-        return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in self.table.items()}}
+        return _document(self.table)
 
     def serialize(self) -> dict[str, Any]:
         """The document a fold writes: the groups as stored and every queued change, as the journal holds them
@@ -157,11 +157,15 @@ class SubscriptionGroupManager:
         table = dict(self.table)
         for change in self.queued:
             _apply(table, change)
-        return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in table.items()}}
+        return _document(table)
 
     def persist(self) -> None:
         """The whole table as the snapshot, the journal emptied."""
         self.journal.compact(self.serialize())
+
+
+def _document(table: dict[str, SubscriptionGroupConfig]) -> dict[str, Any]:
+    return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in table.items()}}
 
 
 def _apply(table: dict[str, SubscriptionGroupConfig], change: GroupChange) -> None:
