@@ -1,13 +1,15 @@
 """Pop's per-group state (``PopService.states``, one per group, topic and queue a receive names) is bounded
 (``popStateMaxEntries``): a client receiving under ever new group names does not grow the broker's memory. A
-state with nothing in flight is dropped to make room (it is read again from the group's committed offset); when
-every state holds messages in flight, a receive that needs a new one is refused TOO_MANY_REQUESTS, nothing lost.
+state with nothing in flight is dropped to make room (it is read again from the group's committed offset), then one
+whose deliveries are all overdue; when every state holds a delivery still invisible, a receive that needs a new
+one is refused TOO_MANY_REQUESTS, nothing lost.
 A state goes, too, when what it read on from goes: its group's offsets set by an operator, its topic or its group
 deleted."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from tests.broker.test_journal_off_loop import _grpc_received, _send, serving_grpc
@@ -83,6 +85,41 @@ def test_pop_states_stay_within_the_bound_dropping_idle_ones_and_refusing_when_a
             await _acked(stub, "kept", [again])  # nothing in flight: room for one more
             assert await _consumed(stub, "one_too_many") == [b"m0", b"m1"]
             assert len(pop.states) == 4
+
+    asyncio.run(main())
+
+
+def test_states_whose_groups_left_their_deliveries_overdue_make_room_for_new_groups(tmp_path: Path) -> None:
+    """Groups that received and left, their deliveries never acked, do not lock new groups out for good: once every
+    delivery of a state is overdue (no receive of its group came to deliver them again), the state may be dropped,
+    the longest untouched first, and its group reads on from its committed offset (what it had in flight comes
+    again as a first attempt). A state with a delivery still invisible is kept."""
+    async def main() -> None:
+        async with serving_grpc(tmp_path, pop_state_max_entries=3) as (broker, addr, client, stub):
+            pop = broker.core.pop
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            for body in (b"m0", b"m1"):
+                assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
+            invisible_ms = 2000
+            due = time.monotonic() + invisible_ms / 1000
+            for group in ("left0", "left1"):
+                got, _ = await _grpc_received(stub, TOPIC, invisible_ms, group=group)
+                assert [m.body for m in got] == [b"m0", b"m1"]
+            holding, _ = await _grpc_received(stub, TOPIC, 30_000, group="holding")
+            assert len(holding) == 2
+            # every state holds a delivery still invisible: refused, as before
+            assert await _grpc_received(stub, TOPIC, 30_000, group="newcomer") == ([], [pb.Code.TOO_MANY_REQUESTS])
+
+            await asyncio.sleep(max(0.0, due - time.monotonic()) + 0.05)  # the leavers' deliveries are overdue
+            assert await _consumed(stub, "newcomer") == [b"m0", b"m1"]
+            assert set(pop.states) == {("left1", TOPIC, 0), ("holding", TOPIC, 0), ("newcomer", TOPIC, 0)}
+
+            # dropped, "left0" reads on from its committed offset: its messages again, as first attempts
+            again, _ = await _grpc_received(stub, TOPIC, 30_000, group="left0")
+            assert [(m.body, m.system_properties.delivery_attempt) for m in again] == [(b"m0", 1), (b"m1", 1)]
+            # idle states go before overdue ones: "newcomer" (all acked) made the room, "left1" is still kept
+            assert set(pop.states) == {("left0", TOPIC, 0), ("left1", TOPIC, 0), ("holding", TOPIC, 0)}
+            await _acked(stub, "holding", holding)  # kept throughout: its handles still ack
 
     asyncio.run(main())
 

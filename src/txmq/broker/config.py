@@ -129,8 +129,9 @@ class BrokerConfig:
                                                "counted")
     pop_state_max_entries: int = key(50_000, range=(1, None), rocketmq=False,
                                      doc="pop (gRPC receive) states kept (group, topic, queue); beyond, one with "
-                                         "nothing in flight is dropped (re-read from its committed offset), else "
-                                         "a receive that needs a new one is refused (`TOO_MANY_REQUESTS`)")
+                                         "nothing in flight is dropped (re-read from its committed offset), then "
+                                         "one whose deliveries are all overdue, else a receive that needs a new "
+                                         "one is refused (`TOO_MANY_REQUESTS`)")
     client_channel_expired_ms: int = key(120_000, unit="ms", range=(1, None), rocketmq=False,
                                          doc="without a heartbeat before a client is dropped")
     max_held_pulls_per_connection: int = key(4096, range=(0, None), rocketmq=False,

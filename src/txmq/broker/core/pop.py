@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.broker")
 
 MAX_SPAN = 4096
+ABANDONED_SCAN = 1024  # busy states looked at, the longest untouched first, when no idle one makes room
 # A line per group and LOG_EVERY_S: each receive finding a message due for the dead letters tries it again.
 _DEAD_LETTERS_REFUSED = RefusalLog(log, "dead letters not stored, kept in flight")
 _tokens = itertools.count(1)
@@ -145,6 +146,9 @@ class PopService:
         # dropped last, those whose committed offset the offset table does not hold (``_droppable``)
         self._idle: dict[tuple[str, str, int], None] = {}
         self._unkept: dict[tuple[str, str, int], None] = {}
+        # the states with deliveries in flight, the longest untouched by a receive or an ack first: one whose
+        # deliveries are all overdue was left by its group, and may go too (``_abandoned``)
+        self._busy: dict[tuple[str, str, int], None] = {}
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._rotation = itertools.count()
         self.store.add_arrival_listener(self._on_arrival)
@@ -210,15 +214,36 @@ class PopService:
 
     def _make_room(self, count: int, group: str, topic: str) -> None:
         """Room for ``count`` more states within ``max_states``, made by dropping states with nothing in flight
-        (``_droppable``). Raises ``Refusal`` BUSY, nothing dropped, when there are not enough of them."""
+        (``_droppable``), then states their groups left (``_abandoned``). Raises ``Refusal`` BUSY, nothing
+        dropped, when there are not enough of them."""
         over = len(self.states) + count - self.max_states
         if over <= 0:
             return
         dropped = self._droppable(over, group, topic)
         if len(dropped) < over:
+            dropped += self._abandoned(over - len(dropped), group, topic)
+        if len(dropped) < over:
             raise Refusal(Kind.BUSY, f"pop states full: the {len(self.states)} kept (popStateMaxEntries "
                           f"{self.max_states}) hold messages in flight: receive again later")
         self._forget(dropped)
+
+    def _abandoned(self, count: int, group: str, topic: str) -> list[tuple[str, str, int]]:
+        """Up to ``count`` states whose every delivery is overdue, not the receiving group's own of ``topic``,
+        among the ``ABANDONED_SCAN`` untouched longest: a receive of their group would have delivered those again
+        with new deadlines, so none came since. Dropped, the group reads on from its committed offset (which the
+        offset table must hold): what was in flight is delivered again as a first attempt, and the handles of those
+        deliveries ack nothing. Without this, groups that receive and leave could hold every state and lock new
+        groups out."""
+        now = _now_ms()
+        found: list[tuple[str, str, int]] = []
+        for key in itertools.islice(self._busy, ABANDONED_SCAN):
+            if len(found) == count:
+                break
+            st = self.states[key]
+            overdue = max((e.deadline_ms for e in st.inflight.values()), default=0) < now
+            if overdue and (key[0] != group or key[1] != topic) and self.offsets.query(*key) == st.committed:
+                found.append(key)
+        return found
 
     def _droppable(self, count: int, group: str, topic: str) -> list[tuple[str, str, int]]:
         """Up to ``count`` states with nothing in flight, not the receiving group's own of ``topic``: first those
@@ -244,12 +269,15 @@ class PopService:
         return dropped
 
     def _mark(self, key: tuple[str, str, int], st: QueueState) -> None:
-        """``st`` among the idle states while it has nothing in flight, unless dropped or reset since."""
+        """``st`` among the idle states while it has nothing in flight, else last of the busy ones (just
+        touched), unless dropped or reset since."""
         if self.states.get(key) is not st:
             return
+        self._busy.pop(key, None)
         if st.inflight:
             self._idle.pop(key, None)
             self._unkept.pop(key, None)
+            self._busy[key] = None
         elif key not in self._unkept:
             self._idle.setdefault(key, None)
 
@@ -510,3 +538,4 @@ class PopService:
             self.states.pop(key, None)
             self._idle.pop(key, None)
             self._unkept.pop(key, None)
+            self._busy.pop(key, None)
