@@ -21,12 +21,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-# bench/grpc.py would shadow the grpc package: take this folder off the path; the campaign lives in tests/fuzz.
+# bench/grpc.py would shadow the grpc package: take this folder off the path; the campaign lives in tests/fuzz, a
+# package of the repository's root.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.join(_HERE, "..", "tests", "fuzz"))
+sys.path.insert(0, os.path.dirname(_HERE))
 
-from campaign import FAMILIES, Figures, run_campaign  # noqa: E402
+from tests.fuzz.campaign import FAMILIES, Figures, run_campaign  # noqa: E402
 
 from txmq import bench  # noqa: E402
 

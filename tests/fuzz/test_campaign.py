@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +62,14 @@ def test_inputs_are_deterministic_per_seed_and_never_carry_the_marker() -> None:
     first = inputs(7)
     assert first == inputs(7) and first != inputs(8)
     assert not any(HALF_MARKER in data for data in first)
+
+
+def test_the_long_campaign_script_runs_and_prints_its_totals(tmp_path: Path) -> None:
+    """``bench/fuzz.py``, as a reader runs it from the repository: a few inputs of one family, its summary and
+    totals printed, exit 0 (nothing broken)."""
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / "fuzz.py"),
+                           "--count", "40", "--families", "frames", "--check-every", "20", "--duration", "30"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"^total: \d+ inputs in \d+s, \d+ probes, .*; broken: nothing$", done.stdout, re.M), done.stdout
+
