@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from tests.acl.conftest import ADMIN, ATTACKER, PLAIN_ACL
-from tests.broker.test_journal_off_loop import _grpc_received, _pull, _send
+from tests.broker.test_journal_off_loop import _grpc_received, _pull, _send, _send_back
 from tests.broker.test_journal_off_loop import _until as until
 from tests.namesrv.test_registration_version import _registration, broker_of, namesrv, queue
 from tests.store.test_store_fsync_failure import fail_once
@@ -66,8 +66,8 @@ async def grpc_send(stub: MessagingServiceStub, topic: str) -> pb.Status:
 
 def test_a_read_only_broker_registers_its_topics_without_write_and_refuses_sends(tmp_path: Path) -> None:
     """brokerPermission changed to 4 at run time: registered at once, every topic (and one created afterwards,
-    registered alone) routed without write; remoting and gRPC sends refused NO_PERMISSION; pulls served. Back to
-    6, the routes and sends are writable again."""
+    registered alone) routed without write; remoting and gRPC sends, and a consumer's send-back, refused
+    NO_PERMISSION; pulls served. Back to 6, the routes and sends are writable again."""
     async def main() -> None:
         grpc_port = free_port()
         async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port) as broker,
@@ -85,6 +85,8 @@ def test_a_read_only_broker_registers_its_topics_without_write_and_refuses_sends
             assert (reply.code, reply.remark) == (ResponseCode.NO_PERMISSION, FORBIDDEN_SEND)
             status = await grpc_send(stub, "T")
             assert (status.code, status.message) == (pb.Code.FORBIDDEN, FORBIDDEN_SEND)
+            reply = await client.invoke(addr, _send_back(0, "g", 0), 10)  # the consumer retries through another
+            assert (reply.code, reply.remark) == (ResponseCode.NO_PERMISSION, FORBIDDEN_SEND)
             pulled = await client.invoke(addr, _pull("g", "T"), 10)
             assert pulled.code == ResponseCode.SUCCESS, pulled.remark
             await broker.topic_config_manager.update(TopicConfig("Later", 1, 1))

@@ -108,8 +108,8 @@ class RetryService:
         the last level), or in its dead-letter topic once it was consumed ``max_times`` times or when
         ``delay_level`` is negative. Only the topic it is stored in is created: BUSY, nothing stored, when the
         broker may create no more topics now. A refusal is the adapter's to log (per host: a consumer may repeat
-        one). Refused NO_PERMISSION by a broker that does not write, as RocketMQ refuses it: the consumer then
-        sends the message to its retry topic through a broker that does."""
+        one). Refused NO_PERMISSION by a broker that does not write, as RocketMQ refuses it (its Java consumer then
+        sends the message to its retry topic through a producer, which routes to a broker that writes)."""
         if not self.writeable:
             return Refusal(Kind.NO_PERMISSION, f"the broker[{self.store_host[0]}] sending message is forbidden")
         origin = record.msg
