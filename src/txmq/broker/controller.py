@@ -215,9 +215,10 @@ class BrokerController:
         if permission == self.core.permission:
             return
         self.core.set_permission(permission)
-        log.warning("broker %s now serves permission %s (brokerPermission %d%s); registering it with the name "
-                    "servers", self.config.broker_name, PermName.to_string(permission), self.config.broker_permission,
-                    f"; {self.store.durability.why}: no writes until a restart" if self.store.durability.lost else "")
+        level = logging.INFO if permission == PermName.READ_WRITE else logging.WARNING
+        log.log(level, "broker %s now serves permission %s (brokerPermission %d%s); registering it with the name "
+                "servers", self.config.broker_name, PermName.to_string(permission), self.config.broker_permission,
+                f"; {self.store.durability.why}: no writes until a restart" if self.store.durability.lost else "")
         self.topic_config_manager.next_version()
         self.schedule_register()
 
