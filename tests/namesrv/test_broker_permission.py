@@ -64,10 +64,19 @@ async def grpc_send(stub: MessagingServiceStub, topic: str) -> pb.Status:
     return answer.status
 
 
+async def grpc_route(stub: MessagingServiceStub, topic: str) -> set[int]:
+    """The permissions of ``topic``'s queues in the broker's own gRPC route."""
+    answer = await stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)),
+                                   metadata=[("x-mq-client-id", "c")], timeout=10)
+    assert answer.status.code == pb.Code.OK, answer.status
+    return {q.permission for q in answer.message_queues}
+
+
 def test_a_read_only_broker_registers_its_topics_without_write_and_refuses_sends(tmp_path: Path) -> None:
     """brokerPermission changed to 4 at run time: registered at once, every topic (and one created afterwards,
-    registered alone) routed without write; remoting and gRPC sends, and a consumer's send-back, refused
-    NO_PERMISSION; pulls served. Back to 6, the routes and sends are writable again."""
+    registered alone) routed without write, by the name server and by the broker's gRPC route; remoting and gRPC
+    sends, and a consumer's send-back, refused NO_PERMISSION; pulls served. Back to 6, the routes and sends are
+    writable again. A read-write broker registers a topic's perm as it is, its inherit bit too."""
     async def main() -> None:
         grpc_port = free_port()
         async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port) as broker,
@@ -78,9 +87,14 @@ def test_a_read_only_broker_registers_its_topics_without_write_and_refuses_sends
             await perm_of(ns, "T", 6)
             assert (await client.invoke(addr, _send("T"), 10)).code == ResponseCode.SUCCESS
 
+            await broker.topic_config_manager.update(TopicConfig("Inherited", 1, 1, perm=7))  # registered alone
+            await perm_of(ns, "Inherited", 7)
+            assert await grpc_route(stub, "T") == {pb.READ_WRITE}
+
             await update_config(client, addr, "brokerPermission", "4")
             await perm_of(ns, "T", 4)
             assert await served(client, broker) == ("4", "4")
+            assert await grpc_route(stub, "T") == {pb.READ}
             reply = await client.invoke(addr, _send("T"), 10)
             assert (reply.code, reply.remark) == (ResponseCode.NO_PERMISSION, FORBIDDEN_SEND)
             status = await grpc_send(stub, "T")
@@ -97,6 +111,7 @@ def test_a_read_only_broker_registers_its_topics_without_write_and_refuses_sends
             await perm_of(ns, "Later", 6)
             assert (await client.invoke(addr, _send("T"), 10)).code == ResponseCode.SUCCESS
             assert (await grpc_send(stub, "T")).code == pb.Code.OK
+            assert await grpc_route(stub, "T") == {pb.READ_WRITE}
 
     asyncio.run(main())
 

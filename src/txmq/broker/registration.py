@@ -80,7 +80,7 @@ class NamesrvRegistration:
             await self.register_all()
             return
         queue_data = {"brokerName": self.config.broker_name, "readQueueNums": cfg.read_queue_nums,
-                      "writeQueueNums": cfg.write_queue_nums, "perm": cfg.perm & self._permission(),
+                      "writeQueueNums": cfg.write_queue_nums, "perm": PermName.within(cfg.perm, self._permission()),
                       "topicSynFlag": cfg.topic_sys_flag}
         body = orjson.dumps({"queueDatas": [queue_data]})
         refused = False
@@ -102,7 +102,8 @@ class NamesrvRegistration:
         permission = self._permission()
         if permission & PermName.READ_WRITE == PermName.READ_WRITE:
             return wrapper
-        table = {name: {**cfg, "perm": cfg["perm"] & permission} for name, cfg in wrapper["topicConfigTable"].items()}
+        table = {name: {**cfg, "perm": PermName.within(cfg["perm"], permission)}
+                 for name, cfg in wrapper["topicConfigTable"].items()}
         return {**wrapper, "topicConfigTable": table}
 
     def _namesrv_addrs(self) -> list[str]:
