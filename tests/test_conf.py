@@ -232,7 +232,7 @@ def test_which_keys_change_at_run_time_and_which_stay_secret():
     assert set(RUNTIME_KEYS) == {"maxMessageSize", "rejectTransactionMessage", "longPollingEnable",
                                  "enablePropertyFilter", "registerNameServerPeriod", "transactionCheckMax",
                                  "transactionCheckInterval", "timerMaxDelaySec", "timerStopEnqueue",
-                                 "timerStopDequeue", "recallMessageEnable"}
+                                 "timerStopDequeue", "recallMessageEnable", "brokerPermission"}
     secret = {k.name for k in declared_keys(BrokerConfig).values() if k.key.secret}
     assert secret == {"accessKey", "secretKey"}
     config = BrokerConfig()

@@ -57,6 +57,14 @@ class PermName:
         return bool(perm & PermName.PERM_WRITE)
 
     @staticmethod
+    def within(perm: int, broker_permission: int) -> int:
+        """A topic's ``perm`` as a broker serving ``broker_permission`` announces it (RocketMQ's
+        ``registerBrokerAll``): cut to the broker's when that lacks read or write, else as it is."""
+        if broker_permission & PermName.READ_WRITE == PermName.READ_WRITE:
+            return perm
+        return perm & broker_permission
+
+    @staticmethod
     def to_string(perm: int) -> str:
         return ("R" if perm & PermName.PERM_READ else "-") + ("W" if perm & PermName.PERM_WRITE else "-")
 

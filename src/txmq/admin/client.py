@@ -102,6 +102,21 @@ class MQAdminExt(Admin):
         body = "".join(f"{k}={v}\n" for k, v in values.items()).encode()
         self._call(self._invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body))
 
+    def write_perm_of_broker(self, code: int, broker_name: str) -> list[tuple[str, int]]:
+        """WIPE_WRITE_PERM_OF_BROKER or ADD_WRITE_PERM_OF_BROKER on every name server, as mqadmin sends it: each
+        name server's address and how many of the broker's topics it changed."""
+        field = "wipeTopicCount" if code == RequestCode.WIPE_WRITE_PERM_OF_BROKER else "addTopicCount"
+
+        async def each() -> list[tuple[str, int]]:
+            out = []
+            for addr in (a.strip() for a in self.namesrv.split(";")):
+                if addr:
+                    resp = await self._invoke(addr, code, {"brokerName": broker_name})
+                    out.append((addr, int(resp.ext_fields.get(field) or 0)))
+            return out
+
+        return self._call(each())
+
     # --- topics -------------------------------------------------------------------------------------------
 
     def route(self, topic: str) -> dict[str, Any]:

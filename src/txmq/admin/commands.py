@@ -18,6 +18,7 @@ from txmq.client.pull_consumer import PullConsumer, PullStatus
 from txmq.errors import ClientError
 from txmq.message import Message, MessageExt
 from txmq.remoting.admin_headers import QueryConsumeQueueRequestHeader
+from txmq.remoting.codes import RequestCode
 from txmq.remoting.request_headers import CreateTopicRequestHeader
 from txmq.topic import PermName
 
@@ -106,6 +107,24 @@ def update_broker_config(admin: MQAdminExt, args: argparse.Namespace) -> int:
     for name, addr in sorted(targets(admin, args).items()):
         admin.update_broker_config(addr, {args.key: args.value})
         print(f"update broker config success, {name} {addr}")
+    return 0
+
+
+BROKER_NAME = opt("-b", "--brokerName", dest="broker", required=True, help="broker name")
+
+
+@command("wipeWritePerm", "take write off a broker's topics at each name server: producers send elsewhere (until "
+         "the broker registers a changed topic table)", BROKER_NAME)
+def wipe_write_perm(admin: MQAdminExt, args: argparse.Namespace) -> int:
+    for addr, count in admin.write_perm_of_broker(RequestCode.WIPE_WRITE_PERM_OF_BROKER, args.broker):
+        print(f"wipe write perm of broker[{args.broker}] in name server[{addr}] OK, {count}")
+    return 0
+
+
+@command("addWritePerm", "make a broker's topics readable and writable again at each name server", BROKER_NAME)
+def add_write_perm(admin: MQAdminExt, args: argparse.Namespace) -> int:
+    for addr, count in admin.write_perm_of_broker(RequestCode.ADD_WRITE_PERM_OF_BROKER, args.broker):
+        print(f"add write perm of broker[{args.broker}] in name server[{addr}] OK, {count}")
     return 0
 
 

@@ -26,7 +26,7 @@ from txmq.remoting.server import ServerLimits
 from txmq.remoting.tls import MODES, TlsServerConfig
 from txmq.store.config import StoreConfig
 from txmq.store.ha.config import HAConfig
-from txmq.topic import MAX_QUEUE_NUMS, RMQ_SYS_SCHEDULE_TOPIC
+from txmq.topic import MAX_QUEUE_NUMS, RMQ_SYS_SCHEDULE_TOPIC, PermName
 
 log = logging.getLogger("txmq.broker")
 
@@ -48,6 +48,13 @@ def delay_levels_ms(text: str) -> list[int]:
     if len(out) > MAX_QUEUE_NUMS:  # a queue of the schedule topic each: bounded as every topic's queues
         raise ValueError(f"names {len(out)} levels: at most {MAX_QUEUE_NUMS} (the queues of {RMQ_SYS_SCHEDULE_TOPIC})")
     return out
+
+
+def _broker_permission(perm: int) -> int:
+    """``brokerPermission``: PermName's read and write bits, one or both."""
+    if perm not in (PermName.PERM_WRITE, PermName.PERM_READ, PermName.READ_WRITE):
+        raise ValueError("is not 2 (write), 4 (read) or 6 (both)")
+    return perm
 
 
 def _delay_levels(text: str) -> str:
@@ -106,6 +113,11 @@ class BrokerConfig:
     broker_role: str = key("ASYNC_MASTER", choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
                            doc="`SYNC_MASTER` answers a send once a slave has it; in controller mode, how the "
                                "master answers")
+    broker_permission: int = key(6, range=(2, 6), runtime=True, check=_broker_permission,
+                                 doc="what the broker serves: 6 reads and writes, 4 reads only (sends refused "
+                                     "`NO_PERMISSION`; every topic registered without write, so producers send "
+                                     "elsewhere), 2 writes only (pulls refused); a change is registered with the "
+                                     "name servers at once; see [below](#broker-permission)")
     auto_create_topic_enable: bool = key(True, doc="a send to an unknown topic creates it")
     default_topic_queue_nums: int = key(8, range=(1, MAX_QUEUE_NUMS), doc="queues of an auto-created topic")
     message_delay_level: str = key(DEFAULT_DELAY_LEVELS, check=_delay_levels,

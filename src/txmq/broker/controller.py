@@ -1,12 +1,15 @@
 """One broker (RocketMQ's ``BrokerController``): builds its parts (the store, the managers, the processors by
 request code, replication, the endpoints), wires them together, and starts and stops them in order. What the parts
 do is theirs: the role and its changes (``role.py``), registration with the name servers (``registration.py``),
-controller mode (``replicas_manager.py``), the reports (``status.py``)."""
+controller mode (``replicas_manager.py``), the reports (``status.py``). What the broker serves, reads and writes, is
+its permission (``permission``): ``brokerPermission``, without write once the store lost durability."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +49,7 @@ from txmq.remoting.tls import client_context
 from txmq.remoting.transport import RemotingClient
 from txmq.store import DefaultMessageStore
 from txmq.store.ha import HAAuth, HAClient, HAConfig, HAPort, HAService
+from txmq.topic import PermName
 
 if TYPE_CHECKING:
     from txmq.grpc.server import GrpcEndpoint
@@ -151,7 +155,8 @@ class BrokerController:
             config.tls_client_trust_cert_path) if config.tls_enable else None)
         self.registration = NamesrvRegistration(config, self.namesrv_client, self.topic_config_manager.serialize,
                                                 lambda: self.ha_addr, self.role.learn_master,
-                                                self.topic_config_manager.get)
+                                                self.topic_config_manager.get, lambda: self.core.permission)
+        self.core.set_permission(self.permission())
         self.tasks = BackgroundTasks()  # the broker's own, stopped at shutdown (a role's stop with the role)
         self.grpc: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint, started with the broker
         self.metrics: PromExporter | None = None  # metricsExporterType=PROM
@@ -194,6 +199,34 @@ class BrokerController:
     async def register_topic(self, topic: str) -> None:
         await self.registration.register_topic(topic)
 
+    def permission(self) -> int:
+        """The permission the broker serves and registers (RocketMQ's ``brokerPermission``): the configured one,
+        without write once the store lost durability (a restart clears it; the configured value stays)."""
+        permission = self.config.broker_permission
+        if self.store.durability.lost:
+            permission &= ~PermName.PERM_WRITE
+        return permission
+
+    def apply_permission(self) -> None:
+        """Serve ``permission`` when it changed, and register it with the name servers at once, under a new topic
+        table version (RocketMQ's ``updateBrokerConfig`` of ``brokerPermission``) so that they read it: producers
+        route away from a broker that stopped writing at their next route poll, instead of being refused here."""
+        permission = self.permission()
+        if permission == self.core.permission:
+            return
+        self.core.set_permission(permission)
+        level = logging.INFO if permission == PermName.READ_WRITE else logging.WARNING
+        log.log(level, "broker %s now serves permission %s (brokerPermission %d%s); registering it with the name "
+                "servers", self.config.broker_name, PermName.to_string(permission), self.config.broker_permission,
+                f"; {self.store.durability.why}: no writes until a restart" if self.store.durability.lost else "")
+        self.topic_config_manager.next_version()
+        self.schedule_register()
+
+    def _durability_lost(self, loop: asyncio.AbstractEventLoop) -> None:
+        """From the thread whose fsync failed: the broker stops writing, on its loop."""
+        with contextlib.suppress(RuntimeError):  # the loop closed: the broker stopped meanwhile
+            loop.call_soon_threadsafe(self.apply_permission)
+
     def ha_status(self) -> dict[str, Any]:
         return ha_status(self)
 
@@ -203,6 +236,7 @@ class BrokerController:
     # --- start and stop -------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.store.durability.listeners.append(functools.partial(self._durability_lost, asyncio.get_running_loop()))
         await self.store.start()
         self.transaction_service.recover()
         if self.replicas_manager is not None:  # the role may change: follow only while a slave
@@ -234,6 +268,7 @@ class BrokerController:
         self.tasks.every(SAMPLE_S, self.stats_manager.sample, "stats sampling")
         self.tasks.every(self.config.transaction_snapshot_interval / 1000, self._snapshot_transactions,
                          "transaction snapshot")
+        self.apply_permission()  # durability lost while the store started
         if self.config.namesrv_addr:
             await self.registration.register_all(at_start=True)
             self.tasks.spawn(self.registration.run(), "namesrv registration")

@@ -1,6 +1,6 @@
 """The broker's registration with its name servers (RocketMQ's ``registerBrokerAll`` and
 ``unregisterBrokerAll``): its address, role, HA address and topics, every ``registerNameServerPeriod`` and at once
-when a topic changes. A slave learns its master from the answers."""
+when a topic or the broker's permission changes. A slave learns its master from the answers."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import RemotingClient
-from txmq.topic import TopicConfig
+from txmq.topic import PermName, TopicConfig
 
 log = logging.getLogger("txmq.broker")
 
@@ -28,14 +28,16 @@ INCREMENTAL_REGISTER_MAX = 32  # more changed topics than this at once: one full
 class NamesrvRegistration:
     def __init__(self, config: BrokerConfig, client: RemotingClient, topics: Callable[[], dict[str, Any]],
                  ha_addr: Callable[[], str], on_answer: Callable[[dict[str, str]], None],
-                 topic: Callable[[str], TopicConfig | None]) -> None:
+                 topic: Callable[[str], TopicConfig | None], permission: Callable[[], int]) -> None:
         """``topics``: the topic config wrapper to register; ``ha_addr``: where slaves reach this broker (it moves
         with the role); ``on_answer``: each name server's accepting answer (a slave's master is in it); ``topic``:
-        one topic's config."""
+        one topic's config; ``permission``: the broker's permission as it serves it, which every topic's is
+        registered within."""
         self.config = config
         self.client = client
         self._topics = topics
         self._topic = topic
+        self._permission = permission
         self._changed: set[str] = set()  # topics created or changed since the last registration
         self._full = False
         self._ha_addr = ha_addr
@@ -78,7 +80,8 @@ class NamesrvRegistration:
             await self.register_all()
             return
         queue_data = {"brokerName": self.config.broker_name, "readQueueNums": cfg.read_queue_nums,
-                      "writeQueueNums": cfg.write_queue_nums, "perm": cfg.perm, "topicSynFlag": cfg.topic_sys_flag}
+                      "writeQueueNums": cfg.write_queue_nums, "perm": PermName.within(cfg.perm, self._permission()),
+                      "topicSynFlag": cfg.topic_sys_flag}
         body = orjson.dumps({"queueDatas": [queue_data]})
         refused = False
         for addr in self._namesrv_addrs():
@@ -92,6 +95,17 @@ class NamesrvRegistration:
         if refused:
             await self.register_all()
 
+    def _wrapper(self) -> dict[str, Any]:
+        """The topic config wrapper, each topic's perm within the broker's (RocketMQ's ``registerBrokerAll``): a
+        broker that does not write has every topic registered without write, so producers send elsewhere."""
+        wrapper = self._topics()
+        permission = self._permission()
+        if permission & PermName.READ_WRITE == PermName.READ_WRITE:
+            return wrapper
+        table = {name: {**cfg, "perm": PermName.within(cfg["perm"], permission)}
+                 for name, cfg in wrapper["topicConfigTable"].items()}
+        return {**wrapper, "topicConfigTable": table}
+
     def _namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.config.namesrv_addr.split(";") if a.strip()]
 
@@ -104,7 +118,7 @@ class NamesrvRegistration:
         """Register with every name server. ``at_start``: a name server refusing the broker's credentials
         (NO_PERMISSION) stops the start with ``AclConfigError``, rather than a broker serving unrouted; one that
         cannot be reached is tried again by ``run``."""
-        body = orjson.dumps({"topicConfigSerializeWrapper": self._topics(), "filterServerList": []})
+        body = orjson.dumps({"topicConfigSerializeWrapper": self._wrapper(), "filterServerList": []})
         ext = {**self._identity(), "haServerAddr": self._ha_addr(), "compressed": "false"}
         for addr in self._namesrv_addrs():
             try:

@@ -70,7 +70,7 @@ class TopicConfigManager:
             self.table.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
         for cfg in system:
             self.table.setdefault(cfg.topic_name, cfg)
-        self._next_version()
+        self.next_version()
         if self.journal.dirty:  # fold the journal in, dropping a torn tail, before appending to it
             self.journal.fold_at_open(self.serialize())
 
@@ -80,7 +80,10 @@ class TopicConfigManager:
         if version is not None:
             self.data_version = max(self.data_version, version)
 
-    def _next_version(self) -> None:
+    def next_version(self) -> None:
+        """A new data version (RocketMQ's ``getDataVersion().nextVersion()``): at start, at each change, and when
+        what the broker registers of its topics changes otherwise (its permission), so that the name servers read
+        its next registration in full."""
         self.data_version = next_version(self.data_version)
 
     def _replay(self, change: Any) -> None:
@@ -173,7 +176,7 @@ class TopicConfigManager:
         table = _legal(saved, "the master")
         if table != self.table:
             self.table = table
-            self._next_version()
+            self.next_version()
             self.unsettled = {}  # a change still unsettled undoes itself in the table it was made in
             await asyncio.shield(self.journal.replace_soon(self.serialize()))
 
@@ -228,7 +231,7 @@ class TopicConfigManager:
         self.table.update((cfg.topic_name, cfg) for cfg in puts)
         if deleted is not None:
             self.table.pop(deleted)
-        self._next_version()
+        self.next_version()
 
     def _settled(self, durable: asyncio.Future[None], names: list[str], settled: asyncio.Future[None]) -> None:
         """The change's record durable or failed (undone by then): its topics out of ``pending``, and only then
@@ -238,7 +241,7 @@ class TopicConfigManager:
                 del self.pending[name]
         failed = durable.exception()
         if failed is not None:
-            self._next_version()  # undone: the table differs from the one a registration may have sent meanwhile
+            self.next_version()  # undone: the table differs from the one a registration may have sent meanwhile
             log.error("topic%s %s not stored: %s", "" if len(names) == 1 else "s", ", ".join(names[:10]), failed)
             settled.set_exception(failed)
             settled.exception()  # logged above: not again as never retrieved when no request waits for it

@@ -247,7 +247,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def _queues_pb(self, cfg: TopicConfig, queue_ids: Iterable[int]) -> list[pb.MessageQueue]:
         (host, port), master = await self._server_of(cfg.topic_name)
-        readable, writable = PermName.is_readable(cfg.perm), PermName.is_writeable(cfg.perm) and master
+        perm = PermName.within(cfg.perm, self.broker.core.permission)  # as the name servers have it
+        readable, writable = PermName.is_readable(perm), PermName.is_writeable(perm) and master
         permission = pb.READ_WRITE if readable and writable else pb.READ if readable else \
             pb.WRITE if writable else pb.NONE
         # Broker id 0 from every member, as RocketMQ's proxy answers: the official clients read only from id 0.

@@ -52,6 +52,13 @@ class RegisterTopicRequestHeader(Header):
 
 
 @dataclasses.dataclass(slots=True)
+class WipeWritePermOfBrokerRequestHeader(Header):
+    """WIPE_WRITE_PERM_OF_BROKER's and ADD_WRITE_PERM_OF_BROKER's header."""
+
+    broker_name: str
+
+
+@dataclasses.dataclass(slots=True)
 class TopicRegistration:
     """REGISTER_TOPIC_IN_NAMESRV as read once: the topic and its queues on the registering broker."""
 
@@ -134,6 +141,10 @@ class NamesrvProcessor:
             RequestSpec(RequestCode.GET_BROKER_CLUSTER_INFO, no_header, any_user, self._cluster_info),
             RequestSpec(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, no_header, cluster_get, self._topic_list),
             RequestSpec(RequestCode.DELETE_TOPIC_IN_NAMESRV, parse_delete_topic, cluster_update, self._delete_topic),
+            RequestSpec(RequestCode.WIPE_WRITE_PERM_OF_BROKER, header(WipeWritePermOfBrokerRequestHeader),
+                        cluster_update, self._wipe_write_perm),
+            RequestSpec(RequestCode.ADD_WRITE_PERM_OF_BROKER, header(WipeWritePermOfBrokerRequestHeader),
+                        cluster_update, self._add_write_perm),
         ]
 
     def _parse_registration(self, cmd: RemotingCommand) -> Registration:
@@ -190,6 +201,18 @@ class NamesrvProcessor:
     def _delete_topic(self, conn: Connection, cmd: RemotingCommand, h: DeleteTopicRequestHeader) -> RemotingCommand:
         self.routes.delete_topic(h.topic)
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+
+    def _wipe_write_perm(self, conn: Connection, cmd: RemotingCommand,
+                         h: WipeWritePermOfBrokerRequestHeader) -> RemotingCommand:
+        count = self.routes.wipe_write_perm_of_broker(h.broker_name)
+        log.info("write permission of broker %s wiped by %s: %d topics", h.broker_name, conn.remote_address, count)
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": str(count)})
+
+    def _add_write_perm(self, conn: Connection, cmd: RemotingCommand,
+                        h: WipeWritePermOfBrokerRequestHeader) -> RemotingCommand:
+        count = self.routes.add_write_perm_of_broker(h.broker_name)
+        log.info("write permission of broker %s added by %s: %d topics", h.broker_name, conn.remote_address, count)
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"addTopicCount": str(count)})
 
     def _closed(self, conn_id: int) -> None:
         self._watched.discard(conn_id)

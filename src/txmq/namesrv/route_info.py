@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from txmq.data_version import DataVersion
-from txmq.topic import TopicConfig
+from txmq.topic import PermName, TopicConfig
 
 log = logging.getLogger("txmq.namesrv")
 
@@ -228,6 +229,27 @@ class RouteInfoManager:
             queues[qd.broker_name] = qd
             self._forget_version(qd.broker_name)
         return True
+
+    def wipe_write_perm_of_broker(self, broker_name: str) -> int:
+        """Take write off every queue of ``broker_name`` (RocketMQ's ``wipeWritePermOfBrokerByLock``): producers
+        stop sending to it at their next route poll. The number of its topics. It lasts until the broker's
+        registration is read in full again (its topic table changed, or it is new to this name server), as in
+        RocketMQ: the broker registers its own permissions then."""
+        return self._set_perm_of_broker(broker_name, lambda perm: perm & ~PermName.PERM_WRITE)
+
+    def add_write_perm_of_broker(self, broker_name: str) -> int:
+        """Make every queue of ``broker_name`` readable and writable again (RocketMQ's
+        ``addWritePermOfBrokerByLock``, which sets both). The number of its topics."""
+        return self._set_perm_of_broker(broker_name, lambda perm: PermName.READ_WRITE)
+
+    def _set_perm_of_broker(self, broker_name: str, perm_of: Callable[[int], int]) -> int:
+        count = 0
+        for queues in self.topic_queue_table.values():
+            qd = queues.get(broker_name)
+            if qd is not None:
+                qd.perm = perm_of(qd.perm)
+                count += 1
+        return count
 
     def delete_topic(self, topic: str) -> None:
         for broker_name in self.topic_queue_table.pop(topic, {}):

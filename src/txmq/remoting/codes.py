@@ -125,6 +125,7 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE = 324
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
+    ADD_WRITE_PERM_OF_BROKER = 327
     RECALL_MESSAGE = 370  # RocketMQ 5.3: cancel a scheduled timer message by its recall handle
     BROKER_HEARTBEAT = 904  # RocketMQ 5: a broker in controller mode to the controller
     GET_BROKER_HA_STATUS = 907  # RocketMQ 5 (mqadmin haStatus)

@@ -15,7 +15,7 @@ import contextlib
 import errno
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 log = logging.getLogger("txmq.store")
 
@@ -37,6 +37,9 @@ class Durability:
     def __init__(self) -> None:
         self.reason = ""  # the file whose fsync failed and the error; "" while every fsync succeeded
         self._lock = threading.Lock()  # the flush and checkpoint threads may fail at once: one ERROR line
+        # Called once, on the thread whose fsync failed, when durability is lost: the broker stops taking writes
+        # and tells its name servers, so that producers route elsewhere instead of being refused here.
+        self.listeners: list[Callable[[], None]] = []
 
     @property
     def lost(self) -> bool:
@@ -53,6 +56,8 @@ class Durability:
             self.reason = f"fsync of {path} failed: {code} {exc.strerror or exc}"
         log.error("durability lost: %s; the flushed offset and the checkpoint stay where they are and puts are "
                   "refused: restart the broker (recovery rebuilds from the last good checkpoint)", self.reason)
+        for listener in self.listeners:
+            listener()
 
     @contextlib.contextmanager
     def fsyncing(self, path: str) -> Iterator[None]:

@@ -143,6 +143,7 @@ class PullService:
         self.topics = topics
         self.groups = groups
         self.stats = stats
+        self.readable = True  # the broker's permission as it serves it has read (BrokerCore.set_permission)
         self.hold_service = PullRequestHoldService(config.max_held_pulls_per_connection, config.max_held_pulls)
         store.add_arrival_listener(self.hold_service.notify_message_arriving)
 
@@ -153,8 +154,10 @@ class PullService:
 
     def refusal(self, group: str, topic: str, queue_id: int | None) -> Refusal | None:
         """Why ``group`` may not read ``topic`` (one queue of it; None: the whole topic, as a pop reads it), or
-        None: an internal topic, a topic or queue that does not exist, a group whose consumption is off, a topic
-        that is not readable."""
+        None: a broker that does not read (``brokerPermission``), an internal topic, a topic or queue that does not
+        exist, a group whose consumption is off, a topic that is not readable."""
+        if not self.readable:
+            return Refusal(Kind.NO_PERMISSION, f"the broker[{self.config.broker_ip1}] pulling message is forbidden")
         internal = internal_refusal(topic)
         if internal is not None:
             return Refusal(Kind.NO_PERMISSION, internal)

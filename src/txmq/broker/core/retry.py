@@ -45,6 +45,7 @@ class RetryService:
         self.schedule = schedule
         self.consumers = consumers
         self.store_host = store_host
+        self.writeable = True  # the broker's permission as it serves it has write (BrokerCore.set_permission)
 
     def to_dead_letters(self, msg: MessageExt, group: str) -> Refusal | None:
         """Rewrite ``msg`` in place to be stored in ``group``'s dead-letter topic (created read-write). Every dead
@@ -107,7 +108,10 @@ class RetryService:
         the last level), or in its dead-letter topic once it was consumed ``max_times`` times or when
         ``delay_level`` is negative. Only the topic it is stored in is created: BUSY, nothing stored, when the
         broker may create no more topics now. A refusal is the adapter's to log (per host: a consumer may repeat
-        one)."""
+        one). Refused NO_PERMISSION by a broker that does not write, as RocketMQ refuses it (its Java consumer then
+        sends the message to its retry topic through a producer, which routes to a broker that writes)."""
+        if not self.writeable:
+            return Refusal(Kind.NO_PERMISSION, f"the broker[{self.store_host[0]}] sending message is forbidden")
         origin = record.msg
         if origin is None:
             return Refusal(Kind.MESSAGE_GONE, f"look message by offset {record.offset} failed: {record.why}")

@@ -9,6 +9,7 @@ from txmq.store.results cimport is_stored
 cdef class SendService:
     cdef public object config, store, topics, manager, transactions, schedule, timers, retries
     cdef public BrokerStats stats
+    cdef public bint writeable
 
     cpdef object topic_of(self, object topic, Py_ssize_t size, bint batch, object create_from)
     cpdef object queue_of(self, object cfg, object queue_id)
@@ -16,6 +17,7 @@ cdef class SendService:
     cpdef object accept_batch(self, list entries, dict batch_props, object born_timestamp)
     cdef object _half_batch_refusal(self, list entries, dict batch_props, Py_ssize_t halves)
     cdef object _rejected_transaction(self)
+    cdef object _write_refusal(self)
     cdef object _timer_refusal(self, MessageExt msg, bint half)
     cpdef object route_retry(self, MessageExt msg, object max_times)
     cpdef object put(self, MessageExt msg, bint half, object delay_level, object answer=*, object waiter=*)

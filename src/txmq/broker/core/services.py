@@ -9,6 +9,7 @@ from txmq.broker.core.pull import PullService
 from txmq.broker.core.retry import RetryService
 from txmq.broker.core.send import SendService
 from txmq.broker.core.topics import TopicService
+from txmq.topic import PermName
 
 if TYPE_CHECKING:
     from txmq.broker.client_manager import ConsumerManager
@@ -35,3 +36,11 @@ class BrokerCore:
         self.sends = SendService(config, store, self.topics, stats, transactions, schedule, timers, self.retries)
         self.pulls = PullService(config, store, topic_configs, subscription_groups, stats)
         self.pop = PopService(store, offsets, self.pulls, self.retries, max_states=config.pop_state_max_entries)
+        self.permission = PermName.READ_WRITE
+
+    def set_permission(self, permission: int) -> None:
+        """Serve ``permission`` (PermName's bits): sends and send-backs refused without write, pulls and pops
+        without read. Each path tests one attribute, set here."""
+        self.permission = permission
+        self.sends.writeable = self.retries.writeable = PermName.is_writeable(permission)
+        self.pulls.readable = PermName.is_readable(permission)

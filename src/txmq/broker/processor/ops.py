@@ -285,6 +285,7 @@ class OpsProcessor:
         broker.config.update(values)
         broker.check_service.check_max = broker.config.transaction_check_max
         broker.check_service.check_interval_ms = broker.config.transaction_check_interval
+        broker.apply_permission()
         self.config_version += 1
         log.info("broker config updated by an operator: %s", values)
         return _answer(cmd)
@@ -362,6 +363,7 @@ def runtime_info(broker: BrokerController) -> dict[str, str]:
     table: dict[str, Any] = {
         "brokerVersionDesc": f"txmq {VERSION}", "brokerVersion": VERSION,
         "brokerRole": broker.config.broker_role,
+        "brokerPermission": broker.core.permission,  # as served: without write once durability is lost
         "putTps": " ".join(f"{v:.2f}" for v in put), "getTransferedTps": " ".join(f"{v:.2f}" for v in get),
         "msgPutTotalTodayNow": totals[("BROKER_PUT_NUMS", "")], "msgGetTotalTodayNow": totals[("BROKER_GET_NUMS", "")],
         "commitLogMaxOffset": store.max_phy_offset, "commitLogMinOffset": store.min_phy_offset,

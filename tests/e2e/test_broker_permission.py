@@ -1,0 +1,75 @@
+"""A broker's permission end to end (real processes over TCP): ``updateBrokerConfig brokerPermission 4`` on one
+broker of two makes producers send to the other, a send aimed at it is refused; ``wipeWritePerm`` and
+``addWritePerm`` take write off a broker's routes at the name servers and give it back."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.e2e.test_admin import admin, ok
+from txmq import Admin, BrokerError, Message, MessageQueue, Producer
+from txmq.admin.client import MQAdminExt
+from txmq.errors import ClientError
+from txmq.remoting.codes import ResponseCode
+
+
+def route_perms(namesrv: str, topic: str) -> dict[str, int]:
+    with MQAdminExt(namesrv) as mq_admin:
+        return {qd["brokerName"]: qd["perm"] for qd in mq_admin.route(topic)["queueDatas"]}
+
+
+def wait_perms(namesrv: str, topic: str, perms: dict[str, int], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (found := route_perms(namesrv, topic)) != perms:
+        assert time.monotonic() < deadline, found
+        time.sleep(0.05)
+
+
+def test_a_read_only_broker_gets_no_sends_and_refuses_one_aimed_at_it(cluster):
+    cluster.start_broker("broker-a", {"grpcPort": -1})
+    cluster.start_broker("broker-b", {"grpcPort": -1})
+    with Admin(cluster.namesrv_addr) as topics:
+        topics.create_topic("perm_t", queue_nums=2)
+    cluster.wait_route("perm_t", brokers=2)
+    wait_perms(cluster.namesrv_addr, "perm_t", {"broker-a": 6, "broker-b": 6})
+
+    ok(cluster, "updateBrokerConfig", "-b", "broker-a", "-k", "brokerPermission", "-v", "4")
+    wait_perms(cluster.namesrv_addr, "perm_t", {"broker-a": 4, "broker-b": 6}, timeout=5)  # not a 30 s period
+    assert re.search(r"brokerPermission\s+: 4$", ok(cluster, "brokerStatus", "-b", "broker-a"), re.M)
+    with Producer("perm_p", cluster.namesrv_addr, retry_times=0) as producer:
+        sent = [producer.send(Message("perm_t", f"m{i}".encode())) for i in range(8)]
+        assert {r.message_queue.broker_name for r in sent} == {"broker-b"}
+        with pytest.raises(BrokerError, match=r"the broker\[127\.0\.0\.1\] sending message is forbidden") as refused:
+            producer.send(Message("perm_t", b"aimed"), queue=MessageQueue("perm_t", "broker-a", 0))
+        assert refused.value.code == ResponseCode.NO_PERMISSION
+
+    ok(cluster, "updateBrokerConfig", "-b", "broker-a", "-k", "brokerPermission", "-v", "6")
+    wait_perms(cluster.namesrv_addr, "perm_t", {"broker-a": 6, "broker-b": 6}, timeout=5)
+    with Producer("perm_p2", cluster.namesrv_addr, retry_times=0) as producer:
+        sent = [producer.send(Message("perm_t", f"n{i}".encode())) for i in range(8)]
+        assert {r.message_queue.broker_name for r in sent} == {"broker-a", "broker-b"}
+
+
+def test_wipe_and_add_write_perm_through_mqadmin(cluster):
+    cluster.start_broker("broker-a", {"grpcPort": -1})
+    with Admin(cluster.namesrv_addr) as topics:
+        topics.create_topic("wipe_t", queue_nums=1)
+    cluster.wait_route("wipe_t")
+    ns = cluster.namesrv_addr
+
+    out = ok(cluster, "wipeWritePerm", "-b", "broker-a")
+    found = re.fullmatch(rf"wipe write perm of broker\[broker-a\] in name server\[{re.escape(ns)}\] OK, (\d+)\n", out)
+    assert found and int(found.group(1)) >= 1, out
+    assert route_perms(ns, "wipe_t") == {"broker-a": 4}
+    with (Producer("wipe_p", ns, retry_times=0) as producer,
+          pytest.raises(ClientError, match="no route for topic wipe_t")):
+        producer.send(Message("wipe_t", b"x"))
+
+    out = ok(cluster, "addWritePerm", "-b", "broker-a", "-n", ns)  # mqadmin's flags, -n after the command
+    assert out == f"add write perm of broker[broker-a] in name server[{ns}] OK, {found.group(1)}\n", out
+    assert route_perms(ns, "wipe_t") == {"broker-a": 6}
+    code, out = admin(cluster, "wipeWritePerm")
+    assert code != 0 and "-b" in out, out
