@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import orjson
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from tests.acl.conftest import ADMIN, ATTACKER, PLAIN_ACL
 from tests.broker.test_journal_off_loop import _grpc_received, _pull, _send, _send_back
@@ -219,5 +220,38 @@ def test_only_an_admin_may_wipe_or_add_a_broker_s_write_permission(tmp_path: Pat
                                                                         {"brokerName": "b"}), 10)
             assert reply.code == ResponseCode.SUCCESS and reply.ext_fields["wipeTopicCount"] == "1"
             assert queue(ns, "T").perm == 4
+
+    asyncio.run(main())
+
+
+async def grpc_pulled(stub: MessagingServiceStub, topic: str, poll_s: int) -> list[pb.Status]:
+    """The statuses a gRPC PullMessage of queue 0 of ``topic`` from its start answers, held up to ``poll_s``."""
+    call = stub.PullMessage(spb.PullMessageRequest(
+        group=pb.Resource(name="g"), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
+        offset=0, batch_size=32, filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        long_polling_timeout=Duration(seconds=poll_s)), metadata=[("x-mq-client-id", "c")], timeout=30)
+    return [answer.status async for answer in call if answer.HasField("status")]
+
+
+def test_pulls_held_while_the_broker_stops_reading_are_refused_when_they_wake(tmp_path: Path) -> None:
+    """Long-polling pulls (remoting and gRPC) held on an empty queue when brokerPermission becomes 2 (write only):
+    the send that wakes them is taken, and they are answered NO_PERMISSION, as RocketMQ runs a woken pull's request
+    again, rather than with the message."""
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port) as broker,
+                    RemotingClient() as client, grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            addr = broker.config.broker_addr
+            await broker.topic_config_manager.update(TopicConfig("T", 1, 1))
+            held = asyncio.ensure_future(client.invoke(addr, _pull("g", "T", suspend_ms=20_000), 30))
+            grpc_held = asyncio.ensure_future(grpc_pulled(MessagingServiceStub(channel), "T", 20))
+            await until(lambda: broker.core.pulls.hold_service.held == 2)
+            await update_config(client, addr, "brokerPermission", "2")
+            assert (await client.invoke(addr, _send("T"), 10)).code == ResponseCode.SUCCESS
+            reply = await held
+            assert (reply.code, reply.remark) == (ResponseCode.NO_PERMISSION,
+                                                  "the broker[127.0.0.1] pulling message is forbidden")
+            assert [(s.code, s.message) for s in await grpc_held] == [
+                (pb.Code.FORBIDDEN, "the broker[127.0.0.1] pulling message is forbidden")]
 
     asyncio.run(main())

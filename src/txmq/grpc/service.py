@@ -659,7 +659,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 pull = pulls.hold(topic, q, request.offset)  # no owner: grpcio cancels a call whose client left
                 if isinstance(pull, Refusal):
                     raise pull
-                got = await pulls.read_held(pull, poll / 1000, group, topic, q, request.offset, batch, filt) or got
+                woken = await pulls.read_held(pull, poll / 1000, group, topic, q, request.offset, batch, filt)
+                if isinstance(woken, Refusal):
+                    raise woken
+                got = woken or got
         except Exception as exc:
             yield spb.PullMessageResponse(status=_refusal(exc, "PullMessage"))
             return
