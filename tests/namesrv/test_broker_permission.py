@@ -255,3 +255,31 @@ def test_pulls_held_while_the_broker_stops_reading_are_refused_when_they_wake(tm
                 (pb.Code.FORBIDDEN, "the broker[127.0.0.1] pulling message is forbidden")]
 
     asyncio.run(main())
+
+
+def test_a_read_only_broker_refuses_a_forward_to_the_dead_letters(tmp_path: Path) -> None:
+    """gRPC ForwardMessageToDeadLetterQueue is the send-back of RocketMQ's proxy (CONSUMER_SEND_MSG_BACK): a broker
+    without write refuses it FORBIDDEN, nothing stored, the message still in flight; back to 6, it is forwarded."""
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port) as broker,
+                    RemotingClient() as client, grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            addr = broker.config.broker_addr
+            await broker.topic_config_manager.update(TopicConfig("T", 1, 1))
+            assert (await client.invoke(addr, _send("T"), 10)).code == ResponseCode.SUCCESS
+            (received,), _ = await _grpc_received(stub, "T", 30_000)
+            forward = spb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name="g"), topic=pb.Resource(name="T"),
+                receipt_handle=received.system_properties.receipt_handle,
+                message_id=received.system_properties.message_id)
+            await update_config(client, addr, "brokerPermission", "4")
+            end = broker.store.commit_log.max_offset
+            refused = (await stub.ForwardMessageToDeadLetterQueue(forward, timeout=10)).status
+            assert (refused.code, refused.message) == (pb.Code.FORBIDDEN, FORBIDDEN_SEND)
+            assert broker.store.commit_log.max_offset == end and "%DLQ%g" not in broker.topic_config_manager.table
+            await update_config(client, addr, "brokerPermission", "6")
+            assert (await stub.ForwardMessageToDeadLetterQueue(forward, timeout=10)).status.code == pb.Code.OK
+            await until(lambda: broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1)
+
+    asyncio.run(main())

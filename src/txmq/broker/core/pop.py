@@ -502,7 +502,11 @@ class PopService:
         """The consumer gives up on a delivery: its message to the group's dead letters, now. It is held in flight
         while its store waits (for the disk, for its topic's creation), so that a receive neither delivers it again
         nor stores it in the dead letters a second time; refused, it is in flight as it was. BUSY while another
-        forward of it waits."""
+        forward of it waits; NO_PERMISSION by a broker that does not write (a send-back, as RocketMQ's proxy sends
+        it)."""
+        refused = self.retries.write_refusal()
+        if refused is not None:
+            raise refused
         found = self._entry(group, handle)
         if found is None:
             return
