@@ -66,7 +66,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.broker")
 
 MAX_SPAN = 4096
-ABANDONED_SCAN = 1024  # busy states looked at, the longest untouched first, when no idle one makes room
+# Deliveries looked at by a receive that needs room once no idle state makes it (``_abandoned``): what a refused
+# receive costs stays small however many states hold how many deliveries.
+ABANDONED_SCAN = 1024
 # A line per group and LOG_EVERY_S: each receive finding a message due for the dead letters tries it again.
 _DEAD_LETTERS_REFUSED = RefusalLog(log, "dead letters not stored, kept in flight")
 _tokens = itertools.count(1)
@@ -124,6 +126,17 @@ class QueueState:
     groups: Counter[str] = field(default_factory=Counter)  # message groups with a delivery in flight
 
 
+def _all_overdue(st: QueueState, now: int) -> tuple[bool, int]:
+    """Whether every delivery of ``st`` is overdue at ``now``, and how many were looked at to tell (up to the
+    first still invisible)."""
+    looked = 0
+    for e in st.inflight.values():
+        looked += 1
+        if e.deadline_ms >= now:
+            return False, looked
+    return True, max(looked, 1)
+
+
 @dataclass(slots=True)
 class Delivery:
     message: MessageExt
@@ -146,8 +159,8 @@ class PopService:
         # dropped last, those whose committed offset the offset table does not hold (``_droppable``)
         self._idle: dict[tuple[str, str, int], None] = {}
         self._unkept: dict[tuple[str, str, int], None] = {}
-        # the states with deliveries in flight, the longest untouched by a receive or an ack first: one whose
-        # deliveries are all overdue was left by its group, and may go too (``_abandoned``)
+        # the states with deliveries in flight, the longest untouched by a receive, an ack or a look for room first:
+        # one whose deliveries are all overdue was left by its group, and may go too (``_abandoned``)
         self._busy: dict[tuple[str, str, int], None] = {}
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._rotation = itertools.count()
@@ -228,21 +241,30 @@ class PopService:
         self._forget(dropped)
 
     def _abandoned(self, count: int, group: str, topic: str) -> list[tuple[str, str, int]]:
-        """Up to ``count`` states whose every delivery is overdue, not the receiving group's own of ``topic``,
-        among the ``ABANDONED_SCAN`` untouched longest: a receive of their group would have delivered those again
-        with new deadlines, so none came since. Dropped, the group reads on from its committed offset (which the
-        offset table must hold): what was in flight is delivered again as a first attempt, and the handles of those
-        deliveries ack nothing. Without this, groups that receive and leave could hold every state and lock new
-        groups out."""
+        """Up to ``count`` states whose every delivery is overdue, not the receiving group's own of ``topic``, the
+        longest untouched first: a receive of their group would have delivered those again with new deadlines, so
+        none came since. Dropped, the group reads on from its committed offset (which the offset table must hold):
+        what was in flight is delivered again as a first attempt, and the handles of those deliveries ack nothing.
+        Without this, groups that receive and leave could hold every state and lock new groups out. About
+        ``ABANDONED_SCAN`` deliveries are looked at, and the states looked at and kept go last: the next receive
+        looks further, so states still invisible hide none behind them."""
         now = _now_ms()
         found: list[tuple[str, str, int]] = []
-        for key in itertools.islice(self._busy, ABANDONED_SCAN):
-            if len(found) == count:
+        kept: list[tuple[str, str, int]] = []
+        budget = ABANDONED_SCAN
+        for key in self._busy:
+            if len(found) == count or budget <= 0:
                 break
             st = self.states[key]
-            overdue = max((e.deadline_ms for e in st.inflight.values()), default=0) < now
+            overdue, looked = _all_overdue(st, now)
+            budget -= looked
             if overdue and (key[0] != group or key[1] != topic) and self.offsets.query(*key) == st.committed:
                 found.append(key)
+            else:
+                kept.append(key)
+        for key in kept:
+            del self._busy[key]
+            self._busy[key] = None
         return found
 
     def _droppable(self, count: int, group: str, topic: str) -> list[tuple[str, str, int]]:
