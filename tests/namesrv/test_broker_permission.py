@@ -119,7 +119,7 @@ def test_a_read_only_broker_registers_its_topics_without_write_and_refuses_sends
 
 def test_a_write_only_broker_refuses_pulls_on_both_protocols(tmp_path: Path) -> None:
     """brokerPermission=2 from the start: routes without read, sends taken, remoting pulls and gRPC receives
-    refused."""
+    refused, no gRPC assignment."""
     async def main() -> None:
         grpc_port = free_port()
         async with (namesrv() as ns,
@@ -134,6 +134,12 @@ def test_a_write_only_broker_refuses_pulls_on_both_protocols(tmp_path: Path) -> 
                                                   "the broker[127.0.0.1] pulling message is forbidden")
             messages, codes = await _grpc_received(MessagingServiceStub(channel), "T", 30_000)
             assert not messages and codes == [pb.Code.FORBIDDEN], codes
+            # a push consumer is assigned nothing to receive from, as RocketMQ's proxy answers it
+            assigned = await MessagingServiceStub(channel).QueryAssignment(spb.QueryAssignmentRequest(
+                topic=pb.Resource(name="T"), group=pb.Resource(name="g")), metadata=[("x-mq-client-id", "c")],
+                timeout=10)
+            assert (assigned.status.code, assigned.status.message, list(assigned.assignments)) == (
+                pb.Code.FORBIDDEN, "no readable queue", [])
 
     asyncio.run(main())
 

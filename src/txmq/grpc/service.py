@@ -275,6 +275,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             _group(request.group)
             # One assignment for the whole broker: a receive pops from every queue of the topic (as the proxy).
             mq, = await self._queues_pb(cfg, (-1,))
+            if mq.permission not in (pb.READ, pb.READ_WRITE):  # the topic or the broker does not read: as the proxy
+                return spb.QueryAssignmentResponse(status=status(Code.FORBIDDEN, "no readable queue"))
             return spb.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=mq)])
         except Exception as exc:
             return spb.QueryAssignmentResponse(status=_refusal(exc, "QueryAssignment"))
