@@ -289,3 +289,30 @@ def test_a_read_only_broker_refuses_a_forward_to_the_dead_letters(tmp_path: Path
             await until(lambda: broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1)
 
     asyncio.run(main())
+
+
+def test_a_slave_routes_gRPC_clients_to_its_master_with_the_master_s_permission(tmp_path: Path) -> None:
+    """A slave's gRPC route points at its master's endpoint: the queues' permission there is the master's, as the
+    name servers have it, not the slave's own: a master that stopped writing is routed read-only, and a slave that
+    stopped writing (its store lost durability) does not take write off a master that writes."""
+    async def main() -> None:
+        master_grpc, slave_grpc = free_port(), free_port()
+        async with (namesrv() as ns,
+                    broker_of(ns, tmp_path / "m", broker_name="b", grpc_port=master_grpc) as master,
+                    broker_of(ns, tmp_path / "s", broker_name="b", grpc_port=slave_grpc, broker_id=1,
+                              broker_role="SLAVE") as slave,
+                    RemotingClient() as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{slave_grpc}") as channel):
+            stub = MessagingServiceStub(channel)
+            await master.topic_config_manager.update(TopicConfig("T", 1, 1))
+            await perm_of(ns, "T", 6)
+            assert await grpc_route(stub, "T") == {pb.READ_WRITE}
+            await update_config(client, master.config.broker_addr, "brokerPermission", "4")
+            await perm_of(ns, "T", 4)
+            assert await grpc_route(stub, "T") == {pb.READ}
+            await update_config(client, master.config.broker_addr, "brokerPermission", "6")
+            await update_config(client, slave.config.broker_addr, "brokerPermission", "4")
+            await perm_of(ns, "T", 6)
+            assert await grpc_route(stub, "T") == {pb.READ_WRITE}
+
+    asyncio.run(main())

@@ -235,20 +235,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise cfg
         return cfg
 
-    async def _server_of(self, topic: str) -> tuple[tuple[str, int], bool]:
-        """The gRPC endpoint that serves ``topic`` for this group, and whether it takes sends: this broker unless
-        it is a slave whose master the name server lists (then the master's; the slave itself once it is gone)."""
+    async def _server_of(self, cfg: TopicConfig) -> tuple[tuple[str, int], int]:
+        """The gRPC endpoint that serves ``cfg``'s topic for this group, and the perm its queues are routed with, as
+        the name servers have it: this broker and its own unless it is a slave whose master the name server lists
+        (then the master's endpoint and the perm the name server routes it with; the slave itself, without write,
+        once it is gone)."""
+        own = PermName.within(cfg.perm, self.broker.core.permission)
         if self.broker.config.is_slave:
-            master = await self.group_route.master_endpoint(topic)
+            master = await self.group_route.master_endpoint(cfg.topic_name)
             if master is not None:
-                return master, True
-            return self.endpoint, False  # a slave refuses sends (HA_NOT_AVAILABLE)
-        return self.endpoint, True
+                return master
+            return self.endpoint, own & ~PermName.PERM_WRITE  # a slave refuses sends (HA_NOT_AVAILABLE)
+        return self.endpoint, own
 
     async def _queues_pb(self, cfg: TopicConfig, queue_ids: Iterable[int]) -> list[pb.MessageQueue]:
-        (host, port), master = await self._server_of(cfg.topic_name)
-        perm = PermName.within(cfg.perm, self.broker.core.permission)  # as the name servers have it
-        readable, writable = PermName.is_readable(perm), PermName.is_writeable(perm) and master
+        (host, port), perm = await self._server_of(cfg)
+        readable, writable = PermName.is_readable(perm), PermName.is_writeable(perm)
         permission = pb.READ_WRITE if readable and writable else pb.READ if readable else \
             pb.WRITE if writable else pb.NONE
         # Broker id 0 from every member, as RocketMQ's proxy answers: the official clients read only from id 0.
