@@ -252,3 +252,30 @@ def test_states_still_invisible_do_not_hide_from_new_groups_those_their_groups_l
             assert ("left", TOPIC, 0) not in broker.core.pop.states
 
     asyncio.run(main())
+
+
+def test_states_whose_groups_left_make_room_with_the_offset_table_full(tmp_path: Path) -> None:
+    """With the offset table full (consumerOffsetMaxEntries, which groups that come and go fill first: their offsets
+    stay when their states go), a new group's offset is kept by its pop state alone; such a state, its deliveries
+    all overdue, is dropped too, after those the offset table holds: otherwise groups that receive and leave would
+    lock new groups out for good again once the table is full. Its group then reads the queue from its first
+    offset, as after a restart."""
+    async def main() -> None:
+        async with serving_grpc(tmp_path, pop_state_max_entries=2, consumer_offset_max_entries=1) as (
+                broker, addr, client, stub):
+            pop = broker.core.pop
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            for body in (b"m0", b"m1"):
+                assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
+            invisible_ms = 200
+            due = time.monotonic() + invisible_ms / 1000
+            for group in ("left_kept", "left_unkept"):  # the first takes the offset table's one entry
+                assert len((await _grpc_received(stub, TOPIC, invisible_ms, group=group))[0]) == 2
+            await asyncio.sleep(max(0.0, due - time.monotonic()) + 0.05)  # both leavers' deliveries are overdue
+            assert len((await _grpc_received(stub, TOPIC, 30_000, group="newcomer"))[0]) == 2
+            assert set(pop.states) == {("left_unkept", TOPIC, 0), ("newcomer", TOPIC, 0)}
+            got, codes = await _grpc_received(stub, TOPIC, 30_000, group="third")
+            assert codes == [pb.Code.OK] and len(got) == 2, codes
+            assert set(pop.states) == {("newcomer", TOPIC, 0), ("third", TOPIC, 0)}
+
+    asyncio.run(main())

@@ -15,8 +15,9 @@ A queue is not read further while ``next - committed`` reaches ``MAX_SPAN``, so 
 entries per queue whatever its consumers do. The states are at most ``popStateMaxEntries`` (``max_states``): a
 receive may name any group, and each group it names would otherwise hold a state per queue while the broker runs.
 To make room, a state with nothing in flight is dropped, the longest idle first (it is read again from the group's
-committed offset, which holds all it knew; one whose offset the full offset table could not take goes last); when
-every state holds messages in flight, a receive that needs a new one is refused BUSY.
+committed offset, which holds all it knew; one whose offset the full offset table could not take goes last); then
+a state whose deliveries are all overdue, its group gone (``_abandoned``); when every state holds messages still
+invisible, a receive that needs a new one is refused BUSY.
 
 A message not acked before its deadline is delivered again with its attempt count raised; after
 ``max_delivery_attempts`` it goes to ``%DLQ%<group>``. Messages of one message group (FIFO) are delivered in
@@ -243,13 +244,15 @@ class PopService:
     def _abandoned(self, count: int, group: str, topic: str) -> list[tuple[str, str, int]]:
         """Up to ``count`` states whose every delivery is overdue, not the receiving group's own of ``topic``, the
         longest untouched first: a receive of their group would have delivered those again with new deadlines, so
-        none came since. Dropped, the group reads on from its committed offset (which the offset table must hold):
-        what was in flight is delivered again as a first attempt, and the handles of those deliveries ack nothing.
-        Without this, groups that receive and leave could hold every state and lock new groups out. About
-        ``ABANDONED_SCAN`` deliveries are looked at, and the states looked at and kept go last: the next receive
-        looks further, so states still invisible hide none behind them."""
+        none came since. Dropped, the group reads on from its committed offset: what was in flight is delivered
+        again as a first attempt, and the handles of those deliveries ack nothing. Those whose committed offset
+        only the state knows (``consumerOffsetMaxEntries`` was full) go last: their group then reads the queue from
+        its first offset, as after a restart. Without this, groups that receive and leave could hold every state
+        and lock new groups out. About ``ABANDONED_SCAN`` deliveries are looked at, and the states looked at and
+        kept go last: the next receive looks further, so states still invisible hide none behind them."""
         now = _now_ms()
         found: list[tuple[str, str, int]] = []
+        unkept: list[tuple[str, str, int]] = []
         kept: list[tuple[str, str, int]] = []
         budget = ABANDONED_SCAN
         for key in self._busy:
@@ -258,14 +261,15 @@ class PopService:
             st = self.states[key]
             overdue, looked = _all_overdue(st, now)
             budget -= looked
-            if overdue and (key[0] != group or key[1] != topic) and self.offsets.query(*key) == st.committed:
-                found.append(key)
-            else:
+            if not overdue or (key[0] == group and key[1] == topic):
                 kept.append(key)
-        for key in kept:
+            else:
+                (found if self.offsets.query(*key) == st.committed else unkept).append(key)
+        taken = count - len(found)
+        for key in kept + unkept[taken:]:
             del self._busy[key]
             self._busy[key] = None
-        return found
+        return found + unkept[:taken]
 
     def _droppable(self, count: int, group: str, topic: str) -> list[tuple[str, str, int]]:
         """Up to ``count`` states with nothing in flight, not the receiving group's own of ``topic``: first those
