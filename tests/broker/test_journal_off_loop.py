@@ -1120,10 +1120,12 @@ def test_deletions_of_one_stored_group_beyond_the_bound_while_the_disk_is_slow_a
     asyncio.run(main())
 
 
-def _pull(group: str, topic: str) -> RemotingCommand:
-    """A pull of queue 0 of ``topic`` from its start, not held."""
+def _pull(group: str, topic: str, suspend_ms: int = 0) -> RemotingCommand:
+    """A pull of queue 0 of ``topic`` from its start, held up to ``suspend_ms`` while it finds nothing (0: not
+    held)."""
+    flags = PullMessageRequestHeader.FLAG_SUBSCRIPTION | (PullMessageRequestHeader.FLAG_SUSPEND if suspend_ms else 0)
     header = PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=0, queue_offset=0,
-                                      sys_flag=PullMessageRequestHeader.FLAG_SUBSCRIPTION, suspend_timeout_millis=0,
+                                      sys_flag=flags, suspend_timeout_millis=suspend_ms,
                                       subscription="*", expression_type="TAG")
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext())
 

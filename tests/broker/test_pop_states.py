@@ -12,8 +12,11 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.broker.test_journal_off_loop import _grpc_received, _send, serving_grpc
 from txmq.broker.controller import BrokerController
+from txmq.broker.core import pop as pop_module
 from txmq.broker.subscription_group_manager import SubscriptionGroupConfig
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
@@ -219,5 +222,60 @@ def test_a_group_deleted_with_its_offsets_makes_room_in_a_full_offset_table(tmp_
             assert offsets.table == {}
             assert await _consumed(stub, "h") == [b"m0"]
             assert offsets.query("h", TOPIC, 0) == 1
+
+    asyncio.run(main())
+
+
+def test_states_still_invisible_do_not_hide_from_new_groups_those_their_groups_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A receive that needs room looks at a bounded number of deliveries (``ABANDONED_SCAN``, here 2), and the
+    states it looked at and kept go last: states untouched longest whose deliveries are still invisible do not
+    hide, for as long as they hold them, a state behind them whose group left. A new group gets room within a few
+    receives."""
+    monkeypatch.setattr(pop_module, "ABANDONED_SCAN", 2)
+
+    async def main() -> None:
+        async with serving_grpc(tmp_path, pop_state_max_entries=4) as (broker, addr, client, stub):
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            for body in (b"m0", b"m1"):
+                assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
+            for group in ("holding0", "holding1", "holding2"):
+                assert len((await _grpc_received(stub, TOPIC, 30_000, group=group))[0]) == 2
+            invisible_ms = 200
+            due = time.monotonic() + invisible_ms / 1000
+            assert len((await _grpc_received(stub, TOPIC, invisible_ms, group="left"))[0]) == 2
+            await asyncio.sleep(max(0.0, due - time.monotonic()) + 0.05)  # the leaver's deliveries are overdue
+            codes = []
+            while pb.Code.OK not in codes and len(codes) < 4:
+                codes += (await _grpc_received(stub, TOPIC, 30_000, group="newcomer"))[1]
+            assert codes[-1] == pb.Code.OK, codes
+            assert ("left", TOPIC, 0) not in broker.core.pop.states
+
+    asyncio.run(main())
+
+
+def test_states_whose_groups_left_make_room_with_the_offset_table_full(tmp_path: Path) -> None:
+    """With the offset table full (consumerOffsetMaxEntries, which groups that come and go fill first: their offsets
+    stay when their states go), a new group's offset is kept by its pop state alone; such a state, its deliveries
+    all overdue, is dropped too, after those the offset table holds: otherwise groups that receive and leave would
+    lock new groups out for good again once the table is full. Its group then reads the queue from its first
+    offset, as after a restart."""
+    async def main() -> None:
+        async with serving_grpc(tmp_path, pop_state_max_entries=2, consumer_offset_max_entries=1) as (
+                broker, addr, client, stub):
+            pop = broker.core.pop
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            for body in (b"m0", b"m1"):
+                assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
+            invisible_ms = 200
+            due = time.monotonic() + invisible_ms / 1000
+            for group in ("left_kept", "left_unkept"):  # the first takes the offset table's one entry
+                assert len((await _grpc_received(stub, TOPIC, invisible_ms, group=group))[0]) == 2
+            await asyncio.sleep(max(0.0, due - time.monotonic()) + 0.05)  # both leavers' deliveries are overdue
+            assert len((await _grpc_received(stub, TOPIC, 30_000, group="newcomer"))[0]) == 2
+            assert set(pop.states) == {("left_unkept", TOPIC, 0), ("newcomer", TOPIC, 0)}
+            got, codes = await _grpc_received(stub, TOPIC, 30_000, group="third")
+            assert codes == [pb.Code.OK] and len(got) == 2, codes
+            assert set(pop.states) == {("newcomer", TOPIC, 0), ("third", TOPIC, 0)}
 
     asyncio.run(main())

@@ -13,6 +13,7 @@ from tests.e2e.test_admin import admin, ok
 from txmq import Admin, BrokerError, Message, MessageQueue, Producer
 from txmq.admin.client import MQAdminExt
 from txmq.errors import ClientError
+from txmq.ports import free_port
 from txmq.remoting.codes import ResponseCode
 
 
@@ -73,3 +74,20 @@ def test_wipe_and_add_write_perm_through_mqadmin(cluster):
     assert route_perms(ns, "wipe_t") == {"broker-a": 6}
     code, out = admin(cluster, "wipeWritePerm")
     assert code != 0 and "-b" in out, out
+
+
+def test_wipe_write_perm_goes_on_past_a_name_server_that_does_not_answer(cluster):
+    """Each name server is asked in turn, as mqadmin does: one that cannot be reached is reported Failed and the
+    others are still wiped (a drain is when a name server may be down); the exit code says one failed."""
+    cluster.start_broker("broker-a", {"grpcPort": -1})
+    with Admin(cluster.namesrv_addr) as topics:
+        topics.create_topic("wipe_down_t", queue_nums=1)
+    cluster.wait_route("wipe_down_t")
+    ns, down = cluster.namesrv_addr, f"127.0.0.1:{free_port()}"
+
+    code, out = admin(cluster, "wipeWritePerm", "-b", "broker-a", "-n", f"{down};{ns}")
+    assert code == 1, out
+    assert out.startswith(f"wipe write perm of broker[broker-a] in name server[{down}] Failed: "), out
+    assert re.search(rf"^wipe write perm of broker\[broker-a\] in name server\[{re.escape(ns)}\] OK, \d+$", out,
+                     re.M), out
+    assert route_perms(ns, "wipe_down_t") == {"broker-a": 4}

@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import orjson
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from tests.acl.conftest import ADMIN, ATTACKER, PLAIN_ACL
 from tests.broker.test_journal_off_loop import _grpc_received, _pull, _send, _send_back
@@ -118,7 +119,7 @@ def test_a_read_only_broker_registers_its_topics_without_write_and_refuses_sends
 
 def test_a_write_only_broker_refuses_pulls_on_both_protocols(tmp_path: Path) -> None:
     """brokerPermission=2 from the start: routes without read, sends taken, remoting pulls and gRPC receives
-    refused."""
+    refused, no gRPC assignment."""
     async def main() -> None:
         grpc_port = free_port()
         async with (namesrv() as ns,
@@ -133,6 +134,12 @@ def test_a_write_only_broker_refuses_pulls_on_both_protocols(tmp_path: Path) -> 
                                                   "the broker[127.0.0.1] pulling message is forbidden")
             messages, codes = await _grpc_received(MessagingServiceStub(channel), "T", 30_000)
             assert not messages and codes == [pb.Code.FORBIDDEN], codes
+            # a push consumer is assigned nothing to receive from, as RocketMQ's proxy answers it
+            assigned = await MessagingServiceStub(channel).QueryAssignment(spb.QueryAssignmentRequest(
+                topic=pb.Resource(name="T"), group=pb.Resource(name="g")), metadata=[("x-mq-client-id", "c")],
+                timeout=10)
+            assert (assigned.status.code, assigned.status.message, list(assigned.assignments)) == (
+                pb.Code.FORBIDDEN, "no readable queue", [])
 
     asyncio.run(main())
 
@@ -219,5 +226,93 @@ def test_only_an_admin_may_wipe_or_add_a_broker_s_write_permission(tmp_path: Pat
                                                                         {"brokerName": "b"}), 10)
             assert reply.code == ResponseCode.SUCCESS and reply.ext_fields["wipeTopicCount"] == "1"
             assert queue(ns, "T").perm == 4
+
+    asyncio.run(main())
+
+
+async def grpc_pulled(stub: MessagingServiceStub, topic: str, poll_s: int) -> list[pb.Status]:
+    """The statuses a gRPC PullMessage of queue 0 of ``topic`` from its start answers, held up to ``poll_s``."""
+    call = stub.PullMessage(spb.PullMessageRequest(
+        group=pb.Resource(name="g"), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
+        offset=0, batch_size=32, filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        long_polling_timeout=Duration(seconds=poll_s)), metadata=[("x-mq-client-id", "c")], timeout=30)
+    return [answer.status async for answer in call if answer.HasField("status")]
+
+
+def test_pulls_held_while_the_broker_stops_reading_are_refused_when_they_wake(tmp_path: Path) -> None:
+    """Long-polling pulls (remoting and gRPC) held on an empty queue when brokerPermission becomes 2 (write only):
+    the send that wakes them is taken, and they are answered NO_PERMISSION, as RocketMQ runs a woken pull's request
+    again, rather than with the message."""
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port) as broker,
+                    RemotingClient() as client, grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            addr = broker.config.broker_addr
+            await broker.topic_config_manager.update(TopicConfig("T", 1, 1))
+            held = asyncio.ensure_future(client.invoke(addr, _pull("g", "T", suspend_ms=20_000), 30))
+            grpc_held = asyncio.ensure_future(grpc_pulled(MessagingServiceStub(channel), "T", 20))
+            await until(lambda: broker.core.pulls.hold_service.held == 2)
+            await update_config(client, addr, "brokerPermission", "2")
+            assert (await client.invoke(addr, _send("T"), 10)).code == ResponseCode.SUCCESS
+            reply = await held
+            assert (reply.code, reply.remark) == (ResponseCode.NO_PERMISSION,
+                                                  "the broker[127.0.0.1] pulling message is forbidden")
+            assert [(s.code, s.message) for s in await grpc_held] == [
+                (pb.Code.FORBIDDEN, "the broker[127.0.0.1] pulling message is forbidden")]
+
+    asyncio.run(main())
+
+
+def test_a_read_only_broker_refuses_a_forward_to_the_dead_letters(tmp_path: Path) -> None:
+    """gRPC ForwardMessageToDeadLetterQueue is the send-back of RocketMQ's proxy (CONSUMER_SEND_MSG_BACK): a broker
+    without write refuses it FORBIDDEN, nothing stored, the message still in flight; back to 6, it is forwarded."""
+    async def main() -> None:
+        grpc_port = free_port()
+        async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port) as broker,
+                    RemotingClient() as client, grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+            stub = MessagingServiceStub(channel)
+            addr = broker.config.broker_addr
+            await broker.topic_config_manager.update(TopicConfig("T", 1, 1))
+            assert (await client.invoke(addr, _send("T"), 10)).code == ResponseCode.SUCCESS
+            (received,), _ = await _grpc_received(stub, "T", 30_000)
+            forward = spb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name="g"), topic=pb.Resource(name="T"),
+                receipt_handle=received.system_properties.receipt_handle,
+                message_id=received.system_properties.message_id)
+            await update_config(client, addr, "brokerPermission", "4")
+            end = broker.store.commit_log.max_offset
+            refused = (await stub.ForwardMessageToDeadLetterQueue(forward, timeout=10)).status
+            assert (refused.code, refused.message) == (pb.Code.FORBIDDEN, FORBIDDEN_SEND)
+            assert broker.store.commit_log.max_offset == end and "%DLQ%g" not in broker.topic_config_manager.table
+            await update_config(client, addr, "brokerPermission", "6")
+            assert (await stub.ForwardMessageToDeadLetterQueue(forward, timeout=10)).status.code == pb.Code.OK
+            await until(lambda: broker.store.get_max_offset_in_queue("%DLQ%g", 0) == 1)
+
+    asyncio.run(main())
+
+
+def test_a_slave_routes_gRPC_clients_to_its_master_with_the_master_s_permission(tmp_path: Path) -> None:
+    """A slave's gRPC route points at its master's endpoint: the queues' permission there is the master's, as the
+    name servers have it, not the slave's own: a master that stopped writing is routed read-only, and a slave that
+    stopped writing (its store lost durability) does not take write off a master that writes."""
+    async def main() -> None:
+        master_grpc, slave_grpc = free_port(), free_port()
+        async with (namesrv() as ns,
+                    broker_of(ns, tmp_path / "m", broker_name="b", grpc_port=master_grpc) as master,
+                    broker_of(ns, tmp_path / "s", broker_name="b", grpc_port=slave_grpc, broker_id=1,
+                              broker_role="SLAVE") as slave,
+                    RemotingClient() as client,
+                    grpc.aio.insecure_channel(f"127.0.0.1:{slave_grpc}") as channel):
+            stub = MessagingServiceStub(channel)
+            await master.topic_config_manager.update(TopicConfig("T", 1, 1))
+            await perm_of(ns, "T", 6)
+            assert await grpc_route(stub, "T") == {pb.READ_WRITE}
+            await update_config(client, master.config.broker_addr, "brokerPermission", "4")
+            await perm_of(ns, "T", 4)
+            assert await grpc_route(stub, "T") == {pb.READ}
+            await update_config(client, master.config.broker_addr, "brokerPermission", "6")
+            await update_config(client, slave.config.broker_addr, "brokerPermission", "4")
+            await perm_of(ns, "T", 6)
+            assert await grpc_route(stub, "T") == {pb.READ_WRITE}
 
     asyncio.run(main())

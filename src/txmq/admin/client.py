@@ -11,7 +11,7 @@ import orjson
 from txmq.client.admin import Admin
 from txmq.client.instance import MASTER_ID, MessageQueue
 from txmq.conf import parse_properties
-from txmq.errors import BrokerError, ClientError
+from txmq.errors import BrokerError, ClientError, TxmqError
 from txmq.message import MessageConst, MessageExt, decode_messages, decode_offset_msg_id
 from txmq.remoting import fastjson
 from txmq.remoting.admin_headers import (
@@ -102,18 +102,21 @@ class MQAdminExt(Admin):
         body = "".join(f"{k}={v}\n" for k, v in values.items()).encode()
         self._call(self._invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body))
 
-    def write_perm_of_broker(self, code: int, broker_name: str) -> list[tuple[str, int]]:
+    def write_perm_of_broker(self, code: int, broker_name: str) -> list[tuple[str, int | TxmqError]]:
         """WIPE_WRITE_PERM_OF_BROKER or ADD_WRITE_PERM_OF_BROKER on every name server, as mqadmin sends it: each
-        name server's address and how many of the broker's topics it changed."""
+        name server's address and how many of the broker's topics it changed, or why it did not answer so. One
+        that fails does not stop the others: each keeps its routes apart."""
         field = "wipeTopicCount" if code == RequestCode.WIPE_WRITE_PERM_OF_BROKER else "addTopicCount"
 
-        async def each() -> list[tuple[str, int]]:
-            out = []
-            for addr in (a.strip() for a in self.namesrv.split(";")):
-                if addr:
-                    resp = await self._invoke(addr, code, {"brokerName": broker_name})
-                    out.append((addr, int(resp.ext_fields.get(field) or 0)))
-            return out
+        async def one(addr: str) -> int | TxmqError:
+            try:
+                resp = await self._invoke(addr, code, {"brokerName": broker_name})
+            except TxmqError as exc:
+                return exc
+            return int(resp.ext_fields.get(field) or 0)
+
+        async def each() -> list[tuple[str, int | TxmqError]]:
+            return [(addr, await one(addr)) for addr in (a.strip() for a in self.namesrv.split(";")) if addr]
 
         return self._call(each())
 

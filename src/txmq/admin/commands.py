@@ -113,19 +113,25 @@ def update_broker_config(admin: MQAdminExt, args: argparse.Namespace) -> int:
 BROKER_NAME = opt("-b", "--brokerName", dest="broker", required=True, help="broker name")
 
 
+def _write_perm(admin: MQAdminExt, code: int, what: str, broker: str) -> int:
+    """``code`` on each name server, a line for each as mqadmin prints it; 1 when one failed."""
+    failed = False
+    for addr, count in admin.write_perm_of_broker(code, broker):
+        failed = failed or isinstance(count, Exception)
+        result = f"Failed: {count}" if isinstance(count, Exception) else f"OK, {count}"
+        print(f"{what} write perm of broker[{broker}] in name server[{addr}] {result}")
+    return int(failed)
+
+
 @command("wipeWritePerm", "take write off a broker's topics at each name server: producers send elsewhere (until "
          "the broker registers a changed topic table)", BROKER_NAME)
 def wipe_write_perm(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    for addr, count in admin.write_perm_of_broker(RequestCode.WIPE_WRITE_PERM_OF_BROKER, args.broker):
-        print(f"wipe write perm of broker[{args.broker}] in name server[{addr}] OK, {count}")
-    return 0
+    return _write_perm(admin, RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipe", args.broker)
 
 
 @command("addWritePerm", "make a broker's topics readable and writable again at each name server", BROKER_NAME)
 def add_write_perm(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    for addr, count in admin.write_perm_of_broker(RequestCode.ADD_WRITE_PERM_OF_BROKER, args.broker):
-        print(f"add write perm of broker[{args.broker}] in name server[{addr}] OK, {count}")
-    return 0
+    return _write_perm(admin, RequestCode.ADD_WRITE_PERM_OF_BROKER, "add", args.broker)
 
 
 # --- topics -----------------------------------------------------------------------------------------------

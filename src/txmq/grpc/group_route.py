@@ -32,10 +32,12 @@ class GroupRoute:
         self._grpc_of: dict[str, tuple[str, int]] = {}  # master's remoting address -> its gRPC endpoint
         self._warned: set[str] = set()  # masters without a gRPC endpoint
 
-    async def master_endpoint(self, topic: str) -> tuple[str, int] | None:
-        """The group master's gRPC endpoint while a name server lists it and it answers; None when it is gone
-        (or no name server answers: a slave with slaveReadEnable serves reads rather than nobody)."""
-        master = await self._master_addr(topic)
+    async def master_endpoint(self, topic: str) -> tuple[tuple[str, int], int] | None:
+        """The group master's gRPC endpoint while a name server lists it and it answers, and the perm that name
+        server routes the group's queues of ``topic`` with (the master's permission, a wipe, not this slave's);
+        None when it is gone (or no name server answers: a slave with slaveReadEnable serves reads rather than
+        nobody)."""
+        master, perm = await self._master_addr(topic)
         if not master:
             return None
         if master not in self._grpc_of:
@@ -43,7 +45,7 @@ class GroupRoute:
             if endpoint is None:
                 return None
             self._grpc_of[master] = endpoint
-        return self._grpc_of[master]
+        return self._grpc_of[master], perm
 
     async def _invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand | None:
         try:
@@ -51,8 +53,9 @@ class GroupRoute:
         except (ClientError, OSError):
             return None
 
-    async def _master_addr(self, topic: str) -> str:
-        """Broker id 0's remoting address in the topic's route, as the first name server answering has it."""
+    async def _master_addr(self, topic: str) -> tuple[str, int]:
+        """Broker id 0's remoting address in the topic's route and the perm of the group's queues there, as the
+        first name server answering has them; ("", 0) when it has none."""
         name = self.broker.config.broker_name
         for addr in filter(None, (a.strip() for a in self.broker.config.namesrv_addr.split(";"))):
             resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
@@ -60,12 +63,15 @@ class GroupRoute:
             if resp is None:
                 continue
             if resp.code != ResponseCode.SUCCESS:
-                return ""
-            for data in orjson.loads(resp.body).get("brokerDatas") or ():
-                if data.get("brokerName") == name:
-                    return str((data.get("brokerAddrs") or {}).get("0", ""))
-            return ""
-        return ""
+                return "", 0
+            route = orjson.loads(resp.body)
+            perm = next((qd.get("perm") for qd in route.get("queueDatas") or () if qd.get("brokerName") == name),
+                        None)
+            for data in route.get("brokerDatas") or ():
+                if data.get("brokerName") == name and isinstance(perm, int):
+                    return str((data.get("brokerAddrs") or {}).get("0", "")), perm
+            return "", 0
+        return "", 0
 
     async def _ask_grpc_endpoint(self, master: str) -> tuple[str, int] | None:
         resp = await self._invoke(master, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))

@@ -235,20 +235,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise cfg
         return cfg
 
-    async def _server_of(self, topic: str) -> tuple[tuple[str, int], bool]:
-        """The gRPC endpoint that serves ``topic`` for this group, and whether it takes sends: this broker unless
-        it is a slave whose master the name server lists (then the master's; the slave itself once it is gone)."""
+    async def _server_of(self, cfg: TopicConfig) -> tuple[tuple[str, int], int]:
+        """The gRPC endpoint that serves ``cfg``'s topic for this group, and the perm its queues are routed with, as
+        the name servers have it: this broker and its own unless it is a slave whose master the name server lists
+        (then the master's endpoint and the perm the name server routes it with; the slave itself, without write,
+        once it is gone)."""
+        own = PermName.within(cfg.perm, self.broker.core.permission)
         if self.broker.config.is_slave:
-            master = await self.group_route.master_endpoint(topic)
+            master = await self.group_route.master_endpoint(cfg.topic_name)
             if master is not None:
-                return master, True
-            return self.endpoint, False  # a slave refuses sends (HA_NOT_AVAILABLE)
-        return self.endpoint, True
+                return master
+            return self.endpoint, own & ~PermName.PERM_WRITE  # a slave refuses sends (HA_NOT_AVAILABLE)
+        return self.endpoint, own
 
     async def _queues_pb(self, cfg: TopicConfig, queue_ids: Iterable[int]) -> list[pb.MessageQueue]:
-        (host, port), master = await self._server_of(cfg.topic_name)
-        perm = PermName.within(cfg.perm, self.broker.core.permission)  # as the name servers have it
-        readable, writable = PermName.is_readable(perm), PermName.is_writeable(perm) and master
+        (host, port), perm = await self._server_of(cfg)
+        readable, writable = PermName.is_readable(perm), PermName.is_writeable(perm)
         permission = pb.READ_WRITE if readable and writable else pb.READ if readable else \
             pb.WRITE if writable else pb.NONE
         # Broker id 0 from every member, as RocketMQ's proxy answers: the official clients read only from id 0.
@@ -275,6 +277,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             _group(request.group)
             # One assignment for the whole broker: a receive pops from every queue of the topic (as the proxy).
             mq, = await self._queues_pb(cfg, (-1,))
+            if mq.permission not in (pb.READ, pb.READ_WRITE):  # the topic or the broker does not read: as the proxy
+                return spb.QueryAssignmentResponse(status=status(Code.FORBIDDEN, "no readable queue"))
             return spb.QueryAssignmentResponse(status=status(), assignments=[pb.Assignment(message_queue=mq)])
         except Exception as exc:
             return spb.QueryAssignmentResponse(status=_refusal(exc, "QueryAssignment"))
@@ -659,7 +663,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 pull = pulls.hold(topic, q, request.offset)  # no owner: grpcio cancels a call whose client left
                 if isinstance(pull, Refusal):
                     raise pull
-                got = await pulls.read_held(pull, poll / 1000, group, topic, q, request.offset, batch, filt) or got
+                woken = await pulls.read_held(pull, poll / 1000, group, topic, q, request.offset, batch, filt)
+                if isinstance(woken, Refusal):
+                    raise woken
+                got = woken or got
         except Exception as exc:
             yield spb.PullMessageResponse(status=_refusal(exc, "PullMessage"))
             return

@@ -15,8 +15,9 @@ A queue is not read further while ``next - committed`` reaches ``MAX_SPAN``, so 
 entries per queue whatever its consumers do. The states are at most ``popStateMaxEntries`` (``max_states``): a
 receive may name any group, and each group it names would otherwise hold a state per queue while the broker runs.
 To make room, a state with nothing in flight is dropped, the longest idle first (it is read again from the group's
-committed offset, which holds all it knew; one whose offset the full offset table could not take goes last); when
-every state holds messages in flight, a receive that needs a new one is refused BUSY.
+committed offset, which holds all it knew; one whose offset the full offset table could not take goes last); then
+a state whose deliveries are all overdue, its group gone (``_abandoned``); when every state holds messages still
+invisible, a receive that needs a new one is refused BUSY.
 
 A message not acked before its deadline is delivered again with its attempt count raised; after
 ``max_delivery_attempts`` it goes to ``%DLQ%<group>``. Messages of one message group (FIFO) are delivered in
@@ -66,7 +67,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("txmq.broker")
 
 MAX_SPAN = 4096
-ABANDONED_SCAN = 1024  # busy states looked at, the longest untouched first, when no idle one makes room
+# Deliveries looked at by a receive that needs room once no idle state makes it (``_abandoned``): what a refused
+# receive costs stays small however many states hold how many deliveries.
+ABANDONED_SCAN = 1024
 # A line per group and LOG_EVERY_S: each receive finding a message due for the dead letters tries it again.
 _DEAD_LETTERS_REFUSED = RefusalLog(log, "dead letters not stored, kept in flight")
 _tokens = itertools.count(1)
@@ -124,6 +127,17 @@ class QueueState:
     groups: Counter[str] = field(default_factory=Counter)  # message groups with a delivery in flight
 
 
+def _all_overdue(st: QueueState, now: int) -> tuple[bool, int]:
+    """Whether every delivery of ``st`` is overdue at ``now``, and how many were looked at to tell (up to the
+    first still invisible)."""
+    looked = 0
+    for e in st.inflight.values():
+        looked += 1
+        if e.deadline_ms >= now:
+            return False, looked
+    return True, max(looked, 1)
+
+
 @dataclass(slots=True)
 class Delivery:
     message: MessageExt
@@ -146,8 +160,8 @@ class PopService:
         # dropped last, those whose committed offset the offset table does not hold (``_droppable``)
         self._idle: dict[tuple[str, str, int], None] = {}
         self._unkept: dict[tuple[str, str, int], None] = {}
-        # the states with deliveries in flight, the longest untouched by a receive or an ack first: one whose
-        # deliveries are all overdue was left by its group, and may go too (``_abandoned``)
+        # the states with deliveries in flight, the longest untouched by a receive, an ack or a look for room first:
+        # one whose deliveries are all overdue was left by its group, and may go too (``_abandoned``)
         self._busy: dict[tuple[str, str, int], None] = {}
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._rotation = itertools.count()
@@ -228,22 +242,34 @@ class PopService:
         self._forget(dropped)
 
     def _abandoned(self, count: int, group: str, topic: str) -> list[tuple[str, str, int]]:
-        """Up to ``count`` states whose every delivery is overdue, not the receiving group's own of ``topic``,
-        among the ``ABANDONED_SCAN`` untouched longest: a receive of their group would have delivered those again
-        with new deadlines, so none came since. Dropped, the group reads on from its committed offset (which the
-        offset table must hold): what was in flight is delivered again as a first attempt, and the handles of those
-        deliveries ack nothing. Without this, groups that receive and leave could hold every state and lock new
-        groups out."""
+        """Up to ``count`` states whose every delivery is overdue, not the receiving group's own of ``topic``, the
+        longest untouched first: a receive of their group would have delivered those again with new deadlines, so
+        none came since. Dropped, the group reads on from its committed offset: what was in flight is delivered
+        again as a first attempt, and the handles of those deliveries ack nothing. Those whose committed offset
+        only the state knows (``consumerOffsetMaxEntries`` was full) go last: their group then reads the queue from
+        its first offset, as after a restart. Without this, groups that receive and leave could hold every state
+        and lock new groups out. About ``ABANDONED_SCAN`` deliveries are looked at, and the states looked at and
+        kept go last: the next receive looks further, so states still invisible hide none behind them."""
         now = _now_ms()
         found: list[tuple[str, str, int]] = []
-        for key in itertools.islice(self._busy, ABANDONED_SCAN):
-            if len(found) == count:
+        unkept: list[tuple[str, str, int]] = []
+        kept: list[tuple[str, str, int]] = []
+        budget = ABANDONED_SCAN
+        for key in self._busy:
+            if len(found) == count or budget <= 0:
                 break
             st = self.states[key]
-            overdue = max((e.deadline_ms for e in st.inflight.values()), default=0) < now
-            if overdue and (key[0] != group or key[1] != topic) and self.offsets.query(*key) == st.committed:
-                found.append(key)
-        return found
+            overdue, looked = _all_overdue(st, now)
+            budget -= looked
+            if not overdue or (key[0] == group and key[1] == topic):
+                kept.append(key)
+            else:
+                (found if self.offsets.query(*key) == st.committed else unkept).append(key)
+        taken = count - len(found)
+        for key in kept + unkept[taken:]:
+            del self._busy[key]
+            self._busy[key] = None
+        return found + unkept[:taken]
 
     def _droppable(self, count: int, group: str, topic: str) -> list[tuple[str, str, int]]:
         """Up to ``count`` states with nothing in flight, not the receiving group's own of ``topic``: first those
@@ -502,7 +528,11 @@ class PopService:
         """The consumer gives up on a delivery: its message to the group's dead letters, now. It is held in flight
         while its store waits (for the disk, for its topic's creation), so that a receive neither delivers it again
         nor stores it in the dead letters a second time; refused, it is in flight as it was. BUSY while another
-        forward of it waits."""
+        forward of it waits; NO_PERMISSION by a broker that does not write (a send-back, as RocketMQ's proxy sends
+        it)."""
+        refused = self.retries.write_refusal()
+        if refused is not None:
+            raise refused
         found = self._entry(group, handle)
         if found is None:
             return

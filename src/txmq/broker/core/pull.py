@@ -204,9 +204,11 @@ class PullService:
         return got.status in _HOLD and offset >= got.max_offset
 
     async def read_held(self, pull: HeldPull, timeout_s: float, group: str, topic: str, queue_id: int, offset: int,
-                        max_nums: int, filt: MessageFilter) -> GetMessageResult | None:
+                        max_nums: int, filt: MessageFilter) -> GetMessageResult | Refusal | None:
         """Hold ``pull`` until a message arrives or ``timeout_s`` passes, then read again; None when its owner
-        closed meanwhile (nobody to answer)."""
+        closed meanwhile (nobody to answer). The read is checked again first (``refusal``), as RocketMQ runs a
+        woken pull's request again: the broker may have stopped reading meanwhile (``brokerPermission``), or the
+        topic or the group's consumption gone."""
         if not await self.hold_service.wait(pull, max(0.0, timeout_s)):
             return None
-        return self.read(group, topic, queue_id, offset, max_nums, filt)
+        return self.refusal(group, topic, queue_id) or self.read(group, topic, queue_id, offset, max_nums, filt)

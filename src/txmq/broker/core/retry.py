@@ -110,8 +110,9 @@ class RetryService:
         broker may create no more topics now. A refusal is the adapter's to log (per host: a consumer may repeat
         one). Refused NO_PERMISSION by a broker that does not write, as RocketMQ refuses it (its Java consumer then
         sends the message to its retry topic through a producer, which routes to a broker that writes)."""
-        if not self.writeable:
-            return Refusal(Kind.NO_PERMISSION, f"the broker[{self.store_host[0]}] sending message is forbidden")
+        refused = self.write_refusal()
+        if refused is not None:
+            return refused
         origin = record.msg
         if origin is None:
             return Refusal(Kind.MESSAGE_GONE, f"look message by offset {record.offset} failed: {record.why}")
@@ -123,6 +124,13 @@ class RetryService:
             return await self._stored_dead_letter(msg, group, "send back")
         return (self._to_retry(msg, group, delay_level or FIRST_RETRY_LEVEL + origin.reconsume_times)
                 or await self._put(msg, "send back"))
+
+    def write_refusal(self) -> Refusal | None:
+        """NO_PERMISSION for a message a consumer gives back to a broker that does not write (RocketMQ's
+        ``consumerSendMsgBack``, which its proxy's forward to the dead letters sends too), else None."""
+        if self.writeable:
+            return None
+        return Refusal(Kind.NO_PERMISSION, f"the broker[{self.store_host[0]}] sending message is forbidden")
 
     def _to_retry(self, msg: MessageExt, group: str, level: int) -> Refusal | None:
         """``msg`` diverted to wait ``level`` (at most the last level) before it enters the group's retry topic,

@@ -101,6 +101,8 @@ class PullMessageProcessor:
                     filt: MessageFilter, hold_ms: int) -> RemotingCommand | None:
         got = await self.pulls.read_held(pull, hold_ms / 1000, h.consumer_group, h.topic,
                                          h.queue_id, h.queue_offset, h.max_msg_nums, filt)
+        if isinstance(got, Refusal):
+            return refused(cmd, got)
         return None if got is None else self._response(cmd, h, got)
 
     def _response(self, cmd: RemotingCommand, h: PullMessageRequestHeader, r: GetMessageResult) -> RemotingCommand:
