@@ -48,6 +48,12 @@ async def _consumed(stub: MessagingServiceStub, group: str) -> list[bytes]:
     return [m.body for m in got]
 
 
+async def _overdue(due: float) -> None:
+    """Until deliveries invisible until ``due`` (monotonic) count as left by their group (``ABANDONED_GRACE_MS``
+    past it)."""
+    await asyncio.sleep(max(0.0, due + pop_module.ABANDONED_GRACE_MS / 1000 - time.monotonic()) + 0.05)
+
+
 async def _two_consumed(broker: BrokerController, addr: str, client: RemotingClient,
                         stub: MessagingServiceStub) -> None:
     """A one-queue topic holding m0 and m1, which group ``g`` received and acked: its pop state exists."""
@@ -104,16 +110,19 @@ def test_states_whose_groups_left_their_deliveries_overdue_make_room_for_new_gro
             for body in (b"m0", b"m1"):
                 assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
             invisible_ms = 2000
-            due = time.monotonic() + invisible_ms / 1000
             for group in ("left0", "left1"):
                 got, _ = await _grpc_received(stub, TOPIC, invisible_ms, group=group)
                 assert [m.body for m in got] == [b"m0", b"m1"]
+            due = time.monotonic() + invisible_ms / 1000  # no later than the leavers' deadlines
             holding, _ = await _grpc_received(stub, TOPIC, 30_000, group="holding")
             assert len(holding) == 2
             # every state holds a delivery still invisible: refused, as before
             assert await _grpc_received(stub, TOPIC, 30_000, group="newcomer") == ([], [pb.Code.TOO_MANY_REQUESTS])
+            # just past their deadlines, the leavers' states are left to a receive of their own group
+            await asyncio.sleep(max(0.0, due - time.monotonic()) + 0.05)
+            assert await _grpc_received(stub, TOPIC, 30_000, group="newcomer") == ([], [pb.Code.TOO_MANY_REQUESTS])
 
-            await asyncio.sleep(max(0.0, due - time.monotonic()) + 0.05)  # the leavers' deliveries are overdue
+            await _overdue(due)  # the leavers' deliveries are overdue by the grace
             assert await _consumed(stub, "newcomer") == [b"m0", b"m1"]
             assert set(pop.states) == {("left1", TOPIC, 0), ("holding", TOPIC, 0), ("newcomer", TOPIC, 0)}
 
@@ -242,9 +251,9 @@ def test_states_still_invisible_do_not_hide_from_new_groups_those_their_groups_l
             for group in ("holding0", "holding1", "holding2"):
                 assert len((await _grpc_received(stub, TOPIC, 30_000, group=group))[0]) == 2
             invisible_ms = 200
-            due = time.monotonic() + invisible_ms / 1000
             assert len((await _grpc_received(stub, TOPIC, invisible_ms, group="left"))[0]) == 2
-            await asyncio.sleep(max(0.0, due - time.monotonic()) + 0.05)  # the leaver's deliveries are overdue
+            due = time.monotonic() + invisible_ms / 1000  # no later than the leaver's deadlines
+            await _overdue(due)  # the leaver's deliveries are overdue
             codes = []
             while pb.Code.OK not in codes and len(codes) < 4:
                 codes += (await _grpc_received(stub, TOPIC, 30_000, group="newcomer"))[1]
@@ -268,10 +277,10 @@ def test_states_whose_groups_left_make_room_with_the_offset_table_full(tmp_path:
             for body in (b"m0", b"m1"):
                 assert (await client.invoke(addr, _send(TOPIC, body=body), 10)).code == ResponseCode.SUCCESS
             invisible_ms = 200
-            due = time.monotonic() + invisible_ms / 1000
             for group in ("left_kept", "left_unkept"):  # the first takes the offset table's one entry
                 assert len((await _grpc_received(stub, TOPIC, invisible_ms, group=group))[0]) == 2
-            await asyncio.sleep(max(0.0, due - time.monotonic()) + 0.05)  # both leavers' deliveries are overdue
+            due = time.monotonic() + invisible_ms / 1000  # no later than the leavers' deadlines
+            await _overdue(due)  # both leavers' deliveries are overdue
             assert len((await _grpc_received(stub, TOPIC, 30_000, group="newcomer"))[0]) == 2
             assert set(pop.states) == {("left_unkept", TOPIC, 0), ("newcomer", TOPIC, 0)}
             got, codes = await _grpc_received(stub, TOPIC, 30_000, group="third")

@@ -70,6 +70,9 @@ MAX_SPAN = 4096
 # Deliveries looked at by a receive that needs room once no idle state makes it (``_abandoned``): what a refused
 # receive costs stays small however many states hold how many deliveries.
 ABANDONED_SCAN = 1024
+# How long past its deadline a delivery must be for its state to count as left by its group: a long-polling
+# receive of the group wakes at the deadline to deliver it again, and a state is not taken from under it.
+ABANDONED_GRACE_MS = 1000
 # A line per group and LOG_EVERY_S: each receive finding a message due for the dead letters tries it again.
 _DEAD_LETTERS_REFUSED = RefusalLog(log, "dead letters not stored, kept in flight")
 _tokens = itertools.count(1)
@@ -128,12 +131,13 @@ class QueueState:
 
 
 def _all_overdue(st: QueueState, now: int) -> tuple[bool, int]:
-    """Whether every delivery of ``st`` is overdue at ``now``, and how many were looked at to tell (up to the
-    first still invisible)."""
+    """Whether every delivery of ``st`` is overdue at ``now`` by ``ABANDONED_GRACE_MS``, and how many were looked
+    at to tell (up to the first that is not)."""
     looked = 0
+    past = now - ABANDONED_GRACE_MS
     for e in st.inflight.values():
         looked += 1
-        if e.deadline_ms >= now:
+        if e.deadline_ms >= past:
             return False, looked
     return True, max(looked, 1)
 
