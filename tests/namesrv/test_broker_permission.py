@@ -147,9 +147,9 @@ def test_a_write_only_broker_refuses_pulls_on_both_protocols(tmp_path: Path) -> 
 def test_a_store_that_lost_durability_makes_its_broker_read_only_in_the_routes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The commit log's fsync fails: the broker registers its topics without write at once (producers route away
-    at their next route poll), says so in one line, and still refuses a send as a store that lost durability
-    does; its configured brokerPermission stays 6, the permission it serves is 4, and setting 6 again does not
-    bring write back."""
+    at their next route poll), says so in one line, and still refuses a send, and a consumer's send-back, as a store
+    that lost durability does; its configured brokerPermission stays 6, the permission it serves is 4, and setting
+    6 again does not bring write back."""
     async def main() -> None:
         async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b",
                                                store={"flush_disk_type": FlushDiskType.SYNC_FLUSH}) as broker,
@@ -162,6 +162,8 @@ def test_a_store_that_lost_durability_makes_its_broker_read_only_in_the_routes(
             assert failed and reply.code == ResponseCode.FLUSH_DISK_TIMEOUT, (reply.code, reply.remark)
             await perm_of(ns, "T", 4)
             reply = await client.invoke(addr, _send("T"), 10)
+            assert reply.code == ResponseCode.SERVICE_NOT_AVAILABLE and "failed an fsync" in reply.remark, reply.remark
+            reply = await client.invoke(addr, _send_back(0, "g", 0), 10)  # a consumer's give-back: the same answer
             assert reply.code == ResponseCode.SERVICE_NOT_AVAILABLE and "failed an fsync" in reply.remark, reply.remark
             assert await served(client, broker) == ("6", "4")
             await update_config(client, addr, "brokerPermission", "6")

@@ -126,10 +126,15 @@ class RetryService:
                 or await self._put(msg, "send back"))
 
     def write_refusal(self) -> Refusal | None:
-        """NO_PERMISSION for a message a consumer gives back to a broker that does not write (RocketMQ's
-        ``consumerSendMsgBack``, which its proxy's forward to the dead letters sends too), else None."""
+        """Why a broker that does not write refuses a send or a message a consumer gives back (RocketMQ's
+        ``consumerSendMsgBack``, which its proxy's forward to the dead letters sends too), else None: its store lost
+        durability (SERVICE_NOT_AVAILABLE saying so, as the store's own refusal does), or ``brokerPermission``
+        lacks write (RocketMQ's NO_PERMISSION)."""
         if self.writeable:
             return None
+        durability = self.store.durability
+        if durability.lost:
+            return Refusal(Kind.NOT_AVAILABLE, f"service not available now: {durability.remark}")
         return Refusal(Kind.NO_PERMISSION, f"the broker[{self.store_host[0]}] sending message is forbidden")
 
     def _to_retry(self, msg: MessageExt, group: str, level: int) -> Refusal | None:

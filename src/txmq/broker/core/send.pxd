@@ -17,7 +17,6 @@ cdef class SendService:
     cpdef object accept_batch(self, list entries, dict batch_props, object born_timestamp)
     cdef object _half_batch_refusal(self, list entries, dict batch_props, Py_ssize_t halves)
     cdef object _rejected_transaction(self)
-    cdef object _write_refusal(self)
     cdef object _timer_refusal(self, MessageExt msg, bint half)
     cpdef object route_retry(self, MessageExt msg, object max_times)
     cpdef object put(self, MessageExt msg, bint half, object delay_level, object answer=*, object waiter=*)

@@ -162,7 +162,7 @@ class SendService:
         if config.is_slave:  # RocketMQ's store in slave mode: nothing stored
             return Refusal(Kind.NOT_AVAILABLE, "service not available now: broker is a slave, putMessage is forbidden")
         if not self.writeable:
-            return self._write_refusal()
+            return self.retries.write_refusal()
         # The table itself, no call per send. A name in it was checked where it entered (TopicConfigManager): the
         # pattern runs only for names it lacks, so no cache of legal names is missed however many topics sends
         # are spread over.
@@ -277,14 +277,6 @@ class SendService:
         if not batch_props.get(_UNIQ_KEY):
             return Refusal(Kind.MESSAGE_ILLEGAL, f"a half batch needs its own {_UNIQ_KEY} (its transaction id)")
         return None
-
-    def _write_refusal(self) -> Refusal:
-        """A send to a broker that does not write: its store lost durability (SERVICE_NOT_AVAILABLE saying so, as the
-        store's own refusal does), or ``brokerPermission`` lacks write (RocketMQ's NO_PERMISSION)."""
-        durability = self.store.durability
-        if durability.lost:
-            return Refusal(Kind.NOT_AVAILABLE, f"service not available now: {durability.remark}")
-        return Refusal(Kind.NO_PERMISSION, f"the broker[{self.config.broker_ip1}] sending message is forbidden")
 
     def _rejected_transaction(self) -> Refusal:
         return Refusal(Kind.NO_PERMISSION, f"the broker[{self.config.broker_addr}] sending transaction message is "
