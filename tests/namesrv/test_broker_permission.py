@@ -7,7 +7,10 @@ the name server lasts until the broker registers a changed topic table."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import orjson
@@ -73,16 +76,23 @@ async def grpc_route(stub: MessagingServiceStub, topic: str) -> set[int]:
     return {q.permission for q in answer.message_queues}
 
 
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, **broker: Any) -> AsyncIterator[
+        tuple[NamesrvController, BrokerController, RemotingClient, MessagingServiceStub]]:
+    """A name server and broker ``b`` (its gRPC endpoint on), a remoting client and a gRPC stub of the broker."""
+    grpc_port = free_port()
+    async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port, **broker) as b,
+                RemotingClient() as client, grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+        yield ns, b, client, MessagingServiceStub(channel)
+
+
 def test_a_read_only_broker_registers_its_topics_without_write_and_refuses_sends(tmp_path: Path) -> None:
     """brokerPermission changed to 4 at run time: registered at once, every topic (and one created afterwards,
     registered alone) routed without write, by the name server and by the broker's gRPC route; remoting and gRPC
     sends, and a consumer's send-back, refused NO_PERMISSION; pulls served. Back to 6, the routes and sends are
     writable again. A read-write broker registers a topic's perm as it is, its inherit bit too."""
     async def main() -> None:
-        grpc_port = free_port()
-        async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port) as broker,
-                    RemotingClient() as client, grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
-            stub = MessagingServiceStub(channel)
+        async with serving(tmp_path) as (ns, broker, client, stub):
             addr = broker.config.broker_addr
             await broker.topic_config_manager.update(TopicConfig("T", 1, 1))
             await perm_of(ns, "T", 6)
@@ -121,10 +131,7 @@ def test_a_write_only_broker_refuses_pulls_on_both_protocols(tmp_path: Path) -> 
     """brokerPermission=2 from the start: routes without read, sends taken, remoting pulls and gRPC receives
     refused, no gRPC assignment."""
     async def main() -> None:
-        grpc_port = free_port()
-        async with (namesrv() as ns,
-                    broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port, broker_permission=2) as broker,
-                    RemotingClient() as client, grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+        async with serving(tmp_path, broker_permission=2) as (ns, broker, client, stub):
             addr = broker.config.broker_addr
             await broker.topic_config_manager.update(TopicConfig("T", 1, 1))
             await perm_of(ns, "T", 2)
@@ -132,10 +139,10 @@ def test_a_write_only_broker_refuses_pulls_on_both_protocols(tmp_path: Path) -> 
             reply = await client.invoke(addr, _pull("g", "T"), 10)
             assert (reply.code, reply.remark) == (ResponseCode.NO_PERMISSION,
                                                   "the broker[127.0.0.1] pulling message is forbidden")
-            messages, codes = await _grpc_received(MessagingServiceStub(channel), "T", 30_000)
+            messages, codes = await _grpc_received(stub, "T", 30_000)
             assert not messages and codes == [pb.Code.FORBIDDEN], codes
             # a push consumer is assigned nothing to receive from, as RocketMQ's proxy answers it
-            assigned = await MessagingServiceStub(channel).QueryAssignment(spb.QueryAssignmentRequest(
+            assigned = await stub.QueryAssignment(spb.QueryAssignmentRequest(
                 topic=pb.Resource(name="T"), group=pb.Resource(name="g")), metadata=[("x-mq-client-id", "c")],
                 timeout=10)
             assert (assigned.status.code, assigned.status.message, list(assigned.assignments)) == (
@@ -246,13 +253,11 @@ def test_pulls_held_while_the_broker_stops_reading_are_refused_when_they_wake(tm
     the send that wakes them is taken, and they are answered NO_PERMISSION, as RocketMQ runs a woken pull's request
     again, rather than with the message."""
     async def main() -> None:
-        grpc_port = free_port()
-        async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port) as broker,
-                    RemotingClient() as client, grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
+        async with serving(tmp_path) as (_ns, broker, client, stub):
             addr = broker.config.broker_addr
             await broker.topic_config_manager.update(TopicConfig("T", 1, 1))
             held = asyncio.ensure_future(client.invoke(addr, _pull("g", "T", suspend_ms=20_000), 30))
-            grpc_held = asyncio.ensure_future(grpc_pulled(MessagingServiceStub(channel), "T", 20))
+            grpc_held = asyncio.ensure_future(grpc_pulled(stub, "T", 20))
             await until(lambda: broker.core.pulls.hold_service.held == 2)
             await update_config(client, addr, "brokerPermission", "2")
             assert (await client.invoke(addr, _send("T"), 10)).code == ResponseCode.SUCCESS
@@ -269,10 +274,7 @@ def test_a_read_only_broker_refuses_a_forward_to_the_dead_letters(tmp_path: Path
     """gRPC ForwardMessageToDeadLetterQueue is the send-back of RocketMQ's proxy (CONSUMER_SEND_MSG_BACK): a broker
     without write refuses it FORBIDDEN, nothing stored, the message still in flight; back to 6, it is forwarded."""
     async def main() -> None:
-        grpc_port = free_port()
-        async with (namesrv() as ns, broker_of(ns, tmp_path, broker_name="b", grpc_port=grpc_port) as broker,
-                    RemotingClient() as client, grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel):
-            stub = MessagingServiceStub(channel)
+        async with serving(tmp_path) as (_ns, broker, client, stub):
             addr = broker.config.broker_addr
             await broker.topic_config_manager.update(TopicConfig("T", 1, 1))
             assert (await client.invoke(addr, _send("T"), 10)).code == ResponseCode.SUCCESS
