@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import Iterator
 
-from txmq.store.consume_queue import ConsumeQueue
+from txmq.store.consume_queue import ConsumeQueue, topic_counts
 from txmq.store.mapped_file import FdPool
 
 log = logging.getLogger("txmq.store")
@@ -34,6 +34,7 @@ class ConsumeQueueStore:
         # The same queues by (topic, queue id): a put looks its queue up once, here, for its next offset and its
         # entries (a table of next offsets beside it cost a second lookup in memory no recent put touched).
         self.by_key: dict[tuple[str, int], ConsumeQueue] = {}
+        self.drops = 0  # queues dropped so far: the group commit keeps the queues its puts found while none was
         self.pending: set[ConsumeQueue] = set()  # queues written, truncated or trimmed since their last fsync
         # What a periodic checkpoint needs without walking every pending queue (80,000 of them at 10,000 topics):
         # ``due``: the queues it flushes (a truncation or deletion to make durable, or ``flush_least_bytes``
@@ -47,7 +48,7 @@ class ConsumeQueueStore:
         self.due: dict[ConsumeQueue, None] = {}
         self.unflushed: dict[ConsumeQueue, None] = {}
         self.unordered: set[ConsumeQueue] = set()
-        self._newest_phy = 0  # unflushed_phy of the last queue appended to ``unflushed``
+        self.newest_phy = 0  # unflushed_phy of the last queue appended to ``unflushed``
         self.counts: dict[str, dict[int, int]] = {}
         # Queues with entries buffered in their tails, oldest tail first, and those tails' bytes together: past
         # ``tail_limit`` (consumeQueueWriteBehindBytes) the oldest are written until half of it is left.
@@ -114,22 +115,6 @@ class ConsumeQueueStore:
 
     # --- what the checkpoint flushes and where its recovery point stays -------------------------------------
 
-    def became_unflushed(self, cq: ConsumeQueue, first: int, phy: int) -> None:
-        """``cq`` got unflushed entries from logical ``first``, the oldest at commit-log ``phy``: in order when no
-        queue in ``unflushed`` has an older one (a put's entries follow every earlier put's in the log)."""
-        if phy >= self._newest_phy or not self.unflushed:
-            self.unflushed[cq] = None
-            self._newest_phy = phy
-        else:
-            self.unordered.add(cq)
-        self.count_at_most(cq, first)
-
-    def count_at_most(self, cq: ConsumeQueue, offset: int) -> None:
-        """The checkpoint counts at most ``offset`` entries of ``cq`` durable (from now until its next fsync)."""
-        counts = self.counts.setdefault(cq.topic, {})
-        if counts.get(cq.queue_id, offset) >= offset:
-            counts[cq.queue_id] = offset
-
     def counts_below(self, phy: int) -> dict[str, dict[int, int]]:
         """``counts`` with each queue's at most its entries that point below commit-log ``phy`` (a checkpoint
         written before the log is cut back there: the entries past the cut are about to go)."""
@@ -144,7 +129,7 @@ class ConsumeQueueStore:
 
     def flushed(self, cq: ConsumeQueue) -> None:
         """``cq`` counts as flushed (a checkpoint took it): all its entries counted durable, none unflushed."""
-        self.counts.setdefault(cq.topic, {})[cq.queue_id] = cq.max_offset
+        topic_counts(self.counts, cq.topic)[cq.queue_id] = cq.max_offset
         self._forget(cq)
 
     def _forget(self, cq: ConsumeQueue) -> None:
@@ -168,7 +153,7 @@ class ConsumeQueueStore:
         self.counts = {}
         for cq in self.all():
             start = cq.unflushed_from
-            self.counts.setdefault(cq.topic, {})[cq.queue_id] = cq.max_offset if start is None else min(
+            topic_counts(self.counts, cq.topic)[cq.queue_id] = cq.max_offset if start is None else min(
                 start, cq.max_offset)
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
@@ -189,6 +174,7 @@ class ConsumeQueueStore:
 
     def drop(self, topic: str, queue_id: int) -> None:
         """Forget the queue and delete its files."""
+        self.drops += 1
         cq = self._queues.get(topic, {}).pop(queue_id, None)
         self.by_key.pop((topic, queue_id), None)
         if cq is not None:
