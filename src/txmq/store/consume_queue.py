@@ -58,15 +58,6 @@ def topic_directory(root_dir: str, topic: str) -> str:
     return os.path.join(root_dir, "consumequeue", topic)
 
 
-def topic_counts(counts: dict[str, dict[int, int]], topic: str) -> dict[int, int]:
-    """The checkpoint's counts of one topic's queues (``ConsumeQueueStore.counts``), made when missing: no empty
-    dict made and dropped per call, as ``setdefault`` would (a put to a queue flushed since its last put asks)."""
-    of_topic = counts.get(topic)
-    if of_topic is None:
-        of_topic = counts[topic] = {}
-    return of_topic
-
-
 CQ_ENTRY = struct.Struct(">qiq")
 CQ_ENTRY_SIZE = CQ_ENTRY.size
 assert CQ_ENTRY_SIZE == 20
@@ -202,7 +193,7 @@ class ConsumeQueue:
     def truncate_logical(self, offset: int) -> None:
         """Drop the entries from logical ``offset`` on, buffered or written."""
         self.mark_unflushed(None, 0, True)
-        self.count_at_most(offset)
+        self.store.count_at_most(self, offset)
         tail = self.tail
         if tail is not None and offset < self.tail_from + len(tail) // CQ_ENTRY_SIZE:
             if offset <= self.tail_from:
@@ -374,37 +365,18 @@ class ConsumeQueue:
         if first is not None:
             if self.unflushed_from is None:
                 self.unflushed_from, self.unflushed_phy = first, phy
-                self._became_unflushed(first, phy)
+                store.became_unflushed(self, first, phy)
             elif first < self.unflushed_from or phy < self.unflushed_phy:  # older entries back: out of order
                 self.unflushed_from = min(self.unflushed_from, first)
                 self.unflushed_phy = min(self.unflushed_phy, phy)
                 store.unordered.add(self)
-                self.count_at_most(self.unflushed_from)
+                store.count_at_most(self, self.unflushed_from)
             # (written entries put back by a failed checkpoint may be enough to flush)
             self._count_written(self.tail_from if self.tail is not None else self.max_offset)
         if due:
             self.flush_due = True
             store.due[self] = None
         store.pending.add(self)
-
-    def _became_unflushed(self, first: int, phy: int) -> None:
-        """The queue got unflushed entries from logical ``first``, the oldest at commit-log ``phy``: into the store's
-        ``unflushed`` in order when no queue there has an older one (a put's entries follow every earlier put's in
-        the log), else into its ``unordered``. Here, compiled, not in the store's module: with sends spread over
-        80,000 queues, every put after a checkpoint is a queue's first since its flush."""
-        store = self.store
-        if phy >= store.newest_phy or not store.unflushed:
-            store.unflushed[self] = None
-            store.newest_phy = phy
-        else:
-            store.unordered.add(self)
-        self.count_at_most(first)
-
-    def count_at_most(self, offset: int) -> None:
-        """The checkpoint counts at most ``offset`` entries of the queue durable (from now until its next fsync)."""
-        counts = topic_counts(self.store.counts, self.topic)
-        if counts.get(self.queue_id, offset) >= offset:
-            counts[self.queue_id] = offset
 
     def destroy(self) -> None:
         self._drop_tail()

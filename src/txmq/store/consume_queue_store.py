@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import Iterator
 
-from txmq.store.consume_queue import ConsumeQueue, topic_counts
+from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.mapped_file import FdPool
 
 log = logging.getLogger("txmq.store")
@@ -48,7 +48,7 @@ class ConsumeQueueStore:
         self.due: dict[ConsumeQueue, None] = {}
         self.unflushed: dict[ConsumeQueue, None] = {}
         self.unordered: set[ConsumeQueue] = set()
-        self.newest_phy = 0  # unflushed_phy of the last queue appended to ``unflushed``
+        self._newest_phy = 0  # unflushed_phy of the last queue appended to ``unflushed``
         self.counts: dict[str, dict[int, int]] = {}
         # Queues with entries buffered in their tails, oldest tail first, and those tails' bytes together: past
         # ``tail_limit`` (consumeQueueWriteBehindBytes) the oldest are written until half of it is left.
@@ -115,6 +115,22 @@ class ConsumeQueueStore:
 
     # --- what the checkpoint flushes and where its recovery point stays -------------------------------------
 
+    def became_unflushed(self, cq: ConsumeQueue, first: int, phy: int) -> None:
+        """``cq`` got unflushed entries from logical ``first``, the oldest at commit-log ``phy``: in order when no
+        queue in ``unflushed`` has an older one (a put's entries follow every earlier put's in the log)."""
+        if phy >= self._newest_phy or not self.unflushed:
+            self.unflushed[cq] = None
+            self._newest_phy = phy
+        else:
+            self.unordered.add(cq)
+        self.count_at_most(cq, first)
+
+    def count_at_most(self, cq: ConsumeQueue, offset: int) -> None:
+        """The checkpoint counts at most ``offset`` entries of ``cq`` durable (from now until its next fsync)."""
+        counts = self.counts.setdefault(cq.topic, {})
+        if counts.get(cq.queue_id, offset) >= offset:
+            counts[cq.queue_id] = offset
+
     def counts_below(self, phy: int) -> dict[str, dict[int, int]]:
         """``counts`` with each queue's at most its entries that point below commit-log ``phy`` (a checkpoint
         written before the log is cut back there: the entries past the cut are about to go)."""
@@ -129,7 +145,7 @@ class ConsumeQueueStore:
 
     def flushed(self, cq: ConsumeQueue) -> None:
         """``cq`` counts as flushed (a checkpoint took it): all its entries counted durable, none unflushed."""
-        topic_counts(self.counts, cq.topic)[cq.queue_id] = cq.max_offset
+        self.counts.setdefault(cq.topic, {})[cq.queue_id] = cq.max_offset
         self._forget(cq)
 
     def _forget(self, cq: ConsumeQueue) -> None:
@@ -153,7 +169,7 @@ class ConsumeQueueStore:
         self.counts = {}
         for cq in self.all():
             start = cq.unflushed_from
-            topic_counts(self.counts, cq.topic)[cq.queue_id] = cq.max_offset if start is None else min(
+            self.counts.setdefault(cq.topic, {})[cq.queue_id] = cq.max_offset if start is None else min(
                 start, cq.max_offset)
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
