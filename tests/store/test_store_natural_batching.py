@@ -212,3 +212,19 @@ class _Waiter:
     def set_exception(self, exc: BaseException) -> None:
         assert self.outcome is None, "resolved twice"
         self.outcome = ("exception", exc)
+
+
+def test_a_put_whose_topic_is_deleted_before_its_group_is_written_goes_to_the_queue_made_again(root):
+    """The group commit writes a group's entries to the queues its puts found, unless a queue was dropped since:
+    then the entry goes where it went when every group looked its queues up again, a queue made anew."""
+
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(root)) as store:
+            assert (await store.put_message(msg("T", b"a"))).ok
+            pending = store.put_message(msg("T", b"b"))  # numbered 1 now, written in the next loop iteration
+            store.delete_topic("T")
+            assert (await pending).ok
+            assert store.topics() == {"T"}
+            assert store.get_max_offset_in_queue("T", 0) == 2
+
+    run(go)

@@ -34,6 +34,7 @@ class ConsumeQueueStore:
         # The same queues by (topic, queue id): a put looks its queue up once, here, for its next offset and its
         # entries (a table of next offsets beside it cost a second lookup in memory no recent put touched).
         self.by_key: dict[tuple[str, int], ConsumeQueue] = {}
+        self.drops = 0  # queues dropped so far: the group commit keeps the queues its puts found while none was
         self.pending: set[ConsumeQueue] = set()  # queues written, truncated or trimmed since their last fsync
         # What a periodic checkpoint needs without walking every pending queue (80,000 of them at 10,000 topics):
         # ``due``: the queues it flushes (a truncation or deletion to make durable, or ``flush_least_bytes``
@@ -189,6 +190,7 @@ class ConsumeQueueStore:
 
     def drop(self, topic: str, queue_id: int) -> None:
         """Forget the queue and delete its files."""
+        self.drops += 1
         cq = self._queues.get(topic, {}).pop(queue_id, None)
         self.by_key.pop((topic, queue_id), None)
         if cq is not None:

@@ -20,7 +20,7 @@ cdef class SendMessageProcessor:
 
     @cython.locals(msg=MessageExt, first=MessageExt)
     cdef object _send(self, object conn, RemotingCommand cmd, object req)
-    cdef MessageExt _inner(self, object h, object queue_id, object flag, object body, object props, object born_host)
+    cdef MessageExt _inner(self, object h, object topic, object queue_id, object flag, object body, object props, object born_host)
     cpdef object _response(self, RemotingCommand cmd, MessageExt msg, PutMessageResult result)
 
 cdef class _SendAnswer(Reply):
