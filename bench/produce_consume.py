@@ -12,7 +12,7 @@ committed to the broker (``txmq.bench.consume``, which checks every message arri
 whose committed messages are then consumed and checked the same way (that consume is not reported).
 
 Then, unless ``--no-peers``, it runs ``../shared/peers/run-all.sh`` with the same -n/--size/--window/--runs
-(PEERS_PYTHON or /tmp/peers-venv/bin/python must import pika and nats) and prints the ratios
+(its clients run by PEERS_PYTHON or this interpreter, whose ``bench`` extra has pika and nats-py) and prints the ratios
 txmq / RabbitMQ classic durable and txmq / NATS JetStream. Every process it starts is stopped on exit.
 ``TXMQ_BROKER_PROFILE=DIR`` runs the broker under cProfile and writes DIR/broker-<mode>.prof at shutdown.
 """
@@ -132,7 +132,7 @@ def run_txmq(flush: str, a: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 def run_peers(a: argparse.Namespace) -> dict[str, Any]:
     out = Path(a.peers or tempfile.mkdtemp(prefix="txmq-peers-"))
-    python = os.environ.get("PEERS_PYTHON", "/tmp/peers-venv/bin/python")
+    python = os.environ.get("PEERS_PYTHON", sys.executable)
     log(f"\n== peers: {PEERS / 'run-all.sh'} {out} (PYTHON={python})")
     for attempt in (1, 2):
         # The kit's start scripts can lose a race with a slow fork on a busy machine: try once more.

@@ -14,9 +14,9 @@ master is filled to ``--catch-up-mb``, an empty slave is started, and the time u
 gives the catch-up rate; the master keeps taking sends meanwhile (their rate is reported beside the rate
 without a catching-up slave).
 
-Unless ``--no-peers``, the peers kit (``../shared/peers/run-all.sh``, PEERS_PYTHON or /tmp/peers-venv/bin/python
-must import pika and nats) runs the same -n/--size/--window/--runs for RabbitMQ quorum queues. Every process
-it starts is stopped on exit.
+Unless ``--no-peers``, the peers kit (``../shared/peers/run-all.sh``, its clients run by PEERS_PYTHON or this
+interpreter, whose ``bench`` extra has pika and nats-py) runs the same -n/--size/--window/--runs for RabbitMQ
+quorum queues. Every process it starts is stopped on exit.
 """
 
 from __future__ import annotations
