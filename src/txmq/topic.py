@@ -57,12 +57,15 @@ class PermName:
         return bool(perm & PermName.PERM_WRITE)
 
     @staticmethod
+    def cuts(broker_permission: int) -> bool:
+        """Whether a broker serving ``broker_permission`` announces its topics' perms cut to it (RocketMQ's
+        ``registerBrokerAll``): when it lacks read or write."""
+        return broker_permission & PermName.READ_WRITE != PermName.READ_WRITE
+
+    @staticmethod
     def within(perm: int, broker_permission: int) -> int:
-        """A topic's ``perm`` as a broker serving ``broker_permission`` announces it (RocketMQ's
-        ``registerBrokerAll``): cut to the broker's when that lacks read or write, else as it is."""
-        if broker_permission & PermName.READ_WRITE == PermName.READ_WRITE:
-            return perm
-        return perm & broker_permission
+        """A topic's ``perm`` as a broker serving ``broker_permission`` announces it (``cuts``)."""
+        return perm & broker_permission if PermName.cuts(broker_permission) else perm
 
     @staticmethod
     def to_string(perm: int) -> str:

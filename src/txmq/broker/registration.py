@@ -100,7 +100,7 @@ class NamesrvRegistration:
         broker that does not write has every topic registered without write, so producers send elsewhere."""
         wrapper = self._topics()
         permission = self._permission()
-        if permission & PermName.READ_WRITE == PermName.READ_WRITE:
+        if not PermName.cuts(permission):  # every topic as it is: no copy of the table
             return wrapper
         table = {name: {**cfg, "perm": PermName.within(cfg["perm"], permission)}
                  for name, cfg in wrapper["topicConfigTable"].items()}

@@ -142,9 +142,9 @@ class NamesrvProcessor:
             RequestSpec(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, no_header, cluster_get, self._topic_list),
             RequestSpec(RequestCode.DELETE_TOPIC_IN_NAMESRV, parse_delete_topic, cluster_update, self._delete_topic),
             RequestSpec(RequestCode.WIPE_WRITE_PERM_OF_BROKER, header(WipeWritePermOfBrokerRequestHeader),
-                        cluster_update, self._wipe_write_perm),
+                        cluster_update, self._write_perm),
             RequestSpec(RequestCode.ADD_WRITE_PERM_OF_BROKER, header(WipeWritePermOfBrokerRequestHeader),
-                        cluster_update, self._add_write_perm),
+                        cluster_update, self._write_perm),
         ]
 
     def _parse_registration(self, cmd: RemotingCommand) -> Registration:
@@ -202,17 +202,16 @@ class NamesrvProcessor:
         self.routes.delete_topic(h.topic)
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
 
-    def _wipe_write_perm(self, conn: Connection, cmd: RemotingCommand,
-                         h: WipeWritePermOfBrokerRequestHeader) -> RemotingCommand:
-        count = self.routes.wipe_write_perm_of_broker(h.broker_name)
-        log.info("write permission of broker %s wiped by %s: %d topics", h.broker_name, conn.remote_address, count)
-        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": str(count)})
-
-    def _add_write_perm(self, conn: Connection, cmd: RemotingCommand,
-                        h: WipeWritePermOfBrokerRequestHeader) -> RemotingCommand:
-        count = self.routes.add_write_perm_of_broker(h.broker_name)
-        log.info("write permission of broker %s added by %s: %d topics", h.broker_name, conn.remote_address, count)
-        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, ext_fields={"addTopicCount": str(count)})
+    def _write_perm(self, conn: Connection, cmd: RemotingCommand,
+                    h: WipeWritePermOfBrokerRequestHeader) -> RemotingCommand:
+        """WIPE_WRITE_PERM_OF_BROKER or ADD_WRITE_PERM_OF_BROKER: the broker's topics changed, and how many."""
+        wipe = cmd.code == RequestCode.WIPE_WRITE_PERM_OF_BROKER
+        routes = self.routes
+        count = (routes.wipe_write_perm_of_broker if wipe else routes.add_write_perm_of_broker)(h.broker_name)
+        log.info("write permission of broker %s %s by %s: %d topics", h.broker_name, "wiped" if wipe else "added",
+                 conn.remote_address, count)
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS,
+                                           ext_fields={"wipeTopicCount" if wipe else "addTopicCount": str(count)})
 
     def _closed(self, conn_id: int) -> None:
         self._watched.discard(conn_id)

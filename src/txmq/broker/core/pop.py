@@ -268,7 +268,7 @@ class PopService:
             if not overdue or (key[0] == group and key[1] == topic):
                 kept.append(key)
             else:
-                (found if self.offsets.query(*key) == st.committed else unkept).append(key)
+                (found if self._offset_kept(key, st) else unkept).append(key)
         taken = count - len(found)
         for key in kept + unkept[taken:]:
             del self._busy[key]
@@ -287,7 +287,7 @@ class PopService:
             if len(dropped) == count:
                 break
             if key[0] != group or key[1] != topic:
-                (dropped if self.offsets.query(*key) == self.states[key].committed else unkept).append(key)
+                (dropped if self._offset_kept(key, self.states[key]) else unkept).append(key)
         for key in unkept:
             del self._idle[key]
             self._unkept[key] = None
@@ -297,6 +297,10 @@ class PopService:
             if key[0] != group or key[1] != topic:
                 dropped.append(key)
         return dropped
+
+    def _offset_kept(self, key: tuple[str, str, int], st: QueueState) -> bool:
+        """Whether the offset table holds the committed offset of ``st``: dropped, it is read again as it was."""
+        return self.offsets.query(*key) == st.committed
 
     def _mark(self, key: tuple[str, str, int], st: QueueState) -> None:
         """``st`` among the idle states while it has nothing in flight, else last of the busy ones (just
