@@ -202,6 +202,10 @@ class PushConsumer(ClientBase):
         self._releasing: dict[MessageQueue, tuple[ProcessQueue, bool]] = {}
         self.offsets: dict[MessageQueue, int] = {}
         self._rebalance_now: asyncio.Event | None = None
+        # made at each start (a lock belongs to one loop): held while the queues held change (a rebalance, an
+        # operator's reset) and while a queue's offset is read and committed, so that none of them comes between
+        # another's steps
+        self._rebalance_lock: asyncio.Lock
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = threading.Lock()
         self._listening = threading.local()  # ``active`` while this thread runs the listener
@@ -235,6 +239,7 @@ class PushConsumer(ClientBase):
     async def _on_start(self) -> None:
         assert self.instance is not None
         self._rebalance_now = asyncio.Event()
+        self._rebalance_lock = asyncio.Lock()
         for topic in self.subscriptions:
             with contextlib.suppress(ClientError):
                 await self.instance.update_route(topic)
@@ -308,18 +313,29 @@ class PushConsumer(ClientBase):
     async def _reset_topic(self, topic: str, body: bytes) -> None:
         """An operator reset the group's offsets on ``topic``: release its queues without committing what they
         hold, commit the new offsets (``ResetOffsetBody``; again, since this client may have committed its own
-        between the broker's reset and this), then take the queues again from there."""
-        for mq in [q for q in self.queues if q.topic == topic]:
-            await self._drop_queue(mq, commit=False)
+        between the broker's reset and this), then take the queues again from there, as RocketMQ's resetOffset.
+        Under the rebalance lock: a rebalance between the drop and the commits would take the queues back from the
+        offsets this client committed last, and a persist pass would commit those over the new ones."""
         try:
             table = fastjson.loads(body).get("offsetTable") or []
         except (ValueError, AttributeError):
             table = []
-        for key, offset in table:
-            await self._commit_offset(MessageQueue(topic, key["brokerName"], int(key["queueId"])), int(offset))
+        async with self._rebalance_lock:
+            for mq in [q for q in self.queues if q.topic == topic]:
+                await self._drop_queue(mq, commit=False)
+            self._release_uncommitted(topic)
+            for key, offset in table:
+                await self._commit_offset(MessageQueue(topic, key["brokerName"], int(key["queueId"])), int(offset))
         log.info("consumer %s: offsets of %s reset by an operator", self.group, topic)
         if self._rebalance_now is not None:
             self._rebalance_now.set()
+
+    def _release_uncommitted(self, topic: str) -> None:
+        """(Orderly) ``topic``'s queues given up while a listener call on them ran are released without committing:
+        what they consumed is older than an operator's reset."""
+        for mq, (pq, _) in list(self._releasing.items()):
+            if mq.topic == topic:
+                self._releasing[mq] = (pq, False)
 
     # --- rebalance ------------------------------------------------------------------------------------
 
@@ -340,7 +356,12 @@ class PushConsumer(ClientBase):
 
     async def rebalance(self) -> bool:
         """Take and release queues; False when some subscribed topic has no readable queue yet, or (orderly) some
-        queue held is not locked yet.
+        queue held is not locked yet. One at a time, and never inside an operator's reset (``_reset_topic``)."""
+        async with self._rebalance_lock:
+            return await self._do_rebalance()
+
+    async def _do_rebalance(self) -> bool:
+        """``rebalance`` under its lock.
 
         A topic without a route keeps the queues this consumer holds, as RocketMQ's rebalance leaves it: a broker
         that stops cleanly unregisters, so its topics are unrouted until it is back, and releasing their queues
@@ -451,9 +472,10 @@ class PushConsumer(ClientBase):
         """An orderly queue given up while a listener call on it ran: released once no call runs."""
         while self._busy(pq):
             await asyncio.sleep(0.1)
-        releasing = self._releasing.get(mq)
-        if releasing is not None and releasing[0] is pq:  # not released by a shutdown meanwhile
-            await self._release(mq, pq, releasing[1])
+        async with self._rebalance_lock:  # a reset under way first says whether to commit
+            releasing = self._releasing.get(mq)
+            if releasing is not None and releasing[0] is pq:  # not released by a shutdown meanwhile
+                await self._release(mq, pq, releasing[1])
 
     async def _release(self, mq: MessageQueue, pq: ProcessQueue, commit: bool) -> None:
         """Commit what the calls on a given-up orderly queue consumed (``commit``) and unlock it."""
@@ -499,9 +521,15 @@ class PushConsumer(ClientBase):
             log.warning("committing offset %d of %s failed: %s", offset, mq, exc)
 
     async def _persist_offsets(self) -> None:
+        """Commit each queue's consumed offset, each read and commit under the rebalance lock: a queue dropped
+        meanwhile (by a rebalance, which commits it itself, or by an operator's reset, whose offsets must stay) is
+        not committed, and no drop comes between a read and its commit."""
         for mq, pq in list(self.queues.items()):
-            self.offsets[mq] = self._consumed_offset(pq)
-            await self._commit_offset(mq, self.offsets[mq])
+            async with self._rebalance_lock:
+                if pq.dropped:
+                    continue
+                self.offsets[mq] = self._consumed_offset(pq)
+                await self._commit_offset(mq, self.offsets[mq])
 
     def _consumed_offset(self, pq: ProcessQueue) -> int:
         """``pq.consumed_offset()`` read under the lock the consume threads take messages off it with: iterating

@@ -1,0 +1,204 @@
+"""An operator's offset reset (RESET_CONSUMER_CLIENT_OFFSET) reaching an online push consumer while its own
+rebalance and offset commits run: it consumes the topic again from the reset offsets, whichever order the three
+take. A real broker and clients; the order is forced by holding one step of the consumer open until another has
+run, or, where the consumer keeps the two apart, until ``HOLD_S`` has passed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import threading
+
+import pytest
+
+from tests.e2e.cluster import Cluster
+from tests.e2e.helpers import Recorder, push_consumer, wait_until
+from txmq import (
+    Admin,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageQueue,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+)
+from txmq.admin.client import MQAdminExt
+
+N = 8
+HOLD_S = 2.0  # how long a held step waits for one the consumer must not let in between
+
+
+async def _at_most(event: asyncio.Event, timeout: float) -> None:
+    """Wait for ``event``, at most ``timeout`` seconds."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)
+
+
+def _consumed(cluster: Cluster, group: str, topic: str, orderly: bool) -> tuple[PushConsumer, Recorder,
+                                                                                  list[MessageQueue]]:
+    """A consumer of ``group`` that consumed and committed all of ``topic``'s N messages (four queues)."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(topic, queue_nums=4)
+    cluster.wait_route(topic)
+    with Producer(f"p_{group}", cluster.namesrv_addr) as producer:
+        queues = producer.publish_queues(topic)
+        for i in range(N):
+            producer.send(Message(topic, f"m{i}".encode()), queue=queues[i % len(queues)])
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, group, topic, rec, orderly=orderly, persist_interval_s=0.2,
+                             rebalance_interval_s=60.0)
+    assert rec.wait_for(N, 20)
+    assert wait_until(lambda: _committed(cluster, group, queues) == [N // len(queues)] * len(queues), 10)
+    return consumer, rec, queues
+
+
+def _committed(cluster: Cluster, group: str, queues: list[MessageQueue]) -> list[int]:
+    with PullConsumer(group, cluster.namesrv_addr) as probe:
+        return [probe.fetch_consume_offset(mq) for mq in queues]
+
+
+def _reset_to_start(cluster: Cluster, group: str, topic: str) -> None:
+    with MQAdminExt(cluster.namesrv_addr) as admin:
+        assert {s.values for s in admin.reset_offset(group, topic, 0)} == {0}
+
+
+def _assert_consumed_again(cluster: Cluster, group: str, rec: Recorder, queues: list[MessageQueue]) -> None:
+    """Every message twice (before and after the reset), and the group's offsets at the end again."""
+    assert rec.wait_for(2 * N, 20), f"{len(rec) - N} of {N} consumed again after the reset"
+    assert sorted(rec.ids().values()) == [2] * N
+    assert wait_until(lambda: _committed(cluster, group, queues) == [N // len(queues)] * len(queues), 10)
+
+
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrently", "orderly"])
+def test_a_rebalance_during_a_reset_takes_the_queues_from_the_reset_offsets(cluster, monkeypatch, orderly):
+    """A persist pass between the broker's reset and the consumer's drop commits the old offsets over the reset
+    (the reset commits its own again after the drop), and a rebalance woken between the drop and those commits
+    must not take the queues back from the old ones: it took them from there, pulled on from the end, and the next
+    persist pass committed the end again: nothing was consumed again."""
+    consumer, rec, queues = _consumed(cluster, "g_reset_rb", "reset_rb_t", orderly)
+    in_reset: contextvars.ContextVar[bool] = contextvars.ContextVar("in_reset", default=False)
+    rebalanced, held = asyncio.Event(), threading.Event()
+    real_reset, real_commit, real_rebalance = consumer._reset_topic, consumer._commit_offset, consumer.rebalance
+
+    async def reset(topic: str, body: bytes) -> None:
+        await consumer._persist_offsets()  # the offsets consumed so far, over the broker's reset
+        in_reset.set(True)  # this task's context only
+        await real_reset(topic, body)
+
+    async def commit(mq: MessageQueue, offset: int) -> None:
+        if in_reset.get() and not held.is_set():  # the reset dropped the queues and commits the first offset
+            held.set()
+            assert consumer._rebalance_now is not None
+            consumer._rebalance_now.set()
+            await _at_most(rebalanced, HOLD_S)
+        await real_commit(mq, offset)
+
+    async def rebalance() -> bool:
+        complete = await real_rebalance()
+        if held.is_set():
+            rebalanced.set()
+        return complete
+
+    monkeypatch.setattr(consumer, "_reset_topic", reset)
+    monkeypatch.setattr(consumer, "_commit_offset", commit)
+    monkeypatch.setattr(consumer, "rebalance", rebalance)
+    try:
+        _reset_to_start(cluster, "g_reset_rb", "reset_rb_t")
+        _assert_consumed_again(cluster, "g_reset_rb", rec, queues)
+        assert held.is_set()
+    finally:
+        consumer.shutdown()
+
+
+def test_a_persist_pass_under_way_does_not_commit_over_a_reset(cluster, monkeypatch):
+    """A persist pass that read a queue's offset before the reset dropped the queue commits it only before the
+    reset's own commits, and never the offsets of queues the reset dropped: it committed the old offsets after
+    them, and the rebalance that followed took the queues from there."""
+    consumer, rec, queues = _consumed(cluster, "g_reset_persist", "reset_persist_t", False)
+    in_persist: contextvars.ContextVar[bool] = contextvars.ContextVar("in_persist", default=False)
+    armed, holding = threading.Event(), threading.Event()
+    reset_done, persist_done = asyncio.Event(), asyncio.Event()
+    real_persist, real_commit = consumer._persist_offsets, consumer._commit_offset
+    real_reset, real_add = consumer._reset_topic, consumer._add_queue
+
+    async def persist() -> None:
+        token = in_persist.set(True)  # in the persist loop's own task
+        try:
+            await real_persist()
+        finally:
+            in_persist.reset(token)
+            if holding.is_set():
+                persist_done.set()
+
+    async def commit(mq: MessageQueue, offset: int) -> None:
+        # the pass read the offset it commits, of a queue the reset drops
+        if in_persist.get() and armed.is_set() and mq in queues and not holding.is_set():
+            holding.set()
+            await _at_most(reset_done, HOLD_S)
+        await real_commit(mq, offset)
+
+    async def reset(topic: str, body: bytes) -> None:
+        await real_reset(topic, body)
+        reset_done.set()
+
+    async def add_queue(mq: MessageQueue) -> None:
+        if armed.is_set():  # the rebalance after the reset reads the offsets once that persist pass is over
+            await _at_most(persist_done, HOLD_S)
+        await real_add(mq)
+
+    monkeypatch.setattr(consumer, "_persist_offsets", persist)
+    monkeypatch.setattr(consumer, "_commit_offset", commit)
+    monkeypatch.setattr(consumer, "_reset_topic", reset)
+    monkeypatch.setattr(consumer, "_add_queue", add_queue)
+    try:
+        armed.set()
+        assert holding.wait(10)  # the next pass holds its first commit
+        _reset_to_start(cluster, "g_reset_persist", "reset_persist_t")
+        _assert_consumed_again(cluster, "g_reset_persist", rec, queues)
+    finally:
+        consumer.shutdown()
+
+
+def test_an_orderly_queue_given_up_during_a_listener_call_keeps_the_reset_offset(cluster):
+    """An orderly queue a rebalance gave up while a listener call on it still ran is released (committed, then
+    unlocked) once the call returns; a reset that came meanwhile decides its offset: the release committed the
+    offset consumed before the reset over it, and the queue's next owner read on from there."""
+    cluster.start_broker()
+    topic, group = "reset_releasing_t", "g_reset_releasing"
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(topic, queue_nums=2)
+    cluster.wait_route(topic)
+    with Producer("p_reset_releasing", cluster.namesrv_addr) as producer:
+        queues = producer.publish_queues(topic)
+        for mq in queues:
+            producer.send(Message(topic, b"held"), queue=mq)
+    rec, release = Recorder(), threading.Event()
+
+    def held(msgs: list) -> ConsumeStatus:
+        rec(msgs)
+        release.wait(30)
+        return ConsumeStatus.SUCCESS
+
+    first = PushConsumer(group, cluster.namesrv_addr, orderly=True, rebalance_interval_s=1.0,
+                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    first.subscribe(topic)
+    first.register_listener(held)
+    first.start()
+    second = None
+    try:
+        assert rec.wait_for(len(queues), 20)  # a listener call in progress on every queue
+        second = push_consumer(cluster.namesrv_addr, group, topic, rec, orderly=True, rebalance_interval_s=1.0)
+        assert wait_until(lambda: len(first._releasing) == 1, 20)  # one queue given up, its call still running
+        _reset_to_start(cluster, group, topic)
+        assert wait_until(lambda: len(first._releasing) == 2, 20)  # the other dropped by the reset
+        release.set()
+        assert rec.wait_for(2 * len(queues), 20), f"{len(rec) - len(queues)} of {len(queues)} consumed again"
+        assert sorted(rec.ids().values()) == [2] * len(queues)
+    finally:
+        release.set()
+        first.shutdown()
+        if second is not None:
+            second.shutdown()
