@@ -19,6 +19,7 @@ from txmq import (
     ConsumeFromWhere,
     ConsumeStatus,
     Message,
+    MessageModel,
     MessageQueue,
     Producer,
     PullConsumer,
@@ -202,3 +203,28 @@ def test_an_orderly_queue_given_up_during_a_listener_call_keeps_the_reset_offset
         first.shutdown()
         if second is not None:
             second.shutdown()
+
+
+def test_a_broadcasting_consumer_follows_a_reset(cluster):
+    """A broadcasting consumer keeps its offsets itself (RocketMQ's LocalFileOffsetStore), and a reset sets them
+    there as RocketMQ's client does: it consumed again from the reset offsets, not from ``consume_from_where``
+    (where a reset's drop had sent it: the last offset, so nothing came again)."""
+    cluster.start_broker()
+    topic, group = "reset_bc_t", "g_reset_bc"
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(topic, queue_nums=4)
+    cluster.wait_route(topic)
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, group, topic, rec, message_model=MessageModel.BROADCASTING,
+                             consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, rebalance_interval_s=60.0)
+    try:
+        assert wait_until(lambda: len(consumer.queues) == 4, 20)
+        with Producer(f"p_{group}", cluster.namesrv_addr) as producer:
+            for i in range(N):
+                producer.send(Message(topic, f"m{i}".encode()))
+        assert rec.wait_for(N, 20)
+        _reset_to_start(cluster, group, topic)
+        assert rec.wait_for(2 * N, 20), f"{len(rec) - N} of {N} consumed again after the reset"
+        assert sorted(rec.ids().values()) == [2] * N
+    finally:
+        consumer.shutdown()

@@ -325,7 +325,9 @@ class PushConsumer(ClientBase):
                 await self._drop_queue(mq, commit=False)
             self._release_uncommitted(topic)
             for key, offset in table:
-                await self._commit_offset(MessageQueue(topic, key["brokerName"], int(key["queueId"])), int(offset))
+                mq = MessageQueue(topic, key["brokerName"], int(key["queueId"]))
+                self.offsets[mq] = int(offset)  # where a broadcasting consumer keeps it (RocketMQ's local store)
+                await self._commit_offset(mq, int(offset))
         log.info("consumer %s: offsets of %s reset by an operator", self.group, topic)
         if self._rebalance_now is not None:
             self._rebalance_now.set()
