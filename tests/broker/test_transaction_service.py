@@ -101,6 +101,29 @@ def test_a_resumed_transaction_is_checked_once_per_pass_after_recovery(tmp_path)
     asyncio.run(go())
 
 
+def test_checks_follow_one_another_by_the_check_interval(tmp_path):
+    """The run loop wakes a pass just after the second its transactions are due in; each is checked again one
+    transactionCheckInterval later (RocketMQ's pace), not a second more; after a pass late in its second the next
+    check comes no sooner than one interval."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=30_000)
+        sender = Sender()
+        checker.senders.append(sender)
+        off, _ = await half(service, 1)
+        due = service.table.next_due_s()
+        assert due is not None
+        assert await checker.check_pass(due + 0.001) == 1
+        assert await checker.check_pass(due + 29.5) == 0
+        assert await checker.check_pass(due + 30.001) == 1
+        assert await checker.check_pass(due + 60.9) == 1  # late in its second
+        assert await checker.check_pass(due + 90.001) == 0
+        assert await checker.check_pass(due + 91.001) == 1
+        assert sender.sent == [off, off, off, off]
+        await store.shutdown()
+    asyncio.run(go())
+
+
 def test_a_commit_in_the_log_without_its_op_record_is_found_after_recovery(tmp_path):
     """The crash window between the real message and the op record: recovery finds the transaction pending,
     and the index check turns it into a commit instead of storing a second copy."""

@@ -362,6 +362,7 @@ def test_never_decided_is_discarded_listed_and_resumed(cluster):
         collector.wait_exactly({"never-1"}, 15)
         st = tx_stats(cluster.namesrv_addr)
         assert (st["commits"], st["pending"], st["discarded"], st["resumes"], st["checks"]) == (1, 0, 0, 1, 4)
+        assert "resumes=1" in cli(cluster, "stats").stdout  # the text shows what --json does
         assert json.loads(cli(cluster, "tx", "show", txid, "--json").stdout)["state"] == "COMMIT"
         again = cli(cluster, "tx", "resume", txid)  # only a discarded transaction can be resumed
         assert again.returncode != 0 and "COMMIT" in again.stderr

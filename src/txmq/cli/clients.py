@@ -362,7 +362,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         tx = s["transactions"]
         latency = ", ".join(f"{k} {v:,.0f} ms" for k, v in tx["commitLatencyMs"].items()) or "none yet"
         print(f"  transactions: pending={tx['pending']} commits={tx['commits']:,} rollbacks={tx['rollbacks']:,} "
-              f"checks={tx['checks']:,} discards={tx['discards']} (orphans={tx['orphans']}) "
+              f"checks={tx['checks']:,} discards={tx['discards']} (orphans={tx['orphans']}) resumes={tx['resumes']} "
               f"duplicates={tx['duplicates']} conflicts={tx['conflicts']}; commit latency {latency}")
         for topic, n in tx["pendingPerTopic"].items():
             print(f"    pending on {topic}: {n}")

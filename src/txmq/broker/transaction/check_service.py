@@ -37,6 +37,9 @@ class CheckSender(Protocol):
         ...
 
 
+ON_TIME_MS = 50  # how late in its second a pass counts as on time (the next check then comes one interval later)
+
+
 class TransactionalMessageCheckService:
     def __init__(self, service: TransactionalMessageService, *, check_max: int, check_interval_ms: int) -> None:
         self.service = service
@@ -75,9 +78,10 @@ class TransactionalMessageCheckService:
         now_f = now_s if now_s is not None else self.service.store.clock.elapsed_ms() / 1000
         now = int(now_f)
         table = self.service.table
-        # The next check at least one interval from now, on the wheel's whole seconds (rounded up: from `now`,
-        # rounded down, a late pass would check again almost at once).
-        next_s = max(now + 1, -(-int(now_f * 1000 + self.check_interval_ms) // 1000))
+        # The next check one interval from now, rounded up to the wheel's whole seconds. The run loop wakes a pass
+        # just after the second it waits for: a pass within ON_TIME_MS of its second counts from the second's
+        # start, else rounding up would add a second to every interval; a later pass counts from when it runs.
+        next_s = max(now + 1, -(-(int(now_f * 1000) - ON_TIME_MS + self.check_interval_ms) // 1000))
         reserved_s = self.service.file_reserved_time_h * 3600
         sent: list[int] = []
         due = list(dict.fromkeys(table.pop_due(now)))  # once each, even if scheduled twice
