@@ -40,7 +40,6 @@ from txmq.broker.timer import TimerMessageStore
 from txmq.broker.topic_config_manager import TopicConfigManager
 from txmq.broker.transaction.check_service import TransactionalMessageCheckService
 from txmq.broker.transaction.service import TransactionalMessageService
-from txmq.errors import StoreError
 from txmq.ports import pick_free_port
 from txmq.remoting.codes import RequestCode
 from txmq.remoting.command import RemotingCommand
@@ -228,23 +227,16 @@ class BrokerController:
         with contextlib.suppress(RuntimeError):  # the loop closed: the broker stopped meanwhile
             loop.call_soon_threadsafe(self.apply_permission)
 
-    def clean_unused_topics(self, why: str) -> list[str]:
+    def clean_unused_topics(self) -> list[str]:
         """Drop the consume queues of the topics the topic table does not hold (``clean_unused_topic``): a deleted
         topic's, left by a stop before its deletion dropped them or refilled by a delayed, timer or transactional
-        message delivered to it since. At a master's start outside controller mode, and when an operator asks
-        (CLEAN_UNUSED_TOPIC): a slave's table may lag its master's, so a slave never cleans by itself."""
+        message delivered to it since. Only when an operator asks (CLEAN_UNUSED_TOPIC), as RocketMQ: a table can
+        lag the cluster's (a slave's copy of its master's, and that copy on a slave made master by hand), and a
+        clean by that table would drop the queues of a topic whose messages are real."""
         dropped = self.store.clean_unused_topic(self.topic_config_manager.table.keys())
-        log.info("consume queues of %d topic%s no topic config holds dropped %s%s", len(dropped),
-                 "" if len(dropped) == 1 else "s", why, f": {', '.join(dropped[:10])}" if dropped else "")
+        log.info("consume queues of %d topic%s no topic config holds dropped (CLEAN_UNUSED_TOPIC)%s", len(dropped),
+                 "" if len(dropped) == 1 else "s", f": {', '.join(dropped[:10])}" if dropped else "")
         return dropped
-
-    def _clean_at_start(self) -> None:
-        """``clean_unused_topics`` before anything is served. A checkpoint that cannot be written (a full disk) is
-        logged, not fatal: the broker starts, and what it did not make durable is cleaned again at the next start."""
-        try:
-            self.clean_unused_topics("at start")
-        except (OSError, StoreError) as exc:
-            log.error("the clean of unused topics' consume queues at start did not finish: %s", exc)
 
     def ha_status(self) -> dict[str, Any]:
         return ha_status(self)
@@ -257,8 +249,6 @@ class BrokerController:
     async def start(self) -> None:
         self.store.durability.listeners.append(functools.partial(self._durability_lost, asyncio.get_running_loop()))
         await self.store.start()
-        if not self.config.is_slave and self.replicas_manager is None:
-            self._clean_at_start()
         self.transaction_service.recover()
         if self.replicas_manager is not None:  # the role may change: follow only while a slave
             self.store.add_dispatcher(self.role.follow_transactions)

@@ -234,7 +234,7 @@ class AdminBrokerProcessor:
 
     def _clean_unused_topic(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         """Answered in any role, as RocketMQ's (the operator asks); the body lists the topics dropped."""
-        return _ok(cmd, {"topics": self.broker.clean_unused_topics("as asked (CLEAN_UNUSED_TOPIC)")})
+        return _ok(cmd, {"topics": self.broker.clean_unused_topics()})
 
     def _all_topics(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         return _ok(cmd, self.broker.topic_config_manager.serialize())
