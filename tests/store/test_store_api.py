@@ -25,6 +25,7 @@ from txmq.store import (
     GetMessageStatus,
     PutMessageStatus,
 )
+from txmq.topic import SYSTEM_TOPICS
 
 pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
 
@@ -330,6 +331,26 @@ def test_delete_topic(root):
         store.close_without_shutdown()  # a crash right after: the topic must not come back
         reopened = DefaultMessageStore(make_config(root))
         assert reopened.topics() == {"kept"} and reopened.recovery_report.consume_queues_rebuilt == []
+        await reopened.shutdown()
+
+    run(main)
+
+
+def test_clean_unused_topic_drops_what_the_table_lacks_but_never_a_system_topic(root):
+    async def main():
+        store = DefaultMessageStore(make_config(root))
+        await store.start()
+        topics = ["kept", "gone", "%RETRY%g", "%DLQ%old", *SYSTEM_TOPICS]
+        for topic in topics:
+            await store.put_message(msg(topic))
+        assert store.clean_unused_topic({"kept", "%RETRY%g"}) == ["%DLQ%old", "gone"]
+        left = set(topics) - {"%DLQ%old", "gone"}
+        assert store.topics() == left
+        assert not os.path.exists(os.path.join(root, "consumequeue", "gone"))
+        assert store.clean_unused_topic({"kept", "%RETRY%g"}) == []
+        store.close_without_shutdown()  # a crash right after: the topics must not come back
+        reopened = DefaultMessageStore(make_config(root))
+        assert reopened.topics() == left and reopened.recovery_report.consume_queues_rebuilt == []
         await reopened.shutdown()
 
     run(main)

@@ -179,6 +179,12 @@ class MQAdminExt(Admin):
             await self._namesrv(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
         self._call(go())
 
+    def clean_unused_topic(self, addr: str) -> list[str]:
+        """CLEAN_UNUSED_TOPIC: the broker drops the consume queues of topics its table does not hold; the topics
+        it dropped."""
+        resp = self._call(self._invoke(addr, RequestCode.CLEAN_UNUSED_TOPIC))
+        return list(orjson.loads(resp.body).get("topics") or []) if resp.body else []
+
     # --- consumer groups ----------------------------------------------------------------------------------
 
     def consume_stats(self, group: str, topic: str = "") -> tuple[list[QueueStat], float]:

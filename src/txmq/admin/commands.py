@@ -191,6 +191,16 @@ def delete_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
     return 0
 
 
+@command("cleanUnusedTopic", "drop the consume queues of topics a broker's topic table does not hold (a deleted "
+         "topic's)", BROKER, CLUSTER)
+def clean_unused_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
+    for name, addr in sorted(targets(admin, args).items()):
+        dropped = admin.clean_unused_topic(addr)
+        print(f"clean unused topic success, {name} {addr}: the queues of {len(dropped)} topic"
+              f"{'' if len(dropped) == 1 else 's'} dropped{': ' + ', '.join(dropped) if dropped else ''}")
+    return 0
+
+
 # --- consumer and producer groups -------------------------------------------------------------------------
 
 

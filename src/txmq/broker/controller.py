@@ -227,6 +227,17 @@ class BrokerController:
         with contextlib.suppress(RuntimeError):  # the loop closed: the broker stopped meanwhile
             loop.call_soon_threadsafe(self.apply_permission)
 
+    def clean_unused_topics(self) -> list[str]:
+        """Drop the consume queues of the topics the topic table does not hold (``clean_unused_topic``): a deleted
+        topic's, left by a stop before its deletion dropped them or refilled by a delayed, timer or transactional
+        message delivered to it since. Only when an operator asks (CLEAN_UNUSED_TOPIC), as RocketMQ: a table can
+        lag the cluster's (a slave's copy of its master's, and that copy on a slave made master by hand), and a
+        clean by that table would drop the queues of a topic whose messages are real."""
+        dropped = self.store.clean_unused_topic(self.topic_config_manager.table.keys())
+        log.info("consume queues of %d topic%s no topic config holds dropped (CLEAN_UNUSED_TOPIC)%s", len(dropped),
+                 "" if len(dropped) == 1 else "s", f": {', '.join(dropped[:10])}" if dropped else "")
+        return dropped
+
     def ha_status(self) -> dict[str, Any]:
         return ha_status(self)
 

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,7 @@ from txmq.store.record import TRAILER_SIZE, to_wire
 from txmq.store.recovery import RecoveryReport, recover
 from txmq.store.replica import ConfirmOffset, ReplicaLog
 from txmq.store.results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+from txmq.topic import is_system_topic
 
 log = logging.getLogger("txmq.store")
 
@@ -766,11 +767,25 @@ class DefaultMessageStore:
     def delete_topic(self, topic: str) -> None:
         """Drop the topic's consume queues; its records age out of the commit log by retention. Raises
         ``StoreError`` for a name that is not a topic directory's."""
-        directory = topic_directory(self.config.store_path_root_dir, topic)
-        for qid in self.queues.queue_ids(topic):
-            self.queues.drop(topic, qid)
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
+        self._drop_topics([topic])
+
+    def clean_unused_topic(self, retain: Collection[str]) -> list[str]:
+        """Drop the consume queues of every topic neither in ``retain`` (the broker's topic table) nor a system
+        topic (RocketMQ's ``cleanUnusedTopic``): queues a deleted topic left, which would otherwise serve its old
+        messages once a topic of that name is created again. The topics dropped, sorted."""
+        unused = sorted(t for t in self.queues.topics() if t not in retain and not is_system_topic(t))
+        if unused:
+            self._drop_topics(unused)
+        return unused
+
+    def _drop_topics(self, topics: list[str]) -> None:
+        """Drop the topics' queues and directories, durably: recovery must not find them listed."""
+        directories = [topic_directory(self.config.store_path_root_dir, topic) for topic in topics]
+        for topic, directory in zip(topics, directories, strict=True):
+            for qid in self.queues.queue_ids(topic):
+                self.queues.drop(topic, qid)
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
         # The checkpoint lists queues so recovery can rebuild lost ones: it must forget these now.
         self._checkpoint_now()
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from txmq.acl.model import Action, Needs, cluster_get
+from txmq.acl.model import Action, Needs, cluster_get, cluster_update
 from txmq.broker.processor.ops import runtime_info
 from txmq.broker.processor.refused import refused
 from txmq.broker.transaction.state import Outcome
@@ -161,6 +161,7 @@ class AdminBrokerProcessor:
                         self._create_topic),
             RequestSpec(RequestCode.DELETE_TOPIC_IN_BROKER, header(DeleteTopicRequestHeader), delete_topic_needs,
                         self._delete_topic),
+            RequestSpec(RequestCode.CLEAN_UNUSED_TOPIC, no_header, cluster_update, self._clean_unused_topic),
             RequestSpec(RequestCode.GET_ALL_TOPIC_CONFIG, no_header, cluster_get, self._all_topics),
             RequestSpec(RequestCode.QUERY_CONSUMER_OFFSET, parse_query_offset, query_offset_needs, self._query_offset),
             RequestSpec(RequestCode.UPDATE_CONSUMER_OFFSET, parse_update_offset, update_offset_needs,
@@ -230,6 +231,10 @@ class AdminBrokerProcessor:
         if not await broker.topic_config_manager.delete(topic, removed):
             return RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic} not exist")
         return _ok(cmd)
+
+    def _clean_unused_topic(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
+        """Answered in any role, as RocketMQ's (the operator asks); the body lists the topics dropped."""
+        return _ok(cmd, {"topics": self.broker.clean_unused_topics()})
 
     def _all_topics(self, conn: Connection, cmd: RemotingCommand, _: None) -> RemotingCommand:
         return _ok(cmd, self.broker.topic_config_manager.serialize())
