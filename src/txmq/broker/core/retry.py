@@ -126,12 +126,13 @@ class RetryService:
                 or await self._put(msg, "send back"))
 
     def write_refusal(self) -> Refusal | None:
-        """Why a broker that does not write refuses a send or a message a consumer gives back (RocketMQ's
-        ``consumerSendMsgBack``, which its proxy's forward to the dead letters sends too), else None: its store lost
-        durability (SERVICE_NOT_AVAILABLE saying so, as the store's own refusal does), or ``brokerPermission``
-        lacks write (RocketMQ's NO_PERMISSION)."""
-        if self.writeable:
-            return None
+        """Why this broker refuses a send or a message a consumer gives back (RocketMQ's ``consumerSendMsgBack``,
+        which its proxy's forward to the dead letters sends too) for want of write (``not_writeable``), else None."""
+        return None if self.writeable else self.not_writeable()
+
+    def not_writeable(self) -> Refusal:
+        """The refusal of a broker that does not write: its store lost durability (SERVICE_NOT_AVAILABLE saying so,
+        as the store's own refusal does), or ``brokerPermission`` lacks write (RocketMQ's NO_PERMISSION)."""
         durability = self.store.durability
         if durability.lost:
             return Refusal(Kind.NOT_AVAILABLE, f"service not available now: {durability.remark}")

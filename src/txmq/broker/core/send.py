@@ -162,7 +162,7 @@ class SendService:
         if config.is_slave:  # RocketMQ's store in slave mode: nothing stored
             return Refusal(Kind.NOT_AVAILABLE, "service not available now: broker is a slave, putMessage is forbidden")
         if not self.writeable:
-            return self.retries.write_refusal()
+            return self.retries.not_writeable()
         # The table itself, no call per send. A name in it was checked where it entered (TopicConfigManager): the
         # pattern runs only for names it lacks, so no cache of legal names is missed however many topics sends
         # are spread over.
