@@ -272,10 +272,13 @@ class PushConsumer(ClientBase):
         assert self.instance is not None
         for t in self._tasks:
             t.cancel()
-        for mq in list(self.queues):
-            await self._drop_queue(mq, final=True)
-        for mq, (pq, commit) in list(self._releasing.items()):  # a shutdown lets every lock go (RocketMQ's unlockAll)
-            await self._release(mq, pq, commit)
+        # Under the rebalance lock: an operator's reset under way ends first (its drops are not committed, and its
+        # offsets are committed last), where a drop beside it committed the offsets consumed before it over them.
+        async with self._rebalance_lock:
+            for mq in list(self.queues):
+                await self._drop_queue(mq, final=True)
+            for mq, (pq, commit) in list(self._releasing.items()):  # every lock let go (RocketMQ's unlockAll)
+                await self._release(mq, pq, commit)
         await self._persist_offsets()
         await self.instance.unregister(consumer_group=self.group)
         await self.instance.close()
