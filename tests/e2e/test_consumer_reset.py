@@ -275,3 +275,42 @@ def test_a_shutdown_during_a_reset_does_not_commit_over_it(cluster, monkeypatch)
     finally:
         consumer.shutdown()
     assert _committed(cluster, group, queues) == [0] * len(queues)
+
+
+def test_a_reset_that_comes_during_a_shutdown_commits_before_the_connections_close(cluster, monkeypatch):
+    """A reset told to the consumer while its shutdown drops the queues (committing what they consumed, over the
+    broker's reset) commits its offsets before the shutdown closes the connections: it ran beside the unregister and
+    the close, its commits failed, and the offsets consumed before the reset stood."""
+    group, topic = "g_reset_late", "reset_late_t"
+    consumer, _, queues = _consumed(cluster, group, topic, False)
+    in_shutdown: contextvars.ContextVar[bool] = contextvars.ContextVar("in_shutdown", default=False)
+    committing = threading.Event()
+    resetting = asyncio.Event()
+    real_reset, real_commit, real_on_shutdown = consumer._reset_topic, consumer._commit_offset, consumer._on_shutdown
+
+    async def reset(topic: str, body: bytes) -> None:
+        resetting.set()
+        await real_reset(topic, body)
+
+    async def commit_offset(mq: MessageQueue, offset: int) -> None:
+        if in_shutdown.get() and mq.topic == topic and not committing.is_set():  # held until the reset came
+            committing.set()
+            await _at_most(resetting, HOLD_S)
+        await real_commit(mq, offset)
+
+    async def on_shutdown() -> None:
+        in_shutdown.set(True)  # this task's context only
+        await real_on_shutdown()
+
+    monkeypatch.setattr(consumer, "_reset_topic", reset)
+    monkeypatch.setattr(consumer, "_commit_offset", commit_offset)
+    monkeypatch.setattr(consumer, "_on_shutdown", on_shutdown)
+    stopping = threading.Thread(target=consumer.shutdown)
+    stopping.start()
+    try:
+        assert committing.wait(10)
+        _reset_to_start(cluster, group, topic)
+    finally:
+        stopping.join(30)
+    assert not stopping.is_alive()
+    assert _committed(cluster, group, queues) == [0] * len(queues)
