@@ -124,6 +124,26 @@ def test_checks_follow_one_another_by_the_check_interval(tmp_path):
     asyncio.run(go())
 
 
+def test_an_interval_of_a_second_and_a_few_ms_is_rounded_up_to_two_seconds(tmp_path):
+    """An interval just above whole seconds (1,049 ms) is rounded up to the wheel's next second, as the docs say:
+    an on-time pass counted the ON_TIME_MS it forgives off the interval too, and checked every second, 49 ms
+    sooner than the interval."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=1_049)
+        sender = Sender()
+        checker.senders.append(sender)
+        off, _ = await half(service, 1)
+        due = service.table.next_due_s()
+        assert due is not None
+        assert await checker.check_pass(due + 0.001) == 1
+        assert await checker.check_pass(due + 1.001) == 0
+        assert await checker.check_pass(due + 2.001) == 1
+        assert sender.sent == [off, off]
+        await store.shutdown()
+    asyncio.run(go())
+
+
 def test_a_commit_in_the_log_without_its_op_record_is_found_after_recovery(tmp_path):
     """The crash window between the real message and the op record: recovery finds the transaction pending,
     and the index check turns it into a commit instead of storing a second copy."""

@@ -228,3 +228,89 @@ def test_a_broadcasting_consumer_follows_a_reset(cluster):
         assert sorted(rec.ids().values()) == [2] * N
     finally:
         consumer.shutdown()
+
+
+def test_a_shutdown_during_a_reset_does_not_commit_over_it(cluster, monkeypatch):
+    """A shutdown that comes while a reset drops the queues drops them once the reset is over: it dropped them beside
+    the reset, committing the offsets consumed before the reset over the reset's own, and the group's next consumer
+    read on from there."""
+    group, topic = "g_reset_shutdown", "reset_shutdown_t"
+    consumer, _, queues = _consumed(cluster, group, topic, False)
+    in_reset: contextvars.ContextVar[bool] = contextvars.ContextVar("in_reset", default=False)
+    in_shutdown: contextvars.ContextVar[bool] = contextvars.ContextVar("in_shutdown", default=False)
+    dropping = threading.Event()
+    shutdown_drops, reset_done = asyncio.Event(), asyncio.Event()
+    real_reset, real_drop, real_commit = consumer._reset_topic, consumer._drop_queue, consumer._commit_offset
+    real_on_shutdown = consumer._on_shutdown
+
+    async def reset(topic: str, body: bytes) -> None:
+        in_reset.set(True)  # this task's context only
+        await real_reset(topic, body)
+        reset_done.set()
+
+    async def drop_queue(mq: MessageQueue, commit: bool = True, final: bool = False) -> None:
+        if in_shutdown.get() and mq.topic == topic:
+            shutdown_drops.set()
+        elif in_reset.get() and not dropping.is_set():  # the reset's first drop waits for the shutdown's
+            dropping.set()
+            await _at_most(shutdown_drops, HOLD_S)
+        await real_drop(mq, commit, final)
+
+    async def commit_offset(mq: MessageQueue, offset: int) -> None:
+        if in_shutdown.get() and mq.topic == topic:  # the shutdown's commits come after the reset's
+            await _at_most(reset_done, HOLD_S)
+        await real_commit(mq, offset)
+
+    async def on_shutdown() -> None:
+        in_shutdown.set(True)  # this task's context only
+        await real_on_shutdown()
+
+    monkeypatch.setattr(consumer, "_reset_topic", reset)
+    monkeypatch.setattr(consumer, "_drop_queue", drop_queue)
+    monkeypatch.setattr(consumer, "_commit_offset", commit_offset)
+    monkeypatch.setattr(consumer, "_on_shutdown", on_shutdown)
+    try:
+        _reset_to_start(cluster, group, topic)
+        assert dropping.wait(10)
+    finally:
+        consumer.shutdown()
+    assert _committed(cluster, group, queues) == [0] * len(queues)
+
+
+def test_a_reset_that_comes_during_a_shutdown_commits_before_the_connections_close(cluster, monkeypatch):
+    """A reset told to the consumer while its shutdown drops the queues (committing what they consumed, over the
+    broker's reset) commits its offsets before the shutdown closes the connections: it ran beside the unregister and
+    the close, its commits failed, and the offsets consumed before the reset stood."""
+    group, topic = "g_reset_late", "reset_late_t"
+    consumer, _, queues = _consumed(cluster, group, topic, False)
+    in_shutdown: contextvars.ContextVar[bool] = contextvars.ContextVar("in_shutdown", default=False)
+    committing = threading.Event()
+    resetting = asyncio.Event()
+    real_reset, real_commit, real_on_shutdown = consumer._reset_topic, consumer._commit_offset, consumer._on_shutdown
+
+    async def reset(topic: str, body: bytes) -> None:
+        resetting.set()
+        await real_reset(topic, body)
+
+    async def commit_offset(mq: MessageQueue, offset: int) -> None:
+        if in_shutdown.get() and mq.topic == topic and not committing.is_set():  # held until the reset came
+            committing.set()
+            await _at_most(resetting, HOLD_S)
+        await real_commit(mq, offset)
+
+    async def on_shutdown() -> None:
+        in_shutdown.set(True)  # this task's context only
+        await real_on_shutdown()
+
+    monkeypatch.setattr(consumer, "_reset_topic", reset)
+    monkeypatch.setattr(consumer, "_commit_offset", commit_offset)
+    monkeypatch.setattr(consumer, "_on_shutdown", on_shutdown)
+    stopping = threading.Thread(target=consumer.shutdown)
+    stopping.start()
+    try:
+        assert committing.wait(10)
+        _reset_to_start(cluster, group, topic)
+    finally:
+        stopping.join(30)
+    assert not stopping.is_alive()
+    assert _committed(cluster, group, queues) == [0] * len(queues)

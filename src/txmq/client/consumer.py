@@ -197,6 +197,8 @@ class PushConsumer(ClientBase):
         # tasks started from callbacks (operator resets; send-backs and orderly consumption with
         # ``listener_on_loop``), kept here from the garbage collector until they end
         self._background: set[asyncio.Task[None]] = set()
+        # the operator resets among them, which a shutdown waits for; made at each start, as the rebalance lock
+        self._resets: set[asyncio.Task[None]]
         # (orderly) queues a rebalance gave up while a listener call on them still ran, and whether to commit them
         # (not when an operator reset them): locked, its lock renewed, until the call returns
         self._releasing: dict[MessageQueue, tuple[ProcessQueue, bool]] = {}
@@ -240,6 +242,7 @@ class PushConsumer(ClientBase):
         assert self.instance is not None
         self._rebalance_now = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
+        self._resets = set()
         for topic in self.subscriptions:
             with contextlib.suppress(ClientError):
                 await self.instance.update_route(topic)
@@ -272,10 +275,15 @@ class PushConsumer(ClientBase):
         assert self.instance is not None
         for t in self._tasks:
             t.cancel()
-        for mq in list(self.queues):
-            await self._drop_queue(mq, final=True)
-        for mq, (pq, commit) in list(self._releasing.items()):  # a shutdown lets every lock go (RocketMQ's unlockAll)
-            await self._release(mq, pq, commit)
+        # Under the rebalance lock: an operator's reset under way ends first (its drops are not committed, and its
+        # offsets are committed last), where a drop beside it committed the offsets consumed before it over them.
+        async with self._rebalance_lock:
+            for mq in list(self.queues):
+                await self._drop_queue(mq, final=True)
+            for mq, (pq, commit) in list(self._releasing.items()):  # every lock let go (RocketMQ's unlockAll)
+                await self._release(mq, pq, commit)
+        # A reset told meanwhile commits its offsets (over those just committed) before the connections close.
+        await asyncio.gather(*self._resets, return_exceptions=True)
         await self._persist_offsets()
         await self.instance.unregister(consumer_group=self.group)
         await self.instance.close()
@@ -301,14 +309,17 @@ class PushConsumer(ClientBase):
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self._rebalance_now is not None:
             self._rebalance_now.set()
         elif cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET and cmd.ext_fields.get("group") == self.group:
-            self._spawn(self._reset_topic(cmd.ext_fields.get("topic", ""), cmd.body))
+            reset = self._spawn(self._reset_topic(cmd.ext_fields.get("topic", ""), cmd.body))
+            self._resets.add(reset)
+            reset.add_done_callback(self._resets.discard)
         return None
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Start ``coro`` as a task of the loop (from the loop), kept until it ends."""
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def _reset_topic(self, topic: str, body: bytes) -> None:
         """An operator reset the group's offsets on ``topic``: release its queues without committing what they

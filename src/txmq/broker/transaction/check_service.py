@@ -74,14 +74,22 @@ class TransactionalMessageCheckService:
         finally:
             self.in_pass = False
 
+    def _next_check_s(self, now_f: float) -> int:
+        """The wheel's second for the next check of a transaction checked at ``now_f``: one interval later, rounded
+        up to whole seconds. The run loop wakes a pass just after the second it waits for: a pass within ON_TIME_MS
+        of its second counts from the second's start (from its own time, rounding up would add a second to every
+        interval), a later pass from its own time. Only the start is forgiven, never the interval: 1,049 ms from
+        an on-time pass is two seconds, not one."""
+        now_ms = int(now_f * 1000)
+        start_ms = now_ms - now_ms % 1000
+        from_ms = start_ms if now_ms - start_ms <= ON_TIME_MS else now_ms
+        return max(start_ms // 1000 + 1, -(-(from_ms + self.check_interval_ms) // 1000))
+
     async def _check_pass(self, now_s: float | None) -> int:
         now_f = now_s if now_s is not None else self.service.store.clock.elapsed_ms() / 1000
         now = int(now_f)
         table = self.service.table
-        # The next check one interval from now, rounded up to the wheel's whole seconds. The run loop wakes a pass
-        # just after the second it waits for: a pass within ON_TIME_MS of its second counts from the second's
-        # start, else rounding up would add a second to every interval; a later pass counts from when it runs.
-        next_s = max(now + 1, -(-(int(now_f * 1000) - ON_TIME_MS + self.check_interval_ms) // 1000))
+        next_s = self._next_check_s(now_f)
         reserved_s = self.service.file_reserved_time_h * 3600
         sent: list[int] = []
         due = list(dict.fromkeys(table.pop_due(now)))  # once each, even if scheduled twice
