@@ -14,3 +14,37 @@ def test_every_queue_has_exactly_one_owner():
 
 def test_unknown_client_gets_nothing():
     assert allocate_averagely([1, 2, 3], ["a", "b"], "z") == []
+
+
+def test_a_drop_cancelled_while_its_pull_winds_down_is_cancelled():
+    """A shutdown cancels the rebalance loop; if that loop is in a drop, waiting for the queue's pull to end, the
+    cancellation must reach it (suppressing CancelledError around that wait swallowed it: the loop went on after
+    the shutdown and could take queues again)."""
+    import asyncio
+
+    from txmq import MessageQueue, PushConsumer
+
+    async def go() -> None:
+        consumer = PushConsumer("g_drop_cancel", "127.0.0.1:1")
+        mq = MessageQueue("T", "broker-a", 0)
+        winding, wound = asyncio.Event(), asyncio.Event()
+
+        async def pull_loop() -> None:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                winding.set()
+                await wound.wait()  # its clean-up takes a while
+                raise
+
+        consumer._pull_tasks[mq] = asyncio.create_task(pull_loop())
+        await asyncio.sleep(0)
+        drop = asyncio.create_task(consumer._drop_queue(mq))
+        await winding.wait()
+        drop.cancel()  # the shutdown cancels the task that drops
+        await asyncio.sleep(0)
+        wound.set()
+        await asyncio.wait([drop])
+        assert drop.cancelled()
+
+    asyncio.run(go())

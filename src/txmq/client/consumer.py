@@ -444,8 +444,11 @@ class PushConsumer(ClientBase):
         task = self._pull_tasks.pop(mq, None)
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # waited for, not awaited: a cancel of this drop itself (a shutdown's) must propagate, which
+            # suppressing the pull's CancelledError around ``await task`` swallowed
+            await asyncio.wait([task])
+            if not task.cancelled():
+                task.result()  # the pull loop's own failure, as before
         if pq is None:
             return
         with self._lock:
