@@ -70,8 +70,11 @@ DATED_AT := 2027-01-31 23:58:30
 
 # The main pass runs its test files on TEST_WORKERS processes (pytest-xdist, each file whole on one worker, so a
 # file's module-scoped servers start once): its tests mostly wait on the servers and clients they start (alone it
-# keeps the 2 cores at a load of about 0.4), and each test uses free ports and directories of its own.
+# keeps the 2 cores at a load of about 0.4), and each test uses free ports and directories of its own. The files go
+# to the workers in collection order, the longest first (tests/conftest.py's LONGEST_FIRST), not xdist's default
+# order (most tests first), which left the longest single tests to the end on one worker.
 TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Three pytest runs: the Spark tests share one SparkSession, whose JVM keeps a single socket back to the
 # test process (pyspark's accumulator channel) and cannot reopen it once it breaks. They run alone, so no other
@@ -79,7 +82,7 @@ TEST_WORKERS ?= 2
 # target.
 test: $(STAMP) grpc-clients system-tools
 	@status=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=tests/spark || status=$$?; \
+	$(PY) -m pytest -q $(XDIST) --ignore=tests/spark || status=$$?; \
 	$(PY) -m pytest -q tests/spark || status=$$?; \
 	offset=$$(( $$(date -ud '$(DATED_AT) UTC' +%s) - $$(date -u +%s) )); \
 	LD_PRELOAD=$$(ls /usr/lib/*/faketime/libfaketime.so.1 | head -n 1) FAKETIME=$$(printf '%+d' $$offset) \
