@@ -60,18 +60,22 @@ system-tools:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; }
 
 # The dated run: the tests marked `dated` once more with the wall clock of every process (pytest's, and of the
-# brokers and clients it starts) at DATED_AT, the last minutes of a month whose day is past 24.86, and running on
-# from there across the month's end: a bug of the calendar fails CI on any day, not only on the days it bites.
+# brokers and clients it starts) at DATED_AT, the last minute of a month whose day is past 24.86, and running on
+# from there across the month's end (on TEST_WORKERS processes as the main pass, it takes about a minute): a bug of
+# the calendar fails CI on any day, not only on the days it bites.
 # libfaketime is preloaded, FAKETIME the offset from the real clock (every process on the same clock).
 # FAKETIME_DONT_FAKE_MONOTONIC=1: a faked monotonic clock hangs threading waits; with it CPython 3.11's time.sleep
 # fails with EINVAL under libfaketime 0.9.10 (clock_nanosleep on an absolute monotonic deadline), so
 # tests/conftest.py replaces time.sleep for the run. NO_FAKE_STAT=1: file times stay real.
-DATED_AT := 2027-01-31 23:58:30
+DATED_AT := 2027-01-31 23:59:20
 
 # The main pass runs its test files on TEST_WORKERS processes (pytest-xdist, each file whole on one worker, so a
 # file's module-scoped servers start once): its tests mostly wait on the servers and clients they start (alone it
-# keeps the 2 cores at a load of about 0.4), and each test uses free ports and directories of its own.
+# keeps the 2 cores at a load of about 0.4), and each test uses free ports and directories of its own. The files go
+# to the workers in collection order, the longest first (tests/conftest.py's LONGEST_FIRST), not xdist's default
+# order (most tests first), which left the longest single tests to the end on one worker.
 TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Three pytest runs: the Spark tests share one SparkSession, whose JVM keeps a single socket back to the
 # test process (pyspark's accumulator channel) and cannot reopen it once it breaks. They run alone, so no other
@@ -79,11 +83,11 @@ TEST_WORKERS ?= 2
 # target.
 test: $(STAMP) grpc-clients system-tools
 	@status=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=tests/spark || status=$$?; \
+	$(PY) -m pytest -q $(XDIST) --ignore=tests/spark || status=$$?; \
 	$(PY) -m pytest -q tests/spark || status=$$?; \
 	offset=$$(( $$(date -ud '$(DATED_AT) UTC' +%s) - $$(date -u +%s) )); \
 	LD_PRELOAD=$$(ls /usr/lib/*/faketime/libfaketime.so.1 | head -n 1) FAKETIME=$$(printf '%+d' $$offset) \
-		FAKETIME_DONT_FAKE_MONOTONIC=1 NO_FAKE_STAT=1 $(PY) -m pytest -q -m dated --ignore=tests/spark || status=$$?; \
+		FAKETIME_DONT_FAKE_MONOTONIC=1 NO_FAKE_STAT=1 $(PY) -m pytest -q $(XDIST) -m dated --ignore=tests/spark || status=$$?; \
 	exit $$status
 
 # The suite without the tests marked slow (tests/conftest.py marks every end-to-end folder): about a minute.

@@ -537,7 +537,8 @@ def test_a_transaction_whose_half_retention_deleted_is_refused_with_the_reason(c
     transaction's half: a late END_TRANSACTION for it, either way, and `txmq tx show|resume` answer that its half
     was deleted by retention; nothing is stored, and new transactions end as before."""
     broker = cluster.start_broker("broker-a", {**TX_CONF, "mappedFileSizeCommitLog": 64 * 1024,
-                                               "fileReservedTime": 0.0003, "deleteWhen": ALL_HOURS})
+                                               "fileReservedTime": 0.0003, "deleteWhen": ALL_HOURS,
+                                               "cleanResourceInterval": 500})
     topic = "tx_retention"
     create_topic(cluster, topic, 1)
     listener = RuleListener(lambda n: COMMIT, lambda n: COMMIT)
@@ -550,7 +551,7 @@ def test_a_transaction_whose_half_retention_deleted_is_refused_with_the_reason(c
         addr = broker.addrs["broker"]
         commit = end_tx_header(producer, first, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
         rollback = end_tx_header(producer, first, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
-        # a repeat ("already committed") until the store's checkpoint (3 s) and retention (every 10 s) have run
+        # a repeat ("already committed") until the store's checkpoint (3 s) and retention (every 0.5 s) have run
         refused = wait_for(lambda: (r := asyncio.run(raw_end(addr, commit))[0]).code != ResponseCode.SUCCESS and r,
                            30, "the half deleted by retention")
         assert refused.code == ResponseCode.SYSTEM_ERROR and "deleted by retention" in (refused.remark or ""), refused
