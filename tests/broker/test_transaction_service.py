@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from txmq.broker.transaction.state import Outcome, TransactionStateTable
 from txmq.broker.transaction.tracking import RECENT_HALF_OVERHEAD
 from txmq.message import MessageConst, MessageExt
 from txmq.remoting.codes import ResponseCode
-from txmq.store import PutMessageResult, PutMessageStatus
+from txmq.store import DefaultMessageStore, PutMessageResult, PutMessageStatus
 from txmq.topic import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 
 pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
@@ -101,18 +102,27 @@ def test_a_resumed_transaction_is_checked_once_per_pass_after_recovery(tmp_path)
     asyncio.run(go())
 
 
+async def _one_half_checked_every(tmp_path: Path, interval_ms: int) -> tuple[DefaultMessageStore,
+                                                                              TransactionalMessageCheckService,
+                                                                              Sender, int, int]:
+    """A store with one half, a checker of ``interval_ms`` that records what it sends, and the half's first due
+    second."""
+    store, service = await open_service(tmp_path)
+    checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=interval_ms)
+    sender = Sender()
+    checker.senders.append(sender)
+    off, _ = await half(service, 1)
+    due = service.table.next_due_s()
+    assert due is not None
+    return store, checker, sender, off, due
+
+
 def test_checks_follow_one_another_by_the_check_interval(tmp_path):
     """The run loop wakes a pass just after the second its transactions are due in; each is checked again one
     transactionCheckInterval later (RocketMQ's pace), not a second more; after a pass late in its second the next
     check comes no sooner than one interval."""
     async def go() -> None:
-        store, service = await open_service(tmp_path)
-        checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=30_000)
-        sender = Sender()
-        checker.senders.append(sender)
-        off, _ = await half(service, 1)
-        due = service.table.next_due_s()
-        assert due is not None
+        store, checker, sender, off, due = await _one_half_checked_every(tmp_path, 30_000)
         assert await checker.check_pass(due + 0.001) == 1
         assert await checker.check_pass(due + 29.5) == 0
         assert await checker.check_pass(due + 30.001) == 1
@@ -129,13 +139,7 @@ def test_an_interval_of_a_second_and_a_few_ms_is_rounded_up_to_two_seconds(tmp_p
     an on-time pass counted the ON_TIME_MS it forgives off the interval too, and checked every second, 49 ms
     sooner than the interval."""
     async def go() -> None:
-        store, service = await open_service(tmp_path)
-        checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=1_049)
-        sender = Sender()
-        checker.senders.append(sender)
-        off, _ = await half(service, 1)
-        due = service.table.next_due_s()
-        assert due is not None
+        store, checker, sender, off, due = await _one_half_checked_every(tmp_path, 1_049)
         assert await checker.check_pass(due + 0.001) == 1
         assert await checker.check_pass(due + 1.001) == 0
         assert await checker.check_pass(due + 2.001) == 1

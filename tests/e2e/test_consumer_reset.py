@@ -61,6 +61,19 @@ def _committed(cluster: Cluster, group: str, queues: list[MessageQueue]) -> list
         return [probe.fetch_consume_offset(mq) for mq in queues]
 
 
+def _marking_shutdown(consumer: PushConsumer, monkeypatch: pytest.MonkeyPatch) -> contextvars.ContextVar[bool]:
+    """A flag true in the consumer's shutdown task only (its drops and commits), false in a reset's or a rebalance's."""
+    in_shutdown: contextvars.ContextVar[bool] = contextvars.ContextVar("in_shutdown", default=False)
+    real_on_shutdown = consumer._on_shutdown
+
+    async def on_shutdown() -> None:
+        in_shutdown.set(True)  # this task's context only
+        await real_on_shutdown()
+
+    monkeypatch.setattr(consumer, "_on_shutdown", on_shutdown)
+    return in_shutdown
+
+
 def _reset_to_start(cluster: Cluster, group: str, topic: str) -> None:
     with MQAdminExt(cluster.namesrv_addr) as admin:
         assert {s.values for s in admin.reset_offset(group, topic, 0)} == {0}
@@ -237,11 +250,10 @@ def test_a_shutdown_during_a_reset_does_not_commit_over_it(cluster, monkeypatch)
     group, topic = "g_reset_shutdown", "reset_shutdown_t"
     consumer, _, queues = _consumed(cluster, group, topic, False)
     in_reset: contextvars.ContextVar[bool] = contextvars.ContextVar("in_reset", default=False)
-    in_shutdown: contextvars.ContextVar[bool] = contextvars.ContextVar("in_shutdown", default=False)
+    in_shutdown = _marking_shutdown(consumer, monkeypatch)
     dropping = threading.Event()
     shutdown_drops, reset_done = asyncio.Event(), asyncio.Event()
     real_reset, real_drop, real_commit = consumer._reset_topic, consumer._drop_queue, consumer._commit_offset
-    real_on_shutdown = consumer._on_shutdown
 
     async def reset(topic: str, body: bytes) -> None:
         in_reset.set(True)  # this task's context only
@@ -261,14 +273,9 @@ def test_a_shutdown_during_a_reset_does_not_commit_over_it(cluster, monkeypatch)
             await _at_most(reset_done, HOLD_S)
         await real_commit(mq, offset)
 
-    async def on_shutdown() -> None:
-        in_shutdown.set(True)  # this task's context only
-        await real_on_shutdown()
-
     monkeypatch.setattr(consumer, "_reset_topic", reset)
     monkeypatch.setattr(consumer, "_drop_queue", drop_queue)
     monkeypatch.setattr(consumer, "_commit_offset", commit_offset)
-    monkeypatch.setattr(consumer, "_on_shutdown", on_shutdown)
     try:
         _reset_to_start(cluster, group, topic)
         assert dropping.wait(10)
@@ -283,10 +290,10 @@ def test_a_reset_that_comes_during_a_shutdown_commits_before_the_connections_clo
     the close, its commits failed, and the offsets consumed before the reset stood."""
     group, topic = "g_reset_late", "reset_late_t"
     consumer, _, queues = _consumed(cluster, group, topic, False)
-    in_shutdown: contextvars.ContextVar[bool] = contextvars.ContextVar("in_shutdown", default=False)
+    in_shutdown = _marking_shutdown(consumer, monkeypatch)
     committing = threading.Event()
     resetting = asyncio.Event()
-    real_reset, real_commit, real_on_shutdown = consumer._reset_topic, consumer._commit_offset, consumer._on_shutdown
+    real_reset, real_commit = consumer._reset_topic, consumer._commit_offset
 
     async def reset(topic: str, body: bytes) -> None:
         resetting.set()
@@ -298,13 +305,8 @@ def test_a_reset_that_comes_during_a_shutdown_commits_before_the_connections_clo
             await _at_most(resetting, HOLD_S)
         await real_commit(mq, offset)
 
-    async def on_shutdown() -> None:
-        in_shutdown.set(True)  # this task's context only
-        await real_on_shutdown()
-
     monkeypatch.setattr(consumer, "_reset_topic", reset)
     monkeypatch.setattr(consumer, "_commit_offset", commit_offset)
-    monkeypatch.setattr(consumer, "_on_shutdown", on_shutdown)
     stopping = threading.Thread(target=consumer.shutdown)
     stopping.start()
     try:
