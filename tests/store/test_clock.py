@@ -237,3 +237,21 @@ def test_a_group_of_puts_is_stamped_once(root):
             assert len(stamps) == 1
 
     run(main)
+
+
+def test_a_put_that_joins_an_open_group_is_stamped_no_earlier_than_it_was_asked(root):
+    """A group is stamped as it is written, after its last put was asked: a put that joins it when the loop was held
+    up since its first put (a slow callback, the process descheduled) is not aged from that first put, which would
+    make a delayed message due that much before it was sent."""
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(root)) as store:
+            first = store.put_message(msg())
+            advance(store, 0.06)  # 60 ms pass, for both clocks, before the next put of the same loop iteration
+            wall_step(store, 0.06)
+            asked = store.clock.elapsed_ms()
+            later = (await asyncio.gather(first, store.put_message(msg())))[1].append_result
+            assert later is not None
+            assert store.clock.elapsed_of(later.wrote_offset, later.store_timestamp) >= asked
+
+    run(main)

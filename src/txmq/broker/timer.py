@@ -406,9 +406,7 @@ class TimerMessageStore:
             puts = []
             rolled: set[int] = set()
             hold: int | None = None
-            # what the puts below are stamped: an open group's stamp (taken at its first put, maybe another's), or
-            # the wall clock now or later
-            wall = store.open_group_stamp or store.clock.wall_ms()
+            wall = store.clock.wall_ms()  # the puts below are stamped as their group is written: now or later
             unreadable: list[str] = []
             for offset, real in rows:
                 try:

@@ -31,7 +31,7 @@ cdef class GroupCommit:
     cdef public IndexService index
     cdef public object config, commit_log, queues, clock, confirm, disk, durability, replicate, flush_service
     cdef public bint replica, open, over_max_used
-    cdef object _files_lock, _clean, _disk_checked_at, _early_clean_at, _group_ts, _group_drops
+    cdef object _files_lock, _clean, _disk_checked_at, _early_clean_at, _group_drops
     cdef dict _queues_by_key, _counters, _group_offsets, _group_queues
     cdef public list append_listeners
     cdef list _dispatchers, _group, _group_msgs, _group_records
@@ -40,7 +40,7 @@ cdef class GroupCommit:
     @cython.locals(msg=MessageExt)
     cdef object _encode_put(self, object msgs, object fut, object answer)
     @cython.locals(msg=MessageExt, put=_Put)
-    cdef object _write_group(self, list group, list msgs, list records, dict next_offsets, dict found, object now)
+    cdef object _write_group(self, list group, list msgs, list records, dict next_offsets, dict found)
     cdef object _await_durable(self, object end, list group)
     @cython.locals(msg=MessageExt)
     cdef object _build_derived(self, object start, list msgs, object now, dict next_offsets, dict found)

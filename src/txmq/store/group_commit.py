@@ -21,7 +21,7 @@ from txmq.message import MessageConst, MessageExt, create_offset_msg_id
 from txmq.store.config import FlushDiskType, StoreConfig
 from txmq.store.consume_queue import ConsumeQueue, valid_topic_directory
 from txmq.store.dispatcher import DispatchRequest, build_index, builds_consume_queue, run_dispatchers, tags_code
-from txmq.store.record import BLANK_SIZE, TRAILER_SIZE, encode_record
+from txmq.store.record import BLANK_SIZE, TRAILER_SIZE, encode_record, set_store_timestamp
 from txmq.store.results import AppendMessageResult, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -180,7 +180,6 @@ class GroupCommit:
         # group's first put (``ConsumeQueueStore.drops``: a dropped queue's entries go to a new one, found then).
         self._group_queues: dict[tuple[str, int], ConsumeQueue | None] = {}
         self._group_drops = 0
-        self._group_ts = 0  # the group's store timestamp
 
     def put_messages(self, msgs: list[MessageExt], answer: Callable[[PutMessageResult], Any] | None = None,
                      waiter: Waiter | None = None) -> Any:
@@ -226,9 +225,7 @@ class GroupCommit:
                     answer: Callable[[PutMessageResult], Any] | None) -> PutMessageResult | None:
         """Give ``msgs`` their queue offsets and encode them into the group to write; the refusal when one of them
         cannot be stored (the group is then as it was)."""
-        now = self._group_ts
-        if not now:  # the group's first put: one stamp for all its records, any new anchor made before they exist
-            now = self.clock.stamp(self.commit_log.max_offset)
+        if not self._group:
             self._group_drops = self.queues.drops
         pending = self._group_offsets
         found = self._group_queues
@@ -258,7 +255,6 @@ class GroupCommit:
             else:
                 queue_offset = 0
             msg.queue_offset = queue_offset
-            msg.store_timestamp = now
             msg.store_host = store_host
             msg.commit_log_offset = 0
             try:
@@ -287,7 +283,6 @@ class GroupCommit:
             return refused
         self._group_msgs += msgs
         pending.update(next_offsets)
-        self._group_ts = now
         self._group.append(_Put(first, len(msgs), wrote, fut, answer))
         return None
 
@@ -302,9 +297,8 @@ class GroupCommit:
         found, self._group_queues = self._group_queues, {}
         if self.queues.drops != self._group_drops:
             found = {}
-        now, self._group_ts = self._group_ts, 0
         try:
-            self._write_group(group, msgs, records, next_offsets, found, now)
+            self._write_group(group, msgs, records, next_offsets, found)
         except BaseException as exc:  # a bug or a dying loop: nobody may wait forever
             for put in group:
                 if not put.future.done():
@@ -315,8 +309,8 @@ class GroupCommit:
 
     @cython.locals(msg=MessageExt, put=_Put)
     def _write_group(self, group: list[_Put], msgs: list[MessageExt], records: list[bytearray],
-                     next_offsets: dict[tuple[str, int], int], found: dict[tuple[str, int], ConsumeQueue | None],
-                     now: int) -> None:
+                     next_offsets: dict[tuple[str, int], int], found: dict[tuple[str, int], ConsumeQueue | None]
+                     ) -> None:
         # A put whose caller stopped waiting (a cancelled future) is written all the same: its queue offsets are
         # given, and a put once asked for is stored or refused as a whole, never dropped in part.
         if not self.open:
@@ -324,6 +318,11 @@ class GroupCommit:
                                                      remark="the store is shut down"))
             return
         start = self.commit_log.max_offset
+        # One stamp for the group, taken now that every put of it was asked (a put that joined the group after the
+        # loop was held up is not aged from its first put), any new anchor made before its records exist.
+        now = self.clock.stamp(start)
+        for rec in records:
+            set_store_timestamp(rec, now)
         try:
             offsets = self.commit_log.append(records)
         except (OSError, StoreError) as exc:
@@ -333,6 +332,7 @@ class GroupCommit:
         for msg, rec, offset in zip(msgs, records, offsets, strict=True):
             msg.commit_log_offset = offset
             msg.store_size = len(rec) - TRAILER_SIZE
+            msg.store_timestamp = now
         refused = self._build_derived(start, msgs, now, next_offsets, found)
         if refused is not None:
             self._answer_all(group, refused)

@@ -869,13 +869,6 @@ class DefaultMessageStore:
         return self.commit_log.last_store_timestamp
 
     @property
-    def open_group_stamp(self) -> int:
-        """The store timestamp a put made now gets when a group of puts is open in this loop iteration (its first
-        put's stamp), else 0: a caller that must not stamp a record before an instant (a timer message's delivery
-        time) compares with it."""
-        return self.group_commit._group_ts
-
-    @property
     def checkpoint_offset(self) -> int:
         return self._checkpoint_offset
 

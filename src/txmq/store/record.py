@@ -70,6 +70,10 @@ def set_physical_offset(rec: bytearray, offset: int) -> None:
     _LONG.pack_into(rec, PHYSICAL_OFFSET_POS, offset)
 
 
+def set_store_timestamp(rec: bytearray, stamp: int) -> None:
+    _LONG.pack_into(rec, STORE_TIMESTAMP_POS, stamp)
+
+
 def seal(rec: bytearray) -> None:
     """Write the trailer: CRC32 of everything before it."""
     _UINT.pack_into(rec, len(rec) - TRAILER_SIZE, zlib.crc32(memoryview(rec)[:-TRAILER_SIZE]))
