@@ -13,7 +13,7 @@ A record is written by ``CommitLog`` (``commit_log.py``) from the bytes ``encode
     36            4     SYSFLAG              MessageSysFlag bits (transaction type in 0xC)
     40            8     BORNTIMESTAMP
     48            8     BORNHOST             IPv4 (4) + port (4)
-    56            8     STORETIMESTAMP       ms since the epoch, monotonic within the store
+    56            8     STORETIMESTAMP       ms since the epoch: the wall clock as its group was written (steps too)
     64            8     STOREHOSTADDRESS     IPv4 (4) + port (4)
     72            4     RECONSUMETIMES
     76            8     PREPAREDTRANSACTIONOFFSET
