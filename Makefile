@@ -71,10 +71,11 @@ DATED_AT := 2027-01-31 23:59:20
 
 # The main pass runs its test files on TEST_WORKERS processes (pytest-xdist, each file whole on one worker, so a
 # file's module-scoped servers start once): its tests mostly wait on the servers and clients they start (alone it
-# keeps the 2 cores at a load of about 0.4), and each test uses free ports and directories of its own. The files go
+# keeps the 2 cores at a load of about 0.4, so three workers on two cores take 11 minutes where two took 16), and
+# each test uses free ports and directories of its own. The files go
 # to the workers in collection order, the longest first (tests/conftest.py's LONGEST_FIRST), not xdist's default
 # order (most tests first), which left the longest single tests to the end on one worker.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Three pytest runs: the Spark tests share one SparkSession, whose JVM keeps a single socket back to the
