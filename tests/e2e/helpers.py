@@ -10,8 +10,9 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from txmq import ConsumeFromWhere, ConsumeStatus, MessageExt, PushConsumer
+from txmq import Admin, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageQueue, Producer, PushConsumer
 from txmq.remoting.codec import FrameDecoder, encode_command
 from txmq.remoting.command import RemotingCommand
 
@@ -155,3 +156,20 @@ def messages_out(metrics_addr: str, topic: str, group: str) -> float:
         if {f'topic="{topic}"', f'consumer_group="{group}"'} <= set(labels.split(",")):
             total += float(value)
     return total
+
+
+if TYPE_CHECKING:
+    from tests.e2e.cluster import Cluster
+
+
+def one_held_message_per_queue(cluster: Cluster, topic: str, queue_nums: int) -> list[MessageQueue]:
+    """``topic`` created with ``queue_nums`` queues on the cluster's broker (started here), one message in each."""
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(topic, queue_nums=queue_nums)
+    cluster.wait_route(topic)
+    with Producer(f"p_{topic}", cluster.namesrv_addr) as producer:
+        queues = producer.publish_queues(topic)
+        for mq in queues:
+            producer.send(Message(topic, b"held"), queue=mq)
+    return queues

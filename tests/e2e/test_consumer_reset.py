@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from tests.e2e.cluster import Cluster
-from tests.e2e.helpers import Recorder, push_consumer, wait_until
+from tests.e2e.helpers import Recorder, one_held_message_per_queue, push_consumer, wait_until
 from txmq import (
     Admin,
     ConsumeFromWhere,
@@ -180,15 +180,8 @@ def test_an_orderly_queue_given_up_during_a_listener_call_keeps_the_reset_offset
     """An orderly queue a rebalance gave up while a listener call on it still ran is released (committed, then
     unlocked) once the call returns; a reset that came meanwhile decides its offset: the release committed the
     offset consumed before the reset over it, and the queue's next owner read on from there."""
-    cluster.start_broker()
     topic, group = "reset_releasing_t", "g_reset_releasing"
-    with Admin(cluster.namesrv_addr) as admin:
-        admin.create_topic(topic, queue_nums=2)
-    cluster.wait_route(topic)
-    with Producer("p_reset_releasing", cluster.namesrv_addr) as producer:
-        queues = producer.publish_queues(topic)
-        for mq in queues:
-            producer.send(Message(topic, b"held"), queue=mq)
+    queues = one_held_message_per_queue(cluster, topic, 2)
     rec, release = Recorder(), threading.Event()
 
     def held(msgs: list) -> ConsumeStatus:

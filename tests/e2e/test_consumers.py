@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from tests.e2e.helpers import Recorder, push_consumer, wait_until
+from tests.e2e.helpers import Recorder, one_held_message_per_queue, push_consumer, wait_until
 from txmq import (
     Admin,
     ConsumeFromWhere,
@@ -352,15 +352,8 @@ def test_shutdown_commits_the_offset_of_a_queue_a_rebalance_was_releasing(cluste
     consumed), and ``shutdown`` cancels that rebalance: the queue's offset is committed at shutdown all the same.
     The rebalance had taken the queue off the consumer's list before its commit, so the cancelled release left it
     uncommitted and shutdown's commit did not see it: its messages were consumed again by the next owner."""
-    cluster.start_broker()
     topic = "release_at_stop_t"
-    with Admin(cluster.namesrv_addr) as admin:
-        admin.create_topic(topic, queue_nums=4)
-    cluster.wait_route(topic)
-    with Producer("p_release_at_stop", cluster.namesrv_addr) as producer:
-        queues = producer.publish_queues(topic)
-        for mq in queues:
-            producer.send(Message(topic, b"held"), queue=mq)
+    queues = one_held_message_per_queue(cluster, topic, 4)
     entered, release = threading.Semaphore(0), threading.Event()
 
     def held(msgs: list) -> ConsumeStatus:
