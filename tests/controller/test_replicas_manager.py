@@ -20,6 +20,7 @@ from txmq.message import MessageExt
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.store import DefaultMessageStore, StoreConfig
+from txmq.store.durability import Durability
 from txmq.store.ha import HAClient, HAConfig, HAService
 from txmq.store.results import PutMessageStatus
 
@@ -41,7 +42,7 @@ def _sync_master(tmp_path) -> tuple[ReplicasManager, SimpleNamespace, _HA]:
     cfg = BrokerConfig(broker_id=1, broker_role="SYNC_MASTER", enable_controller_mode=True,
                        controller_addr="127.0.0.1:1", store=StoreConfig(store_path_root_dir=str(tmp_path)))
     ha = _HA()
-    broker = SimpleNamespace(config=cfg, ha_service=ha)
+    broker = SimpleNamespace(config=cfg, ha_service=ha, store=SimpleNamespace(durability=Durability()))
     rm = ReplicasManager(broker)  # type: ignore[arg-type]
     cfg.broker_role = "SYNC_MASTER"  # what change_to_master sets once the controller names it
     rm.lease_from = time.monotonic()

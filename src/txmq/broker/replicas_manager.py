@@ -13,6 +13,11 @@ the controller gives, keeps the SyncStateSet as master, and fences itself when i
   controller confirmed was *sent* less than ``brokerLeaseMills`` ago; the controller elects only after
   ``controllerHeartBeatTimeoutMills`` without a heartbeat *received*, which is later. Past its lease a master
   stops acknowledging and steps down to a slave without a master until the controller answers again.
+- **A failed fsync.** A replica whose store lost its durability (``txmq.store.durability``) can acknowledge
+  nothing until a restart: a master steps down at once, and the replica sends no more heartbeats, so the
+  controller elects another member of the SyncStateSet after ``controllerHeartBeatTimeoutMills``, as when a
+  process dies, and never elects this one. Restarted, it rejoins under a new ``bootId`` (its recovery rebuilt
+  from the last good checkpoint).
 - **SyncStateSet.** A caught-up slave (it has what every connected member has) is added, and counted for
   SYNC_MASTER puts from the moment it is proposed; a slave gone or behind is removed, and counted until the
   controller confirms the removal. A master alone in its set first counts a slave that keeps pace with its end,
@@ -91,6 +96,7 @@ class ReplicasManager:
         self._task: asyncio.Task[None] | None = None
         self._changing = asyncio.Lock()
         self._last_problem = ""
+        self._withdrawn = False  # the store lost durability: no more heartbeats (logged once)
 
     @property
     def is_master(self) -> bool:
@@ -152,10 +158,11 @@ class ReplicasManager:
         while True:
             sent = time.monotonic()
             try:
-                state = await self._heartbeat()
-                await self._apply(state, sent)
-                if self.is_master:
-                    await self._maintain_sync_state_set()
+                if not self._withdraw():
+                    state = await self._heartbeat()
+                    await self._apply(state, sent)
+                    if self.is_master:
+                        await self._maintain_sync_state_set()
             except ClientError as exc:  # says whether a controller refused, or none answered
                 self._problem(str(exc))
             except (OSError, ValueError, KeyError) as exc:
@@ -165,17 +172,31 @@ class ReplicasManager:
             await self._fence_if_expired(sent + interval)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - sent)))
 
+    def _withdraw(self) -> bool:
+        """Whether this replica has withdrawn from its group: once its store lost durability it must be neither
+        master nor a candidate, and a controller that hears no heartbeats elects without it."""
+        durability = self.broker.store.durability
+        if durability.lost and not self._withdrawn:
+            self._withdrawn = True
+            log.error("%s: this replica (id %d) sends no more heartbeats to the controller, which elects another "
+                      "member of the SyncStateSet after controllerHeartBeatTimeoutMills (%d ms); restart the broker "
+                      "to rejoin", durability.why, self.replica_id,
+                      self.broker.config.controller_heart_beat_timeout_mills)
+        return self._withdrawn
+
     async def _fence_if_expired(self, until: float) -> None:
-        """Watch the lease until the next heartbeat: past it, a master steps down (stops acknowledging). A step-down
-        that fails is tried again at the next look (every 0.1 s), logged once for the run of failures: the loop of
-        heartbeats must not end with it."""
+        """Watch the lease until the next heartbeat: past it, or once the store lost durability, a master steps
+        down (stops acknowledging). A step-down that fails is tried again at the next look (every 0.1 s), logged
+        once for the run of failures: the loop of heartbeats must not end with it."""
         failing = False
         while True:
-            if self.is_master and not self.lease_valid():
+            lost = self.broker.store.durability.lost
+            if self.is_master and (lost or not self.lease_valid()):
                 if not failing:
-                    log.warning("master lease of %d ms expired without the controller's confirmation: stepping "
-                                "down, no more acknowledgements at epoch %d", self.broker.config.broker_lease_mills,
-                                self.epoch)
+                    log.warning("%s: stepping down, no more acknowledgements at epoch %d",
+                                "the store lost durability" if lost else
+                                f"master lease of {self.broker.config.broker_lease_mills} ms expired without the "
+                                "controller's confirmation", self.epoch)
                 try:
                     async with self._changing:
                         await self.broker.role.change_to_slave()

@@ -1,0 +1,130 @@
+"""A master whose disk fails an fsync, in controller mode: real etcd, a real controller and two replicas
+(SYNC_MASTER, SYNC_FLUSH) over real sockets, the replicas in this process so that one store's commit-log fsync
+can be made to fail (EIO, as ``test_durability_lost``). The master steps down at once and stops its heartbeats,
+the controller elects the slave of its SyncStateSet, which takes sends and holds every send the old master
+acknowledged; the old master, restarted, rejoins as a slave of the new one and copies its log."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.broker.test_journal_off_loop import _send
+from tests.store.test_store_fsync_failure import fail_once
+from txmq.broker.config import BrokerConfig
+from txmq.broker.controller import BrokerController
+from txmq.conf import set_keys
+from txmq.controller.dcs import EtcdDCS
+from txmq.controller.etcd_launch import EtcdProcess
+from txmq.controller.server import ControllerManager
+from txmq.launch import free_port
+from txmq.message import decode_message
+from txmq.remoting.codes import ResponseCode
+from txmq.remoting.transport import RemotingClient
+from txmq.topic import TopicConfig
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "Failover"
+TIMEOUT_MS = 2000  # controllerHeartBeatTimeoutMills: the old master's silence after which the slave is elected
+
+
+def _config(root: Path, rid: int, controller: str) -> BrokerConfig:
+    config = BrokerConfig(listen_port=free_port(), grpc_port=-1)
+    set_keys(config, {
+        "brokerName": "broker-f", "brokerId": rid, "brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH",
+        "enableControllerMode": "true", "controllerAddr": controller, "haListenPort": free_port(),
+        "brokerHeartbeatInterval": 300, "brokerLeaseMills": 1000, "controllerHeartBeatTimeoutMills": TIMEOUT_MS,
+        "haSendHeartbeatInterval": 300, "storePathRootDir": str(root / f"replica-{rid}")})
+    return config
+
+
+async def _until(predicate: Callable[[], bool], timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def _bodies(broker: BrokerController) -> list[bytes]:
+    got = broker.store.get_message(TOPIC, 0, 0, 1000, 1 << 30)
+    return [decode_message(w)[0].body for w in got.messages]
+
+
+def test_a_master_whose_fsync_failed_gives_way_to_its_in_sync_slave_and_rejoins_after_a_restart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    etcd = EtcdProcess(tmp_path / "etcd", tmp_path / "etcd.log").start()
+
+    async def go() -> None:
+        controller = ControllerManager(EtcdDCS(etcd.endpoint), port=free_port(), scan_interval_s=0.2)
+        await controller.start()
+        configs = {rid: _config(tmp_path, rid, controller.addr) for rid in (1, 2)}
+        brokers = {rid: BrokerController(configs[rid]) for rid in (1, 2)}
+        try:
+            for broker in brokers.values():
+                await broker.start()
+                await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+
+            def in_sync() -> bool:
+                return any(b.replicas_manager.is_master and b.replicas_manager.sync_state_set == [1, 2]
+                           for b in brokers.values())
+
+            assert await _until(in_sync, 30), "no master with both replicas in its SyncStateSet"
+            old = next(rid for rid, b in brokers.items() if b.replicas_manager.is_master)
+            new = 3 - old
+            epoch = brokers[old].replicas_manager.epoch
+            async with RemotingClient() as client:
+                acknowledged = []
+                for i in range(5):
+                    reply = await client.invoke(brokers[old].addr, _send(TOPIC, body=b"m%d" % i), 10)
+                    assert reply.code == ResponseCode.SUCCESS, reply.remark
+                    acknowledged.append(b"m%d" % i)
+                commit_log = os.path.realpath(Path(configs[old].store.store_path_root_dir) / "commitlog")
+                failed = fail_once(monkeypatch, commit_log.lstrip(os.sep))
+                reply = await client.invoke(brokers[old].addr, _send(TOPIC, body=b"during"), 10)
+                assert failed and reply.code != ResponseCode.SUCCESS, (failed, reply.code, reply.remark)
+                assert brokers[old].store.durability.lost
+                # The latched master stops acknowledging at once; the controller elects the slave once the old
+                # master's heartbeats have been missing for the timeout, not before it (a pause of a second is no
+                # failover).
+                assert await _until(lambda: not brokers[old].replicas_manager.is_master, 2)
+                latched = time.monotonic()
+                assert await _until(lambda: brokers[new].replicas_manager.is_master, TIMEOUT_MS / 1000 + 10), \
+                    "the slave was not elected"
+                assert time.monotonic() - latched > TIMEOUT_MS / 1000 / 2
+                assert brokers[new].replicas_manager.epoch == epoch + 1
+                state = controller.manager.state("broker-f")
+                assert (state.master_id, state.sync_state_set) == (new, [new])
+                assert not controller.manager.alive("broker-f", old)
+                reply = await client.invoke(brokers[new].addr, _send(TOPIC, body=b"after"), 10)
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+                kept = _bodies(brokers[new])
+                assert kept[: len(acknowledged)] == acknowledged and kept[-1] == b"after", kept
+                assert not brokers[old].replicas_manager.is_master  # withdrawn: never master again until restarted
+
+            await brokers[old].shutdown()
+            monkeypatch.undo()
+            rejoined = brokers[old] = BrokerController(_config(tmp_path, old, controller.addr))  # new ports
+            await rejoined.start()
+            assert await _until(lambda: rejoined.replicas_manager.master_id == new
+                                and rejoined.store.max_phy_offset == brokers[new].store.max_phy_offset, 30), \
+                (rejoined.replicas_manager.master_id, rejoined.store.max_phy_offset,
+                 brokers[new].store.max_phy_offset)
+            assert not rejoined.replicas_manager.is_master and not rejoined.store.durability.lost
+            assert _bodies(rejoined)[-1] == b"after"
+        finally:
+            for broker in brokers.values():
+                await broker.shutdown()
+            await controller.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        etcd.stop()
