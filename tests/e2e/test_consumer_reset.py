@@ -179,7 +179,8 @@ def test_a_persist_pass_under_way_does_not_commit_over_a_reset(cluster, monkeypa
 def test_an_orderly_queue_given_up_during_a_listener_call_keeps_the_reset_offset(cluster):
     """An orderly queue a rebalance gave up while a listener call on it still ran is released (committed, then
     unlocked) once the call returns; a reset that came meanwhile decides its offset: the release committed the
-    offset consumed before the reset over it, and the queue's next owner read on from there."""
+    offset consumed before the reset over it, and the queue's next owner read on from there. A queue released
+    so is taken again at once, not at the next periodic rebalance (a minute here)."""
     topic, group = "reset_releasing_t", "g_reset_releasing"
     queues = one_held_message_per_queue(cluster, topic, 2)
     rec, release = Recorder(), threading.Event()
@@ -189,7 +190,7 @@ def test_an_orderly_queue_given_up_during_a_listener_call_keeps_the_reset_offset
         release.wait(30)
         return ConsumeStatus.SUCCESS
 
-    first = PushConsumer(group, cluster.namesrv_addr, orderly=True, rebalance_interval_s=1.0,
+    first = PushConsumer(group, cluster.namesrv_addr, orderly=True, rebalance_interval_s=60.0,
                          consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
     first.subscribe(topic)
     first.register_listener(held)
@@ -197,7 +198,7 @@ def test_an_orderly_queue_given_up_during_a_listener_call_keeps_the_reset_offset
     second = None
     try:
         assert rec.wait_for(len(queues), 20)  # a listener call in progress on every queue
-        second = push_consumer(cluster.namesrv_addr, group, topic, rec, orderly=True, rebalance_interval_s=1.0)
+        second = push_consumer(cluster.namesrv_addr, group, topic, rec, orderly=True, rebalance_interval_s=60.0)
         assert wait_until(lambda: len(first._releasing) == 1, 20)  # one queue given up, its call still running
         _reset_to_start(cluster, group, topic)
         assert wait_until(lambda: len(first._releasing) == 2, 20)  # the other dropped by the reset

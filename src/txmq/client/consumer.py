@@ -485,13 +485,18 @@ class PushConsumer(ClientBase):
             return bool(pq.consuming or pq.orderly_busy)
 
     async def _release_when_idle(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        """An orderly queue given up while a listener call on it ran: released once no call runs."""
+        """An orderly queue given up while a listener call on it ran: released once no call runs, then a
+        rebalance at once: a queue an operator's reset gave up is this consumer's again, from the reset offset,
+        without waiting for the periodic rebalance."""
         while self._busy(pq):
             await asyncio.sleep(0.1)
         async with self._rebalance_lock:  # a reset under way first says whether to commit
             releasing = self._releasing.get(mq)
-            if releasing is not None and releasing[0] is pq:  # not released by a shutdown meanwhile
-                await self._release(mq, pq, releasing[1])
+            if releasing is None or releasing[0] is not pq:  # released by a shutdown meanwhile
+                return
+            await self._release(mq, pq, releasing[1])
+        if self._rebalance_now is not None:
+            self._rebalance_now.set()
 
     async def _release(self, mq: MessageQueue, pq: ProcessQueue, commit: bool) -> None:
         """Commit what the calls on a given-up orderly queue consumed (``commit``) and unlock it."""
