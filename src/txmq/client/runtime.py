@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import functools
+import logging
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Generic, TypeVar
@@ -23,8 +25,11 @@ from txmq.remoting.transport import new_event_loop
 T = TypeVar("T")
 Q = TypeVar("Q")
 
+log = logging.getLogger("txmq.client")
+
 
 class ClientRuntime:
+    STOP_WAIT_S = 10.0  # how long close() waits for the loop's tasks to end, and then for its thread
     def __init__(self, name: str, *, borrow: bool = False) -> None:
         """A loop of its own on a thread named ``txmq-<name>``; with ``borrow``, the caller's running loop instead
         (an application on asyncio: nothing the client does crosses to another thread, and ``aclose`` ends it)."""
@@ -40,6 +45,9 @@ class ClientRuntime:
             self._thread = threading.current_thread()
             return
         self.loop = new_event_loop()
+        self._stop_lock = threading.Lock()
+        self._loop_ended = False  # run_forever returned (the loop thread's last steps follow)
+        self._left_to_thread = False  # close() gave up waiting: the loop thread closes the loop itself
         self._thread = threading.Thread(target=self._run, name=f"txmq-{name}", daemon=True)
         self._started = threading.Event()
         self._thread.start()
@@ -49,6 +57,11 @@ class ClientRuntime:
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._started.set)
         self.loop.run_forever()
+        with self._stop_lock:
+            self._loop_ended = True
+            left = self._left_to_thread
+        if left:  # close() returned while a callback blocked the loop: the loop ends here, once it returned
+            self._close_loop()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result (from any thread but the loop's). Posted (``post``),
@@ -123,7 +136,10 @@ class ClientRuntime:
             hand_off.fail(exc)
 
     def close(self) -> None:
-        """Stop the loop and its thread, cancelling every task left on it (a borrowed loop: ``aclose``)."""
+        """Stop the loop and its thread, cancelling every task left on it (a borrowed loop: ``aclose``). A loop a
+        callback blocks (a listener on the loop that does not return) is waited for ``STOP_WAIT_S`` for its tasks
+        and as long again for its thread, not longer: the client is closed all the same (its calls end with
+        ``ClientError``), and the loop's thread closes the loop once the callback returns."""
         if self.borrowed:
             raise ClientError("a client on a borrowed loop is closed by awaiting aclose() on that loop")
         if not self.loop.is_running():
@@ -136,13 +152,26 @@ class ClientRuntime:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-        asyncio.run_coroutine_threadsafe(_drain(), self.loop).result(10)
+        # The loop blocked, or a task swallowing its cancellation: it is stopped below all the same.
+        with contextlib.suppress(TimeoutError):
+            asyncio.run_coroutine_threadsafe(_drain(), self.loop).result(self.STOP_WAIT_S)
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self._cancel_stragglers()
-        self.loop.close()
+        self._thread.join(self.STOP_WAIT_S)
+        with self._stop_lock:
+            self._left_to_thread = not self._loop_ended
+        if self._left_to_thread:
+            log.warning("client loop thread %s did not stop within %.0f s (a callback on it does not return): the "
+                        "client is closed, and its loop is closed once that callback returns", self._thread.name,
+                        2 * self.STOP_WAIT_S)
+        else:
+            self._thread.join()  # its last steps after run_forever
+            self._close_loop()
         self._fail_hand_offs()
+
+    def _close_loop(self) -> None:
+        """Cancel what is left on the stopped loop and close it (on the thread that stopped it, or close()'s)."""
+        self._cancel_stragglers()
+        self.loop.close()
 
     def _cancel_stragglers(self) -> None:
         """Cancel the tasks started after ``_drain`` took its list (by callbacks scheduled before ``_closing`` was
