@@ -1,18 +1,23 @@
 """A broker's permission end to end (real processes over TCP): ``updateBrokerConfig brokerPermission 4`` on one
 broker of two makes producers send to the other, a send aimed at it is refused; ``wipeWritePerm`` and
-``addWritePerm`` take write off a broker's routes at the name servers and give it back."""
+``addWritePerm`` take write off a broker's routes at the name servers and give it back, on the gRPC routes
+too."""
 
 from __future__ import annotations
 
 import re
 import time
 
+import grpc
 import pytest
 
 from tests.e2e.test_admin import admin, ok
 from txmq import Admin, BrokerError, Message, MessageQueue, Producer
 from txmq.admin.client import MQAdminExt
 from txmq.errors import ClientError
+from txmq.grpc.protocol import definition_pb2 as pb
+from txmq.grpc.protocol import service_pb2 as spb
+from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
 from txmq.ports import free_port
 from txmq.remoting.codes import ResponseCode
 
@@ -74,6 +79,31 @@ def test_wipe_and_add_write_perm_through_mqadmin(cluster):
     assert route_perms(ns, "wipe_t") == {"broker-a": 6}
     code, out = admin(cluster, "wipeWritePerm")
     assert code != 0 and "-b" in out, out
+
+
+def test_a_wipe_takes_write_off_the_brokers_own_grpc_routes_too(cluster):
+    """A RocketMQ 5 client asks the broker's gRPC endpoint for routes, not the name server: a wipe made at the name
+    server (an operator draining the broker) must reach those routes as RocketMQ's proxy's, whose routes come
+    from the name server, else the gRPC producers go on sending to a broker being drained."""
+    grpc_port = free_port()
+    cluster.start_broker("broker-a", {"grpcPort": grpc_port})
+    with Admin(cluster.namesrv_addr) as topics:
+        topics.create_topic("wipe_grpc_t", queue_nums=2)
+    cluster.wait_route("wipe_grpc_t")
+
+    def permissions(stub: MessagingServiceStub) -> set[int]:
+        r = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="wipe_grpc_t")),
+                            metadata=[("x-mq-client-id", "wipe-probe")], timeout=5)
+        assert r.status.code == pb.Code.OK, r.status
+        return {q.permission for q in r.message_queues}
+
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = MessagingServiceStub(channel)
+        assert permissions(stub) == {pb.READ_WRITE}
+        ok(cluster, "wipeWritePerm", "-b", "broker-a")
+        assert permissions(stub) == {pb.READ}
+        ok(cluster, "addWritePerm", "-b", "broker-a", "-n", cluster.namesrv_addr)
+        assert permissions(stub) == {pb.READ_WRITE}
 
 
 def test_wipe_write_perm_goes_on_past_a_name_server_that_does_not_answer(cluster):

@@ -1,8 +1,10 @@
-"""Which member of a broker group serves a RocketMQ 5 client. RocketMQ 5's proxy in cluster mode fronts the whole
-group; here every member's gRPC endpoint answers routes from the name server's view instead: the master's endpoint
-while the name server lists the group's master, the slave's own (readable only) once it is gone. A client whose
-configured endpoints name both members then moves to the slave at its next route refresh (and back to the
-master once the name server lists it again)."""
+"""Which member of a broker group serves a RocketMQ 5 client, and with which permission. RocketMQ 5's proxy in
+cluster mode fronts the whole group; here every member's gRPC endpoint answers routes from the name server's view
+instead: the master's endpoint while the name server lists the group's master, the slave's own (readable only)
+once it is gone. A client whose configured endpoints name both members then moves to the slave at its next route
+refresh (and back to the master once the name server lists it again). The permission is the one the name server
+routes the group's queues with, as the proxy's routes come from the name server: an operator's ``wipeWritePerm``
+takes write off the gRPC routes too, as off the remoting clients' routes."""
 
 from __future__ import annotations
 
@@ -32,6 +34,12 @@ class GroupRoute:
         self._grpc_of: dict[str, tuple[str, int]] = {}  # master's remoting address -> its gRPC endpoint
         self._warned: set[str] = set()  # masters without a gRPC endpoint
 
+    async def routed_perm(self, topic: str) -> int | None:
+        """The perm the first name server answering routes this group's queues of ``topic`` with; None when none
+        answers or its route lacks the group (a topic not registered yet: the broker's own perm stands)."""
+        master, perm = await self._master_addr(topic)
+        return perm if master is not None else None
+
     async def master_endpoint(self, topic: str) -> tuple[tuple[str, int], int] | None:
         """The group master's gRPC endpoint while a name server lists it and it answers, and the perm that name
         server routes the group's queues of ``topic`` with (the master's permission, a wipe, not this slave's);
@@ -53,9 +61,10 @@ class GroupRoute:
         except (ClientError, OSError):
             return None
 
-    async def _master_addr(self, topic: str) -> tuple[str, int]:
-        """Broker id 0's remoting address in the topic's route and the perm of the group's queues there, as the
-        first name server answering has them; ("", 0) when it has none."""
+    async def _master_addr(self, topic: str) -> tuple[str | None, int]:
+        """Broker id 0's remoting address in the topic's route ("" when the group is listed without one) and the
+        perm of the group's queues there, as the first name server answering has them; (None, 0) when it does not
+        route the group (or none answers)."""
         name = self.broker.config.broker_name
         for addr in filter(None, (a.strip() for a in self.broker.config.namesrv_addr.split(";"))):
             resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
@@ -63,15 +72,15 @@ class GroupRoute:
             if resp is None:
                 continue
             if resp.code != ResponseCode.SUCCESS:
-                return "", 0
+                return None, 0
             route = orjson.loads(resp.body)
             perm = next((qd.get("perm") for qd in route.get("queueDatas") or () if qd.get("brokerName") == name),
                         None)
             for data in route.get("brokerDatas") or ():
                 if data.get("brokerName") == name and isinstance(perm, int):
                     return str((data.get("brokerAddrs") or {}).get("0", "")), perm
-            return "", 0
-        return "", 0
+            return None, 0
+        return None, 0
 
     async def _ask_grpc_endpoint(self, master: str) -> tuple[str, int] | None:
         resp = await self._invoke(master, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))

@@ -237,16 +237,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def _server_of(self, cfg: TopicConfig) -> tuple[tuple[str, int], int]:
         """The gRPC endpoint that serves ``cfg``'s topic for this group, and the perm its queues are routed with, as
-        the name servers have it: this broker and its own unless it is a slave whose master the name server lists
-        (then the master's endpoint and the perm the name server routes it with; the slave itself, without write,
-        once it is gone)."""
+        the name servers have it: this broker and its own perm, less what the name server routes it without (a
+        ``wipeWritePerm``), unless it is a slave whose master the name server lists (then the master's endpoint and
+        the perm the name server routes it with; the slave itself, without write, once it is gone)."""
         own = PermName.within(cfg.perm, self.broker.core.permission)
         if self.broker.config.is_slave:
             master = await self.group_route.master_endpoint(cfg.topic_name)
             if master is not None:
                 return master
             return self.endpoint, own & ~PermName.PERM_WRITE  # a slave refuses sends (HA_NOT_AVAILABLE)
-        return self.endpoint, own
+        routed = await self.group_route.routed_perm(cfg.topic_name)
+        return self.endpoint, own if routed is None else own & routed
 
     async def _queues_pb(self, cfg: TopicConfig, queue_ids: Iterable[int]) -> list[pb.MessageQueue]:
         (host, port), perm = await self._server_of(cfg)
