@@ -179,3 +179,32 @@ def test_a_slave_whose_fsync_fails_while_the_controller_names_it_master_never_ac
             assert not slave.replicas_manager.is_master and slave.config.broker_id == slave.replicas_manager.replica_id
 
     _with_etcd(tmp_path, go)
+
+
+def test_a_slave_whose_fsync_failed_leaves_the_sync_state_set_and_sync_sends_go_on_without_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SyncStateSet slave's store loses durability: its copy of the next record fails, its HA session ends, and
+    the master removes it from the set, so SYNC_MASTER sends are acknowledged again (not FLUSH_SLAVE_TIMEOUT for as
+    long as it stays). The slave sends the controller no more heartbeats and is never elected: the master gone, the
+    group has no master."""
+
+    async def go(etcd: EtcdProcess) -> None:
+        async with _group(tmp_path, etcd) as (controller, brokers), RemotingClient() as client:
+            manager = controller.manager
+            assert manager is not None
+            master = next(rid for rid, b in brokers.items() if b.replicas_manager.is_master)
+            slave = brokers[3 - master]
+            failed = fail_once(monkeypatch, _commit_log(slave))
+            for i in range(5):
+                reply = await client.invoke(brokers[master].addr, _send(TOPIC, body=b"m%d" % i), 10)
+                assert reply.code == ResponseCode.SUCCESS, (i, reply.code, reply.remark)
+                assert await _until(lambda: bool(failed), 5), "the slave's commit log was not flushed"
+            assert slave.store.durability.lost
+            assert manager.state("broker-f").sync_state_set == [master]
+            assert not slave.replicas_manager.is_master
+            await brokers[master].shutdown()
+            assert await _until(lambda: manager.state("broker-f").master_id == NO_MASTER, TIMEOUT_MS / 1000 + 10)
+            assert not slave.replicas_manager.is_master
+            assert not manager.alive("broker-f", slave.replicas_manager.replica_id)  # it sends no heartbeats
+
+    _with_etcd(tmp_path, go)
