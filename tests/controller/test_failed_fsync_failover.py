@@ -7,10 +7,13 @@ acknowledged; the old master, restarted, rejoins as a slave of the new one and c
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +24,7 @@ from txmq.broker.controller import BrokerController
 from txmq.conf import set_keys
 from txmq.controller.dcs import EtcdDCS
 from txmq.controller.etcd_launch import EtcdProcess
+from txmq.controller.replicas_info import NO_MASTER, GroupState
 from txmq.controller.server import ControllerManager
 from txmq.launch import free_port
 from txmq.message import decode_message
@@ -53,61 +57,82 @@ async def _until(predicate: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
+def _commit_log(broker: BrokerController) -> str:
+    """The directory of ``broker``'s commit log, as ``fail_once`` names it."""
+    return os.path.realpath(Path(broker.config.store.store_path_root_dir) / "commitlog").lstrip(os.sep)
+
+
 def _bodies(broker: BrokerController) -> list[bytes]:
     got = broker.store.get_message(TOPIC, 0, 0, 1000, 1 << 30)
     return [decode_message(w)[0].body for w in got.messages]
 
 
+@contextlib.asynccontextmanager
+async def _group(tmp_path: Path,
+                 etcd: EtcdProcess) -> AsyncIterator[tuple[ControllerManager, dict[int, BrokerController]]]:
+    """A controller and two replicas (ids 1 and 2) holding TOPIC, once one is master with both in its SyncStateSet;
+    every broker in the dict (one replaced by a test too) is shut down after."""
+    controller = ControllerManager(EtcdDCS(etcd.endpoint), port=free_port(), scan_interval_s=0.2)
+    await controller.start()
+    brokers = {rid: BrokerController(_config(tmp_path, rid, controller.addr)) for rid in (1, 2)}
+    try:
+        for broker in brokers.values():
+            await broker.start()
+            await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+
+        def in_sync() -> bool:
+            return any(b.replicas_manager.is_master and b.replicas_manager.sync_state_set == [1, 2]
+                       for b in brokers.values())
+
+        assert await _until(in_sync, 30), "no master with both replicas in its SyncStateSet"
+        yield controller, brokers
+    finally:
+        for broker in brokers.values():
+            await broker.shutdown()
+        await controller.close()
+
+
+def _with_etcd(tmp_path: Path, test: Callable[[EtcdProcess], Coroutine[Any, Any, None]]) -> None:
+    etcd = EtcdProcess(tmp_path / "etcd", tmp_path / "etcd.log").start()
+    try:
+        asyncio.run(test(etcd))
+    finally:
+        etcd.stop()
+
+
 def test_a_master_whose_fsync_failed_gives_way_to_its_in_sync_slave_and_rejoins_after_a_restart(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    etcd = EtcdProcess(tmp_path / "etcd", tmp_path / "etcd.log").start()
-
-    async def go() -> None:
-        controller = ControllerManager(EtcdDCS(etcd.endpoint), port=free_port(), scan_interval_s=0.2)
-        await controller.start()
-        configs = {rid: _config(tmp_path, rid, controller.addr) for rid in (1, 2)}
-        brokers = {rid: BrokerController(configs[rid]) for rid in (1, 2)}
-        try:
-            for broker in brokers.values():
-                await broker.start()
-                await broker.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
-
-            def in_sync() -> bool:
-                return any(b.replicas_manager.is_master and b.replicas_manager.sync_state_set == [1, 2]
-                           for b in brokers.values())
-
-            assert await _until(in_sync, 30), "no master with both replicas in its SyncStateSet"
+    async def go(etcd: EtcdProcess) -> None:
+        async with _group(tmp_path, etcd) as (controller, brokers), RemotingClient() as client:
             old = next(rid for rid, b in brokers.items() if b.replicas_manager.is_master)
             new = 3 - old
             epoch = brokers[old].replicas_manager.epoch
-            async with RemotingClient() as client:
-                acknowledged = []
-                for i in range(5):
-                    reply = await client.invoke(brokers[old].addr, _send(TOPIC, body=b"m%d" % i), 10)
-                    assert reply.code == ResponseCode.SUCCESS, reply.remark
-                    acknowledged.append(b"m%d" % i)
-                commit_log = os.path.realpath(Path(configs[old].store.store_path_root_dir) / "commitlog")
-                failed = fail_once(monkeypatch, commit_log.lstrip(os.sep))
-                reply = await client.invoke(brokers[old].addr, _send(TOPIC, body=b"during"), 10)
-                assert failed and reply.code != ResponseCode.SUCCESS, (failed, reply.code, reply.remark)
-                assert brokers[old].store.durability.lost
-                # The latched master stops acknowledging at once; the controller elects the slave once the old
-                # master's heartbeats have been missing for the timeout, not before it (a pause of a second is no
-                # failover).
-                assert await _until(lambda: not brokers[old].replicas_manager.is_master, 2)
-                latched = time.monotonic()
-                assert await _until(lambda: brokers[new].replicas_manager.is_master, TIMEOUT_MS / 1000 + 10), \
-                    "the slave was not elected"
-                assert time.monotonic() - latched > TIMEOUT_MS / 1000 / 2
-                assert brokers[new].replicas_manager.epoch == epoch + 1
-                state = controller.manager.state("broker-f")
-                assert (state.master_id, state.sync_state_set) == (new, [new])
-                assert not controller.manager.alive("broker-f", old)
-                reply = await client.invoke(brokers[new].addr, _send(TOPIC, body=b"after"), 10)
+            acknowledged = []
+            for i in range(5):
+                reply = await client.invoke(brokers[old].addr, _send(TOPIC, body=b"m%d" % i), 10)
                 assert reply.code == ResponseCode.SUCCESS, reply.remark
-                kept = _bodies(brokers[new])
-                assert kept[: len(acknowledged)] == acknowledged and kept[-1] == b"after", kept
-                assert not brokers[old].replicas_manager.is_master  # withdrawn: never master again until restarted
+                acknowledged.append(b"m%d" % i)
+            failed = fail_once(monkeypatch, _commit_log(brokers[old]))
+            reply = await client.invoke(brokers[old].addr, _send(TOPIC, body=b"during"), 10)
+            assert failed and reply.code != ResponseCode.SUCCESS, (failed, reply.code, reply.remark)
+            assert brokers[old].store.durability.lost
+            # The latched master stops acknowledging at once; the controller elects the slave once the old
+            # master's heartbeats have been missing for the timeout, not before it (a pause of a second is no
+            # failover).
+            assert await _until(lambda: not brokers[old].replicas_manager.is_master, 2)
+            latched = time.monotonic()
+            assert await _until(lambda: brokers[new].replicas_manager.is_master, TIMEOUT_MS / 1000 + 10), \
+                "the slave was not elected"
+            assert time.monotonic() - latched > TIMEOUT_MS / 1000 / 2
+            assert brokers[new].replicas_manager.epoch == epoch + 1
+            state = controller.manager.state("broker-f")
+            assert (state.master_id, state.sync_state_set) == (new, [new])
+            assert not controller.manager.alive("broker-f", old)
+            reply = await client.invoke(brokers[new].addr, _send(TOPIC, body=b"after"), 10)
+            assert reply.code == ResponseCode.SUCCESS, reply.remark
+            kept = _bodies(brokers[new])
+            assert kept[: len(acknowledged)] == acknowledged and kept[-1] == b"after", kept
+            assert not brokers[old].replicas_manager.is_master  # withdrawn: never master again until restarted
 
             await brokers[old].shutdown()
             monkeypatch.undo()
@@ -119,12 +144,67 @@ def test_a_master_whose_fsync_failed_gives_way_to_its_in_sync_slave_and_rejoins_
                  brokers[new].store.max_phy_offset)
             assert not rejoined.replicas_manager.is_master and not rejoined.store.durability.lost
             assert _bodies(rejoined)[-1] == b"after"
-        finally:
-            for broker in brokers.values():
-                await broker.shutdown()
-            await controller.close()
 
-    try:
-        asyncio.run(go())
-    finally:
-        etcd.stop()
+    _with_etcd(tmp_path, go)
+
+
+def test_a_slave_whose_fsync_fails_while_the_controller_names_it_master_never_acts_as_master(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master stops; the controller elects the slave, whose store loses durability as that answer is on its
+    way (between its heartbeat's send and the answer's arrival). The answer must not make it master: it starts no
+    epoch, takes no role, and the controller, hearing no more heartbeats, leaves the group without a master (the
+    set holds only it) until the replica is restarted."""
+
+    async def go(etcd: EtcdProcess) -> None:
+        async with _group(tmp_path, etcd) as (controller, brokers):
+            manager = controller.manager
+            assert manager is not None
+            old = next(rid for rid, b in brokers.items() if b.replicas_manager.is_master)
+            slave = brokers[3 - old]
+            epochs = list(slave.replicas_manager.epochs.entries)
+            heartbeat = manager.heartbeat
+
+            def fail_as_elected(*args: Any) -> GroupState:
+                state = heartbeat(*args)
+                if state.master_id == slave.replicas_manager.replica_id and not slave.store.durability.lost:
+                    slave.store.durability.lose(_commit_log(slave), OSError(errno.EIO, os.strerror(errno.EIO)))
+                return state
+
+            monkeypatch.setattr(manager, "heartbeat", fail_as_elected)
+            await brokers[old].shutdown()
+            assert await _until(lambda: slave.store.durability.lost, TIMEOUT_MS / 1000 + 10), \
+                "the slave was not elected"
+            assert await _until(lambda: manager.state("broker-f").master_id == NO_MASTER, TIMEOUT_MS / 1000 + 10)
+            assert slave.replicas_manager.epochs.entries == epochs
+            assert not slave.replicas_manager.is_master and slave.config.broker_id == slave.replicas_manager.replica_id
+
+    _with_etcd(tmp_path, go)
+
+
+def test_a_slave_whose_fsync_failed_leaves_the_sync_state_set_and_sync_sends_go_on_without_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SyncStateSet slave's store loses durability: its copy of the next record fails, its HA session ends, and
+    the master removes it from the set, so SYNC_MASTER sends are acknowledged again (not FLUSH_SLAVE_TIMEOUT for as
+    long as it stays). The slave sends the controller no more heartbeats and is never elected: the master gone, the
+    group has no master."""
+
+    async def go(etcd: EtcdProcess) -> None:
+        async with _group(tmp_path, etcd) as (controller, brokers), RemotingClient() as client:
+            manager = controller.manager
+            assert manager is not None
+            master = next(rid for rid, b in brokers.items() if b.replicas_manager.is_master)
+            slave = brokers[3 - master]
+            failed = fail_once(monkeypatch, _commit_log(slave))
+            for i in range(5):
+                reply = await client.invoke(brokers[master].addr, _send(TOPIC, body=b"m%d" % i), 10)
+                assert reply.code == ResponseCode.SUCCESS, (i, reply.code, reply.remark)
+                assert await _until(lambda: bool(failed), 5), "the slave's commit log was not flushed"
+            assert slave.store.durability.lost
+            assert manager.state("broker-f").sync_state_set == [master]
+            assert not slave.replicas_manager.is_master
+            await brokers[master].shutdown()
+            assert await _until(lambda: manager.state("broker-f").master_id == NO_MASTER, TIMEOUT_MS / 1000 + 10)
+            assert not slave.replicas_manager.is_master
+            assert not manager.alive("broker-f", slave.replicas_manager.replica_id)  # it sends no heartbeats
+
+    _with_etcd(tmp_path, go)

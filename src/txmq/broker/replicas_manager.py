@@ -16,8 +16,8 @@ the controller gives, keeps the SyncStateSet as master, and fences itself when i
 - **A failed fsync.** A replica whose store lost its durability (``txmq.store.durability``) can acknowledge
   nothing until a restart: a master steps down at once, and the replica sends no more heartbeats, so the
   controller elects another member of the SyncStateSet after ``controllerHeartBeatTimeoutMills``, as when a
-  process dies, and never elects this one. Restarted, it rejoins under a new ``bootId`` (its recovery rebuilt
-  from the last good checkpoint).
+  process dies. An answer naming it master after the failure (elected on an earlier report) is not applied.
+  Restarted, it rejoins under a new ``bootId`` (its recovery rebuilt from the last good checkpoint).
 - **SyncStateSet.** A caught-up slave (it has what every connected member has) is added, and counted for
   SYNC_MASTER puts from the moment it is proposed; a slave gone or behind is removed, and counted until the
   controller confirms the removal. A master alone in its set first counts a slave that keeps pace with its end,
@@ -158,11 +158,7 @@ class ReplicasManager:
         while True:
             sent = time.monotonic()
             try:
-                if not self._withdraw():
-                    state = await self._heartbeat()
-                    await self._apply(state, sent)
-                    if self.is_master:
-                        await self._maintain_sync_state_set()
+                await self._step(sent)
             except ClientError as exc:  # says whether a controller refused, or none answered
                 self._problem(str(exc))
             except (OSError, ValueError, KeyError) as exc:
@@ -172,16 +168,28 @@ class ReplicasManager:
             await self._fence_if_expired(sent + interval)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - sent)))
 
+    async def _step(self, sent: float) -> None:
+        """One heartbeat and what its answer says, unless this replica has withdrawn: also when its store lost
+        durability while the answer was on its way, which may name it master (elected on the report it sent)."""
+        if self._withdraw():
+            return
+        state = await self._heartbeat()
+        if self._withdraw():
+            return
+        await self._apply(state, sent)
+        if self.is_master:
+            await self._maintain_sync_state_set()
+
     def _withdraw(self) -> bool:
         """Whether this replica has withdrawn from its group: once its store lost durability it must be neither
         master nor a candidate, and a controller that hears no heartbeats elects without it."""
         durability = self.broker.store.durability
         if durability.lost and not self._withdrawn:
             self._withdrawn = True
-            log.error("%s: this replica (id %d) sends no more heartbeats to the controller, which elects another "
-                      "member of the SyncStateSet after controllerHeartBeatTimeoutMills (%d ms); restart the broker "
-                      "to rejoin", durability.why, self.replica_id,
-                      self.broker.config.controller_heart_beat_timeout_mills)
+            log.error("%s: this replica (id %d) sends no more heartbeats to the controller, which elects an alive "
+                      "member of the SyncStateSet %s other than it, if there is one, after "
+                      "controllerHeartBeatTimeoutMills (%d ms); restart the broker to rejoin", durability.why,
+                      self.replica_id, self.sync_state_set, self.broker.config.controller_heart_beat_timeout_mills)
         return self._withdrawn
 
     async def _fence_if_expired(self, until: float) -> None:
