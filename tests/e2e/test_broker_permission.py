@@ -6,6 +6,7 @@ too."""
 from __future__ import annotations
 
 import re
+import socket
 import time
 
 import grpc
@@ -104,6 +105,26 @@ def test_a_wipe_takes_write_off_the_brokers_own_grpc_routes_too(cluster):
         assert permissions(stub) == {pb.READ}
         ok(cluster, "addWritePerm", "-b", "broker-a", "-n", cluster.namesrv_addr)
         assert permissions(stub) == {pb.READ_WRITE}
+
+
+def test_a_masters_grpc_route_does_not_wait_on_name_servers_that_do_not_answer(cluster):
+    """Name servers that accept connections and never answer (a hung process, a half-open path) hold a master's
+    gRPC route at most one ``TIMEOUT_S`` in all, not one per name server: with three of them the official
+    clients' 3 s route timeout would pass. The broker's own perm stands."""
+    silent = [socket.create_server(("127.0.0.1", 0)) for _ in range(3)]  # listening, never accepting
+    try:
+        grpc_port = free_port()
+        names = ";".join(f"127.0.0.1:{s.getsockname()[1]}" for s in silent)
+        cluster.start_broker("broker-a", {"grpcPort": grpc_port, "namesrvAddr": names})
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            r = MessagingServiceStub(channel).QueryRoute(
+                spb.QueryRouteRequest(topic=pb.Resource(name="silent_ns_t")),
+                metadata=[("x-mq-client-id", "silent-probe")], timeout=2.5)
+        assert r.status.code == pb.Code.OK, r.status
+        assert {q.permission for q in r.message_queues} == {pb.READ_WRITE}
+    finally:
+        for s in silent:
+            s.close()
 
 
 def test_wipe_write_perm_goes_on_past_a_name_server_that_does_not_answer(cluster):

@@ -8,6 +8,7 @@ takes write off the gRPC routes too, as off the remoting clients' routes."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -36,8 +37,12 @@ class GroupRoute:
 
     async def routed_perm(self, topic: str) -> int | None:
         """The perm the first name server answering routes this group's queues of ``topic`` with; None when none
-        answers or its route lacks the group (a topic not registered yet: the broker's own perm stands)."""
-        master, perm = await self._master_addr(topic)
+        answers within ``TIMEOUT_S`` in all (a master's routes do not wait on name servers that are down) or its
+        route lacks the group (a topic not registered yet): the broker's own perm stands then."""
+        try:
+            master, perm = await asyncio.wait_for(self._master_addr(topic), TIMEOUT_S)
+        except TimeoutError:
+            return None
         return perm if master is not None else None
 
     async def master_endpoint(self, topic: str) -> tuple[tuple[str, int], int] | None:
