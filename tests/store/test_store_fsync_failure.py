@@ -7,6 +7,7 @@ good checkpoint and takes puts again. The failure is injected where every store 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import mmap
@@ -100,6 +101,41 @@ def test_a_failed_commit_log_fsync_answers_its_sync_flush_put_not_durable_and_fr
     assert os.path.exists(root / "abort")  # the last checkpoint could not be written: the reopen recovers
     assert reopened_bodies(config)[0][:1] == [b"before"]
     run(lambda: _puts_again(config))
+
+
+@pytest.mark.parametrize("replicated", [PutMessageStatus.NOT_ACKNOWLEDGED, PutMessageStatus.PUT_OK],
+                         ids=["not-acknowledged", "acknowledged"])
+def test_a_put_whose_fsync_failed_waits_for_its_replication_whose_failure_answers_it(
+        root, monkeypatch: pytest.MonkeyPatch, replicated: PutMessageStatus) -> None:
+    """A put's flush and its replication combine as in RocketMQ: a put whose fsync failed is answered once its
+    replication is over too, and a failed replication's status wins. A controller-mode master whose fsync failed
+    steps down, and its puts waiting for the SyncStateSet are NOT_ACKNOWLEDGED, which clients send again, never
+    FLUSH_DISK_TIMEOUT ("stored"), which they do not, for a record the next master may lack."""
+    config = make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+
+    async def main() -> None:
+        async with DefaultMessageStore(config) as store:
+            waiting: list[asyncio.Future[PutMessageStatus]] = []
+
+            def replicate(end: int) -> asyncio.Future[PutMessageStatus]:
+                waiting.append(asyncio.get_running_loop().create_future())
+                return waiting[-1]
+
+            store.replicate = replicate
+            fail_once(monkeypatch, "commitlog")
+            put = asyncio.ensure_future(store.put_message(msg("T", b"during")))
+            while not store.durability.lost:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+            assert not put.done(), put.result()  # its fsync failed: its replication is still awaited
+            waiting[0].set_result(replicated)
+            result = await put
+            expected = PutMessageStatus.FLUSH_DISK_TIMEOUT if replicated is PutMessageStatus.PUT_OK else replicated
+            assert result.status is expected, result
+            if expected is PutMessageStatus.FLUSH_DISK_TIMEOUT:
+                assert "failed an fsync" in result.remark, result.remark
+
+    run(main)
 
 
 async def _puts_again(config: StoreConfig) -> None:

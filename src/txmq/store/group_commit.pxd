@@ -22,7 +22,7 @@ cdef class _Put:
 cdef object _settle(object fut, object answer, object result)
 @cython.locals(put=_Put)
 cdef object _answer_durable(list group, object status, str remark=*)
-cdef object _after_durable_flush(list group, object replicated)
+cdef object _after_durable_flush(list group, object replicated, object flushed=*, str remark=*)
 
 # The group commit as an extension type: what a put and its group read are C struct members, and the steps of a
 # put (encode, write, derive, notify, answer) C methods, so a send pays no instance-dict read and no Python-level

@@ -113,8 +113,12 @@ def _answer_durable(group: list[_Put], status: PutMessageStatus, remark: str = "
 
 
 @cython.locals(put=_Put)
-def _after_replication(group: list[_Put], fut: asyncio.Future[PutMessageStatus]) -> None:
-    """A written (and flushed, if asked) group's replication is over: its status answers each put."""
+def _after_replication(group: list[_Put], flushed: PutMessageStatus, remark: str,
+                       fut: asyncio.Future[PutMessageStatus]) -> None:
+    """A written group's replication is over, and its flush (``flushed``: PUT_OK, or FLUSH_DISK_TIMEOUT and why):
+    the two statuses combined answer each put, as RocketMQ combines them — a failed replication's status first (a
+    put not acknowledged by the replicas, or by a master that stepped down, is not answered "stored"), then the
+    flush's."""
     if fut.cancelled() or fut.exception() is not None:
         for put in group:
             waiter = put.future
@@ -125,15 +129,20 @@ def _after_replication(group: list[_Put], fut: asyncio.Future[PutMessageStatus])
             else:
                 waiter.set_exception(fut.exception())  # type: ignore[arg-type]
         return
-    _answer_durable(group, fut.result())
-
-
-def _after_durable_flush(group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None) -> None:
-    """A written group is flushed as its flush mode asks: answered now, or once its replication is over."""
-    if replicated is not None:
-        replicated.add_done_callback(functools.partial(_after_replication, group))
+    status = fut.result()
+    if status is _PUT_OK and flushed is not _PUT_OK:
+        _answer_durable(group, flushed, remark)
     else:
-        _answer_durable(group, _PUT_OK)
+        _answer_durable(group, status)
+
+
+def _after_durable_flush(group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None,
+                         flushed: PutMessageStatus = _PUT_OK, remark: str = "") -> None:
+    """A written group's flush is over (``flushed``): answered now, or once its replication is over."""
+    if replicated is not None:
+        replicated.add_done_callback(functools.partial(_after_replication, group, flushed, remark))
+    else:
+        _answer_durable(group, flushed, remark)
 
 
 @cython.cclass
@@ -363,17 +372,17 @@ class GroupCommit:
         reference cycle that kept a whole group (its puts, messages and requests) alive for the cyclic collector
         after it was answered."""
         flushed: asyncio.Future[bool] | None = None
+        replicated = self.replicate(end) if self.replicate is not None else None
         if self.config.flush_disk_type is _SYNC_FLUSH:
             if self.flush_service is None:  # not started yet: no flush thread to share fsyncs with
                 try:
                     self.commit_log.flush()
                 except OSError as exc:  # stored and dispatched all the same: the answer must say stored
                     log.error("sync flush failed: %s", exc)
-                    _answer_durable(group, PutMessageStatus.FLUSH_DISK_TIMEOUT, str(exc))
+                    _after_durable_flush(group, replicated, PutMessageStatus.FLUSH_DISK_TIMEOUT, str(exc))
                     return
             else:
                 flushed = self.flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
-        replicated = self.replicate(end) if self.replicate is not None else None
         if flushed is not None:
             flushed.add_done_callback(functools.partial(self._after_flush, group, replicated))
         else:
@@ -385,11 +394,10 @@ class GroupCommit:
         first. Not flushed: FLUSH_DISK_TIMEOUT, stored but not durable (a lost durability says why)."""
         if not fut.result():
             self._counters["flush_timeouts"] += 1
-            if self.durability.lost:
-                _answer_durable(group, PutMessageStatus.FLUSH_DISK_TIMEOUT, self.durability.why)
-                return
-            log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
-            _answer_durable(group, PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            if not self.durability.lost:
+                log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
+            _after_durable_flush(group, replicated, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                                 self.durability.why if self.durability.lost else "")
         else:
             _after_durable_flush(group, replicated)
 
