@@ -1,6 +1,8 @@
 """The broker's registration with its name servers (RocketMQ's ``registerBrokerAll`` and
 ``unregisterBrokerAll``): its address, role, HA address and topics, every ``registerNameServerPeriod`` and at once
-when a topic or the broker's permission changes. A slave learns its master from the answers."""
+when a topic or the broker's permission changes. A slave learns its master from the answers. Every name server is
+asked at once, as RocketMQ's ``BrokerOuterAPI`` does: one that does not answer holds a registration (and the
+broker's start) for one timeout, not one per name server."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from txmq.topic import PermName, TopicConfig
 log = logging.getLogger("txmq.broker")
 
 INCREMENTAL_REGISTER_MAX = 32  # more changed topics than this at once: one full registration instead
+REGISTER_TIMEOUT_S = 3.0  # each name server's answer to a registration
 
 
 class NamesrvRegistration:
@@ -83,16 +86,17 @@ class NamesrvRegistration:
                       "writeQueueNums": cfg.write_queue_nums, "perm": PermName.within(cfg.perm, self._permission()),
                       "topicSynFlag": cfg.topic_sys_flag}
         body = orjson.dumps({"queueDatas": [queue_data]})
-        refused = False
-        for addr in self._namesrv_addrs():
+
+        async def accepted(addr: str) -> bool:
             try:
                 resp = await self.client.invoke(
                     addr, RemotingCommand.request(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": topic}, body=body),
-                    3.0)
-                refused = refused or resp.code != ResponseCode.SUCCESS
+                    REGISTER_TIMEOUT_S)
             except (ClientError, OSError):
-                refused = True
-        if refused:
+                return False
+            return resp.code == ResponseCode.SUCCESS
+
+        if not all(await asyncio.gather(*map(accepted, self._namesrv_addrs()))):
             await self.register_all()
 
     def _wrapper(self) -> dict[str, Any]:
@@ -120,32 +124,43 @@ class NamesrvRegistration:
         cannot be reached is tried again by ``run``."""
         body = orjson.dumps({"topicConfigSerializeWrapper": self._wrapper(), "filterServerList": []})
         ext = {**self._identity(), "haServerAddr": self._ha_addr(), "compressed": "false"}
-        for addr in self._namesrv_addrs():
-            try:
-                resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER, ext,
-                                                                              body=body), 3.0)
-                ok = resp.code == ResponseCode.SUCCESS
-                if at_start and resp.code == ResponseCode.NO_PERMISSION:
-                    raise AclConfigError(
-                        f"namesrv {addr} refused the registration ({resp.remark}): set accessKey/secretKey in "
-                        f"broker.conf to an account that name server accepts for REGISTER_BROKER (admin: true in "
-                        f"its plain_acl.yml, or a Super user)" if self.config.access_key else
-                        f"namesrv {addr} refused the registration ({resp.remark}): it has ACL on, and this broker "
-                        f"signs with no account: set accessKey/secretKey in broker.conf")
-                if not ok and self._registered.get(addr, True):  # e.g. NO_PERMISSION: accessKey/secretKey
-                    log.warning("namesrv %s refused the registration: code %d %s", addr, resp.code, resp.remark)
-                if ok:
-                    self._on_answer(resp.ext_fields)
-            except (ClientError, OSError) as exc:
-                ok = False
-                if self._registered.get(addr, True):
-                    log.warning("register to namesrv %s failed: %s", addr, exc)
-            if ok and not self._registered.get(addr):
-                log.info("registered to namesrv %s", addr)
-            self._registered[addr] = ok
+        refusals = await asyncio.gather(*(self._register(addr, ext, body, at_start) for addr in self._namesrv_addrs()))
+        for refusal in refusals:
+            if refusal is not None:
+                raise refusal
+
+    async def _register(self, addr: str, ext: dict[str, str], body: bytes, at_start: bool) -> AclConfigError | None:
+        """REGISTER_BROKER at one name server; at start, its refusal of the broker's credentials is returned (raised
+        by ``register_all`` once every name server was asked)."""
+        refusal = None
+        try:
+            resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER, ext,
+                                                                          body=body), REGISTER_TIMEOUT_S)
+            ok = resp.code == ResponseCode.SUCCESS
+            if at_start and resp.code == ResponseCode.NO_PERMISSION:
+                refusal = AclConfigError(
+                    f"namesrv {addr} refused the registration ({resp.remark}): set accessKey/secretKey in "
+                    f"broker.conf to an account that name server accepts for REGISTER_BROKER (admin: true in "
+                    f"its plain_acl.yml, or a Super user)" if self.config.access_key else
+                    f"namesrv {addr} refused the registration ({resp.remark}): it has ACL on, and this broker "
+                    f"signs with no account: set accessKey/secretKey in broker.conf")
+            if not ok and self._registered.get(addr, True):  # e.g. NO_PERMISSION: accessKey/secretKey
+                log.warning("namesrv %s refused the registration: code %d %s", addr, resp.code, resp.remark)
+            if ok:
+                self._on_answer(resp.ext_fields)
+        except (ClientError, OSError) as exc:
+            ok = False
+            if self._registered.get(addr, True):
+                log.warning("register to namesrv %s failed: %s", addr, exc)
+        if ok and not self._registered.get(addr):
+            log.info("registered to namesrv %s", addr)
+        self._registered[addr] = ok
+        return refusal
 
     async def unregister_all(self) -> None:
-        for addr in self._namesrv_addrs():
+        async def unregister(addr: str) -> None:
             with contextlib.suppress(ClientError, OSError):
                 await self.client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER,
-                                                                       self._identity()), 3.0)
+                                                                       self._identity()), REGISTER_TIMEOUT_S)
+
+        await asyncio.gather(*map(unregister, self._namesrv_addrs()))
