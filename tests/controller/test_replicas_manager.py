@@ -522,3 +522,39 @@ def test_a_step_down_that_fails_is_tried_again_and_the_heartbeats_go_on(tmp_path
             await rm.shutdown()
 
     asyncio.run(main())
+
+
+def test_a_problem_after_a_heartbeat_answered_is_logged_once_for_its_run(tmp_path, caplog):
+    """A slave whose named master cannot be reached: each heartbeat is answered, then following fails the same way.
+    One warning for the run, not one a heartbeat (the answered heartbeat is not the end of the problem)."""
+
+    async def main() -> None:
+        rm, broker, _ = _sync_master(tmp_path)
+        broker.config.broker_heartbeat_interval = 20
+        broker.config.broker_role = "SLAVE"
+        steps: list[float] = []
+
+        state = {"master_id": 2, "master_addr": "127.0.0.1:1", "master_ha_addr": "127.0.0.1:2", "epoch": 1}
+
+        async def invoke(addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:  # the controller
+            return RemotingCommand(code=ResponseCode.SUCCESS, flag=1, body=orjson.dumps(state))
+
+        async def apply(state: dict, sent: float) -> None:
+            steps.append(sent)
+            raise ClientError("cannot connect to 127.0.0.1:1")
+
+        broker.namesrv_client = SimpleNamespace(invoke=invoke)
+        broker.addr, broker.ha_addr, broker.store.max_phy_offset = "127.0.0.1:3", "127.0.0.1:4", 0
+        rm._apply = apply  # type: ignore[method-assign]
+        rm.start()
+        try:
+            deadline = time.monotonic() + 10
+            while len(steps) < 5 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        finally:
+            await rm.shutdown()
+        assert len(steps) >= 5
+        said = [r for r in caplog.records if "cannot connect" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in said]
+
+    asyncio.run(main())

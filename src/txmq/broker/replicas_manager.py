@@ -159,6 +159,7 @@ class ReplicasManager:
             sent = time.monotonic()
             try:
                 await self._step(sent)
+                self._last_problem = ""  # the next problem is logged again (one line per run of the same problem)
             except ClientError as exc:  # says whether a controller refused, or none answered
                 self._problem(str(exc))
             except (OSError, ValueError, KeyError) as exc:
@@ -233,7 +234,6 @@ class ReplicasManager:
                 continue
             if resp.code == ResponseCode.SUCCESS:
                 self._leader = addr
-                self._last_problem = ""
                 answer = orjson.loads(resp.body or b"{}")
                 if not isinstance(answer, dict):
                     raise ValueError(f"controller {addr} answered {answer!r}")
