@@ -59,6 +59,20 @@ def test_topic_send_consume_stats_delete(cluster):
     assert "cli_t" not in txmq(cluster, "topic", "list").stdout.split()
 
 
+def test_stats_shows_the_disk_as_puts_see_it(cluster):
+    """`txmq stats` (text) shows the store's disk use and says when puts are refused for a full disk: an operator
+    reads it there, not only in --json (docs/storage.md, "A full disk")."""
+    cluster.start_broker_with_topic("cli_disk", {"diskSpaceWarningLevelRatio": 0.0001})  # any use is "full"
+    r = txmq(cluster, "send", "--topic", "cli_disk", "--body", "x")
+    assert r.returncode == 1 and "the disk is full" in r.stderr, r.stderr
+    store = json.loads(txmq(cluster, "stats", "--json").stdout)["broker-a"]["store"]
+    r = txmq(cluster, "stats")
+    assert r.returncode == 0, r.stderr
+    assert f"disk {store['disk_used_percent']:.1f} % used" in r.stdout, r.stdout
+    assert "puts refused: the disk is full" in r.stdout, r.stdout
+    assert "durability lost" not in r.stdout
+
+
 def test_cli_errors_are_clear(cluster):
     cluster.start_broker(conf={"autoCreateTopicEnable": "false"})
     r = txmq(cluster, "send", "--topic", "absent", "--body", "x")

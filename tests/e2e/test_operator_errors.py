@@ -37,7 +37,7 @@ def test_server_start_errors(tmp_path):
         port = busy.getsockname()[1]
         r = txmq(None, "server", "--namesrv-port", str(port), "--port", str(free_port()), "--grpc-port", "-1",
                  "--store", str(tmp_path / "s"), timeout=30)
-    assert "another process listens on that port" in one_line_error(r, "server")
+    assert "another process listens on that port (choose another with --namesrv-port)" in one_line_error(r, "server")
     r = txmq(None, "broker", "-c", str(tmp_path / "absent.conf"))
     assert one_line_error(r, "broker") == f"txmq broker: no such file: {tmp_path / 'absent.conf'}"
     for line, expected in (("listenPort = abc", "config listenPort: 'abc' is not an integer"),

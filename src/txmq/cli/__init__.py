@@ -8,6 +8,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
 
 from txmq.errors import TxmqError
@@ -56,14 +57,24 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:  # servers: a busy port, a missing or bad config file
         if not server:
             raise
-        print(f"txmq {args.command}: {server_error(exc)}", file=sys.stderr)
+        print(f"txmq {args.command}: {server_error(exc, args)}", file=sys.stderr)
         return 1
 
 
-def server_error(exc: Exception) -> str:
+def server_error(exc: Exception, args: argparse.Namespace) -> str:
     if isinstance(exc, FileNotFoundError):
         return f"no such file: {exc.filename}"
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
-        return f"{exc.strerror or exc}: another process listens on that port (choose another with --port)"
+        flag = port_flag(exc, args)
+        return f"{exc.strerror or exc}: another process listens on that port (choose another with {flag})"
     return str(exc)
+
+
+def port_flag(exc: OSError, args: argparse.Namespace) -> str:
+    """The flag that set the port a bind found taken: ``txmq server`` has one per listener (--port is the broker's),
+    so naming --port for its name server's or console's port sent people to change the wrong one."""
+    taken = re.findall(r"(\d+)\)", str(exc.strerror or exc))
+    flags = [f"--{dest.replace('_', '-')}" for dest, value in vars(args).items()
+             if dest.endswith("port") and value is not None and taken and str(value) == taken[-1]]
+    return flags[0] if len(flags) == 1 else "--port"
 

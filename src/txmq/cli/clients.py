@@ -338,6 +338,17 @@ def _print_controller_mode(members: dict[str, Any]) -> None:
                   f"{' lease valid' if c['leaseValid'] else ''}")
 
 
+def _put_refusals(store: dict[str, Any]) -> list[str]:
+    """Why the store refuses puts now, as its runtime figures say (docs/storage.md): the state an operator must
+    act on, shown in the text and not only in --json."""
+    reasons = []
+    if store.get("disk_full"):
+        reasons.append("the disk is full (diskSpaceWarningLevelRatio): free space or let retention delete files")
+    if store.get("durability_lost"):
+        reasons.append("durability lost (an fsync of the store failed): restart the broker")
+    return reasons
+
+
 @TXMQ.command("stats", "topics, consumer lag, rates and transaction metrics", JSON, *CLIENT)
 def cmd_stats(args: argparse.Namespace) -> int:
     from txmq.client.admin import Admin
@@ -352,7 +363,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"broker {broker} {s['broker']['addr']} ({s['broker']['flushDiskType']})")
         print(f"  in {rates.get('putTps', 0):,.1f} msg/s, out {rates.get('getTps', 0):,.1f} msg/s (last minute); "
               f"commit log {readable_bytes(store['max_offset'] - store['min_offset'])}, "
-              f"{s['remoting']['connections']} connections")
+              f"disk {store['disk_used_percent']:.1f} % used, {s['remoting']['connections']} connections")
+        for refusal in _put_refusals(store):
+            print(f"  puts refused: {refusal}")
         print("  topics:")
         for name, t in s["topics"].items():
             print(f"    {name:40} messages={t['messages']:,}")
