@@ -173,6 +173,13 @@ class MQClientInstance:
 
     # --- brokers --------------------------------------------------------------------------------------
 
+    async def find_broker(self, mq: MessageQueue) -> None:
+        """Know where ``mq``'s broker group is, asking the name server for its topic's route when it is not known
+        yet (RocketMQ's findBrokerAddressInPublish/Subscribe, then updateTopicRouteInfoFromNameServer): a queue the
+        application names itself, before this client looked its topic up."""
+        if mq.broker_name not in self.broker_addrs and not self.members.get(mq.broker_name):
+            await self.update_route(mq.topic)
+
     def broker_addr(self, broker_name: str) -> str:
         """The group's master; without one, a slave (RocketMQ findBrokerAddressInAdmin): offsets and queries."""
         addr = self.broker_addrs.get(broker_name)

@@ -498,6 +498,7 @@ class Producer(ClientBase):
         )
         code = RequestCode.SEND_BATCH_MESSAGE if batch is not None else RequestCode.SEND_MESSAGE_V2
         cmd = RemotingCommand.request(code, header.to_v2_ext(), body=body, oneway=oneway)
+        await self.instance.find_broker(mq)
         addr = self.instance.broker_addr(mq.broker_name)
         if oneway:
             await self.instance.remoting.invoke_oneway(addr, cmd)

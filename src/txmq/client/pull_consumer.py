@@ -73,6 +73,7 @@ class PullConsumer(ClientBase):
 
         async def go() -> PullResult:
             assert self.instance is not None
+            await self.instance.find_broker(mq)
             resp = await self.instance.invoke_broker(
                 mq.broker_name, RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext()), block_s + 5)
             status = _PULL_STATUS.get(resp.code)
@@ -88,8 +89,7 @@ class PullConsumer(ClientBase):
     def _offset_request(self, code: int, mq: MessageQueue, extra: dict[str, str] | None = None) -> RemotingCommand:
         async def go() -> RemotingCommand:
             assert self.instance is not None
-            if mq.broker_name not in self.instance.broker_addrs:
-                await self.instance.update_route(mq.topic)
+            await self.instance.find_broker(mq)
             ext = {"consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), **(extra or {})}
             return await self.instance.invoke_broker(mq.broker_name, RemotingCommand.request(code, ext))
         return self._call(go())
