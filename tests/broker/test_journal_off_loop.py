@@ -1315,6 +1315,30 @@ def test_a_group_deletion_cleans_its_offsets_once_durable_though_its_caller_was_
     assert "g" not in SubscriptionGroupManager(tmp_path).table
 
 
+def test_a_group_deleted_while_its_creation_waits_for_the_disk_is_deleted_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deleteSubGroup right after the group's creation, its record not durable yet: the deletion is queued after
+    the creation (the group is gone once both are durable, and after a reopen), not refused as an unknown group
+    that the creation then stores."""
+    manager = SubscriptionGroupManager(tmp_path)
+    slow = SlowFsync(hold=10.0)
+
+    async def main() -> None:
+        monkeypatch.setattr(config_journal, "os", SlowOs(slow))
+        creating = asyncio.ensure_future(manager.update(SubscriptionGroupConfig("g")))
+        assert await asyncio.to_thread(slow.entered.wait, 10)
+        deleting = asyncio.ensure_future(manager.delete("g"))
+        await asyncio.sleep(0.1)
+        slow.release.set()
+        await creating
+        assert await deleting
+        assert "g" not in manager.table
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    assert "g" not in SubscriptionGroupManager(tmp_path).table
+
+
 def test_sends_waiting_on_a_failed_topic_change_go_on_with_the_stored_topic_and_fail_only_on_a_failed_creation(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sends (remoting and gRPC) wait for a pending change of their topic. When an operator's update of a topic

@@ -117,9 +117,10 @@ class SubscriptionGroupManager:
         await self._change({cfg.group_name: cfg}, {"put": [cfg.to_json()]})
 
     async def delete(self, group: str, then: Callable[[], None] | None = None) -> bool:
-        """``update``'s deletion; False when no such group is stored. ``then`` once it is durable
+        """``update``'s deletion; False when no such group is stored nor a change of it waits to be (``named``: a
+        creation waiting for the disk is deleted after it, not refused). ``then`` once it is durable
         (``when_durable``)."""
-        if group not in self.table:
+        if not self.named(group):
             return False
         await self._change({group: None}, {"delete": [group]}, then)
         return True
