@@ -252,6 +252,8 @@ def test_a_put_that_joins_an_open_group_is_stamped_no_earlier_than_it_was_asked(
             asked = store.clock.elapsed_ms()
             later = (await asyncio.gather(first, store.put_message(msg())))[1].append_result
             assert later is not None
-            assert store.clock.elapsed_of(later.wrote_offset, later.store_timestamp) >= asked
+            # not 60 ms before it was asked; the wall clock and the account are each truncated to the ms, so the
+            # wall stamp read back on the account may fall 1 ms below an account read a moment before it
+            assert store.clock.elapsed_of(later.wrote_offset, later.store_timestamp) >= asked - 1
 
     run(main)
