@@ -107,24 +107,54 @@ def test_a_wipe_takes_write_off_the_brokers_own_grpc_routes_too(cluster):
         assert permissions(stub) == {pb.READ_WRITE}
 
 
-def test_a_masters_grpc_route_does_not_wait_on_name_servers_that_do_not_answer(cluster):
-    """Name servers that accept connections and never answer (a hung process, a half-open path) hold a master's
-    gRPC route at most one ``TIMEOUT_S`` in all, not one per name server: with three of them the official
-    clients' 3 s route timeout would pass. The broker's own perm stands."""
+@pytest.mark.parametrize(("role", "topic", "permission"), [
+    ({}, "silent_ns_t", pb.READ_WRITE),
+    ({"brokerRole": "SLAVE", "brokerId": 1}, "TBW102", pb.READ),  # a slave plans no topic: one it has
+], ids=["master", "slave"])
+def test_a_grpc_route_does_not_wait_on_name_servers_that_do_not_answer(cluster, role, topic, permission):
+    """Name servers that accept connections and never answer (a hung process, a half-open path) hold a gRPC route
+    at most one ``TIMEOUT_S`` in all, not one per name server: with three of them the official clients' 3 s route
+    timeout would pass. A master's own perm stands; a slave that learns of no master serves reads itself."""
     silent = [socket.create_server(("127.0.0.1", 0)) for _ in range(3)]  # listening, never accepting
     try:
         grpc_port = free_port()
         names = ";".join(f"127.0.0.1:{s.getsockname()[1]}" for s in silent)
-        cluster.start_broker("broker-a", {"grpcPort": grpc_port, "namesrvAddr": names})
+        cluster.start_broker("broker-a", {"grpcPort": grpc_port, "namesrvAddr": names, **role})
         with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
             r = MessagingServiceStub(channel).QueryRoute(
-                spb.QueryRouteRequest(topic=pb.Resource(name="silent_ns_t")),
+                spb.QueryRouteRequest(topic=pb.Resource(name=topic)),
                 metadata=[("x-mq-client-id", "silent-probe")], timeout=2.5)
         assert r.status.code == pb.Code.OK, r.status
-        assert {q.permission for q in r.message_queues} == {pb.READ_WRITE}
+        assert {q.permission for q in r.message_queues} == {permission}
     finally:
         for s in silent:
             s.close()
+
+
+def test_a_wipe_reaches_the_grpc_routes_past_a_silent_name_server_listed_first(cluster):
+    """The perm comes from the first name server that answers, not the first one listed: a hung name server ahead
+    of the one an operator wiped must neither keep write on the gRPC routes (the remoting clients, whose name
+    server answers, already send elsewhere) nor hold each route query its whole timeout."""
+    silent = socket.create_server(("127.0.0.1", 0))  # listening, never accepting
+    try:
+        grpc_port = free_port()
+        names = f"127.0.0.1:{silent.getsockname()[1]};{cluster.namesrv_addr}"
+        cluster.start_broker("broker-a", {"grpcPort": grpc_port, "namesrvAddr": names})
+        with Admin(cluster.namesrv_addr) as topics:
+            topics.create_topic("wipe_silent_t", queue_nums=1)
+        cluster.wait_route("wipe_silent_t")
+        ok(cluster, "wipeWritePerm", "-b", "broker-a")
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            began = time.monotonic()
+            r = MessagingServiceStub(channel).QueryRoute(
+                spb.QueryRouteRequest(topic=pb.Resource(name="wipe_silent_t")),
+                metadata=[("x-mq-client-id", "wipe-silent-probe")], timeout=5)
+            took = time.monotonic() - began
+        assert r.status.code == pb.Code.OK, r.status
+        assert {q.permission for q in r.message_queues} == {pb.READ}
+        assert took < 0.5, took
+    finally:
+        silent.close()
 
 
 def test_wipe_write_perm_goes_on_past_a_name_server_that_does_not_answer(cluster):

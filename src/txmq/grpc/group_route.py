@@ -37,12 +37,9 @@ class GroupRoute:
 
     async def routed_perm(self, topic: str) -> int | None:
         """The perm the first name server answering routes this group's queues of ``topic`` with; None when none
-        answers within ``TIMEOUT_S`` in all (a master's routes do not wait on name servers that are down) or its
-        route lacks the group (a topic not registered yet): the broker's own perm stands then."""
-        try:
-            master, perm = await asyncio.wait_for(self._master_addr(topic), TIMEOUT_S)
-        except TimeoutError:
-            return None
+        answers within ``TIMEOUT_S`` or its route lacks the group (a topic not registered yet): the broker's own
+        perm stands then."""
+        master, perm = await self._master_addr(topic)
         return perm if master is not None else None
 
     async def master_endpoint(self, topic: str) -> tuple[tuple[str, int], int] | None:
@@ -70,22 +67,36 @@ class GroupRoute:
         """Broker id 0's remoting address in the topic's route ("" when the group is listed without one) and the
         perm of the group's queues there, as the first name server answering has them; (None, 0) when it does not
         route the group (or none answers)."""
-        name = self.broker.config.broker_name
-        for addr in filter(None, (a.strip() for a in self.broker.config.namesrv_addr.split(";"))):
-            resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                                    {"topic": topic}))
-            if resp is None:
-                continue
-            if resp.code != ResponseCode.SUCCESS:
-                return None, 0
-            route = orjson.loads(resp.body)
-            perm = next((qd.get("perm") for qd in route.get("queueDatas") or () if qd.get("brokerName") == name),
-                        None)
-            for data in route.get("brokerDatas") or ():
-                if data.get("brokerName") == name and isinstance(perm, int):
-                    return str((data.get("brokerAddrs") or {}).get("0", "")), perm
+        resp = await self._first_route(topic)
+        if resp is None or resp.code != ResponseCode.SUCCESS:
             return None, 0
+        name = self.broker.config.broker_name
+        route = orjson.loads(resp.body)
+        perm = next((qd.get("perm") for qd in route.get("queueDatas") or () if qd.get("brokerName") == name), None)
+        for data in route.get("brokerDatas") or ():
+            if data.get("brokerName") == name and isinstance(perm, int):
+                return str((data.get("brokerAddrs") or {}).get("0", "")), perm
         return None, 0
+
+    async def _first_route(self, topic: str) -> RemotingCommand | None:
+        """The first answer to GET_ROUTEINFO_BY_TOPIC from the name servers, all asked at once and waited for
+        ``TIMEOUT_S`` in all: one that hangs neither holds a route query past it nor hides the others' answers
+        (an operator's wipe made there); None when none answers in time."""
+        asks = [asyncio.ensure_future(self._invoke(addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                                                  {"topic": topic})))
+                for addr in filter(None, (a.strip() for a in self.broker.config.namesrv_addr.split(";")))]
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                for ask in asyncio.as_completed(asks):
+                    resp = await ask
+                    if resp is not None:
+                        return resp
+        except TimeoutError:
+            pass
+        finally:
+            for ask in asks:
+                ask.cancel()
+        return None
 
     async def _ask_grpc_endpoint(self, master: str) -> tuple[str, int] | None:
         resp = await self._invoke(master, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
