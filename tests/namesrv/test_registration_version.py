@@ -331,3 +331,19 @@ def test_a_saved_version_out_of_a_java_long_s_range_is_not_adopted(tmp_path: Pat
     assert "T" in topics.table
     orjson.dumps(topics.serialize())
     assert data_version.data_version_of(saved) is None
+
+
+def test_no_registration_is_sent_once_the_broker_unregistered(tmp_path: Path) -> None:
+    """At a broker's stop it unregisters; a registration the periodic task or a topic change sends after that
+    would route clients to a broker that is going away."""
+
+    async def main() -> None:
+        async with namesrv() as ns, broker_of(ns, tmp_path) as broker:
+            assert broker.config.broker_addr in ns.routes.broker_live_table
+            await broker.registration.unregister_all()
+            assert broker.config.broker_addr not in ns.routes.broker_live_table
+            await broker.registration.register_all()
+            await broker.registration.register_topic("TopicAfterStop")
+            assert broker.config.broker_addr not in ns.routes.broker_live_table
+
+    asyncio.run(main())

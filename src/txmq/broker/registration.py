@@ -47,6 +47,7 @@ class NamesrvRegistration:
         self._on_answer = on_answer
         self._now = asyncio.Event()
         self._registered: dict[str, bool] = {}
+        self._stopped = False  # unregistered at the broker's stop: no registration is sent after it
 
     def schedule(self, topics: list[str] | None = None) -> None:
         """Tell the name servers about a topic change now rather than at the next period: of the ``topics`` created
@@ -78,6 +79,8 @@ class NamesrvRegistration:
         """Tell the name servers about one created or changed topic (RocketMQ REGISTER_TOPIC_IN_NAMESRV): a cost
         that does not grow with the broker's other topics, where a full registration sends them all. A name server
         that refuses it (an older one, or one that has not seen this broker yet) gets a full registration."""
+        if self._stopped:
+            return
         cfg = self._topic(topic)
         if cfg is None or self.config.broker_id != 0:  # a slave's topics reach no route
             await self.register_all()
@@ -122,6 +125,8 @@ class NamesrvRegistration:
         """Register with every name server. ``at_start``: a name server refusing the broker's credentials
         (NO_PERMISSION) stops the start with ``AclConfigError``, rather than a broker serving unrouted; one that
         cannot be reached is tried again by ``run``."""
+        if self._stopped:
+            return
         body = orjson.dumps({"topicConfigSerializeWrapper": self._wrapper(), "filterServerList": []})
         ext = {**self._identity(), "haServerAddr": self._ha_addr(), "compressed": "false"}
         refusals = await asyncio.gather(*(self._register(addr, ext, body, at_start) for addr in self._namesrv_addrs()))
@@ -158,6 +163,10 @@ class NamesrvRegistration:
         return refusal
 
     async def unregister_all(self) -> None:
+        """At the broker's stop: unregister from every name server, and send no registration after it (one the
+        periodic task or a topic change would send meanwhile would route clients to a stopping broker)."""
+        self._stopped = True
+
         async def unregister(addr: str) -> None:
             with contextlib.suppress(ClientError, OSError):
                 await self.client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER,
