@@ -1,6 +1,7 @@
 """``Producer.send_async`` coalesces queued sends into batch requests: each message still gets its own
 result, and that result names exactly where the message was stored."""
 
+import asyncio
 import os
 import signal
 import threading
@@ -278,6 +279,38 @@ def test_sync_sends_from_several_threads_racing_shutdown_all_end_with_a_client_e
             t.join(15)
         assert not any(t.is_alive() for t in senders), f"round {round_no}: a sending thread still waits in send"
         assert len(ended) == 4 and all(isinstance(e, ClientError) for e in ended), (round_no, ended)
+
+
+def test_a_sync_send_once_shutdown_began_is_refused_up_front(cluster, monkeypatch):
+    """A ``send`` called while ``shutdown()`` is under way (its unregistration held here) is refused at once, as
+    ``send_async`` is and as RocketMQ's producer refuses a send once its state is not RUNNING; it neither waits
+    for the shutdown nor reaches the broker."""
+    cluster.start_broker()
+    producer = Producer("p_sync_refused", cluster.namesrv_addr).start()
+    producer.send(Message("SyncRefused", b"warm-up"))
+    assert producer.instance is not None
+    unregistering, release = threading.Event(), threading.Event()
+    real_unregister = producer.instance.unregister
+
+    async def held_unregister(**kwargs: str) -> None:
+        unregistering.set()
+        await asyncio.to_thread(release.wait, 10)
+        await real_unregister(**kwargs)
+
+    monkeypatch.setattr(producer.instance, "unregister", held_unregister)
+    stopping = threading.Thread(target=producer.shutdown)
+    stopping.start()
+    try:
+        assert unregistering.wait(10)
+        with pytest.raises(ClientError, match="shutdown\\(\\) began"):
+            producer.send(Message("SyncRefused", b"during the shutdown"))
+    finally:
+        release.set()
+        stopping.join(15)
+    with PullConsumer("c_sync_refused", cluster.namesrv_addr) as consumer:
+        stored = [m.body for mq in consumer.fetch_subscribe_message_queues("SyncRefused")
+                  for m in consumer.pull(mq, offset=0).msgs]
+    assert stored == [b"warm-up"]
 
 
 def test_shutdown_from_two_threads_at_once_ends_both_quietly(cluster):

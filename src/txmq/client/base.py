@@ -218,4 +218,8 @@ class ClientBase:
         if self._runtime is None:
             coro.close()
             raise ClientError(f"{type(self).__name__} is not started")
+        if not self._running:  # refused up front, as RocketMQ's makeSureStateOK: nothing starts once it stops
+            coro.close()
+            raise ClientError(f"{type(self).__name__} is not running (its start() has not returned yet, or its "
+                              "shutdown() began)")
         return self._runtime.call(coro, timeout)
