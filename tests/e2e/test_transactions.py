@@ -426,6 +426,51 @@ def test_a_transaction_producer_started_again_answers_check_backs(cluster):
         collector.close()
 
 
+def test_a_local_transaction_that_ends_while_the_producer_shuts_down_is_still_committed(cluster, monkeypatch):
+    """``shutdown()`` began while a local transaction ran (its unregistration held here, the loop still up): the
+    transaction's END_TRANSACTION is still sent, so its message is committed at once, not left to a check-back
+    (a minute away here) after every other call of the producer is refused."""
+    cluster.start_broker("broker-a", {**TX_CONF, "transactionTimeOut": 60_000, "transactionCheckInterval": 60_000})
+    topic = "tx_end_while_stopping"
+    create_topic(cluster, topic, 1)
+    executing, finish = threading.Event(), threading.Event()
+
+    class Listener:
+        def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+            executing.set()
+            finish.wait(10)
+            return COMMIT
+
+        def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+            return COMMIT
+
+    producer = TransactionProducer("p_tx_stopping", Listener(), cluster.namesrv_addr).start()
+    assert producer.instance is not None
+    unregistering, release = threading.Event(), threading.Event()
+    real_unregister = producer.instance.unregister
+
+    async def held_unregister(**kwargs: str) -> None:
+        unregistering.set()
+        await asyncio.to_thread(release.wait, 10)
+        await real_unregister(**kwargs)
+
+    monkeypatch.setattr(producer.instance, "unregister", held_unregister)
+    with ThreadPoolExecutor(2) as pool:
+        sending = pool.submit(producer.send_message_in_transaction, Message(topic, b"ended while stopping"))
+        assert executing.wait(10)
+        stopping = pool.submit(producer.shutdown)
+        try:
+            assert unregistering.wait(10)
+            finish.set()
+            assert sending.result(10).local_transaction_state == COMMIT
+            wait_for(lambda: [m.body for m in scan_topic(cluster.namesrv_addr, topic)] == [b"ended while stopping"],
+                     10, "the committed message")
+        finally:
+            finish.set()
+            release.set()
+            stopping.result(15)
+
+
 def test_shutdown_inside_check_local_transaction_is_refused_and_the_check_answered(cluster):
     """``shutdown()`` called from ``check_local_transaction`` raises ``ClientError`` at once and changes nothing
     (a shutdown waits for the checks in progress: this one is its own caller), and the check's answer goes out. The

@@ -212,13 +212,15 @@ class ClientBase:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    def _call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = 60.0) -> Any:
+    def _call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = 60.0, *, stopping: bool = False) -> Any:
         """Run ``coro`` on the client's loop and wait (at most ``timeout``: every call has its own, shorter
-        deadline inside; this bound only keeps a caller from waiting forever)."""
+        deadline inside; this bound only keeps a caller from waiting forever). ``stopping``: also once
+        ``shutdown()`` began, while the loop still runs (the end of a local transaction that already ran: sent,
+        rather than left to a check-back)."""
         if self._runtime is None:
             coro.close()
             raise ClientError(f"{type(self).__name__} is not started")
-        if not self._running:  # refused up front, as RocketMQ's makeSureStateOK: nothing starts once it stops
+        if not self._running and not stopping:  # refused up front, as RocketMQ's makeSureStateOK
             coro.close()
             raise ClientError(f"{type(self).__name__} is not running (its start() has not returned yet, or its "
                               "shutdown() began)")

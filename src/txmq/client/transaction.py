@@ -171,7 +171,7 @@ class TransactionProducer(Producer):
         else:
             state = LocalTransactionState.ROLLBACK
         try:
-            self._call(self._end_transaction(send_result, state, error))
+            self._call(self._end_transaction(send_result, state, error), stopping=True)
         except ClientError as exc:
             log.warning("local transaction %s is %s but ending it failed (the broker will check back): %s",
                         msg.transaction_id, state.name, exc)
