@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.broker.test_journal_off_loop import _send
@@ -28,7 +29,8 @@ from txmq.controller.replicas_info import NO_MASTER, GroupState
 from txmq.controller.server import ControllerManager
 from txmq.launch import free_port
 from txmq.message import decode_message
-from txmq.remoting.codes import ResponseCode
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import RemotingClient
 from txmq.topic import TopicConfig
 
@@ -133,6 +135,9 @@ def test_a_master_whose_fsync_failed_gives_way_to_its_in_sync_slave_and_rejoins_
             kept = _bodies(brokers[new])
             assert kept[: len(acknowledged)] == acknowledged and kept[-1] == b"after", kept
             assert not brokers[old].replicas_manager.is_master  # withdrawn: never master again until restarted
+            status = await client.invoke(brokers[old].addr, RemotingCommand.request(RequestCode.GET_BROKER_HA_STATUS),
+                                         10)
+            assert orjson.loads(status.body)["controller"]["withdrawn"] is True  # what `txmq ha status` shows
 
             await brokers[old].shutdown()
             monkeypatch.undo()

@@ -443,4 +443,4 @@ class ReplicasManager:
         return {"replicaId": self.replica_id, "epoch": self.epoch, "epochs": self.epochs.entries,
                 "masterId": self.master_id, "syncStateSet": self.sync_state_set,
                 "syncStateSetEpoch": self.sync_state_set_epoch, "leaseValid": self.is_master and self.lease_valid(),
-                "controller": self._leader}
+                "controller": self._leader, "withdrawn": self._withdrawn}

@@ -329,13 +329,17 @@ def readable_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+WITHDRAWN = " WITHDRAWN (its store lost durability: no heartbeats to the controller; restart the broker)"
+
+
 def _print_controller_mode(members: dict[str, Any]) -> None:
     for bid, st in sorted(members.items()):
         c = st.get("controller") if isinstance(st, dict) else None
         if c:
             print(f"  replica {c['replicaId']} (as {bid}) epoch {c['epoch']} epochs {c['epochs']} master "
                   f"{c['masterId']} SyncStateSet {c['syncStateSet']} (set epoch {c['syncStateSetEpoch']})"
-                  f"{' lease valid' if c['leaseValid'] else ''}")
+                  f"{' lease valid' if c['leaseValid'] else ''}"
+                  f"{WITHDRAWN if c.get('withdrawn') else ''}")
 
 
 def _put_refusals(store: dict[str, Any]) -> list[str]:
