@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import threading
@@ -159,7 +160,10 @@ def messages_out(metrics_addr: str, topic: str, group: str) -> float:
 
 
 if TYPE_CHECKING:
+    import pytest
+
     from tests.e2e.cluster import Cluster
+    from txmq.client.base import ClientBase
 
 
 def one_held_message_per_queue(cluster: Cluster, topic: str, queue_nums: int) -> list[MessageQueue]:
@@ -173,3 +177,19 @@ def one_held_message_per_queue(cluster: Cluster, topic: str, queue_nums: int) ->
         for mq in queues:
             producer.send(Message(topic, b"held"), queue=mq)
     return queues
+
+
+def hold_unregister(client: ClientBase, monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Hold ``client``'s shutdown in its unregistration, its loop still running: (set once the shutdown got there,
+    set by the test to let it go on)."""
+    assert client.instance is not None
+    unregistering, release = threading.Event(), threading.Event()
+    real_unregister = client.instance.unregister
+
+    async def held_unregister(**kwargs: str) -> None:
+        unregistering.set()
+        await asyncio.to_thread(release.wait, 10)
+        await real_unregister(**kwargs)
+
+    monkeypatch.setattr(client.instance, "unregister", held_unregister)
+    return unregistering, release

@@ -1,7 +1,6 @@
 """``Producer.send_async`` coalesces queued sends into batch requests: each message still gets its own
 result, and that result names exactly where the message was stored."""
 
-import asyncio
 import os
 import signal
 import threading
@@ -9,7 +8,7 @@ import time
 
 import pytest
 
-from tests.e2e.helpers import wait_until
+from tests.e2e.helpers import hold_unregister, wait_until
 from txmq import Admin, Message, Producer, PullConsumer, SendStatus
 from txmq.client.producer import SendFuture
 from txmq.errors import ClientError, InvalidMessageError
@@ -288,16 +287,7 @@ def test_a_sync_send_once_shutdown_began_is_refused_up_front(cluster, monkeypatc
     cluster.start_broker()
     producer = Producer("p_sync_refused", cluster.namesrv_addr).start()
     producer.send(Message("SyncRefused", b"warm-up"))
-    assert producer.instance is not None
-    unregistering, release = threading.Event(), threading.Event()
-    real_unregister = producer.instance.unregister
-
-    async def held_unregister(**kwargs: str) -> None:
-        unregistering.set()
-        await asyncio.to_thread(release.wait, 10)
-        await real_unregister(**kwargs)
-
-    monkeypatch.setattr(producer.instance, "unregister", held_unregister)
+    unregistering, release = hold_unregister(producer, monkeypatch)
     stopping = threading.Thread(target=producer.shutdown)
     stopping.start()
     try:

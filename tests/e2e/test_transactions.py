@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import ALL_HOURS
+from tests.e2e.helpers import hold_unregister
 from txmq import (
     Admin,
     BrokerError,
@@ -445,16 +446,7 @@ def test_a_local_transaction_that_ends_while_the_producer_shuts_down_is_still_co
             return COMMIT
 
     producer = TransactionProducer("p_tx_stopping", Listener(), cluster.namesrv_addr).start()
-    assert producer.instance is not None
-    unregistering, release = threading.Event(), threading.Event()
-    real_unregister = producer.instance.unregister
-
-    async def held_unregister(**kwargs: str) -> None:
-        unregistering.set()
-        await asyncio.to_thread(release.wait, 10)
-        await real_unregister(**kwargs)
-
-    monkeypatch.setattr(producer.instance, "unregister", held_unregister)
+    unregistering, release = hold_unregister(producer, monkeypatch)
     with ThreadPoolExecutor(2) as pool:
         sending = pool.submit(producer.send_message_in_transaction, Message(topic, b"ended while stopping"))
         assert executing.wait(10)
