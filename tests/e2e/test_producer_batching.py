@@ -1,15 +1,17 @@
 """``Producer.send_async`` coalesces queued sends into batch requests: each message still gets its own
 result, and that result names exactly where the message was stored."""
 
+import asyncio
 import os
 import signal
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from tests.e2e.helpers import hold_unregister, wait_until
-from txmq import Admin, Message, Producer, PullConsumer, SendStatus
+from txmq import Admin, LocalTransactionState, Message, Producer, PullConsumer, SendStatus, TransactionProducer
 from txmq.client.producer import SendFuture
 from txmq.errors import ClientError, InvalidMessageError
 
@@ -354,6 +356,72 @@ def test_start_from_two_threads_at_once_makes_one_client(cluster):
     for t in loop_threads:
         t.join(10)
     assert not any(t.is_alive() for t in loop_threads)
+
+
+class _Unknown:
+    """A transaction listener that decides nothing (the test sends no transaction)."""
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOWN
+
+    def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOWN
+
+
+@pytest.mark.parametrize("make", [lambda addr: Producer("p_start_waits", addr),
+                                  lambda addr: TransactionProducer("p_tx_start_waits", _Unknown(), addr)],
+                         ids=["producer", "transaction-producer"])
+def test_a_start_while_another_thread_starts_returns_once_the_client_runs(cluster, monkeypatch, make):
+    """A ``start()`` called while another thread's start is still under way waits for it: the client runs once it
+    returns, and a send right after goes through. It returned at once (the first start had made the runtime), and
+    the send was refused as not running. The first start is held in its ``_on_start``; the second is let go on
+    once it waits for the lifecycle lock (or once it returned without)."""
+    cluster.start_broker()
+    producer = make(cluster.namesrv_addr)
+    in_start, release = threading.Event(), threading.Event()
+    real_on_start = producer._on_start
+
+    async def held_on_start() -> None:
+        in_start.set()
+        await asyncio.to_thread(release.wait, 10)
+        await real_on_start()
+
+    monkeypatch.setattr(producer, "_on_start", held_on_start)
+    waiting_for_lock = threading.Event()
+    lock = producer._lifecycle_lock
+
+    class Watched:
+        def __enter__(self) -> None:
+            if in_start.is_set():
+                waiting_for_lock.set()
+            lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            lock.__exit__(*exc)
+
+    monkeypatch.setattr(producer, "_lifecycle_lock", Watched())
+    outcome: list[Any] = []
+
+    def start_and_send() -> None:
+        try:
+            producer.start()
+            outcome.append(producer.send(Message("StartWaits", b"x")).status)
+        except BaseException as exc:  # looked at below
+            outcome.append(exc)
+
+    first = threading.Thread(target=producer.start, daemon=True)
+    first.start()
+    second = threading.Thread(target=start_and_send, daemon=True)
+    try:
+        assert in_start.wait(10)
+        second.start()
+        assert wait_until(lambda: waiting_for_lock.is_set() or not second.is_alive(), 10)
+    finally:
+        release.set()
+        first.join(30)
+        second.join(30)
+        producer.shutdown()
+    assert outcome == [SendStatus.SEND_OK]
 
 
 def test_shutdown_called_again_by_a_callback_of_a_send_it_ends_returns(cluster):

@@ -104,13 +104,22 @@ class ClientBase:
         return self.instance
 
     def start(self) -> Self:
-        """Start the client; a start from another thread meanwhile waits for this one and returns. A client started
-        (or shutting down) is left as it is, without the lock: a send's callback on the loop thread may call this
-        while a shutdown holding the lock waits for that loop."""
-        if self._runtime is None:
+        """Start the client; a start from another thread meanwhile waits for this one and returns, the client
+        running. A client running (or shutting down) is left as it is, without the lock: a send's callback on the
+        loop thread may call this while a shutdown holding the lock waits for that loop."""
+        if self._starts_here():
             with self._lifecycle_lock:
                 self._start()
         return self
+
+    def _starts_here(self) -> bool:
+        """Whether ``start`` takes the lifecycle lock: the client is not started, or another thread's start is under
+        way (its runtime made, its ``_on_start`` not done: returning then, a call right after was refused as not
+        running). Not on the loop's own thread, which that start waits for."""
+        runtime = self._runtime
+        if runtime is None:
+            return True
+        return not self._running and self._shutting_down_by is None and not runtime.on_loop_thread()
 
     def _start(self) -> None:
         if self._runtime is None:  # again, under the lock
@@ -148,8 +157,8 @@ class ClientBase:
         with self._lifecycle_lock:
             if self._runtime is not runtime:
                 return
+            self._shutting_down_by = threading.current_thread()  # first: a start() seeing it stopped returns at once
             self._running = False
-            self._shutting_down_by = threading.current_thread()
             try:
                 runtime.call(self._on_shutdown(), 30)
             finally:

@@ -50,6 +50,8 @@ from txmq.remoting.transport import Connection
 
 log = logging.getLogger("txmq.client")
 
+DISCOVER_AT_START_S = 10.0  # the brokers' discovery at start: past it, the start goes on without
+
 
 class LocalTransactionState(Enum):
     COMMIT = "COMMIT_MESSAGE"
@@ -116,18 +118,15 @@ class TransactionProducer(Producer):
         self._check_slots = threading.BoundedSemaphore(check_queue_size)
         self.checks_received = 0
 
-    def start(self) -> TransactionProducer:
+    async def _on_start(self) -> None:
         """Start, and make this producer known to every broker now: a new process of the group must be
         reachable by check-backs of transactions an earlier (crashed) process left pending."""
-        if self._runtime is not None:
-            return self
-        super().start()
+        await super()._on_start()
         assert self.instance is not None
         try:
-            self._call(self.instance.discover_brokers(), 10)
-        except (BrokerError, ClientError) as exc:  # the periodic heartbeat and the first send will try again
-            log.warning("producer %s could not reach the brokers at start: %s", self.group, exc)
-        return self
+            await asyncio.wait_for(self.instance.discover_brokers(), DISCOVER_AT_START_S)
+        except (BrokerError, ClientError, TimeoutError) as exc:  # the periodic heartbeat and the first send try again
+            log.warning("producer %s could not reach the brokers at start: %s", self.group, exc or "timed out")
 
     def shutdown(self) -> None:
         """From any thread but a check's: a shutdown waits for the checks in progress to end."""
