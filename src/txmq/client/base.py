@@ -226,11 +226,12 @@ class ClientBase:
         deadline inside; this bound only keeps a caller from waiting forever). ``stopping``: also once
         ``shutdown()`` began, while the loop still runs (the end of a local transaction that already ran: sent,
         rather than left to a check-back)."""
-        if self._runtime is None:
+        runtime = self._runtime  # read once: a shutdown may clear it meanwhile
+        if runtime is None:
             coro.close()
             raise ClientError(f"{type(self).__name__} is not started")
         if not self._running and not stopping:  # refused up front, as RocketMQ's makeSureStateOK
             coro.close()
             raise ClientError(f"{type(self).__name__} is not running (its start() has not returned yet, or its "
                               "shutdown() began)")
-        return self._runtime.call(coro, timeout)
+        return runtime.call(coro, timeout)
