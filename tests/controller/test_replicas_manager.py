@@ -524,9 +524,12 @@ def test_a_step_down_that_fails_is_tried_again_and_the_heartbeats_go_on(tmp_path
     asyncio.run(main())
 
 
-def test_a_problem_after_a_heartbeat_answered_is_logged_once_for_its_run(tmp_path, caplog):
+@pytest.mark.parametrize("failure", [ClientError("cannot connect to 127.0.0.1:1"), RuntimeError("cannot connect: bug")],
+                         ids=["expected", "unexpected"])
+def test_a_problem_after_a_heartbeat_answered_is_logged_once_for_its_run(tmp_path, caplog, failure):
     """A slave whose named master cannot be reached: each heartbeat is answered, then following fails the same way.
-    One warning for the run, not one a heartbeat (the answered heartbeat is not the end of the problem)."""
+    One warning for the run, not one a heartbeat (the answered heartbeat is not the end of the problem); an
+    unexpected error too, with its traceback once."""
 
     async def main() -> None:
         rm, broker, _ = _sync_master(tmp_path)
@@ -541,7 +544,7 @@ def test_a_problem_after_a_heartbeat_answered_is_logged_once_for_its_run(tmp_pat
 
         async def apply(state: dict, sent: float) -> None:
             steps.append(sent)
-            raise ClientError("cannot connect to 127.0.0.1:1")
+            raise failure
 
         broker.namesrv_client = SimpleNamespace(invoke=invoke)
         broker.addr, broker.ha_addr, broker.store.max_phy_offset = "127.0.0.1:3", "127.0.0.1:4", 0
@@ -556,5 +559,6 @@ def test_a_problem_after_a_heartbeat_answered_is_logged_once_for_its_run(tmp_pat
         assert len(steps) >= 5
         said = [r for r in caplog.records if "cannot connect" in r.getMessage()]
         assert len(said) == 1, [r.getMessage() for r in said]
+        assert bool(said[0].exc_info) == isinstance(failure, RuntimeError)
 
     asyncio.run(main())

@@ -148,10 +148,12 @@ class ReplicasManager:
 
     # --- the heartbeat loop -------------------------------------------------------------------------------
 
-    def _problem(self, text: str) -> None:
+    def _problem(self, text: str, *, traceback: bool = False) -> None:
+        """One line for a run of the same problem (``traceback``: an unexpected error, with the exception being
+        handled)."""
         if text != self._last_problem:
             self._last_problem = text
-            log.warning("%s", text)
+            log.log(logging.ERROR if traceback else logging.WARNING, "%s", text, exc_info=traceback)
 
     async def _run(self) -> None:
         interval = self.broker.config.broker_heartbeat_interval / 1000
@@ -164,8 +166,8 @@ class ReplicasManager:
                 self._problem(str(exc))
             except (OSError, ValueError, KeyError) as exc:
                 self._problem(f"controller heartbeat failed: {exc}")
-            except Exception:  # one bad answer must not stop the heartbeats
-                log.exception("replicas manager step failed")
+            except Exception as exc:  # one bad answer must not stop the heartbeats; its traceback once a run
+                self._problem(f"replicas manager step failed: {type(exc).__name__}: {exc}", traceback=True)
             await self._fence_if_expired(sent + interval)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - sent)))
 
