@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
 import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -193,3 +194,15 @@ def hold_unregister(client: ClientBase, monkeypatch: pytest.MonkeyPatch) -> tupl
 
     monkeypatch.setattr(client.instance, "unregister", held_unregister)
     return unregistering, release
+
+
+@contextlib.contextmanager
+def silent_servers(count: int) -> Iterator[list[str]]:
+    """``count`` addresses that accept connections and never answer (a hung name server, a half-open path):
+    listening sockets nobody accepts on, closed at the end."""
+    listening = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
+    try:
+        yield [f"127.0.0.1:{s.getsockname()[1]}" for s in listening]
+    finally:
+        for s in listening:
+            s.close()

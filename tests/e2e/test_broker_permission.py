@@ -6,12 +6,12 @@ too."""
 from __future__ import annotations
 
 import re
-import socket
 import time
 
 import grpc
 import pytest
 
+from tests.e2e.helpers import silent_servers
 from tests.e2e.test_admin import admin, ok
 from txmq import Admin, BrokerError, Message, MessageQueue, Producer
 from txmq.admin.client import MQAdminExt
@@ -82,6 +82,13 @@ def test_wipe_and_add_write_perm_through_mqadmin(cluster):
     assert code != 0 and "-b" in out, out
 
 
+def grpc_route(grpc_port: int, topic: str, timeout: float = 5.0) -> spb.QueryRouteResponse:
+    """The broker's gRPC answer to QueryRoute for ``topic``, as a RocketMQ 5 client asks it."""
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        return MessagingServiceStub(channel).QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)),
+                                                        metadata=[("x-mq-client-id", "route-probe")], timeout=timeout)
+
+
 def test_a_wipe_takes_write_off_the_brokers_own_grpc_routes_too(cluster):
     """A RocketMQ 5 client asks the broker's gRPC endpoint for routes, not the name server: a wipe made at the name
     server (an operator draining the broker) must reach those routes as RocketMQ's proxy's, whose routes come
@@ -92,19 +99,16 @@ def test_a_wipe_takes_write_off_the_brokers_own_grpc_routes_too(cluster):
         topics.create_topic("wipe_grpc_t", queue_nums=2)
     cluster.wait_route("wipe_grpc_t")
 
-    def permissions(stub: MessagingServiceStub) -> set[int]:
-        r = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="wipe_grpc_t")),
-                            metadata=[("x-mq-client-id", "wipe-probe")], timeout=5)
+    def permissions() -> set[int]:
+        r = grpc_route(grpc_port, "wipe_grpc_t")
         assert r.status.code == pb.Code.OK, r.status
         return {q.permission for q in r.message_queues}
 
-    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-        stub = MessagingServiceStub(channel)
-        assert permissions(stub) == {pb.READ_WRITE}
-        ok(cluster, "wipeWritePerm", "-b", "broker-a")
-        assert permissions(stub) == {pb.READ}
-        ok(cluster, "addWritePerm", "-b", "broker-a", "-n", cluster.namesrv_addr)
-        assert permissions(stub) == {pb.READ_WRITE}
+    assert permissions() == {pb.READ_WRITE}
+    ok(cluster, "wipeWritePerm", "-b", "broker-a")
+    assert permissions() == {pb.READ}
+    ok(cluster, "addWritePerm", "-b", "broker-a", "-n", cluster.namesrv_addr)
+    assert permissions() == {pb.READ_WRITE}
 
 
 @pytest.mark.parametrize(("role", "topic", "permission"), [
@@ -115,46 +119,31 @@ def test_a_grpc_route_does_not_wait_on_name_servers_that_do_not_answer(cluster, 
     """Name servers that accept connections and never answer (a hung process, a half-open path) hold a gRPC route
     at most one ``TIMEOUT_S`` in all, not one per name server: with three of them the official clients' 3 s route
     timeout would pass. A master's own perm stands; a slave that learns of no master serves reads itself."""
-    silent = [socket.create_server(("127.0.0.1", 0)) for _ in range(3)]  # listening, never accepting
-    try:
+    with silent_servers(3) as silent:
         grpc_port = free_port()
-        names = ";".join(f"127.0.0.1:{s.getsockname()[1]}" for s in silent)
-        cluster.start_broker("broker-a", {"grpcPort": grpc_port, "namesrvAddr": names, **role})
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-            r = MessagingServiceStub(channel).QueryRoute(
-                spb.QueryRouteRequest(topic=pb.Resource(name=topic)),
-                metadata=[("x-mq-client-id", "silent-probe")], timeout=2.5)
+        cluster.start_broker("broker-a", {"grpcPort": grpc_port, "namesrvAddr": ";".join(silent), **role})
+        r = grpc_route(grpc_port, topic, timeout=2.5)
         assert r.status.code == pb.Code.OK, r.status
         assert {q.permission for q in r.message_queues} == {permission}
-    finally:
-        for s in silent:
-            s.close()
 
 
 def test_a_wipe_reaches_the_grpc_routes_past_a_silent_name_server_listed_first(cluster):
     """The perm comes from the first name server that answers, not the first one listed: a hung name server ahead
     of the one an operator wiped must neither keep write on the gRPC routes (the remoting clients, whose name
     server answers, already send elsewhere) nor hold each route query its whole timeout."""
-    silent = socket.create_server(("127.0.0.1", 0))  # listening, never accepting
-    try:
+    with silent_servers(1) as silent:
         grpc_port = free_port()
-        names = f"127.0.0.1:{silent.getsockname()[1]};{cluster.namesrv_addr}"
-        cluster.start_broker("broker-a", {"grpcPort": grpc_port, "namesrvAddr": names})
+        cluster.start_broker("broker-a", {"grpcPort": grpc_port, "namesrvAddr": f"{silent[0]};{cluster.namesrv_addr}"})
         with Admin(cluster.namesrv_addr) as topics:
             topics.create_topic("wipe_silent_t", queue_nums=1)
         cluster.wait_route("wipe_silent_t")
         ok(cluster, "wipeWritePerm", "-b", "broker-a")
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-            began = time.monotonic()
-            r = MessagingServiceStub(channel).QueryRoute(
-                spb.QueryRouteRequest(topic=pb.Resource(name="wipe_silent_t")),
-                metadata=[("x-mq-client-id", "wipe-silent-probe")], timeout=5)
-            took = time.monotonic() - began
+        began = time.monotonic()
+        r = grpc_route(grpc_port, "wipe_silent_t")
+        took = time.monotonic() - began
         assert r.status.code == pb.Code.OK, r.status
         assert {q.permission for q in r.message_queues} == {pb.READ}
         assert took < 0.5, took
-    finally:
-        silent.close()
 
 
 def test_wipe_write_perm_goes_on_past_a_name_server_that_does_not_answer(cluster):

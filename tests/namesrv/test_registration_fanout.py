@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.helpers import silent_servers
 from tests.namesrv.test_registration_version import NEVER, namesrv
 from txmq.broker.config import BrokerConfig
 from txmq.broker.controller import BrokerController
@@ -23,11 +23,9 @@ pytestmark = pytest.mark.slow  # the silent name servers' timeouts, at start and
 
 def test_a_name_server_that_never_answers_delays_no_other_s_registration(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    silent = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
-
-    async def main() -> None:
+    async def main(silent: list[str]) -> None:
         async with namesrv() as ns:
-            listed = [f"127.0.0.1:{silent[0].getsockname()[1]}", ns.addr, f"127.0.0.1:{silent[1].getsockname()[1]}"]
+            listed = [silent[0], ns.addr, silent[1]]
             broker = BrokerController(BrokerConfig(
                 store=StoreConfig(store_path_root_dir=str(tmp_path / "store")), listen_port=free_port(),
                 grpc_port=-1, namesrv_addr=";".join(listed), register_name_server_period=NEVER))
@@ -47,8 +45,5 @@ def test_a_name_server_that_never_answers_delays_no_other_s_registration(
                 await broker.shutdown()
 
     caplog.set_level(logging.WARNING, "txmq.broker")
-    try:
-        asyncio.run(main())
-    finally:
-        for s in silent:
-            s.close()
+    with silent_servers(2) as silent:
+        asyncio.run(main(silent))

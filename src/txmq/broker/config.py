@@ -221,6 +221,11 @@ class BrokerConfig:
     def broker_addr(self) -> str:
         return f"{self.broker_ip1}:{self.listen_port}"
 
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        """``namesrv_addr`` as the list of name servers it names (it may change at run time)."""
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
     def tls_server(self) -> TlsServerConfig:
         return TlsServerConfig(self.tls_server_mode.lower(), self.tls_server_cert_path, self.tls_server_key_path)
 

@@ -99,7 +99,7 @@ class NamesrvRegistration:
                 return False
             return resp.code == ResponseCode.SUCCESS
 
-        if not all(await asyncio.gather(*map(accepted, self._namesrv_addrs()))):
+        if not all(await asyncio.gather(*map(accepted, self.config.namesrv_addrs))):
             await self.register_all()
 
     def _wrapper(self) -> dict[str, Any]:
@@ -112,9 +112,6 @@ class NamesrvRegistration:
         table = {name: {**cfg, "perm": PermName.within(cfg["perm"], permission)}
                  for name, cfg in wrapper["topicConfigTable"].items()}
         return {**wrapper, "topicConfigTable": table}
-
-    def _namesrv_addrs(self) -> list[str]:
-        return [a.strip() for a in self.config.namesrv_addr.split(";") if a.strip()]
 
     def _identity(self) -> dict[str, str]:
         c = self.config
@@ -129,7 +126,8 @@ class NamesrvRegistration:
             return
         body = orjson.dumps({"topicConfigSerializeWrapper": self._wrapper(), "filterServerList": []})
         ext = {**self._identity(), "haServerAddr": self._ha_addr(), "compressed": "false"}
-        refusals = await asyncio.gather(*(self._register(addr, ext, body, at_start) for addr in self._namesrv_addrs()))
+        refusals = await asyncio.gather(*(self._register(addr, ext, body, at_start)
+                                          for addr in self.config.namesrv_addrs))
         for refusal in refusals:
             if refusal is not None:
                 raise refusal
@@ -172,4 +170,4 @@ class NamesrvRegistration:
                 await self.client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER,
                                                                        self._identity()), REGISTER_TIMEOUT_S)
 
-        await asyncio.gather(*map(unregister, self._namesrv_addrs()))
+        await asyncio.gather(*map(unregister, self.config.namesrv_addrs))

@@ -201,7 +201,7 @@ class ReplicasManager:
         once for the run of failures: the loop of heartbeats must not end with it."""
         failing = False
         while True:
-            lost = self.broker.store.durability.lost
+            lost = self._withdraw()
             if self.is_master and (lost or not self.lease_valid()):
                 if not failing:
                     log.warning("%s: stepping down, no more acknowledgements at epoch %d",

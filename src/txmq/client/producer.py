@@ -441,6 +441,7 @@ class Producer(ClientBase):
         for _ in range(attempts):
             if queue is not None:
                 mq = queue
+                await self.instance.find_broker(mq)  # a queue the application named: its group's route first
             else:
                 route = self.instance.routes.get(msg.topic)  # the common case, without two awaits
                 mqs = route.publish_queues if route is not None and route.publish_queues else \
@@ -498,7 +499,6 @@ class Producer(ClientBase):
         )
         code = RequestCode.SEND_BATCH_MESSAGE if batch is not None else RequestCode.SEND_MESSAGE_V2
         cmd = RemotingCommand.request(code, header.to_v2_ext(), body=body, oneway=oneway)
-        await self.instance.find_broker(mq)
         addr = self.instance.broker_addr(mq.broker_name)
         if oneway:
             await self.instance.remoting.invoke_oneway(addr, cmd)

@@ -30,6 +30,7 @@ log = logging.getLogger("txmq.client")
 
 class ClientRuntime:
     STOP_WAIT_S = 10.0  # how long close() waits for the loop's tasks to end, and then for its thread
+
     def __init__(self, name: str, *, borrow: bool = False) -> None:
         """A loop of its own on a thread named ``txmq-<name>``; with ``borrow``, the caller's running loop instead
         (an application on asyncio: nothing the client does crosses to another thread, and ``aclose`` ends it)."""

@@ -84,7 +84,7 @@ class GroupRoute:
         (an operator's wipe made there); None when none answers in time."""
         asks = [asyncio.ensure_future(self._invoke(addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                                                                   {"topic": topic})))
-                for addr in filter(None, (a.strip() for a in self.broker.config.namesrv_addr.split(";")))]
+                for addr in self.broker.config.namesrv_addrs]
         try:
             async with asyncio.timeout(TIMEOUT_S):
                 for ask in asyncio.as_completed(asks):
