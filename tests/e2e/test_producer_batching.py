@@ -287,6 +287,9 @@ def test_a_sync_send_once_shutdown_began_is_refused_up_front(cluster, monkeypatc
     ``send_async`` is and as RocketMQ's producer refuses a send once its state is not RUNNING; it neither waits
     for the shutdown nor reaches the broker."""
     cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:  # routed before the check below reads it back
+        admin.create_topic("SyncRefused", queue_nums=4)
+    cluster.wait_route("SyncRefused")
     producer = Producer("p_sync_refused", cluster.namesrv_addr).start()
     producer.send(Message("SyncRefused", b"warm-up"))
     unregistering, release = hold_unregister(producer, monkeypatch)
