@@ -106,6 +106,24 @@ def test_no_alive_member_of_the_sync_state_set_leaves_the_group_without_a_master
     assert (s.master_id, s.epoch) == (2, 2)
 
 
+def test_a_replica_that_leaves_with_a_timeout_of_0_is_gone_at_once_and_never_a_candidate(clock: _Clock):
+    """A withdrawn replica's last heartbeat (its store lost durability) has a timeout of 0: a master leaving gets an
+    election in that heartbeat's handling, no time passing; a slave that left is no candidate afterwards, though
+    its log is the longest and its last heartbeat is younger than the usual timeout."""
+    m = _manager()
+    _group_of_three(m, (900, 800, 700))
+    s = _beat(m, 1, offset=900, timeout_s=0)
+    assert (s.master_id, s.epoch, s.sync_state_set) == (2, 2, [2])
+    assert not m.alive("g", 1)
+    s = m.alter_sync_state_set("g", 2, 2, [2, 3], s.sync_state_set_epoch)
+    _beat(m, 3, offset=999, timeout_s=0)
+    _beat(m, 2, offset=950, timeout_s=0.2)  # then the master dies
+    clock.now += 0.3
+    assert m.scan_not_active() == []
+    s = m.state("g")
+    assert s is not None and s.master_id == NO_MASTER
+
+
 def test_a_controller_that_lost_the_leadership_changes_nothing():
     dcs = MemoryDCS()
     m = _manager(dcs, "c1")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -97,6 +98,8 @@ class ReplicasManager:
         self._changing = asyncio.Lock()
         self._last_problem = ""
         self._withdrawn = False  # the store lost durability: no more heartbeats (logged once)
+        self._left = False  # the controller heard this withdrawn replica's last heartbeat
+        self._leave_tried = -math.inf  # time.monotonic() of the last try to send it
 
     @property
     def is_master(self) -> bool:
@@ -175,9 +178,11 @@ class ReplicasManager:
         """One heartbeat and what its answer says, unless this replica has withdrawn: also when its store lost
         durability while the answer was on its way, which may name it master (elected on the report it sent)."""
         if self._withdraw():
+            await self._leave()
             return
         state = await self._heartbeat()
         if self._withdraw():
+            await self._leave()
             return
         await self._apply(state, sent)
         if self.is_master:
@@ -185,15 +190,38 @@ class ReplicasManager:
 
     def _withdraw(self) -> bool:
         """Whether this replica has withdrawn from its group: once its store lost durability it must be neither
-        master nor a candidate, and a controller that hears no heartbeats elects without it."""
+        master nor a candidate (``_leave`` tells the controller)."""
         durability = self.broker.store.durability
         if durability.lost and not self._withdrawn:
             self._withdrawn = True
-            log.error("%s: this replica (id %d) sends no more heartbeats to the controller, which elects an alive "
-                      "member of the SyncStateSet %s other than it, if there is one, after "
-                      "controllerHeartBeatTimeoutMills (%d ms); restart the broker to rejoin", durability.why,
-                      self.replica_id, self.sync_state_set, self.broker.config.controller_heart_beat_timeout_mills)
+            log.error("%s: this replica (id %d) leaves its group: one last heartbeat tells the controller, which "
+                      "elects an alive member of the SyncStateSet %s other than it, if there is one; restart the "
+                      "broker to rejoin", durability.why, self.replica_id, self.sync_state_set)
         return self._withdrawn
+
+    async def _leave(self) -> None:
+        """A withdrawn replica's last heartbeat: its timeout 0, so that the controller counts it gone at once
+        (a master: an election now, as Kafka's controller moves leaders off a broker whose log directory
+        failed) and never elects it, where silence alone would leave it a candidate, and its group without a
+        master, for ``controllerHeartBeatTimeoutMills``. Tried once a heartbeat interval until one controller
+        acts on it, a master once it stepped down; its answer is not applied. Failing, the silence does the same
+        after the timeout."""
+        now = time.monotonic()
+        interval = self.broker.config.broker_heartbeat_interval / 1000
+        if self._left or self.is_master or now - self._leave_tried < interval:
+            return
+        first = self._leave_tried == -math.inf
+        self._leave_tried = now
+        try:
+            await self._heartbeat(timeout_ms=0)
+        except (ClientError, OSError, ValueError) as exc:
+            if first:  # one line for the tries
+                log.warning("the controller did not hear this withdrawn replica leave (%s); tried again each "
+                            "heartbeat interval, and without it the controller elects after "
+                            "controllerHeartBeatTimeoutMills", exc)
+            return
+        self._left = True
+        log.warning("the controller heard this replica (id %d) leave its group", self.replica_id)
 
     async def _fence_if_expired(self, until: float) -> None:
         """Watch the lease until the next heartbeat: past it, or once the store lost durability, a master steps
@@ -216,6 +244,8 @@ class ReplicasManager:
                     if not failing:
                         log.exception("stepping down failed; tried again until it succeeds")
                     failing = True
+            if lost:  # once stepped down: the controller may elect at once
+                await self._leave()
             left = until - time.monotonic()
             if left <= 0:
                 return
@@ -249,13 +279,16 @@ class ReplicasManager:
             last = f"{addr}: {resp.remark or f'code {resp.code}'}"  # not the leader, or not a controller at all
         raise ClientError(f"no controller acted on {code.name}: {last}")
 
-    async def _heartbeat(self) -> dict[str, Any]:
+    async def _heartbeat(self, *, timeout_ms: int | None = None) -> dict[str, Any]:
+        """BROKER_HEARTBEAT; ``timeout_ms``: how long the controller counts this replica alive after it (by
+        default ``controllerHeartBeatTimeoutMills``; 0: gone at once)."""
         cfg = self.broker.config
         return await self._call(RequestCode.BROKER_HEARTBEAT, {
             "clusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name, "brokerId": self.replica_id,
             "brokerAddr": self.broker.addr, "haAddr": self.broker.ha_addr,
             "maxOffset": self.broker.store.max_phy_offset, "epoch": self.epoch,
-            "heartbeatTimeoutMillis": cfg.controller_heart_beat_timeout_mills, "bootId": self.boot_id})
+            "heartbeatTimeoutMillis": cfg.controller_heart_beat_timeout_mills if timeout_ms is None else timeout_ms,
+            "bootId": self.boot_id})
 
     async def _apply(self, state: dict[str, Any], sent: float) -> None:
         master_id, epoch = int(state.get("master_id", -1)), int(state.get("epoch", 0))

@@ -112,14 +112,18 @@ class ReplicasInfoManager:
     def heartbeat(self, cluster: str, broker_name: str, rid: int, addr: str, ha_addr: str, max_offset: int,
                   epoch: int, timeout_s: float, boot_id: str = "") -> GroupState:
         """BROKER_HEARTBEAT (and CONTROLLER_REGISTER_BROKER): record the replica; a group without a master (or
-        whose master restarted) gets one when this replica may be it. Answers the group's state; while a restarted
-        master waits for that election every replica is answered an error (its report counts): the restarted
-        process is never confirmed at its old epoch, nor named to a replica that would follow it."""
+        whose master restarted, or left with a ``timeout_s`` of 0) gets one when this replica may be it. Answers the
+        group's state; while a restarted master waits for that election every replica is answered an error (its
+        report counts): the restarted process is never confirmed at its old epoch, nor named to a replica that
+        would follow it."""
         if rid <= 0:
             raise ControllerError(f"replica id {rid}: controller mode needs brokerId > 0 (the master registers as 0)")
         now = time.monotonic()
         prev = self.heartbeats.get((broker_name, rid))
         self.heartbeats[(broker_name, rid)] = Heartbeat(now, timeout_s, max_offset, epoch, boot_id, now)
+        if timeout_s <= 0 and (prev is None or prev.timeout_s > 0):
+            log.warning("group %s: replica %d left (a heartbeat whose timeout is 0: its store lost durability); no "
+                        "candidate until it heartbeats again", broker_name, rid)
         state = self.state(broker_name) or GroupState(cluster, broker_name)
         known = state.replicas.get(str(rid))
         if known != {"addr": addr, "haAddr": ha_addr}:
