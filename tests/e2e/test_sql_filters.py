@@ -5,6 +5,8 @@ refuses SQL92 and leaves tags working."""
 
 from __future__ import annotations
 
+import logging
+
 import orjson
 import pytest
 
@@ -87,15 +89,17 @@ def _pull(raw: RawClient, topic: str, sql: str):
         "expressionType": "SQL92"})
 
 
-def test_bad_expression_is_refused_when_subscribing(cluster):
+def test_bad_expression_is_refused_when_subscribing(cluster, caplog: pytest.LogCaptureFixture):
     broker = cluster.start_broker_with_topic("sql_bad")
     consumer = PushConsumer("g_bad", cluster.namesrv_addr)
     consumer.subscribe("sql_bad", sql="a > 5 AND\n b >")
     consumer.register_listener(Recorder())
-    with pytest.raises(BrokerError) as info:
+    with caplog.at_level(logging.INFO, logger="txmq"), pytest.raises(BrokerError) as info:
         consumer.start()
     assert info.value.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
     assert "line 2, column 5" in str(info.value)
+    # checked before any heartbeat, as RocketMQ's checkClientInBroker: no heartbeat was sent to be refused
+    assert not [r.getMessage() for r in caplog.records if "heartbeat" in r.getMessage()]
     with RawClient(broker.addrs["broker"]) as raw:
         beat = raw.call(RequestCode.HEART_BEAT, body=_heartbeat("g_raw", "sql_bad", "a = = 1"))
         assert beat.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "line 1, column 5" in beat.remark

@@ -204,6 +204,7 @@ class PushConsumer(ClientBase):
         self._releasing: dict[MessageQueue, tuple[ProcessQueue, bool]] = {}
         self.offsets: dict[MessageQueue, int] = {}
         self._rebalance_now: asyncio.Event | None = None
+        self._checked = False  # the masters accepted the subscriptions at this start (heartbeats may go)
         # made at each start (a lock belongs to one loop): held while the queues held change (a rebalance, an
         # operator's reset) and while a queue's offset is read and committed, so that none of them comes between
         # another's steps
@@ -243,10 +244,12 @@ class PushConsumer(ClientBase):
         self._rebalance_now = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
         self._resets = set()
+        self._checked = False
         for topic in self.subscriptions:
             with contextlib.suppress(ClientError):
                 await self.instance.update_route(topic)
         await self._check_subscriptions()
+        self._checked = True
         await self.instance.start()
         await self.instance.send_heartbeat_to_all()
         self._tasks.append(asyncio.create_task(self._rebalance_loop()))
@@ -299,6 +302,10 @@ class PushConsumer(ClientBase):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _heartbeat_data(self) -> dict[str, Any]:
+        """Nothing (no heartbeat) until the masters accepted the SQL92 subscriptions, as RocketMQ's start runs
+        ``checkClientInBroker`` before its first heartbeat: a route found meanwhile heartbeats nobody."""
+        if not self._checked:
+            return {}
         now = int(time.time() * 1000)
         subs = [f.subscription_data(t, now) for t, f in self.subscriptions.items()]
         return {"producerDataSet": [], "consumerDataSet": [{

@@ -244,8 +244,12 @@ class MQClientInstance:
             await self.send_heartbeat_to_all(new)
 
     async def send_heartbeat_to_all(self, brokers: dict[str, str] | None = None) -> None:
-        """To every master and slave (a consumer may read from slaves), or to ``brokers`` (name -> address)."""
-        body = orjson.dumps({"clientID": self.client_id, **self.heartbeat_data()})
+        """To every master and slave (a consumer may read from slaves), or to ``brokers`` (name -> address); none
+        while the client has nothing to tell (``heartbeat_data`` empty)."""
+        data = self.heartbeat_data()
+        if not data:
+            return
+        body = orjson.dumps({"clientID": self.client_id, **data})
         if brokers is None:
             brokers = dict(self.broker_addrs)
             brokers.update((f"{n}:{bid}", a) for n, m in self.members.items() for bid, a in m.items() if bid != MASTER)
