@@ -11,7 +11,7 @@ import time
 import grpc
 import pytest
 
-from tests.e2e.helpers import silent_servers
+from tests.e2e.helpers import silent_servers, wait_until
 from tests.e2e.test_admin import admin, ok
 from txmq import Admin, BrokerError, Message, MessageQueue, Producer
 from txmq.admin.client import MQAdminExt
@@ -94,21 +94,46 @@ def test_a_wipe_takes_write_off_the_brokers_own_grpc_routes_too(cluster):
     server (an operator draining the broker) must reach those routes as RocketMQ's proxy's, whose routes come
     from the name server, else the gRPC producers go on sending to a broker being drained."""
     grpc_port = free_port()
-    cluster.start_broker("broker-a", {"grpcPort": grpc_port})
+    cluster.start_broker("broker-a", {"grpcPort": grpc_port, "topicRouteServiceCacheRefreshSeconds": 0})
     with Admin(cluster.namesrv_addr) as topics:
         topics.create_topic("wipe_grpc_t", queue_nums=2)
     cluster.wait_route("wipe_grpc_t")
 
     def permissions() -> set[int]:
-        r = grpc_route(grpc_port, "wipe_grpc_t")
-        assert r.status.code == pb.Code.OK, r.status
-        return {q.permission for q in r.message_queues}
+        return _permissions(grpc_port, "wipe_grpc_t")
 
     assert permissions() == {pb.READ_WRITE}
     ok(cluster, "wipeWritePerm", "-b", "broker-a")
     assert permissions() == {pb.READ}
     ok(cluster, "addWritePerm", "-b", "broker-a", "-n", cluster.namesrv_addr)
     assert permissions() == {pb.READ_WRITE}
+
+
+def _permissions(grpc_port: int, topic: str) -> set[int]:
+    r = grpc_route(grpc_port, topic)
+    assert r.status.code == pb.Code.OK, r.status
+    return {q.permission for q in r.message_queues}
+
+
+def test_grpc_routes_are_cached_and_refreshed_from_the_name_servers(cluster):
+    """As RocketMQ's proxy: a route query is answered from the name servers' last answer, which the first query
+    past ``topicRouteServiceCacheRefreshSeconds`` asks again in the background; with every name server gone, the
+    routes stay as they last were (not the broker's own perm, undoing an operator's wipe)."""
+    grpc_port = free_port()
+    namesrv = cluster.procs[0]
+    cluster.start_broker("broker-a", {"grpcPort": grpc_port, "topicRouteServiceCacheRefreshSeconds": 1})
+    with Admin(cluster.namesrv_addr) as topics:
+        topics.create_topic("cached_grpc_t", queue_nums=1)
+    cluster.wait_route("cached_grpc_t")
+    assert _permissions(grpc_port, "cached_grpc_t") == {pb.READ_WRITE}
+    ok(cluster, "wipeWritePerm", "-b", "broker-a")
+    # the query after the wipe is answered from the cache, however long the wipe took; it starts the refresh
+    assert _permissions(grpc_port, "cached_grpc_t") == {pb.READ_WRITE}
+    assert wait_until(lambda: _permissions(grpc_port, "cached_grpc_t") == {pb.READ}, 15)
+    namesrv.stop()
+    time.sleep(1.5)  # past the refresh interval: the next query asks again, and no name server answers
+    assert _permissions(grpc_port, "cached_grpc_t") == {pb.READ}
+    assert _permissions(grpc_port, "cached_grpc_t") == {pb.READ}
 
 
 @pytest.mark.parametrize(("role", "topic", "permission"), [

@@ -100,6 +100,18 @@ class BrokerConfig:
                                                  doc="send attempts RocketMQ 5 producers are told to make, the "
                                                      "first included (RocketMQ proxy's key); 1: no retries, so a "
                                                      "send timed out on the client is never stored twice")
+    topic_route_service_cache_refresh_seconds: int = key(
+        20, unit="s", range=(0, None),
+        doc="a master's gRPC routes carry the name servers' perm: a topic's answer is asked again on the first "
+            "route query this long after it was fetched, that query answered from the one before meanwhile "
+            "(RocketMQ proxy's key; a slave asks at every query); 0: asked at every route query")
+    topic_route_service_cache_expired_seconds: int = key(
+        300, unit="s", range=(1, None),
+        doc="a topic's cached route answer not used this long is dropped (RocketMQ proxy's key)")
+    topic_route_service_cache_max_num: int = key(
+        20_000, range=(1, None),
+        doc="topics whose route answer the gRPC endpoint keeps; beyond, the least recently fetched is dropped "
+            "(RocketMQ proxy's key)")
     grpc_signature_window_seconds: int = key(900, unit="s", range=(1, None), rocketmq=False,
                                              doc="with `aclEnable`: a signed gRPC request whose `x-mq-date-time` "
                                                  "is further than this from the broker's clock, either way, is "

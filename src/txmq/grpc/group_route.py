@@ -4,12 +4,20 @@ instead: the master's endpoint while the name server lists the group's master, t
 once it is gone. A client whose configured endpoints name both members then moves to the slave at its next route
 refresh (and back to the master once the name server lists it again). The permission is the one the name server
 routes the group's queues with, as the proxy's routes come from the name server: an operator's ``wipeWritePerm``
-takes write off the gRPC routes too, as off the remoting clients' routes."""
+takes write off the gRPC routes too, as off the remoting clients' routes.
+
+A master caches the name servers' answers per topic as RocketMQ's proxy caches its routes: asked again on the
+first route query ``topicRouteServiceCacheRefreshSeconds`` after they were fetched, that query (and any other
+meanwhile) answered from the one before, so that a client's QueryRoute and QueryAssignment cost no round trip to
+the name servers, and a name server outage leaves routes as they last were rather than holding each query. A slave
+asks at every query: its master's death must move clients to it at once."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import orjson
@@ -27,6 +35,16 @@ GRPC_ENDPOINT_KEY = "grpcEndpoint"  # txmq's key in GET_BROKER_RUNTIME_INFO: the
 TIMEOUT_S = 1.0  # two of these stay within a client's QueryRoute timeout (the Python client: 3 s)
 
 
+@dataclass
+class _Cached:
+    """A topic's answer from the name servers: broker id 0's address in it and the group's perm (``_master_addr``)."""
+
+    answer: tuple[str | None, int]
+    fetched: float  # time.monotonic() when a name server answered it
+    used: float  # time.monotonic() of the last route query it answered
+    refresh: asyncio.Task[None] | None = None  # the name servers being asked again
+
+
 class GroupRoute:
     """A slave's answer to "where is this group served": its master's gRPC endpoint, or None (serve it here)."""
 
@@ -34,6 +52,14 @@ class GroupRoute:
         self.broker = broker
         self._grpc_of: dict[str, tuple[str, int]] = {}  # master's remoting address -> its gRPC endpoint
         self._warned: set[str] = set()  # masters without a gRPC endpoint
+        self._routes: dict[str, _Cached] = {}  # topic -> answer, the least recently fetched first
+
+    def close(self) -> None:
+        """Cancel the refreshes under way (the endpoint stops)."""
+        for entry in self._routes.values():
+            if entry.refresh is not None:
+                entry.refresh.cancel()
+        self._routes.clear()
 
     async def routed_perm(self, topic: str) -> int | None:
         """The perm the first name server answering routes this group's queues of ``topic`` with; None when none
@@ -47,7 +73,7 @@ class GroupRoute:
         server routes the group's queues of ``topic`` with (the master's permission, a wipe, not this slave's);
         None when it is gone (or no name server answers: a slave with slaveReadEnable serves reads rather than
         nobody)."""
-        master, perm = await self._master_addr(topic)
+        master, perm = await self._master_addr(topic, cached=False)  # a failover must reach the routes at once
         if not master:
             return None
         if master not in self._grpc_of:
@@ -63,12 +89,60 @@ class GroupRoute:
         except (ClientError, OSError):
             return None
 
-    async def _master_addr(self, topic: str) -> tuple[str | None, int]:
+    async def _master_addr(self, topic: str, *, cached: bool = True) -> tuple[str | None, int]:
         """Broker id 0's remoting address in the topic's route ("" when the group is listed without one) and the
         perm of the group's queues there, as the first name server answering has them; (None, 0) when it does not
-        route the group (or none answers)."""
+        route the group (or none answers). ``cached``: from the cache while it holds the topic (its answer asked
+        again in the background once older than ``topicRouteServiceCacheRefreshSeconds``)."""
+        cfg = self.broker.config
+        now = time.monotonic()
+        entry = self._routes.get(topic)
+        if entry is not None and now - entry.used >= cfg.topic_route_service_cache_expired_seconds:
+            self._drop(topic)
+            entry = None
+        if entry is None or not cached or cfg.topic_route_service_cache_refresh_seconds == 0:
+            answer = await self._fetch(topic)
+            if answer is not None:
+                self._keep(topic, answer)
+            return answer if answer is not None else (None, 0)
+        entry.used = now
+        if entry.refresh is None and now - entry.fetched >= cfg.topic_route_service_cache_refresh_seconds:
+            entry.refresh = asyncio.create_task(self._refresh(topic, entry), name=f"gRPC route of {topic}")
+        return entry.answer
+
+    async def _refresh(self, topic: str, entry: _Cached) -> None:
+        """Ask the name servers for ``topic`` again; no answer keeps the one before (asked again at the next
+        query)."""
+        try:
+            answer = await self._fetch(topic)
+        except Exception as exc:  # a name server's odd answer: the cached one stays (the next query tries again)
+            log.warning("gRPC route of %s: the name servers' answer could not be read: %r", topic, exc)
+            return
+        finally:
+            entry.refresh = None
+        if answer is not None and self._routes.get(topic) is entry:  # not dropped meanwhile
+            self._keep(topic, answer)
+
+    def _keep(self, topic: str, answer: tuple[str | None, int]) -> None:
+        """Cache ``answer`` as fetched now, dropping the least recently fetched topic past
+        ``topicRouteServiceCacheMaxNum``."""
+        now = time.monotonic()
+        self._routes.pop(topic, None)  # the order of the dict is the order of fetching
+        self._routes[topic] = _Cached(answer, now, now)
+        while len(self._routes) > self.broker.config.topic_route_service_cache_max_num:
+            self._drop(next(iter(self._routes)))
+
+    def _drop(self, topic: str) -> None:
+        entry = self._routes.pop(topic)
+        if entry.refresh is not None:
+            entry.refresh.cancel()
+
+    async def _fetch(self, topic: str) -> tuple[str | None, int] | None:
+        """``_master_addr``'s answer from the name servers; None when none answers."""
         resp = await self._first_route(topic)
-        if resp is None or resp.code != ResponseCode.SUCCESS:
+        if resp is None:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
             return None, 0
         name = self.broker.config.broker_name
         route = orjson.loads(resp.body)

@@ -97,6 +97,8 @@ class GrpcEndpoint:
         if self.check_sender in self.broker.check_service.senders:
             self.broker.check_service.senders.remove(self.check_sender)
         self.sessions.close_all()
+        if self.service is not None:
+            self.service.group_route.close()
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None
