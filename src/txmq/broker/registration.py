@@ -31,11 +31,12 @@ REGISTER_TIMEOUT_S = 3.0  # each name server's answer to a registration
 class NamesrvRegistration:
     def __init__(self, config: BrokerConfig, client: RemotingClient, topics: Callable[[], dict[str, Any]],
                  ha_addr: Callable[[], str], on_answer: Callable[[dict[str, str]], None],
-                 topic: Callable[[str], TopicConfig | None], permission: Callable[[], int]) -> None:
+                 topic: Callable[[str], TopicConfig | None], permission: Callable[[], int],
+                 on_registered: Callable[[list[str] | None], None]) -> None:
         """``topics``: the topic config wrapper to register; ``ha_addr``: where slaves reach this broker (it moves
         with the role); ``on_answer``: each name server's accepting answer (a slave's master is in it); ``topic``:
         one topic's config; ``permission``: the broker's permission as it serves it, which every topic's is
-        registered within."""
+        registered within; ``on_registered``: a ``schedule``d change was sent, of those topics (None: of all)."""
         self.config = config
         self.client = client
         self._topics = topics
@@ -45,6 +46,7 @@ class NamesrvRegistration:
         self._full = False
         self._ha_addr = ha_addr
         self._on_answer = on_answer
+        self._on_registered = on_registered
         self._now = asyncio.Event()
         self._registered: dict[str, bool] = {}
         self._stopped = False  # unregistered at the broker's stop: no registration is sent after it
@@ -68,12 +70,14 @@ class NamesrvRegistration:
                 woken = True
             self._now.clear()
             changed, self._changed = self._changed, set()
-            if not woken or self._full:
-                self._full = False
+            full, self._full = not woken or self._full, False
+            if full:
                 await self.register_all()
             else:
                 for topic in sorted(changed):
                     await self.register_topic(topic)
+            if woken:
+                self._on_registered(None if full else sorted(changed))
 
     async def register_topic(self, topic: str) -> None:
         """Tell the name servers about one created or changed topic (RocketMQ REGISTER_TOPIC_IN_NAMESRV): a cost
