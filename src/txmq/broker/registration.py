@@ -36,7 +36,7 @@ class NamesrvRegistration:
         """``topics``: the topic config wrapper to register; ``ha_addr``: where slaves reach this broker (it moves
         with the role); ``on_answer``: each name server's accepting answer (a slave's master is in it); ``topic``:
         one topic's config; ``permission``: the broker's permission as it serves it, which every topic's is
-        registered within; ``on_registered``: a ``schedule``d change was sent, of those topics (None: of all)."""
+        registered within; ``on_registered``: a change was sent, of those topics (None: of all, ``schedule``d)."""
         self.config = config
         self.client = client
         self._topics = topics
@@ -70,14 +70,14 @@ class NamesrvRegistration:
                 woken = True
             self._now.clear()
             changed, self._changed = self._changed, set()
-            full, self._full = not woken or self._full, False
-            if full:
+            if not woken or self._full:
+                self._full = False
                 await self.register_all()
+                if woken:  # a deletion, or the broker's permission
+                    self._on_registered(None)
             else:
                 for topic in sorted(changed):
                     await self.register_topic(topic)
-            if woken:
-                self._on_registered(None if full else sorted(changed))
 
     async def register_topic(self, topic: str) -> None:
         """Tell the name servers about one created or changed topic (RocketMQ REGISTER_TOPIC_IN_NAMESRV): a cost
@@ -88,6 +88,7 @@ class NamesrvRegistration:
         cfg = self._topic(topic)
         if cfg is None or self.config.broker_id != 0:  # a slave's topics reach no route
             await self.register_all()
+            self._on_registered([topic])
             return
         queue_data = {"brokerName": self.config.broker_name, "readQueueNums": cfg.read_queue_nums,
                       "writeQueueNums": cfg.write_queue_nums, "perm": PermName.within(cfg.perm, self._permission()),
@@ -105,6 +106,7 @@ class NamesrvRegistration:
 
         if not all(await asyncio.gather(*map(accepted, self.config.namesrv_addrs))):
             await self.register_all()
+        self._on_registered([topic])
 
     def _wrapper(self) -> dict[str, Any]:
         """The topic config wrapper, each topic's perm within the broker's (RocketMQ's ``registerBrokerAll``): a
