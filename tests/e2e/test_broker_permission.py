@@ -136,6 +136,29 @@ def test_grpc_routes_are_cached_and_refreshed_from_the_name_servers(cluster):
     assert _permissions(grpc_port, "cached_grpc_t") == {pb.READ}
 
 
+@pytest.mark.parametrize("change", [
+    ("updateBrokerConfig", "-b", "broker-a", "-k", "brokerPermission", "-v"),
+    ("updateTopic", "-b", "broker-a", "-t", "own_perm_grpc_t", "-p"),
+], ids=["brokerPermission", "topic perm"])
+def test_write_the_broker_gives_back_reaches_its_cached_grpc_routes_once_registered(cluster, change):
+    """A master's cached route answers carry the perm the broker itself registered: once it registers a change of
+    its own (its ``brokerPermission``, a topic's perm, back to 6 after a drain long enough for the cache to hold the
+    drained 4), the gRPC routes give write back with the name servers', not a refresh later (remoting producers
+    send again at once)."""
+    grpc_port = free_port()
+    cluster.start_broker("broker-a", {"grpcPort": grpc_port})  # the default refresh, 20 s
+    with Admin(cluster.namesrv_addr) as topics:
+        topics.create_topic("own_perm_grpc_t", queue_nums=1)
+    cluster.wait_route("own_perm_grpc_t")
+    ok(cluster, *change, "4")
+    wait_perms(cluster.namesrv_addr, "own_perm_grpc_t", {"broker-a": 4}, timeout=5)
+    assert _permissions(grpc_port, "own_perm_grpc_t") == {pb.READ}  # the name servers' 4, cached
+    ok(cluster, *change, "6")
+    # within a few seconds (the broker drops its cached answers once its registration is answered), not the 20 s
+    # the drained answer would otherwise be served for
+    assert wait_until(lambda: _permissions(grpc_port, "own_perm_grpc_t") == {pb.READ_WRITE}, 5)
+
+
 @pytest.mark.parametrize(("role", "topic", "permission"), [
     ({}, "silent_ns_t", pb.READ_WRITE),
     ({"brokerRole": "SLAVE", "brokerId": 1}, "TBW102", pb.READ),  # a slave plans no topic: one it has

@@ -104,7 +104,8 @@ class BrokerConfig:
         20, unit="s", range=(0, None),
         doc="a master's gRPC routes carry the name servers' perm: a topic's answer is asked again on the first "
             "route query this long after it was fetched, that query answered from the one before meanwhile "
-            "(RocketMQ proxy's key; a slave asks at every query); 0: asked at every route query")
+            "(RocketMQ proxy's key; a slave asks at every query), and at once after the broker registered a change "
+            "of its own (its `brokerPermission`, a topic's perm); 0: asked at every route query")
     topic_route_service_cache_expired_seconds: int = key(
         300, unit="s", range=(1, None),
         doc="a topic's cached route answer not used this long is dropped (RocketMQ proxy's key)")

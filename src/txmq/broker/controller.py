@@ -155,7 +155,8 @@ class BrokerController:
             config.tls_client_trust_cert_path) if config.tls_enable else None)
         self.registration = NamesrvRegistration(config, self.namesrv_client, self.topic_config_manager.serialize,
                                                 lambda: self.ha_addr, self.role.learn_master,
-                                                self.topic_config_manager.get, lambda: self.core.permission)
+                                                self.topic_config_manager.get, lambda: self.core.permission,
+                                                self._registered)
         self.core.set_permission(self.permission())
         self.tasks = BackgroundTasks()  # the broker's own, stopped at shutdown (a role's stop with the role)
         self.grpc: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint, started with the broker
@@ -198,6 +199,12 @@ class BrokerController:
 
     async def register_topic(self, topic: str) -> None:
         await self.registration.register_topic(topic)
+
+    def _registered(self, topics: list[str] | None) -> None:
+        """A change of this broker's own topics or permission reached the name servers: the gRPC routes' cached
+        answers from before it (a drained 4 when write came back) are asked again at the next route query."""
+        if self.grpc is not None and self.grpc.service is not None:
+            self.grpc.service.group_route.forget(topics)
 
     def permission(self) -> int:
         """The permission the broker serves and registers (RocketMQ's ``brokerPermission``): the configured one,

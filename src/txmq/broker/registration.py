@@ -31,11 +31,12 @@ REGISTER_TIMEOUT_S = 3.0  # each name server's answer to a registration
 class NamesrvRegistration:
     def __init__(self, config: BrokerConfig, client: RemotingClient, topics: Callable[[], dict[str, Any]],
                  ha_addr: Callable[[], str], on_answer: Callable[[dict[str, str]], None],
-                 topic: Callable[[str], TopicConfig | None], permission: Callable[[], int]) -> None:
+                 topic: Callable[[str], TopicConfig | None], permission: Callable[[], int],
+                 on_registered: Callable[[list[str] | None], None]) -> None:
         """``topics``: the topic config wrapper to register; ``ha_addr``: where slaves reach this broker (it moves
         with the role); ``on_answer``: each name server's accepting answer (a slave's master is in it); ``topic``:
         one topic's config; ``permission``: the broker's permission as it serves it, which every topic's is
-        registered within."""
+        registered within; ``on_registered``: a change was sent, of those topics (None: of all, ``schedule``d)."""
         self.config = config
         self.client = client
         self._topics = topics
@@ -45,6 +46,7 @@ class NamesrvRegistration:
         self._full = False
         self._ha_addr = ha_addr
         self._on_answer = on_answer
+        self._on_registered = on_registered
         self._now = asyncio.Event()
         self._registered: dict[str, bool] = {}
         self._stopped = False  # unregistered at the broker's stop: no registration is sent after it
@@ -71,6 +73,8 @@ class NamesrvRegistration:
             if not woken or self._full:
                 self._full = False
                 await self.register_all()
+                if woken:  # a deletion, or the broker's permission
+                    self._on_registered(None)
             else:
                 for topic in sorted(changed):
                     await self.register_topic(topic)
@@ -84,6 +88,7 @@ class NamesrvRegistration:
         cfg = self._topic(topic)
         if cfg is None or self.config.broker_id != 0:  # a slave's topics reach no route
             await self.register_all()
+            self._on_registered([topic])
             return
         queue_data = {"brokerName": self.config.broker_name, "readQueueNums": cfg.read_queue_nums,
                       "writeQueueNums": cfg.write_queue_nums, "perm": PermName.within(cfg.perm, self._permission()),
@@ -101,6 +106,7 @@ class NamesrvRegistration:
 
         if not all(await asyncio.gather(*map(accepted, self.config.namesrv_addrs))):
             await self.register_all()
+        self._on_registered([topic])
 
     def _wrapper(self) -> dict[str, Any]:
         """The topic config wrapper, each topic's perm within the broker's (RocketMQ's ``registerBrokerAll``): a

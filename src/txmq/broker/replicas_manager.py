@@ -11,12 +11,14 @@ the controller gives, keeps the SyncStateSet as master, and fences itself when i
   that has since become master at another epoch without first truncating where their epochs agree.
 - **Lease.** A master acknowledges puts (sends, halves, decisions) only while its last heartbeat the
   controller confirmed was *sent* less than ``brokerLeaseMills`` ago; the controller elects only after
-  ``controllerHeartBeatTimeoutMills`` without a heartbeat *received*, which is later. Past its lease a master
+  ``controllerHeartBeatTimeoutMills`` without a heartbeat *received*, which is later (or once the replica, stepped
+  down, told it that it left: a failed fsync, below). Past its lease a master
   stops acknowledging and steps down to a slave without a master until the controller answers again.
 - **A failed fsync.** A replica whose store lost its durability (``txmq.store.durability``) can acknowledge
-  nothing until a restart: a master steps down at once, and the replica sends no more heartbeats, so the
-  controller elects another member of the SyncStateSet after ``controllerHeartBeatTimeoutMills``, as when a
-  process dies. An answer naming it master after the failure (elected on an earlier report) is not applied.
+  nothing until a restart: a master steps down at once, and the replica's last heartbeat (its timeout 0) tells the
+  controller it left, which elects another member of the SyncStateSet at once, as when a process dies (after
+  ``controllerHeartBeatTimeoutMills`` when no controller hears it). An answer naming it master after the failure
+  (elected on an earlier report) is not applied.
   Restarted, it rejoins under a new ``bootId`` (its recovery rebuilt from the last good checkpoint).
 - **SyncStateSet.** A caught-up slave (it has what every connected member has) is added, and counted for
   SYNC_MASTER puts from the moment it is proposed; a slave gone or behind is removed, and counted until the
@@ -97,7 +99,7 @@ class ReplicasManager:
         self._task: asyncio.Task[None] | None = None
         self._changing = asyncio.Lock()
         self._last_problem = ""
-        self._withdrawn = False  # the store lost durability: no more heartbeats (logged once)
+        self._withdrawn = False  # the store lost durability: only the last heartbeat, until heard (logged once)
         self._left = False  # the controller heard this withdrawn replica's last heartbeat
         self._leave_tried = -math.inf  # time.monotonic() of the last try to send it
 

@@ -329,7 +329,7 @@ def readable_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-WITHDRAWN = " WITHDRAWN (its store lost durability: no heartbeats to the controller; restart the broker)"
+WITHDRAWN = " WITHDRAWN (its store lost durability: it left its group and is no candidate; restart the broker)"
 
 
 def _print_controller_mode(members: dict[str, Any]) -> None:

@@ -9,14 +9,16 @@ takes write off the gRPC routes too, as off the remoting clients' routes.
 A master caches the name servers' answers per topic as RocketMQ's proxy caches its routes: asked again on the
 first route query ``topicRouteServiceCacheRefreshSeconds`` after they were fetched, that query (and any other
 meanwhile) answered from the one before, so that a client's QueryRoute and QueryAssignment cost no round trip to
-the name servers, and a name server outage leaves routes as they last were rather than holding each query. A slave
-asks at every query: its master's death must move clients to it at once."""
+the name servers, and a name server outage leaves routes as they last were rather than holding each query. A change
+the broker registers of its own (its permission, a topic's) drops the answers it makes stale. A slave asks at every
+query: its master's death must move clients to it at once."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,12 +56,12 @@ class GroupRoute:
         self._warned: set[str] = set()  # masters without a gRPC endpoint
         self._routes: dict[str, _Cached] = {}  # topic -> answer, the least recently fetched first
 
-    def close(self) -> None:
-        """Cancel the refreshes under way (the endpoint stops)."""
-        for entry in self._routes.values():
-            if entry.refresh is not None:
-                entry.refresh.cancel()
-        self._routes.clear()
+    def forget(self, topics: Iterable[str] | None = None) -> None:
+        """Drop the cached answers of ``topics`` (None: all, as the endpoint stops), their refreshes under way
+        cancelled: the broker registered a change of its own since they were fetched."""
+        for topic in list(self._routes) if topics is None else topics:
+            if topic in self._routes:
+                self._drop(topic)
 
     async def routed_perm(self, topic: str) -> int | None:
         """The perm the first name server answering routes this group's queues of ``topic`` with; None when none

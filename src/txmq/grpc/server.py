@@ -98,7 +98,7 @@ class GrpcEndpoint:
             self.broker.check_service.senders.remove(self.check_sender)
         self.sessions.close_all()
         if self.service is not None:
-            self.service.group_route.close()
+            self.service.group_route.forget()
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None
