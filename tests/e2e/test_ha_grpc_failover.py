@@ -136,3 +136,25 @@ def test_running_rmq5_simple_consumer_moves_to_the_slave_when_the_master_is_kill
     print(f"{len(left)} acknowledged messages left at the kill: the first received {first_s:.1f} s after it, all "
           f"{all_s:.1f} s after it; {duplicates} duplicate deliveries of {len(set(ids))}")
     assert set(ids) >= expected
+
+
+def test_a_slave_routes_clients_to_the_grpc_port_its_master_restarted_on(cluster):
+    """A master restarted on the same remoting address with another ``grpcPort``: its slave, which routes RocketMQ 5
+    clients to the master's gRPC endpoint, asks the master for it again (every
+    ``topicRouteServiceCacheRefreshSeconds``) instead of naming the old port for good."""
+    grpc_port = {0: free_port(), 1: free_port()}
+    slave_endpoint = f"127.0.0.1:{grpc_port[1]}"
+    group = Group(cluster)
+    master = group.member(0, "ASYNC_MASTER", {"grpcPort": grpc_port[0]}).start()
+    listen_port = int(group.addr(0).rpartition(":")[2])
+    group.member(1, "SLAVE", {"grpcPort": grpc_port[1], "topicRouteServiceCacheRefreshSeconds": 1}).start()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(TOPIC, queue_nums=1)
+    cluster.wait_route(TOPIC)
+    assert wait_until(lambda: _route(slave_endpoint) == {(f"127.0.0.1:{grpc_port[0]}", pb.READ_WRITE)}, 15), \
+        _route(slave_endpoint)
+    master.stop()
+    moved = free_port()
+    group.member(0, "ASYNC_MASTER", {"grpcPort": moved, "listenPort": listen_port}).start()
+    assert wait_until(lambda: _route(slave_endpoint) == {(f"127.0.0.1:{moved}", pb.READ_WRITE)}, 15), \
+        _route(slave_endpoint)

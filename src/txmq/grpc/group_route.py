@@ -52,7 +52,8 @@ class GroupRoute:
 
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self._grpc_of: dict[str, tuple[str, int]] = {}  # master's remoting address -> its gRPC endpoint
+        # master's remoting address -> its gRPC endpoint, and when the master said so (time.monotonic())
+        self._grpc_of: dict[str, tuple[tuple[str, int], float]] = {}
         self._warned: set[str] = set()  # masters without a gRPC endpoint
         self._routes: dict[str, _Cached] = {}  # topic -> answer, the least recently fetched first
 
@@ -78,12 +79,15 @@ class GroupRoute:
         master, perm = await self._master_addr(topic, cached=False)  # a failover must reach the routes at once
         if not master:
             return None
-        if master not in self._grpc_of:
-            endpoint = await self._ask_grpc_endpoint(master)
+        known = self._grpc_of.get(master)
+        now = time.monotonic()
+        if known is None or now - known[1] >= self.broker.config.topic_route_service_cache_refresh_seconds:
+            endpoint = await self._ask_grpc_endpoint(master)  # again now and then: a master restarted on another port
             if endpoint is None:
+                self._grpc_of.pop(master, None)
                 return None
-            self._grpc_of[master] = endpoint
-        return self._grpc_of[master], perm
+            known = self._grpc_of[master] = endpoint, now
+        return known[0], perm
 
     async def _invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand | None:
         try:
