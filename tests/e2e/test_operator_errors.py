@@ -37,7 +37,14 @@ def test_server_start_errors(tmp_path):
         port = busy.getsockname()[1]
         r = txmq(None, "server", "--namesrv-port", str(port), "--port", str(free_port()), "--grpc-port", "-1",
                  "--store", str(tmp_path / "s"), timeout=30)
-    assert "another process listens on that port (choose another with --namesrv-port)" in one_line_error(r, "server")
+        assert "another process listens on that port (choose another with --namesrv-port)" \
+            in one_line_error(r, "server")
+        conf = tmp_path / "taken.conf"  # a port the config file set: its key is named, not a flag it did not use
+        conf.write_text(f"brokerName=b\nstorePathRootDir={tmp_path / 'b'}\ngrpcPort=-1\nnamesrvAddr=127.0.0.1:1\n"
+                        f"listenPort={free_port()}\nhaListenPort={port}\n")
+        r = txmq(None, "broker", "-c", str(conf), timeout=30)
+        assert f"another process listens on that port (choose another with haListenPort in {conf})" \
+            in one_line_error(r, "broker")
     r = txmq(None, "broker", "-c", str(tmp_path / "absent.conf"))
     assert one_line_error(r, "broker") == f"txmq broker: no such file: {tmp_path / 'absent.conf'}"
     for line, expected in (("listenPort = abc", "config listenPort: 'abc' is not an integer"),

@@ -10,7 +10,9 @@ import importlib
 import os
 import re
 import sys
+from pathlib import Path
 
+from txmq.conf import parse_properties
 from txmq.errors import TxmqError
 
 # The modules that declare commands, in the order ``txmq --help`` lists them.
@@ -71,10 +73,28 @@ def server_error(exc: Exception, args: argparse.Namespace) -> str:
 
 
 def port_flag(exc: OSError, args: argparse.Namespace) -> str:
-    """The flag that set the port a bind found taken: ``txmq server`` has one per listener (--port is the broker's),
-    so naming --port for its name server's or console's port sent people to change the wrong one."""
+    """The flag or config key that set the port a bind found taken: ``txmq server`` has one flag per listener
+    (--port is the broker's) and broker.conf several ports, so naming --port for another sent people to change the
+    wrong one."""
     taken = re.findall(r"(\d+)\)", str(exc.strerror or exc))
+    if not taken:
+        return "--port"
     flags = [f"--{dest.replace('_', '-')}" for dest, value in vars(args).items()
-             if dest.endswith("port") and value is not None and taken and str(value) == taken[-1]]
-    return flags[0] if len(flags) == 1 else "--port"
+             if dest.endswith("port") and value is not None and str(value) == taken[-1]]
+    if len(flags) == 1:
+        return flags[0]
+    config = getattr(args, "config", None)
+    keys = [k for k, v in _config_file(config).items() if k.lower().endswith("port") and v.strip() == taken[-1]]
+    return f"{keys[0]} in {config}" if len(keys) == 1 else "--port"
+
+
+def _config_file(path: str | None) -> dict[str, str]:
+    """The keys of a server's ``-c`` file (none when there is none or it cannot be read: the error is about a
+    port)."""
+    if not path:
+        return {}
+    try:
+        return parse_properties(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
 
