@@ -16,20 +16,23 @@ import pytest
 
 from tests.broker.test_journal_off_loop import serving
 from txmq.broker.controller import BrokerController
+from txmq.broker.subscription_group_manager import SubscriptionGroupConfig
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.server import RemotingServer
 from txmq.remoting.transport import Connection, RemotingClient
 from txmq.topic import TopicConfig
 
-TOPICS, OFFSETS, DELAYS = (RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET,
-                           RequestCode.GET_ALL_DELAY_OFFSET)
+TOPICS, OFFSETS, DELAYS, GROUPS = (RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET,
+                                   RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
 GOOD: dict[int, Any] = {TOPICS: {"topicConfigTable": {"T": TopicConfig("T", 2, 2).to_json()}},
-                        OFFSETS: {"offsetTable": {"T@g": {"0": 5}}}, DELAYS: {"offsetTable": {"1": 7}}}
+                        OFFSETS: {"offsetTable": {"T@g": {"0": 5}}}, DELAYS: {"offsetTable": {"1": 7}},
+                        GROUPS: {"subscriptionGroupTable": {
+                            "g": SubscriptionGroupConfig("g", consume_enable=False).to_json()}}}
 
 
 class Master:
-    """A peer answering the three requests with the documents in ``bodies``."""
+    """A peer answering the four requests with the documents in ``bodies``."""
 
     def __init__(self, bodies: dict[int, Any]) -> None:
         self.bodies = bodies
@@ -54,8 +57,9 @@ async def slave_of(master: Master, tmp_path: Path, **config: Any) -> AsyncIterat
 @pytest.mark.parametrize("code, body", [
     (TOPICS, []), (TOPICS, {"topicConfigTable": ["T"]}), (OFFSETS, {"offsetTable": {"T@g": [5]}}),
     (OFFSETS, {"offsetTable": {"T@g": {"0": "x"}}}), (OFFSETS, {"offsetTable": {"T@g": {"0": [1]}}}),
-    (DELAYS, {"offsetTable": {"1": None}}), (DELAYS, "text"),
-], ids=["topics-list", "table-list", "queues-list", "offset-text", "offset-list", "delay-null", "delays-text"])
+    (DELAYS, {"offsetTable": {"1": None}}), (DELAYS, "text"), (GROUPS, ["g"]), (GROUPS, {"subscriptionGroupTable": 1}),
+], ids=["topics-list", "table-list", "queues-list", "offset-text", "offset-list", "delay-null", "delays-text",
+        "groups-list", "group-table-number"])
 def test_a_malformed_reply_of_the_master_is_one_log_line_and_adopts_nothing(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, code: int, body: Any) -> None:
     master = Master({**GOOD, code: body})
@@ -70,10 +74,12 @@ def test_a_malformed_reply_of_the_master_is_one_log_line_and_adopts_nothing(
             assert len(lines) == 1 and lines[0].exc_info is None, [r.getMessage() for r in lines]
             assert "T" not in slave.topic_config_manager.table
             assert slave.consumer_offset_manager.query("g", "T", 0) < 0
+            assert slave.subscription_group_manager.get("g") is None
             master.bodies.update(GOOD)
             await sync.sync_all()
             assert slave.topic_config_manager.table["T"].read_queue_nums == 2
             assert slave.consumer_offset_manager.query("g", "T", 0) == 5
+            assert slave.subscription_group_manager.get("g") == SubscriptionGroupConfig("g", consume_enable=False)
 
     asyncio.run(main())
 
@@ -131,5 +137,30 @@ def test_a_slave_s_offset_table_taken_from_its_master_counts_against_its_bound(t
             assert offsets.query("g", "T", 1) == 5
             assert not offsets.commit("other", "T", 0, 1)
             assert offsets.commit("g", "T", 0, 6)
+
+    asyncio.run(main())
+
+
+def test_a_slave_takes_its_master_s_subscription_groups_and_keeps_them_across_a_restart(tmp_path: Path) -> None:
+    """RocketMQ's syncSubscriptionGroupConfig: a group an operator changed on the master (here paused,
+    ``consumeEnable=false``) is the slave's too, a group the master dropped is dropped, a document that does not
+    parse is left out, and an unchanged copy appends nothing to the slave's journal."""
+    paused = SubscriptionGroupConfig("g", consume_enable=False).to_json()
+    retried = SubscriptionGroupConfig("r", retry_max_times=3).to_json()
+    master = Master({**GOOD, GROUPS: {"subscriptionGroupTable": {"g": paused, "r": retried, "bad name!": {}}}})
+
+    async def main() -> None:
+        async with slave_of(master, tmp_path) as slave:
+            groups = slave.subscription_group_manager
+            await slave.slave_synchronize.sync_all()
+            assert sorted(groups.table) == ["g", "r"] and groups.table["r"].retry_max_times == 3
+            appended = groups.journal.records
+            await slave.slave_synchronize.sync_all()
+            assert groups.journal.records == appended
+            master.bodies[GROUPS] = {"subscriptionGroupTable": {"r": retried}}
+            await slave.slave_synchronize.sync_all()
+            assert sorted(groups.table) == ["r"]
+        async with serving(tmp_path, broker_role="SLAVE", broker_id=1) as (restarted, _):
+            assert sorted(restarted.subscription_group_manager.table) == ["r"]
 
     asyncio.run(main())

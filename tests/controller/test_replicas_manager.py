@@ -274,9 +274,11 @@ def test_a_slave_adopts_copied_metadata_only_from_the_master_acting_at_its_epoch
         broker.topic_config_manager = SimpleNamespace(replace_all=replaced)
         broker.consumer_offset_manager = SimpleNamespace(replace_all=adopted_offsets.append)
         broker.schedule_service = SimpleNamespace(replace_offsets=lambda offsets: None)
+        broker.subscription_group_manager = SimpleNamespace(replace_all=lambda groups: None)
         bodies = {RequestCode.GET_ALL_TOPIC_CONFIG: {"topicConfigTable": {}},
                   RequestCode.GET_ALL_CONSUMER_OFFSET: {"offsetTable": {"T@g": {"0": 5}}},
                   RequestCode.GET_ALL_DELAY_OFFSET: {"offsetTable": {}},
+                  RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: {"subscriptionGroupTable": {}},
                   RequestCode.TXMQ_GET_EPOCH_TABLE: {"epochs": [[1, 0]], "maxOffset": 900, "epoch": 1,
                                                      "isMaster": acting}}
 

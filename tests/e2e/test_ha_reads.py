@@ -16,8 +16,10 @@ from tests.e2e.cpp.harness import kill_all, run_consume
 from tests.e2e.ha_group import Group, ha_status, request
 from tests.e2e.helpers import Recorder, push_consumer, wait_until
 from txmq import Admin, Message, Producer, SendStatus
+from txmq.admin.client import MQAdminExt
 from txmq.launch import free_port
 from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import PullMessageRequestHeader
 
 SYNC = {"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}
@@ -44,11 +46,40 @@ def _offsets(addr: str) -> dict[str, int]:
 
 
 def _pull(addr: str, topic: str, offset: int) -> tuple[int, int]:
-    header = PullMessageRequestHeader(consumer_group="g-raw", topic=topic, queue_id=0, queue_offset=offset,
+    resp = _pull_as(addr, "g-raw", topic, offset)
+    return resp.code, int(resp.ext_fields.get("suggestWhichBrokerId", "-1"))
+
+
+def _pull_as(addr: str, group: str, topic: str, offset: int) -> RemotingCommand:
+    header = PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=0, queue_offset=offset,
                                       max_msg_nums=4, sys_flag=0, suspend_timeout_millis=0, subscription="*",
                                       sub_version=0, expression_type="TAG")
-    resp = request(addr, RequestCode.PULL_MESSAGE, header.to_ext())
-    return resp.code, int(resp.ext_fields.get("suggestWhichBrokerId", "-1"))
+    return request(addr, RequestCode.PULL_MESSAGE, header.to_ext())
+
+
+def test_a_group_an_operator_paused_on_the_master_stays_paused_on_its_slave(cluster):
+    """The slave copies its master's subscription groups (RocketMQ's syncSubscriptionGroupConfig): a group paused
+    with ``updateSubGroup consumeEnable=false`` on the master is refused by the slave too once the master is
+    killed, instead of reading on from it; a group the master deletes is gone on the slave."""
+    group = Group(cluster, conf={"slaveReadEnable": "true"})
+    master = group.member(0, "ASYNC_MASTER").start()
+    group.member(1, "SLAVE").start()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("paused-t", queue_nums=1)
+    cluster.wait_route("paused-t")
+    with Producer("p-paused", cluster.namesrv_addr) as producer:
+        assert producer.send(Message("paused-t", b"m")).status == SendStatus.SEND_OK
+    with MQAdminExt(cluster.namesrv_addr) as admin:
+        admin.update_sub_group(group.addr(0), {"groupName": "g-paused", "consumeEnable": False})
+        admin.update_sub_group(group.addr(0), {"groupName": "g-gone", "retryMaxTimes": 2})
+        assert wait_until(lambda: {"g-paused", "g-gone"} <= set(admin.sub_groups(group.addr(1))), 15)
+        assert admin.sub_groups(group.addr(1))["g-paused"]["consumeEnable"] is False
+        admin.delete_sub_group(group.addr(0), "g-gone")
+        assert wait_until(lambda: "g-gone" not in admin.sub_groups(group.addr(1)), 15)
+    assert wait_until(lambda: _pull_as(group.addr(1), "g-open", "paused-t", 0).code == ResponseCode.SUCCESS, 15)
+    master.kill()
+    refused = _pull_as(group.addr(1), "g-paused", "paused-t", 0)
+    assert refused.code != ResponseCode.SUCCESS and "consumeEnable=false" in (refused.remark or ""), refused.remark
 
 
 def test_master_killed_consumers_keep_reading_everything_acknowledged_from_the_slave(cluster, tmp_path):

@@ -1,7 +1,8 @@
-"""A slave's copy of its master's metadata (RocketMQ ``SlaveSynchronize``): topic configs, consumer offsets
-and delay offsets, fetched with RocketMQ's own requests (GET_ALL_TOPIC_CONFIG 21, GET_ALL_CONSUMER_OFFSET 43,
-GET_ALL_DELAY_OFFSET 45). RocketMQ does it every 10 s; these tables are small, so txmq does it every
-``slaveSynchronizeInterval`` (3 s). The commit log itself comes through the HA port (``txmq.store.ha``).
+"""A slave's copy of its master's metadata (RocketMQ ``SlaveSynchronize``): topic configs, consumer offsets,
+delay offsets and subscription groups, fetched with RocketMQ's own requests (GET_ALL_TOPIC_CONFIG 21,
+GET_ALL_CONSUMER_OFFSET 43, GET_ALL_DELAY_OFFSET 45, GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201). RocketMQ does it every
+10 s; these tables are small, so txmq does it every ``slaveSynchronizeInterval`` (3 s). The commit log itself
+comes through the HA port (``txmq.store.ha``).
 
 In controller mode the copy is adopted only if, once fetched, the master still acts at the epoch this replica
 follows (``ReplicasManager.master_acts``): a fenced master's tables are stale once another master acts."""
@@ -49,36 +50,41 @@ class SlaveSynchronize:
             topics = await self._fetch(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
             offsets = await self._fetch(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
             delays = await self._fetch(addr, RequestCode.GET_ALL_DELAY_OFFSET)
+            groups = await self._fetch(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
             if replicas is not None and not await replicas.master_acts(addr):
                 raise ClientError("it does not act as the master this replica follows (any more): copy not adopted")
-            copy = _parsed(topics, offsets, delays)
+            copy = _parsed(topics, offsets, delays, groups)
         except (ClientError, OSError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             self._failures.failed("slave synchronize from %s failed: %s", addr, exc)
             return
         self._failures.worked("slave synchronize from %s works again", addr)
         b = self.broker
-        topic_configs, skipped, offset_table, delay_table = copy
+        topic_configs, skipped, offset_table, delay_table, group_docs = copy
         if skipped and skipped != self._skipped:
             log.warning("%d topic%s of %s skipped: %.500s", len(skipped), "" if len(skipped) == 1 else "s", addr,
                         "; ".join(f"{name:.100}: {why}" for name, why in skipped.items()))
         self._skipped = skipped
         b.consumer_offset_manager.replace_all(offset_table)
         b.schedule_service.replace_offsets(delay_table)
+        groups_stored = b.subscription_group_manager.replace_all(group_docs)
         # Last: the topics are in the table before the first await, with the offsets, in the same step of the loop
-        # (no change of role in between); only their write is waited for.
+        # (no change of role in between); only their write is waited for, and the groups'.
         await b.topic_config_manager.replace_all(topic_configs)
+        if groups_stored is not None:
+            await groups_stored
 
 
-def _parsed(topics: Any, offsets: Any, delays: Any) -> tuple[list[Any], dict[str, str], dict[str, dict[int, int]],
-                                                              dict[int, int]]:
+def _parsed(topics: Any, offsets: Any, delays: Any, groups: Any) -> tuple[
+        list[Any], dict[str, str], dict[str, dict[int, int]], dict[int, int], list[Any]]:
     """The master's replies as the slave adopts them: its topics' documents (each checked by ``replace_all``), the
-    topics skipped for their queue numbers (``_bounded``), its consumer offsets and its delay offsets. ``ValueError``
-    for a reply of another shape: nothing is adopted then, rather than the tables before the one that does not
-    parse."""
+    topics skipped for their queue numbers (``_bounded``), its consumer offsets, its delay offsets and its
+    subscription groups' documents (each checked by ``replace_all``). ``ValueError`` for a reply of another shape:
+    nothing is adopted then, rather than the tables before the one that does not parse."""
     try:
         return (*_bounded((topics.get("topicConfigTable") or {}).values()),
                 {k: {int(q): int(o) for q, o in v.items()} for k, v in (offsets.get("offsetTable") or {}).items()},
-                {int(k): int(v) for k, v in (delays.get("offsetTable") or {}).items()})
+                {int(k): int(v) for k, v in (delays.get("offsetTable") or {}).items()},
+                list((groups.get("subscriptionGroupTable") or {}).values()))
     except (AttributeError, TypeError) as exc:
         raise ValueError(f"a reply of another shape ({exc})") from exc
 

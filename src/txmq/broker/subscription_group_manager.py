@@ -11,6 +11,7 @@ that its append may still fail, or a crash lose. One whose append fails is dropp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -124,6 +125,26 @@ class SubscriptionGroupManager:
             return False
         await self._change({group: None}, {"delete": [group]}, then)
         return True
+
+    def replace_all(self, saved: Iterable[Any]) -> asyncio.Future[None] | None:
+        """A slave takes its master's groups (SlaveSynchronize, RocketMQ's ``syncSubscriptionGroupConfig``): the
+        groups become the master's, one the master lacks gone. Only the difference is a change (None: none), done
+        once durable like an operator's; a document that does not parse is dropped, as when loading (without a
+        line per copy: the master logged it when it was refused there)."""
+        table: dict[str, SubscriptionGroupConfig] = {}
+        for data in saved:
+            with contextlib.suppress(AttributeError, TypeError, ValueError, InvalidMessageError):
+                cfg = SubscriptionGroupConfig.from_json(data)
+                table[cfg.group_name] = cfg
+        current = dict(self.table)
+        for queued in self.queued:
+            _apply(current, queued)
+        change: GroupChange = {name: cfg for name, cfg in table.items() if current.get(name) != cfg}
+        change.update((name, None) for name in current if name not in table)
+        if not change:
+            return None
+        return self._change(change, {"put": [cfg.to_json() for cfg in change.values() if cfg is not None],
+                                     "delete": [name for name, cfg in change.items() if cfg is None]})
 
     def _change(self, change: GroupChange, record: dict[str, Any],
                 then: Callable[[], None] | None = None) -> asyncio.Future[None]:
