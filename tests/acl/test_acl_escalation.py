@@ -295,6 +295,22 @@ def test_a_stranger_cannot_write_log_lines_by_connecting(server):
     assert len(written) < 100, (len(written), written[:3])
 
 
+def test_a_stranger_cannot_write_megabytes_to_the_log_with_long_access_keys(server):
+    """A refusal's line named the access key whole: a stranger's requests each carrying a new 1 MB access key wrote
+    20 lines of a megabyte per 10 s (and kept each line's text in memory to fold its repeats). Now a refusal's
+    line is at most a few hundred characters, whatever the peer sent."""
+    log = server.root / "server.log"
+    before = log.stat().st_size
+    for i in range(30):
+        key = f"{i:08d}" + "K" * 1_000_000
+        resp = call(server.broker, RequestCode.GET_MAX_OFFSET,
+                    {"AccessKey": key, "Signature": "x", "topic": "orders", "queueId": "0"})
+        assert resp.code == ResponseCode.NO_PERMISSION
+    assert call(server.broker, RequestCode.GET_MAX_OFFSET, {"topic": "orders", "queueId": "0"},
+                as_=CONSUMER).code == ResponseCode.SUCCESS  # served after them
+    assert log.stat().st_size - before < 64 * 1024
+
+
 def test_one_heartbeat_makes_a_bounded_amount_of_work(server):
     """A consumer account allowed Sub on every group (plain_acl.yml's ``defaultGroupPerm: SUB``) named 2,000 new
     groups in one heartbeat: each got its retry topic with a rewrite of the whole topic table, the broker answered
