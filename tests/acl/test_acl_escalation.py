@@ -311,6 +311,22 @@ def test_a_stranger_cannot_write_megabytes_to_the_log_with_long_access_keys(serv
     assert log.stat().st_size - before < 64 * 1024
 
 
+def test_a_heartbeat_cannot_write_megabytes_to_the_log_with_a_long_client_id(server):
+    """Each heartbeat joining a group from a new connection logs its client id: an account with a producer group of
+    its own wrote a 1 MB line per connection with 1 MB client ids (10 MB in 10 requests). Now a client id longer
+    than RocketMQ's clients make is refused as a malformed heartbeat, and a usual one still joins."""
+    log = server.root / "server.log"
+    before = log.stat().st_size
+    for i in range(10):
+        beat = {"clientID": f"{i}@" + "C" * 1_000_000, "producerDataSet": [{"groupName": "attacker-group"}]}
+        resp = call(server.broker, RequestCode.HEART_BEAT, {}, orjson.dumps(beat), as_=ATTACKER)
+        assert resp.code != ResponseCode.SUCCESS and "client id" in (resp.remark or ""), resp.remark
+    assert log.stat().st_size - before < 64 * 1024
+    beat = {"clientID": "127.0.0.1@attacker", "producerDataSet": [{"groupName": "attacker-group"}]}
+    assert call(server.broker, RequestCode.HEART_BEAT, {}, orjson.dumps(beat),
+                as_=ATTACKER).code == ResponseCode.SUCCESS
+
+
 def test_one_heartbeat_makes_a_bounded_amount_of_work(server):
     """A consumer account allowed Sub on every group (plain_acl.yml's ``defaultGroupPerm: SUB``) named 2,000 new
     groups in one heartbeat: each got its retry topic with a rewrite of the whole topic table, the broker answered
