@@ -58,6 +58,9 @@ MAX_QUERY_CQ_COUNT = 1000
 # those that fit one frame (its header aside): a key many large messages share must not make answers of gigabytes.
 MAX_QUERY_MESSAGES = 64
 MAX_QUERY_BODY_BYTES = DEFAULT_MAX_FRAME_SIZE - 64 * 1024
+# TXMQ_TX_LIST reads at most this many halves of each state, whatever ``limit`` asks: each is a read of the log on
+# the event loop, and a producer may pile up its own group's halves (a discarded one stays until retention).
+MAX_TX_LIST = 1000
 
 
 def _ok(cmd: RemotingCommand, body: Any = None, ext: dict[str, str] | None = None) -> RemotingCommand:
@@ -424,7 +427,7 @@ class AdminBrokerProcessor:
         }
 
     def _tx_list(self, conn: Connection, cmd: RemotingCommand, h: TxListRequestHeader) -> RemotingCommand:
-        limit, group = max(0, h.limit), h.group
+        limit, group = max(0, min(h.limit, MAX_TX_LIST)), h.group
         service = self.broker.transaction_service
         out: dict[str, list[dict[str, Any]]] = {"pending": [], "discarded": []}
         listed = (("pending", itertools.islice(service.table.pending, limit)),
