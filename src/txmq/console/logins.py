@@ -1,8 +1,8 @@
 """Who acts through the console. Each login holds its own clients, signing as the user's account, so the brokers'
 ACL decides what the user may do; the console has no account of its own. A login ends when its user logs out,
 when unused for the session timeout, after ``LOGIN_MAX_S`` in any case, or when ``MAX_LOGINS`` newer ones need its
-place (the least recently used of the account holding the most goes): all measured on the monotonic clock. Secrets stay in the clients' signing
-hooks: never in a page, a cookie or a log line."""
+place (the least recently used of the account holding the most goes): all measured on the monotonic clock.
+Secrets stay in the clients' signing hooks: never in a page, a cookie or a log line."""
 
 from __future__ import annotations
 

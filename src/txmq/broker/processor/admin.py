@@ -348,7 +348,8 @@ class AdminBrokerProcessor:
                                                 h.begin_timestamp, h.end_timestamp) if servable(m)]
         if not found:
             return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no message for this key")
-        records, size = [], 0
+        records: list[bytes] = []
+        size = 0
         for m in found:
             record = store.read_record(m.commit_log_offset)
             size += len(record)
