@@ -8,6 +8,9 @@ import time
 
 LOG_EVERY_S = 10.0
 LINES_PER_HOST = 20  # distinct refusals logged per host and LOG_EVERY_S (random access keys must not flood)
+# A refusal's text names what the peer sent (an access key, a topic), which may be megabytes: cut to this many
+# characters before it is logged or kept to fold its repeats (texts alike up to here fold into one line).
+MAX_REASON_CHARS = 300
 
 
 class RefusalLog:
@@ -22,6 +25,7 @@ class RefusalLog:
         self._hosts: dict[str, tuple[float, int, int]] = {}  # host -> (window start, lines, not logged)
 
     def refused(self, host: str, reason: str) -> None:
+        reason = bounded(reason)
         now = time.monotonic()
         key = (host, reason)
         last = self._last.get(key)
@@ -42,3 +46,10 @@ class RefusalLog:
         self.log.log(self.level, "%s from %s: %s%s", self.what, host, reason, more)
         self._last[key] = (now, 0)
         self._hosts[host] = (start, lines + 1, 0)
+
+
+def bounded(reason: str) -> str:
+    """``reason`` cut to ``MAX_REASON_CHARS``, saying how long it was."""
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    return f"{reason[:MAX_REASON_CHARS]}... ({len(reason)} characters)"

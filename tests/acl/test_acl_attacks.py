@@ -21,7 +21,7 @@ from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.transport import RemotingClient
 
-from .conftest import ADMIN, ATTACKER, VICTIM, AclServer, call
+from .conftest import ADMIN, ATTACKER, VICTIM, AclServer, call, start_acl_server
 
 GROUP = "order-service"
 
@@ -208,3 +208,31 @@ def test_name_server_route_writes_need_the_clusters_credentials(acl_server: AclS
     producer, _ = victim
     result = producer.send(Message("orders", b"after the attacks"))
     assert result.status.value == "SEND_OK"
+
+
+def test_one_tx_list_reads_a_bounded_number_of_halves(tmp_path):
+    """TXMQ_TX_LIST read every pending and discarded half up to the ``limit`` the caller named (2^31), on the event
+    loop: a producer account piling up halves of its own group (discarded ones stay until retention) made each
+    of its lists read them all and answer them all (20,000 halves: 0.26 s with the broker answering nobody).
+    Now a list reads at most 1,000 of each state."""
+    server = start_acl_server(tmp_path / "tx-list")
+    try:
+        async def pile(n: int) -> None:
+            async with RemotingClient(rpc_hook=AclClientRPCHook(VICTIM)) as client:
+                for i in range(n):
+                    ext = {"producerGroup": "order-service", "topic": "orders", "queueId": "0", "sysFlag": "4",
+                           "bornTimestamp": "0", "flag": "0",
+                           "properties": f"TRAN_MSG\x01true\x02PGROUP\x01order-service\x02UNIQ_KEY\x01PILE{i}\x02"}
+                    sent = await client.invoke(server.broker, RemotingCommand.request(RequestCode.SEND_MESSAGE, ext,
+                                                                                     b"half"), 10.0)
+                    assert sent.code == ResponseCode.SUCCESS, sent.remark
+
+        asyncio.run(pile(2100))
+        listed = call(server.broker, RequestCode.TXMQ_TX_LIST, {"group": "order-service", "limit": "2000000000"},
+                      as_=VICTIM)
+        assert listed.code == ResponseCode.SUCCESS
+        body = orjson.loads(listed.body)
+        assert len(body["pending"]) <= 1000 and len(body["discarded"]) <= 1000
+        assert len(body["pending"]) + len(body["discarded"]) >= 1000
+    finally:
+        server.proc.stop()

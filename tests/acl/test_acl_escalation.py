@@ -295,6 +295,38 @@ def test_a_stranger_cannot_write_log_lines_by_connecting(server):
     assert len(written) < 100, (len(written), written[:3])
 
 
+def test_a_stranger_cannot_write_megabytes_to_the_log_with_long_access_keys(server):
+    """A refusal's line named the access key whole: a stranger's requests each carrying a new 1 MB access key wrote
+    20 lines of a megabyte per 10 s (and kept each line's text in memory to fold its repeats). Now a refusal's
+    line is at most a few hundred characters, whatever the peer sent."""
+    log = server.root / "server.log"
+    before = log.stat().st_size
+    for i in range(30):
+        key = f"{i:08d}" + "K" * 1_000_000
+        resp = call(server.broker, RequestCode.GET_MAX_OFFSET,
+                    {"AccessKey": key, "Signature": "x", "topic": "orders", "queueId": "0"})
+        assert resp.code == ResponseCode.NO_PERMISSION
+    assert call(server.broker, RequestCode.GET_MAX_OFFSET, {"topic": "orders", "queueId": "0"},
+                as_=CONSUMER).code == ResponseCode.SUCCESS  # served after them
+    assert log.stat().st_size - before < 64 * 1024
+
+
+def test_a_heartbeat_cannot_write_megabytes_to_the_log_with_a_long_client_id(server):
+    """Each heartbeat joining a group from a new connection logs its client id: an account with a producer group of
+    its own wrote a 1 MB line per connection with 1 MB client ids (10 MB in 10 requests). Now a client id longer
+    than RocketMQ's clients make is refused as a malformed heartbeat, and a usual one still joins."""
+    log = server.root / "server.log"
+    before = log.stat().st_size
+    for i in range(10):
+        beat = {"clientID": f"{i}@" + "C" * 1_000_000, "producerDataSet": [{"groupName": "attacker-group"}]}
+        resp = call(server.broker, RequestCode.HEART_BEAT, {}, orjson.dumps(beat), as_=ATTACKER)
+        assert resp.code != ResponseCode.SUCCESS and "client id" in (resp.remark or ""), resp.remark
+    assert log.stat().st_size - before < 64 * 1024
+    beat = {"clientID": "127.0.0.1@attacker", "producerDataSet": [{"groupName": "attacker-group"}]}
+    assert call(server.broker, RequestCode.HEART_BEAT, {}, orjson.dumps(beat),
+                as_=ATTACKER).code == ResponseCode.SUCCESS
+
+
 def test_one_heartbeat_makes_a_bounded_amount_of_work(server):
     """A consumer account allowed Sub on every group (plain_acl.yml's ``defaultGroupPerm: SUB``) named 2,000 new
     groups in one heartbeat: each got its retry topic with a rewrite of the whole topic table, the broker answered

@@ -70,6 +70,21 @@ def test_the_least_recently_used_login_makes_way_at_the_cap():
     asyncio.run(go())
 
 
+def test_one_account_logging_in_again_and_again_evicts_its_own_logins():
+    """Any account the name server accepts may log in: one logging in 64 times made every other user's login make
+    way (an operator logged out at will by another team's consumer account). At the cap, the login that makes way
+    is now the least recently used of the account holding the most."""
+    async def go() -> None:
+        logins = Logins(600.0, limit=3)
+        admin = logins.add("admin", FakeClients())
+        flood = [logins.add("attacker", FakeClients()) for _ in range(10)]
+        assert logins.current(admin) is not None
+        assert len(logins) == 3 and [logins.current(i) is not None for i in flood] == [False] * 8 + [True] * 2
+        await logins.close()
+
+    asyncio.run(go())
+
+
 def test_host_names_and_origins_as_browsers_send_them():
     assert host_name("LocalHost.:8080") == "localhost" and host_name("[::1]:80") == "::1"
     assert host_name("console.example") == "console.example" and host_name("") == ""

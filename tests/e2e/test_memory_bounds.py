@@ -137,6 +137,22 @@ def test_held_pulls_are_capped_per_connection(cluster):
         assert _remoting(cluster.namesrv_addr)["heldPulls"] == 100
 
 
+def test_a_query_by_key_reads_a_bounded_number_of_messages(cluster, topic_broker):
+    """QUERY_MESSAGE read every message of its key, up to the maxNum the peer asked (2^31): 100 messages of 1 MB
+    sharing a key made one 100 MB answer, the broker's peak RSS 290 MB up, and no frame could carry it, so the
+    query failed. Now at most 64 messages are read (RocketMQ's maxMsgsNumBatch), and the answer stops before it
+    would outgrow a frame."""
+    with Producer("p_mem", cluster.namesrv_addr) as producer:
+        for _ in range(100):
+            producer.send(Message("mem_t", bytes(MiB), keys="bomb"))
+    header = {"topic": "mem_t", "key": "bomb", "maxNum": "100000", "beginTimestamp": "0", "endTimestamp": str(2**62)}
+    with socket.create_connection(_addr(topic_broker.addrs["broker"])) as s:
+        s.sendall(encode_command(RemotingCommand.request(RequestCode.QUERY_MESSAGE, header)))
+        answers = _answers(s, FrameDecoder(), 30.0, want=1)
+    assert [a.code for a in answers] == [ResponseCode.SUCCESS], [a.remark for a in answers]
+    assert 8 * MiB < len(answers[0].body) < 16 * MiB
+
+
 def test_a_suspended_pull_on_a_never_written_queue_is_held(cluster, topic_broker):
     """Answered at once (NO_MATCHED_LOGIC_QUEUE), a consumer of an idle topic spun at thousands of pulls a second;
     held like a pull at the end of a queue, it gets one answer per suspend timeout, and a message wakes it."""

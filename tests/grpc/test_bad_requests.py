@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 import uuid
+import zlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -45,6 +47,35 @@ def receive(stub, md, topic: str, group: str, invisible_s: int = 30, poll_ms: in
 def received(responses: list) -> list[pb.Message]:
     """The messages of a ReceiveMessage answer (without its status and delivery timestamp)."""
     return [x.message for x in responses if x.HasField("message")]
+
+
+def _gzip_of_zeros(size: int) -> bytes:
+    """A GZIP stream of ``size`` zero bytes (about a thousandth of that), made without holding them."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = bytes(min(size, 1 << 20))
+    return b"".join(z.compress(chunk) for _ in range(size // len(chunk))) + z.flush()
+
+
+def _peak_rss_kb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1])
+
+
+def test_a_gzip_body_is_unzipped_no_further_than_the_largest_message(server, stub, topic):
+    """A GZIP body was unzipped whole before its size was checked: 128 KB unzipping to 128 MB took twice that of
+    the broker's memory (the largest request, 4 MB, about 8 GB). Now it is unzipped no further than
+    maxMessageSize, and refused as too large; a body that unzips within it is stored."""
+    s, md = stub
+    bomb = message(topic, _gzip_of_zeros(128 << 20))
+    bomb.system_properties.body_encoding = pb.GZIP
+    Path(f"/proc/{server.pid}/clear_refs").write_text("5")  # the peak RSS starts again from the current RSS
+    before = _peak_rss_kb(server.pid)
+    r = s.SendMessage(spb.SendMessageRequest(messages=[bomb]), metadata=md, timeout=30)
+    assert r.status.code == Code.MESSAGE_BODY_TOO_LARGE, r.status
+    assert _peak_rss_kb(server.pid) - before < 32 * 1024
+    zipped = message(topic, _gzip_of_zeros(64 << 10))  # within the server's maxMessageSize
+    zipped.system_properties.body_encoding = pb.GZIP
+    assert s.SendMessage(spb.SendMessageRequest(messages=[zipped]), metadata=md, timeout=10).status.code == Code.OK
 
 
 def test_unknown_topic(stub):

@@ -168,7 +168,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
                     "one as an operator",
               opt("action", choices=["list", "show", "resume", "commit", "rollback"], help="what to do"),
               opt("id", nargs="?", help="transaction id or half offset"),
-              opt("--limit", type=int, default=100, help="list: at most this many of each state (default 100)"),
+              opt("--limit", type=int, default=100,
+                  help="list: at most this many of each state (default 100, at most 1000)"),
               opt("--group", default="", help="only this producer group's (what a non-admin account may see)"),
               opt("--json", action="store_true", help="list, show: print JSON"), *CLIENT)
 def cmd_tx(args: argparse.Namespace) -> int:

@@ -1,14 +1,15 @@
 """Who acts through the console. Each login holds its own clients, signing as the user's account, so the brokers'
 ACL decides what the user may do; the console has no account of its own. A login ends when its user logs out,
 when unused for the session timeout, after ``LOGIN_MAX_S`` in any case, or when ``MAX_LOGINS`` newer ones need its
-place (the least recently used goes): all measured on the monotonic clock. Secrets stay in the clients' signing
-hooks: never in a page, a cookie or a log line."""
+place (the least recently used of the account holding the most goes): all measured on the monotonic clock.
+Secrets stay in the clients' signing hooks: never in a page, a cookie or a log line."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,11 +120,18 @@ class Logins:
 
     def add(self, access_key: str, clients: Clients) -> str:
         while len(self._by_id) >= self.limit:
-            self.drop(next(iter(self._by_id)))
+            self.drop(self._making_way())
         ident = secrets.token_urlsafe(32)
         now = self._clock()
         self._by_id[ident] = Login(access_key, clients, now, now)
         return ident
+
+    def _making_way(self) -> str:
+        """The login that goes at the cap: the least recently used of the account holding the most, so that an
+        account logging in again and again ends its own logins, never every other user's."""
+        held = Counter(login.access_key for login in self._by_id.values())
+        most = max(held.values())
+        return next(ident for ident, login in self._by_id.items() if held[login.access_key] == most)
 
     def current(self, ident: str | None) -> Login | None:
         """The login of ``ident`` if it has not ended (then it counts as used now); ended ones are closed."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import io
 import time
 import zlib
 
@@ -175,13 +176,20 @@ def body_digest(body: bytes, md5: bool = False) -> pb.Digest:
     return pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body) & 0xFFFFFFFF:08X}")
 
 
-def decode_body(m: pb.Message) -> bytes:
+def decode_body(m: pb.Message, limit: int) -> bytes:
+    """The message's body, a GZIP one unzipped to at most ``limit`` bytes (maxMessageSize): a few KB of a peer's
+    may unzip to gigabytes, so unzipping stops there and the body is refused as too large."""
     enc = m.system_properties.body_encoding
     if enc == pb.GZIP:
         try:
-            return gzip.decompress(m.body)
+            with gzip.GzipFile(fileobj=io.BytesIO(m.body)) as unzipped:
+                body = unzipped.read(limit + 1)
         except (OSError, EOFError, zlib.error):
             raise GrpcStatusError(Code.MESSAGE_CORRUPTED, "body_encoding GZIP but the body does not unzip") from None
+        if len(body) > limit:
+            raise GrpcStatusError(Code.MESSAGE_BODY_TOO_LARGE, f"the message body size over max value, MAX: {limit} "
+                                                               "(maxMessageSize; this GZIP body unzips to more)")
+        return body
     return bytes(m.body)
 
 

@@ -410,7 +410,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         """Store one message of a SendMessage and fill its ``entry``; a refusal raises (``_refusal``). ``sender``:
         the account that sends it, recorded on a half as on remoting (``tx show``); "" with ACL off."""
         sends = self.core.sends
-        body = decode_body(m)
+        body = decode_body(m, self.broker.config.store.max_message_size)
         pending = sends.manager.pending
         name = m.topic.name
         # nothing stored in a topic whose creation a crash could lose, nor judged by a change that may fail (undone)

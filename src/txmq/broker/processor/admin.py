@@ -25,6 +25,7 @@ from txmq.remoting.admin_headers import (
     TxRequestHeader,
     ViewMessageRequestHeader,
 )
+from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import RequestSpec, header, no_header
@@ -53,6 +54,13 @@ log = logging.getLogger("txmq.broker")
 
 # QUERY_CONSUME_QUEUE reads at most this many entries (20 bytes each) per request: RocketMQ reads as many as asked.
 MAX_QUERY_CQ_COUNT = 1000
+# QUERY_MESSAGE reads at most this many messages (RocketMQ's maxMsgsNumBatch), whatever maxNum asks, and answers
+# those that fit one frame (its header aside): a key many large messages share must not make answers of gigabytes.
+MAX_QUERY_MESSAGES = 64
+MAX_QUERY_BODY_BYTES = DEFAULT_MAX_FRAME_SIZE - 64 * 1024
+# TXMQ_TX_LIST reads at most this many halves of each state, whatever ``limit`` asks: each is a read of the log on
+# the event loop, and a producer may pile up its own group's halves (a discarded one stays until retention).
+MAX_TX_LIST = 1000
 
 
 def _ok(cmd: RemotingCommand, body: Any = None, ext: dict[str, str] | None = None) -> RemotingCommand:
@@ -335,11 +343,20 @@ class AdminBrokerProcessor:
         internal = internal_refusal(h.topic)
         if internal is not None:
             return RemotingCommand.response_to(cmd, ResponseCode.NO_PERMISSION, remark=internal)
-        found = [m for m in self.broker.store.query_message(h.topic, h.key, h.max_num, h.begin_timestamp,
-                                                            h.end_timestamp) if servable(m)]
+        store = self.broker.store
+        found = [m for m in store.query_message(h.topic, h.key, max(0, min(h.max_num, MAX_QUERY_MESSAGES)),
+                                                h.begin_timestamp, h.end_timestamp) if servable(m)]
         if not found:
             return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark="no message for this key")
-        body = b"".join(self.broker.store.read_record(m.commit_log_offset) for m in found)
+        records: list[bytes] = []
+        size = 0
+        for m in found:
+            record = store.read_record(m.commit_log_offset)
+            size += len(record)
+            if records and size > MAX_QUERY_BODY_BYTES:
+                break  # the newest that fit a frame: the rest would make an answer no client reads
+            records.append(record)
+        body = b"".join(records)
         return _ok(cmd, body, {"indexLastUpdateTimestamp": str(int(time.time() * 1000)),
                                "indexLastUpdatePhyoffset": str(self.broker.store.max_phy_offset)})
 
@@ -411,7 +428,7 @@ class AdminBrokerProcessor:
         }
 
     def _tx_list(self, conn: Connection, cmd: RemotingCommand, h: TxListRequestHeader) -> RemotingCommand:
-        limit, group = max(0, h.limit), h.group
+        limit, group = max(0, min(h.limit, MAX_TX_LIST)), h.group
         service = self.broker.transaction_service
         out: dict[str, list[dict[str, Any]]] = {"pending": [], "discarded": []}
         listed = (("pending", itertools.islice(service.table.pending, limit)),

@@ -36,6 +36,9 @@ REBALANCE_LOCK_MAX_ENTRIES = 100_000  # a hostile client's locks must not grow t
 # Groups one heartbeat may name: one client's producers and consumers (a RocketMQ client instance has a few). Each
 # new consumer group costs a retry topic, a registration and its notices: one request must not make thousands.
 MAX_HEARTBEAT_GROUPS = 1024
+# A client id is ``ip@instanceName`` (gRPC clients add a pid and a counter): a few dozen characters. It is logged at
+# each join and kept per connection and per lock, so a peer's must not be megabytes.
+MAX_CLIENT_ID_CHARS = 1024
 
 MessageQueueKey = tuple[str, str, str, int]  # (group, topic, brokerName, queueId)
 
@@ -254,7 +257,7 @@ def _heartbeat(data: dict[str, Any]) -> Heartbeat:
     producers = [str(p["groupName"]) for p in producer_data]
     for group in producers:
         check_group(group)
-    return str(data.get("clientID", "")), producers, [_consumer(c) for c in consumer_data]
+    return _client_id(data.get("clientID", "")), producers, [_consumer(c) for c in consumer_data]
 
 
 def parse_check_client(cmd: RemotingCommand) -> ClientCheck:
@@ -269,7 +272,7 @@ def check_client_needs(check: ClientCheck) -> Needs:
 def _check_client(data: dict[str, Any]) -> ClientCheck:
     group = str(data["group"])
     check_group(group)
-    return str(data.get("clientId", "")), group, _subscription(data["subscriptionData"])
+    return _client_id(data.get("clientId", "")), group, _subscription(data["subscriptionData"])
 
 
 def _subscription(s: dict[str, Any]) -> SubscriptionData:
@@ -302,4 +305,13 @@ def _lock_request(data: dict[str, Any]) -> LockRequest:
     if not all(isinstance(mq, dict) and "topic" in mq and str(mq.get("queueId", "")).lstrip("-").isdigit()
                for mq in mqs):
         raise ValueError("each entry of mqSet is an object with a topic and an integer queueId")
-    return str(data["consumerGroup"]), str(data["clientId"]), mqs
+    return str(data["consumerGroup"]), _client_id(data["clientId"]), mqs
+
+
+def _client_id(value: Any) -> str:
+    """A body's client id; ``ValueError`` when longer than ``MAX_CLIENT_ID_CHARS``."""
+    client_id = str(value)
+    if len(client_id) > MAX_CLIENT_ID_CHARS:
+        raise ValueError(f"client id of {len(client_id)} characters, longer than a client's "
+                         f"({MAX_CLIENT_ID_CHARS} at most)")
+    return client_id
