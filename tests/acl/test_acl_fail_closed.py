@@ -200,8 +200,6 @@ def test_requests_that_never_passed_the_acl_create_no_metric_series(server: AclS
     assert 'request_code="30"' in _series(server)  # a served, authorized request is still timed
 
 
-@pytest.mark.xfail(strict=True, reason="Needs.topic (txmq/acl/model.py, a compiled module) maps the topic '%RETRY%' "
-                                       "to group '' and Needs.group('') needs nothing: the fix belongs there")
 def test_the_bare_retry_prefix_is_no_topic_without_an_owner(server: AclServer):
     """A topic named ``%RETRY%`` (a legal name) is group ""'s retry topic to the ACL, and the empty name needs
     nothing: an account without any permission created it, sent to it, read it by offset and deleted it. No entry

@@ -458,8 +458,9 @@ class Needs:
     def topic(self, name: str, *any_of: Action) -> Needs:
         """A topic. A retry topic ``%RETRY%G`` is its group's resource, as in RocketMQ: ``Pub`` on it is ``Sub`` on
         group G (a consumer sends its retries there), any other action is that action on group G (creating,
-        changing or deleting the retry topic is the group's Create, Update or Delete, never a consumer's Sub)."""
-        if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        changing or deleting the retry topic is the group's Create, Update or Delete, never a consumer's Sub). The
+        bare prefix names no group: it is a topic like any other (as group "" it needed nothing)."""
+        if name.startswith(RETRY_GROUP_TOPIC_PREFIX) and len(name) > len(RETRY_GROUP_TOPIC_PREFIX):
             return self.group(name[len(RETRY_GROUP_TOPIC_PREFIX):],
                               *(Action.SUB if action is Action.PUB else action for action in any_of))
         if name:
