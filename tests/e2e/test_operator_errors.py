@@ -10,10 +10,16 @@ import subprocess
 import time
 from pathlib import Path
 
+import orjson
+
 from tests.e2e.cluster import Cluster
+from tests.e2e.helpers import RawClient
 from txmq import LocalTransactionState, Message, TransactionProducer
 from txmq.cli import build_parser
 from txmq.launch import ServerProcess, free_port, txmq_command
+from txmq.message import MessageConst, MessageSysFlag, properties_to_string
+from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.request_headers import SendMessageRequestHeader
 
 ROOT = Path(__file__).parents[2]
 
@@ -181,3 +187,37 @@ def test_repository_files():
         assert "DESIGN.md" not in text and "STYLE.md" not in text, doc
         for target in re.findall(r"\]\(([^)#:]+\.md)\)", text):
             assert (doc.parent / target).exists(), (doc, target)
+
+
+def _half(raw: RawClient, topic: str, group: str, transaction_id: str) -> int:
+    """A half message of ``group`` sent by hand with ``transaction_id`` as its UNIQ_KEY; its half offset."""
+    props = {MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: group,
+             MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: transaction_id}
+    header = SendMessageRequestHeader(producer_group=group, topic=topic, default_topic="TBW102",
+                                      default_topic_queue_nums=4, queue_id=0,
+                                      sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE,
+                                      born_timestamp=int(time.time() * 1000), flag=0,
+                                      properties=properties_to_string(props), reconsume_times=0)
+    resp = raw.call(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), group.encode())
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    return int(resp.ext_fields["queueOffset"])
+
+
+def test_a_transaction_id_that_names_several_halves_is_refused_until_an_offset_names_one(cluster):
+    """A transaction id is the UNIQ_KEY a producer chose: two halves may carry it (a producer's retry of a half, or
+    another group's id). An operator's decision by that id must not take whichever half the index gives first: it
+    is refused, naming each half offset, and the offset decides; one producer group's view finds its own half."""
+    broker = cluster.start_broker(conf={"grpcPort": -1, "transactionTimeOut": 600_000})
+    assert txmq(cluster, "topic", "create", "dup_tx", "--queues", "1").returncode == 0
+    cluster.wait_route("dup_tx")
+    with RawClient(broker.addrs["broker"]) as raw:
+        first = _half(raw, "dup_tx", "dup_g1", "SHARED" * 5)
+        second = _half(raw, "dup_tx", "dup_g2", "SHARED" * 5)
+        mine = raw.call(RequestCode.TXMQ_TX_SHOW, {"id": "SHARED" * 5, "group": "dup_g1"})
+        assert mine.code == ResponseCode.SUCCESS and orjson.loads(mine.body)["halfOffset"] == first, mine.remark
+    refused = one_line_error(txmq(cluster, "tx", "commit", "SHARED" * 5), "tx")
+    assert f"half offsets {first}, {second}" in refused or f"half offsets {second}, {first}" in refused, refused
+    r = txmq(cluster, "tx", "commit", str(second))
+    assert r.returncode == 0 and "committed" in r.stdout, r.stderr
+    r = txmq(cluster, "tx", "show", str(first))
+    assert re.search(r"^state:\s+PENDING$", r.stdout, re.M), r.stdout

@@ -61,6 +61,8 @@ MAX_QUERY_BODY_BYTES = DEFAULT_MAX_FRAME_SIZE - 64 * 1024
 # TXMQ_TX_LIST reads at most this many halves of each state, whatever ``limit`` asks: each is a read of the log on
 # the event loop, and a producer may pile up its own group's halves (a discarded one stays until retention).
 MAX_TX_LIST = 1000
+# Halves a transaction id is looked up among (the index's matches for the key): more than one is refused anyway.
+MAX_HALVES_OF_ID = 32
 
 
 def _ok(cmd: RemotingCommand, body: Any = None, ext: dict[str, str] | None = None) -> RemotingCommand:
@@ -387,24 +389,33 @@ class AdminBrokerProcessor:
 
     # --- transactions -----------------------------------------------------------------------------------
 
-    def _find_half(self, h: TxRequestHeader | TxDecideRequestHeader) -> tuple[int, MessageExt] | None:
-        """The transaction the request names by ``id``; with a ``group`` field, only one of that producer group."""
+    def _find_half(self, cmd: RemotingCommand,
+                   h: TxRequestHeader | TxDecideRequestHeader) -> tuple[int, MessageExt] | RemotingCommand:
+        """The transaction the request names by ``id`` (with a ``group`` field, of that producer group only), or the
+        answer that refuses it: none, or a transaction id (the UNIQ_KEY its producer chose) that several halves
+        carry (a producer's retry of a half, another group's id), which only a half offset tells apart."""
         ident, group = h.id, h.group
-        found: tuple[int, MessageExt] | None = None
+        found: list[tuple[int, MessageExt]] = []
         if ident.isdigit() and len(ident) < 20:
             half = self.broker.transaction_service.half_message(int(ident))
-            found = (int(ident), half) if half is not None else None
+            found = [(int(ident), half)] if half is not None else []
         else:
-            for m in self.broker.store.query_message(RMQ_SYS_TRANS_HALF_TOPIC, ident, 8):
-                if m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == ident:
-                    found = m.queue_offset, m
-                    break
-        if found is not None and group is not None and found[1].properties.get(MessageConst.PRODUCER_GROUP) != group:
-            return None
-        return found
+            found = [(m.queue_offset, m) for m in self.broker.store.query_message(RMQ_SYS_TRANS_HALF_TOPIC, ident,
+                                                                                   MAX_HALVES_OF_ID)
+                     if m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == ident]
+        if group is not None:
+            found = [(offset, m) for offset, m in found if m.properties.get(MessageConst.PRODUCER_GROUP) == group]
+        if not found:
+            return self._no_such_transaction(cmd, ident)
+        if len(found) > 1:
+            offsets = ", ".join(str(offset) for offset, _ in sorted(found, key=lambda f: f[0]))
+            return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=(
+                f"transaction id {ident} is carried by {len(found)} half messages (half offsets {offsets}): name "
+                "one by its half offset"))
+        return found[0]
 
     def _no_such_transaction(self, cmd: RemotingCommand, ident: str) -> RemotingCommand:
-        """The answer when ``_find_half`` finds nothing; for a half offset retention deleted, it says so."""
+        """The answer when no half is found; for a half offset retention deleted, it says so."""
         remark = "no such transaction"
         if ident.isdigit() and len(ident) < 20 and self.broker.transaction_service.half_gone(int(ident)):
             remark = f"half message {ident} was deleted by retention (fileReservedTime)"
@@ -447,9 +458,9 @@ class AdminBrokerProcessor:
         return _ok(cmd, out)
 
     def _tx_show(self, conn: Connection, cmd: RemotingCommand, h: TxRequestHeader) -> RemotingCommand:
-        found = self._find_half(h)
-        if found is None:
-            return self._no_such_transaction(cmd, h.id)
+        found = self._find_half(cmd, h)
+        if isinstance(found, RemotingCommand):
+            return found
         half_offset, half = found
         entry = self._describe(half_offset, half)
         entry["properties"] = half.user_properties
@@ -461,15 +472,15 @@ class AdminBrokerProcessor:
         return _ok(cmd, entry)
 
     def _tx_resume(self, conn: Connection, cmd: RemotingCommand, h: TxRequestHeader):
-        found = self._find_half(h)
-        if found is None:
-            return self._no_such_transaction(cmd, h.id)
+        found = self._find_half(cmd, h)
+        if isinstance(found, RemotingCommand):
+            return found
         return self._resume(cmd, found[0])
 
     def _tx_decide(self, conn: Connection, cmd: RemotingCommand, h: TxDecideRequestHeader):
-        found = self._find_half(h)
-        if found is None:
-            return self._no_such_transaction(cmd, h.id)
+        found = self._find_half(cmd, h)
+        if isinstance(found, RemotingCommand):
+            return found
         outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(h.outcome)
         if outcome is None:
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark="outcome: COMMIT or ROLLBACK")
