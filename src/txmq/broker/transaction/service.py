@@ -100,7 +100,7 @@ class TransactionalMessageService(Decisions, TransactionRecovery):
         await self.ops.write("DISCARD", [half_offset])
         self.metrics.discards += 1
         self.metrics.of(half).discards += 1
-        log.warning("transaction %s of group %s discarded to %s after %d checks: %s", half.msg_id,
+        log.warning("transaction %.100s of group %s discarded to %s after %d checks: %s", half.msg_id,
                     half.properties.get(MessageConst.PRODUCER_GROUP), RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, checks, why)
         self._compact_names()  # orphans of made-up groups end here, never decided
 
