@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import zlib
 
 import pytest
 
 from tests.e2e.helpers import Recorder, addr_of, push_consumer, roundtrip
 from txmq import Admin, BrokerError, ClientError, InvalidMessageError, Message, Producer, SendStatus
+from txmq.message import MessageSysFlag
 from txmq.remoting.codec import encode_command
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -99,6 +101,40 @@ def test_oversized_body_is_refused_and_nothing_is_stored(cluster, strict_broker)
             pytest.raises(InvalidMessageError, match="exceeds max"):
         producer.send(Message("known", b"x" * 1001))
     assert _messages(cluster.namesrv_addr, "known") == 1
+
+
+def test_a_compressed_body_must_inflate_within_max_message_size(cluster, strict_broker):
+    """A body flagged compressed that inflates past maxMessageSize (a few KB of zeros that are megabytes), or does
+    not inflate, is refused and not stored: the broker inflates stored bodies for gRPC consumers and every consumer
+    does, so one producer's bomb must not reach them. A compressed body within the limit is stored and consumed as
+    sent."""
+
+    def send(body: bytes) -> RemotingCommand:
+        header = {"producerGroup": "p_zip", "topic": "known", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+                  "queueId": "0", "sysFlag": str(int(MessageSysFlag.COMPRESSED)), "bornTimestamp": "0", "flag": "0",
+                  "properties": "", "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
+        return roundtrip(strict_broker.addrs["broker"], RemotingCommand.request(RequestCode.SEND_MESSAGE, header,
+                                                                                 body=body))
+
+    bomb = zlib.compress(b"\0" * (64 << 20))  # 64 MiB in about 64 KiB: over the 4 KiB limit even compressed
+    small_bomb = zlib.compress(b"\0" * 100_000)  # within the limit compressed, 100 KB inflated
+    assert len(small_bomb) < 4096
+    refused = send(small_bomb)
+    assert refused.code == ResponseCode.MESSAGE_ILLEGAL and "inflates to more" in (refused.remark or ""), refused
+    assert send(bomb).code == ResponseCode.MESSAGE_ILLEGAL
+    broken = send(b"not a zlib stream")
+    assert broken.code == ResponseCode.MESSAGE_ILLEGAL and "does not inflate" in (broken.remark or ""), broken
+    cut = send(zlib.compress(b"x" * 3000)[:-6])
+    assert cut.code == ResponseCode.MESSAGE_ILLEGAL and "cut short" in (cut.remark or ""), cut
+    assert send(zlib.compress(b"fits " * 600)).code == ResponseCode.SUCCESS
+    assert _messages(cluster.namesrv_addr, "known") == 1
+    rec = Recorder()
+    consumer = push_consumer(cluster.namesrv_addr, "g_zip", "known", rec)
+    try:
+        assert rec.wait_for(1, 20)
+        assert rec.bodies() == [b"fits " * 600]
+    finally:
+        consumer.shutdown()
 
 
 GARBAGE = [

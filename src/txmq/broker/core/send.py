@@ -12,6 +12,7 @@ path, which calls ``topic_of``, ``queue_of``, ``route_retry``, ``accept`` and ``
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,6 +30,7 @@ from txmq.message import (
     BORN_TIMESTAMP_MIN,
     MessageConst,
     MessageExt,
+    MessageSysFlag,
     check_born_timestamp,
     properties_to_string,
 )
@@ -56,6 +58,7 @@ _TRAN_MSG = MessageConst.TRANSACTION_PREPARED
 _DELAY = MessageConst.DELAY_TIME_LEVEL
 _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _PERM_WRITE = PermName.PERM_WRITE
+_COMPRESSED = MessageSysFlag.COMPRESSED
 
 # Properties only the broker sets, refused in any send: the account that stored a half (``tx show``, and carried
 # into the committed message), a half's batch count, a transaction op's kind, a timer record's own (timer.py).
@@ -103,6 +106,24 @@ def reserved_refusal(props: Mapping[str, str]) -> Refusal | None:
     for key in BROKER_PROPERTIES:
         if key in props:
             return Refusal(Kind.RESERVED_PROPERTY, f"property {key} is set by the broker only")
+    return None
+
+
+def inflate_refusal(body: bytes, limit: int) -> Refusal | None:
+    """A compressed body (zlib, as RocketMQ's clients compress one) is refused unless it inflates whole to at most
+    ``limit`` bytes (maxMessageSize, which RocketMQ's clients check before they compress): the broker inflates it for
+    gRPC consumers and every consumer does, so a few MB that inflate to gigabytes must not be stored. Bounded: the
+    inflating stops past ``limit``."""
+    inflater = zlib.decompressobj()
+    try:
+        size = len(inflater.decompress(body, limit + 1))
+    except zlib.error as exc:
+        return Refusal(Kind.MESSAGE_ILLEGAL, f"the compressed message body does not inflate: {exc}")
+    if size > limit:
+        return Refusal(Kind.BODY_TOO_LARGE, f"the message body size over max value, MAX: {limit} (maxMessageSize; "
+                       "this compressed body inflates to more)")
+    if not inflater.eof:
+        return Refusal(Kind.MESSAGE_ILLEGAL, "the compressed message body is cut short")
     return None
 
 
@@ -201,11 +222,16 @@ class SendService:
         return queue_id
 
     def accept(self, msg: MessageExt, half: bool) -> Refusal | None:
-        """The rules of one message as built to store: its born timestamp, a half message only where the broker
-        takes transactions, and a timer message's delivery time (``_timer_refusal``)."""
+        """The rules of one message as built to store: its born timestamp, a compressed body's inflating
+        (``inflate_refusal``), a half message only where the broker takes transactions, and a timer message's
+        delivery time (``_timer_refusal``)."""
         born = msg.born_timestamp
         if not BORN_TIMESTAMP_MIN <= born < BORN_TIMESTAMP_MAX:
             return born_refusal(born)
+        if msg.sys_flag & _COMPRESSED:
+            refused = inflate_refusal(msg.body, self.config.store.max_message_size)
+            if refused is not None:
+                return refused
         if half and self.config.reject_transaction_message:
             return self._rejected_transaction()
         if is_timer_message(msg.properties) and not msg.delay_time_level:
