@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.helpers import Recorder, addr_of, push_consumer, roundtrip
 from txmq import Admin, BrokerError, ClientError, InvalidMessageError, Message, Producer, SendStatus
-from txmq.message import MessageSysFlag
+from txmq.message import MessageSysFlag, encode_batch
 from txmq.remoting.codec import encode_command
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -135,6 +135,21 @@ def test_a_compressed_body_must_inflate_within_max_message_size(cluster, strict_
         assert rec.bodies() == [b"fits " * 600]
     finally:
         consumer.shutdown()
+
+
+@pytest.mark.xfail(strict=True, reason="the batch rules (accept_batch in the compiled txmq.broker.core.send) do not "
+                   "inflate a batch flagged compressed")
+def test_a_batch_flagged_compressed_must_inflate_within_max_message_size(cluster, strict_broker):
+    """A batch's sysFlag is each of its messages' as stored: flagged compressed, each body is inflated by consumers
+    as a single message's is, so each must inflate within maxMessageSize as a single send's must."""
+    header = {"producerGroup": "p_zip", "topic": "known", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+              "queueId": "0", "sysFlag": str(int(MessageSysFlag.COMPRESSED)), "bornTimestamp": "0", "flag": "0",
+              "properties": "", "reconsumeTimes": "0", "unitMode": "false", "batch": "true"}
+    small_bomb = zlib.compress(b"\0" * 100_000)  # within the limit compressed, 100 KB inflated
+    resp = roundtrip(strict_broker.addrs["broker"], RemotingCommand.request(
+        RequestCode.SEND_BATCH_MESSAGE, header, body=encode_batch([Message("known", small_bomb)])))
+    assert resp.code == ResponseCode.MESSAGE_ILLEGAL, resp
+    assert _messages(cluster.namesrv_addr, "known") == 0
 
 
 GARBAGE = [

@@ -19,7 +19,8 @@ from selenium.webdriver.common.by import By
 from tests.e2e.cluster import Cluster
 from tests.e2e.console_browser import Site, running_browser
 from tests.e2e.console_http import Http
-from tests.e2e.helpers import Recorder, push_consumer
+from tests.e2e.helpers import RawClient, Recorder, push_consumer
+from tests.e2e.test_operator_errors import _half
 from txmq import ConsumeStatus, LocalTransactionState, Message, Producer, TransactionProducer
 from txmq.admin import MQAdminExt
 from txmq.launch import ServerProcess, free_port, txmq_command
@@ -140,6 +141,18 @@ class Undecided:
         return LocalTransactionState.UNKNOWN
 
 
+def _row_form(site: Site, table_id: str, cell: str, action: str) -> str:
+    """The id of the ``action`` form on the row of table ``table_id`` that has a cell ``cell``."""
+    row = next(tr for tr in site.driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")
+               if cell in [td.text for td in tr.find_elements(By.TAG_NAME, "td")])
+    return next(f.get_attribute("id") for f in row.find_elements(By.TAG_NAME, "form") if f.text == action.title())
+
+
+def _decide_row(site: Site, group: str, action: str) -> None:
+    """Press ``action`` on the pending row of producer group ``group``, and accept the confirmation."""
+    site.submit(_row_form(site, "pending", group, action), accept=True)
+
+
 def test_transactions_commit_and_rollback_with_confirmation(site):
     with TransactionProducer("web_txp", Undecided(), site.cluster.namesrv_addr) as producer:
         keep = producer.send_message_in_transaction(Message("web_t", b"operator commit", keys="tx_keep"))
@@ -149,11 +162,11 @@ def test_transactions_commit_and_rollback_with_confirmation(site):
     assert set(pending) == {keep.transaction_id, drop.transaction_id}
     assert pending[keep.transaction_id][2:4] == ["web_t", "web_txp"]
     site.shot("transactions")
-    site.submit(f"commit-{keep.transaction_id}", accept=False)
+    site.submit(_row_form(site, "pending", keep.transaction_id, "commit"), accept=False)
     assert len(site.rows("pending")) == 2
-    site.submit(f"commit-{keep.transaction_id}", accept=True)
+    site.submit(_row_form(site, "pending", keep.transaction_id, "commit"), accept=True)
     site.wait(lambda: "committed on broker-a by an operator" in site.text("#notice"), "the commit notice")
-    site.submit(f"rollback-{drop.transaction_id}", accept=True)
+    site.submit(_row_form(site, "pending", drop.transaction_id, "rollback"), accept=True)
     site.wait(lambda: "rolled back" in site.text("#notice"), "the rollback notice")
     assert site.rows("pending") == []
     site.open("/messages")
@@ -206,6 +219,26 @@ def test_server_serves_the_console(tmp_path):
         proc.kill()
 
 
+
+
+def test_a_row_s_decision_decides_that_row_s_half(site):
+    """A row's buttons decide the half the row shows, whatever its transaction id: an id that other halves carry
+    too (another group's, a producer's retry), or one of digits, which as an id names a half offset (here another
+    group's half)."""
+    with RawClient(site.cluster.procs[1].addrs["broker"]) as raw:
+        first = _half(raw, "web_t", "web_d1", "WEBDUP" * 5)
+        second = _half(raw, "web_t", "web_d2", "WEBDUP" * 5)
+        digits = _half(raw, "web_t", "web_d3", str(first))
+    site.open("/transactions")
+    _decide_row(site, "web_d2", "rollback")
+    site.wait(lambda: "rolled back on broker-a" in site.text("#notice"), "the rollback notice")
+    _decide_row(site, "web_d3", "commit")
+    site.wait(lambda: "committed on broker-a" in site.text("#notice"), "the commit notice")
+    with MQAdminExt(site.cluster.namesrv_addr) as admin:
+        states = {offset: admin.tx_show(str(offset))["state"] for offset in (first, second, digits)}
+    assert states == {first: "PENDING", second: "ROLLBACK", digits: "COMMIT"}, states
+
+
 def test_discarded_transaction_resumed(site):
     """A broker that gives up fast (one check) discards a transaction its producer never decides; the console
     lists it as discarded and puts it back into checking."""
@@ -221,7 +254,7 @@ def test_discarded_transaction_resumed(site):
                         timeout=30, reload=True)[0]
         assert row[1:4] == ["broker-b", "web_b", "web_orphan"] and row[5] == "1"
         site.shot("transactions-discarded")
-        site.submit(f"resume-{tx.transaction_id}")
+        site.submit(_row_form(site, "discarded", tx.transaction_id, "resume"))
         assert f"transaction {tx.transaction_id} resumed into checking on broker-b" in site.text("#notice")
         assert tx.transaction_id in [r[0] for r in site.rows("pending")]
 
@@ -256,12 +289,13 @@ def _unchanged(admin: MQAdminExt, tx_id: str) -> None:
     assert tx_id in pending  # not committed
 
 
-def _forged(tx_id: str) -> list[tuple[str, dict[str, str]]]:
+def _forged(admin: MQAdminExt, tx_id: str) -> list[tuple[str, dict[str, str]]]:
+    tx = admin.tx_show(tx_id)
     return [("/topics", {"topic": "forged_t", "queues": "4", "perm": "6"}),
             ("/topics/forge_t/perm", {"perm": "4"}),
             ("/topics/forge_t/delete", {}),
             ("/groups/forge_g/reset", {"topic": "forge_t", "time": "2000-01-01T00:00:00"}),
-            (f"/transactions/{tx_id}/commit", {})]
+            (f"/transactions/{tx['broker']}/{tx['halfOffset']}/commit", {"id": tx_id})]
 
 
 def test_forged_posts_are_refused_and_change_nothing(site, forge):
@@ -278,12 +312,12 @@ def test_forged_posts_are_refused_and_change_nothing(site, forge):
         assert answer.status == 403, (path, headers, answer.status, answer.text[:300])
         assert "refused" in answer.text or "another site" in answer.text
 
-    for path, form in _forged(tx_id):
+    for path, form in _forged(admin, tx_id):
         refused(path, form, evil)
         refused(path, form, {})
         refused(path, {**form, "csrf": "made-up"}, {"Origin": site.base})
     token = client.token("/topics")
-    for path, form in _forged(tx_id):
+    for path, form in _forged(admin, tx_id):
         refused(path, {**form, "csrf": token}, evil)
         refused(path, {**form, "csrf": token}, {"Sec-Fetch-Site": "cross-site"})
     _unchanged(admin, tx_id)
@@ -305,7 +339,7 @@ def test_cross_site_form_in_a_real_browser_changes_nothing(site, forge, tmp_path
     pages = {f"/attack{i}": ATTACK_PAGE.format(
         action=site.base + path,
         fields="".join(f'<input name="{k}" value="{v}">' for k, v in form.items()))
-        for i, (path, form) in enumerate(_forged(tx_id))}
+        for i, (path, form) in enumerate(_forged(admin, tx_id))}
 
     class Attacker(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -323,7 +357,7 @@ def test_cross_site_form_in_a_real_browser_changes_nothing(site, forge, tmp_path
     thread = threading.Thread(target=attacker.serve_forever, daemon=True)
     thread.start()
     try:
-        for i, (path, _) in enumerate(_forged(tx_id)):
+        for i, (path, _) in enumerate(_forged(admin, tx_id)):
             site.driver.get(f"http://127.0.0.1:{attacker.server_port}/attack{i}")
             site.wait(lambda: site.driver.current_url.startswith(site.base) and site.text("h1") == "Forbidden",
                       f"the console's refusal of the forged POST to {path}", timeout=10)

@@ -221,3 +221,31 @@ def test_a_transaction_id_that_names_several_halves_is_refused_until_an_offset_n
     assert r.returncode == 0 and "committed" in r.stdout, r.stderr
     r = txmq(cluster, "tx", "show", str(first))
     assert re.search(r"^state:\s+PENDING$", r.stdout, re.M), r.stdout
+
+
+def test_transactions_by_id_or_offset_on_two_brokers(cluster):
+    """A half offset names one half on one broker, and every broker numbers its halves from 0: deciding by offset
+    without a broker would decide whatever half each broker holds there, so it needs ``--broker``. ``show`` of an
+    id several halves carry says so (as ``commit`` does), and ``--group`` narrows a ``commit`` as it narrows
+    ``show``."""
+    conf = {"grpcPort": -1, "transactionTimeOut": 600_000}
+    a, b = cluster.start_broker("broker-a", conf), cluster.start_broker("broker-b", conf)
+    assert txmq(cluster, "topic", "create", "dup_tx2", "--queues", "1").returncode == 0
+    cluster.wait_route("dup_tx2", brokers=2)
+    with RawClient(a.addrs["broker"]) as raw:
+        first = _half(raw, "dup_tx2", "dup2_g1", "TWICE" * 6)
+        second = _half(raw, "dup_tx2", "dup2_g2", "TWICE" * 6)
+    with RawClient(b.addrs["broker"]) as raw:
+        others = [_half(raw, "dup_tx2", "dup2_g3", f"OTHER{n}" * 6) for n in range(2)]
+    assert {first, second} == set(others)  # the same offsets on both brokers
+    shown = one_line_error(txmq(cluster, "tx", "show", "TWICE" * 6), "tx")
+    assert f"half offsets {first}, {second}" in shown and "broker-a" in shown, shown
+    refused = one_line_error(txmq(cluster, "tx", "commit", str(second)), "tx")
+    assert "--broker" in refused and "broker-a" in refused and "broker-b" in refused, refused
+    r = txmq(cluster, "tx", "commit", str(second), "--broker", "broker-a")
+    assert r.returncode == 0 and "committed on broker-a" in r.stdout, r.stderr
+    r = txmq(cluster, "tx", "commit", "TWICE" * 6, "--group", "dup2_g1")
+    assert r.returncode == 0 and "committed on broker-a" in r.stdout, r.stderr
+    r = txmq(cluster, "tx", "list", "--json")
+    pending = {(broker, t["halfOffset"]) for broker, d in orjson.loads(r.stdout).items() for t in d["pending"]}
+    assert pending == {("broker-b", others[0]), ("broker-b", others[1])}, pending

@@ -171,6 +171,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
               opt("--limit", type=int, default=100,
                   help="list: at most this many of each state (default 100, at most 1000)"),
               opt("--group", default="", help="only this producer group's (what a non-admin account may see)"),
+              opt("--broker", default="", help="show, resume, commit, rollback: only this broker's (a half offset "
+                                               "names a half of one broker: needed with several)"),
               opt("--json", action="store_true", help="list, show: print JSON"), *CLIENT)
 def cmd_tx(args: argparse.Namespace) -> int:
     from txmq.client.admin import Admin
@@ -192,7 +194,7 @@ def cmd_tx(args: argparse.Namespace) -> int:
                         print(f"  {state:9} {t['transactionId']} topic={t['topic']} group={t['group']} "
                               f"age={t['ageS']}s checks={t['checks']} halfOffset={t['halfOffset']}")
         elif args.action == "show":
-            tx = admin.tx_show(args.id, args.group)
+            tx = admin.tx_show(args.id, args.group, args.broker)
             if args.json:
                 print_json(tx)
                 return 0
@@ -203,11 +205,11 @@ def cmd_tx(args: argparse.Namespace) -> int:
                 print(f"{'property:':<17}{k}={v}")
             print(f"{'body:':<17}{tx.get('body', '')}")
         elif args.action in ("commit", "rollback"):
-            broker = admin.tx_decide(args.id, args.action.upper())
+            broker = admin.tx_decide(args.id, args.action.upper(), args.group, args.broker)
             print(f"transaction {args.id} {'committed' if args.action == 'commit' else 'rolled back'} on {broker} "
                   "by an operator")
         else:
-            broker = admin.tx_resume(args.id, args.group)
+            broker = admin.tx_resume(args.id, args.group, args.broker)
             print(f"transaction {args.id} resumed into checking on {broker}")
     return 0
 

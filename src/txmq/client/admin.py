@@ -16,6 +16,12 @@ from txmq.remoting.request_headers import CreateTopicRequestHeader
 from txmq.topic import PermName, check_topic
 
 
+def names_half_offset(ident: str) -> bool:
+    """Whether a transaction request's ``id`` is taken as a half offset (digits, shorter than 20) rather than a
+    transaction id: the broker's rule (``AdminBrokerProcessor._find_half``)."""
+    return ident.isdigit() and len(ident) < 20
+
+
 class Admin(ClientBase):
     def __init__(self, namesrv: str | None = None) -> None:
         super().__init__(namesrv, None, "admin")
@@ -145,10 +151,23 @@ class Admin(ClientBase):
                                                                                          dict(ext)))))
         return {name: orjson.loads(r.body) for name, r in resps.items()}
 
-    def _tx_each(self, code: int, ident: str, group: str, extra: dict[str, str] | None = None
+    def _tx_each(self, code: int, ident: str, group: str, extra: dict[str, str] | None = None, broker: str = ""
                  ) -> dict[str, RemotingCommand]:
+        """The request asked of ``broker``, or of each broker. A half offset names a half of one broker (each numbers
+        its halves from 0): with several brokers it is asked of the one ``broker`` names, never of each (each would
+        show, resume or decide whatever half it holds there)."""
         ext = {"id": ident, **({"group": group} if group else {}), **(extra or {})}
-        resps = self._call(self._each_broker(lambda: RemotingCommand.request(code, dict(ext))))
+
+        async def go() -> dict[str, RemotingCommand]:
+            if not broker and names_half_offset(ident):
+                brokers = sorted(await self._brokers())
+                if len(brokers) > 1:
+                    raise ClientError(f"half offset {ident} names a half of one broker: choose the broker (--broker "
+                                      f"{' or '.join(brokers)})")
+            return await self._each_broker(lambda: RemotingCommand.request(code, dict(ext)),
+                                           [broker] if broker else None)
+
+        resps = self._call(go())
         for r in resps.values():
             if r.code == ResponseCode.NO_PERMISSION:
                 raise BrokerError(r.code, r.remark)
@@ -162,17 +181,21 @@ class Admin(ClientBase):
                if r.code == ResponseCode.QUERY_NOT_FOUND and r.remark and r.remark != "no such transaction"]
         return ClientError(f"no broker knows transaction {ident}" + (f" ({'; '.join(why)})" if why else ""))
 
-    def tx_show(self, ident: str, group: str = "") -> dict[str, Any]:
-        """The transaction named by transaction id or half offset, from the first broker that knows it."""
-        resps = self._tx_each(RequestCode.TXMQ_TX_SHOW, ident, group)
+    def tx_show(self, ident: str, group: str = "", broker: str = "") -> dict[str, Any]:
+        """The transaction named by transaction id or half offset (of ``broker``: ``_tx_each``), from the first broker
+        that knows it."""
+        resps = self._tx_each(RequestCode.TXMQ_TX_SHOW, ident, group, broker=broker)
         for name, r in resps.items():
             if r.code == ResponseCode.SUCCESS:
                 return {"broker": name, **orjson.loads(r.body)}
+            if r.code != ResponseCode.QUERY_NOT_FOUND:  # an id several halves carry: the answer names them
+                raise BrokerError(r.code, f"{name}: {r.remark}")
         raise self._unknown(ident, resps)
 
-    def tx_decide(self, ident: str, outcome: str, group: str = "") -> str:
-        """An operator's COMMIT or ROLLBACK of the transaction named by id or half offset; the broker's name."""
-        resps = self._tx_each(RequestCode.TXMQ_TX_DECIDE, ident, group, {"outcome": outcome})
+    def tx_decide(self, ident: str, outcome: str, group: str = "", broker: str = "") -> str:
+        """An operator's COMMIT or ROLLBACK of the transaction named by id or half offset (of ``broker``:
+        ``_tx_each``); the broker's name."""
+        resps = self._tx_each(RequestCode.TXMQ_TX_DECIDE, ident, group, {"outcome": outcome}, broker)
         for name, r in resps.items():
             if r.code == ResponseCode.SUCCESS:
                 return name
@@ -184,9 +207,9 @@ class Admin(ClientBase):
                 raise BrokerError(r.code, f"{name}: {r.remark}")
         raise self._unknown(ident, resps)
 
-    def tx_resume(self, ident: str, group: str = "") -> str:
+    def tx_resume(self, ident: str, group: str = "", broker: str = "") -> str:
         errors = []
-        resps = self._tx_each(RequestCode.TXMQ_TX_RESUME, ident, group)
+        resps = self._tx_each(RequestCode.TXMQ_TX_RESUME, ident, group, broker=broker)
         for name, r in resps.items():
             if r.code == ResponseCode.SUCCESS:
                 return name

@@ -421,34 +421,42 @@ async def transactions(request: web.Request) -> web.Response:
     for broker, d in sorted(data.items()):
         for t in d["pending"]:
             pending.append((t["transactionId"], broker, t["topic"], t["group"], f"{t['ageS']:.0f} s", t["checks"],
-                            _decide_forms(t["transactionId"])))
+                            t["halfOffset"], _decide_forms(broker, t)))
         for t in d["discarded"]:
             discarded.append((t["transactionId"], broker, t["topic"], t["group"], f"{t['ageS']:.0f} s", t["checks"],
-                              Raw(form(path("transactions", t["transactionId"], "resume"), [], "Resume",
-                                       form_id=f"resume-{t['transactionId']}") + _decide_forms(t["transactionId"]))))
+                              t["halfOffset"], Raw(_tx_form(broker, t, "resume") + _decide_forms(broker, t))))
     return render(request, "Transactions",
-                  section("Pending", table(("Transaction", "Broker", "Topic", "Producer group", "Age", "Checks", ""),
-                                           pending, "pending", empty="no pending transaction")),
-                  section("Discarded", table(("Transaction", "Broker", "Topic", "Producer group", "Age", "Checks", ""),
-                                             discarded, "discarded", empty="no discarded transaction")),
+                  section("Pending", table(TX_COLUMNS, pending, "pending", empty="no pending transaction")),
+                  section("Discarded", table(TX_COLUMNS, discarded, "discarded", empty="no discarded transaction")),
                   active="/transactions")
 
 
-def _decide_forms(tx_id: str) -> Raw:
-    return Raw("".join(
-        form(path("transactions", tx_id, action), [], action.title(), form_id=f"{action}-{tx_id}",
-             confirm=f"{action.title()} transaction {tx_id}? An operator's decision is final: the first one wins.")
-        for action in ("commit", "rollback")))
+TX_COLUMNS = ("Transaction", "Broker", "Topic", "Producer group", "Age", "Checks", "Half offset", "")
+
+
+def _tx_form(broker: str, t: dict[str, Any], action: str, confirm: str = "") -> Raw:
+    """A button acting on the row's half by its broker and half offset: its transaction id is the one its producer
+    chose, which other halves may carry too, and one of digits would name a half offset (another half)."""
+    return form(path("transactions", broker, str(t["halfOffset"]), action), [hidden("id", t["transactionId"])],
+                action.title(), form_id=f"{action}-{broker}-{t['halfOffset']}", confirm=confirm)
+
+
+def _decide_forms(broker: str, t: dict[str, Any]) -> Raw:
+    question = "transaction {}? An operator's decision is final: the first one wins."
+    return Raw("".join(_tx_form(broker, t, action, f"{action.title()} {question.format(t['transactionId'])}")
+                       for action in ("commit", "rollback")))
 
 
 async def transaction_action(request: web.Request) -> web.StreamResponse:
-    admin, tx_id, action = admin_of(request), request.match_info["id"], request.match_info["action"]
+    admin, action = admin_of(request), request.match_info["action"]
+    broker, half = request.match_info["broker"], request.match_info["half"]
+    tx_id = str((await request.post()).get("id", ""))[:200] or f"at half offset {half}"
     try:
         if action == "resume":
-            broker = await call(admin.tx_resume, tx_id)
+            await call(admin.tx_resume, half, "", broker)
             notice = f"transaction {tx_id} resumed into checking on {broker}"
         else:
-            broker = await call(admin.tx_decide, tx_id, action.upper())
+            await call(admin.tx_decide, half, action.upper(), "", broker)
             done = "committed" if action == "commit" else "rolled back"
             notice = f"transaction {tx_id} {done} on {broker} by an operator"
     except TxmqError as exc:
@@ -531,7 +539,7 @@ def make_app(config: ConsoleConfig) -> web.Application:
         web.get("/groups/{group}", group_detail), web.post("/groups/{group}/reset", group_reset),
         web.get("/messages", messages), web.get("/messages/{id}", message_detail),
         web.post("/messages/{id}/resend", message_resend), web.get("/transactions", transactions),
-        web.post("/transactions/{id}/{action:commit|rollback|resume}", transaction_action),
+        web.post("/transactions/{broker}/{half:[0-9]{1,19}}/{action:commit|rollback|resume}", transaction_action),
         web.get("/charts", charts), web.get("/api/stats", api_stats), web.static("/static", STATIC),
     ])
     return app

@@ -411,7 +411,7 @@ class AdminBrokerProcessor:
             offsets = ", ".join(str(offset) for offset, _ in sorted(found, key=lambda f: f[0]))
             return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark=(
                 f"transaction id {ident} is carried by {len(found)} half messages (half offsets {offsets}): name "
-                "one by its half offset"))
+                f"one by its half offset on broker {self.broker.config.broker_name}"))
         return found[0]
 
     def _no_such_transaction(self, cmd: RemotingCommand, ident: str) -> RemotingCommand:
