@@ -13,6 +13,7 @@ import dataclasses
 import gc
 import importlib
 import importlib.machinery
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -349,12 +350,16 @@ def test_send_checks_are_the_same_interpreted(tmp_path: Path) -> None:
         out += [answer(sends.accept(m, i == 1)) for i, m in enumerate(timed)]
         batches = [[], [(0, b"x" * 1001, {})], [(0, b"x", {"DELAY": "2"})], [(0, b"x", {"TIMER_DELAY_MS": "5"})],
                    [(0, b"x", {"TRAN_MSG": "true"}), (0, b"y", {})], [(0, b"x", {}), (0, b"y", {})]]
-        out += [answer(sends.accept_batch(b, {}, 0)) for b in batches]
+        out += [answer(sends.accept_batch(b, {}, 0, 0)) for b in batches]
+        bomb, fits = zlib.compress(b"\0" * 5000), zlib.compress(b"y" * 900)  # over and within maxMessageSize (1000)
+        out += [answer(sends.accept_batch([(0, body, {})], {}, 0, 1)) for body in (bomb, b"junk", fits[:-3], fits)]
+        out += [answer(sends.accept(MessageExt("t", body, {}, born_timestamp=1_700_000_000_000, sys_flag=1), False))
+                for body in (bomb, b"junk", fits)]
         half_batch = {"TRAN_MSG": "true", "UNIQ_KEY": "b"}
-        out += [answer(sends.accept_batch(b, p, 0)) for b, p in [
+        out += [answer(sends.accept_batch(b, p, 0, 0)) for b, p in [
             ([(0, b"x" * 400, {"UNIQ_KEY": "u"})], half_batch), ([(0, b"x", {})], half_batch),
             ([(0, b"x", {"UNIQ_KEY": "u"})], {"TRAN_MSG": "true"}), ([(0, b"x", {"UNIQ_KEY": "u"})], half_batch)]]
-        out.append(answer(sends.accept_batch([(0, b"x", {})], {}, 1)))
+        out.append(answer(sends.accept_batch([(0, b"x", {})], {}, 1, 0)))
         config.is_slave, config.reject_transaction_message = True, True  # type: ignore[misc]
         out += [answer(sends.topic_of("t", 10, False, None)), answer(sends.accept(half, True))]
         out += [answer(module.reserved_refusal(p)) for p in ({}, {"TXMQ_OP": "x"}, {"TXMQ_HALF_BATCH": "1"},

@@ -137,8 +137,6 @@ def test_a_compressed_body_must_inflate_within_max_message_size(cluster, strict_
         consumer.shutdown()
 
 
-@pytest.mark.xfail(strict=True, reason="the batch rules (accept_batch in the compiled txmq.broker.core.send) do not "
-                   "inflate a batch flagged compressed")
 def test_a_batch_flagged_compressed_must_inflate_within_max_message_size(cluster, strict_broker):
     """A batch's sysFlag is each of its messages' as stored: flagged compressed, each body is inflated by consumers
     as a single message's is, so each must inflate within maxMessageSize as a single send's must."""

@@ -252,8 +252,9 @@ class SendService:
         return None
 
     def accept_batch(self, entries: list[tuple[int, bytes, dict[str, str]]], batch_props: dict[str, str],
-                     born_timestamp: int) -> int | Refusal:
-        """A batch's rules: not empty, each message within maxMessageSize and not delayed, all of them half
+                     born_timestamp: int, sys_flag: int) -> int | Refusal:
+        """A batch's rules: not empty, each message within maxMessageSize and not delayed (and, the batch flagged
+        compressed, which each message is stored with, inflating within it: ``inflate_refusal``), all of them half
         (transactional) messages or none, the born timestamp they share (0: the broker's time); halves only where
         the broker takes transactions; a half batch's own rules (``_half_batch_refusal``). Its count of halves."""
         if not entries:
@@ -264,9 +265,14 @@ class SendService:
                 return refused
         limit = self.config.store.max_message_size
         halves = 0
+        compressed = sys_flag & _COMPRESSED
         for _flag, data, props in entries:
             if len(data) > limit:
                 return Refusal(Kind.MESSAGE_ILLEGAL, f"a batch message of {len(data)} bytes exceeds maxMessageSize")
+            if compressed:
+                refused = inflate_refusal(data, limit)
+                if refused is not None:
+                    return refused
             if props.get(_DELAY) or is_timer_message(props):
                 return Refusal(Kind.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
             halves += is_half(props)

@@ -240,7 +240,7 @@ class SendMessageProcessor:
         born_host = peer_host(conn)
         entries = req.entries
         if entries is not None:
-            halves = sends.accept_batch(entries, req.props, h.born_timestamp)
+            halves = sends.accept_batch(entries, req.props, h.born_timestamp, h.sys_flag)
             if isinstance(halves, Refusal):
                 return refused(cmd, halves)
             if is_half(req.props):
