@@ -69,9 +69,11 @@ class SlaveSynchronize:
         groups_stored = b.subscription_group_manager.replace_all(group_docs)
         # Last: the topics are in the table before the first await, with the offsets, in the same step of the loop
         # (no change of role in between); only their write is waited for, and the groups'.
-        await b.topic_config_manager.replace_all(topic_configs)
-        if groups_stored is not None:
-            await groups_stored
+        try:
+            await b.topic_config_manager.replace_all(topic_configs)
+        finally:  # the groups' write is waited for (and its failure seen) whatever the topics' did
+            if groups_stored is not None:
+                await groups_stored
 
 
 def _parsed(topics: Any, offsets: Any, delays: Any, groups: Any) -> tuple[
