@@ -19,7 +19,7 @@ import txmq.store.mapped_file as mapped_file
 import txmq.store.message_store as message_store
 from tests.killed_child import lines_until_killed
 from tests.store.crash_writer import body_for
-from tests.store.store_helpers import make_config, msg, reopened_store, run
+from tests.store.store_helpers import assert_killed_cleanly, make_config, msg, reopened_store, run
 from txmq.errors import StoreError
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
@@ -143,7 +143,7 @@ def test_sigkill_with_sends_spread_over_many_queues_keeps_every_queue_whole(root
         store = DefaultMessageStore(make_config(root))
         try:
             report = store.recovery_report
-            assert not report.clean_shutdown and report.corrupt_offsets == []
+            assert_killed_cleanly(report, acked)
             assert report.consume_queues_rebuilt == []
             for off, (qid, qoff, key) in acked.items():
                 assert store.get_commit_log_offset_in_queue("crash", qid, qoff) == off
