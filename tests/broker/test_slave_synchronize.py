@@ -164,3 +164,35 @@ def test_a_slave_takes_its_master_s_subscription_groups_and_keeps_them_across_a_
             assert sorted(restarted.subscription_group_manager.table) == ["r"]
 
     asyncio.run(main())
+
+
+def test_a_copy_that_cannot_be_stored_is_one_log_line_for_the_run(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk under the slave's config journal: each copy's write fails (every 3 s); one line says so, not a
+    traceback each time, and one more when copies are stored again."""
+    master = Master(dict(GOOD))
+
+    async def main() -> None:
+        async with slave_of(master, tmp_path) as slave:
+            sync = slave.slave_synchronize
+            groups = slave.subscription_group_manager
+
+            def full(document: Any) -> asyncio.Future[None]:
+                done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                done.set_exception(OSError(28, "No space left on device"))
+                return done
+
+            monkeypatch.setattr(groups.journal, "append_soon", lambda *args: full(args[0]))
+            with caplog.at_level(logging.INFO, "txmq.broker"):
+                for n in range(3):
+                    master.bodies[GROUPS] = {"subscriptionGroupTable": {
+                        f"g{n}": SubscriptionGroupConfig(f"g{n}").to_json()}}
+                    await sync.sync_all()  # raised OSError before
+                monkeypatch.undo()
+                await sync.sync_all()
+            lines = [r for r in caplog.records if "slave synchronize" in r.getMessage()]
+            assert [r.exc_info for r in lines] == [None, None], [r.getMessage() for r in lines]
+            assert "could not be stored" in lines[0].getMessage() and "works again" in lines[1].getMessage()
+            assert sorted(groups.table) == ["g2"]
+
+    asyncio.run(main())

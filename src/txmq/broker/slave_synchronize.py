@@ -57,7 +57,17 @@ class SlaveSynchronize:
         except (ClientError, OSError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             self._failures.failed("slave synchronize from %s failed: %s", addr, exc)
             return
+        try:
+            await self._adopt(addr, copy)
+        except OSError as exc:  # a full disk: one line for the run (the copy serves from memory; a restart reads
+            # the last one stored, and its first copy adopts the master's again)
+            self._failures.failed("slave synchronize from %s: the copy could not be stored: %s", addr, exc)
+            return
         self._failures.worked("slave synchronize from %s works again", addr)
+
+    async def _adopt(self, addr: str, copy: tuple[list[Any], dict[str, str], dict[str, dict[int, int]],
+                                                  dict[int, int], list[Any]]) -> None:
+        """The master's tables become this slave's; ``OSError`` when their write failed."""
         b = self.broker
         topic_configs, skipped, offset_table, delay_table, group_docs = copy
         if skipped and skipped != self._skipped:
