@@ -86,10 +86,14 @@ class NamesrvRegistration:
         if self._stopped:
             return
         cfg = self._topic(topic)
-        if cfg is None or self.config.broker_id != 0:  # a slave's topics reach no route
+        # a slave's topics reach no route: a full registration, as when a name server refuses the topic's
+        if cfg is None or self.config.broker_id != 0 or not await self._topic_accepted(cfg):
             await self.register_all()
-            self._on_registered([topic])
-            return
+        self._on_registered([topic])
+
+    async def _topic_accepted(self, cfg: TopicConfig) -> bool:
+        """REGISTER_TOPIC_IN_NAMESRV of ``cfg`` to every name server at once: whether each accepted it."""
+        topic = cfg.topic_name
         queue_data = {"brokerName": self.config.broker_name, "readQueueNums": cfg.read_queue_nums,
                       "writeQueueNums": cfg.write_queue_nums, "perm": PermName.within(cfg.perm, self._permission()),
                       "topicSynFlag": cfg.topic_sys_flag}
@@ -104,9 +108,7 @@ class NamesrvRegistration:
                 return False
             return resp.code == ResponseCode.SUCCESS
 
-        if not all(await asyncio.gather(*map(accepted, self.config.namesrv_addrs))):
-            await self.register_all()
-        self._on_registered([topic])
+        return all(await asyncio.gather(*map(accepted, self.config.namesrv_addrs)))
 
     def _wrapper(self) -> dict[str, Any]:
         """The topic config wrapper, each topic's perm within the broker's (RocketMQ's ``registerBrokerAll``): a

@@ -136,9 +136,7 @@ class SubscriptionGroupManager:
             with contextlib.suppress(AttributeError, TypeError, ValueError, InvalidMessageError):
                 cfg = SubscriptionGroupConfig.from_json(data)
                 table[cfg.group_name] = cfg
-        current = dict(self.table)
-        for queued in self.queued:
-            _apply(current, queued)
+        current = self._with_queued()
         change: GroupChange = {name: cfg for name, cfg in table.items() if current.get(name) != cfg}
         change.update((name, None) for name in current if name not in table)
         if not change:
@@ -176,10 +174,14 @@ class SubscriptionGroupManager:
         """The document a fold writes: the groups as stored and every queued change, as the journal holds them
         once written (a fold taken before a queued change failed is not written: ``ConfigJournal`` appends its
         record instead)."""
+        return _document(self._with_queued())
+
+    def _with_queued(self) -> dict[str, SubscriptionGroupConfig]:
+        """The groups as stored with every queued change applied: what the journal holds once they are written."""
         table = dict(self.table)
         for change in self.queued:
             _apply(table, change)
-        return _document(table)
+        return table
 
     def persist(self) -> None:
         """The whole table as the snapshot, the journal emptied."""

@@ -10,16 +10,11 @@ import orjson
 from txmq.client.base import ClientBase
 from txmq.client.instance import master_addrs
 from txmq.errors import BrokerError, ClientError
+from txmq.remoting.admin_headers import half_offset_of
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import CreateTopicRequestHeader
 from txmq.topic import PermName, check_topic
-
-
-def names_half_offset(ident: str) -> bool:
-    """Whether a transaction request's ``id`` is taken as a half offset (digits, shorter than 20) rather than a
-    transaction id: the broker's rule (``AdminBrokerProcessor._find_half``)."""
-    return ident.isdigit() and len(ident) < 20
 
 
 class Admin(ClientBase):
@@ -159,7 +154,7 @@ class Admin(ClientBase):
         ext = {"id": ident, **({"group": group} if group else {}), **(extra or {})}
 
         async def go() -> dict[str, RemotingCommand]:
-            if not broker and names_half_offset(ident):
+            if not broker and half_offset_of(ident) is not None:
                 brokers = sorted(await self._brokers())
                 if len(brokers) > 1:
                     raise ClientError(f"half offset {ident} names a half of one broker: choose the broker (--broker "

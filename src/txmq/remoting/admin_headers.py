@@ -97,6 +97,12 @@ class TxRequestHeader(Header):
     group: str | None = None
 
 
+def half_offset_of(ident: str) -> int | None:
+    """The half offset a transaction request's ``id`` names (digits, shorter than 20), or None: a transaction id.
+    The broker reads ``id`` so, and the admin client asks which brokers by it (each numbers its halves from 0)."""
+    return int(ident) if ident.isdigit() and len(ident) < 20 else None
+
+
 @dataclasses.dataclass(slots=True)
 class TxDecideRequestHeader(Header):
     """txmq's TXMQ_TX_DECIDE (9006): an operator's COMMIT or ROLLBACK."""

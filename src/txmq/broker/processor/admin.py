@@ -24,6 +24,7 @@ from txmq.remoting.admin_headers import (
     TxListRequestHeader,
     TxRequestHeader,
     ViewMessageRequestHeader,
+    half_offset_of,
 )
 from txmq.remoting.codec import DEFAULT_MAX_FRAME_SIZE
 from txmq.remoting.codes import RequestCode, ResponseCode
@@ -396,9 +397,10 @@ class AdminBrokerProcessor:
         carry (a producer's retry of a half, another group's id), which only a half offset tells apart."""
         ident, group = h.id, h.group
         found: list[tuple[int, MessageExt]] = []
-        if ident.isdigit() and len(ident) < 20:
-            half = self.broker.transaction_service.half_message(int(ident))
-            found = [(int(ident), half)] if half is not None else []
+        half_offset = half_offset_of(ident)
+        if half_offset is not None:
+            half = self.broker.transaction_service.half_message(half_offset)
+            found = [(half_offset, half)] if half is not None else []
         else:
             found = [(m.queue_offset, m) for m in self.broker.store.query_message(RMQ_SYS_TRANS_HALF_TOPIC, ident,
                                                                                    MAX_HALVES_OF_ID)
@@ -417,7 +419,8 @@ class AdminBrokerProcessor:
     def _no_such_transaction(self, cmd: RemotingCommand, ident: str) -> RemotingCommand:
         """The answer when no half is found; for a half offset retention deleted, it says so."""
         remark = "no such transaction"
-        if ident.isdigit() and len(ident) < 20 and self.broker.transaction_service.half_gone(int(ident)):
+        half_offset = half_offset_of(ident)
+        if half_offset is not None and self.broker.transaction_service.half_gone(half_offset):
             remark = f"half message {ident} was deleted by retention (fileReservedTime)"
         return RemotingCommand.response_to(cmd, ResponseCode.QUERY_NOT_FOUND, remark=remark)
 
