@@ -4,10 +4,12 @@ failure one line on stderr with a non-zero exit, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -51,6 +53,12 @@ def test_server_start_errors(tmp_path):
         r = txmq(None, "broker", "-c", str(conf), timeout=30)
         assert f"another process listens on that port (choose another with haListenPort in {conf})" \
             in one_line_error(r, "broker")
+    with _taken_above_a_free_port() as listen_port:  # the HA port no key set: listenPort + 1
+        conf.write_text(f"brokerName=b\nstorePathRootDir={tmp_path / 'd'}\ngrpcPort=-1\nnamesrvAddr=127.0.0.1:1\n"
+                        f"brokerRole=SYNC_MASTER\nlistenPort={listen_port}\n")
+        r = txmq(None, "broker", "-c", str(conf), timeout=30)
+        assert "another process listens on that port (choose another with haListenPort in " \
+            f"{conf}, listenPort + 1 while unset)" in one_line_error(r, "broker")
     r = txmq(None, "broker", "-c", str(tmp_path / "absent.conf"))
     assert one_line_error(r, "broker") == f"txmq broker: no such file: {tmp_path / 'absent.conf'}"
     for line, expected in (("listenPort = abc", "config listenPort: 'abc' is not an integer"),
@@ -58,6 +66,24 @@ def test_server_start_errors(tmp_path):
         conf = tmp_path / "bad.conf"
         conf.write_text(f"brokerName=b\n{line}\n")
         assert expected in one_line_error(txmq(None, "broker", "-c", str(conf)), "broker")
+
+
+@contextlib.contextmanager
+def _taken_above_a_free_port() -> Iterator[int]:
+    """A free port whose next port is held by a listening socket while the block runs."""
+    for _ in range(100):
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            below = busy.getsockname()[1] - 1
+            try:
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", below))
+            except OSError:
+                continue
+            yield below
+            return
+    raise AssertionError("no free port found below a taken one")
 
 
 def test_conf_read_as_properties_fresh_store_and_log_level(cluster, tmp_path):

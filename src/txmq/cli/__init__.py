@@ -84,8 +84,13 @@ def port_flag(exc: OSError, args: argparse.Namespace) -> str:
     if len(flags) == 1:
         return flags[0]
     config = getattr(args, "config", None)
-    keys = [k for k, v in _config_file(config).items() if k.lower().endswith("port") and v.strip() == taken[-1]]
-    return f"{keys[0]} in {config}" if len(keys) == 1 else "--port"
+    conf = _config_file(config)
+    keys = [k for k, v in conf.items() if k.lower().endswith("port") and v.strip() == taken[-1]]
+    if len(keys) == 1:
+        return f"{keys[0]} in {config}"
+    if config and "haListenPort" not in conf and conf.get("listenPort", "").strip() == str(int(taken[-1]) - 1):
+        return f"haListenPort in {config}, listenPort + 1 while unset"
+    return "--port"
 
 
 def _config_file(path: str | None) -> dict[str, str]:
