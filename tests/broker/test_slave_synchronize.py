@@ -196,3 +196,29 @@ def test_a_copy_that_cannot_be_stored_is_one_log_line_for_the_run(
             assert sorted(groups.table) == ["g2"]
 
     asyncio.run(main())
+
+
+def test_a_topics_copy_whose_write_failed_is_written_by_the_next_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copied topics are served from memory when their write fails; the next copy, though its table is the
+    same, writes them, so a restart reads what was served (it read the table before the failure)."""
+    master = Master(dict(GOOD))
+
+    async def main() -> None:
+        async with slave_of(master, tmp_path) as slave:
+            topics = slave.topic_config_manager
+
+            def full(document: Any) -> asyncio.Future[None]:
+                done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                done.set_exception(OSError(28, "No space left on device"))
+                return done
+
+            monkeypatch.setattr(topics.journal, "replace_soon", full)
+            await slave.slave_synchronize.sync_all()
+            assert "T" in topics.table
+            monkeypatch.undo()
+            await slave.slave_synchronize.sync_all()
+            stored = orjson.loads(topics.journal.path.read_bytes())["topicConfigTable"]
+            assert stored["T"]["readQueueNums"] == 2, sorted(stored)
+
+    asyncio.run(main())

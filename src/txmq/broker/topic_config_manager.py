@@ -49,6 +49,7 @@ class TopicConfigManager:
         # Per topic with changes not settled yet: [its entry as stored (the last change of it that did not fail),
         # how many of its changes are not settled]; replaced with the table (``replace_all``).
         self.unsettled: dict[str, list[Any]] = {}
+        self.copy_unstored = False  # a slave's copy of its master's table is served, its write failed: the next writes
         saved, changes = self.journal.load()
         if saved:
             self._load_configs((saved.get("topicConfigTable") or {}).values())
@@ -174,11 +175,15 @@ class TopicConfigManager:
         Persisted when they changed, done once that is durable. One that does not parse or names no legal topic is
         dropped, as when loading."""
         table = _legal(saved, "the master")
+        if table == self.table and not self.copy_unstored:
+            return
         if table != self.table:
             self.table = table
             self.next_version()
             self.unsettled = {}  # a change still unsettled undoes itself in the table it was made in
-            await asyncio.shield(self.journal.replace_soon(self.serialize()))
+        self.copy_unstored = True
+        await asyncio.shield(self.journal.replace_soon(self.serialize()))
+        self.copy_unstored = False
 
     def _changed(self, puts: list[TopicConfig], deleted: str | None = None) -> asyncio.Future[None]:
         """``puts`` created or changed, or the topic ``deleted``: in the table now, and in ``pending`` until the
