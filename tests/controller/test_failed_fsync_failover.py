@@ -1,6 +1,6 @@
 """A master whose disk fails an fsync, in controller mode: real etcd, a real controller and two replicas
 (SYNC_MASTER, SYNC_FLUSH) over real sockets, the replicas in this process so that one store's commit-log fsync
-can be made to fail (EIO, as ``test_durability_lost``). The master steps down at once and its last heartbeat tells
+can be made to fail (EIO, as ``test_durability_lost``). The master steps down at once and its heartbeats tell
 the controller it left: the controller elects the slave of its SyncStateSet at once, which takes sends and holds
 every send the old master acknowledged; the old master, restarted, rejoins as a slave of the new one and copies its
 log."""
@@ -120,7 +120,7 @@ def test_a_master_whose_fsync_failed_gives_way_to_its_in_sync_slave_and_rejoins_
             reply = await client.invoke(brokers[old].addr, _send(TOPIC, body=b"during"), 10)
             assert failed and reply.code != ResponseCode.SUCCESS, (failed, reply.code, reply.remark)
             assert brokers[old].store.durability.lost
-            # The latched master stops acknowledging at once, and its last heartbeat tells the controller it
+            # The latched master stops acknowledging at once, and its heartbeats tell the controller it
             # left: the slave is elected without waiting for the heartbeat timeout (a minute here).
             assert await _until(lambda: not brokers[old].replicas_manager.is_master, 2)
             assert await _until(lambda: brokers[new].replicas_manager.is_master, LONG_TIMEOUT_MS / 1000 / 4), \
@@ -148,6 +148,39 @@ def test_a_master_whose_fsync_failed_gives_way_to_its_in_sync_slave_and_rejoins_
                  brokers[new].store.max_phy_offset)
             assert not rejoined.replicas_manager.is_master and not rejoined.store.durability.lost
             assert _bodies(rejoined)[-1] == b"after"
+
+    _with_etcd(tmp_path, go)
+
+
+def test_a_controller_taking_over_hears_the_withdrawn_replica_leave_within_a_heartbeat_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Heartbeats live in the controller's memory: one taking over gives every replica a whole heartbeat timeout.
+    The withdrawn replica goes on telling that it left, each heartbeat interval, so the next controller knows it
+    gone within one interval, not after the timeout (a minute here) during which it would count it alive."""
+
+    async def go(etcd: EtcdProcess) -> None:
+        async with _group(tmp_path, etcd, LONG_TIMEOUT_MS) as (controller, brokers), RemotingClient() as client:
+            old = next(rid for rid, b in brokers.items() if b.replicas_manager.is_master)
+            failed = fail_once(monkeypatch, _commit_log(brokers[old]))
+            reply = await client.invoke(brokers[old].addr, _send(TOPIC, body=b"during"), 10)
+            assert failed and reply.code != ResponseCode.SUCCESS, (failed, reply.code, reply.remark)
+            assert await _until(lambda: brokers[3 - old].replicas_manager.is_master, 15)
+            port = controller.server.port
+            await controller.close()
+            taker = ControllerManager(EtcdDCS(etcd.endpoint), port=port, scan_interval_s=0.2)
+            await taker.start()
+            try:
+                assert await _until(lambda: taker.manager is not None, 10), "the controller did not take over"
+
+                def heard_leave() -> bool:
+                    assert taker.manager is not None
+                    hb = taker.manager.heartbeats.get(("broker-f", old))
+                    return hb is not None and hb.reported > 0 and hb.timeout_s == 0
+
+                assert await _until(heard_leave, 3), taker.manager.heartbeats.get(("broker-f", old))
+                assert not taker.manager.alive("broker-f", old)
+            finally:
+                await taker.close()
 
     _with_etcd(tmp_path, go)
 

@@ -99,8 +99,8 @@ class ReplicasManager:
         self._task: asyncio.Task[None] | None = None
         self._changing = asyncio.Lock()
         self._last_problem = ""
-        self._withdrawn = False  # the store lost durability: only the last heartbeat, until heard (logged once)
-        self._left = False  # the controller heard this withdrawn replica's last heartbeat
+        self._withdrawn = False  # the store lost durability: only heartbeats saying it left (logged once)
+        self._left = False  # a controller heard this withdrawn replica leave (logged once)
         self._leave_tried = -math.inf  # time.monotonic() of the last try to send it
 
     @property
@@ -196,21 +196,21 @@ class ReplicasManager:
         durability = self.broker.store.durability
         if durability.lost and not self._withdrawn:
             self._withdrawn = True
-            log.error("%s: this replica (id %d) leaves its group: one last heartbeat tells the controller, which "
+            log.error("%s: this replica (id %d) leaves its group: its heartbeats tell the controller, which "
                       "elects an alive member of the SyncStateSet %s other than it, if there is one; restart the "
                       "broker to rejoin", durability.why, self.replica_id, self.sync_state_set)
         return self._withdrawn
 
     async def _leave(self) -> None:
-        """A withdrawn replica's last heartbeat: its timeout 0, so that the controller counts it gone at once
+        """A withdrawn replica's heartbeat: its timeout 0, so that the controller counts it gone at once
         (a master: an election now, as Kafka's controller moves leaders off a broker whose log directory
         failed) and never elects it, where silence alone would leave it a candidate, and its group without a
-        master, for ``controllerHeartBeatTimeoutMills``. Tried once a heartbeat interval until one controller
-        acts on it, a master once it stepped down; its answer is not applied. Failing, the silence does the same
-        after the timeout."""
+        master, for ``controllerHeartBeatTimeoutMills``. Sent once a heartbeat interval for as long as the replica
+        runs, a master once it stepped down: a controller taking over keeps heartbeats in memory only, and hears it
+        within one interval. Its answer is not applied. Failing, the silence does the same after the timeout."""
         now = time.monotonic()
         interval = self.broker.config.broker_heartbeat_interval / 1000
-        if self._left or self.is_master or now - self._leave_tried < interval:
+        if self.is_master or now - self._leave_tried < interval:
             return
         first = self._leave_tried == -math.inf
         self._leave_tried = now
@@ -222,8 +222,9 @@ class ReplicasManager:
                             "heartbeat interval, and without it the controller elects after "
                             "controllerHeartBeatTimeoutMills", exc)
             return
-        self._left = True
-        log.warning("the controller heard this replica (id %d) leave its group", self.replica_id)
+        if not self._left:
+            self._left = True
+            log.warning("the controller heard this replica (id %d) leave its group", self.replica_id)
 
     async def _fence_if_expired(self, until: float) -> None:
         """Watch the lease until the next heartbeat: past it, or once the store lost durability, a master steps
