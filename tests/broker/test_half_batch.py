@@ -115,6 +115,30 @@ def test_a_commit_cut_short_by_a_crash_is_finished_after_recovery(tmp_path, then
     asyncio.run(go())
 
 
+def test_a_plain_message_carrying_a_real_message_s_id_is_no_commit_of_the_first_half(tmp_path):
+    """After a crash, a commit is looked for among the messages that carry its real messages' ids and name the half
+    as theirs (PREPAREDTRANSACTIONOFFSET). A plain message's field is 0, the first record's offset: a plain message
+    with such an id (any producer may choose one) is no commit of the half at offset 0, which stays pending."""
+    async def go() -> None:
+        store, service = await open_service(tmp_path)
+        first = await half_batch(service, "a", 2)
+        assert first[1] == 0
+        plain = rows("a", 1)[0]
+        assert (await store.put_message(MessageExt(plain.topic, b"not the commit", dict(plain.properties),
+                                                   queue_id=1, born_host=("127.0.0.1", 1)))).status \
+            == PutMessageStatus.PUT_OK
+        store.commit_log.flush()
+        store.close_without_shutdown()
+
+        store, service = await open_service(tmp_path)
+        assert first[0] in service.table.recovered
+        assert not await service.resolve_recovered(service._taken_half(first[1])[0], first[0])
+        assert [r.code for r in await batch(service, [(first, ROLLBACK)])] == [OK]
+        assert stored(store) == ["not the commit"]
+        await store.shutdown()
+    asyncio.run(go())
+
+
 def test_only_the_broker_marks_a_half_batch(tmp_path):
     """A sender's own ``TXMQ_HALF_BATCH`` on a plain half is dropped: its COMMIT stores its body as it is
     (read as a batch, the decision would fail). A stored batch body that cannot be read fails its entry only."""

@@ -24,7 +24,7 @@ from txmq.broker.transaction.half import real_messages
 from txmq.broker.transaction.state import COMMIT, EXPIRED, FINAL, ROLLBACK, Before, Outcome
 from txmq.broker.transaction.tracking import RECENT_HALF_OVERHEAD, EndEntry, EndResult, TransactionTracking
 from txmq.errors import RemoteProtocolError, StoreError
-from txmq.message import MessageConst, MessageExt
+from txmq.message import MessageConst, MessageExt, MessageSysFlag
 from txmq.remoting.codes import ResponseCode
 from txmq.store import PutMessageResult, PutMessageStatus
 from txmq.store.group_commit import Waiter
@@ -58,6 +58,13 @@ def _stored_answer(put: PutMessageResult) -> EndResult:
     """The answer to a commit whose real messages this stored put holds (a refused op record does not change it)."""
     return _STORED[ResponseCode.SUCCESS if put.ok else ResponseCode.SERVICE_NOT_AVAILABLE
                    if put.status is PutMessageStatus.NOT_ACKNOWLEDGED else ResponseCode.FLUSH_DISK_TIMEOUT]
+
+
+def _commit_of(stored: MessageExt, half: MessageExt) -> bool:
+    """Whether ``stored`` is a real message a COMMIT of ``half`` stored: a commit's own type, naming the half (a
+    plain message's PREPAREDTRANSACTIONOFFSET is 0, the first record's offset, and its ids are the producer's)."""
+    return stored.prepared_transaction_offset == half.commit_log_offset \
+        and MessageSysFlag.transaction_value(stored.sys_flag) == MessageSysFlag.TRANSACTION_COMMIT_TYPE
 
 
 def _no_half(group: str, commit_log_offset: int) -> str:
@@ -409,8 +416,7 @@ class Decisions(TransactionTracking):
         left = []
         for real in reals:
             uniq = real.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if not uniq or not any(m.prepared_transaction_offset == half.commit_log_offset
-                                   for t in topics for m in self.store.query_message(t, uniq, 64)):
+            if not uniq or not any(_commit_of(m, half) for t in topics for m in self.store.query_message(t, uniq, 64)):
                 left.append(real)
         return left
 
