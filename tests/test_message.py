@@ -172,6 +172,21 @@ def test_uniq_ids_when_the_clock_steps_back():
     assert int(ids[-1][20:28], 16) == 3_605_000
 
 
+def test_uniq_ids_when_the_clock_steps_back_before_the_months_first_id():
+    """A process that started its month (at its start, or at the month's first id) and whose clock then stepped back
+    into the month before, before its next id: the time field is not before the month's start (it wrapped to
+    0xFFFFFFFF, 49.7 days into the month, and those ids sorted after every later one)."""
+    now = [_utc_ms(2027, 2, 1, 0, 0, 5)]
+    gen = UniqIdGenerator("10.0.0.1", clock_ms=lambda: now[0])
+    now[0] -= 3_600_000  # an hour back: into January
+    ids = [gen.next_id() for _ in range(3)]
+    now[0] += 7_200_000
+    ids += [gen.next_id() for _ in range(3)]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert [int(i[20:28], 16) for i in ids] == [0, 0, 0, 3_605_000, 3_605_000, 3_605_000]
+
+
 def test_java_string_hash_matches_java():
     assert java_string_hash("TagA") == 2598919  # "TagA".hashCode() in Java
     assert java_string_hash("") == 0

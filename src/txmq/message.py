@@ -568,7 +568,8 @@ class UniqIdGenerator:
     unsigned here (Java casts it to ``int``, which wraps negative after day 24.86; the bytes are the same), so a
     31-day month fits. At each month boundary the field starts again from 0 and the salt moves up by one, so a
     process's ids stay unique and in order across every boundary; a clock that steps back keeps counting on from
-    the last id instead. ``clock_ms`` (epoch ms) is injectable for tests.
+    the last id instead, and one stepped back past the start of the month its ids are in counts from that start (the
+    field is unsigned: a negative time would wrap to 49.7 days). ``clock_ms`` (epoch ms) is injectable for tests.
     """
 
     def __init__(self, ip: str = "127.0.0.1", clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
@@ -596,7 +597,7 @@ class UniqIdGenerator:
             if now >= self._next_month_start:
                 self._salt = (self._salt + 1) & 0xFFFFFFFF
                 self._start_month(now)
-            key = (now - self._month_start, next(self._counter) & 0xFFFF)
+            key = (max(0, now - self._month_start), next(self._counter) & 0xFFFF)
             if key <= self._last:  # same ms and the counter wrapped, or the clock stepped back
                 last_ms, last_seq = self._last
                 key = (last_ms + (1 if last_seq == 0xFFFF else 0), (last_seq + 1) & 0xFFFF)

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
 
 log = logging.getLogger("txmq.broker")
+# The reset timestamp that asks for the end (RocketMQ's, as ``skipAccumulatedMessage`` sends it): -1 alone, as any
+# other time before 1970 is one a broker's clock may have stamped records with.
+SKIP_TO_END = -1
 
 def _answer(cmd: RemotingCommand, body: Any = None, code: int = ResponseCode.SUCCESS,
             remark: str | None = None) -> RemotingCommand:
@@ -217,17 +220,18 @@ class OpsProcessor:
         return _answer(cmd, {"groupList": sorted(groups)})
 
     def _reset_offset(self, conn: Connection, cmd: RemotingCommand, h: ResetOffsetRequestHeader) -> RemotingCommand:
-        """Offsets of ``group`` on ``topic`` to the first message stored at or after ``timestamp`` (-1: the end);
-        without ``isForce`` an offset only moves back. Online consumers are told (RESET_CONSUMER_CLIENT_OFFSET)
-        and start again from the new offsets; gRPC receives read on from them (``PopService.reset``: the group's
-        pop state would read on from where it was, and its next ack write its own offset over the new one)."""
+        """Offsets of ``group`` on ``topic`` to the first message stored at or after ``timestamp``, or to the end
+        (``SKIP_TO_END``); without ``isForce`` an offset only moves back. Online consumers are told
+        (RESET_CONSUMER_CLIENT_OFFSET) and start again from the new offsets; gRPC receives read on from them
+        (``PopService.reset``: the group's pop state would read on from where it was, and its next ack write its
+        own offset over the new one)."""
         queues = self._queues(h.topic)
         if queues is None or h.topic in INTERNAL_TOPICS:
             return self._no_topic(cmd, h.topic)
         store, offsets = self.broker.store, self.broker.consumer_offset_manager
         table = []
         for q in queues:
-            target = (store.get_max_offset_in_queue(h.topic, q, confirmed=True) if h.timestamp < 0
+            target = (store.get_max_offset_in_queue(h.topic, q, confirmed=True) if h.timestamp == SKIP_TO_END
                       else store.get_offset_in_queue_by_time(h.topic, q, h.timestamp, confirmed=True))
             current = offsets.query(h.group, h.topic, q)
             if not h.is_force and 0 <= current < target:
