@@ -48,6 +48,7 @@ log = logging.getLogger("txmq.broker")
 # other time before 1970 is one a broker's clock may have stamped records with.
 SKIP_TO_END = -1
 
+
 def _answer(cmd: RemotingCommand, body: Any = None, code: int = ResponseCode.SUCCESS,
             remark: str | None = None) -> RemotingCommand:
     raw = b"" if body is None else body if isinstance(body, bytes) else fastjson.dumps(body)
