@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from txmq import Admin, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageQueue, Producer, PushConsumer
+from txmq.message import HEAD_SIZE, create_offset_msg_id, decode_offset_msg_id
 from txmq.remoting.codec import FrameDecoder, encode_command
 from txmq.remoting.command import RemotingCommand
+from txmq.store.record import encode_record, seal
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,30 @@ class RawClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def forged_record(fake: MessageExt, at: int) -> bytes:
+    """``fake`` as the store would write it at commit-log offset ``at``: a whole record, valid in every field (magic,
+    PHYSICALOFFSET, CRC trailer), that a producer can carry in the body of a plain message."""
+    fake.commit_log_offset = at
+    rec = encode_record(fake)
+    seal(rec)
+    return bytes(rec)
+
+
+def carry_forged_record(producer: Producer, topic: str, fake: MessageExt) -> str:
+    """Send plain messages to ``topic`` whose body is ``forged_record(fake, ...)`` until one lands where it says it
+    is; the offset message id (the broker's address, the commit-log offset) of the forged record. Each send's record
+    has the same size, so the third lands where the first two predict."""
+    landed: list[int] = []
+    for _ in range(6):
+        at = landed[-1] + (landed[-1] - landed[-2]) + HEAD_SIZE if len(landed) > 1 else 0
+        r = producer.send(Message(topic, forged_record(fake, at)))
+        host, offset = decode_offset_msg_id(r.offset_msg_id)
+        landed.append(offset)
+        if offset + HEAD_SIZE == at:
+            return create_offset_msg_id(host, at)
+    raise AssertionError(f"the forged record never landed where it said: {landed}")
 
 
 def roundtrip(hostport: str, cmd: RemotingCommand) -> RemotingCommand:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import ALL_HOURS
-from tests.e2e.helpers import hold_unregister
+from tests.e2e.helpers import carry_forged_record, hold_unregister
 from txmq import (
     Admin,
     BrokerError,
@@ -38,12 +38,11 @@ from txmq import (
     SendStatus,
     TransactionProducer,
 )
-from txmq.message import HEAD_SIZE, MessageExt, MessageSysFlag, decode_offset_msg_id
+from txmq.message import MessageExt, MessageSysFlag, decode_offset_msg_id
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import EndTransactionRequestHeader
 from txmq.remoting.transport import RemotingClient
-from txmq.store.record import encode_record, seal
 
 COMMIT, ROLLBACK, UNKNOWN = LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK, LocalTransactionState.UNKNOWN
 TX_CONF: dict[str, object] = {"transactionTimeOut": 1000, "transactionCheckInterval": 500, "transactionCheckMax": 3,
@@ -305,28 +304,11 @@ def test_duplicate_and_conflicting_end_transaction(cluster, restart):
     assert st["pending"] == 0 and st["commits"] == 0  # nothing new was committed after the restart
 
 
-def forged_half(half_offset: int, group: str, real_topic: str, at: int) -> bytes:
-    """A whole commit-log record, as the store would write it at commit-log offset ``at``, of a half message
-    claiming half offset ``half_offset`` for ``group``: what a producer can carry in the body of a plain message."""
-    fake = MessageExt(HALF_TOPIC, b"forged", {"PGROUP": group, "REAL_TOPIC": real_topic, "REAL_QID": "0",
-                                              "TRAN_MSG": "true", "UNIQ_KEY": "F" * 32},
-                      queue_offset=half_offset, commit_log_offset=at)
-    rec = encode_record(fake)
-    seal(rec)
-    return bytes(rec)
-
-
-def carry_forged_half(producer: Producer, topic: str, half_offset: int, real_topic: str) -> int:
-    """Send plain messages whose body is ``forged_half`` until one lands where it says it is; its commit-log
-    offset. Each send's record has the same size, so the third lands where the first two predict."""
-    landed: list[int] = []
-    for _ in range(6):
-        at = landed[-1] + (landed[-1] - landed[-2]) + HEAD_SIZE if len(landed) > 1 else 0
-        r = producer.send(Message(topic, forged_half(half_offset, producer.group, real_topic, at)))
-        landed.append(decode_offset_msg_id(r.offset_msg_id)[1])
-        if landed[-1] + HEAD_SIZE == at:
-            return at
-    raise AssertionError(f"the forged half never landed where it said: {landed}")
+def forged_half(half_offset: int, group: str, real_topic: str) -> MessageExt:
+    """A half message claiming half offset ``half_offset`` for ``group``: what a producer forges in a body
+    (``carry_forged_record``)."""
+    return MessageExt(HALF_TOPIC, b"forged", {"PGROUP": group, "REAL_TOPIC": real_topic, "REAL_QID": "0",
+                                              "TRAN_MSG": "true", "UNIQ_KEY": "F" * 32}, queue_offset=half_offset)
 
 
 def test_a_half_forged_in_a_message_body_decides_nothing(cluster):
@@ -339,7 +321,8 @@ def test_a_half_forged_in_a_message_body_decides_nothing(cluster):
         pending = victim.send_message_in_transaction(Message(victim_topic, b"victim-0"))
     assert pending.status == SendStatus.SEND_OK
     with Producer("p_tx_forger", cluster.namesrv_addr) as forger:
-        at = carry_forged_half(forger, carrier, pending.queue_offset, forged_topic)
+        forged = forged_half(pending.queue_offset, "p_tx_forger", forged_topic)
+        at = decode_offset_msg_id(carry_forged_record(forger, carrier, forged))[1]
     # The forger's own group, the victim's half offset, a commit-log offset inside the forger's message body.
     ext = EndTransactionRequestHeader(producer_group="p_tx_forger", tran_state_table_offset=pending.queue_offset,
                                       commit_log_offset=at, commit_or_rollback=MessageSysFlag.TRANSACTION_COMMIT_TYPE,

@@ -10,6 +10,8 @@ Not servable:
   to them);
 * a record whose sys flag says prepared or rolled back, wherever it is stored: the store keeps such records out
   of every consume queue, and serving one by offset or key would be a way around that.
+* a record named by its commit-log offset that its own consume queue does not name (``txmq.store.queued``): a
+  whole record a producer carried in a message body, with a topic and properties of its choosing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from txmq.acl.model import Action, Needs
 from txmq.errors import RemoteProtocolError, StoreError
 from txmq.message import MessageExt, decode_message
 from txmq.store.dispatcher import builds_consume_queue
+from txmq.store.queued import is_queue_entry, not_queued
 from txmq.topic import (
     RMQ_SYS_SCHEDULE_TOPIC,
     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
@@ -59,11 +62,16 @@ class RecordAt(NamedTuple):
 
 
 def read_record_at(store: DefaultMessageStore, offset: int) -> RecordAt:
+    """The record at ``offset``; none when its consume queue does not name it (a record forged in a message body).
+    A record whose sys flag keeps it out of every queue is kept: ``servable`` refuses it for what it is."""
     try:
         raw = store.read_record(offset)
-        return RecordAt(offset, raw, decode_message(raw)[0])
+        msg = decode_message(raw)[0]
     except (StoreError, RemoteProtocolError) as exc:
         return RecordAt(offset, b"", None, str(exc))
+    if builds_consume_queue(msg.sys_flag) and not is_queue_entry(store, msg, offset):
+        return RecordAt(offset, b"", None, not_queued(offset))
+    return RecordAt(offset, raw, msg)
 
 
 def record_needs(record: RecordAt, needs: Needs) -> Needs:

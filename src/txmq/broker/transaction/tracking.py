@@ -16,11 +16,11 @@ from txmq.broker.consumer_offset_manager import DEFAULT_MAX_ENTRIES
 from txmq.broker.transaction.metrics import TransactionMetrics
 from txmq.broker.transaction.ops import OpQueue
 from txmq.broker.transaction.state import Before, Outcome, TransactionStateTable
-from txmq.errors import StoreError
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.refusals import RefusalLog
 from txmq.store import DefaultMessageStore, GetMessageStatus
 from txmq.store.group_commit import Waiter
+from txmq.store.queued import look_queued_message
 from txmq.topic import RMQ_SYS_TRANS_HALF_TOPIC
 
 log = logging.getLogger("txmq.transaction")
@@ -110,18 +110,15 @@ class TransactionTracking:
 
     def _taken_half(self, commit_log_offset: int) -> tuple[MessageExt, int]:
         """The half message stored at ``commit_log_offset`` and when it was stored (``_stored_ms``): remembered, both
-        are taken out of memory; else read from the store, where the half queue must name it (raises ``StoreError``
-        when there is none)."""
+        are taken out of memory; else read from the store, where its consume queue must name it (raises
+        ``StoreError`` when there is none)."""
         taken = self._recent_halves.pop(commit_log_offset, None)
         if taken is not None:
             self._recent_bytes -= len(taken[0].body) + RECENT_HALF_OVERHEAD
             return taken
-        half = self.store.look_message_by_offset(commit_log_offset)
-        if self.store.get_commit_log_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0, half.queue_offset) \
-                != commit_log_offset:
-            # A whole record, valid in every field, that a producer carried in a message body is in the log but in
-            # no queue: taken for a half, it decided another group's transaction with a body of its own.
-            raise StoreError(f"commit-log offset {commit_log_offset}: not the half queue's entry")
+        # A record a producer forged in a message body is in no queue: taken for a half, it decided another group's
+        # transaction with a body of its own. Its caller checks that the queue is the half queue.
+        half = look_queued_message(self.store, commit_log_offset)
         return half, self._stored_ms(half)
 
     def _track(self, half_offset: int, half: MessageExt, first_check_s: int, *, schedule: bool = True) -> None:
