@@ -254,13 +254,14 @@ def test_a_shutdown_during_a_reset_does_not_commit_over_it(cluster, monkeypatch)
         await real_reset(topic, body)
         reset_done.set()
 
-    async def drop_queue(mq: MessageQueue, commit: bool = True, final: bool = False) -> None:
+    async def drop_queue(mq: MessageQueue, commit: bool = True, final: bool = False,
+                         deadline: float | None = None) -> None:
         if in_shutdown.get() and mq.topic == topic:
             shutdown_drops.set()
         elif in_reset.get() and not dropping.is_set():  # the reset's first drop waits for the shutdown's
             dropping.set()
             await _at_most(shutdown_drops, HOLD_S)
-        await real_drop(mq, commit, final)
+        await real_drop(mq, commit, final, deadline)
 
     async def commit_offset(mq: MessageQueue, offset: int) -> None:
         if in_shutdown.get() and mq.topic == topic:  # the shutdown's commits come after the reset's

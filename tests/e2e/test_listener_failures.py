@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from tests.e2e.helpers import push_consumer, wait_until
+from tests.e2e.helpers import Recorder, one_held_message_per_queue, push_consumer, wait_until
 from txmq import Admin, ConsumeStatus, Message, Producer, SendStatus
 from txmq.client.consumer import MessageExt, PushConsumer
+from txmq.client.pull_consumer import PullConsumer
 from txmq.errors import ClientError
 
 pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
@@ -313,3 +314,43 @@ def test_orderly_queue_given_up_while_its_listener_still_runs_stays_locked_until
         c1.shutdown()
     q = second[0].split(b"-")[0]
     assert second[:2] == [q + b"-m1", q + b"-m2"]  # after the message the running call consumed
+
+
+def test_shutdown_ends_while_listener_calls_never_return_and_leaves_their_messages_to_the_group(cluster):
+    """Listener calls on consume threads that never return: ``shutdown()`` waits 5 s in all for them (RocketMQ
+    waits ``awaitTerminationMillisWhenShutdown``, 0 by default) and returns, commits nothing past their messages,
+    and the group's next consumer gets them. It waited 5 s per busy queue, past its own 30 s bound (a
+    ``ClientError``), and then for the consume threads without end."""
+    topic = "never_returns_t"
+    queues = one_held_message_per_queue(cluster, topic, 8)
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def blocked(msgs: list[MessageExt]) -> ConsumeStatus:
+        entered.release()
+        release.wait()  # until the test ends: "forever" for the consumer
+        return ConsumeStatus.SUCCESS
+
+    consumer = push_consumer(cluster.namesrv_addr, "g_never_returns", topic, blocked,  # type: ignore[arg-type]
+                             consume_thread_nums=len(queues), persist_interval_s=60.0)
+    outcome: list[tuple[BaseException | None, float]] = []
+    stopper = threading.Thread(target=lambda: outcome.append(_timed_shutdown(consumer)), daemon=True)
+    try:
+        for _ in queues:
+            assert entered.acquire(timeout=20)  # a call that never returns on every queue
+        stopper.start()
+        stopper.join(40)
+        assert not stopper.is_alive()
+    finally:
+        release.set()
+        if stopper.ident is not None:
+            stopper.join(60)
+    error, took = outcome[0]
+    assert error is None and took < 15, outcome
+    next_one = Recorder()
+    with PullConsumer("g_never_returns", cluster.namesrv_addr) as probe:
+        assert [probe.fetch_consume_offset(mq) for mq in queues] == [0] * len(queues)
+    consumer = push_consumer(cluster.namesrv_addr, "g_never_returns", topic, next_one)
+    try:
+        assert next_one.wait_for(len(queues), 20)
+    finally:
+        consumer.shutdown()

@@ -61,6 +61,9 @@ _SERVED = frozenset({ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, Response
 # Integer.MAX_VALUE (no limit) in order
 _CONCURRENT_MAX_RECONSUME_TIMES = 16
 _ORDERLY_MAX_RECONSUME_TIMES = (1 << 31) - 1
+# How long a queue's drop waits for the listener calls in progress on it, so that what they consume is committed, not
+# consumed again; a shutdown waits this long in all, for every queue (RocketMQ waits awaitTerminationMillisWhenShutdown)
+_CALLS_WAIT_S = 5.0
 
 
 class ConsumeStatus(Enum):
@@ -202,6 +205,7 @@ class PushConsumer(ClientBase):
         # (orderly) queues a rebalance gave up while a listener call on them still ran, and whether to commit them
         # (not when an operator reset them): locked, its lock renewed, until the call returns
         self._releasing: dict[MessageQueue, tuple[ProcessQueue, bool]] = {}
+        self._stopping: list[ProcessQueue] = []  # the queues the last shutdown let go: their calls may still run
         self.offsets: dict[MessageQueue, int] = {}
         self._rebalance_now: asyncio.Event | None = None
         self._checked = False  # the masters accepted the subscriptions at this start (heartbeats may go)
@@ -281,8 +285,10 @@ class PushConsumer(ClientBase):
         # Under the rebalance lock: an operator's reset under way ends first (its drops are not committed, and its
         # offsets are committed last), where a drop beside it committed the offsets consumed before it over them.
         async with self._rebalance_lock:
+            self._stopping = [*self.queues.values(), *(pq for pq, _ in self._releasing.values())]
+            deadline = time.monotonic() + _CALLS_WAIT_S  # one wait for all: 5 s per busy queue outlasted shutdown
             for mq in list(self.queues):
-                await self._drop_queue(mq, final=True)
+                await self._drop_queue(mq, final=True, deadline=deadline)
             for mq, (pq, commit) in list(self._releasing.items()):  # every lock let go (RocketMQ's unlockAll)
                 await self._release(mq, pq, commit)
         # A reset told meanwhile commits its offsets (over those just committed) before the connections close.
@@ -299,7 +305,15 @@ class PushConsumer(ClientBase):
         super().shutdown()
 
     def _before_runtime_close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """End the consume threads; listener calls still running after the drops' wait are left to return on
+        their own (nothing of theirs is committed any more: their messages come to the group again), as RocketMQ's
+        shutdown gives up on its consume threads: waiting for them, a listener that never returns kept
+        ``shutdown()`` from returning."""
+        running = sum(self._busy(pq) for pq in self._stopping)
+        if running:
+            log.warning("consumer %s shuts down with listener calls still running on %d queues: their messages are "
+                        "not committed and are consumed again", self.group, running)
+        self._pool.shutdown(wait=not running, cancel_futures=True)
 
     def _heartbeat_data(self) -> dict[str, Any]:
         """Nothing (no heartbeat) until the masters accepted the SQL92 subscriptions, as RocketMQ's start runs
@@ -441,8 +455,10 @@ class PushConsumer(ClientBase):
         self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(pq))
         log.info("consumer %s takes %s:%s:%d from offset %d", self.group, mq.broker_name, mq.topic, mq.queue_id, offset)
 
-    async def _drop_queue(self, mq: MessageQueue, commit: bool = True, final: bool = False) -> None:
-        """Stop pulling ``mq``, let the listener calls in progress end (a while), commit its offset (unless
+    async def _drop_queue(self, mq: MessageQueue, commit: bool = True, final: bool = False,
+                          deadline: float | None = None) -> None:
+        """Stop pulling ``mq``, let the listener calls in progress end (until ``deadline``, by default
+        ``_CALLS_WAIT_S`` from now), commit its offset (unless
         ``commit`` is False) and, orderly, unlock it; an orderly queue whose call still runs stays locked until it
         returns (unless ``final``: the consumer shuts down). The queue stays held until then: a drop cut short (a
         rebalance cancelled by ``shutdown``) leaves it to the next one, and its offset to shutdown's commit,
@@ -462,11 +478,7 @@ class PushConsumer(ClientBase):
             pq.dropped = True  # from now on no listener call starts for this queue
         # Let listener calls in progress finish so that their offsets are committed, not replayed. Messages
         # that never reached the listener stay in ``pq.msgs`` and keep the committed offset below them.
-        for _ in range(100):
-            busy = self._busy(pq)
-            if not busy:
-                break
-            await asyncio.sleep(0.05)
+        busy = not await self._idle_by(pq, time.monotonic() + _CALLS_WAIT_S if deadline is None else deadline)
         if not commit:
             self.offsets.pop(mq, None)
         else:
@@ -485,6 +497,14 @@ class PushConsumer(ClientBase):
             del self.queues[mq]
         log.info("consumer %s releases %s:%d at offset %d", self.group, mq.topic, mq.queue_id,
                  self._consumed_offset(pq))
+
+    async def _idle_by(self, pq: ProcessQueue, deadline: float) -> bool:
+        """Wait until no listener call on ``pq`` runs, at most until ``deadline`` (monotonic): whether none does."""
+        while self._busy(pq):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     def _busy(self, pq: ProcessQueue) -> bool:
         """Whether a listener call on ``pq`` runs (or an orderly run of them)."""

@@ -1,8 +1,8 @@
 """Retries and dead letters, one path for every protocol (RocketMQ 5's ``consumerSendMsgBack`` and
 ``handleRetryAndDLQ``): a message a consumer gives back is stored again in its group's ``%RETRY%`` topic with a
-delay, until it has been consumed ``maxReconsumeTimes`` times (or delivered ``max_delivery_attempts`` times by
-pop); then it goes to the group's ``%DLQ%`` topic, created read-write and counted (``rocketmq_send_to_dlq_messages``)
-whichever protocol sent it there."""
+delay, until it has been consumed ``maxReconsumeTimes`` times (the sender's, else its group's ``retryMaxTimes``) or
+delivered ``max_delivery_attempts`` times by pop; then it goes to the group's ``%DLQ%`` topic, created read-write and
+counted (``rocketmq_send_to_dlq_messages``) whichever protocol sent it there."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from txmq.broker.core.topics import TopicService
     from txmq.broker.schedule import ScheduleMessageService
     from txmq.broker.stats import BrokerStats
+    from txmq.broker.subscription_group_manager import SubscriptionGroupManager
     from txmq.store import DefaultMessageStore
 
 log = logging.getLogger("txmq.broker")
@@ -38,8 +39,10 @@ def max_reconsume_times(given: int | None) -> int:
 
 class RetryService:
     def __init__(self, store: DefaultMessageStore, topics: TopicService, stats: BrokerStats,
-                 schedule: ScheduleMessageService, consumers: ConsumerManager, store_host: tuple[str, int]) -> None:
+                 schedule: ScheduleMessageService, consumers: ConsumerManager, store_host: tuple[str, int], *,
+                 groups: SubscriptionGroupManager) -> None:
         self.store = store
+        self.groups = groups
         self.topics = topics
         self.stats = stats
         self.schedule = schedule
@@ -120,10 +123,18 @@ class RetryService:
         if refused is not None:
             return refused
         msg = self._again(origin, retry_topic(group), origin.reconsume_times + 1, origin_msg_id or "")
-        if origin.reconsume_times >= max_reconsume_times(max_times) or delay_level < 0:
+        if origin.reconsume_times >= self._group_max_reconsume_times(group, max_times) or delay_level < 0:
             return await self._stored_dead_letter(msg, group, "send back")
         return (self._to_retry(msg, group, delay_level or FIRST_RETRY_LEVEL + origin.reconsume_times)
                 or await self._put(msg, "send back"))
+
+    def _group_max_reconsume_times(self, group: str, given: int | None) -> int:
+        """The sender's ``maxReconsumeTimes``, else the group's ``retryMaxTimes`` (``updateSubGroup``), as
+        RocketMQ's ``consumerSendMsgBack`` reads them: the C++ client and Java clients before 3.4.9 send none."""
+        if given is not None:
+            return given
+        config = self.groups.get(group)
+        return max_reconsume_times(None) if config is None else config.retry_max_times
 
     def write_refusal(self) -> Refusal | None:
         """Why this broker refuses a send or a message a consumer gives back (RocketMQ's ``consumerSendMsgBack``,

@@ -32,7 +32,8 @@ class BrokerCore:
                  consumers: ConsumerManager, stats: BrokerStats, transactions: TransactionalMessageService,
                  schedule: ScheduleMessageService, timers: TimerMessageStore, store_host: tuple[str, int]) -> None:
         self.topics = TopicService(topic_configs, config)
-        self.retries = RetryService(store, self.topics, stats, schedule, consumers, store_host)
+        self.retries = RetryService(store, self.topics, stats, schedule, consumers, store_host,
+                                    groups=subscription_groups)
         self.sends = SendService(config, store, self.topics, stats, transactions, schedule, timers, self.retries)
         self.pulls = PullService(config, store, topic_configs, subscription_groups, stats)
         self.pop = PopService(store, offsets, self.pulls, self.retries, max_states=config.pop_state_max_entries)
