@@ -528,6 +528,37 @@ def test_shutdown_inside_check_local_transaction_is_refused_and_the_check_answer
     assert [type(exc) for exc in raised] == [ClientError], raised
 
 
+def test_shutdown_returns_while_a_check_never_returns(cluster):
+    """A ``check_local_transaction`` that never returns (a database that hangs) does not keep ``shutdown()`` from
+    returning: it waits a while for the checks in progress, then leaves them (their answers would go nowhere; the
+    broker checks the transaction again with the group's next producer)."""
+    cluster.start_broker("broker-a", TX_CONF)
+    topic = "tx_check_hangs"
+    create_topic(cluster, topic, 1)
+    entered, release = threading.Event(), threading.Event()
+
+    class Hanging(Switchable):
+        def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+            entered.set()
+            release.wait()
+            return ROLLBACK
+
+    producer = TransactionProducer("p_tx_check_hangs", Hanging(), cluster.namesrv_addr)
+    producer.start()
+    stopper = threading.Thread(target=producer.shutdown, name="stopper")
+    try:
+        producer.send_message_in_transaction(Message(topic, b"hang-1"))  # UNKNOWN: the check decides
+        assert entered.wait(15), "no check came"
+        stopper.start()
+        stopper.join(20)
+        assert not stopper.is_alive(), "shutdown() did not return while a check hangs"
+        assert not producer.started
+    finally:
+        release.set()
+        if stopper.is_alive():
+            stopper.join(30)
+
+
 @contextlib.contextmanager
 def committing_producer(cluster, group: str, topic: str,
                         consumer_group: str) -> Iterator[tuple[TransactionProducer, Switchable, Collector]]:

@@ -50,6 +50,9 @@ from txmq.remoting.transport import Connection
 
 log = logging.getLogger("txmq.client")
 
+# How long a shutdown waits for the checks of local transactions in progress (RocketMQ's producer shuts its check
+# executor down without waiting)
+_CHECKS_WAIT_S = 5.0
 DISCOVER_AT_START_S = 10.0  # the brokers' discovery at start: past it, the start goes on without
 
 
@@ -116,6 +119,7 @@ class TransactionProducer(Producer):
         self._check_pool: concurrent.futures.ThreadPoolExecutor  # made at each start: shutdown() ends its threads
         self._checking = threading.local()  # ``active`` while this thread runs ``check_local_transaction``
         self._check_slots = threading.BoundedSemaphore(check_queue_size)
+        self._checks: set[concurrent.futures.Future[None]] = set()  # submitted, not done
         self.checks_received = 0
 
     async def _on_start(self) -> None:
@@ -129,15 +133,24 @@ class TransactionProducer(Producer):
             log.warning("producer %s could not reach the brokers at start: %s", self.group, exc or "timed out")
 
     def shutdown(self) -> None:
-        """From any thread but a check's: a shutdown waits for the checks in progress to end."""
+        """From any thread but a check's: a shutdown waits for the checks in progress to end, at most
+        ``_CHECKS_WAIT_S``."""
         if getattr(self._checking, "active", False):
             raise ClientError("shutdown() cannot run inside check_local_transaction (it would wait for the check "
                               "itself): call it from another thread")
         super().shutdown()
 
     def _before_runtime_close(self) -> None:
-        # under the lock of start() and shutdown(): a start from another thread makes its pool after this
-        self._check_pool.shutdown(wait=True, cancel_futures=True)
+        """End the check threads (under the lock of start() and shutdown(): a start from another thread makes its
+        pool after this). Checks still running after ``_CHECKS_WAIT_S`` are left to return on their own, as
+        RocketMQ's shutdown gives up on its check executor: a check that never returned (a database that hangs)
+        kept ``shutdown()`` from returning. Their answers go nowhere; the broker checks again."""
+        self._check_pool.shutdown(wait=False, cancel_futures=True)
+        _, running = concurrent.futures.wait(self._checks, _CHECKS_WAIT_S)
+        if running:
+            log.warning("producer %s shuts down with %d check%s of local transactions still running: left to "
+                        "return on their own, unanswered (the broker checks again)", self.group, len(running),
+                        "" if len(running) == 1 else "s")
 
     def _new_runtime(self, borrow: bool = False) -> ClientRuntime:
         self._check_pool = concurrent.futures.ThreadPoolExecutor(self.check_thread_pool_size,
@@ -262,8 +275,13 @@ class TransactionProducer(Producer):
         msg.transaction_id = msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or header.transaction_id
         loop = self._runtime.loop if self._runtime else None
         future = self._check_pool.submit(self._check, conn, header, msg, loop)
-        future.add_done_callback(lambda _f: self._check_slots.release())
+        self._checks.add(future)
+        future.add_done_callback(self._check_done)
         return None
+
+    def _check_done(self, future: concurrent.futures.Future[None]) -> None:
+        self._checks.discard(future)
+        self._check_slots.release()
 
     def _check(self, conn: Connection, header: CheckTransactionStateRequestHeader, msg: MessageExt, loop: Any) -> None:
         error: BaseException | None = None
