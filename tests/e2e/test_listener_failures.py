@@ -317,11 +317,14 @@ def test_orderly_queue_given_up_while_its_listener_still_runs_stays_locked_until
     assert second[:2] == [q + b"-m1", q + b"-m2"]  # after the message the running call consumed
 
 
-def test_shutdown_ends_while_listener_calls_never_return_and_leaves_their_messages_to_the_group(cluster):
+@pytest.mark.parametrize("during_reset", [False, True], ids=["alone", "during-a-reset"])
+def test_shutdown_ends_while_listener_calls_never_return_and_leaves_their_messages_to_the_group(cluster,
+                                                                                               during_reset):
     """Listener calls on consume threads that never return: ``shutdown()`` waits 5 s in all for them (RocketMQ
     waits ``awaitTerminationMillisWhenShutdown``, 0 by default) and returns, commits nothing past their messages,
     and the group's next consumer gets them. It waited 5 s per busy queue, past its own 30 s bound (a
-    ``ClientError``), and then for the consume threads without end."""
+    ``ClientError``), and then for the consume threads without end. An operator's reset under way, whose drops
+    the shutdown waits for, waits 5 s in all too: it waited 5 s per busy queue."""
     topic = "never_returns_t"
     queues = one_held_message_per_queue(cluster, topic, 8)
     entered, release = threading.Semaphore(0), threading.Event()
@@ -338,6 +341,10 @@ def test_shutdown_ends_while_listener_calls_never_return_and_leaves_their_messag
     try:
         for _ in queues:
             assert entered.acquire(timeout=20)  # a call that never returns on every queue
+        if during_reset:
+            with MQAdminExt(cluster.namesrv_addr) as admin:
+                admin.reset_offset("g_never_returns", topic, 0)
+            wait_until(lambda: consumer._resets, 10)
         stopper.start()
         stopper.join(40)
         assert not stopper.is_alive()

@@ -356,8 +356,9 @@ class PushConsumer(ClientBase):
         except (ValueError, AttributeError):
             table = []
         async with self._rebalance_lock:
+            deadline = time.monotonic() + _CALLS_WAIT_S  # one wait for all, as shutdown's: it waits for this lock
             for mq in [q for q in self.queues if q.topic == topic]:
-                await self._drop_queue(mq, commit=False)
+                await self._drop_queue(mq, commit=False, deadline=deadline)
             self._release_uncommitted(topic)
             for key, offset in table:
                 mq = MessageQueue(topic, key["brokerName"], int(key["queueId"]))
