@@ -12,6 +12,7 @@ import pytest
 
 from tests.e2e.helpers import Recorder, one_held_message_per_queue, push_consumer, wait_until
 from txmq import Admin, ConsumeStatus, Message, Producer, SendStatus
+from txmq.admin.client import MQAdminExt
 from txmq.client.consumer import MessageExt, PushConsumer
 from txmq.client.pull_consumer import PullConsumer
 from txmq.errors import ClientError
@@ -316,11 +317,14 @@ def test_orderly_queue_given_up_while_its_listener_still_runs_stays_locked_until
     assert second[:2] == [q + b"-m1", q + b"-m2"]  # after the message the running call consumed
 
 
-def test_shutdown_ends_while_listener_calls_never_return_and_leaves_their_messages_to_the_group(cluster):
+@pytest.mark.parametrize("during_reset", [False, True], ids=["alone", "during-a-reset"])
+def test_shutdown_ends_while_listener_calls_never_return_and_leaves_their_messages_to_the_group(cluster,
+                                                                                               during_reset):
     """Listener calls on consume threads that never return: ``shutdown()`` waits 5 s in all for them (RocketMQ
     waits ``awaitTerminationMillisWhenShutdown``, 0 by default) and returns, commits nothing past their messages,
     and the group's next consumer gets them. It waited 5 s per busy queue, past its own 30 s bound (a
-    ``ClientError``), and then for the consume threads without end."""
+    ``ClientError``), and then for the consume threads without end. An operator's reset under way, whose drops
+    the shutdown waits for, waits 5 s in all too: it waited 5 s per busy queue."""
     topic = "never_returns_t"
     queues = one_held_message_per_queue(cluster, topic, 8)
     entered, release = threading.Semaphore(0), threading.Event()
@@ -337,6 +341,10 @@ def test_shutdown_ends_while_listener_calls_never_return_and_leaves_their_messag
     try:
         for _ in queues:
             assert entered.acquire(timeout=20)  # a call that never returns on every queue
+        if during_reset:
+            with MQAdminExt(cluster.namesrv_addr) as admin:
+                admin.reset_offset("g_never_returns", topic, 0)
+            wait_until(lambda: consumer._resets, 10)
         stopper.start()
         stopper.join(40)
         assert not stopper.is_alive()
@@ -354,3 +362,40 @@ def test_shutdown_ends_while_listener_calls_never_return_and_leaves_their_messag
         assert next_one.wait_for(len(queues), 20)
     finally:
         consumer.shutdown()
+
+
+def test_shutdown_ends_while_a_call_on_a_queue_given_up_before_it_never_returns(cluster):
+    """A queue given up while its listener call still runs (here by an operator's reset; a rebalance gives one up
+    alike), the call never returning: the queue is taken again and consumed, and ``shutdown()`` later returns. It
+    judged only the queues it dropped itself, found them idle, and waited for the consume threads without end."""
+    topic = "given_up_never_returns_t"
+    group = "g_given_up_never_returns"
+    one_held_message_per_queue(cluster, topic, 1)
+    entered, again, release = threading.Event(), threading.Event(), threading.Event()
+
+    def blocked_once(msgs: list[MessageExt]) -> ConsumeStatus:
+        if entered.is_set():  # the reset's redelivery
+            again.set()
+            return ConsumeStatus.SUCCESS
+        entered.set()
+        release.wait()  # until the test ends: "forever" for the consumer
+        return ConsumeStatus.SUCCESS
+
+    consumer = push_consumer(cluster.namesrv_addr, group, topic, blocked_once,  # type: ignore[arg-type]
+                             consume_thread_nums=2, persist_interval_s=60.0)
+    outcome: list[tuple[BaseException | None, float]] = []
+    stopper = threading.Thread(target=lambda: outcome.append(_timed_shutdown(consumer)), daemon=True)
+    try:
+        assert entered.wait(20)
+        with MQAdminExt(cluster.namesrv_addr) as admin:
+            admin.reset_offset(group, topic, 0)
+        assert again.wait(30)  # given up after its drop's wait, taken again from the reset offset, consumed
+        stopper.start()
+        stopper.join(20)
+        assert not stopper.is_alive()
+    finally:
+        release.set()
+        if stopper.ident is not None:
+            stopper.join(60)
+    error, took = outcome[0]
+    assert error is None and took < 15, outcome

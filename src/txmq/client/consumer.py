@@ -205,7 +205,8 @@ class PushConsumer(ClientBase):
         # (orderly) queues a rebalance gave up while a listener call on them still ran, and whether to commit them
         # (not when an operator reset them): locked, its lock renewed, until the call returns
         self._releasing: dict[MessageQueue, tuple[ProcessQueue, bool]] = {}
-        self._stopping: list[ProcessQueue] = []  # the queues the last shutdown let go: their calls may still run
+        # queues a drop let go (a rebalance's, a reset's, a shutdown's) while a listener call on them still ran
+        self._left_running: list[ProcessQueue] = []
         self.offsets: dict[MessageQueue, int] = {}
         self._rebalance_now: asyncio.Event | None = None
         self._checked = False  # the masters accepted the subscriptions at this start (heartbeats may go)
@@ -285,7 +286,6 @@ class PushConsumer(ClientBase):
         # Under the rebalance lock: an operator's reset under way ends first (its drops are not committed, and its
         # offsets are committed last), where a drop beside it committed the offsets consumed before it over them.
         async with self._rebalance_lock:
-            self._stopping = [*self.queues.values(), *(pq for pq, _ in self._releasing.values())]
             deadline = time.monotonic() + _CALLS_WAIT_S  # one wait for all: 5 s per busy queue outlasted shutdown
             for mq in list(self.queues):
                 await self._drop_queue(mq, final=True, deadline=deadline)
@@ -308,8 +308,11 @@ class PushConsumer(ClientBase):
         """End the consume threads; listener calls still running after the drops' wait are left to return on
         their own (nothing of theirs is committed any more: their messages come to the group again), as RocketMQ's
         shutdown gives up on its consume threads: waiting for them, a listener that never returns kept
-        ``shutdown()`` from returning."""
-        running = sum(self._busy(pq) for pq in self._stopping)
+        ``shutdown()`` from returning. Judged by every queue whose call may run: those a drop let go running
+        (a rebalance's or a reset's before this shutdown), and those still held (a shutdown cut short)."""
+        held = [*self._left_running, *self.queues.values(), *(pq for pq, _ in self._releasing.values())]
+        self._left_running = []
+        running = sum(self._busy(pq) for pq in held)
         if running:
             log.warning("consumer %s shuts down with listener calls still running on %d queues: their messages are "
                         "not committed and are consumed again", self.group, running)
@@ -353,8 +356,9 @@ class PushConsumer(ClientBase):
         except (ValueError, AttributeError):
             table = []
         async with self._rebalance_lock:
+            deadline = time.monotonic() + _CALLS_WAIT_S  # one wait for all, as shutdown's: it waits for this lock
             for mq in [q for q in self.queues if q.topic == topic]:
-                await self._drop_queue(mq, commit=False)
+                await self._drop_queue(mq, commit=False, deadline=deadline)
             self._release_uncommitted(topic)
             for key, offset in table:
                 mq = MessageQueue(topic, key["brokerName"], int(key["queueId"]))
@@ -479,6 +483,8 @@ class PushConsumer(ClientBase):
         # Let listener calls in progress finish so that their offsets are committed, not replayed. Messages
         # that never reached the listener stay in ``pq.msgs`` and keep the committed offset below them.
         busy = not await self._idle_by(pq, time.monotonic() + _CALLS_WAIT_S if deadline is None else deadline)
+        if busy:  # shutdown's end judges by it (the calls that ended meanwhile forgotten)
+            self._left_running = [*(p for p in self._left_running if self._busy(p)), pq]
         if not commit:
             self.offsets.pop(mq, None)
         else:
