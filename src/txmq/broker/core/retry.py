@@ -32,11 +32,6 @@ DEFAULT_MAX_RECONSUME_TIMES = 16
 FIRST_RETRY_LEVEL = 3  # RocketMQ: a send-back without a delay level waits 3 + reconsumeTimes levels (10 s first)
 
 
-def max_reconsume_times(given: int | None) -> int:
-    """The sender's ``maxReconsumeTimes``, RocketMQ's default when it gave none."""
-    return DEFAULT_MAX_RECONSUME_TIMES if given is None else given
-
-
 class RetryService:
     def __init__(self, store: DefaultMessageStore, topics: TopicService, stats: BrokerStats,
                  schedule: ScheduleMessageService, consumers: ConsumerManager, store_host: tuple[str, int], *,
@@ -123,18 +118,19 @@ class RetryService:
         if refused is not None:
             return refused
         msg = self._again(origin, retry_topic(group), origin.reconsume_times + 1, origin_msg_id or "")
-        if origin.reconsume_times >= self._group_max_reconsume_times(group, max_times) or delay_level < 0:
+        if origin.reconsume_times >= self.max_reconsume_times_of(group, max_times) or delay_level < 0:
             return await self._stored_dead_letter(msg, group, "send back")
         return (self._to_retry(msg, group, delay_level or FIRST_RETRY_LEVEL + origin.reconsume_times)
                 or await self._put(msg, "send back"))
 
-    def _group_max_reconsume_times(self, group: str, given: int | None) -> int:
+    def max_reconsume_times_of(self, group: str, given: int | None) -> int:
         """The sender's ``maxReconsumeTimes``, else the group's ``retryMaxTimes`` (``updateSubGroup``), as
-        RocketMQ's ``consumerSendMsgBack`` reads them: the C++ client and Java clients before 3.4.9 send none."""
+        RocketMQ's ``consumerSendMsgBack`` and ``handleRetryAndDLQ`` read them: the C++ client and Java clients before
+        3.4.9 send none."""
         if given is not None:
             return given
         config = self.groups.get(group)
-        return max_reconsume_times(None) if config is None else config.retry_max_times
+        return DEFAULT_MAX_RECONSUME_TIMES if config is None else config.retry_max_times
 
     def write_refusal(self) -> Refusal | None:
         """Why this broker refuses a send or a message a consumer gives back (RocketMQ's ``consumerSendMsgBack``,

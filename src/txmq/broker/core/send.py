@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import cython
 
 from txmq.broker.core.refusal import Kind, Refusal
-from txmq.broker.core.retry import max_reconsume_times
 from txmq.broker.stats import BrokerStats
 from txmq.broker.timer import BROKER_ONLY as TIMER_BROKER_ONLY
 from txmq.broker.timer import TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS, is_timer_message
@@ -317,16 +316,18 @@ class SendService:
     # --- retries ---------------------------------------------------------------------------------------
 
     def route_retry(self, msg: MessageExt, max_times: int | None) -> str | Refusal | None:
-        """A message sent to a group's retry topic after ``max_times`` reconsumes goes to the group's dead
-        letters instead (``RetryService.to_dead_letters``): the group, whose dead letter the sender counts once
-        stored (``RetryService.count_dead_letter``); None when the message stays as it is. BUSY when the
-        dead-letter topic does not exist and the broker may create no more topics now: the send is refused and
-        stores nothing (in the retry topic, its consumer would get it once more), as RocketMQ refuses a send whose
-        dead-letter topic it cannot have."""
+        """A message sent to a group's retry topic after ``max_times`` reconsumes (else its group's
+        ``retryMaxTimes``) goes to the group's dead letters instead (``RetryService.to_dead_letters``): the group,
+        whose dead letter the sender counts once stored (``RetryService.count_dead_letter``); None when the message
+        stays as it is. BUSY when the dead-letter topic does not exist and the broker may create no more topics now:
+        the send is refused and stores nothing (in the retry topic, its consumer would get it once more), as
+        RocketMQ refuses a send whose dead-letter topic it cannot have."""
         topic = msg.topic
-        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or msg.reconsume_times < max_reconsume_times(max_times):
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
         group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        if msg.reconsume_times < self.retries.max_reconsume_times_of(group, max_times):
+            return None
         refused = self.retries.to_dead_letters(msg, group)
         return group if refused is None else refused
 
