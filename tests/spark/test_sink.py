@@ -264,6 +264,37 @@ def test_query_marks_stop_a_responder_once_its_own_run_ended(tmp_path: Path, mon
     assert query_id(str(tmp_path / "none")) is None and query_id(None) is None
 
 
+def test_a_query_s_end_stops_its_responder_whatever_the_wall_clock_did(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wall clock stepped back an hour between a responder's start and its query's end: the end is still after
+    the start (the marks and the responders' starts are on the driver's host, and read its monotonic clock)."""
+    import tempfile
+
+    from txmq.spark import lifecycle
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    class FakeProducer:  # a unit of logic: what Responders calls on a TransactionProducer
+        group = "g"
+        stopped = False
+
+        def start(self) -> FakeProducer:
+            return self
+
+        def shutdown(self) -> None:
+            self.stopped = True
+
+    held = lifecycle.Responders()
+    lifecycle.mark_run("q1", "run1", stopped=False)
+    responder = held.get(("k",), "q1", FakeProducer)
+    real_time = time.time
+    monkeypatch.setattr(lifecycle.time, "time", lambda: real_time() - 3600)
+    time.sleep(0.01)
+    lifecycle.mark_run("q1", "run1", stopped=True)
+    assert held.stop_ended() == 1 and responder.stopped
+    held.stop_all()
+
+
 def test_a_next_runs_start_marked_during_an_older_runs_end_is_kept(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The listener's start (the query's thread) and an older run's end (the listener bus) may be called at once:

@@ -8,13 +8,13 @@ responder stayed connected while any other Python data source kept the pool busy
 
 So the query's end is told to them through a file. ``txmq.spark.register(spark)`` adds ``QueryEndListener`` to
 the session: when a run starts it writes ``<marks>/<query id>`` = ``{"run", "stopped": false}``, when that run
-terminates ``{"run", "stopped": true, "at"}`` (an end arriving after the next run's start is ignored: Spark
-delivers starts synchronously, ends on its asynchronous listener bus). A responder knows its query's id (Spark's
-``<checkpointLocation>/metadata``, written before the query's first run) and when it started; ``Responders``
-stops one whose query was marked stopped after it started, within ``WATCH_INTERVAL_S``, and never hands it out
-again: a restarted query (same id) gets a new one. The marks are on the driver's host (its temporary directory),
-where the listener, the planner and the commit runner all run: under Spark Connect the driver is the Connect
-server, and the listener is handed to it (``add_driver_listener``).
+terminates ``{"run", "stopped": true, "monotonic"}``, the host's monotonic clock (an end arriving after the next
+run's start is ignored: Spark delivers starts synchronously, ends on its asynchronous listener bus). A responder
+knows its query's id (Spark's ``<checkpointLocation>/metadata``, written before the query's first run) and when
+it started; ``Responders`` stops one whose query was marked stopped after it started, within ``WATCH_INTERVAL_S``,
+and never hands it out again: a restarted query (same id) gets a new one. The marks are on the driver's host (its
+temporary directory), where the listener, the planner and the commit runner all run: under Spark Connect the driver
+is the Connect server, and the listener is handed to it (``add_driver_listener``).
 """
 
 from __future__ import annotations
@@ -73,9 +73,11 @@ def _read_mark(query: str) -> dict[str, Any] | None:
 
 
 def stopped_after(query: str, started_s: float) -> bool:
-    """Whether the query's latest run was marked stopped after ``started_s`` (a responder's start)."""
+    """Whether the query's latest run was marked stopped after ``started_s`` (a responder's start, on the host's
+    monotonic clock: the marks and the responders are on the driver's host, and a step of the wall clock between
+    the two must not keep a stopped query's responder running)."""
     mark = _read_mark(query)
-    return bool(mark and mark.get("stopped") and float(mark.get("at", 0)) > started_s)
+    return bool(mark and mark.get("stopped") and float(mark.get("monotonic", -1)) > started_s)
 
 
 _marking = threading.Lock()  # the listener's calls come on several threads (a start on the query's, ends on the bus)
@@ -91,7 +93,8 @@ def mark_run(query: str, run: str, stopped: bool) -> None:
             if mark is not None and mark.get("run") != run:
                 return
             _prune_marks()
-        write_atomic(marks_dir() / query, json.dumps({"run": run, "stopped": stopped, "at": time.time()}).encode())
+        mark = {"run": run, "stopped": stopped, "monotonic": time.monotonic()}
+        write_atomic(marks_dir() / query, json.dumps(mark).encode())
 
 
 def _prune_marks() -> None:
@@ -189,7 +192,7 @@ class Responders:
                 self._stop(key)
                 held = None
             if held is None:
-                started = time.time()
+                started = time.monotonic()
                 held = _Held(factory().start(), query, started)
                 self._held[key] = held
                 log.info("check responder of group %s started (query %s)", held.producer.group, query)
