@@ -180,6 +180,26 @@ def test_fifo_needs_a_message_group(stub, topic):
     assert r.status.code == Code.ILLEGAL_MESSAGE_GROUP
 
 
+def test_a_message_group_has_one_delivery_in_flight(stub, topic):
+    """A receive delivered every message of a group it read in one batch (A0, A1, A2): a PushConsumer consumes a
+    batch concurrently (the endpoint's settings say fifo=false, the broker keeps the order), so A1 could be consumed
+    before A0, and acked while A0 failed and came back after it. A group's next message is delivered once the one
+    in flight is acked."""
+    s, md = stub
+    sent = [message(topic, f"A{i}".encode(), message_type=pb.FIFO, message_group="A") for i in range(3)]
+    assert s.SendMessage(spb.SendMessageRequest(messages=sent), metadata=md, timeout=5).status.code == Code.OK
+    order = []
+    for _ in range(3):
+        got = received(receive(s, md, topic, "one_in_flight"))
+        assert len(got) == 1, [m.body for m in got]
+        order.append(got[0].body)
+        assert received(receive(s, md, topic, "one_in_flight")) == []  # its group has it in flight
+        ack = spb.AckMessageRequest(group=pb.Resource(name="one_in_flight"), topic=pb.Resource(name=topic), entries=[
+            spb.AckMessageEntry(message_id=got[0].system_properties.message_id,
+                                receipt_handle=got[0].system_properties.receipt_handle)])
+        assert s.AckMessage(ack, metadata=md, timeout=5).status.code == Code.OK
+    assert order == [b"A0", b"A1", b"A2"]
+
 def test_malformed_receipt_handle(stub, topic):
     s, md = stub
     for handle in ("garbage", "1 0 0 0 0", "1 a b c d topic", ""):
