@@ -3,6 +3,7 @@ Also the transaction contract over gRPC (first decision wins, one copy per commi
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 import zlib
@@ -78,6 +79,43 @@ def test_a_gzip_body_is_unzipped_no_further_than_the_largest_message(server, stu
     assert s.SendMessage(spb.SendMessageRequest(messages=[zipped]), metadata=md, timeout=10).status.code == Code.OK
 
 
+def _pulled_until_stalled(pulled: list[int], total: int, stall_s: float = 2.0) -> None:
+    """Wait until the client's stream has sent ``total`` commands, or sent none more for ``stall_s`` (held back by
+    HTTP/2 flow control: the server reads no further)."""
+    seen, since = -1, time.monotonic()
+    while pulled[0] < total and time.monotonic() - since < stall_s:
+        if pulled[0] != seen:
+            seen, since = pulled[0], time.monotonic()
+        time.sleep(0.05)
+
+
+def test_a_telemetry_stream_that_never_reads_holds_one_settings_answer(server, stub):
+    """A client that sends Settings on its Telemetry stream and never reads the answers: each answer (a copy of its
+    Settings, publishing topics and all) was queued for the stream, up to 1,024 of them, so 100 Settings of 850 KB
+    took the broker 170 MB, held while the stream stayed open. Now a stream reads its next command once its last
+    Settings is answered: the client's sends wait on HTTP/2 flow control and the broker holds one answer."""
+    s, md = stub
+    topics = [pb.Resource(name=f"t{i:05d}" + "x" * 60) for i in range(12_000)]
+    settings = spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER,
+                                                         publishing=pb.Publishing(topics=topics)))
+    total, pulled, release = 100, [0], threading.Event()
+
+    def commands() -> Iterator[spb.TelemetryCommand]:
+        for _ in range(total):
+            pulled[0] += 1
+            yield settings
+        release.wait(30)
+
+    Path(f"/proc/{server.pid}/clear_refs").write_text("5")  # the peak RSS starts again from the current RSS
+    before = _peak_rss_kb(server.pid)
+    call = s.Telemetry(commands(), metadata=[("x-mq-client-id", "never-reads")])
+    try:
+        _pulled_until_stalled(pulled, total)
+        assert _peak_rss_kb(server.pid) - before < 32 * 1024
+    finally:
+        release.set()
+        call.cancel()
+
 def test_unknown_topic(stub):
     s, md = stub
     r = s.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="no_such_topic")), metadata=md, timeout=5)
@@ -141,6 +179,26 @@ def test_fifo_needs_a_message_group(stub, topic):
                       timeout=5)
     assert r.status.code == Code.ILLEGAL_MESSAGE_GROUP
 
+
+def test_a_message_group_has_one_delivery_in_flight(stub, topic):
+    """A receive delivered every message of a group it read in one batch (A0, A1, A2): a PushConsumer consumes a
+    batch concurrently (the endpoint's settings say fifo=false, the broker keeps the order), so A1 could be consumed
+    before A0, and acked while A0 failed and came back after it. A group's next message is delivered once the one
+    in flight is acked."""
+    s, md = stub
+    sent = [message(topic, f"A{i}".encode(), message_type=pb.FIFO, message_group="A") for i in range(3)]
+    assert s.SendMessage(spb.SendMessageRequest(messages=sent), metadata=md, timeout=5).status.code == Code.OK
+    order = []
+    for _ in range(3):
+        got = received(receive(s, md, topic, "one_in_flight"))
+        assert len(got) == 1, [m.body for m in got]
+        order.append(got[0].body)
+        assert received(receive(s, md, topic, "one_in_flight")) == []  # its group has it in flight
+        ack = spb.AckMessageRequest(group=pb.Resource(name="one_in_flight"), topic=pb.Resource(name=topic), entries=[
+            spb.AckMessageEntry(message_id=got[0].system_properties.message_id,
+                                receipt_handle=got[0].system_properties.receipt_handle)])
+        assert s.AckMessage(ack, metadata=md, timeout=5).status.code == Code.OK
+    assert order == [b"A0", b"A1", b"A2"]
 
 def test_malformed_receipt_handle(stub, topic):
     s, md = stub

@@ -349,6 +349,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             yield spb.TelemetryCommand(status=status(exc.code, exc.message))
             return
 
+        # Set while the stream's last Settings is answered: the next command is read only then, so that a client
+        # that sends and never reads waits on HTTP/2 flow control instead of queuing answers in the broker.
+        answered = asyncio.Event()
+        answered.set()
+
         async def read() -> None:
             try:
                 async for cmd in request_iterator:
@@ -366,6 +371,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         with contextlib.suppress(asyncio.QueueFull):
                             outbox.put_nowait(spb.TelemetryCommand(status=status(),
                                                                    settings=self._settings_reply(st)))
+                            answered.clear()
+                        await answered.wait()
             except (asyncio.CancelledError, grpc.RpcError):
                 pass
             except Exception:
@@ -380,6 +387,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 if cmd is None:
                     break
                 yield cmd
+                if cmd.HasField("settings"):
+                    answered.set()
         finally:
             self.sessions.close_stream(session, outbox)
             reader.cancel()

@@ -21,7 +21,8 @@ invisible, a receive that needs a new one is refused BUSY.
 
 A message not acked before its deadline is delivered again with its attempt count raised; after
 ``max_delivery_attempts`` it goes to ``%DLQ%<group>``. Messages of one message group (FIFO) are delivered in
-order: a queue is not read past a message whose group has a delivery in flight.
+order: a queue is not read past a message whose group has a delivery in flight (one made earlier in the same
+receive too: a PushConsumer consumes a batch concurrently).
 
 Deadlines are on the monotonic clock: a step of the wall clock neither redelivers a message early nor keeps it
 invisible past its duration.
@@ -443,12 +444,13 @@ class PopService:
         start = st.next
         got = self.pulls.read(group, topic, q, start, room, filt, counted=False)
         if got.status == GetMessageStatus.FOUND:
-            blocked_groups = set(st.groups)
             stop = got.next_begin_offset
             for raw, offset in zip(got.messages, got.queue_offsets, strict=True):
                 msg = decode_message(raw)[0]
                 mgroup = msg.properties.get(MessageConst.SHARDING_KEY)
-                if mgroup and mgroup in blocked_groups:  # an earlier message of its group is in flight
+                # an earlier message of its group is in flight, delivered before or in this batch (a PushConsumer
+                # consumes a batch concurrently)
+                if mgroup and mgroup in st.groups:
                     stop = offset
                     break
                 e = Inflight(now + invisible_ms, 1, next(_tokens), msg.commit_log_offset, mgroup)
