@@ -9,6 +9,7 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -94,7 +95,7 @@ def test_a_telemetry_stream_that_never_reads_holds_one_settings_answer(server, s
     Settings, publishing topics and all) was queued for the stream, up to 1,024 of them, so 100 Settings of 850 KB
     took the broker 170 MB, held while the stream stayed open. Now a stream reads its next command once its last
     Settings is answered: the client's sends wait on HTTP/2 flow control and the broker holds one answer."""
-    s, md = stub
+    s, _ = stub
     topics = [pb.Resource(name=f"t{i:05d}" + "x" * 60) for i in range(12_000)]
     settings = spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER,
                                                          publishing=pb.Publishing(topics=topics)))
@@ -281,3 +282,30 @@ def test_duplicated_security_headers(stub):
         md = [("x-mq-client-id", "dup-1"), (header, "a"), (header, "b")]
         r = s.Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER), metadata=md, timeout=5)
         assert r.status.code == Code.BAD_REQUEST and f"header {header} is given more than once" in r.status.message
+
+
+def test_a_request_that_is_not_its_protobuf_is_answered_bad_request_in_one_log_line(server, stub):
+    _, md = stub
+    """Bytes that do not parse as the method's request are answered as every bad request is (BAD_REQUEST in the
+    response's status; for Telemetry, a status command, then the stream ends), and a flood of them is one log line
+    per host and 10 s, not a traceback each."""
+    channel = grpc.insecure_channel(server.grpc)
+    raw: dict[str, Any] = {"request_serializer": lambda b: b, "response_deserializer": lambda b: b}
+    garbage = b"\xff\xff\xff\xff\x0f"
+    try:
+        before = server.log_path.read_text().count("Wire format was corrupt")
+        route = channel.unary_unary("/apache.rocketmq.v2.MessagingService/QueryRoute", **raw)
+        for _ in range(20):
+            answer = spb.QueryRouteResponse.FromString(route(garbage, metadata=md, timeout=10))
+            assert answer.status.code == Code.BAD_REQUEST, answer.status
+        receive = channel.unary_stream("/apache.rocketmq.v2.MessagingService/ReceiveMessage", **raw)
+        answers = [spb.ReceiveMessageResponse.FromString(b) for b in receive(garbage, metadata=md, timeout=10)]
+        assert [a.status.code for a in answers] == [Code.BAD_REQUEST], answers
+        telemetry = channel.stream_stream("/apache.rocketmq.v2.MessagingService/Telemetry", **raw)
+        commands = [spb.TelemetryCommand.FromString(b) for b in telemetry(iter([garbage]), metadata=md, timeout=10)]
+        assert [c.status.code for c in commands] == [Code.BAD_REQUEST], commands
+        time.sleep(0.5)  # the server's log lines of the calls above
+        text = server.log_path.read_text()
+        assert text.count("Wire format was corrupt") - before <= 3, text[-3000:]
+    finally:
+        channel.close()

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from txmq.acl.model import Action, Needs, User
 from txmq.acl.signer import GRPC_DATE_TIME, grpc_signature
@@ -93,16 +94,16 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
         if needs_of is None:
             return _refusing(handler, f"{path} has no declared permission")
         response = _RESPONSES[method]
+        read = _tolerant(handler.request_deserializer)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(self._unary(method, needs_of, response, handler.unary_unary),
-                                                       handler.request_deserializer, handler.response_serializer)
+                                                       read, handler.response_serializer)
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._unary_stream(method, needs_of, response, handler.unary_stream),
-                handler.request_deserializer, handler.response_serializer)
+                self._unary_stream(method, needs_of, response, handler.unary_stream), read, handler.response_serializer)
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(self._telemetry(method, needs_of, handler.stream_stream),
-                                                         handler.request_deserializer, handler.response_serializer)
+                                                         read, handler.response_serializer)
         return _refusing(handler, f"{path}: a client-streaming call is not served")
 
     # --- admission ---------------------------------------------------------------------------------------
@@ -111,6 +112,8 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
                context: grpc.aio.ServicerContext) -> GrpcCall | pb.Status:
         """The call, parsed once, with its host and account; or the status that refuses it."""
         host = _host(context)
+        if isinstance(request, Malformed):
+            return self._refuse(host, method, pb.BAD_REQUEST, request.why)
         try:
             call = parse_metadata(context.invocation_metadata() or (), host)
         except GrpcStatusError as exc:
@@ -179,6 +182,8 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
                 yield spb.TelemetryCommand(status=admitted)
                 return
             enter_call(admitted)
+            refused: list[pb.Status] = []  # a command that did not parse ends the stream with this status
+            requests = self._well_formed(method, requests, admitted.host, refused)
             if admitted.account is not None and self.validator is not None:
                 user, store, host = admitted.account, self.validator.store, admitted.host
 
@@ -188,7 +193,39 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
                 requests = _own_groups_only(requests, may_publish_for)
             async for item in inner(requests, context):
                 yield item
+            if refused:
+                yield spb.TelemetryCommand(status=refused[0])
         return call
+
+
+    async def _well_formed(self, method: str, requests: AsyncIterator[Any], host: str,
+                           refused: list[pb.Status]) -> AsyncIterator[Any]:
+        """A stream's commands up to one that did not parse: the reading ends there, the refusal in ``refused``."""
+        async for cmd in requests:
+            if isinstance(cmd, Malformed):
+                refused.append(self._refuse(host, method, pb.BAD_REQUEST, cmd.why))
+                return
+            yield cmd
+
+
+class Malformed:
+    """A request whose bytes are not the method's protobuf: the call answers BAD_REQUEST, as for any bad request,
+    in one folded log line per host (grpcio logs a traceback for each exception its deserializer raises)."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
+    """``deserialize``, answering a ``Malformed`` for bytes that do not parse."""
+    def read(data: bytes) -> Any:
+        try:
+            return deserialize(data) if deserialize is not None else data
+        except DecodeError as exc:
+            return Malformed(f"the request is not a valid protobuf message: {exc}")
+    return read
 
 
 def _refusing(handler: grpc.RpcMethodHandler, why: str) -> grpc.RpcMethodHandler:
