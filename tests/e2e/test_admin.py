@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -264,3 +265,22 @@ def test_a_topic_named_with_the_system_prefix_is_refused(live, command):
     with RawClient(live.procs[-1].addrs["broker"]) as raw:
         table = orjson.loads(raw.call(RequestCode.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
     assert "rmq_sys_mine" not in table
+
+
+@pytest.mark.parametrize("command", [
+    ("updateTopic", "-t", "adm_each"),
+    ("updateBrokerConfig", "-k", "maxMessageSize", "-v", "1048576"),
+    ("updateSubGroup", "-g", "adm_each_g"),
+])
+def test_a_broker_that_does_not_answer_stops_no_other_and_is_named(cluster, command):
+    """A hung broker (still routed: its connection stays open) fails its part after the request timeout; the
+    brokers after it are still changed, and the output names which broker has not the change."""
+    first, second = cluster.start_broker("broker-a"), cluster.start_broker("broker-b")
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        code, out = admin(cluster, *command)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert code == 1 and f"FAILED on broker-a {first.addrs['broker']}" in out, out
+    assert "broker-b" in out or second.addrs["broker"] in out, out
+    assert out.count("success") == 1, out
