@@ -15,6 +15,7 @@ RMQ_SYS_WHEEL_TIMER_TOPIC = "rmq_sys_wheel_timer"  # timer messages until due (R
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # RocketMQ TopicValidator.SYSTEM_TOPIC_PREFIX: every name it begins is a system topic
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
@@ -144,7 +145,9 @@ def dlq_topic(group: str) -> str:
 
 
 def is_system_topic(topic: str) -> bool:
-    return topic in SYSTEM_TOPICS
+    """RocketMQ's ``TopicValidator.isSystemTopic``: one of ``SYSTEM_TOPICS`` or a name under ``SYSTEM_TOPIC_PREFIX``
+    (reserved for the broker's own topics, so an operator may neither create nor delete one)."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
 @dataclass(slots=True)

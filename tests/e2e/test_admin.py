@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -241,3 +242,45 @@ def test_a_subscription_group_with_an_illegal_name_or_field_is_refused_and_not_s
         assert resp.code != ResponseCode.SUCCESS and "bad request" in (resp.remark or ""), resp.remark
         listed = raw.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
     assert body["groupName"] not in orjson.loads(listed.body)["subscriptionGroupTable"]
+
+
+@pytest.mark.parametrize("perm", ["-1", "8", "16"])
+def test_update_topic_with_a_permission_out_of_0_to_7_is_refused_and_creates_nothing(live, perm):
+    """RocketMQ's client refuses such a perm before it asks a broker (``Validators.checkTopicConfig``): -1 would
+    grant every bit, 8 and above name no permission."""
+    topic = f"adm_perm_{perm.replace('-', 'm')}"
+    code, out = admin(live, "updateTopic", "-t", topic, "-p", perm)
+    assert code == 1 and f"topicPermission value: {perm} is invalid" in out, out
+    with RawClient(live.procs[-1].addrs["broker"]) as raw:
+        table = orjson.loads(raw.call(RequestCode.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
+    assert topic not in table
+
+
+@pytest.mark.parametrize("command", ["updateTopic", "deleteTopic"])
+def test_a_topic_named_with_the_system_prefix_is_refused(live, command):
+    """``rmq_sys_`` names RocketMQ's system topics (``TopicValidator.isSystemTopic``): an operator may not create
+    or delete one, as RocketMQ's broker refuses (``validateSystemTopicWhenUpdateTopic``)."""
+    code, out = admin(live, command, "-t", "rmq_sys_mine")
+    assert code == 1 and "rmq_sys_mine is a system topic" in out, out
+    with RawClient(live.procs[-1].addrs["broker"]) as raw:
+        table = orjson.loads(raw.call(RequestCode.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
+    assert "rmq_sys_mine" not in table
+
+
+@pytest.mark.parametrize("command", [
+    ("updateTopic", "-t", "adm_each"),
+    ("updateBrokerConfig", "-k", "maxMessageSize", "-v", "1048576"),
+    ("updateSubGroup", "-g", "adm_each_g"),
+])
+def test_a_broker_that_does_not_answer_stops_no_other_and_is_named(cluster, command):
+    """A hung broker (still routed: its connection stays open) fails its part after the request timeout; the
+    brokers after it are still changed, and the output names which broker has not the change."""
+    first, second = cluster.start_broker("broker-a"), cluster.start_broker("broker-b")
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        code, out = admin(cluster, *command)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert code == 1 and f"FAILED on broker-a {first.addrs['broker']}" in out, out
+    assert "broker-b" in out or second.addrs["broker"] in out, out
+    assert out.count("success") == 1, out

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from txmq.client.admin import Admin
+from txmq.client.admin import Admin, check_topic_perm
 from txmq.client.instance import MASTER_ID, MessageQueue
 from txmq.conf import parse_properties
 from txmq.errors import BrokerError, ClientError, TxmqError
@@ -148,6 +148,7 @@ class MQAdminExt(Admin):
         return self.topic_configs(addr).get(topic)
 
     def update_topic(self, addr: str, header: CreateTopicRequestHeader) -> None:
+        check_topic_perm(header.perm)
         self._call(self._invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext()))
 
     def update_topic_perm(self, topic: str, perm: int, addrs: list[str]) -> list[tuple[str, int]]:

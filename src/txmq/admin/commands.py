@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -15,7 +15,8 @@ from txmq.cli.registry import CLIENT, TXMQ, Commands, opt, parse_time
 from txmq.client.instance import MASTER_ID, MessageQueue
 from txmq.client.producer import Producer
 from txmq.client.pull_consumer import PullConsumer, PullStatus
-from txmq.errors import ClientError
+from txmq.client.admin import check_topic_perm
+from txmq.errors import ClientError, TxmqError
 from txmq.message import Message, MessageExt
 from txmq.remoting.admin_headers import QueryConsumeQueueRequestHeader
 from txmq.remoting.codes import RequestCode
@@ -47,6 +48,20 @@ def fmt_time(ms: int) -> str:
 
 def targets(admin: MQAdminExt, args: argparse.Namespace) -> dict[str, str]:
     return admin.broker_addrs(getattr(args, "broker", None), getattr(args, "cluster", None))
+
+
+def on_each_broker(admin: MQAdminExt, args: argparse.Namespace, act: Callable[[str, str], str]) -> int:
+    """``act(name, addr)`` on each target broker, printing the line it returns or why that broker failed. A broker
+    that is down or refuses stops none of the others (mqadmin stops at the first, leaving the rest untried and
+    unnamed): the output names every broker that has the change and every one that has not; 1 when one failed."""
+    failed = False
+    for name, addr in sorted(targets(admin, args).items()):
+        try:
+            print(act(name, addr))
+        except TxmqError as exc:
+            failed = True
+            print(f"FAILED on {name} {addr}: {exc}")
+    return int(failed)
 
 
 def print_message(m: MessageExt, body: bool = True) -> None:
@@ -104,10 +119,10 @@ def get_broker_config(admin: MQAdminExt, args: argparse.Namespace) -> int:
 @command("updateBrokerConfig", "change a broker.conf key that can change while the broker runs", BROKER, CLUSTER,
          opt("-k", "--key", required=True, help="broker.conf key"), opt("-v", "--value", required=True, help="value"))
 def update_broker_config(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    for name, addr in sorted(targets(admin, args).items()):
+    def act(name: str, addr: str) -> str:
         admin.update_broker_config(addr, {args.key: args.value})
-        print(f"update broker config success, {name} {addr}")
-    return 0
+        return f"update broker config success, {name} {addr}"
+    return on_each_broker(admin, args, act)
 
 
 BROKER_NAME = opt("-b", "--brokerName", dest="broker", required=True, help="broker name")
@@ -166,14 +181,17 @@ def topic_status(admin: MQAdminExt, args: argparse.Namespace) -> int:
          opt("-p", "--perm", type=int, default=PermName.READ_WRITE, help="2 write, 4 read, 6 both (default 6)"),
          opt("-o", "--order", type=lambda s: s.lower() == "true", default=False, help="ordered topic (true|false)"))
 def update_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
+    check_topic_perm(args.perm)
     header = CreateTopicRequestHeader(topic=args.topic, read_queue_nums=args.read, write_queue_nums=args.write,
                                       perm=args.perm, order=args.order)
-    for addr in sorted(targets(admin, args).values()):
+
+    def act(name: str, addr: str) -> str:
         admin.update_topic(addr, header)
-        print(f"create topic to {addr} success.")
+        return f"create topic to {addr} success."
+    failed = on_each_broker(admin, args, act)
     print(f"TopicConfig [topicName={args.topic}, readQueueNums={args.read}, writeQueueNums={args.write}, "
           f"perm={PermName.to_string(args.perm)}, order={str(args.order).lower()}]")
-    return 0
+    return failed
 
 
 @command("updateTopicPerm", "change a topic's permission (2 write, 4 read, 6 both)", TOPIC, BROKER, CLUSTER,
@@ -194,11 +212,11 @@ def delete_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
 @command("cleanUnusedTopic", "drop the consume queues of topics a broker's topic table does not hold (a deleted "
          "topic's)", BROKER, CLUSTER)
 def clean_unused_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    for name, addr in sorted(targets(admin, args).items()):
+    def act(name: str, addr: str) -> str:
         dropped = admin.clean_unused_topic(addr)
-        print(f"clean unused topic success, {name} {addr}: the queues of {len(dropped)} topic"
-              f"{'' if len(dropped) == 1 else 's'} dropped{': ' + ', '.join(dropped) if dropped else ''}")
-    return 0
+        return (f"clean unused topic success, {name} {addr}: the queues of {len(dropped)} topic"
+                f"{'' if len(dropped) == 1 else 's'} dropped{': ' + ', '.join(dropped) if dropped else ''}")
+    return on_each_broker(admin, args, act)
 
 
 # --- consumer and producer groups -------------------------------------------------------------------------
@@ -300,21 +318,21 @@ def _flag(text: str) -> bool:
 def update_sub_group(admin: MQAdminExt, args: argparse.Namespace) -> int:
     keys = ("consumeEnable", "consumeFromMinEnable", "consumeBroadcastEnable", "retryQueueNums", "retryMaxTimes",
             "brokerId", "whichBrokerWhenConsumeSlowly", "notifyConsumerIdsChangedEnable")
-    for addr in sorted(targets(admin, args).values()):
+    def act(name: str, addr: str) -> str:
         config = {**admin.sub_groups(addr).get(args.group, {}), "groupName": args.group}
         config.update({k: getattr(args, k) for k in keys if getattr(args, k) is not None})
         admin.update_sub_group(addr, config)
-        print(f"create subscription group to {addr} success.\n{config}")
-    return 0
+        return f"create subscription group to {addr} success.\n{config}"
+    return on_each_broker(admin, args, act)
 
 
 @command("deleteSubGroup", "delete a subscription group", GROUP, BROKER, CLUSTER,
          opt("-r", "--removeOffset", type=_flag, default=False, help="also remove its offsets (true|false)"))
 def delete_sub_group(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    for addr in sorted(targets(admin, args).values()):
+    def act(name: str, addr: str) -> str:
         admin.delete_sub_group(addr, args.group, args.removeOffset)
-        print(f"delete subscription group [{args.group}] from broker [{addr}] success.")
-    return 0
+        return f"delete subscription group [{args.group}] from broker [{addr}] success."
+    return on_each_broker(admin, args, act)
 
 
 # --- messages ---------------------------------------------------------------------------------------------

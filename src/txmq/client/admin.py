@@ -17,6 +17,13 @@ from txmq.remoting.request_headers import CreateTopicRequestHeader
 from txmq.topic import PermName, check_topic
 
 
+def check_topic_perm(perm: int) -> None:
+    """Refuse a topic perm outside 0 to 7 before any broker is asked, as RocketMQ's client does
+    (``Validators.checkTopicConfig``): brokers store any number, and -1 would grant every bit."""
+    if not 0 <= perm < PermName.PERM_PRIORITY:
+        raise ClientError(f"topicPermission value: {perm} is invalid (0 to 7: 2 write, 4 read, 6 both)")
+
+
 class Admin(ClientBase):
     def __init__(self, namesrv: str | None = None) -> None:
         super().__init__(namesrv, None, "admin")
@@ -104,6 +111,7 @@ class Admin(ClientBase):
     def create_topic(self, topic: str, queue_nums: int = 8, brokers: list[str] | None = None,
                      perm: int = PermName.READ_WRITE, order: bool = False) -> None:
         check_topic(topic)
+        check_topic_perm(perm)
         header = CreateTopicRequestHeader(topic=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums,
                                           perm=perm, order=order)
         self._check(self._call(self._each_broker(
