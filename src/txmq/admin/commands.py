@@ -12,10 +12,10 @@ from typing import Any
 
 from txmq.admin.client import MQAdminExt
 from txmq.cli.registry import CLIENT, TXMQ, Commands, opt, parse_time
+from txmq.client.admin import check_topic_perm
 from txmq.client.instance import MASTER_ID, MessageQueue
 from txmq.client.producer import Producer
 from txmq.client.pull_consumer import PullConsumer, PullStatus
-from txmq.client.admin import check_topic_perm
 from txmq.errors import ClientError, TxmqError
 from txmq.message import Message, MessageExt
 from txmq.remoting.admin_headers import QueryConsumeQueueRequestHeader
@@ -50,17 +50,21 @@ def targets(admin: MQAdminExt, args: argparse.Namespace) -> dict[str, str]:
     return admin.broker_addrs(getattr(args, "broker", None), getattr(args, "cluster", None))
 
 
-def on_each_broker(admin: MQAdminExt, args: argparse.Namespace, act: Callable[[str, str], str]) -> int:
-    """``act(name, addr)`` on each target broker, printing the line it returns or why that broker failed. A broker
-    that is down or refuses stops none of the others (mqadmin stops at the first, leaving the rest untried and
-    unnamed): the output names every broker that has the change and every one that has not; 1 when one failed."""
+def on_each_broker(admin: MQAdminExt, args: argparse.Namespace, act: Callable[[str, str], str | None]) -> int:
+    """``act(name, addr)`` on each target broker, printing the line it returns (None: that broker had nothing to
+    change) or why that broker failed. A broker that is down or refuses stops none of the others (mqadmin stops at
+    the first, leaving the rest untried and unnamed): the output names every broker that has the change and every
+    one that has not; 1 when one failed."""
     failed = False
     for name, addr in sorted(targets(admin, args).items()):
         try:
-            print(act(name, addr))
+            line = act(name, addr)
         except TxmqError as exc:
             failed = True
             print(f"FAILED on {name} {addr}: {exc}")
+            continue
+        if line is not None:
+            print(line)
     return int(failed)
 
 
@@ -197,14 +201,34 @@ def update_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
 @command("updateTopicPerm", "change a topic's permission (2 write, 4 read, 6 both)", TOPIC, BROKER, CLUSTER,
          opt("-p", "--perm", type=int, required=True, choices=[2, 4, 6], help="2 write, 4 read, 6 both"))
 def update_topic_perm(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    for addr, former in admin.update_topic_perm(args.topic, args.perm, sorted(targets(admin, args).values())):
-        print(f"update topic perm from {former} to {args.perm} in {addr} success.")
-    return 0
+    held: list[str] = []
+
+    def act(name: str, addr: str) -> str | None:
+        former = admin.update_topic_perm_in(addr, args.topic, args.perm)
+        if former is None:
+            return None
+        held.append(addr)
+        return f"update topic perm from {former} to {args.perm} in {addr} success."
+    failed = on_each_broker(admin, args, act)
+    if not held and not failed:
+        raise ClientError(f"topic {args.topic} does not exist on the brokers asked")
+    return failed
 
 
 @command("deleteTopic", "delete a topic from brokers and name servers", TOPIC, CLUSTER)
 def delete_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    admin.delete_topic_in(sorted(targets(admin, args).values()), args.topic)
+    had: list[bool] = []
+
+    def act(name: str, addr: str) -> str | None:
+        had.append(admin.delete_topic_in_broker(addr, args.topic))
+        return f"delete topic [{args.topic}] from broker {name} {addr} success." if had[-1] else None
+    if on_each_broker(admin, args, act):
+        print(f"topic [{args.topic}] kept in the name servers' routes: a broker above may still have it (run "
+              "deleteTopic again once it answers)")
+        return 1
+    if had and not any(had):
+        raise ClientError(f"topic {args.topic} does not exist")
+    admin.delete_topic_in_namesrv(args.topic)
     print(f"delete topic [{args.topic}] from cluster [{args.cluster or 'all brokers'}] success.")
     return 0
 
