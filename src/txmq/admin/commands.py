@@ -21,7 +21,7 @@ from txmq.message import Message, MessageExt
 from txmq.remoting.admin_headers import QueryConsumeQueueRequestHeader
 from txmq.remoting.codes import RequestCode
 from txmq.remoting.request_headers import CreateTopicRequestHeader
-from txmq.topic import PermName
+from txmq.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, PermName, is_system_topic
 
 # mqadmin's commands, each declared with its flags beside its handler (a function over ``MQAdminExt``); ``-n`` and
 # the account follow each one's own flags, as mqadmin takes them.
@@ -66,6 +66,13 @@ def on_each_broker(admin: MQAdminExt, args: argparse.Namespace, act: Callable[[s
         if line is not None:
             print(line)
     return int(failed)
+
+
+def user_topic(topic: str) -> bool:
+    """Whether statsAll and consumerProgress list ``topic``: not a system topic (``is_system_topic``, the one rule
+    the brokers apply too, so that no broker-kept topic such as ``rmq_sys_wheel_timer`` slips through), nor a
+    group's retry or dead-letter topic (as mqadmin)."""
+    return not is_system_topic(topic) and not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
 
 
 def print_message(m: MessageExt, body: bool = True) -> None:
@@ -252,8 +259,7 @@ def clean_unused_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
 def consumer_progress(admin: MQAdminExt, args: argparse.Namespace) -> int:
     if not args.group:
         print(f"{'#Group':<40}{'#Topic':<40}{'#Diff Total':>12}")
-        for topic in (args.topic and [args.topic]) or [t for t in admin.list_topics()
-                                                       if not t.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS", "TBW102"))]:
+        for topic in (args.topic and [args.topic]) or [t for t in admin.list_topics() if user_topic(t)]:
             for group in admin.consumed_by(topic):
                 table, _ = admin.consume_stats(group, topic)
                 diff = sum(s.values["brokerOffset"] - max(s.values["consumerOffset"], 0) for s in table)
@@ -530,8 +536,7 @@ def stats_all(admin: MQAdminExt, args: argparse.Namespace) -> int:
     print(f"{'#Topic':<40}{'#Consumer Group':<40}{'#Accumulation':>14}{'#InTPS':>10}{'#OutTPS':>10}"
           f"{'#InMsg24Hour':>14}{'#OutMsg24Hour':>14}")
     addrs = admin.broker_addrs()
-    topics = [args.topic] if args.topic else [t for t in admin.list_topics()
-                                              if not t.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS", "TBW102"))]
+    topics = [args.topic] if args.topic else [t for t in admin.list_topics() if user_topic(t)]
     for topic in topics:
         in_tps = in_day = 0.0
         for addr in addrs.values():
