@@ -14,9 +14,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import orjson
+
 from txmq import Admin, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageQueue, Producer, PushConsumer
 from txmq.message import HEAD_SIZE, create_offset_msg_id, decode_offset_msg_id
 from txmq.remoting.codec import FrameDecoder, encode_command
+from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.store.record import encode_record, seal
 
@@ -143,6 +146,15 @@ class RawClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def heartbeat(raw: RawClient, group: str, *topics: str) -> None:
+    """A consumer group subscribed to ``topics`` on ``raw``'s connection (for as long as it stays open)."""
+    body = {"clientID": f"vis-{group}", "producerDataSet": [], "consumerDataSet": [{
+        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        "subscriptionDataSet": [{"topic": t, "subString": "*"} for t in topics]}]}
+    assert raw.call(RequestCode.HEART_BEAT, body=orjson.dumps(body)).code == ResponseCode.SUCCESS
 
 
 def forged_record(fake: MessageExt, at: int) -> bytes:

@@ -16,10 +16,11 @@ import orjson
 import pytest
 
 from tests.e2e.cluster import Cluster
-from tests.e2e.helpers import RawClient, Recorder, push_consumer
+from tests.e2e.helpers import RawClient, Recorder, heartbeat, push_consumer
 from txmq import BrokerError, Message, MessageQueue, Producer, PullConsumer
 from txmq.cli import main
 from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.topic import RMQ_SYS_WHEEL_TIMER_TOPIC, is_system_topic
 
 N = 6
 
@@ -271,16 +272,34 @@ def test_a_topic_named_with_the_system_prefix_is_refused(live, command):
     ("updateTopic", "-t", "adm_each"),
     ("updateBrokerConfig", "-k", "maxMessageSize", "-v", "1048576"),
     ("updateSubGroup", "-g", "adm_each_g"),
+    ("updateTopicPerm", "-t", "adm_each", "-p", "4"),
+    ("deleteTopic", "-t", "adm_each"),
 ])
 def test_a_broker_that_does_not_answer_stops_no_other_and_is_named(cluster, command):
     """A hung broker (still routed: its connection stays open) fails its part after the request timeout; the
-    brokers after it are still changed, and the output names which broker has not the change."""
+    brokers after it are still changed, and the output names which broker has not the change. A topic a broker
+    may still hold stays in the name servers' routes (deleteTopic deletes it there only once every broker has)."""
     first, second = cluster.start_broker("broker-a"), cluster.start_broker("broker-b")
+    ok(cluster, "updateTopic", "-t", "adm_each")
     os.kill(first.pid, signal.SIGSTOP)
     try:
         code, out = admin(cluster, *command)
+        routed = ok(cluster, "topicList").split()
     finally:
         os.kill(first.pid, signal.SIGCONT)
     assert code == 1 and f"FAILED on broker-a {first.addrs['broker']}" in out, out
     assert "broker-b" in out or second.addrs["broker"] in out, out
     assert out.count("success") == 1, out
+    assert "adm_each" in routed
+
+
+def test_stats_and_progress_list_no_system_topic(live):
+    """statsAll and consumerProgress list the topics of users, none the broker keeps for itself
+    (``is_system_topic``: ``rmq_sys_wheel_timer`` as well as ``RMQ_SYS_TRANS_HALF_TOPIC``), even one a group
+    subscribes to."""
+    with RawClient(live.procs[-1].addrs["broker"]) as raw:
+        heartbeat(raw, "adm_sys_g", RMQ_SYS_WHEEL_TIMER_TOPIC, "adm_t")
+        progress = [line.split()[1] for line in ok(live, "consumerProgress").splitlines()[1:]]
+    stats = [line.split()[0] for line in ok(live, "statsAll").splitlines()[1:]]
+    assert "adm_t" in progress and "adm_t" in stats, (progress, stats)
+    assert not [t for t in progress + stats if is_system_topic(t)], (progress, stats)

@@ -11,10 +11,9 @@ import uuid
 from typing import Any
 
 import grpc
-import orjson
 import pytest
 
-from tests.e2e.helpers import RawClient, wait_until
+from tests.e2e.helpers import RawClient, heartbeat, wait_until
 from txmq import Admin, LocalTransactionState, Message, SendStatus, TransactionProducer
 from txmq.broker.core.pop import ReceiptHandle
 from txmq.grpc.protocol import definition_pb2 as pb
@@ -53,14 +52,6 @@ def send(raw: RawClient, body: bytes, props: dict[str, str], sys_flag: int = 0) 
 def pull(raw: RawClient, topic: str, group: str = "g_vis_pull") -> RemotingCommand:
     return raw.call(RequestCode.PULL_MESSAGE, {"consumerGroup": group, "topic": topic, "queueId": "0",
                                                "queueOffset": "0", "maxMsgNums": "32", "sysFlag": "0"})
-
-
-def heartbeat(raw: RawClient, group: str, *topics: str) -> None:
-    body = {"clientID": f"vis-{group}", "producerDataSet": [], "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-        "subscriptionDataSet": [{"topic": t, "subString": "*"} for t in topics]}]}
-    assert raw.call(RequestCode.HEART_BEAT, body=orjson.dumps(body)).code == ResponseCode.SUCCESS
 
 
 def send_back(raw: RawClient, offset: int, group: str) -> RemotingCommand:

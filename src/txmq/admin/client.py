@@ -152,33 +152,35 @@ class MQAdminExt(Admin):
         self._call(self._invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext()))
 
     def update_topic_perm(self, topic: str, perm: int, addrs: list[str]) -> list[tuple[str, int]]:
-        """The topic's permission on those of ``addrs`` that have it, its queues kept (UPDATE_AND_CREATE_TOPIC);
-        each (address, former permission). A topic none of them has is an error."""
-        changed = []
-        for addr in addrs:
-            cfg = self.topic_config(addr, topic)
-            if cfg is None:
-                continue
-            self.update_topic(addr, CreateTopicRequestHeader(
-                topic=topic, read_queue_nums=cfg["readQueueNums"], write_queue_nums=cfg["writeQueueNums"],
-                perm=perm, order=bool(cfg.get("order"))))
-            changed.append((addr, int(cfg["perm"])))
+        """The topic's permission on those of ``addrs`` that have it; each (address, former permission). A topic
+        none of them has is an error."""
+        changed = [(addr, former) for addr in addrs
+                   if (former := self.update_topic_perm_in(addr, topic, perm)) is not None]
         if not changed:
             raise ClientError(f"topic {topic} does not exist on the brokers asked")
         return changed
 
-    def delete_topic_in(self, addrs: list[str], topic: str) -> None:
-        """DELETE_TOPIC_IN_BROKER on each broker, then DELETE_TOPIC_IN_NAMESRV; a topic no broker has is an error."""
-        async def go() -> None:
-            missing = 0
-            for addr in addrs:
-                resp = await self._invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic},
-                                          ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
-                missing += resp.code == ResponseCode.TOPIC_NOT_EXIST
-            if addrs and missing == len(addrs):
-                raise ClientError(f"topic {topic} does not exist")
-            await self._namesrv(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
-        self._call(go())
+    def update_topic_perm_in(self, addr: str, topic: str, perm: int) -> int | None:
+        """The topic's permission on the broker at ``addr``, its queues kept (UPDATE_AND_CREATE_TOPIC): its former
+        permission, or None when that broker has not the topic."""
+        cfg = self.topic_config(addr, topic)
+        if cfg is None:
+            return None
+        self.update_topic(addr, CreateTopicRequestHeader(
+            topic=topic, read_queue_nums=cfg["readQueueNums"], write_queue_nums=cfg["writeQueueNums"], perm=perm,
+            order=bool(cfg.get("order"))))
+        return int(cfg["perm"])
+
+    def delete_topic_in_broker(self, addr: str, topic: str) -> bool:
+        """DELETE_TOPIC_IN_BROKER: whether the broker at ``addr`` had the topic."""
+        resp = self._call(self._invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic},
+                                       ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST)))
+        return resp.code == ResponseCode.SUCCESS
+
+    def delete_topic_in_namesrv(self, topic: str) -> None:
+        """DELETE_TOPIC_IN_NAMESRV: the name server drops the topic's routes (to ask once no broker has the topic:
+        a broker that still has it keeps serving it unrouted)."""
+        self._call(self._namesrv(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}))
 
     def clean_unused_topic(self, addr: str) -> list[str]:
         """CLEAN_UNUSED_TOPIC: the broker drops the consume queues of topics its table does not hold; the topics

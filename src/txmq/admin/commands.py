@@ -12,16 +12,16 @@ from typing import Any
 
 from txmq.admin.client import MQAdminExt
 from txmq.cli.registry import CLIENT, TXMQ, Commands, opt, parse_time
+from txmq.client.admin import check_topic_perm
 from txmq.client.instance import MASTER_ID, MessageQueue
 from txmq.client.producer import Producer
 from txmq.client.pull_consumer import PullConsumer, PullStatus
-from txmq.client.admin import check_topic_perm
 from txmq.errors import ClientError, TxmqError
 from txmq.message import Message, MessageExt
 from txmq.remoting.admin_headers import QueryConsumeQueueRequestHeader
 from txmq.remoting.codes import RequestCode
 from txmq.remoting.request_headers import CreateTopicRequestHeader
-from txmq.topic import PermName
+from txmq.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, PermName, is_system_topic
 
 # mqadmin's commands, each declared with its flags beside its handler (a function over ``MQAdminExt``); ``-n`` and
 # the account follow each one's own flags, as mqadmin takes them.
@@ -50,18 +50,29 @@ def targets(admin: MQAdminExt, args: argparse.Namespace) -> dict[str, str]:
     return admin.broker_addrs(getattr(args, "broker", None), getattr(args, "cluster", None))
 
 
-def on_each_broker(admin: MQAdminExt, args: argparse.Namespace, act: Callable[[str, str], str]) -> int:
-    """``act(name, addr)`` on each target broker, printing the line it returns or why that broker failed. A broker
-    that is down or refuses stops none of the others (mqadmin stops at the first, leaving the rest untried and
-    unnamed): the output names every broker that has the change and every one that has not; 1 when one failed."""
+def on_each_broker(admin: MQAdminExt, args: argparse.Namespace, act: Callable[[str, str], str | None]) -> int:
+    """``act(name, addr)`` on each target broker, printing the line it returns (None: that broker had nothing to
+    change) or why that broker failed. A broker that is down or refuses stops none of the others (mqadmin stops at
+    the first, leaving the rest untried and unnamed): the output names every broker that has the change and every
+    one that has not; 1 when one failed."""
     failed = False
     for name, addr in sorted(targets(admin, args).items()):
         try:
-            print(act(name, addr))
+            line = act(name, addr)
         except TxmqError as exc:
             failed = True
             print(f"FAILED on {name} {addr}: {exc}")
+            continue
+        if line is not None:
+            print(line)
     return int(failed)
+
+
+def user_topic(topic: str) -> bool:
+    """Whether statsAll and consumerProgress list ``topic``: not a system topic (``is_system_topic``, the one rule
+    the brokers apply too, so that no broker-kept topic such as ``rmq_sys_wheel_timer`` slips through), nor a
+    group's retry or dead-letter topic (as mqadmin)."""
+    return not is_system_topic(topic) and not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
 
 
 def print_message(m: MessageExt, body: bool = True) -> None:
@@ -197,14 +208,34 @@ def update_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
 @command("updateTopicPerm", "change a topic's permission (2 write, 4 read, 6 both)", TOPIC, BROKER, CLUSTER,
          opt("-p", "--perm", type=int, required=True, choices=[2, 4, 6], help="2 write, 4 read, 6 both"))
 def update_topic_perm(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    for addr, former in admin.update_topic_perm(args.topic, args.perm, sorted(targets(admin, args).values())):
-        print(f"update topic perm from {former} to {args.perm} in {addr} success.")
-    return 0
+    held: list[str] = []
+
+    def act(name: str, addr: str) -> str | None:
+        former = admin.update_topic_perm_in(addr, args.topic, args.perm)
+        if former is None:
+            return None
+        held.append(addr)
+        return f"update topic perm from {former} to {args.perm} in {addr} success."
+    failed = on_each_broker(admin, args, act)
+    if not held and not failed:
+        raise ClientError(f"topic {args.topic} does not exist on the brokers asked")
+    return failed
 
 
 @command("deleteTopic", "delete a topic from brokers and name servers", TOPIC, CLUSTER)
 def delete_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
-    admin.delete_topic_in(sorted(targets(admin, args).values()), args.topic)
+    had: list[bool] = []
+
+    def act(name: str, addr: str) -> str | None:
+        had.append(admin.delete_topic_in_broker(addr, args.topic))
+        return f"delete topic [{args.topic}] from broker {name} {addr} success." if had[-1] else None
+    if on_each_broker(admin, args, act):
+        print(f"topic [{args.topic}] kept in the name servers' routes: a broker above may still have it (run "
+              "deleteTopic again once it answers)")
+        return 1
+    if had and not any(had):
+        raise ClientError(f"topic {args.topic} does not exist")
+    admin.delete_topic_in_namesrv(args.topic)
     print(f"delete topic [{args.topic}] from cluster [{args.cluster or 'all brokers'}] success.")
     return 0
 
@@ -228,8 +259,7 @@ def clean_unused_topic(admin: MQAdminExt, args: argparse.Namespace) -> int:
 def consumer_progress(admin: MQAdminExt, args: argparse.Namespace) -> int:
     if not args.group:
         print(f"{'#Group':<40}{'#Topic':<40}{'#Diff Total':>12}")
-        for topic in (args.topic and [args.topic]) or [t for t in admin.list_topics()
-                                                       if not t.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS", "TBW102"))]:
+        for topic in (args.topic and [args.topic]) or [t for t in admin.list_topics() if user_topic(t)]:
             for group in admin.consumed_by(topic):
                 table, _ = admin.consume_stats(group, topic)
                 diff = sum(s.values["brokerOffset"] - max(s.values["consumerOffset"], 0) for s in table)
@@ -506,8 +536,7 @@ def stats_all(admin: MQAdminExt, args: argparse.Namespace) -> int:
     print(f"{'#Topic':<40}{'#Consumer Group':<40}{'#Accumulation':>14}{'#InTPS':>10}{'#OutTPS':>10}"
           f"{'#InMsg24Hour':>14}{'#OutMsg24Hour':>14}")
     addrs = admin.broker_addrs()
-    topics = [args.topic] if args.topic else [t for t in admin.list_topics()
-                                              if not t.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS", "TBW102"))]
+    topics = [args.topic] if args.topic else [t for t in admin.list_topics() if user_topic(t)]
     for topic in topics:
         in_tps = in_day = 0.0
         for addr in addrs.values():
