@@ -3,8 +3,10 @@ each over RocketMQ's own request code, so that the CLI, the console and RocketMQ
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -27,6 +29,10 @@ from txmq.remoting.admin_headers import (
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import CreateTopicRequestHeader, Header, QueryMessageRequestHeader
+from txmq.remoting.transport import RemotingTimeoutError
+
+T = TypeVar("T")
+REQUEST_TIMEOUT_S = 10.0  # each admin request's; also what a broker's whole part may take in ``ask_each``
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +55,8 @@ class MQAdminExt(Admin):
     async def _invoke(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
                       ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         assert self.instance is not None
-        resp = await self.instance.remoting.invoke(addr, RemotingCommand.request(code, ext, body=body), 10)
+        resp = await self.instance.remoting.invoke(addr, RemotingCommand.request(code, ext, body=body),
+                                                   REQUEST_TIMEOUT_S)
         if resp.code not in ok:
             raise BrokerError(resp.code, f"{resp.remark or ''} (broker {addr})")
         return resp
@@ -60,6 +67,24 @@ class MQAdminExt(Admin):
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerError(resp.code, resp.remark)
         return resp
+
+    async def ask_each(self, addrs: list[str], ask: Callable[[str], Awaitable[T]]) -> list[T | TxmqError]:
+        """``ask(addr)`` of every address at once, each within ``REQUEST_TIMEOUT_S`` in all: its answer, or why
+        it gave none (``RemotingTimeoutError``, ``RemotingConnectError``, a refusal). A broker that hangs costs
+        one timeout and keeps no other's answer from the caller, however many requests ``ask`` makes of it.
+        Awaited from another loop (the console's), it runs on the client's and holds no thread meanwhile."""
+        async def one(addr: str) -> T | TxmqError:
+            try:
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                    return await ask(addr)
+            except TimeoutError:
+                return RemotingTimeoutError(f"no answer from {addr} within {REQUEST_TIMEOUT_S:g} s")
+            except TxmqError as exc:
+                return exc
+
+        async def each() -> list[T | TxmqError]:
+            return list(await asyncio.gather(*(one(addr) for addr in addrs)))
+        return await self._call_async(each())
 
     def answer_code(self, addr: str, code: int) -> int:
         """The response code ``addr`` answers a bare request ``code`` with, whatever it is (the console's login
@@ -92,8 +117,19 @@ class MQAdminExt(Admin):
         return addrs
 
     def runtime_info(self, addr: str) -> dict[str, str]:
-        resp = self._call(self._invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO))
+        return self._call(self.runtime_info_at(addr))
+
+    async def runtime_info_at(self, addr: str) -> dict[str, str]:
+        resp = await self._invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
         return dict(orjson.loads(resp.body).get("table") or {})
+
+    async def stats_at(self, addr: str) -> dict[str, Any]:
+        """TXMQ_STATS: the broker's rates and transaction counts."""
+        return dict(orjson.loads((await self._invoke(addr, RequestCode.TXMQ_STATS)).body))
+
+    async def tx_list_at(self, addr: str, limit: int) -> dict[str, Any]:
+        """TXMQ_TX_LIST: the broker's pending and discarded transactions."""
+        return dict(orjson.loads((await self._invoke(addr, RequestCode.TXMQ_TX_LIST, {"limit": str(limit)})).body))
 
     def broker_config(self, addr: str) -> dict[str, str]:
         return parse_properties(self._call(self._invoke(addr, RequestCode.GET_BROKER_CONFIG)).body.decode())
@@ -130,18 +166,27 @@ class MQAdminExt(Admin):
         """GET_TOPIC_STATS_INFO from each broker the topic is routed to."""
         out: list[QueueStat] = []
         for addr in self._route_addrs(topic):
-            resp = self._call(self._invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic).to_ext()))
-            out += mq_table(fastjson.loads(resp.body).get("offsetTable"))
+            out += self._call(self.topic_stats_at(addr, topic))
         return out
 
+    async def topic_stats_at(self, addr: str, topic: str) -> list[QueueStat]:
+        resp = await self._invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic).to_ext())
+        return mq_table(fastjson.loads(resp.body).get("offsetTable"))
+
     def _route_addrs(self, topic: str) -> list[str]:
-        route = self.route(topic)
-        return sorted(str(bd["brokerAddrs"][MASTER_ID]) for bd in route.get("brokerDatas") or []
-                      if MASTER_ID in (bd.get("brokerAddrs") or {}))
+        return sorted(self.route_masters(topic).values())
+
+    def route_masters(self, topic: str) -> dict[str, str]:
+        """Master addresses by broker name of the brokers the topic is routed to."""
+        return {str(bd["brokerName"]): str(bd["brokerAddrs"][MASTER_ID]) for bd in self.route(topic).get("brokerDatas")
+                or [] if MASTER_ID in (bd.get("brokerAddrs") or {})}
 
     def topic_configs(self, addr: str) -> dict[str, dict[str, Any]]:
         """GET_ALL_TOPIC_CONFIG: the broker's own topic configs (current at once; routes follow a registration)."""
-        resp = self._call(self._invoke(addr, RequestCode.GET_ALL_TOPIC_CONFIG))
+        return self._call(self.topic_configs_at(addr))
+
+    async def topic_configs_at(self, addr: str) -> dict[str, dict[str, Any]]:
+        resp = await self._invoke(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
         return dict(orjson.loads(resp.body).get("topicConfigTable") or {})
 
     def topic_config(self, addr: str, topic: str) -> dict[str, Any] | None:
@@ -194,13 +239,17 @@ class MQAdminExt(Admin):
         """GET_CONSUME_STATS from every broker: per queue broker, consumer and pull offsets; and the group's TPS."""
         table: list[QueueStat] = []
         tps = 0.0
-        header = GetConsumeStatsRequestHeader(group, topic).to_ext()
         for addr in self._route_addrs(topic) if topic else self.broker_addrs().values():
-            resp = self._call(self._invoke(addr, RequestCode.GET_CONSUME_STATS, header))
-            data = fastjson.loads(resp.body)
-            table += mq_table(data.get("offsetTable"))
-            tps += float(data.get("consumeTps") or 0)
+            queues, rate = self._call(self.consume_stats_at(addr, group, topic))
+            table += queues
+            tps += rate
         return table, tps
+
+    async def consume_stats_at(self, addr: str, group: str, topic: str = "") -> tuple[list[QueueStat], float]:
+        header = GetConsumeStatsRequestHeader(group, topic).to_ext()
+        resp = await self._invoke(addr, RequestCode.GET_CONSUME_STATS, header)
+        data = fastjson.loads(resp.body)
+        return mq_table(data.get("offsetTable")), float(data.get("consumeTps") or 0)
 
     def consumer_connection(self, group: str) -> dict[str, Any]:
         """GET_CONSUMER_CONNECTION_LIST from the first broker that knows the group online."""
@@ -216,20 +265,31 @@ class MQAdminExt(Admin):
     def _first_online(self, code: int, ext: dict[str, str], missing: str, topic: str | None = None) -> dict[str, Any]:
         addrs = self._route_addrs(topic) if topic else list(self.broker_addrs().values())
         for addr in addrs:
-            resp = self._call(self._invoke(addr, code, ext, ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE,
-                                                               ResponseCode.SYSTEM_ERROR)))
-            if resp.code == ResponseCode.SUCCESS:
-                return orjson.loads(resp.body)
+            found = self._call(self._online_at(addr, code, ext))
+            if found is not None:
+                return found
         raise ClientError(missing)
+
+    async def consumer_connection_at(self, addr: str, group: str) -> dict[str, Any] | None:
+        """The group's connections on this broker, None when none is online there."""
+        return await self._online_at(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                     GetConsumerConnectionListRequestHeader(group).to_ext())
+
+    async def _online_at(self, addr: str, code: int, ext: dict[str, str]) -> dict[str, Any] | None:
+        resp = await self._invoke(addr, code, ext, ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE,
+                                                       ResponseCode.SYSTEM_ERROR))
+        return orjson.loads(resp.body) if resp.code == ResponseCode.SUCCESS else None
 
     def consumed_by(self, topic: str) -> list[str]:
         """QUERY_TOPIC_CONSUME_BY_WHO on every broker of the topic."""
         groups: set[str] = set()
         for addr in self._route_addrs(topic):
-            resp = self._call(self._invoke(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
-                                          TopicRequestHeader(topic).to_ext()))
-            groups.update(orjson.loads(resp.body).get("groupList") or [])
+            groups.update(self._call(self.consumed_by_at(addr, topic)))
         return sorted(groups)
+
+    async def consumed_by_at(self, addr: str, topic: str) -> list[str]:
+        resp = await self._invoke(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, TopicRequestHeader(topic).to_ext())
+        return sorted(orjson.loads(resp.body).get("groupList") or [])
 
     def reset_offset(self, group: str, topic: str, timestamp_ms: int, force: bool = True) -> list[QueueStat]:
         """INVOKE_BROKER_TO_RESET_OFFSET on every broker of the topic; -1: to the end (skip the backlog)."""

@@ -137,6 +137,8 @@ class Admin(ClientBase):
             assert self.instance is not None
             resp = await self.instance.invoke_namesrv(
                 RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+            if resp.code != ResponseCode.SUCCESS:  # refused (ACL): its body is no list
+                raise BrokerError(resp.code, resp.remark)
             return sorted(orjson.loads(resp.body).get("topicList") or [])
         return self._call(go())
 

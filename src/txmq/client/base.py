@@ -5,6 +5,7 @@ process tunes its collector (``txmq.gctune``): full collections of the whole hea
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
@@ -226,6 +227,15 @@ class ClientBase:
         deadline inside; this bound only keeps a caller from waiting forever). ``stopping``: also once
         ``shutdown()`` began, while the loop still runs (the end of a local transaction that already ran: sent,
         rather than left to a check-back)."""
+        return self._runtime_for(coro, stopping).call(coro, timeout)
+
+    async def _call_async(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """``_call`` for a caller on another event loop (the console's): awaits the client's loop without holding
+        a thread of the caller's while the coroutine runs; cancelling the caller cancels the coroutine."""
+        return await asyncio.wrap_future(self._runtime_for(coro).post(coro))
+
+    def _runtime_for(self, coro: Coroutine[Any, Any, Any], stopping: bool = False) -> ClientRuntime:
+        """The runtime to run ``coro`` on; ``ClientError`` (``coro`` closed) when the client is not running."""
         runtime = self._runtime  # read once: a shutdown may clear it meanwhile
         if runtime is None:
             coro.close()
@@ -234,4 +244,4 @@ class ClientBase:
             coro.close()
             raise ClientError(f"{type(self).__name__} is not running (its start() has not returned yet, or its "
                               "shutdown() began)")
-        return runtime.call(coro, timeout)
+        return runtime

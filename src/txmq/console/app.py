@@ -10,15 +10,19 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from dataclasses import field as dataclass_field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from aiohttp import web
 from aiohttp_session import session_middleware
 from aiohttp_session.cookie_storage import EncryptedCookieStorage
 
 from txmq.admin import MQAdminExt
+from txmq.admin.client import QueueStat
 from txmq.admin.commands import fmt_time, parse_time, pull_range, queue_window
 from txmq.console import auth
 from txmq.console.config import ConsoleConfig
@@ -42,9 +46,11 @@ from txmq.console.guard import (
 )
 from txmq.console.html import Raw, e, field, form, hidden, link, page, path, section, select, table
 from txmq.console.logins import Clients, Logins, call
-from txmq.errors import InvalidMessageError, TxmqError
+from txmq.errors import BrokerError, InvalidMessageError, TxmqError
 from txmq.message import Message, MessageConst, MessageExt, decode_offset_msg_id
 from txmq.refusals import RefusalLog
+from txmq.remoting.codes import ResponseCode
+from txmq.remoting.transport import RemotingConnectError, RemotingTimeoutError
 from txmq.topic import DLQ_GROUP_TOPIC_PREFIX, PermName, is_system_topic
 
 log = logging.getLogger("txmq.console")
@@ -53,6 +59,7 @@ STATIC = Path(__file__).parent / "static"
 PERMS = (("6", "read and write"), ("4", "read only"), ("2", "write only"))
 RESULTS_MAX = 100  # messages one search shows
 FORM_MAX_BYTES = 64 * 1024  # the console's forms are a few fields
+T = TypeVar("T")
 
 
 def clients_of(request: web.Request) -> Clients:
@@ -100,25 +107,82 @@ def user_topics(topics: list[str]) -> list[str]:
     return [t for t in topics if not is_system_topic(t) and not t.startswith(("%RETRY%", "TBW102"))]
 
 
+# --- what each broker answers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """A broker whose part a page lacks: its name, address and why (timeout, refused, or its refusal)."""
+
+    broker: str
+    addr: str
+    why: str
+
+
+def why_unanswered(exc: TxmqError) -> str:
+    if isinstance(exc, RemotingTimeoutError):
+        return f"timeout: {exc}"
+    if isinstance(exc, RemotingConnectError):
+        return f"refused: {exc}"
+    return str(exc)
+
+
+@dataclass
+class Gathered(Generic[T]):
+    """What the brokers asked answered, by address, and those that did not."""
+
+    answers: dict[str, T] = dataclass_field(default_factory=dict)
+    unanswered: list[Unanswered] = dataclass_field(default_factory=list)
+
+    def banner(self) -> list[Raw]:
+        """The page's word on the brokers missing from it (none when every one answered)."""
+        if not self.unanswered:
+            return []
+        names = "; ".join(f"{u.broker} {u.addr} ({u.why})" for u in self.unanswered)
+        return [error_banner(f"not shown: the part of {names}", "unanswered")]
+
+
+async def from_each(admin: MQAdminExt, brokers: list[tuple[str, str]],
+                    ask: Callable[[str], Awaitable[T]]) -> Gathered[T]:
+    """``ask(addr)`` of each (name, address) at once, on the admin client's loop: a broker that hangs costs the
+    page one request timeout and hides only its own part, which the page then names."""
+    results = await admin.ask_each([addr for _, addr in brokers], ask)
+    out: Gathered[T] = Gathered()
+    for (name, addr), result in zip(brokers, results, strict=True):
+        if isinstance(result, TxmqError):
+            out.unanswered.append(Unanswered(name, addr, why_unanswered(result)))
+        else:
+            out.answers[addr] = result
+    return out
+
+
+async def masters(admin: MQAdminExt) -> list[tuple[str, str]]:
+    """(name, master address) of every broker, by name."""
+    return sorted((await call(admin.broker_addrs)).items())
+
+
+def lag(stats: list[QueueStat]) -> int:
+    return sum(s.values["brokerOffset"] - max(s.values["consumerOffset"], 0) for s in stats)
+
+
 # --- cluster ------------------------------------------------------------------------------------------------
 
 
 async def cluster(request: web.Request) -> web.Response:
     admin = admin_of(request)
     info = await call(admin.cluster_info)
-    rows, missing = [], []
-    for cluster_name, names in sorted((info.get("clusterAddrTable") or {}).items()):
-        for name in sorted(names):
-            for bid, addr in sorted(((info["brokerAddrTable"].get(name) or {}).get("brokerAddrs") or {}).items()):
-                try:
-                    rt = await call(admin.runtime_info, addr)
-                except TxmqError as exc:  # this account may not see it
-                    rt, missing = {}, [error_banner(f"{addr}: {exc}")]
-                rows.append((cluster_name, name, bid, rt.get("brokerRole", "?"), addr, rt.get("brokerVersionDesc", "?"),
-                             f"{float(rt.get('commitLogDiskRatio', 0)):.1%}", rt.get("putTps", "0").split()[0],
-                             rt.get("getTransferedTps", "0").split()[0], rt.get("msgPutTotalTodayNow", "0"),
-                             rt.get("msgGetTotalTodayNow", "0")))
-    return render(request, "Cluster", *missing, table(
+    members = [(cluster_name, name, bid, addr)
+               for cluster_name, names in sorted((info.get("clusterAddrTable") or {}).items()) for name in sorted(names)
+               for bid, addr in sorted(((info["brokerAddrTable"].get(name) or {}).get("brokerAddrs") or {}).items())]
+    runtime = await from_each(admin, [(name, addr) for _, name, _, addr in members], admin.runtime_info_at)
+    rows = []
+    for cluster_name, name, bid, addr in members:
+        rt = runtime.answers.get(addr, {})
+        rows.append((cluster_name, name, bid, rt.get("brokerRole", "?"), addr, rt.get("brokerVersionDesc", "?"),
+                     f"{float(rt.get('commitLogDiskRatio', 0)):.1%}", rt.get("putTps", "0").split()[0],
+                     rt.get("getTransferedTps", "0").split()[0], rt.get("msgPutTotalTodayNow", "0"),
+                     rt.get("msgGetTotalTodayNow", "0")))
+    return render(request, "Cluster", *runtime.banner(), table(
         ("Cluster", "Broker", "BID", "Role", "Address", "Version", "Disk used", "TPS in", "TPS out", "Messages in",
          "Messages out"), rows, "brokers"), active="/")
 
@@ -126,38 +190,40 @@ async def cluster(request: web.Request) -> web.Response:
 # --- topics -------------------------------------------------------------------------------------------------
 
 
-def _perms(admin: MQAdminExt) -> dict[str, int]:
-    """Each topic's permission as its brokers hold it (the first broker's, when they differ)."""
-    out: dict[str, int] = {}
-    for addr in sorted(admin.broker_addrs().values()):
-        for topic, cfg in admin.topic_configs(addr).items():
-            out.setdefault(topic, int(cfg.get("perm", PermName.READ_WRITE)))
+async def _topics_at(admin: MQAdminExt, addr: str, listed: list[str]) -> dict[str, tuple[int, list[QueueStat]]]:
+    """The permission and queues of each of ``listed`` this broker holds (its own config: current at once)."""
+    configs = await admin.topic_configs_at(addr)
+    out = {}
+    for topic in (t for t in listed if t in configs):
+        try:
+            out[topic] = int(configs[topic].get("perm", PermName.READ_WRITE)), await admin.topic_stats_at(addr, topic)
+        except BrokerError:  # deleted meanwhile
+            continue
     return out
 
 
 async def topics(request: web.Request) -> web.Response:
     admin = admin_of(request)
-    rows, missing = [], []
     try:
-        perms = await call(_perms, admin)
-        listed = user_topics(await call(admin.list_topics))
+        listed, missing = user_topics(await call(admin.list_topics)), []
     except TxmqError as exc:  # an account that may not list the topics may still create one
-        perms, listed, missing = {}, [], [error_banner(f"topics not listed: {exc}")]
+        listed, missing = [], [error_banner(f"topics not listed: {exc}")]
+    held = await from_each(admin, await masters(admin), lambda addr: _topics_at(admin, addr, listed))
+    rows = []
     for topic in listed:
-        try:
-            stats = await call(admin.topic_stats, topic)
-        except TxmqError:  # deleted meanwhile, or not this account's to see
+        parts = [part[topic] for part in held.answers.values() if topic in part]
+        if not parts:  # on no broker that answered
             continue
-        perm = PermName.to_string(perms.get(topic, PermName.READ_WRITE))
-        rows.append((link(path("topics", topic), topic), len(stats), perm,
+        stats = [s for _, queues in parts for s in queues]
+        rows.append((link(path("topics", topic), topic), len(stats), PermName.to_string(parts[0][0]),
                      sum(s.values["maxOffset"] - s.values["minOffset"] for s in stats),
                      fmt_time(max((s.values["lastUpdateTimestamp"] for s in stats), default=0))))
     create = form("/topics", [field("topic", "Name", required="required"),
                               field("queues", "Queues", 8, "number", min="1", max="1024"),
                               select("perm", "Permission", PERMS)], "Create topic", form_id="create-topic")
-    return render(request, "Topics", *missing, table(("Topic", "Queues", "Permission", "Messages", "Last message"),
-                                                     rows, "topics"), section("Create a topic", create),
-                  active="/topics")
+    return render(request, "Topics", *missing, *held.banner(),
+                  table(("Topic", "Queues", "Permission", "Messages", "Last message"), rows, "topics"),
+                  section("Create a topic", create), active="/topics")
 
 
 def form_perm(data: Any) -> int:
@@ -184,11 +250,28 @@ async def create_topic(request: web.Request) -> web.StreamResponse:
     raise back(request, path("topics", topic), notice=f"topic {topic} created")
 
 
+async def _topic_at(admin: MQAdminExt, addr: str, topic: str) -> tuple[int | None, list[QueueStat], list[str]]:
+    """The topic on one broker: its permission there (None when it holds no config of it), queues, consumer
+    groups."""
+    cfg = (await admin.topic_configs_at(addr)).get(topic)
+    perm = None if cfg is None else int(cfg.get("perm", PermName.READ_WRITE))
+    return perm, await admin.topic_stats_at(addr, topic), await admin.consumed_by_at(addr, topic)
+
+
 async def topic_detail(request: web.Request) -> web.Response:
     admin, topic = admin_of(request), request.match_info["topic"]
-    stats = await call(admin.topic_stats, topic)
-    perm = (await call(_perms, admin)).get(topic, PermName.READ_WRITE)
-    groups = await call(admin.consumed_by, topic)
+    try:
+        routed = sorted((await call(admin.route_masters, topic)).items())
+    except BrokerError as exc:
+        if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise Refusal(404, f"No topic {topic} (the name server routes none of that name).", "no such topic") \
+                from None
+        raise
+    parts = await from_each(admin, routed, lambda addr: _topic_at(admin, addr, topic))
+    answers = [parts.answers[addr] for _, addr in routed if addr in parts.answers]
+    perm = next((p for p, _, _ in answers if p is not None), PermName.READ_WRITE)
+    stats = [s for _, queues, _ in answers for s in queues]
+    groups = sorted({g for _, _, named in answers for g in named})
     rows = [(s.mq.broker_name, s.mq.queue_id, s.values["minOffset"], s.values["maxOffset"],
              fmt_time(s.values["lastUpdateTimestamp"])) for s in stats]
     actions = [
@@ -197,7 +280,7 @@ async def topic_detail(request: web.Request) -> web.Response:
         form(path("topics", topic, "delete"), [], "Delete topic", confirm=f"Delete topic {topic} and its messages?",
              form_id="topic-delete"),
     ]
-    return render(request, f"Topic {topic}",
+    return render(request, f"Topic {topic}", *parts.banner(),
                   Raw(f'<p>Permission: <strong id="perm">{PermName.to_string(perm)}</strong></p>'),
                   table(("Broker", "Queue", "Min offset", "Max offset", "Last message"), rows, "queues"),
                   section("Consumer groups", table(("Group",), [(link(path("groups", g), g),) for g in groups],
@@ -228,35 +311,57 @@ async def topic_delete(request: web.Request) -> web.StreamResponse:
 # --- consumer groups ------------------------------------------------------------------------------------------
 
 
+async def _groups_at(admin: MQAdminExt, addr: str, listed: list[str]) -> dict[tuple[str, str], tuple[int, float]]:
+    """(lag, TPS) on this broker of each (group, topic) of ``listed`` that a group consumes here."""
+    out = {}
+    for topic in listed:
+        for group in await admin.consumed_by_at(addr, topic):
+            stats, tps = await admin.consume_stats_at(addr, group, topic)
+            out[(group, topic)] = lag(stats), tps
+    return out
+
+
 async def groups(request: web.Request) -> web.Response:
     admin = admin_of(request)
-    rows = []
-    for topic in user_topics(await call(admin.list_topics)):
-        for group in await call(admin.consumed_by, topic):
-            table_, tps = await call(admin.consume_stats, group, topic)
-            lag = sum(s.values["brokerOffset"] - max(s.values["consumerOffset"], 0) for s in table_)
-            rows.append((link(path("groups", group), group), topic, lag, f"{tps:.1f}"))
-    return render(request, "Consumer groups", table(("Group", "Topic", "Lag", "TPS"), rows, "groups"),
+    listed = user_topics(await call(admin.list_topics))
+    parts = await from_each(admin, await masters(admin), lambda addr: _groups_at(admin, addr, listed))
+    totals: dict[tuple[str, str], tuple[int, float]] = {}
+    for part in parts.answers.values():
+        for key, (behind, tps) in part.items():
+            was_behind, was_tps = totals.get(key, (0, 0.0))
+            totals[key] = was_behind + behind, was_tps + tps
+    rows = [(link(path("groups", group), group), topic, behind, f"{tps:.1f}")
+            for (group, topic), (behind, tps) in sorted(totals.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+    return render(request, "Consumer groups", *parts.banner(), table(("Group", "Topic", "Lag", "TPS"), rows, "groups"),
                   active="/groups")
+
+
+async def _group_at(admin: MQAdminExt, addr: str, group: str
+                    ) -> tuple[list[QueueStat], float, dict[str, Any] | None]:
+    """The group on one broker: its queues, TPS, and its clients when online there."""
+    stats, tps = await admin.consume_stats_at(addr, group)
+    return stats, tps, await admin.consumer_connection_at(addr, group)
 
 
 async def group_detail(request: web.Request) -> web.Response:
     admin, group = admin_of(request), request.match_info["group"]
-    stats, tps = await call(admin.consume_stats, group)
+    brokers = await masters(admin)
+    parts = await from_each(admin, brokers, lambda addr: _group_at(admin, addr, group))
+    answers = [parts.answers[addr] for _, addr in brokers if addr in parts.answers]
+    stats = sorted((s for queues, _, _ in answers for s in queues),
+                   key=lambda s: (s.mq.topic, s.mq.broker_name, s.mq.queue_id))
+    tps = sum(rate for _, rate, _ in answers)
+    conn: dict[str, Any] = next((c for _, _, c in answers if c is not None), {"connectionSet": []})
     rows = [(s.mq.topic, s.mq.broker_name, s.mq.queue_id, s.values["brokerOffset"], s.values["consumerOffset"],
              s.values["brokerOffset"] - max(s.values["consumerOffset"], 0), fmt_time(s.values["lastTimestamp"]))
             for s in stats]
-    try:
-        conn = await call(admin.consumer_connection, group)
-        clients = [(c["clientId"], c["clientAddr"], c["language"], c["version"]) for c in conn["connectionSet"]]
-    except TxmqError:
-        clients = []
+    clients = [(c["clientId"], c["clientAddr"], c["language"], c["version"]) for c in conn["connectionSet"]]
     topics_ = sorted({s.mq.topic for s in stats}, key=lambda t: (t.startswith("%RETRY%"), t))  # retry last
     reset = form(path("groups", group, "reset"), [
         select("topic", "Topic", [(t, t) for t in topics_]),
         field("time", "Time", datetime.now().strftime("%Y-%m-%dT%H:%M:%S"), placeholder="2024-05-01T12:00:00"),
     ], "Reset offsets", confirm=f"Move the offsets of group {group} to this time?", form_id="reset-offsets")
-    return render(request, f"Consumer group {group}",
+    return render(request, f"Consumer group {group}", *parts.banner(),
                   Raw(f'<p>Consume TPS: {tps:.1f}; lag in all: <strong id="lag">'
                       f'{sum(r[5] for r in rows)}</strong></p>'),
                   table(("Topic", "Broker", "Queue", "Broker offset", "Consumer offset", "Lag", "Last consumed"), rows,
@@ -416,16 +521,18 @@ async def message_resend(request: web.Request) -> web.StreamResponse:
 
 
 async def transactions(request: web.Request) -> web.Response:
-    data = await call(admin_of(request).tx_list, 200)
+    admin = admin_of(request)
+    brokers = await masters(admin)
+    parts = await from_each(admin, brokers, lambda addr: admin.tx_list_at(addr, 200))
     pending, discarded = [], []
-    for broker, d in sorted(data.items()):
+    for broker, d in ((name, parts.answers[addr]) for name, addr in brokers if addr in parts.answers):
         for t in d["pending"]:
             pending.append((t["transactionId"], broker, t["topic"], t["group"], f"{t['ageS']:.0f} s", t["checks"],
                             t["halfOffset"], _decide_forms(broker, t)))
         for t in d["discarded"]:
             discarded.append((t["transactionId"], broker, t["topic"], t["group"], f"{t['ageS']:.0f} s", t["checks"],
                               t["halfOffset"], Raw(_tx_form(broker, t, "resume") + _decide_forms(broker, t))))
-    return render(request, "Transactions",
+    return render(request, "Transactions", *parts.banner(),
                   section("Pending", table(TX_COLUMNS, pending, "pending", empty="no pending transaction")),
                   section("Discarded", table(TX_COLUMNS, discarded, "discarded", empty="no discarded transaction")),
                   active="/transactions")
@@ -480,9 +587,12 @@ async def charts(request: web.Request) -> web.Response:
 
 
 async def api_stats(request: web.Request) -> web.Response:
-    data = await call(admin_of(request).stats)
-    out = {"time": time.time(), "putTps": 0.0, "getTps": 0.0, "commits": 0, "rollbacks": 0, "p50": 0.0, "p99": 0.0}
-    for s in data.values():
+    """The cluster's figures summed over the brokers that answered; ``unanswered`` names the others."""
+    admin = admin_of(request)
+    parts = await from_each(admin, await masters(admin), admin.stats_at)
+    out: dict[str, Any] = {"time": time.time(), "putTps": 0.0, "getTps": 0.0, "commits": 0, "rollbacks": 0,
+                           "p50": 0.0, "p99": 0.0, "unanswered": [asdict(u) for u in parts.unanswered]}
+    for s in parts.answers.values():
         rates, tx = s.get("rates", {}), s["transactions"]
         out["putTps"] += rates.get("putTps", 0.0)
         out["getTps"] += rates.get("getTps", 0.0)
@@ -498,11 +608,12 @@ async def api_stats(request: web.Request) -> web.Response:
 
 @web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A broker's refusal on a page is shown on the page, not as a 500."""
+    """A broker's refusal on a page is shown on the page, not as a 500: 504 when the broker did not answer in
+    time (what a proxy says of a server that hangs), else 502."""
     try:
         return await handler(request)
     except TxmqError as exc:
-        return error_page(502, str(exc), request[USER])
+        return error_page(504 if isinstance(exc, RemotingTimeoutError) else 502, str(exc), request[USER])
 
 
 def make_app(config: ConsoleConfig) -> web.Application:

@@ -71,8 +71,8 @@ def error_page(status: int, message: str, user: str = "") -> web.Response:
                         content_type="text/html")
 
 
-def error_banner(text: str) -> Raw:
-    return Raw(f'<p class="error" id="error">{e(text)}</p>')
+def error_banner(text: str, ident: str = "error") -> Raw:
+    return Raw(f'<p class="error" id="{ident}">{e(text)}</p>')
 
 
 def _where(request: web.Request) -> str:
