@@ -118,12 +118,14 @@ def test_dead_letter_counters_are_bounded_for_made_up_origin_topics(tmp_path: Pa
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("path", ["send-back", "send"])
 @pytest.mark.parametrize(("retry_max_times", "stored_in"), [(1, "%DLQ%g"), (2, "%RETRY%g")])
-def test_a_send_back_without_max_reconsume_times_follows_the_group_s_retry_max_times(
-        tmp_path: Path, retry_max_times: int, stored_in: str) -> None:
-    """A send-back that names no maxReconsumeTimes (the C++ client's, RocketMQ's clients before 3.4.9) goes to the
-    dead letters after the group's ``retryMaxTimes`` (``updateSubGroup -r``), as RocketMQ's broker decides; the
-    broker used 16 whatever the group said."""
+def test_a_retry_without_max_reconsume_times_follows_the_group_s_retry_max_times(
+        tmp_path: Path, path: str, retry_max_times: int, stored_in: str) -> None:
+    """A send-back that names no maxReconsumeTimes (the C++ client's, RocketMQ's clients before 3.4.9), and a send
+    straight to ``%RETRY%g`` that names none (a client's fallback when its send-back fails), go to the dead letters
+    after the group's ``retryMaxTimes`` (``updateSubGroup -r``), as RocketMQ's broker decides (``consumerSendMsgBack``,
+    ``handleRetryAndDLQ``); the broker used 16 whatever the group said."""
     from tests.broker.test_journal_off_loop import serving
 
     async def main() -> None:
@@ -135,41 +137,16 @@ def test_a_send_back_without_max_reconsume_times_follows_the_group_s_retry_max_t
             # a message that came back through the retry topic once (reconsumeTimes 1): its record at offset 0
             header = SendMessageRequestHeader(
                 producer_group="p", topic="%RETRY%g", default_topic="TBW102", default_topic_queue_nums=4, queue_id=0,
-                sys_flag=0, born_timestamp=0, flag=0, reconsume_times=1, max_reconsume_times=16,
-                properties=properties_to_string({MessageConst.RETRY_TOPIC: "orders"}))
-            stored = await client.invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(),
-                                                                       body=b"x"), 10)
-            assert stored.code == ResponseCode.SUCCESS, stored.remark
-            sent_back = await client.invoke(addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-                "offset": "0", "group": "g", "delayLevel": "0"}), 10)
-            assert sent_back.code == ResponseCode.SUCCESS, sent_back.remark
-            assert broker.stats_manager.dlq == ({("orders", "g"): 1} if stored_in == "%DLQ%g" else {})
-            assert ("%DLQ%g" in broker.topic_config_manager.table) == (stored_in == "%DLQ%g")
-
-    asyncio.run(main())
-
-
-@pytest.mark.parametrize(("retry_max_times", "stored_in"), [(1, "%DLQ%g"), (2, "%RETRY%g")])
-def test_a_send_to_a_retry_topic_without_max_reconsume_times_follows_the_group_s_retry_max_times(
-        tmp_path: Path, retry_max_times: int, stored_in: str) -> None:
-    """A send straight to ``%RETRY%g`` (a client's fallback when its send-back fails) that names no
-    maxReconsumeTimes is judged by the group's ``retryMaxTimes`` too, as a send-back is (RocketMQ's
-    ``handleRetryAndDLQ``); it used 16."""
-    from tests.broker.test_journal_off_loop import serving
-
-    async def main() -> None:
-        async with serving(tmp_path) as (broker, addr), RemotingClient() as client:
-            group = {"groupName": "g", "retryMaxTimes": retry_max_times}
-            changed = await client.invoke(addr, RemotingCommand.request(
-                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=orjson.dumps(group)), 10)
-            assert changed.code == ResponseCode.SUCCESS, changed.remark
-            header = SendMessageRequestHeader(
-                producer_group="p", topic="%RETRY%g", default_topic="TBW102", default_topic_queue_nums=4, queue_id=0,
                 sys_flag=0, born_timestamp=0, flag=0, reconsume_times=1,
+                max_reconsume_times=16 if path == "send-back" else None,
                 properties=properties_to_string({MessageConst.RETRY_TOPIC: "orders"}))
             stored = await client.invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(),
                                                                        body=b"x"), 10)
             assert stored.code == ResponseCode.SUCCESS, stored.remark
+            if path == "send-back":
+                sent_back = await client.invoke(addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+                    "offset": "0", "group": "g", "delayLevel": "0"}), 10)
+                assert sent_back.code == ResponseCode.SUCCESS, sent_back.remark
             assert broker.stats_manager.dlq == ({("orders", "g"): 1} if stored_in == "%DLQ%g" else {})
             assert ("%DLQ%g" in broker.topic_config_manager.table) == (stored_in == "%DLQ%g")
 

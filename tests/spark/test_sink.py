@@ -226,6 +226,19 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
                               streaming=True)
 
 
+class FakeProducer:
+    """A unit of logic: what ``Responders`` calls on a ``TransactionProducer``."""
+
+    group = "g"
+    stopped = False
+
+    def start(self) -> FakeProducer:
+        return self
+
+    def shutdown(self) -> None:
+        self.stopped = True
+
+
 def test_query_marks_stop_a_responder_once_its_own_run_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The marks' logic (lifecycle.py) without Spark: a late end of an older run does not stop the next run's
     responder; a responder started after the end is not stopped by it; the query id comes from the checkpoint."""
@@ -234,16 +247,6 @@ def test_query_marks_stop_a_responder_once_its_own_run_ended(tmp_path: Path, mon
     from txmq.spark.lifecycle import Responders, mark_run, query_id
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-
-    class FakeProducer:  # a unit of logic: what Responders calls on a TransactionProducer
-        group = "g"
-        stopped = False
-
-        def start(self) -> FakeProducer:
-            return self
-
-        def shutdown(self) -> None:
-            self.stopped = True
 
     held = Responders()
     mark_run("q1", "run1", stopped=False)
@@ -273,16 +276,6 @@ def test_a_query_s_end_stops_its_responder_whatever_the_wall_clock_did(tmp_path:
     from txmq.spark import lifecycle
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-
-    class FakeProducer:  # a unit of logic: what Responders calls on a TransactionProducer
-        group = "g"
-        stopped = False
-
-        def start(self) -> FakeProducer:
-            return self
-
-        def shutdown(self) -> None:
-            self.stopped = True
 
     held = lifecycle.Responders()
     lifecycle.mark_run("q1", "run1", stopped=False)
