@@ -89,6 +89,28 @@ def test_work_that_raises_rolls_back_the_log_row_too_and_a_check_fences_it(engin
     assert log_rows(engine, txlog) == {tx: "ROLLBACK"}
 
 
+def ends_itself(order_id: str, end: str, then_raise: bool) -> Any:
+    """Work that inserts an order, ends the database transaction itself (``conn.commit()`` or
+    ``conn.rollback()``), and then returns or raises."""
+    def work(conn: Any) -> None:
+        conn.execute(ORDERS.insert().values(order_id=order_id))
+        getattr(conn, end)()
+        if then_raise:
+            raise RuntimeError("after the end")
+    return work
+
+
+@pytest.mark.parametrize("then_raise", [False, True], ids=["returns", "raises"])
+@pytest.mark.parametrize("end", ["commit", "rollback"])
+def test_work_that_ends_the_database_transaction_itself_is_decided_by_the_log(
+        engine: Any, txlog: TransactionLog, end: str, then_raise: bool) -> None:
+    tx = create_uniq_id()
+    expected = COMMIT if end == "commit" else ROLLBACK
+    assert txlog.execute_local_transaction(half(tx), ends_itself("o-1", end, then_raise)) == expected
+    assert orders(engine) == ({"o-1"} if end == "commit" else set())
+    assert txlog.check_local_transaction(checked(tx)) == expected
+
+
 def test_a_check_before_the_local_transaction_fences_it(engine: Any, txlog: TransactionLog) -> None:
     tx = create_uniq_id()
     assert txlog.check_local_transaction(checked(tx)) == ROLLBACK

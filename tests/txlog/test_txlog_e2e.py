@@ -234,3 +234,34 @@ def test_postgresql_restarted_while_checks_arrive(cluster: Any, caplog: pytest.L
                 r.getMessage()]
     assert len(warnings) == 2, warnings
     assert "unreachable" in warnings[0] and "answers again" in warnings[1]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_one_message_object_sent_in_two_transactions_is_two_transactions(cluster: Any, kind: str, tmp_path: Path,
+                                                                         request: pytest.FixtureRequest) -> None:
+    """A ``Message`` sent again (a template, or a retry after a send that raised) is a new half message and a new
+    transaction: each has its own transaction id, so its local transaction is not refused as fenced, and a check
+    of one is not answered from the other's log row. Every END_TRANSACTION is lost: checks decide both."""
+    cluster.start_broker("broker-a", TX_CONF)
+    topic = "txlog_resent"
+    create_topic(cluster, topic)
+    engine = create_engine(new_database_url(kind, tmp_path, request))
+    ORDERS.metadata.create_all(engine)
+    recorder = Recorder(TransactionLog(engine), execute_answer=UNKNOWN)
+    msg = Message(topic, b"")
+    try:
+        with TransactionProducer("p_txlog_resent", recorder, cluster.namesrv_addr) as producer:
+            ids = []
+            for n in (1, 2):
+                msg.body = str(n).encode()
+                result = producer.send_message_in_transaction(msg, lambda conn, n=n: conn.execute(
+                    ORDERS.insert().values(n=n)))
+                ids.append(result.transaction_id)
+            settle(cluster.namesrv_addr)
+        rows = business_rows(engine)
+    finally:
+        recorder.log.close()
+        engine.dispose()
+    assert len(set(ids)) == 2, ids
+    assert rows == {1, 2}
+    assert committed_messages(cluster.namesrv_addr, topic) == Counter({1: 1, 2: 1})

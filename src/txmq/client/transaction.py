@@ -40,6 +40,7 @@ from txmq.message import (
     MessageConst,
     MessageExt,
     MessageSysFlag,
+    create_uniq_id,
     decode_message,
     decode_offset_msg_id,
 )
@@ -166,6 +167,10 @@ class TransactionProducer(Producer):
         msg.properties[MessageConst.TRANSACTION_PREPARED] = "true"
         msg.properties[MessageConst.PRODUCER_GROUP] = self.group
         msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        # Each half is a transaction of its own, and its UNIQ_KEY is the id checks name it by: a Message sent again
+        # (a template, a retry after a send that raised) keeping its last id would be answered from the log of
+        # that other transaction.
+        msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_id()
         # One attempt only (a selector means no retry); never by setting retry_times to 0 for the duration,
         # which races with other threads' sends and could leave the producer retrying half messages.
         send_result = self.send(msg, selector=self._next_queue)

@@ -112,19 +112,25 @@ class TransactionLog:
     def execute_local_transaction(self, msg: Message, arg: LocalWork | None) -> LocalTransactionState:
         """The log row, then ``arg(conn)``, in one database transaction: COMMIT when it commits, ROLLBACK when
         ``arg`` raises, a check fenced the transaction first, or the database refused. When the answer to the
-        COMMIT itself is lost, the log decides, as a check would."""
+        COMMIT itself is lost, or ``arg`` ended the database transaction itself (``conn.commit()`` or
+        ``conn.rollback()``: the log row went with it either way), the log decides, as a check would."""
         tx_id = _transaction_id(msg)
         if arg is not None and not callable(arg):
             raise TypeError(f"arg must be a callable taking a SQLAlchemy Connection, not {type(arg).__name__}")
         self._start_purger()
         step = "log"
         try:
-            with self.engine.connect() as conn, conn.begin():
+            with self.engine.connect() as conn, conn.begin() as db_tx:
                 conn.execute(self._insert_row, self._row(tx_id, COMMIT))
                 step = "work"
-                if arg is not None:
-                    arg(conn)
-                step = "commit"
+                try:
+                    if arg is not None:
+                        arg(conn)
+                finally:
+                    if not db_tx.is_active:
+                        step = "ended"
+                if step == "work":
+                    step = "commit"
         except IntegrityError as exc:
             if step != "log":
                 return self._rolled_back(tx_id, step, exc)
@@ -132,12 +138,19 @@ class TransactionLog:
             return ROLLBACK
         except Exception as exc:  # the user's work, or the database, refused: nothing was committed
             return self._rolled_back(tx_id, step, exc)
+        if step == "ended":
+            log.info("the work of local transaction %s ended it itself: the log decides", tx_id)
+            return self._decide(tx_id)
         self._outage.up()
         return COMMIT
 
     def _rolled_back(self, tx_id: str, step: str, exc: Exception) -> LocalTransactionState:
         if step == "commit":  # COMMIT was sent: refused, or its answer lost. The log knows which.
             log.info("commit of local transaction %s failed (%s): the log decides", tx_id, _first_line(exc))
+            return self._decide(tx_id)
+        if step == "ended":  # the work committed or rolled back, then raised: the log knows which
+            log.info("local transaction %s raised after its work ended it (%s): the log decides", tx_id,
+                     _first_line(exc))
             return self._decide(tx_id)
         if step == "log" and isinstance(exc, SQLAlchemyError):
             self._outage.down(exc)
