@@ -129,3 +129,19 @@ def test_sql92_is_refused_when_property_filter_is_off(cluster):
     with PullConsumer("g_off_pull", cluster.namesrv_addr) as puller:
         (mq,) = puller.fetch_subscribe_message_queues("sql_off")
         assert [m.body for m in puller.pull(mq, "T", 0).msgs] == [b"t"]
+
+
+def test_a_property_that_is_no_long_fails_an_integer_comparison(cluster):
+    """``a > 5`` reads ``a`` as RocketMQ's ``Long.valueOf`` does: digits beyond a long (20 of them, or thousands,
+    which Python's ``int`` refuses with a ValueError of its own) fail the comparison and the message is skipped;
+    the pull answers the others."""
+    cluster.start_broker_with_topic("sql_long")
+    values = ["7", "99999999999999999999", "9" * 5000, "+8", "-9223372036854775808", "9223372036854775807"]
+    with Producer("p_long", cluster.namesrv_addr) as producer:
+        for value in values:
+            producer.send(Message("sql_long", value.encode(), properties={"a": value}))
+    with PullConsumer("g_long", cluster.namesrv_addr) as puller:
+        (mq,) = puller.fetch_subscribe_message_queues("sql_long")
+        pulled = puller.pull(mq, offset=0, sql="a > 5 OR a < 0")
+    assert [m.body for m in pulled.msgs] == [b"7", b"+8", b"-9223372036854775808", b"9223372036854775807"]
+    assert pulled.next_begin_offset == len(values)

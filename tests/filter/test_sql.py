@@ -20,6 +20,8 @@ SELECTS = [
     ("a > 5", {"a": "5.5"}, False),  # an integer literal wants an integer (Long.valueOf fails: no match)
     ("a > 5.0", {"a": "5.5"}, True),
     ("a > 5", {"a": "x"}, False),
+    ("a > 5", {"a": "9223372036854775808"}, False),  # beyond a long: Long.valueOf fails
+    ("a < 0", {"a": "-00009223372036854775808"}, True),  # leading zeros, the least long
     ("a > 5", {}, False),  # NULL: unknown, not a match
     ("a = 10L", {"a": "10"}, True),
     ("a = 1.5E1", {"a": "15"}, True),

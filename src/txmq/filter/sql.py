@@ -199,15 +199,25 @@ def _as_boolean(node: _Node) -> _Node:
     raise SqlFilterError("expression will not result in a boolean value", node.line, node.column)
 
 
-_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
+_INTEGER = re.compile(r"[+-]?0*([0-9]{1,19})\Z")  # at most 19 significant digits: a long's, before the range
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_SHORT_DIGITS = 18  # digits that are always a long: the pull path's ``int`` without the checks
+
+
+def _long(text: str) -> int:
+    """Java's ``Long.valueOf``: an optional sign and digits within a long, else ``Unknown`` (a longer run of digits
+    must not reach ``int``, which refuses over 4,300 with a ValueError of its own)."""
+    if _INTEGER.match(text):
+        value = int(text)
+        if _LONG_MIN <= value <= _LONG_MAX:
+            return value
+    raise Unknown
 
 
 def _number(text: str, like: Any) -> int | float:
     """A property read as the type of the number it meets (Java's ``Long.valueOf`` / ``Double.valueOf``)."""
     if type(like) is int:
-        if (text.isdigit() and text.isascii()) or _INTEGER.match(text):
-            return int(text)
-        raise Unknown
+        return _long(text)
     try:
         return float(text)
     except ValueError:
@@ -239,7 +249,7 @@ def _ordering(op: Callable[[Any, Any], bool], left: _Node, right: _Node) -> Call
                 v = p.get(name)
                 if v is None:
                     return None
-                return op(int(v) if v.isdigit() and v.isascii() else _number(v, c), c)
+                return op(int(v) if len(v) <= _SHORT_DIGITS and v.isdigit() and v.isascii() else _long(v), c)
 
             return prop_vs_int
 
