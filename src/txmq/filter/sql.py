@@ -14,6 +14,7 @@ not read as a number makes the whole expression not match, as RocketMQ's evaluat
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -214,14 +215,38 @@ def _long(text: str) -> int:
     raise Unknown
 
 
+_DOUBLE = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)\Z")
+_HEX_DOUBLE = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?\Z")
+_JAVA_BLANKS = "".join(map(chr, range(33)))  # what Java's String.trim removes
+
+
+def _double(text: str) -> float:
+    """Java's ``Double.valueOf``: blanks trimmed, ASCII digits, ``NaN``, ``Infinity``, a ``f``/``d`` suffix,
+    hexadecimal with a binary exponent; else ``Unknown`` (Python's ``float`` takes underscores, ``inf`` and other
+    digits, and refuses suffixes). A finite number in ASCII without underscores, which both read alike, takes
+    Python's ``float`` alone: the pull path's common case."""
+    try:
+        value = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(value) and text.isascii() and "_" not in text:
+            return value
+    if not _DOUBLE.match(text):
+        text = text.strip(_JAVA_BLANKS)
+        if _HEX_DOUBLE.match(text):
+            try:
+                return float.fromhex(text.rstrip("fFdD"))
+            except OverflowError:
+                return float("-inf" if text.startswith("-") else "inf")
+        if not _DOUBLE.match(text):
+            raise Unknown
+    return float(text.rstrip("fFdD"))
+
+
 def _number(text: str, like: Any) -> int | float:
     """A property read as the type of the number it meets (Java's ``Long.valueOf`` / ``Double.valueOf``)."""
-    if type(like) is int:
-        return _long(text)
-    try:
-        return float(text)
-    except ValueError:
-        raise Unknown from None
+    return _long(text) if type(like) is int else _double(text)
 
 
 def _coerce(lv: Any, rv: Any) -> tuple[Any, Any] | None:
