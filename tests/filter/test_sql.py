@@ -19,7 +19,17 @@ SELECTS = [
     ("a < -1", {"a": "-2"}, True),
     ("a > 5", {"a": "5.5"}, False),  # an integer literal wants an integer (Long.valueOf fails: no match)
     ("a > 5.0", {"a": "5.5"}, True),
+    # a decimal as Java's Double.valueOf reads it
+    ("a > 5.0", {"a": "7.5f"}, True),  # a float suffix
+    ("a > 5.0", {"a": " 0x1p3 "}, True),  # hexadecimal 8.0, blanks trimmed
+    ("a > 5.0", {"a": "Infinity"}, True),
+    ("a > 5.0", {"a": "infinity"}, False),  # spelt as Java spells it only
+    ("a > 5.0", {"a": "1_000"}, False),  # no underscores
+    ("a > 5.0", {"a": "\u0667"}, False),  # an Arabic-Indic seven: ASCII digits only
+    ("a > b", {"a": "7d", "b": "5"}, True),
     ("a > 5", {"a": "x"}, False),
+    ("a > 5", {"a": "9223372036854775808"}, False),  # beyond a long: Long.valueOf fails
+    ("a < 0", {"a": "-00009223372036854775808"}, True),  # leading zeros, the least long
     ("a > 5", {}, False),  # NULL: unknown, not a match
     ("a = 10L", {"a": "10"}, True),
     ("a = 1.5E1", {"a": "15"}, True),

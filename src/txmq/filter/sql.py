@@ -14,6 +14,7 @@ not read as a number makes the whole expression not match, as RocketMQ's evaluat
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -199,19 +200,53 @@ def _as_boolean(node: _Node) -> _Node:
     raise SqlFilterError("expression will not result in a boolean value", node.line, node.column)
 
 
-_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
+_INTEGER = re.compile(r"[+-]?0*([0-9]{1,19})\Z")  # at most 19 significant digits: a long's, before the range
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_SHORT_DIGITS = 18  # digits that are always a long: the pull path's ``int`` without the checks
+
+
+def _long(text: str) -> int:
+    """Java's ``Long.valueOf``: an optional sign and digits within a long, else ``Unknown`` (a longer run of digits
+    must not reach ``int``, which refuses over 4,300 with a ValueError of its own)."""
+    if _INTEGER.match(text):
+        value = int(text)
+        if _LONG_MIN <= value <= _LONG_MAX:
+            return value
+    raise Unknown
+
+
+_DOUBLE = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)\Z")
+_HEX_DOUBLE = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?\Z")
+_JAVA_BLANKS = "".join(map(chr, range(33)))  # what Java's String.trim removes
+
+
+def _double(text: str) -> float:
+    """Java's ``Double.valueOf``: blanks trimmed, ASCII digits, ``NaN``, ``Infinity``, a ``f``/``d`` suffix,
+    hexadecimal with a binary exponent; else ``Unknown`` (Python's ``float`` takes underscores, ``inf`` and other
+    digits, and refuses suffixes). A finite number in ASCII without underscores, which both read alike, takes
+    Python's ``float`` alone: the pull path's common case."""
+    try:
+        value = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(value) and text.isascii() and "_" not in text:
+            return value
+    if not _DOUBLE.match(text):
+        text = text.strip(_JAVA_BLANKS)
+        if _HEX_DOUBLE.match(text):
+            try:
+                return float.fromhex(text.rstrip("fFdD"))
+            except OverflowError:
+                return float("-inf" if text.startswith("-") else "inf")
+        if not _DOUBLE.match(text):
+            raise Unknown
+    return float(text.rstrip("fFdD"))
 
 
 def _number(text: str, like: Any) -> int | float:
     """A property read as the type of the number it meets (Java's ``Long.valueOf`` / ``Double.valueOf``)."""
-    if type(like) is int:
-        if (text.isdigit() and text.isascii()) or _INTEGER.match(text):
-            return int(text)
-        raise Unknown
-    try:
-        return float(text)
-    except ValueError:
-        raise Unknown from None
+    return _long(text) if type(like) is int else _double(text)
 
 
 def _coerce(lv: Any, rv: Any) -> tuple[Any, Any] | None:
@@ -239,7 +274,7 @@ def _ordering(op: Callable[[Any, Any], bool], left: _Node, right: _Node) -> Call
                 v = p.get(name)
                 if v is None:
                     return None
-                return op(int(v) if v.isdigit() and v.isascii() else _number(v, c), c)
+                return op(int(v) if len(v) <= _SHORT_DIGITS and v.isdigit() and v.isascii() else _long(v), c)
 
             return prop_vs_int
 

@@ -64,6 +64,7 @@ SYNCFS_ABOVE = 256  # consume-queue files and directories a checkpoint makes dur
 
 _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # RocketMQ TOTAL_PHYSICAL_MEMORY_SIZE
 MAX_FILTER_ENTRIES = 800  # entries one get_message looks at when filtering (RocketMQ maxFilterMessageCount/20)
+MAX_FILTER_SECONDS = 0.05  # a SQL92 filter's time in one get_message: a costly one holds the loop no longer
 
 
 @dataclass(eq=False)  # compared by identity (``_in_flight``)
@@ -561,7 +562,8 @@ class DefaultMessageStore:
 
         ``tags_filter`` gets each entry's tag hash (RocketMQ's ``isMatchedByConsumeQueue``), ``record_filter``
         each read record in wire form (``isMatchedByCommitLog``, a SQL92 filter on its properties): what either
-        refuses is passed over, never returned. A record that fails validation is skipped, logged and
+        refuses is passed over, never returned; ``record_filter`` runs for at most about ``MAX_FILTER_SECONDS``,
+        then the answer has what it found and the offset it reached. A record that fails validation is skipped, logged and
         counted; it is never returned. ``confirmed`` (a consumer's read): only records up to the confirm offset;
         an offset among the entries past it is answered OFFSET_OVERFLOW_ONE (not there yet), never moved.
         """
@@ -602,6 +604,7 @@ class DefaultMessageStore:
         total = 0
         last_phy = 0
         pos = offset
+        deadline = time.monotonic() + MAX_FILTER_SECONDS
         while budget > 0 and len(result.messages) < max_msg_nums:
             raw = cq.read_entries(pos, min(budget, top - pos))
             if not raw:
@@ -635,7 +638,7 @@ class DefaultMessageStore:
                     if status is not GetMessageStatus.MESSAGE_WAS_REMOVING:
                         status = GetMessageStatus.NO_MATCHED_MESSAGE
                 last_phy = picked[-1][1]
-            if stop:
+            if stop or (record_filter is not None and time.monotonic() > deadline):
                 break
         result.status = GetMessageStatus.FOUND if result.messages else status
         result.next_begin_offset = pos
