@@ -563,9 +563,9 @@ class DefaultMessageStore:
         ``tags_filter`` gets each entry's tag hash (RocketMQ's ``isMatchedByConsumeQueue``), ``record_filter``
         each read record in wire form (``isMatchedByCommitLog``, a SQL92 filter on its properties): what either
         refuses is passed over, never returned; ``record_filter`` runs for at most about ``MAX_FILTER_SECONDS``,
-        then the answer has what it found and the offset it reached. A record that fails validation is skipped, logged and
-        counted; it is never returned. ``confirmed`` (a consumer's read): only records up to the confirm offset;
-        an offset among the entries past it is answered OFFSET_OVERFLOW_ONE (not there yet), never moved.
+        then the answer has what it found and the offset it reached. A record that fails validation is skipped,
+        logged and counted; it is never returned. ``confirmed`` (a consumer's read): only records up to the confirm
+        offset; an offset among the entries past it is answered OFFSET_OVERFLOW_ONE (not there yet), never moved.
         """
         self._check_open()
         cq = self.queues.find(topic, queue_id)
