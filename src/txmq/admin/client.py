@@ -42,6 +42,11 @@ class QueueStat:
     mq: MessageQueue
     values: Any
 
+    @property
+    def lag(self) -> int:
+        """A consume-stats queue's messages not consumed yet: broker offset less consumer offset (none yet: 0)."""
+        return int(self.values["brokerOffset"] - max(self.values["consumerOffset"], 0))
+
 
 def mq_table(pairs: Any) -> list[QueueStat]:
     """A fastjson ``MessageQueue``-keyed table as a sorted list (an empty table is ``{}``)."""

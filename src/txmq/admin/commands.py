@@ -262,7 +262,7 @@ def consumer_progress(admin: MQAdminExt, args: argparse.Namespace) -> int:
         for topic in (args.topic and [args.topic]) or [t for t in admin.list_topics() if user_topic(t)]:
             for group in admin.consumed_by(topic):
                 table, _ = admin.consume_stats(group, topic)
-                diff = sum(s.values["brokerOffset"] - max(s.values["consumerOffset"], 0) for s in table)
+                diff = sum(s.lag for s in table)
                 print(f"{group:<40}{topic:<40}{diff:>12}")
         return 0
     table, tps = admin.consume_stats(args.group, args.topic or "")
@@ -273,7 +273,7 @@ def consumer_progress(admin: MQAdminExt, args: argparse.Namespace) -> int:
     total = 0
     for s in table:
         v = s.values
-        diff = v["brokerOffset"] - max(v["consumerOffset"], 0)
+        diff = s.lag
         total += diff
         print(f"{s.mq.topic:<32}{s.mq.broker_name:<24}{s.mq.queue_id:<6}{v['brokerOffset']:>16}"
               f"{v['consumerOffset']:>18}{diff:>10}  {fmt_time(v['lastTimestamp'])}")
@@ -551,7 +551,7 @@ def stats_all(admin: MQAdminExt, args: argparse.Namespace) -> int:
             backlog = out_tps = out_day = 0.0
             if group:
                 table, _ = admin.consume_stats(group, topic)
-                backlog = sum(s.values["brokerOffset"] - max(s.values["consumerOffset"], 0) for s in table)
+                backlog = sum(s.lag for s in table)
                 for addr in addrs.values():
                     data = admin.stats_data(addr, "GROUP_GET_NUMS", f"{topic}@{group}")
                     if data:

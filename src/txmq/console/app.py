@@ -161,10 +161,6 @@ async def masters(admin: MQAdminExt) -> list[tuple[str, str]]:
     return sorted((await call(admin.broker_addrs)).items())
 
 
-def lag(stats: list[QueueStat]) -> int:
-    return sum(s.values["brokerOffset"] - max(s.values["consumerOffset"], 0) for s in stats)
-
-
 # --- cluster ------------------------------------------------------------------------------------------------
 
 
@@ -317,7 +313,7 @@ async def _groups_at(admin: MQAdminExt, addr: str, listed: list[str]) -> dict[tu
     for topic in listed:
         for group in await admin.consumed_by_at(addr, topic):
             stats, tps = await admin.consume_stats_at(addr, group, topic)
-            out[(group, topic)] = lag(stats), tps
+            out[(group, topic)] = sum(s.lag for s in stats), tps
     return out
 
 
@@ -353,7 +349,7 @@ async def group_detail(request: web.Request) -> web.Response:
     tps = sum(rate for _, rate, _ in answers)
     conn: dict[str, Any] = next((c for _, _, c in answers if c is not None), {"connectionSet": []})
     rows = [(s.mq.topic, s.mq.broker_name, s.mq.queue_id, s.values["brokerOffset"], s.values["consumerOffset"],
-             s.values["brokerOffset"] - max(s.values["consumerOffset"], 0), fmt_time(s.values["lastTimestamp"]))
+             s.lag, fmt_time(s.values["lastTimestamp"]))
             for s in stats]
     clients = [(c["clientId"], c["clientAddr"], c["language"], c["version"]) for c in conn["connectionSet"]]
     topics_ = sorted({s.mq.topic for s in stats}, key=lambda t: (t.startswith("%RETRY%"), t))  # retry last
