@@ -201,3 +201,35 @@ def test_due_timers_behind_a_batch_of_recalled_ones_are_delivered_in_the_same_pa
             timers.close()
 
     asyncio.run(go())
+
+
+def test_a_timer_message_is_indexed_as_soon_as_it_is_written_and_recallable_at_once(tmp_path):
+    """The store writes puts in groups, after the step that asked: the loop is woken once the group is written,
+    not at ``divert`` (a pass then finds nothing, and the message waited for the next tick), and a recall that
+    comes before the loop's pass waits for it rather than answering "not scheduled"."""
+    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"), timer_precision_ms=10_000,
+                      timer_max_delay_sec=600)
+
+    async def go() -> None:
+        async with DefaultMessageStore(cfg) as store:
+            timers = TimerMessageStore(store, cfg, tmp_path)
+            loop = asyncio.create_task(timers.run(deliver=True))
+            try:
+                await asyncio.sleep(0.05)  # the loop's first pass is over: it waits for its next tick
+                first = await _put(store, timers, _timer(b"first", 60_000))
+                began = time.monotonic()
+                while timers.count < 1:
+                    assert time.monotonic() - began < 5, "the timer message waited for the loop's next tick"
+                    await asyncio.sleep(0.005)
+                second = await _put(store, timers, _timer(b"second", 60_000))
+                for msg in (second, first):  # the second before any pass of the loop could index it
+                    handle = timers.recall_handle(msg, "broker-a")
+                    assert handle is not None
+                    assert await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1)) == msg.body.hex()
+            finally:
+                loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop
+                timers.close()
+
+    asyncio.run(go())

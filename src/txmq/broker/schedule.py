@@ -35,6 +35,7 @@ class ScheduleMessageService:
         self.offsets: dict[int, int] = {int(k): int(v) for k, v in (saved.get("offsetTable") or {}).items()}
         self._persisted = dict(self.offsets)
         self._wake = Wake()
+        store.add_append_listener(self._wake.written)
         self.delivered = 0
 
     @property
@@ -49,7 +50,7 @@ class ScheduleMessageService:
         msg.properties[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
         msg.topic = RMQ_SYS_SCHEDULE_TOPIC
         msg.queue_id = level - 1
-        self._wake.set()
+        self._wake.set_after_write()
 
     async def run(self) -> None:
         while True:

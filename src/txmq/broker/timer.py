@@ -149,6 +149,7 @@ class TimerMessageStore:
         self._wake = Wake()
         self._in_tx = False
         store.add_truncate_listener(self._truncated)
+        store.add_append_listener(self._wake.written)
         self.delivered = 0
         self.enqueued = 0
         self.rolled = 0
@@ -182,7 +183,7 @@ class TimerMessageStore:
         props[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
         msg.topic = RMQ_SYS_WHEEL_TIMER_TOPIC
         msg.queue_id = 0
-        self._wake.set()
+        self._wake.set_after_write()
         return True
 
     def divert_committed(self, msg: MessageExt) -> None:
@@ -223,8 +224,10 @@ class TimerMessageStore:
         if handle.broker_name != broker_name:
             raise RecallError("illegal", "recall failed, the handle is of another broker")
         offset = self._current_record(handle)
-        for _ in range(100):  # a roll takes one put: wait for its new record rather than refuse
-            if offset not in self._rolling:
+        for _ in range(100):  # a roll takes one put, a new timer message a pass of the loop: wait, not refuse
+            if offset is None and self._index_behind():
+                self._wake.set()
+            elif offset not in self._rolling:
                 break
             await asyncio.sleep(0.01)
             offset = self._current_record(handle)
@@ -249,6 +252,10 @@ class TimerMessageStore:
             raise RecallError("store", f"recall failed, execute error: {result.status.name} {result.remark}")
         self._wake.set()
         return handle.message_id
+
+    def _index_behind(self) -> bool:
+        """The timer topic holds records the index has not read yet (a message just sent, a recall marker)."""
+        return self.enqueue_offset < self.store.get_max_offset_in_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, 0)
 
     # --- the loop -----------------------------------------------------------------------------------------
 
@@ -502,5 +509,6 @@ class TimerMessageStore:
         return {"timerCount": self.count, "timerEnqueued": self.enqueued, "timerDelivered": self.delivered}
 
     def close(self) -> None:
+        self.store.remove_append_listener(self._wake.written)
         self._commit()
         self.db.close()
