@@ -298,6 +298,39 @@ def test_an_unexpected_error_in_a_session_does_not_stop_the_slave_copying(tmp_pa
     assert any("a bug" in (r.exc_text or "") + str(r.exc_info) for r in caplog.records if r.name == "txmq.ha")
 
 
+def test_a_slave_s_shutdown_ends_when_it_comes_as_its_connection_is_made(tmp_path, monkeypatch):
+    """The cancel of a shutdown that lands while the connection's last step is done but not yet taken up is not
+    lost: ``asyncio.wait_for`` of Python 3.11 returned the connection and swallowed the cancel, and the session
+    went on replicating while the shutdown waited for it for good."""
+    port = free_port()
+    real_open = asyncio.open_connection
+    stopping: list[asyncio.Task[None]] = []
+
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            ha = HAService(master, _ha(0, port))
+            await ha.start()
+            client = HAClient(slave, _ha(1, port))
+
+            async def connected_as_shutdown_comes(*args: object, **kwargs: object):
+                streams = await real_open(*args, **kwargs)
+                stopping.append(asyncio.create_task(client.shutdown()))
+                return streams
+
+            monkeypatch.setattr(asyncio, "open_connection", connected_as_shutdown_comes)
+            client.start()
+            try:
+                await _until(lambda: bool(stopping), 5)
+                done, _ = await asyncio.wait(stopping, timeout=5)
+                assert done, "the slave's shutdown never ended"
+                assert not client.connected
+            finally:
+                await ha.shutdown()
+
+    run(go)
+
+
 def test_a_put_before_the_slaves_first_report_does_not_drop_the_slave(tmp_path):
     """A put wakes every slave's connection; one whose slave has not reported yet must wait for the report (it
     read from offset -1 and closed the connection as 'below retention': a restarted replica never rejoined)."""

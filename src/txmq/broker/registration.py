@@ -66,7 +66,8 @@ class NamesrvRegistration:
         while True:
             woken = False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._now.wait(), self.config.register_name_server_period / 1000)
+                async with asyncio.timeout(self.config.register_name_server_period / 1000):
+                    await self._now.wait()
                 woken = True
             self._now.clear()
             changed, self._changed = self._changed, set()

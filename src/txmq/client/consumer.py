@@ -389,7 +389,8 @@ class PushConsumer(ClientBase):
             # soon, so that its first messages do not wait a whole rebalance interval.
             wait_s = self.rebalance_interval_s if complete else min(1.0, self.rebalance_interval_s)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rebalance_now.wait(), wait_s)
+                async with asyncio.timeout(wait_s):
+                    await self._rebalance_now.wait()
             self._rebalance_now.clear()
 
     async def rebalance(self) -> bool:

@@ -129,7 +129,8 @@ class TransactionProducer(Producer):
         await super()._on_start()
         assert self.instance is not None
         try:
-            await asyncio.wait_for(self.instance.discover_brokers(), DISCOVER_AT_START_S)
+            async with asyncio.timeout(DISCOVER_AT_START_S):
+                await self.instance.discover_brokers()
         except (BrokerError, ClientError, TimeoutError) as exc:  # the periodic heartbeat and the first send try again
             log.warning("producer %s could not reach the brokers at start: %s", self.group, exc or "timed out")
 

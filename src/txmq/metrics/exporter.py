@@ -39,7 +39,8 @@ class PromExporter:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            async with asyncio.timeout(10):
+                head = await reader.readuntil(b"\r\n\r\n")
             method, path = [*head.split(b" ", 2), b"", b""][:2]
             if method != b"GET":
                 status, body, ctype = "405 Method Not Allowed", b"GET only\n", "text/plain"

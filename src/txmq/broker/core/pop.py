@@ -184,7 +184,8 @@ class PopService:
         self._waiters.setdefault(topic, []).append(fut)
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(fut, timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await fut
         finally:
             waiting = self._waiters.get(topic)
             if waiting and fut in waiting:

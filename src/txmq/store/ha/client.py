@@ -98,8 +98,9 @@ class HAClient:
     async def _session(self, addr: str) -> None:
         host, _, port = addr.rpartition(":")
         tls = self.config.tls_client
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(
-            host, int(port), ssl=tls, server_hostname=host if tls is not None else None), CONNECT_TIMEOUT_S)
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(
+                host, int(port), ssl=tls, server_hostname=host if tls is not None else None)
         try:
             start = await self._handshake(reader, writer)
             writer.write(REPORT.pack(start))
@@ -121,12 +122,14 @@ class HAClient:
         """Authenticate both ends (with aclEnable), then say who we are; on the master's answer, make this log a
         prefix of the master's (truncating bytes the master no longer has) and return where the stream starts."""
         cfg, store = self.config, self.store
-        await asyncio.wait_for(authenticate_master(cfg, reader, writer), CONNECT_TIMEOUT_S)
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            await authenticate_master(cfg, reader, writer)
         cl = store.commit_log
         mine = store.max_phy_offset
         writer.write(Hello(cfg.broker_id, cl.segment_size, mine, cl.tail_bytes(mine), cfg.cluster_name,
                            cfg.broker_name).encode())
-        welcome = await asyncio.wait_for(read_welcome(reader), CONNECT_TIMEOUT_S)
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            welcome = await read_welcome(reader)
         if not welcome.accepted:
             raise HandshakeError(f"the master refused this slave: {welcome.remark}")
         self.master_max_offset = welcome.max_offset
@@ -152,7 +155,8 @@ class HAClient:
         store = self.store
         idle_s = self.config.housekeeping_interval_ms / 1000
         while True:
-            header = await asyncio.wait_for(reader.readexactly(TRANSFER_HEADER.size), idle_s)
+            async with asyncio.timeout(idle_s):
+                header = await reader.readexactly(TRANSFER_HEADER.size)
             offset, size, confirm = TRANSFER_HEADER.unpack(header)
             expected = store.max_phy_offset + len(self._pending)
             if offset != expected or not 0 <= size <= MAX_TRANSFER_FRAME:

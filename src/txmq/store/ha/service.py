@@ -87,7 +87,8 @@ class HAConnection:
         store = self.service.store
         while True:
             try:
-                raw = await asyncio.wait_for(self.reader.readexactly(REPORT.size), cfg.housekeeping_interval_ms / 1000)
+                async with asyncio.timeout(cfg.housekeeping_interval_ms / 1000):
+                    raw = await self.reader.readexactly(REPORT.size)
             except TimeoutError:
                 log.warning("HA slave %s (id %d) silent for %d ms: connection closed", self.peer, self.broker_id,
                             cfg.housekeeping_interval_ms)
@@ -132,7 +133,8 @@ class HAConnection:
                 self.close()
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.data_ready.wait(), heartbeat_s)
+                async with asyncio.timeout(heartbeat_s):
+                    await self.data_ready.wait()
             if not self.data_ready.is_set() and not self.writer.is_closing():
                 self.writer.write(TRANSFER_HEADER.pack(self.transferred, 0, self.service.confirm_offset))  # keep-alive
                 await self.writer.drain()
