@@ -29,7 +29,6 @@ the controller gives, keeps the SyncStateSet as master, and fences itself when i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from txmq.acl.model import cluster_get
+from txmq.cancel import cancel_and_wait
 from txmq.errors import ClientError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -114,10 +114,7 @@ class ReplicasManager:
         self._task = asyncio.create_task(self._run(), name="replicas manager")
 
     async def shutdown(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     # --- the store's acknowledgement hook ------------------------------------------------------------------
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
+
+from txmq.cancel import cancel_and_wait
 
 log = logging.getLogger("txmq.broker")
 
@@ -35,9 +36,5 @@ class BackgroundTasks:
         self.spawn(every(period_s, fn), name)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks.clear()

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from txmq.cancel import cancel_and_wait
 from txmq.errors import BrokerError, ClientError, InvalidMessageError
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -112,11 +113,7 @@ class MQClientInstance:
         self._tasks.append(asyncio.create_task(self._every(heartbeat_interval_s, self.send_heartbeat_to_all)))
 
     async def close(self) -> None:
-        for t in [*self._tasks, *self._heartbeats]:
-            t.cancel()
-        for t in [*self._tasks, *self._heartbeats]:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(*self._tasks, *self._heartbeats)
         await self.remoting.close()
 
     async def _every(self, period: float, fn: Callable[[], Any]) -> None:

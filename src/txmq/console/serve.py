@@ -14,6 +14,7 @@ import ssl
 from aiohttp import web
 
 from txmq.accept import accept
+from txmq.cancel import cancel_and_wait
 from txmq.console.app import make_app
 from txmq.console.config import ConsoleConfig
 from txmq.console.guard import REFUSALS, HttpLog
@@ -82,11 +83,9 @@ class Listener:
             raise
 
     async def close(self) -> None:
-        self._task.cancel()
         for task in list(self._opening):
             task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task)
         if self._opening:
             await asyncio.wait(list(self._opening))
         self._sock.close()

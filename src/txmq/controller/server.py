@@ -24,6 +24,7 @@ import orjson
 
 from txmq.acl.model import cluster_get, cluster_update
 from txmq.acl.validator import AccessValidator
+from txmq.cancel import cancel_and_wait
 from txmq.controller.dcs import DCS, DCSError
 from txmq.controller.replicas_info import ControllerError, GroupState, ReplicasInfoManager
 from txmq.remoting.body import json_object
@@ -72,11 +73,7 @@ class ControllerManager:
         log.info("controller listening on %s", self.addr)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         if self.manager is not None:
             with contextlib.suppress(DCSError):
                 await asyncio.to_thread(self.dcs.release_leadership)

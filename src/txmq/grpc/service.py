@@ -27,6 +27,7 @@ from txmq.broker.core.refusal import Refusal
 from txmq.broker.core.send import message_kind
 from txmq.broker.timer import RecallError
 from txmq.broker.transaction.state import Outcome
+from txmq.cancel import cancel_and_wait
 from txmq.errors import InvalidMessageError, StoreError
 from txmq.filter import ExpressionType, FilterRefused, MessageFilter, build_filter
 from txmq.grpc.call import CLIENT_ID, MethodTable, current_call
@@ -391,9 +392,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     answered.set()
         finally:
             self.sessions.close_stream(session, outbox)
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            await cancel_and_wait(reader)
 
     # --- send --------------------------------------------------------------------------------------------
 

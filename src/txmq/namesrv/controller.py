@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from txmq.acl.processor import AuthProcessor
 from txmq.acl.validator import AccessValidator
+from txmq.cancel import cancel_and_wait
 from txmq.namesrv.processor import NamesrvProcessor
 from txmq.namesrv.route_info import RouteInfoManager
 from txmq.remoting.registry import RequestDispatcher, RequestTable
@@ -52,10 +52,7 @@ class NamesrvController:
             self.routes.scan_not_active_broker()
 
     async def close(self) -> None:
-        if self._scan_task is not None:
-            self._scan_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scan_task
+        await cancel_and_wait(self._scan_task)
         await self.server.close()
         if self.acl is not None:
             self.acl.store.close()

@@ -29,6 +29,7 @@ from typing import Any
 
 import cython
 
+from txmq.cancel import cancel_and_wait
 from txmq.errors import CorruptRecordError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store.checkpoint import Checkpoint, StoreCheckpoint
@@ -263,11 +264,7 @@ class DefaultMessageStore:
         if not self._open:
             return
         self._open = self.group_commit.open = False
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         if self._flush_service is not None:
             await asyncio.to_thread(self._flush_service.stop_thread)

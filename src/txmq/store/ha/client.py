@@ -9,6 +9,7 @@ import contextlib
 import logging
 import time
 
+from txmq.cancel import cancel_and_wait
 from txmq.errors import StoreError
 from txmq.store.ha.auth import authenticate_master
 from txmq.store.ha.config import HAConfig
@@ -48,11 +49,8 @@ class HAClient:
         self._task = asyncio.create_task(self._run(), name="ha client")
 
     async def shutdown(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     def status(self) -> dict[str, object]:
         """What the slave knows of its replication (RocketMQ HAClientRuntimeInfo)."""
@@ -112,9 +110,8 @@ class HAClient:
             try:
                 await self._transfer_loop(reader, writer)
             finally:
-                reporter.cancel()
-                with contextlib.suppress(asyncio.CancelledError, OSError):
-                    await reporter
+                with contextlib.suppress(OSError):
+                    await cancel_and_wait(reporter)
         finally:
             writer.close()
 

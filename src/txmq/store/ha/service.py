@@ -11,6 +11,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from txmq.cancel import cancel_and_wait
 from txmq.errors import StoreError
 from txmq.refusals import RefusalLog
 from txmq.store.ha.auth import Refused, authenticate_slave
@@ -78,9 +79,8 @@ class HAConnection:
             await self._read_loop()
         finally:
             self.close()  # first: whatever the writer ended with, this slave's id is free to connect again
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
-                await writer
+            with contextlib.suppress(ConnectionError, OSError):
+                await cancel_and_wait(writer)
 
     async def _read_loop(self) -> None:
         cfg = self.service.config
@@ -186,11 +186,7 @@ class HAService:
             self._port.close()
         for conn in list(self.connections):
             conn.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._resolve_all(PutMessageStatus.SLAVE_NOT_AVAILABLE)
 
     # --- slaves ---------------------------------------------------------------------------------------
