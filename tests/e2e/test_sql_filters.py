@@ -6,6 +6,7 @@ refuses SQL92 and leaves tags working."""
 from __future__ import annotations
 
 import logging
+import time
 
 import orjson
 import pytest
@@ -15,9 +16,11 @@ from txmq import Admin, Message, Producer, PullConsumer, PullStatus, PushConsume
 from txmq.client.consumer import ConsumeFromWhere
 from txmq.client.instance import MessageQueue
 from txmq.errors import BrokerError
-from txmq.filter.sql import MAX_EXPRESSION_CHARS
+from txmq.filter.sql import MAX_TOKENS
 from txmq.launch import free_port
+from txmq.remoting.codec import encode_command
 from txmq.remoting.codes import RequestCode, ResponseCode
+from txmq.remoting.command import RemotingCommand
 from txmq.store.message_store import MAX_FILTER_ENTRIES
 
 SQL = "a > 5 AND TAGS IN ('x', 'y')"
@@ -77,11 +80,13 @@ def test_push_and_pull_consumers_receive_only_matching_messages(cluster):
     assert messages_out(broker.addrs["metrics"], "sql_t", "g_sql_pull") == len(got)
 
 
-def _heartbeat(group: str, topic: str, sql: str) -> bytes:
-    sub = {"topic": topic, "subString": sql, "expressionType": "SQL92", "tagsSet": [], "codeSet": [], "subVersion": 1}
+def _heartbeat(group: str, topic: str, sql: str, *more: tuple[str, str]) -> bytes:
+    """A heartbeat of ``group`` subscribing to ``topic`` with ``sql``, and to each further (topic, sql)."""
+    subs = [{"topic": t, "subString": s, "expressionType": "SQL92", "tagsSet": [], "codeSet": [], "subVersion": 1}
+            for t, s in [(topic, sql), *more]]
     return orjson.dumps({"clientID": "raw@1", "producerDataSet": [], "consumerDataSet": [{
         "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [sub]}]})
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": subs}]})
 
 
 def _pull(raw: RawClient, topic: str, sql: str):
@@ -113,6 +118,53 @@ def test_bad_expression_is_refused_when_subscribing(cluster, caplog: pytest.LogC
         assert raw.call(RequestCode.HEART_BEAT, body=_heartbeat("g_raw", "sql_bad", "a = 1")).code \
             == ResponseCode.SUCCESS
         assert raw.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, members).code == ResponseCode.SUCCESS
+
+
+def test_an_expression_of_too_many_tokens_is_refused_when_subscribing(cluster):
+    """An expression within the characters but of more than ``MAX_TOKENS`` tokens: refused, with where, when a
+    consumer starts, in a heartbeat and in a pull, as an expression that does not parse is."""
+    broker = cluster.start_broker_with_topic("sql_big")
+    big = " OR ".join(["a > 1.0"] * (MAX_TOKENS // 4 + 1))  # 1,027 tokens; the 1,025th is at column 2,817
+    consumer = PushConsumer("g_big", cluster.namesrv_addr)
+    consumer.subscribe("sql_big", sql=big)
+    consumer.register_listener(Recorder())
+    with pytest.raises(BrokerError) as info:
+        consumer.start()
+    assert info.value.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    assert f"more than {MAX_TOKENS} tokens at line 1, column 2817" in str(info.value)
+    with RawClient(broker.addrs["broker"]) as raw:
+        beat = raw.call(RequestCode.HEART_BEAT, body=_heartbeat("g_raw", "sql_big", "a = 1", ("sql_big2", big)))
+        assert beat.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "column 2817" in beat.remark
+        assert raw.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g_raw"}).code \
+            == ResponseCode.SYSTEM_ERROR
+        pulled = _pull(raw, "sql_big", big)
+        assert pulled.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and f"more than {MAX_TOKENS}" in pulled.remark
+
+
+def test_a_heartbeat_of_many_sql92_subscriptions_lets_other_connections_through(cluster):
+    """A heartbeat naming 150 distinct expressions of the largest kind (a compile each, about 15 ms): the broker
+    compiles one per step of its loop, so a request of another connection, sent while it works on them, is
+    answered before the heartbeat is; the heartbeat then registers its group."""
+    broker = cluster.start_broker_with_topic("sql_many")
+    subs = [(f"sql_many_{i}", f"z{i} = 1 OR " + " OR ".join(["a > 1.0"] * (MAX_TOKENS // 4 - 2)))
+            for i in range(150)]
+    beat = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body=_heartbeat("g_many", *subs[0], *subs[1:]))
+    with RawClient(broker.addrs["broker"]) as busy, RawClient(broker.addrs["broker"]) as other:
+        busy.sock.sendall(encode_command(beat))
+        time.sleep(0.3)  # the heartbeat is in; its compiles take seconds
+        members = other.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g_many"})
+        assert members.code == ResponseCode.SYSTEM_ERROR  # not registered yet
+        busy.sock.setblocking(False)
+        with pytest.raises(BlockingIOError):  # nor answered
+            busy.sock.recv(1)
+        busy.sock.setblocking(True)
+        busy.sock.settimeout(60)
+        while (answer := busy.decoder.next_command()) is None or not answer.is_response:  # not the broker's notices
+            if answer is None:
+                busy.decoder.receive_data(busy.sock.recv(65536))
+        assert answer.opaque == beat.opaque and answer.code == ResponseCode.SUCCESS
+        assert other.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g_many"}).code \
+            == ResponseCode.SUCCESS
 
 
 def test_sql92_is_refused_when_property_filter_is_off(cluster):
@@ -150,17 +202,17 @@ def test_a_property_that_is_no_long_fails_an_integer_comparison(cluster):
 
 
 def test_a_costly_filter_answers_a_pull_before_it_holds_the_broker_long(cluster):
-    """An expression of the longest kind that costs about a millisecond a record (floats compared two thousand
-    times) over a backlog that it passes over: a pull answers after part of the 800 entries it may look at, with
-    the offset it reached, rather than hold the broker's loop for all of them; pulling on from there finds the one
-    message it selects, the last."""
+    """An expression of the largest kind that costs about 0.2 ms a record (floats compared 256 times) over a
+    backlog that it passes over: a pull answers after part of the 800 entries it may look at, with the offset it
+    reached, rather than hold the broker's loop for all of them; pulling on from there finds the one message it
+    selects, the last."""
     cluster.start_broker_with_topic("sql_cost")
     backlog = 900
     with Producer("p_cost", cluster.namesrv_addr) as producer:
         for _ in range(backlog // 100):
             producer.send_batch([Message("sql_cost", b"no", properties={"a": "0.5"}) for _ in range(100)])
         producer.send(Message("sql_cost", b"yes", properties={"a": "2"}))
-    costly = " OR ".join(["a > 1.0"] * (MAX_EXPRESSION_CHARS // len("a > 1.0 OR ")))
+    costly = " OR ".join(["a > 1.0"] * (MAX_TOKENS // 4))
     with PullConsumer("g_cost", cluster.namesrv_addr) as puller:
         (mq,) = puller.fetch_subscribe_message_queues("sql_cost")
         first = puller.pull(mq, offset=0, sql=costly)

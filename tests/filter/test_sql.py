@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txmq.filter import FilterRefused, build_filter, wire_properties
-from txmq.filter.sql import MAX_DEPTH, MAX_EXPRESSION_CHARS, SqlFilterError, compile_sql
+from txmq.filter.sql import MAX_DEPTH, MAX_EXPRESSION_CHARS, MAX_TOKENS, CompiledCache, SqlFilterError, compile_sql
 from txmq.message import MessageExt, encode_message
 
 SELECTS = [
@@ -117,8 +117,46 @@ def test_size_and_nesting_are_bounded():
     with pytest.raises(SqlFilterError, match="longer than"):
         compile_sql("a = 1 OR " * (MAX_EXPRESSION_CHARS // 9) + "a = 1")
     # AND and OR chains are flat, however long; parentheses add no level
-    assert compile_sql(" OR ".join(f"a = {i}" for i in range(1000)))({"a": "999"})
+    terms = MAX_TOKENS // 4
+    assert compile_sql(" OR ".join(f"a = {i}" for i in range(terms)))({"a": str(terms - 1)})
     assert compile_sql("(" * 500 + "a = 1" + ")" * 500)({"a": "1"})
+
+
+@pytest.mark.parametrize(("unit", "sep"), [("a > 1.0", " OR "), ("a IN ('x', 'y', 'z')", " AND "), ("(", ""),
+                                          ("NOT", " "), ("/* a comment */ 'it''s'", " = ")])
+def test_tokens_are_bounded_where_the_lexer_gets_to(unit, sep):
+    """What a compile costs is its tokens, however the text is made: the one past ``MAX_TOKENS`` is refused where
+    it stands, the rest of the text unread."""
+    text = sep.join([unit] * (MAX_EXPRESSION_CHARS // (len(unit) + len(sep))))
+    with pytest.raises(SqlFilterError) as info:
+        compile_sql(text)
+    assert info.value.reason == f"more than {MAX_TOKENS} tokens"
+    assert info.value.line == 1 and 0 < info.value.column < len(text)
+    within = "a IS NOT NULL AND a IN (" + ", ".join(f"'{i}'" for i in range(MAX_TOKENS // 2 - 4)) + ")"
+    assert compile_sql(within)({"a": "0"})  # exactly MAX_TOKENS: 8 and two per item less one
+    with pytest.raises(SqlFilterError, match=f"more than {MAX_TOKENS} tokens at line 1, column {len(within) + 2}"):
+        compile_sql(within[:-1] + ", 'x')")  # the 1,025th token is 'x'
+
+
+def test_compiled_cache_keeps_refusals_and_bounds_entries_and_characters():
+    """Like RocketMQ's parse cache, a refusal is kept as a compiled expression is (a client repeating a bad one
+    costs a lookup), each raised anew; the least recently used go first beyond the entries or the characters."""
+    cache = CompiledCache(entries=3, chars=40)
+    cache.get("a = 1")
+    with pytest.raises(SqlFilterError) as first:
+        cache.get("a >")
+    with pytest.raises(SqlFilterError) as again:
+        cache.get("a >")
+    assert isinstance(cache.kept["a >"], SqlFilterError)
+    assert first.value is not again.value and str(first.value) == str(again.value)
+    assert again.value.__context__ is None and cache.kept["a >"].__traceback__ is None
+    cache.get("a = 1")  # used again: now the newest
+    cache.get("b = 2")
+    cache.get("c = 3")  # a fourth entry: the least recently used, "a >", goes
+    assert list(cache.kept) == ["a = 1", "b = 2", "c = 3"]
+    long = "d = '" + "x" * 25 + "'"  # 31 characters: 46 in all, over 40 until two go
+    cache.get(long)
+    assert list(cache.kept) == ["c = 3", long] and cache.kept_chars == 36
 
 
 def test_filter_reads_properties_from_the_wire_form():

@@ -75,7 +75,7 @@ def _record_test(root: Callable[[dict[str, str]], bool | None]) -> Callable[[byt
 
 def build_filter(expression_type: str | None, expression: str | None, *, sql_enabled: bool) -> MessageFilter:
     """The filter of a subscription; raises ``FilterRefused``. A SQL92 expression is compiled once and kept
-    (``compile_sql``'s cache): each pull that names it again finds it compiled."""
+    (``CompiledCache``, refusals too): each pull or heartbeat that names it again finds it compiled."""
     kind = (expression_type or ExpressionType.TAG).upper()
     if kind == ExpressionType.TAG:
         return MessageFilter(tags=tags_filter(expression))

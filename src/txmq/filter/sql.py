@@ -17,19 +17,27 @@ import functools
 import math
 import operator
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lark import Lark, Token, Transformer_NonRecursive, v_args
+from lark import Lark, Token, Transformer_NonRecursive, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
 Props = Mapping[str, str]
 Matcher = Callable[[Props], bool]
+Evaluation = Callable[[Props], bool | None]
 
-MAX_EXPRESSION_CHARS = 16_384  # one subscription; RocketMQ sets none, a bound keeps a peer's text bounded
-MAX_DEPTH = 64  # nesting (parentheses, NOT, -): evaluation recurses once per level
-COMPILED_CACHE = 256  # distinct expressions kept compiled (RocketMQ's parse cache keeps 100)
+# RocketMQ bounds none of these (its parser is Java, about a microsecond a token). Here a compile runs on the
+# broker's loop at about 10 µs a token, so the tokens bound what one subscription, heartbeat or pull costs it.
+MAX_EXPRESSION_CHARS = 16_384  # one subscription's text: what is lexed and kept
+MAX_TOKENS = 1_024  # one subscription's names, literals, operators and parentheses: ~500 IN items, ~250 comparisons
+MAX_DEPTH = 64  # nesting (NOT, -): evaluation recurses once per level
+# What is kept, compiled or refused: RocketMQ's parse cache keeps 100 expressions and their refusals. A compiled
+# expression takes up to about 50 bytes per character of its text, so the characters bound the cache's memory.
+COMPILED_CACHE = 256
+COMPILED_CACHE_CHARS = 262_144
 
 KEYWORDS = ("NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "CONTAINS", "STARTSWITH",
              "ENDSWITH")
@@ -92,6 +100,10 @@ class SqlFilterError(ValueError):
         super().__init__(f"invalid SQL92 expression: {reason}{where}")
         self.reason, self.line, self.column = reason, line, column
 
+    def fresh(self) -> SqlFilterError:
+        """The same refusal, not yet raised."""
+        return SqlFilterError(self.reason, self.line, self.column)
+
 
 class Unknown(Exception):
     """A value that cannot be compared (a property that does not read as the number it meets): RocketMQ's
@@ -116,16 +128,61 @@ def compile_sql(text: str) -> Matcher:
     return matches
 
 
-@functools.lru_cache(maxsize=COMPILED_CACHE)
-def compile_root(text: str) -> Callable[[Props], bool | None]:
+class CompiledCache:
+    """The expressions compiled or refused, most recently used last (RocketMQ's ``SelectorParser`` parse cache):
+    a subscription named again, by each pull or heartbeat, costs a lookup; a refusal is kept too, so a client that
+    repeats a bad expression does not have it parsed again. At most ``entries`` of them and ``chars`` characters
+    of text in all: the least recently used go first."""
+
+    def __init__(self, entries: int = COMPILED_CACHE, chars: int = COMPILED_CACHE_CHARS) -> None:
+        self.entries, self.chars = entries, chars
+        self.kept: OrderedDict[str, Evaluation | SqlFilterError] = OrderedDict()
+        self.kept_chars = 0
+
+    def get(self, text: str) -> Evaluation:
+        """The compiled ``text``, compiling it when it is not kept; raises its SqlFilterError."""
+        found = self.kept.get(text)
+        if found is None:
+            try:
+                found = _compile(text)
+            except SqlFilterError as exc:  # kept without its traceback and context: they hold the parser's state
+                found = exc.fresh()
+            self._keep(text, found)
+        else:
+            self.kept.move_to_end(text)
+        if isinstance(found, SqlFilterError):
+            raise found.fresh()  # each raise its own: the kept one must not gather the callers' frames
+        return found
+
+    def _keep(self, text: str, found: Evaluation | SqlFilterError) -> None:
+        self.kept[text] = found
+        self.kept_chars += len(text)
+        while len(self.kept) > self.entries or self.kept_chars > self.chars:
+            oldest, _ = self.kept.popitem(last=False)
+            self.kept_chars -= len(oldest)
+
+    def clear(self) -> None:
+        self.kept.clear()
+        self.kept_chars = 0
+
+
+_CACHE = CompiledCache()
+
+
+def compile_root(text: str) -> Evaluation:
     """The expression's three-valued evaluation (TRUE, FALSE, None for unknown), which raises ``Unknown`` for a
-    value that cannot be compared (the message then does not match). Raises SqlFilterError."""
+    value that cannot be compared (the message then does not match). Raises SqlFilterError. Compiled once while
+    the broker's cache keeps it."""
+    return _CACHE.get(text)
+
+
+def _compile(text: str) -> Evaluation:
     if len(text) > MAX_EXPRESSION_CHARS:
         raise SqlFilterError(f"longer than {MAX_EXPRESSION_CHARS} characters")
     if not text.strip():
         raise SqlFilterError("empty expression")
     try:
-        tree = _parser().parse(text)
+        tree = _parse(text)
     except UnexpectedInput as exc:
         raise _syntax_error(exc, text) from None
     try:
@@ -135,6 +192,18 @@ def compile_root(text: str) -> Callable[[Props], bool | None]:
             raise exc.orig_exc from None
         raise
     return _as_boolean(node).fn
+
+
+def _parse(text: str) -> Tree[Token]:
+    """The expression's tree, fed token by token: beyond ``MAX_TOKENS`` it is refused where the lexer got to, so
+    a compile costs at most that many tokens, however the text is made."""
+    parser = _parser().parse_interactive(text)
+    last = None
+    for count, last in enumerate(parser.iter_parse(), 1):
+        if count > MAX_TOKENS:
+            raise SqlFilterError(f"more than {MAX_TOKENS} tokens", last.line or 0, last.column or 0)
+    tree: Tree[Token] = parser.feed_eof(last)
+    return tree
 
 
 def _syntax_error(exc: UnexpectedInput, text: str) -> SqlFilterError:

@@ -8,6 +8,8 @@ SYSTEM_ERROR when SQL92 is off, as RocketMQ answers, and the heartbeat registers
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable
@@ -17,7 +19,7 @@ import orjson
 
 from txmq.acl.model import Action, Needs
 from txmq.broker.client_manager import ClientChannelInfo, ConsumerGroupInfo, SubscriptionData, joined
-from txmq.filter import FilterRefused, build_filter
+from txmq.filter import ExpressionType, FilterRefused, build_filter
 from txmq.remoting.body import read_body
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
@@ -149,11 +151,32 @@ class ClientManageProcessor:
         return 0 <= int(mq["queueId"]) < max(topic.read_queue_nums, topic.write_queue_nums)
 
     def heartbeat(self, conn: Connection, cmd: RemotingCommand,
+                  beat: Heartbeat) -> RemotingCommand | Awaitable[RemotingCommand | None]:
+        subs = [sub for info in beat[2] for sub in info.subscriptions.values()]
+        if sum(_is_sql(sub) for sub in subs) > 1:
+            return self._heartbeat_stepwise(conn, cmd, beat, subs)
+        return self._refusal(cmd, subs) or self._register(conn, cmd, beat)
+
+    async def _heartbeat_stepwise(self, conn: Connection, cmd: RemotingCommand, beat: Heartbeat,
+                                  subs: list[SubscriptionData]) -> RemotingCommand | None:
+        """A heartbeat naming several SQL92 subscriptions (a heartbeat may name a thousand groups): each is compiled
+        in a loop step of its own, so that the heartbeat holds the loop no longer than one compile (bounded by
+        ``MAX_TOKENS``) at a time. Not answered when its connection closed meanwhile: nothing to register."""
+        for sub in subs:
+            refused = self._refusal(cmd, [sub])
+            if refused is not None:
+                return refused
+            if _is_sql(sub):
+                await asyncio.sleep(0)
+        if conn.closed:
+            return None
+        registered = self._register(conn, cmd, beat)
+        return await registered if inspect.isawaitable(registered) else registered
+
+    def _register(self, conn: Connection, cmd: RemotingCommand,
                   beat: Heartbeat) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """The heartbeat's groups registered, its subscriptions checked."""
         client_id, producers, consumers = beat
-        refused = self._refusal(cmd, [sub for info in consumers for sub in info.subscriptions.values()])
-        if refused is not None:
-            return refused
         broker = self.broker
         manager = broker.topic_config_manager
         remark = None
@@ -204,6 +227,10 @@ class ClientManageProcessor:
 
 
 Heartbeat = tuple[str, list[str], list[ConsumerGroupInfo]]
+
+
+def _is_sql(sub: SubscriptionData) -> bool:
+    return (sub.expression_type or "").upper() == ExpressionType.SQL92
 LockRequest = tuple[str, str, list[dict[str, Any]]]
 ClientCheck = tuple[str, str, SubscriptionData]  # (client id, consumer group, the subscription to check)
 
