@@ -227,10 +227,6 @@ class ClientManageProcessor:
 
 
 Heartbeat = tuple[str, list[str], list[ConsumerGroupInfo]]
-
-
-def _is_sql(sub: SubscriptionData) -> bool:
-    return (sub.expression_type or "").upper() == ExpressionType.SQL92
 LockRequest = tuple[str, str, list[dict[str, Any]]]
 ClientCheck = tuple[str, str, SubscriptionData]  # (client id, consumer group, the subscription to check)
 
@@ -342,3 +338,7 @@ def _client_id(value: Any) -> str:
         raise ValueError(f"client id of {len(client_id)} characters, longer than a client's "
                          f"({MAX_CLIENT_ID_CHARS} at most)")
     return client_id
+
+
+def _is_sql(sub: SubscriptionData) -> bool:
+    return (sub.expression_type or "").upper() == ExpressionType.SQL92
