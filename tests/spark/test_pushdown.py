@@ -64,3 +64,19 @@ def test_what_is_pushed_and_what_stays_with_spark() -> None:
     assert apply(later, pushed).starting == ByTime(int(t.timestamp() * 1000), {})
     by_offsets = SourceOptions.parse({"namesrv": "127.0.0.1:1", "topic": "t", "startingOffsets": "latest"}, False)
     assert apply(by_offsets, pushed).starting == "latest"  # a start the user chose is kept
+
+
+def test_a_condition_past_the_brokers_bounds_stays_with_spark() -> None:
+    """The broker refuses an expression past 1,024 tokens (or 16,384 characters): a condition that would take the
+    pushed expression, the ``tags`` option folded in, past them is Spark's to evaluate, the others still pushed."""
+    from txmq.filter.sql import MAX_TOKENS
+
+    many = In(("keys",), tuple(f"k{i}" for i in range(MAX_TOKENS // 2)))  # two tokens a value: past the bound
+    few = In(("keys",), tuple(f"k{i}" for i in range(MAX_TOKENS // 4)))  # about half the bound: one fits
+    tag = EqualTo(("tags",), "x")
+    opts = SourceOptions.parse({"namesrv": "127.0.0.1:1", "topic": "t", "tags": " || ".join(
+        f"t{i}" for i in range(MAX_TOKENS // 20))}, streaming=False)  # about 100 tokens
+    pushed = Pushed()
+    assert list(push([many, tag, few, few], pushed, (), opts.tags)) == [many, few]
+    assert len(pushed.sql) == 2 and pushed.sql[0] == "TAGS = 'x'"
+    assert apply(opts, pushed).sql.endswith(pushed.sql[1])  # the expression the broker gets compiles

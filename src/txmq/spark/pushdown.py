@@ -4,7 +4,9 @@ Filters on ``tags``, ``keys`` and property columns (string columns a user's sche
 Spark passes no filter on ``properties['x']``, a map lookup) whose meaning is the same in Spark and in SQL92
 (string equality, ``IN``, ``IS [NOT] NULL``, ``LIKE 'a%'``, ``'%a'``, ``'%a%'`` and their negations) become one
 SQL92 expression, ANDed: the broker sends only the messages it selects, and Spark does not evaluate them again.
-Ordering comparisons stay with Spark (it orders strings by their characters, RocketMQ by their numbers).
+Ordering comparisons stay with Spark (it orders strings by their characters, RocketMQ by their numbers), and so
+does a condition that would take the expression past the broker's bounds (docs/filters.md: 1,024 tokens, 16,384
+characters; a long ``isin``).
 
 ``store_timestamp >= t`` (or ``> t``) moves an ``earliest`` start to the first offset stored at or after ``t``
 (by store time, per queue); Spark still evaluates it, so the rows are exact even where store times step back.
@@ -32,7 +34,7 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from txmq.filter.sql import KEYWORDS, compile_sql
+from txmq.filter.sql import KEYWORDS, SqlFilterError, compile_sql
 from txmq.remoting.request_headers import parse_tag_expression
 from txmq.spark._common import SourceOptions
 from txmq.spark.options import ByTime
@@ -105,8 +107,10 @@ class Pushed:
         return ", ".join(parts) or "nothing"
 
 
-def push(filters: Iterable[Filter], pushed: Pushed, columns: tuple[str, ...] = ()) -> Iterator[Filter]:
-    """Record in ``pushed`` what the broker takes; yield the filters Spark must still evaluate."""
+def push(filters: Iterable[Filter], pushed: Pushed, columns: tuple[str, ...] = (),
+         tags: str | None = None) -> Iterator[Filter]:
+    """Record in ``pushed`` what the broker takes; yield the filters Spark must still evaluate. ``tags``: the
+    source's option, folded into the expression."""
     for f in filters:
         since = _stored_since_ms(f)
         if since is not None:
@@ -114,10 +118,27 @@ def push(filters: Iterable[Filter], pushed: Pushed, columns: tuple[str, ...] = (
             yield f  # a start only: Spark keeps the exact test
             continue
         cond = to_sql(f, columns)
-        if cond is None:
+        if cond is None or not _compiles(_expression([*pushed.sql, cond], tags)):
             yield f
         else:
             pushed.sql.append(cond)
+
+
+def _expression(conds: list[str], tags: str | None) -> str:
+    """The broker's expression: the conditions ANDed, the ``tags`` option first as ``TAGS IN (...)``."""
+    tag_list = parse_tag_expression(tags)
+    if tag_list is not None:
+        conds = [f"TAGS IN ({', '.join(map(_literal, tag_list))})", *conds]
+    return " AND ".join(conds)
+
+
+def _compiles(sql: str) -> bool:
+    """Whether the broker takes ``sql``: built from checked parts, it is refused only past the bounds."""
+    try:
+        compile_sql(sql)
+    except SqlFilterError:
+        return False
+    return True
 
 
 def apply(opts: SourceOptions, pushed: Pushed) -> SourceOptions:
@@ -125,12 +146,8 @@ def apply(opts: SourceOptions, pushed: Pushed) -> SourceOptions:
     ``TAGS IN (...)``), and an ``earliest`` start (or an earlier ``startingTimestamp``) moved to the time."""
     changes: dict[str, Any] = {}
     if pushed.sql:
-        conds = list(pushed.sql)
-        tags = parse_tag_expression(opts.tags)
-        if tags is not None:
-            conds.insert(0, f"TAGS IN ({', '.join(map(_literal, tags))})")
-        sql = " AND ".join(conds)
-        compile_sql(sql)  # built from checked parts: a failure here is a bug, better found on the driver
+        sql = _expression(pushed.sql, opts.tags)
+        compile_sql(sql)  # ``push`` took only what compiles: a failure here is a bug, better found on the driver
         changes.update(sql=sql, tags="*")
     since, start = pushed.stored_since_ms, opts.starting
     earlier = isinstance(start, ByTime) and start.every is not None and since is not None and start.every < since

@@ -374,7 +374,7 @@ class TxmqBatchReader(DataSourceReader):
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Filters on tags, keys and property columns go to the broker as SQL92; a store-time bound moves the
         start (pushdown.py). Called once, on the driver, before ``partitions``."""
-        yield from push(filters, self.pushed, self.columns)
+        yield from push(filters, self.pushed, self.columns, self.opts.tags)
         if self.pushed.sql or self.pushed.stored_since_ms is not None:
             log.info("txmq source %s: pushed down %s", ",".join(self.opts.topics), self.pushed.describe())
 
