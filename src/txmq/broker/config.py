@@ -121,6 +121,18 @@ class BrokerConfig:
                                              doc="with `aclEnable`: client ids, and Telemetry streams, one account "
                                                  "may have open at once on the gRPC endpoint (beyond: "
                                                  "`TOO_MANY_REQUESTS`)")
+    max_invisible_time_mills: int = key(
+        12 * 3600 * 1000, unit="ms", range=(1, None),
+        doc="the longest invisible duration a gRPC receive or change of invisible duration may ask (beyond: "
+            "`ILLEGAL_INVISIBLE_TIME`; RocketMQ proxy's key)")
+    max_transaction_recovery_second: int = key(
+        3600, unit="s", range=(1, None),
+        doc="the longest `orphaned_transaction_recovery_duration` (the time before its first check-back) a gRPC "
+            "transactional message may carry (beyond: `BAD_REQUEST`, nothing stored; RocketMQ proxy's key)")
+    grpc_client_consumer_max_long_polling_timeout_millis: int = key(
+        20_000, unit="ms", range=(0, None),
+        doc="the longest a gRPC receive or pull waits for messages, whatever its `long_polling_timeout` asks, and the "
+            "timeout consumers are told in their settings (RocketMQ proxy's key)")
     namesrv_addr: str = key("", shown="(none)",
                             doc="the name servers, `host:port;host:port` (`txmq server` uses its own)")
     broker_role: str = key("ASYNC_MASTER", choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),

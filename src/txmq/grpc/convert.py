@@ -98,6 +98,26 @@ def duration_ms(d: duration_pb2.Duration) -> int:
     return d.seconds * 1000 + d.nanos // 1_000_000
 
 
+# A well-formed protobuf Duration: within 10,000 years either way, its nanos of its seconds' sign (the Java side's
+# ``Durations.checkValid``, which RocketMQ's proxy applies when it reads one).
+_DURATION_MAX_S = 315_576_000_000
+_NANOS_MAX = 999_999_999
+
+
+def bounded_ms(d: duration_pb2.Duration, what: str, code: int, low: int, high: int | None) -> int:
+    """A duration a client sent, in ms; ``GrpcStatusError`` ``code`` unless it is well-formed and within ``low`` to
+    ``high`` ms (None: no upper bound), so that no request stores or waits on a duration the broker never meant to
+    take (2^62 ms, a negative one)."""
+    s, n = d.seconds, d.nanos
+    if abs(s) > _DURATION_MAX_S or abs(n) > _NANOS_MAX or s > 0 > n or s < 0 < n:
+        raise GrpcStatusError(code, f"{what} is not a well-formed duration ({s} s, {n} ns)")
+    ms = duration_ms(d)
+    if ms < low or (high is not None and ms > high):
+        bound = f"{low} ms or more" if high is None else f"{low} to {high} ms"
+        raise GrpcStatusError(code, f"{what} of {ms} ms is out of range: {bound}")
+    return ms
+
+
 def duration(ms: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 

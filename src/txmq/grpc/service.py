@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
+from google.protobuf import duration_pb2
 
 from txmq.acl.model import Action, Needs
 from txmq.broker.core.pop import ReceiptHandle
@@ -38,10 +39,10 @@ from txmq.grpc.convert import (
     BornHosts,
     Code,
     GrpcStatusError,
+    bounded_ms,
     decode_body,
     delivery_ms,
     duration,
-    duration_ms,
     from_pb_message,
     ms_of_timestamp,
     now_ms,
@@ -56,12 +57,12 @@ from txmq.grpc.group_route import GroupRoute
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol import service_pb2_grpc
-from txmq.grpc.telemetry import ClientSessions, end_stream
+from txmq.grpc.telemetry import ClientSession, ClientSessions, end_stream
 from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
 from txmq.refusals import RefusalLog
 from txmq.remoting.codes import ResponseCode
 from txmq.store import GetMessageStatus
-from txmq.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, PermName, TopicConfig, check_consumer_group
+from txmq.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, PermName, TopicConfig, check_consumer_group, check_topic
 
 if TYPE_CHECKING:
     from txmq.broker.controller import BrokerController
@@ -70,10 +71,11 @@ log = logging.getLogger("txmq.grpc")
 _REFUSED = RefusalLog(log, "gRPC endpoint refused a request")
 
 DEFAULT_INVISIBLE_MS = 60_000
-MAX_INVISIBLE_MS = 12 * 3600 * 1000
 DEFAULT_POLL_MS = 20_000
-MAX_POLL_MS = 60_000
-MAX_RECEIVE_BATCH = 256
+# Messages one receive delivers at most, as RocketMQ's proxy pops (ProxyUtils.MAX_MSG_NUMS_FOR_POP_REQUEST): a
+# larger batch is cut to it; also the receive batch consumers are told in their settings.
+MAX_RECEIVE_BATCH = 32
+MAX_PULL_BATCH = 256
 CONSUMER_BACKOFF_MS = (1000, 5000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
                        480_000, 540_000, 600_000, 1_200_000, 1_800_000)
 ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
@@ -317,10 +319,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if kind in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.LITE_PUSH_CONSUMER, pb.LITE_SIMPLE_CONSUMER):
             sub = out.subscription
             sub.fifo = False  # order is kept per message group on the broker side in any case
-            if not sub.receive_batch_size:
-                sub.receive_batch_size = 32
-            if not sub.HasField("long_polling_timeout"):
-                sub.long_polling_timeout.CopyFrom(duration(DEFAULT_POLL_MS))
+            # the broker's, not what the client proposed: as RocketMQ's proxy answers
+            sub.receive_batch_size = MAX_RECEIVE_BATCH
+            sub.long_polling_timeout.CopyFrom(duration(self._max_poll_ms))
             out.backoff_policy.CopyFrom(pb.RetryPolicy(
                 max_attempts=self.core.pop.max_delivery_attempts,
                 customized_backoff=pb.CustomizedBackoff(next=[duration(ms) for ms in CONSUMER_BACKOFF_MS])))
@@ -332,6 +333,30 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 max_attempts=self.broker.config.grpc_client_producer_max_attempts,
                 exponential_backoff=pb.ExponentialBackoff(initial=duration(10), max=duration(1000), multiplier=2.0)))
         return out
+
+    def _settings_answer(self, session: ClientSession, settings: pb.Settings) -> spb.TelemetryCommand:
+        """The answer to a Settings a client's stream sent, kept in its session: its publishing topics and consumer
+        group checked as RocketMQ's proxy checks them (ILLEGAL_TOPIC, ILLEGAL_CONSUMER_GROUP: nothing kept)."""
+        kind = settings.WhichOneof("pub_sub")
+        try:
+            if kind == "publishing":
+                for t in settings.publishing.topics:
+                    check_topic(t.name)
+            elif kind == "subscription" and settings.subscription.group.name:
+                _group(settings.subscription.group)
+        except InvalidMessageError as exc:
+            return spb.TelemetryCommand(status=status(Code.ILLEGAL_TOPIC, str(exc)))
+        except GrpcStatusError as exc:
+            return spb.TelemetryCommand(status=status(exc.code, exc.message))
+        if settings.HasField("client_type"):
+            session.client_type = settings.client_type
+        if settings.HasField("user_agent"):
+            session.language = settings.user_agent.language
+        if kind == "publishing":
+            session.topics = frozenset(t.name for t in settings.publishing.topics)
+        elif kind == "subscription" and settings.subscription.group.name:
+            session.group = settings.subscription.group.name
+        return spb.TelemetryCommand(status=status(), settings=self._settings_reply(settings))
 
     # opening the stream needs a valid signature; the publishing topics of its settings are kept only where the
     # account may publish for them as a group (``txmq.acl.grpc_auth``), so check-backs reach the group's own accounts
@@ -360,18 +385,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 async for cmd in request_iterator:
                     session.last_seen = time.monotonic()
                     if cmd.WhichOneof("command") == "settings":
-                        st = cmd.settings
-                        if st.HasField("client_type"):
-                            session.client_type = st.client_type
-                        if st.HasField("user_agent"):
-                            session.language = st.user_agent.language
-                        if st.WhichOneof("pub_sub") == "publishing":
-                            session.topics = frozenset(t.name for t in st.publishing.topics)
-                        elif st.WhichOneof("pub_sub") == "subscription" and st.subscription.group.name:
-                            session.group = st.subscription.group.name
                         with contextlib.suppress(asyncio.QueueFull):
-                            outbox.put_nowait(spb.TelemetryCommand(status=status(),
-                                                                   settings=self._settings_reply(st)))
+                            outbox.put_nowait(self._settings_answer(session, cmd.settings))
                             answered.clear()
                         await answered.wait()
             except (asyncio.CancelledError, grpc.RpcError):
@@ -388,7 +403,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 if cmd is None:
                     break
                 yield cmd
-                if cmd.HasField("settings"):
+                if cmd.WhichOneof("command") != "recover_orphaned_transaction_command":  # a Settings' answer
                     answered.set()
         finally:
             self.sessions.close_stream(session, outbox)
@@ -462,8 +477,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if sender:
                 props[MessageConst.HALF_ACCOUNT] = sender
             if sp.HasField("orphaned_transaction_recovery_duration"):
-                secs = -(-duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
-                props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(1, secs))
+                most = self.broker.config.max_transaction_recovery_second
+                ms = bounded_ms(sp.orphaned_transaction_recovery_duration,
+                                "orphaned transaction recovery duration (maxTransactionRecoverySecond)",
+                                Code.BAD_REQUEST, 0, most * 1000)
+                props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(1, -(-ms // 1000)))
         born_ms = ms_of_timestamp(sp.born_timestamp, "born timestamp") if sp.HasField("born_timestamp") else now_ms()
         msg = MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=born_ms, born_host=born,
                          store_host=self.broker.store_host)
@@ -519,6 +537,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # --- receive, ack, change invisible duration, dead letters ------------------------------------------
 
+    @property
+    def _max_poll_ms(self) -> int:
+        return self.broker.config.grpc_client_consumer_max_long_polling_timeout_millis
+
+    def _invisible_ms(self, d: duration_pb2.Duration, low: int) -> int:
+        """An invisible duration a request asks, ILLEGAL_INVISIBLE_TIME below ``low`` ms or past
+        ``maxInvisibleTimeMills`` (the proxy's ``validateInvisibleTime``)."""
+        return bounded_ms(d, "invisible duration (maxInvisibleTimeMills)", Code.ILLEGAL_INVISIBLE_TIME, low,
+                          self.broker.config.max_invisible_time_mills)
+
+    def _poll_ms(self, d: duration_pb2.Duration) -> int:
+        """How long a request may be held for messages: what it asks, ILLEGAL_POLLING_TIME when negative or
+        malformed, held to ``grpcClientConsumerMaxLongPollingTimeoutMillis`` as RocketMQ's proxy holds it."""
+        return min(bounded_ms(d, "long polling timeout", Code.ILLEGAL_POLLING_TIME, 0, None), self._max_poll_ms)
+
     def _filter(self, expr: pb.FilterExpression) -> MessageFilter:
         """A FilterExpression's filter: ILLEGAL_FILTER_EXPRESSION for one that does not parse (where, in the
         message), UNSUPPORTED for SQL92 with ``enablePropertyFilter=false``."""
@@ -537,15 +570,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             topic = request.message_queue.topic.name
             self._topic(topic)
             filt = self._filter(request.filter_expression)
-            invisible = duration_ms(request.invisible_duration) if request.HasField("invisible_duration") \
-                else DEFAULT_INVISIBLE_MS
-            if not 0 < invisible <= MAX_INVISIBLE_MS:
-                raise GrpcStatusError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is out of range")
-            poll = duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") \
-                else DEFAULT_POLL_MS
-            if poll < 0 or poll > MAX_POLL_MS:
-                raise GrpcStatusError(Code.ILLEGAL_POLLING_TIME, f"long polling timeout {poll} ms is out of range")
-            batch = max(1, min(request.batch_size or 32, MAX_RECEIVE_BATCH))
+            invisible = self._invisible_ms(request.invisible_duration, 1) \
+                if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS
+            poll = self._poll_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") \
+                else min(DEFAULT_POLL_MS, self._max_poll_ms)
+            batch = max(1, min(request.batch_size or MAX_RECEIVE_BATCH, MAX_RECEIVE_BATCH))
             deliveries = await self.core.pop.receive(group, topic, batch, invisible, poll, filt)
         except Exception as exc:
             yield spb.ReceiveMessageResponse(status=_refusal(exc, "ReceiveMessage"))
@@ -570,7 +599,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for entry in request.entries:
             st = status()
             try:
-                self.core.pop.ack(group, _receipt_handle(entry.receipt_handle, request.topic.name))
+                self.core.pop.ack(group, _receipt_handle(entry.receipt_handle, request.topic.name), entry.message_id)
             except Exception as exc:
                 st = _refusal(exc, "AckMessage")
             results.append(spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
@@ -586,10 +615,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
         try:
             handle = _receipt_handle(request.receipt_handle, request.topic.name)
-            ms = duration_ms(request.invisible_duration)
-            if not 0 <= ms <= MAX_INVISIBLE_MS:
-                raise GrpcStatusError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {ms} ms is out of range")
-            new = self.core.pop.change_invisible(request.group.name, handle, ms)
+            ms = self._invisible_ms(request.invisible_duration, 0)
+            new = self.core.pop.change_invisible(request.group.name, handle, ms, request.message_id)
             return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=new.encode())
         except Exception as exc:
             return spb.ChangeInvisibleDurationResponse(status=_refusal(exc, "ChangeInvisibleDuration"))
@@ -599,7 +626,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                               context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
         try:
             handle = _receipt_handle(request.receipt_handle, request.topic.name)
-            await self.core.pop.forward_to_dead_letter(request.group.name, handle)
+            await self.core.pop.forward_to_dead_letter(request.group.name, handle, request.message_id)
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status())
         except Exception as exc:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=_refusal(exc, "ForwardMessageToDeadLetterQueue"))
@@ -665,9 +692,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if refused is not None:
                 raise refused
             filt = self._filter(request.filter_expression)
-            batch = max(1, min(request.batch_size or 32, MAX_RECEIVE_BATCH))
+            batch = max(1, min(request.batch_size or 32, MAX_PULL_BATCH))
             got = pulls.read(group, topic, q, request.offset, batch, filt)
-            poll = min(duration_ms(request.long_polling_timeout), MAX_POLL_MS)
+            poll = self._poll_ms(request.long_polling_timeout)
             if poll > 0 and pulls.holds(got, request.offset):
                 pull = pulls.hold(topic, q, request.offset)  # no owner: grpcio cancels a call whose client left
                 if isinstance(pull, Refusal):

@@ -26,6 +26,9 @@ from txmq.refusals import RefusalLog
 log = logging.getLogger("txmq.grpc")
 
 OUTBOX_LIMIT = 1024
+# Telemetry streams one client id may have open at once, whatever its account (with ACL off too): an official
+# client keeps one per endpoint, and a second while it reconnects.
+STREAMS_PER_CLIENT = 16
 DEFAULT_SESSIONS_PER_ACCOUNT = BrokerConfig.grpc_max_sessions_per_account
 MAX_SESSIONS = 65536  # every account's together (and every client's with ACL off)
 
@@ -71,8 +74,9 @@ class ClientSessions:
     no account reaches another's session by claiming its id, nor keeps the id from its owner by using it first.
 
     Bounded whatever clients send: ``per_account`` sessions and as many open Telemetry streams per account (with
-    ACL on; ``grpcMaxSessionsPerAccount``), ``limit`` in all. Past a bound a new session or stream is refused
-    with TOO_MANY_REQUESTS, logged once per account and host and ``RefusalLog`` period."""
+    ACL on; ``grpcMaxSessionsPerAccount``), ``STREAMS_PER_CLIENT`` streams per session, ``limit`` sessions and
+    ``limit`` streams in all (with ACL off, every client is the one account ""). Past a bound a new session or
+    stream is refused with TOO_MANY_REQUESTS, logged once per account and host and ``RefusalLog`` period."""
 
     def __init__(self, per_account: int = DEFAULT_SESSIONS_PER_ACCOUNT, limit: int = MAX_SESSIONS) -> None:
         self.per_account = per_account
@@ -80,6 +84,7 @@ class ClientSessions:
         self.sessions: dict[tuple[str, str], ClientSession] = {}
         self._sessions_of: Counter[str] = Counter()
         self._streams_of: Counter[str] = Counter()
+        self.streams = 0  # open Telemetry streams, every session's
         self.refusals = RefusalLog(log, "gRPC endpoint refused a client")
 
     def find(self, owner: str, client_id: str) -> ClientSession | None:
@@ -101,16 +106,23 @@ class ClientSessions:
     def open_stream(self, session: ClientSession, host: str) -> Outbox:
         """A new Telemetry stream of ``session``, its outbox; ``GrpcStatusError`` TOO_MANY_REQUESTS past the
         bound."""
+        if self.streams >= self.limit:
+            self._refuse(host, f"{self.limit} Telemetry streams are open, the endpoint's most")
+        if session.streams >= STREAMS_PER_CLIENT:
+            self._refuse(host, f"client {session.client_id[:64]!r} has {session.streams} Telemetry streams open, "
+                               "the most one client may have")
         self._bound(session.owner, self._streams_of[session.owner], "Telemetry streams", host)
         outbox: Outbox = asyncio.Queue(OUTBOX_LIMIT)
         session.outboxes.append(outbox)
         self._streams_of[session.owner] += 1
+        self.streams += 1
         return outbox
 
     def close_stream(self, session: ClientSession, outbox: Outbox) -> None:
         session.outboxes.remove(outbox)
         session.last_seen = time.monotonic()
         _uncount(self._streams_of, session.owner)
+        self.streams -= 1
 
     def _bound(self, owner: str, count: int, what: str, host: str) -> None:
         if owner and count >= self.per_account:

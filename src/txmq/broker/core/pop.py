@@ -120,6 +120,7 @@ class Inflight:
     token: int
     commit_log_offset: int
     message_group: str | None
+    msg_id: str  # the message's id, which a request that names one must name (``_entry``)
 
 
 @dataclass(slots=True)
@@ -454,7 +455,7 @@ class PopService:
                 if mgroup and mgroup in st.groups:
                     stop = offset
                     break
-                e = Inflight(now + invisible_ms, 1, next(_tokens), msg.commit_log_offset, mgroup)
+                e = Inflight(now + invisible_ms, 1, next(_tokens), msg.commit_log_offset, mgroup, msg.msg_id)
                 st.inflight[offset] = e
                 if mgroup:
                     st.groups[mgroup] += 1
@@ -475,9 +476,10 @@ class PopService:
 
     # --- ack and change invisible duration --------------------------------------------------------------
 
-    def _entry(self, group: str, handle: ReceiptHandle) -> tuple[QueueState, Inflight] | None:
+    def _entry(self, group: str, handle: ReceiptHandle, msg_id: str = "") -> tuple[QueueState, Inflight] | None:
         """The delivery ``handle`` names, None when it was acked already (also when its state was dropped since:
-        the committed offset is past it)."""
+        the committed offset is past it). ``msg_id``, when given (a gRPC request names the message it means), must
+        be the delivered message's: a handle of another message is refused, not taken for the one named."""
         st = self.states.get((group, handle.topic, handle.queue_id))
         if st is None:
             if 0 <= handle.queue_offset < self.offsets.query(group, handle.topic, handle.queue_id):
@@ -489,16 +491,20 @@ class PopService:
         e = st.inflight.get(handle.queue_offset)
         if e is None or e.token != handle.token:
             raise Refusal(Kind.INVALID_HANDLE, "receipt handle expired: the message was delivered again since")
+        if msg_id and msg_id != e.msg_id:
+            raise Refusal(Kind.INVALID_HANDLE, f"receipt handle is of another message than {msg_id[:64]!r}")
         return st, e
 
-    def ack(self, group: str, handle: ReceiptHandle) -> None:
-        """Raises ``Refusal`` INVALID_HANDLE; acking twice is harmless."""
-        found = self._entry(group, handle)
+    def ack(self, group: str, handle: ReceiptHandle, msg_id: str = "") -> None:
+        """Raises ``Refusal`` INVALID_HANDLE (also when ``msg_id`` is not the handle's message's); acking twice is
+        harmless."""
+        found = self._entry(group, handle, msg_id)
         if found is not None:
             self._ack_offset(group, handle.topic, handle.queue_id, found[0], handle.queue_offset)
 
-    def change_invisible(self, group: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
-        found = self._entry(group, handle)
+    def change_invisible(self, group: str, handle: ReceiptHandle, invisible_ms: int,
+                         msg_id: str = "") -> ReceiptHandle:
+        found = self._entry(group, handle, msg_id)
         if found is None:
             raise Refusal(Kind.INVALID_HANDLE, "the message was already acked")
         e = found[1]
@@ -535,7 +541,7 @@ class PopService:
 
     # --- dead letters -----------------------------------------------------------------------------------
 
-    async def forward_to_dead_letter(self, group: str, handle: ReceiptHandle) -> None:
+    async def forward_to_dead_letter(self, group: str, handle: ReceiptHandle, msg_id: str = "") -> None:
         """The consumer gives up on a delivery: its message to the group's dead letters, now. It is held in flight
         while its store waits (for the disk, for its topic's creation), so that a receive neither delivers it again
         nor stores it in the dead letters a second time; refused, it is in flight as it was. BUSY while another
@@ -544,7 +550,7 @@ class PopService:
         refused = self.retries.write_refusal()
         if refused is not None:
             raise refused
-        found = self._entry(group, handle)
+        found = self._entry(group, handle, msg_id)
         if found is None:
             return
         st, e = found
