@@ -146,7 +146,7 @@ class TimerMessageStore:
         self._recalled: set[int] = set()  # recalls answered whose marker the enqueue has not applied yet
         self._delivering: set[int] = set()  # rows being stored now: too late to recall
         self._rolling: set[int] = set()  # rows being rolled now: a recall waits for the new record
-        self._wake = Wake()
+        self._wake = Wake(lambda: store.get_max_offset_in_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, 0))
         self._in_tx = False
         store.add_truncate_listener(self._truncated)
         store.add_append_listener(self._wake.written)
@@ -246,11 +246,11 @@ class TimerMessageStore:
             MessageConst.TAGS: RECALL_TAG, TIMER_DEL_UNIQKEY: f"{topic}+{handle.message_id}",
             TIMER_DEL_OFFSET: str(offset), MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: handle.message_id,
         }, queue_id=0, born_timestamp=int(time.time() * 1000), born_host=store_host, store_host=store_host)
+        self._wake.set_after_write()
         result = await self.store.put_message(marker)
         if not result.stored:
             self._recalled.discard(offset)
             raise RecallError("store", f"recall failed, execute error: {result.status.name} {result.remark}")
-        self._wake.set()
         return handle.message_id
 
     def _index_behind(self) -> bool:
@@ -426,6 +426,7 @@ class TimerMessageStore:
                     rolled.add(offset)
                     self._rolling.add(offset)
                     self._delivering.add(offset)
+                    self._wake.set_after_write()  # every put to the timer topic is counted (Wake.set_after_write)
                     puts.append((offset, store.put_message(self._roll(msg, offset, real - now))))
                     continue
                 ahead = int(msg.properties.get(TIMER_OUT_MS, "0")) - wall
