@@ -224,10 +224,11 @@ class TimerMessageStore:
         if handle.broker_name != broker_name:
             raise RecallError("illegal", "recall failed, the handle is of another broker")
         offset = self._current_record(handle)
-        for _ in range(100):  # a roll takes one put, a new timer message a pass of the loop: wait, not refuse
-            if offset is None and self._index_behind():
-                self._wake.set()
-            elif offset not in self._rolling:
+        if offset is None and not self.config.timer_stop_enqueue and self._index_behind():
+            self._index_now()
+            offset = self._current_record(handle)
+        for _ in range(100):  # a roll takes one put: wait for its new record rather than refuse
+            if offset not in self._rolling:
                 break
             await asyncio.sleep(0.01)
             offset = self._current_record(handle)
@@ -256,6 +257,17 @@ class TimerMessageStore:
     def _index_behind(self) -> bool:
         """The timer topic holds records the index has not read yet (a message just sent, a recall marker)."""
         return self.enqueue_offset < self.store.get_max_offset_in_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, 0)
+
+    def _index_now(self) -> None:
+        """Read the timer topic into the index for a recall, not at the loop's next pass: a message just sent is
+        stored before the loop reads it, and a pass that delivers a large batch holds the loop while its puts are
+        awaited (no write of the index spans a wait, so this one cannot cut into the pass's). A failed write is
+        rolled back as the loop's are, and refuses the recall."""
+        try:
+            self._enqueue_all()
+        except sqlite3.Error as exc:
+            self._rolled_back(exc)
+            raise RecallError("store", f"recall failed, the timer index could not be written: {exc}") from None
 
     # --- the loop -----------------------------------------------------------------------------------------
 
