@@ -233,3 +233,71 @@ def test_a_timer_message_is_indexed_as_soon_as_it_is_written_and_recallable_at_o
                 timers.close()
 
     asyncio.run(go())
+
+
+def test_a_timer_message_stored_after_another_group_was_written_still_wakes_the_loop(tmp_path):
+    """A COMMIT diverts its real message and stores it from a task of its own: another sender's group, or another
+    COMMIT's timer message, is written in between. Neither group is the timer message's, and the loop is woken once
+    the timer message's own group is written, not by the first group to come."""
+    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"), timer_precision_ms=10_000,
+                      timer_max_delay_sec=600)
+
+    async def go() -> None:
+        async with DefaultMessageStore(cfg) as store:
+            timers = TimerMessageStore(store, cfg, tmp_path)
+            loop = asyncio.create_task(timers.run(deliver=True))
+            try:
+                await asyncio.sleep(0.05)  # the loop's first pass is over: it waits for its next tick
+                first, second = _timer(b"first", 60_000), _timer(b"second", 60_000)
+                assert timers.divert(first) and timers.divert(second)
+                other = MessageExt("orders", b"other", {}, born_timestamp=int(time.time() * 1000))
+                for put, indexed in ((other, 0), (first, 1), (second, 2)):
+                    await asyncio.sleep(0.05)  # a pass woken by the group before would be over
+                    assert (await store.put_message(put)).stored
+                    began = time.monotonic()
+                    while timers.count < indexed:
+                        assert time.monotonic() - began < 2, "the timer message waited for the loop's next tick"
+                        await asyncio.sleep(0.005)
+            finally:
+                loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop
+                timers.close()
+
+    asyncio.run(go())
+
+
+def test_a_recall_while_the_loop_is_in_a_long_pass_finds_the_message_just_sent(tmp_path):
+    """A pass that delivers a large batch of due timers awaits their puts (a slow disk's fsyncs) for longer than a
+    recall would wait for the next pass: the recall reads the timer topic into the index itself rather than
+    answering "not scheduled" for a message the loop would then deliver."""
+    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"), timer_precision_ms=10_000,
+                      timer_max_delay_sec=600)
+
+    async def go() -> None:
+        async with DefaultMessageStore(cfg) as store:
+            timers = TimerMessageStore(store, cfg, tmp_path)
+            in_pass, release = asyncio.Event(), asyncio.Event()
+            deliver_due = timers._deliver_due
+
+            async def long_pass() -> int | None:
+                in_pass.set()
+                await release.wait()  # the pass's puts, not answered yet
+                return await deliver_due()
+
+            timers._deliver_due = long_pass  # type: ignore[method-assign]
+            loop = asyncio.create_task(timers.run(deliver=True))
+            try:
+                await in_pass.wait()
+                msg = await _put(store, timers, _timer(b"sent-now", 60_000))
+                handle = timers.recall_handle(msg, "broker-a")
+                assert handle is not None
+                assert await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1)) == msg.body.hex()
+            finally:
+                release.set()
+                loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop
+                timers.close()
+
+    asyncio.run(go())

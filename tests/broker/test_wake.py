@@ -117,3 +117,28 @@ def test_a_timer_sent_during_a_tick_is_indexed_without_waiting_for_the_next_tick
             timers.close()
 
     asyncio.run(go())
+
+
+def test_a_delayed_message_stored_after_another_group_was_written_wakes_the_loop(tmp_path, monkeypatch):
+    """A retry diverted to a delay level waits for its new retry topic before its put: another sender's group is
+    written in between. The loop's pass is for the delayed message's own group, not for the first to come."""
+    monkeypatch.setattr(schedule_module, "IDLE_WAIT_S", 3600.0)
+
+    async def go() -> None:
+        async with DefaultMessageStore(StoreConfig(store_path_root_dir=str(tmp_path / "store"))) as store:
+            schedule = ScheduleMessageService(store, [1], tmp_path)
+            task = asyncio.create_task(schedule.run())
+            await asyncio.sleep(0.05)  # the first pass is over: the loop waits out its timeout
+            msg = MessageExt("orders", b"later", {MessageConst.DELAY_TIME_LEVEL: "1"}, born_timestamp=1)
+            schedule.divert(msg)
+            assert (await store.put_message(MessageExt("orders", b"other", {}, born_timestamp=1))).stored
+            await asyncio.sleep(0.05)  # a pass woken by that group would be over
+            assert (await store.put_message(msg)).stored
+            began = time.monotonic()
+            while not schedule.delivered:
+                assert time.monotonic() - began < SECOND_PASS_WITHIN_S, "the loop waited out its timeout"
+                await asyncio.sleep(0.01)
+            await _stop(task)
+            assert store.get_max_offset_in_queue("orders", 0) == 2
+
+    asyncio.run(go())

@@ -69,12 +69,13 @@ class NamesrvRegistration:
                 async with asyncio.timeout(self.config.register_name_server_period / 1000):
                     await self._now.wait()
                 woken = True
+            scheduled = self._now.is_set()  # woken, or scheduled as the period ran out: that wake lost the race
             self._now.clear()
             changed, self._changed = self._changed, set()
             if not woken or self._full:
                 self._full = False
                 await self.register_all()
-                if woken:  # a deletion, or the broker's permission
+                if scheduled:  # a deletion, the broker's permission, or what changed as the period ran out
                     self._on_registered(None)
             else:
                 for topic in sorted(changed):

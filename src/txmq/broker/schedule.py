@@ -34,13 +34,17 @@ class ScheduleMessageService:
         saved = read_json(self.path) or {}
         self.offsets: dict[int, int] = {int(k): int(v) for k, v in (saved.get("offsetTable") or {}).items()}
         self._persisted = dict(self.offsets)
-        self._wake = Wake()
+        self._wake = Wake(self._records)
         store.add_append_listener(self._wake.written)
         self.delivered = 0
 
     @property
     def max_level(self) -> int:
         return len(self.levels_ms)
+
+    def _records(self) -> int:
+        """The records of every level's queue (``Wake.set_after_write``)."""
+        return sum(self.store.get_max_offset_in_queue(RMQ_SYS_SCHEDULE_TOPIC, qid) for qid in range(self.max_level))
 
     def divert(self, msg: MessageExt) -> None:
         """Rewrite ``msg`` in place so that it is stored in the schedule topic until due."""

@@ -146,7 +146,7 @@ class TimerMessageStore:
         self._recalled: set[int] = set()  # recalls answered whose marker the enqueue has not applied yet
         self._delivering: set[int] = set()  # rows being stored now: too late to recall
         self._rolling: set[int] = set()  # rows being rolled now: a recall waits for the new record
-        self._wake = Wake()
+        self._wake = Wake(lambda: store.get_max_offset_in_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, 0))
         self._in_tx = False
         store.add_truncate_listener(self._truncated)
         store.add_append_listener(self._wake.written)
@@ -224,10 +224,11 @@ class TimerMessageStore:
         if handle.broker_name != broker_name:
             raise RecallError("illegal", "recall failed, the handle is of another broker")
         offset = self._current_record(handle)
-        for _ in range(100):  # a roll takes one put, a new timer message a pass of the loop: wait, not refuse
-            if offset is None and self._index_behind():
-                self._wake.set()
-            elif offset not in self._rolling:
+        if offset is None and not self.config.timer_stop_enqueue and self._index_behind():
+            self._index_now()
+            offset = self._current_record(handle)
+        for _ in range(100):  # a roll takes one put: wait for its new record rather than refuse
+            if offset not in self._rolling:
                 break
             await asyncio.sleep(0.01)
             offset = self._current_record(handle)
@@ -246,16 +247,27 @@ class TimerMessageStore:
             MessageConst.TAGS: RECALL_TAG, TIMER_DEL_UNIQKEY: f"{topic}+{handle.message_id}",
             TIMER_DEL_OFFSET: str(offset), MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: handle.message_id,
         }, queue_id=0, born_timestamp=int(time.time() * 1000), born_host=store_host, store_host=store_host)
+        self._wake.set_after_write()
         result = await self.store.put_message(marker)
         if not result.stored:
             self._recalled.discard(offset)
             raise RecallError("store", f"recall failed, execute error: {result.status.name} {result.remark}")
-        self._wake.set()
         return handle.message_id
 
     def _index_behind(self) -> bool:
         """The timer topic holds records the index has not read yet (a message just sent, a recall marker)."""
         return self.enqueue_offset < self.store.get_max_offset_in_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, 0)
+
+    def _index_now(self) -> None:
+        """Read the timer topic into the index for a recall, not at the loop's next pass: a message just sent is
+        stored before the loop reads it, and a pass that delivers a large batch holds the loop while its puts are
+        awaited (no write of the index spans a wait, so this one cannot cut into the pass's). A failed write is
+        rolled back as the loop's are, and refuses the recall."""
+        try:
+            self._enqueue_all()
+        except sqlite3.Error as exc:
+            self._rolled_back(exc)
+            raise RecallError("store", f"recall failed, the timer index could not be written: {exc}") from None
 
     # --- the loop -----------------------------------------------------------------------------------------
 
@@ -426,6 +438,7 @@ class TimerMessageStore:
                     rolled.add(offset)
                     self._rolling.add(offset)
                     self._delivering.add(offset)
+                    self._wake.set_after_write()  # every put to the timer topic is counted (Wake.set_after_write)
                     puts.append((offset, store.put_message(self._roll(msg, offset, real - now))))
                     continue
                 ahead = int(msg.properties.get(TIMER_OUT_MS, "0")) - wall
