@@ -39,7 +39,7 @@ def test_a_drop_cancelled_while_its_pull_winds_down_is_cancelled():
 
         consumer._pull_tasks[mq] = asyncio.create_task(pull_loop())
         await asyncio.sleep(0)
-        drop = asyncio.create_task(consumer._drop_queue(mq))
+        drop = asyncio.create_task(consumer._drop_queues([mq]))
         await winding.wait()
         drop.cancel()  # the shutdown cancels the task that drops
         await asyncio.sleep(0)

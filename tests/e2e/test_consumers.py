@@ -347,6 +347,41 @@ def test_offsets_are_committed_again_after_a_persist_pass_fails(cluster, monkeyp
         consumer.shutdown()
 
 
+def test_a_rebalance_waits_for_the_listener_calls_of_the_queues_it_gives_up_once_in_all(cluster):
+    """A member joins while a listener call runs on every queue of the first: the first gives up half its queues
+    after one wait for their calls (5 s in all, as a shutdown's), not one per queue (20 s for four), so the new
+    member's share is pulled at once after it."""
+    topic = "release_waits_once_t"
+    queues = one_held_message_per_queue(cluster, topic, 8)
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def held(msgs: list) -> ConsumeStatus:
+        entered.release()
+        release.wait(30)
+        return ConsumeStatus.SUCCESS
+
+    first = PushConsumer("g_release_waits_once", cluster.namesrv_addr, consume_thread_nums=len(queues),
+                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    first.subscribe(topic)
+    first.register_listener(held)
+    first.start()
+    second = None
+    try:
+        for _ in queues:
+            assert entered.acquire(timeout=20)  # a listener call in progress on every queue
+        began = time.monotonic()
+        second = push_consumer(cluster.namesrv_addr, "g_release_waits_once", topic, Recorder())
+        # a copy (list() takes it at once): the client's loop thread changes the table meanwhile
+        assert wait_until(lambda: sum(q.topic == topic for q in list(first.queues)) == len(queues) // 2, 30)
+        took = time.monotonic() - began
+        assert took < 12.0, f"the first member gave its queues up after {took:.1f} s: a wait per queue"
+    finally:
+        release.set()
+        first.shutdown()
+        if second is not None:
+            second.shutdown()
+
+
 def test_shutdown_commits_the_offset_of_a_queue_a_rebalance_was_releasing(cluster):
     """A rebalance releases a queue whose listener call is still running (it waits for it, to commit what it
     consumed), and ``shutdown`` cancels that rebalance: the queue's offset is committed at shutdown all the same.

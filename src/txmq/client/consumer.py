@@ -286,9 +286,7 @@ class PushConsumer(ClientBase):
         # Under the rebalance lock: an operator's reset under way ends first (its drops are not committed, and its
         # offsets are committed last), where a drop beside it committed the offsets consumed before it over them.
         async with self._rebalance_lock:
-            deadline = time.monotonic() + _CALLS_WAIT_S  # one wait for all: 5 s per busy queue outlasted shutdown
-            for mq in list(self.queues):
-                await self._drop_queue(mq, final=True, deadline=deadline)
+            await self._drop_queues(list(self.queues), final=True)
             for mq, (pq, commit) in list(self._releasing.items()):  # every lock let go (RocketMQ's unlockAll)
                 await self._release(mq, pq, commit)
         # A reset told meanwhile commits its offsets (over those just committed) before the connections close.
@@ -356,9 +354,7 @@ class PushConsumer(ClientBase):
         except (ValueError, AttributeError):
             table = []
         async with self._rebalance_lock:
-            deadline = time.monotonic() + _CALLS_WAIT_S  # one wait for all, as shutdown's: it waits for this lock
-            for mq in [q for q in self.queues if q.topic == topic]:
-                await self._drop_queue(mq, commit=False, deadline=deadline)
+            await self._drop_queues([q for q in self.queues if q.topic == topic], commit=False)
             self._release_uncommitted(topic)
             for key, offset in table:
                 mq = MessageQueue(topic, key["brokerName"], int(key["queueId"]))
@@ -428,8 +424,7 @@ class PushConsumer(ClientBase):
                 wanted.update(mq for mq in self.queues if mq.topic == topic)
                 continue
             wanted.update(allocate_averagely(mqs, cids, self.instance.client_id))  # none when not listed
-        for mq in [q for q in self.queues if q not in wanted]:
-            await self._drop_queue(mq)
+        await self._drop_queues([q for q in self.queues if q not in wanted])
         taken = sorted(wanted - set(self.queues) - set(self._releasing))  # one given up: taken once released
         if self.orderly:
             # An orderly queue is taken once locked, as RocketMQ's rebalance does: its offset is then read after
@@ -460,10 +455,16 @@ class PushConsumer(ClientBase):
         self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(pq))
         log.info("consumer %s takes %s:%s:%d from offset %d", self.group, mq.broker_name, mq.topic, mq.queue_id, offset)
 
-    async def _drop_queue(self, mq: MessageQueue, commit: bool = True, final: bool = False,
-                          deadline: float | None = None) -> None:
-        """Stop pulling ``mq``, let the listener calls in progress end (until ``deadline``, by default
-        ``_CALLS_WAIT_S`` from now), commit its offset (unless
+    async def _drop_queues(self, mqs: list[MessageQueue], commit: bool = True, final: bool = False) -> None:
+        """``_drop_queue`` each, with one wait for their listener calls: ``_CALLS_WAIT_S`` in all, not per queue (a
+        rebalance giving up many busy queues, a reset, a shutdown: each waits for the one before it ends).
+        RocketMQ's rebalance does not wait for them at all; waiting lets the calls that end in time be committed."""
+        deadline = time.monotonic() + _CALLS_WAIT_S
+        for mq in mqs:
+            await self._drop_queue(mq, commit, final, deadline)
+
+    async def _drop_queue(self, mq: MessageQueue, commit: bool, final: bool, deadline: float) -> None:
+        """Stop pulling ``mq``, let the listener calls in progress end (until ``deadline``), commit its offset (unless
         ``commit`` is False) and, orderly, unlock it; an orderly queue whose call still runs stays locked until it
         returns (unless ``final``: the consumer shuts down). The queue stays held until then: a drop cut short (a
         rebalance cancelled by ``shutdown``) leaves it to the next one, and its offset to shutdown's commit,
@@ -483,7 +484,7 @@ class PushConsumer(ClientBase):
             pq.dropped = True  # from now on no listener call starts for this queue
         # Let listener calls in progress finish so that their offsets are committed, not replayed. Messages
         # that never reached the listener stay in ``pq.msgs`` and keep the committed offset below them.
-        busy = not await self._idle_by(pq, time.monotonic() + _CALLS_WAIT_S if deadline is None else deadline)
+        busy = not await self._idle_by(pq, deadline)
         if busy:  # shutdown's end judges by it (the calls that ended meanwhile forgotten)
             self._left_running = [*(p for p in self._left_running if self._busy(p)), pq]
         if not commit:
