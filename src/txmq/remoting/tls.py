@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from txmq.accept import accept
+from txmq.cancel import cancel_and_wait
 from txmq.refusals import RefusalLog
 
 log = logging.getLogger("txmq.remoting")
@@ -173,7 +174,8 @@ class TlsServer:
         self.sockets[0].close()
 
     async def wait_closed(self) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._accepting
+        """After ``close``: the accept loop and the handshakes it cancelled have ended (a handshake's own failure
+        is its client's, not the close's)."""
+        await cancel_and_wait(self._accepting)
         if self._tasks:
             await asyncio.wait(list(self._tasks))
