@@ -78,6 +78,29 @@ def test_a_long_polling_timeout_past_the_proxys_bound_is_held_to_it(stub, topic)
     assert 19 <= took < 30, took
 
 
+def test_a_long_polling_timeout_is_held_to_the_calls_deadline(stub, topic):
+    """A receive was held for its whole long polling timeout (up to 20 s) even when the call's deadline came first:
+    the client saw DEADLINE_EXCEEDED, and a message that arrived meanwhile was taken by a call nobody read. As the
+    proxy, a receive now waits no longer than its deadline (less ``longPollingReserveTimeInMillis``) and is
+    answered; with less than ``grpcClientConsumerMinLongPollingTimeoutMillis`` (5 s) left it is answered
+    ILLEGAL_POLLING_TIME at once."""
+    s, md = stub
+    request = _receive_request(topic, "deadline", invisible_ms=30_000, poll_ms=20_000)
+    start = time.monotonic()
+    answer = list(s.ReceiveMessage(request, metadata=md, timeout=7))
+    took = time.monotonic() - start
+    assert [a.status.code for a in answer] == [Code.MESSAGE_NOT_FOUND]
+    assert 6 <= took < 7, took
+    start = time.monotonic()
+    answer = list(s.ReceiveMessage(request, metadata=md, timeout=3))
+    assert [a.status.code for a in answer] == [Code.ILLEGAL_POLLING_TIME]
+    assert "deadline" in answer[0].status.message and time.monotonic() - start < 1
+    for seconds, timeout in ((1, 3), (0, 0.4)):  # what the deadline leaves room for is taken
+        request.long_polling_timeout.seconds = seconds
+        answer = list(s.ReceiveMessage(request, metadata=md, timeout=timeout))
+        assert [a.status.code for a in answer] == [Code.MESSAGE_NOT_FOUND], seconds
+
+
 def test_invisible_durations_out_of_range_change_nothing(stub, topic):
     """A receive or a change of invisible duration past ``maxInvisibleTimeMills`` (12 h), below its minimum, or
     malformed answers ILLEGAL_INVISIBLE_TIME and neither delivers nor changes anything."""

@@ -547,10 +547,24 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return bounded_ms(d, "invisible duration (maxInvisibleTimeMills)", Code.ILLEGAL_INVISIBLE_TIME, low,
                           self.broker.config.max_invisible_time_mills)
 
-    def _poll_ms(self, d: duration_pb2.Duration) -> int:
-        """How long a request may be held for messages: what it asks, ILLEGAL_POLLING_TIME when negative or
-        malformed, held to ``grpcClientConsumerMaxLongPollingTimeoutMillis`` as RocketMQ's proxy holds it."""
-        return min(bounded_ms(d, "long polling timeout", Code.ILLEGAL_POLLING_TIME, 0, None), self._max_poll_ms)
+    def _poll_ms(self, d: duration_pb2.Duration | None, context: Any) -> int:
+        """How long a request may be held for messages: what it asks (``d``; None: DEFAULT_POLL_MS),
+        ILLEGAL_POLLING_TIME when negative or malformed, held to ``grpcClientConsumerMaxLongPollingTimeoutMillis``
+        and to the call's deadline as RocketMQ's proxy holds it (``ReceiveMessageActivity``): an answer after the
+        deadline reaches nobody, and the messages it carries stay invisible for nothing."""
+        asked = DEFAULT_POLL_MS if d is None else bounded_ms(d, "long polling timeout", Code.ILLEGAL_POLLING_TIME, 0,
+                                                             None)
+        poll = min(asked, self._max_poll_ms)
+        remaining_s = context.time_remaining()
+        if remaining_s is None:  # no deadline
+            return poll
+        config = self.broker.config
+        remaining = int(remaining_s * 1000)
+        if poll > remaining and remaining < config.grpc_client_consumer_min_long_polling_timeout_millis:
+            raise GrpcStatusError(Code.ILLEGAL_POLLING_TIME, f"the call's deadline leaves {max(remaining, 0)} ms, "
+                                  f"less than grpcClientConsumerMinLongPollingTimeoutMillis for a long polling of "
+                                  f"{poll} ms")
+        return min(poll, max(0, remaining - config.long_polling_reserve_time_in_millis))
 
     def _filter(self, expr: pb.FilterExpression) -> MessageFilter:
         """A FilterExpression's filter: ILLEGAL_FILTER_EXPRESSION for one that does not parse (where, in the
@@ -572,8 +586,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             filt = self._filter(request.filter_expression)
             invisible = self._invisible_ms(request.invisible_duration, 1) \
                 if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS
-            poll = self._poll_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") \
-                else min(DEFAULT_POLL_MS, self._max_poll_ms)
+            poll = self._poll_ms(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
+                                 context)
             batch = max(1, min(request.batch_size or MAX_RECEIVE_BATCH, MAX_RECEIVE_BATCH))
             deliveries = await self.core.pop.receive(group, topic, batch, invisible, poll, filt)
         except Exception as exc:
@@ -694,7 +708,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             filt = self._filter(request.filter_expression)
             batch = max(1, min(request.batch_size or 32, MAX_PULL_BATCH))
             got = pulls.read(group, topic, q, request.offset, batch, filt)
-            poll = self._poll_ms(request.long_polling_timeout)
+            poll = self._poll_ms(request.long_polling_timeout, context)
             if poll > 0 and pulls.holds(got, request.offset):
                 pull = pulls.hold(topic, q, request.offset)  # no owner: grpcio cancels a call whose client left
                 if isinstance(pull, Refusal):
