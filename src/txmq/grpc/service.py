@@ -10,7 +10,6 @@ Routes name the member of this broker's group that serves it (``group_route``). 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import time
@@ -57,7 +56,7 @@ from txmq.grpc.group_route import GroupRoute
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol import service_pb2_grpc
-from txmq.grpc.telemetry import ClientSession, ClientSessions, end_stream
+from txmq.grpc.telemetry import ClientSession, ClientSessions
 from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
 from txmq.refusals import RefusalLog
 from txmq.remoting.codes import ResponseCode
@@ -385,8 +384,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 async for cmd in request_iterator:
                     session.last_seen = time.monotonic()
                     if cmd.WhichOneof("command") == "settings":
-                        with contextlib.suppress(asyncio.QueueFull):
-                            outbox.put_nowait(self._settings_answer(session, cmd.settings))
+                        if outbox.answer(self._settings_answer(session, cmd.settings)):
                             answered.clear()
                         await answered.wait()
             except (asyncio.CancelledError, grpc.RpcError):
@@ -394,15 +392,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             except Exception:
                 log.exception("telemetry stream of %s failed", cid)
             finally:
-                end_stream(outbox)
+                outbox.end()
 
         reader = asyncio.create_task(read(), name=f"telemetry {cid}")
         try:
             while True:
-                cmd = await outbox.get()
-                if cmd is None:
+                sending = await outbox.queue.get()
+                if sending is None:
                     break
+                cmd, size = sending
                 yield cmd
+                outbox.sent(size)
                 if cmd.WhichOneof("command") != "recover_orphaned_transaction_command":  # a Settings' answer
                     answered.set()
         finally:
