@@ -259,6 +259,26 @@ def test_transaction_first_decision_wins_and_commits_once(stub, topic):
     assert bad.status.code == Code.INVALID_TRANSACTION_ID
 
 
+def test_an_end_transaction_decides_the_half_its_transaction_id_names(stub, topic, admin):
+    """As RocketMQ's proxy (the transaction found by producer group and transaction id) and broker
+    (EndTransactionProcessor checks the group and offsets, not msgId), the transaction id alone names the half: a
+    commit naming A's message id with B's transaction id commits B, and A stays pending (docs/grpc.md)."""
+    s, md = stub
+    r = s.SendMessage(spb.SendMessageRequest(messages=[message(topic, body, message_type=pb.TRANSACTION)
+                                                       for body in (b"A", b"B")]), metadata=md, timeout=5)
+    a, b = r.entries
+
+    def end(message_id: str, tid: str, resolution: int) -> pb.Status:
+        return s.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic), message_id=message_id,
+                                                          transaction_id=tid, resolution=resolution),
+                                metadata=md, timeout=5).status
+
+    assert end(a.message_id, b.transaction_id, pb.COMMIT).code == Code.OK
+    assert [m.body for m in received(receive(s, md, topic, "by_tid"))] == [b"B"]
+    assert sum(len(d["pending"]) for d in admin.tx_list(group=topic).values()) == 1
+    assert end(a.message_id, a.transaction_id, pb.ROLLBACK).code == Code.OK
+
+
 def test_other_refusals(stub, topic):
     s, md = stub
     assert s.Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER), timeout=5).status.code == \

@@ -4,19 +4,22 @@ bounded. Raw calls over txmq's own stubs, against the session's server."""
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 
-from tests.grpc.test_bad_requests import message, receive, received
+from tests.grpc.test_bad_requests import _peak_rss_kb, message, receive, received
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
-from txmq.grpc.telemetry import STREAMS_PER_CLIENT
+from txmq.grpc.telemetry import OUTBOX_MAX_BYTES, STREAMS_PER_CLIENT, ClientSessions, GrpcCheckSender
+from txmq.message import MessageConst, MessageExt
 
 Code = pb.Code
 HOUR_S = 3600  # the proxy's maxTransactionRecoverySecond, txmq's default
@@ -76,6 +79,29 @@ def test_a_long_polling_timeout_past_the_proxys_bound_is_held_to_it(stub, topic)
     took = time.monotonic() - start
     assert [a.status.code for a in answer] == [Code.MESSAGE_NOT_FOUND]
     assert 19 <= took < 30, took
+
+
+def test_a_long_polling_timeout_is_held_to_the_calls_deadline(stub, topic):
+    """A receive was held for its whole long polling timeout (up to 20 s) even when the call's deadline came first:
+    the client saw DEADLINE_EXCEEDED, and a message that arrived meanwhile was taken by a call nobody read. As the
+    proxy, a receive now waits no longer than its deadline (less ``longPollingReserveTimeInMillis``) and is
+    answered; with less than ``grpcClientConsumerMinLongPollingTimeoutMillis`` (5 s) left it is answered
+    ILLEGAL_POLLING_TIME at once."""
+    s, md = stub
+    request = _receive_request(topic, "deadline", invisible_ms=30_000, poll_ms=20_000)
+    start = time.monotonic()
+    answer = list(s.ReceiveMessage(request, metadata=md, timeout=7))
+    took = time.monotonic() - start
+    assert [a.status.code for a in answer] == [Code.MESSAGE_NOT_FOUND]
+    assert 6 <= took < 7, took
+    start = time.monotonic()
+    answer = list(s.ReceiveMessage(request, metadata=md, timeout=3))
+    assert [a.status.code for a in answer] == [Code.ILLEGAL_POLLING_TIME]
+    assert "deadline" in answer[0].status.message and time.monotonic() - start < 1
+    for seconds, timeout in ((1, 3), (0, 0.4)):  # what the deadline leaves room for is taken
+        request.long_polling_timeout.seconds = seconds
+        answer = list(s.ReceiveMessage(request, metadata=md, timeout=timeout))
+        assert [a.status.code for a in answer] == [Code.MESSAGE_NOT_FOUND], seconds
 
 
 def test_invisible_durations_out_of_range_change_nothing(stub, topic):
@@ -192,3 +218,83 @@ def test_settings_are_checked_and_the_broker_sets_the_consumers_bounds(stub):
         assert answer.settings.subscription.long_polling_timeout.seconds == 20
     finally:
         st.close()
+
+
+def _halves(stub, md, topic: str, count: int, size: int) -> list[str]:
+    """``count`` half messages of ``size`` random bytes each, sent a few to a request; their transaction ids."""
+    tids = []
+    for _ in range(0, count, 4):
+        sent = [message(topic, os.urandom(size), message_type=pb.TRANSACTION) for _ in range(4)]
+        r = stub.SendMessage(spb.SendMessageRequest(messages=sent), metadata=md, timeout=10)
+        assert r.status.code == Code.OK, r.status
+        tids += [e.transaction_id for e in r.entries]
+    return tids
+
+
+def _checks(stream: _Stream, count: int) -> set[str]:
+    """The transaction ids of the next ``count`` check-backs ``stream`` reads."""
+    got = set()
+    while len(got) < count:
+        cmd = next(stream.call)
+        if cmd.HasField("recover_orphaned_transaction_command"):
+            got.add(cmd.recover_orphaned_transaction_command.transaction_id)
+    return got
+
+
+def test_check_backs_to_a_stream_that_never_reads_are_bounded_in_bytes(server, stub, topic):
+    """A check-back carries its half message's body, and a stream's outbox held up to 1,024 of them: a producer
+    whose stream never reads made the broker hold 1,024 bodies per stream (4 GiB of the largest messages; here 27 MB
+    more in three check passes, 3.7 MB now). Now what a stream's outbox holds is bounded in bytes
+    (OUTBOX_MAX_BYTES); a check that does not fit is not sent and is tried again at the next pass, so a stream that
+    reads gets every one."""
+    s, md = stub
+    size = 250_000
+    tids = _halves(s, md, topic, 64, size)  # no producer of the topic yet: checked once one is there
+    stuck = _Stream(s, f"stuck-{uuid.uuid4().hex[:8]}")
+    reader = None
+    try:
+        Path(f"/proc/{server.pid}/clear_refs").write_text("5")  # the peak RSS starts again from the current RSS
+        before = _peak_rss_kb(server.pid)
+        assert stuck.ask(_settings(topics=(topic,))).status.code == Code.OK  # then it never reads again
+        time.sleep(3.5)  # three check passes (transactionCheckInterval 1 s)
+        grown = _peak_rss_kb(server.pid) - before
+        assert grown < 3 * OUTBOX_MAX_BYTES // 1024, f"{grown} KB"
+        reader = _Stream(s, f"reader-{uuid.uuid4().hex[:8]}")
+        assert reader.ask(_settings(topics=(topic,))).status.code == Code.OK
+        assert _checks(reader, len(tids)) == set(tids)  # the stuck stream kept none of them from the reader
+    finally:
+        stuck.close()
+        if reader is not None:
+            reader.close()
+        for tid in tids:  # no more checks of them for the rest of the session
+            s.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic), transaction_id=tid,
+                                                       resolution=pb.ROLLBACK), metadata=md, timeout=5)
+
+
+def _checked_half(n: int, size: int) -> MessageExt:
+    """The ``n``th half message of topic t, of ``size`` bytes, as a check pass reads it."""
+    return MessageExt("RMQ_SYS_TRANS_HALF_TOPIC", bytes(size), {
+        MessageConst.REAL_TOPIC: "t", MessageConst.REAL_QUEUE_ID: "0",
+        MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"{n:032X}"}, commit_log_offset=n * 2 * size)
+
+
+def test_check_backs_every_outbox_holds_together_are_bounded():
+    """Each stream's bound alone would let every stream allowed (65,536) hold its share: what all outboxes hold
+    together is bounded too. A check that fits nowhere is not sent (the check pass tries it again), a stream that
+    writes one makes room, and a check larger than a stream's bound still reaches a stream holding none."""
+    sessions = ClientSessions(outbox_max_bytes=100_000, outboxes_max_bytes=250_000)
+    for i in range(5):
+        session = sessions.get("", f"producer-{i}", "127.0.0.1")
+        session.client_type, session.topics = pb.PRODUCER, frozenset({"t"})
+        sessions.open_stream(session, "127.0.0.1")
+    sender = GrpcCheckSender(sessions)
+    pushed = sum(sender.send_check("t", _checked_half(n, 40_000), n) for n in range(40))
+    outboxes = [o for session in sessions.sessions.values() for o in session.outboxes]
+    assert pushed == 6 and sessions.outbox_bytes.held == sum(o.bytes for o in outboxes) <= 250_000
+    assert max(o.bytes for o in outboxes) <= 100_000
+    for outbox in outboxes:  # every stream writes what it holds
+        while not outbox.queue.empty():
+            outbox.sent(outbox.queue.get_nowait()[1])
+    assert sessions.outbox_bytes.held == 0
+    assert sender.send_check("t", _checked_half(40, 150_000), 40)
+    assert sum(sender.send_check("t", _checked_half(n, 40_000), n) for n in range(41, 44)) == 2  # 270 KB in all: no

@@ -39,7 +39,7 @@ def test_sessions_and_streams_per_account_are_bounded(caplog):
     outboxes[0] = sessions.open_stream(opened[0], "10.0.0.1")
     # a session that ends or expires frees its place; its streams are told to end
     sessions.remove("key", "c1")
-    assert outboxes[1].get_nowait() is None
+    assert outboxes[1].queue.get_nowait() is None
     sessions.get("key", "again", "10.0.0.1")
     for s, outbox in zip(opened, outboxes, strict=True):
         sessions.close_stream(s, outbox)
@@ -69,11 +69,12 @@ def test_each_stream_has_its_own_outbox():
     session = sessions.get("key", "c", "10.0.0.1")
     first, second = sessions.open_stream(session, "h"), sessions.open_stream(session, "h")
     check = spb.TelemetryCommand(status=pb.Status(code=pb.OK))
-    assert session.push(check) and second.qsize() == 1 and first.empty()
-    while not second.full():
-        second.put_nowait(check)
-    assert session.push(check) and first.qsize() == 1  # the newest stream is full: the other one
+    assert session.push(check) and second.queue.qsize() == 1 and first.queue.empty()
+    while second.answer(check):
+        pass
+    assert session.push(check) and first.queue.qsize() == 1  # the newest stream is full: the other one
     sessions.remove("key", "c")
-    ended = [second.get_nowait() for _ in range(second.qsize())]
-    assert len(ended) == OUTBOX_LIMIT and ended[-1] is None and first.get_nowait() is check
-    assert first.get_nowait() is None
+    ended = [second.queue.get_nowait() for _ in range(second.queue.qsize())]
+    assert len(ended) == OUTBOX_LIMIT and ended[-1] is None and first.queue.get_nowait() == (check, check.ByteSize())
+    assert first.queue.get_nowait() is None
+    assert second.bytes == 0 and sessions.outbox_bytes.held == first.bytes  # the push it dropped counts no more

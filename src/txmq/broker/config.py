@@ -133,6 +133,16 @@ class BrokerConfig:
         20_000, unit="ms", range=(0, None),
         doc="the longest a gRPC receive or pull waits for messages, whatever its `long_polling_timeout` asks, and the "
             "timeout consumers are told in their settings (RocketMQ proxy's key)")
+    grpc_client_consumer_min_long_polling_timeout_millis: int = key(
+        5_000, unit="ms", range=(0, None),
+        doc="a gRPC receive or pull whose long polling would outlast its call's deadline waits until the deadline "
+            "(less `longPollingReserveTimeInMillis`) when at least this much of it is left, else it is answered "
+            "`ILLEGAL_POLLING_TIME` at once (RocketMQ proxy's key; unlike the proxy, a shorter "
+            "`long_polling_timeout` is not raised to it)")
+    long_polling_reserve_time_in_millis: int = key(
+        500, unit="ms", range=(0, None),
+        doc="how long before its call's deadline a gRPC receive or pull held to that deadline stops waiting, so "
+            "that its answer reaches the client in time (RocketMQ proxy's key; the proxy's default is 100 ms)")
     namesrv_addr: str = key("", shown="(none)",
                             doc="the name servers, `host:port;host:port` (`txmq server` uses its own)")
     broker_role: str = key("ASYNC_MASTER", choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),

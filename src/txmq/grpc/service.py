@@ -10,7 +10,6 @@ Routes name the member of this broker's group that serves it (``group_route``). 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import time
@@ -57,7 +56,7 @@ from txmq.grpc.group_route import GroupRoute
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol import service_pb2_grpc
-from txmq.grpc.telemetry import ClientSession, ClientSessions, end_stream
+from txmq.grpc.telemetry import ClientSession, ClientSessions
 from txmq.message import MessageConst, MessageExt, create_uniq_id, decode_message
 from txmq.refusals import RefusalLog
 from txmq.remoting.codes import ResponseCode
@@ -385,8 +384,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 async for cmd in request_iterator:
                     session.last_seen = time.monotonic()
                     if cmd.WhichOneof("command") == "settings":
-                        with contextlib.suppress(asyncio.QueueFull):
-                            outbox.put_nowait(self._settings_answer(session, cmd.settings))
+                        if outbox.answer(self._settings_answer(session, cmd.settings)):
                             answered.clear()
                         await answered.wait()
             except (asyncio.CancelledError, grpc.RpcError):
@@ -394,15 +392,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             except Exception:
                 log.exception("telemetry stream of %s failed", cid)
             finally:
-                end_stream(outbox)
+                outbox.end()
 
         reader = asyncio.create_task(read(), name=f"telemetry {cid}")
         try:
             while True:
-                cmd = await outbox.get()
-                if cmd is None:
+                sending = await outbox.queue.get()
+                if sending is None:
                     break
+                cmd, size = sending
                 yield cmd
+                outbox.sent(size)
                 if cmd.WhichOneof("command") != "recover_orphaned_transaction_command":  # a Settings' answer
                     answered.set()
         finally:
@@ -547,10 +547,24 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return bounded_ms(d, "invisible duration (maxInvisibleTimeMills)", Code.ILLEGAL_INVISIBLE_TIME, low,
                           self.broker.config.max_invisible_time_mills)
 
-    def _poll_ms(self, d: duration_pb2.Duration) -> int:
-        """How long a request may be held for messages: what it asks, ILLEGAL_POLLING_TIME when negative or
-        malformed, held to ``grpcClientConsumerMaxLongPollingTimeoutMillis`` as RocketMQ's proxy holds it."""
-        return min(bounded_ms(d, "long polling timeout", Code.ILLEGAL_POLLING_TIME, 0, None), self._max_poll_ms)
+    def _poll_ms(self, d: duration_pb2.Duration | None, context: Any) -> int:
+        """How long a request may be held for messages: what it asks (``d``; None: DEFAULT_POLL_MS),
+        ILLEGAL_POLLING_TIME when negative or malformed, held to ``grpcClientConsumerMaxLongPollingTimeoutMillis``
+        and to the call's deadline as RocketMQ's proxy holds it (``ReceiveMessageActivity``): an answer after the
+        deadline reaches nobody, and the messages it carries stay invisible for nothing."""
+        asked = DEFAULT_POLL_MS if d is None else bounded_ms(d, "long polling timeout", Code.ILLEGAL_POLLING_TIME, 0,
+                                                             None)
+        poll = min(asked, self._max_poll_ms)
+        remaining_s = context.time_remaining()
+        if remaining_s is None:  # no deadline
+            return poll
+        config = self.broker.config
+        remaining = int(remaining_s * 1000)
+        if poll > remaining and remaining < config.grpc_client_consumer_min_long_polling_timeout_millis:
+            raise GrpcStatusError(Code.ILLEGAL_POLLING_TIME, f"the call's deadline leaves {max(remaining, 0)} ms, "
+                                  f"less than grpcClientConsumerMinLongPollingTimeoutMillis for a long polling of "
+                                  f"{poll} ms")
+        return min(poll, max(0, remaining - config.long_polling_reserve_time_in_millis))
 
     def _filter(self, expr: pb.FilterExpression) -> MessageFilter:
         """A FilterExpression's filter: ILLEGAL_FILTER_EXPRESSION for one that does not parse (where, in the
@@ -572,8 +586,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             filt = self._filter(request.filter_expression)
             invisible = self._invisible_ms(request.invisible_duration, 1) \
                 if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS
-            poll = self._poll_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") \
-                else min(DEFAULT_POLL_MS, self._max_poll_ms)
+            poll = self._poll_ms(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
+                                 context)
             batch = max(1, min(request.batch_size or MAX_RECEIVE_BATCH, MAX_RECEIVE_BATCH))
             deliveries = await self.core.pop.receive(group, topic, batch, invisible, poll, filt)
         except Exception as exc:
@@ -694,7 +708,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             filt = self._filter(request.filter_expression)
             batch = max(1, min(request.batch_size or 32, MAX_PULL_BATCH))
             got = pulls.read(group, topic, q, request.offset, batch, filt)
-            poll = self._poll_ms(request.long_polling_timeout)
+            poll = self._poll_ms(request.long_polling_timeout, context)
             if poll > 0 and pulls.holds(got, request.offset):
                 pull = pulls.hold(topic, q, request.offset)  # no owner: grpcio cancels a call whose client left
                 if isinstance(pull, Refusal):

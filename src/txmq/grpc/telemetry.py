@@ -25,7 +25,12 @@ from txmq.refusals import RefusalLog
 
 log = logging.getLogger("txmq.grpc")
 
+# What one Telemetry stream's outbox holds: commands, and bytes of check-backs (each carries its half message's
+# body); and the check-back bytes of every outbox together. A check-back that does not fit is not sent: the check
+# pass tries it again at its next check (``GrpcCheckSender``).
 OUTBOX_LIMIT = 1024
+OUTBOX_MAX_BYTES = 4 * 1024 * 1024
+OUTBOXES_MAX_BYTES = 64 * 1024 * 1024
 # Telemetry streams one client id may have open at once, whatever its account (with ACL off too): an official
 # client keeps one per endpoint, and a second while it reconnects.
 STREAMS_PER_CLIENT = 16
@@ -33,14 +38,74 @@ DEFAULT_SESSIONS_PER_ACCOUNT = BrokerConfig.grpc_max_sessions_per_account
 MAX_SESSIONS = 65536  # every account's together (and every client's with ACL off)
 
 
-Outbox = asyncio.Queue[spb.TelemetryCommand | None]  # what one Telemetry stream sends; None ends the stream
+class OutboxBytes:
+    """The check-back bytes every outbox of an endpoint holds, at most ``limit`` (one idle outbox excepted: see
+    ``_fits``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
 
 
-def end_stream(outbox: Outbox) -> None:
-    """End the stream that reads ``outbox``; when it is full its oldest command goes (the stream is ending)."""
-    if outbox.full():
-        outbox.get_nowait()
-    outbox.put_nowait(None)
+def _fits(held: int, size: int, limit: int) -> bool:
+    """Room for ``size`` more bytes where ``held`` are: within ``limit``, or any size where none are (a check-back
+    of a message larger than the bound still reaches a stream that keeps up)."""
+    return held == 0 or held + size <= limit
+
+
+Sending = tuple[spb.TelemetryCommand, int]  # a command and the check-back bytes it counts for (0: an answer)
+
+
+class Outbox:
+    """What one Telemetry stream sends: at most OUTBOX_LIMIT commands, the check-backs among them at most
+    ``max_bytes`` and, with every other outbox's, ``total.limit``. A check-back counts from its push until its
+    stream has written it (``sent``) or closed (``release``): a stream that does not read holds what fits, no more.
+    ``None`` in the queue ends the stream."""
+
+    def __init__(self, total: OutboxBytes, max_bytes: int = OUTBOX_MAX_BYTES) -> None:
+        self.queue: asyncio.Queue[Sending | None] = asyncio.Queue(OUTBOX_LIMIT)
+        self.total = total
+        self.max_bytes = max_bytes
+        self.bytes = 0  # check-back bytes pushed and not yet written
+
+    def answer(self, cmd: spb.TelemetryCommand) -> bool:
+        """Queue the answer to the stream's own command (one at a time: the stream reads its next command once
+        this is written); False when the outbox is full."""
+        try:
+            self.queue.put_nowait((cmd, 0))
+        except asyncio.QueueFull:
+            return False
+        return True
+
+    def push(self, cmd: spb.TelemetryCommand) -> bool:
+        """Queue a command the broker pushes (a check-back) when it fits; False when it does not."""
+        size = cmd.ByteSize()
+        if self.queue.full() or not _fits(self.bytes, size, self.max_bytes) \
+                or not _fits(self.total.held, size, self.total.limit):
+            return False
+        self.queue.put_nowait((cmd, size))
+        self._count(size)
+        return True
+
+    def sent(self, size: int) -> None:
+        """A command counting ``size`` bytes was written to the stream."""
+        self._count(-size)
+
+    def end(self) -> None:
+        """End the stream; when the outbox is full its oldest command goes (the stream is ending)."""
+        if self.queue.full():
+            dropped = self.queue.get_nowait()
+            if dropped is not None:
+                self.sent(dropped[1])
+        self.queue.put_nowait(None)
+
+    def release(self) -> None:
+        """The stream closed: what it had not written counts no more."""
+        self._count(-self.bytes)
+
+    def _count(self, size: int) -> None:
+        self.bytes += size
+        self.total.held += size
 
 
 @dataclass(eq=False)
@@ -59,14 +124,8 @@ class ClientSession:
         return len(self.outboxes)
 
     def push(self, cmd: spb.TelemetryCommand) -> bool:
-        """Send ``cmd`` on one of the client's streams, its newest with room."""
-        for outbox in reversed(self.outboxes):
-            try:
-                outbox.put_nowait(cmd)
-            except asyncio.QueueFull:
-                continue
-            return True
-        return False
+        """Send ``cmd`` on one of the client's streams, its newest with room; False when none has."""
+        return any(outbox.push(cmd) for outbox in reversed(self.outboxes))
 
 
 class ClientSessions:
@@ -78,9 +137,12 @@ class ClientSessions:
     ``limit`` streams in all (with ACL off, every client is the one account ""). Past a bound a new session or
     stream is refused with TOO_MANY_REQUESTS, logged once per account and host and ``RefusalLog`` period."""
 
-    def __init__(self, per_account: int = DEFAULT_SESSIONS_PER_ACCOUNT, limit: int = MAX_SESSIONS) -> None:
+    def __init__(self, per_account: int = DEFAULT_SESSIONS_PER_ACCOUNT, limit: int = MAX_SESSIONS, *,
+                 outbox_max_bytes: int = OUTBOX_MAX_BYTES, outboxes_max_bytes: int = OUTBOXES_MAX_BYTES) -> None:
         self.per_account = per_account
         self.limit = limit
+        self.outbox_max_bytes = outbox_max_bytes
+        self.outbox_bytes = OutboxBytes(outboxes_max_bytes)
         self.sessions: dict[tuple[str, str], ClientSession] = {}
         self._sessions_of: Counter[str] = Counter()
         self._streams_of: Counter[str] = Counter()
@@ -112,7 +174,7 @@ class ClientSessions:
             self._refuse(host, f"client {session.client_id[:64]!r} has {session.streams} Telemetry streams open, "
                                "the most one client may have")
         self._bound(session.owner, self._streams_of[session.owner], "Telemetry streams", host)
-        outbox: Outbox = asyncio.Queue(OUTBOX_LIMIT)
+        outbox = Outbox(self.outbox_bytes, self.outbox_max_bytes)
         session.outboxes.append(outbox)
         self._streams_of[session.owner] += 1
         self.streams += 1
@@ -120,6 +182,7 @@ class ClientSessions:
 
     def close_stream(self, session: ClientSession, outbox: Outbox) -> None:
         session.outboxes.remove(outbox)
+        outbox.release()
         session.last_seen = time.monotonic()
         _uncount(self._streams_of, session.owner)
         self.streams -= 1
@@ -139,7 +202,7 @@ class ClientSessions:
             return
         _uncount(self._sessions_of, owner)
         for outbox in s.outboxes:
-            end_stream(outbox)
+            outbox.end()
 
     def close_all(self) -> None:
         for owner, client_id in list(self.sessions):

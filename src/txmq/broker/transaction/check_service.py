@@ -126,13 +126,19 @@ class TransactionalMessageCheckService:
                 table.count_check(half_offset)
                 self.service.metrics.group(info.group).checks += 1
                 sent.append(half_offset)
-            elif (now_f - stored_s) * 1000 >= self.service.orphan_after_ms:
+                continue  # scheduled after those not sent (below)
+            if (now_f - stored_s) * 1000 >= self.service.orphan_after_ms:
                 # Checked before or not: with no producer left, its count would never grow to transactionCheckMax.
                 self.service.metrics.orphans += 1
                 await self.service.discard(half, half_offset, info.checks, f"no producer of group {info.group} "
                                            f"connected {self.service.orphan_after_ms // 1000}s after the half was "
                                            "stored (transactionTimeOut x transactionOrphanFactor)")
                 continue
+            table.schedule(half_offset, next_s)
+        # Checked ones go behind those no producer took (none connected, or a gRPC stream with no room:
+        # ``txmq.grpc.telemetry``), so that a producer taking a few checks a pass gets each in turn, not the same
+        # first few every pass.
+        for half_offset in sent:
             table.schedule(half_offset, next_s)
         if sent:
             self.service.metrics.checks += len(sent)
