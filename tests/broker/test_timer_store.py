@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from txmq.broker.timer import BATCH, TIMER_DELIVER_MS, RecallError, TimerMessageStore
+from txmq.cancel import cancel_and_wait
 from txmq.errors import InvalidMessageError
 from txmq.message import MessageExt, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
@@ -36,6 +37,23 @@ async def _put(store: DefaultMessageStore, timers: TimerMessageStore, msg: Messa
     assert timers.divert(msg)
     assert (await store.put_message(msg)).stored
     return msg
+
+
+def _ticking_every_10_s(tmp_path: Path) -> StoreConfig:
+    """Ticks far apart: a message indexed before the next one was woken for, not found by a tick."""
+    return StoreConfig(store_path_root_dir=str(tmp_path / "store"), timer_precision_ms=10_000,
+                       timer_max_delay_sec=600)
+
+
+@contextlib.asynccontextmanager
+async def _loop_running(timers: TimerMessageStore) -> AsyncIterator[None]:
+    """The index's loop, as master, for the block's length; the index closed after it."""
+    loop = asyncio.create_task(timers.run(deliver=True))
+    try:
+        yield
+    finally:
+        await cancel_and_wait(loop)
+        timers.close()
 
 
 def test_a_delivery_stored_before_a_crash_is_not_stored_again(tmp_path):
@@ -206,15 +224,13 @@ def test_due_timers_behind_a_batch_of_recalled_ones_are_delivered_in_the_same_pa
 def test_a_timer_message_is_indexed_as_soon_as_it_is_written_and_recallable_at_once(tmp_path):
     """The store writes puts in groups, after the step that asked: the loop is woken once the group is written,
     not at ``divert`` (a pass then finds nothing, and the message waited for the next tick), and a recall that
-    comes before the loop's pass waits for it rather than answering "not scheduled"."""
-    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"), timer_precision_ms=10_000,
-                      timer_max_delay_sec=600)
+    comes before the loop's pass finds the message all the same rather than answering "not scheduled"."""
+    cfg = _ticking_every_10_s(tmp_path)
 
     async def go() -> None:
         async with DefaultMessageStore(cfg) as store:
             timers = TimerMessageStore(store, cfg, tmp_path)
-            loop = asyncio.create_task(timers.run(deliver=True))
-            try:
+            async with _loop_running(timers):
                 await asyncio.sleep(0.05)  # the loop's first pass is over: it waits for its next tick
                 first = await _put(store, timers, _timer(b"first", 60_000))
                 began = time.monotonic()
@@ -226,11 +242,6 @@ def test_a_timer_message_is_indexed_as_soon_as_it_is_written_and_recallable_at_o
                     handle = timers.recall_handle(msg, "broker-a")
                     assert handle is not None
                     assert await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1)) == msg.body.hex()
-            finally:
-                loop.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loop
-                timers.close()
 
     asyncio.run(go())
 
@@ -239,14 +250,12 @@ def test_a_timer_message_stored_after_another_group_was_written_still_wakes_the_
     """A COMMIT diverts its real message and stores it from a task of its own: another sender's group, or another
     COMMIT's timer message, is written in between. Neither group is the timer message's, and the loop is woken once
     the timer message's own group is written, not by the first group to come."""
-    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"), timer_precision_ms=10_000,
-                      timer_max_delay_sec=600)
+    cfg = _ticking_every_10_s(tmp_path)
 
     async def go() -> None:
         async with DefaultMessageStore(cfg) as store:
             timers = TimerMessageStore(store, cfg, tmp_path)
-            loop = asyncio.create_task(timers.run(deliver=True))
-            try:
+            async with _loop_running(timers):
                 await asyncio.sleep(0.05)  # the loop's first pass is over: it waits for its next tick
                 first, second = _timer(b"first", 60_000), _timer(b"second", 60_000)
                 assert timers.divert(first) and timers.divert(second)
@@ -258,11 +267,6 @@ def test_a_timer_message_stored_after_another_group_was_written_still_wakes_the_
                     while timers.count < indexed:
                         assert time.monotonic() - began < 2, "the timer message waited for the loop's next tick"
                         await asyncio.sleep(0.005)
-            finally:
-                loop.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loop
-                timers.close()
 
     asyncio.run(go())
 
@@ -271,8 +275,7 @@ def test_a_recall_while_the_loop_is_in_a_long_pass_finds_the_message_just_sent(t
     """A pass that delivers a large batch of due timers awaits their puts (a slow disk's fsyncs) for longer than a
     recall would wait for the next pass: the recall reads the timer topic into the index itself rather than
     answering "not scheduled" for a message the loop would then deliver."""
-    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"), timer_precision_ms=10_000,
-                      timer_max_delay_sec=600)
+    cfg = _ticking_every_10_s(tmp_path)
 
     async def go() -> None:
         async with DefaultMessageStore(cfg) as store:
@@ -286,18 +289,14 @@ def test_a_recall_while_the_loop_is_in_a_long_pass_finds_the_message_just_sent(t
                 return await deliver_due()
 
             timers._deliver_due = long_pass  # type: ignore[method-assign]
-            loop = asyncio.create_task(timers.run(deliver=True))
-            try:
-                await in_pass.wait()
-                msg = await _put(store, timers, _timer(b"sent-now", 60_000))
-                handle = timers.recall_handle(msg, "broker-a")
-                assert handle is not None
-                assert await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1)) == msg.body.hex()
-            finally:
-                release.set()
-                loop.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loop
-                timers.close()
+            async with _loop_running(timers):
+                try:
+                    await in_pass.wait()
+                    msg = await _put(store, timers, _timer(b"sent-now", 60_000))
+                    handle = timers.recall_handle(msg, "broker-a")
+                    assert handle is not None
+                    assert await timers.recall("orders", handle, "broker-a", ("127.0.0.1", 1)) == msg.body.hex()
+                finally:
+                    release.set()
 
     asyncio.run(go())
