@@ -12,7 +12,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -216,6 +216,29 @@ def one_held_message_per_queue(cluster: Cluster, topic: str, queue_nums: int) ->
         for mq in queues:
             producer.send(Message(topic, b"held"), queue=mq)
     return queues
+
+
+def member_holding_every_queue(cluster: Cluster, group: str, topic: str, queues: list[MessageQueue],
+                               release: threading.Event, **kwargs: Any) -> PushConsumer:
+    """A started push consumer of ``group`` (from the first offset) whose listener holds each call until
+    ``release`` (30 s at most), returned once a call runs on every one of ``queues``."""
+    entered = threading.Semaphore(0)
+
+    def held(msgs: list[MessageExt]) -> ConsumeStatus:
+        entered.release()
+        release.wait(30)
+        return ConsumeStatus.SUCCESS
+
+    member = PushConsumer(group, cluster.namesrv_addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                          **kwargs)
+    member.subscribe(topic)
+    member.register_listener(held)
+    member.start()
+    for _ in queues:
+        if not entered.acquire(timeout=20):
+            member.shutdown()
+            raise AssertionError("no listener call in progress on every queue")
+    return member
 
 
 def hold_unregister(client: ClientBase, monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:

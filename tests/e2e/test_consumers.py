@@ -9,7 +9,13 @@ from collections import defaultdict
 
 import pytest
 
-from tests.e2e.helpers import Recorder, one_held_message_per_queue, push_consumer, wait_until
+from tests.e2e.helpers import (
+    Recorder,
+    member_holding_every_queue,
+    one_held_message_per_queue,
+    push_consumer,
+    wait_until,
+)
 from txmq import (
     Admin,
     ConsumeFromWhere,
@@ -353,22 +359,11 @@ def test_a_rebalance_waits_for_the_listener_calls_of_the_queues_it_gives_up_once
     member's share is pulled at once after it."""
     topic = "release_waits_once_t"
     queues = one_held_message_per_queue(cluster, topic, 8)
-    entered, release = threading.Semaphore(0), threading.Event()
-
-    def held(msgs: list) -> ConsumeStatus:
-        entered.release()
-        release.wait(30)
-        return ConsumeStatus.SUCCESS
-
-    first = PushConsumer("g_release_waits_once", cluster.namesrv_addr, consume_thread_nums=len(queues),
-                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-    first.subscribe(topic)
-    first.register_listener(held)
-    first.start()
+    release = threading.Event()
+    first = member_holding_every_queue(cluster, "g_release_waits_once", topic, queues, release,
+                                       consume_thread_nums=len(queues))
     second = None
     try:
-        for _ in queues:
-            assert entered.acquire(timeout=20)  # a listener call in progress on every queue
         began = time.monotonic()
         second = push_consumer(cluster.namesrv_addr, "g_release_waits_once", topic, Recorder())
         # a copy (list() takes it at once): the client's loop thread changes the table meanwhile
@@ -389,23 +384,11 @@ def test_shutdown_commits_the_offset_of_a_queue_a_rebalance_was_releasing(cluste
     uncommitted and shutdown's commit did not see it: its messages were consumed again by the next owner."""
     topic = "release_at_stop_t"
     queues = one_held_message_per_queue(cluster, topic, 4)
-    entered, release = threading.Semaphore(0), threading.Event()
-
-    def held(msgs: list) -> ConsumeStatus:
-        entered.release()
-        release.wait(20)
-        return ConsumeStatus.SUCCESS
-
-    first = PushConsumer("g_release_at_stop", cluster.namesrv_addr, persist_interval_s=60.0,
-                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-    first.subscribe(topic)
-    first.register_listener(held)
-    first.start()
+    release = threading.Event()
+    first = member_holding_every_queue(cluster, "g_release_at_stop", topic, queues, release, persist_interval_s=60.0)
     stopper = threading.Thread(target=first.shutdown, daemon=True)
     second = None
     try:
-        for _ in queues:
-            assert entered.acquire(timeout=20)  # a listener call in progress on every queue
         rebalance = first._tasks[0]
         # a second member: the first's rebalance releases half its queues, waiting for their listener calls
         second = push_consumer(cluster.namesrv_addr, "g_release_at_stop", topic, Recorder(), persist_interval_s=60.0)
