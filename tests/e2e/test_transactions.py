@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -18,10 +19,11 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.e2e.cluster import ALL_HOURS
-from tests.e2e.helpers import carry_forged_record, hold_unregister
+from tests.e2e.helpers import addr_of, carry_forged_record, hold_unregister
 from txmq import (
     Admin,
     BrokerError,
@@ -39,6 +41,7 @@ from txmq import (
     TransactionProducer,
 )
 from txmq.message import MessageExt, MessageSysFlag, decode_offset_msg_id
+from txmq.remoting.codec import encode_command
 from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.request_headers import EndTransactionRequestHeader
@@ -736,3 +739,46 @@ def test_reject_transaction_message(cluster):
     assert not listener.checked
     assert [m.body for m in scan_topic(cluster.namesrv_addr, topic)] == [b"plain-1"]
     assert max_offsets(cluster.namesrv_addr, topic) == 1
+
+
+def _megabyte(i: int) -> str:
+    return f"{i:02d}" * (1 << 19)
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_check_backs_to_a_producer_that_never_reads_are_not_piled_up(cluster):
+    """A check-back carries its half's body. A connection registered in the producer group that never reads had
+    each pass's checks written to it all the same, piling up in the broker's memory (20 halves of 1 MB: about 20 MB
+    a pass); a connection whose peer does not read (its transport over its high-water mark) gets no check, which the
+    next pass tries again, and a producer that reads gets every one."""
+    conf = {**TX_CONF, "transactionCheckMax": 1000, "transactionOrphanFactor": 1000}
+    broker = cluster.start_broker("broker-a", conf)
+    topic, group = "tx_unread", "p_tx_unread"
+    create_topic(cluster, topic, 1)
+    sender = TransactionProducer(group, Switchable(), cluster.namesrv_addr)
+    sender.start()
+    try:
+        for i in range(20):
+            sender.send_message_in_transaction(Message(topic, _megabyte(i).encode()))
+    finally:
+        sender.shutdown()  # unregistered: nobody is checked until the stuck connection below registers
+    stuck = socket.socket()
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before the connect: a small window
+    stuck.connect(addr_of(broker.addrs["broker"]))
+    try:
+        heartbeat = orjson.dumps({"clientID": "127.0.0.1@stuck@1", "producerDataSet": [{"groupName": group}],
+                                  "consumerDataSet": []})
+        stuck.sendall(encode_command(RemotingCommand.request(RequestCode.HEART_BEAT, body=heartbeat)))
+        assert broker.pid is not None
+        before = _rss_kb(broker.pid)
+        time.sleep(5.0)  # about nine check passes, none of them read
+        grown = _rss_kb(broker.pid) - before
+        assert grown < 40_000, f"the broker grew {grown} KB holding check-backs nobody reads"
+    finally:
+        stuck.close()
+    with committing_producer(cluster, group, topic, "c_tx_unread") as (_, _, collector):
+        collector.wait_exactly({_megabyte(i) for i in range(20)}, 30)

@@ -106,8 +106,11 @@ class ProducerManager:
         return True
 
     def available_channel(self, group: str) -> Connection | None:
-        """A live connection of ``group``, round robin so that check-back load spreads over the group."""
-        chans = [c.conn for c in self.groups.get(group, {}).values() if not c.conn.closed]
+        """A live connection of ``group`` that reads what it is sent, round robin so that check-back load spreads over
+        the group. One whose peer does not read (its transport over its high-water mark) is passed over: a check-back
+        carries its half's body, and each pass's written to it would pile up in this process; the check is tried
+        again at the next pass."""
+        chans = [c.conn for c in self.groups.get(group, {}).values() if not c.conn.closed and not c.conn.write_paused]
         if not chans:
             return None
         return chans[next(self._rr) % len(chans)]
