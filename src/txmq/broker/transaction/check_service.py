@@ -128,11 +128,13 @@ class TransactionalMessageCheckService:
                 sent.append(half_offset)
                 continue  # scheduled after those not sent (below)
             if (now_f - stored_s) * 1000 >= self.service.orphan_after_ms:
-                # Checked before or not: with no producer left, its count would never grow to transactionCheckMax.
+                # Checked before or not: with no producer left (or none reading), its count would never grow
+                # to transactionCheckMax.
                 self.service.metrics.orphans += 1
                 await self.service.discard(half, half_offset, info.checks, f"no producer of group {info.group} "
-                                           f"connected {self.service.orphan_after_ms // 1000}s after the half was "
-                                           "stored (transactionTimeOut x transactionOrphanFactor)")
+                                           "connected and reading its check-backs "
+                                           f"{self.service.orphan_after_ms // 1000}s after the half was stored "
+                                           "(transactionTimeOut x transactionOrphanFactor)")
                 continue
             table.schedule(half_offset, next_s)
         # Checked ones go behind those no producer took (none connected, or a gRPC stream with no room:
