@@ -298,3 +298,24 @@ def test_check_backs_every_outbox_holds_together_are_bounded():
     assert sessions.outbox_bytes.held == 0
     assert sender.send_check("t", _checked_half(40, 150_000), 40)
     assert sum(sender.send_check("t", _checked_half(n, 40_000), n) for n in range(41, 44)) == 2  # 270 KB in all: no
+
+
+def test_settings_answers_count_with_the_check_backs_every_outbox_holds():
+    """A Settings answer echoes the client's settings (its publishing topics: up to a message's size) and waits in
+    its stream's outbox until written: one per stream, but every stream's together were held without bound. They
+    count with the check-backs until written, and a stream is told it has no room when the endpoint has none."""
+    sessions = ClientSessions(outbox_max_bytes=100_000, outboxes_max_bytes=250_000)
+    outboxes = []
+    for i in range(3):
+        session = sessions.get("", f"producer-{i}", "127.0.0.1")
+        outboxes.append(sessions.open_stream(session, "127.0.0.1"))
+    settings = pb.Settings(publishing=pb.Publishing(topics=[pb.Resource(name=f"t{n:05d}") for n in range(20_000)]))
+    answer = spb.TelemetryCommand(settings=settings)
+    size = answer.ByteSize()
+    assert 125_000 < size < 250_000  # one fits the endpoint's bound, two do not
+    assert outboxes[0].room_for(size) and outboxes[0].answer(answer)  # the endpoint held nothing
+    assert sessions.outbox_bytes.held == size
+    assert not outboxes[1].room_for(size)  # a second such answer would pass the endpoint's bound
+    _, counted = outboxes[0].queue.get_nowait()
+    outboxes[0].sent(counted)  # written: room again
+    assert sessions.outbox_bytes.held == 0 and outboxes[1].room_for(size)

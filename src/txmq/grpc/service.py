@@ -384,7 +384,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 async for cmd in request_iterator:
                     session.last_seen = time.monotonic()
                     if cmd.WhichOneof("command") == "settings":
-                        if outbox.answer(self._settings_answer(session, cmd.settings)):
+                        if outbox.room_for(cmd.settings.ByteSize()):
+                            answer = self._settings_answer(session, cmd.settings)
+                        else:  # kept nothing: the answer would echo what the endpoint has no room for
+                            answer = spb.TelemetryCommand(status=status(
+                                Code.TOO_MANY_REQUESTS, "the endpoint holds too many unwritten answers and checks"))
+                        if outbox.answer(answer):
                             answered.clear()
                         await answered.wait()
             except (asyncio.CancelledError, grpc.RpcError):

@@ -70,12 +70,20 @@ class Outbox:
 
     def answer(self, cmd: spb.TelemetryCommand) -> bool:
         """Queue the answer to the stream's own command (one at a time: the stream reads its next command once
-        this is written); False when the outbox is full."""
+        this is written), counted with the check-backs' bytes until written; False when the outbox is full."""
+        size = cmd.ByteSize()
         try:
-            self.queue.put_nowait((cmd, 0))
+            self.queue.put_nowait((cmd, size))
         except asyncio.QueueFull:
             return False
+        self._count(size)
         return True
+
+    def room_for(self, size: int) -> bool:
+        """Whether an answer of ``size`` bytes fits what every outbox holds together (any size where none holds
+        anything): a Settings answer echoes the client's settings, so each stream's one answer, times every
+        stream, is bounded with the check-backs."""
+        return _fits(self.total.held, size, self.total.limit)
 
     def push(self, cmd: spb.TelemetryCommand) -> bool:
         """Queue a command the broker pushes (a check-back) when it fits; False when it does not."""
