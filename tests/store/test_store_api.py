@@ -580,3 +580,22 @@ def test_consume_queue_run_crosses_file_boundaries(tmp_path):
                                                                                             (3000, 8, 98)]
     assert len(cq.files.files) == 3
     cq.close()
+
+
+def test_a_shutdown_cancelled_as_it_stops_the_background_work_closes_the_store_all_the_same(tmp_path):
+    """A timeout around a broker's stop can cancel the store's shutdown while it waits for its background tasks:
+    it closed nothing then (the flush thread running, the files open, the abort file kept) and a second shutdown
+    returned at once. It closes the store, then raises the cancel."""
+
+    async def go() -> None:
+        store = DefaultMessageStore(make_config(tmp_path))
+        await store.start()
+        assert (await store.put_message(msg())).ok
+        stopping = asyncio.create_task(store.shutdown())
+        await asyncio.sleep(0)  # the shutdown waits for its background tasks now
+        stopping.cancel()
+        await asyncio.wait([stopping])
+        assert stopping.cancelled()
+        assert store._flush_service is None and not os.path.exists(store._abort_path)
+
+    run(go)

@@ -260,11 +260,19 @@ class DefaultMessageStore:
             self.clean_expired_files()
 
     async def shutdown(self) -> None:
-        """Stop background work, flush everything, write the checkpoint, remove the abort file, close."""
+        """Stop background work, flush everything, write the checkpoint, remove the abort file, close. Once begun it
+        runs to its end: cancelled meanwhile (a timeout around a broker's stop), it closes the store all the same and
+        raises the cancel after, where stopping half way left the flush thread running and the files open, and a
+        second call returned at once."""
         if not self._open:
             return
         self._open = self.group_commit.open = False
-        await cancel_and_wait(*self._tasks)
+        cancelled = False
+        try:
+            await cancel_and_wait(*self._tasks)
+        except asyncio.CancelledError:
+            cancelled = True
+            await asyncio.wait(self._tasks)  # the background work ends before the final checkpoint
         self._tasks = []
         if self._flush_service is not None:
             await asyncio.to_thread(self._flush_service.stop_thread)
@@ -278,6 +286,8 @@ class DefaultMessageStore:
             log.error("the final checkpoint failed: %s; the next open recovers from the last one", exc)
         finally:
             self._close_files()
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def aclose(self) -> None:
         await self.shutdown()
