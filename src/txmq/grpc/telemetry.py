@@ -108,7 +108,10 @@ class Outbox:
         self.queue.put_nowait(None)
 
     def release(self) -> None:
-        """The stream closed: what it had not written counts no more."""
+        """The stream closed: what it had not written goes and counts no more. Its reader may end it after (``end``):
+        left queued, a full outbox's oldest command would be dropped then and counted written a second time."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
         self._count(-self.bytes)
 
     def _count(self, size: int) -> None:
