@@ -263,3 +263,8 @@ class GrpcCheckSender:
                 log.debug("check of transaction %s sent to gRPC client %s", tid, s.client_id)
                 return True
         return False
+
+    def held_up(self, group: str) -> bool:
+        """Never: a stream whose outbox is full counts as no producer, for a stream stays open (and its session
+        with it) whether or not its client reads, and nothing else would let its group's transactions go."""
+        return False
