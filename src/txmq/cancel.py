@@ -30,3 +30,21 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
     first = next((exc for exc in failures if exc is not None), None)
     if first is not None:
         raise first
+
+
+async def run_to_end(task: asyncio.Future[Any]) -> None:
+    """Wait for ``task`` however often the waiter is cancelled meanwhile, the task left to run (work that must finish
+    once begun: a store's close), then raise the waiter's cancel, if any, or else the task's exception. Catching the
+    first cancel around one wait is not enough: a second one, delivered while the handler waits, ends the waiter
+    half way."""
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if not task.cancelled():
+            task.exception()  # retrieved: not logged as lost when the cancel is what is raised
+        raise asyncio.CancelledError
+    task.result()

@@ -27,6 +27,9 @@ class Nobody:
     def send_check(self, group: str, half: MessageExt, half_offset: int) -> bool:
         return False
 
+    def held_up(self, group: str) -> bool:
+        return False
+
 
 def test_a_step_back_neither_stalls_the_first_check_nor_a_step_forward_hastens_it(tmp_path: Path) -> None:
     """transactionTimeOut 1 s: checked once a second of the account has passed (rounded up to the check wheel's

@@ -77,6 +77,9 @@ class Sender:
         self.sent.append(half_offset)
         return True
 
+    def held_up(self, group: str) -> bool:
+        return False
+
 
 def lose_op_records(store: DefaultMessageStore, service: TransactionalMessageService) -> None:
     """The crash window between a commit's real messages and its op record: from now on no op record reaches the

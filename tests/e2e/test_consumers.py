@@ -406,3 +406,56 @@ def test_shutdown_commits_the_offset_of_a_queue_a_rebalance_was_releasing(cluste
             assert [probe.fetch_consume_offset(mq) for mq in queues] == [1] * len(queues)
     finally:
         second.shutdown()
+
+
+def test_queues_given_up_together_stop_taking_calls_while_the_first_is_waited_for(cluster):
+    """Queues given up together (a shutdown's, a rebalance's) share one 5 s wait for their listener calls, but each
+    queue was stopped only at its turn: while the first's call was waited for, the next went on starting calls, and
+    at its turn the wait was over, its call in progress then left uncommitted (consumed again by the next owner).
+    Every queue stops taking calls at once, and a call that ends within the wait is committed, whichever queue."""
+    topic = "drop_together_t"
+    cluster.start_broker()
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic(topic, queue_nums=2)
+    cluster.wait_route(topic)
+    with Producer(f"p_{topic}", cluster.namesrv_addr) as producer:
+        first, second = producer.publish_queues(topic)
+        producer.send(Message(topic, b"hold"), queue=first)  # outlasts the wait
+        producer.send(Message(topic, b"short"), queue=second)  # ends within it
+        for _ in range(30):
+            producer.send(Message(topic, b"quick"), queue=second)
+    entered, release, go_on = threading.Semaphore(0), threading.Event(), threading.Event()
+    ended: set[int] = set()  # the second queue's offsets consumed
+
+    def listener(msgs: list) -> ConsumeStatus:
+        body = msgs[0].body
+        if body == b"quick":
+            time.sleep(1.0)
+        else:
+            entered.release()
+            (release if body == b"hold" else go_on).wait(30)
+        if body != b"hold":
+            ended.add(msgs[0].queue_offset)
+        return ConsumeStatus.SUCCESS
+
+    consumer = PushConsumer("g_drop_together", cluster.namesrv_addr, pull_batch_size=1,  # calls in offset order
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    consumer.subscribe(topic)
+    consumer.register_listener(listener)
+    consumer.start()
+    stopper = threading.Thread(target=consumer.shutdown, daemon=True)
+    try:
+        assert entered.acquire(timeout=20) and entered.acquire(timeout=20)  # a call on each queue
+        stopper.start()
+        time.sleep(1.0)
+        go_on.set()  # the second queue's call ends 1 s into the wait
+        stopper.join(20)
+        assert not stopper.is_alive()
+    finally:
+        release.set()
+        go_on.set()
+        stopper.join(30)
+    time.sleep(1.5)  # a call the shutdown left running ends
+    with PullConsumer("g_drop_together", cluster.namesrv_addr) as probe:
+        # committed up to the first message not consumed: none consumed above it uncommitted
+        assert probe.fetch_consume_offset(second) == min(set(range(32)) - ended), sorted(ended)

@@ -782,3 +782,44 @@ def test_check_backs_to_a_producer_that_never_reads_are_not_piled_up(cluster):
         stuck.close()
     with committing_producer(cluster, group, topic, "c_tx_unread") as (_, _, collector):
         collector.wait_exactly({_megabyte(i) for i in range(20)}, 30)
+
+
+def test_a_producer_that_reads_its_check_backs_loses_no_transaction_as_an_orphan(cluster):
+    """A producer that reads its check-backs more slowly than the broker writes them (a slow link: here 6.4 MB/s)
+    has its connection over the high-water mark now and then. The checks of a pass that came then found no
+    connection that reads, and a half past the orphan bound (transactionTimeOut x transactionOrphanFactor) was
+    discarded as if no producer of its group were connected. A connection paused for a moment still counts as its
+    group's producer: the check comes at the next pass and nothing is discarded."""
+    conf = {**TX_CONF, "transactionCheckMax": 1000, "transactionOrphanFactor": 3}
+    broker = cluster.start_broker("broker-a", conf)
+    topic, group = "tx_paused", "p_tx_paused"
+    create_topic(cluster, topic, 1)
+    sender = TransactionProducer(group, Switchable(), cluster.namesrv_addr)
+    sender.start()
+    try:
+        for i in range(20):
+            sender.send_message_in_transaction(Message(topic, _megabyte(i).encode()))
+    finally:
+        sender.shutdown()  # unregistered: the slow producer below is the group's only one
+    slow = socket.create_connection(addr_of(broker.addrs["broker"]))
+    read, stop = [0], threading.Event()
+
+    def read_slowly() -> None:
+        while not stop.is_set():
+            read[0] += len(slow.recv(65536))
+            time.sleep(0.01)
+
+    reader = threading.Thread(target=read_slowly, daemon=True)
+    try:
+        heartbeat = orjson.dumps({"clientID": "127.0.0.1@slow@1", "producerDataSet": [{"groupName": group}],
+                                  "consumerDataSet": []})
+        slow.sendall(encode_command(RemotingCommand.request(RequestCode.HEART_BEAT, body=heartbeat)))
+        reader.start()
+        time.sleep(8.0)  # past the orphan bound (3 s) by several passes
+        st = tx_stats(cluster.namesrv_addr)
+        assert (st["pending"], st["discards"]) == (20, 0), st
+        assert read[0] > 20_000_000  # it was checked, every half at least once
+    finally:
+        stop.set()
+        reader.join(5)
+        slow.close()

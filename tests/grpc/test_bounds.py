@@ -319,3 +319,22 @@ def test_settings_answers_count_with_the_check_backs_every_outbox_holds():
     _, counted = outboxes[0].queue.get_nowait()
     outboxes[0].sent(counted)  # written: room again
     assert sessions.outbox_bytes.held == 0 and outboxes[1].room_for(size)
+
+
+def test_a_stream_closed_with_a_full_outbox_gives_back_what_it_held_once():
+    """A Telemetry stream closes (its outbox released) before its reader ends it (``end``); with the outbox full,
+    ``end`` dropped its oldest command and counted it written, after the release had already given it back: every
+    such stream left the endpoint's count lower by one command, so that outboxes together held past their bound."""
+    sessions = ClientSessions()
+    session = sessions.get("", "producer", "127.0.0.1")
+    outbox = sessions.open_stream(session, "127.0.0.1")
+    answer = spb.TelemetryCommand(settings=pb.Settings(publishing=pb.Publishing(topics=[pb.Resource(name="t")])))
+    assert outbox.answer(answer)
+    check = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+        message=pb.Message(body=bytes(100)), transaction_id="tid"))
+    while outbox.push(check):
+        pass
+    assert outbox.queue.full()
+    sessions.close_stream(session, outbox)  # the stream's end, as the writer sees it
+    outbox.end()  # then its reader's
+    assert sessions.outbox_bytes.held == 0

@@ -599,3 +599,42 @@ def test_a_shutdown_cancelled_as_it_stops_the_background_work_closes_the_store_a
         assert store._flush_service is None and not os.path.exists(store._abort_path)
 
     run(go)
+
+
+def test_a_shutdown_cancelled_twice_closes_the_store_all_the_same(tmp_path):
+    """A second cancel (a caller's timeout, then the task cancelled again as its loop ends) reached the shutdown while
+    it waited out the first one's background tasks: it stopped there, the flush thread running, the files open and
+    the abort file kept, and a shutdown called again returned at once. It closes the store, then raises the cancel."""
+
+    async def go() -> None:
+        store = DefaultMessageStore(make_config(tmp_path))
+        await store.start()
+        assert (await store.put_message(msg())).ok
+        stopping = asyncio.create_task(store.shutdown())
+        await asyncio.sleep(0)  # the shutdown waits for its background tasks now
+        stopping.cancel()
+        await asyncio.sleep(0)  # it caught the cancel and waits for them again
+        stopping.cancel()
+        await asyncio.wait([stopping])
+        assert stopping.cancelled()
+        assert store._flush_service is None and not os.path.exists(store._abort_path)
+
+    run(go)
+
+
+def test_a_second_shutdown_during_the_first_waits_for_the_store_to_close(tmp_path):
+    """A shutdown called while another runs (a cancelled stop's caller closing again) returned at once, before the
+    store was closed: whoever went on after it (a reopen of the same files) found the flush thread still running.
+    It returns once the store is closed."""
+
+    async def go() -> None:
+        store = DefaultMessageStore(make_config(tmp_path))
+        await store.start()
+        assert (await store.put_message(msg())).ok
+        first = asyncio.create_task(store.shutdown())
+        await asyncio.sleep(0)
+        await store.shutdown()
+        assert store._flush_service is None and not os.path.exists(store._abort_path)
+        await first
+
+    run(go)

@@ -115,6 +115,13 @@ class ProducerManager:
             return None
         return chans[next(self._rr) % len(chans)]
 
+    def held_up(self, group: str) -> bool:
+        """A live connection of ``group`` is over its high-water mark: the checks before are still on their way to a
+        producer that reads them (a pass's checks of large halves put it there for a moment). One that never reads
+        goes too: its requests are not read meanwhile (``Connection.pause_writing``), its heartbeats with them, and
+        it leaves the group after ``clientChannelExpiredMs``."""
+        return any(not c.conn.closed and c.conn.write_paused for c in self.groups.get(group, {}).values())
+
     def remove_connection(self, conn: Connection) -> None:
         """Every registration of ``conn`` (its groups, not every group: many connections close), one line."""
         groups = sorted(self._of_conn.get(id(conn), ()))

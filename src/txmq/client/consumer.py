@@ -458,18 +458,17 @@ class PushConsumer(ClientBase):
     async def _drop_queues(self, mqs: list[MessageQueue], commit: bool = True, final: bool = False) -> None:
         """``_drop_queue`` each, with one wait for their listener calls: ``_CALLS_WAIT_S`` in all, not per queue (a
         rebalance giving up many busy queues, a reset, a shutdown: each waits for the one before it ends).
-        RocketMQ's rebalance does not wait for them at all; waiting lets the calls that end in time be committed."""
+        RocketMQ's rebalance does not wait for them at all; waiting lets the calls that end in time be committed.
+        Every queue stops taking calls before the wait: one stopped at its turn went on starting calls while those
+        before it were waited for, and had no wait left for them."""
+        for mq in mqs:
+            await self._stop_queue(mq)
         deadline = time.monotonic() + _CALLS_WAIT_S
         for mq in mqs:
             await self._drop_queue(mq, commit, final, deadline)
 
-    async def _drop_queue(self, mq: MessageQueue, commit: bool, final: bool, deadline: float) -> None:
-        """Stop pulling ``mq``, let the listener calls in progress end (until ``deadline``), commit its offset (unless
-        ``commit`` is False) and, orderly, unlock it; an orderly queue whose call still runs stays locked until it
-        returns (unless ``final``: the consumer shuts down). The queue stays held until then: a drop cut short (a
-        rebalance cancelled by ``shutdown``) leaves it to the next one, and its offset to shutdown's commit,
-        instead of releasing it uncommitted."""
-        pq = self.queues.get(mq)
+    async def _stop_queue(self, mq: MessageQueue) -> None:
+        """Stop pulling ``mq`` and starting listener calls for it (``_drop_queue`` lets it go after)."""
         task = self._pull_tasks.pop(mq, None)
         if task is not None:
             task.cancel()
@@ -478,10 +477,20 @@ class PushConsumer(ClientBase):
             await asyncio.wait([task])
             if not task.cancelled():
                 task.result()  # the pull loop's own failure, as before
+        pq = self.queues.get(mq)
+        if pq is not None:
+            with self._lock:
+                pq.dropped = True  # from now on no listener call starts for this queue
+
+    async def _drop_queue(self, mq: MessageQueue, commit: bool, final: bool, deadline: float) -> None:
+        """Let the listener calls in progress on stopped ``mq`` end (until ``deadline``), commit its offset (unless
+        ``commit`` is False) and, orderly, unlock it; an orderly queue whose call still runs stays locked until it
+        returns (unless ``final``: the consumer shuts down). The queue stays held until then: a drop cut short (a
+        rebalance cancelled by ``shutdown``) leaves it to the next one, and its offset to shutdown's commit,
+        instead of releasing it uncommitted."""
+        pq = self.queues.get(mq)
         if pq is None:
             return
-        with self._lock:
-            pq.dropped = True  # from now on no listener call starts for this queue
         # Let listener calls in progress finish so that their offsets are committed, not replayed. Messages
         # that never reached the listener stay in ``pq.msgs`` and keep the committed offset below them.
         busy = not await self._idle_by(pq, deadline)

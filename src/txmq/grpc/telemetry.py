@@ -108,7 +108,10 @@ class Outbox:
         self.queue.put_nowait(None)
 
     def release(self) -> None:
-        """The stream closed: what it had not written counts no more."""
+        """The stream closed: what it had not written goes and counts no more. Its reader may end it after (``end``):
+        left queued, a full outbox's oldest command would be dropped then and counted written a second time."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
         self._count(-self.bytes)
 
     def _count(self, size: int) -> None:
@@ -259,4 +262,9 @@ class GrpcCheckSender:
             if s.push(cmd):
                 log.debug("check of transaction %s sent to gRPC client %s", tid, s.client_id)
                 return True
+        return False
+
+    def held_up(self, group: str) -> bool:
+        """Never: a stream whose outbox is full counts as no producer, for a stream stays open (and its session
+        with it) whether or not its client reads, and nothing else would let its group's transactions go."""
         return False

@@ -29,7 +29,7 @@ from typing import Any
 
 import cython
 
-from txmq.cancel import cancel_and_wait
+from txmq.cancel import cancel_and_wait, run_to_end
 from txmq.errors import CorruptRecordError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_message
 from txmq.store.checkpoint import Checkpoint, StoreCheckpoint
@@ -125,6 +125,7 @@ class DefaultMessageStore:
         self._flush_service: FlushCommitLogService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._open = True
+        self._closing: asyncio.Task[None] | None = None  # the shutdown under way or done
         self._counters = dict.fromkeys(
             ("put_calls", "put_groups", "appends", "dispatch_errors", "corrupt_reads", "checkpoints",
              "flush_timeouts"), 0
@@ -261,18 +262,19 @@ class DefaultMessageStore:
 
     async def shutdown(self) -> None:
         """Stop background work, flush everything, write the checkpoint, remove the abort file, close. Once begun it
-        runs to its end: cancelled meanwhile (a timeout around a broker's stop), it closes the store all the same and
-        raises the cancel after, where stopping half way left the flush thread running and the files open, and a
-        second call returned at once."""
-        if not self._open:
-            return
-        self._open = self.group_commit.open = False
-        cancelled = False
-        try:
-            await cancel_and_wait(*self._tasks)
-        except asyncio.CancelledError:
-            cancelled = True
-            await asyncio.wait(self._tasks)  # the background work ends before the final checkpoint
+        runs to its end: cancelled meanwhile, however often (a timeout around a broker's stop, then the loop ending),
+        the caller waits for the store to close and the cancel is raised after; a second call waits for the first's
+        close too. Stopping half way left the flush thread running and the files open, and a second call returned
+        before the store was closed."""
+        if self._closing is None:
+            if not self._open:
+                return
+            self._open = self.group_commit.open = False
+            self._closing = asyncio.ensure_future(self._close())
+        await run_to_end(self._closing)
+
+    async def _close(self) -> None:
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         if self._flush_service is not None:
             await asyncio.to_thread(self._flush_service.stop_thread)
@@ -286,8 +288,6 @@ class DefaultMessageStore:
             log.error("the final checkpoint failed: %s; the next open recovers from the last one", exc)
         finally:
             self._close_files()
-        if cancelled:
-            raise asyncio.CancelledError
 
     async def aclose(self) -> None:
         await self.shutdown()

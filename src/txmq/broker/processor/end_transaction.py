@@ -201,3 +201,6 @@ class RemotingCheckSender:
             log.warning("check of %s to %s failed: %s", uniq, conn.remote_address, exc)
             return False
         return True
+
+    def held_up(self, group: str) -> bool:
+        return self.broker.producer_manager.held_up(group)

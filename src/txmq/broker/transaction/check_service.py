@@ -36,6 +36,11 @@ class CheckSender(Protocol):
         """Hand a check for ``half`` to a live producer of ``group``; False when none is connected."""
         ...
 
+    def held_up(self, group: str) -> bool:
+        """A producer of ``group`` took no check only because it has not read the ones before yet: its group's
+        transactions are not orphans, their checks come at the next pass."""
+        ...
+
 
 ON_TIME_MS = 50  # how late in its second a pass counts as on time (the next check then comes one interval later)
 
@@ -127,7 +132,8 @@ class TransactionalMessageCheckService:
                 self.service.metrics.group(info.group).checks += 1
                 sent.append(half_offset)
                 continue  # scheduled after those not sent (below)
-            if (now_f - stored_s) * 1000 >= self.service.orphan_after_ms:
+            if (now_f - stored_s) * 1000 >= self.service.orphan_after_ms \
+                    and not any(s.held_up(info.group) for s in self.senders):
                 # Checked before or not: with no producer left (or none reading), its count would never grow
                 # to transactionCheckMax.
                 self.service.metrics.orphans += 1
