@@ -745,6 +745,17 @@ def _megabyte(i: int) -> str:
     return f"{i:02d}" * (1 << 19)
 
 
+def _pending_megabyte_halves(cluster, topic: str, group: str) -> None:
+    """Twenty pending transactions of ``group`` whose halves are 1 MB each, their producer gone (unregistered)."""
+    sender = TransactionProducer(group, Switchable(), cluster.namesrv_addr)
+    sender.start()
+    try:
+        for i in range(20):
+            sender.send_message_in_transaction(Message(topic, _megabyte(i).encode()))
+    finally:
+        sender.shutdown()
+
+
 def _rss_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
@@ -759,13 +770,7 @@ def test_check_backs_to_a_producer_that_never_reads_are_not_piled_up(cluster):
     broker = cluster.start_broker("broker-a", conf)
     topic, group = "tx_unread", "p_tx_unread"
     create_topic(cluster, topic, 1)
-    sender = TransactionProducer(group, Switchable(), cluster.namesrv_addr)
-    sender.start()
-    try:
-        for i in range(20):
-            sender.send_message_in_transaction(Message(topic, _megabyte(i).encode()))
-    finally:
-        sender.shutdown()  # unregistered: nobody is checked until the stuck connection below registers
+    _pending_megabyte_halves(cluster, topic, group)  # nobody is checked until the stuck connection below registers
     stuck = socket.socket()
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before the connect: a small window
     stuck.connect(addr_of(broker.addrs["broker"]))
@@ -794,13 +799,7 @@ def test_a_producer_that_reads_its_check_backs_loses_no_transaction_as_an_orphan
     broker = cluster.start_broker("broker-a", conf)
     topic, group = "tx_paused", "p_tx_paused"
     create_topic(cluster, topic, 1)
-    sender = TransactionProducer(group, Switchable(), cluster.namesrv_addr)
-    sender.start()
-    try:
-        for i in range(20):
-            sender.send_message_in_transaction(Message(topic, _megabyte(i).encode()))
-    finally:
-        sender.shutdown()  # unregistered: the slow producer below is the group's only one
+    _pending_megabyte_halves(cluster, topic, group)  # the slow producer below is the group's only one
     slow = socket.create_connection(addr_of(broker.addrs["broker"]))
     read, stop = [0], threading.Event()
 

@@ -582,21 +582,32 @@ def test_consume_queue_run_crosses_file_boundaries(tmp_path):
     cq.close()
 
 
+async def _started_with_a_message(tmp_path) -> DefaultMessageStore:
+    """A store started in ``tmp_path`` holding one message: its shutdown has background work to stop."""
+    store = DefaultMessageStore(make_config(tmp_path))
+    await store.start()
+    assert (await store.put_message(msg())).ok
+    return store
+
+
+def _closed(store: DefaultMessageStore) -> bool:
+    """The flush thread stopped and the abort file removed: the store's close ran to its end."""
+    return store._flush_service is None and not os.path.exists(store._abort_path)
+
+
 def test_a_shutdown_cancelled_as_it_stops_the_background_work_closes_the_store_all_the_same(tmp_path):
     """A timeout around a broker's stop can cancel the store's shutdown while it waits for its background tasks:
     it closed nothing then (the flush thread running, the files open, the abort file kept) and a second shutdown
     returned at once. It closes the store, then raises the cancel."""
 
     async def go() -> None:
-        store = DefaultMessageStore(make_config(tmp_path))
-        await store.start()
-        assert (await store.put_message(msg())).ok
+        store = await _started_with_a_message(tmp_path)
         stopping = asyncio.create_task(store.shutdown())
         await asyncio.sleep(0)  # the shutdown waits for its background tasks now
         stopping.cancel()
         await asyncio.wait([stopping])
         assert stopping.cancelled()
-        assert store._flush_service is None and not os.path.exists(store._abort_path)
+        assert _closed(store)
 
     run(go)
 
@@ -607,9 +618,7 @@ def test_a_shutdown_cancelled_twice_closes_the_store_all_the_same(tmp_path):
     the abort file kept, and a shutdown called again returned at once. It closes the store, then raises the cancel."""
 
     async def go() -> None:
-        store = DefaultMessageStore(make_config(tmp_path))
-        await store.start()
-        assert (await store.put_message(msg())).ok
+        store = await _started_with_a_message(tmp_path)
         stopping = asyncio.create_task(store.shutdown())
         await asyncio.sleep(0)  # the shutdown waits for its background tasks now
         stopping.cancel()
@@ -617,7 +626,7 @@ def test_a_shutdown_cancelled_twice_closes_the_store_all_the_same(tmp_path):
         stopping.cancel()
         await asyncio.wait([stopping])
         assert stopping.cancelled()
-        assert store._flush_service is None and not os.path.exists(store._abort_path)
+        assert _closed(store)
 
     run(go)
 
@@ -628,13 +637,11 @@ def test_a_second_shutdown_during_the_first_waits_for_the_store_to_close(tmp_pat
     It returns once the store is closed."""
 
     async def go() -> None:
-        store = DefaultMessageStore(make_config(tmp_path))
-        await store.start()
-        assert (await store.put_message(msg())).ok
+        store = await _started_with_a_message(tmp_path)
         first = asyncio.create_task(store.shutdown())
         await asyncio.sleep(0)
         await store.shutdown()
-        assert store._flush_service is None and not os.path.exists(store._abort_path)
+        assert _closed(store)
         await first
 
     run(go)

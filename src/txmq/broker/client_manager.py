@@ -110,7 +110,7 @@ class ProducerManager:
         the group. One whose peer does not read (its transport over its high-water mark) is passed over: a check-back
         carries its half's body, and each pass's written to it would pile up in this process; the check is tried
         again at the next pass."""
-        chans = [c.conn for c in self.groups.get(group, {}).values() if not c.conn.closed and not c.conn.write_paused]
+        chans = [conn for conn in self._live(group) if not conn.write_paused]
         if not chans:
             return None
         return chans[next(self._rr) % len(chans)]
@@ -120,7 +120,11 @@ class ProducerManager:
         producer that reads them (a pass's checks of large halves put it there for a moment). One that never reads
         goes too: its requests are not read meanwhile (``Connection.pause_writing``), its heartbeats with them, and
         it leaves the group after ``clientChannelExpiredMs``."""
-        return any(not c.conn.closed and c.conn.write_paused for c in self.groups.get(group, {}).values())
+        return any(conn.write_paused for conn in self._live(group))
+
+    def _live(self, group: str) -> list[Connection]:
+        """The open connections registered in ``group``."""
+        return [c.conn for c in self.groups.get(group, {}).values() if not c.conn.closed]
 
     def remove_connection(self, conn: Connection) -> None:
         """Every registration of ``conn`` (its groups, not every group: many connections close), one line."""
