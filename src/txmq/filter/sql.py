@@ -161,10 +161,6 @@ class CompiledCache:
             oldest, _ = self.kept.popitem(last=False)
             self.kept_chars -= len(oldest)
 
-    def clear(self) -> None:
-        self.kept.clear()
-        self.kept_chars = 0
-
 
 _CACHE = CompiledCache()
 
