@@ -24,6 +24,7 @@ from txmq.remoting.transport import (
     Reply,
     new_event_loop,
     parse_address,
+    write_batch,
 )
 
 ECHO = 9001
@@ -538,6 +539,78 @@ def test_a_future_or_a_reply_from_the_handler_is_answered_without_a_task(run: Ru
             await late
         cmd, fut = pending["late"]
         fut.set_result(RemotingCommand.response_to(cmd, ResponseCode.SUCCESS))  # its connection is gone: no write
+
+    run(with_server(body, handler=handler))
+
+
+class TransportSpy:
+    """Stands in front of a connection's socket transport and records each hand-over (``write``, ``writelines``)
+    as the number of frames handed, at the moment it happens."""
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+        self.handed: list[int] = []
+
+    def write(self, data: bytes) -> None:
+        self.handed.append(1)
+        self._transport.write(data)
+
+    def writelines(self, chunks: list[bytes]) -> None:
+        self.handed.append(len(chunks))
+        self._transport.writelines(chunks)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def test_writes_outside_a_read_go_at_once_and_a_batch_s_go_together_at_its_end(run: Runner) -> None:
+    """An answer given after its request was read (a ``Reply`` resolved later) and a request sent from a coroutine
+    reach the socket before the loop turns again: deferred to the next iteration, they waited behind whatever that
+    iteration's poll brought in. Inside ``write_batch()`` (a store group's answers) a connection's writes wait for
+    the batch's end and leave in one ``writelines``; a batch opened inside another is part of it."""
+    waiting: list[Reply] = []
+
+    def handler(conn: Connection, cmd: RemotingCommand) -> Any:
+        reply = Reply(conn, cmd)
+        waiting.append(reply)
+        return reply
+
+    def answer(reply: Reply) -> None:
+        reply.set_result(RemotingCommand.response_to(reply.cmd, ResponseCode.SUCCESS, body=reply.cmd.body))
+
+    async def body(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        calls = [asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(ECHO, body=b"%d" % i), 5))
+                 for i in range(7)]
+        while len(waiting) < 7:
+            await asyncio.sleep(0.01)
+        (conn,) = server.connections
+        spy = TransportSpy(conn._transport)
+        conn._transport = spy  # type: ignore[assignment]
+        answer(waiting[0])
+        assert spy.handed == [1]  # at once, no turn of the loop
+        with write_batch():
+            answer(waiting[1])
+            with write_batch():
+                answer(waiting[2])
+            answer(waiting[3])
+            assert spy.handed == [1]  # nothing until the outermost batch ends
+        assert spy.handed == [1, 3]
+        with write_batch():
+            pass
+        assert spy.handed == [1, 3]  # an empty batch writes nothing
+        with pytest.raises(KeyError), write_batch():
+            answer(waiting[4])
+            raise KeyError("the batch's owner failed")
+        assert spy.handed == [1, 3, 1]  # what it wrote before still leaves
+        answer(waiting[5])
+        answer(waiting[6])
+        assert spy.handed == [1, 3, 1, 1, 1]
+        assert [(await c).body for c in calls] == [b"%d" % i for i in range(7)]
+        client_conn = await client.get_connection(addr)
+        client_spy = TransportSpy(client_conn._transport)
+        client_conn._transport = client_spy  # type: ignore[assignment]
+        client_conn.send(RemotingCommand.request(ECHO, body=b"x", oneway=True))
+        assert client_spy.handed == [1]
 
     run(with_server(body, handler=handler))
 

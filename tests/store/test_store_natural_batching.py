@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 from tests.store.store_helpers import make_config, msg, run
 from txmq.store import DefaultMessageStore, FlushDiskType, PutMessageStatus
 
@@ -226,5 +228,59 @@ def test_a_put_whose_topic_is_deleted_before_its_group_is_written_goes_to_the_qu
             assert (await pending).ok
             assert store.topics() == {"T"}
             assert store.get_max_offset_in_queue("T", 0) == 2
+
+    run(go)
+
+
+class _Batch:
+    """A recording ``answer_batch``: how many batches were opened, and whether one is open now."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.open = False
+
+    def __call__(self) -> _Batch:
+        return self
+
+    def __enter__(self) -> None:
+        assert not self.open
+        self.open, self.opened = True, self.opened + 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.open = False
+
+
+@pytest.mark.parametrize("mode", ["ASYNC_FLUSH", "SYNC_FLUSH", "replicated"])
+def test_a_group_s_answers_are_given_inside_one_answer_batch(root, mode: str):
+    """``answer_batch`` (the broker's: its transport's write batch) is open while every put of a group is answered,
+    once per group, whether the answers follow the write (``ASYNC_FLUSH``), the fsync (``SYNC_FLUSH``) or the
+    replication (a SYNC_MASTER's wait): a group's answers to one connection then leave together, and at once."""
+    async def go() -> None:
+        flush = FlushDiskType.ASYNC_FLUSH if mode == "ASYNC_FLUSH" else FlushDiskType.SYNC_FLUSH
+        async with DefaultMessageStore(make_config(root, flush_disk_type=flush)) as store:
+            batch = _Batch()
+            store.answer_batch = batch
+            replicated: list[asyncio.Future[PutMessageStatus]] = []
+            if mode == "replicated":
+                def replicate(end: int) -> asyncio.Future[PutMessageStatus]:
+                    replicated.append(asyncio.get_running_loop().create_future())
+                    return replicated[-1]
+
+                store.replicate = replicate
+            inside: list[bool] = []
+
+            def answer(result):  # type: ignore[no-untyped-def]
+                inside.append(batch.open)
+                return result.status
+
+            futs = [store.put_message(msg("T", f"m{i}".encode(), queue_id=i % 2), answer) for i in range(6)]
+            if mode == "replicated":
+                while not replicated:
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.05)
+                assert inside == [] and batch.opened == 0  # not answered before the replicas have the group
+                replicated[0].set_result(PutMessageStatus.PUT_OK)
+            assert await asyncio.gather(*futs) == [PutMessageStatus.PUT_OK] * 6
+            assert inside == [True] * 6 and batch.opened == 1 and not batch.open
 
     run(go)

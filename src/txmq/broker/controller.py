@@ -46,7 +46,7 @@ from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import Processor, RequestDispatcher, RequestTable
 from txmq.remoting.server import RemotingServer
 from txmq.remoting.tls import client_context
-from txmq.remoting.transport import RemotingClient
+from txmq.remoting.transport import RemotingClient, write_batch
 from txmq.store import DefaultMessageStore
 from txmq.store.ha import HAAuth, HAClient, HAConfig, HAPort, HAService
 from txmq.topic import PermName
@@ -87,6 +87,7 @@ class BrokerController:
         self.store_host = (store_ip, config.listen_port)
         config.store.store_host = self.store_host
         self.store = DefaultMessageStore(config.store)  # the same object: a key changed at run time reaches it
+        self.store.answer_batch = write_batch  # a group's answers to one connection leave together, at once
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self._ha_port: HAPort | None = None  # controller mode: bound at start, kept in every role

@@ -676,10 +676,8 @@ class PushConsumer(ClientBase):
                         continue
                     if self._may_pull(pq, len(found)):
                         pending = self._start_pull(pq, filt, next_offset)
-                        # Two turns of the loop before this client's work on the answer: in the first the pull's
-                        # task writes its request, in the second the connection hands that turn's writes to the
-                        # socket (it coalesces the writes of one turn).
-                        await asyncio.sleep(0)
+                        # One turn of the loop before this client's work on the answer: in it the pull's task
+                        # runs first and writes its request to the socket.
                         await asyncio.sleep(0)
                     try:
                         msgs = [prepare_for_user(m) for m in found if filt.match(m)]

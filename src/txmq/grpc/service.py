@@ -715,13 +715,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             got = pulls.read(group, topic, q, request.offset, batch, filt)
             poll = self._poll_ms(request.long_polling_timeout, context)
             if poll > 0 and pulls.holds(got, request.offset):
-                pull = pulls.hold(topic, q, request.offset)  # no owner: grpcio cancels a call whose client left
-                if isinstance(pull, Refusal):
-                    raise pull
-                woken = await pulls.read_held(pull, poll / 1000, group, topic, q, request.offset, batch, filt)
+                # No owner: grpcio cancels a call whose client left, and the held pull is released.
+                woken = await pulls.read_held(poll / 1000, group, topic, q, request.offset, batch, filt)
                 if isinstance(woken, Refusal):
                     raise woken
-                got = woken or got
+                got = woken
         except Exception as exc:
             yield spb.PullMessageResponse(status=_refusal(exc, "PullMessage"))
             return

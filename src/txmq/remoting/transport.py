@@ -11,8 +11,10 @@ One ``Connection`` (an ``asyncio.Protocol``) per TCP connection, used the same w
   callback: no task either), or another awaitable (run as a task, its result written when done).
   A handler exception becomes a SYSTEM_ERROR response naming it (MESSAGE_ILLEGAL for an
   ``InvalidMessageError``; the peer's faults are logged in one line, without a traceback); the connection goes on.
-- replies produced while handling one chunk of input are written with one ``writelines``; other writes
-  are coalesced until the end of the current loop iteration.
+- replies produced while handling one chunk of input are written with one ``writelines``; the writes made
+  inside a ``write_batch()`` (a store group's answers) go to each socket together when the batch ends; any other
+  write (a request, an answer that came later) goes to the socket at once: deferring it to the loop's next
+  iteration made it wait behind whatever that iteration's poll brought in (on a busy broker, other requests).
 - backpressure: ``invoke``/``invoke_oneway`` wait while the transport is above its high-water mark; a
   server connection whose peer does not read its responses stops reading requests until it does.
 """
@@ -24,6 +26,7 @@ import collections
 import inspect
 import logging
 import ssl
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
@@ -49,6 +52,47 @@ Handler: TypeAlias = Callable[["Connection", RemotingCommand], HandlerResult]
 _ANSWERS = (RemotingCommand, EncodedResponse)  # a tuple built once: ``A | B`` would make a union object per request
 DEFAULT_MAX_PENDING_INVOKES = 65536
 _FLUSH_NOW_BYTES = 64 * 1024
+
+
+class _OpenBatch(threading.local):
+    """The write batch open on this thread's loop, if any (a loop runs on one thread)."""
+
+    batch: WriteBatch | None = None
+
+
+_open = _OpenBatch()
+
+
+class WriteBatch:
+    """A burst of writes made outside a socket read, such as the answers of one store group to many sends: each
+    connection's writes are kept until the batch ends, then handed to its socket in one ``writelines``. Nested
+    batches are one batch (the outermost ends it). Use ``with write_batch():``."""
+
+    __slots__ = ("conns", "outer")
+
+    def __init__(self) -> None:
+        self.conns: list[Connection] = []
+        self.outer = True
+
+    def __enter__(self) -> WriteBatch:
+        self.outer = _open.batch is None
+        if self.outer:
+            _open.batch = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.outer:
+            return
+        _open.batch = None
+        conns, self.conns = self.conns, []
+        for conn in conns:
+            conn._batched = False
+            conn._flush()
+
+
+def write_batch() -> WriteBatch:
+    """A ``WriteBatch`` to write a burst in (the store's ``answer_batch``)."""
+    return WriteBatch()
 
 
 class RemotingTimeoutError(ClientError):
@@ -137,7 +181,7 @@ class Connection(asyncio.Protocol):
         self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._out: list[bytes] = []
         self._out_bytes = 0
-        self._flush_scheduled = False
+        self._batched = False  # in the open write batch's connections
         self._in_receive = False
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
@@ -358,13 +402,13 @@ class Connection(asyncio.Protocol):
         if self._out_bytes >= _FLUSH_NOW_BYTES:
             # Hand big writes to the transport now, so that its high-water mark (pause_writing) sees them.
             self._flush()
-        elif not self._in_receive and not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._scheduled_flush)
-
-    def _scheduled_flush(self) -> None:
-        self._flush_scheduled = False
-        self._flush()
+        elif not self._in_receive:  # a socket read's writes go when its requests are handled (``_process``)
+            batch = _open.batch
+            if batch is None:
+                self._flush()
+            elif not self._batched:
+                self._batched = True
+                batch.conns.append(self)
 
     def _flush(self) -> None:
         out = self._out

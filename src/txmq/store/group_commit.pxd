@@ -22,7 +22,7 @@ cdef class _Put:
 cdef object _settle(object fut, object answer, object result)
 @cython.locals(put=_Put)
 cdef object _answer_durable(list group, object status, str remark=*)
-cdef object _after_durable_flush(list group, object replicated, object flushed=*, str remark=*)
+cdef object _after_durable_flush(list group, object replicated, object batch, object flushed=*, str remark=*)
 
 # The group commit as an extension type: what a put and its group read are C struct members, and the steps of a
 # put (encode, write, derive, notify, answer) C methods, so a send pays no instance-dict read and no Python-level
@@ -30,6 +30,7 @@ cdef object _after_durable_flush(list group, object replicated, object flushed=*
 cdef class GroupCommit:
     cdef public IndexService index
     cdef public object config, commit_log, queues, clock, confirm, disk, durability, replicate, flush_service
+    cdef public object answer_batch
     cdef public bint replica, open, over_max_used
     cdef object _files_lock, _clean, _disk_checked_at, _early_clean_at, _group_drops
     cdef dict _queues_by_key, _counters, _group_offsets, _group_queues

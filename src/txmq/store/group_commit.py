@@ -6,12 +6,14 @@ and hands it every put."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import cython
@@ -112,13 +114,23 @@ def _answer_durable(group: list[_Put], status: PutMessageStatus, remark: str = "
         put.settle(PutMessageResult(status, put.appended, remark))
 
 
+AnswerBatch = Callable[[], AbstractContextManager[Any]]
+
+
 @cython.locals(put=_Put)
-def _after_replication(group: list[_Put], flushed: PutMessageStatus, remark: str,
+def _after_replication(group: list[_Put], flushed: PutMessageStatus, remark: str, batch: AnswerBatch,
                        fut: asyncio.Future[PutMessageStatus]) -> None:
     """A written group's replication is over, and its flush (``flushed``: PUT_OK, or FLUSH_DISK_TIMEOUT and why):
     the two statuses combined answer each put, as RocketMQ combines them — a failed replication's status first (a
     put not acknowledged by the replicas, or by a master that stepped down, is not answered "stored"), then the
     flush's."""
+    with batch():
+        _answer_replicated(group, flushed, remark, fut)
+
+
+@cython.locals(put=_Put)
+def _answer_replicated(group: list[_Put], flushed: PutMessageStatus, remark: str,
+                       fut: asyncio.Future[PutMessageStatus]) -> None:
     if fut.cancelled() or fut.exception() is not None:
         for put in group:
             waiter = put.future
@@ -136,13 +148,15 @@ def _after_replication(group: list[_Put], flushed: PutMessageStatus, remark: str
         _answer_durable(group, status)
 
 
-def _after_durable_flush(group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None,
+def _after_durable_flush(group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None, batch: AnswerBatch,
                          flushed: PutMessageStatus = _PUT_OK, remark: str = "") -> None:
-    """A written group's flush is over (``flushed``): answered now, or once its replication is over."""
+    """A written group's flush is over (``flushed``): answered now, or once its replication is over; the answers
+    given inside ``batch()``."""
     if replicated is not None:
-        replicated.add_done_callback(functools.partial(_after_replication, group, flushed, remark))
+        replicated.add_done_callback(functools.partial(_after_replication, group, flushed, remark, batch))
     else:
-        _answer_durable(group, flushed, remark)
+        with batch():
+            _answer_durable(group, flushed, remark)
 
 
 @cython.cclass
@@ -152,7 +166,9 @@ class GroupCommit:
     ``replicate`` (SYNC_MASTER: a future of the put's status once enough slaves have the log up to an offset, set
     by whoever composes the store with its HA service), ``replica`` (a slave's store takes only what its master
     streams: a put of its own would make its log differ from the master's at the same offsets; set by whoever knows
-    the role) and ``flush_service`` (the store's, once started). Compiled, an extension type (group_commit.pxd)
+    the role), ``answer_batch`` (what a group's answers are given inside: the broker's is the remoting transport's
+    write batch, so that a group's answers to one connection leave together as soon as they are given) and
+    ``flush_service`` (the store's, once started). Compiled, an extension type (group_commit.pxd)
     whose fields the group's loops read as C struct members."""
 
     def __init__(self, config: StoreConfig, commit_log: CommitLog, queues: ConsumeQueueStore, index: IndexService,
@@ -174,6 +190,7 @@ class GroupCommit:
         self._clean = clean  # retention, run at once when the disk is over diskMaxUsedSpaceRatio
         self.append_listeners: list[Callable[[int], None]] = []
         self.replicate: Callable[[int], asyncio.Future[PutMessageStatus]] | None = None
+        self.answer_batch: AnswerBatch = contextlib.nullcontext
         self.replica = False
         self.open = True
         self.flush_service: FlushCommitLogService | None = None
@@ -379,14 +396,15 @@ class GroupCommit:
                     self.commit_log.flush()
                 except OSError as exc:  # stored and dispatched all the same: the answer must say stored
                     log.error("sync flush failed: %s", exc)
-                    _after_durable_flush(group, replicated, PutMessageStatus.FLUSH_DISK_TIMEOUT, str(exc))
+                    _after_durable_flush(group, replicated, self.answer_batch, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                                         str(exc))
                     return
             else:
                 flushed = self.flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
         if flushed is not None:
             flushed.add_done_callback(functools.partial(self._after_flush, group, replicated))
         else:
-            _after_durable_flush(group, replicated)
+            _after_durable_flush(group, replicated, self.answer_batch)
 
     def _after_flush(self, group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None,
                      fut: asyncio.Future[bool]) -> None:
@@ -396,10 +414,10 @@ class GroupCommit:
             self._counters["flush_timeouts"] += 1
             if not self.durability.lost:
                 log.warning("sync flush did not finish in %d ms", self.config.sync_flush_timeout_ms)
-            _after_durable_flush(group, replicated, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+            _after_durable_flush(group, replicated, self.answer_batch, PutMessageStatus.FLUSH_DISK_TIMEOUT,
                                  self.durability.why if self.durability.lost else "")
         else:
-            _after_durable_flush(group, replicated)
+            _after_durable_flush(group, replicated, self.answer_batch)
 
     @staticmethod
     @cython.locals(put=_Put)

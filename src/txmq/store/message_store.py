@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -511,6 +512,17 @@ class DefaultMessageStore:
     @replicate.setter
     def replicate(self, value: Callable[[int], asyncio.Future[PutMessageStatus]] | None) -> None:
         self.group_commit.replicate = value
+
+    @property
+    def answer_batch(self) -> Callable[[], AbstractContextManager[Any]]:
+        """What a written group's answers are given inside (``contextlib.nullcontext`` by default); set by whoever
+        writes the answers out (the broker: its transport's write batch, so those to one connection leave
+        together at once)."""
+        return self.group_commit.answer_batch
+
+    @answer_batch.setter
+    def answer_batch(self, value: Callable[[], AbstractContextManager[Any]]) -> None:
+        self.group_commit.answer_batch = value
 
     # --- replication (a slave's side, replica.py; the network's is txmq.store.ha) -------------------------
 

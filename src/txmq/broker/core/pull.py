@@ -3,10 +3,11 @@ which queue a group may read, reads within the confirm offset (what every in-syn
 pull counters (``rocketmq_messages_out``, the offset each group was last answered with), and long polling.
 
 A pull that finds nothing new may be held until a message arrives in its queue (the store's arrival listener
-wakes it) or its timeout passes; then it reads again. A queue of an existing topic that was never written is held
-the same way, so an idle consumer does not spin. Held pulls are capped per owner (a remoting connection) and in
-total (``maxHeldPullsPerConnection``, ``maxHeldPulls``): beyond a cap a pull is refused BUSY at once. A held pull
-is dropped, unanswered, when its owner closes.
+wakes it) or its timeout passes; then it reads again and is answered, from the listener or the timer itself: no
+task and no turn of the loop between a message's write and its held pull's answer. A queue of an existing topic
+that was never written is held the same way, so an idle consumer does not spin. Held pulls are capped per owner (a
+remoting connection) and in total (``maxHeldPullsPerConnection``, ``maxHeldPulls``): beyond a cap a pull is
+refused BUSY at once. A held pull is dropped, unanswered, when its owner closes.
 """
 
 from __future__ import annotations
@@ -47,21 +48,24 @@ class HoldOwner(Protocol):
 
 
 class HeldPull:
-    """One held pull: its future is set True when a message arrives (answer now), False when its owner closes
-    (nobody to answer)."""
+    """One held pull: ``wake(True)`` once a message past its offset arrives or its timeout passes (read again and
+    answer), ``wake(False)`` when its owner closes (nobody to answer); called once, on the loop thread."""
 
-    __slots__ = ("fut", "key", "offset", "on_owner")
+    __slots__ = ("key", "offset", "on_owner", "timer", "wake")
 
-    def __init__(self, key: tuple[str, int], offset: int, on_owner: set[HeldPull] | None) -> None:
-        self.fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    def __init__(self, key: tuple[str, int], offset: int, on_owner: set[HeldPull] | None,
+                 wake: Callable[[bool], object]) -> None:
         self.key = key
         self.offset = offset
         self.on_owner = on_owner
+        self.wake = wake
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class PullRequestHoldService:
-    """Held pulls per (topic, queue), woken by the store's arrival listener, and per owner, dropped when it
-    closes: a peer that goes away leaves nothing behind (each held pull costs a task, its request and a future)."""
+    """Held pulls per (topic, queue), woken by the store's arrival listener or their timer, and per owner, dropped
+    when it closes: a peer that goes away leaves nothing behind (each held pull costs its request, its answer to
+    come and a timer)."""
 
     def __init__(self, max_per_owner: int = 4096, max_total: int = 65536) -> None:
         self.waiters: dict[tuple[str, int], set[HeldPull]] = {}
@@ -72,13 +76,16 @@ class PullRequestHoldService:
         self._full = False  # for one log line per episode of a full cap, not one per refused pull
 
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int) -> None:
-        for pull in self.waiters.get((topic, queue_id), ()):
-            if max_offset > pull.offset and not pull.fut.done():
-                pull.fut.set_result(True)
+        waiting = self.waiters.get((topic, queue_id))
+        if waiting:
+            for pull in [pull for pull in waiting if max_offset > pull.offset]:
+                self._wake(pull, True)
 
-    def hold(self, topic: str, queue_id: int, offset: int, owner: HoldOwner | None = None) -> HeldPull | None:
-        """Register a pull to hold now (so caps count it at once), or None when a cap is full (logged once per
-        episode). A gRPC pull has no owner: grpcio cancels a call whose client went away."""
+    def hold(self, topic: str, queue_id: int, offset: int, timeout_s: float, wake: Callable[[bool], object],
+             owner: HoldOwner | None = None) -> HeldPull | None:
+        """Register a pull to hold now (so caps count it at once) until ``wake`` is called (``HeldPull``), or None
+        when a cap is full (logged once per episode). A gRPC pull has no owner: grpcio cancels a call whose client
+        went away, and its caller ``release``s it."""
         if owner is not None and owner.closed:
             return None  # its on_close callbacks ran already: nothing would ever drop it
         on_owner = self._by_owner.get(owner) if owner is not None else None
@@ -93,35 +100,40 @@ class PullRequestHoldService:
         if owner is not None and on_owner is None:
             on_owner = self._by_owner[owner] = set()
             owner.on_close.append(self._drop_owner)
-        pull = HeldPull((topic, queue_id), offset, on_owner)
+        pull = HeldPull((topic, queue_id), offset, on_owner, wake)
+        pull.timer = asyncio.get_running_loop().call_later(max(0.0, timeout_s), self._wake, pull, True)
         self.waiters.setdefault(pull.key, set()).add(pull)
         if on_owner is not None:
             on_owner.add(pull)
         self.held += 1
         return pull
 
-    async def wait(self, pull: HeldPull, timeout_s: float) -> bool:
-        """Until a message past the pull's offset arrives or ``timeout_s`` passes (True: answer now), or until its
-        owner closes (False)."""
+    def release(self, pull: HeldPull) -> bool:
+        """Stop holding ``pull`` without waking it (its caller gave up); False when it was not held any more."""
+        waiting = self.waiters.get(pull.key)
+        if waiting is None or pull not in waiting:
+            return False
+        waiting.discard(pull)
+        if not waiting:
+            del self.waiters[pull.key]
+        self.held -= 1
+        if pull.on_owner is not None:
+            pull.on_owner.discard(pull)
+        if pull.timer is not None:
+            pull.timer.cancel()
+        return True
+
+    def _wake(self, pull: HeldPull, answer: bool) -> None:
+        if not self.release(pull):
+            return
         try:
-            async with asyncio.timeout(timeout_s):
-                return await pull.fut
-        except TimeoutError:
-            return True
-        finally:
-            self.held -= 1
-            if pull.on_owner is not None:
-                pull.on_owner.discard(pull)
-            waiting = self.waiters.get(pull.key)
-            if waiting is not None:
-                waiting.discard(pull)
-                if not waiting:
-                    del self.waiters[pull.key]
+            pull.wake(answer)
+        except Exception:  # from the store's write path or a timer: never theirs to handle
+            log.exception("answering a held pull of %s/%d failed", *pull.key)
 
     def _drop_owner(self, owner: HoldOwner) -> None:
-        for pull in self._by_owner.pop(owner, ()):
-            if not pull.fut.done():
-                pull.fut.set_result(False)
+        for pull in list(self._by_owner.pop(owner, ())):
+            self._wake(pull, False)
 
 
 def _missing(cfg: TopicConfig | None, topic: str, queue_id: int | None) -> Refusal | None:
@@ -191,9 +203,12 @@ class PullService:
         self.stats.get(topic, group, len(messages), sum(map(len, messages)))
         self.stats.pulled_to(group, topic, queue_id, next_offset)
 
-    def hold(self, topic: str, queue_id: int, offset: int, owner: HoldOwner | None = None) -> HeldPull | Refusal:
-        """Hold a pull that found nothing new (``holds``) until ``read_held``; BUSY when a cap is full."""
-        pull = self.hold_service.hold(topic, queue_id, offset, owner)
+    def hold(self, topic: str, queue_id: int, offset: int, timeout_s: float, wake: Callable[[bool], object],
+             owner: HoldOwner | None = None) -> HeldPull | Refusal:
+        """Hold a pull that found nothing new (``holds``) until a message arrives or ``timeout_s`` passes (then
+        ``wake(True)``: answer it with ``read_woken``) or its owner closes (``wake(False)``: nobody to answer);
+        BUSY when a cap is full."""
+        pull = self.hold_service.hold(topic, queue_id, offset, timeout_s, wake, owner)
         if pull is None:
             return Refusal(Kind.BUSY, "too many held pulls: pull again later")
         return pull
@@ -203,12 +218,28 @@ class PullService:
         """Whether a read that found ``got`` at ``offset`` waits for new messages (when its consumer long-polls)."""
         return got.status in _HOLD and offset >= got.max_offset
 
-    async def read_held(self, pull: HeldPull, timeout_s: float, group: str, topic: str, queue_id: int, offset: int,
-                        max_nums: int, filt: MessageFilter) -> GetMessageResult | Refusal | None:
-        """Hold ``pull`` until a message arrives or ``timeout_s`` passes, then read again; None when its owner
-        closed meanwhile (nobody to answer). The read is checked again first (``refusal``), as RocketMQ runs a
-        woken pull's request again: the broker may have stopped reading meanwhile (``brokerPermission``), or the
-        topic or the group's consumption gone."""
-        if not await self.hold_service.wait(pull, max(0.0, timeout_s)):
-            return None
+    def read_woken(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
+                   filt: MessageFilter) -> GetMessageResult | Refusal:
+        """A woken pull's answer: its read checked again first (``refusal``), as RocketMQ runs a woken pull's
+        request again (the broker may have stopped reading meanwhile, ``brokerPermission``, or the topic or the
+        group's consumption gone), then read again."""
         return self.refusal(group, topic, queue_id) or self.read(group, topic, queue_id, offset, max_nums, filt)
+
+    async def read_held(self, timeout_s: float, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
+                        filt: MessageFilter) -> GetMessageResult | Refusal:
+        """For a caller that awaits (gRPC: no owner): hold a pull until a message arrives or ``timeout_s`` passes,
+        then ``read_woken``; BUSY when a cap is full. A cancelled caller's pull is released."""
+        woken: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def wake(answer: bool) -> None:
+            if not woken.done():
+                woken.set_result(answer)
+
+        pull = self.hold(topic, queue_id, offset, timeout_s, wake)
+        if isinstance(pull, Refusal):
+            return pull
+        try:
+            await woken
+        finally:
+            self.hold_service.release(pull)
+        return self.read_woken(group, topic, queue_id, offset, max_nums, filt)

@@ -11,10 +11,10 @@ the one its group's heartbeat registered: tags by the consume queue's tag hash, 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from txmq.acl.model import Action, Needs
-from txmq.broker.core.pull import HeldPull
 from txmq.broker.core.refusal import Refusal
 from txmq.broker.processor.refused import refused
 from txmq.filter import ExpressionType, FilterRefused, MessageFilter, build_filter
@@ -22,7 +22,7 @@ from txmq.remoting.codes import RequestCode, ResponseCode
 from txmq.remoting.command import RemotingCommand
 from txmq.remoting.registry import RequestSpec
 from txmq.remoting.request_headers import PullMessageRequestHeader, PullMessageResponseHeader
-from txmq.remoting.transport import Connection
+from txmq.remoting.transport import Connection, Reply
 from txmq.store import GetMessageResult, GetMessageStatus
 from txmq.topic import check_group, check_topic
 
@@ -79,10 +79,12 @@ class PullMessageProcessor:
             # Without long polling, held shortPollingTimeMills (RocketMQ's short polling): answered at once, a
             # consumer that pulls again at once would spin with the broker.
             hold_ms = h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
-            pull = pulls.hold(h.topic, h.queue_id, h.queue_offset, conn)
+            reply = Reply(conn, cmd)
+            pull = pulls.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000,
+                              functools.partial(self._woken, reply, h, filt), conn)
             if isinstance(pull, Refusal):
                 return refused(cmd, pull)
-            return self._held(pull, cmd, h, filt, hold_ms)
+            return reply
         return self._response(cmd, h, got)
 
     def _filter(self, h: PullMessageRequestHeader) -> MessageFilter | FilterRefused:
@@ -97,13 +99,17 @@ class PullMessageProcessor:
         except FilterRefused as exc:
             return exc
 
-    async def _held(self, pull: HeldPull, cmd: RemotingCommand, h: PullMessageRequestHeader,
-                    filt: MessageFilter, hold_ms: int) -> RemotingCommand | None:
-        got = await self.pulls.read_held(pull, hold_ms / 1000, h.consumer_group, h.topic,
-                                         h.queue_id, h.queue_offset, h.max_msg_nums, filt)
-        if isinstance(got, Refusal):
-            return refused(cmd, got)
-        return None if got is None else self._response(cmd, h, got)
+    def _woken(self, reply: Reply, h: PullMessageRequestHeader, filt: MessageFilter, answer: bool) -> None:
+        """A held pull's end: answered with a read made now, from the store's arrival listener or the pull's timer
+        (no task), or not at all when its connection closed (``answer`` False)."""
+        if not answer:
+            reply.cancel()
+            return
+        try:
+            got = self.pulls.read_woken(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, filt)
+            reply.set_result(refused(reply.cmd, got) if isinstance(got, Refusal) else self._response(reply.cmd, h, got))
+        except Exception as exc:
+            reply.set_exception(exc)
 
     def _response(self, cmd: RemotingCommand, h: PullMessageRequestHeader, r: GetMessageResult) -> RemotingCommand:
         # RocketMQ: with slaveReadEnable, a reader far behind is sent to a slave (whichBrokerWhenConsumeSlowly,
