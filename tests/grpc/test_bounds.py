@@ -18,7 +18,13 @@ from tests.grpc.test_bad_requests import _peak_rss_kb, message, receive, receive
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
 from txmq.grpc.protocol.service_pb2_grpc import MessagingServiceStub
-from txmq.grpc.telemetry import OUTBOX_MAX_BYTES, STREAMS_PER_CLIENT, ClientSessions, GrpcCheckSender
+from txmq.grpc.telemetry import (
+    OUTBOX_MAX_BYTES,
+    STREAMS_PER_CLIENT,
+    TOPICS_PER_SETTINGS,
+    ClientSessions,
+    GrpcCheckSender,
+)
 from txmq.message import MessageConst, MessageExt
 
 Code = pb.Code
@@ -201,12 +207,15 @@ def test_telemetry_streams_of_one_client_are_bounded_with_acl_off(stub):
 
 def test_settings_are_checked_and_the_broker_sets_the_consumers_bounds(stub):
     """A Settings naming an illegal topic or consumer group is answered ILLEGAL_TOPIC / ILLEGAL_CONSUMER_GROUP, as
-    the proxy answers, and the session keeps none of it; a consumer is told the broker's receive batch and long
-    polling timeout (the proxy's), not the ones it proposed (2^62 ms was echoed)."""
+    the proxy answers, one naming more than 1,024 publishing topics BAD_REQUEST, and the session keeps none of it;
+    a consumer is told the broker's receive batch and long polling timeout (the proxy's), not the ones it proposed
+    (2^62 ms was echoed)."""
     s, _ = stub
     st = _Stream(s, f"settings-{uuid.uuid4().hex[:8]}")
     try:
         assert st.ask(_settings(topics=("ok", "bad topic"))).status.code == Code.ILLEGAL_TOPIC
+        many = st.ask(_settings(topics=tuple(f"t{i}" for i in range(TOPICS_PER_SETTINGS + 1))))
+        assert many.status.code == Code.BAD_REQUEST and "at most 1024 publishing topics" in many.status.message
         sub = pb.Subscription(group=pb.Resource(name="%RETRY%x y"), receive_batch_size=1 << 30,
                               long_polling_timeout={"seconds": (1 << 62) // 1000})
         bad = spb.TelemetryCommand(settings=pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=sub))

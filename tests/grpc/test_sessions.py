@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from txmq.grpc.convert import GrpcStatusError
+from txmq.grpc.convert import Code, GrpcStatusError
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
-from txmq.grpc.telemetry import OUTBOX_LIMIT, ClientSessions
+from txmq.grpc.telemetry import OUTBOX_LIMIT, TOPICS_PER_SETTINGS, ClientSessions
 
 
 def test_a_client_id_names_one_session_per_account():
@@ -80,3 +80,29 @@ def test_each_stream_has_its_own_outbox():
     # the push it dropped counts no more; the answers it holds count until written
     assert second.bytes == (OUTBOX_LIMIT - 1) * check.ByteSize()
     assert sessions.outbox_bytes.held == first.bytes + second.bytes
+
+
+def test_publishing_topics_are_bounded_per_settings_and_for_every_session_together():
+    """A producer's Settings names at most TOPICS_PER_SETTINGS topics (BAD_REQUEST), and every session keeps at
+    most ``max_topics`` together (TOO_MANY_REQUESTS); a refused Settings leaves the session's topics as they were,
+    a later one replaces them, and a session removed or expired gives its share back."""
+    sessions = ClientSessions(max_topics=3000)
+    a = sessions.get("", "a", "127.0.0.1")
+    b = sessions.get("", "b", "127.0.0.1")
+    c = sessions.get("", "c", "127.0.0.1")
+    sessions.publish(a, frozenset(f"a{i}" for i in range(TOPICS_PER_SETTINGS)), "127.0.0.1")
+    with pytest.raises(GrpcStatusError) as too_many:
+        sessions.publish(b, frozenset(f"b{i}" for i in range(TOPICS_PER_SETTINGS + 1)), "127.0.0.1")
+    assert too_many.value.code == Code.BAD_REQUEST and b.topics == frozenset()
+    sessions.publish(b, frozenset(f"b{i}" for i in range(TOPICS_PER_SETTINGS)), "127.0.0.1")
+    with pytest.raises(GrpcStatusError) as full:
+        sessions.publish(c, frozenset(f"c{i}" for i in range(1000)), "127.0.0.1")
+    assert full.value.code == Code.TOO_MANY_REQUESTS and c.topics == frozenset()
+    assert sessions.topics == 2 * TOPICS_PER_SETTINGS
+    sessions.publish(a, frozenset({"only"}), "127.0.0.1")  # replaces a's 1,024
+    sessions.publish(c, frozenset(f"c{i}" for i in range(1000)), "127.0.0.1")
+    assert sessions.topics == 1 + TOPICS_PER_SETTINGS + 1000
+    sessions.remove("", "b")
+    assert sessions.topics == 1001
+    sessions.scan_expired(-1.0)  # no stream open: every session expires
+    assert sessions.topics == 0 and not sessions.sessions

@@ -333,14 +333,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 exponential_backoff=pb.ExponentialBackoff(initial=duration(10), max=duration(1000), multiplier=2.0)))
         return out
 
-    def _settings_answer(self, session: ClientSession, settings: pb.Settings) -> spb.TelemetryCommand:
+    def _settings_answer(self, session: ClientSession, settings: pb.Settings, host: str) -> spb.TelemetryCommand:
         """The answer to a Settings a client's stream sent, kept in its session: its publishing topics and consumer
-        group checked as RocketMQ's proxy checks them (ILLEGAL_TOPIC, ILLEGAL_CONSUMER_GROUP: nothing kept)."""
+        group checked as RocketMQ's proxy checks them (ILLEGAL_TOPIC, ILLEGAL_CONSUMER_GROUP: nothing kept), and its
+        topics counted against the sessions' bounds (``ClientSessions.publish``)."""
         kind = settings.WhichOneof("pub_sub")
         try:
             if kind == "publishing":
                 for t in settings.publishing.topics:
                     check_topic(t.name)
+                self.sessions.publish(session, frozenset(t.name for t in settings.publishing.topics), host)
             elif kind == "subscription" and settings.subscription.group.name:
                 _group(settings.subscription.group)
         except InvalidMessageError as exc:
@@ -351,9 +353,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             session.client_type = settings.client_type
         if settings.HasField("user_agent"):
             session.language = settings.user_agent.language
-        if kind == "publishing":
-            session.topics = frozenset(t.name for t in settings.publishing.topics)
-        elif kind == "subscription" and settings.subscription.group.name:
+        if kind == "subscription" and settings.subscription.group.name:
             session.group = settings.subscription.group.name
         return spb.TelemetryCommand(status=status(), settings=self._settings_reply(settings))
 
@@ -385,7 +385,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     session.last_seen = time.monotonic()
                     if cmd.WhichOneof("command") == "settings":
                         if outbox.room_for(cmd.settings.ByteSize()):
-                            answer = self._settings_answer(session, cmd.settings)
+                            answer = self._settings_answer(session, cmd.settings, call.host)
                         else:  # kept nothing: the answer would echo what the endpoint has no room for
                             answer = spb.TelemetryCommand(status=status(
                                 Code.TOO_MANY_REQUESTS, "the endpoint holds too many unwritten answers and checks"))

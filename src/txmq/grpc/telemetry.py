@@ -36,6 +36,10 @@ OUTBOXES_MAX_BYTES = 64 * 1024 * 1024
 STREAMS_PER_CLIENT = 16
 DEFAULT_SESSIONS_PER_ACCOUNT = BrokerConfig.grpc_max_sessions_per_account
 MAX_SESSIONS = 65536  # every account's together (and every client's with ACL off)
+# Publishing topics a producer's Settings may name, and that every session keeps together: a Settings is at most a
+# message's size (4 MiB), a million short names, and each session kept its own set of them.
+TOPICS_PER_SETTINGS = 1024
+MAX_PUBLISHING_TOPICS = 262_144
 
 
 class OutboxBytes:
@@ -145,13 +149,18 @@ class ClientSessions:
 
     Bounded whatever clients send: ``per_account`` sessions and as many open Telemetry streams per account (with
     ACL on; ``grpcMaxSessionsPerAccount``), ``STREAMS_PER_CLIENT`` streams per session, ``limit`` sessions and
-    ``limit`` streams in all (with ACL off, every client is the one account ""). Past a bound a new session or
-    stream is refused with TOO_MANY_REQUESTS, logged once per account and host and ``RefusalLog`` period."""
+    ``limit`` streams in all (with ACL off, every client is the one account ""), ``TOPICS_PER_SETTINGS``
+    publishing topics per session and ``max_topics`` kept by every session together. Past a bound a new session,
+    stream or set of topics is refused with TOO_MANY_REQUESTS (BAD_REQUEST for a Settings naming too many topics),
+    logged once per account and host and ``RefusalLog`` period."""
 
     def __init__(self, per_account: int = DEFAULT_SESSIONS_PER_ACCOUNT, limit: int = MAX_SESSIONS, *,
-                 outbox_max_bytes: int = OUTBOX_MAX_BYTES, outboxes_max_bytes: int = OUTBOXES_MAX_BYTES) -> None:
+                 outbox_max_bytes: int = OUTBOX_MAX_BYTES, outboxes_max_bytes: int = OUTBOXES_MAX_BYTES,
+                 max_topics: int = MAX_PUBLISHING_TOPICS) -> None:
         self.per_account = per_account
         self.limit = limit
+        self.max_topics = max_topics
+        self.topics = 0  # publishing topics every session keeps
         self.outbox_max_bytes = outbox_max_bytes
         self.outbox_bytes = OutboxBytes(outboxes_max_bytes)
         self.sessions: dict[tuple[str, str], ClientSession] = {}
@@ -198,6 +207,20 @@ class ClientSessions:
         _uncount(self._streams_of, session.owner)
         self.streams -= 1
 
+    def publish(self, session: ClientSession, topics: frozenset[str], host: str) -> None:
+        """``topics`` are what ``session`` publishes from now on (its check-backs follow them); ``GrpcStatusError``
+        past a bound, the session's topics as they were."""
+        if len(topics) > TOPICS_PER_SETTINGS:
+            self.refusals.refused(host, f"a Settings named {len(topics)} publishing topics")
+            raise GrpcStatusError(Code.BAD_REQUEST, f"a Settings names at most {TOPICS_PER_SETTINGS} publishing "
+                                                    f"topics, not {len(topics)}")
+        held = self.topics - len(session.topics) + len(topics)
+        if held > self.max_topics:
+            self._refuse(host, f"the endpoint's sessions keep {self.topics} publishing topics, "
+                               f"{self.max_topics} at most")
+        session.topics = topics
+        self.topics = held
+
     def _bound(self, owner: str, count: int, what: str, host: str) -> None:
         if owner and count >= self.per_account:
             self._refuse(host, f"AccessKey {owner} has {count} gRPC {what} open, the most one account may have "
@@ -211,6 +234,7 @@ class ClientSessions:
         s = self.sessions.pop((owner, client_id), None)
         if s is None:
             return
+        self.topics -= len(s.topics)
         _uncount(self._sessions_of, owner)
         for outbox in s.outboxes:
             outbox.end()
@@ -226,7 +250,7 @@ class ClientSessions:
     def scan_expired(self, expired_s: float) -> None:
         now = time.monotonic()
         for key in [k for k, s in self.sessions.items() if s.streams <= 0 and now - s.last_seen > expired_s]:
-            del self.sessions[key]
+            self.topics -= len(self.sessions.pop(key).topics)
             _uncount(self._sessions_of, key[0])
 
 
