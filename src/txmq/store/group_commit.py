@@ -166,8 +166,9 @@ class GroupCommit:
     ``replicate`` (SYNC_MASTER: a future of the put's status once enough slaves have the log up to an offset, set
     by whoever composes the store with its HA service), ``replica`` (a slave's store takes only what its master
     streams: a put of its own would make its log differ from the master's at the same offsets; set by whoever knows
-    the role), ``answer_batch`` (what a group's answers are given inside: the broker's is the remoting transport's
-    write batch, so that a group's answers to one connection leave together as soon as they are given) and
+    the role), ``answer_batch`` (what a group's answers, and the arrival notices that wake held pulls, are given
+    inside: the broker's is the remoting transport's write batch, so that what goes to one connection leaves in one
+    write as soon as it is given) and
     ``flush_service`` (the store's, once started). Compiled, an extension type (group_commit.pxd)
     whose fields the group's loops read as C struct members."""
 
@@ -372,7 +373,8 @@ class GroupCommit:
         end = self.commit_log.max_offset
         for fn in self.append_listeners:
             fn(end)
-        self.confirm.notify(next_offsets, end)
+        with self.answer_batch():  # the held pulls it wakes answer now: those on one connection in one write
+            self.confirm.notify(next_offsets, end)
         store_host = self.config.store_host
         for put in group:
             i = put.first

@@ -515,9 +515,9 @@ class DefaultMessageStore:
 
     @property
     def answer_batch(self) -> Callable[[], AbstractContextManager[Any]]:
-        """What a written group's answers are given inside (``contextlib.nullcontext`` by default); set by whoever
-        writes the answers out (the broker: its transport's write batch, so those to one connection leave
-        together at once)."""
+        """What a written group's answers, and its arrival notices (the held pulls they wake answer then), are given
+        inside (``contextlib.nullcontext`` by default); set by whoever writes the answers out (the broker: its
+        transport's write batch, so those to one connection leave together at once)."""
         return self.group_commit.answer_batch
 
     @answer_batch.setter
