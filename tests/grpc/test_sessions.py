@@ -106,3 +106,30 @@ def test_publishing_topics_are_bounded_per_settings_and_for_every_session_togeth
     assert sessions.topics == 1001
     sessions.scan_expired(-1.0)  # no stream open: every session expires
     assert sessions.topics == 0 and not sessions.sessions
+
+
+def test_a_removed_session_s_settings_are_neither_kept_nor_counted():
+    """NotifyClientTermination removes a session whose Telemetry stream may still read (its writer held up in a
+    check-back the client does not read): a Settings that stream sent then was counted against a session nothing
+    gives back again, the share it gave back taken off a second time (the count below what the sessions keep, past
+    ``max_topics``) or its new topics counted for ever (a few hundred such Settings and no producer's Settings is
+    taken again). A removed session's Settings now keeps and counts nothing; the bound stays whole for the rest."""
+    sessions = ClientSessions(max_topics=2 * TOPICS_PER_SETTINGS)
+    gone = sessions.get("", "gone", "127.0.0.1")
+    sessions.open_stream(gone, "127.0.0.1")
+    sessions.publish(gone, frozenset({"a", "b"}), "127.0.0.1")
+    sessions.remove("", "gone")
+    assert sessions.topics == 0
+    sessions.publish(gone, frozenset({"a"}), "127.0.0.1")  # the stream's next Settings
+    assert sessions.topics == 0
+    sessions.publish(gone, frozenset(f"g{i}" for i in range(TOPICS_PER_SETTINGS)), "127.0.0.1")
+    assert sessions.topics == 0
+    again = sessions.get("", "gone", "127.0.0.1")  # the client id's new session: the old one's stream is not it
+    sessions.publish(gone, frozenset({"old"}), "127.0.0.1")
+    sessions.publish(again, frozenset(f"n{i}" for i in range(TOPICS_PER_SETTINGS)), "127.0.0.1")
+    other = sessions.get("", "other", "127.0.0.1")
+    sessions.publish(other, frozenset(f"o{i}" for i in range(TOPICS_PER_SETTINGS)), "127.0.0.1")
+    assert sessions.topics == 2 * TOPICS_PER_SETTINGS
+    sessions.remove("", "gone")
+    sessions.remove("", "other")
+    assert sessions.topics == 0

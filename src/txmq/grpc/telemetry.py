@@ -209,11 +209,14 @@ class ClientSessions:
 
     def publish(self, session: ClientSession, topics: frozenset[str], host: str) -> None:
         """``topics`` are what ``session`` publishes from now on (its check-backs follow them); ``GrpcStatusError``
-        past a bound, the session's topics as they were."""
+        past a bound, the session's topics as they were. A session removed (NotifyClientTermination) while a stream
+        of it still reads keeps nothing: no check-back finds it, and nothing would give back what it counted."""
         if len(topics) > TOPICS_PER_SETTINGS:
             self.refusals.refused(host, f"a Settings named {len(topics)} publishing topics")
             raise GrpcStatusError(Code.BAD_REQUEST, f"a Settings names at most {TOPICS_PER_SETTINGS} publishing "
                                                     f"topics, not {len(topics)}")
+        if self.sessions.get((session.owner, session.client_id)) is not session:
+            return
         held = self.topics - len(session.topics) + len(topics)
         if held > self.max_topics:
             self._refuse(host, f"the endpoint's sessions keep {self.topics} publishing topics, "
