@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 import pytest
 
+from txmq.acl.grpc_auth import _own_groups_only
 from txmq.grpc.convert import Code, GrpcStatusError
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
@@ -133,3 +136,35 @@ def test_a_removed_session_s_settings_are_neither_kept_nor_counted():
     sessions.remove("", "gone")
     sessions.remove("", "other")
     assert sessions.topics == 0
+
+
+def test_the_acl_filter_reads_no_name_of_a_settings_naming_too_many_topics():
+    """With ACL on, a stream's Settings has the topics its account may not publish for left out before the endpoint
+    sees it (one check per name); a Settings naming more than TOPICS_PER_SETTINGS goes on unread, for the endpoint
+    to refuse whole (``check_named``) without a check per name either."""
+    asked: list[str] = []
+
+    def may_publish_for(topic: str) -> bool:
+        asked.append(topic)
+        return topic != "theirs"
+
+    def settings(names: list[str]) -> spb.TelemetryCommand:
+        return spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
+            topics=[pb.Resource(name=n) for n in names])))
+
+    async def commands() -> AsyncIterator[spb.TelemetryCommand]:
+        yield settings(["mine", "theirs"])
+        yield settings([f"t{i}" for i in range(TOPICS_PER_SETTINGS + 1)])
+
+    async def run() -> list[spb.TelemetryCommand]:
+        return [cmd async for cmd in _own_groups_only(commands(), may_publish_for)]
+
+    few, many = asyncio.run(run())
+    assert [t.name for t in few.settings.publishing.topics] == ["mine"]
+    assert len(many.settings.publishing.topics) == TOPICS_PER_SETTINGS + 1
+    assert asked == ["mine", "theirs"]
+    sessions = ClientSessions()
+    sessions.check_named(TOPICS_PER_SETTINGS, "127.0.0.1")
+    with pytest.raises(GrpcStatusError) as refused:
+        sessions.check_named(len(many.settings.publishing.topics), "127.0.0.1")
+    assert refused.value.code == Code.BAD_REQUEST

@@ -36,6 +36,7 @@ from txmq.grpc.call import GrpcCall, MethodTable, NeedsOf, enter_call, parse_met
 from txmq.grpc.convert import GrpcStatusError, status
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
+from txmq.grpc.telemetry import TOPICS_PER_SETTINGS
 from txmq.refusals import RefusalLog
 
 log = logging.getLogger("txmq.grpc")
@@ -243,9 +244,11 @@ def _refusing(handler: grpc.RpcMethodHandler, why: str) -> grpc.RpcMethodHandler
 
 async def _own_groups_only(requests: AsyncIterator[Any], may_publish_for: Callable[[str], bool]) -> AsyncIterator[Any]:
     """The stream's commands, with publishing topics the user may not publish for as a group left out of its
-    settings: the endpoint sends a topic's check-backs to sessions that list it."""
+    settings: the endpoint sends a topic's check-backs to sessions that list it. A Settings naming more topics than
+    the endpoint takes goes on as it is, unread: the endpoint refuses it whole."""
     async for cmd in requests:
-        if cmd.WhichOneof("command") == "settings" and cmd.settings.WhichOneof("pub_sub") == "publishing":
+        if cmd.WhichOneof("command") == "settings" and cmd.settings.WhichOneof("pub_sub") == "publishing" \
+                and len(cmd.settings.publishing.topics) <= TOPICS_PER_SETTINGS:
             topics = cmd.settings.publishing.topics
             kept = [(t.resource_namespace, t.name) for t in topics if may_publish_for(t.name)]
             if len(kept) != len(topics):

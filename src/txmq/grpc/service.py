@@ -340,9 +340,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         kind = settings.WhichOneof("pub_sub")
         try:
             if kind == "publishing":
-                for t in settings.publishing.topics:
+                topics = settings.publishing.topics
+                self.sessions.check_named(len(topics), host)
+                for t in topics:
                     check_topic(t.name)
-                self.sessions.publish(session, frozenset(t.name for t in settings.publishing.topics), host)
+                self.sessions.publish(session, frozenset(t.name for t in topics), host)
             elif kind == "subscription" and settings.subscription.group.name:
                 _group(settings.subscription.group)
         except InvalidMessageError as exc:

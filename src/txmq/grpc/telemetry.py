@@ -207,14 +207,20 @@ class ClientSessions:
         _uncount(self._streams_of, session.owner)
         self.streams -= 1
 
-    def publish(self, session: ClientSession, topics: frozenset[str], host: str) -> None:
-        """``topics`` are what ``session`` publishes from now on (its check-backs follow them); ``GrpcStatusError``
-        past a bound, the session's topics as they were. A session removed (NotifyClientTermination) while a stream
-        of it still reads keeps nothing: no check-back finds it, and nothing would give back what it counted."""
-        if len(topics) > TOPICS_PER_SETTINGS:
-            self.refusals.refused(host, f"a Settings named {len(topics)} publishing topics")
+    def check_named(self, named: int, host: str) -> None:
+        """``GrpcStatusError`` BAD_REQUEST when a Settings names more than ``TOPICS_PER_SETTINGS`` publishing topics
+        (repeats counted): checked before anything reads the names, so a refused one costs no work per name."""
+        if named > TOPICS_PER_SETTINGS:
+            self.refusals.refused(host, f"a Settings named {named} publishing topics")
             raise GrpcStatusError(Code.BAD_REQUEST, f"a Settings names at most {TOPICS_PER_SETTINGS} publishing "
-                                                    f"topics, not {len(topics)}")
+                                                    f"topics, not {named}")
+
+    def publish(self, session: ClientSession, topics: frozenset[str], host: str) -> None:
+        """``topics`` (of a Settings ``check_named`` passed) are what ``session`` publishes from now on (its
+        check-backs follow them); ``GrpcStatusError`` past a bound, the session's topics as they were. A session
+        removed (NotifyClientTermination) while a stream of it still reads keeps nothing: no check-back finds it,
+        and nothing would give back what it counted."""
+        self.check_named(len(topics), host)
         if self.sessions.get((session.owner, session.client_id)) is not session:
             return
         held = self.topics - len(session.topics) + len(topics)
