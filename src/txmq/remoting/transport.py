@@ -13,8 +13,8 @@ One ``Connection`` (an ``asyncio.Protocol``) per TCP connection, used the same w
   ``InvalidMessageError``; the peer's faults are logged in one line, without a traceback); the connection goes on.
 - replies produced while handling one chunk of input are written with one ``writelines``; the writes made
   inside a ``write_batch()`` (a store group's answers) go to each socket together when the batch ends; any other
-  write (a request, an answer that came later) goes to the socket at once: deferring it to the loop's next
-  iteration made it wait behind whatever that iteration's poll brought in (on a busy broker, other requests).
+  write (a request, an answer that came later) goes to the socket at once, not after the loop's next poll and
+  whatever it brings in first (on a busy broker, other requests).
 - backpressure: ``invoke``/``invoke_oneway`` wait while the transport is above its high-water mark; a
   server connection whose peer does not read its responses stops reading requests until it does.
 """

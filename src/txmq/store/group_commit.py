@@ -121,31 +121,25 @@ AnswerBatch = Callable[[], AbstractContextManager[Any]]
 def _after_replication(group: list[_Put], flushed: PutMessageStatus, remark: str, batch: AnswerBatch,
                        fut: asyncio.Future[PutMessageStatus]) -> None:
     """A written group's replication is over, and its flush (``flushed``: PUT_OK, or FLUSH_DISK_TIMEOUT and why):
-    the two statuses combined answer each put, as RocketMQ combines them — a failed replication's status first (a
-    put not acknowledged by the replicas, or by a master that stepped down, is not answered "stored"), then the
-    flush's."""
+    the two statuses combined answer each put inside ``batch()``, as RocketMQ combines them — a failed
+    replication's status first (a put not acknowledged by the replicas, or by a master that stepped down, is not
+    answered "stored"), then the flush's."""
     with batch():
-        _answer_replicated(group, flushed, remark, fut)
-
-
-@cython.locals(put=_Put)
-def _answer_replicated(group: list[_Put], flushed: PutMessageStatus, remark: str,
-                       fut: asyncio.Future[PutMessageStatus]) -> None:
-    if fut.cancelled() or fut.exception() is not None:
-        for put in group:
-            waiter = put.future
-            if waiter.done():
-                continue
-            if fut.cancelled():
-                waiter.cancel()
-            else:
-                waiter.set_exception(fut.exception())  # type: ignore[arg-type]
-        return
-    status = fut.result()
-    if status is _PUT_OK and flushed is not _PUT_OK:
-        _answer_durable(group, flushed, remark)
-    else:
-        _answer_durable(group, status)
+        if fut.cancelled() or fut.exception() is not None:
+            for put in group:
+                waiter = put.future
+                if waiter.done():
+                    continue
+                if fut.cancelled():
+                    waiter.cancel()
+                else:
+                    waiter.set_exception(fut.exception())  # type: ignore[arg-type]
+            return
+        status = fut.result()
+        if status is _PUT_OK and flushed is not _PUT_OK:
+            _answer_durable(group, flushed, remark)
+        else:
+            _answer_durable(group, status)
 
 
 def _after_durable_flush(group: list[_Put], replicated: asyncio.Future[PutMessageStatus] | None, batch: AnswerBatch,
