@@ -202,39 +202,24 @@ def all_queues(namesrv: str, topics: list[str]) -> list[Any]:
 
 
 class ThoroughWatch:
-    """Tells when the broker's thorough checkpoint (every ``flushConsumeQueueThoroughInterval``: it writes and
-    fsyncs every queue with entries, however few) has run: a one-queue topic gets one message, whose consume-queue
-    entry stays in the broker's memory until a checkpoint writes that queue, and a periodic checkpoint writes only
-    queues with ``flushConsumeQueueLeastPages`` put since their last flush."""
-
-    TOPIC = "scale_thorough"
+    """Tells when the broker's thorough checkpoint (every ``flushConsumeQueueThoroughInterval``: it makes every
+    queue's entries durable, however few) has run: each writes a new tails journal (the queues' buffered entries in
+    one file, ``store/cqtails/<n>``)."""
 
     def __init__(self, srv: Server) -> None:
-        from txmq.client.producer import Producer
-
-        bench.ensure_topic(srv.namesrv, self.TOPIC, 1)
-        self.file = srv.home / "store" / "consumequeue" / self.TOPIC / "0" / ("0" * 20)
-        self.producer = Producer("scale_thorough", srv.namesrv).start()
-        self.sent = 0
+        self.store = str(srv.home / "store")
 
     def wait(self, timeout: float) -> None:
-        """Send one message and wait until its entry is in its file: a thorough checkpoint ran meanwhile."""
-        from txmq.message import Message
+        """Wait for a tails journal newer than the newest on disk now: a thorough checkpoint ran meanwhile."""
+        from txmq.store import tail_journal
 
-        self.producer.send(Message(self.TOPIC, b"x"))
-        self.sent += 1
-        at = (self.sent - 1) * 20 + 8  # the entry's size field: zero until written (the file is sparse)
+        seen = max(tail_journal.numbers(self.store), default=0)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), open(self.file, "rb") as f:
-                f.seek(at)
-                if f.read(4).strip(b"\0"):
-                    return
+            if max(tail_journal.numbers(self.store), default=0) > seen:
+                return
             time.sleep(0.1)
         raise bench.BenchError(f"no thorough checkpoint within {timeout:.0f} s")
-
-    def close(self) -> None:
-        self.producer.shutdown()
 
 
 def collector_s(srv: Server) -> float:
@@ -257,40 +242,38 @@ def curve_topics(root: Path, points: list[int], n: int, size: int, thorough_s: f
     with Server(root, "topics", conf) as srv:
         watch = ThoroughWatch(srv)
         topics: list[str] = []
-        try:
-            for point in points:
-                new = [f"scale_t{i}" for i in range(len(topics), point)]
-                create_s = create_topics(srv.namesrv, new)
-                topics += new
-                queues = all_queues(srv.namesrv, topics)
-                first = [mq for mq in queues if mq.topic in set(new)]
-                first_cpu_us: float | None = None  # too few first sends for /proc's 10 ms ticks: not shown
-                if first:
-                    _, c0 = spread_sends(srv.namesrv, first, len(first), size, srv.cpu)
-                    if len(first) >= 100:
-                        first_cpu_us = round((srv.cpu() - c0) / len(first) * 1e6, 1)
-                # every queue holds an entry put since its last flush (the first sends to the new queues, the previous
-                # point's sends to the others), as every queue does after a thorough interval of spread sends: the
-                # next thorough checkpoint writes and flushes them all. Its CPU is measured apart from the sends',
-                # whose window follows it, well inside the next interval
-                c0 = srv.cpu()
-                watch.wait(thorough_s + 30)
-                time.sleep(SETTLE_S)  # its last batches and fsyncs, and a periodic checkpoint
-                thorough_cpu_s = srv.cpu() - c0
-                log(f"  topics {point}: {n} sends spread over {len(queues)} queues")
-                wall, (c0, gc0) = spread_sends(srv.namesrv, queues, n, size, lambda: marks(srv))
-                time.sleep(SETTLE_S)  # one checkpoint interval: it fsyncs what the sends dirtied
-                cpu_us = (srv.cpu() - c0) / n * 1e6
-                gc_us = (collector_s(srv) - gc0) / n * 1e6
-                row = {"topics": point, "queues": point * QUEUES, "create_ms_per_topic": round(create_s * 1e3, 2),
-                       "first_send_cpu_us": first_cpu_us, "cpu_us_per_msg": round(cpu_us, 1),
-                       "gc_us_per_msg": round(gc_us, 1), "thorough_cpu_s": round(thorough_cpu_s, 2),
-                       "cpu_us_with_thorough": round(cpu_us + thorough_cpu_s / (thorough_s * n / wall) * 1e6, 1),
-                       "msgs_s": round(n / wall), "rss_mb": rss_mb(srv.pid), "open_files": open_files(srv.pid)}
-                rows.append(row)
-                log(f"  topics {row}")
-        finally:
-            watch.close()
+        for point in points:
+            new = [f"scale_t{i}" for i in range(len(topics), point)]
+            create_s = create_topics(srv.namesrv, new)
+            topics += new
+            queues = all_queues(srv.namesrv, topics)
+            first = [mq for mq in queues if mq.topic in set(new)]
+            first_cpu_us: float | None = None  # too few first sends for /proc's 10 ms ticks: not shown
+            if first:
+                _, c0 = spread_sends(srv.namesrv, first, len(first), size, srv.cpu)
+                if len(first) >= 100:
+                    first_cpu_us = round((srv.cpu() - c0) / len(first) * 1e6, 1)
+            # every queue holds an entry put since its last flush (the first sends to the new queues, the previous
+            # point's sends to the others), as every queue does after a thorough interval of spread sends: the
+            # next thorough checkpoint makes them all durable (their tails in one journal, the files written since
+            # their last fsync fsynced). Its CPU is measured apart from the sends', whose window follows it, well
+            # inside the next interval
+            c0 = srv.cpu()
+            watch.wait(thorough_s + 30)
+            time.sleep(SETTLE_S)  # its last batches and fsyncs, and a periodic checkpoint
+            thorough_cpu_s = srv.cpu() - c0
+            log(f"  topics {point}: {n} sends spread over {len(queues)} queues")
+            wall, (c0, gc0) = spread_sends(srv.namesrv, queues, n, size, lambda: marks(srv))
+            time.sleep(SETTLE_S)  # one checkpoint interval: it fsyncs what the sends dirtied
+            cpu_us = (srv.cpu() - c0) / n * 1e6
+            gc_us = (collector_s(srv) - gc0) / n * 1e6
+            row = {"topics": point, "queues": point * QUEUES, "create_ms_per_topic": round(create_s * 1e3, 2),
+                   "first_send_cpu_us": first_cpu_us, "cpu_us_per_msg": round(cpu_us, 1),
+                   "gc_us_per_msg": round(gc_us, 1), "thorough_cpu_s": round(thorough_cpu_s, 2),
+                   "cpu_us_with_thorough": round(cpu_us + thorough_cpu_s / (thorough_s * n / wall) * 1e6, 1),
+                   "msgs_s": round(n / wall), "rss_mb": rss_mb(srv.pid), "open_files": open_files(srv.pid)}
+            rows.append(row)
+            log(f"  topics {row}")
     return rows
 
 

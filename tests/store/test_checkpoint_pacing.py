@@ -24,9 +24,11 @@ def test_a_slow_checkpoint_is_followed_by_a_longer_wait(root, monkeypatch):
         real(fd)
 
     monkeypatch.setattr(mapped_file, "fsync_fd", slow_fsync)
-    # every written consume queue fsynced at every checkpoint (flushConsumeQueueLeastPages 0), as this test's
-    # slow checkpoints need
-    config = make_config(root, checkpoint_interval_ms=20, flush_consume_queue_least_pages=0)
+    # every written consume queue fsynced at every checkpoint (flushConsumeQueueLeastPages 0, and each entry written
+    # to its file at once: a tail would go to the checkpoint's tails journal instead), as this test's slow
+    # checkpoints need
+    config = make_config(root, checkpoint_interval_ms=20, flush_consume_queue_least_pages=0,
+                         consume_queue_write_behind_bytes=0)
 
     async def main() -> tuple[int, int]:
         async with DefaultMessageStore(config) as store:

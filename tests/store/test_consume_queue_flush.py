@@ -743,8 +743,9 @@ def test_a_checkpoint_written_after_an_earlier_one_failed_claims_nothing_that_on
     fsynced them nor held its recovery point before them, and wrote a checkpoint counting their entries as durable.
     After a power loss recovery found them short and rebuilt them wholesale from the whole log. The worker's failed
     fsync loses durability: that checkpoint is not written (nor any later one), the one on disk stays, and recovery
-    replays the tail."""
-    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    replays the tail. (Entries written to their files at once: with tails, a periodic thorough checkpoint puts them in
+    its tails journal and fsyncs no queue.)"""
+    config = make_config(root, flush_interval_commit_log_ms=60_000, consume_queue_write_behind_bytes=0)
     disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
 

@@ -25,7 +25,6 @@ from tests.store.test_consume_queue_flush import (
     _periodic_checkpoint,
     _powered,
     _spread,
-    _whole_after_power_loss,
 )
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, GetMessageStatus, PutMessageStatus, StoreConfig
@@ -395,29 +394,6 @@ def test_a_power_loss_right_after_a_stop_loses_no_buffered_entry(root: Path, mon
         _assert_queues_match_the_log(store, expected)
     finally:
         store.close_without_shutdown()
-
-
-def test_a_power_loss_after_a_thorough_periodic_checkpoint_loses_no_buffered_entry(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Once ``flushConsumeQueueThoroughInterval`` has passed, the periodic checkpoint writes and fsyncs every tail
-    and moves its recovery point to the log's end: after a power loss nothing needs rebuilding before it."""
-    config = make_config(root, mapped_file_size_consume_queue=20 * 8, consume_queue_write_behind_bytes=20 * 5 * QUEUES,
-                         flush_consume_queue_thorough_interval_ms=0)
-    disk = _powered(config, monkeypatch)
-    expected: dict[tuple[str, int], list[int]] = {}
-
-    async def main() -> None:
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _buffered_every_way(store, expected)
-        _periodic_checkpoint(store)
-        assert store.queues.tail_bytes == 0 and not store.queues.pending
-        assert store.checkpoint_offset == store.max_phy_offset
-        disk.off = True
-        store.close_without_shutdown()
-
-    run(main)
-    _whole_after_power_loss(config, disk, expected)
 
 
 def test_retention_with_buffered_entries_reads_on_from_the_first_kept_one(root: Path) -> None:

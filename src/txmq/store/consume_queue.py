@@ -18,7 +18,8 @@ the store's tails together pass ``consumeQueueWriteBehindBytes`` (the oldest tai
 thousands of queues, writing each entry at once cost a system call per send, and with more queue files than open
 descriptors allowed (``FdPool``), a close and an open as well. Every read looks at the tail first, so buffered
 entries read exactly as written ones; a buffered entry is an unflushed entry (below), so a crash that loses it loses
-nothing recovery does not rebuild.
+nothing recovery does not rebuild, until a periodic thorough checkpoint puts it in its tails journal
+(``tail_journal.py``), which recovery writes back.
 
 A queue remembers what was written since its last fsync (RocketMQ's FlushConsumeQueueService flushes a queue only
 once ``flushConsumeQueueLeastPages`` are dirty): with sends spread over thousands of queues each gets a few entries
@@ -261,6 +262,14 @@ class ConsumeQueue:
         elif store.tail_bytes > store.tail_limit:
             store.write_oldest_tails()
 
+    def restore(self, first: int, entries: bytes) -> None:
+        """Write packed entries from a tails journal back at logical ``first`` (recovery). They are in no fsynced
+        file, and the next thorough checkpoint's journal will not hold them: the queue is due, so the next
+        checkpoint fsyncs them."""
+        self._write(first, entries)
+        self.max_offset = max(self.max_offset, first + len(entries) // CQ_ENTRY_SIZE)
+        self.mark_unflushed(None, 0, True)
+
     def _make_files(self, pos: int, end: int) -> None:
         """Create the files that entries from byte ``pos`` to ``end`` fall in: a new queue's first put, or one
         that rolls into the next file, pays for them (as when entries were written at once), not a checkpoint that
@@ -276,11 +285,15 @@ class ConsumeQueue:
 
     def write_tail(self) -> None:
         """Write the buffered entries to the file (one system call per file they fall in). A failed write (a full
-        disk) keeps them buffered and raises."""
+        disk) keeps them buffered and raises. A queue counted flushed with a tail has its tail in the tails journal
+        (``tail_journal``), which the next thorough checkpoint replaces by one without these entries: it is due,
+        so that the next checkpoint fsyncs them in its file."""
         tail = self.tail
         if tail is not None:
             self._write(self.tail_from, tail)
             self._drop_tail()
+            if self not in self.store.pending:
+                self.mark_unflushed(None, 0, True)
 
     def _drop_tail(self) -> None:
         tail = self.tail
@@ -350,12 +363,18 @@ class ConsumeQueue:
         which ``mark_unflushed`` puts back if the fsync fails. The queue counts as flushed from here on. A failed
         write of the tail raises and takes nothing: the queue stays unflushed."""
         self.write_tail()
+        taken = self.take_unflushed()
+        self.store.flushed(self)
+        return taken
+
+    def take_unflushed(self) -> tuple[list[MappedFile], tuple[int | None, int, bool]]:
+        """``take_flush`` but the tail's write and the store's count (a checkpoint that puts the tails in its
+        journal takes every pending queue, and the store forgets them all at once: ``forget_all``)."""
         state = (self.unflushed_from, self.unflushed_phy, self.flush_due)
         files = [mf for mf in self._files.files if mf.dirty] if self._files is not None else []
         for mf in files:
             mf.dirty = False
         self.unflushed_from, self.unflushed_phy, self.flush_due = None, 0, False
-        self.store.flushed(self)
         return files, state
 
     def mark_unflushed(self, first: int | None, phy: int, due: bool) -> None:

@@ -143,10 +143,20 @@ class ConsumeQueueStore:
                     capped[topic][qid] = min(count, cq.first_offset_from_phy(phy))
         return capped
 
-    def flushed(self, cq: ConsumeQueue) -> None:
-        """``cq`` counts as flushed (a checkpoint took it): all its entries counted durable, none unflushed."""
+    def flushed(self, cq: ConsumeQueue, *, forget: bool = True) -> None:
+        """``cq`` counts as flushed (a checkpoint took it): all its entries counted durable, none unflushed (not
+        ``forget``: the caller empties the sets for all: ``forget_all``)."""
         self.counts.setdefault(cq.topic, {})[cq.queue_id] = cq.max_offset
-        self._forget(cq)
+        if forget:
+            self._forget(cq)
+
+    def forget_all(self) -> None:
+        """Every queue counts as flushed: a checkpoint that puts the tails in its journal took every pending one and
+        counted each (``flushed(cq, forget=False)``); the sets are emptied at once, not queue by queue."""
+        self.pending.clear()
+        self.due.clear()
+        self.unflushed.clear()
+        self.unordered.clear()
 
     def _forget(self, cq: ConsumeQueue) -> None:
         self.pending.discard(cq)

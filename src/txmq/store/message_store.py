@@ -6,8 +6,9 @@ writes the commit log and dispatches to the consume queue, the index and the ext
 and the confirm offset are ``replica.py``'s. Two threads make things durable: the commit-log flush thread
 (``flush.py``) and, every ``checkpoint_interval_ms``, a worker that fsyncs consume queues and index files and then
 writes the checkpoint. A periodic checkpoint fsyncs only the consume queues with ``flushConsumeQueueLeastPages``
-written, and all of them every ``flushConsumeQueueThoroughInterval``; its recovery point stays at the oldest entry it
-left unflushed. Every other checkpoint (stop, ``flush_and_checkpoint``, a truncation) flushes all.
+written, and all of them every ``flushConsumeQueueThoroughInterval`` (their tails in one journal, ``tail_journal.py``);
+its recovery point stays at the oldest entry it left unflushed. Every other checkpoint (stop, ``flush_and_checkpoint``,
+a truncation) writes and flushes all.
 
 The first failed fsync of any of these files loses the store's durability (``durability.py``): from then on no
 flush and no checkpoint is made and puts are refused, until a restart's recovery rebuilds from the last checkpoint.
@@ -56,6 +57,8 @@ from txmq.store.record import TRAILER_SIZE, to_wire
 from txmq.store.recovery import RecoveryReport, recover
 from txmq.store.replica import ConfirmOffset, ReplicaLog
 from txmq.store.results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+from txmq.store import tail_journal
+from txmq.store.tail_journal import TailJournal
 from txmq.topic import is_system_topic
 
 log = logging.getLogger("txmq.store")
@@ -79,6 +82,8 @@ class _Snapshot:
     index_files: list[IndexFile] = field(default_factory=list)
     cq_flushed: list[tuple[ConsumeQueue, tuple[int | None, int, bool]]] = field(default_factory=list)
     document: bytes = b""  # the checkpoint encoded (its counts are the store's, which the loop thread changes)
+    tails: TailJournal | None = None  # the tails journal the document names (whoever writes the document writes it)
+    journals_upto: int = 0  # the highest tails journal number used when it was taken
     # Snapshots taken before this one whose queues' unflushed state was not put back yet (still running, or failed
     # and waiting for the loop's ``_unflushed_again``): if one failed, this one's checkpoint would claim its files.
     earlier: list[_Snapshot] = field(default_factory=list)
@@ -123,6 +128,10 @@ class DefaultMessageStore:
         self._in_flight: list[_Snapshot] = []  # snapshots not written yet, or failed and not put back yet
         self._snapshots_taken = 0
         self._written_seq = 0  # the ``seq`` of the snapshot whose document is on disk
+        # The tails journal the latest snapshot's document names (periodic ones name the last thorough one's), and
+        # the highest journal number used (set by recovery: a new journal never takes a number found on disk)
+        self._tails: TailJournal | None = None
+        self._tails_seq = 0
         self._flush_service: FlushCommitLogService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._open = True
@@ -158,8 +167,13 @@ class DefaultMessageStore:
 
     # --- recovery hooks ----------------------------------------------------------------------------
 
-    def finish_recovery(self, cp: Checkpoint | None) -> None:
-        """Rebuild the in-memory tables from the recovered files."""
+    def finish_recovery(self, cp: Checkpoint | None, tails: int | None) -> None:
+        """Rebuild the in-memory tables from the recovered files. ``tails``: the tails journal recovery wrote back
+        (the checkpoint on disk names it, until the next one); the others on disk are stale."""
+        root = self.config.store_path_root_dir
+        self._tails_seq = max(tail_journal.numbers(root), default=0)
+        self._tails = TailJournal(tails, written=True) if tails is not None else None
+        tail_journal.remove_below(root, self._tails_seq + 1, keep=tails)
         min_phy = self.commit_log.min_offset
         for cq in self.queues.all():
             cq.correct_min_offset(min_phy)
@@ -241,7 +255,9 @@ class DefaultMessageStore:
                 continue
             began = time.monotonic()
             try:
-                await self._write_tails(self._least_bytes(thorough=False, now=time.monotonic()))
+                least = self._least_bytes(thorough=False, now=time.monotonic())
+                if least:  # (a thorough one puts the tails in its journal)
+                    await self._write_tails(least)
                 snap = self._snapshot(thorough=False)
                 try:
                     await asyncio.to_thread(self._write_checkpoint, snap)
@@ -334,10 +350,14 @@ class DefaultMessageStore:
         return self.config.flush_consume_queue_least_pages * PAGE_SIZE
 
     def _to_flush(self, least: int) -> list[ConsumeQueue]:
-        """The queues a checkpoint flushes: every pending one when ``least`` is 0, else those due (kept as they
+        """The queues a checkpoint that writes their tails flushes: those due when ``least`` is not 0 (kept as they
         become due: ``ConsumeQueueStore.due``), so that a periodic checkpoint's walk follows what was written
-        enough, not how many queues have entries unflushed."""
-        return list(self.queues.pending if least == 0 else self.queues.due)
+        enough, not how many queues have entries unflushed; else every pending one and every queue with a tail
+        (those only in the tails journal, which the new document will not name)."""
+        queues = self.queues
+        if least:
+            return list(queues.due)
+        return list(queues.pending) + [cq for cq in queues.tails if cq not in queues.pending]
 
     async def _write_tails(self, least: int) -> None:
         """Before a periodic checkpoint, write the tails of the queues it will flush a batch at a time, letting the
@@ -361,6 +381,7 @@ class DefaultMessageStore:
         pointing there (a truncation's checkpoint, written before the log is cut back there)."""
         now = time.monotonic()
         least = self._least_bytes(thorough=thorough, now=now)
+        journaled = least == 0 and not thorough and below is None  # the periodic thorough one: a tails journal
         if least == 0:
             self._thorough_at = now
         self._snapshots_taken += 1
@@ -368,17 +389,32 @@ class DefaultMessageStore:
                          seq=self._snapshots_taken)
         self._in_flight.append(snap)
         unwritten: OSError | None = None
-        for cq in self._to_flush(least):
-            try:
-                files, state = cq.take_flush()
-            except OSError as exc:  # its tail could not be written (a full disk): left unflushed, below
-                unwritten = exc
+        queues = self.queues
+        # One pass over the queues taken (at 80,000 queues each visit of a queue costs a µs or two in memory reads)
+        for cq in queues.pending if journaled else self._to_flush(least):
+            if journaled:
+                files, state = cq.take_unflushed()
+                queues.flushed(cq, forget=False)
             else:
+                try:
+                    files, state = cq.take_flush()
+                except OSError as exc:  # its tail could not be written (a full disk): left unflushed, below
+                    unwritten = exc
+                    continue
+            if files:
                 snap.cq_files += files
-                snap.cq_flushed.append((cq, state))
-                segments = cq.opened_files
-                if segments is not None and segments.directory_dirty:
-                    snap.cq_dirs.append(segments)
+            snap.cq_flushed.append((cq, state))
+            segments = cq.opened_files
+            if segments is not None and segments.directory_dirty:
+                snap.cq_dirs.append(segments)
+        if journaled:
+            queues.forget_all()
+        if journaled:
+            self._tails_seq += 1
+            self._tails = TailJournal(self._tails_seq, tail_journal.encode(self.queues.tails))
+        elif least == 0 and unwritten is None:  # every tail written and flushed: no journal needed (one that could
+            self._tails = None  # not be written may be only in the journal: the document names it still)
+        snap.tails, snap.journals_upto = self._tails, self._tails_seq
         oldest = self.queues.oldest_unflushed()
         recovery = self.commit_log.max_offset if oldest is None else min(oldest, self.commit_log.max_offset)
         snap.checkpoint = Checkpoint(
@@ -388,6 +424,7 @@ class DefaultMessageStore:
             # encoded below, while the loop thread holds still
             queues=self.queues.counts if below is None else self.queues.counts_below(below),
             index_files=self.index.names(),
+            tails=snap.tails.seq if snap.tails is not None else None,
         )
         snap.document = self.checkpoint.encode(snap.checkpoint)
         if unwritten is not None:
@@ -432,6 +469,8 @@ class DefaultMessageStore:
                                 "counted here as unflushed; the one on disk stays")
                     self._in_flight.remove(snap)
                     return
+                if snap.tails is not None:
+                    snap.tails.write(self.config.store_path_root_dir)
                 self.checkpoint.write_document(snap.document)
                 self.clock.save()
             except BaseException:
@@ -449,6 +488,12 @@ class DefaultMessageStore:
             self._in_flight.remove(snap)
             self._checkpoint_offset = snap.checkpoint.recovery_offset
             self._counters["checkpoints"] += 1
+            # The journals before the one this document names (all it knew of, when it names none) are stale; not
+            # the one a later snapshot names, which may be on disk already
+            current = self._tails
+            tail_journal.remove_below(self.config.store_path_root_dir,
+                                      snap.journals_upto + 1 if snap.tails is None else snap.tails.seq,
+                                      keep=current.seq if current is not None else None)
 
     def _checkpoint_now(self, below: int | None = None) -> None:
         """A checkpoint that flushes every consume queue, on the calling (loop) thread. ``below``: its recovery

@@ -1,6 +1,7 @@
 """Recovery at open: trust the checkpoint, validate the tail, truncate what is torn, rebuild what is derived.
 
-1. The abort file says whether the last stop was clean; the checkpoint gives the recovery point R.
+1. The abort file says whether the last stop was clean; the checkpoint gives the recovery point R. The tails
+   journal it names (``tail_journal.py``) is written back into its queues' files: entries the checkpoint counted.
 2. Consume-queue entries pointing at or past R are dropped: the tail is dispatched again below. (A periodic
    checkpoint may leave consume queues unflushed: R is then at or before their oldest unflushed entry.)
 3. Derived files found missing or inconsistent (a consume queue with fewer entries than the checkpoint
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from txmq.store import tail_journal
 from txmq.store.dispatcher import (
     DispatchRequest,
     builds_consume_queue,
@@ -58,6 +60,8 @@ class RecoveryReport:
     consume_queue_entries_truncated: int = 0
     consume_queues_rebuilt: list[str] = field(default_factory=list)
     index_files_rebuilt: list[int] = field(default_factory=list)
+    tails_journal: int | None = None  # the tails journal written back into the queues' files
+    tails_restored: int = 0  # queues it held
     rebuild_records_scanned: int = 0
     events: list[str] = field(default_factory=list)
     duration_s: float = 0.0
@@ -103,6 +107,8 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
             rebuild_queues.add((cq.topic, cq.queue_id))
     for problem in store.index.load():
         report.event(f"{problem}; the file was deleted and will be rebuilt")
+    if cp is not None and cp.tails is not None:
+        _restore_tails(store, report, cp.tails)
 
     # 1. Where the scan starts.
     first, last = cl.queue.first, cl.queue.last
@@ -171,7 +177,7 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
         cl.truncate(result.end_offset)
     cl.max_offset = result.end_offset
     cl.flushed_offset = min(start, result.end_offset)
-    store.finish_recovery(cp)
+    store.finish_recovery(cp, report.tails_journal)
     report.duration_s = time.monotonic() - t0
     log.info(
         "recovered store %s: %s, scanned %d records (%d bytes) from %d, log ends at %d, in %.3fs",
@@ -180,6 +186,18 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
         report.records_scanned, report.bytes_scanned, start, report.end_offset, report.duration_s,
     )  # fmt: skip
     return report
+
+
+def _restore_tails(store: DefaultMessageStore, report: RecoveryReport, seq: int) -> None:
+    """Write the checkpoint's tails journal back into its queues' files. One that cannot be read is passed over:
+    the queues it held have fewer entries than the checkpoint counted, and step 2 rebuilds them from the log."""
+    records, problem = tail_journal.read(store.config.store_path_root_dir, seq)
+    if records is None:
+        report.event(f"{problem}: the queues it held are rebuilt from the commit log")
+        return
+    for topic, queue_id, first, entries in records:
+        store.queues.find_or_create(topic, queue_id).restore(first, entries)
+    report.tails_journal, report.tails_restored = seq, len(records)
 
 
 def _lost_index_ranges(store: DefaultMessageStore, listed: list[int], start: int, log_lo: int) -> list[tuple[int, int]]:
