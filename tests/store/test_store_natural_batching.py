@@ -285,3 +285,35 @@ def test_a_group_s_answers_are_given_inside_one_answer_batch(root, mode: str):
             assert inside == [True] * 6 and batch.opened == 2 and not batch.open
 
     run(go)
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_a_slave_s_arrival_notices_are_given_inside_one_answer_batch(tmp_path, bounded: bool):
+    """On a slave the records its master streams (``append_replicated``), and a rise of the confirm offset that
+    makes them readable (controller mode), wake the held pulls of their queues: the notices are given inside one
+    answer batch per call, so a consumer's pulls woken together are answered in one write."""
+    async def go() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
+            slave = DefaultMessageStore(make_config(tmp_path / "slave"))
+            slave.replica = True
+            await slave.start()
+            try:
+                batch = _Batch()
+                slave.answer_batch = batch
+                woken: list[tuple[str, int, bool]] = []
+                slave.add_arrival_listener(lambda topic, qid, _: woken.append((topic, qid, batch.open)))
+                if bounded:
+                    slave.set_confirm_offset(0)
+                for i in range(4):
+                    assert (await master.put_message(msg("T", b"m%d" % i, queue_id=i))).ok
+                end = master.max_phy_offset
+                slave.append_replicated(0, master.commit_log.read_raw(0, end))
+                if bounded:
+                    assert woken == []  # past the confirm offset: not readable yet
+                    slave.set_confirm_offset(end)
+                assert sorted(woken) == [("T", q, True) for q in range(4)]
+                assert batch.opened == (3 if bounded else 1) and not batch.open
+            finally:
+                await slave.shutdown()
+
+    run(go)

@@ -572,9 +572,11 @@ class DefaultMessageStore:
     # --- replication (a slave's side, replica.py; the network's is txmq.store.ha) -------------------------
 
     def append_replicated(self, offset: int, data: bytes | bytearray | memoryview) -> int:
-        """A master's records from ``offset`` appended and dispatched (``ReplicaLog.append``)."""
+        """A master's records from ``offset`` appended and dispatched (``ReplicaLog.append``), inside one answer
+        batch: the held pulls their arrival wakes (a slave serving reads) are answered one write per connection."""
         self._check_open()
-        return self.replica_log.append(offset, data)
+        with self.group_commit.answer_batch():
+            return self.replica_log.append(offset, data)
 
     def truncate_replicated(self, offset: int) -> None:
         """The log cut back to ``offset``, where its master's ends (``ReplicaLog.truncate``)."""
@@ -605,8 +607,10 @@ class DefaultMessageStore:
         return self.confirm.offset
 
     def set_confirm_offset(self, offset: int | None) -> None:
-        """Bound consumers' reads at ``offset`` (``ConfirmOffset.set``)."""
-        self.confirm.set(offset, self.commit_log.max_offset, self.queues.next_offsets)
+        """Bound consumers' reads at ``offset`` (``ConfirmOffset.set``); the held pulls a rise wakes are answered
+        inside one answer batch."""
+        with self.group_commit.answer_batch():
+            self.confirm.set(offset, self.commit_log.max_offset, self.queues.next_offsets)
 
     # --- get ---------------------------------------------------------------------------------------
 
