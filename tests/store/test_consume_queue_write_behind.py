@@ -22,7 +22,6 @@ from tests.store.store_helpers import make_config, msg, reopened_bodies, run
 from tests.store.test_consume_queue_flush import (
     QUEUES,
     _assert_queues_match_the_log,
-    _periodic_checkpoint,
     _powered,
     _spread,
 )

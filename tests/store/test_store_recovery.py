@@ -420,3 +420,37 @@ def test_random_damage_never_returns_bad_data(root, tmp_path):
             await store.shutdown()
 
         run(check)
+
+
+@pytest.mark.parametrize("crash", [True, False])
+def test_a_queue_whose_only_file_left_is_empty_opens_without_a_rebuild(tmp_path, crash: bool) -> None:
+    """A put taken back at the start of a new consume-queue file leaves that file empty as the queue's last; once
+    retention has deleted every file before it (their records left the log), the queue's newest entry is in no
+    file. Recovery took that for a lost entry and rebuilt the queue from the whole log at every open."""
+    config = make_config(tmp_path, mapped_file_size_consume_queue=20 * 16, file_reserved_time_hours=1,
+                         consume_queue_write_behind_bytes=0)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for _ in range(33):
+            assert (await store.put_message(msg("q", b"x" * 300))).ok
+        cq = store.queues.find("q", 0)
+        cq.truncate_logical(32)  # what the group commit's take-back of the put at 32 does: its file stays, empty
+        for _ in range(400):
+            assert (await store.put_message(msg("other", b"y" * 300))).ok
+        store.flush_and_checkpoint()
+        assert store.clean_expired_files(elapsed_ms=10**12) > 0
+        assert [mf.file_from_offset for mf in cq.files.files] == [32 * 20]
+        if crash:
+            store.close_without_shutdown()
+        else:
+            await store.shutdown()
+
+    run(main)
+    store = DefaultMessageStore(config)
+    try:
+        assert store.recovery_report.consume_queues_rebuilt == [], store.recovery_report.events
+        assert store.get_min_offset_in_queue("q", 0) == store.get_max_offset_in_queue("q", 0) == 32
+    finally:
+        store.close_without_shutdown()

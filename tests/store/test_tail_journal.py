@@ -146,10 +146,12 @@ def test_a_journal_that_fails_its_check_costs_a_rebuild_from_the_log_and_no_entr
     assert _journals(config) == []  # the broken one is not named again
 
 
-def test_a_journal_that_cannot_be_written_is_written_by_the_next_checkpoint(
+def test_a_journal_that_cannot_be_written_fails_its_checkpoint_and_the_next_names_the_one_before(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A full disk refuses the journal: that checkpoint is not written and its queues count as unflushed again; the
-    next one (periodic, not thorough) names the same journal, writes it, and a power loss after it loses nothing."""
+    """A full disk refuses the journal: that checkpoint is not written, none of its fsyncs is made, and its queues
+    count as unflushed again; the next one (periodic, not thorough) names the journal named before it (none here),
+    keeps its recovery point before the entries left unflushed, and a power loss after it loses nothing; the next
+    thorough one writes a new journal."""
     config = _config(root)
     disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
@@ -172,8 +174,12 @@ def test_a_journal_that_cannot_be_written_is_written_by_the_next_checkpoint(
         await _spread(store, QUEUES, expected)
         store._thorough_at += 3600
         store._write_checkpoint(store._snapshot(thorough=False))
-        assert store.checkpoint.load()[0].tails == snap.tails.seq == _journals(config)[0]  # type: ignore[union-attr]
+        assert store.checkpoint.load()[0].tails is None and _journals(config) == []  # type: ignore[union-attr]
+        assert store.checkpoint_offset == store.queues.oldest_unflushed() < store.max_phy_offset  # type: ignore
         _a_power_loss_now_loses_nothing(store, disk)
+        store._thorough_at -= 7200
+        _periodic_checkpoint(store)
+        assert store.checkpoint.load()[0].tails == _journals(config)[0] > snap.tails.seq  # type: ignore
         disk.off = True
         store.close_without_shutdown()
 
@@ -202,11 +208,12 @@ def test_older_journals_are_deleted_and_a_stop_leaves_none(root: Path) -> None:
         _assert_queues_match_the_log(store, expected)
 
 
-def test_a_checkpoint_that_cannot_write_a_journaled_tail_names_the_journal_still(
+def test_a_checkpoint_that_cannot_write_some_tails_names_a_new_journal_of_them(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkpoint that writes every tail (``flush_and_checkpoint``) on a disk too full for some: those queues'
-    entries are only in the last journal, so its document names that journal; a power loss after it loses
-    nothing and rebuilds nothing."""
+    entries were only in the last journal, so its document names a new journal holding the tails as they are now
+    (not the old one: a truncation or a deletion since may have changed the queues it holds); a power loss after it
+    loses nothing and rebuilds nothing."""
     config = _config(root)
     disk = _powered(config, monkeypatch)
     expected: dict[tuple[str, int], list[int]] = {}
@@ -228,8 +235,11 @@ def test_a_checkpoint_that_cannot_write_a_journaled_tail_names_the_journal_still
         with monkeypatch.context() as m:
             m.setattr(ConsumeQueue, "write_tail", refusing)
             store.flush_and_checkpoint()
-        assert store.checkpoint.load()[0].tails == journal and _journals(config) == [journal]  # type: ignore
-        assert all(cq.tail is not None for cq in full)
+        named = store.checkpoint.load()[0].tails  # type: ignore[union-attr]
+        assert named is not None and named > journal and _journals(config) == [named]  # type: ignore[operator]
+        records, _ = tail_journal.read(config.store_path_root_dir, named)
+        assert {(t, q): e for t, q, _, e in records} == {  # type: ignore[union-attr]
+            (cq.topic, cq.queue_id): bytes(cq.tail) for cq in full}  # type: ignore[arg-type]
         _a_power_loss_now_loses_nothing(store, disk)
         disk.off = True
         store.close_without_shutdown()

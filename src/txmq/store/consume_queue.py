@@ -209,8 +209,14 @@ class ConsumeQueue:
         self.min_offset = min(self.min_offset, offset)
 
     def last_entry_problem(self, log_end: int, max_size: int) -> str | None:
-        """Check the newest entry against the log (cheap sanity check run at every open)."""
+        """Check the newest entry against the log (cheap sanity check run at every open). None for one below the
+        queue's first file: retention deleted its file (its record left the log), and the file after it, left
+        empty (a put taken back had made it), is the queue's last."""
         if self.max_offset == 0 or self.max_offset <= self.min_offset:
+            return None
+        files = self._files
+        first = files.files[0] if files is not None and files.files else None
+        if first is not None and (self.max_offset - 1) * CQ_ENTRY_SIZE < first.file_from_offset:
             return None
         e = self.entry(self.max_offset - 1)
         if e is None:
@@ -265,7 +271,17 @@ class ConsumeQueue:
     def restore(self, first: int, entries: bytes) -> None:
         """Write packed entries from a tails journal back at logical ``first`` (recovery). They are in no fsynced
         file, and the next thorough checkpoint's journal will not hold them: the queue is due, so the next
-        checkpoint fsyncs them."""
+        checkpoint fsyncs them. Not those below the queue's first file: retention deleted their file since (their
+        records left the log), and a file made again below the first would not be found in its place. Nor a run
+        that would leave a gap after what the files hold: the entries in between were not durable, so the
+        checkpoint's recovery point is before them (or its count above them: the queue is rebuilt), and the scan
+        from there puts them, and these, back in order."""
+        files = self.files.files
+        low = files[0].file_from_offset // CQ_ENTRY_SIZE if files else first
+        if first < low:
+            entries, first = entries[(low - first) * CQ_ENTRY_SIZE :], low
+        if not entries or first > self.max_offset:
+            return
         self._write(first, entries)
         self.max_offset = max(self.max_offset, first + len(entries) // CQ_ENTRY_SIZE)
         self.mark_unflushed(None, 0, True)

@@ -34,6 +34,7 @@ import cython
 from txmq.cancel import cancel_and_wait, run_to_end
 from txmq.errors import CorruptRecordError, StoreError
 from txmq.message import MessageConst, MessageExt, decode_message
+from txmq.store import tail_journal
 from txmq.store.checkpoint import Checkpoint, StoreCheckpoint
 from txmq.store.clock import StoreClock
 from txmq.store.commit_log import CommitLog
@@ -57,8 +58,6 @@ from txmq.store.record import TRAILER_SIZE, to_wire
 from txmq.store.recovery import RecoveryReport, recover
 from txmq.store.replica import ConfirmOffset, ReplicaLog
 from txmq.store.results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
-from txmq.store import tail_journal
-from txmq.store.tail_journal import TailJournal
 from txmq.topic import is_system_topic
 
 log = logging.getLogger("txmq.store")
@@ -82,8 +81,10 @@ class _Snapshot:
     index_files: list[IndexFile] = field(default_factory=list)
     cq_flushed: list[tuple[ConsumeQueue, tuple[int | None, int, bool]]] = field(default_factory=list)
     document: bytes = b""  # the checkpoint encoded (its counts are the store's, which the loop thread changes)
-    tails: TailJournal | None = None  # the tails journal the document names (whoever writes the document writes it)
+    # The tails journal the document names (whoever writes the document writes the journal first)
+    tails: tail_journal.TailJournal | None = None
     journals_upto: int = 0  # the highest tails journal number used when it was taken
+    tails_before: tail_journal.TailJournal | None = None  # the journal named before it: named again if it fails
     # Snapshots taken before this one whose queues' unflushed state was not put back yet (still running, or failed
     # and waiting for the loop's ``_unflushed_again``): if one failed, this one's checkpoint would claim its files.
     earlier: list[_Snapshot] = field(default_factory=list)
@@ -130,7 +131,7 @@ class DefaultMessageStore:
         self._written_seq = 0  # the ``seq`` of the snapshot whose document is on disk
         # The tails journal the latest snapshot's document names (periodic ones name the last thorough one's), and
         # the highest journal number used (set by recovery: a new journal never takes a number found on disk)
-        self._tails: TailJournal | None = None
+        self._tails: tail_journal.TailJournal | None = None
         self._tails_seq = 0
         self._flush_service: FlushCommitLogService | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -169,10 +170,13 @@ class DefaultMessageStore:
 
     def finish_recovery(self, cp: Checkpoint | None, tails: int | None) -> None:
         """Rebuild the in-memory tables from the recovered files. ``tails``: the tails journal recovery wrote back
-        (the checkpoint on disk names it, until the next one); the others on disk are stale."""
+        (the checkpoint on disk names it, until the next one); the others on disk are stale. A new journal never
+        takes a number the checkpoint on disk or a file names."""
         root = self.config.store_path_root_dir
         self._tails_seq = max(tail_journal.numbers(root), default=0)
-        self._tails = TailJournal(tails, written=True) if tails is not None else None
+        if cp is not None and cp.tails is not None:
+            self._tails_seq = max(self._tails_seq, cp.tails)
+        self._tails = tail_journal.TailJournal(tails, written=True) if tails is not None else None
         tail_journal.remove_below(root, self._tails_seq + 1, keep=tails)
         min_phy = self.commit_log.min_offset
         for cq in self.queues.all():
@@ -409,11 +413,14 @@ class DefaultMessageStore:
                 snap.cq_dirs.append(segments)
         if journaled:
             queues.forget_all()
-        if journaled:
+        snap.tails_before = self._tails
+        if journaled or (least == 0 and unwritten is not None):
+            # A new journal: every tail, or, when a checkpoint that writes them all could not write some, those as
+            # they are now (an older journal may hold entries cut or dropped since: a truncation, a deleted topic)
             self._tails_seq += 1
-            self._tails = TailJournal(self._tails_seq, tail_journal.encode(self.queues.tails))
-        elif least == 0 and unwritten is None:  # every tail written and flushed: no journal needed (one that could
-            self._tails = None  # not be written may be only in the journal: the document names it still)
+            self._tails = tail_journal.TailJournal(self._tails_seq, tail_journal.encode(self.queues.tails, below))
+        elif least == 0:  # every tail written and flushed: no journal needed
+            self._tails = None
         snap.tails, snap.journals_upto = self._tails, self._tails_seq
         oldest = self.queues.oldest_unflushed()
         recovery = self.commit_log.max_offset if oldest is None else min(oldest, self.commit_log.max_offset)
@@ -444,6 +451,10 @@ class DefaultMessageStore:
             claimed = [snap, *(s for s in snap.earlier if not s.done and not s.failed)]
             try:
                 self.commit_log.flush()  # raises once durability is lost
+                # The journal before the queues' fsyncs: one that cannot be written (a full disk) leaves their files
+                # as the document on disk counts them, not fsynced cut back (a truncation recovery made) below it
+                if snap.tails is not None:
+                    snap.tails.write(self.config.store_path_root_dir)
                 with self._files_lock:
                     cq_files = [mf for s in claimed for mf in s.cq_files]
                     cq_dirs = [files for s in claimed for files in s.cq_dirs]
@@ -469,8 +480,6 @@ class DefaultMessageStore:
                                 "counted here as unflushed; the one on disk stays")
                     self._in_flight.remove(snap)
                     return
-                if snap.tails is not None:
-                    snap.tails.write(self.config.store_path_root_dir)
                 self.checkpoint.write_document(snap.document)
                 self.clock.save()
             except BaseException:
@@ -517,6 +526,10 @@ class DefaultMessageStore:
         for cq, (first, phy, due) in snap.cq_flushed:
             if self.queues.find(cq.topic, cq.queue_id) is cq:
                 cq.mark_unflushed(first, phy, due)
+        # Its new journal replaced the one before on the promise of its fsyncs (the journaled entries written to
+        # their files since): the journal before is named again, as it still holds them
+        if self._tails is snap.tails and snap.tails is not snap.tails_before:
+            self._tails = snap.tails_before
         if snap.failed and snap in self._in_flight:  # not a checkpoint cancelled while its worker still runs
             self._in_flight.remove(snap)
 
