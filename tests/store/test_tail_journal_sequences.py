@@ -117,11 +117,11 @@ def test_a_deleted_topic_stays_deleted_when_its_checkpoint_could_not_write_anoth
 
 def test_a_slave_s_truncation_with_a_tail_it_cannot_write_leaves_no_stale_journal_named(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A queue's tail (entries 0..2) is journaled. A slave's truncation cuts the log at its entry 1 while another
-    queue's tail cannot be written; new records follow the cut (larger ones: their offsets differ from the old
-    ones'); a checkpoint that writes every tail, the other one still refused, flushes and counts them. Each of
-    these checkpoints names a new journal of the tails as they are, the truncation's only with entries below the
-    cut: after a crash no old entry is written over a new one."""
+    """A queue's tail (entries 0..2) is journaled. A slave's truncation at its entry 1 while another queue's tail
+    cannot be written is refused, nothing cut (its checkpoint would have to name a journal holding entries past
+    the cut); with room again it cuts. New records follow the cut (larger ones: their offsets differ from the old
+    ones'); a checkpoint that writes every tail, the other one refused again, flushes and counts them and names a
+    new journal of the tails as they are: after a crash no old entry is written over a new one."""
     config = make_config(root, flush_interval_commit_log_ms=60_000)
     expected: list[int] = []
 
@@ -135,7 +135,13 @@ def test_a_slave_s_truncation_with_a_tail_it_cannot_write_leaves_no_stale_journa
         cut = expected[1]
         with monkeypatch.context() as m:
             m.setattr(ConsumeQueue, "write_tail", _refusing({"x"}))
-            store.replica_log.truncate(cut)
+            end = store.max_phy_offset
+            with pytest.raises(OSError):
+                store.replica_log.truncate(cut)
+            assert store.max_phy_offset == end and _kept(store, "q", 0) == expected
+        store.replica_log.truncate(cut)
+        with monkeypatch.context() as m:
+            m.setattr(ConsumeQueue, "write_tail", _refusing({"x"}))
             del expected[1:]
             for i in range(3):  # what the master has after the cut
                 result = await store.put_message(msg("q", b"new%d" % i + b"." * 300))
@@ -152,13 +158,13 @@ def test_a_slave_s_truncation_with_a_tail_it_cannot_write_leaves_no_stale_journa
 
 def test_a_journaled_checkpoint_failing_after_a_reopen_fsyncs_a_queue_shorter_than_the_document_counts(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A queue flushed and counted (5) while another queue holds the recovery point before its entries; a power
+    """A queue flushed and counted while another queue holds the recovery point before its entries; a power
     loss: recovery cuts the queue's entries at the recovery point from its file and puts them back in its tail. The
     first thorough periodic checkpoint after the reopen would fsync that file (cut, its tail not written: it goes to the
     journal) and then cannot write its journal (a full disk). The journal is written before the queues' fsyncs,
-    so none of them is made: the file on disk is not cut below the document's count of 5, and a power loss now
+    so none of them is made: the file on disk is not cut below the document's count, and a power loss now
     rebuilds nothing."""
-    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1)
     disk = _powered(config, monkeypatch)
     expected: list[int] = []
 
@@ -169,13 +175,11 @@ def test_a_journaled_checkpoint_failing_after_a_reopen_fsyncs_a_queue_shorter_th
         store = DefaultMessageStore(config)
         await store.start()
         assert (await store.put_message(msg("x", b"x"))).ok  # unflushed below: the recovery point stays here
-        for i in range(5):
+        for i in range(4096 // 20 + 1):  # a page: the periodic checkpoint flushes this queue, not x
             expected.append((await store.put_message(msg("q", b"q%d" % i))).append_result.wrote_offset)
-        with monkeypatch.context() as m:
-            m.setattr(ConsumeQueue, "write_tail", _refusing({"x"}))
-            store.flush_and_checkpoint()
+        _periodic_checkpoint(store)
         cp = store.checkpoint.load()[0]
-        assert cp.queues["q"][0] == 5 and cp.recovery_offset == 0  # type: ignore[union-attr]
+        assert cp.queues["q"][0] == len(expected) and cp.recovery_offset == 0  # type: ignore[union-attr]
         disk.off = True
         store.close_without_shutdown()
 
@@ -197,6 +201,159 @@ def test_a_journaled_checkpoint_failing_after_a_reopen_fsyncs_a_queue_shorter_th
     run(main)
     disk.power_loss()
     run(after_reopen)
+    disk.power_loss()
+    with reopened_store(config) as store:
+        assert store.recovery_report.consume_queues_rebuilt == [], store.recovery_report.events
+        assert _kept(store, "q", 0) == expected
+
+
+def _refused(*_: object) -> None:
+    raise OSError(28, "No space left on device")
+
+
+def test_a_deleted_topic_stays_deleted_when_its_checkpoint_failed_and_a_later_one_is_written(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A topic's tail is journaled (J); the topic is deleted and the deletion's checkpoint cannot write its document
+    (a full disk: no fsync failed, durability is not lost). The next periodic checkpoint, written normally, never
+    names J again (its counts no longer list the topic): after a crash the deleted topic is not there again."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        assert (await store.put_message(msg("x", b"x"))).ok
+        for i in range(3):
+            assert (await store.put_message(msg("doomed", b"d%d" % i))).ok
+        _thorough(store)  # journal J: x's and doomed's tails
+        with monkeypatch.context() as m:
+            m.setattr(store.checkpoint, "write_document", _refused)
+            with pytest.raises(OSError):
+                store.delete_topic("doomed")
+        assert "doomed" not in store.topics()
+        assert not store.durability.lost
+        _periodic_checkpoint(store)  # written normally
+        cp = store.checkpoint.load()[0]
+        assert "doomed" not in cp.queues  # type: ignore[union-attr]
+        store.close_without_shutdown()  # a crash (SIGKILL)
+
+    run(main)
+    with reopened_store(config) as store:
+        assert "doomed" not in store.topics(), store.recovery_report
+        assert store.get_max_offset_in_queue("doomed", 0) == 0
+
+
+def test_a_topic_made_again_after_a_failed_deletion_keeps_its_own_entries(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As above, and the topic is made again: its new entries 0..249 are flushed by a periodic checkpoint (due: a
+    page written) past the recovery point. Had that document named the old J, whose entries 0..2 point at the
+    deleted topic's old records, recovery would write those over the new queue's first entries: after a crash the
+    new topic reads its own messages."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1)
+    expected: list[int] = []
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for i in range(3):
+            assert (await store.put_message(msg("t", b"old%d" % i))).ok
+        _thorough(store)  # journal J: t's tail 0..2
+        with monkeypatch.context() as m:
+            m.setattr(store.checkpoint, "write_document", _refused)
+            with pytest.raises(OSError):
+                store.delete_topic("t")
+        for i in range(250):  # the topic made again: more than a page, so the periodic checkpoint flushes it
+            expected.append((await store.put_message(msg("t", b"new%d" % i))).append_result.wrote_offset)
+        _periodic_checkpoint(store)
+        cp = store.checkpoint.load()[0]
+        assert cp.queues["t"][0] == 250 and cp.recovery_offset > expected[-1]  # type: ignore[union-attr]
+        store.close_without_shutdown()  # a crash (SIGKILL)
+
+    run(main)
+    with reopened_store(config) as store:
+        assert _kept(store, "t", 0) == expected, store.recovery_report.events
+
+
+class _PowerCut(Exception):
+    pass
+
+
+def test_power_loss_between_a_journaled_checkpoint_s_fsyncs_and_its_document_after_a_reopen(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue flushed and counted while another queue holds the recovery point before its entries; a power loss:
+    recovery cuts the queue's entries at the recovery point from its file (in memory, not fsynced) and puts them
+    back in its tail. The first periodic thorough checkpoint after the reopen writes that tail (the queue was cut)
+    before it fsyncs the file; the power goes out before its document: the document on disk counts what the file
+    holds, and no queue is rebuilt."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1)
+    disk = _powered(config, monkeypatch)
+    expected: list[int] = []
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        assert (await store.put_message(msg("x", b"x"))).ok  # unflushed below: the recovery point stays here
+        for i in range(4096 // 20 + 1):  # a page: the periodic checkpoint flushes this queue, not x
+            expected.append((await store.put_message(msg("q", b"q%d" % i))).append_result.wrote_offset)
+        _periodic_checkpoint(store)
+        cp = store.checkpoint.load()[0]
+        assert cp.queues["q"][0] == len(expected) and cp.recovery_offset == 0  # type: ignore[union-attr]
+        disk.off = True
+        store.close_without_shutdown()
+
+    def cut(*_: object) -> None:
+        disk.off = True  # the power goes out here
+        raise _PowerCut
+
+    async def after_reopen() -> None:
+        store = DefaultMessageStore(config)
+        assert store.recovery_report.consume_queues_rebuilt == []
+        await store.start()
+        store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000 + 1
+        snap = store._snapshot(thorough=False)
+        assert snap.tails is not None
+        with monkeypatch.context() as m:
+            m.setattr(store.checkpoint, "write_document", cut)
+            with pytest.raises(_PowerCut):
+                store._write_checkpoint(snap)
+        store.close_without_shutdown()
+
+    run(main)
+    disk.power_loss()
+    run(after_reopen)
+    disk.power_loss()
+    with reopened_store(config) as store:
+        assert store.recovery_report.consume_queues_rebuilt == [], store.recovery_report.events
+        assert _kept(store, "q", 0) == expected
+
+
+def test_a_checkpoint_that_cannot_write_a_tail_keeps_the_journaled_entries_written_since_covered(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue's tail (entries 0..2) is journaled (J1, counted 3); the write-behind bound writes it to its file (not
+    fsynced: the queue is due); one more put (entry 3, in a new tail). A checkpoint that writes every tail cannot
+    write this queue's (a full disk): it takes the queue as a journal takes it, fsyncs its file (entries 0..2) and
+    names a new journal holding its tail (entry 3), counted 4: after a power loss nothing is rebuilt."""
+
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _powered(config, monkeypatch)
+    expected: list[int] = []
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for i in range(3):
+            expected.append((await store.put_message(msg("q", b"q%d" % i))).append_result.wrote_offset)
+        _thorough(store)  # J1: entries 0..2
+        store.queues.find("q", 0).write_tail()  # the bound (or a page) writes them: due, not fsynced
+        expected.append((await store.put_message(msg("q", b"q3"))).append_result.wrote_offset)
+        with monkeypatch.context() as m:
+            m.setattr(ConsumeQueue, "write_tail", _refusing({"q"}))
+            store.flush_and_checkpoint()
+        cp = store.checkpoint.load()[0]
+        assert cp.queues["q"][0] == 4 and cp.tails is not None  # type: ignore[union-attr]
+        disk.off = True
+        store.close_without_shutdown()
+
+    run(main)
     disk.power_loss()
     with reopened_store(config) as store:
         assert store.recovery_report.consume_queues_rebuilt == [], store.recovery_report.events

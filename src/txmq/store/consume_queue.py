@@ -301,14 +301,16 @@ class ConsumeQueue:
 
     def write_tail(self) -> None:
         """Write the buffered entries to the file (one system call per file they fall in). A failed write (a full
-        disk) keeps them buffered and raises. A queue counted flushed with a tail has its tail in the tails journal
-        (``tail_journal``), which the next thorough checkpoint replaces by one without these entries: it is due,
-        so that the next checkpoint fsyncs them in its file."""
+        disk) keeps them buffered and raises. Entries of the tail counted flushed (before its unflushed ones, or
+        all of them) are in the tails journal (``tail_journal``), which a later checkpoint replaces by one without
+        them: the queue is due, so that the next checkpoint fsyncs them in its file (the one that first names a
+        newer journal, or an earlier one)."""
         tail = self.tail
         if tail is not None:
+            journaled = self.unflushed_from is None or self.tail_from < self.unflushed_from
             self._write(self.tail_from, tail)
             self._drop_tail()
-            if self not in self.store.pending:
+            if journaled:
                 self.mark_unflushed(None, 0, True)
 
     def _drop_tail(self) -> None:

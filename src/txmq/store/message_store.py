@@ -84,7 +84,6 @@ class _Snapshot:
     # The tails journal the document names (whoever writes the document writes the journal first)
     tails: tail_journal.TailJournal | None = None
     journals_upto: int = 0  # the highest tails journal number used when it was taken
-    tails_before: tail_journal.TailJournal | None = None  # the journal named before it: named again if it fails
     # Snapshots taken before this one whose queues' unflushed state was not put back yet (still running, or failed
     # and waiting for the loop's ``_unflushed_again``): if one failed, this one's checkpoint would claim its files.
     earlier: list[_Snapshot] = field(default_factory=list)
@@ -397,14 +396,20 @@ class DefaultMessageStore:
         # One pass over the queues taken (at 80,000 queues each visit of a queue costs a µs or two in memory reads)
         for cq in queues.pending if journaled else self._to_flush(least):
             if journaled:
+                if cq.flush_due and cq.tail is not None:  # cut back since its last fsync (a truncation, recovery's):
+                    with contextlib.suppress(OSError):  # its file is fsynced holding the tail, never below a count
+                        cq.write_tail()  # the document on disk has while this one is not written yet
                 files, state = cq.take_unflushed()
                 queues.flushed(cq, forget=False)
             else:
                 try:
                     files, state = cq.take_flush()
-                except OSError as exc:  # its tail could not be written (a full disk): left unflushed, below
+                except OSError as exc:  # its tail could not be written (a full disk)
                     unwritten = exc
-                    continue
+                    if least or below is not None:  # left unflushed, the recovery point before it (a truncation's
+                        continue  # checkpoint is refused below)
+                    files, state = cq.take_unflushed()  # taken as a journal takes it: its tail goes in one (below)
+                    queues.flushed(cq)
             if files:
                 snap.cq_files += files
             snap.cq_flushed.append((cq, state))
@@ -413,12 +418,16 @@ class DefaultMessageStore:
                 snap.cq_dirs.append(segments)
         if journaled:
             queues.forget_all()
-        snap.tails_before = self._tails
+        if below is not None and unwritten is not None:  # a truncation writes every tail, or cuts nothing
+            snap.failed = True
+            self._dirty_again(snap)
+            self._unflushed_again(snap)
+            raise unwritten
         if journaled or (least == 0 and unwritten is not None):
-            # A new journal: every tail, or, when a checkpoint that writes them all could not write some, those as
-            # they are now (an older journal may hold entries cut or dropped since: a truncation, a deleted topic)
+            # A new journal: every tail (a checkpoint that writes them all but could not write some: those then, as
+            # they are now; never an older journal, which may hold entries cut or dropped since)
             self._tails_seq += 1
-            self._tails = tail_journal.TailJournal(self._tails_seq, tail_journal.encode(self.queues.tails, below))
+            self._tails = tail_journal.TailJournal(self._tails_seq, tail_journal.encode(self.queues.tails))
         elif least == 0:  # every tail written and flushed: no journal needed
             self._tails = None
         snap.tails, snap.journals_upto = self._tails, self._tails_seq
@@ -456,25 +465,12 @@ class DefaultMessageStore:
                 if snap.tails is not None:
                     snap.tails.write(self.config.store_path_root_dir)
                 with self._files_lock:
-                    cq_files = [mf for s in claimed for mf in s.cq_files]
-                    cq_dirs = [files for s in claimed for files in s.cq_dirs]
-                    synced = len(cq_files) + len(cq_dirs) > SYNCFS_ABOVE
-                    durability = self.durability
-                    if synced:
-                        with durability.fsyncing(f"the file system of {self.config.store_path_root_dir}"):
-                            syncfs(self.config.store_path_root_dir)
-                    else:
-                        for mf in cq_files:
-                            with durability.fsyncing(mf.path):
-                                mf.flush()
+                    self._fsync_queues([mf for s in claimed for mf in s.cq_files],
+                                       [files for s in claimed for files in s.cq_dirs])
                     for s in claimed:
                         for f in s.index_files:
-                            with durability.fsyncing(f.path):
+                            with self.durability.fsyncing(f.path):
                                 f.flush()
-                    for files in cq_dirs:
-                        if os.path.isdir(files.directory):  # not a queue deleted since the snapshot
-                            with durability.fsyncing(files.directory):
-                                files.sync_directory(synced=synced)
                 if any(s.failed for s in snap.earlier):
                     log.warning("checkpoint not written: an earlier one failed, and the queues it took are not "
                                 "counted here as unflushed; the one on disk stays")
@@ -484,12 +480,7 @@ class DefaultMessageStore:
                 self.clock.save()
             except BaseException:
                 snap.failed = True
-                for mf in snap.cq_files:
-                    mf.dirty = True  # the next checkpoint must fsync them again
-                for files in snap.cq_dirs:
-                    files.directory_dirty = True
-                for f in snap.index_files:
-                    f.dirty = True
+                self._dirty_again(snap)
                 raise
             for s in claimed:
                 s.done = True
@@ -503,6 +494,33 @@ class DefaultMessageStore:
             tail_journal.remove_below(self.config.store_path_root_dir,
                                       snap.journals_upto + 1 if snap.tails is None else snap.tails.seq,
                                       keep=current.seq if current is not None else None)
+
+    def _fsync_queues(self, cq_files: list[MappedFile], cq_dirs: list[MappedFileQueue]) -> None:
+        """Make consume-queue files and directories durable: one ``syncfs`` past ``SYNCFS_ABOVE`` of them, else an
+        fsync each (the caller holds ``_files_lock``)."""
+        synced = len(cq_files) + len(cq_dirs) > SYNCFS_ABOVE
+        durability = self.durability
+        if synced:
+            with durability.fsyncing(f"the file system of {self.config.store_path_root_dir}"):
+                syncfs(self.config.store_path_root_dir)
+        else:
+            for mf in cq_files:
+                with durability.fsyncing(mf.path):
+                    mf.flush()
+        for files in cq_dirs:
+            if os.path.isdir(files.directory):  # not a queue deleted since the snapshot
+                with durability.fsyncing(files.directory):
+                    files.sync_directory(synced=synced)
+
+    @staticmethod
+    def _dirty_again(snap: _Snapshot) -> None:
+        """A snapshot not made durable: the files it took are fsynced by the next checkpoint."""
+        for mf in snap.cq_files:
+            mf.dirty = True
+        for files in snap.cq_dirs:
+            files.directory_dirty = True
+        for f in snap.index_files:
+            f.dirty = True
 
     def _checkpoint_now(self, below: int | None = None) -> None:
         """A checkpoint that flushes every consume queue, on the calling (loop) thread. ``below``: its recovery
@@ -526,10 +544,7 @@ class DefaultMessageStore:
         for cq, (first, phy, due) in snap.cq_flushed:
             if self.queues.find(cq.topic, cq.queue_id) is cq:
                 cq.mark_unflushed(first, phy, due)
-        # Its new journal replaced the one before on the promise of its fsyncs (the journaled entries written to
-        # their files since): the journal before is named again, as it still holds them
-        if self._tails is snap.tails and snap.tails is not snap.tails_before:
-            self._tails = snap.tails_before
+
         if snap.failed and snap in self._in_flight:  # not a checkpoint cancelled while its worker still runs
             self._in_flight.remove(snap)
 
@@ -930,9 +945,12 @@ class DefaultMessageStore:
         self.clock.trim(min_phy)
         log.info("retention deleted %d commit-log segments; the log now starts at %d", len(doomed), min_phy)
         with self._files_lock:
-            for cq in self.queues.all():
-                cq.delete_expired_files(min_phy)
+            trimmed = [cq for cq in self.queues.all() if cq.delete_expired_files(min_phy)]
             self.index.delete_expired_files(min_phy)
+            # A trimmed queue's files left made durable now: were its newest one (made since the last checkpoint)
+            # lost with the power, the queue would hold fewer entries than the checkpoint counts and be rebuilt
+            segments = [cq.opened_files for cq in trimmed if cq.opened_files is not None]
+            self._fsync_queues([mf for files in segments for mf in files.files], segments)
         return len(doomed)
 
     # --- metrics -----------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from txmq.fileio import write_atomic
-from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE
 
 if TYPE_CHECKING:
     from txmq.store.consume_queue import ConsumeQueue
@@ -65,33 +64,17 @@ def path_of(root: str, seq: int) -> str:
     return os.path.join(root, DIRECTORY, f"{seq:020d}")
 
 
-def encode(queues: Iterable[ConsumeQueue], below: int | None = None) -> bytes:
-    """The journal's bytes for the tails of ``queues`` (loop thread: the tails are copied as they are now).
-    ``below``: only the entries pointing below that commit-log offset (a truncation's checkpoint, written before
-    the log is cut back there: the entries past the cut are about to go, and others will take their places)."""
+def encode(queues: Iterable[ConsumeQueue]) -> bytes:
+    """The journal's bytes for the tails of ``queues`` (loop thread: the tails are copied as they are now)."""
     parts: list[bytes | bytearray] = [b""]
     pack = _RECORD.pack
     for cq in queues:
         tail = cq.tail
-        if tail and below is not None:
-            tail = tail[: _entries_below(tail, below) * CQ_ENTRY_SIZE]
         if tail:
             topic = cq.topic.encode()
             parts += (pack(len(topic), cq.queue_id, cq.tail_from, len(tail)), topic, tail)
     body = b"".join(parts)
     return _HEADER.pack(MAGIC, VERSION, len(body), zlib.crc32(body)) + body
-
-
-def _entries_below(tail: bytearray, phy: int) -> int:
-    """How many of a tail's entries point below commit-log ``phy`` (they point forward as they go)."""
-    lo, hi = 0, len(tail) // CQ_ENTRY_SIZE
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if CQ_ENTRY.unpack_from(tail, mid * CQ_ENTRY_SIZE)[0] < phy:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 def read(root: str, seq: int) -> tuple[list[tuple[str, int, int, bytes]] | None, str | None]:
