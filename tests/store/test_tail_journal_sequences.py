@@ -156,57 +156,6 @@ def test_a_slave_s_truncation_with_a_tail_it_cannot_write_leaves_no_stale_journa
 
 
 
-def test_a_journaled_checkpoint_failing_after_a_reopen_fsyncs_a_queue_shorter_than_the_document_counts(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A queue flushed and counted while another queue holds the recovery point before its entries; a power
-    loss: recovery cuts the queue's entries at the recovery point from its file and puts them back in its tail. The
-    first thorough periodic checkpoint after the reopen would fsync that file (cut, its tail not written: it goes to the
-    journal) and then cannot write its journal (a full disk). The journal is written before the queues' fsyncs,
-    so none of them is made: the file on disk is not cut below the document's count, and a power loss now
-    rebuilds nothing."""
-    config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1)
-    disk = _powered(config, monkeypatch)
-    expected: list[int] = []
-
-    def full(*_: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    async def main() -> None:
-        store = DefaultMessageStore(config)
-        await store.start()
-        assert (await store.put_message(msg("x", b"x"))).ok  # unflushed below: the recovery point stays here
-        for i in range(4096 // 20 + 1):  # a page: the periodic checkpoint flushes this queue, not x
-            expected.append((await store.put_message(msg("q", b"q%d" % i))).append_result.wrote_offset)
-        _periodic_checkpoint(store)
-        cp = store.checkpoint.load()[0]
-        assert cp.queues["q"][0] == len(expected) and cp.recovery_offset == 0  # type: ignore[union-attr]
-        disk.off = True
-        store.close_without_shutdown()
-
-    async def after_reopen() -> None:
-        store = DefaultMessageStore(config)
-        assert store.recovery_report.consume_queues_rebuilt == []
-        await store.start()
-        store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000 + 1
-        snap = store._snapshot(thorough=False)
-        assert snap.tails is not None
-        with monkeypatch.context() as m:
-            m.setattr(tail_journal, "write_atomic", full)
-            with pytest.raises(OSError):
-                store._write_checkpoint(snap)
-        store._unflushed_again(snap)
-        disk.off = True
-        store.close_without_shutdown()
-
-    run(main)
-    disk.power_loss()
-    run(after_reopen)
-    disk.power_loss()
-    with reopened_store(config) as store:
-        assert store.recovery_report.consume_queues_rebuilt == [], store.recovery_report.events
-        assert _kept(store, "q", 0) == expected
-
-
 def _refused(*_: object) -> None:
     raise OSError(28, "No space left on device")
 
@@ -277,13 +226,15 @@ class _PowerCut(Exception):
     pass
 
 
-def test_power_loss_between_a_journaled_checkpoint_s_fsyncs_and_its_document_after_a_reopen(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("failure", ["journal refused", "power cut before the document"])
+def test_a_journaled_checkpoint_after_a_reopen_that_fails_leaves_no_queue_shorter_than_counted(
+        root: Path, monkeypatch: pytest.MonkeyPatch, failure: str) -> None:
     """A queue flushed and counted while another queue holds the recovery point before its entries; a power loss:
     recovery cuts the queue's entries at the recovery point from its file (in memory, not fsynced) and puts them
     back in its tail. The first periodic thorough checkpoint after the reopen writes that tail (the queue was cut)
-    before it fsyncs the file; the power goes out before its document: the document on disk counts what the file
-    holds, and no queue is rebuilt."""
+    before it fsyncs the file, and writes its journal before any fsync; it then fails: its journal refused (a full
+    disk), or the power goes out before its document. The document on disk counts what the file holds, and a
+    power loss now rebuilds no queue."""
     config = make_config(root, flush_interval_commit_log_ms=60_000, flush_consume_queue_least_pages=1)
     disk = _powered(config, monkeypatch)
     expected: list[int] = []
@@ -312,9 +263,14 @@ def test_power_loss_between_a_journaled_checkpoint_s_fsyncs_and_its_document_aft
         snap = store._snapshot(thorough=False)
         assert snap.tails is not None
         with monkeypatch.context() as m:
-            m.setattr(store.checkpoint, "write_document", cut)
-            with pytest.raises(_PowerCut):
+            if failure == "journal refused":
+                m.setattr(tail_journal, "write_atomic", _refused)
+            else:
+                m.setattr(store.checkpoint, "write_document", cut)
+            with pytest.raises((OSError, _PowerCut)):
                 store._write_checkpoint(snap)
+        store._unflushed_again(snap)
+        disk.off = True
         store.close_without_shutdown()
 
     run(main)
