@@ -114,21 +114,24 @@ class StoreConfig:
                                                       "is sent to a slave (with `slaveReadEnable`)")
     flush_consume_queue_least_pages: int = key(2, unit="pages of 4 KiB", range=(0, None),
                                                doc="a checkpoint fsyncs a consume queue only once this much of it "
-                                                   "was written since its last fsync (0: every written queue); the "
+                                                   "was written since its last fsync (0: every written queue, each "
+                                                   "checkpoint then a thorough one); the "
                                                    "recovery point stays at the oldest entry left unflushed, and "
                                                    "recovery rebuilds what follows it from the commit log")
     flush_consume_queue_thorough_interval_ms: int = key(60_000, name="flushConsumeQueueThoroughInterval",
                                                         unit="ms", range=(0, None),
-                                                        doc="at least this often a checkpoint fsyncs every written "
-                                                            "consume queue, however little was written, so the "
-                                                            "tail recovery rebuilds after a crash covers at most "
-                                                            "about this much time")
+                                                        doc="at least this often a checkpoint makes every written "
+                                                            "consume queue durable, however little was written (the "
+                                                            "entries still in memory go to one tails journal, "
+                                                            "`cqtails/`), so the tail recovery rebuilds after a crash "
+                                                            "covers at most about this much time")
     consume_queue_write_behind_bytes: int = key(16 << 20, unit="bytes", range=(0, None),
                                                 doc="consume-queue entries kept in memory at most, over all queues, "
                                                     "before they are written to their files (each queue writes its "
-                                                    "own once they fill a page, and at every checkpoint that "
-                                                    "flushes it); past it the oldest are written until half is "
-                                                    "left (0: every entry written at once)")
+                                                    "own once they fill a page, and at a checkpoint that flushes "
+                                                    "it, but the periodic thorough one, which copies them into its "
+                                                    "tails journal and leaves them here); past it the oldest are "
+                                                    "written until half is left (0: every entry written at once)")
     max_open_consume_queue_files: int = key(0, range=(0, None),
                                             doc="consume-queue files kept open at most, the least recently used "
                                                 "closed first and opened again when used (0: half the process's "
