@@ -89,6 +89,14 @@ def _refusing(full: set[str]):  # type: ignore[no-untyped-def]
     return write_tail
 
 
+async def _journaled_x_and_doomed(store: DefaultMessageStore) -> None:
+    """One entry in topic x and three in topic doomed, their tails in a thorough checkpoint's journal."""
+    assert (await store.put_message(msg("x", b"x"))).ok
+    for i in range(3):
+        assert (await store.put_message(msg("doomed", b"d%d" % i))).ok
+    _thorough(store)
+
+
 def test_a_deleted_topic_stays_deleted_when_its_checkpoint_could_not_write_another_tail(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A topic's tail is journaled; the topic is deleted while another queue's journaled tail cannot be written (a
@@ -99,10 +107,7 @@ def test_a_deleted_topic_stays_deleted_when_its_checkpoint_could_not_write_anoth
     async def main() -> None:
         store = DefaultMessageStore(config)
         await store.start()
-        assert (await store.put_message(msg("x", b"x"))).ok
-        for i in range(3):
-            assert (await store.put_message(msg("doomed", b"d%d" % i))).ok
-        _thorough(store)  # journal: x's and doomed's tails
+        await _journaled_x_and_doomed(store)
         with monkeypatch.context() as m:
             m.setattr(ConsumeQueue, "write_tail", _refusing({"x"}))
             store.delete_topic("doomed")
@@ -170,10 +175,7 @@ def test_a_deleted_topic_stays_deleted_when_its_checkpoint_failed_and_a_later_on
     async def main() -> None:
         store = DefaultMessageStore(config)
         await store.start()
-        assert (await store.put_message(msg("x", b"x"))).ok
-        for i in range(3):
-            assert (await store.put_message(msg("doomed", b"d%d" % i))).ok
-        _thorough(store)  # journal J: x's and doomed's tails
+        await _journaled_x_and_doomed(store)  # journal J
         with monkeypatch.context() as m:
             m.setattr(store.checkpoint, "write_document", _refused)
             with pytest.raises(OSError):
