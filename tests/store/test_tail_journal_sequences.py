@@ -26,9 +26,14 @@ from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.mapped_file import MappedFileQueue
 
 
+def _due_thorough(store: DefaultMessageStore) -> None:
+    """``flushConsumeQueueThoroughInterval`` passed: the next periodic checkpoint is thorough (a tails journal)."""
+    store._thorough_at -= store.config.flush_consume_queue_thorough_interval_ms / 1000 + 1
+
+
 def _thorough(store: DefaultMessageStore) -> None:
     """The periodic thorough checkpoint: the one that writes a tails journal."""
-    store._thorough_at -= store.config.flush_consume_queue_thorough_interval_ms / 1000 + 1
+    _due_thorough(store)
     _periodic_checkpoint(store)
     assert store.checkpoint.load()[0].tails is not None  # type: ignore[union-attr]
 
@@ -261,7 +266,7 @@ def test_a_journaled_checkpoint_after_a_reopen_that_fails_leaves_no_queue_shorte
         store = DefaultMessageStore(config)
         assert store.recovery_report.consume_queues_rebuilt == []
         await store.start()
-        store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000 + 1
+        _due_thorough(store)
         snap = store._snapshot(thorough=False)
         assert snap.tails is not None
         with monkeypatch.context() as m:
@@ -350,6 +355,17 @@ def _model(root: Path, monkeypatch: pytest.MonkeyPatch, seed: int, steps: int, l
         got = store.get_message(*key, store.get_max_offset_in_queue(*key) - n, n, 1 << 30).messages
         have.extend(decode_message(w)[0].commit_log_offset for w in got)
         assert have[-n] == results.append_result.wrote_offset
+
+    def write_half_the_tails(store: DefaultMessageStore) -> None:
+        for cq in rng.sample(list(store.queues.tails), len(store.queues.tails) // 2):
+            cq.write_tail()
+
+    async def puts_and_writes_behind_it(store: DefaultMessageStore) -> None:
+        """What happens between a snapshot and its worker: puts, and maybe tails written by the bound."""
+        for key in rng.sample(keys, 3):
+            await put(store, key, rng.randint(1, 3))
+        if rng.random() < 0.5:
+            write_half_the_tails(store)
 
     def check(store: DefaultMessageStore, where: str) -> None:
         low = store.min_phy_offset
@@ -450,26 +466,20 @@ def _model(root: Path, monkeypatch: pytest.MonkeyPatch, seed: int, steps: int, l
             elif op == "periodic":
                 _periodic_checkpoint(store)
             elif op == "journal":
-                store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000 + 1
+                _due_thorough(store)
                 store._write_checkpoint(store._snapshot(thorough=False))
             elif op == "full":
                 store.flush_and_checkpoint()
             elif op == "bound":  # the write-behind bound (or a page) writes journaled tails
-                tails = list(store.queues.tails)
-                for cq in rng.sample(tails, len(tails) // 2):
-                    cq.write_tail()
+                write_half_the_tails(store)
             elif op in ("failed", "journal_refused"):
                 if rng.random() < 0.5:
                     await put(store, rng.choice(keys), 250)
                 thorough = op == "journal_refused" or rng.random() < 0.5
                 if thorough:
-                    store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000 + 1
+                    _due_thorough(store)
                 snap = store._snapshot(thorough=False)
-                for key in rng.sample(keys, 3):
-                    await put(store, key, rng.randint(1, 3))
-                if rng.random() < 0.5:
-                    for cq in rng.sample(list(store.queues.tails), len(store.queues.tails) // 2):
-                        cq.write_tail()
+                await puts_and_writes_behind_it(store)
                 with monkeypatch.context() as m:
                     if op == "journal_refused" and snap.tails is not None and not snap.tails.written:
                         m.setattr(tail_journal, "write_atomic", refused)
@@ -480,13 +490,9 @@ def _model(root: Path, monkeypatch: pytest.MonkeyPatch, seed: int, steps: int, l
                 store._unflushed_again(snap)
             elif op in ("late", "late_journal"):
                 if op == "late_journal":
-                    store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000 + 1
+                    _due_thorough(store)
                 snap = store._snapshot(thorough=False)
-                for key in rng.sample(keys, 3):
-                    await put(store, key, rng.randint(1, 3))
-                if rng.random() < 0.5:
-                    for cq in rng.sample(list(store.queues.tails), len(store.queues.tails) // 2):
-                        cq.write_tail()
+                await puts_and_writes_behind_it(store)
                 r = rng.random()
                 if r < 0.4:
                     store.flush_and_checkpoint()
