@@ -601,36 +601,118 @@ def test_a_slave_s_cut_whose_log_fsync_fails_lowers_the_end_and_refuses_appends_
     _holds_the_master_s_log_after_a_power_loss(config, disk, expected, end)
 
 
-def test_a_truncation_while_a_failed_checkpoint_is_not_put_back_yet_cuts_nothing(
+def _failed_in_its_worker(store: DefaultMessageStore, monkeypatch: pytest.MonkeyPatch) -> message_store._Snapshot:
+    """A periodic checkpoint that took every queue and whose worker failed (its document refused: no fsync failed,
+    durability is not lost); the loop has not resumed the job, so its queues are not put back yet."""
+    store._thorough_at -= store.config.flush_consume_queue_thorough_interval_ms / 1000 + 1
+    snap = store._snapshot(thorough=False)
+    with monkeypatch.context() as m:
+        m.setattr(store.checkpoint, "write_document", _eio)
+        with pytest.raises(OSError):
+            store._write_checkpoint(snap)
+    assert snap.failed and not store.durability.lost
+    return snap
+
+
+def test_a_truncation_while_a_failed_checkpoint_is_not_put_back_yet_puts_it_back_and_cuts(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A periodic checkpoint's worker failed and the loop has not put its queues back yet: no checkpoint is
-    written until it has, so a truncation then cannot make its recovery point durable below the cut. It cuts
-    nothing and says why; once the queues are put back it truncates."""
-    config = make_config(root)
+    """A periodic checkpoint's worker failed and the loop has not put its queues back yet: a checkpoint taken then
+    would claim them durable, so none is written until they are back. The truncation's checkpoint puts them back
+    itself and is written below the cut; the loop's put-back after it changes nothing; a crash then loses none."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
 
     async def main() -> None:
         store = DefaultMessageStore(config)
         await store.start()
-        expected: dict[tuple[str, int], list[int]] = {}
         await _spread(store, 2 * QUEUES, expected)
         store.flush_and_checkpoint()
+        await _spread(store, 2 * QUEUES, expected)
+        cut = expected[("spread", 0)][2]
+        snap = _failed_in_its_worker(store, monkeypatch)
+        store.truncate_replicated(cut)
+        assert store.max_phy_offset == cut and store.checkpoint_offset == cut
+        assert store.checkpoint.load()[0].recovery_offset == cut  # type: ignore[union-attr]
+        for offsets in expected.values():
+            offsets[:] = [o for o in offsets if o < cut]
+        _assert_queues_match_the_log(store, expected)
+        store._unflushed_again(snap)  # the loop resumes the failed job
+        assert snap not in store._in_flight
         await _spread(store, QUEUES, expected)
-        end, cut = store.max_phy_offset, expected[("spread", 0)][1]
+        store.commit_log.flush()
+        store.close_without_shutdown()
+
+    run(main)
+    _whole_after_power_loss(config, disk, expected)
+
+
+def test_a_deletion_while_a_failed_checkpoint_is_not_put_back_yet_is_durable(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As above with a topic deleted: its checkpoint (which must stop listing the topic, or recovery brings its
+    queues back) returned without writing its document and without an error. It now puts the failed one's queues
+    back and is written: after a power loss the topic stays deleted and every other queue is whole."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _spread(store, 2 * QUEUES, expected)
+        for _ in range(3):
+            assert (await store.put_message(msg("doomed", b"d" * 20))).ok
+        store.flush_and_checkpoint()
+        await _spread(store, 2 * QUEUES, expected)
+        snap = _failed_in_its_worker(store, monkeypatch)
+        store.delete_topic("doomed")
+        cp = store.checkpoint.load()[0]
+        assert "doomed" not in cp.queues  # type: ignore[union-attr]
+        assert cp.recovery_offset == store.max_phy_offset  # type: ignore[union-attr]
+        store._unflushed_again(snap)
+        store.commit_log.flush()
+        store.close_without_shutdown()
+
+    run(main)
+    disk.power_loss()
+    with reopened_store(config) as store:
+        assert "doomed" not in store.topics() and store.recovery_report.consume_queues_rebuilt == []
+        _assert_queues_match_the_log(store, expected)
+
+
+def test_shutdown_after_a_cancelled_checkpoint_whose_worker_then_failed_writes_its_checkpoint(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint loop is cancelled (shutdown) while its worker runs: the job puts the queues back, but the
+    snapshot stays in flight until the worker is done; the worker then fails. Every later checkpoint was skipped
+    for it, shutdown's too, which then removed the abort file as if its document were on disk. Shutdown now writes
+    its checkpoint: every entry durable at the recovery point of the log's end."""
+    config = make_config(root, flush_interval_commit_log_ms=60_000)
+    disk = _powered(config, monkeypatch)
+    expected: dict[tuple[str, int], list[int]] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        await _spread(store, 2 * QUEUES, expected)
+        store.flush_and_checkpoint()
+        await _spread(store, 2 * QUEUES, expected)
+        store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000 + 1
         snap = store._snapshot(thorough=False)
+        store._unflushed_again(snap)  # the job cancelled: its worker still runs
+        assert snap in store._in_flight
         with monkeypatch.context() as m:
             m.setattr(store.checkpoint, "write_document", _eio)
             with pytest.raises(OSError):
-                store._write_checkpoint(snap)  # the worker's; its loop has not resumed yet
-        with pytest.raises(StoreError, match="at or below"):
-            store.truncate_replicated(cut)
-        assert store.max_phy_offset == end
-        _assert_queues_match_the_log(store, expected)
-        store._unflushed_again(snap)
-        store.truncate_replicated(cut)
-        assert store.max_phy_offset == cut and store.checkpoint_offset == cut
+                store._write_checkpoint(snap)  # ... and fails
+        end = store.max_phy_offset
         await store.shutdown()
+        assert store.checkpoint.load()[0].recovery_offset == end  # type: ignore[union-attr]
 
     run(main)
+    disk.power_loss()
+    with reopened_store(config) as store:
+        assert store.recovery_report.consume_queues_rebuilt == []
+        _assert_queues_match_the_log(store, expected)
 
 
 def test_a_wall_clock_step_does_not_make_a_periodic_checkpoint_thorough(

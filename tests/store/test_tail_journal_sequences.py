@@ -487,6 +487,8 @@ def _model(root: Path, monkeypatch: pytest.MonkeyPatch, seed: int, steps: int, l
                         m.setattr(store.checkpoint, "write_document", refused)
                     with pytest.raises(OSError):
                         store._write_checkpoint(snap)
+                if rng.random() < 0.3:  # a checkpoint on the loop thread before the loop resumes the failed job
+                    store.flush_and_checkpoint()
                 store._unflushed_again(snap)
             elif op in ("late", "late_journal"):
                 if op == "late_journal":

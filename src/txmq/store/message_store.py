@@ -93,6 +93,7 @@ class _Snapshot:
     # snapshot's worker thread has run.
     seq: int = 0
     done: bool = False
+    put_back: bool = False  # its queues counted as unflushed again (``_unflushed_again``: once)
 
 
 @cython.cclass
@@ -304,7 +305,7 @@ class DefaultMessageStore:
             self._checkpoint_now()
             os.unlink(self._abort_path)
             fsync_dir(self.config.store_path_root_dir)
-        except OSError as exc:  # a full disk: the abort file stays, and the next open recovers as after a crash
+        except (OSError, StoreError) as exc:  # a full disk: the abort file stays, the next open recovers after a crash
             log.error("the final checkpoint failed: %s; the next open recovers from the last one", exc)
         finally:
             self._close_files()
@@ -523,28 +524,37 @@ class DefaultMessageStore:
             f.dirty = True
 
     def _checkpoint_now(self, below: int | None = None) -> None:
-        """A checkpoint that flushes every consume queue, on the calling (loop) thread. ``below``: its recovery
-        point at or below that commit-log offset (``_snapshot``), and a ``StoreError`` unless it is on disk (one
-        taken while an earlier checkpoint's failure is not put back yet is not written)."""
-        snap = self._snapshot(below=below)
-        try:
-            self._write_checkpoint(snap)
-        except BaseException:
-            self._unflushed_again(snap)
-            raise
-        if below is not None and self._written_seq != snap.seq:
-            raise StoreError(f"no checkpoint at or below {below} could be written: an earlier checkpoint failed")
+        """A checkpoint that flushes every consume queue, on the calling (loop) thread, on disk when this returns
+        (its callers rely on it: a deletion, a truncation, shutdown). ``below``: its recovery point at or below that
+        commit-log offset (``_snapshot``). An earlier checkpoint that failed and is not put back yet (its worker
+        failed while this waited for it, or before the loop resumed the job that took it) would keep this one's
+        document from being written: its queues are put back and this one is taken again; ``StoreError`` if it
+        still is not written."""
+        for _attempt in range(2):
+            for earlier in [s for s in self._in_flight if s.failed]:
+                self._unflushed_again(earlier)
+            snap = self._snapshot(below=below)
+            try:
+                self._write_checkpoint(snap)
+            except BaseException:
+                self._unflushed_again(snap)
+                raise
+            if self._written_seq == snap.seq:
+                return
+        raise StoreError("no checkpoint could be written: an earlier checkpoint failed")
 
     def _unflushed_again(self, snap: _Snapshot) -> None:
-        """A checkpoint failed: the queues it took count as unflushed again (loop thread: put_run marks them too).
-        Not a queue dropped meanwhile (a deleted topic): the next checkpoints would list it and hold their recovery
-        point at its entries, and recovery would rebuild it from the log. Until this has run, checkpoints taken
-        after ``snap`` are not written (``_Snapshot.earlier``); one cancelled while its worker still runs stays in
-        flight until that worker is done."""
-        for cq, (first, phy, due) in snap.cq_flushed:
-            if self.queues.find(cq.topic, cq.queue_id) is cq:
-                cq.mark_unflushed(first, phy, due)
-
+        """A checkpoint failed: the queues it took count as unflushed again (loop thread: put_run marks them too),
+        once, whoever notices first (the job that took it, or a later ``_checkpoint_now``). Not a queue dropped
+        meanwhile (a deleted topic): the next checkpoints would list it and hold their recovery point at its
+        entries, and recovery would rebuild it from the log. Until this has run, checkpoints taken after ``snap``
+        are not written (``_Snapshot.earlier``); one cancelled while its worker still runs stays in flight until
+        that worker is done."""
+        if not snap.put_back:
+            snap.put_back = True
+            for cq, (first, phy, due) in snap.cq_flushed:
+                if self.queues.find(cq.topic, cq.queue_id) is cq:
+                    cq.mark_unflushed(first, phy, due)
         if snap.failed and snap in self._in_flight:  # not a checkpoint cancelled while its worker still runs
             self._in_flight.remove(snap)
 
