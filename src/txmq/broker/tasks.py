@@ -30,6 +30,9 @@ class BackgroundTasks:
         self._tasks: list[asyncio.Task[None]] = []
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Finished tasks are let go here: one-shot ones (a slave's sync at each role change) would otherwise pile
+        up over a long-lived broker's failovers."""
+        self._tasks = [task for task in self._tasks if not task.done()]
         self._tasks.append(asyncio.create_task(coro, name=name))
 
     def every(self, period_s: float, fn: Callable[[], Awaitable[None] | None], name: str) -> None:
