@@ -20,7 +20,6 @@ import txmq.store.message_store as message_store
 from tests.killed_child import lines_until_killed
 from tests.store.crash_writer import body_for
 from tests.store.store_helpers import assert_killed_cleanly, make_config, msg, reopened_store, run
-from txmq.errors import StoreError
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
 from txmq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
