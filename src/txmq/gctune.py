@@ -21,10 +21,12 @@ application's, and no client library is expected to change it unasked.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 # Allocations between collections of the youngest generation: more than the objects of a window of 1,000
@@ -70,6 +72,20 @@ def tune_gc() -> None:
         gc.callbacks.append(collector_time)
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, middle, old)
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """The collector held off while a burst of objects that all stay alive is made (recovery's consume queues,
+    80,000 at 10,000 topics): collections meanwhile scan them again and again and free nothing (7 % of recovery's
+    CPU). Not around work whose garbage may hold cycles (a scan of the whole log): it would pile up until the end."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def asked(default: bool = False) -> bool:

@@ -113,8 +113,12 @@ class ConsumeQueue:
     # --- load and recovery -------------------------------------------------------------------------
 
     def load(self) -> list[str]:
-        """Open the files and find the last entry; return problems that make the queue untrustworthy."""
-        files = self.files
+        """Open the files (of a directory found by listing) and find the last entry; return problems that make the
+        queue untrustworthy."""
+        if self._files is None:
+            store = self.store
+            self._files = MappedFileQueue(self.directory, store.file_size, store.fds, store.segments_lock, listed=True)
+        files = self._files
         problems = files.load(strict=False)
         starts = [mf.file_from_offset for mf in files.files]
         if any(b - a != self.store.file_size for a, b in itertools.pairwise(starts)):

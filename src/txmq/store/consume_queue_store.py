@@ -19,6 +19,12 @@ log = logging.getLogger("txmq.store")
 TAILS_PER_TURN = 256  # tails written in one go (past the bound, or by a checkpoint) before the loop serves again
 
 
+def _directories(path: str) -> list[str]:
+    """The names of the directories in ``path``, sorted (their types from the listing: no stat each)."""
+    with os.scandir(path) as listing:
+        return sorted(entry.name for entry in listing if entry.is_dir())
+
+
 class ConsumeQueueStore:
     """Finds, creates, loads and drops the queues under ``<root>/consumequeue``. A queue's next offset as the log has
     it (RocketMQ topicQueueTable) is its ``max_offset``: the group commit counts from it, recovery rebuilds it."""
@@ -62,11 +68,9 @@ class ConsumeQueueStore:
         base = os.path.join(self.root, "consumequeue")
         if not os.path.isdir(base):
             return
-        for topic in sorted(os.listdir(base)):
-            if not os.path.isdir(os.path.join(base, topic)):
-                continue
-            for qid_name in sorted(os.listdir(os.path.join(base, topic))):
-                if qid_name.isdigit():
+        for topic in _directories(base):
+            for qid_name in _directories(os.path.join(base, topic)):
+                if qid_name.isascii() and qid_name.isdigit():  # ('²'.isdigit() too, which int refuses)
                     cq = self.find_or_create(topic, int(qid_name))
                     yield cq, cq.load()
 

@@ -235,12 +235,18 @@ class MappedFileQueue:
     __slots__ = ("_made_in", "directory", "directory_dirty", "file_size", "files", "lock", "pool")
 
     def __init__(self, directory: str, file_size: int, pool: FdPool | None = None,
-                 lock: threading.Lock | None = None) -> None:
+                 lock: threading.Lock | None = None, *, listed: bool = False) -> None:
+        """``listed``: the directory was just found by listing its parent, nothing to make (at 80,000 consume
+        queues the checks cost recovery a second)."""
         self.directory = directory
         self.file_size = file_size
         self.pool = pool  # the descriptors of this queue's segments are pooled (see FdPool)
         self.files: list[MappedFile] = []
         self.lock = lock if lock is not None else threading.Lock()
+        if listed:
+            self._made_in: tuple[str, ...] = ()
+            self.directory_dirty = False
+            return
         # Directories made for this queue (a new topic's consume queue): their entries in their parents must
         # be made durable too, or a crash can lose a whole queue directory with its fsynced files.
         made, path = [], directory

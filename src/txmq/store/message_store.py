@@ -169,7 +169,8 @@ class DefaultMessageStore:
     # --- recovery hooks ----------------------------------------------------------------------------
 
     def finish_recovery(self, cp: Checkpoint | None, tails: int | None) -> None:
-        """Rebuild the in-memory tables from the recovered files. ``tails``: the tails journal recovery wrote back
+        """Rebuild the in-memory tables from the recovered files (each queue's first entry still in the log found
+        by recovery). ``tails``: the tails journal recovery wrote back
         (the checkpoint on disk names it, until the next one); the others on disk are stale. A new journal never
         takes a number the checkpoint on disk or a file names."""
         root = self.config.store_path_root_dir
@@ -178,9 +179,6 @@ class DefaultMessageStore:
             self._tails_seq = max(self._tails_seq, cp.tails)
         self._tails = tail_journal.TailJournal(tails, written=True) if tails is not None else None
         tail_journal.remove_below(root, self._tails_seq + 1, keep=tails)
-        min_phy = self.commit_log.min_offset
-        for cq in self.queues.all():
-            cq.correct_min_offset(min_phy)
         self.queues.reset_counts()
         self._checkpoint_offset = min(cp.recovery_offset if cp else 0, self.commit_log.max_offset)
         if not self.commit_log.last_store_timestamp and cp is not None:  # no record after the checkpoint's

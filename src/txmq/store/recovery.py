@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from txmq import gctune
 from txmq.store import tail_journal
 from txmq.store.dispatcher import (
     DispatchRequest,
@@ -37,7 +38,9 @@ from txmq.store.dispatcher import (
 )
 
 if TYPE_CHECKING:
+    from txmq.store.checkpoint import Checkpoint
     from txmq.store.commit_log import CommitLog
+    from txmq.store.consume_queue import ConsumeQueue
     from txmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger("txmq.store")
@@ -100,15 +103,8 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     report.new_store = not abort_existed and cp is None and not cl.queue.files
     if cp_problem is not None and cl.queue.files:
         report.event(f"{cp_problem}: scanning the whole log")
-    rebuild_queues: set[tuple[str, int]] = set()
-    for cq, problems in store.queues.load():
-        for problem in problems:
-            report.event(problem)
-            rebuild_queues.add((cq.topic, cq.queue_id))
     for problem in store.index.load():
         report.event(f"{problem}; the file was deleted and will be rebuilt")
-    if cp is not None and cp.tails is not None:
-        _restore_tails(store, report, cp.tails)
 
     # 1. Where the scan starts.
     first, last = cl.queue.first, cl.queue.last
@@ -124,23 +120,23 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     report.scan_start = start
     cl.max_offset = cl.flushed_offset = start
 
-    # 2. A queue with fewer entries than the checkpoint counted lost fsynced files: rebuilt below. (Counted before
-    # the truncation: a queue may hold entries past the recovery point that it had fsynced.)
-    if cp is not None:
-        for topic, qids in cp.queues.items():
-            for qid, max_offset in qids.items():
-                found = store.queues.find(topic, qid)
-                have = found.max_offset if found else 0
-                if have < max_offset:  # (a queue counted 0 had nothing durable: its entries follow the recovery point)
-                    report.event(f"consume queue {topic}/{qid} has {have} entries, the checkpoint says {max_offset}")
-                    rebuild_queues.add((topic, qid))
-    # Derived entries past the recovery point go; they are rebuilt from the log below.
-    for cq in store.queues.all():
-        report.consume_queue_entries_truncated += cq.truncate_dirty(start)
-        bad = cq.last_entry_problem(start, store.config.max_message_size + 1024)
-        if bad is not None:
-            report.event(bad)
-            rebuild_queues.add((cq.topic, cq.queue_id))
+    # 2. Each queue in one visit while its file is open (at 10,000 topics a second pass found each descriptor let go
+    # for others' and opened it again): its journaled tail written back; fewer entries than the checkpoint counted
+    # means fsynced files were lost (rebuilt below; counted before the truncation, since a queue may hold entries
+    # past the recovery point that it had fsynced); entries past the recovery point go (the tail is dispatched
+    # again below).
+    visit = _QueueVisit(store, report, cp, start)
+    with gctune.paused():
+        for cq, problems in store.queues.load():
+            visit(cq, problems)
+        for topic, queue_id in list(visit.journaled):  # journaled queues with no directory on disk
+            visit(store.queues.find_or_create(topic, queue_id), [])
+    for topic, qids in visit.counted.items():  # counted queues with neither
+        for qid, max_offset in qids.items():
+            if max_offset > 0 and store.queues.find(topic, qid) is None:
+                report.event(f"consume queue {topic}/{qid} has 0 entries, the checkpoint says {max_offset}")
+                visit.rebuild.add((topic, qid))
+    rebuild_queues = visit.rebuild
 
     dropped_index = store.index.truncate_from(start)
     if dropped_index:
@@ -177,6 +173,9 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
         cl.truncate(result.end_offset)
     cl.max_offset = result.end_offset
     cl.flushed_offset = min(start, result.end_offset)
+    for cq in store.queues.all():  # rebuilt, or made by the tail's dispatch (the others' at their visit)
+        if cq not in visit.visited:
+            cq.correct_min_offset(visit.min_phy)
     store.finish_recovery(cp, report.tails_journal)
     report.duration_s = time.monotonic() - t0
     log.info(
@@ -188,16 +187,51 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     return report
 
 
-def _restore_tails(store: DefaultMessageStore, report: RecoveryReport, seq: int) -> None:
-    """Write the checkpoint's tails journal back into its queues' files. One that cannot be read is passed over:
-    the queues it held have fewer entries than the checkpoint counted, and step 2 rebuilds them from the log."""
-    records, problem = tail_journal.read(store.config.store_path_root_dir, seq)
-    if records is None:
-        report.event(f"{problem}: the queues it held are rebuilt from the commit log")
-        return
-    for topic, queue_id, first, entries in records:
-        store.queues.find_or_create(topic, queue_id).restore(first, entries)
-    report.tails_journal, report.tails_restored = seq, len(records)
+class _QueueVisit:
+    """Recovery's checks of one consume queue (step 2), the queues to rebuild gathered."""
+
+    def __init__(self, store: DefaultMessageStore, report: RecoveryReport, cp: Checkpoint | None, start: int) -> None:
+        self.report = report
+        self.start = start
+        self.max_size = store.config.max_message_size + 1024
+        self.min_phy = store.commit_log.min_offset
+        self.visited: set[ConsumeQueue] = set()
+        self.counted: dict[str, dict[int, int]] = cp.queues if cp is not None else {}
+        self.journaled: dict[tuple[str, int], tuple[int, bytes]] = {}
+        self.rebuild: set[tuple[str, int]] = set()
+        if cp is not None and cp.tails is not None:
+            self._read_journal(store, cp.tails)
+
+    def _read_journal(self, store: DefaultMessageStore, seq: int) -> None:
+        """The checkpoint's tails journal. One that cannot be read is passed over: the queues it held have fewer
+        entries than the checkpoint counted, and are rebuilt from the log."""
+        records, problem = tail_journal.read(store.config.store_path_root_dir, seq)
+        if records is None:
+            self.report.event(f"{problem}: the queues it held are rebuilt from the commit log")
+            return
+        self.journaled = {(topic, queue_id): (first, entries) for topic, queue_id, first, entries in records}
+        self.report.tails_journal, self.report.tails_restored = seq, len(records)
+
+    def __call__(self, cq: ConsumeQueue, problems: list[str]) -> None:
+        report, key = self.report, (cq.topic, cq.queue_id)
+        for problem in problems:
+            report.event(problem)
+            self.rebuild.add(key)
+        tail = self.journaled.pop(key, None)
+        if tail is not None:
+            cq.restore(*tail)
+        counted = self.counted.get(cq.topic, {}).get(cq.queue_id, 0)
+        if cq.max_offset < counted:  # (a queue counted 0 had nothing durable: its entries follow the recovery point)
+            report.event(f"consume queue {cq.topic}/{cq.queue_id} has {cq.max_offset} entries, the checkpoint says "
+                         f"{counted}")
+            self.rebuild.add(key)
+        report.consume_queue_entries_truncated += cq.truncate_dirty(self.start)
+        bad = cq.last_entry_problem(self.start, self.max_size)
+        if bad is not None:
+            report.event(bad)
+            self.rebuild.add(key)
+        cq.correct_min_offset(self.min_phy)
+        self.visited.add(cq)
 
 
 def _lost_index_ranges(store: DefaultMessageStore, listed: list[int], start: int, log_lo: int) -> list[tuple[int, int]]:
