@@ -1,6 +1,7 @@
 """Store benchmarks: append throughput (ASYNC_FLUSH, SYNC_FLUSH with group commit) and recovery time.
 
-Run: .venv/bin/python bench/store.py [--quick]. Prints numbers, asserts nothing. Everything happens under
+Run: .venv/bin/python bench/store.py [--quick]; ``--queue-recovery TOPICS``: only the open after a crash with
+TOPICS topics of 8 queues (``bench_queue_recovery``). Prints numbers, asserts nothing. Everything happens under
 a temporary directory on the same file system as /tmp (override with --dir).
 """
 
@@ -164,12 +165,51 @@ def bench_recovery(base: str, size: int, runs: int) -> dict[str, float]:
     }
 
 
+async def fill_queues(root: str, topics: int, journal: bool) -> None:
+    """One message in each of ``topics`` x 8 queues, a checkpoint, a tail (a message in every seventh topic), a
+    crash. ``journal``: the checkpoint is a periodic thorough one, which puts the queues' buffered entries in a tails
+    journal (recovery writes it back into their files); else a full one, which writes them to their files."""
+    store = DefaultMessageStore(config(root, checkpoint_interval_ms=200,
+                                       flush_consume_queue_thorough_interval_ms=1 if journal else 3_600_000))
+    await store.start()
+    for first in range(0, topics, 250):
+        await asyncio.gather(*(store.put_message(MessageExt(f"t{t}", BODY, {}, queue_id=q))
+                               for t in range(first, min(first + 250, topics)) for q in range(8)))
+    if journal:  # a periodic checkpoint after the last put (thorough, since the interval is 1 ms)
+        deadline = time.monotonic() + 120
+        while store.checkpoint_offset < store.max_phy_offset and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+    else:
+        store.flush_and_checkpoint()
+    await asyncio.gather(*(store.put_message(MessageExt(f"t{t}", BODY, {}, queue_id=t % 8))
+                           for t in range(0, topics, 7)))
+    store.commit_log.flush()
+    store.close_without_shutdown()
+
+
+def bench_queue_recovery(base: str, topics: int, runs: int) -> None:
+    """The open after a crash with many consume queues (each opened and checked), with and without a journal."""
+    for journal in (False, True):
+        root = os.path.join(base, f"queues-{topics}-{journal}")
+        asyncio.run(fill_queues(root, topics, journal))
+        opens = [time_open(root) for _ in range(runs)]  # (each leaves it crashed: the next does the same work)
+        journals = os.listdir(os.path.join(root, "cqtails")) if os.path.isdir(os.path.join(root, "cqtails")) else []
+        assert bool(journals) == journal, journals
+        shutil.rmtree(root)
+        print(f"recovery after a crash, {topics} topics x 8 queues, "
+              f"{'a tails journal written back' if journal else 'the queues fsynced'}: "
+              f"{statistics.median(t for t, _ in opens) * 1000:.0f} ms (median of {runs}; "
+              f"{opens[0][1]} records scanned; page cache warm)", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
     parser.add_argument("--recovery-only", action="store_true", help="skip the append benchmarks")
     parser.add_argument("--generate", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--queue-recovery", type=int, metavar="TOPICS",
+                        help="only the open after a crash with TOPICS topics of 8 queues each")
     args = parser.parse_args()
     logging.getLogger("txmq.store").setLevel(logging.ERROR)  # recovery events are expected here
     if args.generate:
@@ -180,6 +220,9 @@ def main() -> None:
     n = 20_000 if args.quick else 100_000
     runs = 1 if args.quick else 3
     try:
+        if args.queue_recovery:
+            bench_queue_recovery(base, args.queue_recovery, runs)
+            return
         if not args.recovery_only:
             bench_appends(base, n, runs)
         sizes = [64 * MiB, 256 * MiB] if args.quick else [256 * MiB, 1024 * MiB]
