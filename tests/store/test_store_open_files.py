@@ -68,7 +68,7 @@ def test_recovery_after_a_crash_opens_each_consume_queue_file_once(root, monkeyp
     still in the log) in one visit while its file is open. Done in passes over all queues, with more queues than
     ``maxOpenConsumeQueueFiles`` each pass found the file closed for others' and opened it again: at 10,000 topics
     three opens of each of 80,000 files. Odd names beside the queues' directories (a file named as a queue, a
-    non-ASCII digit) are passed over."""
+    non-ASCII digit, a leading zero) are passed over."""
     config = make_config(root, max_open_consume_queue_files=LIMIT)
 
     async def write() -> dict[tuple[str, int], int]:
@@ -90,6 +90,7 @@ def test_recovery_after_a_crash_opens_each_consume_queue_file_once(root, monkeyp
 
     sent = run(write)
     os.mkdir(os.path.join(str(root), "consumequeue", "t0", "\u00b2"))
+    os.mkdir(os.path.join(str(root), "consumequeue", "t0", "07"))  # (int: 7, a directory '7' that is not there)
     with open(os.path.join(str(root), "consumequeue", "t1", "7"), "wb"):
         pass
     prefix = os.path.join(str(root), "consumequeue") + os.sep

@@ -454,3 +454,31 @@ def test_a_queue_whose_only_file_left_is_empty_opens_without_a_rebuild(tmp_path,
         assert store.get_min_offset_in_queue("q", 0) == store.get_max_offset_in_queue("q", 0) == 32
     finally:
         store.close_without_shutdown()
+
+
+def test_a_segment_whose_tail_after_the_recovery_point_is_lost_while_the_next_segment_kept_its_records(root):
+    """A power loss in which the page cache wrote the next segment's pages but not the end of the one before it (the
+    kernel's writeback keeps no order between files): the records from the recovery point to the end of segment N
+    read as zeros, segment N+1 holds its records. A zero TOTALSIZE ends a segment's records and the scan goes on
+    with the next one (as RocketMQ's); it went on from the wrong place (the zeros' offset, not the next segment's
+    start), read nothing and the store did not open (``struct.error``)."""
+    config = make_config(root)
+
+    async def main():
+        recovery, tail, end = await _checkpoint_then_crash(config, head=200, tail=400)
+        size = config.mapped_file_size_commit_log
+        seg_end = recovery - recovery % size + size
+        assert tail[-1] >= seg_end, "the tail reaches the next segment"
+        with open(segment_path(config, recovery), "r+b") as f:  # the end of segment N lost
+            f.seek(recovery % size)
+            f.write(b"\0" * (seg_end - recovery))
+        reopened = DefaultMessageStore(config)
+        report = reopened.recovery_report
+        assert report.checkpoint_offset == recovery and report.end_offset == end
+        assert any(str(recovery) in event for event in report.events), report.events
+        kept = [i for i, offset in zip(range(200, 600), tail, strict=True) if offset >= seg_end]
+        assert _bodies(reopened) == _expected([*range(200), *kept])
+        assert reopened.get_max_offset_in_queue("T", 0) == 600  # the lost records' queue offsets stay taken
+        await reopened.shutdown()
+
+    run(main)

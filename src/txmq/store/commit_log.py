@@ -301,10 +301,10 @@ class CommitLog:
                     chunk, chunk_start, cpos = mf.read(pos - mf.file_from_offset, SCAN_CHUNK), pos, 0
                 total, magic = read_prefix(chunk, cpos)
                 if total == 0 and magic == 0:
-                    nxt = self.queue.find(seg_end)
-                    if nxt is not None:
+                    if self.queue.find(seg_end) is not None:
                         result.skipped_segment_tails.append(pos)
-                    result.end_offset = pos if nxt is None else seg_end
+                        pos = seg_end  # (the next segment is read from its start)
+                    result.end_offset = pos
                     break
                 if magic == BLANK_MAGIC_CODE and total == seg_end - pos:
                     result.bytes_scanned += total

@@ -70,7 +70,8 @@ class ConsumeQueueStore:
             return
         for topic in _directories(base):
             for qid_name in _directories(os.path.join(base, topic)):
-                if qid_name.isascii() and qid_name.isdigit():  # ('²'.isdigit() too, which int refuses)
+                # (not '²', which isdigit but int refuses, nor '07', which would name the directory '7')
+                if qid_name.isascii() and qid_name.isdigit() and str(int(qid_name)) == qid_name:
                     cq = self.find_or_create(topic, int(qid_name))
                     yield cq, cq.load()
 
