@@ -6,7 +6,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from txmq.errors import CorruptRecordError, StoreError
 from txmq.message import MESSAGE_MAGIC_CODE
@@ -38,7 +38,6 @@ class ScanResult:
     bytes_scanned: int = 0
     corrupt_offset: int | None = None  # where the first bad record starts, if the scan stopped on one
     reason: str = ""
-    skipped_segment_tails: list[int] = field(default_factory=list)  # zero tails of non-last segments
 
 
 class CommitLog:
@@ -281,8 +280,11 @@ class CommitLog:
 
         Stops at the first record that fails validation, unless ``on_corrupt`` is given (rebuilds): then a
         record with a bad CRC is skipped by its size, and a bad magic or size skips the rest of the segment.
-        A zero TOTALSIZE and magic means the segment has no more records: the scan goes on with the next
-        segment if there is one, as RocketMQ's recovery does.
+        A zero TOTALSIZE and magic ends the log, also in a segment that is not the last (as in RocketMQ's
+        recovery, where only a BLANK marker goes on with the next file): zeros before a segment's end and its
+        BLANK marker are pages a power loss took while the kernel had written back later ones, all after the log's
+        last flush. Recovery cuts the log there, so that no consume queue is left with a gap (entries of lost
+        records between kept ones), and a slave copies the log as it is.
         """
         result = ScanResult(end_offset=start)
         pos = start
@@ -300,10 +302,7 @@ class CommitLog:
                 if cpos + 8 > len(chunk):
                     chunk, chunk_start, cpos = mf.read(pos - mf.file_from_offset, SCAN_CHUNK), pos, 0
                 total, magic = read_prefix(chunk, cpos)
-                if total == 0 and magic == 0:
-                    if self.queue.find(seg_end) is not None:
-                        result.skipped_segment_tails.append(pos)
-                        pos = seg_end  # (the next segment is read from its start)
+                if total == 0 and magic == 0:  # no more records: the end of the log, even in a segment not the last
                     result.end_offset = pos
                     break
                 if magic == BLANK_MAGIC_CODE and total == seg_end - pos:

@@ -93,6 +93,8 @@ class _Snapshot:
     # snapshot's worker thread has run.
     seq: int = 0
     done: bool = False
+    # Its queues counted as unflushed again (``_unflushed_again``), since its files were last made dirty again
+    put_back: bool = False
 
 
 @cython.cclass
@@ -479,6 +481,9 @@ class DefaultMessageStore:
             except BaseException:
                 snap.failed = True
                 self._dirty_again(snap)
+                # A job cancelled while this ran put its queues back already, before their files were dirty again:
+                # a checkpoint taken since took those queues without them; they are put back again
+                snap.put_back = False
                 raise
             for s in claimed:
                 s.done = True
@@ -542,16 +547,18 @@ class DefaultMessageStore:
 
     def _unflushed_again(self, snap: _Snapshot) -> None:
         """A checkpoint failed: the queues it took count as unflushed again (loop thread: put_run marks them too),
-        whoever notices (the job that took it, a later ``_checkpoint_now``, or both: marked twice, a queue is only
-        flushed once more). Not once only: a job cancelled while its worker runs puts the queues back before the
-        worker fails and makes their files dirty again, and a checkpoint taken between the two took those queues
-        without those files. Not a queue dropped meanwhile (a deleted topic): the next checkpoints would list it
-        and hold their recovery point at its entries, and recovery would rebuild it from the log. Until this has
-        run, checkpoints taken after ``snap`` are not written (``_Snapshot.earlier``); one cancelled while its
-        worker still runs stays in flight until that worker is done."""
-        for cq, (first, phy, due) in snap.cq_flushed:
-            if self.queues.find(cq.topic, cq.queue_id) is cq:
-                cq.mark_unflushed(first, phy, due)
+        by whoever notices first (the job that took it, or a later ``_checkpoint_now``): marked again later, after a
+        checkpoint that flushed them, their state would be a stale one. Again only when the worker failed after a
+        cancelled job had put them back (``_write_checkpoint`` clears ``put_back``). Not a queue dropped meanwhile (a
+        deleted topic): the next checkpoints would list it and hold their recovery point at its entries, and
+        recovery would rebuild it from the log. Until this has run, checkpoints taken after ``snap`` are not written
+        (``_Snapshot.earlier``); one cancelled while its worker still runs stays in flight until that worker is
+        done."""
+        if not snap.put_back:
+            snap.put_back = True
+            for cq, (first, phy, due) in snap.cq_flushed:
+                if self.queues.find(cq.topic, cq.queue_id) is cq:
+                    cq.mark_unflushed(first, phy, due)
         if snap.failed and snap in self._in_flight:  # not a checkpoint cancelled while its worker still runs
             self._in_flight.remove(snap)
 

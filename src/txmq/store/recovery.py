@@ -157,8 +157,6 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     report.records_scanned = result.records
     report.bytes_scanned = result.bytes_scanned
     report.end_offset = result.end_offset
-    for tail in result.skipped_segment_tails:
-        report.event(f"segment ends without a BLANK marker at {tail}: went on with the next segment")
     if result.corrupt_offset is not None:
         report.corrupt_offsets.append(result.corrupt_offset)
         report.event(f"record at {result.corrupt_offset} is invalid ({result.reason}): the log ends there")
@@ -173,8 +171,8 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
         cl.truncate(result.end_offset)
     cl.max_offset = result.end_offset
     cl.flushed_offset = min(start, result.end_offset)
-    for cq in store.queues.all():  # rebuilt, or made by the tail's dispatch (the others' at their visit)
-        if cq not in visit.visited:
+    for cq in store.queues.all():  # rebuilt, made or first filled by the tail's dispatch (the others' at their visit)
+        if cq not in visit.settled:
             cq.correct_min_offset(visit.min_phy)
     store.finish_recovery(cp, report.tails_journal)
     report.duration_s = time.monotonic() - t0
@@ -195,7 +193,9 @@ class _QueueVisit:
         self.start = start
         self.max_size = store.config.max_message_size + 1024
         self.min_phy = store.commit_log.min_offset
-        self.visited: set[ConsumeQueue] = set()
+        # Queues whose first entry still in the log was found at their visit: the tail's dispatch only adds later
+        # ones. Not a queue holding none then, whose first one the dispatch may put there.
+        self.settled: set[ConsumeQueue] = set()
         self.counted: dict[str, dict[int, int]] = cp.queues if cp is not None else {}
         self.journaled: dict[tuple[str, int], tuple[int, bytes]] = {}
         self.rebuild: set[tuple[str, int]] = set()
@@ -231,7 +231,8 @@ class _QueueVisit:
             report.event(bad)
             self.rebuild.add(key)
         cq.correct_min_offset(self.min_phy)
-        self.visited.add(cq)
+        if cq.min_offset < cq.max_offset:
+            self.settled.add(cq)
 
 
 def _lost_index_ranges(store: DefaultMessageStore, listed: list[int], start: int, log_lo: int) -> list[tuple[int, int]]:
