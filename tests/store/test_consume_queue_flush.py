@@ -602,6 +602,19 @@ def test_a_slave_s_cut_whose_log_fsync_fails_lowers_the_end_and_refuses_appends_
     _holds_the_master_s_log_after_a_power_loss(config, disk, expected, end)
 
 
+async def _checkpointed_then_more(config: StoreConfig, expected: dict[tuple[str, int], list[int]],
+                                  doomed: bool = False) -> DefaultMessageStore:
+    """A started store: entries on every queue (and three on topic "doomed"), a full checkpoint, as many again."""
+    store = DefaultMessageStore(config)
+    await store.start()
+    await _spread(store, 2 * QUEUES, expected)
+    for _ in range(3 if doomed else 0):
+        assert (await store.put_message(msg("doomed", b"d" * 20))).ok
+    store.flush_and_checkpoint()
+    await _spread(store, 2 * QUEUES, expected)
+    return store
+
+
 def _failed_in_its_worker(store: DefaultMessageStore, monkeypatch: pytest.MonkeyPatch) -> message_store._Snapshot:
     """A periodic checkpoint that took every queue and whose worker failed (its document refused: no fsync failed,
     durability is not lost); the loop has not resumed the job, so its queues are not put back yet."""
@@ -625,11 +638,7 @@ def test_a_truncation_while_a_failed_checkpoint_is_not_put_back_yet_puts_it_back
     expected: dict[tuple[str, int], list[int]] = {}
 
     async def main() -> None:
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _spread(store, 2 * QUEUES, expected)
-        store.flush_and_checkpoint()
-        await _spread(store, 2 * QUEUES, expected)
+        store = await _checkpointed_then_more(config, expected)
         cut = expected[("spread", 0)][2]
         snap = _failed_in_its_worker(store, monkeypatch)
         store.truncate_replicated(cut)
@@ -658,13 +667,7 @@ def test_a_deletion_while_a_failed_checkpoint_is_not_put_back_yet_is_durable(
     expected: dict[tuple[str, int], list[int]] = {}
 
     async def main() -> None:
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _spread(store, 2 * QUEUES, expected)
-        for _ in range(3):
-            assert (await store.put_message(msg("doomed", b"d" * 20))).ok
-        store.flush_and_checkpoint()
-        await _spread(store, 2 * QUEUES, expected)
+        store = await _checkpointed_then_more(config, expected, doomed=True)
         snap = _failed_in_its_worker(store, monkeypatch)
         store.delete_topic("doomed")
         cp = store.checkpoint.load()[0]
@@ -692,11 +695,7 @@ def test_shutdown_after_a_cancelled_checkpoint_whose_worker_then_failed_writes_i
     expected: dict[tuple[str, int], list[int]] = {}
 
     async def main() -> None:
-        store = DefaultMessageStore(config)
-        await store.start()
-        await _spread(store, 2 * QUEUES, expected)
-        store.flush_and_checkpoint()
-        await _spread(store, 2 * QUEUES, expected)
+        store = await _checkpointed_then_more(config, expected)
         store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000 + 1
         snap = store._snapshot(thorough=False)
         store._unflushed_again(snap)  # the job cancelled: its worker still runs
