@@ -17,11 +17,12 @@ import txmq.store.tail_journal as tail_journal
 from tests.store.store_helpers import make_config, msg, reopened_store, run
 from tests.store.test_consume_queue_flush import (
     _bookkeeping_as_a_walk_finds_it,
+    _Disk,
     _periodic_checkpoint,
     _powered,
 )
 from txmq.message import decode_message
-from txmq.store import DefaultMessageStore
+from txmq.store import DefaultMessageStore, StoreConfig
 from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.mapped_file import MappedFileQueue
 
@@ -36,6 +37,14 @@ def _thorough(store: DefaultMessageStore) -> None:
     _due_thorough(store)
     _periodic_checkpoint(store)
     assert store.checkpoint.load()[0].tails is not None  # type: ignore[union-attr]
+
+
+def _q_whole_after_power_loss(config: StoreConfig, disk: _Disk, expected: list[int]) -> None:
+    """A power loss, then a reopen: nothing rebuilt, queue q/0 holding ``expected``."""
+    disk.power_loss()
+    with reopened_store(config) as store:
+        assert store.recovery_report.consume_queues_rebuilt == [], store.recovery_report.events
+        assert _kept(store, "q", 0) == expected
 
 
 def _kept(store: DefaultMessageStore, topic: str, qid: int) -> list[int]:
@@ -283,10 +292,7 @@ def test_a_journaled_checkpoint_after_a_reopen_that_fails_leaves_no_queue_shorte
     run(main)
     disk.power_loss()
     run(after_reopen)
-    disk.power_loss()
-    with reopened_store(config) as store:
-        assert store.recovery_report.consume_queues_rebuilt == [], store.recovery_report.events
-        assert _kept(store, "q", 0) == expected
+    _q_whole_after_power_loss(config, disk, expected)
 
 
 def test_a_checkpoint_that_cannot_write_a_tail_keeps_the_journaled_entries_written_since_covered(
@@ -317,10 +323,7 @@ def test_a_checkpoint_that_cannot_write_a_tail_keeps_the_journaled_entries_writt
         store.close_without_shutdown()
 
     run(main)
-    disk.power_loss()
-    with reopened_store(config) as store:
-        assert store.recovery_report.consume_queues_rebuilt == [], store.recovery_report.events
-        assert _kept(store, "q", 0) == expected
+    _q_whole_after_power_loss(config, disk, expected)
 
 
 # --- a randomized model: puts, journals, bound writes, failures, late workers, truncations, deletions, retention,

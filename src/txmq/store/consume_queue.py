@@ -101,9 +101,12 @@ class ConsumeQueue:
     def files(self) -> MappedFileQueue:
         """The queue's segments; the directory is made at first use (a new queue's first write)."""
         if self._files is None:
-            store = self.store
-            self._files = MappedFileQueue(self.directory, store.file_size, store.fds, store.segments_lock)
+            self._files = self._segments(listed=False)
         return self._files
+
+    def _segments(self, *, listed: bool) -> MappedFileQueue:
+        store = self.store
+        return MappedFileQueue(self.directory, store.file_size, store.fds, store.segments_lock, listed=listed)
 
     @property
     def opened_files(self) -> MappedFileQueue | None:
@@ -116,8 +119,7 @@ class ConsumeQueue:
         """Open the files (of a directory found by listing) and find the last entry; return problems that make the
         queue untrustworthy."""
         if self._files is None:
-            store = self.store
-            self._files = MappedFileQueue(self.directory, store.file_size, store.fds, store.segments_lock, listed=True)
+            self._files = self._segments(listed=True)
         files = self._files
         problems = files.load(strict=False)
         starts = [mf.file_from_offset for mf in files.files]
