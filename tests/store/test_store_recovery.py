@@ -486,3 +486,27 @@ def test_a_segment_whose_tail_after_the_recovery_point_is_lost_while_the_next_se
         await reopened.shutdown()
 
     run(main)
+
+
+def test_a_stray_file_named_with_non_ascii_digits_beside_segments_and_index_files_does_not_stop_the_open(root):
+    """``str.isdigit`` is true of '²', which ``int`` refuses: a file of twenty of them in ``commitlog/`` stopped the
+    store opening (``ValueError``), and one in ``index/`` was opened as an index file. They are passed over, left
+    where they are."""
+    config = make_config(root)
+
+    async def main():
+        async with DefaultMessageStore(config) as store:
+            await _fill(store, 50)
+
+    run(main)
+    strays = [os.path.join(str(root), directory, "\u00b2" * 20) for directory in ("commitlog", "index")]
+    for path in strays:
+        with open(path, "wb") as f:
+            f.write(b"not a segment")
+    reopened = DefaultMessageStore(config)
+    try:
+        assert reopened.recovery_report.clean_shutdown and reopened.recovery_report.events == []
+        assert _bodies(reopened) == _expected(range(50))
+        assert all(os.path.exists(path) for path in strays)
+    finally:
+        reopened.close_without_shutdown()

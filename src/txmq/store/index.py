@@ -36,7 +36,7 @@ import struct
 import zlib
 from collections.abc import Callable
 
-from txmq.store.mapped_file import NAME_DIGITS, fsync_dir, fsync_fd, offset_to_name
+from txmq.store.mapped_file import fsync_dir, fsync_fd, is_offset_name, offset_to_name
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = HEADER.size  # 40
@@ -226,7 +226,7 @@ class IndexService:
         problems: list[str] = []
         for name in sorted(os.listdir(self.directory)):
             path = os.path.join(self.directory, name)
-            if len(name) != NAME_DIGITS or not name.isdigit():
+            if not is_offset_name(name):
                 continue
             try:
                 self.files.append(IndexFile(path, self.hash_slot_num, self.index_num))

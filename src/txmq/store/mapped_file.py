@@ -58,6 +58,12 @@ def offset_to_name(offset: int) -> str:
     return str(offset).zfill(NAME_DIGITS)
 
 
+def is_offset_name(name: str) -> bool:
+    """A name ``offset_to_name`` makes (segments, index files, tails journals): ASCII digits only, since
+    ``str.isdigit`` is true of '²' too, which ``int`` refuses (a stray file named so stopped the store opening)."""
+    return len(name) == NAME_DIGITS and name.isascii() and name.isdigit()
+
+
 class FdPool:
     """The open descriptors of segments that need not stay open (consume-queue files): at most ``limit``, the least
     recently used closed first and opened again at their next use. Without it a broker holds one descriptor per
@@ -264,7 +270,7 @@ class MappedFileQueue:
         log) refuses to open, otherwise (derived files) the problem is reported and the file resized.
         """
         problems: list[str] = []
-        names = sorted(n for n in os.listdir(self.directory) if len(n) == NAME_DIGITS and n.isdigit())
+        names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
         for name in names:
             start = int(name)
             if start % self.file_size:

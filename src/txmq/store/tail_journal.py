@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from txmq.fileio import write_atomic
+from txmq.store.mapped_file import is_offset_name, offset_to_name
 
 if TYPE_CHECKING:
     from txmq.store.consume_queue import ConsumeQueue
@@ -61,7 +62,7 @@ class TailJournal:
 
 
 def path_of(root: str, seq: int) -> str:
-    return os.path.join(root, DIRECTORY, f"{seq:020d}")
+    return os.path.join(root, DIRECTORY, offset_to_name(seq))
 
 
 def encode(queues: Iterable[ConsumeQueue]) -> bytes:
@@ -109,7 +110,7 @@ def numbers(root: str) -> list[int]:
     """The numbers of the journals on disk, in order."""
     with contextlib.suppress(FileNotFoundError):
         names = os.listdir(os.path.join(root, DIRECTORY))
-        return sorted(int(name) for name in names if name.isascii() and name.isdigit())
+        return sorted(int(name) for name in names if is_offset_name(name))
     return []
 
 
