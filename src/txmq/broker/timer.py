@@ -67,6 +67,7 @@ RECALL_TAG = "_RECALL_TAG_"  # RocketMQ RecallMessageProcessor's tag of a recall
 HOLD_MARGIN_MS = 1000  # beyond the clock's tolerance, how long a put's stamp may trail the moment it was decided
 IDLE_PROGRESS_BYTES = 64 << 20  # the log may grow this far past ``delivered`` before it is saved without a delivery
 BATCH = 512  # rows delivered, or consume-queue entries read, per step: bounds a tick's work between awaits
+_FIRST_DUE = -(1 << 63)  # below every due on the account (SQLite's smallest integer)
 
 
 class RecallError(Exception):
@@ -141,13 +142,13 @@ class TimerMessageStore:
         self.db.execute("CREATE INDEX IF NOT EXISTS timer_due ON timer(due)")
         self.db.execute("CREATE TABLE IF NOT EXISTS progress(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
         self.enqueue_offset = self.delivered_offset = self.count = 0
+        self._in_tx = False
         self._load_progress()
         self._failures = FailureRun(log, logging.ERROR)  # of writes to the index
         self._recalled: set[int] = set()  # recalls answered whose marker the enqueue has not applied yet
         self._delivering: set[int] = set()  # rows being stored now: too late to recall
         self._rolling: set[int] = set()  # rows being rolled now: a recall waits for the new record
         self._wake = Wake(lambda: store.get_max_offset_in_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, 0))
-        self._in_tx = False
         store.add_truncate_listener(self._truncated)
         store.add_append_listener(self._wake.written)
         self.delivered = 0
@@ -307,6 +308,20 @@ class TimerMessageStore:
         self.enqueue_offset = progress.get("enqueue", 0)
         self.delivered_offset = progress.get("delivered", self.store.min_phy_offset)
         self.count = self.db.execute("SELECT COUNT(*) FROM timer").fetchone()[0]
+        self._account_started_again(progress.get("account"))
+
+    def _account_started_again(self, saved: int | None) -> None:
+        """The rows' times are values of the store's elapsed-time account; one behind what the index last saw
+        started again (its file lost): every row is moved back by the difference, so each keeps the wait it had
+        left (the downtime not counted, as after a reboot), not the whole old account on top of it."""
+        now = self.store.clock.elapsed_ms()
+        if saved is None or saved <= now:
+            return
+        self._begin()
+        self.db.execute("UPDATE timer SET due = due - ?, real = real - ?", (saved - now, saved - now))
+        self._commit()  # with the account now, in the same transaction: a crash moves no row twice
+        log.warning("timer index: the store's elapsed-time account started again (%.1f s behind the index's); "
+                    "%d timers keep the waits they had left", (saved - now) / 1000, self.count)
 
     def _rolled_back(self, exc: sqlite3.Error) -> None:
         """A write to the index failed: its transaction rolled back and the progress taken as stored. Deliveries
@@ -332,7 +347,8 @@ class TimerMessageStore:
     def _commit(self) -> None:
         if self._in_tx:
             self.db.executemany("INSERT OR REPLACE INTO progress VALUES (?, ?)",
-                                (("enqueue", self.enqueue_offset), ("delivered", self.delivered_offset)))
+                                (("enqueue", self.enqueue_offset), ("delivered", self.delivered_offset),
+                                 ("account", self.store.clock.elapsed_ms())))
             self.db.execute("COMMIT")
             self._in_tx = False
 
@@ -409,8 +425,9 @@ class TimerMessageStore:
             self.delivered_offset = store.max_phy_offset  # no delivery of ours is on the way now
             self._commit()
         # (due, offset) of the last row read: a recalled row stays in the table until its marker is applied, and
-        # the pass reads on past it, so a batch of them does not hold back the due rows behind
-        after = (-1, -1)
+        # the pass reads on past it, so a batch of them does not hold back the due rows behind. It starts below
+        # every due: a record stored before the account started (a new slave copying an old log) has a negative one
+        after = (_FIRST_DUE, -1)
         while True:
             now = store.clock.elapsed_ms()
             batch = self.db.execute("SELECT offset, real, due FROM timer WHERE due <= ? AND (due, offset) > (?, ?) "
