@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
 from txmq.cli import build_parser
-from txmq.cli.registry import Commands, opt
+from txmq.cli.registry import Commands, opt, parse_time
 
 
 @pytest.mark.parametrize(("argv", "namesrv"), [
@@ -39,3 +41,15 @@ def test_a_command_is_declared_once():
     table.command("x", "one", opt("--a"))(lambda args: 0)
     with pytest.raises(ValueError, match="command x is declared twice"):
         table.command("x", "two")(lambda args: 0)
+
+
+@pytest.mark.dated
+@pytest.mark.parametrize("day", ["2026-11-30", "2024-02-29", "2038-01-19", "1999-12-31"])
+def test_a_time_argument_keeps_its_milliseconds(day: str) -> None:
+    """``yyyy-MM-dd#HH:mm:ss:SSS`` and ISO times (resetOffsetByTime, the console's reset by time): through
+    ``timestamp() * 1000`` a quarter of the millisecond values came out one early, so a reset to .123 took the
+    message stored at .122 too."""
+    base = int(datetime.fromisoformat(f"{day}T12:00:00").timestamp()) * 1000
+    for ms in range(1000):
+        assert parse_time(f"{day}#12:00:00:{ms:03d}") == base + ms
+        assert parse_time(f"{day}T12:00:00.{ms:03d}") == base + ms

@@ -121,9 +121,12 @@ def parse_time(text: str) -> int:
         return int(text)
     for parse in (lambda t: datetime.strptime(t, "%Y-%m-%d#%H:%M:%S:%f"), datetime.fromisoformat):
         try:
-            return int(parse(text).timestamp() * 1000)
+            when = parse(text)
         except ValueError:
-            pass
+            continue
+        # Whole seconds then the milliseconds: the float of ``timestamp() * 1000`` falls just below many
+        # millisecond values, and truncated they came out a millisecond early
+        return int(when.replace(microsecond=0).timestamp()) * 1000 + when.microsecond // 1000
     raise argparse.ArgumentTypeError(f"{text!r}: give milliseconds, 'now', yyyy-MM-dd#HH:mm:ss:SSS or "
                                      "2024-05-01T12:00:00")
 
