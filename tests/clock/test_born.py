@@ -14,7 +14,7 @@ import uuid
 import grpc
 import pytest
 
-from tests.clock.conftest import Faked
+from tests.clock.conftest import Faked, utc
 from txmq import Admin, PullConsumer, PullStatus
 from txmq.grpc.protocol import definition_pb2 as pb
 from txmq.grpc.protocol import service_pb2 as spb
@@ -67,6 +67,30 @@ def test_born_timestamps_outside_2000_to_2200_are_refused_at_the_door(faked: Fak
     finally:
         channel.close()
     assert stored(faked) == 2  # the two sane ones, nothing else
+
+
+def test_a_broker_whose_clock_is_before_2000_takes_sends_that_give_no_born_timestamp(faked: Faked) -> None:
+    """Born timestamp 0 (none given): the broker's own time is taken, and is not the producer's to be blamed for
+    when the broker's clock is wrong (a board whose clock was reset): a batch was taken, a single send refused with
+    "is the producer's clock right?". A gRPC send without a born timestamp, likewise."""
+    faked.clock.at(utc("1999-12-31T23:58:00"), settle=False)
+    faked.start({}, {TOPIC: 1})
+    assert faked.broker is not None
+    addr = faked.broker.addrs["broker"]
+    for batch in (True, False):
+        answer = asyncio.run(_send(addr, 0, batch))
+        assert answer.code == ResponseCode.SUCCESS, (batch, answer.code, answer.remark)
+    channel = grpc.insecure_channel(faked.grpc_addr)
+    try:
+        msg = pb.Message(topic=pb.Resource(name=TOPIC), body=b"x", system_properties=pb.SystemProperties(
+            message_id=uuid.uuid4().hex.upper(), body_encoding=pb.IDENTITY))
+        resp = MessagingServiceStub(channel).SendMessage(
+            spb.SendMessageRequest(messages=[msg]), metadata=[("x-mq-client-id", f"born-{uuid.uuid4().hex[:8]}")],
+            timeout=10)
+        assert resp.entries[0].status.code == pb.Code.OK, resp
+    finally:
+        channel.close()
+    assert stored(faked) == 4
 
 
 def stored(faked: Faked) -> int:

@@ -489,10 +489,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                 "orphaned transaction recovery duration (maxTransactionRecoverySecond)",
                                 Code.BAD_REQUEST, 0, most * 1000)
                 props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(1, -(-ms // 1000)))
-        born_ms = ms_of_timestamp(sp.born_timestamp, "born timestamp") if sp.HasField("born_timestamp") else now_ms()
+        born_given = sp.HasField("born_timestamp")
+        born_ms = ms_of_timestamp(sp.born_timestamp, "born timestamp") if born_given else now_ms()
         msg = MessageExt(topic, body, props, queue_id=queue_id, born_timestamp=born_ms, born_host=born,
                          store_host=self.broker.store_host)
-        refused = sends.accept(msg, half)
+        refused = sends.accept(msg, half, born_given)
         if refused is not None:
             raise refused
         delay_level = msg.delay_time_level

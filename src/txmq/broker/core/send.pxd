@@ -13,7 +13,7 @@ cdef class SendService:
 
     cpdef object topic_of(self, object topic, Py_ssize_t size, bint batch, object create_from)
     cpdef object queue_of(self, object cfg, object queue_id)
-    cpdef object accept(self, MessageExt msg, bint half)
+    cpdef object accept(self, MessageExt msg, bint half, bint born_given=*)
     cpdef object accept_batch(self, list entries, dict batch_props, object born_timestamp, object sys_flag)
     cdef object _half_batch_refusal(self, list entries, dict batch_props, Py_ssize_t halves)
     cdef object _rejected_transaction(self)

@@ -220,12 +220,13 @@ class SendService:
                            "write queues")
         return queue_id
 
-    def accept(self, msg: MessageExt, half: bool) -> Refusal | None:
-        """The rules of one message as built to store: its born timestamp, a compressed body's inflating
-        (``inflate_refusal``), a half message only where the broker takes transactions, and a timer message's
-        delivery time (``_timer_refusal``)."""
+    def accept(self, msg: MessageExt, half: bool, born_given: bool = True) -> Refusal | None:
+        """The rules of one message as built to store: its born timestamp when the producer gave one (not the
+        broker's own time, filled in for a producer that gave none: a broker whose clock is off must not blame the
+        producer), a compressed body's inflating (``inflate_refusal``), a half message only where the broker takes
+        transactions, and a timer message's delivery time (``_timer_refusal``)."""
         born = msg.born_timestamp
-        if not BORN_TIMESTAMP_MIN <= born < BORN_TIMESTAMP_MAX:
+        if born_given and not BORN_TIMESTAMP_MIN <= born < BORN_TIMESTAMP_MAX:
             return born_refusal(born)
         if msg.sys_flag & _COMPRESSED:
             refused = inflate_refusal(msg.body, self.config.store.max_message_size)

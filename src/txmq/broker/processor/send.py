@@ -259,7 +259,7 @@ class SendMessageProcessor:
         if pending and msg.topic in pending:  # a dead-letter topic it just created
             return self._once_durable(conn, cmd, req, msg.topic)
         half = is_half(msg.properties)  # asked once here for the checks, the label and the store
-        refusal = sends.accept(msg, half)
+        refusal = sends.accept(msg, half, h.born_timestamp != 0)
         if refusal is not None:
             return refused(cmd, refusal)
         delay_level = msg.delay_time_level
