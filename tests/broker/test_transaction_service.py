@@ -199,8 +199,8 @@ def test_a_batch_of_halves_is_one_put_and_each_half_is_tracked_across_a_restart(
     asyncio.run(go())
 
 
-def test_a_stored_half_is_tracked_and_remembered_as_track_and_first_check_s_would(tmp_path):
-    """``_track_stored`` writes ``_track``, ``_first_check_s`` and remembering out in one call, reading the immunity
+def test_a_stored_half_is_tracked_and_remembered_as_track_andfirst_check_s_would(tmp_path):
+    """``_track_stored`` writes ``_track``, ``first_check_s`` and remembering out in one call, reading the immunity
     only when a half carries one: the same pending entries and check seconds, with no immunity, a longer one, one
     beyond the orphan bound and an unreadable one, and every half remembered."""
     async def go() -> None:
@@ -214,7 +214,7 @@ def test_a_stored_half_is_tracked_and_remembered_as_track_and_first_check_s_woul
         assert [h.queue_offset for h in halves] == [m.queue_offset for m in msgs]
         tracked, service.table = service.table, TransactionStateTable()
         for h in halves:
-            service._track(h.queue_offset, h, service._first_check_s(h))
+            service._track(h.queue_offset, h, service.first_check_s(h))
         assert tracked.pending == service.table.pending and len(tracked.pending) == len(msgs)
         assert {s: list(b) for s, b in tracked._wheel.items()} == {s: list(b) for s, b in service.table._wheel.items()}
         assert len(tracked._wheel) == 3  # the usual timeout, 40 s, and the orphan bound

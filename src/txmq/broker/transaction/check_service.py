@@ -42,6 +42,7 @@ class CheckSender(Protocol):
         ...
 
 
+_IMMUNITY = MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS
 ON_TIME_MS = 50  # how late in its second a pass counts as on time (the next check then comes one interval later)
 
 
@@ -115,6 +116,13 @@ class TransactionalMessageCheckService:
                 log.error("half message %d is gone from the log; transaction dropped", half_offset)
                 table.decide(half_offset, Outcome.DISCARD)
                 continue
+            if not info.checks and _IMMUNITY in half.properties:
+                # Its wheel entry may not know the immunity the producer asked for (entries restored from the
+                # snapshot, or a slave's taken over, count transactionTimeOut): as RocketMQ's check, the half says
+                first_s = self.service.first_check_s(half)
+                if first_s > now:
+                    table.schedule(half_offset, first_s)
+                    continue
             if await self.service.resolve_recovered(half, half_offset):
                 continue
             if info.checks >= self.check_max:

@@ -176,7 +176,7 @@ class TransactionRecovery(TransactionTracking):
             self._compact_names()  # a slave writes no decision: its names of ended ones go here
 
     def _replay_half(self, half: MessageExt) -> None:
-        self._track(half.queue_offset, half, max(self._first_check_s(half), self.now_s()))
+        self._track(half.queue_offset, half, max(self.first_check_s(half), self.now_s()))
 
     def _replay_op(self, op: MessageExt) -> None:
         kind = op.properties.get(OP_PROPERTY, "COMMIT")

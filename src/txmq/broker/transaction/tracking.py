@@ -88,7 +88,7 @@ class TransactionTracking:
         self._conflicts_log = RefusalLog(log, "transaction decision refused")
 
     def _track_stored(self, half: MessageExt) -> None:
-        """A half message just stored: tracked as pending (``_track``, first checked at ``_first_check_s``) and
+        """A half message just stored: tracked as pending (``_track``, first checked at ``first_check_s``) and
         remembered. Written out in one call, not three, with the immunity looked up only when the half carries one:
         every transactional send runs it.
 
@@ -151,7 +151,7 @@ class TransactionTracking:
             return default
         return max(default, min(asked, self.orphan_after_ms))
 
-    def _first_check_s(self, half: MessageExt) -> int:
+    def first_check_s(self, half: MessageExt) -> int:
         """The first whole second of the account at which the stored half message is at least its immunity time old
         (the wheel has one-second buckets: rounding down would check up to a second before ``transactionTimeOut``)."""
         return -(-(self._stored_ms(half) + self._immunity_ms(half)) // 1000)
