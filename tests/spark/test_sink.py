@@ -226,6 +226,43 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
                               streaming=True)
 
 
+def test_a_forward_step_of_the_drivers_clock_prunes_no_recent_record(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver commits 200 batches; batch 50's COMMITs do not reach the broker (left to check-back); its wall
+    clock steps 25 h forward (NTP correcting a clock a day slow) before batch 200, whose commit prunes. Every record
+    was written seconds ago: pruned against the stepped clock, batch 50's check-back was answered ROLLBACK (Spark's
+    checkpoint had the batch, the sink log no longer named the half), and its rows were lost."""
+    from types import SimpleNamespace
+
+    import txmq.spark.writer as writer
+    from txmq.message import MessageConst, MessageExt
+    from txmq.spark.writer import P_BATCH, P_RUN, SinkCheckResponder, SinkCommitMessage, TxmqStreamWriter
+    from txmq.wallclock import WallClockBounds
+
+    def half(batch: int) -> MessageExt:
+        return MessageExt("t", b"x", {P_BATCH: str(batch), P_RUN: "run1",
+                                      MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"id{batch}"},
+                          store_host=("127.0.0.1", 10911), commit_log_offset=1000 * batch)
+
+    class Producer:  # END_TRANSACTIONs answered, but those of batch 50
+        def end_transactions(self, todo: Any, chunk: Any, in_flight: Any) -> list[SimpleNamespace]:
+            return [SimpleNamespace(decided=ref.tran_state_table_offset != 50, code=0, remark="") for ref, _ in todo]
+
+    step_ns = [0]
+    monkeypatch.setattr(writer, "_PRUNE_CLOCK", WallClockBounds(wall_ns=lambda: time.time_ns() + step_ns[0]))
+    monkeypatch.setattr(writer, "_responder", lambda opts: Producer())
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "commits").mkdir(parents=True)
+    sink = TxmqStreamWriter({"namesrv": "127.0.0.1:1", "checkpointLocation": str(ckpt)})
+    for batch in range(201):
+        if batch == 200:
+            step_ns[0] = 25 * 3600 * 10**9
+        sink.commit([SinkCommitMessage(0, 1, "run1", ["t"], ["broker-a"], [batch], [1000 * batch],
+                                       [half(batch).offset_msg_id])], batch)
+        (ckpt / "commits" / str(batch)).write_text("v1\n{}")  # Spark's own commit of the batch, after the sink's
+    assert SinkCheckResponder(str(ckpt / "txmq-sink")).check_local_transaction(half(50)).name == "COMMIT"
+
+
 class FakeProducer:
     """A unit of logic: what ``Responders`` calls on a ``TransactionProducer``."""
 

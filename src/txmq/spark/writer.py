@@ -59,6 +59,7 @@ from txmq.remoting.codes import ResponseCode
 from txmq.spark._common import ClientSecurity, cached_client, drop_client
 from txmq.spark.lifecycle import query_id, responders
 from txmq.spark.options import SINK, OptionError, Options
+from txmq.wallclock import WallClockBounds
 
 log = logging.getLogger("txmq.spark")
 
@@ -456,6 +457,9 @@ def _responder(opts: SinkOptions) -> TransactionProducer:
 
 
 _commit_lock = threading.Lock()
+# The driver's "now" for pruning the sink log: a forward step of its wall clock must not make records written a
+# moment ago look older than sinkLogRetentionMinutes (their batches' orphans would then be answered ROLLBACK)
+_PRUNE_CLOCK = WallClockBounds()
 
 
 def _test_hook(env: str, batch_id: int) -> None:
@@ -524,7 +528,8 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
             if left:
                 log.warning("batch %d: %d halves not ended now; check-back commits them", batchId, left)
             if batchId % PRUNE_EVERY_BATCHES == 0 and batchId >= KEEP_BATCHES:
-                removed = sink_log.prune(batchId - KEEP_BATCHES, int(time.time() * 1000) - self.opts.log_retention_ms)
+                removed = sink_log.prune(batchId - KEEP_BATCHES,
+                                         _PRUNE_CLOCK.earliest_ms() - self.opts.log_retention_ms)
                 if removed:
                     log.info("sink log: %d records older than %d minutes removed", removed,
                              self.opts.log_retention_ms // 60_000)
