@@ -9,7 +9,8 @@ does a condition that would take the expression past the broker's bounds (docs/f
 characters; a long ``isin``).
 
 ``store_timestamp >= t`` (or ``> t``) moves an ``earliest`` start to the first offset stored at or after ``t``
-(by store time, per queue); Spark still evaluates it, so the rows are exact even where store times step back.
+(by store time, per queue: the broker's search looks at each stretch between steps back of its clock apart, so no
+record before that start was stored as late); Spark still evaluates the filter, so the rows are exact.
 """
 
 from __future__ import annotations

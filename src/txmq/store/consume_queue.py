@@ -349,9 +349,20 @@ class ConsumeQueue:
 
     # --- lookups -----------------------------------------------------------------------------------
 
-    def offset_by_time(self, timestamp_ms: int, store_time: Callable[[int], int]) -> int:
-        """First logical offset whose record was stored at or after ``timestamp_ms`` (max offset if none)."""
-        return self.first_offset_where(self.min_offset, self.max_offset, lambda phy, _: store_time(phy) >= timestamp_ms)
+    def offset_by_time(self, timestamp_ms: int, store_time: Callable[[int], int], steps_back: list[int]) -> int:
+        """First logical offset whose record was stored at or after ``timestamp_ms`` (max offset if none), none
+        before it stored so late. Store times rise but where the wall clock stepped back (``steps_back``: the
+        commit-log offsets where it did), so each stretch between steps is searched apart, in order, and the first
+        holding such a record answers: one search over the whole queue could land past records stored before a
+        step with later times (a reset by time, or a Spark filter on store time, would miss them)."""
+        lo = self.min_offset
+        for hi in [*sorted({self.first_offset_from_phy(phy) for phy in steps_back}), self.max_offset]:
+            if hi > lo:
+                found = self.first_offset_where(lo, hi, lambda phy, _: store_time(phy) >= timestamp_ms)
+                if found < hi:
+                    return found
+                lo = hi
+        return self.max_offset
 
     # --- retention ---------------------------------------------------------------------------------
 

@@ -870,7 +870,7 @@ class DefaultMessageStore:
             except StoreError:
                 return -1
 
-        return cq.offset_by_time(timestamp_ms, store_time)
+        return cq.offset_by_time(timestamp_ms, store_time, self.clock.steps_back(self.min_phy_offset))
 
     def topics(self) -> set[str]:
         return self.queues.topics()
