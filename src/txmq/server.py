@@ -15,6 +15,7 @@ from txmq.broker.config import BrokerConfig
 from txmq.broker.controller import BrokerController
 from txmq.controller.server import ControllerManager
 from txmq.gctune import tune_gc
+from txmq.malloc_tune import return_freed_blocks
 from txmq.namesrv.controller import NamesrvController
 from txmq.remoting.server import ServerLimits
 from txmq.remoting.transport import run
@@ -76,6 +77,7 @@ async def serve(namesrv: NamesrvController | None, broker: BrokerController | No
         if console is not None:
             addrs["console"] = console.addr
         tune_gc()
+        return_freed_blocks()
         await _until_signalled(lambda: on_ready(addrs))
     finally:
         if console is not None:
