@@ -48,5 +48,5 @@ def test_a_pushed_store_time_filter_keeps_rows_stored_before_a_step_back(faked: 
     assert expected == [b"b"], stamps
     assert _rows(faked.namesrv, since, push=False) == expected
     pushed = _rows(faked.namesrv, since, push=True)
-    assert pushed == expected, f"store_timestamp >= {since}: {pushed} with pushdown, {expected} without (stamps {stamps})"
+    assert pushed == expected, f"store_timestamp >= {since}: {pushed} with pushdown, {expected} without ({stamps})"
     assert not faked.broker_errors()
