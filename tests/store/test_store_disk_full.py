@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,9 @@ from tests.elapsed import advance
 from tests.store.store_helpers import SEGMENT, make_config, msg, reopened_bodies, run
 from txmq.message import MessageExt, decode_message
 from txmq.store import DefaultMessageStore, PutMessageStatus, StoreConfig
+from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.group_commit import DISK_CHECK_INTERVAL_S
+from txmq.store.mapped_file import MappedFileQueue
 
 
 async def _fill_segment(store: DefaultMessageStore) -> None:
@@ -170,3 +173,74 @@ def _raw(config: StoreConfig) -> dict[int, list[bytes]]:
             return {q: store.get_message("T", q, 0, 100, 1 << 30).messages for q in store.queue_ids("T")}
 
     return run(main)
+
+
+def test_a_put_taken_back_leaves_no_recovery_point_inside_a_record(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group of three puts, to queues hot/0, light/0 and a new topic's queue whose first file cannot be made (a
+    full disk), is refused and taken back: the log goes back to its end E and each queue back to its previous max
+    offset. But ``put_run`` had marked light/0 unflushed from its record's offset (E + the size of hot's record),
+    and the take-back (``truncate_logical``) left ``unflushed_phy`` there. The next puts (SYNC_FLUSH, answered once
+    flushed) write other records from E, of other sizes: that offset is now inside one of them. A periodic
+    checkpoint flushes hot/0 (due) and leaves light/0 (not due): its recovery point was light's stale offset,
+    inside a record. A crash (a SIGKILL is enough, no power loss): recovery started the scan there, found no valid
+    record, "the log ends there", and truncated the log: every record after it was gone, every one of them
+    acknowledged as durable. (The journal model's seed 2009 found it.)"""
+    from txmq.store.config import FlushDiskType
+
+    config = make_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    acked: list[int] = []
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for topic in ("hot", "light"):
+            assert (await store.put_message(msg(topic, b"first"))).ok
+        store.flush_and_checkpoint()  # every queue flushed
+        real_create = MappedFileQueue.create
+
+        def create(self: MappedFileQueue, start: int) -> object:
+            if self.directory.endswith("/fresh/0"):
+                raise OSError(28, "No space left on device")
+            return real_create(self, start)
+
+        with monkeypatch.context() as m:
+            m.setattr(MappedFileQueue, "create", create)
+            group = await asyncio.gather(store.put_message(msg("hot", b"h")), store.put_message(msg("light", b"l")),
+                                         store.put_message(msg("fresh", b"f")))
+        assert not any(r.ok for r in group)
+        store.group_commit.disk.full = False  # room again
+        for i in range(300):
+            result = await store.put_message(msg("hot", b"%04d" % i + b"." * 150))
+            assert result.ok
+            acked.append(result.append_result.wrote_offset)
+        assert (await store.put_message(msg("light", b"l2"))).ok  # (in its tail, after the stale offset)
+        stale = store.queues.find("light", 0).unflushed_phy  # type: ignore[union-attr]
+        with monkeypatch.context() as m:  # the periodic checkpoint, light's tail not written (the disk still full)
+            m.setattr(ConsumeQueue, "write_tail", _refusing_tail_of("light"))
+            store._write_checkpoint(store._snapshot(thorough=False))
+        assert store.checkpoint.load()[0].recovery_offset == stale  # type: ignore[union-attr]
+        assert stale not in acked, "the recovery point is inside a record"
+        store.close_without_shutdown()  # a crash (SIGKILL)
+
+    run(main)
+    store = DefaultMessageStore(config)
+    try:
+        report = store.recovery_report
+        lost = [o for o in acked if o + 150 > store.max_phy_offset]
+        assert not report.lost_data and not lost, (f"{len(lost)} of {len(acked)} acknowledged records lost",
+                                                   report.events)
+    finally:
+        store.close_without_shutdown()
+
+
+def _refusing_tail_of(topic: str):  # type: ignore[no-untyped-def]
+    """``ConsumeQueue.write_tail`` refusing the tails of ``topic``'s queues (a full disk, or EMFILE reopening the
+    file)."""
+    real = ConsumeQueue.write_tail
+
+    def write_tail(self: ConsumeQueue) -> None:
+        if self.topic == topic and self.tail is not None:
+            raise OSError(28, "No space left on device")
+        real(self)
+
+    return write_tail

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from tests.store.store_helpers import assert_killed_cleanly, flip_byte, make_con
 from txmq.errors import CorruptRecordError
 from txmq.message import MessageSysFlag, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
+from txmq.store.mapped_file import offset_to_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -510,3 +512,84 @@ def test_a_stray_file_named_with_non_ascii_digits_beside_segments_and_index_file
         assert all(os.path.exists(path) for path in strays)
     finally:
         reopened.close_without_shutdown()
+
+
+_PAGE = 4096
+
+
+@pytest.mark.parametrize("variant", ["control: no page written back", "log from 0", "log past 4 GiB", "a whole page"])
+def test_entries_past_the_checkpoints_count_torn_by_a_power_loss_are_cut(root: Path, variant: str) -> None:
+    """A queue's first ``durable`` entries are fsynced by a checkpoint; 300 more are written to its file
+    (consumeQueueWriteBehindBytes 0), not fsynced, and their records are lost with the power (the log after the
+    checkpoint was not flushed). Of the queue file's pages written since, the kernel had written back one and not the
+    one before it, so the entry that straddles their boundary is half old (zeros) and half new:
+
+    - log from 0: page 3 (bytes 12288..) written back, page 2 not; entry 614 (bytes 12280..12299) has its
+      commit-log offset from page 2 (0) and its size and tag hash from page 3;
+    - log past 4 GiB (a log that starts at 2**32, as one that has written 4 GiB): page 4 written back, page 3 not;
+      entry 819 (bytes 16380..16399) has the high word of its commit-log offset from page 3 (0), the rest new.
+
+    Recovery drops every entry past the checkpoint's count (all point at or past the recovery point): the queue
+    holds ``durable`` entries. The binary search for the first entry pointing at or past the recovery point alone
+    cut just after the torn entry, which points below it (to 0, or 4 GiB lower) and passed the last entry's check:
+    the empty slots and the torn entry stayed, and in the first variant a pull at its offset returned the log's
+    first message again. (A whole page of entries lost before written-back ones: the queue was rebuilt from the
+    whole log.)"""
+    page, durable, torn = {"control: no page written back": (None, 600, 614), "log from 0": (3, 600, 614),
+                           "log past 4 GiB": (4, 700, 819), "a whole page": (5, 1000, 1024)}[variant]
+    config = make_config(root, mapped_file_size_consume_queue=20 * 2048, consume_queue_write_behind_bytes=0,
+                         flush_interval_commit_log_ms=60_000)
+    base = 1 << 32 if variant == "log past 4 GiB" else 0
+    state: dict[str, object] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        if base:
+            store.start_replica_at(base)  # an empty store whose log starts at 4 GiB
+        await store.start()
+        for i in range(durable):
+            assert (await store.put_message(msg(body=b"%06d" % i))).ok
+        state["R"] = store.flush_and_checkpoint()
+        cq_path = os.path.join(config.store_path_root_dir, "consumequeue", "T", "0", offset_to_name(0))
+        with open(cq_path, "rb") as fh:
+            state["durable"] = fh.read()
+        state["cq"] = cq_path
+        for i in range(durable, durable + 300):
+            assert (await store.put_message(msg(body=b"%06d" % i))).ok
+        store.close_without_shutdown()
+
+    run(main)
+    r = int(state["R"])  # type: ignore[call-overload]
+    assert r > base
+    # Power-loss image. The log: nothing after the recovery point (never flushed).
+    size = config.mapped_file_size_commit_log
+    commitlog = os.path.join(config.store_path_root_dir, "commitlog")
+    for name in sorted(os.listdir(commitlog)):
+        start = int(name)
+        if start > r:
+            os.unlink(os.path.join(commitlog, name))
+        elif start + size > r:
+            with open(os.path.join(commitlog, name), "r+b") as fh:
+                fh.seek(r - start)
+                fh.write(bytes(size - (r - start)))
+    # The queue file: as fsynced, but one page as the kernel wrote it back.
+    cq_path = str(state["cq"])
+    with open(cq_path, "rb") as fh:
+        current = fh.read()
+    image = bytearray(state["durable"])  # type: ignore[arg-type]
+    if page is not None:
+        image[page * _PAGE : (page + 1) * _PAGE] = current[page * _PAGE : (page + 1) * _PAGE]
+    with open(cq_path, "r+b") as fh:
+        fh.write(image)
+
+    store = DefaultMessageStore(config)
+    try:
+        assert store.max_phy_offset == r
+        kept = store.get_max_offset_in_queue("T", 0)
+        wrong = store.get_message("T", 0, torn, 1, 1 << 30) if kept > torn else None
+        assert kept == durable, (kept, store.get_queue_entries("T", 0, torn - 1, 2),
+                                 wrong and [decode_message(w)[0].body for w in wrong.messages],
+                                 store.recovery_report.events)
+        assert store.recovery_report.consume_queues_rebuilt == [], store.recovery_report.events
+    finally:
+        store.close_without_shutdown()

@@ -189,9 +189,15 @@ class ConsumeQueue:
         """The first entry whose record is still in the log (RocketMQ correctMinOffset)."""
         self.min_offset = self.first_offset_from_phy(min_phy_offset)
 
-    def truncate_dirty(self, phy_offset: int) -> int:
-        """Drop entries pointing at or past commit-log ``phy_offset``; return how many were dropped."""
+    def truncate_dirty(self, phy_offset: int, counted: int | None = None) -> int:
+        """Drop entries pointing at or past commit-log ``phy_offset``; return how many were dropped. ``counted``
+        (recovery: the checkpoint's count of the queue, every entry past which points at or past the recovery
+        point): no entry past it is kept either, whatever it reads as. A power loss can leave those torn across two
+        pages or zeroed in between, and the binary search by commit-log offset, which assumes entries rise, then
+        found its cut past an entry that is now garbage (an old message served at its place) or an empty slot."""
         cut = self.first_offset_from_phy(phy_offset)
+        if counted is not None:
+            cut = min(cut, max(counted, self.min_offset))
         dropped = self.max_offset - cut
         if dropped > 0:
             self.truncate_logical(cut)
@@ -200,6 +206,12 @@ class ConsumeQueue:
     def truncate_logical(self, offset: int) -> None:
         """Drop the entries from logical ``offset`` on, buffered or written."""
         self.mark_unflushed(None, 0, True)
+        if self.unflushed_from is not None and self.unflushed_from >= offset:
+            # Every unflushed entry goes, and with it the commit-log offset of the oldest: where a put taken back
+            # was, records of other sizes follow, and a recovery point held there would start recovery's scan inside
+            # one (it found no record, and cut the log there). The cut itself is due: the next checkpoint fsyncs it.
+            self.unflushed_from, self.unflushed_phy = None, 0
+            self.store.cut_unflushed(self)
         self.store.count_at_most(self, offset)
         tail = self.tail
         if tail is not None and offset < self.tail_from + len(tail) // CQ_ENTRY_SIZE:

@@ -163,6 +163,12 @@ class ConsumeQueueStore:
         self.unflushed.clear()
         self.unordered.clear()
 
+    def cut_unflushed(self, cq: ConsumeQueue) -> None:
+        """``cq``'s unflushed entries were all cut: none holds the recovery point back any more (it stays pending
+        and due, its files' cut for the next checkpoint to fsync)."""
+        self.unflushed.pop(cq, None)
+        self.unordered.discard(cq)
+
     def _forget(self, cq: ConsumeQueue) -> None:
         self.pending.discard(cq)
         self.due.pop(cq, None)

@@ -220,12 +220,13 @@ class _QueueVisit:
         tail = self.journaled.pop(key, None)
         if tail is not None:
             cq.restore(*tail)
-        counted = self.counted.get(cq.topic, {}).get(cq.queue_id, 0)
+        count = self.counted.get(cq.topic, {}).get(cq.queue_id)
+        counted = count or 0
         if cq.max_offset < counted:  # (a queue counted 0 had nothing durable: its entries follow the recovery point)
             report.event(f"consume queue {cq.topic}/{cq.queue_id} has {cq.max_offset} entries, the checkpoint says "
                          f"{counted}")
             self.rebuild.add(key)
-        report.consume_queue_entries_truncated += cq.truncate_dirty(self.start)
+        report.consume_queue_entries_truncated += cq.truncate_dirty(self.start, count)
         bad = cq.last_entry_problem(self.start, self.max_size)
         if bad is not None:
             report.event(bad)
