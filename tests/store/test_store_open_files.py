@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.store.store_helpers import make_config, msg, run
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore, GetMessageStatus
@@ -115,3 +117,29 @@ def test_recovery_after_a_crash_opens_each_consume_queue_file_once(root, monkeyp
             assert store.get_min_offset_in_queue(topic, qid) == 0
     finally:
         store.close_without_shutdown()
+
+
+@pytest.mark.parametrize("where", ["topic not UTF-8", "queue id past 32 bits"])
+def test_an_odd_directory_under_consumequeue_does_not_stop_checkpoints(root, where):
+    """A stray directory whose name is not UTF-8 (listed with surrogates) or a queue directory of 20 digits was
+    taken for a queue, whose count goes in every checkpoint document: its encoder refused it, so no checkpoint was
+    written again, and shutdown raised past its handler and left the abort file. Both are passed over."""
+    base = os.path.join(str(root), "consumequeue")
+    os.makedirs(base)
+    if where == "topic not UTF-8":
+        os.makedirs(os.path.join(os.fsencode(base), b"stray\xff", b"0"))
+    else:
+        os.makedirs(os.path.join(base, "T", "99999999999999999999"))
+    config = make_config(root)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        assert (await store.put_message(msg("T", b"x"))).ok
+        try:
+            store.flush_and_checkpoint()
+        finally:
+            await store.shutdown()
+        assert not os.path.exists(os.path.join(str(root), "abort"))
+
+    run(main)

@@ -19,10 +19,31 @@ log = logging.getLogger("txmq.store")
 TAILS_PER_TURN = 256  # tails written in one go (past the bound, or by a checkpoint) before the loop serves again
 
 
+MAX_QUEUE_ID = (1 << 31) - 1  # a queue id is a Java int on the wire
+
+
 def _directories(path: str) -> list[str]:
-    """The names of the directories in ``path``, sorted (their types from the listing: no stat each)."""
+    """The names of the directories in ``path`` that UTF-8 can name, sorted (their types from the listing: no stat
+    each). A stray one whose name is not UTF-8 (listed with surrogates) would go in every checkpoint document as a
+    queue, which the document's encoder refuses: no checkpoint would be written again."""
     with os.scandir(path) as listing:
-        return sorted(entry.name for entry in listing if entry.is_dir())
+        return sorted(entry.name for entry in listing if entry.is_dir() and _utf8(entry.name))
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _queue_id(name: str) -> int | None:
+    """The queue id a directory names: canonical ASCII digits (not '²', which isdigit but int refuses, nor '07',
+    which would name the directory '7') of an int the wire can carry."""
+    if name.isascii() and name.isdigit() and str(int(name)) == name and int(name) <= MAX_QUEUE_ID:
+        return int(name)
+    return None
 
 
 class ConsumeQueueStore:
@@ -70,9 +91,9 @@ class ConsumeQueueStore:
             return
         for topic in _directories(base):
             for qid_name in _directories(os.path.join(base, topic)):
-                # (not '²', which isdigit but int refuses, nor '07', which would name the directory '7')
-                if qid_name.isascii() and qid_name.isdigit() and str(int(qid_name)) == qid_name:
-                    cq = self.find_or_create(topic, int(qid_name))
+                qid = _queue_id(qid_name)
+                if qid is not None:
+                    cq = self.find_or_create(topic, qid)
                     yield cq, cq.load()
 
     def all(self) -> Iterator[ConsumeQueue]:
