@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -1442,3 +1443,46 @@ def test_an_earlier_checkpoint_s_worker_running_late_does_not_bring_a_deleted_to
         assert reopened.recovery_report.consume_queues_rebuilt == []
         assert reopened.get_max_offset_in_queue("other", 0) == 0
         _assert_queues_match_the_log(reopened, expected)
+
+
+def test_a_deleted_topic_s_removal_is_durable_when_delete_topic_returns(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``delete_topic`` writes a checkpoint that no longer lists the topic, but the removal of its files and
+    directories is durable only once the directories that held them are fsynced: on a file system that keeps a
+    directory change only then (POSIX; btrfs), a power loss after delete_topic returned brought the directory and
+    its fsynced files back, and recovery loaded them as a queue: the deleted topic back with its old messages. The
+    power-loss model here: a removal is durable once its parent directory was fsynced after it."""
+    config = make_config(root)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        with_path = os.readlink(f"/proc/self/fd/{fd}")
+        if os.path.isdir(with_path):
+            synced.append(os.path.realpath(with_path))
+        real_fsync(fd)
+
+    base = os.path.join(config.store_path_root_dir, "consumequeue")
+    kept = os.path.join(str(root), "doomed-copy")
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for i in range(10):
+            assert (await store.put_message(msg("doomed", b"d%d" % i))).ok
+            assert (await store.put_message(msg("kept", b"k%d" % i))).ok
+        store.flush_and_checkpoint()
+        shutil.copytree(os.path.join(base, "doomed"), kept)  # the directory as the disk holds it (fsynced)
+        with monkeypatch.context() as m:
+            m.setattr(os, "fsync", fsync)
+            store.delete_topic("doomed")
+        store.close_without_shutdown()  # the power goes out
+
+    run(main)
+    if os.path.realpath(base) not in synced:  # the rmdir of consumequeue/doomed was never made durable
+        shutil.copytree(kept, os.path.join(base, "doomed"))
+    store = DefaultMessageStore(config)
+    try:
+        assert "doomed" not in store.topics(), (sorted(set(synced)), store.recovery_report.events)
+    finally:
+        store.close_without_shutdown()

@@ -907,6 +907,13 @@ class DefaultMessageStore:
                 self.queues.drop(topic, qid)
             with contextlib.suppress(OSError):
                 os.rmdir(directory)
+        # The removals made durable (a directory entry's removal is durable once its directory is fsynced): else a
+        # power loss could bring a queue's directory back with its files, for recovery to load as a queue the
+        # checkpoint does not list: the deleted topic back with its messages
+        for directory in [*directories, os.path.dirname(directories[0])]:
+            if os.path.isdir(directory):  # (a topic's left when something else in it stayed)
+                with self.durability.fsyncing(directory):
+                    fsync_dir(directory)
         # The checkpoint lists queues so recovery can rebuild lost ones: it must forget these now.
         self._checkpoint_now()
 
