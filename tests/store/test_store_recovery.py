@@ -15,6 +15,7 @@ from tests.store.store_helpers import assert_killed_cleanly, flip_byte, make_con
 from txmq.errors import CorruptRecordError
 from txmq.message import MessageSysFlag, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
+from txmq.store.index import HEADER_SIZE, key_hash
 from txmq.store.mapped_file import offset_to_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -591,5 +592,67 @@ def test_entries_past_the_checkpoints_count_torn_by_a_power_loss_are_cut(root: P
                                  wrong and [decode_message(w)[0].body for w in wrong.messages],
                                  store.recovery_report.events)
         assert store.recovery_report.consume_queues_rebuilt == [], store.recovery_report.events
+    finally:
+        store.close_without_shutdown()
+
+
+@pytest.mark.parametrize("case", ["control: no page written back", "record lost", "record kept"])
+def test_an_index_slot_page_kept_without_its_entry_page_hides_no_checkpointed_key(root: Path, case: str) -> None:
+    """200 messages with keys k0..k199 are put and a checkpoint makes the index durable (msync + fsync). One more
+    message with key k5 follows (its entry in the entries' second page, its slot in the first page). The power goes
+    out; the kernel had written back the slot's page (a dirty page of the map, as any other) but not the entry's.
+    The message with k5 before the checkpoint is durable in the log and was indexed durably, so
+    ``query_message('T', 'k5')`` must still find it. The slot pointed past the entries counted at open, so the
+    lookup stopped at once (and recovery's re-put of the new record started a new chain): the durable record was
+    never found again."""
+    record_survives = case != "record lost"
+    config = make_config(root, max_index_num=1000, flush_interval_commit_log_ms=60_000)
+    offsets: list[int] = []
+    state: dict[str, object] = {}
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for i in range(200):
+            result = await store.put_message(msg(body=b"%06d" % i, KEYS=f"k{i}"))
+            assert result.ok
+            offsets.append(result.append_result.wrote_offset)
+        state["R"] = store.flush_and_checkpoint()
+        f = store.index.files[-1]
+        with open(f.path, "rb") as fh:
+            state["durable"] = fh.read()  # what the checkpoint's msync + fsync left on disk
+        state["path"] = f.path
+        result = await store.put_message(msg(body=b"again", KEYS="k5"))
+        assert result.ok
+        slot_pos = HEADER_SIZE + (key_hash("T", "k5") % f.hash_slot_num) * 4
+        entry_pos = f._entry_pos(f.index_count - 1)
+        state["slot_page"] = slot_pos // _PAGE
+        assert slot_pos // _PAGE != entry_pos // _PAGE, (slot_pos, entry_pos)
+        if record_survives:
+            store.commit_log.flush()
+        store.close_without_shutdown()
+
+    run(main)
+    # The power-loss image: the index as fsynced, but the slot's page as the kernel wrote it back.
+    path = str(state["path"])
+    with open(path, "rb") as fh:
+        current = fh.read()
+    page = int(state["slot_page"])  # type: ignore[call-overload]
+    image = bytearray(state["durable"])  # type: ignore[arg-type]
+    if not case.startswith("control"):
+        image[page * _PAGE : (page + 1) * _PAGE] = current[page * _PAGE : (page + 1) * _PAGE]
+    with open(path, "r+b") as fh:
+        fh.write(image)
+    if not record_survives:  # the log's unflushed record lost with the power
+        r = int(state["R"])  # type: ignore[call-overload]
+        seg = segment_path(config, r)
+        with open(seg, "r+b") as fh:
+            fh.seek(r % config.mapped_file_size_commit_log)
+            fh.write(bytes(config.mapped_file_size_commit_log - r % config.mapped_file_size_commit_log))
+
+    store = DefaultMessageStore(config)
+    try:
+        found = [m.commit_log_offset for m in store.query_message("T", "k5", 10)]
+        assert offsets[5] in found, (found, store.recovery_report.events)
     finally:
         store.close_without_shutdown()

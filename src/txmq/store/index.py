@@ -29,14 +29,19 @@ from the commit log and check the key (hash collisions, entries left over from a
 
 from __future__ import annotations
 
+import array
 import contextlib
+import logging
 import mmap
 import os
 import struct
+import sys
 import zlib
 from collections.abc import Callable
 
 from txmq.store.mapped_file import fsync_dir, fsync_fd, is_offset_name, offset_to_name
+
+log = logging.getLogger("txmq.store")
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = HEADER.size  # 40
@@ -44,6 +49,7 @@ SLOT = struct.Struct(">i")
 ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = ENTRY.size  # 20
 KEY_SEPARATOR = "#"
+REPAIR_CHUNK = 65536  # entries read at a time by the search of ``_repair_slots``
 ALLOCATE_AHEAD = 1 << 20  # bytes of entries reserved on disk before they are written
 assert HEADER_SIZE == 40 and ENTRY_SIZE == 20
 
@@ -128,6 +134,37 @@ class IndexFile:
         self.index_count = count
         self._allocated = 0
         self._reserve(self._entry_pos(count))
+        self._repair_slots()
+
+    def _repair_slots(self) -> None:
+        """Slots naming an entry past those counted: a power loss kept a slot's page (written back, as any dirty
+        page of the map) but not the page of the entry it names. Each is set to the newest counted entry of its
+        chain, so that the entries behind it, durable before the last checkpoint, are found again (a lookup stopped
+        at such a slot, and the next put there started a new chain). The check is one pass over the slots in C;
+        the search only runs for a file that has such slots, newest entries first (read through the map)."""
+        # (read, not through the map: the slots' pages would stay in the broker's RSS)
+        slots = array.array("I", os.pread(self.fd, self.hash_slot_num * SLOT.size, HEADER_SIZE))  # (a negative
+        if sys.byteorder == "little":  # one reads as past any count)
+            slots.byteswap()
+        count = self.index_count
+        if max(slots) < count:
+            return
+        bad = {i for i, value in enumerate(slots) if value >= count}
+        newest: dict[int, int] = {}
+        end = count
+        while end > 1 and len(newest) < len(bad):
+            start = max(1, end - REPAIR_CHUNK)
+            hashes = [entry[0] for entry in ENTRY.iter_unpack(self.mm[self._entry_pos(start) : self._entry_pos(end)])]
+            for k in range(len(hashes) - 1, -1, -1):
+                slot = hashes[k] % self.hash_slot_num
+                if slot in bad and slot not in newest:
+                    newest[slot] = start + k
+            end = start
+        for slot in bad:
+            SLOT.pack_into(self.mm, HEADER_SIZE + slot * SLOT.size, newest.get(slot, 0))
+        self.dirty = True
+        log.warning("index file %s: %d hash slots named entries past its %d (a power loss): set to the newest of "
+                    "their chains", self.path, len(bad), count)
 
     def _map(self, size: int) -> None:
         self.mm = mmap.mmap(self.fd, size)
