@@ -279,7 +279,8 @@ class CommitLog:
         ``on_record`` for each.
 
         Stops at the first record that fails validation, unless ``on_corrupt`` is given (rebuilds): then a
-        record with a bad CRC is skipped by its size, and a bad magic or size skips the rest of the segment.
+        record with a bad CRC is skipped by its size, and a bad magic or size skips the rest of the segment, as do
+        zeros before ``end``.
         A zero TOTALSIZE and magic ends the log, also in a segment that is not the last (as in RocketMQ's
         recovery, where only a BLANK marker goes on with the next file): zeros before a segment's end and its
         BLANK marker are pages a power loss took while the kernel had written back later ones, all after the log's
@@ -303,6 +304,10 @@ class CommitLog:
                     chunk, chunk_start, cpos = mf.read(pos - mf.file_from_offset, SCAN_CHUNK), pos, 0
                 total, magic = read_prefix(chunk, cpos)
                 if total == 0 and magic == 0:  # no more records: the end of the log, even in a segment not the last
+                    if on_corrupt is not None and end is not None:  # but a rebuild's range is log recovery kept:
+                        on_corrupt(pos, "zeros")  # damage (a sector lost), skipped with the rest of its segment
+                        result.end_offset = pos = seg_end
+                        break
                     result.end_offset = pos
                     break
                 if magic == BLANK_MAGIC_CODE and total == seg_end - pos:

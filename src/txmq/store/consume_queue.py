@@ -312,10 +312,20 @@ class ConsumeQueue:
             pos = self._file_at(pos).end_offset
 
     def _file_at(self, pos: int) -> MappedFile:
-        """The file byte ``pos`` of the queue falls in, created when missing."""
+        """The file byte ``pos`` of the queue falls in, created when missing, with the files between the last one
+        and it (a rebuild putting entries back past records it skipped): a queue's files have no gap, which the
+        next open would take for a lost file, and a consumer reads an empty slot past, not a missing file."""
         files = self.files
         mf = files.find(pos)
-        return mf if mf is not None else files.create(pos - pos % self.store.file_size)
+        if mf is not None:
+            return mf
+        size = self.store.file_size
+        start = pos - pos % size
+        last = files.last
+        if last is not None:
+            for between in range(last.end_offset, start, size):
+                files.create(between)
+        return files.create(start)
 
     def write_tail(self) -> None:
         """Write the buffered entries to the file (one system call per file they fall in). A failed write (a full

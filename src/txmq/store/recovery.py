@@ -145,7 +145,7 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
     # 3. Rebuild lost derived files from the log, up to the recovery point.
     index_ranges = _lost_index_ranges(store, cp.index_files if cp else [], start, log_lo)
     if rebuild_queues or index_ranges:
-        _rebuild(store, report, rebuild_queues, index_ranges, start, log_lo)
+        _rebuild(store, report, rebuild_queues, index_ranges, start, log_lo, visit.settled)
 
     # 4. Validate and dispatch the tail.
     _read_from_disk(cl, start)
@@ -260,7 +260,10 @@ def _rebuild(
     index_ranges: list[tuple[int, int]],
     start: int,
     log_lo: int,
+    settled: set[ConsumeQueue],
 ) -> None:
+    """Drop the lost queues and rebuild them, and the lost index ranges, from the log up to ``start``; the rebuilt
+    queues, their first entry found, join ``settled``."""
     for topic, qid in sorted(queues):
         store.queues.drop(topic, qid)
         report.consume_queues_rebuilt.append(f"{topic}/{qid}")
@@ -272,13 +275,16 @@ def _rebuild(
         report.event(f"rebuilding index file {begin} from commit-log range [{begin}, {end})")
     scan_from = log_lo if queues else max(log_lo, min(b for b, _, _ in index_puts))
 
+    rebuilt: dict[tuple[str, int], tuple[ConsumeQueue, int]] = {}  # each queue and the first offset put back
+
     def on_record(offset: int, rec: memoryview) -> None:
         req: DispatchRequest = request_from_record(rec, offset)
         report.rebuild_records_scanned += 1
-        if (req.topic, req.queue_id) in queues and builds_consume_queue(req.sys_flag):
-            store.queues.find_or_create(req.topic, req.queue_id).put(
-                req.consume_queue_offset, offset, req.msg_size, req.tags_code
-            )
+        key = (req.topic, req.queue_id)
+        if key in queues and builds_consume_queue(req.sys_flag):
+            cq = store.queues.find_or_create(req.topic, req.queue_id)
+            cq.put(req.consume_queue_offset, offset, req.msg_size, req.tags_code)
+            rebuilt.setdefault(key, (cq, req.consume_queue_offset))
         if not builds_index(req.sys_flag):
             return
         for begin, end, put in index_puts:
@@ -289,3 +295,8 @@ def _rebuild(
         report.event(f"rebuild skipped an invalid record at {offset} ({reason})")
 
     store.commit_log.scan(scan_from, on_record, end=start, on_corrupt=on_corrupt)
+    # Its first entry is the first put back (the scan starts at the log's first record): records the scan skipped
+    # leave empty slots, over which a search for the first entry still in the log would not find it
+    for cq, first in rebuilt.values():
+        cq.min_offset = first
+        settled.add(cq)
