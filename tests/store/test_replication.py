@@ -29,6 +29,7 @@ from txmq.store.ha.protocol import (
     read_open,
     read_welcome,
 )
+from txmq.store.mapped_file import offset_to_name
 
 
 def _ha(broker_id: int, port: int, **kw: object) -> HAConfig:
@@ -508,3 +509,44 @@ def test_a_slave_whose_fsync_failed_acknowledges_nothing_more_to_its_sync_master
     status, copied, slave_end = run(go)
     assert status is not PutMessageStatus.PUT_OK and slave_end == copied, (status, copied, slave_end)
     assert any("failed an fsync" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_a_slave_whose_log_differs_from_a_cut_master_s_across_a_segment_end_ends_byte_identical(tmp_path: Path) -> None:
+    """A master and its slave hold the same log, four segments and more. The master loses the end of its third
+    segment and everything after (its recovery cuts the log there), then takes new puts that run into a fourth
+    segment again. The slave connects: the handshake finds the bytes before the slave's end different and cuts the
+    slave at the start of the segment holding its end; the 8 bytes before that segment start were the zeros after a
+    BLANK marker on both sides whatever the records before them, so the check passed there, and the slave kept its
+    old records between the master's cut and that segment start: the two logs differed for good, silently. At a
+    segment start the check compares the previous segment's last record and its marker."""
+    port = free_port()
+    mroot, sroot = tmp_path / "m", tmp_path / "s"
+
+    async def replicate(extra: int, start: int) -> int:
+        async with DefaultMessageStore(make_config(mroot)) as master, \
+                DefaultMessageStore(make_config(sroot)) as slave:
+            ha = HAService(master, _ha(0, port))
+            await ha.start()
+            await _put(master, extra, start)
+            client = HAClient(slave, _ha(1, port))
+            client.start()
+            try:
+                await _until(lambda: slave.max_phy_offset == master.max_phy_offset, timeout=20)
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
+            return int(master.max_phy_offset)
+
+    seg_size = make_config(mroot).mapped_file_size_commit_log
+    end = run(lambda: replicate(700, 0))
+    assert end > 3 * seg_size
+    third = mroot / "commitlog" / offset_to_name(2 * seg_size)
+    with open(third, "r+b") as f:  # the master's third segment from its middle on: lost pages
+        f.seek(seg_size // 2)
+        f.write(bytes(seg_size - seg_size // 2))
+    (mroot / "checkpoint").unlink()  # (recovery from the start of the log finds the zeros as a power loss's scan would)
+    end2 = run(lambda: replicate(700, 700))
+    assert end2 > end
+    master_log, slave_log = _log_bytes(mroot, end2), _log_bytes(sroot, end2)
+    differ = next((i for i, (a, b) in enumerate(zip(master_log, slave_log, strict=True)) if a != b), None)
+    assert differ is None, f"the slave's log differs from its master's from offset {differ} on"

@@ -17,6 +17,7 @@ from txmq.store.record import (
     BLANK_SIZE,
     MIN_RECORD_SIZE,
     STORE_TIMESTAMP_POS,
+    TRAILER_SIZE,
     blank_marker,
     check_record,
     read_prefix,
@@ -26,6 +27,9 @@ from txmq.store.record import (
 
 READ_AHEAD = 1024  # one pread fetches most records whole
 SCAN_CHUNK = 4 << 20  # recovery reads the log in chunks this large
+# How far before a full segment's end its BLANK marker may be (it fills what the next record did not fit in: above
+# the largest maxMessageSize a record is given)
+BLANK_SEARCH_BYTES = 64 << 20
 _LONG = struct.Struct(">q")
 
 
@@ -168,12 +172,36 @@ class CommitLog:
 
     def tail_bytes(self, offset: int, n: int = 8) -> bytes:
         """The ``n`` bytes before ``offset`` (zeros where the log has none): two logs whose bytes before
-        ``offset`` match end with the same record there, trailer CRC included."""
+        ``offset`` match end with the same record there, trailer CRC included. At the start of a segment, the
+        bytes before the previous one's BLANK marker (its last record's trailer CRC) and the marker's size instead:
+        the bytes just before a segment start are the zeros after that marker in every log, so two logs that
+        differ in the previous segment matched there (a slave kept records its master no longer had)."""
         mf = self.queue.find(offset - 1) if offset > 0 else None
         if mf is None or offset > self.max_offset:
             return bytes(n)
+        if offset == mf.end_offset:
+            blank = self._blank_marker_at(mf)
+            if blank is not None and blank - TRAILER_SIZE >= mf.file_from_offset:
+                crc = mf.read(blank - TRAILER_SIZE - mf.file_from_offset, TRAILER_SIZE)
+                return (crc + (offset - blank).to_bytes(n - TRAILER_SIZE, "big"))[-n:]
         start = max(offset - n, mf.file_from_offset)
         return bytes(n - (offset - start)) + mf.read(start - mf.file_from_offset, offset - start)
+
+    @staticmethod
+    def _blank_marker_at(mf: MappedFile) -> int | None:
+        """The log offset of the BLANK marker ending the full segment ``mf`` (None: its last record ends it, or
+        none within ``BLANK_SEARCH_BYTES`` of its end: records are never larger)."""
+        size = mf.end_offset - mf.file_from_offset
+        window = min(size, BLANK_SEARCH_BYTES)
+        data = mf.read(size - window, window)
+        magic = BLANK_MAGIC_CODE.to_bytes(4, "big")
+        hi = len(data)
+        while (j := data.rfind(magic, 4, hi)) >= 0:
+            at = size - window + j - 4
+            if int.from_bytes(data[j - 4 : j], "big") == size - at:
+                return mf.file_from_offset + at
+            hi = j + 3  # (occurrences starting before j)
+        return None
 
     # --- read --------------------------------------------------------------------------------------
 
