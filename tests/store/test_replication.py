@@ -8,6 +8,7 @@ import asyncio
 import errno
 import logging
 import os
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,24 @@ async def _answer_open(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     """A master's side of the OPEN without aclEnable."""
     await read_open(reader)
     writer.write(Challenge(False, os.urandom(32)).encode())
+
+
+async def _replicate(mroot: Path, sroot: Path, port: int, extra: int, start: int,
+                     timeout: float = 10.0) -> tuple[int, int]:
+    """A master at ``mroot`` takes ``extra`` puts from ``start``; a slave at ``sroot`` connects and copies until
+    their ends match. The master's end and the slave's T/0 max offset."""
+    async with DefaultMessageStore(make_config(mroot)) as master, DefaultMessageStore(make_config(sroot)) as slave:
+        ha = HAService(master, _ha(0, port))
+        await ha.start()
+        await _put(master, extra, start)
+        client = HAClient(slave, _ha(1, port))
+        client.start()
+        try:
+            await _until(lambda: slave.max_phy_offset == master.max_phy_offset, timeout=timeout)
+        finally:
+            await client.shutdown()
+            await ha.shutdown()
+        return master.max_phy_offset, slave.get_max_offset_in_queue("T", 0)
 
 
 def _log_bytes(root: Path, end: int) -> bytes:
@@ -172,20 +191,8 @@ def test_slave_truncates_bytes_its_master_no_longer_has_and_copies_the_new_ones(
     port = free_port()
     mroot, sroot = tmp_path / "m", tmp_path / "s"
 
-    async def replicate(extra: int, start: int) -> tuple[int, int]:
-        async with DefaultMessageStore(make_config(mroot)) as master, \
-                DefaultMessageStore(make_config(sroot)) as slave:
-            ha = HAService(master, _ha(0, port))
-            await ha.start()
-            await _put(master, extra, start)
-            client = HAClient(slave, _ha(1, port))
-            client.start()
-            try:
-                await _until(lambda: slave.max_phy_offset == master.max_phy_offset)
-            finally:
-                await client.shutdown()
-                await ha.shutdown()
-            return master.max_phy_offset, slave.get_max_offset_in_queue("T", 0)
+    def replicate(extra: int, start: int) -> Awaitable[tuple[int, int]]:
+        return _replicate(mroot, sroot, port, extra, start)
 
     end, _ = run(lambda: replicate(700, 0))
     assert end > 3 * SEGMENT
@@ -523,19 +530,7 @@ def test_a_slave_whose_log_differs_from_a_cut_master_s_across_a_segment_end_ends
     mroot, sroot = tmp_path / "m", tmp_path / "s"
 
     async def replicate(extra: int, start: int) -> int:
-        async with DefaultMessageStore(make_config(mroot)) as master, \
-                DefaultMessageStore(make_config(sroot)) as slave:
-            ha = HAService(master, _ha(0, port))
-            await ha.start()
-            await _put(master, extra, start)
-            client = HAClient(slave, _ha(1, port))
-            client.start()
-            try:
-                await _until(lambda: slave.max_phy_offset == master.max_phy_offset, timeout=20)
-            finally:
-                await client.shutdown()
-                await ha.shutdown()
-            return int(master.max_phy_offset)
+        return (await _replicate(mroot, sroot, port, extra, start, timeout=20))[0]
 
     seg_size = make_config(mroot).mapped_file_size_commit_log
     end = run(lambda: replicate(700, 0))
