@@ -5,9 +5,11 @@ truncates it on disk. Small segments, so streams cross segment ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
+import shutil
 from collections.abc import Awaitable
 from pathlib import Path
 
@@ -545,3 +547,57 @@ def test_a_slave_whose_log_differs_from_a_cut_master_s_across_a_segment_end_ends
     master_log, slave_log = _log_bytes(mroot, end2), _log_bytes(sroot, end2)
     differ = next((i for i, (a, b) in enumerate(zip(master_log, slave_log, strict=True)) if a != b), None)
     assert differ is None, f"the slave's log differs from its master's from offset {differ} on"
+
+
+def test_a_slave_ending_at_a_segment_start_its_master_deleted_replicates(tmp_path: Path) -> None:
+    """The slave ends exactly at a segment start (its last segment full) and its master's retention deleted the
+    segments before it: the master has no tail there to show (zeros) where the slave's full segment shows its last
+    record and marker. Compared, the slave cut a valid segment and then could never copy again ("ends before the
+    master's oldest byte"); the tails are compared only where both logs hold the bytes before."""
+    mroot, sroot = tmp_path / "m", tmp_path / "s"
+    port = free_port()
+
+    async def fill() -> int:
+        async with DefaultMessageStore(make_config(mroot)) as master:
+            n = 0
+            while master.max_phy_offset < 2 * SEGMENT + 5000:
+                await _put(master, 50, n)
+                n += 50
+            return int(master.max_phy_offset)
+
+    run(fill)
+    # The slave holds the master's first two segments, the second full (BLANK marker): it ends at a segment start.
+    (sroot / "commitlog").mkdir(parents=True)
+    for i in range(2):
+        shutil.copy(mroot / "commitlog" / offset_to_name(i * SEGMENT),
+                    sroot / "commitlog" / offset_to_name(i * SEGMENT))
+
+    async def slave_end() -> int:
+        async with DefaultMessageStore(make_config(sroot)) as slave:
+            return int(slave.max_phy_offset)
+
+    assert run(slave_end) == 2 * SEGMENT
+
+    async def replicate() -> tuple[int, int, int, int, bytes, bytes]:
+        async with DefaultMessageStore(make_config(mroot, file_reserved_time_hours=1)) as master, \
+                DefaultMessageStore(make_config(sroot)) as slave:
+            gone = master.clean_expired_files(elapsed_ms=10**12)  # retention: the master's first two segments go
+            assert gone == 2 and master.min_phy_offset == 2 * SEGMENT, (gone, master.min_phy_offset)
+            mtail, stail = master.commit_log.tail_bytes(2 * SEGMENT), slave.commit_log.tail_bytes(2 * SEGMENT)
+            ha = HAService(master, _ha(0, port))
+            await ha.start()
+            client = HAClient(slave, _ha(1, port))
+            client.start()
+            try:
+                with contextlib.suppress(AssertionError):  # (the assertion below says how far it got)
+                    await _until(lambda: slave.max_phy_offset == master.max_phy_offset, timeout=8)
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
+            return (int(master.max_phy_offset), int(slave.max_phy_offset), int(slave.min_phy_offset),
+                    int(master.min_phy_offset), mtail, stail)
+
+    mmax, smax, smin, mmin, mtail, stail = run(replicate)
+    assert (smax, smin) == (mmax, 0), (
+        f"slave ends at {smax} (starts {smin}), master {mmin}..{mmax}; tails at {2 * SEGMENT}: master "
+        f"{mtail.hex()} slave {stail.hex()}")

@@ -138,7 +138,11 @@ class HAClient:
             raise ReplicationError(f"this log ends at {mine}, before the master's oldest byte {welcome.min_offset}: "
                                    "clear this slave's store to copy the master again")
         at = min(mine, welcome.max_offset)
-        if cl.tail_bytes(at) != welcome.tail:
+        # Compared only where both logs hold the bytes before ``at``: a log holding none there has no tail to show
+        # (a master whose retention deleted the segment before it answers zeros, where this log's full segment
+        # shows its last record and marker)
+        both_hold = at > max(welcome.min_offset, store.min_phy_offset)
+        if both_hold and cl.tail_bytes(at) != welcome.tail:
             # The logs differ before `at`: drop this log's segment holding the difference, then ask again.
             cut = max(store.min_phy_offset, (at - 1) - (at - 1) % cl.segment_size) if at else 0
             log.warning("HA: this log and the master's differ before offset %d; truncating at %d", at, cut)
