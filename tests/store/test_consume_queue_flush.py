@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import random
 import shutil
@@ -1484,5 +1485,41 @@ def test_a_deleted_topic_s_removal_is_durable_when_delete_topic_returns(
     store = DefaultMessageStore(config)
     try:
         assert "doomed" not in store.topics(), (sorted(set(synced)), store.recovery_report.events)
+    finally:
+        store.close_without_shutdown()
+
+
+def test_a_deleted_topic_whose_directories_found_no_descriptor_stays_deleted_after_a_crash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The directories' fsync cannot open one (EMFILE: no durability lost): delete_topic raised with the queues
+    dropped in memory and the checkpoint that forgets them never written, and after a crash recovery rebuilt the
+    topic from the log. The deletion's checkpoint is written; the removal is durable once the file system commits
+    it."""
+    config = make_config(tmp_path / "r")
+    raised: list[BaseException] = []
+
+    def no_descriptor(path: str) -> None:
+        raise OSError(errno.EMFILE, "Too many open files", path)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for i in range(10):
+            assert (await store.put_message(msg("doomed", b"d%d" % i))).ok
+            assert (await store.put_message(msg("kept", b"k%d" % i))).ok
+        store.flush_and_checkpoint()
+        with monkeypatch.context() as m:
+            m.setattr(message_store, "fsync_dir", no_descriptor)
+            try:
+                store.delete_topic("doomed")
+            except OSError as exc:
+                raised.append(exc)
+        assert "doomed" not in store.topics()  # gone, as far as this process can tell
+        store.close_without_shutdown()  # a crash (SIGKILL) before any other checkpoint
+
+    run(main)
+    store = DefaultMessageStore(config)
+    try:
+        assert not raised and "doomed" not in store.topics(), (raised, store.recovery_report.consume_queues_rebuilt)
     finally:
         store.close_without_shutdown()

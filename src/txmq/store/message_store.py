@@ -49,7 +49,7 @@ from txmq.store.dispatcher import (
     request_from_record,
     run_dispatchers,
 )
-from txmq.store.durability import Durability
+from txmq.store.durability import NO_DESCRIPTOR, Durability
 from txmq.store.flush import FlushCommitLogService
 from txmq.store.group_commit import GroupCommit, Waiter
 from txmq.store.index import IndexFile, IndexService
@@ -910,10 +910,16 @@ class DefaultMessageStore:
         # The removals made durable (a directory entry's removal is durable once its directory is fsynced): else a
         # power loss could bring a queue's directory back with its files, for recovery to load as a queue the
         # checkpoint does not list: the deleted topic back with its messages
-        for directory in [*directories, os.path.dirname(directories[0])]:
-            if os.path.isdir(directory):  # (a topic's left when something else in it stayed)
-                with self.durability.fsyncing(directory):
-                    fsync_dir(directory)
+        try:
+            for directory in [*directories, os.path.dirname(directories[0])]:
+                if os.path.isdir(directory):  # (a topic's left when something else in it stayed)
+                    with self.durability.fsyncing(directory):
+                        fsync_dir(directory)
+        except OSError as exc:
+            if exc.errno not in NO_DESCRIPTOR:
+                raise  # durability is lost (``fsyncing``): no checkpoint is written again until a restart
+            log.warning("the directories of deleted topics %s not fsynced (%s): their removal is durable once the "
+                        "file system commits it", topics, exc)
         # The checkpoint lists queues so recovery can rebuild lost ones: it must forget these now.
         self._checkpoint_now()
 

@@ -220,7 +220,9 @@ class _QueueVisit:
         tail = self.journaled.pop(key, None)
         if tail is not None:
             cq.restore(*tail)
-        count = self.counted.get(cq.topic, {}).get(cq.queue_id)
+        # A queue the checkpoint does not count was made after it: all of its entries follow the recovery point
+        # (none, from a checkpoint that counts no queue at all: one written before queues were counted)
+        count = self.counted.get(cq.topic, {}).get(cq.queue_id, 0 if self.counted else None)
         counted = count or 0
         if cq.max_offset < counted:  # (a queue counted 0 had nothing durable: its entries follow the recovery point)
             report.event(f"consume queue {cq.topic}/{cq.queue_id} has {cq.max_offset} entries, the checkpoint says "
