@@ -134,7 +134,8 @@ class IndexFile:
         self.index_count = count
         self._allocated = 0
         self._reserve(self._entry_pos(count))
-        self._repair_slots()
+        if count < self.index_num:  # (a full file has every entry a slot can name: the store's older files)
+            self._repair_slots()
 
     def _repair_slots(self) -> None:
         """Slots naming an entry past those counted: a power loss kept a slot's page (written back, as any dirty
