@@ -30,6 +30,7 @@ entries from the commit log.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import os
@@ -377,14 +378,20 @@ class ConsumeQueue:
         commit-log offsets where it did), so each stretch between steps is searched apart, in order, and the first
         holding such a record answers: one search over the whole queue could land past records stored before a
         step with later times (a reset by time, or a Spark filter on store time, would miss them)."""
-        lo = self.min_offset
-        for hi in [*sorted({self.first_offset_from_phy(phy) for phy in steps_back}), self.max_offset]:
+        lo, top = self.min_offset, self.max_offset
+        first, last = self.entry(lo), self.entry(top - 1)
+        if first is not None and last is not None:  # only the steps inside the queue's records, searched in order
+            steps = sorted(steps_back)
+            steps = steps[bisect.bisect_right(steps, first[0]) : bisect.bisect_right(steps, last[0])]
+        else:
+            steps = []
+        for hi in itertools.chain((self.first_offset_from_phy(phy) for phy in steps), (top,)):  # (lazily)
             if hi > lo:
                 found = self.first_offset_where(lo, hi, lambda phy, _: store_time(phy) >= timestamp_ms)
                 if found < hi:
                     return found
                 lo = hi
-        return self.max_offset
+        return top
 
     # --- retention ---------------------------------------------------------------------------------
 
