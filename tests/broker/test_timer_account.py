@@ -1,5 +1,5 @@
-"""Timer rows hold times of the store's elapsed-time account: a record older than the account's start (a new
-slave copying an old log) has a negative due, and an account that started again (its file lost) is behind every
+"""Timer rows hold times of the store's elapsed-time account: a record older than the account's start (stored
+before its clock file was lost) has a negative due, and an account that started again (its file lost) is behind every
 row the index kept. Neither may hold a timer back."""
 
 from __future__ import annotations
@@ -34,41 +34,38 @@ def _bodies(store: DefaultMessageStore) -> list[bytes]:
     return [decode_message(raw)[0].body for raw in store.get_message("orders", 0, 0, 100).messages]
 
 
-def test_an_overdue_timer_a_new_slave_copied_is_delivered_after_a_failover(tmp_path: Path) -> None:
-    """The master goes down before delivering a timer; a new slave (its account starting at 0) copies the log and
-    is made master: the row's due is below 0 on its account, and the pass over due rows started at -1."""
+def test_an_overdue_timer_stored_before_the_account_started_is_delivered(tmp_path: Path) -> None:
+    """A timer due 200 ms after it was stored, not indexed yet when the broker stops; its clock file is lost, and
+    the account starts again at 0 when it restarts: the record is older than the account, and its row's due is
+    below zero on it. The pass over due rows started at -1 and never selected it."""
+    cfg = _config(tmp_path)
 
     async def main() -> None:
-        mcfg, scfg = _config(tmp_path / "master"), _config(tmp_path / "slave")
-        master = DefaultMessageStore(mcfg)
-        await master.start()
-        mtimers = TimerMessageStore(master, mcfg, tmp_path / "master")
-        m = _timer(b"due in 200 ms", 200)
-        assert mtimers.divert(m)
-        assert (await master.put_message(m)).stored
-        await asyncio.sleep(0.5)  # overdue, never delivered: the master's loop is not running
-        data = master.commit_log.read_raw(0, master.max_phy_offset)
-        mtimers.close()
-        await master.shutdown()
+        store = DefaultMessageStore(cfg)
+        await store.start()
+        timers = TimerMessageStore(store, cfg, tmp_path)
+        assert timers.divert(m := _timer(b"due in 200 ms", 200))
+        assert (await store.put_message(m)).stored
+        await asyncio.sleep(1.0)  # overdue, and stopped before its loop indexed it
+        timers.close()
+        await store.shutdown()
 
-        slave = DefaultMessageStore(scfg)
-        slave.replica = True
-        await slave.start()
-        assert slave.append_replicated(0, data) == len(data)
-        stimers = TimerMessageStore(slave, scfg, tmp_path / "slave")
-        stimers.catch_up()
-        [(due,)] = stimers.db.execute("SELECT due FROM timer").fetchall()
-        assert due < -1  # the case: older than the new account
-        slave.replica = False  # made master
-        loop = asyncio.create_task(stimers.run(deliver=True))
+        os.unlink(tmp_path / "store" / "clock")
+        store = DefaultMessageStore(cfg)
+        await store.start()
+        timers = TimerMessageStore(store, cfg, tmp_path)
+        timers.catch_up()
+        [(due,)] = timers.db.execute("SELECT due FROM timer").fetchall()
+        assert due < -1  # the case: older than the account
+        loop = asyncio.create_task(timers.run(deliver=True))
         for _ in range(100):
             await asyncio.sleep(0.02)
-            if _bodies(slave):
+            if _bodies(store):
                 break
         await cancel_and_wait(loop)
-        delivered = _bodies(slave)
-        stimers.close()
-        await slave.shutdown()
+        delivered = _bodies(store)
+        timers.close()
+        await store.shutdown()
         assert delivered == [b"due in 200 ms"]
 
     asyncio.run(main())
@@ -107,5 +104,47 @@ def test_timers_keep_their_waits_when_the_account_starts_again(tmp_path: Path) -
         timers.close()
         await store.shutdown()
         assert delivered == [b"in one second"]
+
+    asyncio.run(main())
+
+
+DAY_MS = 24 * 3600 * 1000
+
+
+def test_an_idle_timer_index_keeps_the_waits_left_when_the_account_starts_again(tmp_path: Path) -> None:
+    """The account is saved with the index's progress, which only timer activity committed: an index idle for 47
+    hours saved an account far behind the one the clock file lost, and its rows were moved back by too little (a
+    timer with 5.04 days left waited 7). The loop saves it every ``ACCOUNT_SAVE_MS`` too."""
+    # timerPrecisionMs and timerRollWindowSlot at their defaults: a row is looked at (rolled) every two days
+    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"))
+
+    async def main() -> None:
+        store = DefaultMessageStore(cfg)
+        await store.start()
+        timers = TimerMessageStore(store, cfg, tmp_path)
+        assert timers.divert(m := _timer(b"in seven days", 7 * DAY_MS))
+        assert (await store.put_message(m)).stored
+        loop = asyncio.create_task(timers.run(deliver=True))  # the broker's timer loop, as master
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if timers.count == 1:
+                break
+        assert timers.count == 1
+        advance(store, 47 * 3600)  # 47 quiet hours (no other timer, no roll yet: nothing for the index to commit)
+        await asyncio.sleep(1.2)  # the loop ticks on (a tick at most a second of the loop's time away)
+        await cancel_and_wait(loop)
+        timers.close()
+        await store.shutdown()  # the clock file saved at the account 47 h on
+
+        os.unlink(tmp_path / "store" / "clock")  # ... and lost before the restart: the account starts again
+        store = DefaultMessageStore(cfg)
+        await store.start()
+        timers = TimerMessageStore(store, cfg, tmp_path)
+        [(real,)] = timers.db.execute("SELECT real FROM timer").fetchall()
+        left = real - store.clock.elapsed_ms()
+        timers.close()
+        await store.shutdown()
+        had = 7 * DAY_MS - 47 * 3600 * 1000
+        assert left <= had + 60_000, f"the timer waits {left / DAY_MS:.2f} days more; it had {had / DAY_MS:.2f} left"
 
     asyncio.run(main())

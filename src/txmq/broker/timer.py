@@ -67,6 +67,7 @@ RECALL_TAG = "_RECALL_TAG_"  # RocketMQ RecallMessageProcessor's tag of a recall
 HOLD_MARGIN_MS = 1000  # beyond the clock's tolerance, how long a put's stamp may trail the moment it was decided
 IDLE_PROGRESS_BYTES = 64 << 20  # the log may grow this far past ``delivered`` before it is saved without a delivery
 BATCH = 512  # rows delivered, or consume-queue entries read, per step: bounds a tick's work between awaits
+ACCOUNT_SAVE_MS = 10_000  # an idle index saves the account at least this often
 _FIRST_DUE = -(1 << 63)  # below every due on the account (SQLite's smallest integer)
 
 
@@ -143,6 +144,7 @@ class TimerMessageStore:
         self.db.execute("CREATE TABLE IF NOT EXISTS progress(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
         self.enqueue_offset = self.delivered_offset = self.count = 0
         self._in_tx = False
+        self._account_saved_ms = 0
         self._load_progress()
         self._failures = FailureRun(log, logging.ERROR)  # of writes to the index
         self._recalled: set[int] = set()  # recalls answered whose marker the enqueue has not applied yet
@@ -295,6 +297,9 @@ class TimerMessageStore:
                         wait_ms = min(wait_ms, hold)
                 elif not self.config.timer_stop_enqueue:  # a slave follows its master's deliveries in the log
                     self.catch_up()
+                if self.store.clock.elapsed_ms() - self._account_saved_ms >= ACCOUNT_SAVE_MS:
+                    self._begin()  # an idle index keeps the account it saved near now (``_account_started_again``)
+                    self._commit()
             except sqlite3.Error as exc:
                 self._rolled_back(exc)
                 resume = deliver
@@ -346,9 +351,10 @@ class TimerMessageStore:
 
     def _commit(self) -> None:
         if self._in_tx:
+            self._account_saved_ms = self.store.clock.elapsed_ms()
             self.db.executemany("INSERT OR REPLACE INTO progress VALUES (?, ?)",
                                 (("enqueue", self.enqueue_offset), ("delivered", self.delivered_offset),
-                                 ("account", self.store.clock.elapsed_ms())))
+                                 ("account", self._account_saved_ms)))
             self.db.execute("COMMIT")
             self._in_tx = False
 
