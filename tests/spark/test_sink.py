@@ -4,8 +4,11 @@ against at-least-once under the same kill (duplicates)."""
 from __future__ import annotations
 
 import collections
+import json
+import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -198,10 +201,17 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
                                                              [half(batch).offset_msg_id])])
     log.record_abort(1, "run0")
     old = time.time() - 7200
+
+    def age(path: Path) -> None:  # written two hours ago: its own time and its file's
+        if path.suffix == ".json":
+            record = json.loads(path.read_bytes())
+            path.write_text(json.dumps({**record, "time_ms": int(old * 1000)}))
+        os.utime(path, (old, old))
+
     for path in [*(tmp_path / "txmq-sink" / "commits").iterdir(), *(tmp_path / "txmq-sink" / "aborts").iterdir()]:
         if int(path.name.split(".")[0]) < 4:
-            os.utime(path, (old, old))
-    os.utime(tmp_path / "txmq-sink" / "commits" / "5.json", (old, old))  # old, but not below the batch bound
+            age(path)
+    age(tmp_path / "txmq-sink" / "commits" / "5.json")  # old, but not below the batch bound
     responder = SinkCheckResponder(str(tmp_path / "txmq-sink"))
 
     def check(batch: int) -> str:
@@ -226,12 +236,12 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
                               streaming=True)
 
 
-def test_a_forward_step_of_the_drivers_clock_prunes_no_recent_record(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """The driver commits 200 batches; batch 50's COMMITs do not reach the broker (left to check-back); its wall
-    clock steps 25 h forward (NTP correcting a clock a day slow) before batch 200, whose commit prunes. Every record
-    was written seconds ago: pruned against the stepped clock, batch 50's check-back was answered ROLLBACK (Spark's
-    checkpoint had the batch, the sink log no longer named the half), and its rows were lost."""
+def _batch_50_checked_after_200(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_s: Callable[[int], int],
+                                behind_mtime: bool = False) -> str:
+    """The driver commits 200 batches (the 200th prunes), its wall clock stepped by ``step_s(batch)`` seconds
+    while it does; batch 50's COMMITs do not reach the broker (left to check-back). The check-back's answer for
+    batch 50's half, its record written seconds ago: COMMIT unless its record was pruned (then ROLLBACK: Spark's
+    checkpoint has the batch, the sink log no longer names the half, and its rows are lost)."""
     from types import SimpleNamespace
 
     import txmq.spark.writer as writer
@@ -249,18 +259,35 @@ def test_a_forward_step_of_the_drivers_clock_prunes_no_recent_record(tmp_path: P
             return [SimpleNamespace(decided=ref.tran_state_table_offset != 50, code=0, remark="") for ref, _ in todo]
 
     step_ns = [0]
-    monkeypatch.setattr(writer, "_PRUNE_CLOCK", WallClockBounds(wall_ns=lambda: time.time_ns() + step_ns[0]))
+    monkeypatch.setattr(writer, "_SINK_CLOCK", WallClockBounds(wall_ns=lambda: time.time_ns() + step_ns[0]))
     monkeypatch.setattr(writer, "_responder", lambda opts: Producer())
     ckpt = tmp_path / "ckpt"
     (ckpt / "commits").mkdir(parents=True)
     sink = TxmqStreamWriter({"namesrv": "127.0.0.1:1", "checkpointLocation": str(ckpt)})
     for batch in range(201):
-        if batch == 200:
-            step_ns[0] = 25 * 3600 * 10**9
+        step_ns[0] = step_s(batch) * 10**9
         sink.commit([SinkCommitMessage(0, 1, "run1", ["t"], ["broker-a"], [batch], [1000 * batch],
                                        [half(batch).offset_msg_id])], batch)
+        if batch == 50 and behind_mtime:  # its file's time: the kernel's wall clock at the write, as stepped
+            stepped = time.time() + step_s(batch)
+            os.utime(ckpt / "txmq-sink" / "commits" / "50.json", (stepped, stepped))
         (ckpt / "commits" / str(batch)).write_text("v1\n{}")  # Spark's own commit of the batch, after the sink's
-    assert SinkCheckResponder(str(ckpt / "txmq-sink")).check_local_transaction(half(50)).name == "COMMIT"
+    return SinkCheckResponder(str(ckpt / "txmq-sink")).check_local_transaction(half(50)).name
+
+
+def test_a_forward_step_of_the_drivers_clock_prunes_no_recent_record(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its wall clock steps 25 h forward (NTP correcting a clock a day slow) before batch 200, whose commit
+    prunes: pruned against the stepped clock, every record looked older than the retention."""
+    assert _batch_50_checked_after_200(tmp_path, monkeypatch, lambda b: 25 * 3600 if b == 200 else 0) == "COMMIT"
+
+
+def test_a_record_written_while_the_drivers_clock_was_behind_is_kept_once_corrected(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches 40-59 are written while the driver's clock is 25 h behind, then it is corrected: by its file's time
+    batch 50's record looked 25 h old. Its own time (``latest_ms``, never behind the time that passed) is read."""
+    assert _batch_50_checked_after_200(tmp_path, monkeypatch, lambda b: -25 * 3600 if 40 <= b < 60 else 0,
+                                       behind_mtime=True) == "COMMIT"
 
 
 class FakeProducer:

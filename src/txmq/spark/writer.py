@@ -162,7 +162,7 @@ class SinkLog:
     def record_commit(self, batch_id: int, run: str, messages: list[SinkCommitMessage]) -> None:
         """The commit point of ``batch_id``: the ids of its halves, and what ending them again needs."""
         record = {"batch": batch_id, "run": run, "ids": [i for m in messages for i in m.ids],
-                  "time_ms": int(time.time() * 1000), "rows": sum(m.rows for m in messages),
+                  "time_ms": _SINK_CLOCK.latest_ms(), "rows": sum(m.rows for m in messages),
                   "ordered": any(m.ordered for m in messages),
                   "halves": [[m.brokers[i], m.half_offsets[i], m.commit_log_offsets[i]]
                              for m in messages for i in range(len(m.ids))]}
@@ -196,13 +196,25 @@ class SinkLog:
                 if not batch.isdigit() or int(batch) >= below_batch:
                     continue
                 try:
-                    if path.stat().st_mtime * 1000 < written_before_ms:
+                    if path.stat().st_mtime * 1000 < written_before_ms and self._written_ms(path) < written_before_ms:
                         path.unlink()
                         self._cache.pop(int(batch), None)
                         removed += 1
                 except FileNotFoundError:
                     pass
         return removed
+
+    @staticmethod
+    def _written_ms(path: Path) -> float:
+        """When a commit record says it was written (``WallClockBounds.latest_ms``: a record written while the
+        driver's clock was behind does not look old once it is corrected, as its file's time would); an abort
+        record's, or a record's without one: its file's time."""
+        if path.suffix == ".json":
+            try:
+                return float(json.loads(path.read_bytes())["time_ms"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        return path.stat().st_mtime * 1000
 
     def spark_committed(self, batch_id: int) -> bool:
         """Spark's own checkpoint: ``commits/<batchId>`` exists once the batch is done."""
@@ -457,9 +469,10 @@ def _responder(opts: SinkOptions) -> TransactionProducer:
 
 
 _commit_lock = threading.Lock()
-# The driver's "now" for pruning the sink log: a forward step of its wall clock must not make records written a
-# moment ago look older than sinkLogRetentionMinutes (their batches' orphans would then be answered ROLLBACK)
-_PRUNE_CLOCK = WallClockBounds()
+# The driver's clock for the sink log: records are stamped with ``latest_ms`` and pruned against ``earliest_ms``, so
+# that no step of its wall clock makes a record written a moment ago look older than sinkLogRetentionMinutes (its
+# batch's orphans would then be answered ROLLBACK)
+_SINK_CLOCK = WallClockBounds()
 
 
 def _test_hook(env: str, batch_id: int) -> None:
@@ -529,7 +542,7 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
                 log.warning("batch %d: %d halves not ended now; check-back commits them", batchId, left)
             if batchId % PRUNE_EVERY_BATCHES == 0 and batchId >= KEEP_BATCHES:
                 removed = sink_log.prune(batchId - KEEP_BATCHES,
-                                         _PRUNE_CLOCK.earliest_ms() - self.opts.log_retention_ms)
+                                         _SINK_CLOCK.earliest_ms() - self.opts.log_retention_ms)
                 if removed:
                     log.info("sink log: %d records older than %d minutes removed", removed,
                              self.opts.log_retention_ms // 60_000)
