@@ -20,8 +20,9 @@ up): at the group of records being stamped, saved before they are written, with 
 carry its master's stamps: one from the future (the master's clock ahead, or stepped forward) starts an anchor at
 its arrival, and one stamped earlier than the record before it (the master's clock stepped back) an anchor where
 the record before it was; the first record a slave's process copies anchors at its arrival too (never the slave's
-own wall clock, which may have been off when the store was opened); anchors at arrival are made at most once a second, and the records between two are
-counted from no later than the second one (``since``): what a slave catches up is aged from its arrival.
+own wall clock, which may have been off when the store was opened); anchors at arrival are made at most once a
+second, and the records between two are counted from no later than the second one (``since``): what a slave
+catches up is aged from its arrival.
 Anchors wholly below the log's start are dropped with the segments (``trim``); a truncated tail takes its anchors.
 
 File ``clock`` in the store's root (JSON, replaced atomically): ``version``, ``boot`` (the boot id),
