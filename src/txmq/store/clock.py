@@ -19,10 +19,8 @@ is made when the wall clock moved against the account by more than ``TOLERANCE_M
 up): at the group of records being stamped, saved before they are written, with one log line. A slave's records
 carry its master's stamps: one from the future (the master's clock ahead, or stepped forward) starts an anchor at
 its arrival, and one stamped earlier than the record before it (the master's clock stepped back) an anchor where
-the record before it was; the first record a slave's process copies anchors at its arrival too (never the slave's
-own wall clock, which may have been off when the store was opened); anchors at arrival are made at most once a
-second, and the records between two are counted from no later than the second one (``since``): what a slave
-catches up is aged from its arrival.
+the record before it was; anchors at arrival are made at most once a second, and the records between two are
+counted from no later than the second one (``since``): what a slave catches up is aged from its arrival.
 Anchors wholly below the log's start are dropped with the segments (``trim``); a truncated tail takes its anchors.
 
 File ``clock`` in the store's root (JSON, replaced atomically): ``version``, ``boot`` (the boot id),
@@ -74,7 +72,6 @@ class StoreClock:
         self._skews: list[int] = []
         self._since: list[int | None] = []
         self._last_arrival_anchor = -ARRIVAL_ANCHOR_EVERY_MS
-        self._arrived = False  # a replicated record seen since this process opened the store
         self.downtime_note = ""
         now_mono = self.monotonic_ns()
         self._base_mono = now_mono
@@ -183,14 +180,7 @@ class StoreClock:
         if not self._skews:
             self.stamp(offset)
         elapsed = self.elapsed_ms()
-        if not self._arrived:
-            # The first record this process copies anchors the master's stamps at its arrival: the anchor open()
-            # made holds the slave's own wall clock, which may have been wrong then (set ahead, corrected since,
-            # with no stamp of the slave's own to notice it), and the master's records would then age by its error
-            self._arrived = True
-            self._last_arrival_anchor = elapsed
-            self._anchor(offset, store_timestamp - elapsed, elapsed, "", False)
-        elif previous and store_timestamp < previous - TOLERANCE_MS:
+        if previous and store_timestamp < previous - TOLERANCE_MS:
             before = min(previous - self._skews[-1], elapsed)
             self._anchor(offset, store_timestamp - before, before, f"the master's store timestamps went back "
                          f"{(previous - store_timestamp) / 1000:.3f} s", previous - store_timestamp >= 1000)
