@@ -34,6 +34,17 @@ def _bodies(store: DefaultMessageStore) -> list[bytes]:
     return [decode_message(raw)[0].body for raw in store.get_message("orders", 0, 0, 100).messages]
 
 
+async def _restarted_without_its_clock_file(store: DefaultMessageStore, timers: TimerMessageStore, cfg: StoreConfig,
+                                           root: Path) -> tuple[DefaultMessageStore, TimerMessageStore]:
+    """The broker stopped, its store's clock file lost (the account starts again at 0), and started again."""
+    timers.close()
+    await store.shutdown()
+    os.unlink(root / "store" / "clock")
+    store = DefaultMessageStore(cfg)
+    await store.start()
+    return store, TimerMessageStore(store, cfg, root)
+
+
 def test_an_overdue_timer_stored_before_the_account_started_is_delivered(tmp_path: Path) -> None:
     """A timer due 200 ms after it was stored, not indexed yet when the broker stops; its clock file is lost, and
     the account starts again at 0 when it restarts: the record is older than the account, and its row's due is
@@ -47,13 +58,7 @@ def test_an_overdue_timer_stored_before_the_account_started_is_delivered(tmp_pat
         assert timers.divert(m := _timer(b"due in 200 ms", 200))
         assert (await store.put_message(m)).stored
         await asyncio.sleep(1.0)  # overdue, and stopped before its loop indexed it
-        timers.close()
-        await store.shutdown()
-
-        os.unlink(tmp_path / "store" / "clock")
-        store = DefaultMessageStore(cfg)
-        await store.start()
-        timers = TimerMessageStore(store, cfg, tmp_path)
+        store, timers = await _restarted_without_its_clock_file(store, timers, cfg, tmp_path)
         timers.catch_up()
         [(due,)] = timers.db.execute("SELECT due FROM timer").fetchall()
         assert due < -1  # the case: older than the account
@@ -85,13 +90,7 @@ def test_timers_keep_their_waits_when_the_account_starts_again(tmp_path: Path) -
         assert (await store.put_message(m)).stored
         timers.catch_up()
         assert timers.count == 1
-        timers.close()
-        await store.shutdown()
-
-        os.unlink(tmp_path / "store" / "clock")
-        store = DefaultMessageStore(cfg)
-        await store.start()
-        timers = TimerMessageStore(store, cfg, tmp_path)
+        store, timers = await _restarted_without_its_clock_file(store, timers, cfg, tmp_path)
         [(real,)] = timers.db.execute("SELECT real FROM timer").fetchall()
         assert real - store.clock.elapsed_ms() <= 1000
         timers.close()  # opened again: the rows are not moved twice

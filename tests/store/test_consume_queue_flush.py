@@ -1446,6 +1446,17 @@ def test_an_earlier_checkpoint_s_worker_running_late_does_not_bring_a_deleted_to
         _assert_queues_match_the_log(reopened, expected)
 
 
+async def _doomed_and_kept_checkpointed(config: StoreConfig) -> DefaultMessageStore:
+    """A started store holding ten messages of topic ``doomed`` and ten of ``kept``, all checkpointed."""
+    store = DefaultMessageStore(config)
+    await store.start()
+    for i in range(10):
+        assert (await store.put_message(msg("doomed", b"d%d" % i))).ok
+        assert (await store.put_message(msg("kept", b"k%d" % i))).ok
+    store.flush_and_checkpoint()
+    return store
+
+
 def test_a_deleted_topic_s_removal_is_durable_when_delete_topic_returns(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``delete_topic`` writes a checkpoint that no longer lists the topic, but the removal of its files and
@@ -1467,12 +1478,7 @@ def test_a_deleted_topic_s_removal_is_durable_when_delete_topic_returns(
     kept = os.path.join(str(root), "doomed-copy")
 
     async def main() -> None:
-        store = DefaultMessageStore(config)
-        await store.start()
-        for i in range(10):
-            assert (await store.put_message(msg("doomed", b"d%d" % i))).ok
-            assert (await store.put_message(msg("kept", b"k%d" % i))).ok
-        store.flush_and_checkpoint()
+        store = await _doomed_and_kept_checkpointed(config)
         shutil.copytree(os.path.join(base, "doomed"), kept)  # the directory as the disk holds it (fsynced)
         with monkeypatch.context() as m:
             m.setattr(os, "fsync", fsync)
@@ -1502,12 +1508,7 @@ def test_a_deleted_topic_whose_directories_found_no_descriptor_stays_deleted_aft
         raise OSError(errno.EMFILE, "Too many open files", path)
 
     async def main() -> None:
-        store = DefaultMessageStore(config)
-        await store.start()
-        for i in range(10):
-            assert (await store.put_message(msg("doomed", b"d%d" % i))).ok
-            assert (await store.put_message(msg("kept", b"k%d" % i))).ok
-        store.flush_and_checkpoint()
+        store = await _doomed_and_kept_checkpointed(config)
         with monkeypatch.context() as m:
             m.setattr(message_store, "fsync_dir", no_descriptor)
             try:

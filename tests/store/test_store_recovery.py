@@ -518,6 +518,31 @@ def test_a_stray_file_named_with_non_ascii_digits_beside_segments_and_index_file
 _PAGE = 4096
 
 
+def _lose_the_log_after(config: StoreConfig, r: int) -> None:
+    """A power loss's image of a log never flushed past ``r``: zeros from there, later segments gone."""
+    size = config.mapped_file_size_commit_log
+    commitlog = os.path.join(config.store_path_root_dir, "commitlog")
+    for name in sorted(os.listdir(commitlog)):
+        start = int(name)
+        if start > r:
+            os.unlink(os.path.join(commitlog, name))
+        elif start + size > r:
+            with open(os.path.join(commitlog, name), "r+b") as fh:
+                fh.seek(r - start)
+                fh.write(bytes(size - (r - start)))
+
+
+def _one_page_written_back(path: str, durable: bytes, page: int | None) -> None:
+    """The file as ``durable`` (its fsynced bytes), but page ``page`` as it is now: the kernel wrote it back."""
+    with open(path, "rb") as fh:
+        current = fh.read()
+    image = bytearray(durable)
+    if page is not None:
+        image[page * _PAGE : (page + 1) * _PAGE] = current[page * _PAGE : (page + 1) * _PAGE]
+    with open(path, "r+b") as fh:
+        fh.write(image)
+
+
 @pytest.mark.parametrize("variant", ["control: no page written back", "log from 0", "log past 4 GiB", "a whole page"])
 def test_entries_past_the_checkpoints_count_torn_by_a_power_loss_are_cut(root: Path, variant: str) -> None:
     """A queue's first ``durable`` entries are fsynced by a checkpoint; 300 more are written to its file
@@ -562,26 +587,8 @@ def test_entries_past_the_checkpoints_count_torn_by_a_power_loss_are_cut(root: P
     run(main)
     r = int(state["R"])  # type: ignore[call-overload]
     assert r > base
-    # Power-loss image. The log: nothing after the recovery point (never flushed).
-    size = config.mapped_file_size_commit_log
-    commitlog = os.path.join(config.store_path_root_dir, "commitlog")
-    for name in sorted(os.listdir(commitlog)):
-        start = int(name)
-        if start > r:
-            os.unlink(os.path.join(commitlog, name))
-        elif start + size > r:
-            with open(os.path.join(commitlog, name), "r+b") as fh:
-                fh.seek(r - start)
-                fh.write(bytes(size - (r - start)))
-    # The queue file: as fsynced, but one page as the kernel wrote it back.
-    cq_path = str(state["cq"])
-    with open(cq_path, "rb") as fh:
-        current = fh.read()
-    image = bytearray(state["durable"])  # type: ignore[arg-type]
-    if page is not None:
-        image[page * _PAGE : (page + 1) * _PAGE] = current[page * _PAGE : (page + 1) * _PAGE]
-    with open(cq_path, "r+b") as fh:
-        fh.write(image)
+    _lose_the_log_after(config, r)  # the power loss: nothing after the recovery point (never flushed)
+    _one_page_written_back(str(state["cq"]), state["durable"], page)  # type: ignore[arg-type]
 
     store = DefaultMessageStore(config)
     try:
@@ -634,15 +641,8 @@ def test_an_index_slot_page_kept_without_its_entry_page_hides_no_checkpointed_ke
 
     run(main)
     # The power-loss image: the index as fsynced, but the slot's page as the kernel wrote it back.
-    path = str(state["path"])
-    with open(path, "rb") as fh:
-        current = fh.read()
-    page = int(state["slot_page"])  # type: ignore[call-overload]
-    image = bytearray(state["durable"])  # type: ignore[arg-type]
-    if not case.startswith("control"):
-        image[page * _PAGE : (page + 1) * _PAGE] = current[page * _PAGE : (page + 1) * _PAGE]
-    with open(path, "r+b") as fh:
-        fh.write(image)
+    page = None if case.startswith("control") else int(state["slot_page"])  # type: ignore[call-overload]
+    _one_page_written_back(str(state["path"]), state["durable"], page)  # type: ignore[arg-type]
     if not record_survives:  # the log's unflushed record lost with the power
         r = int(state["R"])  # type: ignore[call-overload]
         seg = segment_path(config, r)
@@ -781,24 +781,9 @@ def test_a_queue_made_after_the_checkpoint_torn_by_a_power_loss_is_cut(tmp_path:
 
     run(main)
     r = int(state["R"])  # type: ignore[call-overload]
-    size = config.mapped_file_size_commit_log
-    commitlog = os.path.join(config.store_path_root_dir, "commitlog")
-    for name in sorted(os.listdir(commitlog)):
-        start = int(name)
-        if start > r:
-            os.unlink(os.path.join(commitlog, name))
-        elif start + size > r:
-            with open(os.path.join(commitlog, name), "r+b") as fh:
-                fh.seek(r - start)
-                fh.write(bytes(size - (r - start)))
+    _lose_the_log_after(config, r)
     cq_path = str(state["cq"])
-    with open(cq_path, "rb") as fh:
-        current = fh.read()
-    image = bytearray(len(current))  # the new file: its directory entry written back, its pages as zeros ...
-    if page is not None:  # ... but one page the kernel wrote back
-        image[page * _PAGE : (page + 1) * _PAGE] = current[page * _PAGE : (page + 1) * _PAGE]
-    with open(cq_path, "r+b") as fh:
-        fh.write(image)
+    _one_page_written_back(cq_path, bytes(os.path.getsize(cq_path)), page)  # a new file: its pages zeros but one
 
     store = DefaultMessageStore(config)
     try:
