@@ -30,6 +30,7 @@ Exactly-once streaming (``deliveryGuarantee=exactly-once``, the default for stre
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -196,7 +197,7 @@ class SinkLog:
                 if not batch.isdigit() or int(batch) >= below_batch:
                     continue
                 try:
-                    if path.stat().st_mtime * 1000 < written_before_ms and self._written_ms(path) < written_before_ms:
+                    if self._written_ms(path) < written_before_ms:
                         path.unlink()
                         self._cache.pop(int(batch), None)
                         removed += 1
@@ -206,15 +207,14 @@ class SinkLog:
 
     @staticmethod
     def _written_ms(path: Path) -> float:
-        """When a commit record says it was written (``WallClockBounds.latest_ms``: a record written while the
-        driver's clock was behind does not look old once it is corrected, as its file's time would); an abort
-        record's, or a record's without one: its file's time."""
+        """When a record was written: the later of its file's time and, for a commit record, the time it carries
+        (``WallClockBounds.latest_ms``: written while the driver's clock was behind, it does not look old once the
+        clock is corrected, as its file's time would)."""
+        written = path.stat().st_mtime * 1000
         if path.suffix == ".json":
-            try:
-                return float(json.loads(path.read_bytes())["time_ms"])
-            except (OSError, ValueError, KeyError, TypeError):
-                pass
-        return path.stat().st_mtime * 1000
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                written = max(written, float(json.loads(path.read_bytes())["time_ms"]))
+        return written
 
     def spark_committed(self, batch_id: int) -> bool:
         """Spark's own checkpoint: ``commits/<batchId>`` exists once the batch is done."""

@@ -132,13 +132,12 @@ class StoreClock:
         before the account existed holds store seconds, not account seconds)."""
         return min(wall_ms - self._skews[-1], self.elapsed_ms()) if self._skews else self.elapsed_ms()
 
-    def steps_back(self, since: int) -> list[int]:
-        """The commit-log offsets from ``since`` on where store timestamps step back: anchors whose skew is lower
-        than the one before (the wall clock, or a master's, stepped back), so that a search by store time looks at
-        each rising stretch apart."""
+    def steps_back(self) -> list[int]:
+        """The commit-log offsets, ascending, where store timestamps step back: anchors whose skew is lower than the
+        one before (the wall clock, or a master's, stepped back), so that a search by store time looks at each
+        rising stretch apart."""
         skews = self._skews
-        return [offset for i, offset in enumerate(self._offsets)
-                if i and offset >= since and skews[i] < skews[i - 1] - TOLERANCE_MS]
+        return [offset for i, offset in enumerate(self._offsets) if i and skews[i] < skews[i - 1] - TOLERANCE_MS]
 
     # --- the time line ----------------------------------------------------------------------------------
 

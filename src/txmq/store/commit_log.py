@@ -189,19 +189,15 @@ class CommitLog:
 
     @staticmethod
     def _blank_marker_at(mf: MappedFile) -> int | None:
-        """The log offset of the BLANK marker ending the full segment ``mf`` (None: its last record ends it, or
-        none within ``BLANK_SEARCH_BYTES`` of its end: records are never larger)."""
+        """The log offset of the BLANK marker ending the full segment ``mf``: the zeros after it end the segment,
+        so its last 8 non-zero bytes are the marker (None: they are not, or it lies further than
+        ``BLANK_SEARCH_BYTES`` from the end, which no record does)."""
         size = mf.end_offset - mf.file_from_offset
-        window = min(size, BLANK_SEARCH_BYTES)
-        data = mf.read(size - window, window)
-        magic = BLANK_MAGIC_CODE.to_bytes(4, "big")
-        hi = len(data)
-        while (j := data.rfind(magic, 4, hi)) >= 0:
-            at = size - window + j - 4
-            if int.from_bytes(data[j - 4 : j], "big") == size - at:
-                return mf.file_from_offset + at
-            hi = j + 3  # (occurrences starting before j)
-        return None
+        at = mf.last_nonzero(max(0, size - BLANK_SEARCH_BYTES)) + 1 - BLANK_SIZE
+        if at < 0:
+            return None
+        total, magic = read_prefix(mf.read(at, BLANK_SIZE), 0)
+        return mf.file_from_offset + at if magic == BLANK_MAGIC_CODE and total == size - at else None
 
     # --- read --------------------------------------------------------------------------------------
 

@@ -375,16 +375,14 @@ class ConsumeQueue:
     def offset_by_time(self, timestamp_ms: int, store_time: Callable[[int], int], steps_back: list[int]) -> int:
         """First logical offset whose record was stored at or after ``timestamp_ms`` (max offset if none), none
         before it stored so late. Store times rise but where the wall clock stepped back (``steps_back``: the
-        commit-log offsets where it did), so each stretch between steps is searched apart, in order, and the first
-        holding such a record answers: one search over the whole queue could land past records stored before a
-        step with later times (a reset by time, or a Spark filter on store time, would miss them)."""
+        commit-log offsets where it did, ascending), so each stretch between steps is searched apart, in order, and
+        the first holding such a record answers: one search over the whole queue could land past records stored
+        before a step with later times (a reset by time, or a Spark filter on store time, would miss them)."""
         lo, top = self.min_offset, self.max_offset
         first, last = self.entry(lo), self.entry(top - 1)
+        steps = []
         if first is not None and last is not None:  # only the steps inside the queue's records, searched in order
-            steps = sorted(steps_back)
-            steps = steps[bisect.bisect_right(steps, first[0]) : bisect.bisect_right(steps, last[0])]
-        else:
-            steps = []
+            steps = steps_back[bisect.bisect_right(steps_back, first[0]) : bisect.bisect_right(steps_back, last[0])]
         for hi in itertools.chain((self.first_offset_from_phy(phy) for phy in steps), (top,)):  # (lazily)
             if hi > lo:
                 found = self.first_offset_where(lo, hi, lambda phy, _: store_time(phy) >= timestamp_ms)

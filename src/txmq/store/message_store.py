@@ -558,13 +558,12 @@ class DefaultMessageStore:
             snap.put_back = True
             for cq, (first, phy, due) in snap.cq_flushed:
                 if self.queues.find(cq.topic, cq.queue_id) is cq:
-                    if first is not None:  # its entries from ``first`` as they are now: cut since (a put taken
-                        # back, a truncation), the offset taken may be inside a record of other sizes written there
-                        now = cq.entry(first) if first < cq.max_offset else None
-                        if now is not None:
-                            phy = now[0]
-                        elif first >= cq.max_offset:
-                            first, due = None, True  # all of them cut: the cut is due
+                    # Its entries from ``first`` as they are now: cut since (a put taken back, a truncation), the
+                    # offset taken may be inside a record of other sizes written there
+                    if first is not None and first >= cq.max_offset:
+                        first, due = None, True  # all of them cut: the cut is due
+                    elif first is not None:
+                        phy = (cq.entry(first) or (phy,))[0]
                     cq.mark_unflushed(first, phy, due)
         if snap.failed and snap in self._in_flight:  # not a checkpoint cancelled while its worker still runs
             self._in_flight.remove(snap)
@@ -877,7 +876,7 @@ class DefaultMessageStore:
             except StoreError:
                 return -1
 
-        return cq.offset_by_time(timestamp_ms, store_time, self.clock.steps_back(self.min_phy_offset))
+        return cq.offset_by_time(timestamp_ms, store_time, self.clock.steps_back())
 
     def topics(self) -> set[str]:
         return self.queues.topics()
