@@ -197,6 +197,7 @@ class _QueueVisit:
         # ones. Not a queue holding none then, whose first one the dispatch may put there.
         self.settled: set[ConsumeQueue] = set()
         self.counted: dict[str, dict[int, int]] = cp.queues if cp is not None else {}
+        self.checkpointed = cp is not None
         self.journaled: dict[tuple[str, int], tuple[int, bytes]] = {}
         self.rebuild: set[tuple[str, int]] = set()
         if cp is not None and cp.tails is not None:
@@ -220,9 +221,10 @@ class _QueueVisit:
         tail = self.journaled.pop(key, None)
         if tail is not None:
             cq.restore(*tail)
-        # A queue the checkpoint does not count was made after it: all of its entries follow the recovery point
-        # (none, from a checkpoint that counts no queue at all: one written before queues were counted)
-        count = self.counted.get(cq.topic, {}).get(cq.queue_id, 0 if self.counted else None)
+        # A queue a checkpoint does not count was made after it: all of its entries follow the recovery point. So
+        # also after one that counts no queue at all (the deletion's of the store's only topic): every checkpoint
+        # has counted every queue it made durable. Without a checkpoint the whole log is scanned: no count.
+        count = self.counted.get(cq.topic, {}).get(cq.queue_id, 0 if self.checkpointed else None)
         counted = count or 0
         if cq.max_offset < counted:  # (a queue counted 0 had nothing durable: its entries follow the recovery point)
             report.event(f"consume queue {cq.topic}/{cq.queue_id} has {cq.max_offset} entries, the checkpoint says "
