@@ -1524,3 +1524,70 @@ def test_a_deleted_topic_whose_directories_found_no_descriptor_stays_deleted_aft
         assert not raised and "doomed" not in store.topics(), (raised, store.recovery_report.consume_queues_rebuilt)
     finally:
         store.close_without_shutdown()
+
+
+def test_a_failed_checkpoint_s_queue_cut_below_its_unflushed_entries_is_put_back_with_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_unflushed_again`` reads a queue as it is when it puts a failed checkpoint's state back. A checkpoint takes
+    queue T/0, unflushed from its entry 4 (the record at o4), and its write fails (its worker's fsync found no
+    descriptor: no durability lost). Before the failure is put back, the queue is cut back to 3 entries with the
+    log (as a slave's truncation cuts: ``ReplicaLog._drop_derived``; its own checkpoint puts back failed ones first,
+    so this order is made here by hand), and records of other sizes (SYNC_FLUSH: acknowledged once flushed) are
+    written from there, to a queue with enough to flush: o4 is inside one of them. T/0 has none of those unflushed
+    entries any more, and the put-back must say so: put back as (4, o4), the queue's next put (entry 3, later in the
+    log) kept o4 as its oldest unflushed record, and a periodic checkpoint that could not write T/0's tail (a full
+    disk) took o4 as its recovery point; a crash's recovery found no record there and cut the log, every
+    acknowledged record after it lost."""
+    from txmq.store.config import FlushDiskType
+
+    config = make_config(tmp_path / "r", flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    acked: list[int] = []
+
+    async def put(topic: str, body: bytes) -> None:
+        result = await store.put_message(msg(topic, body))
+        assert result.ok
+        acked.append(result.append_result.wrote_offset)
+
+    async def main() -> None:
+        await store.start()
+        for i in range(4):
+            await put("T", b"%03d" % i)
+        store.flush_and_checkpoint()
+        for i in range(4, 8):
+            await put("T", b"%03d" % i)
+        o3, o4 = acked[3], acked[4]
+        cq = store.queues.find("T", 0)
+        assert cq is not None and (cq.unflushed_from, cq.unflushed_phy) == (4, o4)
+        snap = store._snapshot()  # T/0 taken: (4, o4)
+        store.commit_log.truncate(o3)  # the slave's cut, made while the snapshot's worker runs
+        store.replica_log._drop_derived(o3)
+        del acked[3:]
+        snap.failed = True  # then the worker fails
+        store._dirty_again(snap)
+        store._unflushed_again(snap)
+        for i in range(20):
+            await put("U", b"u%05d" % i + b"." * (i % 7))
+        await put("T", b"again")  # T/0's entry 3, past o4 in the log, in its tail
+        for i in range(20, 450):  # U/0 enough to flush (flushConsumeQueueLeastPages)
+            await put("U", b"u%05d" % i)
+        assert o4 not in acked  # inside a record now
+        with monkeypatch.context() as m:  # the periodic checkpoint, T/0's tail not written (a full disk)
+            real = ConsumeQueue.write_tail
+
+            def write_tail(self: ConsumeQueue) -> None:
+                if self.topic == "T" and self.tail is not None:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                real(self)
+
+            m.setattr(ConsumeQueue, "write_tail", write_tail)
+            store._write_checkpoint(store._snapshot(thorough=False))
+        store.close_without_shutdown()  # a crash (SIGKILL)
+
+    store = DefaultMessageStore(config)
+    run(main)
+    store = DefaultMessageStore(config)
+    try:
+        lost = [o for o in acked if o >= store.max_phy_offset]
+        assert not store.recovery_report.lost_data and not lost, (len(lost), store.recovery_report.events)
+    finally:
+        store.close_without_shutdown()
