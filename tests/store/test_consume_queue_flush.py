@@ -1591,3 +1591,38 @@ def test_a_failed_checkpoint_s_queue_cut_below_its_unflushed_entries_is_put_back
         assert not store.recovery_report.lost_data and not lost, (len(lost), store.recovery_report.events)
     finally:
         store.close_without_shutdown()
+
+
+def test_the_only_topic_deleted_without_its_directories_fsynced_serves_nothing_after_a_power_loss(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's only topic is deleted and its directories find no descriptor to fsync (EMFILE): the deletion's
+    checkpoint is written, counting no queue, and a power loss brings the directories back with their files (the
+    removals were never made durable). The queues the checkpoint does not count have none of their entries kept:
+    taken for a checkpoint that counts no queue at all, recovery kept every entry and served the deleted
+    topic's messages again."""
+    config = make_config(tmp_path / "r")
+    saved = tmp_path / "doomed"
+
+    def no_descriptor(path: str) -> None:
+        raise OSError(errno.EMFILE, "Too many open files", path)
+
+    async def main() -> None:
+        store = DefaultMessageStore(config)
+        await store.start()
+        for i in range(10):
+            assert (await store.put_message(msg("doomed", b"d%d" % i))).ok
+        store.flush_and_checkpoint()
+        shutil.copytree(os.path.join(config.store_path_root_dir, "consumequeue", "doomed"), saved)
+        with monkeypatch.context() as m:
+            m.setattr(message_store, "fsync_dir", no_descriptor)
+            store.delete_topic("doomed")
+        store.close_without_shutdown()  # the power lost before the file system committed the removals
+
+    run(main)
+    shutil.copytree(saved, os.path.join(config.store_path_root_dir, "consumequeue", "doomed"))
+    store = DefaultMessageStore(config)
+    try:
+        served = store.get_message("doomed", 0, 0, 100, 1 << 30).messages if "doomed" in store.topics() else []
+        assert not served, ([decode_message(w)[0].body for w in served], store.recovery_report.events)
+    finally:
+        store.close_without_shutdown()
