@@ -601,3 +601,25 @@ def test_a_slave_ending_at_a_segment_start_its_master_deleted_replicates(tmp_pat
     assert (smax, smin) == (mmax, 0), (
         f"slave ends at {smax} (starts {smin}), master {mmin}..{mmax}; tails at {2 * SEGMENT}: master "
         f"{mtail.hex()} slave {stail.hex()}")
+
+
+def test_a_segment_start_s_tail_shows_a_blank_marker_further_than_64_mib_from_the_segment_end(tmp_path: Path) -> None:
+    """With maxMessageSize above 64 MiB (it has no upper bound), a record that does not fit leaves a BLANK marker
+    further than that from its segment's end. The handshake's tail at the next segment's start was then the zeros
+    after the marker in every log (the marker searched for in the last 64 MiB only), and a slave whose records
+    before it differ from its master's passed the check there and kept them. Two logs whose first segments differ
+    show different tails at the second's start."""
+    seg = 128 << 20
+
+    async def fill(root: Path, first: bytes) -> bytes:
+        config = make_config(root, mapped_file_size_commit_log=seg, max_message_size=seg)
+        async with DefaultMessageStore(config) as store:
+            assert (await store.put_message(msg(body=first * (60 << 20)))).ok
+            assert (await store.put_message(msg(body=b"c" * (100 << 20)))).ok  # into the next segment
+            assert store.commit_log.queue.files[1].file_from_offset == seg
+            tail = bytes(store.commit_log.tail_bytes(seg))
+        shutil.rmtree(root)
+        return tail
+
+    tails = [run(lambda: fill(tmp_path / "m", b"a")), run(lambda: fill(tmp_path / "s", b"b"))]
+    assert tails[0] != tails[1], [t.hex() for t in tails]

@@ -27,8 +27,8 @@ from txmq.store.record import (
 
 READ_AHEAD = 1024  # one pread fetches most records whole
 SCAN_CHUNK = 4 << 20  # recovery reads the log in chunks this large
-# How far before a full segment's end its BLANK marker may be (it fills what the next record did not fit in: above
-# the largest maxMessageSize a record is given)
+# How far before a full segment's end its BLANK marker is first looked for (it fills what the next record did not
+# fit in: less than the largest record, which maxMessageSize, unbounded, may make larger than this)
 BLANK_SEARCH_BYTES = 64 << 20
 _LONG = struct.Struct(">q")
 
@@ -190,10 +190,15 @@ class CommitLog:
     @staticmethod
     def _blank_marker_at(mf: MappedFile) -> int | None:
         """The log offset of the BLANK marker ending the full segment ``mf``: the zeros after it end the segment,
-        so its last 8 non-zero bytes are the marker (None: they are not, or it lies further than
-        ``BLANK_SEARCH_BYTES`` from the end, which no record does)."""
+        so its last 8 non-zero bytes are the marker (None: they are not). Looked for in the last
+        ``BLANK_SEARCH_BYTES``, then, when those are all zeros (a record larger than that did not fit), in the whole
+        segment: taken for no marker, the tail was the zeros every log shows there."""
         size = mf.end_offset - mf.file_from_offset
-        at = mf.last_nonzero(max(0, size - BLANK_SEARCH_BYTES)) + 1 - BLANK_SIZE
+        window = max(0, size - BLANK_SEARCH_BYTES)
+        last = mf.last_nonzero(window)
+        if last < 0 and window:
+            last = mf.last_nonzero(0)
+        at = last + 1 - BLANK_SIZE
         if at < 0:
             return None
         total, magic = read_prefix(mf.read(at, BLANK_SIZE), 0)
