@@ -40,7 +40,7 @@ class FakeClock:
     def __init__(self, path: Path) -> None:
         require_libfaketime()
         self.path = path
-        self.offset = 0
+        self.offset: float = 0
         self._write(0)
 
     def env(self, tz: str | None = None) -> dict[str, str]:
@@ -51,20 +51,21 @@ class FakeClock:
             env["TZ"] = tz
         return env
 
-    def _write(self, offset: int) -> None:
+    def _write(self, offset: float) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(f"{offset:+d}\n")
+        tmp.write_text(f"{offset:+.3f}\n" if offset % 1 else f"{int(offset):+d}\n")  # libfaketime takes fractions
         os.replace(tmp, self.path)  # a reader never sees half a line
         self.offset = offset
 
-    def set_offset(self, seconds: int, settle: bool = True) -> None:
-        self._write(int(seconds))
+    def set_offset(self, seconds: float, settle: bool = True) -> None:
+        self._write(round(seconds, 3))
         if settle:
             time.sleep(SETTLE_S)
 
-    def step(self, seconds: int, settle: bool = True) -> None:
-        """Step every process's wall clock by ``seconds`` (NTP correcting it, a VM restored, an operator)."""
-        self.set_offset(self.offset + int(seconds), settle)
+    def step(self, seconds: float, settle: bool = True) -> None:
+        """Step every process's wall clock by ``seconds``, to the ms (NTP correcting it, a VM restored, an
+        operator)."""
+        self.set_offset(self.offset + seconds, settle)
 
     def at(self, when: dt.datetime, settle: bool = True) -> None:
         """Set every process's wall clock to ``when`` (aware), running on from there."""

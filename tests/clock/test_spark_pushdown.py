@@ -5,9 +5,11 @@ evaluation of the filter done here."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from tests.clock.conftest import Faked
+from tests.clock.faketime import SETTLE_S
 from txmq import Message, Producer, PullConsumer
 
 TOPIC = "pushdown_step"
@@ -49,4 +51,35 @@ def test_a_pushed_store_time_filter_keeps_rows_stored_before_a_step_back(faked: 
     assert _rows(faked.namesrv, since, push=False) == expected
     pushed = _rows(faked.namesrv, since, push=True)
     assert pushed == expected, f"store_timestamp >= {since}: {pushed} with pushdown, {expected} without ({stamps})"
+    assert not faked.broker_errors()
+
+
+def test_a_pushed_store_time_filter_keeps_rows_stored_before_a_step_back_of_80_ms(faked: Faked) -> None:
+    """A step back under the broker clock's 100 ms tolerance (no anchor): messages are sent every 10 ms while the
+    broker takes the step, and the filter from each of the last stamps before it keeps the rows Spark selects
+    without the pushdown; the pushed start begins at ``t`` itself."""
+    faked.start({}, {TOPIC: 1})
+    with Producer("p_pushdown_step", faked.namesrv) as producer:
+        faked.clock.step(-0.08, settle=False)
+        deadline = time.monotonic() + SETTLE_S + 0.5
+        sent = 0
+        while time.monotonic() < deadline:
+            producer.send(Message(TOPIC, b"%04d" % sent))
+            sent += 1
+            time.sleep(0.01)
+    with PullConsumer("g_pushdown_step", faked.namesrv) as pc:
+        [mq] = pc.fetch_subscribe_message_queues(TOPIC)
+        msgs = []
+        while len(msgs) < sent:
+            msgs += pc.pull(mq, "*", len(msgs), 32).msgs
+    stamps = [m.store_timestamp for m in msgs]
+    [back] = [i for i in range(1, len(stamps)) if stamps[i] < stamps[i - 1]]
+    assert stamps[back - 1] - stamps[back] < 100, stamps  # under the tolerance
+    for stamp in sorted(set(stamps[max(0, back - 8) : back])):
+        since = datetime.fromtimestamp(stamp / 1000, UTC)
+        expected = sorted(m.body for m in msgs if m.store_timestamp >= stamp)
+        assert _rows(faked.namesrv, since, push=False) == expected
+        pushed = _rows(faked.namesrv, since, push=True)
+        assert pushed == expected, f"store_timestamp >= {stamp}: {len(pushed)} rows with pushdown, {len(expected)} "\
+            f"without (the step back after offset {back - 1}: {stamps[back - 8 : back + 8]})"
     assert not faked.broker_errors()

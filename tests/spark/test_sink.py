@@ -200,10 +200,11 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
         log.record_commit(batch, "run1", [SinkCommitMessage(0, 1, "run1", ["t"], ["broker-a"], [7], [1000 * batch],
                                                              [half(batch).offset_msg_id])])
     log.record_abort(1, "run0")
+    (tmp_path / "txmq-sink" / "aborts" / "3.run0").write_bytes(b"")  # as a txmq before stamps wrote it: its file's time
     old = time.time() - 7200
 
     def age(path: Path) -> None:  # written two hours ago: its own time and its file's
-        if path.suffix == ".json":
+        if path.read_bytes():
             record = json.loads(path.read_bytes())
             path.write_text(json.dumps({**record, "time_ms": int(old * 1000)}))
         os.utime(path, (old, old))
@@ -221,7 +222,7 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
     # A second copy of that half (a send retried after a lost answer): same UNIQ_KEY, another offset id.
     assert responder.check_local_transaction(half(2, 2024)).name == "ROLLBACK"
     removed = log.prune(below_batch=5, written_before_ms=int((time.time() - 3600) * 1000))
-    assert removed == 5  # commits 0-3 and the abort of batch 1; 4 is recent, 5 is not below the bound
+    assert removed == 6  # commits 0-3 and the aborts of batches 1 and 3; 4 is recent, 5 is not below the bound
     assert sorted(p.name for p in (tmp_path / "txmq-sink" / "commits").iterdir()) == ["4.json", "5.json"]
     assert not list((tmp_path / "txmq-sink" / "aborts").iterdir())
     fresh = SinkCheckResponder(str(tmp_path / "txmq-sink"))
@@ -237,17 +238,17 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
 
 
 def _batch_50_checked_after_200(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_s: Callable[[int], int],
-                                behind_mtime: bool = False) -> str:
+                                behind_mtime: bool = False, restarts: tuple[int, ...] = ()) -> str:
     """The driver commits 200 batches (the 200th prunes), its wall clock stepped by ``step_s(batch)`` seconds
-    while it does; batch 50's COMMITs do not reach the broker (left to check-back). The check-back's answer for
-    batch 50's half, its record written seconds ago: COMMIT unless its record was pruned (then ROLLBACK: Spark's
-    checkpoint has the batch, the sink log no longer names the half, and its rows are lost)."""
+    while it does, and started again (a new process: its clock read afresh) before each batch of ``restarts``;
+    batch 50's COMMITs do not reach the broker (left to check-back). The check-back's answer for batch 50's half,
+    its record written seconds ago: COMMIT unless its record was pruned (then ROLLBACK: Spark's checkpoint has the
+    batch, the sink log no longer names the half, and its rows are lost)."""
     from types import SimpleNamespace
 
     import txmq.spark.writer as writer
     from txmq.message import MessageConst, MessageExt
-    from txmq.spark.writer import P_BATCH, P_RUN, SinkCheckResponder, SinkCommitMessage, TxmqStreamWriter
-    from txmq.wallclock import WallClockBounds
+    from txmq.spark.writer import P_BATCH, P_RUN, SinkCheckResponder, SinkCommitMessage, SinkLogClock, TxmqStreamWriter
 
     def half(batch: int) -> MessageExt:
         return MessageExt("t", b"x", {P_BATCH: str(batch), P_RUN: "run1",
@@ -259,13 +260,14 @@ def _batch_50_checked_after_200(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
             return [SimpleNamespace(decided=ref.tran_state_table_offset != 50, code=0, remark="") for ref, _ in todo]
 
     step_ns = [0]
-    monkeypatch.setattr(writer, "_SINK_CLOCK", WallClockBounds(wall_ns=lambda: time.time_ns() + step_ns[0]))
     monkeypatch.setattr(writer, "_responder", lambda opts: Producer())
     ckpt = tmp_path / "ckpt"
     (ckpt / "commits").mkdir(parents=True)
     sink = TxmqStreamWriter({"namesrv": "127.0.0.1:1", "checkpointLocation": str(ckpt)})
     for batch in range(201):
         step_ns[0] = step_s(batch) * 10**9
+        if batch == 0 or batch in restarts:
+            monkeypatch.setattr(writer, "_SINK_CLOCK", SinkLogClock(wall_ns=lambda: time.time_ns() + step_ns[0]))
         sink.commit([SinkCommitMessage(0, 1, "run1", ["t"], ["broker-a"], [batch], [1000 * batch],
                                        [half(batch).offset_msg_id])], batch)
         if batch == 50 and behind_mtime:  # its file's time: the kernel's wall clock at the write, as stepped
@@ -288,6 +290,22 @@ def test_a_record_written_while_the_drivers_clock_was_behind_is_kept_once_correc
     batch 50's record looked 25 h old. Its own time (``latest_ms``, never behind the time that passed) is read."""
     assert _batch_50_checked_after_200(tmp_path, monkeypatch, lambda b: -25 * 3600 if 40 <= b < 60 else 0,
                                        behind_mtime=True) == "COMMIT"
+
+
+def test_a_driver_started_while_its_clock_is_ahead_prunes_no_recent_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver is started again before batch 200 (whose commit prunes) with its clock 25 h ahead, more than the
+    retention: a time taken from its clock at the start made every record look older than the retention."""
+    assert _batch_50_checked_after_200(tmp_path, monkeypatch, lambda b: 25 * 3600 if b >= 200 else 0,
+                                       restarts=(200,)) == "COMMIT"
+
+
+def test_records_of_a_driver_started_while_its_clock_was_behind_are_kept_by_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver started with its clock 25 h behind writes batches 0-149; the next, started before batch 150 with
+    a correct clock, prunes at batch 200: batch 50's record, written seconds ago, looked 25 h old."""
+    assert _batch_50_checked_after_200(tmp_path, monkeypatch, lambda b: -25 * 3600 if b < 150 else 0,
+                                       behind_mtime=True, restarts=(150,)) == "COMMIT"
 
 
 class FakeProducer:
@@ -376,3 +394,23 @@ def test_a_next_runs_start_marked_during_an_older_runs_end_is_kept(tmp_path: Pat
     assert not starter.is_alive()
     mark = lifecycle._read_mark("q1")
     assert mark is not None and (mark["run"], mark["stopped"]) == ("run2", False), mark
+
+
+def test_the_sink_logs_time_counts_what_passed_on_this_boot_and_no_wall_clock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log's time after a restart: its latest record's, plus the time that passed since on the same boot
+    (CLOCK_BOOTTIME), whatever the wall clock says; after a reboot, the latest record's (the downtime not counted:
+    records kept longer). Only an empty log takes the wall clock."""
+    import txmq.spark.writer as writer
+    from txmq.spark.writer import SinkLog, SinkLogClock
+
+    hour_ns, wall_ns = 3600 * 10**9, 1_800_000_000 * 10**9
+    log = SinkLog(str(tmp_path / "txmq-sink"))
+    first = SinkLogClock(wall_ns=lambda: wall_ns, elapsed=lambda: 5 * hour_ns, boot=lambda: "b1")
+    assert first.now_ms(log) == wall_ns // 10**6
+    monkeypatch.setattr(writer, "_SINK_CLOCK", first)
+    log.record_abort(1, "run1")
+    restarted = SinkLogClock(wall_ns=lambda: wall_ns + 25 * hour_ns, elapsed=lambda: 7 * hour_ns, boot=lambda: "b1")
+    assert restarted.now_ms(log) == (wall_ns + 2 * hour_ns) // 10**6
+    rebooted = SinkLogClock(wall_ns=lambda: wall_ns + 72 * hour_ns, elapsed=lambda: hour_ns, boot=lambda: "b2")
+    assert rebooted.now_ms(log) == wall_ns // 10**6

@@ -18,6 +18,7 @@ from tests.store.store_helpers import SEGMENT, make_config, msg, run
 from txmq.broker.config import BrokerConfig
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore
+from txmq.store.clock import StoreClock
 from txmq.store.config import delete_hours
 
 pytestmark = pytest.mark.dated  # run again at a fixed month end by make test (Makefile, DATED_AT)
@@ -85,6 +86,112 @@ def test_a_search_by_time_finds_records_stored_before_a_step_back(root):
                 assert found == expected, (t, stamps)
 
     run(main)
+
+
+async def _put_spaced(store: DefaultMessageStore, n: int) -> list[int]:
+    """``n`` puts, 10 ms apart on both clocks (the wall clock keeps its skew: no anchor); their store timestamps."""
+    stamps = []
+    for _ in range(n):
+        advance(store, 0.01)
+        wall_step(store, 0.01)
+        result = (await store.put_message(msg())).append_result
+        assert result is not None
+        stamps.append(result.store_timestamp)
+    return stamps
+
+
+def _assert_search_exact(store: DefaultMessageStore, stamps: list[int]) -> None:
+    """The first queue offset stored at or after each stamp (and a ms either side) has none before it stored as
+    late."""
+    for t in sorted({s + d for s in stamps for d in (-1, 0, 1)}):
+        expected = next((i for i, s in enumerate(stamps) if s >= t), len(stamps))
+        assert store.get_offset_in_queue_by_time("T", 0, t) == expected, (t, stamps)
+
+
+@pytest.mark.parametrize("steps_ms", [(-80,), (-60, -60), (90, -150)], ids=["-80", "-60,-60", "+90,-150"])
+def test_a_search_by_time_is_exact_across_steps_back_under_the_clock_tolerance(tmp_path, steps_ms):
+    """Steps back too small for an anchor (under 100 ms against the present one, alone or added up) still split the
+    search: stretches of 4 records 10 ms apart, the wall clock stepped by ``steps_ms`` between them. The search stays
+    exact after a restart (the marks are in the clock file), across a step back of 30 ms over the restart, and on a
+    slave that copied the log (its master's stamps step back)."""
+
+    async def main() -> None:
+        config = make_config(tmp_path / "master")
+        async with DefaultMessageStore(config) as master:
+            stamps = await _put_spaced(master, 4)
+            for step in steps_ms:
+                wall_step(master, step / 1000)
+                stamps += await _put_spaced(master, 4)
+            _assert_search_exact(master, stamps)
+        async with DefaultMessageStore(config) as master:
+            _assert_search_exact(master, stamps)
+            wall_step(master, (stamps[-1] - 40 - master.clock.wall_ms()) / 1000)  # the first put 30 ms lower
+            stamps += await _put_spaced(master, 4)
+            assert stamps[-4] < stamps[-5]
+            _assert_search_exact(master, stamps)
+            data = master.commit_log.read_raw(0, master.max_phy_offset)
+        slave = DefaultMessageStore(make_config(tmp_path / "slave"))
+        slave.replica = True
+        await slave.start()
+        assert slave.append_replicated(0, data) == len(data)
+        _assert_search_exact(slave, stamps)
+        await slave.shutdown()
+
+    run(main)
+
+
+def test_recovery_marks_again_the_steps_back_of_the_records_it_reads(root):
+    """A mark lost with the clock file's last write (a slave marks its master's records after writing them, and a
+    crash may come between) is made again by recovery for the records it reads past the checkpoint: here the whole
+    log, the checkpoint gone, with a clock file that lost its mark of a step back of 80 ms."""
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(root)) as store:
+            stamps = await _put_spaced(store, 4)
+            wall_step(store, -0.08)
+            stamps += await _put_spaced(store, 4)
+        saved = json.loads((root / "clock").read_bytes())
+        assert saved["marks"]
+        (root / "clock").write_bytes(json.dumps({**saved, "marks": []}).encode())
+        (root / "checkpoint").unlink()
+        async with DefaultMessageStore(make_config(root)) as store:
+            _assert_search_exact(store, stamps)
+
+    run(main)
+
+
+def test_a_clock_file_without_marks_keeps_the_steps_back_of_its_anchors(root):
+    """A clock file written before marks existed: its anchors whose skew fell by more than the tolerance are the
+    steps back the search knows, as they were."""
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(root)) as store:
+            stamps = await _put_spaced(store, 4)
+            wall_step(store, -120)
+            stamps += await _put_spaced(store, 4)
+        saved = json.loads((root / "clock").read_bytes())
+        del saved["marks"]
+        (root / "clock").write_bytes(json.dumps(saved).encode())
+        async with DefaultMessageStore(make_config(root)) as store:
+            assert store.clock.steps_back() == [store.clock.anchors[1][0]]
+            _assert_search_exact(store, stamps)
+
+    run(main)
+
+
+def test_marks_go_with_the_segments_below_the_log_and_with_a_truncated_tail(tmp_path):
+    """Marks at or below the log's start split nothing left and go with retention; a cut tail takes its marks (the
+    record copied next there is compared again); the clock file holds what is left."""
+    clock = StoreClock(str(tmp_path))
+    clock.open(0)
+    for offset, stamp, previous in [(100, 1_000, 1_010), (200, 1_020, 1_000), (300, 1_004, 1_020), (400, 1_003, 1_004),
+                                    (500, 1_002, 1_003)]:
+        clock.replicated(offset, stamp, previous)
+    assert clock.steps_back() == [100, 300, 400, 500]
+    clock.trim(300)
+    assert clock.steps_back() == [400, 500] == StoreClock(str(tmp_path)).steps_back()
+    clock.truncate(500)
+    assert clock.steps_back() == [400] == StoreClock(str(tmp_path)).steps_back()
 
 
 def test_the_account_resumes_across_restarts_counting_the_downtime_on_one_boot_only(root, monkeypatch, caplog):

@@ -38,7 +38,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,8 @@ from txmq.remoting.codes import ResponseCode
 from txmq.spark._common import ClientSecurity, cached_client, drop_client
 from txmq.spark.lifecycle import query_id, responders
 from txmq.spark.options import SINK, OptionError, Options
-from txmq.wallclock import WallClockBounds
+from txmq.store.clock import boot_id
+from txmq.wallclock import elapsed_ns
 
 log = logging.getLogger("txmq.spark")
 
@@ -136,8 +137,9 @@ def _local_path(location: str) -> str:
 # --- the sink log: which halves each batch committed -------------------------------------------------------
 
 class SinkLog:
-    """``commits/<batchId>.json`` = {"run", "ids"}; ``aborts/<batchId>.<run>``. Files are written to a
-    temporary name, fsynced and renamed, so a record is whole or absent."""
+    """``commits/<batchId>.json`` = {"run", "ids", the stamp}; ``aborts/<batchId>.<run>`` = {the stamp}: the log's
+    time when it was written (``SinkLogClock``). Files are written to a temporary name, fsynced and renamed, so a
+    record is whole or absent."""
 
     def __init__(self, root: str) -> None:
         self.root = Path(root)
@@ -163,7 +165,7 @@ class SinkLog:
     def record_commit(self, batch_id: int, run: str, messages: list[SinkCommitMessage]) -> None:
         """The commit point of ``batch_id``: the ids of its halves, and what ending them again needs."""
         record = {"batch": batch_id, "run": run, "ids": [i for m in messages for i in m.ids],
-                  "time_ms": _SINK_CLOCK.latest_ms(), "rows": sum(m.rows for m in messages),
+                  **_SINK_CLOCK.stamp(self), "rows": sum(m.rows for m in messages),
                   "ordered": any(m.ordered for m in messages),
                   "halves": [[m.brokers[i], m.half_offsets[i], m.commit_log_offsets[i]]
                              for m in messages for i in range(len(m.ids))]}
@@ -181,40 +183,58 @@ class SinkLog:
         return self._abort_path(batch_id, run).exists()
 
     def record_abort(self, batch_id: int, run: str) -> None:
-        write_atomic(self._abort_path(batch_id, run), b"")
+        write_atomic(self._abort_path(batch_id, run), json.dumps(_SINK_CLOCK.stamp(self)).encode())
 
     def prune(self, below_batch: int, written_before_ms: int) -> int:
-        """Delete the records of batches below ``below_batch`` written before ``written_before_ms``; returns how
-        many. A record is only needed to answer the check-back of an orphan of its batch, which the broker asks
-        within its check window (immunity + transactionCheckMax x transactionCheckInterval)."""
+        """Delete the records of batches below ``below_batch`` written before ``written_before_ms`` (the log's
+        time); returns how many. A record is only needed to answer the check-back of an orphan of its batch, which
+        the broker asks within its check window (immunity + transactionCheckMax x transactionCheckInterval)."""
         removed = 0
-        for kind in ("commits", "aborts"):
-            directory = self.root / kind
-            if not directory.is_dir():
+        for batch, path in self._records():
+            if batch >= below_batch:
                 continue
-            for path in directory.iterdir():
-                batch = path.name.split(".", 1)[0]
-                if not batch.isdigit() or int(batch) >= below_batch:
-                    continue
-                try:
-                    if self._written_ms(path) < written_before_ms:
-                        path.unlink()
-                        self._cache.pop(int(batch), None)
-                        removed += 1
-                except FileNotFoundError:
-                    pass
+            try:
+                if self._stamp_of(path)[0] < written_before_ms:
+                    path.unlink()
+                    self._cache.pop(batch, None)
+                    removed += 1
+            except FileNotFoundError:
+                pass
         return removed
 
+    def latest_ms(self, boot: str, elapsed: int) -> int | None:
+        """The log's time by its records (None: it has none): the latest of their times, each advanced by the time
+        that passed since it was written where that is known (written on boot ``boot``, ``elapsed`` counting from
+        the same start)."""
+        latest: float | None = None
+        for _, path in self._records():
+            with contextlib.suppress(FileNotFoundError):
+                written, written_boot, written_elapsed = self._stamp_of(path)
+                if boot and written_boot == boot and written_elapsed is not None and elapsed >= written_elapsed:
+                    written += (elapsed - written_elapsed) // 1_000_000
+                latest = written if latest is None else max(latest, written)
+        return None if latest is None else int(latest)
+
+    def _records(self) -> Iterator[tuple[int, Path]]:
+        """Each record's batch and file (commits and aborts)."""
+        for kind in ("commits", "aborts"):
+            directory = self.root / kind
+            if directory.is_dir():
+                for path in directory.iterdir():
+                    batch = path.name.split(".", 1)[0]
+                    if batch.isdigit():
+                        yield int(batch), path
+
     @staticmethod
-    def _written_ms(path: Path) -> float:
-        """When a record was written: the later of its file's time and, for a commit record, the time it carries
-        (``WallClockBounds.latest_ms``: written while the driver's clock was behind, it does not look old once the
-        clock is corrected, as its file's time would)."""
-        written = path.stat().st_mtime * 1000
-        if path.suffix == ".json":
-            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                written = max(written, float(json.loads(path.read_bytes())["time_ms"]))
-        return written
+    def _stamp_of(path: Path) -> tuple[float, str | None, int | None]:
+        """A record's stamp: the log's time when it was written, the boot and elapsed time of its writing. A record
+        without one (written by a txmq before stamps; an abort was empty) has its file's time, and no boot."""
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            doc = json.loads(path.read_bytes())
+            written_elapsed = doc.get("elapsed_ns")
+            return (float(doc["time_ms"]), doc.get("boot"),
+                    written_elapsed if isinstance(written_elapsed, int) else None)
+        return path.stat().st_mtime * 1000, None, None
 
     def spark_committed(self, batch_id: int) -> bool:
         """Spark's own checkpoint: ``commits/<batchId>`` exists once the batch is done."""
@@ -468,11 +488,46 @@ def _responder(opts: SinkOptions) -> TransactionProducer:
                           lambda: _new_responder(opts))
 
 
+class SinkLogClock:
+    """The sink log's own time, which its records are stamped with and pruned against: no error of the driver's wall
+    clock, either way, taken at its start or stepped later, makes a record younger than sinkLogRetentionMinutes
+    look older (its batch's orphans would then be answered ROLLBACK).
+
+    A process reads a log's time when it first uses the log (``SinkLog.latest_ms``): the latest of its records'
+    times, each advanced by the time that passed since it was written where that is known (written on this boot:
+    CLOCK_BOOTTIME, which also counts a suspend, saved in the record with the kernel's boot id); from there it
+    counts CLOCK_BOOTTIME. So the log's time never runs ahead of the time that really passed since any of its
+    records was written, and a record pruned when the log's time is past its own by the retention is older than
+    the retention. The wall clock is read only for an empty log, where its time begins (an error there is the same
+    for every record after it). Not counted: the time between a log's last record and a start after a reboot
+    (records are kept that much longer, never deleted earlier). Thread-safe."""
+
+    def __init__(self, wall_ns: Callable[[], int] = time.time_ns, elapsed: Callable[[], int] = elapsed_ns,
+                 boot: Callable[[], str] = boot_id) -> None:
+        self._wall_ns, self._elapsed_ns, self._boot = wall_ns, elapsed, boot
+        self._lock = threading.Lock()
+        self._bases: dict[Path, tuple[int, int]] = {}  # a log's root: its time (ms) at an elapsed time (ns)
+
+    def now_ms(self, log: SinkLog) -> int:
+        """The log's time now."""
+        return self._at(log, self._elapsed_ns())
+
+    def stamp(self, log: SinkLog) -> dict[str, Any]:
+        """What a record of ``log`` written now carries: the log's time, and the boot and elapsed time of now."""
+        elapsed = self._elapsed_ns()
+        return {"time_ms": self._at(log, elapsed), "boot": self._boot(), "elapsed_ns": elapsed}
+
+    def _at(self, log: SinkLog, elapsed: int) -> int:
+        with self._lock:
+            base = self._bases.get(log.root)
+            if base is None:
+                latest = log.latest_ms(self._boot(), elapsed)
+                base = self._bases[log.root] = (self._wall_ns() // 1_000_000 if latest is None else latest, elapsed)
+        return base[0] + (elapsed - base[1]) // 1_000_000
+
+
 _commit_lock = threading.Lock()
-# The driver's clock for the sink log: records are stamped with ``latest_ms`` and pruned against ``earliest_ms``, so
-# that no step of its wall clock makes a record written a moment ago look older than sinkLogRetentionMinutes (its
-# batch's orphans would then be answered ROLLBACK)
-_SINK_CLOCK = WallClockBounds()
+_SINK_CLOCK = SinkLogClock()
 
 
 def _test_hook(env: str, batch_id: int) -> None:
@@ -542,7 +597,7 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
                 log.warning("batch %d: %d halves not ended now; check-back commits them", batchId, left)
             if batchId % PRUNE_EVERY_BATCHES == 0 and batchId >= KEEP_BATCHES:
                 removed = sink_log.prune(batchId - KEEP_BATCHES,
-                                         _SINK_CLOCK.earliest_ms() - self.opts.log_retention_ms)
+                                         _SINK_CLOCK.now_ms(sink_log) - self.opts.log_retention_ms)
                 if removed:
                     log.info("sink log: %d records older than %d minutes removed", removed,
                              self.opts.log_retention_ms // 60_000)

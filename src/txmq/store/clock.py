@@ -23,10 +23,24 @@ the record before it was; anchors at arrival are made at most once a second, and
 counted from no later than the second one (``since``): what a slave catches up is aged from its arrival.
 Anchors wholly below the log's start are dropped with the segments (``trim``); a truncated tail takes its anchors.
 
+**Marks** are the commit-log offsets where a record is stamped lower than the record before it, whatever the size:
+a search by store time looks at each rising stretch between two apart (``steps_back``). An anchor is no such
+boundary: a step back under the tolerance makes none, and one made well after the step may still rise. A mark is
+made when a group is stamped (saved before its records are written, as an anchor is), when a slave copies a record,
+and again for the records recovery reads past the checkpoint (a crash may come between a slave's records and its
+mark); a record whose predecessor's stamp is not known (the first one recovery reads, the first a slave copies
+after its log was cut) is marked too, which splits a rising stretch at worst. Only a stamp lower than the one
+before it makes a mark, and a stretch rises, so that is the highest of its stretch: slewing, NTP's usual
+correction, moves the wall clock at another rate and never back, and makes none; each mark is a step back of the
+wall clock (or a master's) seen between two groups (one per group at most), or a crash or a cut of a slave's log.
+Marks at or below the log's start go with its segments; a truncated tail takes its marks.
+
 File ``clock`` in the store's root (JSON, replaced atomically): ``version``, ``boot`` (the boot id),
-``monotonic_ns`` and ``elapsed_ms`` of the last save, ``anchors`` (``[offset, skew_ms, since_ms or null]``).
-A store without one (new, or written by a txmq before this file) starts the account at 0 with one anchor at
-offset 0 and the wall clock's skew: records already in the log age by their store timestamps, as they did.
+``monotonic_ns`` and ``elapsed_ms`` of the last save, ``anchors`` (``[offset, skew_ms, since_ms or null]``),
+``marks`` (offsets); a file without ``marks`` (written by a txmq before them) marks its anchors whose skew fell by
+more than the tolerance, the steps back it knew. A store without one (new, or written by a txmq before this file)
+starts the account at 0 with one anchor at offset 0 and the wall clock's skew: records already in the log age by
+their store timestamps, as they did.
 """
 
 from __future__ import annotations
@@ -71,6 +85,7 @@ class StoreClock:
         self._offsets: list[int] = []  # the anchors, by offset (bisect), and their skew and since
         self._skews: list[int] = []
         self._since: list[int | None] = []
+        self._marks: list[int] = []  # ascending
         self._last_arrival_anchor = -ARRIVAL_ANCHOR_EVERY_MS
         self.downtime_note = ""
         now_mono = self.monotonic_ns()
@@ -84,11 +99,13 @@ class StoreClock:
             away_ns = now_mono - int(saved["monotonic_ns"])
             for offset, skew, since in saved["anchors"]:
                 self._append(int(offset), int(skew), None if since is None else int(since))
+            marks = saved.get("marks")
+            self._marks = sorted({int(m) for m in marks}) if marks is not None else self._anchored_steps_back()
         except FileNotFoundError:
             return
         except (OSError, ValueError, TypeError, KeyError) as exc:
             log.error("store clock file %s unreadable (%s): the elapsed-time account starts again", self.path, exc)
-            del self._offsets[:], self._skews[:], self._since[:]
+            del self._offsets[:], self._skews[:], self._since[:], self._marks[:]
             return
         if saved.get("boot") == boot_id() and boot_id() and away_ns >= 0:
             elapsed += away_ns // 1_000_000
@@ -133,9 +150,13 @@ class StoreClock:
         return min(wall_ms - self._skews[-1], self.elapsed_ms()) if self._skews else self.elapsed_ms()
 
     def steps_back(self) -> list[int]:
-        """The commit-log offsets, ascending, where store timestamps step back: anchors whose skew is lower than the
-        one before (the wall clock, or a master's, stepped back), so that a search by store time looks at each
-        rising stretch apart."""
+        """The commit-log offsets, ascending, where store timestamps step back (the marks), so that a search by store
+        time looks at each rising stretch apart."""
+        return list(self._marks)
+
+    def _anchored_steps_back(self) -> list[int]:
+        """The steps back a clock file without marks knew: anchors whose skew is lower than the one before by more
+        than the tolerance."""
         skews = self._skews
         return [offset for i, offset in enumerate(self._offsets) if i and skews[i] < skews[i - 1] - TOLERANCE_MS]
 
@@ -146,6 +167,7 @@ class StoreClock:
         truncated), and the wall clock is compared with the account."""
         while self._offsets and self._offsets[-1] > end:
             self._pop()
+        self._drop_marks_from(end)
         elapsed = self.elapsed_ms()
         skew = self.wall_ms() - elapsed
         log.info("store clock: elapsed-time account at %.1f s%s", elapsed / 1000,
@@ -160,24 +182,43 @@ class StoreClock:
                          "against the store's elapsed time" if abs(moved) > TOLERANCE_MS else "", abs(moved) >= 1000)
         self._save_now()
 
-    def stamp(self, offset: int) -> int:
-        """The wall-clock time to stamp on records written from ``offset`` on; makes an anchor there (saved before
-        returning) when the wall clock moved against the account since the present one."""
+    def stamp(self, offset: int, previous: int) -> int:
+        """The wall-clock time to stamp on records written from ``offset`` on, after one stamped ``previous`` (0: none
+        known); makes an anchor there when the wall clock moved against the account since the present one, and a
+        mark when it is lower than ``previous``, both saved before returning."""
         wall = self.wall_ms()
         elapsed = self.elapsed_ms()
         skew = wall - elapsed
+        marked = self.mark(offset, wall, previous)
         if not self._skews:
             self._anchor(0, skew, None, "", False)
         elif abs(skew - self._skews[-1]) > TOLERANCE_MS:
             self._anchor(offset, skew, elapsed, f"the wall clock moved {(skew - self._skews[-1]) / 1000:+.3f} s "
                          "against the store's elapsed time", abs(skew - self._skews[-1]) >= 1000)
+        elif marked:
+            self._save_now()
         return wall
+
+    def mark(self, offset: int, store_timestamp: int, previous: int) -> bool:
+        """Mark the record at ``offset`` (not saved: the caller saves) when it is stamped lower than the record before
+        it, stamped ``previous`` (0: not known, and so marked unless it is the log's first); whether a mark was
+        added. Recovery calls it for the records it reads past the checkpoint, before ``open`` saves."""
+        if offset <= 0 or (previous and store_timestamp >= previous):
+            return False
+        marks = self._marks
+        i = bisect.bisect_left(marks, offset)
+        if i < len(marks) and marks[i] == offset:
+            return False
+        marks.insert(i, offset)
+        return True
 
     def replicated(self, offset: int, store_timestamp: int, previous: int) -> None:
         """A slave's record at ``offset`` stamped ``store_timestamp`` by its master, after one stamped ``previous``
-        (0: none known): an anchor when the master's clock stepped back, or the record is from the future."""
+        (0: none known): a mark when it is lower than ``previous``; an anchor when the master's clock stepped back
+        more than the tolerance, or the record is from the future."""
         if not self._skews:
-            self.stamp(offset)
+            self._anchor(0, self.wall_ms() - self.elapsed_ms(), None, "", False)
+        marked = self.mark(offset, store_timestamp, previous)
         elapsed = self.elapsed_ms()
         if previous and store_timestamp < previous - TOLERANCE_MS:
             before = min(previous - self._skews[-1], elapsed)
@@ -187,6 +228,8 @@ class StoreClock:
                 elapsed - self._last_arrival_anchor >= ARRIVAL_ANCHOR_EVERY_MS:
             self._last_arrival_anchor = elapsed
             self._anchor(offset, store_timestamp - elapsed, elapsed, "", False)
+        elif marked:
+            self._save_now()
 
     def _anchor(self, offset: int, skew: int, since: int | None, why: str, loud: bool) -> None:
         """A new anchor at ``offset`` (replacing any there or after it), saved; ``why`` logged once, as a warning
@@ -211,18 +254,29 @@ class StoreClock:
         self._since.pop()
 
     def trim(self, min_offset: int) -> None:
-        """Forget the anchors wholly below the log's start (retention deleted their records)."""
-        drop = bisect.bisect_right(self._offsets, min_offset) - 1
-        if drop > 0:
-            del self._offsets[:drop], self._skews[:drop], self._since[:drop]
+        """Forget the anchors wholly below the log's start (retention deleted their records), and the marks at or
+        below it (they split nothing left)."""
+        drop = max(0, bisect.bisect_right(self._offsets, min_offset) - 1)
+        unmark = bisect.bisect_right(self._marks, min_offset)
+        if drop or unmark:
+            del self._offsets[:drop], self._skews[:drop], self._since[:drop], self._marks[:unmark]
             self._save_now()
 
     def truncate(self, end: int) -> None:
-        """The log now ends at ``end``: anchors past it go."""
-        if self._offsets and self._offsets[-1] > end:
-            while len(self._offsets) > 1 and self._offsets[-1] > end:
-                self._pop()
+        """The log now ends at ``end``: anchors past it go, and marks at or past it (the record written next there
+        is compared again)."""
+        cut = bool(self._offsets and self._offsets[-1] > end)
+        while len(self._offsets) > 1 and self._offsets[-1] > end:
+            self._pop()
+        if self._drop_marks_from(end) or cut:
             self._save_now()
+
+    def _drop_marks_from(self, end: int) -> bool:
+        """Forget the marks at or past ``end``; whether there were any."""
+        keep = bisect.bisect_left(self._marks, end)
+        dropped = keep < len(self._marks)
+        del self._marks[keep:]
+        return dropped
 
     # --- persistence ------------------------------------------------------------------------------------
 
@@ -241,7 +295,8 @@ class StoreClock:
             doc = {"version": VERSION, "boot": boot_id(), "monotonic_ns": mono,
                    "elapsed_ms": self._base_elapsed_ms + (mono - self._base_mono) // 1_000_000,
                    "anchors": [list(a) for a in zip(list(self._offsets), list(self._skews), list(self._since),
-                                                    strict=False)]}
+                                                    strict=False)],
+                   "marks": list(self._marks)}
             write_atomic(self.path, json.dumps(doc, separators=(",", ":")).encode())
 
     @property

@@ -340,8 +340,8 @@ class GroupCommit:
             return
         start = self.commit_log.max_offset
         # One stamp for the group, taken now that every put of it was asked (a put that joined the group after the
-        # loop was held up is not aged from its first put), any new anchor made before its records exist.
-        now = self.clock.stamp(start)
+        # loop was held up is not aged from its first put), any new anchor or mark made before its records exist.
+        now = self.clock.stamp(start, self.commit_log.last_store_timestamp)
         for rec in records:
             set_store_timestamp(rec, now)
         try:
@@ -354,11 +354,11 @@ class GroupCommit:
             msg.commit_log_offset = offset
             msg.store_size = len(rec) - TRAILER_SIZE
             msg.store_timestamp = now
+        self.commit_log.last_store_timestamp = now  # the records are in the log, even if their derived state fails
         refused = self._build_derived(start, msgs, now, next_offsets, found)
         if refused is not None:
             self._answer_all(group, refused)
             return
-        self.commit_log.last_store_timestamp = now
         if self._dispatchers:  # a DispatchRequest per record only for those who read one (a slave's broker)
             for msg in msgs:
                 run_dispatchers(self._dispatchers, _dispatch_request(msg, now), self._counters)

@@ -194,7 +194,8 @@ class DefaultMessageStore:
         build_index(self.index, self.config.message_index_enable, req.topic, req.sys_flag, req.keys, req.uniq_key,
                     req.commit_log_offset, req.store_timestamp)
         run_dispatchers(self._dispatchers, req, self._counters)
-        if during_recovery:
+        if during_recovery:  # a mark a crash kept from the clock file (a slave's, made after its records) made again
+            self.clock.mark(req.commit_log_offset, req.store_timestamp, self.commit_log.last_store_timestamp)
             self.commit_log.last_store_timestamp = req.store_timestamp
 
     # --- lifecycle ---------------------------------------------------------------------------------
