@@ -26,6 +26,7 @@ from txmq.store.ha.protocol import (
     Challenge,
     Hello,
     Open,
+    Transfer,
     Welcome,
     read_challenge,
     read_hello,
@@ -145,7 +146,7 @@ def test_ha_port_refuses_garbage_and_wrong_peers_with_one_line_each(tmp_path, ca
     assert [a.accepted for a in answers] == [False] * 5
     assert "Other/broker-a" in answers[0].remark and "C/broker-b" in answers[1].remark
     assert "only slaves" in answers[2].remark and "mappedFileSizeCommitLog" in answers[3].remark
-    assert "HA protocol version 2, this member 3" in answers[4].remark
+    assert "HA protocol version 2, this member 4" in answers[4].remark
     lines = [r.getMessage() for r in caplog.records if r.name == "txmq.ha"]
     assert sum("refused" in line for line in lines) >= 5, lines
     assert any("bad handshake (HandshakeError)" in line for line in lines)
@@ -162,7 +163,7 @@ def test_slave_refuses_a_stream_that_is_not_valid_records_and_writes_nothing(tmp
             writer.write(Welcome(True, 1 << 20, 0, bytes(8)).encode())
             start = REPORT.unpack(await reader.readexactly(8))[0]
             junk = os.urandom(4096)
-            writer.write(TRANSFER_HEADER.pack(start, len(junk), -1) + junk)
+            writer.write(Transfer(start, len(junk), -1, 0).encode() + junk)
             await writer.drain()
             await reader.read()
         finally:
@@ -291,7 +292,7 @@ def test_an_unexpected_error_in_a_session_does_not_stop_the_slave_copying(tmp_pa
     monkeypatch.setattr("txmq.store.ha.client.RETRY_S", 0.05)
     sessions: list[str] = []
 
-    async def failing_session(addr: str) -> None:
+    async def failing_session(addr: str, version: int) -> None:
         sessions.append(addr)
         raise RuntimeError("a bug")
 

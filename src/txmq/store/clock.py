@@ -17,10 +17,13 @@ they were written. A record's account time is ``store timestamp - skew`` of the 
 anchor's ``since`` and the next anchor's (records are appended in account order), and never past now. A new anchor
 is made when the wall clock moved against the account by more than ``TOLERANCE_MS`` (a step, or slewing that added
 up): at the group of records being stamped, saved before they are written, with one log line. A slave's records
-carry its master's stamps: one from the future (the master's clock ahead, or stepped forward) starts an anchor at
-its arrival, and one stamped earlier than the record before it (the master's clock stepped back) an anchor where
-the record before it was; anchors at arrival are made at most once a second, and the records between two are
-counted from no later than the second one (``since``): what a slave catches up is aged from its arrival.
+carry its master's stamps, and its master's anchors come with them (``follow``, from the HA stream): each becomes
+one of the slave's, in the slave's account's terms, so a record is aged from when its master wrote it. From a
+master that sends none (HA protocol version 3) the slave guesses (``replicated``): a record from the future (the
+master's clock ahead, or stepped forward) starts an anchor at its arrival, and one stamped earlier than the record
+before it (the master's clock stepped back) an anchor where the record before it was; anchors at arrival are made
+at most once a second, and the records between two are counted from no later than the second one (``since``):
+what such a slave catches up is aged from its arrival.
 Anchors wholly below the log's start are dropped with the segments (``trim``); a truncated tail takes its anchors.
 
 **Marks** are the commit-log offsets where a record is stamped lower than the record before it, whatever the size:
@@ -87,6 +90,7 @@ class StoreClock:
         self._since: list[int | None] = []
         self._marks: list[int] = []  # ascending
         self._last_arrival_anchor = -ARRIVAL_ANCHOR_EVERY_MS
+        self.following = False  # a slave's records mapped by its master's anchors (``follow``), not guessed
         self.downtime_note = ""
         now_mono = self.monotonic_ns()
         self._base_mono = now_mono
@@ -212,10 +216,42 @@ class StoreClock:
         marks.insert(i, offset)
         return True
 
+    def anchors_for(self, start: int, end: int) -> list[tuple[int, int, int | None]]:
+        """The anchors that map the records from ``start`` to ``end``: the one ``start`` is under and those after
+        it before ``end`` (what a master sends its slaves with its log)."""
+        offsets = self._offsets
+        first = max(0, bisect.bisect_right(offsets, start) - 1)
+        last = max(bisect.bisect_left(offsets, end), first + 1)
+        return list(zip(offsets[first:last], self._skews[first:last], self._since[first:last], strict=True))
+
+    def follow(self, offset: int, anchors: list[tuple[int, int, int | None]], difference: int) -> None:
+        """A slave's log continues at ``offset`` with records its master maps by ``anchors`` (``anchors_for``) on
+        its own account; ``difference`` is this account minus the master's, or more (never less: records are then
+        aged younger than they are, never older). Each master anchor from ``offset`` on becomes one of this time
+        line, in this account's terms; the one ``offset`` is under is put at ``offset`` at the first frame of a
+        session (the anchor this store's open made there counts the records after it from the open, but its master
+        may have written them long before), and later when it maps records more than ``TOLERANCE_MS`` apart from
+        the present anchor (a ``difference`` that moved). While following, ``replicated`` guesses nothing."""
+        first = not self.following
+        self.following = True
+        for at, skew, since in anchors:
+            mine = skew - difference
+            if first or at > self._offsets[-1] or abs(mine - self._skews[-1]) > TOLERANCE_MS:
+                # A since is a bound both ways: after its anchor's offset (no earlier) and before it (no later). The
+                # master's for an anchor before ``offset`` is none for the records this log holds before ``offset``.
+                since = None if since is None or at < offset else since + difference
+                self._anchor(max(at, offset), mine, since, "", False)
+            first = False
+
     def replicated(self, offset: int, store_timestamp: int, previous: int) -> None:
         """A slave's record at ``offset`` stamped ``store_timestamp`` by its master, after one stamped ``previous``
-        (0: none known): a mark when it is lower than ``previous``; an anchor when the master's clock stepped back
-        more than the tolerance, or the record is from the future."""
+        (0: none known): a mark when it is lower than ``previous``; unless the master's anchors map its records
+        (``follow``), an anchor when the master's clock stepped back more than the tolerance, or the record is from
+        the future."""
+        if self.following:
+            if self.mark(offset, store_timestamp, previous):
+                self._save_now()
+            return
         if not self._skews:
             self._anchor(0, self.wall_ms() - self.elapsed_ms(), None, "", False)
         marked = self.mark(offset, store_timestamp, previous)

@@ -20,10 +20,12 @@ from txmq.store.ha.config import HAConfig
 from txmq.store.ha.protocol import (
     NONCE_SIZE,
     PROOF_SIZE,
+    VERSION,
     Challenge,
     HandshakeError,
     Open,
     Welcome,
+    older_master,
     read_challenge,
     refusal,
 )
@@ -85,15 +87,17 @@ async def authenticate_slave(config: HAConfig, opened: Open, reader: asyncio.Str
     writer.write(proof(secret, MASTER, opened.nonce, nonce, config, opened.broker_id, opened.access_key))
 
 
-async def authenticate_master(config: HAConfig, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """The slave's side: open, prove this slave when the master asks, and check the master's proof. Raises
-    ``HandshakeError`` saying why this slave does not follow it."""
+async def authenticate_master(config: HAConfig, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                              version: int = VERSION) -> None:
+    """The slave's side: open speaking ``version``, prove this slave when the master asks, and check the master's
+    proof. Raises ``HandshakeError`` saying why this slave does not follow it (``OlderMaster``: the master speaks
+    an older version this slave speaks too)."""
     auth = config.auth
     nonce = new_nonce()
-    writer.write(Open(config.broker_id, nonce, auth.access_key if auth is not None else "").encode())
+    writer.write(Open(config.broker_id, nonce, auth.access_key if auth is not None else "", version).encode())
     answer = await read_challenge(reader)
     if isinstance(answer, Welcome):
-        raise HandshakeError(f"the master refused this slave: {answer.remark}")
+        raise older_master(answer.remark) or HandshakeError(f"the master refused this slave: {answer.remark}")
     if auth is None:
         if answer.authenticate:
             raise HandshakeError("the master authenticates its slaves (aclEnable there): set aclEnable, accessKey "

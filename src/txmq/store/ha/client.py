@@ -13,7 +13,16 @@ from txmq.cancel import cancel_and_wait
 from txmq.errors import StoreError
 from txmq.store.ha.auth import authenticate_master
 from txmq.store.ha.config import HAConfig
-from txmq.store.ha.protocol import REPORT, TRANSFER_HEADER, HandshakeError, Hello, read_welcome
+from txmq.store.ha.protocol import (
+    REPORT,
+    VERSION,
+    HandshakeError,
+    Hello,
+    OlderMaster,
+    Transfer,
+    read_transfer,
+    read_welcome,
+)
 from txmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger("txmq.ha")
@@ -21,10 +30,33 @@ log = logging.getLogger("txmq.ha")
 CONNECT_TIMEOUT_S = 3.0
 RETRY_S = 1.0
 MAX_TRANSFER_FRAME = 64 << 20  # bytes in one frame; the master sends haTransferBatchSize
+DIFFERENCE_WINDOW_MS = 60_000  # the account difference is the smallest seen over the last minute or two
 
 
 class ReplicationError(Exception):
     """The master's stream cannot be applied to this log (a reconnect starts over from the handshake)."""
+
+
+class AccountDifference:
+    """This slave's elapsed-time account minus its master's, from the master's account in each frame: what the
+    frame shows (this account as its header is read, minus the master's as it was sent) exceeds the true difference
+    by the frame's one-way delay, so the smallest recent one is kept (too large by the fastest frame's delay: the
+    master's records then look that much younger, never older). Recent: the two monotonic clocks may run at
+    slightly different rates, so a minimum kept for a whole session would drift below the truth."""
+
+    def __init__(self) -> None:
+        self._window_start = 0
+        self._current: int | None = None
+        self._previous: int | None = None
+
+    def observe(self, mine: int, masters: int) -> int:
+        """A frame the master sent at ``masters`` on its account, read at ``mine`` on this one: the difference."""
+        seen = mine - masters
+        if self._current is None or mine - self._window_start >= DIFFERENCE_WINDOW_MS:
+            self._previous, self._current, self._window_start = self._current, seen, mine
+        else:
+            self._current = min(self._current, seen)
+        return self._current if self._previous is None else min(self._previous, self._current)
 
 
 class HAClient:
@@ -70,13 +102,19 @@ class HAClient:
             log.warning("%s", text)
 
     async def _run(self) -> None:
+        version = VERSION
         while True:
             addr = self.master_address
             if not addr:
                 await asyncio.sleep(RETRY_S)
                 continue
+            speak, version = version, VERSION  # each session first offers this member's version
             try:
-                await self._session(addr)
+                await self._session(addr, speak)
+            except OlderMaster as exc:
+                version = exc.version
+                self._problem(f"HA master {addr} speaks protocol version {exc.version}: following it in that "
+                              "version (its records aged from their arrival here, not from their writing)")
             except (ReplicationError, HandshakeError) as exc:
                 self._problem(f"HA replication from {addr} stopped: {exc}")
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
@@ -93,14 +131,14 @@ class HAClient:
                     self.master_address = ""
             await asyncio.sleep(RETRY_S)
 
-    async def _session(self, addr: str) -> None:
+    async def _session(self, addr: str, version: int) -> None:
         host, _, port = addr.rpartition(":")
         tls = self.config.tls_client
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             reader, writer = await asyncio.open_connection(
                 host, int(port), ssl=tls, server_hostname=host if tls is not None else None)
         try:
-            start = await self._handshake(reader, writer)
+            start = await self._handshake(reader, writer, version)
             writer.write(REPORT.pack(start))
             self.connected = True
             self._last_problem = ""
@@ -108,23 +146,24 @@ class HAClient:
                      self.master_max_offset)
             reporter = asyncio.create_task(self._report_loop(writer))
             try:
-                await self._transfer_loop(reader, writer)
+                await self._transfer_loop(reader, writer, version)
             finally:
                 with contextlib.suppress(OSError):
                     await cancel_and_wait(reporter)
         finally:
             writer.close()
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
-        """Authenticate both ends (with aclEnable), then say who we are; on the master's answer, make this log a
-        prefix of the master's (truncating bytes the master no longer has) and return where the stream starts."""
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, version: int) -> int:
+        """Authenticate both ends (with aclEnable), then say who we are, speaking ``version``; on the master's
+        answer, make this log a prefix of the master's (truncating bytes the master no longer has) and return where
+        the stream starts."""
         cfg, store = self.config, self.store
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            await authenticate_master(cfg, reader, writer)
+            await authenticate_master(cfg, reader, writer, version)
         cl = store.commit_log
         mine = store.max_phy_offset
         writer.write(Hello(cfg.broker_id, cl.segment_size, mine, cl.tail_bytes(mine), cfg.cluster_name,
-                           cfg.broker_name).encode())
+                           cfg.broker_name, version).encode())
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             welcome = await read_welcome(reader)
         if not welcome.accepted:
@@ -152,17 +191,20 @@ class HAClient:
             _truncate(store, welcome.max_offset)
         return store.max_phy_offset
 
-    async def _transfer_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _transfer_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, version: int) -> None:
         store = self.store
         idle_s = self.config.housekeeping_interval_ms / 1000
+        store.clock.following = False  # until this master's anchors arrive (a master of version 3 sends none)
+        difference = AccountDifference()
         while True:
             async with asyncio.timeout(idle_s):
-                header = await reader.readexactly(TRANSFER_HEADER.size)
-            offset, size, confirm = TRANSFER_HEADER.unpack(header)
+                transfer = await read_transfer(reader, version)
+            offset, size, confirm = transfer.offset, transfer.size, transfer.confirm
             expected = store.max_phy_offset + len(self._pending)
             if offset != expected or not 0 <= size <= MAX_TRANSFER_FRAME:
                 raise ReplicationError(f"master sent {size} bytes at {offset}, this slave expects offset {expected}")
             self.last_transfer = time.time()
+            _follow(store, transfer, difference)
             if size == 0:
                 self.master_max_offset = max(self.master_max_offset, offset)
                 store.set_confirm_offset(None if confirm < 0 else confirm)
@@ -193,6 +235,13 @@ class HAClient:
                 return
             writer.write(REPORT.pack(self.store.max_phy_offset))
             await writer.drain()
+
+
+def _follow(store: DefaultMessageStore, transfer: Transfer, difference: AccountDifference) -> None:
+    """A frame of a master of version 4: its records mapped on this store's account by the master's anchors."""
+    if transfer.account is not None:
+        clock = store.clock
+        clock.follow(transfer.offset, list(transfer.anchors), difference.observe(clock.elapsed_ms(), transfer.account))
 
 
 def _truncate(store: DefaultMessageStore, offset: int) -> None:

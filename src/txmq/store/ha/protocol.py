@@ -28,16 +28,30 @@ logs end with the same record there. Then, as RocketMQ's HAConnection/HAClient:
 ``confirm`` (since version 2) is the master's confirm offset (RocketMQ's AutoSwitchHAConnection sends its
 confirmOffset in the same place): in controller mode, what every SyncStateSet member has; the slave bounds its own
 consumers' reads by it (capped at its own log's end). -1: the master has no bound (not in controller mode).
+
+Since version 4 a transfer frame goes on with the master's store clock (``txmq.store.clock``), what the slave needs
+to age each record from the moment its master wrote it:
+
+                                 ... | account q | count H | count x (anchor offset q | skew q | since q)
+
+``account``: the master's elapsed-time account as it sends the frame; the anchors: those of its time line that map
+the frame's records (the one ``offset`` is under, then those before ``offset + size``), ``since`` ``NO_SINCE``
+for none. A master speaks the version of the slave's OPEN (3 or 4); a slave refused by a master of version 3
+(whose refusal names it) opens again speaking 3, and ages its master's records as version 3 did.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import re
 import struct
 from dataclasses import dataclass
 
 MAGIC = b"TXHA"
-VERSION = 3  # 2: the confirm offset in every transfer header; 3: OPEN and the proofs before the HELLO
+VERSION = 4  # 2: the confirm offset in every transfer header; 3: OPEN and the proofs before the HELLO; 4: the clock
+SPOKEN = (3, 4)  # the versions this member speaks: a master answers each slave in the version of its OPEN
+CLOCK_VERSION = 4  # from this version on, transfer frames carry the master's account and anchors
 HANDSHAKE_TIMEOUT_S = 3.0  # from the OPEN to the WELCOME (the proofs and the HELLO); a TLS handshake has as long again
 MAX_NAME = 255
 MAX_REMARK = 1024
@@ -50,7 +64,11 @@ AUTHENTICATE, REFUSED, OPEN_MODE = 0, 1, 2  # CHALLENGE modes (1: the WELCOME of
 HELLO = struct.Struct(">4sHIqq8s")
 WELCOME = struct.Struct(">4sBqq8s")
 TRANSFER_HEADER = struct.Struct(">qiq")  # RocketMQ: phyOffset + bodySize, then confirmOffset
+CLOCK_HEADER = struct.Struct(">qH")  # after TRANSFER_HEADER (version 4): the master's account, its anchors' count
+ANCHOR = struct.Struct(">qqq")  # offset, skew, since
+NO_SINCE = -(1 << 63)
 REPORT = struct.Struct(">q")  # RocketMQ: the slave's max offset
+_REFUSED_VERSION = re.compile(r"HA protocol version \d+, this member (\d+)")
 _LEN = struct.Struct(">H")
 
 
@@ -59,11 +77,27 @@ class HandshakeError(Exception):
 
 
 class VersionMismatch(HandshakeError):
-    """The peer speaks another version of the protocol (answered with a WELCOME saying which is spoken here)."""
+    """The peer speaks another version of the protocol (answered with a WELCOME saying which is spoken here; the
+    wording is what a slave reads the master's version from, ``older_master``)."""
 
     def __init__(self, version: int) -> None:
         super().__init__(f"peer speaks HA protocol version {version}, this member {VERSION}: upgrade it")
         self.version = version
+
+
+class OlderMaster(HandshakeError):
+    """The master refused this slave's version and speaks ``version``, which this slave speaks too."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"the master speaks HA protocol version {version}")
+        self.version = version
+
+
+def older_master(remark: str) -> OlderMaster | None:
+    """A master's refusal that names a version this slave speaks (older than its own)."""
+    found = _REFUSED_VERSION.search(remark)
+    spoken = int(found.group(1)) if found else 0
+    return OlderMaster(spoken) if spoken in SPOKEN and spoken < VERSION else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +105,10 @@ class Open:
     broker_id: int
     nonce: bytes
     access_key: str = ""  # empty: this slave does not authenticate
+    version: int = VERSION
 
     def encode(self) -> bytes:
-        return PREFIX.pack(MAGIC, VERSION) + OPEN.pack(self.broker_id, self.nonce) + _text(self.access_key)
+        return PREFIX.pack(MAGIC, self.version) + OPEN.pack(self.broker_id, self.nonce) + _text(self.access_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +148,41 @@ class Welcome:
         return head + _text(self.remark[:MAX_REMARK])
 
 
+Anchor = tuple[int, int, int | None]  # a store clock's (offset, skew, since)
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One transfer frame's header: ``size`` bytes of the log from ``offset`` follow it. ``account`` None: a
+    version 3 frame (no clock)."""
+
+    offset: int
+    size: int
+    confirm: int
+    account: int | None = None
+    anchors: tuple[Anchor, ...] = ()
+
+    def encode(self) -> bytes:
+        head = TRANSFER_HEADER.pack(self.offset, self.size, self.confirm)
+        if self.account is None:
+            return head
+        return head + CLOCK_HEADER.pack(self.account, len(self.anchors)) + b"".join(
+            ANCHOR.pack(at, skew, NO_SINCE if since is None else since) for at, skew, since in self.anchors)
+
+
+async def read_transfer(reader: asyncio.StreamReader, version: int) -> Transfer:
+    """A transfer frame's header as a master of ``version`` sends it."""
+    offset, size, confirm = TRANSFER_HEADER.unpack(await reader.readexactly(TRANSFER_HEADER.size))
+    if version < CLOCK_VERSION:
+        return Transfer(offset, size, confirm)
+    account, count = CLOCK_HEADER.unpack(await reader.readexactly(CLOCK_HEADER.size))
+    raw = await reader.readexactly(count * ANCHOR.size)
+    anchors = tuple((at, skew, None if since == NO_SINCE else since) for at, skew, since in ANCHOR.iter_unpack(raw))
+    if any(b[0] <= a[0] for a, b in itertools.pairwise(anchors)):
+        raise HandshakeError("a transfer frame's anchors are not in offset order")
+    return Transfer(offset, size, confirm, account, anchors)
+
+
 def refusal(remark: str) -> bytes:
     """A refusing WELCOME: what a slave of any version reads as "refused, because ``remark``"."""
     return Welcome(False, 0, 0, bytes(8), remark).encode()
@@ -137,10 +207,10 @@ async def read_open(reader: asyncio.StreamReader) -> Open:
     magic, version = PREFIX.unpack(await reader.readexactly(PREFIX.size))
     if magic != MAGIC:
         raise HandshakeError(f"not a txmq HA peer (first bytes {magic!r})")
-    if version != VERSION:
+    if version not in SPOKEN:
         raise VersionMismatch(version)
     broker_id, nonce = OPEN.unpack(await reader.readexactly(OPEN.size))
-    return Open(broker_id, nonce, await _read_text(reader, MAX_NAME))
+    return Open(broker_id, nonce, await _read_text(reader, MAX_NAME), version)
 
 
 async def read_challenge(reader: asyncio.StreamReader) -> Challenge | Welcome:

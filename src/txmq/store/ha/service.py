@@ -18,12 +18,14 @@ from txmq.store.ha.auth import Refused, authenticate_slave
 from txmq.store.ha.config import HAConfig
 from txmq.store.ha.port import HAPort
 from txmq.store.ha.protocol import (
+    CLOCK_VERSION,
     HANDSHAKE_TIMEOUT_S,
     REPORT,
-    TRANSFER_HEADER,
     VERSION,
     HandshakeError,
     Hello,
+    Open,
+    Transfer,
     VersionMismatch,
     Welcome,
     read_hello,
@@ -123,7 +125,7 @@ class HAConnection:
                 return
             data = store.commit_log.read_raw(self.transferred, cfg.transfer_batch_size)
             if data:
-                self.writer.write(TRANSFER_HEADER.pack(self.transferred, len(data), self.service.confirm_offset) + data)
+                self.writer.write(self._header(len(data)) + data)
                 self.transferred += len(data)
                 await self.writer.drain()  # a slow slave slows its own stream, never the writers
                 continue
@@ -136,8 +138,18 @@ class HAConnection:
                 async with asyncio.timeout(heartbeat_s):
                     await self.data_ready.wait()
             if not self.data_ready.is_set() and not self.writer.is_closing():
-                self.writer.write(TRANSFER_HEADER.pack(self.transferred, 0, self.service.confirm_offset))  # keep-alive
+                self.writer.write(self._header(0))  # keep-alive
                 await self.writer.drain()
+
+    def _header(self, size: int) -> bytes:
+        """The header of a frame of ``size`` bytes from ``transferred``, in the slave's version: since version 4
+        with this store's account now and the anchors that map those bytes' records."""
+        start, confirm = self.transferred, self.service.confirm_offset
+        if self.hello.version < CLOCK_VERSION:
+            return Transfer(start, size, confirm).encode()
+        clock = self.service.store.clock
+        anchors = tuple(clock.anchors_for(start, start + size))
+        return Transfer(start, size, confirm, clock.elapsed_ms(), anchors).encode()
 
     def close(self) -> None:
         if not self.closed:
@@ -206,7 +218,7 @@ class HAService:
                     opened = await read_open(reader)
                     await authenticate_slave(self.config, opened, reader, writer)
                     hello = await read_hello(reader)
-                why = self._refusal(hello, opened.broker_id)
+                why = self._refusal(hello, opened)
             except VersionMismatch as exc:
                 self.refusals.refused(host, f"peer speaks another HA protocol version (this member: {VERSION})")
                 writer.write(refusal(str(exc)))
@@ -243,11 +255,12 @@ class HAService:
             writer.close()
             self._tasks.discard(task)
 
-    def _refusal(self, hello: Hello, opened_id: int) -> str | None:
+    def _refusal(self, hello: Hello, opened: Open) -> str | None:
         """Why an (authenticated, with aclEnable) slave's HELLO is refused; None: it is welcome."""
         cfg = self.config
-        if hello.version != VERSION or hello.broker_id != opened_id:
-            return f"a HELLO of version {hello.version} for broker id {hello.broker_id} after an OPEN as {opened_id}"
+        if hello.version != opened.version or hello.broker_id != opened.broker_id:
+            return (f"a HELLO of version {hello.version} for broker id {hello.broker_id} after an OPEN of version "
+                    f"{opened.version} as {opened.broker_id}")
         if hello.cluster != cfg.cluster_name or hello.broker_name != cfg.broker_name:
             return (f"peer is {hello.cluster}/{hello.broker_name}, this master is {cfg.cluster_name}/"
                     f"{cfg.broker_name}")

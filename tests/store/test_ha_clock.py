@@ -1,0 +1,253 @@
+"""A slave's ages of its master's records, over a real HA connection on 127.0.0.1: each record is aged from the
+moment its master wrote it on the master's elapsed-time account, whatever the slave's own wall clock said when its
+store was opened, and however late the slave arrived. The clocks are the stores' own, shifted by the tests
+(``elapsed.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import pytest
+
+import txmq.store.clock as clock_module
+from tests.elapsed import advance, wall_step
+from tests.store.store_helpers import make_config, msg, run
+from txmq.launch import free_port
+from txmq.message import decode_message
+from txmq.store import DefaultMessageStore
+from txmq.store.config import StoreConfig
+from txmq.store.ha import HAClient, HAConfig, HAService
+from txmq.store.ha.client import DIFFERENCE_WINDOW_MS, AccountDifference
+from txmq.store.ha.protocol import REPORT, Challenge, Transfer, Welcome, read_hello, read_open, refusal
+
+
+def _ha(broker_id: int, port: int) -> HAConfig:
+    return HAConfig("C", "broker-a", broker_id, listen_port=port, master_address=f"127.0.0.1:{port}",
+                    send_heartbeat_interval_ms=200, housekeeping_interval_ms=2000)
+
+
+async def _put(store: DefaultMessageStore, n: int) -> list[tuple[int, int]]:
+    """``n`` puts; each record's commit-log offset and store timestamp."""
+    out = []
+    for i in range(n):
+        result = await store.put_message(msg(body=b"x" * (100 + i)))
+        assert result.ok and result.append_result is not None
+        offset = result.append_result.wrote_offset
+        out.append((offset, decode_message(store.read_record(offset))[0].store_timestamp))
+    return out
+
+
+def later(seconds: float, *stores: DefaultMessageStore) -> None:
+    """``seconds`` pass at once for each of ``stores``: on its monotonic clock and on its wall clock."""
+    for store in stores:
+        advance(store, seconds)
+        wall_step(store, seconds)
+
+
+async def _copied(master: DefaultMessageStore, slave: DefaultMessageStore, port: int) -> None:
+    """The slave connects to the master's HA port and copies until their ends match."""
+    client = HAClient(slave, _ha(1, port))
+    client.start()
+    try:
+        await _until_copied(master, slave)
+    finally:
+        await client.shutdown()
+
+
+async def _until_copied(master: DefaultMessageStore, slave: DefaultMessageStore) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 10
+    while slave.max_phy_offset != master.max_phy_offset:
+        assert loop.time() < end, "the slave did not catch up"
+        await asyncio.sleep(0.02)
+
+
+def open_at(config: StoreConfig, monkeypatch: pytest.MonkeyPatch, wall_s: float, monotonic_s: float
+            ) -> DefaultMessageStore:
+    """A replica's store opened with its wall clock ``wall_s`` and its monotonic clock ``monotonic_s`` ahead of
+    this process's (and kept so)."""
+    wall, mono = clock_module.time.time_ns, clock_module.time.monotonic_ns
+    with monkeypatch.context() as m:
+        m.setattr(clock_module.time, "time_ns", lambda: wall() + int(wall_s * 1e9))
+        m.setattr(clock_module.time, "monotonic_ns", lambda: mono() + int(monotonic_s * 1e9))
+        store = DefaultMessageStore(config)
+    store.replica = True
+    return store
+
+
+@pytest.mark.parametrize("restarted", [False, True])
+def test_a_slave_opened_with_its_wall_clock_ahead_ages_its_masters_records_as_they_are(tmp_path, monkeypatch,
+                                                                                       restarted):
+    """The slave's wall clock was ten minutes ahead when its store was opened (a new one, or one that copied
+    records before), and corrected since; a quarter of an hour later its master's records, copied as they are
+    written, are seconds old on its account, not ten minutes (a failover would deliver their timers and check their
+    halves ten minutes early, and its retention delete recent segments). What it copied before is as old as it is; once
+    promoted, it stamps with its own clock."""
+    port = free_port()
+    slave_config = make_config(tmp_path / "s")
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master:
+            ha = HAService(master, _ha(0, port))
+            await ha.start()
+            try:
+                before = []
+                if restarted:
+                    async with open_at(slave_config, monkeypatch, 0, 0) as first:
+                        before = await _put(master, 10)
+                        await _copied(master, first, port)
+                async with open_at(slave_config, monkeypatch, 600, 0) as slave:
+                    wall_step(slave, -600)  # NTP stepped it back
+                    later(900, master, slave)  # it has run for a quarter of an hour since
+                    records = await _put(master, 20)
+                    await _copied(master, slave, port)
+                    ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records]
+                    assert all(0 <= age < 2_000 for age in ages), ages
+                    ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in before]
+                    assert all(899_900 <= age < 902_000 for age in ages), ages
+                    # Promoted, its wall clock now half a minute ahead of its master's: it stamps with its own, and
+                    # ages its own records and its master's as they are.
+                    slave.replica = False
+                    wall_step(slave, 30)
+                    own = await _put(slave, 5)
+                    wall = slave.clock.wall_ms()
+                    assert all(wall - 2_000 < stamp <= wall for _, stamp in own)
+                    later(60, slave)
+                    ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records + own]
+                    assert all(59_900 <= age < 62_000 for age in ages), ages
+            finally:
+                await ha.shutdown()
+
+    run(main)
+
+
+def test_a_slave_restarted_after_being_down_ages_the_backlog_from_its_masters_writing(tmp_path, monkeypatch):
+    """Records the master wrote while its slave was down, five minutes before the slave came back, are five minutes
+    old on the slave, not aged from their arrival (a failover would deliver their timers and check their halves
+    five minutes late)."""
+    port = free_port()
+    slave_config = make_config(tmp_path / "s")
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master:
+            ha = HAService(master, _ha(0, port))
+            await ha.start()
+            try:
+                async with open_at(slave_config, monkeypatch, 0, 0) as slave:
+                    await _put(master, 5)
+                    await _copied(master, slave, port)
+                records = await _put(master, 20)
+                later(300, master)
+                async with open_at(slave_config, monkeypatch, 300, 300) as slave:  # on the same boot
+                    await _copied(master, slave, port)
+                    ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records]
+                    assert all(299_900 <= age < 302_000 for age in ages), ages
+            finally:
+                await ha.shutdown()
+
+    run(main)
+
+
+def test_a_slave_maps_its_masters_steps_by_the_masters_anchors(tmp_path):
+    """The master's wall clock steps back two minutes, then forward an hour, while its slave copies: the slave ages
+    every record as the master does (none two minutes younger, none an hour older), and a search by time on the
+    slave looks at the same rising stretches as on the master."""
+    port = free_port()
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            slave.replica = True
+            ha = HAService(master, _ha(0, port))
+            await ha.start()
+            client = HAClient(slave, _ha(1, port))
+            client.start()
+            try:
+                records = await _put(master, 5)
+                wall_step(master, -120)
+                records += await _put(master, 5)
+                wall_step(master, 3600)
+                records += await _put(master, 5)
+                await _until_copied(master, slave)
+                later(30, master, slave)
+                mine = [slave.clock.age_ms(offset, stamp) for offset, stamp in records]
+                theirs = [master.clock.age_ms(offset, stamp) for offset, stamp in records]
+                assert all(30_000 <= age < 32_000 for age in theirs), theirs
+                assert all(abs(a - b) < 100 for a, b in zip(mine, theirs, strict=True)), (mine, theirs)
+                assert slave.clock.steps_back() == master.clock.steps_back() == [records[5][0]]
+            finally:
+                await client.shutdown()
+                await ha.shutdown()
+
+    run(main)
+
+
+class MasterOfVersion3:
+    """A master as txmq's HA protocol version 3 has it, serving a real store's log: it refuses an OPEN of another
+    version with the WELCOME that version sends, and streams frames without the clock."""
+
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+        self.opened: list[int] = []  # the version of each OPEN
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            opened = await read_open(reader)
+            self.opened.append(opened.version)
+            if opened.version != 3:
+                writer.write(refusal(f"peer speaks HA protocol version {opened.version}, this member 3: upgrade it"))
+                return
+            writer.write(Challenge(False, os.urandom(32)).encode())
+            hello = await read_hello(reader)
+            log = self.store.commit_log
+            writer.write(Welcome(True, self.store.max_phy_offset, 0, log.tail_bytes(hello.max_offset)).encode())
+            (at,) = REPORT.unpack(await reader.readexactly(REPORT.size))
+            data = log.read_raw(at, self.store.max_phy_offset - at)
+            writer.write(Transfer(at, len(data), -1).encode() + data)
+            await reader.read()  # the slave's reports, until it goes
+        finally:
+            writer.close()
+
+
+def test_a_slave_follows_a_master_of_version_3_aging_its_backlog_from_its_arrival(tmp_path, monkeypatch, caplog):
+    """A master not upgraded refuses the slave's version 4; the slave opens again speaking 3, copies the log, and
+    ages what it copied as version 3 did: the backlog from its arrival."""
+    slave_config = make_config(tmp_path / "s")
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master:
+            old = MasterOfVersion3(master)
+            server = await asyncio.start_server(old.serve, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            try:
+                async with open_at(slave_config, monkeypatch, 0, 0) as slave:
+                    await _put(master, 5)
+                    await _copied(master, slave, port)
+                records = await _put(master, 20)
+                later(300, master)
+                async with open_at(slave_config, monkeypatch, 300, 300) as slave:
+                    await _copied(master, slave, port)
+                    ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records]
+                    assert all(0 <= age < 2_000 for age in ages), ages
+                assert old.opened == [4, 3, 4, 3]
+            finally:
+                server.close()
+
+    with caplog.at_level(logging.WARNING, "txmq.ha"):
+        run(main)
+    assert len([r for r in caplog.records if "speaks protocol version 3: following it" in r.getMessage()]) == 2
+
+
+def test_the_account_difference_is_the_smallest_seen_in_the_last_window_or_two():
+    """Each frame shows the difference plus its one-way delay: the smallest is kept, for a window or two only (the
+    two monotonic clocks may drift apart over a long connection)."""
+    difference = AccountDifference()
+    assert difference.observe(10_005, 5) == 10_000
+    assert difference.observe(10_100, 97) == 10_000
+    assert difference.observe(10_200, 210) == 9_990
+    window = 10_005 + DIFFERENCE_WINDOW_MS
+    assert difference.observe(window, window - 10_020) == 9_990  # the last window's smallest still counts
+    window += DIFFERENCE_WINDOW_MS
+    assert difference.observe(window, window - 10_010) == 10_010  # not the one before it
