@@ -82,3 +82,44 @@ def test_the_immunity_holds_after_a_failover(tmp_path: Path) -> None:
             await sstore.shutdown()
 
     assert len(asyncio.run(go())) == 1
+
+
+def test_a_commit_cut_by_a_crash_is_finished_at_its_first_check_whatever_its_immunity(tmp_path: Path) -> None:
+    """A half batch asking 60 s of immunity is committed, and the broker crashes with 2 of its 5 messages stored.
+    The check pass past transactionTimeOut finishes such a commit (the other 3 stored, the transaction committed),
+    which asks nothing of the producer: the immunity is about check-backs. Read from the half before that, it held
+    the rest of a committed batch back for the whole immunity (up to the orphan bound: hours)."""
+    from tests.broker.test_half_batch import bodies, rows
+    from tests.broker.test_transaction_batch import stored
+    from txmq.broker.transaction.half import real_messages
+    from txmq.broker.transaction.state import Outcome
+    from txmq.message import encode_batch
+
+    async def go() -> tuple[list[str], Outcome | None, list[int]]:
+        store, service = await open_service(tmp_path)
+        half = MessageExt("orders", encode_batch(rows("a", 5)), {
+            MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: "g",
+            MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS: "60",
+            MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "T" + "a" * 30},
+            queue_id=1, born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 1))
+        r = await service.prepare_half_batch(half, 5)
+        assert r.append_result is not None
+        cut = (r.append_result.logics_offset, r.append_result.wrote_offset)
+        taken = service._taken_half(cut[1])[0]
+        await store.put_messages(real_messages(taken, *cut)[:2])  # the commit, cut by the crash
+        store.commit_log.flush()
+        store.close_without_shutdown()
+
+        store, service = await open_service(tmp_path)
+        assert cut[0] in service.table.recovered
+        checker = TransactionalMessageCheckService(service, check_max=5, check_interval_ms=500)
+        checker.senders.append(sender := Sender())
+        try:
+            advance(store, 5)
+            await checker.check_pass()
+            return stored(store), service.table.outcome(cut[0]), list(sender.sent)
+        finally:
+            await store.shutdown()
+
+    visible, outcome, checked = asyncio.run(go())
+    assert (visible, outcome, checked) == (bodies("a", 5), Outcome.COMMIT, [])
