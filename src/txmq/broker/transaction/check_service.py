@@ -116,6 +116,8 @@ class TransactionalMessageCheckService:
                 log.error("half message %d is gone from the log; transaction dropped", half_offset)
                 table.decide(half_offset, Outcome.DISCARD)
                 continue
+            if await self.service.resolve_recovered(half, half_offset):  # before the immunity: no check-back
+                continue
             if not info.checks and _IMMUNITY in half.properties:
                 # Its wheel entry may not know the immunity the producer asked for (entries restored from the
                 # snapshot, or a slave's taken over, count transactionTimeOut): as RocketMQ's check, the half says
@@ -123,8 +125,6 @@ class TransactionalMessageCheckService:
                 if first_s > now:
                     table.schedule(half_offset, first_s)
                     continue
-            if await self.service.resolve_recovered(half, half_offset):
-                continue
             if info.checks >= self.check_max:
                 await self.service.discard(half, half_offset, info.checks, f"transactionCheckMax={self.check_max}")
                 continue

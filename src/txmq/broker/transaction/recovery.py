@@ -176,7 +176,10 @@ class TransactionRecovery(TransactionTracking):
             self._compact_names()  # a slave writes no decision: its names of ended ones go here
 
     def _replay_half(self, half: MessageExt) -> None:
-        self._track(half.queue_offset, half, max(self.first_check_s(half), self.now_s()))
+        """Tracked as pending, first looked at once ``transactionTimeOut`` old whatever immunity it asks: a commit the
+        crash cut short is then finished (``resolve_recovered``), which asks the producer nothing; the check pass
+        holds a check-back to the half's immunity."""
+        self._track(half.queue_offset, half, max(self.first_check_s(half, immunity=False), self.now_s()))
 
     def _replay_op(self, op: MessageExt) -> None:
         kind = op.properties.get(OP_PROPERTY, "COMMIT")

@@ -151,10 +151,12 @@ class TransactionTracking:
             return default
         return max(default, min(asked, self.orphan_after_ms))
 
-    def first_check_s(self, half: MessageExt) -> int:
+    def first_check_s(self, half: MessageExt, *, immunity: bool = True) -> int:
         """The first whole second of the account at which the stored half message is at least its immunity time old
-        (the wheel has one-second buckets: rounding down would check up to a second before ``transactionTimeOut``)."""
-        return -(-(self._stored_ms(half) + self._immunity_ms(half)) // 1000)
+        (the wheel has one-second buckets: rounding down would check up to a second before ``transactionTimeOut``);
+        not ``immunity``: ``transactionTimeOut`` old, whatever the half asks."""
+        wait_ms = self._immunity_ms(half) if immunity else self.transaction_timeout_ms
+        return -(-(self._stored_ms(half) + wait_ms) // 1000)
 
     def _compact_names(self) -> None:
         """Rebuild the table's name list when it is due, with the packed entries the decisions being written keep
