@@ -96,6 +96,13 @@ class _Snapshot:
     # Its queues counted as unflushed again (``_unflushed_again``), since its files were last made dirty again
     put_back: bool = False
 
+    def release(self) -> None:
+        """Made durable: nothing reads its queues' state, files or document again (a put-back is for a failed one).
+        Dropped at once, not when the last reference goes: a thorough checkpoint takes every queue (80,000 at
+        10,000 topics, about 10 MB of state) and the checkpoint loop held it until the next checkpoint."""
+        self.cq_files, self.cq_dirs, self.index_files, self.cq_flushed, self.earlier = [], [], [], [], []
+        self.document = b""
+
 
 @cython.cclass
 class DefaultMessageStore:
@@ -456,6 +463,7 @@ class DefaultMessageStore:
             if snap.seq < self._written_seq:  # a later checkpoint's document is on disk, and made these durable
                 snap.done = True
                 self._in_flight.remove(snap)
+                snap.release()
                 return
             # Earlier snapshots whose workers have not run yet: this document claims their queues flushed too.
             claimed = [snap, *(s for s in snap.earlier if not s.done and not s.failed)]
@@ -498,6 +506,8 @@ class DefaultMessageStore:
             tail_journal.remove_below(self.config.store_path_root_dir,
                                       snap.journals_upto + 1 if snap.tails is None else snap.tails.seq,
                                       keep=current.seq if current is not None else None)
+            for s in claimed:
+                s.release()
 
     def _fsync_queues(self, cq_files: list[MappedFile], cq_dirs: list[MappedFileQueue]) -> None:
         """Make consume-queue files and directories durable: one ``syncfs`` past ``SYNCFS_ABOVE`` of them, else an
