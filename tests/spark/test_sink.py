@@ -314,7 +314,8 @@ def test_records_of_a_driver_started_while_its_clock_was_behind_are_kept_by_the_
 
 def _written_before_stamps_one_25_h_ahead(log_dir: Path) -> None:
     """The sink log as a txmq before stamps left it: commit records carry only their wall-clock time, aborts are
-    empty; one abort's file time is 25 h ahead (its driver's clock was ahead then, corrected since)."""
+    empty; one abort's file time is 25 h ahead (its driver's clock was ahead then, corrected since). Batches below
+    100 are pruned only at batch 200: it is still there at 200."""
     for path in (log_dir / "commits").iterdir():
         record = json.loads(path.read_bytes())
         path.write_text(json.dumps({k: v for k, v in record.items() if k not in ("boot", "elapsed_ns")}))
@@ -324,13 +325,16 @@ def _written_before_stamps_one_25_h_ahead(log_dir: Path) -> None:
     os.utime(ahead, (time.time() + 25 * 3600,) * 2)
 
 
+@pytest.mark.parametrize("upgraded, step_s", [(200, lambda b: 0), (150, lambda b: 25 * 3600 if b >= 200 else 0)],
+                         ids=["upgraded before batch 200", "upgraded, then started with its clock ahead"])
 def test_a_record_from_the_future_written_before_stamps_prunes_no_recent_record(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batches 0-199 written by a txmq before stamps, one of its aborts with a file time 25 h ahead; the driver,
-    upgraded, started again before batch 200 (whose commit prunes): that one record, taken as the log's time, made
-    every other look 25 h older, and batch 50's, written seconds ago, was pruned."""
-    assert _batch_50_checked_after_200(tmp_path, monkeypatch, lambda b: 0, restarts=(200,),
-                                       before=(200, _written_before_stamps_one_25_h_ahead)) == "COMMIT"
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upgraded: int, step_s: Callable[[int], int]) -> None:
+    """Batches before ``upgraded`` written by a txmq before stamps, one of its aborts with a file time 25 h ahead;
+    the driver, upgraded, started again before that batch, and again before batch 200 (whose commit prunes), its
+    clock then 25 h ahead in the second case. That one record, taken as the log's time (in the second case as far as
+    the clock then said), made every other look 25 h older, and batch 50's, written seconds ago, was pruned."""
+    assert _batch_50_checked_after_200(tmp_path, monkeypatch, step_s, restarts=(upgraded, 200),
+                                       before=(upgraded, _written_before_stamps_one_25_h_ahead)) == "COMMIT"
 
 
 class FakeProducer:
