@@ -238,10 +238,12 @@ def test_sink_log_prunes_old_records_and_keeps_recent_ones(tmp_path: Path) -> No
 
 
 def _batch_50_checked_after_200(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_s: Callable[[int], int],
-                                behind_mtime: bool = False, restarts: tuple[int, ...] = ()) -> str:
+                                behind_mtime: bool = False, restarts: tuple[int, ...] = (),
+                                before: tuple[int, Callable[[Path], None]] | None = None) -> str:
     """The driver commits 200 batches (the 200th prunes), its wall clock stepped by ``step_s(batch)`` seconds
     while it does, and started again (a new process: its clock read afresh) before each batch of ``restarts``;
-    batch 50's COMMITs do not reach the broker (left to check-back). The check-back's answer for batch 50's half,
+    batch 50's COMMITs do not reach the broker (left to check-back); ``before`` (batch, what) is done to the sink
+    log's directory before that batch. The check-back's answer for batch 50's half,
     its record written seconds ago: COMMIT unless its record was pruned (then ROLLBACK: Spark's checkpoint has the
     batch, the sink log no longer names the half, and its rows are lost)."""
     from types import SimpleNamespace
@@ -266,6 +268,8 @@ def _batch_50_checked_after_200(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     sink = TxmqStreamWriter({"namesrv": "127.0.0.1:1", "checkpointLocation": str(ckpt)})
     for batch in range(201):
         step_ns[0] = step_s(batch) * 10**9
+        if before is not None and before[0] == batch:
+            before[1](ckpt / "txmq-sink")
         if batch == 0 or batch in restarts:
             monkeypatch.setattr(writer, "_SINK_CLOCK", SinkLogClock(wall_ns=lambda: time.time_ns() + step_ns[0]))
         sink.commit([SinkCommitMessage(0, 1, "run1", ["t"], ["broker-a"], [batch], [1000 * batch],
@@ -306,6 +310,31 @@ def test_records_of_a_driver_started_while_its_clock_was_behind_are_kept_by_the_
     a correct clock, prunes at batch 200: batch 50's record, written seconds ago, looked 25 h old."""
     assert _batch_50_checked_after_200(tmp_path, monkeypatch, lambda b: -25 * 3600 if b < 150 else 0,
                                        behind_mtime=True, restarts=(150,)) == "COMMIT"
+
+
+def _written_before_stamps_one_25_h_ahead(log_dir: Path) -> None:
+    """The sink log as a txmq before stamps left it: commit records carry only their wall-clock time, aborts are
+    empty; one abort's file time is 25 h ahead (its driver's clock was ahead then, corrected since). Batches below
+    100 are pruned only at batch 200: it is still there at 200."""
+    for path in (log_dir / "commits").iterdir():
+        record = json.loads(path.read_bytes())
+        path.write_text(json.dumps({k: v for k, v in record.items() if k not in ("boot", "elapsed_ns")}))
+    ahead = log_dir / "aborts" / "0.run0"
+    ahead.parent.mkdir(exist_ok=True)
+    ahead.write_bytes(b"")
+    os.utime(ahead, (time.time() + 25 * 3600,) * 2)
+
+
+@pytest.mark.parametrize("upgraded, step_s", [(200, lambda b: 0), (150, lambda b: 25 * 3600 if b >= 200 else 0)],
+                         ids=["upgraded before batch 200", "upgraded, then started with its clock ahead"])
+def test_a_record_from_the_future_written_before_stamps_prunes_no_recent_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upgraded: int, step_s: Callable[[int], int]) -> None:
+    """Batches before ``upgraded`` written by a txmq before stamps, one of its aborts with a file time 25 h ahead;
+    the driver, upgraded, started again before that batch, and again before batch 200 (whose commit prunes), its
+    clock then 25 h ahead in the second case. That one record, taken as the log's time (in the second case as far as
+    the clock then said), made every other look 25 h older, and batch 50's, written seconds ago, was pruned."""
+    assert _batch_50_checked_after_200(tmp_path, monkeypatch, step_s, restarts=(upgraded, 200),
+                                       before=(upgraded, _written_before_stamps_one_25_h_ahead)) == "COMMIT"
 
 
 class FakeProducer:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -386,3 +387,45 @@ def test_a_put_that_joins_an_open_group_is_stamped_no_earlier_than_it_was_asked(
             assert store.clock.elapsed_of(later.wrote_offset, later.store_timestamp) >= asked - 1
 
     run(main)
+
+
+def test_a_checkpoint_is_not_written_past_a_mark_its_clock_file_could_not_keep(tmp_path):
+    """A full disk: the clock file, grown past a page by many steps back, cannot be written again, while the
+    checkpoint's document (a page) can. A step back of a second is marked in memory (its save fails, logged) and
+    the checkpoint after it fails saving the clock; then a crash, and the disk freed. Recovery starts at the
+    checkpoint on disk: if that checkpoint was written past the records whose mark never reached the clock file, no
+    record is read again to mark them, and the search by time takes the records before and after the step for one
+    rising stretch."""
+    from tests.disk_helpers import fill_disk, tmpfs
+
+    with tmpfs(tmp_path / "disk") as disk:
+        config = make_config(os.path.join(disk, "store"), disk_space_warning_level_ratio=100,
+                             message_index_enable=False)
+
+        async def main() -> list[int]:
+            store = DefaultMessageStore(config)
+            await store.start()
+            stamps = []
+            for _ in range(200):  # an anchor each (steps forward: rising, and no mark): the clock file grows
+                wall_step(store, 0.2)
+                stamps += await _put_spaced(store, 1)
+            stamps += await _put_spaced(store, 4)
+            store.flush_and_checkpoint()
+            assert (Path(disk) / "store" / "clock").stat().st_size > 4096
+            fill_disk(disk, leave=4096)
+            wall_step(store, -1)
+            stamps += await _put_spaced(store, 4)
+            assert stamps[-4] < stamps[-5]
+            with pytest.raises(OSError):
+                store.flush_and_checkpoint()
+            store.close_without_shutdown()
+            os.unlink(os.path.join(disk, "filler"))
+            return stamps
+
+        stamps = run(main)
+
+        async def reopened() -> None:
+            async with DefaultMessageStore(config) as store:
+                _assert_search_exact(store, stamps)
+
+        run(reopened)

@@ -251,3 +251,22 @@ def test_the_account_difference_is_the_smallest_seen_in_the_last_window_or_two()
     assert difference.observe(window, window - 10_020) == 9_990  # the last window's smallest still counts
     window += DIFFERENCE_WINDOW_MS
     assert difference.observe(window, window - 10_010) == 10_010  # not the one before it
+
+
+def test_a_frame_of_many_anchors_is_saved_once(tmp_path):
+    """A master's frame may carry thousands of anchors (up to 65,535: its clock stepping at every group, or a master
+    that sends what it should not). Each was saved on its own, the whole clock file rewritten and fsynced each time,
+    so one such frame held the slave's loop (its every client) for minutes; the frame's anchors are saved once,
+    before its records are written, and all of them are in the file."""
+    from txmq.store.clock import StoreClock
+
+    clock = StoreClock(str(tmp_path))
+    clock.open(0)
+    saves = []
+    save = clock.save
+    clock.save = lambda: (saves.append(1), save())[1]  # counted, and done
+    anchors = [(1000 + 100 * i, 10**12 + (i % 2) * 1000, 5000 + i) for i in range(3000)]
+    clock.follow(1000, anchors, 7)
+    assert len(saves) == 1
+    assert StoreClock(str(tmp_path)).anchors == clock.anchors
+    assert clock.anchors[1:] == [(at, skew - 7, since + 7) for at, skew, since in anchors]  # after the open's at 0

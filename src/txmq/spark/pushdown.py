@@ -8,10 +8,11 @@ Ordering comparisons stay with Spark (it orders strings by their characters, Roc
 does a condition that would take the expression past the broker's bounds (docs/filters.md: 1,024 tokens, 16,384
 characters; a long ``isin``).
 
-``store_timestamp >= t`` (or ``> t``) moves an ``earliest`` start to the first offset stored at or after ``t``
-(by store time, per queue: the broker's search looks at each stretch between steps back of its clock apart, of any
-size), so no record before that start was stored as late as ``t``; Spark still evaluates the filter, so the rows
-are exact.
+``store_timestamp >= t`` (or ``> t``) moves an ``earliest`` start to the first offset stored at or after
+``t - STEP_MARGIN_MS`` (by store time, per queue: the broker's search looks at each stretch between steps back of
+its clock apart; the margin covers the steps under its clock's 100 ms tolerance that it has no mark of: records
+stored before its clock file kept marks, or a broker before marks), so no record before that start was stored as
+late as ``t``; Spark still evaluates the filter, so the rows are exact.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ from txmq.remoting.request_headers import parse_tag_expression
 from txmq.spark._common import SourceOptions
 from txmq.spark.options import ByTime
 
+# How much earlier than ``t`` a pushed start by store time begins: a broker without marks of the steps back under its
+# clock's 100 ms tolerance (for the records of a store before them, or an older broker) answers up to about 200 ms
+# of records late
+STEP_MARGIN_MS = 1000
 _COLUMNS = {("tags",): "TAGS", ("keys",): "KEYS"}
 _PROPERTY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*\Z")  # what SQL92 can name; other keys stay with Spark
 _STRING_TESTS = {StringStartsWith: "STARTSWITH", StringEndsWith: "ENDSWITH", StringContains: "CONTAINS"}
@@ -152,6 +157,8 @@ def apply(opts: SourceOptions, pushed: Pushed) -> SourceOptions:
         compile_sql(sql)  # ``push`` took only what compiles: a failure here is a bug, better found on the driver
         changes.update(sql=sql, tags="*")
     since, start = pushed.stored_since_ms, opts.starting
+    if since is not None:
+        since -= STEP_MARGIN_MS
     earlier = isinstance(start, ByTime) and start.every is not None and since is not None and start.every < since
     if since is not None and (start == "earliest" or earlier):
         changes["starting"] = ByTime(since, {})

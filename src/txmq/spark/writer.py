@@ -202,18 +202,27 @@ class SinkLog:
                 pass
         return removed
 
-    def latest_ms(self, boot: str, elapsed: int) -> int | None:
+    def latest_ms(self, boot: str, elapsed: int, wall_ms: int) -> int | None:
         """The log's time by its records (None: it has none): the latest of their times, each advanced by the time
         that passed since it was written where that is known (written on boot ``boot``, ``elapsed`` counting from
-        the same start)."""
-        latest: float | None = None
+        the same start). Records without a stamp (written by a txmq before stamps) count only in a log without
+        stamped ones, and no later than ``wall_ms``, the wall clock now: their times are their writers' wall
+        clocks, one of which may have been ahead (taken as the log's time, such a record would make every other look
+        that much older)."""
+        stamped: list[float] = []
+        unstamped: list[float] = []
         for _, path in self._records():
             with contextlib.suppress(FileNotFoundError):
                 written, written_boot, written_elapsed = self._stamp_of(path)
+                if written_boot is None:
+                    unstamped.append(written)
+                    continue
                 if boot and written_boot == boot and written_elapsed is not None and elapsed >= written_elapsed:
                     written += (elapsed - written_elapsed) // 1_000_000
-                latest = written if latest is None else max(latest, written)
-        return None if latest is None else int(latest)
+                stamped.append(written)
+        if stamped:
+            return int(max(stamped))
+        return int(min(max(unstamped), wall_ms)) if unstamped else None
 
     def _records(self) -> Iterator[tuple[int, Path]]:
         """Each record's batch and file (commits and aborts)."""
@@ -498,9 +507,12 @@ class SinkLogClock:
     CLOCK_BOOTTIME, which also counts a suspend, saved in the record with the kernel's boot id); from there it
     counts CLOCK_BOOTTIME. So the log's time never runs ahead of the time that really passed since any of its
     records was written, and a record pruned when the log's time is past its own by the retention is older than
-    the retention. The wall clock is read only for an empty log, where its time begins (an error there is the same
-    for every record after it). Not counted: the time between a log's last record and a start after a reboot
-    (records are kept that much longer, never deleted earlier). Thread-safe."""
+    the retention. The wall clock is read for an empty log, where its time begins (an error there is the same
+    for every record after it), and as the bound of records without a stamp in a log of none else (written by a
+    txmq before stamps: their times are their writers' wall clocks, which may have been ahead; they stand for the
+    log's time no later than now's wall clock, and not at all once stamped records exist). Not counted: the time
+    between a log's last record and a start after a reboot (records are kept that much longer, never deleted
+    earlier). Thread-safe."""
 
     def __init__(self, wall_ns: Callable[[], int] = time.time_ns, elapsed: Callable[[], int] = elapsed_ns,
                  boot: Callable[[], str] = boot_id) -> None:
@@ -521,8 +533,9 @@ class SinkLogClock:
         with self._lock:
             base = self._bases.get(log.root)
             if base is None:
-                latest = log.latest_ms(self._boot(), elapsed)
-                base = self._bases[log.root] = (self._wall_ns() // 1_000_000 if latest is None else latest, elapsed)
+                wall = self._wall_ns() // 1_000_000
+                latest = log.latest_ms(self._boot(), elapsed, wall)
+                base = self._bases[log.root] = (wall if latest is None else latest, elapsed)
         return base[0] + (elapsed - base[1]) // 1_000_000
 
 

@@ -234,14 +234,18 @@ class StoreClock:
         the present anchor (a ``difference`` that moved). While following, ``replicated`` guesses nothing."""
         first = not self.following
         self.following = True
+        changed = False
         for at, skew, since in anchors:
             mine = skew - difference
             if first or at > self._offsets[-1] or abs(mine - self._skews[-1]) > TOLERANCE_MS:
                 # A since is a bound both ways: after its anchor's offset (no earlier) and before it (no later). The
                 # master's for an anchor before ``offset`` is none for the records this log holds before ``offset``.
                 since = None if since is None or at < offset else since + difference
-                self._anchor(max(at, offset), mine, since, "", False)
+                self._place(max(at, offset), mine, since)
+                changed = True
             first = False
+        if changed:  # once per frame, before its records are written (a save per anchor: a frame of thousands
+            self._save_now()  # rewrote the whole file each time, holding the loop for minutes)
 
     def replicated(self, offset: int, store_timestamp: int, previous: int) -> None:
         """A slave's record at ``offset`` stamped ``store_timestamp`` by its master, after one stamped ``previous``
@@ -270,14 +274,18 @@ class StoreClock:
     def _anchor(self, offset: int, skew: int, since: int | None, why: str, loud: bool) -> None:
         """A new anchor at ``offset`` (replacing any there or after it), saved; ``why`` logged once, as a warning
         when ``loud`` (a step of a second or more: slewing that added up is only noted)."""
-        while self._offsets and self._offsets[-1] >= offset:
-            self._pop()  # nothing was written under it since (the log ends at ``offset``)
-        self._append(offset, skew, since)
+        self._place(offset, skew, since)
         self._save_now()
         if why:
             (log.warning if loud else log.info)(
                 "store clock: %s from commit-log offset %d on: store timestamps follow the wall clock; checks, "
                 "delays, orphan ages and retention count elapsed time", why, offset)
+
+    def _place(self, offset: int, skew: int, since: int | None) -> None:
+        """A new anchor at ``offset``, replacing any there or after it (not saved)."""
+        while self._offsets and self._offsets[-1] >= offset:
+            self._pop()  # nothing was written under it since (the log ends at ``offset``)
+        self._append(offset, skew, since)
 
     def _append(self, offset: int, skew: int, since: int | None) -> None:
         self._offsets.append(offset)

@@ -485,8 +485,10 @@ class DefaultMessageStore:
                                 "counted here as unflushed; the one on disk stays")
                     self._in_flight.remove(snap)
                     return
-                self.checkpoint.write_document(snap.document)
+                # The clock file first: its marks of the records before the recovery point are read again by no
+                # recovery (a mark whose save failed, a full disk, is kept in memory and saved here)
                 self.clock.save()
+                self.checkpoint.write_document(snap.document)
             except BaseException:
                 snap.failed = True
                 self._dirty_again(snap)
