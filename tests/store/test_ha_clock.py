@@ -270,3 +270,26 @@ def test_a_frame_of_many_anchors_is_saved_once(tmp_path):
     assert len(saves) == 1
     assert StoreClock(str(tmp_path)).anchors == clock.anchors
     assert clock.anchors[1:] == [(at, skew - 7, since + 7) for at, skew, since in anchors]  # after the open's at 0
+
+
+@pytest.mark.parametrize("account, anchors", [
+    (-1, ()),  # an account below zero
+    (1 << 62, ()),  # an account no real clock counts (every copied record would look ancient)
+    (1000, ((0, 1 << 62, None),)),  # a skew past any wall clock
+    (1000, ((0, 0, 2000),)),  # an anchor made later than the account now
+    (1000, ((-5, 0, None),)),  # an anchor before the log's start
+])
+def test_a_transfer_frame_with_values_no_clock_gives_is_refused(account: int, anchors: tuple) -> None:
+    """A broken or hostile master's account and anchors are refused as a malformed frame is (the slave reconnects),
+    never mapped into the slave's time line; a real clock's pass."""
+    from txmq.store.ha.protocol import CLOCK_VERSION, HandshakeError, read_transfer
+
+    async def read(frame: Transfer) -> Transfer:
+        reader = asyncio.StreamReader()
+        reader.feed_data(frame.encode())
+        return await read_transfer(reader, CLOCK_VERSION)
+
+    real = Transfer(0, 0, 0, 5000, ((0, 1_790_000_000_000, None), (100, 1_790_000_000_100, 4000)))
+    assert asyncio.run(read(real)) == real
+    with pytest.raises(HandshakeError, match="range"):
+        asyncio.run(read(Transfer(0, 0, 0, account, anchors)))

@@ -67,6 +67,12 @@ TRANSFER_HEADER = struct.Struct(">qiq")  # RocketMQ: phyOffset + bodySize, then 
 CLOCK_HEADER = struct.Struct(">qH")  # after TRANSFER_HEADER (version 4): the master's account, its anchors' count
 ANCHOR = struct.Struct(">qqq")  # offset, skew, since
 NO_SINCE = -(1 << 63)
+# What a real clock can send: an account of at most a century, anchors' skews (wall minus account) within three, the
+# wall clock's millisecond count before 2200 (broker.conf's rule for stamps): more is a broken or hostile master,
+# whose values would age every copied record as ancient (retention deleting them) or overflow a promoted slave's own
+# frames. Such a frame is refused as any malformed one: the slave reconnects.
+MAX_ACCOUNT_MS = 100 * 365 * 86_400_000
+MAX_SKEW_MS = 3 * MAX_ACCOUNT_MS
 REPORT = struct.Struct(">q")  # RocketMQ: the slave's max offset
 _REFUSED_VERSION = re.compile(r"HA protocol version \d+, this member (\d+)")
 _LEN = struct.Struct(">H")
@@ -180,6 +186,10 @@ async def read_transfer(reader: asyncio.StreamReader, version: int) -> Transfer:
     anchors = tuple((at, skew, None if since == NO_SINCE else since) for at, skew, since in ANCHOR.iter_unpack(raw))
     if any(b[0] <= a[0] for a, b in itertools.pairwise(anchors)):
         raise HandshakeError("a transfer frame's anchors are not in offset order")
+    if not 0 <= account <= MAX_ACCOUNT_MS or any(
+            at < 0 or abs(skew) > MAX_SKEW_MS or not (since is None or 0 <= since <= account)
+            for at, skew, since in anchors):
+        raise HandshakeError("a transfer frame's account or anchors are out of any real clock's range")
     return Transfer(offset, size, confirm, account, anchors)
 
 
