@@ -6,8 +6,10 @@ store was opened, and however late the slave arrived. The clocks are the stores'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -44,6 +46,18 @@ def later(seconds: float, *stores: DefaultMessageStore) -> None:
     for store in stores:
         advance(store, seconds)
         wall_step(store, seconds)
+
+
+@contextlib.asynccontextmanager
+async def _served_master(config: StoreConfig, port: int) -> AsyncIterator[DefaultMessageStore]:
+    """A master store serving its HA port on 127.0.0.1:``port``."""
+    async with DefaultMessageStore(config) as master:
+        ha = HAService(master, _ha(0, port))
+        await ha.start()
+        try:
+            yield master
+        finally:
+            await ha.shutdown()
 
 
 async def _copied(master: DefaultMessageStore, slave: DefaultMessageStore, port: int) -> None:
@@ -89,36 +103,31 @@ def test_a_slave_opened_with_its_wall_clock_ahead_ages_its_masters_records_as_th
     slave_config = make_config(tmp_path / "s")
 
     async def main() -> None:
-        async with DefaultMessageStore(make_config(tmp_path / "m")) as master:
-            ha = HAService(master, _ha(0, port))
-            await ha.start()
-            try:
-                before = []
-                if restarted:
-                    async with open_at(slave_config, monkeypatch, 0, 0) as first:
-                        before = await _put(master, 10)
-                        await _copied(master, first, port)
-                async with open_at(slave_config, monkeypatch, 600, 0) as slave:
-                    wall_step(slave, -600)  # NTP stepped it back
-                    later(900, master, slave)  # it has run for a quarter of an hour since
-                    records = await _put(master, 20)
-                    await _copied(master, slave, port)
-                    ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records]
-                    assert all(0 <= age < 2_000 for age in ages), ages
-                    ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in before]
-                    assert all(899_900 <= age < 902_000 for age in ages), ages
-                    # Promoted, its wall clock now half a minute ahead of its master's: it stamps with its own, and
-                    # ages its own records and its master's as they are.
-                    slave.replica = False
-                    wall_step(slave, 30)
-                    own = await _put(slave, 5)
-                    wall = slave.clock.wall_ms()
-                    assert all(wall - 2_000 < stamp <= wall for _, stamp in own)
-                    later(60, slave)
-                    ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records + own]
-                    assert all(59_900 <= age < 62_000 for age in ages), ages
-            finally:
-                await ha.shutdown()
+        async with _served_master(make_config(tmp_path / "m"), port) as master:
+            before = []
+            if restarted:
+                async with open_at(slave_config, monkeypatch, 0, 0) as first:
+                    before = await _put(master, 10)
+                    await _copied(master, first, port)
+            async with open_at(slave_config, monkeypatch, 600, 0) as slave:
+                wall_step(slave, -600)  # NTP stepped it back
+                later(900, master, slave)  # it has run for a quarter of an hour since
+                records = await _put(master, 20)
+                await _copied(master, slave, port)
+                ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records]
+                assert all(0 <= age < 2_000 for age in ages), ages
+                ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in before]
+                assert all(899_900 <= age < 902_000 for age in ages), ages
+                # Promoted, its wall clock now half a minute ahead of its master's: it stamps with its own, and
+                # ages its own records and its master's as they are.
+                slave.replica = False
+                wall_step(slave, 30)
+                own = await _put(slave, 5)
+                wall = slave.clock.wall_ms()
+                assert all(wall - 2_000 < stamp <= wall for _, stamp in own)
+                later(60, slave)
+                ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records + own]
+                assert all(59_900 <= age < 62_000 for age in ages), ages
 
     run(main)
 
@@ -131,21 +140,16 @@ def test_a_slave_restarted_after_being_down_ages_the_backlog_from_its_masters_wr
     slave_config = make_config(tmp_path / "s")
 
     async def main() -> None:
-        async with DefaultMessageStore(make_config(tmp_path / "m")) as master:
-            ha = HAService(master, _ha(0, port))
-            await ha.start()
-            try:
-                async with open_at(slave_config, monkeypatch, 0, 0) as slave:
-                    await _put(master, 5)
-                    await _copied(master, slave, port)
-                records = await _put(master, 20)
-                later(300, master)
-                async with open_at(slave_config, monkeypatch, 300, 300) as slave:  # on the same boot
-                    await _copied(master, slave, port)
-                    ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records]
-                    assert all(299_900 <= age < 302_000 for age in ages), ages
-            finally:
-                await ha.shutdown()
+        async with _served_master(make_config(tmp_path / "m"), port) as master:
+            async with open_at(slave_config, monkeypatch, 0, 0) as slave:
+                await _put(master, 5)
+                await _copied(master, slave, port)
+            records = await _put(master, 20)
+            later(300, master)
+            async with open_at(slave_config, monkeypatch, 300, 300) as slave:  # on the same boot
+                await _copied(master, slave, port)
+                ages = [slave.clock.age_ms(offset, stamp) for offset, stamp in records]
+                assert all(299_900 <= age < 302_000 for age in ages), ages
 
     run(main)
 
@@ -157,11 +161,9 @@ def test_a_slave_maps_its_masters_steps_by_the_masters_anchors(tmp_path):
     port = free_port()
 
     async def main() -> None:
-        async with DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+        async with _served_master(make_config(tmp_path / "m"), port) as master, \
                 DefaultMessageStore(make_config(tmp_path / "s")) as slave:
             slave.replica = True
-            ha = HAService(master, _ha(0, port))
-            await ha.start()
             client = HAClient(slave, _ha(1, port))
             client.start()
             try:
@@ -179,7 +181,6 @@ def test_a_slave_maps_its_masters_steps_by_the_masters_anchors(tmp_path):
                 assert slave.clock.steps_back() == master.clock.steps_back() == [records[5][0]]
             finally:
                 await client.shutdown()
-                await ha.shutdown()
 
     run(main)
 

@@ -759,11 +759,14 @@ def test_a_rebuild_over_a_damaged_page_keeps_the_records_before_it_and_is_not_do
     assert not problems, problems
 
 
-@pytest.mark.parametrize("page", [3, None])
-def test_a_queue_made_after_the_checkpoint_torn_by_a_power_loss_is_cut(tmp_path: Path, page: int | None) -> None:
+@pytest.mark.parametrize("page, only_topic_deleted", [(3, False), (None, False), (3, True)])
+def test_a_queue_made_after_the_checkpoint_torn_by_a_power_loss_is_cut(tmp_path: Path, page: int | None,
+                                                                        only_topic_deleted: bool) -> None:
     """As above, for a queue made after the checkpoint (no count in it): all its entries follow the recovery point,
     and its records were lost with the power; a page of its file written back was kept by the search's cut, and a
-    pull served another queue's first message at its place. No entry of it is kept."""
+    pull served another queue's first message at its place. No entry of it is kept. ``only_topic_deleted``: after
+    a checkpoint that counts no queue (the deletion's of the store's only topic), which says it as well (taken for
+    one that counts none, the search's cut kept the page)."""
     config = make_config(tmp_path / "r", mapped_file_size_consume_queue=20 * 2048, consume_queue_write_behind_bytes=0,
                          flush_interval_commit_log_ms=60_000)
     state: dict[str, object] = {}
@@ -772,7 +775,10 @@ def test_a_queue_made_after_the_checkpoint_torn_by_a_power_loss_is_cut(tmp_path:
         store = DefaultMessageStore(config)
         await store.start()
         for i in range(600):
-            assert (await store.put_message(msg(body=b"%06d" % i))).ok
+            assert (await store.put_message(msg("old" if only_topic_deleted else "T", body=b"%06d" % i))).ok
+        if only_topic_deleted:
+            store.flush_and_checkpoint()
+            store.delete_topic("old")  # its checkpoint counts no queue
         state["R"] = store.flush_and_checkpoint()
         for i in range(700):  # a new queue: T/1, not in the checkpoint
             assert (await store.put_message(msg(body=b"new%06d" % i, queue_id=1))).ok
@@ -795,55 +801,5 @@ def test_a_queue_made_after_the_checkpoint_torn_by_a_power_loss_is_cut(tmp_path:
         lbodies = last and [decode_message(w)[0].body for w in last.messages]
         assert kept == 0, (kept, store.get_min_offset_in_queue("T", 1), bodies, lbodies,
                            store.recovery_report.events)
-    finally:
-        store.close_without_shutdown()
-
-
-def test_a_queue_made_after_a_checkpoint_counting_no_queue_torn_by_a_power_loss_is_cut(tmp_path: Path) -> None:
-    """As above, after a checkpoint that counts no queue (the deletion's of the store's only topic): such a
-    checkpoint too says that every queue it does not count was made after it, and no entry of one is kept (taken
-    for a checkpoint that counts none, the search's cut kept a page of the new queue's file written back)."""
-    config = make_config(tmp_path / "r", mapped_file_size_consume_queue=20 * 2048, consume_queue_write_behind_bytes=0,
-                         flush_interval_commit_log_ms=60_000)
-    state: dict[str, object] = {}
-
-    async def main() -> None:
-        store = DefaultMessageStore(config)
-        await store.start()
-        for i in range(600):
-            assert (await store.put_message(msg("old", body=b"%06d" % i))).ok
-        store.flush_and_checkpoint()
-        store.delete_topic("old")  # its checkpoint counts no queue
-        state["R"] = store.flush_and_checkpoint()
-        for i in range(700):
-            assert (await store.put_message(msg(body=b"new%06d" % i, queue_id=1))).ok
-        state["cq"] = os.path.join(config.store_path_root_dir, "consumequeue", "T", "1", offset_to_name(0))
-        store.close_without_shutdown()
-
-    run(main)
-    r = int(state["R"])  # type: ignore[call-overload]
-    size = config.mapped_file_size_commit_log
-    commitlog = os.path.join(config.store_path_root_dir, "commitlog")
-    for name in sorted(os.listdir(commitlog)):  # the log's pages past the recovery point lost with the power
-        start = int(name)
-        if start > r:
-            os.unlink(os.path.join(commitlog, name))
-        elif start + size > r:
-            with open(os.path.join(commitlog, name), "r+b") as fh:
-                fh.seek(r - start)
-                fh.write(bytes(size - (r - start)))
-    cq_path = str(state["cq"])
-    with open(cq_path, "rb") as fh:
-        current = fh.read()
-    image = bytearray(len(current))  # the queue's file as zeros but one page the kernel wrote back
-    image[3 * _PAGE : 4 * _PAGE] = current[3 * _PAGE : 4 * _PAGE]
-    with open(cq_path, "r+b") as fh:
-        fh.write(image)
-
-    store = DefaultMessageStore(config)
-    try:
-        assert store.max_phy_offset == r
-        kept = store.get_max_offset_in_queue("T", 1)
-        assert kept == 0, (kept, store.get_min_offset_in_queue("T", 1), store.recovery_report.events)
     finally:
         store.close_without_shutdown()
