@@ -67,12 +67,22 @@ def log(*a: object) -> None:
     print(*a, file=sys.stderr, flush=True)
 
 
-def rss_mb(pid: int | None) -> float | None:
+def rss_mb(pid: int | None, field: str = "VmRSS") -> float | None:
+    """The process's resident memory in MB; ``field``: ``RssAnon`` for its anonymous part alone (its own objects
+    and heap, not the pages of files it maps, such as the index files' pages its messages touched)."""
     with contextlib.suppress(OSError, ValueError, StopIteration):
         with open(f"/proc/{pid}/status") as f:
-            kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+            kb = next(int(line.split()[1]) for line in f if line.startswith(f"{field}:"))
         return round(kb / 1024, 1)
     return None
+
+
+def per_queue_kb(rows: list[dict[str, Any]], row: dict[str, Any], key: str) -> float | None:
+    """``row[key]`` (MB) grown over the first row's, per queue added since (KB): what a queue costs."""
+    first = rows[0] if rows else None
+    if first is None or row[key] is None or first[key] is None or row["queues"] <= first["queues"]:
+        return None
+    return round((row[key] - first[key]) * 1024 / (row["queues"] - first["queues"]), 2)
 
 
 def open_files(pid: int | None) -> int | None:
@@ -271,7 +281,10 @@ def curve_topics(root: Path, points: list[int], n: int, size: int, thorough_s: f
                    "first_send_cpu_us": first_cpu_us, "cpu_us_per_msg": round(cpu_us, 1),
                    "gc_us_per_msg": round(gc_us, 1), "thorough_cpu_s": round(thorough_cpu_s, 2),
                    "cpu_us_with_thorough": round(cpu_us + thorough_cpu_s / (thorough_s * n / wall) * 1e6, 1),
-                   "msgs_s": round(n / wall), "rss_mb": rss_mb(srv.pid), "open_files": open_files(srv.pid)}
+                   "msgs_s": round(n / wall), "rss_mb": rss_mb(srv.pid), "anon_mb": rss_mb(srv.pid, "RssAnon"),
+                   "open_files": open_files(srv.pid)}
+            row["rss_kb_per_queue"] = per_queue_kb(rows, row, "rss_mb")
+            row["anon_kb_per_queue"] = per_queue_kb(rows, row, "anon_mb")
             rows.append(row)
             log(f"  topics {row}")
     return rows
@@ -507,7 +520,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
                ("first_send_cpu_us", "first send µs CPU"), ("cpu_us_per_msg", "broker CPU µs/msg"),
                ("gc_us_per_msg", "of it collector µs/msg"), ("thorough_cpu_s", "thorough checkpoint CPU s"),
                ("cpu_us_with_thorough", "µs/msg with thorough"), ("msgs_s", "sends/s"), ("rss_mb", "RSS MB"),
-               ("open_files", "open files")],
+               ("anon_mb", "of it anonymous MB"), ("rss_kb_per_queue", "RSS KB/queue added"),
+               ("anon_kb_per_queue", "anonymous KB/queue added"), ("open_files", "open files")],
     "groups": [("groups", "groups"), ("offsets", "offsets"), ("pull_msgs_s", "pull msg/s"), ("rss_mb", "RSS MB"),
                ("persist_ms", "offset persist ms"), ("offset_file_kb", "offset file KB")],
     "connections": [("idle", "idle connections"), ("busy_sends", "busy sends"), ("busy_p50_ms", "busy p50 ms"),

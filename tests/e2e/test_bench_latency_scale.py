@@ -47,7 +47,12 @@ def test_the_scale_bench_prints_its_curves() -> None:
             if curve == "topics":  # first-send CPU is shown for 100 first sends or more (/proc counts 10 ms ticks)
                 first_send = cells.pop(3)
                 assert first_send != "-" if i == len(rows) - 1 else re.fullmatch(r"-|[\d,.]+", first_send), row
+                # what a queue added costs, over the first point: none there, a figure at every later one
+                per_queue = [cells.pop(10), cells.pop(10)]
+                assert all(c == "-" if i == 0 else re.fullmatch(r"-?[\d,.]+", c) for c in per_queue), row
             assert "-" not in cells[1:] or curve == "connections", row
     # the sends' CPU, the collector's share of it and the thorough checkpoint's, each a column of its own
     assert re.search(r"^\| topics \| queues \| create ms/topic \| first send µs CPU \| broker CPU µs/msg \| "
-                     r"of it collector µs/msg \| thorough checkpoint CPU s \| µs/msg with thorough \|", out, re.M), out
+                     r"of it collector µs/msg \| thorough checkpoint CPU s \| µs/msg with thorough \| sends/s \| "
+                     r"RSS MB \| of it anonymous MB \| RSS KB/queue added \| anonymous KB/queue added \|", out,
+                     re.M), out
