@@ -279,6 +279,7 @@ def test_a_frame_of_many_anchors_is_saved_once(tmp_path):
     (1000, ((0, 1 << 62, None),)),  # a skew past any wall clock
     (1000, ((0, 0, 2000),)),  # an anchor made later than the account now
     (1000, ((-5, 0, None),)),  # an anchor before the log's start
+    (1000, ((0, 0, -(1 << 62)),)),  # an anchor made further before the account began than a century
 ])
 def test_a_transfer_frame_with_values_no_clock_gives_is_refused(account: int, anchors: tuple) -> None:
     """A broken or hostile master's account and anchors are refused as a malformed frame is (the slave reconnects),
@@ -290,7 +291,37 @@ def test_a_transfer_frame_with_values_no_clock_gives_is_refused(account: int, an
         reader.feed_data(frame.encode())
         return await read_transfer(reader, CLOCK_VERSION)
 
-    real = Transfer(0, 0, 0, 5000, ((0, 1_790_000_000_000, None), (100, 1_790_000_000_100, 4000)))
+    real = Transfer(0, 0, 0, 5000, ((0, 1_790_000_000_000, -300_000), (100, 1_790_000_000_100, 4000)))
     assert asyncio.run(read(real)) == real
     with pytest.raises(HandshakeError, match="range"):
         asyncio.run(read(Transfer(0, 0, 0, account, anchors)))
+
+
+def test_a_promoted_slave_serves_the_anchors_it_mapped_from_before_its_account_began(tmp_path):
+    """The master's clock stepped back five minutes before a new slave's store was opened: on the slave's account
+    that anchor's records were written before the account began (its ``since`` below zero, as it must be for them
+    to age five minutes). Promoted, the slave sends that anchor to its own slave, which copies its log: a refusal
+    would have the new slave reconnect forever and copy nothing."""
+    port, promoted_port = free_port(), free_port()
+
+    async def main() -> None:
+        async with _served_master(make_config(tmp_path / "m"), port) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave, \
+                DefaultMessageStore(make_config(tmp_path / "t")) as third:
+            slave.replica = third.replica = True
+            wall_step(master, -120)
+            records = await _put(master, 5)
+            later(300, master)
+            await _copied(master, slave, port)
+            assert any(since is not None and since < 0 for _, _, since in slave.clock.anchors), slave.clock.anchors
+            slave.replica = False
+            ha = HAService(slave, _ha(0, promoted_port))
+            await ha.start()
+            try:
+                await _copied(slave, third, promoted_port)
+            finally:
+                await ha.shutdown()
+            ages = [third.clock.age_ms(offset, stamp) for offset, stamp in records]
+            assert all(299_900 <= age < 302_000 for age in ages), ages
+
+    run(main)

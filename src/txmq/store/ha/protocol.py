@@ -70,7 +70,9 @@ NO_SINCE = -(1 << 63)
 # What a real clock can send: an account of at most a century, anchors' skews (wall minus account) within three, the
 # wall clock's millisecond count before 2200 (broker.conf's rule for stamps): more is a broken or hostile master,
 # whose values would age every copied record as ancient (retention deleting them) or overflow a promoted slave's own
-# frames. Such a frame is refused as any malformed one: the slave reconnects.
+# frames. Such a frame is refused as any malformed one: the slave reconnects. An anchor's ``since`` may be below zero
+# by up to a century: a promoted slave maps its old master's records on its own account, and those written before
+# that account began (the slave's store opened after them) were written before its zero.
 MAX_ACCOUNT_MS = 100 * 365 * 86_400_000
 MAX_SKEW_MS = 3 * MAX_ACCOUNT_MS
 REPORT = struct.Struct(">q")  # RocketMQ: the slave's max offset
@@ -187,7 +189,7 @@ async def read_transfer(reader: asyncio.StreamReader, version: int) -> Transfer:
     if any(b[0] <= a[0] for a, b in itertools.pairwise(anchors)):
         raise HandshakeError("a transfer frame's anchors are not in offset order")
     if not 0 <= account <= MAX_ACCOUNT_MS or any(
-            at < 0 or abs(skew) > MAX_SKEW_MS or not (since is None or 0 <= since <= account)
+            at < 0 or abs(skew) > MAX_SKEW_MS or not (since is None or -MAX_ACCOUNT_MS <= since <= account)
             for at, skew, since in anchors):
         raise HandshakeError("a transfer frame's account or anchors are out of any real clock's range")
     return Transfer(offset, size, confirm, account, anchors)
