@@ -429,3 +429,37 @@ def test_a_checkpoint_is_not_written_past_a_mark_its_clock_file_could_not_keep(t
                 _assert_search_exact(store, stamps)
 
         run(reopened)
+
+
+@pytest.mark.parametrize("following", [False, True])
+def test_a_slave_saves_the_marks_of_a_frame_once(tmp_path: Path, following: bool) -> None:
+    """A master whose clock stepped back at every group: each record it sends is a mark (and, under the version 3
+    protocol's guesses, an anchor at each step past the tolerance). Each was saved on its own, the whole clock file
+    rewritten and fsynced per record, holding the slave's loop for the frame; now once for the frame's records, with
+    every mark in the file."""
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
+            stamps: list[int] = []
+            for _ in range(200):
+                stamps += await _put_spaced(master, 1)
+                wall_step(master, -0.03 if len(stamps) % 2 else -0.3)
+            data = master.commit_log.read_raw(0, master.max_phy_offset)
+            marks = master.clock.steps_back()
+        assert len(marks) >= 199
+        slave = DefaultMessageStore(make_config(tmp_path / "slave"))
+        slave.replica = True
+        await slave.start()
+        try:
+            slave.clock.following = following  # as a version 4 master's frames make it
+            saves: list[int] = []
+            save = slave.clock.save
+            slave.clock.save = lambda: (saves.append(1), save())[1]  # type: ignore[method-assign]
+            assert slave.append_replicated(0, data) == len(data)
+            assert len(saves) == 1
+            assert slave.clock.steps_back() == StoreClock(str(tmp_path / "slave")).steps_back() == marks
+            _assert_search_exact(slave, stamps)
+        finally:
+            await slave.shutdown()
+
+    run(main)

@@ -49,11 +49,12 @@ their store timestamps, as they did.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from txmq.fileio import write_atomic
@@ -91,6 +92,8 @@ class StoreClock:
         self._marks: list[int] = []  # ascending
         self._last_arrival_anchor = -ARRIVAL_ANCHOR_EVERY_MS
         self.following = False  # a slave's records mapped by its master's anchors (``follow``), not guessed
+        self._held = False  # changes saved once, when ``saved_once`` ends
+        self._unsaved = False
         self.downtime_note = ""
         now_mono = self.monotonic_ns()
         self._base_mono = now_mono
@@ -324,9 +327,25 @@ class StoreClock:
 
     # --- persistence ------------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def saved_once(self) -> Iterator[None]:
+        """The time line's changes inside are saved once, when it ends: a slave's frame of records, whose marks and
+        anchors (one a record, for a master whose clock stepped back at every group) each rewrote the whole file."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+            if self._unsaved:
+                self._unsaved = False
+                self._save_now()
+
     def _save_now(self) -> None:
         """``save`` for a change of the time line: one that fails (a full disk) is logged, and the next checkpoint
         saves again; the records it covers age from no later than the next open (its anchor at the log's end)."""
+        if self._held:
+            self._unsaved = True
+            return
         try:
             self.save()
         except OSError as exc:
