@@ -112,7 +112,9 @@ def test_a_telemetry_stream_that_never_reads_holds_one_settings_answer(server, s
     call = s.Telemetry(commands(), metadata=[("x-mq-client-id", "never-reads")])
     try:
         _pulled_until_stalled(pulled, total)
-        assert _peak_rss_kb(server.pid) - before < 32 * 1024
+        # One answer held: the peak grows 14-35 MB over runs (a Settings parsed and answered, the transport's
+        # buffers, the allocator); answers queued per stream grew it 165 MB
+        assert _peak_rss_kb(server.pid) - before < 64 * 1024
     finally:
         release.set()
         call.cancel()
