@@ -434,7 +434,7 @@ def test_a_checkpoint_is_not_written_past_a_mark_its_clock_file_could_not_keep(t
 @pytest.mark.parametrize("following", [False, True])
 def test_a_slave_saves_the_marks_of_a_frame_once(tmp_path: Path, following: bool) -> None:
     """A master whose clock stepped back at every group: each record it sends is a mark (and, under the version 3
-    protocol's guesses, an anchor at each step past the tolerance). Each was saved on its own, the whole clock file
+    protocol's guesses, an anchor at each). Each was saved on its own, the whole clock file
     rewritten and fsynced per record, holding the slave's loop for the frame; now once for the frame's records, with
     every mark in the file."""
 
@@ -443,10 +443,10 @@ def test_a_slave_saves_the_marks_of_a_frame_once(tmp_path: Path, following: bool
             stamps: list[int] = []
             for _ in range(200):
                 stamps += await _put_spaced(master, 1)
-                wall_step(master, -0.03 if len(stamps) % 2 else -0.3)
+                wall_step(master, -0.5 if len(stamps) % 2 else -2)  # more than a loaded machine's time between puts
             data = master.commit_log.read_raw(0, master.max_phy_offset)
             marks = master.clock.steps_back()
-        assert len(marks) >= 199
+        assert len(marks) >= 190
         slave = DefaultMessageStore(make_config(tmp_path / "slave"))
         slave.replica = True
         await slave.start()
