@@ -20,6 +20,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str:
+    """The kernel's id of this boot: CLOCK_MONOTONIC and CLOCK_BOOTTIME are comparable between processes of one boot
+    only ("": not known)."""
+    try:
+        return _BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
 
 
 def elapsed_ns() -> int:

@@ -185,9 +185,7 @@ def test_marks_go_with_the_segments_below_the_log_and_with_a_truncated_tail(tmp_
     record copied next there is compared again); the clock file holds what is left."""
     clock = StoreClock(str(tmp_path))
     clock.open(0)
-    for offset, stamp, previous in [(100, 1_000, 1_010), (200, 1_020, 1_000), (300, 1_004, 1_020), (400, 1_003, 1_004),
-                                    (500, 1_002, 1_003)]:
-        clock.replicated(offset, stamp, previous)
+    clock.replicated([(100, 1_000), (200, 1_020), (300, 1_004), (400, 1_003), (500, 1_002)], 1_010)
     assert clock.steps_back() == [100, 300, 400, 500]
     clock.trim(300)
     assert clock.steps_back() == [400, 500] == StoreClock(str(tmp_path)).steps_back()

@@ -60,8 +60,7 @@ from txmq.remoting.codes import ResponseCode
 from txmq.spark._common import ClientSecurity, cached_client, drop_client
 from txmq.spark.lifecycle import query_id, responders
 from txmq.spark.options import SINK, OptionError, Options
-from txmq.store.clock import boot_id
-from txmq.wallclock import elapsed_ns
+from txmq.wallclock import boot_id, elapsed_ns
 
 log = logging.getLogger("txmq.spark")
 

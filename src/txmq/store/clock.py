@@ -54,27 +54,17 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from txmq.fileio import write_atomic
+from txmq.wallclock import boot_id
 
 log = logging.getLogger("txmq.store")
 
 TOLERANCE_MS = 100  # the wall clock may drift this far from the account before a new anchor is made
 ARRIVAL_ANCHOR_EVERY_MS = 1000  # a slave's anchors at arrival, at most this often
 VERSION = 1
-_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-
-
-def boot_id() -> str:
-    """The kernel's id of this boot: CLOCK_MONOTONIC is comparable between processes of one boot only."""
-    try:
-        return _BOOT_ID.read_text().strip()
-    except OSError:
-        return ""
-
-
 class StoreClock:
     """The elapsed-time account and the time line of one store. Used on the loop thread; ``save`` may run in the
     checkpoint's worker thread."""
@@ -92,7 +82,7 @@ class StoreClock:
         self._marks: list[int] = []  # ascending
         self._last_arrival_anchor = -ARRIVAL_ANCHOR_EVERY_MS
         self.following = False  # a slave's records mapped by its master's anchors (``follow``), not guessed
-        self._held = False  # changes saved once, when ``saved_once`` ends
+        self._held = False  # changes saved once, when ``_saved_once`` ends
         self._unsaved = False
         self.downtime_note = ""
         now_mono = self.monotonic_ns()
@@ -237,31 +227,35 @@ class StoreClock:
         the present anchor (a ``difference`` that moved). While following, ``replicated`` guesses nothing."""
         first = not self.following
         self.following = True
-        changed = False
-        for at, skew, since in anchors:
-            mine = skew - difference
-            if first or at > self._offsets[-1] or abs(mine - self._skews[-1]) > TOLERANCE_MS:
-                # A since is a bound both ways: after its anchor's offset (no earlier) and before it (no later). The
-                # master's for an anchor before ``offset`` is none for the records this log holds before ``offset``.
-                since = None if since is None or at < offset else since + difference
-                self._place(max(at, offset), mine, since)
-                changed = True
-            first = False
-        if changed:  # once per frame, before its records are written (a save per anchor: a frame of thousands
-            self._save_now()  # rewrote the whole file each time, holding the loop for minutes)
+        with self._saved_once():  # one save for the frame's anchors, before its records are written (a frame may
+            for at, skew, since in anchors:  # carry thousands)
+                mine = skew - difference
+                if first or at > self._offsets[-1] or abs(mine - self._skews[-1]) > TOLERANCE_MS:
+                    # A since is a bound both ways: after its anchor's offset (no earlier) and before it (no later).
+                    # The master's for an anchor before ``offset`` is none for the records this log holds before it.
+                    since = None if since is None or at < offset else since + difference
+                    self._anchor(max(at, offset), mine, since, "", False)
+                first = False
 
-    def replicated(self, offset: int, store_timestamp: int, previous: int) -> None:
-        """A slave's record at ``offset`` stamped ``store_timestamp`` by its master, after one stamped ``previous``
-        (0: none known): a mark when it is lower than ``previous``; unless the master's anchors map its records
+    def replicated(self, records: Sequence[tuple[int, int]], previous: int) -> None:
+        """A slave's records, ``(offset, store timestamp)`` as its master stamped them, in log order after one stamped
+        ``previous`` (0: none known); what they make of the time line saved once (a master whose clock stepped back
+        at every group makes every record a mark: a save each rewrote the whole file)."""
+        with self._saved_once():
+            for offset, store_timestamp in records:
+                self._replicated(offset, store_timestamp, previous)
+                previous = store_timestamp
+
+    def _replicated(self, offset: int, store_timestamp: int, previous: int) -> None:
+        """A mark when the record is stamped lower than ``previous``; unless the master's anchors map its records
         (``follow``), an anchor when the master's clock stepped back more than the tolerance, or the record is from
         the future."""
+        if self.mark(offset, store_timestamp, previous):
+            self._save_now()
         if self.following:
-            if self.mark(offset, store_timestamp, previous):
-                self._save_now()
             return
         if not self._skews:
             self._anchor(0, self.wall_ms() - self.elapsed_ms(), None, "", False)
-        marked = self.mark(offset, store_timestamp, previous)
         elapsed = self.elapsed_ms()
         if previous and store_timestamp < previous - TOLERANCE_MS:
             before = min(previous - self._skews[-1], elapsed)
@@ -271,24 +265,18 @@ class StoreClock:
                 elapsed - self._last_arrival_anchor >= ARRIVAL_ANCHOR_EVERY_MS:
             self._last_arrival_anchor = elapsed
             self._anchor(offset, store_timestamp - elapsed, elapsed, "", False)
-        elif marked:
-            self._save_now()
 
     def _anchor(self, offset: int, skew: int, since: int | None, why: str, loud: bool) -> None:
         """A new anchor at ``offset`` (replacing any there or after it), saved; ``why`` logged once, as a warning
         when ``loud`` (a step of a second or more: slewing that added up is only noted)."""
-        self._place(offset, skew, since)
+        while self._offsets and self._offsets[-1] >= offset:
+            self._pop()  # nothing was written under it since (the log ends at ``offset``)
+        self._append(offset, skew, since)
         self._save_now()
         if why:
             (log.warning if loud else log.info)(
                 "store clock: %s from commit-log offset %d on: store timestamps follow the wall clock; checks, "
                 "delays, orphan ages and retention count elapsed time", why, offset)
-
-    def _place(self, offset: int, skew: int, since: int | None) -> None:
-        """A new anchor at ``offset``, replacing any there or after it (not saved)."""
-        while self._offsets and self._offsets[-1] >= offset:
-            self._pop()  # nothing was written under it since (the log ends at ``offset``)
-        self._append(offset, skew, since)
 
     def _append(self, offset: int, skew: int, since: int | None) -> None:
         self._offsets.append(offset)
@@ -328,9 +316,8 @@ class StoreClock:
     # --- persistence ------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def saved_once(self) -> Iterator[None]:
-        """The time line's changes inside are saved once, when it ends: a slave's frame of records, whose marks and
-        anchors (one a record, for a master whose clock stepped back at every group) each rewrote the whole file."""
+    def _saved_once(self) -> Iterator[None]:
+        """The time line's changes inside saved once, when it ends (a slave's frame: its anchors, its records)."""
         self._held = True
         try:
             yield

@@ -131,7 +131,7 @@ def recover(store: DefaultMessageStore, abort_existed: bool) -> RecoveryReport:
             visit(cq, problems)
         for topic, queue_id in list(visit.journaled):  # journaled queues with no directory on disk
             visit(store.queues.find_or_create(topic, queue_id), [])
-    for topic, qids in visit.counted.items():  # counted queues with neither
+    for topic, qids in (visit.counted or {}).items():  # counted queues with neither
         for qid, max_offset in qids.items():
             if max_offset > 0 and store.queues.find(topic, qid) is None:
                 report.event(f"consume queue {topic}/{qid} has 0 entries, the checkpoint says {max_offset}")
@@ -196,8 +196,7 @@ class _QueueVisit:
         # Queues whose first entry still in the log was found at their visit: the tail's dispatch only adds later
         # ones. Not a queue holding none then, whose first one the dispatch may put there.
         self.settled: set[ConsumeQueue] = set()
-        self.counted: dict[str, dict[int, int]] = cp.queues if cp is not None else {}
-        self.checkpointed = cp is not None
+        self.counted: dict[str, dict[int, int]] | None = cp.queues if cp is not None else None  # None: no checkpoint
         self.journaled: dict[tuple[str, int], tuple[int, bytes]] = {}
         self.rebuild: set[tuple[str, int]] = set()
         if cp is not None and cp.tails is not None:
@@ -224,7 +223,7 @@ class _QueueVisit:
         # A queue a checkpoint does not count was made after it: all of its entries follow the recovery point. So
         # also after one that counts no queue at all (the deletion's of the store's only topic): every checkpoint
         # has counted every queue it made durable. Without a checkpoint the whole log is scanned: no count.
-        count = self.counted.get(cq.topic, {}).get(cq.queue_id, 0 if self.checkpointed else None)
+        count = None if self.counted is None else self.counted.get(cq.topic, {}).get(cq.queue_id, 0)
         counted = count or 0
         if cq.max_offset < counted:  # (a queue counted 0 had nothing durable: its entries follow the recovery point)
             report.event(f"consume queue {cq.topic}/{cq.queue_id} has {cq.max_offset} entries, the checkpoint says "

@@ -137,23 +137,25 @@ class ReplicaLog:
         runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}  # consecutive entries per queue
         index_enabled = self.config.message_index_enable
         failed: list[OSError] = []
-        with clock.saved_once():  # the marks and anchors of the frame's records in one save, not one each
-            for phy, rec in records:
-                req = request_from_record(rec, phy)
-                clock.replicated(phy, req.store_timestamp, commit_log.last_store_timestamp)
-                commit_log.last_store_timestamp = req.store_timestamp
-                build_index(self.index, index_enabled, req.topic, req.sys_flag, req.keys, req.uniq_key, phy,
-                            req.store_timestamp)
-                run_dispatchers(self._dispatchers, req, self._counters)
-                if builds_consume_queue(req.sys_flag):
-                    key = (req.topic, req.queue_id)
-                    first, entries = runs.get(key, (req.consume_queue_offset, []))
-                    if first + len(entries) != req.consume_queue_offset:
-                        _put_run(queues, key, first, entries, failed)
-                        first, entries = req.consume_queue_offset, []
-                    entries.append((phy, req.msg_size, req.tags_code))
-                    runs[key] = (first, entries)
-                    arrived[key] = req.consume_queue_offset + 1
+        reqs = [request_from_record(rec, phy) for phy, rec in records]
+        if reqs:  # the frame's place on the time line before any of its records is dispatched
+            clock.replicated([(req.commit_log_offset, req.store_timestamp) for req in reqs],
+                             commit_log.last_store_timestamp)
+            commit_log.last_store_timestamp = reqs[-1].store_timestamp
+        for req in reqs:
+            phy = req.commit_log_offset
+            build_index(self.index, index_enabled, req.topic, req.sys_flag, req.keys, req.uniq_key, phy,
+                        req.store_timestamp)
+            run_dispatchers(self._dispatchers, req, self._counters)
+            if builds_consume_queue(req.sys_flag):
+                key = (req.topic, req.queue_id)
+                first, entries = runs.get(key, (req.consume_queue_offset, []))
+                if first + len(entries) != req.consume_queue_offset:
+                    _put_run(queues, key, first, entries, failed)
+                    first, entries = req.consume_queue_offset, []
+                entries.append((phy, req.msg_size, req.tags_code))
+                runs[key] = (first, entries)
+                arrived[key] = req.consume_queue_offset + 1
         for key, (first, entries) in runs.items():  # one write per queue and file, as a put does
             _put_run(queues, key, first, entries, failed)
         self._counters["appends"] += len(records)
