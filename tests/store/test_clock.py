@@ -141,17 +141,23 @@ def test_a_search_by_time_is_exact_across_steps_back_under_the_clock_tolerance(t
     run(main)
 
 
+async def _stepped_back_once(root: Path, seconds: float) -> tuple[list[int], dict]:
+    """Four puts, the wall clock stepped by ``seconds``, four more, the store closed: their stamps and the clock file
+    it left."""
+    async with DefaultMessageStore(make_config(root)) as store:
+        stamps = await _put_spaced(store, 4)
+        wall_step(store, seconds)
+        stamps += await _put_spaced(store, 4)
+    return stamps, json.loads((root / "clock").read_bytes())
+
+
 def test_recovery_marks_again_the_steps_back_of_the_records_it_reads(root):
     """A mark lost with the clock file's last write (a slave marks its master's records after writing them, and a
     crash may come between) is made again by recovery for the records it reads past the checkpoint: here the whole
     log, the checkpoint gone, with a clock file that lost its mark of a step back of 80 ms."""
 
     async def main() -> None:
-        async with DefaultMessageStore(make_config(root)) as store:
-            stamps = await _put_spaced(store, 4)
-            wall_step(store, -0.08)
-            stamps += await _put_spaced(store, 4)
-        saved = json.loads((root / "clock").read_bytes())
+        stamps, saved = await _stepped_back_once(root, -0.08)
         assert saved["marks"]
         (root / "clock").write_bytes(json.dumps({**saved, "marks": []}).encode())
         (root / "checkpoint").unlink()
@@ -166,11 +172,7 @@ def test_a_clock_file_without_marks_keeps_the_steps_back_of_its_anchors(root):
     steps back the search knows, as they were."""
 
     async def main() -> None:
-        async with DefaultMessageStore(make_config(root)) as store:
-            stamps = await _put_spaced(store, 4)
-            wall_step(store, -120)
-            stamps += await _put_spaced(store, 4)
-        saved = json.loads((root / "clock").read_bytes())
+        stamps, saved = await _stepped_back_once(root, -120)
         del saved["marks"]
         (root / "clock").write_bytes(json.dumps(saved).encode())
         async with DefaultMessageStore(make_config(root)) as store:
