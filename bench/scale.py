@@ -14,7 +14,9 @@ temporary store, grows one dimension point by point on that server and measures 
   sends of 256 B spread round-robin over every queue of every topic through a window of 1,000, and one
   checkpoint interval after (the consume-queue files those sends dirtied are fsynced then): broker CPU per
   message over both, of it the collector's (the broker's runtime info), the thorough checkpoint's CPU shared
-  over an interval of sends at the measured rate, throughput of the sends, the broker's RSS and open files.
+  over an interval of sends at the measured rate (a long window holds thorough checkpoints of its own: those are
+  counted out and the share its length is due counted in), throughput of the sends, the broker's RSS (of it the
+  anonymous part and the index files' pages, which follow the messages, not the queues) and open files.
 * **groups** on one topic of 8 queues holding ``--messages`` messages: each group commits an offset on every
   queue; then the topic is pulled once (32 per pull) by requests that rotate over the groups, each followed by
   an offset commit: pull throughput, the broker's RSS, and the time to persist the offset table (the broker's
@@ -73,6 +75,24 @@ def rss_mb(pid: int | None, field: str = "VmRSS") -> float | None:
     with contextlib.suppress(OSError, ValueError, StopIteration):
         with open(f"/proc/{pid}/status") as f:
             kb = next(int(line.split()[1]) for line in f if line.startswith(f"{field}:"))
+        return round(kb / 1024, 1)
+    return None
+
+
+def index_mb(pid: int | None, store: Path) -> float | None:
+    """The resident pages of the store's index files the process maps (``/proc/<pid>/smaps``), MB: they follow the
+    messages indexed (each message's keys), not the queues, so a point that sent more messages holds more of them."""
+    index_dir = str(store / "index") + os.sep
+    kb, mapping = 0, ""
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                field = line.split(None, 1)
+                if field and not field[0].endswith(":"):  # a mapping's header: address range ... path
+                    parts = line.split(None, 5)
+                    mapping = parts[5].strip() if len(parts) > 5 else ""
+                elif field and field[0] == "Rss:" and mapping.startswith(index_dir):
+                    kb += int(field[1].split()[0])
         return round(kb / 1024, 1)
     return None
 
@@ -232,18 +252,20 @@ class ThoroughWatch:
         raise bench.BenchError(f"no thorough checkpoint within {timeout:.0f} s")
 
 
-def collector_s(srv: Server) -> float:
-    """The broker's seconds in its cyclic collector since start (GET_BROKER_RUNTIME_INFO's ``gcSeconds``)."""
+def runtime_info(srv: Server) -> tuple[float, int]:
+    """The broker's seconds in its cyclic collector since start (GET_BROKER_RUNTIME_INFO's ``gcSeconds``), and the
+    checkpoints it took that made every queue durable (``thorough_checkpoints``)."""
     from txmq.admin.client import MQAdminExt
 
     with MQAdminExt(srv.namesrv) as admin:
-        return sum(float(s) for s in admin.runtime_info(srv.broker).get("gcSeconds", "").split())
+        info = admin.runtime_info(srv.broker)
+    return sum(float(s) for s in info.get("gcSeconds", "").split()), int(info["thorough_checkpoints"])
 
 
-def marks(srv: Server) -> tuple[float, float]:
-    """The broker's CPU seconds and its collector's, read in this order: the collector's request is not timed."""
-    gc_s = collector_s(srv)
-    return srv.cpu(), gc_s
+def marks(srv: Server) -> tuple[float, tuple[float, int]]:
+    """The broker's CPU seconds, then its collector's and its thorough checkpoints (that request not timed)."""
+    info = runtime_info(srv)
+    return srv.cpu(), info
 
 
 def curve_topics(root: Path, points: list[int], n: int, size: int, thorough_s: float) -> list[dict[str, Any]]:
@@ -273,18 +295,27 @@ def curve_topics(root: Path, points: list[int], n: int, size: int, thorough_s: f
             time.sleep(SETTLE_S)  # its last batches and fsyncs, and a periodic checkpoint
             thorough_cpu_s = srv.cpu() - c0
             log(f"  topics {point}: {n} sends spread over {len(queues)} queues")
-            wall, (c0, gc0) = spread_sends(srv.namesrv, queues, n, size, lambda: marks(srv))
+            wall, (c0, (gc0, thorough0)) = spread_sends(srv.namesrv, queues, n, size, lambda: marks(srv))
             time.sleep(SETTLE_S)  # one checkpoint interval: it fsyncs what the sends dirtied
             cpu_us = (srv.cpu() - c0) / n * 1e6
-            gc_us = (collector_s(srv) - gc0) / n * 1e6
+            gc_s, thorough1 = runtime_info(srv)
+            gc_us = (gc_s - gc0) / n * 1e6
+            # The thorough checkpoints at their steady rate, one per interval of sends: those the window held (a
+            # sustained window holds some; their CPU is in cpu_us already) replaced by the share its length is due
+            held = thorough1 - thorough0
+            thorough_due = wall / thorough_s - held
             row = {"topics": point, "queues": point * QUEUES, "create_ms_per_topic": round(create_s * 1e3, 2),
                    "first_send_cpu_us": first_cpu_us, "cpu_us_per_msg": round(cpu_us, 1),
                    "gc_us_per_msg": round(gc_us, 1), "thorough_cpu_s": round(thorough_cpu_s, 2),
-                   "cpu_us_with_thorough": round(cpu_us + thorough_cpu_s / (thorough_s * n / wall) * 1e6, 1),
+                   "thorough_in_window": held,
+                   "cpu_us_with_thorough": round(cpu_us + thorough_due * thorough_cpu_s / n * 1e6, 1),
                    "msgs_s": round(n / wall), "rss_mb": rss_mb(srv.pid), "anon_mb": rss_mb(srv.pid, "RssAnon"),
-                   "open_files": open_files(srv.pid)}
+                   "index_mb": index_mb(srv.pid, srv.home / "store"), "open_files": open_files(srv.pid)}
             row["rss_kb_per_queue"] = per_queue_kb(rows, row, "rss_mb")
             row["anon_kb_per_queue"] = per_queue_kb(rows, row, "anon_mb")
+            row["queues_mb"] = (None if row["rss_mb"] is None or row["index_mb"] is None
+                                else round(row["rss_mb"] - row["index_mb"], 1))
+            row["queues_kb_per_queue"] = per_queue_kb(rows, row, "queues_mb")
             rows.append(row)
             log(f"  topics {row}")
     return rows
@@ -519,9 +550,11 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     "topics": [("topics", "topics"), ("queues", "queues"), ("create_ms_per_topic", "create ms/topic"),
                ("first_send_cpu_us", "first send µs CPU"), ("cpu_us_per_msg", "broker CPU µs/msg"),
                ("gc_us_per_msg", "of it collector µs/msg"), ("thorough_cpu_s", "thorough checkpoint CPU s"),
-               ("cpu_us_with_thorough", "µs/msg with thorough"), ("msgs_s", "sends/s"), ("rss_mb", "RSS MB"),
-               ("anon_mb", "of it anonymous MB"), ("rss_kb_per_queue", "RSS KB/queue added"),
-               ("anon_kb_per_queue", "anonymous KB/queue added"), ("open_files", "open files")],
+               ("thorough_in_window", "thorough in window"), ("cpu_us_with_thorough", "µs/msg with thorough"),
+               ("msgs_s", "sends/s"), ("rss_mb", "RSS MB"), ("anon_mb", "of it anonymous MB"),
+               ("index_mb", "of it index pages MB"), ("rss_kb_per_queue", "RSS KB/queue added"),
+               ("anon_kb_per_queue", "anonymous KB/queue added"),
+               ("queues_kb_per_queue", "RSS KB/queue added, index pages out"), ("open_files", "open files")],
     "groups": [("groups", "groups"), ("offsets", "offsets"), ("pull_msgs_s", "pull msg/s"), ("rss_mb", "RSS MB"),
                ("persist_ms", "offset persist ms"), ("offset_file_kb", "offset file KB")],
     "connections": [("idle", "idle connections"), ("busy_sends", "busy sends"), ("busy_p50_ms", "busy p50 ms"),

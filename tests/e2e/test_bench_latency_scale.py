@@ -48,11 +48,13 @@ def test_the_scale_bench_prints_its_curves() -> None:
                 first_send = cells.pop(3)
                 assert first_send != "-" if i == len(rows) - 1 else re.fullmatch(r"-|[\d,.]+", first_send), row
                 # what a queue added costs, over the first point: none there, a figure at every later one
-                per_queue = [cells.pop(10), cells.pop(10)]
+                per_queue = [cells.pop(12), cells.pop(12), cells.pop(12)]
                 assert all(c == "-" if i == 0 else re.fullmatch(r"-?[\d,.]+", c) for c in per_queue), row
             assert "-" not in cells[1:] or curve == "connections", row
-    # the sends' CPU, the collector's share of it and the thorough checkpoint's, each a column of its own
+    # the sends' CPU, the collector's share of it and the thorough checkpoint's, each a column of its own; the RSS,
+    # its anonymous part and the index files' pages (which follow the messages), each per queue added too
     assert re.search(r"^\| topics \| queues \| create ms/topic \| first send µs CPU \| broker CPU µs/msg \| "
-                     r"of it collector µs/msg \| thorough checkpoint CPU s \| µs/msg with thorough \| sends/s \| "
-                     r"RSS MB \| of it anonymous MB \| RSS KB/queue added \| anonymous KB/queue added \|", out,
+                     r"of it collector µs/msg \| thorough checkpoint CPU s \| thorough in window \| "
+                     r"µs/msg with thorough \| sends/s \| RSS MB \| of it anonymous MB \| of it index pages MB \| "
+                     r"RSS KB/queue added \| anonymous KB/queue added \| RSS KB/queue added, index pages out \|", out,
                      re.M), out

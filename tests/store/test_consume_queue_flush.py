@@ -69,8 +69,10 @@ def test_a_periodic_checkpoint_leaves_lightly_written_queues_and_its_recovery_po
         await store.start()
         expected: dict[tuple[str, int], list[int]] = {}
         await _spread(store, 4 * QUEUES, expected)
+        thorough = store.runtime_info()["thorough_checkpoints"]
         store.flush_and_checkpoint()  # thorough: every queue durable, the recovery point at the log's end
         assert store.checkpoint_offset == store.max_phy_offset
+        assert store.runtime_info()["thorough_checkpoints"] == thorough + 1  # counted (brokerStatus shows it)
         oldest_unflushed = store.max_phy_offset
         await _spread(store, 3 * QUEUES, expected)  # 3 entries a queue: far under 2 pages
         hot = []
@@ -84,11 +86,13 @@ def test_a_periodic_checkpoint_leaves_lightly_written_queues_and_its_recovery_po
         # The commit log (one), the hot queue's two files and the index file: none of the spread queues' files.
         assert 1 <= len(synced) <= 5, len(synced)
         assert store.checkpoint_offset == oldest_unflushed
+        assert store.runtime_info()["thorough_checkpoints"] == thorough + 1  # a periodic one left queues: not counted
         # flushConsumeQueueThoroughInterval passed: the next periodic checkpoint flushes all.
         store._thorough_at -= config.flush_consume_queue_thorough_interval_ms / 1000
         _periodic_checkpoint(store)
         assert store.checkpoint_offset == store.max_phy_offset
         assert not store.queues.pending
+        assert store.runtime_info()["thorough_checkpoints"] == thorough + 2
         await store.shutdown()
 
     run(main)

@@ -147,7 +147,7 @@ class DefaultMessageStore:
         self._closing: asyncio.Task[None] | None = None  # the shutdown under way or done
         self._counters = dict.fromkeys(
             ("put_calls", "put_groups", "appends", "dispatch_errors", "corrupt_reads", "checkpoints",
-             "flush_timeouts"), 0
+             "thorough_checkpoints", "flush_timeouts"), 0
         )
         self.confirm = ConfirmOffset()
         self.group_commit = GroupCommit(
@@ -395,6 +395,7 @@ class DefaultMessageStore:
         journaled = least == 0 and not thorough and below is None  # the periodic thorough one: a tails journal
         if least == 0:
             self._thorough_at = now
+            self._counters["thorough_checkpoints"] += 1  # taken: every queue's entries made durable
         self._snapshots_taken += 1
         snap = _Snapshot(Checkpoint(), index_files=self.index.dirty_files(), earlier=list(self._in_flight),
                          seq=self._snapshots_taken)
