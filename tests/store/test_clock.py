@@ -463,3 +463,62 @@ def test_a_slave_saves_the_marks_of_a_frame_once(tmp_path: Path, following: bool
             await slave.shutdown()
 
     run(main)
+
+
+@pytest.mark.parametrize("then", ["checkpoint", "crash"])
+def test_a_slave_keeps_the_marks_of_a_frame_its_clock_file_could_not_take(tmp_path: Path, then: str,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A slave copies a frame whose records step back twice (a second, then 40 ms) onto a full disk (a real tmpfs):
+    the records go into the log's preallocated segment, the clock file's one save for the frame fails. The marks
+    stay in memory: the next checkpoint writes them all; or, after a crash, the checkpoint on disk is the one before
+    the frame, and recovery marks its records again. Either way the search by time stays exact."""
+    from tests.disk_helpers import fill_disk, tmpfs
+
+    async def mastered() -> tuple[list[int], bytes, int, list[int]]:
+        async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
+            stamps = await _put_spaced(master, 4)
+            first_end = master.max_phy_offset
+            for step in (-1, -0.05):
+                wall_step(master, step)
+                stamps += await _put_spaced(master, 4)
+            return stamps, bytes(master.commit_log.read_raw(0, master.max_phy_offset)), first_end, \
+                master.clock.steps_back()
+
+    stamps, data, first_end, marks = run(mastered)
+    assert len(marks) == 2
+    with tmpfs(tmp_path / "disk") as disk:
+        config = make_config(os.path.join(disk, "slave"), disk_space_warning_level_ratio=100,
+                             message_index_enable=False)
+
+        def on_disk() -> list[int]:
+            return StoreClock(config.store_path_root_dir).steps_back()
+
+        async def copied() -> None:
+            slave = DefaultMessageStore(config)
+            slave.replica = True
+            await slave.start()
+            assert slave.append_replicated(0, data[:first_end]) == first_end
+            slave.flush_and_checkpoint()
+            fill_disk(disk)
+            with caplog.at_level(logging.ERROR, "txmq.store"):
+                assert slave.append_replicated(first_end, data[first_end:]) == len(data) - first_end
+            assert "not saved" in caplog.text
+            assert slave.clock.steps_back() == marks
+            assert on_disk() == []
+            if then == "crash":
+                slave.close_without_shutdown()
+                os.unlink(os.path.join(disk, "filler"))
+                return
+            os.unlink(os.path.join(disk, "filler"))
+            slave.flush_and_checkpoint()
+            assert on_disk() == marks
+            await slave.shutdown()
+
+        run(copied)
+
+        async def reopened() -> None:
+            async with DefaultMessageStore(config) as store:
+                assert set(marks) <= set(store.clock.steps_back())
+                _assert_search_exact(store, stamps)
+
+        run(reopened)
