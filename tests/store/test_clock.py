@@ -522,3 +522,73 @@ def test_a_slave_keeps_the_marks_of_a_frame_its_clock_file_could_not_take(tmp_pa
                 _assert_search_exact(store, stamps)
 
         run(reopened)
+
+
+def test_a_slave_copying_frames_cut_anywhere_across_segment_ends_and_a_crash_keeps_every_mark(tmp_path: Path) -> None:
+    """A master's log of three segments whose clock stepped back (by 50 ms or a second) every seventh record, copied
+    by a slave in frames cut at arbitrary bytes (a record split between two frames, a frame of no whole record, one
+    across a segment's end and its BLANK marker), the slave crashing once half way, its clock file as the checkpoint
+    before left it (the crash came before the saves of the frames after it): the slave marks every step its master
+    marked (recovery those of the records past the checkpoint), and its search by time is exact, before and after
+    its reopen."""
+    import random
+
+    async def mastered() -> tuple[list[int], bytes, list[int]]:
+        async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
+            stamps: list[int] = []
+            mono, wall = master.clock.monotonic_ns, master.clock.wall_ns
+            shift = {"mono": 0, "wall": 0}  # (not a lambda over the last: hundreds of puts)
+            master.clock.monotonic_ns = lambda: mono() + shift["mono"]
+            master.clock.wall_ns = lambda: wall() + shift["wall"]
+            while master.max_phy_offset < 2 * SEGMENT + SEGMENT // 2:
+                shift["mono"] += 10_000_000
+                shift["wall"] += 10_000_000 - (0 if len(stamps) % 7 else 50_000_000 if len(stamps) % 3 else 10**9)
+                result = (await master.put_message(msg(body=b"x" * 400))).append_result
+                assert result is not None
+                stamps.append(result.store_timestamp)
+            data = b""
+            while len(data) < master.max_phy_offset:  # a segment at a time
+                data += master.commit_log.read_raw(len(data), master.max_phy_offset - len(data))
+            return stamps, data, master.clock.steps_back()
+
+    stamps, data, marks = run(mastered)
+    assert len(marks) > 40 and len(data) > 2 * SEGMENT
+    config = make_config(tmp_path / "slave")
+    cuts = random.Random(7)
+
+    async def copy(slave: DefaultMessageStore, until: int) -> None:
+        """The master's bytes up to ``until`` in frames of random sizes, each with what the last left untaken."""
+        sent = slave.max_phy_offset
+        while sent < until:
+            sent = min(until, sent + cuts.choice([1, 50, 333, 1000, 5000, 20000]))
+            slave.append_replicated(slave.max_phy_offset, data[slave.max_phy_offset:sent])
+
+    async def first_half() -> None:
+        slave = DefaultMessageStore(config)
+        slave.replica = True
+        await slave.start()
+        await copy(slave, SEGMENT + 7000)
+        slave.flush_and_checkpoint()
+        clock_file = Path(config.store_path_root_dir) / "clock"
+        checkpointed = clock_file.read_bytes()
+        await copy(slave, SEGMENT + 30000)
+        assert len(slave.clock.steps_back()) > len(json.loads(checkpointed)["marks"])
+        slave.close_without_shutdown()
+        clock_file.write_bytes(checkpointed)  # the crash came before the clock file's saves since the checkpoint
+
+    run(first_half)
+
+    async def second_half() -> None:
+        slave = DefaultMessageStore(config)
+        slave.replica = True
+        await slave.start()
+        await copy(slave, len(data))
+        assert slave.max_phy_offset == len(data)
+        assert set(marks) <= set(slave.clock.steps_back())
+        _assert_search_exact(slave, stamps)
+        await slave.shutdown()
+        async with DefaultMessageStore(config) as reopened:
+            assert set(marks) <= set(reopened.clock.steps_back())
+            _assert_search_exact(reopened, stamps)
+
+    run(second_half)
