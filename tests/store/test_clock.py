@@ -592,3 +592,68 @@ def test_a_slave_copying_frames_cut_anywhere_across_segment_ends_and_a_crash_kee
             _assert_search_exact(reopened, stamps)
 
     run(second_half)
+
+
+def test_a_slave_crashing_inside_a_cut_of_its_log_compares_the_next_record_with_no_stamp_of_a_dropped_one(
+        tmp_path: Path) -> None:
+    """A slave copied four records of its old master and a fifth stamped a second earlier (a step back, marked).
+    Its new master's log ends after the fourth: the slave cuts its log there, the checkpoint below the cut written,
+    and crashes before the checkpoint after it. That checkpoint's recovery point is the cut, so recovery reads no
+    record and the last store timestamp is the checkpoint's, which was the dropped fifth record's. The new master's
+    fifth record, stamped half a second before the fourth, is a step back the search must know: compared with the
+    dropped record's stamp instead of the fourth's, it was not marked, and the search by time took the fourth and
+    the fifth for one rising stretch."""
+    import shutil
+
+    old_root, new_root = tmp_path / "old", tmp_path / "new"
+
+    async def masters() -> tuple[list[int], bytes, int, bytes]:
+        async with DefaultMessageStore(make_config(old_root)) as old:
+            stamps = await _put_spaced(old, 4)
+            cut = old.max_phy_offset
+        shutil.copytree(old_root, new_root)
+        async with DefaultMessageStore(make_config(old_root)) as old:
+            wall_step(old, -1)
+            await _put_spaced(old, 1)
+            old_data = bytes(old.commit_log.read_raw(0, old.max_phy_offset))
+        async with DefaultMessageStore(make_config(new_root)) as new:
+            wall_step(new, (stamps[-1] - 500 - new.clock.wall_ms()) / 1000)
+            stamps += await _put_spaced(new, 1)
+            assert stamps[-1] < stamps[-2]
+            new_data = bytes(new.commit_log.read_raw(cut, new.max_phy_offset - cut))
+        return stamps, old_data, cut, new_data
+
+    stamps, old_data, cut, new_data = run(masters)
+    config = make_config(tmp_path / "slave")
+
+    async def crashed_in_the_cut() -> None:
+        slave = DefaultMessageStore(config)
+        slave.replica = True
+        await slave.start()
+        slave.append_replicated(0, old_data)
+        slave.flush_and_checkpoint()
+        checkpoint = slave.replica_log._write_checkpoint
+
+        def then_crash(below: int | None) -> None:
+            if below is None:
+                raise OSError("the process died here")
+            checkpoint(below)
+
+        slave.replica_log._write_checkpoint = then_crash
+        with pytest.raises(OSError, match="died"):
+            slave.truncate_replicated(cut)
+        slave.close_without_shutdown()
+
+    run(crashed_in_the_cut)
+
+    async def copied_from_the_new_master() -> None:
+        slave = DefaultMessageStore(config)
+        slave.replica = True
+        await slave.start()
+        assert slave.max_phy_offset == cut and slave.recovery_report.records_scanned == 0
+        slave.append_replicated(cut, new_data)
+        assert cut in slave.clock.steps_back()
+        _assert_search_exact(slave, stamps)
+        await slave.shutdown()
+
+    run(copied_from_the_new_master)
