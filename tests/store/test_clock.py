@@ -463,3 +463,197 @@ def test_a_slave_saves_the_marks_of_a_frame_once(tmp_path: Path, following: bool
             await slave.shutdown()
 
     run(main)
+
+
+@pytest.mark.parametrize("then", ["checkpoint", "crash"])
+def test_a_slave_keeps_the_marks_of_a_frame_its_clock_file_could_not_take(tmp_path: Path, then: str,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A slave copies a frame whose records step back twice (a second, then 40 ms) onto a full disk (a real tmpfs):
+    the records go into the log's preallocated segment, the clock file's one save for the frame fails. The marks
+    stay in memory: the next checkpoint writes them all; or, after a crash, the checkpoint on disk is the one before
+    the frame, and recovery marks its records again. Either way the search by time stays exact."""
+    from tests.disk_helpers import fill_disk, tmpfs
+
+    async def mastered() -> tuple[list[int], bytes, int, list[int]]:
+        async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
+            stamps = await _put_spaced(master, 4)
+            first_end = master.max_phy_offset
+            for step in (-1, -0.05):
+                wall_step(master, step)
+                stamps += await _put_spaced(master, 4)
+            return stamps, bytes(master.commit_log.read_raw(0, master.max_phy_offset)), first_end, \
+                master.clock.steps_back()
+
+    stamps, data, first_end, marks = run(mastered)
+    assert len(marks) == 2
+    with tmpfs(tmp_path / "disk") as disk:
+        config = make_config(os.path.join(disk, "slave"), disk_space_warning_level_ratio=100,
+                             message_index_enable=False)
+
+        def on_disk() -> list[int]:
+            return StoreClock(config.store_path_root_dir).steps_back()
+
+        async def copied() -> None:
+            slave = DefaultMessageStore(config)
+            slave.replica = True
+            await slave.start()
+            assert slave.append_replicated(0, data[:first_end]) == first_end
+            slave.flush_and_checkpoint()
+            fill_disk(disk)
+            with caplog.at_level(logging.ERROR, "txmq.store"):
+                assert slave.append_replicated(first_end, data[first_end:]) == len(data) - first_end
+            assert "not saved" in caplog.text
+            assert slave.clock.steps_back() == marks
+            assert on_disk() == []
+            if then == "crash":
+                slave.close_without_shutdown()
+                os.unlink(os.path.join(disk, "filler"))
+                return
+            os.unlink(os.path.join(disk, "filler"))
+            slave.flush_and_checkpoint()
+            assert on_disk() == marks
+            await slave.shutdown()
+
+        run(copied)
+
+        async def reopened() -> None:
+            async with DefaultMessageStore(config) as store:
+                assert set(marks) <= set(store.clock.steps_back())
+                _assert_search_exact(store, stamps)
+
+        run(reopened)
+
+
+def test_a_slave_copying_frames_cut_anywhere_across_segment_ends_and_a_crash_keeps_every_mark(tmp_path: Path) -> None:
+    """A master's log of three segments whose clock stepped back (by 50 ms or a second) every seventh record, copied
+    by a slave in frames cut at arbitrary bytes (a record split between two frames, a frame of no whole record, one
+    across a segment's end and its BLANK marker), the slave crashing once half way, its clock file as the checkpoint
+    before left it (the crash came before the saves of the frames after it): the slave marks every step its master
+    marked (recovery those of the records past the checkpoint), and its search by time is exact, before and after
+    its reopen."""
+    import random
+
+    async def mastered() -> tuple[list[int], bytes, list[int]]:
+        async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
+            stamps: list[int] = []
+            mono, wall = master.clock.monotonic_ns, master.clock.wall_ns
+            shift = {"mono": 0, "wall": 0}  # (not a lambda over the last: hundreds of puts)
+            master.clock.monotonic_ns = lambda: mono() + shift["mono"]
+            master.clock.wall_ns = lambda: wall() + shift["wall"]
+            while master.max_phy_offset < 2 * SEGMENT + SEGMENT // 2:
+                shift["mono"] += 10_000_000
+                shift["wall"] += 10_000_000 - (0 if len(stamps) % 7 else 50_000_000 if len(stamps) % 3 else 10**9)
+                result = (await master.put_message(msg(body=b"x" * 400))).append_result
+                assert result is not None
+                stamps.append(result.store_timestamp)
+            data = b""
+            while len(data) < master.max_phy_offset:  # a segment at a time
+                data += master.commit_log.read_raw(len(data), master.max_phy_offset - len(data))
+            return stamps, data, master.clock.steps_back()
+
+    stamps, data, marks = run(mastered)
+    assert len(marks) > 40 and len(data) > 2 * SEGMENT
+    config = make_config(tmp_path / "slave")
+    cuts = random.Random(7)
+
+    async def copy(slave: DefaultMessageStore, until: int) -> None:
+        """The master's bytes up to ``until`` in frames of random sizes, each with what the last left untaken."""
+        sent = slave.max_phy_offset
+        while sent < until:
+            sent = min(until, sent + cuts.choice([1, 50, 333, 1000, 5000, 20000]))
+            slave.append_replicated(slave.max_phy_offset, data[slave.max_phy_offset:sent])
+
+    async def first_half() -> None:
+        slave = DefaultMessageStore(config)
+        slave.replica = True
+        await slave.start()
+        await copy(slave, SEGMENT + 7000)
+        slave.flush_and_checkpoint()
+        clock_file = Path(config.store_path_root_dir) / "clock"
+        checkpointed = clock_file.read_bytes()
+        await copy(slave, SEGMENT + 30000)
+        assert len(slave.clock.steps_back()) > len(json.loads(checkpointed)["marks"])
+        slave.close_without_shutdown()
+        clock_file.write_bytes(checkpointed)  # the crash came before the clock file's saves since the checkpoint
+
+    run(first_half)
+
+    async def second_half() -> None:
+        slave = DefaultMessageStore(config)
+        slave.replica = True
+        await slave.start()
+        await copy(slave, len(data))
+        assert slave.max_phy_offset == len(data)
+        assert set(marks) <= set(slave.clock.steps_back())
+        _assert_search_exact(slave, stamps)
+        await slave.shutdown()
+        async with DefaultMessageStore(config) as reopened:
+            assert set(marks) <= set(reopened.clock.steps_back())
+            _assert_search_exact(reopened, stamps)
+
+    run(second_half)
+
+
+def test_a_slave_crashing_inside_a_cut_of_its_log_compares_the_next_record_with_no_stamp_of_a_dropped_one(
+        tmp_path: Path) -> None:
+    """A slave copied four records of its old master and a fifth stamped a second earlier (a step back, marked).
+    Its new master's log ends after the fourth: the slave cuts its log there, the checkpoint below the cut written,
+    and crashes before the checkpoint after it. That checkpoint's recovery point is the cut, so recovery reads no
+    record and the last store timestamp is the checkpoint's, which was the dropped fifth record's. The new master's
+    fifth record, stamped half a second before the fourth, is a step back the search must know: compared with the
+    dropped record's stamp instead of the fourth's, it was not marked, and the search by time took the fourth and
+    the fifth for one rising stretch."""
+    import shutil
+
+    old_root, new_root = tmp_path / "old", tmp_path / "new"
+
+    async def masters() -> tuple[list[int], bytes, int, bytes]:
+        async with DefaultMessageStore(make_config(old_root)) as old:
+            stamps = await _put_spaced(old, 4)
+            cut = old.max_phy_offset
+        shutil.copytree(old_root, new_root)
+        async with DefaultMessageStore(make_config(old_root)) as old:
+            wall_step(old, -1)
+            await _put_spaced(old, 1)
+            old_data = bytes(old.commit_log.read_raw(0, old.max_phy_offset))
+        async with DefaultMessageStore(make_config(new_root)) as new:
+            wall_step(new, (stamps[-1] - 500 - new.clock.wall_ms()) / 1000)
+            stamps += await _put_spaced(new, 1)
+            assert stamps[-1] < stamps[-2]
+            new_data = bytes(new.commit_log.read_raw(cut, new.max_phy_offset - cut))
+        return stamps, old_data, cut, new_data
+
+    stamps, old_data, cut, new_data = run(masters)
+    config = make_config(tmp_path / "slave")
+
+    async def crashed_in_the_cut() -> None:
+        slave = DefaultMessageStore(config)
+        slave.replica = True
+        await slave.start()
+        slave.append_replicated(0, old_data)
+        slave.flush_and_checkpoint()
+        checkpoint = slave.replica_log._write_checkpoint
+
+        def then_crash(below: int | None) -> None:
+            if below is None:
+                raise OSError("the process died here")
+            checkpoint(below)
+
+        slave.replica_log._write_checkpoint = then_crash
+        with pytest.raises(OSError, match="died"):
+            slave.truncate_replicated(cut)
+        slave.close_without_shutdown()
+
+    run(crashed_in_the_cut)
+
+    async def copied_from_the_new_master() -> None:
+        slave = DefaultMessageStore(config)
+        slave.replica = True
+        await slave.start()
+        assert slave.max_phy_offset == cut and slave.recovery_report.records_scanned == 0
+        slave.append_replicated(cut, new_data)
+        assert cut in slave.clock.steps_back()
+        _assert_search_exact(slave, stamps)
+        await slave.shutdown()
+
+    run(copied_from_the_new_master)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import random
 import shutil
@@ -590,5 +591,45 @@ def test_a_slave_whose_new_queue_file_cannot_be_made_loses_no_entry(tmp_path: Pa
                 shutil.rmtree(fillers)
                 await replicate((0, b"a2"), (2, b"c2"))
                 _assert_holds(slave, {0: [b"a", b"a2"], 2: [b"c0", b"c", b"c2"]})
+
+        run(main)
+
+
+def test_a_slave_whose_index_file_cannot_be_made_loses_no_entry(tmp_path: Path) -> None:
+    """A slave's disk is full when its master's records fill its index file (128 entries here) and the next one must
+    be made: the records are in the slave's log before they are dispatched, so the index's error may not stop the
+    dispatch half way. Every record of the chunk gets its consume-queue entry and its arrival is told; the error is
+    raised after, and once there is room every record is at its place in its queue (the HA session goes on from the
+    slave's log end: a record left out then was never put)."""
+    with tmpfs(tmp_path / "disk") as disk:
+        slave_config = make_config(os.path.join(disk, "slave"), disk_space_warning_level_ratio=100,
+                                   mapped_file_size_consume_queue=20 * 256)
+
+        async def main() -> None:
+            async with _master_and_slave(tmp_path / "master", slave_config) as (master, slave):
+                bodies: list[bytes] = []
+                arrived: list[int] = []
+                slave.confirm.listeners.append(lambda topic, qid, next_offset: arrived.append(next_offset))
+
+                async def replicate(n: int) -> None:
+                    for _ in range(n):
+                        bodies.append(b"m%d" % len(bodies))
+                        assert (await master.put_message(msg("T", bodies[-1], KEYS=bodies[-1].decode()))).ok
+                    start = slave.max_phy_offset
+                    slave.append_replicated(start, master.commit_log.read_raw(start, master.max_phy_offset - start))
+
+                await replicate(120)
+                slave.flush_and_checkpoint()
+                fill_disk(disk, 0)
+                with pytest.raises(OSError) as raised:
+                    await replicate(20)  # the index file is full at its 128th entry
+                assert raised.value.errno == errno.ENOSPC
+                assert slave.max_phy_offset == master.max_phy_offset  # the records are in the slave's log
+                assert arrived[-1] == 140
+                os.unlink(os.path.join(disk, "filler"))
+                await replicate(2)
+                assert slave.get_max_offset_in_queue("T", 0) == len(bodies) == 142
+                got = [slave.get_message("T", 0, i, 1, 1 << 30).messages for i in range(len(bodies))]
+                assert [decode_message(w[0])[0].body for w in got] == bodies
 
         run(main)

@@ -325,3 +325,32 @@ def test_a_promoted_slave_serves_the_anchors_it_mapped_from_before_its_account_b
             assert all(299_900 <= age < 302_000 for age in ages), ages
 
     run(main)
+
+
+@pytest.mark.parametrize("delay_s", [0.3, 0.7, 1.1])
+def test_a_slave_killed_while_copying_its_masters_steps_back_keeps_every_mark(tmp_path, delay_s):
+    """A real process holding a master, whose wall clock steps back every seventh put, and its slave copying over
+    HA and checkpointing every 100 ms, is killed (SIGKILL) anywhere: between a frame's records and its clock file's
+    save, in a checkpoint, in a put. Reopened, the slave has every mark its master made in what it copied (those
+    the clock file did not get, recovery made again from the records past the checkpoint), and its search by time
+    is exact over all of it."""
+    from tests.killed_child import lines_until_killed
+    from tests.store.test_clock import _assert_search_exact
+
+    lines_until_killed(os.path.join(os.path.dirname(__file__), "crash_slave.py"),
+                       [str(tmp_path / "m"), str(tmp_path / "s")], delay_s, min_lines=50)
+
+    async def main() -> None:
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            end = slave.max_phy_offset
+            marks = [m for m in master.clock.steps_back() if m < end]
+            assert len(marks) >= 3, (end, marks)
+            assert set(marks) <= set(slave.clock.steps_back())
+            count = slave.get_max_offset_in_queue("T", 0)
+            stamps = [decode_message(slave.get_message("T", 0, i, 1, 1 << 30).messages[0])[0].store_timestamp
+                      for i in range(count)]
+            assert slave.commit_log.read_raw(0, min(end, 4096)) == master.commit_log.read_raw(0, min(end, 4096))
+            _assert_search_exact(slave, stamps)
+
+    run(main)

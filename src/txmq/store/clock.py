@@ -65,6 +65,8 @@ log = logging.getLogger("txmq.store")
 TOLERANCE_MS = 100  # the wall clock may drift this far from the account before a new anchor is made
 ARRIVAL_ANCHOR_EVERY_MS = 1000  # a slave's anchors at arrival, at most this often
 VERSION = 1
+
+
 class StoreClock:
     """The elapsed-time account and the time line of one store. Used on the loop thread; ``save`` may run in the
     checkpoint's worker thread."""

@@ -445,7 +445,9 @@ class DefaultMessageStore:
         snap.checkpoint = Checkpoint(
             recovery_offset=recovery if below is None else min(recovery, below),
             written_at_ms=self.clock.wall_ms(),
-            last_store_timestamp=self.commit_log.last_store_timestamp,
+            # Below a cut, the last record's stamp is a dropped one's: the one before the recovery point is not known
+            # (0), and the first record a slave copies there after a crash is marked, not compared with it
+            last_store_timestamp=self.commit_log.last_store_timestamp if below is None else 0,
             # encoded below, while the loop thread holds still
             queues=self.queues.counts if below is None else self.queues.counts_below(below),
             index_files=self.index.names(),

@@ -129,8 +129,9 @@ class ReplicaLog:
         """Append the whole records at the start of a master's bytes from ``offset`` as they are, dispatch them
         (consume queues, index, dispatchers, arrival listeners) and return how many bytes were taken. Raises
         ``CorruptRecordError`` (nothing written) for bytes that are not valid records at those offsets, and the
-        ``OSError`` of a consume-queue file that could not be written (a full disk) once every record is dispatched:
-        the records are in the log and the session goes on from its end, so no queue's entries may be left out."""
+        ``OSError`` of a consume-queue or index file that could not be written (a full disk) once every record is
+        dispatched: the records are in the log and the session goes on from its end, so no queue's entries may be
+        left out."""
         commit_log, clock, queues = self.commit_log, self.clock, self.queues
         records = commit_log.append_raw(offset, data)
         arrived: dict[tuple[str, int], int] = {}  # next queue offset per queue
@@ -144,8 +145,12 @@ class ReplicaLog:
             commit_log.last_store_timestamp = reqs[-1].store_timestamp
         for req in reqs:
             phy = req.commit_log_offset
-            build_index(self.index, index_enabled, req.topic, req.sys_flag, req.keys, req.uniq_key, phy,
-                        req.store_timestamp)
+            try:
+                build_index(self.index, index_enabled, req.topic, req.sys_flag, req.keys, req.uniq_key, phy,
+                            req.store_timestamp)
+            except OSError as exc:  # a new index file or its next megabyte on a full disk: the frame's later keys
+                failed.append(exc)  # are not indexed, and its records go on to their queues and dispatchers
+                index_enabled = False
             run_dispatchers(self._dispatchers, req, self._counters)
             if builds_consume_queue(req.sys_flag):
                 key = (req.topic, req.queue_id)
