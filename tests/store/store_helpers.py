@@ -8,9 +8,10 @@ from collections.abc import Awaitable, Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from txmq.message import MessageExt, decode_message
+from txmq.message import HEAD_SIZE, MessageExt, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
 from txmq.store.mapped_file import offset_to_name
+from txmq.store.record import TRAILER_SIZE, seal
 from txmq.store.recovery import RecoveryReport
 
 SEGMENT = 64 * 1024
@@ -45,6 +46,25 @@ def flip_byte(path: str | os.PathLike[str], pos: int) -> None:
         b = f.read(1)
         f.seek(pos)
         f.write(bytes([b[0] ^ 0xFF]))
+
+
+def spoil_record(rec: bytearray, field: str) -> None:
+    """Make a stored record one only a broken or hostile master sends, its trailer CRC right: its topic
+    (``"topic"``) or its last property (``"properties"``) not UTF-8, or its properties' length one short of the
+    record (``"layout"``: they decode, cut short)."""
+    topic_at = HEAD_SIZE + int.from_bytes(rec[HEAD_SIZE - 4 : HEAD_SIZE], "big")
+    props_at = topic_at + 1 + rec[topic_at]
+    props_len = int.from_bytes(rec[props_at : props_at + 2], "big")
+    assert rec[topic_at] > 0 and props_at + 2 + props_len == len(rec) - TRAILER_SIZE
+    if field == "topic":
+        rec[topic_at + 1] = 0xFF
+    elif field == "properties":
+        assert props_len > 0
+        rec[-TRAILER_SIZE - 1] = 0xFF
+    else:
+        assert field == "layout" and props_len > 0, field
+        rec[props_at : props_at + 2] = (props_len - 1).to_bytes(2, "big")
+    seal(rec)
 
 
 def segment_path(config: StoreConfig, offset: int) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from tests.store.store_helpers import SEGMENT, make_config, msg, run
+from tests.store.store_helpers import SEGMENT, make_config, msg, run, spoil_record
+from txmq.errors import CorruptRecordError
 from txmq.launch import free_port
 from txmq.store import DefaultMessageStore, PutMessageStatus
 from txmq.store.ha import HAClient, HAConfig, HAConnection, HAService
@@ -153,8 +154,25 @@ def test_ha_port_refuses_garbage_and_wrong_peers_with_one_line_each(tmp_path, ca
     assert any("outside" in line for line in lines)
 
 
-def test_slave_refuses_a_stream_that_is_not_valid_records_and_writes_nothing(tmp_path, caplog):
+async def _spoiled_frame(root: Path, field: str) -> bytes:
+    """A master's first three records (one per queue, each with a key), the second spoiled (``spoil_record``): a
+    frame whose records all pass their CRC and size checks but whose second does not decode."""
+    async with DefaultMessageStore(make_config(root)) as master:
+        for q in range(3):
+            assert (await master.put_message(msg(queue_id=q, KEYS=f"k{q}"))).ok
+        frame = bytearray(master.commit_log.read_raw(0, master.max_phy_offset))
+        first = master.commit_log.read(0)
+        second = master.commit_log.read(len(first))
+    rec = bytearray(second)
+    spoil_record(rec, field)
+    frame[len(first) : len(first) + len(rec)] = rec
+    return bytes(frame)
+
+
+@pytest.mark.parametrize("stream", ["random bytes", "a record whose topic is not UTF-8"])
+def test_slave_refuses_a_stream_that_is_not_valid_records_and_writes_nothing(tmp_path, caplog, stream):
     port = free_port()
+    junk = os.urandom(4096)
 
     async def fake_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -162,7 +180,6 @@ def test_slave_refuses_a_stream_that_is_not_valid_records_and_writes_nothing(tmp
             await read_hello(reader)
             writer.write(Welcome(True, 1 << 20, 0, bytes(8)).encode())
             start = REPORT.unpack(await reader.readexactly(8))[0]
-            junk = os.urandom(4096)
             writer.write(Transfer(start, len(junk), -1, 0).encode() + junk)
             await writer.drain()
             await reader.read()
@@ -170,6 +187,9 @@ def test_slave_refuses_a_stream_that_is_not_valid_records_and_writes_nothing(tmp
             writer.close()
 
     async def go() -> int:
+        nonlocal junk
+        if stream != "random bytes":
+            junk = await _spoiled_frame(tmp_path / "m", "topic")
         server = await asyncio.start_server(fake_master, "127.0.0.1", port)
         async with DefaultMessageStore(make_config(tmp_path / "s")) as slave:
             client = HAClient(slave, _ha(1, port))
@@ -184,7 +204,32 @@ def test_slave_refuses_a_stream_that_is_not_valid_records_and_writes_nothing(tmp
         assert run(go) == 0
     lines = [r.getMessage() for r in caplog.records if r.name == "txmq.ha"]
     assert any("not valid records" in line and "nothing written" in line for line in lines), lines
+    assert stream == "random bytes" or all("not UTF-8" in line for line in lines), lines
     assert len(lines) == len(set(lines))  # one line per problem, not one per retry
+
+
+@pytest.mark.parametrize("field", ["topic", "properties", "layout"])
+def test_a_frame_with_a_record_that_does_not_decode_is_refused_whole_and_nothing_written(tmp_path, field):
+    """A record whose CRC is right but whose topic or properties are not UTF-8 (or do not fill it) comes only
+    from a broken or hostile master. The frame's records were written to the slave's log before they were decoded
+    for dispatch: the decoding failed, none of the frame was dispatched, and the session went on from the log's
+    end, so its records never reached their queues. Such a frame is refused whole, nothing written; the master's
+    valid bytes are then taken at the same offset."""
+
+    async def go() -> None:
+        frame = await _spoiled_frame(tmp_path / "m", field)
+        async with DefaultMessageStore(make_config(tmp_path / "m")) as master, \
+                DefaultMessageStore(make_config(tmp_path / "s")) as slave:
+            first = len(master.commit_log.read(0))
+            with pytest.raises(CorruptRecordError, match=f"record at {first}"):
+                slave.append_replicated(0, frame)
+            assert slave.max_phy_offset == 0 and slave.commit_log.read_raw(0, len(frame)) == b""
+            assert [slave.get_max_offset_in_queue("T", q) for q in range(3)] == [0, 0, 0]
+            valid = master.commit_log.read_raw(0, master.max_phy_offset)
+            assert slave.append_replicated(0, valid) == len(valid)
+            assert [slave.get_max_offset_in_queue("T", q) for q in range(3)] == [1, 1, 1]
+
+    run(go)
 
 
 @pytest.mark.parametrize("new_records", [0, 30])

@@ -11,7 +11,15 @@ import pytest
 
 from tests.killed_child import lines_until_killed
 from tests.store.crash_writer import body_for
-from tests.store.store_helpers import assert_killed_cleanly, flip_byte, make_config, msg, run, segment_path
+from tests.store.store_helpers import (
+    assert_killed_cleanly,
+    flip_byte,
+    make_config,
+    msg,
+    run,
+    segment_path,
+    spoil_record,
+)
 from txmq.errors import CorruptRecordError
 from txmq.message import MessageSysFlag, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
@@ -132,16 +140,34 @@ def test_flipped_byte_in_old_record_is_refused_on_read(root):
     run(main)
 
 
-@pytest.mark.parametrize("where", ["header", "body", "trailer"])
-def test_flipped_byte_in_the_tail_truncates_there(root, where):
+def _spoil_in_place(config: StoreConfig, offset: int, size: int, field: str) -> None:
+    """The record at ``offset`` spoiled (``spoil_record``) in its segment, its CRC right: what a slave wrote before it
+    decoded the records of its master's frames."""
+    path, pos = segment_path(config, offset), offset % config.mapped_file_size_commit_log
+    with open(path, "r+b") as fh:
+        fh.seek(pos)
+        rec = bytearray(fh.read(size))
+        spoil_record(rec, field)
+        fh.seek(pos)
+        fh.write(rec)
+
+
+@pytest.mark.parametrize("where", ["header", "body", "trailer", "topic", "properties", "layout"])
+def test_an_invalid_record_in_the_tail_truncates_there(root, where):
+    """A record in the tail that fails its checks ends the log, as does one whose CRC is right but whose topic or
+    properties are not UTF-8 or do not fill it (it cannot be dispatched; recovery raised and the store did not
+    open)."""
     config = make_config(root)
 
     async def main():
         _, offsets, _ = await _checkpoint_then_crash(config, 300, 100)
         victim = offsets[40]
         size = offsets[41] - victim
-        pos = {"header": 21, "body": 90, "trailer": size - 2}[where]
-        flip_byte(segment_path(config, victim), victim % config.mapped_file_size_commit_log + pos)
+        if where in ("topic", "properties", "layout"):
+            _spoil_in_place(config, victim, size, where)
+        else:
+            pos = {"header": 21, "body": 90, "trailer": size - 2}[where]
+            flip_byte(segment_path(config, victim), victim % config.mapped_file_size_commit_log + pos)
 
         reopened = DefaultMessageStore(config)
         report = reopened.recovery_report
@@ -757,6 +783,26 @@ def test_a_rebuild_over_a_damaged_page_keeps_the_records_before_it_and_is_not_do
     finally:
         store.close_without_shutdown()
     assert not problems, problems
+
+
+def test_a_rebuild_skips_a_record_that_does_not_decode_and_puts_back_the_others(root: Path) -> None:
+    """A record before the recovery point whose CRC is right but whose topic is not UTF-8 (a slave wrote it before
+    it decoded its master's frames), and its consume queue lost: the rebuild's scan raised and the store did not
+    open. The rebuild skips it as it skips a record that fails its checks; every other record is put back."""
+    config = make_config(root)
+    offsets: list[int] = []
+    run(lambda: _log_of_three_segments_then_crash(config, offsets))
+    _spoil_in_place(config, offsets[500], offsets[501] - offsets[500], "topic")
+    shutil.rmtree(os.path.join(config.store_path_root_dir, "consumequeue", "T", "0"))
+    store = DefaultMessageStore(config)
+    try:
+        report = store.recovery_report
+        assert report.consume_queues_rebuilt == ["T/0"] and report.end_offset == store.max_phy_offset
+        assert any(f"rebuild skipped an invalid record at {offsets[500]}" in e for e in report.events), report.events
+        put_back = [q for q, o in enumerate(offsets) if store.get_commit_log_offset_in_queue("T", 0, q) == o]
+        assert put_back == [q for q in range(len(offsets)) if q != 500]
+    finally:
+        store.close_without_shutdown()
 
 
 @pytest.mark.parametrize("page, only_topic_deleted", [(3, False), (None, False), (3, True)])

@@ -7,6 +7,7 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from txmq.errors import CorruptRecordError, StoreError
 from txmq.message import MESSAGE_MAGIC_CODE
@@ -31,6 +32,7 @@ SCAN_CHUNK = 4 << 20  # recovery reads the log in chunks this large
 # fit in: less than the largest record, which maxMessageSize, unbounded, may make larger than this)
 BLANK_SEARCH_BYTES = 64 << 20
 _LONG = struct.Struct(">q")
+Decoded = TypeVar("Decoded")  # what a slave makes of each replicated record (its dispatch request)
 
 
 @dataclass
@@ -120,20 +122,24 @@ class CommitLog:
         self.max_offset = pos
         return offsets
 
-    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> list[tuple[int, memoryview]]:
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview,
+                   decode: Callable[[memoryview, int], Decoded]) -> list[Decoded]:
         """Write the whole records at the start of ``data`` (a master's bytes from ``offset``, which must be the
-        end of this log) as they are; return each record's offset and bytes. A slave's log stays byte-identical.
+        end of this log) as they are; return ``decode(record, its offset)`` of each. A slave's log stays
+        byte-identical.
 
-        Every record is validated before anything is written (magic, size, trailer CRC, PHYSICALOFFSET); a BLANK
-        marker must fill the rest of its segment. An incomplete record at the end is left for the next call;
-        a record that fails validation raises ``CorruptRecordError`` and nothing of this call is written.
+        Every record is validated (magic, size, trailer CRC, PHYSICALOFFSET) and decoded before anything is
+        written, once: a record that passes its checks may still not decode (``decode`` raises
+        ``CorruptRecordError``), and one written but not dispatched would never reach its queues. A BLANK marker
+        must fill the rest of its segment. An incomplete record at the end is left for the next call; a record
+        that fails validation or decoding raises ``CorruptRecordError`` and nothing of this call is written.
         Refused (``DurabilityLostError``) once durability is lost.
         """
         if offset != self.max_offset:
             raise StoreError(f"replicated bytes at {offset}, but the log ends at {self.max_offset}")
         self.durability.check()
         view = memoryview(data)
-        records: list[tuple[int, memoryview]] = []
+        records: list[Decoded] = []
         plan: list[tuple[int, int, int]] = []  # (segment start, first offset, end offset) of each write
         pos, i = offset, 0
         while len(view) - i >= 8:
@@ -149,7 +155,7 @@ class CommitLog:
             rec = view[i : i + total]
             if magic == MESSAGE_MAGIC_CODE:
                 check_record(rec, pos)
-                records.append((pos, rec))
+                records.append(decode(rec, pos))
             if plan and plan[-1][0] == seg_start:
                 plan[-1] = (seg_start, plan[-1][1], pos + total)
             else:
@@ -305,11 +311,12 @@ class CommitLog:
         on_corrupt: Callable[[int, str], None] | None = None,
     ) -> ScanResult:
         """Validate records from ``start`` (a record boundary) to ``end`` or the end of the log; call
-        ``on_record`` for each.
+        ``on_record`` for each. A record ``on_record`` cannot decode (it raises ``CorruptRecordError``: a topic or
+        properties not UTF-8, whose CRC is right) fails validation.
 
         Stops at the first record that fails validation, unless ``on_corrupt`` is given (rebuilds): then a
-        record with a bad CRC is skipped by its size, and a bad magic or size skips the rest of the segment, as do
-        zeros before ``end``.
+        record with a bad CRC (or not decoded) is skipped by its size, and a bad magic or size skips the rest of
+        the segment, as do zeros before ``end``.
         A zero TOTALSIZE and magic ends the log, also in a segment that is not the last (as in RocketMQ's
         recovery, where only a BLANK marker goes on with the next file): zeros before a segment's end and its
         BLANK marker are pages a power loss took while the kernel had written back later ones, all after the log's
@@ -356,13 +363,13 @@ class CommitLog:
                 rec = memoryview(chunk)[cpos : cpos + total]
                 try:
                     check_record(rec, pos)
+                    on_record(pos, rec)
                 except CorruptRecordError as exc:
                     if on_corrupt is None:
                         return self._stopped(result, pos, str(exc))
                     on_corrupt(pos, str(exc))
                     pos += total
                     continue
-                on_record(pos, rec)
                 result.records += 1
                 result.bytes_scanned += total
                 pos += total

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from txmq.errors import CorruptRecordError
 from txmq.message import HEAD_SIZE, MessageConst, MessageSysFlag, java_string_hash, string_to_properties
-from txmq.store.record import HEADER
+from txmq.store.record import HEADER, TRAILER_SIZE
 
 if TYPE_CHECKING:
     from txmq.store.index import IndexService
@@ -94,16 +95,24 @@ def run_dispatchers(dispatchers: list[Callable[[DispatchRequest], None]], req: D
 
 
 def request_from_record(rec: memoryview, offset: int) -> DispatchRequest:
-    """Build the request from a stored, already validated record (recovery and rebuilds)."""
+    """Build the request from a stored record that passed ``check_record`` (a slave's replicated frame, recovery,
+    rebuilds). Its CRC does not make it decodable: a broken or hostile master's record may hold a topic or
+    properties that are not UTF-8, or lengths that do not fill it. Raises ``CorruptRecordError`` for those, so that
+    decoding a record is also its last check (a slave decodes a frame's records before writing them)."""
     fields = HEADER.unpack_from(rec, 0)
     total, queue_id, queue_offset, sys_flag, born_ts = fields[0], fields[3], fields[5], fields[7], fields[8]
     store_ts, prepared, body_len = fields[10], fields[13], fields[14]
     p = HEAD_SIZE + body_len
-    topic_len = rec[p]
-    topic = bytes(rec[p + 1 : p + 1 + topic_len]).decode()
-    p += 1 + topic_len
-    props_len = int.from_bytes(rec[p : p + 2], "big")
-    props = string_to_properties(bytes(rec[p + 2 : p + 2 + props_len]).decode())
+    topic_end = p + 1 + rec[p]
+    props_len = int.from_bytes(rec[topic_end : topic_end + 2], "big")
+    if topic_end + 2 + props_len != total - TRAILER_SIZE:
+        raise CorruptRecordError(f"record at {offset}: its topic and properties do not fill it")
+    try:
+        topic = bytes(rec[p + 1 : topic_end]).decode()
+        props = string_to_properties(bytes(rec[topic_end + 2 : topic_end + 2 + props_len]).decode())
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"record at {offset}: its topic or properties are not UTF-8 ({exc.reason})") \
+            from None
     return DispatchRequest(
         topic=topic,
         queue_id=queue_id,

@@ -8,8 +8,9 @@
    recorded, a gap, an entry pointing past R; an index file the checkpoint listed) are rebuilt by one scan
    of the log up to R. This is the only path whose time grows with the log, and it only runs when a derived
    file was lost.
-4. Every record from R on is validated (magic, sizes, trailer CRC, PHYSICALOFFSET) and dispatched again
-   (consume queue, index, the dispatchers given at open). The first bad record ends the log: the rest of its
+4. Every record from R on is validated (magic, sizes, trailer CRC, PHYSICALOFFSET), decoded and dispatched
+   again (consume queue, index, the dispatchers given at open). The first bad record (one that does not decode
+   among them) ends the log: the rest of its
    segment is zeroed and later segments are deleted. The tail is read as the disk holds it: its cached pages
    are dropped first (``_read_from_disk``).
 

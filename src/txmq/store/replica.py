@@ -128,17 +128,17 @@ class ReplicaLog:
     def append(self, offset: int, data: bytes | bytearray | memoryview) -> int:
         """Append the whole records at the start of a master's bytes from ``offset`` as they are, dispatch them
         (consume queues, index, dispatchers, arrival listeners) and return how many bytes were taken. Raises
-        ``CorruptRecordError`` (nothing written) for bytes that are not valid records at those offsets, and the
-        ``OSError`` of a consume-queue or index file that could not be written (a full disk) once every record is
-        dispatched: the records are in the log and the session goes on from its end, so no queue's entries may be
-        left out."""
+        ``CorruptRecordError`` (nothing written) for bytes that are not valid records at those offsets or hold a
+        record that does not decode (each is decoded before any is written: one in the log but not dispatched
+        would never reach its queues), and the ``OSError`` of a consume-queue or index file that could not be
+        written (a full disk) once every record is dispatched: the records are in the log and the session goes on
+        from its end, so no queue's entries may be left out."""
         commit_log, clock, queues = self.commit_log, self.clock, self.queues
-        records = commit_log.append_raw(offset, data)
+        reqs = commit_log.append_raw(offset, data, request_from_record)
         arrived: dict[tuple[str, int], int] = {}  # next queue offset per queue
         runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}  # consecutive entries per queue
         index_enabled = self.config.message_index_enable
         failed: list[OSError] = []
-        reqs = [request_from_record(rec, phy) for phy, rec in records]
         if reqs:  # the frame's place on the time line before any of its records is dispatched
             clock.replicated([(req.commit_log_offset, req.store_timestamp) for req in reqs],
                              commit_log.last_store_timestamp)
@@ -163,7 +163,7 @@ class ReplicaLog:
                 arrived[key] = req.consume_queue_offset + 1
         for key, (first, entries) in runs.items():  # one write per queue and file, as a put does
             _put_run(queues, key, first, entries, failed)
-        self._counters["appends"] += len(records)
+        self._counters["appends"] += len(reqs)
         self.confirm.notify(arrived, commit_log.max_offset)
         if failed:
             raise failed[0]
