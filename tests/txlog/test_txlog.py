@@ -461,6 +461,8 @@ def test_a_check_meeting_a_lock_of_another_session_answers_unknown_after_its_wai
                 locker.rollback()
             assert txlog.check_local_transaction(checked(committed)) == COMMIT
             assert txlog.check_local_transaction(checked(unknown)) == ROLLBACK
+        waits = [r.getMessage() for r in caplog.records if "waited" in r.getMessage()]
+        assert len(waits) == 2 and all(r.levelno < logging.WARNING for r in caplog.records), caplog.text
     finally:
         engine.dispose()
 

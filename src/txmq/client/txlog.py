@@ -43,8 +43,10 @@ DEFAULT_RETENTION = timedelta(days=7)
 # How long a check waits on PostgreSQL (for a local transaction in flight, a lock, an answer) before it answers
 # UNKNOWN: the check threads are few, and one that waits for good holds back the checks of every other transaction.
 DEFAULT_CHECK_TIMEOUT_S = 10.0
-# A check's connection is cut this long after ``check_timeout_s`` when the server has not reported its own timeout:
-# nothing is coming back on it.
+# Past ``check_timeout_s``, a lock wait is reported first (lock_timeout), then a statement slow for another reason
+# (statement_timeout, this much later: at the same value it would always report first), and this much later still
+# the check's connection is cut: the server has reported nothing, so nothing is coming back on it.
+_STATEMENT_AFTER_S = 1.0
 _CUT_AFTER_S = 2.0
 _LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout
 
@@ -110,10 +112,9 @@ class TransactionLog:
         self.check_timeout_s = check_timeout_s
         # On PostgreSQL each of the check's transactions waits that long at most (SET LOCAL: the connection is the
         # pool's, shared with the local transactions). SQLite's wait is the engine's busy timeout.
-        timeout_ms = str(int(check_timeout_s * 1000))
-        self._bound_wait = (None if engine.dialect.name != "postgresql" else
-                            sa.select(sa.func.set_config("lock_timeout", timeout_ms, True),
-                                      sa.func.set_config("statement_timeout", timeout_ms, True)))
+        self._bound_wait = (None if engine.dialect.name != "postgresql" else sa.select(
+            sa.func.set_config("lock_timeout", _ms(check_timeout_s), True),
+            sa.func.set_config("statement_timeout", _ms(check_timeout_s + _STATEMENT_AFTER_S), True)))
         self._outage = _Outage(table)
         self._closed = threading.Event()
         self._purger: threading.Thread | None = None
@@ -386,6 +387,10 @@ def _socket_fd(conn: Connection) -> int | None:
     """The descriptor of a psycopg connection's socket; None for other drivers (SQLite's is a file)."""
     pgconn = getattr(conn.connection.dbapi_connection, "pgconn", None)
     return pgconn.socket if pgconn is not None else None
+
+
+def _ms(seconds: float) -> str:
+    return str(int(seconds * 1000))
 
 
 def _sqlstate(exc: DBAPIError) -> str | None:
