@@ -528,3 +528,39 @@ def test_a_check_on_a_connection_that_never_answers_answers_unknown(postgres: Po
     finally:
         relay.close()
         engine.dispose()
+
+
+def test_hundreds_of_checks_at_once_with_duplicates_and_unknown_ids(postgres: PostgresServer) -> None:
+    """300 checks on 60 threads at once: each of 40 committed transactions and 40 ids the producer never wrote
+    (a crashed process's, or no one's) checked twice, and a transaction in flight checked 20 times while it
+    commits. Committed: COMMIT; never written: ROLLBACK, one fence each, every duplicate the same; in flight:
+    COMMIT or UNKNOWN (it waited past its bound), never ROLLBACK."""
+    import concurrent.futures
+
+    engine = create_engine(postgres.create_schema(f"many{free_port()}"))
+    try:
+        ORDERS.metadata.create_all(engine)
+        with TransactionLog(engine, check_timeout_s=2.0) as txlog:
+            committed = [create_uniq_id() for _ in range(40)]
+            for n, tx in enumerate(committed):
+                assert txlog.execute_local_transaction(half(tx), insert_order(f"o-{n}")) == COMMIT
+            strangers = [create_uniq_id() for _ in range(40)]
+            in_flight = create_uniq_id()
+            ids = [*committed, *strangers] * 2 + [in_flight] * 20
+            ids = [*ids, *committed, *strangers][:300]
+            with held_open(txlog, in_flight, "o-flight") as answers, \
+                    concurrent.futures.ThreadPoolExecutor(60) as pool:
+                futures = [pool.submit(txlog.check_local_transaction, checked(tx)) for tx in ids]
+                time.sleep(1.0)
+            got: dict[str, set[LocalTransactionState]] = {}
+            for tx, future in zip(ids, futures, strict=True):
+                got.setdefault(tx, set()).add(future.result(30))
+            assert answers == [COMMIT]
+        assert all(got[tx] == {COMMIT} for tx in committed), got
+        assert all(got[tx] == {ROLLBACK} for tx in strangers), got
+        assert got[in_flight] <= {COMMIT, UNKNOWN} and got[in_flight], got[in_flight]
+        rows = log_rows(engine, txlog)
+        assert rows == {**dict.fromkeys(committed, "COMMIT"), **dict.fromkeys(strangers, "ROLLBACK"),
+                        in_flight: "COMMIT"}
+    finally:
+        engine.dispose()
