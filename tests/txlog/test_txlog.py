@@ -564,3 +564,25 @@ def test_hundreds_of_checks_at_once_with_duplicates_and_unknown_ids(postgres: Po
                         in_flight: "COMMIT"}
     finally:
         engine.dispose()
+
+
+def test_close_returns_while_the_purge_waits_on_a_lock(postgres: PostgresServer) -> None:
+    """Retention's delete waits on a lock another session holds on the log table (or on a database that stopped
+    answering): ``close()``, called at the producer's shutdown, still returns, leaving the purge thread (a
+    daemon) to end on its own."""
+    engine = create_engine(postgres.create_schema(f"purgelock{free_port()}"))
+    try:
+        txlog = TransactionLog(engine, retention=timedelta(milliseconds=1), purge_interval_s=0.1)
+        assert txlog.execute_local_transaction(half(create_uniq_id()), None) == COMMIT  # starts the purge thread
+        with engine.connect() as locker:
+            locker.execute(sa.text(f"LOCK TABLE {txlog.table.name} IN ACCESS EXCLUSIVE MODE"))
+            time.sleep(1.0)  # the purge thread's next round waits on the lock
+            closer = threading.Thread(target=txlog.close)
+            closer.start()
+            closer.join(20)
+            returned = not closer.is_alive()
+            locker.rollback()
+        closer.join(30)
+        assert returned, "close() did not return while the purge waited on a lock"
+    finally:
+        engine.dispose()

@@ -48,6 +48,7 @@ DEFAULT_CHECK_TIMEOUT_S = 10.0
 # the check's connection is cut: the server has reported nothing, so nothing is coming back on it.
 _STATEMENT_AFTER_S = 1.0
 _CUT_AFTER_S = 2.0
+_CLOSE_WAIT_S = 5.0  # how long ``close`` waits for a purge in progress
 _LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout
 
 LocalWork = Callable[[Connection], Any]
@@ -299,10 +300,16 @@ class TransactionLog:
                          self.retention)
 
     def close(self) -> None:
-        """Stop the purge thread (the engine is the caller's)."""
+        """Stop the purge thread (the engine is the caller's). A purge waiting on the database (a lock another
+        session holds, a server that stopped answering) is waited for ``_CLOSE_WAIT_S`` at most, then left to end
+        on its own: it is a daemon thread, and it stops at its next batch."""
         self._closed.set()
-        if self._purger is not None:
-            self._purger.join()
+        if self._purger is None:
+            return
+        self._purger.join(_CLOSE_WAIT_S)
+        if self._purger.is_alive():
+            log.warning("transaction log %s closed while its purge still waits on the database: left to end on its "
+                        "own", self.table.name)
 
     def __enter__(self) -> TransactionLog:
         return self
