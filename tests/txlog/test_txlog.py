@@ -586,3 +586,24 @@ def test_close_returns_while_the_purge_waits_on_a_lock(postgres: PostgresServer)
         assert returned, "close() did not return while the purge waited on a lock"
     finally:
         engine.dispose()
+
+
+def test_a_check_on_sqlite_meeting_a_transaction_held_open_answers_unknown_as_a_lock_wait(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """On SQLite a check waits the engine's busy timeout for a local transaction held open, then answers UNKNOWN
+    (never ROLLBACK, no fence) and says it waited for a lock: the database is not down, and no outage is logged."""
+    caplog.set_level(logging.INFO, "txmq.client")
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.db'}", connect_args={"timeout": 0.5})
+    try:
+        ORDERS.metadata.create_all(engine)
+        with TransactionLog(engine) as txlog:
+            tx = create_uniq_id()
+            with held_open(txlog, tx, "o-held") as answers:
+                answer, took = timed_check(txlog, tx, 10)
+                assert answer == UNKNOWN, (answer, took)
+            assert answers == [COMMIT]
+            assert txlog.check_local_transaction(checked(tx)) == COMMIT
+        assert any("waited for a lock" in r.getMessage() for r in caplog.records), caplog.text
+        assert all(r.levelno < logging.WARNING for r in caplog.records), caplog.text
+    finally:
+        engine.dispose()

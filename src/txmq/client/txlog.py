@@ -50,6 +50,7 @@ _STATEMENT_AFTER_S = 1.0
 _CUT_AFTER_S = 2.0
 _CLOSE_WAIT_S = 5.0  # how long ``close`` waits for a purge in progress
 _LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout
+_SQLITE_BUSY = 5  # SQLite's "database is locked": its busy timeout ran out
 
 LocalWork = Callable[[Connection], Any]
 
@@ -199,11 +200,11 @@ class TransactionLog:
                 # A pooled connection opened before an outage fails once, and the pool is renewed: ask again.
                 state = self._read_or_fence(tx_id)
         except DBAPIError as exc:
-            if _sqlstate(exc) != _LOCK_NOT_AVAILABLE:
+            if not _waited_for_lock(exc):
                 self._outage.down(exc, unknown=True)
                 return UNKNOWN
-            log.info("check of %s waited %.1f s for a lock (its local transaction still open, or another session's):"
-                     " UNKNOWN, asked again later", tx_id, self.check_timeout_s)
+            log.info("check of %s waited for a lock as long as it may (its local transaction still open, or another "
+                     "session's): UNKNOWN, asked again later", tx_id)
             return UNKNOWN
         except SQLAlchemyError as exc:
             self._outage.down(exc, unknown=True)
@@ -400,8 +401,12 @@ def _ms(seconds: float) -> str:
     return str(int(seconds * 1000))
 
 
-def _sqlstate(exc: DBAPIError) -> str | None:
-    return getattr(exc.orig, "sqlstate", None)
+def _waited_for_lock(exc: DBAPIError) -> bool:
+    """The database answered that a lock was not granted in time: PostgreSQL's lock_timeout, SQLite's busy
+    timeout ("database is locked"). Not an outage."""
+    sqlite_code = getattr(exc.orig, "sqlite_errorcode", None)
+    return (getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE
+            or (isinstance(sqlite_code, int) and sqlite_code & 0xFF == _SQLITE_BUSY))  # extended codes included
 
 
 def _server_stamp(engine: Engine, local_ms: Any) -> Any:
