@@ -562,6 +562,53 @@ def test_shutdown_returns_while_a_check_never_returns(cluster):
             stopper.join(30)
 
 
+HANGING_CHECK_CHILD = """
+import sys, threading
+from txmq import LocalTransactionState, Message, TransactionProducer
+
+entered = threading.Event()
+
+class Hanging:
+    def execute_local_transaction(self, msg, arg):
+        return LocalTransactionState.UNKNOWN
+
+    def check_local_transaction(self, msg):
+        entered.set()
+        threading.Event().wait()  # a database call that never returns
+
+producer = TransactionProducer("p_tx_check_hangs_exit", Hanging(), sys.argv[1])
+producer.start()
+producer.send_message_in_transaction(Message(sys.argv[2], b"hang-1"))
+assert entered.wait(30), "no check came"
+producer.shutdown()
+print("shut down", flush=True)
+"""
+
+
+def test_a_process_exits_after_shutdown_while_a_check_never_returns(cluster):
+    """``shutdown()`` returns while a check hangs (the test above), and the process then ends when its main
+    thread does: a producer process that hung at exit could not be restarted by its supervisor's stop."""
+    cluster.start_broker("broker-a", TX_CONF)
+    topic = "tx_check_hangs_exit"
+    create_topic(cluster, topic, 1)
+    proc = subprocess.Popen([sys.executable, "-c", HANGING_CHECK_CHILD, cluster.namesrv_addr, topic],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster.env)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "shut down", proc.stderr.read() if proc.stderr else ""
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the process did not exit after shutdown() returned")
+        assert proc.returncode == 0
+    finally:
+        proc.kill()
+        proc.wait(10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
 @contextlib.contextmanager
 def committing_producer(cluster, group: str, topic: str,
                         consumer_group: str) -> Iterator[tuple[TransactionProducer, Switchable, Collector]]:

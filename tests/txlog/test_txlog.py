@@ -382,3 +382,228 @@ def test_bad_uses_are_refused_with_the_reason(tmp_path: Path) -> None:
         assert log_rows(engine, log) == {}
     finally:
         engine.dispose()
+
+
+# --- a check that would wait: a transaction held open, a lock held by another session, a database gone silent ------
+
+
+@contextlib.contextmanager
+def held_open(txlog: TransactionLog, tx: str, order_id: str) -> Any:
+    """A local transaction whose work stays inside its database transaction until the block ends; yields the list
+    its answer is put in once it ends (the work then returns, and the transaction commits)."""
+    inside, release = threading.Event(), threading.Event()
+    answers: list[LocalTransactionState] = []
+
+    def work(conn: Any) -> None:
+        conn.execute(ORDERS.insert().values(order_id=order_id))
+        inside.set()
+        release.wait(60)
+
+    t = threading.Thread(target=lambda: answers.append(txlog.execute_local_transaction(half(tx), work)))
+    t.start()
+    try:
+        assert inside.wait(10)
+        yield answers
+    finally:
+        release.set()
+        t.join(30)
+
+
+def timed_check(txlog: TransactionLog, tx: str, limit_s: float) -> tuple[LocalTransactionState | None, float]:
+    """A check on a thread of its own (the test goes on if it never returns): its answer, or None past
+    ``limit_s``, and how long it took."""
+    answer: list[LocalTransactionState] = []
+    began = time.monotonic()
+    t = threading.Thread(target=lambda: answer.append(txlog.check_local_transaction(checked(tx))), daemon=True)
+    t.start()
+    t.join(limit_s)
+    return (answer[0] if answer else None), time.monotonic() - began
+
+
+def test_a_check_of_a_transaction_held_open_answers_unknown_after_its_wait(postgres: PostgresServer) -> None:
+    """A local transaction stays open (its work waits on something else): a check waits for it ``check_timeout_s``
+    at most, then answers UNKNOWN, never ROLLBACK (it may still commit) and writes no fence; the broker asks again
+    and, once it has committed, gets COMMIT. Checks of other transactions answer meanwhile."""
+    engine = create_engine(postgres.create_schema(f"held{free_port()}"))
+    try:
+        ORDERS.metadata.create_all(engine)
+        with TransactionLog(engine, check_timeout_s=1.0) as txlog:
+            tx, other = create_uniq_id(), create_uniq_id()
+            assert txlog.execute_local_transaction(half(other), insert_order("o-other")) == COMMIT
+            with held_open(txlog, tx, "o-held") as answers:
+                for _ in range(3):  # the broker's repeated checks of the same transaction
+                    answer, took = timed_check(txlog, tx, 8)
+                    assert answer == UNKNOWN and took < 4, (answer, took)
+                assert timed_check(txlog, other, 8)[0] == COMMIT
+                assert log_rows(engine, txlog) == {other: "COMMIT"}  # no fence went in
+            assert answers == [COMMIT]
+            assert txlog.check_local_transaction(checked(tx)) == COMMIT
+            assert orders(engine) == {"o-held", "o-other"}
+    finally:
+        engine.dispose()
+
+
+def test_a_check_meeting_a_lock_of_another_session_answers_unknown_after_its_wait(
+        postgres: PostgresServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Another session holds the log table (a migration's ALTER, an operator's LOCK TABLE): checks wait
+    ``check_timeout_s`` at most and answer UNKNOWN, then the right answer once the lock is gone."""
+    caplog.set_level(logging.INFO, "txmq.client")
+    engine = create_engine(postgres.create_schema(f"locked{free_port()}"))
+    try:
+        with TransactionLog(engine, check_timeout_s=1.0) as txlog:
+            committed, unknown = create_uniq_id(), create_uniq_id()
+            assert txlog.execute_local_transaction(half(committed), None) == COMMIT
+            with engine.connect() as locker:
+                locker.execute(sa.text(f"LOCK TABLE {txlog.table.name} IN ACCESS EXCLUSIVE MODE"))
+                for tx in (committed, unknown):
+                    answer, took = timed_check(txlog, tx, 8)
+                    assert answer == UNKNOWN and took < 4, (answer, took)
+                locker.rollback()
+            assert txlog.check_local_transaction(checked(committed)) == COMMIT
+            assert txlog.check_local_transaction(checked(unknown)) == ROLLBACK
+        waits = [r.getMessage() for r in caplog.records if "waited" in r.getMessage()]
+        assert len(waits) == 2 and all(r.levelno < logging.WARNING for r in caplog.records), caplog.text
+    finally:
+        engine.dispose()
+
+
+class Stalls:
+    """A TCP relay to PostgreSQL that, once ``stalled`` is set, stops forwarding either way while keeping every
+    connection open: what a client sees of a hung server, a dead NAT entry or a relay that stopped."""
+
+    def __init__(self, port: int) -> None:
+        self.target = ("127.0.0.1", port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.stalled = threading.Event()
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.socks += [client, server]
+            threading.Thread(target=self._pipe, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if not self.stalled.is_set():
+                    dst.sendall(data)
+
+    def close(self) -> None:
+        self.listener.close()
+        for s in self.socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+def test_a_check_on_a_connection_that_never_answers_answers_unknown(postgres: PostgresServer,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The database stops answering in the middle of the connection's life (nothing reaches it, nothing comes
+    back, the TCP connection stays up): the check answers UNKNOWN after ``check_timeout_s`` and a little more, not
+    never, and logs the outage; a connection cut that way is not given back to the pool."""
+    caplog.set_level(logging.INFO, "txmq.client")
+    relay = Stalls(postgres.port)
+    url = postgres.create_schema(f"stall{relay.port}").replace(f":{postgres.port}/", f":{relay.port}/")
+    engine = create_engine(url)
+    invalidated: list[object] = []
+    sa.event.listen(engine, "invalidate", lambda dbapi_conn, record, exc: invalidated.append(dbapi_conn))
+    try:
+        with TransactionLog(engine, check_timeout_s=1.0) as txlog:
+            tx = create_uniq_id()
+            assert txlog.execute_local_transaction(half(tx), None) == COMMIT
+            relay.stalled.set()
+            answer, took = timed_check(txlog, tx, 15)
+            assert answer == UNKNOWN and took < 8, (answer, took)
+            warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert len(warnings) == 1 and "unreachable" in warnings[0], warnings
+            assert len(invalidated) == 1  # the cut connection was thrown away
+    finally:
+        relay.close()
+        engine.dispose()
+
+
+def test_hundreds_of_checks_at_once_with_duplicates_and_unknown_ids(postgres: PostgresServer) -> None:
+    """300 checks on 60 threads at once: each of 40 committed transactions and 40 ids the producer never wrote
+    (a crashed process's, or no one's) checked twice, and a transaction in flight checked 20 times while it
+    commits. Committed: COMMIT; never written: ROLLBACK, one fence each, every duplicate the same; in flight:
+    COMMIT or UNKNOWN (it waited past its bound), never ROLLBACK."""
+    import concurrent.futures
+
+    engine = create_engine(postgres.create_schema(f"many{free_port()}"))
+    try:
+        ORDERS.metadata.create_all(engine)
+        with TransactionLog(engine, check_timeout_s=2.0) as txlog:
+            committed = [create_uniq_id() for _ in range(40)]
+            for n, tx in enumerate(committed):
+                assert txlog.execute_local_transaction(half(tx), insert_order(f"o-{n}")) == COMMIT
+            strangers = [create_uniq_id() for _ in range(40)]
+            in_flight = create_uniq_id()
+            ids = [*committed, *strangers] * 2 + [in_flight] * 20
+            ids = [*ids, *committed, *strangers][:300]
+            with held_open(txlog, in_flight, "o-flight") as answers, \
+                    concurrent.futures.ThreadPoolExecutor(60) as pool:
+                futures = [pool.submit(txlog.check_local_transaction, checked(tx)) for tx in ids]
+                time.sleep(1.0)
+            got: dict[str, set[LocalTransactionState]] = {}
+            for tx, future in zip(ids, futures, strict=True):
+                got.setdefault(tx, set()).add(future.result(30))
+            assert answers == [COMMIT]
+        assert all(got[tx] == {COMMIT} for tx in committed), got
+        assert all(got[tx] == {ROLLBACK} for tx in strangers), got
+        assert got[in_flight] <= {COMMIT, UNKNOWN} and got[in_flight], got[in_flight]
+        rows = log_rows(engine, txlog)
+        assert rows == {**dict.fromkeys(committed, "COMMIT"), **dict.fromkeys(strangers, "ROLLBACK"),
+                        in_flight: "COMMIT"}
+    finally:
+        engine.dispose()
+
+
+def test_close_returns_while_the_purge_waits_on_a_lock(postgres: PostgresServer) -> None:
+    """Retention's delete waits on a lock another session holds on the log table (or on a database that stopped
+    answering): ``close()``, called at the producer's shutdown, still returns, leaving the purge thread (a
+    daemon) to end on its own."""
+    engine = create_engine(postgres.create_schema(f"purgelock{free_port()}"))
+    try:
+        txlog = TransactionLog(engine, retention=timedelta(milliseconds=1), purge_interval_s=0.1)
+        assert txlog.execute_local_transaction(half(create_uniq_id()), None) == COMMIT  # starts the purge thread
+        with engine.connect() as locker:
+            locker.execute(sa.text(f"LOCK TABLE {txlog.table.name} IN ACCESS EXCLUSIVE MODE"))
+            time.sleep(1.0)  # the purge thread's next round waits on the lock
+            closer = threading.Thread(target=txlog.close)
+            closer.start()
+            closer.join(20)
+            returned = not closer.is_alive()
+            locker.rollback()
+        closer.join(30)
+        assert returned, "close() did not return while the purge waited on a lock"
+    finally:
+        engine.dispose()
+
+
+def test_a_check_on_sqlite_meeting_a_transaction_held_open_answers_unknown_as_a_lock_wait(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """On SQLite a check waits the engine's busy timeout for a local transaction held open, then answers UNKNOWN
+    (never ROLLBACK, no fence) and says it waited for a lock: the database is not down, and no outage is logged."""
+    caplog.set_level(logging.INFO, "txmq.client")
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.db'}", connect_args={"timeout": 0.5})
+    try:
+        ORDERS.metadata.create_all(engine)
+        with TransactionLog(engine) as txlog:
+            tx = create_uniq_id()
+            with held_open(txlog, tx, "o-held") as answers:
+                answer, took = timed_check(txlog, tx, 10)
+                assert answer == UNKNOWN, (answer, took)
+            assert answers == [COMMIT]
+            assert txlog.check_local_transaction(checked(tx)) == COMMIT
+        assert any("waited for a lock" in r.getMessage() for r in caplog.records), caplog.text
+        assert all(r.levelno < logging.WARNING for r in caplog.records), caplog.text
+    finally:
+        engine.dispose()

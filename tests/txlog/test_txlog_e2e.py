@@ -53,6 +53,7 @@ class Recorder:
         self.log = log
         self.execute_answer = execute_answer
         self.checks: list[tuple[float, float, str, LocalTransactionState]] = []
+        self.started: Counter[str] = Counter()  # checks begun, by keys
         self.lock = threading.Lock()
 
     def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
@@ -61,6 +62,8 @@ class Recorder:
 
     def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
         began = time.monotonic()
+        with self.lock:
+            self.started[msg.keys or ""] += 1
         state = self.log.check_local_transaction(msg)
         with self.lock:
             self.checks.append((began, time.monotonic(), msg.keys or "", state))
@@ -265,3 +268,53 @@ def test_one_message_object_sent_in_two_transactions_is_two_transactions(cluster
     assert len(set(ids)) == 2, ids
     assert rows == {1, 2}
     assert committed_messages(cluster.namesrv_addr, topic) == Counter({1: 1, 2: 1})
+
+
+def test_a_transaction_held_open_does_not_hold_back_the_checks_of_others(cluster: Any, tmp_path: Path,
+                                                                          request: pytest.FixtureRequest) -> None:
+    """One local transaction stays open (its work waits on something else) while the broker checks it every
+    0.5 s; every END_TRANSACTION is lost. The checks of five other transactions, committed meanwhile, are still
+    answered and their messages delivered while it is open; it is answered UNKNOWN, never ROLLBACK, until it
+    commits, and then COMMIT."""
+    cluster.start_broker("broker-a", TX_CONF)
+    topic = "txlog_held"
+    create_topic(cluster, topic)
+    engine = create_engine(new_database_url("postgresql", tmp_path, request))
+    ORDERS.metadata.create_all(engine)
+    recorder = Recorder(TransactionLog(engine, check_timeout_s=1.0), execute_answer=UNKNOWN)
+    inside, release = threading.Event(), threading.Event()
+
+    def held(conn: Any) -> None:
+        conn.execute(ORDERS.insert().values(n=0))
+        inside.set()
+        release.wait(60)
+
+    def order(n: int) -> Any:
+        return lambda conn: conn.execute(ORDERS.insert().values(n=n))
+
+    try:
+        with TransactionProducer("p_txlog_held", recorder, cluster.namesrv_addr) as producer:
+            holder = threading.Thread(target=producer.send_message_in_transaction,
+                                      args=(Message(topic, b"0", keys="0"), held))
+            holder.start()
+            try:
+                assert inside.wait(15)
+                # As many of its checks as the producer has check threads have begun (each waits on it).
+                wait_for(lambda: recorder.started["0"] >= producer.check_thread_pool_size, 30, "checks of it")
+                for n in range(1, 6):
+                    producer.send_message_in_transaction(Message(topic, str(n).encode(), keys=str(n)), order(n))
+                wait_for(lambda: set(committed_messages(cluster.namesrv_addr, topic)) == {1, 2, 3, 4, 5}, 20,
+                         "the other transactions' messages while one is held open")
+                assert holder.is_alive()
+            finally:
+                release.set()
+                holder.join(30)
+            settle(cluster.namesrv_addr)
+        rows = business_rows(engine)
+    finally:
+        recorder.log.close()
+        engine.dispose()
+    assert rows == {0, 1, 2, 3, 4, 5}
+    assert committed_messages(cluster.namesrv_addr, topic) == Counter(rows)
+    held_answers = [state for _, _, keys, state in recorder.checks if keys == "0"]
+    assert UNKNOWN in held_answers and ROLLBACK not in held_answers and held_answers[-1] == COMMIT, held_answers

@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple, Protocol
@@ -111,13 +112,62 @@ class EndTransactionAnswer(NamedTuple):
 _DECIDED = (ResponseCode.SUCCESS, ResponseCode.TRANSACTION_SHOULD_COMMIT, ResponseCode.TRANSACTION_SHOULD_ROLLBACK)
 
 
+_Job = tuple[concurrent.futures.Future[None], Callable[..., None], tuple[Any, ...]]
+
+
+class CheckThreads:
+    """The producer's check threads: ``size`` daemon threads taking checks from a queue, in order. Not a
+    ``ThreadPoolExecutor``, whose threads the interpreter joins at exit: a check that never returns (a database
+    call without a timeout) would keep the process from ending after ``shutdown()`` gave up on it."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True) for i in range(size)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> concurrent.futures.Future[None]:
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("check threads shut down")
+            self._jobs.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        """Cancel the checks not begun and end each thread after its check in progress, without waiting."""
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[0].cancel()
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+
 class TransactionProducer(Producer):
     def __init__(self, group: str, listener: TransactionListener, namesrv: str | None = None, *,
                  check_thread_pool_size: int = 4, check_queue_size: int = 2000, **kwargs: Any) -> None:
         super().__init__(group, namesrv, **kwargs)
         self.listener = listener
         self.check_thread_pool_size = check_thread_pool_size
-        self._check_pool: concurrent.futures.ThreadPoolExecutor  # made at each start: shutdown() ends its threads
+        self._check_pool: CheckThreads  # made at each start: shutdown() ends its threads
         self._checking = threading.local()  # ``active`` while this thread runs ``check_local_transaction``
         self._check_slots = threading.BoundedSemaphore(check_queue_size)
         self._checks: set[concurrent.futures.Future[None]] = set()  # submitted, not done
@@ -147,7 +197,7 @@ class TransactionProducer(Producer):
         pool after this). Checks still running after ``_CHECKS_WAIT_S`` are left to return on their own, as
         RocketMQ's shutdown gives up on its check executor: a check that never returned (a database that hangs)
         kept ``shutdown()`` from returning. Their answers go nowhere; the broker checks again."""
-        self._check_pool.shutdown(wait=False, cancel_futures=True)
+        self._check_pool.shutdown()
         _, running = concurrent.futures.wait(self._checks, _CHECKS_WAIT_S)
         if running:
             log.warning("producer %s shuts down with %d check%s of local transactions still running: left to "
@@ -155,8 +205,7 @@ class TransactionProducer(Producer):
                         "" if len(running) == 1 else "s")
 
     def _new_runtime(self, borrow: bool = False) -> ClientRuntime:
-        self._check_pool = concurrent.futures.ThreadPoolExecutor(self.check_thread_pool_size,
-                                                                 thread_name_prefix=f"txmq-check-{self.group}")
+        self._check_pool = CheckThreads(self.check_thread_pool_size, f"txmq-check-{self.group}")
         return super()._new_runtime(borrow)
 
     # --- phase one and two ----------------------------------------------------------------------------

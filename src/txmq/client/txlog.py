@@ -5,9 +5,10 @@ The log is one table keyed by transaction id. ``execute_local_transaction`` writ
 user's writes, in one database transaction: a row saying COMMIT exists if and only if that transaction committed.
 A check reads the row; when there is none it writes one saying ROLLBACK (the *fence*). A local transaction still
 in flight then either committed first (the fence fails on the key and the check reads COMMIT) or meets the fence
-on its own first write and rolls back. Either way the answer is final and every later check repeats it: a check
-answers UNKNOWN only while the database cannot be reached. docs/transactions.md has the argument, the DDL and the
-isolation each database needs.
+on its own first write and rolls back. Either way the answer is final and every later check repeats it. A check
+answers UNKNOWN while the database cannot be reached, and on PostgreSQL when it waited ``check_timeout_s`` (for a
+local transaction still open, a lock, a database gone silent): never a guess. docs/transactions.md has the
+argument, the DDL and the isolation each database needs.
 
 Needs the ``db`` extra (``pip install 'txmq[db]'``): SQLAlchemy, and psycopg 3 for PostgreSQL.
 """
@@ -15,6 +16,8 @@ Needs the ``db`` extra (``pip install 'txmq[db]'``): SQLAlchemy, and psycopg 3 f
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +40,17 @@ _OUTCOMES: dict[str | None, LocalTransactionState] = {COMMIT.name: COMMIT, ROLLB
 # A check can come as long as the broker keeps the half message: RocketMQ's and txmq's fileReservedTime defaults
 # to 72 h, and an operator may resume a discarded transaction until then. A week is past that with room to spare.
 DEFAULT_RETENTION = timedelta(days=7)
+# How long a check waits on PostgreSQL (for a local transaction in flight, a lock, an answer) before it answers
+# UNKNOWN: the check threads are few, and one that waits for good holds back the checks of every other transaction.
+DEFAULT_CHECK_TIMEOUT_S = 10.0
+# Past ``check_timeout_s``, a lock wait is reported first (lock_timeout), then a statement slow for another reason
+# (statement_timeout, this much later: at the same value it would always report first), and this much later still
+# the check's connection is cut: the server has reported nothing, so nothing is coming back on it.
+_STATEMENT_AFTER_S = 1.0
+_CUT_AFTER_S = 2.0
+_CLOSE_WAIT_S = 5.0  # how long ``close`` waits for a purge in progress
+_LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout
+_SQLITE_BUSY = 5  # SQLite's "database is locked": its busy timeout ran out
 
 LocalWork = Callable[[Connection], Any]
 
@@ -66,16 +80,21 @@ class TransactionLog:
     ``close``. ``retention`` must be longer than the brokers keep half messages (``fileReservedTime``): a check of
     a committed transaction whose row was deleted would be fenced and answered ROLLBACK. ``clock`` (tests inject
     one) stamps rows with its latest bound and takes retention's cutoff from its earliest, so that no step of the
-    wall clock deletes a row sooner than ``retention`` after it was written."""
+    wall clock deletes a row sooner than ``retention`` after it was written.
+
+    On PostgreSQL a check waits ``check_timeout_s`` at most, for a local transaction in flight, a lock another
+    session holds, or a server that does not answer, and then answers UNKNOWN (the broker asks again)."""
 
     def __init__(self, engine: Engine, table: str = "txmq_transaction_log", *, create: bool = True,
                  retention: timedelta = DEFAULT_RETENTION, purge_interval_s: float = 60.0,
-                 purge_batch: int = 1000, clock: WallClockBounds | None = None) -> None:
+                 purge_batch: int = 1000, clock: WallClockBounds | None = None,
+                 check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S) -> None:
         if engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:"):
             raise ValueError("an in-memory SQLite database is private to each connection, and a check runs on a "
                              "connection of its own: use a database file")
-        if retention <= timedelta(0) or purge_interval_s < 0 or purge_batch < 1:
-            raise ValueError("retention must be positive, purge_interval_s at least 0, purge_batch at least 1")
+        if retention <= timedelta(0) or purge_interval_s < 0 or purge_batch < 1 or check_timeout_s <= 0:
+            raise ValueError("retention and check_timeout_s must be positive, purge_interval_s at least 0, "
+                             "purge_batch at least 1")
         self.engine = engine
         self.table = log_table(table)
         # Built once: a statement built per call costs more Python time than the database's insert.
@@ -92,6 +111,12 @@ class TransactionLog:
         # A fence must wait for a local transaction in flight and then fail on its key, not on its snapshot
         # (REPEATABLE READ and SERIALIZABLE report a serialization failure there). SQLite serializes all writers.
         self._check_options = {} if engine.dialect.name == "sqlite" else {"isolation_level": "READ COMMITTED"}
+        self.check_timeout_s = check_timeout_s
+        # On PostgreSQL each of the check's transactions waits that long at most (SET LOCAL: the connection is the
+        # pool's, shared with the local transactions). SQLite's wait is the engine's busy timeout.
+        self._bound_wait = (None if engine.dialect.name != "postgresql" else sa.select(
+            sa.func.set_config("lock_timeout", _ms(check_timeout_s), True),
+            sa.func.set_config("statement_timeout", _ms(check_timeout_s + _STATEMENT_AFTER_S), True)))
         self._outage = _Outage(table)
         self._closed = threading.Event()
         self._purger: threading.Thread | None = None
@@ -174,6 +199,13 @@ class TransactionLog:
                     raise
                 # A pooled connection opened before an outage fails once, and the pool is renewed: ask again.
                 state = self._read_or_fence(tx_id)
+        except DBAPIError as exc:
+            if not _waited_for_lock(exc):
+                self._outage.down(exc, unknown=True)
+                return UNKNOWN
+            log.info("check of %s waited for a lock as long as it may (its local transaction still open, or another "
+                     "session's): UNKNOWN, asked again later", tx_id)
+            return UNKNOWN
         except SQLAlchemyError as exc:
             self._outage.down(exc, unknown=True)
             return UNKNOWN
@@ -182,18 +214,30 @@ class TransactionLog:
 
     def _read_or_fence(self, tx_id: str) -> LocalTransactionState:
         by_id = {"tx": tx_id}
-        with self.engine.connect().execution_options(**self._check_options) as conn:
-            outcome = conn.execute(self._read_row, by_id).scalar()
+        with (self.engine.connect().execution_options(**self._check_options) as conn,
+              _Deadline(conn, self.check_timeout_s + _CUT_AFTER_S)):
+            outcome = self._read(conn, by_id)
             conn.rollback()  # the read ends here: SQLite's write lock must be taken by the fence's first statement
             if outcome is None:
                 try:
                     with conn.begin():
+                        self._bound(conn)
                         conn.execute(self._insert_row, self._row(tx_id, ROLLBACK))
                     return ROLLBACK
                 except IntegrityError:  # a local transaction wrote its row first; it has ended now
-                    outcome = conn.execute(self._read_row, by_id).scalar()
+                    outcome = self._read(conn, by_id)
         # None: the row was there a moment ago and is gone, which only retention does: no answer is safe.
         return _OUTCOMES.get(outcome, UNKNOWN)
+
+    def _read(self, conn: Connection, by_id: dict[str, str]) -> str | None:
+        self._bound(conn)
+        return conn.execute(self._read_row, by_id).scalar()
+
+    def _bound(self, conn: Connection) -> None:
+        """On PostgreSQL: this transaction of the check waits ``check_timeout_s`` at most, for a lock or a
+        statement."""
+        if self._bound_wait is not None:
+            conn.execute(self._bound_wait)
 
     # --- retention ------------------------------------------------------------------------------------------
 
@@ -257,10 +301,16 @@ class TransactionLog:
                          self.retention)
 
     def close(self) -> None:
-        """Stop the purge thread (the engine is the caller's)."""
+        """Stop the purge thread (the engine is the caller's). A purge waiting on the database (a lock another
+        session holds, a server that stopped answering) is waited for ``_CLOSE_WAIT_S`` at most, then left to end
+        on its own: it is a daemon thread, and it stops at its next batch."""
         self._closed.set()
-        if self._purger is not None:
-            self._purger.join()
+        if self._purger is None:
+            return
+        self._purger.join(_CLOSE_WAIT_S)
+        if self._purger.is_alive():
+            log.warning("transaction log %s closed while its purge still waits on the database: left to end on its "
+                        "own", self.table.name)
 
     def __enter__(self) -> TransactionLog:
         return self
@@ -294,6 +344,69 @@ class _Outage:
                 log.warning("transaction log %s answers again after %.1f s; %d checks answered UNKNOWN meanwhile",
                             self.table, time.monotonic() - self._since, self._unknown)
                 self._since, self._unknown = None, 0
+
+
+class _NoAnswer(SQLAlchemyError):
+    """A check's connection was cut by its deadline."""
+
+
+class _Deadline:
+    """Cuts a check's PostgreSQL connection if the check still runs ``seconds`` after it began. The server's
+    own timeouts end a wait it knows of; a server that stopped answering, or a link that stopped carrying, reports
+    nothing, and the check would wait on its socket for good, holding one of the producer's few check threads. The
+    cut makes the waiting call fail, the check ends with ``_NoAnswer`` (answered UNKNOWN, not asked again on a
+    fresh connection: it would wait as long), and the connection is thrown away, not given back to the pool."""
+
+    def __init__(self, conn: Connection, seconds: float) -> None:
+        self._conn = conn
+        self._seconds = seconds
+        self._fd = _socket_fd(conn)
+        self._lock = threading.Lock()
+        self._done = False
+        self.cut = False
+        self._timer = threading.Timer(seconds, self._cut)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        if self._fd is not None:
+            self._timer.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._done = True
+        if self.cut:
+            self._conn.invalidate()
+            raise _NoAnswer(f"no answer from the database within {self._seconds:.1f} s") from exc
+
+    def _cut(self) -> None:
+        with self._lock:  # never after the check ended: the connection may be another's by then
+            if self._done or self._fd is None:
+                return
+            self.cut = True
+            # On a duplicate of the descriptor, closed at once: shutdown acts on the socket, so the call blocked
+            # on the original wakes up to an ended connection.
+            with socket.socket(fileno=os.dup(self._fd)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def _socket_fd(conn: Connection) -> int | None:
+    """The descriptor of a psycopg connection's socket; None for other drivers (SQLite's is a file)."""
+    pgconn = getattr(conn.connection.dbapi_connection, "pgconn", None)
+    return pgconn.socket if pgconn is not None else None
+
+
+def _ms(seconds: float) -> str:
+    return str(int(seconds * 1000))
+
+
+def _waited_for_lock(exc: DBAPIError) -> bool:
+    """The database answered that a lock was not granted in time: PostgreSQL's lock_timeout, SQLite's busy
+    timeout ("database is locked"). Not an outage."""
+    sqlite_code = getattr(exc.orig, "sqlite_errorcode", None)
+    return (getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE
+            or (isinstance(sqlite_code, int) and sqlite_code & 0xFF == _SQLITE_BUSY))  # extended codes included
 
 
 def _server_stamp(engine: Engine, local_ms: Any) -> Any:
