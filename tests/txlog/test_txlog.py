@@ -173,16 +173,14 @@ def test_a_commit_the_database_refuses_is_decided_by_the_log(engine: Any, txlog:
 COMMIT_QUERY = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # the protocol's simple query message "COMMIT", as psycopg sends it
 
 
-class LosesCommitAnswers:
-    """A TCP relay to PostgreSQL that, once armed, passes a client's COMMIT to the server and closes the
-    connection instead of relaying the server's answer: the database commits, the client never learns it."""
+class Relay:
+    """A TCP relay to PostgreSQL on a port of its own; a subclass says what each direction passes (``_up``: the
+    client's bytes to the server, ``_down``: the server's back), with an event per connection to share."""
 
     def __init__(self, port: int) -> None:
         self.target = ("127.0.0.1", port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.armed = threading.Event()
-        self.dropped = 0
         self.relayed: list[tuple[socket.socket, socket.socket, list[threading.Thread]]] = []
         self.acceptor = threading.Thread(target=self._accept, daemon=True)
         self.acceptor.start()
@@ -203,22 +201,10 @@ class LosesCommitAnswers:
                 t.start()
 
     def _up(self, client: socket.socket, server: socket.socket, drop: threading.Event) -> None:
-        with contextlib.suppress(OSError):
-            while data := client.recv(65536):
-                if self.armed.is_set() and COMMIT_QUERY in data:
-                    self.armed.clear()
-                    drop.set()
-                server.sendall(data)
-        self._shut(client, server)
+        raise NotImplementedError
 
     def _down(self, server: socket.socket, client: socket.socket, drop: threading.Event) -> None:
-        with contextlib.suppress(OSError):
-            while data := server.recv(65536):
-                if drop.is_set():  # the server has answered the COMMIT: it committed
-                    self.dropped += 1
-                    break
-                client.sendall(data)
-        self._shut(client, server)
+        raise NotImplementedError
 
     @staticmethod
     def _shut(*socks: socket.socket) -> None:
@@ -237,6 +223,34 @@ class LosesCommitAnswers:
                 t.join(5)
             client.close()
             server.close()
+
+
+class LosesCommitAnswers(Relay):
+    """A relay that, once armed, passes a client's COMMIT to the server and closes the connection instead of
+    relaying the server's answer: the database commits, the client never learns it."""
+
+    def __init__(self, port: int) -> None:
+        self.armed = threading.Event()
+        self.dropped = 0
+        super().__init__(port)
+
+    def _up(self, client: socket.socket, server: socket.socket, drop: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                if self.armed.is_set() and COMMIT_QUERY in data:
+                    self.armed.clear()
+                    drop.set()
+                server.sendall(data)
+        self._shut(client, server)
+
+    def _down(self, server: socket.socket, client: socket.socket, drop: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := server.recv(65536):
+                if drop.is_set():  # the server has answered the COMMIT: it committed
+                    self.dropped += 1
+                    break
+                client.sendall(data)
+        self._shut(client, server)
 
 
 def test_a_commit_whose_answer_is_lost_is_decided_by_the_log(postgres: PostgresServer) -> None:
@@ -467,41 +481,25 @@ def test_a_check_meeting_a_lock_of_another_session_answers_unknown_after_its_wai
         engine.dispose()
 
 
-class Stalls:
-    """A TCP relay to PostgreSQL that, once ``stalled`` is set, stops forwarding either way while keeping every
-    connection open: what a client sees of a hung server, a dead NAT entry or a relay that stopped."""
+class Stalls(Relay):
+    """A relay that, once ``stalled`` is set, stops forwarding either way while keeping every connection open: what
+    a client sees of a hung server, a dead NAT entry or a relay that stopped."""
 
     def __init__(self, port: int) -> None:
-        self.target = ("127.0.0.1", port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.stalled = threading.Event()
-        self.socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(port)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            self.socks += [client, server]
-            threading.Thread(target=self._pipe, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+    def _up(self, client: socket.socket, server: socket.socket, drop: threading.Event) -> None:
+        self._pipe(client, server)
+
+    def _down(self, server: socket.socket, client: socket.socket, drop: threading.Event) -> None:
+        self._pipe(server, client)
 
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
                 if not self.stalled.is_set():
                     dst.sendall(data)
-
-    def close(self) -> None:
-        self.listener.close()
-        for s in self.socks:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
 
 
 def test_a_check_on_a_connection_that_never_answers_answers_unknown(postgres: PostgresServer,
