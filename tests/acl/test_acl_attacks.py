@@ -236,3 +236,39 @@ def test_one_tx_list_reads_a_bounded_number_of_halves(tmp_path):
         assert len(body["pending"]) + len(body["discarded"]) >= 1000
     finally:
         server.proc.stop()
+
+
+def test_a_plain_send_cannot_pass_for_the_commit_of_another_groups_half(tmp_path):
+    """After a restart (or a failover) a pending transaction whose COMMIT's real message is in the log already is
+    recorded as committed without asking its producer (a crash can cut a COMMIT between its real message and its op
+    record); a real message is known by its UNIQ_KEY, its record's PREPAREDTRANSACTIONOFFSET (the half's
+    commit-log offset) and its sysFlag's COMMIT type. A plain send took its sysFlag from the producer as sent, so an
+    account that may only publish to the topic stored a record of END_TRANSACTION's COMMIT type with the victim's
+    UNIQ_KEY: against a half at commit-log offset 0 (a plain message's PREPAREDTRANSACTIONOFFSET), it stood for
+    the victim's commit, and after a restart the victim's ROLLBACK was overruled into a COMMIT whose real message
+    was the attacker's. Now a send's sysFlag carries no decision (COMMIT or ROLLBACK type): refused, nothing
+    stored, and the victim's own decision stands."""
+    server = start_acl_server(tmp_path / "forged-commit")
+    try:
+        half = {"producerGroup": GROUP, "topic": "orders", "queueId": "0", "sysFlag": "4", "bornTimestamp": "0",
+                "flag": "0", "properties": f"TRAN_MSG\x01true\x02PGROUP\x01{GROUP}\x02UNIQ_KEY\x01ORDER-0001\x02"}
+        assert call(server.broker, RequestCode.SEND_MESSAGE, half, b"order #1", as_=VICTIM).code == \
+            ResponseCode.SUCCESS
+        shown = call(server.broker, RequestCode.TXMQ_TX_SHOW, {"id": "ORDER-0001", "group": GROUP}, as_=VICTIM)
+        tx = orjson.loads(shown.body)
+        assert tx["commitLogOffset"] == 0  # the first record: a plain message's PREPAREDTRANSACTIONOFFSET
+        for decision in (MessageSysFlag.TRANSACTION_COMMIT_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE):
+            forged = {"producerGroup": "attacker-group", "topic": "orders", "queueId": "0", "sysFlag": str(decision),
+                      "bornTimestamp": "0", "flag": "0", "properties": "UNIQ_KEY\x01ORDER-0001\x02"}
+            resp = call(server.broker, RequestCode.SEND_MESSAGE, forged, b"forged by the attacker", as_=ATTACKER)
+            assert resp.code == ResponseCode.MESSAGE_ILLEGAL, (resp.code, resp.remark)
+        server.proc.stop()
+        server.proc.start()
+        resp = call(server.broker, RequestCode.END_TRANSACTION, _end(tx, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE),
+                    as_=VICTIM)
+        assert resp.code == ResponseCode.SUCCESS and not resp.remark, resp.remark
+        shown = call(server.broker, RequestCode.TXMQ_TX_SHOW, {"id": str(tx["halfOffset"]), "group": GROUP},
+                     as_=VICTIM)
+        assert orjson.loads(shown.body)["state"] == "ROLLBACK"
+    finally:
+        server.proc.stop()

@@ -179,6 +179,27 @@ def test_a_consumer_still_reads_its_own_offsets_and_lag(server: AclServer):
     assert stats.code == ResponseCode.SUCCESS
 
 
+@pytest.mark.parametrize("code", [RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
+                                  RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_EARLIEST_MSG_STORETIME])
+def test_a_topic_internal_to_the_broker_shows_its_queues_only_to_the_cluster_readers(server: AclServer, code):
+    """The half queue holds every producer group's halves (the wheel and schedule topics every topic's timed
+    messages): no topic's permission covers them, so QUERY_CONSUME_QUEUE and GET_TOPIC_STATS_INFO show them only
+    to Get on the cluster. The offset and time reads answered them to any account with Sub on ``Topic:*``
+    (plain_acl.yml's ``defaultTopicPerm: SUB``): how many halves every other team stored, and when (by time, how
+    many in any window). Now they need Get on the cluster too."""
+    half = {"producerGroup": "order-service", "topic": "orders", "queueId": "0", "sysFlag": "4", "bornTimestamp": "0",
+            "flag": "0", "properties": "TRAN_MSG\x01true\x02PGROUP\x01order-service\x02UNIQ_KEY\x01INTERNAL-1\x02"}
+    assert call(server.broker, RequestCode.SEND_MESSAGE, half, b"half", as_=VICTIM).code == ResponseCode.SUCCESS
+    ext = {"queueId": "0", "timestamp": "0"}
+    for topic in ("RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX"):
+        resp = call(server.broker, code, {**ext, "topic": topic}, as_=ATTACKER)  # Sub on Topic:* by default
+        assert resp.code == ResponseCode.NO_PERMISSION, (topic, resp.code, resp.ext_fields)
+        assert "Get permission on Cluster" in (resp.remark or "")
+    assert call(server.broker, code, {**ext, "topic": "RMQ_SYS_TRANS_HALF_TOPIC"}, as_=ADMIN).code == \
+        ResponseCode.SUCCESS
+    assert call(server.broker, code, {**ext, "topic": "orders"}, as_=ATTACKER).code == ResponseCode.SUCCESS
+
+
 def _series(server: AclServer) -> str:
     url = f"http://127.0.0.1:{server.metrics_port}/metrics"  # type: ignore[attr-defined]
     with urllib.request.urlopen(url, timeout=10) as resp:

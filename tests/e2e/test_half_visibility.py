@@ -2,7 +2,8 @@
 and pull), by commit-log offset (send-back, view by id, end transaction), by key (query), by receipt handle
 (gRPC), by txmq's own admin requests. Also the records that hold what a half holds or must not be served yet:
 discarded halves (``TRANS_CHECK_MAX_TIME_TOPIC``), delayed messages not yet due, records whose sys flag says
-prepared or rolled back. Everything over real TCP against one broker process."""
+prepared (a send whose sys flag says committed or rolled back is refused: tests/acl/test_acl_attacks.py).
+Everything over real TCP against one broker process."""
 
 from __future__ import annotations
 
@@ -87,7 +88,6 @@ def test_no_request_serves_a_half_or_a_record_not_yet_visible(cluster, broker):
             "delayed, not yet due": send(raw, SECRET, {MessageConst.DELAY_TIME_LEVEL: "2"}),
             "prepared sys flag": send(raw, SECRET, {MessageConst.KEYS: prepared_key},
                                       MessageSysFlag.TRANSACTION_PREPARED_TYPE),
-            "rollback sys flag": send(raw, SECRET, {}, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE),
         }
         visible = send(raw, b"visible", {})
         heartbeat(raw, "g_vis", TOPIC)

@@ -58,6 +58,8 @@ _DELAY = MessageConst.DELAY_TIME_LEVEL
 _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _PERM_WRITE = PermName.PERM_WRITE
 _COMPRESSED = MessageSysFlag.COMPRESSED
+_TRANSACTION_MASK = MessageSysFlag.TRANSACTION_MASK
+_COMMIT_TYPE, _ROLLBACK_TYPE = MessageSysFlag.TRANSACTION_COMMIT_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 
 # Properties only the broker sets, refused in any send: the account that stored a half (``tx show``, and carried
 # into the committed message), a half's batch count, a transaction op's kind, a timer record's own (timer.py).
@@ -105,6 +107,17 @@ def reserved_refusal(props: Mapping[str, str]) -> Refusal | None:
     for key in BROKER_PROPERTIES:
         if key in props:
             return Refusal(Kind.RESERVED_PROPERTY, f"property {key} is set by the broker only")
+    return None
+
+
+def decision_refusal(sys_flag: int) -> Refusal | None:
+    """MESSAGE_ILLEGAL when a sent message's sysFlag carries a transaction decision (COMMIT or ROLLBACK type): those
+    are the records END_TRANSACTION writes, and a COMMIT-type record with a half's UNIQ_KEY and commit-log offset
+    (its PREPAREDTRANSACTIONOFFSET, 0 for a sent message) is taken for that half's commit after a restart. A
+    producer sends plain or prepared (half) messages only."""
+    if (sys_flag & _TRANSACTION_MASK) in (_COMMIT_TYPE, _ROLLBACK_TYPE):
+        return Refusal(Kind.MESSAGE_ILLEGAL, "sysFlag: a sent message carries no transaction decision (COMMIT or "
+                                             "ROLLBACK type); END_TRANSACTION decides")
     return None
 
 

@@ -116,9 +116,16 @@ def update_offset_needs(h: UpdateConsumerOffsetRequestHeader) -> Needs:
     return Needs().topic(h.topic, Action.SUB, Action.UPDATE).group(h.consumer_group, Action.SUB, Action.UPDATE)
 
 
+def _topic_read(topic: str, *any_of: Action) -> Needs:
+    """``any_of`` on ``topic``; Get on the cluster for a topic internal to the broker: its entries are every
+    producer's half messages or every delayed message, which no topic's permission covers."""
+    return Needs().cluster(Action.GET) if topic in INTERNAL_TOPICS else Needs().topic(topic, *any_of)
+
+
 def queue_read(h: TopicQueueRequestHeader | SearchOffsetRequestHeader) -> Needs:
-    """Sub or Get on the topic (a consumer reads its queues' offsets and times)."""
-    return Needs().topic(h.topic, Action.SUB, Action.GET)
+    """Sub or Get on the topic (a consumer reads its queues' offsets and times); Get on the cluster for a topic
+    internal to the broker (how many halves or delayed messages every other team stored, and when)."""
+    return _topic_read(h.topic, Action.SUB, Action.GET)
 
 
 def query_message_needs(h: QueryMessageRequestHeader) -> Needs:
@@ -139,7 +146,7 @@ def query_cq_needs(h: QueryConsumeQueueRequestHeader) -> Needs:
     the consumer group when it names one (its subscription is answered too); RocketMQ's ACL asks the same. Get on
     the cluster for a topic internal to the broker: its entries are every producer's half messages or every
     delayed message, which no topic's permission covers."""
-    needs = Needs().cluster(Action.GET) if h.topic in INTERNAL_TOPICS else Needs().topic(h.topic, Action.GET)
+    needs = _topic_read(h.topic, Action.GET)
     return needs.group(h.consumer_group, Action.GET) if h.consumer_group is not None else needs
 
 

@@ -16,7 +16,7 @@ import cython
 
 from txmq.acl.model import Action, Needs, User
 from txmq.broker.core.refusal import Kind, Refusal
-from txmq.broker.core.send import is_half, is_timed, message_kind, reserved_refusal
+from txmq.broker.core.send import decision_refusal, is_half, is_timed, message_kind, reserved_refusal
 from txmq.broker.processor.refused import refused
 from txmq.broker.stats import BrokerStats
 from txmq.broker.visibility import RecordAt, read_record_at, record_needs
@@ -132,7 +132,8 @@ class SendRequest:
 
 def parse_send(cmd: RemotingCommand) -> SendRequest:
     """SEND_MESSAGE (long field names), SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (single letters): a batch is a
-    batch by its code or its ``batch`` field, decided here once. A property only the broker sets is refused."""
+    batch by its code or its ``batch`` field, decided here once. A property only the broker sets is refused, and so is
+    a sysFlag of END_TRANSACTION's record types (``decision_refusal``)."""
     if cmd.code == _SEND_MESSAGE:
         h = SendMessageRequestHeader.from_ext(cmd.ext_fields)
     else:
@@ -141,7 +142,7 @@ def parse_send(cmd: RemotingCommand) -> SendRequest:
         h.batch = True
     props = string_to_properties(h.properties) if h.properties else {}
     entries = decode_batch(cmd.body) if h.batch else None
-    reserved = reserved_refusal(props)
+    reserved = decision_refusal(h.sys_flag) or reserved_refusal(props)
     if reserved is None and entries is not None:
         for _flag, _data, entry_props in entries:
             reserved = reserved_refusal(entry_props)
