@@ -234,7 +234,8 @@ def all_queues(namesrv: str, topics: list[str]) -> list[Any]:
 class ThoroughWatch:
     """Tells when the broker's thorough checkpoint (every ``flushConsumeQueueThoroughInterval``: it makes every
     queue's entries durable, however few) has run: each writes a new tails journal (the queues' buffered entries in
-    one file, ``store/cqtails/<n>``)."""
+    one file, ``store/cqtails/<n>``). Watched on disk, not through the broker's ``thorough_checkpoints`` count: a
+    request every poll would add the broker CPU that the wait measures."""
 
     def __init__(self, srv: Server) -> None:
         self.store = str(srv.home / "store")

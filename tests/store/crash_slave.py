@@ -11,15 +11,10 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from tests.store.store_helpers import make_config, msg
+from tests.store.store_helpers import ha_config, make_config, msg, stepping_back
 from txmq.launch import free_port
 from txmq.store import DefaultMessageStore
-from txmq.store.ha import HAClient, HAConfig, HAService
-
-
-def ha_config(broker_id: int, port: int) -> HAConfig:
-    return HAConfig("C", "broker-a", broker_id, listen_port=port, master_address=f"127.0.0.1:{port}",
-                    send_heartbeat_interval_ms=200, housekeeping_interval_ms=2000)
+from txmq.store.ha import HAClient, HAService
 
 
 async def main(master_root: str, slave_root: str) -> None:
@@ -31,16 +26,11 @@ async def main(master_root: str, slave_root: str) -> None:
     slave.replica = True
     await slave.start()
     HAClient(slave, ha_config(1, port)).start()
-    clock = master.clock
-    mono, wall = clock.monotonic_ns, clock.wall_ns
-    shift = {"mono": 0, "wall": 0}  # (not a lambda over the last one: thousands of puts)
-    clock.monotonic_ns = lambda: mono() + shift["mono"]
-    clock.wall_ns = lambda: wall() + shift["wall"]
+    before_put = stepping_back(master.clock)
     print("ready", flush=True)
     n = 0
     while True:
-        shift["mono"] += 10_000_000
-        shift["wall"] += 10_000_000 - (0 if n % 7 != 6 else 50_000_000 if n % 3 else 1_000_000_000)
+        before_put(n)
         result = (await master.put_message(msg(body=b"x" * 300))).append_result
         assert result is not None
         print(result.wrote_offset, flush=True)

@@ -10,6 +10,8 @@ from typing import Any
 
 from txmq.message import HEAD_SIZE, MessageExt, decode_message
 from txmq.store import DefaultMessageStore, StoreConfig
+from txmq.store.clock import StoreClock
+from txmq.store.ha import HAConfig
 from txmq.store.mapped_file import offset_to_name
 from txmq.store.record import TRAILER_SIZE, seal
 from txmq.store.recovery import RecoveryReport
@@ -38,6 +40,27 @@ def msg(topic: str = "T", body: bytes = b"x" * 100, queue_id: int = 0, **props: 
 
 def run(fn: Callable[[], Awaitable[Any]]) -> Any:
     return asyncio.run(fn())  # type: ignore[arg-type]
+
+
+def ha_config(broker_id: int, port: int) -> HAConfig:
+    """Broker ``broker_id`` of group broker-a replicating through 127.0.0.1:``port``, with short intervals."""
+    return HAConfig("C", "broker-a", broker_id, listen_port=port, master_address=f"127.0.0.1:{port}",
+                    send_heartbeat_interval_ms=200, housekeeping_interval_ms=2000)
+
+
+def stepping_back(clock: StoreClock) -> Callable[[int], None]:
+    """A master's clock that the returned function moves before its put number ``n``: 10 ms of elapsed time and of
+    wall clock, the wall clock stepped back every seventh put (by 50 ms, or by a second every third time)."""
+    mono, wall = clock.monotonic_ns, clock.wall_ns
+    shift = {"mono": 0, "wall": 0}  # (not a lambda over the last one: thousands of puts)
+    clock.monotonic_ns = lambda: mono() + shift["mono"]  # type: ignore[method-assign]
+    clock.wall_ns = lambda: wall() + shift["wall"]  # type: ignore[method-assign]
+
+    def before_put(n: int) -> None:
+        shift["mono"] += 10_000_000
+        shift["wall"] += 10_000_000 - (0 if n % 7 else 50_000_000 if n % 3 else 1_000_000_000)
+
+    return before_put
 
 
 def flip_byte(path: str | os.PathLike[str], pos: int) -> None:

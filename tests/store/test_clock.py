@@ -15,7 +15,7 @@ import pytest
 
 import txmq.store.clock as clock_module
 from tests.elapsed import advance, wall_step
-from tests.store.store_helpers import SEGMENT, make_config, msg, run
+from tests.store.store_helpers import SEGMENT, make_config, msg, run, stepping_back
 from txmq.broker.config import BrokerConfig
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore
@@ -536,13 +536,9 @@ def test_a_slave_copying_frames_cut_anywhere_across_segment_ends_and_a_crash_kee
     async def mastered() -> tuple[list[int], bytes, list[int]]:
         async with DefaultMessageStore(make_config(tmp_path / "master")) as master:
             stamps: list[int] = []
-            mono, wall = master.clock.monotonic_ns, master.clock.wall_ns
-            shift = {"mono": 0, "wall": 0}  # (not a lambda over the last: hundreds of puts)
-            master.clock.monotonic_ns = lambda: mono() + shift["mono"]
-            master.clock.wall_ns = lambda: wall() + shift["wall"]
+            before_put = stepping_back(master.clock)
             while master.max_phy_offset < 2 * SEGMENT + SEGMENT // 2:
-                shift["mono"] += 10_000_000
-                shift["wall"] += 10_000_000 - (0 if len(stamps) % 7 else 50_000_000 if len(stamps) % 3 else 10**9)
+                before_put(len(stamps))
                 result = (await master.put_message(msg(body=b"x" * 400))).append_result
                 assert result is not None
                 stamps.append(result.store_timestamp)

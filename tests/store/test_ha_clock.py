@@ -15,19 +15,14 @@ import pytest
 
 import txmq.store.clock as clock_module
 from tests.elapsed import advance, wall_step
-from tests.store.store_helpers import make_config, msg, run
+from tests.store.store_helpers import ha_config, make_config, msg, run
 from txmq.launch import free_port
 from txmq.message import decode_message
 from txmq.store import DefaultMessageStore
 from txmq.store.config import StoreConfig
-from txmq.store.ha import HAClient, HAConfig, HAService
+from txmq.store.ha import HAClient, HAService
 from txmq.store.ha.client import DIFFERENCE_WINDOW_MS, AccountDifference
 from txmq.store.ha.protocol import REPORT, Challenge, Transfer, Welcome, read_hello, read_open, refusal
-
-
-def _ha(broker_id: int, port: int) -> HAConfig:
-    return HAConfig("C", "broker-a", broker_id, listen_port=port, master_address=f"127.0.0.1:{port}",
-                    send_heartbeat_interval_ms=200, housekeeping_interval_ms=2000)
 
 
 async def _put(store: DefaultMessageStore, n: int) -> list[tuple[int, int]]:
@@ -52,7 +47,7 @@ def later(seconds: float, *stores: DefaultMessageStore) -> None:
 async def _served_master(config: StoreConfig, port: int) -> AsyncIterator[DefaultMessageStore]:
     """A master store serving its HA port on 127.0.0.1:``port``."""
     async with DefaultMessageStore(config) as master:
-        ha = HAService(master, _ha(0, port))
+        ha = HAService(master, ha_config(0, port))
         await ha.start()
         try:
             yield master
@@ -62,7 +57,7 @@ async def _served_master(config: StoreConfig, port: int) -> AsyncIterator[Defaul
 
 async def _copied(master: DefaultMessageStore, slave: DefaultMessageStore, port: int) -> None:
     """The slave connects to the master's HA port and copies until their ends match."""
-    client = HAClient(slave, _ha(1, port))
+    client = HAClient(slave, ha_config(1, port))
     client.start()
     try:
         await _until_copied(master, slave)
@@ -164,7 +159,7 @@ def test_a_slave_maps_its_masters_steps_by_the_masters_anchors(tmp_path):
         async with _served_master(make_config(tmp_path / "m"), port) as master, \
                 DefaultMessageStore(make_config(tmp_path / "s")) as slave:
             slave.replica = True
-            client = HAClient(slave, _ha(1, port))
+            client = HAClient(slave, ha_config(1, port))
             client.start()
             try:
                 records = await _put(master, 5)
@@ -315,7 +310,7 @@ def test_a_promoted_slave_serves_the_anchors_it_mapped_from_before_its_account_b
             await _copied(master, slave, port)
             assert any(since is not None and since < 0 for _, _, since in slave.clock.anchors), slave.clock.anchors
             slave.replica = False
-            ha = HAService(slave, _ha(0, promoted_port))
+            ha = HAService(slave, ha_config(0, promoted_port))
             await ha.start()
             try:
                 await _copied(slave, third, promoted_port)

@@ -184,7 +184,7 @@ class TransactionLog:
 
     def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
         """COMMIT if the log holds the transaction's COMMIT row; otherwise the fence, and ROLLBACK. UNKNOWN only
-        while the database cannot be reached (logged once per outage)."""
+        while the database cannot be reached (logged once per outage) or, on PostgreSQL, after ``check_timeout_s``."""
         self._start_purger()
         return self._decide(_transaction_id(msg))
 
@@ -199,15 +199,12 @@ class TransactionLog:
                     raise
                 # A pooled connection opened before an outage fails once, and the pool is renewed: ask again.
                 state = self._read_or_fence(tx_id)
-        except DBAPIError as exc:
-            if not _waited_for_lock(exc):
-                self._outage.down(exc, unknown=True)
-                return UNKNOWN
-            log.info("check of %s waited for a lock as long as it may (its local transaction still open, or another "
-                     "session's): UNKNOWN, asked again later", tx_id)
-            return UNKNOWN
         except SQLAlchemyError as exc:
-            self._outage.down(exc, unknown=True)
+            if isinstance(exc, DBAPIError) and _waited_for_lock(exc):
+                log.info("check of %s waited for a lock as long as it may (its local transaction still open, or "
+                         "another session's): UNKNOWN, asked again later", tx_id)
+            else:
+                self._outage.down(exc, unknown=True)
             return UNKNOWN
         self._outage.up()
         return state
